@@ -1,0 +1,33 @@
+# flaxgraph developer commands. Everything installs into ./.venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
+
+.PHONY: install test demo bench bench-quick lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test,demo]"
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test and demo extras
+
+test: $(STAMP)  ## run the whole suite, guides included
+	$(BIN)/python -m pytest -n 2 --hypothesis-profile=$(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
+
+demo: $(STAMP)  ## run the main job
+	$(BIN)/python guides/run_guide.py guides/graph.md
+
+bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python -m benchmarks.graph
+
+lint: $(STAMP)
+	$(BIN)/ruff check flaxgraph tests benchmarks guides
+	$(BIN)/ruff format --check flaxgraph tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

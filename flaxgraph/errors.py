@@ -1,0 +1,46 @@
+"""Exceptions raised by flaxgraph and the helpers that word their messages.
+
+Every exception subclasses the standard ``ValueError`` or ``TypeError``, so an
+``except ValueError`` written for plain JAX code still catches it. A message
+says *what* was wrong, *where* (a path from the root the user passed, such as
+``args[1][0].linear.kernel``), and *how to fix it*, with numbered options when
+there are several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class FlaxgraphError(Exception):
+    """Base class of every flaxgraph exception."""
+
+
+class TraceContextError(FlaxgraphError, ValueError):
+    """An Object or Variable was mutated from a JAX trace other than its own.
+
+    Raised when code inside a transform (``jax.jit``, ``flaxgraph.jit``, …)
+    mutates an object that was created outside it and captured by closure: the
+    new value would be a tracer that leaks out of the transform.
+    """
+
+
+class GraphStructureError(FlaxgraphError, ValueError):
+    """A State, GraphDef or update does not match the structure of a graph."""
+
+
+class UnmatchedLeafError(FlaxgraphError, ValueError):
+    """``split`` found a leaf that none of the given filters matches."""
+
+
+class StaticAttributeError(FlaxgraphError, TypeError):
+    """A static attribute cannot live in a GraphDef (it is unhashable)."""
+
+
+class InvalidFilterError(FlaxgraphError, TypeError):
+    """A value cannot be used as a filter."""
+
+
+def numbered_fixes(fixes: Sequence[str]) -> str:
+    """Formats fixes as ``  1. …`` lines, the closing part of most messages."""
+    return "\n".join(f"  {i}. {fix}" for i, fix in enumerate(fixes, 1))

@@ -1,0 +1,1 @@
+"""The graph engine: object graphs <-> (GraphDef, State)."""

@@ -1,0 +1,143 @@
+"""Unflatten: (GraphDef, leaves) -> object graph, optionally reusing objects.
+
+``unflatten`` rebuilds the graph a GraphDef describes, taking State leaves in
+walk order. New graph nodes are made without calling ``__init__``; each
+reference index is built once and reused wherever a ``NodeRef`` points to it,
+which restores shared references and cycles.
+
+Given ``reuse`` (reference index -> existing object), the objects at those
+indices are updated *in place* instead of being created: their children are set
+to exactly what the GraphDef says (attributes added, replaced or deleted) and
+Variables get the new value and metadata. This is how transforms write back
+every change, structural ones included, while the caller's references stay
+valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flaxgraph.errors import GraphStructureError
+from flaxgraph.graph.graphdef import (
+    ArrayDef,
+    ContainerDef,
+    Def,
+    GraphDef,
+    NodeDef,
+    NodeRef,
+    StaticDef,
+    VariableDef,
+)
+from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.variables import Variable
+
+
+def unflatten(
+    graphdef: GraphDef,
+    leaves: Sequence[Any],
+    *,
+    index_ref: dict[int, Any] | None = None,
+    reuse: dict[int, Any] | None = None,
+) -> Any:
+    """Builds the graph of ``graphdef`` from ``leaves`` (in ``graphdef.leaf_paths`` order).
+
+    Args:
+      graphdef: the structure.
+      leaves: one leaf per ``graphdef.leaf_paths`` entry: a Variable (its value
+        and metadata are used) or a raw value.
+      index_ref: reference index -> object map shared between calls
+        (``merge_context``); objects already in it are used for their NodeRefs.
+      reuse: reference index -> existing object to update in place instead of
+        creating a new one (the Variable or node must be of the same type).
+
+    Returns:
+      The root value.
+
+    Raises:
+      GraphStructureError (a ``ValueError``): ``leaves`` has the wrong length, a
+        NodeRef points to an index never defined, or a reused object has another
+        type.
+    """
+    if len(leaves) != len(graphdef.leaf_paths):
+        raise GraphStructureError(
+            f"The GraphDef expects {len(graphdef.leaf_paths)} state leaves but got "
+            f"{len(leaves)}."
+        )
+    builder = _Build(leaves, {} if index_ref is None else index_ref, reuse or {})
+    return builder.build(graphdef.root)
+
+
+class _Build:
+    __slots__ = ("leaves", "position", "index_ref", "reuse")
+
+    def __init__(self, leaves: Sequence[Any], index_ref: dict[int, Any], reuse: dict[int, Any]):
+        self.leaves = leaves
+        self.position = 0
+        self.index_ref = index_ref
+        self.reuse = reuse
+
+    def next_leaf(self) -> Any:
+        leaf = self.leaves[self.position]
+        self.position += 1
+        return leaf
+
+    def build(self, d: Def) -> Any:
+        t = type(d)
+        if t is NodeDef:
+            impl = _GRAPH_NODE_IMPLS[d.type]
+            node = self.reuse.get(d.index)
+            if node is None:
+                node = impl.create_empty(d.metadata)
+            elif type(node) is not d.type:
+                raise GraphStructureError(
+                    f"Cannot update a {type(node).__name__} in place from a GraphDef node of "
+                    f"type {d.type.__name__}."
+                )
+            self.index_ref[d.index] = node
+            items = [(k, self.build(child)) for k, child in d.attributes]
+            impl.set_items(node, items, d.metadata)
+            return node
+        if t is VariableDef:
+            leaf = self.next_leaf()
+            if isinstance(leaf, Variable):
+                value, metadata = leaf.raw_value, dict(leaf._var_metadata)
+            else:
+                value, metadata = leaf, dict(d.metadata)
+            variable = self.reuse.get(d.index)
+            if variable is None:
+                variable = d.type._from_parts(value, metadata)
+            else:
+                if type(variable) is not d.type:
+                    raise GraphStructureError(
+                        f"Cannot update a {type(variable).__name__} in place from a "
+                        f"{d.type.__name__} definition."
+                    )
+                variable._check_trace("update")
+                object.__setattr__(variable, "raw_value", value)
+                object.__setattr__(variable, "_var_metadata", metadata)
+            self.index_ref[d.index] = variable
+            return variable
+        if t is NodeRef:
+            try:
+                return self.index_ref[d.index]
+            except KeyError:
+                raise GraphStructureError(
+                    f"The GraphDef refers to node index {d.index} ({d.type.__name__}), which "
+                    "is defined in another GraphDef; merge both inside one merge_context."
+                ) from None
+        if t is ArrayDef:
+            leaf = self.next_leaf()
+            return leaf.raw_value if isinstance(leaf, Variable) else leaf
+        if t is StaticDef:
+            return d.value
+        if t is ContainerDef:
+            children = [self.build(c) for c in d.children]
+            if d.type is list:
+                return children
+            if d.type is tuple:
+                return tuple(children)
+            if d.type is dict:
+                return dict(zip(d.keys, children))
+            return d.treedef.unflatten(children)
+        raise TypeError(f"Unknown GraphDef entry {d!r}")

@@ -1,0 +1,154 @@
+"""Module: an Object with the conveniences of a neural-network layer.
+
+``Module`` adds to ``Object`` what layers need: walking sub-modules
+(``iter_modules``, ``iter_children``), collecting intermediate values
+(``sow``), reading gradients of activations (``perturb``), and switching
+modes on every sub-module at once (``set_attributes``, ``train``, ``eval``).
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> class Block(nnx.Module):
+  ...   def __init__(self):
+  ...     self.w = nnx.Param(jnp.ones((2, 2))); self.deterministic = False
+  ...   def __call__(self, x):
+  ...     y = x @ self.w
+  ...     self.sow(nnx.Intermediate, 'y', y)
+  ...     return y
+  >>> block = Block()
+  >>> _ = block(jnp.ones((1, 2)))
+  >>> block.y.value[0].shape          # sown values are kept in a tuple
+  (1, 2)
+  >>> block.eval().deterministic
+  True
+
+Source: Flax NNX ``nnx.Module`` (0.12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, TypeVar
+
+import jax.numpy as jnp
+
+from flaxgraph.filters import Filter, to_predicate
+from flaxgraph.graph.api import iter_graph
+from flaxgraph.objects import Object
+from flaxgraph.variables import Intermediate, Perturbation, Variable
+
+M = TypeVar("M", bound="Module")
+PathParts = tuple[Hashable, ...]
+
+
+def _append(accumulated: tuple[Any, ...], value: Any) -> tuple[Any, ...]:
+    return (*accumulated, value)
+
+
+class Module(Object):
+    """Base class of layers and models (see the module docstring).
+
+    Source: Flax NNX ``nnx.Module``.
+    """
+
+    def iter_modules(self) -> Iterator[tuple[PathParts, Module]]:
+        """Yields ``(path, module)`` for this module and every sub-module, children
+        first, each shared module once; the root comes last with path ``()``."""
+        for path, value in iter_graph(self):
+            if isinstance(value, Module):
+                yield path, value
+
+    def iter_children(self) -> Iterator[tuple[Hashable, Module]]:
+        """Yields ``(name, module)`` for the direct sub-module attributes."""
+        for name, value in sorted(self.__dict__.items()):
+            if isinstance(value, Module):
+                yield name, value
+
+    def sow(
+        self,
+        variable_type: type[Variable[Any]] | str,
+        name: str,
+        value: Any,
+        reduce_fn: Callable[[Any, Any], Any] = _append,
+        init_fn: Callable[[], Any] = tuple,
+    ) -> None:
+        """Stores ``value`` in the Variable ``self.<name>`` of kind ``variable_type``.
+
+        The first call creates ``variable_type(reduce_fn(init_fn(), value))``; later
+        calls replace its value by ``reduce_fn(current, value)``. By default values
+        are collected in a tuple. Pop them with ``nnx.pop(model, nnx.Intermediate)``.
+
+        Raises:
+          ValueError: ``self.<name>`` exists and is not a Variable of that kind.
+        """
+        if isinstance(variable_type, str):
+            from flaxgraph.variables import variable_type_from_name
+
+            variable_type = variable_type_from_name(variable_type, allow_register=True)
+        current = self.__dict__.get(name)
+        if current is None:
+            setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
+        elif isinstance(current, variable_type):
+            current.value = reduce_fn(current.value, value)
+        else:
+            raise ValueError(
+                f"Cannot sow into {type(self).__name__}.{name}: it holds a "
+                f"{type(current).__name__}, expected a {variable_type.__name__}. "
+                "Pick another name."
+            )
+
+    def perturb(
+        self, name: str, value: Any, variable_type: type[Variable[Any]] = Perturbation
+    ) -> Any:
+        """Returns ``value + self.<name>``, creating ``self.<name>`` as a zero-valued
+        ``Perturbation`` the first time. The gradient with respect to that Variable
+        is the gradient with respect to the intermediate ``value``."""
+        if name not in self.__dict__:
+            setattr(self, name, variable_type(jnp.zeros_like(value)))
+        return value + getattr(self, name).value
+
+    def set_attributes(
+        self, *filters: Filter, raise_if_not_found: bool = True, **attributes: Any
+    ) -> None:
+        """Sets ``attributes`` on every sub-module (this one included) that has them
+        and matches ``filters`` (all modules if none are given).
+
+        Raises:
+          ValueError: ``raise_if_not_found`` and some attribute was found on no module.
+        """
+        predicates = [to_predicate(f) for f in filters]
+        found: set[str] = set()
+        for path, module in self.iter_modules():
+            if predicates and not any(p(path, module) for p in predicates):
+                continue
+            for name, value in attributes.items():
+                if hasattr(module, name):
+                    setattr(module, name, value)
+                    found.add(name)
+        missing = set(attributes) - found
+        if raise_if_not_found and missing:
+            raise ValueError(
+                f"No sub-module of {type(self).__name__} has the attribute(s) "
+                f"{sorted(missing)}; pass raise_if_not_found=False to ignore."
+            )
+
+    def train(self: M, **attributes: Any) -> M:
+        """Training mode: ``deterministic=False`` and ``use_running_average=False`` on
+        every sub-module that has them (plus ``attributes``). Returns ``self``."""
+        self.set_attributes(
+            deterministic=False, use_running_average=False, raise_if_not_found=False
+        )
+        if attributes:
+            self.set_attributes(**attributes)
+        return self
+
+    def eval(self: M, **attributes: Any) -> M:
+        """Evaluation mode: ``deterministic=True`` and ``use_running_average=True`` on
+        every sub-module that has them (plus ``attributes``). Returns ``self``."""
+        self.set_attributes(
+            deterministic=True, use_running_average=True, raise_if_not_found=False
+        )
+        if attributes:
+            self.set_attributes(**attributes)
+        return self
+
+
+__all__ = ["Module"]

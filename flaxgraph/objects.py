@@ -1,0 +1,295 @@
+"""Object: the reference-semantics base class, a graph node and a JAX pytree.
+
+An ``Object`` is an ordinary mutable Python object: assign any attribute
+(arrays, Variables, sub-objects, lists and dicts of them, plain values). Two
+views of it exist:
+
+* **Graph view** (reference semantics). ``split``/``merge`` and flaxgraph's
+  transforms see an Object as a graph node: shared references and cycles are
+  kept, and updates made inside a transform come back to the same object.
+* **Pytree view** (value semantics). Every Object class is registered as a JAX
+  pytree: *data* attributes (arrays, Variables, sub-objects, containers holding
+  any of them) are children, everything else is static. So ``jax.tree.map`` and
+  plain ``jax.jit`` accept Objects, copying them like any pytree (shared
+  references become copies; cycles are not supported in this view). Wrap a value
+  in ``nnx.data(...)`` or ``nnx.static(...)`` when assigning it to override the
+  automatic choice.
+
+An Object records the JAX trace it was created in; assigning or deleting an
+attribute from another trace raises ``TraceContextError``. That is what stops a
+transform from silently leaking tracers into an object captured by closure.
+
+Each Object also keeps a *structure version* that changes whenever an
+assignment changes the graph's structure (a new or deleted attribute, another
+sub-object, a static value) but not when an array or a Variable's value
+changes. Transforms use it to reuse cached GraphDefs.
+
+Source: Flax NNX ``nnx.Object``/``nnx.Pytree`` (0.12); the data/static split of
+PAX (seed 004).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import Any
+
+import jax
+
+from flaxgraph.errors import TraceContextError
+from flaxgraph.graph.registry import (
+    ARRAY_TYPES,
+    BUILTIN_CONTAINERS,
+    MISSING,
+    DataLeaf,
+    StaticLeaf,
+    register_graph_node_type,
+)
+from flaxgraph.tracing import current_trace
+from flaxgraph.variables import Variable
+
+_DATA = "data"
+_STATIC = "static"
+
+
+class _Marked:
+    __slots__ = ("value", "kind")
+
+    def __init__(self, value: Any, kind: str):
+        self.value = value
+        self.kind = kind
+
+
+def data(value: Any) -> Any:
+    """Marks ``value`` as data when assigned to an Object attribute: it becomes a
+    pytree child and a State leaf even if it is not an array (``self.step = nnx.data(0)``)."""
+    return _Marked(value, _DATA)
+
+
+def static(value: Any) -> Any:
+    """Marks ``value`` as static when assigned to an Object attribute: it goes into the
+    pytree's static part and the GraphDef (so it must be hashable)."""
+    return _Marked(value, _STATIC)
+
+
+class Object:
+    """Base class of reference-semantics objects (see the module docstring).
+
+    Raises:
+      TraceContextError (a ``ValueError``): an attribute is assigned or deleted
+        from a JAX trace other than the one the object was created in.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> class Scale(nnx.Object):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(2)); self.name = 'scale'
+      >>> jax.tree.leaves(Scale())
+      [Array([1., 1.], dtype=float32)]
+    """
+
+    __slots__ = ("_obj_trace", "_obj_version", "_obj_kinds", "__dict__", "__weakref__")
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = object.__new__(cls)
+        _init_slots(obj, ())
+        return obj
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register(cls)
+
+    # -- mutation guard and structure version ----------------------------------------
+    def _check_trace(self, what: str) -> None:
+        if self._obj_trace != current_trace():
+            raise TraceContextError(
+                f"Cannot {what} of this {type(self).__name__}: it was created outside the "
+                "current JAX transform and was captured by closure, so the change would "
+                "leak a tracer.\nFix: pass the object as an argument of the transformed "
+                "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
+                "enclosing scope)."
+            )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._check_trace(f"set attribute {name!r}")
+        if type(value) is _Marked:
+            self._set_kind(name, value.kind)
+            value = value.value
+        old = self.__dict__.get(name, MISSING)
+        if not _same_structure(old, value):
+            object.__setattr__(self, "_obj_version", self._obj_version + 1)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._check_trace(f"delete attribute {name!r}")
+        object.__delattr__(self, name)
+        object.__setattr__(self, "_obj_version", self._obj_version + 1)
+        if any(n == name for n, _ in self._obj_kinds):
+            object.__setattr__(
+                self, "_obj_kinds", tuple((n, k) for n, k in self._obj_kinds if n != name)
+            )
+
+    def _set_kind(self, name: str, kind: str) -> None:
+        kinds = tuple((n, k) for n, k in self._obj_kinds if n != name) + ((name, kind),)
+        object.__setattr__(self, "_obj_kinds", tuple(sorted(kinds)))
+
+    def __repr__(self) -> str:
+        from flaxgraph.display import object_repr
+
+        return object_repr(self)
+
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        from flaxgraph.display import object_treescope_repr
+
+        return object_treescope_repr(self, path, subtree_renderer)
+
+    def __getstate__(self) -> Any:
+        return dict(self.__dict__), self._obj_kinds
+
+    def __setstate__(self, state: Any) -> None:
+        attributes, kinds = state
+        _init_slots(self, kinds)
+        self.__dict__.update(attributes)
+
+
+def _init_slots(obj: Object, kinds: tuple[tuple[str, str], ...]) -> None:
+    object.__setattr__(obj, "_obj_trace", current_trace())
+    object.__setattr__(obj, "_obj_version", 0)
+    object.__setattr__(obj, "_obj_kinds", kinds)
+
+
+def _same_structure(old: Any, new: Any) -> bool:
+    """True when replacing ``old`` by ``new`` leaves the graph structure unchanged."""
+    return old is new or (isinstance(old, ARRAY_TYPES) and isinstance(new, ARRAY_TYPES))
+
+
+def structure_version(obj: Object) -> int:
+    """The structure version of ``obj`` (see the module docstring)."""
+    return obj._obj_version
+
+
+# -- graph view --------------------------------------------------------------------------
+
+
+def _sorted_items(obj: Object) -> list[tuple[Any, Any]]:
+    try:
+        return sorted(obj.__dict__.items())
+    except TypeError:  # int keys (nnx.List) mixed with attribute names
+        return sorted(obj.__dict__.items(), key=lambda kv: (type(kv[0]).__name__, kv[0]))
+
+
+def _graph_flatten(obj: Object) -> tuple[list[tuple[str, Any]], Hashable]:
+    kinds = obj._obj_kinds
+    items = _sorted_items(obj)
+    if kinds:
+        forced = dict(kinds)
+        items = [
+            (k, DataLeaf(v) if forced.get(k) == _DATA and not _is_data(v) else
+             StaticLeaf(v) if forced.get(k) == _STATIC else v)
+            for k, v in items
+        ]
+    return items, kinds
+
+
+def _graph_set_items(obj: Object, items: list[tuple[str, Any]], kinds: Hashable) -> None:
+    d = obj.__dict__
+    changed = len(d) != len(items) or obj._obj_kinds != kinds
+    if not changed:
+        for k, v in items:
+            if not _same_structure(d.get(k, MISSING), v):
+                changed = True
+                break
+    if changed:
+        d.clear()
+        object.__setattr__(obj, "_obj_kinds", kinds)
+        object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
+    d.update(items)
+
+
+def _graph_create_empty(cls: type) -> Any:
+    def create(kinds: Hashable) -> Object:
+        obj = object.__new__(cls)
+        _init_slots(obj, kinds)  # type: ignore[arg-type]
+        return obj
+
+    return create
+
+
+def _graph_get_child(obj: Object, key: Hashable) -> Any:
+    return obj.__dict__.get(key, MISSING)  # type: ignore[arg-type]
+
+
+def _graph_set_child(obj: Object, key: Hashable, value: Any) -> None:
+    if isinstance(key, str):
+        obj.__setattr__(key, value)
+        return
+    obj._check_trace(f"set item {key!r}")  # int keys: nnx.List items
+    old = obj.__dict__.get(key, MISSING)
+    obj.__dict__[key] = value
+    if not _same_structure(old, value):
+        object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
+
+
+def _graph_del_child(obj: Object, key: Hashable) -> None:
+    if isinstance(key, str):
+        obj.__delattr__(key)
+        return
+    obj._check_trace(f"delete item {key!r}")
+    del obj.__dict__[key]
+    object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
+
+
+# -- pytree view ---------------------------------------------------------------------------
+
+
+def _is_data(value: Any) -> bool:
+    if isinstance(value, (Variable, Object, *ARRAY_TYPES)):
+        return True
+    if type(value) in BUILTIN_CONTAINERS:
+        children: Iterable[Any] = value.values() if type(value) is dict else value
+        return any(_is_data(v) for v in children)
+    return False
+
+
+def _split_attributes(obj: Object) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    forced = dict(obj._obj_kinds)
+    children, statics = [], []
+    for name, value in _sorted_items(obj):
+        kind = forced.get(name) or (_DATA if _is_data(value) else _STATIC)
+        (children if kind == _DATA else statics).append((name, value))
+    return children, statics
+
+
+def _register(cls: type) -> None:
+    register_graph_node_type(
+        cls,
+        _graph_flatten,
+        _graph_create_empty(cls),
+        _graph_set_items,
+        _graph_get_child,
+        _graph_set_child,
+        _graph_del_child,
+    )
+
+    def flatten_with_keys(obj: Object) -> Any:
+        children, statics = _split_attributes(obj)
+        aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
+        return [(jax.tree_util.GetAttrKey(n), v) for n, v in children], aux
+
+    def flatten(obj: Object) -> Any:
+        children, statics = _split_attributes(obj)
+        aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
+        return [v for _, v in children], aux
+
+    def unflatten(aux: Any, children: Iterable[Any]) -> Object:
+        names, statics, kinds = aux
+        obj = object.__new__(cls)
+        _init_slots(obj, kinds)
+        obj.__dict__.update(statics)
+        obj.__dict__.update(zip(names, children))
+        return obj
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+
+
+_register(Object)

@@ -1,0 +1,1 @@
+"""Hypothesis strategies that generate object graphs, for property tests."""
