@@ -1,256 +1,818 @@
 """How flaxgraph objects look: plain-text ``repr`` in terminals, treescope in notebooks.
 
-``repr`` of an Object prints its attributes as an indented tree, Variables with
-their value's shape and dtype (small arrays in full), and a header comment
-counting parameters per Variable kind with their size in bytes::
+``repr`` of an Object prints its attributes as an indented tree. Variables show
+their value (small arrays in full, arrays of more than 10 elements, tracers and
+``jax.ShapeDtypeStruct`` values by shape and dtype) and their metadata; the
+first line of every node carries a comment counting elements and bytes per
+Variable kind::
 
   Linear( # Param: 6 (24 B)
-    bias=Param( # 3 (12 B)
-      value=Array([0., 0., 0.], dtype=float32)
+    bias=Param( # 2 (8 B)
+      value=Array([0., 0.], dtype=float32)
     ),
-    ...
+    kernel=Param( # 4 (16 B)
+      value=Array([[1., 1.],
+                   [1., 1.]], dtype=float32)
+    )
+  )
 
-A node reached a second time (shared reference or cycle) prints as a reference
-to its first path instead of again. ``display(obj)`` renders with treescope when
-running under IPython/Jupyter and prints the ``repr`` otherwise.
+The walk is depth-first in attribute order, like ``split``. A node or Variable
+met a second time (a shared reference or a cycle) is printed as a reference to
+the path where it was first printed, ``Linear(...)  # same as .a``, so every
+Variable is printed, and counted, once. A node's counts are those of what is
+printed inside it, which makes the root's counts those of the whole graph.
+Everything is computed in one walk, so the cost is linear in the size of the
+graph.
+
+``display(obj)`` renders with treescope under Jupyter (the ``__treescope_repr__``
+hooks of Object, Variable and State call the functions at the end of this file)
+and prints the ``repr`` elsewhere.
+
+Source: the output format of Flax NNX ``repr``/``nnx.display`` (seed 003).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import contextlib
+import contextvars
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+import jax
 import numpy as np
 
 from flaxgraph.graph.refmap import RefMap
-from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
+from flaxgraph.graph.registry import (
+    _GRAPH_NODE_IMPLS,
+    ARRAY_TYPES,
+    BUILTIN_CONTAINERS,
+    DataLeaf,
+    StaticLeaf,
+    is_plain_static,
+    pytree_children,
+)
+from flaxgraph.state import State
 from flaxgraph.variables import Variable
 
 _FULL_ARRAY_MAX = 10
+"""Arrays with at most this many elements are printed in full."""
 _INDENT = "  "
+_ROOT = "<root>"
+
+Totals = dict[str, list[int]]
+"""Per Variable kind name: ``[number of elements, number of bytes]``."""
 
 
-def _nbytes(value: Any) -> int:
-    size = getattr(value, "size", None)
-    dtype = getattr(value, "dtype", None)
-    try:
-        return int(size) * np.dtype(dtype).itemsize if size is not None else 0
-    except TypeError:  # key dtypes and other extended dtypes
-        return int(size) * 8 if size is not None else 0
+# -- sizes ---------------------------------------------------------------------------------
 
 
-def _size(value: Any) -> int:
-    size = getattr(value, "size", None)
+def _size(x: Any) -> int:
+    size = getattr(x, "size", None)
     return int(size) if size is not None else 0
 
 
+def _nbytes(x: Any) -> int:
+    dtype = getattr(x, "dtype", None)
+    itemsize = getattr(dtype, "itemsize", None)  # numpy and extended (key) dtypes
+    if itemsize is None:
+        try:
+            itemsize = np.dtype(dtype).itemsize
+        except TypeError:
+            return 0
+    return _size(x) * int(itemsize)
+
+
 def _human_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return f"{n} B"
+    if n < 1000:
+        return f"{n} B"
+    for unit, scale in (("KB", 1e3), ("MB", 1e6)):
+        if n < scale * 1000:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 1e9:,.1f} GB"
+
+
+def _value_size(value: Any) -> tuple[int, int] | None:
+    """(elements, bytes) of the arrays in ``value``; ``None`` if it holds none."""
+    if isinstance(value, ARRAY_TYPES):
+        leaves = [value]
+    else:
+        leaves = [x for x in jax.tree.leaves(value) if isinstance(x, ARRAY_TYPES)]
+    if not leaves:
+        return None
+    return sum(_size(x) for x in leaves), sum(_nbytes(x) for x in leaves)
+
+
+def _kind(v: Variable[Any]) -> str:
+    try:  # random state is counted as one kind, as in Flax NNX
+        from flaxgraph.rngs import RngState
+    except ImportError:  # pragma: no cover - only while the package is half-built
+        return type(v).__name__
+    return "RngState" if isinstance(v, RngState) else type(v).__name__
+
+
+def _variable_totals(v: Variable[Any]) -> Totals:
+    size = _value_size(v.raw_value)
+    return {_kind(v): list(size)} if size is not None else {}
+
+
+def _add(into: Totals, totals: Totals) -> None:
+    for kind, (n, b) in totals.items():
+        entry = into.setdefault(kind, [0, 0])
+        entry[0] += n
+        entry[1] += b
+
+
+def _size_text(n: int, b: int) -> str:
+    return f"{n:,} ({_human_bytes(b)})"
+
+
+def _totals_text(totals: Totals) -> str:
+    """``'Param: 6 (24 B)'``; with several kinds, a ``Total`` comes last."""
+    parts = [f"{kind}: {_size_text(n, b)}" for kind, (n, b) in totals.items()]
+    if len(totals) > 1:
+        n = sum(n for n, _ in totals.values())
+        b = sum(b for _, b in totals.values())
+        parts.append(f"Total: {_size_text(n, b)}")
+    return ", ".join(parts)
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def _is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
 
 
 def array_repr(value: Any) -> str:
-    """An array as ``Array([...])`` when small, else ``Array(shape=…, dtype=…)``."""
-    name = {"ArrayImpl": "Array", "ndarray": "np.ndarray"}.get(type(value).__name__, type(value).__name__)
+    """Formats an array: in full when small and concrete, else by shape and dtype.
+
+    Args:
+      value: a ``jax.Array``, tracer, ``np.ndarray``, numpy scalar or
+        ``jax.ShapeDtypeStruct``.
+
+    Returns:
+      The array's own ``repr`` (possibly several lines) when it is concrete and has
+      at most 10 elements; otherwise ``Array(shape=(…), dtype=…)`` (``Tracer(…)``,
+      ``ShapeDtypeStruct(…)``, ``np.ndarray(…)`` for those types). Key arrays and
+      other extended dtypes are always summarized. Never raises for these types.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp
+      >>> from flaxgraph.display import array_repr
+      >>> array_repr(jnp.zeros((20, 3)))
+      'Array(shape=(20, 3), dtype=float32)'
+      >>> array_repr(jnp.arange(3))
+      'Array([0, 1, 2], dtype=int32)'
+
+    Source: Flax NNX prints Variable values the same way (seed 003).
+    """
     shape = getattr(value, "shape", None)
-    size = _size(value)
-    concrete = not type(value).__name__.endswith("Tracer") and not type(value).__name__ == "ShapeDtypeStruct"
-    if shape is not None and concrete and size <= _FULL_ARRAY_MAX:
+    dtype = getattr(value, "dtype", None)
+    if _is_tracer(value):
+        name = "Tracer"
+    elif isinstance(value, jax.ShapeDtypeStruct):
+        name = "ShapeDtypeStruct"
+    elif isinstance(value, jax.Array):
+        name = "Array"
+    elif isinstance(value, np.ndarray):
+        name = "np.ndarray"
+    else:
+        name = type(value).__name__
+    summarize = (
+        name in ("Tracer", "ShapeDtypeStruct")
+        or shape is None
+        or _size(value) > _FULL_ARRAY_MAX
+        or jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+    )
+    if not summarize:
         try:
             return repr(value)
-        except Exception:
+        except Exception:  # e.g. a deleted (donated) buffer
             pass
-    return f"{name}(shape={tuple(shape) if shape is not None else None}, dtype={getattr(value, 'dtype', None)})"
+    return f"{name}(shape={tuple(shape) if shape is not None else None}, dtype={dtype})"
 
 
-def _leaf_repr(value: Any) -> str:
-    if isinstance(value, ARRAY_TYPES):
-        return array_repr(value)
-    return repr(value)
+def _safe_repr(x: Any) -> str:
+    try:
+        return repr(x)
+    except Exception:
+        return object.__repr__(x)
 
 
-def _counts(root: Any) -> dict[str, list[int]]:
-    """Per Variable kind: [number of elements, bytes], each Variable counted once."""
-    from flaxgraph.graph.api import iter_graph
-
-    totals: dict[str, list[int]] = {}
-    for _, value in iter_graph(root):
-        if isinstance(value, Variable):
-            entry = totals.setdefault(type(value).__name__, [0, 0])
-            leaves = _array_leaves(value.raw_value)
-            entry[0] += sum(_size(x) for x in leaves)
-            entry[1] += sum(_nbytes(x) for x in leaves)
-    return totals
+def _join_inline(open_: str, parts: list[str], close: str) -> str:
+    """Joins parts on one line; continuation lines of a part stay under its start."""
+    out = open_
+    for i, part in enumerate(parts):
+        if i:
+            out += ", "
+        column = len(out) - (out.rfind("\n") + 1)
+        out += part.replace("\n", "\n" + " " * column)
+    return out + close
 
 
-def _array_leaves(value: Any) -> list[Any]:
-    import jax
-
-    return [x for x in jax.tree.leaves(value) if hasattr(x, "shape")]
+def _has_arrays(x: Any) -> bool:
+    return any(isinstance(leaf, ARRAY_TYPES) for leaf in jax.tree.leaves(x))
 
 
-def _counts_comment(totals: dict[str, list[int]]) -> str:
-    if not totals:
-        return ""
-    parts = [f"{k}: {n:,} ({_human_bytes(b)})" for k, (n, b) in totals.items()]
-    return " # " + ", ".join(parts)
+def _plain_repr(x: Any) -> str:
+    """A value holding no graph node or Variable, with its arrays through ``array_repr``."""
+    if isinstance(x, ARRAY_TYPES):
+        return array_repr(x)
+    t = type(x)
+    if t is dict:
+        return _join_inline("{", [f"{k!r}: {_plain_repr(v)}" for k, v in x.items()], "}")
+    if t is list:
+        return _join_inline("[", [_plain_repr(v) for v in x], "]")
+    if t is tuple:
+        return _join_inline("(", [_plain_repr(v) for v in x], ",)" if len(x) == 1 else ")")
+    if not is_plain_static(x) and _has_arrays(x):
+        children = pytree_children(x)
+        if children is not None and children[0]:
+            items = children[0]
+            parts = [
+                f"{k}={_plain_repr(v)}" if isinstance(k, str) else _plain_repr(v) for k, v in items
+            ]
+            return _join_inline(f"{t.__name__}(", parts, ")")
+    return _safe_repr(x)
 
 
-def variable_repr(v: Variable[Any], indent: str = "") -> str:
-    value = v.raw_value
-    leaves = _array_leaves(value)
-    comment = ""
-    if leaves:
-        n = sum(_size(x) for x in leaves)
-        comment = f" # {n:,} ({_human_bytes(sum(_nbytes(x) for x in leaves))})"
-    inner = indent + _INDENT
-    lines = [f"{type(v).__name__}({comment}", f"{inner}value={_leaf_repr(value)}"]
-    for k, m in sorted(v._var_metadata.items()):
-        lines[-1] += ","
-        lines.append(f"{inner}{k}={m!r}")
-    lines.append(f"{indent})")
-    return "\n".join(lines)
+def _is_node(x: Any) -> bool:
+    return type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+
+
+def _holds_nodes(x: Any) -> bool:
+    """True if ``x`` is, or is a container holding, a node, Variable or State."""
+    if _is_node(x) or isinstance(x, State):
+        return True
+    t = type(x)
+    if t in BUILTIN_CONTAINERS:
+        return any(_holds_nodes(c) for c in (x.values() if t is dict else x))
+    if is_plain_static(x) or isinstance(x, ARRAY_TYPES):
+        return False
+    children = pytree_children(x)
+    return children is not None and any(_holds_nodes(c) for _, c in children[0])
+
+
+def _attr_path(key: Hashable) -> str:
+    return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
+
+
+def _node_items(x: Any) -> list[tuple[Hashable, Any]]:
+    items = []
+    for key, value in _GRAPH_NODE_IMPLS[type(x)].flatten(x)[0]:
+        if type(value) is DataLeaf:
+            value = value.value
+        items.append((key, value))
+    return items
+
+
+def _positional(items: list[tuple[Hashable, Any]]) -> bool:
+    """Nodes keyed 0, 1, … (``nnx.List``) print like a list."""
+    return bool(items) and all(type(k) is int for k, _ in items)
+
+
+# -- plain text ------------------------------------------------------------------------------
+
+
+class _TextPrinter:
+    """Writes one value as lines of text in a single depth-first walk.
+
+    Each line is kept as code plus an optional trailing comment, so the comma a
+    parent appends after a child lands before the child's comment. A node's
+    header comment (its counts) is patched into its first line once its children
+    are written.
+    """
+
+    def __init__(self) -> None:
+        self.code: list[str] = []
+        self.comments: list[str] = []
+        self.seen: RefMap[str] = RefMap()
+
+    def text(self) -> str:
+        return "\n".join(
+            f"{code}  # {comment}" if comment else code
+            for code, comment in zip(self.code, self.comments, strict=True)
+        )
+
+    def _line(self, code: str, comment: str = "") -> None:
+        self.code.append(code)
+        self.comments.append(comment)
+
+    def _leaf(self, indent: str, head: str, text: str) -> None:
+        """Writes ``text`` after ``head``; its continuation lines stay under its start."""
+        first, *rest = text.split("\n")
+        self._line(indent + head + first)
+        pad = " " * (len(indent) + len(head))
+        for line in rest:
+            self._line(pad + line if line.strip() else "")
+
+    def value(self, x: Any, indent: str, head: str, path: str) -> Totals:
+        """Writes ``x`` on a new line as ``indent + head + <x>``; returns the counts
+        of the Variables printed for the first time inside it."""
+        if _is_node(x):
+            where = self.seen.get(x)
+            if where is not None:
+                self._line(f"{indent}{head}{type(x).__name__}(...)", f"same as {where or _ROOT}")
+                return {}
+            self.seen[x] = path
+            if isinstance(x, Variable):
+                return self._variable(x, indent, head, path)
+            return self._node(x, indent, head, path)
+        if type(x) is StaticLeaf:
+            self._leaf(indent, head, _safe_repr(x.value))
+            return {}
+        if isinstance(x, State):
+            items = list(x.items())
+            return self._block(
+                items, indent, head, path, "State({", "})", _dict_head, _item_path
+            )[1]
+        if type(x) in BUILTIN_CONTAINERS and _holds_nodes(x):
+            if type(x) is dict:
+                return self._block(
+                    list(x.items()), indent, head, path, "{", "}", _dict_head, _item_path
+                )[1]
+            open_, close = ("[", "]") if type(x) is list else ("(", ")")
+            if type(x) is tuple and len(x) == 1:
+                close = ",)"
+            items = list(enumerate(x))
+            return self._block(items, indent, head, path, open_, close, _no_head, _item_path)[1]
+        if not isinstance(x, ARRAY_TYPES) and not is_plain_static(x) and _holds_nodes(x):
+            items, _ = pytree_children(x)  # type: ignore[misc]
+            keyed = all(isinstance(k, str) for k, _ in items)
+            open_ = f"{type(x).__name__}("
+            child_head = _attr_head if keyed else _no_head
+            return self._block(items, indent, head, path, open_, ")", child_head, _attr_path)[1]
+        self._leaf(indent, head, _plain_repr(x))
+        return {}
+
+    def _block(
+        self,
+        items: list[tuple[Hashable, Any]],
+        indent: str,
+        head: str,
+        path: str,
+        open_: str,
+        close: str,
+        child_head: Callable[[Hashable], str],
+        child_path: Callable[[Hashable], str],
+    ) -> tuple[int, Totals]:
+        """Writes ``open_``, one child per line, ``close``; returns the index of the
+        opening line and the summed counts of the children."""
+        start = len(self.code)
+        if not items:
+            self._line(f"{indent}{head}{open_}{close.lstrip(',')}")
+            return start, {}
+        self._line(f"{indent}{head}{open_}")
+        inner = indent + _INDENT
+        totals: Totals = {}
+        for i, (key, child) in enumerate(items):
+            _add(totals, self.value(child, inner, child_head(key), path + child_path(key)))
+            if i < len(items) - 1:
+                self.code[-1] += ","
+        self._line(indent + close)
+        return start, totals
+
+    def _node(self, x: Any, indent: str, head: str, path: str) -> Totals:
+        items = _node_items(x)
+        name = type(x).__name__
+        if _positional(items):
+            start, totals = self._block(
+                items, indent, head, path, f"{name}([", "])", _no_head, _attr_path
+            )
+        else:
+            start, totals = self._block(
+                items, indent, head, path, f"{name}(", ")", _attr_head, _attr_path
+            )
+        if totals:
+            self.code[start] += f" # {_totals_text(totals)}"
+        return totals
+
+    def _variable(self, v: Variable[Any], indent: str, head: str, path: str) -> Totals:
+        fields = [("value", v.raw_value), *sorted(v._var_metadata.items())]
+        open_ = f"{type(v).__name__}("
+        start, _ = self._block(fields, indent, head, path, open_, ")", _attr_head, _attr_path)
+        totals = _variable_totals(v)
+        if totals:
+            ((n, b),) = totals.values()
+            self.code[start] += f" # {_size_text(n, b)}"
+        return totals
+
+
+def _no_head(key: Hashable) -> str:
+    return ""
+
+
+def _attr_head(key: Hashable) -> str:
+    return f"{key}=" if isinstance(key, str) else f"[{key!r}]="
+
+
+def _dict_head(key: Hashable) -> str:
+    return f"{key!r}: "
+
+
+def _item_path(key: Hashable) -> str:
+    return f"[{key!r}]"
+
+
+def _render_text(x: Any) -> str:
+    printer = _TextPrinter()
+    printer.value(x, "", "", "")
+    return printer.text()
 
 
 def object_repr(obj: Any) -> str:
-    return _Printer().node(obj, "", ("",), top=True)
+    """The ``repr`` of an Object or Module: an indented tree with per-kind counts.
+
+    Args:
+      obj: a graph node (an ``Object``/``Module`` or a registered node type).
+
+    Returns:
+      Several lines: ``TypeName( # Kind: elements (bytes), …`` then one
+      ``name=value`` line (or block) per attribute in ``split`` order, then ``)``.
+      A node or Variable met again prints as ``TypeName(...)  # same as .path``.
+      Counts cover the Variables printed inside each node, each one once; with
+      several kinds a ``Total`` is added. Nodes keyed ``0, 1, …`` (``nnx.List``)
+      print as ``TypeName([...])``.
+
+    Raises:
+      Nothing for graphs of Objects, Variables, arrays (concrete or traced) and
+      containers; a static attribute whose own ``repr`` raises is shown with
+      ``object.__repr__``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Scale(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(2))
+      >>> print(repr(Scale()))
+      Scale( # Param: 2 (8 B)
+        w=Param( # 2 (8 B)
+          value=Array([1., 1.], dtype=float32)
+        )
+      )
+
+    Source: Flax NNX ``Object.__repr__`` output format (seed 003).
+    """
+    return _render_text(obj)
 
 
-class _Printer:
-    def __init__(self) -> None:
-        self.seen: RefMap[str] = RefMap()
+def variable_repr(v: Variable[Any]) -> str:
+    """The ``repr`` of a Variable: its kind, element count and bytes, value, metadata.
 
-    def node(self, x: Any, indent: str, path: tuple[Hashable, ...], top: bool = False) -> str:
-        where = "".join(f".{k}" if isinstance(k, str) and k else f"[{k!r}]" for k in path[1:])
-        impl = _GRAPH_NODE_IMPLS.get(type(x))
-        if impl is not None or isinstance(x, Variable):
-            if x in self.seen:
-                return f"{type(x).__name__}(...)  # same object as <root>{self.seen[x]}"
-            self.seen[x] = where
-        if isinstance(x, Variable):
-            return variable_repr(x, indent)
-        if impl is not None:
-            items = list(impl.flatten(x)[0])
-            comment = _counts_comment(_counts(x))
-            if not items:
-                return f"{type(x).__name__}()"
-            inner = indent + _INDENT
-            body = [
-                f"{inner}{self._key(k)}={self.node(_unwrap(v), inner, (*path, k))}" for k, v in items
-            ]
-            return f"{type(x).__name__}({comment}\n" + ",\n".join(body) + f"\n{indent})"
-        if type(x) in (list, tuple, dict) and _has_nodes(x):
-            inner = indent + _INDENT
-            if type(x) is dict:
-                body = [f"{inner}{k!r}: {self.node(v, inner, (*path, k))}" for k, v in x.items()]
-                return "{\n" + ",\n".join(body) + f"\n{indent}}}"
-            body = [f"{inner}{self.node(v, inner, (*path, i))}" for i, v in enumerate(x)]
-            open_, close = ("[", "]") if type(x) is list else ("(", ")")
-            return open_ + "\n" + ",\n".join(body) + f",\n{indent}{close}"
-        return _leaf_repr(x)
+    Args:
+      v: a Variable of any kind.
 
-    @staticmethod
-    def _key(k: Hashable) -> str:
-        return k if isinstance(k, str) else f"[{k!r}]"
+    Returns:
+      ``Kind( # n (bytes)``, then ``value=…`` and one ``key=value`` line per
+      metadata entry (sorted by key), then ``)``. The count comment is left out
+      when the value holds no array. Never raises for array or pytree values.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Count(nnx.Variable): pass
+      >>> print(repr(Count(jnp.arange(1, 11))))
+      Count( # 10 (40 B)
+        value=Array([ 1,  2,  3,  4,  5,  6,  7,  8,  9, 10], dtype=int32)
+      )
+
+    Source: Flax NNX ``Variable.__repr__`` output format (seed 003).
+    """
+    return _render_text(v)
 
 
-def _unwrap(v: Any) -> Any:
-    return getattr(v, "value", v) if type(v).__name__ in ("DataLeaf", "StaticLeaf") else v
+def state_repr(state: State) -> str:
+    """The ``repr`` of a State: nested ``State({...})`` blocks of Variables and leaves.
 
+    Args:
+      state: a ``State``.
 
-def _has_nodes(x: Any) -> bool:
-    children = x.values() if type(x) is dict else x
-    return any(
-        isinstance(c, Variable) or type(c) in _GRAPH_NODE_IMPLS or isinstance(c, ARRAY_TYPES)
-        or (type(c) in (list, tuple, dict) and _has_nodes(c))
-        for c in children
-    )
+    Returns:
+      ``State({`` then one ``'key': value`` line (or block) per entry in the
+      State's order, sub-States nested the same way, then ``})``; ``State({})``
+      when empty. Never raises for Variables, arrays and plain values.
 
+    Example::
 
-def state_repr(state: Any, indent: str = "") -> str:
-    from flaxgraph.state import State
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> print(repr(nnx.State({'w': jnp.zeros(2)})))
+      State({
+        'w': Array([0., 0.], dtype=float32)
+      })
 
-    if not len(state):
-        return "State({})"
-    inner = indent + _INDENT
-    lines = []
-    for k, v in state.items():
-        if isinstance(v, State):
-            text = state_repr(v, inner)
-        elif isinstance(v, Variable):
-            text = variable_repr(v, inner)
-        else:
-            text = _leaf_repr(v)
-        lines.append(f"{inner}{k!r}: {text}")
-    return "State({\n" + ",\n".join(lines) + f"\n{indent}}})"
+    Source: Flax NNX ``State.__repr__`` output format.
+    """
+    return _render_text(state)
 
 
 def graphdef_repr(graphdef: Any) -> str:
+    """The ``repr`` of a GraphDef: its definitions as an indented tree.
+
+    Args:
+      graphdef: a ``GraphDef``.
+
+    Returns:
+      ``GraphDef(num_leaves=n,`` then ``root=…``: a ``NodeDef(Type, index=i, …`` per
+      node with one ``key=definition`` line per attribute, ``VariableDef(Kind,
+      index=i, metadata={…})``, ``NodeRef(Type, index=i)`` for a node seen before,
+      ``ContainerDef(type, …)``, ``ArrayDef()`` and ``StaticDef(value)``. Definitions
+      without children stay on one line.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Scale(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(2))
+      >>> print(repr(nnx.graphdef(Scale())))
+      GraphDef(num_leaves=1,
+        root=NodeDef(Scale, index=0,
+          w=VariableDef(Param, index=1)
+        )
+      )
+
+    Source: flaxgraph's own format (Flax NNX prints its GraphDef as nested
+    dataclasses).
+    """
     from flaxgraph.graph.graphdef import ContainerDef, NodeDef, NodeRef, StaticDef, VariableDef
 
-    def go(d: Any, indent: str) -> str:
-        inner = indent + _INDENT
+    lines: list[str] = []
+
+    def leaf(indent: str, head: str, text: str) -> None:
+        first, *rest = text.split("\n")
+        lines.append(indent + head + first)
+        pad = " " * (len(indent) + len(head))
+        lines.extend(pad + line if line.strip() else "" for line in rest)
+
+    def block(indent: str, head: str, open_: str, children: list[tuple[str, Any]]) -> None:
+        lines.append(indent + head + open_)
+        for i, (child_head, child) in enumerate(children):
+            go(child, indent + _INDENT, child_head)
+            if i < len(children) - 1:
+                lines[-1] += ","
+        lines.append(indent + ")")
+
+    def go(d: Any, indent: str, head: str) -> None:
         if isinstance(d, NodeDef):
+            meta = f", metadata={d.metadata!r}" if d.metadata else ""
+            opening = f"NodeDef({d.type.__name__}, index={d.index}{meta}"
             if not d.attributes:
-                return f"NodeDef({d.type.__name__}, index={d.index})"
-            body = [f"{inner}{k}={go(c, inner)}" for k, c in d.attributes]
-            return f"NodeDef({d.type.__name__}, index={d.index},\n" + ",\n".join(body) + f"\n{indent})"
-        if isinstance(d, VariableDef):
-            meta = f", metadata={dict(d.metadata)}" if d.metadata else ""
-            return f"VariableDef({d.type.__name__}, index={d.index}{meta})"
-        if isinstance(d, NodeRef):
-            return f"NodeRef({d.type.__name__}, index={d.index})"
-        if isinstance(d, StaticDef):
-            return f"StaticDef({d.value!r})"
-        if isinstance(d, ContainerDef):
+                leaf(indent, head, opening + ")")
+            else:
+                block(indent, head, opening + ",", [(_attr_head(k), c) for k, c in d.attributes])
+        elif isinstance(d, VariableDef):
+            meta = f", metadata={dict(d.metadata)!r}" if d.metadata else ""
+            leaf(indent, head, f"VariableDef({d.type.__name__}, index={d.index}{meta})")
+        elif isinstance(d, NodeRef):
+            leaf(indent, head, f"NodeRef({d.type.__name__}, index={d.index})")
+        elif isinstance(d, StaticDef):
+            leaf(indent, head, f"StaticDef({_safe_repr(d.value)})")
+        elif isinstance(d, ContainerDef):
             if not d.children:
-                return f"ContainerDef({d.type.__name__}, [])"
-            body = [f"{inner}{k!r}: {go(c, inner)}" for k, c in zip(d.keys, d.children)]
-            return f"ContainerDef({d.type.__name__},\n" + ",\n".join(body) + f"\n{indent})"
-        return repr(d)
+                leaf(indent, head, f"ContainerDef({d.type.__name__}, [])")
+            else:
+                children = [(f"{k!r}: ", c) for k, c in zip(d.keys, d.children, strict=True)]
+                block(indent, head, f"ContainerDef({d.type.__name__},", children)
+        else:
+            leaf(indent, head, _safe_repr(d))
 
-    return f"GraphDef(num_leaves={graphdef.num_leaves},\n{_INDENT}root={go(graphdef.root, _INDENT)}\n)"
+    block("", "", f"GraphDef(num_leaves={graphdef.num_leaves},", [("root=", graphdef.root)])
+    return "\n".join(lines)
 
 
-# -- treescope -----------------------------------------------------------------------------
+# -- treescope ---------------------------------------------------------------------------------
+#
+# treescope renders a value by calling `__treescope_repr__(path, subtree_renderer)` on it,
+# and the hook renders its children through `subtree_renderer`. The first flaxgraph hook
+# of a rendering opens a session that lasts until it returns: it remembers where each node
+# and Variable was first rendered, so a later sighting (shared reference or cycle) renders as
+# `Linear(...)  # same as .a`, and it sums, per node, the counts of what is rendered inside it.
 
 
-def _treescope_object(obj: Any, attributes: dict[str, Any], path: Any, subtree_renderer: Any, comment: str) -> Any:
+class _Session:
+    def __init__(self) -> None:
+        self.seen: RefMap[str | None] = RefMap()
+        self.totals: list[Totals] = []  # one accumulator per node being rendered
+
+
+_SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
+    "flaxgraph_treescope_session", default=None
+)
+
+
+@contextlib.contextmanager
+def _session() -> Iterator[_Session]:
+    session = _SESSION.get()
+    if session is not None:
+        yield session
+        return
+    session = _Session()
+    token = _SESSION.set(session)
+    try:
+        yield session
+    finally:
+        _SESSION.reset(token)
+
+
+def _reference(x: Any, where: str | None, path: str | None) -> Any:
+    from treescope import rendering_parts as rp
+
+    target = "an earlier occurrence" if where is None else (where or _ROOT)
+    line = rp.siblings_with_annotations(
+        f"{type(x).__name__}(...)",
+        extra_annotations=[rp.comment_color(rp.text(f"  # same as {target}"))],
+    )
+    return rp.build_one_line_tree_node(line, path)
+
+
+def _render_children(
+    session: _Session,
+    items: list[tuple[Hashable, Any]],
+    path: str | None,
+    subtree_renderer: Any,
+    keyed: bool,
+) -> list[Any]:
+    """Renders each child (a reference if already rendered) as one line of a node."""
+    from treescope import rendering_parts as rp
+
+    lines = []
+    for i, (key, value) in enumerate(items):
+        child_path = None if path is None else path + _attr_path(key)
+        if _is_node(value) and value in session.seen:
+            rendering = _reference(value, session.seen[value], child_path)
+        else:
+            rendering = subtree_renderer(value, path=child_path)
+        if not keyed:
+            lines.append(rendering)
+            continue
+        if i < len(items) - 1:
+            comma = rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
+        else:
+            comma = rp.fold_condition(expanded=rp.text(","))
+        lines.append(
+            rp.build_full_line_with_annotations(
+                rp.siblings_with_annotations(_attr_head(key), rendering), comma
+            )
+        )
+    return lines
+
+
+def _render_node(
+    x: Any,
+    items: list[tuple[Hashable, Any]],
+    path: str | None,
+    subtree_renderer: Any,
+    comment: Callable[[Totals], str],
+    own_totals: Totals | None = None,
+) -> Any:
+    from treescope import rendering_parts as rp
+
+    with _session() as session:
+        if x in session.seen:
+            return _reference(x, session.seen[x], path)
+        session.seen[x] = path
+        keyed = not _positional(items)
+        session.totals.append({})
+        try:
+            children = _render_children(session, items, path, subtree_renderer, keyed)
+        finally:
+            totals = session.totals.pop()
+        if own_totals is not None:
+            totals = own_totals
+        if session.totals:
+            _add(session.totals[-1], totals)
+        open_, close = ("(", ")") if keyed else ("([", "])")
+        prefix = rp.siblings(
+            rp.roundtrip_condition(roundtrip=rp.text("<")),
+            rp.maybe_qualified_type_name(type(x)),
+            open_,
+        )
+        suffix = rp.siblings(close, rp.roundtrip_condition(roundtrip=rp.text(">")))
+        text = comment(totals) if totals else ""
+        return rp.build_foldable_tree_node_from_children(
+            prefix=prefix,
+            children=children,
+            suffix=suffix,
+            comma_separated=not keyed,
+            path=path,
+            first_line_annotation=rp.comment_color(rp.text(f" # {text}")) if text else None,
+        )
+
+
+def object_treescope_repr(obj: Any, path: str | None, subtree_renderer: Any) -> Any:
+    """Renders an Object for treescope (the body of ``Object.__treescope_repr__``).
+
+    Args:
+      obj: a graph node.
+      path: the path treescope gives the node (``None`` when it tracks none).
+      subtree_renderer: treescope's renderer for the children.
+
+    Returns:
+      A treescope rendering: ``TypeName(`` with the per-kind counts as a comment on
+      its first line, one ``name=value`` line per attribute, ``)``. A node or
+      Variable already rendered in the same rendering shows as ``TypeName(...)  #
+      same as .path``, which also ends cycles.
+
+    Raises:
+      Whatever ``subtree_renderer`` raises for a child (treescope catches it when
+      asked to ignore exceptions).
+
+    Example::
+
+      >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
+      >>> class Scale(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(30))
+      >>> treescope.render_to_text(Scale()).splitlines()[:2]
+      ['Scale( # Param: 30 (120 B)', '  w=Param( # 30 (120 B)']
+
+    Short renderings fit on one line and then show no comment (treescope shows
+    first-line comments only on expanded nodes).
+
+    Source: Flax NNX renders Objects in treescope the same way; built with
+    treescope's public ``rendering_parts`` API (``repr_lib`` has no first-line
+    comment).
+    """
+    return _render_node(obj, _node_items(obj), path, subtree_renderer, _totals_text)
+
+
+def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer: Any) -> Any:
+    """Renders a Variable for treescope (the body of ``Variable.__treescope_repr__``).
+
+    Args:
+      v: a Variable.
+      path: the path treescope gives it (``None`` when it tracks none).
+      subtree_renderer: treescope's renderer for its value and metadata.
+
+    Returns:
+      A treescope rendering ``Kind( # n (bytes)`` with ``value=`` and one line per
+      metadata entry; a reference if the Variable was already rendered.
+
+    Raises:
+      Whatever ``subtree_renderer`` raises for the value.
+
+    Example::
+
+      >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
+      >>> treescope.render_to_text(nnx.Param(jnp.ones(30))).splitlines()[0]
+      'Param( # 30 (120 B)'
+
+    Source: Flax NNX renders Variables in treescope the same way.
+    """
+    fields = [("value", v.raw_value), *sorted(v._var_metadata.items())]
+    totals = _variable_totals(v)
+
+    def comment(t: Totals) -> str:
+        ((n, b),) = t.values()
+        return _size_text(n, b)
+
+    return _render_node(v, fields, path, subtree_renderer, comment, own_totals=totals)
+
+
+def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) -> Any:
+    """Renders a State for treescope as ``State({key: value, ...})``.
+
+    Args:
+      state: a State.
+      path: the path treescope gives it.
+      subtree_renderer: treescope's renderer for the entries.
+
+    Returns:
+      A treescope rendering in treescope's wrapped-dictionary format; Variables
+      inside render with their counts, a Variable met twice as a reference.
+
+    Raises:
+      Whatever ``subtree_renderer`` raises for an entry.
+
+    Example::
+
+      >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
+      >>> treescope.render_to_text(nnx.State({'w': nnx.Param(jnp.ones(2))})).splitlines()[0]
+      'State({'
+
+    Source: Flax NNX ``State`` rendering; uses ``treescope.repr_lib``.
+    """
     from treescope import repr_lib
 
-    return repr_lib.render_object_constructor(
-        object_type=type(obj),
-        attributes=attributes,
-        path=path,
-        subtree_renderer=subtree_renderer,
-        roundtrippable=False,
-    )
+    with _session() as session:
+
+        def render(value: Any, path: str | None = None) -> Any:
+            if _is_node(value) and value in session.seen:
+                return _reference(value, session.seen[value], path)
+            return subtree_renderer(value, path=path)
+
+        return repr_lib.render_dictionary_wrapper(
+            object_type=type(state),
+            wrapped_dict=dict(state.items()),
+            path=path,
+            subtree_renderer=render,
+            roundtrippable=False,
+        )
 
 
-def object_treescope_repr(obj: Any, path: Any, subtree_renderer: Any) -> Any:
-    impl = _GRAPH_NODE_IMPLS[type(obj)]
-    attributes = {str(k): _unwrap(v) for k, v in impl.flatten(obj)[0]}
-    return _treescope_object(obj, attributes, path, subtree_renderer, _counts_comment(_counts(obj)))
-
-
-def variable_treescope_repr(v: Variable[Any], path: Any, subtree_renderer: Any) -> Any:
-    attributes = {"value": v.raw_value, **v._var_metadata}
-    return _treescope_object(v, attributes, path, subtree_renderer, "")
-
-
-def state_treescope_repr(state: Any, path: Any, subtree_renderer: Any) -> Any:
-    from treescope import repr_lib
-
-    return repr_lib.render_dictionary_wrapper(
-        object_type=type(state),
-        wrapped_dict=dict(state.items()),
-        path=path,
-        subtree_renderer=subtree_renderer,
-        roundtrippable=False,
-    )
+# -- display -------------------------------------------------------------------------------------
 
 
 def _in_notebook() -> bool:
@@ -268,6 +830,20 @@ def display(*objects: Any) -> None:
     Args:
       *objects: anything; Objects, Modules, Variables and States render as trees
         with shapes, dtypes and per-kind parameter counts.
+
+    Returns:
+      None. Outside Jupyter each object's ``repr`` is printed on stdout.
+
+    Raises:
+      Nothing of its own; whatever an object's ``repr`` raises.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> nnx.display(nnx.Param(jnp.zeros(2)))
+      Param( # 2 (8 B)
+        value=Array([0., 0.], dtype=float32)
+      )
 
     Source: Flax NNX ``nnx.display``.
     """

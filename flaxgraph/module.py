@@ -43,6 +43,12 @@ def _append(accumulated: tuple[Any, ...], value: Any) -> tuple[Any, ...]:
     return (*accumulated, value)
 
 
+def _has_attribute(module: Any, name: str) -> bool:
+    # Not `hasattr`: a `__getattr__` fallback (Rngs answers any name with its default
+    # stream) must not make a module look as if it had every attribute.
+    return name in module.__dict__ or any(name in vars(c) for c in type(module).__mro__)
+
+
 class Module(Object):
     """Base class of layers and models (see the module docstring).
 
@@ -120,7 +126,7 @@ class Module(Object):
             if predicates and not any(p(path, module) for p in predicates):
                 continue
             for name, value in attributes.items():
-                if hasattr(module, name):
+                if _has_attribute(module, name):
                     setattr(module, name, value)
                     found.add(name)
         missing = set(attributes) - found

@@ -110,6 +110,16 @@ class Object:
                 "enclosing scope)."
             )
 
+    def _check_write(self, items: list[tuple[str, Any]], kinds: Any) -> None:
+        """Raises if writing ``items`` (an in-place update) would mutate this object
+        from another trace; used by the graph engine before it writes anything."""
+        d = self.__dict__
+        if self._obj_trace != current_trace() and (
+            _items_change_structure(self, items, kinds)
+            or any(d.get(k, MISSING) is not v for k, v in items)
+        ):
+            self._check_trace("update the attributes")
+
     def __setattr__(self, name: str, value: Any) -> None:
         self._check_trace(f"set attribute {name!r}")
         if type(value) is _Marked:
@@ -191,15 +201,16 @@ def _graph_flatten(obj: Object) -> tuple[list[tuple[str, Any]], Hashable]:
     return items, kinds
 
 
+def _items_change_structure(obj: Object, items: list[tuple[str, Any]], kinds: Hashable) -> bool:
+    d = obj.__dict__
+    if len(d) != len(items) or obj._obj_kinds != kinds:
+        return True
+    return any(not _same_structure(d.get(k, MISSING), v) for k, v in items)
+
+
 def _graph_set_items(obj: Object, items: list[tuple[str, Any]], kinds: Hashable) -> None:
     d = obj.__dict__
-    changed = len(d) != len(items) or obj._obj_kinds != kinds
-    if not changed:
-        for k, v in items:
-            if not _same_structure(d.get(k, MISSING), v):
-                changed = True
-                break
-    if changed:
+    if _items_change_structure(obj, items, kinds):
         d.clear()
         object.__setattr__(obj, "_obj_kinds", kinds)
         object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
@@ -260,6 +271,13 @@ def _split_attributes(obj: Object) -> tuple[list[tuple[str, Any]], list[tuple[st
     return children, statics
 
 
+def _attr_key(name: Any) -> Any:
+    # nnx.List stores its items under int keys; GetAttrKey only takes strings.
+    if isinstance(name, str):
+        return jax.tree_util.GetAttrKey(name)
+    return jax.tree_util.SequenceKey(name)
+
+
 def _register(cls: type) -> None:
     register_graph_node_type(
         cls,
@@ -274,7 +292,7 @@ def _register(cls: type) -> None:
     def flatten_with_keys(obj: Object) -> Any:
         children, statics = _split_attributes(obj)
         aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
-        return [(jax.tree_util.GetAttrKey(n), v) for n, v in children], aux
+        return [(_attr_key(n), v) for n, v in children], aux
 
     def flatten(obj: Object) -> Any:
         children, statics = _split_attributes(obj)

@@ -123,8 +123,8 @@ class State(MutableMapping[Key, Any]):
         for path, leaf in flat:
             node = root
             for i, key in enumerate(path[:-1]):
-                child = node.get(key)
-                if child is None:
+                child = node.get(key, _MISSING)
+                if child is _MISSING:
                     child = node[key] = {}
                 elif type(child) is not dict:
                     raise GraphStructureError(
@@ -194,9 +194,11 @@ class State(MutableMapping[Key, Any]):
         value via ``replace``, a raw leaf becomes the value).
 
         Raises:
-          GraphStructureError: ``pure_dict`` has a path this State does not have.
+          GraphStructureError: ``pure_dict`` has a path this State does not have, or
+            a leaf where this State has a sub-state. Nothing is replaced then.
         """
         replace_fn = replace_fn or _default_replace
+        writes: list[tuple[State, Key, Any]] = []
         for path, value in _pure_items(pure_dict, ()):
             node: Any = self
             for i, raw_key in enumerate(path):
@@ -207,9 +209,16 @@ class State(MutableMapping[Key, Any]):
                         f"has no key {raw_key!r} at {'/'.join(map(str, path[:i])) or '<root>'}."
                     )
                 if i == len(path) - 1:
-                    node._mapping[key] = replace_fn(node._mapping[key], value)
+                    if isinstance(node._mapping[key], State):
+                        raise GraphStructureError(
+                            f"pure_dict has a leaf at {'/'.join(map(str, path))}, but the "
+                            "State has a sub-state there."
+                        )
+                    writes.append((node, key, value))
                 else:
                     node = node._mapping[key]
+        for node, key, value in writes:  # all paths checked: nothing is half-replaced
+            node._mapping[key] = replace_fn(node._mapping[key], value)
 
 
 _MISSING = object()

@@ -199,6 +199,11 @@ class Variable(Generic[A]):
         """Returns a new Variable of the same kind with the same value and metadata."""
         return type(self)._from_parts(self.raw_value, dict(self._var_metadata))
 
+    def __reduce__(self) -> Any:
+        # copy.copy/deepcopy/pickle: rebuild through _from_parts (the trace token is
+        # neither copyable nor picklable; the copy belongs to the trace it is made in).
+        return (type(self)._from_parts, (self.raw_value, dict(self._var_metadata)))
+
     # -- axis metadata -------------------------------------------------------------
     def add_axis(self, index: int, params: Mapping[str, Any]) -> None:
         """Records that a transform added an axis at ``index`` (e.g. ``vmap``'s ``out_axes``).
@@ -340,6 +345,7 @@ for _name, _op in [
     ("divmod", divmod),
 ]:
     setattr(Variable, f"__{_name}__", _make_binary(_op)[0])
+Variable.__rdivmod__ = _make_binary(divmod)[1]  # type: ignore[attr-defined]
 Variable.__hash__ = object.__hash__  # type: ignore[method-assign]  # restored after __eq__
 
 for _name, _op in [

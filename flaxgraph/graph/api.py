@@ -55,12 +55,19 @@ def _states_from_leaves(
 ) -> list[State]:
     copied = [(p, _copy_leaf(v)) for p, v in leaves]
     if not filters:
-        return [State.from_flat_path(copied)]
+        return [_as_state(copied)]
     parts, rest = partition(copied, filters_to_predicates(filters))
     if strict and rest:
         path, leaf = rest[0]
         raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
-    return [p.to_nested_state() for p in parts]
+    return [_as_state(p) for p in parts]
+
+
+def _as_state(pairs: list[tuple[PathParts, Any]]) -> Any:
+    # A root that is itself a leaf (a Variable or an array) is its own state, as in NNX.
+    if len(pairs) == 1 and pairs[0][0] == ():
+        return pairs[0][1]
+    return State.from_flat_path(pairs)
 
 
 def split(node: Any, *filters: Filter) -> Any:
@@ -119,14 +126,15 @@ def graphdef(node: Any) -> GraphDef:
 def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     flat: dict[PathParts, Any] = {}
     for s in states:
-        if not isinstance(s, State):
-            if isinstance(s, Mapping):
-                s = State(s)
-            else:
-                raise TypeError(
-                    f"merge expects States after the GraphDef, got a {type(s).__name__}."
-                )
-        for path, leaf in s.flat_state():
+        if graphdef.leaf_paths == ((),) and (isinstance(s, Variable) or is_array_leaf(s)):
+            pairs: Any = [((), s)]  # the root is a leaf and `s` is its state (see _as_state)
+        elif isinstance(s, State):
+            pairs = s.flat_state()
+        elif isinstance(s, Mapping):
+            pairs = State(s).flat_state()
+        else:
+            raise TypeError(f"merge expects States after the GraphDef, got a {type(s).__name__}.")
+        for path, leaf in pairs:
             if path in flat:
                 raise GraphStructureError(
                     f"The path {keys_str(path)} appears in more than one of the States "
@@ -213,9 +221,17 @@ def _get_child(node: Any, key: Hashable) -> Any:
     return MISSING
 
 
+def _check_node_trace(node: Any, what: str) -> None:
+    # Checked while planning, so a node from another trace fails before any write.
+    check = getattr(node, "_check_trace", None)
+    if check is not None:
+        check(what)
+
+
 def _setter(node: Any, key: Hashable, where: Callable[[], str]) -> Callable[[Any], None]:
     impl = _GRAPH_NODE_IMPLS.get(type(node))
     if impl is not None:
+        _check_node_trace(node, "update")
         return lambda value: impl.set_child(node, key, value)
     if type(node) in (dict, list):
         return lambda value: node.__setitem__(key, value)
@@ -259,6 +275,11 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
                 )
             actions.append(_variable_action(node, s))
             continue
+        if not isinstance(s, State):
+            raise TypeError(
+                f"update expects States (or nested dicts) after the node, got a "
+                f"{type(s).__name__}."
+            )
         _plan_update(node, s, (), node, actions)
     for action in actions:
         action()
@@ -305,7 +326,9 @@ def _plan_update(
             actions.append(lambda set_fn=set_fn, new_value=new_value: set_fn(new_value))
         else:
             raise GraphStructureError(
-                f"The State has a leaf ({type(leaf).__name__}) at {keys_str(path)}, but the "
+                f"The State has a leaf "
+                f"({'array' if is_array_leaf(leaf) else type(leaf).__name__}) at "
+                f"{keys_str(path)}, but the "
                 f"node has a {type(current).__name__} there ({where()}).\nFix: update with a "
                 "State split from a graph of the same structure."
             )
@@ -348,6 +371,7 @@ def _remover(parent: Any, path: PathParts, root: Any) -> Callable[[], None]:
     key = path[-1]
     impl = _GRAPH_NODE_IMPLS.get(type(parent))
     if impl is not None:
+        _check_node_trace(parent, "pop a leaf")
         return lambda: impl.del_child(parent, key)
     if type(parent) is dict:
         return lambda: parent.pop(key, None)

@@ -59,7 +59,8 @@ class _Def:
         return f"{type(self).__name__}({fields})"
 
     def __reduce__(self) -> Any:
-        return (type(self), self._key())
+        # The constructor takes the fields (`_key` may differ, e.g. StaticDef's).
+        return (type(self), tuple(getattr(self, f) for f in self._fields))
 
 
 def _short(x: Any) -> str:

@@ -39,6 +39,7 @@ def unflatten(
     *,
     index_ref: dict[int, Any] | None = None,
     reuse: dict[int, Any] | None = None,
+    leaf_sink: list[Any] | None = None,
 ) -> Any:
     """Builds the graph of ``graphdef`` from ``leaves`` (in ``graphdef.leaf_paths`` order).
 
@@ -49,7 +50,11 @@ def unflatten(
       index_ref: reference index -> object map shared between calls
         (``merge_context``); objects already in it are used for their NodeRefs.
       reuse: reference index -> existing object to update in place instead of
-        creating a new one (the Variable or node must be of the same type).
+        creating a new one (the Variable or node must be of the same type). Writes
+        to reused objects are validated first and applied together at the end, so
+        an error leaves them untouched; values that did not change are not written.
+      leaf_sink: if given, receives the built leaf objects (Variables, or raw values)
+        in leaf order, for callers that post-process them.
 
     Returns:
       The root value.
@@ -58,24 +63,37 @@ def unflatten(
       GraphStructureError (a ``ValueError``): ``leaves`` has the wrong length, a
         NodeRef points to an index never defined, or a reused object has another
         type.
+      TraceContextError (a ``ValueError``): a reused object that must change was
+        created in another JAX trace.
     """
     if len(leaves) != len(graphdef.leaf_paths):
         raise GraphStructureError(
             f"The GraphDef expects {len(graphdef.leaf_paths)} state leaves but got "
             f"{len(leaves)}."
         )
-    builder = _Build(leaves, {} if index_ref is None else index_ref, reuse or {})
-    return builder.build(graphdef.root)
+    builder = _Build(leaves, {} if index_ref is None else index_ref, reuse or {}, leaf_sink)
+    root = builder.build(graphdef.root)
+    for write in builder.writes:
+        write()
+    return root
 
 
 class _Build:
-    __slots__ = ("leaves", "position", "index_ref", "reuse")
+    __slots__ = ("leaves", "position", "index_ref", "reuse", "writes", "sink")
 
-    def __init__(self, leaves: Sequence[Any], index_ref: dict[int, Any], reuse: dict[int, Any]):
+    def __init__(
+        self,
+        leaves: Sequence[Any],
+        index_ref: dict[int, Any],
+        reuse: dict[int, Any],
+        sink: list[Any] | None,
+    ):
         self.leaves = leaves
         self.position = 0
         self.index_ref = index_ref
         self.reuse = reuse
+        self.writes: list[Any] = []
+        self.sink = sink
 
     def next_leaf(self) -> Any:
         leaf = self.leaves[self.position]
@@ -89,14 +107,20 @@ class _Build:
             node = self.reuse.get(d.index)
             if node is None:
                 node = impl.create_empty(d.metadata)
-            elif type(node) is not d.type:
+                self.index_ref[d.index] = node
+                impl.set_items(node, [(k, self.build(c)) for k, c in d.attributes], d.metadata)
+                return node
+            if type(node) is not d.type:
                 raise GraphStructureError(
                     f"Cannot update a {type(node).__name__} in place from a GraphDef node of "
                     f"type {d.type.__name__}."
                 )
             self.index_ref[d.index] = node
             items = [(k, self.build(child)) for k, child in d.attributes]
-            impl.set_items(node, items, d.metadata)
+            check = getattr(node, "_check_write", None)
+            if check is not None:
+                check(items, d.metadata)
+            self.writes.append(lambda: impl.set_items(node, items, d.metadata))
             return node
         if t is VariableDef:
             leaf = self.next_leaf()
@@ -113,10 +137,12 @@ class _Build:
                         f"Cannot update a {type(variable).__name__} in place from a "
                         f"{d.type.__name__} definition."
                     )
-                variable._check_trace("update")
-                object.__setattr__(variable, "raw_value", value)
-                object.__setattr__(variable, "_var_metadata", metadata)
+                if value is not variable.raw_value or metadata != variable._var_metadata:
+                    variable._check_trace("update")
+                    self.writes.append(_variable_write(variable, value, metadata))
             self.index_ref[d.index] = variable
+            if self.sink is not None:
+                self.sink.append(variable)
             return variable
         if t is NodeRef:
             try:
@@ -128,7 +154,10 @@ class _Build:
                 ) from None
         if t is ArrayDef:
             leaf = self.next_leaf()
-            return leaf.raw_value if isinstance(leaf, Variable) else leaf
+            value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+            if self.sink is not None:
+                self.sink.append(value)
+            return value
         if t is StaticDef:
             return d.value
         if t is ContainerDef:
@@ -141,3 +170,11 @@ class _Build:
                 return dict(zip(d.keys, children))
             return d.treedef.unflatten(children)
         raise TypeError(f"Unknown GraphDef entry {d!r}")
+
+
+def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any]) -> Any:
+    def write() -> None:
+        object.__setattr__(variable, "raw_value", value)
+        object.__setattr__(variable, "_var_metadata", metadata)
+
+    return write

@@ -1,0 +1,293 @@
+"""Graph isomorphism: are two object graphs the same up to object identity?
+
+``a == b`` says nothing useful about two object graphs: Objects compare by
+identity, and a graph that merely *copies* a shared Variable looks equal, value
+by value, to one that shares it, yet behaves differently (updating one alias
+updates the other only when they are shared). ``graphs_equal(a, b)`` walks both
+graphs in lockstep and checks that they are *isomorphic*:
+
+* the same types everywhere (node classes, Variable kinds, container types);
+* the same static values (``3 != 3.0 != True`` here, as in a GraphDef);
+* equal arrays (shape, dtype and values; NaN equals NaN) and equal Variable
+  metadata;
+* the same sharing pattern: while walking, each node or Variable of ``a`` is
+  paired with the one of ``b`` found at the same place, and the pairing must be
+  one-to-one. Two paths reaching one object in ``a`` must reach one object in
+  ``b`` and vice versa; this is also what makes cycles terminate.
+
+Containers (lists, tuples, dicts, other pytrees) are compared by value, the way
+the graph engine walks them; dicts compare as Python dicts do, regardless of
+key order. Array leaves compare by value whatever their class (a NumPy array
+equals the JAX array ``jax.jit`` turns it into); typed PRNG key arrays compare
+by key data.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> from flaxgraph.testing import Node, graphs_equal
+  >>> w = nnx.Param(jnp.ones(2))
+  >>> shared = Node(a=w, b=w)
+  >>> copied = Node(a=w, b=nnx.Param(jnp.ones(2)))
+  >>> graphs_equal(shared, nnx.clone(shared)), graphs_equal(shared, copied)
+  (True, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import jax
+import numpy as np
+
+from flaxgraph.graph.refmap import RefMap
+from flaxgraph.graph.registry import (
+    ARRAY_TYPES,
+    DataLeaf,
+    StaticLeaf,
+    get_graph_node_impl,
+    is_node_or_variable,
+    is_plain_static,
+    pytree_children,
+)
+from flaxgraph.variables import Variable
+
+
+def graph_difference(
+    a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0
+) -> str | None:
+    """Describes the first difference between two graphs, or returns ``None``.
+
+    Args:
+      a, b: any values: graph nodes, Variables, containers holding them, arrays,
+        static values. Array values must be concrete (not tracers).
+      rtol, atol: tolerances for array values (``np.allclose``); both zero (the
+        default) means exact equality.
+
+    Returns:
+      ``None`` if ``a`` and ``b`` are isomorphic (see the module docstring), else
+      one line naming the place (``a.layers[0].kernel`` / ``b.layers[0].kernel``)
+      and what differs there.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.testing import Node
+      >>> from flaxgraph.testing.compare import graph_difference
+      >>> graph_difference(Node(n=1), Node(n=2))
+      'at a.n / b.n: static values differ: 1 != 2'
+
+    Source: flaxgraph (written for its property tests).
+    """
+    a_seen = RefMap[tuple[Any, str]]()  # object of a -> (its partner in b, first path)
+    b_seen = RefMap[tuple[Any, str]]()
+    stack: list[tuple[str, Any, Any]] = [("", a, b)]
+    while stack:
+        path, x, y = stack.pop()
+        problem = _compare_one(path, x, y, a_seen, b_seen, stack, rtol, atol)
+        if problem is not None:
+            return f"at a{path} / b{path}: {problem}"
+    return None
+
+
+def graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> bool:
+    """True when ``a`` and ``b`` are isomorphic graphs (see the module docstring).
+
+    Args:
+      a, b: graphs (or any values holding them); arrays must be concrete.
+      rtol, atol: tolerances for array values; zero (the default) means exact.
+
+    Returns:
+      Whether types, static values, array values, Variable metadata and the
+      sharing pattern (including cycles) all agree.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.testing import Node, graphs_equal
+      >>> a = Node(w=nnx.Param(jnp.ones(2))); a.me = a          # a cycle
+      >>> graphs_equal(a, nnx.merge(*nnx.split(a)))
+      True
+
+    Source: flaxgraph.
+    """
+    return graph_difference(a, b, rtol=rtol, atol=atol) is None
+
+
+def assert_graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> None:
+    """Asserts that ``a`` and ``b`` are isomorphic graphs (see ``graphs_equal``).
+
+    Args:
+      a, b: graphs (or any values holding them); arrays must be concrete.
+      rtol, atol: tolerances for array values; zero (the default) means exact.
+
+    Raises:
+      AssertionError: the graphs differ; the message names the first place
+        (``a.child.w / b.child.w``) and what differs there (type, static value,
+        array values, metadata, or which objects are aliased in one graph and not
+        in the other).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.testing import Node, assert_graphs_equal
+      >>> m = Node(w=nnx.Param(jnp.ones(2)))
+      >>> assert_graphs_equal(m, nnx.clone(m))
+
+    Source: flaxgraph.
+    """
+    problem = graph_difference(a, b, rtol=rtol, atol=atol)
+    if problem is not None:
+        raise AssertionError(f"The graphs differ {problem}")
+
+
+# -- one pair of values -------------------------------------------------------------------
+
+
+def _compare_one(
+    path: str,
+    x: Any,
+    y: Any,
+    a_seen: RefMap[tuple[Any, str]],
+    b_seen: RefMap[tuple[Any, str]],
+    stack: list[tuple[str, Any, Any]],
+    rtol: float,
+    atol: float,
+) -> str | None:
+    if is_node_or_variable(x) or is_node_or_variable(y):
+        if type(x) is not type(y):
+            return f"types differ: {_type_name(x)} != {_type_name(y)}"
+        x_entry, y_entry = a_seen.get(x), b_seen.get(y)
+        if x_entry is not None or y_entry is not None:
+            if x_entry is not None and y_entry is not None and x_entry[0] is y:
+                return None  # the same pair met again: a shared reference or a cycle
+            return _alias_problem(x_entry, y_entry)
+        a_seen[x] = (y, path)
+        b_seen[y] = (x, path)
+        if isinstance(x, Variable):
+            if x._var_metadata != y._var_metadata:
+                return f"metadata differ: {x._var_metadata!r} != {y._var_metadata!r}"
+            stack.append((f"{path}.value", x.raw_value, y.raw_value))
+            return None
+        return _push_node_children(path, x, y, stack)
+    if type(x) in (DataLeaf, StaticLeaf) or type(y) in (DataLeaf, StaticLeaf):
+        if type(x) is not type(y):
+            return f"types differ: {_type_name(x)} != {_type_name(y)}"
+        stack.append((path, x.value, y.value))
+        return None
+    x_array, y_array = isinstance(x, ARRAY_TYPES), isinstance(y, ARRAY_TYPES)
+    if x_array or y_array:
+        if not (x_array and y_array):
+            return f"types differ: {_type_name(x)} != {_type_name(y)}"
+        return _array_problem(x, y, rtol, atol)
+    if type(x) is not type(y):
+        return f"types differ: {_type_name(x)} != {_type_name(y)}"
+    if type(x) is list or type(x) is tuple:
+        if len(x) != len(y):
+            return f"lengths differ: {len(x)} != {len(y)}"
+        for i in reversed(range(len(x))):
+            stack.append((f"{path}[{i}]", x[i], y[i]))
+        return None
+    if type(x) is dict:
+        if set(x) != set(y):
+            return f"dict keys differ: {sorted(map(repr, x))} != {sorted(map(repr, y))}"
+        for k in reversed(list(x)):
+            stack.append((f"{path}[{k!r}]", x[k], y[k]))
+        return None
+    if is_plain_static(x):
+        return None if x == y else f"static values differ: {x!r} != {y!r}"
+    x_children, y_children = pytree_children(x), pytree_children(y)
+    if x_children is not None or y_children is not None:
+        if x_children is None or y_children is None or x_children[1] != y_children[1]:
+            return f"pytree structures differ: {x!r} != {y!r}"
+        for (k, cx), (_, cy) in reversed(list(zip(x_children[0], y_children[0]))):
+            stack.append((f"{path}[{k!r}]", cx, cy))
+        return None
+    return None if _static_equal(x, y) else f"static values differ: {x!r} != {y!r}"
+
+
+def _push_node_children(path: str, x: Any, y: Any, stack: list[tuple[str, Any, Any]]) -> str | None:
+    impl = get_graph_node_impl(x)
+    assert impl is not None  # is_node_or_variable(x) and not a Variable
+    x_items, x_meta = impl.flatten(x)
+    y_items, y_meta = impl.flatten(y)
+    x_items, y_items = list(x_items), list(y_items)
+    if not _static_equal(x_meta, y_meta):
+        return f"node metadata differ: {x_meta!r} != {y_meta!r}"
+    x_keys, y_keys = [k for k, _ in x_items], [k for k, _ in y_items]
+    if x_keys != y_keys:
+        only_x = [k for k in x_keys if k not in y_keys]
+        only_y = [k for k in y_keys if k not in x_keys]
+        return (
+            f"{type(x).__name__} attributes differ: only in a: {only_x}, only in b: {only_y}"
+            if only_x or only_y
+            else f"{type(x).__name__} attribute order differs: {x_keys} != {y_keys}"
+        )
+    for (k, cx), (_, cy) in reversed(list(zip(x_items, y_items))):
+        stack.append((_attribute_path(path, k), cx, cy))
+    return None
+
+
+def _attribute_path(path: str, key: Hashable) -> str:
+    if isinstance(key, str) and key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{key!r}]"
+
+
+def _alias_problem(x_entry: tuple[Any, str] | None, y_entry: tuple[Any, str] | None) -> str:
+    a_part = (
+        f"in a it is the object already seen at a{x_entry[1]}"
+        if x_entry is not None
+        else "in a it is an object not seen before"
+    )
+    b_part = (
+        f"in b it is the object already seen at b{y_entry[1]}"
+        if y_entry is not None
+        else "in b it is an object not seen before"
+    )
+    return f"sharing differs: {a_part}, but {b_part}"
+
+
+def _array_problem(x: Any, y: Any, rtol: float, atol: float) -> str | None:
+    x_shape, y_shape = tuple(np.shape(x)), tuple(np.shape(y))
+    if x_shape != y_shape:
+        return f"array shapes differ: {x_shape} != {y_shape}"
+    x_dtype, y_dtype = x.dtype, y.dtype
+    if x_dtype != y_dtype:
+        return f"array dtypes differ: {x_dtype} != {y_dtype}"
+    if isinstance(x, jax.ShapeDtypeStruct) or isinstance(y, jax.ShapeDtypeStruct):
+        if type(x) is not type(y):
+            return f"types differ: {_type_name(x)} != {_type_name(y)}"
+        return None
+    if jax.dtypes.issubdtype(x_dtype, jax.dtypes.prng_key):
+        if str(jax.random.key_impl(x)) != str(jax.random.key_impl(y)):
+            return "PRNG key implementations differ"
+        x, y = jax.random.key_data(x), jax.random.key_data(y)
+    xv, yv = np.asarray(x), np.asarray(y)
+    if rtol == 0 and atol == 0:
+        equal = np.array_equal(xv, yv, equal_nan=xv.dtype.kind in "fc")
+    else:
+        equal = bool(np.allclose(xv, yv, rtol=rtol, atol=atol, equal_nan=True))
+    if equal:
+        return None
+    return f"array values differ:\n{_short_array(xv)}\n!=\n{_short_array(yv)}"
+
+
+def _short_array(x: np.ndarray) -> str:
+    return np.array2string(x, threshold=20, edgeitems=3)
+
+
+def _static_equal(x: Any, y: Any) -> bool:
+    if type(x) is not type(y):
+        return False
+    if x is y:
+        return True
+    try:
+        return bool(x == y)
+    except Exception:  # an exotic __eq__ (e.g. returning an array): fall back to identity
+        return False
+
+
+def _type_name(x: Any) -> str:
+    return type(x).__qualname__
+
+
+__all__ = ["graph_difference", "graphs_equal", "assert_graphs_equal"]

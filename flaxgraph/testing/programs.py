@@ -1,0 +1,339 @@
+"""Mutation programs: small, plain-data edits applied to any object graph.
+
+A *mutation program* is a list of steps, each a frozen dataclass of ints and
+strings. ``apply_mutations(root, steps)`` runs the steps in order on a graph, in
+place. Steps do not name objects directly (a program is generated before the
+graph it runs on exists, and must run equally on a copy): they hold *selectors*,
+integers that pick, modulo the number of candidates, one of the graph's nodes,
+Variables or attributes in a fixed order:
+
+* nodes and Variables are numbered in ``nnx.iter_graph`` order (children before
+  parents, each shared object once, at its first path);
+* a node's attributes are its string-keyed children in sorted order.
+
+So a program is deterministic given the graph's structure: applied to a graph
+and to a clone of it (or to the copy a transform merges inside a trace), it
+makes the same edits at the same paths. That is what differential tests need::
+
+  eager = nnx.clone(model); apply_mutations(eager, steps)
+  @nnx.jit
+  def f(m): apply_mutations(m, steps)
+  f(model)
+  assert_graphs_equal(model, eager)
+
+A step with no candidate (no numeric Variable to set, a node with no attribute
+to delete) does nothing. ``apply_mutations`` returns one line per step saying
+what it did, by path, for failure reports.
+
+==========================  ===================================================
+step                        effect
+==========================  ===================================================
+``SetValue``                ``v.value = v.value * scale + shift`` on a Variable
+                            with an integer or floating array value
+``AddAttribute``            ``node.<name> = <new value>`` (a new Param,
+                            BatchStat, raw array, static int or sub-node);
+                            replaces the attribute if it exists
+``DeleteAttribute``         ``del node.<name>``
+``ShareAttribute``          ``node.<name> = <an existing node or Variable>``:
+                            makes two places share one object, possibly making
+                            a cycle (unless ``allow_cycle=False``)
+``SwapAttributes``          swaps the values of two attributes of one node
+==========================  ===================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Sequence
+from typing import Any, Union
+
+import jax.numpy as jnp
+import numpy as np
+
+from flaxgraph.graph.api import iter_graph
+from flaxgraph.graph.registry import get_graph_node_impl, is_graph_node
+from flaxgraph.testing.nodes import Node
+from flaxgraph.variables import BatchStat, Param, Variable
+
+PathParts = tuple[Hashable, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class SetValue:
+    """Sets ``v.value = v.value * scale + shift`` on one numeric Variable.
+
+    Attributes:
+      variable: selector among the Variables whose value is an integer or
+        floating array (``nnx.iter_graph`` order).
+      scale, shift: small non-negative ints (kept exact in float32 and valid for
+        unsigned dtypes).
+    """
+
+    variable: int
+    scale: int
+    shift: int
+
+
+ADD_KINDS = ("param", "batch_stat", "array", "static", "node")
+"""The kinds of value ``AddAttribute`` can create."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AddAttribute:
+    """Sets ``node.<name>`` to a new value (replacing any existing attribute).
+
+    Attributes:
+      node: selector among the graph nodes.
+      name: the attribute name.
+      kind: one of ``ADD_KINDS``: ``'param'`` (a new ``Param`` of 2 float32s
+        equal to ``seed``), ``'batch_stat'`` (a ``BatchStat`` of 2 int32s),
+        ``'array'`` (a raw int32 array ``[seed, seed + 1]``), ``'static'`` (the
+        int ``seed``) or ``'node'`` (a new ``Node`` holding one such Param).
+      seed: the number the new value is made from.
+    """
+
+    node: int
+    name: str
+    kind: str
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteAttribute:
+    """Deletes one string-keyed attribute of a node.
+
+    Attributes:
+      node: selector among the graph nodes.
+      attribute: selector among the node's string attribute names, sorted.
+    """
+
+    node: int
+    attribute: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ShareAttribute:
+    """Sets ``node.<name>`` to an object already in the graph, so that it is shared.
+
+    Attributes:
+      source: selector among the graph's nodes, then its Variables (one list).
+      node: selector among the graph nodes: the node that gets the attribute.
+      name: the attribute name.
+      allow_cycle: if False, sources from which ``node`` is reachable (which
+        would close a cycle) are left out of the candidates.
+    """
+
+    source: int
+    node: int
+    name: str
+    allow_cycle: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class SwapAttributes:
+    """Swaps the values of two string-keyed attributes of one node.
+
+    Attributes:
+      node: selector among the graph nodes (those with at least two attributes).
+      first, second: selectors among the node's string attribute names, sorted;
+        when they pick the same name, the next name is used for ``second``.
+    """
+
+    node: int
+    first: int
+    second: int
+
+
+MutationStep = Union[SetValue, AddAttribute, DeleteAttribute, ShareAttribute, SwapAttributes]
+
+
+def apply_mutations(root: Any, steps: Sequence[MutationStep]) -> list[str]:
+    """Applies a mutation program to the graph ``root``, in place.
+
+    Each step picks its targets among the graph's current nodes, Variables and
+    attributes (see the module docstring), so the result depends only on the
+    graph's structure and values: the same program on two isomorphic graphs
+    gives two isomorphic graphs, eagerly or inside a JAX trace.
+
+    Args:
+      root: a graph node (or any value holding graph nodes).
+      steps: the program, e.g. drawn from ``flaxgraph.testing.mutations()``.
+
+    Returns:
+      One line per step describing what it did, with paths from ``root``
+      (``"set root.child.w = value * 2 + 1"``, ``"skip: no numeric Variable"``).
+
+    Raises:
+      TypeError: a step is not one of the step classes.
+      TraceContextError (a ``ValueError``): the graph was created outside the
+        current JAX trace (as for any mutation).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.testing import Node, SetValue, DeleteAttribute, apply_mutations
+      >>> m = Node(w=nnx.Param(jnp.ones(2)), n=3)
+      >>> apply_mutations(m, [SetValue(0, 2, 1), DeleteAttribute(0, 0)])
+      ['set root.w = value * 2 + 1', 'delete root.n']
+      >>> m.w.value
+      Array([3., 3.], dtype=float32)
+
+    Source: flaxgraph.
+    """
+    log = []
+    for step in steps:
+        handler = _HANDLERS.get(type(step))
+        if handler is None:
+            raise TypeError(
+                f"apply_mutations got a step of type {type(step).__name__}; steps are "
+                "SetValue, AddAttribute, DeleteAttribute, ShareAttribute or SwapAttributes."
+            )
+        log.append(handler(root, step))
+    return log
+
+
+# -- enumeration -------------------------------------------------------------------------
+
+
+def _objects(root: Any) -> tuple[list[tuple[PathParts, Any]], list[tuple[PathParts, Any]]]:
+    """Graph nodes and Variables of ``root`` with their first paths, in iter_graph order."""
+    nodes, variables = [], []
+    for path, value in iter_graph(root):
+        if is_graph_node(value):
+            nodes.append((path, value))
+        elif isinstance(value, Variable):
+            variables.append((path, value))
+    return nodes, variables
+
+
+def _attribute_names(node: Any) -> list[str]:
+    impl = get_graph_node_impl(node)
+    assert impl is not None
+    return sorted(k for k, _ in impl.flatten(node)[0] if isinstance(k, str))
+
+
+def _pick(candidates: Sequence[Any], selector: int) -> Any:
+    return candidates[selector % len(candidates)]
+
+
+def _where(path: PathParts) -> str:
+    out = ["root"]
+    for key in path:
+        out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
+    return "".join(out)
+
+
+def _is_numeric_array(value: Any) -> bool:
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "shape"):
+        return False
+    try:
+        return bool(jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.floating))
+    except TypeError:  # extended dtypes (PRNG keys)
+        return False
+
+
+# -- steps ----------------------------------------------------------------------------------
+
+
+def _set_value(root: Any, step: SetValue) -> str:
+    _, variables = _objects(root)
+    numeric = [(p, v) for p, v in variables if _is_numeric_array(v.raw_value)]
+    if not numeric:
+        return "skip SetValue: no Variable with a numeric array value"
+    path, variable = _pick(numeric, step.variable)
+    variable.value = variable.raw_value * step.scale + step.shift
+    return f"set {_where(path)} = value * {step.scale} + {step.shift}"
+
+
+def _new_value(kind: str, seed: int) -> Any:
+    if kind == "param":
+        return Param(jnp.full((2,), seed, dtype=jnp.float32))
+    if kind == "batch_stat":
+        return BatchStat(jnp.full((2,), seed, dtype=jnp.int32))
+    if kind == "array":
+        return jnp.asarray(np.array([seed, seed + 1], dtype=np.int32))
+    if kind == "static":
+        return seed
+    if kind == "node":
+        return Node(w=Param(jnp.full((2,), seed, dtype=jnp.float32)))
+    raise ValueError(f"AddAttribute kind must be one of {ADD_KINDS}, got {kind!r}")
+
+
+def _add_attribute(root: Any, step: AddAttribute) -> str:
+    nodes, _ = _objects(root)
+    if not nodes:
+        return "skip AddAttribute: no graph node"
+    value = _new_value(step.kind, step.seed)
+    path, node = _pick(nodes, step.node)
+    get_graph_node_impl(node).set_child(node, step.name, value)  # type: ignore[union-attr]
+    return f"add {_where((*path, step.name))} = new {step.kind} ({step.seed})"
+
+
+def _delete_attribute(root: Any, step: DeleteAttribute) -> str:
+    nodes, _ = _objects(root)
+    nodes = [(p, n) for p, n in nodes if _attribute_names(n)]
+    if not nodes:
+        return "skip DeleteAttribute: no node has a string attribute"
+    path, node = _pick(nodes, step.node)
+    name = _pick(_attribute_names(node), step.attribute)
+    get_graph_node_impl(node).del_child(node, name)  # type: ignore[union-attr]
+    return f"delete {_where((*path, name))}"
+
+
+def _reaches(source: Any, target: Any) -> bool:
+    return any(value is target for _, value in iter_graph(source))
+
+
+def _share_attribute(root: Any, step: ShareAttribute) -> str:
+    nodes, variables = _objects(root)
+    if not nodes:
+        return "skip ShareAttribute: no graph node"
+    holder_path, holder = _pick(nodes, step.node)
+    sources = nodes + variables
+    if not step.allow_cycle:
+        sources = [(p, s) for p, s in sources if isinstance(s, Variable) or not _reaches(s, holder)]
+    if not sources:
+        return "skip ShareAttribute: every candidate would close a cycle"
+    source_path, source = _pick(sources, step.source)
+    get_graph_node_impl(holder).set_child(holder, step.name, source)  # type: ignore[union-attr]
+    return f"share {_where((*holder_path, step.name))} = {_where(source_path)}"
+
+
+def _swap_attributes(root: Any, step: SwapAttributes) -> str:
+    nodes, _ = _objects(root)
+    nodes = [(p, n) for p, n in nodes if len(_attribute_names(n)) >= 2]
+    if not nodes:
+        return "skip SwapAttributes: no node has two string attributes"
+    path, node = _pick(nodes, step.node)
+    names = _attribute_names(node)
+    i = step.first % len(names)
+    j = step.second % len(names)
+    if i == j:
+        j = (j + 1) % len(names)
+    impl = get_graph_node_impl(node)
+    assert impl is not None
+    first, second = impl.get_child(node, names[i]), impl.get_child(node, names[j])
+    impl.set_child(node, names[i], second)
+    impl.set_child(node, names[j], first)
+    return f"swap {_where((*path, names[i]))} <-> {_where((*path, names[j]))}"
+
+
+_HANDLERS: dict[type, Any] = {
+    SetValue: _set_value,
+    AddAttribute: _add_attribute,
+    DeleteAttribute: _delete_attribute,
+    ShareAttribute: _share_attribute,
+    SwapAttributes: _swap_attributes,
+}
+
+__all__ = [
+    "ADD_KINDS",
+    "AddAttribute",
+    "DeleteAttribute",
+    "MutationStep",
+    "SetValue",
+    "ShareAttribute",
+    "SwapAttributes",
+    "apply_mutations",
+]

@@ -1,0 +1,498 @@
+"""Hypothesis strategies that generate object graphs and programs that edit them.
+
+A property test states something that must hold for *every* graph, and
+hypothesis searches for a graph where it does not, then shrinks it to a small
+one. The strategies here generate the graphs that break graph code in practice:
+
+* nested nodes of several types: ``Node`` and ``Block`` Modules, a plain
+  ``Record`` Object, ``nnx.List`` and ``nnx.Dict``, ``nnx.Rngs``;
+* **shared** Variables and shared sub-nodes (two attributes, one object);
+* **cycles**: a node holding one of its ancestors (or itself);
+* lists, tuples and dicts holding nodes, Variables, arrays and static values;
+* mixed Variable kinds (``Param``, ``BatchStat``, ``Cache``, ``Intermediate``
+  holding a tuple as ``sow`` does, ``CustomVariable``, plain ``Variable``) with
+  metadata (a ``sharding`` tuple matching the rank, a ``tag``);
+* raw array attributes and static attributes (ints, bools, strings, floats,
+  ``None``, tuples).
+
+Example (a property of your own code)::
+
+  from hypothesis import given
+  import flaxgraph as nnx
+  from flaxgraph.testing import graphs, assert_graphs_equal
+
+  @given(graphs())
+  def test_my_checkpointing_round_trips(model):
+      assert_graphs_equal(restore(save(model)), model)
+
+Array values are multiples of 0.25 between -4 and 4 (integers for int32), so
+arithmetic on them is exact and eager results equal ``jit`` results bit for
+bit. This module needs ``hypothesis`` (a test-only dependency); importing
+``flaxgraph`` does not import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flaxgraph.filters import All, Not, PathContains, WithTag
+from flaxgraph.filters import Any as AnyOf
+from flaxgraph.helpers import Dict, List
+from flaxgraph.rngs import Rngs, RngState
+from flaxgraph.testing.programs import (
+    ADD_KINDS,
+    AddAttribute,
+    DeleteAttribute,
+    MutationStep,
+    SetValue,
+    ShareAttribute,
+    SwapAttributes,
+)
+from flaxgraph.testing.nodes import Block, CustomVariable, Node, Record
+from flaxgraph.variables import BatchStat, Cache, Intermediate, Param, Variable
+
+SearchStrategy = st.SearchStrategy
+
+ATTRIBUTE_NAMES = ("a", "b", "c", "w", "bias", "kernel", "sub", "head")
+"""Attribute (and dict key) names generated graphs use; none shadows a Module method."""
+
+VARIABLE_KINDS: tuple[type[Variable[Any]], ...] = (
+    Param,
+    BatchStat,
+    Cache,
+    Intermediate,
+    CustomVariable,
+    Variable,
+)
+"""The Variable kinds ``variables()`` and ``graphs()`` draw from by default."""
+
+NODE_TYPES: tuple[type, ...] = (Node, Block, Record, List, Dict)
+"""The node types ``graphs()`` draws sub-nodes from by default (``Rngs`` is separate)."""
+
+MESH_AXES = ("data", "model", None)
+"""Entries of generated ``sharding`` metadata tuples."""
+
+TAGS = ("a", "b")
+"""Values of generated ``tag`` metadata (a string filter such as ``'a'`` selects them)."""
+
+
+def arrays(
+    *,
+    dtypes: Sequence[Any] = (jnp.float32, jnp.int32),
+    max_rank: int = 2,
+    max_side: int = 3,
+    min_side: int = 0,
+) -> SearchStrategy[jax.Array]:
+    """A strategy of small JAX arrays with exactly representable values.
+
+    Args:
+      dtypes: the dtypes to draw from; float dtypes get multiples of 0.25 in
+        ``[-4, 4]``, integer dtypes integers in ``[-16, 16]`` (``[0, 16]`` when
+        unsigned), bool dtypes booleans.
+      max_rank: the largest number of dimensions (0 gives scalars only).
+      max_side, min_side: the range of each dimension's size (``min_side=0``
+        allows empty arrays).
+
+    Returns:
+      A hypothesis strategy of ``jax.Array``.
+
+    Raises:
+      ValueError: ``max_rank`` is negative or ``min_side > max_side``.
+
+    Example::
+
+      >>> from flaxgraph.testing import arrays
+      >>> arrays(max_rank=1).example().ndim <= 1
+      True
+
+    Source: flaxgraph.
+    """
+    if max_rank < 0 or min_side > max_side:
+        raise ValueError(f"arrays needs max_rank >= 0 and min_side <= max_side, got "
+                         f"max_rank={max_rank}, min_side={min_side}, max_side={max_side}")
+    np_dtypes = [np.dtype(d) for d in dtypes]
+
+    @st.composite
+    def build(draw: Any) -> jax.Array:
+        dtype = draw(st.sampled_from(np_dtypes))
+        shape = tuple(draw(st.lists(st.integers(min_side, max_side), max_size=max_rank)))
+        size = int(np.prod(shape, dtype=np.int64))
+        if dtype.kind == "b":
+            values = np.asarray(draw(st.lists(st.booleans(), min_size=size, max_size=size)))
+        else:
+            low = 0 if dtype.kind == "u" else -16
+            ints = np.asarray(
+                draw(st.lists(st.integers(low, 16), min_size=size, max_size=size)), np.int64
+            )
+            values = ints / 4 if dtype.kind in "fc" else ints
+        return jnp.asarray(values.astype(dtype).reshape(shape))
+
+    return build()
+
+
+def static_values() -> SearchStrategy[Any]:
+    """A strategy of hashable static attribute values.
+
+    Returns:
+      A strategy of ``None``, bools, small ints, finite floats, short strings and
+      tuples of those (types matter: a GraphDef tells ``1``, ``1.0`` and ``True``
+      apart).
+
+    Example::
+
+      >>> from flaxgraph.testing import static_values
+      >>> hash(static_values().example()) is not None
+      True
+
+    Source: flaxgraph.
+    """
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 3),
+        st.text(alphabet="abc", max_size=3),
+        st.floats(-2.0, 2.0, allow_nan=False, allow_infinity=False, width=32),
+    )
+    return st.one_of(scalars, st.tuples(scalars, scalars), st.tuples())
+
+
+def variables(
+    *,
+    kinds: Sequence[type[Variable[Any]]] = VARIABLE_KINDS,
+    metadata: bool = True,
+    values: SearchStrategy[Any] | None = None,
+) -> SearchStrategy[Variable[Any]]:
+    """A strategy of Variables of mixed kinds, with metadata.
+
+    Args:
+      kinds: the Variable classes to draw from. An ``Intermediate`` sometimes
+        holds a tuple of arrays, as ``Module.sow`` makes.
+      metadata: whether to draw metadata: a ``sharding`` tuple (one mesh-axis
+        name or ``None`` per dimension of the value) and/or a ``tag`` string.
+      values: the strategy of values (default ``arrays()``).
+
+    Returns:
+      A hypothesis strategy of new Variables (each drawn Variable is a new object).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> from flaxgraph.testing import variables
+      >>> isinstance(variables(kinds=[nnx.Param]).example(), nnx.Param)
+      True
+
+    Source: flaxgraph.
+    """
+    value_strategy = arrays() if values is None else values
+
+    @st.composite
+    def build(draw: Any) -> Variable[Any]:
+        kind = draw(st.sampled_from(list(kinds)))
+        value = draw(value_strategy)
+        if kind is Intermediate and draw(st.booleans()):
+            value = (value, *draw(st.lists(value_strategy, max_size=1)))
+        meta: dict[str, Any] = {}
+        if metadata:
+            ndim = getattr(value, "ndim", None)
+            if ndim is not None and draw(st.booleans()):
+                meta["sharding"] = tuple(
+                    draw(st.lists(st.sampled_from(MESH_AXES), min_size=ndim, max_size=ndim))
+                )
+            if draw(st.booleans()):
+                meta["tag"] = draw(st.sampled_from(TAGS))
+        return kind(value, **meta)
+
+    return build()
+
+
+def filters() -> SearchStrategy[Any]:
+    """A strategy of filters over generated graphs' leaves.
+
+    Draws Variable kinds (``Param``, ``BatchStat``, ``Cache``, ``Intermediate``,
+    ``CustomVariable``, ``Variable``, ``RngState``), ``jax.Array`` (raw array
+    leaves), tags (``'a'``, ``WithTag('b')``), ``PathContains`` on generated
+    attribute names, ``...`` and ``None``, combined with ``Not``, ``All``, ``Any``
+    and tuples.
+
+    Returns:
+      A hypothesis strategy of filters (anything ``nnx.filters.to_predicate`` takes).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> from flaxgraph.testing import filters
+      >>> callable(nnx.filters.to_predicate(filters().example()))
+      True
+
+    Source: flaxgraph.
+    """
+    base = st.sampled_from(
+        [
+            Param,
+            BatchStat,
+            Cache,
+            Intermediate,
+            CustomVariable,
+            Variable,
+            RngState,
+            jax.Array,
+            "a",
+            WithTag("b"),
+            PathContains("w"),
+            PathContains("sub"),
+            PathContains(0),
+            ...,
+            None,
+        ]
+    )
+
+    def combine(inner: SearchStrategy[Any]) -> SearchStrategy[Any]:
+        return st.one_of(
+            st.builds(Not, inner),
+            st.builds(All, inner, inner),
+            st.builds(AnyOf, inner, inner),
+            st.tuples(inner, inner),
+        )
+
+    return st.recursive(base, combine, max_leaves=4)
+
+
+def graphs(
+    *,
+    max_nodes: int = 6,
+    max_depth: int = 3,
+    max_attributes: int = 4,
+    sharing: bool = True,
+    cycles: bool = True,
+    containers: bool = True,
+    rngs: bool = True,
+    metadata: bool = True,
+    variable_kinds: Sequence[type[Variable[Any]]] = VARIABLE_KINDS,
+    node_types: Sequence[type] = NODE_TYPES,
+) -> SearchStrategy[Node]:
+    """A strategy of object graphs: a root ``Node`` or ``Block`` Module and all it holds.
+
+    The graph is built depth-first. Each attribute (or list item, or container
+    entry) is one of: a static value, a raw array, a new Variable, a new
+    sub-node, a container (list, tuple, dict) of such values, an ``nnx.Rngs``, a
+    Variable or node made earlier (sharing), or a node still being built, that
+    is an ancestor (a cycle). Containers are never shared: the graph engine walks
+    them by value.
+
+    Args:
+      max_nodes: the most graph nodes a graph has (the root included).
+      max_depth: the deepest nesting of nodes and containers below the root.
+      max_attributes: the most attributes per node (and items per container).
+      sharing: allow a Variable or node to be referenced from several places.
+      cycles: allow a node to hold one of its ancestors (or itself).
+      containers: allow lists, tuples and dicts.
+      rngs: allow ``nnx.Rngs`` sub-modules (typed PRNG key leaves).
+      metadata: give Variables metadata (see ``variables``).
+      variable_kinds: the Variable kinds to use.
+      node_types: the sub-node types to use; ``List``/``Dict`` hold items/keys,
+        other types are built with no arguments and get attributes set.
+
+    Returns:
+      A hypothesis strategy of root Modules (``Node`` or ``Block``).
+
+    Raises:
+      ValueError: ``max_nodes < 1``, ``max_depth < 0`` or ``max_attributes < 0``.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> from flaxgraph.testing import graphs
+      >>> nnx.find_duplicates(graphs(sharing=False, cycles=False).example())
+      []
+
+    Source: flaxgraph.
+    """
+    if max_nodes < 1 or max_depth < 0 or max_attributes < 0:
+        raise ValueError(
+            "graphs needs max_nodes >= 1, max_depth >= 0 and max_attributes >= 0, got "
+            f"max_nodes={max_nodes}, max_depth={max_depth}, max_attributes={max_attributes}"
+        )
+    options = _Options(
+        max_nodes=max_nodes,
+        max_depth=max_depth,
+        max_attributes=max_attributes,
+        sharing=sharing,
+        cycles=cycles,
+        containers=containers,
+        rngs=rngs,
+        variables=variables(kinds=variable_kinds, metadata=metadata),
+        node_types=tuple(node_types),
+    )
+
+    @st.composite
+    def build(draw: Any) -> Node:
+        return _Builder(draw, options).node(draw(st.sampled_from((Node, Block))), 0)
+
+    return build()
+
+
+def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list[MutationStep]]:
+    """A strategy of mutation programs for ``apply_mutations``.
+
+    Args:
+      max_steps: the most steps in a program (programs may be empty).
+      cycles: if False, ``ShareAttribute`` steps have ``allow_cycle=False``, so
+        applying the program to an acyclic graph keeps it acyclic.
+
+    Returns:
+      A hypothesis strategy of lists of steps (``SetValue``, ``AddAttribute``,
+      ``DeleteAttribute``, ``ShareAttribute``, ``SwapAttributes``); see
+      ``flaxgraph.testing.programs`` for what each does.
+
+    Example::
+
+      >>> from flaxgraph.testing import mutations
+      >>> len(mutations(max_steps=2).example()) <= 2
+      True
+
+    Source: flaxgraph.
+    """
+    selector = st.integers(0, 255)
+    small = st.integers(0, 3)
+    name = st.sampled_from(ATTRIBUTE_NAMES)
+    step = st.one_of(
+        st.builds(SetValue, selector, small, small),
+        st.builds(AddAttribute, selector, name, st.sampled_from(ADD_KINDS), small),
+        st.builds(DeleteAttribute, selector, selector),
+        st.builds(ShareAttribute, selector, selector, name, st.just(True) if cycles else st.just(False)),
+        st.builds(SwapAttributes, selector, selector, selector),
+    )
+    return st.lists(step, max_size=max_steps)
+
+
+# -- the graph builder -------------------------------------------------------------------------
+
+
+class _Options:
+    __slots__ = (
+        "max_nodes",
+        "max_depth",
+        "max_attributes",
+        "sharing",
+        "cycles",
+        "containers",
+        "rngs",
+        "variables",
+        "node_types",
+    )
+
+    def __init__(self, **values: Any):
+        for k, v in values.items():
+            setattr(self, k, v)
+
+
+class _Builder:
+    """Draws one graph; keeps what sharing and cycles may point to."""
+
+    def __init__(self, draw: Any, options: _Options):
+        self.draw = draw
+        self.options = options
+        self.finished: list[Any] = []  # complete nodes: sharing them makes no cycle
+        self.ancestors: list[Any] = []  # nodes being built: referencing one is a cycle
+        self.variables: list[Variable[Any]] = []
+        self.node_count = 0
+
+    def node(self, cls: type, depth: int) -> Any:
+        draw, options = self.draw, self.options
+        self.node_count += 1
+        obj = cls()
+        self.ancestors.append(obj)
+        if cls is List:
+            for _ in range(draw(st.integers(0, options.max_attributes))):
+                obj.append(self.value(depth + 1))
+        else:
+            names = draw(
+                st.lists(
+                    st.sampled_from(ATTRIBUTE_NAMES), unique=True, max_size=options.max_attributes
+                )
+            )
+            for name in names:
+                setattr(obj, name, self.value(depth + 1))
+        self.ancestors.pop()
+        self.finished.append(obj)
+        return obj
+
+    def value(self, depth: int) -> Any:
+        draw, options = self.draw, self.options
+        deeper = depth < options.max_depth
+        room = self.node_count < options.max_nodes
+        choices = ["static", "array", "variable"]
+        if deeper and room:
+            choices.append("node")
+        if deeper and options.containers:
+            choices.append("container")
+        if options.sharing and self.variables:
+            choices.append("shared variable")
+        if options.sharing and self.finished:
+            choices.append("shared node")
+        if options.cycles and self.ancestors:
+            choices.append("cycle")
+        if options.rngs and room:
+            choices.append("rngs")
+        choice = draw(st.sampled_from(choices))
+        if choice == "static":
+            return draw(static_values())
+        if choice == "array":
+            return draw(arrays())
+        if choice == "variable":
+            variable = draw(options.variables)
+            self.variables.append(variable)
+            return variable
+        if choice == "node":
+            return self.node(draw(st.sampled_from(options.node_types)), depth)
+        if choice == "container":
+            return self.container(depth)
+        if choice == "shared variable":
+            return draw(st.sampled_from(self.variables))
+        if choice == "shared node":
+            return draw(st.sampled_from(self.finished))
+        if choice == "cycle":
+            return draw(st.sampled_from(self.ancestors))
+        # rngs
+        self.node_count += 1
+        seed = draw(st.integers(0, 2**16))
+        streams = draw(st.lists(st.sampled_from(("params", "dropout")), unique=True, max_size=2))
+        r = Rngs(seed, **{s: seed + i + 1 for i, s in enumerate(streams)})
+        self.finished.append(r)
+        return r
+
+    def container(self, depth: int) -> Any:
+        draw = self.draw
+        kind = draw(st.sampled_from((list, tuple, dict)))
+        if kind is dict:
+            keys = draw(
+                st.lists(
+                    st.sampled_from(ATTRIBUTE_NAMES),
+                    unique=True,
+                    max_size=self.options.max_attributes,
+                )
+            )
+            return {k: self.value(depth + 1) for k in keys}
+        items = [self.value(depth + 1) for _ in range(draw(st.integers(0, 3)))]
+        return items if kind is list else tuple(items)
+
+
+__all__ = [
+    "ATTRIBUTE_NAMES",
+    "MESH_AXES",
+    "NODE_TYPES",
+    "TAGS",
+    "VARIABLE_KINDS",
+    "arrays",
+    "filters",
+    "graphs",
+    "mutations",
+    "static_values",
+    "variables",
+]

@@ -1,0 +1,1 @@
+"""JAX-style transforms that accept objects: one lifting machine, many transforms."""

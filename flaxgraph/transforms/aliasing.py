@@ -1,0 +1,316 @@
+"""Prefix resolution and the consistent-aliasing check, in one graph walk.
+
+A transform receives prefix trees over its arguments and outputs (``in_axes``,
+``in_shardings``, ``argnums``…). ``PrefixWalk`` flattens the arguments as one
+graph and gives every leaf the prefix that applies where it stands: a plain
+prefix is distributed over containers like JAX does and applies to all of an
+object's state; a lift type (``StateAxes``…) at an object gives each of its
+leaves the prefix of the first filter it matches.
+
+**Consistent aliasing.** A node reachable along several paths must receive the
+same prefix along each of them: transforming one object two ways at once has no
+meaning. The walk compares the prefix context of every alias with that of the
+first sighting; only when they differ does it run ``AliasDiagnostics``, a second
+walk that visits every alias and records each leaf's prefix along every path,
+so that the error lists *every* alias by its path from the arguments, e.g.::
+
+  Inconsistent aliasing detected: the Param below is reachable along 5 paths
+  that give it different in_axes:
+    args[0]['a']['b'].param: 0
+    args[0]['c'].param: 0
+    args[1][0][0].param: 1
+    ...
+
+Source: the JAX-style NNX transforms design note (seed 002, "Consistent
+aliasing"); paths from the arguments as in JAX's ``tree_util`` errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from flaxgraph.errors import FlaxgraphError, numbered_fixes
+from flaxgraph.graph.flatten import Walk
+from flaxgraph.graph.graphdef import GraphDef
+from flaxgraph.graph.paths import path_str
+from flaxgraph.graph.refmap import RefMap
+from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.transforms.lift_types import NO_MATCH, PrefixMapping
+from flaxgraph.variables import Variable
+
+PathParts = tuple[Hashable, ...]
+
+
+class InconsistentAliasingError(FlaxgraphError, ValueError):
+    """One object reachable along several paths receives different prefixes."""
+
+
+class PrefixError(FlaxgraphError, ValueError):
+    """A prefix tree (``in_axes``, ``in_shardings``…) does not fit the value it is for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixSpec:
+    """What counts as a prefix for one transform argument (e.g. vmap's ``in_axes``).
+
+    Attributes:
+      name: the argument's name, for messages (``'in_axes'``).
+      is_leaf: predicate for plain prefixes (ints and None for ``in_axes``).
+      lift_type: the lift type accepted at objects (``StateAxes``…), or ``None``.
+      fix: a hint appended to prefix errors.
+    """
+
+    name: str
+    is_leaf: Callable[[Any], bool]
+    lift_type: type | None = None
+    fix: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class _MapCtx:
+    """Inside an object that received a lift type: resolve leaves by filter."""
+
+    mapping: PrefixMapping
+    base: int  # length of the object's path; leaf paths are taken relative to it
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedRoots:
+    """Names the top-level positions of a walked tuple (``args``, ``kwargs``, ``output``)."""
+
+    names: tuple[str, ...]
+    values: tuple[Any, ...]
+
+    def where(self, path: PathParts) -> str:
+        if not path:
+            return "(" + ", ".join(self.names) + ")"
+        i = path[0]
+        return path_str(self.names[i], self.values[i], path[1:])  # type: ignore[index]
+
+
+class PrefixWalk(Walk):
+    """Flattens a tuple of roots, resolving one prefix per leaf and checking aliasing.
+
+    After ``run``: ``self.leaves`` and ``self.leaf_prefixes`` are aligned.
+    """
+
+    dynamic_leaves = True
+
+    def __init__(self, spec: PrefixSpec, roots: NamedRoots, ref_index: RefMap[int] | None = None):
+        super().__init__(RefMap() if ref_index is None else ref_index, "args", roots.values)
+        self.spec = spec
+        self.roots = roots
+        self.leaf_prefixes: list[Any] = []
+        self.contexts: RefMap[Any] = RefMap()
+        self.conflict = False
+
+    def where(self, path: PathParts) -> str:
+        return self.roots.where(path)
+
+    # -- prefix semantics ------------------------------------------------------------------
+    def _context(self, node: Any, path: PathParts, prefix: Any) -> Any:
+        """The prefix context an object gets from ``prefix`` (checked)."""
+        if isinstance(prefix, _MapCtx) or self.spec.is_leaf(prefix):
+            return prefix
+        lift = self.spec.lift_type
+        if lift is not None and isinstance(prefix, lift):
+            return _MapCtx(prefix, len(path))
+        raise PrefixError(
+            f"{self.spec.name} gives {_describe(prefix)} for the {type(node).__name__} at "
+            f"{self.where(path)}, but an object takes one prefix for all of its state"
+            + (f" or a {lift.__name__}" if lift is not None else "")
+            + "."
+            + (f"\nFix: {self.spec.fix}" if self.spec.fix else "")
+        )
+
+    def _leaf_prefix(self, path: PathParts, leaf: Any, ctx: Any) -> Any:
+        if isinstance(ctx, _MapCtx):
+            prefix = ctx.mapping.prefix_of(path[ctx.base :], leaf)
+            if prefix is NO_MATCH:
+                raise PrefixError(
+                    f"The {type(leaf).__name__} at {self.where(path)} matches none of the "
+                    f"filters of {ctx.mapping!r}.\nFix: add a filter for it, or end the "
+                    "mapping with `...: <prefix>` to cover the rest."
+                )
+            return prefix
+        if self.spec.is_leaf(ctx):
+            return ctx
+        if isinstance(ctx, PrefixMapping) and ctx.distributes:
+            return ctx.leaf_prefix
+        raise PrefixError(
+            f"{self.spec.name} gives {_describe(ctx)} for the {type(leaf).__name__} leaf at "
+            f"{self.where(path)}; a leaf takes a single prefix."
+            + (f"\nFix: {self.spec.fix}" if self.spec.fix else "")
+        )
+
+    def _context_key(self, x: Any, path: PathParts, ctx: Any) -> Any:
+        if isinstance(ctx, _MapCtx):
+            return ("map", ctx.mapping, path[ctx.base :])
+        return ("leaf", ctx)
+
+    # -- Walk hooks ------------------------------------------------------------------------
+    def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+        ctx = self._context(node, path, prefix)
+        if isinstance(node, Variable):
+            resolved = self._leaf_prefix(path, node, ctx)
+            self.contexts[node] = ("leaf", resolved)
+            return resolved
+        self.contexts[node] = self._context_key(node, path, ctx)
+        return ctx
+
+    def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+        ctx = self._context(x, path, prefix)
+        if isinstance(x, Variable):
+            key: Any = ("leaf", self._leaf_prefix(path, x, ctx))
+        else:
+            key = self._context_key(x, path, ctx)
+        if key != self.contexts[x]:
+            self.conflict = True
+
+    def child_prefixes(
+        self, x: Any, path: PathParts, prefix: Any, keys: Sequence[Hashable]
+    ) -> Sequence[Any] | None:
+        if isinstance(prefix, _MapCtx) or self.spec.is_leaf(prefix):
+            return None
+        if isinstance(prefix, PrefixMapping) and prefix.distributes:
+            return None
+        if isinstance(prefix, PrefixMapping):
+            raise PrefixError(
+                f"{type(prefix).__name__} can only be used for an object (a Module, Object or "
+                f"Variable), but {self.spec.name} gives it for the {type(x).__name__} at "
+                f"{self.where(path)}.\nFix: give each object inside its own "
+                f"{type(prefix).__name__}, or a plain prefix for the whole {type(x).__name__}."
+            )
+        if isinstance(prefix, (tuple, list)) and isinstance(x, (tuple, list)):
+            if len(prefix) == len(x):
+                return list(prefix)
+            raise PrefixError(
+                f"{self.spec.name} has {len(prefix)} entries at {self.where(path)}, but the "
+                f"{type(x).__name__} there has {len(x)}.\nFix: give one entry per element, or "
+                "a single prefix for all of them."
+            )
+        if isinstance(prefix, dict) and isinstance(x, dict):
+            if set(prefix) == set(x):
+                return [prefix[k] for k in keys]
+            raise PrefixError(
+                f"{self.spec.name} has keys {sorted(map(str, prefix))} at {self.where(path)}, "
+                f"but the dict there has keys {sorted(map(str, x))}."
+            )
+        raise PrefixError(
+            f"{self.spec.name} gives {_describe(prefix)} for the {type(x).__name__} at "
+            f"{self.where(path)}; the structures do not match."
+            + (f"\nFix: {self.spec.fix}" if self.spec.fix else "")
+        )
+
+    def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+        if not isinstance(leaf, Variable):
+            prefix = self._leaf_prefix(path, leaf, prefix)
+        self.leaves.append((path, leaf))
+        self.leaf_prefixes.append(prefix)
+
+    def run_checked(
+        self, value: Any, prefix: Any
+    ) -> tuple[GraphDef, list[tuple[PathParts, Any]], list[Any]]:
+        """``run`` plus the aliasing check; returns ``(graphdef, leaves, leaf_prefixes)``.
+
+        Raises:
+          PrefixError: the prefix tree does not fit the value.
+          InconsistentAliasingError: an object's aliases receive different prefixes.
+        """
+        graphdef, leaves = self.run(value, prefix)
+        if self.conflict:
+            AliasDiagnostics(self.spec, self.roots).check(value, prefix)
+        return graphdef, leaves, self.leaf_prefixes
+
+
+class AliasDiagnostics(PrefixWalk):
+    """Re-walks every alias to list each leaf's prefix along every path (errors only)."""
+
+    def __init__(self, spec: PrefixSpec, roots: NamedRoots):
+        super().__init__(spec, roots)
+        self.records: dict[Any, list[tuple[PathParts, Any, Any]]] = {}
+        self.node_at: dict[PathParts, Any] = {}
+        self.seen: set[tuple[int, Any]] = set()
+
+    def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+        self.node_at[path] = node
+        return super().enter_node(node, path, prefix)
+
+    def _record(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+        if isinstance(leaf, Variable):
+            key: Any = ("var", id(leaf))
+        else:
+            for cut in range(len(path) - 1, -1, -1):
+                owner = self.node_at.get(path[:cut])
+                if owner is not None:
+                    key = ("attr", id(owner), path[cut:])
+                    break
+            else:
+                key = ("path", path)
+        self.records.setdefault(key, []).append((path, leaf, prefix))
+
+    def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+        super().add_leaf(path, leaf, prefix)
+        self._record(path, leaf, self.leaf_prefixes[-1])
+
+    def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+        ctx = self._context(x, path, prefix)
+        if isinstance(x, Variable):
+            self._record(path, x, self._leaf_prefix(path, x, ctx))
+            return
+        seen_key = (id(x), self._context_key(x, path, ctx))
+        if seen_key in self.seen:
+            return
+        self.seen.add(seen_key)
+        self.node_at[path] = x
+        items, _ = _GRAPH_NODE_IMPLS[type(x)].flatten(x)
+        for k, v in items:
+            self.visit(v, (*path, k), ctx, True)
+
+    def check(self, value: Any, prefix: Any) -> None:
+        self.run(value, prefix)
+        bad = [r for r in self.records.values() if len({_hashable_key(p) for _, _, p in r}) > 1]
+        if not bad:
+            return
+        lines = []
+        for record in bad:
+            leaf = record[0][1]
+            lines.append(f"  {type(leaf).__name__}{_shape(leaf)}:")
+            lines.extend(f"    {self.where(path)}: {p!r}" for path, _, p in record)
+        raise InconsistentAliasingError(
+            "Inconsistent aliasing detected: an object is reachable along several paths "
+            f"that give it different {self.spec.name}. Every alias of an object must be "
+            f"transformed the same way; the aliases and the {self.spec.name} each received:\n"
+            + "\n".join(lines)
+            + "\n"
+            + numbered_fixes(
+                [
+                    f"give every position that holds the object the same {self.spec.name};",
+                    "pass a copy (nnx.clone(obj)) where it must be transformed differently;",
+                    "or use a lift type (StateAxes, StateSharding, DiffState) whose filters "
+                    "give the shared part one prefix.",
+                ]
+            )
+        )
+
+
+def _hashable_key(p: Any) -> Any:
+    try:
+        hash(p)
+        return p
+    except TypeError:
+        return repr(p)
+
+
+def _shape(leaf: Any) -> str:
+    value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+    shape = getattr(value, "shape", None)
+    return f" of shape {tuple(shape)}" if shape is not None else ""
+
+
+def _describe(prefix: Any) -> str:
+    if isinstance(prefix, (tuple, list, dict)):
+        return f"a {type(prefix).__name__} {prefix!r}"
+    return repr(prefix)

@@ -1,0 +1,122 @@
+"""The shape of a transformed callable: decorators, static arguments, methods.
+
+Every flaxgraph transform works as ``nnx.jit(f, **options)``, as ``@nnx.jit``
+and as ``@nnx.jit(**options)``, on functions and on methods (``@nnx.jit def
+__call__(self, x)``: the instance is simply the first argument). Given a Module
+instance or a bound method of one, the object becomes the first argument, so
+``nnx.jit(model)(x)`` is ``nnx.jit(type(model).__call__)(model, x)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from flaxgraph.transforms.lift import is_graph_object
+
+
+def decorator(transform: Callable[..., Any]) -> Callable[..., Any]:
+    """Lets ``transform(f, **kw)`` also be used as ``@transform`` and ``@transform(**kw)``."""
+
+    @functools.wraps(transform)
+    def wrapper(f: Any = None, /, *args: Any, **kwargs: Any) -> Any:
+        if f is None:
+            return lambda g: transform(g, *args, **kwargs)
+        return transform(f, *args, **kwargs)
+
+    return wrapper
+
+
+def unbind(f: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """Splits a Module instance or a bound method of a graph object into
+    ``(function, (self,))``; other callables come back as ``(f, ())``."""
+    if inspect.ismethod(f) and is_graph_object(f.__self__):
+        return f.__func__, (f.__self__,)
+    if is_graph_object(f) and callable(f):
+        return type(f).__call__, (f,)
+    return f, ()
+
+
+def bind(wrapped: Callable[..., Any], bound: tuple[Any, ...], f: Any) -> Callable[..., Any]:
+    """The user-facing callable: ``wrapped`` with ``bound`` prepended to the arguments."""
+    if not bound:
+        return wrapped
+
+    @functools.wraps(wrapped)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return wrapped(*bound, *args, **kwargs)
+
+    return call
+
+
+def normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
+    if argnums is None:
+        return ()
+    if isinstance(argnums, int):
+        return (argnums,)
+    return tuple(argnums)
+
+
+def normalize_argnames(argnames: str | Iterable[str] | None) -> tuple[str, ...]:
+    if argnames is None:
+        return ()
+    if isinstance(argnames, str):
+        return (argnames,)
+    return tuple(argnames)
+
+
+def split_static(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    static_argnums: tuple[int, ...],
+    static_argnames: tuple[str, ...],
+) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]:
+    """Removes static arguments: ``(dynamic_args, dynamic_kwargs, statics)`` where
+    ``statics`` is hashable (it joins the cache key).
+
+    Raises:
+      TypeError: a static argument is unhashable.
+    """
+    if not static_argnums and not static_argnames:
+        return args, kwargs, ()
+    n = len(args)
+    nums = tuple(sorted(i % n for i in static_argnums if -n <= i < n))
+    static_args = tuple((i, args[i]) for i in nums)
+    static_kwargs = tuple((k, kwargs[k]) for k in static_argnames if k in kwargs)
+    statics = (static_args, static_kwargs)
+    try:
+        hash(statics)
+    except TypeError:
+        bad = [f"args[{i}]" for i, v in static_args if not _hashable(v)] + [
+            f"kwargs[{k!r}]" for k, v in static_kwargs if not _hashable(v)
+        ]
+        raise TypeError(
+            f"Static arguments must be hashable, but {', '.join(bad)} is not.\nFix: pass a "
+            "hashable value (a tuple instead of a list…), or make the argument dynamic."
+        ) from None
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in nums)
+    dyn_kwargs = {k: v for k, v in kwargs.items() if k not in static_argnames}
+    return dyn_args, dyn_kwargs, statics
+
+
+def merge_static(
+    args: tuple[Any, ...], kwargs: dict[str, Any], statics: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The inverse of ``split_static``."""
+    if not statics:
+        return args, kwargs
+    static_args, static_kwargs = statics
+    full = list(args)
+    for i, v in static_args:
+        full.insert(i, v)
+    return tuple(full), {**kwargs, **dict(static_kwargs)}
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True

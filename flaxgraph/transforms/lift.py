@@ -1,0 +1,375 @@
+"""The lifting machine: one path by which every transform accepts objects.
+
+JAX transforms take pure pytrees. flaxgraph transforms take Modules, Variables
+and Rngs anywhere in their arguments and outputs, and keep Python's reference
+semantics. Every transform goes through the same five steps:
+
+1. **Outside, split.** ``split_inputs`` flattens ``(args, kwargs)`` as *one*
+   graph (shared objects across arguments become references) while resolving the
+   transform's prefix tree (``in_axes``, ``in_shardings``, diff flags…) to one
+   prefix per leaf and checking consistent aliasing (``aliasing.PrefixWalk``).
+   Leaves are grouped by prefix, so the prefix tree handed to JAX is just one
+   plain prefix per group.
+2. **The JAX transform** runs ``Call.pure``, a function of ``(Static, groups)``
+   only. The GraphDef travels as pytree *auxiliary data* (``Static``), so JAX's
+   own caches key on the graph structure: same structure, no retrace.
+3. **Inside, merge** the leaves into fresh objects in the inner trace and call the
+   user's function.
+4. **Inside, split again** the inputs (to carry every update, structural ones
+   included) together with the outputs, in one walk with the output prefixes:
+   outputs that alias inputs become references to them, aliasing is checked
+   between inputs and outputs, and captured objects may not be returned. Leaves
+   whose value did not change are not returned at all (write back only what
+   changed).
+5. **Outside, update** the caller's objects in place from the returned GraphDef
+   and leaves (``unflatten`` with ``reuse``) and build the outputs; an output
+   that aliases an input is the caller's *same* object. If anything before this
+   step raises, the caller's objects are untouched; this step validates before it
+   writes.
+
+Source: the JAX-style NNX transforms design note (seed 002) and the Linen
+lifting note (seed 001: split into groups, lift, repack, commit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import jax
+
+from flaxgraph.errors import TraceContextError
+from flaxgraph.graph.graphdef import GraphDef
+from flaxgraph.graph.refmap import RefMap
+from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.tracing import current_trace
+from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
+from flaxgraph.variables import Variable
+
+PathParts = tuple[Hashable, ...]
+IN = 0  # source tag: the leaf is unchanged, take the caller's input value
+OUT = 1  # source tag: the leaf comes back from the JAX transform
+
+
+class Static:
+    """A pytree with no leaves whose auxiliary data is ``value`` (hashable).
+
+    JAX keeps auxiliary data in the treedef, which is part of every transform's
+    cache key and is rebuilt on cache hits; that is how GraphDefs cross JAX
+    transforms without being arrays.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Static({self.value!r})"
+
+
+jax.tree_util.register_pytree_node(Static, lambda s: ((), s.value), lambda aux, _: Static(aux))
+
+
+class _Frozen:
+    """Base of the hashable records that travel as ``Static`` aux data."""
+
+    __slots__ = ("_hash",)
+    _fields: tuple[str, ...] = ()
+
+    def _key(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f) for f in self._fields)
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash  # type: ignore[no-any-return]
+        except AttributeError:
+            h = hash(self._key())
+            object.__setattr__(self, "_hash", h)
+            return h
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            type(other) is type(self) and hash(self) == hash(other) and self._key() == other._key()  # type: ignore[attr-defined]
+        )
+
+
+class InStatic(_Frozen):
+    """What the pure function needs besides arrays: the input GraphDef, where each
+    leaf sits in the groups, and any transform-specific static data."""
+
+    __slots__ = ("graphdef", "slots", "extra")
+    _fields = ("graphdef", "slots", "extra")
+
+    def __init__(self, graphdef: GraphDef, slots: tuple[tuple[int, int], ...], extra: Any):
+        object.__setattr__(self, "graphdef", graphdef)
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "extra", extra)
+
+
+class OutStatic(_Frozen):
+    """What comes back besides arrays: the GraphDef of ``(args, kwargs, output)``,
+    which of its nodes are the inputs' nodes, and where each leaf comes from."""
+
+    __slots__ = ("graphdef", "index_map", "sources")
+    _fields = ("graphdef", "index_map", "sources")
+
+    def __init__(
+        self,
+        graphdef: GraphDef,
+        index_map: tuple[tuple[int, int], ...],
+        sources: tuple[tuple[int, int, int], ...],
+    ):
+        object.__setattr__(self, "graphdef", graphdef)
+        object.__setattr__(self, "index_map", index_map)
+        object.__setattr__(self, "sources", sources)
+
+
+def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
+    """The distinct plain prefixes found in prefix trees (lift types included), in
+    order of first appearance: the groups a transform's leaves can fall into."""
+    keys: list[Any] = []
+
+    def add(p: Any) -> None:
+        if not any(_same(p, k) for k in keys):
+            keys.append(p)
+
+    def go(t: Any) -> None:
+        if spec.is_leaf(t):
+            add(t)
+        elif spec.lift_type is not None and isinstance(t, spec.lift_type):
+            for p in t.prefixes:  # type: ignore[attr-defined]
+                go(p)
+            leaf = getattr(t, "leaf_prefix", None)
+            if leaf is not None and spec.is_leaf(leaf):
+                add(leaf)
+        elif isinstance(t, (tuple, list)):
+            for x in t:
+                go(x)
+        elif isinstance(t, dict):
+            for x in t.values():
+                go(x)
+
+    for tree in trees:
+        go(tree)
+    return keys
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def group_index(prefix: Any, keys: Sequence[Any]) -> int:
+    for i, k in enumerate(keys):
+        if _same(prefix, k):
+            return i
+    raise ValueError(f"Internal error: prefix {prefix!r} is not among the groups {keys!r}")
+
+
+@dataclasses.dataclass
+class Call:
+    """One lifted call: the split inputs and everything needed to finish it.
+
+    Attributes:
+      graphdef: GraphDef of ``(args, kwargs)``.
+      leaves: the caller's leaves (Variables or raw values) in walk order.
+      values: their raw values.
+      prefixes: their resolved prefixes.
+      nodes: the caller's nodes and Variables by reference index.
+      in_prefix: the prefix tree used for the inputs (reused for them on output).
+    """
+
+    graphdef: GraphDef
+    leaves: list[Any]
+    values: list[Any]
+    prefixes: list[Any]
+    nodes: list[Any]
+    in_prefix: Any
+
+    def groups(self, keys: Sequence[Any]) -> tuple[tuple[tuple[int, int], ...], tuple[list[Any], ...]]:
+        """Places each leaf value in the group of its prefix: ``(slots, groups)``."""
+        groups: tuple[list[Any], ...] = tuple([] for _ in keys)
+        slots = []
+        for value, prefix in zip(self.values, self.prefixes):
+            g = group_index(prefix, keys)
+            slots.append((g, len(groups[g])))
+            groups[g].append(value)
+        return tuple(slots), groups
+
+    def finish(self, out_static: OutStatic, out_groups: Sequence[Sequence[Any]]) -> Any:
+        """Step 5: updates the caller's objects in place and returns the output."""
+        values = [
+            self.values[a] if tag == IN else out_groups[a][b] for tag, a, b in out_static.sources
+        ]
+        reuse = {out_i: self.nodes[in_i] for out_i, in_i in out_static.index_map}
+        _args, _kwargs, output = unflatten(out_static.graphdef, values, reuse=reuse)
+        return output
+
+
+def split_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any, spec: PrefixSpec) -> Call:
+    """Step 1: flattens ``(args, kwargs)`` as one graph with one prefix per leaf.
+
+    Args:
+      args, kwargs: the call's arguments.
+      in_prefix: prefix tree over ``(args, kwargs)``: a pair ``(args_prefix,
+        kwargs_prefix)`` or a single prefix for everything.
+      spec: what counts as a prefix for this transform.
+
+    Raises:
+      PrefixError, InconsistentAliasingError (both ``ValueError``): see ``aliasing``.
+    """
+    walk = PrefixWalk(spec, NamedRoots(("args", "kwargs"), (args, kwargs)))
+    graphdef, leaves, prefixes = walk.run_checked((args, kwargs), in_prefix)
+    leaf_objs = [leaf for _, leaf in leaves]
+    values = [leaf.raw_value if isinstance(leaf, Variable) else leaf for leaf in leaf_objs]
+    return Call(graphdef, leaf_objs, values, prefixes, list(walk.ref_index), in_prefix)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    """Step 3 and 4 for one trace: merge, call, re-split.
+
+    Attributes:
+      f: the user's function.
+      out_spec: what counts as a prefix on the way out.
+      out_keys: the output groups (all prefixes ``out_prefix`` and the inputs'
+        prefixes can resolve to).
+      same_prefix: whether an unchanged input leaf with in-prefix ``a`` may be
+        returned as is where the out-prefix is ``b``.
+      on_inputs: called with the inner leaf objects (Variables or values) and their
+        prefixes right after merging (e.g. to remove an axis from metadata).
+      on_output_leaf: called with each output leaf and its prefix before its
+        metadata is recorded (e.g. to add an axis back).
+    """
+
+    f: Callable[..., Any]
+    out_spec: PrefixSpec
+    out_keys: Sequence[Any]
+    same_prefix: Callable[[Any, Any], bool] = _same
+    on_inputs: Callable[[list[Any], list[Any]], None] | None = None
+    on_output_leaf: Callable[[Any, Any], None] | None = None
+
+    def run(
+        self,
+        in_static: InStatic,
+        groups: Sequence[Sequence[Any]],
+        in_prefixes: Sequence[Any],
+        inputs_out_prefix: tuple[Any, Any],
+        out_prefix_tree: Any,
+        call: Callable[..., Any] | None = None,
+    ) -> tuple[Any, OutStatic, tuple[list[Any], ...]]:
+        """Merges the inputs, calls ``call(f, args, kwargs)`` (default ``f(*args,
+        **kwargs)``), and re-splits ``(args, kwargs, output_part)``.
+
+        ``in_prefixes`` are the inputs' per-leaf group keys; ``inputs_out_prefix``
+        is the ``(args, kwargs)`` prefix pair applied to the inputs on the way out and
+        ``out_prefix_tree`` the prefix of the output part.
+
+        ``call`` returns ``(kept, output_part)``: ``kept`` is returned as is (e.g. a
+        loss for ``grad``) and ``output_part`` goes through the lift.
+
+        Returns:
+          ``(kept, out_static, out_groups)``.
+        """
+        values = [groups[g][i] for g, i in in_static.slots]
+        index_ref: dict[int, Any] = {}
+        sink: list[Any] = []
+        args, kwargs = unflatten(in_static.graphdef, values, index_ref=index_ref, leaf_sink=sink)
+        if self.on_inputs is not None:
+            self.on_inputs(sink, list(in_prefixes))
+        in_index = RefMap[int]()
+        for idx, obj in index_ref.items():
+            in_index[obj] = idx
+        in_leaf = RefMap[int]()
+        metadata_at_merge = []
+        for i, leaf in enumerate(sink):
+            if isinstance(leaf, Variable):
+                in_leaf[leaf] = i
+                metadata_at_merge.append(leaf._var_metadata)
+            else:
+                metadata_at_merge.append(None)
+        raw_in: dict[int, int] = {id(v): i for i, v in enumerate(sink) if not isinstance(v, Variable)}
+
+        if call is None:
+            kept, output = None, self.f(*args, **kwargs)
+        else:
+            kept, output = call(self.f, args, kwargs)
+
+        walk = _OutputWalk(
+            self.out_spec,
+            NamedRoots(("args", "kwargs", "output"), (args, kwargs, output)),
+            in_index,
+            self.on_output_leaf,
+        )
+        inputs_prefix_args, inputs_prefix_kwargs = inputs_out_prefix
+        out_graphdef, out_leaves, out_prefixes = walk.run_checked(
+            (args, kwargs, output), (inputs_prefix_args, inputs_prefix_kwargs, out_prefix_tree)
+        )
+        out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
+        sources = []
+        for (_, leaf), prefix in zip(out_leaves, out_prefixes):
+            if isinstance(leaf, Variable):
+                i = in_leaf.get(leaf)
+                if (
+                    i is not None
+                    and leaf.raw_value is values[i]
+                    and leaf._var_metadata is metadata_at_merge[i]
+                    and self.same_prefix(in_prefixes[i], prefix)
+                ):
+                    sources.append((IN, i, 0))
+                    continue
+                value = leaf.raw_value
+            else:
+                i = raw_in.get(id(leaf))
+                if i is not None and sink[i] is leaf and self.same_prefix(in_prefixes[i], prefix):
+                    sources.append((IN, i, 0))
+                    continue
+                value = leaf
+            g = group_index(prefix, self.out_keys)
+            sources.append((OUT, g, len(out_groups[g])))
+            out_groups[g].append(value)
+        index_map = tuple(
+            (out_i, in_index[obj]) for obj, out_i in walk.ref_index.items() if obj in in_index
+        )
+        return kept, OutStatic(out_graphdef, index_map, tuple(sources)), out_groups
+
+
+class _OutputWalk(PrefixWalk):
+    """The step-4 walk: also rejects captured objects and runs the output-leaf hook."""
+
+    def __init__(
+        self,
+        spec: PrefixSpec,
+        roots: NamedRoots,
+        in_index: RefMap[int],
+        on_leaf: Callable[[Any, Any], None] | None,
+    ):
+        super().__init__(spec, roots)
+        self.in_index = in_index
+        self.on_leaf = on_leaf
+        self.trace = current_trace()
+
+    def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+        if node not in self.in_index:
+            created = node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", None)
+            if created is not None and created != self.trace:
+                raise TraceContextError(
+                    f"The {type(node).__name__} at {self.where(path)} was created outside the "
+                    "transform and captured by closure; a transform may not return (or store "
+                    "into its arguments) an object it did not receive, because the caller "
+                    "would get a silent copy of it.\nFix: pass it as an argument of the "
+                    "transformed function."
+                )
+        return super().enter_node(node, path, prefix)
+
+    def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+        super().add_leaf(path, leaf, prefix)
+        if self.on_leaf is not None and isinstance(leaf, Variable):
+            self.on_leaf(leaf, self.leaf_prefixes[-1])
+
+
+def is_graph_object(x: Any) -> bool:
+    """True for graph nodes and Variables (what the lifting machine treats as objects)."""
+    return type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)

@@ -1,0 +1,64 @@
+"""Tests of flaxgraph/config.py: the scoped Flag."""
+
+import pytest
+
+import flaxgraph as nnx
+from flaxgraph.config import Flag
+
+
+def test_get_returns_default():
+    assert Flag("f", 3).get() == 3
+
+
+def test_set_globally_changes_value():
+    flag = Flag("f", True)
+    flag.set_globally(False)
+    assert flag.get() is False
+
+
+def test_scoped_overrides_and_restores():
+    flag = Flag("f", "a")
+    with flag.scoped("b"):
+        assert flag.get() == "b"
+        with flag.scoped("c"):
+            assert flag.get() == "c"
+        assert flag.get() == "b"
+    assert flag.get() == "a"
+
+
+def test_scoped_restores_on_exception():
+    flag = Flag("f", 1)
+    with pytest.raises(RuntimeError, match="inside"), flag.scoped(2):
+        assert flag.get() == 2
+        raise RuntimeError("inside")
+    assert flag.get() == 1
+
+
+def test_set_globally_inside_scope_is_undone_at_exit():
+    # The scope restores the value it saw on entry, like treescope's context.
+    flag = Flag("f", 1)
+    with flag.scoped(2):
+        flag.set_globally(5)
+        assert flag.get() == 5
+    assert flag.get() == 1
+
+
+def test_flags_are_independent():
+    a, b = Flag("a", 0), Flag("b", 0)
+    with a.scoped(1):
+        assert (a.get(), b.get()) == (1, 0)
+
+
+def test_repr_names_flag_and_value():
+    assert repr(Flag("check_aliasing", True)) == "Flag('check_aliasing', True)"
+
+
+def test_flag_has_no_instance_dict():
+    flag = Flag("f", 0)
+    with pytest.raises(AttributeError):
+        flag.other = 1  # type: ignore[attr-defined]
+
+
+def test_flag_exported():
+    assert nnx.Flag is Flag
+

@@ -1,0 +1,159 @@
+"""The guides in ``guides/`` are executed: every cell runs and its printed output
+must equal the ``text`` block that follows it (see ``guides/run_guide.py``).
+
+One test per guide, discovered from ``guides/*.md``; a failure shows the runner's
+message (guide, cell, Markdown line and a diff or traceback). The runner itself
+is tested on small guides written to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+GUIDES = Path(__file__).resolve().parent.parent / "guides"
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("run_guide", GUIDES / "run_guide.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("run_guide", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _load_runner()
+
+
+@pytest.mark.parametrize("guide", runner.discover(GUIDES), ids=lambda p: p.name)
+def test_guide(guide: Path) -> None:
+    # Guides show code as users run it, under JAX's default configuration; the
+    # suite's stricter settings (conftest.py) are for the library's own tests.
+    try:
+        with jax.numpy_rank_promotion("allow"):
+            results = runner.run_guide(guide)
+    except runner.GuideFailure as failure:
+        pytest.fail(str(failure), pytrace=False)
+    assert results, f"{guide.name} has no code cell that runs"
+
+
+@pytest.mark.parametrize("guide", runner.discover(GUIDES), ids=lambda p: p.name)
+def test_guide_is_jupytext_compatible(guide: Path) -> None:
+    jupytext = pytest.importorskip("jupytext")
+    notebook = jupytext.read(guide)
+    code = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+    assert code == [cell.source for cell in runner.parse_guide(guide)]
+
+
+def test_index_lists_every_guide() -> None:
+    index = (GUIDES / "index.md").read_text(encoding="utf-8")
+    for guide in runner.discover(GUIDES):
+        assert f"({guide.name})" in index, f"guides/index.md does not link {guide.name}"
+
+
+# -- the runner itself ------------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "guide.md"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+PASSING = """\
+# A guide
+
+```python
+x = 1
+print(x, "  ")
+```
+
+Output:
+
+```text
+1
+```
+
+```python skip
+raise RuntimeError("not run")
+```
+
+```python
+try:
+    x.missing
+except AttributeError as error:
+    print(type(error).__name__)
+```
+```text
+AttributeError
+```
+
+```python
+print("unchecked")
+```
+"""
+
+
+def test_runner_passes_and_shares_one_namespace(tmp_path: Path) -> None:
+    results = runner.run_guide(_write(tmp_path, PASSING))
+    assert [r.cell.number for r in results] == [1, 3, 4]
+    assert [r.output for r in results] == ["1   \n", "AttributeError\n", "unchecked\n"]
+    assert [r.cell.expected is not None for r in results] == [True, True, False]
+
+
+def test_runner_reports_a_diff_with_cell_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, '# t\n\n```python\nprint("a\\nb")\n```\n\n```text\na\nc\n```\n')
+    with pytest.raises(runner.GuideFailure) as failure:
+        runner.run_guide(path)
+    message = str(failure.value)
+    assert "cell 1 (line 3)" in message
+    assert "guide.md:9" in message  # the line holding `c`
+    assert "-c" in message and "+b" in message
+
+
+def test_runner_reports_an_exception_at_its_markdown_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "```python\nx = 1\n```\n\n```python\n\ny = 1 / 0\n```\n")
+    with pytest.raises(runner.GuideFailure) as failure:
+        runner.run_guide(path)
+    message = str(failure.value)
+    assert "cell 2 (line 5) raised ZeroDivisionError" in message
+    assert "line 7" in message
+
+
+def test_runner_checks_missing_output(tmp_path: Path) -> None:
+    path = _write(tmp_path, "```python\nx = 1\n```\n```text\n1\n```\n")
+    with pytest.raises(runner.GuideFailure, match="cell 1"):
+        runner.run_guide(path)
+
+
+def test_text_block_after_prose_is_not_an_expected_block(tmp_path: Path) -> None:
+    path = _write(tmp_path, "```python\nprint(1)\n```\n\nSome prose.\n\n```text\n2\n```\n")
+    (cell,) = runner.parse_guide(path)
+    assert cell.expected is None
+
+
+def test_unknown_cell_option_and_unclosed_fence_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(runner.GuideFormatError, match="unknown cell option"):
+        runner.parse_guide(_write(tmp_path, "```python nocheck\nprint(1)\n```\n"))
+    with pytest.raises(runner.GuideFormatError, match="never closed"):
+        runner.parse_guide(_write(tmp_path, "```python\nprint(1)\n"))
+
+
+def test_command_line_exit_status(tmp_path: Path) -> None:
+    script = str(GUIDES / "run_guide.py")
+    good = tmp_path / "good.md"
+    good.write_text("```python\nprint('hi')\n```\n```text\nhi\n```\n", encoding="utf-8")
+    bad = tmp_path / "bad.md"
+    bad.write_text("```python\nprint('hi')\n```\n```text\nho\n```\n", encoding="utf-8")
+    ok = subprocess.run([sys.executable, script, str(good)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "hi" in ok.stdout
+    failed = subprocess.run([sys.executable, script, str(bad)], capture_output=True, text=True)
+    assert failed.returncode == 1
+    assert "cell 1 (line 1)" in failed.stderr and "+hi" in failed.stderr
