@@ -232,7 +232,28 @@ def environment() -> dict[str, Any]:
         "flax": _version("flax"),
         "equinox": _version("equinox"),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "load_average_1m": load_average(),
     }
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (``None`` where the OS does not report it)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_warning() -> str | None:
+    """A warning if other processes keep the CPUs busy (load average above half the
+    CPU count), which inflates absolute times; paired ratios suffer less."""
+    load, cpus = load_average(), os.cpu_count() or 1
+    if load is None or load <= cpus / 2:
+        return None
+    return (
+        f"warning: the machine is busy (load average {load:.1f} on {cpus} CPUs): absolute "
+        "times are inflated and noisy; the paired ratios are more trustworthy."
+    )
 
 
 def write_json(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:

@@ -31,10 +31,12 @@ import flaxgraph
 from benchmarks.common import (
     Timing,
     base_parser,
+    busy_warning,
     environment,
     format_number,
     format_table,
     json_path_from_args,
+    load_average,
     measure,
     optional_import,
     paired_ratio,
@@ -243,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if nnx is None:
         print("flax is not installed: Flax NNX skipped (pip install -e '.[bench]').")
 
+    start_warning, start_load = busy_warning(), load_average()
     records: list[dict[str, Any]] = []
     for num_layers in layers:
         records.extend(run_one(num_layers, nnx, settings))
@@ -255,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "target at L=256 (ok = met); spread = largest IQR/median of the row.\n"
     )
     print(table(records))
+    warning = busy_warning() or start_warning  # busy at the end, or else at the start
+    if warning:
+        print(f"\n{warning}")
     path = write_json(
         json_path_from_args(args),
         {
@@ -262,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "unit": "us_per_object",
             "settings": {"repeat": settings.repeat, "min_time_s": settings.min_time,
                          "quick": args.quick, "layers": list(layers), "width": WIDTH},
-            "environment": environment(),
+            "environment": {**environment(), "load_average_1m_at_start": start_load},
             "results": records,
         },
     )  # fmt: skip

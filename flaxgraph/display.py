@@ -333,10 +333,11 @@ class _TextPrinter:
                     list(x.items()), indent, head, path, "{", "}", _dict_head, _item_path
                 )[1]
             open_, close = ("[", "]") if type(x) is list else ("(", ")")
-            if type(x) is tuple and len(x) == 1:
-                close = ",)"
             items = list(enumerate(x))
-            return self._block(items, indent, head, path, open_, close, _no_head, _item_path)[1]
+            return self._block(
+                items, indent, head, path, open_, close, _no_head, _item_path,
+                trailing_comma=type(x) is tuple and len(x) == 1,
+            )[1]
         if not isinstance(x, ARRAY_TYPES) and not is_plain_static(x) and _holds_nodes(x):
             items, _ = pytree_children(x)  # type: ignore[misc]
             keyed = all(isinstance(k, str) for k, _ in items)
@@ -356,19 +357,20 @@ class _TextPrinter:
         close: str,
         child_head: Callable[[Hashable], str],
         child_path: Callable[[Hashable], str],
+        trailing_comma: bool = False,
     ) -> tuple[int, Totals]:
         """Writes ``open_``, one child per line, ``close``; returns the index of the
         opening line and the summed counts of the children."""
         start = len(self.code)
         if not items:
-            self._line(f"{indent}{head}{open_}{close.lstrip(',')}")
+            self._line(f"{indent}{head}{open_}{close}")
             return start, {}
         self._line(f"{indent}{head}{open_}")
         inner = indent + _INDENT
         totals: Totals = {}
         for i, (key, child) in enumerate(items):
             _add(totals, self.value(child, inner, child_head(key), path + child_path(key)))
-            if i < len(items) - 1:
+            if i < len(items) - 1 or trailing_comma:
                 self.code[-1] += ","
         self._line(indent + close)
         return start, totals

@@ -222,3 +222,41 @@ CORPUS: dict[str, Callable[[], Any]] = {
 def corpus_params() -> list[Any]:
     """The corpus factories as ``pytest.param`` values with the entry name as id."""
     return [pytest.param(make, id=name) for name, make in CORPUS.items()]
+
+
+def has_cycle(root: Any) -> bool:
+    """Whether some graph node of ``root`` can reach itself (through attributes,
+    lists, tuples and dicts)."""
+    from flaxgraph.graph.registry import get_graph_node_impl, is_graph_node
+
+    def direct_nodes(x: Any) -> list[Any]:
+        impl = get_graph_node_impl(x)
+        pending = [c for _, c in impl.flatten(x)[0]] if impl is not None else [x]
+        found = []
+        while pending:
+            v = pending.pop()
+            if is_graph_node(v):
+                found.append(v)
+            elif type(v) in (list, tuple):
+                pending.extend(v)
+            elif type(v) is dict:
+                pending.extend(v.values())
+        return found
+
+    visiting: set[int] = set()
+    done: set[int] = set()
+
+    def visit(node: Any) -> bool:
+        visiting.add(id(node))
+        for child in direct_nodes(node):
+            if id(child) in visiting or (id(child) not in done and visit(child)):
+                return True
+        visiting.discard(id(node))
+        done.add(id(node))
+        return False
+
+    return any(
+        visit(n)
+        for n in direct_nodes(root) + ([root] if is_graph_node(root) else [])
+        if id(n) not in done
+    )

@@ -37,6 +37,10 @@ from typing import Any as _Any
 from flaxgraph.testing.compare import assert_graphs_equal as assert_graphs_equal
 from flaxgraph.testing.compare import graph_difference as graph_difference
 from flaxgraph.testing.compare import graphs_equal as graphs_equal
+from flaxgraph.testing.nodes import Block as Block
+from flaxgraph.testing.nodes import CustomVariable as CustomVariable
+from flaxgraph.testing.nodes import Node as Node
+from flaxgraph.testing.nodes import Record as Record
 from flaxgraph.testing.programs import AddAttribute as AddAttribute
 from flaxgraph.testing.programs import DeleteAttribute as DeleteAttribute
 from flaxgraph.testing.programs import MutationStep as MutationStep
@@ -44,10 +48,6 @@ from flaxgraph.testing.programs import SetValue as SetValue
 from flaxgraph.testing.programs import ShareAttribute as ShareAttribute
 from flaxgraph.testing.programs import SwapAttributes as SwapAttributes
 from flaxgraph.testing.programs import apply_mutations as apply_mutations
-from flaxgraph.testing.nodes import Block as Block
-from flaxgraph.testing.nodes import CustomVariable as CustomVariable
-from flaxgraph.testing.nodes import Node as Node
-from flaxgraph.testing.nodes import Record as Record
 
 if _TYPE_CHECKING:
     from flaxgraph.testing.strategies import arrays as arrays

@@ -51,9 +51,7 @@ from flaxgraph.graph.registry import (
 from flaxgraph.variables import Variable
 
 
-def graph_difference(
-    a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0
-) -> str | None:
+def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> str | None:
     """Describes the first difference between two graphs, or returns ``None``.
 
     Args:
@@ -198,7 +196,7 @@ def _compare_one(
     if x_children is not None or y_children is not None:
         if x_children is None or y_children is None or x_children[1] != y_children[1]:
             return f"pytree structures differ: {x!r} != {y!r}"
-        for (k, cx), (_, cy) in reversed(list(zip(x_children[0], y_children[0]))):
+        for (k, cx), (_, cy) in reversed(list(zip(x_children[0], y_children[0], strict=True))):
             stack.append((f"{path}[{k!r}]", cx, cy))
         return None
     return None if _static_equal(x, y) else f"static values differ: {x!r} != {y!r}"
@@ -221,7 +219,7 @@ def _push_node_children(path: str, x: Any, y: Any, stack: list[tuple[str, Any, A
             if only_x or only_y
             else f"{type(x).__name__} attribute order differs: {x_keys} != {y_keys}"
         )
-    for (k, cx), (_, cy) in reversed(list(zip(x_items, y_items))):
+    for (k, cx), (_, cy) in reversed(list(zip(x_items, y_items, strict=True))):
         stack.append((_attribute_path(path, k), cx, cy))
     return None
 

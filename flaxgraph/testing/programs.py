@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable, Sequence
-from typing import Any, Union
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -144,7 +144,7 @@ class SwapAttributes:
     second: int
 
 
-MutationStep = Union[SetValue, AddAttribute, DeleteAttribute, ShareAttribute, SwapAttributes]
+MutationStep = SetValue | AddAttribute | DeleteAttribute | ShareAttribute | SwapAttributes
 
 
 def apply_mutations(root: Any, steps: Sequence[MutationStep]) -> list[str]:

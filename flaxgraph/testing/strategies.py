@@ -45,6 +45,7 @@ from flaxgraph.filters import All, Not, PathContains, WithTag
 from flaxgraph.filters import Any as AnyOf
 from flaxgraph.helpers import Dict, List
 from flaxgraph.rngs import Rngs, RngState
+from flaxgraph.testing.nodes import Block, CustomVariable, Node, Record
 from flaxgraph.testing.programs import (
     ADD_KINDS,
     AddAttribute,
@@ -54,7 +55,6 @@ from flaxgraph.testing.programs import (
     ShareAttribute,
     SwapAttributes,
 )
-from flaxgraph.testing.nodes import Block, CustomVariable, Node, Record
 from flaxgraph.variables import BatchStat, Cache, Intermediate, Param, Variable
 
 SearchStrategy = st.SearchStrategy
@@ -114,8 +114,10 @@ def arrays(
     Source: flaxgraph.
     """
     if max_rank < 0 or min_side > max_side:
-        raise ValueError(f"arrays needs max_rank >= 0 and min_side <= max_side, got "
-                         f"max_rank={max_rank}, min_side={min_side}, max_side={max_side}")
+        raise ValueError(
+            f"arrays needs max_rank >= 0 and min_side <= max_side, got "
+            f"max_rank={max_rank}, min_side={min_side}, max_side={max_side}"
+        )
     np_dtypes = [np.dtype(d) for d in dtypes]
 
     @st.composite
@@ -365,7 +367,9 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
         st.builds(SetValue, selector, small, small),
         st.builds(AddAttribute, selector, name, st.sampled_from(ADD_KINDS), small),
         st.builds(DeleteAttribute, selector, selector),
-        st.builds(ShareAttribute, selector, selector, name, st.just(True) if cycles else st.just(False)),
+        st.builds(
+            ShareAttribute, selector, selector, name, st.just(True) if cycles else st.just(False)
+        ),
         st.builds(SwapAttributes, selector, selector, selector),
     )
     return st.lists(step, max_size=max_steps)
@@ -376,15 +380,15 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
 
 class _Options:
     __slots__ = (
-        "max_nodes",
-        "max_depth",
-        "max_attributes",
-        "sharing",
-        "cycles",
         "containers",
-        "rngs",
-        "variables",
+        "cycles",
+        "max_attributes",
+        "max_depth",
+        "max_nodes",
         "node_types",
+        "rngs",
+        "sharing",
+        "variables",
     )
 
     def __init__(self, **values: Any):

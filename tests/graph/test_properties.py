@@ -113,7 +113,8 @@ def check_update(g: Any) -> None:
     nnx.update(g, nnx.state(g2))
     assert_graphs_equal(g, g2)
     after = tracked_objects(g)
-    assert len(before) == len(after) and all(x is y for x, y in zip(before, after)), (
+    assert len(before) == len(after), "update added or removed objects"
+    assert all(x is y for x, y in zip(before, after, strict=True)), (
         "update replaced objects instead of writing into them"
     )
     assert nnx.graphdef(g) == graphdef
@@ -167,7 +168,7 @@ def test_clone_is_deep_and_independent_corpus(make: Any, steps: list[Any]) -> No
 
 def check_filters_partition(g: Any, fs: list[Any]) -> None:
     whole = nnx.state(g).flat_state()
-    graphdef, *parts = nnx.split(g, *fs, ...)
+    _, *parts = nnx.split(g, *fs, ...)
     predicates = [to_predicate(f) for f in (*fs, ...)]
     seen: dict[Any, int] = {}
     for i, part in enumerate(parts):
@@ -180,15 +181,13 @@ def check_filters_partition(g: Any, fs: list[Any]) -> None:
             assert not earlier, f"{path} is in State {i} but filter {earlier[0]} matches it"
     assert set(seen) == set(whole.paths), "the States do not cover the whole state"
     for path, leaf in whole:
-        [match] = [
-            lf for p, lf in parts[seen[path]].flat_state() if p == path
-        ]
+        [match] = [lf for p, lf in parts[seen[path]].flat_state() if p == path]
         assert_graphs_equal(leaf, match)
     # nnx.state(g, *fs) is the same partition without the rest
     if fs:
         filtered = nnx.state(g, *fs)
         filtered = (filtered,) if len(fs) == 1 else filtered
-        for got, want in zip(filtered, parts):
+        for got, want in zip(filtered, parts[: len(fs)], strict=True):
             assert got.flat_state().paths == want.flat_state().paths
     # split without a final `...` fails exactly when some leaf matches no filter
     unmatched = [p for p, i in seen.items() if i == len(fs)]

@@ -1,0 +1,244 @@
+"""Control flow and shape evaluation over objects: cond, switch, while_loop,
+fori_loop, eval_shape.
+
+Objects may be operands (``cond``/``switch``) or the loop carry
+(``while_loop``/``fori_loop``). Changes a branch or a loop body makes to them are
+written back to the caller's objects afterwards. The structure of the objects
+must come out of every branch, and every iteration, the same: JAX compiles one
+program for all of them. A branch or body that changes it (adds an attribute,
+shares a new reference…) raises ``CarryStructureError`` naming the first
+differing path.
+
+``eval_shape`` runs a function abstractly and returns its output with
+``jax.ShapeDtypeStruct`` in place of arrays; nothing is allocated and the
+arguments are not updated.
+
+Source: ``jax.lax.cond``/``switch``/``while_loop``/``fori_loop``,
+``jax.eval_shape``; lifting per seed 002.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from flaxgraph.errors import FlaxgraphError
+from flaxgraph.graph.diff import graphdef_diff
+from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
+from flaxgraph.transforms.calls import bind, decorator, unbind
+from flaxgraph.transforms.lift import Call, InStatic, Inner, OutStatic, Static, split_inputs
+from flaxgraph.variables import Variable
+
+_SPEC = PrefixSpec("operands", lambda p: p is None, None)
+
+
+class CarryStructureError(FlaxgraphError, ValueError):
+    """A branch or loop body changed the structure of the objects it carries."""
+
+
+def _never(a: Any, b: Any) -> bool:
+    return False
+
+
+def _branch(fun: Callable[..., Any], seen: list[OutStatic]) -> Callable[..., Any]:
+    """A pure branch of ``cond``/``switch``: every leaf is returned (no shortcut), so
+    all branches return the same structure when they leave the objects alike."""
+    inner = Inner(fun, _SPEC, [None], same_prefix=_never)
+
+    def pure(static: Static, values: list[Any]) -> Any:
+        in_static: InStatic = static.value
+        _, out_static, (out_values,) = inner.run(
+            in_static, (values,), [None] * len(values), (None, None), None
+        )
+        seen.append(out_static)
+        return Static(out_static), out_values
+
+    return pure
+
+
+def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureError:
+    first = statics[0]
+    for i, other in enumerate(statics[1:], 1):
+        diff = graphdef_diff(first.graphdef, other.graphdef, roots=("args", "kwargs", "output"))
+        if diff is not None:
+            return CarryStructureError(
+                f"The {what} leave the objects with different structures: branch 0 and "
+                f"branch {i} differ at {diff}.\nJAX compiles one "
+                "program for all of them, so every branch must add, delete and share the "
+                "same attributes and return the same kinds of values.\nFix: make the same "
+                "structural changes in every branch (or none), e.g. create the attribute "
+                "before the cond."
+            )
+    return CarryStructureError(f"The {what} return values of different shapes or dtypes.")
+
+
+def _lifted_branches(
+    kind: str, index_or_pred: Any, branches: Sequence[Callable[..., Any]], operands: tuple[Any, ...],
+    select: Callable[..., Any],
+) -> Any:
+    call = split_inputs(operands, {}, (None, None), _SPEC)
+    slots, (values,) = call.groups([None])
+    static = Static(InStatic(call.graphdef, slots, None))
+    seen: list[OutStatic] = []
+    pures = [_branch(b, seen) for b in branches]
+    try:
+        out_static, out_values = select(index_or_pred, [functools.partial(p, static) for p in pures], values)
+    except TypeError as e:
+        if len(seen) >= 2 and any(s != seen[0] for s in seen[1:]):
+            raise _structure_error(kind, seen) from e
+        raise
+    return call.finish(out_static.value, (out_values,))
+
+
+def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
+    """``jax.lax.cond`` whose operands may be objects.
+
+    Args:
+      pred: a boolean scalar.
+      true_fun, false_fun: called with ``*operands``; they may mutate the objects
+        among them (the same way structurally) and return the same kind of output.
+      *operands: the operands.
+
+    Returns:
+      The output of the branch taken; the operands' objects hold that branch's
+      changes.
+
+    Raises:
+      CarryStructureError (``ValueError``): the branches leave the objects with
+        different structures; the message names the first differing path.
+
+    Source: ``jax.lax.cond``.
+    """
+    return _lifted_branches(
+        "branches of cond", pred, [true_fun, false_fun], operands,
+        lambda p, fs, v: jax.lax.cond(p, fs[0], fs[1], v),
+    )
+
+
+def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -> Any:
+    """``jax.lax.switch`` whose operands may be objects (see ``cond``).
+
+    Source: ``jax.lax.switch``.
+    """
+    return _lifted_branches(
+        "branches of switch", index, list(branches), operands,
+        lambda i, fs, v: jax.lax.switch(i, fs, v),
+    )
+
+
+class _Carry:
+    """The loop machinery shared by while_loop and fori_loop."""
+
+    def __init__(self, init_val: Any):
+        self.call: Call = split_inputs((init_val,), {}, (None, None), _SPEC)
+        self.graphdef = self.call.graphdef
+
+    def merge(self, values: list[Any]) -> Any:
+        (val,), _ = unflatten(self.graphdef, values)
+        return val
+
+    def split(self, val: Any, what: str) -> list[Any]:
+        walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})))
+        graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
+        if graphdef != self.graphdef:
+            diff = graphdef_diff(self.graphdef, graphdef, "carry")
+            raise CarryStructureError(
+                f"The {what} changed the structure of the loop carry: {diff} (first: before "
+                "the iteration, second: after).\nA loop carry keeps one structure in every "
+                "iteration.\nFix: create attributes before the loop, and return the carry "
+                "with the same objects and shapes."
+            )
+        return [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves]
+
+    def finish(self, values: list[Any]) -> Any:
+        (val,), _ = unflatten(
+            self.graphdef, values, reuse=dict(enumerate(self.call.nodes))
+        )
+        return val
+
+
+def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
+    """``jax.lax.while_loop`` whose carry may contain objects.
+
+    ``body_fun`` may mutate the objects in the carry (values only) and returns the
+    carry; afterwards the caller's objects hold the final values and the returned
+    carry is built on the same objects.
+
+    Raises:
+      CarryStructureError (``ValueError``): ``body_fun`` changes the carry's
+        structure; the message names the first differing path.
+
+    Source: ``jax.lax.while_loop``.
+    """
+    carry = _Carry(init_val)
+
+    def cond(values: list[Any]) -> Any:
+        return cond_fun(carry.merge(values))
+
+    def body(values: list[Any]) -> list[Any]:
+        return carry.split(body_fun(carry.merge(values)), "body of while_loop")
+
+    return carry.finish(jax.lax.while_loop(cond, body, carry.call.values))
+
+
+def fori_loop(
+    lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_val: Any,
+    *, unroll: int | bool | None = None,
+) -> Any:
+    """``jax.lax.fori_loop`` whose carry may contain objects (see ``while_loop``).
+
+    Source: ``jax.lax.fori_loop``.
+    """
+    carry = _Carry(init_val)
+
+    def body(i: Any, values: list[Any]) -> list[Any]:
+        return carry.split(body_fun(i, carry.merge(values)), "body of fori_loop")
+
+    return carry.finish(jax.lax.fori_loop(lower, upper, body, carry.call.values, unroll=unroll))
+
+
+@decorator
+def _eval_shape_transform(f: Callable[..., Any]) -> Callable[..., Any]:
+    inner_f, bound = unbind(f)
+    inner = Inner(inner_f, _SPEC, [None], same_prefix=_never)
+
+    def pure(static: Static, values: list[Any]) -> Any:
+        in_static: InStatic = static.value
+        _, out_static, (out_values,) = inner.run(
+            in_static, (values,), [None] * len(values), (None, None), None
+        )
+        return Static(out_static), out_values
+
+    @functools.wraps(inner_f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        call = split_inputs(args, kwargs, (None, None), _SPEC)
+        slots, (values,) = call.groups([None])
+        out_static, out_values = jax.eval_shape(pure, Static(InStatic(call.graphdef, slots, None)), values)
+        out: OutStatic = out_static.value
+        leaves = [out_values[b] for _, _, b in out.sources]
+        _args, _kwargs, output = unflatten(out.graphdef, leaves)
+        return output
+
+    return bind(wrapper, bound, f)
+
+
+def eval_shape(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Evaluates ``f(*args, **kwargs)`` abstractly: outputs (objects included) come back
+    with ``jax.ShapeDtypeStruct`` values; nothing is computed or allocated and the
+    arguments are left unchanged.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class W(nnx.Module):
+      ...   def __init__(self): self.w = nnx.Param(jnp.ones((1000, 1000)))
+      >>> nnx.eval_shape(lambda: W()).w.value
+      ShapeDtypeStruct(shape=(1000, 1000), dtype=float32)
+
+    Source: ``jax.eval_shape``.
+    """
+    return _eval_shape_transform(f)(*args, **kwargs)
