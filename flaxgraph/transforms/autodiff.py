@@ -23,8 +23,15 @@ from flaxgraph.filters import Filter
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.state import State
 from flaxgraph.transforms.aliasing import PrefixSpec
-from flaxgraph.transforms.calls import bind, decorator, merge_static, normalize_argnums, split_static, unbind
-from flaxgraph.transforms.lift import Call, InStatic, Inner, Static, split_inputs
+from flaxgraph.transforms.calls import (
+    bind,
+    decorator,
+    merge_static,
+    normalize_argnums,
+    split_static,
+    unbind,
+)
+from flaxgraph.transforms.lift import Call, Inner, InStatic, Static, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, PrefixMapping
 from flaxgraph.variables import Param, Variable
 
@@ -328,3 +335,114 @@ def remat(
 
 
 checkpoint = remat
+
+
+def _primal_call(has_aux: bool) -> Callable[..., Any]:
+    def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TypeError("With has_aux=True the function must return a pair (output, aux).")
+            return out
+        return out, None
+
+    return call
+
+
+def _lift_diff_inputs(primals: tuple[Any, ...]) -> tuple[Call, Any, list[Any], list[Any], tuple[Any, ...]]:
+    args_prefix = tuple(_Diff(Param) for _ in primals)
+    call = split_inputs(primals, {}, (args_prefix, False), DIFF_SPEC)
+    slots, (diff, rest) = call.groups(_DIFF_KEYS)
+    return call, Static(InStatic(call.graphdef, slots, None)), diff, rest, slots
+
+
+def vjp(f: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+    """``jax.vjp`` where primals may be objects (their ``Param`` Variables and all raw
+    arrays are differentiated).
+
+    Returns:
+      ``(output, vjp_fn)`` or ``(output, vjp_fn, aux)``. ``vjp_fn(cotangent)`` returns
+      one cotangent per primal: a ``State`` of Params for an object, an array for an
+      array. Changes ``f`` makes to the primals' objects are applied immediately.
+
+    Source: ``jax.vjp``.
+    """
+    call, static, diff, rest, slots = _lift_diff_inputs(primals)
+    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True)
+
+    def pure(diff_values: list[Any]) -> Any:
+        in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
+        out, out_static, out_groups = inner.run(
+            static.value, (diff_values, rest), in_prefixes, (None, None), None, _primal_call(has_aux)
+        )
+        return out, (Static(out_static), out_groups)
+
+    out, jax_vjp_fn, (out_static, out_groups) = jax.vjp(pure, diff, has_aux=True)
+    aux = call.finish(out_static.value, out_groups)
+    diff_index = [i for i, (g, _) in enumerate(slots) if g == 0]
+
+    def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+        (grad_list,) = jax_vjp_fn(cotangent)
+        grads = dict(zip(diff_index, grad_list))
+        return tuple(_grad_tree(call, primals, i, grads) for i in range(len(primals)))
+
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+def jvp(
+    f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False
+) -> Any:
+    """``jax.jvp`` where primals may be objects.
+
+    Args:
+      f: the function.
+      primals: the arguments (objects allowed).
+      tangents: one per primal: for an object, a ``State`` of its Params (as
+        ``grad`` returns; missing entries are zero) or an object of the same
+        structure; for an array, an array.
+      has_aux: ``f`` returns ``(output, aux)``.
+
+    Returns:
+      ``(output, output_tangent)`` (plus ``aux`` with ``has_aux``).
+
+    Source: ``jax.jvp``.
+    """
+    primals = tuple(primals)
+    tangents = tuple(tangents)
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp got {len(primals)} primals but {len(tangents)} tangents.")
+    call, static, diff, rest, slots = _lift_diff_inputs(primals)
+    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True)
+    diff_paths = [p for p, (g, _) in zip(call.graphdef.leaf_paths, slots) if g == 0]
+    tangent_list = [_tangent_at(tangents, path, value) for path, value in zip(diff_paths, diff)]
+
+    def pure(diff_values: list[Any]) -> Any:
+        in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
+        out, out_static, out_groups = inner.run(
+            static.value, (diff_values, rest), in_prefixes, (None, None), None, _primal_call(has_aux)
+        )
+        return out, (Static(out_static), out_groups)
+
+    out, tangent_out, (out_static, out_groups) = jax.jvp(pure, (diff,), (tangent_list,), has_aux=True)
+    aux = call.finish(out_static.value, out_groups)
+    return (out, tangent_out, aux) if has_aux else (out, tangent_out)
+
+
+def _tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> Any:
+    """The tangent of the primal leaf at ``path`` ((0, argnum, *rest)), zero if absent."""
+    node: Any = tangents[path[1]]
+    for key in path[2:]:
+        if isinstance(node, State) or type(node) in (dict, list, tuple):
+            try:
+                node = node[key]
+            except (KeyError, IndexError):
+                node = None
+        elif type(node) in _GRAPH_NODE_IMPLS:
+            node = getattr(node, key, None) if isinstance(key, str) else None
+        else:
+            node = None
+        if node is None:
+            break
+    if node is None:
+        return jax.numpy.zeros_like(primal_value)
+    return node.raw_value if isinstance(node, Variable) else node

@@ -30,7 +30,7 @@ from flaxgraph.graph.diff import graphdef_diff
 from flaxgraph.graph.unflatten import unflatten
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
-from flaxgraph.transforms.lift import Call, InStatic, Inner, OutStatic, Static, split_inputs
+from flaxgraph.transforms.lift import Call, Inner, InStatic, OutStatic, Static, split_inputs
 from flaxgraph.variables import Variable
 
 _SPEC = PrefixSpec("operands", lambda p: p is None, None)

@@ -29,7 +29,7 @@ from flaxgraph.transforms.calls import (
     split_static,
     unbind,
 )
-from flaxgraph.transforms.lift import InStatic, Inner, Static, prefix_keys, split_inputs
+from flaxgraph.transforms.lift import Inner, InStatic, Static, prefix_keys, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding
 
 
