@@ -75,6 +75,8 @@ from flaxgraph.transforms.jit import jit as jit
 from flaxgraph.transforms.lift_types import DiffState as DiffState
 from flaxgraph.transforms.lift_types import StateAxes as StateAxes
 from flaxgraph.transforms.lift_types import StateSharding as StateSharding
+from flaxgraph.transforms.vmap import pmap as pmap
+from flaxgraph.transforms.vmap import vmap as vmap
 from flaxgraph.variables import PARTITION_NAME as PARTITION_NAME
 from flaxgraph.variables import BatchStat as BatchStat
 from flaxgraph.variables import Cache as Cache

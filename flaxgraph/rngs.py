@@ -49,7 +49,13 @@ class RngCount(RngState):
 def _as_key(seed: Any) -> jax.Array:
     if isinstance(seed, int):
         return jax.random.key(seed)
-    seed = jnp.asarray(seed)
+    try:
+        seed = jnp.asarray(seed)
+    except TypeError:
+        raise TypeError(
+            f"Cannot make a random key from {type(seed).__name__} {seed!r}; pass an int seed "
+            "or a key from jax.random.key."
+        ) from None
     if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
         return seed
     if seed.dtype == jnp.uint32 and seed.shape[-1:] == (2,):

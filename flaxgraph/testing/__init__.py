@@ -66,7 +66,7 @@ def __getattr__(name: str) -> _Any:
         try:
             strategies = _importlib.import_module("flaxgraph.testing.strategies")
         except ModuleNotFoundError as e:
-            if e.name != "hypothesis":
+            if (e.name or "").partition(".")[0] != "hypothesis":
                 raise
             raise ImportError(
                 f"flaxgraph.testing.{name} needs hypothesis, a test-only dependency.\n"

@@ -442,7 +442,7 @@ class _Builder:
             choices.append("shared node")
         if options.cycles and self.ancestors:
             choices.append("cycle")
-        if options.rngs and room:
+        if options.rngs and deeper and room:
             choices.append("rngs")
         choice = draw(st.sampled_from(choices))
         if choice == "static":

@@ -225,6 +225,9 @@ class PrefixWalk(Walk):
         return graphdef, leaves, self.leaf_prefixes
 
 
+_MAX_RECORDS = 10_000  # the diagnostic walk stops growing past this (huge shared DAGs)
+
+
 class AliasDiagnostics(PrefixWalk):
     """Re-walks every alias to list each leaf's prefix along every path (errors only)."""
 
@@ -232,7 +235,7 @@ class AliasDiagnostics(PrefixWalk):
         super().__init__(spec, roots)
         self.records: dict[Any, list[tuple[PathParts, Any, Any]]] = {}
         self.node_at: dict[PathParts, Any] = {}
-        self.seen: set[tuple[int, Any]] = set()
+        self.expanding: set[int] = set()  # nodes being re-walked (stops cycles)
 
     def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
         self.node_at[path] = node
@@ -260,14 +263,14 @@ class AliasDiagnostics(PrefixWalk):
         if isinstance(x, Variable):
             self._record(path, x, self._leaf_prefix(path, x, ctx))
             return
-        seen_key = (id(x), self._context_key(x, path, ctx))
-        if seen_key in self.seen:
+        if id(x) in self.expanding or len(self.records) > _MAX_RECORDS:
             return
-        self.seen.add(seen_key)
+        self.expanding.add(id(x))
         self.node_at[path] = x
         items, _ = _GRAPH_NODE_IMPLS[type(x)].flatten(x)
         for k, v in items:
             self.visit(v, (*path, k), ctx, True)
+        self.expanding.discard(id(x))
 
     def check(self, value: Any, prefix: Any) -> None:
         self.run(value, prefix)

@@ -63,7 +63,7 @@ def _branch(fun: Callable[..., Any], seen: list[OutStatic]) -> Callable[..., Any
 def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureError:
     first = statics[0]
     for i, other in enumerate(statics[1:], 1):
-        diff = graphdef_diff(first.graphdef, other.graphdef, roots=("args", "kwargs", "output"))
+        diff = graphdef_diff(first.graphdef, other.graphdef, roots=("output", "args", "kwargs"))
         if diff is not None:
             return CarryStructureError(
                 f"The {what} leave the objects with different structures: branch 0 and "
@@ -220,7 +220,7 @@ def _eval_shape_transform(f: Callable[..., Any]) -> Callable[..., Any]:
         out_static, out_values = jax.eval_shape(pure, Static(InStatic(call.graphdef, slots, None)), values)
         out: OutStatic = out_static.value
         leaves = [out_values[b] for _, _, b in out.sources]
-        _args, _kwargs, output = unflatten(out.graphdef, leaves)
+        output, _args, _kwargs = unflatten(out.graphdef, leaves)
         return output
 
     return bind(wrapper, bound, f)

@@ -110,7 +110,7 @@ class InStatic(_Frozen):
 
 
 class OutStatic(_Frozen):
-    """What comes back besides arrays: the GraphDef of ``(args, kwargs, output)``,
+    """What comes back besides arrays: the GraphDef of ``(output, args, kwargs)``,
     which of its nodes are the inputs' nodes, and where each leaf comes from."""
 
     __slots__ = ("graphdef", "index_map", "sources")
@@ -204,7 +204,7 @@ class Call:
             self.values[a] if tag == IN else out_groups[a][b] for tag, a, b in out_static.sources
         ]
         reuse = {out_i: self.nodes[in_i] for out_i, in_i in out_static.index_map}
-        _args, _kwargs, output = unflatten(out_static.graphdef, values, reuse=reuse)
+        output, _args, _kwargs = unflatten(out_static.graphdef, values, reuse=reuse)
         return output
 
 
@@ -227,9 +227,77 @@ def split_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any, 
     return Call(graphdef, leaf_objs, values, prefixes, list(walk.ref_index), in_prefix)
 
 
+class Merged:
+    """The inputs merged inside a trace (step 3), with what step 4 needs to tell
+    which leaves are inputs and whether they changed."""
+
+    __slots__ = ("args", "kwargs", "values", "prefixes", "leaves", "in_index", "in_leaf", "metadata", "raw_in")
+
+    def __init__(self, in_static: InStatic, values: list[Any], prefixes: Sequence[Any]):
+        index_ref: dict[int, Any] = {}
+        sink: list[Any] = []
+        self.args, self.kwargs = unflatten(in_static.graphdef, values, index_ref=index_ref, leaf_sink=sink)
+        self.values = values
+        self.prefixes = list(prefixes)
+        self.leaves = sink
+        self.in_index = RefMap[int]()
+        for idx, obj in index_ref.items():
+            self.in_index[obj] = idx
+        self.in_leaf = RefMap[int]()
+        self.metadata: list[Any] = []
+        for i, leaf in enumerate(sink):
+            if isinstance(leaf, Variable):
+                self.in_leaf[leaf] = i
+                self.metadata.append(leaf._var_metadata)
+            else:
+                self.metadata.append(None)
+        self.raw_in = {id(v): i for i, v in enumerate(sink) if not isinstance(v, Variable)}
+
+    def unchanged_input(self, leaf: Any) -> int | None:
+        """The input position of ``leaf`` if it is an input leaf whose value (and
+        metadata) did not change inside the function, else ``None``."""
+        if isinstance(leaf, Variable):
+            i = self.in_leaf.get(leaf)
+            if i is not None and leaf.raw_value is self.values[i] and leaf._var_metadata is self.metadata[i]:
+                return i
+            return None
+        i = self.raw_in.get(id(leaf))
+        return i if i is not None and self.leaves[i] is leaf else None
+
+    def resplit(
+        self,
+        output: Any,
+        spec: PrefixSpec,
+        inputs_out_prefix: tuple[Any, Any],
+        out_prefix_tree: Any,
+        on_output_leaf: Callable[[Any, Any], None] | None = None,
+    ) -> tuple[GraphDef, list[tuple[PathParts, Any]], list[Any], tuple[tuple[int, int], ...]]:
+        """Step 4: one walk over ``(output, args, kwargs)`` (output first, so leaves an
+        output shares with an input are found at their output path).
+
+        Returns:
+          ``(graphdef, leaves, prefixes, index_map)`` where ``index_map`` pairs each
+          output node index with the input index of the same object.
+        """
+        walk = _OutputWalk(
+            spec,
+            NamedRoots(("output", "args", "kwargs"), (output, self.args, self.kwargs)),
+            self.in_index,
+            on_output_leaf,
+        )
+        args_prefix, kwargs_prefix = inputs_out_prefix
+        graphdef, leaves, prefixes = walk.run_checked(
+            (output, self.args, self.kwargs), (out_prefix_tree, args_prefix, kwargs_prefix)
+        )
+        index_map = tuple(
+            (out_i, self.in_index[obj]) for obj, out_i in walk.ref_index.items() if obj in self.in_index
+        )
+        return graphdef, leaves, prefixes, index_map
+
+
 @dataclasses.dataclass(frozen=True)
 class Inner:
-    """Step 3 and 4 for one trace: merge, call, re-split.
+    """Steps 3 and 4 for one trace: merge, call, re-split.
 
     Attributes:
       f: the user's function.
@@ -261,79 +329,38 @@ class Inner:
         call: Callable[..., Any] | None = None,
     ) -> tuple[Any, OutStatic, tuple[list[Any], ...]]:
         """Merges the inputs, calls ``call(f, args, kwargs)`` (default ``f(*args,
-        **kwargs)``), and re-splits ``(args, kwargs, output_part)``.
+        **kwargs)``), and re-splits ``(output_part, args, kwargs)``.
 
         ``in_prefixes`` are the inputs' per-leaf group keys; ``inputs_out_prefix``
         is the ``(args, kwargs)`` prefix pair applied to the inputs on the way out and
-        ``out_prefix_tree`` the prefix of the output part.
-
-        ``call`` returns ``(kept, output_part)``: ``kept`` is returned as is (e.g. a
-        loss for ``grad``) and ``output_part`` goes through the lift.
+        ``out_prefix_tree`` the prefix of the output part. ``call`` returns ``(kept,
+        output_part)``: ``kept`` is returned as is (e.g. a loss for ``grad``) and
+        ``output_part`` goes through the lift.
 
         Returns:
           ``(kept, out_static, out_groups)``.
         """
-        values = [groups[g][i] for g, i in in_static.slots]
-        index_ref: dict[int, Any] = {}
-        sink: list[Any] = []
-        args, kwargs = unflatten(in_static.graphdef, values, index_ref=index_ref, leaf_sink=sink)
+        merged = Merged(in_static, [groups[g][i] for g, i in in_static.slots], in_prefixes)
         if self.on_inputs is not None:
-            self.on_inputs(sink, list(in_prefixes))
-        in_index = RefMap[int]()
-        for idx, obj in index_ref.items():
-            in_index[obj] = idx
-        in_leaf = RefMap[int]()
-        metadata_at_merge = []
-        for i, leaf in enumerate(sink):
-            if isinstance(leaf, Variable):
-                in_leaf[leaf] = i
-                metadata_at_merge.append(leaf._var_metadata)
-            else:
-                metadata_at_merge.append(None)
-        raw_in: dict[int, int] = {id(v): i for i, v in enumerate(sink) if not isinstance(v, Variable)}
-
+            self.on_inputs(merged.leaves, merged.prefixes)
         if call is None:
-            kept, output = None, self.f(*args, **kwargs)
+            kept, output = None, self.f(*merged.args, **merged.kwargs)
         else:
-            kept, output = call(self.f, args, kwargs)
-
-        walk = _OutputWalk(
-            self.out_spec,
-            NamedRoots(("args", "kwargs", "output"), (args, kwargs, output)),
-            in_index,
-            self.on_output_leaf,
-        )
-        inputs_prefix_args, inputs_prefix_kwargs = inputs_out_prefix
-        out_graphdef, out_leaves, out_prefixes = walk.run_checked(
-            (args, kwargs, output), (inputs_prefix_args, inputs_prefix_kwargs, out_prefix_tree)
+            kept, output = call(self.f, merged.args, merged.kwargs)
+        graphdef, leaves, prefixes, index_map = merged.resplit(
+            output, self.out_spec, inputs_out_prefix, out_prefix_tree, self.on_output_leaf
         )
         out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
         sources = []
-        for (_, leaf), prefix in zip(out_leaves, out_prefixes):
-            if isinstance(leaf, Variable):
-                i = in_leaf.get(leaf)
-                if (
-                    i is not None
-                    and leaf.raw_value is values[i]
-                    and leaf._var_metadata is metadata_at_merge[i]
-                    and self.same_prefix(in_prefixes[i], prefix)
-                ):
-                    sources.append((IN, i, 0))
-                    continue
-                value = leaf.raw_value
-            else:
-                i = raw_in.get(id(leaf))
-                if i is not None and sink[i] is leaf and self.same_prefix(in_prefixes[i], prefix):
-                    sources.append((IN, i, 0))
-                    continue
-                value = leaf
+        for (_, leaf), prefix in zip(leaves, prefixes):
+            i = merged.unchanged_input(leaf)
+            if i is not None and self.same_prefix(merged.prefixes[i], prefix):
+                sources.append((IN, i, 0))
+                continue
             g = group_index(prefix, self.out_keys)
             sources.append((OUT, g, len(out_groups[g])))
-            out_groups[g].append(value)
-        index_map = tuple(
-            (out_i, in_index[obj]) for obj, out_i in walk.ref_index.items() if obj in in_index
-        )
-        return kept, OutStatic(out_graphdef, index_map, tuple(sources)), out_groups
+            out_groups[g].append(leaf.raw_value if isinstance(leaf, Variable) else leaf)
+        return kept, OutStatic(graphdef, index_map, tuple(sources)), out_groups
 
 
 class _OutputWalk(PrefixWalk):
