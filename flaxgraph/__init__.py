@@ -47,12 +47,16 @@ from flaxgraph.module import Module as Module
 from flaxgraph.objects import Object as Object
 from flaxgraph.objects import data as data
 from flaxgraph.objects import static as static
+from flaxgraph.rngs import RngBackups as RngBackups
 from flaxgraph.rngs import RngCount as RngCount
 from flaxgraph.rngs import RngKey as RngKey
 from flaxgraph.rngs import Rngs as Rngs
 from flaxgraph.rngs import RngState as RngState
 from flaxgraph.rngs import RngStream as RngStream
+from flaxgraph.rngs import fork_rngs as fork_rngs
 from flaxgraph.rngs import reseed as reseed
+from flaxgraph.rngs import restore_rngs as restore_rngs
+from flaxgraph.rngs import split_rngs as split_rngs
 from flaxgraph.state import FlatState as FlatState
 from flaxgraph.state import State as State
 from flaxgraph.state import map_state as map_state
@@ -75,6 +79,8 @@ from flaxgraph.transforms.jit import jit as jit
 from flaxgraph.transforms.lift_types import DiffState as DiffState
 from flaxgraph.transforms.lift_types import StateAxes as StateAxes
 from flaxgraph.transforms.lift_types import StateSharding as StateSharding
+from flaxgraph.transforms.scan import Carry as Carry
+from flaxgraph.transforms.scan import scan as scan
 from flaxgraph.transforms.vmap import pmap as pmap
 from flaxgraph.transforms.vmap import vmap as vmap
 from flaxgraph.variables import PARTITION_NAME as PARTITION_NAME

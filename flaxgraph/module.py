@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from flaxgraph.filters import Filter, to_predicate
 from flaxgraph.graph.api import iter_graph
 from flaxgraph.objects import Object
-from flaxgraph.variables import Intermediate, Perturbation, Variable
+from flaxgraph.variables import Perturbation, Variable
 
 M = TypeVar("M", bound="Module")
 PathParts = tuple[Hashable, ...]

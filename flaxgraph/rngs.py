@@ -163,3 +163,140 @@ def reseed(node: Any, /, **stream_seeds: Any) -> None:
             key = _as_key(stream_seeds[value.tag])
             value.key.value = key
             value.count.value = jnp.zeros(key.shape, dtype=jnp.uint32)
+
+
+# -- splitting streams around a transform ----------------------------------------------
+
+
+class RngBackups:
+    """What ``split_rngs``/``fork_rngs`` replaced, to put back with ``restore()``.
+
+    Use it as a context manager (``with nnx.split_rngs(model, splits=4): ...``) or
+    call ``restore_rngs(backups)``.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: list[tuple[RngStream, Any, Any]]):
+        self.entries = entries
+
+    def restore(self) -> None:
+        for stream, key, count in self.entries:
+            stream.key.value = key
+            stream.count.value = count
+
+    def __enter__(self) -> RngBackups:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+
+def restore_rngs(backups: RngBackups) -> None:
+    """Puts back the keys that ``split_rngs``/``fork_rngs`` replaced."""
+    backups.restore()
+
+
+def _streams(node: Any, only: Any) -> list[RngStream]:
+    from flaxgraph.filters import to_predicate
+
+    predicate = to_predicate(only)
+    return [
+        value
+        for path, value in iter_graph(node)
+        if isinstance(value, RngStream) and predicate((*path, "key"), value.key)
+    ]
+
+
+def _replace_keys(node: Any, only: Any, make: Any) -> RngBackups:
+    entries = []
+    for stream in _streams(node, only):
+        new_key = make(stream())  # consumes one key: every call splits afresh
+        entries.append((stream, stream.key.value, stream.count.value))
+        stream.key.value = new_key
+        stream.count.value = jnp.zeros(new_key.shape, dtype=jnp.uint32)
+    return RngBackups(entries)
+
+
+def _rng_decorator(apply: Any) -> Any:
+    import functools
+
+    def decorator(f: Any) -> Any:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with apply((args, kwargs)):
+                return f(*args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def split_rngs(
+    node: Any = None,
+    /,
+    *,
+    splits: int | tuple[int, ...],
+    only: Any = ...,
+    squeeze: bool = False,
+) -> Any:
+    """Replaces the keys of the RNG streams in ``node`` by ``splits`` split keys.
+
+    Each selected stream draws one key (advancing its count, so every call splits
+    afresh), splits it into ``splits`` keys and holds them, with a count of the
+    same shape, until restored: vmapping or scanning over that axis then gives
+    every slice its own random stream. With ``squeeze=True`` (``splits`` must be
+    1) the split axis is dropped.
+
+    Use as a function (``backups = nnx.split_rngs(model, splits=4)``, then
+    ``nnx.restore_rngs(backups)``, or ``with nnx.split_rngs(...)``), or as a
+    decorator (``@nnx.split_rngs(splits=10)`` over a transform: the streams found in
+    the arguments are split before each call and restored after).
+
+    Args:
+      node: the graph holding ``Rngs``/``RngStream``s; omit it for the decorator form.
+      splits: number (or shape) of keys.
+      only: a filter selecting streams (e.g. ``'dropout'`` for one stream by tag).
+      squeeze: drop the split axis (requires ``splits == 1``).
+
+    Returns:
+      ``RngBackups`` (function form) or a decorator.
+
+    Raises:
+      ValueError: ``squeeze`` with ``splits`` other than 1.
+
+    Source: Flax NNX ``nnx.split_rngs`` (seed 003, "Random state").
+    """
+    if squeeze and splits != 1:
+        raise ValueError(f"split_rngs(squeeze=True) needs splits=1, got splits={splits!r}.")
+
+    def make(key: jax.Array) -> jax.Array:
+        keys = jax.random.split(key, splits)
+        return keys[0] if squeeze else keys
+
+    def apply(target: Any) -> RngBackups:
+        return _replace_keys(target, only, make)
+
+    if node is None:
+        return _rng_decorator(apply)
+    return apply(node)
+
+
+def fork_rngs(
+    node: Any = None, /, *, split: int | tuple[int, ...] | None = None, only: Any = ...
+) -> Any:
+    """Gives the RNG streams in ``node`` fresh independent keys (split into ``split``
+    keys if given) until restored; function or decorator, like ``split_rngs``.
+
+    Source: Flax NNX ``nnx.fork_rngs``.
+    """
+
+    def make(key: jax.Array) -> jax.Array:
+        return key if split is None else jax.random.split(key, split)
+
+    def apply(target: Any) -> RngBackups:
+        return _replace_keys(target, only, make)
+
+    if node is None:
+        return _rng_decorator(apply)
+    return apply(node)

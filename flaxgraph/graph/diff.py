@@ -95,7 +95,12 @@ def _diff(a: Any, b: Any, path: str) -> str | None:
             f"({a.metadata!r} vs {b.metadata!r})"
         )
     if isinstance(a, ContainerDef):
-        return _diff_children(dict(zip(a.keys, a.children)), dict(zip(b.keys, b.children)), path, False)
+        return _diff_children(
+            dict(zip(a.keys, a.children)), dict(zip(b.keys, b.children)), path, False
+        ) or (
+            f"{path or '<root>'}: the {a.type.__name__}'s pytree structure differs "
+            f"({a.treedef} vs {b.treedef})"
+        )
     if isinstance(a, VariableDef):
         if a.metadata != b.metadata:
             return (

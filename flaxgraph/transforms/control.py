@@ -27,6 +27,7 @@ import jax
 
 from flaxgraph.errors import FlaxgraphError
 from flaxgraph.graph.diff import graphdef_diff
+from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.unflatten import unflatten
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
@@ -145,7 +146,9 @@ class _Carry:
         walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})))
         graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
         if graphdef != self.graphdef:
-            diff = graphdef_diff(self.graphdef, graphdef, "carry")
+            # Name paths from the carry itself (the walk wraps it as ((carry,), {})).
+            inner = [GraphDef(g.root.children[0].children[0], ()) for g in (self.graphdef, graphdef)]
+            diff = graphdef_diff(*inner, "carry")
             raise CarryStructureError(
                 f"The {what} changed the structure of the loop carry: {diff} (first: before "
                 "the iteration, second: after).\nA loop carry keeps one structure in every "

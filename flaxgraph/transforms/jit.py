@@ -186,6 +186,8 @@ def jit(
         else:
             call.prefixes = [(p, False) for p in call.prefixes]
         slots, groups = call.groups(in_keys)
+        if in_shardings is not UNSPECIFIED:
+            _place(call, slots, groups, in_keys)
         static = Static(InStatic(call.graphdef, slots, (statics, args_prefix, kwargs_prefix)))
         return call, static, groups
 
@@ -203,6 +205,20 @@ def jit(
     result = bind(wrapper, bound, fun)
     result.lower = lower  # type: ignore[attr-defined]
     return result
+
+
+def _place(call: Any, slots: Any, groups: Any, keys: Sequence[Any]) -> None:
+    """Puts concrete input arrays on their ``Sharding`` before the call and makes the
+    caller's leaves point to the placed arrays, so an object's Variables end up on the
+    requested sharding even when ``fun`` leaves them unchanged (and are transferred
+    once, not on every call)."""
+    for (sharding, _), group in zip(keys, groups):
+        if not isinstance(sharding, Sharding):
+            continue
+        for j, v in enumerate(group):
+            if isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer) and v.sharding != sharding:
+                group[j] = jax.device_put(v, sharding)
+    call.values = [groups[g][j] for g, j in slots]
 
 
 def _jax_sharding(s: Any) -> Any:

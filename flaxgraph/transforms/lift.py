@@ -203,6 +203,10 @@ class Call:
         values = [
             self.values[a] if tag == IN else out_groups[a][b] for tag, a, b in out_static.sources
         ]
+        return self.finish_values(out_static, values)
+
+    def finish_values(self, out_static: OutStatic, values: list[Any]) -> Any:
+        """Step 5 with the leaf values already gathered (in out-GraphDef order)."""
         reuse = {out_i: self.nodes[in_i] for out_i, in_i in out_static.index_map}
         output, _args, _kwargs = unflatten(out_static.graphdef, values, reuse=reuse)
         return output

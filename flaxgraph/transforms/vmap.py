@@ -28,7 +28,7 @@ import jax
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import bind, decorator, normalize_argnums, unbind
-from flaxgraph.transforms.lift import InStatic, Inner, Static, prefix_keys, split_inputs
+from flaxgraph.transforms.lift import Inner, InStatic, Static, prefix_keys, split_inputs
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.variables import PARTITION_NAME, Variable
 
@@ -169,7 +169,7 @@ def vmap(
     axis_name: Any = None,
     axis_size: int | None = None,
     spmd_axis_name: Any = None,
-    transform_metadata: Mapping[str, Any] = {},  # noqa: B006 (read-only, as in Flax NNX)
+    transform_metadata: Mapping[str, Any] = {},
 ) -> Callable[..., Any]:
     """``jax.vmap`` for functions of objects.
 
@@ -234,7 +234,7 @@ def pmap(
     backend: str | None = None,
     axis_size: int | None = None,
     donate_argnums: int | Iterable[int] = (),
-    transform_metadata: Mapping[str, Any] = {},  # noqa: B006
+    transform_metadata: Mapping[str, Any] = {},
 ) -> Callable[..., Any]:
     """``jax.pmap`` for functions of objects (see ``vmap``; the mapped axis runs on
     devices).

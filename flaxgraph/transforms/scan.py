@@ -1,0 +1,295 @@
+"""``scan`` over objects, with ``Carry`` and ``StateAxes``.
+
+``in_axes`` marks each positional argument as the carry (``nnx.Carry``), scanned
+along an axis (an int) or broadcast (``None``); ``out_axes`` marks the output the
+same way. The default, ``in_axes=(Carry, 0)`` and ``out_axes=(Carry, 0)``, is
+``jax.lax.scan``'s ``f(carry, x) -> (carry, y)``. For an object,
+``StateAxes({filter: axis_or_Carry_or_None})`` decides per sub-state: stacked
+Params scanned on axis 0 while BatchStats or RNG counters are carried from one
+step to the next, for example. Scanning over a stack of layers made with
+``vmap`` over ``__init__`` ("scan over layers") is the typical use::
+
+  @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+  def forward(x, layer):
+    return layer(x)
+
+  y = forward(x, stacked_layers)
+
+Rules: the carry keeps its structure (a body that changes it raises
+``CarryStructureError`` naming the path); a broadcast (``None``) sub-state may
+not change inside the body (carry it instead); sub-states scanned on an axis
+come out stacked on that axis (unchanged ones are not stacked again). Axis
+metadata is updated as in ``vmap``.
+
+Source: ``jax.lax.scan``; Carry and StateAxes per the JAX-style NNX transforms
+design (seed 002/003).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from flaxgraph.graph.diff import graphdef_diff
+from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
+from flaxgraph.transforms.calls import bind, decorator, unbind
+from flaxgraph.transforms.control import CarryStructureError
+from flaxgraph.transforms.lift import IN, InStatic, Merged, OutStatic, Static, split_inputs
+from flaxgraph.transforms.lift_types import StateAxes
+from flaxgraph.transforms.vmap import AxisMetadata, args_prefix
+from flaxgraph.variables import Variable
+
+
+class _CarryMarker:
+    """The ``Carry`` marker of ``scan``'s ``in_axes``/``out_axes``."""
+
+    _instance: _CarryMarker | None = None
+
+    def __new__(cls) -> _CarryMarker:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "Carry"
+
+    def __reduce__(self) -> Any:
+        return (_CarryMarker, ())
+
+
+Carry: Any = _CarryMarker()
+"""Marks the carried argument/output (or sub-state, inside ``StateAxes``) of ``scan``."""
+
+
+def _is_scan_prefix(p: Any) -> bool:
+    return p is None or p is Carry or (isinstance(p, int) and not isinstance(p, bool))
+
+
+SCAN_SPEC = PrefixSpec(
+    "in_axes",
+    _is_scan_prefix,
+    StateAxes,
+    "give nnx.Carry, an int or None for the whole object, or nnx.StateAxes({filter: ...}).",
+)
+SCAN_OUT_SPEC = PrefixSpec("out_axes", _is_scan_prefix, StateAxes, SCAN_SPEC.fix)
+_PLAIN = PrefixSpec("carry", lambda p: p is None, None)
+
+
+def _carry_positions(prefix: Any, n: int) -> tuple[int, ...]:
+    if prefix is Carry:
+        return tuple(range(n))
+    if isinstance(prefix, tuple):
+        return tuple(i for i, p in enumerate(prefix) if p is Carry)
+    return ()
+
+
+def _flatten_carry(value: Any) -> tuple[Any, list[Any]]:
+    walk = PrefixWalk(_PLAIN, NamedRoots(("carry",), (value,)))
+    graphdef, leaves, _ = walk.run_checked((value,), (None,))
+    return graphdef, [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves], list(walk.ref_index)
+
+
+def _split_output(out: Any, out_axes: Any) -> tuple[tuple[Any, ...], Any, Any]:
+    """Output -> (carry entries, the rest with None at carry places, rest's prefix)."""
+    if out_axes is Carry:
+        return (out,), None, None
+    if isinstance(out_axes, tuple):
+        if not isinstance(out, tuple) or len(out) != len(out_axes):
+            raise CarryStructureError(
+                f"scan's out_axes has {len(out_axes)} entries, so the function must return a "
+                f"tuple of {len(out_axes)}; it returned "
+                f"{type(out).__name__ if not isinstance(out, tuple) else f'a tuple of {len(out)}'}."
+            )
+        carry = tuple(o for o, a in zip(out, out_axes) if a is Carry)
+        rest = tuple(None if a is Carry else o for o, a in zip(out, out_axes))
+        rest_axes = tuple(None if a is Carry else a for a in out_axes)
+        return carry, rest, rest_axes
+    return (), out, out_axes
+
+
+def _join_output(carry: tuple[Any, ...], rest: Any, out_axes: Any) -> Any:
+    if out_axes is Carry:
+        return carry[0]
+    if isinstance(out_axes, tuple):
+        it = iter(carry)
+        return tuple(next(it) if a is Carry else r for r, a in zip(rest, out_axes))
+    return rest
+
+
+@decorator
+def scan(
+    f: Callable[..., Any],
+    *,
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int | bool = 1,
+    _split_transpose: bool = False,
+    in_axes: Any = (Carry, 0),
+    out_axes: Any = (Carry, 0),
+    transform_metadata: Mapping[str, Any] = {},
+) -> Callable[..., Any]:
+    """``jax.lax.scan`` for functions of objects (see the module docstring).
+
+    Args:
+      f: the body; called once per step with the carry, slices of the scanned
+        arguments and the broadcast ones.
+      length: the number of steps (needed when nothing is scanned).
+      reverse, unroll, _split_transpose: as in ``jax.lax.scan``.
+      in_axes: per positional argument ``Carry``, an int axis, ``None`` or
+        ``StateAxes``; keyword arguments are broadcast.
+      out_axes: the same over the output; ``Carry`` marks the new carry.
+      transform_metadata: as in ``vmap`` (e.g. ``{nnx.PARTITION_NAME: 'layers'}``).
+
+    Returns:
+      The scanned function: the final carry where ``out_axes`` has ``Carry``, the
+      stacked outputs elsewhere. Carried and scanned state of the argument objects
+      is written back (stacked sub-states with their new values).
+
+    Raises:
+      CarryStructureError (``ValueError``): the body changes the carry's structure
+        or a broadcast sub-state; the message names the path.
+      InconsistentAliasingError, PrefixError (``ValueError``): see ``vmap``.
+
+    Source: ``jax.lax.scan``; seed 002/003.
+    """
+    inner_f, bound = unbind(f)
+
+    @functools.wraps(inner_f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        n = len(args)
+        a_prefix = args_prefix(in_axes, n)
+        positions = _carry_positions(a_prefix, n)
+        carry_value = tuple(args[i] for i in positions)
+        rest_args = tuple(None if i in positions else a for i, a in enumerate(args))
+        rest_prefix = (
+            tuple(None if i in positions else p for i, p in enumerate(a_prefix))
+            if isinstance(a_prefix, tuple)
+            else (None if a_prefix is Carry else a_prefix)
+        )
+        carry_graphdef, carry_values, carry_nodes = _flatten_carry(carry_value)
+        call = split_inputs(rest_args, kwargs, (rest_prefix, None), SCAN_SPEC)
+        _check_disjoint(carry_nodes, call.nodes)
+
+        state_carry = [i for i, p in enumerate(call.prefixes) if p is Carry]
+        scanned = [i for i, p in enumerate(call.prefixes) if isinstance(p, int) and p is not Carry]
+        broadcast = [i for i, p in enumerate(call.prefixes) if p is None]
+        xs = [jnp.moveaxis(call.values[i], call.prefixes[i], 0) for i in scanned]
+        slots = [(0, 0)] * len(call.values)
+        for g, members in enumerate((state_carry, scanned, broadcast)):
+            for k, i in enumerate(members):
+                slots[i] = (g, k)
+        in_static = InStatic(call.graphdef, tuple(slots), None)
+        broadcast_values = [call.values[i] for i in broadcast]
+        expected_state_carry = [call.graphdef.leaf_paths[i] for i in state_carry]
+        n_carry = len(carry_values)
+        seen: list[OutStatic] = []
+
+        def body(carry: list[Any], x: list[Any]) -> Any:
+            carry_obj = unflatten(carry_graphdef, carry[:n_carry])[0]
+            groups = (carry[n_carry:], x, broadcast_values)
+            values = [groups[g][k] for g, k in in_static.slots]
+            merged = Merged(in_static, values, call.prefixes)
+            metadata = AxisMetadata(transform_metadata)
+            metadata.on_inputs(merged.leaves, merged.prefixes)
+            full_args = list(merged.args)
+            for i, c in zip(positions, carry_obj):
+                full_args[i] = c
+            out = inner_f(*full_args, **merged.kwargs)
+            out_carry, out_rest, rest_axes = _split_output(out, out_axes)
+            new_graphdef, new_carry, _ = _flatten_carry(tuple(out_carry))
+            if new_graphdef != carry_graphdef:
+                diff = graphdef_diff(carry_graphdef, new_graphdef, roots=("carry",))
+                raise CarryStructureError(
+                    f"The body of scan changed the structure of the carry: {diff} (first: "
+                    "the carry passed in, second: the carry returned).\nThe carry keeps one "
+                    "structure in every step.\nFix: return the carry with the same objects, "
+                    "attributes and shapes it came in with."
+                )
+            graphdef, leaves, prefixes, index_map = merged.resplit(
+                out_rest, SCAN_OUT_SPEC, (rest_prefix, None), rest_axes, metadata.on_output_leaf
+            )
+            new_state_carry, ys, sources = [], [], []
+            state_paths = []
+            for (path, leaf), prefix in zip(leaves, prefixes):
+                unchanged = merged.unchanged_input(leaf)
+                value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+                if prefix is Carry:
+                    state_paths.append(_as_input_path(path))
+                    sources.append((2, len(new_state_carry), 0))
+                    new_state_carry.append(value)
+                elif prefix is None:
+                    if unchanged is None:
+                        raise CarryStructureError(
+                            f"The body of scan changed the broadcast (None) leaf at "
+                            f"{_where(merged, out_rest, path)}; a broadcast value is the same in "
+                            "every step.\nFix: carry it (nnx.Carry, or StateAxes({...: "
+                            "nnx.Carry})) or scan it (an int axis)."
+                        )
+                    sources.append((IN, unchanged, 0))
+                elif unchanged is not None and merged.prefixes[unchanged] == prefix:
+                    sources.append((IN, unchanged, 0))
+                else:
+                    sources.append((3, len(ys), prefix))
+                    ys.append(value)
+            if state_paths != expected_state_carry:
+                raise CarryStructureError(
+                    "The body of scan changed which sub-states are carried (StateAxes ... "
+                    f"nnx.Carry): before {_fmt(expected_state_carry)}, after {_fmt(state_paths)}."
+                    "\nFix: keep the carried Variables; create them before the scan."
+                )
+            out_static = OutStatic(graphdef, index_map, tuple(sources))
+            seen.append(out_static)
+            return [*new_carry, *new_state_carry], (Static(out_static), ys)
+
+        init = [*carry_values, *(call.values[i] for i in state_carry)]
+        final_carry, (out_static_box, ys) = jax.lax.scan(
+            body, init, xs, length=length, reverse=reverse, unroll=unroll,
+            _split_transpose=_split_transpose,
+        )
+        out_static: OutStatic = out_static_box.value
+        final_carry_obj = unflatten(
+            carry_graphdef, final_carry[:n_carry], reuse=dict(enumerate(carry_nodes))
+        )[0]
+        state_final = final_carry[n_carry:]
+        values = []
+        for tag, a, b in out_static.sources:
+            if tag == IN:
+                values.append(call.values[a])
+            elif tag == 2:
+                values.append(state_final[a])
+            else:
+                values.append(jnp.moveaxis(ys[a], 0, b) if b != 0 else ys[a])
+        rest_out = call.finish_values(out_static, values)
+        return _join_output(tuple(final_carry_obj), rest_out, out_axes)
+
+    return bind(wrapper, bound, f)
+
+
+def _check_disjoint(carry_nodes: list[Any], rest_nodes: list[Any]) -> None:
+    ids = {id(n) for n in carry_nodes}
+    shared = [n for n in rest_nodes if id(n) in ids]
+    if shared:
+        raise CarryStructureError(
+            f"A {type(shared[0]).__name__} is both in scan's carry and in a scanned or "
+            "broadcast argument; an object is either carried or not.\nFix: pass it in one "
+            "place only, or use StateAxes({...: nnx.Carry}) on the object to carry part of it."
+        )
+
+
+def _where(merged: Merged, out_rest: Any, path: Any) -> str:
+    return NamedRoots(("output", "args", "kwargs"), (out_rest, merged.args, merged.kwargs)).where(path)
+
+
+def _as_input_path(path: Any) -> Any:
+    """An out-walk path (roots output, args, kwargs) as an input path (args, kwargs)."""
+    root = {1: 0, 2: 1}.get(path[0])
+    return path if root is None else (root, *path[1:])
+
+
+def _fmt(paths: list[Any]) -> str:
+    return "[" + ", ".join("/".join(map(str, p[1:])) for p in paths) + "]"
