@@ -93,10 +93,7 @@ def _human_bytes(n: int) -> str:
 
 def _value_size(value: Any) -> tuple[int, int] | None:
     """(elements, bytes) of the arrays in ``value``; ``None`` if it holds none."""
-    if isinstance(value, ARRAY_TYPES):
-        leaves = [value]
-    else:
-        leaves = [x for x in jax.tree.leaves(value) if isinstance(x, ARRAY_TYPES)]
+    leaves = [value] if isinstance(value, ARRAY_TYPES) else _array_leaves(value)
     if not leaves:
         return None
     return sum(_size(x) for x in leaves), sum(_nbytes(x) for x in leaves)
@@ -211,8 +208,20 @@ def _join_inline(open_: str, parts: list[str], close: str) -> str:
     return out + close
 
 
-def _has_arrays(x: Any) -> bool:
-    return any(isinstance(leaf, ARRAY_TYPES) for leaf in jax.tree.leaves(x))
+def _array_leaves(x: Any) -> list[Any]:
+    try:
+        return [leaf for leaf in jax.tree.leaves(x) if isinstance(leaf, ARRAY_TYPES)]
+    except Exception:  # a registered pytree whose flatten fails: show it as a leaf
+        return []
+
+
+def _children(x: Any) -> list[tuple[Hashable, Any]] | None:
+    """One level of a non-builtin pytree node, or ``None`` for a leaf."""
+    try:
+        children = pytree_children(x)
+    except Exception:
+        return None
+    return children[0] if children is not None else None
 
 
 def _plain_repr(x: Any) -> str:
@@ -226,10 +235,9 @@ def _plain_repr(x: Any) -> str:
         return _join_inline("[", [_plain_repr(v) for v in x], "]")
     if t is tuple:
         return _join_inline("(", [_plain_repr(v) for v in x], ",)" if len(x) == 1 else ")")
-    if not is_plain_static(x) and _has_arrays(x):
-        children = pytree_children(x)
-        if children is not None and children[0]:
-            items = children[0]
+    if not is_plain_static(x) and _array_leaves(x):
+        items = _children(x)
+        if items:
             parts = [
                 f"{k}={_plain_repr(v)}" if isinstance(k, str) else _plain_repr(v) for k, v in items
             ]
@@ -250,8 +258,7 @@ def _holds_nodes(x: Any) -> bool:
         return any(_holds_nodes(c) for c in (x.values() if t is dict else x))
     if is_plain_static(x) or isinstance(x, ARRAY_TYPES):
         return False
-    children = pytree_children(x)
-    return children is not None and any(_holds_nodes(c) for _, c in children[0])
+    return any(_holds_nodes(c) for _, c in _children(x) or ())
 
 
 def _attr_path(key: Hashable) -> str:
@@ -339,7 +346,7 @@ class _TextPrinter:
                 trailing_comma=type(x) is tuple and len(x) == 1,
             )[1]
         if not isinstance(x, ARRAY_TYPES) and not is_plain_static(x) and _holds_nodes(x):
-            items, _ = pytree_children(x)  # type: ignore[misc]
+            items = _children(x) or []
             keyed = all(isinstance(k, str) for k, _ in items)
             open_ = f"{type(x).__name__}("
             child_head = _attr_head if keyed else _no_head

@@ -108,6 +108,17 @@ def static_attributes() -> Node:
     )
 
 
+def marked_attributes() -> Node:
+    """Attributes marked ``nnx.data`` (Python scalars become State leaves) and ``nnx.static``."""
+    return Node(
+        step=nnx.data(3),
+        rate=nnx.data(0.5),
+        shape=nnx.static((2, 3)),
+        fn=nnx.static(jnp.tanh),
+        w=_param(2),
+    )
+
+
 def raw_arrays() -> Node:
     """Raw array attributes (JAX and NumPy, float and int, scalar and empty)."""
     return Node(
@@ -204,6 +215,7 @@ CORPUS: dict[str, Callable[[], Any]] = {
         cycle_through_container,
         nested_containers,
         static_attributes,
+        marked_attributes,
         raw_arrays,
         variable_metadata,
         mixed_kinds,
@@ -217,6 +229,14 @@ CORPUS: dict[str, Callable[[], Any]] = {
     ]
 }
 """Every corpus graph: name -> zero-argument factory returning a new graph."""
+
+
+def corpus_settings() -> Any:
+    """Hypothesis settings for a ``@given`` test that is also parametrized over the
+    corpus: an eighth of the profile's examples (at least 5) per corpus entry."""
+    from hypothesis import settings
+
+    return settings(max_examples=max(5, settings().max_examples // 8))
 
 
 def corpus_params() -> list[Any]:

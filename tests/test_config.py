@@ -61,4 +61,3 @@ def test_flag_has_no_instance_dict():
 
 def test_flag_exported():
     assert nnx.Flag is Flag
-

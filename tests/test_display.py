@@ -9,6 +9,7 @@ key: 8). The two Variable reprs come from the Flax NNX transforms guide (seed 00
 
 from __future__ import annotations
 
+import collections
 import re
 from typing import Any
 
@@ -90,10 +91,7 @@ def test_bytes_switch_to_kilobytes_past_999():
 def test_key_arrays_are_summarized_and_counted_as_eight_bytes():
     v = nnx.RngKey(jax.random.key(0), tag="default")
     assert repr(v) == (
-        "RngKey( # 1 (8 B)\n"
-        "  value=Array(shape=(), dtype=key<fry>),\n"
-        "  tag='default'\n"
-        ")"
+        "RngKey( # 1 (8 B)\n  value=Array(shape=(), dtype=key<fry>),\n  tag='default'\n)"
     )
 
 
@@ -109,7 +107,10 @@ def test_key_arrays_are_summarized_and_counted_as_eight_bytes():
         (np.arange(3), "array([0, 1, 2])"),
         (np.zeros(11), "np.ndarray(shape=(11,), dtype=float64)"),
         (np.float32(2.0), "np.float32(2.0)"),
-        (jax.ShapeDtypeStruct((2, 3), jnp.float32), "ShapeDtypeStruct(shape=(2, 3), dtype=float32)"),
+        (
+            jax.ShapeDtypeStruct((2, 3), jnp.float32),
+            "ShapeDtypeStruct(shape=(2, 3), dtype=float32)",
+        ),
         (jax.ShapeDtypeStruct((1,), jnp.int32), "ShapeDtypeStruct(shape=(1,), dtype=int32)"),
     ],
 )
@@ -275,6 +276,33 @@ def test_nodes_in_containers_and_references_into_them():
     )
 
 
+OptState = collections.namedtuple("OptState", "mu nu count")
+
+
+def test_pytree_containers_print_their_fields():
+    plain = Node(opt=OptState(jnp.zeros(20), jnp.zeros(2), 3))
+    assert repr(plain) == (
+        "Node(\n"
+        "  opt=OptState(mu=Array(shape=(20,), dtype=float32), "
+        "nu=Array([0., 0.], dtype=float32), count=3)\n"
+        ")"
+    )
+    boxed = Node(opt=OptState(nnx.Variable(jnp.zeros(20)), nnx.Variable(jnp.zeros(2)), 3))
+    assert repr(boxed) == (
+        "Node( # Variable: 22 (88 B)\n"
+        "  opt=OptState(\n"
+        "    mu=Variable( # 20 (80 B)\n"
+        "      value=Array(shape=(20,), dtype=float32)\n"
+        "    ),\n"
+        "    nu=Variable( # 2 (8 B)\n"
+        "      value=Array([0., 0.], dtype=float32)\n"
+        "    ),\n"
+        "    count=3\n"
+        "  )\n"
+        ")"
+    )
+
+
 def test_nnx_list_prints_like_a_list():
     layers = nnx.List([Block(w=nnx.Param(jnp.ones(1))), 5])
     assert repr(layers) == (
@@ -319,7 +347,9 @@ def _expected_totals(root: Any) -> dict[str, tuple[int, int]]:
     for _, value in nnx.iter_graph(root):
         if isinstance(value, nnx.Variable):
             arrays = [
-                x for x in jax.tree.leaves(value.raw_value) if isinstance(x, (jax.Array, np.ndarray))
+                x
+                for x in jax.tree.leaves(value.raw_value)
+                if isinstance(x, (jax.Array, np.ndarray))
             ]
             if not arrays:
                 continue

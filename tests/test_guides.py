@@ -23,7 +23,7 @@ def _load_runner():
     spec = importlib.util.spec_from_file_location("run_guide", GUIDES / "run_guide.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("run_guide", module)
+    sys.modules["run_guide"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -49,6 +49,27 @@ def test_guide_is_jupytext_compatible(guide: Path) -> None:
     notebook = jupytext.read(guide)
     code = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
     assert code == [cell.source for cell in runner.parse_guide(guide)]
+
+
+def _ruff(*args: str, source: str) -> subprocess.CompletedProcess[str]:
+    # --stdin-filename under guides/ applies the guides' per-file ruff settings.
+    command = [sys.executable, "-m", "ruff", *args, "--stdin-filename", "guides/_cell.py", "-"]
+    return subprocess.run(command, input=source, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("guide", runner.discover(GUIDES), ids=lambda p: p.name)
+def test_guide_code_is_ruff_clean(guide: Path) -> None:
+    pytest.importorskip("ruff")
+    cells = runner.parse_guide(guide)
+    # Lint the cells as one program (later cells use earlier names); format each cell.
+    checked = _ruff("check", source="\n\n".join(c.source for c in cells) + "\n")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for cell in cells:
+        formatted = _ruff("format", "--diff", source=cell.source + "\n")
+        assert formatted.returncode == 0, (
+            f"{guide.name}: cell {cell.number} (line {cell.line}) is not ruff-formatted:\n"
+            + formatted.stdout
+        )
 
 
 def test_index_lists_every_guide() -> None:

@@ -233,7 +233,8 @@ def test_replace_by_pure_dict_custom_replace_fn():
 def test_replace_by_pure_dict_unknown_path_names_it():
     s = make_state()
     with pytest.raises(
-        nnx.GraphStructureError, match="pure_dict has the path linear/zz, but the State has no key 'zz' at linear"
+        nnx.GraphStructureError,
+        match="pure_dict has the path linear/zz, but the State has no key 'zz' at linear",
     ):
         s.replace_by_pure_dict({"linear": {"zz": 1}})
     with pytest.raises(nnx.GraphStructureError, match="no key 'q' at <root>"):
@@ -297,4 +298,3 @@ def test_state_through_jit():
     out = jax.jit(lambda st: jax.tree.map(lambda x: x + 1, st))(s)
     assert type(out.bn.mean) is nnx.BatchStat
     np.testing.assert_array_equal(out.raw, np.arange(2.0) + 1)
-

@@ -322,7 +322,8 @@ def test_set_metadata_forms():
 
 
 @pytest.mark.parametrize(
-    ("args", "kwargs"), [(("a", 1, 2), {}), (("a", 1), {"b": 2}), (({"a": 1},), {"b": 2}), ((3,), {})]
+    ("args", "kwargs"),
+    [(("a", 1, 2), {}), (("a", 1), {"b": 2}), (({"a": 1},), {"b": 2}), ((3,), {})],
 )
 def test_set_metadata_bad_arguments(args, kwargs):
     v = nnx.Param(1.0)
@@ -340,7 +341,7 @@ def test_set_metadata_does_not_mutate_shared_dict():
 
 def test_internal_slots_cannot_be_set_as_attributes():
     v = nnx.Param(1.0)
-    with pytest.raises(AttributeError, match="through `.value` only"):
+    with pytest.raises(AttributeError, match=r"through `\.value` only"):
         v.raw_value = 2.0
     with pytest.raises(AttributeError):
         v._var_metadata = {}
@@ -546,7 +547,9 @@ def test_unregistered_kind_raises_with_fix(clean_registry):
 
 
 def test_unregistered_name_raises(clean_registry):
-    with pytest.raises(ValueError, match="No Variable kind is registered under the name 'nothing_here'"):
+    with pytest.raises(
+        ValueError, match="No Variable kind is registered under the name 'nothing_here'"
+    ):
         nnx.variable_type_from_name("nothing_here")
 
 
@@ -581,7 +584,9 @@ def test_register_taken_name_raises_unless_overwrite(clean_registry):
     class Other(nnx.Variable):
         pass
 
-    with pytest.raises(ValueError, match="'params' is already registered to Param.*overwrite=True"):
+    with pytest.raises(
+        ValueError, match=r"'params' is already registered to Param.*overwrite=True"
+    ):
         nnx.register_variable_name("params", Other)
     assert nnx.variable_type_from_name("params") is nnx.Param
     nnx.register_variable_name("params", Other, overwrite=True)

@@ -36,6 +36,7 @@ from flaxgraph.graph.registry import (
     _GRAPH_NODE_IMPLS,
     BUILTIN_CONTAINERS,
     MISSING,
+    DataLeaf,
     is_array_leaf,
     pytree_children,
 )
@@ -320,7 +321,12 @@ def _plan_update(
             _plan_update(current, leaf, path, root, actions)
         elif isinstance(current, Variable):
             actions.append(_variable_action(current, leaf))
-        elif current is MISSING or is_array_leaf(current) or current is None:
+        elif (
+            current is MISSING
+            or is_array_leaf(current)
+            or current is None
+            or _is_data_child(node, key)
+        ):
             new_value = leaf.copy() if isinstance(leaf, Variable) else leaf
             set_fn = _setter(node, key, where)
             actions.append(lambda set_fn=set_fn, new_value=new_value: set_fn(new_value))
@@ -332,6 +338,15 @@ def _plan_update(
                 f"node has a {type(current).__name__} there ({where()}).\nFix: update with a "
                 "State split from a graph of the same structure."
             )
+
+
+def _is_data_child(node: Any, key: Hashable) -> bool:
+    """Whether ``node`` puts its child ``key`` in the State although it is no array
+    (an attribute marked ``nnx.data(3)``). Only reached on the rare path."""
+    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    return impl is not None and any(
+        k == key and type(v) is DataLeaf for k, v in impl.flatten(node)[0]
+    )
 
 
 # -- pop ------------------------------------------------------------------------------------

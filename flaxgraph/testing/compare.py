@@ -166,10 +166,10 @@ def _compare_one(
             stack.append((f"{path}.value", x.raw_value, y.raw_value))
             return None
         return _push_node_children(path, x, y, stack)
-    if type(x) in (DataLeaf, StaticLeaf) or type(y) in (DataLeaf, StaticLeaf):
-        if type(x) is not type(y):
-            return f"types differ: {_type_name(x)} != {_type_name(y)}"
-        stack.append((path, x.value, y.value))
+    if type(x) in _MARKS or type(y) in _MARKS:
+        # nnx.data / nnx.static marks: the marks themselves are node metadata
+        # (compared with the node); compare what they hold.
+        stack.append((path, _unmark(x), _unmark(y)))
         return None
     x_array, y_array = isinstance(x, ARRAY_TYPES), isinstance(y, ARRAY_TYPES)
     if x_array or y_array:
@@ -222,6 +222,13 @@ def _push_node_children(path: str, x: Any, y: Any, stack: list[tuple[str, Any, A
     for (k, cx), (_, cy) in reversed(list(zip(x_items, y_items, strict=True))):
         stack.append((_attribute_path(path, k), cx, cy))
     return None
+
+
+_MARKS = (DataLeaf, StaticLeaf)
+
+
+def _unmark(x: Any) -> Any:
+    return x.value if type(x) in _MARKS else x
 
 
 def _attribute_path(path: str, key: Hashable) -> str:

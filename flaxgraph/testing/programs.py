@@ -32,12 +32,14 @@ step                        effect
                             with an integer or floating array value
 ``AddAttribute``            ``node.<name> = <new value>`` (a new Param,
                             BatchStat, raw array, static int or sub-node);
-                            replaces the attribute if it exists
+                            replaces the attribute (and its ``nnx.data`` /
+                            ``nnx.static`` mark) if it exists
 ``DeleteAttribute``         ``del node.<name>``
 ``ShareAttribute``          ``node.<name> = <an existing node or Variable>``:
                             makes two places share one object, possibly making
                             a cycle (unless ``allow_cycle=False``)
 ``SwapAttributes``          swaps the values of two attributes of one node
+                            (attributes without a data/static mark)
 ==========================  ===================================================
 """
 
@@ -51,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxgraph.graph.api import iter_graph
-from flaxgraph.graph.registry import get_graph_node_impl, is_graph_node
+from flaxgraph.graph.registry import DataLeaf, StaticLeaf, get_graph_node_impl, is_graph_node
 from flaxgraph.testing.nodes import Node
 from flaxgraph.variables import BatchStat, Param, Variable
 
@@ -135,8 +137,9 @@ class SwapAttributes:
 
     Attributes:
       node: selector among the graph nodes (those with at least two attributes).
-      first, second: selectors among the node's string attribute names, sorted;
-        when they pick the same name, the next name is used for ``second``.
+      first, second: selectors among the node's string attribute names that
+        carry no ``nnx.data``/``nnx.static`` mark, sorted; when they pick the same
+        name, the next name is used for ``second``.
     """
 
     node: int
@@ -212,6 +215,23 @@ def _attribute_names(node: Any) -> list[str]:
     return sorted(k for k, _ in impl.flatten(node)[0] if isinstance(k, str))
 
 
+def _marked_names(node: Any) -> set[str]:
+    """Attributes marked ``nnx.data``/``nnx.static``: the mark stays with the name."""
+    impl = get_graph_node_impl(node)
+    assert impl is not None
+    return {k for k, v in impl.flatten(node)[0] if type(v) in (DataLeaf, StaticLeaf)}
+
+
+def _set_unmarked(node: Any, name: str, value: Any) -> None:
+    """``node.<name> = value``, first dropping a data/static mark the name carries
+    (a static mark on a new array would make the graph unsplittable)."""
+    impl = get_graph_node_impl(node)
+    assert impl is not None
+    if name in _marked_names(node):
+        impl.del_child(node, name)
+    impl.set_child(node, name, value)
+
+
 def _pick(candidates: Sequence[Any], selector: int) -> Any:
     return candidates[selector % len(candidates)]
 
@@ -266,7 +286,7 @@ def _add_attribute(root: Any, step: AddAttribute) -> str:
         return "skip AddAttribute: no graph node"
     value = _new_value(step.kind, step.seed)
     path, node = _pick(nodes, step.node)
-    get_graph_node_impl(node).set_child(node, step.name, value)  # type: ignore[union-attr]
+    _set_unmarked(node, step.name, value)
     return f"add {_where((*path, step.name))} = new {step.kind} ({step.seed})"
 
 
@@ -285,6 +305,11 @@ def _reaches(source: Any, target: Any) -> bool:
     return any(value is target for _, value in iter_graph(source))
 
 
+def _swappable_names(node: Any) -> list[str]:
+    marked = _marked_names(node)
+    return [n for n in _attribute_names(node) if n not in marked]
+
+
 def _share_attribute(root: Any, step: ShareAttribute) -> str:
     nodes, variables = _objects(root)
     if not nodes:
@@ -296,17 +321,17 @@ def _share_attribute(root: Any, step: ShareAttribute) -> str:
     if not sources:
         return "skip ShareAttribute: every candidate would close a cycle"
     source_path, source = _pick(sources, step.source)
-    get_graph_node_impl(holder).set_child(holder, step.name, source)  # type: ignore[union-attr]
+    _set_unmarked(holder, step.name, source)
     return f"share {_where((*holder_path, step.name))} = {_where(source_path)}"
 
 
 def _swap_attributes(root: Any, step: SwapAttributes) -> str:
     nodes, _ = _objects(root)
-    nodes = [(p, n) for p, n in nodes if len(_attribute_names(n)) >= 2]
+    nodes = [(p, n) for p, n in nodes if len(_swappable_names(n)) >= 2]
     if not nodes:
-        return "skip SwapAttributes: no node has two string attributes"
+        return "skip SwapAttributes: no node has two unmarked string attributes"
     path, node = _pick(nodes, step.node)
-    names = _attribute_names(node)
+    names = _swappable_names(node)
     i = step.first % len(names)
     j = step.second % len(names)
     if i == j:

@@ -13,7 +13,7 @@ one. The strategies here generate the graphs that break graph code in practice:
   holding a tuple as ``sow`` does, ``CustomVariable``, plain ``Variable``) with
   metadata (a ``sharding`` tuple matching the rank, a ``tag``);
 * raw array attributes and static attributes (ints, bools, strings, floats,
-  ``None``, tuples).
+  ``None``, tuples); optionally attributes marked ``nnx.data``/``nnx.static``.
 
 Example (a property of your own code)::
 
@@ -44,6 +44,7 @@ import numpy as np
 from flaxgraph.filters import All, Not, PathContains, WithTag
 from flaxgraph.filters import Any as AnyOf
 from flaxgraph.helpers import Dict, List
+from flaxgraph.objects import data, static
 from flaxgraph.rngs import Rngs, RngState
 from flaxgraph.testing.nodes import Block, CustomVariable, Node, Record
 from flaxgraph.testing.programs import (
@@ -275,6 +276,7 @@ def graphs(
     containers: bool = True,
     rngs: bool = True,
     metadata: bool = True,
+    marks: bool = False,
     variable_kinds: Sequence[type[Variable[Any]]] = VARIABLE_KINDS,
     node_types: Sequence[type] = NODE_TYPES,
 ) -> SearchStrategy[Node]:
@@ -296,6 +298,9 @@ def graphs(
       containers: allow lists, tuples and dicts.
       rngs: allow ``nnx.Rngs`` sub-modules (typed PRNG key leaves).
       metadata: give Variables metadata (see ``variables``).
+      marks: also make attributes marked ``nnx.data(<Python int or float>)`` (a
+        State leaf that is no array; ``jax.jit`` returns it as an array) and
+        ``nnx.static(<static value>)``.
       variable_kinds: the Variable kinds to use.
       node_types: the sub-node types to use; ``List``/``Dict`` hold items/keys,
         other types are built with no arguments and get attributes set.
@@ -328,6 +333,7 @@ def graphs(
         cycles=cycles,
         containers=containers,
         rngs=rngs,
+        marks=marks,
         variables=variables(kinds=variable_kinds, metadata=metadata),
         node_types=tuple(node_types),
     )
@@ -384,6 +390,7 @@ class _Options:
         "cycles",
         "max_attributes",
         "max_depth",
+        "marks",
         "max_nodes",
         "node_types",
         "rngs",
@@ -422,7 +429,10 @@ class _Builder:
                 )
             )
             for name in names:
-                setattr(obj, name, self.value(depth + 1))
+                if options.marks and draw(st.integers(0, 4)) == 0:
+                    setattr(obj, name, self.marked())
+                else:
+                    setattr(obj, name, self.value(depth + 1))
         self.ancestors.pop()
         self.finished.append(obj)
         return obj
@@ -470,6 +480,11 @@ class _Builder:
         r = Rngs(seed, **{s: seed + i + 1 for i, s in enumerate(streams)})
         self.finished.append(r)
         return r
+
+    def marked(self) -> Any:
+        if self.draw(st.booleans()):
+            return data(self.draw(st.one_of(st.integers(-3, 3), st.sampled_from([0.5, -1.25]))))
+        return static(self.draw(static_values()))
 
     def container(self, depth: int) -> Any:
         draw = self.draw

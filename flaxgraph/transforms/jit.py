@@ -129,12 +129,18 @@ def jit(
     Source: ``jax.jit``; lifting per the JAX-style NNX transforms design (seed 002).
     """
     inner_fun, bound = unbind(fun)
-    static_nums = normalize_argnums(static_argnums)
+    # For a bound method or Module instance, argnums and in_shardings count the
+    # explicit arguments (as jax.jit does, and as grad/remat here do): shift past self.
+    static_nums = tuple(n + len(bound) if n >= 0 else n for n in normalize_argnums(static_argnums))
     static_names = normalize_argnames(static_argnames)
-    donate_nums = normalize_argnums(donate_argnums)
+    donate_nums = tuple(n + len(bound) if n >= 0 else n for n in normalize_argnums(donate_argnums))
+    if bound and isinstance(in_shardings, (tuple, list)) and not _is_sharding(in_shardings):
+        in_shardings = (UNSPECIFIED, *in_shardings)
     donate_names = normalize_argnames(donate_argnames)
 
-    in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC) or [UNSPECIFIED]
+    in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
+    if UNSPECIFIED not in in_keys_sharding:  # keyword arguments get no in_sharding
+        in_keys_sharding.append(UNSPECIFIED)
     in_keys = [(s, d) for s in in_keys_sharding for d in (False, True)]
     out_keys = prefix_keys(in_shardings, out_shardings, spec=SHARDING_SPEC) or [UNSPECIFIED]
     if UNSPECIFIED not in out_keys:

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from graphs import corpus_params
+from graphs import corpus_params, corpus_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,6 +30,9 @@ from flaxgraph.testing import (
     graphs,
     mutations,
 )
+
+GRAPHS = graphs(marks=True)
+CORPUS_SETTINGS = corpus_settings()
 
 # -- helpers --------------------------------------------------------------------------------
 
@@ -85,7 +88,7 @@ def check_split_merge_roundtrip(g: Any, fs: list[Any]) -> None:
     assert_graphs_equal(g, nnx.merge(graphdef, state))
 
 
-@given(graphs(), st.lists(filters(), max_size=3))
+@given(GRAPHS, st.lists(filters(), max_size=3))
 def test_split_merge_roundtrip(g: Any, fs: list[Any]) -> None:
     check_split_merge_roundtrip(g, fs)
 
@@ -120,7 +123,7 @@ def check_update(g: Any) -> None:
     assert nnx.graphdef(g) == graphdef
 
 
-@given(graphs())
+@given(GRAPHS)
 def test_update_writes_values_in_place(g: Any) -> None:
     check_update(g)
 
@@ -130,7 +133,21 @@ def test_update_writes_values_in_place_corpus(make: Any) -> None:
     check_update(make())
 
 
-@given(graphs())
+def test_update_writes_data_marked_scalars() -> None:
+    # Regression: update raised "the node has a int there" for `nnx.data(3)`
+    # attributes, whose State leaf is the int itself.
+    g = Node(step=nnx.data(3), w=nnx.Param(jnp.ones(1)))
+    graphdef, state = nnx.split(g)
+    nnx.update(g, state)
+    assert g.step == 3
+    nnx.update(g, nnx.State({"step": 4}))
+    assert g.step == 4
+    assert nnx.graphdef(g) == graphdef  # still marked data
+    with pytest.raises(nnx.GraphStructureError, match="has a int there"):
+        nnx.update(Node(step=3), nnx.State({"step": 4}))  # a static int is no leaf
+
+
+@given(GRAPHS)
 def test_update_with_own_state_is_a_no_op(g: Any) -> None:
     graphdef, state = nnx.split(g)
     before = tracked_objects(g)
@@ -152,12 +169,13 @@ def check_clone(g: Any, steps: list[Any]) -> None:
     assert_graphs_equal(g, nnx.merge(graphdef, state))
 
 
-@given(graphs(), mutations())
+@given(GRAPHS, mutations())
 def test_clone_is_deep_and_independent(g: Any, steps: list[Any]) -> None:
     check_clone(g, steps)
 
 
 @pytest.mark.parametrize("make", corpus_params())
+@CORPUS_SETTINGS
 @given(steps=mutations())
 def test_clone_is_deep_and_independent_corpus(make: Any, steps: list[Any]) -> None:
     check_clone(make(), steps)
@@ -198,12 +216,13 @@ def check_filters_partition(g: Any, fs: list[Any]) -> None:
         nnx.split(g, *fs)
 
 
-@given(graphs(), st.lists(filters(), max_size=4))
+@given(GRAPHS, st.lists(filters(), max_size=4))
 def test_filters_partition_the_state(g: Any, fs: list[Any]) -> None:
     check_filters_partition(g, fs)
 
 
 @pytest.mark.parametrize("make", corpus_params())
+@CORPUS_SETTINGS
 @given(fs=st.lists(filters(), max_size=4))
 def test_filters_partition_the_state_corpus(make: Any, fs: list[Any]) -> None:
     check_filters_partition(make(), fs)
@@ -228,7 +247,7 @@ def check_graphdef_stable(g: Any) -> None:
     assert {first: 1}[cloned] == 1
 
 
-@given(graphs())
+@given(GRAPHS)
 def test_graphdef_equality_and_hash_are_stable(g: Any) -> None:
     check_graphdef_stable(g)
 
@@ -255,8 +274,10 @@ def check_state_through_jax(g: Any, fs: list[Any]) -> None:
     graphdef, *states = nnx.split(g, *fs, ...)
     mapped = jax.tree.map(identity, states)
     assert_graphs_equal(g, nnx.merge(graphdef, *mapped))
+    # jit returns every leaf as a JAX array (an `nnx.data(3)` comes back as Array(3))
+    expected = nnx.merge(graphdef, *jax.tree.map(jnp.asarray, states))
     jitted = jax.jit(identity)(states)
-    assert_graphs_equal(g, nnx.merge(graphdef, *jitted))
+    assert_graphs_equal(expected, nnx.merge(graphdef, *jitted))
     # merge and split inside jit, the GraphDef as a static argument
     inner: list[nnx.GraphDef] = []
 
@@ -267,10 +288,10 @@ def check_state_through_jax(g: Any, fs: list[Any]) -> None:
 
     out = jax.jit(roundtrip, static_argnums=0)(graphdef, states)
     assert inner and inner[0] == graphdef
-    assert_graphs_equal(g, nnx.merge(graphdef, out))
+    assert_graphs_equal(expected, nnx.merge(graphdef, out))
 
 
-@given(graphs(), st.lists(filters(), max_size=2))
+@given(GRAPHS, st.lists(filters(), max_size=2))
 def test_state_survives_tree_map_and_jit(g: Any, fs: list[Any]) -> None:
     check_state_through_jax(g, fs)
 
@@ -300,7 +321,7 @@ def check_contexts(g1: Any, g2: Any) -> None:
         nnx.merge(gd2, s2)
 
 
-@given(graphs(), graphs(), st.data())
+@given(GRAPHS, graphs(), st.data())
 def test_contexts_restore_sharing_across_graphs(g1: Any, g2: Any, data: st.DataObject) -> None:
     in_g1 = tracked_objects(g1)
     g2.shared_from_g1 = data.draw(st.sampled_from(in_g1), label="object of g1 shared by g2")

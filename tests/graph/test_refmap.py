@@ -59,7 +59,7 @@ def test_keys_are_kept_alive():
     del n
     gc.collect()
     assert ref() is not None  # the map keeps it alive, so its id cannot be reused
-    assert list(m)[0] is ref()
+    assert next(iter(m)) is ref()
 
 
 def test_temporaries_do_not_collide():

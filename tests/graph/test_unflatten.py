@@ -97,7 +97,9 @@ def test_dangling_node_ref():
     index = RefMap()
     flatten(a, ref_index=index)
     graphdef, leaves = flatten(b, ref_index=index)
-    with pytest.raises(nnx.GraphStructureError, match=r"refers to node index 0 \(Leaf\).*merge_context"):
+    with pytest.raises(
+        nnx.GraphStructureError, match=r"refers to node index 0 \(Leaf\).*merge_context"
+    ):
         unflatten(graphdef, [v for _, v in leaves])
     shared = {}
     ga, la = flatten(a)

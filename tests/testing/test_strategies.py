@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from graphs import has_cycle
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import HealthCheck, Phase, find, given, settings
 
 import flaxgraph as nnx
 import flaxgraph.testing as fgt
@@ -36,8 +36,13 @@ from flaxgraph.testing import (
 )
 from flaxgraph.testing.strategies import VARIABLE_KINDS
 
+# Generation only: the first example with the feature is enough (shrinking it is slow).
 FIND = settings(
-    max_examples=3000, database=None, suppress_health_check=list(HealthCheck), deadline=None
+    max_examples=3000,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    deadline=None,
+    phases=[Phase.generate],
 )
 
 
@@ -73,10 +78,9 @@ def shares_node_without_cycle(g: Any) -> bool:
 
 
 def _at(g: Any, path: tuple[Any, ...]) -> Any:
-    for value_path, value in nnx.iter_graph(g):
-        if value_path == path:
-            return value
-    raise KeyError(path)
+    for key in path:
+        g = vars(g)[key] if is_graph_node(g) else g[key]
+    return g
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,168 @@
+"""Tests of flaxgraph/helpers.py: List, Dict and Sequential."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import flaxgraph as nnx
+
+
+class Scale(nnx.Module):
+    def __init__(self, factor):
+        self.factor = nnx.Param(jnp.array(factor))
+
+    def __call__(self, x):
+        return x * self.factor
+
+
+# -- List -------------------------------------------------------------------------------------
+
+
+def test_list_sequence_protocol():
+    items = nnx.List([1, 2, 3])
+    assert len(items) == 3 and list(items) == [1, 2, 3]
+    assert items[0] == 1 and items[-1] == 3 and items[1:] == [2, 3]
+    with pytest.raises(IndexError):
+        items[3]
+
+
+def test_list_mutation():
+    items = nnx.List()
+    items.append("a")
+    items.extend(["b", "c"])
+    items[0] = "A"
+    items[-1] = "C"
+    assert list(items) == ["A", "b", "C"]
+    assert items.pop(1) == "b" and list(items) == ["A", "C"]
+    assert items.pop() == "C" and list(items) == ["A"]
+    assert items[0] == "A"
+
+
+def test_list_setitem_out_of_range():
+    items = nnx.List([1])
+    with pytest.raises(IndexError, match="List index 5 out of range for length 1"):
+        items[5] = 0
+    with pytest.raises(IndexError):
+        items[-2] = 0
+
+
+def test_list_pop_empty():
+    with pytest.raises(IndexError):
+        nnx.List().pop()
+
+
+def test_list_state_keys_are_ints_and_roundtrip():
+    items = nnx.List([Scale(2.0), Scale(3.0)])
+    graphdef, state = nnx.split(items)
+    assert set(state.flat_state().paths) == {(0, "factor"), (1, "factor")}
+    new = nnx.merge(graphdef, state)
+    assert type(new) is nnx.List and len(new) == 2
+    assert float(new[1].factor.value) == 3.0
+    new.append(Scale(4.0))
+    assert len(new) == 3
+
+
+def test_list_is_a_shared_graph_node():
+    shared = nnx.List([Scale(1.0)])
+    root = nnx.Dict(a=shared, b=shared)
+    new = nnx.merge(*nnx.split(root))
+    assert new.a is new.b
+
+
+def test_list_mutation_from_another_trace_raises():
+    items = nnx.List([jnp.ones(1)])
+
+    @jax.jit
+    def f(x):
+        items.append(x)
+        return x
+
+    with pytest.raises(nnx.TraceContextError):
+        f(jnp.ones(1))
+    with pytest.raises(nnx.TraceContextError):
+        jax.jit(lambda x: items.pop())(1)
+    with pytest.raises(nnx.TraceContextError):
+        jax.jit(lambda x: items.__setitem__(0, x))(1)
+    assert len(items) == 1
+
+
+def test_list_update_and_pytree():
+    items = nnx.List([jnp.zeros(2), Scale(1.0)])
+    nnx.update(items, {0: jnp.ones(2), 1: {"factor": jnp.array(5.0)}})
+    np.testing.assert_array_equal(items[0], np.ones(2))
+    assert float(items[1].factor.value) == 5.0
+    out = jax.tree.map(lambda x: x * 2, items)
+    np.testing.assert_array_equal(out[0], 2 * np.ones(2))
+
+
+# -- Dict -------------------------------------------------------------------------------------
+
+
+def test_dict_mapping_protocol():
+    d = nnx.Dict({"b": 2}, a=1)
+    assert d["a"] == 1 and d.a == 1
+    assert list(d) == ["a", "b"] and d.keys() == ["a", "b"]
+    assert d.values() == [1, 2] and d.items() == [("a", 1), ("b", 2)]
+    assert len(d) == 2 and "a" in d and "z" not in d
+    d["c"] = 3
+    del d["a"]
+    assert d.keys() == ["b", "c"]
+    with pytest.raises(KeyError):
+        d["a"]
+
+
+def test_dict_kwargs_win_over_mapping():
+    assert nnx.Dict({"a": 1}, a=2)["a"] == 2
+
+
+def test_dict_split_merge():
+    d = nnx.Dict(enc=Scale(2.0), dec=Scale(3.0))
+    graphdef, state = nnx.split(d)
+    assert set(state.flat_state().paths) == {("enc", "factor"), ("dec", "factor")}
+    new = nnx.merge(graphdef, state)
+    assert type(new) is nnx.Dict and float(new["dec"].factor.value) == 3.0
+
+
+def test_dict_mutation_from_another_trace_raises():
+    d = nnx.Dict(a=1)
+    with pytest.raises(nnx.TraceContextError):
+        jax.jit(lambda x: d.__setitem__("b", x))(1)
+    with pytest.raises(nnx.TraceContextError):
+        jax.jit(lambda x: d.__delitem__("a"))(1)
+    assert d.keys() == ["a"]
+
+
+# -- Sequential ---------------------------------------------------------------------------------
+
+
+def test_sequential_composes_in_order():
+    seq = nnx.Sequential(Scale(2.0), lambda x: x + 1, Scale(3.0))
+    x = jnp.arange(3.0)
+    np.testing.assert_allclose(seq(x), (x * 2 + 1) * 3)
+
+
+def test_sequential_extra_args_go_to_first_layer():
+    seq = nnx.Sequential(lambda x, y, *, z: x + y + z, lambda h: h * 10)
+    assert seq(1, 2, z=3) == 60
+
+
+def test_empty_sequential_is_identity():
+    assert nnx.Sequential()(5) == 5
+    assert nnx.Sequential()(1, 2) == (1, 2)
+
+
+def test_sequential_layers_are_a_list_and_split():
+    seq = nnx.Sequential(Scale(2.0), Scale(3.0))
+    assert type(seq.layers) is nnx.List and len(seq.layers) == 2
+    graphdef, state = nnx.split(seq)
+    assert set(state.flat_state().paths) == {("layers", 0, "factor"), ("layers", 1, "factor")}
+    new = nnx.merge(graphdef, state)
+    np.testing.assert_allclose(new(jnp.ones(1)), [6.0])
+
+
+def test_sequential_through_jit_by_split_merge():
+    seq = nnx.Sequential(Scale(2.0), Scale(5.0))
+    graphdef, state = nnx.split(seq)
+    out = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x))(state, jnp.ones(2))
+    np.testing.assert_allclose(out, np.full(2, 10.0))
