@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from flaxgraph import filters as filters
+from flaxgraph import spmd as spmd
 from flaxgraph import testing as testing
 from flaxgraph.config import Flag as Flag
 from flaxgraph.display import display as display
@@ -57,6 +58,12 @@ from flaxgraph.rngs import fork_rngs as fork_rngs
 from flaxgraph.rngs import reseed as reseed
 from flaxgraph.rngs import restore_rngs as restore_rngs
 from flaxgraph.rngs import split_rngs as split_rngs
+from flaxgraph.spmd import AxisMetadata as AxisMetadata
+from flaxgraph.spmd import Partitioned as Partitioned
+from flaxgraph.spmd import get_named_sharding as get_named_sharding
+from flaxgraph.spmd import get_partition_spec as get_partition_spec
+from flaxgraph.spmd import with_partitioning as with_partitioning
+from flaxgraph.spmd import with_sharding_constraint as with_sharding_constraint
 from flaxgraph.state import FlatState as FlatState
 from flaxgraph.state import State as State
 from flaxgraph.state import map_state as map_state

@@ -93,6 +93,10 @@ class Variable(Generic[A]):
         if isinstance(value, Variable):
             metadata = {**value._var_metadata, **metadata}
             value = value.raw_value
+        elif hasattr(value, "variable_metadata") and hasattr(value, "unbox"):
+            # an axis-metadata box (nnx.Partitioned…): its metadata joins the Variable's
+            metadata = {**value.variable_metadata(), **metadata}
+            value = value.unbox()
         object.__setattr__(self, "_var_metadata", metadata)
         object.__setattr__(self, "raw_value", value)
 

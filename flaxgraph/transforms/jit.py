@@ -155,7 +155,8 @@ def jit(
 
     def pure(static: Static, *groups: list[Any]) -> Any:
         in_static: InStatic = static.value
-        statics, args_prefix, kwargs_prefix = in_static.extra
+        statics, n_args = in_static.extra
+        args_prefix, kwargs_prefix = _split_prefix(in_shardings, n_args)
         in_prefixes = [in_keys[g] for g, _ in in_static.slots]
 
         def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
@@ -194,7 +195,8 @@ def jit(
         slots, groups = call.groups(in_keys)
         if in_shardings is not UNSPECIFIED:
             _place(call, slots, groups, in_keys)
-        static = Static(InStatic(call.graphdef, slots, (statics, args_prefix, kwargs_prefix)))
+        # The prefix trees may hold lists and dicts (unhashable): pure rebuilds them.
+        static = Static(InStatic(call.graphdef, slots, (statics, len(dyn_args))))
         return call, static, groups
 
     @functools.wraps(inner_fun)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from flaxgraph.graph.diff import graphdef_diff
 from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.control import CarryStructureError
@@ -199,7 +200,10 @@ def scan(
             full_args = list(merged.args)
             for i, c in zip(positions, carry_obj):
                 full_args[i] = c
+            params = metadata.params
+            full_args = map_boxes(a_prefix, full_args, lambda b, axis: b.remove_axis(axis, params))
             out = inner_f(*full_args, **merged.kwargs)
+            out = map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
             out_carry, out_rest, rest_axes = _split_output(out, out_axes)
             new_graphdef, new_carry, _ = _flatten_carry(tuple(out_carry))
             if new_graphdef != carry_graphdef:

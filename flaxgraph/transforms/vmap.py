@@ -26,6 +26,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graph.refmap import RefMap
+from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import bind, decorator, normalize_argnums, unbind
 from flaxgraph.transforms.lift import Inner, InStatic, Static, prefix_keys, split_inputs
@@ -120,7 +121,16 @@ def _mapped(
             on_output_leaf=metadata.on_output_leaf,
         )
         in_prefixes = [in_keys[g] for g, _ in in_static.slots]
-        _, out_static, out_groups = inner.run(in_static, groups, in_prefixes, (a_prefix, 0), out_axes)
+
+        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            params = metadata.params
+            args = map_boxes(a_prefix, args, lambda b, axis: b.remove_axis(axis, params))
+            out = fn(*args, **kwargs)
+            return None, map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
+
+        _, out_static, out_groups = inner.run(
+            in_static, groups, in_prefixes, (a_prefix, 0), out_axes, call
+        )
         return Static(out_static), out_groups
 
     donated = tuple(1 + i for i, (_, d) in enumerate(in_keys) if d)

@@ -1,0 +1,255 @@
+"""Axis metadata and sharding helpers (SPMD).
+
+Variables carry sharding *names* as plain metadata: ``nnx.Param(x, sharding=('data',
+None))`` (``sharding_names`` is accepted too). Transforms that add or remove an
+axis (``vmap``, ``pmap``, ``scan``) keep those names in step with the value's
+rank through ``Variable.add_axis``/``remove_axis`` and their
+``transform_metadata`` (``{nnx.PARTITION_NAME: 'layers'}``).
+
+This file also provides the *box* protocol of the axis-metadata design note
+(seed 000): an ``AxisMetadata`` box wraps a value with metadata that follows
+added and removed axes; ``Partitioned(value, names)`` is the sharding box and
+``with_partitioning(init_fn, names)`` wraps an initializer so it returns one. A
+boxed initial value becomes a Variable with that metadata
+(``nnx.Param(Partitioned(x, ('a', None)))`` has ``sharding == ('a', None)``).
+
+From metadata to shardings: ``get_partition_spec(state)`` maps every Variable to a
+``PartitionSpec`` of its names, ``get_named_sharding(state, mesh)`` to a
+``NamedSharding``, and ``with_sharding_constraint`` applies either inside ``jit``.
+
+Source: seed 000 (FLIP axis metadata), seed 003 ("Axis metadata"), Flax NNX
+``nnx.spmd``; shardings from ``jax.sharding``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from flaxgraph.variables import PARTITION_NAME, Variable
+
+B = TypeVar("B", bound="AxisMetadata")
+
+__all__ = [
+    "PARTITION_NAME",
+    "AxisMetadata",
+    "Partitioned",
+    "get_named_sharding",
+    "get_partition_spec",
+    "map_boxes",
+    "with_partitioning",
+    "with_sharding_constraint",
+]
+
+
+class AxisMetadata(metaclass=abc.ABCMeta):
+    """A box holding a value plus metadata that follows axes added or removed by
+    transforms. Subclasses are registered as pytrees whose leaves are the value's.
+
+    ``add_axis`` and ``remove_axis`` return new boxes and are inverses:
+    ``box.add_axis(i, p).remove_axis(i, p) == box``.
+
+    Source: seed 000.
+    """
+
+    @abc.abstractmethod
+    def unbox(self) -> Any:
+        """The wrapped value (not recursively unboxed)."""
+
+    @abc.abstractmethod
+    def add_axis(self: B, index: int, params: Mapping[str, Any]) -> B:
+        """A box for the value with a new axis at ``index``."""
+
+    @abc.abstractmethod
+    def remove_axis(self: B, index: int, params: Mapping[str, Any]) -> B:
+        """A box for the value with the axis at ``index`` removed."""
+
+    def variable_metadata(self) -> dict[str, Any]:
+        """Metadata a Variable created from this box receives (default none)."""
+        return {}
+
+
+class Partitioned(AxisMetadata):
+    """A value with one mesh-axis name (or ``None``) per dimension.
+
+    Args:
+      value: the array.
+      names: a tuple of axis names, one per dimension of ``value``.
+
+    A Variable created from it has ``sharding == names``. Under ``vmap``/``scan`` a
+    ``Partitioned`` in the arguments or outputs gains or loses the transform's
+    ``transform_metadata[PARTITION_NAME]`` at the mapped axis.
+
+    Source: seed 000 (``Partitioned``).
+    """
+
+    __slots__ = ("value", "names")
+
+    def __init__(self, value: Any, names: tuple[str | None, ...]):
+        self.value = value
+        self.names = tuple(names)
+
+    def unbox(self) -> Any:
+        return self.value
+
+    def add_axis(self, index: int, params: Mapping[str, Any]) -> Partitioned:
+        names = list(self.names)
+        names.insert(index if index >= 0 else len(names) + 1 + index, params.get(PARTITION_NAME))
+        return Partitioned(self.value, tuple(names))
+
+    def remove_axis(self, index: int, params: Mapping[str, Any]) -> Partitioned:
+        names = list(self.names)
+        removed = names.pop(index)
+        expected = params.get(PARTITION_NAME)
+        if expected is not None and removed != expected:
+            raise ValueError(
+                f"Partitioned.remove_axis({index}) removes the axis named {removed!r}, but "
+                f"the transform's PARTITION_NAME is {expected!r}."
+            )
+        return Partitioned(self.value, tuple(names))
+
+    def variable_metadata(self) -> dict[str, Any]:
+        return {"sharding": self.names}
+
+    def get_partition_spec(self) -> PartitionSpec:
+        return PartitionSpec(*self.names)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Partitioned)
+            and self.names == other.names
+            and self.value is other.value
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        shape = getattr(self.value, "shape", None)
+        return f"Partitioned(value={'shape ' + str(shape) if shape is not None else self.value!r}, names={self.names})"
+
+
+jax.tree_util.register_pytree_with_keys(
+    Partitioned,
+    lambda p: (((jax.tree_util.GetAttrKey("value"), p.value),), p.names),
+    lambda names, children: Partitioned(children[0], names),
+    lambda p: ((p.value,), p.names),
+)
+
+
+def with_partitioning(
+    initializer: Callable[..., Any], sharding: tuple[str | None, ...]
+) -> Callable[..., Partitioned]:
+    """Wraps an initializer (e.g. ``jax.nn.initializers.lecun_normal()``) so that it
+    returns ``Partitioned(value, sharding)``; a Variable made from it carries
+    ``sharding`` as metadata.
+
+    Example::
+
+      >>> import jax, flaxgraph as nnx
+      >>> init = nnx.with_partitioning(jax.nn.initializers.ones, (None, 'model'))
+      >>> nnx.Param(init(jax.random.key(0), (2, 4))).sharding
+      (None, 'model')
+
+    Source: seed 000 (``with_partitioning``).
+    """
+
+    def init(*args: Any, **kwargs: Any) -> Partitioned:
+        return Partitioned(initializer(*args, **kwargs), sharding)
+
+    return init
+
+
+def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
+    for key in ("sharding", "sharding_names"):
+        names = v.get_metadata(key)
+        if isinstance(names, tuple):
+            return names
+    return None
+
+
+def _spec_of(leaf: Any) -> PartitionSpec:
+    if isinstance(leaf, Variable):
+        names = _names(leaf)
+        return PartitionSpec() if names is None else PartitionSpec(*names)
+    if isinstance(leaf, Partitioned):
+        return leaf.get_partition_spec()
+    return PartitionSpec()
+
+
+def get_partition_spec(tree: Any) -> Any:
+    """Replaces every leaf of ``tree`` (a State, or any pytree holding Variables or
+    ``Partitioned`` boxes) by its ``PartitionSpec``: a Variable's ``sharding`` names,
+    ``PartitionSpec()`` (replicated) for leaves without names. Variables stay boxed:
+    the result has the same structure, with PartitionSpecs as values.
+
+    Source: Flax NNX ``nnx.get_partition_spec``.
+    """
+    def spec(leaf: Any) -> Any:
+        s = _spec_of(leaf)
+        return leaf.replace(s) if isinstance(leaf, Variable) else s
+
+    return jax.tree.map(spec, tree, is_leaf=lambda x: isinstance(x, (Variable, Partitioned)))
+
+
+def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
+    """Like ``get_partition_spec`` but with ``NamedSharding(mesh, spec)`` values.
+
+    Source: Flax NNX ``nnx.get_named_sharding``.
+    """
+    def sharding(leaf: Any) -> Any:
+        s = NamedSharding(mesh, _spec_of(leaf))
+        return leaf.replace(s) if isinstance(leaf, Variable) else s
+
+    return jax.tree.map(sharding, tree, is_leaf=lambda x: isinstance(x, (Variable, Partitioned)))
+
+
+def with_sharding_constraint(tree: Any, shardings: Any) -> Any:
+    """``jax.lax.with_sharding_constraint`` for trees holding Variables and States.
+
+    Args:
+      tree: arrays, Variables, States, or a pytree of them.
+      shardings: a Sharding/PartitionSpec for all leaves, or a tree of the same
+        structure as ``tree`` (e.g. from ``get_partition_spec``/``get_named_sharding``,
+        Variables holding shardings are unboxed).
+
+    Returns:
+      ``tree`` with each array constrained (Variables are rebuilt with the new value).
+
+    Source: ``jax.lax.with_sharding_constraint``.
+    """
+    is_var = lambda x: isinstance(x, Variable)
+    if isinstance(shardings, (jax.sharding.Sharding, PartitionSpec)):
+        return jax.tree.map(
+            lambda v: _constrain(v, shardings), tree, is_leaf=is_var
+        )
+    return jax.tree.map(
+        lambda v, s: _constrain(v, s.raw_value if isinstance(s, Variable) else s),
+        tree, shardings, is_leaf=is_var,
+    )
+
+
+def _constrain(v: Any, sharding: Any) -> Any:
+    if isinstance(v, Variable):
+        return v.replace(jax.lax.with_sharding_constraint(v.raw_value, sharding))
+    return jax.lax.with_sharding_constraint(v, sharding)
+
+
+def map_boxes(prefix: Any, tree: Any, fn: Callable[[AxisMetadata, Any], AxisMetadata]) -> Any:
+    """Applies ``fn(box, axis)`` to every ``AxisMetadata`` box in ``tree``, where ``axis``
+    is the entry of the prefix tree ``prefix`` (e.g. ``in_axes``) above the box.
+    Non-int prefixes (lift types, None) leave boxes alone."""
+    if isinstance(prefix, int) and not isinstance(prefix, bool):
+        return jax.tree.map(
+            lambda x: fn(x, prefix) if isinstance(x, AxisMetadata) else x,
+            tree, is_leaf=lambda x: isinstance(x, AxisMetadata),
+        )
+    if isinstance(prefix, (tuple, list)) and isinstance(tree, (tuple, list)) and len(prefix) == len(tree):
+        mapped = [map_boxes(p, t, fn) for p, t in zip(prefix, tree)]
+        return mapped if isinstance(tree, list) else tuple(mapped)
+    if isinstance(prefix, dict) and isinstance(tree, dict):
+        return {k: map_boxes(prefix.get(k), v, fn) for k, v in tree.items()}
+    return tree
