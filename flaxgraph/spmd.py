@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from flaxgraph.graph.registry import is_node_or_variable
 from flaxgraph.variables import PARTITION_NAME, Variable
 
 B = TypeVar("B", bound="AxisMetadata")
@@ -243,9 +244,13 @@ def map_boxes(prefix: Any, tree: Any, fn: Callable[[AxisMetadata, Any], AxisMeta
     is the entry of the prefix tree ``prefix`` (e.g. ``in_axes``) above the box.
     Non-int prefixes (lift types, None) leave boxes alone."""
     if isinstance(prefix, int) and not isinstance(prefix, bool):
+        # Objects and Variables are leaves here: rebuilding them as pytrees would hand
+        # the function copies, and its changes would be lost (vmap over ``__init__``).
+        is_leaf = lambda x: isinstance(x, AxisMetadata) or is_node_or_variable(x)
+        if not any(isinstance(x, AxisMetadata) for x in jax.tree.leaves(tree, is_leaf=is_leaf)):
+            return tree
         return jax.tree.map(
-            lambda x: fn(x, prefix) if isinstance(x, AxisMetadata) else x,
-            tree, is_leaf=lambda x: isinstance(x, AxisMetadata),
+            lambda x: fn(x, prefix) if isinstance(x, AxisMetadata) else x, tree, is_leaf=is_leaf
         )
     if isinstance(prefix, (tuple, list)) and isinstance(tree, (tuple, list)) and len(prefix) == len(tree):
         mapped = [map_boxes(p, t, fn) for p, t in zip(prefix, tree)]

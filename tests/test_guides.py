@@ -54,7 +54,7 @@ def test_guide_is_jupytext_compatible(guide: Path) -> None:
 def _ruff(*args: str, source: str) -> subprocess.CompletedProcess[str]:
     # --stdin-filename under guides/ applies the guides' per-file ruff settings.
     command = [sys.executable, "-m", "ruff", *args, "--stdin-filename", "guides/_cell.py", "-"]
-    return subprocess.run(command, input=source, capture_output=True, text=True)
+    return subprocess.run(command, input=source, capture_output=True, text=True, cwd=GUIDES.parent)
 
 
 @pytest.mark.parametrize("guide", runner.discover(GUIDES), ids=lambda p: p.name)

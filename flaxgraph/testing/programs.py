@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxgraph.graph.api import iter_graph
-from flaxgraph.graph.registry import DataLeaf, StaticLeaf, get_graph_node_impl, is_graph_node
+from flaxgraph.graph.registry import get_graph_node_impl, is_graph_node
 from flaxgraph.testing.nodes import Node
 from flaxgraph.variables import BatchStat, Param, Variable
 
@@ -216,10 +216,12 @@ def _attribute_names(node: Any) -> list[str]:
 
 
 def _marked_names(node: Any) -> set[str]:
-    """Attributes marked ``nnx.data``/``nnx.static``: the mark stays with the name."""
-    impl = get_graph_node_impl(node)
-    assert impl is not None
-    return {k for k, v in impl.flatten(node)[0] if type(v) in (DataLeaf, StaticLeaf)}
+    """Attributes marked ``nnx.data``/``nnx.static``: the mark stays with the name.
+
+    Read from the Object's marks, not from its current values: inside a trace a
+    ``nnx.data(3)`` attribute holds an array, which needs no mark to be data.
+    """
+    return {name for name, _ in getattr(node, "_obj_kinds", ())}
 
 
 def _set_unmarked(node: Any, name: str, value: Any) -> None:

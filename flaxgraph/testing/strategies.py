@@ -108,9 +108,13 @@ def arrays(
 
     Example::
 
+      >>> from hypothesis import given, settings
       >>> from flaxgraph.testing import arrays
-      >>> arrays(max_rank=1).example().ndim <= 1
-      True
+      >>> @settings(max_examples=10)
+      ... @given(arrays(max_rank=1))
+      ... def test(x):
+      ...     assert x.ndim <= 1
+      >>> test()
 
     Source: flaxgraph.
     """
@@ -149,9 +153,13 @@ def static_values() -> SearchStrategy[Any]:
 
     Example::
 
+      >>> from hypothesis import given, settings
       >>> from flaxgraph.testing import static_values
-      >>> hash(static_values().example()) is not None
-      True
+      >>> @settings(max_examples=10)
+      ... @given(static_values())
+      ... def test(v):
+      ...     hash(v)  # static values are hashable
+      >>> test()
 
     Source: flaxgraph.
     """
@@ -186,9 +194,13 @@ def variables(
     Example::
 
       >>> import flaxgraph as nnx
+      >>> from hypothesis import given, settings
       >>> from flaxgraph.testing import variables
-      >>> isinstance(variables(kinds=[nnx.Param]).example(), nnx.Param)
-      True
+      >>> @settings(max_examples=10)
+      ... @given(variables(kinds=[nnx.Param]))
+      ... def test(v):
+      ...     assert isinstance(v, nnx.Param)
+      >>> test()
 
     Source: flaxgraph.
     """
@@ -229,9 +241,13 @@ def filters() -> SearchStrategy[Any]:
     Example::
 
       >>> import flaxgraph as nnx
+      >>> from hypothesis import given, settings
       >>> from flaxgraph.testing import filters
-      >>> callable(nnx.filters.to_predicate(filters().example()))
-      True
+      >>> @settings(max_examples=10)
+      ... @given(filters())
+      ... def test(f):
+      ...     assert callable(nnx.filters.to_predicate(f))
+      >>> test()
 
     Source: flaxgraph.
     """
@@ -314,9 +330,13 @@ def graphs(
     Example::
 
       >>> import flaxgraph as nnx
+      >>> from hypothesis import given, settings
       >>> from flaxgraph.testing import graphs
-      >>> nnx.find_duplicates(graphs(sharing=False, cycles=False).example())
-      []
+      >>> @settings(max_examples=10)
+      ... @given(graphs(sharing=False, cycles=False))
+      ... def test(model):
+      ...     assert nnx.find_duplicates(model) == []  # a tree: nothing shared
+      >>> test()
 
     Source: flaxgraph.
     """
@@ -360,9 +380,15 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
 
     Example::
 
-      >>> from flaxgraph.testing import mutations
-      >>> len(mutations(max_steps=2).example()) <= 2
-      True
+      >>> import flaxgraph as nnx
+      >>> from hypothesis import given, settings
+      >>> from flaxgraph.testing import graphs, mutations, apply_mutations
+      >>> @settings(max_examples=10)
+      ... @given(graphs(), mutations(max_steps=2))
+      ... def test(model, steps):
+      ...     log = apply_mutations(model, steps)
+      ...     assert len(log) == len(steps)
+      >>> test()
 
     Source: flaxgraph.
     """

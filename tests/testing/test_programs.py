@@ -128,7 +128,7 @@ def test_unknown_step_is_a_type_error() -> None:
 # -- determinism ---------------------------------------------------------------------------------
 
 
-@given(graphs(), mutations())
+@given(graphs(marks=True), mutations())
 def test_same_program_on_clones_gives_isomorphic_graphs(g: Any, steps: list[Any]) -> None:
     a, b = nnx.clone(g), nnx.clone(g)
     assert apply_mutations(a, steps) == apply_mutations(b, steps)
@@ -157,11 +157,18 @@ def run_under_jit(g: Any, steps: list[Any]) -> Any:
     return nnx.merge(out_graphdef[0], new_state)
 
 
-@given(graphs(), mutations())
+def as_jit_returns(g: Any) -> Any:
+    """``g`` with every State leaf as a JAX array, as it comes back from ``jax.jit``
+    (an ``nnx.data(3)`` attribute becomes ``Array(3)``)."""
+    graphdef, state = nnx.split(g)
+    return nnx.merge(graphdef, jax.tree.map(jnp.asarray, state))
+
+
+@given(graphs(marks=True), mutations())
 def test_program_under_jit_matches_eager(g: Any, steps: list[Any]) -> None:
     eager = nnx.clone(g)
     apply_mutations(eager, steps)
-    assert_graphs_equal(run_under_jit(g, steps), eager)
+    assert_graphs_equal(run_under_jit(g, steps), as_jit_returns(eager))
 
 
 @pytest.mark.parametrize("make", corpus_params())
@@ -170,4 +177,4 @@ def test_program_under_jit_matches_eager(g: Any, steps: list[Any]) -> None:
 def test_program_under_jit_matches_eager_corpus(make: Any, steps: list[Any]) -> None:
     eager = make()
     apply_mutations(eager, steps)
-    assert_graphs_equal(run_under_jit(make(), steps), eager)
+    assert_graphs_equal(run_under_jit(make(), steps), as_jit_returns(eager))

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import event, given
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -98,7 +98,9 @@ def pools(draw: Any, kinds: tuple[type, ...] = (nnx.Param,)) -> Pool:
 @st.composite
 def structures(draw: Any, pool: Pool, depth: int = 0) -> Any:
     """An argument: a pool object, ``None``, or a tuple/list/dict of arguments."""
-    kinds = ["object", "object", "none"] + (["tuple", "list", "dict"] if depth < 2 else [])
+    kinds = ["object", "object"] + (["none"] if depth else []) + (
+        ["tuple", "list", "dict"] if depth < 2 else []
+    )
     kind = draw(st.sampled_from(kinds))
     if kind == "object":
         return draw(st.sampled_from(pool.objects))
@@ -213,7 +215,7 @@ def constant_loss(*args: Any, **kwargs: Any) -> Any:
 
 @given(st.data())
 def test_grad_accepts_exactly_the_consistent_placements(data: Any) -> None:
-    pool = data.draw(pools(kinds=(nnx.Param, nnx.BatchStat)), label="pool")
+    pool = data.draw(pools(kinds=(nnx.Param, nnx.Param, nnx.BatchStat)), label="pool")
     n_args = data.draw(st.integers(1, 3), label="n_args")
     args = tuple(data.draw(structures(pool), label=f"args[{i}]") for i in range(n_args))
     kwargs = data.draw(
@@ -231,6 +233,7 @@ def test_grad_accepts_exactly_the_consistent_placements(data: Any) -> None:
     for k, v in kwargs.items():
         record_aliases(records, v, f"kwargs[{k!r}]", False, pool.attrs, resolve)
     bad = inconsistent(records)
+    event("rejected" if bad else "accepted")
 
     f = nnx.grad(constant_loss, argnums=argnums)
     if not bad:
@@ -300,6 +303,7 @@ def test_jit_accepts_exactly_the_consistent_in_shardings(data: Any) -> None:
     for k, v in kwargs.items():
         record_aliases(records, v, f"kwargs[{k!r}]", UNSPECIFIED, pool.attrs, lambda _, p: p)
     bad = inconsistent(records)
+    event("rejected" if bad else "accepted")
 
     f = nnx.jit(_nothing, in_shardings=to_shardings(labels))
     if not bad:
@@ -419,6 +423,7 @@ def test_jit_rejects_outputs_whose_out_shardings_differ_from_their_in_shardings(
     record_aliases(all_records, expected_out, "output", out_label, attrs, lambda _, p: p)
     # Inputs are checked first (outside the trace); outputs with the inputs inside it.
     bad = inconsistent(in_records) or inconsistent(all_records)
+    event("accepted" if not bad else "rejected on input" if inconsistent(in_records) else "rejected on output")
 
     f = nnx.jit(
         lambda *a: build_output(spec, a),
@@ -461,3 +466,14 @@ def test_jit_with_per_argument_in_shardings_accepts_objects_in_keyword_arguments
     m = Node(w=nnx.Param(jnp.ones(2)))
     f = nnx.jit(lambda x, *, p: p.w.value + x, in_shardings=(SHARDINGS["P()"],))
     assert np.array_equal(f(jnp.ones(2), p=m), np.full(2, 2.0))
+
+
+def test_jit_accepts_in_shardings_trees_holding_lists_and_dicts() -> None:
+    # Regression: the prefix tree travelled in the (hashable) static part of the
+    # call, so a list or dict inside in_shardings raised "unhashable type".
+    m = Node(w=nnx.Param(jnp.ones(2)))
+    f = nnx.jit(
+        lambda a, b: a[0].w.value + b["k"].w.value,
+        in_shardings=([SHARDINGS["P()"]], {"k": SHARDINGS["P()"]}),
+    )
+    assert np.array_equal(f([m], {"k": m}), np.full(2, 2.0))

@@ -1,0 +1,316 @@
+"""cond, switch, while_loop, fori_loop and eval_shape over objects.
+
+Each transformed call is compared with the eager Python equivalent (the branch
+taken, or the loop run in Python) on a clone of the same objects.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import flaxgraph as nnx
+from flaxgraph.testing import Block, Node, assert_graphs_equal
+
+
+def make() -> Node:
+    return Node(
+        w=nnx.Param(jnp.array([1.0, 2.0])),
+        s=nnx.BatchStat(jnp.zeros(())),
+        child=Block(b=nnx.Param(jnp.ones(2))),
+        rngs=nnx.Rngs(0),
+    )
+
+
+def snapshot(root: Any) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    for path, v in nnx.iter_graph(root):
+        if isinstance(v, nnx.Variable):
+            out.append((path, v, v.raw_value, v.get_metadata()))
+        elif isinstance(v, nnx.Object):
+            out.append((path, v, tuple(sorted(map(str, vars(v))))))
+    return out
+
+
+def assert_unchanged(root: Any, before: list[tuple[Any, ...]], clone: Any) -> None:
+    after = snapshot(root)
+    assert [e[0] for e in after] == [e[0] for e in before]
+    for a, b in zip(after, before):
+        assert a[1] is b[1], f"a different object at {a[0]}"
+        if isinstance(a[1], nnx.Variable):
+            assert a[2] is b[2], f"value replaced at {a[0]}"
+            assert a[3] == b[3]
+        else:
+            assert a[2] == b[2], f"attributes changed at {a[0]}"
+    assert_graphs_equal(root, clone)
+
+
+def up(m: Node, x: jax.Array) -> jax.Array:
+    m.s.value = m.s.value + 1
+    m.child.b.value = m.child.b.value * x
+    return jnp.sin(m.w.value) * x + jax.random.uniform(m.rngs.default())
+
+
+def down(m: Node, x: jax.Array) -> jax.Array:
+    m.s.value = m.s.value - 1
+    m.w.value = m.w.value + x
+    return jnp.cos(m.w.value) * x + jax.random.uniform(m.rngs.default())
+
+
+# -- cond / switch ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pred", [True, False, jnp.array(True), jnp.array(False)])
+def test_cond_applies_the_taken_branch_like_the_eager_call(pred):
+    m = make()
+    eager = nnx.clone(m)
+    y = nnx.cond(pred, up, down, m, 2.0)
+    y_eager = (up if bool(pred) else down)(eager, 2.0)
+    np.testing.assert_allclose(y, y_eager, rtol=1e-6)
+    assert_graphs_equal(m, eager, rtol=1e-6)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 5, -3])
+def test_switch_applies_the_chosen_branch(index):
+    def third(m, x):
+        m.w.value = m.w.value * 0
+        return m.w.value + x + jax.random.uniform(m.rngs.default())
+
+    branches = [up, down, third]
+    m = make()
+    eager = nnx.clone(m)
+    y = nnx.switch(index, branches, m, 2.0)
+    # lax.switch clamps the index into range
+    y_eager = branches[min(max(index, 0), 2)](eager, 2.0)
+    np.testing.assert_allclose(y, y_eager, rtol=1e-6)
+    assert_graphs_equal(m, eager, rtol=1e-6)
+
+
+def test_cond_under_jit_with_a_traced_predicate():
+    @nnx.jit
+    def f(m, p):
+        return nnx.cond(p > 0, up, down, m, 2.0)
+
+    m = make()
+    eager = nnx.clone(m)
+    for p in (1.0, -1.0, 1.0):
+        y = f(m, p)
+        y_eager = (up if p > 0 else down)(eager, 2.0)
+        np.testing.assert_allclose(y, y_eager, rtol=1e-6)
+    assert_graphs_equal(m, eager, rtol=1e-6)
+
+
+def test_cond_identity_and_new_objects():
+    m = make()
+    assert nnx.cond(True, lambda m: m, lambda m: m, m) is m
+    assert nnx.switch(1, [lambda m: m.w, lambda m: m.w], m) is m.w
+    out = nnx.cond(False, lambda m: Block(v=nnx.Param(m.w.value)), lambda m: Block(v=nnx.Param(-m.w.value)), m)
+    assert isinstance(out, Block) and out is not m
+    np.testing.assert_allclose(out.v.value, -m.w.value)
+
+
+def test_cond_branches_with_the_same_structural_change():
+    m = make()
+
+    def add(m):
+        m.extra = nnx.BatchStat(jnp.ones(()))
+
+    nnx.cond(True, add, add, m)
+    assert isinstance(m.extra, nnx.BatchStat) and float(m.extra.value) == 1.0
+
+
+def test_cond_branches_with_different_structures_name_the_path():
+    m = make()
+    before, clone = snapshot(m), nnx.clone(m)
+
+    def add(m, x):
+        m.extra = nnx.BatchStat(jnp.ones(()))
+        return x
+
+    with pytest.raises(nnx.CarryStructureError, match=re.escape("args[0].extra: a BatchStat in the first, missing")):
+        nnx.cond(True, add, lambda m, x: x, m, 1.0)
+    assert_unchanged(m, before, clone)
+    with pytest.raises(ValueError, match=re.escape("branch 0 and branch 1 differ at args[0].extra")):
+        nnx.switch(0, [add, lambda m, x: x], m, 1.0)
+
+
+def test_cond_branches_returning_different_structures_name_the_output():
+    m = make()
+    with pytest.raises(nnx.CarryStructureError, match=r"differ at output"):
+        nnx.cond(True, lambda m: (m.w.value,), lambda m: [m.w.value], m)
+
+
+# -- loops ---------------------------------------------------------------------------------
+
+
+def body(i: Any, m: Node) -> Node:
+    m.s.value = m.s.value + i
+    m.w.value = m.w.value * 1.5 + jax.random.uniform(m.rngs.default())
+    return m
+
+
+@pytest.mark.parametrize("unroll", [None, 2])
+def test_fori_loop_like_a_python_loop(unroll):
+    m = make()
+    eager = nnx.clone(m)
+    out = nnx.fori_loop(0, 5, body, m, unroll=unroll)
+    for i in range(5):
+        body(jnp.asarray(i), eager)
+    assert out is m
+    assert_graphs_equal(m, eager, rtol=1e-6)
+    assert float(m.s.value) == 10.0 and int(m.rngs.default.count.value) == 5
+
+
+def test_while_loop_like_a_python_loop():
+    m = make()
+    eager = nnx.clone(m)
+
+    def cond(c):
+        return c[0].s.value < 10
+
+    def step(c):
+        m, k = c
+        m.s.value = m.s.value + 3
+        m.child.b.value = m.child.b.value + k
+        return m, k * 2
+
+    out = nnx.while_loop(cond, step, (m, jnp.array(1.0)))
+    c = (eager, jnp.array(1.0))
+    while cond(c):
+        c = step(c)
+    assert out[0] is m
+    np.testing.assert_allclose(out[1], c[1])
+    assert_graphs_equal(m, eager)
+
+
+def test_loop_carry_with_a_shared_object_and_a_new_object_of_the_same_structure():
+    shared = Block(v=nnx.Param(jnp.ones(2)))
+    a, b = Node(c=shared), Node(c=shared)
+
+    def f(i, carry):
+        a, b = carry
+        a.c.v.value = a.c.v.value + 1
+        return a, b
+
+    out = nnx.fori_loop(0, 3, f, (a, b))
+    assert out[0] is a and out[1] is b and a.c is b.c is shared
+    np.testing.assert_allclose(shared.v.value, 4 * np.ones(2))
+    # a body may return a fresh object with the same structure: the caller's object
+    # gets its values
+    m = make()
+    out = nnx.fori_loop(0, 2, lambda i, m: Node(w=nnx.Param(m.w.value + 1), s=m.s, child=m.child, rngs=m.rngs), m)
+    assert out is m
+    np.testing.assert_allclose(m.w.value, [3.0, 4.0])
+
+
+def test_loop_body_changing_the_structure_names_the_path():
+    m = make()
+    before, clone = snapshot(m), nnx.clone(m)
+
+    def grow(i, m):
+        m.extra = nnx.BatchStat(jnp.ones(()))
+        return m
+
+    # Regression: the path used to read `carry[0][0].extra`.
+    with pytest.raises(
+        nnx.CarryStructureError,
+        match=re.escape("body of fori_loop changed the structure of the loop carry: carry.extra: missing in the first, a BatchStat"),
+    ):
+        nnx.fori_loop(0, 2, grow, m)
+    assert_unchanged(m, before, clone)
+
+    def alias(c):
+        return {"a": c["a"], "b": c["a"]}
+
+    with pytest.raises(ValueError, match=re.escape("body of while_loop changed the structure of the loop carry: carry['b']")):
+        nnx.while_loop(lambda c: False, alias, {"a": make(), "b": make()})
+
+
+def test_loop_mutating_a_captured_object_raises():
+    captured = make()
+    before, clone = snapshot(captured), nnx.clone(captured)
+
+    def f(i, x):
+        captured.s.value = captured.s.value + x
+        return x
+
+    with pytest.raises(nnx.TraceContextError, match="argument"):
+        nnx.fori_loop(0, 2, f, jnp.array(1.0))
+    assert_unchanged(captured, before, clone)
+
+
+# -- eval_shape ----------------------------------------------------------------------------
+
+
+def test_eval_shape_returns_shapes_and_allocates_nothing():
+    calls = []
+
+    def create(n):
+        calls.append(1)
+        return Node(w=nnx.Param(jnp.ones((n, 1000, 1000))), s=nnx.BatchStat(jnp.zeros((), jnp.int32)))
+
+    out = nnx.eval_shape(lambda: create(3))
+    assert isinstance(out, Node)
+    assert out.w.value == jax.ShapeDtypeStruct((3, 1000, 1000), jnp.float32)
+    assert out.s.value == jax.ShapeDtypeStruct((), jnp.int32)
+    assert not any(isinstance(x, jax.Array) for x in jax.tree.leaves(nnx.state(out)))
+
+
+def test_eval_shape_leaves_its_arguments_unchanged():
+    m = make()
+    before, clone = snapshot(m), nnx.clone(m)
+    out = nnx.eval_shape(lambda m, x: (up(m, x), m), m, jnp.ones(2))
+    assert_unchanged(m, before, clone)
+    y, m_shape = out
+    assert y == jax.ShapeDtypeStruct((2,), jnp.float32)
+    # the returned object is a shape-only copy: the caller's object keeps its arrays
+    assert m_shape is not m and m_shape.w.value == jax.ShapeDtypeStruct((2,), jnp.float32)
+    assert isinstance(m.w.value, jax.Array)
+
+
+def test_eval_shape_keeps_sharing_in_its_output():
+    out = nnx.eval_shape(lambda: (lambda b: Node(x=b, y=b, v=b.p))(Block(p=nnx.Param(jnp.ones(4)))))
+    assert out.x is out.y and out.v is out.x.p
+
+
+def test_eval_shape_returning_a_captured_object_raises():
+    captured = make()
+    with pytest.raises(nnx.TraceContextError, match=re.escape("at output")):
+        nnx.eval_shape(lambda: captured)
+
+
+# -- exception safety ---------------------------------------------------------------------
+
+
+def mutate_then_fail(m: Node, *_: Any) -> Any:
+    m.s.value = m.s.value + 1
+    m.w.value = m.w.value * 3
+    m.new = nnx.Param(jnp.ones(2))
+    del m.child
+    raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: nnx.cond(True, mutate_then_fail, mutate_then_fail, m),
+        lambda m: nnx.cond(False, lambda m: m, mutate_then_fail, m),
+        lambda m: nnx.switch(1, [mutate_then_fail, mutate_then_fail], m),
+        lambda m: nnx.fori_loop(0, 3, lambda i, m: mutate_then_fail(m), m),
+        lambda m: nnx.while_loop(lambda m: True, mutate_then_fail, m),
+        lambda m: nnx.while_loop(lambda m: mutate_then_fail(m), lambda m: m, m),
+        lambda m: nnx.eval_shape(mutate_then_fail, m),
+    ],
+    ids=["cond", "cond-other-branch", "switch", "fori_loop", "while_loop-body", "while_loop-cond", "eval_shape"],
+)
+def test_a_failing_function_leaves_the_callers_objects_exactly_as_before(call):
+    m = make()
+    before, clone = snapshot(m), nnx.clone(m)
+    with pytest.raises(RuntimeError, match="boom"):
+        call(m)
+    assert_unchanged(m, before, clone)
