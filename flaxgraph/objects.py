@@ -37,11 +37,13 @@ import jax
 
 from flaxgraph.errors import TraceContextError
 from flaxgraph.graph.registry import (
+    _GRAPH_NODE_IMPLS,
     ARRAY_TYPES,
     BUILTIN_CONTAINERS,
     MISSING,
     DataLeaf,
     StaticLeaf,
+    pytree_children,
     register_graph_node_type,
 )
 from flaxgraph.tracing import current_trace
@@ -140,8 +142,10 @@ class Object:
             )
 
     def _set_kind(self, name: str, kind: str) -> None:
-        kinds = tuple((n, k) for n, k in self._obj_kinds if n != name) + ((name, kind),)
-        object.__setattr__(self, "_obj_kinds", tuple(sorted(kinds)))
+        kinds = tuple(sorted((*((n, k) for n, k in self._obj_kinds if n != name), (name, kind))))
+        if kinds != self._obj_kinds:
+            object.__setattr__(self, "_obj_kinds", kinds)
+            object.__setattr__(self, "_obj_version", self._obj_version + 1)
 
     def __repr__(self) -> str:
         from flaxgraph.display import object_repr
@@ -259,7 +263,10 @@ def _is_data(value: Any) -> bool:
     if type(value) in BUILTIN_CONTAINERS:
         children: Iterable[Any] = value.values() if type(value) is dict else value
         return any(_is_data(v) for v in children)
-    return False
+    # Other pytree nodes (named tuples such as optax states, States…) are data when
+    # they hold data, as the graph view walks them too.
+    node = pytree_children(value) if type(value) not in _GRAPH_NODE_IMPLS else None
+    return node is not None and any(_is_data(v) for _, v in node[0])
 
 
 def _split_attributes(obj: Object) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:

@@ -29,6 +29,7 @@ from flaxgraph.transforms.calls import (
     split_static,
     unbind,
 )
+from flaxgraph.transforms.fastpath import Plan, PlanCache, finish_fast, plan_key, same_trace
 from flaxgraph.transforms.lift import Inner, InStatic, Static, prefix_keys, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding
 
@@ -197,17 +198,34 @@ def jit(
             _place(call, slots, groups, in_keys)
         # The prefix trees may hold lists and dicts (unhashable): pure rebuilds them.
         static = Static(InStatic(call.graphdef, slots, (statics, len(dyn_args))))
-        return call, static, groups
+        return call, static, groups, slots
+
+    plans = PlanCache()
+    place = in_shardings is not UNSPECIFIED
 
     @functools.wraps(inner_fun)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        call, static, groups = prepare(args, kwargs)
+        # Fast path (see fastpath.py): same argument structure as a recent call.
+        dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
+        key = None if place else plan_key(dyn_args, dyn_kwargs)
+        if key is not None:
+            key = (key, statics)
+            plan = plans.get(key)
+            if plan is not None:
+                values, groups = plan.groups(dyn_args, dyn_kwargs)
+                out_static, out_groups = jitted(plan.static, *groups)
+                return finish_fast(plan, out_static.value, out_groups, values)
+        call, static, groups, slots = prepare(args, kwargs)
         out_static, out_groups = jitted(static, *groups)
-        return call.finish(out_static.value, out_groups)
+        out = out_static.value
+        result = call.finish(out, out_groups)
+        if key is not None and out.inputs_kept and same_trace(call):
+            plans.put(key, Plan(call, static, slots, len(in_keys), dyn_args, dyn_kwargs))
+        return result
 
     def lower(*args: Any, **kwargs: Any) -> Any:
         """``jax.jit(...).lower`` of the compiled pure function for these arguments."""
-        _, static, groups = prepare((*bound, *args), kwargs)
+        _, static, groups, _ = prepare((*bound, *args), kwargs)
         return jitted.lower(static, *groups)
 
     result = bind(wrapper, bound, fun)

@@ -113,18 +113,23 @@ class OutStatic(_Frozen):
     """What comes back besides arrays: the GraphDef of ``(output, args, kwargs)``,
     which of its nodes are the inputs' nodes, and where each leaf comes from."""
 
-    __slots__ = ("graphdef", "index_map", "sources")
-    _fields = ("graphdef", "index_map", "sources")
+    __slots__ = ("graphdef", "index_map", "sources", "inputs_kept", "plan")
+    _fields = ("graphdef", "index_map", "sources", "inputs_kept")
 
     def __init__(
         self,
         graphdef: GraphDef,
         index_map: tuple[tuple[int, int], ...],
         sources: tuple[tuple[int, int, int], ...],
+        inputs_kept: bool = False,
     ):
         object.__setattr__(self, "graphdef", graphdef)
         object.__setattr__(self, "index_map", index_map)
         object.__setattr__(self, "sources", sources)
+        # True when the inputs' graph kept its structure (only values changed): the
+        # fast path may then write values in place instead of rebuilding the graph.
+        object.__setattr__(self, "inputs_kept", inputs_kept)
+        object.__setattr__(self, "plan", None)  # the fast path's compiled write-back
 
 
 def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
@@ -231,6 +236,9 @@ def split_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any, 
     return Call(graphdef, leaf_objs, values, prefixes, list(walk.ref_index), in_prefix)
 
 
+_KEPT_SPEC = PrefixSpec("prefix", lambda p: True, None)
+
+
 class Merged:
     """The inputs merged inside a trace (step 3), with what step 4 needs to tell
     which leaves are inputs and whether they changed."""
@@ -267,6 +275,12 @@ class Merged:
             return None
         i = self.raw_in.get(id(leaf))
         return i if i is not None and self.leaves[i] is leaf else None
+
+    def structure_kept(self, graphdef: GraphDef) -> bool:
+        """Whether ``(args, kwargs)`` still have the structure ``graphdef`` describes
+        (a trace-time walk; values may have changed)."""
+        walk = PrefixWalk(_KEPT_SPEC, NamedRoots(("args", "kwargs"), (self.args, self.kwargs)))
+        return walk.run((self.args, self.kwargs), None)[0] == graphdef
 
     def resplit(
         self,
@@ -354,6 +368,7 @@ class Inner:
         graphdef, leaves, prefixes, index_map = merged.resplit(
             output, self.out_spec, inputs_out_prefix, out_prefix_tree, self.on_output_leaf
         )
+        inputs_kept = merged.structure_kept(in_static.graphdef)
         out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
         sources = []
         for (_, leaf), prefix in zip(leaves, prefixes):
@@ -364,7 +379,7 @@ class Inner:
             g = group_index(prefix, self.out_keys)
             sources.append((OUT, g, len(out_groups[g])))
             out_groups[g].append(leaf.raw_value if isinstance(leaf, Variable) else leaf)
-        return kept, OutStatic(graphdef, index_map, tuple(sources)), out_groups
+        return kept, OutStatic(graphdef, index_map, tuple(sources), inputs_kept), out_groups
 
 
 class _OutputWalk(PrefixWalk):

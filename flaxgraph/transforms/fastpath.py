@@ -1,0 +1,375 @@
+"""The per-call fast path: a transform that skips the graph walk when nothing
+structural changed since the last call.
+
+A lifted call normally walks the argument graph (resolving prefixes, checking
+aliasing, building a GraphDef), hands JAX a freshly built key, and rebuilds the
+graph from what comes back. When a function is called again and again on the
+same objects (a training loop), all of that is the same every time except the
+array values. A ``Plan`` remembers it, per argument structure:
+
+* the ``Static`` key object handed to JAX (the same object every call, so JAX's
+  cache compares it by identity and its hash is computed once);
+* how to read each leaf (a Variable's value, an array attribute, an argument);
+* how each leaf is grouped by prefix;
+* what to check to know the structure is unchanged: every Object's *structure
+  version* (bumped by any structural assignment, see ``objects.py``), every
+  Variable's metadata dict (replaced by any metadata change), every list and dict
+  inside the graph (same length and same elements), and the JAX trace.
+
+After the call, the ``OutStatic`` JAX returns carries a compiled write-back plan
+(``FinishPlan``): which Variables and attributes received new values, and how to
+build the output. It is used when the function kept the inputs' structure;
+otherwise the general ``unflatten`` write-back runs and the next call re-plans.
+
+Source: flaxgraph DESIGN.md, "Speed".
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from flaxgraph.graph.graphdef import (
+    ArrayDef,
+    ContainerDef,
+    Def,
+    NodeDef,
+    NodeRef,
+    StaticDef,
+    VariableDef,
+)
+from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
+from flaxgraph.tracing import current_trace
+from flaxgraph.transforms.lift import IN, Call, OutStatic, Static
+from flaxgraph.variables import Variable
+
+_SCALARS = frozenset({int, float, bool, complex})
+_LEAF = object()
+_set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_is = operator.is_
+
+
+def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A cache key for the arguments' top level, or ``None`` if they do not qualify
+    for the fast path (containers and other pytrees as arguments take the general
+    path, since they are usually rebuilt on every call)."""
+    parts: list[Any] = []
+    for a in args:
+        part = _part(a)
+        if part is None:
+            return None
+        parts.append(part)
+    for k in sorted(kwargs):
+        part = _part(kwargs[k])
+        if part is None:
+            return None
+        parts.append((k, part))
+    return tuple(parts)
+
+
+def _part(a: Any) -> Any:
+    t = type(a)
+    if t in _GRAPH_NODE_IMPLS or isinstance(a, Variable):
+        return id(a)
+    if isinstance(a, ARRAY_TYPES) or t in _SCALARS:
+        return _LEAF
+    if a is None or t is str:
+        return (t, a)
+    return None
+
+
+class Plan:
+    """What a repeated call with the same argument structure needs (see module doc)."""
+
+    __slots__ = (
+        "call", "static", "members", "objects", "versions", "variables", "metadata",
+        "lists", "list_items", "dicts", "dict_items", "readers", "trace", "_writers",
+        "args", "kwargs",
+    )
+
+    def __init__(self, call: Call, static: Static, slots: Sequence[tuple[int, int]], n_groups: int,
+                 args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self.call = call
+        self.static = static
+        members: list[list[int]] = [[] for _ in range(n_groups)]
+        for i, (g, _) in enumerate(slots):
+            members[g].append(i)
+        self.members = members
+        self.objects = [n for n in call.nodes if type(n) in _GRAPH_NODE_IMPLS]
+        self.versions = [o._obj_version for o in self.objects]
+        self.variables = [n for n in call.nodes if isinstance(n, Variable)]
+        self.metadata = [v._var_metadata for v in self.variables]
+        lists: list[Any] = []
+        dicts: list[Any] = []
+        for obj in self.objects:
+            for _, child in _GRAPH_NODE_IMPLS[type(obj)].flatten(obj)[0]:
+                _collect_containers(child, lists, dicts)
+        self.lists, self.list_items = lists, [tuple(c) for c in lists]
+        self.dicts, self.dict_items = dicts, [(tuple(d), tuple(d.values())) for d in dicts]
+        self.readers = [_reader(path, leaf, args, kwargs) for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)]
+        self.trace = current_trace()
+        self._writers: list[Any] | None = None
+        self.args, self.kwargs = args, kwargs
+
+    def writers(self) -> list[Any]:
+        """How to store a new value for each input leaf (``None``: no place)."""
+        if self._writers is None:
+            self._writers = [
+                _writer(path, leaf, self.args, self.kwargs)
+                for path, leaf in zip(self.call.graphdef.leaf_paths, self.call.leaves)
+            ]
+        return self._writers
+
+    def valid(self) -> bool:
+        """Whether the arguments still have the structure this plan was made for."""
+        if current_trace() != self.trace:
+            return False
+        if not all(map(operator.eq, [o._obj_version for o in self.objects], self.versions)):
+            return False
+        if not all(map(_is, [v._var_metadata for v in self.variables], self.metadata)):
+            return False
+        for c, items in zip(self.lists, self.list_items):
+            if len(c) != len(items) or not all(map(_is, c, items)):
+                return False
+        for d, (keys, values) in zip(self.dicts, self.dict_items):
+            if len(d) != len(keys) or tuple(d) != keys or not all(map(_is, d.values(), values)):
+                return False
+        return True
+
+    def groups(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[list[Any]]]:
+        """Reads every leaf's current value; returns ``(values, groups)``."""
+        values = [read(args, kwargs) for read in self.readers]
+        return values, [[values[i] for i in m] for m in self.members]
+
+
+def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:
+    t = type(x)
+    if t is list:
+        lists.append(x)
+        for c in x:
+            _collect_containers(c, lists, dicts)
+    elif t is dict:
+        dicts.append(x)
+        for c in x.values():
+            _collect_containers(c, lists, dicts)
+    elif t is tuple:
+        for c in x:
+            _collect_containers(c, lists, dicts)
+
+
+def _reader(path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
+    if isinstance(leaf, Variable):
+        return lambda a, k, v=leaf: v.raw_value
+    if len(path) == 2:
+        i = path[1]
+        if path[0] == 0:
+            return lambda a, k, i=i: a[i]
+        return lambda a, k, i=i: k[i]
+    parent = _resolve((args, kwargs), path[:-1])
+    key = path[-1]
+    if type(parent) in _GRAPH_NODE_IMPLS:
+        return lambda a, k, d=parent.__dict__, key=key: d[key]
+    return lambda a, k, c=parent, key=key: c[key]
+
+
+def _resolve(root: Any, path: Sequence[Hashable]) -> Any:
+    node = root
+    for key in path:
+        impl = _GRAPH_NODE_IMPLS.get(type(node))
+        node = impl.get_child(node, key) if impl is not None else node[key]
+    return node
+
+
+def _writer(path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[Any], None] | None:
+    """How to store a new value for an input leaf in place (None: an argument leaf,
+    which has no place to be stored)."""
+    if isinstance(leaf, Variable):
+        return lambda value, v=leaf: _set_raw(v, value)
+    if len(path) == 2:
+        return None
+    parent = _resolve((args, kwargs), path[:-1])
+    key = path[-1]
+    if type(parent) in _GRAPH_NODE_IMPLS:
+        return lambda value, d=parent.__dict__, key=key: d.__setitem__(key, value)
+    if type(parent) in (list, dict):
+        return lambda value, c=parent, key=key: c.__setitem__(key, value)
+    return None
+
+
+class FinishPlan:
+    """How to apply one ``OutStatic`` without rebuilding the graph: in terms of input
+    leaf positions and input node indices, so it serves every input instance of
+    the same structure."""
+
+    __slots__ = ("usable", "writes", "build", "sources")
+
+    def __init__(self, out: OutStatic, call: Call):
+        self.sources = out.sources
+        self.writes: list[tuple[int, int]] = []  # (out leaf position, input leaf position)
+        self.build: Callable[[list[Any], list[Any]], Any] | None = None
+        self.usable = out.inputs_kept
+        if not self.usable:
+            return
+        in_index = dict(out.index_map)  # out node index -> input node index
+        node_index = {id(n): i for i, n in enumerate(call.nodes)}
+        in_leaf_of_var = {
+            node_index[id(leaf)]: pos for pos, leaf in enumerate(call.leaves) if isinstance(leaf, Variable)
+        }
+        in_leaf_by_path = {p: i for i, p in enumerate(call.graphdef.leaf_paths)}
+        compiler = _OutputCompiler(in_index)
+        output_builder = compiler.compile(out.graphdef.root.children[0])  # type: ignore[attr-defined]
+        if compiler.new_objects:
+            self.usable = False
+            return
+        # Which input leaf each out leaf is (by node index for Variables; by path for
+        # raw attributes, valid because the inputs kept their structure).
+        owners = _leaf_owners(out.graphdef.root, in_index)
+        for j, ((tag, _, _), owner) in enumerate(zip(out.sources, owners)):
+            if tag == IN:
+                continue
+            kind, ref = owner
+            if kind == "lost":
+                self.usable = False  # a changed array attribute of an input object
+                return  # reached through the output: leave it to the general path
+            if kind == "var":
+                pos = in_leaf_of_var.get(ref)
+            elif kind == "path":
+                pos = in_leaf_by_path.get(ref)
+            else:
+                pos = None
+            if pos is not None:
+                self.writes.append((j, pos))
+        self.build = output_builder
+
+
+def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[tuple[str, Any]]:
+    """For each out leaf: ('var', input node index) for input Variables, ('path',
+    input path) for leaves in the args/kwargs part, ('new', None) otherwise."""
+    owners: list[tuple[str, Any]] = []
+
+    def go(d: Def, path: tuple[Hashable, ...], in_input: bool) -> None:
+        t = type(d)
+        if t is VariableDef:
+            idx = in_index.get(d.index)
+            owners.append(("var", idx) if idx is not None else ("new", None))
+        elif t is ArrayDef:
+            if path and path[0] in (1, 2):
+                owners.append(("path", (path[0] - 1, *path[1:])))
+            else:
+                owners.append(("lost", None) if in_input else ("new", None))
+        elif t is NodeDef:
+            inside = in_input or d.index in in_index
+            for k, c in d.attributes:
+                go(c, (*path, k), inside)
+        elif t is ContainerDef:
+            for k, c in zip(d.keys, d.children):
+                go(c, (*path, k), in_input)
+
+    go(root, (), False)
+    return owners
+
+
+class _OutputCompiler:
+    """Turns the output part of an out GraphDef into a builder ``(values, nodes) ->
+    output`` that returns input objects as they are (already updated in place)."""
+
+    def __init__(self, in_index: dict[int, int]):
+        self.in_index = in_index
+        self.position = 0
+        self.new_objects = False
+
+    def compile(self, d: Def) -> Callable[[list[Any], list[Any]], Any]:
+        t = type(d)
+        if t is NodeDef or t is VariableDef or t is NodeRef:
+            idx = self.in_index.get(d.index)
+            if idx is None:
+                self.new_objects = True
+                return lambda values, nodes: None
+            self.position += _count_leaves(d)
+            return lambda values, nodes, idx=idx: nodes[idx]
+        if t is ArrayDef:
+            pos = self.position
+            self.position += 1
+            return lambda values, nodes, pos=pos: values[pos]
+        if t is StaticDef:
+            return lambda values, nodes, v=d.value: v
+        if t is ContainerDef:
+            builders = [self.compile(c) for c in d.children]
+            if d.type is tuple:
+                return lambda values, nodes: tuple(b(values, nodes) for b in builders)
+            if d.type is list:
+                return lambda values, nodes: [b(values, nodes) for b in builders]
+            if d.type is dict:
+                keys = d.keys
+                return lambda values, nodes: dict(zip(keys, (b(values, nodes) for b in builders)))
+            treedef = d.treedef
+            return lambda values, nodes: treedef.unflatten([b(values, nodes) for b in builders])
+        raise TypeError(f"Unknown GraphDef entry {d!r}")
+
+
+def _count_leaves(d: Def) -> int:
+    t = type(d)
+    if t is VariableDef or t is ArrayDef:
+        return 1
+    if t is NodeDef:
+        return sum(_count_leaves(c) for _, c in d.attributes)
+    if t is ContainerDef:
+        return sum(_count_leaves(c) for c in d.children)
+    return 0
+
+
+class PlanCache:
+    """The plans of one transformed function, most recent first (at most ``size``;
+    a plan keeps its objects alive, so the cache stays small)."""
+
+    __slots__ = ("plans", "size")
+
+    def __init__(self, size: int = 4):
+        self.plans: OrderedDict[Any, Plan] = OrderedDict()
+        self.size = size
+
+    def get(self, key: Any) -> Plan | None:
+        plan = self.plans.get(key)
+        if plan is not None and plan.valid():
+            return plan
+        return None
+
+    def put(self, key: Any, plan: Plan) -> None:
+        self.plans[key] = plan
+        self.plans.move_to_end(key, last=False)
+        while len(self.plans) > self.size:
+            self.plans.popitem()
+
+
+def same_trace(call: Call) -> bool:
+    """Whether every input object was created in the current trace (plans are only
+    made for such calls, so a plan hit needs no per-object trace check)."""
+    trace = current_trace()
+    for n in call.nodes:
+        created = n._var_trace if isinstance(n, Variable) else getattr(n, "_obj_trace", trace)
+        if created != trace:
+            return False
+    return True
+
+
+def finish_fast(plan: Plan, out: OutStatic, out_groups: Sequence[Sequence[Any]], in_values: list[Any]) -> Any:
+    """Applies ``out`` to the plan's objects and returns the output; falls back to the
+    general write-back when the function changed the inputs' structure."""
+    fin = out.plan
+    if fin is None:
+        fin = FinishPlan(out, plan.call)
+        object.__setattr__(out, "plan", fin)
+    if not fin.usable:
+        return plan.call.finish_values(
+            out, [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
+        )
+    values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in fin.sources]
+    writers = plan.writers()
+    for j, pos in fin.writes:
+        write = writers[pos]
+        if write is not None:
+            write(values[j])
+    assert fin.build is not None
+    return fin.build(values, plan.call.nodes)
