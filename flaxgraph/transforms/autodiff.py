@@ -20,7 +20,7 @@ from typing import Any
 import jax
 
 from flaxgraph.filters import Filter
-from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.state import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
@@ -437,8 +437,9 @@ def _tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -
                 node = node[key]
             except (KeyError, IndexError):
                 node = None
-        elif type(node) in _GRAPH_NODE_IMPLS:
-            node = getattr(node, key, None) if isinstance(key, str) else None
+        elif type(node) in _GRAPH_NODE_IMPLS:  # attributes, and int keys (nnx.List items)
+            child = _GRAPH_NODE_IMPLS[type(node)].get_child(node, key)
+            node = None if child is MISSING else child
         else:
             node = None
         if node is None:

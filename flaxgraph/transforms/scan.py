@@ -214,6 +214,10 @@ def scan(
                     "structure in every step.\nFix: return the carry with the same objects, "
                     "attributes and shapes it came in with."
                 )
+            _check_carry_types(
+                carry_graphdef.leaf_paths, carry[:n_carry], new_carry,
+                NamedRoots(("carry",), (tuple(out_carry),)).where,
+            )
             graphdef, leaves, prefixes, index_map = merged.resplit(
                 out_rest, SCAN_OUT_SPEC, (rest_prefix, None), rest_axes, metadata.on_output_leaf
             )
@@ -246,6 +250,10 @@ def scan(
                     f"nnx.Carry): before {_fmt(expected_state_carry)}, after {_fmt(state_paths)}."
                     "\nFix: keep the carried Variables; create them before the scan."
                 )
+            _check_carry_types(
+                expected_state_carry, carry[n_carry:], new_state_carry,
+                NamedRoots(("args", "kwargs"), (merged.args, merged.kwargs)).where,
+            )
             out_static = OutStatic(graphdef, index_map, tuple(sources))
             seen.append(out_static)
             return [*new_carry, *new_state_carry], (Static(out_static), ys)
@@ -272,6 +280,21 @@ def scan(
         return _join_output(tuple(final_carry_obj), rest_out, out_axes)
 
     return bind(wrapper, bound, f)
+
+
+def _check_carry_types(paths: Any, old: list[Any], new: list[Any], where: Callable[[Any], str]) -> None:
+    """Raises ``CarryStructureError`` naming the first carried leaf whose shape or dtype
+    changed in the body (JAX's own error names only a flat position)."""
+    for path, a, b in zip(paths, old, new):
+        sa, sb = jnp.shape(a), jnp.shape(b)
+        da, db = jax.dtypes.result_type(a), jax.dtypes.result_type(b)
+        if sa != sb or da != db:
+            raise CarryStructureError(
+                f"The body of scan changed the carried leaf at {where(path)} from "
+                f"{da}{list(sa)} to {db}{list(sb)}; a carry keeps its shapes and dtypes in "
+                "every step.\nFix: return a value of the same shape and dtype (cast with "
+                "`.astype`, or build the carry with its final shape before the scan)."
+            )
 
 
 def _check_disjoint(carry_nodes: list[Any], rest_nodes: list[Any]) -> None:

@@ -108,7 +108,8 @@ def _mapped(
     else:
         in_keys = [(k, False) for k in in_keys]
 
-    def pure(static: Static, *groups: list[Any]) -> Any:
+    def pure(static: Static, *boxed: tuple[list[Any]]) -> Any:
+        groups = [g for (g,) in boxed]
         in_static: InStatic = static.value
         a_prefix = in_static.extra
         metadata = AxisMetadata(transform_metadata)
@@ -135,9 +136,13 @@ def _mapped(
 
     donated = tuple(1 + i for i, (_, d) in enumerate(in_keys) if d)
     extra = {"donate_argnums": donated} if donate_argnums else {}
+    # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) has a fast
+    # path that misreads ``(None, k, ...)`` as one axis per *leaf* whenever the number
+    # of leaves happens to equal the number of arguments (the leafless Static counts
+    # as an argument), silently broadcasting a mapped leaf.
     mapped = jax_map(
         pure,
-        in_axes=(None, *(k for k, _ in in_keys)),
+        in_axes=(None, *((k,) for k, _ in in_keys)),
         out_axes=(None, tuple(out_keys)),
         **extra,
         **jax_kwargs,
@@ -156,7 +161,9 @@ def _mapped(
         else:
             call.prefixes = [(p, False) for p in call.prefixes]
         slots, groups = call.groups(in_keys)
-        out_static, out_groups = mapped(Static(InStatic(call.graphdef, slots, a_prefix)), *groups)
+        out_static, out_groups = mapped(
+            Static(InStatic(call.graphdef, slots, a_prefix)), *((g,) for g in groups)
+        )
         return call.finish(out_static.value, out_groups)
 
     return bind(wrapper, bound, f)

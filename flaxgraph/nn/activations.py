@@ -1,0 +1,90 @@
+"""Activation functions: ``jax.nn``'s, re-exported, plus the ``PReLU`` layer.
+
+``nnx.relu(x)`` is ``jax.nn.relu(x)``; these are plain functions, not modules,
+so ``nnx.Sequential(nnx.Linear(...), nnx.relu)`` works. ``PReLU`` is the one
+activation with a parameter (a learned negative slope).
+
+Source: ``jax.nn``; ``PReLU`` as in Flax NNX ``nnx.PReLU``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.nn import celu as celu
+from jax.nn import elu as elu
+from jax.nn import gelu as gelu
+from jax.nn import glu as glu
+from jax.nn import hard_sigmoid as hard_sigmoid
+from jax.nn import hard_silu as hard_silu
+from jax.nn import hard_swish as hard_swish
+from jax.nn import hard_tanh as hard_tanh
+from jax.nn import identity as identity
+from jax.nn import leaky_relu as leaky_relu
+from jax.nn import log_sigmoid as log_sigmoid
+from jax.nn import log_softmax as log_softmax
+from jax.nn import logsumexp as logsumexp
+from jax.nn import mish as mish
+from jax.nn import one_hot as one_hot
+from jax.nn import relu as relu
+from jax.nn import relu6 as relu6
+from jax.nn import selu as selu
+from jax.nn import sigmoid as sigmoid
+from jax.nn import silu as silu
+from jax.nn import soft_sign as soft_sign
+from jax.nn import softmax as softmax
+from jax.nn import softplus as softplus
+from jax.nn import standardize as standardize
+from jax.nn import swish as swish
+from jax.nn import tanh as tanh
+
+from flaxgraph.module import Module
+from flaxgraph.nn.common import EMPTY_METADATA
+from flaxgraph.nn.dtypes import promote_dtype
+from flaxgraph.variables import Param
+
+
+class PReLU(Module):
+    """Parametric ReLU: ``where(x >= 0, x, negative_slope * x)`` with a learned scalar slope.
+
+    Args:
+      negative_slope_init: the initial slope (a float).
+      dtype: the computation dtype (default: promoted from inputs and the slope).
+      param_dtype: the slope's dtype (default ``float32``).
+      promote_dtype: the dtype promotion function.
+      negative_slope_metadata: metadata for the ``negative_slope`` Param.
+
+    Call: ``inputs`` of any shape; returns the same shape.
+
+    Example::
+
+      >>> import jax.numpy as jnp
+      >>> from flaxgraph.nn import PReLU
+      >>> PReLU(0.1)(jnp.array([-1.0, 2.0]))
+      Array([-0.1,  2. ], dtype=float32)
+
+    Source: Flax NNX ``nnx.PReLU`` (He et al., 2015).
+    """
+
+    def __init__(
+        self,
+        negative_slope_init: float = 0.01,
+        *,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        promote_dtype: Any = promote_dtype,
+        negative_slope_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        self.negative_slope = Param(
+            jnp.asarray(negative_slope_init, dtype=param_dtype), **dict(negative_slope_metadata)
+        )
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.promote_dtype = promote_dtype
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        x, slope = self.promote_dtype((inputs, self.negative_slope.value), dtype=self.dtype)
+        return jnp.where(x >= 0, x, slope * x)

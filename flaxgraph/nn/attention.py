@@ -1,0 +1,540 @@
+"""Attention: ``dot_product_attention``, masks, and ``MultiHeadAttention``.
+
+``dot_product_attention(q, k, v)`` computes ``softmax(q kᵀ / sqrt(depth)) v`` per
+head, for arrays laid out ``(*batch, length, num_heads, depth)``. Masks are
+boolean-like arrays broadcastable to the weights' shape ``(*batch, num_heads,
+q_length, kv_length)``: ``make_attention_mask`` builds one from per-position
+values, ``make_causal_mask`` the lower-triangular one, ``combine_masks`` ANDs
+several. ``MultiHeadAttention`` projects inputs to heads with ``LinearGeneral``,
+attends, and projects back.
+
+Autoregressive decoding: construct (or set) ``decode=True`` and call
+``init_cache(input_shape)``; each call then takes one position
+(``(*batch, 1, features)``), writes its key and value into the ``Cache``
+Variables ``cached_key``/``cached_value`` at ``cache_index`` and attends to the
+positions filled so far, so step-by-step decoding equals full causal attention.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> mha = nnx.MultiHeadAttention(num_heads=2, in_features=8, rngs=nnx.Rngs(0))
+  >>> x = jnp.ones((3, 5, 8))
+  >>> mha(x, mask=nnx.make_causal_mask(jnp.ones((3, 5)))).shape
+  (3, 5, 8)
+
+Source: Flax NNX ``nnx.MultiHeadAttention``, ``nnx.dot_product_attention``,
+``nnx.make_attention_mask``, ``nnx.make_causal_mask``, ``nnx.combine_masks`` (0.12)
+public signatures and documented behaviour; Vaswani et al., "Attention Is All You
+Need" (2017).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from flaxgraph.module import Module
+from flaxgraph.nn.common import EMPTY_METADATA, broadcast_right, first_from
+from flaxgraph.nn.dtypes import promote_dtype
+from flaxgraph.nn.errors import LayerShapeError, check_last_dim, describe, shape_error
+from flaxgraph.nn.initializers import lecun_normal, zeros
+from flaxgraph.nn.linear import LinearGeneral
+from flaxgraph.nn.normalization import LayerNorm
+from flaxgraph.nn.stochastic import draw_key, own_stream
+from flaxgraph.rngs import Rngs, RngStream
+from flaxgraph.variables import Cache, Intermediate
+
+Dtype = Any
+Initializer = Callable[..., Any]
+
+default_kernel_init = lecun_normal()
+
+
+def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None, module: Any) -> None:
+    who = describe(module) if module is not None else "dot_product_attention"
+    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}" + (
+        "" if value is None else f", value {tuple(value.shape)}"
+    )
+    problems = []
+    arrays = [query, key] + ([] if value is None else [value])
+    if any(a.ndim < 3 for a in arrays) or len({a.ndim for a in arrays}) != 1:
+        problems.append("arrays of one rank >= 3 laid out (*batch, length, num_heads, depth)")
+    else:
+        if query.shape[:-3] != key.shape[:-3] or (value is not None and value.shape[:-3] != key.shape[:-3]):
+            problems.append("equal batch dimensions")
+        if query.shape[-2] != key.shape[-2] or (value is not None and value.shape[-2] != key.shape[-2]):
+            problems.append("equal num_heads (axis -2)")
+        if query.shape[-1] != key.shape[-1]:
+            problems.append("equal query and key depth (axis -1)")
+        if value is not None and key.shape[-3] != value.shape[-3]:
+            problems.append("equal key and value length (axis -3)")
+    if problems:
+        raise LayerShapeError(f"{who} expected {'; '.join(problems)}, got {shapes}.", module)
+
+
+def dot_product_attention_weights(
+    query: jax.Array,
+    key: jax.Array,
+    bias: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    broadcast_dropout: bool = True,
+    dropout_rng: jax.Array | None = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = False,
+    dtype: Dtype | None = None,
+    precision: Any = None,
+    module: Module | None = None,
+    promote_dtype: Callable[..., Any] = promote_dtype,
+    is_causal: bool = False,
+) -> jax.Array:
+    """The attention weights ``softmax(q kᵀ / sqrt(depth) + bias)``, masked.
+
+    Args:
+      query: ``(*batch, q_length, num_heads, depth)``.
+      key: ``(*batch, kv_length, num_heads, depth)``.
+      bias: added to the logits; broadcastable to ``(*batch, num_heads, q_length,
+        kv_length)`` (lower-rank biases are aligned right).
+      mask: where false (0), the logit is replaced by the dtype's lowest value;
+        broadcastable like ``bias``.
+      broadcast_dropout: use one dropout mask for every batch element and head.
+      dropout_rng: the key for dropout (needed when it applies).
+      dropout_rate: the probability of dropping a weight.
+      deterministic: no dropout.
+      dtype: the computation dtype (default: promoted from query and key).
+      precision: the ``einsum`` precision.
+      module: if given, the weights are sown into it as the ``Intermediate``
+        ``attention_weights``.
+      promote_dtype: the dtype promotion function.
+      is_causal: also mask key positions after the query position (top-left
+        aligned lower triangle, as ``jax.nn.dot_product_attention``).
+
+    Returns:
+      ``(*batch, num_heads, q_length, kv_length)`` weights summing to 1 over the last axis.
+
+    Raises:
+      LayerShapeError: query and key disagree on rank, batch, heads or depth.
+      ValueError: dropout applies but ``dropout_rng`` is None.
+    """
+    query, key = promote_dtype((jnp.asarray(query), jnp.asarray(key)), dtype=dtype)
+    _check_qkv(query, key, None, module)
+    dtype = query.dtype
+    query = query / jnp.sqrt(query.shape[-1]).astype(dtype)
+    weights = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    if bias is not None:
+        weights = weights + broadcast_right(jnp.asarray(bias), weights.ndim).astype(dtype)
+    if is_causal:
+        q_len, kv_len = weights.shape[-2:]
+        causal = jnp.tril(jnp.ones((q_len, kv_len), dtype=bool))
+        mask = causal if mask is None else jnp.logical_and(
+            broadcast_right(jnp.asarray(mask, bool), weights.ndim), broadcast_right(causal, weights.ndim)
+        )
+    if mask is not None:
+        mask = broadcast_right(jnp.asarray(mask), weights.ndim)
+        weights = jnp.where(mask, weights, jnp.finfo(dtype).min)
+    weights = jax.nn.softmax(weights).astype(dtype)
+    if module is not None:
+        module.sow(Intermediate, "attention_weights", weights)
+    if not deterministic and dropout_rate > 0.0:
+        if dropout_rng is None:
+            raise ValueError("dot_product_attention: dropout_rate > 0 and not deterministic, "
+                             "but no dropout_rng was given.")
+        keep = 1.0 - dropout_rate
+        shape = (1,) * (weights.ndim - 2) + weights.shape[-2:] if broadcast_dropout else weights.shape
+        keep_mask = jnp.broadcast_to(jax.random.bernoulli(dropout_rng, keep, shape), weights.shape)
+        weights = weights * (keep_mask.astype(dtype) / jnp.asarray(keep, dtype))
+    return weights
+
+
+def dot_product_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    bias: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    broadcast_dropout: bool = True,
+    dropout_rng: jax.Array | None = None,
+    dropout_rate: float = 0.0,
+    deterministic: bool = False,
+    dtype: Dtype | None = None,
+    precision: Any = None,
+    module: Module | None = None,
+    promote_dtype: Callable[..., Any] = promote_dtype,
+    is_causal: bool = False,
+) -> jax.Array:
+    """Scaled dot-product attention: ``softmax(q kᵀ / sqrt(depth)) v`` per head.
+
+    Args:
+      query: ``(*batch, q_length, num_heads, depth)``.
+      key: ``(*batch, kv_length, num_heads, depth)``.
+      value: ``(*batch, kv_length, num_heads, v_depth)``.
+      bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic,
+      dtype, precision, module, promote_dtype, is_causal: as in
+        ``dot_product_attention_weights``.
+
+    Returns:
+      ``(*batch, q_length, num_heads, v_depth)``.
+
+    Raises:
+      LayerShapeError: the three arrays disagree on rank, batch, heads, depth or length.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> q = k = v = jnp.ones((2, 4, 3, 8))
+      >>> nnx.dot_product_attention(q, k, v).shape
+      (2, 4, 3, 8)
+    """
+    query, key, value = promote_dtype(
+        (jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)), dtype=dtype
+    )
+    _check_qkv(query, key, value, module)
+    weights = dot_product_attention_weights(
+        query, key, bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic,
+        query.dtype, precision, module, promote_dtype, is_causal,
+    )
+    return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+
+
+def make_attention_mask(
+    query_input: jax.Array,
+    key_input: jax.Array,
+    pairwise_fn: Callable[..., Any] = jnp.multiply,
+    extra_batch_dims: int = 0,
+    dtype: Dtype = jnp.float32,
+) -> jax.Array:
+    """An attention mask from per-position values: ``mask[..., 0, i, j] =
+    pairwise_fn(query_input[..., i], key_input[..., j])``.
+
+    Args:
+      query_input: ``(*batch, q_length)``, e.g. 1 for real tokens, 0 for padding.
+      key_input: ``(*batch, kv_length)``.
+      pairwise_fn: combines a query and a key value (default ``jnp.multiply``).
+      extra_batch_dims: leading size-1 axes to add.
+      dtype: the mask's dtype.
+
+    Returns:
+      ``(*[1] * extra_batch_dims, *batch, 1, q_length, kv_length)``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> nnx.make_attention_mask(jnp.array([1, 1, 0]), jnp.array([1, 0, 0])).shape
+      (1, 3, 3)
+    """
+    mask = pairwise_fn(jnp.expand_dims(query_input, -1), jnp.expand_dims(key_input, -2))
+    mask = jnp.expand_dims(mask, -3)
+    mask = jnp.reshape(mask, (1,) * extra_batch_dims + mask.shape)
+    return mask.astype(dtype)
+
+
+def make_causal_mask(x: jax.Array, extra_batch_dims: int = 0, dtype: Dtype = jnp.float32) -> jax.Array:
+    """The causal mask for self-attention over ``x`` of shape ``(*batch, length)``:
+    position ``i`` may attend to ``j <= i``.
+
+    Returns:
+      ``(*[1] * extra_batch_dims, *batch, 1, length, length)``.
+    """
+    x = jnp.asarray(x)
+    idxs = jnp.broadcast_to(jnp.arange(x.shape[-1], dtype=jnp.int32), x.shape)
+    return make_attention_mask(idxs, idxs, jnp.greater_equal, extra_batch_dims, dtype)
+
+
+def combine_masks(*masks: jax.Array | None, dtype: Dtype = jnp.float32) -> jax.Array | None:
+    """The logical AND of the masks that are not None (None if all are).
+
+    Raises:
+      ValueError: the masks have different ranks.
+    """
+    present = [jnp.asarray(m) for m in masks if m is not None]
+    if not present:
+        return None
+    if len({m.ndim for m in present}) != 1:
+        raise ValueError(
+            f"combine_masks: masks must have one rank, got shapes {[tuple(m.shape) for m in present]}."
+        )
+    return functools.reduce(jnp.logical_and, present).astype(dtype)
+
+
+class MultiHeadAttention(Module):
+    """Multi-head (self- or cross-) attention with optional autoregressive cache.
+
+    Args:
+      num_heads: the number of query heads.
+      in_features: the queries' feature size.
+      qkv_features: the total size of the projected queries/keys/values over all
+        heads (default ``in_features``); must be divisible by ``num_heads``.
+      out_features: the output feature size (default ``in_features``).
+      num_kv_heads: the number of key/value heads (default ``num_heads``); fewer
+        heads share keys and values across groups of query heads (grouped-query
+        attention); must divide ``num_heads``.
+      in_kv_features: the keys'/values' input feature size (default ``in_features``).
+      dtype, param_dtype, precision: as in ``Linear``.
+      broadcast_dropout: one attention-dropout mask for all batch elements and heads.
+      dropout_rate: the attention-weights dropout rate (default 0).
+      deterministic: the default mode (no dropout); ``Module.eval()``/``train()``
+        set it; a call argument overrides it. Only consulted when ``dropout_rate > 0``.
+      kernel_init, bias_init: initializers of the query/key/value projections;
+        ``out_kernel_init``/``out_bias_init`` of the output one (default the same).
+      use_bias: projections have biases.
+      attention_fn: ``dot_product_attention`` or a function with its signature.
+      decode: the default decoding mode (see the module docstring).
+      normalize_qk: apply a ``LayerNorm`` (no bias) to queries and keys per head.
+      qkv_promote_dtype, out_promote_dtype, ln_promote_dtype: dtype promotion of
+        the projections and norms.
+      rngs: an ``nnx.Rngs`` for the initializers; with ``keep_rngs`` and a dropout
+        rate, a fork of its ``dropout`` stream is kept as ``self.rngs``.
+      kernel_metadata, bias_metadata, out_kernel_metadata, out_bias_metadata,
+      query_ln_scale_metadata, key_ln_scale_metadata: metadata of the Params.
+
+    Call: ``inputs_q`` ``(*batch, q_length, in_features)``; ``inputs_k`` and
+    ``inputs_v`` ``(*batch, kv_length, in_kv_features)`` (default: ``inputs_q`` for
+    self-attention, and ``inputs_k`` for values); optional ``mask`` broadcastable
+    to ``(*batch, num_heads, q_length, kv_length)``, ``deterministic``, ``rngs``,
+    ``sow_weights`` (sow the weights as ``attention_weights``), ``decode`` and
+    ``is_causal``. Returns ``(*batch, q_length, out_features)``.
+
+    Raises:
+      ValueError: at construction, indivisible feature/head counts; at call,
+        ``inputs_v`` without ``inputs_k``, decoding before ``init_cache``, or
+        dropout without random keys.
+      LayerShapeError: inputs with the wrong feature size, or a decoding step whose
+        shape does not match the cache.
+
+    Source: Flax NNX ``nnx.MultiHeadAttention``.
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("num_heads", "in_features", "qkv_features")
+
+    def __init__(
+        self,
+        num_heads: int,
+        in_features: int,
+        qkv_features: int | None = None,
+        out_features: int | None = None,
+        num_kv_heads: int | None = None,
+        in_kv_features: int | None = None,
+        *,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        broadcast_dropout: bool = True,
+        dropout_rate: float = 0.0,
+        deterministic: bool | None = None,
+        precision: Any = None,
+        kernel_init: Initializer = default_kernel_init,
+        out_kernel_init: Initializer | None = None,
+        bias_init: Initializer = zeros,
+        out_bias_init: Initializer | None = None,
+        use_bias: bool = True,
+        attention_fn: Callable[..., jax.Array] = dot_product_attention,
+        decode: bool | None = None,
+        normalize_qk: bool = False,
+        qkv_promote_dtype: Callable[..., Any] = promote_dtype,
+        out_promote_dtype: Callable[..., Any] = promote_dtype,
+        ln_promote_dtype: Callable[..., Any] = promote_dtype,
+        rngs: Rngs,
+        keep_rngs: bool = True,
+        kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        out_kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        out_bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        query_ln_scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        key_ln_scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        qkv_features = in_features if qkv_features is None else qkv_features
+        out_features = in_features if out_features is None else out_features
+        in_kv_features = in_features if in_kv_features is None else in_kv_features
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if qkv_features % num_heads:
+            raise ValueError(
+                f"MultiHeadAttention: qkv_features ({qkv_features}) must be divisible by "
+                f"num_heads ({num_heads})."
+            )
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"MultiHeadAttention: num_heads ({num_heads}) must be divisible by num_kv_heads "
+                f"({num_kv_heads})."
+            )
+        self.num_heads = num_heads
+        self.in_features = in_features
+        self.qkv_features = qkv_features
+        self.out_features = out_features
+        self.num_kv_heads = num_kv_heads
+        self.in_kv_features = in_kv_features
+        self.head_dim = qkv_features // num_heads
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.broadcast_dropout = broadcast_dropout
+        self.dropout_rate = dropout_rate
+        self.deterministic = deterministic
+        self.precision = precision
+        self.use_bias = use_bias
+        self.attention_fn = attention_fn
+        self.decode = decode
+        self.normalize_qk = normalize_qk
+
+        def projection(features: int, heads: int) -> LinearGeneral:
+            return LinearGeneral(
+                features, (heads, self.head_dim), dtype=dtype, param_dtype=param_dtype,
+                kernel_init=kernel_init, bias_init=bias_init, use_bias=use_bias,
+                precision=precision, promote_dtype=qkv_promote_dtype, rngs=rngs,
+                kernel_metadata=kernel_metadata, bias_metadata=bias_metadata,
+            )
+
+        self.query = projection(in_features, num_heads)
+        self.key = projection(in_kv_features, num_kv_heads)
+        self.value = projection(in_kv_features, num_kv_heads)
+        self.out = LinearGeneral(
+            (num_heads, self.head_dim), out_features, axis=(-2, -1), dtype=dtype,
+            param_dtype=param_dtype, kernel_init=out_kernel_init or kernel_init,
+            bias_init=out_bias_init or bias_init, use_bias=use_bias, precision=precision,
+            promote_dtype=out_promote_dtype, rngs=rngs, kernel_metadata=out_kernel_metadata,
+            bias_metadata=out_bias_metadata,
+        )
+        if normalize_qk:
+            self.query_ln: LayerNorm | None = LayerNorm(
+                self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype,
+                promote_dtype=ln_promote_dtype, rngs=rngs, scale_metadata=query_ln_scale_metadata,
+            )
+            self.key_ln: LayerNorm | None = LayerNorm(
+                self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype,
+                promote_dtype=ln_promote_dtype, rngs=rngs, scale_metadata=key_ln_scale_metadata,
+            )
+        else:
+            self.query_ln = None
+            self.key_ln = None
+        self.rngs = own_stream(rngs, "dropout") if keep_rngs and dropout_rate > 0.0 else None
+        self.cached_key: Cache[jax.Array] | None = None
+        self.cached_value: Cache[jax.Array] | None = None
+        self.cache_index: Cache[jax.Array] | None = None
+
+    def init_cache(self, input_shape: tuple[int, ...], dtype: Dtype = jnp.float32) -> None:
+        """Creates zeroed ``cached_key``/``cached_value`` and ``cache_index = 0``.
+
+        Args:
+          input_shape: the shape of the full sequence ``(*batch, max_length,
+            in_features)``; the caches get ``(*batch, max_length, num_kv_heads,
+            head_dim)``.
+          dtype: the caches' dtype.
+
+        Decoding more than ``max_length`` steps is not detected (the index is a
+        traced value): later steps overwrite the last position.
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> mha = nnx.MultiHeadAttention(2, 8, decode=True, rngs=nnx.Rngs(0))
+          >>> mha.init_cache((1, 4, 8))
+          >>> mha(jnp.ones((1, 1, 8))).shape, int(mha.cache_index.value)
+          ((1, 1, 8), 1)
+        """
+        shape = (*tuple(input_shape)[:-1], self.num_kv_heads, self.head_dim)
+        self.cached_key = Cache(jnp.zeros(shape, dtype))
+        self.cached_value = Cache(jnp.zeros(shape, dtype))
+        self.cache_index = Cache(jnp.array(0, dtype=jnp.int32))
+
+    def _decode_step(
+        self, inputs_k: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+        if self.cached_key is None or self.cached_value is None or self.cache_index is None:
+            raise ValueError(
+                f"{describe(self)}: decoding needs a cache; call .init_cache(input_shape) first."
+            )
+        *batch, max_length, heads, depth = self.cached_key.shape
+        if tuple(key.shape) != (*batch, 1, heads, depth):
+            raise shape_error(
+                self,
+                f"one decoding step: inputs of shape {(*batch, 1, inputs_k.shape[-1])} "
+                f"matching the cache {tuple(self.cached_key.shape)}",
+                inputs_k.shape,
+            )
+        index = self.cache_index.value
+        zero = jnp.zeros((), index.dtype)
+        start = (zero,) * len(batch) + (index, zero, zero)
+        key = lax.dynamic_update_slice(
+            self.cached_key.value, key.astype(self.cached_key.value.dtype), start
+        )
+        value = lax.dynamic_update_slice(
+            self.cached_value.value, value.astype(self.cached_value.value.dtype), start
+        )
+        self.cached_key.value = key
+        self.cached_value.value = value
+        self.cache_index.value = index + 1
+        filled = jnp.broadcast_to(jnp.arange(max_length) <= index, (*batch, 1, 1, max_length))
+        return key, value, combine_masks(mask, filled)
+
+    def __call__(
+        self,
+        inputs_q: jax.Array,
+        inputs_k: jax.Array | None = None,
+        inputs_v: jax.Array | None = None,
+        *,
+        mask: jax.Array | None = None,
+        deterministic: bool | None = None,
+        rngs: Rngs | RngStream | jax.Array | None = None,
+        sow_weights: bool = False,
+        decode: bool | None = None,
+        is_causal: bool = False,
+    ) -> jax.Array:
+        if inputs_k is None:
+            if inputs_v is not None:
+                raise ValueError(
+                    f"{describe(self)}: inputs_v was given without inputs_k; to use one array "
+                    "for keys and values pass it as inputs_k and leave inputs_v None."
+                )
+            inputs_k = inputs_q
+        if inputs_v is None:
+            inputs_v = inputs_k
+        inputs_q, inputs_k, inputs_v = map(jnp.asarray, (inputs_q, inputs_k, inputs_v))
+        check_last_dim(self, inputs_q, self.in_features, "queries")
+        check_last_dim(self, inputs_k, self.in_kv_features, "keys")
+        check_last_dim(self, inputs_v, self.in_kv_features, "values")
+
+        query = self.query(inputs_q)
+        key = self.key(inputs_k)
+        value = self.value(inputs_v)
+        if self.query_ln is not None and self.key_ln is not None:
+            query = self.query_ln(query)
+            key = self.key_ln(key)
+
+        if first_from(decode, self.decode, False, error_msg=""):
+            key, value, mask = self._decode_step(inputs_k, key, value, mask)
+
+        dropout_rng = None
+        if self.dropout_rate > 0.0:
+            deterministic = first_from(
+                deterministic,
+                self.deterministic,
+                error_msg=f"{describe(self)}: deterministic is None on the layer and in the "
+                "call; pass deterministic=True/False or call .train()/.eval().",
+            )
+            if not deterministic:
+                dropout_rng = draw_key(describe(self), rngs, self.rngs, "dropout")
+        else:
+            deterministic = True
+
+        if self.num_kv_heads != self.num_heads:
+            repeats = self.num_heads // self.num_kv_heads
+            key = jnp.repeat(key, repeats, axis=-2)
+            value = jnp.repeat(value, repeats, axis=-2)
+
+        extra = {"is_causal": True} if is_causal else {}
+        x = self.attention_fn(
+            query, key, value, mask=mask, dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate, broadcast_dropout=self.broadcast_dropout,
+            deterministic=deterministic, dtype=self.dtype, precision=self.precision,
+            module=self if sow_weights else None, **extra,
+        )
+        return self.out(x)
+
+
+__all__ = [
+    "MultiHeadAttention",
+    "combine_masks",
+    "dot_product_attention",
+    "dot_product_attention_weights",
+    "make_attention_mask",
+    "make_causal_mask",
+]

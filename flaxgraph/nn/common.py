@@ -1,0 +1,119 @@
+"""Argument helpers shared by the layers: tuples, mode flags, parameter creation.
+
+* ``canonicalize_tuple`` turns ``3`` or ``[3, 3]`` into ``(3,)`` / ``(3, 3)``:
+  configuration is stored as hashable tuples, since it becomes static
+  attributes of the layer (and part of its ``GraphDef``).
+* ``first_from`` resolves a mode flag such as ``deterministic``: the call
+  argument wins over the layer attribute (which ``Module.train()``/``eval()``
+  set), and ``None`` means "not given".
+* ``make_param`` calls an initializer with a key from ``rngs.params()`` and
+  wraps the result in a ``Param`` carrying the layer's ``*_metadata`` (an
+  initializer wrapped with ``nnx.with_partitioning`` adds its ``sharding``).
+
+Source: Flax NNX layer conventions (``kernel_metadata``, ``first_from``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from flaxgraph.variables import Param
+
+EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
+"""The default of every ``*_metadata`` argument: no metadata."""
+
+Initializer = Callable[..., Any]
+
+
+def canonicalize_tuple(value: int | Sequence[int], name: str = "value") -> tuple[int, ...]:
+    """``value`` as a tuple of ints (an int becomes a 1-tuple).
+
+    Raises:
+      TypeError: ``value`` is neither an int nor a sequence of ints.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value,)
+    try:
+        out = tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {value!r}.") from None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in out):
+        raise TypeError(f"{name} must be an int or a sequence of ints, got {value!r}.")
+    return out
+
+
+def expand_to(value: int | Sequence[int] | None, n: int, name: str, default: int = 1) -> tuple[int, ...]:
+    """An int or ``None`` repeated ``n`` times, or a sequence of length ``n``, as a tuple.
+
+    Raises:
+      ValueError: a sequence whose length is not ``n``.
+    """
+    if value is None:
+        return (default,) * n
+    if isinstance(value, int):
+        return (value,) * n
+    out = canonicalize_tuple(value, name)
+    if len(out) != n:
+        raise ValueError(f"{name} must have {n} entries (one per spatial dimension), got {value!r}.")
+    return out
+
+
+def first_from(*values: Any, error_msg: str) -> Any:
+    """The first value that is not ``None``.
+
+    Raises:
+      ValueError: with ``error_msg`` when every value is ``None``.
+    """
+    for v in values:
+        if v is not None:
+            return v
+    raise ValueError(error_msg)
+
+
+def make_param(
+    init: Initializer,
+    key: jax.Array,
+    shape: tuple[int, ...],
+    dtype: Any,
+    metadata: Mapping[str, Any],
+) -> Param[Any]:
+    """``Param(init(key, shape, dtype), **metadata)``."""
+    return Param(init(key, shape, dtype), **dict(metadata))
+
+
+def make_reshaped_param(
+    init: Initializer,
+    key: jax.Array,
+    init_shape: tuple[int, ...],
+    shape: tuple[int, ...],
+    dtype: Any,
+    metadata: Mapping[str, Any],
+) -> Param[Any]:
+    """Like ``make_param`` but initializes with ``init_shape`` (e.g. a 2-D fan-in/fan-out
+    view of a multi-axis kernel) and reshapes to ``shape``; a boxed value (from
+    ``with_partitioning``) keeps its box and names."""
+    value = init(key, init_shape, dtype)
+    value = jax.tree.map(lambda v: jnp.reshape(v, shape), value)
+    return Param(value, **dict(metadata))
+
+
+def broadcast_right(value: jax.Array, ndim: int) -> jax.Array:
+    """``value`` reshaped with leading 1s to rank ``ndim`` (explicit broadcasting;
+    the test suite runs with ``jax_numpy_rank_promotion='raise'``)."""
+    return jnp.reshape(value, (1,) * (ndim - value.ndim) + tuple(value.shape))
+
+
+__all__ = [
+    "EMPTY_METADATA",
+    "broadcast_right",
+    "canonicalize_tuple",
+    "expand_to",
+    "first_from",
+    "make_param",
+    "make_reshaped_param",
+]

@@ -1,0 +1,410 @@
+"""Convolutions: ``Conv`` and ``ConvTranspose`` over channels-last inputs.
+
+Inputs are laid out ``(*batch, *spatial, features)`` (``NHWC`` for images): the
+number of spatial axes is ``len(kernel_size)``; there may be no batch axis, or
+several (they are flattened for the convolution and restored). The kernel has
+shape ``(*kernel_size, in_features // feature_group_count, out_features)``.
+
+Padding is ``'SAME'``, ``'VALID'``, ``'CIRCULAR'`` (periodic: the input wraps
+around), ``'CAUSAL'`` (1-D only: all padding on the left, so an output never
+sees later inputs), an int ``p`` (``(p, p)`` on every spatial axis), a
+sequence of ints, or a sequence of ``(low, high)`` pairs.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> conv = nnx.Conv(3, 8, kernel_size=(3, 3), rngs=nnx.Rngs(0))
+  >>> conv.kernel.shape, conv(jnp.ones((2, 16, 16, 3))).shape
+  ((3, 3, 3, 8), (2, 16, 16, 8))
+
+The convolutions are ``jax.lax.conv_general_dilated`` and
+``jax.lax.conv_transpose``.
+
+Source: Flax NNX ``nnx.Conv``/``nnx.ConvTranspose`` (0.12) public signatures and
+documented behaviour; padding semantics of ``jax.lax``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from flaxgraph.module import Module
+from flaxgraph.nn.common import (
+    EMPTY_METADATA,
+    broadcast_right,
+    canonicalize_tuple,
+    expand_to,
+    make_param,
+)
+from flaxgraph.nn.dtypes import promote_dtype
+from flaxgraph.nn.errors import check_last_dim, check_min_rank
+from flaxgraph.nn.initializers import lecun_normal, zeros
+from flaxgraph.rngs import Rngs
+
+default_kernel_init = lecun_normal()
+default_bias_init = zeros
+
+Dtype = Any
+Initializer = Callable[..., Any]
+PaddingLike = str | int | Sequence[int | tuple[int, int]]
+Padding = str | tuple[tuple[int, int], ...]
+
+
+def canonicalize_padding(padding: PaddingLike, rank: int) -> Padding:
+    """A hashable form of ``padding``: an upper-case string, or one ``(low, high)``
+    pair per spatial axis.
+
+    Raises:
+      ValueError: a sequence whose length is neither 1 nor ``rank``, or a malformed entry.
+    """
+    if isinstance(padding, str):
+        return padding.upper()
+    if isinstance(padding, int):
+        return ((padding, padding),) * rank
+    entries = list(padding)
+    if len(entries) == 1:
+        entries = entries * rank
+    if len(entries) != rank:
+        raise ValueError(
+            f"padding {padding!r} must have {rank} entries (one per spatial axis) or one."
+        )
+    pairs = []
+    for entry in entries:
+        if isinstance(entry, int):
+            pairs.append((entry, entry))
+        else:
+            pair = tuple(entry)
+            if len(pair) != 2 or not all(isinstance(p, int) for p in pair):
+                raise ValueError(f"padding entry {entry!r} must be an int or a (low, high) pair.")
+            pairs.append((pair[0], pair[1]))
+    return tuple(pairs)
+
+
+def _dimension_numbers(n_spatial: int) -> lax.ConvDimensionNumbers:
+    """Channels-last inputs/outputs, ``(*spatial, in, out)`` kernels."""
+    lhs = (0, n_spatial + 1, *range(1, n_spatial + 1))
+    rhs = (n_spatial + 1, n_spatial, *range(n_spatial))
+    return lax.ConvDimensionNumbers(lhs, rhs, lhs)
+
+
+def _flatten_batch(
+    module: Any, x: jax.Array, n_spatial: int, in_features: int
+) -> tuple[jax.Array, tuple[int, ...] | None]:
+    """Checks ``x`` and returns it as ``(batch, *spatial, features)`` with the batch
+    shape to restore (``None`` when ``x`` had no batch axis)."""
+    check_min_rank(module, x, n_spatial + 1, f"*batch, {n_spatial} spatial axes, features")
+    check_last_dim(module, x, in_features)
+    if x.ndim == n_spatial + 1:
+        return x[None], None
+    batch_shape = tuple(x.shape[: x.ndim - n_spatial - 1])
+    return jnp.reshape(x, (-1, *x.shape[x.ndim - n_spatial - 1 :])), batch_shape
+
+
+def _restore_batch(y: jax.Array, batch_shape: tuple[int, ...] | None) -> jax.Array:
+    if batch_shape is None:
+        return y[0]
+    return jnp.reshape(y, batch_shape + tuple(y.shape[1:]))
+
+
+class _ConvBase(Module):
+    """Shared storage and call plumbing of ``Conv`` and ``ConvTranspose``."""
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "out_features", "kernel_size")
+
+    def _init_params(
+        self,
+        kernel_shape: tuple[int, ...],
+        out_features: int,
+        use_bias: bool,
+        param_dtype: Any,
+        kernel_init: Initializer,
+        bias_init: Initializer,
+        rngs: Rngs,
+        kernel_metadata: Mapping[str, Any],
+        bias_metadata: Mapping[str, Any],
+    ) -> None:
+        self.kernel = make_param(kernel_init, rngs.params(), kernel_shape, param_dtype, kernel_metadata)
+        self.bias = (
+            make_param(bias_init, rngs.params(), (out_features,), param_dtype, bias_metadata)
+            if use_bias
+            else None
+        )
+
+    def _operands(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+        kernel = self.kernel.value
+        if self.mask is not None:
+            kernel = kernel * self.mask
+        bias = None if self.bias is None else self.bias.value
+        return self.promote_dtype((x, kernel, bias), dtype=self.dtype)  # type: ignore[no-any-return]
+
+    def _extra(self) -> dict[str, Any]:
+        if self.preferred_element_type is None:
+            return {}
+        return {"preferred_element_type": self.preferred_element_type}
+
+
+class Conv(_ConvBase):
+    """An N-D convolution (cross-correlation, as in deep-learning libraries).
+
+    Args:
+      in_features: the inputs' feature (last) axis size.
+      out_features: the number of output features (filters).
+      kernel_size: the window size, one int per spatial axis (an int means a 1-D
+        convolution).
+      strides: an int or one per spatial axis (default 1).
+      padding: see the module docstring (default ``'SAME'``).
+      input_dilation: an int or one per spatial axis: spacing inserted between
+        input elements (``lhs_dilation`` of ``jax.lax``; default 1).
+      kernel_dilation: an int or one per spatial axis: spacing between kernel
+        elements (atrous convolution; default 1).
+      feature_group_count: split the features into this many groups convolved
+        separately (``in_features`` for a depthwise convolution; default 1).
+      use_bias: add a ``bias`` Param of shape ``(out_features,)`` (default True).
+      mask: an optional array of the kernel's shape multiplied into the kernel
+        (e.g. for masked/causal convolutions).
+      dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
+      preferred_element_type, rngs, kernel_metadata, bias_metadata: as in ``Linear``.
+      conv_general_dilated: the convolution (default ``jax.lax.conv_general_dilated``).
+
+    Call: ``inputs`` of shape ``(*batch, *spatial, in_features)``; returns
+    ``(*batch, *out_spatial, out_features)``.
+
+    Raises:
+      ValueError: at construction, ``in_features`` or ``out_features`` not
+        divisible by ``feature_group_count``, ``'CAUSAL'`` padding for a non-1-D
+        kernel, a ``mask`` of another shape than the kernel, or bad ``padding``.
+      LayerShapeError: inputs with fewer than ``len(kernel_size) + 1`` axes or a
+        last axis other than ``in_features``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> conv = nnx.Conv(4, 4, 3, padding='CIRCULAR', feature_group_count=4,
+      ...                 rngs=nnx.Rngs(0))   # depthwise, periodic, 1-D
+      >>> conv.kernel.shape, conv(jnp.ones((10, 4))).shape
+      ((3, 1, 4), (10, 4))
+
+    Source: Flax NNX ``nnx.Conv``; ``jax.lax.conv_general_dilated``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] | None = 1,
+        *,
+        padding: PaddingLike = "SAME",
+        input_dilation: int | Sequence[int] | None = 1,
+        kernel_dilation: int | Sequence[int] | None = 1,
+        feature_group_count: int = 1,
+        use_bias: bool = True,
+        mask: jax.Array | None = None,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        precision: Any = None,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        conv_general_dilated: Callable[..., jax.Array] = lax.conv_general_dilated,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        preferred_element_type: Dtype | None = None,
+        rngs: Rngs,
+        kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        kernel_size = canonicalize_tuple(kernel_size, "kernel_size")
+        n = len(kernel_size)
+        if in_features % feature_group_count or out_features % feature_group_count:
+            raise ValueError(
+                f"Conv: in_features ({in_features}) and out_features ({out_features}) must be "
+                f"divisible by feature_group_count ({feature_group_count})."
+            )
+        self.padding = canonicalize_padding(padding, n)
+        if self.padding == "CAUSAL" and n != 1:
+            raise ValueError(f"Conv: 'CAUSAL' padding needs a 1-D kernel, got kernel_size {kernel_size}.")
+        kernel_shape = (*kernel_size, in_features // feature_group_count, out_features)
+        if mask is not None and tuple(mask.shape) != kernel_shape:
+            raise ValueError(f"Conv: mask shape {tuple(mask.shape)} must equal the kernel shape {kernel_shape}.")
+        self._init_params(
+            kernel_shape, out_features, use_bias, param_dtype, kernel_init, bias_init, rngs,
+            kernel_metadata, bias_metadata,
+        )
+        self.in_features = in_features
+        self.out_features = out_features
+        self.kernel_size = kernel_size
+        self.strides = expand_to(strides, n, "strides")
+        self.input_dilation = expand_to(input_dilation, n, "input_dilation")
+        self.kernel_dilation = expand_to(kernel_dilation, n, "kernel_dilation")
+        self.feature_group_count = feature_group_count
+        self.use_bias = use_bias
+        self.mask = mask
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.precision = precision
+        self.kernel_init = kernel_init
+        self.bias_init = bias_init
+        self.conv_general_dilated = conv_general_dilated
+        self.promote_dtype = promote_dtype
+        self.preferred_element_type = preferred_element_type
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        x = jnp.asarray(inputs)
+        n = len(self.kernel_size)
+        x, batch_shape = _flatten_batch(self, x, n, self.in_features)
+        padding: Any = self.padding
+        dilated = [(k - 1) * d + 1 for k, d in zip(self.kernel_size, self.kernel_dilation)]
+        if padding == "CIRCULAR":
+            pads = [(0, 0)] + [((k - 1) // 2, k // 2) for k in dilated] + [(0, 0)]
+            x = jnp.pad(x, pads, mode="wrap")
+            padding = "VALID"
+        elif padding == "CAUSAL":
+            padding = ((dilated[0] - 1, 0),)
+        x, kernel, bias = self._operands(x)
+        y = self.conv_general_dilated(
+            x,
+            kernel,
+            window_strides=self.strides,
+            padding=padding,
+            lhs_dilation=self.input_dilation,
+            rhs_dilation=self.kernel_dilation,
+            dimension_numbers=_dimension_numbers(n),
+            feature_group_count=self.feature_group_count,
+            precision=self.precision,
+            **self._extra(),
+        )
+        if bias is not None:
+            y = y + broadcast_right(bias, y.ndim)
+        return _restore_batch(y, batch_shape)
+
+
+def _circular_fold(y: jax.Array, axis: int, period: int, offset: int) -> jax.Array:
+    """Sums ``y`` along ``axis`` onto ``period`` positions: element ``j`` lands on
+    ``(j - offset) mod period``."""
+    length = y.shape[axis]
+    targets = (jnp.arange(length) - offset) % period
+    moved = jnp.moveaxis(y, axis, 0)
+    folded = jax.ops.segment_sum(moved, targets, num_segments=period)
+    return jnp.moveaxis(folded, 0, axis)
+
+
+class ConvTranspose(_ConvBase):
+    """An N-D transposed convolution (the gradient of a strided convolution with
+    respect to its input; upsamples by ``strides``).
+
+    Args:
+      in_features, out_features, kernel_size, use_bias, mask, dtype, param_dtype,
+      precision, kernel_init, bias_init, promote_dtype, preferred_element_type,
+      rngs, kernel_metadata, bias_metadata: as in ``Conv``.
+      strides: an int or one per spatial axis (default 1): the upsampling factor.
+      padding: ``'SAME'`` (output size ``input * stride``), ``'VALID'`` (output size
+        ``(input - 1) * stride + dilated_kernel``), ``'CIRCULAR'`` (output size
+        ``input * stride``, the ``'VALID'`` result wrapped around periodically and
+        centred: element ``j`` lands on ``(j - (valid_size - period) // 2) mod
+        period``), or explicit pairs as for ``jax.lax.conv_transpose``.
+      kernel_dilation: an int or one per spatial axis (default 1).
+      transpose_kernel: flip the kernel spatially and swap its feature axes, so the
+        layer computes the exact transpose of a ``Conv`` with the same kernel; the
+        kernel then has shape ``(*kernel_size, out_features, in_features)``.
+
+    Call: ``inputs`` of shape ``(*batch, *spatial, in_features)``; returns
+    ``(*batch, *out_spatial, out_features)``.
+
+    Raises:
+      ValueError: at construction, ``'CAUSAL'`` padding, a ``mask`` of another
+        shape than the kernel, or bad ``padding``.
+      LayerShapeError: as in ``Conv``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> up = nnx.ConvTranspose(3, 2, (2, 2), strides=2, rngs=nnx.Rngs(0))
+      >>> up(jnp.ones((1, 4, 4, 3))).shape
+      (1, 8, 8, 2)
+
+    Source: Flax NNX ``nnx.ConvTranspose``; ``jax.lax.conv_transpose``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] | None = None,
+        *,
+        padding: PaddingLike = "SAME",
+        kernel_dilation: int | Sequence[int] | None = None,
+        use_bias: bool = True,
+        mask: jax.Array | None = None,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        precision: Any = None,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        transpose_kernel: bool = False,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        preferred_element_type: Dtype | None = None,
+        rngs: Rngs,
+        kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        kernel_size = canonicalize_tuple(kernel_size, "kernel_size")
+        n = len(kernel_size)
+        self.padding = canonicalize_padding(padding, n)
+        if self.padding == "CAUSAL":
+            raise ValueError("ConvTranspose: 'CAUSAL' padding is only supported by Conv.")
+        features = (out_features, in_features) if transpose_kernel else (in_features, out_features)
+        kernel_shape = (*kernel_size, *features)
+        if mask is not None and tuple(mask.shape) != kernel_shape:
+            raise ValueError(
+                f"ConvTranspose: mask shape {tuple(mask.shape)} must equal the kernel shape "
+                f"{kernel_shape}."
+            )
+        self._init_params(
+            kernel_shape, out_features, use_bias, param_dtype, kernel_init, bias_init, rngs,
+            kernel_metadata, bias_metadata,
+        )
+        self.in_features = in_features
+        self.out_features = out_features
+        self.kernel_size = kernel_size
+        self.strides = expand_to(strides, n, "strides")
+        self.kernel_dilation = expand_to(kernel_dilation, n, "kernel_dilation")
+        self.use_bias = use_bias
+        self.mask = mask
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.precision = precision
+        self.kernel_init = kernel_init
+        self.bias_init = bias_init
+        self.transpose_kernel = transpose_kernel
+        self.promote_dtype = promote_dtype
+        self.preferred_element_type = preferred_element_type
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        x = jnp.asarray(inputs)
+        n = len(self.kernel_size)
+        x, batch_shape = _flatten_batch(self, x, n, self.in_features)
+        circular = self.padding == "CIRCULAR"
+        in_spatial = x.shape[1 : n + 1]
+        x, kernel, bias = self._operands(x)
+        y = lax.conv_transpose(
+            x,
+            kernel,
+            self.strides,
+            "VALID" if circular else self.padding,
+            rhs_dilation=self.kernel_dilation,
+            dimension_numbers=_dimension_numbers(n),
+            transpose_kernel=self.transpose_kernel,
+            precision=self.precision,
+            **self._extra(),
+        )
+        if circular:
+            for i in range(n):
+                period = in_spatial[i] * self.strides[i]
+                offset = (y.shape[i + 1] - period) // 2
+                y = _circular_fold(y, i + 1, period, offset)
+        if bias is not None:
+            y = y + broadcast_right(bias, y.ndim)
+        return _restore_batch(y, batch_shape)

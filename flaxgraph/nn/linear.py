@@ -1,0 +1,429 @@
+"""Linear layers: ``Linear``, ``LinearGeneral`` and ``Einsum``.
+
+All three multiply their inputs by a ``kernel`` Param and add an optional
+``bias`` Param:
+
+* ``Linear(in_features, out_features)``: ``y = x @ kernel + bias`` over the last
+  axis, kernel of shape ``(in_features, out_features)``.
+* ``LinearGeneral(in_features, out_features, axis=...)``: contracts several
+  input axes and produces several output axes (e.g. the per-head projections of
+  attention), optionally with batch axes that get their own kernels.
+* ``Einsum(einsum_str, kernel_shape)``: ``y = einsum(einsum_str, x, kernel) + bias``.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> from flaxgraph.nn import Linear
+  >>> layer = Linear(3, 4, rngs=nnx.Rngs(0))
+  >>> layer.kernel.shape, layer.bias.shape, layer(jnp.ones((2, 3))).shape
+  ((3, 4), (4,), (2, 4))
+
+The matrix products are ``jax.lax.dot_general`` / ``jnp.einsum``. Each layer
+checks its inputs and raises ``LayerShapeError`` naming itself on a mismatch.
+
+Source: Flax NNX ``nnx.Linear``, ``nnx.LinearGeneral``, ``nnx.Einsum`` (0.12)
+public signatures and documented behaviour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from flaxgraph.module import Module
+from flaxgraph.nn.common import (
+    EMPTY_METADATA,
+    broadcast_right,
+    canonicalize_tuple,
+    make_param,
+    make_reshaped_param,
+)
+from flaxgraph.nn.dtypes import promote_dtype
+from flaxgraph.nn.errors import check_last_dim, normalize_axis, shape_error
+from flaxgraph.nn.initializers import lecun_normal, zeros
+from flaxgraph.rngs import Rngs
+
+default_kernel_init = lecun_normal()
+default_bias_init = zeros
+
+Dtype = Any
+Initializer = Callable[..., Any]
+
+
+class Linear(Module):
+    """A linear transformation over the last axis: ``y = x @ kernel + bias``.
+
+    Args:
+      in_features: size of the inputs' last axis.
+      out_features: size of the outputs' last axis.
+      use_bias: add a ``bias`` Param of shape ``(out_features,)`` (default True).
+      dtype: the computation dtype (default: promoted from inputs and params).
+      param_dtype: the parameters' dtype (default ``float32``).
+      precision: ``jax.lax.Precision`` of the matrix product.
+      kernel_init: initializer of ``kernel`` (shape ``(in_features, out_features)``),
+        default ``lecun_normal()``.
+      bias_init: initializer of ``bias``, default ``zeros``.
+      dot_general: the matrix-product function (default ``jax.lax.dot_general``).
+      promote_dtype: the dtype promotion function (``flaxgraph.nn.dtypes.promote_dtype``).
+      preferred_element_type: passed to ``dot_general``.
+      rngs: an ``nnx.Rngs``; the ``params`` stream (or ``default``) seeds the
+        initializers.
+      kernel_metadata, bias_metadata: metadata given to the Params, e.g.
+        ``{'sharding': (None, 'model')}``.
+
+    Call: ``inputs`` of shape ``(..., in_features)`` returns ``(..., out_features)``.
+
+    Raises:
+      LayerShapeError (a ``ValueError``): the inputs' last axis is not ``in_features``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> layer = nnx.nn.Linear(2, 3, kernel_metadata={'sharding': (None, 'model')},
+      ...                       rngs=nnx.Rngs(0))
+      >>> layer.kernel.sharding, layer(jnp.ones((5, 2))).shape
+      ((None, 'model'), (5, 3))
+
+    Source: Flax NNX ``nnx.Linear``.
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "out_features")
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        use_bias: bool = True,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        precision: Any = None,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        dot_general: Callable[..., jax.Array] = lax.dot_general,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        preferred_element_type: Dtype | None = None,
+        rngs: Rngs,
+        kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        self.kernel = make_param(
+            kernel_init, rngs.params(), (in_features, out_features), param_dtype, kernel_metadata
+        )
+        self.bias = (
+            make_param(bias_init, rngs.params(), (out_features,), param_dtype, bias_metadata)
+            if use_bias
+            else None
+        )
+        self.in_features = in_features
+        self.out_features = out_features
+        self.use_bias = use_bias
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.precision = precision
+        self.kernel_init = kernel_init
+        self.bias_init = bias_init
+        self.dot_general = dot_general
+        self.promote_dtype = promote_dtype
+        self.preferred_element_type = preferred_element_type
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        x = jnp.asarray(inputs)
+        check_last_dim(self, x, self.in_features)
+        bias = None if self.bias is None else self.bias.value
+        x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
+        extra = {} if self.preferred_element_type is None else {
+            "preferred_element_type": self.preferred_element_type
+        }
+        y = self.dot_general(
+            x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision, **extra
+        )
+        if bias is not None:
+            y = y + broadcast_right(bias, y.ndim)
+        return y
+
+
+def _kernel_axes_check(n_in: int, axis: tuple[int, ...]) -> None:
+    if len(axis) != n_in:
+        raise ValueError(
+            f"LinearGeneral: axis {axis} must have one entry per in_features dimension "
+            f"({n_in})."
+        )
+
+
+class LinearGeneral(Module):
+    """A linear transformation contracting several axes into several output axes.
+
+    The kernel has shape ``batch_shape + in_features + out_features`` and the bias
+    ``batch_shape + out_features``. ``axis`` names the input axes contracted with
+    ``in_features`` (in order); ``batch_axis`` maps input axes to their sizes: each
+    index along them uses its own kernel slice.
+
+    Args:
+      in_features: size(s) of the contracted input axes (an int or a tuple).
+      out_features: size(s) of the new output axes (an int or a tuple).
+      axis: the input axes to contract (default ``-1``), one per ``in_features``.
+      batch_axis: ``{input_axis: size}`` of axes with separate kernels (default none).
+      use_bias, dtype, param_dtype, precision, kernel_init, bias_init,
+      promote_dtype, preferred_element_type, rngs, kernel_metadata, bias_metadata:
+        as in ``Linear``. The initializers see a 2-D view
+        ``(prod(in_features), prod(out_features))`` of the kernel (per batch
+        index), so fan-in/fan-out are those of the whole contraction.
+      dot_general: the contraction function (default ``jax.lax.dot_general``).
+
+    Call: ``inputs`` whose axes ``axis`` have sizes ``in_features``; returns
+    ``batch axes + the other input axes (in order) + out_features``, the output
+    order of ``jax.lax.dot_general`` (with no batch axes: the remaining input axes
+    followed by ``out_features``).
+
+    Raises:
+      ValueError: at construction, ``axis`` and ``in_features`` differ in length.
+      LayerShapeError: an input axis in ``axis``/``batch_axis`` is missing or has
+        the wrong size.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> layer = nnx.nn.LinearGeneral(6, (2, 3), rngs=nnx.Rngs(0))   # 2 heads of 3
+      >>> layer(jnp.ones((4, 5, 6))).shape
+      (4, 5, 2, 3)
+      >>> out = nnx.nn.LinearGeneral((2, 3), 6, axis=(-2, -1), rngs=nnx.Rngs(0))
+      >>> out(jnp.ones((4, 5, 2, 3))).shape
+      (4, 5, 6)
+
+    Source: Flax NNX ``nnx.LinearGeneral``.
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "out_features", "axis")
+
+    def __init__(
+        self,
+        in_features: int | Sequence[int],
+        out_features: int | Sequence[int],
+        *,
+        axis: int | Sequence[int] = -1,
+        batch_axis: Mapping[int, int] = EMPTY_METADATA,  # type: ignore[assignment]
+        use_bias: bool = True,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        precision: Any = None,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        dot_general: Callable[..., jax.Array] | None = None,
+        preferred_element_type: Dtype | None = None,
+        rngs: Rngs,
+        kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        self.in_features = canonicalize_tuple(in_features, "in_features")
+        self.out_features = canonicalize_tuple(out_features, "out_features")
+        self.axis = canonicalize_tuple(axis, "axis")
+        _kernel_axes_check(len(self.in_features), self.axis)
+        self.batch_axis = tuple(sorted(dict(batch_axis).items()))
+        batch_shape = tuple(size for _, size in self.batch_axis)
+        n_in, n_out = math.prod(self.in_features), math.prod(self.out_features)
+        kernel_shape = batch_shape + self.in_features + self.out_features
+
+        key = rngs.params()
+        if batch_shape:
+            # one independent 2-D initialization per batch index
+            def init(k: jax.Array, shape: tuple[int, ...], dtype: Any) -> Any:
+                keys = jax.random.split(k, math.prod(batch_shape))
+                return jax.vmap(lambda kk: kernel_init(kk, (n_in, n_out), dtype))(keys)
+
+            self.kernel = make_reshaped_param(
+                init, key, (math.prod(batch_shape), n_in, n_out), kernel_shape, param_dtype,
+                kernel_metadata,
+            )
+        else:
+            self.kernel = make_reshaped_param(
+                kernel_init, key, (n_in, n_out), kernel_shape, param_dtype, kernel_metadata
+            )
+        self.bias = (
+            make_reshaped_param(
+                bias_init, rngs.params(), (*batch_shape, n_out), batch_shape + self.out_features,
+                param_dtype, bias_metadata,
+            )
+            if use_bias
+            else None
+        )
+        self.use_bias = use_bias
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.kernel_init = kernel_init
+        self.bias_init = bias_init
+        self.precision = precision
+        self.promote_dtype = promote_dtype
+        self.dot_general = dot_general
+        self.preferred_element_type = preferred_element_type
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        x = jnp.asarray(inputs)
+        ndim = x.ndim
+        axes = tuple(normalize_axis(self, a, ndim, x.shape) for a in self.axis)
+        batch_dims = tuple(normalize_axis(self, a, ndim, x.shape, "batch axis") for a, _ in self.batch_axis)
+        sizes = tuple(x.shape[a] for a in axes)
+        if sizes != self.in_features:
+            raise shape_error(
+                self, f"inputs with sizes {self.in_features} at axes {self.axis}", x.shape
+            )
+        for (given_axis, size), a in zip(self.batch_axis, batch_dims):
+            if x.shape[a] != size:
+                raise shape_error(self, f"inputs with size {size} at batch axis {given_axis}", x.shape)
+        n_batch = len(batch_dims)
+        bias = None if self.bias is None else self.bias.value
+        x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
+        contract = tuple(range(n_batch, n_batch + len(axes)))
+        dimension_numbers = ((axes, contract), (batch_dims, tuple(range(n_batch))))
+        dot_general = self.dot_general or lax.dot_general
+        extra = {} if self.preferred_element_type is None else {
+            "preferred_element_type": self.preferred_element_type
+        }
+        y = dot_general(x, kernel, dimension_numbers, precision=self.precision, **extra)
+        if bias is not None:
+            n_free = ndim - len(axes) - n_batch
+            batch_shape = bias.shape[:n_batch]
+            y = y + jnp.reshape(bias, batch_shape + (1,) * n_free + self.out_features)
+        return y
+
+
+def _parse_einsum(einsum_str: str) -> tuple[str, str, str]:
+    s = einsum_str.replace(" ", "")
+    if "->" not in s or s.count(",") != 1 or s.count("->") != 1:
+        raise ValueError(
+            f"Einsum equation {einsum_str!r} must have the form 'inputs,kernel->outputs' "
+            "(exactly two operands and an explicit output), e.g. 'btd,dnh->btnh'."
+        )
+    operands, out = s.split("->")
+    lhs, rhs = operands.split(",")
+    return lhs, rhs, out
+
+
+def _letter_sizes(spec: str, shape: tuple[int, ...]) -> dict[str, int] | None:
+    """Letter -> size for an einsum operand spec (``None`` if the rank cannot match)."""
+    if "..." in spec:
+        before, after = spec.split("...")
+        if len(before) + len(after) > len(shape):
+            return None
+        pairs = list(zip(before, shape)) + list(zip(after, shape[len(shape) - len(after):]))
+    else:
+        if len(spec) != len(shape):
+            return None
+        pairs = list(zip(spec, shape))
+    return dict(pairs)
+
+
+class Einsum(Module):
+    """``y = einsum(einsum_str, inputs, kernel) + bias``.
+
+    Args:
+      einsum_str: an equation with two operands and an explicit output,
+        ``'inputs,kernel->outputs'`` (e.g. ``'btd,dnh->btnh'``).
+      kernel_shape: the kernel's shape (one size per letter of the kernel operand).
+      bias_shape: the bias's shape, or ``None`` for no bias. The bias is aligned
+        with the trailing axes of the output (numpy broadcasting), e.g. ``(n, h)``
+        for ``'btd,dnh->btnh'``.
+      dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
+      preferred_element_type, rngs, kernel_metadata, bias_metadata: as in ``Linear``.
+      einsum_op: the einsum function (default ``jnp.einsum``).
+
+    Call: ``inputs`` matching the equation's first operand; ``einsum_str`` at call
+    overrides the constructor's. Returns the equation's output.
+
+    Raises:
+      ValueError: a malformed equation, or a ``kernel_shape`` whose rank does not
+        match the kernel operand.
+      LayerShapeError: the inputs' rank does not match the first operand, or an
+        axis shared with the kernel has another size.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> layer = nnx.nn.Einsum('nta,hab->nthb', (8, 2, 4), (8, 4), rngs=nnx.Rngs(0))
+      >>> layer(jnp.ones((16, 11, 2))).shape
+      (16, 11, 8, 4)
+
+    Source: Flax NNX ``nnx.Einsum``.
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("einsum_str", "kernel_shape", "bias_shape")
+
+    def __init__(
+        self,
+        einsum_str: str,
+        kernel_shape: Sequence[int],
+        bias_shape: Sequence[int] | None = None,
+        *,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        precision: Any = None,
+        kernel_init: Initializer = default_kernel_init,
+        bias_init: Initializer = default_bias_init,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        einsum_op: Callable[..., jax.Array] = jnp.einsum,
+        preferred_element_type: Dtype | None = None,
+        rngs: Rngs,
+        kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        _, kernel_spec, _ = _parse_einsum(einsum_str)
+        kernel_shape = tuple(kernel_shape)
+        if _letter_sizes(kernel_spec, kernel_shape) is None:
+            raise ValueError(
+                f"Einsum: kernel_shape {kernel_shape} does not match the kernel operand "
+                f"{kernel_spec!r} of {einsum_str!r}."
+            )
+        self.kernel = make_param(kernel_init, rngs.params(), kernel_shape, param_dtype, kernel_metadata)
+        self.bias = (
+            make_param(bias_init, rngs.params(), tuple(bias_shape), param_dtype, bias_metadata)
+            if bias_shape is not None
+            else None
+        )
+        self.einsum_str = einsum_str
+        self.kernel_shape = kernel_shape
+        self.bias_shape = None if bias_shape is None else tuple(bias_shape)
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.precision = precision
+        self.kernel_init = kernel_init
+        self.bias_init = bias_init
+        self.promote_dtype = promote_dtype
+        self.einsum_op = einsum_op
+        self.preferred_element_type = preferred_element_type
+
+    def __call__(self, inputs: jax.Array, einsum_str: str | None = None) -> jax.Array:
+        einsum_str = self.einsum_str if einsum_str is None else einsum_str
+        lhs, rhs, _ = _parse_einsum(einsum_str)
+        x = jnp.asarray(inputs)
+        kernel_sizes = _letter_sizes(rhs, tuple(self.kernel.shape))
+        if kernel_sizes is None:
+            raise ValueError(
+                f"{einsum_str!r}: the kernel operand {rhs!r} does not match the kernel shape "
+                f"{tuple(self.kernel.shape)}."
+            )
+        input_sizes = _letter_sizes(lhs, tuple(x.shape))
+        if input_sizes is None:
+            raise shape_error(self, f"inputs matching {lhs!r} of {einsum_str!r}", x.shape)
+        for letter, size in input_sizes.items():
+            if kernel_sizes.get(letter, size) != size:
+                raise shape_error(
+                    self,
+                    f"inputs with size {kernel_sizes[letter]} for {letter!r} in {lhs!r} "
+                    f"(shared with the kernel)",
+                    x.shape,
+                )
+        bias = None if self.bias is None else self.bias.value
+        x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
+        extra = {} if self.preferred_element_type is None else {
+            "preferred_element_type": self.preferred_element_type
+        }
+        y = self.einsum_op(einsum_str, x, kernel, precision=self.precision, **extra)
+        if bias is not None:
+            if bias.ndim > y.ndim:
+                raise shape_error(self, f"outputs of rank >= {bias.ndim} for the bias", y.shape)
+            y = y + broadcast_right(bias, y.ndim)
+        return y

@@ -1,0 +1,553 @@
+"""Normalization layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``BatchNorm``.
+
+Each standardizes its inputs over some axes and applies a learned per-feature
+``scale`` (and, except ``RMSNorm``, ``bias``)::
+
+  y = (x - mean) / sqrt(var + epsilon) * scale + bias
+
+* ``LayerNorm``: statistics over the feature axis of each example.
+* ``RMSNorm``: no mean: ``y = x / sqrt(mean(x**2) + epsilon) * scale``.
+* ``GroupNorm``: features split into groups; statistics per example and group.
+* ``BatchNorm``: statistics over the batch (every axis but the feature axis);
+  keeps running averages in ``BatchStat`` Variables ``mean`` and ``var`` for
+  evaluation (``use_running_average=True``, what ``Module.eval()`` sets).
+
+Statistics are computed in at least ``float32``; ``var`` is ``E[x²] - E[x]²``
+(clipped at 0) with ``use_fast_variance`` (the default) and ``E[(x - E[x])²]``
+otherwise. With ``axis_name`` the statistics are averaged across that named
+axis (``jax.lax.pmean``), for cross-device statistics under ``nnx.pmap`` or
+cross-example ones under ``nnx.vmap(..., axis_name=...)``. A ``mask`` (boolean,
+the inputs' shape) restricts the statistics to the selected entries.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> bn = nnx.BatchNorm(3, momentum=0.9, rngs=nnx.Rngs(0))
+  >>> y = bn(jnp.arange(6.0).reshape(2, 3))       # training: batch statistics
+  >>> bn.mean.value
+  Array([0.15, 0.25, 0.35], dtype=float32)
+
+Source: Flax NNX ``nnx.LayerNorm``/``RMSNorm``/``GroupNorm``/``BatchNorm`` (0.12)
+public signatures and documented behaviour; Ba et al. 2016, Zhang & Sennrich
+2019, Wu & He 2018, Ioffe & Szegedy 2015.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from flaxgraph.module import Module
+from flaxgraph.nn.common import EMPTY_METADATA, canonicalize_tuple, first_from, make_param
+from flaxgraph.nn.dtypes import canonicalize_dtype, promote_dtype, stats_dtype
+from flaxgraph.nn.errors import normalize_axis, shape_error
+from flaxgraph.nn.initializers import ones, zeros
+from flaxgraph.rngs import Rngs
+from flaxgraph.variables import BatchStat
+
+Dtype = Any
+Initializer = Callable[..., Any]
+Axes = int | Sequence[int]
+
+
+def _moments(
+    x: jax.Array,
+    axes: tuple[int, ...],
+    *,
+    axis_name: Any,
+    axis_index_groups: Any,
+    use_fast_variance: bool,
+    mask: jax.Array | None,
+    use_mean: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+    """``(mean, var)`` of ``x`` over ``axes`` (kept as size-1 axes), in at least
+    ``float32``, averaged across ``axis_name`` if given. Without ``use_mean`` the
+    mean is 0 and ``var`` is ``E[x²]``."""
+    x = x.astype(stats_dtype(x.dtype))
+
+    def pmean(values: Any) -> Any:
+        if axis_name is None:
+            return values
+        return lax.pmean(values, axis_name, axis_index_groups=axis_index_groups)
+
+    def mean_of(v: jax.Array) -> jax.Array:
+        return jnp.mean(v, axes, keepdims=True, where=mask)
+
+    if not use_mean:
+        mean_sq = pmean(mean_of(jnp.square(x)))
+        return jnp.zeros_like(mean_sq), mean_sq
+    if use_fast_variance:
+        mean, mean_sq = pmean((mean_of(x), mean_of(jnp.square(x))))
+        return mean, jnp.maximum(0.0, mean_sq - jnp.square(mean))
+    mean = pmean(mean_of(x))
+    return mean, pmean(mean_of(jnp.square(x - mean)))
+
+
+def _standardize(x: jax.Array, mean: jax.Array, var: jax.Array, epsilon: float) -> jax.Array:
+    """``(x - mean) * rsqrt(var + epsilon)`` in the statistics' dtype."""
+    return (x.astype(mean.dtype) - mean) * lax.rsqrt(var + epsilon)
+
+
+def _affine(
+    y: jax.Array,
+    scale: jax.Array | None,
+    bias: jax.Array | None,
+    feature_shape: tuple[int, ...],
+    dtype: Any,
+) -> jax.Array:
+    """``y * scale + bias`` with the parameters reshaped to ``feature_shape`` (the
+    inputs' shape with 1 on non-feature axes), cast to ``dtype``."""
+    if scale is not None:
+        y = y * jnp.reshape(scale, feature_shape).astype(y.dtype)
+    if bias is not None:
+        y = y + jnp.reshape(bias, feature_shape).astype(y.dtype)
+    return y.astype(dtype)
+
+
+class _Norm(Module):
+    """Parameters and dtype handling shared by the normalization layers."""
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("num_features",)
+
+    def _init_params(
+        self,
+        num_features: int,
+        *,
+        use_scale: bool,
+        use_bias: bool,
+        scale_init: Initializer,
+        bias_init: Initializer,
+        param_dtype: Any,
+        rngs: Rngs,
+        scale_metadata: Mapping[str, Any],
+        bias_metadata: Mapping[str, Any],
+    ) -> None:
+        shape = (num_features,)
+        self.scale = (
+            make_param(scale_init, rngs.params(), shape, param_dtype, scale_metadata)
+            if use_scale
+            else None
+        )
+        self.bias = (
+            make_param(bias_init, rngs.params(), shape, param_dtype, bias_metadata)
+            if use_bias
+            else None
+        )
+
+    def _params(self, x: jax.Array) -> tuple[jax.Array | None, jax.Array | None, Any]:
+        scale = None if self.scale is None else self.scale.value
+        bias = None if self.bias is None else self.bias.value
+        x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
+        return scale, bias, canonicalize_dtype(x, scale, bias, dtype=self.dtype)
+
+    def _feature_axes(self, x: jax.Array, axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Normalized feature axes and the broadcast shape of the parameters.
+
+        Raises:
+          LayerShapeError: the feature axes do not hold ``num_features`` entries.
+        """
+        feature_axes = tuple(sorted({normalize_axis(self, a, x.ndim, x.shape) for a in axes}))
+        if math.prod(x.shape[a] for a in feature_axes) != self.num_features:
+            where = (
+                "last dimension"
+                if feature_axes == (x.ndim - 1,)
+                else f"feature axes {axes} of total size"
+            )
+            raise shape_error(self, f"inputs with {where} {self.num_features}", x.shape)
+        shape = tuple(x.shape[a] if a in feature_axes else 1 for a in range(x.ndim))
+        return feature_axes, shape
+
+
+class LayerNorm(_Norm):
+    """Layer normalization: each example standardized over its feature axis.
+
+    Args:
+      num_features: the size of the normalized features (the ``scale``/``bias`` size).
+      epsilon: added to the variance (default ``1e-6``).
+      dtype: the output dtype (default: promoted from inputs and params).
+      param_dtype: the parameters' dtype (default ``float32``).
+      use_bias, use_scale: learn a ``bias``/``scale`` of shape ``(num_features,)``.
+      bias_init, scale_init: their initializers (``zeros``/``ones``).
+      reduction_axes: the axes the statistics are computed over (default ``-1``).
+      feature_axes: the axes ``scale``/``bias`` run along (default ``-1``); their
+        sizes must multiply to ``num_features``.
+      axis_name, axis_index_groups: average the statistics across a named axis.
+      use_fast_variance: ``E[x²] - E[x]²`` (default) instead of ``E[(x - E[x])²]``.
+      promote_dtype: the dtype promotion function.
+      rngs: an ``nnx.Rngs`` for the initializers.
+      bias_metadata, scale_metadata: metadata of the Params.
+
+    Call: ``x`` of any shape whose feature axes hold ``num_features`` entries, and
+    an optional boolean ``mask`` of ``x``'s shape; returns ``x``'s shape.
+
+    Raises:
+      LayerShapeError: the feature axes do not hold ``num_features`` entries, or
+        an axis is out of range.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> ln = nnx.LayerNorm(4, rngs=nnx.Rngs(0))
+      >>> ln(jnp.array([[1.0, 2.0, 3.0, 4.0]])).round(3)
+      Array([[-1.342, -0.447,  0.447,  1.342]], dtype=float32)
+
+    Source: Flax NNX ``nnx.LayerNorm``; Ba et al., "Layer Normalization" (2016).
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_bias: bool = True,
+        use_scale: bool = True,
+        bias_init: Initializer = zeros,
+        scale_init: Initializer = ones,
+        reduction_axes: Axes = -1,
+        feature_axes: Axes = -1,
+        axis_name: str | None = None,
+        axis_index_groups: Any = None,
+        use_fast_variance: bool = True,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        rngs: Rngs,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        self._init_params(
+            num_features, use_scale=use_scale, use_bias=use_bias, scale_init=scale_init,
+            bias_init=bias_init, param_dtype=param_dtype, rngs=rngs,
+            scale_metadata=scale_metadata, bias_metadata=bias_metadata,
+        )
+        self.num_features = num_features
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.bias_init = bias_init
+        self.scale_init = scale_init
+        self.reduction_axes = canonicalize_tuple(reduction_axes, "reduction_axes")
+        self.feature_axes = canonicalize_tuple(feature_axes, "feature_axes")
+        self.axis_name = axis_name
+        self.axis_index_groups = axis_index_groups
+        self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
+
+    def _use_mean(self) -> bool:
+        return True
+
+    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
+        x = jnp.asarray(x)
+        _, feature_shape = self._feature_axes(x, self.feature_axes)
+        axes = tuple(normalize_axis(self, a, x.ndim, x.shape) for a in self.reduction_axes)
+        mean, var = _moments(
+            x, axes, axis_name=self.axis_name, axis_index_groups=self.axis_index_groups,
+            use_fast_variance=self.use_fast_variance, mask=mask, use_mean=self._use_mean(),
+        )
+        scale, bias, dtype = self._params(x)
+        y = _standardize(x, mean, var, self.epsilon)
+        return _affine(y, scale, bias, feature_shape, dtype)
+
+
+class RMSNorm(LayerNorm):
+    """Root-mean-square normalization: ``y = x / sqrt(mean(x²) + epsilon) * scale``.
+
+    Args:
+      num_features, epsilon, dtype, param_dtype, use_scale, scale_init,
+      reduction_axes, feature_axes, axis_name, axis_index_groups,
+      use_fast_variance, promote_dtype, rngs, scale_metadata: as in ``LayerNorm``
+      (there is no bias).
+
+    Call, raises: as ``LayerNorm``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> nnx.RMSNorm(2, rngs=nnx.Rngs(0))(jnp.array([3.0, 4.0])).round(3)
+      Array([0.849, 1.131], dtype=float32)
+
+    Source: Flax NNX ``nnx.RMSNorm``; Zhang & Sennrich, "Root Mean Square Layer
+    Normalization" (2019).
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_scale: bool = True,
+        scale_init: Initializer = ones,
+        reduction_axes: Axes = -1,
+        feature_axes: Axes = -1,
+        axis_name: str | None = None,
+        axis_index_groups: Any = None,
+        use_fast_variance: bool = True,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        rngs: Rngs,
+        scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        super().__init__(
+            num_features, epsilon=epsilon, dtype=dtype, param_dtype=param_dtype,
+            use_bias=False, use_scale=use_scale, scale_init=scale_init,
+            reduction_axes=reduction_axes, feature_axes=feature_axes, axis_name=axis_name,
+            axis_index_groups=axis_index_groups, use_fast_variance=use_fast_variance,
+            promote_dtype=promote_dtype, rngs=rngs, scale_metadata=scale_metadata,
+        )
+
+    def _use_mean(self) -> bool:
+        return False
+
+
+class GroupNorm(_Norm):
+    """Group normalization: features split into groups, each example standardized
+    per group over the group's features and the other reduction axes.
+
+    Args:
+      num_features: the size of the feature (last) axis.
+      num_groups: the number of groups (default 32); must divide ``num_features``.
+      group_size: the number of features per group, instead of ``num_groups``
+        (pass ``num_groups=None`` with it).
+      epsilon: added to the variance (default ``1e-6``).
+      reduction_axes: the axes the statistics are computed over besides the
+        features of a group; default every axis but the first (the batch axis).
+      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
+      axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
+      scale_metadata: as in ``LayerNorm``.
+
+    Call: ``x`` of shape ``(..., num_features)`` and an optional ``mask``; returns
+    ``x``'s shape.
+
+    Raises:
+      ValueError: at construction, both or neither of ``num_groups`` and
+        ``group_size``, or a group count that does not divide ``num_features``.
+      LayerShapeError: the last axis is not ``num_features``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> gn = nnx.GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0))
+      >>> gn(jnp.array([[1.0, 3.0, 10.0, 20.0]])).round(3)
+      Array([[-1., 1., -1., 1.]], dtype=float32)
+
+    Source: Flax NNX ``nnx.GroupNorm``; Wu & He, "Group Normalization" (2018).
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("num_features", "num_groups")
+
+    def __init__(
+        self,
+        num_features: int,
+        num_groups: int | None = 32,
+        group_size: int | None = None,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_bias: bool = True,
+        use_scale: bool = True,
+        bias_init: Initializer = zeros,
+        scale_init: Initializer = ones,
+        reduction_axes: Axes | None = None,
+        axis_name: str | None = None,
+        axis_index_groups: Any = None,
+        use_fast_variance: bool = True,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        rngs: Rngs,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        if (num_groups is None) == (group_size is None):
+            raise ValueError(
+                "GroupNorm: give exactly one of num_groups and group_size (to use group_size, "
+                "pass num_groups=None to override the default of 32)."
+            )
+        if group_size is not None:
+            if num_features % group_size:
+                raise ValueError(
+                    f"GroupNorm: group_size {group_size} must divide num_features {num_features}."
+                )
+            num_groups = num_features // group_size
+        if num_groups is None or num_groups <= 0 or num_features % num_groups:
+            raise ValueError(
+                f"GroupNorm: num_groups {num_groups} must be positive and divide num_features "
+                f"{num_features}."
+            )
+        self._init_params(
+            num_features, use_scale=use_scale, use_bias=use_bias, scale_init=scale_init,
+            bias_init=bias_init, param_dtype=param_dtype, rngs=rngs,
+            scale_metadata=scale_metadata, bias_metadata=bias_metadata,
+        )
+        self.num_features = num_features
+        self.num_groups = num_groups
+        self.group_size = num_features // num_groups
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.bias_init = bias_init
+        self.scale_init = scale_init
+        self.reduction_axes = (
+            None if reduction_axes is None else canonicalize_tuple(reduction_axes, "reduction_axes")
+        )
+        self.axis_name = axis_name
+        self.axis_index_groups = axis_index_groups
+        self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
+
+    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
+        x = jnp.asarray(x)
+        _, feature_shape = self._feature_axes(x, (-1,))
+        ndim = x.ndim
+        if self.reduction_axes is None:
+            axes = (*range(1, ndim - 1), ndim - 1)
+        else:
+            axes = tuple(normalize_axis(self, a, ndim, x.shape) for a in self.reduction_axes)
+            if ndim - 1 not in axes:
+                raise ValueError(
+                    f"GroupNorm: reduction_axes {self.reduction_axes} must include the feature "
+                    "(last) axis."
+                )
+        grouped_shape = (*x.shape[:-1], self.num_groups, self.group_size)
+        grouped = jnp.reshape(x, grouped_shape)
+        grouped_mask = None if mask is None else jnp.reshape(mask, grouped_shape)
+        group_axes = (*(a for a in axes if a != ndim - 1), ndim)
+        mean, var = _moments(
+            grouped, group_axes, axis_name=self.axis_name,
+            axis_index_groups=self.axis_index_groups, use_fast_variance=self.use_fast_variance,
+            mask=grouped_mask,
+        )
+        y = jnp.reshape(_standardize(grouped, mean, var, self.epsilon), x.shape)
+        scale, bias, dtype = self._params(x)
+        return _affine(y, scale, bias, feature_shape, dtype)
+
+
+class BatchNorm(_Norm):
+    """Batch normalization with running statistics.
+
+    In training (``use_running_average=False``) the statistics are the batch's,
+    over every axis but ``axis``, and the running averages are updated::
+
+      mean <- momentum * mean + (1 - momentum) * batch_mean
+      var  <- momentum * var  + (1 - momentum) * batch_var
+
+    In evaluation (``use_running_average=True``) the running averages are used
+    and nothing is updated. ``Module.train()``/``eval()`` set the attribute
+    ``use_running_average``; a call argument overrides it.
+
+    Args:
+      num_features: the size of the feature axis.
+      use_running_average: the default mode (default False: training).
+      axis: the feature axis (default ``-1``).
+      momentum: the decay of the running averages (default 0.99).
+      epsilon: added to the variance (default ``1e-5``).
+      axis_name, axis_index_groups: average the batch statistics across a named
+        axis (``nnx.vmap``/``nnx.pmap`` ``axis_name``), as in data-parallel training.
+      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init,
+      use_fast_variance, promote_dtype, rngs, bias_metadata, scale_metadata: as in
+        ``LayerNorm``.
+
+    Attributes:
+      mean, var: ``BatchStat`` Variables of shape ``(num_features,)`` (float32),
+        initially zeros and ones.
+
+    Call: ``x`` with ``num_features`` entries on ``axis``, an optional
+    ``use_running_average`` and ``mask``; returns ``x``'s shape.
+
+    Raises:
+      LayerShapeError: ``x.shape[axis]`` is not ``num_features``.
+      ValueError: ``use_running_average`` is None both at call and on the layer.
+
+    Source: Flax NNX ``nnx.BatchNorm``; Ioffe & Szegedy, "Batch Normalization" (2015).
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("num_features", "axis")
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        use_running_average: bool | None = False,
+        axis: int = -1,
+        momentum: float = 0.99,
+        epsilon: float = 1e-5,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_bias: bool = True,
+        use_scale: bool = True,
+        bias_init: Initializer = zeros,
+        scale_init: Initializer = ones,
+        axis_name: str | None = None,
+        axis_index_groups: Any = None,
+        use_fast_variance: bool = True,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        rngs: Rngs,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        self.mean = BatchStat(jnp.zeros((num_features,), jnp.float32))
+        self.var = BatchStat(jnp.ones((num_features,), jnp.float32))
+        self._init_params(
+            num_features, use_scale=use_scale, use_bias=use_bias, scale_init=scale_init,
+            bias_init=bias_init, param_dtype=param_dtype, rngs=rngs,
+            scale_metadata=scale_metadata, bias_metadata=bias_metadata,
+        )
+        self.num_features = num_features
+        self.use_running_average = use_running_average
+        self.axis = axis
+        self.momentum = momentum
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.bias_init = bias_init
+        self.scale_init = scale_init
+        self.axis_name = axis_name
+        self.axis_index_groups = axis_index_groups
+        self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
+
+    def __call__(
+        self,
+        x: jax.Array,
+        use_running_average: bool | None = None,
+        *,
+        mask: jax.Array | None = None,
+    ) -> jax.Array:
+        x = jnp.asarray(x)
+        (feature_axis,), feature_shape = self._feature_axes(x, (self.axis,))
+        use_running_average = first_from(
+            use_running_average,
+            self.use_running_average,
+            error_msg="BatchNorm: use_running_average is None on the layer and in the call; "
+            "pass use_running_average=True/False or call .train()/.eval().",
+        )
+        if use_running_average:
+            mean = jnp.reshape(self.mean.value, feature_shape)
+            var = jnp.reshape(self.var.value, feature_shape)
+        else:
+            axes = tuple(a for a in range(x.ndim) if a != feature_axis)
+            mean, var = _moments(
+                x, axes, axis_name=self.axis_name, axis_index_groups=self.axis_index_groups,
+                use_fast_variance=self.use_fast_variance, mask=mask,
+            )
+            m = self.momentum
+            stat_dtype = self.mean.value.dtype
+            self.mean.value = (
+                m * self.mean.value + (1 - m) * jnp.reshape(mean, (-1,))
+            ).astype(stat_dtype)
+            self.var.value = (
+                m * self.var.value + (1 - m) * jnp.reshape(var, (-1,))
+            ).astype(stat_dtype)
+        scale, bias, dtype = self._params(x)
+        compute = stats_dtype(x.dtype)
+        y = _standardize(x, mean.astype(compute), var.astype(compute), self.epsilon)
+        return _affine(y, scale, bias, feature_shape, dtype)

@@ -1,0 +1,148 @@
+"""``Dropout``: randomly zeroes inputs in training, the identity in evaluation.
+
+Each element is kept with probability ``1 - rate`` and scaled by
+``1 / (1 - rate)`` so the expected output equals the input. The layer owns its
+random stream: given ``rngs=nnx.Rngs(...)`` it keeps a *fork* of the
+``rng_collection`` stream (``'dropout'``, or ``default``), so two layers built
+from one ``Rngs`` draw independent masks without sharing an object, and every
+call draws a new mask (the stream's counter advances).
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> drop = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
+  >>> y = drop(jnp.ones(8))              # entries are 0. or 2.
+  >>> bool(((y == 0) | (y == 2)).all())
+  True
+  >>> bool((drop.eval()(jnp.ones(8)) == 1).all())   # eval(): identity
+  True
+
+Source: Flax NNX ``nnx.Dropout`` (0.11+: a forked stream per layer);
+Srivastava et al., "Dropout" (2014). Masks from ``jax.random.bernoulli``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from flaxgraph.module import Module
+from flaxgraph.nn.common import first_from
+from flaxgraph.nn.errors import describe, normalize_axis
+from flaxgraph.rngs import Rngs, RngStream
+
+
+def own_stream(rngs: Rngs | RngStream | None, collection: str) -> RngStream | None:
+    """A fork of ``rngs[collection]`` (or of the stream itself) for a layer to keep."""
+    if rngs is None:
+        return None
+    if isinstance(rngs, RngStream):
+        return rngs.fork()
+    if isinstance(rngs, Rngs):
+        return rngs[collection].fork()
+    raise TypeError(f"rngs must be an nnx.Rngs, an nnx.RngStream or None, got {type(rngs).__name__}.")
+
+
+def draw_key(
+    owner: str, rngs: Rngs | RngStream | jax.Array | None, own: RngStream | None, collection: str
+) -> jax.Array:
+    """A key from the call's ``rngs`` (a Rngs, a stream or a key) or else from the
+    layer's own stream.
+
+    Raises:
+      ValueError: neither is available.
+    """
+    if isinstance(rngs, Rngs):
+        return rngs[collection]()
+    if isinstance(rngs, RngStream):
+        return rngs()
+    if rngs is not None:
+        return jnp.asarray(rngs)
+    if own is not None:
+        return own()
+    raise ValueError(
+        f"{owner} needs random keys but has no stream: pass rngs=nnx.Rngs({collection}=0) "
+        "when constructing it or rngs=... when calling it, or make it deterministic "
+        "(deterministic=True or .eval())."
+    )
+
+
+class Dropout(Module):
+    """Dropout.
+
+    Args:
+      rate: the probability of zeroing an element, in ``[0, 1]``.
+      broadcast_dims: axes along which the same mask is shared (e.g. ``(1,)`` to
+        drop whole time steps' features identically over time).
+      deterministic: the default mode: True is the identity (default False).
+        ``Module.eval()``/``train()`` set this attribute; a call argument overrides it.
+      rng_collection: the name of the stream to fork from ``rngs`` (default
+        ``'dropout'``; an ``Rngs`` without it uses its ``default`` stream).
+      rngs: an ``nnx.Rngs`` or ``nnx.RngStream`` whose stream is forked and kept as
+        ``self.rngs``; optional if keys are passed at call.
+
+    Call: ``inputs`` of any shape and dtype; optional ``deterministic`` and
+    ``rngs`` (an ``Rngs``, a stream, or a key) overriding the layer's. Returns an
+    array of the inputs' shape and dtype.
+
+    Raises:
+      ValueError: at construction, ``rate`` outside ``[0, 1]``; at call, random
+        keys are needed but no stream was given; or ``deterministic`` is None on
+        both the layer and the call.
+      LayerShapeError: a ``broadcast_dims`` axis is out of range for the inputs.
+
+    Source: Flax NNX ``nnx.Dropout``.
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("rate",)
+
+    def __init__(
+        self,
+        rate: float,
+        *,
+        broadcast_dims: Sequence[int] = (),
+        deterministic: bool | None = False,
+        rng_collection: str = "dropout",
+        rngs: Rngs | RngStream | None = None,
+    ):
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"Dropout: rate must be in [0, 1], got {rate}.")
+        self.rate = rate
+        self.broadcast_dims = tuple(broadcast_dims)
+        self.deterministic = deterministic
+        self.rng_collection = rng_collection
+        self.rngs = own_stream(rngs, rng_collection)
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        deterministic: bool | None = None,
+        rngs: Rngs | RngStream | jax.Array | None = None,
+    ) -> jax.Array:
+        x = jnp.asarray(inputs)
+        deterministic = first_from(
+            deterministic,
+            self.deterministic,
+            error_msg=f"{describe(self)}: deterministic is None on the layer and in the call; "
+            "pass deterministic=True/False or call .train()/.eval().",
+        )
+        if deterministic or self.rate == 0.0:
+            return x
+        if self.rate == 1.0:
+            return jnp.zeros_like(x)
+        key = draw_key(describe(self), rngs, self.rngs, self.rng_collection)
+        keep = 1.0 - self.rate
+        mask_shape = list(x.shape)
+        for dim in self.broadcast_dims:
+            mask_shape[normalize_axis(self, dim, x.ndim, x.shape, "broadcast dim")] = 1
+        mask = jax.random.bernoulli(key, p=keep, shape=tuple(mask_shape))
+        mask = jnp.broadcast_to(mask, x.shape)
+        scaled = x / keep
+        return lax.select(mask, scaled, jnp.zeros_like(scaled))
+
+
+__all__ = ["Dropout", "draw_key", "own_stream"]
+

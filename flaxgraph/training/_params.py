@@ -1,0 +1,192 @@
+"""Shared helpers of the training objects: a model's ``wrt`` sub-state as a pure
+pytree, path checks with messages that name every mismatching path, and Variables
+that mirror a parameter's metadata.
+
+Private: ``Optimizer`` and ``EMA`` use these; nothing here is public API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from flaxgraph.errors import GraphStructureError, numbered_fixes
+from flaxgraph.graph.api import state as graph_state
+from flaxgraph.graph.paths import keys_str
+from flaxgraph.state import State
+from flaxgraph.variables import Variable
+
+PathParts = tuple[Hashable, ...]
+Pairs = Sequence[tuple[PathParts, Any]]
+
+_SHARDING_KEYS = ("sharding", "sharding_names")
+_MAX_LISTED = 20
+
+
+def freeze_filter(wrt: Any) -> Any:
+    """A hashable form of a filter (lists become tuples), so it can be static."""
+    if isinstance(wrt, list):
+        return tuple(freeze_filter(f) for f in wrt)
+    return wrt
+
+
+def filter_str(wrt: Any) -> str:
+    """A filter as a user would write it: ``nnx.Param`` -> ``Param``."""
+    if isinstance(wrt, type):
+        return wrt.__name__
+    if isinstance(wrt, tuple):
+        return "(" + ", ".join(filter_str(f) for f in wrt) + ("," if len(wrt) == 1 else "") + ")"
+    return repr(wrt)
+
+
+def wrt_pairs(model: Any, wrt: Any) -> Pairs:
+    """``(path, leaf)`` of ``model``'s sub-state selected by ``wrt``, in walk order.
+
+    Raises:
+      TypeError: ``model`` is itself a single Variable or array (no paths).
+    """
+    selected = graph_state(model, wrt)
+    if not isinstance(selected, State):
+        raise TypeError(
+            f"Expected a model (an nnx.Module/Object or a container of them), got a "
+            f"{type(model).__name__}."
+        )
+    return selected.flat_state()
+
+
+def raw(leaf: Any) -> Any:
+    """The value of a Variable, or the leaf itself."""
+    return leaf.raw_value if isinstance(leaf, Variable) else leaf
+
+
+def pure_state(paths: Sequence[PathParts], values: Sequence[Any]) -> State:
+    """A State of raw values at ``paths`` (in that order: equal paths give equal
+    pytree structures)."""
+    return State.from_flat_path(zip(paths, values))
+
+
+def as_flat(tree: Any, what: str) -> dict[PathParts, Any]:
+    """``{path: leaf}`` of a State or nested mapping (e.g. the grads of ``nnx.grad``).
+
+    Raises:
+      TypeError: ``tree`` is not a State or mapping.
+    """
+    if isinstance(tree, State):
+        return dict(tree.flat_state())
+    if isinstance(tree, Mapping):
+        return dict(State(tree).flat_state())
+    raise TypeError(
+        f"{what} must be an nnx.State (as returned by nnx.grad) or a nested mapping, got "
+        f"a {type(tree).__name__}."
+    )
+
+
+def values_at(
+    paths: Sequence[PathParts],
+    given: Mapping[PathParts, Any],
+    *,
+    header: str,
+    fixes: Sequence[str],
+) -> list[Any]:
+    """The raw values of ``given`` at ``paths``, in that order.
+
+    Raises:
+      GraphStructureError (a ``ValueError``): ``given`` lacks some of ``paths`` or has
+        others; the message starts with ``header``, lists both sets of paths, then
+        the numbered ``fixes``.
+    """
+    if len(given) == len(paths):
+        try:
+            return [raw(given[p]) for p in paths]
+        except KeyError:
+            pass
+    expected = set(paths)
+    missing = [keys_str(p) for p in paths if p not in given]
+    extra = [keys_str(p) for p in given if p not in expected]
+    raise GraphStructureError(
+        f"{header}\n"
+        f"  missing ({len(missing)}): {_listing(missing)}\n"
+        f"  extra ({len(extra)}): {_listing(extra)}\n" + numbered_fixes(fixes)
+    )
+
+
+def _listing(paths: list[str]) -> str:
+    if not paths:
+        return "none"
+    shown = ", ".join(paths[:_MAX_LISTED])
+    return shown + (f" (and {len(paths) - _MAX_LISTED} more)" if len(paths) > _MAX_LISTED else "")
+
+
+def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
+    """A ``kind`` Variable holding ``value`` with the metadata of ``source`` (the
+    parameter it mirrors) plus ``source_type``, the parameter's kind.
+
+    Sharding names are copied only when ``value`` has the parameter's shape (a
+    factored optimizer state such as adafactor's row statistics has another rank,
+    and the parameter's names would not fit it).
+    """
+    if not isinstance(source, Variable):
+        return kind(value)
+    metadata = source.get_metadata()
+    if getattr(value, "shape", None) != getattr(source.raw_value, "shape", None):
+        for key in _SHARDING_KEYS:
+            metadata.pop(key, None)
+    metadata["source_type"] = type(source)
+    return kind._from_parts(value, metadata)
+
+
+def wrap_mirroring(
+    tree: Any, params: State, sources: Sequence[Any], kind: type[Variable[Any]],
+    other: type[Variable[Any]],
+) -> Any:
+    """Wraps every leaf of ``tree`` (e.g. an optax state) in a Variable.
+
+    Each sub-tree with the structure of ``params`` (optax's moments mirror the
+    parameters) has its leaves wrapped by ``mirror(kind, leaf, source)``, pairing
+    them with ``sources`` in order; every other leaf becomes ``other(leaf)``.
+    """
+    treedef = jax.tree.structure(params)
+
+    def like_params(x: Any) -> bool:
+        return type(x) is State and jax.tree.structure(x) == treedef
+
+    def wrap(x: Any) -> Any:
+        if like_params(x):
+            leaves = treedef.flatten_up_to(x)
+            return treedef.unflatten(
+                [mirror(kind, leaf, src) for leaf, src in zip(leaves, sources)]
+            )
+        return other(x)
+
+    return jax.tree.map(wrap, tree, is_leaf=like_params)
+
+
+def is_variable(x: Any) -> bool:
+    return isinstance(x, Variable)
+
+
+def unbox(tree: Any) -> Any:
+    """``tree`` with every Variable replaced by its value (same structure otherwise)."""
+    return jax.tree.map(raw, tree, is_leaf=is_variable)
+
+
+def write_leaves(tree: Any, new: Any, what: str) -> None:
+    """Sets, in place, the Variables of ``tree`` to the leaves of ``new``, which has
+    the structure of ``unbox(tree)``.
+
+    Raises:
+      ValueError: ``new`` has another structure (e.g. a transformation changed the
+        shape of its state); the message shows both.
+    """
+    variables, treedef = jax.tree.flatten(tree, is_leaf=is_variable)
+    try:
+        values = treedef.flatten_up_to(new)
+    except (ValueError, TypeError) as e:
+        raise ValueError(
+            f"The new {what} does not have the structure of the stored one.\n"
+            f"  stored: {treedef}\n  new: {jax.tree.structure(new)}"
+        ) from e
+    for var, value in zip(variables, values):
+        var.value = value

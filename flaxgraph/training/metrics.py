@@ -1,0 +1,335 @@
+"""Metrics: running statistics of a training or evaluation loop, as Objects.
+
+A metric accumulates batches with ``update(**kwargs)``, reports with
+``compute()`` and starts over with ``reset()``. Its running state lives in
+``MetricState`` Variables, so a metric passed to ``nnx.jit`` is updated inside
+the compiled step and the new values come back to the caller's object::
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> metrics = nnx.MultiMetric(
+  ...     accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average('loss'))
+  >>> @nnx.jit
+  ... def eval_step(metrics, logits, labels, loss):
+  ...   metrics.update(logits=logits, labels=labels, loss=loss)
+  >>> eval_step(metrics, jnp.array([[0.1, 0.9], [0.8, 0.2]]), jnp.array([1, 1]), 0.5)
+  >>> {k: float(v) for k, v in metrics.compute().items()}
+  {'accuracy': 0.5, 'loss': 0.5}
+
+Every metric takes keyword arguments and ignores those it does not use, so one
+``MultiMetric.update`` call feeds metrics that read different arguments.
+Static attributes (argument names, metric names, thresholds) are hashable, so
+the metric's ``GraphDef`` is a valid ``jit`` cache key.
+
+Source: Flax NNX ``nnx.metrics`` (``Metric``, ``MetricState``, ``Average``,
+``Welford``, ``Statistics``, ``Accuracy``, ``MultiMetric``; 0.12); Welford's and
+Chan et al.'s parallel variance update.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, TypeVar
+
+import jax
+import jax.numpy as jnp
+
+from flaxgraph.objects import Object
+from flaxgraph.variables import Variable
+
+A = TypeVar("A")
+
+__all__ = [
+    "Accuracy",
+    "Average",
+    "Metric",
+    "MetricState",
+    "MultiMetric",
+    "Statistics",
+    "Welford",
+]
+
+
+class MetricState(Variable[A]):
+    """The kind of the Variables holding a metric's running state.
+
+    Source: Flax NNX ``nnx.metrics.MetricState``.
+    """
+
+
+class Metric(Object):
+    """Base class of metrics: subclasses implement ``update``, ``compute`` and
+    ``reset``, and keep their running state in ``MetricState`` Variables (values
+    replaced through ``.value``, so the updates propagate out of ``nnx.jit``).
+
+    Source: Flax NNX ``nnx.metrics.Metric``.
+    """
+
+    def reset(self) -> None:
+        """Returns the metric to its initial state, in place."""
+        raise NotImplementedError(f"{type(self).__name__} must implement reset()")
+
+    def update(self, **kwargs: Any) -> None:
+        """Accumulates one batch, in place; unused keyword arguments are ignored."""
+        raise NotImplementedError(f"{type(self).__name__} must implement update()")
+
+    def compute(self) -> Any:
+        """Returns the metric's value for everything accumulated since the last reset."""
+        raise NotImplementedError(f"{type(self).__name__} must implement compute()")
+
+
+def _argument(kwargs: dict[str, Any], argname: str, metric: str) -> jax.Array:
+    if argname not in kwargs:
+        raise TypeError(
+            f"{metric}.update expected the keyword argument {argname!r}, got "
+            f"{sorted(kwargs) or 'none'}.\nFix: pass {argname}=..., or create the metric "
+            f"with the argument name you pass ({metric}(argname='loss'))."
+        )
+    value = kwargs[argname]
+    return jnp.asarray(value.raw_value if isinstance(value, Variable) else value)
+
+
+class Average(Metric):
+    """The mean of every value passed so far.
+
+    Args:
+      argname: the keyword argument of ``update`` holding the values (default
+        ``'values'``).
+
+    ``update(**{argname: values})`` takes a scalar or an array of any shape (all its
+    elements count); ``compute()`` returns a ``float32`` scalar, ``nan`` before any
+    update. State: ``total`` (``float32``) and ``count`` (``int32``).
+
+    Raises:
+      TypeError: from ``update``, when ``argname`` is not among its arguments.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> avg = nnx.metrics.Average()
+      >>> avg.update(values=jnp.array([1, 2, 3, 4]))
+      >>> avg.update(values=jnp.array([3, 2, 1, 0]))
+      >>> avg.compute()
+      Array(2., dtype=float32)
+
+    Source: Flax NNX ``nnx.metrics.Average``.
+    """
+
+    def __init__(self, argname: str = "values"):
+        self.argname = argname
+        self.total = MetricState(jnp.array(0, dtype=jnp.float32))
+        self.count = MetricState(jnp.array(0, dtype=jnp.int32))
+
+    def reset(self) -> None:
+        self.total.value = jnp.zeros_like(self.total.value)
+        self.count.value = jnp.zeros_like(self.count.value)
+
+    def update(self, **kwargs: Any) -> None:
+        values = _argument(kwargs, self.argname, type(self).__name__)
+        self._add(values)
+
+    def _add(self, values: jax.Array) -> None:
+        self.total.value = self.total.value + values.sum(dtype=jnp.float32)
+        self.count.value = self.count.value + jnp.int32(values.size)
+
+    def compute(self) -> jax.Array:
+        return self.total.value / self.count.value
+
+
+class Statistics(NamedTuple):
+    """What ``Welford.compute`` returns: three ``float32`` scalars.
+
+    Source: Flax NNX ``nnx.metrics.Statistics``.
+    """
+
+    mean: jax.Array
+    standard_error_of_mean: jax.Array
+    standard_deviation: jax.Array
+
+
+class Welford(Metric):
+    """Running mean, standard deviation and standard error of the mean of every
+    value passed so far, numerically stable (no sum of squares).
+
+    Args:
+      argname: the keyword argument of ``update`` holding the values (default
+        ``'values'``).
+
+    ``update`` takes a scalar or an array of any shape; each batch is merged with
+    the parallel form of Welford's algorithm (Chan, Golub & LeVeque). ``compute()``
+    returns ``Statistics(mean, standard_error_of_mean, standard_deviation)`` of
+    ``float32`` scalars; the standard deviation is the population one (divided by
+    ``n``) and the standard error is ``standard_deviation / sqrt(n)``. Before any
+    update: mean ``0`` and ``nan`` for the others. State: ``count`` (``int32``),
+    ``mean`` and ``m2`` (sum of squared deviations, ``float32``).
+
+    Raises:
+      TypeError: from ``update``, when ``argname`` is not among its arguments.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> w = nnx.metrics.Welford()
+      >>> w.update(values=jnp.array([1.0, 2.0, 3.0, 4.0]))
+      >>> w.compute().standard_deviation
+      Array(1.118034, dtype=float32)
+
+    Source: Flax NNX ``nnx.metrics.Welford``; T. Chan, G. Golub, R. LeVeque,
+    "Updating formulae and a pairwise algorithm for computing sample variances" (1979).
+    """
+
+    def __init__(self, argname: str = "values"):
+        self.argname = argname
+        self.count = MetricState(jnp.array(0, dtype=jnp.int32))
+        self.mean = MetricState(jnp.array(0, dtype=jnp.float32))
+        self.m2 = MetricState(jnp.array(0, dtype=jnp.float32))
+
+    def reset(self) -> None:
+        for v in (self.count, self.mean, self.m2):
+            v.value = jnp.zeros_like(v.value)
+
+    def update(self, **kwargs: Any) -> None:
+        values = _argument(kwargs, self.argname, type(self).__name__).astype(jnp.float32)
+        n_b = values.size
+        if n_b == 0:
+            return
+        mean_b = values.mean()
+        m2_b = ((values - mean_b) ** 2).sum()
+        n_a = self.count.value.astype(jnp.float32)
+        n = n_a + n_b
+        delta = mean_b - self.mean.value
+        self.mean.value = self.mean.value + delta * (n_b / n)
+        self.m2.value = self.m2.value + m2_b + delta**2 * (n_a * n_b / n)
+        self.count.value = self.count.value + jnp.int32(n_b)
+
+    def compute(self) -> Statistics:
+        n = self.count.value.astype(jnp.float32)
+        std = jnp.sqrt(self.m2.value / n)
+        return Statistics(self.mean.value, std / jnp.sqrt(n), std)
+
+
+class Accuracy(Average):
+    """The fraction of correct predictions so far.
+
+    Args:
+      threshold: ``None`` for multi-class classification: ``logits`` has shape
+        ``(..., num_classes)``, ``labels`` shape ``(...)`` of integers, and the
+        prediction is ``argmax(logits, -1)``. A number for binary classification:
+        ``logits`` and ``labels`` have the same shape, labels are integers (0/1) or
+        bools, and the prediction is ``logits > threshold``.
+      argname: the name under which the per-example correctness is averaged
+        (kept for Flax compatibility; ``update`` takes ``logits`` and ``labels``).
+
+    ``update(logits=..., labels=...)`` ignores other keyword arguments;
+    ``compute()`` returns a ``float32`` scalar in [0, 1] (``nan`` before any update).
+
+    Raises:
+      ValueError: from ``update``: the ranks do not fit (``logits.ndim ==
+        labels.ndim + 1`` without threshold, equal ranks with one), or the labels
+        are not integers (or bools, with a threshold).
+      TypeError: from ``update``, when ``logits`` or ``labels`` is missing.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> acc = nnx.metrics.Accuracy()
+      >>> acc.update(logits=jnp.array([[0.9, 0.1], [0.3, 0.7]]), labels=jnp.array([0, 0]))
+      >>> acc.compute()
+      Array(0.5, dtype=float32)
+      >>> binary = nnx.metrics.Accuracy(threshold=0.5)
+      >>> binary.update(logits=jnp.array([0.2, 0.7, 0.9]), labels=jnp.array([0, 1, 0]))
+      >>> binary.compute()
+      Array(0.6666667, dtype=float32)
+
+    Source: Flax NNX ``nnx.metrics.Accuracy``.
+    """
+
+    def __init__(self, threshold: float | None = None, argname: str = "values"):
+        super().__init__(argname)
+        self.threshold = threshold
+
+    def update(self, *, logits: Any, labels: Any, **_: Any) -> None:  # type: ignore[override]
+        logits = jnp.asarray(logits.raw_value if isinstance(logits, Variable) else logits)
+        labels = jnp.asarray(labels.raw_value if isinstance(labels, Variable) else labels)
+        if self.threshold is None:
+            if logits.ndim != labels.ndim + 1:
+                raise ValueError(
+                    "Accuracy (multi-class) expects logits of shape (..., num_classes) and "
+                    f"labels of shape (...): logits.ndim == labels.ndim + 1, got shapes "
+                    f"{logits.shape} and {labels.shape}.\nFix: for binary classification "
+                    "with one logit per example, use Accuracy(threshold=...)."
+                )
+            if not jnp.issubdtype(labels.dtype, jnp.integer):
+                raise ValueError(
+                    f"Accuracy expects integer class labels, got dtype {labels.dtype}."
+                )
+            correct = jnp.argmax(logits, axis=-1) == labels
+        else:
+            if logits.ndim != labels.ndim:
+                raise ValueError(
+                    "Accuracy (binary, with a threshold) expects logits and labels of the "
+                    f"same rank, got shapes {logits.shape} and {labels.shape}.\nFix: for "
+                    "multi-class logits, use Accuracy() without a threshold."
+                )
+            if not (jnp.issubdtype(labels.dtype, jnp.integer) or labels.dtype == jnp.bool_):
+                raise ValueError(
+                    f"Accuracy expects integer (0/1) or bool labels, got dtype {labels.dtype}."
+                )
+            correct = (logits > self.threshold).astype(jnp.int32) == labels.astype(jnp.int32)
+        self._add(correct)
+
+
+class MultiMetric(Metric):
+    """Several metrics updated and computed together.
+
+    Args:
+      **metrics: the metrics by name; each becomes an attribute
+        (``multi.accuracy``).
+
+    ``update(**kwargs)`` passes all keyword arguments to every metric (each reads
+    the ones it needs); ``compute()`` returns ``{name: metric.compute()}`` in the
+    order given; ``reset()`` resets them all. The names are kept as a tuple (a
+    hashable static attribute), so a ``MultiMetric``'s GraphDef can key a ``jit``
+    cache.
+
+    Raises:
+      TypeError: a value is not a ``Metric``.
+      ValueError: a name is taken by a method or attribute of ``MultiMetric``
+        (``update``, ``compute``, ``reset``…) or starts with an underscore.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.MultiMetric(loss=nnx.metrics.Average('loss'),
+      ...                     grad_norm=nnx.metrics.Average('grad_norm'))
+      >>> m.update(loss=jnp.array(2.0), grad_norm=jnp.array(0.5))
+      >>> m.compute()
+      {'loss': Array(2., dtype=float32), 'grad_norm': Array(0.5, dtype=float32)}
+
+    Source: Flax NNX ``nnx.MultiMetric``.
+    """
+
+    def __init__(self, **metrics: Metric):
+        for name, metric in metrics.items():
+            if not isinstance(metric, Metric):
+                raise TypeError(
+                    f"MultiMetric({name}=...) expects an nnx.metrics.Metric, got a "
+                    f"{type(metric).__name__}."
+                )
+            if name.startswith("_") or hasattr(type(self), name):
+                raise ValueError(
+                    f"MultiMetric cannot hold a metric named {name!r}: the name is reserved "
+                    "(a method or attribute of MultiMetric, or private). Pick another name."
+                )
+        self._metric_names = tuple(metrics)
+        for name, metric in metrics.items():
+            setattr(self, name, metric)
+
+    def reset(self) -> None:
+        for name in self._metric_names:
+            getattr(self, name).reset()
+
+    def update(self, **kwargs: Any) -> None:
+        for name in self._metric_names:
+            getattr(self, name).update(**kwargs)
+
+    def compute(self) -> dict[str, Any]:
+        return {name: getattr(self, name).compute() for name in self._metric_names}

@@ -1,0 +1,224 @@
+"""Optimizer: an optax gradient transformation and its state, as an Object.
+
+``Optimizer(model, tx, wrt=nnx.Param)`` initialises ``tx`` (any
+``optax.GradientTransformation``) on the model's parameters and keeps its state.
+``optimizer.update(model, grads)`` takes the gradients ``nnx.grad`` returns and
+writes the new parameters into ``model`` in place::
+
+  >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+  >>> class Model(nnx.Module):
+  ...   def __init__(self):
+  ...     self.w = nnx.Param(jnp.ones(3))
+  >>> model = Model()
+  >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+  >>> grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(model)
+  >>> _ = optimizer.update(model, grads)
+  >>> model.w.value, int(optimizer.step.value)
+  (Array([0.8, 0.8, 0.8], dtype=float32), 1)
+
+The optimizer does not hold the model, so the two are separate arguments of a
+training step and both go through ``nnx.jit`` (and ``donate_argnums``) like any
+object. Its state lives in Variables of the kind ``OptState``: ``step`` is one,
+and every array of optax's state is wrapped in one. Arrays that mirror a
+parameter (adam's ``mu`` and ``nu``, momentum's trace…) are ``OptVariable``\\ s
+that copy the parameter's metadata, so sharding names carry over and
+``nnx.get_partition_spec(nnx.state(optimizer))`` shards the optimizer state like
+the model; other arrays (step counts, hyper-parameters) are ``OptArray``\\ s.
+
+Every computation is optax's: ``tx.init``, ``tx.update`` and
+``optax.apply_updates``, on plain pytrees of arrays (an ``nnx.State`` of the
+parameters' values).
+
+Source: Flax NNX ``nnx.Optimizer``, ``nnx.OptState``, ``nnx.OptArray``,
+``nnx.OptVariable`` (0.11+ behaviour: the model is passed to ``update``, not stored);
+optax for all optimizer numerics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+import jax.numpy as jnp
+import optax
+
+from flaxgraph.filters import Filter
+from flaxgraph.graph.api import update as graph_update
+from flaxgraph.objects import Object
+from flaxgraph.state import State
+from flaxgraph.training._params import (
+    filter_str,
+    as_flat,
+    freeze_filter,
+    pure_state,
+    raw,
+    unbox,
+    values_at,
+    wrap_mirroring,
+    write_leaves,
+    wrt_pairs,
+)
+from flaxgraph.variables import Param, Variable
+
+A = TypeVar("A")
+
+__all__ = ["OptArray", "OptState", "OptVariable", "Optimizer"]
+
+
+class OptState(Variable[A]):
+    """Any optimizer state: the step counter and, through its subclasses
+    ``OptArray``/``OptVariable``, every array of optax's state.
+
+    Source: Flax NNX ``nnx.OptState``.
+    """
+
+
+class OptArray(OptState[A]):
+    """An array of optax's state that mirrors no parameter (a step count, a
+    hyper-parameter of ``optax.inject_hyperparams``…).
+
+    Source: Flax NNX ``nnx.OptArray``.
+    """
+
+
+class OptVariable(OptState[A]):
+    """An array of optax's state that mirrors a parameter (adam's moments…).
+
+    Its metadata is the parameter's (e.g. ``sharding``), plus ``source_type``, the
+    parameter's kind (``Param``…). Sharding names are dropped when the array's shape
+    differs from the parameter's (factored states).
+
+    Source: Flax NNX ``nnx.OptVariable``.
+    """
+
+
+M = TypeVar("M")
+
+
+class Optimizer(Object, Generic[M]):
+    """An optax gradient transformation and its state, for the ``wrt`` sub-state
+    of a model.
+
+    Args:
+      model: the model (an ``nnx.Module``/``Object`` or a container of them) whose
+        parameters will be optimised. It is read, not stored.
+      tx: an ``optax.GradientTransformation`` (``optax.adam(1e-3)``…).
+      wrt: a filter selecting the parameters (default ``nnx.Param``). ``update``
+        expects gradients of exactly this sub-state.
+
+    Attributes:
+      step: an ``OptState`` Variable, a ``uint32`` scalar counting ``update`` calls.
+      tx: the optax transformation (a static attribute).
+      wrt: the filter (a static attribute; a list filter is stored as a tuple).
+      opt_state: ``tx.init(params)`` with every array wrapped in an ``OptArray``, or
+        an ``OptVariable`` copying the metadata of the parameter it mirrors. ``params``
+        is an ``nnx.State`` of the parameters' values (same paths, raw arrays).
+
+    Raises:
+      TypeError: ``model`` is a single Variable or array rather than a model.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
+      >>> class Model(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones((2, 3)), sharding=(None, 'model'))
+      ...   def __call__(self, x):
+      ...     return x @ self.w
+      >>> model = Model()
+      >>> optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+      >>> optimizer.opt_state[0].mu['w'].sharding     # metadata carried over
+      (None, 'model')
+      >>> @nnx.jit
+      ... def train_step(model, optimizer, x, y):
+      ...   loss, grads = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
+      ...   optimizer.update(model, grads)
+      ...   return loss
+      >>> loss = train_step(model, optimizer, jnp.ones((4, 2)), jnp.zeros((4, 3)))
+      >>> int(optimizer.step.value)
+      1
+
+    Source: Flax NNX ``nnx.Optimizer`` (0.12); ``wrt`` defaults to ``nnx.Param``
+    here, as it did before Flax 0.11 made it required.
+    """
+
+    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter = Param):
+        self.tx = tx
+        self.wrt = freeze_filter(wrt)
+        self.step = OptState(jnp.array(0, dtype=jnp.uint32))
+        pairs = wrt_pairs(model, self.wrt)
+        paths = [p for p, _ in pairs]
+        sources = [v for _, v in pairs]
+        params = pure_state(paths, [raw(v) for v in sources])
+        self.opt_state = wrap_mirroring(tx.init(params), params, sources, OptVariable, OptArray)
+
+    def update(self, model: M, grads: Any, /, **kwargs: Any) -> State:
+        """Applies one optimizer step to ``model`` in place.
+
+        Computes ``updates, new_opt_state = tx.update(grads, opt_state, params,
+        **kwargs)`` on plain arrays, then ``optax.apply_updates(params, updates)``;
+        writes the new parameters into ``model`` (``nnx.update``), the new state into
+        ``opt_state`` and increments ``step``. Works eagerly and inside ``nnx.jit``
+        (pass the model and the optimizer as arguments).
+
+        Args:
+          model: the model whose ``wrt`` sub-state is updated in place. Parameters
+            keep their kinds, metadata and dtypes (``optax.apply_updates`` casts
+            back); other state (``BatchStat``…) is not touched.
+          grads: the gradients: the ``nnx.State`` returned by ``nnx.grad`` for the
+            ``wrt`` sub-state (or a nested mapping with the same paths), leaves of
+            the parameters' shapes (Variables or arrays).
+          **kwargs: extra arguments of ``tx.update``, e.g. ``value=loss`` for
+            ``optax.contrib.reduce_on_plateau`` or ``value``/``grad``/``value_fn``
+            for ``optax.lbfgs`` (Variables are unboxed).
+
+        Returns:
+          The updates applied: an ``nnx.State`` of arrays at the parameters' paths.
+
+        Raises:
+          GraphStructureError (a ``ValueError``): the paths of ``grads`` are not those
+            of ``model``'s ``wrt`` sub-state; the message lists the missing and the
+            extra paths.
+          TypeError: ``grads`` is not a State or mapping.
+
+        Example::
+
+          >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+          >>> class Model(nnx.Module):
+          ...   def __init__(self):
+          ...     self.w = nnx.Param(jnp.array([1.0, -2.0]))
+          >>> model = Model()
+          >>> opt = nnx.Optimizer(model, optax.sgd(0.5))
+          >>> grads = nnx.grad(lambda m: m.w.value.sum())(model)
+          >>> opt.update(model, grads)['w']
+          Array([-0.5, -0.5], dtype=float32)
+
+        Source: Flax NNX ``nnx.Optimizer.update``; ``optax.apply_updates``.
+        """
+        pairs = wrt_pairs(model, self.wrt)
+        paths = [p for p, _ in pairs]
+        grad_values = values_at(
+            paths,
+            as_flat(grads, "grads"),
+            header=(
+                "Optimizer.update: the gradients do not match the parameters selected by "
+                f"wrt={filter_str(self.wrt)} in the model (paths missing from grads, and paths in "
+                "grads that wrt does not select):"
+            ),
+            fixes=[
+                "differentiate the same sub-state the optimizer updates: "
+                f"nnx.grad(loss_fn, argnums=nnx.DiffState(0, {filter_str(self.wrt)}))(model);",
+                "or build the optimizer with the filter the gradients were taken for: "
+                "nnx.Optimizer(model, tx, wrt=<filter>);",
+                "check that update gets the same model the optimizer was built for.",
+            ],
+        )
+        params = pure_state(paths, [raw(v) for _, v in pairs])
+        grad_state = pure_state(paths, grad_values)
+        updates, new_opt_state = self.tx.update(
+            grad_state, unbox(self.opt_state), params, **unbox(kwargs)
+        )
+        new_params = optax.apply_updates(params, updates)
+        graph_update(model, new_params)
+        write_leaves(self.opt_state, new_opt_state, "optimizer state")
+        self.step.value = self.step.value + 1
+        return updates
