@@ -13,6 +13,7 @@ from flaxgraph.config import Flag as Flag
 from flaxgraph.display import display as display
 from flaxgraph.errors import FlaxgraphError as FlaxgraphError
 from flaxgraph.errors import GraphStructureError as GraphStructureError
+from flaxgraph.errors import IdentityHashWarning as IdentityHashWarning
 from flaxgraph.errors import InvalidFilterError as InvalidFilterError
 from flaxgraph.errors import StaticAttributeError as StaticAttributeError
 from flaxgraph.errors import TraceContextError as TraceContextError
@@ -58,6 +59,8 @@ from flaxgraph.rngs import fork_rngs as fork_rngs
 from flaxgraph.rngs import reseed as reseed
 from flaxgraph.rngs import restore_rngs as restore_rngs
 from flaxgraph.rngs import split_rngs as split_rngs
+from flaxgraph.serialization import load_state as load_state
+from flaxgraph.serialization import save_state as save_state
 from flaxgraph.spmd import AxisMetadata as AxisMetadata
 from flaxgraph.spmd import Partitioned as Partitioned
 from flaxgraph.spmd import get_named_sharding as get_named_sharding

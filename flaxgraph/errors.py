@@ -41,6 +41,11 @@ class InvalidFilterError(FlaxgraphError, TypeError):
     """A value cannot be used as a filter."""
 
 
+class IdentityHashWarning(UserWarning):
+    """A static attribute hashes by identity, so every new instance of the model gets
+    a different GraphDef and recompiles the transforms that take it."""
+
+
 def numbered_fixes(fixes: Sequence[str]) -> str:
     """Formats fixes as ``  1. …`` lines, the closing part of most messages."""
     return "\n".join(f"  {i}. {fix}" for i, fix in enumerate(fixes, 1))

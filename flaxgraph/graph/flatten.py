@@ -15,10 +15,13 @@ and check consistent aliasing in the same single pass.
 
 from __future__ import annotations
 
+import functools
+import types
+import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from flaxgraph.errors import StaticAttributeError, numbered_fixes
+from flaxgraph.errors import IdentityHashWarning, StaticAttributeError, numbered_fixes
 from flaxgraph.graph.graphdef import (
     ARRAY_DEF,
     ContainerDef,
@@ -202,6 +205,20 @@ class Walk:
         return metadata
 
     def _check_hashable(self, x: Any, path: PathParts) -> None:
+        if _made_per_instance(x):
+            warnings.warn(
+                f"The static attribute at {self.where(path)} is a {type(x).__name__} that "
+                "hashes by identity: every new instance gives a new GraphDef, so transforms "
+                "recompile for each new model even when nothing else changed.\n"
+                + numbered_fixes(
+                    [
+                        "define __eq__ and __hash__ on the class (or make it a frozen dataclass);",
+                        "or store a module-level function/value instead of a fresh object.",
+                    ]
+                ),
+                IdentityHashWarning,
+                stacklevel=2,
+            )
         if not _hashable(x):
             raise StaticAttributeError(
                 f"The static attribute at {self.where(path)} is a {type(x).__name__}, which "
@@ -218,6 +235,21 @@ class Walk:
 
 
 _SCALARS = frozenset({int, float, bool, complex})
+
+
+def _made_per_instance(x: Any) -> bool:
+    """Whether a static value compares by identity *and* is likely created afresh for
+    each model (so two equal models get unequal GraphDefs): plain objects without
+    ``__eq__``, lambdas and nested functions (closures such as initializers made by
+    ``lecun_normal()``), and ``functools.partial``. Module-level functions, classes,
+    modules and JAX's function wrappers are identity-hashed too but are singletons."""
+    if isinstance(x, functools.partial):
+        return True
+    if isinstance(x, types.FunctionType):
+        return "<lambda>" in x.__qualname__ or "<locals>" in x.__qualname__
+    if type(x).__hash__ is not object.__hash__ or callable(x):
+        return False
+    return not isinstance(x, (types.ModuleType, type))
 
 
 def _is_scalar(x: Any) -> bool:

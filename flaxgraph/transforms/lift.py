@@ -361,10 +361,14 @@ class Inner:
         merged = Merged(in_static, [groups[g][i] for g, i in in_static.slots], in_prefixes)
         if self.on_inputs is not None:
             self.on_inputs(merged.leaves, merged.prefixes)
-        if call is None:
-            kept, output = None, self.f(*merged.args, **merged.kwargs)
-        else:
-            kept, output = call(self.f, merged.args, merged.kwargs)
+        try:
+            if call is None:
+                kept, output = None, self.f(*merged.args, **merged.kwargs)
+            else:
+                kept, output = call(self.f, merged.args, merged.kwargs)
+        except Exception as error:
+            locate_module(error, merged.args, merged.kwargs)
+            raise
         graphdef, leaves, prefixes, index_map = merged.resplit(
             output, self.out_spec, inputs_out_prefix, out_prefix_tree, self.on_output_leaf
         )
@@ -414,6 +418,38 @@ class _OutputWalk(PrefixWalk):
         super().add_leaf(path, leaf, prefix)
         if self.on_leaf is not None and isinstance(leaf, Variable):
             self.on_leaf(leaf, self.leaf_prefixes[-1])
+
+
+_LOCATED = "_flaxgraph_location_note"
+
+
+def locate_module(error: BaseException, args: Any, kwargs: Any) -> None:
+    """If ``error`` names a module (an ``error.module`` attribute, as layers' shape
+    errors have), notes the module's path from the transformed function's arguments
+    on the exception. Nested transforms keep the outermost path: the one the user
+    wrote."""
+    module = getattr(error, "module", None)
+    if module is None:
+        return
+    path = _find_path(module, (args, kwargs))
+    if path is None:
+        return
+    note = f"The module is at {NamedRoots(('args', 'kwargs'), (args, kwargs)).where(path)}."
+    previous = getattr(error, _LOCATED, None)
+    notes = getattr(error, "__notes__", [])
+    if previous is not None and previous in notes:
+        notes.remove(previous)
+    error.add_note(note)
+    setattr(error, _LOCATED, note)
+
+
+def _find_path(target: Any, root: Any) -> PathParts | None:
+    from flaxgraph.graph.api import iter_graph
+
+    for path, value in iter_graph(root):
+        if value is target:
+            return path
+    return None
 
 
 def is_graph_object(x: Any) -> bool:
