@@ -18,12 +18,13 @@ install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test an
 test: $(STAMP)  ## run the whole suite, guides included
 	$(BIN)/python -m pytest -n 2 --hypothesis-profile=$(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
 
-demo: $(STAMP)  ## run the main job
-	$(BIN)/python guides/run_guide.py guides/graph.md
+demo: $(STAMP)  ## run the main job: train an ensemble on the digits data set
+	$(BIN)/python guides/digits_ensemble.py
 
 bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks.graph
+	$(BIN)/python -m benchmarks.transforms
 
 lint: $(STAMP)
 	$(BIN)/ruff check flaxgraph tests benchmarks guides
