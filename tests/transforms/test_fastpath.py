@@ -1,0 +1,159 @@
+"""The jit fast path: repeated calls skip the graph walk, and any structural change
+made between calls is noticed (differential: every call behaves as the slow path,
+i.e. as the eager function)."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import flaxgraph as nnx
+
+
+class Lin(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.ones((2, 2)))
+        self.extra = [nnx.Param(jnp.ones(2))]
+        self.cfg = {"a": jnp.zeros(2)}
+        self.raw = jnp.ones(2)
+
+    def __call__(self, x):
+        return x @ self.w + sum(p.value for p in self.extra) + self.cfg["a"] + self.raw
+
+
+def body(m, x):
+    m.w.value = m.w.value + 1
+    m.raw = m.raw * 2
+    return m(x)
+
+
+def make():
+    traces = []
+
+    @nnx.jit
+    def f(m, x):
+        traces.append(1)
+        return body(m, x)
+
+    return f, traces
+
+
+def eager(m, x):
+    return body(m, x)
+
+
+MUTATIONS = {
+    "append_to_list": lambda m: m.extra.append(nnx.Param(jnp.full(2, 10.0))),
+    "add_dict_key": lambda m: m.cfg.__setitem__("b", 1),
+    "replace_dict_value": lambda m: m.cfg.__setitem__("a", jnp.full(2, 5.0)),
+    "set_metadata": lambda m: m.w.set_metadata(sharding=("a", None)),
+    "swap_variable": lambda m: setattr(m, "w", nnx.Param(jnp.zeros((2, 2)))),
+    "new_attribute": lambda m: setattr(m, "z", nnx.BatchStat(jnp.ones(1))),
+    "delete_attribute": lambda m: delattr(m, "raw"),
+    "set_raw_array": lambda m: setattr(m, "raw", jnp.full(2, 3.0)),
+    "set_variable_value": lambda m: setattr(m.w, "value", jnp.full((2, 2), 7.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_changes_between_calls_are_seen(name):
+    f, _ = make()
+    a, b = Lin(), Lin()
+    x = jnp.ones(2)
+    for _ in range(3):  # warm up: the third call is on the fast path
+        assert jnp.allclose(f(a, x), eager(b, x))
+    MUTATIONS[name](a)
+    MUTATIONS[name](b)
+    if name == "delete_attribute":
+        with pytest.raises(AttributeError):
+            f(a, x)
+        return
+    for _ in range(2):
+        assert jnp.allclose(f(a, x), eager(b, x))
+    assert jnp.allclose(a.w.value, b.w.value)
+    assert jnp.allclose(a.raw, b.raw)
+
+
+def test_no_retrace_for_repeated_calls_and_new_instances():
+    f, traces = make()
+    x = jnp.ones(2)
+    a = Lin()
+    for _ in range(4):
+        f(a, x)
+    f(Lin(), x)
+    f(a, x)
+    assert len(traces) == 1
+
+
+def test_structural_change_retraces_exactly_once():
+    f, traces = make()
+    a, x = Lin(), jnp.ones(2)
+    f(a, x)
+    f(a, x)
+    a.extra.append(nnx.Param(jnp.ones(2)))
+    f(a, x)
+    f(a, x)
+    f(a, x)
+    assert len(traces) == 2
+
+
+def test_outputs_keep_identity_on_the_fast_path():
+    @nnx.jit
+    def g(m):
+        return m, m.w, (m.extra[0], 3)
+
+    a = Lin()
+    for _ in range(3):
+        m, w, (e, three) = g(a)
+        assert m is a and w is a.w and e is a.extra[0]
+        assert int(three) == 3
+
+
+def test_exception_on_the_fast_path_leaves_objects_unchanged():
+    @nnx.jit
+    def g(m, fail):
+        m.w.value = m.w.value * 0
+        return jax.lax.cond(fail, lambda: jnp.float32(jnp.nan), lambda: jnp.float32(1.0))
+
+    a = Lin()
+    g(a, False)
+    g(a, False)
+    before = a.w.value
+
+    @nnx.jit
+    def h(m, x):
+        m.w.value = m.w.value + 1
+        if x.shape[0] == 3:
+            raise ValueError("boom")
+        return x
+
+    h(a, jnp.ones(2))
+    h(a, jnp.ones(2))
+    w = a.w.value
+    with pytest.raises(ValueError, match="boom"):
+        h(a, jnp.ones(3))  # new shapes: retrace, which raises
+    assert jnp.array_equal(a.w.value, w)
+    assert before is not None
+
+
+def test_static_argnums_are_part_of_the_plan_key():
+    @nnx.jit(static_argnums=2)
+    def g(m, x, scale):
+        m.w.value = m.w.value * scale
+        return x * scale
+
+    a = Lin()
+    assert float(g(a, jnp.ones(()), 2)) == 2.0
+    assert float(g(a, jnp.ones(()), 2)) == 2.0
+    assert float(g(a, jnp.ones(()), 3)) == 3.0
+    assert float(a.w.value[0, 0]) == 12.0
+
+
+def test_plans_do_not_outlive_a_cache_of_four_models():
+    f, traces = make()
+    x = jnp.ones(2)
+    models = [Lin() for _ in range(6)]
+    for _ in range(2):
+        for m in models:
+            f(m, x)
+    assert len(traces) == 1
+    assert all(float(m.w.value[0, 0]) == 3.0 for m in models)
