@@ -29,6 +29,7 @@ import jax.numpy as jnp
 
 import flaxgraph
 from benchmarks.common import (
+    Settings,
     Timing,
     base_parser,
     busy_warning,
@@ -161,7 +162,7 @@ def libraries(num_layers: int, nnx: ModuleType | None) -> tuple[list[Library], A
 # -- run ----------------------------------------------------------------------------------------
 
 
-def run_one(num_layers: int, nnx: ModuleType | None, settings: Any) -> list[dict[str, Any]]:
+def run_one(num_layers: int, nnx: ModuleType | None, settings: Settings) -> list[dict[str, Any]]:
     """Times every op of every contender (plus the floor) for one model size,
     interleaved, and returns one result record per op."""
     libs, tree = libraries(num_layers, nnx)

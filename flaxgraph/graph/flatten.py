@@ -242,7 +242,10 @@ def _made_per_instance(x: Any) -> bool:
     each model (so two equal models get unequal GraphDefs): plain objects without
     ``__eq__``, lambdas and nested functions (closures such as initializers made by
     ``lecun_normal()``), and ``functools.partial``. Module-level functions, classes,
-    modules and JAX's function wrappers are identity-hashed too but are singletons."""
+    modules and JAX's function wrappers are identity-hashed too but are singletons,
+    and so are ``None`` and ``...`` (reached here as ``nnx.static(None)``)."""
+    if is_plain_static(x):
+        return False
     if isinstance(x, functools.partial):
         return True
     if isinstance(x, types.FunctionType):

@@ -244,8 +244,6 @@ class Conv(_ConvBase):
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.precision = precision
-        self.kernel_init = kernel_init
-        self.bias_init = bias_init
         self.conv_general_dilated = conv_general_dilated
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
@@ -376,8 +374,6 @@ class ConvTranspose(_ConvBase):
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.precision = precision
-        self.kernel_init = kernel_init
-        self.bias_init = bias_init
         self.transpose_kernel = transpose_kernel
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type

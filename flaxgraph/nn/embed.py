@@ -81,7 +81,6 @@ class Embed(Module):
         self.features = features
         self.dtype = dtype
         self.param_dtype = param_dtype
-        self.embedding_init = embedding_init
         self.promote_dtype = promote_dtype
 
     def __call__(self, inputs: jax.Array) -> jax.Array:

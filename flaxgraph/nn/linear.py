@@ -124,8 +124,6 @@ class Linear(Module):
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.precision = precision
-        self.kernel_init = kernel_init
-        self.bias_init = bias_init
         self.dot_general = dot_general
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
@@ -254,8 +252,6 @@ class LinearGeneral(Module):
         self.use_bias = use_bias
         self.dtype = dtype
         self.param_dtype = param_dtype
-        self.kernel_init = kernel_init
-        self.bias_init = bias_init
         self.precision = precision
         self.promote_dtype = promote_dtype
         self.dot_general = dot_general
@@ -389,8 +385,6 @@ class Einsum(Module):
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.precision = precision
-        self.kernel_init = kernel_init
-        self.bias_init = bias_init
         self.promote_dtype = promote_dtype
         self.einsum_op = einsum_op
         self.preferred_element_type = preferred_element_type

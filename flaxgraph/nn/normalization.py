@@ -189,10 +189,10 @@ class LayerNorm(_Norm):
 
     Example::
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
       >>> ln = nnx.LayerNorm(4, rngs=nnx.Rngs(0))
-      >>> ln(jnp.array([[1.0, 2.0, 3.0, 4.0]])).round(3)
-      Array([[-1.342, -0.447,  0.447,  1.342]], dtype=float32)
+      >>> print(np.asarray(ln(jnp.array([[1.0, 2.0, 3.0, 4.0]]))).round(3))
+      [[-1.342 -0.447  0.447  1.342]]
 
     Source: Flax NNX ``nnx.LayerNorm``; Ba et al., "Layer Normalization" (2016).
     """
@@ -229,8 +229,6 @@ class LayerNorm(_Norm):
         self.param_dtype = param_dtype
         self.use_bias = use_bias
         self.use_scale = use_scale
-        self.bias_init = bias_init
-        self.scale_init = scale_init
         self.reduction_axes = canonicalize_tuple(reduction_axes, "reduction_axes")
         self.feature_axes = canonicalize_tuple(feature_axes, "feature_axes")
         self.axis_name = axis_name
@@ -267,9 +265,9 @@ class RMSNorm(LayerNorm):
 
     Example::
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.RMSNorm(2, rngs=nnx.Rngs(0))(jnp.array([3.0, 4.0])).round(3)
-      Array([0.849, 1.131], dtype=float32)
+      >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
+      >>> print(np.asarray(nnx.RMSNorm(2, rngs=nnx.Rngs(0))(jnp.array([3.0, 4.0]))).round(3))
+      [0.849 1.131]
 
     Source: Flax NNX ``nnx.RMSNorm``; Zhang & Sennrich, "Root Mean Square Layer
     Normalization" (2019).
@@ -392,8 +390,6 @@ class GroupNorm(_Norm):
         self.param_dtype = param_dtype
         self.use_bias = use_bias
         self.use_scale = use_scale
-        self.bias_init = bias_init
-        self.scale_init = scale_init
         self.reduction_axes = (
             None if reduction_axes is None else canonicalize_tuple(reduction_axes, "reduction_axes")
         )
@@ -508,8 +504,6 @@ class BatchNorm(_Norm):
         self.param_dtype = param_dtype
         self.use_bias = use_bias
         self.use_scale = use_scale
-        self.bias_init = bias_init
-        self.scale_init = scale_init
         self.axis_name = axis_name
         self.axis_index_groups = axis_index_groups
         self.use_fast_variance = use_fast_variance

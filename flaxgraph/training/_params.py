@@ -11,6 +11,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from flaxgraph.errors import GraphStructureError, numbered_fixes
 from flaxgraph.graph.api import state as graph_state
@@ -117,6 +118,25 @@ def _listing(paths: list[str]) -> str:
         return "none"
     shown = ", ".join(paths[:_MAX_LISTED])
     return shown + (f" (and {len(paths) - _MAX_LISTED} more)" if len(paths) > _MAX_LISTED else "")
+
+
+def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:
+    """``tree`` with every array leaf that is the same object as an earlier leaf, or
+    as one of ``others``, replaced by a copy.
+
+    ``jit`` with donation refuses two arguments backed by one buffer, so state kept
+    next to a model (an optax state that stores the parameters, an EMA's initial
+    average) must not share the model's arrays.
+    """
+    seen = {id(x) for x in others}
+
+    def copy(x: Any) -> Any:
+        if isinstance(x, jax.Array) and id(x) in seen:
+            return jnp.array(x, copy=True)
+        seen.add(id(x))
+        return x
+
+    return jax.tree.map(copy, tree)
 
 
 def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:

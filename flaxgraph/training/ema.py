@@ -50,6 +50,7 @@ from flaxgraph.training._params import (
     mirror,
     pure_state,
     raw,
+    unshare,
     values_at,
     wrt_pairs,
 )
@@ -111,8 +112,9 @@ class EMA(Object):
         self.decay = decay
         self.wrt = freeze_filter(wrt)
         pairs = wrt_pairs(model, self.wrt)
+        values = unshare([raw(v) for _, v in pairs], [raw(v) for _, v in pairs])
         self.averages = State.from_flat_path(
-            (p, mirror(EMAState, raw(v), v)) for p, v in pairs
+            (p, mirror(EMAState, x, v)) for (p, v), x in zip(pairs, values)
         )
 
     def _model_values(self, model: Any, what: str) -> tuple[list[Any], list[Any]]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -46,12 +47,13 @@ from flaxgraph.graph.api import update as graph_update
 from flaxgraph.objects import Object
 from flaxgraph.state import State
 from flaxgraph.training._params import (
-    filter_str,
     as_flat,
+    filter_str,
     freeze_filter,
     pure_state,
     raw,
     unbox,
+    unshare,
     values_at,
     wrap_mirroring,
     write_leaves,
@@ -149,7 +151,8 @@ class Optimizer(Object, Generic[M]):
         paths = [p for p, _ in pairs]
         sources = [v for _, v in pairs]
         params = pure_state(paths, [raw(v) for v in sources])
-        self.opt_state = wrap_mirroring(tx.init(params), params, sources, OptVariable, OptArray)
+        opt_state = unshare(tx.init(params), jax.tree.leaves(params))
+        self.opt_state = wrap_mirroring(opt_state, params, sources, OptVariable, OptArray)
 
     def update(self, model: M, grads: Any, /, **kwargs: Any) -> State:
         """Applies one optimizer step to ``model`` in place.

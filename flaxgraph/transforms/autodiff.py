@@ -274,10 +274,11 @@ def grad(
 def _shift(argnums: Any, by: int) -> Any:
     if not by:
         return argnums
+    # negative argnums count from the end, which `self` does not change
     if isinstance(argnums, int):
-        return argnums + by
+        return argnums + by if argnums >= 0 else argnums
     if isinstance(argnums, DiffState):
-        return DiffState(argnums.argnum + by, argnums.filter)
+        return DiffState(argnums.argnum + by, argnums.filter) if argnums.argnum >= 0 else argnums
     return tuple(_shift(a, by) for a in argnums)
 
 

@@ -86,7 +86,7 @@ class Plan:
     __slots__ = (
         "call", "static", "members", "objects", "versions", "variables", "metadata",
         "lists", "list_items", "dicts", "dict_items", "readers", "trace", "_writers",
-        "args", "kwargs",
+        "args", "kwargs", "in_place",
     )
 
     def __init__(self, call: Call, static: Static, slots: Sequence[tuple[int, int]], n_groups: int,
@@ -108,7 +108,13 @@ class Plan:
                 _collect_containers(child, lists, dicts)
         self.lists, self.list_items = lists, [tuple(c) for c in lists]
         self.dicts, self.dict_items = dicts, [(tuple(d), tuple(d.values())) for d in dicts]
-        self.readers = [_reader(path, leaf, args, kwargs) for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)]
+        # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
+        # neither read by key nor written in place: such graphs take the general path.
+        self.in_place = all(
+            isinstance(leaf, Variable) or _in_place(path, args, kwargs)
+            for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
+        )
+        self.readers = [_reader(path, leaf, args, kwargs) for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)] if self.in_place else []
         self.trace = current_trace()
         self._writers: list[Any] | None = None
         self.args, self.kwargs = args, kwargs
@@ -172,6 +178,23 @@ def _reader(path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs
     if type(parent) in _GRAPH_NODE_IMPLS:
         return lambda a, k, d=parent.__dict__, key=key: d[key]
     return lambda a, k, c=parent, key=key: c[key]
+
+
+def _in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the raw leaf at ``path`` is an argument or an entry of an Object, list
+    or dict reached through Objects, lists, tuples and dicts only."""
+    if len(path) == 2:
+        return True
+    node: Any = (args, kwargs)
+    for key in path[:-1]:
+        impl = _GRAPH_NODE_IMPLS.get(type(node))
+        if impl is not None:
+            node = impl.get_child(node, key)
+        elif type(node) in (list, tuple, dict):
+            node = node[key]
+        else:
+            return False
+    return type(node) in _GRAPH_NODE_IMPLS or type(node) in (list, dict)
 
 
 def _resolve(root: Any, path: Sequence[Hashable]) -> Any:
@@ -337,6 +360,8 @@ class PlanCache:
         return None
 
     def put(self, key: Any, plan: Plan) -> None:
+        if not plan.in_place:
+            return
         self.plans[key] = plan
         self.plans.move_to_end(key, last=False)
         while len(self.plans) > self.size:

@@ -285,7 +285,12 @@ def scan(
 def _check_carry_types(paths: Any, old: list[Any], new: list[Any], where: Callable[[Any], str]) -> None:
     """Raises ``CarryStructureError`` naming the first carried leaf whose shape or dtype
     changed in the body (JAX's own error names only a flat position)."""
-    for path, a, b in zip(paths, old, new):
+    pairs = [
+        (path, a, b)
+        for path, a_tree, b_tree in zip(paths, old, new)  # a Variable may hold a pytree (sow)
+        for a, b in zip(jax.tree.leaves(a_tree), jax.tree.leaves(b_tree))
+    ]
+    for path, a, b in pairs:
         sa, sb = jnp.shape(a), jnp.shape(b)
         da, db = jax.dtypes.result_type(a), jax.dtypes.result_type(b)
         if sa != sb or da != db:

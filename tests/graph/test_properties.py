@@ -9,6 +9,7 @@ array values, metadata and sharing pattern.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -145,6 +146,15 @@ def test_update_writes_data_marked_scalars() -> None:
     assert nnx.graphdef(g) == graphdef  # still marked data
     with pytest.raises(nnx.GraphStructureError, match="has a int there"):
         nnx.update(Node(step=3), nnx.State({"step": 4}))  # a static int is no leaf
+
+
+@pytest.mark.parametrize("value", [None, ..., 3, "s", (None, 1)])
+def test_static_marked_singletons_do_not_warn(value: Any) -> None:
+    # Regression: `nnx.static(None)` raised IdentityHashWarning (None hashes by
+    # identity, but it is a singleton: every model gets the same GraphDef).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert nnx.graphdef(Node(a=nnx.static(value))) == nnx.graphdef(Node(a=nnx.static(value)))
 
 
 @given(GRAPHS)

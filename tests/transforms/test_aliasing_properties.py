@@ -98,8 +98,10 @@ def pools(draw: Any, kinds: tuple[type, ...] = (nnx.Param,)) -> Pool:
 @st.composite
 def structures(draw: Any, pool: Pool, depth: int = 0) -> Any:
     """An argument: a pool object, ``None``, or a tuple/list/dict of arguments."""
-    kinds = ["object", "object"] + (["none"] if depth else []) + (
-        ["tuple", "list", "dict"] if depth < 2 else []
+    kinds = (
+        ["object", "object"]
+        + (["none"] if depth else [])
+        + (["tuple", "list", "dict"] if depth < 2 else [])
     )
     kind = draw(st.sampled_from(kinds))
     if kind == "object":
@@ -423,7 +425,13 @@ def test_jit_rejects_outputs_whose_out_shardings_differ_from_their_in_shardings(
     record_aliases(all_records, expected_out, "output", out_label, attrs, lambda _, p: p)
     # Inputs are checked first (outside the trace); outputs with the inputs inside it.
     bad = inconsistent(in_records) or inconsistent(all_records)
-    event("accepted" if not bad else "rejected on input" if inconsistent(in_records) else "rejected on output")
+    event(
+        "accepted"
+        if not bad
+        else "rejected on input"
+        if inconsistent(in_records)
+        else "rejected on output"
+    )
 
     f = nnx.jit(
         lambda *a: build_output(spec, a),

@@ -207,6 +207,27 @@ def test_grad_of_a_method_and_a_bound_method():
     )
 
 
+def test_negative_argnums_of_a_bound_method_count_from_the_end():
+    # Regression: negative argnums were shifted past `self` like positive ones, so
+    # argnums=-1 of a bound method differentiated the Module.
+    class Lin(nnx.Module):
+        def __init__(self):
+            self.w = nnx.Param(jnp.array([1.0, 2.0]))
+
+        def energy(self, x, y):
+            return jnp.sum(self.w.value * x * y)
+
+    lin, x, y = Lin(), jnp.array([3.0, 4.0]), jnp.array([5.0, 7.0])
+    np.testing.assert_allclose(nnx.grad(lin.energy, argnums=-1)(x, y), lin.w.value * x)
+    np.testing.assert_allclose(nnx.grad(lin.energy, argnums=-2)(x, y), lin.w.value * y)
+    gx, gy = nnx.grad(lin.energy, argnums=(0, -1))(x, y)
+    np.testing.assert_allclose(gx, lin.w.value * y)
+    np.testing.assert_allclose(gy, lin.w.value * x)
+    # unbound: -3 is the module itself
+    g = nnx.grad(Lin.energy, argnums=nnx.DiffState(-3, nnx.Param))(lin, x, y)
+    np.testing.assert_allclose(g["w"].value, x * y)
+
+
 def test_decorator_forms():
     @nnx.grad
     def a(m):
@@ -337,6 +358,25 @@ def test_jvp_matches_jax():
     )
     np.testing.assert_allclose(out, ref_out, rtol=1e-6)
     np.testing.assert_allclose(t_out, ref_t, rtol=1e-6)
+
+
+def test_jvp_tangents_as_objects_or_nested_states():
+    m = Node(w=nnx.Param(jnp.array([1.0, 2.0])), c=Block(b=nnx.Param(jnp.array(3.0))))
+    w, b = m.w.value, m.c.b.value
+
+    def f(m):
+        return jnp.sum(jnp.sin(m.w.value)) * m.c.b.value
+
+    def ref(tw, tb):
+        return jax.jvp(lambda w, b: jnp.sum(jnp.sin(w)) * b, (w, b), (tw, tb))[1]
+
+    as_object = Node(w=nnx.Param(jnp.array([1.0, 0.0])), c=Block(b=nnx.Param(jnp.array(1.0))))
+    np.testing.assert_allclose(nnx.jvp(f, (m,), (as_object,))[1], ref(jnp.array([1.0, 0.0]), 1.0), rtol=1e-6)
+    nested = nnx.State({"c": {"b": nnx.Param(jnp.array(1.0))}})  # w missing: zero tangent
+    np.testing.assert_allclose(nnx.jvp(f, (m,), (nested,))[1], ref(jnp.zeros(2), 1.0), rtol=1e-6)
+    # a gradient is a valid tangent
+    g = nnx.grad(f)(m)
+    np.testing.assert_allclose(nnx.jvp(f, (m,), (g,))[1], ref(g["w"].value, g["c"]["b"].value), rtol=1e-6)
 
 
 def test_jvp_has_aux_and_tangent_count():

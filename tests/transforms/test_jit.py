@@ -7,6 +7,8 @@ array results must match plain ``jax.numpy`` on explicit arrays.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import re
 from typing import Any, ClassVar
 
@@ -459,6 +461,25 @@ def test_a_failing_call_leaves_the_callers_objects_exactly_as_before(call, error
     assert_unchanged(m, before, clone)
 
 
+def test_a_failing_repeated_call_leaves_the_objects_as_before():
+    @nnx.jit
+    def f(m, x):
+        m.s.value = m.s.value + 1
+        m.w.value = m.w.value * x[0]
+        if x.shape[0] != 2:
+            raise RuntimeError("boom")
+        return x
+
+    m = exception_safety_model()
+    for _ in range(3):  # the same structure again: the repeated-call path
+        f(m, jnp.ones(2))
+    assert float(m.s.value) == 3.0
+    before, clone = snapshot(m), nnx.clone(m)
+    with pytest.raises(RuntimeError, match="boom"):
+        f(m, jnp.ones(3))  # a new shape retraces, and the trace fails
+    assert_unchanged(m, before, clone)
+
+
 # -- 6. StateSharding -----------------------------------------------------------------------
 
 
@@ -747,3 +768,83 @@ def test_python_scalars_are_dynamic_arguments():
 
     assert float(f(1.0)) == 2.0 and float(f(2.0)) == 4.0
     assert len(traces) == 1
+
+
+# -- repeated calls (the per-call fast path) ------------------------------------------------
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+@dataclasses.dataclass
+class Tagged:
+    x: jax.Array
+    tag: str = dataclasses.field(metadata={"static": True})
+
+
+jax.tree_util.register_dataclass(Tagged)
+
+
+def container_model() -> Node:
+    return Node(
+        w=nnx.Param(jnp.ones(2)),
+        raw=jnp.zeros(2),
+        t=(jnp.zeros(2), 2),
+        nt=Pair(jnp.zeros(2), jnp.ones(2)),
+        dc=Tagged(jnp.zeros(2), "t"),
+        items=[jnp.zeros(2), {"k": jnp.zeros(2)}],
+        child=Block(s=nnx.BatchStat(jnp.zeros(()))),
+    )
+
+
+def bump_everything(m: Node) -> jax.Array:
+    m.raw = m.raw + 1
+    m.t = (m.t[0] + 2, 2)
+    m.nt = Pair(m.nt.a + 3, m.nt.b)
+    m.dc = Tagged(m.dc.x + 4, "t")
+    m.items[0] = m.items[0] + 5
+    m.items[1]["k"] = m.items[1]["k"] + 6
+    m.child.s.value = m.child.s.value + 1
+    return m.w.value * m.child.s.value
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        None,
+        lambda m, i: setattr(m, "raw", m.raw * 2),
+        lambda m, i: setattr(m, "w", nnx.Param(jnp.full(2, float(i)))),
+        lambda m, i: m.items.__setitem__(0, jnp.full(2, float(i))),
+        lambda m, i: m.items[1].__setitem__("k", jnp.full(2, -float(i))),
+        lambda m, i: m.w.set_metadata(step=i),
+        lambda m, i: setattr(m, f"extra{i % 2}", nnx.BatchStat(jnp.ones(1))),
+    ],
+    ids=["plain", "raw-array", "new-variable", "list-item", "dict-item", "metadata", "new-attribute"],
+)
+def test_repeated_calls_behave_like_repeated_eager_calls(between):
+    # Regression: on repeated calls, updates to arrays held in tuples were lost and
+    # namedtuple / dataclass attributes crashed the call.
+    m = container_model()
+    eager = nnx.clone(m)
+    f = nnx.jit(bump_everything)
+    for i in range(4):
+        if between is not None:
+            between(m, i)
+            between(eager, i)
+        np.testing.assert_allclose(f(m), bump_everything(eager))
+        assert_graphs_equal(m, eager)
+
+
+def test_repeated_calls_with_a_shared_object_and_scalars():
+    @nnx.jit
+    def f(a, b, k, flag=None):
+        a.w.value = a.w.value + k
+        return b.w.value
+
+    m, other = Node(w=nnx.Param(jnp.zeros(2))), Node(w=nnx.Param(jnp.ones(2)))
+    for k in range(1, 4):
+        np.testing.assert_allclose(f(m, m, float(k)), m.w.value)
+    np.testing.assert_allclose(m.w.value, np.full(2, 6.0))
+    # same positions, different sharing: must not reuse the shared-argument plan
+    np.testing.assert_allclose(f(m, other, 1.0), np.ones(2))
+    np.testing.assert_allclose(m.w.value, np.full(2, 7.0))
+    np.testing.assert_allclose(f(m, other, 1.0, flag="x"), np.ones(2))

@@ -1,0 +1,306 @@
+"""Metrics: numerics against numpy over streams of batches, errors, MultiMetric,
+and updates inside nnx.jit (no retrace, hashable GraphDef)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import flaxgraph as nnx
+from flaxgraph.training import metrics
+from flaxgraph.training.metrics import (
+    Accuracy,
+    Average,
+    Metric,
+    MetricState,
+    MultiMetric,
+    Statistics,
+    Welford,
+)
+
+RNG = np.random.default_rng(0)
+
+
+def stream() -> list[np.ndarray]:
+    """Batches of several shapes, including a scalar and a single element."""
+    return [
+        RNG.normal(size=(5,)).astype(np.float32),
+        np.float32(RNG.normal()),
+        RNG.normal(3.0, 2.0, size=(4, 3)).astype(np.float32),
+        RNG.normal(size=(1,)).astype(np.float32),
+        RNG.normal(-1.0, 0.5, size=(7,)).astype(np.float32),
+    ]
+
+
+def close(a: Any, b: Any) -> None:
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+
+
+# -- Average -------------------------------------------------------------------------------------
+
+
+def test_average_matches_numpy_over_a_stream():
+    avg = Average()
+    seen: list[float] = []
+    for batch in stream():
+        avg.update(values=jnp.asarray(batch))
+        seen.extend(np.ravel(batch))
+        close(avg.compute(), np.mean(seen))
+    assert int(avg.count.value) == len(seen)
+    assert avg.compute().dtype == jnp.float32
+
+
+def test_average_nan_before_update_and_after_reset():
+    avg = Average()
+    assert np.isnan(avg.compute())
+    avg.update(values=jnp.array([1, 2, 3, 4]))  # integers are averaged as floats
+    close(avg.compute(), 2.5)
+    total = avg.total
+    avg.reset()
+    assert np.isnan(avg.compute())
+    assert avg.total is total, "reset must keep the same Variables"
+
+
+def test_average_argname_and_ignored_kwargs():
+    avg = Average("loss")
+    avg.update(loss=2.0, logits=jnp.ones((3, 2)), labels=jnp.zeros(3, int))
+    avg.update(loss=nnx.Variable(jnp.array(4.0)))  # Variables are unboxed
+    close(avg.compute(), 3.0)
+
+
+def test_average_missing_argument_names_it():
+    with pytest.raises(TypeError, match=r"expected the keyword argument 'loss', got \['values'\]"):
+        Average("loss").update(values=1.0)
+
+
+def test_state_is_metric_state_variables():
+    avg = Average()
+    state = nnx.state(avg)
+    assert sorted(state) == ["count", "total"]
+    assert all(type(v) is MetricState for v in state.values())
+    assert len(jax.tree.leaves(avg)) == 2
+
+
+def test_base_metric_methods_are_abstract():
+    m = Metric()
+    for call in (m.reset, m.update, m.compute):
+        with pytest.raises(NotImplementedError):
+            call()
+
+
+# -- Welford -------------------------------------------------------------------------------------
+
+
+def test_welford_matches_numpy_over_a_stream():
+    w = Welford()
+    seen: list[float] = []
+    for batch in stream():
+        w.update(values=jnp.asarray(batch))
+        seen.extend(np.ravel(batch))
+        stats = w.compute()
+        assert isinstance(stats, Statistics)
+        data = np.asarray(seen, dtype=np.float64)
+        close(stats.mean, data.mean())
+        close(stats.standard_deviation, data.std())
+        close(stats.standard_error_of_mean, data.std() / np.sqrt(data.size))
+
+
+def test_welford_is_stable_far_from_zero():
+    # a sum-of-squares formula loses every digit here in float32
+    w = Welford()
+    data = (1e4 + RNG.normal(size=(3, 100))).astype(np.float32)
+    for row in data:
+        w.update(values=jnp.asarray(row))
+    np.testing.assert_allclose(w.compute().standard_deviation, data.std(), rtol=1e-3)
+
+
+def test_welford_initial_empty_and_reset():
+    w = Welford()
+    stats = w.compute()
+    assert float(stats.mean) == 0.0
+    assert np.isnan(stats.standard_deviation) and np.isnan(stats.standard_error_of_mean)
+    w.update(values=jnp.zeros((0,)))  # an empty batch changes nothing
+    assert int(w.count.value) == 0
+    w.update(values=jnp.array([1.0, 2.0, 3.0, 4.0]))
+    close(w.compute().standard_deviation, np.std([1, 2, 3, 4]))
+    w.reset()
+    assert int(w.count.value) == 0 and np.isnan(w.compute().standard_deviation)
+
+
+def test_welford_flax_documented_example():
+    w = Welford()
+    w.update(values=jnp.array([1, 2, 3, 4]))
+    w.update(values=jnp.array([3, 2, 1, 0]))
+    stats = w.compute()
+    close(stats.mean, 2.0)
+    close(stats.standard_error_of_mean, 0.43301272)
+    close(stats.standard_deviation, 1.2247449)
+
+
+# -- Accuracy ------------------------------------------------------------------------------------
+
+
+def test_multiclass_accuracy_matches_numpy():
+    acc = Accuracy()
+    correct = total = 0
+    for i in range(4):
+        logits = RNG.normal(size=(6, 2, 5)).astype(np.float32)
+        labels = RNG.integers(0, 5, size=(6, 2))
+        acc.update(logits=jnp.asarray(logits), labels=jnp.asarray(labels), loss=float(i))
+        correct += int((logits.argmax(-1) == labels).sum())
+        total += labels.size
+        close(acc.compute(), correct / total)
+
+
+@pytest.mark.parametrize("label_dtype", [np.int32, np.int64, np.bool_])
+def test_binary_accuracy_matches_numpy(label_dtype: Any):
+    acc = Accuracy(threshold=0.25)
+    logits = RNG.normal(size=(20,)).astype(np.float32)
+    labels = RNG.integers(0, 2, size=(20,)).astype(label_dtype)
+    acc.update(logits=jnp.asarray(logits), labels=jnp.asarray(labels))
+    close(acc.compute(), np.mean((logits > 0.25) == labels.astype(bool)))
+
+
+def test_accuracy_flax_documented_example():
+    logits = jax.random.normal(jax.random.key(0), (5, 2))
+    labels = jnp.array([0, 1, 1, 1, 0])
+    acc = Accuracy()
+    acc.update(logits=logits, labels=labels)
+    expected = np.mean(np.asarray(logits).argmax(-1) == np.asarray(labels))
+    close(acc.compute(), expected)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "logits", "labels", "match"),
+    [
+        (None, jnp.ones((3,)), jnp.ones((3,), int), r"logits\.ndim == labels\.ndim \+ 1"),
+        (None, jnp.ones((3, 2)), jnp.ones((3,)), "integer class labels"),
+        (0.5, jnp.ones((3, 2)), jnp.ones((3,), int), "same rank"),
+        (0.5, jnp.ones((3,)), jnp.ones((3,)), "integer .0/1. or bool labels"),
+    ],
+)
+def test_accuracy_errors(threshold: Any, logits: Any, labels: Any, match: str):
+    with pytest.raises(ValueError, match=match):
+        Accuracy(threshold=threshold).update(logits=logits, labels=labels)
+
+
+def test_accuracy_missing_labels_is_a_type_error():
+    with pytest.raises(TypeError):
+        Accuracy().update(logits=jnp.ones((3, 2)))  # type: ignore[call-arg]
+
+
+# -- MultiMetric ---------------------------------------------------------------------------------
+
+
+def make_multi() -> MultiMetric:
+    return MultiMetric(
+        accuracy=Accuracy(), loss=Average("loss"), loss_stats=Welford("loss")
+    )
+
+
+def eval_batches() -> list[tuple[jax.Array, jax.Array, jax.Array]]:
+    out = []
+    for i in range(4):
+        k1, k2, k3 = jax.random.split(jax.random.key(i), 3)
+        out.append(
+            (
+                jax.random.normal(k1, (8, 3)),
+                jax.random.randint(k2, (8,), 0, 3),
+                jax.random.uniform(k3, (8,)),
+            )
+        )
+    return out
+
+
+def test_multimetric_updates_every_metric_and_computes_a_dict():
+    multi = make_multi()
+    refs = {"accuracy": Accuracy(), "loss": Average("loss"), "loss_stats": Welford("loss")}
+    for logits, labels, loss in eval_batches():
+        multi.update(logits=logits, labels=labels, loss=loss)
+        for ref in refs.values():
+            ref.update(logits=logits, labels=labels, loss=loss)
+    result = multi.compute()
+    assert list(result) == ["accuracy", "loss", "loss_stats"]
+    close(result["accuracy"], refs["accuracy"].compute())
+    close(result["loss"], refs["loss"].compute())
+    close(result["loss_stats"].mean, refs["loss_stats"].compute().mean)
+    assert multi.loss is multi.loss  # attributes by name
+    multi.reset()
+    assert all(int(getattr(multi, n).count.value) == 0 for n in ("accuracy", "loss", "loss_stats"))
+
+
+def test_multimetric_under_jit_propagates_without_retracing():
+    multi, eager = make_multi(), make_multi()
+    traces = []
+
+    @nnx.jit
+    def eval_step(metrics: MultiMetric, logits: jax.Array, labels: jax.Array, loss: jax.Array):
+        traces.append(1)
+        metrics.update(logits=logits, labels=labels, loss=loss)
+
+    for logits, labels, loss in eval_batches():
+        eval_step(multi, logits, labels, loss)
+        eager.update(logits=logits, labels=labels, loss=loss)
+    assert len(traces) == 1
+    got, want = multi.compute(), eager.compute()
+    close(got["accuracy"], want["accuracy"])
+    close(got["loss"], want["loss"])
+    for a, b in zip(got["loss_stats"], want["loss_stats"]):
+        close(a, b)
+    # compute and reset work under jit too
+    result = nnx.jit(lambda m: m.compute())(multi)
+    close(result["loss"], want["loss"])
+    nnx.jit(lambda m: m.reset())(multi)
+    assert int(multi.loss.count.value) == 0
+
+
+def test_multimetric_graphdef_is_hashable_and_static_names_are_a_tuple():
+    multi = make_multi()
+    assert multi._metric_names == ("accuracy", "loss", "loss_stats")
+    graphdef = nnx.graphdef(multi)
+    assert hash(graphdef) == hash(nnx.graphdef(make_multi()))
+    assert graphdef == nnx.graphdef(make_multi())
+    multi.update(logits=jnp.ones((2, 3)), labels=jnp.zeros(2, int), loss=jnp.ones(2))
+    assert nnx.graphdef(multi) == graphdef
+    # the pytree view works with plain jax.jit too (static parts are hashable)
+    out = jax.jit(lambda m: m.compute())(multi)
+    close(out["loss"], 1.0)
+
+
+def test_multimetric_rejects_bad_arguments():
+    with pytest.raises(TypeError, match=r"expects an nnx\.metrics\.Metric"):
+        MultiMetric(loss=3.0)  # type: ignore[arg-type]
+    for name in ("update", "compute", "reset", "_metric_names"):
+        with pytest.raises(ValueError, match="reserved"):
+            MultiMetric(**{name: Average()})
+
+
+def test_custom_metric_in_multimetric():
+    class Maximum(Metric):
+        def __init__(self) -> None:
+            self.max = MetricState(jnp.array(-jnp.inf))
+
+        def reset(self) -> None:
+            self.max.value = jnp.array(-jnp.inf)
+
+        def update(self, *, values: Any, **_: Any) -> None:  # type: ignore[override]
+            self.max.value = jnp.maximum(self.max.value, jnp.max(values))
+
+        def compute(self) -> jax.Array:
+            return self.max.value
+
+    multi = MultiMetric(max=Maximum(), mean=Average())
+    step = nnx.jit(lambda m, v: m.update(values=v))
+    step(multi, jnp.array([1.0, 5.0]))
+    step(multi, jnp.array([3.0]))
+    assert {k: float(v) for k, v in multi.compute().items()} == {"max": 5.0, "mean": 3.0}
+
+
+def test_module_exports_flax_names():
+    for name in ("Metric", "MetricState", "Average", "Welford", "Statistics", "Accuracy",
+                 "MultiMetric"):
+        assert hasattr(metrics, name)
