@@ -90,7 +90,7 @@ def test_squeeze_drops_the_split_axis() -> None:
         assert data(rngs.default.key.value) == data(
             random.split(random.fold_in(random.key(0), 0), 1)[0]
         )
-    with pytest.raises(ValueError, match="squeeze=True.*splits=1"):
+    with pytest.raises(ValueError, match=r"squeeze=True.*splits=1"):
         nnx.split_rngs(rngs, splits=2, squeeze=True)
     assert rngs.default.key.value.shape == () and count(rngs.default) == 1
 
@@ -108,9 +108,7 @@ def test_decorator_splits_before_each_call_and_restores_after_even_on_error() ->
 
     f(rngs)
     f(rngs)
-    assert seen == [
-        data(random.split(random.fold_in(random.key(7), n), 5)) for n in range(2)
-    ]
+    assert seen == [data(random.split(random.fold_in(random.key(7), n), 5)) for n in range(2)]
     assert count(rngs.default) == 2 and rngs.default.key.value.shape == ()
 
     @nnx.split_rngs(splits=5)
@@ -172,7 +170,9 @@ def test_rng_state_mapped_with_state_axes_gives_each_example_its_stream() -> Non
     f = nnx.vmap(lambda m, x: m(x), in_axes=(RNG_AXES, 0))
     y1, y2 = f(m, x), f(m, x)
     for call, y in enumerate((y1, y2)):
-        expected = np.stack([2.0 * random.normal(random.fold_in(seeds[i], call), (3,)) for i in range(4)])
+        expected = np.stack(
+            [2.0 * random.normal(random.fold_in(seeds[i], call), (3,)) for i in range(4)]
+        )
         np.testing.assert_allclose(y, expected, rtol=1e-6)
     assert count(m.rngs.noise) == [2, 2, 2, 2]
 
@@ -207,7 +207,9 @@ def test_rng_count_carried_through_scan_draws_a_new_key_each_step() -> None:
         return m(x)
 
     ys = draw(m, jnp.zeros((4, 2)))
-    expected = np.stack([2.0 * random.normal(random.fold_in(random.key(3), n), (2,)) for n in range(4)])
+    expected = np.stack(
+        [2.0 * random.normal(random.fold_in(random.key(3), n), (2,)) for n in range(4)]
+    )
     np.testing.assert_allclose(ys, expected, rtol=1e-6)
     assert count(m.rngs.noise) == 4
 

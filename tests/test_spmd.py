@@ -88,7 +88,7 @@ def test_scan_removes_and_restores_the_scanned_axis_name() -> None:
         m.param.value = m.param.value + c
         return c + 1, jnp.sum(m.param.value)
 
-    c, ys = f(jnp.zeros(()), m)
+    _, ys = f(jnp.zeros(()), m)
     assert seen == [((3, 5), ("a", None))]
     assert m.param.shape == (3, 4, 5)
     assert m.param.sharding == ("a", "b", None)
@@ -106,7 +106,7 @@ def test_scan_adds_the_partition_name_to_objects_created_inside() -> None:
     def init_scan(c: jax.Array) -> tuple[jax.Array, Weights]:
         return c + 1, Weights(jnp.ones((3, 5)) * c, sharding=("a", None))
 
-    c, m = init_scan(jnp.zeros(()))
+    _, m = init_scan(jnp.zeros(()))
     assert m.param.shape == (3, 4, 5)
     assert m.param.sharding == ("a", "b", None)
     np.testing.assert_array_equal(m.param.value[0, :, 0], [0.0, 1.0, 2.0, 3.0])
@@ -129,7 +129,7 @@ def test_partitioned_add_and_remove_axis() -> None:
     assert box.names == ("a", None)  # a new box; the old one is unchanged
     assert added.remove_axis(1, {nnx.PARTITION_NAME: "layers"}) == box
     assert box.add_axis(-1, {}).names == ("a", None, None)
-    with pytest.raises(ValueError, match="named 'layers'.*PARTITION_NAME is 'other'"):
+    with pytest.raises(ValueError, match=r"named 'layers'.*PARTITION_NAME is 'other'"):
         added.remove_axis(1, {nnx.PARTITION_NAME: "other"})
     assert box.get_partition_spec() == P("a", None)
     assert jax.tree.leaves(box) == [x]

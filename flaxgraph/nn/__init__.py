@@ -1,5 +1,5 @@
 """Neural-network layers: linear, embedding, convolution, normalization, dropout,
-attention and recurrent layers, activation functions and initializers.
+attention and recurrent layers, pooling, activation functions and initializers.
 
 Every layer is an ``nnx.Module`` taking ``rngs=`` for its initializers; its
 parameters are ``Param`` Variables (running statistics ``BatchStat``, decoding
@@ -56,6 +56,10 @@ from flaxgraph.nn.normalization import BatchNorm as BatchNorm
 from flaxgraph.nn.normalization import GroupNorm as GroupNorm
 from flaxgraph.nn.normalization import LayerNorm as LayerNorm
 from flaxgraph.nn.normalization import RMSNorm as RMSNorm
+from flaxgraph.nn.pooling import avg_pool as avg_pool
+from flaxgraph.nn.pooling import max_pool as max_pool
+from flaxgraph.nn.pooling import min_pool as min_pool
+from flaxgraph.nn.pooling import pool as pool
 from flaxgraph.nn.recurrent import RNN as RNN
 from flaxgraph.nn.recurrent import Bidirectional as Bidirectional
 from flaxgraph.nn.recurrent import GRUCell as GRUCell

@@ -63,13 +63,16 @@ def describe(module: Any) -> str:
     parts = []
     for name in fields:
         value = module.__dict__.get(name)
-        parts.append(f"{name}={value!r}")
+        text = describe(value) if hasattr(type(value), "_describe_fields") else repr(value)
+        parts.append(f"{name}={text}")
     return f"{type(module).__name__}({', '.join(parts)})"
 
 
-def shape_error(module: Any, expected: str, shape: Any) -> LayerShapeError:
-    """A ``LayerShapeError`` with the message ``"<layer> expected <expected>, got shape <shape>."``."""
-    who = describe(module) if module is not None else "this function"
+def shape_error(module: Any, expected: str, shape: Any, who: str | None = None) -> LayerShapeError:
+    """A ``LayerShapeError`` with the message ``"<layer> expected <expected>, got shape
+    <shape>."``; ``who`` names the raiser when there is no layer (a function)."""
+    if who is None:
+        who = describe(module) if module is not None else "this function"
     return LayerShapeError(f"{who} expected {expected}, got shape {tuple(shape)}.", module)
 
 

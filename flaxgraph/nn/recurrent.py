@@ -412,7 +412,7 @@ class RNN(Module):
     Source: Flax NNX ``nnx.RNN``; ``jax.lax.scan`` through ``nnx.scan``.
     """
 
-    _describe_fields: ClassVar[tuple[str, ...]] = ("time_major",)
+    _describe_fields: ClassVar[tuple[str, ...]] = ("cell",)
 
     def __init__(
         self,

@@ -44,7 +44,7 @@ import optax
 
 from flaxgraph.filters import Filter
 from flaxgraph.graph.api import update as graph_update
-from flaxgraph.objects import Object
+from flaxgraph.objects import Object, static
 from flaxgraph.state import State
 from flaxgraph.training._params import (
     as_flat,
@@ -109,7 +109,9 @@ class Optimizer(Object, Generic[M]):
 
     Attributes:
       step: an ``OptState`` Variable, a ``uint32`` scalar counting ``update`` calls.
-      tx: the optax transformation (a static attribute).
+      tx: the optax transformation (a static attribute, compared by the identity
+        of its functions: ``nnx.jit`` reuses compiled code for a new Optimizer only if
+        it shares the ``tx`` object, so build ``tx`` once to train several models).
       wrt: the filter (a static attribute; a list filter is stored as a tuple).
       opt_state: ``tx.init(params)`` with every array wrapped in an ``OptArray``, or
         an ``OptVariable`` copying the metadata of the parameter it mirrors. ``params``
@@ -144,7 +146,9 @@ class Optimizer(Object, Generic[M]):
     """
 
     def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter = Param):
-        self.tx = tx
+        # One static value (not a container walked into its functions): optax builds
+        # `tx` from closures, equal only to themselves, which is what a cache key needs.
+        self.tx = static(tx)
         self.wrt = freeze_filter(wrt)
         self.step = OptState(jnp.array(0, dtype=jnp.uint32))
         pairs = wrt_pairs(model, self.wrt)

@@ -116,6 +116,13 @@ class PrefixWalk(Walk):
             return prefix
         lift = self.spec.lift_type
         if lift is not None and isinstance(prefix, lift):
+            bad = [p for p in prefix.prefixes if not self.spec.is_leaf(p)]  # type: ignore[attr-defined]
+            if bad:
+                raise PrefixError(
+                    f"{self.spec.name} gives {prefix!r} for the {type(node).__name__} at "
+                    f"{self.where(path)}, but {bad[0]!r} is not a valid {self.spec.name} value."
+                    + (f"\nFix: {self.spec.fix}" if self.spec.fix else "")
+                )
             return _MapCtx(prefix, len(path))
         raise PrefixError(
             f"{self.spec.name} gives {_describe(prefix)} for the {type(node).__name__} at "
@@ -130,7 +137,7 @@ class PrefixWalk(Walk):
             prefix = ctx.mapping.prefix_of(path[ctx.base :], leaf)
             if prefix is NO_MATCH:
                 raise PrefixError(
-                    f"The {type(leaf).__name__} at {self.where(path)} matches none of the "
+                    f"The {kind_name(leaf)} at {self.where(path)} matches none of the "
                     f"filters of {ctx.mapping!r}.\nFix: add a filter for it, or end the "
                     "mapping with `...: <prefix>` to cover the rest."
                 )
@@ -140,7 +147,7 @@ class PrefixWalk(Walk):
         if isinstance(ctx, PrefixMapping) and ctx.distributes:
             return ctx.leaf_prefix
         raise PrefixError(
-            f"{self.spec.name} gives {_describe(ctx)} for the {type(leaf).__name__} leaf at "
+            f"{self.spec.name} gives {_describe(ctx)} for the {kind_name(leaf)} leaf at "
             f"{self.where(path)}; a leaf takes a single prefix."
             + (f"\nFix: {self.spec.fix}" if self.spec.fix else "")
         )
@@ -280,7 +287,7 @@ class AliasDiagnostics(PrefixWalk):
         lines = []
         for record in bad:
             leaf = record[0][1]
-            lines.append(f"  {type(leaf).__name__}{_shape(leaf)}:")
+            lines.append(f"  {kind_name(leaf)}{_shape(leaf)}:")
             lines.extend(f"    {self.where(path)}: {p!r}" for path, _, p in record)
         raise InconsistentAliasingError(
             "Inconsistent aliasing detected: an object is reachable along several paths "
@@ -297,6 +304,13 @@ class AliasDiagnostics(PrefixWalk):
                 ]
             )
         )
+
+
+def kind_name(leaf: Any) -> str:
+    """How messages name a leaf: its Variable kind, or ``array`` for raw arrays."""
+    if isinstance(leaf, Variable):
+        return type(leaf).__name__
+    return "array" if hasattr(leaf, "shape") and hasattr(leaf, "dtype") else type(leaf).__name__
 
 
 def _hashable_key(p: Any) -> Any:

@@ -25,7 +25,8 @@ from typing import Any
 
 import jax
 
-from flaxgraph.errors import FlaxgraphError
+from flaxgraph.errors import FlaxgraphError, TraceContextError
+from flaxgraph.tracing import current_trace
 from flaxgraph.graph.diff import graphdef_diff
 from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.unflatten import unflatten
@@ -145,6 +146,16 @@ class _Carry:
     def split(self, val: Any, what: str) -> list[Any]:
         walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})))
         graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
+        trace = current_trace()
+        for node in walk.ref_index:
+            created = node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", trace)
+            if created != trace:
+                raise TraceContextError(
+                    f"The {what} returned a {type(node).__name__} that was created outside the "
+                    "loop and captured by closure; the carry must be built from the objects "
+                    "the body received.\nFix: pass the object in the carry (init_val) instead "
+                    "of capturing it."
+                )
         if graphdef != self.graphdef:
             # Name paths from the carry itself (the walk wraps it as ((carry,), {})).
             inner = [GraphDef(g.root.children[0].children[0], ()) for g in (self.graphdef, graphdef)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph.nn import Dropout, LayerShapeError
+from flaxgraph.nn import Dropout, LayerShapeError, Linear
 
 X = jnp.ones((64, 64))
 
@@ -105,3 +105,12 @@ def test_jit_advances_stream_and_grad():
 
     g = nnx.grad(lambda x: jnp.sum(Dropout(0.5, deterministic=True)(x)))(X)
     assert (g == 1).all()
+
+    # through a model: the gradient flows through the kept entries only
+    model = nnx.Sequential(Linear(64, 64, rngs=nnx.Rngs(0)), Dropout(0.5, rngs=nnx.Rngs(1)))
+    grads = nnx.jit(nnx.grad(lambda m, x: jnp.sum(m(x))))(model, X[:1])
+    assert int(model.layers[1].rngs.count.value) == 1
+    kernel_grad = np.asarray(grads["layers"][0]["kernel"].value)
+    kept = kernel_grad[0] != 0  # one example: column j gets 1 / keep if output j was kept
+    assert 0 < kept.mean() < 1
+    np.testing.assert_allclose(kernel_grad[0][kept], 2.0)

@@ -462,3 +462,22 @@ def test_state_that_stores_the_params_does_not_share_their_buffers():
     for i in range(2):
         step(model, optimizer, *batch(i))
     assert_trees_close(values(model, ALL), reference(TXS["sgd"], ALL, n=2)[0])
+
+
+def test_a_shared_tx_reuses_compiled_code_for_new_optimizers():
+    tx = optax.adam(1e-2)
+    traces = []
+
+    @nnx.jit
+    def train_step(model: MLP, optimizer: Optimizer[MLP], x: jax.Array, y: jax.Array) -> None:
+        traces.append(1)
+        optimizer.update(model, nnx.grad(model_loss)(model, x, y))
+
+    for seed in range(3):  # a fresh model and optimizer per run, one tx
+        model = MLP(seed)
+        optimizer = Optimizer(model, tx)
+        assert optimizer.tx is tx
+        train_step(model, optimizer, *batch(0))
+    assert len(traces) == 1
+    assert nnx.graphdef(Optimizer(MLP(), tx)) == nnx.graphdef(optimizer)
+    assert nnx.graphdef(Optimizer(MLP(), optax.adam(1e-2))) != nnx.graphdef(optimizer)

@@ -195,10 +195,6 @@ def check_rejection(
             )
 
 
-def describe(records: Records) -> str:
-    return "\n".join(f"  {r}" for r in records.values())
-
-
 # -- grad: argnums --------------------------------------------------------------------------------
 
 

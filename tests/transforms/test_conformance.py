@@ -8,7 +8,8 @@ with an identity-like function behaves as the eager call. Here that means:
   object at the same place (checked by comparing the ``(graph, output)`` pairs
   in one lockstep walk, which pairs objects one-to-one);
 * **objects unchanged**: after the call, the caller's graph holds the same
-  objects at the same paths, with the same array objects and metadata;
+  objects at the same paths, with the same metadata and the same array objects
+  (equal arrays, for transforms that send every leaf through JAX: ``Lift.new_leaves``);
 * **sharing preserved**: the graph is still isomorphic to a clone taken before.
 
 Transforms that return something else than their function's output have their
@@ -92,11 +93,11 @@ class Lift:
     Attributes:
       apply: ``apply(f)`` is ``f`` transformed, called with what ``f`` takes.
       carry: the function must return its argument's structure (a loop body).
-      new_leaves: every leaf goes through the JAX transform and comes back as a
-        new JAX array (``lax.cond``, loops): values must be unchanged but not the
-        array objects, and NumPy arrays or ``nnx.data`` scalars come back as JAX
-        arrays, as ``jax.lax.cond`` returns them. Otherwise unchanged leaves are
-        not written back at all, so the caller keeps the very same array objects.
+      new_leaves: every leaf goes through the JAX transform and may come back as a
+        new JAX array (``lax.cond``, loops, ``pmap``): values must be unchanged but
+        not the array objects, and NumPy arrays or ``nnx.data`` scalars may come
+        back as JAX arrays, as ``jax.lax.cond`` returns them. Otherwise unchanged
+        leaves are not written back, so the caller keeps the very same arrays.
     """
 
     apply: Callable[[F], F]
@@ -114,6 +115,30 @@ LIFTS: dict[str, Lift] = {
     ),
     "fori_loop_3": Lift(
         lambda f: lambda x: nnx.fori_loop(0, 3, lambda i, c: f(c), x), carry=True, new_leaves=True
+    ),
+    "vmap_broadcast": Lift(lambda f: nnx.vmap(f, in_axes=None, out_axes=None, axis_size=2)),
+    "pmap_broadcast": Lift(
+        lambda f: (
+            lambda x: nnx.pmap(lambda a, i: f(a), in_axes=(None, 0), out_axes=None)(
+                x, jnp.zeros(jax.local_device_count())
+            )
+        ),
+        new_leaves=True,
+    ),
+    "scan_carry_3": Lift(
+        lambda f: nnx.scan(f, in_axes=nnx.Carry, out_axes=nnx.Carry, length=3),
+        carry=True,
+        new_leaves=True,
+    ),
+    "scan_broadcast": Lift(
+        lambda f: (
+            lambda x: nnx.scan(
+                lambda c, a: (c, f(a)),
+                in_axes=(nnx.Carry, None),
+                out_axes=(nnx.Carry, None),
+                length=2,
+            )(jnp.zeros(()), x)[1]
+        )
     ),
     "while_loop_3": Lift(
         lambda f: (

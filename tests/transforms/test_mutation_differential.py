@@ -87,6 +87,7 @@ TRANSFORMS: dict[str, Runner] = {
     "jit": lambda f, root: nnx.jit(f)(root),
     "cond": _cond,
     "remat": lambda f, root: nnx.remat(f)(root),
+    "vmap_broadcast": lambda f, root: nnx.vmap(f, in_axes=None, out_axes=None, axis_size=2)(root),
 }
 
 

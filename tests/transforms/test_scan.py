@@ -101,7 +101,7 @@ def test_scanned_objects_updates_come_back_stacked() -> None:
 
     c, _ = nnx.scan(body)(jnp.zeros(()), m)
     assert float(c) == 3.0
-    np.testing.assert_array_equal(m.w.value, np.arange(6.0).reshape(3, 2) + [[0], [1], [2]])
+    np.testing.assert_array_equal(m.w.value, np.arange(6.0).reshape(3, 2) + np.arange(3.0)[:, None])
 
 
 # -- scan over layers -----------------------------------------------------------------------------------
@@ -123,16 +123,21 @@ class Block(nnx.Module):
         return y
 
 
-def make_stack(seed: int = 0) -> Block:
-    rngs = nnx.Rngs(seed)
+class BlockStack(Block):
+    """LAYERS Blocks in one object: ``__init__`` itself is vmapped (seed 003's
+    WeightStack), with one split RNG key per layer; the BatchStats are not stacked."""
 
     @nnx.split_rngs(splits=LAYERS)
-    @nnx.vmap(in_axes=0, out_axes=nnx.StateAxes({nnx.Param: 0, nnx.BatchStat: None}))
-    def create(rngs: nnx.Rngs) -> Block:
-        return Block(rngs)
+    @nnx.vmap(in_axes=(nnx.StateAxes({nnx.Param: 0, nnx.BatchStat: None}), 0))
+    def __init__(self, rngs: nnx.Rngs):
+        super().__init__(rngs)
 
-    stack = create(rngs)
+
+def make_stack(seed: int = 0) -> BlockStack:
+    rngs = nnx.Rngs(seed)
+    stack = BlockStack(rngs)
     assert int(rngs.default.count.value) == 1  # one key drawn to split, then restored
+    assert rngs.default.key.value.shape == ()
     return stack
 
 
@@ -151,6 +156,7 @@ def loop(w: Any, b: Any, x: Any, reverse: bool = False) -> tuple[Any, Any]:
 
 def test_layers_created_with_vmap_and_split_rngs_are_distinct() -> None:
     stack = make_stack()
+    assert type(stack) is BlockStack
     assert stack.w.shape == (LAYERS, D, D) and stack.calls.shape == ()
     # Independent keys: layer i draws from fold_in(split(fold_in(key(0), 0), L)[i], n).
     keys = jax.random.split(jax.random.fold_in(jax.random.key(0), 0), LAYERS)
@@ -199,9 +205,9 @@ def test_grad_through_scan_over_layers_equals_jax_grad_of_the_loop() -> None:
         return jnp.sum(forward(x, stack) ** 2)
 
     value, grads = nnx.jit(nnx.value_and_grad(loss))(stack, x)
-    ev, (gw, gb) = jax.value_and_grad(
-        lambda w, b: jnp.sum(loop(w, b, x)[0] ** 2), argnums=(0, 1)
-    )(w, b)
+    ev, (gw, gb) = jax.value_and_grad(lambda w, b: jnp.sum(loop(w, b, x)[0] ** 2), argnums=(0, 1))(
+        w, b
+    )
     np.testing.assert_allclose(value, ev, rtol=1e-5)
     np.testing.assert_allclose(grads["w"].value, gw, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(grads["b"].value, gb, rtol=1e-4, atol=1e-6)
@@ -269,7 +275,9 @@ def test_a_carry_whose_shape_changes_names_the_path() -> None:
         acc.total.value = jnp.concatenate([acc.total.value, x])
         return acc, x
 
-    with pytest.raises(nnx.CarryStructureError, match=r"carry\[0\]\.total from float32\[3\] to float32\[6\]"):
+    with pytest.raises(
+        nnx.CarryStructureError, match=r"carry\[0\]\.total from float32\[3\] to float32\[6\]"
+    ):
         widens(acc, XS)
 
     m = Node(w=nnx.Param(jnp.ones((5, 2))), s=nnx.BatchStat(jnp.zeros(2)))
@@ -279,7 +287,9 @@ def test_a_carry_whose_shape_changes_names_the_path() -> None:
     def cast(m: Node) -> None:
         m.s.value = m.s.value.astype(jnp.int32)
 
-    with pytest.raises(nnx.CarryStructureError, match=r"args\[0\]\.s from float32\[2\] to int32\[2\]"):
+    with pytest.raises(
+        nnx.CarryStructureError, match=r"args\[0\]\.s from float32\[2\] to int32\[2\]"
+    ):
         cast(m)
     np.testing.assert_array_equal(m.s.value, np.zeros(2, np.float32))
 
@@ -315,6 +325,13 @@ def test_a_modified_broadcast_sub_state_raises_and_an_unmodified_one_is_read() -
     with pytest.raises(nnx.CarryStructureError, match=r"broadcast \(None\) leaf at args\[1\]\.s"):
         writes(jnp.zeros(2), m)
     np.testing.assert_array_equal(m.s.value, np.full(2, 2.0))
+
+
+def test_an_invalid_value_inside_state_axes_is_a_prefix_error() -> None:
+    m = Node(w=nnx.Param(jnp.ones((3, 2))))
+    axes = nnx.StateAxes({nnx.Param: "layers"})
+    with pytest.raises(nnx.PrefixError, match=r"'layers' is not a valid in_axes value"):
+        nnx.scan(lambda c, m: (c, None), in_axes=(nnx.Carry, axes))(jnp.zeros(()), m)
 
 
 def test_an_object_both_carried_and_scanned_is_rejected() -> None:

@@ -237,10 +237,7 @@ def test_random_state_with_pre_split_seeds() -> None:
     k, b = weights.kernel.value, weights.bias.value
     for call, y in enumerate((y1, y2)):
         expected = np.stack(
-            [
-                x[i] @ k + b + random.normal(random.fold_in(seeds[i], call), (3,))
-                for i in range(10)
-            ]
+            [x[i] @ k + b + random.normal(random.fold_in(seeds[i], call), (3,)) for i in range(10)]
         )
         np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
     assert int(weights.count.value) == 2  # broadcast: one scalar count, once per call
@@ -282,10 +279,7 @@ def test_random_state_with_split_rngs_decorator() -> None:
     for call, y in enumerate((y1, y2)):
         keys = random.split(random.fold_in(random.key(0), call), 10)
         expected = np.stack(
-            [
-                x[i] @ k + b + random.normal(random.fold_in(keys[i], 0), (3,))
-                for i in range(10)
-            ]
+            [x[i] @ k + b + random.normal(random.fold_in(keys[i], 0), (3,)) for i in range(10)]
         )
         np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
 

@@ -176,7 +176,9 @@ def test_in_axes_tuple_with_the_wrong_length_is_an_error() -> None:
 
 
 def test_state_axes_give_each_sub_state_its_own_axis() -> None:
-    m = Node(w=nnx.Param(W.transpose(1, 0, 2)), c=Count(jnp.arange(4)), s=nnx.BatchStat(jnp.ones(3)))
+    m = Node(
+        w=nnx.Param(W.transpose(1, 0, 2)), c=Count(jnp.arange(4)), s=nnx.BatchStat(jnp.ones(3))
+    )
     axes = nnx.StateAxes({nnx.Param: 1, Count: 0, nnx.BatchStat: None})
 
     def f(m: Node, x: jax.Array) -> jax.Array:
@@ -214,6 +216,18 @@ def test_state_axes_filter_that_matches_nothing_is_a_prefix_error() -> None:
     assert_unchanged(m, before)
 
 
+@pytest.mark.parametrize("bad", [nnx.Carry, "x", 1.5])
+def test_an_invalid_axis_inside_state_axes_is_a_prefix_error(bad: Any) -> None:
+    # Regression: it used to fail later with "Internal error: prefix ... is not among
+    # the groups" (Carry is a scan marker, not a vmap axis).
+    m = Node(w=nnx.Param(W))
+    axes = nnx.StateAxes({nnx.Param: bad})
+    with pytest.raises(nnx.PrefixError, match=r"Node at args\[0\].*is not a valid in_axes value"):
+        nnx.vmap(lambda m: None, in_axes=(axes,))(m)
+    with pytest.raises(nnx.PrefixError, match=r"Node at output.*is not a valid out_axes value"):
+        nnx.vmap(lambda m: m, out_axes=axes)(m)
+
+
 def test_state_axes_for_a_container_is_a_prefix_error_naming_it() -> None:
     m = stacked()
     axes = nnx.StateAxes({...: 0})
@@ -249,6 +263,29 @@ def test_output_that_is_an_input_is_the_callers_object() -> None:
     assert out["m"] is m and out["w"] is other.w
     assert type(out["new"]) is Node and out["new"].inner is m
     np.testing.assert_allclose(m.b.value, B + 1, rtol=1e-6)
+
+
+def test_seed_002_aliases_with_the_same_axes_are_accepted() -> None:
+    # @nnx.vmap(in_axes=(m1_axes, m2_axes, m1_axes), out_axes=m2_axes)
+    m1 = Node(w=nnx.Param(W), c=Count(jnp.zeros((), jnp.int32)))
+    m2 = Node(w=nnx.Param(jnp.moveaxis(W, 0, 1)))
+    m1_axes = nnx.StateAxes({nnx.Param: 0, Count: None})
+    m2_axes = 1
+
+    @nnx.vmap(in_axes=(m1_axes, m2_axes, m1_axes), out_axes=m2_axes)
+    def f(m1: Node, m2: Node, m1_alias: Node) -> Node:
+        assert m1 is m1_alias
+        m1_alias.c += 1
+        m2.w.value = m2.w.value + m1.w.value
+        return m2
+
+    assert f(m1, m2, m1) is m2
+    assert int(m1.c.value) == 1
+    np.testing.assert_allclose(m2.w.value, np.moveaxis(np.asarray(W) * 2, 0, 1), rtol=1e-6)
+    # ...and the same program with m2 returned on another axis is rejected
+    g = nnx.vmap(f.__wrapped__, in_axes=(m1_axes, m2_axes, m1_axes), out_axes=0)
+    with pytest.raises(nnx.InconsistentAliasingError, match=r"output\.w: 0"):
+        g(m1, m2, m1)
 
 
 def test_shared_variable_across_arguments_with_the_same_axes_is_updated_once() -> None:

@@ -74,7 +74,9 @@ def pools(draw: Any) -> Pool:
         items: list[tuple[str, Any]] = []
         earlier = list(variables)
         for j in range(draw(st.integers(1, 2))):
-            value = np.arange(SIZE * SIZE, dtype=np.float32).reshape(SIZE, SIZE) + 10 * len(variables)
+            value = np.arange(SIZE * SIZE, dtype=np.float32).reshape(SIZE, SIZE) + 10 * len(
+                variables
+            )
             v = draw(st.sampled_from([nnx.Param, nnx.BatchStat]))(jnp.asarray(value))
             start[id(v)] = value
             variables.append(v)
@@ -423,7 +425,7 @@ def test_variable_add_axis_and_remove_axis_are_inverses(
         index = data.draw(st.integers(-rank, rank - 1), label="remove index")
         removed = names[index]
         v.remove_axis(index, {nnx.PARTITION_NAME: removed})
-        assert v.get_metadata(key) == names[:index % rank] + names[index % rank + 1 :]
+        assert v.get_metadata(key) == names[: index % rank] + names[index % rank + 1 :]
         v.add_axis(index, {nnx.PARTITION_NAME: removed})
         assert v.get_metadata() == before
 

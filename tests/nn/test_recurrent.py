@@ -1,0 +1,197 @@
+"""Tests of flaxgraph/nn/recurrent.py: cell equations by hand, RNN vs a Python loop."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import flaxgraph as nnx
+from flaxgraph.nn import (
+    RNN,
+    Bidirectional,
+    Dropout,
+    GRUCell,
+    LayerShapeError,
+    LSTMCell,
+    SimpleCell,
+)
+
+RNG = np.random.default_rng(4)
+
+
+def rand(*shape):
+    return jnp.asarray(RNG.normal(size=shape), jnp.float32)
+
+
+def close(a, b, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def W(linear):
+    return np.asarray(linear.kernel.value)
+
+
+def b(linear):
+    return np.asarray(linear.bias.value)
+
+
+def normal_bias():
+    return jax.nn.initializers.normal(1.0)
+
+
+def test_lstm_cell_equations():
+    cell = LSTMCell(3, 4, bias_init=normal_bias(), rngs=nnx.Rngs(0))
+    x, c, h = rand(2, 3), rand(2, 4), rand(2, 4)
+    xn, cn, hn = map(np.asarray, (x, c, h))
+    i = sigmoid(xn @ W(cell.ii) + hn @ W(cell.hi) + b(cell.hi))
+    f = sigmoid(xn @ W(cell.if_) + hn @ W(cell.hf) + b(cell.hf))
+    g = np.tanh(xn @ W(cell.ig) + hn @ W(cell.hg) + b(cell.hg))
+    o = sigmoid(xn @ W(cell.io) + hn @ W(cell.ho) + b(cell.ho))
+    new_c = f * cn + i * g
+    new_h = o * np.tanh(new_c)
+    (c2, h2), y = cell((c, h), x)
+    close(c2, new_c)
+    close(h2, new_h)
+    close(y, new_h)
+
+
+def test_gru_cell_equations():
+    cell = GRUCell(3, 4, bias_init=normal_bias(), rngs=nnx.Rngs(0))
+    assert cell.dense_i.kernel.shape == (3, 12) and cell.dense_h.bias is None
+    x, h = rand(2, 3), rand(2, 4)
+    xn, hn = np.asarray(x), np.asarray(h)
+    xi = xn @ W(cell.dense_i) + b(cell.dense_i)
+    hh = hn @ W(cell.dense_h)
+    r = sigmoid(xi[:, :4] + hh[:, :4])
+    z = sigmoid(xi[:, 4:8] + hh[:, 4:8])
+    n = np.tanh(xi[:, 8:] + r * hh[:, 8:])
+    expected = (1 - z) * n + z * hn
+    h2, y = cell(h, x)
+    close(h2, expected)
+    close(y, expected)
+
+
+def test_simple_cell_equations():
+    cell = SimpleCell(3, 4, residual=True, bias_init=normal_bias(), rngs=nnx.Rngs(0))
+    x, h = rand(2, 3), rand(2, 4)
+    expected = np.tanh(np.asarray(x) @ W(cell.dense_i) + b(cell.dense_i) + np.asarray(h) @ W(cell.dense_h)) + np.asarray(h)
+    close(cell(h, x)[0], expected)
+
+
+def test_initialize_carry():
+    cell = LSTMCell(3, 4, rngs=nnx.Rngs(0))
+    c, h = cell.initialize_carry((5, 3))
+    assert c.shape == h.shape == (5, 4) and not c.any()
+    gru = GRUCell(3, 4, carry_init=jax.nn.initializers.normal(1.0), rngs=nnx.Rngs(0))
+    h1 = gru.initialize_carry((2, 3), rngs=nnx.Rngs(carry=1))
+    h2 = gru.initialize_carry((2, 3), rngs=nnx.Rngs(carry=2))
+    assert h1.shape == (2, 4) and not np.allclose(h1, h2)
+
+
+def python_loop(cell, xs, carry):
+    ys = []
+    for t in range(xs.shape[1]):
+        carry, y = cell(carry, xs[:, t])
+        ys.append(y)
+    return carry, jnp.stack(ys, axis=1)
+
+
+@pytest.mark.parametrize("make_cell", [
+    lambda: LSTMCell(3, 4, rngs=nnx.Rngs(0)),
+    lambda: GRUCell(3, 4, rngs=nnx.Rngs(0)),
+])
+def test_rnn_equals_python_loop(make_cell):
+    cell = make_cell()
+    rnn = RNN(cell, return_carry=True)
+    xs = rand(2, 6, 3)
+    carry, ys = rnn(xs)
+    ref_carry, ref_ys = python_loop(cell, xs, cell.initialize_carry((2, 3)))
+    close(ys, ref_ys)
+    jax.tree.map(close, carry, ref_carry)
+    assert rnn(xs, return_carry=False).shape == (2, 6, 4)
+
+
+def test_rnn_time_major_reverse_keep_order():
+    cell = GRUCell(3, 4, rngs=nnx.Rngs(0))
+    xs = rand(2, 5, 3)
+    _, ref_ys = python_loop(cell, xs[:, ::-1], cell.initialize_carry((2, 3)))
+    close(RNN(cell, reverse=True)(xs), ref_ys)
+    close(RNN(cell, reverse=True, keep_order=True)(xs), ref_ys[:, ::-1])
+    tm = RNN(cell, time_major=True)(jnp.swapaxes(xs, 0, 1))
+    close(jnp.swapaxes(tm, 0, 1), RNN(cell)(xs))
+
+
+def test_rnn_initial_carry_and_seq_lengths():
+    cell = GRUCell(3, 4, rngs=nnx.Rngs(0))
+    rnn = RNN(cell, return_carry=True)
+    xs = rand(2, 5, 3)
+    h0 = rand(2, 4)
+    carry, _ = rnn(xs, initial_carry=h0)
+    close(carry, python_loop(cell, xs, h0)[0])
+    lengths = jnp.array([3, 5])
+    carry, _ = rnn(xs, initial_carry=h0, seq_lengths=lengths)
+    close(carry[0], python_loop(cell, xs[:1, :3], h0[:1])[0][0])  # stopped after 3 steps
+    close(carry[1], python_loop(cell, xs[1:], h0[1:])[0][0])
+    # reverse with lengths flips only the valid steps of each sequence
+    carry, _ = rnn(xs, initial_carry=h0, seq_lengths=lengths, reverse=True)
+    close(carry[0], python_loop(cell, xs[:1, :3][:, ::-1], h0[:1])[0][0])
+
+
+def test_rnn_carries_cell_rng_state():
+    class NoisyCell(GRUCell):
+        def __init__(self, *args, rngs, **kwargs):
+            super().__init__(*args, rngs=rngs, **kwargs)
+            self.drop = Dropout(0.5, rngs=rngs)
+
+        def __call__(self, carry, x):
+            return super().__call__(carry, self.drop(x))
+
+    cell = NoisyCell(3, 4, rngs=nnx.Rngs(0))
+    rnn = RNN(cell)
+    xs = jnp.ones((1, 4, 3))
+    rnn(xs)
+    assert int(cell.drop.rngs.count.value) == 4  # one key per step, carried through the scan
+    cell.eval()
+    close(rnn(xs), RNN(GRUCell(3, 4, rngs=nnx.Rngs(0)))(xs))
+
+
+def test_bidirectional():
+    fwd = RNN(GRUCell(3, 4, rngs=nnx.Rngs(0)))
+    bwd = RNN(GRUCell(3, 4, rngs=nnx.Rngs(1)))
+    bi = Bidirectional(fwd, bwd)
+    xs = rand(2, 5, 3)
+    expected = jnp.concatenate([fwd(xs), bwd(xs, reverse=True, keep_order=True)], axis=-1)
+    close(bi(xs), expected)
+
+
+def test_errors():
+    cell = LSTMCell(3, 4, rngs=nnx.Rngs(0))
+    with pytest.raises(LayerShapeError, match=r"LSTMCell\(in_features=3, hidden_features=4\) expected inputs with last dimension 3, got shape \(2, 5\)"):
+        cell(cell.initialize_carry((2, 3)), jnp.ones((2, 5)))
+    with pytest.raises(LayerShapeError, match=r"expected a carry of shape \(2, 4\)"):
+        cell((jnp.ones((2, 4)), jnp.ones((2, 6))), jnp.ones((2, 3)))
+    with pytest.raises(LayerShapeError, match=r"RNN\(cell=LSTMCell\(in_features=3, hidden_features=4\)\) expected inputs with last dimension 3"):
+        RNN(cell)(jnp.ones((2, 5, 7)))
+    with pytest.raises(LayerShapeError, match="rank >= 2"):
+        RNN(cell)(jnp.ones((3,)))
+
+
+def test_rnn_jit_and_grad():
+    rnn = RNN(LSTMCell(3, 4, rngs=nnx.Rngs(0)))
+    xs = rand(2, 5, 3)
+    close(nnx.jit(lambda m, x: m(x))(rnn, xs), rnn(xs))
+
+    def loss(m, x):
+        return jnp.sum(m(x) ** 2)
+
+    grads = nnx.grad(loss)(rnn, xs)
+    # the scan gradient equals the gradient through the Python loop
+    def loop_loss(cell, x):
+        return jnp.sum(python_loop(cell, x, cell.initialize_carry((2, 3)))[1] ** 2)
+
+    ref = nnx.grad(loop_loss)(rnn.cell, xs)
+    jax.tree.map(lambda a, b: close(a, b, 1e-4), grads["cell"], ref)
