@@ -46,8 +46,6 @@ from sklearn.datasets import load_digits
 from tqdm import tqdm
 
 import flaxgraph as nnx
-from flaxgraph.nn import Dropout, LayerNorm, Linear
-from flaxgraph.training import Optimizer, metrics
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -91,9 +89,9 @@ print(f"train: {x_train.shape[0]} images, test: {x_test.shape[0]} images, {image
 # %%
 class Block(nnx.Module):
     def __init__(self, width: int, *, rngs: nnx.Rngs):
-        self.linear = Linear(width, width, rngs=rngs)
-        self.norm = LayerNorm(width, rngs=rngs)
-        self.dropout = Dropout(0.1, rngs=rngs)
+        self.linear = nnx.Linear(width, width, rngs=rngs)
+        self.norm = nnx.LayerNorm(width, rngs=rngs)
+        self.dropout = nnx.Dropout(0.1, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return x + self.dropout(jax.nn.gelu(self.norm(self.linear(x))))
@@ -101,7 +99,7 @@ class Block(nnx.Module):
 
 class MLP(nnx.Module):
     def __init__(self, din: int, width: int, n_blocks: int, n_classes: int, *, rngs: nnx.Rngs):
-        self.embed = Linear(din, width, rngs=rngs)
+        self.embed = nnx.Linear(din, width, rngs=rngs)
 
         @nnx.split_rngs(splits=n_blocks)
         @nnx.vmap(in_axes=0, out_axes=0)
@@ -109,7 +107,7 @@ class MLP(nnx.Module):
             return Block(width, rngs=rngs)
 
         self.blocks = make_blocks(rngs)
-        self.head = Linear(width, n_classes, rngs=rngs)
+        self.head = nnx.Linear(width, n_classes, rngs=rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
@@ -142,7 +140,7 @@ print("kernel of the blocks, stacked (members, blocks, in, out):", model.blocks.
 # ## Training
 
 # %%
-optimizer = Optimizer(model, optax.adamw(2e-3, weight_decay=1e-4), wrt=nnx.Param)
+optimizer = nnx.Optimizer(model, optax.adamw(2e-3, weight_decay=1e-4), wrt=nnx.Param)
 
 
 def loss_fn(model: MLP, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -152,7 +150,7 @@ def loss_fn(model: MLP, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Arra
 
 
 @nnx.jit
-def train_step(model: MLP, optimizer: Optimizer, x: jax.Array, y: jax.Array):
+def train_step(model: MLP, optimizer: nnx.Optimizer, x: jax.Array, y: jax.Array):
     (loss, logits), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, x, y)
     optimizer.update(model, grads)
     accuracy = jnp.mean(jnp.argmax(logits, -1) == y[None, :])
@@ -167,7 +165,7 @@ def predict(model: MLP, x: jax.Array) -> jax.Array:
 history: dict[str, list[float]] = {"loss": [], "train_accuracy": [], "test_accuracy": []}
 steps_per_epoch = int(np.ceil(len(x_train) / args.batch_size))
 data_rng = np.random.default_rng(1)
-train_metrics = metrics.MultiMetric(loss=metrics.Average("loss"), accuracy=metrics.Average("accuracy"))
+train_metrics = nnx.MultiMetric(loss=nnx.metrics.Average("loss"), accuracy=nnx.metrics.Average("accuracy"))
 progress = tqdm(range(args.epochs), desc="training", unit="epoch", file=sys.stdout, mininterval=0.5)
 for epoch in progress:
     model.train()

@@ -1,6 +1,7 @@
-"""The benchmarks run: ``python -m benchmarks.graph --quick`` completes and prints its
-table. Only the output's shape is checked, never the timings. The comparators (Flax
-NNX) are optional: one run hides them to check they are skipped."""
+"""The benchmarks run: ``python -m benchmarks.graph --quick`` and ``python -m
+benchmarks.transforms --quick`` complete and print their tables. Only the output's
+shape is checked, never the timings. The comparators (Flax NNX, Equinox) are
+optional: one run of each hides them to check they are skipped."""
 
 from __future__ import annotations
 
@@ -64,3 +65,78 @@ def test_graph_benchmark_quick_skips_missing_comparators(tmp_path: Path) -> None
     for record in results["results"]:
         assert set(record["contenders"]) == {"flaxgraph"}
         assert record["ratio_flaxgraph_over_nnx"] is None
+
+
+# -- benchmarks.transforms ------------------------------------------------------------------
+
+TRANSFORM_WORKLOADS = {  # workload -> model sizes run by --quick
+    "train": ("1", "8"),
+    "forward": ("1", "8"),
+    "vmap": ("1", "8"),
+    "vmap_jit": ("1", "8"),
+    "scan": ("8",),
+    "scan_jit": ("8",),
+}
+
+# Runs the transforms benchmark with flax and equinox made unimportable.
+TRANSFORMS_WITHOUT_COMPARATORS = (
+    "import sys\n"
+    "for name in ('flax', 'flax.nnx', 'equinox'): sys.modules[name] = None\n"
+    "from benchmarks.transforms import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def _check_transform_tables(stdout: str, results: dict, contenders: set[str]) -> None:
+    lines = stdout.splitlines()
+    for workload, sizes in TRANSFORM_WORKLOADS.items():
+        title = next(i for i, line in enumerate(lines) if line.startswith(f"{workload}: "))
+        header = lines[title + 1].split()
+        assert header[:2] == ["L", "jax"]
+        assert "goal" in header and "spread" in header
+        for name in contenders - {"jax"}:
+            assert name in header
+        assert ("fg/jax" in header) and ("flaxgraph" in header)
+        assert set(lines[title + 2].replace(" ", "")) == {"-"}
+        rows = [line.split() for line in lines[title + 3 : title + 3 + len(sizes)]]
+        assert tuple(r[0] for r in rows) == sizes
+        assert all(len(r) == len(header) + 1 for r in rows)  # "1.2 ok": two words
+    assert "load average" in stdout
+    assert results["benchmark"] == "transforms"
+    records = results["results"]
+    assert [(r["workload"], str(r["layers"])) for r in records] == [
+        (w, n) for w, sizes in TRANSFORM_WORKLOADS.items() for n in sizes
+    ]
+    for record in records:
+        assert set(record["contenders"]) == contenders
+        assert set(record["ratio_to_jax"]) == contenders - {"jax"}
+        assert all(r > 0 for r in record["ratio_to_jax"].values())
+        assert isinstance(record["goal_met"], bool)
+
+
+def _run_transforms(tmp_path: Path, *prefix: str) -> tuple[str, dict]:
+    out = tmp_path / "transforms.json"
+    proc = subprocess.run(
+        [sys.executable, *prefix, "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_transforms_benchmark_quick_runs(tmp_path: Path) -> None:
+    flax = pytest.importorskip("flax")
+    pytest.importorskip("equinox")
+    stdout, results = _run_transforms(tmp_path, "-m", "benchmarks.transforms")
+    contenders = {"jax", "flaxgraph", "nnx", "eqx"}
+    if "graph" in flax.nnx.jit.__code__.co_varnames:
+        contenders.add("nnx_tree")
+    _check_transform_tables(stdout, results, contenders)
+
+
+def test_transforms_benchmark_quick_skips_missing_comparators(tmp_path: Path) -> None:
+    stdout, results = _run_transforms(tmp_path, "-c", TRANSFORMS_WITHOUT_COMPARATORS)
+    assert "Flax NNX skipped" in stdout and "Equinox skipped" in stdout
+    _check_transform_tables(stdout, results, {"jax", "flaxgraph"})

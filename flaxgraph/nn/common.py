@@ -9,6 +9,9 @@
 * ``make_param`` calls an initializer with a key from ``rngs.params()`` and
   wraps the result in a ``Param`` carrying the layer's ``*_metadata`` (an
   initializer wrapped with ``nnx.with_partitioning`` adds its ``sharding``).
+  Initializers are used at construction only and are not kept on the layer:
+  most are closures (``lecun_normal()``), which as static attributes would give
+  every new model a different ``GraphDef`` (and a recompilation).
 
 Source: Flax NNX layer conventions (``kernel_metadata``, ``first_from``).
 """

@@ -37,7 +37,6 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import jax
-import optax
 
 from flaxgraph.filters import Filter
 from flaxgraph.graph.api import update as graph_update
@@ -146,6 +145,8 @@ class EMA(Object):
         """
         paths, values = self._model_values(model, "update")
         variables = list(self.averages.flat_state().leaves)
+        import optax  # optional dependency: only training needs it
+
         new = optax.incremental_update(
             pure_state(paths, values),
             pure_state(paths, [v.raw_value for v in variables]),

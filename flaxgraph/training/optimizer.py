@@ -36,11 +36,10 @@ optax for all optimizer numerics.
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from flaxgraph.filters import Filter
 from flaxgraph.graph.api import update as graph_update
@@ -64,6 +63,10 @@ from flaxgraph.variables import Param, Variable
 A = TypeVar("A")
 
 __all__ = ["OptArray", "OptState", "OptVariable", "Optimizer"]
+
+
+if TYPE_CHECKING:
+    import optax
 
 
 class OptState(Variable[A]):
@@ -224,6 +227,8 @@ class Optimizer(Object, Generic[M]):
         updates, new_opt_state = self.tx.update(
             grad_state, unbox(self.opt_state), params, **unbox(kwargs)
         )
+        import optax  # optional dependency: only training needs it
+
         new_params = optax.apply_updates(params, updates)
         graph_update(model, new_params)
         write_leaves(self.opt_state, new_opt_state, "optimizer state")

@@ -60,12 +60,16 @@ class PrefixSpec:
       is_leaf: predicate for plain prefixes (ints and None for ``in_axes``).
       lift_type: the lift type accepted at objects (``StateAxes``…), or ``None``.
       fix: a hint appended to prefix errors.
+      wildcard: see the attribute's docstring.
     """
 
     name: str
     is_leaf: Callable[[Any], bool]
     lift_type: type | None = None
     fix: str = ""
+    wildcard: Any = None
+    """A plain prefix that means "no constraint" (``jit``'s unspecified sharding): it
+    is consistent with any other prefix an alias receives. ``None`` if there is none."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,8 +177,12 @@ class PrefixWalk(Walk):
             key: Any = ("leaf", self._leaf_prefix(path, x, ctx))
         else:
             key = self._context_key(x, path, ctx)
-        if key != self.contexts[x]:
+        if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
             self.conflict = True
+
+    def _wild(self, key: Any) -> bool:
+        wildcard = self.spec.wildcard
+        return wildcard is not None and key[0] == "leaf" and key[1] is wildcard
 
     def child_prefixes(
         self, x: Any, path: PathParts, prefix: Any, keys: Sequence[Hashable]
@@ -281,7 +289,12 @@ class AliasDiagnostics(PrefixWalk):
 
     def check(self, value: Any, prefix: Any) -> None:
         self.run(value, prefix)
-        bad = [r for r in self.records.values() if len({_hashable_key(p) for _, _, p in r}) > 1]
+        wildcard = self.spec.wildcard
+        bad = [
+            r
+            for r in self.records.values()
+            if len({_hashable_key(p) for _, _, p in r if wildcard is None or p is not wildcard}) > 1
+        ]
         if not bad:
             return
         lines = []

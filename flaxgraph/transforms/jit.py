@@ -51,8 +51,11 @@ SHARDING_SPEC = PrefixSpec(
     _is_sharding,
     StateSharding,
     "give a Sharding (or None) for the whole object, or nnx.StateSharding({filter: sharding}).",
+    wildcard=UNSPECIFIED,
 )
-OUT_SHARDING_SPEC = PrefixSpec("out_shardings", _is_sharding, StateSharding, SHARDING_SPEC.fix)
+OUT_SHARDING_SPEC = PrefixSpec(
+    "out_shardings", _is_sharding, StateSharding, SHARDING_SPEC.fix, wildcard=UNSPECIFIED
+)
 
 
 def _split_prefix(prefix: Any, n_args: int) -> tuple[Any, Any]:

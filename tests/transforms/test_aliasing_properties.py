@@ -173,7 +173,9 @@ def record_aliases(
 
 
 def inconsistent(records: Records) -> Records:
-    return {k: r for k, r in records.items() if len({p for _, p in r}) > 1}
+    # An unspecified sharding (jit's keyword arguments here) constrains nothing, so
+    # it is consistent with any other prefix, as in jax.jit.
+    return {k: r for k, r in records.items() if len({p for _, p in r if p != UNSPECIFIED}) > 1}
 
 
 ENTRY = re.compile(r"^\s+(\S.*?): (.+)$")
