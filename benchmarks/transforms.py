@@ -164,7 +164,7 @@ def nnx_style_classes(lib: ModuleType) -> tuple[type, type]:
             self.bias = lib.Param(bias)
 
         def __call__(self, x: jax.Array) -> jax.Array:
-            return jnp.tanh(x @ self.kernel[...] + self.bias[...])
+            return jnp.tanh(x @ self.kernel.get_value() + self.bias.get_value())
 
     class MLP(lib.Module):
         def __init__(self, arrays: Sequence[dict[str, jax.Array]]):

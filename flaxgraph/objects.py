@@ -166,10 +166,15 @@ class Object:
         self.__dict__.update(attributes)
 
 
-def _init_slots(obj: Object, kinds: tuple[tuple[str, str], ...]) -> None:
-    object.__setattr__(obj, "_obj_trace", current_trace())
-    object.__setattr__(obj, "_obj_version", 0)
-    object.__setattr__(obj, "_obj_kinds", kinds)
+def _init_slots(obj: Object, kinds: tuple[tuple[str, str], ...], trace: object = None) -> None:
+    _set_trace(obj, current_trace() if trace is None else trace)
+    _set_version(obj, 0)
+    _set_kinds(obj, kinds)
+
+
+_set_trace = Object._obj_trace.__set__  # type: ignore[attr-defined]
+_set_version = Object._obj_version.__set__  # type: ignore[attr-defined]
+_set_kinds = Object._obj_kinds.__set__  # type: ignore[attr-defined]
 
 
 def _same_structure(old: Any, new: Any) -> bool:
@@ -222,9 +227,9 @@ def _graph_set_items(obj: Object, items: list[tuple[str, Any]], kinds: Hashable)
 
 
 def _graph_create_empty(cls: type) -> Any:
-    def create(kinds: Hashable) -> Object:
+    def create(kinds: Hashable, trace: object = None) -> Object:
         obj = object.__new__(cls)
-        _init_slots(obj, kinds)  # type: ignore[arg-type]
+        _init_slots(obj, kinds, trace)  # type: ignore[arg-type]
         return obj
 
     return create

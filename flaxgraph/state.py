@@ -115,31 +115,46 @@ class State(MutableMapping[Key, Any]):
     def from_flat_path(cls, flat: Iterable[tuple[PathParts, Any]]) -> State:
         """Builds a nested State from ``(path, leaf)`` pairs (a FlatState or any iterable).
 
+        Pairs in depth-first order (as ``split`` and ``flat_state`` give them) are
+        built fastest: consecutive paths share their prefix.
+
         Raises:
           GraphStructureError: if one path is a prefix of another (a leaf and a
-            sub-state at the same place).
+            sub-state at the same place), or a path is empty.
         """
-        root: dict[Key, Any] = {}
+        root = cls._wrap({})
+        prev: tuple[Key, ...] = ()
+        stack: list[State] = [root]  # stack[i] is the State at prev[:i]
         for path, leaf in flat:
-            node = root
-            for i, key in enumerate(path[:-1]):
-                child = node.get(key, _MISSING)
+            n = len(path)
+            if not n:
+                raise GraphStructureError("A State leaf needs a non-empty path.")
+            # Longest common prefix with the previous path, among its sub-states.
+            common = 0
+            limit = min(n - 1, len(stack) - 1)
+            while common < limit and path[common] == prev[common]:
+                common += 1
+            del stack[common + 1 :]
+            node = stack[common]
+            for i in range(common, n - 1):
+                key = path[i]
+                child = node._mapping.get(key, _MISSING)
                 if child is _MISSING:
-                    child = node[key] = {}
-                elif type(child) is not dict:
+                    child = node._mapping[key] = cls._wrap({})
+                elif type(child) is not cls:
                     raise GraphStructureError(
                         f"Path {'/'.join(map(str, path))} goes through the leaf at "
                         f"{'/'.join(map(str, path[: i + 1]))}."
                     )
+                stack.append(child)
                 node = child
-            if not path:
-                raise GraphStructureError("A State leaf needs a non-empty path.")
-            if type(node.get(path[-1])) is dict:
+            if type(node._mapping.get(path[-1])) is cls:
                 raise GraphStructureError(
                     f"Path {'/'.join(map(str, path))} is both a leaf and a sub-state."
                 )
-            node[path[-1]] = leaf
-        return _wrap_nested(root)
+            node._mapping[path[-1]] = leaf
+            prev = path
+        return root
 
     # -- filtering ----------------------------------------------------------------------------
     def filter(self, first: Filter, /, *filters: Filter) -> Any:

@@ -3,16 +3,20 @@
 An object created outside a transform must not be mutated inside it (the new
 value would be a tracer that leaks out). Each Object and Variable records the
 trace that was active when it was created; a mutation compares that record with
-the current trace. JAX exposes the current trace only through
-``jax._src.core.get_opaque_trace_state``; this file is the one place that
-touches it.
+the current trace. The token is the weak reference JAX's current trace keeps to
+itself: the same object for as long as the trace lives (so comparisons are
+cheap), and it does not keep the trace alive. JAX exposes it only through
+private modules (``jax._src.core``, the same value its
+``get_opaque_trace_state`` wraps); this file is the one place that touches them.
 """
 
 from __future__ import annotations
 
 from jax._src import core as _jax_core
 
+_trace_ctx = _jax_core.trace_ctx
+
 
 def current_trace() -> object:
-    """Returns an opaque token for the active JAX trace; equal tokens, same trace."""
-    return _jax_core.get_opaque_trace_state(convention="flax")
+    """Returns a token for the active JAX trace; equal tokens, same trace."""
+    return _trace_ctx.trace._weakref

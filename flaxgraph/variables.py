@@ -102,11 +102,15 @@ class Variable(Generic[A]):
 
     # -- construction without __init__ (used by merge, pytree unflatten) -----
     @classmethod
-    def _from_parts(cls: type[V], value: Any, metadata: dict[str, Any]) -> V:
+    def _from_parts(
+        cls: type[V], value: Any, metadata: dict[str, Any], trace: object = None
+    ) -> V:
+        # ``metadata`` may be shared: a Variable's metadata dict is never mutated in
+        # place (every change installs a new dict), so copies can share it.
         obj = object.__new__(cls)
-        object.__setattr__(obj, "_var_trace", current_trace())
-        object.__setattr__(obj, "_var_metadata", metadata)
-        object.__setattr__(obj, "raw_value", value)
+        _set_trace(obj, current_trace() if trace is None else trace)
+        _set_metadata(obj, metadata)
+        _set_value(obj, value)
         return obj
 
     # -- trace guard ------------------------------------------------------------
@@ -201,7 +205,7 @@ class Variable(Generic[A]):
 
     def copy(self: V) -> V:
         """Returns a new Variable of the same kind with the same value and metadata."""
-        return type(self)._from_parts(self.raw_value, dict(self._var_metadata))
+        return type(self)._from_parts(self.raw_value, self._var_metadata)
 
     def __reduce__(self) -> Any:
         # copy.copy/deepcopy/pickle: rebuild through _from_parts (the trace token is
@@ -291,6 +295,12 @@ class Variable(Generic[A]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _register_variable_pytree(cls)
+
+
+# Direct slot setters (C-level; bypass the guarded __setattr__): for construction.
+_set_trace = Variable._var_trace.__set__  # type: ignore[attr-defined]
+_set_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+_set_value = Variable.raw_value.__set__  # type: ignore[attr-defined]
 
 
 def _value_summary(value: Any) -> str:

@@ -42,6 +42,7 @@ from flaxgraph.graph.registry import (
 )
 from flaxgraph.graph.unflatten import unflatten
 from flaxgraph.state import State, partition, unmatched_message
+from flaxgraph.tracing import current_trace
 from flaxgraph.variables import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -54,7 +55,11 @@ def _copy_leaf(leaf: Any) -> Any:
 def _states_from_leaves(
     node: Any, leaves: list[tuple[PathParts, Any]], filters: tuple[Filter, ...], strict: bool
 ) -> list[State]:
-    copied = [(p, _copy_leaf(v)) for p, v in leaves]
+    trace = current_trace()
+    copied = [
+        (p, type(v)._from_parts(v.raw_value, v._var_metadata, trace) if isinstance(v, Variable) else v)
+        for p, v in leaves
+    ]
     if not filters:
         return [_as_state(copied)]
     parts, rest = partition(copied, filters_to_predicates(filters))

@@ -191,6 +191,8 @@ class Walk:
         return path_str(self.root_name, self.error_root, path)
 
     def _frozen_metadata(self, v: Variable[Any], path: PathParts) -> tuple[tuple[str, Any], ...]:
+        if not v._var_metadata:
+            return ()
         metadata = tuple(sorted(v._var_metadata.items()))
         try:
             hash(metadata)

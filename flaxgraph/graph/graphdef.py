@@ -24,43 +24,27 @@ static argument of ``jax.jit`` and a cache key; its hash is computed once.
 from __future__ import annotations
 
 from collections.abc import Hashable
+from operator import itemgetter
 from typing import Any, Union
 
+# Each definition is a tuple whose first item is a tag naming its kind: building,
+# hashing and comparing definitions then run at C speed (tuple construction,
+# tuple hash and tuple equality), and two kinds never compare equal.
 
-class _Def:
-    __slots__ = ("_hash",)
+
+class _Def(tuple):
+    __slots__ = ()
     _fields: tuple[str, ...] = ()
-
-    def _key(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, f) for f in self._fields)
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if type(other) is not type(self):
-            return False
-        if self.__hash__() != other.__hash__():
-            return False
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        try:
-            return self._hash  # type: ignore[no-any-return]
-        except AttributeError:
-            h = hash((type(self).__name__, self._key()))
-            object.__setattr__(self, "_hash", h)
-            return h
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{f}={_short(getattr(self, f))}" for f in self._fields)
         return f"{type(self).__name__}({fields})"
 
-    def __reduce__(self) -> Any:
-        # The constructor takes the fields (`_key` may differ, e.g. StaticDef's).
-        return (type(self), tuple(getattr(self, f) for f in self._fields))
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return tuple(self[1:])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
 
 
 def _short(x: Any) -> str:
@@ -69,93 +53,107 @@ def _short(x: Any) -> str:
     return repr(x)
 
 
-def _init(self: _Def, **values: Any) -> None:
-    for name, value in values.items():
-        object.__setattr__(self, name, value)
-
-
 class NodeDef(_Def):
     """A graph node seen for the first time (index ``index`` in this GraphDef)."""
 
-    __slots__ = ("type", "index", "metadata", "attributes")
+    __slots__ = ()
     _fields = ("type", "index", "metadata", "attributes")
+    type = property(itemgetter(1))
+    index = property(itemgetter(2))
+    metadata = property(itemgetter(3))
+    attributes = property(itemgetter(4))
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         type: type,
         index: int,
         metadata: Hashable,
         attributes: tuple[tuple[Hashable, Def], ...],
-    ):
-        _init(self, type=type, index=index, metadata=metadata, attributes=attributes)
+    ) -> NodeDef:
+        return tuple.__new__(cls, ("N", type, index, metadata, attributes))
 
 
 class VariableDef(_Def):
     """A Variable seen for the first time; its value is the next State leaf."""
 
-    __slots__ = ("type", "index", "metadata")
+    __slots__ = ()
     _fields = ("type", "index", "metadata")
+    type = property(itemgetter(1))
+    index = property(itemgetter(2))
+    metadata = property(itemgetter(3))
 
-    def __init__(self, type: type, index: int, metadata: tuple[tuple[str, Any], ...]):
-        _init(self, type=type, index=index, metadata=metadata)
+    def __new__(cls, type: type, index: int, metadata: tuple[tuple[str, Any], ...]) -> VariableDef:
+        return tuple.__new__(cls, ("V", type, index, metadata))
 
 
 class NodeRef(_Def):
     """A node or Variable seen before in the walk: reuse the object at ``index``."""
 
-    __slots__ = ("type", "index")
+    __slots__ = ()
     _fields = ("type", "index")
+    type = property(itemgetter(1))
+    index = property(itemgetter(2))
 
-    def __init__(self, type: type, index: int):
-        _init(self, type=type, index=index)
+    def __new__(cls, type: type, index: int) -> NodeRef:
+        return tuple.__new__(cls, ("R", type, index))
 
 
 class ContainerDef(_Def):
     """A list/tuple/dict (``type``) or another pytree node (``treedef``), by value."""
 
-    __slots__ = ("type", "keys", "children", "treedef")
+    __slots__ = ()
     _fields = ("type", "keys", "children", "treedef")
+    type = property(itemgetter(1))
+    keys = property(itemgetter(2))
+    children = property(itemgetter(3))
+    treedef = property(itemgetter(4))
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         type: type,
         keys: tuple[Hashable, ...],
         children: tuple[Def, ...],
         treedef: Any = None,
-    ):
-        _init(self, type=type, keys=keys, children=children, treedef=treedef)
+    ) -> ContainerDef:
+        return tuple.__new__(cls, ("C", type, keys, children, treedef))
 
 
 class ArrayDef(_Def):
     """A raw array leaf; its value is the next State leaf."""
 
     __slots__ = ()
-    _fields = ()
+
+    def __new__(cls) -> ArrayDef:
+        return tuple.__new__(cls, ("A",))
 
     def __repr__(self) -> str:
         return "ArrayDef()"
 
 
 class StaticDef(_Def):
-    """A static value kept in the GraphDef (must be hashable)."""
+    """A static value kept in the GraphDef (must be hashable).
 
-    __slots__ = ("value",)
+    The value's type is part of the definition: ``1 == True == 1.0`` in Python, but
+    a GraphDef must tell them apart.
+    """
+
+    __slots__ = ()
     _fields = ("value",)
+    value = property(itemgetter(2))
 
-    def __init__(self, value: Any):
-        _init(self, value=value)
+    def __new__(cls, value: Any) -> StaticDef:
+        return tuple.__new__(cls, ("S", type(value), value))
 
-    def _key(self) -> tuple[Any, ...]:
-        # `1 == True == 1.0` in Python; a GraphDef must still tell them apart.
-        return (type(self.value), self.value)
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (self[2],)
 
 
 Def = Union[NodeDef, VariableDef, NodeRef, ContainerDef, ArrayDef, StaticDef]
 ARRAY_DEF = ArrayDef()
 
 
-class GraphDef(_Def):
-    """The structure of a graph: a root definition plus the number of State leaves.
+class GraphDef:
+    """The structure of a graph: a root definition plus the paths of its State leaves.
 
     Immutable, hashable (hash computed once) and equal to any GraphDef of the same
     structure, so it can be passed as a static argument to ``jax.jit``.
@@ -168,11 +166,26 @@ class GraphDef(_Def):
     Source: Flax NNX ``GraphDef`` (split/merge design).
     """
 
-    __slots__ = ("root", "leaf_paths")
-    _fields = ("root", "leaf_paths")
+    __slots__ = ("root", "leaf_paths", "_hash")
 
     def __init__(self, root: Def, leaf_paths: tuple[tuple[Hashable, ...], ...]):
-        _init(self, root=root, leaf_paths=leaf_paths)
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "leaf_paths", leaf_paths)
+        object.__setattr__(self, "_hash", hash(root))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("GraphDef is immutable")
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            type(other) is GraphDef and self._hash == other._hash and self.root == other.root
+        )
+
+    def __reduce__(self) -> Any:
+        return (GraphDef, (self.root, self.leaf_paths))
 
     @property
     def num_leaves(self) -> int:
@@ -181,7 +194,8 @@ class GraphDef(_Def):
     @property
     def type(self) -> type:
         """The type of the root value."""
-        return self.root.type if hasattr(self.root, "type") else type(None)
+        root_type = self.root.type if self.root and self.root[0] != "A" and self.root[0] != "S" else None
+        return root_type if root_type is not None else type(None)
 
     def __repr__(self) -> str:
         from flaxgraph.display import graphdef_repr

@@ -23,6 +23,7 @@ from the object model.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -43,8 +44,9 @@ class GraphNodeImpl:
       flatten: ``node -> (items, metadata)``; ``items`` is an iterable of
         ``(key, child)`` pairs in a deterministic order, ``metadata`` a hashable
         value stored in the GraphDef (``None`` if there is none).
-      create_empty: ``metadata -> node``: a new node with no children, made
-        without calling ``__init__``.
+      create_empty: ``(metadata, trace) -> node``: a new node with no children, made
+        without calling ``__init__``; ``trace`` is the current JAX trace token (a
+        one-argument function is accepted too).
       set_items: ``(node, items, metadata) -> None``: makes ``node``'s children
         exactly ``items`` (used both to fill a new node and to update an existing
         one in place).
@@ -112,6 +114,12 @@ def register_graph_node_type(
     ``Object`` and its subclasses are registered automatically; use this for other
     mutable classes that should keep reference semantics through transforms.
     """
+    if len(inspect.signature(create_empty).parameters) < 2:
+        user_create = create_empty
+
+        def create_empty(metadata: Hashable, trace: object = None) -> Any:
+            return user_create(metadata)
+
     _GRAPH_NODE_IMPLS[type] = GraphNodeImpl(
         type, flatten, create_empty, set_items, get_child, set_child, del_child
     )

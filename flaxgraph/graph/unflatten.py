@@ -30,6 +30,7 @@ from flaxgraph.graph.graphdef import (
     VariableDef,
 )
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.tracing import current_trace
 from flaxgraph.variables import Variable
 
 
@@ -79,7 +80,7 @@ def unflatten(
 
 
 class _Build:
-    __slots__ = ("leaves", "position", "index_ref", "reuse", "writes", "sink")
+    __slots__ = ("leaves", "position", "index_ref", "reuse", "writes", "sink", "trace")
 
     def __init__(
         self,
@@ -94,6 +95,7 @@ class _Build:
         self.reuse = reuse
         self.writes: list[Any] = []
         self.sink = sink
+        self.trace = current_trace()
 
     def next_leaf(self) -> Any:
         leaf = self.leaves[self.position]
@@ -106,7 +108,7 @@ class _Build:
             impl = _GRAPH_NODE_IMPLS[d.type]
             node = self.reuse.get(d.index)
             if node is None:
-                node = impl.create_empty(d.metadata)
+                node = impl.create_empty(d.metadata, self.trace)
                 self.index_ref[d.index] = node
                 impl.set_items(node, [(k, self.build(c)) for k, c in d.attributes], d.metadata)
                 return node
@@ -125,19 +127,21 @@ class _Build:
         if t is VariableDef:
             leaf = self.next_leaf()
             if isinstance(leaf, Variable):
-                value, metadata = leaf.raw_value, dict(leaf._var_metadata)
+                value, metadata = leaf.raw_value, leaf._var_metadata
             else:
                 value, metadata = leaf, dict(d.metadata)
             variable = self.reuse.get(d.index)
             if variable is None:
-                variable = d.type._from_parts(value, metadata)
+                variable = d.type._from_parts(value, metadata, self.trace)
             else:
                 if type(variable) is not d.type:
                     raise GraphStructureError(
                         f"Cannot update a {type(variable).__name__} in place from a "
                         f"{d.type.__name__} definition."
                     )
-                if value is not variable.raw_value or metadata != variable._var_metadata:
+                if value is not variable.raw_value or (
+                    metadata is not variable._var_metadata and metadata != variable._var_metadata
+                ):
                     variable._check_trace("update")
                     self.writes.append(_variable_write(variable, value, metadata))
             self.index_ref[d.index] = variable

@@ -37,7 +37,8 @@ from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.paths import path_str
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
-from flaxgraph.transforms.lift_types import NO_MATCH, PrefixMapping
+from flaxgraph.state import State
+from flaxgraph.transforms.lift_types import NO_MATCH, PrefixMapping, StatePrefix
 from flaxgraph.variables import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -118,6 +119,8 @@ class PrefixWalk(Walk):
         """The prefix context an object gets from ``prefix`` (checked)."""
         if isinstance(prefix, _MapCtx) or self.spec.is_leaf(prefix):
             return prefix
+        if isinstance(prefix, State):
+            return _MapCtx(StatePrefix(prefix), len(path))  # type: ignore[arg-type]
         lift = self.spec.lift_type
         if lift is not None and isinstance(prefix, lift):
             bad = [p for p in prefix.prefixes if not self.spec.is_leaf(p)]  # type: ignore[attr-defined]
@@ -143,7 +146,8 @@ class PrefixWalk(Walk):
                 raise PrefixError(
                     f"The {kind_name(leaf)} at {self.where(path)} matches none of the "
                     f"filters of {ctx.mapping!r}.\nFix: add a filter for it, or end the "
-                    "mapping with `...: <prefix>` to cover the rest."
+                    "mapping with `...: <prefix>` to cover the rest (for a State prefix: "
+                    "give it the same paths as the object's state)."
                 )
             return prefix
         if self.spec.is_leaf(ctx):

@@ -26,10 +26,10 @@ from typing import Any
 import jax
 
 from flaxgraph.errors import FlaxgraphError, TraceContextError
-from flaxgraph.tracing import current_trace
 from flaxgraph.graph.diff import graphdef_diff
 from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.lift import Call, Inner, InStatic, OutStatic, Static, split_inputs

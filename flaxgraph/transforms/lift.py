@@ -44,6 +44,7 @@ from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.state import State
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.variables import Variable
@@ -144,6 +145,9 @@ def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
     def go(t: Any) -> None:
         if spec.is_leaf(t):
             add(t)
+        elif isinstance(t, State):
+            for leaf in t.flat_state().leaves:
+                go(leaf.raw_value if isinstance(leaf, Variable) else leaf)
         elif spec.lift_type is not None and isinstance(t, spec.lift_type):
             for p in t.prefixes:  # type: ignore[attr-defined]
                 go(p)

@@ -154,3 +154,37 @@ class DiffState:
 
     def __repr__(self) -> str:
         return f"DiffState({self.argnum}, {_filter_repr(self.filter)})"
+
+
+class StatePrefix:
+    """A ``State`` used as a prefix at an object: each leaf takes the value at its own
+    path (Variables are unboxed). This is what ``nnx.get_named_sharding(state, mesh)``
+    or ``nnx.get_partition_spec(state)`` produce, so they can be given directly as
+    ``jit``'s ``in_shardings``/``out_shardings`` for a model.
+    """
+
+    __slots__ = ("state", "by_path")
+
+    def __init__(self, state: Any):
+        from flaxgraph.variables import Variable
+
+        self.state = state
+        self.by_path = {
+            p: (v.raw_value if isinstance(v, Variable) else v) for p, v in state.flat_state()
+        }
+
+    @property
+    def prefixes(self) -> tuple[Any, ...]:
+        return tuple(self.by_path.values())
+
+    def prefix_of(self, path: PathParts, value: Any) -> Any:
+        return self.by_path.get(path, NO_MATCH)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StatePrefix) and other.state is self.state
+
+    def __hash__(self) -> int:
+        return id(self.state)
+
+    def __repr__(self) -> str:
+        return f"State prefix with {len(self.by_path)} leaves"
