@@ -53,7 +53,6 @@ import numpy as np
 import flaxgraph
 from benchmarks.common import (
     Settings,
-    Timing,
     base_parser,
     busy_warning,
     environment,
@@ -151,6 +150,20 @@ def jax_scan(stacked: dict[str, jax.Array], x: jax.Array) -> jax.Array:
     return jax.lax.scan(jax_scan_body, x, stacked)[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class Runner:
+    """One contender on one workload.
+
+    Attributes:
+      step: one call (the timed operation); returns its output.
+      observe: ``step``'s output -> what is compared with the floor (for a train
+        step: the loss and the parameters after the step). Not timed.
+    """
+
+    step: Callable[[], Any]
+    observe: Callable[[Any], Any] = lambda out: out
+
+
 # -- the NNX-style libraries: flaxgraph and Flax NNX (the same code) -----------------------------
 
 
@@ -192,12 +205,9 @@ def nnx_params(lib: ModuleType, model: Any) -> dict[str, Any]:
 
 def nnx_style(
     lib: ModuleType, workload: str, arrays: Any, data: dict[str, jax.Array], **mode: Any
-) -> Callable[[], Any]:
+) -> Runner:
     """The timed call of ``workload`` for ``flaxgraph`` or ``flax.nnx`` (``mode`` is
-    ``graph=False`` for Flax's tree mode, passed to every transform).
-
-    Returns a callable that runs one call and returns the output to compare with
-    the floor's."""
+    ``graph=False`` for Flax's tree mode, passed to every transform)."""
     linear_cls, mlp_cls = nnx_style_classes(lib)
     x, xs = data["x"], data["xs"]
 
@@ -216,7 +226,8 @@ def nnx_style(
             lib.update(model, jax.tree.map(lambda p, g: p - LR * g, params, grads))
             return loss
 
-        return lambda: (train_step(model, x), nnx_params(lib, model))
+        step = lambda: train_step(model, x)
+        return Runner(step, lambda loss: (loss, nnx_params(lib, model)))
 
     if workload == "forward":
         model = mlp_cls(arrays)
@@ -225,14 +236,14 @@ def nnx_style(
         def forward(model: Any, x: jax.Array) -> jax.Array:
             return model(x)
 
-        return lambda: forward(model, x)
+        return Runner(lambda: forward(model, x))
 
     if workload in ("vmap", "vmap_jit"):
         model = mlp_cls(arrays)
         vmapped = lib.vmap(lambda m, x: m(x), in_axes=(None, 0), **mode)
         if workload == "vmap_jit":
             vmapped = lib.jit(vmapped, **mode)
-        return lambda: vmapped(model, xs)
+        return Runner(lambda: vmapped(model, xs))
 
     if workload in ("scan", "scan_jit"):
         # Scan over layers: the stack is made by vmapping the layer's constructor.
@@ -245,7 +256,7 @@ def nnx_style(
         )
         if workload == "scan_jit":
             scanned = lib.jit(scanned, **mode)
-        return lambda: scanned(x, layers)
+        return Runner(lambda: scanned(x, layers))
 
     raise ValueError(workload)
 
@@ -276,9 +287,7 @@ def eqx_classes(eqx: ModuleType) -> tuple[type, type]:
     return EqxLinear, EqxMLP
 
 
-def eqx_style(
-    eqx: ModuleType, workload: str, arrays: Any, data: dict[str, jax.Array]
-) -> Callable[[], Any]:
+def eqx_style(eqx: ModuleType, workload: str, arrays: Any, data: dict[str, jax.Array]) -> Runner:
     """The timed call of ``workload`` for Equinox (see ``nnx_style``)."""
     linear_cls, mlp_cls = eqx_classes(eqx)
     x, xs = data["x"], data["xs"]
@@ -297,23 +306,23 @@ def eqx_style(
             loss, grads = eqx.filter_value_and_grad(loss_fn)(model, x)
             return loss, jax.tree.map(lambda p, g: p - LR * g, model, grads)
 
-        def call() -> Any:
+        def step() -> Any:
             loss, box[0] = train_step(box[0], x)
-            return loss, params_of(box[0])
+            return loss
 
-        return call
+        return Runner(step, lambda loss: (loss, params_of(box[0])))
 
     if workload == "forward":
         model = mlp_cls(arrays)
         forward = eqx.filter_jit(lambda m, x: m(x))
-        return lambda: forward(model, x)
+        return Runner(lambda: forward(model, x))
 
     if workload in ("vmap", "vmap_jit"):
         model = mlp_cls(arrays)
         vmapped = eqx.filter_vmap(lambda m, x: m(x), in_axes=(None, 0))
         if workload == "vmap_jit":
             vmapped = eqx.filter_jit(vmapped)
-        return lambda: vmapped(model, xs)
+        return Runner(lambda: vmapped(model, xs))
 
     if workload in ("scan", "scan_jit"):
         stacked = stack(arrays)
@@ -329,36 +338,36 @@ def eqx_style(
 
         if workload == "scan_jit":
             scanned = eqx.filter_jit(scanned)
-        return lambda: scanned(layers, x)
+        return Runner(lambda: scanned(layers, x))
 
     raise ValueError(workload)
 
 
-def jax_style(workload: str, arrays: Any, data: dict[str, jax.Array]) -> Callable[[], Any]:
+def jax_style(workload: str, arrays: Any, data: dict[str, jax.Array]) -> Runner:
     """The floor's timed call of ``workload`` (see ``nnx_style``)."""
     x, xs = data["x"], data["xs"]
     if workload == "train":
         box = [{"layers": list(arrays)}]
         step = jax.jit(jax_train)
 
-        def call() -> Any:
+        def train() -> Any:
             loss, box[0] = step(box[0], x)
-            return loss, box[0]
+            return loss
 
-        return call
+        return Runner(train, lambda loss: (loss, box[0]))
     params = {"layers": list(arrays)}
     if workload == "forward":
         forward = jax.jit(jax_mlp)
-        return lambda: forward(params, x)
+        return Runner(lambda: forward(params, x))
     if workload in ("vmap", "vmap_jit"):
         vmapped = jax.vmap(jax_mlp, in_axes=(None, 0))
         if workload == "vmap_jit":
             vmapped = jax.jit(vmapped)
-        return lambda: vmapped(params, xs)
+        return Runner(lambda: vmapped(params, xs))
     if workload in ("scan", "scan_jit"):
         stacked = stack(arrays)
         scanned = jax.jit(jax_scan) if workload == "scan_jit" else jax_scan
-        return lambda: scanned(stacked, x)
+        return Runner(lambda: scanned(stacked, x))
     raise ValueError(workload)
 
 
@@ -380,10 +389,8 @@ class Libraries:
         return present.get(name, True)
 
 
-def contenders(
-    workload: str, num_layers: int, libs: Libraries
-) -> dict[str, Callable[[], Any]]:
-    """name -> a call of ``workload`` (returning its output), floor first."""
+def contenders(workload: str, num_layers: int, libs: Libraries) -> dict[str, Runner]:
+    """name -> the contender's ``Runner`` for ``workload``, floor first."""
     arrays, data = make_arrays(num_layers), inputs()
     calls = {
         "jax": jax_style(workload, arrays, data),
@@ -398,19 +405,19 @@ def contenders(
     return calls
 
 
-def check(calls: dict[str, Callable[[], Any]], workload: str, num_layers: int) -> None:
+def check(calls: dict[str, Runner], workload: str, num_layers: int) -> None:
     """Calls every contender once (compiling it) and checks its output against the
     floor's: same structure, ``allclose`` leaves.
 
     Raises:
       AssertionError: a contender's output differs from the floor's.
     """
-    expected = calls["jax"]()
+    expected = calls["jax"].observe(calls["jax"].step())
     expected_leaves, expected_tree = jax.tree.flatten(expected)
     for name, call in calls.items():
         if name == "jax":
             continue
-        leaves, tree = jax.tree.flatten(call())
+        leaves, tree = jax.tree.flatten(call.observe(call.step()))
         where = f"{name} on {workload}, L={num_layers}"
         assert tree == expected_tree, f"{where}: output structure {tree} != {expected_tree}"
         for got, want in zip(leaves, expected_leaves, strict=True):
@@ -419,18 +426,17 @@ def check(calls: dict[str, Callable[[], Any]], workload: str, num_layers: int) -
             )
 
 
-def blocking(call: Callable[[], Any]) -> Callable[[], Any]:
-    """``call`` that waits for its output (so a sample counts execution, not just
+def blocking(runner: Runner) -> Callable[[], Any]:
+    """``runner.step`` that waits for its output (so a sample counts execution, not just
     dispatch, and no work is left queued for the next contender)."""
-    return lambda: jax.block_until_ready(call())
+    step = runner.step
+    return lambda: jax.block_until_ready(step())
 
 
 # -- run ----------------------------------------------------------------------------------------------
 
 
-def run_one(
-    workload: str, num_layers: int, libs: Libraries, settings: Settings
-) -> dict[str, Any]:
+def run_one(workload: str, num_layers: int, libs: Libraries, settings: Settings) -> dict[str, Any]:
     """Checks and times every contender of one workload and size, interleaved."""
     calls = contenders(workload, num_layers, libs)
     check(calls, workload, num_layers)
@@ -502,9 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--scan-layers", type=int, nargs="+", default=None, help="scan sizes (default 8 64)"
     )
-    parser.add_argument(
-        "--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS)
-    )
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument(
         "--profile",
         choices=list(WORKLOADS),
@@ -523,9 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     settings = settings_from_args(args)
     layers = tuple(args.layers or (QUICK_LAYERS if args.quick else FULL_LAYERS))
-    scan_layers = tuple(
-        args.scan_layers or (QUICK_SCAN_LAYERS if args.quick else FULL_SCAN_LAYERS)
-    )
+    scan_layers = tuple(args.scan_layers or (QUICK_SCAN_LAYERS if args.quick else FULL_SCAN_LAYERS))
     libs = installed(args.quick)
     names = [n for n in CONTENDERS if libs.has(n)]
 

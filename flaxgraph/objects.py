@@ -219,6 +219,11 @@ def _items_change_structure(obj: Object, items: list[tuple[str, Any]], kinds: Ha
 
 def _graph_set_items(obj: Object, items: list[tuple[str, Any]], kinds: Hashable) -> None:
     d = obj.__dict__
+    if not d:  # a node being built (merge): nothing to compare with
+        d.update(items)
+        if kinds != obj._obj_kinds:
+            _set_kinds(obj, kinds)
+        return
     if _items_change_structure(obj, items, kinds):
         d.clear()
         object.__setattr__(obj, "_obj_kinds", kinds)

@@ -48,7 +48,7 @@ from tqdm import tqdm
 import flaxgraph as nnx
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 START = time.perf_counter()
 
@@ -167,7 +167,7 @@ steps_per_epoch = int(np.ceil(len(x_train) / args.batch_size))
 data_rng = np.random.default_rng(1)
 train_metrics = nnx.MultiMetric(loss=nnx.metrics.Average("loss"), accuracy=nnx.metrics.Average("accuracy"))
 progress = tqdm(range(args.epochs), desc="training", unit="epoch", file=sys.stdout, mininterval=0.5)
-for epoch in progress:
+for _epoch in progress:
     model.train()
     train_metrics.reset()
     perm = data_rng.permutation(len(x_train))

@@ -43,7 +43,7 @@ from flaxgraph.graph.registry import (
 from flaxgraph.graph.unflatten import unflatten
 from flaxgraph.state import State, partition, unmatched_message
 from flaxgraph.tracing import current_trace
-from flaxgraph.variables import Variable
+from flaxgraph.variables import Variable, _set_metadata, _set_value
 
 PathParts = tuple[Hashable, ...]
 
@@ -130,6 +130,12 @@ def graphdef(node: Any) -> GraphDef:
 
 
 def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
+    if len(states) == 1 and isinstance(states[0], State):
+        pairs = states[0].flat_state()
+        if len(pairs) == len(graphdef.leaf_paths) and all(
+            p == q for (p, _), q in zip(pairs, graphdef.leaf_paths)
+        ):
+            return [leaf for _, leaf in pairs]  # already in the GraphDef's order
     flat: dict[PathParts, Any] = {}
     for s in states:
         if graphdef.leaf_paths == ((),) and (isinstance(s, Variable) or is_array_leaf(s)):
@@ -270,7 +276,9 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
 
     Source: Flax NNX ``nnx.update``.
     """
-    actions: list[Callable[[], None]] = []
+    trace = current_trace()
+    var_writes: list[tuple[Variable[Any], Any, Any]] = []
+    other_writes: list[Callable[[], None]] = []
     for s in (state, *states):
         if not isinstance(s, State):
             s = State(s) if isinstance(s, Mapping) else s
@@ -279,53 +287,58 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
                 raise GraphStructureError(
                     f"update got a {type(s).__name__} for a {type(node).__name__}; pass a State."
                 )
-            actions.append(_variable_action(node, s))
+            _plan_variable(node, s, var_writes, trace)
             continue
         if not isinstance(s, State):
             raise TypeError(
                 f"update expects States (or nested dicts) after the node, got a "
                 f"{type(s).__name__}."
             )
-        _plan_update(node, s, (), node, actions)
-    for action in actions:
-        action()
+        _plan_update(node, s, (), node, var_writes, other_writes, trace)
+    # Everything was checked: now write (either every leaf is updated or none is).
+    for target, value, metadata in var_writes:
+        _set_value(target, value)
+        _set_metadata(target, metadata)
+    for write in other_writes:
+        write()
 
 
-def _variable_action(target: Variable[Any], leaf: Any) -> Callable[[], None]:
-    target._check_trace("update")
+def _plan_variable(
+    target: Variable[Any], leaf: Any, var_writes: list[tuple[Variable[Any], Any, Any]], trace: object
+) -> None:
+    if target._var_trace is not trace:
+        target._check_trace("update")
     if isinstance(leaf, Variable):
-        value, metadata = leaf.raw_value, dict(leaf._var_metadata)
+        var_writes.append((target, leaf.raw_value, leaf._var_metadata))
     else:
-        value, metadata = leaf, target._var_metadata
-
-    def act() -> None:
-        object.__setattr__(target, "raw_value", value)
-        object.__setattr__(target, "_var_metadata", metadata)
-
-    return act
+        var_writes.append((target, leaf, target._var_metadata))
 
 
 def _plan_update(
-    node: Any, state: State, prefix: PathParts, root: Any, actions: list[Callable[[], None]]
+    node: Any,
+    state: State,
+    prefix: PathParts,
+    root: Any,
+    var_writes: list[tuple[Variable[Any], Any, Any]],
+    other_writes: list[Callable[[], None]],
+    trace: object,
 ) -> None:
+    impl = _GRAPH_NODE_IMPLS.get(type(node))
     for key, leaf in state._mapping.items():
+        current = impl.get_child(node, key) if impl is not None else _get_child(node, key)
+        if isinstance(current, Variable) and not isinstance(leaf, State):
+            _plan_variable(current, leaf, var_writes, trace)
+            continue
         path = (*prefix, key)
-
-        def where(path: PathParts = path) -> str:
-            return path_str("node", root, path)
-
-        current = _get_child(node, key)
         if isinstance(leaf, State):
             if current is MISSING or isinstance(current, Variable) or is_array_leaf(current):
                 raise GraphStructureError(
                     f"The State has a sub-state at {keys_str(path)}, but the node has "
                     + ("nothing" if current is MISSING else f"a {type(current).__name__} leaf")
-                    + f" at {where()}.\nFix: update with a State split from a graph of the "
-                    "same structure, or use merge to build new sub-graphs."
+                    + f" at {path_str('node', root, path)}.\nFix: update with a State split "
+                    "from a graph of the same structure, or use merge to build new sub-graphs."
                 )
-            _plan_update(current, leaf, path, root, actions)
-        elif isinstance(current, Variable):
-            actions.append(_variable_action(current, leaf))
+            _plan_update(current, leaf, path, root, var_writes, other_writes, trace)
         elif (
             current is MISSING
             or is_array_leaf(current)
@@ -333,15 +346,15 @@ def _plan_update(
             or _is_data_child(node, key)
         ):
             new_value = leaf.copy() if isinstance(leaf, Variable) else leaf
-            set_fn = _setter(node, key, where)
-            actions.append(lambda set_fn=set_fn, new_value=new_value: set_fn(new_value))
+            set_fn = _setter(node, key, lambda path=path: path_str("node", root, path))
+            other_writes.append(lambda set_fn=set_fn, new_value=new_value: set_fn(new_value))
         else:
             raise GraphStructureError(
                 f"The State has a leaf "
                 f"({'array' if is_array_leaf(leaf) else type(leaf).__name__}) at "
-                f"{keys_str(path)}, but the "
-                f"node has a {type(current).__name__} there ({where()}).\nFix: update with a "
-                "State split from a graph of the same structure."
+                f"{keys_str(path)}, but the node has a {type(current).__name__} there "
+                f"({path_str('node', root, path)}).\nFix: update with a State split from a "
+                "graph of the same structure."
             )
 
 
