@@ -226,7 +226,7 @@ class Variable(Generic[A]):
             names = self._var_metadata.get(key)
             if isinstance(names, tuple):
                 idx = index if index >= 0 else len(names) + 1 + index
-                self._set_metadata_unchecked(key, names[:idx] + (name,) + names[idx:])
+                self._set_metadata_unchecked(key, (*names[:idx], name, *names[idx:]))
 
     def remove_axis(self, index: int, params: Mapping[str, Any]) -> None:
         """Records that a transform removed the axis at ``index`` (inverse of ``add_axis``)."""

@@ -146,8 +146,12 @@ class PrefixWalk(Walk):
                 raise PrefixError(
                     f"The {kind_name(leaf)} at {self.where(path)} matches none of the "
                     f"filters of {ctx.mapping!r}.\nFix: add a filter for it, or end the "
-                    "mapping with `...: <prefix>` to cover the rest (for a State prefix: "
-                    "give it the same paths as the object's state)."
+                    "mapping with `...: <prefix>` to cover the rest."
+                    if not isinstance(ctx.mapping, StatePrefix)
+                    else f"The {kind_name(leaf)} at {self.where(path)} has no entry in the "
+                    f"State given as {self.spec.name} for its object.\nFix: build the "
+                    "prefix State from the same object's state (e.g. "
+                    "nnx.get_named_sharding(nnx.state(model), mesh))."
                 )
             return prefix
         if self.spec.is_leaf(ctx):
