@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import types
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -191,6 +192,9 @@ def array_repr(value: Any) -> str:
 
 
 def _safe_repr(x: Any) -> str:
+    if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
+        # No memory address: the same function prints the same in every run.
+        return f"<function {getattr(x, '__module__', None) or '?'}.{x.__qualname__}>"
     try:
         return repr(x)
     except Exception:
