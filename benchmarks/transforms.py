@@ -25,7 +25,9 @@ Workloads (each call blocks until its output is ready):
   vmapping the layer constructor), eager and inside an outer jit.
 
 Before timing, every contender's output is checked once against the floor's
-(``allclose``). Ratios are medians of per-round ratios to the floor.
+(``allclose``). Ratios are medians of per-round ratios to the floor. The NNX-style
+layers read their Params with ``get_value()`` (not ``p[...]``, which outside jit
+is an eager indexing op per read and would time the model code, not the transform).
 
 Run from the repository root::
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -485,7 +488,7 @@ def installed(quick: bool) -> Libraries:
         print("flax is not installed: Flax NNX skipped (pip install -e '.[bench]').")
     if eqx is None:
         print("equinox is not installed: Equinox skipped (pip install -e '.[bench]').")
-    tree = nnx is not None and "graph" in nnx.jit.__code__.co_varnames
+    tree = nnx is not None and "graph" in inspect.signature(nnx.jit).parameters
     return Libraries(nnx, eqx, tree)
 
 
