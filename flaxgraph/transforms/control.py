@@ -20,6 +20,7 @@ Source: ``jax.lax.cond``/``switch``/``while_loop``/``fori_loop``,
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,23 +47,43 @@ def _never(a: Any, b: Any) -> bool:
     return False
 
 
-def _branch(fun: Callable[..., Any], seen: list[OutStatic]) -> Callable[..., Any]:
+def memoized(fun: Any, name: str, make: Callable[[Any], Any]) -> Any:
+    """``make(fun)``, remembered on ``fun`` itself when it is a plain function.
+
+    JAX recognises a function it has seen before (and reuses its traced program
+    and compiled code) by identity; a lifted wrapper built afresh for every call
+    would recompile every eager ``cond`` or loop. Storing the wrapper on the user's
+    function keeps one wrapper per function without any global cache."""
+    cache = getattr(fun, "__dict__", None)
+    if cache is None or not isinstance(fun, types.FunctionType):
+        return make(fun)
+    lifted = cache.get(name)
+    if lifted is None:
+        lifted = cache[name] = make(fun)
+    return lifted
+
+
+def _make_branch(fun: Callable[..., Any]) -> Callable[..., Any]:
     """A pure branch of ``cond``/``switch``: every leaf is returned (no shortcut), so
     all branches return the same structure when they leave the objects alike."""
     inner = Inner(fun, _SPEC, [None], same_prefix=_never)
 
-    def pure(static: Static, values: list[Any]) -> Any:
+    def pure(operand: tuple[Static, list[Any]]) -> Any:
+        static, values = operand
         in_static: InStatic = static.value
         _, out_static, (out_values,) = inner.run(
             in_static, (values,), [None] * len(values), (None, None), None
         )
-        seen.append(out_static)
         return Static(out_static), out_values
 
     return pure
 
 
-def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureError:
+def _branch(fun: Callable[..., Any]) -> Callable[..., Any]:
+    return memoized(fun, "_flaxgraph_branch", _make_branch)
+
+
+def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureError | None:
     first = statics[0]
     for i, other in enumerate(statics[1:], 1):
         diff = graphdef_diff(first.graphdef, other.graphdef, roots=("output", "args", "kwargs"))
@@ -75,7 +96,7 @@ def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureE
                 "structural changes in every branch (or none), e.g. create the attribute "
                 "before the cond."
             )
-    return CarryStructureError(f"The {what} return values of different shapes or dtypes.")
+    return None
 
 
 def _lifted_branches(
@@ -84,14 +105,19 @@ def _lifted_branches(
 ) -> Any:
     call = split_inputs(operands, {}, (None, None), _SPEC)
     slots, (values,) = call.groups([None])
-    static = Static(InStatic(call.graphdef, slots, None))
-    seen: list[OutStatic] = []
-    pures = [_branch(b, seen) for b in branches]
+    operand = (Static(InStatic(call.graphdef, slots, None)), values)
+    pures = [_branch(b) for b in branches]
     try:
-        out_static, out_values = select(index_or_pred, [functools.partial(p, static) for p in pures], values)
+        out_static, out_values = select(index_or_pred, pures, operand)
     except TypeError as e:
-        if len(seen) >= 2 and any(s != seen[0] for s in seen[1:]):
-            raise _structure_error(kind, seen) from e
+        # Diagnose only now: trace each branch on its own and compare structures.
+        try:
+            statics = [jax.eval_shape(p, operand)[0].value for p in pures]
+        except Exception:
+            raise e from None
+        error = _structure_error(kind, statics)
+        if error is not None:
+            raise error from e
         raise
     return call.finish(out_static.value, (out_values,))
 
@@ -132,47 +158,72 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
     )
 
 
-class _Carry:
-    """The loop machinery shared by while_loop and fori_loop."""
+def _merge_carry(graphdef: GraphDef, values: list[Any]) -> Any:
+    (val,), _ = unflatten(graphdef, values)
+    return val
 
-    def __init__(self, init_val: Any):
-        self.call: Call = split_inputs((init_val,), {}, (None, None), _SPEC)
-        self.graphdef = self.call.graphdef
 
-    def merge(self, values: list[Any]) -> Any:
-        (val,), _ = unflatten(self.graphdef, values)
-        return val
-
-    def split(self, val: Any, what: str) -> list[Any]:
-        walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})))
-        graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
-        trace = current_trace()
-        for node in walk.ref_index:
-            created = node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", trace)
-            if created != trace:
-                raise TraceContextError(
-                    f"The {what} returned a {type(node).__name__} that was created outside the "
-                    "loop and captured by closure; the carry must be built from the objects "
-                    "the body received.\nFix: pass the object in the carry (init_val) instead "
-                    "of capturing it."
-                )
-        if graphdef != self.graphdef:
-            # Name paths from the carry itself (the walk wraps it as ((carry,), {})).
-            inner = [GraphDef(g.root.children[0].children[0], ()) for g in (self.graphdef, graphdef)]
-            diff = graphdef_diff(*inner, "carry")
-            raise CarryStructureError(
-                f"The {what} changed the structure of the loop carry: {diff} (first: before "
-                "the iteration, second: after).\nA loop carry keeps one structure in every "
-                "iteration.\nFix: create attributes before the loop, and return the carry "
-                "with the same objects and shapes."
+def _split_carry(graphdef: GraphDef, val: Any, what: str) -> list[Any]:
+    """The carry's leaves after an iteration, checked to keep ``graphdef``'s structure."""
+    walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})))
+    new_graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
+    trace = current_trace()
+    for node in walk.ref_index:
+        created = node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", trace)
+        if created != trace:
+            raise TraceContextError(
+                f"The {what} returned a {type(node).__name__} that was created outside the "
+                "loop and captured by closure; the carry must be built from the objects "
+                "the body received.\nFix: pass the object in the carry (init_val) instead "
+                "of capturing it."
             )
-        return [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves]
-
-    def finish(self, values: list[Any]) -> Any:
-        (val,), _ = unflatten(
-            self.graphdef, values, reuse=dict(enumerate(self.call.nodes))
+    if new_graphdef != graphdef:
+        # Name paths from the carry itself (the walk wraps it as ((carry,), {})).
+        inner = [GraphDef(g.root.children[0].children[0], ()) for g in (graphdef, new_graphdef)]
+        diff = graphdef_diff(*inner, "carry")
+        raise CarryStructureError(
+            f"The {what} changed the structure of the loop carry: {diff} (first: before "
+            "the iteration, second: after).\nA loop carry keeps one structure in every "
+            "iteration.\nFix: create attributes before the loop, and return the carry "
+            "with the same objects and shapes."
         )
-        return val
+    return [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves]
+
+
+def _start(init_val: Any) -> tuple[Call, tuple[Static, list[Any]]]:
+    call = split_inputs((init_val,), {}, (None, None), _SPEC)
+    return call, (Static(call.graphdef), call.values)
+
+
+def _finish(call: Call, carry: tuple[Static, list[Any]]) -> Any:
+    (val,), _ = unflatten(call.graphdef, carry[1], reuse=dict(enumerate(call.nodes)))
+    return val
+
+
+def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
+    def cond(carry: tuple[Static, list[Any]]) -> Any:
+        static, values = carry
+        return cond_fun(_merge_carry(static.value, values))
+
+    return cond
+
+
+def _make_while_body(body_fun: Callable[[Any], Any]) -> Callable[..., Any]:
+    def body(carry: tuple[Static, list[Any]]) -> Any:
+        static, values = carry
+        val = body_fun(_merge_carry(static.value, values))
+        return static, _split_carry(static.value, val, "body of while_loop")
+
+    return body
+
+
+def _make_fori_body(body_fun: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    def body(i: Any, carry: tuple[Static, list[Any]]) -> Any:
+        static, values = carry
+        val = body_fun(i, _merge_carry(static.value, values))
+        return static, _split_carry(static.value, val, "body of fori_loop")
+
+    return body
 
 
 def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
@@ -185,18 +236,14 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     Raises:
       CarryStructureError (``ValueError``): ``body_fun`` changes the carry's
         structure; the message names the first differing path.
+      TraceContextError (``ValueError``): ``body_fun`` returns an object it captured.
 
     Source: ``jax.lax.while_loop``.
     """
-    carry = _Carry(init_val)
-
-    def cond(values: list[Any]) -> Any:
-        return cond_fun(carry.merge(values))
-
-    def body(values: list[Any]) -> list[Any]:
-        return carry.split(body_fun(carry.merge(values)), "body of while_loop")
-
-    return carry.finish(jax.lax.while_loop(cond, body, carry.call.values))
+    call, carry = _start(init_val)
+    cond = memoized(cond_fun, "_flaxgraph_while_cond", _make_cond)
+    body = memoized(body_fun, "_flaxgraph_while_body", _make_while_body)
+    return _finish(call, jax.lax.while_loop(cond, body, carry))
 
 
 def fori_loop(
@@ -207,12 +254,9 @@ def fori_loop(
 
     Source: ``jax.lax.fori_loop``.
     """
-    carry = _Carry(init_val)
-
-    def body(i: Any, values: list[Any]) -> list[Any]:
-        return carry.split(body_fun(i, carry.merge(values)), "body of fori_loop")
-
-    return carry.finish(jax.lax.fori_loop(lower, upper, body, carry.call.values, unroll=unroll))
+    call, carry = _start(init_val)
+    body = memoized(body_fun, "_flaxgraph_fori_body", _make_fori_body)
+    return _finish(call, jax.lax.fori_loop(lower, upper, body, carry, unroll=unroll))
 
 
 @decorator

@@ -40,7 +40,7 @@ from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.control import CarryStructureError
-from flaxgraph.transforms.lift import IN, InStatic, Merged, OutStatic, Static, split_inputs
+from flaxgraph.transforms.lift import IN, InStatic, Merged, OutStatic, Static, _Frozen, split_inputs
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix
 from flaxgraph.variables import Variable
@@ -160,6 +160,80 @@ def scan(
     """
     inner_f, bound = unbind(f)
 
+    def body(carry_in: Any, x: list[Any]) -> Any:
+        """One step; built once per ``nnx.scan`` so JAX's caches recognise it: the
+        per-call structure arrives as ``Static`` data in the carry."""
+        static, carry, broadcast_values = carry_in
+        info: _ScanInfo = static.value
+        carry_graphdef, in_static, prefixes = info.carry_graphdef, info.in_static, info.prefixes
+        positions, a_prefix, rest_prefix = info.positions, info.a_prefix, info.rest_prefix
+        expected_state_carry, n_carry = list(info.expected_state_carry), info.n_carry
+        carry_obj = unflatten(carry_graphdef, carry[:n_carry])[0]
+        groups = (carry[n_carry:], x, broadcast_values)
+        values = [groups[g][k] for g, k in in_static.slots]
+        merged = Merged(in_static, values, prefixes)
+        metadata = AxisMetadata(transform_metadata)
+        metadata.on_inputs(merged.leaves, merged.prefixes)
+        full_args = list(merged.args)
+        for i, c in zip(positions, carry_obj):
+            full_args[i] = c
+        params = metadata.params
+        full_args = map_boxes(a_prefix, full_args, lambda b, axis: b.remove_axis(axis, params))
+        out = inner_f(*full_args, **merged.kwargs)
+        out = map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
+        out_carry, out_rest, rest_axes = _split_output(out, out_axes)
+        new_graphdef, new_carry, _ = _flatten_carry(tuple(out_carry))
+        if new_graphdef != carry_graphdef:
+            diff = graphdef_diff(carry_graphdef, new_graphdef, roots=("carry",))
+            raise CarryStructureError(
+                f"The body of scan changed the structure of the carry: {diff} (first: "
+                "the carry passed in, second: the carry returned).\nThe carry keeps one "
+                "structure in every step.\nFix: return the carry with the same objects, "
+                "attributes and shapes it came in with."
+            )
+        _check_carry_types(
+            carry_graphdef.leaf_paths, carry[:n_carry], new_carry,
+            NamedRoots(("carry",), (tuple(out_carry),)).where,
+        )
+        graphdef, leaves, prefixes, index_map = merged.resplit(
+            out_rest, SCAN_OUT_SPEC, (rest_prefix, None), rest_axes, metadata.on_output_leaf
+        )
+        new_state_carry, ys, sources = [], [], []
+        state_paths = []
+        for (path, leaf), prefix in zip(leaves, prefixes):
+            unchanged = merged.unchanged_input(leaf)
+            value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+            if prefix is Carry:
+                state_paths.append(_as_input_path(path))
+                sources.append((2, len(new_state_carry), 0))
+                new_state_carry.append(value)
+            elif prefix is None:
+                if unchanged is None:
+                    raise CarryStructureError(
+                        f"The body of scan changed the broadcast (None) leaf at "
+                        f"{_where(merged, out_rest, path)}; a broadcast value is the same in "
+                        "every step.\nFix: carry it (nnx.Carry, or StateAxes({...: "
+                        "nnx.Carry})) or scan it (an int axis)."
+                    )
+                sources.append((IN, unchanged, 0))
+            elif unchanged is not None and merged.prefixes[unchanged] == prefix:
+                sources.append((IN, unchanged, 0))
+            else:
+                sources.append((3, len(ys), prefix))
+                ys.append(value)
+        if state_paths != expected_state_carry:
+            raise CarryStructureError(
+                "The body of scan changed which sub-states are carried (StateAxes ... "
+                f"nnx.Carry): before {_fmt(expected_state_carry)}, after {_fmt(state_paths)}."
+                "\nFix: keep the carried Variables; create them before the scan."
+            )
+        _check_carry_types(
+            expected_state_carry, carry[n_carry:], new_state_carry,
+            NamedRoots(("args", "kwargs"), (merged.args, merged.kwargs)).where,
+        )
+        out_static = OutStatic(graphdef, index_map, tuple(sources))
+        return (static, [*new_carry, *new_state_carry], broadcast_values), (Static(out_static), ys)
+
     @functools.wraps(inner_f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         n = len(args)
@@ -187,79 +261,17 @@ def scan(
         in_static = InStatic(call.graphdef, tuple(slots), None)
         broadcast_values = [call.values[i] for i in broadcast]
         expected_state_carry = [call.graphdef.leaf_paths[i] for i in state_carry]
+        info = _ScanInfo(
+            carry_graphdef, in_static, tuple(call.prefixes), positions, a_prefix, rest_prefix,
+            tuple(expected_state_carry), len(carry_values),
+        )
         n_carry = len(carry_values)
-        seen: list[OutStatic] = []
-
-        def body(carry: list[Any], x: list[Any]) -> Any:
-            carry_obj = unflatten(carry_graphdef, carry[:n_carry])[0]
-            groups = (carry[n_carry:], x, broadcast_values)
-            values = [groups[g][k] for g, k in in_static.slots]
-            merged = Merged(in_static, values, call.prefixes)
-            metadata = AxisMetadata(transform_metadata)
-            metadata.on_inputs(merged.leaves, merged.prefixes)
-            full_args = list(merged.args)
-            for i, c in zip(positions, carry_obj):
-                full_args[i] = c
-            params = metadata.params
-            full_args = map_boxes(a_prefix, full_args, lambda b, axis: b.remove_axis(axis, params))
-            out = inner_f(*full_args, **merged.kwargs)
-            out = map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
-            out_carry, out_rest, rest_axes = _split_output(out, out_axes)
-            new_graphdef, new_carry, _ = _flatten_carry(tuple(out_carry))
-            if new_graphdef != carry_graphdef:
-                diff = graphdef_diff(carry_graphdef, new_graphdef, roots=("carry",))
-                raise CarryStructureError(
-                    f"The body of scan changed the structure of the carry: {diff} (first: "
-                    "the carry passed in, second: the carry returned).\nThe carry keeps one "
-                    "structure in every step.\nFix: return the carry with the same objects, "
-                    "attributes and shapes it came in with."
-                )
-            _check_carry_types(
-                carry_graphdef.leaf_paths, carry[:n_carry], new_carry,
-                NamedRoots(("carry",), (tuple(out_carry),)).where,
-            )
-            graphdef, leaves, prefixes, index_map = merged.resplit(
-                out_rest, SCAN_OUT_SPEC, (rest_prefix, None), rest_axes, metadata.on_output_leaf
-            )
-            new_state_carry, ys, sources = [], [], []
-            state_paths = []
-            for (path, leaf), prefix in zip(leaves, prefixes):
-                unchanged = merged.unchanged_input(leaf)
-                value = leaf.raw_value if isinstance(leaf, Variable) else leaf
-                if prefix is Carry:
-                    state_paths.append(_as_input_path(path))
-                    sources.append((2, len(new_state_carry), 0))
-                    new_state_carry.append(value)
-                elif prefix is None:
-                    if unchanged is None:
-                        raise CarryStructureError(
-                            f"The body of scan changed the broadcast (None) leaf at "
-                            f"{_where(merged, out_rest, path)}; a broadcast value is the same in "
-                            "every step.\nFix: carry it (nnx.Carry, or StateAxes({...: "
-                            "nnx.Carry})) or scan it (an int axis)."
-                        )
-                    sources.append((IN, unchanged, 0))
-                elif unchanged is not None and merged.prefixes[unchanged] == prefix:
-                    sources.append((IN, unchanged, 0))
-                else:
-                    sources.append((3, len(ys), prefix))
-                    ys.append(value)
-            if state_paths != expected_state_carry:
-                raise CarryStructureError(
-                    "The body of scan changed which sub-states are carried (StateAxes ... "
-                    f"nnx.Carry): before {_fmt(expected_state_carry)}, after {_fmt(state_paths)}."
-                    "\nFix: keep the carried Variables; create them before the scan."
-                )
-            _check_carry_types(
-                expected_state_carry, carry[n_carry:], new_state_carry,
-                NamedRoots(("args", "kwargs"), (merged.args, merged.kwargs)).where,
-            )
-            out_static = OutStatic(graphdef, index_map, tuple(sources))
-            seen.append(out_static)
-            return [*new_carry, *new_state_carry], (Static(out_static), ys)
-
-        init = [*carry_values, *(call.values[i] for i in state_carry)]
-        final_carry, (out_static_box, ys) = jax.lax.scan(
+        init = (
+            Static(info),
+            [*carry_values, *(call.values[i] for i in state_carry)],
+            broadcast_values,
+        )
+        (_, final_carry, _), (out_static_box, ys) = jax.lax.scan(
             body, init, xs, length=length, reverse=reverse, unroll=unroll,
             _split_transpose=_split_transpose,
         )
@@ -280,6 +292,20 @@ def scan(
         return _join_output(tuple(final_carry_obj), rest_out, out_axes)
 
     return bind(wrapper, bound, f)
+
+
+class _ScanInfo(_Frozen):
+    """The per-call structure a scan body needs (hashable: it joins JAX's cache key)."""
+
+    __slots__ = (
+        "carry_graphdef", "in_static", "prefixes", "positions", "a_prefix", "rest_prefix",
+        "expected_state_carry", "n_carry",
+    )
+    _fields = __slots__
+
+    def __init__(self, *values: Any):
+        for name, value in zip(self._fields, values):
+            object.__setattr__(self, name, value)
 
 
 def _check_carry_types(paths: Any, old: list[Any], new: list[Any], where: Callable[[Any], str]) -> None:
