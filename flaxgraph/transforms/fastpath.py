@@ -48,7 +48,14 @@ from flaxgraph.variables import Variable
 _SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_get_raw = operator.attrgetter("raw_value")
+_get_version = operator.attrgetter("_obj_version")
+_get_metadata = operator.attrgetter("_var_metadata")
 _is = operator.is_
+
+
+def _identity(x: Any) -> Any:
+    return x
 
 
 def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -85,8 +92,8 @@ class Plan:
 
     __slots__ = (
         "call", "static", "members", "objects", "versions", "variables", "metadata",
-        "lists", "list_items", "dicts", "dict_items", "readers", "trace", "_writers",
-        "args", "kwargs", "in_place",
+        "lists", "list_items", "dicts", "dict_items", "getters", "targets", "arg_leaves",
+        "passthrough", "trace", "_writers", "finishes", "args", "kwargs", "in_place",
     )
 
     def __init__(self, call: Call, static: Static, slots: Sequence[tuple[int, int]], n_groups: int,
@@ -114,9 +121,24 @@ class Plan:
             isinstance(leaf, Variable) or _in_place(path, args, kwargs)
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         )
-        self.readers = [_reader(path, leaf, args, kwargs) for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)] if self.in_place else []
+        # Reading a leaf is one C call: getter(target). Arguments' own leaves (x, y…)
+        # change every call; their positions are filled in per call.
+        self.getters: list[Any] = []
+        self.targets: list[Any] = []
+        self.arg_leaves: list[tuple[int, int, Any]] = []
+        if self.in_place:
+            for pos, (path, leaf) in enumerate(zip(call.graphdef.leaf_paths, call.leaves)):
+                getter, target = _reader(path, leaf, args, kwargs)
+                self.getters.append(getter)
+                self.targets.append(target)
+                if target is None:
+                    self.arg_leaves.append((pos, path[0], path[1]))
+        self.passthrough = len(members) == 1 or (
+            sum(1 for m in members if m) == 1 and members[0] == list(range(len(slots)))
+        )
         self.trace = current_trace()
         self._writers: list[Any] | None = None
+        self.finishes: dict[Any, Any] = {}
         self.args, self.kwargs = args, kwargs
 
     def writers(self) -> list[Any]:
@@ -130,11 +152,11 @@ class Plan:
 
     def valid(self) -> bool:
         """Whether the arguments still have the structure this plan was made for."""
-        if current_trace() != self.trace:
+        if current_trace() is not self.trace:
             return False
-        if not all(map(operator.eq, [o._obj_version for o in self.objects], self.versions)):
+        if list(map(_get_version, self.objects)) != self.versions:
             return False
-        if not all(map(_is, [v._var_metadata for v in self.variables], self.metadata)):
+        if not all(map(_is, map(_get_metadata, self.variables), self.metadata)):
             return False
         for c, items in zip(self.lists, self.list_items):
             if len(c) != len(items) or not all(map(_is, c, items)):
@@ -146,8 +168,13 @@ class Plan:
 
     def groups(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[list[Any]]]:
         """Reads every leaf's current value; returns ``(values, groups)``."""
-        values = [read(args, kwargs) for read in self.readers]
-        return values, [[values[i] for i in m] for m in self.members]
+        values = list(map(operator.call, self.getters, self.targets))
+        for pos, root, key in self.arg_leaves:
+            values[pos] = args[key] if root == 0 else kwargs[key]
+        if self.passthrough:
+            return values, [values] + [[] for _ in self.members[1:]]
+        get = values.__getitem__
+        return values, [list(map(get, m)) for m in self.members]
 
 
 def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:
@@ -165,19 +192,20 @@ def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:
             _collect_containers(c, lists, dicts)
 
 
-def _reader(path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
+def _reader(
+    path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Callable[[Any], Any], Any]:
+    """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
+    argument's own leaf gets target ``None`` (read from the call's arguments)."""
     if isinstance(leaf, Variable):
-        return lambda a, k, v=leaf: v.raw_value
+        return _get_raw, leaf
     if len(path) == 2:
-        i = path[1]
-        if path[0] == 0:
-            return lambda a, k, i=i: a[i]
-        return lambda a, k, i=i: k[i]
+        return _identity, None
     parent = _resolve((args, kwargs), path[:-1])
-    key = path[-1]
+    getter = operator.itemgetter(path[-1])
     if type(parent) in _GRAPH_NODE_IMPLS:
-        return lambda a, k, d=parent.__dict__, key=key: d[key]
-    return lambda a, k, c=parent, key=key: c[key]
+        return getter, parent.__dict__
+    return getter, parent
 
 
 def _in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -226,12 +254,13 @@ class FinishPlan:
     leaf positions and input node indices, so it serves every input instance of
     the same structure."""
 
-    __slots__ = ("usable", "writes", "build", "sources")
+    __slots__ = ("usable", "writes", "build", "sources", "n_out")
 
     def __init__(self, out: OutStatic, call: Call):
         self.sources = out.sources
         self.writes: list[tuple[int, int]] = []  # (out leaf position, input leaf position)
         self.build: Callable[[list[Any], list[Any]], Any] | None = None
+        self.n_out = 0
         self.usable = out.inputs_kept
         if not self.usable:
             return
@@ -265,6 +294,24 @@ class FinishPlan:
             if pos is not None:
                 self.writes.append((j, pos))
         self.build = output_builder
+        self.n_out = compiler.position
+
+    def bind(self, plan: Plan) -> tuple[list[tuple[list[Any], list[int], int]], list[tuple[tuple[int, int, int], Any]]]:
+        """The writes for one plan's objects: Variables grouped by output group (set
+        with one C-level ``map`` each) and the other writes (array attributes)."""
+        by_group: dict[int, tuple[list[Any], list[int]]] = {}
+        others = []
+        writers = plan.writers()
+        for j, pos in self.writes:
+            tag, a, b = self.sources[j]
+            leaf = plan.call.leaves[pos]
+            if isinstance(leaf, Variable) and tag != IN:
+                targets, positions = by_group.setdefault(a, ([], []))
+                targets.append(leaf)
+                positions.append(b)
+            elif writers[pos] is not None:
+                others.append((self.sources[j], writers[pos]))
+        return [(t, p, g) for g, (t, p) in by_group.items()], others
 
 
 def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[tuple[str, Any]]:
@@ -390,11 +437,17 @@ def finish_fast(plan: Plan, out: OutStatic, out_groups: Sequence[Sequence[Any]],
         return plan.call.finish_values(
             out, [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
         )
-    values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in fin.sources]
-    writers = plan.writers()
-    for j, pos in fin.writes:
-        write = writers[pos]
-        if write is not None:
-            write(values[j])
+    bound = plan.finishes.get(fin)
+    if bound is None:
+        bound = plan.finishes[fin] = fin.bind(plan)
+    var_writes, other_writes = bound
+    for targets, positions, g in var_writes:
+        group = out_groups[g]
+        list(map(_set_raw, targets, map(group.__getitem__, positions)))
+    for (tag, a, b), write in other_writes:
+        write(in_values[a] if tag == IN else out_groups[a][b])
+    values = [
+        in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in fin.sources[: fin.n_out]
+    ]
     assert fin.build is not None
     return fin.build(values, plan.call.nodes)

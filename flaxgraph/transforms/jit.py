@@ -209,7 +209,10 @@ def jit(
     @functools.wraps(inner_fun)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         # Fast path (see fastpath.py): same argument structure as a recent call.
-        dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
+        if static_nums or static_names:
+            dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
+        else:
+            dyn_args, dyn_kwargs, statics = args, kwargs, ()
         key = None if place else plan_key(dyn_args, dyn_kwargs)
         if key is not None:
             key = (key, statics)
