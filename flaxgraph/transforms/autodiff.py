@@ -430,7 +430,8 @@ def jvp(
 
 
 def _tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> Any:
-    """The tangent of the primal leaf at ``path`` ((0, argnum, *rest)), zero if absent."""
+    """The tangent (or cotangent) of the primal leaf at ``path`` ((0, argnum, *rest)) in
+    per-argument trees of States, containers or objects; zero if absent."""
     node: Any = tangents[path[1]]
     for key in path[2:]:
         if isinstance(node, State) or type(node) in (dict, list, tuple):

@@ -36,11 +36,10 @@ from typing import Any
 
 import jax
 
-from flaxgraph.state import State
-from flaxgraph.transforms.autodiff import _AUX_SPEC, _DIFF_KEYS, DIFF_SPEC, _Diff
+from flaxgraph.transforms.autodiff import _AUX_SPEC, _DIFF_KEYS, DIFF_SPEC, _Diff, _tangent_at
 from flaxgraph.transforms.calls import normalize_argnums
 from flaxgraph.transforms.lift import Inner, InStatic, Static, split_inputs
-from flaxgraph.variables import Param, Variable
+from flaxgraph.variables import Param
 
 
 class custom_vjp:
@@ -128,26 +127,9 @@ class custom_vjp:
                     + (f" of length {len(cotangents)}" if isinstance(cotangents, tuple) else "")
                     + "."
                 )
-            return ([_cotangent_at(cotangents, p, v) for p, v in zip(diff_paths, diff)],)
+            return ([_tangent_at(cotangents, p, v) for p, v in zip(diff_paths, diff)],)
 
         primal.defvjp(primal_fwd, primal_bwd)
         (out_static, out_groups), output = primal(diff)
         call.finish(out_static.value, out_groups)
         return output
-
-
-def _cotangent_at(cotangents: tuple[Any, ...], path: Any, primal: Any) -> Any:
-    node: Any = cotangents[path[1]]
-    for key in path[2:]:
-        if isinstance(node, (State, dict, list, tuple)):
-            try:
-                node = node[key]
-            except (KeyError, IndexError):
-                node = None
-        else:
-            node = None
-        if node is None:
-            break
-    if node is None:
-        return jax.numpy.zeros_like(primal)
-    return node.raw_value if isinstance(node, Variable) else node

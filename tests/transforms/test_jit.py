@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from graphs import corpus_params
+from helpers import assert_unchanged, snapshot
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -40,31 +41,6 @@ def make_weights(seed: int = 0) -> Weights:
 
 
 X = jnp.array([0.5, -1.0])
-
-
-def snapshot(root: Any) -> list[tuple[Any, ...]]:
-    """Each node and Variable at its path, by identity, with its value object,
-    metadata and attribute names: what exception safety must leave untouched."""
-    out: list[tuple[Any, ...]] = []
-    for path, v in nnx.iter_graph(root):
-        if isinstance(v, nnx.Variable):
-            out.append((path, v, v.raw_value, v.get_metadata()))
-        elif isinstance(v, nnx.Object):
-            out.append((path, v, tuple(sorted(map(str, vars(v))))))
-    return out
-
-
-def assert_unchanged(root: Any, before: list[tuple[Any, ...]], clone: Any) -> None:
-    after = snapshot(root)
-    assert [e[0] for e in after] == [e[0] for e in before]
-    for a, b in zip(after, before):
-        assert a[1] is b[1], f"a different object at {a[0]}"
-        if isinstance(a[1], nnx.Variable):
-            assert a[2] is b[2], f"value replaced at {a[0]}"
-            assert a[3] == b[3]
-        else:
-            assert a[2] == b[2], f"attributes changed at {a[0]}"
-    assert_graphs_equal(root, clone)
 
 
 # -- 1. objects in, objects out -----------------------------------------------------------

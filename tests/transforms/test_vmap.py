@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_unchanged, snapshot
 
 import flaxgraph as nnx
 from flaxgraph.testing import Node, assert_graphs_equal
@@ -46,30 +47,6 @@ def apply(m: Linear, x: jax.Array) -> jax.Array:
 
 def reference(w: Any, b: Any, x: Any) -> jax.Array:
     return jax.vmap(lambda w, b, x: x @ w + b)(w, b, x)
-
-
-def snapshot(root: Any) -> list[tuple[Any, ...]]:
-    """Each node and Variable at its path with its value object, metadata and attribute
-    names: what a failed call must leave untouched."""
-    out: list[tuple[Any, ...]] = []
-    for path, v in nnx.iter_graph(root):
-        if isinstance(v, nnx.Variable):
-            out.append((path, v, v.raw_value, v.get_metadata()))
-        elif isinstance(v, nnx.Object):
-            out.append((path, v, tuple(sorted(map(str, vars(v))))))
-    return out
-
-
-def assert_unchanged(root: Any, before: list[tuple[Any, ...]]) -> None:
-    after = snapshot(root)
-    assert [e[0] for e in after] == [e[0] for e in before]
-    for a, b in zip(after, before):
-        assert a[1] is b[1], f"a different object at {a[0]}"
-        if isinstance(a[1], nnx.Variable):
-            assert a[2] is b[2], f"value replaced at {a[0]}"
-            assert a[3] == b[3], f"metadata changed at {a[0]}"
-        else:
-            assert a[2] == b[2], f"attributes changed at {a[0]}"
 
 
 # -- the call forms ---------------------------------------------------------------------------------
