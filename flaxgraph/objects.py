@@ -153,7 +153,7 @@ class Object:
         return object_repr(self)
 
     def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
-        from flaxgraph.display import object_treescope_repr
+        from flaxgraph.display_treescope import object_treescope_repr
 
         return object_treescope_repr(self, path, subtree_renderer)
 

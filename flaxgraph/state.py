@@ -100,7 +100,7 @@ class State(MutableMapping[Key, Any]):
         return state_repr(self)
 
     def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
-        from flaxgraph.display import state_treescope_repr
+        from flaxgraph.display_treescope import state_treescope_repr
 
         return state_treescope_repr(self, path, subtree_renderer)
 

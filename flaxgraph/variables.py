@@ -287,7 +287,7 @@ class Variable(Generic[A]):
         return variable_repr(self)
 
     def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
-        from flaxgraph.display import variable_treescope_repr
+        from flaxgraph.display_treescope import variable_treescope_repr
 
         return variable_treescope_repr(self, path, subtree_renderer)
 
