@@ -333,9 +333,9 @@ class _TextPrinter:
             return {}
         if isinstance(x, State):
             items = list(x.items())
-            return self._block(
-                items, indent, head, path, "State({", "})", _dict_head, _item_path
-            )[1]
+            return self._block(items, indent, head, path, "State({", "})", _dict_head, _item_path)[
+                1
+            ]
         if type(x) in BUILTIN_CONTAINERS and _holds_nodes(x):
             if type(x) is dict:
                 return self._block(
@@ -344,7 +344,14 @@ class _TextPrinter:
             open_, close = ("[", "]") if type(x) is list else ("(", ")")
             items = list(enumerate(x))
             return self._block(
-                items, indent, head, path, open_, close, _no_head, _item_path,
+                items,
+                indent,
+                head,
+                path,
+                open_,
+                close,
+                _no_head,
+                _item_path,
                 trailing_comma=type(x) is tuple and len(x) == 1,
             )[1]
         if not isinstance(x, ARRAY_TYPES) and not is_plain_static(x) and _holds_nodes(x):

@@ -149,9 +149,7 @@ class Module(Object):
     def eval(self: M, **attributes: Any) -> M:
         """Evaluation mode: ``deterministic=True`` and ``use_running_average=True`` on
         every sub-module that has them (plus ``attributes``). Returns ``self``."""
-        self.set_attributes(
-            deterministic=True, use_running_average=True, raise_if_not_found=False
-        )
+        self.set_attributes(deterministic=True, use_running_average=True, raise_if_not_found=False)
         if attributes:
             self.set_attributes(**attributes)
         return self

@@ -203,8 +203,14 @@ def _graph_flatten(obj: Object) -> tuple[list[tuple[str, Any]], Hashable]:
     if kinds:
         forced = dict(kinds)
         items = [
-            (k, DataLeaf(v) if forced.get(k) == _DATA and not _is_data(v) else
-             StaticLeaf(v) if forced.get(k) == _STATIC else v)
+            (
+                k,
+                DataLeaf(v)
+                if forced.get(k) == _DATA and not _is_data(v)
+                else StaticLeaf(v)
+                if forced.get(k) == _STATIC
+                else v,
+            )
             for k, v in items
         ]
     return items, kinds

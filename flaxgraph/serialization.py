@@ -102,7 +102,9 @@ def load_state(path: str | os.PathLike[str], target: State) -> State:
             problems.append(f"missing {'/'.join(map(str, p))}")
             continue
         array, impl = stored[name]
-        value = jax.random.wrap_key_data(jnp.asarray(array), impl=impl) if impl else jnp.asarray(array)
+        value = (
+            jax.random.wrap_key_data(jnp.asarray(array), impl=impl) if impl else jnp.asarray(array)
+        )
         like = leaf.raw_value if isinstance(leaf, Variable) else leaf
         shape, dtype = getattr(like, "shape", None), getattr(like, "dtype", None)
         if shape is not None and (tuple(shape) != tuple(value.shape) or dtype != value.dtype):

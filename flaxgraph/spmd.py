@@ -189,6 +189,7 @@ def get_partition_spec(tree: Any) -> Any:
 
     Source: Flax NNX ``nnx.get_partition_spec``.
     """
+
     def spec(leaf: Any) -> Any:
         s = _spec_of(leaf)
         return leaf.replace(s) if isinstance(leaf, Variable) else s
@@ -201,6 +202,7 @@ def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
 
     Source: Flax NNX ``nnx.get_named_sharding``.
     """
+
     def sharding(leaf: Any) -> Any:
         s = NamedSharding(mesh, _spec_of(leaf))
         return leaf.replace(s) if isinstance(leaf, Variable) else s
@@ -224,12 +226,12 @@ def with_sharding_constraint(tree: Any, shardings: Any) -> Any:
     """
     is_var = lambda x: isinstance(x, Variable)
     if isinstance(shardings, (jax.sharding.Sharding, PartitionSpec)):
-        return jax.tree.map(
-            lambda v: _constrain(v, shardings), tree, is_leaf=is_var
-        )
+        return jax.tree.map(lambda v: _constrain(v, shardings), tree, is_leaf=is_var)
     return jax.tree.map(
         lambda v, s: _constrain(v, s.raw_value if isinstance(s, Variable) else s),
-        tree, shardings, is_leaf=is_var,
+        tree,
+        shardings,
+        is_leaf=is_var,
     )
 
 
@@ -252,7 +254,11 @@ def map_boxes(prefix: Any, tree: Any, fn: Callable[[AxisMetadata, Any], AxisMeta
         return jax.tree.map(
             lambda x: fn(x, prefix) if isinstance(x, AxisMetadata) else x, tree, is_leaf=is_leaf
         )
-    if isinstance(prefix, (tuple, list)) and isinstance(tree, (tuple, list)) and len(prefix) == len(tree):
+    if (
+        isinstance(prefix, (tuple, list))
+        and isinstance(tree, (tuple, list))
+        and len(prefix) == len(tree)
+    ):
         mapped = [map_boxes(p, t, fn) for p, t in zip(prefix, tree)]
         return mapped if isinstance(tree, list) else tuple(mapped)
     if isinstance(prefix, dict) and isinstance(tree, dict):

@@ -102,9 +102,7 @@ class Variable(Generic[A]):
 
     # -- construction without __init__ (used by merge, pytree unflatten) -----
     @classmethod
-    def _from_parts(
-        cls: type[V], value: Any, metadata: dict[str, Any], trace: object = None
-    ) -> V:
+    def _from_parts(cls: type[V], value: Any, metadata: dict[str, Any], trace: object = None) -> V:
         # ``metadata`` may be shared: a Variable's metadata dict is never mutated in
         # place (every change installs a new dict), so copies can share it.
         obj = object.__new__(cls)

@@ -16,11 +16,25 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_demo_runs_and_learns(tmp_path: Path) -> None:
     result = subprocess.run(
         [
-            sys.executable, str(ROOT / "guides" / "digits_ensemble.py"),
-            "--epochs", "2", "--members", "2", "--blocks", "1", "--width", "32",
-            "--out", str(tmp_path), "--min-accuracy", "0.6",
+            sys.executable,
+            str(ROOT / "guides" / "digits_ensemble.py"),
+            "--epochs",
+            "2",
+            "--members",
+            "2",
+            "--blocks",
+            "1",
+            "--width",
+            "32",
+            "--out",
+            str(tmp_path),
+            "--min-accuracy",
+            "0.6",
         ],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "ensemble: test accuracy" in result.stdout

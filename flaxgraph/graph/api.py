@@ -57,7 +57,12 @@ def _states_from_leaves(
 ) -> list[State]:
     trace = current_trace()
     copied = [
-        (p, type(v)._from_parts(v.raw_value, v._var_metadata, trace) if isinstance(v, Variable) else v)
+        (
+            p,
+            type(v)._from_parts(v.raw_value, v._var_metadata, trace)
+            if isinstance(v, Variable)
+            else v,
+        )
         for p, v in leaves
     ]
     if not filters:
@@ -291,8 +296,7 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
             continue
         if not isinstance(s, State):
             raise TypeError(
-                f"update expects States (or nested dicts) after the node, got a "
-                f"{type(s).__name__}."
+                f"update expects States (or nested dicts) after the node, got a {type(s).__name__}."
             )
         _plan_update(node, s, (), node, var_writes, other_writes, trace)
     # Everything was checked: now write (either every leaf is updated or none is).
@@ -304,7 +308,10 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
 
 
 def _plan_variable(
-    target: Variable[Any], leaf: Any, var_writes: list[tuple[Variable[Any], Any, Any]], trace: object
+    target: Variable[Any],
+    leaf: Any,
+    var_writes: list[tuple[Variable[Any], Any, Any]],
+    trace: object,
 ) -> None:
     if target._var_trace is not trace:
         target._check_trace("update")

@@ -154,8 +154,7 @@ class Walk:
                 )
             else:
                 children = tuple(
-                    self.visit(v, (*path, k), p, in_node)
-                    for k, v, p in zip(keys, values, prefixes)
+                    self.visit(v, (*path, k), p, in_node) for k, v, p in zip(keys, values, prefixes)
                 )
             return ContainerDef(t, tuple(keys), children)
         if isinstance(x, ARRAY_TYPES) or (self.dynamic_leaves and not in_node and _is_scalar(x)):

@@ -194,7 +194,9 @@ class GraphDef:
     @property
     def type(self) -> type:
         """The type of the root value."""
-        root_type = self.root.type if self.root and self.root[0] != "A" and self.root[0] != "S" else None
+        root_type = (
+            self.root.type if self.root and self.root[0] != "A" and self.root[0] != "S" else None
+        )
         return root_type if root_type is not None else type(None)
 
     def __repr__(self) -> str:

@@ -69,8 +69,7 @@ def unflatten(
     """
     if len(leaves) != len(graphdef.leaf_paths):
         raise GraphStructureError(
-            f"The GraphDef expects {len(graphdef.leaf_paths)} state leaves but got "
-            f"{len(leaves)}."
+            f"The GraphDef expects {len(graphdef.leaf_paths)} state leaves but got {len(leaves)}."
         )
     builder = _Build(leaves, {} if index_ref is None else index_ref, reuse or {}, leaf_sink)
     root = builder.build(graphdef.root)

@@ -63,9 +63,13 @@ def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None, module
     if any(a.ndim < 3 for a in arrays) or len({a.ndim for a in arrays}) != 1:
         problems.append("arrays of one rank >= 3 laid out (*batch, length, num_heads, depth)")
     else:
-        if query.shape[:-3] != key.shape[:-3] or (value is not None and value.shape[:-3] != key.shape[:-3]):
+        if query.shape[:-3] != key.shape[:-3] or (
+            value is not None and value.shape[:-3] != key.shape[:-3]
+        ):
             problems.append("equal batch dimensions")
-        if query.shape[-2] != key.shape[-2] or (value is not None and value.shape[-2] != key.shape[-2]):
+        if query.shape[-2] != key.shape[-2] or (
+            value is not None and value.shape[-2] != key.shape[-2]
+        ):
             problems.append("equal num_heads (axis -2)")
         if query.shape[-1] != key.shape[-1]:
             problems.append("equal query and key depth (axis -1)")
@@ -128,8 +132,13 @@ def dot_product_attention_weights(
     if is_causal:
         q_len, kv_len = weights.shape[-2:]
         causal = jnp.tril(jnp.ones((q_len, kv_len), dtype=bool))
-        mask = causal if mask is None else jnp.logical_and(
-            broadcast_right(jnp.asarray(mask, bool), weights.ndim), broadcast_right(causal, weights.ndim)
+        mask = (
+            causal
+            if mask is None
+            else jnp.logical_and(
+                broadcast_right(jnp.asarray(mask, bool), weights.ndim),
+                broadcast_right(causal, weights.ndim),
+            )
         )
     if mask is not None:
         mask = broadcast_right(jnp.asarray(mask), weights.ndim)
@@ -139,10 +148,14 @@ def dot_product_attention_weights(
         module.sow(Intermediate, "attention_weights", weights)
     if not deterministic and dropout_rate > 0.0:
         if dropout_rng is None:
-            raise ValueError("dot_product_attention: dropout_rate > 0 and not deterministic, "
-                             "but no dropout_rng was given.")
+            raise ValueError(
+                "dot_product_attention: dropout_rate > 0 and not deterministic, "
+                "but no dropout_rng was given."
+            )
         keep = 1.0 - dropout_rate
-        shape = (1,) * (weights.ndim - 2) + weights.shape[-2:] if broadcast_dropout else weights.shape
+        shape = (
+            (1,) * (weights.ndim - 2) + weights.shape[-2:] if broadcast_dropout else weights.shape
+        )
         keep_mask = jnp.broadcast_to(jax.random.bernoulli(dropout_rng, keep, shape), weights.shape)
         weights = weights * (keep_mask.astype(dtype) / jnp.asarray(keep, dtype))
     return weights
@@ -192,8 +205,19 @@ def dot_product_attention(
     )
     _check_qkv(query, key, value, module)
     weights = dot_product_attention_weights(
-        query, key, bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic,
-        query.dtype, precision, module, promote_dtype, is_causal,
+        query,
+        key,
+        bias,
+        mask,
+        broadcast_dropout,
+        dropout_rng,
+        dropout_rate,
+        deterministic,
+        query.dtype,
+        precision,
+        module,
+        promote_dtype,
+        is_causal,
     )
     return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
 
@@ -230,7 +254,9 @@ def make_attention_mask(
     return mask.astype(dtype)
 
 
-def make_causal_mask(x: jax.Array, extra_batch_dims: int = 0, dtype: Dtype = jnp.float32) -> jax.Array:
+def make_causal_mask(
+    x: jax.Array, extra_batch_dims: int = 0, dtype: Dtype = jnp.float32
+) -> jax.Array:
     """The causal mask for self-attention over ``x`` of shape ``(*batch, length)``:
     position ``i`` may attend to ``j <= i``.
 
@@ -377,30 +403,56 @@ class MultiHeadAttention(Module):
 
         def projection(features: int, heads: int) -> LinearGeneral:
             return LinearGeneral(
-                features, (heads, self.head_dim), dtype=dtype, param_dtype=param_dtype,
-                kernel_init=kernel_init, bias_init=bias_init, use_bias=use_bias,
-                precision=precision, promote_dtype=qkv_promote_dtype, rngs=rngs,
-                kernel_metadata=kernel_metadata, bias_metadata=bias_metadata,
+                features,
+                (heads, self.head_dim),
+                dtype=dtype,
+                param_dtype=param_dtype,
+                kernel_init=kernel_init,
+                bias_init=bias_init,
+                use_bias=use_bias,
+                precision=precision,
+                promote_dtype=qkv_promote_dtype,
+                rngs=rngs,
+                kernel_metadata=kernel_metadata,
+                bias_metadata=bias_metadata,
             )
 
         self.query = projection(in_features, num_heads)
         self.key = projection(in_kv_features, num_kv_heads)
         self.value = projection(in_kv_features, num_kv_heads)
         self.out = LinearGeneral(
-            (num_heads, self.head_dim), out_features, axis=(-2, -1), dtype=dtype,
-            param_dtype=param_dtype, kernel_init=out_kernel_init or kernel_init,
-            bias_init=out_bias_init or bias_init, use_bias=use_bias, precision=precision,
-            promote_dtype=out_promote_dtype, rngs=rngs, kernel_metadata=out_kernel_metadata,
+            (num_heads, self.head_dim),
+            out_features,
+            axis=(-2, -1),
+            dtype=dtype,
+            param_dtype=param_dtype,
+            kernel_init=out_kernel_init or kernel_init,
+            bias_init=out_bias_init or bias_init,
+            use_bias=use_bias,
+            precision=precision,
+            promote_dtype=out_promote_dtype,
+            rngs=rngs,
+            kernel_metadata=out_kernel_metadata,
             bias_metadata=out_bias_metadata,
         )
         if normalize_qk:
             self.query_ln: LayerNorm | None = LayerNorm(
-                self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype,
-                promote_dtype=ln_promote_dtype, rngs=rngs, scale_metadata=query_ln_scale_metadata,
+                self.head_dim,
+                use_bias=False,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                promote_dtype=ln_promote_dtype,
+                rngs=rngs,
+                scale_metadata=query_ln_scale_metadata,
             )
             self.key_ln: LayerNorm | None = LayerNorm(
-                self.head_dim, use_bias=False, dtype=dtype, param_dtype=param_dtype,
-                promote_dtype=ln_promote_dtype, rngs=rngs, scale_metadata=key_ln_scale_metadata,
+                self.head_dim,
+                use_bias=False,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                promote_dtype=ln_promote_dtype,
+                rngs=rngs,
+                scale_metadata=key_ln_scale_metadata,
             )
         else:
             self.query_ln = None
@@ -522,10 +574,18 @@ class MultiHeadAttention(Module):
 
         extra = {"is_causal": True} if is_causal else {}
         x = self.attention_fn(
-            query, key, value, mask=mask, dropout_rng=dropout_rng,
-            dropout_rate=self.dropout_rate, broadcast_dropout=self.broadcast_dropout,
-            deterministic=deterministic, dtype=self.dtype, precision=self.precision,
-            module=self if sow_weights else None, **extra,
+            query,
+            key,
+            value,
+            mask=mask,
+            dropout_rng=dropout_rng,
+            dropout_rate=self.dropout_rate,
+            broadcast_dropout=self.broadcast_dropout,
+            deterministic=deterministic,
+            dtype=self.dtype,
+            precision=self.precision,
+            module=self if sow_weights else None,
+            **extra,
         )
         return self.out(x)
 

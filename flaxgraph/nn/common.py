@@ -50,7 +50,9 @@ def canonicalize_tuple(value: int | Sequence[int], name: str = "value") -> tuple
     return out
 
 
-def expand_to(value: int | Sequence[int] | None, n: int, name: str, default: int = 1) -> tuple[int, ...]:
+def expand_to(
+    value: int | Sequence[int] | None, n: int, name: str, default: int = 1
+) -> tuple[int, ...]:
     """An int or ``None`` repeated ``n`` times, or a sequence of length ``n``, as a tuple.
 
     Raises:
@@ -62,7 +64,9 @@ def expand_to(value: int | Sequence[int] | None, n: int, name: str, default: int
         return (value,) * n
     out = canonicalize_tuple(value, name)
     if len(out) != n:
-        raise ValueError(f"{name} must have {n} entries (one per spatial dimension), got {value!r}.")
+        raise ValueError(
+            f"{name} must have {n} entries (one per spatial dimension), got {value!r}."
+        )
     return out
 
 

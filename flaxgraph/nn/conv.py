@@ -126,7 +126,9 @@ class _ConvBase(Module):
         kernel_metadata: Mapping[str, Any],
         bias_metadata: Mapping[str, Any],
     ) -> None:
-        self.kernel = make_param(kernel_init, rngs.params(), kernel_shape, param_dtype, kernel_metadata)
+        self.kernel = make_param(
+            kernel_init, rngs.params(), kernel_shape, param_dtype, kernel_metadata
+        )
         self.bias = (
             make_param(bias_init, rngs.params(), (out_features,), param_dtype, bias_metadata)
             if use_bias
@@ -224,13 +226,24 @@ class Conv(_ConvBase):
             )
         self.padding = canonicalize_padding(padding, n)
         if self.padding == "CAUSAL" and n != 1:
-            raise ValueError(f"Conv: 'CAUSAL' padding needs a 1-D kernel, got kernel_size {kernel_size}.")
+            raise ValueError(
+                f"Conv: 'CAUSAL' padding needs a 1-D kernel, got kernel_size {kernel_size}."
+            )
         kernel_shape = (*kernel_size, in_features // feature_group_count, out_features)
         if mask is not None and tuple(mask.shape) != kernel_shape:
-            raise ValueError(f"Conv: mask shape {tuple(mask.shape)} must equal the kernel shape {kernel_shape}.")
+            raise ValueError(
+                f"Conv: mask shape {tuple(mask.shape)} must equal the kernel shape {kernel_shape}."
+            )
         self._init_params(
-            kernel_shape, out_features, use_bias, param_dtype, kernel_init, bias_init, rngs,
-            kernel_metadata, bias_metadata,
+            kernel_shape,
+            out_features,
+            use_bias,
+            param_dtype,
+            kernel_init,
+            bias_init,
+            rngs,
+            kernel_metadata,
+            bias_metadata,
         )
         self.in_features = in_features
         self.out_features = out_features
@@ -361,8 +374,15 @@ class ConvTranspose(_ConvBase):
                 f"{kernel_shape}."
             )
         self._init_params(
-            kernel_shape, out_features, use_bias, param_dtype, kernel_init, bias_init, rngs,
-            kernel_metadata, bias_metadata,
+            kernel_shape,
+            out_features,
+            use_bias,
+            param_dtype,
+            kernel_init,
+            bias_init,
+            rngs,
+            kernel_metadata,
+            bias_metadata,
         )
         self.in_features = in_features
         self.out_features = out_features

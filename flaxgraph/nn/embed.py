@@ -74,7 +74,10 @@ class Embed(Module):
         embedding_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
         self.embedding = make_param(
-            embedding_init, rngs.params(), (num_embeddings, features), param_dtype,
+            embedding_init,
+            rngs.params(),
+            (num_embeddings, features),
+            param_dtype,
             embedding_metadata,
         )
         self.num_embeddings = num_embeddings

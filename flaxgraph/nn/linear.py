@@ -133,9 +133,11 @@ class Linear(Module):
         check_last_dim(self, x, self.in_features)
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
-        extra = {} if self.preferred_element_type is None else {
-            "preferred_element_type": self.preferred_element_type
-        }
+        extra = (
+            {}
+            if self.preferred_element_type is None
+            else {"preferred_element_type": self.preferred_element_type}
+        )
         y = self.dot_general(
             x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision, **extra
         )
@@ -147,8 +149,7 @@ class Linear(Module):
 def _kernel_axes_check(n_in: int, axis: tuple[int, ...]) -> None:
     if len(axis) != n_in:
         raise ValueError(
-            f"LinearGeneral: axis {axis} must have one entry per in_features dimension "
-            f"({n_in})."
+            f"LinearGeneral: axis {axis} must have one entry per in_features dimension ({n_in})."
         )
 
 
@@ -234,7 +235,11 @@ class LinearGeneral(Module):
                 return jax.vmap(lambda kk: kernel_init(kk, (n_in, n_out), dtype))(keys)
 
             self.kernel = make_reshaped_param(
-                init, key, (math.prod(batch_shape), n_in, n_out), kernel_shape, param_dtype,
+                init,
+                key,
+                (math.prod(batch_shape), n_in, n_out),
+                kernel_shape,
+                param_dtype,
                 kernel_metadata,
             )
         else:
@@ -243,8 +248,12 @@ class LinearGeneral(Module):
             )
         self.bias = (
             make_reshaped_param(
-                bias_init, rngs.params(), (*batch_shape, n_out), batch_shape + self.out_features,
-                param_dtype, bias_metadata,
+                bias_init,
+                rngs.params(),
+                (*batch_shape, n_out),
+                batch_shape + self.out_features,
+                param_dtype,
+                bias_metadata,
             )
             if use_bias
             else None
@@ -261,7 +270,9 @@ class LinearGeneral(Module):
         x = jnp.asarray(inputs)
         ndim = x.ndim
         axes = tuple(normalize_axis(self, a, ndim, x.shape) for a in self.axis)
-        batch_dims = tuple(normalize_axis(self, a, ndim, x.shape, "batch axis") for a, _ in self.batch_axis)
+        batch_dims = tuple(
+            normalize_axis(self, a, ndim, x.shape, "batch axis") for a, _ in self.batch_axis
+        )
         sizes = tuple(x.shape[a] for a in axes)
         if sizes != self.in_features:
             raise shape_error(
@@ -269,16 +280,20 @@ class LinearGeneral(Module):
             )
         for (given_axis, size), a in zip(self.batch_axis, batch_dims):
             if x.shape[a] != size:
-                raise shape_error(self, f"inputs with size {size} at batch axis {given_axis}", x.shape)
+                raise shape_error(
+                    self, f"inputs with size {size} at batch axis {given_axis}", x.shape
+                )
         n_batch = len(batch_dims)
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
         contract = tuple(range(n_batch, n_batch + len(axes)))
         dimension_numbers = ((axes, contract), (batch_dims, tuple(range(n_batch))))
         dot_general = self.dot_general or lax.dot_general
-        extra = {} if self.preferred_element_type is None else {
-            "preferred_element_type": self.preferred_element_type
-        }
+        extra = (
+            {}
+            if self.preferred_element_type is None
+            else {"preferred_element_type": self.preferred_element_type}
+        )
         y = dot_general(x, kernel, dimension_numbers, precision=self.precision, **extra)
         if bias is not None:
             n_free = ndim - len(axes) - n_batch
@@ -305,7 +320,7 @@ def _letter_sizes(spec: str, shape: tuple[int, ...]) -> dict[str, int] | None:
         before, after = spec.split("...")
         if len(before) + len(after) > len(shape):
             return None
-        pairs = list(zip(before, shape)) + list(zip(after, shape[len(shape) - len(after):]))
+        pairs = list(zip(before, shape)) + list(zip(after, shape[len(shape) - len(after) :]))
     else:
         if len(spec) != len(shape):
             return None
@@ -373,7 +388,9 @@ class Einsum(Module):
                 f"Einsum: kernel_shape {kernel_shape} does not match the kernel operand "
                 f"{kernel_spec!r} of {einsum_str!r}."
             )
-        self.kernel = make_param(kernel_init, rngs.params(), kernel_shape, param_dtype, kernel_metadata)
+        self.kernel = make_param(
+            kernel_init, rngs.params(), kernel_shape, param_dtype, kernel_metadata
+        )
         self.bias = (
             make_param(bias_init, rngs.params(), tuple(bias_shape), param_dtype, bias_metadata)
             if bias_shape is not None
@@ -412,9 +429,11 @@ class Einsum(Module):
                 )
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
-        extra = {} if self.preferred_element_type is None else {
-            "preferred_element_type": self.preferred_element_type
-        }
+        extra = (
+            {}
+            if self.preferred_element_type is None
+            else {"preferred_element_type": self.preferred_element_type}
+        )
         y = self.einsum_op(einsum_str, x, kernel, precision=self.precision, **extra)
         if bias is not None:
             if bias.ndim > y.ndim:

@@ -143,7 +143,9 @@ class _Norm(Module):
         x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
         return scale, bias, canonicalize_dtype(x, scale, bias, dtype=self.dtype)
 
-    def _feature_axes(self, x: jax.Array, axes: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def _feature_axes(
+        self, x: jax.Array, axes: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Normalized feature axes and the broadcast shape of the parameters.
 
         Raises:
@@ -219,9 +221,15 @@ class LayerNorm(_Norm):
         scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
         self._init_params(
-            num_features, use_scale=use_scale, use_bias=use_bias, scale_init=scale_init,
-            bias_init=bias_init, param_dtype=param_dtype, rngs=rngs,
-            scale_metadata=scale_metadata, bias_metadata=bias_metadata,
+            num_features,
+            use_scale=use_scale,
+            use_bias=use_bias,
+            scale_init=scale_init,
+            bias_init=bias_init,
+            param_dtype=param_dtype,
+            rngs=rngs,
+            scale_metadata=scale_metadata,
+            bias_metadata=bias_metadata,
         )
         self.num_features = num_features
         self.epsilon = epsilon
@@ -244,8 +252,13 @@ class LayerNorm(_Norm):
         _, feature_shape = self._feature_axes(x, self.feature_axes)
         axes = tuple(normalize_axis(self, a, x.ndim, x.shape) for a in self.reduction_axes)
         mean, var = _moments(
-            x, axes, axis_name=self.axis_name, axis_index_groups=self.axis_index_groups,
-            use_fast_variance=self.use_fast_variance, mask=mask, use_mean=self._use_mean(),
+            x,
+            axes,
+            axis_name=self.axis_name,
+            axis_index_groups=self.axis_index_groups,
+            use_fast_variance=self.use_fast_variance,
+            mask=mask,
+            use_mean=self._use_mean(),
         )
         scale, bias, dtype = self._params(x)
         y = _standardize(x, mean, var, self.epsilon)
@@ -292,11 +305,21 @@ class RMSNorm(LayerNorm):
         scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
         super().__init__(
-            num_features, epsilon=epsilon, dtype=dtype, param_dtype=param_dtype,
-            use_bias=False, use_scale=use_scale, scale_init=scale_init,
-            reduction_axes=reduction_axes, feature_axes=feature_axes, axis_name=axis_name,
-            axis_index_groups=axis_index_groups, use_fast_variance=use_fast_variance,
-            promote_dtype=promote_dtype, rngs=rngs, scale_metadata=scale_metadata,
+            num_features,
+            epsilon=epsilon,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            use_bias=False,
+            use_scale=use_scale,
+            scale_init=scale_init,
+            reduction_axes=reduction_axes,
+            feature_axes=feature_axes,
+            axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
+            use_fast_variance=use_fast_variance,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            scale_metadata=scale_metadata,
         )
 
     def _use_mean(self) -> bool:
@@ -378,9 +401,15 @@ class GroupNorm(_Norm):
                 f"{num_features}."
             )
         self._init_params(
-            num_features, use_scale=use_scale, use_bias=use_bias, scale_init=scale_init,
-            bias_init=bias_init, param_dtype=param_dtype, rngs=rngs,
-            scale_metadata=scale_metadata, bias_metadata=bias_metadata,
+            num_features,
+            use_scale=use_scale,
+            use_bias=use_bias,
+            scale_init=scale_init,
+            bias_init=bias_init,
+            param_dtype=param_dtype,
+            rngs=rngs,
+            scale_metadata=scale_metadata,
+            bias_metadata=bias_metadata,
         )
         self.num_features = num_features
         self.num_groups = num_groups
@@ -416,8 +445,11 @@ class GroupNorm(_Norm):
         grouped_mask = None if mask is None else jnp.reshape(mask, grouped_shape)
         group_axes = (*(a for a in axes if a != ndim - 1), ndim)
         mean, var = _moments(
-            grouped, group_axes, axis_name=self.axis_name,
-            axis_index_groups=self.axis_index_groups, use_fast_variance=self.use_fast_variance,
+            grouped,
+            group_axes,
+            axis_name=self.axis_name,
+            axis_index_groups=self.axis_index_groups,
+            use_fast_variance=self.use_fast_variance,
             mask=grouped_mask,
         )
         y = jnp.reshape(_standardize(grouped, mean, var, self.epsilon), x.shape)
@@ -491,9 +523,15 @@ class BatchNorm(_Norm):
         self.mean = BatchStat(jnp.zeros((num_features,), jnp.float32))
         self.var = BatchStat(jnp.ones((num_features,), jnp.float32))
         self._init_params(
-            num_features, use_scale=use_scale, use_bias=use_bias, scale_init=scale_init,
-            bias_init=bias_init, param_dtype=param_dtype, rngs=rngs,
-            scale_metadata=scale_metadata, bias_metadata=bias_metadata,
+            num_features,
+            use_scale=use_scale,
+            use_bias=use_bias,
+            scale_init=scale_init,
+            bias_init=bias_init,
+            param_dtype=param_dtype,
+            rngs=rngs,
+            scale_metadata=scale_metadata,
+            bias_metadata=bias_metadata,
         )
         self.num_features = num_features
         self.use_running_average = use_running_average
@@ -530,17 +568,21 @@ class BatchNorm(_Norm):
         else:
             axes = tuple(a for a in range(x.ndim) if a != feature_axis)
             mean, var = _moments(
-                x, axes, axis_name=self.axis_name, axis_index_groups=self.axis_index_groups,
-                use_fast_variance=self.use_fast_variance, mask=mask,
+                x,
+                axes,
+                axis_name=self.axis_name,
+                axis_index_groups=self.axis_index_groups,
+                use_fast_variance=self.use_fast_variance,
+                mask=mask,
             )
             m = self.momentum
             stat_dtype = self.mean.value.dtype
-            self.mean.value = (
-                m * self.mean.value + (1 - m) * jnp.reshape(mean, (-1,))
-            ).astype(stat_dtype)
-            self.var.value = (
-                m * self.var.value + (1 - m) * jnp.reshape(var, (-1,))
-            ).astype(stat_dtype)
+            self.mean.value = (m * self.mean.value + (1 - m) * jnp.reshape(mean, (-1,))).astype(
+                stat_dtype
+            )
+            self.var.value = (m * self.var.value + (1 - m) * jnp.reshape(var, (-1,))).astype(
+                stat_dtype
+            )
         scale, bias, dtype = self._params(x)
         compute = stats_dtype(x.dtype)
         y = _standardize(x, mean.astype(compute), var.astype(compute), self.epsilon)

@@ -63,16 +63,22 @@ def pool(
         raise ValueError(f"pool: strides {strides} must have one entry per window axis ({n}).")
     if x.ndim < n + 1:
         raise shape_error(
-            None, f"inputs of rank >= {n + 1} (*batch, {n} spatial axes, features)", x.shape,
+            None,
+            f"inputs of rank >= {n + 1} (*batch, {n} spatial axes, features)",
+            x.shape,
             who=f"pool(window_shape={window})",
         )
     lead = (1,) * (x.ndim - n - 1)
     if not isinstance(padding, str):
         pairs = tuple(tuple(p) for p in padding)
         if len(pairs) != n:
-            raise ValueError(f"pool: padding {padding!r} must have one (low, high) pair per window axis.")
+            raise ValueError(
+                f"pool: padding {padding!r} must have one (low, high) pair per window axis."
+            )
         padding = ((0, 0),) * len(lead) + pairs + ((0, 0),)  # type: ignore[assignment]
-    return lax.reduce_window(x, init, reduce_fn, lead + window + (1,), lead + strides + (1,), padding)
+    return lax.reduce_window(
+        x, init, reduce_fn, lead + window + (1,), lead + strides + (1,), padding
+    )
 
 
 def avg_pool(

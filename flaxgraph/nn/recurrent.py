@@ -62,7 +62,10 @@ class RNNCellBase(Module):
         return 1
 
     def _init_carry_part(
-        self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None, carry_init: Initializer | None
+        self,
+        input_shape: tuple[int, ...],
+        rngs: Rngs | RngStream | None,
+        carry_init: Initializer | None,
     ) -> jax.Array:
         batch = tuple(input_shape)[: len(input_shape) - self.num_feature_axes]
         init = carry_init if carry_init is not None else self.carry_init
@@ -86,9 +89,16 @@ class RNNCellBase(Module):
             )
 
     def _store_common(
-        self, in_features: int, hidden_features: int, gate_fn: Callable[..., Any],
-        activation_fn: Callable[..., Any], dtype: Any, param_dtype: Any,
-        carry_init: Initializer | None, keep_rngs: bool, rngs: Rngs,
+        self,
+        in_features: int,
+        hidden_features: int,
+        gate_fn: Callable[..., Any],
+        activation_fn: Callable[..., Any],
+        dtype: Any,
+        param_dtype: Any,
+        carry_init: Initializer | None,
+        keep_rngs: bool,
+        rngs: Rngs,
     ) -> None:
         self.in_features = in_features
         self.hidden_features = hidden_features
@@ -158,24 +168,44 @@ class LSTMCell(RNNCellBase):
     ):
         def dense_i() -> Linear:
             return Linear(
-                in_features, hidden_features, use_bias=False, kernel_init=kernel_init,
-                dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs,
+                in_features,
+                hidden_features,
+                use_bias=False,
+                kernel_init=kernel_init,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                promote_dtype=promote_dtype,
+                rngs=rngs,
                 kernel_metadata=kernel_metadata,
             )
 
         def dense_h() -> Linear:
             return Linear(
-                hidden_features, hidden_features, use_bias=True,
-                kernel_init=recurrent_kernel_init, bias_init=bias_init, dtype=dtype,
-                param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs,
-                kernel_metadata=recurrent_kernel_metadata, bias_metadata=bias_metadata,
+                hidden_features,
+                hidden_features,
+                use_bias=True,
+                kernel_init=recurrent_kernel_init,
+                bias_init=bias_init,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                promote_dtype=promote_dtype,
+                rngs=rngs,
+                kernel_metadata=recurrent_kernel_metadata,
+                bias_metadata=bias_metadata,
             )
 
         self.ii, self.if_, self.ig, self.io = dense_i(), dense_i(), dense_i(), dense_i()
         self.hi, self.hf, self.hg, self.ho = dense_h(), dense_h(), dense_h(), dense_h()
         self._store_common(
-            in_features, hidden_features, gate_fn, activation_fn, dtype, param_dtype,
-            carry_init, keep_rngs, rngs,
+            in_features,
+            hidden_features,
+            gate_fn,
+            activation_fn,
+            dtype,
+            param_dtype,
+            carry_init,
+            keep_rngs,
+            rngs,
         )
 
     def __call__(
@@ -251,19 +281,39 @@ class GRUCell(RNNCellBase):
         bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
         self.dense_i = Linear(
-            in_features, 3 * hidden_features, use_bias=True, kernel_init=kernel_init,
-            bias_init=bias_init, dtype=dtype, param_dtype=param_dtype,
-            promote_dtype=promote_dtype, rngs=rngs, kernel_metadata=kernel_metadata,
+            in_features,
+            3 * hidden_features,
+            use_bias=True,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            kernel_metadata=kernel_metadata,
             bias_metadata=bias_metadata,
         )
         self.dense_h = Linear(
-            hidden_features, 3 * hidden_features, use_bias=False,
-            kernel_init=recurrent_kernel_init, dtype=dtype, param_dtype=param_dtype,
-            promote_dtype=promote_dtype, rngs=rngs, kernel_metadata=recurrent_kernel_metadata,
+            hidden_features,
+            3 * hidden_features,
+            use_bias=False,
+            kernel_init=recurrent_kernel_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            kernel_metadata=recurrent_kernel_metadata,
         )
         self._store_common(
-            in_features, hidden_features, gate_fn, activation_fn, dtype, param_dtype,
-            carry_init, keep_rngs, rngs,
+            in_features,
+            hidden_features,
+            gate_fn,
+            activation_fn,
+            dtype,
+            param_dtype,
+            carry_init,
+            keep_rngs,
+            rngs,
         )
 
     def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -320,19 +370,39 @@ class SimpleCell(RNNCellBase):
         bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
         self.dense_i = Linear(
-            in_features, hidden_features, kernel_init=kernel_init, bias_init=bias_init,
-            dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs,
-            kernel_metadata=kernel_metadata, bias_metadata=bias_metadata,
+            in_features,
+            hidden_features,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            kernel_metadata=kernel_metadata,
+            bias_metadata=bias_metadata,
         )
         self.dense_h = Linear(
-            hidden_features, hidden_features, use_bias=False, kernel_init=recurrent_kernel_init,
-            dtype=dtype, param_dtype=param_dtype, promote_dtype=promote_dtype, rngs=rngs,
+            hidden_features,
+            hidden_features,
+            use_bias=False,
+            kernel_init=recurrent_kernel_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
             kernel_metadata=recurrent_kernel_metadata,
         )
         self.residual = residual
         self._store_common(
-            in_features, hidden_features, jax.nn.sigmoid, activation_fn, dtype, param_dtype,
-            carry_init, keep_rngs, rngs,
+            in_features,
+            hidden_features,
+            jax.nn.sigmoid,
+            activation_fn,
+            dtype,
+            param_dtype,
+            carry_init,
+            keep_rngs,
+            rngs,
         )
 
     def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -352,7 +422,9 @@ class SimpleCell(RNNCellBase):
         return self._init_carry_part(input_shape, rngs, carry_init)
 
 
-def flip_sequences(inputs: jax.Array, seq_lengths: jax.Array | None, num_batch_dims: int) -> jax.Array:
+def flip_sequences(
+    inputs: jax.Array, seq_lengths: jax.Array | None, num_batch_dims: int
+) -> jax.Array:
     """Reverses time-major ``inputs`` ``(time, *batch, *features)`` along time; with
     ``seq_lengths`` (shape ``batch``) only the first ``seq_lengths[b]`` steps of
     each sequence are reversed, the padding stays in place."""
@@ -526,8 +598,12 @@ class Bidirectional(Module):
         return_carry = first_from(return_carry, self.return_carry, error_msg="")
         time_major = first_from(time_major, self.time_major, error_msg="")
         carry_f, carry_b = (None, None) if initial_carry is None else initial_carry
-        common = {"seq_lengths": seq_lengths, "return_carry": True, "time_major": time_major,
-                  "rngs": rngs}
+        common = {
+            "seq_lengths": seq_lengths,
+            "return_carry": True,
+            "time_major": time_major,
+            "rngs": rngs,
+        }
         carry_f, y_f = self.forward_rnn(inputs, initial_carry=carry_f, **common)
         carry_b, y_b = self.backward_rnn(
             inputs, initial_carry=carry_b, reverse=True, keep_order=True, **common

@@ -42,7 +42,9 @@ def own_stream(rngs: Rngs | RngStream | None, collection: str) -> RngStream | No
         return rngs.fork()
     if isinstance(rngs, Rngs):
         return rngs[collection].fork()
-    raise TypeError(f"rngs must be an nnx.Rngs, an nnx.RngStream or None, got {type(rngs).__name__}.")
+    raise TypeError(
+        f"rngs must be an nnx.Rngs, an nnx.RngStream or None, got {type(rngs).__name__}."
+    )
 
 
 def draw_key(
@@ -145,4 +147,3 @@ class Dropout(Module):
 
 
 __all__ = ["Dropout", "draw_key", "own_stream"]
-

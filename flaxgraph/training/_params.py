@@ -158,7 +158,10 @@ def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
 
 
 def wrap_mirroring(
-    tree: Any, params: State, sources: Sequence[Any], kind: type[Variable[Any]],
+    tree: Any,
+    params: State,
+    sources: Sequence[Any],
+    kind: type[Variable[Any]],
     other: type[Variable[Any]],
 ) -> Any:
     """Wraps every leaf of ``tree`` (e.g. an optax state) in a Variable.

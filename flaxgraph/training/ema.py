@@ -159,6 +159,7 @@ class EMA(Object):
         """Returns the averages as an ``nnx.State`` of new Variables of the averaged
         parameters' kinds (``Param``…) with their metadata, at their paths: usable as
         ``nnx.update(model, ema.averaged_state())`` or in ``nnx.merge``."""
+
         def to_source(var: Any) -> Any:
             metadata = var.get_metadata()
             kind = metadata.pop("source_type", None)

@@ -96,9 +96,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
         if type(x) in _GRAPH_NODE_IMPLS:
             n = len(path)
             pairs = [
-                (p[n:], _grad_leaf(leaf, g))
-                for p, (leaf, g) in by_path.items()
-                if p[:n] == path
+                (p[n:], _grad_leaf(leaf, g)) for p, (leaf, g) in by_path.items() if p[:n] == path
             ]
             return State.from_flat_path(pairs)
         if isinstance(x, Variable):
@@ -329,7 +327,9 @@ def remat(
         )
         call = split_inputs(dyn_args, dyn_kwargs, (None, None), _AUX_SPEC)
         slots, (values,) = call.groups([None])
-        out_static, out_groups = checkpointed(Static(InStatic(call.graphdef, slots, statics)), values)
+        out_static, out_groups = checkpointed(
+            Static(InStatic(call.graphdef, slots, statics)), values
+        )
         return call.finish(out_static.value, out_groups)
 
     return bind(wrapper, bound, f)
@@ -350,7 +350,9 @@ def _primal_call(has_aux: bool) -> Callable[..., Any]:
     return call
 
 
-def _lift_diff_inputs(primals: tuple[Any, ...]) -> tuple[Call, Any, list[Any], list[Any], tuple[Any, ...]]:
+def _lift_diff_inputs(
+    primals: tuple[Any, ...],
+) -> tuple[Call, Any, list[Any], list[Any], tuple[Any, ...]]:
     args_prefix = tuple(_Diff(Param) for _ in primals)
     call = split_inputs(primals, {}, (args_prefix, False), DIFF_SPEC)
     slots, (diff, rest) = call.groups(_DIFF_KEYS)
@@ -374,7 +376,12 @@ def vjp(f: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     def pure(diff_values: list[Any]) -> Any:
         in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
         out, out_static, out_groups = inner.run(
-            static.value, (diff_values, rest), in_prefixes, (None, None), None, _primal_call(has_aux)
+            static.value,
+            (diff_values, rest),
+            in_prefixes,
+            (None, None),
+            None,
+            _primal_call(has_aux),
         )
         return out, (Static(out_static), out_groups)
 
@@ -420,11 +427,18 @@ def jvp(
     def pure(diff_values: list[Any]) -> Any:
         in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
         out, out_static, out_groups = inner.run(
-            static.value, (diff_values, rest), in_prefixes, (None, None), None, _primal_call(has_aux)
+            static.value,
+            (diff_values, rest),
+            in_prefixes,
+            (None, None),
+            None,
+            _primal_call(has_aux),
         )
         return out, (Static(out_static), out_groups)
 
-    out, tangent_out, (out_static, out_groups) = jax.jvp(pure, (diff,), (tangent_list,), has_aux=True)
+    out, tangent_out, (out_static, out_groups) = jax.jvp(
+        pure, (diff,), (tangent_list,), has_aux=True
+    )
     aux = call.finish(out_static.value, out_groups)
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
 

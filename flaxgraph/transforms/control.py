@@ -100,7 +100,10 @@ def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureE
 
 
 def _lifted_branches(
-    kind: str, index_or_pred: Any, branches: Sequence[Callable[..., Any]], operands: tuple[Any, ...],
+    kind: str,
+    index_or_pred: Any,
+    branches: Sequence[Callable[..., Any]],
+    operands: tuple[Any, ...],
     select: Callable[..., Any],
 ) -> Any:
     call = split_inputs(operands, {}, (None, None), _SPEC)
@@ -122,7 +125,9 @@ def _lifted_branches(
     return call.finish(out_static.value, (out_values,))
 
 
-def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
+def cond(
+    pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any
+) -> Any:
     """``jax.lax.cond`` whose operands may be objects.
 
     Args:
@@ -142,7 +147,10 @@ def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any],
     Source: ``jax.lax.cond``.
     """
     return _lifted_branches(
-        "branches of cond", pred, [true_fun, false_fun], operands,
+        "branches of cond",
+        pred,
+        [true_fun, false_fun],
+        operands,
         lambda p, fs, v: jax.lax.cond(p, fs[0], fs[1], v),
     )
 
@@ -153,7 +161,10 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
     Source: ``jax.lax.switch``.
     """
     return _lifted_branches(
-        "branches of switch", index, list(branches), operands,
+        "branches of switch",
+        index,
+        list(branches),
+        operands,
         lambda i, fs, v: jax.lax.switch(i, fs, v),
     )
 
@@ -169,7 +180,9 @@ def _split_carry(graphdef: GraphDef, val: Any, what: str) -> list[Any]:
     new_graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
     trace = current_trace()
     for node in walk.ref_index:
-        created = node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", trace)
+        created = (
+            node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", trace)
+        )
         if created != trace:
             raise TraceContextError(
                 f"The {what} returned a {type(node).__name__} that was created outside the "
@@ -226,7 +239,9 @@ def _make_fori_body(body_fun: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     return body
 
 
-def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
+def while_loop(
+    cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any
+) -> Any:
     """``jax.lax.while_loop`` whose carry may contain objects.
 
     ``body_fun`` may mutate the objects in the carry (values only) and returns the
@@ -247,8 +262,12 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
 
 
 def fori_loop(
-    lower: Any, upper: Any, body_fun: Callable[[Any, Any], Any], init_val: Any,
-    *, unroll: int | bool | None = None,
+    lower: Any,
+    upper: Any,
+    body_fun: Callable[[Any, Any], Any],
+    init_val: Any,
+    *,
+    unroll: int | bool | None = None,
 ) -> Any:
     """``jax.lax.fori_loop`` whose carry may contain objects (see ``while_loop``).
 
@@ -275,7 +294,9 @@ def _eval_shape_transform(f: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         call = split_inputs(args, kwargs, (None, None), _SPEC)
         slots, (values,) = call.groups([None])
-        out_static, out_values = jax.eval_shape(pure, Static(InStatic(call.graphdef, slots, None)), values)
+        out_static, out_values = jax.eval_shape(
+            pure, Static(InStatic(call.graphdef, slots, None)), values
+        )
         out: OutStatic = out_static.value
         leaves = [out_values[b] for _, _, b in out.sources]
         output, _args, _kwargs = unflatten(out.graphdef, leaves)

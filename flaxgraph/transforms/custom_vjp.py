@@ -88,7 +88,9 @@ class custom_vjp:
                 out[i] = v
             return tuple(out)
 
-        call = split_inputs(diff_args, {}, (tuple(_Diff(Param) for _ in diff_args), False), DIFF_SPEC)
+        call = split_inputs(
+            diff_args, {}, (tuple(_Diff(Param) for _ in diff_args), False), DIFF_SPEC
+        )
         slots, (diff, rest) = call.groups(_DIFF_KEYS)
         static = InStatic(call.graphdef, slots, None)
         in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]

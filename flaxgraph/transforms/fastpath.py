@@ -91,13 +91,38 @@ class Plan:
     """What a repeated call with the same argument structure needs (see module doc)."""
 
     __slots__ = (
-        "call", "static", "members", "objects", "versions", "variables", "metadata",
-        "lists", "list_items", "dicts", "dict_items", "getters", "targets", "arg_leaves",
-        "passthrough", "trace", "_writers", "finishes", "args", "kwargs", "in_place",
+        "call",
+        "static",
+        "members",
+        "objects",
+        "versions",
+        "variables",
+        "metadata",
+        "lists",
+        "list_items",
+        "dicts",
+        "dict_items",
+        "getters",
+        "targets",
+        "arg_leaves",
+        "passthrough",
+        "trace",
+        "_writers",
+        "finishes",
+        "args",
+        "kwargs",
+        "in_place",
     )
 
-    def __init__(self, call: Call, static: Static, slots: Sequence[tuple[int, int]], n_groups: int,
-                 args: tuple[Any, ...], kwargs: dict[str, Any]):
+    def __init__(
+        self,
+        call: Call,
+        static: Static,
+        slots: Sequence[tuple[int, int]],
+        n_groups: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ):
         self.call = call
         self.static = static
         members: list[list[int]] = [[] for _ in range(n_groups)]
@@ -166,7 +191,9 @@ class Plan:
                 return False
         return True
 
-    def groups(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], list[list[Any]]]:
+    def groups(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[list[Any], list[list[Any]]]:
         """Reads every leaf's current value; returns ``(values, groups)``."""
         values = list(map(operator.call, self.getters, self.targets))
         for pos, root, key in self.arg_leaves:
@@ -233,7 +260,9 @@ def _resolve(root: Any, path: Sequence[Hashable]) -> Any:
     return node
 
 
-def _writer(path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[Any], None] | None:
+def _writer(
+    path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[Any], None] | None:
     """How to store a new value for an input leaf in place (None: an argument leaf,
     which has no place to be stored)."""
     if isinstance(leaf, Variable):
@@ -267,7 +296,9 @@ class FinishPlan:
         in_index = dict(out.index_map)  # out node index -> input node index
         node_index = {id(n): i for i, n in enumerate(call.nodes)}
         in_leaf_of_var = {
-            node_index[id(leaf)]: pos for pos, leaf in enumerate(call.leaves) if isinstance(leaf, Variable)
+            node_index[id(leaf)]: pos
+            for pos, leaf in enumerate(call.leaves)
+            if isinstance(leaf, Variable)
         }
         in_leaf_by_path = {p: i for i, p in enumerate(call.graphdef.leaf_paths)}
         compiler = _OutputCompiler(in_index)
@@ -296,7 +327,9 @@ class FinishPlan:
         self.build = output_builder
         self.n_out = compiler.position
 
-    def bind(self, plan: Plan) -> tuple[list[tuple[list[Any], list[int], int]], list[tuple[tuple[int, int, int], Any]]]:
+    def bind(
+        self, plan: Plan
+    ) -> tuple[list[tuple[list[Any], list[int], int]], list[tuple[tuple[int, int, int], Any]]]:
         """The writes for one plan's objects: Variables grouped by output group (set
         with one C-level ``map`` each) and the other writes (array attributes)."""
         by_group: dict[int, tuple[list[Any], list[int]]] = {}
@@ -426,7 +459,9 @@ def same_trace(call: Call) -> bool:
     return True
 
 
-def finish_fast(plan: Plan, out: OutStatic, out_groups: Sequence[Sequence[Any]], in_values: list[Any]) -> Any:
+def finish_fast(
+    plan: Plan, out: OutStatic, out_groups: Sequence[Sequence[Any]], in_values: list[Any]
+) -> Any:
     """Applies ``out`` to the plan's objects and returns the output; falls back to the
     general write-back when the function changed the inputs' structure."""
     fin = out.plan

@@ -248,7 +248,11 @@ def _place(call: Any, slots: Any, groups: Any, keys: Sequence[Any]) -> None:
         if not isinstance(sharding, Sharding):
             continue
         for j, v in enumerate(group):
-            if isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer) and v.sharding != sharding:
+            if (
+                isinstance(v, jax.Array)
+                and not isinstance(v, jax.core.Tracer)
+                and v.sharding != sharding
+            ):
                 group[j] = jax.device_put(v, sharding)
     call.values = [groups[g][j] for g, j in slots]
 

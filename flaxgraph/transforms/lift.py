@@ -197,7 +197,9 @@ class Call:
     nodes: list[Any]
     in_prefix: Any
 
-    def groups(self, keys: Sequence[Any]) -> tuple[tuple[tuple[int, int], ...], tuple[list[Any], ...]]:
+    def groups(
+        self, keys: Sequence[Any]
+    ) -> tuple[tuple[tuple[int, int], ...], tuple[list[Any], ...]]:
         """Places each leaf value in the group of its prefix: ``(slots, groups)``."""
         groups: tuple[list[Any], ...] = tuple([] for _ in keys)
         slots = []
@@ -221,7 +223,9 @@ class Call:
         return output
 
 
-def split_inputs(args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any, spec: PrefixSpec) -> Call:
+def split_inputs(
+    args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any, spec: PrefixSpec
+) -> Call:
     """Step 1: flattens ``(args, kwargs)`` as one graph with one prefix per leaf.
 
     Args:
@@ -247,12 +251,24 @@ class Merged:
     """The inputs merged inside a trace (step 3), with what step 4 needs to tell
     which leaves are inputs and whether they changed."""
 
-    __slots__ = ("args", "kwargs", "values", "prefixes", "leaves", "in_index", "in_leaf", "metadata", "raw_in")
+    __slots__ = (
+        "args",
+        "kwargs",
+        "values",
+        "prefixes",
+        "leaves",
+        "in_index",
+        "in_leaf",
+        "metadata",
+        "raw_in",
+    )
 
     def __init__(self, in_static: InStatic, values: list[Any], prefixes: Sequence[Any]):
         index_ref: dict[int, Any] = {}
         sink: list[Any] = []
-        self.args, self.kwargs = unflatten(in_static.graphdef, values, index_ref=index_ref, leaf_sink=sink)
+        self.args, self.kwargs = unflatten(
+            in_static.graphdef, values, index_ref=index_ref, leaf_sink=sink
+        )
         self.values = values
         self.prefixes = list(prefixes)
         self.leaves = sink
@@ -274,7 +290,11 @@ class Merged:
         metadata) did not change inside the function, else ``None``."""
         if isinstance(leaf, Variable):
             i = self.in_leaf.get(leaf)
-            if i is not None and leaf.raw_value is self.values[i] and leaf._var_metadata is self.metadata[i]:
+            if (
+                i is not None
+                and leaf.raw_value is self.values[i]
+                and leaf._var_metadata is self.metadata[i]
+            ):
                 return i
             return None
         i = self.raw_in.get(id(leaf))
@@ -312,7 +332,9 @@ class Merged:
             (output, self.args, self.kwargs), (out_prefix_tree, args_prefix, kwargs_prefix)
         )
         index_map = tuple(
-            (out_i, self.in_index[obj]) for obj, out_i in walk.ref_index.items() if obj in self.in_index
+            (out_i, self.in_index[obj])
+            for obj, out_i in walk.ref_index.items()
+            if obj in self.in_index
         )
         return graphdef, leaves, prefixes, index_map
 
@@ -407,7 +429,9 @@ class _OutputWalk(PrefixWalk):
 
     def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
         if node not in self.in_index:
-            created = node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", None)
+            created = (
+                node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", None)
+            )
             if created is not None and created != self.trace:
                 raise TraceContextError(
                     f"The {type(node).__name__} at {self.where(path)} was created outside the "

@@ -48,7 +48,9 @@ class PrefixMapping:
     leaf_prefix: Any = None
 
     def __init__(self, filter_prefixes: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]]):
-        items = list(filter_prefixes.items() if isinstance(filter_prefixes, Mapping) else filter_prefixes)
+        items = list(
+            filter_prefixes.items() if isinstance(filter_prefixes, Mapping) else filter_prefixes
+        )
         self.filters = tuple(f for f, _ in items)
         self.prefixes = tuple(p for _, p in items)
         self.predicates: tuple[Predicate, ...] = tuple(to_predicate(f) for f in self.filters)

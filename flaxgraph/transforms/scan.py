@@ -92,7 +92,11 @@ def _carry_positions(prefix: Any, n: int) -> tuple[int, ...]:
 def _flatten_carry(value: Any) -> tuple[Any, list[Any]]:
     walk = PrefixWalk(_PLAIN, NamedRoots(("carry",), (value,)))
     graphdef, leaves, _ = walk.run_checked((value,), (None,))
-    return graphdef, [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves], list(walk.ref_index)
+    return (
+        graphdef,
+        [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves],
+        list(walk.ref_index),
+    )
 
 
 def _split_output(out: Any, out_axes: Any) -> tuple[tuple[Any, ...], Any, Any]:
@@ -192,7 +196,9 @@ def scan(
                 "attributes and shapes it came in with."
             )
         _check_carry_types(
-            carry_graphdef.leaf_paths, carry[:n_carry], new_carry,
+            carry_graphdef.leaf_paths,
+            carry[:n_carry],
+            new_carry,
             NamedRoots(("carry",), (tuple(out_carry),)).where,
         )
         graphdef, leaves, prefixes, index_map = merged.resplit(
@@ -228,7 +234,9 @@ def scan(
                 "\nFix: keep the carried Variables; create them before the scan."
             )
         _check_carry_types(
-            expected_state_carry, carry[n_carry:], new_state_carry,
+            expected_state_carry,
+            carry[n_carry:],
+            new_state_carry,
             NamedRoots(("args", "kwargs"), (merged.args, merged.kwargs)).where,
         )
         out_static = OutStatic(graphdef, index_map, tuple(sources))
@@ -262,8 +270,14 @@ def scan(
         broadcast_values = [call.values[i] for i in broadcast]
         expected_state_carry = [call.graphdef.leaf_paths[i] for i in state_carry]
         info = _ScanInfo(
-            carry_graphdef, in_static, tuple(call.prefixes), positions, a_prefix, rest_prefix,
-            tuple(expected_state_carry), len(carry_values),
+            carry_graphdef,
+            in_static,
+            tuple(call.prefixes),
+            positions,
+            a_prefix,
+            rest_prefix,
+            tuple(expected_state_carry),
+            len(carry_values),
         )
         n_carry = len(carry_values)
         init = (
@@ -272,7 +286,12 @@ def scan(
             broadcast_values,
         )
         (_, final_carry, _), (out_static_box, ys) = jax.lax.scan(
-            body, init, xs, length=length, reverse=reverse, unroll=unroll,
+            body,
+            init,
+            xs,
+            length=length,
+            reverse=reverse,
+            unroll=unroll,
             _split_transpose=_split_transpose,
         )
         out_static: OutStatic = out_static_box.value
@@ -298,8 +317,14 @@ class _ScanInfo(_Frozen):
     """The per-call structure a scan body needs (hashable: it joins JAX's cache key)."""
 
     __slots__ = (
-        "carry_graphdef", "in_static", "prefixes", "positions", "a_prefix", "rest_prefix",
-        "expected_state_carry", "n_carry",
+        "carry_graphdef",
+        "in_static",
+        "prefixes",
+        "positions",
+        "a_prefix",
+        "rest_prefix",
+        "expected_state_carry",
+        "n_carry",
     )
     _fields = __slots__
 
@@ -308,7 +333,9 @@ class _ScanInfo(_Frozen):
             object.__setattr__(self, name, value)
 
 
-def _check_carry_types(paths: Any, old: list[Any], new: list[Any], where: Callable[[Any], str]) -> None:
+def _check_carry_types(
+    paths: Any, old: list[Any], new: list[Any], where: Callable[[Any], str]
+) -> None:
     """Raises ``CarryStructureError`` naming the first carried leaf whose shape or dtype
     changed in the body (JAX's own error names only a flat position)."""
     pairs = [
@@ -340,7 +367,9 @@ def _check_disjoint(carry_nodes: list[Any], rest_nodes: list[Any]) -> None:
 
 
 def _where(merged: Merged, out_rest: Any, path: Any) -> str:
-    return NamedRoots(("output", "args", "kwargs"), (out_rest, merged.args, merged.kwargs)).where(path)
+    return NamedRoots(("output", "args", "kwargs"), (out_rest, merged.args, merged.kwargs)).where(
+        path
+    )
 
 
 def _as_input_path(path: Any) -> Any:

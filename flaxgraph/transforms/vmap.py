@@ -268,8 +268,18 @@ def pmap(
     """
     statics = normalize_argnums(static_broadcasted_argnums)  # type: ignore[arg-type]
     if statics:
-        return _pmap_static(f, statics, axis_name, in_axes, out_axes, devices, backend, axis_size,
-                            normalize_argnums(donate_argnums), transform_metadata)  # type: ignore[arg-type]
+        return _pmap_static(
+            f,
+            statics,
+            axis_name,
+            in_axes,
+            out_axes,
+            devices,
+            backend,
+            axis_size,
+            normalize_argnums(donate_argnums),
+            transform_metadata,
+        )  # type: ignore[arg-type]
     return _mapped(
         jax.pmap,
         f,
@@ -285,8 +295,16 @@ def pmap(
 
 
 def _pmap_static(
-    f: Callable[..., Any], statics: tuple[int, ...], axis_name: Any, in_axes: Any, out_axes: Any,
-    devices: Any, backend: Any, axis_size: Any, donate: tuple[int, ...], transform_metadata: Any,
+    f: Callable[..., Any],
+    statics: tuple[int, ...],
+    axis_name: Any,
+    in_axes: Any,
+    out_axes: Any,
+    devices: Any,
+    backend: Any,
+    axis_size: Any,
+    donate: tuple[int, ...],
+    transform_metadata: Any,
 ) -> Callable[..., Any]:
     """pmap with static arguments: one pmapped function per distinct static value."""
     cache: dict[Any, Callable[..., Any]] = {}
@@ -298,6 +316,7 @@ def _pmap_static(
         key = tuple(args[i] for i in pos)
         fn = cache.get(key)
         if fn is None:
+
             def with_statics(*dyn: Any, **kw: Any) -> Any:
                 full = list(dyn)
                 for i, v in zip(pos, key):
@@ -308,9 +327,18 @@ def _pmap_static(
             if isinstance(axes, (tuple, list)):
                 axes = tuple(a for i, a in enumerate(axes) if i not in pos)
             fn = cache[key] = _mapped(
-                jax.pmap, with_statics, axes, out_axes, transform_metadata,
-                donate_argnums=tuple(d - sum(1 for p in pos if p < d) for d in donate if d not in pos),
-                axis_name=axis_name, devices=devices, backend=backend, axis_size=axis_size,
+                jax.pmap,
+                with_statics,
+                axes,
+                out_axes,
+                transform_metadata,
+                donate_argnums=tuple(
+                    d - sum(1 for p in pos if p < d) for d in donate if d not in pos
+                ),
+                axis_name=axis_name,
+                devices=devices,
+                backend=backend,
+                axis_size=axis_size,
             )
         return fn(*(a for i, a in enumerate(args) if i not in pos), **kwargs)
 

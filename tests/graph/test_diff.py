@@ -15,7 +15,9 @@ from flaxgraph.testing import Block, Node
 
 
 def model() -> Node:
-    return Node(w=nnx.Param(jnp.ones(2)), layers=[Block(b=nnx.Param(jnp.ones(1))), Block()], name="net")
+    return Node(
+        w=nnx.Param(jnp.ones(2)), layers=[Block(b=nnx.Param(jnp.ones(1))), Block()], name="net"
+    )
 
 
 G = nnx.graphdef(model())
@@ -39,22 +41,54 @@ def changed(edit) -> nnx.GraphDef:
 @pytest.mark.parametrize(
     "edit, expected",
     [
-        (lambda m: setattr(m.layers[1], "bias", nnx.Param(jnp.ones(1))),
-         ".layers[1].bias: missing in the first, a Param in the second"),
-        (lambda m: delattr(m.layers[0], "b"), ".layers[0].b: a Param in the first, missing in the second"),
-        (lambda m: setattr(m, "w", nnx.BatchStat(jnp.ones(2))), ".w: a Param in the first, a BatchStat in the second"),
-        (lambda m: setattr(m, "w", jnp.ones(2)), ".w: a Param in the first, an array in the second"),
-        (lambda m: setattr(m, "name", "other"),
-         ".name: the static value 'net' in the first, the static value 'other' in the second"),
-        (lambda m: m.layers.append(Block()), ".layers[2]: missing in the first, a Block in the second"),
-        (lambda m: setattr(m, "layers", {"a": 1}), ".layers: a list of 2 in the first, a dict of 1 in the second"),
-        (lambda m: setattr(m, "layers", [Node(b=nnx.Param(jnp.ones(1))), Block()]),
-         ".layers[0]: a Block in the first, a Node in the second"),
-        (lambda m: setattr(m, "w", nnx.Param(jnp.ones(2), sharding=("a",))),
-         ".w: the Param's metadata differs ({} vs {'sharding': ('a',)})"),
+        (
+            lambda m: setattr(m.layers[1], "bias", nnx.Param(jnp.ones(1))),
+            ".layers[1].bias: missing in the first, a Param in the second",
+        ),
+        (
+            lambda m: delattr(m.layers[0], "b"),
+            ".layers[0].b: a Param in the first, missing in the second",
+        ),
+        (
+            lambda m: setattr(m, "w", nnx.BatchStat(jnp.ones(2))),
+            ".w: a Param in the first, a BatchStat in the second",
+        ),
+        (
+            lambda m: setattr(m, "w", jnp.ones(2)),
+            ".w: a Param in the first, an array in the second",
+        ),
+        (
+            lambda m: setattr(m, "name", "other"),
+            ".name: the static value 'net' in the first, the static value 'other' in the second",
+        ),
+        (
+            lambda m: m.layers.append(Block()),
+            ".layers[2]: missing in the first, a Block in the second",
+        ),
+        (
+            lambda m: setattr(m, "layers", {"a": 1}),
+            ".layers: a list of 2 in the first, a dict of 1 in the second",
+        ),
+        (
+            lambda m: setattr(m, "layers", [Node(b=nnx.Param(jnp.ones(1))), Block()]),
+            ".layers[0]: a Block in the first, a Node in the second",
+        ),
+        (
+            lambda m: setattr(m, "w", nnx.Param(jnp.ones(2), sharding=("a",))),
+            ".w: the Param's metadata differs ({} vs {'sharding': ('a',)})",
+        ),
     ],
-    ids=["added", "deleted", "variable-kind", "variable-to-array", "static", "appended", "container-type",
-         "node-type", "metadata"],
+    ids=[
+        "added",
+        "deleted",
+        "variable-kind",
+        "variable-to-array",
+        "static",
+        "appended",
+        "container-type",
+        "node-type",
+        "metadata",
+    ],
 )
 def test_names_the_first_differing_path(edit, expected):
     assert graphdef_diff(G, changed(edit)) == expected
@@ -65,7 +99,9 @@ def test_new_shared_reference():
         m.layers[1] = m.layers[0]
 
     msg = graphdef_diff(G, changed(share))
-    assert msg is not None and msg.startswith(".layers[1]: a Block in the first, a reference to node #")
+    assert msg is not None and msg.startswith(
+        ".layers[1]: a Block in the first, a reference to node #"
+    )
 
 
 def test_root_name_prefixes_paths():
@@ -88,14 +124,23 @@ def test_roots_name_the_entries_of_a_root_tuple():
 
 
 def test_root_types_differ():
-    assert graphdef_diff(G, nnx.graphdef(Block())) == "<root>: a Node in the first, a Block in the second"
-    assert graphdef_diff(G, nnx.graphdef([1])) == "<root>: a Node in the first, a list of 1 in the second"
+    assert (
+        graphdef_diff(G, nnx.graphdef(Block()))
+        == "<root>: a Node in the first, a Block in the second"
+    )
+    assert (
+        graphdef_diff(G, nnx.graphdef([1]))
+        == "<root>: a Node in the first, a list of 1 in the second"
+    )
 
 
 def test_static_values_of_equal_value_but_different_type_differ():
     a, b = nnx.graphdef(Node(n=1)), nnx.graphdef(Node(n=True))
     assert a != b
-    assert graphdef_diff(a, b) == ".n: the static value 1 in the first, the static value True in the second"
+    assert (
+        graphdef_diff(a, b)
+        == ".n: the static value 1 in the first, the static value True in the second"
+    )
 
 
 def test_dict_key_order():

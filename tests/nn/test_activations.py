@@ -9,8 +9,21 @@ from flaxgraph import nn
 
 
 def test_reexports_are_jax_nn():
-    for name in ["relu", "gelu", "silu", "softmax", "sigmoid", "tanh", "log_softmax",
-                 "leaky_relu", "elu", "one_hot", "swish", "softplus", "logsumexp"]:
+    for name in [
+        "relu",
+        "gelu",
+        "silu",
+        "softmax",
+        "sigmoid",
+        "tanh",
+        "log_softmax",
+        "leaky_relu",
+        "elu",
+        "one_hot",
+        "swish",
+        "softplus",
+        "logsumexp",
+    ]:
         assert getattr(nn, name) is getattr(jax.nn, name), name
 
 

@@ -104,8 +104,9 @@ def normal_bias():
 
 
 def test_mha_self_and_cross_attention():
-    mha = MultiHeadAttention(2, 6, qkv_features=8, out_features=5, bias_init=normal_bias(),
-                             rngs=nnx.Rngs(0))
+    mha = MultiHeadAttention(
+        2, 6, qkv_features=8, out_features=5, bias_init=normal_bias(), rngs=nnx.Rngs(0)
+    )
     assert mha.query.kernel.shape == (6, 2, 4) and mha.out.kernel.shape == (2, 4, 5)
     x = rand(2, 3, 6)
     close(mha(x), mha_reference(mha, x, x), 1e-4)
@@ -178,7 +179,10 @@ def test_mha_errors():
     with pytest.raises(ValueError, match="divisible by num_heads"):
         MultiHeadAttention(3, 8, rngs=nnx.Rngs(0))
     mha = MultiHeadAttention(2, 8, rngs=nnx.Rngs(0))
-    with pytest.raises(LayerShapeError, match=r"MultiHeadAttention\(num_heads=2, in_features=8, qkv_features=8\) expected queries with last dimension 8, got shape \(1, 3, 4\)"):
+    with pytest.raises(
+        LayerShapeError,
+        match=r"MultiHeadAttention\(num_heads=2, in_features=8, qkv_features=8\) expected queries with last dimension 8, got shape \(1, 3, 4\)",
+    ):
         mha(jnp.ones((1, 3, 4)))
     with pytest.raises(ValueError, match="inputs_v was given without inputs_k"):
         mha(jnp.ones((1, 3, 8)), inputs_v=jnp.ones((1, 3, 8)))

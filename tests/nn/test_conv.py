@@ -38,12 +38,18 @@ def test_conv2d_matches_lax(kwargs, lax_padding):
     assert conv.kernel.shape == (3, 3, 3, 4)
     x = rand(2, 7, 6, 3)
     strides = kwargs.get("strides", 1)
-    expected = jax.lax.conv_general_dilated(
-        x, conv.kernel.value, (strides, strides), lax_padding,
-        lhs_dilation=kwargs.get("input_dilation", (1, 1)),
-        rhs_dilation=(kwargs.get("kernel_dilation", 1),) * 2,
-        dimension_numbers=NHWC,
-    ) + conv.bias.value[None, None, None, :]
+    expected = (
+        jax.lax.conv_general_dilated(
+            x,
+            conv.kernel.value,
+            (strides, strides),
+            lax_padding,
+            lhs_dilation=kwargs.get("input_dilation", (1, 1)),
+            rhs_dilation=(kwargs.get("kernel_dilation", 1),) * 2,
+            dimension_numbers=NHWC,
+        )
+        + conv.bias.value[None, None, None, :]
+    )
     close(conv(x), expected)
 
 
@@ -52,8 +58,12 @@ def test_grouped_conv_and_batch_shapes():
     assert conv.kernel.shape == (3, 2, 6)
     x = rand(2, 3, 8, 4)  # two batch axes
     expected = jax.lax.conv_general_dilated(
-        x.reshape(6, 8, 4), conv.kernel.value, (1,), "SAME",
-        dimension_numbers=("NWC", "WIO", "NWC"), feature_group_count=2,
+        x.reshape(6, 8, 4),
+        conv.kernel.value,
+        (1,),
+        "SAME",
+        dimension_numbers=("NWC", "WIO", "NWC"),
+        feature_group_count=2,
     ).reshape(2, 3, 8, 6)
     close(conv(x), expected)
     # no batch axis
@@ -99,7 +109,10 @@ def test_conv_errors():
     with pytest.raises(ValueError, match="mask shape"):
         Conv(1, 1, 3, mask=jnp.ones((2, 1, 1)), rngs=nnx.Rngs(0))
     conv = Conv(3, 4, (3, 3), rngs=nnx.Rngs(0))
-    with pytest.raises(LayerShapeError, match=r"Conv\(in_features=3, out_features=4, kernel_size=\(3, 3\)\) expected inputs with last dimension 3, got shape \(2, 5, 5, 2\)"):
+    with pytest.raises(
+        LayerShapeError,
+        match=r"Conv\(in_features=3, out_features=4, kernel_size=\(3, 3\)\) expected inputs with last dimension 3, got shape \(2, 5, 5, 2\)",
+    ):
         conv(jnp.ones((2, 5, 5, 2)))
     with pytest.raises(LayerShapeError, match="rank >= 3"):
         conv(jnp.ones((5, 3)))
@@ -107,22 +120,37 @@ def test_conv_errors():
 
 @pytest.mark.parametrize("padding", ["SAME", "VALID", ((1, 2),)])
 def test_conv_transpose_matches_lax(padding):
-    layer = ConvTranspose(2, 3, (4,), strides=2, padding=padding, bias_init=normal_bias(),
-                          rngs=nnx.Rngs(0))
+    layer = ConvTranspose(
+        2, 3, (4,), strides=2, padding=padding, bias_init=normal_bias(), rngs=nnx.Rngs(0)
+    )
     assert layer.kernel.shape == (4, 2, 3)
     x = rand(2, 5, 2)
-    expected = jax.lax.conv_transpose(
-        x, layer.kernel.value, (2,), padding if isinstance(padding, str) else [(1, 2)],
-        dimension_numbers=("NWC", "WIO", "NWC"),
-    ) + layer.bias.value[None, None, :]
+    expected = (
+        jax.lax.conv_transpose(
+            x,
+            layer.kernel.value,
+            (2,),
+            padding if isinstance(padding, str) else [(1, 2)],
+            dimension_numbers=("NWC", "WIO", "NWC"),
+        )
+        + layer.bias.value[None, None, :]
+    )
     close(layer(x), expected)
 
 
 def test_conv_transpose_is_transpose_of_conv():
     # with transpose_kernel, ConvTranspose is the adjoint (VJP) of a strided Conv
     conv = Conv(2, 3, (3, 3), strides=2, padding="VALID", use_bias=False, rngs=nnx.Rngs(0))
-    up = ConvTranspose(3, 2, (3, 3), strides=2, padding="VALID", use_bias=False,
-                       transpose_kernel=True, rngs=nnx.Rngs(1))
+    up = ConvTranspose(
+        3,
+        2,
+        (3, 3),
+        strides=2,
+        padding="VALID",
+        use_bias=False,
+        transpose_kernel=True,
+        rngs=nnx.Rngs(1),
+    )
     assert up.kernel.shape == (3, 3, 2, 3)
     up.kernel.value = conv.kernel.value
     x = rand(1, 9, 9, 2)
@@ -146,8 +174,9 @@ def test_conv_transpose_circular_stride():
     x = rand(1, 5, 1)
     y = up(x)
     assert y.shape == (1, 10, 1)
-    valid = jax.lax.conv_transpose(x, up.kernel.value, (2,), "VALID",
-                                   dimension_numbers=("NWC", "WIO", "NWC"))[0, :, 0]
+    valid = jax.lax.conv_transpose(
+        x, up.kernel.value, (2,), "VALID", dimension_numbers=("NWC", "WIO", "NWC")
+    )[0, :, 0]
     # the VALID result (length 12) wrapped onto 10 positions, centred (offset 1)
     expected = np.zeros(10)
     for j, v in enumerate(np.asarray(valid)):

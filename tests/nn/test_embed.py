@@ -26,8 +26,9 @@ def test_out_of_range_ids_are_nan():
 
 
 def test_dtype_and_metadata():
-    embed = Embed(5, 2, dtype=jnp.bfloat16, embedding_metadata={"sharding": ("vocab", None)},
-                  rngs=nnx.Rngs(0))
+    embed = Embed(
+        5, 2, dtype=jnp.bfloat16, embedding_metadata={"sharding": ("vocab", None)}, rngs=nnx.Rngs(0)
+    )
     assert embed.embedding.dtype == jnp.float32
     assert embed(jnp.array([1])).dtype == jnp.bfloat16
     assert embed.embedding.sharding == ("vocab", None)
@@ -35,7 +36,10 @@ def test_dtype_and_metadata():
 
 def test_errors():
     embed = Embed(5, 2, rngs=nnx.Rngs(0))
-    with pytest.raises(LayerDtypeError, match=r"Embed\(num_embeddings=5, features=2\) expected integer ids, got dtype float32") as info:
+    with pytest.raises(
+        LayerDtypeError,
+        match=r"Embed\(num_embeddings=5, features=2\) expected integer ids, got dtype float32",
+    ) as info:
         embed(jnp.array([1.0]))
     assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
     assert info.value.module is embed

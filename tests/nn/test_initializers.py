@@ -7,8 +7,18 @@ from flaxgraph.nn import initializers
 
 
 def test_reexports():
-    for name in ["lecun_normal", "zeros", "ones", "normal", "uniform", "orthogonal",
-                 "variance_scaling", "glorot_uniform", "he_normal", "constant"]:
+    for name in [
+        "lecun_normal",
+        "zeros",
+        "ones",
+        "normal",
+        "uniform",
+        "orthogonal",
+        "variance_scaling",
+        "glorot_uniform",
+        "he_normal",
+        "constant",
+    ]:
         assert getattr(initializers, name) is getattr(jax.nn.initializers, name)
 
 

@@ -46,8 +46,12 @@ class TestLinear:
 
     def test_initializers_and_metadata(self):
         layer = Linear(
-            2, 3, kernel_init=jax.nn.initializers.ones, bias_init=jax.nn.initializers.constant(2.0),
-            kernel_metadata={"sharding": (None, "model")}, bias_metadata={"sharding": ("model",)},
+            2,
+            3,
+            kernel_init=jax.nn.initializers.ones,
+            bias_init=jax.nn.initializers.constant(2.0),
+            kernel_metadata={"sharding": (None, "model")},
+            bias_metadata={"sharding": ("model",)},
             rngs=nnx.Rngs(0),
         )
         assert (layer.kernel.value == 1).all() and (layer.bias.value == 2).all()
@@ -105,16 +109,18 @@ class TestLinear:
 
 class TestLinearGeneral:
     def test_heads_projection(self):
-        layer = LinearGeneral(6, (2, 3), rngs=nnx.Rngs(0),
-                              bias_init=jax.nn.initializers.normal(1.0))
+        layer = LinearGeneral(
+            6, (2, 3), rngs=nnx.Rngs(0), bias_init=jax.nn.initializers.normal(1.0)
+        )
         assert layer.kernel.shape == (6, 2, 3) and layer.bias.shape == (2, 3)
         x = rand(4, 5, 6)
         expected = jnp.einsum("btd,dnh->btnh", x, layer.kernel.value) + layer.bias.value[None, None]
         close(layer(x), expected)
 
     def test_multi_axis_contraction(self):
-        layer = LinearGeneral((2, 3), 6, axis=(-2, -1), rngs=nnx.Rngs(0),
-                              bias_init=jax.nn.initializers.normal(1.0))
+        layer = LinearGeneral(
+            (2, 3), 6, axis=(-2, -1), rngs=nnx.Rngs(0), bias_init=jax.nn.initializers.normal(1.0)
+        )
         assert layer.kernel.shape == (2, 3, 6)
         x = rand(4, 5, 2, 3)
         expected = jnp.einsum("btnh,nhd->btd", x, layer.kernel.value) + layer.bias.value[None, None]
@@ -126,8 +132,9 @@ class TestLinearGeneral:
         close(layer(x), jnp.einsum("atb,to->abo", x, layer.kernel.value))
 
     def test_batch_axis(self):
-        layer = LinearGeneral(3, 4, batch_axis={0: 2}, rngs=nnx.Rngs(0),
-                              bias_init=jax.nn.initializers.normal(1.0))
+        layer = LinearGeneral(
+            3, 4, batch_axis={0: 2}, rngs=nnx.Rngs(0), bias_init=jax.nn.initializers.normal(1.0)
+        )
         assert layer.kernel.shape == (2, 3, 4) and layer.bias.shape == (2, 4)
         # each batch index has its own, independently initialized kernel
         assert not np.allclose(layer.kernel.value[0], layer.kernel.value[1])
@@ -144,7 +151,9 @@ class TestLinearGeneral:
         with pytest.raises(ValueError, match="one entry per in_features"):
             LinearGeneral((2, 3), 4, axis=-1, rngs=nnx.Rngs(0))
         layer = LinearGeneral((2, 3), 4, axis=(-2, -1), rngs=nnx.Rngs(0))
-        with pytest.raises(LayerShapeError, match=r"sizes \(2, 3\) at axes \(-2, -1\), got shape \(5, 3, 2\)"):
+        with pytest.raises(
+            LayerShapeError, match=r"sizes \(2, 3\) at axes \(-2, -1\), got shape \(5, 3, 2\)"
+        ):
             layer(jnp.ones((5, 3, 2)))
         with pytest.raises(LayerShapeError, match="axis -2"):
             layer(jnp.ones((3,)))
@@ -162,8 +171,13 @@ class TestLinearGeneral:
 
 class TestEinsum:
     def test_numerics_with_bias(self):
-        layer = Einsum("nta,hab->nthb", (8, 2, 4), (8, 4), rngs=nnx.Rngs(0),
-                       bias_init=jax.nn.initializers.normal(1.0))
+        layer = Einsum(
+            "nta,hab->nthb",
+            (8, 2, 4),
+            (8, 4),
+            rngs=nnx.Rngs(0),
+            bias_init=jax.nn.initializers.normal(1.0),
+        )
         x = rand(3, 5, 2)
         expected = jnp.einsum("nta,hab->nthb", x, layer.kernel.value) + layer.bias.value[None, None]
         out = layer(x)

@@ -35,19 +35,29 @@ class TestLayerNorm:
         xn = np.asarray(x)
         mean = xn.mean(-1, keepdims=True)
         var = xn.var(-1, keepdims=True)
-        expected = (xn - mean) / np.sqrt(var + 1e-5) * np.asarray(ln.scale.value) + np.asarray(ln.bias.value)
+        expected = (xn - mean) / np.sqrt(var + 1e-5) * np.asarray(ln.scale.value) + np.asarray(
+            ln.bias.value
+        )
         close(ln(x), expected, 1e-4)
         slow = random_params(LayerNorm(6, epsilon=1e-5, use_fast_variance=False, rngs=nnx.Rngs(0)))
         slow.scale.value, slow.bias.value = ln.scale.value, ln.bias.value
         close(slow(x), expected, 1e-4)
 
     def test_no_scale_no_bias_and_axes(self):
-        ln = LayerNorm(12, use_scale=False, use_bias=False, reduction_axes=(-2, -1),
-                       feature_axes=(-2, -1), rngs=nnx.Rngs(0))
+        ln = LayerNorm(
+            12,
+            use_scale=False,
+            use_bias=False,
+            reduction_axes=(-2, -1),
+            feature_axes=(-2, -1),
+            rngs=nnx.Rngs(0),
+        )
         assert ln.scale is None and ln.bias is None
         x = rand(2, 3, 4)
         xn = np.asarray(x)
-        expected = (xn - xn.mean((1, 2), keepdims=True)) / np.sqrt(xn.var((1, 2), keepdims=True) + 1e-6)
+        expected = (xn - xn.mean((1, 2), keepdims=True)) / np.sqrt(
+            xn.var((1, 2), keepdims=True) + 1e-6
+        )
         close(ln(x), expected, 1e-4)
 
     def test_mask(self):
@@ -66,7 +76,10 @@ class TestLayerNorm:
 
     def test_shape_error(self):
         ln = LayerNorm(4, rngs=nnx.Rngs(0))
-        with pytest.raises(LayerShapeError, match=r"LayerNorm\(num_features=4\) expected inputs with last dimension 4, got shape \(2, 5\)"):
+        with pytest.raises(
+            LayerShapeError,
+            match=r"LayerNorm\(num_features=4\) expected inputs with last dimension 4, got shape \(2, 5\)",
+        ):
             ln(jnp.ones((2, 5)))
 
 
@@ -76,7 +89,9 @@ class TestRMSNorm:
         assert not hasattr(norm, "bias") or norm.bias is None
         x = rand(3, 5, loc=1.0)
         xn = np.asarray(x)
-        expected = xn / np.sqrt((xn**2).mean(-1, keepdims=True) + 1e-6) * np.asarray(norm.scale.value)
+        expected = (
+            xn / np.sqrt((xn**2).mean(-1, keepdims=True) + 1e-6) * np.asarray(norm.scale.value)
+        )
         close(norm(x), expected, 1e-4)
 
     def test_shape_error(self):
@@ -118,7 +133,9 @@ class TestBatchNorm:
         x = rand(8, 5, 3, loc=2.0)
         xn = np.asarray(x).reshape(-1, 3)
         mean, var = xn.mean(0), xn.var(0)
-        expected = (np.asarray(x) - mean) / np.sqrt(var + 1e-5) * np.asarray(bn.scale.value) + np.asarray(bn.bias.value)
+        expected = (np.asarray(x) - mean) / np.sqrt(var + 1e-5) * np.asarray(
+            bn.scale.value
+        ) + np.asarray(bn.bias.value)
         close(bn(x), expected, 1e-4)
         close(bn.mean.value, 0.1 * mean, 1e-5)
         close(bn.var.value, 0.9 * 1.0 + 0.1 * var, 1e-5)
@@ -130,7 +147,9 @@ class TestBatchNorm:
         bn.mean.value = jnp.array([1.0, 2.0, 3.0])
         bn.var.value = jnp.array([4.0, 1.0, 0.25])
         x = rand(4, 3)
-        expected = (np.asarray(x) - np.array([1.0, 2.0, 3.0])) / np.sqrt(np.array([4.0, 1.0, 0.25]) + 1e-5)
+        expected = (np.asarray(x) - np.array([1.0, 2.0, 3.0])) / np.sqrt(
+            np.array([4.0, 1.0, 0.25]) + 1e-5
+        )
         close(bn(x), expected, 1e-4)
         close(bn.mean.value, jnp.array([1.0, 2.0, 3.0]))  # not updated
         # call argument overrides the attribute
@@ -194,11 +213,14 @@ class TestBatchNorm:
         assert not np.allclose(bn.mean.value, 0.0)  # BatchStats updated through jit + grad
 
 
-@pytest.mark.parametrize("make", [
-    lambda: LayerNorm(4, rngs=nnx.Rngs(0)),
-    lambda: RMSNorm(4, rngs=nnx.Rngs(0)),
-    lambda: GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0)),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LayerNorm(4, rngs=nnx.Rngs(0)),
+        lambda: RMSNorm(4, rngs=nnx.Rngs(0)),
+        lambda: GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0)),
+    ],
+)
 def test_jit_and_grad(make):
     layer = make()
     x = rand(3, 4)

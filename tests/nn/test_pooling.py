@@ -33,7 +33,9 @@ def test_padding_and_count_include_pad():
 
 
 def test_errors():
-    with pytest.raises(LayerShapeError, match=r"pool\(window_shape=\(2, 2\)\) expected inputs of rank >= 3"):
+    with pytest.raises(
+        LayerShapeError, match=r"pool\(window_shape=\(2, 2\)\) expected inputs of rank >= 3"
+    ):
         max_pool(jnp.ones((4, 4)), (2, 2))
     with pytest.raises(ValueError, match="strides"):
         max_pool(X, (2, 2), (2,))

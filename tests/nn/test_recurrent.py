@@ -78,7 +78,9 @@ def test_gru_cell_equations():
 def test_simple_cell_equations():
     cell = SimpleCell(3, 4, residual=True, bias_init=normal_bias(), rngs=nnx.Rngs(0))
     x, h = rand(2, 3), rand(2, 4)
-    expected = np.tanh(np.asarray(x) @ W(cell.dense_i) + b(cell.dense_i) + np.asarray(h) @ W(cell.dense_h)) + np.asarray(h)
+    expected = np.tanh(
+        np.asarray(x) @ W(cell.dense_i) + b(cell.dense_i) + np.asarray(h) @ W(cell.dense_h)
+    ) + np.asarray(h)
     close(cell(h, x)[0], expected)
 
 
@@ -100,10 +102,13 @@ def python_loop(cell, xs, carry):
     return carry, jnp.stack(ys, axis=1)
 
 
-@pytest.mark.parametrize("make_cell", [
-    lambda: LSTMCell(3, 4, rngs=nnx.Rngs(0)),
-    lambda: GRUCell(3, 4, rngs=nnx.Rngs(0)),
-])
+@pytest.mark.parametrize(
+    "make_cell",
+    [
+        lambda: LSTMCell(3, 4, rngs=nnx.Rngs(0)),
+        lambda: GRUCell(3, 4, rngs=nnx.Rngs(0)),
+    ],
+)
 def test_rnn_equals_python_loop(make_cell):
     cell = make_cell()
     rnn = RNN(cell, return_carry=True)
@@ -170,11 +175,17 @@ def test_bidirectional():
 
 def test_errors():
     cell = LSTMCell(3, 4, rngs=nnx.Rngs(0))
-    with pytest.raises(LayerShapeError, match=r"LSTMCell\(in_features=3, hidden_features=4\) expected inputs with last dimension 3, got shape \(2, 5\)"):
+    with pytest.raises(
+        LayerShapeError,
+        match=r"LSTMCell\(in_features=3, hidden_features=4\) expected inputs with last dimension 3, got shape \(2, 5\)",
+    ):
         cell(cell.initialize_carry((2, 3)), jnp.ones((2, 5)))
     with pytest.raises(LayerShapeError, match=r"expected a carry of shape \(2, 4\)"):
         cell((jnp.ones((2, 4)), jnp.ones((2, 6))), jnp.ones((2, 3)))
-    with pytest.raises(LayerShapeError, match=r"RNN\(cell=LSTMCell\(in_features=3, hidden_features=4\)\) expected inputs with last dimension 3"):
+    with pytest.raises(
+        LayerShapeError,
+        match=r"RNN\(cell=LSTMCell\(in_features=3, hidden_features=4\)\) expected inputs with last dimension 3",
+    ):
         RNN(cell)(jnp.ones((2, 5, 7)))
     with pytest.raises(LayerShapeError, match="rank >= 2"):
         RNN(cell)(jnp.ones((3,)))
@@ -189,6 +200,7 @@ def test_rnn_jit_and_grad():
         return jnp.sum(m(x) ** 2)
 
     grads = nnx.grad(loss)(rnn, xs)
+
     # the scan gradient equals the gradient through the Python loop
     def loop_loss(cell, x):
         return jnp.sum(python_loop(cell, x, cell.initialize_carry((2, 3)))[1] ** 2)

@@ -197,9 +197,7 @@ def test_accuracy_missing_labels_is_a_type_error():
 
 
 def make_multi() -> MultiMetric:
-    return MultiMetric(
-        accuracy=Accuracy(), loss=Average("loss"), loss_stats=Welford("loss")
-    )
+    return MultiMetric(accuracy=Accuracy(), loss=Average("loss"), loss_stats=Welford("loss"))
 
 
 def eval_batches() -> list[tuple[jax.Array, jax.Array, jax.Array]]:
@@ -301,6 +299,13 @@ def test_custom_metric_in_multimetric():
 
 
 def test_module_exports_flax_names():
-    for name in ("Metric", "MetricState", "Average", "Welford", "Statistics", "Accuracy",
-                 "MultiMetric"):
+    for name in (
+        "Metric",
+        "MetricState",
+        "Average",
+        "Welford",
+        "Statistics",
+        "Accuracy",
+        "MultiMetric",
+    ):
         assert hasattr(metrics, name)

@@ -92,9 +92,7 @@ def assert_trees_close(a: Any, b: Any) -> None:
 
 
 def unboxed(tree: Any) -> Any:
-    return jax.tree.map(
-        lambda v: v.value, tree, is_leaf=lambda x: isinstance(x, nnx.Variable)
-    )
+    return jax.tree.map(lambda v: v.value, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 ALL = ("w1", "b1", "w2", "b2")
@@ -356,7 +354,9 @@ def test_named_shardings_place_the_optimizer_state():
     state = nnx.state(optimizer)
     placed = jax.tree.map(
         lambda v, s: v.replace(jax.device_put(v.value, s.value)),
-        state, shardings, is_leaf=_is_var,
+        state,
+        shardings,
+        is_leaf=_is_var,
     )
     nnx.update(optimizer, placed)
     assert optimizer.opt_state[0].mu["w1"].value.sharding.spec == jax.sharding.PartitionSpec(
@@ -382,7 +382,7 @@ def test_factored_state_drops_sharding_of_other_shapes():
     assert sorted(found["v_row"][0] + found["v_col"][0]) == [6, 8]
     assert found["v_row"][1] is None and found["v_col"][1] is None
     nnx.get_partition_spec(nnx.state(optimizer))  # every spec fits its array's rank
-    grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(model)
+    grads = nnx.grad(lambda m: (m.w.value**2).sum())(model)
     optimizer.update(model, grads)
 
 

@@ -108,7 +108,9 @@ def test_diff_state_selects_a_sub_state():
     assert set(g) == {"w"}
     np.testing.assert_allclose(g["w"].value, jax.grad(pure_loss)(w, b, X), rtol=1e-6)
     # another kind: differentiate the BatchStat
-    h = nnx.grad(lambda m: m.mean.value * 3 + jnp.sum(m.w.value), argnums=nnx.DiffState(0, nnx.BatchStat))
+    h = nnx.grad(
+        lambda m: m.mean.value * 3 + jnp.sum(m.w.value), argnums=nnx.DiffState(0, nnx.BatchStat)
+    )
     g = h(m)
     assert set(g) == {"mean"} and type(g["mean"]) is nnx.BatchStat
     assert float(g["mean"].value) == 3.0
@@ -162,7 +164,9 @@ def test_allow_int():
     with pytest.raises(TypeError, match="allow_int"):
         nnx.grad(lambda m: jnp.sum(m.w.value))(m)
     g = nnx.grad(lambda m: jnp.sum(m.w.value * m.i.value), allow_int=True)(m)
-    ref = jax.grad(lambda w, i: jnp.sum(w * i), argnums=(0, 1), allow_int=True)(jnp.ones(2), jnp.array(3))
+    ref = jax.grad(lambda w, i: jnp.sum(w * i), argnums=(0, 1), allow_int=True)(
+        jnp.ones(2), jnp.array(3)
+    )
     np.testing.assert_allclose(g["w"].value, ref[0])
     assert g["i"].value.dtype == ref[1].dtype  # float0, as jax gives
 
@@ -349,12 +353,16 @@ def test_jvp_tangents_as_objects_or_nested_states():
         return jax.jvp(lambda w, b: jnp.sum(jnp.sin(w)) * b, (w, b), (tw, tb))[1]
 
     as_object = Node(w=nnx.Param(jnp.array([1.0, 0.0])), c=Block(b=nnx.Param(jnp.array(1.0))))
-    np.testing.assert_allclose(nnx.jvp(f, (m,), (as_object,))[1], ref(jnp.array([1.0, 0.0]), 1.0), rtol=1e-6)
+    np.testing.assert_allclose(
+        nnx.jvp(f, (m,), (as_object,))[1], ref(jnp.array([1.0, 0.0]), 1.0), rtol=1e-6
+    )
     nested = nnx.State({"c": {"b": nnx.Param(jnp.array(1.0))}})  # w missing: zero tangent
     np.testing.assert_allclose(nnx.jvp(f, (m,), (nested,))[1], ref(jnp.zeros(2), 1.0), rtol=1e-6)
     # a gradient is a valid tangent
     g = nnx.grad(f)(m)
-    np.testing.assert_allclose(nnx.jvp(f, (m,), (g,))[1], ref(g["w"].value, g["c"]["b"].value), rtol=1e-6)
+    np.testing.assert_allclose(
+        nnx.jvp(f, (m,), (g,))[1], ref(g["w"].value, g["c"]["b"].value), rtol=1e-6
+    )
 
 
 def test_jvp_has_aux_and_tangent_count():
@@ -452,7 +460,11 @@ def mutate_then_fail(m: Node, *_: Any) -> Any:
     ids=["grad", "value_and_grad", "grad-has_aux", "remat", "grad-of-remat", "vjp", "jvp"],
 )
 def test_a_failing_function_leaves_the_callers_objects_exactly_as_before(call):
-    m = Node(w=nnx.Param(jnp.ones(2)), s=nnx.BatchStat(jnp.zeros(())), child=Block(b=nnx.Param(jnp.ones(1))))
+    m = Node(
+        w=nnx.Param(jnp.ones(2)),
+        s=nnx.BatchStat(jnp.zeros(())),
+        child=Block(b=nnx.Param(jnp.ones(1))),
+    )
     before, clone = snapshot(m), nnx.clone(m)
     with pytest.raises(RuntimeError, match="boom"):
         call(m)

@@ -87,7 +87,9 @@ def test_cond_identity_and_new_objects():
     m = make()
     assert nnx.cond(True, lambda m: m, lambda m: m, m) is m
     assert nnx.switch(1, [lambda m: m.w, lambda m: m.w], m) is m.w
-    out = nnx.cond(False, lambda m: Block(v=nnx.Param(m.w.value)), lambda m: Block(v=nnx.Param(-m.w.value)), m)
+    out = nnx.cond(
+        False, lambda m: Block(v=nnx.Param(m.w.value)), lambda m: Block(v=nnx.Param(-m.w.value)), m
+    )
     assert isinstance(out, Block) and out is not m
     np.testing.assert_allclose(out.v.value, -m.w.value)
 
@@ -110,10 +112,14 @@ def test_cond_branches_with_different_structures_name_the_path():
         m.extra = nnx.BatchStat(jnp.ones(()))
         return x
 
-    with pytest.raises(nnx.CarryStructureError, match=re.escape("args[0].extra: a BatchStat in the first, missing")):
+    with pytest.raises(
+        nnx.CarryStructureError, match=re.escape("args[0].extra: a BatchStat in the first, missing")
+    ):
         nnx.cond(True, add, lambda m, x: x, m, 1.0)
     assert_unchanged(m, before, clone)
-    with pytest.raises(ValueError, match=re.escape("branch 0 and branch 1 differ at args[0].extra")):
+    with pytest.raises(
+        ValueError, match=re.escape("branch 0 and branch 1 differ at args[0].extra")
+    ):
         nnx.switch(0, [add, lambda m, x: x], m, 1.0)
 
 
@@ -181,7 +187,9 @@ def test_loop_carry_with_a_shared_object_and_a_new_object_of_the_same_structure(
     # a body may return a fresh object with the same structure: the caller's object
     # gets its values
     m = make()
-    out = nnx.fori_loop(0, 2, lambda i, m: Node(w=nnx.Param(m.w.value + 1), s=m.s, child=m.child, rngs=m.rngs), m)
+    out = nnx.fori_loop(
+        0, 2, lambda i, m: Node(w=nnx.Param(m.w.value + 1), s=m.s, child=m.child, rngs=m.rngs), m
+    )
     assert out is m
     np.testing.assert_allclose(m.w.value, [3.0, 4.0])
 
@@ -197,7 +205,9 @@ def test_loop_body_changing_the_structure_names_the_path():
     # Regression: the path used to read `carry[0][0].extra`.
     with pytest.raises(
         nnx.CarryStructureError,
-        match=re.escape("body of fori_loop changed the structure of the loop carry: carry.extra: missing in the first, a BatchStat"),
+        match=re.escape(
+            "body of fori_loop changed the structure of the loop carry: carry.extra: missing in the first, a BatchStat"
+        ),
     ):
         nnx.fori_loop(0, 2, grow, m)
     assert_unchanged(m, before, clone)
@@ -205,7 +215,10 @@ def test_loop_body_changing_the_structure_names_the_path():
     def alias(c):
         return {"a": c["a"], "b": c["a"]}
 
-    with pytest.raises(ValueError, match=re.escape("body of while_loop changed the structure of the loop carry: carry['b']")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("body of while_loop changed the structure of the loop carry: carry['b']"),
+    ):
         nnx.while_loop(lambda c: False, alias, {"a": make(), "b": make()})
 
 
@@ -224,7 +237,12 @@ def mutate_captured(*_):
         (lambda: nnx.switch(0, [mutate_captured, lambda: None]), "argument"),
         (lambda: nnx.cond(True, lambda: CAPTURED, lambda: CAPTURED), r"at output(.|\n)*argument"),
         (lambda: nnx.fori_loop(0, 2, mutate_captured, jnp.array(1.0)), "argument"),
-        (lambda: nnx.while_loop(lambda c: c < 2, lambda c: mutate_captured(c) + 1, jnp.array(1.0)), "argument"),
+        (
+            lambda: nnx.while_loop(
+                lambda c: c < 2, lambda c: mutate_captured(c) + 1, jnp.array(1.0)
+            ),
+            "argument",
+        ),
     ],
     ids=["cond-mutates", "switch-mutates", "cond-returns", "fori_loop", "while_loop"],
 )
@@ -246,7 +264,9 @@ def test_eval_shape_returns_shapes_and_allocates_nothing():
 
     def create(n):
         calls.append(1)
-        return Node(w=nnx.Param(jnp.ones((n, 1000, 1000))), s=nnx.BatchStat(jnp.zeros((), jnp.int32)))
+        return Node(
+            w=nnx.Param(jnp.ones((n, 1000, 1000))), s=nnx.BatchStat(jnp.zeros((), jnp.int32))
+        )
 
     out = nnx.eval_shape(lambda: create(3))
     assert isinstance(out, Node)
@@ -300,7 +320,15 @@ def mutate_then_fail(m: Node, *_: Any) -> Any:
         lambda m: nnx.while_loop(lambda m: mutate_then_fail(m), lambda m: m, m),
         lambda m: nnx.eval_shape(mutate_then_fail, m),
     ],
-    ids=["cond", "cond-other-branch", "switch", "fori_loop", "while_loop-body", "while_loop-cond", "eval_shape"],
+    ids=[
+        "cond",
+        "cond-other-branch",
+        "switch",
+        "fori_loop",
+        "while_loop-body",
+        "while_loop-cond",
+        "eval_shape",
+    ],
 )
 def test_a_failing_function_leaves_the_callers_objects_exactly_as_before(call):
     m = make()

@@ -137,7 +137,9 @@ def test_wrong_number_of_cotangents():
         return jnp.sum(m.w.value * x)
 
     g.defvjp(lambda m, x: (g(m, x), None), lambda res, ct: (nnx.State({}),))
-    with pytest.raises(ValueError, match=r"one cotangent per differentiable argument \(2\), got tuple of length 1"):
+    with pytest.raises(
+        ValueError, match=r"one cotangent per differentiable argument \(2\), got tuple of length 1"
+    ):
         nnx.grad(g)(make(), X)
 
 
@@ -198,7 +200,9 @@ def test_objects_in_residuals():
 
     def bwd(res, ct):
         m, x = res
-        return nnx.State({"w": nnx.Param(10 * jnp.cos(m.w.value) * x * ct)}), jnp.sin(m.w.value) * ct
+        return nnx.State({"w": nnx.Param(10 * jnp.cos(m.w.value) * x * ct)}), jnp.sin(
+            m.w.value
+        ) * ct
 
     g.defvjp(fwd, bwd)
     m = make()

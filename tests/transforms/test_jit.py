@@ -794,7 +794,15 @@ def bump_everything(m: Node) -> jax.Array:
         lambda m, i: m.w.set_metadata(step=i),
         lambda m, i: setattr(m, f"extra{i % 2}", nnx.BatchStat(jnp.ones(1))),
     ],
-    ids=["plain", "raw-array", "new-variable", "list-item", "dict-item", "metadata", "new-attribute"],
+    ids=[
+        "plain",
+        "raw-array",
+        "new-variable",
+        "list-item",
+        "dict-item",
+        "metadata",
+        "new-attribute",
+    ],
 )
 def test_repeated_calls_behave_like_repeated_eager_calls(between):
     # Regression: on repeated calls, updates to arrays held in tuples were lost and

@@ -89,8 +89,14 @@ def resolve(value, prefix):
 
 
 def test_lift_type_resolves_each_leaf_of_an_object_by_relative_path():
-    m = Node(w=nnx.Param(jnp.ones(1)), s=nnx.BatchStat(jnp.ones(1)), child=Block(w=nnx.Param(jnp.ones(1))))
-    axes = nnx.StateAxes({nnx.All(nnx.Param, nnx.PathContains("child")): 1, nnx.Param: 0, ...: None})
+    m = Node(
+        w=nnx.Param(jnp.ones(1)),
+        s=nnx.BatchStat(jnp.ones(1)),
+        child=Block(w=nnx.Param(jnp.ones(1))),
+    )
+    axes = nnx.StateAxes(
+        {nnx.All(nnx.Param, nnx.PathContains("child")): 1, nnx.Param: 0, ...: None}
+    )
     assert resolve([m, jnp.ones(2)], [axes, 0]) == {
         "args[0][0].child.w": 1,
         "args[0][0].s": None,
@@ -109,27 +115,45 @@ def test_plain_prefix_applies_to_all_of_an_objects_state():
 
 
 def test_lift_type_given_for_a_container_is_an_error():
-    with pytest.raises(nnx.PrefixError, match=r"StateAxes can only be used for an object(.|\n)*list at args\[0\]"):
+    with pytest.raises(
+        nnx.PrefixError, match=r"StateAxes can only be used for an object(.|\n)*list at args\[0\]"
+    ):
         resolve([Node()], nnx.StateAxes({...: 0}))
 
 
 def test_lift_type_given_for_a_raw_leaf_is_an_error():
-    with pytest.raises(nnx.PrefixError, match=r"gives StateAxes\(\{\.\.\.: 0\}\) for the \w+ leaf at args\[0\]; a leaf takes a single prefix"):
+    with pytest.raises(
+        nnx.PrefixError,
+        match=r"gives StateAxes\(\{\.\.\.: 0\}\) for the \w+ leaf at args\[0\]; a leaf takes a single prefix",
+    ):
         resolve(jnp.ones(1), nnx.StateAxes({...: 0}))
 
 
 def test_leaf_matching_no_filter_is_an_error_naming_it():
     m = Node(w=nnx.Param(jnp.ones(1)), s=nnx.BatchStat(jnp.ones(1)))
-    with pytest.raises(nnx.PrefixError, match=re.escape("The BatchStat at args[0].s matches none of the filters of StateAxes({Param: 0})")):
+    with pytest.raises(
+        nnx.PrefixError,
+        match=re.escape(
+            "The BatchStat at args[0].s matches none of the filters of StateAxes({Param: 0})"
+        ),
+    ):
         resolve(m, nnx.StateAxes({nnx.Param: 0}))
 
 
 def test_prefix_structure_mismatch_is_an_error():
-    with pytest.raises(nnx.PrefixError, match=re.escape("in_axes has 1 entries at args[0], but the list there has 2")):
+    with pytest.raises(
+        nnx.PrefixError,
+        match=re.escape("in_axes has 1 entries at args[0], but the list there has 2"),
+    ):
         resolve([1.0, 2.0], [0])
-    with pytest.raises(nnx.PrefixError, match=re.escape("in_axes has keys ['a'] at args[0], but the dict there has keys ['b']")):
+    with pytest.raises(
+        nnx.PrefixError,
+        match=re.escape("in_axes has keys ['a'] at args[0], but the dict there has keys ['b']"),
+    ):
         resolve({"b": 1.0}, {"a": 0})
-    with pytest.raises(nnx.PrefixError, match=r"gives 'zero' for the Node at args\[0\](.|\n)*Fix: fix it"):
+    with pytest.raises(
+        nnx.PrefixError, match=r"gives 'zero' for the Node at args\[0\](.|\n)*Fix: fix it"
+    ):
         resolve(Node(w=nnx.Param(jnp.ones(1))), "zero")
 
 
@@ -162,7 +186,9 @@ def test_state_sharding_in_jit_gives_each_sub_state_its_sharding():
 
 
 def test_diff_state_in_grad_returns_only_the_filtered_sub_state():
-    m = Node(a=nnx.Param(jnp.array(2.0)), b=nnx.Param(jnp.array(3.0)), c=nnx.BatchStat(jnp.array(5.0)))
+    m = Node(
+        a=nnx.Param(jnp.array(2.0)), b=nnx.Param(jnp.array(3.0)), c=nnx.BatchStat(jnp.array(5.0))
+    )
 
     def f(m):
         return m.a.value * m.b.value * m.c.value

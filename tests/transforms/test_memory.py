@@ -11,7 +11,12 @@ import pytest
 
 import flaxgraph as nnx
 
-FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes")
+FIELDS = (
+    "argument_size_in_bytes",
+    "output_size_in_bytes",
+    "temp_size_in_bytes",
+    "alias_size_in_bytes",
+)
 
 
 class Lin(nnx.Module):

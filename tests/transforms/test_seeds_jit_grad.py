@@ -228,8 +228,13 @@ def test_inconsistent_aliasing_between_inputs():
 
     with pytest.raises(ValueError, match=r"^Inconsistent aliasing detected") as e:
         f(arg1, arg2)
-    for path in ["args[0]['a']['b'].param", "args[0]['c'].param", "args[1][0][0].param",
-                 "args[1][0][1].param", "args[1][1].param"]:
+    for path in [
+        "args[0]['a']['b'].param",
+        "args[0]['c'].param",
+        "args[1][0][0].param",
+        "args[1][0][1].param",
+        "args[1][1].param",
+    ]:
         assert path + ":" in str(e.value)
 
 
@@ -243,7 +248,12 @@ def test_inconsistent_aliasing_between_inputs_and_outputs():
 
     with pytest.raises(ValueError, match=r"^Inconsistent aliasing detected") as e:
         f(arg1)
-    for path in ["args[0]['a']['b'].param", "args[0]['c'].param", "output['a']['b'].param", "output['c'].param"]:
+    for path in [
+        "args[0]['a']['b'].param",
+        "args[0]['c'].param",
+        "output['a']['b'].param",
+        "output['c'].param",
+    ]:
         assert path + ":" in str(e.value)
 
 
@@ -265,14 +275,18 @@ def test_aliases_with_the_same_specification_are_accepted():
 def test_inconsistent_input_aliases_are_rejected():
     m = W(jnp.ones(2))
     f = nnx.jit(lambda m1, m2: None, in_shardings=(AXIS_0, AXIS_1))
-    with pytest.raises(nnx.InconsistentAliasingError, match=r"args\[0\]\.param(.|\n)*args\[1\]\.param"):
+    with pytest.raises(
+        nnx.InconsistentAliasingError, match=r"args\[0\]\.param(.|\n)*args\[1\]\.param"
+    ):
         f(m, m)
 
 
 def test_inconsistent_input_output_aliases_are_rejected():
     m = W(jnp.ones(2))
     g = nnx.jit(lambda m: m, in_shardings=AXIS_0, out_shardings=AXIS_1)
-    with pytest.raises(nnx.InconsistentAliasingError, match=r"output\.param(.|\n)*args\[0\]\.param"):
+    with pytest.raises(
+        nnx.InconsistentAliasingError, match=r"output\.param(.|\n)*args\[0\]\.param"
+    ):
         g(m)
 
 
@@ -283,7 +297,9 @@ def test_inconsistent_aliases_in_nested_structures_are_rejected():
 
     m = W(jnp.ones(2))
     f = nnx.jit(lambda m: SomeModule(m), in_shardings=AXIS_0, out_shardings=AXIS_1)
-    with pytest.raises(nnx.InconsistentAliasingError, match=r"output\.m\.param(.|\n)*args\[0\]\.param"):
+    with pytest.raises(
+        nnx.InconsistentAliasingError, match=r"output\.m\.param(.|\n)*args\[0\]\.param"
+    ):
         f(m)
 
 
@@ -295,7 +311,10 @@ def test_shared_references_with_different_specifications_are_rejected():
     shared = W(jnp.ones(2))
     m1, m2 = Foo(shared), Foo(shared)
     f = nnx.jit(lambda m1, m2: None, in_shardings=(AXIS_0, AXIS_1))
-    with pytest.raises(nnx.InconsistentAliasingError, match=r"args\[0\]\.shared\.param(.|\n)*args\[1\]\.shared\.param"):
+    with pytest.raises(
+        nnx.InconsistentAliasingError,
+        match=r"args\[0\]\.shared\.param(.|\n)*args\[1\]\.shared\.param",
+    ):
         f(m1, m2)
 
 

@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 SCRIPT = textwrap.dedent(
-    r'''
+    r"""
     import json, os, re, traceback
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     import jax, jax.numpy as jnp, numpy as np
@@ -135,7 +135,7 @@ SCRIPT = textwrap.dedent(
         assert g(m) is m
 
     print("RESULTS" + json.dumps(results))
-    '''
+    """
 )
 
 CHECKS = [
@@ -149,7 +149,11 @@ CHECKS = [
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, str]:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )
