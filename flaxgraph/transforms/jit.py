@@ -155,6 +155,7 @@ def jit(
         OUT_SHARDING_SPEC,
         out_keys,
         same_prefix=lambda in_key, out_key: not in_key[1] and in_key[0] == out_key,
+        record_kept=True,
     )
 
     def pure(static: Static, *groups: list[Any]) -> Any:

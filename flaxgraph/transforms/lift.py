@@ -354,6 +354,8 @@ class Inner:
         prefixes right after merging (e.g. to remove an axis from metadata).
       on_output_leaf: called with each output leaf and its prefix before its
         metadata is recorded (e.g. to add an axis back).
+      record_kept: whether to record if the inputs kept their structure
+        (``OutStatic.inputs_kept``; an extra walk, which only ``jit``'s fast path uses).
     """
 
     f: Callable[..., Any]
@@ -362,6 +364,7 @@ class Inner:
     same_prefix: Callable[[Any, Any], bool] = _same
     on_inputs: Callable[[list[Any], list[Any]], None] | None = None
     on_output_leaf: Callable[[Any, Any], None] | None = None
+    record_kept: bool = False
 
     def run(
         self,
@@ -398,7 +401,7 @@ class Inner:
         graphdef, leaves, prefixes, index_map = merged.resplit(
             output, self.out_spec, inputs_out_prefix, out_prefix_tree, self.on_output_leaf
         )
-        inputs_kept = merged.structure_kept(in_static.graphdef)
+        inputs_kept = self.record_kept and merged.structure_kept(in_static.graphdef)
         out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
         sources = []
         for (_, leaf), prefix in zip(leaves, prefixes):
