@@ -1,5 +1,10 @@
-"""Helpers shared by the transform tests: exact "nothing changed" snapshots."""
+"""Helpers shared by the tests: exact "nothing changed" snapshots, and running checks
+on 8 simulated CPU devices in a subprocess."""
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import flaxgraph as nnx
@@ -30,3 +35,28 @@ def assert_unchanged(root: Any, before: list[tuple[Any, ...]], clone: Any = None
             assert a[2] == b[2], f"attributes changed at {a[0]}"
     if clone is not None:
         assert_graphs_equal(root, clone)
+
+
+def run_device_checks(script: str, timeout: int = 600) -> dict[str, str]:
+    """Runs ``script`` in a fresh Python with 8 simulated CPU devices (JAX reads
+    ``XLA_FLAGS`` once, at import, so the test process itself cannot have them) and
+    returns the ``{check name: "ok" or traceback}`` dict the script prints on a line
+    starting with ``RESULTS=``."""
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS=")]
+    assert proc.returncode == 0 and lines, f"subprocess failed:\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(lines[-1][len("RESULTS=") :])  # type: ignore[no-any-return]
+
+
+def assert_checks_passed(results: dict[str, str], names: list[str]) -> None:
+    """Every check in ``names`` ran and passed; the message lists each failure's traceback."""
+    assert sorted(results) == sorted(names)
+    failed = {name: tb for name, tb in results.items() if tb != "ok"}
+    assert not failed, "\n\n".join(f"check {name} failed:\n{tb}" for name, tb in failed.items())

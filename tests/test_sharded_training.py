@@ -20,12 +20,9 @@ Each check reports ``ok`` or its traceback; the test lists every failing one.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from typing import Any
+
+from helpers import assert_checks_passed, run_device_checks
 
 SCRIPT = textwrap.dedent(
     r'''
@@ -243,20 +240,7 @@ CHECKS = [
 ]
 
 
-def run_checks() -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS=")]
-    assert proc.returncode == 0 and lines, f"subprocess failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(lines[-1][len("RESULTS=") :])  # type: ignore[no-any-return]
-
-
 def test_sharded_checks() -> None:
     # One test, so that one subprocess runs however pytest-xdist distributes tests;
     # the message lists every failing check with its traceback.
-    results = run_checks()
-    assert sorted(results) == sorted(CHECKS)
-    failed = {name: tb for name, tb in results.items() if tb != "ok"}
-    assert not failed, "\n\n".join(f"check {name} failed:\n{tb}" for name, tb in failed.items())
+    assert_checks_passed(run_device_checks(SCRIPT), CHECKS)

@@ -9,13 +9,10 @@ as JSON, and each test below asserts on one check.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from helpers import run_device_checks
 
 SCRIPT = textwrap.dedent(
     r"""
@@ -134,7 +131,7 @@ SCRIPT = textwrap.dedent(
         g = nnx.jit(lambda m: m, in_shardings=(STATE_SHARDING,), out_shardings=STATE_SHARDING)
         assert g(m) is m
 
-    print("RESULTS" + json.dumps(results))
+    print("RESULTS=" + json.dumps(results))
     """
 )
 
@@ -149,17 +146,7 @@ CHECKS = [
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, str]:
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
-    assert line is not None, f"the subprocess failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(line[len("RESULTS") :])
+    return run_device_checks(SCRIPT, timeout=300)
 
 
 @pytest.mark.parametrize("name", CHECKS)
