@@ -42,7 +42,7 @@ from flaxgraph.graph.graphdef import (
 )
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
 from flaxgraph.tracing import current_trace
-from flaxgraph.transforms.lift import IN, Call, OutStatic, Static
+from flaxgraph.transforms.lift import IN, Call, OutStatic, Static, write_back
 from flaxgraph.variables import Variable
 
 _SCALARS = frozenset({int, float, bool, complex})
@@ -91,7 +91,9 @@ class Plan:
     """What a repeated call with the same argument structure needs (see module doc)."""
 
     __slots__ = (
-        "call",
+        "graphdef",
+        "nodes",
+        "leaves",
         "static",
         "members",
         "objects",
@@ -107,10 +109,8 @@ class Plan:
         "arg_leaves",
         "passthrough",
         "trace",
-        "_writers",
+        "writers",
         "finishes",
-        "args",
-        "kwargs",
         "in_place",
     )
 
@@ -123,7 +123,11 @@ class Plan:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ):
-        self.call = call
+        # Only what later calls need: no reference to the first call's values or to
+        # its arguments' own arrays.
+        self.graphdef = call.graphdef
+        self.nodes = call.nodes
+        self.leaves = [leaf if isinstance(leaf, Variable) else None for leaf in call.leaves]
         self.static = static
         members: list[list[int]] = [[] for _ in range(n_groups)]
         for i, (g, _) in enumerate(slots):
@@ -162,18 +166,13 @@ class Plan:
             sum(1 for m in members if m) == 1 and members[0] == list(range(len(slots)))
         )
         self.trace = current_trace()
-        self._writers: list[Any] | None = None
+        # How to store a new value in place for each input leaf (None: no place, e.g.
+        # an argument's own array).
+        self.writers = [
+            _writer(path, leaf, args, kwargs) if self.in_place else None
+            for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
+        ]
         self.finishes: dict[Any, Any] = {}
-        self.args, self.kwargs = args, kwargs
-
-    def writers(self) -> list[Any]:
-        """How to store a new value for each input leaf (``None``: no place)."""
-        if self._writers is None:
-            self._writers = [
-                _writer(path, leaf, self.args, self.kwargs)
-                for path, leaf in zip(self.call.graphdef.leaf_paths, self.call.leaves)
-            ]
-        return self._writers
 
     def valid(self) -> bool:
         """Whether the arguments still have the structure this plan was made for."""
@@ -285,7 +284,7 @@ class FinishPlan:
 
     __slots__ = ("usable", "writes", "build", "sources", "n_out")
 
-    def __init__(self, out: OutStatic, call: Call):
+    def __init__(self, out: OutStatic, plan: Plan):
         self.sources = out.sources
         self.writes: list[tuple[int, int]] = []  # (out leaf position, input leaf position)
         self.build: Callable[[list[Any], list[Any]], Any] | None = None
@@ -294,13 +293,13 @@ class FinishPlan:
         if not self.usable:
             return
         in_index = dict(out.index_map)  # out node index -> input node index
-        node_index = {id(n): i for i, n in enumerate(call.nodes)}
+        node_index = {id(n): i for i, n in enumerate(plan.nodes)}
         in_leaf_of_var = {
             node_index[id(leaf)]: pos
-            for pos, leaf in enumerate(call.leaves)
+            for pos, leaf in enumerate(plan.leaves)
             if isinstance(leaf, Variable)
         }
-        in_leaf_by_path = {p: i for i, p in enumerate(call.graphdef.leaf_paths)}
+        in_leaf_by_path = {p: i for i, p in enumerate(plan.graphdef.leaf_paths)}
         compiler = _OutputCompiler(in_index)
         output_builder = compiler.compile(out.graphdef.root.children[0])  # type: ignore[attr-defined]
         if compiler.new_objects:
@@ -334,10 +333,10 @@ class FinishPlan:
         with one C-level ``map`` each) and the other writes (array attributes)."""
         by_group: dict[int, tuple[list[Any], list[int]]] = {}
         others = []
-        writers = plan.writers()
+        writers = plan.writers
         for j, pos in self.writes:
             tag, a, b = self.sources[j]
-            leaf = plan.call.leaves[pos]
+            leaf = plan.leaves[pos]
             if isinstance(leaf, Variable) and tag != IN:
                 targets, positions = by_group.setdefault(a, ([], []))
                 targets.append(leaf)
@@ -466,12 +465,11 @@ def finish_fast(
     general write-back when the function changed the inputs' structure."""
     fin = out.plan
     if fin is None:
-        fin = FinishPlan(out, plan.call)
+        fin = FinishPlan(out, plan)
         object.__setattr__(out, "plan", fin)
     if not fin.usable:
-        return plan.call.finish_values(
-            out, [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
-        )
+        values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
+        return write_back(out, values, plan.nodes)
     bound = plan.finishes.get(fin)
     if bound is None:
         bound = plan.finishes[fin] = fin.bind(plan)
@@ -485,4 +483,4 @@ def finish_fast(
         in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in fin.sources[: fin.n_out]
     ]
     assert fin.build is not None
-    return fin.build(values, plan.call.nodes)
+    return fin.build(values, plan.nodes)

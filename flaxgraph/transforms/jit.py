@@ -193,7 +193,7 @@ def jit(
             donated_positions = _donated_positions(args, donate_nums, static_nums)
             call.prefixes = [
                 (p, _is_donated(path, donated_positions, donate_names))
-                for p, (path, _) in zip(call.prefixes, _paths(call))
+                for p, path in zip(call.prefixes, call.graphdef.leaf_paths)
             ]
         else:
             call.prefixes = [(p, False) for p in call.prefixes]
@@ -260,10 +260,6 @@ def _place(call: Any, slots: Any, groups: Any, keys: Sequence[Any]) -> None:
 
 def _jax_sharding(s: Any) -> Any:
     return None if s is UNSPECIFIED else s
-
-
-def _paths(call: Any) -> list[Any]:
-    return [(path, None) for path in call.graphdef.leaf_paths]
 
 
 def _donated_positions(

@@ -218,9 +218,15 @@ class Call:
 
     def finish_values(self, out_static: OutStatic, values: list[Any]) -> Any:
         """Step 5 with the leaf values already gathered (in out-GraphDef order)."""
-        reuse = {out_i: self.nodes[in_i] for out_i, in_i in out_static.index_map}
-        output, _args, _kwargs = unflatten(out_static.graphdef, values, reuse=reuse)
-        return output
+        return write_back(out_static, values, self.nodes)
+
+
+def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -> Any:
+    """Step 5: updates the input objects ``nodes`` (by input reference index) in place
+    from ``out_static`` and the out leaves ``values``; returns the output."""
+    reuse = {out_i: nodes[in_i] for out_i, in_i in out_static.index_map}
+    output, _args, _kwargs = unflatten(out_static.graphdef, values, reuse=reuse)
+    return output
 
 
 def split_inputs(

@@ -157,3 +157,22 @@ def test_plans_do_not_outlive_a_cache_of_four_models():
             f(m, x)
     assert len(traces) == 1
     assert all(float(m.w.value[0, 0]) == 3.0 for m in models)
+
+
+def test_plans_keep_no_reference_to_the_arguments_arrays():
+    import gc
+    import weakref
+
+    f, _ = make()
+    a = Lin()
+    x = jnp.ones(2) * 3.0
+    f(a, x)
+    f(a, x)  # made a plan; used it
+    ref = weakref.ref(x)
+    del x
+    gc.collect()
+    assert ref() is None
+    b = Lin()
+    for _ in range(2):  # the two calls a had
+        eager(b, jnp.ones(2))
+    assert jnp.allclose(f(a, jnp.ones(2)), eager(b, jnp.ones(2)))  # the plan still works
