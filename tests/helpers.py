@@ -7,6 +7,8 @@ import subprocess
 import sys
 from typing import Any
 
+from hypothesis import strategies as st
+
 import flaxgraph as nnx
 from flaxgraph.testing import assert_graphs_equal
 
@@ -60,3 +62,25 @@ def assert_checks_passed(results: dict[str, str], names: list[str]) -> None:
     assert sorted(results) == sorted(names)
     failed = {name: tb for name, tb in results.items() if tb != "ok"}
     assert not failed, "\n\n".join(f"check {name} failed:\n{tb}" for name, tb in failed.items())
+
+
+@st.composite
+def structures(draw: Any, pool: Any, depth: int = 0, *, none_at_top: bool = True) -> Any:
+    """An argument for aliasing tests: one of ``pool.objects`` (so objects recur across
+    and within arguments), ``None``, or a tuple/list/dict of such arguments (depth <= 2).
+    ``none_at_top=False`` keeps a bare ``None`` out of the top level."""
+    kinds = (
+        ["object", "object"]
+        + (["none"] if depth or none_at_top else [])
+        + (["tuple", "list", "dict"] if depth < 2 else [])
+    )
+    kind = draw(st.sampled_from(kinds))
+    if kind == "object":
+        return draw(st.sampled_from(pool.objects))
+    if kind == "none":
+        return None
+    if kind == "dict":
+        keys = draw(st.lists(st.sampled_from(["k", "x", "y"]), unique=True, max_size=3))
+        return {k: draw(structures(pool, depth + 1)) for k in keys}
+    items = [draw(structures(pool, depth + 1)) for _ in range(draw(st.integers(0, 3)))]
+    return tuple(items) if kind == "tuple" else items

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import structures
 from hypothesis import event, given
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -93,26 +94,6 @@ def pools(draw: Any, kinds: tuple[type, ...] = (nnx.Param,)) -> Pool:
         modules.append(m)
     objects = modules + variables
     return Pool(objects, attrs, objects)
-
-
-@st.composite
-def structures(draw: Any, pool: Pool, depth: int = 0) -> Any:
-    """An argument: a pool object, ``None``, or a tuple/list/dict of arguments."""
-    kinds = (
-        ["object", "object"]
-        + (["none"] if depth else [])
-        + (["tuple", "list", "dict"] if depth < 2 else [])
-    )
-    kind = draw(st.sampled_from(kinds))
-    if kind == "object":
-        return draw(st.sampled_from(pool.objects))
-    if kind == "none":
-        return None
-    if kind == "dict":
-        keys = draw(st.lists(st.sampled_from(["k", "x", "y"]), unique=True, max_size=3))
-        return {k: draw(structures(pool, depth + 1)) for k in keys}
-    items = [draw(structures(pool, depth + 1)) for _ in range(draw(st.integers(0, 3)))]
-    return tuple(items) if kind == "tuple" else items
 
 
 @st.composite
@@ -217,9 +198,14 @@ def constant_loss(*args: Any, **kwargs: Any) -> Any:
 def test_grad_accepts_exactly_the_consistent_placements(data: Any) -> None:
     pool = data.draw(pools(kinds=(nnx.Param, nnx.Param, nnx.BatchStat)), label="pool")
     n_args = data.draw(st.integers(1, 3), label="n_args")
-    args = tuple(data.draw(structures(pool), label=f"args[{i}]") for i in range(n_args))
+    args = tuple(
+        data.draw(structures(pool, none_at_top=False), label=f"args[{i}]") for i in range(n_args)
+    )
     kwargs = data.draw(
-        st.dictionaries(st.sampled_from(["p", "q"]), structures(pool), max_size=1), label="kwargs"
+        st.dictionaries(
+            st.sampled_from(["p", "q"]), structures(pool, none_at_top=False), max_size=1
+        ),
+        label="kwargs",
     )
     argnums = data.draw(argnums_for(n_args), label="argnums")
     differentiated = {i % n_args for i in (argnums if isinstance(argnums, tuple) else (argnums,))}
@@ -289,9 +275,14 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 def test_jit_accepts_exactly_the_consistent_in_shardings(data: Any) -> None:
     pool = data.draw(pools(), label="pool")
     n_args = data.draw(st.integers(1, 3), label="n_args")
-    args = tuple(data.draw(structures(pool), label=f"args[{i}]") for i in range(n_args))
+    args = tuple(
+        data.draw(structures(pool, none_at_top=False), label=f"args[{i}]") for i in range(n_args)
+    )
     kwargs = data.draw(
-        st.dictionaries(st.sampled_from(["p", "q"]), structures(pool), max_size=1), label="kwargs"
+        st.dictionaries(
+            st.sampled_from(["p", "q"]), structures(pool, none_at_top=False), max_size=1
+        ),
+        label="kwargs",
     )
     labels = tuple(
         data.draw(label_trees(a), label=f"in_shardings[{i}]") for i, a in enumerate(args)
@@ -403,7 +394,9 @@ def check_same_objects(spec: Any, out: Any, args: tuple[Any, ...]) -> None:
 def test_jit_rejects_outputs_whose_out_shardings_differ_from_their_in_shardings(data: Any) -> None:
     pool = data.draw(pools(), label="pool")
     n_args = data.draw(st.integers(1, 2), label="n_args")
-    args = tuple(data.draw(structures(pool), label=f"args[{i}]") for i in range(n_args))
+    args = tuple(
+        data.draw(structures(pool, none_at_top=False), label=f"args[{i}]") for i in range(n_args)
+    )
     places = object_places(args, ())
     if not places:
         args = (*args, pool.objects[0])

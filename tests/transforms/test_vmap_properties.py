@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import structures
 from hypothesis import event, given
 
 import flaxgraph as nnx
@@ -91,22 +92,6 @@ def pools(draw: Any) -> Pool:
         attrs[id(m)] = items
         modules.append(m)
     return Pool(modules + variables, attrs, variables, start)
-
-
-@st.composite
-def structures(draw: Any, pool: Pool, depth: int = 0) -> Any:
-    """An argument: a pool object, ``None``, or a tuple/list/dict of arguments."""
-    kinds = ["object", "object", "none"] + (["tuple", "list", "dict"] if depth < 2 else [])
-    kind = draw(st.sampled_from(kinds))
-    if kind == "object":
-        return draw(st.sampled_from(pool.objects))
-    if kind == "none":
-        return None
-    if kind == "dict":
-        keys = draw(st.lists(st.sampled_from(["k", "x", "y"]), unique=True, max_size=3))
-        return {k: draw(structures(pool, depth + 1)) for k in keys}
-    items = [draw(structures(pool, depth + 1)) for _ in range(draw(st.integers(0, 3)))]
-    return tuple(items) if kind == "tuple" else items
 
 
 AXES = st.sampled_from([0, 1, None])
