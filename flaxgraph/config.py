@@ -39,13 +39,16 @@ class Flag(Generic[T]):
         self._value = default
 
     def get(self) -> T:
+        """The current value (the innermost ``scoped`` override, else the global one)."""
         return self._value
 
     def set_globally(self, value: T) -> None:
+        """Sets the value for the rest of the program (outside ``scoped`` blocks)."""
         self._value = value
 
     @contextlib.contextmanager
     def scoped(self, value: T) -> Iterator[None]:
+        """A context manager: the flag holds ``value`` inside the ``with`` block only."""
         previous = self._value
         self._value = value
         try:

@@ -49,13 +49,21 @@ class List(Module):
             object.__setattr__(self, "_obj_version", self._obj_version + 1)
 
     def append(self, value: Any) -> None:
+        """Adds ``value`` at the end (index ``len(self)``), like ``list.append``."""
         self._set(len(self), value)
 
     def extend(self, values: Iterable[Any]) -> None:
+        """Appends every item of ``values`` in order."""
         for v in values:
             self.append(v)
 
     def pop(self, index: int = -1) -> Any:
+        """Removes and returns the item at ``index`` (default the last); later items
+        move down one index, like ``list.pop``.
+
+        Raises:
+          IndexError: the list is empty or ``index`` is out of range.
+        """
         items = [v for _, v in self._items()]
         value = items.pop(index)
         self._check_trace("pop an item")
@@ -95,12 +103,15 @@ class Dict(Module):
         return len(self.__dict__)
 
     def keys(self) -> list[str]:
+        """The keys, sorted."""
         return sorted(self.__dict__)
 
     def values(self) -> list[Any]:
+        """The values, in sorted-key order."""
         return [self.__dict__[k] for k in self.keys()]
 
     def items(self) -> list[tuple[str, Any]]:
+        """The ``(key, value)`` pairs, in sorted-key order."""
         return [(k, self.__dict__[k]) for k in self.keys()]
 
 

@@ -143,6 +143,7 @@ class Rngs(Module):
         return self.default()
 
     def items(self) -> list[tuple[str, RngStream]]:
+        """The ``(name, RngStream)`` pairs, sorted by name."""
         return [(n, s) for n, s in sorted(self.__dict__.items()) if isinstance(s, RngStream)]
 
     def fork(self, *, split: int | tuple[int, ...] | None = None) -> Rngs:
@@ -181,6 +182,7 @@ class RngBackups:
         self.entries = entries
 
     def restore(self) -> None:
+        """Puts back every replaced key and count."""
         for stream, key, count in self.entries:
             stream.key.value = key
             stream.count.value = count

@@ -296,13 +296,16 @@ class FlatState(tuple):
 
     @property
     def paths(self) -> tuple[PathParts, ...]:
+        """The path of every pair, in order."""
         return tuple(p for p, _ in self)
 
     @property
     def leaves(self) -> tuple[Any, ...]:
+        """The leaf (Variable or raw value) of every pair, in order."""
         return tuple(v for _, v in self)
 
     def to_nested_state(self) -> State:
+        """The nested ``State`` these pairs describe (``State.from_flat_path``)."""
         return State.from_flat_path(self)
 
     def filter(self, first: Filter, /, *filters: Filter) -> Any:
@@ -335,6 +338,7 @@ def partition(
 
 
 def unmatched_message(where: str, leaf: Any) -> str:
+    """The message of ``UnmatchedLeafError`` for ``leaf`` at ``where``."""
     kind = type(leaf).__name__
     return (
         f"The {kind} at {where} matches none of the filters given to split. Every leaf "

@@ -126,10 +126,12 @@ class Variable(Generic[A]):
     # -- value ------------------------------------------------------------------
     @property
     def value(self) -> A:
+        """The held value (read and write; writing checks the trace, see the class)."""
         return self.raw_value
 
     @value.setter
     def value(self, value: A) -> None:
+        """The held value (read and write; writing checks the trace, see the class)."""
         self.set_value(value)
 
     def get_value(self) -> A:
@@ -145,6 +147,7 @@ class Variable(Generic[A]):
 
     @property
     def type(self) -> type[Variable[A]]:
+        """The Variable's kind: its class."""
         return type(self)
 
     # -- metadata ---------------------------------------------------------------

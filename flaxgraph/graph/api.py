@@ -539,6 +539,7 @@ class SplitContext:
         self.ref_index: RefMap[int] = RefMap()
 
     def split(self, node: Any, *filters: Filter) -> Any:
+        """Like ``nnx.split``, sharing this context's reference index with earlier calls."""
         graphdef, leaves = flatten(node, ref_index=self.ref_index)
         return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
 
@@ -550,6 +551,7 @@ class MergeContext:
         self.index_ref: dict[int, Any] = {}
 
     def merge(self, graphdef: GraphDef, state: Any = None, /, *states: Any) -> Any:
+        """Like ``nnx.merge``, resolving references to nodes merged earlier in this context."""
         all_states = () if state is None else (state, *states)
         return unflatten(graphdef, _ordered_leaves(graphdef, all_states), index_ref=self.index_ref)
 

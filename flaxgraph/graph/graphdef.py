@@ -189,6 +189,7 @@ class GraphDef:
 
     @property
     def num_leaves(self) -> int:
+        """How many State leaves ``merge`` consumes."""
         return len(self.leaf_paths)
 
     @property

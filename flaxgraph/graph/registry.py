@@ -169,4 +169,5 @@ def _key_of(entry: Any) -> Key:
 
 
 def is_plain_static(x: Any) -> bool:
+    """True for ints, floats, strings, bools, ``None``… (always static, never walked)."""
     return type(x) in _PLAIN_STATIC

@@ -119,10 +119,17 @@ class Average(Metric):
         self.count = MetricState(jnp.array(0, dtype=jnp.int32))
 
     def reset(self) -> None:
+        """Returns the metric to its initial, empty state."""
         self.total.value = jnp.zeros_like(self.total.value)
         self.count.value = jnp.zeros_like(self.count.value)
 
     def update(self, **kwargs: Any) -> None:
+        """Adds ``values`` (the keyword named by ``argname``: an array of any shape, or a
+        scalar) to the running mean; every element counts once.
+
+        Raises:
+          TypeError: the keyword ``argname`` is missing.
+        """
         values = _argument(kwargs, self.argname, type(self).__name__)
         self._add(values)
 
@@ -131,6 +138,7 @@ class Average(Metric):
         self.count.value = self.count.value + jnp.int32(values.size)
 
     def compute(self) -> jax.Array:
+        """The metric over every update since the last ``reset`` (see the class)."""
         return self.total.value / self.count.value
 
 
@@ -183,10 +191,17 @@ class Welford(Metric):
         self.m2 = MetricState(jnp.array(0, dtype=jnp.float32))
 
     def reset(self) -> None:
+        """Returns the metric to its initial, empty state."""
         for v in (self.count, self.mean, self.m2):
             v.value = jnp.zeros_like(v.value)
 
     def update(self, **kwargs: Any) -> None:
+        """Adds ``values`` (the keyword named by ``argname``: any shape, cast to float32)
+        to the running mean and variance (Welford's algorithm).
+
+        Raises:
+          TypeError: the keyword ``argname`` is missing.
+        """
         values = _argument(kwargs, self.argname, type(self).__name__).astype(jnp.float32)
         n_b = values.size
         if n_b == 0:
@@ -201,6 +216,7 @@ class Welford(Metric):
         self.count.value = self.count.value + jnp.int32(n_b)
 
     def compute(self) -> Statistics:
+        """The metric over every update since the last ``reset`` (see the class)."""
         n = self.count.value.astype(jnp.float32)
         std = jnp.sqrt(self.m2.value / n)
         return Statistics(self.mean.value, std / jnp.sqrt(n), std)
@@ -247,13 +263,20 @@ class Accuracy(Average):
         self.threshold = threshold
 
     def update(self, *, logits: Any, labels: Any, **_: Any) -> None:  # type: ignore[override]
+        """Adds a batch: ``logits`` of shape ``(..., num_classes)`` (or ``(...)`` with a
+        ``threshold``) and integer ``labels`` of shape ``(...)``.
+
+        Raises:
+          ValueError: the shapes of ``logits`` and ``labels`` do not fit.
+        """
         logits = jnp.asarray(logits.raw_value if isinstance(logits, Variable) else logits)
         labels = jnp.asarray(labels.raw_value if isinstance(labels, Variable) else labels)
         if self.threshold is None:
-            if logits.ndim != labels.ndim + 1:
+            if logits.shape[:-1] != labels.shape:
                 raise ValueError(
                     "Accuracy (multi-class) expects logits of shape (..., num_classes) and "
-                    f"labels of shape (...): logits.ndim == labels.ndim + 1, got shapes "
+                    "labels of shape (...): logits.ndim == labels.ndim + 1 and "
+                    f"logits.shape[:-1] == labels.shape, got shapes "
                     f"{logits.shape} and {labels.shape}.\nFix: for binary classification "
                     "with one logit per example, use Accuracy(threshold=...)."
                 )
@@ -263,10 +286,10 @@ class Accuracy(Average):
                 )
             correct = jnp.argmax(logits, axis=-1) == labels
         else:
-            if logits.ndim != labels.ndim:
+            if logits.shape != labels.shape:
                 raise ValueError(
                     "Accuracy (binary, with a threshold) expects logits and labels of the "
-                    f"same rank, got shapes {logits.shape} and {labels.shape}.\nFix: for "
+                    f"same rank and shape, got shapes {logits.shape} and {labels.shape}.\nFix: for "
                     "multi-class logits, use Accuracy() without a threshold."
                 )
             if not (jnp.issubdtype(labels.dtype, jnp.integer) or labels.dtype == jnp.bool_):
@@ -324,12 +347,15 @@ class MultiMetric(Metric):
             setattr(self, name, metric)
 
     def reset(self) -> None:
+        """Returns the metric to its initial, empty state."""
         for name in self._metric_names:
             getattr(self, name).reset()
 
     def update(self, **kwargs: Any) -> None:
+        """Passes the keyword arguments to every metric's ``update``."""
         for name in self._metric_names:
             getattr(self, name).update(**kwargs)
 
     def compute(self) -> dict[str, Any]:
+        """The metric over every update since the last ``reset`` (see the class)."""
         return {name: getattr(self, name).compute() for name in self._metric_names}

@@ -52,6 +52,7 @@ def bind(wrapped: Callable[..., Any], bound: tuple[Any, ...], f: Any) -> Callabl
 
 
 def normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
+    """``argnums`` (an int, a sequence or ``None``) as a tuple of ints."""
     if argnums is None:
         return ()
     if isinstance(argnums, int):
@@ -60,6 +61,7 @@ def normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
 
 
 def normalize_argnames(argnames: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``argnames`` (a string, an iterable or ``None``) as a tuple of strings."""
     if argnames is None:
         return ()
     if isinstance(argnames, str):

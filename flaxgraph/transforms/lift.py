@@ -171,6 +171,11 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def group_index(prefix: Any, keys: Sequence[Any]) -> int:
+    """The position of ``prefix`` among the group keys ``keys``.
+
+    Raises:
+      ValueError: ``prefix`` is not one of them (an internal error).
+    """
     for i, k in enumerate(keys):
         if _same(prefix, k):
             return i

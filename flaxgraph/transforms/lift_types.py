@@ -63,6 +63,7 @@ class PrefixMapping:
         return NO_MATCH
 
     def items(self) -> list[tuple[Filter, Any]]:
+        """The ``(filter, prefix)`` pairs, in order."""
         return list(zip(self.filters, self.prefixes))
 
     def __eq__(self, other: object) -> bool:

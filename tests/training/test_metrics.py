@@ -309,3 +309,17 @@ def test_module_exports_flax_names():
         "MultiMetric",
     ):
         assert hasattr(metrics, name)
+
+
+def test_accuracy_rejects_mismatched_batch_shapes():
+    import jax.numpy as jnp
+    import pytest
+
+    from flaxgraph.training import metrics
+
+    with pytest.raises(ValueError, match=r"got shapes \(4, 3\) and \(5,\)"):
+        metrics.Accuracy().update(logits=jnp.ones((4, 3)), labels=jnp.ones((5,), jnp.int32))
+    with pytest.raises(ValueError, match=r"same rank and shape, got shapes \(4,\) and \(5,\)"):
+        metrics.Accuracy(threshold=0.5).update(
+            logits=jnp.ones((4,)), labels=jnp.ones((5,), jnp.int32)
+        )
