@@ -7,8 +7,8 @@ graph from what comes back. When a function is called again and again on the
 same objects (a training loop), all of that is the same every time except the
 array values. A ``Plan`` remembers it, per argument structure:
 
-* the ``Static`` key object handed to JAX (the same object every call, so JAX's
-  cache compares it by identity and its hash is computed once);
+* the compiled function of the input structure (``compiled.py``: one ``jax.jit``
+  per structure, which JAX calls with the arrays only);
 * how to read each leaf (a Variable's value, an array attribute, an argument);
 * how each leaf is grouped by prefix;
 * what to check to know the structure is unchanged: every Object's *structure
@@ -16,7 +16,10 @@ array values. A ``Plan`` remembers it, per argument structure:
   Variable's metadata dict (replaced by any metadata change), every list and dict
   inside the graph (same length and same elements), and the JAX trace.
 
-After the call, the ``OutStatic`` JAX returns carries a compiled write-back plan
+All of a call's checks and reads are written out as one generated function per
+plan (``plan_code.py``), which the transform tries first on every call.
+
+After the call, the ``OutStatic`` of the structure carries a compiled write-back plan
 (``FinishPlan``): which Variables and attributes received new values, and how to
 build the output. It is used when the function kept the inputs' structure;
 otherwise the general ``unflatten`` write-back runs and the next call re-plans.
@@ -42,7 +45,9 @@ from flaxgraph.graph.graphdef import (
 )
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
 from flaxgraph.tracing import current_trace
-from flaxgraph.transforms.lift import IN, Call, OutStatic, Static, write_back
+from flaxgraph.transforms.compiled import Compiled
+from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
+from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
 from flaxgraph.variables import Variable
 
 _SCALARS = frozenset({int, float, bool, complex})
@@ -88,13 +93,21 @@ def _part(a: Any) -> Any:
 
 
 class Plan:
-    """What a repeated call with the same argument structure needs (see module doc)."""
+    """What a repeated call with the same argument structure needs (see module doc).
+
+    ``plan.run(args, kwargs, statics)`` is the whole fast path, generated for the
+    plan (``plan_code.py``): it checks that the call has this plan's arguments (the
+    same objects, leaves of the same types) and that their structure is unchanged,
+    reads the leaves, calls the compiled function and finishes; it returns ``MISS``
+    (having done nothing) when the plan does not apply. ``valid`` and ``call`` are
+    the same two halves for a plan found by key.
+    """
 
     __slots__ = (
         "graphdef",
         "nodes",
         "leaves",
-        "static",
+        "compiled",
         "members",
         "objects",
         "versions",
@@ -112,27 +125,47 @@ class Plan:
         "writers",
         "finishes",
         "in_place",
+        "n_args",
+        "statics",
+        "arg_nodes",
+        "arg_types",
+        "kwarg_checks",
+        "leaf_variables",
+        "last_out",
+        "last_finish",
+        "run",
+        "source",
     )
 
     def __init__(
         self,
         call: Call,
-        static: Static,
+        compiled: Compiled,
         slots: Sequence[tuple[int, int]],
         n_groups: int,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        statics: Any = (),
     ):
         # Only what later calls need: no reference to the first call's values or to
         # its arguments' own arrays.
         self.graphdef = call.graphdef
         self.nodes = call.nodes
         self.leaves = [leaf if isinstance(leaf, Variable) else None for leaf in call.leaves]
-        self.static = static
+        self.compiled = compiled
         members: list[list[int]] = [[] for _ in range(n_groups)]
         for i, (g, _) in enumerate(slots):
             members[g].append(i)
         self.members = members
+        # The call's signature: which arguments are objects (compared by identity)
+        # and which are leaves (compared by type).
+        self.n_args = len(args)
+        self.statics = statics
+        self.arg_nodes = tuple((i, a) for i, a in enumerate(args) if _part(a) != _LEAF)
+        self.arg_types = tuple((i, type(a)) for i, a in enumerate(args) if _part(a) == _LEAF)
+        self.kwarg_checks = tuple(
+            (k, v, None) if _part(v) != _LEAF else (k, None, type(v)) for k, v in kwargs.items()
+        )
         self.objects = [n for n in call.nodes if type(n) in _GRAPH_NODE_IMPLS]
         self.versions = [o._obj_version for o in self.objects]
         self.variables = [n for n in call.nodes if isinstance(n, Variable)]
@@ -162,6 +195,14 @@ class Plan:
                 self.targets.append(target)
                 if target is None:
                     self.arg_leaves.append((pos, path[0], path[1]))
+        # The common case: every leaf is a Variable or an argument. Then reading is
+        # one map over the Variables plus an insert per argument leaf.
+        n_vars = sum(1 for leaf in call.leaves if isinstance(leaf, Variable))
+        self.leaf_variables = (
+            [leaf for leaf in call.leaves if isinstance(leaf, Variable)]
+            if n_vars + len(self.arg_leaves) == len(call.leaves)
+            else None
+        )
         self.passthrough = len(members) == 1 or (
             sum(1 for m in members if m) == 1 and members[0] == list(range(len(slots)))
         )
@@ -173,14 +214,23 @@ class Plan:
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         ]
         self.finishes: dict[Any, Any] = {}
+        self.last_out: Any = None
+        self.last_finish: Any = None
+        # run(args, kwargs, statics): the whole fast path for one call, generated
+        # for this plan (see plan_code.py); MISS when the plan does not apply.
+        self.run: Callable[..., Any] = miss_always
+        self.source = ""
+        if self.in_place:
+            self.run, self.source = compile_run(self, finish_fast)
 
     def valid(self) -> bool:
-        """Whether the arguments still have the structure this plan was made for."""
+        """Whether the arguments still have the structure this plan was made for
+        (Variables' metadata may be replaced by an equal dict: same GraphDef)."""
         if current_trace() is not self.trace:
             return False
         if list(map(_get_version, self.objects)) != self.versions:
             return False
-        if not all(map(_is, map(_get_metadata, self.variables), self.metadata)):
+        if list(map(_get_metadata, self.variables)) != self.metadata:
             return False
         for c, items in zip(self.lists, self.list_items):
             if len(c) != len(items) or not all(map(_is, c, items)):
@@ -190,17 +240,23 @@ class Plan:
                 return False
         return True
 
-    def groups(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[list[Any], list[list[Any]]]:
-        """Reads every leaf's current value; returns ``(values, groups)``."""
-        values = list(map(operator.call, self.getters, self.targets))
-        for pos, root, key in self.arg_leaves:
-            values[pos] = args[key] if root == 0 else kwargs[key]
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Reads the leaves, calls the compiled function and finishes (no checks)."""
+        if self.leaf_variables is not None:
+            values = list(map(_get_raw, self.leaf_variables))
+            for pos, root, key in self.arg_leaves:
+                values.insert(pos, args[key] if root == 0 else kwargs[key])
+        else:
+            values = list(map(operator.call, self.getters, self.targets))
+            for pos, root, key in self.arg_leaves:
+                values[pos] = args[key] if root == 0 else kwargs[key]
         if self.passthrough:
-            return values, [values] + [[] for _ in self.members[1:]]
-        get = values.__getitem__
-        return values, [list(map(get, m)) for m in self.members]
+            groups = [values] + [[] for _ in self.members[1:]]
+        else:
+            get = values.__getitem__
+            groups = [list(map(get, m)) for m in self.members]
+        out_static, out_groups = self.compiled.call(groups)
+        return finish_fast(self, out_static, out_groups, values)
 
 
 def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:
@@ -282,13 +338,14 @@ class FinishPlan:
     leaf positions and input node indices, so it serves every input instance of
     the same structure."""
 
-    __slots__ = ("usable", "writes", "build", "sources", "n_out")
+    __slots__ = ("usable", "writes", "build", "sources", "n_out", "single_leaf")
 
     def __init__(self, out: OutStatic, plan: Plan):
         self.sources = out.sources
         self.writes: list[tuple[int, int]] = []  # (out leaf position, input leaf position)
         self.build: Callable[[list[Any], list[Any]], Any] | None = None
         self.n_out = 0
+        self.single_leaf = False
         self.usable = out.inputs_kept
         if not self.usable:
             return
@@ -325,12 +382,19 @@ class FinishPlan:
                 self.writes.append((j, pos))
         self.build = output_builder
         self.n_out = compiler.position
+        # The output is one array (a loss, a prediction): read it directly.
+        self.single_leaf = type(out.graphdef.root.children[0]) is ArrayDef  # type: ignore[attr-defined]
 
     def bind(
         self, plan: Plan
-    ) -> tuple[list[tuple[list[Any], list[int], int]], list[tuple[tuple[int, int, int], Any]]]:
+    ) -> tuple[
+        list[tuple[list[Any], list[int], int]],
+        list[tuple[tuple[int, int, int], Any]],
+        Callable[[list[Any], Sequence[Sequence[Any]]], Any],
+    ]:
         """The writes for one plan's objects: Variables grouped by output group (set
-        with one C-level ``map`` each) and the other writes (array attributes)."""
+        with one C-level ``map`` each), the other writes (array attributes), and the
+        output reader."""
         by_group: dict[int, tuple[list[Any], list[int]]] = {}
         others = []
         writers = plan.writers
@@ -343,7 +407,35 @@ class FinishPlan:
                 positions.append(b)
             elif writers[pos] is not None:
                 others.append((self.sources[j], writers[pos]))
-        return [(t, p, g) for g, (t, p) in by_group.items()], others
+        var_writes = [(t, p, g) for g, (t, p) in by_group.items()]
+        return var_writes, others, self.output_reader(plan)
+
+    def output_reader(self, plan: Plan) -> Callable[[list[Any], Sequence[Sequence[Any]]], Any]:
+        """``(in_values, out_groups) -> output`` for one plan's objects."""
+        build, nodes = self.build, plan.nodes
+        assert build is not None
+        if self.n_out == 1 and self.single_leaf:
+            return _LeafOutput(*self.sources[0])
+        sources = self.sources[: self.n_out]
+
+        def output(in_values: list[Any], out_groups: Sequence[Sequence[Any]]) -> Any:
+            values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in sources]
+            return build(values, nodes)
+
+        return output
+
+
+class _LeafOutput:
+    """An output that is one leaf: ``source`` = ``(tag, a, b)`` as in ``OutStatic``."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, tag: int, a: int, b: int):
+        self.source = (tag, a, b)
+
+    def __call__(self, in_values: list[Any], out_groups: Sequence[Sequence[Any]]) -> Any:
+        tag, a, b = self.source
+        return in_values[a] if tag == IN else out_groups[a][b]
 
 
 def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[tuple[str, Any]]:
@@ -426,25 +518,50 @@ class PlanCache:
     """The plans of one transformed function, most recent first (at most ``size``;
     a plan keeps its objects alive, so the cache stays small)."""
 
-    __slots__ = ("plans", "size")
+    __slots__ = ("plans", "size", "recent")
 
     def __init__(self, size: int = 4):
         self.plans: OrderedDict[Any, Plan] = OrderedDict()
         self.size = size
+        self.recent: Plan | None = None  # tried first, before computing a key
+
+    def run(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
+        """The call through a cached plan, or ``MISS`` if none applies (callers try
+        ``recent.run`` first, inline)."""
+        plan = self.recent
+        if plan is not None:
+            out = plan.run(args, kwargs, statics)
+            if out is not MISS:
+                return out
+        return self.run_by_key(args, kwargs, statics)
+
+    def run_by_key(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
+        """The call through the plan cached for these arguments' key, or ``MISS``."""
+        key = plan_key(args, kwargs)
+        if key is None:
+            return MISS
+        plan = self.get((key, statics))
+        if plan is None:
+            return MISS
+        self.recent = plan
+        return plan.call(args, kwargs)
 
     def get(self, key: Any) -> Plan | None:
+        """The valid plan for ``key``, if any."""
         plan = self.plans.get(key)
         if plan is not None and plan.valid():
             return plan
         return None
 
     def put(self, key: Any, plan: Plan) -> None:
+        """Adds ``plan`` (most recent first), dropping the oldest beyond ``size``."""
         if not plan.in_place:
             return
         self.plans[key] = plan
         self.plans.move_to_end(key, last=False)
         while len(self.plans) > self.size:
             self.plans.popitem()
+        self.recent = plan
 
 
 def same_trace(call: Call) -> bool:
@@ -463,24 +580,26 @@ def finish_fast(
 ) -> Any:
     """Applies ``out`` to the plan's objects and returns the output; falls back to the
     general write-back when the function changed the inputs' structure."""
-    fin = out.plan
-    if fin is None:
-        fin = FinishPlan(out, plan)
-        object.__setattr__(out, "plan", fin)
-    if not fin.usable:
-        values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
-        return write_back(out, values, plan.nodes)
-    bound = plan.finishes.get(fin)
-    if bound is None:
-        bound = plan.finishes[fin] = fin.bind(plan)
-    var_writes, other_writes = bound
+    if out is plan.last_out:
+        bound = plan.last_finish
+    else:
+        fin = out.plan
+        if fin is None:
+            fin = FinishPlan(out, plan)
+            object.__setattr__(out, "plan", fin)
+        if not fin.usable:
+            values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
+            return write_back(out, values, plan.nodes)
+        bound = plan.finishes.get(fin)
+        if bound is None:
+            bound = plan.finishes[fin] = fin.bind(plan)
+            if plan.last_out is None and plan.in_place:
+                # The first write-back of this plan: written into its run function.
+                plan.run, plan.source = compile_run(plan, finish_fast, (out, bound))
+        plan.last_out, plan.last_finish = out, bound
+    var_writes, other_writes, output = bound
     for targets, positions, g in var_writes:
-        group = out_groups[g]
-        list(map(_set_raw, targets, map(group.__getitem__, positions)))
+        list(map(_set_raw, targets, map(out_groups[g].__getitem__, positions)))
     for (tag, a, b), write in other_writes:
         write(in_values[a] if tag == IN else out_groups[a][b])
-    values = [
-        in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in fin.sources[: fin.n_out]
-    ]
-    assert fin.build is not None
-    return fin.build(values, plan.nodes)
+    return output(in_values, out_groups)

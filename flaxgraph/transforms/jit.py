@@ -29,8 +29,9 @@ from flaxgraph.transforms.calls import (
     split_static,
     unbind,
 )
-from flaxgraph.transforms.fastpath import Plan, PlanCache, finish_fast, plan_key, same_trace
-from flaxgraph.transforms.lift import Inner, InStatic, Static, prefix_keys, split_inputs
+from flaxgraph.transforms.compiled import Compiled
+from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
+from flaxgraph.transforms.lift import Inner, InStatic, prefix_keys, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding
 
 
@@ -158,8 +159,7 @@ def jit(
         record_kept=True,
     )
 
-    def pure(static: Static, *groups: list[Any]) -> Any:
-        in_static: InStatic = static.value
+    def pure(in_static: InStatic, entry: Compiled, with_static: bool, *groups: list[Any]) -> Any:
         statics, n_args = in_static.extra
         args_prefix, kwargs_prefix = _split_prefix(in_shardings, n_args)
         in_prefixes = [in_keys[g] for g, _ in in_static.slots]
@@ -171,7 +171,7 @@ def jit(
         _, out_static, out_groups = inner.run(
             in_static, groups, in_prefixes, (args_prefix, kwargs_prefix), out_shardings, call
         )
-        return Static(out_static), out_groups
+        return entry.record(out_static, out_groups, with_static)
 
     jit_kwargs: dict[str, Any] = dict(
         keep_unused=keep_unused, device=device, backend=backend, inline=inline
@@ -179,11 +179,27 @@ def jit(
     if compiler_options is not None:
         jit_kwargs["compiler_options"] = compiler_options
     if in_shardings is not UNSPECIFIED:
-        jit_kwargs["in_shardings"] = (None, *(_jax_sharding(s) for s, _ in in_keys))
-    if out_shardings is not UNSPECIFIED:
-        jit_kwargs["out_shardings"] = (None, tuple(_jax_sharding(s) for s in out_keys))
-    donated = tuple(1 + i for i, (_, d) in enumerate(in_keys) if d)
-    jitted = jax.jit(pure, donate_argnums=donated, **jit_kwargs)
+        jit_kwargs["in_shardings"] = tuple(_jax_sharding(s) for s, _ in in_keys)
+    jit_kwargs["donate_argnums"] = tuple(i for i, (_, d) in enumerate(in_keys) if d)
+    # One jax.jit per input structure, with the structure bound in and the output
+    # structure recorded on the side (see compiled.py): JAX's per-call work is then
+    # the arrays only, and equal structures (a new instance of the same model) share
+    # the compiled code.
+    compiled: dict[InStatic, Compiled] = {}
+
+    def compiled_for(in_static: InStatic) -> Compiled:
+        entry = compiled.get(in_static)
+        if entry is None:
+
+            def make(entry: Compiled, with_static: bool) -> Callable[..., Any]:
+                kwargs = dict(jit_kwargs)
+                if out_shardings is not UNSPECIFIED:
+                    shardings = tuple(_jax_sharding(s) for s in out_keys)
+                    kwargs["out_shardings"] = (None, shardings) if with_static else shardings
+                return jax.jit(functools.partial(pure, in_static, entry, with_static), **kwargs)
+
+            entry = compiled[in_static] = Compiled(make)
+        return entry
 
     def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
@@ -201,39 +217,41 @@ def jit(
         if in_shardings is not UNSPECIFIED:
             _place(call, slots, groups, in_keys)
         # The prefix trees may hold lists and dicts (unhashable): pure rebuilds them.
-        static = Static(InStatic(call.graphdef, slots, (statics, len(dyn_args))))
-        return call, static, groups, slots
+        in_static = InStatic(call.graphdef, slots, (statics, len(dyn_args)))
+        return call, compiled_for(in_static), groups, slots
 
     plans = PlanCache()
     place = in_shardings is not UNSPECIFIED
 
     @functools.wraps(inner_fun)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        # Fast path (see fastpath.py): same argument structure as a recent call.
         if static_nums or static_names:
             dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
         else:
             dyn_args, dyn_kwargs, statics = args, kwargs, ()
-        key = None if place else plan_key(dyn_args, dyn_kwargs)
-        if key is not None:
-            key = (key, statics)
-            plan = plans.get(key)
+        # Fast path (see fastpath.py): same argument structure as a recent call.
+        if not place:
+            plan = plans.recent
             if plan is not None:
-                values, groups = plan.groups(dyn_args, dyn_kwargs)
-                out_static, out_groups = jitted(plan.static, *groups)
-                return finish_fast(plan, out_static.value, out_groups, values)
-        call, static, groups, slots = prepare(args, kwargs)
-        out_static, out_groups = jitted(static, *groups)
-        out = out_static.value
+                result = plan.run(dyn_args, dyn_kwargs, statics)
+                if result is not MISS:
+                    return result
+            result = plans.run_by_key(dyn_args, dyn_kwargs, statics)
+            if result is not MISS:
+                return result
+        call, entry, groups, slots = prepare(args, kwargs)
+        out, out_groups = entry.call(groups)
         result = call.finish(out, out_groups)
+        key = None if place else plan_key(dyn_args, dyn_kwargs)
         if key is not None and out.inputs_kept and same_trace(call):
-            plans.put(key, Plan(call, static, slots, len(in_keys), dyn_args, dyn_kwargs))
+            plan = Plan(call, entry, slots, len(in_keys), dyn_args, dyn_kwargs, statics)
+            plans.put((key, statics), plan)
         return result
 
     def lower(*args: Any, **kwargs: Any) -> Any:
         """``jax.jit(...).lower`` of the compiled pure function for these arguments."""
-        _, static, groups, _ = prepare((*bound, *args), kwargs)
-        return jitted.lower(static, *groups)
+        _, entry, groups, _ = prepare((*bound, *args), kwargs)
+        return entry.lower(groups)
 
     result = bind(wrapper, bound, fun)
     result.lower = lower  # type: ignore[attr-defined]

@@ -176,3 +176,71 @@ def test_plans_keep_no_reference_to_the_arguments_arrays():
     for _ in range(2):  # the two calls a had
         eager(b, jnp.ones(2))
     assert jnp.allclose(f(a, jnp.ones(2)), eager(b, jnp.ones(2)))  # the plan still works
+
+
+def test_output_structure_depending_on_shapes_stays_right():
+    # The OutStatic of one input structure differs between input shapes: the
+    # compiled function switches to returning it through JAX (compiled.py), and
+    # every call still behaves as the eager one.
+    class Counter(nnx.Module):
+        def __init__(self):
+            self.count = nnx.BatchStat(jnp.array(0))
+
+    def body(c, x):
+        if x.shape[0] > 1:
+            c.count.value = c.count.value + 1
+            return x, x.sum()
+        return x
+
+    f = nnx.jit(body)
+    a, b = Counter(), Counter()
+    for n in (1, 1, 2, 1, 2, 2, 1, 3, 1):
+        x = jnp.ones(n)
+        got, want = f(a, x), body(b, x)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        assert int(a.count.value) == int(b.count.value)
+
+
+class Deep(nnx.Module):
+    def __init__(self, n):
+        self.layers = [Lin() for _ in range(n)]
+        self.table = {f"k{i}": nnx.Param(jnp.full(2, float(i))) for i in range(30)}
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = layer(x) * 0.5
+        return x + sum(p.value for p in self.table.values())
+
+
+DEEP_MUTATIONS = {
+    "append_layer": lambda m: m.layers.append(Lin()),
+    "swap_layer": lambda m: m.layers.__setitem__(30, Lin()),
+    "swap_variable": lambda m: setattr(m.layers[35], "w", nnx.Param(jnp.zeros((2, 2)))),
+    "set_metadata": lambda m: m.layers[33].w.set_metadata(sharding=("a", None)),
+    "replace_table_entry": lambda m: m.table.__setitem__("k20", nnx.Param(jnp.ones(2))),
+    "set_raw_array": lambda m: setattr(m.layers[39], "raw", jnp.full(2, 3.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DEEP_MUTATIONS))
+def test_large_graphs_and_keyword_arguments_take_the_fast_path_safely(name):
+    # More objects, Variables and list items than the generated code unrolls
+    # (plan_code.UNROLL), passed by keyword.
+    @nnx.jit
+    def f(x, *, model):
+        model.layers[0].w.value = model.layers[0].w.value + 1
+        return model(x)
+
+    def eager(x, *, model):
+        model.layers[0].w.value = model.layers[0].w.value + 1
+        return model(x)
+
+    a, b = Deep(40), Deep(40)
+    x = jnp.ones(2)
+    for _ in range(3):
+        assert jnp.allclose(f(x, model=a), eager(x, model=b))
+    DEEP_MUTATIONS[name](a)
+    DEEP_MUTATIONS[name](b)
+    for _ in range(2):
+        assert jnp.allclose(f(x, model=a), eager(x, model=b))
+    assert jnp.allclose(a.layers[0].w.value, b.layers[0].w.value)

@@ -1,0 +1,92 @@
+"""One input structure's compiled function, with the output structure on the side.
+
+A lifted function returns two things: arrays, and an ``OutStatic`` (the output's
+GraphDef and where each leaf goes). Returning the ``OutStatic`` through JAX as
+pytree auxiliary data costs a Python callback on every call, yet for a given
+input structure it is nearly always the same object: it can only change with the
+input shapes or dtypes (``if x.shape[0] > 1: self.cache = ...``).
+
+So each input structure gets a ``Compiled`` holding its own ``jax.jit``. Its traces
+record their ``OutStatic`` here (``record``) and return arrays only, as long as
+every trace agrees. A trace that disagrees raises ``OutStaticChanged`` before
+anything is compiled; ``call`` catches it and switches this structure, for good, to
+a second ``jax.jit`` whose traces return the ``OutStatic`` through JAX. The first
+function's compiled traces all agree with the recorded ``OutStatic``, so callers
+holding it (fast-path plans) stay correct.
+
+Source: flaxgraph DESIGN.md, "Speed".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from flaxgraph.transforms.lift import OutStatic, Static
+
+
+class OutStaticChanged(Exception):
+    """Raised inside a trace whose ``OutStatic`` differs from the recorded one (an
+    internal signal, always caught by ``Compiled.call``)."""
+
+
+class Compiled:
+    """The compiled function of one input structure (see the module docstring).
+
+    Attributes:
+      fn: the current ``jax.jit`` function of the arrays (its groups).
+      out_static: the ``OutStatic`` every trace of the first function produced.
+      with_static: whether ``fn`` returns ``(Static(out_static), out_groups)``
+        (after a disagreement) rather than ``out_groups``.
+    """
+
+    __slots__ = ("fn", "out_static", "with_static", "_make")
+
+    def __init__(self, make: Callable[[Compiled, bool], Callable[..., Any]]):
+        """``make(self, with_static)`` builds the ``jax.jit`` function; its traces end
+        with ``return self.record(out_static, out_groups, with_static)``."""
+        self._make = make
+        self.out_static: OutStatic | None = None
+        self.with_static = False
+        self.fn = make(self, False)
+
+    def record(self, out_static: OutStatic, out_groups: Any, with_static: bool) -> Any:
+        """In a trace of the function made with ``with_static``: what it returns.
+
+        Raises:
+          OutStaticChanged: a trace of the first function produced an ``OutStatic``
+            different from the recorded one.
+        """
+        if with_static:
+            return Static(out_static), out_groups
+        if self.out_static is None:
+            self.out_static = out_static
+        elif self.out_static != out_static:
+            raise OutStaticChanged
+        return out_groups
+
+    def call(self, groups: Sequence[Any]) -> tuple[OutStatic, Any]:
+        """Calls the compiled function: ``(out_static, out_groups)``."""
+        if not self.with_static:
+            try:
+                out_groups = self.fn(*groups)
+            except OutStaticChanged:
+                self.switch()
+            else:
+                assert self.out_static is not None
+                return self.out_static, out_groups
+        static, out_groups = self.fn(*groups)
+        return static.value, out_groups
+
+    def lower(self, groups: Sequence[Any]) -> Any:
+        """``jax.jit(...).lower`` for these groups."""
+        try:
+            return self.fn.lower(*groups)
+        except OutStaticChanged:
+            self.switch()
+            return self.fn.lower(*groups)
+
+    def switch(self) -> None:
+        """From now on, the ``OutStatic`` comes back through JAX."""
+        self.with_static = True
+        self.fn = self._make(self, True)

@@ -1,0 +1,275 @@
+"""A fast-path plan as straight-line Python: the per-call checks and reads of one
+``Plan`` written out as a function, so that a repeated call costs a few attribute
+reads and comparisons instead of loops over the plan's lists.
+
+For a model of two Linear layers called as ``step(model, x)`` the generated
+function reads like::
+
+  def run(args, kwargs, statics):
+      if len(args) != 2: return MISS
+      if statics is not S and statics != S: return MISS
+      if kwargs: return MISS
+      if args[0] is not C1: return MISS            # the same model object
+      if type(args[1]) is not C2: return MISS      # x is still an array
+      if _ctx.trace._weakref is not TRACE: return MISS
+      if C3._obj_version != 0 or C4._obj_version != 0 or ...: return MISS
+      if (C6._var_metadata is not C7 or ...) and _list(_map(_getm, VARS)) != METAS: return MISS
+      if len(C8) != 2 or C8[0] is not C9 or C8[1] is not C10: return MISS
+      values = [C11.raw_value, C12.raw_value, ..., args[1]]
+      out_static, out_groups = COMPILED(values, [])
+      return FINISH(PLAN, out_static.value, out_groups, values)
+
+Large graphs (more than ``UNROLL`` items of a kind) use C-level ``map`` calls
+instead of one comparison per item. The source is kept on the plan
+(``plan.source``) for debugging. Only identifiers made here and integer literals
+enter the source; every object is reached through the function's namespace.
+
+Source: flaxgraph DESIGN.md, "Speed" (the compiled per-structure plan).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from flaxgraph.tracing import _trace_ctx
+from flaxgraph.transforms.compiled import OutStaticChanged
+from flaxgraph.transforms.lift import IN
+from flaxgraph.variables import Variable
+
+UNROLL = 24  # up to this many items of a kind get one comparison each
+MISS: Any = object()  # what run returns when the plan does not apply (None is an output)
+
+
+class _Source:
+    """The lines of the generated function and the objects they name."""
+
+    def __init__(self, namespace: dict[str, Any]):
+        self.lines = ["def run(args, kwargs, statics):"]
+        self.namespace = namespace
+
+    def const(self, value: Any) -> str:
+        name = f"C{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def miss_if(self, conditions: list[str]) -> None:
+        """One ``if ...: return MISS`` per chunk of conditions (readable lines)."""
+        for i in range(0, len(conditions), 8):
+            self.lines.append(f"    if {' or '.join(conditions[i : i + 8])}: return MISS")
+
+    def line(self, text: str) -> None:
+        self.lines.append(f"    {text}")
+
+
+def compile_run(
+    plan: Any, finish: Callable[..., Any], finished: tuple[Any, Any] | None = None
+) -> tuple[Callable[..., Any], str]:
+    """``(run, source)``: the fast path of ``plan`` as one generated function (see the
+    module docstring); it returns ``MISS`` when the plan does not apply.
+
+    The write-back is ``finish(plan, out_static, out_groups, values)``, unless
+    ``finished = (out_static, (var_writes, other_writes, output))`` gives a bound
+    write-back (see ``FinishPlan.bind``): it is then written out too, for calls that
+    return that same ``out_static`` (the usual case: one per structure and shapes).
+    """
+    namespace: dict[str, Any] = {
+        "MISS": MISS,
+        "S": plan.statics,
+        "TRACE": plan.trace,
+        "PLAN": plan,
+        "COMPILED": plan.compiled.fn,
+        "CHANGED": OutStaticChanged,
+        "RETRY": _retry,
+        "FINISH": finish,
+        "_ctx": _trace_ctx,
+        "_list": list,
+        "_map": map,
+        "_all": all,
+        "_tuple": tuple,
+        "_chain": itertools.chain,
+        "_values": dict.values,
+        "_is": operator.is_,
+        "_call": operator.call,
+        "_getv": operator.attrgetter("_obj_version"),
+        "_getm": operator.attrgetter("_var_metadata"),
+        "_getr": operator.attrgetter("raw_value"),
+        "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
+    }
+    src = _Source(namespace)
+    const = src.const
+
+    # The call's signature: the same objects, leaves of the same types.
+    src.line(f"if len(args) != {plan.n_args}: return MISS")
+    src.line("if statics is not S and statics != S: return MISS")
+    if not plan.kwarg_checks:
+        src.line("if kwargs: return MISS")
+    else:
+        src.line(f"if len(kwargs) != {len(plan.kwarg_checks)}: return MISS")
+        for k, node, t in plan.kwarg_checks:
+            src.line(f"v = kwargs.get({const(k)}, MISS)")
+            if node is not None:
+                src.line(f"if v is not {const(node)}: return MISS")
+            else:
+                src.line(f"if type(v) is not {const(t)}: return MISS")
+    src.miss_if([f"args[{i}] is not {const(node)}" for i, node in plan.arg_nodes])
+    src.miss_if([f"type(args[{i}]) is not {const(t)}" for i, t in plan.arg_types])
+    src.line("if _ctx.trace._weakref is not TRACE: return MISS")
+
+    # The structure: Objects' versions, Variables' metadata, lists' and dicts' items.
+    if len(plan.objects) <= UNROLL:
+        src.miss_if(
+            [f"{const(o)}._obj_version != {v}" for o, v in zip(plan.objects, plan.versions)]
+        )
+    else:
+        objs, versions = const(plan.objects), const(plan.versions)
+        src.line(f"if _list(_map(_getv, {objs})) != {versions}: return MISS")
+    if plan.variables:
+        full = f"_list(_map(_getm, {const(plan.variables)})) != {const(plan.metadata)}"
+        if len(plan.variables) <= UNROLL:
+            # Identity is the common case; an equal replacement dict is still the same
+            # structure (the full comparison decides).
+            quick = " or ".join(
+                f"{const(v)}._var_metadata is not {const(m)}"
+                for v, m in zip(plan.variables, plan.metadata)
+            )
+            src.line(f"if ({quick}) and {full}: return MISS")
+        else:
+            src.line(f"if {full}: return MISS")
+    if len(plan.lists) <= UNROLL:
+        for c, items in zip(plan.lists, plan.list_items):
+            name = const(c)
+            if len(items) <= UNROLL:
+                src.miss_if(
+                    [f"len({name}) != {len(items)}"]
+                    + [f"{name}[{j}] is not {const(x)}" for j, x in enumerate(items)]
+                )
+            else:
+                src.miss_if(
+                    [f"len({name}) != {len(items)}", f"not _all(_map(_is, {name}, {const(items)}))"]
+                )
+    else:  # many lists: their lengths, then all their items in one pass
+        lengths = [len(items) for items in plan.list_items]
+        items = [x for list_items in plan.list_items for x in list_items]
+        lists = const(plan.lists)
+        src.miss_if(
+            [
+                f"_list(_map(len, {lists})) != {const(lengths)}",
+                f"not _all(_map(_is, _chain(*{lists}), {const(items)}))",
+            ]
+        )
+    if len(plan.dicts) <= UNROLL:
+        for d, (keys, values) in zip(plan.dicts, plan.dict_items):
+            name = const(d)
+            src.miss_if(
+                [
+                    f"len({name}) != {len(keys)}",
+                    f"_tuple({name}) != {const(keys)}",
+                    f"not _all(_map(_is, {name}.values(), {const(values)}))",
+                ]
+            )
+    else:  # many dicts: their keys, then all their values in one pass
+        keys = [k for dict_keys, _ in plan.dict_items for k in dict_keys]
+        values = [v for _, dict_values in plan.dict_items for v in dict_values]
+        dicts = const(plan.dicts)
+        lengths = [len(dict_keys) for dict_keys, _ in plan.dict_items]
+        src.miss_if(
+            [
+                f"_list(_map(len, {dicts})) != {const(lengths)}",
+                f"_list(_chain(*{dicts})) != {const(keys)}",
+                f"not _all(_map(_is, _chain(*_map(_values, {dicts})), {const(values)}))",
+            ]
+        )
+
+    # The leaves' current values, in the order the compiled function takes them.
+    def arg_value(root: int, key: Any) -> str:
+        return f"args[{key}]" if root == 0 else f"kwargs[{const(key)}]"
+
+    arg_at = {pos: arg_value(root, key) for pos, root, key in plan.arg_leaves}
+    n_leaves = len(plan.getters)
+    if plan.leaf_variables is not None and n_leaves <= 4 * UNROLL:
+        variables = iter(plan.leaf_variables)
+        items = [
+            arg_at.get(pos) or f"{const(next(variables))}.raw_value" for pos in range(n_leaves)
+        ]
+        src.line(f"values = [{', '.join(items)}]")
+    elif plan.leaf_variables is not None:
+        src.line(f"values = _list(_map(_getr, {const(plan.leaf_variables)}))")
+        for pos in sorted(arg_at):
+            src.line(f"values.insert({pos}, {arg_at[pos]})")
+    else:
+        src.line(f"values = _list(_map(_call, {const(plan.getters)}, {const(plan.targets)}))")
+        for pos in sorted(arg_at):
+            src.line(f"values[{pos}] = {arg_at[pos]}")
+
+    # The call and the write-back.
+    if plan.passthrough:
+        groups = ", ".join(["values"] + ["[]"] * (len(plan.members) - 1))
+    else:
+        src.line("get = values.__getitem__")
+        groups = ", ".join(f"_list(_map(get, {const(m)}))" for m in plan.members)
+    if plan.compiled.with_static:
+        src.line(f"out_static, out_groups = COMPILED({groups})")
+        src.line("out = out_static.value")
+        if finished is not None:
+            src.namespace["LAST"] = finished[0]
+            src.line("if out is not LAST: return FINISH(PLAN, out, out_groups, values)")
+    else:
+        # The compiled function's traces all returned OUT (see compiled.py); a new
+        # trace that disagrees raises CHANGED, and the call goes the general way.
+        src.namespace["OUT"] = plan.compiled.out_static
+        src.line("try:")
+        src.line(f"    out_groups = COMPILED({groups})")
+        src.line("except CHANGED:")
+        src.line("    return RETRY(PLAN, args, kwargs)")
+        src.line("out = OUT")
+        if finished is not None and finished[0] is not plan.compiled.out_static:
+            finished = None
+    if finished is None:
+        src.line("return FINISH(PLAN, out, out_groups, values)")
+    else:
+        _write_back(src, finished[1])
+
+    source = "\n".join(src.lines) + "\n"
+    exec(compile(source, f"<flaxgraph plan {id(plan):#x}>", "exec"), namespace)
+    return namespace["run"], source
+
+
+def _retry(plan: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The call after the plan's compiled function switched to returning its
+    ``OutStatic`` (see compiled.py): through ``plan.call``, which handles both, and
+    no longer through the generated code."""
+    plan.run = miss_always
+    return plan.call(args, kwargs)
+
+
+def miss_always(args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
+    """A ``run`` for a plan without generated code: never applies."""
+    return MISS
+
+
+def _write_back(src: _Source, bound: Any) -> None:
+    """The lines writing the outputs of a call that returned the ``OutStatic`` the
+    write-back ``bound`` was made for."""
+    var_writes, other_writes, output = bound
+    const = src.const
+    for targets, positions, g in var_writes:
+        if len(targets) <= UNROLL:
+            for t, p in zip(targets, positions):
+                src.line(f"_set_raw({const(t)}, out_groups[{g}][{p}])")
+        else:
+            src.line(
+                f"_list(_map(_set_raw, {const(targets)}, "
+                f"_map(out_groups[{g}].__getitem__, {const(positions)})))"
+            )
+    for (tag, a, b), write in other_writes:
+        value = f"values[{a}]" if tag == IN else f"out_groups[{a}][{b}]"
+        src.line(f"{const(write)}({value})")
+    single = getattr(output, "source", None)  # a one-leaf output: where it comes from
+    if single is not None:
+        tag, a, b = single
+        src.line(f"return values[{a}]" if tag == IN else f"return out_groups[{a}][{b}]")
+    else:
+        src.line(f"return {const(output)}(values, out_groups)")
