@@ -167,19 +167,21 @@ class Plan:
             (k, v, None) if _part(v) != _LEAF else (k, None, type(v)) for k, v in kwargs.items()
         )
         self.objects = [n for n in call.nodes if type(n) in _GRAPH_NODE_IMPLS]
-        self.versions = [o._obj_version for o in self.objects]
+        # Only Objects keep a structure version; a graph with nodes of other registered
+        # types (``register_graph_node_type``) takes the general path every call.
+        self.versions = [getattr(o, "_obj_version", None) for o in self.objects]
         self.variables = [n for n in call.nodes if isinstance(n, Variable)]
         self.metadata = [v._var_metadata for v in self.variables]
         lists: list[Any] = []
         dicts: list[Any] = []
-        for obj in self.objects:
+        for obj in self.objects if None not in self.versions else ():
             for _, child in _GRAPH_NODE_IMPLS[type(obj)].flatten(obj)[0]:
                 _collect_containers(child, lists, dicts)
         self.lists, self.list_items = lists, [tuple(c) for c in lists]
         self.dicts, self.dict_items = dicts, [(tuple(d), tuple(d.values())) for d in dicts]
         # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
         # neither read by key nor written in place: such graphs take the general path.
-        self.in_place = all(
+        self.in_place = None not in self.versions and all(
             isinstance(leaf, Variable) or _in_place(path, args, kwargs)
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         )

@@ -244,3 +244,32 @@ def test_large_graphs_and_keyword_arguments_take_the_fast_path_safely(name):
     for _ in range(2):
         assert jnp.allclose(f(x, model=a), eager(x, model=b))
     assert jnp.allclose(a.layers[0].w.value, b.layers[0].w.value)
+
+
+def test_graph_nodes_of_other_registered_types_take_the_general_path():
+    # Only Objects keep a structure version: a plan is never made for a graph with
+    # nodes of another registered type, and every call still updates it.
+    class Box:
+        def __init__(self):
+            self.items = {}
+
+    nnx.register_graph_node_type(
+        Box,
+        lambda b: (sorted(b.items.items()), None),
+        lambda metadata: Box(),
+        lambda b, items, metadata: b.items.update(items),
+        lambda b, k: b.items[k],
+        lambda b, k, v: b.items.__setitem__(k, v),
+        lambda b, k: b.items.pop(k),
+    )
+    box = Box()
+    box.items["w"] = nnx.Param(jnp.ones(2))
+
+    @nnx.jit
+    def f(b, x):
+        b.items["w"].value = b.items["w"].value + x
+        return x
+
+    for _ in range(3):
+        f(box, 1.0)
+    assert jnp.allclose(box.items["w"].value, 4.0)
