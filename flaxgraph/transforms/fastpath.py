@@ -44,6 +44,7 @@ from flaxgraph.graph.graphdef import (
     VariableDef,
 )
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
+from flaxgraph.graph.snapshot import StructureSnapshot
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
@@ -54,9 +55,6 @@ _SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _get_raw = operator.attrgetter("raw_value")
-_get_version = operator.attrgetter("_obj_version")
-_get_metadata = operator.attrgetter("_var_metadata")
-_is = operator.is_
 
 
 def _identity(x: Any) -> Any:
@@ -106,17 +104,10 @@ class Plan:
     __slots__ = (
         "graphdef",
         "nodes",
+        "snapshot",
         "leaves",
         "compiled",
         "members",
-        "objects",
-        "versions",
-        "variables",
-        "metadata",
-        "lists",
-        "list_items",
-        "dicts",
-        "dict_items",
         "getters",
         "targets",
         "arg_leaves",
@@ -166,22 +157,11 @@ class Plan:
         self.kwarg_checks = tuple(
             (k, v, None) if _part(v) != _LEAF else (k, None, type(v)) for k, v in kwargs.items()
         )
-        self.objects = [n for n in call.nodes if type(n) in _GRAPH_NODE_IMPLS]
-        # Only Objects keep a structure version; a graph with nodes of other registered
-        # types (``register_graph_node_type``) takes the general path every call.
-        self.versions = [getattr(o, "_obj_version", None) for o in self.objects]
-        self.variables = [n for n in call.nodes if isinstance(n, Variable)]
-        self.metadata = [v._var_metadata for v in self.variables]
-        lists: list[Any] = []
-        dicts: list[Any] = []
-        for obj in self.objects if None not in self.versions else ():
-            for _, child in _GRAPH_NODE_IMPLS[type(obj)].flatten(obj)[0]:
-                _collect_containers(child, lists, dicts)
-        self.lists, self.list_items = lists, [tuple(c) for c in lists]
-        self.dicts, self.dict_items = dicts, [(tuple(d), tuple(d.values())) for d in dicts]
+        # What to compare to know the structure is unchanged (see graph/snapshot.py).
+        self.snapshot = StructureSnapshot(call.nodes)
         # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
         # neither read by key nor written in place: such graphs take the general path.
-        self.in_place = None not in self.versions and all(
+        self.in_place = self.snapshot.versioned and all(
             isinstance(leaf, Variable) or _in_place(path, args, kwargs)
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         )
@@ -226,21 +206,8 @@ class Plan:
             self.run, self.source = compile_run(self, finish_fast)
 
     def valid(self) -> bool:
-        """Whether the arguments still have the structure this plan was made for
-        (Variables' metadata may be replaced by an equal dict: same GraphDef)."""
-        if current_trace() is not self.trace:
-            return False
-        if list(map(_get_version, self.objects)) != self.versions:
-            return False
-        if list(map(_get_metadata, self.variables)) != self.metadata:
-            return False
-        for c, items in zip(self.lists, self.list_items):
-            if len(c) != len(items) or not all(map(_is, c, items)):
-                return False
-        for d, (keys, values) in zip(self.dicts, self.dict_items):
-            if len(d) != len(keys) or tuple(d) != keys or not all(map(_is, d.values(), values)):
-                return False
-        return True
+        """Whether the arguments still have the structure this plan was made for."""
+        return current_trace() is self.trace and self.snapshot.unchanged()
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Reads the leaves, calls the compiled function and finishes (no checks)."""
@@ -259,21 +226,6 @@ class Plan:
             groups = [list(map(get, m)) for m in self.members]
         out_static, out_groups = self.compiled.call(groups)
         return finish_fast(self, out_static, out_groups, values)
-
-
-def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:
-    t = type(x)
-    if t is list:
-        lists.append(x)
-        for c in x:
-            _collect_containers(c, lists, dicts)
-    elif t is dict:
-        dicts.append(x)
-        for c in x.values():
-            _collect_containers(c, lists, dicts)
-    elif t is tuple:
-        for c in x:
-            _collect_containers(c, lists, dicts)
 
 
 def _reader(

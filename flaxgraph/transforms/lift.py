@@ -43,6 +43,7 @@ from flaxgraph.errors import TraceContextError
 from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graph.snapshot import StructureSnapshot
 from flaxgraph.graph.unflatten import unflatten
 from flaxgraph.state import State
 from flaxgraph.tracing import current_trace
@@ -255,9 +256,6 @@ def split_inputs(
     return Call(graphdef, leaf_objs, values, prefixes, list(walk.ref_index), in_prefix)
 
 
-_KEPT_SPEC = PrefixSpec("prefix", lambda p: True, None)
-
-
 class Merged:
     """The inputs merged inside a trace (step 3), with what step 4 needs to tell
     which leaves are inputs and whether they changed."""
@@ -272,9 +270,16 @@ class Merged:
         "in_leaf",
         "metadata",
         "raw_in",
+        "snapshot",
     )
 
-    def __init__(self, in_static: InStatic, values: list[Any], prefixes: Sequence[Any]):
+    def __init__(
+        self,
+        in_static: InStatic,
+        values: list[Any],
+        prefixes: Sequence[Any],
+        snapshot: bool = False,
+    ):
         index_ref: dict[int, Any] = {}
         sink: list[Any] = []
         self.args, self.kwargs = unflatten(
@@ -295,6 +300,9 @@ class Merged:
             else:
                 self.metadata.append(None)
         self.raw_in = {id(v): i for i, v in enumerate(sink) if not isinstance(v, Variable)}
+        # Taken before the function runs, to tell afterwards whether it changed the
+        # inputs' structure (graph/snapshot.py).
+        self.snapshot = StructureSnapshot(index_ref.values()) if snapshot else None
 
     def unchanged_input(self, leaf: Any) -> int | None:
         """The input position of ``leaf`` if it is an input leaf whose value (and
@@ -311,11 +319,11 @@ class Merged:
         i = self.raw_in.get(id(leaf))
         return i if i is not None and self.leaves[i] is leaf else None
 
-    def structure_kept(self, graphdef: GraphDef) -> bool:
-        """Whether ``(args, kwargs)`` still have the structure ``graphdef`` describes
-        (a trace-time walk; values may have changed)."""
-        walk = PrefixWalk(_KEPT_SPEC, NamedRoots(("args", "kwargs"), (self.args, self.kwargs)))
-        return walk.run((self.args, self.kwargs), None)[0] == graphdef
+    def structure_kept(self) -> bool:
+        """Whether ``(args, kwargs)`` still have the structure they were merged with
+        (values may have changed). Needs ``snapshot=True`` at construction."""
+        assert self.snapshot is not None
+        return self.snapshot.unchanged()
 
     def resplit(
         self,
@@ -366,7 +374,8 @@ class Inner:
       on_output_leaf: called with each output leaf and its prefix before its
         metadata is recorded (e.g. to add an axis back).
       record_kept: whether to record if the inputs kept their structure
-        (``OutStatic.inputs_kept``; an extra walk, which only ``jit``'s fast path uses).
+        (``OutStatic.inputs_kept``, which the fast-path plans need; a structure
+        snapshot of the merged inputs).
     """
 
     f: Callable[..., Any]
@@ -398,7 +407,12 @@ class Inner:
         Returns:
           ``(kept, out_static, out_groups)``.
         """
-        merged = Merged(in_static, [groups[g][i] for g, i in in_static.slots], in_prefixes)
+        merged = Merged(
+            in_static,
+            [groups[g][i] for g, i in in_static.slots],
+            in_prefixes,
+            snapshot=self.record_kept,
+        )
         if self.on_inputs is not None:
             self.on_inputs(merged.leaves, merged.prefixes)
         try:
@@ -412,7 +426,7 @@ class Inner:
         graphdef, leaves, prefixes, index_map = merged.resplit(
             output, self.out_spec, inputs_out_prefix, out_prefix_tree, self.on_output_leaf
         )
-        inputs_kept = self.record_kept and merged.structure_kept(in_static.graphdef)
+        inputs_kept = self.record_kept and merged.structure_kept()
         out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
         sources = []
         for (_, leaf), prefix in zip(leaves, prefixes):

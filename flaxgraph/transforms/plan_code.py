@@ -118,28 +118,30 @@ def compile_run(
     src.miss_if([f"type(args[{i}]) is not {const(t)}" for i, t in plan.arg_types])
     src.line("if _ctx.trace._weakref is not TRACE: return MISS")
 
-    # The structure: Objects' versions, Variables' metadata, lists' and dicts' items.
-    if len(plan.objects) <= UNROLL:
+    # The structure: Objects' versions, Variables' metadata, lists' and dicts' items
+    # (graph/snapshot.py).
+    snap = plan.snapshot
+    if len(snap.objects) <= UNROLL:
         src.miss_if(
-            [f"{const(o)}._obj_version != {v}" for o, v in zip(plan.objects, plan.versions)]
+            [f"{const(o)}._obj_version != {v}" for o, v in zip(snap.objects, snap.versions)]
         )
     else:
-        objs, versions = const(plan.objects), const(plan.versions)
+        objs, versions = const(snap.objects), const(snap.versions)
         src.line(f"if _list(_map(_getv, {objs})) != {versions}: return MISS")
-    if plan.variables:
-        full = f"_list(_map(_getm, {const(plan.variables)})) != {const(plan.metadata)}"
-        if len(plan.variables) <= UNROLL:
+    if snap.variables:
+        full = f"_list(_map(_getm, {const(snap.variables)})) != {const(snap.metadata)}"
+        if len(snap.variables) <= UNROLL:
             # Identity is the common case; an equal replacement dict is still the same
             # structure (the full comparison decides).
             quick = " or ".join(
                 f"{const(v)}._var_metadata is not {const(m)}"
-                for v, m in zip(plan.variables, plan.metadata)
+                for v, m in zip(snap.variables, snap.metadata)
             )
             src.line(f"if ({quick}) and {full}: return MISS")
         else:
             src.line(f"if {full}: return MISS")
-    if len(plan.lists) <= UNROLL:
-        for c, items in zip(plan.lists, plan.list_items):
+    if len(snap.lists) <= UNROLL:
+        for c, items in zip(snap.lists, snap.list_items):
             name = const(c)
             if len(items) <= UNROLL:
                 src.miss_if(
@@ -151,17 +153,17 @@ def compile_run(
                     [f"len({name}) != {len(items)}", f"not _all(_map(_is, {name}, {const(items)}))"]
                 )
     else:  # many lists: their lengths, then all their items in one pass
-        lengths = [len(items) for items in plan.list_items]
-        items = [x for list_items in plan.list_items for x in list_items]
-        lists = const(plan.lists)
+        lengths = [len(items) for items in snap.list_items]
+        items = [x for list_items in snap.list_items for x in list_items]
+        lists = const(snap.lists)
         src.miss_if(
             [
                 f"_list(_map(len, {lists})) != {const(lengths)}",
                 f"not _all(_map(_is, _chain(*{lists}), {const(items)}))",
             ]
         )
-    if len(plan.dicts) <= UNROLL:
-        for d, (keys, values) in zip(plan.dicts, plan.dict_items):
+    if len(snap.dicts) <= UNROLL:
+        for d, (keys, values) in zip(snap.dicts, snap.dict_items):
             name = const(d)
             src.miss_if(
                 [
@@ -171,10 +173,10 @@ def compile_run(
                 ]
             )
     else:  # many dicts: their keys, then all their values in one pass
-        keys = [k for dict_keys, _ in plan.dict_items for k in dict_keys]
-        values = [v for _, dict_values in plan.dict_items for v in dict_values]
-        dicts = const(plan.dicts)
-        lengths = [len(dict_keys) for dict_keys, _ in plan.dict_items]
+        keys = [k for dict_keys, _ in snap.dict_items for k in dict_keys]
+        values = [v for _, dict_values in snap.dict_items for v in dict_values]
+        dicts = const(snap.dicts)
+        lengths = [len(dict_keys) for dict_keys, _ in snap.dict_items]
         src.miss_if(
             [
                 f"_list(_map(len, {dicts})) != {const(lengths)}",
