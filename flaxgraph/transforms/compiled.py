@@ -90,3 +90,20 @@ class Compiled:
         """From now on, the ``OutStatic`` comes back through JAX."""
         self.with_static = True
         self.fn = self._make(self, True)
+
+
+class Traced:
+    """``Compiled``'s interface for a transform that traces on every call (eager
+    ``vmap``): ``fn(*groups)`` returns ``(Static(out_static), out_groups)``."""
+
+    __slots__ = ("fn",)
+    with_static = True
+    out_static = None
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+
+    def call(self, groups: Sequence[Any]) -> tuple[OutStatic, Any]:
+        """Calls ``fn``: ``(out_static, out_groups)``."""
+        static, out_groups = self.fn(*groups)
+        return static.value, out_groups

@@ -20,6 +20,7 @@ seed 000 and seed 003 ("Axis metadata").
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,7 +30,16 @@ from flaxgraph.graph.refmap import RefMap
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import bind, decorator, normalize_argnums, unbind
-from flaxgraph.transforms.lift import Inner, InStatic, Static, prefix_keys, split_inputs
+from flaxgraph.transforms.compiled import Traced
+from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
+from flaxgraph.transforms.lift import (
+    Inner,
+    InStatic,
+    OutStatic,
+    Static,
+    prefix_keys,
+    split_inputs,
+)
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.variables import PARTITION_NAME, Variable
 
@@ -108,8 +118,18 @@ def _mapped(
     else:
         in_keys = [(k, False) for k in in_keys]
 
-    def pure(static: Static, *boxed: tuple[list[Any]]) -> Any:
-        groups = [g for (g,) in boxed]
+    # Eager vmap traces on every call and caches nothing, so groups broadcast to every
+    # instance (axis None) travel by closure instead of through jax.vmap, which then
+    # handles the mapped arrays only. (pmap compiles and caches: everything is passed.)
+    by_closure = jax_map is jax.vmap
+    closed_groups = [by_closure and k is None for k, _ in in_keys]
+    passed_axes = tuple((k,) for (k, _), c in zip(in_keys, closed_groups) if not c)
+    interned: dict[OutStatic, OutStatic] = {}  # equal OutStatics -> one object
+
+    def pure(closed: Sequence[Any] | None, static: Static, *boxed: tuple[list[Any]]) -> Any:
+        passed = iter(boxed)
+        groups = [closed[i] if closed is not None and c else next(passed)[0]
+                  for i, c in enumerate(closed_groups)]  # fmt: skip
         in_static: InStatic = static.value
         a_prefix = in_static.extra
         metadata = AxisMetadata(transform_metadata)
@@ -117,9 +137,10 @@ def _mapped(
             inner_f,
             OUT_AXES_SPEC,
             out_keys,
-            same_prefix=lambda a, b: not a[1] and a[0] == b and a[0] is not None,
+            same_prefix=lambda a, b: not a[1] and a[0] == b,
             on_inputs=lambda leaves, prefixes: metadata.on_inputs(leaves, [p[0] for p in prefixes]),
             on_output_leaf=metadata.on_output_leaf,
+            record_kept=by_closure,
         )
         in_prefixes = [in_keys[g] for g, _ in in_static.slots]
 
@@ -132,24 +153,59 @@ def _mapped(
         _, out_static, out_groups = inner.run(
             in_static, groups, in_prefixes, (a_prefix, 0), out_axes, call
         )
+        if by_closure:
+            # The same object for equal structures: the fast path's write-back is
+            # compiled once per OutStatic object (fastpath.finish_fast).
+            if len(interned) > 64:
+                interned.clear()
+            out_static = interned.setdefault(out_static, out_static)
         return Static(out_static), out_groups
 
-    donated = tuple(1 + i for i, (_, d) in enumerate(in_keys) if d)
+    donated = tuple(1 + i for i, (_, d) in enumerate(in_keys) if d)  # after the Static
     extra = {"donate_argnums": donated} if donate_argnums else {}
+    map_kwargs = dict(out_axes=(None, tuple(out_keys)), **extra, **jax_kwargs)
     # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) has a fast
     # path that misreads ``(None, k, ...)`` as one axis per *leaf* whenever the number
     # of leaves happens to equal the number of arguments (the leafless Static counts
     # as an argument), silently broadcasting a mapped leaf.
-    mapped = jax_map(
-        pure,
-        in_axes=(None, *((k,) for k, _ in in_keys)),
-        out_axes=(None, tuple(out_keys)),
-        **extra,
-        **jax_kwargs,
-    )
+    if not by_closure:
+        mapped = jax_map(
+            functools.partial(pure, None),
+            in_axes=(None, *((k,) for k, _ in in_keys)),
+            **map_kwargs,
+        )
+
+    else:
+        # The closed-over groups of the current call, per thread; ``pure`` reads them
+        # on entry (before the user's function can call this transform again).
+        current = threading.local()
+
+        def pure_closed(static: Static, *boxed: tuple[list[Any]]) -> Any:
+            return pure(current.closed, static, *boxed)
+
+        mapped = jax_map(pure_closed, in_axes=(None, *passed_axes), **map_kwargs)
+
+    def run_mapped(in_static: InStatic, *groups: list[Any]) -> Any:
+        """``(Static(out_static), out_groups)`` for one call."""
+        static = Static(in_static)
+        if not by_closure:
+            return mapped(static, *((g,) for g in groups))
+        current.closed = [g if c else None for g, c in zip(groups, closed_groups)]
+        return mapped(static, *((g,) for g, c in zip(groups, closed_groups) if not c))
+
+    plans = PlanCache()
 
     @functools.wraps(inner_f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if by_closure:  # fast path (see fastpath.py): same arguments as a recent call
+            plan = plans.recent
+            if plan is not None:
+                result = plan.run(args, kwargs, ())
+                if result is not MISS:
+                    return result
+            result = plans.run_by_key(args, kwargs, ())
+            if result is not MISS:
+                return result
         a_prefix = args_prefix(_shift_axes(in_axes, len(bound)), len(args))
         call = split_inputs(args, kwargs, (a_prefix, 0), AXES_SPEC)
         if donate_argnums:
@@ -161,10 +217,15 @@ def _mapped(
         else:
             call.prefixes = [(p, False) for p in call.prefixes]
         slots, groups = call.groups(in_keys)
-        out_static, out_groups = mapped(
-            Static(InStatic(call.graphdef, slots, a_prefix)), *((g,) for g in groups)
-        )
-        return call.finish(out_static.value, out_groups)
+        in_static = InStatic(call.graphdef, slots, a_prefix)
+        entry = Traced(functools.partial(run_mapped, in_static))
+        out, out_groups = entry.call(groups)
+        result = call.finish(out, out_groups)
+        if by_closure and out.inputs_kept and same_trace(call):
+            key = plan_key(args, kwargs)
+            if key is not None:
+                plans.put((key, ()), Plan(call, entry, slots, len(in_keys), args, kwargs))
+        return result
 
     return bind(wrapper, bound, f)
 
