@@ -40,6 +40,7 @@ from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.control import CarryStructureError
+from flaxgraph.transforms.jit import jit
 from flaxgraph.transforms.lift import IN, InStatic, Merged, OutStatic, Static, _Frozen, split_inputs
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix
@@ -261,7 +262,7 @@ def scan(
         state_carry = [i for i, p in enumerate(call.prefixes) if p is Carry]
         scanned = [i for i, p in enumerate(call.prefixes) if isinstance(p, int) and p is not Carry]
         broadcast = [i for i, p in enumerate(call.prefixes) if p is None]
-        xs = [jnp.moveaxis(call.values[i], call.prefixes[i], 0) for i in scanned]
+        xs = [_to_front(call.values[i], call.prefixes[i]) for i in scanned]
         slots = [(0, 0)] * len(call.values)
         for g, members in enumerate((state_carry, scanned, broadcast)):
             for k, i in enumerate(members):
@@ -310,7 +311,11 @@ def scan(
         rest_out = call.finish_values(out_static, values)
         return _join_output(tuple(final_carry_obj), rest_out, out_axes)
 
-    return bind(wrapper, bound, f)
+    # The call runs compiled, as one nnx.jit of the whole scan (fast path included):
+    # jax.lax.scan traces its body either way, so this changes no behaviour, only the
+    # per-call cost of the steps around the loop. Under ``jax.disable_jit()`` it runs
+    # eagerly, as jax.lax.scan does.
+    return bind(jit(wrapper), bound, f)
 
 
 class _ScanInfo(_Frozen):
@@ -380,3 +385,10 @@ def _as_input_path(path: Any) -> Any:
 
 def _fmt(paths: list[Any]) -> str:
     return "[" + ", ".join("/".join(map(str, p[1:])) for p in paths) + "]"
+
+
+def _to_front(x: Any, axis: int) -> Any:
+    """``x`` with ``axis`` moved to the front (as is when it already is: no copy)."""
+    if axis == 0 or axis == -getattr(x, "ndim", 0):
+        return x
+    return jnp.moveaxis(x, axis, 0)
