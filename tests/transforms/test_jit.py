@@ -832,3 +832,35 @@ def test_repeated_calls_with_a_shared_object_and_scalars():
     np.testing.assert_allclose(f(m, other, 1.0), np.ones(2))
     np.testing.assert_allclose(m.w.value, np.full(2, 7.0))
     np.testing.assert_allclose(f(m, other, 1.0, flag="x"), np.ones(2))
+
+
+def test_lists_and_dicts_of_the_caller_survive_a_train_step():
+    # Updates inside the step (grad, update) rebuild the containers they write back;
+    # the caller's lists and dicts are kept when their items are the same objects, so
+    # references to them stay valid (and the structure is unchanged).
+    class Net(nnx.Module):
+        def __init__(self):
+            self.layers = [nnx.Linear(2, 2, rngs=nnx.Rngs(i)) for i in range(2)]
+            self.extra = {"scale": nnx.Param(jnp.ones(2)), "nested": [nnx.Param(jnp.ones(2))]}
+
+        def __call__(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x * self.extra["scale"].value[None] + self.extra["nested"][0].value[None]
+
+    @nnx.jit
+    def step(model, x):
+        loss, grads = nnx.value_and_grad(lambda m: jnp.sum(m(x) ** 2))(model)
+        params = nnx.state(model, nnx.Param)
+        nnx.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads))
+        return loss
+
+    model = Net()
+    layers, extra, nested = model.layers, model.extra, model.extra["nested"]
+    kernel = model.layers[0].kernel.value
+    for _ in range(3):
+        step(model, jnp.ones((1, 2)))
+    assert model.layers is layers and model.extra is extra and model.extra["nested"] is nested
+    assert not jnp.allclose(model.layers[0].kernel.value, kernel)
+    layers.append(nnx.Linear(2, 2, rngs=nnx.Rngs(5)))  # the caller's list is the model's
+    assert len(model.layers) == 3
