@@ -32,7 +32,7 @@ from __future__ import annotations
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from flaxgraph.graph.graphdef import (
     ArrayDef,
@@ -468,16 +468,35 @@ def _count_leaves(d: Def) -> int:
     return 0
 
 
+class CacheInfo(NamedTuple):
+    """What a transformed function's ``cache_info()`` returns.
+
+    Attributes:
+      general_calls: calls that took the general path (a graph walk, and a compile
+        or a JAX cache lookup): the first call, calls after a structural change, calls
+        with arguments the fast path does not cover (lists, dicts, other pytrees).
+      plans: fast-path plans currently cached (at most 4).
+    """
+
+    general_calls: int
+    plans: int
+
+
 class PlanCache:
     """The plans of one transformed function, most recent first (at most ``size``;
     a plan keeps its objects alive, so the cache stays small)."""
 
-    __slots__ = ("plans", "size", "recent")
+    __slots__ = ("plans", "size", "recent", "general_calls")
 
     def __init__(self, size: int = 4):
         self.plans: OrderedDict[Any, Plan] = OrderedDict()
         self.size = size
         self.recent: Plan | None = None  # tried first, before computing a key
+        self.general_calls = 0  # counted by the transform on its general path
+
+    def info(self) -> CacheInfo:
+        """The counts a transformed function's ``cache_info()`` reports."""
+        return CacheInfo(self.general_calls, len(self.plans))
 
     def run(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
         """The call through a cached plan, or ``MISS`` if none applies (callers try

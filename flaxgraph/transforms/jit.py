@@ -116,7 +116,9 @@ def jit(
 
     Compilation is cached on the graph structure (GraphDef) and the arrays'
     shapes: a new object with the same structure reuses the compiled code; a
-    structural change (a new attribute…) compiles again.
+    structural change (a new attribute…) compiles again. Repeated calls on the same
+    objects take a fast path (see ``guides/performance.md``); the returned function's
+    ``cache_info()`` tells how many calls took the general path instead.
 
     Example::
 
@@ -239,6 +241,7 @@ def jit(
             result = plans.run_by_key(dyn_args, dyn_kwargs, statics)
             if result is not MISS:
                 return result
+        plans.general_calls += 1
         call, entry, groups, slots = prepare(args, kwargs)
         out, out_groups = entry.call(groups)
         result = call.finish(out, out_groups)
@@ -255,6 +258,7 @@ def jit(
 
     result = bind(wrapper, bound, fun)
     result.lower = lower  # type: ignore[attr-defined]
+    result.cache_info = plans.info  # type: ignore[attr-defined]
     return result
 
 

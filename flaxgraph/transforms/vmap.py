@@ -206,6 +206,7 @@ def _mapped(
             result = plans.run_by_key(args, kwargs, ())
             if result is not MISS:
                 return result
+        plans.general_calls += 1
         a_prefix = args_prefix(_shift_axes(in_axes, len(bound)), len(args))
         call = split_inputs(args, kwargs, (a_prefix, 0), AXES_SPEC)
         if donate_argnums:
@@ -227,7 +228,9 @@ def _mapped(
                 plans.put((key, ()), Plan(call, entry, slots, len(in_keys), args, kwargs))
         return result
 
-    return bind(wrapper, bound, f)
+    result = bind(wrapper, bound, f)
+    result.cache_info = plans.info  # type: ignore[attr-defined]
+    return result
 
 
 def _shift_axes(in_axes: Any, n_bound: int) -> Any:

@@ -4,6 +4,7 @@ i.e. as the eager function)."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import flaxgraph as nnx
@@ -273,3 +274,47 @@ def test_graph_nodes_of_other_registered_types_take_the_general_path():
     for _ in range(3):
         f(box, 1.0)
     assert jnp.allclose(box.items["w"].value, 4.0)
+
+
+class MLP(nnx.Module):
+    def __init__(self, n):
+        self.layers = [nnx.Linear(2, 2, rngs=nnx.Rngs(i)) for i in range(n)]
+
+    def __call__(self, x):
+        for layer in self.layers:
+            x = jnp.tanh(layer(x))
+        return x
+
+
+def test_a_train_step_stays_on_the_fast_path():
+    @nnx.jit
+    def step(model, x):
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean(m(x) ** 2))(model)
+        params = nnx.state(model, nnx.Param)
+        nnx.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads))
+        return loss
+
+    model, x = MLP(3), jnp.ones((4, 2))
+    losses = [float(step(model, x)) for _ in range(6)]
+    assert step.cache_info().general_calls == 1
+    assert step.cache_info().plans == 1
+    assert losses == sorted(losses, reverse=True)  # it trains
+    model.layers.append(nnx.Linear(2, 2, rngs=nnx.Rngs(9)))  # structural change
+    step(model, x)
+    step(model, x)
+    assert step.cache_info().general_calls == 2
+
+
+def test_eager_vmap_and_scan_take_the_fast_path():
+    model, xs = MLP(2), jnp.ones((5, 2))
+    mapped = nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))
+    expected = jax.vmap(lambda x: model(x))(xs)
+    for _ in range(4):
+        np.testing.assert_allclose(mapped(model, xs), expected, rtol=1e-6)
+    assert mapped.cache_info().general_calls == 1
+
+    layers = nnx.vmap(lambda key: nnx.Linear(2, 2, rngs=nnx.Rngs(key)))(jnp.arange(3))
+    scanned = nnx.scan(lambda x, layer: layer(x), in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+    outs = [scanned(jnp.ones(2), layers) for _ in range(4)]
+    assert scanned.cache_info().general_calls == 1
+    assert all(jnp.array_equal(o, outs[0]) for o in outs)
