@@ -376,6 +376,8 @@ class Inner:
       record_kept: whether to record if the inputs kept their structure
         (``OutStatic.inputs_kept``, which the fast-path plans need; a structure
         snapshot of the merged inputs).
+      templates: an ``out_template.Templates`` (with ``record_kept``): step 4 without
+        the walk for calls matching an earlier one (transforms that trace every call).
     """
 
     f: Callable[..., Any]
@@ -385,6 +387,7 @@ class Inner:
     on_inputs: Callable[[list[Any], list[Any]], None] | None = None
     on_output_leaf: Callable[[Any, Any], None] | None = None
     record_kept: bool = False
+    templates: Any = None
 
     def run(
         self,
@@ -423,8 +426,19 @@ class Inner:
         except Exception as error:
             locate_module(error, merged.args, merged.kwargs)
             raise
+        hooks_ran = False
+        if self.templates is not None:
+            hooks_ran, fast = self.templates.try_step4(
+                in_static, merged, output, self.on_output_leaf
+            )
+            if fast is not None:
+                return kept, *fast
         graphdef, leaves, prefixes, index_map = merged.resplit(
-            output, self.out_spec, inputs_out_prefix, out_prefix_tree, self.on_output_leaf
+            output,
+            self.out_spec,
+            inputs_out_prefix,
+            out_prefix_tree,
+            None if hooks_ran else self.on_output_leaf,
         )
         inputs_kept = self.record_kept and merged.structure_kept()
         out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
@@ -437,7 +451,10 @@ class Inner:
             g = group_index(prefix, self.out_keys)
             sources.append((OUT, g, len(out_groups[g])))
             out_groups[g].append(leaf.raw_value if isinstance(leaf, Variable) else leaf)
-        return kept, OutStatic(graphdef, index_map, tuple(sources), inputs_kept), out_groups
+        out_static = OutStatic(graphdef, index_map, tuple(sources), inputs_kept)
+        if self.templates is not None:
+            self.templates.record(in_static, merged, output, leaves, out_static, out_groups)
+        return kept, out_static, out_groups
 
 
 class _OutputWalk(PrefixWalk):

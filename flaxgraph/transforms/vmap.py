@@ -41,6 +41,7 @@ from flaxgraph.transforms.lift import (
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes
+from flaxgraph.transforms.out_template import Templates
 from flaxgraph.variables import PARTITION_NAME, Variable
 
 
@@ -125,6 +126,7 @@ def _mapped(
     closed_groups = [by_closure and k is None for k, _ in in_keys]
     passed_axes = tuple((k,) for (k, _), c in zip(in_keys, closed_groups) if not c)
     interned: dict[OutStatic, OutStatic] = {}  # equal OutStatics -> one object
+    templates = Templates()  # step 4 without the walk for repeated calls
 
     def pure(closed: Sequence[Any] | None, static: Static, *boxed: tuple[list[Any]]) -> Any:
         passed = iter(boxed)
@@ -141,6 +143,7 @@ def _mapped(
             on_inputs=lambda leaves, prefixes: metadata.on_inputs(leaves, [p[0] for p in prefixes]),
             on_output_leaf=metadata.on_output_leaf,
             record_kept=by_closure,
+            templates=templates if by_closure else None,
         )
         in_prefixes = [in_keys[g] for g, _ in in_static.slots]
 

@@ -1,0 +1,218 @@
+"""Step 4 without the walk, for a transform that traces on every call (eager vmap).
+
+``jax.vmap`` runs the function again on every call, so the lifting machine's step
+4 (one walk over ``(output, args, kwargs)`` building the ``OutStatic``) would run
+every call too, although a loop calls the function on the same objects with the
+same result structure each time. An ``OutTemplate`` remembers one call's result,
+for one input structure, when the output is made of arrays in lists, tuples and
+dicts only and the inputs kept their structure. A later call that matches it
+
+* the output has the same containers and arrays,
+* the inputs kept their structure (``graph/snapshot.py``),
+* the same input Variables changed, and the same output arrays are input arrays,
+
+produces the same ``OutStatic`` (the same object) and its output groups are read
+directly. A template is only made after checking that it reproduces the call it
+was made from, element for element.
+
+Source: flaxgraph DESIGN.md, "Speed".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from flaxgraph.graph.registry import ARRAY_TYPES
+from flaxgraph.transforms.lift import IN, Merged, OutStatic
+from flaxgraph.variables import Variable
+
+_ARRAY = "array"
+
+
+def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
+    """The structure of ``x`` if it is made of arrays in lists, tuples and dicts
+    (its arrays appended to ``leaves`` in walk order), else ``None``."""
+    t = type(x)
+    if t is list or t is tuple:
+        keys = []
+        for c in x:
+            k = plain_structure(c, leaves)
+            if k is None:
+                return None
+            keys.append(k)
+        return (t, tuple(keys))
+    if t is dict:
+        keys = []
+        for c in x.values():
+            k = plain_structure(c, leaves)
+            if k is None:
+                return None
+            keys.append(k)
+        return (t, tuple(x), tuple(keys))
+    if isinstance(x, ARRAY_TYPES):
+        leaves.append(x)
+        return _ARRAY
+    return None
+
+
+class OutTemplate:
+    """One call's step-4 result, reusable by matching calls (see the module doc).
+
+    Attributes:
+      structure: the output's ``plain_structure``.
+      out_static: the call's ``OutStatic``.
+      variables: input leaf positions of the Variables, in order.
+      changed: for each of them, ``Merged.unchanged_input`` (its position, or ``None``
+        when it changed).
+      out_inputs: for each output array, the input position it is (or ``None``).
+      fetch: per output group, where each of its values comes from: ``(True, k)``
+        for output array ``k``, ``(False, i)`` for input leaf ``i``'s value.
+    """
+
+    __slots__ = ("structure", "out_static", "variables", "changed", "out_inputs", "fetch")
+
+    def __init__(
+        self,
+        structure: Hashable,
+        out_static: OutStatic,
+        merged: Merged,
+        out_leaves: Sequence[Any],
+        walk_leaves: Sequence[tuple[Any, Any]],
+        n_groups: int,
+    ):
+        self.structure = structure
+        self.out_static = out_static
+        self.variables = [i for i, v in enumerate(merged.leaves) if isinstance(v, Variable)]
+        self.changed = [merged.unchanged_input(merged.leaves[i]) for i in self.variables]
+        self.out_inputs = [merged.unchanged_input(x) for x in out_leaves]
+        self.fetch: list[list[tuple[bool, int]]] = [[] for _ in range(n_groups)]
+        for j, ((path, leaf), (tag, g, _)) in enumerate(zip(walk_leaves, out_static.sources)):
+            if tag == IN:
+                continue
+            if path[0] == 0:  # the output part: its arrays come first, in walk order
+                self.fetch[g].append((True, j))
+            else:
+                i = merged.in_leaf.get(leaf) if isinstance(leaf, Variable) else None
+                if i is None:
+                    i = merged.raw_in.get(id(leaf))
+                self.fetch[g].append((False, -1 if i is None else i))
+
+    def reproduces(
+        self, out_groups: Sequence[Sequence[Any]], merged: Merged, out_leaves: Sequence[Any]
+    ) -> bool:
+        """Whether ``read`` gives back exactly ``out_groups`` (same objects)."""
+        if any(i == -1 for group in self.fetch for _, i in group):
+            return False
+        got = self.read(merged, out_leaves)
+        return len(got) == len(out_groups) and all(
+            len(a) == len(b) and all(x is y for x, y in zip(a, b)) for a, b in zip(got, out_groups)
+        )
+
+    def matches(self, merged: Merged) -> bool:
+        """After the output hooks ran: whether the inputs kept their structure and the
+        same Variables changed."""
+        assert merged.snapshot is not None
+        if not merged.snapshot.unchanged():
+            return False
+        leaves, unchanged = merged.leaves, merged.unchanged_input
+        return all(unchanged(leaves[i]) == c for i, c in zip(self.variables, self.changed))
+
+    def read(self, merged: Merged, out_leaves: Sequence[Any]) -> tuple[list[Any], ...]:
+        """The output groups of a matching call."""
+        leaves = merged.leaves
+
+        def value(from_output: bool, k: int) -> Any:
+            if from_output:
+                return out_leaves[k]
+            leaf = leaves[k]
+            return leaf.raw_value if isinstance(leaf, Variable) else leaf
+
+        return tuple([value(o, k) for o, k in group] for group in self.fetch)
+
+
+def try_template(
+    template: OutTemplate | None,
+    merged: Merged,
+    output: Any,
+    on_output_leaf: Callable[[Any, Any], None] | None,
+) -> tuple[bool, Any]:
+    """Step 4 through ``template``: ``(hooks_ran, result)`` where ``result`` is
+    ``(out_static, out_groups)`` or ``None`` when the call does not match (then step
+    4 must walk; ``hooks_ran`` tells whether the output hooks already ran on the
+    input Variables, so that the walk does not run them again)."""
+    if template is None:
+        return False, None
+    out_leaves: list[Any] = []
+    if plain_structure(output, out_leaves) != template.structure:
+        return False, None
+    if [merged.unchanged_input(x) for x in out_leaves] != template.out_inputs:
+        return False, None
+    if on_output_leaf is not None:
+        for leaf, prefix in zip(merged.leaves, merged.prefixes):
+            if isinstance(leaf, Variable):
+                on_output_leaf(leaf, prefix[0])
+    if not template.matches(merged):
+        return True, None
+    return True, (template.out_static, template.read(merged, out_leaves))
+
+
+class Templates:
+    """The templates of one transform, by input structure (``InStatic``); what
+    ``Inner(templates=...)`` uses around step 4."""
+
+    __slots__ = ("by_input",)
+
+    def __init__(self) -> None:
+        self.by_input: dict[Any, OutTemplate] = {}
+
+    def try_step4(
+        self,
+        in_static: Any,
+        merged: Merged,
+        output: Any,
+        on_output_leaf: Callable[[Any, Any], None] | None,
+    ) -> tuple[bool, Any]:
+        """See ``try_template``."""
+        if not _hashable(in_static):  # e.g. in_axes holding a dict: no templates
+            return False, None
+        return try_template(self.by_input.get(in_static), merged, output, on_output_leaf)
+
+    def record(
+        self,
+        in_static: Any,
+        merged: Merged,
+        output: Any,
+        walk_leaves: Sequence[tuple[Any, Any]],
+        out_static: OutStatic,
+        out_groups: Sequence[Sequence[Any]],
+    ) -> None:
+        """Makes a template of this call if it qualifies and reproduces the call."""
+        if not out_static.inputs_kept or not _hashable(in_static) or in_static in self.by_input:
+            return
+        # Raw arrays inside objects could be replaced without a structural change:
+        # only arguments' own arrays may be raw leaves.
+        if any(
+            len(path) > 2 and not isinstance(leaf, Variable)
+            for path, leaf in zip(in_static.graphdef.leaf_paths, merged.leaves)
+        ):
+            return
+        out_leaves: list[Any] = []
+        structure = plain_structure(output, out_leaves)
+        if structure is None:
+            return
+        template = OutTemplate(
+            structure, out_static, merged, out_leaves, walk_leaves, len(out_groups)
+        )
+        if template.reproduces(out_groups, merged, out_leaves):
+            if len(self.by_input) >= 64:
+                self.by_input.clear()
+            self.by_input[in_static] = template
+
+
+def _hashable(x: Any) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
