@@ -65,9 +65,9 @@ class StructureSnapshot:
         self.metadata = [v._var_metadata for v in self.variables]
         lists: list[Any] = []
         dicts: list[Any] = []
-        if self.versioned:
+        if self.versioned:  # Objects all: their attributes are their __dict__
             for obj in self.objects:
-                for _, child in _GRAPH_NODE_IMPLS[type(obj)].flatten(obj)[0]:
+                for child in obj.__dict__.values():
                     _collect_containers(child, lists, dicts)
         self.lists, self.list_items = lists, [tuple(c) for c in lists]
         self.dicts, self.dict_items = dicts, [(tuple(d), tuple(d.values())) for d in dicts]

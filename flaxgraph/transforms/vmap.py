@@ -179,14 +179,20 @@ def _mapped(
         )
 
     else:
-        # The closed-over groups of the current call, per thread; ``pure`` reads them
-        # on entry (before the user's function can call this transform again).
+        # The structure and the closed-over groups of the current call, per thread:
+        # ``pure`` reads them on entry (before the user's function can call this
+        # transform again) and leaves the OutStatic on return, so that jax.vmap
+        # handles the mapped arrays only.
         current = threading.local()
 
-        def pure_closed(static: Static, *boxed: tuple[list[Any]]) -> Any:
-            return pure(current.closed, static, *boxed)
+        def pure_closed(*boxed: tuple[list[Any]]) -> Any:
+            out, out_groups = pure(current.closed, current.static, *boxed)
+            current.out = out
+            return out_groups
 
-        mapped = jax_map(pure_closed, in_axes=(None, *passed_axes), **map_kwargs)
+        mapped = jax_map(
+            pure_closed, in_axes=passed_axes, out_axes=tuple(out_keys), **extra, **jax_kwargs
+        )
 
     def run_mapped(in_static: InStatic, *groups: list[Any]) -> Any:
         """``(Static(out_static), out_groups)`` for one call."""
@@ -194,7 +200,9 @@ def _mapped(
         if not by_closure:
             return mapped(static, *((g,) for g in groups))
         current.closed = [g if c else None for g, c in zip(groups, closed_groups)]
-        return mapped(static, *((g,) for g, c in zip(groups, closed_groups) if not c))
+        current.static = static
+        out_groups = mapped(*((g,) for g, c in zip(groups, closed_groups) if not c))
+        return current.out, out_groups
 
     plans = PlanCache()
 
