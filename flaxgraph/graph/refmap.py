@@ -7,7 +7,7 @@ value, so every key it holds stays alive for as long as the map does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
@@ -28,6 +28,13 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
 
     def __init__(self) -> None:
         self._items: dict[int, tuple[Any, V]] = {}
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[tuple[Any, V]]) -> RefMap[V]:
+        """A RefMap of ``(key, value)`` pairs (later pairs win, as in ``dict``)."""
+        m = cls()
+        m._items = {id(k): (k, v) for k, v in pairs}
+        return m
 
     def __getitem__(self, key: Any) -> V:
         return self._items[id(key)][1]

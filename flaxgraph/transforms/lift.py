@@ -288,18 +288,15 @@ class Merged:
         self.values = values
         self.prefixes = list(prefixes)
         self.leaves = sink
-        self.in_index = RefMap[int]()
-        for idx, obj in index_ref.items():
-            self.in_index[obj] = idx
-        self.in_leaf = RefMap[int]()
-        self.metadata: list[Any] = []
-        for i, leaf in enumerate(sink):
-            if isinstance(leaf, Variable):
-                self.in_leaf[leaf] = i
-                self.metadata.append(leaf._var_metadata)
-            else:
-                self.metadata.append(None)
-        self.raw_in = {id(v): i for i, v in enumerate(sink) if not isinstance(v, Variable)}
+        self.in_index = RefMap.from_pairs((obj, idx) for idx, obj in index_ref.items())
+        is_variable = [isinstance(leaf, Variable) for leaf in sink]
+        self.in_leaf = RefMap.from_pairs(
+            (leaf, i) for i, (leaf, v) in enumerate(zip(sink, is_variable)) if v
+        )
+        self.metadata: list[Any] = [
+            leaf._var_metadata if v else None for leaf, v in zip(sink, is_variable)
+        ]
+        self.raw_in = {id(x): i for i, (x, v) in enumerate(zip(sink, is_variable)) if not v}
         # Taken before the function runs, to tell afterwards whether it changed the
         # inputs' structure (graph/snapshot.py).
         self.snapshot = StructureSnapshot(index_ref.values()) if snapshot else None
