@@ -154,7 +154,10 @@ def scan(
     Returns:
       The scanned function: the final carry where ``out_axes`` has ``Carry``, the
       stacked outputs elsewhere. Carried and scanned state of the argument objects
-      is written back (stacked sub-states with their new values).
+      is written back (stacked sub-states with their new values). Called outside a
+      trace, it runs as one compiled call (an ``nnx.jit`` of the whole scan: the body
+      is traced once per structure, as ``jax.lax.scan`` does; under
+      ``jax.disable_jit()`` it runs step by step); its ``cache_info()`` is ``jit``'s.
 
     Raises:
       CarryStructureError (``ValueError``): the body changes the carry's structure

@@ -369,3 +369,23 @@ def test_captured_objects_may_not_be_mutated() -> None:
     with pytest.raises(nnx.TraceContextError):
         nnx.scan(body)(jnp.zeros(()), XS)
     np.testing.assert_array_equal(acc.total.value, np.zeros(3))
+
+
+def test_eager_scan_runs_compiled_and_step_by_step_under_disable_jit():
+    # An eager nnx.scan runs as one compiled call (its body traced once, as
+    # jax.lax.scan does); under jax.disable_jit() the body runs on concrete values,
+    # once per step, as jax.lax.scan's does.
+    layers = nnx.vmap(lambda key: nnx.Linear(2, 2, rngs=nnx.Rngs(key)))(jnp.arange(3))
+    seen = []
+
+    def body(x, layer):
+        seen.append(isinstance(x, jax.core.Tracer))
+        return layer(x)
+
+    scanned = nnx.scan(body, in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+    compiled = [scanned(jnp.ones(2), layers) for _ in range(3)]
+    assert seen == [True]
+    with jax.disable_jit():
+        stepwise = scanned(jnp.ones(2), layers)
+    assert seen == [True, False, False, False]
+    np.testing.assert_allclose(stepwise, compiled[0], rtol=1e-6)
