@@ -39,6 +39,7 @@ from flaxgraph.graph.registry import (
     ARRAY_TYPES,
     DataLeaf,
     StaticLeaf,
+    is_hashable,
     is_plain_static,
     pytree_children,
 )
@@ -196,7 +197,7 @@ class Walk:
         try:
             hash(metadata)
         except TypeError:
-            bad = [k for k, m in metadata if not _hashable(m)]
+            bad = [k for k, m in metadata if not is_hashable(m)]
             raise StaticAttributeError(
                 f"Metadata {bad[0]!r} of the {type(v).__name__} at {self.where(path)} is "
                 f"unhashable ({type(dict(metadata)[bad[0]]).__name__}), but metadata is part "
@@ -220,7 +221,7 @@ class Walk:
                 IdentityHashWarning,
                 stacklevel=2,
             )
-        if not _hashable(x):
+        if not is_hashable(x):
             raise StaticAttributeError(
                 f"The static attribute at {self.where(path)} is a {type(x).__name__}, which "
                 "is unhashable; static attributes are stored in the GraphDef, which must be "
@@ -258,11 +259,3 @@ def _made_per_instance(x: Any) -> bool:
 
 def _is_scalar(x: Any) -> bool:
     return type(x) in _SCALARS
-
-
-def _hashable(x: Any) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True

@@ -168,6 +168,15 @@ def _key_of(entry: Any) -> Key:
     return str(entry)
 
 
+def is_hashable(x: Any) -> bool:
+    """Whether ``hash(x)`` works (what a static value or a cache key needs)."""
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
 def is_plain_static(x: Any) -> bool:
     """True for ints, floats, strings, bools, ``None``… (always static, never walked)."""
     return type(x) in _PLAIN_STATIC

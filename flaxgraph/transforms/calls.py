@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from flaxgraph.graph.registry import is_hashable
 from flaxgraph.transforms.lift import is_graph_object
 
 
@@ -91,8 +92,8 @@ def split_static(
     try:
         hash(statics)
     except TypeError:
-        bad = [f"args[{i}]" for i, v in static_args if not _hashable(v)] + [
-            f"kwargs[{k!r}]" for k, v in static_kwargs if not _hashable(v)
+        bad = [f"args[{i}]" for i, v in static_args if not is_hashable(v)] + [
+            f"kwargs[{k!r}]" for k, v in static_kwargs if not is_hashable(v)
         ]
         raise TypeError(
             f"Static arguments must be hashable, but {', '.join(bad)} is not.\nFix: pass a "
@@ -114,11 +115,3 @@ def merge_static(
     for i, v in static_args:
         full.insert(i, v)
     return tuple(full), {**kwargs, **dict(static_kwargs)}
-
-
-def _hashable(x: Any) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True

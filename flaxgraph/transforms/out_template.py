@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from flaxgraph.graph.registry import ARRAY_TYPES
+from flaxgraph.graph.registry import ARRAY_TYPES, is_hashable
 from flaxgraph.transforms.lift import IN, Merged, OutStatic
 from flaxgraph.variables import Variable
 
@@ -174,7 +174,7 @@ class Templates:
         on_output_leaf: Callable[[Any, Any], None] | None,
     ) -> tuple[bool, Any]:
         """See ``try_template``."""
-        if not _hashable(in_static):  # e.g. in_axes holding a dict: no templates
+        if not is_hashable(in_static):  # e.g. in_axes holding a dict: no templates
             return False, None
         return try_template(self.by_input.get(in_static), merged, output, on_output_leaf)
 
@@ -188,7 +188,7 @@ class Templates:
         out_groups: Sequence[Sequence[Any]],
     ) -> None:
         """Makes a template of this call if it qualifies and reproduces the call."""
-        if not out_static.inputs_kept or not _hashable(in_static) or in_static in self.by_input:
+        if not out_static.inputs_kept or not is_hashable(in_static) or in_static in self.by_input:
             return
         # Raw arrays inside objects could be replaced without a structural change:
         # only arguments' own arrays may be raw leaves.
@@ -208,11 +208,3 @@ class Templates:
             if len(self.by_input) >= 64:
                 self.by_input.clear()
             self.by_input[in_static] = template
-
-
-def _hashable(x: Any) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True
