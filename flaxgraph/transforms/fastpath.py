@@ -498,18 +498,9 @@ class PlanCache:
         """The counts a transformed function's ``cache_info()`` reports."""
         return CacheInfo(self.general_calls, len(self.plans))
 
-    def run(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
-        """The call through a cached plan, or ``MISS`` if none applies (callers try
-        ``recent.run`` first, inline)."""
-        plan = self.recent
-        if plan is not None:
-            out = plan.run(args, kwargs, statics)
-            if out is not MISS:
-                return out
-        return self.run_by_key(args, kwargs, statics)
-
     def run_by_key(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
-        """The call through the plan cached for these arguments' key, or ``MISS``."""
+        """The call through the plan cached for these arguments' key, or ``MISS``
+        (transforms try ``recent.run`` first, inline, which needs no key)."""
         key = plan_key(args, kwargs)
         if key is None:
             return MISS
