@@ -39,6 +39,22 @@ def assert_unchanged(root: Any, before: list[tuple[Any, ...]], clone: Any = None
         assert_graphs_equal(root, clone)
 
 
+def sgd_train_step(lr: float = 0.1) -> Any:
+    """A plain ``@nnx.jit`` train step: ``value_and_grad`` of the mean squared output,
+    then SGD on the Params in place (``nnx.update``); returns the loss."""
+    import jax
+    import jax.numpy as jnp
+
+    @nnx.jit
+    def step(model: Any, x: Any) -> Any:
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean(m(x) ** 2))(model)
+        params = nnx.state(model, nnx.Param)
+        nnx.update(model, jax.tree.map(lambda p, g: p - lr * g, params, grads))
+        return loss
+
+    return step
+
+
 def run_device_checks(script: str, timeout: int = 600) -> dict[str, str]:
     """Runs ``script`` in a fresh Python with 8 simulated CPU devices (JAX reads
     ``XLA_FLAGS`` once, at import, so the test process itself cannot have them) and

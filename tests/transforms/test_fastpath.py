@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import sgd_train_step
 
 import flaxgraph as nnx
 
@@ -287,13 +288,7 @@ class MLP(nnx.Module):
 
 
 def test_a_train_step_stays_on_the_fast_path():
-    @nnx.jit
-    def step(model, x):
-        loss, grads = nnx.value_and_grad(lambda m: jnp.mean(m(x) ** 2))(model)
-        params = nnx.state(model, nnx.Param)
-        nnx.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads))
-        return loss
-
+    step = sgd_train_step()
     model, x = MLP(3), jnp.ones((4, 2))
     losses = [float(step(model, x)) for _ in range(6)]
     assert step.cache_info().general_calls == 1

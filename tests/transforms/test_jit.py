@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from graphs import corpus_params
-from helpers import assert_unchanged, snapshot
+from helpers import assert_unchanged, sgd_train_step, snapshot
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -848,13 +848,7 @@ def test_lists_and_dicts_of_the_caller_survive_a_train_step():
                 x = layer(x)
             return x * self.extra["scale"].value[None] + self.extra["nested"][0].value[None]
 
-    @nnx.jit
-    def step(model, x):
-        loss, grads = nnx.value_and_grad(lambda m: jnp.sum(m(x) ** 2))(model)
-        params = nnx.state(model, nnx.Param)
-        nnx.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads))
-        return loss
-
+    step = sgd_train_step()
     model = Net()
     layers, extra, nested = model.layers, model.extra, model.extra["nested"]
     kernel = model.layers[0].kernel.value
