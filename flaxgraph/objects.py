@@ -230,39 +230,11 @@ def _graph_set_items(obj: Object, items: list[tuple[str, Any]], kinds: Hashable)
         if kinds != obj._obj_kinds:
             _set_kinds(obj, kinds)
         return
-    # An update rebuilds the lists and dicts it writes: keep the object's own ones
-    # where their items are the same objects (the caller's references stay valid, and
-    # the structure version does not move).
-    items = [(k, _same_container(d.get(k, MISSING), v)) for k, v in items]
     if _items_change_structure(obj, items, kinds):
         d.clear()
         object.__setattr__(obj, "_obj_kinds", kinds)
         object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
     d.update(items)
-
-
-def _same_container(old: Any, new: Any) -> Any:
-    """``old`` if it is a list/dict/tuple holding the same objects as ``new``
-    (recursively through such containers), else ``new``."""
-    t = type(new)
-    if type(old) is not t or old is new:
-        return new
-    if t is list or t is tuple:
-        if len(old) != len(new):
-            return new
-        for a, b in zip(old, new):
-            if a is not b and _same_container(a, b) is b:
-                return new
-        return old
-    if t is dict:
-        if len(old) != len(new) or list(old) != list(new):
-            return new
-        for k, b in new.items():
-            a = old[k]
-            if a is not b and _same_container(a, b) is b:
-                return new
-        return old
-    return new
 
 
 def _graph_create_empty(cls: type) -> Any:

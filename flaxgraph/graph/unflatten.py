@@ -10,7 +10,8 @@ indices are updated *in place* instead of being created: their children are set
 to exactly what the GraphDef says (attributes added, replaced or deleted) and
 Variables get the new value and metadata. This is how transforms write back
 every change, structural ones included, while the caller's references stay
-valid.
+valid: a reused node's own lists and dicts are kept too when their items are the
+same objects as those the GraphDef gives.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from flaxgraph.graph.graphdef import (
     StaticDef,
     VariableDef,
 )
-from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.tracing import current_trace
 from flaxgraph.variables import Variable
 
@@ -117,7 +118,13 @@ class _Build:
                     f"type {d.type.__name__}."
                 )
             self.index_ref[d.index] = node
-            items = [(k, self.build(child)) for k, child in d.attributes]
+            # The containers built here are new: keep the node's own lists and dicts
+            # where their items are the same objects (the caller's references to them
+            # stay valid, and an Object's structure version does not move).
+            items = [
+                (k, _same_container(_child_or_missing(impl, node, k), self.build(child)))
+                for k, child in d.attributes
+            ]
             check = getattr(node, "_check_write", None)
             if check is not None:
                 check(items, d.metadata)
@@ -181,3 +188,36 @@ def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any
         object.__setattr__(variable, "_var_metadata", metadata)
 
     return write
+
+
+def _same_container(old: Any, new: Any) -> Any:
+    """``old`` if it is a list/dict/tuple holding the same objects as ``new``
+    (recursively through such containers), else ``new``."""
+    t = type(new)
+    if type(old) is not t or old is new:
+        return new
+    if t is list or t is tuple:
+        if len(old) != len(new):
+            return new
+        for a, b in zip(old, new):
+            if a is not b and _same_container(a, b) is b:
+                return new
+        return old
+    if t is dict:
+        if len(old) != len(new) or list(old) != list(new):
+            return new
+        for k, b in new.items():
+            a = old[k]
+            if a is not b and _same_container(a, b) is b:
+                return new
+        return old
+    return new
+
+
+def _child_or_missing(impl: Any, node: Any, key: Any) -> Any:
+    """``impl.get_child(node, key)``, or ``MISSING`` for a key the node lacks (user
+    registered types may raise instead of returning ``MISSING``)."""
+    try:
+        return impl.get_child(node, key)
+    except (KeyError, IndexError, AttributeError):
+        return MISSING

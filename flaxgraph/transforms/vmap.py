@@ -281,6 +281,8 @@ def vmap(
     Returns:
       The vectorized function; changes made to the arguments' objects are written
       back (with the mapped axis), outputs aliasing inputs are the caller's objects.
+      Repeated calls on the same objects take a fast path (``guides/performance.md``);
+      its ``cache_info()`` tells how many calls took the general path instead.
 
     Raises:
       InconsistentAliasingError (``ValueError``): one object gets different axes
