@@ -41,6 +41,12 @@ class InvalidFilterError(FlaxgraphError, TypeError):
     """A value cannot be used as a filter."""
 
 
+class SharedReferenceError(FlaxgraphError, ValueError):
+    """Tree mode (``graph=False``) met a Variable reachable along several paths, or a
+    ``graph_updates=False`` transform met a Variable both among its inputs and its
+    outputs; pytrees cannot share. The message lists every path of the Variable."""
+
+
 class IdentityHashWarning(UserWarning):
     """A static attribute hashes by identity, so every new instance of the model gets
     a different GraphDef and recompiles the transforms that take it."""

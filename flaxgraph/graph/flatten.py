@@ -21,7 +21,12 @@ import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from flaxgraph.errors import IdentityHashWarning, StaticAttributeError, numbered_fixes
+from flaxgraph.errors import (
+    IdentityHashWarning,
+    SharedReferenceError,
+    StaticAttributeError,
+    numbered_fixes,
+)
 from flaxgraph.graph.graphdef import (
     ARRAY_DEF,
     ContainerDef,
@@ -54,6 +59,7 @@ def flatten(
     ref_index: RefMap[int] | None = None,
     root_name: str = "node",
     error_root: Any = None,
+    graph: bool = True,
 ) -> tuple[GraphDef, list[tuple[PathParts, Any]]]:
     """Walks ``node`` and returns its GraphDef and its leaves with their paths.
 
@@ -65,6 +71,8 @@ def flatten(
       root_name: how error messages name the root (``node``, ``args``…).
       error_root: the value paths in error messages are walked from (default
         ``node``).
+      graph: ``False`` for tree mode: a Variable reachable along two paths raises
+        ``SharedReferenceError`` (see ``flaxgraph.modes``).
 
     Returns:
       ``(graphdef, leaves)`` where ``leaves`` is a list of ``(path, leaf)`` in walk
@@ -73,8 +81,10 @@ def flatten(
     Raises:
       StaticAttributeError (a ``TypeError``): a static value, or a Variable's
         metadata, is unhashable; the message names its path.
+      SharedReferenceError (a ``ValueError``): with ``graph=False``, a Variable is
+        reachable along several paths; the message lists them all.
     """
-    walk = Walk(RefMap() if ref_index is None else ref_index, root_name, error_root)
+    walk = Walk(RefMap() if ref_index is None else ref_index, root_name, error_root, graph)
     return walk.run(node)
 
 
@@ -87,15 +97,23 @@ class Walk:
       dynamic_leaves: if True, plain Python scalars that are not inside a graph
         node are leaves (as JAX treats them in a transform's arguments) instead of
         static values.
+      graph: ``False`` for tree mode, where a Variable reached twice is an error.
     """
 
     dynamic_leaves = False
 
-    def __init__(self, ref_index: RefMap[int], root_name: str = "node", error_root: Any = None):
+    def __init__(
+        self,
+        ref_index: RefMap[int],
+        root_name: str = "node",
+        error_root: Any = None,
+        graph: bool = True,
+    ):
         self.ref_index = ref_index
         self.leaves: list[tuple[PathParts, Any]] = []
         self.root_name = root_name
         self.error_root = error_root
+        self.graph = graph
 
     def run(self, node: Any, prefix: Any = None) -> tuple[GraphDef, list[tuple[PathParts, Any]]]:
         if self.error_root is None:
@@ -128,6 +146,8 @@ class Walk:
         if impl is not None:
             index = self.ref_index.get(x)
             if index is not None:
+                if not self.graph:
+                    self.tree_alias(x)
                 self.on_alias(x, path, prefix)
                 return NodeRef(t, index)
             index = len(self.ref_index)
@@ -139,6 +159,8 @@ class Walk:
         if isinstance(x, Variable):
             index = self.ref_index.get(x)
             if index is not None:
+                if not self.graph:
+                    self.tree_alias(x)
                 self.on_alias(x, path, prefix)
                 return NodeRef(t, index)
             index = len(self.ref_index)
@@ -189,6 +211,26 @@ class Walk:
 
     def where(self, path: PathParts) -> str:
         return path_str(self.root_name, self.error_root, path)
+
+    def diagnostic_root(self) -> tuple[Any, bool]:
+        """``(root, wrapped)``: what error diagnostics re-walk, and whether it is a
+        tuple of named roots (paths then start with the root's position)."""
+        return self.error_root, False
+
+    def tree_alias(self, x: Any) -> None:
+        """Tree mode met ``x`` again: an error if a Variable is thereby reachable twice
+        (a shared object without Variables is harmless: pytrees may repeat leaves-free
+        nodes)."""
+        if isinstance(x, Variable) or _holds_variable(x):
+            root, wrapped = self.diagnostic_root()
+            raise SharedReferenceError(
+                shared_variables_message(
+                    root,
+                    self.where,
+                    "Tree mode (graph=False) does not allow shared references",
+                    wrapped,
+                )
+            )
 
     def _frozen_metadata(self, v: Variable[Any], path: PathParts) -> tuple[tuple[str, Any], ...]:
         if not v._var_metadata:
@@ -259,3 +301,98 @@ def _made_per_instance(x: Any) -> bool:
 
 def _is_scalar(x: Any) -> bool:
     return type(x) in _SCALARS
+
+
+def _holds_variable(node: Any) -> bool:
+    """Whether a Variable is reachable from the graph node ``node``."""
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, Variable):
+            return True
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        if impl is not None:
+            todo.extend(v for _, v in impl.flatten(x)[0])
+        elif type(x) in (list, tuple):
+            todo.extend(x)
+        elif type(x) is dict:
+            todo.extend(x.values())
+        else:
+            children = pytree_children(x) if not isinstance(x, ARRAY_TYPES) else None
+            if children is not None:
+                todo.extend(v for _, v in children[0])
+    return False
+
+
+def variable_paths(root: Any, wrapped: bool = False) -> dict[int, list[tuple[Any, PathParts]]]:
+    """Every path of every Variable reachable from ``root`` (through shared nodes
+    too, cycles cut): ``id(variable) -> [(variable, path), ...]``. With ``wrapped``,
+    ``root`` is a tuple of named roots and paths start with the root's position."""
+    found: dict[int, list[tuple[Any, PathParts]]] = {}
+    on_path: set[int] = set()
+
+    def go(x: Any, path: PathParts) -> None:
+        if isinstance(x, Variable):
+            found.setdefault(id(x), []).append((x, path))
+            return
+        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        if impl is not None:
+            if id(x) in on_path:
+                return
+            on_path.add(id(x))
+            for k, v in impl.flatten(x)[0]:
+                go(v, (*path, k))
+            on_path.discard(id(x))
+        elif type(x) in (list, tuple):
+            for i, v in enumerate(x):
+                go(v, (*path, i))
+        elif type(x) is dict:
+            for k, v in x.items():
+                go(v, (*path, k))
+        elif not isinstance(x, ARRAY_TYPES):
+            children = pytree_children(x)
+            if children is not None:
+                for k, v in children[0]:
+                    go(v, (*path, k))
+
+    if wrapped:
+        for i, r in enumerate(root):
+            go(r, (i,))
+    else:
+        go(root, ())
+    return found
+
+
+def shared_variables_message(
+    root: Any, where: Any, what: str, wrapped: bool = False, fixes: Sequence[str] = ()
+) -> str:
+    """The message of a ``SharedReferenceError``: every Variable reachable along
+    several paths, each path formatted by ``where``."""
+    lines = []
+    for entries in variable_paths(root, wrapped).values():
+        if len(entries) > 1:
+            v = entries[0][0]
+            shape = getattr(v.raw_value, "shape", None)
+            lines.append(
+                f"  the {type(v).__name__}"
+                + (f" of shape {tuple(shape)}" if shape is not None else "")
+                + " at:"
+            )
+            lines.extend(f"    {where(p)}" for _, p in entries)
+    return (
+        f"{what}, but these Variables are reachable along several paths:\n"
+        + "\n".join(lines)
+        + "\n"
+        + numbered_fixes(
+            list(fixes)
+            or [
+                "remove the duplicate references, so that the objects form a tree;",
+                "pass a copy (nnx.clone(obj)) where the object appears a second time;",
+                "or use graph mode: graph=True (or the nnx.compat spelling of the function).",
+            ]
+        )
+    )

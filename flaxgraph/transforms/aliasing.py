@@ -114,6 +114,9 @@ class PrefixWalk(Walk):
     def where(self, path: PathParts) -> str:
         return self.roots.where(path)
 
+    def diagnostic_root(self) -> tuple[Any, bool]:
+        return self.roots.values, True
+
     # -- prefix semantics ------------------------------------------------------------------
     def _context(self, node: Any, path: PathParts, prefix: Any) -> Any:
         """The prefix context an object gets from ``prefix`` (checked)."""
