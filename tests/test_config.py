@@ -34,13 +34,38 @@ def test_scoped_restores_on_exception():
     assert flag.get() == 1
 
 
-def test_set_globally_inside_scope_is_undone_at_exit():
-    # The scope restores the value it saw on entry, like treescope's context.
+def test_set_globally_inside_scope_holds_after_it():
+    # As with JAX's configuration: a scoped override wins inside its block; a global
+    # change made meanwhile is the value once the block ends.
     flag = Flag("f", 1)
     with flag.scoped(2):
         flag.set_globally(5)
-        assert flag.get() == 5
-    assert flag.get() == 1
+        assert flag.get() == 2
+    assert flag.get() == 5
+
+
+def test_scoped_override_holds_in_its_thread_only():
+    import threading
+
+    flag = Flag("f", 1)
+    seen = []
+    entered, release = threading.Event(), threading.Event()
+
+    def other():
+        entered.wait(5)
+        seen.append(flag.get())  # the main thread's override does not reach here
+        with flag.scoped(3):
+            seen.append(flag.get())
+        release.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with flag.scoped(2):
+        entered.set()
+        assert release.wait(5)
+        assert flag.get() == 2
+    t.join(5)
+    assert seen == [1, 3] and flag.get() == 1
 
 
 def test_flags_are_independent():
