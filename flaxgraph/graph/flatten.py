@@ -368,13 +368,19 @@ def variable_paths(root: Any, wrapped: bool = False) -> dict[int, list[tuple[Any
 
 
 def shared_variables_message(
-    root: Any, where: Any, what: str, wrapped: bool = False, fixes: Sequence[str] = ()
+    root: Any,
+    where: Any,
+    what: str,
+    wrapped: bool = False,
+    fixes: Sequence[str] = (),
+    select: Any = None,
 ) -> str:
     """The message of a ``SharedReferenceError``: every Variable reachable along
-    several paths, each path formatted by ``where``."""
+    several paths (those whose list of paths ``select`` accepts, if given), each path
+    formatted by ``where``."""
     lines = []
     for entries in variable_paths(root, wrapped).values():
-        if len(entries) > 1:
+        if len(entries) > 1 and (select is None or select([p for _, p in entries])):
             v = entries[0][0]
             shape = getattr(v.raw_value, "shape", None)
             lines.append(

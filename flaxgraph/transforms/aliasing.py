@@ -103,8 +103,14 @@ class PrefixWalk(Walk):
 
     dynamic_leaves = True
 
-    def __init__(self, spec: PrefixSpec, roots: NamedRoots, ref_index: RefMap[int] | None = None):
-        super().__init__(RefMap() if ref_index is None else ref_index, "args", roots.values)
+    def __init__(
+        self,
+        spec: PrefixSpec,
+        roots: NamedRoots,
+        ref_index: RefMap[int] | None = None,
+        graph: bool = True,
+    ):
+        super().__init__(RefMap() if ref_index is None else ref_index, "args", roots.values, graph)
         self.spec = spec
         self.roots = roots
         self.leaf_prefixes: list[Any] = []

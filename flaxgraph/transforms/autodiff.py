@@ -20,7 +20,10 @@ from typing import Any
 import jax
 
 from flaxgraph.filters import Filter
+from flaxgraph.graph.flatten import flatten
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.state import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
@@ -32,7 +35,7 @@ from flaxgraph.transforms.calls import (
     unbind,
 )
 from flaxgraph.transforms.lift import Call, Inner, InStatic, Static, split_inputs
-from flaxgraph.transforms.lift_types import DiffState, PrefixMapping
+from flaxgraph.transforms.lift_types import DiffState, PrefixMapping, reject_lift_types
 from flaxgraph.variables import Param, Variable
 
 PathParts = tuple[Hashable, ...]
@@ -58,8 +61,13 @@ _AUX_SPEC = PrefixSpec("outputs", lambda p: p is None, None)
 _DIFF_KEYS = (True, False)
 
 
-def _diff_prefix(argnums: Any, n_args: int) -> tuple[tuple[Any, ...], tuple[int, ...]]:
-    """``argnums`` (ints and DiffStates) -> per-argument prefixes and the argnums."""
+def _diff_prefix(
+    argnums: Any, n_args: int, mode: Mode = DEFAULT
+) -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """``argnums`` (ints and DiffStates) -> per-argument prefixes and the argnums.
+
+    In graph mode with graph updates an int differentiates an object's ``Param``
+    Variables; otherwise (as ``jax.grad`` on a pytree) every array of the argument."""
     single = isinstance(argnums, (int, DiffState))
     items = (argnums,) if single else tuple(argnums)
     prefixes: list[Any] = [False] * n_args
@@ -68,7 +76,7 @@ def _diff_prefix(argnums: Any, n_args: int) -> tuple[tuple[Any, ...], tuple[int,
         if isinstance(item, DiffState):
             num, mapping = item.argnum, _Diff(item.filter)
         elif isinstance(item, int):
-            num, mapping = item, _Diff(Param)
+            num, mapping = item, (_Diff(Param) if mode.updates else True)
         else:
             raise TypeError(
                 f"argnums entries must be ints or nnx.DiffState, got {type(item).__name__}."
@@ -120,6 +128,25 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
     return build(args[argnum], (0, argnum))
 
 
+def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> Any:
+    """The gradient of argument ``argnum`` without graph updates (as ``jax.grad`` on a
+    pytree): a new copy of the argument whose Variables and arrays hold the gradients."""
+    by_var = {
+        id(call.leaves[i]): g for i, g in grads.items() if isinstance(call.leaves[i], Variable)
+    }
+    by_path = {
+        call.graphdef.leaf_paths[i][2:]: g
+        for i, g in grads.items()
+        if call.graphdef.leaf_paths[i][:2] == (0, argnum)
+    }
+    graphdef, leaves = flatten(args[argnum])
+    values = [
+        leaf.replace(by_var[id(leaf)]) if isinstance(leaf, Variable) else by_path[path]
+        for path, leaf in leaves
+    ]
+    return unflatten(graphdef, values)
+
+
 def _grad_leaf(leaf: Any, g: Any) -> Any:
     return leaf.replace(g) if isinstance(leaf, Variable) else g
 
@@ -129,9 +156,11 @@ def _vg_core(
     argnums: Any,
     has_aux: bool,
     jax_transform: Callable[..., Any],
+    mode: Mode = DEFAULT,
 ) -> Callable[..., Any]:
     """Shared by grad and value_and_grad: returns ``g(*args) -> ((value, aux), grads)``."""
-    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True)
+    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
+    grad_tree = _grad_tree if mode.updates else _grad_copy
 
     def loss_call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         out = fn(*args, **kwargs)
@@ -155,15 +184,15 @@ def _vg_core(
     transformed = jax_transform(pure)
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        args_prefix, nums = _diff_prefix(argnums, len(args))
-        call = split_inputs(args, kwargs, (args_prefix, False), DIFF_SPEC)
+        args_prefix, nums = _diff_prefix(argnums, len(args), mode)
+        call = split_inputs(args, kwargs, (args_prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(_DIFF_KEYS)
         static = Static(InStatic(call.graphdef, slots, None))
         (value, (out_static, out_groups)), grad_list = transformed(diff, static, rest)
         aux = call.finish(out_static.value, out_groups)
         diff_index = [i for i, (g, _) in enumerate(slots) if g == 0]
         grads = dict(zip(diff_index, grad_list))
-        trees = tuple(_grad_tree(call, args, n, grads) for n in nums)
+        trees = tuple(grad_tree(call, args, n, grads) for n in nums)
         single = isinstance(argnums, (int, DiffState))
         return (value, aux), trees[0] if single else trees
 
@@ -179,6 +208,8 @@ def value_and_grad(
     holomorphic: bool = False,
     allow_int: bool = False,
     reduce_axes: Sequence[Any] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """``jax.value_and_grad`` for functions of objects.
 
@@ -189,12 +220,18 @@ def value_and_grad(
         object given by int, its ``Param`` Variables are differentiated.
       has_aux: ``f`` returns ``(value, aux)``; ``aux`` may contain objects.
       holomorphic, allow_int, reduce_axes: as in ``jax.value_and_grad``.
+      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
+        Without graph updates (and in tree mode), as ``jax.grad`` on a pytree, an
+        int argnum differentiates *every* array of the argument (so integer
+        Variables need ``allow_int``), the gradient is a new copy of the argument
+        holding the gradients, and ``DiffState`` is not accepted.
 
     Returns:
       A function returning ``(value, grads)`` (``((value, aux), grads)`` with
       ``has_aux``): ``grads`` has one entry per argnum (a single one for an int or
       a DiffState), each the argument's structure with objects replaced by
-      ``State``s of their differentiated leaves and arrays by array gradients.
+      ``State``s of their differentiated leaves and arrays by array gradients
+      (without graph updates: a copy of the argument, see above).
       Changes ``f`` makes to its arguments (e.g. BatchStat updates) are applied.
 
     Raises:
@@ -213,6 +250,8 @@ def value_and_grad(
 
     Source: ``jax.value_and_grad``; DiffState per seed 002.
     """
+    mode = resolve(graph, graph_updates)
+    reject_lift_types(mode, "value_and_grad", "argnums", argnums, plain="an int")
     inner_f, bound = unbind(f)
     del reduce_axes
     core = _vg_core(
@@ -222,6 +261,7 @@ def value_and_grad(
         lambda pure: jax.value_and_grad(
             pure, argnums=0, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
         ),
+        mode,
     )
 
     @functools.wraps(inner_f)
@@ -241,6 +281,8 @@ def grad(
     holomorphic: bool = False,
     allow_int: bool = False,
     reduce_axes: Sequence[Any] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """``jax.grad`` for functions of objects (see ``value_and_grad``).
 
@@ -258,7 +300,14 @@ def grad(
     Source: ``jax.grad``; DiffState per seed 002.
     """
     vg = value_and_grad(
-        f, argnums, has_aux, holomorphic=holomorphic, allow_int=allow_int, reduce_axes=reduce_axes
+        f,
+        argnums,
+        has_aux,
+        holomorphic=holomorphic,
+        allow_int=allow_int,
+        reduce_axes=reduce_axes,
+        graph=graph,
+        graph_updates=graph_updates,
     )
 
     @functools.wraps(f)
@@ -287,6 +336,8 @@ def remat(
     prevent_cse: bool = True,
     policy: Callable[..., bool] | None = None,
     static_argnums: int | tuple[int, ...] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """``jax.checkpoint`` (rematerialisation) for functions of objects.
 
@@ -298,12 +349,14 @@ def remat(
       f: the function.
       prevent_cse, policy: as in ``jax.checkpoint``.
       static_argnums: arguments that are compile-time constants (hashable).
+      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
 
     Source: ``jax.checkpoint``.
     """
+    mode = resolve(graph, graph_updates)
     inner_f, bound = unbind(f)
     nums = normalize_argnums(static_argnums)
-    inner = Inner(inner_f, _AUX_SPEC, [None], same_prefix=lambda a, b: True)
+    inner = Inner(inner_f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
 
     def pure(static: Static, values: list[Any]) -> Any:
         in_static: InStatic = static.value
@@ -325,7 +378,7 @@ def remat(
         dyn_args, dyn_kwargs, statics = split_static(
             args, kwargs, tuple(n + len(bound) if n >= 0 else n for n in nums), ()
         )
-        call = split_inputs(dyn_args, dyn_kwargs, (None, None), _AUX_SPEC)
+        call = split_inputs(dyn_args, dyn_kwargs, (None, None), _AUX_SPEC, mode)
         slots, (values,) = call.groups([None])
         out_static, out_groups = checkpointed(
             Static(InStatic(call.graphdef, slots, statics)), values
@@ -351,27 +404,45 @@ def _primal_call(has_aux: bool) -> Callable[..., Any]:
 
 
 def _lift_diff_inputs(
-    primals: tuple[Any, ...],
+    primals: tuple[Any, ...], mode: Mode
 ) -> tuple[Call, Any, list[Any], list[Any], tuple[Any, ...]]:
-    args_prefix = tuple(_Diff(Param) for _ in primals)
-    call = split_inputs(primals, {}, (args_prefix, False), DIFF_SPEC)
+    args_prefix = tuple((_Diff(Param) if mode.updates else True) for _ in primals)
+    call = split_inputs(primals, {}, (args_prefix, False), DIFF_SPEC, mode)
     slots, (diff, rest) = call.groups(_DIFF_KEYS)
     return call, Static(InStatic(call.graphdef, slots, None)), diff, rest, slots
 
 
-def vjp(f: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
+def vjp(
+    f: Callable[..., Any],
+    *primals: Any,
+    has_aux: bool = False,
+    reduce_axes: Sequence[Any] = (),
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
     """``jax.vjp`` where primals may be objects (their ``Param`` Variables and all raw
-    arrays are differentiated).
+    arrays are differentiated; without graph updates every array, see ``grad``).
+
+    Args:
+      f: the function.
+      *primals: its arguments (objects allowed).
+      has_aux: ``f`` returns ``(output, aux)``.
+      reduce_axes: accepted for compatibility (unused, as in JAX today).
+      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
 
     Returns:
       ``(output, vjp_fn)`` or ``(output, vjp_fn, aux)``. ``vjp_fn(cotangent)`` returns
-      one cotangent per primal: a ``State`` of Params for an object, an array for an
-      array. Changes ``f`` makes to the primals' objects are applied immediately.
+      one cotangent per primal: a ``State`` of Params for an object (without graph
+      updates: a copy of the object holding the cotangents), an array for an array.
+      Changes ``f`` makes to the primals' objects are applied immediately.
 
     Source: ``jax.vjp``.
     """
-    call, static, diff, rest, slots = _lift_diff_inputs(primals)
-    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True)
+    del reduce_axes
+    mode = resolve(graph, graph_updates)
+    call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
+    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
+    grad_tree = _grad_tree if mode.updates else _grad_copy
 
     def pure(diff_values: list[Any]) -> Any:
         in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
@@ -392,13 +463,19 @@ def vjp(f: Callable[..., Any], *primals: Any, has_aux: bool = False) -> Any:
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
         (grad_list,) = jax_vjp_fn(cotangent)
         grads = dict(zip(diff_index, grad_list))
-        return tuple(_grad_tree(call, primals, i, grads) for i in range(len(primals)))
+        return tuple(grad_tree(call, primals, i, grads) for i in range(len(primals)))
 
     return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
 
 
 def jvp(
-    f: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any], has_aux: bool = False
+    f: Callable[..., Any],
+    primals: Sequence[Any],
+    tangents: Sequence[Any],
+    has_aux: bool = False,
+    *,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
     """``jax.jvp`` where primals may be objects.
 
@@ -409,18 +486,20 @@ def jvp(
         ``grad`` returns; missing entries are zero) or an object of the same
         structure; for an array, an array.
       has_aux: ``f`` returns ``(output, aux)``.
+      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
 
     Returns:
       ``(output, output_tangent)`` (plus ``aux`` with ``has_aux``).
 
     Source: ``jax.jvp``.
     """
+    mode = resolve(graph, graph_updates)
     primals = tuple(primals)
     tangents = tuple(tangents)
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals but {len(tangents)} tangents.")
-    call, static, diff, rest, slots = _lift_diff_inputs(primals)
-    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True)
+    call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
+    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
     diff_paths = [p for p, (g, _) in zip(call.graphdef.leaf_paths, slots) if g == 0]
     tangent_list = [_tangent_at(tangents, path, value) for path, value in zip(diff_paths, diff)]
 

@@ -30,6 +30,7 @@ from flaxgraph.errors import FlaxgraphError, TraceContextError
 from flaxgraph.graph.diff import graphdef_diff
 from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
@@ -63,10 +64,10 @@ def memoized(fun: Any, name: str, make: Callable[[Any], Any]) -> Any:
     return lifted
 
 
-def _make_branch(fun: Callable[..., Any]) -> Callable[..., Any]:
+def _make_branch(fun: Callable[..., Any], mode: Mode) -> Callable[..., Any]:
     """A pure branch of ``cond``/``switch``: every leaf is returned (no shortcut), so
     all branches return the same structure when they leave the objects alike."""
-    inner = Inner(fun, _SPEC, [None], same_prefix=_never)
+    inner = Inner(fun, _SPEC, [None], same_prefix=_never, mode=mode)
 
     def pure(operand: tuple[Static, list[Any]]) -> Any:
         static, values = operand
@@ -79,8 +80,10 @@ def _make_branch(fun: Callable[..., Any]) -> Callable[..., Any]:
     return pure
 
 
-def _branch(fun: Callable[..., Any]) -> Callable[..., Any]:
-    return memoized(fun, "_flaxgraph_branch", _make_branch)
+def _branch(fun: Callable[..., Any], mode: Mode) -> Callable[..., Any]:
+    return memoized(
+        fun, f"_flaxgraph_branch_{mode.graph}_{mode.updates}", lambda f: _make_branch(f, mode)
+    )
 
 
 def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureError | None:
@@ -105,11 +108,12 @@ def _lifted_branches(
     branches: Sequence[Callable[..., Any]],
     operands: tuple[Any, ...],
     select: Callable[..., Any],
+    mode: Mode,
 ) -> Any:
-    call = split_inputs(operands, {}, (None, None), _SPEC)
+    call = split_inputs(operands, {}, (None, None), _SPEC, mode)
     slots, (values,) = call.groups([None])
     operand = (Static(InStatic(call.graphdef, slots, None)), values)
-    pures = [_branch(b) for b in branches]
+    pures = [_branch(b, mode) for b in branches]
     try:
         out_static, out_values = select(index_or_pred, pures, operand)
     except TypeError as e:
@@ -126,7 +130,12 @@ def _lifted_branches(
 
 
 def cond(
-    pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any
+    pred: Any,
+    true_fun: Callable[..., Any],
+    false_fun: Callable[..., Any],
+    *operands: Any,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
     """``jax.lax.cond`` whose operands may be objects.
 
@@ -135,6 +144,7 @@ def cond(
       true_fun, false_fun: called with ``*operands``; they may mutate the objects
         among them (the same way structurally) and return the same kind of output.
       *operands: the operands.
+      graph, graph_updates: the traversal mode (see ``nnx.jit``, ``flaxgraph.modes``).
 
     Returns:
       The output of the branch taken; the operands' objects hold that branch's
@@ -152,10 +162,17 @@ def cond(
         [true_fun, false_fun],
         operands,
         lambda p, fs, v: jax.lax.cond(p, fs[0], fs[1], v),
+        resolve(graph, graph_updates),
     )
 
 
-def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -> Any:
+def switch(
+    index: Any,
+    branches: Sequence[Callable[..., Any]],
+    *operands: Any,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
     """``jax.lax.switch`` whose operands may be objects (see ``cond``).
 
     Source: ``jax.lax.switch``.
@@ -166,6 +183,7 @@ def switch(index: Any, branches: Sequence[Callable[..., Any]], *operands: Any) -
         list(branches),
         operands,
         lambda i, fs, v: jax.lax.switch(i, fs, v),
+        resolve(graph, graph_updates),
     )
 
 
@@ -174,9 +192,9 @@ def _merge_carry(graphdef: GraphDef, values: list[Any]) -> Any:
     return val
 
 
-def _split_carry(graphdef: GraphDef, val: Any, what: str) -> list[Any]:
+def _split_carry(graphdef: GraphDef, val: Any, what: str, graph: bool = True) -> list[Any]:
     """The carry's leaves after an iteration, checked to keep ``graphdef``'s structure."""
-    walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})))
+    walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})), graph=graph)
     new_graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
     trace = current_trace()
     for node in walk.ref_index:
@@ -203,13 +221,15 @@ def _split_carry(graphdef: GraphDef, val: Any, what: str) -> list[Any]:
     return [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves]
 
 
-def _start(init_val: Any) -> tuple[Call, tuple[Static, list[Any]]]:
-    call = split_inputs((init_val,), {}, (None, None), _SPEC)
+def _start(init_val: Any, mode: Mode) -> tuple[Call, tuple[Static, list[Any]]]:
+    call = split_inputs((init_val,), {}, (None, None), _SPEC, mode)
     return call, (Static(call.graphdef), call.values)
 
 
-def _finish(call: Call, carry: tuple[Static, list[Any]]) -> Any:
+def _finish(call: Call, carry: tuple[Static, list[Any]], mode: Mode) -> Any:
     (val,), _ = unflatten(call.graphdef, carry[1], reuse=dict(enumerate(call.nodes)))
+    if not mode.updates:  # as in Flax NNX 0.12: the caller's objects got the values,
+        (val,), _ = unflatten(call.graphdef, carry[1])  # the returned carry is new
     return val
 
 
@@ -221,32 +241,38 @@ def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
     return cond
 
 
-def _make_while_body(body_fun: Callable[[Any], Any]) -> Callable[..., Any]:
+def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..., Any]:
     def body(carry: tuple[Static, list[Any]]) -> Any:
         static, values = carry
         val = body_fun(_merge_carry(static.value, values))
-        return static, _split_carry(static.value, val, "body of while_loop")
+        return static, _split_carry(static.value, val, "body of while_loop", graph)
 
     return body
 
 
-def _make_fori_body(body_fun: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+def _make_fori_body(body_fun: Callable[[Any, Any], Any], graph: bool) -> Callable[..., Any]:
     def body(i: Any, carry: tuple[Static, list[Any]]) -> Any:
         static, values = carry
         val = body_fun(i, _merge_carry(static.value, values))
-        return static, _split_carry(static.value, val, "body of fori_loop")
+        return static, _split_carry(static.value, val, "body of fori_loop", graph)
 
     return body
 
 
 def while_loop(
-    cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any
+    cond_fun: Callable[[Any], Any],
+    body_fun: Callable[[Any], Any],
+    init_val: Any,
+    *,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
     """``jax.lax.while_loop`` whose carry may contain objects.
 
     ``body_fun`` may mutate the objects in the carry (values only) and returns the
     carry; afterwards the caller's objects hold the final values and the returned
-    carry is built on the same objects.
+    carry is built on the same objects (without graph updates, as in Flax NNX 0.12,
+    on new objects; ``graph``/``graph_updates``: see ``nnx.jit``).
 
     Raises:
       CarryStructureError (``ValueError``): ``body_fun`` changes the carry's
@@ -255,10 +281,15 @@ def while_loop(
 
     Source: ``jax.lax.while_loop``.
     """
-    call, carry = _start(init_val)
+    mode = resolve(graph, graph_updates)
+    call, carry = _start(init_val, mode)
     cond = memoized(cond_fun, "_flaxgraph_while_cond", _make_cond)
-    body = memoized(body_fun, "_flaxgraph_while_body", _make_while_body)
-    return _finish(call, jax.lax.while_loop(cond, body, carry))
+    body = memoized(
+        body_fun,
+        f"_flaxgraph_while_body_{mode.graph}",
+        lambda f: _make_while_body(f, mode.graph),
+    )
+    return _finish(call, jax.lax.while_loop(cond, body, carry), mode)
 
 
 def fori_loop(
@@ -268,20 +299,25 @@ def fori_loop(
     init_val: Any,
     *,
     unroll: int | bool | None = None,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
     """``jax.lax.fori_loop`` whose carry may contain objects (see ``while_loop``).
 
     Source: ``jax.lax.fori_loop``.
     """
-    call, carry = _start(init_val)
-    body = memoized(body_fun, "_flaxgraph_fori_body", _make_fori_body)
-    return _finish(call, jax.lax.fori_loop(lower, upper, body, carry, unroll=unroll))
+    mode = resolve(graph, graph_updates)
+    call, carry = _start(init_val, mode)
+    body = memoized(
+        body_fun, f"_flaxgraph_fori_body_{mode.graph}", lambda f: _make_fori_body(f, mode.graph)
+    )
+    return _finish(call, jax.lax.fori_loop(lower, upper, body, carry, unroll=unroll), mode)
 
 
 @decorator
-def _eval_shape_transform(f: Callable[..., Any]) -> Callable[..., Any]:
+def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callable[..., Any]:
     inner_f, bound = unbind(f)
-    inner = Inner(inner_f, _SPEC, [None], same_prefix=_never)
+    inner = Inner(inner_f, _SPEC, [None], same_prefix=_never, mode=mode)
 
     def pure(static: Static, values: list[Any]) -> Any:
         in_static: InStatic = static.value
@@ -292,7 +328,7 @@ def _eval_shape_transform(f: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(inner_f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        call = split_inputs(args, kwargs, (None, None), _SPEC)
+        call = split_inputs(args, kwargs, (None, None), _SPEC, mode)
         slots, (values,) = call.groups([None])
         out_static, out_values = jax.eval_shape(
             pure, Static(InStatic(call.graphdef, slots, None)), values
@@ -305,7 +341,13 @@ def _eval_shape_transform(f: Callable[..., Any]) -> Callable[..., Any]:
     return bind(wrapper, bound, f)
 
 
-def eval_shape(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def eval_shape(
+    f: Callable[..., Any],
+    *args: Any,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+    **kwargs: Any,
+) -> Any:
     """Evaluates ``f(*args, **kwargs)`` abstractly: outputs (objects included) come back
     with ``jax.ShapeDtypeStruct`` values; nothing is computed or allocated and the
     arguments are left unchanged.
@@ -320,4 +362,4 @@ def eval_shape(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
     Source: ``jax.eval_shape``.
     """
-    return _eval_shape_transform(f)(*args, **kwargs)
+    return _eval_shape_transform(f, resolve(graph, graph_updates))(*args, **kwargs)

@@ -36,6 +36,7 @@ from typing import Any
 
 import jax
 
+from flaxgraph.modes import resolve
 from flaxgraph.transforms.autodiff import _AUX_SPEC, _DIFF_KEYS, DIFF_SPEC, _Diff, _tangent_at
 from flaxgraph.transforms.calls import normalize_argnums
 from flaxgraph.transforms.lift import Inner, InStatic, Static, split_inputs
@@ -49,6 +50,10 @@ class custom_vjp:
       fun: the function.
       nondiff_argnums: positions of arguments that are not differentiated; they are
         passed to ``fwd`` and ``bwd`` unchanged (as in JAX) and must be hashable.
+      graph, graph_updates: the traversal mode (see ``nnx.jit``, ``flaxgraph.modes``);
+        without graph updates every array of an object argument is differentiated.
+
+    Also usable as ``@nnx.custom_vjp`` and ``@nnx.custom_vjp(nondiff_argnums=...)``.
 
     Raises:
       ValueError: ``bwd`` returns the wrong number of cotangents.
@@ -56,10 +61,23 @@ class custom_vjp:
     Source: ``jax.custom_vjp``.
     """
 
-    def __init__(self, fun: Callable[..., Any], nondiff_argnums: Sequence[int] = ()):
+    def __new__(cls, fun: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+        if fun is None:  # @nnx.custom_vjp(nondiff_argnums=...)
+            return lambda f: cls(f, *args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        fun: Callable[..., Any],
+        nondiff_argnums: Sequence[int] = (),
+        *,
+        graph: bool | None = None,
+        graph_updates: bool | None = None,
+    ):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.nondiff_argnums = normalize_argnums(nondiff_argnums)
+        self.mode = resolve(graph, graph_updates)
         self.fwd: Callable[..., Any] | None = None
         self.bwd: Callable[..., Any] | None = None
 
@@ -88,9 +106,9 @@ class custom_vjp:
                 out[i] = v
             return tuple(out)
 
-        call = split_inputs(
-            diff_args, {}, (tuple(_Diff(Param) for _ in diff_args), False), DIFF_SPEC
-        )
+        mode = self.mode
+        prefix = tuple((_Diff(Param) if mode.updates else True) for _ in diff_args)
+        call = split_inputs(diff_args, {}, (prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(_DIFF_KEYS)
         static = InStatic(call.graphdef, slots, None)
         in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
@@ -99,7 +117,7 @@ class custom_vjp:
 
         def run(f: Callable[..., Any], diff_values: list[Any]) -> Any:
             """Merges, calls ``f``, re-splits; returns ``(f's result, lifted updates)``."""
-            inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True)
+            inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
 
             def call_fn(fn: Callable[..., Any], a: Any, kw: Any) -> Any:
                 return fn(*full(a), **kw), None

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec, Sharding
 
+from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
     bind,
@@ -32,7 +33,7 @@ from flaxgraph.transforms.calls import (
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.lift import Inner, InStatic, prefix_keys, split_inputs
-from flaxgraph.transforms.lift_types import StateSharding
+from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 
 
 class _Unspecified:
@@ -86,6 +87,8 @@ def jit(
     backend: str | None = None,
     inline: bool = False,
     compiler_options: dict[str, Any] | None = None,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """Compiles ``fun``, which may take and return objects, with ``jax.jit``.
 
@@ -101,6 +104,11 @@ def jit(
         outputs; objects' Variables get their new values, so donated objects stay
         usable.
       keep_unused, device, backend, inline, compiler_options: as in ``jax.jit``.
+      graph: ``False`` for tree mode (objects as plain pytrees; a shared Variable
+        is an error); ``None``: the default (``nnx.set_graph_mode``).
+      graph_updates: ``False``: only Variable values come back to the caller, not
+        attribute or structural changes, and input objects may not be returned;
+        ``None``: the default (``nnx.set_graph_updates``). See ``flaxgraph.modes``.
 
     Returns:
       A function with ``fun``'s signature. Calling it updates the objects passed to
@@ -113,6 +121,11 @@ def jit(
       TraceContextError (``ValueError``): ``fun`` mutates or returns an object it
         captured by closure instead of receiving it as an argument.
       PrefixError (``ValueError``): ``in_shardings``/``out_shardings`` do not fit.
+      SharedReferenceError (``ValueError``): in tree mode, a Variable is reachable
+        twice among the arguments or outputs; without graph updates, ``fun``
+        returns an input object. The message lists the paths.
+      ValueError: a ``StateSharding`` is given with ``graph=False`` or
+        ``graph_updates=False`` (when ``jit`` is created).
 
     Compilation is cached on the graph structure (GraphDef) and the arrays'
     shapes: a new object with the same structure reuses the compiled code; a
@@ -135,6 +148,10 @@ def jit(
 
     Source: ``jax.jit``; lifting per the JAX-style NNX transforms design (seed 002).
     """
+    mode = resolve(graph, graph_updates)
+    reject_lift_types(
+        mode, "jit", "in_shardings", in_shardings, out_shardings, plain="a Sharding (or None)"
+    )
     inner_fun, bound = unbind(fun)
     # For a bound method or Module instance, argnums and in_shardings count the
     # explicit arguments (as jax.jit does, and as grad/remat here do): shift past self.
@@ -159,6 +176,7 @@ def jit(
         out_keys,
         same_prefix=lambda in_key, out_key: not in_key[1] and in_key[0] == out_key,
         record_kept=True,
+        mode=mode,
     )
 
     def pure(in_static: InStatic, entry: Compiled, with_static: bool, *groups: list[Any]) -> Any:
@@ -206,7 +224,7 @@ def jit(
     def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
         args_prefix, kwargs_prefix = _split_prefix(in_shardings, len(dyn_args))
-        call = split_inputs(dyn_args, dyn_kwargs, (args_prefix, kwargs_prefix), SHARDING_SPEC)
+        call = split_inputs(dyn_args, dyn_kwargs, (args_prefix, kwargs_prefix), SHARDING_SPEC, mode)
         if donate_nums or donate_names:
             donated_positions = _donated_positions(args, donate_nums, static_nums)
             call.prefixes = [

@@ -27,8 +27,16 @@ semantics. Every transform goes through the same five steps:
    step raises, the caller's objects are untouched; this step validates before it
    writes.
 
+**Traversal modes** (``flaxgraph.modes``) are parameters of these same steps,
+not other paths: in tree mode (``graph=False``) step 1's walk rejects a Variable
+reachable twice; with ``graph_updates=False`` (and in tree mode) step 4 first puts
+the inputs' structure back as it came in, keeping the Variables' new values, and
+rejects input Variables among the outputs, so only values come back and step 5
+and the fast path run unchanged.
+
 Source: the JAX-style NNX transforms design note (seed 002) and the Linen
-lifting note (seed 001: split into groups, lift, repack, commit).
+lifting note (seed 001: split into groups, lift, repack, commit); modes per Flax
+NNX 0.12 (``graph``/``graph_updates``).
 """
 
 from __future__ import annotations
@@ -39,12 +47,14 @@ from typing import Any
 
 import jax
 
-from flaxgraph.errors import TraceContextError
+from flaxgraph.errors import SharedReferenceError, TraceContextError
+from flaxgraph.graph.flatten import shared_variables_message
 from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.graph.snapshot import StructureSnapshot
 from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.state import State
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
@@ -236,7 +246,11 @@ def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -
 
 
 def split_inputs(
-    args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any, spec: PrefixSpec
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    in_prefix: Any,
+    spec: PrefixSpec,
+    mode: Mode = DEFAULT,
 ) -> Call:
     """Step 1: flattens ``(args, kwargs)`` as one graph with one prefix per leaf.
 
@@ -245,11 +259,14 @@ def split_inputs(
       in_prefix: prefix tree over ``(args, kwargs)``: a pair ``(args_prefix,
         kwargs_prefix)`` or a single prefix for everything.
       spec: what counts as a prefix for this transform.
+      mode: the traversal mode (tree mode rejects shared Variables).
 
     Raises:
       PrefixError, InconsistentAliasingError (both ``ValueError``): see ``aliasing``.
+      SharedReferenceError (``ValueError``): tree mode, and a Variable is reachable
+        along two paths; the message lists them.
     """
-    walk = PrefixWalk(spec, NamedRoots(("args", "kwargs"), (args, kwargs)))
+    walk = PrefixWalk(spec, NamedRoots(("args", "kwargs"), (args, kwargs)), graph=mode.graph)
     graphdef, leaves, prefixes = walk.run_checked((args, kwargs), in_prefix)
     leaf_objs = [leaf for _, leaf in leaves]
     values = [leaf.raw_value if isinstance(leaf, Variable) else leaf for leaf in leaf_objs]
@@ -271,6 +288,8 @@ class Merged:
         "metadata",
         "raw_in",
         "snapshot",
+        "mode",
+        "in_static",
     )
 
     def __init__(
@@ -279,7 +298,10 @@ class Merged:
         values: list[Any],
         prefixes: Sequence[Any],
         snapshot: bool = False,
+        mode: Mode = DEFAULT,
     ):
+        self.mode = mode
+        self.in_static = in_static
         index_ref: dict[int, Any] = {}
         sink: list[Any] = []
         self.args, self.kwargs = unflatten(
@@ -299,7 +321,10 @@ class Merged:
         self.raw_in = {id(x): i for i, (x, v) in enumerate(zip(sink, is_variable)) if not v}
         # Taken before the function runs, to tell afterwards whether it changed the
         # inputs' structure (graph/snapshot.py).
-        self.snapshot = StructureSnapshot(index_ref.values()) if snapshot else None
+        # Without graph updates, to tell whether the structure must be put back.
+        self.snapshot = (
+            StructureSnapshot(index_ref.values()) if snapshot or not mode.updates else None
+        )
 
     def unchanged_input(self, leaf: Any) -> int | None:
         """The input position of ``leaf`` if it is an input leaf whose value (and
@@ -322,6 +347,22 @@ class Merged:
         assert self.snapshot is not None
         return self.snapshot.unchanged()
 
+    def restore_structure(self) -> None:
+        """Without graph updates (``snapshot`` is then always taken): puts the inputs' structure back as it was merged
+        (attributes the function added, deleted or replaced), keeping the new values
+        of the input Variables; raw array attributes get their input values back."""
+        if self.snapshot.unchanged() and not any(
+            len(path) > 2 and not isinstance(leaf, Variable)  # a raw attribute may have changed
+            for path, leaf in zip(self.in_static.graphdef.leaf_paths, self.leaves)
+        ):
+            return
+        leaves = [
+            leaf if isinstance(leaf, Variable) else value
+            for leaf, value in zip(self.leaves, self.values)
+        ]
+        reuse = {i: obj for obj, i in self.in_index.items()}
+        self.args, self.kwargs = unflatten(self.in_static.graphdef, leaves, reuse=reuse)
+
     def resplit(
         self,
         output: Any,
@@ -337,11 +378,14 @@ class Merged:
           ``(graphdef, leaves, prefixes, index_map)`` where ``index_map`` pairs each
           output node index with the input index of the same object.
         """
+        if not self.mode.updates:
+            self.restore_structure()
         walk = _OutputWalk(
             spec,
             NamedRoots(("output", "args", "kwargs"), (output, self.args, self.kwargs)),
             self.in_index,
             on_output_leaf,
+            self.mode,
         )
         args_prefix, kwargs_prefix = inputs_out_prefix
         graphdef, leaves, prefixes = walk.run_checked(
@@ -375,6 +419,7 @@ class Inner:
         snapshot of the merged inputs).
       templates: an ``out_template.Templates`` (with ``record_kept``): step 4 without
         the walk for calls matching an earlier one (transforms that trace every call).
+      mode: the traversal mode (``flaxgraph.modes``).
     """
 
     f: Callable[..., Any]
@@ -385,6 +430,7 @@ class Inner:
     on_output_leaf: Callable[[Any, Any], None] | None = None
     record_kept: bool = False
     templates: Any = None
+    mode: Mode = DEFAULT
 
     def run(
         self,
@@ -412,6 +458,7 @@ class Inner:
             [groups[g][i] for g, i in in_static.slots],
             in_prefixes,
             snapshot=self.record_kept,
+            mode=self.mode,
         )
         if self.on_inputs is not None:
             self.on_inputs(merged.leaves, merged.prefixes)
@@ -437,7 +484,8 @@ class Inner:
             out_prefix_tree,
             None if hooks_ran else self.on_output_leaf,
         )
-        inputs_kept = self.record_kept and merged.structure_kept()
+        # Without graph updates the inputs' structure was put back (resplit).
+        inputs_kept = self.record_kept and (not self.mode.updates or merged.structure_kept())
         out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
         sources = []
         for (_, leaf), prefix in zip(leaves, prefixes):
@@ -463,13 +511,17 @@ class _OutputWalk(PrefixWalk):
         roots: NamedRoots,
         in_index: RefMap[int],
         on_leaf: Callable[[Any, Any], None] | None,
+        mode: Mode = DEFAULT,
     ):
-        super().__init__(spec, roots)
+        super().__init__(spec, roots, graph=mode.graph)
         self.in_index = in_index
         self.on_leaf = on_leaf
         self.trace = current_trace()
+        self.mode = mode
 
     def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+        if not self.mode.updates and path and path[0] == 0 and node in self.in_index:
+            self.returned_input()
         if node not in self.in_index:
             created = (
                 node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", None)
@@ -488,6 +540,29 @@ class _OutputWalk(PrefixWalk):
         super().add_leaf(path, leaf, prefix)
         if self.on_leaf is not None and isinstance(leaf, Variable):
             self.on_leaf(leaf, self.leaf_prefixes[-1])
+
+    def returned_input(self) -> None:
+        """Without graph updates an input object may not be an output: only values
+        come back, so the caller could not get its own object back."""
+        output, args, kwargs = self.roots.values
+        raise SharedReferenceError(
+            shared_variables_message(
+                (output, args, kwargs),
+                self.where,
+                f"With {self.mode.name} a transformed function may not return its input "
+                "objects (only Variable values come back to the caller)",
+                wrapped=True,
+                select=lambda paths: (
+                    any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths)
+                ),
+                fixes=[
+                    "return new objects or arrays (e.g. nnx.clone(obj), or obj.value);",
+                    "or use graph updates: graph=True, graph_updates=True (or the "
+                    "nnx.compat spelling of the transform), which returns the caller's "
+                    "own object.",
+                ],
+            )
+        )
 
 
 _LOCATED = "_flaxgraph_location_note"

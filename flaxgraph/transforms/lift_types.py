@@ -191,3 +191,45 @@ class StatePrefix:
 
     def __repr__(self) -> str:
         return f"State prefix with {len(self.by_path)} leaves"
+
+
+def reject_lift_types(
+    mode: Any, transform: str, argument: str, *trees: Any, plain: str = "a plain prefix"
+) -> None:
+    """Lift types need graph updates: raises if ``trees`` (prefix trees such as
+    ``in_axes`` or ``argnums``) hold one while ``mode`` has none. ``plain`` says what
+    to give instead (``'an int or None'``).
+
+    Raises:
+      ValueError: a ``StateAxes``, ``StateSharding`` or ``DiffState`` is given to a
+        transform created with ``graph=False`` or ``graph_updates=False``; the message
+        says what to use instead.
+    """
+    if mode.updates:
+        return
+
+    def find(t: Any) -> Any:
+        if isinstance(t, (PrefixMapping, DiffState)):
+            return t
+        if isinstance(t, (tuple, list)):
+            return next((x for x in map(find, t) if x is not None), None)
+        if isinstance(t, dict):
+            return next((x for x in map(find, t.values()) if x is not None), None)
+        return None
+
+    for tree in trees:
+        found = find(tree)
+        if found is not None:
+            kind = type(found).__name__
+            instead = (
+                "argnums (ints: every array of those arguments is differentiated)"
+                if isinstance(found, DiffState)
+                else f"{plain} for the whole object in {argument}"
+            )
+            raise ValueError(
+                f"nnx.{transform} was created with {mode.name}, but its {argument} holds a "
+                f"{kind} ({found!r}); lift types need graph updates.\n"
+                f"  1. use {instead};\n"
+                f"  2. or create it with graph=True, graph_updates=True (or use "
+                f"nnx.compat.{transform})."
+            )

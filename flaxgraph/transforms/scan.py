@@ -36,13 +36,14 @@ import jax.numpy as jnp
 
 from flaxgraph.graph.diff import graphdef_diff
 from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.modes import resolve
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.control import CarryStructureError
 from flaxgraph.transforms.jit import jit
 from flaxgraph.transforms.lift import IN, InStatic, Merged, OutStatic, Static, _Frozen, split_inputs
-from flaxgraph.transforms.lift_types import StateAxes
+from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix
 from flaxgraph.variables import Variable
 
@@ -90,8 +91,8 @@ def _carry_positions(prefix: Any, n: int) -> tuple[int, ...]:
     return ()
 
 
-def _flatten_carry(value: Any) -> tuple[Any, list[Any]]:
-    walk = PrefixWalk(_PLAIN, NamedRoots(("carry",), (value,)))
+def _flatten_carry(value: Any, graph: bool = True) -> tuple[Any, list[Any]]:
+    walk = PrefixWalk(_PLAIN, NamedRoots(("carry",), (value,)), graph=graph)
     graphdef, leaves, _ = walk.run_checked((value,), (None,))
     return (
         graphdef,
@@ -138,6 +139,8 @@ def scan(
     in_axes: Any = (Carry, 0),
     out_axes: Any = (Carry, 0),
     transform_metadata: Mapping[str, Any] = {},
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """``jax.lax.scan`` for functions of objects (see the module docstring).
 
@@ -150,6 +153,11 @@ def scan(
         ``StateAxes``; keyword arguments are broadcast.
       out_axes: the same over the output; ``Carry`` marks the new carry.
       transform_metadata: as in ``vmap`` (e.g. ``{nnx.PARTITION_NAME: 'layers'}``).
+      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
+        Without graph updates (as in Flax NNX 0.12) the carry comes back as new
+        objects while the caller's carry objects get the final values, and a
+        broadcast (``None``) Variable that the body changes is carried from step to
+        step instead of being an error; ``StateAxes`` needs graph updates.
 
     Returns:
       The scanned function: the final carry where ``out_axes`` has ``Carry``, the
@@ -166,6 +174,8 @@ def scan(
 
     Source: ``jax.lax.scan``; seed 002/003.
     """
+    mode = resolve(graph, graph_updates)
+    reject_lift_types(mode, "scan", "in_axes", in_axes, out_axes, plain="nnx.Carry, an int or None")
     inner_f, bound = unbind(f)
 
     def body(carry_in: Any, x: list[Any]) -> Any:
@@ -175,11 +185,12 @@ def scan(
         info: _ScanInfo = static.value
         carry_graphdef, in_static, prefixes = info.carry_graphdef, info.in_static, info.prefixes
         positions, a_prefix, rest_prefix = info.positions, info.a_prefix, info.rest_prefix
+        kwargs_prefix = info.kwargs_prefix
         expected_state_carry, n_carry = list(info.expected_state_carry), info.n_carry
         carry_obj = unflatten(carry_graphdef, carry[:n_carry])[0]
         groups = (carry[n_carry:], x, broadcast_values)
         values = [groups[g][k] for g, k in in_static.slots]
-        merged = Merged(in_static, values, prefixes)
+        merged = Merged(in_static, values, prefixes, mode=mode)
         metadata = AxisMetadata(transform_metadata)
         metadata.on_inputs(merged.leaves, merged.prefixes)
         full_args = list(merged.args)
@@ -190,7 +201,7 @@ def scan(
         out = inner_f(*full_args, **merged.kwargs)
         out = map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
         out_carry, out_rest, rest_axes = _split_output(out, out_axes)
-        new_graphdef, new_carry, _ = _flatten_carry(tuple(out_carry))
+        new_graphdef, new_carry, _ = _flatten_carry(tuple(out_carry), mode.graph)
         if new_graphdef != carry_graphdef:
             diff = graphdef_diff(carry_graphdef, new_graphdef, roots=("carry",))
             raise CarryStructureError(
@@ -206,7 +217,11 @@ def scan(
             NamedRoots(("carry",), (tuple(out_carry),)).where,
         )
         graphdef, leaves, prefixes, index_map = merged.resplit(
-            out_rest, SCAN_OUT_SPEC, (rest_prefix, None), rest_axes, metadata.on_output_leaf
+            out_rest,
+            SCAN_OUT_SPEC,
+            (rest_prefix, kwargs_prefix),
+            rest_axes,
+            metadata.on_output_leaf,
         )
         new_state_carry, ys, sources = [], [], []
         state_paths = []
@@ -258,8 +273,14 @@ def scan(
             if isinstance(a_prefix, tuple)
             else (None if a_prefix is Carry else a_prefix)
         )
-        carry_graphdef, carry_values, carry_nodes = _flatten_carry(carry_value)
-        call = split_inputs(rest_args, kwargs, (rest_prefix, None), SCAN_SPEC)
+        kwargs_prefix = None
+        if not mode.updates:
+            # As in Flax NNX 0.12: without graph updates, broadcast Variables that the
+            # body changes are carried (unchanged ones pass through the carry as is).
+            rest_prefix = _broadcast_as_carry(rest_prefix, rest_args)
+            kwargs_prefix = Carry
+        carry_graphdef, carry_values, carry_nodes = _flatten_carry(carry_value, mode.graph)
+        call = split_inputs(rest_args, kwargs, (rest_prefix, kwargs_prefix), SCAN_SPEC, mode)
         _check_disjoint(carry_nodes, call.nodes)
 
         state_carry = [i for i, p in enumerate(call.prefixes) if p is Carry]
@@ -282,6 +303,7 @@ def scan(
             rest_prefix,
             tuple(expected_state_carry),
             len(carry_values),
+            kwargs_prefix,
         )
         n_carry = len(carry_values)
         init = (
@@ -302,6 +324,8 @@ def scan(
         final_carry_obj = unflatten(
             carry_graphdef, final_carry[:n_carry], reuse=dict(enumerate(carry_nodes))
         )[0]
+        if not mode.updates:  # the caller's carry got the values; the output is new
+            final_carry_obj = unflatten(carry_graphdef, final_carry[:n_carry])[0]
         state_final = final_carry[n_carry:]
         values = []
         for tag, a, b in out_static.sources:
@@ -318,7 +342,7 @@ def scan(
     # jax.lax.scan traces its body either way, so this changes no behaviour, only the
     # per-call cost of the steps around the loop. Under ``jax.disable_jit()`` it runs
     # eagerly, as jax.lax.scan does.
-    return bind(jit(wrapper), bound, f)
+    return bind(jit(wrapper, graph=True, graph_updates=True), bound, f)
 
 
 class _ScanInfo(_Frozen):
@@ -333,12 +357,21 @@ class _ScanInfo(_Frozen):
         "rest_prefix",
         "expected_state_carry",
         "n_carry",
+        "kwargs_prefix",
     )
     _fields = __slots__
 
     def __init__(self, *values: Any):
         for name, value in zip(self._fields, values):
             object.__setattr__(self, name, value)
+
+
+def _broadcast_as_carry(prefix: Any, args: tuple[Any, ...]) -> Any:
+    """``prefix`` (over the non-carry arguments) with ``None`` (broadcast) made
+    ``Carry`` for every argument that holds objects."""
+    if isinstance(prefix, tuple):
+        return tuple(Carry if p is None and a is not None else p for p, a in zip(prefix, args))
+    return Carry if prefix is None else prefix
 
 
 def _check_carry_types(

@@ -27,6 +27,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graph.refmap import RefMap
+from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import bind, decorator, normalize_argnums, unbind
@@ -40,7 +41,7 @@ from flaxgraph.transforms.lift import (
     prefix_keys,
     split_inputs,
 )
-from flaxgraph.transforms.lift_types import StateAxes
+from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
 from flaxgraph.variables import PARTITION_NAME, Variable
 
@@ -108,9 +109,12 @@ def _mapped(
     out_axes: Any,
     transform_metadata: Mapping[str, Any],
     donate_argnums: tuple[int, ...] = (),
+    mode: Mode = DEFAULT,
     **jax_kwargs: Any,
 ) -> Callable[..., Any]:
     """vmap and pmap share everything but the JAX transform."""
+    name = "vmap" if jax_map is jax.vmap else "pmap"
+    reject_lift_types(mode, name, "in_axes", in_axes, out_axes, plain="an int or None")
     inner_f, bound = unbind(f)
     in_keys = prefix_keys(in_axes, 0, spec=AXES_SPEC)
     out_keys = prefix_keys(in_axes, out_axes, 0, spec=AXES_SPEC)
@@ -144,6 +148,7 @@ def _mapped(
             on_output_leaf=metadata.on_output_leaf,
             record_kept=by_closure,
             templates=templates if by_closure else None,
+            mode=mode,
         )
         in_prefixes = [in_keys[g] for g, _ in in_static.slots]
 
@@ -219,7 +224,7 @@ def _mapped(
                 return result
         plans.general_calls += 1
         a_prefix = args_prefix(_shift_axes(in_axes, len(bound)), len(args))
-        call = split_inputs(args, kwargs, (a_prefix, 0), AXES_SPEC)
+        call = split_inputs(args, kwargs, (a_prefix, 0), AXES_SPEC, mode)
         if donate_argnums:
             positions = {i % len(args) for i in donate_argnums}
             call.prefixes = [
@@ -262,6 +267,8 @@ def vmap(
     axis_size: int | None = None,
     spmd_axis_name: Any = None,
     transform_metadata: Mapping[str, Any] = {},
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """``jax.vmap`` for functions of objects.
 
@@ -277,6 +284,8 @@ def vmap(
         arguments).
       transform_metadata: parameters for the Variables' ``add_axis``/``remove_axis``
         hooks, e.g. ``{nnx.PARTITION_NAME: 'batch'}``.
+      graph, graph_updates: the traversal mode (see ``jit`` and ``flaxgraph.modes``);
+        ``StateAxes`` needs the default graph mode with graph updates.
 
     Returns:
       The vectorized function; changes made to the arguments' objects are written
@@ -310,6 +319,7 @@ def vmap(
         in_axes,
         out_axes,
         transform_metadata,
+        mode=resolve(graph, graph_updates),
         axis_name=axis_name,
         axis_size=axis_size,
         spmd_axis_name=spmd_axis_name,
@@ -329,6 +339,8 @@ def pmap(
     axis_size: int | None = None,
     donate_argnums: int | Iterable[int] = (),
     transform_metadata: Mapping[str, Any] = {},
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
     """``jax.pmap`` for functions of objects (see ``vmap``; the mapped axis runs on
     devices).
@@ -339,10 +351,11 @@ def pmap(
       static_broadcasted_argnums: arguments that are compile-time constants; they
         must be hashable and contain no objects.
       donate_argnums: arguments whose buffers may be reused.
-      transform_metadata: as in ``vmap``.
+      transform_metadata, graph, graph_updates: as in ``vmap``.
 
     Source: ``jax.pmap``.
     """
+    mode = resolve(graph, graph_updates)
     statics = normalize_argnums(static_broadcasted_argnums)  # type: ignore[arg-type]
     if statics:
         return _pmap_static(
@@ -356,6 +369,7 @@ def pmap(
             axis_size,
             normalize_argnums(donate_argnums),
             transform_metadata,
+            mode,
         )  # type: ignore[arg-type]
     return _mapped(
         jax.pmap,
@@ -364,6 +378,7 @@ def pmap(
         out_axes,
         transform_metadata,
         donate_argnums=normalize_argnums(donate_argnums),  # type: ignore[arg-type]
+        mode=mode,
         axis_name=axis_name,
         devices=devices,
         backend=backend,
@@ -382,6 +397,7 @@ def _pmap_static(
     axis_size: Any,
     donate: tuple[int, ...],
     transform_metadata: Any,
+    mode: Mode,
 ) -> Callable[..., Any]:
     """pmap with static arguments: one pmapped function per distinct static value."""
     cache: dict[Any, Callable[..., Any]] = {}
@@ -412,6 +428,7 @@ def _pmap_static(
                 donate_argnums=tuple(
                     d - sum(1 for p in pos if p < d) for d in donate if d not in pos
                 ),
+                mode=mode,
                 axis_name=axis_name,
                 devices=devices,
                 backend=backend,
