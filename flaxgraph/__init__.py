@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from flaxgraph import filters as filters
+from flaxgraph import modes as modes
 from flaxgraph import nn as nn
 from flaxgraph import spmd as spmd
 from flaxgraph import testing as testing
@@ -16,6 +17,7 @@ from flaxgraph.errors import FlaxgraphError as FlaxgraphError
 from flaxgraph.errors import GraphStructureError as GraphStructureError
 from flaxgraph.errors import IdentityHashWarning as IdentityHashWarning
 from flaxgraph.errors import InvalidFilterError as InvalidFilterError
+from flaxgraph.errors import SharedReferenceError as SharedReferenceError
 from flaxgraph.errors import StaticAttributeError as StaticAttributeError
 from flaxgraph.errors import TraceContextError as TraceContextError
 from flaxgraph.errors import UnmatchedLeafError as UnmatchedLeafError
@@ -46,6 +48,8 @@ from flaxgraph.graph.registry import register_graph_node_type as register_graph_
 from flaxgraph.helpers import Dict as Dict
 from flaxgraph.helpers import List as List
 from flaxgraph.helpers import Sequential as Sequential
+from flaxgraph.modes import set_graph_mode as set_graph_mode
+from flaxgraph.modes import set_graph_updates as set_graph_updates
 from flaxgraph.module import Module as Module
 from flaxgraph.nn import initializers as initializers
 from flaxgraph.nn.activations import PReLU as PReLU
@@ -156,6 +160,8 @@ from flaxgraph.transforms.jit import jit as jit
 from flaxgraph.transforms.lift_types import DiffState as DiffState
 from flaxgraph.transforms.lift_types import StateAxes as StateAxes
 from flaxgraph.transforms.lift_types import StateSharding as StateSharding
+from flaxgraph.transforms.partial import cached_partial as cached_partial
+from flaxgraph.transforms.partial import jit_partial as jit_partial
 from flaxgraph.transforms.scan import Carry as Carry
 from flaxgraph.transforms.scan import scan as scan
 from flaxgraph.transforms.vmap import pmap as pmap

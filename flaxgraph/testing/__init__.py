@@ -15,7 +15,8 @@ What is here:
 * **strategies** (need ``hypothesis``): ``graphs()`` (random object graphs
   with shared Variables and sub-nodes, cycles, containers, mixed Variable kinds,
   metadata, static attributes), ``arrays()``, ``variables()``,
-  ``static_values()``, ``filters()`` and ``mutations()`` (mutation programs);
+  ``static_values()``, ``filters()``, ``mutations()`` (mutation programs) and
+  ``modes()`` (the three traversal modes, as transform keyword arguments);
 * **comparison**: ``graphs_equal(a, b)`` and ``assert_graphs_equal(a, b)`` check
   that two graphs are isomorphic: same types, static values, array values,
   Variable metadata and sharing pattern (cycles included);
@@ -53,11 +54,20 @@ if _TYPE_CHECKING:
     from flaxgraph.testing.strategies import arrays as arrays
     from flaxgraph.testing.strategies import filters as filters
     from flaxgraph.testing.strategies import graphs as graphs
+    from flaxgraph.testing.strategies import modes as modes
     from flaxgraph.testing.strategies import mutations as mutations
     from flaxgraph.testing.strategies import static_values as static_values
     from flaxgraph.testing.strategies import variables as variables
 
-_STRATEGIES = ("arrays", "filters", "graphs", "mutations", "static_values", "variables")
+_STRATEGIES = (
+    "arrays",
+    "filters",
+    "graphs",
+    "modes",
+    "mutations",
+    "static_values",
+    "variables",
+)
 
 
 def __getattr__(name: str) -> _Any:

@@ -365,6 +365,42 @@ def graphs(
     return build()
 
 
+MODES: tuple[dict[str, bool], ...] = (
+    {"graph": True, "graph_updates": True},
+    {"graph": True, "graph_updates": False},
+    {"graph": False, "graph_updates": False},
+)
+"""The three traversal modes as transform keyword arguments (``flaxgraph.modes``)."""
+
+
+def modes() -> SearchStrategy[dict[str, bool]]:
+    """A strategy of traversal modes, as keyword arguments for a transform.
+
+    Returns:
+      A hypothesis strategy drawing one of ``MODES``: ``{'graph': True,
+      'graph_updates': True}`` (the default), ``{'graph': True, 'graph_updates':
+      False}`` or ``{'graph': False, 'graph_updates': False}`` (tree mode).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from hypothesis import given, settings
+      >>> from flaxgraph.testing import modes
+      >>> @settings(max_examples=6)
+      ... @given(modes())
+      ... def test(mode):
+      ...     def add_one(v):
+      ...         v[...] += 1
+      ...     v = nnx.Variable(jnp.zeros(()))
+      ...     nnx.jit(add_one, **mode)(v)
+      ...     assert v[...] == 1  # values come back in every mode
+      >>> test()
+
+    Source: Flax NNX 0.12 ``graph``/``graph_updates``.
+    """
+    return st.sampled_from(MODES)
+
+
 def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list[MutationStep]]:
     """A strategy of mutation programs for ``apply_mutations``.
 
@@ -531,12 +567,14 @@ class _Builder:
 __all__ = [
     "ATTRIBUTE_NAMES",
     "MESH_AXES",
+    "MODES",
     "NODE_TYPES",
     "TAGS",
     "VARIABLE_KINDS",
     "arrays",
     "filters",
     "graphs",
+    "modes",
     "mutations",
     "static_values",
     "variables",

@@ -299,6 +299,7 @@ def grad(
 
     Source: ``jax.grad``; DiffState per seed 002.
     """
+    reject_lift_types(resolve(graph, graph_updates), "grad", "argnums", argnums, plain="an int")
     vg = value_and_grad(
         f,
         argnums,
