@@ -158,6 +158,7 @@ from flaxgraph.transforms.lift_types import StateAxes as StateAxes
 from flaxgraph.transforms.lift_types import StateSharding as StateSharding
 from flaxgraph.transforms.scan import Carry as Carry
 from flaxgraph.transforms.scan import scan as scan
+from flaxgraph.transforms.shard_map import shard_map as shard_map
 from flaxgraph.transforms.vmap import pmap as pmap
 from flaxgraph.transforms.vmap import vmap as vmap
 from flaxgraph.variables import PARTITION_NAME as PARTITION_NAME
