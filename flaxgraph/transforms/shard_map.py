@@ -129,28 +129,29 @@ def _spec_problem(
     checks that each sharded dimension divides evenly (inputs only)."""
     if spec is None:
         return None
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    names_at = [e if isinstance(e, tuple) else (() if e is None else (e,)) for e in spec]
+    for name in (n for names in names_at for n in names):
+        if name not in sizes:
+            return (
+                f"names the mesh axis {name!r}, which the mesh does not have (its axes: "
+                f"{tuple(mesh.axis_names)}).\nFix: use one of the mesh's axis names."
+            )
+        if name not in manual:
+            return (
+                f"names the mesh axis {name!r}, which is not in axis_names "
+                f"{tuple(sorted(manual, key=str))}: a spec may only name manual axes.\n"
+                "Fix: add it to axis_names, or leave it out of the spec."
+            )
     shape = np.shape(value)
     if len(spec) > len(shape):
+        entries = "1 entry" if len(spec) == 1 else f"{len(spec)} entries"
         return (
-            f"has {len(spec)} entries but the value has rank {len(shape)} (shape "
-            f"{tuple(shape)}).\nFix: give at most one entry per dimension (P() replicates), "
-            "or a StateSharding with its own spec for this value."
+            f"has {entries}, but the value has rank {len(shape)} (shape {tuple(shape)}).\n"
+            "Fix: give at most one entry per dimension (P() replicates), or a "
+            "StateSharding with its own spec for this value."
         )
-    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
-    for dim, entry in enumerate(spec):
-        names = entry if isinstance(entry, tuple) else (() if entry is None else (entry,))
-        for name in names:
-            if name not in sizes:
-                return (
-                    f"names the mesh axis {name!r}, but the mesh has axes "
-                    f"{tuple(mesh.axis_names)}.\nFix: use one of the mesh's axis names."
-                )
-            if name not in manual:
-                return (
-                    f"names the mesh axis {name!r}, which is not in axis_names "
-                    f"{tuple(sorted(manual, key=str))}: a spec may only name manual axes.\n"
-                    "Fix: add it to axis_names, or leave it out of the spec."
-                )
+    for dim, names in enumerate(names_at):
         devices = math.prod(sizes[n] for n in names)
         if whole and devices > 1 and shape[dim] % devices:
             return (
@@ -307,7 +308,7 @@ def shard_map(
             if problem is not None:
                 raise PrefixError(
                     f"in_specs gives {spec!r} for the {kind_name(leaf)} at "
-                    f"{roots.where(path)}, but it {problem}"
+                    f"{roots.where(path)}: the spec {problem}"
                 )
         slots, groups = call.groups(in_keys)
         in_static = InStatic(call.graphdef, slots, a_prefix)
@@ -371,5 +372,5 @@ def _check_outputs(
             name = "out_specs" if path[0] == 0 else "in_specs"
             raise PrefixError(
                 f"{name} gives {spec!r} for the value at {where} (returned from each "
-                f"shard), but it {problem}"
+                f"shard): the spec {problem}"
             )
