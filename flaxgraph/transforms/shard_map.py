@@ -143,7 +143,21 @@ def _spec_problem(
                 f"{tuple(sorted(manual, key=str))}: a spec may only name manual axes.\n"
                 "Fix: add it to axis_names, or leave it out of the spec."
             )
-    shape = np.shape(value)
+    for leaf in jax.tree.leaves(value):
+        problem = _shape_problem(spec, names_at, np.shape(leaf), sizes, whole)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _shape_problem(
+    spec: PartitionSpec,
+    names_at: list[tuple[Any, ...]],
+    shape: tuple[int, ...],
+    sizes: dict[Any, int],
+    whole: bool,
+) -> str | None:
+    """``_spec_problem`` for one array of shape ``shape``."""
     if len(spec) > len(shape):
         entries = "1 entry" if len(spec) == 1 else f"{len(spec)} entries"
         return (
@@ -251,7 +265,7 @@ def shard_map(
     group_specs = tuple(_jax_spec(k) for k in in_keys)
 
     def pure(in_static: InStatic, entry: Compiled, with_static: bool, *groups: list[Any]) -> Any:
-        args_prefix = in_static.extra
+        args_prefix = _args_prefix(in_specs, in_static.extra)
         view = LocalView(manual)
         inner = Inner(
             inner_f,
@@ -311,7 +325,8 @@ def shard_map(
                     f"{roots.where(path)}: the spec {problem}"
                 )
         slots, groups = call.groups(in_keys)
-        in_static = InStatic(call.graphdef, slots, a_prefix)
+        # The spec trees may hold lists and dicts (unhashable): pure rebuilds them.
+        in_static = InStatic(call.graphdef, slots, len(args))
         return call, compiled_for(in_static), groups, slots
 
     plans = PlanCache()
