@@ -287,12 +287,14 @@ def shard_map(
             in_static, groups, in_prefixes, (args_prefix, _REPLICATED), out_specs, call
         )
         _check_outputs(out_static, out_groups, out_keys, roots, mesh, manual)
+        last_trace[:] = (out_static, tuple(roots))  # for notes on JAX's errors
         return entry.record(out_static, out_groups, with_static)
 
     map_kwargs: dict[str, Any] = dict(mesh=mesh, check_vma=check_vma)
     if axis_names:
         map_kwargs["axis_names"] = frozenset(axis_names)
     compiled: dict[InStatic, Compiled] = {}
+    last_trace: list[Any] = []  # the current call's last trace: (out_static, roots)
 
     def compiled_for(in_static: InStatic) -> Compiled:
         entry = compiled.get(in_static)
@@ -300,8 +302,15 @@ def shard_map(
 
             def make(entry: Compiled, with_static: bool) -> Callable[..., Any]:
                 out_group_specs = tuple(_jax_spec(k) for k in out_keys)
+                bound_pure = functools.partial(pure, in_static, entry, with_static)
+
+                def body(*groups: list[Any]) -> Any:
+                    return bound_pure(*groups)
+
+                # JAX's messages name the function: name it after the user's.
+                body.__name__ = body.__qualname__ = getattr(inner_f, "__name__", "f")
                 mapped = jax.shard_map(
-                    functools.partial(pure, in_static, entry, with_static),
+                    body,
                     in_specs=group_specs,
                     out_specs=(_REPLICATED, out_group_specs) if with_static else out_group_specs,
                     **map_kwargs,
@@ -350,7 +359,13 @@ def shard_map(
             return result
         plans.general_calls += 1
         call, entry, groups, slots = prepare(args)
-        out, out_groups = entry.call(groups)
+        try:
+            out, out_groups = entry.call(groups)
+        except ValueError as error:
+            _note_groups(error, args, call, slots, in_keys, out_keys, last_trace)
+            raise
+        finally:
+            last_trace.clear()
         result = call.finish(out, out_groups)
         key = plan_key(args, kwargs)
         if key is not None and out.inputs_kept and same_trace(call):
@@ -389,3 +404,47 @@ def _check_outputs(
                 f"{name} gives {spec!r} for the value at {where} (returned from each "
                 f"shard): the spec {problem}"
             )
+
+
+def _note_groups(
+    error: ValueError,
+    args: tuple[Any, ...],
+    call: Any,
+    slots: Sequence[tuple[int, int]],
+    in_keys: Sequence[Any],
+    out_keys: Sequence[Any],
+    last_trace: list[Any],
+) -> None:
+    """JAX's errors name ``in_specs[i]``/``out_specs[i]`` of the call flaxgraph makes,
+    where entry ``i`` is the group of every leaf with the ``i``-th distinct spec: notes
+    on ``error`` which leaves (by path) each group it names holds."""
+    message = str(error)
+    lines = []
+    in_where = NamedRoots(("args", "kwargs"), (args, {}))
+    in_paths = call.graphdef.leaf_paths
+    for g, key in enumerate(in_keys):
+        if f"in_specs[{g}]" in message:
+            paths = [in_where.where(p) for p, (h, _) in zip(in_paths, slots) if h == g]
+            lines.append(_group_line("in_specs", g, key, paths))
+    if last_trace:
+        out_static, roots = last_trace
+        out_where = NamedRoots(("output", "args", "kwargs"), roots)
+        leaf_paths = out_static.graphdef.leaf_paths
+        for g, key in enumerate(out_keys):
+            if f"out_specs[{g}]" in message:
+                paths = [
+                    out_where.where(p)
+                    for p, (tag, h, _) in zip(leaf_paths, out_static.sources)
+                    if tag == OUT and h == g
+                ]
+                lines.append(_group_line("out_specs", g, key, paths))
+    if lines:
+        error.add_note(
+            "flaxgraph passes jax.shard_map one group of leaves per distinct spec; the "
+            "groups named above are:\n" + "\n".join(lines)
+        )
+
+
+def _group_line(name: str, g: int, key: Any, paths: list[str]) -> str:
+    shown = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
+    return f"  {name}[{g}] (spec {key!r}): {shown}"

@@ -252,6 +252,20 @@ SCRIPT = textwrap.dedent(
         np.testing.assert_array_equal(m.l1.kernel.value, K1)
 
     @check
+    def errors_from_jax_name_the_leaves_of_the_group():
+        m = Node(w=nnx.Param(jnp.ones((8, 2))))
+        # the sum of a 'data' shard differs between shards: out_specs P() is wrong
+        f = nnx.shard_map(lambda m: {"s": jnp.sum(m.w.value), "w": m.w}, mesh=MESH,
+                          in_specs=(P("data"),), out_specs={"s": P(), "w": P("data")})
+        try:
+            f(m)
+        except ValueError as e:
+            notes = "\n".join(getattr(e, "__notes__", []))
+        else:
+            raise AssertionError("no error")
+        assert "output['s']" in notes and "P()" in notes, notes
+
+    @check
     def keyword_arguments_and_wrong_arity_are_rejected():
         f = nnx.shard_map(lambda x, y=None: x, mesh=MESH, in_specs=(P(),), out_specs=P())
         raises(TypeError, lambda: f(jnp.ones(2), y=jnp.ones(2)))
@@ -294,6 +308,7 @@ CHECKS = [
     "decorated_method_and_bound_instance",
     "outputs_objects_and_input_aliases",
     "bad_specs_name_the_variable_path",
+    "errors_from_jax_name_the_leaves_of_the_group",
     "keyword_arguments_and_wrong_arity_are_rejected",
     "an_error_inside_leaves_the_caller_unchanged",
 ]
