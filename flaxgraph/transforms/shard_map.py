@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import jax
@@ -183,7 +184,7 @@ def shard_map(
     mesh: Any,
     in_specs: Any,
     out_specs: Any,
-    axis_names: frozenset[Any] | set[Any] = frozenset(),
+    axis_names: AbstractSet[Any] = frozenset(),
     check_vma: bool = True,
     graph: bool | None = None,
     graph_updates: bool | None = None,
@@ -230,6 +231,11 @@ def shard_map(
       TraceContextError (``ValueError``): ``f`` mutates or returns an object it
         captured by closure.
       TypeError: keyword arguments were passed.
+      ValueError: an ``in_specs`` tuple does not have one entry per positional
+        argument; or ``jax.shard_map`` rejects the call (e.g. ``check_vma`` finds an
+        output that varies along an axis its ``out_specs`` does not name). JAX's
+        messages speak of ``in_specs[i]``/``out_specs[i]``, the ``i``-th group of
+        leaves sharing one spec; a note on the error lists those leaves' paths.
 
     Example (one device: a 1-device mesh; with more, ``x`` is split by rows)::
 
