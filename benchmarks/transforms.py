@@ -23,7 +23,10 @@ Workloads (each call blocks until its output is ready):
 * ``vmap`` / ``vmap_jit``: the forward vmapped over a batch of inputs with the
   model broadcast (``in_axes=(None, 0)``), eager and inside an outer jit;
 * ``scan`` / ``scan_jit``: the forward as a scan over L stacked layers (made by
-  vmapping the layer constructor), eager and inside an outer jit.
+  vmapping the layer constructor), eager and inside an outer jit;
+* ``shard_map``: the forward under ``shard_map`` (model replicated, ``x`` split by
+  rows over a one-device mesh ``('data',)``) inside an outer jit; Equinox, which has
+  no ``shard_map`` of its own, uses ``jax.shard_map`` inside ``eqx.filter_jit``.
 
 Before timing, every contender's output is checked once against the floor's
 (``allclose``). Ratios are medians of per-round ratios to the floor. The NNX-style
@@ -53,6 +56,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
 import flaxgraph
 from benchmarks.common import (
@@ -89,6 +93,7 @@ WORKLOADS = {
     "vmap_jit": "vmap over inputs inside an outer jit",
     "scan": "scan over stacked layers, eager",
     "scan_jit": "scan over stacked layers inside an outer jit",
+    "shard_map": "shard_map (1-device mesh, x split by rows) inside an outer jit",
 }
 SCAN_WORKLOADS = ("scan", "scan_jit")
 CONTENDERS = ("jax", "flaxgraph", "flaxgraph_tree", "nnx", "nnx_tree", "eqx")
@@ -98,6 +103,14 @@ TRAIN_GOAL = 1.1  # issue 10: the jitted train step, graph and tree mode alike
 
 
 # -- data ------------------------------------------------------------------------------------
+
+
+def shard_map_options() -> dict[str, Any]:
+    """The ``shard_map`` workload's mesh and specs: a one-device mesh (the benchmark
+    runs on one device), the model replicated and ``x`` split by rows."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+    rows = PartitionSpec("data")
+    return dict(mesh=mesh, in_specs=(PartitionSpec(), rows), out_specs=rows)
 
 
 def make_arrays(num_layers: int, width: int = WIDTH) -> list[dict[str, jax.Array]]:
@@ -264,6 +277,11 @@ def nnx_style(
             scanned = lib.jit(scanned, **mode)
         return Runner(lambda: scanned(x, layers))
 
+    if workload == "shard_map":
+        model = mlp_cls(arrays)
+        sharded = lib.jit(lib.shard_map(lambda m, x: m(x), **shard_map_options(), **mode), **mode)
+        return Runner(lambda: sharded(model, x))
+
     raise ValueError(workload)
 
 
@@ -346,6 +364,11 @@ def eqx_style(eqx: ModuleType, workload: str, arrays: Any, data: dict[str, jax.A
             scanned = eqx.filter_jit(scanned)
         return Runner(lambda: scanned(layers, x))
 
+    if workload == "shard_map":
+        model = mlp_cls(arrays)
+        sharded = eqx.filter_jit(jax.shard_map(lambda m, x: m(x), **shard_map_options()))
+        return Runner(lambda: sharded(model, x))
+
     raise ValueError(workload)
 
 
@@ -374,6 +397,9 @@ def jax_style(workload: str, arrays: Any, data: dict[str, jax.Array]) -> Runner:
         stacked = stack(arrays)
         scanned = jax.jit(jax_scan) if workload == "scan_jit" else jax_scan
         return Runner(lambda: scanned(stacked, x))
+    if workload == "shard_map":
+        sharded = jax.jit(jax.shard_map(jax_mlp, **shard_map_options()))
+        return Runner(lambda: sharded(params, x))
     raise ValueError(workload)
 
 

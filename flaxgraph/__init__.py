@@ -164,6 +164,7 @@ from flaxgraph.transforms.partial import cached_partial as cached_partial
 from flaxgraph.transforms.partial import jit_partial as jit_partial
 from flaxgraph.transforms.scan import Carry as Carry
 from flaxgraph.transforms.scan import scan as scan
+from flaxgraph.transforms.shard_map import shard_map as shard_map
 from flaxgraph.transforms.vmap import pmap as pmap
 from flaxgraph.transforms.vmap import vmap as vmap
 from flaxgraph.variables import PARTITION_NAME as PARTITION_NAME

@@ -77,6 +77,7 @@ TRANSFORM_WORKLOADS = {  # workload -> model sizes run by --quick
     "vmap_jit": ("1", "8"),
     "scan": ("8",),
     "scan_jit": ("8",),
+    "shard_map": ("1", "8"),
 }
 
 # Runs the transforms benchmark with flax and equinox made unimportable.

@@ -125,6 +125,14 @@ LIFTS: dict[str, Lift] = {
         ),
         new_leaves=True,
     ),
+    "shard_map_replicated": Lift(
+        lambda f: nnx.shard_map(
+            f,
+            mesh=jax.sharding.Mesh(jax.devices()[:1], ("x",)),
+            in_specs=(jax.sharding.PartitionSpec(),),
+            out_specs=jax.sharding.PartitionSpec(),
+        )
+    ),
     "scan_carry_3": Lift(
         lambda f: nnx.scan(f, in_axes=nnx.Carry, out_axes=nnx.Carry, length=3),
         carry=True,
