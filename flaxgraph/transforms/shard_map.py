@@ -35,12 +35,13 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from flaxgraph.graph.refmap import RefMap
+from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, kind_name
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, prefix_keys, split_inputs
-from flaxgraph.transforms.lift_types import StateSharding
+from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.variables import Variable
 
 _SHARDING_KEYS = ("sharding", "sharding_names")
@@ -208,9 +209,8 @@ def shard_map(
       axis_names: the mesh axes ``f`` is manual over (all of them if empty); the
         others stay automatic.
       check_vma: as in ``jax.shard_map`` (checks replication of unnamed out axes).
-      graph, graph_updates: the traversal mode, as in Flax NNX 0.12 (``None`` takes
-        the default: graph mode, structural updates propagated). Accepted for API
-        compatibility; currently only the default mode runs.
+      graph, graph_updates: the traversal mode (see ``nnx.jit`` and
+        ``flaxgraph.modes``); ``StateSharding`` needs graph updates.
 
     Returns:
       A function of the positional arguments (keyword arguments are not allowed, as
@@ -256,9 +256,10 @@ def shard_map(
     Source: ``jax.shard_map``; Flax NNX 0.12 ``nnx.shard_map`` (signature, specs,
     ``StateSharding``); lifting per the JAX-style NNX transforms design (seed 002).
     """
-    # TODO(traversal modes): pass `graph`/`graph_updates` to split_inputs and Inner
-    # once the lifting machine takes them (see the lead's lift.py).
-    del graph, graph_updates
+    mode = resolve(graph, graph_updates)
+    reject_lift_types(
+        mode, "shard_map", "in_specs", in_specs, out_specs, plain="a PartitionSpec (or None)"
+    )
     inner_f, bound = unbind(f)
     if bound:
         # ``nnx.shard_map(model, ...)``: the instance is the first argument; an
@@ -280,6 +281,7 @@ def shard_map(
             on_inputs=view.on_inputs,
             on_output_leaf=view.on_output_leaf,
             record_kept=True,
+            mode=mode,
         )
         roots: list[Any] = []
 
@@ -328,7 +330,7 @@ def shard_map(
 
     def prepare(args: tuple[Any, ...]) -> Any:
         a_prefix = _args_prefix(in_specs, len(args))
-        call = split_inputs(args, {}, (a_prefix, _REPLICATED), SPECS_SPEC)
+        call = split_inputs(args, {}, (a_prefix, _REPLICATED), SPECS_SPEC, mode)
         roots = NamedRoots(("args", "kwargs"), (args, {}))
         for leaf, value, spec, path in zip(
             call.leaves, call.values, call.prefixes, call.graphdef.leaf_paths

@@ -17,8 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 import flaxgraph as nnx
+
+MESH = Mesh(np.array(jax.devices()[:1]), ("x",))
 
 NO_UPDATES = [
     pytest.param({"graph": True, "graph_updates": False}, id="graph_updates=False"),
@@ -55,6 +59,9 @@ RUNNERS: dict[str, Any] = {
         lambda m: (fun(m), jnp.sum(m.w[...]))[1], allow_int=True, **mode
     )(m),
     "scan": lambda fun, m, mode: _scan(fun, m, mode),
+    "shard_map": lambda fun, m, mode: nnx.shard_map(
+        lambda m: (fun(m), None)[1], mesh=MESH, in_specs=(P(),), out_specs=P(), **mode
+    )(m),
 }
 
 
@@ -99,7 +106,7 @@ def test_with_graph_updates_the_structure_comes_back() -> None:
     assert hasattr(m, "extra") and np.array_equal(m.w[...], 10 * np.ones(2))
 
 
-@pytest.mark.parametrize("name", ["jit", "vmap", "cond", "remat", "grad"])
+@pytest.mark.parametrize("name", ["jit", "vmap", "cond", "remat", "grad", "shard_map"])
 def test_tree_mode_rejects_a_shared_variable_naming_every_path(name: str) -> None:
     m = Counter()
     m.alias = m.count
@@ -111,7 +118,7 @@ def test_tree_mode_rejects_a_shared_variable_naming_every_path(name: str) -> Non
     assert float(m.count[...]) == 0.0
 
 
-@pytest.mark.parametrize("name", ["jit", "vmap", "cond", "remat", "grad"])
+@pytest.mark.parametrize("name", ["jit", "vmap", "cond", "remat", "grad", "shard_map"])
 def test_graph_mode_without_updates_accepts_shared_variables(name: str) -> None:
     m = Counter()
     m.alias = m.count
@@ -165,8 +172,15 @@ def test_new_objects_are_returned_as_new_objects(mode: dict[str, Any]) -> None:
         lambda mode: nnx.scan(lambda m: None, in_axes=nnx.StateAxes({...: nnx.Carry}), **mode),
         lambda mode: nnx.grad(lambda m: 0.0, argnums=nnx.DiffState(0, nnx.Param), **mode),
         lambda mode: nnx.jit(lambda m: None, in_shardings=nnx.StateSharding({...: None}), **mode),
+        lambda mode: nnx.shard_map(
+            lambda m: None,
+            mesh=MESH,
+            in_specs=nnx.StateSharding({...: P()}),
+            out_specs=P(),
+            **mode,
+        ),
     ],
-    ids=["vmap", "scan", "grad", "jit"],
+    ids=["vmap", "scan", "grad", "jit", "shard_map"],
 )
 @pytest.mark.parametrize("mode", NO_UPDATES)
 def test_lift_types_are_rejected_when_the_transform_is_created(make: Any, mode: Any) -> None:
