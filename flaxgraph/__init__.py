@@ -6,6 +6,7 @@ Write ``import flaxgraph as nnx``: the public names follow Flax NNX.
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
+from flaxgraph import compat as compat
 from flaxgraph import filters as filters
 from flaxgraph import modes as modes
 from flaxgraph import nn as nn
