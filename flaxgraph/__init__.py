@@ -10,6 +10,9 @@ from flaxgraph import filters as filters
 from flaxgraph import nn as nn
 from flaxgraph import spmd as spmd
 from flaxgraph import testing as testing
+from flaxgraph.abstract import abstract_with_sharding as abstract_with_sharding
+from flaxgraph.abstract import as_abstract as as_abstract
+from flaxgraph.abstract import get_abstract_model as get_abstract_model
 from flaxgraph.config import Flag as Flag
 from flaxgraph.display import display as display
 from flaxgraph.errors import FlaxgraphError as FlaxgraphError
@@ -46,6 +49,10 @@ from flaxgraph.graph.registry import register_graph_node_type as register_graph_
 from flaxgraph.helpers import Dict as Dict
 from flaxgraph.helpers import List as List
 from flaxgraph.helpers import Sequential as Sequential
+from flaxgraph.mesh_context import ShardingSpecError as ShardingSpecError
+from flaxgraph.mesh_context import logical_axis_rules as logical_axis_rules
+from flaxgraph.mesh_context import use_eager_sharding as use_eager_sharding
+from flaxgraph.mesh_context import using_eager_sharding as using_eager_sharding
 from flaxgraph.module import Module as Module
 from flaxgraph.nn import initializers as initializers
 from flaxgraph.nn.activations import PReLU as PReLU
