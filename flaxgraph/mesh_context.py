@@ -259,5 +259,8 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
     check_spec(spec, mesh, tuple(value.shape), f"a new {kind} of shape {tuple(value.shape)}")
     sharding = NamedSharding(mesh, spec)
     if isinstance(value, jax.core.Tracer):
+        explicit = jax.sharding.AxisType.Explicit
+        if any(t == explicit for t in getattr(mesh, "axis_types", ())):
+            return jax.sharding.reshard(value, sharding)  # explicit axes: a sharding in the type
         return jax.lax.with_sharding_constraint(value, sharding)
     return jax.device_put(value, sharding)

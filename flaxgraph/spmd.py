@@ -180,7 +180,9 @@ def _spec_of(leaf: Any) -> PartitionSpec:
 
 
 def _has_names(leaf: Any) -> bool:
-    return isinstance(leaf, Partitioned) or (isinstance(leaf, Variable) and _names(leaf) is not None)
+    return isinstance(leaf, Partitioned) or (
+        isinstance(leaf, Variable) and _names(leaf) is not None
+    )
 
 
 def _is_box(x: Any) -> bool:
