@@ -125,6 +125,7 @@ from flaxgraph.rngs import fork_rngs as fork_rngs
 from flaxgraph.rngs import reseed as reseed
 from flaxgraph.rngs import restore_rngs as restore_rngs
 from flaxgraph.rngs import split_rngs as split_rngs
+from flaxgraph.serialization import check_checkpoint as check_checkpoint
 from flaxgraph.serialization import load_state as load_state
 from flaxgraph.serialization import save_state as save_state
 from flaxgraph.spmd import AxisMetadata as AxisMetadata
