@@ -229,8 +229,9 @@ def check_spec(
         missing = [a for e in spec for a in _axes_in(e) if a not in axis_names]
         if missing:
             raise ShardingSpecError(
-                f"The sharding of {where} is {spec}, which names the axis "
-                f"{', '.join(map(repr, missing))} that the mesh lacks: the mesh axes are "
+                f"The sharding of {where} is {spec}, which names the "
+                f"{'axis' if len(missing) == 1 else 'axes'} {', '.join(map(repr, missing))} "
+                "that the mesh lacks: the mesh axes are "
                 f"{axis_names}.\nFix: name only mesh axes in the Variable's out_sharding, "
                 "or map logical names to mesh axes with nnx.logical_axis_rules([...])."
             )
