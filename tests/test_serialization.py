@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import assert_checks_passed, run_device_checks
+from hypothesis import given
+from hypothesis import strategies as st
 
 import flaxgraph as nnx
 
@@ -245,3 +247,48 @@ SCRIPT = textwrap.dedent(
 
 def test_sharded_restore() -> None:
     assert_checks_passed(run_device_checks(SCRIPT), ["restore_onto_a_mesh_from_get_abstract_model"])
+
+
+# -- check_checkpoint as a property (no I/O: metadata given as ShapeDtypeStructs) ----------
+
+SHAPES = st.lists(st.integers(1, 3), max_size=2).map(tuple)
+DTYPES = st.sampled_from([jnp.float32, jnp.int32, jnp.bfloat16])
+NAMES = st.sampled_from(["a", "b", "c", "d"])
+
+
+@st.composite
+def stored_and_target(draw: Any) -> tuple[dict[str, Any], nnx.State, set[str]]:
+    """A metadata tree (what orbax reports), a target State, and the paths that differ."""
+    names = draw(st.sets(NAMES, min_size=1))
+    stored: dict[str, Any] = {}
+    target: dict[str, Any] = {}
+    differ: set[str] = set()
+    for name in sorted(names):
+        shape, dtype = draw(SHAPES), draw(DTYPES)
+        kind = draw(st.sampled_from(["same", "shape", "dtype", "missing", "extra"]))
+        new_shape = (*shape, 2) if kind == "shape" else shape
+        new_dtype = jnp.int8 if kind == "dtype" else dtype
+        if kind != "missing":
+            stored[name] = {"value": jax.ShapeDtypeStruct(shape, dtype)}
+        if kind != "extra":
+            target[name] = nnx.Param(jax.ShapeDtypeStruct(new_shape, new_dtype))
+        if kind != "same":
+            differ.add(name)
+    return stored, nnx.State(target), differ
+
+
+@given(stored_and_target())
+def test_check_checkpoint_raises_exactly_when_something_differs_and_names_it(
+    case: tuple[dict[str, Any], nnx.State, set[str]],
+) -> None:
+    stored, target, differ = case
+    if not differ:
+        nnx.check_checkpoint(stored, target)
+        return
+    with pytest.raises(nnx.GraphStructureError) as info:
+        nnx.check_checkpoint(stored, target, name="ckpt")
+    msg = str(info.value)
+    for name in differ:  # at most 4 problems: all listed
+        assert f"{name}:" in msg or f"missing {name} " in msg or f"unexpected {name} " in msg
+    for name in set(target.keys()) - differ:
+        assert f" {name}:" not in msg and f"missing {name} " not in msg
