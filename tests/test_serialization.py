@@ -7,7 +7,9 @@
   training continued in memory (same dropout masks, same optimizer moments).
 * ``save_state``/``load_state`` round-trip into concrete and abstract targets.
 * A mismatch (shape, dtype, missing or extra path) raises ``GraphStructureError``
-  naming the Variable's path with both values, before anything is read.
+  naming the Variable's path with both values, before anything is read; as a
+  property, ``check_checkpoint`` raises exactly when something differs and names
+  every differing path.
 * On 8 simulated devices (subprocess): a sharded State restores straight onto a
   mesh from ``get_abstract_model``, with another layout than it was saved with.
 """
