@@ -5,21 +5,24 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 
-.PHONY: install test demo bench bench-quick lint clean
+.PHONY: install test demo demo-distributed bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,demo]"
+	$(BIN)/python -m pip install --quiet -e ".[test,demo,checkpoint]"
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test and demo extras
+install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, demo and checkpoint extras
 
 test: $(STAMP)  ## run the whole suite, guides included
 	$(BIN)/python -m pytest -n 2 --hypothesis-profile=$(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
 
 demo: $(STAMP)  ## run the main job: train an ensemble on the digits data set
 	$(BIN)/python guides/digits_ensemble.py
+
+demo-distributed: $(STAMP)  ## multi-process training: 2 processes x 2 CPU devices on 127.0.0.1
+	$(BIN)/python guides/distributed_train.py --launch 2 --devices-per-process 2
 
 bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
 	$(BIN)/python -m pip install --quiet -e ".[bench]"

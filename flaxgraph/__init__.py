@@ -12,6 +12,9 @@ from flaxgraph import modes as modes
 from flaxgraph import nn as nn
 from flaxgraph import spmd as spmd
 from flaxgraph import testing as testing
+from flaxgraph.abstract import abstract_with_sharding as abstract_with_sharding
+from flaxgraph.abstract import as_abstract as as_abstract
+from flaxgraph.abstract import get_abstract_model as get_abstract_model
 from flaxgraph.config import Flag as Flag
 from flaxgraph.display import display as display
 from flaxgraph.errors import FlaxgraphError as FlaxgraphError
@@ -49,6 +52,10 @@ from flaxgraph.graph.registry import register_graph_node_type as register_graph_
 from flaxgraph.helpers import Dict as Dict
 from flaxgraph.helpers import List as List
 from flaxgraph.helpers import Sequential as Sequential
+from flaxgraph.mesh_context import ShardingSpecError as ShardingSpecError
+from flaxgraph.mesh_context import logical_axis_rules as logical_axis_rules
+from flaxgraph.mesh_context import use_eager_sharding as use_eager_sharding
+from flaxgraph.mesh_context import using_eager_sharding as using_eager_sharding
 from flaxgraph.modes import set_graph_mode as set_graph_mode
 from flaxgraph.modes import set_graph_updates as set_graph_updates
 from flaxgraph.module import Module as Module
@@ -123,6 +130,7 @@ from flaxgraph.rngs import fork_rngs as fork_rngs
 from flaxgraph.rngs import reseed as reseed
 from flaxgraph.rngs import restore_rngs as restore_rngs
 from flaxgraph.rngs import split_rngs as split_rngs
+from flaxgraph.serialization import check_checkpoint as check_checkpoint
 from flaxgraph.serialization import load_state as load_state
 from flaxgraph.serialization import save_state as save_state
 from flaxgraph.spmd import AxisMetadata as AxisMetadata

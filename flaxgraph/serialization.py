@@ -1,127 +1,246 @@
-"""Checkpoints of States as ``.npz`` files: ``save_state`` and ``load_state``.
+"""Checkpoints through orbax-checkpoint, with path-naming checks before a restore.
 
-A State is a nested mapping of path keys to Variables or arrays, so a
-checkpoint is simply one array per path. ``save_state`` writes them with NumPy
-(typed PRNG keys are stored as their raw key data and rebuilt on load);
-``load_state`` reads them into the structure of a *target* State, usually
-``nnx.state(fresh_model)`` or ``nnx.eval_shape``'s abstract one, checking that
-paths, shapes and dtypes agree. Put the result back with ``nnx.update``::
+A ``State`` is a JAX pytree whose leaves are arrays (each Variable flattens to its
+value, its kind and metadata being static), so orbax-checkpoint saves and
+restores ``nnx.state(model)`` as it is, with no filtering or conversion: the
+State of a model holding ``Rngs`` and of an ``Optimizer`` included. Typed PRNG
+key arrays (``jax.random.key``, held by ``RngKey`` Variables) are handled by
+orbax itself (0.12: stored as their ``uint32`` key data, restored as typed keys
+of the same implementation); ``tests/test_serialization.py`` pins that.
 
-  nnx.save_state('model.npz', nnx.state(model))
-  fresh = Model(rngs=nnx.Rngs(1))
-  nnx.update(fresh, nnx.load_state('model.npz', nnx.state(fresh)))
+Use orbax directly::
 
-This is flaxgraph's own lightweight format (NumPy only). For large or sharded
-models, orbax-checkpoint remains the ecosystem's tool; it accepts
-``state.to_pure_dict()`` as is.
+  import orbax.checkpoint as ocp
+  with ocp.StandardCheckpointer() as ckpt:
+      ckpt.save(path, nnx.state(model))          # every process writes its shards
+  with ocp.StandardCheckpointer() as ckpt:
+      state = ckpt.restore(path, nnx.state(fresh_model))   # or an abstract State
+  nnx.update(fresh_model, state)
+
+or ``ocp.CheckpointManager`` with ``ocp.args.StandardSave(state)`` /
+``ocp.args.StandardRestore(target)`` for numbered steps. A restore *target* may
+be abstract: ``nnx.get_abstract_model(init_fn, mesh)`` gives a State of
+``jax.ShapeDtypeStruct``\\ s with their ``NamedSharding``; orbax then restores
+straight onto the mesh, each process reading only the shards its devices hold.
+
+This file adds two thin conveniences over ``ocp.StandardCheckpointer``:
+``save_state(directory, state)`` and ``load_state(directory, target)``, and the
+check they run before reading, ``check_checkpoint(checkpoint, target)`` (usable
+with a ``CheckpointManager``'s ``item_metadata(step)`` too): orbax's own messages
+for a mismatch name neither the Variable nor both values, and the check does,
+before anything is read, so nothing is half-restored.
+
+orbax-checkpoint is an optional dependency: ``pip install flaxgraph[checkpoint]``.
+
+Source: Flax NNX 0.12 checkpointing guide (orbax ``StandardCheckpointer`` on
+``nnx.state``); orbax-checkpoint 0.12 API.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Hashable
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from flaxgraph.errors import GraphStructureError
-from flaxgraph.state import State
-from flaxgraph.variables import Variable
+from flaxgraph.graph.paths import keys_str
 
-_KEY_MARK = "#key:"
+__all__ = ["check_checkpoint", "load_state", "save_state"]
 
-
-def _encode(path: tuple[Hashable, ...]) -> str:
-    parts = []
-    for k in path:
-        if isinstance(k, bool) or not isinstance(k, (int, str)):
-            raise TypeError(f"Cannot store a path key of type {type(k).__name__} ({k!r}).")
-        if isinstance(k, str) and "/" in k:
-            raise ValueError(f"Cannot store the path key {k!r}: it contains '/'.")
-        parts.append(f"i{k}" if isinstance(k, int) else f"s{k}")
-    return "/".join(parts)
+_MAX_LISTED = 10
 
 
-def save_state(path: str | os.PathLike[str], state: State) -> None:
-    """Writes every leaf of ``state`` to the ``.npz`` file ``path``.
+def _orbax() -> Any:
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "flaxgraph checkpoints use orbax-checkpoint, which is not installed.\n"
+            "Fix: pip install 'flaxgraph[checkpoint]' (or pip install orbax-checkpoint)."
+        ) from e
+    return ocp
+
+
+def _key_name(k: Any) -> Hashable:
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return getattr(k, attr)  # type: ignore[no-any-return]
+    return k  # type: ignore[no-any-return]
+
+
+def _flat(tree: Any) -> dict[tuple[str, ...], Any]:
+    """``{path of str keys: leaf}``; Variables contribute their value's leaves (the
+    ``value`` key of their flattening is kept so both sides agree)."""
+    pairs, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {tuple(str(_key_name(k)) for k in path): leaf for path, leaf in pairs}
+
+
+def _variable_path(path: tuple[str, ...]) -> str:
+    return keys_str(path[:-1] if path and path[-1] == "value" else path)
+
+
+def _shape_dtype(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is None or dtype is None:
+        return None
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        # orbax stores a typed key array as its raw key data
+        data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(shape, dtype))
+        shape, dtype = data.shape, data.dtype
+    return tuple(shape), np.dtype(dtype)
+
+
+def _fmt(sd: tuple[tuple[int, ...], np.dtype[Any]]) -> str:
+    return f"{sd[1]}{list(sd[0])}"
+
+
+def _metadata_tree(checkpoint: Any) -> Any:
+    if isinstance(checkpoint, (str, os.PathLike)):
+        ocp = _orbax()
+        with ocp.StandardCheckpointer() as ckpt:
+            checkpoint = ckpt.metadata(os.path.abspath(os.fspath(checkpoint)))
+    checkpoint = getattr(checkpoint, "item_metadata", checkpoint)  # StepMetadata
+    return getattr(checkpoint, "tree", checkpoint)  # TreeMetadata
+
+
+def check_checkpoint(checkpoint: Any, target: Any, *, name: str | None = None) -> None:
+    """Checks that a checkpoint holds exactly the paths, shapes and dtypes of ``target``.
 
     Args:
-      path: the file to write (``.npz`` is appended by NumPy if missing).
-      state: a State (from ``nnx.state``/``nnx.split``); its leaves are Variables
-        or arrays of any shape and dtype, typed PRNG keys included.
+      checkpoint: a checkpoint directory written by orbax's ``StandardCheckpointer``
+        (or ``save_state``), or the metadata orbax gives for one
+        (``StandardCheckpointer().metadata(path)``,
+        ``CheckpointManager.item_metadata(step)``, or its ``.tree``).
+      target: the State (or pytree) that will receive it, concrete or abstract
+        (``jax.ShapeDtypeStruct`` values); leaves of any shape and dtype, typed PRNG
+        keys included.
+      name: how the checkpoint is called in the message (default: the directory).
 
     Raises:
-      TypeError / ValueError: a path key is neither an int nor a string, or a
-        string holds ``/``.
+      GraphStructureError (a ``ValueError``): a path of ``target`` is missing from
+        the checkpoint, the checkpoint has a path ``target`` lacks, or a shape or
+        dtype differs; the message lists each Variable's path with both values
+        (``l/kernel: stored float32[3, 4], expected float32[4, 4]``).
 
     Example::
 
-      nnx.save_state('/tmp/ckpt.npz', nnx.state(model))
+      >>> import tempfile, os, jax.numpy as jnp, flaxgraph as nnx
+      >>> path = os.path.join(tempfile.mkdtemp(), 'ckpt')
+      >>> nnx.save_state(path, nnx.State({'w': nnx.Param(jnp.ones(3))}))
+      >>> nnx.check_checkpoint(path, nnx.State({'w': nnx.Param(jnp.ones(4))}))
+      Traceback (most recent call last):
+      ...
+      flaxgraph.errors.GraphStructureError: The checkpoint '...ckpt' does not match the target State: w: stored float32[3], expected float32[4].
+      ...
+
+    Source: flaxgraph (orbax's own check raises without naming the Variable).
     """
-    arrays: dict[str, np.ndarray] = {}
-    for p, leaf in state.flat_state():
-        value = leaf.raw_value if isinstance(leaf, Variable) else leaf
-        name = _encode(p)
-        if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
-            impl = str(jax.random.key_impl(value))
-            arrays[f"{name}{_KEY_MARK}{impl}"] = np.asarray(jax.random.key_data(value))
-        else:
-            arrays[name] = np.asarray(value)
-    np.savez(path, **arrays)
+    where = name or (
+        os.fspath(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else "checkpoint"
+    )
+    stored = _flat(_metadata_tree(checkpoint))
+    expected = _flat(target)
+    problems = []
+    for path, leaf in expected.items():
+        if path not in stored:
+            problems.append(f"missing {_variable_path(path)} (the checkpoint has no such entry)")
+            continue
+        want, have = _shape_dtype(leaf), _shape_dtype(stored[path])
+        if want is not None and have is not None and want != have:
+            problems.append(f"{_variable_path(path)}: stored {_fmt(have)}, expected {_fmt(want)}")
+    extra = [p for p in stored if p not in expected]
+    problems += [f"unexpected {_variable_path(p)} (the target has no place for it)" for p in extra]
+    if problems:
+        listed = problems[:_MAX_LISTED]
+        more = len(problems) - len(listed)
+        raise GraphStructureError(
+            f"The checkpoint {where!r} does not match the target State: "
+            + "; ".join(listed)
+            + (f" (and {more} more)" if more else "")
+            + ".\nFix: restore into the State of a model built with the same configuration "
+            "(nnx.state(Model(...)) or nnx.get_abstract_model(...)); to restore a part, "
+            "filter the target and pass orbax partial_restore=True."
+        )
 
 
-def load_state(path: str | os.PathLike[str], target: State) -> State:
-    """Reads the ``.npz`` file ``path`` into a State with the structure of ``target``.
+def _abstract(leaf: Any) -> Any:
+    if isinstance(leaf, jax.Array):
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+    return leaf
+
+
+def save_state(directory: str | os.PathLike[str], state: Any, *, force: bool = False) -> None:
+    """Writes ``state`` to the checkpoint directory ``directory`` with orbax
+    (``ocp.StandardCheckpointer().save``; a thin convenience, the format is orbax's).
 
     Args:
-      path: a file written by ``save_state``.
-      target: a State giving the expected paths, Variable kinds, metadata, shapes
-        and dtypes (concrete, or abstract from ``nnx.eval_shape``).
-
-    Returns:
-      A new State like ``target`` holding the loaded arrays (``jax.Array``s).
+      directory: the directory to create (made absolute, as orbax requires).
+      state: a State (``nnx.state(model)``…) or any pytree of arrays; typed PRNG keys
+        and sharded arrays included (under ``jax.distributed`` every process calls
+        this and writes its own shards).
+      force: overwrite an existing directory.
 
     Raises:
-      GraphStructureError (a ``ValueError``): the file lacks a path of ``target``,
-        has paths ``target`` lacks, or an array's shape or dtype differs; the
-        message names the paths.
+      ValueError: ``directory`` exists and ``force`` is False (from orbax).
+      ImportError: orbax-checkpoint is not installed (``flaxgraph[checkpoint]``).
+
+    Example::
+
+      >>> import tempfile, os, jax.numpy as jnp, flaxgraph as nnx
+      >>> path = os.path.join(tempfile.mkdtemp(), 'ckpt')
+      >>> nnx.save_state(path, nnx.State({'w': nnx.Param(jnp.ones(3))}))
+      >>> nnx.load_state(path, nnx.State({'w': nnx.Param(jnp.zeros(3))}))['w'].value
+      Array([1., 1., 1.], dtype=float32)
+
+    Source: orbax-checkpoint ``StandardCheckpointer.save``.
     """
-    with np.load(path) as data:
-        stored = {}
-        for name in data.files:
-            base, _, impl = name.partition(_KEY_MARK)
-            stored[base] = (data[name], impl or None)
-    pairs = []
-    problems = []
-    expected = set()
-    for p, leaf in target.flat_state():
-        name = _encode(p)
-        expected.add(name)
-        if name not in stored:
-            problems.append(f"missing {'/'.join(map(str, p))}")
-            continue
-        array, impl = stored[name]
-        value = (
-            jax.random.wrap_key_data(jnp.asarray(array), impl=impl) if impl else jnp.asarray(array)
-        )
-        like = leaf.raw_value if isinstance(leaf, Variable) else leaf
-        shape, dtype = getattr(like, "shape", None), getattr(like, "dtype", None)
-        if shape is not None and (tuple(shape) != tuple(value.shape) or dtype != value.dtype):
-            problems.append(
-                f"{'/'.join(map(str, p))}: stored {value.dtype}{list(value.shape)}, expected "
-                f"{dtype}{list(shape)}"
-            )
-            continue
-        pairs.append((p, leaf.replace(value) if isinstance(leaf, Variable) else value))
-    extra = sorted(set(stored) - expected)
-    if extra:
-        problems.append(f"{len(extra)} stored arrays the target has no place for (e.g. {extra[0]})")
-    if problems:
-        raise GraphStructureError(
-            f"The checkpoint {os.fspath(path)!r} does not match the target State: "
-            + "; ".join(problems[:10])
-            + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else "")
-            + ".\nFix: load into the State of a model built with the same configuration."
-        )
-    return State.from_flat_path(pairs)
+    ocp = _orbax()
+    with ocp.StandardCheckpointer() as ckpt:
+        ckpt.save(os.path.abspath(os.fspath(directory)), state, force=force)
+        ckpt.wait_until_finished()
+
+
+def load_state(directory: str | os.PathLike[str], target: Any) -> Any:
+    """Reads the checkpoint ``directory`` into a new State with the structure of
+    ``target``, after ``check_checkpoint`` (a thin convenience over
+    ``ocp.StandardCheckpointer().restore``).
+
+    Args:
+      directory: a checkpoint written by ``save_state`` or orbax's
+        ``StandardCheckpointer``.
+      target: the State giving paths, Variable kinds, metadata, shapes, dtypes and
+        shardings: concrete (``nnx.state(fresh_model)``; its arrays' shardings are
+        used) or abstract (``nnx.get_abstract_model(init_fn, mesh)[1]``: restored
+        straight onto the mesh, each process reading only its shards).
+
+    Returns:
+      A new State like ``target`` holding the restored ``jax.Array``\\ s; ``target``
+      is not modified. Put it into a model with ``nnx.update(model, state)``.
+
+    Raises:
+      GraphStructureError (a ``ValueError``): paths, shapes or dtypes disagree (see
+        ``check_checkpoint``); nothing is read.
+      ImportError: orbax-checkpoint is not installed.
+
+    Example::
+
+      >>> import tempfile, os, jax.numpy as jnp, flaxgraph as nnx
+      >>> path = os.path.join(tempfile.mkdtemp(), 'ckpt')
+      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> nnx.save_state(path, nnx.state(model))
+      >>> fresh = nnx.Linear(2, 3, rngs=nnx.Rngs(1))
+      >>> nnx.update(fresh, nnx.load_state(path, nnx.state(fresh)))
+      >>> bool((fresh.kernel.value == model.kernel.value).all())
+      True
+
+    Source: orbax-checkpoint ``StandardCheckpointer.restore``.
+    """
+    ocp = _orbax()
+    path = os.path.abspath(os.fspath(directory))
+    with ocp.StandardCheckpointer() as ckpt:
+        check_checkpoint(ckpt.metadata(path), target, name=os.fspath(directory))
+        abstract = jax.tree.map(_abstract, target)
+        return ckpt.restore(path, abstract)

@@ -30,7 +30,9 @@ from typing import Any, TypeVar
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from flaxgraph.graph.paths import keys_str
 from flaxgraph.graph.registry import is_node_or_variable
+from flaxgraph.mesh_context import check_spec, names_of, resolve_names
 from flaxgraph.variables import PARTITION_NAME, Variable
 
 B = TypeVar("B", bound="AxisMetadata")
@@ -165,27 +167,54 @@ def with_partitioning(
 
 
 def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
-    for key in ("sharding", "sharding_names"):
-        names = v.get_metadata(key)
-        if isinstance(names, tuple):
-            return names
-    return None
+    return names_of(v._var_metadata)
 
 
 def _spec_of(leaf: Any) -> PartitionSpec:
     if isinstance(leaf, Variable):
         names = _names(leaf)
-        return PartitionSpec() if names is None else PartitionSpec(*names)
+        return PartitionSpec() if names is None else PartitionSpec(*resolve_names(names))
     if isinstance(leaf, Partitioned):
-        return leaf.get_partition_spec()
+        return PartitionSpec(*resolve_names(leaf.names))
     return PartitionSpec()
+
+
+def _has_names(leaf: Any) -> bool:
+    return isinstance(leaf, Partitioned) or (
+        isinstance(leaf, Variable) and _names(leaf) is not None
+    )
+
+
+def _is_box(x: Any) -> bool:
+    return isinstance(x, (Variable, Partitioned))
+
+
+def _where(keypath: tuple[Any, ...], leaf: Any) -> str:
+    keys = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in keypath]
+    kind = type(leaf).__name__
+    return f"the {kind} at {keys_str(keys)!r}"
 
 
 def get_partition_spec(tree: Any) -> Any:
     """Replaces every leaf of ``tree`` (a State, or any pytree holding Variables or
-    ``Partitioned`` boxes) by its ``PartitionSpec``: a Variable's ``sharding`` names,
-    ``PartitionSpec()`` (replicated) for leaves without names. Variables stay boxed:
-    the result has the same structure, with PartitionSpecs as values.
+    ``Partitioned`` boxes) by its ``PartitionSpec``: a Variable's sharding names
+    (``out_sharding``, else ``sharding``, else ``sharding_names``) with logical
+    names mapped by the active ``nnx.logical_axis_rules``; ``PartitionSpec()``
+    (replicated) for leaves without names. Variables stay boxed: the result has the
+    same structure, with PartitionSpecs as values.
+
+    Args:
+      tree: a State / pytree; leaves of any shape.
+
+    Returns:
+      ``tree`` with ``PartitionSpec`` values (Variables keep kind and metadata).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=(None, 'model'))})
+      >>> nnx.get_partition_spec(s)['w'].value
+      P(None, 'model')
 
     Source: Flax NNX ``nnx.get_partition_spec``.
     """
@@ -194,20 +223,55 @@ def get_partition_spec(tree: Any) -> Any:
         s = _spec_of(leaf)
         return leaf.replace(s) if isinstance(leaf, Variable) else s
 
-    return jax.tree.map(spec, tree, is_leaf=lambda x: isinstance(x, (Variable, Partitioned)))
+    return jax.tree.map(spec, tree, is_leaf=_is_box)
 
 
 def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
-    """Like ``get_partition_spec`` but with ``NamedSharding(mesh, spec)`` values.
+    """Like ``get_partition_spec`` but with ``NamedSharding(mesh, spec)`` values,
+    each spec checked against ``mesh`` and the leaf's rank.
+
+    Args:
+      tree: a State / pytree of Variables, ``Partitioned`` boxes or arrays (or
+        ``jax.ShapeDtypeStruct`` values, e.g. from ``nnx.eval_shape``).
+      mesh: a ``jax.sharding.Mesh`` (or ``AbstractMesh``).
+
+    Returns:
+      ``tree`` with ``NamedSharding`` values.
+
+    Raises:
+      ShardingSpecError (a ``ValueError``): a spec names an axis ``mesh`` lacks, or
+        has more entries than the value has dimensions; the message names the
+        Variable's path, the spec, and the mesh axes or the shape.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> mesh = jax.make_mesh((1,), ('model',))
+      >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=(None, 'model'))})
+      >>> nnx.get_named_sharding(s, mesh)['w'].value.spec
+      P(None, 'model')
+      >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=('data', None))})
+      >>> nnx.get_named_sharding(s, mesh)
+      Traceback (most recent call last):
+      ...
+      flaxgraph.mesh_context.ShardingSpecError: The sharding of the Param at 'w' is P('data', None), which names the axis 'data' that the mesh lacks: the mesh axes are ('model',).
+      ...
 
     Source: Flax NNX ``nnx.get_named_sharding``.
     """
 
-    def sharding(leaf: Any) -> Any:
-        s = NamedSharding(mesh, _spec_of(leaf))
+    def sharding(keypath: tuple[Any, ...], leaf: Any) -> Any:
+        spec = _spec_of(leaf)
+        value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+        value = value.value if isinstance(value, Partitioned) else value
+        shape = getattr(value, "shape", None)
+        if shape is not None and not _has_names(leaf):
+            shape = None  # PartitionSpec() (replicated) fits every rank
+        check_spec(spec, mesh, None if shape is None else tuple(shape), _where(keypath, leaf))
+        s = NamedSharding(mesh, spec)
         return leaf.replace(s) if isinstance(leaf, Variable) else s
 
-    return jax.tree.map(sharding, tree, is_leaf=lambda x: isinstance(x, (Variable, Partitioned)))
+    return jax.tree_util.tree_map_with_path(sharding, tree, is_leaf=_is_box)
 
 
 def with_sharding_constraint(tree: Any, shardings: Any) -> Any:

@@ -42,6 +42,7 @@ import jax
 import numpy as np
 
 from flaxgraph.errors import TraceContextError
+from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
 from flaxgraph.tracing import current_trace
 
 A = TypeVar("A")
@@ -50,7 +51,7 @@ V = TypeVar("V", bound="Variable[Any]")
 PARTITION_NAME = "partition_name"
 """Key of ``transform_metadata`` naming the mesh axis a vmap/scan axis maps to."""
 
-_SHARDING_KEYS = ("sharding", "sharding_names")
+_SHARDING_KEYS = SHARDING_KEYS  # ("out_sharding", "sharding", "sharding_names")
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace"})
 
 
@@ -60,9 +61,12 @@ class Variable(Generic[A]):
     Args:
       value: the value to hold, usually a ``jax.Array``; any pytree is allowed.
       **metadata: arbitrary keyword metadata, readable as attributes
-        (``Param(x, sharding=('a', None)).sharding``). ``sharding`` and
-        ``sharding_names`` are plain tuples of mesh-axis names (or ``None``);
-        no device mesh is needed to hold them.
+        (``Param(x, sharding=('a', None)).sharding``). ``out_sharding`` (Flax
+        0.12's name), ``sharding`` and ``sharding_names`` are plain tuples of
+        mesh-axis names (or ``None``); no device mesh is needed to hold them.
+        Created under an active mesh (``jax.set_mesh``) or with ``mesh=``
+        metadata, the value is placed with that sharding at once unless eager
+        sharding is off (see ``flaxgraph/mesh_context.py``).
 
     Attributes:
       value: the held value (read and write).
@@ -97,6 +101,8 @@ class Variable(Generic[A]):
             # an axis-metadata box (nnx.Partitioned…): its metadata joins the Variable's
             metadata = {**value.variable_metadata(), **metadata}
             value = value.unbox()
+        if metadata:  # eager sharding: placed on the active mesh at creation
+            value = place_at_creation(value, metadata, type(self).__name__)
         object.__setattr__(self, "_var_metadata", metadata)
         object.__setattr__(self, "raw_value", value)
 

@@ -40,4 +40,4 @@ def test_demo_runs_and_learns(tmp_path: Path) -> None:
     assert "ensemble: test accuracy" in result.stdout
     assert "reloaded model gives identical predictions: True" in result.stdout
     assert (tmp_path / "training_curve.png").stat().st_size > 0
-    assert (tmp_path / "ensemble.npz").stat().st_size > 0
+    assert (tmp_path / "ensemble_checkpoint" / "_CHECKPOINT_METADATA").is_file()

@@ -22,7 +22,7 @@ from flaxgraph.variables import Variable
 PathParts = tuple[Hashable, ...]
 Pairs = Sequence[tuple[PathParts, Any]]
 
-_SHARDING_KEYS = ("sharding", "sharding_names")
+_SHARDING_KEYS = ("out_sharding", "sharding", "sharding_names")
 _MAX_LISTED = 20
 
 

@@ -1,0 +1,267 @@
+"""The active device mesh, logical axis rules, and eager sharding of new Variables.
+
+Sharding names live in a Variable's metadata (``out_sharding``, or the older
+``sharding`` / ``sharding_names``): a tuple with one entry per dimension of the
+value, each a mesh-axis name, a tuple of names, or ``None`` (replicated). Two
+scoped settings turn those names into placements:
+
+* **Logical axis rules** (``with nnx.logical_axis_rules([('batch', 'data'),
+  ('hidden', 'model')]):``) map *logical* names chosen by the model's author to
+  the mesh axes of the machine it runs on. A name without a rule is used as is.
+  An inner ``with`` replaces the outer rules for its block.
+* **Eager sharding** (on by default; ``nnx.use_eager_sharding(False)`` turns it
+  off): a Variable *created* while a mesh is active (``with jax.set_mesh(mesh):``)
+  or with ``mesh=`` metadata, and whose metadata holds sharding names, is placed
+  on that mesh at once (``jax.device_put`` with its ``NamedSharding``; inside a
+  trace, a sharding constraint). No ``jit`` is needed to shard a model at
+  creation. Without a mesh the names are only metadata, as before (Flax 0.12
+  raises in that case instead; flaxgraph keeps names usable without a mesh).
+
+Errors: a name that is not an axis of the mesh, or a tuple of names whose
+length is not the value's rank, raises ``ShardingSpecError`` (a ``ValueError``)
+naming the Variable (its path where one is known), the spec and the mesh or
+shape.
+
+Source: Flax NNX 0.12 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding``,
+``nnx.logical_axis_rules`` (behaviour checked against the installed Flax 0.12.8:
+inner rules replace outer ones, unknown names pass through) and the FLIP "Variable
+eager sharding"; meshes and placement from ``jax.sharding``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from flaxgraph.config import Flag
+
+__all__ = [
+    "SHARDING_KEYS",
+    "ShardingSpecError",
+    "active_mesh",
+    "check_spec",
+    "get_logical_axis_rules",
+    "logical_axis_rules",
+    "names_of",
+    "place_at_creation",
+    "resolve_names",
+    "use_eager_sharding",
+    "using_eager_sharding",
+]
+
+SHARDING_KEYS = ("out_sharding", "sharding", "sharding_names")
+"""Metadata keys holding sharding names, in the order they are read."""
+
+Rules = tuple[tuple[str, Any], ...]
+
+# The two scoped settings of this file (see the module docstring).
+EAGER_SHARDING: Flag[bool] = Flag("eager_sharding", True)
+LOGICAL_AXIS_RULES: Flag[Rules] = Flag("logical_axis_rules", ())
+
+
+class ShardingSpecError(ValueError):
+    """A sharding spec does not fit its mesh (an unknown axis name) or its value (a
+    rank mismatch). The message names the Variable's path (where known), the spec,
+    and the mesh axes or the value's shape."""
+
+
+class use_eager_sharding:
+    """Sets whether new Variables with sharding metadata are placed on the active mesh
+    at creation. Takes effect at once (for the rest of the program) and, used as a
+    context manager, restores the previous setting on exit.
+
+    Args:
+      value: ``True`` (the default setting) or ``False``.
+
+    Raises:
+      TypeError: ``value`` is not a bool.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> with nnx.use_eager_sharding(False):
+      ...   nnx.using_eager_sharding()
+      False
+      >>> nnx.using_eager_sharding()
+      True
+
+    Source: Flax NNX 0.12 ``nnx.use_eager_sharding``.
+    """
+
+    __slots__ = ("_previous",)
+
+    def __init__(self, value: bool):
+        if not isinstance(value, bool):
+            raise TypeError(f"use_eager_sharding takes a bool, got {value!r}.")
+        self._previous = EAGER_SHARDING.get()
+        EAGER_SHARDING.set_globally(value)
+
+    def __enter__(self) -> use_eager_sharding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        EAGER_SHARDING.set_globally(self._previous)
+
+    def __repr__(self) -> str:
+        return f"use_eager_sharding(previous={self._previous})"
+
+
+def using_eager_sharding() -> bool:
+    """Whether new Variables with sharding metadata are placed on the active mesh at
+    creation (``True`` unless turned off with ``nnx.use_eager_sharding(False)``).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> nnx.using_eager_sharding()
+      True
+
+    Source: Flax NNX 0.12 ``nnx.using_eager_sharding``.
+    """
+    return EAGER_SHARDING.get()
+
+
+@contextlib.contextmanager
+def logical_axis_rules(rules: Sequence[tuple[str, str | tuple[str, ...] | None]]) -> Iterator[None]:
+    """Maps logical axis names to mesh axes inside the ``with`` block.
+
+    Args:
+      rules: ``(logical_name, mesh_axes)`` pairs; ``mesh_axes`` is a mesh-axis name,
+        a tuple of them, or ``None`` (replicated). The first rule for a name wins;
+        names without a rule are used unchanged. Inner blocks replace outer rules.
+
+    Raises:
+      TypeError: a rule is not a ``(str, str | tuple | None)`` pair.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> w = nnx.Param(jnp.ones((2, 3)), out_sharding=('embed', 'mlp'))
+      >>> with nnx.logical_axis_rules([('embed', None), ('mlp', 'model')]):
+      ...   nnx.get_partition_spec(w).value
+      P(None, 'model')
+
+    Source: Flax 0.12 ``nnx.logical_axis_rules`` (``flax.core.spmd``).
+    """
+    checked = []
+    for rule in rules:
+        if (
+            not isinstance(rule, (tuple, list))
+            or len(rule) != 2
+            or not isinstance(rule[0], str)
+            or not (rule[1] is None or isinstance(rule[1], (str, tuple)))
+        ):
+            raise TypeError(
+                f"logical_axis_rules: each rule is a (logical_name, mesh_axes) pair with "
+                f"mesh_axes a str, a tuple of str or None; got {rule!r}."
+            )
+        checked.append((rule[0], rule[1]))
+    with LOGICAL_AXIS_RULES.scoped(tuple(checked)):
+        yield
+
+
+def get_logical_axis_rules() -> Rules:
+    """The logical axis rules in effect (``()`` outside ``logical_axis_rules``)."""
+    return LOGICAL_AXIS_RULES.get()
+
+
+def resolve_names(names: Sequence[Any]) -> tuple[Any, ...]:
+    """``names`` with every logical name replaced by its mesh axes under the active
+    rules (a name without a rule, and ``None``, stay)."""
+    rules = LOGICAL_AXIS_RULES.get()
+    if not rules:
+        return tuple(names)
+    table: dict[str, Any] = {}
+    for logical, mesh_axes in rules:
+        table.setdefault(logical, mesh_axes)
+
+    def one(name: Any) -> Any:
+        if isinstance(name, str):
+            return table.get(name, name)
+        if isinstance(name, tuple):
+            return tuple(table.get(n, n) if isinstance(n, str) else n for n in name)
+        return name
+
+    return tuple(one(n) for n in names)
+
+
+def names_of(metadata: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The sharding names in a Variable's metadata (``out_sharding``, else ``sharding``,
+    else ``sharding_names``), or ``None``. A ``PartitionSpec`` counts as a tuple."""
+    for key in SHARDING_KEYS:
+        names = metadata.get(key)
+        if isinstance(names, (tuple, PartitionSpec)):
+            return tuple(names)
+    return None
+
+
+def active_mesh() -> Any:
+    """The mesh set by ``jax.set_mesh``: the concrete ``Mesh`` outside ``jit``, the
+    ``AbstractMesh`` while tracing; ``None`` when no mesh is set."""
+    try:
+        mesh: Any = jax.sharding.get_mesh()
+    except ValueError:  # inside a trace only the abstract mesh is available
+        mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty else mesh
+
+
+def _axes_in(entry: Any) -> tuple[Any, ...]:
+    if entry is None:
+        return ()
+    return entry if isinstance(entry, tuple) else (entry,)
+
+
+def check_spec(
+    spec: PartitionSpec,
+    mesh: Any,
+    shape: tuple[int, ...] | None,
+    where: str,
+) -> None:
+    """Raises ``ShardingSpecError`` when ``spec`` names an axis ``mesh`` lacks or has
+    more entries than ``shape`` has dimensions (``shape`` None: rank not checked).
+    ``where`` names the Variable (its path, or its kind and shape)."""
+    if mesh is not None:
+        axis_names = tuple(mesh.axis_names)
+        missing = [a for e in spec for a in _axes_in(e) if a not in axis_names]
+        if missing:
+            raise ShardingSpecError(
+                f"The sharding of {where} is {spec}, which names the "
+                f"{'axis' if len(missing) == 1 else 'axes'} {', '.join(map(repr, missing))} "
+                "that the mesh lacks: the mesh axes are "
+                f"{axis_names}.\nFix: name only mesh axes in the Variable's out_sharding, "
+                "or map logical names to mesh axes with nnx.logical_axis_rules([...])."
+            )
+    if shape is not None and len(spec) != len(shape):
+        raise ShardingSpecError(
+            f"The sharding of {where} is {spec} with {len(spec)} entries, but its value has "
+            f"shape {tuple(shape)} (rank {len(shape)}).\nFix: give one name (or None) per "
+            "dimension of the value."
+        )
+
+
+def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any:
+    """The Variable-creation hook: ``value`` placed with its sharding when eager
+    sharding is on, the metadata holds names, and a mesh is known (``mesh`` metadata,
+    else the active mesh); otherwise ``value`` unchanged. ``kind`` is the Variable's
+    class name, used in errors."""
+    if not EAGER_SHARDING.get() or metadata.get("eager_sharding") is False:
+        return value
+    names = names_of(metadata)
+    if names is None or not hasattr(value, "shape") or isinstance(value, jax.ShapeDtypeStruct):
+        return value
+    mesh = metadata.get("mesh") or active_mesh()
+    if mesh is None:
+        return value
+    spec = PartitionSpec(*resolve_names(names))
+    check_spec(spec, mesh, tuple(value.shape), f"a new {kind} of shape {tuple(value.shape)}")
+    sharding = NamedSharding(mesh, spec)
+    if isinstance(value, jax.core.Tracer):
+        explicit = jax.sharding.AxisType.Explicit
+        if any(t == explicit for t in getattr(mesh, "axis_types", ())):
+            return jax.sharding.reshard(value, sharding)  # explicit axes: a sharding in the type
+        return jax.lax.with_sharding_constraint(value, sharding)
+    return jax.device_put(value, sharding)
