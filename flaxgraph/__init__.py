@@ -133,6 +133,7 @@ from flaxgraph.training import metrics as metrics
 from flaxgraph.training.ema import EMA as EMA
 from flaxgraph.training.ema import EMAState as EMAState
 from flaxgraph.training.metrics import MultiMetric as MultiMetric
+from flaxgraph.training.optimizer import ModelAndOptimizer as ModelAndOptimizer
 from flaxgraph.training.optimizer import OptArray as OptArray
 from flaxgraph.training.optimizer import Optimizer as Optimizer
 from flaxgraph.training.optimizer import OptState as OptState

@@ -6,6 +6,7 @@ from flaxgraph.training.ema import EMAState as EMAState
 from flaxgraph.training.metrics import Metric as Metric
 from flaxgraph.training.metrics import MetricState as MetricState
 from flaxgraph.training.metrics import MultiMetric as MultiMetric
+from flaxgraph.training.optimizer import ModelAndOptimizer as ModelAndOptimizer
 from flaxgraph.training.optimizer import OptArray as OptArray
 from flaxgraph.training.optimizer import Optimizer as Optimizer
 from flaxgraph.training.optimizer import OptState as OptState

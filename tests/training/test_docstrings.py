@@ -21,6 +21,7 @@ EXPORTS = {
     "OptState": training.OptState,
     "OptArray": training.OptArray,
     "OptVariable": training.OptVariable,
+    "ModelAndOptimizer": training.ModelAndOptimizer,
     "MultiMetric": training.MultiMetric,
     "EMA": training.EMA,
     "metrics": training.metrics,

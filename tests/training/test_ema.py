@@ -125,7 +125,7 @@ def test_train_step_with_optimizer_ema_and_metrics_under_jit():
     for donate in (False, True):
         traces: list[int] = []
         model = Net()
-        optimizer = Optimizer(model, optax.adam(0.05))
+        optimizer = Optimizer(model, optax.adam(0.05), wrt=nnx.Param)
         ema = EMA(model, 0.8)
         metrics = MultiMetric(loss=Average("loss"))
         step = nnx.jit(train_step, donate_argnums=(0, 1, 2, 3) if donate else None)
