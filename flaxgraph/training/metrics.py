@@ -127,9 +127,9 @@ class Average(Metric):
       >>> avg.update(values=jnp.array([3, 2, 1, 0]))
       >>> avg.compute()
       Array(2., dtype=float32)
-      >>> avg.update(values=jnp.array([10, 20]), mask=jnp.array([True, False]))
+      >>> avg.update(values=jnp.array([11, 50]), mask=jnp.array([True, False]))
       >>> avg.compute()
-      Array(2.888889, dtype=float32)
+      Array(3., dtype=float32)
 
     Source: Flax NNX ``nnx.metrics.Average`` (0.12, with ``mask``). Where Flax
     counts ``mask.sum()`` elements, a mask broadcast along an axis counts here once
