@@ -131,7 +131,6 @@ from flaxgraph.state import State as State
 from flaxgraph.state import map_state as map_state
 from flaxgraph.training import metrics as metrics
 from flaxgraph.training.ema import EMA as EMA
-from flaxgraph.training.ema import EMAState as EMAState
 from flaxgraph.training.metrics import MultiMetric as MultiMetric
 from flaxgraph.training.optimizer import ModelAndOptimizer as ModelAndOptimizer
 from flaxgraph.training.optimizer import OptArray as OptArray

@@ -2,7 +2,6 @@
 
 from flaxgraph.training import metrics as metrics
 from flaxgraph.training.ema import EMA as EMA
-from flaxgraph.training.ema import EMAState as EMAState
 from flaxgraph.training.metrics import Metric as Metric
 from flaxgraph.training.metrics import MetricState as MetricState
 from flaxgraph.training.metrics import MultiMetric as MultiMetric
