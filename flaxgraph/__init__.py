@@ -137,6 +137,7 @@ from flaxgraph.training.optimizer import OptArray as OptArray
 from flaxgraph.training.optimizer import Optimizer as Optimizer
 from flaxgraph.training.optimizer import OptState as OptState
 from flaxgraph.training.optimizer import OptVariable as OptVariable
+from flaxgraph.training.train_state import TrainState as TrainState
 from flaxgraph.transforms.aliasing import InconsistentAliasingError as InconsistentAliasingError
 from flaxgraph.transforms.aliasing import PrefixError as PrefixError
 from flaxgraph.transforms.autodiff import checkpoint as checkpoint

@@ -1,4 +1,5 @@
-"""Training objects: ``Optimizer`` over optax, ``metrics``, ``EMA``."""
+"""Training objects: ``Optimizer``/``ModelAndOptimizer`` over optax, ``TrainState``,
+``metrics``, ``EMA``."""
 
 from flaxgraph.training import metrics as metrics
 from flaxgraph.training.ema import EMA as EMA
@@ -10,3 +11,4 @@ from flaxgraph.training.optimizer import OptArray as OptArray
 from flaxgraph.training.optimizer import Optimizer as Optimizer
 from flaxgraph.training.optimizer import OptState as OptState
 from flaxgraph.training.optimizer import OptVariable as OptVariable
+from flaxgraph.training.train_state import TrainState as TrainState
