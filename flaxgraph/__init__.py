@@ -9,6 +9,7 @@ from importlib.metadata import version as _version
 from flaxgraph import filters as filters
 from flaxgraph import nn as nn
 from flaxgraph import spmd as spmd
+from flaxgraph import summary as summary
 from flaxgraph import testing as testing
 from flaxgraph.config import Flag as Flag
 from flaxgraph.display import display as display
@@ -129,8 +130,10 @@ from flaxgraph.spmd import with_sharding_constraint as with_sharding_constraint
 from flaxgraph.state import FlatState as FlatState
 from flaxgraph.state import State as State
 from flaxgraph.state import map_state as map_state
+from flaxgraph.summary import tabulate as tabulate
 from flaxgraph.training import metrics as metrics
 from flaxgraph.training.ema import EMA as EMA
+from flaxgraph.training.metrics import Metric as Metric
 from flaxgraph.training.metrics import MultiMetric as MultiMetric
 from flaxgraph.training.optimizer import ModelAndOptimizer as ModelAndOptimizer
 from flaxgraph.training.optimizer import OptArray as OptArray
