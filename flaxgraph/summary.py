@@ -465,13 +465,14 @@ def tabulate(
     totals, _ = _stats(obj)
     kinds = sorted(totals)
 
-    table = Table(
-        title=f"{type(obj).__name__} Summary",
-        caption=f"Total Parameters: "
+    options = {
+        "title": f"{type(obj).__name__} Summary",
+        "caption": "Total Parameters: "
         + _count_repr(sum(s for s, _ in totals.values()), sum(b for _, b in totals.values())),
-        show_lines=True,
-        **dict(table_kwargs),
-    )
+        "show_lines": True,
+        **table_kwargs,
+    }
+    table = Table(**options)
     columns = ["path", "type", "inputs", "outputs"]
     columns += ["flops"] * compute_flops + ["vjp_flops"] * compute_vjp_flops
     for name in columns + kinds:
@@ -492,10 +493,10 @@ def tabulate(
     total_row: list[Any] = [""] * (len(columns) - 1) + [Text("Total", justify="right")]
     table.add_row(*total_row, *(_count_repr(*totals[k]) for k in kinds))
 
-    options: dict[str, Any] = {"force_terminal": True, "force_jupyter": False}
-    options.update(console_kwargs)
     buffer = io.StringIO()
-    console = Console(file=buffer, **options)
+    console = Console(
+        file=buffer, **{"force_terminal": True, "force_jupyter": False, **console_kwargs}
+    )
     if "width" not in console_kwargs:  # as wide as the table needs, not the terminal
         console.width = 100_000
         console.width = console.measure(table).maximum
