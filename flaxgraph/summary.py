@@ -94,6 +94,19 @@ def filter_rng_streams(row: CallInfo) -> bool:
     """The default ``row_filter``: hides calls of random streams (``nnx.Rngs``,
     ``RngStream``), which are plumbing rather than layers.
 
+    Args:
+      row: the row's ``CallInfo``.
+
+    Returns:
+      False for a random stream, True otherwise.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> info = nnx.summary.CallInfo(0, 0, nnx.RngStream, ('rngs',), '', None, None, None)
+      >>> nnx.summary.filter_rng_streams(info)
+      False
+
     Source: Flax NNX ``nnx.summary.filter_rng_streams`` (which hides
     ``RngStream`` rows).
     """

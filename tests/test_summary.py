@@ -343,3 +343,26 @@ def test_table_equals_flaxs_for_the_same_layer():
     a = parse(tabulate(ours, x, console_kwargs=PLAIN))
     b = parse(flax_nnx.tabulate(theirs, x, console_kwargs=PLAIN))
     assert a == b
+
+
+def test_containers_lists_dicts_and_sequential():
+    class Containers(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.layers = nnx.List([nnx.Linear(2, 3, rngs=rngs), nnx.Linear(3, 3, rngs=rngs)])
+            self.seq = nnx.Sequential(nnx.Linear(3, 4, rngs=rngs), nnx.relu)
+            self.heads = {"a": nnx.Linear(4, 1, rngs=rngs)}
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            for layer in self.layers:
+                x = layer(x)
+            assert len(self.layers) == 2  # the copy's List still holds just its items
+            return self.heads["a"](self.seq(x))
+
+    model = Containers(nnx.Rngs(0))
+    _, rows, _ = parse(tabulate(model, jnp.ones((1, 2)), console_kwargs=PLAIN))
+    by_path = {r["path"]: r for r in rows[:-1]}
+    assert sorted(by_path) == sorted(["", "layers/0", "layers/1", "seq", "seq/layers/0", "heads/a"])
+    assert by_path["seq"]["type"] == "Sequential"
+    assert by_path["heads/a"]["inputs"] == "float32[1,4]"
+    assert_counts(by_path[""], variables_by_kind(model))
+    assert_counts(by_path["seq"], variables_by_kind(model.seq))
