@@ -159,7 +159,8 @@ class Optimizer(Object, Generic[M]):
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # Checked before __init__ so that the signature keeps `wrt` required (as
         # Flax's) while the error says what to do instead.
-        if "wrt" not in kwargs and cls._wrt_required:
+        # (copy/pickle call __new__ without arguments: nothing to check then.)
+        if (args or kwargs) and "wrt" not in kwargs and cls._wrt_required:
             raise TypeError(
                 f"{cls.__name__}(model, tx) is missing the required keyword argument `wrt`: "
                 "the filter of the Variables to optimise.\nFix: pass the filter the "

@@ -529,3 +529,16 @@ def test_model_and_optimizer_wrt_and_update_signature():
     assert model.w1.value is w1  # not selected by wrt
     with pytest.raises(TypeError):
         state.update(model, grads)  # 0.12: update(grads, /, **kwargs) only
+
+
+def test_deepcopy_builds_without_the_wrt_check():
+    import copy
+
+    model = MLP()
+    for optimizer in (
+        Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+        ModelAndOptimizer(model, optax.adam(1e-2)),
+    ):
+        twin = copy.deepcopy(optimizer)
+        assert type(twin) is type(optimizer) and twin.wrt is nnx.Param
+        assert_trees_close(unboxed(twin.opt_state), unboxed(optimizer.opt_state))
