@@ -60,8 +60,19 @@ class Metric(Object):
     ``reset``, and keep their running state in ``MetricState`` Variables (values
     replaced through ``.value``, so the updates propagate out of ``nnx.jit``).
 
-    Source: Flax NNX ``nnx.metrics.Metric``.
+    Raises:
+      NotImplementedError: ``Metric()`` itself, or a subclass without its own
+        ``__init__`` (it would have no state), is instantiated; or a subclass
+        method that is not implemented is called.
+
+    Source: Flax NNX ``nnx.metrics.Metric`` (0.12: ``__init__`` must be overridden).
     """
+
+    def __init__(self) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must override __init__() (create its MetricState "
+            "Variables there)."
+        )
 
     def reset(self) -> None:
         """Returns the metric to its initial state, in place."""
