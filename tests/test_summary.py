@@ -333,16 +333,37 @@ def test_signature_matches_flax():
             assert p.default == q.default, name
 
 
-def test_table_equals_flaxs_for_the_same_layer():
+def test_table_equals_flaxs_for_the_same_architecture():
     pytest.importorskip("flax")
     from flax import nnx as flax_nnx
 
-    ours = nnx.Linear(6, 5, rngs=nnx.Rngs(0))
-    theirs = flax_nnx.Linear(6, 5, rngs=flax_nnx.Rngs(0))
-    x = jnp.asarray(np.ones((2, 6), np.float32))
-    a = parse(tabulate(ours, x, console_kwargs=PLAIN))
-    b = parse(flax_nnx.tabulate(theirs, x, console_kwargs=PLAIN))
-    assert a == b
+    def build(lib: Any) -> Any:
+        class Block(lib.Module):
+            def __init__(self, din: int, dout: int, rngs: Any) -> None:
+                self.linear = lib.Linear(din, dout, rngs=rngs)
+                self.bn = lib.BatchNorm(dout, rngs=rngs)
+                self.dropout = lib.Dropout(0.2, rngs=rngs)
+
+            def __call__(self, x: jax.Array) -> jax.Array:
+                return lib.relu(self.dropout(self.bn(self.linear(x))))
+
+        class Foo(lib.Module):
+            def __init__(self, rngs: Any) -> None:
+                self.block1 = Block(32, 128, rngs=rngs)
+                self.block2 = Block(128, 10, rngs=rngs)
+                self.shared = self.block1
+
+            def __call__(self, x: jax.Array) -> jax.Array:
+                return self.block2(self.block1(x))
+
+        return Foo(lib.Rngs(0))
+
+    x = jnp.asarray(np.ones((1, 32), np.float32))
+    wide = {"force_terminal": False, "width": 400}
+    ours = parse(tabulate(build(nnx), x, console_kwargs=wide))
+    theirs = parse(flax_nnx.tabulate(build(flax_nnx), x, console_kwargs=wide))
+    assert ours == theirs
+    assert len(ours[1]) == 10
 
 
 def test_containers_lists_dicts_and_sequential():
