@@ -202,3 +202,28 @@ def test_train_step_with_optimizer_ema_and_metrics_under_jit():
         np.testing.assert_allclose(metrics.compute()["loss"], np.mean(losses), rtol=1e-5)
         assert int(optimizer.step.value) == 5
         np.testing.assert_array_equal(model.stats.value, 1.0)
+
+
+def test_matches_flax_ema_with_integer_and_float_state():
+    pytest.importorskip("flax")
+    from flax import nnx as flax_nnx
+
+    def build(lib: Any) -> Any:
+        class Model(lib.Module):
+            def __init__(self) -> None:
+                self.w = lib.Param(jnp.zeros((2, 3)))
+                self.n = lib.BatchStat(jnp.zeros(3, jnp.int32))
+
+        return Model()
+
+    ours, theirs = build(nnx), build(flax_nnx)
+    ema, flax_ema = EMA(ours, 0.7), flax_nnx.EMA(theirs, 0.7)
+    for i in range(4):
+        new = random_values(i)["w"]
+        for m in (ours, theirs):
+            m.w[...] = jnp.asarray(new)
+            m.n[...] = jnp.asarray([3 * i, 5 * i, 7], jnp.int32)
+        ema.update(ours)
+        flax_ema.update(theirs)
+    np.testing.assert_allclose(ema.params["w"][...], flax_ema.params["w"][...], rtol=1e-6)
+    np.testing.assert_array_equal(ema.params["n"][...], flax_ema.params["n"][...])
