@@ -423,3 +423,27 @@ def test_update_signatures_match_flax_012():
     acc = inspect.signature(Accuracy.update).parameters
     assert [p for p in acc if p != "self"][:3] == ["logits", "labels", "mask"]
     assert inspect.signature(Average.__init__).parameters["argname"].default == "values"
+
+
+def test_masked_average_and_accuracy_match_flax():
+    pytest.importorskip("flax")
+    from flax import nnx as flax_nnx
+
+    rng = np.random.default_rng(3)
+    ours = MultiMetric(acc=Accuracy(), loss=Average("loss"))
+    theirs = flax_nnx.MultiMetric(
+        acc=flax_nnx.metrics.Accuracy(), loss=flax_nnx.metrics.Average("loss")
+    )
+    for _ in range(3):
+        batch = {
+            "logits": jnp.asarray(rng.normal(size=(6, 3)).astype(np.float32)),
+            "labels": jnp.asarray(rng.integers(0, 3, size=6).astype(np.int32)),
+            "loss": jnp.asarray(rng.normal(size=6).astype(np.float32)),
+        }
+        mask = jnp.asarray(rng.random(6) < 0.6)
+        ours.update(**batch, mask=mask)
+        theirs.update(**batch, mask=mask)
+        ours.update(**batch, mask={"acc": mask})
+        theirs.update(**batch, mask={"acc": mask})
+    for name, value in theirs.compute().items():
+        close(ours.compute()[name], value)
