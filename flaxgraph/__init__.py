@@ -11,6 +11,7 @@ from flaxgraph import filters as filters
 from flaxgraph import modes as modes
 from flaxgraph import nn as nn
 from flaxgraph import spmd as spmd
+from flaxgraph import summary as summary
 from flaxgraph import testing as testing
 from flaxgraph.abstract import abstract_with_sharding as abstract_with_sharding
 from flaxgraph.abstract import as_abstract as as_abstract
@@ -142,14 +143,17 @@ from flaxgraph.spmd import with_sharding_constraint as with_sharding_constraint
 from flaxgraph.state import FlatState as FlatState
 from flaxgraph.state import State as State
 from flaxgraph.state import map_state as map_state
+from flaxgraph.summary import tabulate as tabulate
 from flaxgraph.training import metrics as metrics
 from flaxgraph.training.ema import EMA as EMA
-from flaxgraph.training.ema import EMAState as EMAState
+from flaxgraph.training.metrics import Metric as Metric
 from flaxgraph.training.metrics import MultiMetric as MultiMetric
+from flaxgraph.training.optimizer import ModelAndOptimizer as ModelAndOptimizer
 from flaxgraph.training.optimizer import OptArray as OptArray
 from flaxgraph.training.optimizer import Optimizer as Optimizer
 from flaxgraph.training.optimizer import OptState as OptState
 from flaxgraph.training.optimizer import OptVariable as OptVariable
+from flaxgraph.training.train_state import TrainState as TrainState
 from flaxgraph.transforms.aliasing import InconsistentAliasingError as InconsistentAliasingError
 from flaxgraph.transforms.aliasing import PrefixError as PrefixError
 from flaxgraph.transforms.autodiff import checkpoint as checkpoint

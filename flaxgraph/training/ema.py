@@ -1,15 +1,17 @@
-"""EMA: an exponential moving average of a model's parameters, as an Object.
+"""EMA: an exponential moving average of Variables, as an Object.
 
-``EMA(model, decay)`` starts from a copy of the model's ``wrt`` sub-state (its
-parameters by default); each ``ema.update(model)`` moves the average towards the
-model's current values::
+``EMA(params, decay)`` starts from a copy of the Variables of ``params`` (a model,
+or an ``nnx.State``) selected by ``only`` (all of them by default); each
+``ema.update(new)`` moves the average towards the current values of ``new``, an
+object of the same structure::
 
-  average <- decay * average + (1 - decay) * params
+  average <- decay * average + (1 - decay) * value
 
 The average is what is often evaluated instead of the last parameters (Polyak
-averaging). ``ema.averaged_state()`` returns it as an ``nnx.State`` of the
-parameters' own kinds (for ``nnx.merge`` or ``nnx.update``); ``ema.copy_to(model)``
-writes it into a model in place::
+averaging). ``ema.params`` is an ``nnx.State`` of Variables of the averaged
+Variables' own kinds (``Param``…) and metadata; ``ema.apply_to(model)`` returns a
+model of ``model``'s structure that *uses* those Variables, so it follows every
+later ``update``::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> class Model(nnx.Module):
@@ -17,71 +19,73 @@ writes it into a model in place::
   ...     self.w = nnx.Param(jnp.zeros(2))
   >>> model = Model()
   >>> ema = nnx.EMA(model, decay=0.5)
+  >>> ema_model = ema.apply_to(model)
   >>> model.w.value = jnp.ones(2)
   >>> ema.update(model)
-  >>> ema.averaged_state()['w'].value
-  Array([0.5, 0.5], dtype=float32)
+  >>> ema.params['w'].value, ema_model.w.value
+  (Array([0.5, 0.5], dtype=float32), Array([0.5, 0.5], dtype=float32))
 
-The average lives in ``EMAState`` Variables that copy each parameter's metadata
-(sharding names included), so an ``EMA`` passed to ``nnx.jit`` is updated inside
-the compiled step and shards like the model. The update is
-``optax.incremental_update``.
+An ``EMA`` passed to ``nnx.jit`` is updated inside the compiled step like any
+object, and since its Variables carry the averaged Variables' metadata (sharding
+names included) it shards like the model. The update is
+``optax.incremental_update``, cast back to each Variable's dtype.
 
-Source: flaxgraph's own (Flax NNX has no EMA object); the update rule is optax's
-``incremental_update`` (as in Polyak-Ruppert averaging and ``optax.ema`` without
-debiasing).
+Source: Flax NNX ``nnx.EMA`` (0.12.8: ``EMA(params, decay, *, only=...)``,
+``params``, ``update``, ``apply_to``); the update rule is optax's
+``incremental_update`` (Polyak-Ruppert averaging, ``optax.ema`` without debiasing).
 """
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import jax
+import jax.numpy as jnp
 
 from flaxgraph.filters import Filter
-from flaxgraph.graph.api import update as graph_update
+from flaxgraph.graph.api import iter_graph, merge, recursive_map, split
+from flaxgraph.graph.paths import keys_str
 from flaxgraph.objects import Object
 from flaxgraph.state import State
 from flaxgraph.training._params import (
     filter_str,
     freeze_filter,
-    is_variable,
-    mirror,
     pure_state,
     raw,
     unshare,
     values_at,
     wrt_pairs,
 )
-from flaxgraph.variables import Param, Variable
+from flaxgraph.variables import Variable
 
 A = TypeVar("A")
 
-__all__ = ["EMA", "EMAState"]
-
-
-class EMAState(Variable[A]):
-    """The kind of the Variables holding an ``EMA``'s averages. Each copies the
-    metadata of the parameter it averages, plus ``source_type`` (its kind)."""
+__all__ = ["EMA"]
 
 
 class EMA(Object):
-    """An exponential moving average of the ``wrt`` sub-state of a model.
+    """An exponential moving average of the Variables of ``params`` selected by
+    ``only``.
 
     Args:
-      model: the model (an ``nnx.Module``/``Object`` or a container of them); read,
-        not stored. The average starts as a copy of its ``wrt`` sub-state.
-      decay: the weight of the old average, a float in [0, 1] (0.999 by default).
-      wrt: a filter selecting the averaged state (default ``nnx.Param``).
+      params: a model (an ``nnx.Module``/``Object`` or a container of them) or an
+        ``nnx.State``; read, not stored. The average starts as a copy of its
+        selected Variables.
+      decay: the weight of the old average, a float in [0, 1] (e.g. 0.999).
+      only: a filter selecting the averaged Variables (keyword-only; every
+        Variable by default, as in Flax; ``nnx.Param`` is the usual choice when the
+        model also holds random-number state).
 
     Attributes:
-      decay, wrt: static attributes (a list filter is stored as a tuple).
-      averages: an ``nnx.State`` of ``EMAState`` Variables at the parameters' paths,
-        each of its parameter's shape and dtype.
+      decay: the decay (a static float).
+      filter: the ``only`` filter (static; a list filter is stored as a tuple).
+      params: an ``nnx.State`` of new Variables, one per selected Variable (shared
+        Variables once), at its path, of its kind and metadata, holding the average.
 
     Raises:
-      ValueError: ``decay`` is outside [0, 1].
-      TypeError: ``model`` is a single Variable or array rather than a model.
+      ValueError: ``decay`` is outside [0, 1] (Flax accepts any float).
+      TypeError: ``params`` is a single Variable or array rather than a model or
+        State, or a selected Variable holds no numbers (a random key: select the
+        parameters with ``only=nnx.Param``).
 
     Example::
 
@@ -90,61 +94,81 @@ class EMA(Object):
       ...   def __init__(self):
       ...     self.w = nnx.Param(jnp.ones(3))
       >>> model = Model()
-      >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1))
-      >>> ema = nnx.EMA(model, decay=0.5)
+      >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+      >>> ema = nnx.EMA(model, decay=0.5, only=nnx.Param)
       >>> @nnx.jit
       ... def train_step(model, optimizer, ema):
       ...   grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(model)
       ...   optimizer.update(model, grads)
       ...   ema.update(model)
       >>> train_step(model, optimizer, ema)
-      >>> ema.averages['w'].value
+      >>> ema.params['w'].value
       Array([0.9, 0.9, 0.9], dtype=float32)
 
     Source: see the module docstring.
     """
 
-    def __init__(self, model: Any, decay: float = 0.999, *, wrt: Filter = Param):
+    def __init__(self, params: Any, decay: float, *, only: Filter = ...):
         decay = float(decay)
         if not 0.0 <= decay <= 1.0:
-            raise ValueError(f"EMA decay must be in [0, 1], got {decay}.")
+            raise ValueError(
+                f"EMA decay must be in [0, 1], got {decay}.\nFix: pass the weight of the old "
+                "average, e.g. nnx.EMA(model, decay=0.999)."
+            )
         self.decay = decay
-        self.wrt = freeze_filter(wrt)
-        pairs = wrt_pairs(model, self.wrt)
+        self.filter = freeze_filter(only)
+        pairs = wrt_pairs(params, self.filter)
+        for path, var in pairs:
+            value = raw(var)
+            dtype = getattr(value, "dtype", None)
+            if dtype is None or not (
+                jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_)
+            ):
+                raise TypeError(
+                    f"EMA cannot average the {type(var).__name__} at {keys_str(path)}: it "
+                    f"holds {dtype if dtype is not None else type(value).__name__}, not "
+                    "numbers.\nFix: select the Variables to average, e.g. "
+                    "nnx.EMA(model, decay, only=nnx.Param)."
+                )
         values = unshare([raw(v) for _, v in pairs], [raw(v) for _, v in pairs])
-        self.averages = State.from_flat_path(
-            (p, mirror(EMAState, x, v)) for (p, v), x in zip(pairs, values)
-        )
+        self.params = State.from_flat_path((p, _copy_of(v, x)) for (p, v), x in zip(pairs, values))
 
-    def _model_values(self, model: Any, what: str) -> tuple[list[Any], list[Any]]:
-        """The averages' paths and the model's values at them, in the same order."""
-        flat = self.averages.flat_state()
-        paths = list(flat.paths)
+    def _values_of(self, node: Any, what: str) -> tuple[list[Any], list[Any]]:
+        """The averages' paths and ``node``'s values at them, in the same order."""
+        paths = list(self.params.flat_state().paths)
         values = values_at(
             paths,
-            dict(wrt_pairs(model, self.wrt)),
+            dict(wrt_pairs(node, self.filter)),
             header=(
-                f"EMA.{what}: the model's state selected by wrt={filter_str(self.wrt)} does not have "
-                "the paths of the averages (paths missing from the model, and new paths "
-                "in it):"
+                f"EMA.{what}: the Variables selected by only={filter_str(self.filter)} do not "
+                "have the paths of the averages (paths missing from the argument, and new "
+                "paths in it):"
             ),
             fixes=[
-                "pass a model with the structure of the one the EMA was built from;",
-                "or build a new EMA for this model: nnx.EMA(model, decay).",
+                "pass an object with the structure of the one the EMA was built from;",
+                "or build a new EMA for it: nnx.EMA(model, decay).",
             ],
         )
         return paths, values
 
-    def update(self, model: Any) -> None:
-        """Moves the averages towards ``model``'s current values, in place:
-        ``average = decay * average + (1 - decay) * value`` (``optax.incremental_update``).
+    def update(self, updates: Any) -> None:
+        """Moves the averages towards the values of ``updates``, in place:
+        ``average = decay * average + (1 - decay) * value`` (``optax.incremental_update``,
+        cast back to the average's dtype).
+
+        Args:
+          updates: a model or ``nnx.State`` with the structure of the ``params`` the
+            EMA was built from (its Variables selected by ``only`` at the same paths).
 
         Raises:
-          GraphStructureError (a ``ValueError``): ``model``'s ``wrt`` sub-state does
-            not have the averages' paths; the message lists the missing and new ones.
+          GraphStructureError (a ``ValueError``): the selected Variables of
+            ``updates`` are not at the averages' paths; the message lists the
+            missing and the new ones. Nothing is updated then.
+
+        Source: Flax NNX ``nnx.EMA.update``.
         """
-        paths, values = self._model_values(model, "update")
-        variables = list(self.averages.flat_state().leaves)
+        paths, values = self._values_of(updates, "update")
+        variables = list(self.params.flat_state().leaves)
         import optax  # optional dependency: only training needs it
 
         new = optax.incremental_update(
@@ -152,28 +176,44 @@ class EMA(Object):
             pure_state(paths, [v.raw_value for v in variables]),
             1.0 - self.decay,
         )
-        for var, value in zip(variables, jax.tree.leaves(new)):
-            var.value = value.astype(var.raw_value.dtype)
+        for var, (_, value) in zip(variables, new.flat_state()):
+            var.value = jnp.asarray(value).astype(var.raw_value.dtype)
 
-    def averaged_state(self) -> State:
-        """Returns the averages as an ``nnx.State`` of new Variables of the averaged
-        parameters' kinds (``Param``…) with their metadata, at their paths: usable as
-        ``nnx.update(model, ema.averaged_state())`` or in ``nnx.merge``."""
+    def apply_to(self, model: A) -> A:
+        """Returns a new model of ``model``'s structure whose averaged Variables are
+        the EMA's own (``ema.params``), so it reflects every later ``update``; its
+        other Variables are ``model``'s (shared, not copied). ``model`` itself is not
+        changed.
 
-        def to_source(var: Any) -> Any:
-            metadata = var.get_metadata()
-            kind = metadata.pop("source_type", None)
-            return var.raw_value if kind is None else kind._from_parts(var.raw_value, metadata)
+        Args:
+          model: an object with the structure of the ``params`` the EMA was built
+            from.
 
-        return jax.tree.map(to_source, self.averages, is_leaf=is_variable)
-
-    def copy_to(self, model: Any) -> None:
-        """Writes the averages into ``model``'s ``wrt`` sub-state, in place.
+        Returns:
+          A new object of ``model``'s type; ``ema.apply_to(model).w is
+          ema.params['w']``.
 
         Raises:
-          GraphStructureError (a ``ValueError``): ``model``'s ``wrt`` sub-state does
-            not have the averages' paths.
+          GraphStructureError (a ``ValueError``): the Variables of ``model``
+            selected by ``only`` are not at the averages' paths.
+
+        Source: Flax NNX ``nnx.EMA.apply_to``.
         """
-        paths, _ = self._model_values(model, "copy_to")
-        averages = [v.raw_value for v in self.averages.flat_state().leaves]
-        graph_update(model, pure_state(paths, averages))
+        self._values_of(model, "apply_to")
+        averages = dict(self.params.flat_state())
+        originals = {p: v for p, v in iter_graph(model) if isinstance(v, Variable)}
+        copy = merge(*split(model))
+
+        def use(path: Any, x: Any) -> Any:
+            if isinstance(x, Variable):
+                return averages.get(path, originals.get(path, x))
+            return x
+
+        return recursive_map(use, copy)
+
+
+def _copy_of(var: Any, value: Any) -> Variable[Any]:
+    """A new Variable of ``var``'s kind and metadata holding ``value``."""
+    if isinstance(var, Variable):
+        return type(var)._from_parts(value, var.get_metadata())
+    return Variable(value)

@@ -60,8 +60,19 @@ class Metric(Object):
     ``reset``, and keep their running state in ``MetricState`` Variables (values
     replaced through ``.value``, so the updates propagate out of ``nnx.jit``).
 
-    Source: Flax NNX ``nnx.metrics.Metric``.
+    Raises:
+      NotImplementedError: ``Metric()`` itself, or a subclass without its own
+        ``__init__`` (it would have no state), is instantiated; or a subclass
+        method that is not implemented is called.
+
+    Source: Flax NNX ``nnx.metrics.Metric`` (0.12: ``__init__`` must be overridden).
     """
+
+    def __init__(self) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must override __init__() (create its MetricState "
+            "Variables there)."
+        )
 
     def reset(self) -> None:
         """Returns the metric to its initial state, in place."""
@@ -87,6 +98,22 @@ def _argument(kwargs: dict[str, Any], argname: str, metric: str) -> jax.Array:
     return jnp.asarray(value.raw_value if isinstance(value, Variable) else value)
 
 
+def _mask(mask: Any, shape: tuple[int, ...], metric: str, what: str) -> jax.Array | None:
+    """``mask`` (``None`` or an array broadcastable to ``shape``) as a bool array of
+    ``shape``: nonzero entries select."""
+    if mask is None:
+        return None
+    mask = jnp.asarray(mask.raw_value if isinstance(mask, Variable) else mask)
+    try:
+        return jnp.broadcast_to(mask != 0, shape)
+    except ValueError:
+        raise ValueError(
+            f"{metric}.update: mask of shape {mask.shape} does not broadcast to the shape "
+            f"of {what}, {shape}.\nFix: pass a mask with the shape of {what} (or one that "
+            "broadcasts to it, e.g. with trailing axes of size 1)."
+        ) from None
+
+
 class Average(Metric):
     """The mean of every value passed so far.
 
@@ -94,12 +121,14 @@ class Average(Metric):
       argname: the keyword argument of ``update`` holding the values (default
         ``'values'``).
 
-    ``update(**{argname: values})`` takes a scalar or an array of any shape (all its
-    elements count); ``compute()`` returns a ``float32`` scalar, ``nan`` before any
-    update. State: ``total`` (``float32``) and ``count`` (``int32``).
+    ``update(mask=None, **{argname: values})`` takes a scalar or an array of any
+    shape (all its elements count, or those where ``mask``, broadcast to the
+    values' shape, is nonzero); ``compute()`` returns a ``float32`` scalar, ``nan``
+    before any update. State: ``total`` (``float32``) and ``count`` (``int32``).
 
     Raises:
       TypeError: from ``update``, when ``argname`` is not among its arguments.
+      ValueError: from ``update``, when ``mask`` does not broadcast to the values.
 
     Example::
 
@@ -109,8 +138,13 @@ class Average(Metric):
       >>> avg.update(values=jnp.array([3, 2, 1, 0]))
       >>> avg.compute()
       Array(2., dtype=float32)
+      >>> avg.update(values=jnp.array([11, 50]), mask=jnp.array([True, False]))
+      >>> avg.compute()
+      Array(3., dtype=float32)
 
-    Source: Flax NNX ``nnx.metrics.Average``.
+    Source: Flax NNX ``nnx.metrics.Average`` (0.12, with ``mask``). Where Flax
+    counts ``mask.sum()`` elements, a mask broadcast along an axis counts here once
+    per element it selects, so the result stays the mean of the selected values.
     """
 
     def __init__(self, argname: str = "values"):
@@ -123,19 +157,26 @@ class Average(Metric):
         self.total.value = jnp.zeros_like(self.total.value)
         self.count.value = jnp.zeros_like(self.count.value)
 
-    def update(self, **kwargs: Any) -> None:
+    def update(self, mask: Any = None, **kwargs: Any) -> None:
         """Adds ``values`` (the keyword named by ``argname``: an array of any shape, or a
-        scalar) to the running mean; every element counts once.
+        scalar) to the running mean; every element counts once, or only those where
+        ``mask`` (broadcastable to the values' shape; nonzero selects) is set.
 
         Raises:
           TypeError: the keyword ``argname`` is missing.
+          ValueError: ``mask`` does not broadcast to the values' shape.
         """
         values = _argument(kwargs, self.argname, type(self).__name__)
-        self._add(values)
+        self._add(values, _mask(mask, values.shape, type(self).__name__, self.argname))
 
-    def _add(self, values: jax.Array) -> None:
-        self.total.value = self.total.value + values.sum(dtype=jnp.float32)
-        self.count.value = self.count.value + jnp.int32(values.size)
+    def _add(self, values: jax.Array, mask: jax.Array | None) -> None:
+        if mask is None:
+            total, count = values.sum(dtype=jnp.float32), jnp.int32(values.size)
+        else:
+            total = jnp.where(mask, values, 0).sum(dtype=jnp.float32)
+            count = mask.sum(dtype=jnp.int32)
+        self.total.value = self.total.value + total
+        self.count.value = self.count.value + count
 
     def compute(self) -> jax.Array:
         """The metric over every update since the last ``reset`` (see the class)."""
@@ -169,8 +210,13 @@ class Welford(Metric):
     update: mean ``0`` and ``nan`` for the others. State: ``count`` (``int32``),
     ``mean`` and ``m2`` (sum of squared deviations, ``float32``).
 
+    ``update`` also takes an optional ``mask`` (broadcastable to the values; only
+    the selected values count). Flax 0.12's ``Welford`` ignores a mask; here it is
+    honoured, as ``Average``'s is.
+
     Raises:
       TypeError: from ``update``, when ``argname`` is not among its arguments.
+      ValueError: from ``update``, when ``mask`` does not broadcast to the values.
 
     Example::
 
@@ -195,25 +241,31 @@ class Welford(Metric):
         for v in (self.count, self.mean, self.m2):
             v.value = jnp.zeros_like(v.value)
 
-    def update(self, **kwargs: Any) -> None:
+    def update(self, mask: Any = None, **kwargs: Any) -> None:
         """Adds ``values`` (the keyword named by ``argname``: any shape, cast to float32)
-        to the running mean and variance (Welford's algorithm).
+        to the running mean and variance (Welford's algorithm); with ``mask``, only
+        the values where it is nonzero.
 
         Raises:
           TypeError: the keyword ``argname`` is missing.
+          ValueError: ``mask`` does not broadcast to the values' shape.
         """
         values = _argument(kwargs, self.argname, type(self).__name__).astype(jnp.float32)
-        n_b = values.size
-        if n_b == 0:
-            return
-        mean_b = values.mean()
-        m2_b = ((values - mean_b) ** 2).sum()
+        selected = _mask(mask, values.shape, type(self).__name__, self.argname)
+        if selected is None:
+            if values.size == 0:
+                return
+            selected = jnp.ones(values.shape, dtype=bool)
+        n_b = selected.sum(dtype=jnp.int32)
+        nb = n_b.astype(jnp.float32)
+        mean_b = jnp.where(selected, values, 0.0).sum() / jnp.maximum(nb, 1.0)
+        m2_b = jnp.where(selected, (values - mean_b) ** 2, 0.0).sum()
         n_a = self.count.value.astype(jnp.float32)
-        n = n_a + n_b
+        n = jnp.maximum(n_a + nb, 1.0)  # an empty selection leaves the state as it is
         delta = mean_b - self.mean.value
-        self.mean.value = self.mean.value + delta * (n_b / n)
-        self.m2.value = self.m2.value + m2_b + delta**2 * (n_a * n_b / n)
-        self.count.value = self.count.value + jnp.int32(n_b)
+        self.mean.value = self.mean.value + delta * (nb / n)
+        self.m2.value = self.m2.value + m2_b + delta**2 * (n_a * nb / n)
+        self.count.value = self.count.value + n_b
 
     def compute(self) -> Statistics:
         """The metric over every update since the last ``reset`` (see the class)."""
@@ -234,13 +286,16 @@ class Accuracy(Average):
       argname: the name under which the per-example correctness is averaged
         (kept for Flax compatibility; ``update`` takes ``logits`` and ``labels``).
 
-    ``update(logits=..., labels=...)`` ignores other keyword arguments;
-    ``compute()`` returns a ``float32`` scalar in [0, 1] (``nan`` before any update).
+    ``update(logits=..., labels=..., mask=None)`` ignores other keyword
+    arguments; ``mask`` (broadcastable to the labels' shape) selects the examples
+    that count. ``compute()`` returns a ``float32`` scalar in [0, 1] (``nan``
+    before any update).
 
     Raises:
       ValueError: from ``update``: the ranks do not fit (``logits.ndim ==
-        labels.ndim + 1`` without threshold, equal ranks with one), or the labels
-        are not integers (or bools, with a threshold).
+        labels.ndim + 1`` without threshold, equal ranks with one), the labels
+        are not integers (or bools, with a threshold), or ``mask`` does not
+        broadcast to the labels.
       TypeError: from ``update``, when ``logits`` or ``labels`` is missing.
 
     Example::
@@ -255,19 +310,24 @@ class Accuracy(Average):
       >>> binary.compute()
       Array(0.6666667, dtype=float32)
 
-    Source: Flax NNX ``nnx.metrics.Accuracy``.
+    Source: Flax NNX ``nnx.metrics.Accuracy`` (0.12, with ``mask``; Flax accepts
+    only ``int32`` labels, any integer dtype is accepted here, and bools with a
+    threshold).
     """
 
     def __init__(self, threshold: float | None = None, argname: str = "values"):
         super().__init__(argname)
         self.threshold = threshold
 
-    def update(self, *, logits: Any, labels: Any, **_: Any) -> None:  # type: ignore[override]
+    def update(  # type: ignore[override]
+        self, *, logits: Any, labels: Any, mask: Any = None, **_: Any
+    ) -> None:
         """Adds a batch: ``logits`` of shape ``(..., num_classes)`` (or ``(...)`` with a
-        ``threshold``) and integer ``labels`` of shape ``(...)``.
+        ``threshold``) and integer ``labels`` of shape ``(...)``; with ``mask``
+        (broadcastable to ``(...)``), only the examples where it is nonzero count.
 
         Raises:
-          ValueError: the shapes of ``logits`` and ``labels`` do not fit.
+          ValueError: the shapes of ``logits``, ``labels`` or ``mask`` do not fit.
         """
         logits = jnp.asarray(logits.raw_value if isinstance(logits, Variable) else logits)
         labels = jnp.asarray(labels.raw_value if isinstance(labels, Variable) else labels)
@@ -297,7 +357,7 @@ class Accuracy(Average):
                     f"Accuracy expects integer (0/1) or bool labels, got dtype {labels.dtype}."
                 )
             correct = (logits > self.threshold).astype(jnp.int32) == labels.astype(jnp.int32)
-        self._add(correct)
+        self._add(correct, _mask(mask, labels.shape, type(self).__name__, "labels"))
 
 
 class MultiMetric(Metric):
@@ -308,7 +368,9 @@ class MultiMetric(Metric):
         (``multi.accuracy``).
 
     ``update(**kwargs)`` passes all keyword arguments to every metric (each reads
-    the ones it needs); ``compute()`` returns ``{name: metric.compute()}`` in the
+    the ones it needs). A ``mask`` argument is passed to every metric when it is an
+    array, or per metric when it is a dict ``{name: mask}`` (metrics it does not
+    name get no mask); ``compute()`` returns ``{name: metric.compute()}`` in the
     order given; ``reset()`` resets them all. The names are kept as a tuple (a
     hashable static attribute), so a ``MultiMetric``'s GraphDef can key a ``jit``
     cache.
@@ -316,7 +378,9 @@ class MultiMetric(Metric):
     Raises:
       TypeError: a value is not a ``Metric``.
       ValueError: a name is taken by a method or attribute of ``MultiMetric``
-        (``update``, ``compute``, ``reset``…) or starts with an underscore.
+        (``update``, ``compute``, ``reset``…) or starts with an underscore; from
+        ``update``, a ``mask`` dict names a metric that does not exist (Flax 0.12
+        ignores such names silently).
 
     Example::
 
@@ -327,7 +391,7 @@ class MultiMetric(Metric):
       >>> m.compute()
       {'loss': Array(2., dtype=float32), 'grad_norm': Array(0.5, dtype=float32)}
 
-    Source: Flax NNX ``nnx.MultiMetric``.
+    Source: Flax NNX ``nnx.MultiMetric`` (0.12).
     """
 
     def __init__(self, **metrics: Metric):
@@ -351,10 +415,28 @@ class MultiMetric(Metric):
         for name in self._metric_names:
             getattr(self, name).reset()
 
-    def update(self, **kwargs: Any) -> None:
-        """Passes the keyword arguments to every metric's ``update``."""
+    def update(self, **updates: Any) -> None:
+        """Passes the keyword arguments to every metric's ``update``; a ``mask`` dict
+        gives each named metric its own mask (see the class).
+
+        Raises:
+          ValueError: a ``mask`` dict names no metric of this ``MultiMetric``.
+        """
+        mask = updates.pop("mask", None)
+        if isinstance(mask, dict):
+            unknown = sorted(set(mask) - set(self._metric_names))
+            if unknown:
+                raise ValueError(
+                    f"MultiMetric.update: mask names metrics that do not exist: {unknown}; "
+                    f"the metrics are {list(self._metric_names)}.\nFix: key the mask dict by "
+                    "the names given to MultiMetric(...)."
+                )
         for name in self._metric_names:
-            getattr(self, name).update(**kwargs)
+            metric_mask = mask.get(name) if isinstance(mask, dict) else mask
+            if metric_mask is None:
+                getattr(self, name).update(**updates)
+            else:
+                getattr(self, name).update(mask=metric_mask, **updates)
 
     def compute(self) -> dict[str, Any]:
         """The metric over every update since the last ``reset`` (see the class)."""

@@ -29,9 +29,14 @@ Every computation is optax's: ``tx.init``, ``tx.update`` and
 ``optax.apply_updates``, on plain pytrees of arrays (an ``nnx.State`` of the
 parameters' values).
 
-Source: Flax NNX ``nnx.Optimizer``, ``nnx.OptState``, ``nnx.OptArray``,
-``nnx.OptVariable`` (0.11+ behaviour: the model is passed to ``update``, not stored);
-optax for all optimizer numerics.
+``wrt`` is required, as in Flax 0.11+. ``nnx.ModelAndOptimizer(model, tx)`` is
+the variant that holds its model (``wrt`` defaults to ``nnx.Param`` there) and
+whose ``update`` takes only the gradients.
+
+Source: Flax NNX ``nnx.Optimizer``, ``nnx.ModelAndOptimizer``, ``nnx.OptState``,
+``nnx.OptArray``, ``nnx.OptVariable`` (0.12 behaviour: ``Optimizer`` is given the
+model in ``update``, ``ModelAndOptimizer`` stores it); optax for all optimizer
+numerics.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from flaxgraph.variables import Param, Variable
 
 A = TypeVar("A")
 
-__all__ = ["OptArray", "OptState", "OptVariable", "Optimizer"]
+__all__ = ["ModelAndOptimizer", "OptArray", "OptState", "OptVariable", "Optimizer"]
 
 
 if TYPE_CHECKING:
@@ -107,8 +112,10 @@ class Optimizer(Object, Generic[M]):
       model: the model (an ``nnx.Module``/``Object`` or a container of them) whose
         parameters will be optimised. It is read, not stored.
       tx: an ``optax.GradientTransformation`` (``optax.adam(1e-3)``…).
-      wrt: a filter selecting the parameters (default ``nnx.Param``). ``update``
-        expects gradients of exactly this sub-state.
+      wrt: a filter selecting the parameters (keyword-only and required, usually
+        ``nnx.Param``). ``update`` expects gradients of exactly this sub-state:
+        the filter given to ``nnx.grad`` (``nnx.DiffState(0, wrt)``), ``nnx.Param``
+        by default there.
 
     Attributes:
       step: an ``OptState`` Variable, a ``uint32`` scalar counting ``update`` calls.
@@ -121,7 +128,9 @@ class Optimizer(Object, Generic[M]):
         is an ``nnx.State`` of the parameters' values (same paths, raw arrays).
 
     Raises:
-      TypeError: ``model`` is a single Variable or array rather than a model.
+      TypeError: ``wrt`` is missing (the message names ``nnx.ModelAndOptimizer``,
+        the variant with a default), or ``model`` is a single Variable or array
+        rather than a model.
 
     Example::
 
@@ -144,11 +153,26 @@ class Optimizer(Object, Generic[M]):
       >>> int(optimizer.step.value)
       1
 
-    Source: Flax NNX ``nnx.Optimizer`` (0.12); ``wrt`` defaults to ``nnx.Param``
-    here, as it did before Flax 0.11 made it required.
+    Source: Flax NNX ``nnx.Optimizer`` (0.12: ``wrt`` required, the model not stored).
     """
 
-    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter = Param):
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Checked before __init__ so that the signature keeps `wrt` required (as
+        # Flax's) while the error says what to do instead.
+        # (copy/pickle call __new__ without arguments: nothing to check then.)
+        if (args or kwargs) and "wrt" not in kwargs and cls._wrt_required:
+            raise TypeError(
+                f"{cls.__name__}(model, tx) is missing the required keyword argument `wrt`: "
+                "the filter of the Variables to optimise.\nFix: pass the filter the "
+                "gradients are taken for, e.g. nnx.Optimizer(model, tx, wrt=nnx.Param); or "
+                "use nnx.ModelAndOptimizer(model, tx), whose wrt defaults to nnx.Param (as "
+                "nnx.Optimizer's did before Flax 0.11)."
+            )
+        return super().__new__(cls)
+
+    _wrt_required = True
+
+    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter):
         # One static value (not a container walked into its functions): optax builds
         # `tx` from closures, equal only to themselves, which is what a cache key needs.
         self.tx = static(tx)
@@ -197,7 +221,7 @@ class Optimizer(Object, Generic[M]):
           ...   def __init__(self):
           ...     self.w = nnx.Param(jnp.array([1.0, -2.0]))
           >>> model = Model()
-          >>> opt = nnx.Optimizer(model, optax.sgd(0.5))
+          >>> opt = nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
           >>> grads = nnx.grad(lambda m: m.w.value.sum())(model)
           >>> opt.update(model, grads)['w']
           Array([-0.5, -0.5], dtype=float32)
@@ -234,3 +258,54 @@ class Optimizer(Object, Generic[M]):
         write_leaves(self.opt_state, new_opt_state, "optimizer state")
         self.step.value = self.step.value + 1
         return updates
+
+
+class ModelAndOptimizer(Optimizer[M]):
+    """An ``Optimizer`` that holds its model: ``update(grads)`` needs no model.
+
+    Args:
+      model: the model whose ``wrt`` sub-state is optimised; stored as
+        ``self.model`` (a reference: the caller's model is the one updated).
+      tx: an ``optax.GradientTransformation``.
+      wrt: the filter of the optimised Variables (default ``nnx.Param``).
+
+    Attributes:
+      model: the model. Everything else is ``Optimizer``'s (``step``, ``tx``,
+        ``wrt``, ``opt_state``). Passing the ``ModelAndOptimizer`` alone through
+        ``nnx.jit`` carries the model's updates too.
+
+    Raises:
+      TypeError: as ``Optimizer``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+      >>> class Model(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(2))
+      >>> state = nnx.ModelAndOptimizer(Model(), optax.sgd(0.5))
+      >>> @nnx.jit
+      ... def train_step(state):
+      ...   grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(state.model)
+      ...   state.update(grads)
+      >>> train_step(state)
+      >>> state.model.w.value, int(state.step.value)
+      (Array([0., 0.], dtype=float32), 1)
+
+    Source: Flax NNX ``nnx.ModelAndOptimizer`` (0.12, where it is marked as
+    deprecated in favour of ``Optimizer``; it emits no warning there or here).
+    """
+
+    _wrt_required = False
+
+    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter = Param):
+        super().__init__(model, tx, wrt=wrt)
+        self.model = model
+
+    def update(self, grads: Any, /, **kwargs: Any) -> State:  # type: ignore[override]
+        """Applies one optimizer step to ``self.model`` in place: ``Optimizer.update``
+        with the stored model (same arguments, result and errors otherwise).
+
+        Source: Flax NNX ``nnx.ModelAndOptimizer.update``.
+        """
+        return super().update(self.model, grads, **kwargs)

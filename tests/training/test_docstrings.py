@@ -14,20 +14,22 @@ import pytest
 
 import flaxgraph as nnx
 from flaxgraph import training
-from flaxgraph.training import ema, metrics, optimizer
+from flaxgraph.training import ema, metrics, optimizer, train_state
 
 EXPORTS = {
     "Optimizer": training.Optimizer,
     "OptState": training.OptState,
     "OptArray": training.OptArray,
     "OptVariable": training.OptVariable,
+    "ModelAndOptimizer": training.ModelAndOptimizer,
+    "TrainState": training.TrainState,
     "MultiMetric": training.MultiMetric,
     "EMA": training.EMA,
     "metrics": training.metrics,
 }
 
 
-@pytest.mark.parametrize("module", [optimizer, metrics, ema], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [optimizer, metrics, ema, train_state], ids=lambda m: m.__name__)
 def test_docstring_examples(module: ModuleType, monkeypatch: pytest.MonkeyPatch):
     for name, value in EXPORTS.items():
         if not hasattr(nnx, name):

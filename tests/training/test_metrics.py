@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flaxgraph as nnx
 from flaxgraph.training import metrics
@@ -86,7 +88,16 @@ def test_state_is_metric_state_variables():
 
 
 def test_base_metric_methods_are_abstract():
-    m = Metric()
+    # as in Flax 0.12: Metric's __init__ must be overridden (this test used to
+    # instantiate Metric() directly, which Flax refuses)
+    with pytest.raises(NotImplementedError, match="must override __init__"):
+        Metric()
+
+    class Empty(Metric):
+        def __init__(self) -> None:
+            pass
+
+    m = Empty()
     for call in (m.reset, m.update, m.compute):
         with pytest.raises(NotImplementedError):
             call()
@@ -323,3 +334,116 @@ def test_accuracy_rejects_mismatched_batch_shapes():
         metrics.Accuracy(threshold=0.5).update(
             logits=jnp.ones((4,)), labels=jnp.ones((5,), jnp.int32)
         )
+
+
+# -- masks (Flax 0.12 ``update(mask=...)``) --------------------------------------------------------
+
+MASKED_BATCHES = st.lists(
+    st.integers(1, 6).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.floats(-100, 100, width=32), min_size=n, max_size=n),
+            st.lists(st.booleans(), min_size=n, max_size=n),
+        )
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(deadline=None, max_examples=25)
+@given(MASKED_BATCHES)
+def test_masked_average_and_welford_match_numpy_on_the_selected_values(batches: Any):
+    avg, wel = Average(), Welford()
+    selected: list[float] = []
+    for values, mask in batches:
+        v, m = np.asarray(values, np.float32), np.asarray(mask)
+        avg.update(values=jnp.asarray(v), mask=jnp.asarray(m))
+        wel.update(values=jnp.asarray(v), mask=jnp.asarray(m.astype(np.int32)))  # 0/1 ints
+        selected.extend(v[m])
+    assert int(avg.count.value) == len(selected) == int(wel.count.value)
+    if selected:
+        ref = np.asarray(selected, np.float64)
+        np.testing.assert_allclose(float(avg.compute()), ref.mean(), rtol=1e-4, atol=1e-3)
+        stats = wel.compute()
+        np.testing.assert_allclose(float(stats.mean), ref.mean(), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(float(stats.standard_deviation), ref.std(), rtol=1e-3, atol=1e-3)
+    else:
+        assert np.isnan(avg.compute())
+
+
+def test_mask_broadcasts_and_counts_each_selected_element():
+    avg = Average()
+    values = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    avg.update(values=jnp.asarray(values), mask=jnp.array([[True], [False]]))
+    assert int(avg.count.value) == 3
+    close(avg.compute(), values[0].mean())
+    with pytest.raises(ValueError, match=r"mask of shape \(2,\) does not broadcast.*\(2, 3\)"):
+        Average().update(values=jnp.asarray(values), mask=jnp.array([True, False]))
+
+
+def test_masked_accuracy_matches_numpy():
+    logits = RNG.normal(size=(12, 4)).astype(np.float32)
+    labels = RNG.integers(0, 4, size=12)
+    mask = RNG.random(12) < 0.5
+    acc = Accuracy()
+    acc.update(logits=jnp.asarray(logits), labels=jnp.asarray(labels), mask=jnp.asarray(mask))
+    expected = (logits.argmax(-1) == labels)[mask].mean()
+    close(acc.compute(), expected)
+
+
+def test_multimetric_mask_for_all_or_per_metric():
+    logits = jnp.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+    labels = jnp.array([0, 0, 1])
+    loss = jnp.array([1.0, 2.0, 6.0])
+    every = MultiMetric(acc=Accuracy(), loss=Average("loss"))
+    every.update(logits=logits, labels=labels, loss=loss, mask=jnp.array([1, 1, 0]))
+    close(every.compute()["acc"], 0.5)
+    close(every.compute()["loss"], 1.5)
+    per = MultiMetric(acc=Accuracy(), loss=Average("loss"))
+    per.update(logits=logits, labels=labels, loss=loss, mask={"acc": jnp.array([1, 0, 0])})
+    close(per.compute()["acc"], 1.0)
+    close(per.compute()["loss"], 3.0)  # no mask for the metric the dict does not name
+    with pytest.raises(ValueError, match=r"do not exist: \['accuracy'\]"):
+        per.update(logits=logits, labels=labels, loss=loss, mask={"accuracy": jnp.ones(3)})
+    close(per.compute()["loss"], 3.0)  # the refused update changed nothing
+
+
+def test_masked_update_under_jit():
+    avg = Average()
+    step = nnx.jit(lambda m, v, k: m.update(values=v, mask=k))
+    step(avg, jnp.array([1.0, 5.0]), jnp.array([True, False]))
+    step(avg, jnp.array([3.0, 7.0]), jnp.array([True, True]))
+    close(avg.compute(), (1 + 3 + 7) / 3)
+
+
+def test_update_signatures_match_flax_012():
+    import inspect
+
+    assert "mask" in inspect.signature(Average.update).parameters
+    acc = inspect.signature(Accuracy.update).parameters
+    assert [p for p in acc if p != "self"][:3] == ["logits", "labels", "mask"]
+    assert inspect.signature(Average.__init__).parameters["argname"].default == "values"
+
+
+def test_masked_average_and_accuracy_match_flax():
+    pytest.importorskip("flax")
+    from flax import nnx as flax_nnx
+
+    rng = np.random.default_rng(3)
+    ours = MultiMetric(acc=Accuracy(), loss=Average("loss"))
+    theirs = flax_nnx.MultiMetric(
+        acc=flax_nnx.metrics.Accuracy(), loss=flax_nnx.metrics.Average("loss")
+    )
+    for _ in range(3):
+        batch = {
+            "logits": jnp.asarray(rng.normal(size=(6, 3)).astype(np.float32)),
+            "labels": jnp.asarray(rng.integers(0, 3, size=6).astype(np.int32)),
+            "loss": jnp.asarray(rng.normal(size=6).astype(np.float32)),
+        }
+        mask = jnp.asarray(rng.random(6) < 0.6)
+        ours.update(**batch, mask=mask)
+        theirs.update(**batch, mask=mask)
+        ours.update(**batch, mask={"acc": mask})
+        theirs.update(**batch, mask={"acc": mask})
+    for name, value in theirs.compute().items():
+        close(ours.compute()[name], value)

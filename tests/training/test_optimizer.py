@@ -15,7 +15,7 @@ import optax
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph.training import OptArray, Optimizer, OptState, OptVariable
+from flaxgraph.training import ModelAndOptimizer, OptArray, Optimizer, OptState, OptVariable
 
 N_STEPS = 5
 
@@ -158,7 +158,7 @@ def _is_var(x: Any) -> bool:
 
 def test_update_method_jitted_directly():
     model = MLP()
-    optimizer = Optimizer(model, optax.adam(1e-2))
+    optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     update = nnx.jit(lambda opt, m, g: opt.update(m, g))
     for i in range(N_STEPS):
         grads = nnx.grad(model_loss)(model, *batch(i))
@@ -170,7 +170,7 @@ def test_update_method_jitted_directly():
 def test_update_returns_the_updates():
     model = MLP()
     before = values(model, ALL)
-    optimizer = Optimizer(model, optax.sgd(0.5))
+    optimizer = Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
     grads = nnx.grad(model_loss)(model, *batch(0))
     updates = optimizer.update(model, grads)
     assert sorted(updates) == sorted(ALL)
@@ -181,7 +181,10 @@ def test_update_returns_the_updates():
 
 def test_grads_as_pure_nested_dict_are_accepted():
     model, twin = MLP(), MLP()
-    opt, twin_opt = Optimizer(model, optax.adam(1e-2)), Optimizer(twin, optax.adam(1e-2))
+    opt, twin_opt = (
+        Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+        Optimizer(twin, optax.adam(1e-2), wrt=nnx.Param),
+    )
     grads = nnx.grad(model_loss)(model, *batch(0))
     opt.update(model, grads)
     twin_opt.update(twin, grads.to_pure_dict())
@@ -196,7 +199,7 @@ def test_kwargs_are_passed_to_tx_update():
         )
 
     model = MLP()
-    optimizer = Optimizer(model, make_tx())
+    optimizer = Optimizer(model, make_tx(), wrt=nnx.Param)
     params = values(model, ALL)
     tx = make_tx()
     state = tx.init(params)
@@ -219,7 +222,7 @@ def test_batch_stats_and_other_state_are_untouched():
     model = MLP()
     stats, calls, name = model.stats, model.calls, model.name
     stats_value = stats.value
-    optimizer = Optimizer(model, optax.adam(1e-2))
+    optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     grads = nnx.grad(model_loss)(model, *batch(0))
     calls_value = calls.value
     optimizer.update(model, grads)
@@ -234,7 +237,7 @@ def test_batch_stats_and_other_state_are_untouched():
 
 def test_optimizer_does_not_hold_the_model():
     model = MLP()
-    optimizer = Optimizer(model, optax.sgd(0.1))
+    optimizer = Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
     reachable = [v for _, v in nnx.iter_graph(optimizer)]
     assert not any(v is model or v is model.w1 for v in reachable)
     assert not any(isinstance(v, nnx.Param) for v in reachable)
@@ -246,7 +249,7 @@ def test_bfloat16_params_keep_their_dtype():
             self.w = nnx.Param(jnp.ones(3, dtype=jnp.bfloat16))
 
     model = Half()
-    optimizer = Optimizer(model, optax.adam(1e-1))
+    optimizer = Optimizer(model, optax.adam(1e-1), wrt=nnx.Param)
     grads = nnx.grad(lambda m: (m.w.value.astype(jnp.float32) ** 2).sum())(model)
     optimizer.update(model, grads)
     assert model.w.value.dtype == jnp.bfloat16
@@ -303,7 +306,7 @@ def test_grads_not_matching_wrt_name_missing_and_extra_paths():
 
 def test_grads_of_another_structure_raise_before_any_write():
     model = MLP()
-    optimizer = Optimizer(model, optax.sgd(0.1))
+    optimizer = Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
     with pytest.raises(ValueError, match=r"missing \(4\): b1, b2, w1, w2"):
         optimizer.update(model, nnx.State({}))
     with pytest.raises(TypeError, match=r"grads must be an nnx\.State"):
@@ -313,7 +316,7 @@ def test_grads_of_another_structure_raise_before_any_write():
 
 def test_model_must_be_a_graph():
     with pytest.raises(TypeError, match="Expected a model"):
-        Optimizer(nnx.Param(jnp.ones(2)), optax.sgd(0.1))
+        Optimizer(nnx.Param(jnp.ones(2)), optax.sgd(0.1), wrt=nnx.Param)
 
 
 # -- 4. optimizer state: kinds, metadata, sharding ------------------------------------------------
@@ -321,7 +324,7 @@ def test_model_must_be_a_graph():
 
 def test_opt_state_variables_copy_parameter_metadata():
     model = MLP()
-    optimizer = Optimizer(model, optax.adam(1e-2))
+    optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     count, mu, nu = optimizer.opt_state[0]
     assert type(count) is OptArray and isinstance(count, OptState)
     for moments in (mu, nu):
@@ -336,7 +339,7 @@ def test_opt_state_variables_copy_parameter_metadata():
 
 def test_partition_spec_of_optimizer_state_follows_the_model():
     model = MLP()
-    optimizer = Optimizer(model, optax.adamw(1e-2))
+    optimizer = Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
     specs = nnx.get_partition_spec(nnx.state(optimizer))
     model_specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
     for moment in ("mu", "nu"):
@@ -349,7 +352,7 @@ def test_partition_spec_of_optimizer_state_follows_the_model():
 def test_named_shardings_place_the_optimizer_state():
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("model",))
     model = MLP()
-    optimizer = Optimizer(model, optax.adam(1e-2))
+    optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     shardings = nnx.get_named_sharding(nnx.state(optimizer), mesh)
     state = nnx.state(optimizer)
     placed = jax.tree.map(
@@ -373,7 +376,7 @@ def test_factored_state_drops_sharding_of_other_shapes():
             self.w = nnx.Param(jnp.ones((8, 6)), sharding=("data", "model"))
 
     model = Wide()
-    optimizer = Optimizer(model, optax.adafactor(1e-2, min_dim_size_to_factor=2))
+    optimizer = Optimizer(model, optax.adafactor(1e-2, min_dim_size_to_factor=2), wrt=nnx.Param)
     found = {}
     for path, v in nnx.state(optimizer).flat_state():
         if isinstance(v, OptVariable):
@@ -391,7 +394,7 @@ def test_factored_state_drops_sharding_of_other_shapes():
 
 def test_graphdef_is_hashable_and_stable_across_steps():
     model = MLP()
-    optimizer = Optimizer(model, optax.adam(1e-2))
+    optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     before = nnx.graphdef(optimizer)
     hash(before)
     optimizer.update(model, nnx.grad(model_loss)(model, *batch(0)))
@@ -401,7 +404,7 @@ def test_graphdef_is_hashable_and_stable_across_steps():
 
 def test_split_merge_round_trip():
     model = MLP()
-    optimizer = Optimizer(model, optax.adam(1e-2))
+    optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     optimizer.update(model, nnx.grad(model_loss)(model, *batch(0)))
     graphdef, state = nnx.split(optimizer)
     copy = nnx.merge(graphdef, state)
@@ -417,7 +420,7 @@ def test_split_merge_round_trip():
 
 def test_pytree_view_holds_the_optimizer_state():
     model = MLP()
-    optimizer = Optimizer(model, optax.adam(1e-2))
+    optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     leaves = jax.tree.leaves(optimizer)
     # step + count + mu (4) + nu (4)
     assert len(leaves) == 10
@@ -431,7 +434,7 @@ def test_optimizer_created_inside_jit():
 
     @nnx.jit
     def init_and_step(model: MLP, x: jax.Array, y: jax.Array) -> Optimizer[MLP]:
-        optimizer = Optimizer(model, optax.adam(1e-2))
+        optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
         optimizer.update(model, nnx.grad(model_loss)(model, x, y))
         return optimizer
 
@@ -449,7 +452,7 @@ def test_state_that_stores_the_params_does_not_share_their_buffers():
         lambda params: {"anchor": params}, lambda updates, state, params=None: (updates, state)
     )
     model = MLP()
-    optimizer = Optimizer(model, optax.chain(anchor, optax.sgd(0.1)))
+    optimizer = Optimizer(model, optax.chain(anchor, optax.sgd(0.1)), wrt=nnx.Param)
     stored = optimizer.opt_state[0]["anchor"]
     assert stored["w1"].value is not model.w1.value
     np.testing.assert_array_equal(stored["w1"].value, model.w1.value)
@@ -475,9 +478,67 @@ def test_a_shared_tx_reuses_compiled_code_for_new_optimizers():
 
     for seed in range(3):  # a fresh model and optimizer per run, one tx
         model = MLP(seed)
-        optimizer = Optimizer(model, tx)
+        optimizer = Optimizer(model, tx, wrt=nnx.Param)
         assert optimizer.tx is tx
         train_step(model, optimizer, *batch(0))
     assert len(traces) == 1
-    assert nnx.graphdef(Optimizer(MLP(), tx)) == nnx.graphdef(optimizer)
-    assert nnx.graphdef(Optimizer(MLP(), optax.adam(1e-2))) != nnx.graphdef(optimizer)
+    assert nnx.graphdef(Optimizer(MLP(), tx, wrt=nnx.Param)) == nnx.graphdef(optimizer)
+    assert nnx.graphdef(Optimizer(MLP(), optax.adam(1e-2), wrt=nnx.Param)) != nnx.graphdef(
+        optimizer
+    )
+
+
+# -- 5. wrt is required (Flax 0.11+); ModelAndOptimizer holds its model --------------------------
+
+
+def test_missing_wrt_raises_and_points_to_model_and_optimizer():
+    with pytest.raises(TypeError, match=r"wrt.*nnx\.ModelAndOptimizer"):
+        Optimizer(MLP(), optax.sgd(0.1))
+    # the signature says so too: wrt is keyword-only without a default
+    import inspect
+
+    wrt = inspect.signature(Optimizer.__init__).parameters["wrt"]
+    assert wrt.kind is inspect.Parameter.KEYWORD_ONLY and wrt.default is inspect.Parameter.empty
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_model_and_optimizer_matches_handwritten_optax(jit: bool):
+    model = MLP()
+    state = ModelAndOptimizer(model, optax.adam(1e-2))
+    assert state.model is model and state.wrt is nnx.Param
+    assert isinstance(state, Optimizer)
+
+    def train_step(state: ModelAndOptimizer[MLP], x: jax.Array, y: jax.Array) -> None:
+        grads = nnx.grad(model_loss)(state.model, x, y)
+        state.update(grads)
+
+    step = nnx.jit(train_step) if jit else train_step
+    for i in range(N_STEPS):
+        step(state, *batch(i))
+    assert state.model is model  # the caller's model was updated in place
+    assert_trees_close(values(model, ALL), reference(TXS["adam"], ALL)[0])
+    assert int(state.step.value) == N_STEPS
+
+
+def test_model_and_optimizer_wrt_and_update_signature():
+    model = MLP()
+    state = ModelAndOptimizer(model, optax.sgd(0.1), wrt=Trainable)
+    grads = nnx.grad(model_loss, argnums=nnx.DiffState(0, Trainable))(model, *batch(0))
+    w1 = model.w1.value
+    state.update(grads)
+    assert model.w1.value is w1  # not selected by wrt
+    with pytest.raises(TypeError):
+        state.update(model, grads)  # 0.12: update(grads, /, **kwargs) only
+
+
+def test_deepcopy_builds_without_the_wrt_check():
+    import copy
+
+    model = MLP()
+    for optimizer in (
+        Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+        ModelAndOptimizer(model, optax.adam(1e-2)),
+    ):
+        twin = copy.deepcopy(optimizer)
+        assert type(twin) is type(optimizer) and twin.wrt is nnx.Param
+        assert_trees_close(unboxed(twin.opt_state), unboxed(optimizer.opt_state))

@@ -1,0 +1,521 @@
+"""tabulate: a table of a model's sub-modules, their inputs and outputs, and their
+state, computed without running the model.
+
+``nnx.tabulate(model, *inputs)`` calls ``model`` (or another ``method``) on the
+inputs *abstractly*, under ``jax.eval_shape``: no FLOP is spent and no array is
+allocated, so it works on models too big for the machine, and on inputs given as
+``jax.ShapeDtypeStruct``. During that run every method of every object in the
+graph is wrapped, so each object that gets called is recorded once (its first
+call) with the shapes of its inputs and outputs, also when the call happens
+inside ``nnx.vmap``/``nnx.scan`` (the object's path travels in the graph as a
+static attribute of a copy of the model; the caller's model is not changed).
+
+The table has one row per called object: its path, type, inputs and outputs,
+then one column per Variable kind with the number of elements and bytes of the
+object's whole sub-graph (its own Variables are listed by name, shape and dtype).
+Shared Variables and sub-modules count once, at their first path. The last row
+and the caption give the totals::
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> model = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+  >>> table = nnx.tabulate(model, jnp.ones((2, 3)), console_kwargs={'force_terminal': False})
+  >>> print(table.splitlines()[-1].strip())
+  Total Parameters: 16 (64 B)
+
+Source: Flax NNX ``nnx.tabulate`` (0.12.8: signature, columns, ``row_filter``,
+``CallInfo``, ``filter_rng_streams``); ``rich.table`` renders; FLOPs from
+``jax.jit(...).lower(...).cost_analysis()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import io
+import math
+import uuid
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flaxgraph.graph.api import iter_graph, merge, split
+from flaxgraph.graph.api import state as graph_state
+from flaxgraph.module import Module
+from flaxgraph.objects import Object, static
+from flaxgraph.rngs import Rngs, RngState, RngStream
+from flaxgraph.variables import Variable
+
+__all__ = ["CallInfo", "filter_rng_streams", "tabulate"]
+
+PathParts = tuple[Hashable, ...]
+
+_TAG = "_tabulate_path"
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclasses.dataclass(frozen=True)
+class CallInfo:
+    """One recorded call, one row of the table; what ``row_filter`` receives.
+
+    Attributes:
+      call_order: the call's rank among the recorded calls (0 for the first).
+      object_id: ``id`` of the called object in the caller's model.
+      type: the object's class.
+      path: the object's path in the model (a tuple of attribute names and
+        indices; ``()`` for the model itself).
+      inputs_repr: the inputs, rendered (shapes and dtypes).
+      outputs: the outputs, with ``jax.ShapeDtypeStruct`` in place of arrays.
+      flops: the forward pass's FLOPs (``compute_flops``), else ``None``.
+      vjp_flops: the FLOPs of the forward and backward pass
+        (``compute_vjp_flops``), else ``None``.
+      method: the name of the called method (``'__call__'``…).
+
+    Source: Flax NNX ``nnx.summary.CallInfo`` (plus ``method``).
+    """
+
+    call_order: int
+    object_id: int
+    type: type
+    path: PathParts
+    inputs_repr: str
+    outputs: Any
+    flops: int | None
+    vjp_flops: int | None
+    method: str = "__call__"
+
+
+def filter_rng_streams(row: CallInfo) -> bool:
+    """The default ``row_filter``: hides calls of random streams (``nnx.Rngs``,
+    ``RngStream``), which are plumbing rather than layers.
+
+    Args:
+      row: the row's ``CallInfo``.
+
+    Returns:
+      False for a random stream, True otherwise.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> info = nnx.summary.CallInfo(0, 0, nnx.RngStream, ('rngs',), '', None, None, None)
+      >>> nnx.summary.filter_rng_streams(info)
+      False
+
+    Source: Flax NNX ``nnx.summary.filter_rng_streams`` (which hides
+    ``RngStream`` rows).
+    """
+    return not issubclass(row.type, (RngStream, Rngs))
+
+
+# -- recording ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Record:
+    order: int
+    path: PathParts
+    type: type
+    method: str
+    inputs: str = ""
+    outputs: Any = None
+    # for FLOPs: the called object's (graphdef, abstract state) and abstract inputs
+    graphdef: Any = None
+    state: Any = None
+    args: Any = None
+
+
+@dataclasses.dataclass
+class _Recorder:
+    nonce: str
+    keep_state: bool
+    records: dict[PathParts, _Record] = dataclasses.field(default_factory=dict)
+
+    def path_of(self, obj: Any) -> PathParts | None:
+        tag = obj.__dict__.get(_TAG) if isinstance(obj, Object) else None
+        if isinstance(tag, tuple) and len(tag) == 2 and tag[0] == self.nonce:
+            return tag[1]
+        return None
+
+
+def _abstract(x: Any) -> Any:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return x
+
+
+def _wrap(recorder: _Recorder, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        path = recorder.path_of(self)
+        if path is None or path in recorder.records:
+            return fn(self, *args, **kwargs)
+        record = _Record(len(recorder.records), path, type(self), name)
+        record.inputs = _inputs_repr(args, kwargs)
+        recorder.records[path] = record
+        if recorder.keep_state:
+            graphdef, state = split(self)
+            record.graphdef, record.state = graphdef, jax.tree.map(_abstract, state)
+            record.args = jax.tree.map(_abstract, (args, kwargs))
+        out = fn(self, *args, **kwargs)
+        record.outputs = jax.tree.map(_abstract, out)
+        return out
+
+    return wrapper
+
+
+def _methods(cls: type) -> Iterator[tuple[type, str]]:
+    """``(defining class, name)`` of ``__call__`` and the public methods of ``cls``,
+    except those of the ``Object``/``Module`` base classes."""
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        if klass in (Object, Module, object):
+            continue
+        for name, value in vars(klass).items():
+            if name in seen or not inspect.isfunction(value):
+                continue
+            if name == "__call__" or not name.startswith("_"):
+                seen.add(name)
+                yield klass, name
+
+
+@contextlib.contextmanager
+def _patched(recorder: _Recorder, classes: list[type]) -> Iterator[None]:
+    """Wraps the methods of ``classes`` for the duration of the ``with`` block; the
+    originals are restored even if the block raises."""
+    originals: dict[tuple[type, str], Any] = {}
+    for cls in classes:
+        for klass, name in _methods(cls):
+            if (klass, name) not in originals:
+                originals[(klass, name)] = vars(klass)[name]
+    try:
+        for (klass, name), fn in originals.items():
+            setattr(klass, name, _wrap(recorder, name, fn))
+        yield
+    finally:
+        for (klass, name), fn in originals.items():
+            setattr(klass, name, fn)
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+
+
+def _abstract_run(
+    obj: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], keep_state: bool
+) -> _Recorder:
+    """Calls ``obj.method(*args, **kwargs)`` under ``jax.eval_shape`` on a tagged copy
+    of ``obj`` and returns what was recorded."""
+    recorder = _Recorder(uuid.uuid4().hex, keep_state)
+    copy = merge(*split(obj))
+    classes: list[type] = []
+    for path, node in iter_graph(copy):
+        if isinstance(node, Object):
+            Object.__setattr__(node, _TAG, static((recorder.nonce, path)))
+            if type(node) not in classes:
+                classes.append(type(node))
+    if not callable(getattr(copy, method, None)):
+        raise AttributeError(
+            f"nnx.tabulate: the {type(obj).__name__} has no method {method!r}.\nFix: pass "
+            "the name of one of its methods, e.g. method='__call__'."
+        )
+    graphdef, state = split(copy)
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    arrays = [x for x in leaves if _is_array(x)]
+
+    def run(state: Any, arrays: list[Any]) -> None:
+        it = iter(arrays)
+        full = [next(it) if _is_array(x) else x for x in leaves]
+        call_args, call_kwargs = jax.tree.unflatten(treedef, full)
+        node = merge(graphdef, state)
+        getattr(node, method)(*call_args, **call_kwargs)
+
+    with _patched(recorder, classes):
+        jax.eval_shape(run, jax.tree.map(_abstract, state), [_abstract(a) for a in arrays])
+    return recorder
+
+
+# -- FLOPs --------------------------------------------------------------------------------------
+
+
+def _flops(record: _Record, vjp: bool) -> int | None:
+    """FLOPs of one recorded call, lowered (not compiled or run) on abstract values;
+    ``None`` when the call cannot be lowered on its own."""
+    if record.graphdef is None:
+        return None
+    leaves, treedef = jax.tree.flatten(record.args)
+    arrays = [x for x in leaves if isinstance(x, jax.ShapeDtypeStruct)]
+
+    def forward(state: Any, arrays: list[Any]) -> Any:
+        it = iter(arrays)
+        full = [next(it) if isinstance(x, jax.ShapeDtypeStruct) else x for x in leaves]
+        args, kwargs = jax.tree.unflatten(treedef, full)
+        return getattr(merge(record.graphdef, state), record.method)(*args, **kwargs)
+
+    def backward(state: Any, arrays: list[Any]) -> Any:
+        out, pullback = jax.vjp(forward, state, arrays)
+        return pullback(jax.tree.map(jnp.ones_like, out))
+
+    try:
+        cost = jax.jit(backward if vjp else forward).lower(record.state, arrays).cost_analysis()
+    except Exception:  # a call that needs its caller's context (e.g. inside vmap)
+        return None
+    if isinstance(cost, list):
+        cost = cost[0] if cost else {}
+    flops = (cost or {}).get("flops")
+    return None if flops is None else int(flops)
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def _array_repr(x: Any) -> str:
+    dtype = (
+        jnp.dtype(x.dtype) if not jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended) else x.dtype
+    )
+    return f"{dtype}[{','.join(str(d) for d in x.shape)}]"
+
+
+def _value_repr(x: Any) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return _array_repr(x)
+    if isinstance(x, Variable):
+        return f"{type(x).__name__}({_value_repr(x.raw_value)})"
+    if isinstance(x, (list, tuple)):
+        inner = ", ".join(_value_repr(v) for v in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k}: {_value_repr(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, Object):
+        return type(x).__name__
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _inputs_repr(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    if len(args) == 1 and not kwargs:
+        return _value_repr(args[0])
+    return "\n".join(
+        [f"- {_value_repr(a)}" for a in args]
+        + [f"{k}: {_value_repr(v)}" for k, v in kwargs.items()]
+    )
+
+
+def _outputs_repr(out: Any) -> str:
+    if isinstance(out, tuple) and out:
+        return "\n".join(f"- {_value_repr(v)}" for v in out)
+    return _value_repr(out)
+
+
+def _size_bytes(value: Any) -> tuple[int, int]:
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        return 0, 0
+    size = math.prod(value.shape)
+    return size, size * int(value.dtype.itemsize)
+
+
+def _bytes_repr(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    raise AssertionError  # unreachable
+
+
+def _count_repr(size: int, nbytes: int) -> str:
+    return f"{size:,} ({_bytes_repr(nbytes)})"
+
+
+def _kind(var: Any) -> str:
+    """The column of a Variable: its class name; ``RngKey``/``RngCount`` are
+    grouped as ``RngState``, as in Flax."""
+    if isinstance(var, RngState):
+        return RngState.__name__
+    return type(var).__name__ if isinstance(var, Variable) else "Array"
+
+
+def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]:
+    """Per Variable kind: ``(elements, bytes)`` of the node's whole sub-graph (shared
+    Variables once), and the node's own Variables (not inside a sub-object) as
+    ``name: dtype[shape]`` lines."""
+    totals: dict[str, tuple[int, int]] = {}
+    own: dict[str, list[str]] = {}
+    sub_objects = [p for p, v in iter_graph(node) if isinstance(v, Object) and p]
+    flat = graph_state(node).flat_state() if isinstance(node, Object) else []
+    for path, var in flat:
+        kind = _kind(var)
+        value = var.raw_value if isinstance(var, Variable) else var
+        size, nbytes = _size_bytes(value)
+        s, b = totals.get(kind, (0, 0))
+        totals[kind] = (s + size, b + nbytes)
+        if not any(path[: len(p)] == p for p in sub_objects):
+            name = "/".join(str(k) for k in path)
+            text = _array_repr(value) if hasattr(value, "dtype") else type(value).__name__
+            own.setdefault(kind, []).append(f"{name}: {text}")
+    return totals, own
+
+
+def tabulate(
+    obj: Any,
+    *input_args: Any,
+    depth: int | None = None,
+    method: str = "__call__",
+    row_filter: Callable[[CallInfo], bool] = filter_rng_streams,
+    table_kwargs: Mapping[str, Any] = _EMPTY,
+    column_kwargs: Mapping[str, Any] = _EMPTY,
+    console_kwargs: Mapping[str, Any] = _EMPTY,
+    compute_flops: bool = False,
+    compute_vjp_flops: bool = False,
+    **input_kwargs: Any,
+) -> str:
+    """A table summarising ``obj``'s sub-modules, their inputs, outputs and state.
+
+    ``obj.method(*input_args, **input_kwargs)`` runs abstractly (``jax.eval_shape``)
+    on a copy of ``obj``: nothing is computed or allocated and ``obj`` is not
+    changed (layers that update state, e.g. ``BatchNorm`` in training mode, update
+    the copy only).
+
+    Args:
+      obj: the model (an ``nnx.Module``/``Object``; its Variables may hold arrays or
+        ``jax.ShapeDtypeStruct``, e.g. a model built with ``nnx.eval_shape``).
+      *input_args, **input_kwargs: the arguments of the call. Arrays may be given
+        as ``jax.ShapeDtypeStruct``; other values are passed as they are.
+      depth: the deepest path length shown (``0``: the model's row only); ``None``
+        shows every called object. Counts always cover the whole sub-graph.
+      method: the name of the method of ``obj`` to call (``'__call__'``); a row's
+        path ends with the method's name when it is not ``__call__``.
+      row_filter: keeps the rows for which it returns True; it receives a
+        ``CallInfo``. By default ``filter_rng_streams`` (hides random streams).
+      table_kwargs: extra arguments of ``rich.table.Table``.
+      column_kwargs: extra arguments of ``rich.table.Table.add_column``.
+      console_kwargs: extra arguments of ``rich.console.Console``; by default
+        the console is as wide as the table,
+        ``force_terminal=True`` (colours, as Flax) and ``force_jupyter=False`` (the
+        text is always returned; Flax renders into the notebook itself). Pass
+        ``{'force_terminal': False}`` for plain text.
+      compute_flops: adds a ``flops`` column: each row's call lowered on its own
+        (not compiled, not run) and measured by XLA's cost analysis.
+      compute_vjp_flops: adds a ``vjp_flops`` column: the same for the forward
+        and backward pass (``jax.vjp`` with cotangents of ones). Calls that cannot
+        be lowered on their own (made inside ``vmap``/``scan``) show no FLOPs.
+
+    Returns:
+      The table as a string (with ANSI colour codes unless
+      ``force_terminal=False``): columns ``path``, ``type``, ``inputs``,
+      ``outputs``, the FLOPs columns if asked for, then one per Variable kind
+      (sorted by name; ``RngKey`` and ``RngCount`` together as ``RngState``) with
+      ``elements (bytes)``; a ``Total`` row and a caption
+      ``Total Parameters: elements (bytes)`` over every kind.
+
+    Raises:
+      AttributeError: ``obj`` has no method ``method``.
+      Any error of the call itself (wrong input shapes…), raised by ``obj``'s code.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class MLP(nnx.Module):
+      ...   def __init__(self, rngs):
+      ...     self.hidden = nnx.Linear(2, 8, rngs=rngs)
+      ...     self.out = nnx.Linear(8, 1, rngs=rngs)
+      ...   def __call__(self, x):
+      ...     return self.out(nnx.relu(self.hidden(x)))
+      >>> print(nnx.tabulate(MLP(nnx.Rngs(0)), jnp.ones((4, 2)),
+      ...                    console_kwargs={'force_terminal': False}))
+                                      MLP Summary
+      ┏━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━┓
+      ┃ path   ┃ type   ┃ inputs       ┃ outputs      ┃ Param                ┃
+      ┡━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━┩
+      │        │ MLP    │ float32[4,2] │ float32[4,1] │ 33 (132 B)           │
+      ├────────┼────────┼──────────────┼──────────────┼──────────────────────┤
+      │ hidden │ Linear │ float32[4,2] │ float32[4,8] │ bias: float32[8]     │
+      │        │        │              │              │ kernel: float32[2,8] │
+      │        │        │              │              │                      │
+      │        │        │              │              │ 24 (96 B)            │
+      ├────────┼────────┼──────────────┼──────────────┼──────────────────────┤
+      │ out    │ Linear │ float32[4,8] │ float32[4,1] │ bias: float32[1]     │
+      │        │        │              │              │ kernel: float32[8,1] │
+      │        │        │              │              │                      │
+      │        │        │              │              │ 9 (36 B)             │
+      ├────────┼────────┼──────────────┼──────────────┼──────────────────────┤
+      │        │        │              │        Total │ 33 (132 B)           │
+      └────────┴────────┴──────────────┴──────────────┴──────────────────────┘
+      <BLANKLINE>
+                               Total Parameters: 33 (132 B)
+
+    Source: Flax NNX ``nnx.tabulate`` (0.12.8).
+    """
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    keep_state = compute_flops or compute_vjp_flops
+    recorder = _abstract_run(obj, method, input_args, dict(input_kwargs), keep_state)
+    nodes = {p: v for p, v in iter_graph(obj) if isinstance(v, Object)}
+    rows: list[tuple[CallInfo, dict[str, tuple[int, int]], dict[str, list[str]]]] = []
+    for record in sorted(recorder.records.values(), key=lambda r: r.order):
+        if depth is not None and len(record.path) > depth:
+            continue
+        node = nodes.get(record.path)
+        info = CallInfo(
+            call_order=record.order,
+            object_id=id(node),
+            type=record.type,
+            path=record.path,
+            inputs_repr=record.inputs,
+            outputs=record.outputs,
+            flops=_flops(record, vjp=False) if compute_flops else None,
+            vjp_flops=_flops(record, vjp=True) if compute_vjp_flops else None,
+            method=record.method,
+        )
+        if row_filter(info):
+            rows.append((info, *_stats(node)))
+    totals, _ = _stats(obj)
+    kinds = sorted(totals)
+
+    options = {
+        "title": f"{type(obj).__name__} Summary",
+        "caption": "Total Parameters: "
+        + _count_repr(sum(s for s, _ in totals.values()), sum(b for _, b in totals.values())),
+        "show_lines": True,
+        **table_kwargs,
+    }
+    table = Table(**options)
+    columns = ["path", "type", "inputs", "outputs"]
+    columns += ["flops"] * compute_flops + ["vjp_flops"] * compute_vjp_flops
+    for name in columns + kinds:
+        table.add_column(name, **dict(column_kwargs))
+    for info, counts, own in rows:
+        path = "/".join(str(k) for k in info.path)
+        if info.method != "__call__":
+            path = f"{path}/{info.method}" if path else info.method
+        cells = [path, info.type.__name__, info.inputs_repr, _outputs_repr(info.outputs)]
+        cells += [_flops_repr(info.flops)] * compute_flops
+        cells += [_flops_repr(info.vjp_flops)] * compute_vjp_flops
+        for kind in kinds:
+            cell = _count_repr(*counts[kind]) if kind in counts else ""
+            if own.get(kind):
+                cell = "\n".join(own[kind]) + "\n\n" + cell
+            cells.append(cell)
+        table.add_row(*cells)
+    total_row: list[Any] = [""] * (len(columns) - 1) + [Text("Total", justify="right")]
+    table.add_row(*total_row, *(_count_repr(*totals[k]) for k in kinds))
+
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, **{"force_terminal": True, "force_jupyter": False, **console_kwargs}
+    )
+    if "width" not in console_kwargs:  # as wide as the table needs, not the terminal
+        console.width = 100_000
+        console.width = console.measure(table).maximum
+    console.print(table)
+    return buffer.getvalue()
+
+
+def _flops_repr(flops: int | None) -> str:
+    return "" if flops is None else str(flops)

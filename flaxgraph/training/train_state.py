@@ -1,0 +1,169 @@
+"""TrainState: the functional training state of Flax NNX, an immutable pytree.
+
+Where ``nnx.Optimizer`` is an object updated in place, ``TrainState`` is a frozen
+dataclass that plain ``jax.jit``/``jax.grad`` code passes around by value: the
+model's structure (a ``GraphDef``), its parameters (an ``nnx.State``), the optax
+state, the step count and the optax transformation. ``apply_gradients`` returns
+a new ``TrainState``; ``apply`` calls the model rebuilt from the state::
+
+  >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
+  >>> class Model(nnx.Module):
+  ...   def __init__(self):
+  ...     self.w = nnx.Param(jnp.ones(2))
+  ...   def __call__(self, x):
+  ...     return (x * self.w).sum()
+  >>> graphdef, params = nnx.split(Model())
+  >>> state = nnx.TrainState.create(graphdef, params=params, tx=optax.sgd(0.5))
+  >>> @jax.jit
+  ... def train_step(state, x):
+  ...   def loss_fn(params):
+  ...     y, _ = state.apply(params)(x)
+  ...     return y
+  ...   return state.apply_gradients(jax.grad(loss_fn)(state.params))
+  >>> state = train_step(state, jnp.array([1.0, 2.0]))
+  >>> state.params['w'].value, int(state.step)
+  (Array([0.5, 0. ], dtype=float32), 1)
+
+Subclasses add fields as a dataclass does (``class MyState(nnx.TrainState):
+batch_stats: nnx.State``); ``create`` passes them through its keyword arguments.
+A field declared with ``dataclasses.field(metadata={'static': True})`` is static
+(part of the pytree structure, so it must be hashable), as ``graphdef`` and ``tx``
+are.
+
+Source: Flax NNX ``nnx.TrainState`` (0.12; a ``flax.struct.PyTreeNode`` there,
+``jax.tree_util.register_dataclass`` here); optax for the numerics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import jax
+import jax.numpy as jnp
+
+from flaxgraph.graph.api import call
+from flaxgraph.graph.graphdef import GraphDef
+from flaxgraph.state import State
+
+if TYPE_CHECKING:
+    import optax
+
+M = TypeVar("M")
+TS = TypeVar("TS", bound="TrainState[Any]")
+
+__all__ = ["TrainState"]
+
+_STATIC = {"static": True}
+
+
+class _FrozenPytree:
+    """Makes every subclass a frozen dataclass registered as a JAX pytree; fields
+    whose metadata has ``static=True`` are static, the others are children."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclasses.dataclass(frozen=True)(cls)
+        jax.tree_util.register_dataclass(cls)
+
+
+class TrainState(_FrozenPytree, Generic[M]):
+    """The state of a functional training loop (see the module docstring).
+
+    Fields:
+      graphdef: the model's ``GraphDef`` (static).
+      params: an ``nnx.State`` of the trained Variables (a pytree child).
+      opt_state: ``tx.init(params)``.
+      step: an integer array, the number of ``apply_gradients`` calls.
+      tx: the ``optax.GradientTransformation`` (static).
+
+    Example: see the module docstring.
+
+    Source: Flax NNX ``nnx.TrainState``.
+    """
+
+    graphdef: GraphDef = dataclasses.field(metadata=_STATIC)
+    params: State
+    opt_state: Any
+    step: jax.Array
+    tx: optax.GradientTransformation = dataclasses.field(metadata=_STATIC)
+
+    @classmethod
+    def create(
+        cls: type[TS],
+        graphdef: GraphDef,
+        *,
+        params: State,
+        tx: optax.GradientTransformation,
+        step: int = 0,
+        **kwargs: Any,
+    ) -> TS:
+        """A new state with ``opt_state = tx.init(params)``.
+
+        Args:
+          graphdef: the model's structure (from ``nnx.split``).
+          params: the trained state (an ``nnx.State``, e.g. the ``nnx.Param`` part
+            of ``nnx.split(model, nnx.Param, ...)``).
+          tx: an ``optax.GradientTransformation``.
+          step: the initial step count (an int).
+          **kwargs: the values of a subclass's own fields.
+
+        Returns:
+          An instance of ``cls``; ``step`` is ``jnp.asarray(step)``.
+
+        Raises:
+          TypeError: a field of ``cls`` is missing from, or unknown to, ``kwargs``.
+
+        Source: Flax NNX ``nnx.TrainState.create``.
+        """
+        return cls(
+            graphdef=graphdef,
+            params=params,
+            opt_state=tx.init(params),
+            step=jnp.asarray(step),
+            tx=tx,
+            **kwargs,
+        )
+
+    def replace(self: TS, **changes: Any) -> TS:
+        """A copy with the given fields replaced (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+    def apply(self, state: State | str, *states: State | str) -> Any:
+        """Calls the model rebuilt from ``graphdef`` and the given states.
+
+        Args:
+          state, *states: ``nnx.State``\\ s, or names of this object's fields holding
+            one (``'params'``); together, all the state the ``graphdef`` needs.
+
+        Returns:
+          A proxy as ``nnx.call`` returns: ``state.apply('params', rest)(x)`` calls the
+          model, ``.apply(...).method(x)`` a method; either returns ``(output,
+          (graphdef, new_state))``.
+
+        Raises:
+          AttributeError: a name is not a field.
+
+        Source: Flax NNX ``nnx.TrainState.apply``.
+        """
+        resolved = [getattr(self, s) if isinstance(s, str) else s for s in (state, *states)]
+        return call((self.graphdef, *resolved))
+
+    def apply_gradients(self: TS, grads: State, **kwargs: Any) -> TS:
+        """One optimizer step: ``tx.update`` then ``optax.apply_updates``.
+
+        Args:
+          grads: the gradients of ``params`` (same structure, e.g. from
+            ``jax.grad`` with respect to ``params``).
+          **kwargs: other fields to replace in the result (e.g. ``batch_stats``).
+
+        Returns:
+          A new state with the updated ``params`` and ``opt_state`` and ``step + 1``.
+
+        Source: Flax NNX ``nnx.TrainState.apply_gradients``.
+        """
+        import optax  # optional dependency: only training needs it
+
+        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
+        params = optax.apply_updates(self.params, updates)
+        return self.replace(params=params, opt_state=opt_state, step=self.step + 1, **kwargs)
