@@ -256,7 +256,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     def create() -> tuple[MLP, nnx.Optimizer[MLP]]:
         model = MLP(8, 16, 4, nnx.Rngs(0))
-        return model, nnx.Optimizer(model, tx)
+        return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
 
     graphdef, abstract = nnx.get_abstract_model(create, mesh)
     shardings = nnx.get_named_sharding(abstract, mesh)

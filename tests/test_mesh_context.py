@@ -287,7 +287,7 @@ SCRIPT = textwrap.dedent(
 
         with jax.set_mesh(AUTO), nnx.logical_axis_rules(RULES):
             model = MLP(nnx.Rngs(0))
-            opt = nnx.Optimizer(model, optax.adam(1e-2))
+            opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
             for (layer, name), spec in SPECS.items():
                 for moment in ("mu", "nu"):
                     v = getattr(opt.opt_state[0], moment)[layer][name]
@@ -301,7 +301,7 @@ SCRIPT = textwrap.dedent(
             assert norm(opt.opt_state[0].mu[layer][name].value.sharding.spec) == spec
         with nnx.use_eager_sharding(False):
             ref = MLP(nnx.Rngs(0))
-        ref_opt = nnx.Optimizer(ref, optax.adam(1e-2))
+        ref_opt = nnx.Optimizer(ref, optax.adam(1e-2), wrt=nnx.Param)
         ref_losses = train(ref, ref_opt, x, y)
         np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
         np.testing.assert_allclose(np.asarray(model.l2.kernel.value), np.asarray(ref.l2.kernel.value), rtol=1e-5, atol=1e-6)

@@ -58,7 +58,7 @@ def train_step(model: Net, opt: nnx.Optimizer[Net]) -> jax.Array:
 
 def make(seed: int, hidden: int = 8) -> tuple[Net, nnx.Optimizer[Net]]:
     model = Net(hidden, nnx.Rngs(params=seed, dropout=seed + 1))
-    return model, nnx.Optimizer(model, optax.adam(1e-2))
+    return model, nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
 
 
 def leaves_equal(a: Any, b: Any) -> None:
