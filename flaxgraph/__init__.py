@@ -108,6 +108,7 @@ from flaxgraph.nn.stochastic import Dropout as Dropout
 from flaxgraph.objects import Object as Object
 from flaxgraph.objects import data as data
 from flaxgraph.objects import static as static
+from flaxgraph.rng_copy import with_rngs as with_rngs
 from flaxgraph.rngs import RngBackups as RngBackups
 from flaxgraph.rngs import RngCount as RngCount
 from flaxgraph.rngs import RngKey as RngKey
