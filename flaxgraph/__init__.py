@@ -146,6 +146,7 @@ from flaxgraph.transforms.autodiff import jvp as jvp
 from flaxgraph.transforms.autodiff import remat as remat
 from flaxgraph.transforms.autodiff import value_and_grad as value_and_grad
 from flaxgraph.transforms.autodiff import vjp as vjp
+from flaxgraph.transforms.checkify import checkify as checkify
 from flaxgraph.transforms.control import CarryStructureError as CarryStructureError
 from flaxgraph.transforms.control import cond as cond
 from flaxgraph.transforms.control import eval_shape as eval_shape
@@ -157,6 +158,7 @@ from flaxgraph.transforms.jit import jit as jit
 from flaxgraph.transforms.lift_types import DiffState as DiffState
 from flaxgraph.transforms.lift_types import StateAxes as StateAxes
 from flaxgraph.transforms.lift_types import StateSharding as StateSharding
+from flaxgraph.transforms.make_jaxpr import make_jaxpr as make_jaxpr
 from flaxgraph.transforms.scan import Carry as Carry
 from flaxgraph.transforms.scan import scan as scan
 from flaxgraph.transforms.vmap import pmap as pmap
