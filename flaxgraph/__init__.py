@@ -159,6 +159,7 @@ from flaxgraph.transforms.lift_types import DiffState as DiffState
 from flaxgraph.transforms.lift_types import StateAxes as StateAxes
 from flaxgraph.transforms.lift_types import StateSharding as StateSharding
 from flaxgraph.transforms.make_jaxpr import make_jaxpr as make_jaxpr
+from flaxgraph.transforms.metadata import transform_metadata as transform_metadata
 from flaxgraph.transforms.scan import Carry as Carry
 from flaxgraph.transforms.scan import scan as scan
 from flaxgraph.transforms.vmap import pmap as pmap

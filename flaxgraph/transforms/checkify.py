@@ -80,8 +80,8 @@ def checkify(
 
     @functools.wraps(inner_f)
     def wrapper(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        call, static, values = lifted.split(args, kwargs)
-        error, out = checked(static, values)
+        call, static, groups = lifted.split(args, kwargs)
+        error, out = checked(static, groups)
         return error, LiftedCall.finish(call, out)
 
     return bind(wrapper, bound, f)

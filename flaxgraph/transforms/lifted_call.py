@@ -16,7 +16,7 @@ Source: the JAX-style NNX transforms design note (seed 002).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flaxgraph.modes import Mode
@@ -31,67 +31,88 @@ def _never(a: Any, b: Any) -> bool:
 
 
 class LiftedCall:
-    """Steps 1, 3-4 and 5 of one prefix-less transform of ``f``.
+    """Steps 1, 3-4 and 5 of one transform of ``f`` whose JAX transform sees the
+    inputs as groups of leaves (one group per distinct prefix; a single group for
+    the prefix-less transforms).
 
     Attributes:
       f: the user's function (unbound).
       mode: the resolved traversal mode of the transform.
+      in_spec: what counts as a prefix of the inputs (default: only ``None``).
+      keys: the groups' prefixes (inputs and outputs).
       inner: steps 3-4 (``lift.Inner``).
     """
 
-    __slots__ = ("f", "mode", "inner")
+    __slots__ = ("f", "mode", "in_spec", "keys", "inner")
 
     def __init__(
         self,
         f: Callable[..., Any],
         mode: Mode,
+        *,
+        in_spec: PrefixSpec = SPEC,
+        out_spec: PrefixSpec = SPEC,
+        keys: Sequence[Any] = (None,),
         on_inputs: Callable[[list[Any], list[Any]], None] | None = None,
         on_output_leaf: Callable[[Any, Any], None] | None = None,
     ):
         self.f = f
         self.mode = mode
+        self.in_spec = in_spec
+        self.keys = list(keys)
         # MODE WIRING (1 of 2): when `lift.Inner` takes the traversal mode, pass
         # `mode=self.mode` here.
         self.inner = Inner(
             f,
-            SPEC,
-            [None],
+            out_spec,
+            self.keys,
             same_prefix=_never,
             on_inputs=on_inputs,
             on_output_leaf=on_output_leaf,
         )
 
     def split(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Call, Static, list[Any]]:
-        """Step 1: ``(call, static, values)``; ``pure(static, values)`` runs the call.
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any = (None, None)
+    ) -> tuple[Call, Static, tuple[list[Any], ...]]:
+        """Step 1: ``(call, static, groups)``; ``pure(static, groups)`` runs the call.
+
+        ``in_prefix`` is the ``(args, kwargs)`` prefix pair; it is applied to the
+        inputs on the way out too.
 
         Raises:
-          SharedReferenceError, InconsistentAliasingError (``ValueError``): see
-            ``lift.split_inputs``.
+          PrefixError, SharedReferenceError, InconsistentAliasingError (all
+            ``ValueError``): see ``lift.split_inputs``.
         """
         # MODE WIRING (2 of 2): when `lift.split_inputs` takes the traversal mode,
         # pass `mode=self.mode` here.
-        call = split_inputs(args, kwargs, (None, None), SPEC)
-        slots, (values,) = call.groups([None])
-        return call, Static(InStatic(call.graphdef, slots, None)), values
+        call = split_inputs(args, kwargs, in_prefix, self.in_spec)
+        slots, groups = call.groups(self.keys)
+        return call, Static(InStatic(call.graphdef, slots, in_prefix)), groups
 
-    def pure(self, static: Static, values: list[Any]) -> tuple[Static, list[Any]]:
-        """Steps 3-4 as a function of arrays: merge, call ``f``, re-split. Returns
-        ``(Static(OutStatic), changed leaf values)``."""
+    def pure(
+        self, static: Static, groups: Sequence[list[Any]], out_prefix: Any = None
+    ) -> tuple[Static, tuple[list[Any], ...]]:
+        """Steps 3-4 as a function of arrays: merge, call ``f``, re-split with
+        ``out_prefix`` over the output. Returns ``(Static(OutStatic), out groups)``."""
         in_static: InStatic = static.value
-        _, out_static, (out_values,) = self.inner.run(
-            in_static, (values,), [None] * len(values), (None, None), None
+        in_prefixes = [self.keys[g] for g, _ in in_static.slots]
+        _, out_static, out_groups = self.inner.run(
+            in_static, groups, in_prefixes, in_static.extra, out_prefix
         )
-        return Static(out_static), out_values
+        return Static(out_static), out_groups
 
     @staticmethod
-    def out_leaves(out_static: OutStatic, in_values: list[Any], out_values: list[Any]) -> list[Any]:
+    def out_leaves(
+        static: Static, groups: Sequence[list[Any]], out: tuple[Static, Sequence[list[Any]]]
+    ) -> list[Any]:
         """Every leaf value of ``(output, args, kwargs)`` in out-GraphDef order."""
-        return [in_values[a] if tag == IN else out_values[b] for tag, a, b in out_static.sources]
+        in_static: InStatic = static.value
+        in_values = [groups[g][i] for g, i in in_static.slots]
+        out_static: OutStatic = out[0].value
+        return [in_values[a] if tag == IN else out[1][a][b] for tag, a, b in out_static.sources]
 
     @staticmethod
-    def finish(call: Call, out: tuple[Static, list[Any]]) -> Any:
+    def finish(call: Call, out: tuple[Static, Sequence[list[Any]]]) -> Any:
         """Step 5: updates the caller's objects and returns the output."""
-        out_static, out_values = out
-        return call.finish(out_static.value, (out_values,))
+        out_static, out_groups = out
+        return call.finish(out_static.value, out_groups)

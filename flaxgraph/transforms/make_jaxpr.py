@@ -102,16 +102,15 @@ def make_jaxpr(
             return inner_f(*full_args, **full_kwargs)
 
         lifted = LiftedCall(with_statics, mode)
-        _call, static, values = lifted.split(dyn_args, dyn_kwargs)
+        _call, static, groups = lifted.split(dyn_args, dyn_kwargs)
 
-        def pure(values: list[Any]) -> list[Any]:
-            out_static, out_values = lifted.pure(static, values)
-            out = out_static.value
-            leaves = LiftedCall.out_leaves(out, values, out_values)
-            output, _args, _kwargs = unflatten(out.graphdef, leaves)
+        def pure(groups: tuple[list[Any], ...]) -> list[Any]:
+            out = lifted.pure(static, groups)
+            leaves = LiftedCall.out_leaves(static, groups, out)
+            output, _args, _kwargs = unflatten(out[0].value.graphdef, leaves)
             _, out_leaves = flatten(output, root_name="output")
             return [v.raw_value if isinstance(v, Variable) else v for _, v in out_leaves]
 
-        return jax.make_jaxpr(pure)(values)
+        return jax.make_jaxpr(pure)(groups)
 
     return bind(wrapper, bound, f)
