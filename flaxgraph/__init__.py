@@ -174,6 +174,9 @@ from flaxgraph.variables import Variable as Variable
 from flaxgraph.variables import register_variable_name as register_variable_name
 from flaxgraph.variables import variable_name_from_type as variable_name_from_type
 from flaxgraph.variables import variable_type_from_name as variable_type_from_name
+from flaxgraph.views import view as view
+from flaxgraph.views import view_info as view_info
+from flaxgraph.views import with_attributes as with_attributes
 
 try:
     __version__ = _version("flaxgraph")
