@@ -10,6 +10,7 @@ from flaxgraph import filters as filters
 from flaxgraph import nn as nn
 from flaxgraph import spmd as spmd
 from flaxgraph import testing as testing
+from flaxgraph.capture import capture as capture
 from flaxgraph.config import Flag as Flag
 from flaxgraph.display import display as display
 from flaxgraph.errors import FlaxgraphError as FlaxgraphError
