@@ -89,3 +89,30 @@ def test_default_errors_match_flax() -> None:
 
     default = inspect.signature(flax_nnx.checkify).parameters["errors"].default
     assert inspect.signature(nnx.checkify).parameters["errors"].default == default
+
+
+# -- differential: a random mutation program under checkify does what it does eagerly -------------
+
+from hypothesis import given  # noqa: E402
+
+from flaxgraph.testing import (  # noqa: E402
+    MutationStep,
+    apply_mutations,
+    assert_graphs_equal,
+    graphs,
+    mutations,
+)
+
+
+@given(graph=graphs(max_nodes=4, max_depth=2, max_attributes=3), steps=mutations(max_steps=4))
+def test_a_mutation_program_under_checkify_matches_it_run_eagerly(
+    graph: object, steps: list[MutationStep]
+) -> None:
+    def run(root: object) -> object:
+        return apply_mutations(root, steps), root
+
+    eager = nnx.clone(graph)
+    eager_out = run(eager)
+    err, out = nnx.checkify(run)(graph)
+    assert err.get() is None and out[1] is graph
+    assert_graphs_equal((graph, out), (eager, eager_out))

@@ -133,3 +133,26 @@ def test_a_name_other_than_partition_at_the_axis_is_an_error_naming_the_path() -
     with pytest.raises(ValueError, match=r"(?s)args\[0\]\.w.*'model'.*partition='model'"):
         nnx.transform_metadata(lambda m: m.w.value.sum(), in_axes=1, partition="layers")(stack)
     assert stack.w.sharding_names == ("layers", "model")
+
+
+# -- differential: without axes, transform_metadata is an identity-like transform --------------
+
+from flaxgraph.testing import (  # noqa: E402
+    MutationStep,
+    apply_mutations,
+    assert_graphs_equal,
+    graphs,
+    mutations,
+)
+
+
+@given(graph=graphs(max_nodes=4, max_depth=2, max_attributes=3), steps=mutations(max_steps=4))
+def test_a_mutation_program_matches_it_run_eagerly(graph: Any, steps: list[MutationStep]) -> None:
+    def run(root: Any) -> Any:
+        return apply_mutations(root, steps), root
+
+    eager = nnx.clone(graph)
+    eager_out = run(eager)
+    out = nnx.transform_metadata(run, in_axes=None, out_axes=None, partition=None)(graph)
+    assert out[1] is graph
+    assert_graphs_equal((graph, out), (eager, eager_out))
