@@ -6,9 +6,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given
 from jax.experimental import checkify
 
 import flaxgraph as nnx
+from flaxgraph.testing import (
+    MutationStep,
+    apply_mutations,
+    assert_graphs_equal,
+    graphs,
+    mutations,
+)
 
 
 class Model(nnx.Module):
@@ -92,16 +100,6 @@ def test_default_errors_match_flax() -> None:
 
 
 # -- differential: a random mutation program under checkify does what it does eagerly -------------
-
-from hypothesis import given  # noqa: E402
-
-from flaxgraph.testing import (  # noqa: E402
-    MutationStep,
-    apply_mutations,
-    assert_graphs_equal,
-    graphs,
-    mutations,
-)
 
 
 @given(graph=graphs(max_nodes=4, max_depth=2, max_attributes=3), steps=mutations(max_steps=4))

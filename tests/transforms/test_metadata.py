@@ -11,6 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import flaxgraph as nnx
+from flaxgraph.testing import (
+    MutationStep,
+    apply_mutations,
+    assert_graphs_equal,
+    graphs,
+    mutations,
+)
 
 
 class Stack(nnx.Module):
@@ -136,14 +143,6 @@ def test_a_name_other_than_partition_at_the_axis_is_an_error_naming_the_path() -
 
 
 # -- differential: without axes, transform_metadata is an identity-like transform --------------
-
-from flaxgraph.testing import (  # noqa: E402
-    MutationStep,
-    apply_mutations,
-    assert_graphs_equal,
-    graphs,
-    mutations,
-)
 
 
 @given(graph=graphs(max_nodes=4, max_depth=2, max_attributes=3), steps=mutations(max_steps=4))
