@@ -132,7 +132,13 @@ def with_rngs(
             @functools.wraps(f)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 new_args, new_kwargs = _with_rngs(
-                    (args, kwargs), split_rules, broadcast_rules, fork_rules, only_p, mode.graph
+                    (args, kwargs),
+                    split_rules,
+                    broadcast_rules,
+                    fork_rules,
+                    only_p,
+                    mode.graph,
+                    arguments=True,
                 )
                 return f(*new_args, **new_kwargs)
 
@@ -149,8 +155,18 @@ def _with_rngs(
     fork_rules: list[tuple[Any, Any, Any]],
     only_p: Callable[..., bool],
     graph: bool,
+    arguments: bool = False,
 ) -> Any:
-    root_name = "node" if not isinstance(node, tuple) or len(node) != 2 else "(args, kwargs)"
+    """``with_rngs`` on ``node`` (``arguments``: ``node`` is a call's ``(args, kwargs)``,
+    and messages name paths from ``args``/``kwargs``)."""
+    root_name = "(args, kwargs)" if arguments else "node"
+
+    def where(path: tuple[Hashable, ...]) -> str:
+        if arguments and path:
+            name = ("args", "kwargs")[path[0]]  # type: ignore[index]
+            return path_str(name, node[path[0]], path[1:])
+        return path_str(root_name, node, path)
+
     # Decide every stream's rule before anything is drawn: a conflict leaves the
     # caller's streams untouched. Copies share the key Variable: find them by it.
     decisions: dict[int, tuple[Any, str, Any]] = {}
@@ -171,7 +187,7 @@ def _with_rngs(
         if len(specific) > 1:
             rules_text = "\n".join(f"  - {w} (filter {f!r})" for w, f, _ in matches)
             raise ValueError(
-                f"The RngStream at {path_str(root_name, node, path)} matches several "
+                f"The RngStream at {where(path)} matches several "
                 f"rules of with_rngs:\n{rules_text}\nA stream can be split, broadcast or "
                 "forked, not several of them.\nFix: make the filters disjoint, e.g. "
                 "fork=nnx.Not('params') next to split={'params': 4}."

@@ -137,3 +137,12 @@ def test_matches_flax_shapes() -> None:
     theirs = flax_nnx.with_rngs(flax_nnx.Rngs(params=0, dropout=1), **kw)
     assert data(ours.params.key.value) == data(theirs.params.key[...])
     assert data(ours.dropout.key.value) == data(theirs.dropout.key[...])
+
+
+def test_decorator_errors_name_paths_from_the_arguments() -> None:
+    @nnx.with_rngs(split={"params": 2}, fork="params")
+    def f(a: int, r: nnx.Rngs) -> None:
+        pass
+
+    with pytest.raises(ValueError, match=r"RngStream at args\[1\]\.params matches several"):
+        f(1, nnx.Rngs(params=0))
