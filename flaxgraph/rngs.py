@@ -28,8 +28,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from flaxgraph.filters import to_predicate
 from flaxgraph.graph.api import iter_graph
+from flaxgraph.modes import resolve
 from flaxgraph.module import Module
+from flaxgraph.node_copy import copy_nodes
 from flaxgraph.objects import Object
 from flaxgraph.variables import Variable
 
@@ -269,8 +272,6 @@ def _rules(spec: Any, what: str) -> list[tuple[Any, Any, Any]]:
     Raises:
       TypeError: ``spec`` is none of these, or a value is not a shape or ``None``.
     """
-    from flaxgraph.filters import to_predicate
-
     if spec is None:
         return []
     if _is_shape(spec):
@@ -353,8 +354,6 @@ def _selected(node: Any, rules: list[tuple[Any, Any, Any]], only: Any) -> list[A
     """``(path, stream, shape)`` for each stream of ``node`` (each once) that ``only``
     selects and some rule matches (first matching rule wins). Filters see the
     stream's key Variable at ``path + ('key',)``, as in Flax."""
-    from flaxgraph.filters import to_predicate
-
     only_p = to_predicate(only)
     found = []
     for path, value in iter_graph(node):
@@ -383,8 +382,6 @@ def _in_place(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any
 def _copied(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any, graph: bool) -> Any:
     """A copy of ``node`` (sharing its Variables) whose selected streams hold new key
     and count Variables; the originals' counts advance by one draw."""
-    from flaxgraph.node_copy import copy_nodes
-
     # Copied streams share their key Variable with the original: find them by it.
     chosen = {id(s.key): (s.key, shape) for _, s, shape in _selected(node, rules, only)}
 
@@ -431,8 +428,6 @@ def _fork_key(key: jax.Array, shape: Any) -> jax.Array:
 def _apply_mode(
     node: Any, rules: Any, only: Any, make: Any, graph: bool | None, graph_updates: bool | None
 ) -> Any:
-    from flaxgraph.modes import resolve
-
     mode = resolve(graph, graph_updates)
 
     def apply(target: Any) -> Any:
