@@ -23,6 +23,7 @@ Source: Flax NNX ``nnx.Rngs`` (0.12).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -249,8 +250,6 @@ class Rngs(Module):
 
 
 def _warn_fork_split(owner: str) -> None:
-    import warnings
-
     warnings.warn(
         f"The 'split' argument of {owner}.fork is deprecated (as in Flax NNX 0.12.8); "
         f"use {owner}.split(...) instead.",
@@ -259,10 +258,12 @@ def _warn_fork_split(owner: str) -> None:
     )
 
 
+def _is_int(i: Any) -> bool:
+    return isinstance(i, int) and not isinstance(i, bool)
+
+
 def _is_shape(k: Any) -> bool:
-    return isinstance(k, int) or (
-        isinstance(k, tuple) and all(isinstance(i, int) and not isinstance(i, bool) for i in k)
-    )
+    return _is_int(k) or (isinstance(k, tuple) and all(_is_int(i) for i in k))
 
 
 def _rules(spec: Any, what: str) -> list[tuple[Any, Any, Any]]:

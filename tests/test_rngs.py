@@ -191,7 +191,7 @@ def test_rngs_broadcast_shapes_and_values():
     assert nnx.Rngs(0).broadcast(None).default.key.value.shape == ()
 
 
-@pytest.mark.parametrize("bad", [1.5, "x", {"params": "x"}, {"params": (1.5,)}])
+@pytest.mark.parametrize("bad", [1.5, "x", True, {"params": "x"}, {"params": (1.5,)}])
 def test_rngs_split_and_broadcast_reject_bad_shapes(bad):
     with pytest.raises(TypeError, match="must be an int, a tuple of ints"):
         nnx.Rngs(params=0).split(bad)
