@@ -157,11 +157,11 @@ def _target(fn: Any, args: tuple[Any, ...]) -> Module:
         return fn
     if args and isinstance(args[0], Module):
         return args[0]
-    got = f"a {type(args[0]).__name__}" if args else "no positional argument"
+    got = f"args[0] is a {type(args[0]).__name__}" if args else "it got no positional argument"
     raise TypeError(
         f"nnx.capture: {getattr(fn, '__name__', fn)!r} is neither a Module nor a bound "
         f"method of one, so its first positional argument must be the Module to capture "
-        f"from, but args[0] is {got}.\nFix: call it with the module first, or capture "
+        f"from, but {got}.\nFix: call it with the module first, or capture "
         "the module (nnx.capture(model, ...)) or its method (nnx.capture(model.encode, ...))."
     )
 
@@ -229,15 +229,19 @@ def capture(
             dict.fromkeys([*var_types, *(type(v) for vs in initial.values() for _, v in vs)])
         )
         modules = _captured_modules(module)
-        previous = [m.__dict__.get(CAPTURES) for _, m in modules]
-        for path, m in modules:
-            start = {
-                k: {n: v.raw_value for n, v in initial.get(path, []) if type(v) is k} for k in kinds
-            }
-            setattr(m, CAPTURES, tuple(k(start[k]) for k in kinds))
-        patched = _patch({type(m) for _, m in modules}) if method_outputs is not None else []
+        installed: list[tuple[PathParts, Module, Any]] = []  # (path, module, slots before)
+        patched: list[tuple[type, str, Any]] = []
         try:
+            for path, m in modules:
+                start = {
+                    k: {n: v.raw_value for n, v in initial.get(path, []) if type(v) is k}
+                    for k in kinds
+                }
+                before = m.__dict__.get(CAPTURES)
+                setattr(m, CAPTURES, tuple(k(start[k]) for k in kinds))
+                installed.append((path, m, before))
             if method_outputs is not None:
+                patched = _patch({type(m) for _, m in modules})
                 with METHOD_OUTPUTS.scoped(method_outputs):
                     result = fn(*args, **kwargs)
             else:
@@ -247,12 +251,12 @@ def capture(
             collected: dict[type, list[tuple[PathParts, Variable[Any]]]] = {
                 k: [] for k in var_types
             }
-            for (path, m), before in zip(modules, previous):
+            for path, m, before in installed:
                 slots = m.__dict__.get(CAPTURES, ())
-                if before is None:
-                    delattr(m, CAPTURES)
-                else:  # a capture around this one: give it back its slots
+                if before is not None:  # a capture around this one: give back its slots
                     setattr(m, CAPTURES, before)
+                elif CAPTURES in m.__dict__:
+                    delattr(m, CAPTURES)
                 for slot in slots:
                     if type(slot) in collected:
                         collected[type(slot)].extend(

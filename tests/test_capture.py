@@ -219,3 +219,15 @@ def test_same_paths_and_values_as_flax() -> None:
             assert len(ours_flat[k]) == len(theirs_flat[k])
             for a, b in zip(ours_flat[k], theirs_flat[k]):
                 np.testing.assert_allclose(a, b)
+
+
+def test_a_module_captured_by_closure_in_a_transform_is_refused_and_left_clean() -> None:
+    net = Net()
+
+    @nnx.jit
+    def run(x: jax.Array) -> Any:
+        return nnx.capture(net, nnx.Intermediate)(x)
+
+    with pytest.raises(nnx.TraceContextError):
+        run(jnp.ones(2))
+    assert all("_flaxgraph_captures" not in vars(m) for _, m in net.iter_modules())
