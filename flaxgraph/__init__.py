@@ -16,6 +16,7 @@ from flaxgraph import testing as testing
 from flaxgraph.abstract import abstract_with_sharding as abstract_with_sharding
 from flaxgraph.abstract import as_abstract as as_abstract
 from flaxgraph.abstract import get_abstract_model as get_abstract_model
+from flaxgraph.capture import capture as capture
 from flaxgraph.config import Flag as Flag
 from flaxgraph.display import display as display
 from flaxgraph.errors import FlaxgraphError as FlaxgraphError
@@ -121,6 +122,7 @@ from flaxgraph.nn.stochastic import Dropout as Dropout
 from flaxgraph.objects import Object as Object
 from flaxgraph.objects import data as data
 from flaxgraph.objects import static as static
+from flaxgraph.rng_copy import with_rngs as with_rngs
 from flaxgraph.rngs import RngBackups as RngBackups
 from flaxgraph.rngs import RngCount as RngCount
 from flaxgraph.rngs import RngKey as RngKey
@@ -162,6 +164,7 @@ from flaxgraph.transforms.autodiff import jvp as jvp
 from flaxgraph.transforms.autodiff import remat as remat
 from flaxgraph.transforms.autodiff import value_and_grad as value_and_grad
 from flaxgraph.transforms.autodiff import vjp as vjp
+from flaxgraph.transforms.checkify import checkify as checkify
 from flaxgraph.transforms.control import CarryStructureError as CarryStructureError
 from flaxgraph.transforms.control import cond as cond
 from flaxgraph.transforms.control import eval_shape as eval_shape
@@ -173,6 +176,8 @@ from flaxgraph.transforms.jit import jit as jit
 from flaxgraph.transforms.lift_types import DiffState as DiffState
 from flaxgraph.transforms.lift_types import StateAxes as StateAxes
 from flaxgraph.transforms.lift_types import StateSharding as StateSharding
+from flaxgraph.transforms.make_jaxpr import make_jaxpr as make_jaxpr
+from flaxgraph.transforms.metadata import transform_metadata as transform_metadata
 from flaxgraph.transforms.partial import cached_partial as cached_partial
 from flaxgraph.transforms.partial import jit_partial as jit_partial
 from flaxgraph.transforms.scan import Carry as Carry
@@ -190,6 +195,9 @@ from flaxgraph.variables import Variable as Variable
 from flaxgraph.variables import register_variable_name as register_variable_name
 from flaxgraph.variables import variable_name_from_type as variable_name_from_type
 from flaxgraph.variables import variable_type_from_name as variable_type_from_name
+from flaxgraph.views import view as view
+from flaxgraph.views import view_info as view_info
+from flaxgraph.views import with_attributes as with_attributes
 
 try:
     __version__ = _version("flaxgraph")

@@ -49,6 +49,27 @@ def _has_attribute(module: Any, name: str) -> bool:
     return name in module.__dict__ or any(name in vars(c) for c in type(module).__mro__)
 
 
+CAPTURES = "_flaxgraph_captures"
+"""The attribute ``nnx.capture`` gives each module during a call: a tuple of one
+Variable per captured kind, whose value maps names to what was sown (see
+``flaxgraph/capture.py``). It is ordinary data, so it crosses transforms."""
+
+_NOT_CAPTURED: Any = object()
+
+
+def _capture_slot(module: Any, variable_type: type) -> Any:
+    """``None`` outside ``nnx.capture``; else the capture's Variable of exactly
+    ``variable_type``, or ``_NOT_CAPTURED`` if that kind is not captured (the
+    value is then dropped, as in Flax)."""
+    slots = module.__dict__.get(CAPTURES)
+    if slots is None:
+        return None
+    for slot in slots:
+        if type(slot) is variable_type:
+            return slot
+    return _NOT_CAPTURED
+
+
 class Module(Object):
     """Base class of layers and models (see the module docstring).
 
@@ -81,6 +102,8 @@ class Module(Object):
         The first call creates ``variable_type(reduce_fn(init_fn(), value))``; later
         calls replace its value by ``reduce_fn(current, value)``. By default values
         are collected in a tuple. Pop them with ``nnx.pop(model, nnx.Intermediate)``.
+        Inside ``nnx.capture`` the value goes to the capture instead (and is dropped
+        if ``variable_type`` is not captured); the module is not changed.
 
         Raises:
           ValueError: ``self.<name>`` exists and is not a Variable of that kind.
@@ -89,6 +112,13 @@ class Module(Object):
             from flaxgraph.variables import variable_type_from_name
 
             variable_type = variable_type_from_name(variable_type, allow_register=True)
+        slot = _capture_slot(self, variable_type)
+        if slot is not None:  # inside nnx.capture: the value goes to the capture
+            if slot is not _NOT_CAPTURED:
+                held = slot.value
+                previous = held[name] if name in held else init_fn()
+                slot.value = {**held, name: reduce_fn(previous, value)}
+            return
         current = self.__dict__.get(name)
         if current is None:
             setattr(self, name, variable_type(reduce_fn(init_fn(), value)))
@@ -106,7 +136,16 @@ class Module(Object):
     ) -> Any:
         """Returns ``value + self.<name>``, creating ``self.<name>`` as a zero-valued
         ``Perturbation`` the first time. The gradient with respect to that Variable
-        is the gradient with respect to the intermediate ``value``."""
+        is the gradient with respect to the intermediate ``value``. Inside
+        ``nnx.capture`` the perturbation is held by the capture (``init=`` gives its
+        values) and the module is not changed."""
+        slot = _capture_slot(self, variable_type)
+        if slot is not None:  # inside nnx.capture: the perturbation lives in the capture
+            if slot is _NOT_CAPTURED:
+                return value
+            if name not in slot.value:
+                slot.value = {**slot.value, name: jnp.zeros_like(value)}
+            return value + slot.value[name]
         if name not in self.__dict__:
             setattr(self, name, variable_type(jnp.zeros_like(value)))
         return value + getattr(self, name).value

@@ -23,13 +23,17 @@ Source: Flax NNX ``nnx.Rngs`` (0.12).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from flaxgraph.filters import to_predicate
 from flaxgraph.graph.api import iter_graph
+from flaxgraph.modes import resolve
 from flaxgraph.module import Module
+from flaxgraph.node_copy import copy_nodes
 from flaxgraph.objects import Object
 from flaxgraph.variables import Variable
 
@@ -92,12 +96,33 @@ class RngStream(Object):
         return key
 
     def fork(self, *, split: int | tuple[int, ...] | None = None) -> RngStream:
-        """A new, independent stream seeded from this one (with ``split``, a stream of
-        ``split`` keys, e.g. to ``vmap`` over)."""
-        key = self()
+        """A new, independent stream seeded from this one (draws one key).
+
+        ``split`` (deprecated, as in Flax NNX 0.12.8: use ``split(k)``) gives a stream
+        of ``split`` keys instead; it warns with a ``DeprecationWarning``.
+        """
         if split is not None:
-            key = jax.random.split(key, split)
-        return RngStream(key, tag=self.tag)
+            _warn_fork_split("RngStream")
+            return self.split(split)
+        return RngStream(self(), tag=self.tag)
+
+    def split(self, k: int | tuple[int, ...]) -> RngStream:
+        """A new stream of ``k`` independent keys (shape ``k + key.shape``), e.g. to
+        ``vmap`` over; draws one key from this stream.
+
+        Source: Flax NNX 0.12 ``RngStream.split``.
+        """
+        return RngStream(jax.random.split(self(), k), tag=self.tag)
+
+    def broadcast(self, k: int | tuple[int, ...]) -> RngStream:
+        """A new stream whose key is one fresh key repeated to shape ``k + key.shape``
+        (every slice of a ``vmap`` over it then draws the *same* keys); draws one key.
+
+        Source: Flax NNX 0.12 ``RngStream.broadcast``.
+        """
+        key = self()
+        shape = (k,) if isinstance(k, int) else tuple(k)
+        return RngStream(jnp.broadcast_to(key, shape + key.shape), tag=self.tag)
 
 
 class Rngs(Module):
@@ -146,9 +171,136 @@ class Rngs(Module):
         """The ``(name, RngStream)`` pairs, sorted by name."""
         return [(n, s) for n, s in sorted(self.__dict__.items()) if isinstance(s, RngStream)]
 
-    def fork(self, *, split: int | tuple[int, ...] | None = None) -> Rngs:
-        """A new Rngs whose streams are forked from these (each advances by one)."""
-        return Rngs(**{name: stream.fork(split=split) for name, stream in self.items()})
+    def fork(self, /, *, split: Any = None) -> Rngs:
+        """A new Rngs whose streams are forked from these (each advances by one).
+
+        ``split`` (deprecated, as in Flax NNX 0.12.8, with a ``DeprecationWarning``;
+        use ``split()``): an int or shape splits every stream, a mapping ``{filter:
+        shape or None}`` the streams its first matching filter selects (``None``:
+        plain fork); streams no filter selects are forked.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> rngs = nnx.Rngs(params=1, dropout=2)
+          >>> new = rngs.fork()
+          >>> int(rngs.params.count.value), int(new.params.count.value)
+          (1, 0)
+        """
+        if split is not None:
+            _warn_fork_split("Rngs")
+        rules = _rules(split, "split")
+        streams = {}
+        for name, stream in self.items():
+            shape = _first_match(rules, (name,), stream, None)
+            streams[name] = (
+                stream.split(shape) if shape is not None else RngStream(stream(), tag=stream.tag)
+            )
+        return Rngs(**streams)
+
+    def split(self, k: Any) -> Rngs:
+        """A new Rngs whose streams hold ``k`` keys each (``RngStream.split``).
+
+        Args:
+          k: an int or shape for every stream, or a mapping ``{filter: shape or None}``
+            (first matching filter wins; ``None`` or no match: the stream is kept
+            as is, the same ``RngStream`` object).
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> rngs = nnx.Rngs(params=1, dropout=2).split({'params': 5, ...: None})
+          >>> rngs.params.key.shape, rngs.dropout.key.shape
+          ((5,), ())
+
+        Source: Flax NNX 0.12 ``Rngs.split``.
+        """
+        return self._per_stream(k, "split", RngStream.split)
+
+    def broadcast(self, k: Any) -> Rngs:
+        """A new Rngs whose selected streams hold one fresh key repeated to shape ``k``
+        (``RngStream.broadcast``): every slice of a ``vmap`` draws the same keys.
+
+        Args:
+          k: an int or shape for every stream, ``None`` (nothing is broadcast), or a
+            mapping ``{filter: shape or None}`` (first matching filter wins; ``None``
+            or no match: the stream is kept as is).
+
+        Example::
+
+          >>> import jax, flaxgraph as nnx
+          >>> rngs = nnx.Rngs(0).broadcast(5)
+          >>> rngs.default.key.shape
+          (5,)
+          >>> bool((jax.random.key_data(rngs.default.key.value[0])
+          ...       == jax.random.key_data(rngs.default.key.value[4])).all())
+          True
+
+        Source: Flax NNX 0.12 ``Rngs.broadcast``.
+        """
+        return self._per_stream(k, "broadcast", RngStream.broadcast)
+
+    def _per_stream(self, k: Any, what: str, make: Any) -> Rngs:
+        rules = _rules(k, what)
+        streams = {}
+        for name, stream in self.items():
+            shape = _first_match(rules, (name,), stream, None)
+            streams[name] = stream if shape is None else make(stream, shape)
+        return Rngs(**streams)
+
+
+def _warn_fork_split(owner: str) -> None:
+    warnings.warn(
+        f"The 'split' argument of {owner}.fork is deprecated (as in Flax NNX 0.12.8); "
+        f"use {owner}.split(...) instead.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def _is_int(i: Any) -> bool:
+    return isinstance(i, int) and not isinstance(i, bool)
+
+
+def _is_shape(k: Any) -> bool:
+    return _is_int(k) or (isinstance(k, tuple) and all(_is_int(i) for i in k))
+
+
+def _rules(spec: Any, what: str) -> list[tuple[Any, Any, Any]]:
+    """``spec`` (``None``, a shape, or a mapping ``{filter: value}``) as a list of
+    ``(filter, predicate, value)`` in order.
+
+    Raises:
+      TypeError: ``spec`` is none of these, or a value is not a shape or ``None``.
+    """
+    if spec is None:
+        return []
+    if _is_shape(spec):
+        spec = {...: spec}
+    if not hasattr(spec, "items"):
+        raise TypeError(
+            f"{what} must be an int, a tuple of ints, or a mapping {{filter: shape}}; got "
+            f"{type(spec).__name__} {spec!r}."
+        )
+    rules = []
+    for filt, value in spec.items():
+        if value is not None and not _is_shape(value):
+            raise TypeError(
+                f"{what}[{filt!r}] must be an int, a tuple of ints or None; got "
+                f"{type(value).__name__} {value!r}."
+            )
+        rules.append((filt, to_predicate(filt), value))
+    return rules
+
+
+_NO_MATCH: Any = object()
+
+
+def _first_match(rules: list[tuple[Any, Any, Any]], path: Any, value: Any, default: Any) -> Any:
+    for _, predicate, shape in rules:
+        if predicate(path, value):
+            return shape
+    return default
 
 
 def reseed(node: Any, /, **stream_seeds: Any) -> None:
@@ -199,48 +351,115 @@ def restore_rngs(backups: RngBackups) -> None:
     backups.restore()
 
 
-def _streams(node: Any, only: Any) -> list[RngStream]:
-    from flaxgraph.filters import to_predicate
+def _selected(node: Any, rules: list[tuple[Any, Any, Any]], only: Any) -> list[Any]:
+    """``(path, stream, shape)`` for each stream of ``node`` (each once) that ``only``
+    selects and some rule matches (first matching rule wins). Filters see the
+    stream's key Variable at ``path + ('key',)``, as in Flax."""
+    only_p = to_predicate(only)
+    found = []
+    for path, value in iter_graph(node):
+        if not isinstance(value, RngStream):
+            continue
+        where, key = (*path, "key"), value.key
+        if not only_p(where, key):
+            continue
+        shape = _first_match(rules, where, key, _NO_MATCH)
+        if shape is not _NO_MATCH:
+            found.append((path, value, shape))
+    return found
 
-    predicate = to_predicate(only)
-    return [
-        value
-        for path, value in iter_graph(node)
-        if isinstance(value, RngStream) and predicate((*path, "key"), value.key)
-    ]
 
-
-def _replace_keys(node: Any, only: Any, make: Any) -> RngBackups:
+def _in_place(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any) -> RngBackups:
+    """Replaces the selected streams' key (``make(stream(), shape)``) and count in place."""
     entries = []
-    for stream in _streams(node, only):
-        new_key = make(stream())  # consumes one key: every call splits afresh
+    for _, stream, shape in _selected(node, rules, only):
+        new_key = make(stream(), shape)  # consumes one key: every call splits afresh
         entries.append((stream, stream.key.value, stream.count.value))
         stream.key.value = new_key
         stream.count.value = jnp.zeros(new_key.shape, dtype=jnp.uint32)
     return RngBackups(entries)
 
 
-def _rng_decorator(apply: Any) -> Any:
+def _copied(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any, graph: bool) -> Any:
+    """A copy of ``node`` (sharing its Variables) whose selected streams hold new key
+    and count Variables; the originals' counts advance by one draw."""
+    # Copied streams share their key Variable with the original: find them by it.
+    chosen = {id(s.key): (s.key, shape) for _, s, shape in _selected(node, rules, only)}
+
+    def f(path: Any, copy: Any) -> Any:
+        entry = chosen.get(id(copy.key)) if isinstance(copy, RngStream) else None
+        if entry is not None and entry[0] is copy.key:
+            new_key = make(copy(), entry[1])  # advances the shared count Variable
+            copy.key = RngKey(new_key, tag=copy.tag)
+            copy.count = RngCount(jnp.zeros(new_key.shape, dtype=jnp.uint32), tag=copy.tag)
+        return copy
+
+    return copy_nodes(node, f, graph=graph)
+
+
+def _rng_decorator(apply: Any, in_place: bool) -> Any:
     import functools
 
     def decorator(f: Any) -> Any:
         @functools.wraps(f)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with apply((args, kwargs)):
-                return f(*args, **kwargs)
+            if in_place:
+                with apply((args, kwargs)):
+                    return f(*args, **kwargs)
+            new_args, new_kwargs = apply((args, kwargs))
+            return f(*new_args, **new_kwargs)
 
         return wrapper
 
     return decorator
 
 
+def _split_key(squeeze: bool) -> Any:
+    def make(key: jax.Array, shape: Any) -> jax.Array:
+        keys = jax.random.split(key, shape)
+        return keys[0] if squeeze else keys
+
+    return make
+
+
+def _fork_key(key: jax.Array, shape: Any) -> jax.Array:
+    return key if shape is None else jax.random.split(key, shape)
+
+
+def _apply_mode(
+    node: Any, rules: Any, only: Any, make: Any, graph: bool | None, graph_updates: bool | None
+) -> Any:
+    mode = resolve(graph, graph_updates)
+
+    def apply(target: Any) -> Any:
+        if mode.updates:
+            return _in_place(target, rules, only, make)
+        return _copied(target, rules, only, make, mode.graph)
+
+    if node is _MISSING:
+        return _rng_decorator(apply, mode.updates)
+    return apply(node)
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING: Any = _Missing()
+
+
 def split_rngs(
-    node: Any = None,
+    node: Any = _MISSING,
     /,
     *,
     splits: int | tuple[int, ...],
     only: Any = ...,
     squeeze: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
     """Replaces the keys of the RNG streams in ``node`` by ``splits`` split keys.
 
@@ -250,55 +469,93 @@ def split_rngs(
     every slice its own random stream. With ``squeeze=True`` (``splits`` must be
     1) the split axis is dropped.
 
-    Use as a function (``backups = nnx.split_rngs(model, splits=4)``, then
-    ``nnx.restore_rngs(backups)``, or ``with nnx.split_rngs(...)``), or as a
-    decorator (``@nnx.split_rngs(splits=10)`` over a transform: the streams found in
-    the arguments are split before each call and restored after).
+    In the default mode (``graph=True, graph_updates=True``) the streams of
+    ``node`` are changed in place: the function form returns ``RngBackups``
+    (``nnx.restore_rngs(backups)`` or ``with nnx.split_rngs(...):`` puts the keys
+    back) and the decorator form (``@nnx.split_rngs(splits=10)`` over a transform)
+    splits the streams found in the arguments before each call and restores them
+    after. With ``graph_updates=False`` or ``graph=False``, ``node`` is left as it
+    is (except that each selected stream's count advances by the key it gave) and
+    a copy sharing its other Variables, holding the split streams, is returned
+    (the decorator passes such copies of the arguments).
 
     Args:
       node: the graph holding ``Rngs``/``RngStream``s; omit it for the decorator form.
       splits: number (or shape) of keys.
-      only: a filter selecting streams (e.g. ``'dropout'`` for one stream by tag).
+      only: a filter selecting streams (e.g. ``'dropout'`` for one stream by tag);
+        it sees each stream's key Variable at path ``(..., 'key')``.
       squeeze: drop the split axis (requires ``splits == 1``).
+      graph: ``False`` for tree mode (a Variable reachable twice is an error);
+        ``None``: ``nnx.set_graph_mode``'s default.
+      graph_updates: ``False`` to return a copy instead of changing ``node``;
+        ``None``: ``nnx.set_graph_updates``'s default.
 
     Returns:
-      ``RngBackups`` (function form) or a decorator.
+      ``RngBackups`` (in place), a copy of ``node`` (copy modes), or a decorator.
 
     Raises:
       ValueError: ``squeeze`` with ``splits`` other than 1.
+      SharedReferenceError (``ValueError``): tree mode and a Variable of ``node``
+        reachable along several paths (the message lists them).
 
-    Source: Flax NNX ``nnx.split_rngs`` (seed 003, "Random state").
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(params=0, dropout=1)
+      >>> new = nnx.split_rngs(rngs, splits=5, only='params', graph_updates=False)
+      >>> new.params.key.shape, new.dropout.key.shape, rngs.params.key.shape
+      ((5,), (), ())
+      >>> with nnx.split_rngs(rngs, splits=3):
+      ...   rngs.dropout.key.shape
+      (3,)
+
+    Source: Flax NNX 0.12 ``nnx.split_rngs`` (seed 003, "Random state").
     """
     if squeeze and splits != 1:
         raise ValueError(f"split_rngs(squeeze=True) needs splits=1, got splits={splits!r}.")
-
-    def make(key: jax.Array) -> jax.Array:
-        keys = jax.random.split(key, splits)
-        return keys[0] if squeeze else keys
-
-    def apply(target: Any) -> RngBackups:
-        return _replace_keys(target, only, make)
-
-    if node is None:
-        return _rng_decorator(apply)
-    return apply(node)
+    rules = _rules(splits, "splits")
+    return _apply_mode(node, rules, only, _split_key(squeeze), graph, graph_updates)
 
 
 def fork_rngs(
-    node: Any = None, /, *, split: int | tuple[int, ...] | None = None, only: Any = ...
+    node: Any = _MISSING,
+    /,
+    *,
+    split: Any = None,
+    only: Any = ...,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
 ) -> Any:
-    """Gives the RNG streams in ``node`` fresh independent keys (split into ``split``
-    keys if given) until restored; function or decorator, like ``split_rngs``.
+    """Gives the RNG streams in ``node`` fresh independent keys (one draw each).
 
-    Source: Flax NNX ``nnx.fork_rngs``.
+    Modes, backups and the decorator form are as in ``split_rngs``.
+
+    Args:
+      node: the graph holding the streams; omit it for the decorator form.
+      split: ``None`` (fork every stream), an int or shape (fork every stream
+        into that many keys), or a mapping ``{filter: shape or None}``: the streams
+        the first matching filter selects are forked (``None``) or split into that
+        shape; streams no filter selects are left alone.
+      only: a filter further restricting the streams (flaxgraph extension; Flax
+        0.12.8's ``fork_rngs`` has no ``only``).
+      graph, graph_updates: as in ``split_rngs``.
+
+    Returns:
+      ``RngBackups`` (in place), a copy of ``node`` (copy modes), or a decorator.
+
+    Raises:
+      TypeError: ``split`` is not a shape, ``None`` or a mapping of them.
+      SharedReferenceError (``ValueError``): tree mode and shared Variables.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(params=0, dropout=1)
+      >>> with nnx.fork_rngs(rngs, split={'params': 2}):
+      ...   rngs.params.key.shape, int(rngs.dropout.count.value)
+      ((2,), 0)
+
+    Source: Flax NNX 0.12 ``nnx.fork_rngs``.
     """
-
-    def make(key: jax.Array) -> jax.Array:
-        return key if split is None else jax.random.split(key, split)
-
-    def apply(target: Any) -> RngBackups:
-        return _replace_keys(target, only, make)
-
-    if node is None:
-        return _rng_decorator(apply)
-    return apply(node)
+    rules = _rules({...: None} if split is None else split, "split")
+    return _apply_mode(node, rules, only, _fork_key, graph, graph_updates)

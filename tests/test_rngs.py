@@ -73,13 +73,32 @@ def test_stream_fork_is_independent():
     np.testing.assert_array_equal(key_data(f()), key_data(jax.random.fold_in(base, 0)))
 
 
-def test_stream_fork_split():
+def test_stream_split():
     s = nnx.RngStream(0, tag="a")
-    f = s.fork(split=4)
+    f = s.split(4)
     assert f.key.value.shape == (4,) and f.count.value.shape == (4,)
     expected = jax.random.split(jax.random.fold_in(jax.random.key(0), 0), 4)
     np.testing.assert_array_equal(key_data(f.key.value), key_data(expected))
-    assert s.fork(split=(2, 3)).key.value.shape == (2, 3)
+    assert s.split((2, 3)).key.value.shape == (2, 3)
+    assert int(s.count.value) == 2
+
+
+def test_stream_fork_split_is_deprecated_but_still_splits():
+    # Flax NNX 0.12.8 deprecates RngStream.fork(split=...) in favour of split().
+    s = nnx.RngStream(0, tag="a")
+    with pytest.warns(DeprecationWarning, match=r"RngStream.split"):
+        f = s.fork(split=4)
+    expected = jax.random.split(jax.random.fold_in(jax.random.key(0), 0), 4)
+    np.testing.assert_array_equal(key_data(f.key.value), key_data(expected))
+
+
+def test_stream_broadcast_repeats_one_fresh_key():
+    s = nnx.RngStream(3, tag="a")
+    b = s.broadcast((2, 3))
+    assert b.key.value.shape == (2, 3) and b.count.value.shape == (2, 3) and b.tag == "a"
+    fresh = key_data(jax.random.fold_in(jax.random.key(3), 0))
+    np.testing.assert_array_equal(key_data(b.key.value), np.broadcast_to(fresh, (2, 3, 2)))
+    assert int(s.count.value) == 1
 
 
 # -- Rngs -----------------------------------------------------------------------------------------
@@ -137,7 +156,47 @@ def test_rngs_fork():
     assert int(rngs.default.count.value) == 1 and int(rngs.dropout.count.value) == 1
     base = jax.random.fold_in(jax.random.key(1), 0)
     np.testing.assert_array_equal(key_data(forked.dropout()), key_data(jax.random.fold_in(base, 0)))
-    assert rngs.fork(split=2).default.key.value.shape == (2,)
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        assert rngs.fork(split=2).default.key.value.shape == (2,)
+
+
+def test_rngs_fork_split_mapping_splits_selected_streams_and_forks_the_rest():
+    rngs = nnx.Rngs(params=0, dropout=1)
+    with pytest.warns(DeprecationWarning):
+        new = rngs.fork(split={"params": 3})
+    assert new.params.key.value.shape == (3,) and new.dropout.key.value.shape == ()
+    np.testing.assert_array_equal(key_data(new.dropout.key.value), expected_key(1, 0))
+    assert int(rngs.params.count.value) == 1 and int(rngs.dropout.count.value) == 1
+
+
+def test_rngs_split_with_a_mapping_keeps_unselected_streams():
+    rngs = nnx.Rngs(params=1, dropout=2, noise=3)
+    new = rngs.split({"params": 5, "dropout": None, ...: (2, 5)})
+    assert new.params.key.value.shape == (5,)
+    assert new.dropout is rngs.dropout
+    assert new.noise.key.value.shape == (2, 5)
+    expected = jax.random.split(jax.random.fold_in(jax.random.key(1), 0), 5)
+    np.testing.assert_array_equal(key_data(new.params.key.value), key_data(expected))
+    assert nnx.Rngs(0).split(4).default.key.value.shape == (4,)
+
+
+def test_rngs_broadcast_shapes_and_values():
+    rngs = nnx.Rngs(params=1, dropout=2, noise=3)
+    new = rngs.broadcast({"params": 5, "dropout": None, ...: (2, 5)})
+    assert new.params.key.value.shape == (5,) and new.dropout is rngs.dropout
+    assert new.noise.key.value.shape == (2, 5)
+    np.testing.assert_array_equal(
+        key_data(new.params.key.value), np.broadcast_to(expected_key(1, 0), (5, 2))
+    )
+    assert nnx.Rngs(0).broadcast(None).default.key.value.shape == ()
+
+
+@pytest.mark.parametrize("bad", [1.5, "x", True, {"params": "x"}, {"params": (1.5,)}])
+def test_rngs_split_and_broadcast_reject_bad_shapes(bad):
+    with pytest.raises(TypeError, match="must be an int, a tuple of ints"):
+        nnx.Rngs(params=0).split(bad)
+    with pytest.raises(TypeError, match="must be an int, a tuple of ints"):
+        nnx.Rngs(params=0).broadcast(bad)
 
 
 def test_filters_select_streams_and_kinds():

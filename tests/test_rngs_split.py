@@ -16,6 +16,7 @@ import pytest
 from jax import random
 
 import flaxgraph as nnx
+from flaxgraph.modes import set_graph_updates
 from flaxgraph.testing import Node
 
 
@@ -244,8 +245,82 @@ def test_fork_rngs_gives_fresh_keys_until_restored() -> None:
 
 def test_rngs_fork_makes_independent_streams() -> None:
     rngs = nnx.Rngs(0, dropout=1)
-    forked = rngs.fork(split=2)
+    with pytest.warns(DeprecationWarning):
+        forked = rngs.fork(split=2)
     assert forked is not rngs
     assert data(forked.default.key.value) == data(random.split(random.fold_in(random.key(0), 0), 2))
     assert data(forked.dropout.key.value) == data(random.split(random.fold_in(random.key(1), 0), 2))
     assert count(rngs.default) == 1 and count(rngs.dropout) == 1
+
+
+# -- graph= / graph_updates= (Flax NNX 0.12.8) -----------------------------------------------------
+
+
+class _Holder(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.lin = nnx.Linear(2, 2, rngs=nnx.Rngs(5))
+        self.rngs = rngs
+        self.again = rngs  # shared: fine in graph mode
+
+
+def test_split_rngs_graph_updates_false_returns_a_copy_sharing_variables() -> None:
+    rngs = nnx.Rngs(params=0, dropout=1)
+    model = _Holder(rngs)
+    new = nnx.split_rngs(model, splits=3, only="params", graph_updates=False)
+    assert new is not model and new.rngs is new.again and new.rngs is not rngs
+    assert new.lin.kernel is model.lin.kernel  # other Variables are shared
+    assert new.rngs.params.key.value.shape == (3,) and new.rngs.params.count.value.shape == (3,)
+    assert new.rngs.dropout.key is rngs.dropout.key  # unselected stream's state is shared
+    # The original keeps its key; its count advanced by the key that was split.
+    assert rngs.params.key.value.shape == () and count(rngs.params) == 1
+    assert data(new.rngs.params.key.value) == data(
+        random.split(random.fold_in(random.key(0), 0), 3)
+    )
+
+
+def test_split_rngs_tree_mode_copies_and_rejects_shared_variables() -> None:
+    rngs = nnx.Rngs(0)
+    new = nnx.split_rngs(rngs, splits=2, graph=False)
+    assert (
+        new is not rngs
+        and new.default.key.value.shape == (2,)
+        and rngs.default.key.value.shape == ()
+    )
+    with pytest.raises(ValueError, match=r"(?s)several paths.*rngs.*again"):
+        nnx.split_rngs(_Holder(nnx.Rngs(0)), splits=2, graph=False)
+
+
+def test_split_rngs_copy_mode_follows_set_graph_updates() -> None:
+    rngs = nnx.Rngs(0)
+    with set_graph_updates(False):
+        new = nnx.split_rngs(rngs, splits=2)
+    assert new is not rngs and rngs.default.key.value.shape == ()
+
+
+def test_split_rngs_decorator_in_copy_mode_passes_copies() -> None:
+    rngs = nnx.Rngs(params=0, dropout=1)
+    seen: list[Any] = []
+
+    @nnx.split_rngs(splits=4, graph_updates=False)
+    def f(r: nnx.Rngs, *, other: nnx.Rngs) -> None:
+        seen.append((r is rngs, r.params.key.value.shape, other.default.key.value.shape))
+
+    f(rngs, other=nnx.Rngs(1))
+    assert seen == [(False, (4,), (4,))]
+    assert rngs.params.key.value.shape == () and count(rngs.params) == 1
+
+
+def test_fork_rngs_split_mapping_in_place_and_copy() -> None:
+    rngs = nnx.Rngs(params=0, dropout=1, noise=2)
+    with nnx.fork_rngs(rngs, split={"params": 2, "dropout": None}):
+        assert rngs.params.key.value.shape == (2,)
+        assert data(rngs.dropout.key.value) == data(random.fold_in(random.key(1), 0))
+        assert count(rngs.noise) == 0 and data(rngs.noise.key.value) == data(random.key(2))
+    new = nnx.fork_rngs(rngs, split={"params": 2}, graph_updates=False)
+    assert new.params.key.value.shape == (2,) and new.dropout.key is rngs.dropout.key
+    assert rngs.params.key.value.shape == ()
+
+
+def test_fork_rngs_rejects_a_bad_split() -> None:
+    with pytest.raises(TypeError, match=r"split\['params'\] must be an int"):
+        nnx.fork_rngs(nnx.Rngs(params=0), split={"params": "two"})

@@ -462,6 +462,42 @@ class MultiHeadAttention(Module):
         self.cached_value: Cache[jax.Array] | None = None
         self.cache_index: Cache[jax.Array] | None = None
 
+    def set_view(
+        self,
+        deterministic: bool | None = None,
+        decode: bool | None = None,
+        batch_size: int | tuple[int, ...] | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        """Used by ``nnx.view`` to configure a copy of the layer.
+
+        Args:
+          deterministic: if True, the module is set to deterministic mode.
+          decode: if True, the module is set to decode mode (creating a zeroed
+            cache of ``batch_size`` sequences of ``max_length`` if it has none).
+          batch_size: the batch size (or batch shape) to use for the cache.
+          max_length: the max length to use for the cache.
+
+        Raises:
+          TypeError: ``decode=True`` on a layer without a cache and ``batch_size``
+            or ``max_length`` missing.
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
+        if decode is None:
+            return
+        self.decode = decode
+        if decode and (self.cached_key is None or self.cache_index is None):
+            if batch_size is None or max_length is None:
+                raise TypeError(
+                    "MultiHeadAttention.set_view(decode=True): the layer has no cache yet, "
+                    "so batch_size and max_length are needed to create one; pass both "
+                    "(nnx.view(model, decode=True, batch_size=..., max_length=...))."
+                )
+            batch = (batch_size,) if isinstance(batch_size, int) else tuple(batch_size)
+            dtype = self.dtype if self.dtype is not None else jnp.float32
+            self.init_cache((*batch, max_length, self.in_features), dtype)
+
     def init_cache(self, input_shape: tuple[int, ...], dtype: Dtype = jnp.float32) -> None:
         """Creates zeroed ``cached_key``/``cached_value`` and ``cache_index = 0``.
 

@@ -547,6 +547,16 @@ class BatchNorm(_Norm):
         self.use_fast_variance = use_fast_variance
         self.promote_dtype = promote_dtype
 
+    def set_view(self, use_running_average: bool | None = None) -> None:
+        """Used by ``nnx.view`` to configure a copy of the layer.
+
+        Args:
+          use_running_average: if True, the stored batch statistics will be
+            used instead of computing the batch statistics on the input.
+        """
+        if use_running_average is not None:
+            self.use_running_average = use_running_average
+
     def __call__(
         self,
         x: jax.Array,

@@ -117,6 +117,15 @@ class Dropout(Module):
         self.rng_collection = rng_collection
         self.rngs = own_stream(rngs, rng_collection)
 
+    def set_view(self, deterministic: bool | None = None) -> None:
+        """Used by ``nnx.view`` to configure a copy of the layer.
+
+        Args:
+          deterministic: if True, disables dropout masking.
+        """
+        if deterministic is not None:
+            self.deterministic = deterministic
+
     def __call__(
         self,
         inputs: jax.Array,

@@ -1,0 +1,118 @@
+"""One lifted call for transforms without prefixes: ``make_jaxpr``, ``checkify``,
+``transform_metadata``.
+
+These transforms treat every leaf alike (there is no ``in_axes``-like prefix), so
+they share one small use of the lifting machine (``lift.py``), the one
+``eval_shape`` in ``control.py`` makes: split the inputs (step 1), run a pure
+function of ``(Static, values)`` under the JAX transform (steps 2 to 4), then
+write the updates back and build the output (step 5).
+
+This file is also the one place where these transforms hand their traversal
+mode (``graph=``/``graph_updates=``, resolved with ``flaxgraph.modes.resolve``)
+to the lifting machine: see ``LiftedCall.__init__`` and ``LiftedCall.split``.
+
+Source: the JAX-style NNX transforms design note (seed 002).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from flaxgraph.modes import Mode
+from flaxgraph.transforms.aliasing import PrefixSpec
+from flaxgraph.transforms.lift import IN, Call, Inner, InStatic, OutStatic, Static, split_inputs
+
+SPEC = PrefixSpec("arguments", lambda p: p is None, None)
+
+
+def _never(a: Any, b: Any) -> bool:
+    return False
+
+
+class LiftedCall:
+    """Steps 1, 3-4 and 5 of one transform of ``f`` whose JAX transform sees the
+    inputs as groups of leaves (one group per distinct prefix; a single group for
+    the prefix-less transforms).
+
+    Attributes:
+      f: the user's function (unbound).
+      mode: the resolved traversal mode of the transform.
+      in_spec: what counts as a prefix of the inputs (default: only ``None``).
+      keys: the groups' prefixes (inputs and outputs).
+      inner: steps 3-4 (``lift.Inner``).
+    """
+
+    __slots__ = ("f", "mode", "in_spec", "keys", "inner")
+
+    def __init__(
+        self,
+        f: Callable[..., Any],
+        mode: Mode,
+        *,
+        in_spec: PrefixSpec = SPEC,
+        out_spec: PrefixSpec = SPEC,
+        keys: Sequence[Any] = (None,),
+        on_inputs: Callable[[list[Any], list[Any]], None] | None = None,
+        on_output_leaf: Callable[[Any, Any], None] | None = None,
+    ):
+        self.f = f
+        self.mode = mode
+        self.in_spec = in_spec
+        self.keys = list(keys)
+        # MODE WIRING (1 of 2): when `lift.Inner` takes the traversal mode, pass
+        # `mode=self.mode` here.
+        self.inner = Inner(
+            f,
+            out_spec,
+            self.keys,
+            same_prefix=_never,
+            on_inputs=on_inputs,
+            on_output_leaf=on_output_leaf,
+        )
+
+    def split(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any = (None, None)
+    ) -> tuple[Call, Static, tuple[list[Any], ...]]:
+        """Step 1: ``(call, static, groups)``; ``pure(static, groups)`` runs the call.
+
+        ``in_prefix`` is the ``(args, kwargs)`` prefix pair; it is applied to the
+        inputs on the way out too.
+
+        Raises:
+          PrefixError, SharedReferenceError, InconsistentAliasingError (all
+            ``ValueError``): see ``lift.split_inputs``.
+        """
+        # MODE WIRING (2 of 2): when `lift.split_inputs` takes the traversal mode,
+        # pass `mode=self.mode` here.
+        call = split_inputs(args, kwargs, in_prefix, self.in_spec)
+        slots, groups = call.groups(self.keys)
+        return call, Static(InStatic(call.graphdef, slots, in_prefix)), groups
+
+    def pure(
+        self, static: Static, groups: Sequence[list[Any]], out_prefix: Any = None
+    ) -> tuple[Static, tuple[list[Any], ...]]:
+        """Steps 3-4 as a function of arrays: merge, call ``f``, re-split with
+        ``out_prefix`` over the output. Returns ``(Static(OutStatic), out groups)``."""
+        in_static: InStatic = static.value
+        in_prefixes = [self.keys[g] for g, _ in in_static.slots]
+        _, out_static, out_groups = self.inner.run(
+            in_static, groups, in_prefixes, in_static.extra, out_prefix
+        )
+        return Static(out_static), out_groups
+
+    @staticmethod
+    def out_leaves(
+        static: Static, groups: Sequence[list[Any]], out: tuple[Static, Sequence[list[Any]]]
+    ) -> list[Any]:
+        """Every leaf value of ``(output, args, kwargs)`` in out-GraphDef order."""
+        in_static: InStatic = static.value
+        in_values = [groups[g][i] for g, i in in_static.slots]
+        out_static: OutStatic = out[0].value
+        return [in_values[a] if tag == IN else out[1][a][b] for tag, a, b in out_static.sources]
+
+    @staticmethod
+    def finish(call: Call, out: tuple[Static, Sequence[list[Any]]]) -> Any:
+        """Step 5: updates the caller's objects and returns the output."""
+        out_static, out_groups = out
+        return call.finish(out_static.value, out_groups)

@@ -1,0 +1,116 @@
+"""``make_jaxpr`` over functions of objects: the jaxpr a lifted call traces.
+
+``nnx.make_jaxpr(f)(*args)`` traces ``f`` the way every flaxgraph transform
+does (objects in the arguments are split into their arrays, merged into fresh
+objects inside the trace, ``f`` is called) and returns JAX's ``ClosedJaxpr``:
+
+* its **inputs** are the arrays of ``(args, kwargs)`` (Variables' values and
+  plain arrays), in the order the graph walk meets them, each shared Variable
+  once;
+* its **outputs** are the arrays of ``f``'s output (objects included), in walk
+  order. Changes ``f`` makes to its arguments are not outputs (as in Flax): the
+  jaxpr shows them as computations whose results are unused.
+
+Nothing is computed and the arguments are not changed.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> class Scale(nnx.Module):
+  ...   def __init__(self): self.w = nnx.Param(jnp.ones(3))
+  >>> jaxpr = nnx.make_jaxpr(lambda m, x: m.w * x)(Scale(), jnp.ones(3))
+  >>> [v.aval.shape for v in jaxpr.jaxpr.invars], [v.aval.shape for v in jaxpr.jaxpr.outvars]
+  ([(3,), (3,)], [(3,)])
+
+Source: Flax NNX 0.12 ``nnx.make_jaxpr``; ``jax.make_jaxpr``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from flaxgraph.graph.flatten import flatten
+from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.modes import resolve
+from flaxgraph.transforms.calls import bind, merge_static, normalize_argnums, split_static, unbind
+from flaxgraph.transforms.lifted_call import LiftedCall
+from flaxgraph.variables import Variable
+
+
+class _Missing:
+    __slots__ = ()
+
+
+_MISSING: Any = _Missing()
+
+
+def make_jaxpr(
+    f: Callable[..., Any] = _MISSING,
+    *,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+    static_argnums: int | Sequence[int] = (),
+) -> Any:
+    """Returns a function that gives the ``jax.core.ClosedJaxpr`` of ``f(*args, **kwargs)``.
+
+    Args:
+      f: a function of objects and arrays (a Module or a bound method of one is
+        accepted). Omit it to use ``make_jaxpr`` as a decorator factory:
+        ``@nnx.make_jaxpr(static_argnums=1)``.
+      graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
+      graph_updates: accepted in every mode (Flax 0.12.8 raises ``ValueError``
+        for ``graph_updates=True``, its default); nothing is written back anyway.
+      static_argnums: positional arguments passed to ``f`` as Python values
+        rather than traced; they must be hashable.
+
+    Returns:
+      ``g(*args, **kwargs) -> ClosedJaxpr`` (see the module docstring for its
+      inputs and outputs), or a decorator when ``f`` is omitted.
+
+    Raises:
+      TypeError: a static argument is unhashable (the message names it).
+      TraceContextError (``ValueError``): ``f`` returns or stores an object it
+        captured by closure (as in every transform).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> jaxpr = nnx.make_jaxpr(lambda x, n: x * n, static_argnums=1)(jnp.ones(2), 3)
+      >>> [eqn.primitive.name for eqn in jaxpr.eqns]
+      ['mul']
+
+    Source: Flax NNX 0.12 ``nnx.make_jaxpr``.
+    """
+    if f is _MISSING:
+        return functools.partial(
+            make_jaxpr, graph=graph, graph_updates=graph_updates, static_argnums=static_argnums
+        )
+    mode = resolve(graph, graph_updates)
+    argnums = normalize_argnums(static_argnums)
+    inner_f, bound = unbind(f)
+    offset = len(bound)
+
+    @functools.wraps(inner_f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        nums = tuple(i + offset if i >= 0 else i for i in argnums)
+        dyn_args, dyn_kwargs, statics = split_static(args, kwargs, nums, ())
+
+        def with_statics(*a: Any, **k: Any) -> Any:
+            full_args, full_kwargs = merge_static(a, k, statics)
+            return inner_f(*full_args, **full_kwargs)
+
+        lifted = LiftedCall(with_statics, mode)
+        _call, static, groups = lifted.split(dyn_args, dyn_kwargs)
+
+        def pure(groups: tuple[list[Any], ...]) -> list[Any]:
+            out = lifted.pure(static, groups)
+            leaves = LiftedCall.out_leaves(static, groups, out)
+            output, _args, _kwargs = unflatten(out[0].value.graphdef, leaves)
+            _, out_leaves = flatten(output, root_name="output")
+            return [v.raw_value if isinstance(v, Variable) else v for _, v in out_leaves]
+
+        return jax.make_jaxpr(pure)(groups)
+
+    return bind(wrapper, bound, f)

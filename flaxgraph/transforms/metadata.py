@@ -1,0 +1,178 @@
+"""``transform_metadata``: a Variable's axis metadata as seen inside a mapped function.
+
+``vmap`` and ``scan`` remove an axis from their inputs and add one to their
+outputs; a Variable's sharding metadata (``sharding_names=('layers', 'model')``)
+must follow, or it would name more axes than the array inside has. They call
+each Variable's ``remove_axis``/``add_axis`` hooks on the way in and out.
+``transform_metadata`` applies exactly those hooks around a function *without*
+mapping anything: the arrays keep their shapes, only the metadata changes
+inside, and comes back as it was. It is what a user-written mapping (a manual
+loop over layers, ``jax.lax.map``, a custom ``shard_map``) uses to present each
+slice with the metadata ``vmap`` would give it.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> class Stack(nnx.Module):
+  ...   def __init__(self):
+  ...     self.w = nnx.Param(jnp.ones((4, 3)), sharding_names=('layers', 'model'))
+  >>> @nnx.transform_metadata(in_axes=0, partition='layers')
+  ... def names(m):
+  ...   return m.w.sharding_names
+  >>> stack = Stack()
+  >>> names(stack), stack.w.sharding_names
+  (('model',), ('layers', 'model'))
+
+Like every transform, the function may update the objects it receives (values
+and structure); the updates reach the caller's objects, whose metadata get the
+axis back (``in_axes``). Variables in the output get ``add_axis`` with
+``out_axes``; an output that is an input object stays the caller's object.
+
+Source: Flax NNX 0.12 ``nnx.transform_metadata``; the axis-metadata hooks of
+``vmap``/``scan`` (seed 002).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from flaxgraph.graph.api import iter_graph
+from flaxgraph.modes import resolve
+from flaxgraph.transforms.aliasing import NamedRoots
+from flaxgraph.transforms.lift import prefix_keys
+from flaxgraph.transforms.lifted_call import LiftedCall
+from flaxgraph.transforms.vmap import AXES_SPEC, OUT_AXES_SPEC, AxisMetadata, _is_axis, args_prefix
+from flaxgraph.variables import _SHARDING_KEYS, PARTITION_NAME, Variable
+
+
+class _Missing:
+    __slots__ = ()
+
+
+_MISSING: Any = _Missing()
+
+
+def _positional(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Keyword arguments that could be positional become positional (as Flax does),
+    so a tuple ``in_axes`` covers them."""
+    if not kwargs:
+        return args, kwargs
+    try:
+        bound = inspect.signature(f).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs
+    return bound.args, bound.kwargs
+
+
+def _check_names(leaves: list[Any], axes: list[Any], partition: Any, roots: Any) -> None:
+    """Every Variable under an int axis must name ``partition`` at that axis, so that
+    ``add_axis`` restores exactly what ``remove_axis`` took away.
+
+    Raises:
+      ValueError: a Variable's sharding names hold another name at the axis; the
+        message names its path.
+    """
+    for leaf, axis in zip(leaves, axes):
+        if not (isinstance(leaf, Variable) and isinstance(axis, int)):
+            continue
+        for key in _SHARDING_KEYS:
+            names = leaf.get_metadata(key)
+            if not isinstance(names, tuple) or not -len(names) <= axis < len(names):
+                continue
+            if names[axis] != partition:
+                where = _where(leaf, roots)
+                raise ValueError(
+                    f"transform_metadata(partition={partition!r}) would remove axis {axis} "
+                    f"of the {type(leaf).__name__} at {where}, but its {key} {names!r} name "
+                    f"{names[axis]!r} there; putting the axis back would rename it to "
+                    f"{partition!r}.\nFix: pass partition={names[axis]!r}, or give this "
+                    "argument another in_axes (None leaves it alone)."
+                )
+
+
+def _where(target: Any, roots: Any) -> str:
+    for path, value in iter_graph(roots):
+        if value is target:
+            return NamedRoots(("args", "kwargs"), roots).where(path)
+    return "an argument"
+
+
+def transform_metadata(
+    f: Callable[..., Any] = _MISSING,
+    *,
+    in_axes: Any = 0,
+    out_axes: Any = 0,
+    partition: str | None,
+    graph: bool | None = None,
+) -> Any:
+    """Runs ``f`` with its Variables' axis metadata as a ``vmap`` over those axes would show it.
+
+    Args:
+      f: the function; omit it for the decorator form
+        (``@nnx.transform_metadata(partition='layers')``).
+      in_axes: per positional argument (a tuple) or for all of them (an int, or
+        ``None`` for no change), like ``vmap``'s; ``nnx.StateAxes`` selects axes per
+        filter. Each Variable under an int axis gets ``remove_axis(axis, {PARTITION_NAME:
+        partition})`` before ``f`` and ``add_axis`` after it. Keyword-only
+        arguments take ``in_axes`` when it is a single int or ``None``, else none.
+      out_axes: the same for Variables in the output (``add_axis`` only).
+      partition: the mesh-axis name the mapped axis carries (``nnx.PARTITION_NAME``
+        in the hooks' parameters), e.g. ``'layers'``; required, may be ``None``.
+      graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
+
+    Returns:
+      The wrapped function (same arguments and output as ``f``), or a decorator.
+
+    Raises:
+      ValueError: a Variable under an int axis whose sharding names hold a name
+        other than ``partition`` at that axis (the round trip would rename it; as
+        in Flax); the message names its path. Nothing has run then.
+      PrefixError (``ValueError``): ``in_axes``/``out_axes`` is not a valid prefix
+        (the message names where).
+      ValueError: a tuple ``in_axes`` whose length differs from the number of
+        positional arguments.
+      InconsistentAliasingError (``ValueError``): one object reached under two
+        different axes (the message lists every alias with its path).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> w = nnx.Param(jnp.zeros((5, 2)), sharding_names=(None, 'data'))
+      >>> def grow(v):
+      ...   return nnx.Param(jnp.ones(3), sharding_names=('model',))
+      >>> nnx.transform_metadata(grow, in_axes=1, out_axes=1, partition='data')(w).sharding_names
+      ('model', 'data')
+
+    Source: Flax NNX 0.12 ``nnx.transform_metadata``.
+    """
+    if f is _MISSING:
+        return functools.partial(
+            transform_metadata, in_axes=in_axes, out_axes=out_axes, partition=partition, graph=graph
+        )
+    mode = resolve(graph, None)
+    params = {PARTITION_NAME: partition}
+    keys = prefix_keys(in_axes, out_axes, 0, None, spec=AXES_SPEC)
+    kwargs_axis = in_axes if _is_axis(in_axes) else None
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = _positional(f, args, kwargs)
+        metadata = AxisMetadata(params)
+        lifted = LiftedCall(
+            f,
+            mode,
+            in_spec=AXES_SPEC,
+            out_spec=OUT_AXES_SPEC,
+            keys=keys,
+            on_inputs=metadata.on_inputs,
+            on_output_leaf=metadata.on_output_leaf,
+        )
+        call, static, groups = lifted.split(
+            args, kwargs, (args_prefix(in_axes, len(args)), kwargs_axis)
+        )
+        _check_names(call.leaves, call.prefixes, partition, (args, kwargs))
+        # No JAX transform: the pure function runs as is, in the caller's trace.
+        return LiftedCall.finish(call, lifted.pure(static, groups, out_axes))
+
+    return wrapper

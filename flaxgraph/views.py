@@ -1,0 +1,295 @@
+"""Views: a copy of a model with other modes, sharing the model's Variables.
+
+``model.eval()`` switches a model to evaluation mode *in place*; a training loop
+that also evaluates must switch back. A **view** is the alternative: a copy of
+the model's objects with other settings whose Variables are the model's own, so
+training the model updates the view too, and the view's settings never leak
+into the model::
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> class Block(nnx.Module):
+  ...   def __init__(self, rngs):
+  ...     self.linear = nnx.Linear(2, 4, rngs=rngs)
+  ...     self.dropout = nnx.Dropout(0.5, rngs=rngs)
+  ...     self.bn = nnx.BatchNorm(4, rngs=rngs)
+  >>> block = Block(nnx.Rngs(0))
+  >>> eval_block = nnx.view(block, deterministic=True, use_running_average=True)
+  >>> eval_block.dropout.deterministic, block.dropout.deterministic
+  (True, False)
+  >>> eval_block.linear.kernel is block.linear.kernel
+  True
+
+* ``view(node, **kwargs)`` calls each selected module's ``set_view`` method with
+  the keyword arguments it accepts; ``set_view`` is how a layer declares the
+  modes it has (``Dropout``: ``deterministic``; ``BatchNorm``:
+  ``use_running_average``; ``MultiHeadAttention``: ``deterministic``,
+  ``decode``, ``batch_size``, ``max_length``). Define it on your own modules
+  the same way: keyword arguments defaulting to ``None`` (meaning "leave as
+  is"), documented in an ``Args:`` section.
+* ``view_info(node)`` lists those arguments per module class, with their
+  documentation.
+* ``with_attributes(node, **attributes)`` sets plain attributes on every
+  selected module that has them (the copying ``Module.set_attributes``).
+
+Source: Flax NNX 0.12 ``nnx.view``, ``nnx.view_info``, ``nnx.with_attributes``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+from flaxgraph.filters import Filter, to_predicate
+from flaxgraph.graph.api import iter_graph
+from flaxgraph.modes import resolve_graph
+from flaxgraph.module import Module, _has_attribute
+from flaxgraph.node_copy import check_tree, copy_nodes
+
+A = TypeVar("A")
+PathParts = tuple[Hashable, ...]
+
+
+def _accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The items of ``kwargs`` that ``fn`` accepts by keyword, and whether it takes ``**``."""
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return dict(kwargs), True
+    names = {
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    return {k: v for k, v in kwargs.items() if k in names}, False
+
+
+def view(
+    node: A,
+    /,
+    *,
+    only: Filter = ...,
+    raise_if_not_found: bool = True,
+    graph: bool | None = None,
+    **kwargs: Any,
+) -> A:
+    """Returns a copy of ``node`` whose modules got ``set_view(**kwargs)``; Variables are shared.
+
+    Args:
+      node: a module (or any value holding modules).
+      only: a filter selecting the modules to configure (by type, tag, path…);
+        default: all.
+      raise_if_not_found: raise if some keyword is accepted by no selected
+        module's ``set_view``.
+      graph: ``False`` for tree mode (a Variable reachable twice is an error;
+        ``None``: ``nnx.set_graph_mode``'s default).
+      **kwargs: the view's settings; each module's ``set_view`` receives those
+        its signature accepts (all of them if it takes ``**kwargs``; it then
+        returns the ones it did not use, as a dict).
+
+    Returns:
+      The copy: same structure, graph nodes copied, Variables and arrays shared.
+
+    Raises:
+      ValueError: ``raise_if_not_found`` and some keyword was used by no module;
+        the message lists the modules that have ``set_view`` and what they accept.
+      SharedReferenceError (``ValueError``): tree mode and a shared Variable.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> model = nnx.Sequential(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), nnx.Dropout(0.1))
+      >>> nnx.view(model, deterministic=True).layers[1].deterministic
+      True
+      >>> nnx.view(model, only=nnx.Linear, deterministic=True)
+      Traceback (most recent call last):
+        ...
+      ValueError: nnx.view: no selected module's set_view accepts ['deterministic'] ...
+
+    Source: Flax NNX 0.12 ``nnx.view``.
+    """
+    only_p = to_predicate(only)
+    used: set[str] = set()
+    accepting: list[str] = []
+
+    def configure(path: PathParts, copy: Any) -> Any:
+        set_view = getattr(copy, "set_view", None) if isinstance(copy, Module) else None
+        if set_view is None or not callable(set_view) or not only_p(path, copy):
+            return copy
+        given, takes_all = _accepted(set_view, kwargs)
+        accepting.append(f"{type(copy).__name__}{inspect.signature(set_view)}")
+        unused = set_view(**given)
+        if takes_all and isinstance(unused, dict):
+            used.update(k for k in given if k not in unused)
+        else:
+            used.update(given)
+        return copy
+
+    result = copy_nodes(node, configure, graph=graph)
+    missing = sorted(set(kwargs) - used)
+    if raise_if_not_found and missing:
+        have = "\n".join(f"  {a}" for a in dict.fromkeys(accepting)) or "  (none)"
+        raise ValueError(
+            f"nnx.view: no selected module's set_view accepts {missing} (only={only!r}). "
+            f"The selected modules with a set_view:\n{have}\nFix: check the spelling, "
+            "widen `only`, or pass raise_if_not_found=False."
+        )
+    return result  # type: ignore[no-any-return]
+
+
+def with_attributes(
+    node: A,
+    /,
+    *,
+    only: Filter = ...,
+    raise_if_not_found: bool = True,
+    graph: bool | None = None,
+    **attributes: Any,
+) -> A:
+    """Returns a copy of ``node`` with ``attributes`` set on every selected module that has them.
+
+    The copying counterpart of ``Module.set_attributes``: ``node`` is unchanged,
+    the copy shares its Variables.
+
+    Args:
+      node: a module (or any value holding modules).
+      only: a filter selecting the modules (default: all).
+      raise_if_not_found: raise if some attribute exists on no selected module.
+      graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
+      **attributes: ``name=value`` to set.
+
+    Returns:
+      The copy.
+
+    Raises:
+      ValueError: ``raise_if_not_found`` and an attribute was found on no selected
+        module (the message names them).
+      SharedReferenceError (``ValueError``): tree mode and a shared Variable.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> drop = nnx.Dropout(0.5)
+      >>> new = nnx.with_attributes(drop, deterministic=True)
+      >>> new.deterministic, drop.deterministic
+      (True, False)
+
+    Source: Flax NNX 0.12 ``nnx.with_attributes``.
+    """
+    only_p = to_predicate(only)
+    found: set[str] = set()
+
+    def assign(path: PathParts, copy: Any) -> Any:
+        if isinstance(copy, Module) and only_p(path, copy):
+            for name, value in attributes.items():
+                if _has_attribute(copy, name):
+                    setattr(copy, name, value)
+                    found.add(name)
+        return copy
+
+    result = copy_nodes(node, assign, graph=graph)
+    missing = sorted(set(attributes) - found)
+    if raise_if_not_found and missing:
+        raise ValueError(
+            f"nnx.with_attributes: no selected module (only={only!r}) has the "
+            f"attribute(s) {missing}.\nFix: check the spelling, widen `only`, or pass "
+            "raise_if_not_found=False."
+        )
+    return result  # type: ignore[no-any-return]
+
+
+def view_info(node: Any, /, *, only: Filter = ..., graph: bool | None = None) -> str:
+    """Describes the ``view`` arguments of every module class in ``node``.
+
+    Args:
+      node: a module (or any value holding modules).
+      only: a filter selecting the modules (default: all).
+      graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
+
+    Returns:
+      One block per module class that has a ``set_view`` (sorted by class name):
+      the class name, then for each argument ``name: annotation = default`` and
+      its description from the ``Args:`` section of ``set_view``'s docstring
+      (indented). A ``set_view`` without a docstring is shown as its signature.
+      An empty string if no module has one.
+
+    Raises:
+      SharedReferenceError (``ValueError``): tree mode and a shared Variable.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> print(nnx.view_info(nnx.Dropout(0.5)))
+      Dropout:
+        deterministic: bool | None = None
+          if True, disables dropout masking.
+
+    Source: Flax NNX 0.12 ``nnx.view_info``.
+    """
+    check_tree(node, resolve_graph(graph))
+    only_p = to_predicate(only)
+    classes: dict[str, Callable[..., Any]] = {}
+    for path, value in iter_graph(node):
+        if isinstance(value, Module) and only_p(path, value):
+            set_view = getattr(type(value), "set_view", None)
+            if callable(set_view):
+                classes.setdefault(type(value).__name__, set_view)
+    return "\n".join(_describe(name, fn) for name, fn in sorted(classes.items()))
+
+
+def _annotation(a: Any) -> str:
+    return a if isinstance(a, str) else inspect.formatannotation(a)
+
+
+def _param(p: inspect.Parameter) -> str:
+    text = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+    if p.annotation is not p.empty:
+        text += f": {_annotation(p.annotation)}"
+    if p.default is not p.empty:
+        text += f" = {p.default!r}" if p.annotation is not p.empty else f"={p.default!r}"
+    return text
+
+
+def _describe(name: str, fn: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(fn)
+    signature = inspect.signature(fn)
+    if not doc:
+        params = ", ".join(_param(p) for p in signature.parameters.values())
+        ret = signature.return_annotation
+        ret_text = "" if ret is signature.empty else f" -> {_annotation(ret)}"
+        return f"{name}:\n  set_view({params}){ret_text}"
+    described = _args_section(doc)
+    lines = [f"{name}:"]
+    for p in signature.parameters.values():
+        if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        lines.append(f"  {_param(p)}")
+        lines.extend(f"    {line}" for line in described.get(p.name, []))
+    return "\n".join(lines)
+
+
+def _args_section(doc: str) -> dict[str, list[str]]:
+    """``{argument: description lines}`` from a Google-style docstring's ``Args:``."""
+    out: dict[str, list[str]] = {}
+    lines = doc.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Args:")
+    except StopIteration:
+        return out
+    indent = None
+    current: list[str] | None = None
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            continue
+        width = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = width
+        if width < indent:
+            break  # the next section
+        if width == indent:
+            arg, _, text = line.strip().partition(":")
+            current = out.setdefault(arg.strip().split(" ")[0], [])
+            if text.strip():
+                current.append(text.strip())
+        elif current is not None:
+            current.append(line.strip())
+    return out
