@@ -27,11 +27,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from flaxgraph import abstract as _abstract
+from flaxgraph import views as _views
 from flaxgraph.graph import api as _graph
 from flaxgraph.rngs import fork_rngs as _fork_rngs
 from flaxgraph.rngs import reseed as _reseed
 from flaxgraph.rngs import split_rngs as _split_rngs
 from flaxgraph.transforms import autodiff as _autodiff
+from flaxgraph.transforms import checkify as _checkify
 from flaxgraph.transforms import control as _control
 from flaxgraph.transforms import jit as _jit
 from flaxgraph.transforms import partial as _partial
@@ -85,3 +88,7 @@ graphdef = _fixed(_graph.graphdef)
 clone = _fixed(_graph.clone)
 iter_graph = _fixed(_graph.iter_graph)
 recursive_map = _fixed(_graph.recursive_map)
+checkify = _fixed(_checkify.checkify)
+view = _fixed(_views.view)
+view_info = _fixed(_views.view_info)
+get_abstract_model = _fixed(_abstract.get_abstract_model)

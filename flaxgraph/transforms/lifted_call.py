@@ -60,8 +60,6 @@ class LiftedCall:
         self.mode = mode
         self.in_spec = in_spec
         self.keys = list(keys)
-        # MODE WIRING (1 of 2): when `lift.Inner` takes the traversal mode, pass
-        # `mode=self.mode` here.
         self.inner = Inner(
             f,
             out_spec,
@@ -69,6 +67,7 @@ class LiftedCall:
             same_prefix=_never,
             on_inputs=on_inputs,
             on_output_leaf=on_output_leaf,
+            mode=mode,
         )
 
     def split(
@@ -83,9 +82,7 @@ class LiftedCall:
           PrefixError, SharedReferenceError, InconsistentAliasingError (all
             ``ValueError``): see ``lift.split_inputs``.
         """
-        # MODE WIRING (2 of 2): when `lift.split_inputs` takes the traversal mode,
-        # pass `mode=self.mode` here.
-        call = split_inputs(args, kwargs, in_prefix, self.in_spec)
+        call = split_inputs(args, kwargs, in_prefix, self.in_spec, self.mode)
         slots, groups = call.groups(self.keys)
         return call, Static(InStatic(call.graphdef, slots, in_prefix)), groups
 
