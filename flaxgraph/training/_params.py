@@ -16,13 +16,14 @@ import jax.numpy as jnp
 from flaxgraph.errors import GraphStructureError, numbered_fixes
 from flaxgraph.graph.api import state as graph_state
 from flaxgraph.graph.paths import keys_str
+from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.state import State
 from flaxgraph.variables import Variable
 
 PathParts = tuple[Hashable, ...]
 Pairs = Sequence[tuple[PathParts, Any]]
 
-_SHARDING_KEYS = ("out_sharding", "sharding", "sharding_names")
+_SHARDING_KEYS = SHARDING_KEYS
 _MAX_LISTED = 20
 
 

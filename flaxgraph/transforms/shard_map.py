@@ -35,6 +35,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from flaxgraph.graph.refmap import RefMap
+from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, kind_name
 from flaxgraph.transforms.calls import bind, decorator, unbind
@@ -44,7 +45,7 @@ from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, prefix_ke
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.variables import Variable
 
-_SHARDING_KEYS = ("sharding", "sharding_names")
+_SHARDING_KEYS = SHARDING_KEYS
 _REPLICATED = PartitionSpec()
 _set_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]
 

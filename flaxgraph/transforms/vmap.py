@@ -27,6 +27,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graph.refmap import RefMap
+from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import PrefixSpec
@@ -95,7 +96,7 @@ class AxisMetadata:
 
 
 def _name_at(v: Variable[Any], axis: int) -> Any:
-    for key in ("sharding", "sharding_names"):
+    for key in SHARDING_KEYS:
         names = v.get_metadata(key)
         if isinstance(names, tuple) and -len(names) <= axis < len(names):
             return names[axis]
