@@ -62,9 +62,10 @@ def _identity(x: Any) -> Any:
 
 
 def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-    """A cache key for the arguments' top level, or ``None`` if they do not qualify
-    for the fast path (containers and other pytrees as arguments take the general
-    path, since they are usually rebuilt on every call)."""
+    """A cache key for the arguments' structure, or ``None`` if they do not qualify for
+    the fast path. Objects count by identity, leaves by kind, and lists, tuples and
+    dicts (a ``batch`` dict of arrays, rebuilt on every call) by their items; other
+    pytrees as arguments take the general path."""
     parts: list[Any] = []
     for a in args:
         part = _part(a)
@@ -87,7 +88,49 @@ def _part(a: Any) -> Any:
         return _LEAF
     if a is None or t is str:
         return (t, a)
+    if t is dict or t is list or t is tuple:
+        items = a.items() if t is dict else enumerate(a)
+        parts = tuple((k, _part(v)) for k, v in items)
+        if any(p is None for _, p in parts):
+            return None
+        return (t, parts)
     return None
+
+
+def _signature(value: Any, root: int, keys: tuple[Any, ...], out: list[Any]) -> None:
+    """Appends the checks that an argument ``value`` (at ``keys`` below ``args`` for
+    root 0, ``kwargs`` for root 1) still has its structure: ``(root, keys, kind,
+    expected)`` with kind ``'is'`` (same object), ``'type'`` (a leaf of that type) or
+    ``'items'`` (a container of that type with those keys), containers before their
+    items."""
+    t = type(value)
+    if t is dict or t is list or t is tuple:
+        out.append((root, keys, "items", (t, tuple(value) if t is dict else len(value))))
+        items = value.items() if t is dict else enumerate(value)
+        for k, v in items:
+            _signature(v, root, (*keys, k), out)
+    elif _part(value) == _LEAF:
+        out.append((root, keys, "type", t))
+    else:
+        out.append((root, keys, "is", value))
+
+
+def _get_arg(args: tuple[Any, ...], kwargs: dict[str, Any], root: int, keys: Any) -> Any:
+    x: Any = args if root == 0 else kwargs
+    for k in keys:
+        x = x[k]
+    return x
+
+
+def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bool:
+    """Whether the leaf at ``path`` is an argument or sits in lists, tuples and dicts
+    of the arguments (no object in between): it changes with every call's arguments."""
+    node: Any = (args, kwargs)[path[0]]  # type: ignore[index]
+    for key in path[1:-1]:
+        node = node[key]
+        if type(node) not in (list, tuple, dict):
+            return False
+    return True
 
 
 class Plan:
@@ -118,9 +161,8 @@ class Plan:
         "in_place",
         "n_args",
         "statics",
-        "arg_nodes",
-        "arg_types",
-        "kwarg_checks",
+        "kwarg_names",
+        "arg_checks",
         "leaf_variables",
         "last_out",
         "last_finish",
@@ -152,11 +194,13 @@ class Plan:
         # and which are leaves (compared by type).
         self.n_args = len(args)
         self.statics = statics
-        self.arg_nodes = tuple((i, a) for i, a in enumerate(args) if _part(a) != _LEAF)
-        self.arg_types = tuple((i, type(a)) for i, a in enumerate(args) if _part(a) == _LEAF)
-        self.kwarg_checks = tuple(
-            (k, v, None) if _part(v) != _LEAF else (k, None, type(v)) for k, v in kwargs.items()
-        )
+        self.kwarg_names = frozenset(kwargs)
+        checks: list[Any] = []
+        for i, a in enumerate(args):
+            _signature(a, 0, (i,), checks)
+        for k, v in kwargs.items():
+            _signature(v, 1, (k,), checks)
+        self.arg_checks = tuple(checks)
         # What to compare to know the structure is unchanged (see graph/snapshot.py).
         self.snapshot = StructureSnapshot(call.nodes)
         # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
@@ -169,14 +213,14 @@ class Plan:
         # change every call; their positions are filled in per call.
         self.getters: list[Any] = []
         self.targets: list[Any] = []
-        self.arg_leaves: list[tuple[int, int, Any]] = []
+        self.arg_leaves: list[tuple[int, int, tuple[Hashable, ...]]] = []
         if self.in_place:
             for pos, (path, leaf) in enumerate(zip(call.graphdef.leaf_paths, call.leaves)):
                 getter, target = _reader(path, leaf, args, kwargs)
                 self.getters.append(getter)
                 self.targets.append(target)
                 if target is None:
-                    self.arg_leaves.append((pos, path[0], path[1]))
+                    self.arg_leaves.append((pos, path[0], tuple(path[1:])))
         # The common case: every leaf is a Variable or an argument. Then reading is
         # one map over the Variables plus an insert per argument leaf.
         n_vars = sum(1 for leaf in call.leaves if isinstance(leaf, Variable))
@@ -213,12 +257,12 @@ class Plan:
         """Reads the leaves, calls the compiled function and finishes (no checks)."""
         if self.leaf_variables is not None:
             values = list(map(_get_raw, self.leaf_variables))
-            for pos, root, key in self.arg_leaves:
-                values.insert(pos, args[key] if root == 0 else kwargs[key])
+            for pos, root, keys in self.arg_leaves:
+                values.insert(pos, _get_arg(args, kwargs, root, keys))
         else:
             values = list(map(operator.call, self.getters, self.targets))
-            for pos, root, key in self.arg_leaves:
-                values[pos] = args[key] if root == 0 else kwargs[key]
+            for pos, root, keys in self.arg_leaves:
+                values[pos] = _get_arg(args, kwargs, root, keys)
         if self.passthrough:
             groups = [values] + [[] for _ in self.members[1:]]
         else:
@@ -235,7 +279,7 @@ def _reader(
     argument's own leaf gets target ``None`` (read from the call's arguments)."""
     if isinstance(leaf, Variable):
         return _get_raw, leaf
-    if len(path) == 2:
+    if _in_arg_containers(path, args, kwargs):
         return _identity, None
     parent = _resolve((args, kwargs), path[:-1])
     getter = operator.itemgetter(path[-1])
@@ -245,9 +289,10 @@ def _reader(
 
 
 def _in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether the raw leaf at ``path`` is an argument or an entry of an Object, list
-    or dict reached through Objects, lists, tuples and dicts only."""
-    if len(path) == 2:
+    """Whether the raw leaf at ``path`` is an argument, sits in the arguments' lists,
+    tuples and dicts, or is an entry of an Object, list or dict reached through
+    Objects, lists, tuples and dicts only."""
+    if _in_arg_containers(path, args, kwargs):
         return True
     node: Any = (args, kwargs)
     for key in path[:-1]:
@@ -276,8 +321,8 @@ def _writer(
     which has no place to be stored)."""
     if isinstance(leaf, Variable):
         return lambda value, v=leaf: _set_raw(v, value)
-    if len(path) == 2:
-        return None
+    if _in_arg_containers(path, args, kwargs):
+        return None  # the caller's containers are not written (as on the general path)
     parent = _resolve((args, kwargs), path[:-1])
     key = path[-1]
     if type(parent) in _GRAPH_NODE_IMPLS:

@@ -104,18 +104,26 @@ def compile_run(
     # The call's signature: the same objects, leaves of the same types.
     src.line(f"if len(args) != {plan.n_args}: return MISS")
     src.line("if statics is not S and statics != S: return MISS")
-    if not plan.kwarg_checks:
+    if not plan.kwarg_names:
         src.line("if kwargs: return MISS")
     else:
-        src.line(f"if len(kwargs) != {len(plan.kwarg_checks)}: return MISS")
-        for k, node, t in plan.kwarg_checks:
-            src.line(f"v = kwargs.get({const(k)}, MISS)")
-            if node is not None:
-                src.line(f"if v is not {const(node)}: return MISS")
+        src.line(f"if kwargs.keys() != {const(plan.kwarg_names)}: return MISS")
+    # Containers before their items, so each access below is safe once reached.
+    conditions = []
+    for root, keys, kind, expected in plan.arg_checks:
+        access = _access(root, keys, const)
+        if kind == "is":
+            conditions.append(f"{access} is not {const(expected)}")
+        elif kind == "type":
+            conditions.append(f"type({access}) is not {const(expected)}")
+        else:
+            t, items = expected
+            conditions.append(f"type({access}) is not {const(t)}")
+            if t is dict:
+                conditions.append(f"_tuple({access}) != {const(items)}")
             else:
-                src.line(f"if type(v) is not {const(t)}: return MISS")
-    src.miss_if([f"args[{i}] is not {const(node)}" for i, node in plan.arg_nodes])
-    src.miss_if([f"type(args[{i}]) is not {const(t)}" for i, t in plan.arg_types])
+                conditions.append(f"len({access}) != {items}")
+    src.miss_if(conditions)
     src.line("if _ctx.trace._weakref is not TRACE: return MISS")
 
     # The structure: Objects' versions, Variables' metadata, lists' and dicts' items
@@ -186,10 +194,7 @@ def compile_run(
         )
 
     # The leaves' current values, in the order the compiled function takes them.
-    def arg_value(root: int, key: Any) -> str:
-        return f"args[{key}]" if root == 0 else f"kwargs[{const(key)}]"
-
-    arg_at = {pos: arg_value(root, key) for pos, root, key in plan.arg_leaves}
+    arg_at = {pos: _access(root, keys, const) for pos, root, keys in plan.arg_leaves}
     n_leaves = len(plan.getters)
     if plan.leaf_variables is not None and n_leaves <= 4 * UNROLL:
         variables = iter(plan.leaf_variables)
@@ -237,6 +242,15 @@ def compile_run(
     source = "\n".join(src.lines) + "\n"
     exec(compile(source, f"<flaxgraph plan {id(plan):#x}>", "exec"), namespace)
     return namespace["run"], source
+
+
+def _access(root: int, keys: tuple[Any, ...], const: Callable[[Any], str]) -> str:
+    """The expression reaching an argument's item: ``args[1][C3]`` (integer keys as
+    literals, others through the namespace)."""
+    text = "args" if root == 0 else "kwargs"
+    for k in keys:
+        text += f"[{k}]" if type(k) is int else f"[{const(k)}]"
+    return text
 
 
 def _retry(plan: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
