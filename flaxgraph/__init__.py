@@ -160,6 +160,10 @@ from flaxgraph.transforms.scan import Carry as Carry
 from flaxgraph.transforms.scan import scan as scan
 from flaxgraph.transforms.vmap import pmap as pmap
 from flaxgraph.transforms.vmap import vmap as vmap
+from flaxgraph.variable_defaults import VarDefaults as VarDefaults
+from flaxgraph.variable_defaults import var_defaults as var_defaults
+from flaxgraph.variable_metadata import VariableMetadata as VariableMetadata
+from flaxgraph.variable_metadata import with_metadata as with_metadata
 from flaxgraph.variables import PARTITION_NAME as PARTITION_NAME
 from flaxgraph.variables import BatchStat as BatchStat
 from flaxgraph.variables import Cache as Cache

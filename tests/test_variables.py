@@ -285,7 +285,8 @@ def test_metadata_from_kwargs_readable_as_attributes():
     assert v.note == "x"
     assert v.get_metadata() == {"sharding": ("a", None), "note": "x"}
     assert v.get_metadata("note") == "x"
-    assert v.get_metadata("absent") is None
+    with pytest.raises(KeyError, match="absent"):
+        v.get_metadata("absent")
     assert v.get_metadata("absent", 3) == 3
 
 
