@@ -166,7 +166,7 @@ def with_partitioning(
 
 def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
     for key in ("sharding", "sharding_names"):
-        names = v.get_metadata(key)
+        names = v.get_metadata(key, None)
         if isinstance(names, tuple):
             return names
     return None

@@ -71,7 +71,7 @@ def test_averaged_state_and_copy_to():
     averaged = ema.averaged_state()
     assert type(averaged["w"]) is nnx.Param
     assert averaged["w"].sharding == ("data", None)
-    assert averaged["w"].get_metadata("source_type") is None
+    assert averaged["w"].get_metadata("source_type", None) is None
     np.testing.assert_allclose(averaged["w"].value, 0.5)
     # use it for evaluation with merge, leaving the model alone
     graphdef, _, rest = nnx.split(model, nnx.Param, ...)
