@@ -64,7 +64,7 @@ import numpy as np
 
 from flaxgraph import refs
 from flaxgraph.errors import TraceContextError
-from flaxgraph.tracing import current_trace
+from flaxgraph.tracing import current_trace, is_top_level
 from flaxgraph.variable_defaults import VAR_DEFAULTS
 
 A = TypeVar("A")
@@ -183,10 +183,11 @@ class Variable(Generic[A]):
                 )
             storage = value
         elif ref or hijax:
-            if refs.can_hold(value):
-                storage = refs.new_ref(value)
-            elif isinstance(value, jax.core.Tracer):
-                pass  # created inside a transform: the flags travel, the value stays plain
+            if refs.can_hold(value) or isinstance(value, jax.core.Tracer):
+                if refs.can_hold(value) and is_top_level():
+                    storage = refs.new_ref(value)
+                # else: made inside a transform, the flags travel and the value stays
+                # plain (a Ref-backed copy is made when it comes out, see _from_parts)
             elif explicit:
                 raise TypeError(
                     f"{type(self).__name__}(..., ref=True/hijax=True) needs an array or a "
@@ -220,9 +221,11 @@ class Variable(Generic[A]):
             metadata
             and (metadata.get("ref") or metadata.get("hijax"))
             and refs.can_hold(value)
+            and is_top_level()
         ):
             # a copy of a Ref-backed Variable (split, copy, pickle…) outside any
-            # transform: its own Ref, independent of the original's.
+            # transform: its own Ref, independent of the original's. (Inside a
+            # transform the copy holds the value directly; the lift writes it back.)
             _set_ref(obj, refs.new_ref(value))
         else:
             _set_ref(obj, None)
