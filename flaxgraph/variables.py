@@ -460,6 +460,28 @@ class Variable(Generic[A]):
             new_value = new_value.raw_value
         return type(self)._from_parts(new_value, {**self._var_metadata, **metadata})
 
+    def _with_flags(self: V, ref: bool, hijax: bool, mutable: bool) -> V:
+        """A new Variable of the same kind, value and metadata with these flags (a
+        Ref-backed one gets its own Ref, holding the current value).
+
+        Raises:
+          TypeError: ``ref``/``hijax`` asked for a value that cannot live in a Ref.
+        """
+        metadata = {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
+        value = self.raw_value
+        if (ref or hijax) and not (refs.can_hold(value) or isinstance(value, jax.core.Tracer)):
+            raise TypeError(
+                f"Cannot make the {type(self).__name__} holding a {type(value).__name__} "
+                "Ref-backed: only arrays and numbers can live in a jax.Ref."
+            )
+        if ref:
+            metadata["ref"] = True
+        if hijax:
+            metadata["hijax"] = True
+        if not mutable:
+            metadata["mutable"] = False
+        return type(self)._from_parts(value, metadata)
+
     def copy(self: V) -> V:
         """Returns a new Variable of the same kind with the same value and metadata
         (a Ref-backed Variable's copy gets its own Ref)."""
