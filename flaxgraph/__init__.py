@@ -42,10 +42,10 @@ from flaxgraph.graph.api import state as state
 from flaxgraph.graph.api import update as update
 from flaxgraph.graph.diff import graphdef_diff as graphdef_diff
 from flaxgraph.graph.graphdef import GraphDef as GraphDef
+from flaxgraph.graph.registry import register_graph_node_type as register_graph_node_type
 from flaxgraph.graph.with_vars import set_metadata as set_metadata
 from flaxgraph.graph.with_vars import vars_as as vars_as
 from flaxgraph.graph.with_vars import with_vars as with_vars
-from flaxgraph.graph.registry import register_graph_node_type as register_graph_node_type
 from flaxgraph.helpers import Dict as Dict
 from flaxgraph.helpers import List as List
 from flaxgraph.helpers import Sequential as Sequential
