@@ -169,19 +169,19 @@ class Variable(Generic[A]):
         given = {k: metadata.pop(k) for k in FLAG_KEYS if k in metadata}
         defaults = VAR_DEFAULTS.get()
         explicit = ref is True or hijax is True or given.get("ref") or given.get("hijax")
+        asked_plain = ref is False or given.get("ref") is False
         ref = ref if ref is not None else given.get("ref", defaults.ref)
         hijax = hijax if hijax is not None else given.get("hijax", defaults.hijax)
         mutable = mutable if mutable is not None else given.get("mutable", True)
         storage = None
         if refs.is_ref(value):
-            if ref is False and not hijax and given.get("ref") is not False:
-                ref = True  # a Ref given by the default-less caller: use it
-            if not (ref or hijax):
+            if asked_plain:
                 raise ValueError(
                     "Variable(value, ref=False) got a jax.Ref as its value.\nFix: pass "
                     "its content (`r[...]` or `jax.freeze(r)`) or drop ref=False."
                 )
             storage = value
+            ref = ref or not hijax  # a Ref given as the value: the Variable is Ref-backed
         elif ref or hijax:
             if refs.can_hold(value) or isinstance(value, jax.core.Tracer):
                 if refs.can_hold(value) and is_top_level():
