@@ -81,9 +81,16 @@ def write(kind: str, ref: Any, index: Any, value: Any, captured: bool) -> None:
     if not captured:
         ref[index] = value
         return
+    old = ref[index]
     try:
         ref[index] = value
     except Exception as error:  # JAX raises a plain Exception here
+        # Under grad JAX has already written the primal value when it refuses the
+        # tangent: put the old content back so that nothing is half-updated.
+        try:
+            ref[index] = old
+        except Exception:  # noqa: S110 - under vmap nothing was written
+            pass
         raise TraceContextError(
             f"Cannot write into the Ref-backed {describe(kind, ref)} from inside this "
             "transform: it was created outside and captured by closure, and JAX only lets "
