@@ -89,7 +89,7 @@ def write(kind: str, ref: Any, index: Any, value: Any, captured: bool) -> None:
         # tangent: put the old content back so that nothing is half-updated.
         try:
             ref[index] = old
-        except Exception:  # noqa: S110 - under vmap nothing was written
+        except Exception:  # under vmap nothing was written
             pass
         raise TraceContextError(
             f"Cannot write into the Ref-backed {describe(kind, ref)} from inside this "
