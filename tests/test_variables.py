@@ -592,3 +592,81 @@ def test_register_taken_name_raises_unless_overwrite(clean_registry):
     assert nnx.variable_type_from_name("params") is nnx.Param
     nnx.register_variable_name("params", Other, overwrite=True)
     assert nnx.variable_type_from_name("params") is Other
+
+
+# -- the 0.12 metadata API ---------------------------------------------------------------
+
+
+def test_get_metadata_missing_key_names_the_fix():
+    v = nnx.Param(1.0, a=1)
+    with pytest.raises(KeyError, match=r"get_metadata\('b', None\)"):
+        v.get_metadata("b")
+    assert v.get_metadata("b", None) is None
+
+
+def test_has_and_del_metadata():
+    v = nnx.Param(1.0, a=1)
+    assert v.has_metadata("a") and not v.has_metadata("b")
+    v.del_metadata("a")
+    assert not v.has_metadata("a")
+    with pytest.raises(AttributeError):
+        v.del_metadata("a")
+
+
+def test_flags_cannot_be_set_or_deleted_as_metadata():
+    v = nnx.Param(jnp.ones(2), ref=True, note=0)
+    for call in (
+        lambda: v.set_metadata(ref=False),
+        lambda: v.set_metadata("hijax", True),
+        lambda: v.set_metadata(mutable=False),
+        lambda: v.del_metadata("ref"),
+        lambda: v.replace(ref=False),
+    ):
+        with pytest.raises(ValueError, match="with_vars"):
+            call()
+    assert v.get_metadata() == {"note": 0, "ref": True}
+    v.set_metadata(ref=True, note=1)  # an unchanged flag is accepted
+    assert v.get_metadata() == {"note": 1, "ref": True}
+
+
+def test_set_metadata_mapping_keeps_the_flags():
+    v = nnx.Param(jnp.ones(2), ref=True, mutable=False, a=1)
+    v.set_metadata({"b": 2})
+    assert v.get_metadata() == {"b": 2, "ref": True, "mutable": False}
+
+
+def test_replace_keeps_flags_with_a_new_ref():
+    v = nnx.Param(jnp.ones(2), ref=True, a=1)
+    r = v.replace(value=jnp.zeros(2), a=2)
+    assert r.ref and r.get_raw_value() is not v.get_raw_value()
+    np.testing.assert_array_equal(r[...], np.zeros(2))
+    np.testing.assert_array_equal(v[...], np.ones(2))
+    assert r.a == 2 and v.a == 1
+
+
+def test_get_and_set_value_with_index():
+    for flags in ({}, {"ref": True}):
+        v = nnx.Param(jnp.arange(4.0), **flags)
+        assert float(v.get_value(index=2)) == 2.0
+        v.set_value(9.0, index=1)
+        np.testing.assert_array_equal(v[...], [0.0, 9.0, 2.0, 3.0])
+
+
+def test_metadata_api_matches_flax():
+    flax_nnx = pytest.importorskip("flax.nnx")
+    ours, theirs = nnx.Param(jnp.ones(2), a=1), flax_nnx.Param(jnp.ones(2), a=1)
+    for v in (ours, theirs):
+        v.set_metadata("b", 2)
+        v.set_metadata(c=3)
+        v.del_metadata("b")
+    excluded = theirs.get_metadata(exclude_required=True)
+    assert ours.get_metadata(exclude_required=True) == excluded == {"a": 1, "c": 3}
+    for v in (ours, theirs):
+        with pytest.raises(KeyError):
+            v.get_metadata("missing")
+        assert v.get_metadata("missing", 7) == 7
+        r = v.replace(jnp.zeros(2), d=4)
+        assert type(r).__name__ == "Param" and r.get_metadata("d") == 4
+        np.testing.assert_array_equal(r[...], np.zeros(2))
+        v.set_metadata({"z": 1})
+        assert v.get_metadata(exclude_required=True) == {"z": 1}

@@ -113,7 +113,7 @@ def test_on_a_variable_and_on_containers():
 
 
 def test_non_array_values_cannot_become_ref_backed():
-    with pytest.raises(TypeError, match="jax.Ref"):
+    with pytest.raises(TypeError, match=r"jax\.Ref"):
         nnx.with_vars(nnx.Variable([1, 2]), ref=True)
 
 
