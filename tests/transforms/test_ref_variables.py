@@ -288,3 +288,26 @@ def test_ref_backed_calls_take_the_general_path_and_stay_correct(flags):
         step(m)
     assert float(m.count[...]) == 3.0
     assert step.cache_info().plans == 0
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_optimizer_training_loop_matches_plain(flags):
+    import optax
+
+    def make(**f):
+        with nnx.var_defaults(ref=bool(f.get("ref")), hijax=bool(f.get("hijax"))):
+            model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+            model.opt = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+        return model
+
+    def program(model):
+        @nnx.jit
+        def step(model, x, y):
+            loss, grads = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
+            model.opt.update(model, grads)
+            return loss
+
+        x, y = jnp.ones((4, 2)), jnp.zeros((4, 3))
+        return [step(model, x, y) for _ in range(3)]
+
+    assert_same_effect(program, make, flags)
