@@ -167,6 +167,9 @@ from flaxgraph.variable_defaults import VarDefaults as VarDefaults
 from flaxgraph.variable_defaults import var_defaults as var_defaults
 from flaxgraph.variable_metadata import VariableMetadata as VariableMetadata
 from flaxgraph.variable_metadata import with_metadata as with_metadata
+from flaxgraph.variable_names import register_variable_name as register_variable_name
+from flaxgraph.variable_names import variable_name_from_type as variable_name_from_type
+from flaxgraph.variable_names import variable_type_from_name as variable_type_from_name
 from flaxgraph.variables import PARTITION_NAME as PARTITION_NAME
 from flaxgraph.variables import BatchStat as BatchStat
 from flaxgraph.variables import Cache as Cache
@@ -174,9 +177,6 @@ from flaxgraph.variables import Intermediate as Intermediate
 from flaxgraph.variables import Param as Param
 from flaxgraph.variables import Perturbation as Perturbation
 from flaxgraph.variables import Variable as Variable
-from flaxgraph.variables import register_variable_name as register_variable_name
-from flaxgraph.variables import variable_name_from_type as variable_name_from_type
-from flaxgraph.variables import variable_type_from_name as variable_type_from_name
 
 try:
     __version__ = _version("flaxgraph")

@@ -55,16 +55,15 @@ in-place operators as in the JAX-style NNX transforms guide (seed 003).
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import jax
-import numpy as np
 
 from flaxgraph import refs
 from flaxgraph.errors import TraceContextError
 from flaxgraph.tracing import current_trace, is_top_level
+from flaxgraph.value_ops import ValueOps
 from flaxgraph.variable_defaults import VAR_DEFAULTS
 
 A = TypeVar("A")
@@ -93,7 +92,7 @@ def _flag(name: str, value: Any) -> bool | None:
     raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
 
 
-class Variable(Generic[A]):
+class Variable(ValueOps, Generic[A]):
     """A mutable box holding one value and a dict of metadata.
 
     Args:
@@ -519,43 +518,6 @@ class Variable(Generic[A]):
     def _set_metadata_unchecked(self, key: str, value: Any) -> None:
         object.__setattr__(self, "_var_metadata", {**self._var_metadata, key: value})
 
-    # -- array protocol -------------------------------------------------------------
-    def __jax_array__(self) -> Any:
-        return self.raw_value
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return np.asarray(self.raw_value, dtype=dtype)
-
-    def __getitem__(self, key: Any) -> Any:
-        return self.raw_value[key]
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        if key is Ellipsis:
-            self.set_value(value)
-        else:
-            self.set_value(value, index=key)
-
-    def __len__(self) -> int:
-        return len(self.raw_value)  # type: ignore[arg-type]
-
-    def __iter__(self) -> Any:
-        return iter(self.raw_value)  # type: ignore[call-overload]
-
-    def __bool__(self) -> bool:
-        return bool(self.raw_value)
-
-    def __int__(self) -> int:
-        return int(self.raw_value)  # type: ignore[call-overload]
-
-    def __float__(self) -> float:
-        return float(self.raw_value)  # type: ignore[arg-type]
-
-    def __index__(self) -> int:
-        return operator.index(self.raw_value)  # type: ignore[arg-type]
-
-    def __complex__(self) -> complex:
-        return complex(self.raw_value)  # type: ignore[arg-type]
-
     __hash__ = object.__hash__  # identity: Variables are references
 
     def __repr__(self) -> str:
@@ -615,66 +577,6 @@ def _value_summary(value: Any) -> str:
     return ""
 
 
-def _make_binary(op: Callable[[Any, Any], Any]) -> tuple[Callable[..., Any], ...]:
-    def forward(self: Variable[Any], other: Any) -> Any:
-        if isinstance(other, Variable):
-            other = other.raw_value
-        return op(self.raw_value, other)
-
-    def reflected(self: Variable[Any], other: Any) -> Any:
-        return op(other, self.raw_value)
-
-    def inplace(self: Variable[Any], other: Any) -> Variable[Any]:
-        if isinstance(other, Variable):
-            other = other.raw_value
-        self.set_value(op(self.raw_value, other))
-        return self
-
-    return forward, reflected, inplace
-
-
-for _name, _op in [
-    ("add", operator.add),
-    ("sub", operator.sub),
-    ("mul", operator.mul),
-    ("matmul", operator.matmul),
-    ("truediv", operator.truediv),
-    ("floordiv", operator.floordiv),
-    ("mod", operator.mod),
-    ("pow", operator.pow),
-    ("and", operator.and_),
-    ("or", operator.or_),
-    ("xor", operator.xor),
-    ("lshift", operator.lshift),
-    ("rshift", operator.rshift),
-]:
-    _fwd, _refl, _inpl = _make_binary(_op)
-    setattr(Variable, f"__{_name}__", _fwd)
-    setattr(Variable, f"__r{_name}__", _refl)
-    setattr(Variable, f"__i{_name}__", _inpl)
-
-for _name, _op in [
-    ("lt", operator.lt),
-    ("le", operator.le),
-    ("gt", operator.gt),
-    ("ge", operator.ge),
-    ("eq", operator.eq),
-    ("ne", operator.ne),
-    ("divmod", divmod),
-]:
-    setattr(Variable, f"__{_name}__", _make_binary(_op)[0])
-Variable.__rdivmod__ = _make_binary(divmod)[1]  # type: ignore[attr-defined]
-Variable.__hash__ = object.__hash__  # type: ignore[method-assign]  # restored after __eq__
-
-for _name, _op in [
-    ("neg", operator.neg),
-    ("pos", operator.pos),
-    ("abs", operator.abs),
-    ("invert", operator.invert),
-]:
-    setattr(Variable, f"__{_name}__", (lambda op: lambda self: op(self.raw_value))(_op))
-
-
 def _freeze_metadata(metadata: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(metadata.items()))
 
@@ -724,70 +626,3 @@ class Intermediate(Variable[A]):
 
 class Perturbation(Variable[A]):
     """A zero-valued tap added by ``Module.perturb`` to read gradients of activations."""
-
-
-# -- kind <-> collection-name registry ---------------------------------------------
-# The one registry of this file, like JAX's pytree registry: written only through
-# `register_variable_name`.
-_NAME_TO_TYPE: dict[str, type[Variable[Any]]] = {}
-_TYPE_TO_NAME: dict[type[Variable[Any]], str] = {}
-
-
-def register_variable_name(name: str, typ: type[Variable[Any]], *, overwrite: bool = False) -> None:
-    """Associates the collection name ``name`` (e.g. ``'params'``) with a Variable kind.
-
-    Raises:
-      ValueError: if ``name`` is already registered to another kind and
-        ``overwrite`` is False.
-    """
-    if not overwrite and _NAME_TO_TYPE.get(name, typ) is not typ:
-        raise ValueError(
-            f"Variable name {name!r} is already registered to {_NAME_TO_TYPE[name].__name__}; "
-            "pass overwrite=True to replace it."
-        )
-    _NAME_TO_TYPE[name] = typ
-    _TYPE_TO_NAME[typ] = name
-
-
-def variable_name_from_type(typ: type[Variable[Any]], *, allow_register: bool = False) -> str:
-    """Returns the collection name of a Variable kind (``Param`` -> ``'params'``).
-
-    Raises:
-      ValueError: if the kind is not registered and ``allow_register`` is False;
-        with ``allow_register=True`` it is registered under its class name.
-    """
-    if typ in _TYPE_TO_NAME:
-        return _TYPE_TO_NAME[typ]
-    if allow_register:
-        register_variable_name(typ.__name__, typ)
-        return typ.__name__
-    raise ValueError(
-        f"Variable kind {typ.__name__} has no registered name; call "
-        f"nnx.register_variable_name('name', {typ.__name__}) or pass allow_register=True."
-    )
-
-
-def variable_type_from_name(name: str, *, allow_register: bool = False) -> type[Variable[Any]]:
-    """Returns the Variable kind registered under ``name`` (``'params'`` -> ``Param``).
-
-    Raises:
-      ValueError: if no kind is registered under ``name`` and ``allow_register`` is
-        False; with ``allow_register=True`` a new Variable subclass is created.
-    """
-    if name in _NAME_TO_TYPE:
-        return _NAME_TO_TYPE[name]
-    if allow_register:
-        typ = type(name, (Variable,), {})
-        register_variable_name(name, typ)
-        return typ
-    raise ValueError(f"No Variable kind is registered under the name {name!r}.")
-
-
-for _n, _t in [
-    ("params", Param),
-    ("batch_stats", BatchStat),
-    ("cache", Cache),
-    ("intermediates", Intermediate),
-    ("perturbations", Perturbation),
-]:
-    register_variable_name(_n, _t)
