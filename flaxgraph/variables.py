@@ -243,6 +243,13 @@ class Variable(ValueOps, Generic[A]):
                 "enclosing scope)."
             )
 
+    def _check_update(self) -> None:
+        """The trace check before a graph update writes the value (``nnx.update``,
+        a transform's write-back): a Ref-backed Variable may be written from another
+        trace where JAX allows it (``refs.write`` reports where it does not)."""
+        if self._var_ref is None:
+            self._check_trace("update")
+
     def _check_mutable(self) -> None:
         if self._var_metadata.get("mutable", True) is False:
             raise ValueError(
@@ -551,7 +558,8 @@ def _set_value(v: Variable[Any], value: Any) -> None:
     if ref is None:
         _set_slot(v, value)
     elif value is not ref:
-        ref[...] = value[...] if refs.is_ref(value) else value
+        value = value[...] if refs.is_ref(value) else value
+        refs.write(type(v).__name__, ref, ..., value, v._var_trace != current_trace())
 
 
 def is_ref_backed(v: Variable[Any]) -> bool:

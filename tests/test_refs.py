@@ -275,3 +275,39 @@ def test_captured_ref_written_under_jax_jit_works_and_under_vmap_names_the_fix()
         jax.vmap(add_mapped)(jnp.ones(3))
     assert "BatchStat(shape=(), dtype=float32)" in str(info.value)
     assert float(v[...]) == 2.0
+
+
+@pytest.mark.parametrize("flags", [dict(ref=True), dict(hijax=True)])
+def test_raw_jax_jit_training_step_as_in_the_hijax_guide(flags):
+    import optax
+
+    x = jax.random.uniform(jax.random.key(1), (4, 2))
+    y = jax.random.uniform(jax.random.key(2), (4, 3))
+
+    def loss_fn(m):
+        return jnp.mean((m(x) - y) ** 2)
+
+    # raw JAX: the Ref-backed model and optimizer are captured; updates go into the Refs
+    with nnx.var_defaults(**flags):
+        model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+        optimizer = nnx.Optimizer(model, optax.adamw(1e-2), wrt=nnx.Param)
+
+    @jax.jit
+    def train_step():
+        loss, grads = jax.value_and_grad(loss_fn)(nnx.with_vars(model, mutable=False))
+        optimizer.update(model, nnx.state(grads, nnx.Param))
+        return loss
+
+    # the same with plain Variables and flaxgraph transforms
+    plain = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    plain_opt = nnx.Optimizer(plain, optax.adamw(1e-2), wrt=nnx.Param)
+
+    @nnx.jit
+    def plain_step(m, opt):
+        loss, grads = nnx.value_and_grad(loss_fn)(m)
+        opt.update(m, grads)
+        return loss
+
+    for _ in range(3):
+        np.testing.assert_allclose(train_step(), plain_step(plain, plain_opt), rtol=1e-6)
+    np.testing.assert_allclose(model.kernel[...], plain.kernel[...], rtol=1e-6)

@@ -314,7 +314,7 @@ def _plan_variable(
     trace: object,
 ) -> None:
     if target._var_trace is not trace:
-        target._check_trace("update")
+        target._check_update()
     value = leaf.raw_value if isinstance(leaf, Variable) else leaf
     target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
     var_writes.append(

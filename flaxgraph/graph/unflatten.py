@@ -148,7 +148,7 @@ class _Build:
                 if value is not variable.raw_value or (
                     metadata is not variable._var_metadata and metadata != variable._var_metadata
                 ):
-                    variable._check_trace("update")
+                    variable._check_update()
                     variable._check_fits(value)  # a Ref keeps its shape and dtype
                     self.writes.append(_variable_write(variable, value, metadata))
             self.index_ref[d.index] = variable
