@@ -74,6 +74,7 @@ PARTITION_NAME = "partition_name"
 
 _SHARDING_KEYS = ("sharding", "sharding_names")
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
+_REF_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "size", "sharding"})
 FLAG_KEYS = ("ref", "hijax", "mutable")
 """Metadata names reserved for the construction flags (set them with ``with_vars``)."""
 
@@ -351,6 +352,10 @@ class Variable(ValueOps, Generic[A]):
         metadata = object.__getattribute__(self, "_var_metadata")
         if name in metadata:
             return metadata[name]
+        if name in _REF_ATTRIBUTES:
+            ref = object.__getattribute__(self, "_var_ref")
+            if ref is not None:  # read from the Ref, without copying its content
+                return getattr(ref, name)
         return getattr(self.raw_value, name)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -311,3 +311,9 @@ def test_raw_jax_jit_training_step_as_in_the_hijax_guide(flags):
     for _ in range(3):
         np.testing.assert_allclose(train_step(), plain_step(plain, plain_opt), rtol=1e-6)
     np.testing.assert_allclose(model.kernel[...], plain.kernel[...], rtol=1e-6)
+
+
+def test_array_attributes_of_a_ref_backed_variable():
+    v = nnx.Param(jnp.ones((2, 3), jnp.bfloat16), ref=True)
+    assert (v.shape, v.dtype, v.ndim, v.size) == ((2, 3), jnp.bfloat16, 2, 6)
+    assert v.T.shape == (3, 2)  # other attributes come from the value
