@@ -30,7 +30,8 @@ Three flags, set at construction (``nnx.with_vars`` makes re-flagged copies):
   into the Ref. flaxgraph transforms read the content on the way in and write
   the result into the same Ref on the way out, so ``nnx.jit``/``grad``/``vmap``/
   ``scan`` treat it exactly as a plain Variable; as a JAX pytree its leaf is the
-  Ref itself, so raw ``jax.jit`` sees a mutable input.
+  Ref itself, so raw ``jax.jit`` sees a mutable input (and ``jax.tree.map`` over
+  a State of such Variables gets Refs: read them with ``x[...]``).
 * ``hijax=True``: Flax's "hijax" Variables are their own JAX type. flaxgraph has
   no such type: a hijax Variable is Ref-backed (as above) and marked ``hijax``.
 * ``mutable=False``: a read-only Variable: writes raise ``ValueError``; as a JAX
