@@ -86,3 +86,14 @@ def test_matches_flax_behaviour():
         mod.var_defaults(hijax=True)
         assert mod.var_defaults().hijax
         mod.var_defaults(hijax=False)
+
+
+def test_signature_matches_flax():
+    import inspect
+
+    flax_nnx = pytest.importorskip("flax.nnx")
+    ours = inspect.signature(nnx.var_defaults).parameters
+    theirs = inspect.signature(flax_nnx.var_defaults).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.values()
+    ]

@@ -206,3 +206,17 @@ def test_set_metadata_matches_flax():
     for name in ("param", "variable"):
         t, o = getattr(theirs, name), getattr(ours, name)
         assert t.has_metadata("differentiable") == o.has_metadata("differentiable")
+
+
+@pytest.mark.parametrize("name", ["with_vars", "vars_as", "set_metadata"])
+def test_signatures_match_flax(name):
+    import inspect
+
+    flax_nnx = pytest.importorskip("flax.nnx")
+    ours = inspect.signature(getattr(nnx, name)).parameters
+    theirs = inspect.signature(getattr(flax_nnx, name)).parameters
+    assert list(ours) == list(theirs)
+    for p in ours:
+        assert ours[p].kind == theirs[p].kind
+        if p not in ("only",):  # flax's default for only is its own Variable class
+            assert ours[p].default == theirs[p].default

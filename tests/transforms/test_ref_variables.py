@@ -311,3 +311,23 @@ def test_optimizer_training_loop_matches_plain(flags):
         return [step(model, x, y) for _ in range(3)]
 
     assert_same_effect(program, make, flags)
+
+
+@pytest.mark.parametrize("flags", FLAGS)
+def test_control_flow_and_remat(flags):
+    def program(m):
+        def body(i, m):
+            m.count[...] += i
+            return m
+
+        nnx.fori_loop(0, 4, body, m)
+        nnx.cond(True, lambda m: m.count.set_value(m.count[...] * 10), lambda m: None, m)
+
+        def grow(m):
+            m.count[...] += 7.0
+            return m
+
+        nnx.while_loop(lambda m: m.count[...] < 100.0, grow, m)
+        return nnx.remat(lambda m: m(jnp.ones((1, 2))))(m)
+
+    assert_same_effect(program, model_2x3, flags)
