@@ -51,6 +51,9 @@ from flaxgraph.graph.api import update as update
 from flaxgraph.graph.diff import graphdef_diff as graphdef_diff
 from flaxgraph.graph.graphdef import GraphDef as GraphDef
 from flaxgraph.graph.registry import register_graph_node_type as register_graph_node_type
+from flaxgraph.graph.with_vars import set_metadata as set_metadata
+from flaxgraph.graph.with_vars import vars_as as vars_as
+from flaxgraph.graph.with_vars import with_vars as with_vars
 from flaxgraph.helpers import Dict as Dict
 from flaxgraph.helpers import List as List
 from flaxgraph.helpers import Sequential as Sequential
@@ -185,6 +188,13 @@ from flaxgraph.transforms.scan import scan as scan
 from flaxgraph.transforms.shard_map import shard_map as shard_map
 from flaxgraph.transforms.vmap import pmap as pmap
 from flaxgraph.transforms.vmap import vmap as vmap
+from flaxgraph.variable_defaults import VarDefaults as VarDefaults
+from flaxgraph.variable_defaults import var_defaults as var_defaults
+from flaxgraph.variable_metadata import VariableMetadata as VariableMetadata
+from flaxgraph.variable_metadata import with_metadata as with_metadata
+from flaxgraph.variable_names import register_variable_name as register_variable_name
+from flaxgraph.variable_names import variable_name_from_type as variable_name_from_type
+from flaxgraph.variable_names import variable_type_from_name as variable_type_from_name
 from flaxgraph.variables import PARTITION_NAME as PARTITION_NAME
 from flaxgraph.variables import BatchStat as BatchStat
 from flaxgraph.variables import Cache as Cache
@@ -192,9 +202,6 @@ from flaxgraph.variables import Intermediate as Intermediate
 from flaxgraph.variables import Param as Param
 from flaxgraph.variables import Perturbation as Perturbation
 from flaxgraph.variables import Variable as Variable
-from flaxgraph.variables import register_variable_name as register_variable_name
-from flaxgraph.variables import variable_name_from_type as variable_name_from_type
-from flaxgraph.variables import variable_type_from_name as variable_type_from_name
 from flaxgraph.views import view as view
 from flaxgraph.views import view_info as view_info
 from flaxgraph.views import with_attributes as with_attributes

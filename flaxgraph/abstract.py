@@ -139,7 +139,7 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
             return leaf
         if names_of(leaf._var_metadata) is None:
             return leaf
-        mesh = leaf.get_metadata("mesh") or active_mesh()
+        mesh = leaf.get_metadata("mesh", None) or active_mesh()
         if mesh is None:
             return leaf
         spec = _spec_of(leaf)

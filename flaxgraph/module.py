@@ -109,7 +109,7 @@ class Module(Object):
           ValueError: ``self.<name>`` exists and is not a Variable of that kind.
         """
         if isinstance(variable_type, str):
-            from flaxgraph.variables import variable_type_from_name
+            from flaxgraph.variable_names import variable_type_from_name
 
             variable_type = variable_type_from_name(variable_type, allow_register=True)
         slot = _capture_slot(self, variable_type)

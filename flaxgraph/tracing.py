@@ -20,3 +20,8 @@ _trace_ctx = _jax_core.trace_ctx
 def current_trace() -> object:
     """Returns a token for the active JAX trace; equal tokens, same trace."""
     return _trace_ctx.trace._weakref
+
+
+def is_top_level() -> bool:
+    """Whether no JAX transform is tracing (code runs eagerly, outside jit/grad/vmap)."""
+    return _trace_ctx.is_top_level()

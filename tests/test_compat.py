@@ -54,7 +54,7 @@ def test_compat_jit_propagates_structure_and_works_as_a_decorator_with_options()
 
 def test_compat_split_allows_sharing_under_a_tree_mode_default() -> None:
     with nnx.set_graph_mode(False):
-        graphdef, state = compat.split(shared())
+        _graphdef, state = compat.split(shared())
         with pytest.raises(nnx.SharedReferenceError):
             nnx.split(shared())
     assert set(state) == {"a"}

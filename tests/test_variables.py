@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/variables.py: Variable, its kinds, operators, metadata, registry."""
+"""Tests of flaxgraph/variables.py and value_ops.py: Variable, its kinds, operators, metadata."""
 
 import copy
 import operator
@@ -10,21 +10,8 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph import variables as variables_module
 
 KINDS = [nnx.Param, nnx.BatchStat, nnx.Cache, nnx.Intermediate, nnx.Perturbation]
-
-
-@pytest.fixture
-def clean_registry():
-    """Snapshots the kind <-> name registry and restores it after the test."""
-    names = dict(variables_module._NAME_TO_TYPE)
-    types = dict(variables_module._TYPE_TO_NAME)
-    yield
-    variables_module._NAME_TO_TYPE.clear()
-    variables_module._NAME_TO_TYPE.update(names)
-    variables_module._TYPE_TO_NAME.clear()
-    variables_module._TYPE_TO_NAME.update(types)
 
 
 # -- kinds -----------------------------------------------------------------------------
@@ -285,7 +272,8 @@ def test_metadata_from_kwargs_readable_as_attributes():
     assert v.note == "x"
     assert v.get_metadata() == {"sharding": ("a", None), "note": "x"}
     assert v.get_metadata("note") == "x"
-    assert v.get_metadata("absent") is None
+    with pytest.raises(KeyError, match="absent"):
+        v.get_metadata("absent")
     assert v.get_metadata("absent", 3) == 3
 
 
@@ -520,74 +508,79 @@ def test_different_metadata_gives_different_treedef():
     assert a == jax.tree.structure(nnx.Param(2.0, a=1))
 
 
-# -- name registry ---------------------------------------------------------------------------------
+# -- the 0.12 metadata API ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("name", "kind"),
-    [
-        ("params", nnx.Param),
-        ("batch_stats", nnx.BatchStat),
-        ("cache", nnx.Cache),
-        ("intermediates", nnx.Intermediate),
-        ("perturbations", nnx.Perturbation),
-    ],
-)
-def test_builtin_names(name, kind):
-    assert nnx.variable_name_from_type(kind) == name
-    assert nnx.variable_type_from_name(name) is kind
+def test_get_metadata_missing_key_names_the_fix():
+    v = nnx.Param(1.0, a=1)
+    with pytest.raises(KeyError, match=r"get_metadata\('b', None\)"):
+        v.get_metadata("b")
+    assert v.get_metadata("b", None) is None
 
 
-def test_unregistered_kind_raises_with_fix(clean_registry):
-    class Unnamed(nnx.Variable):
-        pass
+def test_has_and_del_metadata():
+    v = nnx.Param(1.0, a=1)
+    assert v.has_metadata("a") and not v.has_metadata("b")
+    v.del_metadata("a")
+    assert not v.has_metadata("a")
+    with pytest.raises(AttributeError):
+        v.del_metadata("a")
 
-    with pytest.raises(ValueError, match=r"Unnamed has no registered name.*register_variable_name"):
-        nnx.variable_name_from_type(Unnamed)
 
-
-def test_unregistered_name_raises(clean_registry):
-    with pytest.raises(
-        ValueError, match="No Variable kind is registered under the name 'nothing_here'"
+def test_flags_cannot_be_set_or_deleted_as_metadata():
+    v = nnx.Param(jnp.ones(2), ref=True, note=0)
+    for call in (
+        lambda: v.set_metadata(ref=False),
+        lambda: v.set_metadata("hijax", True),
+        lambda: v.set_metadata(mutable=False),
+        lambda: v.del_metadata("ref"),
+        lambda: v.replace(ref=False),
     ):
-        nnx.variable_type_from_name("nothing_here")
+        with pytest.raises(ValueError, match="with_vars"):
+            call()
+    assert v.get_metadata() == {"note": 0, "ref": True}
+    v.set_metadata(ref=True, note=1)  # an unchanged flag is accepted
+    assert v.get_metadata() == {"note": 1, "ref": True}
 
 
-def test_allow_register_from_type(clean_registry):
-    class Counter(nnx.Variable):
-        pass
-
-    assert nnx.variable_name_from_type(Counter, allow_register=True) == "Counter"
-    assert nnx.variable_type_from_name("Counter") is Counter
+def test_set_metadata_mapping_keeps_the_flags():
+    v = nnx.Param(jnp.ones(2), ref=True, mutable=False, a=1)
+    v.set_metadata({"b": 2})
+    assert v.get_metadata() == {"b": 2, "ref": True, "mutable": False}
 
 
-def test_allow_register_from_name_creates_a_kind(clean_registry):
-    kind = nnx.variable_type_from_name("my_stats", allow_register=True)
-    assert issubclass(kind, nnx.Variable) and kind.__name__ == "my_stats"
-    assert nnx.variable_type_from_name("my_stats") is kind
-    assert nnx.variable_name_from_type(kind) == "my_stats"
-    v = kind(jnp.ones(1))
-    assert type(jax.tree.map(lambda x: x, v)) is kind
+def test_replace_keeps_flags_with_a_new_ref():
+    v = nnx.Param(jnp.ones(2), ref=True, a=1)
+    r = v.replace(value=jnp.zeros(2), a=2)
+    assert r.ref and r.get_raw_value() is not v.get_raw_value()
+    np.testing.assert_array_equal(r[...], np.zeros(2))
+    np.testing.assert_array_equal(v[...], np.ones(2))
+    assert r.a == 2 and v.a == 1
 
 
-def test_register_variable_name(clean_registry):
-    class Stat(nnx.Variable):
-        pass
-
-    nnx.register_variable_name("stats", Stat)
-    assert nnx.variable_name_from_type(Stat) == "stats"
-    assert nnx.variable_type_from_name("stats") is Stat
-    nnx.register_variable_name("stats", Stat)  # same kind again is fine
+def test_get_and_set_value_with_index():
+    for flags in ({}, {"ref": True}):
+        v = nnx.Param(jnp.arange(4.0), **flags)
+        assert float(v.get_value(index=2)) == 2.0
+        v.set_value(9.0, index=1)
+        np.testing.assert_array_equal(v[...], [0.0, 9.0, 2.0, 3.0])
 
 
-def test_register_taken_name_raises_unless_overwrite(clean_registry):
-    class Other(nnx.Variable):
-        pass
-
-    with pytest.raises(
-        ValueError, match=r"'params' is already registered to Param.*overwrite=True"
-    ):
-        nnx.register_variable_name("params", Other)
-    assert nnx.variable_type_from_name("params") is nnx.Param
-    nnx.register_variable_name("params", Other, overwrite=True)
-    assert nnx.variable_type_from_name("params") is Other
+def test_metadata_api_matches_flax():
+    flax_nnx = pytest.importorskip("flax.nnx")
+    ours, theirs = nnx.Param(jnp.ones(2), a=1), flax_nnx.Param(jnp.ones(2), a=1)
+    for v in (ours, theirs):
+        v.set_metadata("b", 2)
+        v.set_metadata(c=3)
+        v.del_metadata("b")
+    excluded = theirs.get_metadata(exclude_required=True)
+    assert ours.get_metadata(exclude_required=True) == excluded == {"a": 1, "c": 3}
+    for v in (ours, theirs):
+        with pytest.raises(KeyError):
+            v.get_metadata("missing")
+        assert v.get_metadata("missing", 7) == 7
+        r = v.replace(jnp.zeros(2), d=4)
+        assert type(r).__name__ == "Param" and r.get_metadata("d") == 4
+        np.testing.assert_array_equal(r[...], np.zeros(2))
+        v.set_metadata({"z": 1})
+        assert v.get_metadata(exclude_required=True) == {"z": 1}

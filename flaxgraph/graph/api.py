@@ -314,11 +314,12 @@ def _plan_variable(
     trace: object,
 ) -> None:
     if target._var_trace is not trace:
-        target._check_trace("update")
-    if isinstance(leaf, Variable):
-        var_writes.append((target, leaf.raw_value, leaf._var_metadata))
-    else:
-        var_writes.append((target, leaf, target._var_metadata))
+        target._check_update()
+    value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+    target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
+    var_writes.append(
+        (target, value, leaf._var_metadata if isinstance(leaf, Variable) else target._var_metadata)
+    )
 
 
 def _plan_update(

@@ -32,7 +32,7 @@ from flaxgraph.graph.graphdef import (
 )
 from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.tracing import current_trace
-from flaxgraph.variables import Variable
+from flaxgraph.variables import Variable, _set_value
 
 
 def unflatten(
@@ -148,7 +148,8 @@ class _Build:
                 if value is not variable.raw_value or (
                     metadata is not variable._var_metadata and metadata != variable._var_metadata
                 ):
-                    variable._check_trace("update")
+                    variable._check_update()
+                    variable._check_fits(value)  # a Ref keeps its shape and dtype
                     self.writes.append(_variable_write(variable, value, metadata))
             self.index_ref[d.index] = variable
             if self.sink is not None:
@@ -184,7 +185,7 @@ class _Build:
 
 def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any]) -> Any:
     def write() -> None:
-        object.__setattr__(variable, "raw_value", value)
+        _set_value(variable, value)  # into the Ref of a Ref-backed Variable
         object.__setattr__(variable, "_var_metadata", metadata)
 
     return write

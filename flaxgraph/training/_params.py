@@ -154,6 +154,7 @@ def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
     if getattr(value, "shape", None) != getattr(source.raw_value, "shape", None):
         for key in _SHARDING_KEYS:
             metadata.pop(key, None)
+    metadata.pop("mutable", None)  # the mirror is written even if the parameter is read-only
     metadata["source_type"] = type(source)
     return kind._from_parts(value, metadata)
 

@@ -49,7 +49,7 @@ from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
 from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
-from flaxgraph.variables import Variable
+from flaxgraph.variables import Variable, is_ref_backed
 
 _SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
@@ -205,8 +205,11 @@ class Plan:
         self.snapshot = StructureSnapshot(call.nodes)
         # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
         # neither read by key nor written in place: such graphs take the general path.
+        # Ref-backed Variables are written into their Ref, not their slot: the
+        # general path's write-back does that.
         self.in_place = self.snapshot.versioned and all(
-            isinstance(leaf, Variable) or _in_place(path, args, kwargs)
+            (isinstance(leaf, Variable) and not is_ref_backed(leaf))
+            or (not isinstance(leaf, Variable) and _in_place(path, args, kwargs))
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         )
         # Reading a leaf is one C call: getter(target). Arguments' own leaves (x, y…)

@@ -77,7 +77,7 @@ def _check_names(leaves: list[Any], axes: list[Any], partition: Any, roots: Any)
         if not (isinstance(leaf, Variable) and isinstance(axis, int)):
             continue
         for key in _SHARDING_KEYS:
-            names = leaf.get_metadata(key)
+            names = leaf.get_metadata(key, None)
             if not isinstance(names, tuple) or not -len(names) <= axis < len(names):
                 continue
             if names[axis] != partition:

@@ -97,7 +97,7 @@ class AxisMetadata:
 
 def _name_at(v: Variable[Any], axis: int) -> Any:
     for key in SHARDING_KEYS:
-        names = v.get_metadata(key)
+        names = v.get_metadata(key, None)
         if isinstance(names, tuple) and -len(names) <= axis < len(names):
             return names[axis]
     return None

@@ -99,7 +99,7 @@ def _at(g: Any, path: tuple[Any, ...]) -> Any:
             id="sharding-metadata",
         ),
         pytest.param(
-            lambda g: any(v.get_metadata("tag") in ("a", "b") for v in variables_of(g)),
+            lambda g: any(v.get_metadata("tag", None) in ("a", "b") for v in variables_of(g)),
             id="tag-metadata",
         ),
         pytest.param(
@@ -247,7 +247,7 @@ def test_static_values_are_hashable(v: Any) -> None:
 @given(variables())
 def test_variables_metadata_matches_rank(v: nnx.Variable[Any]) -> None:
     assert isinstance(v, VARIABLE_KINDS)
-    sharding = v.get_metadata("sharding")
+    sharding = v.get_metadata("sharding", None)
     if sharding is not None:
         assert len(sharding) == v.value.ndim
 

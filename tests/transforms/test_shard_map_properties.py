@@ -230,7 +230,7 @@ def test_sharding_names_inside_drop_the_manual_axes(
     seen = []
 
     def body(v: Any) -> Any:
-        seen.append(v.get_metadata(key))
+        seen.append(v.get_metadata(key, None))
         return jnp.zeros(())
 
     f = nnx.shard_map(body, mesh=MESH_XY, in_specs=(P(),), out_specs=P(), axis_names=manual)

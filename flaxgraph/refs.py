@@ -1,0 +1,109 @@
+"""Ref storage for Variables: JAX mutable array references (``jax.Ref``).
+
+A Variable made with ``ref=True`` (or ``hijax=True``) keeps its value in a
+``jax.Ref`` (``jax.new_ref``) instead of holding the array itself: writing
+``v[...] = x`` stores ``x`` *into* the Ref, so every holder of that Ref sees the
+change, and raw JAX transforms that accept Refs (``jax.jit``, ``jax.lax.scan``
+bodies closing over them) carry the writes out. A Ref has a fixed shape and
+dtype; it holds one array.
+
+This file holds what the Variable class needs to use a Ref: which values can be
+put in one, the shape/dtype check before a write (so an error comes before any
+write and names the Variable), and the write itself, which turns JAX's refusal
+to write a traced value into a Ref the trace does not own (inside ``jax.grad``,
+``jax.vmap``) into a ``TraceContextError`` that says what to do.
+
+Source: JAX mutable array references (``jax.new_ref``, ``jax.Ref``; JAX 0.7+),
+as Flax NNX 0.12 uses them for ``Variable(..., ref=True)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from flaxgraph.errors import TraceContextError
+
+_SCALARS = (bool, int, float, complex, np.generic)
+_REF_TYPE = jax.Ref  # the concrete class; `type(x) is` skips its slow instance check
+_Tracer = jax.core.Tracer
+
+
+def can_hold(value: Any) -> bool:
+    """Whether ``value`` can become a Ref's content here: a concrete (non-traced)
+    ``jax.Array``, a NumPy array or scalar, or a Python number."""
+    if isinstance(value, _Tracer):
+        return False
+    return isinstance(value, (jax.Array, np.ndarray, *_SCALARS))
+
+
+def new_ref(value: Any) -> Any:
+    """A new ``jax.Ref`` holding ``value`` (see ``can_hold``)."""
+    return jax.new_ref(value)
+
+
+def is_ref(value: Any) -> bool:
+    """Whether ``value`` is a ``jax.Ref`` (a concrete one or a traced one).
+
+    Faster than ``isinstance(value, jax.Ref)``, whose instance check looks up the
+    abstract value of every object (microseconds, on every Variable built)."""
+    t = type(value)
+    if t is _REF_TYPE:
+        return True
+    return issubclass(t, _Tracer) and isinstance(value.aval, jax.ref.AbstractRef)
+
+
+def describe(kind: str, ref: Any) -> str:
+    """``"Param(shape=(3,), dtype=float32)"``: how messages name a Ref-backed Variable."""
+    return f"{kind}(shape={tuple(ref.shape)}, dtype={ref.dtype})"
+
+
+def check_fits(kind: str, ref: Any, value: Any) -> None:
+    """Raises ``ValueError`` if ``value`` cannot be written into ``ref`` as a whole.
+
+    Raises:
+      ValueError: the shape or dtype of ``value`` differs from the Ref's.
+    """
+    shape = tuple(np.shape(value))
+    dtype = jax.dtypes.result_type(value)
+    if shape != tuple(ref.shape) or dtype != ref.dtype:
+        raise ValueError(
+            f"Cannot store a value of shape {shape} and dtype {dtype} in the Ref-backed "
+            f"{describe(kind, ref)}: a jax.Ref keeps the shape and dtype it was created "
+            "with.\nFix: 1. write a value of the same shape and dtype (e.g. "
+            "`jnp.broadcast_to(x, v.shape).astype(v.dtype)`); 2. or keep this Variable "
+            "plain (`ref=False`, or `nnx.with_vars(node, ref=False)`), whose value may "
+            "change shape."
+        )
+
+
+def write(kind: str, ref: Any, index: Any, value: Any, captured: bool) -> None:
+    """``ref[index] = value``; ``captured`` says the Variable belongs to an outer trace.
+
+    Raises:
+      TraceContextError (a ``ValueError``): JAX refused the write (a traced value
+        from ``grad``/``vmap`` written into a Ref created outside that transform).
+    """
+    if not captured:
+        ref[index] = value
+        return
+    old = ref[index]
+    try:
+        ref[index] = value
+    except Exception as error:  # JAX raises a plain Exception here
+        # Under grad JAX has already written the primal value when it refuses the
+        # tangent: put the old content back so that nothing is half-updated.
+        try:
+            ref[index] = old
+        except Exception:  # under vmap nothing was written
+            pass
+        raise TraceContextError(
+            f"Cannot write into the Ref-backed {describe(kind, ref)} from inside this "
+            "transform: it was created outside and captured by closure, and JAX only lets "
+            "a Ref captured this way be written under jit or scan, not with a value that "
+            f"is differentiated or vmapped ({error}).\nFix: pass the object that holds "
+            "it as an argument of the transformed function (e.g. `nnx.vmap(f)(model, x)` "
+            "instead of using `model` from the enclosing scope)."
+        ) from error

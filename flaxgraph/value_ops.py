@@ -1,0 +1,139 @@
+"""What a Variable does *as its value*: the array protocol and Python operators.
+
+``ValueOps`` is the base class of ``Variable`` that makes a Variable usable
+where its value is: ``x @ layer.kernel + layer.bias``, ``jnp.asarray(v)``,
+``v[0]``, ``len(v)``, ``float(v)``, comparisons. Binary operators compute on the
+value and return a plain value; in-place operators (``v += 1``, ``v[...] += x``)
+write the result back with ``set_value`` and return the *same* Variable, so
+every reference to it sees the change (and a Ref-backed Variable's Ref is
+updated). Subclasses provide ``raw_value`` (the value) and ``set_value``.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> v = nnx.Param(jnp.array([1.0, 2.0]))
+  >>> (v * 2).tolist(), float(v[1])
+  ([2.0, 4.0], 2.0)
+  >>> w = v
+  >>> w += 1
+  >>> w is v, v[...].tolist()
+  (True, [2.0, 3.0])
+
+Source: Flax NNX 0.12 ``nnx.Variable`` (it behaves as its value); in-place
+operators as in the JAX-style NNX transforms guide (seed 003).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+class ValueOps:
+    """Array protocol and operators over ``self.raw_value`` (see the module docstring).
+
+    Subclasses must provide ``raw_value`` and ``set_value(value, *, index=...)``.
+    """
+
+    __slots__ = ()
+    raw_value: Any
+
+    def set_value(self, value: Any, **kwargs: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __jax_array__(self) -> Any:
+        return self.raw_value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.raw_value, dtype=dtype)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.raw_value[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key is Ellipsis:
+            self.set_value(value)
+        else:
+            self.set_value(value, index=key)
+
+    def __len__(self) -> int:
+        return len(self.raw_value)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Any:
+        return iter(self.raw_value)  # type: ignore[call-overload]
+
+    def __bool__(self) -> bool:
+        return bool(self.raw_value)
+
+    def __int__(self) -> int:
+        return int(self.raw_value)  # type: ignore[call-overload]
+
+    def __float__(self) -> float:
+        return float(self.raw_value)  # type: ignore[arg-type]
+
+    def __index__(self) -> int:
+        return operator.index(self.raw_value)  # type: ignore[arg-type]
+
+    def __complex__(self) -> complex:
+        return complex(self.raw_value)  # type: ignore[arg-type]
+
+
+def _make_binary(op: Callable[[Any, Any], Any]) -> tuple[Callable[..., Any], ...]:
+    def forward(self: ValueOps, other: Any) -> Any:
+        if isinstance(other, ValueOps):
+            other = other.raw_value
+        return op(self.raw_value, other)
+
+    def reflected(self: ValueOps, other: Any) -> Any:
+        return op(other, self.raw_value)
+
+    def inplace(self: ValueOps, other: Any) -> ValueOps:
+        if isinstance(other, ValueOps):
+            other = other.raw_value
+        self.set_value(op(self.raw_value, other))
+        return self
+
+    return forward, reflected, inplace
+
+
+for _name, _op in [
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("matmul", operator.matmul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("mod", operator.mod),
+    ("pow", operator.pow),
+    ("and", operator.and_),
+    ("or", operator.or_),
+    ("xor", operator.xor),
+    ("lshift", operator.lshift),
+    ("rshift", operator.rshift),
+]:
+    _fwd, _refl, _inpl = _make_binary(_op)
+    setattr(ValueOps, f"__{_name}__", _fwd)
+    setattr(ValueOps, f"__r{_name}__", _refl)
+    setattr(ValueOps, f"__i{_name}__", _inpl)
+
+for _name, _op in [
+    ("lt", operator.lt),
+    ("le", operator.le),
+    ("gt", operator.gt),
+    ("ge", operator.ge),
+    ("eq", operator.eq),
+    ("ne", operator.ne),
+    ("divmod", divmod),
+]:
+    setattr(ValueOps, f"__{_name}__", _make_binary(_op)[0])
+ValueOps.__rdivmod__ = _make_binary(divmod)[1]  # type: ignore[attr-defined]
+ValueOps.__hash__ = object.__hash__  # type: ignore[method-assign]  # restored after __eq__
+
+for _name, _op in [
+    ("neg", operator.neg),
+    ("pos", operator.pos),
+    ("abs", operator.abs),
+    ("invert", operator.invert),
+]:
+    setattr(ValueOps, f"__{_name}__", (lambda op: lambda self: op(self.raw_value))(_op))
