@@ -98,12 +98,13 @@ from flaxgraph.nn.pooling import avg_pool as avg_pool
 from flaxgraph.nn.pooling import max_pool as max_pool
 from flaxgraph.nn.pooling import min_pool as min_pool
 from flaxgraph.nn.pooling import pool as pool
-from flaxgraph.nn.recurrent import RNN as RNN
-from flaxgraph.nn.recurrent import Bidirectional as Bidirectional
 from flaxgraph.nn.recurrent import GRUCell as GRUCell
 from flaxgraph.nn.recurrent import LSTMCell as LSTMCell
+from flaxgraph.nn.recurrent import OptimizedLSTMCell as OptimizedLSTMCell
 from flaxgraph.nn.recurrent import RNNCellBase as RNNCellBase
 from flaxgraph.nn.recurrent import SimpleCell as SimpleCell
+from flaxgraph.nn.rnn import RNN as RNN
+from flaxgraph.nn.rnn import Bidirectional as Bidirectional
 from flaxgraph.nn.stochastic import Dropout as Dropout
 from flaxgraph.objects import Object as Object
 from flaxgraph.objects import data as data
