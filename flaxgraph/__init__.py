@@ -92,6 +92,7 @@ from flaxgraph.nn.linear import Linear as Linear
 from flaxgraph.nn.linear import LinearGeneral as LinearGeneral
 from flaxgraph.nn.normalization import BatchNorm as BatchNorm
 from flaxgraph.nn.normalization import GroupNorm as GroupNorm
+from flaxgraph.nn.normalization import InstanceNorm as InstanceNorm
 from flaxgraph.nn.normalization import LayerNorm as LayerNorm
 from flaxgraph.nn.normalization import RMSNorm as RMSNorm
 from flaxgraph.nn.pooling import avg_pool as avg_pool
