@@ -57,6 +57,8 @@ from flaxgraph.nn.normalization import GroupNorm as GroupNorm
 from flaxgraph.nn.normalization import InstanceNorm as InstanceNorm
 from flaxgraph.nn.normalization import LayerNorm as LayerNorm
 from flaxgraph.nn.normalization import RMSNorm as RMSNorm
+from flaxgraph.nn.normalization_wrappers import SpectralNorm as SpectralNorm
+from flaxgraph.nn.normalization_wrappers import WeightNorm as WeightNorm
 from flaxgraph.nn.pooling import avg_pool as avg_pool
 from flaxgraph.nn.pooling import max_pool as max_pool
 from flaxgraph.nn.pooling import min_pool as min_pool
