@@ -90,6 +90,9 @@ from flaxgraph.nn.errors import LayerShapeError as LayerShapeError
 from flaxgraph.nn.linear import Einsum as Einsum
 from flaxgraph.nn.linear import Linear as Linear
 from flaxgraph.nn.linear import LinearGeneral as LinearGeneral
+from flaxgraph.nn.lora import LoRA as LoRA
+from flaxgraph.nn.lora import LoRALinear as LoRALinear
+from flaxgraph.nn.lora import LoRAParam as LoRAParam
 from flaxgraph.nn.normalization import BatchNorm as BatchNorm
 from flaxgraph.nn.normalization import GroupNorm as GroupNorm
 from flaxgraph.nn.normalization import InstanceNorm as InstanceNorm
