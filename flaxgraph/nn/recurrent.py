@@ -524,6 +524,18 @@ class SimpleCell(RNNCellBase):
         recurrent_kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
         bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
+        # the recurrent kernel is drawn first, as in Flax NNX (same seed, same Params)
+        self.dense_h = Linear(
+            hidden_features,
+            hidden_features,
+            use_bias=False,
+            kernel_init=recurrent_kernel_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            kernel_metadata=recurrent_kernel_metadata,
+        )
         self.dense_i = Linear(
             in_features,
             hidden_features,
@@ -535,17 +547,6 @@ class SimpleCell(RNNCellBase):
             rngs=rngs,
             kernel_metadata=kernel_metadata,
             bias_metadata=bias_metadata,
-        )
-        self.dense_h = Linear(
-            hidden_features,
-            hidden_features,
-            use_bias=False,
-            kernel_init=recurrent_kernel_init,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            promote_dtype=promote_dtype,
-            rngs=rngs,
-            kernel_metadata=recurrent_kernel_metadata,
         )
         self.residual = residual
         self._store_common(
