@@ -76,11 +76,13 @@ from flaxgraph.nn.activations import standardize as standardize
 from flaxgraph.nn.activations import swish as swish
 from flaxgraph.nn.activations import tanh as tanh
 from flaxgraph.nn.attention import MultiHeadAttention as MultiHeadAttention
-from flaxgraph.nn.attention import combine_masks as combine_masks
-from flaxgraph.nn.attention import dot_product_attention as dot_product_attention
-from flaxgraph.nn.attention import dot_product_attention_weights as dot_product_attention_weights
-from flaxgraph.nn.attention import make_attention_mask as make_attention_mask
-from flaxgraph.nn.attention import make_causal_mask as make_causal_mask
+from flaxgraph.nn.attention_ops import combine_masks as combine_masks
+from flaxgraph.nn.attention_ops import dot_product_attention as dot_product_attention
+from flaxgraph.nn.attention_ops import (
+    dot_product_attention_weights as dot_product_attention_weights,
+)
+from flaxgraph.nn.attention_ops import make_attention_mask as make_attention_mask
+from flaxgraph.nn.attention_ops import make_causal_mask as make_causal_mask
 from flaxgraph.nn.conv import Conv as Conv
 from flaxgraph.nn.conv import ConvTranspose as ConvTranspose
 from flaxgraph.nn.embed import Embed as Embed

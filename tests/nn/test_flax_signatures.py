@@ -55,12 +55,6 @@ MISSING = {
     ("Bidirectional", "__init__", "rngs"): "see RNN broadcast_rngs",
     ("Bidirectional", "__call__", "reverse"): "not implemented yet",
     ("Bidirectional", "__call__", "keep_order"): "not implemented yet",
-    ("MultiHeadAttention", "__init__", "qkv_dot_general"): "not implemented yet",
-    ("MultiHeadAttention", "__init__", "out_dot_general"): "not implemented yet",
-    ("MultiHeadAttention", "__init__", "qkv_dot_general_cls"): "not implemented yet",
-    ("MultiHeadAttention", "__init__", "out_dot_general_cls"): "not implemented yet",
-    ("MultiHeadAttention", "__call__", "out_sharding"): "not implemented yet",
-    ("MultiHeadAttention", "__call__", "qkv_sharding"): "not implemented yet",
 }
 # (layer, method, parameter): why flaxgraph has it and Flax does not
 EXTRA: dict[tuple[str, str, str], str] = {}
