@@ -357,3 +357,14 @@ def test_against_flax():
         rngs=flax_nnx.Rngs(1),
     )
     close(ours(x4), theirs(x4))
+
+
+def test_layers_built_alike_share_a_graphdef():
+    """No static attribute makes two equal models look different to jit's cache."""
+    for make in (
+        lambda: SpectralNorm(Linear(3, 2, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1)),
+        lambda: WeightNorm(Linear(3, 2, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1)),
+    ):
+        a, b = make(), make()
+        assert nnx.graphdef(a) == nnx.graphdef(b)
+        assert hash(nnx.graphdef(a)) == hash(nnx.graphdef(b))
