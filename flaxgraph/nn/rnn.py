@@ -177,9 +177,11 @@ class Bidirectional(Module):
       merge_fn: combines the two outputs (default: concatenate features).
       time_major, return_carry: as in ``RNN``.
 
-    Call: ``inputs`` and optional ``initial_carry`` (a pair), ``seq_lengths``,
-    ``return_carry``, ``time_major``; returns the merged outputs, and the pair of
-    final carries first with ``return_carry``.
+    Call: ``inputs`` and optional ``initial_carry`` (a pair), ``rngs``,
+    ``seq_lengths``, ``return_carry``, ``time_major``; returns the merged outputs,
+    and the pair of final carries first with ``return_carry``. ``reverse`` and
+    ``keep_order`` are accepted and ignored, as Flax NNX 0.12 does (the
+    directions are fixed: forward, and backward in input order).
 
     Source: Flax NNX ``nnx.Bidirectional``.
     """
@@ -204,11 +206,14 @@ class Bidirectional(Module):
         inputs: jax.Array,
         *,
         initial_carry: tuple[Any, Any] | None = None,
+        rngs: Rngs | RngStream | None = None,
         seq_lengths: jax.Array | None = None,
         return_carry: bool | None = None,
         time_major: bool | None = None,
-        rngs: Rngs | RngStream | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
     ) -> Any:
+        del reverse, keep_order  # accepted and ignored, as in Flax NNX 0.12
         return_carry = first_from(return_carry, self.return_carry, error_msg="")
         time_major = first_from(time_major, self.time_major, error_msg="")
         carry_f, carry_b = (None, None) if initial_carry is None else initial_carry

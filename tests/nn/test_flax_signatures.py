@@ -53,13 +53,11 @@ MISSING = {
     "scan (state_axes); per-step RNG broadcasting is not implemented yet",
     ("RNN", "__init__", "rngs"): "see broadcast_rngs",
     ("Bidirectional", "__init__", "rngs"): "see RNN broadcast_rngs",
-    ("Bidirectional", "__call__", "reverse"): "not implemented yet",
-    ("Bidirectional", "__call__", "keep_order"): "not implemented yet",
 }
 # (layer, method, parameter): why flaxgraph has it and Flax does not
 EXTRA: dict[tuple[str, str, str], str] = {}
 # (layer, method): parameter order differs (the parameters are keyword-only)
-ORDER_DIFFERS = {("Bidirectional", "__call__"): "keyword-only; rngs comes last here"}
+ORDER_DIFFERS: dict[tuple[str, str], str] = {}
 
 INIT_NAMES = {
     "kernel_init",

@@ -119,6 +119,8 @@ def test_bidirectional():
     xs = rand(2, 5, 3)
     expected = jnp.concatenate([fwd(xs), bwd(xs, reverse=True, keep_order=True)], axis=-1)
     close(bi(xs), expected)
+    # reverse/keep_order at the call are accepted and ignored (as in Flax NNX 0.12)
+    close(bi(xs, reverse=True, keep_order=False), expected)
 
 
 def test_rnn_errors():
