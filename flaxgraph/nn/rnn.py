@@ -29,6 +29,7 @@ from flaxgraph.module import Module
 from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import check_last_dim, check_min_rank
 from flaxgraph.nn.recurrent import RNNCellBase
+from flaxgraph.nn.stochastic import own_stream
 from flaxgraph.rngs import Rngs, RngStream
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.scan import Carry, scan
@@ -60,6 +61,25 @@ def _keep_where(valid: jax.Array, new: Any, old: Any) -> Any:
     return jax.tree.map(select, new, old)
 
 
+def carry_stream(owner: str, rngs: Rngs | RngStream | bool) -> RngStream | None:
+    """The stream an ``RNN``/``Bidirectional`` keeps for ``initialize_carry``:
+    ``True`` a ``'carry'`` stream seeded with 0, ``False`` none, an ``Rngs`` a fork
+    of its ``carry`` stream (else ``default``), a stream a fork of it.
+
+    Raises:
+      TypeError: ``rngs`` is none of these.
+    """
+    if rngs is True:
+        return RngStream(jax.random.key(0), tag="carry")
+    if rngs is False or rngs is None:
+        return None
+    if isinstance(rngs, (Rngs, RngStream)):
+        return own_stream(rngs, "carry")
+    raise TypeError(
+        f"{owner}: rngs must be an nnx.Rngs, an nnx.RngStream or a bool, got {type(rngs).__name__}."
+    )
+
+
 class RNN(Module):
     """Runs a recurrent cell over the time axis (with ``nnx.scan``).
 
@@ -75,6 +95,15 @@ class RNN(Module):
       state_axes: how the cell's state crosses steps, ``{filter: nnx.Carry | None}``
         (default ``{...: nnx.Carry}``: all of it is carried, so a dropout stream
         inside the cell advances every step).
+      rngs: the stream kept for ``initialize_carry`` when a call gives no
+        ``rngs``: ``True`` (default) a ``'carry'`` stream seeded with 0, an
+        ``nnx.Rngs`` (or stream) a fork of its ``carry`` stream, ``False`` none
+        (the cell's own stream or a fixed key is used, enough for the default
+        zeros carry).
+
+    Flax NNX 0.12's ``broadcast_rngs`` (RNG streams broadcast rather than carried
+    across steps) is not implemented; use ``state_axes`` with ``None`` for state
+    that should not be carried.
 
     Call: ``inputs``; optional ``initial_carry`` (default
     ``cell.initialize_carry`` with ``rngs``), ``seq_lengths`` (shape ``batch``: the
@@ -110,8 +139,10 @@ class RNN(Module):
         keep_order: bool = False,
         unroll: int = 1,
         state_axes: Mapping[Filter, Any] | None = None,
+        rngs: Rngs | RngStream | bool = True,
     ):
         self.cell = cell
+        self.rngs = carry_stream("RNN", rngs)
         self.time_major = time_major
         self.return_carry = return_carry
         self.reverse = reverse
@@ -144,7 +175,9 @@ class RNN(Module):
         x = jnp.moveaxis(x, time_axis, 0)
         n_batch = x.ndim - n_features - 1
         if initial_carry is None:
-            initial_carry = self.cell.initialize_carry(tuple(x.shape[1:]), rngs)
+            initial_carry = self.cell.initialize_carry(
+                tuple(x.shape[1:]), rngs if rngs is not None else self.rngs
+            )
         if reverse:
             x = flip_sequences(x, seq_lengths, n_batch)
         steps = jnp.arange(x.shape[0])
@@ -175,7 +208,8 @@ class Bidirectional(Module):
       forward_rnn, backward_rnn: ``RNN`` modules (the backward one is called with
         ``reverse=True, keep_order=True``).
       merge_fn: combines the two outputs (default: concatenate features).
-      time_major, return_carry: as in ``RNN``.
+      time_major, return_carry, rngs: as in ``RNN``; the kept stream is passed to
+        both RNNs when a call gives no ``rngs``.
 
     Call: ``inputs`` and optional ``initial_carry`` (a pair), ``rngs``,
     ``seq_lengths``, ``return_carry``, ``time_major``; returns the merged outputs,
@@ -194,7 +228,9 @@ class Bidirectional(Module):
         merge_fn: Callable[[jax.Array, jax.Array], jax.Array] = _concatenate,
         time_major: bool = False,
         return_carry: bool = False,
+        rngs: Rngs | RngStream | bool = True,
     ):
+        self.rngs = carry_stream("Bidirectional", rngs)
         self.forward_rnn = forward_rnn
         self.backward_rnn = backward_rnn
         self.merge_fn = merge_fn
@@ -221,7 +257,7 @@ class Bidirectional(Module):
             "seq_lengths": seq_lengths,
             "return_carry": True,
             "time_major": time_major,
-            "rngs": rngs,
+            "rngs": rngs if rngs is not None else self.rngs,
         }
         carry_f, y_f = self.forward_rnn(inputs, initial_carry=carry_f, **common)
         carry_b, y_b = self.backward_rnn(

@@ -51,8 +51,6 @@ LAYERS = {
 MISSING = {
     ("RNN", "__init__", "broadcast_rngs"): "RNN carries the cell's whole state through "
     "scan (state_axes); per-step RNG broadcasting is not implemented yet",
-    ("RNN", "__init__", "rngs"): "see broadcast_rngs",
-    ("Bidirectional", "__init__", "rngs"): "see RNN broadcast_rngs",
 }
 # (layer, method, parameter): why flaxgraph has it and Flax does not
 EXTRA: dict[tuple[str, str, str], str] = {}
@@ -207,3 +205,35 @@ def test_dropout_matches_flax():
     ours.eval()
     theirs.eval()
     assert ours.deterministic is theirs.deterministic is True
+
+
+def normal_carry(key, shape, dtype=jnp.float32):
+    """A module-level (hashable by name) random carry initializer."""
+    return jax.random.normal(key, shape, dtype)
+
+
+@pytest.mark.filterwarnings("ignore:carry_init is provided in __init__")
+def test_rnn_carry_streams_match_flax():
+    init = normal_carry
+    x = np.ones((2, 5, 3), np.float32)
+
+    def both(make_rnn):
+        return make_rnn(nnx), make_rnn(flax_nnx)
+
+    for rngs_arg in (lambda m: True, lambda m: m.Rngs(carry=7), lambda m: m.Rngs(7)):
+        ours, theirs = both(
+            lambda m, r=rngs_arg: m.RNN(
+                m.GRUCell(3, 4, carry_init=init, rngs=m.Rngs(0)), return_carry=True, rngs=r(m)
+            )
+        )
+        for _ in range(2):  # the kept stream advances per call
+            np.testing.assert_allclose(
+                np.asarray(ours(x)[0]), np.asarray(theirs(x)[0]), rtol=1e-5, atol=1e-5
+            )
+    ours, theirs = both(
+        lambda m: m.Bidirectional(
+            m.RNN(m.GRUCell(3, 4, carry_init=init, rngs=m.Rngs(0))),
+            m.RNN(m.GRUCell(3, 4, carry_init=init, rngs=m.Rngs(1))),
+        )
+    )
+    np.testing.assert_allclose(np.asarray(ours(x)), np.asarray(theirs(x)), rtol=1e-5, atol=1e-5)

@@ -150,3 +150,29 @@ def test_rnn_jit_and_grad():
 
     ref = nnx.grad(loop_loss)(rnn.cell, xs)
     jax.tree.map(lambda a, b: close(a, b, 1e-4), grads["cell"], ref)
+
+
+def normal_carry(key, shape, dtype=jnp.float32):
+    return jax.random.normal(key, shape, dtype)
+
+
+def test_rnn_keeps_a_carry_stream():
+    xs = rand(2, 4, 3)
+    rnn = RNN(GRUCell(3, 4, carry_init=normal_carry, rngs=nnx.Rngs(0)), return_carry=True)
+    assert isinstance(rnn.rngs, nnx.RngStream) and rnn.rngs.tag == "carry"
+    # the default stream is seeded with 0: its first key draws the first carry
+    first_key = nnx.RngStream(jax.random.key(0), tag="carry")()
+    expected_carry = normal_carry(first_key, (2, 4))
+    loop_carry, _ = python_loop(rnn.cell, xs, expected_carry)
+    close(rnn(xs)[0], loop_carry)
+    assert int(rnn.rngs.count.value) == 1
+    assert not np.allclose(rnn(xs)[0], loop_carry)  # the stream advanced
+    # a call's rngs wins over the kept stream
+    call_carry = normal_carry(nnx.Rngs(carry=5)["carry"](), (2, 4))
+    close(rnn(xs, rngs=nnx.Rngs(carry=5))[0], python_loop(rnn.cell, xs, call_carry)[0])
+    assert RNN(GRUCell(3, 4, rngs=nnx.Rngs(0)), rngs=False).rngs is None
+    with pytest.raises(TypeError, match=r"RNN: rngs must be an nnx\.Rngs"):
+        RNN(GRUCell(3, 4, rngs=nnx.Rngs(0)), rngs=3)
+    bi = Bidirectional(RNN(GRUCell(3, 4, rngs=nnx.Rngs(0))), RNN(GRUCell(3, 4, rngs=nnx.Rngs(1))))
+    bi(xs)
+    assert int(bi.rngs.count.value) == 2  # one carry per direction
