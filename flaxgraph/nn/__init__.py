@@ -1,10 +1,11 @@
 """Neural-network layers: linear, embedding, convolution, normalization, dropout,
-attention and recurrent layers, pooling, activation functions and initializers.
+attention and recurrent layers, weight-normalizing wrappers (``SpectralNorm``,
+``WeightNorm``), LoRA adapters, pooling, activation functions and initializers.
 
 Every layer is an ``nnx.Module`` taking ``rngs=`` for its initializers; its
 parameters are ``Param`` Variables (running statistics ``BatchStat``, decoding
-caches ``Cache``). Layers check their inputs and raise ``LayerShapeError`` (a
-``ValueError``) naming themselves on a mismatch.
+caches ``Cache``, LoRA adapters ``LoRAParam``). Layers check their inputs and
+raise ``LayerShapeError`` (a ``ValueError``) naming themselves on a mismatch.
 
 Source: Flax NNX ``flax.nnx.nn`` (0.12) public API.
 """
@@ -38,11 +39,13 @@ from flaxgraph.nn.activations import standardize as standardize
 from flaxgraph.nn.activations import swish as swish
 from flaxgraph.nn.activations import tanh as tanh
 from flaxgraph.nn.attention import MultiHeadAttention as MultiHeadAttention
-from flaxgraph.nn.attention import combine_masks as combine_masks
-from flaxgraph.nn.attention import dot_product_attention as dot_product_attention
-from flaxgraph.nn.attention import dot_product_attention_weights as dot_product_attention_weights
-from flaxgraph.nn.attention import make_attention_mask as make_attention_mask
-from flaxgraph.nn.attention import make_causal_mask as make_causal_mask
+from flaxgraph.nn.attention_ops import combine_masks as combine_masks
+from flaxgraph.nn.attention_ops import dot_product_attention as dot_product_attention
+from flaxgraph.nn.attention_ops import (
+    dot_product_attention_weights as dot_product_attention_weights,
+)
+from flaxgraph.nn.attention_ops import make_attention_mask as make_attention_mask
+from flaxgraph.nn.attention_ops import make_causal_mask as make_causal_mask
 from flaxgraph.nn.conv import Conv as Conv
 from flaxgraph.nn.conv import ConvTranspose as ConvTranspose
 from flaxgraph.nn.embed import Embed as Embed
@@ -52,18 +55,25 @@ from flaxgraph.nn.errors import LayerShapeError as LayerShapeError
 from flaxgraph.nn.linear import Einsum as Einsum
 from flaxgraph.nn.linear import Linear as Linear
 from flaxgraph.nn.linear import LinearGeneral as LinearGeneral
+from flaxgraph.nn.lora import LoRA as LoRA
+from flaxgraph.nn.lora import LoRALinear as LoRALinear
+from flaxgraph.nn.lora import LoRAParam as LoRAParam
 from flaxgraph.nn.normalization import BatchNorm as BatchNorm
 from flaxgraph.nn.normalization import GroupNorm as GroupNorm
+from flaxgraph.nn.normalization import InstanceNorm as InstanceNorm
 from flaxgraph.nn.normalization import LayerNorm as LayerNorm
 from flaxgraph.nn.normalization import RMSNorm as RMSNorm
+from flaxgraph.nn.normalization_wrappers import SpectralNorm as SpectralNorm
+from flaxgraph.nn.normalization_wrappers import WeightNorm as WeightNorm
 from flaxgraph.nn.pooling import avg_pool as avg_pool
 from flaxgraph.nn.pooling import max_pool as max_pool
 from flaxgraph.nn.pooling import min_pool as min_pool
 from flaxgraph.nn.pooling import pool as pool
-from flaxgraph.nn.recurrent import RNN as RNN
-from flaxgraph.nn.recurrent import Bidirectional as Bidirectional
 from flaxgraph.nn.recurrent import GRUCell as GRUCell
 from flaxgraph.nn.recurrent import LSTMCell as LSTMCell
+from flaxgraph.nn.recurrent import OptimizedLSTMCell as OptimizedLSTMCell
 from flaxgraph.nn.recurrent import RNNCellBase as RNNCellBase
 from flaxgraph.nn.recurrent import SimpleCell as SimpleCell
+from flaxgraph.nn.rnn import RNN as RNN
+from flaxgraph.nn.rnn import Bidirectional as Bidirectional
 from flaxgraph.nn.stochastic import Dropout as Dropout

@@ -1,12 +1,8 @@
-"""Attention: ``dot_product_attention``, masks, and ``MultiHeadAttention``.
+"""Attention: ``MultiHeadAttention``, with an optional autoregressive cache.
 
-``dot_product_attention(q, k, v)`` computes ``softmax(q kᵀ / sqrt(depth)) v`` per
-head, for arrays laid out ``(*batch, length, num_heads, depth)``. Masks are
-boolean-like arrays broadcastable to the weights' shape ``(*batch, num_heads,
-q_length, kv_length)``: ``make_attention_mask`` builds one from per-position
-values, ``make_causal_mask`` the lower-triangular one, ``combine_masks`` ANDs
-several. ``MultiHeadAttention`` projects inputs to heads with ``LinearGeneral``,
-attends, and projects back.
+``MultiHeadAttention`` projects inputs to heads with ``LinearGeneral``, attends
+with ``dot_product_attention`` (``flaxgraph.nn.attention_ops``, where the masks
+live too), and projects back.
 
 Autoregressive decoding: construct (or set) ``decode=True`` and call
 ``init_cache(input_shape)``; each call then takes one position
@@ -20,15 +16,12 @@ positions filled so far, so step-by-step decoding equals full causal attention.
   >>> mha(x, mask=nnx.make_causal_mask(jnp.ones((3, 5)))).shape
   (3, 5, 8)
 
-Source: Flax NNX ``nnx.MultiHeadAttention``, ``nnx.dot_product_attention``,
-``nnx.make_attention_mask``, ``nnx.make_causal_mask``, ``nnx.combine_masks`` (0.12)
-public signatures and documented behaviour; Vaswani et al., "Attention Is All You
-Need" (2017).
+Source: Flax NNX ``nnx.MultiHeadAttention`` (0.12) public signature and
+documented behaviour; Vaswani et al., "Attention Is All You Need" (2017).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -37,251 +30,21 @@ import jax.numpy as jnp
 from jax import lax
 
 from flaxgraph.module import Module
-from flaxgraph.nn.common import EMPTY_METADATA, broadcast_right, first_from
+from flaxgraph.nn.attention_ops import combine_masks, dot_product_attention
+from flaxgraph.nn.common import EMPTY_METADATA, first_from
 from flaxgraph.nn.dtypes import promote_dtype
-from flaxgraph.nn.errors import LayerShapeError, check_last_dim, describe, shape_error
+from flaxgraph.nn.errors import check_last_dim, describe, shape_error
 from flaxgraph.nn.initializers import lecun_normal, zeros
 from flaxgraph.nn.linear import LinearGeneral
 from flaxgraph.nn.normalization import LayerNorm
 from flaxgraph.nn.stochastic import draw_key, own_stream
 from flaxgraph.rngs import Rngs, RngStream
-from flaxgraph.variables import Cache, Intermediate
+from flaxgraph.variables import Cache
 
 Dtype = Any
 Initializer = Callable[..., Any]
 
 default_kernel_init = lecun_normal()
-
-
-def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None, module: Any) -> None:
-    who = describe(module) if module is not None else "dot_product_attention"
-    shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}" + (
-        "" if value is None else f", value {tuple(value.shape)}"
-    )
-    problems = []
-    arrays = [query, key] + ([] if value is None else [value])
-    if any(a.ndim < 3 for a in arrays) or len({a.ndim for a in arrays}) != 1:
-        problems.append("arrays of one rank >= 3 laid out (*batch, length, num_heads, depth)")
-    else:
-        if query.shape[:-3] != key.shape[:-3] or (
-            value is not None and value.shape[:-3] != key.shape[:-3]
-        ):
-            problems.append("equal batch dimensions")
-        if query.shape[-2] != key.shape[-2] or (
-            value is not None and value.shape[-2] != key.shape[-2]
-        ):
-            problems.append("equal num_heads (axis -2)")
-        if query.shape[-1] != key.shape[-1]:
-            problems.append("equal query and key depth (axis -1)")
-        if value is not None and key.shape[-3] != value.shape[-3]:
-            problems.append("equal key and value length (axis -3)")
-    if problems:
-        raise LayerShapeError(f"{who} expected {'; '.join(problems)}, got {shapes}.", module)
-
-
-def dot_product_attention_weights(
-    query: jax.Array,
-    key: jax.Array,
-    bias: jax.Array | None = None,
-    mask: jax.Array | None = None,
-    broadcast_dropout: bool = True,
-    dropout_rng: jax.Array | None = None,
-    dropout_rate: float = 0.0,
-    deterministic: bool = False,
-    dtype: Dtype | None = None,
-    precision: Any = None,
-    module: Module | None = None,
-    promote_dtype: Callable[..., Any] = promote_dtype,
-    is_causal: bool = False,
-) -> jax.Array:
-    """The attention weights ``softmax(q kᵀ / sqrt(depth) + bias)``, masked.
-
-    Args:
-      query: ``(*batch, q_length, num_heads, depth)``.
-      key: ``(*batch, kv_length, num_heads, depth)``.
-      bias: added to the logits; broadcastable to ``(*batch, num_heads, q_length,
-        kv_length)`` (lower-rank biases are aligned right).
-      mask: where false (0), the logit is replaced by the dtype's lowest value;
-        broadcastable like ``bias``.
-      broadcast_dropout: use one dropout mask for every batch element and head.
-      dropout_rng: the key for dropout (needed when it applies).
-      dropout_rate: the probability of dropping a weight.
-      deterministic: no dropout.
-      dtype: the computation dtype (default: promoted from query and key).
-      precision: the ``einsum`` precision.
-      module: if given, the weights are sown into it as the ``Intermediate``
-        ``attention_weights``.
-      promote_dtype: the dtype promotion function.
-      is_causal: also mask key positions after the query position (top-left
-        aligned lower triangle, as ``jax.nn.dot_product_attention``).
-
-    Returns:
-      ``(*batch, num_heads, q_length, kv_length)`` weights summing to 1 over the last axis.
-
-    Raises:
-      LayerShapeError: query and key disagree on rank, batch, heads or depth.
-      ValueError: dropout applies but ``dropout_rng`` is None.
-    """
-    query, key = promote_dtype((jnp.asarray(query), jnp.asarray(key)), dtype=dtype)
-    _check_qkv(query, key, None, module)
-    dtype = query.dtype
-    query = query / jnp.sqrt(query.shape[-1]).astype(dtype)
-    weights = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
-    if bias is not None:
-        weights = weights + broadcast_right(jnp.asarray(bias), weights.ndim).astype(dtype)
-    if is_causal:
-        q_len, kv_len = weights.shape[-2:]
-        causal = jnp.tril(jnp.ones((q_len, kv_len), dtype=bool))
-        mask = (
-            causal
-            if mask is None
-            else jnp.logical_and(
-                broadcast_right(jnp.asarray(mask, bool), weights.ndim),
-                broadcast_right(causal, weights.ndim),
-            )
-        )
-    if mask is not None:
-        mask = broadcast_right(jnp.asarray(mask), weights.ndim)
-        weights = jnp.where(mask, weights, jnp.finfo(dtype).min)
-    weights = jax.nn.softmax(weights).astype(dtype)
-    if module is not None:
-        module.sow(Intermediate, "attention_weights", weights)
-    if not deterministic and dropout_rate > 0.0:
-        if dropout_rng is None:
-            raise ValueError(
-                "dot_product_attention: dropout_rate > 0 and not deterministic, "
-                "but no dropout_rng was given."
-            )
-        keep = 1.0 - dropout_rate
-        shape = (
-            (1,) * (weights.ndim - 2) + weights.shape[-2:] if broadcast_dropout else weights.shape
-        )
-        keep_mask = jnp.broadcast_to(jax.random.bernoulli(dropout_rng, keep, shape), weights.shape)
-        weights = weights * (keep_mask.astype(dtype) / jnp.asarray(keep, dtype))
-    return weights
-
-
-def dot_product_attention(
-    query: jax.Array,
-    key: jax.Array,
-    value: jax.Array,
-    bias: jax.Array | None = None,
-    mask: jax.Array | None = None,
-    broadcast_dropout: bool = True,
-    dropout_rng: jax.Array | None = None,
-    dropout_rate: float = 0.0,
-    deterministic: bool = False,
-    dtype: Dtype | None = None,
-    precision: Any = None,
-    module: Module | None = None,
-    promote_dtype: Callable[..., Any] = promote_dtype,
-    is_causal: bool = False,
-) -> jax.Array:
-    """Scaled dot-product attention: ``softmax(q kᵀ / sqrt(depth)) v`` per head.
-
-    Args:
-      query: ``(*batch, q_length, num_heads, depth)``.
-      key: ``(*batch, kv_length, num_heads, depth)``.
-      value: ``(*batch, kv_length, num_heads, v_depth)``.
-      bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic,
-      dtype, precision, module, promote_dtype, is_causal: as in
-        ``dot_product_attention_weights``.
-
-    Returns:
-      ``(*batch, q_length, num_heads, v_depth)``.
-
-    Raises:
-      LayerShapeError: the three arrays disagree on rank, batch, heads, depth or length.
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> q = k = v = jnp.ones((2, 4, 3, 8))
-      >>> nnx.dot_product_attention(q, k, v).shape
-      (2, 4, 3, 8)
-    """
-    query, key, value = promote_dtype(
-        (jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)), dtype=dtype
-    )
-    _check_qkv(query, key, value, module)
-    weights = dot_product_attention_weights(
-        query,
-        key,
-        bias,
-        mask,
-        broadcast_dropout,
-        dropout_rng,
-        dropout_rate,
-        deterministic,
-        query.dtype,
-        precision,
-        module,
-        promote_dtype,
-        is_causal,
-    )
-    return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
-
-
-def make_attention_mask(
-    query_input: jax.Array,
-    key_input: jax.Array,
-    pairwise_fn: Callable[..., Any] = jnp.multiply,
-    extra_batch_dims: int = 0,
-    dtype: Dtype = jnp.float32,
-) -> jax.Array:
-    """An attention mask from per-position values: ``mask[..., 0, i, j] =
-    pairwise_fn(query_input[..., i], key_input[..., j])``.
-
-    Args:
-      query_input: ``(*batch, q_length)``, e.g. 1 for real tokens, 0 for padding.
-      key_input: ``(*batch, kv_length)``.
-      pairwise_fn: combines a query and a key value (default ``jnp.multiply``).
-      extra_batch_dims: leading size-1 axes to add.
-      dtype: the mask's dtype.
-
-    Returns:
-      ``(*[1] * extra_batch_dims, *batch, 1, q_length, kv_length)``.
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.make_attention_mask(jnp.array([1, 1, 0]), jnp.array([1, 0, 0])).shape
-      (1, 3, 3)
-    """
-    mask = pairwise_fn(jnp.expand_dims(query_input, -1), jnp.expand_dims(key_input, -2))
-    mask = jnp.expand_dims(mask, -3)
-    mask = jnp.reshape(mask, (1,) * extra_batch_dims + mask.shape)
-    return mask.astype(dtype)
-
-
-def make_causal_mask(
-    x: jax.Array, extra_batch_dims: int = 0, dtype: Dtype = jnp.float32
-) -> jax.Array:
-    """The causal mask for self-attention over ``x`` of shape ``(*batch, length)``:
-    position ``i`` may attend to ``j <= i``.
-
-    Returns:
-      ``(*[1] * extra_batch_dims, *batch, 1, length, length)``.
-    """
-    x = jnp.asarray(x)
-    idxs = jnp.broadcast_to(jnp.arange(x.shape[-1], dtype=jnp.int32), x.shape)
-    return make_attention_mask(idxs, idxs, jnp.greater_equal, extra_batch_dims, dtype)
-
-
-def combine_masks(*masks: jax.Array | None, dtype: Dtype = jnp.float32) -> jax.Array | None:
-    """The logical AND of the masks that are not None (None if all are).
-
-    Raises:
-      ValueError: the masks have different ranks.
-    """
-    present = [jnp.asarray(m) for m in masks if m is not None]
-    if not present:
-        return None
-    if len({m.ndim for m in present}) != 1:
-        raise ValueError(
-            f"combine_masks: masks must have one rank, got shapes {[tuple(m.shape) for m in present]}."
-        )
-    return functools.reduce(jnp.logical_and, present).astype(dtype)
 
 
 class MultiHeadAttention(Module):
@@ -310,6 +73,10 @@ class MultiHeadAttention(Module):
       normalize_qk: apply a ``LayerNorm`` (no bias) to queries and keys per head.
       qkv_promote_dtype, out_promote_dtype, ln_promote_dtype: dtype promotion of
         the projections and norms.
+      qkv_dot_general, out_dot_general: the contraction functions of the
+        query/key/value projections and of the output projection (default
+        ``jax.lax.dot_general``); ``qkv_dot_general_cls``/``out_dot_general_cls``:
+        classes instantiated with no arguments to make them instead.
       rngs: an ``nnx.Rngs`` for the initializers; with ``keep_rngs`` and a dropout
         rate, a fork of its ``dropout`` stream is kept as ``self.rngs``.
       kernel_metadata, bias_metadata, out_kernel_metadata, out_bias_metadata,
@@ -319,8 +86,10 @@ class MultiHeadAttention(Module):
     ``inputs_v`` ``(*batch, kv_length, in_kv_features)`` (default: ``inputs_q`` for
     self-attention, and ``inputs_k`` for values); optional ``mask`` broadcastable
     to ``(*batch, num_heads, q_length, kv_length)``, ``deterministic``, ``rngs``,
-    ``sow_weights`` (sow the weights as ``attention_weights``), ``decode`` and
-    ``is_causal``. Returns ``(*batch, q_length, out_features)``.
+    ``sow_weights`` (sow the weights as ``attention_weights``), ``decode``,
+    ``is_causal``, and ``qkv_sharding``/``out_sharding`` (the shardings of the
+    projected heads, ``(*batch, length, heads, head_dim)``, and of the output,
+    passed to the projections). Returns ``(*batch, q_length, out_features)``.
 
     Raises:
       ValueError: at construction, indivisible feature/head counts; at call,
@@ -360,6 +129,10 @@ class MultiHeadAttention(Module):
         qkv_promote_dtype: Callable[..., Any] = promote_dtype,
         out_promote_dtype: Callable[..., Any] = promote_dtype,
         ln_promote_dtype: Callable[..., Any] = promote_dtype,
+        qkv_dot_general: Callable[..., jax.Array] | None = None,
+        out_dot_general: Callable[..., jax.Array] | None = None,
+        qkv_dot_general_cls: Any = None,
+        out_dot_general_cls: Any = None,
         rngs: Rngs,
         keep_rngs: bool = True,
         kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
@@ -412,6 +185,8 @@ class MultiHeadAttention(Module):
                 use_bias=use_bias,
                 precision=precision,
                 promote_dtype=qkv_promote_dtype,
+                dot_general=qkv_dot_general,
+                dot_general_cls=qkv_dot_general_cls,
                 rngs=rngs,
                 kernel_metadata=kernel_metadata,
                 bias_metadata=bias_metadata,
@@ -431,6 +206,8 @@ class MultiHeadAttention(Module):
             use_bias=use_bias,
             precision=precision,
             promote_dtype=out_promote_dtype,
+            dot_general=out_dot_general,
+            dot_general_cls=out_dot_general_cls,
             rngs=rngs,
             kernel_metadata=out_kernel_metadata,
             bias_metadata=out_bias_metadata,
@@ -565,6 +342,8 @@ class MultiHeadAttention(Module):
         sow_weights: bool = False,
         decode: bool | None = None,
         is_causal: bool = False,
+        out_sharding: Any = None,
+        qkv_sharding: Any = None,
     ) -> jax.Array:
         if inputs_k is None:
             if inputs_v is not None:
@@ -580,9 +359,9 @@ class MultiHeadAttention(Module):
         check_last_dim(self, inputs_k, self.in_kv_features, "keys")
         check_last_dim(self, inputs_v, self.in_kv_features, "values")
 
-        query = self.query(inputs_q)
-        key = self.key(inputs_k)
-        value = self.value(inputs_v)
+        query = self.query(inputs_q, out_sharding=qkv_sharding)
+        key = self.key(inputs_k, out_sharding=qkv_sharding)
+        value = self.value(inputs_v, out_sharding=qkv_sharding)
         if self.query_ln is not None and self.key_ln is not None:
             query = self.query_ln(query)
             key = self.key_ln(key)
@@ -623,14 +402,7 @@ class MultiHeadAttention(Module):
             module=self if sow_weights else None,
             **extra,
         )
-        return self.out(x)
+        return self.out(x, out_sharding=out_sharding)
 
 
-__all__ = [
-    "MultiHeadAttention",
-    "combine_masks",
-    "dot_product_attention",
-    "dot_product_attention_weights",
-    "make_attention_mask",
-    "make_causal_mask",
-]
+__all__ = ["MultiHeadAttention"]

@@ -109,6 +109,17 @@ def make_reshaped_param(
     return Param(value, **dict(metadata))
 
 
+def op_options(preferred_element_type: Any = None, out_sharding: Any = None) -> dict[str, Any]:
+    """The keyword arguments for a ``dot_general``/``einsum``/``conv`` call: only the
+    options that are set, so a custom product function without them still works."""
+    options: dict[str, Any] = {}
+    if preferred_element_type is not None:
+        options["preferred_element_type"] = preferred_element_type
+    if out_sharding is not None:
+        options["out_sharding"] = out_sharding
+    return options
+
+
 def broadcast_right(value: jax.Array, ndim: int) -> jax.Array:
     """``value`` reshaped with leading 1s to rank ``ndim`` (explicit broadcasting;
     the test suite runs with ``jax_numpy_rank_promotion='raise'``)."""
@@ -123,4 +134,5 @@ __all__ = [
     "first_from",
     "make_param",
     "make_reshaped_param",
+    "op_options",
 ]

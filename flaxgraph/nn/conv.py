@@ -38,6 +38,7 @@ from flaxgraph.nn.common import (
     canonicalize_tuple,
     expand_to,
     make_param,
+    op_options,
 )
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim, check_min_rank
@@ -142,10 +143,8 @@ class _ConvBase(Module):
         bias = None if self.bias is None else self.bias.value
         return self.promote_dtype((x, kernel, bias), dtype=self.dtype)  # type: ignore[no-any-return]
 
-    def _extra(self) -> dict[str, Any]:
-        if self.preferred_element_type is None:
-            return {}
-        return {"preferred_element_type": self.preferred_element_type}
+    def _extra(self, out_sharding: Any = None) -> dict[str, Any]:
+        return op_options(self.preferred_element_type, out_sharding)
 
 
 class Conv(_ConvBase):
@@ -171,7 +170,8 @@ class Conv(_ConvBase):
       preferred_element_type, rngs, kernel_metadata, bias_metadata: as in ``Linear``.
       conv_general_dilated: the convolution (default ``jax.lax.conv_general_dilated``).
 
-    Call: ``inputs`` of shape ``(*batch, *spatial, in_features)``; returns
+    Call: ``inputs`` of shape ``(*batch, *spatial, in_features)`` and an optional
+    ``out_sharding`` (passed to ``conv_general_dilated``); returns
     ``(*batch, *out_spatial, out_features)``.
 
     Raises:
@@ -261,7 +261,7 @@ class Conv(_ConvBase):
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         x = jnp.asarray(inputs)
         n = len(self.kernel_size)
         x, batch_shape = _flatten_batch(self, x, n, self.in_features)
@@ -284,7 +284,7 @@ class Conv(_ConvBase):
             dimension_numbers=_dimension_numbers(n),
             feature_group_count=self.feature_group_count,
             precision=self.precision,
-            **self._extra(),
+            **self._extra(out_sharding),
         )
         if bias is not None:
             y = y + broadcast_right(bias, y.ndim)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.module import Module
-from flaxgraph.nn.common import EMPTY_METADATA, make_param
+from flaxgraph.nn.common import EMPTY_METADATA, make_param, op_options
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import LayerDtypeError, check_last_dim, describe
 from flaxgraph.nn.initializers import variance_scaling
@@ -48,7 +48,8 @@ class Embed(Module):
       rngs: an ``nnx.Rngs`` (its ``params`` stream seeds the initializer).
       embedding_metadata: metadata of the ``embedding`` Param.
 
-    Call: integer ``inputs`` of any shape ``S``; returns ``S + (features,)``. An
+    Call: integer ``inputs`` of any shape ``S`` (and an optional ``out_sharding``
+    for the gathered rows); returns ``S + (features,)``. An
     id outside ``[0, num_embeddings)`` gives NaNs (``jnp.take``'s ``'fill'`` mode)
     instead of a silently clamped row.
 
@@ -86,7 +87,7 @@ class Embed(Module):
         self.param_dtype = param_dtype
         self.promote_dtype = promote_dtype
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         ids = jnp.asarray(inputs)
         if not jnp.issubdtype(ids.dtype, jnp.integer):
             raise LayerDtypeError(
@@ -95,13 +96,16 @@ class Embed(Module):
                 self,
             )
         (embedding,) = self.promote_dtype((self.embedding.value,), dtype=self.dtype, inexact=False)
-        return jnp.take(embedding, ids, axis=0, mode="fill")
+        if out_sharding is None:
+            return jnp.take(embedding, ids, axis=0, mode="fill")
+        return embedding.at[ids].get(mode="fill", out_sharding=out_sharding)
 
-    def attend(self, query: jax.Array) -> jax.Array:
+    def attend(self, query: jax.Array, out_sharding: Any = None) -> jax.Array:
         """Logits of ``query`` against every embedding: ``query @ embedding.T``.
 
         Args:
           query: shape ``(..., features)``.
+          out_sharding: the output's sharding, passed to ``jnp.dot`` (default none).
 
         Returns:
           Shape ``(..., num_embeddings)``.
@@ -112,4 +116,4 @@ class Embed(Module):
         q = jnp.asarray(query)
         check_last_dim(self, q, self.features, "a query")
         q, embedding = self.promote_dtype((q, self.embedding.value), dtype=self.dtype)
-        return jnp.dot(q, embedding.T)
+        return jnp.dot(q, embedding.T, **op_options(out_sharding=out_sharding))

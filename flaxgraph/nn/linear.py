@@ -40,6 +40,7 @@ from flaxgraph.nn.common import (
     canonicalize_tuple,
     make_param,
     make_reshaped_param,
+    op_options,
 )
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim, normalize_axis, shape_error
@@ -74,7 +75,9 @@ class Linear(Module):
       kernel_metadata, bias_metadata: metadata given to the Params, e.g.
         ``{'sharding': (None, 'model')}``.
 
-    Call: ``inputs`` of shape ``(..., in_features)`` returns ``(..., out_features)``.
+    Call: ``inputs`` of shape ``(..., in_features)`` returns ``(..., out_features)``;
+    ``out_sharding`` (a ``PartitionSpec``/``NamedSharding``, default none) is passed
+    to ``dot_general`` to fix the output's sharding.
 
     Raises:
       LayerShapeError (a ``ValueError``): the inputs' last axis is not ``in_features``.
@@ -128,16 +131,12 @@ class Linear(Module):
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         x = jnp.asarray(inputs)
         check_last_dim(self, x, self.in_features)
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
-        extra = (
-            {}
-            if self.preferred_element_type is None
-            else {"preferred_element_type": self.preferred_element_type}
-        )
+        extra = op_options(self.preferred_element_type, out_sharding)
         y = self.dot_general(
             x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision, **extra
         )
@@ -172,8 +171,11 @@ class LinearGeneral(Module):
         ``(prod(in_features), prod(out_features))`` of the kernel (per batch
         index), so fan-in/fan-out are those of the whole contraction.
       dot_general: the contraction function (default ``jax.lax.dot_general``).
+      dot_general_cls: a class (or factory) called with no arguments to make
+        ``dot_general`` (default none; give at most one of the two).
 
-    Call: ``inputs`` whose axes ``axis`` have sizes ``in_features``; returns
+    Call: ``inputs`` whose axes ``axis`` have sizes ``in_features`` (and an optional
+    ``out_sharding``, as in ``Linear``); returns
     ``batch axes + the other input axes (in order) + out_features``, the output
     order of ``jax.lax.dot_general`` (with no batch axes: the remaining input axes
     followed by ``out_features``).
@@ -213,6 +215,7 @@ class LinearGeneral(Module):
         precision: Any = None,
         promote_dtype: Callable[..., Any] = promote_dtype,
         dot_general: Callable[..., jax.Array] | None = None,
+        dot_general_cls: Callable[[], Callable[..., jax.Array]] | None = None,
         preferred_element_type: Dtype | None = None,
         rngs: Rngs,
         kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
@@ -263,10 +266,12 @@ class LinearGeneral(Module):
         self.param_dtype = param_dtype
         self.precision = precision
         self.promote_dtype = promote_dtype
-        self.dot_general = dot_general
+        if dot_general is not None and dot_general_cls is not None:
+            raise ValueError("LinearGeneral: give at most one of dot_general and dot_general_cls.")
+        self.dot_general = dot_general_cls() if dot_general_cls is not None else dot_general
         self.preferred_element_type = preferred_element_type
 
-    def __call__(self, inputs: jax.Array) -> jax.Array:
+    def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         x = jnp.asarray(inputs)
         ndim = x.ndim
         axes = tuple(normalize_axis(self, a, ndim, x.shape) for a in self.axis)
@@ -289,11 +294,7 @@ class LinearGeneral(Module):
         contract = tuple(range(n_batch, n_batch + len(axes)))
         dimension_numbers = ((axes, contract), (batch_dims, tuple(range(n_batch))))
         dot_general = self.dot_general or lax.dot_general
-        extra = (
-            {}
-            if self.preferred_element_type is None
-            else {"preferred_element_type": self.preferred_element_type}
-        )
+        extra = op_options(self.preferred_element_type, out_sharding)
         y = dot_general(x, kernel, dimension_numbers, precision=self.precision, **extra)
         if bias is not None:
             n_free = ndim - len(axes) - n_batch
@@ -343,7 +344,7 @@ class Einsum(Module):
       einsum_op: the einsum function (default ``jnp.einsum``).
 
     Call: ``inputs`` matching the equation's first operand; ``einsum_str`` at call
-    overrides the constructor's. Returns the equation's output.
+    overrides the constructor's; ``out_sharding`` is passed to ``einsum_op``. Returns the equation's output.
 
     Raises:
       ValueError: a malformed equation, or a ``kernel_shape`` whose rank does not
@@ -406,7 +407,9 @@ class Einsum(Module):
         self.einsum_op = einsum_op
         self.preferred_element_type = preferred_element_type
 
-    def __call__(self, inputs: jax.Array, einsum_str: str | None = None) -> jax.Array:
+    def __call__(
+        self, inputs: jax.Array, einsum_str: str | None = None, out_sharding: Any = None
+    ) -> jax.Array:
         einsum_str = self.einsum_str if einsum_str is None else einsum_str
         lhs, rhs, _ = _parse_einsum(einsum_str)
         x = jnp.asarray(inputs)
@@ -429,11 +432,7 @@ class Einsum(Module):
                 )
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
-        extra = (
-            {}
-            if self.preferred_element_type is None
-            else {"preferred_element_type": self.preferred_element_type}
-        )
+        extra = op_options(self.preferred_element_type, out_sharding)
         y = self.einsum_op(einsum_str, x, kernel, precision=self.precision, **extra)
         if bias is not None:
             if bias.ndim > y.ndim:

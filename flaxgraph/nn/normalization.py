@@ -1,4 +1,5 @@
-"""Normalization layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``BatchNorm``.
+"""Normalization layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``,
+``BatchNorm``.
 
 Each standardizes its inputs over some axes and applies a learned per-feature
 ``scale`` (and, except ``RMSNorm``, ``bias``)::
@@ -8,6 +9,7 @@ Each standardizes its inputs over some axes and applies a learned per-feature
 * ``LayerNorm``: statistics over the feature axis of each example.
 * ``RMSNorm``: no mean: ``y = x / sqrt(mean(x**2) + epsilon) * scale``.
 * ``GroupNorm``: features split into groups; statistics per example and group.
+* ``InstanceNorm``: statistics per example and feature, over the other axes.
 * ``BatchNorm``: statistics over the batch (every axis but the feature axis);
   keeps running averages in ``BatchStat`` Variables ``mean`` and ``var`` for
   evaluation (``use_running_average=True``, what ``Module.eval()`` sets).
@@ -25,26 +27,24 @@ the inputs' shape) restricts the statistics to the selected entries.
   >>> bn.mean.value
   Array([0.15, 0.25, 0.35], dtype=float32)
 
-Source: Flax NNX ``nnx.LayerNorm``/``RMSNorm``/``GroupNorm``/``BatchNorm`` (0.12)
-public signatures and documented behaviour; Ba et al. 2016, Zhang & Sennrich
-2019, Wu & He 2018, Ioffe & Szegedy 2015.
+Source: Flax NNX ``nnx.LayerNorm``/``RMSNorm``/``GroupNorm``/``InstanceNorm``/
+``BatchNorm`` (0.12) public signatures and documented behaviour; Ba et al. 2016,
+Zhang & Sennrich 2019, Wu & He 2018, Ulyanov et al. 2016, Ioffe & Szegedy 2015.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
-from flaxgraph.module import Module
-from flaxgraph.nn.common import EMPTY_METADATA, canonicalize_tuple, first_from, make_param
-from flaxgraph.nn.dtypes import canonicalize_dtype, promote_dtype, stats_dtype
-from flaxgraph.nn.errors import normalize_axis, shape_error
+from flaxgraph.nn.common import EMPTY_METADATA, canonicalize_tuple, first_from
+from flaxgraph.nn.dtypes import promote_dtype, stats_dtype
+from flaxgraph.nn.errors import check_min_rank, normalize_axis
 from flaxgraph.nn.initializers import ones, zeros
+from flaxgraph.nn.norm_base import NormBase, affine, moments, standardize
 from flaxgraph.rngs import Rngs
 from flaxgraph.variables import BatchStat
 
@@ -53,117 +53,7 @@ Initializer = Callable[..., Any]
 Axes = int | Sequence[int]
 
 
-def _moments(
-    x: jax.Array,
-    axes: tuple[int, ...],
-    *,
-    axis_name: Any,
-    axis_index_groups: Any,
-    use_fast_variance: bool,
-    mask: jax.Array | None,
-    use_mean: bool = True,
-) -> tuple[jax.Array, jax.Array]:
-    """``(mean, var)`` of ``x`` over ``axes`` (kept as size-1 axes), in at least
-    ``float32``, averaged across ``axis_name`` if given. Without ``use_mean`` the
-    mean is 0 and ``var`` is ``E[x²]``."""
-    x = x.astype(stats_dtype(x.dtype))
-
-    def pmean(values: Any) -> Any:
-        if axis_name is None:
-            return values
-        return lax.pmean(values, axis_name, axis_index_groups=axis_index_groups)
-
-    def mean_of(v: jax.Array) -> jax.Array:
-        return jnp.mean(v, axes, keepdims=True, where=mask)
-
-    if not use_mean:
-        mean_sq = pmean(mean_of(jnp.square(x)))
-        return jnp.zeros_like(mean_sq), mean_sq
-    if use_fast_variance:
-        mean, mean_sq = pmean((mean_of(x), mean_of(jnp.square(x))))
-        return mean, jnp.maximum(0.0, mean_sq - jnp.square(mean))
-    mean = pmean(mean_of(x))
-    return mean, pmean(mean_of(jnp.square(x - mean)))
-
-
-def _standardize(x: jax.Array, mean: jax.Array, var: jax.Array, epsilon: float) -> jax.Array:
-    """``(x - mean) * rsqrt(var + epsilon)`` in the statistics' dtype."""
-    return (x.astype(mean.dtype) - mean) * lax.rsqrt(var + epsilon)
-
-
-def _affine(
-    y: jax.Array,
-    scale: jax.Array | None,
-    bias: jax.Array | None,
-    feature_shape: tuple[int, ...],
-    dtype: Any,
-) -> jax.Array:
-    """``y * scale + bias`` with the parameters reshaped to ``feature_shape`` (the
-    inputs' shape with 1 on non-feature axes), cast to ``dtype``."""
-    if scale is not None:
-        y = y * jnp.reshape(scale, feature_shape).astype(y.dtype)
-    if bias is not None:
-        y = y + jnp.reshape(bias, feature_shape).astype(y.dtype)
-    return y.astype(dtype)
-
-
-class _Norm(Module):
-    """Parameters and dtype handling shared by the normalization layers."""
-
-    _describe_fields: ClassVar[tuple[str, ...]] = ("num_features",)
-
-    def _init_params(
-        self,
-        num_features: int,
-        *,
-        use_scale: bool,
-        use_bias: bool,
-        scale_init: Initializer,
-        bias_init: Initializer,
-        param_dtype: Any,
-        rngs: Rngs,
-        scale_metadata: Mapping[str, Any],
-        bias_metadata: Mapping[str, Any],
-    ) -> None:
-        shape = (num_features,)
-        self.scale = (
-            make_param(scale_init, rngs.params(), shape, param_dtype, scale_metadata)
-            if use_scale
-            else None
-        )
-        self.bias = (
-            make_param(bias_init, rngs.params(), shape, param_dtype, bias_metadata)
-            if use_bias
-            else None
-        )
-
-    def _params(self, x: jax.Array) -> tuple[jax.Array | None, jax.Array | None, Any]:
-        scale = None if self.scale is None else self.scale.value
-        bias = None if self.bias is None else self.bias.value
-        x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
-        return scale, bias, canonicalize_dtype(x, scale, bias, dtype=self.dtype)
-
-    def _feature_axes(
-        self, x: jax.Array, axes: tuple[int, ...]
-    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Normalized feature axes and the broadcast shape of the parameters.
-
-        Raises:
-          LayerShapeError: the feature axes do not hold ``num_features`` entries.
-        """
-        feature_axes = tuple(sorted({normalize_axis(self, a, x.ndim, x.shape) for a in axes}))
-        if math.prod(x.shape[a] for a in feature_axes) != self.num_features:
-            where = (
-                "last dimension"
-                if feature_axes == (x.ndim - 1,)
-                else f"feature axes {axes} of total size"
-            )
-            raise shape_error(self, f"inputs with {where} {self.num_features}", x.shape)
-        shape = tuple(x.shape[a] if a in feature_axes else 1 for a in range(x.ndim))
-        return feature_axes, shape
-
-
-class LayerNorm(_Norm):
+class LayerNorm(NormBase):
     """Layer normalization: each example standardized over its feature axis.
 
     Args:
@@ -251,7 +141,7 @@ class LayerNorm(_Norm):
         x = jnp.asarray(x)
         _, feature_shape = self._feature_axes(x, self.feature_axes)
         axes = tuple(normalize_axis(self, a, x.ndim, x.shape) for a in self.reduction_axes)
-        mean, var = _moments(
+        mean, var = moments(
             x,
             axes,
             axis_name=self.axis_name,
@@ -261,8 +151,8 @@ class LayerNorm(_Norm):
             use_mean=self._use_mean(),
         )
         scale, bias, dtype = self._params(x)
-        y = _standardize(x, mean, var, self.epsilon)
-        return _affine(y, scale, bias, feature_shape, dtype)
+        y = standardize(x, mean, var, self.epsilon)
+        return affine(y, scale, bias, feature_shape, dtype)
 
 
 class RMSNorm(LayerNorm):
@@ -325,8 +215,12 @@ class RMSNorm(LayerNorm):
     def _use_mean(self) -> bool:
         return False
 
+    def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+        # as Flax NNX's RMSNorm, ``mask`` may also be given positionally
+        return super().__call__(x, mask=mask)
 
-class GroupNorm(_Norm):
+
+class GroupNorm(NormBase):
     """Group normalization: features split into groups, each example standardized
     per group over the group's features and the other reduction axes.
 
@@ -444,7 +338,7 @@ class GroupNorm(_Norm):
         grouped = jnp.reshape(x, grouped_shape)
         grouped_mask = None if mask is None else jnp.reshape(mask, grouped_shape)
         group_axes = (*(a for a in axes if a != ndim - 1), ndim)
-        mean, var = _moments(
+        mean, var = moments(
             grouped,
             group_axes,
             axis_name=self.axis_name,
@@ -452,12 +346,111 @@ class GroupNorm(_Norm):
             use_fast_variance=self.use_fast_variance,
             mask=grouped_mask,
         )
-        y = jnp.reshape(_standardize(grouped, mean, var, self.epsilon), x.shape)
+        y = jnp.reshape(standardize(grouped, mean, var, self.epsilon), x.shape)
         scale, bias, dtype = self._params(x)
-        return _affine(y, scale, bias, feature_shape, dtype)
+        return affine(y, scale, bias, feature_shape, dtype)
 
 
-class BatchNorm(_Norm):
+class InstanceNorm(NormBase):
+    """Instance normalization: each example standardized per feature (channel) over
+    every other axis but the first (the batch axis).
+
+    For ``x`` of shape ``(batch, *spatial, features)`` and the default
+    ``feature_axes=-1``, the statistics run over the spatial axes, separately for
+    each example and channel; it equals ``LayerNorm(reduction_axes=spatial axes)``
+    and ``GroupNorm(num_groups=num_features)``.
+
+    Args:
+      num_features: the total size of the feature axes (the ``scale``/``bias`` size).
+      epsilon: added to the variance (default ``1e-6``).
+      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
+      axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
+      scale_metadata: as in ``LayerNorm``.
+      feature_axes: the axes ``scale``/``bias`` run along and that are not reduced
+        (default ``-1``); their sizes must multiply to ``num_features``.
+
+    Call: ``x`` of rank >= 2 (batch first) and an optional boolean ``mask`` of
+    ``x``'s shape; returns ``x``'s shape, in the promoted dtype (or ``dtype``).
+
+    Raises:
+      LayerShapeError: the feature axes do not hold ``num_features`` entries, an
+        axis is out of range, or ``x`` has no axis besides the batch axis.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> norm = nnx.InstanceNorm(2, rngs=nnx.Rngs(0))
+      >>> x = jnp.array([[[1.0, 10.0], [3.0, 30.0]]])     # (batch, length, channels)
+      >>> norm(x).round(3)
+      Array([[[-1., -1.],
+              [ 1.,  1.]]], dtype=float32)
+
+    Source: Flax NNX ``nnx.InstanceNorm`` (0.12); Ulyanov et al., "Instance
+    Normalization" (2016).
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        epsilon: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        use_bias: bool = True,
+        use_scale: bool = True,
+        bias_init: Initializer = zeros,
+        scale_init: Initializer = ones,
+        feature_axes: Axes = -1,
+        axis_name: str | None = None,
+        axis_index_groups: Any = None,
+        use_fast_variance: bool = True,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        rngs: Rngs,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        self._init_params(
+            num_features,
+            use_scale=use_scale,
+            use_bias=use_bias,
+            scale_init=scale_init,
+            bias_init=bias_init,
+            param_dtype=param_dtype,
+            rngs=rngs,
+            scale_metadata=scale_metadata,
+            bias_metadata=bias_metadata,
+        )
+        self.num_features = num_features
+        self.epsilon = epsilon
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.use_bias = use_bias
+        self.use_scale = use_scale
+        self.feature_axes = canonicalize_tuple(feature_axes, "feature_axes")
+        self.axis_name = axis_name
+        self.axis_index_groups = axis_index_groups
+        self.use_fast_variance = use_fast_variance
+        self.promote_dtype = promote_dtype
+
+    def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
+        x = jnp.asarray(x)
+        check_min_rank(self, x, 2, "batch, ..., features")
+        feature_axes, feature_shape = self._feature_axes(x, self.feature_axes)
+        axes = tuple(a for a in range(1, x.ndim) if a not in feature_axes)
+        mean, var = moments(
+            x,
+            axes,
+            axis_name=self.axis_name,
+            axis_index_groups=self.axis_index_groups,
+            use_fast_variance=self.use_fast_variance,
+            mask=mask,
+        )
+        scale, bias, dtype = self._params(x)
+        y = standardize(x, mean, var, self.epsilon)
+        return affine(y, scale, bias, feature_shape, dtype)
+
+
+class BatchNorm(NormBase):
     """Batch normalization with running statistics.
 
     In training (``use_running_average=False``) the statistics are the batch's,
@@ -577,7 +570,7 @@ class BatchNorm(_Norm):
             var = jnp.reshape(self.var.value, feature_shape)
         else:
             axes = tuple(a for a in range(x.ndim) if a != feature_axis)
-            mean, var = _moments(
+            mean, var = moments(
                 x,
                 axes,
                 axis_name=self.axis_name,
@@ -595,5 +588,5 @@ class BatchNorm(_Norm):
             )
         scale, bias, dtype = self._params(x)
         compute = stats_dtype(x.dtype)
-        y = _standardize(x, mean.astype(compute), var.astype(compute), self.epsilon)
-        return _affine(y, scale, bias, feature_shape, dtype)
+        y = standardize(x, mean.astype(compute), var.astype(compute), self.epsilon)
+        return affine(y, scale, bias, feature_shape, dtype)

@@ -1,48 +1,75 @@
-"""Recurrent layers: the cells ``LSTMCell``, ``GRUCell``, ``SimpleCell``, and
-``RNN``/``Bidirectional`` that run a cell over a sequence.
+"""Recurrent cells: ``LSTMCell``, ``OptimizedLSTMCell``, ``GRUCell``, ``SimpleCell``.
 
 A cell maps ``(carry, x_t) -> (new_carry, y_t)`` for one time step;
 ``cell.initialize_carry(input_shape)`` builds the initial carry for inputs of
-shape ``(*batch, features)``. ``RNN(cell)`` runs the cell over the time axis
-with flaxgraph's ``nnx.scan`` (one compiled step, not a Python loop), carrying
-the cell's own state too (e.g. a dropout stream inside the cell advances every
-step).
+shape ``(*batch, features)``. ``nnx.RNN(cell)`` (``flaxgraph.nn.rnn``) runs a
+cell over the time axis.
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> rnn = nnx.RNN(nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0)))
-  >>> rnn(jnp.ones((2, 7, 3))).shape          # (batch, time, features)
-  (2, 7, 5)
+  >>> cell = nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0))
+  >>> carry = cell.initialize_carry((2, 3))
+  >>> (c, h), y = cell(carry, jnp.ones((2, 3)))
+  >>> c.shape, h.shape, y.shape
+  ((2, 5), (2, 5), (2, 5))
 
-Source: Flax NNX ``nnx.LSTMCell``, ``nnx.GRUCell``, ``nnx.SimpleCell``,
-``nnx.RNN``, ``nnx.Bidirectional`` (0.12) public signatures and documented
-equations; Hochreiter & Schmidhuber 1997, Cho et al. 2014.
+Source: Flax NNX ``nnx.LSTMCell``, ``nnx.OptimizedLSTMCell``, ``nnx.GRUCell``,
+``nnx.SimpleCell`` (0.12) public signatures and documented equations;
+Hochreiter & Schmidhuber 1997, Cho et al. 2014.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.filters import Filter
 from flaxgraph.module import Module
-from flaxgraph.nn.common import EMPTY_METADATA, first_from
+from flaxgraph.nn.common import EMPTY_METADATA
 from flaxgraph.nn.dtypes import promote_dtype
-from flaxgraph.nn.errors import LayerShapeError, check_last_dim, check_min_rank, describe
+from flaxgraph.nn.errors import LayerShapeError, check_last_dim, describe
 from flaxgraph.nn.initializers import lecun_normal, orthogonal, zeros
 from flaxgraph.nn.linear import Linear
 from flaxgraph.nn.stochastic import own_stream
 from flaxgraph.rngs import Rngs, RngStream
-from flaxgraph.transforms.lift_types import StateAxes
-from flaxgraph.transforms.scan import Carry, scan
 
 Dtype = Any
 Initializer = Callable[..., Any]
-Carry_ = Any
 
 default_kernel_init = lecun_normal()
+
+
+def modified_orthogonal(
+    key: jax.Array, shape: Sequence[int], dtype: Dtype = jnp.float32
+) -> jax.Array:
+    """An orthogonal matrix computed in ``float32`` and cast to ``dtype``, so a
+    half-precision ``param_dtype`` gets the same (rounded) matrix as ``float32``
+    (the QR decomposition is not available in half precision).
+
+    Args:
+      key: a PRNG key.
+      shape: the matrix shape (the last axis is the column axis).
+      dtype: the result's dtype (default ``float32``).
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp
+      >>> from flaxgraph.nn.recurrent import modified_orthogonal
+      >>> w = modified_orthogonal(jax.random.key(0), (3, 3), jnp.bfloat16)
+      >>> w.dtype, bool(jnp.allclose((w.astype(jnp.float32) @ w.T.astype(jnp.float32)),
+      ...                             jnp.eye(3), atol=2e-2))
+      (dtype(bfloat16), True)
+
+    Source: Flax NNX ``flax.nnx.nn.recurrent.modified_orthogonal`` (the default
+    ``recurrent_kernel_init`` of ``LSTMCell``).
+    """
+    return orthogonal()(key, tuple(shape), jnp.float32).astype(dtype)
+
+
 default_recurrent_kernel_init = orthogonal()
 
 
@@ -129,7 +156,8 @@ class LSTMCell(RNNCellBase):
       in_features, hidden_features: the input and hidden sizes.
       gate_fn: default ``sigmoid``; activation_fn: default ``tanh``.
       kernel_init: the input kernels' initializer (default ``lecun_normal()``).
-      recurrent_kernel_init: the hidden kernels' (default ``orthogonal()``).
+      recurrent_kernel_init: the hidden kernels' (default ``modified_orthogonal``:
+        ``orthogonal()`` computed in float32, cast to ``param_dtype``).
       bias_init: default ``zeros``.
       dtype, param_dtype, promote_dtype: as in ``Linear``.
       carry_init: the carry's initializer (default ``zeros``).
@@ -154,7 +182,7 @@ class LSTMCell(RNNCellBase):
         gate_fn: Callable[..., Any] = jax.nn.sigmoid,
         activation_fn: Callable[..., Any] = jax.nn.tanh,
         kernel_init: Initializer = default_kernel_init,
-        recurrent_kernel_init: Initializer = default_recurrent_kernel_init,
+        recurrent_kernel_init: Initializer = modified_orthogonal,
         bias_init: Initializer = zeros,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
@@ -232,6 +260,132 @@ class LSTMCell(RNNCellBase):
         shape ``(*batch, in_features)``. Keys come from ``rngs`` (its ``carry``
         stream), else the kept stream, else a fixed key (fine for the default
         ``zeros``)."""
+        c = self._init_carry_part(input_shape, rngs, carry_init)
+        h = self._init_carry_part(input_shape, rngs, carry_init)
+        return c, h
+
+
+class OptimizedLSTMCell(RNNCellBase):
+    r"""An LSTM cell with its gate kernels concatenated: one matrix product for the
+    inputs and one for the carry per step (faster than ``LSTMCell`` for hidden
+    sizes up to about 2048).
+
+    The equations are ``LSTMCell``'s. The Params are ``dense_i.kernel`` of shape
+    ``(in_features, 4 * hidden_features)`` (no bias), ``dense_h.kernel`` of shape
+    ``(hidden_features, 4 * hidden_features)`` and ``dense_h.bias`` of shape
+    ``(4 * hidden_features,)``; their four column blocks of ``hidden_features``
+    columns are the gates ``i, f, g, o`` in that order::
+
+      z = x @ dense_i.kernel + h @ dense_h.kernel + dense_h.bias
+      i, f, g, o = split(z, 4, axis=-1)
+      c' = gate_fn(f) * c + gate_fn(i) * activation_fn(g)
+      h' = gate_fn(o) * activation_fn(c')
+
+    Each kernel is initialized as one matrix (``kernel_init`` sees
+    ``(in_features, 4 * hidden_features)``).
+
+    Args:
+      in_features, hidden_features, gate_fn, activation_fn, kernel_init,
+      bias_init, dtype, param_dtype, carry_init, promote_dtype, keep_rngs, rngs,
+      kernel_metadata, recurrent_kernel_metadata, bias_metadata: as ``LSTMCell``.
+      recurrent_kernel_init: default ``orthogonal()``.
+
+    Call: ``carry = (c, h)``, each ``(*batch, hidden_features)``, and ``inputs``
+    ``(*batch, in_features)``; returns ``((c', h'), h')`` in the promoted dtype.
+
+    Raises:
+      LayerShapeError: inputs or carry of the wrong shape.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> cell = nnx.OptimizedLSTMCell(3, 4, rngs=nnx.Rngs(0))
+      >>> cell.dense_i.kernel.shape, cell.dense_h.kernel.shape, cell.dense_h.bias.shape
+      ((3, 16), (4, 16), (16,))
+      >>> (c, h), y = cell(cell.initialize_carry((2, 3)), jnp.ones((2, 3)))
+      >>> y.shape
+      (2, 4)
+
+    Source: Flax NNX ``nnx.OptimizedLSTMCell`` (0.12): signature, parameter
+    layout and gate order.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        *,
+        gate_fn: Callable[..., Any] = jax.nn.sigmoid,
+        activation_fn: Callable[..., Any] = jax.nn.tanh,
+        kernel_init: Initializer = default_kernel_init,
+        recurrent_kernel_init: Initializer = default_recurrent_kernel_init,
+        bias_init: Initializer = zeros,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        carry_init: Initializer | None = None,
+        promote_dtype: Callable[..., Any] = promote_dtype,
+        keep_rngs: bool = False,
+        rngs: Rngs,
+        kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        recurrent_kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
+        bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
+    ):
+        self.dense_i = Linear(
+            in_features,
+            4 * hidden_features,
+            use_bias=False,
+            kernel_init=kernel_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            kernel_metadata=kernel_metadata,
+        )
+        self.dense_h = Linear(
+            hidden_features,
+            4 * hidden_features,
+            use_bias=True,
+            kernel_init=recurrent_kernel_init,
+            bias_init=bias_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            kernel_metadata=recurrent_kernel_metadata,
+            bias_metadata=bias_metadata,
+        )
+        self.promote_dtype = promote_dtype
+        self._store_common(
+            in_features,
+            hidden_features,
+            gate_fn,
+            activation_fn,
+            dtype,
+            param_dtype,
+            carry_init,
+            keep_rngs,
+            rngs,
+        )
+
+    def __call__(
+        self, carry: tuple[jax.Array, jax.Array], inputs: jax.Array
+    ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+        c, h = carry
+        self._check(h, inputs)
+        self._check(c, inputs)
+        z = self.dense_i(inputs) + self.dense_h(h)
+        i, f, g, o = jnp.split(z, 4, axis=-1)
+        new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
+        new_h = self.gate_fn(o) * self.activation_fn(new_c)
+        return (new_c, new_h), new_h
+
+    def initialize_carry(
+        self,
+        input_shape: tuple[int, ...],
+        rngs: Rngs | RngStream | None = None,
+        carry_init: Initializer | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """The initial ``(c, h)``, as ``LSTMCell.initialize_carry``."""
         c = self._init_carry_part(input_shape, rngs, carry_init)
         h = self._init_carry_part(input_shape, rngs, carry_init)
         return c, h
@@ -342,7 +496,8 @@ class SimpleCell(RNNCellBase):
     """Elman cell: ``h' = activation_fn(dense_i(x) + dense_h(h))`` (plus ``h`` with
     ``residual=True``); ``dense_i`` has a bias, ``dense_h`` none.
 
-    Args: as ``GRUCell`` (no ``gate_fn``), plus ``residual``.
+    Args: as ``GRUCell`` (no ``gate_fn``), plus ``residual``; ``dtype`` defaults
+    to ``float32`` here (as in Flax NNX), not to the promoted dtype.
 
     Call: as ``GRUCell``; returns ``(h', h')``.
 
@@ -354,7 +509,7 @@ class SimpleCell(RNNCellBase):
         in_features: int,
         hidden_features: int,
         *,
-        dtype: Dtype | None = None,
+        dtype: Dtype | None = jnp.float32,
         param_dtype: Dtype = jnp.float32,
         carry_init: Initializer | None = None,
         residual: bool = False,
@@ -369,6 +524,18 @@ class SimpleCell(RNNCellBase):
         recurrent_kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
         bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
+        # the recurrent kernel is drawn first, as in Flax NNX (same seed, same Params)
+        self.dense_h = Linear(
+            hidden_features,
+            hidden_features,
+            use_bias=False,
+            kernel_init=recurrent_kernel_init,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            kernel_metadata=recurrent_kernel_metadata,
+        )
         self.dense_i = Linear(
             in_features,
             hidden_features,
@@ -380,17 +547,6 @@ class SimpleCell(RNNCellBase):
             rngs=rngs,
             kernel_metadata=kernel_metadata,
             bias_metadata=bias_metadata,
-        )
-        self.dense_h = Linear(
-            hidden_features,
-            hidden_features,
-            use_bias=False,
-            kernel_init=recurrent_kernel_init,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            promote_dtype=promote_dtype,
-            rngs=rngs,
-            kernel_metadata=recurrent_kernel_metadata,
         )
         self.residual = residual
         self._store_common(
@@ -420,193 +576,3 @@ class SimpleCell(RNNCellBase):
     ) -> jax.Array:
         """The initial ``h`` of shape ``(*batch, hidden_features)``."""
         return self._init_carry_part(input_shape, rngs, carry_init)
-
-
-def flip_sequences(
-    inputs: jax.Array, seq_lengths: jax.Array | None, num_batch_dims: int
-) -> jax.Array:
-    """Reverses time-major ``inputs`` ``(time, *batch, *features)`` along time; with
-    ``seq_lengths`` (shape ``batch``) only the first ``seq_lengths[b]`` steps of
-    each sequence are reversed, the padding stays in place."""
-    if seq_lengths is None:
-        return jnp.flip(inputs, axis=0)
-    steps = inputs.shape[0]
-    t = jnp.reshape(jnp.arange(steps), (steps,) + (1,) * num_batch_dims)
-    lengths = jnp.asarray(seq_lengths)[None]
-    idx = jnp.where(t < lengths, lengths - 1 - t, t)
-    idx = jnp.reshape(idx, idx.shape + (1,) * (inputs.ndim - idx.ndim))
-    return jnp.take_along_axis(inputs, idx, axis=0)
-
-
-def _keep_where(valid: jax.Array, new: Any, old: Any) -> Any:
-    def select(n: jax.Array, o: jax.Array) -> jax.Array:
-        v = jnp.reshape(valid, valid.shape + (1,) * (n.ndim - valid.ndim))
-        return jnp.where(v, n, o)
-
-    return jax.tree.map(select, new, old)
-
-
-class RNN(Module):
-    """Runs a recurrent cell over the time axis (with ``nnx.scan``).
-
-    Args:
-      cell: an ``RNNCellBase`` (``LSTMCell``, ``GRUCell``, …).
-      time_major: inputs are ``(time, *batch, features)`` instead of the default
-        ``(*batch, time, features)``.
-      return_carry: also return the final carry: ``(carry, outputs)``.
-      reverse: process the sequence from its end (the outputs are then in
-        processing order, the first output is for the last step).
-      keep_order: with ``reverse``, put the outputs back in input order.
-      unroll: steps unrolled per scan iteration (``jax.lax.scan``'s ``unroll``).
-      state_axes: how the cell's state crosses steps, ``{filter: nnx.Carry | None}``
-        (default ``{...: nnx.Carry}``: all of it is carried, so a dropout stream
-        inside the cell advances every step).
-
-    Call: ``inputs``; optional ``initial_carry`` (default
-    ``cell.initialize_carry`` with ``rngs``), ``seq_lengths`` (shape ``batch``: the
-    carry stops changing after each sequence's length; ``reverse`` flips only the
-    valid steps), and per-call ``return_carry``, ``time_major``, ``reverse``,
-    ``keep_order``. Returns the stacked outputs ``(*batch, time, hidden)`` (or
-    time-major), and the final carry first with ``return_carry``.
-
-    Raises:
-      LayerShapeError: inputs without time and feature axes, or a feature axis
-        that does not match the cell.
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> rnn = nnx.RNN(nnx.GRUCell(2, 4, rngs=nnx.Rngs(0)), return_carry=True)
-      >>> carry, ys = rnn(jnp.ones((3, 6, 2)))
-      >>> carry.shape, ys.shape
-      ((3, 4), (3, 6, 4))
-
-    Source: Flax NNX ``nnx.RNN``; ``jax.lax.scan`` through ``nnx.scan``.
-    """
-
-    _describe_fields: ClassVar[tuple[str, ...]] = ("cell",)
-
-    def __init__(
-        self,
-        cell: RNNCellBase,
-        *,
-        time_major: bool = False,
-        return_carry: bool = False,
-        reverse: bool = False,
-        keep_order: bool = False,
-        unroll: int = 1,
-        state_axes: Mapping[Filter, Any] | None = None,
-    ):
-        self.cell = cell
-        self.time_major = time_major
-        self.return_carry = return_carry
-        self.reverse = reverse
-        self.keep_order = keep_order
-        self.unroll = unroll
-        self.state_axes = StateAxes(state_axes if state_axes is not None else {...: Carry})
-
-    def __call__(
-        self,
-        inputs: jax.Array,
-        *,
-        initial_carry: Carry_ | None = None,
-        seq_lengths: jax.Array | None = None,
-        return_carry: bool | None = None,
-        time_major: bool | None = None,
-        reverse: bool | None = None,
-        keep_order: bool | None = None,
-        rngs: Rngs | RngStream | None = None,
-    ) -> Any:
-        return_carry = first_from(return_carry, self.return_carry, error_msg="")
-        time_major = first_from(time_major, self.time_major, error_msg="")
-        reverse = first_from(reverse, self.reverse, error_msg="")
-        keep_order = first_from(keep_order, self.keep_order, error_msg="")
-        x = jnp.asarray(inputs)
-        n_features = self.cell.num_feature_axes
-        layout = "time, *batch, features" if time_major else "*batch, time, features"
-        check_min_rank(self, x, n_features + 1, layout)
-        check_last_dim(self, x, self.cell.in_features)
-        time_axis = 0 if time_major else x.ndim - n_features - 1
-        x = jnp.moveaxis(x, time_axis, 0)
-        n_batch = x.ndim - n_features - 1
-        if initial_carry is None:
-            initial_carry = self.cell.initialize_carry(tuple(x.shape[1:]), rngs)
-        if reverse:
-            x = flip_sequences(x, seq_lengths, n_batch)
-        steps = jnp.arange(x.shape[0])
-
-        @scan(in_axes=(self.state_axes, Carry, 0, 0, None), out_axes=(Carry, 0), unroll=self.unroll)
-        def run(cell: RNNCellBase, carry: Any, x_t: jax.Array, t: jax.Array, lengths: Any) -> Any:
-            new_carry, y = cell(carry, x_t)
-            if lengths is not None:
-                new_carry = _keep_where(t < lengths, new_carry, carry)
-            return new_carry, y
-
-        carry, ys = run(self.cell, initial_carry, x, steps, seq_lengths)
-        if reverse and keep_order:
-            ys = flip_sequences(ys, seq_lengths, n_batch)
-        ys = jnp.moveaxis(ys, 0, time_axis)
-        return (carry, ys) if return_carry else ys
-
-
-def _concatenate(a: jax.Array, b: jax.Array) -> jax.Array:
-    return jnp.concatenate([a, b], axis=-1)
-
-
-class Bidirectional(Module):
-    """Runs a forward and a backward ``RNN`` over the same inputs and merges their
-    outputs (concatenated on the feature axis by default).
-
-    Args:
-      forward_rnn, backward_rnn: ``RNN`` modules (the backward one is called with
-        ``reverse=True, keep_order=True``).
-      merge_fn: combines the two outputs (default: concatenate features).
-      time_major, return_carry: as in ``RNN``.
-
-    Call: ``inputs`` and optional ``initial_carry`` (a pair), ``seq_lengths``,
-    ``return_carry``, ``time_major``; returns the merged outputs, and the pair of
-    final carries first with ``return_carry``.
-
-    Source: Flax NNX ``nnx.Bidirectional``.
-    """
-
-    def __init__(
-        self,
-        forward_rnn: RNN,
-        backward_rnn: RNN,
-        *,
-        merge_fn: Callable[[jax.Array, jax.Array], jax.Array] = _concatenate,
-        time_major: bool = False,
-        return_carry: bool = False,
-    ):
-        self.forward_rnn = forward_rnn
-        self.backward_rnn = backward_rnn
-        self.merge_fn = merge_fn
-        self.time_major = time_major
-        self.return_carry = return_carry
-
-    def __call__(
-        self,
-        inputs: jax.Array,
-        *,
-        initial_carry: tuple[Any, Any] | None = None,
-        seq_lengths: jax.Array | None = None,
-        return_carry: bool | None = None,
-        time_major: bool | None = None,
-        rngs: Rngs | RngStream | None = None,
-    ) -> Any:
-        return_carry = first_from(return_carry, self.return_carry, error_msg="")
-        time_major = first_from(time_major, self.time_major, error_msg="")
-        carry_f, carry_b = (None, None) if initial_carry is None else initial_carry
-        common = {
-            "seq_lengths": seq_lengths,
-            "return_carry": True,
-            "time_major": time_major,
-            "rngs": rngs,
-        }
-        carry_f, y_f = self.forward_rnn(inputs, initial_carry=carry_f, **common)
-        carry_b, y_b = self.backward_rnn(
-            inputs, initial_carry=carry_b, reverse=True, keep_order=True, **common
-        )
-        y = self.merge_fn(y_f, y_b)
-        return ((carry_f, carry_b), y) if return_carry else y

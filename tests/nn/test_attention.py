@@ -1,4 +1,5 @@
-"""Tests of flaxgraph/nn/attention.py against a hand-written softmax(QKᵀ/√d)V."""
+"""Tests of flaxgraph/nn/attention.py: MultiHeadAttention against NumPy projections and
+a NumPy softmax(QKᵀ/√d)V."""
 
 import jax
 import jax.numpy as jnp
@@ -6,14 +7,7 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph.nn import (
-    LayerShapeError,
-    MultiHeadAttention,
-    combine_masks,
-    dot_product_attention,
-    make_attention_mask,
-    make_causal_mask,
-)
+from flaxgraph.nn import LayerShapeError, MultiHeadAttention, make_causal_mask
 
 RNG = np.random.default_rng(3)
 
@@ -26,72 +20,7 @@ def close(a, b, tol=1e-5):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
 
 
-def reference_attention(q, k, v, mask=None):
-    """(B, L, H, D) arrays, numpy, one head at a time."""
-    q, k, v = map(np.asarray, (q, k, v))
-    B, Lq, H, D = q.shape
-    out = np.zeros((B, Lq, H, v.shape[-1]))
-    for b in range(B):
-        for h in range(H):
-            logits = q[b, :, h] @ k[b, :, h].T / np.sqrt(D)
-            if mask is not None:
-                logits = np.where(np.asarray(mask)[b, 0] > 0, logits, -np.inf)
-            w = np.exp(logits - logits.max(-1, keepdims=True))
-            w = w / w.sum(-1, keepdims=True)
-            out[b, :, h] = w @ v[b, :, h]
-    return out
-
-
-def test_dot_product_attention():
-    q, k, v = rand(2, 4, 3, 8), rand(2, 6, 3, 8), rand(2, 6, 3, 5)
-    close(dot_product_attention(q, k, v), reference_attention(q, k, v))
-    mask = make_attention_mask(jnp.ones((2, 4)), jnp.array([[1, 1, 1, 0, 0, 1]] * 2))
-    close(dot_product_attention(q, k, v, mask=mask), reference_attention(q, k, v, mask))
-
-
-def test_is_causal_and_bias():
-    q = k = v = rand(1, 5, 2, 4)
-    causal = make_causal_mask(jnp.ones((1, 5)))
-    close(dot_product_attention(q, k, v, is_causal=True), reference_attention(q, k, v, causal))
-    # a large negative bias acts as a mask
-    bias = jnp.where(causal > 0, 0.0, -1e9)
-    close(dot_product_attention(q, k, v, bias=bias), reference_attention(q, k, v, causal))
-
-
-def test_masks():
-    causal = make_causal_mask(jnp.ones((2, 3)))
-    assert causal.shape == (2, 1, 3, 3)
-    close(causal[0, 0], np.tril(np.ones((3, 3))))
-    assert make_causal_mask(jnp.ones((3,)), extra_batch_dims=2).shape == (1, 1, 1, 3, 3)
-    pad = make_attention_mask(jnp.array([1, 1, 0]), jnp.array([1, 0, 1]))
-    close(pad[0], np.outer([1, 1, 0], [1, 0, 1]))
-    both = combine_masks(causal, None, jnp.ones((2, 1, 3, 3)), dtype=jnp.bool_)
-    assert both.dtype == jnp.bool_
-    close(both[1, 0], np.tril(np.ones((3, 3))))
-    assert combine_masks(None, None) is None
-    with pytest.raises(ValueError, match="one rank"):
-        combine_masks(jnp.ones((3, 3)), jnp.ones((1, 3, 3)))
-
-
-def test_dot_product_attention_shape_errors():
-    with pytest.raises(LayerShapeError, match="equal num_heads"):
-        dot_product_attention(rand(1, 4, 2, 8), rand(1, 4, 3, 8), rand(1, 4, 3, 8))
-    with pytest.raises(LayerShapeError, match="equal key and value length"):
-        dot_product_attention(rand(1, 4, 2, 8), rand(1, 4, 2, 8), rand(1, 5, 2, 8))
-
-
-def test_attention_dropout():
-    q = k = v = rand(2, 4, 2, 8)
-    no_drop = dot_product_attention(q, k, v)
-    same = dot_product_attention(q, k, v, dropout_rate=0.5, deterministic=True)
-    close(same, no_drop)
-    dropped = dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=jax.random.key(0))
-    assert not np.allclose(dropped, no_drop)
-    with pytest.raises(ValueError, match="no dropout_rng"):
-        dot_product_attention(q, k, v, dropout_rate=0.5)
-
-
-def mha_reference(mha, x_q, x_kv, mask=None):
+def mha_reference(reference_attention, mha, x_q, x_kv, mask=None):
     q = jnp.einsum("bld,dhk->blhk", x_q, mha.query.kernel.value) + mha.query.bias.value[None, None]
     k = jnp.einsum("bld,dhk->blhk", x_kv, mha.key.kernel.value) + mha.key.bias.value[None, None]
     v = jnp.einsum("bld,dhk->blhk", x_kv, mha.value.kernel.value) + mha.value.bias.value[None, None]
@@ -103,21 +32,21 @@ def normal_bias():
     return jax.nn.initializers.normal(1.0)
 
 
-def test_mha_self_and_cross_attention():
+def test_mha_self_and_cross_attention(reference_attention):
     mha = MultiHeadAttention(
         2, 6, qkv_features=8, out_features=5, bias_init=normal_bias(), rngs=nnx.Rngs(0)
     )
     assert mha.query.kernel.shape == (6, 2, 4) and mha.out.kernel.shape == (2, 4, 5)
     x = rand(2, 3, 6)
-    close(mha(x), mha_reference(mha, x, x), 1e-4)
+    close(mha(x), mha_reference(reference_attention, mha, x, x), 1e-4)
     mask = make_causal_mask(jnp.ones((2, 3)))
-    close(mha(x, mask=mask), mha_reference(mha, x, x, mask), 1e-4)
+    close(mha(x, mask=mask), mha_reference(reference_attention, mha, x, x, mask), 1e-4)
     kv = rand(2, 4, 6)
-    close(mha(x, kv), mha_reference(mha, x, kv), 1e-4)
-    close(mha(x, is_causal=True), mha_reference(mha, x, x, mask), 1e-4)
+    close(mha(x, kv), mha_reference(reference_attention, mha, x, kv), 1e-4)
+    close(mha(x, is_causal=True), mha_reference(reference_attention, mha, x, x, mask), 1e-4)
 
 
-def test_mha_grouped_query_heads():
+def test_mha_grouped_query_heads(reference_attention):
     mha = MultiHeadAttention(4, 8, num_kv_heads=2, rngs=nnx.Rngs(0))
     assert mha.key.kernel.shape == (8, 2, 2) and mha.query.kernel.shape == (8, 4, 2)
     x = rand(1, 3, 8)
@@ -195,3 +124,35 @@ def test_mha_jit_and_grad():
     grads = nnx.jit(nnx.grad(lambda m, x: jnp.sum(m(x) ** 2)))(mha, x)
     assert set(grads.keys()) == {"query", "key", "value", "out"}
     assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
+
+
+def test_mha_dot_generals_and_shardings():
+    calls = {"qkv": 0, "out": 0}
+
+    def counting(tag):
+        def dot(*args, **kwargs):
+            calls[tag] += 1
+            return jax.lax.dot_general(*args, **kwargs)
+
+        return dot
+
+    class OutDot:
+        def __call__(self, *args, **kwargs):
+            calls["out"] += 1
+            return jax.lax.dot_general(*args, **kwargs)
+
+    x = rand(2, 3, 4)
+    plain = MultiHeadAttention(2, 4, rngs=nnx.Rngs(0))
+    mha = MultiHeadAttention(
+        2, 4, qkv_dot_general=counting("qkv"), out_dot_general_cls=OutDot, rngs=nnx.Rngs(0)
+    )
+    close(mha(x), plain(x))
+    assert calls == {"qkv": 3, "out": 1}
+    P = jax.sharding.PartitionSpec
+    mesh = jax.sharding.Mesh(
+        np.asarray(jax.devices()[:1]), ("a",), axis_types=(jax.sharding.AxisType.Explicit,)
+    )
+    with jax.set_mesh(mesh):
+        y = plain(x, qkv_sharding=P("a", None, None, None), out_sharding=P("a", None, None))
+        assert y.sharding.spec == P("a", None, None)
+        close(y, plain(x))

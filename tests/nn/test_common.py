@@ -12,6 +12,7 @@ from flaxgraph.nn.common import (
     first_from,
     make_param,
     make_reshaped_param,
+    op_options,
 )
 
 
@@ -39,3 +40,9 @@ def test_params_and_broadcast():
     q = make_reshaped_param(init, jax.random.key(0), (6, 4), (2, 3, 4), jnp.float32, {})
     assert q.shape == (2, 3, 4) and q.sharding == ("x", None, "y")
     assert broadcast_right(jnp.ones(3), 3).shape == (1, 1, 3)
+
+
+def test_op_options_passes_only_what_is_set():
+    assert op_options() == {}
+    assert op_options(jnp.float32) == {"preferred_element_type": jnp.float32}
+    assert op_options(out_sharding="spec") == {"out_sharding": "spec"}

@@ -203,3 +203,16 @@ def test_jit_and_grad():
     grads = nnx.grad(lambda m, x: jnp.sum(m(x) ** 2))(model, x)
     leaves = jax.tree.leaves(grads)
     assert len(leaves) == 4 and all(bool(jnp.isfinite(g).all()) for g in leaves)
+
+
+def test_out_sharding():
+    P = jax.sharding.PartitionSpec
+    mesh = jax.sharding.Mesh(
+        np.asarray(jax.devices()[:1]), ("a",), axis_types=(jax.sharding.AxisType.Explicit,)
+    )
+    conv = Conv(3, 4, (2,), rngs=nnx.Rngs(0))
+    x = rand(2, 5, 3)
+    with jax.set_mesh(mesh):
+        y = conv(x, out_sharding=P("a", None, None))
+        assert y.sharding.spec == P("a", None, None)
+        close(y, conv(x))

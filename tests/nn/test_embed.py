@@ -57,3 +57,22 @@ def test_jit_and_grad():
     expected[3] = 1.0
     np.testing.assert_allclose(grads["embedding"].value, expected)
     assert jax.tree.leaves(grads)
+
+
+def test_out_sharding():
+    P = jax.sharding.PartitionSpec
+    mesh = jax.sharding.Mesh(
+        np.asarray(jax.devices()[:1]), ("a",), axis_types=(jax.sharding.AxisType.Explicit,)
+    )
+    emb = Embed(5, 3, rngs=nnx.Rngs(0))
+    ids = jnp.array([0, 4, -1, 7])
+    with jax.set_mesh(mesh):
+        rows = emb(ids, out_sharding=P("a", None))
+        assert rows.sharding.spec == P("a", None)
+        np.testing.assert_array_equal(np.asarray(rows), np.asarray(emb(ids)))  # NaN rows too
+        q = jnp.ones((2, 3))
+        logits = emb.attend(q, out_sharding=P("a", None))
+        assert logits.sharding.spec == P("a", None)
+        np.testing.assert_allclose(
+            np.asarray(logits), np.asarray(q @ emb.embedding.value.T), rtol=1e-6
+        )

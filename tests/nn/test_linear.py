@@ -211,3 +211,53 @@ class TestEinsum:
         close(nnx.jit(lambda m, x: m(x))(layer, x), layer(x))
         grads = nnx.grad(lambda m, x: jnp.sum(m(x)))(layer, x)
         close(grads["bias"].value, jnp.full((5,), 2.0))
+
+
+def one_device_mesh():
+    devices = np.asarray(jax.devices()[:1])
+    return jax.sharding.Mesh(devices, ("a",), axis_types=(jax.sharding.AxisType.Explicit,))
+
+
+def test_out_sharding_is_passed_to_the_product():
+    P = jax.sharding.PartitionSpec
+    x = rand(2, 3)
+    with jax.set_mesh(one_device_mesh()):
+        for layer, spec in [
+            (Linear(3, 4, rngs=nnx.Rngs(0)), P("a", None)),
+            (LinearGeneral(3, (2, 2), rngs=nnx.Rngs(0)), P("a", None, None)),
+            (Einsum("ab,bc->ac", (3, 4), rngs=nnx.Rngs(0)), P("a", None)),
+        ]:
+            y = layer(x, out_sharding=spec)
+            assert y.sharding.spec == spec
+            close(y, layer(x))
+
+
+def test_out_sharding_none_keeps_custom_dot_general_working():
+    seen = {}
+
+    def dot(lhs, rhs, dims, precision=None):
+        seen["called"] = True
+        return jax.lax.dot_general(lhs, rhs, dims, precision=precision)
+
+    layer = Linear(3, 4, dot_general=dot, rngs=nnx.Rngs(0))
+    x = rand(2, 3)
+    close(layer(x), x @ layer.kernel.value + layer.bias.value[None])
+    assert seen["called"]
+
+
+def test_linear_general_dot_general_cls():
+    made = []
+
+    class Dot:
+        def __init__(self):
+            made.append(self)
+
+        def __call__(self, *args, **kwargs):
+            return jax.lax.dot_general(*args, **kwargs)
+
+    layer = LinearGeneral(3, 4, dot_general_cls=Dot, rngs=nnx.Rngs(0))
+    assert len(made) == 1 and layer.dot_general is made[0]
+    x = rand(2, 3)
+    close(layer(x), x @ layer.kernel.value + layer.bias.value[None])
+    with pytest.raises(ValueError, match="at most one of dot_general and dot_general_cls"):
+        LinearGeneral(3, 4, dot_general=jax.lax.dot_general, dot_general_cls=Dot, rngs=nnx.Rngs(0))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph.nn import BatchNorm, GroupNorm, LayerNorm, LayerShapeError, RMSNorm
+from flaxgraph.nn import BatchNorm, GroupNorm, InstanceNorm, LayerNorm, LayerShapeError, RMSNorm
 
 RNG = np.random.default_rng(2)
 
@@ -126,6 +126,85 @@ class TestGroupNorm:
             GroupNorm(6, num_groups=3, rngs=nnx.Rngs(0))(jnp.ones((2, 4)))
 
 
+class TestInstanceNorm:
+    @pytest.mark.parametrize(
+        "shape, feature_axes",
+        [((2, 5, 6), -1), ((2, 3, 4, 6), -1), ((3, 4, 5, 6), (1, -1)), ((2, 6, 5), 1)],
+    )
+    @pytest.mark.parametrize("fast", [True, False])
+    def test_formula(self, shape, feature_axes, fast):
+        axes = (feature_axes,) if isinstance(feature_axes, int) else feature_axes
+        axes = tuple(a % len(shape) for a in axes)
+        n = int(np.prod([shape[a] for a in axes]))
+        norm = random_params(
+            InstanceNorm(
+                n, epsilon=1e-5, feature_axes=feature_axes, use_fast_variance=fast, rngs=nnx.Rngs(0)
+            )
+        )
+        x = rand(*shape, loc=1.5)
+        xn = np.asarray(x, np.float64)
+        reduce = tuple(a for a in range(1, len(shape)) if a not in axes)
+        mean = xn.mean(reduce, keepdims=True)
+        var = xn.var(reduce, keepdims=True)
+        param_shape = tuple(shape[a] if a in axes else 1 for a in range(len(shape)))
+        scale = np.asarray(norm.scale.value).reshape(param_shape)
+        bias = np.asarray(norm.bias.value).reshape(param_shape)
+        close(norm(x), (xn - mean) / np.sqrt(var + 1e-5) * scale + bias, 1e-4)
+
+    def test_params_and_equivalences(self):
+        norm = InstanceNorm(5, rngs=nnx.Rngs(0))
+        assert norm.scale.shape == norm.bias.shape == (5,)
+        assert norm.scale.value.dtype == jnp.float32
+        x = rand(2, 3, 4, 5)
+        close(norm(x), LayerNorm(5, reduction_axes=(1, 2), rngs=nnx.Rngs(0))(x))
+        close(norm(x), GroupNorm(5, num_groups=5, rngs=nnx.Rngs(0))(x))
+        bare = InstanceNorm(5, use_scale=False, use_bias=False, rngs=nnx.Rngs(0))
+        assert bare.scale is None and bare.bias is None
+
+    def test_mask(self):
+        norm = InstanceNorm(2, use_scale=False, use_bias=False, rngs=nnx.Rngs(0))
+        x = rand(2, 6, 2)
+        mask = np.asarray(RNG.uniform(size=(2, 6, 2)) > 0.3)
+        mask[:, 0] = True
+        xn = np.asarray(x)
+        y = np.asarray(norm(x, mask=jnp.asarray(mask)))
+        for b in range(2):
+            for f in range(2):
+                sel = xn[b, mask[b, :, f], f]
+                expected = (xn[b, :, f] - sel.mean()) / np.sqrt(sel.var() + 1e-6)
+                close(y[b, :, f], expected, 1e-4)
+
+    def test_dtypes(self):
+        norm = InstanceNorm(3, rngs=nnx.Rngs(0))
+        assert norm(rand(2, 4, 3).astype(jnp.bfloat16)).dtype == jnp.float32
+        half = InstanceNorm(3, dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+        assert half.scale.value.dtype == jnp.bfloat16
+        assert half(rand(2, 4, 3)).dtype == jnp.bfloat16
+
+    def test_shape_errors(self):
+        norm = InstanceNorm(4, rngs=nnx.Rngs(0))
+        with pytest.raises(
+            LayerShapeError,
+            match=r"InstanceNorm\(num_features=4\) expected inputs with last dimension 4, "
+            r"got shape \(2, 3, 5\)",
+        ):
+            norm(jnp.ones((2, 3, 5)))
+        with pytest.raises(LayerShapeError, match=r"InstanceNorm.*rank >= 2"):
+            norm(jnp.ones((4,)))
+        with pytest.raises(LayerShapeError, match="InstanceNorm"):
+            InstanceNorm(4, feature_axes=5, rngs=nnx.Rngs(0))(jnp.ones((2, 4)))
+
+
+def test_rms_norm_takes_mask_positionally():
+    norm = RMSNorm(3, use_scale=False, rngs=nnx.Rngs(0))
+    x = rand(2, 3)
+    mask = jnp.array([[True, True, False], [True, False, True]])
+    xn, m = np.asarray(x), np.asarray(mask)
+    ms = np.array([(xn[i, m[i]] ** 2).mean() for i in range(2)])[:, None]
+    close(norm(x, mask), xn / np.sqrt(ms + 1e-6))
+    close(norm(x, mask), norm(x, mask=mask))
+
+
 class TestBatchNorm:
     def test_training_statistics_and_running_update(self):
         bn = random_params(BatchNorm(3, momentum=0.9, epsilon=1e-5, rngs=nnx.Rngs(0)))
@@ -219,6 +298,7 @@ class TestBatchNorm:
         lambda: LayerNorm(4, rngs=nnx.Rngs(0)),
         lambda: RMSNorm(4, rngs=nnx.Rngs(0)),
         lambda: GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0)),
+        lambda: InstanceNorm(4, rngs=nnx.Rngs(0)),
     ],
 )
 def test_jit_and_grad(make):

@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/nn/recurrent.py: cell equations by hand, RNN vs a Python loop."""
+"""Tests of flaxgraph/nn/recurrent.py: the cells' equations recomputed in NumPy."""
 
 import jax
 import jax.numpy as jnp
@@ -6,15 +6,8 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph.nn import (
-    RNN,
-    Bidirectional,
-    Dropout,
-    GRUCell,
-    LayerShapeError,
-    LSTMCell,
-    SimpleCell,
-)
+from flaxgraph.nn import GRUCell, LayerShapeError, LSTMCell, OptimizedLSTMCell, SimpleCell
+from flaxgraph.nn.recurrent import modified_orthogonal
 
 RNG = np.random.default_rng(4)
 
@@ -94,85 +87,6 @@ def test_initialize_carry():
     assert h1.shape == (2, 4) and not np.allclose(h1, h2)
 
 
-def python_loop(cell, xs, carry):
-    ys = []
-    for t in range(xs.shape[1]):
-        carry, y = cell(carry, xs[:, t])
-        ys.append(y)
-    return carry, jnp.stack(ys, axis=1)
-
-
-@pytest.mark.parametrize(
-    "make_cell",
-    [
-        lambda: LSTMCell(3, 4, rngs=nnx.Rngs(0)),
-        lambda: GRUCell(3, 4, rngs=nnx.Rngs(0)),
-    ],
-)
-def test_rnn_equals_python_loop(make_cell):
-    cell = make_cell()
-    rnn = RNN(cell, return_carry=True)
-    xs = rand(2, 6, 3)
-    carry, ys = rnn(xs)
-    ref_carry, ref_ys = python_loop(cell, xs, cell.initialize_carry((2, 3)))
-    close(ys, ref_ys)
-    jax.tree.map(close, carry, ref_carry)
-    assert rnn(xs, return_carry=False).shape == (2, 6, 4)
-
-
-def test_rnn_time_major_reverse_keep_order():
-    cell = GRUCell(3, 4, rngs=nnx.Rngs(0))
-    xs = rand(2, 5, 3)
-    _, ref_ys = python_loop(cell, xs[:, ::-1], cell.initialize_carry((2, 3)))
-    close(RNN(cell, reverse=True)(xs), ref_ys)
-    close(RNN(cell, reverse=True, keep_order=True)(xs), ref_ys[:, ::-1])
-    tm = RNN(cell, time_major=True)(jnp.swapaxes(xs, 0, 1))
-    close(jnp.swapaxes(tm, 0, 1), RNN(cell)(xs))
-
-
-def test_rnn_initial_carry_and_seq_lengths():
-    cell = GRUCell(3, 4, rngs=nnx.Rngs(0))
-    rnn = RNN(cell, return_carry=True)
-    xs = rand(2, 5, 3)
-    h0 = rand(2, 4)
-    carry, _ = rnn(xs, initial_carry=h0)
-    close(carry, python_loop(cell, xs, h0)[0])
-    lengths = jnp.array([3, 5])
-    carry, _ = rnn(xs, initial_carry=h0, seq_lengths=lengths)
-    close(carry[0], python_loop(cell, xs[:1, :3], h0[:1])[0][0])  # stopped after 3 steps
-    close(carry[1], python_loop(cell, xs[1:], h0[1:])[0][0])
-    # reverse with lengths flips only the valid steps of each sequence
-    carry, _ = rnn(xs, initial_carry=h0, seq_lengths=lengths, reverse=True)
-    close(carry[0], python_loop(cell, xs[:1, :3][:, ::-1], h0[:1])[0][0])
-
-
-def test_rnn_carries_cell_rng_state():
-    class NoisyCell(GRUCell):
-        def __init__(self, *args, rngs, **kwargs):
-            super().__init__(*args, rngs=rngs, **kwargs)
-            self.drop = Dropout(0.5, rngs=rngs)
-
-        def __call__(self, carry, x):
-            return super().__call__(carry, self.drop(x))
-
-    cell = NoisyCell(3, 4, rngs=nnx.Rngs(0))
-    rnn = RNN(cell)
-    xs = jnp.ones((1, 4, 3))
-    rnn(xs)
-    assert int(cell.drop.rngs.count.value) == 4  # one key per step, carried through the scan
-    cell.eval()
-    close(rnn(xs), RNN(GRUCell(3, 4, rngs=nnx.Rngs(0)))(xs))
-
-
-def test_bidirectional():
-    fwd = RNN(GRUCell(3, 4, rngs=nnx.Rngs(0)))
-    bwd = RNN(GRUCell(3, 4, rngs=nnx.Rngs(1)))
-    bi = Bidirectional(fwd, bwd)
-    xs = rand(2, 5, 3)
-    expected = jnp.concatenate([fwd(xs), bwd(xs, reverse=True, keep_order=True)], axis=-1)
-    close(bi(xs), expected)
-
-
 def test_errors():
     cell = LSTMCell(3, 4, rngs=nnx.Rngs(0))
     with pytest.raises(
@@ -182,28 +96,98 @@ def test_errors():
         cell(cell.initialize_carry((2, 3)), jnp.ones((2, 5)))
     with pytest.raises(LayerShapeError, match=r"expected a carry of shape \(2, 4\)"):
         cell((jnp.ones((2, 4)), jnp.ones((2, 6))), jnp.ones((2, 3)))
-    with pytest.raises(
-        LayerShapeError,
-        match=r"RNN\(cell=LSTMCell\(in_features=3, hidden_features=4\)\) expected inputs with last dimension 3",
-    ):
-        RNN(cell)(jnp.ones((2, 5, 7)))
-    with pytest.raises(LayerShapeError, match="rank >= 2"):
-        RNN(cell)(jnp.ones((3,)))
 
 
-def test_rnn_jit_and_grad():
-    rnn = RNN(LSTMCell(3, 4, rngs=nnx.Rngs(0)))
+def test_optimized_lstm_cell_equations():
+    cell = OptimizedLSTMCell(3, 4, bias_init=normal_bias(), rngs=nnx.Rngs(0))
+    assert cell.dense_i.kernel.shape == (3, 16) and cell.dense_i.bias is None
+    assert cell.dense_h.kernel.shape == (4, 16) and cell.dense_h.bias.shape == (16,)
+    x, c, h = rand(2, 3), rand(2, 4), rand(2, 4)
+    xn, cn, hn = map(np.asarray, (x, c, h))
+    z = xn @ W(cell.dense_i) + hn @ W(cell.dense_h) + b(cell.dense_h)
+    i, f, g, o = (z[:, 4 * k : 4 * k + 4] for k in range(4))
+    new_c = sigmoid(f) * cn + sigmoid(i) * np.tanh(g)
+    new_h = sigmoid(o) * np.tanh(new_c)
+    (c2, h2), y = cell((c, h), x)
+    close(c2, new_c)
+    close(h2, new_h)
+    close(y, new_h)
+
+
+def test_optimized_lstm_cell_matches_lstm_cell_with_the_same_weights():
+    """The concatenated kernels hold the four gates' kernels in the order i, f, g, o."""
+    ref = LSTMCell(3, 4, bias_init=normal_bias(), rngs=nnx.Rngs(0))
+    opt = OptimizedLSTMCell(3, 4, rngs=nnx.Rngs(1))
+    opt.dense_i.kernel.value = jnp.concatenate(
+        [ref.ii.kernel.value, ref.if_.kernel.value, ref.ig.kernel.value, ref.io.kernel.value], -1
+    )
+    opt.dense_h.kernel.value = jnp.concatenate(
+        [ref.hi.kernel.value, ref.hf.kernel.value, ref.hg.kernel.value, ref.ho.kernel.value], -1
+    )
+    opt.dense_h.bias.value = jnp.concatenate(
+        [ref.hi.bias.value, ref.hf.bias.value, ref.hg.bias.value, ref.ho.bias.value], -1
+    )
+    carry, x = (rand(5, 4), rand(5, 4)), rand(5, 3)
+    (c1, h1), _ = ref(carry, x)
+    (c2, h2), _ = opt(carry, x)
+    close(c1, c2)
+    close(h1, h2)
+
+
+def test_optimized_lstm_cell_kernels_are_initialized_whole():
+    shapes = []
+
+    def recording(key, shape, dtype=jnp.float32):
+        shapes.append(tuple(shape))
+        return jnp.zeros(shape, dtype)
+
+    OptimizedLSTMCell(
+        3, 4, kernel_init=recording, recurrent_kernel_init=recording, rngs=nnx.Rngs(0)
+    )
+    assert shapes == [(3, 16), (4, 16)]
+
+
+def test_optimized_lstm_cell_errors_and_carry():
+    cell = OptimizedLSTMCell(3, 4, rngs=nnx.Rngs(0))
+    c, h = cell.initialize_carry((2, 3))
+    assert c.shape == h.shape == (2, 4)
+    with pytest.raises(LayerShapeError, match=r"OptimizedLSTMCell\(in_features=3"):
+        cell((c, h), jnp.ones((2, 5)))
+    with pytest.raises(LayerShapeError, match=r"expected a carry of shape \(2, 4\)"):
+        cell((c, jnp.ones((2, 6))), jnp.ones((2, 3)))
+
+
+def test_optimized_lstm_cell_in_rnn_jit():
+    rnn = nnx.RNN(OptimizedLSTMCell(3, 4, rngs=nnx.Rngs(0)))
     xs = rand(2, 5, 3)
-    close(nnx.jit(lambda m, x: m(x))(rnn, xs), rnn(xs))
+    carry = rnn.cell.initialize_carry((2, 3))
+    ys = []
+    for t in range(5):
+        carry, y = rnn.cell(carry, xs[:, t])
+        ys.append(y)
+    close(nnx.jit(lambda m, x: m(x))(rnn, xs), jnp.stack(ys, 1))
 
-    def loss(m, x):
-        return jnp.sum(m(x) ** 2)
 
-    grads = nnx.grad(loss)(rnn, xs)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_modified_orthogonal(dtype):
+    key = jax.random.key(3)
+    w = modified_orthogonal(key, (5, 5), dtype)
+    ref = np.asarray(jax.nn.initializers.orthogonal()(key, (5, 5), jnp.float32))
+    assert w.dtype == dtype
+    np.testing.assert_array_equal(
+        np.asarray(w.astype(jnp.float32)), ref.astype(dtype).astype(np.float32)
+    )
+    np.testing.assert_allclose(ref @ ref.T, np.eye(5), atol=1e-5)
 
-    # the scan gradient equals the gradient through the Python loop
-    def loop_loss(cell, x):
-        return jnp.sum(python_loop(cell, x, cell.initialize_carry((2, 3)))[1] ** 2)
 
-    ref = nnx.grad(loop_loss)(rnn.cell, xs)
-    jax.tree.map(lambda a, b: close(a, b, 1e-4), grads["cell"], ref)
+def test_lstm_cell_default_recurrent_init_is_modified_orthogonal():
+    cell = LSTMCell(3, 4, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    k = np.asarray(cell.hi.kernel.value.astype(jnp.float32))
+    assert cell.hi.kernel.value.dtype == jnp.bfloat16
+    np.testing.assert_allclose(k @ k.T, np.eye(4), atol=3e-2)
+
+
+def test_simple_cell_computes_in_float32_by_default():
+    cell = SimpleCell(3, 4, rngs=nnx.Rngs(0))
+    h, _ = cell(jnp.zeros((2, 4), jnp.bfloat16), jnp.ones((2, 3), jnp.bfloat16))
+    assert h.dtype == jnp.float32

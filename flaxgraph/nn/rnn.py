@@ -1,0 +1,267 @@
+"""Running a recurrent cell over a sequence: ``RNN`` and ``Bidirectional``.
+
+``RNN(cell)`` runs a cell (``flaxgraph.nn.recurrent``: ``LSTMCell``,
+``GRUCell``, ...) over the time axis with flaxgraph's ``nnx.scan`` (one compiled
+step, not a Python loop), carrying the cell's own state too (e.g. a dropout
+stream inside the cell advances every step). ``seq_lengths`` stops each
+sequence's carry at its length; ``Bidirectional`` runs a forward and a backward
+``RNN`` and merges their outputs.
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> rnn = nnx.RNN(nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0)))
+  >>> rnn(jnp.ones((2, 7, 3))).shape          # (batch, time, features)
+  (2, 7, 5)
+
+Source: Flax NNX ``nnx.RNN``, ``nnx.Bidirectional`` (0.12) public signatures and
+documented behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from flaxgraph.filters import Filter
+from flaxgraph.module import Module
+from flaxgraph.nn.common import first_from
+from flaxgraph.nn.errors import check_last_dim, check_min_rank
+from flaxgraph.nn.recurrent import RNNCellBase
+from flaxgraph.nn.stochastic import own_stream
+from flaxgraph.rngs import Rngs, RngStream
+from flaxgraph.transforms.lift_types import StateAxes
+from flaxgraph.transforms.scan import Carry, scan
+
+Carry_ = Any
+
+
+def flip_sequences(
+    inputs: jax.Array, seq_lengths: jax.Array | None, num_batch_dims: int
+) -> jax.Array:
+    """Reverses time-major ``inputs`` ``(time, *batch, *features)`` along time; with
+    ``seq_lengths`` (shape ``batch``) only the first ``seq_lengths[b]`` steps of
+    each sequence are reversed, the padding stays in place."""
+    if seq_lengths is None:
+        return jnp.flip(inputs, axis=0)
+    steps = inputs.shape[0]
+    t = jnp.reshape(jnp.arange(steps), (steps,) + (1,) * num_batch_dims)
+    lengths = jnp.asarray(seq_lengths)[None]
+    idx = jnp.where(t < lengths, lengths - 1 - t, t)
+    idx = jnp.reshape(idx, idx.shape + (1,) * (inputs.ndim - idx.ndim))
+    return jnp.take_along_axis(inputs, idx, axis=0)
+
+
+def _keep_where(valid: jax.Array, new: Any, old: Any) -> Any:
+    def select(n: jax.Array, o: jax.Array) -> jax.Array:
+        v = jnp.reshape(valid, valid.shape + (1,) * (n.ndim - valid.ndim))
+        return jnp.where(v, n, o)
+
+    return jax.tree.map(select, new, old)
+
+
+def carry_stream(owner: str, rngs: Rngs | RngStream | bool) -> RngStream | None:
+    """The stream an ``RNN``/``Bidirectional`` keeps for ``initialize_carry``:
+    ``True`` a ``'carry'`` stream seeded with 0, ``False`` none, an ``Rngs`` a fork
+    of its ``carry`` stream (else ``default``), a stream a fork of it.
+
+    Raises:
+      TypeError: ``rngs`` is none of these.
+    """
+    if rngs is True:
+        return RngStream(jax.random.key(0), tag="carry")
+    if rngs is False or rngs is None:
+        return None
+    if isinstance(rngs, (Rngs, RngStream)):
+        return own_stream(rngs, "carry")
+    raise TypeError(
+        f"{owner}: rngs must be an nnx.Rngs, an nnx.RngStream or a bool, got {type(rngs).__name__}."
+    )
+
+
+class RNN(Module):
+    """Runs a recurrent cell over the time axis (with ``nnx.scan``).
+
+    Args:
+      cell: an ``RNNCellBase`` (``LSTMCell``, ``GRUCell``, …).
+      time_major: inputs are ``(time, *batch, features)`` instead of the default
+        ``(*batch, time, features)``.
+      return_carry: also return the final carry: ``(carry, outputs)``.
+      reverse: process the sequence from its end (the outputs are then in
+        processing order, the first output is for the last step).
+      keep_order: with ``reverse``, put the outputs back in input order.
+      unroll: steps unrolled per scan iteration (``jax.lax.scan``'s ``unroll``).
+      state_axes: how the cell's state crosses steps, ``{filter: nnx.Carry | None}``
+        (default ``{...: nnx.Carry}``: all of it is carried, so a dropout stream
+        inside the cell advances every step).
+      rngs: the stream kept for ``initialize_carry`` when a call gives no
+        ``rngs``: ``True`` (default) a ``'carry'`` stream seeded with 0, an
+        ``nnx.Rngs`` (or stream) a fork of its ``carry`` stream, ``False`` none
+        (the cell's own stream or a fixed key is used, enough for the default
+        zeros carry).
+
+    Flax NNX 0.12's ``broadcast_rngs`` (RNG streams broadcast rather than carried
+    across steps) is not implemented; use ``state_axes`` with ``None`` for state
+    that should not be carried.
+
+    Call: ``inputs``; optional ``initial_carry`` (default
+    ``cell.initialize_carry`` with ``rngs``), ``seq_lengths`` (shape ``batch``: the
+    carry stops changing after each sequence's length; ``reverse`` flips only the
+    valid steps), and per-call ``return_carry``, ``time_major``, ``reverse``,
+    ``keep_order``. Returns the stacked outputs ``(*batch, time, hidden)`` (or
+    time-major), and the final carry first with ``return_carry``.
+
+    Raises:
+      LayerShapeError: inputs without time and feature axes, or a feature axis
+        that does not match the cell.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> rnn = nnx.RNN(nnx.GRUCell(2, 4, rngs=nnx.Rngs(0)), return_carry=True)
+      >>> carry, ys = rnn(jnp.ones((3, 6, 2)))
+      >>> carry.shape, ys.shape
+      ((3, 4), (3, 6, 4))
+
+    Source: Flax NNX ``nnx.RNN``; ``jax.lax.scan`` through ``nnx.scan``.
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("cell",)
+
+    def __init__(
+        self,
+        cell: RNNCellBase,
+        *,
+        time_major: bool = False,
+        return_carry: bool = False,
+        reverse: bool = False,
+        keep_order: bool = False,
+        unroll: int = 1,
+        state_axes: Mapping[Filter, Any] | None = None,
+        rngs: Rngs | RngStream | bool = True,
+    ):
+        self.cell = cell
+        self.rngs = carry_stream("RNN", rngs)
+        self.time_major = time_major
+        self.return_carry = return_carry
+        self.reverse = reverse
+        self.keep_order = keep_order
+        self.unroll = unroll
+        self.state_axes = StateAxes(state_axes if state_axes is not None else {...: Carry})
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: Carry_ | None = None,
+        seq_lengths: jax.Array | None = None,
+        return_carry: bool | None = None,
+        time_major: bool | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
+        rngs: Rngs | RngStream | None = None,
+    ) -> Any:
+        return_carry = first_from(return_carry, self.return_carry, error_msg="")
+        time_major = first_from(time_major, self.time_major, error_msg="")
+        reverse = first_from(reverse, self.reverse, error_msg="")
+        keep_order = first_from(keep_order, self.keep_order, error_msg="")
+        x = jnp.asarray(inputs)
+        n_features = self.cell.num_feature_axes
+        layout = "time, *batch, features" if time_major else "*batch, time, features"
+        check_min_rank(self, x, n_features + 1, layout)
+        check_last_dim(self, x, self.cell.in_features)
+        time_axis = 0 if time_major else x.ndim - n_features - 1
+        x = jnp.moveaxis(x, time_axis, 0)
+        n_batch = x.ndim - n_features - 1
+        if initial_carry is None:
+            initial_carry = self.cell.initialize_carry(
+                tuple(x.shape[1:]), rngs if rngs is not None else self.rngs
+            )
+        if reverse:
+            x = flip_sequences(x, seq_lengths, n_batch)
+        steps = jnp.arange(x.shape[0])
+
+        @scan(in_axes=(self.state_axes, Carry, 0, 0, None), out_axes=(Carry, 0), unroll=self.unroll)
+        def run(cell: RNNCellBase, carry: Any, x_t: jax.Array, t: jax.Array, lengths: Any) -> Any:
+            new_carry, y = cell(carry, x_t)
+            if lengths is not None:
+                new_carry = _keep_where(t < lengths, new_carry, carry)
+            return new_carry, y
+
+        carry, ys = run(self.cell, initial_carry, x, steps, seq_lengths)
+        if reverse and keep_order:
+            ys = flip_sequences(ys, seq_lengths, n_batch)
+        ys = jnp.moveaxis(ys, 0, time_axis)
+        return (carry, ys) if return_carry else ys
+
+
+def _concatenate(a: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.concatenate([a, b], axis=-1)
+
+
+class Bidirectional(Module):
+    """Runs a forward and a backward ``RNN`` over the same inputs and merges their
+    outputs (concatenated on the feature axis by default).
+
+    Args:
+      forward_rnn, backward_rnn: ``RNN`` modules (the backward one is called with
+        ``reverse=True, keep_order=True``).
+      merge_fn: combines the two outputs (default: concatenate features).
+      time_major, return_carry, rngs: as in ``RNN``; the kept stream is passed to
+        both RNNs when a call gives no ``rngs``.
+
+    Call: ``inputs`` and optional ``initial_carry`` (a pair), ``rngs``,
+    ``seq_lengths``, ``return_carry``, ``time_major``; returns the merged outputs,
+    and the pair of final carries first with ``return_carry``. ``reverse`` and
+    ``keep_order`` are accepted and ignored, as Flax NNX 0.12 does (the
+    directions are fixed: forward, and backward in input order).
+
+    Source: Flax NNX ``nnx.Bidirectional``.
+    """
+
+    def __init__(
+        self,
+        forward_rnn: RNN,
+        backward_rnn: RNN,
+        *,
+        merge_fn: Callable[[jax.Array, jax.Array], jax.Array] = _concatenate,
+        time_major: bool = False,
+        return_carry: bool = False,
+        rngs: Rngs | RngStream | bool = True,
+    ):
+        self.rngs = carry_stream("Bidirectional", rngs)
+        self.forward_rnn = forward_rnn
+        self.backward_rnn = backward_rnn
+        self.merge_fn = merge_fn
+        self.time_major = time_major
+        self.return_carry = return_carry
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: tuple[Any, Any] | None = None,
+        rngs: Rngs | RngStream | None = None,
+        seq_lengths: jax.Array | None = None,
+        return_carry: bool | None = None,
+        time_major: bool | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
+    ) -> Any:
+        del reverse, keep_order  # accepted and ignored, as in Flax NNX 0.12
+        return_carry = first_from(return_carry, self.return_carry, error_msg="")
+        time_major = first_from(time_major, self.time_major, error_msg="")
+        carry_f, carry_b = (None, None) if initial_carry is None else initial_carry
+        common = {
+            "seq_lengths": seq_lengths,
+            "return_carry": True,
+            "time_major": time_major,
+            "rngs": rngs if rngs is not None else self.rngs,
+        }
+        carry_f, y_f = self.forward_rnn(inputs, initial_carry=carry_f, **common)
+        carry_b, y_b = self.backward_rnn(
+            inputs, initial_carry=carry_b, reverse=True, keep_order=True, **common
+        )
+        y = self.merge_fn(y_f, y_b)
+        return ((carry_f, carry_b), y) if return_carry else y
