@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import jax.numpy as jnp
 
 from flaxgraph.filters import Filter, to_predicate
-from flaxgraph.graph.api import iter_graph
+from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.objects import Object
 from flaxgraph.variables import Perturbation, Variable
 

@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.graph.api import iter_graph
+from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.objects import Object
 from flaxgraph.variables import Variable

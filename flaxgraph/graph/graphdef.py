@@ -208,6 +208,6 @@ class GraphDef:
     def apply(self, state: Any, *states: Any) -> Any:
         """Returns a proxy: ``graphdef.apply(state).method(*args)`` merges, calls the
         method, and returns ``(output, (graphdef, state))`` after the call."""
-        from flaxgraph.graph.api import call
+        from flaxgraph.graph.call import call
 
         return call((self, state, *states))

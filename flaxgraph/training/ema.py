@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import jax
 
 from flaxgraph.filters import Filter
-from flaxgraph.graph.api import update as graph_update
+from flaxgraph.graph.update import update as graph_update
 from flaxgraph.objects import Object
 from flaxgraph.state import State
 from flaxgraph.training._params import (

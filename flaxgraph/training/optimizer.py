@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.filters import Filter
-from flaxgraph.graph.api import update as graph_update
+from flaxgraph.graph.update import update as graph_update
 from flaxgraph.objects import Object, static
 from flaxgraph.state import State
 from flaxgraph.training._params import (

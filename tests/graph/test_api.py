@@ -1,5 +1,6 @@
-"""Tests of flaxgraph/graph/api.py: split, merge, update, state, graphdef, clone, pop,
-iter_graph, recursive_map, find_duplicates, call and the split/merge contexts."""
+"""Tests of the graph API (flaxgraph/graph/split_merge.py, update.py, traversal.py, call.py,
+contexts.py): split, merge, update, state, graphdef, clone, pop, iter_graph, recursive_map,
+find_duplicates, call and the split/merge contexts."""
 
 import jax
 import jax.numpy as jnp
