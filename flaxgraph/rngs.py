@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.module import Module
-from flaxgraph.objects import Object
+from flaxgraph.objects import Pytree
 from flaxgraph.variables import Variable
 
 
@@ -68,7 +68,7 @@ def _as_key(seed: Any) -> jax.Array:
     )
 
 
-class RngStream(Object):
+class RngStream(Pytree):
     """One named stream of random keys.
 
     Args:

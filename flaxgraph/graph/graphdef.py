@@ -27,6 +27,8 @@ from collections.abc import Hashable
 from operator import itemgetter
 from typing import Any, Union
 
+import jax
+
 # Each definition is a tuple whose first item is a tag naming its kind: building,
 # hashing and comparing definitions then run at C speed (tuple construction,
 # tuple hash and tuple equality), and two kinds never compare equal.
@@ -156,7 +158,17 @@ class GraphDef:
     """The structure of a graph: a root definition plus the paths of its State leaves.
 
     Immutable, hashable (hash computed once) and equal to any GraphDef of the same
-    structure, so it can be passed as a static argument to ``jax.jit``.
+    structure, so it can be passed as a static argument to ``jax.jit``. It is also
+    a JAX pytree with no leaves (the whole structure is static aux data), so
+    ``graphdef, state = nnx.split(model)`` can be passed straight to ``jax.jit``,
+    ``jax.vmap`` or ``jax.lax.scan`` as an ordinary argument::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+      >>> jax.tree.leaves(graphdef)
+      []
+      >>> jax.jit(lambda g, s, x: nnx.merge(g, s)(x))(graphdef, state, jnp.ones(2)).shape
+      (3,)
 
     Attributes:
       root: the definition of the root value.
@@ -211,3 +223,10 @@ class GraphDef:
         from flaxgraph.graph.call import call
 
         return call((self, state, *states))
+
+
+jax.tree_util.register_pytree_node(
+    GraphDef,
+    lambda graphdef: ((), graphdef),
+    lambda graphdef, _: graphdef,
+)

@@ -28,37 +28,26 @@ from typing import Any
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
 from flaxgraph.filters import Filter, filters_to_predicates
 from flaxgraph.graph.flatten import flatten
+from flaxgraph.graph.graph_state import GraphState
 from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.paths import keys_str, path_str
-from flaxgraph.graph.registry import is_array_leaf
+from flaxgraph.graph.registry import ARRAY_TYPES, is_array_leaf
 from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.modes import resolve_graph
 from flaxgraph.state import State, partition, unmatched_message
-from flaxgraph.tracing import current_trace
 from flaxgraph.variables import Variable
 
 PathParts = tuple[Hashable, ...]
 
 
-def _copy_leaf(leaf: Any) -> Any:
-    return leaf.copy() if isinstance(leaf, Variable) else leaf
-
-
 def _states_from_leaves(
     node: Any, leaves: list[tuple[PathParts, Any]], filters: tuple[Filter, ...], strict: bool
 ) -> list[State]:
-    trace = current_trace()
-    copied = [
-        (
-            p,
-            type(v)._from_parts(v.raw_value, v._var_metadata, trace)
-            if isinstance(v, Variable)
-            else v,
-        )
-        for p, v in leaves
-    ]
+    # The States hold the graph's own Variables (as in NNX 0.12): writing through a
+    # State writes the graph.
     if not filters:
-        return [_as_state(copied)]
-    parts, rest = partition(copied, filters_to_predicates(filters))
+        return [_as_state(leaves)]
+    parts, rest = partition(leaves, filters_to_predicates(filters))
     if strict and rest:
         path, leaf = rest[0]
         raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
@@ -72,24 +61,30 @@ def _as_state(pairs: list[tuple[PathParts, Any]]) -> Any:
     return State.from_flat_path(pairs)
 
 
-def split(node: Any, *filters: Filter) -> Any:
+def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     """Splits a graph into its structure and its state.
 
     Args:
       node: an Object/Module, Variable, or list/dict/tuple holding them.
       *filters: optional filters; one State is returned per filter, each leaf going
         to the first filter that matches it.
+      graph: ``True`` walks ``node`` as a graph (shared references and cycles are
+        kept as references), ``False`` as a tree (a Variable reachable along two
+        paths is an error); ``None`` takes the default (``nnx.set_graph_mode``).
 
     Returns:
       ``(graphdef, state)`` without filters, else ``(graphdef, state_1, …, state_n)``.
-      Each State holds copies of the Variables (same values and metadata) and the
-      raw array leaves; a shared Variable appears once, at its first path.
+      Each State holds the graph's own Variable objects (writing a Variable through
+      the State writes the graph) and its raw array leaves; a shared Variable
+      appears once, at its first path.
 
     Raises:
       UnmatchedLeafError (a ``ValueError``): a leaf matches none of the filters
         (end them with ``...`` to collect the rest); the message names its path.
       StaticAttributeError (a ``TypeError``): a static attribute or metadata is
         unhashable; the message names its path.
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is reachable
+        along several paths; the message lists every path.
 
     Example::
 
@@ -97,32 +92,71 @@ def split(node: Any, *filters: Filter) -> Any:
       >>> class M(nnx.Module):
       ...   def __init__(self):
       ...     self.w = nnx.Param(jnp.ones(3)); self.n = nnx.BatchStat(jnp.zeros(3))
-      >>> graphdef, params, rest = nnx.split(M(), nnx.Param, ...)
-      >>> list(params), list(rest)
-      (['w'], ['n'])
+      >>> m = M()
+      >>> graphdef, params, rest = nnx.split(m, nnx.Param, ...)
+      >>> list(params), list(rest), params['w'] is m.w
+      (['w'], ['n'], True)
 
-    Source: Flax NNX ``nnx.split``.
+    Source: Flax NNX 0.12 ``nnx.split``.
     """
-    graphdef, leaves = flatten(node)
+    graphdef, leaves = flatten(node, graph=resolve_graph(graph))
     return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
 
 
-def state(node: Any, *filters: Filter) -> Any:
+def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     """Returns the State of ``node``: all of it, or one State per filter.
 
-    Leaves that match no filter are left out (unlike ``split``, no error).
-    With zero or one filter a single State is returned, else a tuple.
+    Args:
+      node: a graph (see ``split``).
+      *filters: optional filters (first match wins).
+      graph: graph or tree mode (see ``split``).
 
-    Source: Flax NNX ``nnx.state``.
+    Returns:
+      With zero or one filter a single State, else a tuple of States. Leaves that
+      match no filter are left out (unlike ``split``, no error). The States hold
+      the graph's own Variables: ``nnx.state(m)['w'] is m.w``.
+
+    Raises:
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> s = nnx.state(m, nnx.Param)
+      >>> s['bias'] is m.bias
+      True
+
+    Source: Flax NNX 0.12 ``nnx.state``.
     """
-    _, leaves = flatten(node)
+    _, leaves = flatten(node, graph=resolve_graph(graph))
     states = _states_from_leaves(node, leaves, filters, strict=False)
     return states[0] if len(states) == 1 else tuple(states)
 
 
-def graphdef(node: Any) -> GraphDef:
-    """Returns the GraphDef of ``node`` (its structure, no state)."""
-    return flatten(node)[0]
+variables = state
+
+
+def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
+    """Returns the GraphDef of ``node`` (its structure, no state).
+
+    Args:
+      node: a graph (see ``split``).
+      graph: graph or tree mode (see ``split``).
+
+    Raises:
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> nnx.graphdef(m) == nnx.split(m)[0]
+      True
+
+    Source: Flax NNX 0.12 ``nnx.graphdef``.
+    """
+    return flatten(node, graph=resolve_graph(graph))[0]
 
 
 def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
@@ -182,31 +216,116 @@ def _all_flat(states: tuple[Any, ...]) -> Iterator[tuple[PathParts, Any]]:
         yield from (s if isinstance(s, State) else State(s)).flat_state()
 
 
-def merge(graphdef: GraphDef, state: Any = None, /, *states: Any) -> Any:
+def _graphdef_and_states(first: Any, states: tuple[Any, ...]) -> tuple[GraphDef, tuple[Any, ...]]:
+    if isinstance(first, GraphState):
+        return first._graphdef, tuple(
+            s._state if isinstance(s, GraphState) else s for s in (first, *states)
+        )
+    if not isinstance(first, GraphDef):
+        raise TypeError(
+            f"merge expects a GraphDef (or a GraphState) first, got a {type(first).__name__}."
+            "\nFix: pass what split returned: nnx.merge(graphdef, state)."
+        )
+    return first, tuple(s._state if isinstance(s, GraphState) else s for s in states)
+
+
+def merge(
+    graphdef: GraphDef | GraphState,
+    /,
+    *states: Any,
+    copy: bool = False,
+    recreate_variables: bool = True,
+) -> Any:
     """Builds new objects from a GraphDef and its State(s); the inverse of ``split``.
 
     Args:
-      graphdef: the structure, from ``split``.
-      state, *states: the States from the same ``split`` (any order). Leaves are
-        matched by path.
+      graphdef: the structure, from ``split`` (or a ``GraphState`` from ``unpack``,
+        which carries its GraphDef).
+      *states: the States from the same ``split`` (any order; nested dicts and
+        GraphStates work too). Leaves are matched by path.
+      copy: ``False`` (default): the new objects hold the States' own Variable
+        objects, so writing a Variable of the result writes the State. ``True``:
+        they hold new Variables with the same values and metadata.
+      recreate_variables: a raw value (not a Variable) at a Variable's place, as in
+        a pure State (``nnx.as_pure``), becomes a new Variable of the kind and
+        metadata the GraphDef records (``True``, default) or is put there as is.
 
     Returns:
-      New objects (``__init__`` is not called) with fresh Variables holding the
-      States' values and metadata; shared references and cycles are restored.
+      New objects (``__init__`` is not called); shared references and cycles are
+      restored.
 
     Raises:
       GraphStructureError (a ``ValueError``): a leaf the GraphDef needs is missing
         from the States, or a State has a leaf the GraphDef has no place for; the
         message names the paths.
+      TypeError: the first argument is no GraphDef/GraphState, or a state is not a
+        mapping.
 
-    Source: Flax NNX ``nnx.merge``. Unlike NNX, the merged objects never share
-    Variables with the State, so mutating one does not change the other.
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> graphdef, state = nnx.split(m)
+      >>> m2 = nnx.merge(graphdef, state)
+      >>> m2 is m, m2.kernel is m.kernel, nnx.merge(graphdef, state, copy=True).kernel is m.kernel
+      (False, True, False)
+
+    Source: Flax NNX 0.12 ``nnx.merge``.
     """
-    all_states = () if state is None else (state, *states)
-    return unflatten(graphdef, _ordered_leaves(graphdef, all_states))
+    graphdef, all_states = _graphdef_and_states(graphdef, states)
+    return unflatten(
+        graphdef,
+        _ordered_leaves(graphdef, all_states),
+        share_variables=not copy,
+        recreate_variables=recreate_variables,
+    )
 
 
-def clone(node: Any) -> Any:
-    """Returns a deep, independent copy of ``node`` (``merge(*split(node))``)."""
-    graphdef, leaves = flatten(node)
-    return unflatten(graphdef, [_copy_leaf(v) for _, v in leaves])
+def _copy_array(x: Any) -> Any:
+    return x.copy() if isinstance(x, ARRAY_TYPES) else x
+
+
+def clone(
+    node: Any, variables: bool = True, *, arrays: bool = False, graph: bool | None = None
+) -> Any:
+    """Returns a copy of ``node``'s graph: new objects with the same structure.
+
+    Args:
+      node: a graph (see ``split``).
+      variables: ``True``: the copy gets new Variables (same values and metadata),
+        independent of ``node``'s; ``False``: it holds ``node``'s Variable objects.
+      arrays: also copy the arrays (so not even buffers are shared); needs
+        ``variables=True``.
+      graph: graph or tree mode (see ``split``).
+
+    Returns:
+      The copy; shared references and cycles are kept.
+
+    Raises:
+      ValueError: ``arrays=True`` with ``variables=False``.
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> nnx.clone(m).kernel is m.kernel, nnx.clone(m, variables=False).kernel is m.kernel
+      (False, True)
+
+    Source: Flax NNX 0.12 ``nnx.clone``.
+    """
+    if arrays and not variables:
+        raise ValueError(
+            "clone(node, variables=False, arrays=True): copying the arrays needs new "
+            "Variables to hold them.\nFix: pass variables=True (the default)."
+        )
+    graphdef, leaves = flatten(node, graph=resolve_graph(graph))
+    if not variables:
+        return unflatten(graphdef, [v for _, v in leaves], share_variables=True)
+    if arrays:
+        copied = [
+            v.replace(_copy_array(v.raw_value)) if isinstance(v, Variable) else _copy_array(v)
+            for _, v in leaves
+        ]
+        return unflatten(graphdef, copied, share_variables=True)
+    return unflatten(graphdef, [v for _, v in leaves])

@@ -1,6 +1,8 @@
-"""Walking and rewriting graphs: ``iter_graph``, ``find_duplicates``, ``recursive_map``.
+"""Walking and rewriting graphs: ``iter_graph``, ``iter_children``,
+``iter_module_children``, ``find_duplicates``, ``recursive_map``.
 
-Source: Flax NNX ``nnx.iter_graph``, ``nnx.find_duplicates``, ``nnx.recursive_map`` (0.12).
+Source: Flax NNX 0.12 ``nnx.iter_graph``, ``nnx.iter_children``,
+``nnx.iter_module_children``, ``nnx.find_duplicates``, ``nnx.recursive_map``.
 """
 
 from __future__ import annotations
@@ -8,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+from flaxgraph.filters import Filter, to_predicate
+from flaxgraph.graph.flatten import flatten
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.graph.registry import (
     _GRAPH_NODE_IMPLS,
@@ -15,22 +19,99 @@ from flaxgraph.graph.registry import (
     is_array_leaf,
     pytree_children,
 )
+from flaxgraph.modes import resolve_graph
 from flaxgraph.variables import Variable
 
 PathParts = tuple[Hashable, ...]
 
 
-def iter_graph(node: Any) -> Iterator[tuple[PathParts, Any]]:
+def _check_tree(node: Any, graph: bool | None, what: str) -> bool:
+    """Resolves ``graph``; in tree mode, raises if a Variable is reachable twice."""
+    if resolve_graph(graph):
+        return True
+    flatten(node, graph=False, root_name=what)
+    return False
+
+
+def iter_graph(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[PathParts, Any]]:
     """Yields ``(path, value)`` for every value in the graph, children before parents.
 
-    Every graph node, Variable, container, array and static value is yielded;
-    a node or Variable reachable along several paths is yielded once, at its first
-    path. The root comes last with path ``()``.
+    Every graph node, Variable, container, array and static value is yielded. In
+    graph mode a node or Variable reachable along several paths is yielded once,
+    at its first path; in tree mode (``graph=False``) a shared Variable is an error
+    and a shared node without Variables is yielded at every path. The root comes
+    last with path ``()``.
 
-    Source: Flax NNX ``nnx.iter_graph``.
+    Args:
+      node: a graph.
+      graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
+
+    Raises:
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared
+        (raised when iteration starts).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> [p for p, v in nnx.iter_graph(m) if isinstance(v, nnx.Variable)]
+      [('bias',), ('kernel',)]
+
+    Source: Flax NNX 0.12 ``nnx.iter_graph``.
     """
-    seen = RefMap[bool]()
-    yield from _iter(node, (), seen)
+    if _check_tree(node, graph, "node"):
+        yield from _iter(node, (), RefMap[bool](), True)
+    else:
+        yield from _iter(node, (), RefMap[bool](), False)
+
+
+def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[Hashable, Any]]:
+    """Yields ``(key, child)`` for the direct children of ``node`` that are graph nodes
+    or Variables (not arrays, static values, or what sits inside lists and dicts).
+
+    Args:
+      node: a graph node.
+      graph: graph or tree mode; direct children are the same in both (two keys
+        holding the same object are both yielded).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> [k for k, _ in nnx.iter_children(m)]
+      ['bias', 'kernel']
+
+    Source: Flax NNX 0.12 ``nnx.iter_children``.
+    """
+    for key, child in _children(node):
+        if type(child) in _GRAPH_NODE_IMPLS or isinstance(child, Variable):
+            yield key, child
+
+
+def iter_module_children(
+    node: Any, /, *, graph: bool | None = None
+) -> Iterator[tuple[Hashable, Any]]:
+    """Yields ``(key, child)`` for the direct children of ``node`` that are graph
+    nodes (Objects, Modules, registered node types), not Variables.
+
+    Args:
+      node: a graph node.
+      graph: graph or tree mode (the same direct children in both).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> class Pair(nnx.Module):
+      ...   def __init__(self):
+      ...     self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0)); self.b = self.a
+      >>> [k for k, _ in nnx.iter_module_children(Pair())]
+      ['a', 'b']
+
+    Source: Flax NNX 0.12 ``nnx.iter_module_children``.
+    """
+    for key, child in _children(node):
+        if type(child) in _GRAPH_NODE_IMPLS:
+            yield key, child
 
 
 def _children(x: Any) -> list[tuple[Hashable, Any]]:
@@ -47,21 +128,44 @@ def _children(x: Any) -> list[tuple[Hashable, Any]]:
     return children[0] if children is not None else []
 
 
-def _iter(x: Any, path: PathParts, seen: RefMap[bool]) -> Iterator[tuple[PathParts, Any]]:
-    if type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable):
+def _iter(
+    x: Any, path: PathParts, seen: RefMap[bool], graph: bool
+) -> Iterator[tuple[PathParts, Any]]:
+    node = type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+    if node:
         if x in seen:
-            return
+            return  # graph mode: seen before; tree mode: a cycle (on the current path)
         seen[x] = True
     for key, child in _children(x):
-        yield from _iter(child, (*path, key), seen)
+        yield from _iter(child, (*path, key), seen, graph)
+    if node and not graph:
+        del seen[x]  # tree mode: only the current path is remembered
     yield path, x
 
 
-def find_duplicates(node: Any) -> list[list[PathParts]]:
+def find_duplicates(node: Any, /, *, only: Filter = ...) -> list[list[PathParts]]:
     """Returns, for every node or Variable reachable along more than one path, all
     its paths (shortest first). An empty list means the graph has no sharing.
 
-    Source: Flax NNX ``nnx.find_duplicates``.
+    Args:
+      node: a graph.
+      only: report only the shared values this filter matches (matched on the
+        value and its first path); default: all.
+
+    Returns:
+      One list of paths per shared node or Variable, in walk order. What sits below
+      a shared node is not reported again.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Tied(nnx.Module):
+      ...   def __init__(self):
+      ...     self.a = nnx.Param(jnp.ones(1)); self.b = self.a
+      >>> nnx.find_duplicates(Tied()), nnx.find_duplicates(Tied(), only=nnx.BatchStat)
+      ([[('a',), ('b',)]], [])
+
+    Source: Flax NNX 0.12 ``nnx.find_duplicates``.
     """
     paths = RefMap[list[PathParts]]()
 
@@ -75,10 +179,17 @@ def find_duplicates(node: Any) -> list[list[PathParts]]:
             walk(child, (*path, key))
 
     walk(node, ())
-    return [sorted(p, key=len) for p in paths.values() if len(p) > 1]
+    keep = to_predicate(only)
+    return [
+        sorted(p, key=len)
+        for x, p in paths.items()
+        if len(p) > 1 and (only is ... or keep(p[0], x))
+    ]
 
 
-def recursive_map(f: Callable[[PathParts, Any], Any], node: Any) -> Any:
+def recursive_map(
+    f: Callable[[PathParts, Any], Any], node: Any, /, *, graph: bool | None = None
+) -> Any:
     """Applies ``f(path, value)`` to every graph node and Variable, children first,
     replacing each by what ``f`` returns; returns ``f((), node)``.
 
@@ -86,13 +197,20 @@ def recursive_map(f: Callable[[PathParts, Any], Any], node: Any) -> Any:
     sharing survives. Containers are rebuilt around mapped children; arrays and
     static values are passed through untouched.
 
+    Args:
+      f: the function; gets the path and the (already rebuilt) value.
+      node: a graph; its nodes are changed in place (children replaced).
+      graph: graph or tree mode; in tree mode a Variable reachable along two paths
+        raises ``SharedReferenceError`` before anything is changed.
+
     Example (replace every Linear by a wrapper)::
 
       new_model = nnx.recursive_map(
           lambda path, x: Wrapped(x) if isinstance(x, nnx.Linear) else x, model)
 
-    Source: Flax NNX ``nnx.recursive_map``.
+    Source: Flax NNX 0.12 ``nnx.recursive_map``.
     """
+    _check_tree(node, graph, "node")
     done = RefMap[Any]()
 
     def go(x: Any, path: PathParts) -> Any:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from flaxgraph.module import Module
-from flaxgraph.objects import Object
+from flaxgraph.objects import Pytree
 from flaxgraph.variables import Variable
 
 
@@ -59,7 +59,7 @@ class Block(Node):
     """
 
 
-class Record(Object):
+class Record(Pytree):
     """A generic plain ``Object`` (not a ``Module``): ``Record(**attributes)``.
 
     Args:

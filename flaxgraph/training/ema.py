@@ -40,7 +40,7 @@ import jax
 
 from flaxgraph.filters import Filter
 from flaxgraph.graph.update import update as graph_update
-from flaxgraph.objects import Object
+from flaxgraph.objects import Pytree
 from flaxgraph.state import State
 from flaxgraph.training._params import (
     filter_str,
@@ -65,7 +65,7 @@ class EMAState(Variable[A]):
     metadata of the parameter it averages, plus ``source_type`` (its kind)."""
 
 
-class EMA(Object):
+class EMA(Pytree):
     """An exponential moving average of the ``wrt`` sub-state of a model.
 
     Args:

@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 
+from flaxgraph.attribute_kinds import static
 from flaxgraph.filters import Filter
 from flaxgraph.graph.update import update as graph_update
-from flaxgraph.objects import Object, static
+from flaxgraph.objects import Pytree
 from flaxgraph.state import State
 from flaxgraph.training._params import (
     as_flat,
@@ -99,7 +100,7 @@ class OptVariable(OptState[A]):
 M = TypeVar("M")
 
 
-class Optimizer(Object, Generic[M]):
+class Optimizer(Pytree, Generic[M]):
     """An optax gradient transformation and its state, for the ``wrt`` sub-state
     of a model.
 
