@@ -275,7 +275,8 @@ def split_context(ctxtag: Hashable | None = None) -> Iterator[SplitContext]:
 
     Args:
       ctxtag: the tag of an active ``update_context`` this split takes part in
-        (step 1 outside the transform, step 3 inside), or ``None``.
+        (step 3, inside the transform, if the inner merge of step 2 has run in that
+        context; else step 1, outside), or ``None``.
 
     Example::
 
@@ -295,7 +296,10 @@ def split_context(ctxtag: Hashable | None = None) -> Iterator[SplitContext]:
     Source: Flax NNX 0.12 ``nnx.split_context``.
     """
     uctx = _find(ctxtag)
-    ctx = SplitContext(ctxtag, is_inner=None if uctx is None else uctx.is_inner(None))
+    # Inside the transform (step 3) exactly when the inner merge (step 2) has run.
+    ctx = SplitContext(
+        ctxtag, is_inner=None if uctx is None else uctx.inner_ref_outer_index is not None
+    )
     yield ctx
     if uctx is not None and not ctx.is_inner:
         uctx.outer_index_ref = {i: x for x, i in ctx.ref_index.items()}
