@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 
 import flaxgraph as nnx
-from flaxgraph.testing import assert_graphs_equal, graphs
 from flaxgraph.graph.graphdef import (
     ARRAY_DEF,
     ArrayDef,
@@ -20,6 +19,7 @@ from flaxgraph.graph.graphdef import (
     StaticDef,
     VariableDef,
 )
+from flaxgraph.testing import assert_graphs_equal, graphs
 
 
 class Block(nnx.Module):
@@ -227,9 +227,7 @@ def test_functional_pattern_through_vmap_and_scan_over_a_stacked_state():
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
     x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32).reshape(4, 2)
 
-    ys = jax.vmap(lambda g, s, x: nnx.merge(g, s)(x), in_axes=(None, 0, None))(
-        graphdef, stacked, x
-    )
+    ys = jax.vmap(lambda g, s, x: nnx.merge(g, s)(x), in_axes=(None, 0, None))(graphdef, stacked, x)
     for i, s in enumerate(states):
         np.testing.assert_allclose(ys[i], _numpy_mlp(s, np.asarray(x)), rtol=1e-5, atol=1e-6)
 
