@@ -71,7 +71,7 @@ def test_to_tree_prefix_and_aliasing_check():
 
     nnx.to_tree((m, linear()), prefix=(0, None), split_fn=split_fn)
     assert seen == [((0,), 0), ((1,), None)]
-    with pytest.raises(ValueError, match="Inconsistent aliasing.*prefix 0.*prefix 1"):
+    with pytest.raises(ValueError, match=r"Inconsistent aliasing.*prefix 0.*prefix 1"):
         nnx.to_tree((m, m), prefix=(0, 1))
     nnx.to_tree((m, m), prefix=(0, 1), check_aliasing=False)
     with pytest.raises(ValueError, match="does not match"):
