@@ -300,3 +300,44 @@ def test_marked_kinds_survive_copy():
     m = Marked()
     m.step = nnx.data(1)
     assert jax.tree.leaves(copy.deepcopy(m)) == [1]
+
+
+# -- Pytree and Object (Flax NNX 0.12) ---------------------------------------------------------
+
+
+def test_object_is_a_graph_node_but_not_a_pytree():
+    class Counter(nnx.Object):
+        def __init__(self):
+            self.n = nnx.Variable(jnp.array(0))
+
+    c = Counter()
+    assert issubclass(nnx.Object, nnx.Pytree) and not issubclass(nnx.Module, nnx.Object)
+    assert jax.tree.leaves(c) == [c]  # one opaque leaf
+    graphdef, state = nnx.split(c)  # the graph view is unchanged
+    assert list(state) == ["n"] and type(nnx.merge(graphdef, state)) is Counter
+
+    class Sub(Counter):  # the choice is inherited
+        pass
+
+    assert jax.tree.leaves(Sub()) != []
+    assert len(jax.tree.leaves(Sub())) == 1 and isinstance(jax.tree.leaves(Sub())[0], Sub)
+
+
+def test_pytree_false_and_back():
+    class Opaque(nnx.Pytree, pytree=False):
+        def __init__(self):
+            self.w = jnp.ones(1)
+
+    class Again(Opaque, pytree=True):
+        pass
+
+    o, a = Opaque(), Again()
+    assert jax.tree.leaves(o) == [o]
+    assert len(jax.tree.leaves(a)) == 1 and jax.tree.leaves(a)[0] is a.w
+
+
+def test_object_matches_flax_class_relations():
+    fnnx = pytest.importorskip("flax.nnx")
+    for lib in (nnx, fnnx):
+        assert issubclass(lib.Object, lib.Pytree)
+        assert not issubclass(lib.Module, lib.Object) and issubclass(lib.Module, lib.Pytree)
