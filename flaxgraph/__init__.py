@@ -63,7 +63,6 @@ from flaxgraph.graph.split_merge import graphdef as graphdef
 from flaxgraph.graph.split_merge import merge as merge
 from flaxgraph.graph.split_merge import split as split
 from flaxgraph.graph.split_merge import state as state
-from flaxgraph.graph.split_merge import variables as variables
 from flaxgraph.graph.traversal import find_duplicates as find_duplicates
 from flaxgraph.graph.traversal import iter_children as iter_children
 from flaxgraph.graph.traversal import iter_graph as iter_graph
