@@ -27,14 +27,7 @@ from typing import Any, TypeVar
 from flaxgraph.config import Flag
 from flaxgraph.filters import Filter
 from flaxgraph.graph.flatten import flatten
-from flaxgraph.graph.graphdef import (
-    ContainerDef,
-    Def,
-    GraphDef,
-    NodeDef,
-    NodeRef,
-    VariableDef,
-)
+from flaxgraph.graph.graphdef import GraphDef, renumber
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.graph.split_merge import _graphdef_and_states, _ordered_leaves, _states_from_leaves
 from flaxgraph.graph.unflatten import unflatten
@@ -165,21 +158,6 @@ def current_update_context(tag: Hashable) -> UpdateContext:
     return ctx
 
 
-def _renumber(d: Def, mapping: Callable[[int], int]) -> Def:
-    t = type(d)
-    if t is NodeDef:
-        attributes = tuple((k, _renumber(c, mapping)) for k, c in d.attributes)
-        return NodeDef(d.type, mapping(d.index), d.metadata, attributes)
-    if t is VariableDef:
-        return VariableDef(d.type, mapping(d.index), d.metadata)
-    if t is NodeRef:
-        return NodeRef(d.type, mapping(d.index))
-    if t is ContainerDef:
-        children = tuple(_renumber(c, mapping) for c in d.children)
-        return ContainerDef(d.type, d.keys, children, d.treedef)
-    return d
-
-
 class SplitContext:
     """Splits several graphs with one reference index (see ``split_context``).
 
@@ -215,9 +193,7 @@ class SplitContext:
         # get indices past every outer one.
         inner = uctx.inner_ref_outer_index
         assert inner is not None
-        offset = 1 + max((*inner.values(), *(uctx.outer_index_ref or {}), -1))
-        own = {i: inner[x] if x in inner else offset + i for x, i in self.ref_index.items()}
-        return GraphDef(_renumber(graphdef.root, own.__getitem__), graphdef.leaf_paths)
+        return renumber(graphdef, self.ref_index, inner, 1 + max(uctx.outer_index_ref or (-1,)))
 
 
 class MergeContext:

@@ -24,7 +24,7 @@ import jax
 from flaxgraph.filters import Filter
 from flaxgraph.graph.flatten import flatten as _walk
 from flaxgraph.graph.graph_state import GraphState
-from flaxgraph.graph.graphdef import GraphDef
+from flaxgraph.graph.graphdef import GraphDef, renumber
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.graph.split_merge import _ordered_leaves, merge, split
 from flaxgraph.graph.unflatten import unflatten as _build
@@ -41,6 +41,7 @@ def flatten(
     *,
     with_paths: bool = True,
     ref_index: RefMap[int] | None = None,
+    ref_outer_index: RefMap[int] | None = None,
     graph: bool | None = None,
 ) -> tuple[GraphDef, FlatState | list[Any]]:
     """Splits ``node`` into its GraphDef and its leaves in flat form.
@@ -51,6 +52,11 @@ def flatten(
         pairs; ``False``: as a plain list of leaves.
       ref_index: identity map node -> reference index to share between calls (as
         ``split_context`` does); a fresh one if ``None``.
+      ref_outer_index: identity map object -> its index in another (outer) split,
+        e.g. of the caller's graph outside a transform: the GraphDef then numbers
+        those objects with their outer indices (and new ones past them), so
+        ``unflatten(..., outer_index_outer_ref=...)`` can update the caller's
+        objects in place. This is what ``update_context`` does.
       graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
 
     Returns:
@@ -73,9 +79,11 @@ def flatten(
 
     Source: Flax NNX 0.12 ``nnx.flatten``.
     """
-    graphdef, leaves = _walk(
-        node, ref_index=RefMap() if ref_index is None else ref_index, graph=resolve_graph(graph)
-    )
+    ref_index = RefMap() if ref_index is None else ref_index
+    graphdef, leaves = _walk(node, ref_index=ref_index, graph=resolve_graph(graph))
+    if ref_outer_index is not None:
+        offset = 1 + max(ref_outer_index.values(), default=-1)
+        graphdef = renumber(graphdef, ref_index, ref_outer_index, offset)
     if with_paths:
         return graphdef, FlatState(leaves)
     return graphdef, [leaf for _, leaf in leaves]
@@ -87,6 +95,7 @@ def unflatten(
     /,
     *,
     index_ref: dict[int, Any] | None = None,
+    outer_index_outer_ref: dict[int, Any] | None = None,
     copy_variables: bool = False,
     recreate_variables: bool = True,
 ) -> Any:
@@ -98,6 +107,11 @@ def unflatten(
         leaves in the GraphDef's order (``flatten(..., with_paths=False)``).
       index_ref: reference index -> object map shared between calls
         (``merge_context``).
+      outer_index_outer_ref: reference index -> existing object: the objects at
+        those indices are updated in place (values, attributes, structure) instead
+        of being built anew, so references held elsewhere stay valid; use with a
+        GraphDef from ``flatten(..., ref_outer_index=...)``. Nothing is written if
+        the leaves do not fit.
       copy_variables: ``False``: Variable leaves are used as they are (the result
         shares them); ``True``: new Variables with the same value and metadata.
       recreate_variables: a raw value at a Variable's place becomes a new Variable
@@ -108,9 +122,27 @@ def unflatten(
 
     Raises:
       GraphStructureError (a ``ValueError``): the leaves do not fit the GraphDef
-        (wrong count, missing or extra paths).
+        (wrong count, missing or extra paths), or an object to update has another
+        type than the GraphDef says.
+      TraceContextError (a ``ValueError``): an object to update must change but
+        belongs to another JAX trace.
 
-    Example: see ``flatten``.
+    Example (update the caller's objects in place, as a transform does)::
+
+      >>> import flaxgraph as nnx
+      >>> from flaxgraph.graph.refmap import RefMap
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> outer = RefMap()                                   # object -> outer index
+      >>> graphdef, flat = nnx.flatten(m, ref_index=outer)
+      >>> index_ref = {}                                     # outer index -> inner object
+      >>> inner = nnx.unflatten(graphdef, flat, index_ref=index_ref, copy_variables=True)
+      >>> inner.tag = 'changed'                              # a structural change
+      >>> inner_to_outer = RefMap.from_pairs((x, i) for i, x in index_ref.items())
+      >>> g2, flat2 = nnx.flatten(inner, ref_outer_index=inner_to_outer)
+      >>> back = nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()})
+      >>> back is m, m.tag
+      (True, 'changed')
+
 
     Source: Flax NNX 0.12 ``nnx.unflatten``.
     """
@@ -124,6 +156,7 @@ def unflatten(
         graphdef,
         leaves,
         index_ref=index_ref,
+        reuse=outer_index_outer_ref,
         share_variables=not copy_variables,
         recreate_variables=recreate_variables,
     )

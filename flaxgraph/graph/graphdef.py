@@ -225,6 +225,40 @@ class GraphDef:
         return call((self, state, *states))
 
 
+def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
+    t = type(d)
+    if t is NodeDef:
+        attributes = tuple((k, _renumbered(c, mapping)) for k, c in d.attributes)
+        return NodeDef(d.type, mapping[d.index], d.metadata, attributes)
+    if t is VariableDef:
+        return VariableDef(d.type, mapping[d.index], d.metadata)
+    if t is NodeRef:
+        return NodeRef(d.type, mapping[d.index])
+    if t is ContainerDef:
+        children = tuple(_renumbered(c, mapping) for c in d.children)
+        return ContainerDef(d.type, d.keys, children, d.treedef)
+    return d
+
+
+def renumber(graphdef: GraphDef, ref_index: Any, outer_index: Any, offset: int) -> GraphDef:
+    """``graphdef`` with its reference indices moved into another index space.
+
+    Args:
+      graphdef: from a walk that numbered its objects with ``ref_index``.
+      ref_index: object -> index in ``graphdef`` (identity-keyed, a ``RefMap``).
+      outer_index: object -> the index it should get instead (identity-keyed);
+        objects not in it get ``offset + their index``.
+      offset: the first index free in the other space (past every outer index).
+
+    Returns:
+      The renumbered GraphDef (same structure and leaf paths). Used so that a graph
+      split inside a transform refers to the caller's objects by the caller's
+      indices (``update_context``, ``flatten(..., ref_outer_index=...)``).
+    """
+    mapping = {i: outer_index[x] if x in outer_index else offset + i for x, i in ref_index.items()}
+    return GraphDef(_renumbered(graphdef.root, mapping), graphdef.leaf_paths)
+
+
 jax.tree_util.register_pytree_node(
     GraphDef,
     lambda graphdef: ((), graphdef),

@@ -134,7 +134,6 @@ def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     return states[0] if len(states) == 1 else tuple(states)
 
 
-
 def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
     """Returns the GraphDef of ``node`` (its structure, no state).
 

@@ -168,3 +168,25 @@ def test_pure_state_merges_back_with_recreated_variables(make):
     graphdef, state = nnx.split(g)
     rebuilt = nnx.merge(graphdef, nnx.as_pure(state))
     assert_graphs_equal(rebuilt, g)
+
+
+def test_flatten_ref_outer_index_and_unflatten_outer_index_outer_ref_update_in_place():
+    from flaxgraph.graph.refmap import RefMap
+
+    m = Model()
+    w = m.w
+    outer = RefMap[int]()
+    graphdef, flat = nnx.flatten(m, ref_index=outer)
+    index_ref: dict[int, Any] = {}
+    inner = nnx.unflatten(graphdef, flat, index_ref=index_ref, copy_variables=True)
+    inner.w.value = inner.w.value + 1
+    inner.extra = nnx.Param(jnp.zeros(1))
+    del inner.stats
+    inner_to_outer = RefMap.from_pairs((x, i) for i, x in index_ref.items())
+    g2, flat2 = nnx.flatten(inner, ref_outer_index=inner_to_outer)
+    back = nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()})
+    assert back is m and m.w is w
+    np.testing.assert_array_equal(m.w.value, np.arange(3.0) + 1)
+    assert isinstance(m.extra, nnx.Param) and not hasattr(m, "stats")
+    # without the outer numbering, the same leaves build a new graph
+    assert nnx.unflatten(nnx.flatten(inner)[0], flat2) is not m
