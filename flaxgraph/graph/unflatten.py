@@ -82,6 +82,7 @@ def unflatten(
         )
     builder = _Build(leaves, {} if index_ref is None else index_ref, reuse or {}, leaf_sink)
     if share_variables or not recreate_variables:
+        builder.plain = False
         builder.share, builder.recreate = share_variables, recreate_variables
     root = builder.build(graphdef.root)
     for write in builder.writes:
@@ -98,6 +99,7 @@ class _Build:
         "writes",
         "sink",
         "trace",
+        "plain",
         "share",
         "recreate",
     )
@@ -116,6 +118,7 @@ class _Build:
         self.writes: list[Any] = []
         self.sink = sink
         self.trace = current_trace()
+        self.plain = True  # the defaults: every Variable is built anew
         self.share = False
         self.recreate = True
 
@@ -160,12 +163,12 @@ class _Build:
                 value, metadata = leaf, dict(d.metadata)
             variable = self.reuse.get(d.index)
             if variable is None:
-                if self.share and isinstance(leaf, Variable):
-                    variable = leaf
-                elif not self.recreate and not isinstance(leaf, Variable):
-                    variable = leaf
-                else:
+                if self.plain or not (
+                    self.share if isinstance(leaf, Variable) else not self.recreate
+                ):
                     variable = d.type._from_parts(value, metadata, self.trace)
+                else:
+                    variable = leaf  # the State's own Variable, or a raw value kept raw
             else:
                 if type(variable) is not d.type:
                     raise GraphStructureError(
