@@ -39,7 +39,18 @@ def call(graphdef_state: tuple[Any, ...], /) -> Any:
     splits the graph again and returns the output with the new ``(graphdef, state)``,
     so state updates made by the method are returned, not lost.
 
-    Source: Flax NNX ``nnx.call``.
+    The merged model holds the State's own Variables (``merge`` reuses them), so
+    outside a JAX transform the call also writes the given State's Variables.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+      >>> y, (graphdef2, state2) = nnx.call((graphdef, state))(jnp.ones(2))
+      >>> y.shape, graphdef2 == graphdef
+      ((3,), True)
+
+    Source: Flax NNX 0.12 ``nnx.call``.
     """
     graphdef, *states = graphdef_state
     return _CallProxy(graphdef, tuple(states), ())

@@ -85,7 +85,16 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
       TraceContextError (a ``ValueError``): ``node`` was created outside the current
         JAX transform.
 
-    Source: Flax NNX ``nnx.update``.
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> kernel = m.kernel
+      >>> nnx.update(m, jax.tree.map(jnp.zeros_like, nnx.state(m)))
+      >>> m.kernel is kernel, float(m.kernel.value.sum())
+      (True, 0.0)
+
+    Source: Flax NNX 0.12 ``nnx.update``.
     """
     trace = current_trace()
     var_writes: list[tuple[Variable[Any], Any, Any]] = []
@@ -184,14 +193,25 @@ def pop(node: Any, *filters: Filter) -> Any:
     """Removes the leaves matching ``filters`` from ``node`` and returns them as State(s).
 
     Returns:
-      One State per filter (a single State for one filter).
+      One State per filter (a single State for one filter), holding the removed
+      Variable objects themselves (as in NNX 0.12).
 
     Raises:
       ValueError: no filter given.
       GraphStructureError: a matched leaf sits in a list or tuple (removing it would
         renumber its siblings); nothing is removed in that case.
 
-    Source: Flax NNX ``nnx.pop``.
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> m.sow(nnx.Intermediate, 'y', jnp.ones(3))
+      >>> sown = m.y
+      >>> popped = nnx.pop(m, nnx.Intermediate)
+      >>> popped['y'] is sown, hasattr(m, 'y')
+      (True, False)
+
+    Source: Flax NNX 0.12 ``nnx.pop``.
     """
     if not filters:
         raise ValueError("pop needs at least one filter, e.g. nnx.pop(model, nnx.Intermediate)")
