@@ -47,7 +47,9 @@ from flaxgraph.attribute_kinds import (
     _STATIC,
     _class_kinds,
     _Marked,
+    data,
     has_data,
+    static,
 )
 from flaxgraph.errors import TraceContextError
 from flaxgraph.graph.registry import (
@@ -465,3 +467,14 @@ def dataclass(
         return new  # type: ignore[no-any-return]
 
     return wrap if cls is None else wrap(cls)
+
+
+__all__ = [
+    "Object",
+    "Pytree",
+    "check_pytree",
+    "data",  # defined in attribute_kinds; importable from here too
+    "dataclass",
+    "static",
+    "structure_version",
+]
