@@ -41,10 +41,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flaxgraph.attribute_kinds import data, static
 from flaxgraph.filters import All, Not, PathContains, WithTag
 from flaxgraph.filters import Any as AnyOf
 from flaxgraph.helpers import Dict, List
+from flaxgraph.objects import data, static
 from flaxgraph.rngs import Rngs, RngState
 from flaxgraph.testing.nodes import Block, CustomVariable, Node, Record
 from flaxgraph.testing.programs import (

@@ -41,10 +41,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.attribute_kinds import static
 from flaxgraph.filters import Filter
 from flaxgraph.graph.update import update as graph_update
-from flaxgraph.objects import Pytree
+from flaxgraph.objects import Pytree, static
 from flaxgraph.state import State
 from flaxgraph.training._params import (
     as_flat,
