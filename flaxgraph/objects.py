@@ -204,8 +204,8 @@ def _sorted_items(obj: Pytree) -> list[tuple[Any, Any]]:
 def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
     kinds = obj._obj_kinds
     items = _sorted_items(obj)
-    if _DATA_TYPES:
-        items = [(k, DataLeaf(v) if type(v) in _DATA_TYPES else v) for k, v in items]
+    if _DATA_TYPES:  # registered data types that are not pytrees are State leaves
+        items = [(k, DataLeaf(v) if _is_opaque_data(v) else v) for k, v in items]
     if kinds:
         forced = dict(kinds)
         items = [
@@ -220,6 +220,10 @@ def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
             for k, v in items
         ]
     return items, kinds
+
+
+def _is_opaque_data(value: Any) -> bool:
+    return type(value) in _DATA_TYPES and pytree_children(value) is None
 
 
 def _items_change_structure(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> bool:
