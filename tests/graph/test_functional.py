@@ -190,3 +190,12 @@ def test_flatten_ref_outer_index_and_unflatten_outer_index_outer_ref_update_in_p
     assert isinstance(m.extra, nnx.Param) and not hasattr(m, "stats")
     # without the outer numbering, the same leaves build a new graph
     assert nnx.unflatten(nnx.flatten(inner)[0], flat2) is not m
+
+
+@given(graphs())
+def test_identity_map_and_unpack_merge_rebuild_the_graph_with_its_variables(g):
+    mapped = nnx.map(lambda path, leaf: leaf, g)
+    assert_graphs_equal(mapped, g)
+    originals = {id(v) for _, v in nnx.iter_graph(g) if isinstance(v, nnx.Variable)}
+    assert all(id(v) in originals for _, v in nnx.iter_graph(mapped) if isinstance(v, nnx.Variable))
+    assert_graphs_equal(nnx.merge(nnx.unpack(g)), g)

@@ -119,3 +119,28 @@ def reference_walk(g: Any) -> list[tuple[Any, ...]]:
 def test_iter_graph_matches_a_reference_walk(g):
     got = [p for p, v in nnx.iter_graph(g) if isinstance(v, (nnx.Pytree, nnx.Variable))]
     assert got == reference_walk(g)
+
+
+def test_traversal_matches_flax():
+    fnnx = pytest.importorskip("flax.nnx")
+
+    def facts(lib: Any) -> tuple[Any, ...]:
+        class T(lib.Module):
+            def __init__(self):
+                self.l = lib.Linear(1, 1, rngs=lib.Rngs(0))
+                self.l2 = self.l
+                self.p = lib.Param(jnp.ones(1))
+                self.q = self.p
+                self.n = 3
+
+        t = T()
+        return (
+            [k for k, _ in lib.iter_children(t)],
+            [k for k, _ in lib.iter_module_children(t)],
+            [p for p, _ in lib.iter_modules(t)],
+            lib.find_duplicates(t),
+            lib.find_duplicates(t, only=lib.Param),
+            [p for p, v in lib.iter_graph(t) if isinstance(v, (lib.Variable, lib.Module))],
+        )
+
+    assert facts(nnx) == facts(fnnx)
