@@ -140,6 +140,18 @@ class Data:
     """``x: nnx.Data[T]`` marks a class attribute as data for every instance.
     Deprecated (emits ``DeprecationWarning``): write ``x: T = nnx.data()``.
 
+    Example::
+
+      >>> import warnings, jax, flaxgraph as nnx
+      >>> with warnings.catch_warnings(record=True) as caught:
+      ...   warnings.simplefilter('always')
+      ...   class Foo(nnx.Pytree):
+      ...     n: nnx.Data[int]
+      ...     def __init__(self):
+      ...       self.n = 3
+      >>> jax.tree.leaves(Foo()), caught[0].category.__name__
+      ([3], 'DeprecationWarning')
+
     Source: Flax NNX 0.12 ``nnx.Data``.
     """
 
@@ -151,6 +163,8 @@ class Data:
 class Static:
     """``x: nnx.Static[T]`` marks a class attribute as static for every instance.
     Deprecated (emits ``DeprecationWarning``): write ``x: T = nnx.static()``.
+
+    Example: as ``Data``, with the attribute kept out of the leaves.
 
     Source: Flax NNX 0.12 ``nnx.Static``.
     """

@@ -49,6 +49,13 @@ class UpdateContext:
       outer_index_ref: reference index -> the caller's object, from step (1).
       inner_ref_outer_index: inner object -> its outer index, from step (2).
 
+    Example (the full protocol is in ``update_context``)::
+
+      >>> import flaxgraph as nnx
+      >>> with nnx.update_context('tag') as ctx:
+      ...   print(ctx, ctx.outer_index_ref)
+      UpdateContext(tag='tag') None
+
     Source: Flax NNX 0.12 ``nnx.UpdateContext``.
     """
 
@@ -167,6 +174,15 @@ class SplitContext:
       is_inner: whether this split runs inside the transform (step 3 of an update
         context) rather than outside (step 1).
 
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+      >>> ctx = nnx.SplitContext()
+      >>> (_, s1), (_, s2) = ctx.split(layer), ctx.split([layer])
+      >>> len(s1), len(s2)          # the second split refers to the first
+      (2, 0)
+
     Source: Flax NNX 0.12 ``nnx.SplitContext``.
     """
 
@@ -204,6 +220,17 @@ class MergeContext:
       index_ref: reference index -> object, shared by this context's merges.
       is_inner: whether this merge runs inside the transform (step 2 of an update
         context) rather than outside (step 4, which updates the caller's objects).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+      >>> split_ctx = nnx.SplitContext()
+      >>> (g1, s1), (g2, s2) = split_ctx.split(layer), split_ctx.split([layer])
+      >>> merge_ctx = nnx.MergeContext()
+      >>> a, (b,) = merge_ctx.merge(g1, s1), merge_ctx.merge(g2, s2)
+      >>> a is b
+      True
 
     Source: Flax NNX 0.12 ``nnx.MergeContext``.
     """
@@ -293,6 +320,8 @@ def merge_context(
       inner: whether this merge runs inside the transform (step 2) or outside
         (step 4); ``None``: inside when the current JAX trace differs from the one
         the update context was opened in.
+
+    Example: see ``split_context``.
 
     Source: Flax NNX 0.12 ``nnx.merge_context``.
     """

@@ -222,6 +222,14 @@ def to_tree(
       ValueError: ``prefix`` does not fit ``tree``, or (``check_aliasing``) one node
         receives two different prefix values; the message names both paths.
 
+    Example::
+
+      >>> import jax, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> tree = nnx.to_tree({'a': m, 'b': m, 'n': 1})
+      >>> [type(tree[k]).__name__ for k in 'ab'], len(jax.tree.leaves(tree))
+      (['NodeStates', 'NodeStates'], 3)
+
     Source: Flax NNX 0.12 ``nnx.to_tree``.
     """
     leaves, treedef = _leaves_with_prefixes(tree, prefix, is_graph_node)
@@ -274,6 +282,14 @@ def from_tree(
 
     Returns:
       ``tree`` with the objects rebuilt.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> back = nnx.from_tree(nnx.to_tree({'a': m, 'b': m}))
+      >>> back['a'] is back['b'], back['a'] is m, back['a'].kernel is m.kernel
+      (True, False, True)
 
     Source: Flax NNX 0.12 ``nnx.from_tree``.
     """
