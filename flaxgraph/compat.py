@@ -29,7 +29,9 @@ from typing import Any
 
 from flaxgraph import abstract as _abstract
 from flaxgraph import views as _views
-from flaxgraph.graph import api as _graph
+from flaxgraph.graph import functional as _functional
+from flaxgraph.graph import split_merge as _split_merge
+from flaxgraph.graph import traversal as _traversal
 from flaxgraph.rngs import fork_rngs as _fork_rngs
 from flaxgraph.rngs import reseed as _reseed
 from flaxgraph.rngs import split_rngs as _split_rngs
@@ -82,12 +84,14 @@ cached_partial = _fixed(_partial.cached_partial)
 split_rngs = _fixed(_split_rngs)
 fork_rngs = _fixed(_fork_rngs)
 reseed = _fixed(_reseed)
-split = _fixed(_graph.split)
-state = _fixed(_graph.state)
-graphdef = _fixed(_graph.graphdef)
-clone = _fixed(_graph.clone)
-iter_graph = _fixed(_graph.iter_graph)
-recursive_map = _fixed(_graph.recursive_map)
+split = _fixed(_split_merge.split)
+state = _fixed(_split_merge.state)
+graphdef = _fixed(_split_merge.graphdef)
+clone = _fixed(_split_merge.clone)
+flatten = _fixed(_functional.flatten)
+iter_graph = _fixed(_traversal.iter_graph)
+iter_children = _fixed(_traversal.iter_children)
+recursive_map = _fixed(_traversal.recursive_map)
 checkify = _fixed(_checkify.checkify)
 view = _fixed(_views.view)
 view_info = _fixed(_views.view_info)

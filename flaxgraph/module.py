@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 import jax.numpy as jnp
 
 from flaxgraph.filters import Filter, to_predicate
-from flaxgraph.graph.api import iter_graph
-from flaxgraph.objects import Object
+from flaxgraph.graph.traversal import iter_graph
+from flaxgraph.objects import Pytree
 from flaxgraph.variables import Perturbation, Variable
 
 M = TypeVar("M", bound="Module")
@@ -70,20 +70,17 @@ def _capture_slot(module: Any, variable_type: type) -> Any:
     return _NOT_CAPTURED
 
 
-class Module(Object):
+class Module(Pytree):
     """Base class of layers and models (see the module docstring).
 
     Source: Flax NNX ``nnx.Module``.
     """
 
-    def iter_modules(self) -> Iterator[tuple[PathParts, Module]]:
-        """Yields ``(path, module)`` for this module and every sub-module, children
-        first, each shared module once; the root comes last with path ``()``."""
-        for path, value in iter_graph(self):
-            if isinstance(value, Module):
-                yield path, value
+    def iter_modules(self, *, graph: bool | None = None) -> Iterator[tuple[PathParts, Module]]:
+        """``nnx.iter_modules(self, graph=graph)``."""
+        return iter_modules(self, graph=graph)
 
-    def iter_children(self) -> Iterator[tuple[Hashable, Module]]:
+    def iter_children(self, *, graph: bool | None = None) -> Iterator[tuple[Hashable, Module]]:
         """Yields ``(name, module)`` for the direct sub-module attributes."""
         for name, value in sorted(self.__dict__.items()):
             if isinstance(value, Module):
@@ -194,4 +191,32 @@ class Module(Object):
         return self
 
 
-__all__ = ["Module"]
+def iter_modules(
+    module: Any, /, *, graph: bool | None = None
+) -> Iterator[tuple[PathParts, Module]]:
+    """Yields ``(path, module)`` for ``module`` and every sub-module, children first;
+    the root comes last with path ``()``.
+
+    Args:
+      module: a Module (or any graph holding Modules).
+      graph: graph mode (each shared module once, at its first path) or tree mode
+        (``False``: a Variable reachable along two paths raises
+        ``SharedReferenceError``); ``None``: ``nnx.set_graph_mode``'s default.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> class Pair(nnx.Module):
+      ...   def __init__(self):
+      ...     self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0)); self.b = self.a
+      >>> [p for p, _ in nnx.iter_modules(Pair())]
+      [('a',), ()]
+
+    Source: Flax NNX 0.12 ``nnx.iter_modules``.
+    """
+    for path, value in iter_graph(module, graph=graph):
+        if isinstance(value, Module):
+            yield path, value
+
+
+__all__ = ["Module", "iter_modules"]

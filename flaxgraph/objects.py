@@ -1,19 +1,23 @@
-"""Object: the reference-semantics base class, a graph node and a JAX pytree.
+"""Pytree and Object: the reference-semantics base classes (graph nodes).
 
-An ``Object`` is an ordinary mutable Python object: assign any attribute
+A ``Pytree`` is an ordinary mutable Python object: assign any attribute
 (arrays, Variables, sub-objects, lists and dicts of them, plain values). Two
 views of it exist:
 
 * **Graph view** (reference semantics). ``split``/``merge`` and flaxgraph's
   transforms see an Object as a graph node: shared references and cycles are
   kept, and updates made inside a transform come back to the same object.
-* **Pytree view** (value semantics). Every Object class is registered as a JAX
+* **Pytree view** (value semantics). Every Pytree class is registered as a JAX
   pytree: *data* attributes (arrays, Variables, sub-objects, containers holding
   any of them) are children, everything else is static. So ``jax.tree.map`` and
   plain ``jax.jit`` accept Objects, copying them like any pytree (shared
   references become copies; cycles are not supported in this view). Wrap a value
-  in ``nnx.data(...)`` or ``nnx.static(...)`` when assigning it to override the
-  automatic choice.
+  in ``nnx.data(...)`` or ``nnx.static(...)`` when assigning it, or declare the
+  field with ``x: int = nnx.data()`` / ``nnx.static()`` at class level (also the
+  field specifiers of ``nnx.dataclass``), to override the automatic choice.
+  ``class Foo(nnx.Pytree, pytree=False)`` opts out of the pytree view;
+  ``nnx.Object`` is exactly that (a graph node that JAX sees as one leaf), as in
+  Flax NNX 0.12. ``Module`` derives from ``Pytree``.
 
 An Object records the JAX trace it was created in; assigning or deleting an
 attribute from another trace raises ``TraceContextError``. That is what stops a
@@ -24,17 +28,29 @@ assignment changes the graph's structure (a new or deleted attribute, another
 sub-object, a static value) but not when an array or a Variable's value
 changes. Transforms use it to reuse cached GraphDefs.
 
-Source: Flax NNX ``nnx.Object``/``nnx.Pytree`` (0.12); the data/static split of
-PAX (seed 004).
+Source: Flax NNX 0.12 ``nnx.Pytree``/``nnx.Object``, ``nnx.data``/``nnx.static``,
+``nnx.dataclass``, ``nnx.is_data``/``nnx.has_data``/``nnx.register_data_type``,
+``nnx.check_pytree``; the data/static split of PAX (seed 004).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 
+from flaxgraph.attribute_kinds import (
+    _DATA,
+    _DATA_TYPES,
+    _STATIC,
+    _class_kinds,
+    _Marked,
+    data,
+    has_data,
+    static,
+)
 from flaxgraph.errors import TraceContextError
 from flaxgraph.graph.registry import (
     _GRAPH_NODE_IMPLS,
@@ -49,32 +65,13 @@ from flaxgraph.graph.registry import (
 from flaxgraph.tracing import current_trace
 from flaxgraph.variables import Variable
 
-_DATA = "data"
-_STATIC = "static"
+T = TypeVar("T")
 
 
-class _Marked:
-    __slots__ = ("value", "kind")
-
-    def __init__(self, value: Any, kind: str):
-        self.value = value
-        self.kind = kind
-
-
-def data(value: Any) -> Any:
-    """Marks ``value`` as data when assigned to an Object attribute: it becomes a
-    pytree child and a State leaf even if it is not an array (``self.step = nnx.data(0)``)."""
-    return _Marked(value, _DATA)
-
-
-def static(value: Any) -> Any:
-    """Marks ``value`` as static when assigned to an Object attribute: it goes into the
-    pytree's static part and the GraphDef (so it must be hashable)."""
-    return _Marked(value, _STATIC)
-
-
-class Object:
-    """Base class of reference-semantics objects (see the module docstring).
+class Pytree:
+    """Base class of reference-semantics objects that are also JAX pytrees (see the
+    module docstring). ``class Foo(nnx.Pytree, pytree=False)`` makes a graph node
+    that JAX treats as a single leaf; subclasses inherit the choice.
 
     Raises:
       TraceContextError (a ``ValueError``): an attribute is assigned or deleted
@@ -83,22 +80,29 @@ class Object:
     Example::
 
       >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Scale(nnx.Object):
+      >>> class Scale(nnx.Pytree):
       ...   def __init__(self):
       ...     self.w = nnx.Param(jnp.ones(2)); self.name = 'scale'
       >>> jax.tree.leaves(Scale())
       [Array([1., 1.], dtype=float32)]
+
+    Source: Flax NNX 0.12 ``nnx.Pytree``.
     """
 
     __slots__ = ("_obj_trace", "_obj_version", "_obj_kinds", "__dict__", "__weakref__")
+    _obj_class_kinds: tuple[tuple[str, str], ...] = ()
+    _obj_is_pytree = True
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = object.__new__(cls)
-        _init_slots(obj, ())
+        _init_slots(obj, cls._obj_class_kinds)
         return obj
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, pytree: bool | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if pytree is not None:
+            cls._obj_is_pytree = bool(pytree)
+        cls._obj_class_kinds = _class_kinds(cls)
         _register(cls)
 
     # -- mutation guard and structure version ----------------------------------------
@@ -166,15 +170,15 @@ class Object:
         self.__dict__.update(attributes)
 
 
-def _init_slots(obj: Object, kinds: tuple[tuple[str, str], ...], trace: object = None) -> None:
+def _init_slots(obj: Pytree, kinds: tuple[tuple[str, str], ...], trace: object = None) -> None:
     _set_trace(obj, current_trace() if trace is None else trace)
     _set_version(obj, 0)
     _set_kinds(obj, kinds)
 
 
-_set_trace = Object._obj_trace.__set__  # type: ignore[attr-defined]
-_set_version = Object._obj_version.__set__  # type: ignore[attr-defined]
-_set_kinds = Object._obj_kinds.__set__  # type: ignore[attr-defined]
+_set_trace = Pytree._obj_trace.__set__  # type: ignore[attr-defined]
+_set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
+_set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
 
 
 def _same_structure(old: Any, new: Any) -> bool:
@@ -182,7 +186,7 @@ def _same_structure(old: Any, new: Any) -> bool:
     return old is new or (isinstance(old, ARRAY_TYPES) and isinstance(new, ARRAY_TYPES))
 
 
-def structure_version(obj: Object) -> int:
+def structure_version(obj: Pytree) -> int:
     """The structure version of ``obj`` (see the module docstring)."""
     return obj._obj_version
 
@@ -190,16 +194,18 @@ def structure_version(obj: Object) -> int:
 # -- graph view --------------------------------------------------------------------------
 
 
-def _sorted_items(obj: Object) -> list[tuple[Any, Any]]:
+def _sorted_items(obj: Pytree) -> list[tuple[Any, Any]]:
     try:
         return sorted(obj.__dict__.items())
     except TypeError:  # int keys (nnx.List) mixed with attribute names
         return sorted(obj.__dict__.items(), key=lambda kv: (type(kv[0]).__name__, kv[0]))
 
 
-def _graph_flatten(obj: Object) -> tuple[list[tuple[str, Any]], Hashable]:
+def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
     kinds = obj._obj_kinds
     items = _sorted_items(obj)
+    if _DATA_TYPES:  # registered data types that are not pytrees are State leaves
+        items = [(k, DataLeaf(v) if _is_opaque_data(v) else v) for k, v in items]
     if kinds:
         forced = dict(kinds)
         items = [
@@ -216,14 +222,18 @@ def _graph_flatten(obj: Object) -> tuple[list[tuple[str, Any]], Hashable]:
     return items, kinds
 
 
-def _items_change_structure(obj: Object, items: list[tuple[str, Any]], kinds: Hashable) -> bool:
+def _is_opaque_data(value: Any) -> bool:
+    return type(value) in _DATA_TYPES and pytree_children(value) is None
+
+
+def _items_change_structure(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> bool:
     d = obj.__dict__
     if len(d) != len(items) or obj._obj_kinds != kinds:
         return True
     return any(not _same_structure(d.get(k, MISSING), v) for k, v in items)
 
 
-def _graph_set_items(obj: Object, items: list[tuple[str, Any]], kinds: Hashable) -> None:
+def _graph_set_items(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> None:
     d = obj.__dict__
     if not d:  # a node being built (merge): nothing to compare with
         d.update(items)
@@ -238,7 +248,7 @@ def _graph_set_items(obj: Object, items: list[tuple[str, Any]], kinds: Hashable)
 
 
 def _graph_create_empty(cls: type) -> Any:
-    def create(kinds: Hashable, trace: object = None) -> Object:
+    def create(kinds: Hashable, trace: object = None) -> Pytree:
         obj = object.__new__(cls)
         _init_slots(obj, kinds, trace)  # type: ignore[arg-type]
         return obj
@@ -246,11 +256,11 @@ def _graph_create_empty(cls: type) -> Any:
     return create
 
 
-def _graph_get_child(obj: Object, key: Hashable) -> Any:
+def _graph_get_child(obj: Pytree, key: Hashable) -> Any:
     return obj.__dict__.get(key, MISSING)  # type: ignore[arg-type]
 
 
-def _graph_set_child(obj: Object, key: Hashable, value: Any) -> None:
+def _graph_set_child(obj: Pytree, key: Hashable, value: Any) -> None:
     if isinstance(key, str):
         obj.__setattr__(key, value)
         return
@@ -261,7 +271,7 @@ def _graph_set_child(obj: Object, key: Hashable, value: Any) -> None:
         object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
 
 
-def _graph_del_child(obj: Object, key: Hashable) -> None:
+def _graph_del_child(obj: Pytree, key: Hashable) -> None:
     if isinstance(key, str):
         obj.__delattr__(key)
         return
@@ -274,7 +284,7 @@ def _graph_del_child(obj: Object, key: Hashable) -> None:
 
 
 def _is_data(value: Any) -> bool:
-    if isinstance(value, (Variable, Object, *ARRAY_TYPES)):
+    if isinstance(value, (Variable, Pytree, *ARRAY_TYPES)) or type(value) in _DATA_TYPES:
         return True
     if type(value) in BUILTIN_CONTAINERS:
         children: Iterable[Any] = value.values() if type(value) is dict else value
@@ -285,7 +295,7 @@ def _is_data(value: Any) -> bool:
     return node is not None and any(_is_data(v) for _, v in node[0])
 
 
-def _split_attributes(obj: Object) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+def _split_attributes(obj: Pytree) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
     forced = dict(obj._obj_kinds)
     children, statics = [], []
     for name, value in _sorted_items(obj):
@@ -312,17 +322,17 @@ def _register(cls: type) -> None:
         _graph_del_child,
     )
 
-    def flatten_with_keys(obj: Object) -> Any:
+    def flatten_with_keys(obj: Pytree) -> Any:
         children, statics = _split_attributes(obj)
         aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
         return [(_attr_key(n), v) for n, v in children], aux
 
-    def flatten(obj: Object) -> Any:
+    def flatten(obj: Pytree) -> Any:
         children, statics = _split_attributes(obj)
         aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
         return [v for _, v in children], aux
 
-    def unflatten(aux: Any, children: Iterable[Any]) -> Object:
+    def unflatten(aux: Any, children: Iterable[Any]) -> Pytree:
         names, statics, kinds = aux
         obj = object.__new__(cls)
         _init_slots(obj, kinds)
@@ -330,7 +340,145 @@ def _register(cls: type) -> None:
         obj.__dict__.update(zip(names, children))
         return obj
 
-    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    if cls._obj_is_pytree:  # type: ignore[attr-defined]
+        jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
 
 
-_register(Object)
+_register(Pytree)
+
+
+class Object(Pytree, pytree=False):
+    """Base class of reference-semantics objects that are *not* pytrees: graph nodes
+    (``split``, ``merge`` and the transforms see them as usual) that plain JAX
+    functions treat as a single leaf. Subclass ``Pytree`` (as ``Module`` does) for
+    objects that plain ``jax.tree`` functions should look into.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> class Counter(nnx.Object):
+      ...   def __init__(self):
+      ...     self.n = nnx.Variable(jnp.array(0))
+      >>> c = Counter()
+      >>> jax.tree.leaves(c) == [c], list(nnx.state(c))
+      (True, ['n'])
+
+    Source: Flax NNX 0.12 ``nnx.Object`` (a ``Pytree`` subclass with ``pytree=False``).
+    """
+
+
+def check_pytree(pytree: Any) -> None:
+    """Checks that no attribute of ``pytree`` marked static (``nnx.static``) holds data
+    (arrays, Variables, graph nodes), which would silently be baked into the
+    GraphDef and the pytree's static part.
+
+    Raises:
+      TypeError: ``pytree`` is not a ``Pytree``.
+      ValueError: a static attribute holds data; the message names the attribute,
+        the data types found and the fixes.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Bad(nnx.Pytree):
+      ...   def __init__(self):
+      ...     self.table = nnx.static([jnp.ones(1)])
+      >>> try:
+      ...   nnx.check_pytree(Bad())
+      ... except ValueError as e:
+      ...   print(str(e).splitlines()[0])
+      The static attribute Bad.table holds data (ArrayImpl).
+
+    Source: Flax NNX 0.12 ``nnx.check_pytree``.
+    """
+    if not isinstance(pytree, Pytree):
+        raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(pytree).__name__}.")
+    forced = dict(pytree._obj_kinds)
+    for name, value in _sorted_items(pytree):
+        if forced.get(name) != _STATIC:
+            continue
+        found = has_data(value)
+        if found:
+            kinds = ", ".join(sorted({type(x).__name__ for x in found}))
+            raise ValueError(
+                f"The static attribute {type(pytree).__name__}.{name} holds data ({kinds}).\n"
+                f"Fix: 1. if it is meant to be data, assign it with nnx.data(...) (or "
+                f"declare `{name}: ... = nnx.data()` on the class); 2. if it is meant to "
+                "be static, remove the arrays/Variables from it."
+            )
+
+
+_DATACLASS_OPTIONS = (
+    "init",
+    "eq",
+    "order",
+    "unsafe_hash",
+    "match_args",
+    "kw_only",
+    "slots",
+    "weakref_slot",
+)
+
+
+def dataclass(
+    cls: type[T] | None = None,
+    /,
+    *,
+    init: bool = True,
+    eq: bool = True,
+    order: bool = False,
+    unsafe_hash: bool = False,
+    match_args: bool = True,
+    kw_only: bool = False,
+    slots: bool = False,
+    weakref_slot: bool = False,
+) -> Any:
+    """``dataclasses.dataclass`` for ``Pytree`` subclasses: fields declared with
+    ``nnx.data()``/``nnx.static()`` get that kind, other fields the automatic one.
+
+    Args:
+      cls: the class (or ``None`` when used as ``@nnx.dataclass(...)``).
+      init, eq, order, unsafe_hash, match_args, kw_only, slots, weakref_slot: as
+        for ``dataclasses.dataclass``.
+
+    Raises:
+      TypeError: ``cls`` is not a ``Pytree`` subclass.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> @nnx.dataclass
+      ... class Point(nnx.Pytree):
+      ...   x: jax.Array
+      ...   label: str = nnx.static(default='p')
+      ...   steps: int = nnx.data(default=0)
+      >>> jax.tree.leaves(Point(jnp.zeros(2)))      # attributes in name order
+      [0, Array([0., 0.], dtype=float32)]
+
+    Source: Flax NNX 0.12 ``nnx.dataclass``.
+    """
+    options = dict(zip(_DATACLASS_OPTIONS, (init, eq, order, unsafe_hash, match_args)))
+    options.update(kw_only=kw_only, slots=slots, weakref_slot=weakref_slot)
+
+    def wrap(klass: type[T]) -> type[T]:
+        if not (isinstance(klass, type) and issubclass(klass, Pytree)):
+            raise TypeError(
+                f"nnx.dataclass is for nnx.Pytree subclasses, got {klass!r}.\nFix: derive "
+                "the class from nnx.Pytree (or nnx.Module)."
+            )
+        new = dataclasses.dataclass(klass, **options)  # type: ignore[call-overload]
+        new._obj_class_kinds = _class_kinds(new)
+        return new  # type: ignore[no-any-return]
+
+    return wrap if cls is None else wrap(cls)
+
+
+__all__ = [
+    "Object",
+    "Pytree",
+    "check_pytree",
+    "data",  # defined in attribute_kinds; importable from here too
+    "dataclass",
+    "static",
+    "structure_version",
+]

@@ -31,8 +31,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from flaxgraph.filters import to_predicate
-from flaxgraph.graph.api import iter_graph
 from flaxgraph.graph.paths import path_str
+from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.rngs import RngStream, _rules

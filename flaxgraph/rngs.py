@@ -30,11 +30,11 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.filters import to_predicate
-from flaxgraph.graph.api import iter_graph
+from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.module import Module
 from flaxgraph.node_copy import copy_nodes
-from flaxgraph.objects import Object
+from flaxgraph.objects import Pytree
 from flaxgraph.variables import Variable
 
 
@@ -72,7 +72,7 @@ def _as_key(seed: Any) -> jax.Array:
     )
 
 
-class RngStream(Object):
+class RngStream(Pytree):
     """One named stream of random keys.
 
     Args:

@@ -1,8 +1,8 @@
 """State: the leaves of a graph as a nested mapping that is a JAX pytree.
 
 ``split`` returns a ``State``: a nested mapping from path keys (attribute names,
-dict keys, list indices) to leaves, each leaf a ``Variable`` (a copy holding the
-same value and metadata) or a raw array. A State is a pytree, so
+dict keys, list indices) to leaves, each leaf a ``Variable`` (the graph's own
+Variable object) or a raw array. A State is a pytree, so
 ``jax.tree.map(jnp.shape, state)`` and ``jax.jit(f)(state)`` work, and the
 Variable boxes are kept. Sub-states are States: ``state['linear']['kernel']``
 or ``state.linear.kernel``.
@@ -347,6 +347,155 @@ def unmatched_message(where: str, leaf: Any) -> str:
     )
 
 
+# -- module-level spellings (Flax NNX 0.12 ``nnx.statelib``) -------------------------------
+
+
+def to_flat_state(state: State) -> FlatState:
+    """Returns ``state`` in flat form: a ``FlatState`` of ``(path, leaf)`` pairs.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> nnx.to_flat_state(nnx.State({'a': {'b': 1}, 'c': 2})).paths
+      (('a', 'b'), ('c',))
+
+    Source: Flax NNX 0.12 ``nnx.to_flat_state``.
+    """
+    return state.flat_state()
+
+
+def from_flat_state(
+    flat_state: Mapping[PathParts, Any] | Iterable[tuple[PathParts, Any]], *, cls: type = State
+) -> State:
+    """Builds a nested State from ``(path, leaf)`` pairs or a ``{path: leaf}`` mapping.
+
+    Raises:
+      GraphStructureError (a ``ValueError``): a path is empty, or is both a leaf and
+        a sub-state.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> nnx.from_flat_state([(('a', 0), 1)]).to_pure_dict()
+      {'a': {0: 1}}
+
+    Source: Flax NNX 0.12 ``nnx.from_flat_state``.
+    """
+    pairs = flat_state.items() if isinstance(flat_state, Mapping) else flat_state
+    return cls.from_flat_path(pairs)  # type: ignore[no-any-return, attr-defined]
+
+
+def filter_state(state: State, first: Filter, /, *filters: Filter) -> Any:
+    """``state.filter(first, *filters)``: the sub-state each filter matches (leaves
+    matching none are dropped); one State for one filter, else a tuple.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
+      >>> list(nnx.filter_state(s, nnx.Param))
+      ['a']
+
+    Source: Flax NNX 0.12 ``nnx.filter_state``.
+    """
+    return state.filter(first, *filters)
+
+
+def split_state(state: State, first: Filter, /, *filters: Filter) -> Any:
+    """``state.split(first, *filters)``: partitions the leaves (first match wins).
+
+    Raises:
+      UnmatchedLeafError (a ``ValueError``): a leaf matches no filter (end with ``...``).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
+      >>> [list(x) for x in nnx.split_state(s, nnx.Param, nnx.BatchStat)]
+      [['a'], ['b']]
+
+    Source: Flax NNX 0.12 ``nnx.split_state``.
+    """
+    return state.split(first, *filters)
+
+
+def merge_state(state: Mapping[Key, Any], /, *states: Mapping[Key, Any], cls: type = State) -> Any:
+    """Deep-merges States (or nested mappings) into a new one; later ones win on equal
+    paths.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> nnx.merge_state(nnx.State({'a': {'b': 1}}), {'a': {'c': 2}}).to_pure_dict()
+      {'a': {'b': 1, 'c': 2}}
+
+    Source: Flax NNX 0.12 ``nnx.merge_state``.
+    """
+    merged = State.merge(state, *states)
+    return merged if cls is State else cls.from_flat_path(merged.flat_state())  # type: ignore[attr-defined]
+
+
+def to_pure_dict(state: State, extract_fn: Callable[[Any], Any] | None = None) -> dict[Key, Any]:
+    """Nested plain dicts of raw values: ``state.to_pure_dict()``, or with every leaf
+    passed through ``extract_fn`` (default: a Variable gives its raw value).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> nnx.to_pure_dict(nnx.State({'w': nnx.Param(1)}), lambda v: v.raw_value * 10)
+      {'w': 10}
+
+    Source: Flax NNX 0.12 ``nnx.to_pure_dict``.
+    """
+    if extract_fn is None:
+        return state.to_pure_dict()
+    pure = State.from_flat_path((p, extract_fn(v)) for p, v in state.flat_state())
+    return pure.to_pure_dict()
+
+
+def replace_by_pure_dict(
+    state: State,
+    pure_dict: Mapping[Any, Any],
+    replace_fn: Callable[[Any, Any], Any] | None = None,
+) -> None:
+    """``state.replace_by_pure_dict(pure_dict, replace_fn)`` (see there).
+
+    Raises:
+      GraphStructureError (a ``ValueError``): ``pure_dict`` does not fit ``state``;
+        nothing is replaced then.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> s = nnx.State({'w': nnx.Param(1)})
+      >>> nnx.replace_by_pure_dict(s, {'w': 2}); s['w'].value
+      2
+
+    Source: Flax NNX 0.12 ``nnx.replace_by_pure_dict``.
+    """
+    state.replace_by_pure_dict(pure_dict, replace_fn)
+
+
+def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Returns ``pure_dict`` with every string key made of digits turned into an int
+    (list indices come back as strings from JSON and some checkpoint formats).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> nnx.restore_int_paths({'layers': {'0': 1, '1': {'2': 3}}, 'w': 4})
+      {'layers': {0: 1, 1: {2: 3}}, 'w': 4}
+
+    Source: Flax NNX 0.12 ``nnx.restore_int_paths``.
+    """
+    return {
+        (int(k) if isinstance(k, str) and k.isdigit() else k): (
+            restore_int_paths(v) if isinstance(v, Mapping) and not isinstance(v, Variable) else v
+        )
+        for k, v in pure_dict.items()
+    }
+
+
 def _state_flatten_with_keys(state: State) -> Any:
     keys = tuple(state._mapping)
     return (
@@ -367,4 +516,17 @@ jax.tree_util.register_pytree_with_keys(
     State, _state_flatten_with_keys, _state_unflatten, _state_flatten
 )
 
-__all__ = ["State", "FlatState", "map_state", "to_predicate"]
+__all__ = [
+    "State",
+    "FlatState",
+    "map_state",
+    "to_predicate",
+    "to_flat_state",
+    "from_flat_state",
+    "filter_state",
+    "split_state",
+    "merge_state",
+    "to_pure_dict",
+    "replace_by_pure_dict",
+    "restore_int_paths",
+]

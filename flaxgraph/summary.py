@@ -44,10 +44,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flaxgraph.graph.api import iter_graph, merge, split
-from flaxgraph.graph.api import state as graph_state
+from flaxgraph.graph.split_merge import merge, split
+from flaxgraph.graph.split_merge import state as graph_state
+from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.module import Module
-from flaxgraph.objects import Object, static
+from flaxgraph.objects import Object, Pytree, static
 from flaxgraph.rngs import Rngs, RngState, RngStream
 from flaxgraph.variables import Variable
 
@@ -137,7 +138,7 @@ class _Recorder:
     records: dict[PathParts, _Record] = dataclasses.field(default_factory=dict)
 
     def path_of(self, obj: Any) -> PathParts | None:
-        tag = obj.__dict__.get(_TAG) if isinstance(obj, Object) else None
+        tag = obj.__dict__.get(_TAG) if isinstance(obj, Pytree) else None
         if isinstance(tag, tuple) and len(tag) == 2 and tag[0] == self.nonce:
             return tag[1]
         return None
@@ -174,7 +175,7 @@ def _methods(cls: type) -> Iterator[tuple[type, str]]:
     except those of the ``Object``/``Module`` base classes."""
     seen: set[str] = set()
     for klass in cls.__mro__:
-        if klass in (Object, Module, object):
+        if klass in (Object, Pytree, Module, object):
             continue
         for name, value in vars(klass).items():
             if name in seen or not inspect.isfunction(value):
@@ -215,8 +216,8 @@ def _abstract_run(
     copy = merge(*split(obj))
     classes: list[type] = []
     for path, node in iter_graph(copy):
-        if isinstance(node, Object):
-            Object.__setattr__(node, _TAG, static((recorder.nonce, path)))
+        if isinstance(node, Pytree):
+            Pytree.__setattr__(node, _TAG, static((recorder.nonce, path)))
             if type(node) not in classes:
                 classes.append(type(node))
     if not callable(getattr(copy, method, None)):
@@ -291,7 +292,7 @@ def _value_repr(x: Any) -> str:
         return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
     if isinstance(x, dict):
         return "{" + ", ".join(f"{k}: {_value_repr(v)}" for k, v in x.items()) + "}"
-    if isinstance(x, Object):
+    if isinstance(x, Pytree):
         return type(x).__name__
     text = repr(x)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -345,8 +346,8 @@ def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]
     ``name: dtype[shape]`` lines."""
     totals: dict[str, tuple[int, int]] = {}
     own: dict[str, list[str]] = {}
-    sub_objects = [p for p, v in iter_graph(node) if isinstance(v, Object) and p]
-    flat = graph_state(node).flat_state() if isinstance(node, Object) else []
+    sub_objects = [p for p, v in iter_graph(node) if isinstance(v, Pytree) and p]
+    flat = graph_state(node).flat_state() if isinstance(node, Pytree) else []
     for path, var in flat:
         kind = _kind(var)
         value = var.raw_value if isinstance(var, Variable) else var
@@ -456,7 +457,7 @@ def tabulate(
 
     keep_state = compute_flops or compute_vjp_flops
     recorder = _abstract_run(obj, method, input_args, dict(input_kwargs), keep_state)
-    nodes = {p: v for p, v in iter_graph(obj) if isinstance(v, Object)}
+    nodes = {p: v for p, v in iter_graph(obj) if isinstance(v, Pytree)}
     rows: list[tuple[CallInfo, dict[str, tuple[int, int]], dict[str, list[str]]]] = []
     for record in sorted(recorder.records.values(), key=lambda r: r.order):
         if depth is not None and len(record.path) > depth:

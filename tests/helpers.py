@@ -18,7 +18,7 @@ def snapshot(root: Any) -> list[tuple[Any, ...]]:
     for path, v in nnx.iter_graph(root):
         if isinstance(v, nnx.Variable):
             out.append((path, v, v.raw_value, v.get_metadata()))
-        elif isinstance(v, nnx.Object):
+        elif isinstance(v, nnx.Pytree):
             out.append((path, v, tuple(sorted(map(str, vars(v))))))
     return out
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
+from flaxgraph.errors import SharedReferenceError
 
 
 class Dropout(nnx.Module):
@@ -234,3 +235,15 @@ def test_train_eval_extra_attributes():
 def test_train_eval_on_module_without_flags():
     m = nnx.Module()
     assert m.eval() is m and vars(m) == {}
+
+
+def test_iter_modules_function_graph_and_tree_mode():
+    class Pair(nnx.Module):
+        def __init__(self, share):
+            self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+            self.b = self.a if share else nnx.Linear(1, 1, rngs=nnx.Rngs(1))
+
+    assert [p for p, _ in nnx.iter_modules(Pair(True))] == [("a",), ()]
+    assert [p for p, _ in nnx.iter_modules(Pair(False), graph=False)] == [("a",), ("b",), ()]
+    with pytest.raises(SharedReferenceError):
+        list(nnx.iter_modules(Pair(True), graph=False))

@@ -12,7 +12,7 @@ import flaxgraph as nnx
 from flaxgraph.objects import structure_version
 
 
-class Box(nnx.Object):
+class Box(nnx.Pytree):
     def __init__(self):
         self.w = nnx.Param(jnp.ones(2))
         self.raw = jnp.arange(3.0)
@@ -23,7 +23,7 @@ class Box(nnx.Object):
         self.fn = jnp.tanh
 
 
-class Inner(nnx.Object):
+class Inner(nnx.Pytree):
     def __init__(self):
         self.v = nnx.Variable(jnp.array(1.0))
 
@@ -42,7 +42,7 @@ def test_any_attribute_assignment_and_reference_semantics():
 
 
 def test_init_is_not_needed_for_slots():
-    class Bare(nnx.Object):
+    class Bare(nnx.Pytree):
         pass
 
     bare = Bare()
@@ -199,7 +199,7 @@ def test_plain_jit_does_not_retrace_for_equal_statics():
 
 
 def test_data_and_static_markers_override_pytree_classification():
-    class Marked(nnx.Object):
+    class Marked(nnx.Pytree):
         def __init__(self):
             self.step = nnx.data(3)
             self.table = nnx.static(jnp.ones(2))
@@ -214,7 +214,7 @@ def test_data_and_static_markers_override_pytree_classification():
 
 
 def test_markers_in_graph_view():
-    class Marked(nnx.Object):
+    class Marked(nnx.Pytree):
         def __init__(self):
             self.step = nnx.data(3)
             self.count = nnx.static(5)
@@ -228,7 +228,7 @@ def test_markers_in_graph_view():
 
 
 def test_static_marker_on_unhashable_value_is_rejected_in_graph_view():
-    class Marked(nnx.Object):
+    class Marked(nnx.Pytree):
         def __init__(self):
             self.table = nnx.static([1, 2])
 
@@ -237,7 +237,7 @@ def test_static_marker_on_unhashable_value_is_rejected_in_graph_view():
 
 
 def test_reassigning_marked_attribute_keeps_kind_until_deleted():
-    class Marked(nnx.Object):
+    class Marked(nnx.Pytree):
         pass
 
     m = Marked()
@@ -294,9 +294,50 @@ def test_deepcopy_and_pickle_preserve_sharing():
 
 
 def test_marked_kinds_survive_copy():
-    class Marked(nnx.Object):
+    class Marked(nnx.Pytree):
         pass
 
     m = Marked()
     m.step = nnx.data(1)
     assert jax.tree.leaves(copy.deepcopy(m)) == [1]
+
+
+# -- Pytree and Object (Flax NNX 0.12) ---------------------------------------------------------
+
+
+def test_object_is_a_graph_node_but_not_a_pytree():
+    class Counter(nnx.Object):
+        def __init__(self):
+            self.n = nnx.Variable(jnp.array(0))
+
+    c = Counter()
+    assert issubclass(nnx.Object, nnx.Pytree) and not issubclass(nnx.Module, nnx.Object)
+    assert jax.tree.leaves(c) == [c]  # one opaque leaf
+    graphdef, state = nnx.split(c)  # the graph view is unchanged
+    assert list(state) == ["n"] and type(nnx.merge(graphdef, state)) is Counter
+
+    class Sub(Counter):  # the choice is inherited
+        pass
+
+    assert jax.tree.leaves(Sub()) != []
+    assert len(jax.tree.leaves(Sub())) == 1 and isinstance(jax.tree.leaves(Sub())[0], Sub)
+
+
+def test_pytree_false_and_back():
+    class Opaque(nnx.Pytree, pytree=False):
+        def __init__(self):
+            self.w = jnp.ones(1)
+
+    class Again(Opaque, pytree=True):
+        pass
+
+    o, a = Opaque(), Again()
+    assert jax.tree.leaves(o) == [o]
+    assert len(jax.tree.leaves(a)) == 1 and jax.tree.leaves(a)[0] is a.w
+
+
+def test_object_matches_flax_class_relations():
+    fnnx = pytest.importorskip("flax.nnx")
+    for lib in (nnx, fnnx):
+        assert issubclass(lib.Object, lib.Pytree)
+        assert not issubclass(lib.Module, lib.Object) and issubclass(lib.Module, lib.Pytree)

@@ -298,3 +298,48 @@ def test_state_through_jit():
     out = jax.jit(lambda st: jax.tree.map(lambda x: x + 1, st))(s)
     assert type(out.bn.mean) is nnx.BatchStat
     np.testing.assert_array_equal(out.raw, np.arange(2.0) + 1)
+
+
+# -- module-level spellings (Flax NNX 0.12) ---------------------------------------------------
+
+
+def test_flat_state_functions_roundtrip():
+    s = nnx.State({"a": {"b": nnx.Param(1), "c": 2}, "d": 3})
+    flat = nnx.to_flat_state(s)
+    assert flat.paths == (("a", "b"), ("a", "c"), ("d",))
+    back = nnx.from_flat_state(flat)
+    assert back.to_pure_dict() == s.to_pure_dict() and back["a"]["b"] is s["a"]["b"]
+    assert nnx.from_flat_state(dict(flat)).to_pure_dict() == s.to_pure_dict()
+
+
+def test_filter_split_merge_state():
+    s = nnx.State({"a": nnx.Param(1), "b": nnx.BatchStat(2), "c": nnx.Variable(3)})
+    assert list(nnx.filter_state(s, nnx.Param)) == ["a"]
+    params, stats = nnx.filter_state(s, nnx.Param, nnx.BatchStat)
+    assert list(params) == ["a"] and list(stats) == ["b"]
+    with pytest.raises(nnx.UnmatchedLeafError):
+        nnx.split_state(s, nnx.Param, nnx.BatchStat)
+    p, rest = nnx.split_state(s, nnx.Param, ...)
+    merged = nnx.merge_state(p, rest)
+    assert merged.to_pure_dict() == {"a": 1, "b": 2, "c": 3}
+    nested = nnx.merge_state(nnx.State({"x": {"y": 1}}), {"x": {"z": 2}, "w": 0})
+    assert nested.to_pure_dict() == {"x": {"y": 1, "z": 2}, "w": 0}
+
+
+def test_pure_dict_functions():
+    s = nnx.State({"layers": {0: {"w": nnx.Param(1)}}})
+    assert nnx.to_pure_dict(s) == {"layers": {0: {"w": 1}}}
+    assert nnx.to_pure_dict(s, lambda v: ("boxed", v.value)) == {"layers": {0: {"w": ("boxed", 1)}}}
+    nnx.replace_by_pure_dict(s, {"layers": {"0": {"w": 5}}})
+    assert s["layers"][0]["w"].value == 5
+    assert nnx.restore_int_paths({"layers": {"0": {"w": 1}, "10": 2}, "-1": 3, "x1": 4}) == {
+        "layers": {0: {"w": 1}, 10: 2},
+        "-1": 3,
+        "x1": 4,
+    }
+
+
+def test_restore_int_paths_matches_flax():
+    fnnx = pytest.importorskip("flax.nnx")
+    d = {"a": {"0": 1, "1": {"2": 3}}, "3": 4, "b": {"x": "0"}}
+    assert nnx.restore_int_paths(d) == fnnx.restore_int_paths(d)

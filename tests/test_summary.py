@@ -70,7 +70,7 @@ def variables_by_kind(root: Any) -> dict[str, tuple[int, int]]:
             size = math.prod(value.shape)
             s, b = totals.get(kind, (0, 0))
             totals[kind] = (s + size, b + size * value.dtype.itemsize)
-        elif isinstance(x, nnx.Object):
+        elif isinstance(x, nnx.Pytree):
             seen.add(id(x))
             for v in vars(x).values():
                 walk(v)

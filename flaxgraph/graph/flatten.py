@@ -114,10 +114,12 @@ class Walk:
         self.root_name = root_name
         self.error_root = error_root
         self.graph = graph
+        self.walk_root: Any = None
 
     def run(self, node: Any, prefix: Any = None) -> tuple[GraphDef, list[tuple[PathParts, Any]]]:
         if self.error_root is None:
             self.error_root = node
+        self.walk_root = node
         root_def = self.visit(node, (), prefix, False)
         return GraphDef(root_def, tuple(p for p, _ in self.leaves)), self.leaves
 
@@ -147,7 +149,7 @@ class Walk:
             index = self.ref_index.get(x)
             if index is not None:
                 if not self.graph:
-                    self.tree_alias(x)
+                    self.tree_alias(x, path)
                 self.on_alias(x, path, prefix)
                 return NodeRef(t, index)
             index = len(self.ref_index)
@@ -160,7 +162,7 @@ class Walk:
             index = self.ref_index.get(x)
             if index is not None:
                 if not self.graph:
-                    self.tree_alias(x)
+                    self.tree_alias(x, path)
                 self.on_alias(x, path, prefix)
                 return NodeRef(t, index)
             index = len(self.ref_index)
@@ -217,10 +219,23 @@ class Walk:
         tuple of named roots (paths then start with the root's position)."""
         return self.error_root, False
 
-    def tree_alias(self, x: Any) -> None:
-        """Tree mode met ``x`` again: an error if a Variable is thereby reachable twice
+    def tree_alias(self, x: Any, path: PathParts = ()) -> None:
+        """Tree mode met ``x`` again at ``path``: an error if ``x`` is an ancestor of
+        ``path`` (a cycle: a tree has none) or if a Variable is thereby reachable twice
         (a shared object without Variables is harmless: pytrees may repeat leaves-free
         nodes)."""
+        depth = _ancestor_depth(self.walk_root, path, x)
+        if depth is not None:
+            raise SharedReferenceError(
+                f"Tree mode (graph=False) does not allow cycles: the {type(x).__name__} at "
+                f"{self.where(path[:depth])} contains itself at {self.where(path)}.\n"
+                + numbered_fixes(
+                    [
+                        "remove the reference that closes the cycle;",
+                        "or use graph mode: graph=True.",
+                    ]
+                )
+            )
         if isinstance(x, Variable) or _holds_variable(x):
             root, wrapped = self.diagnostic_root()
             raise SharedReferenceError(
@@ -301,6 +316,28 @@ def _made_per_instance(x: Any) -> bool:
 
 def _is_scalar(x: Any) -> bool:
     return type(x) in _SCALARS
+
+
+def _ancestor_depth(root: Any, path: PathParts, x: Any) -> int | None:
+    """The length of the prefix of ``path`` (walked from ``root``) that leads to ``x``,
+    if ``x`` is met on the way (then reaching ``x`` at ``path`` closes a cycle)."""
+    current = root
+    for depth, key in enumerate(path):
+        if current is x:
+            return depth
+        impl = _GRAPH_NODE_IMPLS.get(type(current))
+        if impl is not None:
+            current = impl.get_child(current, key)
+        elif type(current) in (list, tuple, dict):
+            current = current[key]
+        else:
+            children = pytree_children(current) if not isinstance(current, ARRAY_TYPES) else None
+            if children is None:
+                return None
+            current = dict(children[0]).get(key)
+        if type(current) in (DataLeaf, StaticLeaf):
+            current = current.value
+    return None
 
 
 def _holds_variable(node: Any) -> bool:

@@ -27,6 +27,8 @@ from collections.abc import Hashable
 from operator import itemgetter
 from typing import Any, Union
 
+import jax
+
 # Each definition is a tuple whose first item is a tag naming its kind: building,
 # hashing and comparing definitions then run at C speed (tuple construction,
 # tuple hash and tuple equality), and two kinds never compare equal.
@@ -156,7 +158,17 @@ class GraphDef:
     """The structure of a graph: a root definition plus the paths of its State leaves.
 
     Immutable, hashable (hash computed once) and equal to any GraphDef of the same
-    structure, so it can be passed as a static argument to ``jax.jit``.
+    structure, so it can be passed as a static argument to ``jax.jit``. It is also
+    a JAX pytree with no leaves (the whole structure is static aux data), so
+    ``graphdef, state = nnx.split(model)`` can be passed straight to ``jax.jit``,
+    ``jax.vmap`` or ``jax.lax.scan`` as an ordinary argument::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+      >>> jax.tree.leaves(graphdef)
+      []
+      >>> jax.jit(lambda g, s, x: nnx.merge(g, s)(x))(graphdef, state, jnp.ones(2)).shape
+      (3,)
 
     Attributes:
       root: the definition of the root value.
@@ -208,6 +220,47 @@ class GraphDef:
     def apply(self, state: Any, *states: Any) -> Any:
         """Returns a proxy: ``graphdef.apply(state).method(*args)`` merges, calls the
         method, and returns ``(output, (graphdef, state))`` after the call."""
-        from flaxgraph.graph.api import call
+        from flaxgraph.graph.call import call
 
         return call((self, state, *states))
+
+
+def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
+    t = type(d)
+    if t is NodeDef:
+        attributes = tuple((k, _renumbered(c, mapping)) for k, c in d.attributes)
+        return NodeDef(d.type, mapping[d.index], d.metadata, attributes)
+    if t is VariableDef:
+        return VariableDef(d.type, mapping[d.index], d.metadata)
+    if t is NodeRef:
+        return NodeRef(d.type, mapping[d.index])
+    if t is ContainerDef:
+        children = tuple(_renumbered(c, mapping) for c in d.children)
+        return ContainerDef(d.type, d.keys, children, d.treedef)
+    return d
+
+
+def renumber(graphdef: GraphDef, ref_index: Any, outer_index: Any, offset: int) -> GraphDef:
+    """``graphdef`` with its reference indices moved into another index space.
+
+    Args:
+      graphdef: from a walk that numbered its objects with ``ref_index``.
+      ref_index: object -> index in ``graphdef`` (identity-keyed, a ``RefMap``).
+      outer_index: object -> the index it should get instead (identity-keyed);
+        objects not in it get ``offset + their index``.
+      offset: the first index free in the other space (past every outer index).
+
+    Returns:
+      The renumbered GraphDef (same structure and leaf paths). Used so that a graph
+      split inside a transform refers to the caller's objects by the caller's
+      indices (``update_context``, ``flatten(..., ref_outer_index=...)``).
+    """
+    mapping = {i: outer_index[x] if x in outer_index else offset + i for x, i in ref_index.items()}
+    return GraphDef(_renumbered(graphdef.root, mapping), graphdef.leaf_paths)
+
+
+jax.tree_util.register_pytree_node(
+    GraphDef,
+    lambda graphdef: ((), graphdef),
+    lambda graphdef, _: graphdef,
+)

@@ -42,6 +42,8 @@ def unflatten(
     index_ref: dict[int, Any] | None = None,
     reuse: dict[int, Any] | None = None,
     leaf_sink: list[Any] | None = None,
+    share_variables: bool = False,
+    recreate_variables: bool = True,
 ) -> Any:
     """Builds the graph of ``graphdef`` from ``leaves`` (in ``graphdef.leaf_paths`` order).
 
@@ -57,6 +59,12 @@ def unflatten(
         an error leaves them untouched; values that did not change are not written.
       leaf_sink: if given, receives the built leaf objects (Variables, or raw values)
         in leaf order, for callers that post-process them.
+      share_variables: a Variable leaf becomes the graph's Variable itself (not a
+        new Variable with its value and metadata); what ``nnx.merge`` does by
+        default. Reused objects (``reuse``) are updated in place either way.
+      recreate_variables: a raw leaf at a Variable's place becomes a new Variable
+        of the GraphDef's kind and metadata; if ``False`` the raw value itself is
+        put there.
 
     Returns:
       The root value.
@@ -73,6 +81,9 @@ def unflatten(
             f"The GraphDef expects {len(graphdef.leaf_paths)} state leaves but got {len(leaves)}."
         )
     builder = _Build(leaves, {} if index_ref is None else index_ref, reuse or {}, leaf_sink)
+    if share_variables or not recreate_variables:
+        builder.plain = False
+        builder.share, builder.recreate = share_variables, recreate_variables
     root = builder.build(graphdef.root)
     for write in builder.writes:
         write()
@@ -80,7 +91,18 @@ def unflatten(
 
 
 class _Build:
-    __slots__ = ("leaves", "position", "index_ref", "reuse", "writes", "sink", "trace")
+    __slots__ = (
+        "leaves",
+        "position",
+        "index_ref",
+        "reuse",
+        "writes",
+        "sink",
+        "trace",
+        "plain",
+        "share",
+        "recreate",
+    )
 
     def __init__(
         self,
@@ -96,6 +118,9 @@ class _Build:
         self.writes: list[Any] = []
         self.sink = sink
         self.trace = current_trace()
+        self.plain = True  # the defaults: every Variable is built anew
+        self.share = False
+        self.recreate = True
 
     def next_leaf(self) -> Any:
         leaf = self.leaves[self.position]
@@ -138,7 +163,12 @@ class _Build:
                 value, metadata = leaf, dict(d.metadata)
             variable = self.reuse.get(d.index)
             if variable is None:
-                variable = d.type._from_parts(value, metadata, self.trace)
+                if self.plain or not (
+                    self.share if isinstance(leaf, Variable) else not self.recreate
+                ):
+                    variable = d.type._from_parts(value, metadata, self.trace)
+                else:
+                    variable = leaf  # the State's own Variable, or a raw value kept raw
             else:
                 if type(variable) is not d.type:
                     raise GraphStructureError(

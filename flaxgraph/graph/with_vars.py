@@ -28,10 +28,10 @@ from collections.abc import Hashable
 from typing import Any, TypeVar
 
 from flaxgraph.filters import Filter, to_predicate
-from flaxgraph.graph.api import iter_graph
 from flaxgraph.graph.flatten import Walk
 from flaxgraph.graph.paths import path_str
 from flaxgraph.graph.refmap import RefMap
+from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.graph.unflatten import unflatten
 from flaxgraph.variables import FLAG_KEYS, Variable
 

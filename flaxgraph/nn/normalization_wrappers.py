@@ -43,7 +43,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from flaxgraph.filters import Filter, PathContains, to_predicate
-from flaxgraph.graph.api import iter_graph
+from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.nn.common import canonicalize_tuple
 from flaxgraph.nn.dtypes import promote_dtype

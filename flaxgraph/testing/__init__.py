@@ -25,7 +25,7 @@ What is here:
   ``apply_mutations(root, steps)``, deterministic given the graph, for
   differential tests (eager vs. inside a transform);
 * **generic types** graphs are built from: ``Node``, ``Block`` (Modules),
-  ``Record`` (an Object), ``CustomVariable`` (a Variable kind).
+  ``Record`` (a Pytree that is not a Module), ``CustomVariable`` (a Variable kind).
 
 ``hypothesis`` is a test-only dependency: ``import flaxgraph`` does not import
 it; the strategies import it when first accessed (``flaxgraph.testing.graphs``).

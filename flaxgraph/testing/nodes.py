@@ -8,7 +8,7 @@ comes from the graph engine, not from the class:
 
 * ``Node``: a ``Module`` whose attributes are given as keyword arguments;
 * ``Block``: a subclass of ``Node`` (a second Module type with a base class);
-* ``Record``: a plain ``Object`` that is not a ``Module``;
+* ``Record``: a plain ``Pytree`` that is not a ``Module``;
 * ``CustomVariable``: a user-defined Variable kind, next to the built-in
   ``Param``, ``BatchStat``, ``Cache``…
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from flaxgraph.module import Module
-from flaxgraph.objects import Object
+from flaxgraph.objects import Pytree
 from flaxgraph.variables import Variable
 
 
@@ -59,7 +59,7 @@ class Block(Node):
     """
 
 
-class Record(Object):
+class Record(Pytree):
     """A generic plain ``Object`` (not a ``Module``): ``Record(**attributes)``.
 
     Args:

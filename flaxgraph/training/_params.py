@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.errors import GraphStructureError, numbered_fixes
-from flaxgraph.graph.api import state as graph_state
 from flaxgraph.graph.paths import keys_str
+from flaxgraph.graph.split_merge import state as graph_state
 from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.state import State
 from flaxgraph.variables import Variable

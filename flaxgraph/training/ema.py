@@ -1,4 +1,4 @@
-"""EMA: an exponential moving average of Variables, as an Object.
+"""EMA: an exponential moving average of Variables, as a Pytree.
 
 ``EMA(params, decay)`` starts from a copy of the Variables of ``params`` (a model,
 or an ``nnx.State``) selected by ``only`` (all of them by default); each
@@ -42,9 +42,10 @@ from typing import Any, TypeVar
 import jax.numpy as jnp
 
 from flaxgraph.filters import Filter
-from flaxgraph.graph.api import iter_graph, merge, recursive_map, split
 from flaxgraph.graph.paths import keys_str
-from flaxgraph.objects import Object
+from flaxgraph.graph.split_merge import merge, split
+from flaxgraph.graph.traversal import iter_graph, recursive_map
+from flaxgraph.objects import Pytree
 from flaxgraph.state import State
 from flaxgraph.training._params import (
     filter_str,
@@ -62,7 +63,7 @@ A = TypeVar("A")
 __all__ = ["EMA"]
 
 
-class EMA(Object):
+class EMA(Pytree):
     """An exponential moving average of the Variables of ``params`` selected by
     ``only``.
 

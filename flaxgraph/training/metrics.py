@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.objects import Object
+from flaxgraph.objects import Pytree
 from flaxgraph.variables import Variable
 
 A = TypeVar("A")
@@ -55,7 +55,7 @@ class MetricState(Variable[A]):
     """
 
 
-class Metric(Object):
+class Metric(Pytree):
     """Base class of metrics: subclasses implement ``update``, ``compute`` and
     ``reset``, and keep their running state in ``MetricState`` Variables (values
     replaced through ``.value``, so the updates propagate out of ``nnx.jit``).

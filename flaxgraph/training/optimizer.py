@@ -47,8 +47,8 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.filters import Filter
-from flaxgraph.graph.api import update as graph_update
-from flaxgraph.objects import Object, static
+from flaxgraph.graph.update import update as graph_update
+from flaxgraph.objects import Pytree, static
 from flaxgraph.state import State
 from flaxgraph.training._params import (
     as_flat,
@@ -104,7 +104,7 @@ class OptVariable(OptState[A]):
 M = TypeVar("M")
 
 
-class Optimizer(Object, Generic[M]):
+class Optimizer(Pytree, Generic[M]):
     """An optax gradient transformation and its state, for the ``wrt`` sub-state
     of a model.
 

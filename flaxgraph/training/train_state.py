@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.graph.api import call
+from flaxgraph.graph.call import call
 from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.state import State
 

@@ -37,7 +37,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from flaxgraph.graph.api import iter_graph
+from flaxgraph.graph.traversal import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots
 from flaxgraph.transforms.lift import prefix_keys

@@ -1,5 +1,6 @@
-"""Tests of flaxgraph/graph/api.py: split, merge, update, state, graphdef, clone, pop,
-iter_graph, recursive_map, find_duplicates, call and the split/merge contexts."""
+"""Tests of the graph API (flaxgraph/graph/split_merge.py, update.py, traversal.py, call.py,
+contexts.py): split, merge, update, state, graphdef, clone, pop, iter_graph, recursive_map,
+find_duplicates, call and the split/merge contexts."""
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,7 @@ def paths(state):
 # -- split ---------------------------------------------------------------------------------------
 
 
-def test_split_without_filters_returns_one_state_with_copies():
+def test_split_without_filters_returns_one_state_with_the_models_variables():
     m = Model()
     graphdef, state = nnx.split(m)
     assert isinstance(graphdef, nnx.GraphDef) and isinstance(state, nnx.State)
@@ -50,11 +51,10 @@ def test_split_without_filters_returns_one_state_with_copies():
         ("count",),
         ("raw",),
     }
-    assert state.linear.kernel is not m.linear.kernel
-    assert state.linear.kernel.value is m.linear.kernel.value
+    assert state.linear.kernel is m.linear.kernel  # the model's own Variable (NNX 0.12)
     assert state.raw is m.raw
-    state.linear.kernel.value = jnp.zeros((2, 3))  # the State is independent of the model
-    np.testing.assert_array_equal(m.linear.kernel.value, np.ones((2, 3)))
+    state.linear.kernel.value = jnp.zeros((2, 3))  # writing through the State writes the model
+    np.testing.assert_array_equal(m.linear.kernel.value, np.zeros((2, 3)))
 
 
 def test_split_with_filters_first_match_wins():
@@ -112,8 +112,10 @@ def test_split_plain_containers():
 def test_split_and_merge_a_variable_root():
     v = nnx.Param(jnp.ones(2), sharding=("a",))
     graphdef, state = nnx.split(v)
-    assert type(state) is nnx.Param and state is not v and state.sharding == ("a",)
+    assert type(state) is nnx.Param and state is v and state.sharding == ("a",)
     out = nnx.merge(graphdef, state)
+    assert out is v
+    out = nnx.merge(graphdef, state, copy=True)
     assert type(out) is nnx.Param and out is not v and out.sharding == ("a",)
     np.testing.assert_array_equal(out.value, np.ones(2))
     graphdef, params, rest = nnx.split(v, nnx.BatchStat, ...)
@@ -133,7 +135,10 @@ def test_merge_roundtrip_builds_new_objects():
     assert new.name == "model" and new.linear.n_out == 3
     x = jnp.ones(2)
     np.testing.assert_allclose(new(x), m(x))
-    assert new.linear.kernel is not state.linear.kernel  # no sharing with the State
+    assert new.linear.kernel is state.linear.kernel  # the State's Variables (NNX 0.12)
+    copied = nnx.merge(graphdef, state, copy=True)
+    assert copied.linear.kernel is not state.linear.kernel
+    assert copied.linear.kernel.value is state.linear.kernel.value
 
 
 def test_merge_states_in_any_order_and_from_dicts():
@@ -496,7 +501,8 @@ def test_call_returns_output_and_new_state():
     x = jnp.ones(2)
     out, (graphdef2, state2) = nnx.call((graphdef, state))(x)
     np.testing.assert_allclose(out, x @ jnp.ones((2, 3)))
-    assert int(state2.count.value) == 1 and int(state.count.value) == 0
+    # the proxy merges with the State's own Variables (NNX 0.12): `state` sees the call
+    assert int(state2.count.value) == 1 and state2.count is state.count
     assert graphdef2 == graphdef
 
 

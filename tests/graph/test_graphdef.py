@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given
 
 import flaxgraph as nnx
 from flaxgraph.graph.graphdef import (
@@ -18,6 +19,7 @@ from flaxgraph.graph.graphdef import (
     StaticDef,
     VariableDef,
 )
+from flaxgraph.testing import assert_graphs_equal, graphs
 
 
 class Block(nnx.Module):
@@ -167,6 +169,81 @@ def test_apply_merges_calls_and_returns_new_state():
     graphdef, state = nnx.split(Counter())
     out, (graphdef2, state2) = graphdef.apply(state)(3)
     assert out == 6 and graphdef2 == graphdef
-    assert int(state2["n"].value) == 1 and int(state["n"].value) == 0
+    # merge shares the State's Variables (Flax NNX 0.12), so the call wrote `state` too
+    assert int(state2["n"].value) == 1 and state2["n"] is state["n"]
     out, _ = graphdef.apply(state2).peek()
     assert int(out) == 1
+
+
+# -- a GraphDef is a pytree without leaves ----------------------------------------------------
+
+
+class _MLP(nnx.Module):
+    def __init__(self, seed: int = 0):
+        rngs = nnx.Rngs(seed)
+        self.hidden = nnx.Linear(2, 4, rngs=rngs)
+        self.out = nnx.Linear(4, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(jnp.tanh(self.hidden(x)))
+
+
+def _numpy_mlp(state, x):
+    hidden = state["hidden"]
+    h = np.tanh(x @ np.asarray(hidden["kernel"].value) + np.asarray(hidden["bias"].value))
+    return h @ np.asarray(state["out"]["kernel"].value) + np.asarray(state["out"]["bias"].value)
+
+
+def test_graphdef_is_a_pytree_without_leaves():
+    graphdef, _ = nnx.split(_MLP())
+    leaves, treedef = jax.tree.flatten(graphdef)
+    assert leaves == []
+    assert jax.tree.unflatten(treedef, []) == graphdef
+    assert jax.tree.map(lambda x: x + 1, graphdef) is graphdef
+
+
+def test_functional_pattern_through_jax_jit():
+    graphdef, state = nnx.split(_MLP())
+    x = jnp.ones((5, 2))
+    traces = []
+
+    @jax.jit
+    def apply(g, s, x):
+        traces.append(1)
+        return nnx.merge(g, s)(x)
+
+    y = apply(graphdef, state, x)
+    np.testing.assert_allclose(y, _numpy_mlp(state, np.ones((5, 2))), rtol=1e-5, atol=1e-6)
+    other_graphdef, other_state = nnx.split(_MLP(seed=1))  # equal structure: no retrace
+    apply(other_graphdef, other_state, x)
+    assert len(traces) == 1
+    graphdef_out = jax.jit(lambda g: g)(graphdef)  # a GraphDef may also be an output
+    assert graphdef_out == graphdef
+
+
+def test_functional_pattern_through_vmap_and_scan_over_a_stacked_state():
+    graphdef, _ = nnx.split(_MLP())
+    states = [nnx.split(_MLP(seed=s))[1] for s in range(3)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32).reshape(4, 2)
+
+    ys = jax.vmap(lambda g, s, x: nnx.merge(g, s)(x), in_axes=(None, 0, None))(graphdef, stacked, x)
+    for i, s in enumerate(states):
+        np.testing.assert_allclose(ys[i], _numpy_mlp(s, np.asarray(x)), rtol=1e-5, atol=1e-6)
+
+    def body(carry, g_and_s):
+        g, s = g_and_s
+        return carry + nnx.merge(g, s)(x).sum(), None
+
+    # the GraphDef rides along in xs: it has no leaves, so nothing of it is scanned over
+    total, _ = jax.lax.scan(body, jnp.float32(0.0), (graphdef, stacked))
+    expected = sum(_numpy_mlp(s, np.asarray(x)).sum() for s in states)
+    np.testing.assert_allclose(total, expected, rtol=1e-5)
+
+
+@given(graphs(rngs=False))
+def test_graphdef_roundtrips_through_jit(g):
+    graphdef, state = nnx.split(g)
+    g2, s2 = jax.jit(lambda gd, s: (gd, s))(graphdef, state)
+    assert g2 == graphdef
+    assert_graphs_equal(nnx.merge(g2, s2), g)

@@ -50,6 +50,17 @@ def assert_disjoint(a: Any, b: Any) -> None:
     assert not shared, f"objects shared between the two graphs: {shared}"
 
 
+def assert_shares_only_variables(a: Any, b: Any) -> None:
+    """Every Variable of ``b`` is one of ``a``'s and no graph node of ``b`` is in ``a``
+    (what ``merge(*split(a))`` gives in Flax NNX 0.12: new nodes, the same Variables)."""
+    ids = {id(x) for x in tracked_objects(a)}
+    for x in tracked_objects(b):
+        if isinstance(x, nnx.Variable):
+            assert id(x) in ids, f"a new {type(x).__name__} in the merged graph"
+        else:
+            assert id(x) not in ids, f"the {type(x).__name__} node is shared"
+
+
 def bump(x: Any) -> Any:
     """A different value of the same type, shape and dtype (PRNG keys unchanged)."""
     dtype = getattr(x, "dtype", None)
@@ -75,18 +86,25 @@ def identity(x: Any) -> Any:
 
 
 def check_split_merge_roundtrip(g: Any, fs: list[Any]) -> None:
+    snapshot = nnx.clone(g)
     graphdef, state = nnx.split(g)
     merged = nnx.merge(graphdef, state)
     assert_graphs_equal(g, merged)
-    assert_disjoint(g, merged)
+    assert_shares_only_variables(g, merged)
     assert nnx.graphdef(merged) == graphdef
     # with filters, and the States passed in reverse order
     graphdef2, *states = nnx.split(g, *fs, ...)
     assert graphdef2 == graphdef
     assert_graphs_equal(g, nnx.merge(graphdef2, *reversed(states)))
-    # the State holds copies: mutating the merged graph leaves the State alone
+    # copy=True shares nothing: mutating that graph leaves g alone
+    copied = nnx.merge(graphdef, state, copy=True)
+    assert_graphs_equal(g, copied)
+    assert_disjoint(g, copied)
+    apply_mutations(copied, [SetValue(i, 2, 1) for i in range(3)])
+    assert_graphs_equal(g, snapshot)
+    # the default merge shares the Variables: its value writes reach g
     apply_mutations(merged, [SetValue(i, 2, 1) for i in range(3)])
-    assert_graphs_equal(g, nnx.merge(graphdef, state))
+    assert_graphs_equal(g, merged)
 
 
 @given(GRAPHS, st.lists(filters(), max_size=3))
@@ -322,7 +340,12 @@ def check_contexts(g1: Any, g2: Any) -> None:
         m1 = ctx.merge(gd1, s1)
         m2 = ctx.merge(gd2, s2)
     assert_graphs_equal((g1, g2), (m1, m2))
-    assert_disjoint((g1, g2), (m1, m2))
+    assert_shares_only_variables((g1, g2), (m1, m2))
+    with nnx.merge_context() as ctx:
+        c1 = ctx.merge(gd1, s1, copy=True)
+        c2 = ctx.merge(gd2, s2, copy=True)
+    assert_graphs_equal((g1, g2), (c1, c2))
+    assert_disjoint((g1, g2), (c1, c2))
     # each shared leaf is stored once, in the first State that reaches it
     together = nnx.state((g1, g2)).flat_state()
     assert len(s1.flat_state()) + len(s2.flat_state()) == len(together)

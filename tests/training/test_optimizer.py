@@ -407,7 +407,7 @@ def test_split_merge_round_trip():
     optimizer = Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     optimizer.update(model, nnx.grad(model_loss)(model, *batch(0)))
     graphdef, state = nnx.split(optimizer)
-    copy = nnx.merge(graphdef, state)
+    copy = nnx.merge(graphdef, state, copy=True)  # own Variables (merge shares them by default)
     assert copy.tx == optimizer.tx and copy.wrt is optimizer.wrt
     assert_trees_close(unboxed(copy.opt_state), unboxed(optimizer.opt_state))
     # the copy keeps optimising from where the original was

@@ -58,7 +58,9 @@ def flaxgraph_step(donate: bool):
 def handwritten_step(graphdef, donate: bool):
     def step(params, rest, x):
         def loss_and_stats(p):
-            model = nnx.merge(graphdef, p, rest)
+            # copy=True: `rest`'s Variables belong to the jit trace, and the call writes
+            # the BatchStat inside value_and_grad's (merge shares Variables, as in NNX 0.12)
+            model = nnx.merge(graphdef, p, rest, copy=True)
             return loss(model, x), nnx.state(model, nnx.BatchStat)
 
         (value, new_rest), grads = jax.value_and_grad(loss_and_stats, has_aux=True)(params)

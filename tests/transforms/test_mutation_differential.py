@@ -128,7 +128,7 @@ def resolve(root: Any, path: Sequence[Any]) -> Any:
     """The value at a State path, walked with plain attribute and item access."""
     x = root
     for key in path:
-        x = getattr(x, key) if isinstance(key, str) and isinstance(x, nnx.Object) else x[key]
+        x = getattr(x, key) if isinstance(key, str) and isinstance(x, nnx.Pytree) else x[key]
     return x
 
 
