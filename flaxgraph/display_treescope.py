@@ -1,11 +1,13 @@
-"""treescope rendering of Objects, Variables and States (notebooks).
+"""treescope rendering of Objects, Variables, States and GraphDefs (notebooks).
 
 treescope renders a value by calling its ``__treescope_repr__(path,
-subtree_renderer)`` hook; the hooks of ``Object``, ``Variable`` and ``State`` call the
-functions here. They draw the same tree as the plain-text ``repr`` of
-``display.py`` (whose helpers they share): per-kind counts in each node's first-line
-comment, and a node met again (shared reference or cycle) drawn as a reference to
-where it was first drawn.
+subtree_renderer)`` hook; the hooks of ``Object``, ``Variable``, ``State`` and
+``GraphDef`` call the functions here (``flaxgraph/display.py`` registers them in
+``flaxgraph/renderers.py``). They draw the same tree as the plain-text ``repr`` of
+``display_text.py`` (both share ``display_values.py``): per-kind counts in each
+node's first-line comment, and a node met again (shared reference or cycle) drawn
+as a reference to where it was first drawn. ``to_html`` turns any of them into the
+HTML document a notebook shows when the object is a cell's last expression.
 
 Source: treescope's ``repr_lib``/``rendering_parts`` API; the Flax NNX display format.
 """
@@ -17,7 +19,8 @@ import contextvars
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from flaxgraph.display import (
+from flaxgraph.display_text import def_parts
+from flaxgraph.display_values import (
     _ROOT,
     Totals,
     _add,
@@ -30,6 +33,7 @@ from flaxgraph.display import (
     _totals_text,
     _variable_totals,
 )
+from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.graph.refmap import RefMap
 from flaxgraph.state import State
 from flaxgraph.variables import Variable
@@ -262,3 +266,82 @@ def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) 
             subtree_renderer=render,
             roundtrippable=False,
         )
+
+
+def graphdef_treescope_repr(graphdef: GraphDef, path: str | None, subtree_renderer: Any) -> Any:
+    """Renders a GraphDef for treescope: the tree of the plain-text ``repr``, foldable.
+
+    Args:
+      graphdef: a ``GraphDef``.
+      path: the path treescope gives it.
+      subtree_renderer: unused (definitions are rendered here); part of the hook.
+
+    Returns:
+      A treescope rendering ``GraphDef(num_leaves=n, root=NodeDef(Type, index=i, ...))``
+      whose definitions fold like the text ``repr``'s blocks.
+
+    Example::
+
+      >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
+      >>> class Scale(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(2))
+      >>> print(treescope.render_to_text(nnx.graphdef(Scale())))
+      GraphDef(num_leaves=1,
+        root=NodeDef(Scale, index=0, w=VariableDef(Param, index=1))
+      )
+
+    Source: flaxgraph's own GraphDef format (``display_text.graphdef_repr``).
+    """
+    from treescope import rendering_parts as rp
+
+    def block(opening: str, children: list[tuple[str, Any]], path: str | None) -> Any:
+        lines = []
+        for i, (head, child) in enumerate(children):
+            comma = (
+                rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
+                if i < len(children) - 1
+                else rp.empty_part()
+            )
+            line = rp.siblings_with_annotations(head, render(child, None))
+            lines.append(rp.build_full_line_with_annotations(line, comma))
+        return rp.build_foldable_tree_node_from_children(
+            prefix=rp.siblings(opening, ",", rp.fold_condition(collapsed=rp.text(" "))),
+            children=lines,
+            suffix=")",
+            path=path,
+        )
+
+    def render(d: Any, path: str | None) -> Any:
+        text, children = def_parts(d)
+        if children is None:
+            return rp.build_one_line_tree_node(text, path)
+        return block(text, children, path)
+
+    return block(f"GraphDef(num_leaves={graphdef.num_leaves}", [("root=", graphdef.root)], path)
+
+
+def to_html(obj: Any) -> str:
+    """The treescope HTML document of ``obj`` (what a notebook cell shows).
+
+    Args:
+      obj: an Object, Variable, State or GraphDef (any value treescope renders).
+
+    Returns:
+      A self-contained HTML fragment with treescope's scripts and the compressed
+      rendering; arrays are summarised by treescope (shape, dtype, statistics).
+
+    Raises:
+      Nothing of its own: a child that fails to render is shown as an error.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> "treescope" in to_html(nnx.Param(jnp.ones(2)))
+      True
+
+    Source: treescope's ``render_to_html``.
+    """
+    import treescope
+
+    return treescope.render_to_html(obj, ignore_exceptions=True, compressed=True)

@@ -62,6 +62,7 @@ from flaxgraph.graph.registry import (
     pytree_children,
     register_graph_node_type,
 )
+from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import current_trace
 from flaxgraph.variables import Variable
 
@@ -151,15 +152,15 @@ class Pytree:
             object.__setattr__(self, "_obj_kinds", kinds)
             object.__setattr__(self, "_obj_version", self._obj_version + 1)
 
+    # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
     def __repr__(self) -> str:
-        from flaxgraph.display import object_repr
-
-        return object_repr(self)
+        return RENDERERS.text("object", self)
 
     def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
-        from flaxgraph.display_treescope import object_treescope_repr
+        return RENDERERS.treescope("object", self, path, subtree_renderer)
 
-        return object_treescope_repr(self, path, subtree_renderer)
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return RENDERERS.mimebundle(self, include, exclude)
 
     def __getstate__(self) -> Any:
         return dict(self.__dict__), self._obj_kinds

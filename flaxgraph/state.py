@@ -22,6 +22,7 @@ import jax
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError
 from flaxgraph.filters import Filter, Predicate, filters_to_predicates, to_predicate
+from flaxgraph.renderers import RENDERERS
 from flaxgraph.variables import Variable
 
 Key = Hashable
@@ -94,15 +95,15 @@ class State(MutableMapping[Key, Any]):
         else:
             self[name] = value
 
+    # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
     def __repr__(self) -> str:
-        from flaxgraph.display import state_repr
-
-        return state_repr(self)
+        return RENDERERS.text("state", self)
 
     def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
-        from flaxgraph.display_treescope import state_treescope_repr
+        return RENDERERS.treescope("state", self, path, subtree_renderer)
 
-        return state_treescope_repr(self, path, subtree_renderer)
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return RENDERERS.mimebundle(self, include, exclude)
 
     # -- flat form ------------------------------------------------------------------------
     def flat_state(self) -> FlatState:

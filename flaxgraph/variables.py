@@ -64,6 +64,7 @@ import jax
 from flaxgraph import refs
 from flaxgraph.errors import TraceContextError
 from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
+from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import current_trace, is_top_level
 from flaxgraph.value_ops import ValueOps
 from flaxgraph.variable_defaults import VAR_DEFAULTS
@@ -539,15 +540,15 @@ class Variable(ValueOps, Generic[A]):
 
     __hash__ = object.__hash__  # identity: Variables are references
 
+    # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
     def __repr__(self) -> str:
-        from flaxgraph.display import variable_repr
-
-        return variable_repr(self)
+        return RENDERERS.text("variable", self)
 
     def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
-        from flaxgraph.display_treescope import variable_treescope_repr
+        return RENDERERS.treescope("variable", self, path, subtree_renderer)
 
-        return variable_treescope_repr(self, path, subtree_renderer)
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return RENDERERS.mimebundle(self, include, exclude)
 
     # -- pytree ------------------------------------------------------------------------
     def __init_subclass__(cls, **kwargs: Any) -> None:

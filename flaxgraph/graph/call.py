@@ -54,3 +54,16 @@ def call(graphdef_state: tuple[Any, ...], /) -> Any:
     """
     graphdef, *states = graphdef_state
     return _CallProxy(graphdef, tuple(states), ())
+
+
+def _graphdef_apply(self: GraphDef, state: Any, *states: Any) -> Any:
+    """Returns a proxy: ``graphdef.apply(state).method(*args)`` merges, calls the
+    method, and returns ``(output, (graphdef, state))`` after the call.
+
+    Source: Flax NNX ``GraphDef.apply``.
+    """
+    return call((self, state, *states))
+
+
+# GraphDef (graph/graphdef.py) sits below this module, so its `apply` is attached here.
+GraphDef.apply = _graphdef_apply  # type: ignore[attr-defined]

@@ -29,6 +29,8 @@ from typing import Any, Union
 
 import jax
 
+from flaxgraph.renderers import RENDERERS
+
 # Each definition is a tuple whose first item is a tag naming its kind: building,
 # hashing and comparing definitions then run at C speed (tuple construction,
 # tuple hash and tuple equality), and two kinds never compare equal.
@@ -212,17 +214,18 @@ class GraphDef:
         )
         return root_type if root_type is not None else type(None)
 
+    # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
     def __repr__(self) -> str:
-        from flaxgraph.display import graphdef_repr
+        return RENDERERS.text("graphdef", self)
 
-        return graphdef_repr(self)
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        return RENDERERS.treescope("graphdef", self, path, subtree_renderer)
 
-    def apply(self, state: Any, *states: Any) -> Any:
-        """Returns a proxy: ``graphdef.apply(state).method(*args)`` merges, calls the
-        method, and returns ``(output, (graphdef, state))`` after the call."""
-        from flaxgraph.graph.call import call
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return RENDERERS.mimebundle(self, include, exclude)
 
-        return call((self, state, *states))
+    # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``) is
+    # attached by flaxgraph/graph/call.py, the layer above, next to the `call` it runs.
 
 
 def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
