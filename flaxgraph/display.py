@@ -82,12 +82,17 @@ def _shows_html() -> bool:
 def display(*objects: Any) -> None:
     """Shows objects: a treescope rendering in Jupyter, their ``repr`` elsewhere.
 
+    In Jupyter each object is shown as one display output holding both its
+    treescope HTML and its ``repr`` as ``text/plain`` (what text-only front ends
+    and the guide checker read).
+
     Args:
       *objects: anything; Objects, Modules, Variables and States render as trees
         with shapes, dtypes and per-kind parameter counts.
 
     Returns:
-      None. Outside Jupyter each object's ``repr`` is printed on stdout.
+      None. Outside Jupyter (and in terminal IPython) each object's ``repr`` is
+      printed on stdout.
 
     Raises:
       Nothing of its own; whatever an object's ``repr`` raises.
@@ -103,10 +108,10 @@ def display(*objects: Any) -> None:
     Source: Flax NNX ``nnx.display``.
     """
     if _shows_html():
-        import treescope
+        from IPython.display import display as show
 
         for obj in objects:
-            treescope.display(obj)
+            show({"text/plain": repr(obj), "text/html": to_html(obj)}, raw=True)
         return
     for obj in objects:
         print(repr(obj))

@@ -1,30 +1,41 @@
-"""Run the Markdown guides and check every code cell's printed output.
+"""Run the Markdown guides in a Jupyter kernel and check every cell's printed output.
 
-A guide is a Markdown notebook in jupytext's ``md`` format. Its code cells are
-fenced blocks whose info string is ``python``; they run in order, in one shared
-namespace, as the cells of a notebook would. A code cell may be followed by an
-*expected-output block*: a fenced block with the info string ``text``, placed
-right after the cell (blank lines and one line reading ``Output:`` may sit in
-between). The block holds exactly what the cell prints to stdout. A cell with
-no such block is run but its output is not checked. A cell whose info string is
-``python skip`` is shown to the reader but not run (its ``text`` block, if any,
-is not checked either). To show an error, catch it in the cell and print it.
+A guide is a Markdown notebook in jupytext's ``md`` format: jupytext reads it
+(each fenced ``python`` block is a code cell) and nbclient executes the cells in
+order in a real IPython kernel (ipykernel), as a notebook would. A code cell may
+be followed by an *expected-output block*: a fenced block with the info string
+``text`` placed right after the cell (blank lines and one line reading
+``Output:`` may sit in between). The block holds exactly what the cell prints to
+stdout, with the text form of what it shows with ``nnx.display`` (its
+``text/plain``, the ``repr``) in its place. The value of a cell's last expression
+(e.g. a model rendered by treescope) is kept in the executed notebook but not
+compared. A cell
+with no such block is run but its output is not checked. A cell whose info string
+is ``python skip`` is shown to the reader but not run. To show an error, catch it
+in the cell and print it: an exception escaping a cell, or anything written to
+stderr (a warning, say), fails the guide.
 
 Outputs are compared line by line after removing trailing whitespace (at the end
 of each line and blank lines at the end of the output); nothing else is
-normalised. A mismatch, or an exception escaping a cell, stops the guide with a
-message naming the guide, the cell and the Markdown line, and showing a diff or
-the traceback (whose line numbers are those of the guide).
+normalised. A failure names the guide, the cell and its Markdown line and shows
+a diff or the kernel's traceback.
+
+The kernel is the Python running this module (``sys.executable``), launched from
+a kernel spec written to a temporary directory, so no installed kernel spec is
+needed; it starts in the repository root with the root first on ``PYTHONPATH``,
+so it imports this checkout's ``flaxgraph``. Every kernel started here is shut
+down before ``run_guide`` returns, and each cell has a hard timeout.
 
 Command line, from the repository root::
 
-  python guides/run_guide.py guides/graph.md [more guides ...] [--quiet]
+  python guides/run_guide.py guides/graph.md [more guides ...] [--quiet] [--html DIR]
 
-prints each cell's output as it runs and exits with status 1 at the first
-failing guide. From Python (as ``tests/test_guides.py`` does)::
+prints each cell's output, writes each executed guide as ``DIR/<name>.html``
+(nbconvert) when asked, and exits with status 1 at the first failing guide. From
+Python (as ``tests/test_guides.py`` does)::
 
   from run_guide import run_guide, GuideFailure
-  results = run_guide("guides/graph.md", echo=None)   # raises GuideFailure
+  results = run_guide("guides/graph.md")   # raises GuideFailure
 """
 
 from __future__ import annotations
@@ -33,19 +44,37 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
-import io
+import json
+import os
 import re
 import sys
-import traceback
-import types
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any
+
+import jupytext
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 GUIDES_DIR = Path(__file__).resolve().parent
+REPO = GUIDES_DIR.parent
+CELL_TIMEOUT = 300
+"""Seconds one cell may run before the guide fails (and its kernel is killed)."""
+STARTUP_TIMEOUT = 120
+"""Seconds the kernel may take to start."""
 
-_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
-_OUTPUT_LABEL = "Output:"
+_KERNEL = "flaxgraph-guide"
+_SKIP_TAG = "skip-execution"  # nbclient does not run cells with this tag
+_CODE_FENCE = re.compile(r"^```python(?P<options>.*)$")
+_EXPECTED = re.compile(
+    r"\A\s*(?:Output:\s*\n\s*)?```text[ \t]*\n(?P<body>.*?)^```[ \t]*$", re.S | re.M
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class GuideFailure(AssertionError):
@@ -53,7 +82,7 @@ class GuideFailure(AssertionError):
 
 
 class GuideFormatError(ValueError):
-    """A guide is not well-formed (e.g. an unclosed code fence)."""
+    """A guide is not well-formed (e.g. an unknown cell option)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +96,8 @@ class Cell:
       skip: the info string was ``python skip``.
       expected: the text of the expected-output block, or ``None`` if there is none.
       expected_line: 1-based line of the expected block's opening fence (or ``None``).
+      blank_lines: blank lines between the fence and the code (jupytext drops them),
+        so line ``n`` of ``source`` is line ``line + blank_lines + n`` of the file.
     """
 
     number: int
@@ -75,100 +106,77 @@ class Cell:
     skip: bool = False
     expected: str | None = None
     expected_line: int | None = None
+    blank_lines: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
 class CellResult:
-    """What running one cell printed."""
+    """What running one cell printed (``output``) and its raw notebook outputs."""
 
     cell: Cell
     output: str
+    outputs: list[Any]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Block:
-    line: int  # 1-based line of the opening fence
-    end: int  # 0-based index of the line after the closing fence
-    info: str
-    body: str
+def read_guide(path: str | Path) -> tuple[nbformat.NotebookNode, list[Cell]]:
+    """The guide at ``path`` as a jupytext notebook, and its python cells in order.
 
-
-def _blocks(lines: list[str], where: str) -> Iterator[_Block]:
-    """Yields every fenced block (CommonMark rules: a closing fence uses the same
-    character, is at least as long as the opening one and has no info string)."""
-    i = 0
-    while i < len(lines):
-        match = _FENCE.match(lines[i])
-        if match is None or (match["fence"][0] == "`" and "`" in match["info"]):
-            i += 1
-            continue
-        fence, indent = match["fence"], len(match["indent"])
-        closing = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
-        body: list[str] = []
-        j = i + 1
-        while j < len(lines) and not closing.match(lines[j]):
-            # Like CommonMark, remove up to the opening fence's indentation.
-            line = lines[j]
-            strip = min(indent, len(line) - len(line.lstrip(" ")))
-            body.append(line[strip:])
-            j += 1
-        if j == len(lines):
-            raise GuideFormatError(f"{where}:{i + 1}: the code fence opened here is never closed.")
-        yield _Block(line=i + 1, end=j + 1, info=match["info"].strip(), body="\n".join(body))
-        i = j + 1
-
-
-def _only_blank_or_label(lines: list[str]) -> bool:
-    label_seen = False
-    for line in lines:
-        text = line.strip()
-        if not text:
-            continue
-        if text == _OUTPUT_LABEL and not label_seen:
-            label_seen = True
-            continue
-        return False
-    return True
+    Raises:
+      GuideFormatError: a ``python`` info string has an option other than ``skip``,
+        or jupytext's cells do not match the file's ``python`` fences.
+    """
+    path = Path(path)
+    where = _display_path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    fences = []
+    for i, line in enumerate(lines):
+        match = _CODE_FENCE.match(line)
+        if match is not None:
+            options = match["options"].split()
+            if options not in ([], ["skip"]):
+                raise GuideFormatError(
+                    f"{where}:{i + 1}: unknown cell option(s) {' '.join(options)!r} "
+                    "after ```python; the only option is `skip` (```python skip)."
+                )
+            fences.append((i + 1, bool(options)))
+    notebook = jupytext.read(path)
+    if not fences:
+        return notebook, []  # Markdown without python cells (e.g. guides/index.md)
+    positions = []
+    for i, cell in enumerate(notebook.cells):
+        if cell.cell_type == "code" and cell.source.startswith("%%"):
+            # Another language's block (jupytext writes ```bash as a %%bash cell): shown, not run.
+            cell.metadata.setdefault("tags", []).append(_SKIP_TAG)
+        elif cell.cell_type == "code":
+            positions.append(i)
+    if len(positions) != len(fences):
+        raise GuideFormatError(
+            f"{where}: jupytext reads {len(positions)} code cells but the file has "
+            f"{len(fences)} ```python fences; close every fence and start code cells "
+            "with ```python."
+        )
+    cells = []
+    for number, (position, (line, skip)) in enumerate(zip(positions, fences), start=1):
+        code = notebook.cells[position]
+        if skip:
+            code.metadata.setdefault("tags", []).append(_SKIP_TAG)
+        expected = expected_line = None
+        following = notebook.cells[position + 1 : position + 2]
+        match = _EXPECTED.match(following[0].source) if following else None
+        if match is not None and following[0].cell_type == "markdown":
+            expected = match["body"]
+            closing = next(i for i in range(line, len(lines)) if lines[i].rstrip() == "```")
+            expected_line = next(
+                i + 1 for i in range(closing, len(lines)) if lines[i].startswith("```text")
+            )
+        blank = next((i for i in range(line, len(lines)) if lines[i].strip()), line) - line
+        cells.append(Cell(number, line, code.source, skip, expected, expected_line, blank))
+    return notebook, cells
 
 
 def parse_guide(path: str | Path) -> list[Cell]:
-    """Returns the python cells of the guide at ``path``, each with its expected output.
-
-    Raises:
-      GuideFormatError: a fence is never closed, or a ``python`` info string has an
-        unknown option (only ``skip`` is known).
-    """
-    path = Path(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    where = _display_path(path)
-    cells: list[Cell] = []
-    previous: _Block | None = None
-    for block in _blocks(lines, where):
-        words = block.info.split()
-        language = words[0].lower() if words else ""
-        if language == "python":
-            options = words[1:]
-            if options not in ([], ["skip"]):
-                raise GuideFormatError(
-                    f"{where}:{block.line}: unknown cell option(s) {' '.join(options)!r} "
-                    "after ```python; the only option is `skip` (```python skip)."
-                )
-            cells.append(
-                Cell(number=len(cells) + 1, line=block.line, source=block.body, skip=bool(options))
-            )
-        elif (
-            language == "text"
-            and len(words) == 1
-            and previous is not None
-            and previous.info.split()[:1] == ["python"]
-            and cells[-1].expected is None
-            and _only_blank_or_label(lines[previous.end : block.line - 1])
-        ):
-            cells[-1] = dataclasses.replace(
-                cells[-1], expected=block.body, expected_line=block.line
-            )
-        previous = block
-    return cells
+    """The python cells of the guide at ``path`` (see ``read_guide``)."""
+    return read_guide(path)[1]
 
 
 def normalise(text: str) -> list[str]:
@@ -186,121 +194,184 @@ def _display_path(path: Path) -> str:
         return str(path)
 
 
-def _diff_message(where: str, cell: Cell, output: str) -> str | None:
-    assert cell.expected is not None and cell.expected_line is not None
-    expected, actual = normalise(cell.expected), normalise(output)
-    if expected == actual:
-        return None
+@contextlib.contextmanager
+def kernel_manager() -> Iterator[AsyncKernelManager]:
+    """A kernel manager for an ipykernel running ``sys.executable``; its kernel, if
+    still running on exit, is killed, and its files are removed."""
+    with tempfile.TemporaryDirectory(prefix="flaxgraph-kernel-") as tmp:
+        spec = Path(tmp, "kernels", _KERNEL)
+        spec.mkdir(parents=True)
+        python_path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        kernel_json = {
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "flaxgraph guides (this Python)",
+            "language": "python",
+            # A private IPython directory: no history database shared between kernels.
+            "env": {"PYTHONPATH": python_path, "IPYTHONDIR": str(Path(tmp, "ipython"))},
+        }
+        (spec / "kernel.json").write_text(json.dumps(kernel_json), encoding="utf-8")
+        specs = KernelSpecManager(kernel_dirs=[str(spec.parent)], ensure_native_kernel=False)
+        km = AsyncKernelManager(  # IPC sockets in `tmp`: no TCP ports to race for
+            kernel_name=_KERNEL,
+            kernel_spec_manager=specs,
+            connection_file=str(Path(tmp, "connection.json")),
+            transport="ipc",
+            ip=str(Path(tmp, "ipc")),
+        )
+        try:
+            yield km
+        finally:
+            if km.has_kernel:
+                run_sync(km.shutdown_kernel)(now=True)
+
+
+def execute(notebook: nbformat.NotebookNode, *, timeout: int = CELL_TIMEOUT) -> None:
+    """Runs ``notebook``'s code cells in place in a fresh kernel (see ``kernel_manager``).
+
+    Raises:
+      CellExecutionError: a cell raised (the notebook holds the outputs so far).
+      CellTimeoutError: a cell ran longer than ``timeout`` seconds.
+    """
+    with kernel_manager() as km:
+        client = NotebookClient(
+            notebook,
+            km=km,
+            timeout=timeout,
+            startup_timeout=STARTUP_TIMEOUT,
+            shutdown_kernel="immediate",
+            skip_cells_with_tag=_SKIP_TAG,
+            resources={"metadata": {"path": str(REPO)}},
+        )
+        client.execute(cleanup_kc=True)
+
+
+def _stream(outputs: list[Any], name: str) -> str:
+    return "".join(o.text for o in outputs if o.output_type == "stream" and o.name == name)
+
+
+def _shown_text(outputs: list[Any]) -> str:
+    """What the cell printed and displayed (``nnx.display``), as text, in order."""
+    parts = []
+    for o in outputs:
+        if o.output_type == "stream" and o.name == "stdout":
+            parts.append(o.text)
+        elif o.output_type == "display_data" and "text/plain" in o.data:
+            parts.append(o.data["text/plain"] + "\n")
+    return "".join(parts)
+
+
+def _check(where: str, cell: Cell, outputs: list[Any]) -> str:
+    """The cell's text output, after checking it ran clean and printed its block."""
+    stdout = _shown_text(outputs)
+    errors = [o for o in outputs if o.output_type == "error"]
+    if errors:
+        error = errors[0]
+        traceback = _ANSI.sub("", "\n".join(error.traceback))
+        inner = re.search(r"Cell In\[\d+\], line (\d+)", traceback)
+        at = f" at {where}:{cell.line + cell.blank_lines + int(inner[1])}" if inner else ""
+        printed = f"\nIt printed before failing:\n{stdout}" if stdout.strip() else ""
+        raise GuideFailure(
+            f"{where}: cell {cell.number} (line {cell.line}) raised {error.ename}{at}. "
+            f"To show an error on purpose, catch it in the cell and print it.\n"
+            f"{traceback}{printed}"
+        )
+    stderr = _stream(outputs, "stderr")
+    if stderr.strip():
+        raise GuideFailure(
+            f"{where}: cell {cell.number} (line {cell.line}) wrote to stderr (a warning?); "
+            f"a guide must run clean:\n{stderr}"
+        )
+    if cell.expected is None or normalise(cell.expected) == normalise(stdout):
+        return stdout
+    assert cell.expected_line is not None
+    expected, actual = normalise(cell.expected), normalise(stdout)
     first = next(
         (i for i, (e, a) in enumerate(zip(expected, actual, strict=False)) if e != a),
         min(len(expected), len(actual)),
     )
     diff = difflib.unified_diff(
-        expected,
-        actual,
-        fromfile=f"expected ({where}:{cell.expected_line})",
-        tofile="actual",
-        lineterm="",
+        expected, actual, f"expected ({where}:{cell.expected_line})", "actual", lineterm=""
     )
-    return (
+    raise GuideFailure(
         f"{where}: cell {cell.number} (line {cell.line}) printed something else than its "
         f"expected block; first difference at {where}:{cell.expected_line + 1 + first}.\n"
         + "\n".join(diff)
     )
 
 
-def _error_message(where: str, cell: Cell, error: BaseException, output: str) -> str:
-    # Drop the runner's own frame: the traceback starts in the guide.
-    tb = error.__traceback__
-    if tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    formatted = "".join(traceback.format_exception(type(error), error, tb))
-    printed = f"It printed before failing:\n{output}" if output.strip() else ""
-    return (
-        f"{where}: cell {cell.number} (line {cell.line}) raised "
-        f"{type(error).__name__}. To show an error on purpose, catch it in the cell and "
-        f"print it.\n{formatted}{printed}"
-    )
-
-
-class _Tee(io.TextIOBase):
-    """Captures what is written and, optionally, forwards it after a header line."""
-
-    def __init__(self, echo: TextIO | None, header: str):
-        self.buffer_ = io.StringIO()
-        self.echo = echo
-        self.header: str | None = header
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        self.buffer_.write(text)
-        if self.echo is not None and text:
-            if self.header is not None:
-                self.echo.write(self.header)
-                self.header = None
-            self.echo.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        if self.echo is not None:
-            self.echo.flush()
-
-
-def run_guide(path: str | Path, *, echo: TextIO | None = None) -> list[CellResult]:
-    """Runs the guide at ``path``, checking each cell's output against its block.
+def run_guide(
+    path: str | Path, *, timeout: int = CELL_TIMEOUT
+) -> tuple[list[CellResult], nbformat.NotebookNode]:
+    """Runs the guide at ``path`` in a fresh kernel, checking each cell's output.
 
     Args:
       path: the Markdown file.
-      echo: where to print each cell's output as it runs (``None``: nowhere); a
-        header line names each cell that prints something.
+      timeout: seconds one cell may run.
 
     Returns:
-      One ``CellResult`` per cell that ran.
+      One ``CellResult`` per cell that ran, and the executed notebook (outputs
+      included, e.g. to export it with ``export_html``).
 
     Raises:
       GuideFailure (an ``AssertionError``): a cell's output differs from its block
-        (the message holds a diff) or a cell raised (the message holds the
-        traceback); both name the guide, the cell number and its line.
+        (the message holds a diff), a cell raised or wrote to stderr (the message
+        holds the traceback or the text), or a cell timed out; all name the guide,
+        the cell number and its line.
       GuideFormatError (a ``ValueError``): the guide cannot be parsed.
     """
     path = Path(path)
     where = _display_path(path)
-    cells = parse_guide(path)
-    # The cells share the namespace of a real module, so classes they define can be
-    # pickled and have a sensible __module__.
-    module = types.ModuleType("__guide__")
-    module.__file__ = str(path)
-    saved = sys.modules.get(module.__name__)
-    sys.modules[module.__name__] = module
-    results: list[CellResult] = []
+    notebook, cells = read_guide(path)
+    code_cells = [c for c in notebook.cells if c.cell_type == "code"]
     try:
-        for cell in cells:
-            if cell.skip:
-                continue
-            # Pad with newlines so tracebacks show the Markdown file's line numbers.
-            code = compile("\n" * cell.line + cell.source + "\n", str(path), "exec")
-            tee = _Tee(echo, f"--- {where}, cell {cell.number} (line {cell.line})\n")
-            try:
-                with contextlib.redirect_stdout(tee):
-                    exec(code, module.__dict__)
-            except Exception as error:
-                raise GuideFailure(
-                    _error_message(where, cell, error, tee.buffer_.getvalue())
-                ) from None
-            output = tee.buffer_.getvalue()
-            if cell.expected is not None:
-                message = _diff_message(where, cell, output)
-                if message is not None:
-                    raise GuideFailure(message)
-            results.append(CellResult(cell, output))
-    finally:
-        if saved is None:
-            sys.modules.pop(module.__name__, None)
-        else:
-            sys.modules[module.__name__] = saved
-    return results
+        execute(notebook, timeout=timeout)
+    except CellTimeoutError:
+        ran = [c for c, nb in zip(cells, code_cells) if nb.get("execution_count")]
+        cell = ran[-1] if ran else cells[0]
+        raise GuideFailure(
+            f"{where}: a cell ran longer than {timeout} s (the last one started: cell "
+            f"{cell.number}, line {cell.line}); its kernel was stopped."
+        ) from None
+    except CellExecutionError:
+        pass  # the cell holding the error output is reported below
+    results = []
+    for cell, code in zip(cells, code_cells):
+        if cell.skip:
+            continue
+        output = _check(where, cell, code.outputs)
+        results.append(CellResult(cell, output, list(code.outputs)))
+    return results, notebook
+
+
+# nbconvert's `lab` page without what it fetches from a CDN (require.js, MathJax, Mermaid:
+# the guides use none), so the exported page is self-contained and works offline.
+_OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
+def export_html(notebook: nbformat.NotebookNode, destination: str | Path) -> Path:
+    """Writes an executed notebook as a self-contained HTML page (nbconvert's ``lab``
+    template without its CDN scripts); treescope displays keep their own scripts.
+
+    Returns:
+      The path written (parent directories are created).
+    """
+    import jinja2
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="lab",
+        template_file="offline.html.j2",
+        extra_loaders=[jinja2.DictLoader({"offline.html.j2": _OFFLINE_TEMPLATE})],
+    )
+    body, _ = exporter.from_notebook_node(notebook)
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_text(body, encoding="utf-8")
+    return destination
 
 
 def discover(directory: str | Path = GUIDES_DIR) -> list[Path]:
@@ -312,16 +383,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("guides", nargs="+", type=Path, help="Markdown guides to run")
     parser.add_argument("--quiet", action="store_true", help="do not print cell outputs")
+    parser.add_argument("--html", type=Path, help="write each executed guide as DIR/<name>.html")
     args = parser.parse_args(argv)
     for path in args.guides:
+        if not parse_guide(path):
+            continue  # Markdown without code, e.g. guides/index.md
         try:
-            results = run_guide(path, echo=None if args.quiet else sys.stdout)
+            results, notebook = run_guide(path)
         except (GuideFailure, GuideFormatError, OSError) as error:
-            sys.stdout.flush()
             print(f"\nFAILED: {error}", file=sys.stderr)
             return 1
+        if not args.quiet:
+            for result in results:
+                if result.output:
+                    print(
+                        f"--- {_display_path(path)}, cell {result.cell.number} (line "
+                        f"{result.cell.line})\n{result.output}",
+                        end="",
+                    )
         checked = sum(r.cell.expected is not None for r in results)
         print(f"{_display_path(path)}: {len(results)} cells ran, {checked} outputs checked, OK")
+        if args.html is not None:
+            print(f"wrote {export_html(notebook, args.html / (path.stem + '.html'))}")
     return 0
 
 
