@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 
-.PHONY: install test demo demo-distributed bench bench-quick lint clean
+.PHONY: install test browser guides-html demo demo-distributed bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,8 +15,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, demo and checkpoint extras
 
-test: $(STAMP)  ## run the whole suite, guides included
+test: $(STAMP) browser  ## run the whole suite, guides included
 	$(BIN)/python -m pytest -n 2 --hypothesis-profile=$(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
+
+# Headless Chromium (Debian package) for tests/test_guides_browser.py. Installed with
+# apt-get when missing and possible (root); otherwise that test is skipped with a reason.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+	    >/dev/null 2>&1 && echo "installed chromium for the browser test"; } || \
+	  echo "chromium is not installed (needs root and apt-get): the browser test will be skipped"
+
+guides-html: $(STAMP)  ## run the guides in a Jupyter kernel and export them to outputs/guides/*.html
+	$(BIN)/python guides/run_guide.py --quiet --html outputs/guides $(sort $(wildcard guides/*.md))
 
 demo: $(STAMP)  ## run the main job: train an ensemble on the digits data set
 	$(BIN)/python guides/digits_ensemble.py
