@@ -180,9 +180,10 @@ def test_runner_checks_missing_output_and_stderr(tmp_path: Path) -> None:
 
 
 def test_runner_stops_a_cell_at_its_timeout(tmp_path: Path) -> None:
-    path = _write(tmp_path, "```python\nimport time\n\ntime.sleep(60)\n```\n")
+    source = "```python\nimport time\n```\n\n```python\ntime.sleep(60)\n```\n"
+    path = _write(tmp_path, source)
     started = time.monotonic()
-    with pytest.raises(runner.GuideFailure, match=r"longer than 2 s .*cell 1"):
+    with pytest.raises(runner.GuideFailure, match=r"longer than 2 s .*cell 2, line 5"):
         runner.run_guide(path, timeout=2)
     assert time.monotonic() - started < 40
 
