@@ -30,6 +30,7 @@ from flaxgraph.graph.registry import (
     is_plain_static,
     pytree_children,
 )
+from flaxgraph.rngs import RngState
 from flaxgraph.state import State
 from flaxgraph.variables import Variable
 
@@ -79,10 +80,7 @@ def _value_size(value: Any) -> tuple[int, int] | None:
 
 
 def _kind(v: Variable[Any]) -> str:
-    try:  # random state is counted as one kind, as in Flax NNX
-        from flaxgraph.rngs import RngState
-    except ImportError:  # pragma: no cover - only while the package is half-built
-        return type(v).__name__
+    # Random state is counted as one kind, as in Flax NNX.
     return "RngState" if isinstance(v, RngState) else type(v).__name__
 
 
