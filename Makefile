@@ -28,7 +28,7 @@ browser:
 	  echo "chromium is not installed (needs root and apt-get): the browser test will be skipped"
 
 guides-html: $(STAMP)  ## run the guides in a Jupyter kernel and export them to outputs/guides/*.html
-	$(BIN)/python guides/run_guide.py --quiet --html outputs/guides $(sort $(wildcard guides/*.md))
+	$(BIN)/python guides/run_guide.py --html outputs/guides $(sort $(wildcard guides/*.md))
 
 demo: $(STAMP)  ## run the main job: train an ensemble on the digits data set
 	$(BIN)/python guides/digits_ensemble.py

@@ -1,41 +1,27 @@
-"""Run the Markdown guides in a Jupyter kernel and check every cell's printed output.
+"""Run the Markdown guides in a Jupyter kernel and check each cell's printed output.
 
-A guide is a Markdown notebook in jupytext's ``md`` format: jupytext reads it
-(each fenced ``python`` block is a code cell) and nbclient executes the cells in
-order in a real IPython kernel (ipykernel), as a notebook would. A code cell may
-be followed by an *expected-output block*: a fenced block with the info string
-``text`` placed right after the cell (blank lines and one line reading
-``Output:`` may sit in between). The block holds exactly what the cell prints to
-stdout, with the text form of what it shows with ``nnx.display`` (its
-``text/plain``, the ``repr``) in its place. The value of a cell's last expression
-(e.g. a model rendered by treescope) is kept in the executed notebook but not
-compared. A cell
-with no such block is run but its output is not checked. A cell whose info string
-is ``python skip`` is shown to the reader but not run. To show an error, catch it
-in the cell and print it: an exception escaping a cell, or anything written to
-stderr (a warning, say), fails the guide.
+Glue: jupytext reads a guide (jupytext ``md`` format) as a notebook, nbclient runs
+its cells in a fresh ipykernel, nbconvert exports it. What is ours is the check. A
+code cell may be followed by an *expected-output block*, a fenced ``text`` block
+right after it (blank lines and one ``Output:`` line may sit in between): it holds
+exactly what the cell prints, ``nnx.display`` outputs counting as their text
+(``repr``). A cell's last-expression value (a model rendered by treescope, say) is
+kept in the notebook, not compared. ```` ```python skip```` cells are shown, not
+run. An exception escaping a cell, or anything on stderr (a warning), fails the
+guide: to show an error, catch it and print it. Lines are compared without
+trailing whitespace and trailing blank lines; a failure names the guide, the cell
+and its Markdown line, with a diff or the kernel's traceback.
 
-Outputs are compared line by line after removing trailing whitespace (at the end
-of each line and blank lines at the end of the output); nothing else is
-normalised. A failure names the guide, the cell and its Markdown line and shows
-a diff or the kernel's traceback.
+The kernel runs ``sys.executable`` from a kernel spec written to a temporary
+directory (no installed spec needed), in the repository root with the root first
+on ``PYTHONPATH`` (so it imports this checkout); cells have a hard timeout and the
+kernel is always shut down.
 
-The kernel is the Python running this module (``sys.executable``), launched from
-a kernel spec written to a temporary directory, so no installed kernel spec is
-needed; it starts in the repository root with the root first on ``PYTHONPATH``,
-so it imports this checkout's ``flaxgraph``. Every kernel started here is shut
-down before ``run_guide`` returns, and each cell has a hard timeout.
+  python guides/run_guide.py guides/graph.md [more guides ...] [--html DIR]
 
-Command line, from the repository root::
-
-  python guides/run_guide.py guides/graph.md [more guides ...] [--quiet] [--html DIR]
-
-prints each cell's output, writes each executed guide as ``DIR/<name>.html``
-(nbconvert) when asked, and exits with status 1 at the first failing guide. From
-Python (as ``tests/test_guides.py`` does)::
-
-  from run_guide import run_guide, GuideFailure
-  results = run_guide("guides/graph.md")   # raises GuideFailure
+exits with status 1 at the first failing guide; ``--html`` writes each executed
+guide as ``DIR/<name>.html``. From Python (``tests/test_guides.py``):
+``results, notebook = run_guide("guides/graph.md")`` raises ``GuideFailure``.
 """
 
 from __future__ import annotations
@@ -87,18 +73,10 @@ class GuideFormatError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """One ``python`` code cell of a guide.
-
-    Attributes:
-      number: 1-based position among the guide's python cells (skipped ones count).
-      line: 1-based line of the opening fence in the Markdown file.
-      source: the code, without the fences.
-      skip: the info string was ``python skip``.
-      expected: the text of the expected-output block, or ``None`` if there is none.
-      expected_line: 1-based line of the expected block's opening fence (or ``None``).
-      blank_lines: blank lines between the fence and the code (jupytext drops them),
-        so line ``n`` of ``source`` is line ``line + blank_lines + n`` of the file.
-    """
+    """One ``python`` code cell: its number among them (from 1), the Markdown line
+    of its fence, its code, whether it is skipped, its expected block and that
+    block's fence line (or ``None``), and the blank lines jupytext dropped after
+    the fence (code line ``n`` is Markdown line ``line + blank_lines + n``)."""
 
     number: int
     line: int
@@ -382,25 +360,14 @@ def discover(directory: str | Path = GUIDES_DIR) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("guides", nargs="+", type=Path, help="Markdown guides to run")
-    parser.add_argument("--quiet", action="store_true", help="do not print cell outputs")
     parser.add_argument("--html", type=Path, help="write each executed guide as DIR/<name>.html")
     args = parser.parse_args(argv)
-    for path in args.guides:
-        if not parse_guide(path):
-            continue  # Markdown without code, e.g. guides/index.md
+    for path in filter(parse_guide, args.guides):  # skips Markdown without code (index.md)
         try:
             results, notebook = run_guide(path)
         except (GuideFailure, GuideFormatError, OSError) as error:
             print(f"\nFAILED: {error}", file=sys.stderr)
             return 1
-        if not args.quiet:
-            for result in results:
-                if result.output:
-                    print(
-                        f"--- {_display_path(path)}, cell {result.cell.number} (line "
-                        f"{result.cell.line})\n{result.output}",
-                        end="",
-                    )
         checked = sum(r.cell.expected is not None for r in results)
         print(f"{_display_path(path)}: {len(results)} cells ran, {checked} outputs checked, OK")
         if args.html is not None:

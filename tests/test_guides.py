@@ -209,7 +209,7 @@ def test_command_line_exit_status_and_html(tmp_path: Path) -> None:
     command = [sys.executable, script, str(good), "--html", str(html)]
     ok = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "hi" in ok.stdout
+    assert "good.md: 1 cells ran, 1 outputs checked, OK" in ok.stdout
     page = (html / "good.html").read_text(encoding="utf-8")
     assert "hi" in page and "cdnjs" not in page  # self-contained: works offline
     command = [sys.executable, script, str(bad)]
