@@ -341,7 +341,7 @@ def graphdef_repr(graphdef: GraphDef) -> str:
         lines.append(indent + ")")
 
     def go(d: Any, indent: str, head: str) -> None:
-        text, children = def_parts(d)
+        text, children = _def_parts(d)
         if children is None:
             leaf(indent, head, text)
         else:
@@ -351,7 +351,7 @@ def graphdef_repr(graphdef: GraphDef) -> str:
     return "\n".join(lines)
 
 
-def def_parts(d: Any) -> tuple[str, list[tuple[str, Any]] | None]:
+def _def_parts(d: Any) -> tuple[str, list[tuple[str, Any]] | None]:
     """One GraphDef definition as ``(text, children)``: ``children`` is ``None`` for
     a definition shown on one line (``text`` is then all of it), else the
     ``(head, child definition)`` lines that go between ``text + ','`` and ``)``."""

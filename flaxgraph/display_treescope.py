@@ -19,7 +19,7 @@ import contextvars
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from flaxgraph.display_text import def_parts
+from flaxgraph.display_text import _def_parts
 from flaxgraph.display_values import (
     _ROOT,
     Totals,
@@ -313,7 +313,7 @@ def graphdef_treescope_repr(graphdef: GraphDef, path: str | None, subtree_render
         )
 
     def render(d: Any, path: str | None) -> Any:
-        text, children = def_parts(d)
+        text, children = _def_parts(d)
         if children is None:
             return rp.build_one_line_tree_node(text, path)
         return block(text, children, path)
