@@ -226,3 +226,22 @@ def test_first_model_guide_renders_its_model_in_chromium() -> None:
         errors = _console_errors(page.events)
     assert not errors, f"JavaScript errors in the console: {errors}"
     assert screenshot.stat().st_size > 1000
+
+
+def test_a_javascript_error_is_seen(tmp_path: Path) -> None:
+    # The console check above can fail: a page whose script throws is caught.
+    page_path = tmp_path / "broken.html"
+    page_path.write_text(
+        "<html><body><p>x</p><script>throw new Error('boom in page')</script>"
+        "<script>console.error('logged error')</script></body></html>",
+        encoding="utf-8",
+    )
+    with chromium_page() as page:
+        for domain in ("Runtime", "Log", "Page"):
+            page.send(f"{domain}.enable")
+        page.send("Page.navigate", url=page_path.as_uri())
+        page.wait_for("Page.loadEventFired")
+        assert page.evaluate("document.querySelector('p').textContent") == "x"
+        errors = _console_errors(page.events)
+    assert any("boom in page" in e for e in errors), errors
+    assert any("logged error" in e for e in errors), errors
