@@ -1,10 +1,13 @@
-"""Helpers shared by the tests: exact "nothing changed" snapshots, and running checks
-on 8 simulated CPU devices in a subprocess."""
+"""Helpers shared by the tests: exact "nothing changed" snapshots, running checks
+on 8 simulated CPU devices in a subprocess, and the guide runner."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from hypothesis import strategies as st
@@ -100,3 +103,15 @@ def structures(draw: Any, pool: Any, depth: int = 0, *, none_at_top: bool = True
         return {k: draw(structures(pool, depth + 1)) for k in keys}
     items = [draw(structures(pool, depth + 1)) for _ in range(draw(st.integers(0, 3)))]
     return tuple(items) if kind == "tuple" else items
+
+
+def guide_runner() -> ModuleType:
+    """``guides/run_guide.py`` (not a package module), loaded once as ``run_guide``."""
+    if "run_guide" not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "guides" / "run_guide.py"
+        spec = importlib.util.spec_from_file_location("run_guide", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["run_guide"] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules["run_guide"]

@@ -9,25 +9,9 @@ output per object with both.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
-
-GUIDES = Path(__file__).resolve().parent.parent / "guides"
-
-
-def _runner():
-    if "run_guide" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("run_guide", GUIDES / "run_guide.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["run_guide"] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules["run_guide"]
-
+from helpers import guide_runner
 
 SETUP = """\
 import jax.numpy as jnp
@@ -61,7 +45,7 @@ def executed() -> nbformat.NotebookNode:
     cells += [nbformat.v4.new_code_cell(f'shown["{kind}"]') for kind in KINDS]
     cells.append(nbformat.v4.new_code_cell('nnx.display(shown["variable"], 3)'))
     notebook = nbformat.v4.new_notebook(cells=cells)
-    _runner().execute(notebook, timeout=120)
+    guide_runner().execute(notebook, timeout=120)
     return notebook
 
 

@@ -10,7 +10,6 @@ kernel (a few seconds) and has a hard per-cell timeout.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import time
@@ -19,20 +18,12 @@ from pathlib import Path
 import jupytext
 import nbformat
 import pytest
+from helpers import guide_runner
 
 GUIDES = Path(__file__).resolve().parent.parent / "guides"
 
 
-def _load_runner():
-    spec = importlib.util.spec_from_file_location("run_guide", GUIDES / "run_guide.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_guide"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-runner = _load_runner()
+runner = guide_runner()
 
 
 @pytest.mark.parametrize("guide", runner.discover(GUIDES), ids=lambda p: p.name)

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import itertools
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import guide_runner
 
 REPO = Path(__file__).resolve().parent.parent
 OUTPUTS = REPO / "outputs" / "guides"
@@ -178,12 +177,7 @@ def _console_errors(events: list[dict[str, Any]]) -> list[str]:
 
 
 def _export_first_model() -> Path:
-    spec = importlib.util.spec_from_file_location("run_guide", REPO / "guides" / "run_guide.py")
-    assert spec is not None and spec.loader is not None
-    runner = sys.modules.get("run_guide") or importlib.util.module_from_spec(spec)
-    if "run_guide" not in sys.modules:
-        sys.modules["run_guide"] = runner  # dataclasses look their module up
-        spec.loader.exec_module(runner)
+    runner = guide_runner()
     _, notebook = runner.run_guide(REPO / "guides" / "first_model.md")
     return runner.export_html(notebook, OUTPUTS / "first_model.html")
 
