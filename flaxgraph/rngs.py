@@ -24,6 +24,7 @@ Source: Flax NNX ``nnx.Rngs`` (0.12).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -303,19 +304,68 @@ def _first_match(rules: list[tuple[Any, Any, Any]], path: Any, value: Any, defau
     return default
 
 
-def reseed(node: Any, /, **stream_seeds: Any) -> None:
-    """Resets the streams named in ``stream_seeds`` everywhere in ``node``: new key
-    from the seed, count back to zero.
+def reseed(
+    node: Any,
+    /,
+    *,
+    graph: bool | None = None,
+    policy: str | Callable[[tuple[Any, ...], Any, tuple[int, ...]], Any] = "scalars_only",
+    **stream_keys: Any,
+) -> None:
+    """Resets the streams named in ``stream_keys`` everywhere in ``node``: a new key
+    from the given seed (an int or a scalar ``jax.random.key``), count back to zero.
 
-    Example: ``nnx.reseed(model, dropout=42)``.
+    Args:
+      node: the object (Module, Rngs…) whose RNG streams to reseed.
+      graph: ``False`` walks ``node`` in tree mode (a shared Variable is an error);
+        ``None``: the default (``nnx.set_graph_mode``).
+      policy: what to do with a stream whose key is not a scalar (a stream split by
+        ``split_rngs``/``vmap``): ``'scalars_only'`` raises; ``'match_shape'`` splits
+        the new key to that shape; a callable ``(path, key, shape) -> new_key`` decides.
+      **stream_keys: stream name -> seed.
 
-    Source: Flax NNX ``nnx.reseed``.
+    Raises:
+      ValueError: with ``'scalars_only'``, a stream's key has a shape; the message
+        names the stream's path and the fix. Nothing is reseeded then.
+
+    Example::
+
+      >>> import jax, flaxgraph as nnx
+      >>> rngs = nnx.Rngs(dropout=42)
+      >>> first = rngs.dropout()
+      >>> nnx.reseed(rngs, dropout=42)     # key(42) again, count 0
+      >>> bool((jax.random.key_data(rngs.dropout()) == jax.random.key_data(first)).all())
+      True
+
+    Source: Flax NNX 0.12 ``nnx.reseed``.
     """
-    for _, value in iter_graph(node):
-        if isinstance(value, RngStream) and value.tag in stream_seeds:
-            key = _as_key(stream_seeds[value.tag])
-            value.key.value = key
-            value.count.value = jnp.zeros(key.shape, dtype=jnp.uint32)
+    writes = []
+    for path, value in iter_graph(node, graph=graph):
+        if not (isinstance(value, RngStream) and value.tag in stream_keys):
+            continue
+        key = _as_key(stream_keys[value.tag])
+        shape = tuple(value.key.value.shape)
+        if shape:
+            if policy == "scalars_only":
+                raise ValueError(
+                    f"nnx.reseed: the {value.tag!r} stream at {'/'.join(map(str, path))} has "
+                    f"a key of shape {shape} (it was split), and policy='scalars_only'.\n"
+                    "Fix: pass policy='match_shape' to split the new key to that shape, or "
+                    "a callable (path, key, shape) -> new_key."
+                )
+            if policy == "match_shape":
+                key = jax.random.split(key, shape)
+            elif callable(policy):
+                key = policy(path, key, shape)
+            else:
+                raise ValueError(
+                    f"nnx.reseed: unknown policy {policy!r}; use 'scalars_only', "
+                    "'match_shape' or a callable."
+                )
+        writes.append((value, key))
+    for stream, key in writes:
+        stream.key.value = key
+        stream.count.value = jnp.zeros(key.shape, dtype=jnp.uint32)
 
 
 # -- splitting streams around a transform ----------------------------------------------

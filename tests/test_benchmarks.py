@@ -132,7 +132,7 @@ def test_transforms_benchmark_quick_runs(tmp_path: Path) -> None:
     nnx = pytest.importorskip("flax.nnx")
     pytest.importorskip("equinox")
     stdout, results = _run_transforms(tmp_path, "-m", "benchmarks.transforms")
-    contenders = {"jax", "flaxgraph", "nnx", "eqx"}
+    contenders = {"jax", "flaxgraph", "flaxgraph_tree", "nnx", "eqx"}
     if "graph" in inspect.signature(nnx.jit).parameters:  # Flax's tree mode
         contenders.add("nnx_tree")
     _check_transform_tables(stdout, results, contenders)
@@ -141,4 +141,4 @@ def test_transforms_benchmark_quick_runs(tmp_path: Path) -> None:
 def test_transforms_benchmark_quick_skips_missing_comparators(tmp_path: Path) -> None:
     stdout, results = _run_transforms(tmp_path, "-c", TRANSFORMS_WITHOUT_COMPARATORS)
     assert "Flax NNX skipped" in stdout and "Equinox skipped" in stdout
-    _check_transform_tables(stdout, results, {"jax", "flaxgraph"})
+    _check_transform_tables(stdout, results, {"jax", "flaxgraph", "flaxgraph_tree"})

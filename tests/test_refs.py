@@ -160,16 +160,19 @@ def test_copies_get_their_own_ref(make_copy):
     np.testing.assert_array_equal(v[...], [0.0, 1.0])
 
 
-def test_split_and_merge_copy_refs():
+def test_split_shares_refs_and_merge_copy_makes_new_ones():
+    # As in Flax NNX 0.12: split's State holds the model's own Variables (so its
+    # Refs); merge(copy=True) builds new Variables, each with a Ref of its own.
     class M(nnx.Module):
         def __init__(self):
             self.w = nnx.Param(jnp.ones(2), ref=True)
 
     m = M()
     graphdef, state = nnx.split(m)
-    assert state["w"].ref and state["w"].get_raw_value() is not m.w.get_raw_value()
-    m2 = nnx.merge(graphdef, state)
+    assert state["w"] is m.w and state["w"].get_raw_value() is m.w.get_raw_value()
+    m2 = nnx.merge(graphdef, state, copy=True)
     assert m2.w.ref and isinstance(m2.w.get_raw_value(), jax.Ref)
+    assert m2.w.get_raw_value() is not m.w.get_raw_value()
     m2.w[...] = jnp.zeros(2)
     np.testing.assert_array_equal(m.w[...], [1.0, 1.0])
 

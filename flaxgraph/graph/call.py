@@ -13,18 +13,25 @@ from flaxgraph.state import State
 
 
 class _CallProxy:
-    __slots__ = ("_graphdef", "_states", "_path")
+    __slots__ = ("_graphdef", "_states", "_path", "_copy")
 
-    def __init__(self, graphdef: GraphDef, states: tuple[Any, ...], path: tuple[str, ...]):
+    def __init__(
+        self,
+        graphdef: GraphDef,
+        states: tuple[Any, ...],
+        path: tuple[str, ...],
+        copy: bool = False,
+    ):
         self._graphdef = graphdef
         self._states = states
         self._path = path
+        self._copy = copy  # merge new Variables: the given States stay as they are
 
     def __getattr__(self, name: str) -> _CallProxy:
-        return _CallProxy(self._graphdef, self._states, (*self._path, name))
+        return _CallProxy(self._graphdef, self._states, (*self._path, name), self._copy)
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, tuple[GraphDef, State]]:
-        node = merge(self._graphdef, *self._states)
+        node = merge(self._graphdef, *self._states, copy=self._copy)
         method: Any = node
         for name in self._path:
             method = getattr(method, name)

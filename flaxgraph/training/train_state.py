@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.graph.call import call
+from flaxgraph.graph.call import _CallProxy
 from flaxgraph.graph.graphdef import GraphDef
 from flaxgraph.state import State
 
@@ -139,7 +139,9 @@ class TrainState(_FrozenPytree, Generic[M]):
         Returns:
           A proxy as ``nnx.call`` returns: ``state.apply('params', rest)(x)`` calls the
           model, ``.apply(...).method(x)`` a method; either returns ``(output,
-          (graphdef, new_state))``.
+          (graphdef, new_state))``. The model is merged with new Variables, so the
+          given States (and this immutable ``TrainState``) are never written, inside
+          a JAX transform or not.
 
         Raises:
           AttributeError: a name is not a field.
@@ -147,7 +149,7 @@ class TrainState(_FrozenPytree, Generic[M]):
         Source: Flax NNX ``nnx.TrainState.apply``.
         """
         resolved = [getattr(self, s) if isinstance(s, str) else s for s in (state, *states)]
-        return call((self.graphdef, *resolved))
+        return _CallProxy(self.graphdef, tuple(resolved), (), copy=True)
 
     def apply_gradients(self: TS, grads: State, **kwargs: Any) -> TS:
         """One optimizer step: ``tx.update`` then ``optax.apply_updates``.
