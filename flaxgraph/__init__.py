@@ -134,6 +134,7 @@ from flaxgraph.nn.embed import Embed as Embed
 from flaxgraph.nn.errors import LayerDtypeError as LayerDtypeError
 from flaxgraph.nn.errors import LayerInputError as LayerInputError
 from flaxgraph.nn.errors import LayerShapeError as LayerShapeError
+from flaxgraph.nn.initializers import Initializer as Initializer
 from flaxgraph.nn.linear import Einsum as Einsum
 from flaxgraph.nn.linear import Linear as Linear
 from flaxgraph.nn.linear import LinearGeneral as LinearGeneral

@@ -82,19 +82,26 @@ class Partitioned(AxisMetadata):
     Args:
       value: the array.
       names: a tuple of axis names, one per dimension of ``value``.
+      metadata: more metadata for the Variable made from it (e.g. ``mesh``).
 
-    A Variable created from it has ``sharding == names``. Under ``vmap``/``scan`` a
+    A Variable created from it has ``sharding == names`` (and ``metadata``). Under ``vmap``/``scan`` a
     ``Partitioned`` in the arguments or outputs gains or loses the transform's
     ``transform_metadata[PARTITION_NAME]`` at the mapped axis.
 
     Source: seed 000 (``Partitioned``).
     """
 
-    __slots__ = ("value", "names")
+    __slots__ = ("value", "names", "metadata")
 
-    def __init__(self, value: Any, names: tuple[str | None, ...]):
+    def __init__(
+        self,
+        value: Any,
+        names: tuple[str | None, ...],
+        metadata: Mapping[str, Any] | None = None,
+    ):
         self.value = value
         self.names = tuple(names)
+        self.metadata = dict(metadata or {})
 
     def unbox(self) -> Any:
         return self.value
@@ -102,7 +109,7 @@ class Partitioned(AxisMetadata):
     def add_axis(self, index: int, params: Mapping[str, Any]) -> Partitioned:
         names = list(self.names)
         names.insert(index if index >= 0 else len(names) + 1 + index, params.get(PARTITION_NAME))
-        return Partitioned(self.value, tuple(names))
+        return Partitioned(self.value, tuple(names), self.metadata)
 
     def remove_axis(self, index: int, params: Mapping[str, Any]) -> Partitioned:
         names = list(self.names)
@@ -113,10 +120,10 @@ class Partitioned(AxisMetadata):
                 f"Partitioned.remove_axis({index}) removes the axis named {removed!r}, but "
                 f"the transform's PARTITION_NAME is {expected!r}."
             )
-        return Partitioned(self.value, tuple(names))
+        return Partitioned(self.value, tuple(names), self.metadata)
 
     def variable_metadata(self) -> dict[str, Any]:
-        return {"sharding": self.names}
+        return {**self.metadata, "sharding": self.names}
 
     def get_partition_spec(self) -> PartitionSpec:
         return PartitionSpec(*self.names)
@@ -125,6 +132,7 @@ class Partitioned(AxisMetadata):
         return (
             isinstance(other, Partitioned)
             and self.names == other.names
+            and self.metadata == other.metadata
             and self.value is other.value
         )
 
@@ -135,20 +143,28 @@ class Partitioned(AxisMetadata):
         return f"Partitioned(value={'shape ' + str(shape) if shape is not None else self.value!r}, names={self.names})"
 
 
+def _aux(p: Partitioned) -> Any:
+    return p.names, tuple(sorted(p.metadata.items()))
+
+
 jax.tree_util.register_pytree_with_keys(
     Partitioned,
-    lambda p: (((jax.tree_util.GetAttrKey("value"), p.value),), p.names),
-    lambda names, children: Partitioned(children[0], names),
-    lambda p: ((p.value,), p.names),
+    lambda p: (((jax.tree_util.GetAttrKey("value"), p.value),), _aux(p)),
+    lambda aux, children: Partitioned(children[0], aux[0], dict(aux[1])),
+    lambda p: ((p.value,), _aux(p)),
 )
 
 
 def with_partitioning(
-    initializer: Callable[..., Any], sharding: tuple[str | None, ...]
+    initializer: Callable[..., Any],
+    sharding: tuple[str | tuple[str, ...] | None, ...],
+    mesh: Any = None,
+    **metadata: Any,
 ) -> Callable[..., Partitioned]:
     """Wraps an initializer (e.g. ``jax.nn.initializers.lecun_normal()``) so that it
     returns ``Partitioned(value, sharding)``; a Variable made from it carries
-    ``sharding`` as metadata.
+    ``sharding`` as metadata, plus ``mesh`` (if given: the Variable is then placed on
+    that mesh at creation, see ``use_eager_sharding``) and ``metadata``.
 
     Example::
 
@@ -160,8 +176,10 @@ def with_partitioning(
     Source: seed 000 (``with_partitioning``).
     """
 
+    extra = {**metadata, **({"mesh": mesh} if mesh is not None else {})}
+
     def init(*args: Any, **kwargs: Any) -> Partitioned:
-        return Partitioned(initializer(*args, **kwargs), sharding)
+        return Partitioned(initializer(*args, **kwargs), sharding, extra)
 
     return init
 

@@ -58,17 +58,30 @@ def variable_name_from_type(typ: type[Variable[Any]], *, allow_register: bool = 
     )
 
 
-def variable_type_from_name(name: str, *, allow_register: bool = False) -> type[Variable[Any]]:
+def variable_type_from_name(
+    name: str,
+    /,
+    *,
+    base: type[Variable[Any]] = Variable,
+    allow_register: bool = False,
+) -> type[Variable[Any]]:
     """Returns the Variable kind registered under ``name`` (``'params'`` -> ``Param``).
+
+    Args:
+      name: a Linen-style collection name.
+      base: the base class of a kind created with ``allow_register``.
+      allow_register: create (and register) a new kind if none has that name.
 
     Raises:
       ValueError: if no kind is registered under ``name`` and ``allow_register`` is
-        False; with ``allow_register=True`` a new Variable subclass is created.
+        False; with ``allow_register=True`` a new ``base`` subclass is created.
+
+    Source: Flax NNX 0.12 ``nnx.variable_type_from_name``.
     """
     if name in _NAME_TO_TYPE:
         return _NAME_TO_TYPE[name]
     if allow_register:
-        typ = type(name, (Variable,), {})
+        typ = type(name, (base,), {})
         register_variable_name(name, typ)
         return typ
     raise ValueError(f"No Variable kind is registered under the name {name!r}.")

@@ -287,3 +287,13 @@ def test_get_named_sharding_and_with_sharding_constraint() -> None:
     constrain(m)
     assert m.w is w
     np.testing.assert_array_equal(m.w.value, np.ones((2, 3)))
+
+
+def test_with_partitioning_carries_mesh_and_metadata_to_the_variable():
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("model",))
+    init = nnx.with_partitioning(jax.nn.initializers.ones, (None, "model"), mesh, note="x")
+    boxed = init(jax.random.key(0), (2, 4))
+    assert jax.tree.map(lambda v: v, boxed).metadata == boxed.metadata  # survives pytrees
+    p = nnx.Param(boxed)
+    assert p.sharding == (None, "model") and p.note == "x" and p.mesh is mesh

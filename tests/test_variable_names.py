@@ -91,3 +91,8 @@ def test_register_taken_name_raises_unless_overwrite(clean_registry):
     assert nnx.variable_type_from_name("params") is nnx.Param
     nnx.register_variable_name("params", Other, overwrite=True)
     assert nnx.variable_type_from_name("params") is Other
+
+
+def test_variable_type_from_name_registers_a_subclass_of_base():
+    typ = nnx.variable_type_from_name("my_lora_kind", base=nnx.Param, allow_register=True)
+    assert issubclass(typ, nnx.Param) and nnx.variable_type_from_name("my_lora_kind") is typ

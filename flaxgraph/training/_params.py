@@ -43,13 +43,15 @@ def filter_str(wrt: Any) -> str:
     return repr(wrt)
 
 
-def wrt_pairs(model: Any, wrt: Any) -> Pairs:
-    """``(path, leaf)`` of ``model``'s sub-state selected by ``wrt``, in walk order.
+def wrt_pairs(model: Any, wrt: Any, graph: bool | None = None) -> Pairs:
+    """``(path, leaf)`` of ``model``'s sub-state selected by ``wrt``, in walk order
+    (``graph=False``: walked in tree mode, a shared Variable is an error).
 
     Raises:
       TypeError: ``model`` is itself a single Variable or array (no paths).
+      SharedReferenceError: tree mode and a Variable reachable twice.
     """
-    selected = graph_state(model, wrt)
+    selected = graph_state(model, wrt, graph=graph)
     if not isinstance(selected, State):
         raise TypeError(
             f"Expected a model (an nnx.Module/Object or a container of them), got a "

@@ -75,6 +75,8 @@ class EMA(Pytree):
       only: a filter selecting the averaged Variables (keyword-only; every
         Variable by default, as in Flax; ``nnx.Param`` is the usual choice when the
         model also holds random-number state).
+      graph: ``False`` selects them in tree mode (a shared Variable is an error);
+        ``None``: the default (``nnx.set_graph_mode``).
 
     Attributes:
       decay: the decay (a static float).
@@ -109,7 +111,7 @@ class EMA(Pytree):
     Source: see the module docstring.
     """
 
-    def __init__(self, params: Any, decay: float, *, only: Filter = ...):
+    def __init__(self, params: Any, decay: float, *, only: Filter = ..., graph: bool | None = None):
         decay = float(decay)
         if not 0.0 <= decay <= 1.0:
             raise ValueError(
@@ -118,7 +120,7 @@ class EMA(Pytree):
             )
         self.decay = decay
         self.filter = freeze_filter(only)
-        pairs = wrt_pairs(params, self.filter)
+        pairs = wrt_pairs(params, self.filter, graph)
         for path, var in pairs:
             value = raw(var)
             dtype = getattr(value, "dtype", None)

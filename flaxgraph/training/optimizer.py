@@ -123,6 +123,8 @@ class Optimizer(Pytree, Generic[M]):
         of its functions: ``nnx.jit`` reuses compiled code for a new Optimizer only if
         it shares the ``tx`` object, so build ``tx`` once to train several models).
       wrt: the filter (a static attribute; a list filter is stored as a tuple).
+      graph: ``False`` selects the ``wrt`` sub-state in tree mode (a shared Variable
+        is an error); ``None``: the default (``nnx.set_graph_mode``).
       opt_state: ``tx.init(params)`` with every array wrapped in an ``OptArray``, or
         an ``OptVariable`` copying the metadata of the parameter it mirrors. ``params``
         is an ``nnx.State`` of the parameters' values (same paths, raw arrays).
@@ -172,13 +174,20 @@ class Optimizer(Pytree, Generic[M]):
 
     _wrt_required = True
 
-    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter):
+    def __init__(
+        self,
+        model: M,
+        tx: optax.GradientTransformation,
+        *,
+        wrt: Filter,
+        graph: bool | None = None,
+    ):
         # One static value (not a container walked into its functions): optax builds
         # `tx` from closures, equal only to themselves, which is what a cache key needs.
         self.tx = static(tx)
         self.wrt = freeze_filter(wrt)
         self.step = OptState(jnp.array(0, dtype=jnp.uint32))
-        pairs = wrt_pairs(model, self.wrt)
+        pairs = wrt_pairs(model, self.wrt, graph)
         paths = [p for p, _ in pairs]
         sources = [v for _, v in pairs]
         params = pure_state(paths, [raw(v) for v in sources])
@@ -268,6 +277,7 @@ class ModelAndOptimizer(Optimizer[M]):
         ``self.model`` (a reference: the caller's model is the one updated).
       tx: an ``optax.GradientTransformation``.
       wrt: the filter of the optimised Variables (default ``nnx.Param``).
+      graph: as in ``Optimizer``.
 
     Attributes:
       model: the model. Everything else is ``Optimizer``'s (``step``, ``tx``,
@@ -298,8 +308,15 @@ class ModelAndOptimizer(Optimizer[M]):
 
     _wrt_required = False
 
-    def __init__(self, model: M, tx: optax.GradientTransformation, *, wrt: Filter = Param):
-        super().__init__(model, tx, wrt=wrt)
+    def __init__(
+        self,
+        model: M,
+        tx: optax.GradientTransformation,
+        *,
+        wrt: Filter = Param,
+        graph: bool | None = None,
+    ):
+        super().__init__(model, tx, wrt=wrt, graph=graph)
         self.model = model
 
     def update(self, grads: Any, /, **kwargs: Any) -> State:  # type: ignore[override]

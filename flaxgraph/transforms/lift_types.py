@@ -35,7 +35,9 @@ class PrefixMapping:
     """Base of lift types: an ordered mapping filter -> prefix.
 
     Args:
-      filter_prefixes: a mapping (or iterable of pairs) from filters to prefixes.
+      filter_prefixes: a mapping (or iterable of pairs) from filters to prefixes, or
+        a ``State`` of prefixes (each leaf gets the prefix at its own path, as
+        ``StateSharding(nnx.get_named_sharding(state, mesh))`` in Flax NNX 0.12).
 
     Equality and hash are by (type, filters, prefixes), so two equal lift types at
     two aliases count as the same prefix.
@@ -47,10 +49,13 @@ class PrefixMapping:
     and each raw leaf outside objects gets ``leaf_prefix`` (used by ``grad``)."""
     leaf_prefix: Any = None
 
-    def __init__(self, filter_prefixes: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]]):
-        items = list(
-            filter_prefixes.items() if isinstance(filter_prefixes, Mapping) else filter_prefixes
-        )
+    def __init__(self, filter_prefixes: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]], /):
+        if hasattr(filter_prefixes, "flat_state"):  # a State: one entry per path
+            items = [(_AtPath(p), _unbox(v)) for p, v in filter_prefixes.flat_state()]
+        else:
+            items = list(
+                filter_prefixes.items() if isinstance(filter_prefixes, Mapping) else filter_prefixes
+            )
         self.filters = tuple(f for f, _ in items)
         self.prefixes = tuple(p for _, p in items)
         self.predicates: tuple[Predicate, ...] = tuple(to_predicate(f) for f in self.filters)
@@ -79,6 +84,31 @@ class PrefixMapping:
     def __repr__(self) -> str:
         body = ", ".join(f"{_filter_repr(f)}: {p!r}" for f, p in self.items())
         return f"{type(self).__name__}({{{body}}})"
+
+
+class _AtPath:
+    """The filter of one State path (a lift type built from a ``State``)."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: PathParts):
+        self.path = tuple(path)
+
+    def __call__(self, path: PathParts, value: Any) -> bool:
+        return tuple(path) == self.path
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _AtPath) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __repr__(self) -> str:
+        return "/".join(map(str, self.path)) or "<root>"
+
+
+def _unbox(v: Any) -> Any:
+    return getattr(v, "raw_value", v)
 
 
 def _filter_repr(f: Filter) -> str:

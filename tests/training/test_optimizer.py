@@ -542,3 +542,24 @@ def test_deepcopy_builds_without_the_wrt_check():
         twin = copy.deepcopy(optimizer)
         assert type(twin) is type(optimizer) and twin.wrt is nnx.Param
         assert_trees_close(unboxed(twin.opt_state), unboxed(optimizer.opt_state))
+
+
+def test_optimizer_and_ema_take_the_graph_mode_of_their_walk():
+    # Flax NNX 0.12: graph=False selects the optimised sub-state in tree mode, where a
+    # shared Variable is an error naming its paths; graph mode accepts it.
+    class Tied(nnx.Module):
+        def __init__(self) -> None:
+            self.a = nnx.Param(jnp.zeros(2))
+            self.b = self.a
+
+    with pytest.raises(nnx.SharedReferenceError, match=r"node\.a"):
+        nnx.Optimizer(Tied(), optax.sgd(0.1), wrt=nnx.Param, graph=False)
+    with pytest.raises(nnx.SharedReferenceError):
+        nnx.ModelAndOptimizer(Tied(), optax.sgd(0.1), graph=False)
+    with pytest.raises(nnx.SharedReferenceError):
+        nnx.EMA(Tied(), 0.9, graph=False)
+    model = Tied()
+    opt = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param, graph=True)
+    opt.update(model, nnx.State({"a": nnx.Param(jnp.ones(2))}))
+    np.testing.assert_allclose(model.b[...], -0.1 * np.ones(2))
+    assert list(nnx.EMA(Tied(), 0.9, graph=True).params) == ["a"]

@@ -197,3 +197,17 @@ def test_diff_state_in_grad_returns_only_the_filtered_sub_state():
     assert set(g) == {"b", "c"}
     assert float(g["b"].value) == 10.0 and float(g["c"].value) == 6.0
     assert type(g["c"]) is nnx.BatchStat
+
+
+def test_lift_types_accept_a_state_of_prefixes_one_per_path():
+    # Flax NNX 0.12: StateSharding(state) / StateAxes(state) give each leaf the prefix
+    # at its own path.
+    w = nnx.Param(jnp.ones((3, 2)))
+    b = nnx.Param(jnp.zeros(2))
+    m = nnx.Module()
+    m.w, m.b = w, b
+    axes = nnx.StateAxes(nnx.State({"w": 0, "b": None}))
+    out = nnx.vmap(lambda m: m.w.value + m.b.value, in_axes=(axes,))(m)
+    assert out.shape == (3, 2)
+    with pytest.raises(nnx.PrefixError, match="matches none"):
+        nnx.vmap(lambda m: None, in_axes=(nnx.StateAxes(nnx.State({"w": 0})),))(m)
