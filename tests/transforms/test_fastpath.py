@@ -313,3 +313,71 @@ def test_eager_vmap_and_scan_take_the_fast_path():
     outs = [scanned(jnp.ones(2), layers) for _ in range(4)]
     assert scanned.cache_info().general_calls == 1
     assert all(jnp.array_equal(o, outs[0]) for o in outs)
+
+
+# -- arguments that are lists, tuples and dicts (a Flax-style batch dict) ----------------
+
+
+class Counter(nnx.Module):
+    def __init__(self) -> None:
+        self.w = nnx.Param(jnp.ones(2))
+        self.calls = nnx.BatchStat(jnp.array(0))
+
+
+def step_on_batch(m: Counter, batch: dict) -> jax.Array:
+    m.calls[...] += 1
+    return jnp.sum(batch["x"] * m.w[...]) + batch["scale"]
+
+
+def test_a_batch_dict_argument_takes_the_fast_path_with_its_new_arrays():
+    m = Counter()
+    f = nnx.jit(step_on_batch)
+    for i in range(5):
+        x = jnp.full(2, float(i))
+        assert float(f(m, {"x": x, "scale": 1.0})) == 2 * i + 1.0
+    assert int(m.calls[...]) == 5
+    assert f.cache_info().general_calls == 1
+
+
+@pytest.mark.parametrize(
+    ("other", "general"),
+    [
+        ({"x": jnp.ones(2), "scale": 1.0, "extra": 0.0}, 1),  # one more key
+        ({"scale": 1.0, "x": jnp.ones(2)}, 1),  # other key order: another GraphDef
+        # A NumPy array for a jax.Array: the same plan, found by key (both are leaves).
+        ({"x": np.ones(2, np.float32), "scale": 1.0}, 0),
+        ({"x": jnp.ones(2), "scale": None}, 1),  # a static value
+    ],
+    ids=["extra-key", "key-order", "leaf-type", "static"],
+)
+def test_a_batch_of_another_structure_misses_the_plan_and_is_still_right(other, general):
+    m = Counter()
+    f = nnx.jit(step_on_batch)
+    f(m, {"x": jnp.ones(2), "scale": 1.0})
+    before = f.cache_info().general_calls
+    out = f(m, other) if other["scale"] is not None else None
+    if other["scale"] is None:
+        with pytest.raises(TypeError):
+            f(m, other)
+        return
+    assert f.cache_info().general_calls == before + general
+    assert float(out) == 3.0 and int(m.calls[...]) == 2
+
+
+def test_objects_inside_a_tuple_argument_are_checked_by_identity_and_updated():
+    a, b = Counter(), Counter()
+
+    @nnx.jit
+    def bump(pair: tuple, x: jax.Array) -> jax.Array:
+        for m in pair:
+            m.calls[...] += 1
+        return x.sum()
+
+    for _ in range(3):
+        bump((a, b), jnp.ones(3))
+    assert int(a.calls[...]) == int(b.calls[...]) == 3
+    assert bump.cache_info().general_calls == 1
+    c = Counter()
+    bump((a, c), jnp.ones(3))  # another object at the same place: the plan misses
+    assert bump.cache_info().general_calls == 2
+    assert int(c.calls[...]) == 1 and int(b.calls[...]) == 3
