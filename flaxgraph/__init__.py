@@ -13,6 +13,7 @@ from flaxgraph import nn as nn
 from flaxgraph import spmd as spmd
 from flaxgraph import summary as summary
 from flaxgraph import testing as testing
+from flaxgraph import variables_function as _variables_function  # nnx.variables(...)
 from flaxgraph.abstract import abstract_with_sharding as abstract_with_sharding
 from flaxgraph.abstract import as_abstract as as_abstract
 from flaxgraph.abstract import get_abstract_model as get_abstract_model
