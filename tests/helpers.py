@@ -58,11 +58,42 @@ def sgd_train_step(lr: float = 0.1) -> Any:
     return step
 
 
+_DEVICE_HEAD = """\
+import json, traceback
+
+CHECKS = {}
+
+
+def check(fn):
+    CHECKS[fn.__name__] = fn
+    return fn
+
+"""
+_DEVICE_TAIL = """
+
+if CHECKS:
+    _results = {}
+    for _name, _fn in CHECKS.items():
+        try:
+            _fn()
+            _results[_name] = "ok"
+        except Exception:
+            _results[_name] = traceback.format_exc()
+    print("RESULTS=" + json.dumps(_results))
+"""
+
+
 def run_device_checks(script: str, timeout: int = 600) -> dict[str, str]:
     """Runs ``script`` in a fresh Python with 8 simulated CPU devices (JAX reads
     ``XLA_FLAGS`` once, at import, so the test process itself cannot have them) and
-    returns the ``{check name: "ok" or traceback}`` dict the script prints on a line
-    starting with ``RESULTS=``."""
+    returns the ``{check name: "ok" or traceback}`` dict printed on a line starting
+    with ``RESULTS=``.
+
+    The script may register checks with the ``@check`` decorator defined for it
+    (into ``CHECKS``); they run after the script, each caught on its own, and their
+    results are printed. A script that prints its own ``RESULTS=`` line registers
+    none."""
+    script = _DEVICE_HEAD + script + _DEVICE_TAIL
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
