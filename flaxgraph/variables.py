@@ -75,7 +75,6 @@ V = TypeVar("V", bound="Variable[Any]")
 PARTITION_NAME = "partition_name"
 """Key of ``transform_metadata`` naming the mesh axis a vmap/scan axis maps to."""
 
-_SHARDING_KEYS = SHARDING_KEYS  # ("out_sharding", "sharding", "sharding_names")
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
 _REF_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "size", "sharding"})
 FLAG_KEYS = ("ref", "hijax", "mutable")
@@ -521,7 +520,7 @@ class Variable(ValueOps, Generic[A]):
         be inverses.
         """
         name = params.get(PARTITION_NAME)
-        for key in _SHARDING_KEYS:
+        for key in SHARDING_KEYS:
             names = self._var_metadata.get(key)
             if isinstance(names, tuple):
                 idx = index if index >= 0 else len(names) + 1 + index
@@ -529,7 +528,7 @@ class Variable(ValueOps, Generic[A]):
 
     def remove_axis(self, index: int, params: Mapping[str, Any]) -> None:
         """Records that a transform removed the axis at ``index`` (inverse of ``add_axis``)."""
-        for key in _SHARDING_KEYS:
+        for key in SHARDING_KEYS:
             names = self._var_metadata.get(key)
             if isinstance(names, tuple) and names:
                 idx = index if index >= 0 else len(names) + index

@@ -23,7 +23,6 @@ from flaxgraph.variables import Variable
 PathParts = tuple[Hashable, ...]
 Pairs = Sequence[tuple[PathParts, Any]]
 
-_SHARDING_KEYS = SHARDING_KEYS
 _MAX_LISTED = 20
 
 
@@ -154,7 +153,7 @@ def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
         return kind(value)
     metadata = source.get_metadata()
     if getattr(value, "shape", None) != getattr(source.raw_value, "shape", None):
-        for key in _SHARDING_KEYS:
+        for key in SHARDING_KEYS:
             metadata.pop(key, None)
     metadata.pop("mutable", None)  # the mirror is written even if the parameter is read-only
     metadata["source_type"] = type(source)

@@ -38,12 +38,13 @@ from collections.abc import Callable
 from typing import Any
 
 from flaxgraph.graph.traversal import iter_graph
+from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots
 from flaxgraph.transforms.lift import prefix_keys
 from flaxgraph.transforms.lifted_call import LiftedCall
 from flaxgraph.transforms.vmap import AXES_SPEC, OUT_AXES_SPEC, AxisMetadata, _is_axis, args_prefix
-from flaxgraph.variables import _SHARDING_KEYS, PARTITION_NAME, Variable
+from flaxgraph.variables import PARTITION_NAME, Variable
 
 
 class _Missing:
@@ -76,7 +77,7 @@ def _check_names(leaves: list[Any], axes: list[Any], partition: Any, roots: Any)
     for leaf, axis in zip(leaves, axes):
         if not (isinstance(leaf, Variable) and isinstance(axis, int)):
             continue
-        for key in _SHARDING_KEYS:
+        for key in SHARDING_KEYS:
             names = leaf.get_metadata(key, None)
             if not isinstance(names, tuple) or not -len(names) <= axis < len(names):
                 continue

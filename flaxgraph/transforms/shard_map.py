@@ -45,7 +45,6 @@ from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, prefix_ke
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.variables import Variable
 
-_SHARDING_KEYS = SHARDING_KEYS
 _REPLICATED = PartitionSpec()
 _set_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]
 
@@ -109,7 +108,7 @@ class LocalView:
                 continue
             original = leaf._var_metadata
             local = None
-            for key in _SHARDING_KEYS:
+            for key in SHARDING_KEYS:
                 names = original.get(key)
                 if isinstance(names, tuple):
                     new = _local_names(names, self.manual)
