@@ -28,14 +28,14 @@ from typing import Any, TypeVar
 import jax
 from jax.sharding import NamedSharding
 
-from flaxgraph.graph.graphdef import GraphDef
-from flaxgraph.graph.registry import is_node_or_variable
-from flaxgraph.graph.split_merge import merge, split
+from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.registry import is_node_or_variable
+from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.mesh_context import active_mesh, check_spec, names_of, use_eager_sharding
 from flaxgraph.spmd import _spec_of, _where, get_named_sharding
-from flaxgraph.state import State
+from flaxgraph.statelib import State
 from flaxgraph.transforms.control import eval_shape
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 A = TypeVar("A")
 

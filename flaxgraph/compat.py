@@ -29,16 +29,16 @@ from typing import Any
 
 from flaxgraph import abstract as _abstract
 from flaxgraph import views as _views
-from flaxgraph.graph import functional as _functional
-from flaxgraph.graph import split_merge as _split_merge
-from flaxgraph.graph import traversal as _traversal
-from flaxgraph.rngs import fork_rngs as _fork_rngs
-from flaxgraph.rngs import reseed as _reseed
-from flaxgraph.rngs import split_rngs as _split_rngs
+from flaxgraph.graphlib import functional as _functional
+from flaxgraph.graphlib import split_merge as _split_merge
+from flaxgraph.graphlib import traversal as _traversal
+from flaxgraph.rnglib.rngs import fork_rngs as _fork_rngs
+from flaxgraph.rnglib.rngs import reseed as _reseed
+from flaxgraph.rnglib.rngs import split_rngs as _split_rngs
 from flaxgraph.transforms import autodiff as _autodiff
 from flaxgraph.transforms import checkify as _checkify
+from flaxgraph.transforms import compilation as _jit
 from flaxgraph.transforms import control as _control
-from flaxgraph.transforms import jit as _jit
 from flaxgraph.transforms import partial as _partial
 from flaxgraph.transforms import scan as _scan
 from flaxgraph.transforms import shard_map as _shard_map

@@ -30,10 +30,10 @@ from typing import Any, TypeVar
 
 import jax.numpy as jnp
 
-from flaxgraph.filters import Filter, to_predicate
-from flaxgraph.graph.traversal import iter_graph
-from flaxgraph.objects import Pytree
-from flaxgraph.variables import Perturbation, Variable
+from flaxgraph.filterlib import Filter, to_predicate
+from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.pytreelib.objects import Pytree
+from flaxgraph.variablelib.variable import Perturbation, Variable
 
 M = TypeVar("M", bound="Module")
 PathParts = tuple[Hashable, ...]
@@ -52,7 +52,7 @@ def _has_attribute(module: Any, name: str) -> bool:
 CAPTURES = "_flaxgraph_captures"
 """The attribute ``nnx.capture`` gives each module during a call: a tuple of one
 Variable per captured kind, whose value maps names to what was sown (see
-``flaxgraph/capture.py``). It is ordinary data, so it crosses transforms."""
+``flaxgraph/capturing.py``). It is ordinary data, so it crosses transforms."""
 
 _NOT_CAPTURED: Any = object()
 
@@ -106,7 +106,7 @@ class Module(Pytree):
           ValueError: ``self.<name>`` exists and is not a Variable of that kind.
         """
         if isinstance(variable_type, str):
-            from flaxgraph.variable_names import variable_type_from_name
+            from flaxgraph.variablelib.names import variable_type_from_name
 
             variable_type = variable_type_from_name(variable_type, allow_register=True)
         slot = _capture_slot(self, variable_type)

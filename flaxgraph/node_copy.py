@@ -35,18 +35,18 @@ from typing import Any
 
 import jax
 
-from flaxgraph.graph.flatten import flatten
-from flaxgraph.graph.refmap import RefMap
-from flaxgraph.graph.registry import (
+from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import (
     _GRAPH_NODE_IMPLS,
     BUILTIN_CONTAINERS,
     DataLeaf,
     StaticLeaf,
     is_node_or_variable,
 )
+from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
 from flaxgraph.tracing import current_trace
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
 

@@ -1,12 +1,12 @@
 """Renderers: how the core's classes reach display code that sits above them.
 
 The object model (``Object``, ``Variable``, ``State``) and the graph engine
-(``GraphDef``) must not import ``flaxgraph/display*.py``: display is built on top
+(``GraphDef``) must not import ``flaxgraph/visualization/``: display is built on top
 of them (it walks graphs and reads Variables), so an import the other way would
 close a circle. Instead their ``__repr__``, ``__treescope_repr__`` and
 ``_repr_mimebundle_`` hooks ask ``RENDERERS`` for the renderer of their *kind*
 (``'object'``, ``'variable'``, ``'state'`` or ``'graphdef'``), and
-``flaxgraph/display.py`` registers the renderers when it is imported, which
+``flaxgraph/visualization/show.py`` registers the renderers when it is imported, which
 ``import flaxgraph`` does. Nothing registered (only while the package is still
 being imported) means the defaults: ``object.__repr__``, treescope's generic
 rendering, no rich (HTML) display.
@@ -94,4 +94,4 @@ class Renderers:
 
 
 RENDERERS = Renderers()
-"""The registry the core's hooks read; ``flaxgraph/display.py`` fills it on import."""
+"""The registry the core's hooks read; ``flaxgraph/visualization/show.py`` fills it on import."""

@@ -46,7 +46,7 @@ import jax
 import numpy as np
 
 from flaxgraph.errors import GraphStructureError
-from flaxgraph.graph.paths import keys_str
+from flaxgraph.graphlib.paths import keys_str
 
 __all__ = ["check_checkpoint", "load_state", "save_state"]
 

@@ -30,10 +30,10 @@ from typing import Any, TypeVar
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from flaxgraph.graph.paths import keys_str
-from flaxgraph.graph.registry import is_node_or_variable
+from flaxgraph.graphlib.paths import keys_str
+from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.mesh_context import check_spec, names_of, resolve_names
-from flaxgraph.variables import PARTITION_NAME, Variable
+from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 B = TypeVar("B", bound="AxisMetadata")
 

@@ -44,13 +44,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flaxgraph.graph.split_merge import merge, split
-from flaxgraph.graph.split_merge import state as graph_state
-from flaxgraph.graph.traversal import iter_graph
+from flaxgraph.graphlib.split_merge import merge, split
+from flaxgraph.graphlib.split_merge import state as graph_state
+from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.module import Module
-from flaxgraph.objects import Object, Pytree, static
-from flaxgraph.rngs import Rngs, RngState, RngStream
-from flaxgraph.variables import Variable
+from flaxgraph.pytreelib.objects import Object, Pytree, static
+from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
+from flaxgraph.variablelib.variable import Variable
 
 __all__ = ["CallInfo", "filter_rng_streams", "tabulate"]
 

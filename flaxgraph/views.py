@@ -40,8 +40,8 @@ import inspect
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from flaxgraph.filters import Filter, to_predicate
-from flaxgraph.graph.traversal import iter_graph
+from flaxgraph.filterlib import Filter, to_predicate
+from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import resolve_graph
 from flaxgraph.module import Module, _has_attribute
 from flaxgraph.node_copy import check_tree, copy_nodes

@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/display.py: plain-text reprs, treescope rendering, ``display``.
+"""Tests of flaxgraph/visualization/show.py: plain-text reprs, treescope rendering, ``display``.
 
 Expected texts are written from the format rules (two-space indents, counts of
 elements and bytes per Variable kind, arrays of at most 10 elements in full,
@@ -22,8 +22,8 @@ from graphs import corpus_params
 from hypothesis import given
 
 import flaxgraph as nnx
-from flaxgraph.display import array_repr
 from flaxgraph.testing import Block, Node
+from flaxgraph.visualization.show import array_repr
 
 
 class Count(nnx.Variable):

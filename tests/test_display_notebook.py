@@ -1,4 +1,4 @@
-"""flaxgraph's rich display in a real Jupyter kernel (tests flaxgraph/display.py).
+"""flaxgraph's rich display in a real Jupyter kernel (tests flaxgraph/visualization/show.py).
 
 A small notebook runs in an ipykernel (through ``guides/run_guide.py``'s
 ``execute``): an Object, a Variable, a State, a GraphDef and an Rngs that end a

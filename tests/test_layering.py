@@ -7,7 +7,7 @@ import of a module reaches that module; ``from pkg import name`` reaches
 package is not an edge (Python runs the parent first anyway).
 
 * No circle: no module reaches itself.
-* Display sits above the core: only ``flaxgraph/display*.py`` and the package's
+* Display sits above the core: only ``flaxgraph/visualization/show*.py`` and the package's
   ``__init__.py`` (which re-exports ``display``) import the display modules; the
   core reaches display code through ``flaxgraph/renderers.py``.
 """
@@ -86,14 +86,14 @@ def _cycle_through(start: str) -> list[str] | None:
 
 
 def _is_display(module: str) -> bool:
-    return module.rpartition(".")[2].startswith("display") and module.count(".") == 1
+    return module == "flaxgraph.visualization" or module.startswith("flaxgraph.visualization.")
 
 
 def test_the_walk_sees_the_package():
     # Guards against a walk that silently finds nothing (then every check passes).
-    assert "flaxgraph.objects" in MODULES and "flaxgraph.display" in MODULES
-    assert "flaxgraph.variables" in EDGES["flaxgraph.objects"]
-    assert "flaxgraph.graph.registry" in EDGES["flaxgraph.graph.flatten"]
+    assert "flaxgraph.pytreelib.objects" in MODULES and "flaxgraph.visualization.show" in MODULES
+    assert "flaxgraph.variablelib.variable" in EDGES["flaxgraph.pytreelib.objects"]
+    assert "flaxgraph.graphlib.registry" in EDGES["flaxgraph.graphlib.walk"]
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -115,26 +115,32 @@ def test_only_display_and_the_package_import_display():
     offenders = {m: t for m, t in offenders.items() if t}
     assert not offenders, (
         f"Core modules import display modules: {offenders}. Display sits above the core: "
-        "call RENDERERS (flaxgraph/renderers.py) instead; flaxgraph/display.py registers "
+        "call RENDERERS (flaxgraph/renderers.py) instead; flaxgraph/visualization/show.py registers "
         "the renderers."
     )
 
 
 def test_the_core_reaches_display_through_the_registry():
-    for core in ("flaxgraph.objects", "flaxgraph.variables", "flaxgraph.state"):
+    for core in (
+        "flaxgraph.pytreelib.objects",
+        "flaxgraph.variablelib.variable",
+        "flaxgraph.statelib",
+    ):
         assert "flaxgraph.renderers" in EDGES[core]
-    assert "flaxgraph.renderers" in EDGES["flaxgraph.graph.graphdef"]
-    assert "flaxgraph.renderers" in EDGES["flaxgraph.display"]
+    assert "flaxgraph.renderers" in EDGES["flaxgraph.graphlib.graphdefs"]
+    assert "flaxgraph.renderers" in EDGES["flaxgraph.visualization.show"]
 
 
 def test_a_lazy_import_inside_a_function_counts(tmp_path: Path) -> None:
     file = tmp_path / "m.py"
-    file.write_text("def f():\n    from flaxgraph.display import display\n", encoding="utf-8")
-    assert "flaxgraph.display" in _imported_names("flaxgraph.m", file)
+    file.write_text(
+        "def f():\n    from flaxgraph.visualization.show import display\n", encoding="utf-8"
+    )
+    assert "flaxgraph.visualization.show" in _imported_names("flaxgraph.m", file)
 
 
 def test_relative_imports_resolve(tmp_path: Path) -> None:
     file = tmp_path / "m.py"
-    file.write_text("from . import registry\nfrom ..state import State\n", encoding="utf-8")
-    names = _imported_names("flaxgraph.graph.m", file)
-    assert "flaxgraph.graph.registry" in names and "flaxgraph.state" in names
+    file.write_text("from . import registry\nfrom ..statelib import State\n", encoding="utf-8")
+    names = _imported_names("flaxgraph.graphlib.m", file)
+    assert "flaxgraph.graphlib.registry" in names and "flaxgraph.statelib" in names

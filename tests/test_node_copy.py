@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 
 import flaxgraph as nnx
-from flaxgraph.graph.registry import is_graph_node
+from flaxgraph.graphlib.registry import is_graph_node
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.testing import Node, assert_graphs_equal, graphs
 

@@ -44,7 +44,7 @@ from jax.nn import tanh as tanh
 from flaxgraph.module import Module
 from flaxgraph.nn.common import EMPTY_METADATA
 from flaxgraph.nn.dtypes import promote_dtype
-from flaxgraph.variables import Param
+from flaxgraph.variablelib.variable import Param
 
 
 class PReLU(Module):

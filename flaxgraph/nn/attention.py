@@ -38,8 +38,8 @@ from flaxgraph.nn.initializers import lecun_normal, zeros
 from flaxgraph.nn.linear import LinearGeneral
 from flaxgraph.nn.normalization import LayerNorm
 from flaxgraph.nn.stochastic import draw_key, own_stream
-from flaxgraph.rngs import Rngs, RngStream
-from flaxgraph.variables import Cache
+from flaxgraph.rnglib.rngs import Rngs, RngStream
+from flaxgraph.variablelib.variable import Cache
 
 Dtype = Any
 Initializer = Callable[..., Any]

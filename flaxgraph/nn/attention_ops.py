@@ -32,7 +32,7 @@ from flaxgraph.module import Module
 from flaxgraph.nn.common import broadcast_right
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import LayerShapeError, describe
-from flaxgraph.variables import Intermediate
+from flaxgraph.variablelib.variable import Intermediate
 
 Dtype = Any
 

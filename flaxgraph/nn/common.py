@@ -25,7 +25,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.variables import Param
+from flaxgraph.variablelib.variable import Param
 
 EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
 """The default of every ``*_metadata`` argument: no metadata."""

@@ -43,7 +43,7 @@ from flaxgraph.nn.common import (
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim, check_min_rank
 from flaxgraph.nn.initializers import lecun_normal, zeros
-from flaxgraph.rngs import Rngs
+from flaxgraph.rnglib.rngs import Rngs
 
 default_kernel_init = lecun_normal()
 default_bias_init = zeros

@@ -26,7 +26,7 @@ from flaxgraph.nn.common import EMPTY_METADATA, make_param, op_options
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import LayerDtypeError, check_last_dim, describe
 from flaxgraph.nn.initializers import variance_scaling
-from flaxgraph.rngs import Rngs
+from flaxgraph.rnglib.rngs import Rngs
 
 default_embed_init = variance_scaling(1.0, "fan_in", "normal", out_axis=0)
 

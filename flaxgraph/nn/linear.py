@@ -45,7 +45,7 @@ from flaxgraph.nn.common import (
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim, normalize_axis, shape_error
 from flaxgraph.nn.initializers import lecun_normal, zeros
-from flaxgraph.rngs import Rngs
+from flaxgraph.rnglib.rngs import Rngs
 
 default_kernel_init = lecun_normal()
 default_bias_init = zeros

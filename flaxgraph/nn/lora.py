@@ -35,8 +35,8 @@ from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim
 from flaxgraph.nn.initializers import he_uniform, zeros
 from flaxgraph.nn.linear import Linear
-from flaxgraph.rngs import Rngs
-from flaxgraph.variables import Param
+from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.variablelib.variable import Param
 
 Dtype = Any
 Initializer = Callable[..., Any]

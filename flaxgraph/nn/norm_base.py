@@ -33,7 +33,7 @@ from flaxgraph.module import Module
 from flaxgraph.nn.common import make_param
 from flaxgraph.nn.dtypes import canonicalize_dtype, stats_dtype
 from flaxgraph.nn.errors import normalize_axis, shape_error
-from flaxgraph.rngs import Rngs
+from flaxgraph.rnglib.rngs import Rngs
 
 Initializer = Callable[..., Any]
 

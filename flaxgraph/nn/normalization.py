@@ -45,8 +45,8 @@ from flaxgraph.nn.dtypes import promote_dtype, stats_dtype
 from flaxgraph.nn.errors import check_min_rank, normalize_axis
 from flaxgraph.nn.initializers import ones, zeros
 from flaxgraph.nn.norm_base import NormBase, affine, moments, standardize
-from flaxgraph.rngs import Rngs
-from flaxgraph.variables import BatchStat
+from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.variablelib.variable import BatchStat
 
 Dtype = Any
 Initializer = Callable[..., Any]

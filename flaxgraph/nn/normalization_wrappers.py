@@ -42,15 +42,15 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from flaxgraph.filters import Filter, PathContains, to_predicate
-from flaxgraph.graph.traversal import iter_graph
+from flaxgraph.filterlib import Filter, PathContains, to_predicate
+from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.nn.common import canonicalize_tuple
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import LayerInputError, describe
 from flaxgraph.nn.initializers import normal, ones
-from flaxgraph.rngs import Rngs
-from flaxgraph.variables import BatchStat, Param, Variable
+from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.variablelib.variable import BatchStat, Param, Variable
 
 Dtype = Any
 Initializer = Callable[..., Any]

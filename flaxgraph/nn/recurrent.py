@@ -32,7 +32,7 @@ from flaxgraph.nn.errors import LayerShapeError, check_last_dim, describe
 from flaxgraph.nn.initializers import lecun_normal, orthogonal, zeros
 from flaxgraph.nn.linear import Linear
 from flaxgraph.nn.stochastic import own_stream
-from flaxgraph.rngs import Rngs, RngStream
+from flaxgraph.rnglib.rngs import Rngs, RngStream
 
 Dtype = Any
 Initializer = Callable[..., Any]

@@ -24,13 +24,13 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.filters import Filter
+from flaxgraph.filterlib import Filter
 from flaxgraph.module import Module
 from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import check_last_dim, check_min_rank
 from flaxgraph.nn.recurrent import RNNCellBase
 from flaxgraph.nn.stochastic import own_stream
-from flaxgraph.rngs import Rngs, RngStream
+from flaxgraph.rnglib.rngs import Rngs, RngStream
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.scan import Carry, scan
 

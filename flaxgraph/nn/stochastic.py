@@ -31,7 +31,7 @@ from jax import lax
 from flaxgraph.module import Module
 from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import describe, normalize_axis
-from flaxgraph.rngs import Rngs, RngStream
+from flaxgraph.rnglib.rngs import Rngs, RngStream
 
 
 def own_stream(rngs: Rngs | RngStream | None, collection: str) -> RngStream | None:

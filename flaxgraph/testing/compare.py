@@ -38,8 +38,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from flaxgraph.graph.refmap import RefMap
-from flaxgraph.graph.registry import (
+from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import (
     ARRAY_TYPES,
     DataLeaf,
     StaticLeaf,
@@ -48,7 +48,7 @@ from flaxgraph.graph.registry import (
     is_plain_static,
     pytree_children,
 )
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 
 def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> str | None:

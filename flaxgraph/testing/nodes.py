@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from flaxgraph.module import Module
-from flaxgraph.objects import Pytree
-from flaxgraph.variables import Variable
+from flaxgraph.pytreelib.objects import Pytree
+from flaxgraph.variablelib.variable import Variable
 
 
 class Node(Module):

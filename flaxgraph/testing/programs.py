@@ -52,10 +52,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from flaxgraph.graph.registry import get_graph_node_impl, is_graph_node
-from flaxgraph.graph.traversal import iter_graph
+from flaxgraph.graphlib.registry import get_graph_node_impl, is_graph_node
+from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.testing.nodes import Node
-from flaxgraph.variables import BatchStat, Param, Variable
+from flaxgraph.variablelib.variable import BatchStat, Param, Variable
 
 PathParts = tuple[Hashable, ...]
 

@@ -41,11 +41,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flaxgraph.filters import All, Not, PathContains, WithTag
-from flaxgraph.filters import Any as AnyOf
+from flaxgraph.filterlib import All, Not, PathContains, WithTag
+from flaxgraph.filterlib import Any as AnyOf
 from flaxgraph.helpers import Dict, List
-from flaxgraph.objects import data, static
-from flaxgraph.rngs import Rngs, RngState
+from flaxgraph.pytreelib.objects import data, static
+from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.testing.nodes import Block, CustomVariable, Node, Record
 from flaxgraph.testing.programs import (
     ADD_KINDS,
@@ -56,7 +56,7 @@ from flaxgraph.testing.programs import (
     ShareAttribute,
     SwapAttributes,
 )
-from flaxgraph.variables import BatchStat, Cache, Intermediate, Param, Variable
+from flaxgraph.variablelib.variable import BatchStat, Cache, Intermediate, Param, Variable
 
 SearchStrategy = st.SearchStrategy
 
@@ -236,7 +236,7 @@ def filters() -> SearchStrategy[Any]:
     and tuples.
 
     Returns:
-      A hypothesis strategy of filters (anything ``nnx.filters.to_predicate`` takes).
+      A hypothesis strategy of filters (anything ``nnx.filterlib.to_predicate`` takes).
 
     Example::
 
@@ -246,7 +246,7 @@ def filters() -> SearchStrategy[Any]:
       >>> @settings(max_examples=10)
       ... @given(filters())
       ... def test(f):
-      ...     assert callable(nnx.filters.to_predicate(f))
+      ...     assert callable(nnx.filterlib.to_predicate(f))
       >>> test()
 
     Source: flaxgraph.

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.errors import GraphStructureError, numbered_fixes
-from flaxgraph.graph.paths import keys_str
-from flaxgraph.graph.split_merge import state as graph_state
+from flaxgraph.graphlib.paths import keys_str
+from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.mesh_context import SHARDING_KEYS
-from flaxgraph.state import State
-from flaxgraph.variables import Variable
+from flaxgraph.statelib import State
+from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
 Pairs = Sequence[tuple[PathParts, Any]]

@@ -41,12 +41,12 @@ from typing import Any, TypeVar
 
 import jax.numpy as jnp
 
-from flaxgraph.filters import Filter
-from flaxgraph.graph.paths import keys_str
-from flaxgraph.graph.split_merge import merge, split
-from flaxgraph.graph.traversal import iter_graph, recursive_map
-from flaxgraph.objects import Pytree
-from flaxgraph.state import State
+from flaxgraph.filterlib import Filter
+from flaxgraph.graphlib.paths import keys_str
+from flaxgraph.graphlib.split_merge import merge, split
+from flaxgraph.graphlib.traversal import iter_graph, recursive_map
+from flaxgraph.pytreelib.objects import Pytree
+from flaxgraph.statelib import State
 from flaxgraph.training._params import (
     filter_str,
     freeze_filter,
@@ -56,7 +56,7 @@ from flaxgraph.training._params import (
     values_at,
     wrt_pairs,
 )
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 A = TypeVar("A")
 

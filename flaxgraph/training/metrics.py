@@ -32,8 +32,8 @@ from typing import Any, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.objects import Pytree
-from flaxgraph.variables import Variable
+from flaxgraph.pytreelib.objects import Pytree
+from flaxgraph.variablelib.variable import Variable
 
 A = TypeVar("A")
 

@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.filters import Filter
-from flaxgraph.graph.update import update as graph_update
-from flaxgraph.objects import Pytree, static
-from flaxgraph.state import State
+from flaxgraph.filterlib import Filter
+from flaxgraph.graphlib.inplace import update as graph_update
+from flaxgraph.pytreelib.objects import Pytree, static
+from flaxgraph.statelib import State
 from flaxgraph.training._params import (
     as_flat,
     filter_str,
@@ -63,7 +63,7 @@ from flaxgraph.training._params import (
     write_leaves,
     wrt_pairs,
 )
-from flaxgraph.variables import Param, Variable
+from flaxgraph.variablelib.variable import Param, Variable
 
 A = TypeVar("A")
 

@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.graph.call import _CallProxy
-from flaxgraph.graph.graphdef import GraphDef
-from flaxgraph.state import State
+from flaxgraph.graphlib.calls import _CallProxy
+from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.statelib import State
 
 if TYPE_CHECKING:
     import optax

@@ -32,14 +32,14 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from flaxgraph.errors import FlaxgraphError, numbered_fixes
-from flaxgraph.graph.flatten import Walk
-from flaxgraph.graph.graphdef import GraphDef
-from flaxgraph.graph.paths import path_str
-from flaxgraph.graph.refmap import RefMap
-from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
-from flaxgraph.state import State
+from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.paths import path_str
+from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.walk import Walk
+from flaxgraph.statelib import State
 from flaxgraph.transforms.lift_types import NO_MATCH, PrefixMapping, StatePrefix
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import jax
 
-from flaxgraph.filters import Filter
-from flaxgraph.graph.flatten import flatten
-from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, MISSING
-from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.filterlib import Filter
+from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import DEFAULT, Mode, resolve
-from flaxgraph.state import State
+from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
     bind,
@@ -36,7 +36,7 @@ from flaxgraph.transforms.calls import (
 )
 from flaxgraph.transforms.lift import Call, Inner, InStatic, Static, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, PrefixMapping, reject_lift_types
-from flaxgraph.variables import Param, Variable
+from flaxgraph.variablelib.variable import Param, Variable
 
 PathParts = tuple[Hashable, ...]
 
@@ -119,7 +119,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
             return item[1]
         children = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
         if children[0] and not jax.tree_util.treedef_is_leaf(children[1]):
-            from flaxgraph.graph.registry import pytree_children
+            from flaxgraph.graphlib.registry import pytree_children
 
             items, treedef = pytree_children(x)  # type: ignore[misc]
             return treedef.unflatten([build(v, (*path, k)) for k, v in items])

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from flaxgraph.graph.registry import is_hashable
+from flaxgraph.graphlib.registry import is_hashable
 from flaxgraph.transforms.lift import is_graph_object
 
 

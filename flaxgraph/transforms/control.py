@@ -27,15 +27,15 @@ from typing import Any
 import jax
 
 from flaxgraph.errors import FlaxgraphError, TraceContextError
-from flaxgraph.graph.diff import graphdef_diff
-from flaxgraph.graph.graphdef import GraphDef
-from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.diff import graphdef_diff
+from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.lift import Call, Inner, InStatic, OutStatic, Static, split_inputs
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 _SPEC = PrefixSpec("operands", lambda p: p is None, None)
 

@@ -40,7 +40,7 @@ from flaxgraph.modes import resolve
 from flaxgraph.transforms.autodiff import _AUX_SPEC, _DIFF_KEYS, DIFF_SPEC, _Diff, _tangent_at
 from flaxgraph.transforms.calls import normalize_argnums
 from flaxgraph.transforms.lift import Inner, InStatic, Static, split_inputs
-from flaxgraph.variables import Param
+from flaxgraph.variablelib.variable import Param
 
 
 class custom_vjp:

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
-from flaxgraph.graph.graphdef import (
+from flaxgraph.graphlib.graphdefs import (
     ArrayDef,
     ContainerDef,
     Def,
@@ -43,13 +43,13 @@ from flaxgraph.graph.graphdef import (
     StaticDef,
     VariableDef,
 )
-from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
-from flaxgraph.graph.snapshot import StructureSnapshot
+from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
+from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
 from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
-from flaxgraph.variables import Variable, is_ref_backed
+from flaxgraph.variablelib.variable import Variable, is_ref_backed
 
 _SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
@@ -201,7 +201,7 @@ class Plan:
         for k, v in kwargs.items():
             _signature(v, 1, (k,), checks)
         self.arg_checks = tuple(checks)
-        # What to compare to know the structure is unchanged (see graph/snapshot.py).
+        # What to compare to know the structure is unchanged (see graphlib/snapshot.py).
         self.snapshot = StructureSnapshot(call.nodes)
         # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
         # neither read by key nor written in place: such graphs take the general path.

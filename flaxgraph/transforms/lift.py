@@ -48,17 +48,17 @@ from typing import Any
 import jax
 
 from flaxgraph.errors import SharedReferenceError, TraceContextError
-from flaxgraph.graph.flatten import shared_variables_message
-from flaxgraph.graph.graphdef import GraphDef
-from flaxgraph.graph.refmap import RefMap
-from flaxgraph.graph.registry import _GRAPH_NODE_IMPLS
-from flaxgraph.graph.snapshot import StructureSnapshot
-from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.snapshot import StructureSnapshot
+from flaxgraph.graphlib.walk import shared_variables_message
 from flaxgraph.modes import DEFAULT, Mode
-from flaxgraph.state import State
+from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
 IN = 0  # source tag: the leaf is unchanged, take the caller's input value
@@ -320,7 +320,7 @@ class Merged:
         ]
         self.raw_in = {id(x): i for i, (x, v) in enumerate(zip(sink, is_variable)) if not v}
         # Taken before the function runs, to tell afterwards whether it changed the
-        # inputs' structure (graph/snapshot.py).
+        # inputs' structure (graphlib/snapshot.py).
         # Without graph updates, to tell whether the structure must be put back.
         self.snapshot = (
             StructureSnapshot(index_ref.values()) if snapshot or not mode.updates else None
@@ -589,7 +589,7 @@ def locate_module(error: BaseException, args: Any, kwargs: Any) -> None:
 
 
 def _find_path(target: Any, root: Any) -> PathParts | None:
-    from flaxgraph.graph.traversal import iter_graph
+    from flaxgraph.graphlib.traversal import iter_graph
 
     for path, value in iter_graph(root):
         if value is target:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from flaxgraph.filters import Filter, Predicate, to_predicate
+from flaxgraph.filterlib import Filter, Predicate, to_predicate
 
 PathParts = tuple[Hashable, ...]
 
@@ -199,7 +199,7 @@ class StatePrefix:
     __slots__ = ("state", "by_path")
 
     def __init__(self, state: Any):
-        from flaxgraph.variables import Variable
+        from flaxgraph.variablelib.variable import Variable
 
         self.state = state
         self.by_path = {

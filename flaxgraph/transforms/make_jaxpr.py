@@ -31,12 +31,12 @@ from typing import Any
 
 import jax
 
-from flaxgraph.graph.flatten import flatten
-from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.calls import bind, merge_static, normalize_argnums, split_static, unbind
 from flaxgraph.transforms.lifted_call import LiftedCall
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 
 class _Missing:

@@ -37,14 +37,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from flaxgraph.graph.traversal import iter_graph
+from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots
 from flaxgraph.transforms.lift import prefix_keys
 from flaxgraph.transforms.lifted_call import LiftedCall
 from flaxgraph.transforms.vmap import AXES_SPEC, OUT_AXES_SPEC, AxisMetadata, _is_axis, args_prefix
-from flaxgraph.variables import PARTITION_NAME, Variable
+from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
 class _Missing:

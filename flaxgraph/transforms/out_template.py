@@ -8,7 +8,7 @@ for one input structure, when the output is made of arrays in lists, tuples and
 dicts only and the inputs kept their structure. A later call that matches it
 
 * the output has the same containers and arrays,
-* the inputs kept their structure (``graph/snapshot.py``),
+* the inputs kept their structure (``graphlib/snapshot.py``),
 * the same input Variables changed, and the same output arrays are input arrays,
 
 produces the same ``OutStatic`` (the same object) and its output groups are read
@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from flaxgraph.graph.registry import ARRAY_TYPES, is_hashable
+from flaxgraph.graphlib.registry import ARRAY_TYPES, is_hashable
 from flaxgraph.transforms.lift import IN, Merged, OutStatic
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 _ARRAY = "array"
 

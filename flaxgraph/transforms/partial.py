@@ -19,7 +19,7 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from flaxgraph.transforms.jit import UNSPECIFIED, jit
+from flaxgraph.transforms.compilation import UNSPECIFIED, jit
 
 
 def jit_partial(

@@ -37,7 +37,7 @@ from typing import Any
 from flaxgraph.tracing import _trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
 from flaxgraph.transforms.lift import IN
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 UNROLL = 24  # up to this many items of a kind get one comparison each
 MISS: Any = object()  # what run returns when the plan does not apply (None is an output)
@@ -127,7 +127,7 @@ def compile_run(
     src.line("if _ctx.trace._weakref is not TRACE: return MISS")
 
     # The structure: Objects' versions, Variables' metadata, lists' and dicts' items
-    # (graph/snapshot.py).
+    # (graphlib/snapshot.py).
     snap = plan.snapshot
     if len(snap.objects) <= UNROLL:
         src.miss_if(

@@ -34,18 +34,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.graph.diff import graphdef_diff
-from flaxgraph.graph.unflatten import unflatten
+from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.diff import graphdef_diff
 from flaxgraph.modes import resolve
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
+from flaxgraph.transforms.compilation import jit
 from flaxgraph.transforms.control import CarryStructureError
-from flaxgraph.transforms.jit import jit
 from flaxgraph.transforms.lift import IN, InStatic, Merged, OutStatic, Static, _Frozen, split_inputs
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 
 class _CarryMarker:

@@ -34,7 +34,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from flaxgraph.graph.refmap import RefMap
+from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, kind_name
@@ -43,7 +43,7 @@ from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, prefix_keys, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
-from flaxgraph.variables import Variable
+from flaxgraph.variablelib.variable import Variable
 
 _REPLICATED = PartitionSpec()
 _set_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]

@@ -26,7 +26,7 @@ from typing import Any
 
 import jax
 
-from flaxgraph.graph.refmap import RefMap
+from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.spmd import map_boxes
@@ -44,7 +44,7 @@ from flaxgraph.transforms.lift import (
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
-from flaxgraph.variables import PARTITION_NAME, Variable
+from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
 def _is_axis(p: Any) -> bool:

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 
 import flaxgraph as nnx
 import flaxgraph.testing as fgt
-from flaxgraph.graph.registry import is_graph_node
+from flaxgraph.graphlib.registry import is_graph_node
 from flaxgraph.testing import (
     Block,
     CustomVariable,
@@ -259,7 +259,7 @@ def test_variables_options(v: nnx.Variable[Any]) -> None:
 
 @given(filters(), graphs())
 def test_filters_are_valid_filters(f: Any, g: Any) -> None:
-    predicate = nnx.filters.to_predicate(f)
+    predicate = nnx.filterlib.to_predicate(f)
     for path, leaf in nnx.state(g).flat_state():
         assert predicate(path, leaf) in (True, False)
 

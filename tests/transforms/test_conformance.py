@@ -38,7 +38,7 @@ import pytest
 from graphs import CORPUS
 
 import flaxgraph as nnx
-from flaxgraph.graph.registry import (
+from flaxgraph.graphlib.registry import (
     DataLeaf,
     StaticLeaf,
     get_graph_node_impl,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph.graph.flatten import flatten
+from flaxgraph.graphlib.walk import flatten
 
 
 class Model(nnx.Module):

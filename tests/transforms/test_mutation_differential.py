@@ -28,7 +28,7 @@ import pytest
 from hypothesis import given
 
 import flaxgraph as nnx
-from flaxgraph.graph.registry import is_node_or_variable
+from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.testing import (
     MutationStep,
     apply_mutations,

@@ -1,0 +1,270 @@
+"""``capture``: collect what a call sows (and taps with ``perturb``) without changing the model.
+
+``Module.sow`` normally stores intermediates as attributes of the module, to be
+popped afterwards. ``nnx.capture(fn, nnx.Intermediate)`` instead returns them
+next to ``fn``'s output, as a ``State`` organised by module path, and leaves the
+model exactly as it was::
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> class Block(nnx.Module):
+  ...   def __init__(self):
+  ...     self.w = nnx.Param(jnp.full(2, 3.0))
+  ...   def __call__(self, x):
+  ...     y = x * self.w
+  ...     self.sow(nnx.Intermediate, 'y', y)
+  ...     return y.sum()
+  >>> block = Block()
+  >>> out, sown = nnx.capture(block, nnx.Intermediate)(jnp.ones(2))
+  >>> sown['y'].value
+  (Array([3., 3.], dtype=float32),)
+  >>> 'y' in vars(block)
+  False
+
+How it works: for the duration of the call every module reachable from the
+captured module holds one Variable per captured kind (attribute
+``_flaxgraph_captures``, see ``flaxgraph/module.py``) whose value maps sown names
+to values; ``sow`` and ``perturb`` write there. Being ordinary state, it crosses
+``nnx.jit``, ``nnx.grad``... inside ``fn``. Afterwards it is removed and turned
+into the returned States. Sows of kinds that are not captured are dropped.
+
+``method_outputs=nnx.Intermediate`` also sows the output of every public method
+(and ``__call__``) of every captured module under the method's name. The
+methods are wrapped on their classes for the duration of the call (the wrappers
+only act for the thread and the modules of this capture); a method reached
+through ``super()`` is not recorded twice.
+
+``init=`` gives starting values (a ``State`` like the one returned), e.g.
+perturbations whose gradient is the gradient with respect to an intermediate.
+
+Source: Flax NNX 0.12 ``nnx.capture`` (and ``Module.sow``/``Module.perturb``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from flaxgraph.config import Flag
+from flaxgraph.module import CAPTURES, Module
+from flaxgraph.rnglib.rngs import Rngs, RngStream
+from flaxgraph.statelib import State
+from flaxgraph.variablelib.variable import Variable
+
+PathParts = tuple[Hashable, ...]
+
+METHOD_OUTPUTS: Flag[Any] = Flag("capture_method_outputs", None)
+"""The Variable kind ``capture(method_outputs=...)`` records method outputs with,
+in the thread running the capture (``None`` outside)."""
+
+_PATCH_LOCK = threading.Lock()
+_BASE_MODULES = ("flaxgraph.module", "flaxgraph.pytreelib.objects")
+
+
+def _captured_modules(module: Module) -> list[tuple[PathParts, Module]]:
+    # Random streams are Modules in flaxgraph but not layers: Flax does not capture them.
+    return [(p, m) for p, m in module.iter_modules() if not isinstance(m, (Rngs, RngStream))]
+
+
+def _initial(init: Any) -> dict[PathParts, list[tuple[str, Variable[Any]]]]:
+    """``init``'s Variables grouped by module path: ``{path: [(name, variable)]}``."""
+    if init is None:
+        return {}
+    state = init if isinstance(init, State) else State(init)
+    grouped: dict[PathParts, list[tuple[str, Variable[Any]]]] = {}
+    flat = state.flat_state()
+    for path, leaf in zip(flat.paths, flat.leaves):
+        if not isinstance(leaf, Variable):
+            raise TypeError(
+                f"capture(init=...): the value at {'/'.join(map(str, path))} is a "
+                f"{type(leaf).__name__}, expected a Variable (e.g. nnx.Perturbation); pass "
+                "a State returned by nnx.capture."
+            )
+        grouped.setdefault(tuple(path[:-1]), []).append((str(path[-1]), leaf))
+    return grouped
+
+
+# -- method outputs ----------------------------------------------------------------------------
+
+
+def _capturing_wrapper(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = method(self, *args, **kwargs)
+        kind = METHOD_OUTPUTS.get()
+        # Record only the method the module's class resolves `name` to (not a
+        # super() call), and only for modules of a running capture.
+        if (
+            kind is not None
+            and CAPTURES in getattr(self, "__dict__", {})
+            and getattr(type(self), name, None) is wrapper
+        ):
+            self.sow(kind, name, out)
+        return out
+
+    wrapper._flaxgraph_original = method  # type: ignore[attr-defined]
+    wrapper._flaxgraph_users = 0  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _methods(cls: type) -> list[tuple[type, str]]:
+    """``(defining class, name)`` of the public methods and ``__call__`` of ``cls``,
+    excluding those of flaxgraph's base classes."""
+    found = []
+    for name in dir(cls):
+        if name.startswith("_") and name != "__call__":
+            continue
+        owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
+        if owner is None or owner is object or owner.__module__ in _BASE_MODULES:
+            continue
+        attr = owner.__dict__[name]
+        if inspect.isfunction(attr) or hasattr(attr, "_flaxgraph_original"):
+            found.append((owner, name))
+    return found
+
+
+def _patch(classes: set[type]) -> list[tuple[type, str, Any]]:
+    patched = []
+    with _PATCH_LOCK:
+        targets = {t for cls in classes for t in _methods(cls)}
+        for owner, name in sorted(targets, key=lambda t: (t[0].__qualname__, t[1])):
+            attr = owner.__dict__[name]
+            if not hasattr(attr, "_flaxgraph_original"):
+                attr = _capturing_wrapper(name, attr)
+                setattr(owner, name, attr)
+            attr._flaxgraph_users += 1
+            patched.append((owner, name, attr))
+    return patched
+
+
+def _unpatch(patched: list[tuple[type, str, Any]]) -> None:
+    with _PATCH_LOCK:
+        for owner, name, wrapper in patched:
+            wrapper._flaxgraph_users -= 1
+            if wrapper._flaxgraph_users == 0 and owner.__dict__.get(name) is wrapper:
+                setattr(owner, name, wrapper._flaxgraph_original)
+
+
+# -- capture --------------------------------------------------------------------------------------
+
+
+def _target(fn: Any, args: tuple[Any, ...]) -> Module:
+    if inspect.ismethod(fn) and isinstance(fn.__self__, Module):
+        return fn.__self__
+    if isinstance(fn, Module):
+        return fn
+    if args and isinstance(args[0], Module):
+        return args[0]
+    got = f"args[0] is a {type(args[0]).__name__}" if args else "it got no positional argument"
+    raise TypeError(
+        f"nnx.capture: {getattr(fn, '__name__', fn)!r} is neither a Module nor a bound "
+        f"method of one, so its first positional argument must be the Module to capture "
+        f"from, but {got}.\nFix: call it with the module first, or capture "
+        "the module (nnx.capture(model, ...)) or its method (nnx.capture(model.encode, ...))."
+    )
+
+
+def capture(
+    fn: Any,
+    *var_types: type[Variable[Any]],
+    init: Any = None,
+    method_outputs: type[Variable[Any]] | None = None,
+) -> Any:
+    """Wraps ``fn`` to return what it sows (and perturbs) next to its output.
+
+    Args:
+      fn: a Module (its ``__call__`` is captured), a bound method of a Module, or
+        a function whose first positional argument is the Module. A Variable kind
+        here instead makes ``capture`` a decorator factory:
+        ``@nnx.capture(nnx.Intermediate)``.
+      *var_types: the Variable kinds to capture and return (e.g.
+        ``nnx.Intermediate``, ``nnx.Perturbation``), one State each.
+      init: a State of initial values by module path and name (as returned);
+        its kinds are captured too (returned only if listed in ``var_types``).
+      method_outputs: a Variable kind: also sow every public method's output
+        (and ``__call__``'s) under the method's name. Returned if it is among
+        ``var_types``.
+
+    Returns:
+      A function with ``fn``'s arguments returning ``fn``'s output alone (no
+      ``var_types``), ``(output, state)`` (one), or ``(output, *states)``. Each
+      State maps module paths to ``{name: Variable}`` of that kind; modules that
+      sowed nothing are absent.
+
+    Raises:
+      TypeError: ``fn`` is a plain function and its first argument is not a
+        Module; or ``init`` holds something other than Variables.
+      TraceContextError (``ValueError``): the module was captured by closure
+        inside a transform (it cannot be given capture slots from there).
+
+    Example (gradient with respect to an intermediate)::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> class Model(nnx.Module):
+      ...   def __call__(self, x):
+      ...     h = self.perturb('h', x * 2.0)
+      ...     return (h ** 2).sum()
+      >>> model, x = Model(), jnp.arange(3.0)
+      >>> _, perts = nnx.capture(model, nnx.Perturbation)(x)   # zeros, by path
+      >>> def loss(model, perts):
+      ...   out, _ = nnx.capture(model, nnx.Perturbation, init=perts)(x)
+      ...   return out
+      >>> grad = nnx.grad(loss, argnums=nnx.DiffState(1, nnx.Perturbation))
+      >>> grad(model, perts)['h'].value   # d/dh sum(h**2) = 2h = 4x
+      Array([0., 4., 8.], dtype=float32)
+
+    Source: Flax NNX 0.12 ``nnx.capture``.
+    """
+    if isinstance(fn, type) and issubclass(fn, Variable):
+        kinds = (fn, *var_types)
+        return lambda actual: capture(actual, *kinds, init=init, method_outputs=method_outputs)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        module = _target(fn, args)
+        initial = _initial(init)
+        kinds = list(
+            dict.fromkeys([*var_types, *(type(v) for vs in initial.values() for _, v in vs)])
+        )
+        modules = _captured_modules(module)
+        installed: list[tuple[PathParts, Module, Any]] = []  # (path, module, slots before)
+        patched: list[tuple[type, str, Any]] = []
+        try:
+            for path, m in modules:
+                start = {
+                    k: {n: v.raw_value for n, v in initial.get(path, []) if type(v) is k}
+                    for k in kinds
+                }
+                before = m.__dict__.get(CAPTURES)
+                setattr(m, CAPTURES, tuple(k(start[k]) for k in kinds))
+                installed.append((path, m, before))
+            if method_outputs is not None:
+                patched = _patch({type(m) for _, m in modules})
+                with METHOD_OUTPUTS.scoped(method_outputs):
+                    result = fn(*args, **kwargs)
+            else:
+                result = fn(*args, **kwargs)
+        finally:
+            _unpatch(patched)
+            collected: dict[type, list[tuple[PathParts, Variable[Any]]]] = {
+                k: [] for k in var_types
+            }
+            for path, m, before in installed:
+                slots = m.__dict__.get(CAPTURES, ())
+                if before is not None:  # a capture around this one: give back its slots
+                    setattr(m, CAPTURES, before)
+                elif CAPTURES in m.__dict__:
+                    delattr(m, CAPTURES)
+                for slot in slots:
+                    if type(slot) in collected:
+                        collected[type(slot)].extend(
+                            ((*path, name), type(slot)(value)) for name, value in slot.value.items()
+                        )
+        states = [State.from_flat_path(collected[k]) for k in var_types]
+        if not states:
+            return result
+        return (result, *states)
+
+    return wrapper

@@ -1,0 +1,217 @@
+"""Filters: a small language for selecting parts of a graph's state.
+
+A *filter* is anything ``to_predicate`` turns into a predicate
+``(path, value) -> bool``, where ``path`` is the tuple of keys from the root to
+a leaf (``('linear', 'kernel')``) and ``value`` is the leaf: a ``Variable`` or a
+raw array. Filters select which sub-state ``split``, ``state`` and ``pop``
+return, and which part of an object a lift type (``StateAxes``, ``DiffState``,
+``StateSharding``) applies to.
+
+======================  =========================================================
+filter                  matches
+======================  =========================================================
+a type, ``OfType(t)``   values that are instances of ``t`` (``Param``, ``jax.Array``)
+a string, ``WithTag``   values whose ``tag`` attribute equals the string
+``PathContains(k)``     leaves whose path contains the key ``k``
+``Any(a, b)``, tuple    leaves matched by at least one of the filters
+``All(a, b)``           leaves matched by every filter
+``Not(a)``              leaves ``a`` does not match
+``...``, ``True``       everything (``Everything()``)
+``None``, ``False``     nothing (``Nothing()``)
+a callable              used as the predicate itself
+======================  =========================================================
+
+Source: Flax NNX's filter guide (the same vocabulary and semantics).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable
+from typing import Any as _AnyType
+
+from flaxgraph.errors import InvalidFilterError
+
+Key = Hashable
+PathParts = tuple[Key, ...]
+Predicate = Callable[[PathParts, _AnyType], bool]
+Filter = _AnyType  # type | str | Predicate | bool | Ellipsis | None | tuple[Filter, ...]
+
+
+def to_predicate(filter: Filter) -> Predicate:
+    """Turns a filter into a predicate ``(path, value) -> bool``.
+
+    Args:
+      filter: a type, a string tag, ``...``, ``True``/``False``, ``None``, a
+        tuple or list of filters (any-of), or a callable predicate.
+
+    Returns:
+      A predicate taking ``(path: tuple[Key, ...], value)`` and returning a bool.
+
+    Raises:
+      InvalidFilterError (a ``TypeError``): if ``filter`` is none of the above,
+        e.g. an int.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> pred = nnx.filterlib.to_predicate((nnx.Param, 'dropout'))
+      >>> pred(('kernel',), nnx.Param(1.0))
+      True
+    """
+    if isinstance(filter, type):
+        return OfType(filter)
+    if isinstance(filter, str):
+        return WithTag(filter)
+    if filter is Ellipsis or filter is True:
+        return Everything()
+    if filter is None or filter is False:
+        return Nothing()
+    if isinstance(filter, (tuple, list)):
+        return Any(*filter)
+    if callable(filter):
+        return filter
+    raise InvalidFilterError(
+        f"Invalid filter {filter!r} of type {type(filter).__name__}. A filter is a "
+        "type (e.g. nnx.Param), a string tag, ..., True/False, None, a tuple of "
+        "filters, or a callable (path, value) -> bool."
+    )
+
+
+def filters_to_predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
+    """Converts several filters at once (see ``to_predicate``)."""
+    return tuple(to_predicate(f) for f in filters)
+
+
+@dataclasses.dataclass(frozen=True)
+class OfType:
+    """Matches values that are instances of ``type``; for a Variable, its kind.
+
+    Example: ``OfType(nnx.Param)`` matches ``Param`` and its subclasses.
+    """
+
+    type: type
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        return isinstance(value, self.type)
+
+    def __repr__(self) -> str:
+        return f"OfType({self.type.__name__})"
+
+
+@dataclasses.dataclass(frozen=True)
+class WithTag:
+    """Matches values whose ``tag`` attribute equals ``tag`` (e.g. an RNG stream name)."""
+
+    tag: str
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        return getattr(value, "tag", None) == self.tag
+
+
+@dataclasses.dataclass(frozen=True)
+class PathContains:
+    """Matches leaves whose path contains ``key`` (``exact=False``: a key containing it)."""
+
+    key: Key
+    exact: bool = True
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        if self.exact:
+            return self.key in path
+        return any(str(self.key) in str(part) for part in path)
+
+
+class Any:
+    """Matches what at least one of ``filters`` matches (a tuple of filters means this)."""
+
+    __slots__ = ("predicates",)
+
+    def __init__(self, *filters: Filter):
+        self.predicates = filters_to_predicates(filters)
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        return any(p(path, value) for p in self.predicates)
+
+    def __repr__(self) -> str:
+        return f"Any({', '.join(map(repr, self.predicates))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Any) and self.predicates == other.predicates
+
+    def __hash__(self) -> int:
+        return hash((Any, self.predicates))
+
+
+class All:
+    """Matches what every one of ``filters`` matches."""
+
+    __slots__ = ("predicates",)
+
+    def __init__(self, *filters: Filter):
+        self.predicates = filters_to_predicates(filters)
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        return all(p(path, value) for p in self.predicates)
+
+    def __repr__(self) -> str:
+        return f"All({', '.join(map(repr, self.predicates))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, All) and self.predicates == other.predicates
+
+    def __hash__(self) -> int:
+        return hash((All, self.predicates))
+
+
+class Not:
+    """Matches what ``filter`` does not match."""
+
+    __slots__ = ("predicate",)
+
+    def __init__(self, filter: Filter):
+        self.predicate = to_predicate(filter)
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        return not self.predicate(path, value)
+
+    def __repr__(self) -> str:
+        return f"Not({self.predicate!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Not) and self.predicate == other.predicate
+
+    def __hash__(self) -> int:
+        return hash((Not, self.predicate))
+
+
+class Everything:
+    """Matches every leaf (``...`` and ``True`` mean this)."""
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "Everything()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Everything)
+
+    def __hash__(self) -> int:
+        return hash(Everything)
+
+
+class Nothing:
+    """Matches no leaf (``None`` and ``False`` mean this)."""
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "Nothing()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Nothing)
+
+    def __hash__(self) -> int:
+        return hash(Nothing)

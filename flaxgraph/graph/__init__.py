@@ -1,1 +1,0 @@
-"""The graph engine: object graphs <-> (GraphDef, State)."""

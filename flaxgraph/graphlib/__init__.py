@@ -1,0 +1,59 @@
+"""The graph engine: object graphs <-> (GraphDef, State).
+
+``split`` walks a graph of Objects, Variables and containers (shared references and
+cycles included) into an immutable, hashable ``GraphDef`` and ``State``s; ``merge``
+rebuilds objects from them; ``update`` writes a State back in place. One concept per
+file: ``registry`` (node types), ``refmap`` (identity maps), ``graphdefs`` (the frozen
+structure), ``walk``/``build`` (the depth-first flatten and its inverse),
+``split_merge``, ``inplace`` (update/pop), ``contexts``, ``functional`` (the
+``flatten``/``unflatten`` pair of plain JAX code), ``traversal``, ``calls``,
+``variable_views``, ``diff``, ``snapshot`` (structure snapshots for the fast path).
+
+This package is Flax NNX's ``graphlib`` module map: ``nnx.graphlib.RefMap``,
+``nnx.graphlib.flatten`` and the rest resolve here.
+"""
+
+from flaxgraph.graphlib.calls import call as call
+from flaxgraph.graphlib.contexts import MergeContext as MergeContext
+from flaxgraph.graphlib.contexts import SplitContext as SplitContext
+from flaxgraph.graphlib.contexts import UpdateContext as UpdateContext
+from flaxgraph.graphlib.contexts import current_update_context as current_update_context
+from flaxgraph.graphlib.contexts import merge_context as merge_context
+from flaxgraph.graphlib.contexts import split_context as split_context
+from flaxgraph.graphlib.contexts import update_context as update_context
+from flaxgraph.graphlib.diff import graphdef_diff as graphdef_diff
+from flaxgraph.graphlib.functional import as_pure as as_pure
+from flaxgraph.graphlib.functional import flatten as flatten
+from flaxgraph.graphlib.functional import map as map
+from flaxgraph.graphlib.functional import pure as pure
+from flaxgraph.graphlib.functional import unflatten as unflatten
+from flaxgraph.graphlib.functional import unpack as unpack
+from flaxgraph.graphlib.graph_state import GraphState as GraphState
+from flaxgraph.graphlib.graph_state import PureState as PureState
+from flaxgraph.graphlib.graphdefs import GraphDef as GraphDef
+from flaxgraph.graphlib.graphdefs import NodeDef as NodeDef
+from flaxgraph.graphlib.graphdefs import NodeRef as NodeRef
+from flaxgraph.graphlib.graphdefs import VariableDef as VariableDef
+from flaxgraph.graphlib.inplace import pop as pop
+from flaxgraph.graphlib.inplace import update as update
+from flaxgraph.graphlib.refmap import RefMap as RefMap
+from flaxgraph.graphlib.registry import GraphNodeImpl as GraphNodeImpl
+from flaxgraph.graphlib.registry import is_graph_node as is_graph_node
+from flaxgraph.graphlib.registry import register_graph_node_type as register_graph_node_type
+from flaxgraph.graphlib.split_merge import clone as clone
+from flaxgraph.graphlib.split_merge import graphdef as graphdef
+from flaxgraph.graphlib.split_merge import merge as merge
+from flaxgraph.graphlib.split_merge import split as split
+from flaxgraph.graphlib.split_merge import state as state
+from flaxgraph.graphlib.split_merge import variables as variables
+from flaxgraph.graphlib.traversal import find_duplicates as find_duplicates
+from flaxgraph.graphlib.traversal import iter_children as iter_children
+from flaxgraph.graphlib.traversal import iter_graph as iter_graph
+from flaxgraph.graphlib.traversal import iter_module_children as iter_module_children
+from flaxgraph.graphlib.traversal import recursive_map as recursive_map
+from flaxgraph.graphlib.variable_views import set_metadata as set_metadata
+from flaxgraph.graphlib.variable_views import vars_as as vars_as
+from flaxgraph.graphlib.variable_views import with_vars as with_vars
+from flaxgraph.modes import set_graph_mode as set_graph_mode
+from flaxgraph.modes import set_graph_updates as set_graph_updates
+from flaxgraph.statelib import FlatState as FlatState

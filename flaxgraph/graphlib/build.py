@@ -1,0 +1,254 @@
+"""Unflatten: (GraphDef, leaves) -> object graph, optionally reusing objects.
+
+``unflatten`` rebuilds the graph a GraphDef describes, taking State leaves in
+walk order. New graph nodes are made without calling ``__init__``; each
+reference index is built once and reused wherever a ``NodeRef`` points to it,
+which restores shared references and cycles.
+
+Given ``reuse`` (reference index -> existing object), the objects at those
+indices are updated *in place* instead of being created: their children are set
+to exactly what the GraphDef says (attributes added, replaced or deleted) and
+Variables get the new value and metadata. This is how transforms write back
+every change, structural ones included, while the caller's references stay
+valid: a reused node's own lists and dicts are kept too when their items are the
+same objects as those the GraphDef gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flaxgraph.errors import GraphStructureError
+from flaxgraph.graphlib.graphdefs import (
+    ArrayDef,
+    ContainerDef,
+    Def,
+    GraphDef,
+    NodeDef,
+    NodeRef,
+    StaticDef,
+    VariableDef,
+)
+from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.tracing import current_trace
+from flaxgraph.variablelib.variable import Variable, _set_value
+
+
+def unflatten(
+    graphdef: GraphDef,
+    leaves: Sequence[Any],
+    *,
+    index_ref: dict[int, Any] | None = None,
+    reuse: dict[int, Any] | None = None,
+    leaf_sink: list[Any] | None = None,
+    share_variables: bool = False,
+    recreate_variables: bool = True,
+) -> Any:
+    """Builds the graph of ``graphdef`` from ``leaves`` (in ``graphdef.leaf_paths`` order).
+
+    Args:
+      graphdef: the structure.
+      leaves: one leaf per ``graphdef.leaf_paths`` entry: a Variable (its value
+        and metadata are used) or a raw value.
+      index_ref: reference index -> object map shared between calls
+        (``merge_context``); objects already in it are used for their NodeRefs.
+      reuse: reference index -> existing object to update in place instead of
+        creating a new one (the Variable or node must be of the same type). Writes
+        to reused objects are validated first and applied together at the end, so
+        an error leaves them untouched; values that did not change are not written.
+      leaf_sink: if given, receives the built leaf objects (Variables, or raw values)
+        in leaf order, for callers that post-process them.
+      share_variables: a Variable leaf becomes the graph's Variable itself (not a
+        new Variable with its value and metadata); what ``nnx.merge`` does by
+        default. Reused objects (``reuse``) are updated in place either way.
+      recreate_variables: a raw leaf at a Variable's place becomes a new Variable
+        of the GraphDef's kind and metadata; if ``False`` the raw value itself is
+        put there.
+
+    Returns:
+      The root value.
+
+    Raises:
+      GraphStructureError (a ``ValueError``): ``leaves`` has the wrong length, a
+        NodeRef points to an index never defined, or a reused object has another
+        type.
+      TraceContextError (a ``ValueError``): a reused object that must change was
+        created in another JAX trace.
+    """
+    if len(leaves) != len(graphdef.leaf_paths):
+        raise GraphStructureError(
+            f"The GraphDef expects {len(graphdef.leaf_paths)} state leaves but got {len(leaves)}."
+        )
+    builder = _Build(leaves, {} if index_ref is None else index_ref, reuse or {}, leaf_sink)
+    if share_variables or not recreate_variables:
+        builder.plain = False
+        builder.share, builder.recreate = share_variables, recreate_variables
+    root = builder.build(graphdef.root)
+    for write in builder.writes:
+        write()
+    return root
+
+
+class _Build:
+    __slots__ = (
+        "leaves",
+        "position",
+        "index_ref",
+        "reuse",
+        "writes",
+        "sink",
+        "trace",
+        "plain",
+        "share",
+        "recreate",
+    )
+
+    def __init__(
+        self,
+        leaves: Sequence[Any],
+        index_ref: dict[int, Any],
+        reuse: dict[int, Any],
+        sink: list[Any] | None,
+    ):
+        self.leaves = leaves
+        self.position = 0
+        self.index_ref = index_ref
+        self.reuse = reuse
+        self.writes: list[Any] = []
+        self.sink = sink
+        self.trace = current_trace()
+        self.plain = True  # the defaults: every Variable is built anew
+        self.share = False
+        self.recreate = True
+
+    def next_leaf(self) -> Any:
+        leaf = self.leaves[self.position]
+        self.position += 1
+        return leaf
+
+    def build(self, d: Def) -> Any:
+        t = type(d)
+        if t is NodeDef:
+            impl = _GRAPH_NODE_IMPLS[d.type]
+            node = self.reuse.get(d.index)
+            if node is None:
+                node = impl.create_empty(d.metadata, self.trace)
+                self.index_ref[d.index] = node
+                impl.set_items(node, [(k, self.build(c)) for k, c in d.attributes], d.metadata)
+                return node
+            if type(node) is not d.type:
+                raise GraphStructureError(
+                    f"Cannot update a {type(node).__name__} in place from a GraphDef node of "
+                    f"type {d.type.__name__}."
+                )
+            self.index_ref[d.index] = node
+            # The containers built here are new: keep the node's own lists and dicts
+            # where their items are the same objects (the caller's references to them
+            # stay valid, and an Object's structure version does not move).
+            items = [
+                (k, _same_container(_child_or_missing(impl, node, k), self.build(child)))
+                for k, child in d.attributes
+            ]
+            check = getattr(node, "_check_write", None)
+            if check is not None:
+                check(items, d.metadata)
+            self.writes.append(lambda: impl.set_items(node, items, d.metadata))
+            return node
+        if t is VariableDef:
+            leaf = self.next_leaf()
+            if isinstance(leaf, Variable):
+                value, metadata = leaf.raw_value, leaf._var_metadata
+            else:
+                value, metadata = leaf, dict(d.metadata)
+            variable = self.reuse.get(d.index)
+            if variable is None:
+                if self.plain or not (
+                    self.share if isinstance(leaf, Variable) else not self.recreate
+                ):
+                    variable = d.type._from_parts(value, metadata, self.trace)
+                else:
+                    variable = leaf  # the State's own Variable, or a raw value kept raw
+            else:
+                if type(variable) is not d.type:
+                    raise GraphStructureError(
+                        f"Cannot update a {type(variable).__name__} in place from a "
+                        f"{d.type.__name__} definition."
+                    )
+                if value is not variable.raw_value or (
+                    metadata is not variable._var_metadata and metadata != variable._var_metadata
+                ):
+                    variable._check_update()
+                    variable._check_fits(value)  # a Ref keeps its shape and dtype
+                    self.writes.append(_variable_write(variable, value, metadata))
+            self.index_ref[d.index] = variable
+            if self.sink is not None:
+                self.sink.append(variable)
+            return variable
+        if t is NodeRef:
+            try:
+                return self.index_ref[d.index]
+            except KeyError:
+                raise GraphStructureError(
+                    f"The GraphDef refers to node index {d.index} ({d.type.__name__}), which "
+                    "is defined in another GraphDef; merge both inside one merge_context."
+                ) from None
+        if t is ArrayDef:
+            leaf = self.next_leaf()
+            value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+            if self.sink is not None:
+                self.sink.append(value)
+            return value
+        if t is StaticDef:
+            return d.value
+        if t is ContainerDef:
+            children = [self.build(c) for c in d.children]
+            if d.type is list:
+                return children
+            if d.type is tuple:
+                return tuple(children)
+            if d.type is dict:
+                return dict(zip(d.keys, children))
+            return d.treedef.unflatten(children)
+        raise TypeError(f"Unknown GraphDef entry {d!r}")
+
+
+def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any]) -> Any:
+    def write() -> None:
+        _set_value(variable, value)  # into the Ref of a Ref-backed Variable
+        object.__setattr__(variable, "_var_metadata", metadata)
+
+    return write
+
+
+def _same_container(old: Any, new: Any) -> Any:
+    """``old`` if it is a list/dict/tuple holding the same objects as ``new``
+    (recursively through such containers), else ``new``."""
+    t = type(new)
+    if type(old) is not t or old is new:
+        return new
+    if t is list or t is tuple:
+        if len(old) != len(new):
+            return new
+        for a, b in zip(old, new):
+            if a is not b and _same_container(a, b) is b:
+                return new
+        return old
+    if t is dict:
+        if len(old) != len(new) or list(old) != list(new):
+            return new
+        for k, b in new.items():
+            a = old[k]
+            if a is not b and _same_container(a, b) is b:
+                return new
+        return old
+    return new
+
+
+def _child_or_missing(impl: Any, node: Any, key: Any) -> Any:
+    """``impl.get_child(node, key)``, or ``MISSING`` for a key the node lacks (user
+    registered types may raise instead of returning ``MISSING``)."""
+    try:
+        return impl.get_child(node, key)
+    except (KeyError, IndexError, AttributeError):
+        return MISSING

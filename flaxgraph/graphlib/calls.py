@@ -1,0 +1,76 @@
+"""Functional method calls: ``nnx.call((graphdef, state)).method(x)``.
+
+Source: Flax NNX ``nnx.call`` (0.12).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.split_merge import merge, split
+from flaxgraph.statelib import State
+
+
+class _CallProxy:
+    __slots__ = ("_graphdef", "_states", "_path", "_copy")
+
+    def __init__(
+        self,
+        graphdef: GraphDef,
+        states: tuple[Any, ...],
+        path: tuple[str, ...],
+        copy: bool = False,
+    ):
+        self._graphdef = graphdef
+        self._states = states
+        self._path = path
+        self._copy = copy  # merge new Variables: the given States stay as they are
+
+    def __getattr__(self, name: str) -> _CallProxy:
+        return _CallProxy(self._graphdef, self._states, (*self._path, name), self._copy)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, tuple[GraphDef, State]]:
+        node = merge(self._graphdef, *self._states, copy=self._copy)
+        method: Any = node
+        for name in self._path:
+            method = getattr(method, name)
+        out = method(*args, **kwargs)
+        return out, split(node)
+
+
+def call(graphdef_state: tuple[Any, ...], /) -> Any:
+    """Functional method calls: ``out, (graphdef, state) = nnx.call((graphdef, state)).method(x)``.
+
+    The proxy merges the graph, calls the method (``__call__`` when called directly),
+    splits the graph again and returns the output with the new ``(graphdef, state)``,
+    so state updates made by the method are returned, not lost.
+
+    The merged model holds the State's own Variables (``merge`` reuses them), so
+    outside a JAX transform the call also writes the given State's Variables.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+      >>> y, (graphdef2, state2) = nnx.call((graphdef, state))(jnp.ones(2))
+      >>> y.shape, graphdef2 == graphdef
+      ((3,), True)
+
+    Source: Flax NNX 0.12 ``nnx.call``.
+    """
+    graphdef, *states = graphdef_state
+    return _CallProxy(graphdef, tuple(states), ())
+
+
+def _graphdef_apply(self: GraphDef, state: Any, *states: Any) -> Any:
+    """Returns a proxy: ``graphdef.apply(state).method(*args)`` merges, calls the
+    method, and returns ``(output, (graphdef, state))`` after the call.
+
+    Source: Flax NNX ``GraphDef.apply``.
+    """
+    return call((self, state, *states))
+
+
+# GraphDef (graphlib/graphdefs.py) sits below this module, so its `apply` is attached here.
+GraphDef.apply = _graphdef_apply  # type: ignore[attr-defined]

@@ -1,0 +1,261 @@
+"""Functional helpers over split/merge: ``flatten``/``unflatten``, ``unpack``, ``map``,
+``as_pure``.
+
+These are thin layers over ``split``/``merge``:
+
+* ``flatten(node)`` is ``split`` with the State in flat form (a ``FlatState`` of
+  ``(path, leaf)`` pairs); ``unflatten`` is its inverse.
+* ``unpack(node)`` bundles the GraphDef with each State (``GraphState``).
+* ``map(f, node)`` rebuilds ``node`` with every state leaf replaced by
+  ``f(path, leaf)``.
+* ``as_pure(tree)`` replaces every Variable in a pytree by its raw value.
+
+Source: Flax NNX 0.12 ``nnx.flatten``, ``nnx.unflatten``, ``nnx.unpack``,
+``nnx.map``, ``nnx.as_pure``/``nnx.pure``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+import jax
+
+from flaxgraph.filterlib import Filter
+from flaxgraph.graphlib.build import unflatten as _build
+from flaxgraph.graphlib.graph_state import GraphState
+from flaxgraph.graphlib.graphdefs import GraphDef, renumber
+from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.split_merge import _ordered_leaves, merge, split
+from flaxgraph.graphlib.walk import flatten as _walk
+from flaxgraph.modes import resolve_graph
+from flaxgraph.statelib import FlatState, State, map_state
+from flaxgraph.variablelib.variable import Variable
+
+PathParts = tuple[Hashable, ...]
+
+
+def flatten(
+    node: Any,
+    /,
+    *,
+    with_paths: bool = True,
+    ref_index: RefMap[int] | None = None,
+    ref_outer_index: RefMap[int] | None = None,
+    graph: bool | None = None,
+) -> tuple[GraphDef, FlatState | list[Any]]:
+    """Splits ``node`` into its GraphDef and its leaves in flat form.
+
+    Args:
+      node: a graph (Object/Module, Variable, containers of them).
+      with_paths: ``True``: the leaves come as a ``FlatState`` of ``(path, leaf)``
+        pairs; ``False``: as a plain list of leaves.
+      ref_index: identity map node -> reference index to share between calls (as
+        ``split_context`` does); a fresh one if ``None``.
+      ref_outer_index: identity map object -> its index in another (outer) split,
+        e.g. of the caller's graph outside a transform: the GraphDef then numbers
+        those objects with their outer indices (and new ones past them), so
+        ``unflatten(..., outer_index_outer_ref=...)`` can update the caller's
+        objects in place. This is what ``update_context`` does.
+      graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
+
+    Returns:
+      ``(graphdef, leaves)``, leaves in the order ``unflatten`` consumes them; a
+      leaf is the graph's own Variable object or a raw array.
+
+    Raises:
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+      StaticAttributeError (a ``TypeError``): an unhashable static attribute.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> graphdef, flat = nnx.flatten(m)
+      >>> flat.paths
+      (('bias',), ('kernel',))
+      >>> nnx.unflatten(graphdef, flat).kernel is m.kernel
+      True
+
+    Source: Flax NNX 0.12 ``nnx.flatten``.
+    """
+    ref_index = RefMap() if ref_index is None else ref_index
+    graphdef, leaves = _walk(node, ref_index=ref_index, graph=resolve_graph(graph))
+    if ref_outer_index is not None:
+        offset = 1 + max(ref_outer_index.values(), default=-1)
+        graphdef = renumber(graphdef, ref_index, ref_outer_index, offset)
+    if with_paths:
+        return graphdef, FlatState(leaves)
+    return graphdef, [leaf for _, leaf in leaves]
+
+
+def unflatten(
+    graphdef: GraphDef,
+    state: State | FlatState | Sequence[Any],
+    /,
+    *,
+    index_ref: dict[int, Any] | None = None,
+    outer_index_outer_ref: dict[int, Any] | None = None,
+    copy_variables: bool = False,
+    recreate_variables: bool = True,
+) -> Any:
+    """Builds the graph of ``graphdef`` from its leaves; the inverse of ``flatten``.
+
+    Args:
+      graphdef: the structure.
+      state: a ``State`` (leaves matched by path), a ``FlatState`` or a list of
+        leaves in the GraphDef's order (``flatten(..., with_paths=False)``).
+      index_ref: reference index -> object map shared between calls
+        (``merge_context``).
+      outer_index_outer_ref: reference index -> existing object: the objects at
+        those indices are updated in place (values, attributes, structure) instead
+        of being built anew, so references held elsewhere stay valid; use with a
+        GraphDef from ``flatten(..., ref_outer_index=...)``. Nothing is written if
+        the leaves do not fit.
+      copy_variables: ``False``: Variable leaves are used as they are (the result
+        shares them); ``True``: new Variables with the same value and metadata.
+      recreate_variables: a raw value at a Variable's place becomes a new Variable
+        of the recorded kind (``True``) or is put there as is (``False``).
+
+    Returns:
+      The root of the new graph.
+
+    Raises:
+      GraphStructureError (a ``ValueError``): the leaves do not fit the GraphDef
+        (wrong count, missing or extra paths), or an object to update has another
+        type than the GraphDef says.
+      TraceContextError (a ``ValueError``): an object to update must change but
+        belongs to another JAX trace.
+
+    Example (update the caller's objects in place, as a transform does)::
+
+      >>> import flaxgraph as nnx
+      >>> from flaxgraph.graphlib.refmap import RefMap
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> outer = RefMap()                                   # object -> outer index
+      >>> graphdef, flat = nnx.flatten(m, ref_index=outer)
+      >>> index_ref = {}                                     # outer index -> inner object
+      >>> inner = nnx.unflatten(graphdef, flat, index_ref=index_ref, copy_variables=True)
+      >>> inner.tag = 'changed'                              # a structural change
+      >>> inner_to_outer = RefMap.from_pairs((x, i) for i, x in index_ref.items())
+      >>> g2, flat2 = nnx.flatten(inner, ref_outer_index=inner_to_outer)
+      >>> back = nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()})
+      >>> back is m, m.tag
+      (True, 'changed')
+
+
+    Source: Flax NNX 0.12 ``nnx.unflatten``.
+    """
+    if isinstance(state, (State, Mapping)):
+        leaves: Sequence[Any] = _ordered_leaves(graphdef, (state,))
+    elif isinstance(state, FlatState):
+        leaves = state.leaves
+    else:
+        leaves = list(state)
+    return _build(
+        graphdef,
+        leaves,
+        index_ref=index_ref,
+        reuse=outer_index_outer_ref,
+        share_variables=not copy_variables,
+        recreate_variables=recreate_variables,
+    )
+
+
+def unpack(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+    """Splits ``node`` like ``split`` but returns ``GraphState``s (each State bundled
+    with the GraphDef), so ``nnx.merge(*graph_states)`` needs nothing else.
+
+    Args:
+      node: a graph.
+      *filters: optional filters (every leaf must match one, as in ``split``).
+      graph: graph or tree mode (see ``split``).
+
+    Returns:
+      One ``GraphState`` for zero or one filter, else a tuple of them.
+
+    Raises:
+      UnmatchedLeafError, SharedReferenceError: as ``split``.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.BatchNorm(2, rngs=nnx.Rngs(0))
+      >>> params, stats = nnx.unpack(m, nnx.Param, nnx.BatchStat)
+      >>> type(nnx.merge(params, stats)).__name__
+      'BatchNorm'
+
+    Source: Flax NNX 0.12 ``nnx.unpack``.
+    """
+    graphdef, *states = split(node, *filters, graph=graph)
+    packed = [GraphState(graphdef, s) for s in states]
+    return packed[0] if len(packed) == 1 else tuple(packed)
+
+
+def map(
+    f: Callable[[PathParts, Any], Any],
+    node: Any,
+    /,
+    *,
+    graph: bool | None = None,
+    recreate_variables: bool = True,
+) -> Any:
+    """Returns a new graph like ``node`` with every state leaf replaced by ``f(path, leaf)``.
+
+    Args:
+      f: called with each leaf's path and the leaf (the graph's own Variable, or a
+        raw array); returns the new leaf.
+      node: a graph.
+      graph: graph or tree mode (see ``split``).
+      recreate_variables: when ``f`` returns a raw value for a Variable, wrap it in a
+        new Variable of the same kind and metadata (``True``) or keep it raw.
+
+    Returns:
+      A new graph (``node`` is not changed unless ``f`` mutates the Variables it
+      gets; a Variable ``f`` returns unchanged is shared with ``node``).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> zeros = nnx.map(lambda path, v: v.replace(jnp.zeros_like(v.value)), m)
+      >>> float(abs(zeros.kernel.value).sum()), zeros is m
+      (0.0, False)
+
+    Source: Flax NNX 0.12 ``nnx.map``.
+    """
+    graphdef, state = split(node, graph=graph)
+    if isinstance(state, State):
+        new_state: Any = map_state(f, state)
+    else:  # the root is itself a leaf
+        new_state = f((), state)
+    return merge(graphdef, new_state, recreate_variables=recreate_variables)
+
+
+def as_pure(tree: Any) -> Any:
+    """Returns ``tree`` with every Variable replaced by its raw value.
+
+    Args:
+      tree: any pytree (States, dicts, lists, a single Variable…).
+
+    Returns:
+      The same pytree structure without Variable boxes (``State``s stay States).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> nnx.as_pure({'w': nnx.Param(jnp.ones(2)), 'n': 3})
+      {'n': 3, 'w': Array([1., 1.], dtype=float32)}
+
+    Source: Flax NNX 0.12 ``nnx.as_pure`` (alias ``nnx.pure``).
+    """
+    return jax.tree.map(
+        lambda x: x.raw_value if isinstance(x, Variable) else x,
+        tree,
+        is_leaf=lambda x: isinstance(x, Variable),
+    )
+
+
+pure = as_pure
+
+__all__ = ["flatten", "unflatten", "unpack", "map", "as_pure", "pure"]

@@ -1,0 +1,104 @@
+"""GraphState: a State bundled with its GraphDef (what ``nnx.unpack`` returns).
+
+A ``GraphState`` is a mutable mapping that reads and writes its State (so it can
+stand in for one) and also carries the GraphDef, so ``nnx.merge(graph_state)``
+needs nothing else. It is a JAX pytree: the State's leaves are its children and
+the GraphDef is static aux data, so it passes through ``jax.jit`` unchanged.
+
+Source: Flax NNX 0.12 ``nnx.GraphState`` / ``nnx.unpack``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, MutableMapping
+from typing import Any
+
+import jax
+
+from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.statelib import State
+
+
+class GraphState(MutableMapping[Hashable, Any]):
+    """A ``State`` together with the ``GraphDef`` it was split with.
+
+    Args:
+      _graphdef: the structure (``GraphDef``).
+      _state: the State (or a Variable/array for a graph whose root is a leaf).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class M(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(2))
+      >>> gs = nnx.unpack(M())
+      >>> list(gs), type(nnx.merge(gs)).__name__
+      (['w'], 'M')
+
+    Source: Flax NNX 0.12 ``nnx.GraphState``.
+    """
+
+    __slots__ = ("_graphdef", "_state")
+
+    def __init__(self, _graphdef: GraphDef, _state: Any):
+        self._graphdef = _graphdef
+        self._state = _state
+
+    @property
+    def graphdef(self) -> GraphDef:
+        """The structure."""
+        return self._graphdef
+
+    @property
+    def state(self) -> Any:
+        """The State."""
+        return self._state
+
+    def __getitem__(self, key: Hashable) -> Any:
+        return self._state[key]
+
+    def __setitem__(self, key: Hashable, value: Any) -> None:
+        self._state[key] = value
+
+    def __delitem__(self, key: Hashable) -> None:
+        del self._state[key]
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(self._state) if isinstance(self._state, State) else iter(())
+
+    def __len__(self) -> int:
+        return len(self._state) if isinstance(self._state, State) else 0
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is GraphState
+            and self._graphdef == other._graphdef
+            and self._state == other._state
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"GraphState(_graphdef={self._graphdef!r}, _state={self._state!r})"
+
+
+def _flatten_with_keys(gs: GraphState) -> Any:
+    return ((jax.tree_util.GetAttrKey("_state"), gs._state),), gs._graphdef
+
+
+def _flatten(gs: GraphState) -> Any:
+    return (gs._state,), gs._graphdef
+
+
+def _unflatten(graphdef: GraphDef, children: Any) -> GraphState:
+    (state,) = children
+    return GraphState(graphdef, state)
+
+
+jax.tree_util.register_pytree_with_keys(GraphState, _flatten_with_keys, _unflatten, _flatten)
+
+PureState = tuple[GraphDef, State]
+"""The type of ``(graphdef, state)`` pairs (Flax NNX 0.12 ``nnx.PureState``)."""
+
+__all__ = ["GraphState", "PureState"]

@@ -1,0 +1,269 @@
+"""GraphDef: the frozen, hashable description of a graph's structure.
+
+``split`` turns an object graph into a ``GraphDef`` (everything but the state
+leaves) and a ``State`` (the leaves). A GraphDef is a tree of small immutable
+definitions, one per value met in a depth-first walk:
+
+=================  ======================================================
+definition         stands for
+=================  ======================================================
+``NodeDef``        a graph node (an Object) seen for the first time: its
+                   type, reference index, metadata and children by key
+``VariableDef``    a Variable seen for the first time: kind, index, metadata;
+                   its value is the next leaf of the State
+``NodeRef``        a node or Variable seen before: the index to reuse
+``ContainerDef``   a list, tuple, dict or other pytree node, walked by value
+``ArrayDef``       a raw array leaf; its value is the next leaf of the State
+``StaticDef``      a static value (int, str, function…), stored here
+=================  ======================================================
+
+Two GraphDefs are equal when the structures are equal, so a GraphDef can be a
+static argument of ``jax.jit`` and a cache key; its hash is computed once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from operator import itemgetter
+from typing import Any, Union
+
+import jax
+
+from flaxgraph.renderers import RENDERERS
+
+# Each definition is a tuple whose first item is a tag naming its kind: building,
+# hashing and comparing definitions then run at C speed (tuple construction,
+# tuple hash and tuple equality), and two kinds never compare equal.
+
+
+class _Def(tuple):
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{f}={_short(getattr(self, f))}" for f in self._fields)
+        return f"{type(self).__name__}({fields})"
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return tuple(self[1:])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+
+def _short(x: Any) -> str:
+    if isinstance(x, type):
+        return x.__name__
+    return repr(x)
+
+
+class NodeDef(_Def):
+    """A graph node seen for the first time (index ``index`` in this GraphDef)."""
+
+    __slots__ = ()
+    _fields = ("type", "index", "metadata", "attributes")
+    type = property(itemgetter(1))
+    index = property(itemgetter(2))
+    metadata = property(itemgetter(3))
+    attributes = property(itemgetter(4))
+
+    def __new__(
+        cls,
+        type: type,
+        index: int,
+        metadata: Hashable,
+        attributes: tuple[tuple[Hashable, Def], ...],
+    ) -> NodeDef:
+        return tuple.__new__(cls, ("N", type, index, metadata, attributes))
+
+
+class VariableDef(_Def):
+    """A Variable seen for the first time; its value is the next State leaf."""
+
+    __slots__ = ()
+    _fields = ("type", "index", "metadata")
+    type = property(itemgetter(1))
+    index = property(itemgetter(2))
+    metadata = property(itemgetter(3))
+
+    def __new__(cls, type: type, index: int, metadata: tuple[tuple[str, Any], ...]) -> VariableDef:
+        return tuple.__new__(cls, ("V", type, index, metadata))
+
+
+class NodeRef(_Def):
+    """A node or Variable seen before in the walk: reuse the object at ``index``."""
+
+    __slots__ = ()
+    _fields = ("type", "index")
+    type = property(itemgetter(1))
+    index = property(itemgetter(2))
+
+    def __new__(cls, type: type, index: int) -> NodeRef:
+        return tuple.__new__(cls, ("R", type, index))
+
+
+class ContainerDef(_Def):
+    """A list/tuple/dict (``type``) or another pytree node (``treedef``), by value."""
+
+    __slots__ = ()
+    _fields = ("type", "keys", "children", "treedef")
+    type = property(itemgetter(1))
+    keys = property(itemgetter(2))
+    children = property(itemgetter(3))
+    treedef = property(itemgetter(4))
+
+    def __new__(
+        cls,
+        type: type,
+        keys: tuple[Hashable, ...],
+        children: tuple[Def, ...],
+        treedef: Any = None,
+    ) -> ContainerDef:
+        return tuple.__new__(cls, ("C", type, keys, children, treedef))
+
+
+class ArrayDef(_Def):
+    """A raw array leaf; its value is the next State leaf."""
+
+    __slots__ = ()
+
+    def __new__(cls) -> ArrayDef:
+        return tuple.__new__(cls, ("A",))
+
+    def __repr__(self) -> str:
+        return "ArrayDef()"
+
+
+class StaticDef(_Def):
+    """A static value kept in the GraphDef (must be hashable).
+
+    The value's type is part of the definition: ``1 == True == 1.0`` in Python, but
+    a GraphDef must tell them apart.
+    """
+
+    __slots__ = ()
+    _fields = ("value",)
+    value = property(itemgetter(2))
+
+    def __new__(cls, value: Any) -> StaticDef:
+        return tuple.__new__(cls, ("S", type(value), value))
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (self[2],)
+
+
+Def = Union[NodeDef, VariableDef, NodeRef, ContainerDef, ArrayDef, StaticDef]
+ARRAY_DEF = ArrayDef()
+
+
+class GraphDef:
+    """The structure of a graph: a root definition plus the paths of its State leaves.
+
+    Immutable, hashable (hash computed once) and equal to any GraphDef of the same
+    structure, so it can be passed as a static argument to ``jax.jit``. It is also
+    a JAX pytree with no leaves (the whole structure is static aux data), so
+    ``graphdef, state = nnx.split(model)`` can be passed straight to ``jax.jit``,
+    ``jax.vmap`` or ``jax.lax.scan`` as an ordinary argument::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+      >>> jax.tree.leaves(graphdef)
+      []
+      >>> jax.jit(lambda g, s, x: nnx.merge(g, s)(x))(graphdef, state, jnp.ones(2)).shape
+      (3,)
+
+    Attributes:
+      root: the definition of the root value.
+      leaf_paths: the path of every State leaf, in the order ``merge`` consumes
+        them (derived from ``root``; kept to match States by path quickly).
+
+    Source: Flax NNX ``GraphDef`` (split/merge design).
+    """
+
+    __slots__ = ("root", "leaf_paths", "_hash")
+
+    def __init__(self, root: Def, leaf_paths: tuple[tuple[Hashable, ...], ...]):
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "leaf_paths", leaf_paths)
+        object.__setattr__(self, "_hash", hash(root))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("GraphDef is immutable")
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return]
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            type(other) is GraphDef and self._hash == other._hash and self.root == other.root
+        )
+
+    def __reduce__(self) -> Any:
+        return (GraphDef, (self.root, self.leaf_paths))
+
+    @property
+    def num_leaves(self) -> int:
+        """How many State leaves ``merge`` consumes."""
+        return len(self.leaf_paths)
+
+    @property
+    def type(self) -> type:
+        """The type of the root value."""
+        root_type = (
+            self.root.type if self.root and self.root[0] != "A" and self.root[0] != "S" else None
+        )
+        return root_type if root_type is not None else type(None)
+
+    # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
+    def __repr__(self) -> str:
+        return RENDERERS.text("graphdef", self)
+
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        return RENDERERS.treescope("graphdef", self, path, subtree_renderer)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return RENDERERS.mimebundle(self, include, exclude)
+
+    # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``) is
+    # attached by flaxgraph/graphlib/calls.py, the layer above, next to the `call` it runs.
+
+
+def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
+    t = type(d)
+    if t is NodeDef:
+        attributes = tuple((k, _renumbered(c, mapping)) for k, c in d.attributes)
+        return NodeDef(d.type, mapping[d.index], d.metadata, attributes)
+    if t is VariableDef:
+        return VariableDef(d.type, mapping[d.index], d.metadata)
+    if t is NodeRef:
+        return NodeRef(d.type, mapping[d.index])
+    if t is ContainerDef:
+        children = tuple(_renumbered(c, mapping) for c in d.children)
+        return ContainerDef(d.type, d.keys, children, d.treedef)
+    return d
+
+
+def renumber(graphdef: GraphDef, ref_index: Any, outer_index: Any, offset: int) -> GraphDef:
+    """``graphdef`` with its reference indices moved into another index space.
+
+    Args:
+      graphdef: from a walk that numbered its objects with ``ref_index``.
+      ref_index: object -> index in ``graphdef`` (identity-keyed, a ``RefMap``).
+      outer_index: object -> the index it should get instead (identity-keyed);
+        objects not in it get ``offset + their index``.
+      offset: the first index free in the other space (past every outer index).
+
+    Returns:
+      The renumbered GraphDef (same structure and leaf paths). Used so that a graph
+      split inside a transform refers to the caller's objects by the caller's
+      indices (``update_context``, ``flatten(..., ref_outer_index=...)``).
+    """
+    mapping = {i: outer_index[x] if x in outer_index else offset + i for x, i in ref_index.items()}
+    return GraphDef(_renumbered(graphdef.root, mapping), graphdef.leaf_paths)
+
+
+jax.tree_util.register_pytree_node(
+    GraphDef,
+    lambda graphdef: ((), graphdef),
+    lambda graphdef, _: graphdef,
+)

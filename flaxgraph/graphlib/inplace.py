@@ -1,0 +1,245 @@
+"""In-place graph edits: ``update`` writes a State into existing objects, ``pop``
+removes leaves.
+
+``update(node, state)`` writes a State's values into existing objects in place,
+so references held elsewhere stay valid; either every leaf is written or none.
+
+Source: Flax NNX ``nnx.update``, ``nnx.pop`` (0.12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any
+
+from flaxgraph.errors import GraphStructureError
+from flaxgraph.filterlib import Filter, filters_to_predicates
+from flaxgraph.graphlib.paths import keys_str, path_str
+from flaxgraph.graphlib.registry import (
+    _GRAPH_NODE_IMPLS,
+    MISSING,
+    DataLeaf,
+    is_array_leaf,
+    pytree_children,
+)
+from flaxgraph.graphlib.walk import flatten
+from flaxgraph.statelib import State, partition
+from flaxgraph.tracing import current_trace
+from flaxgraph.variablelib.variable import Variable, _set_metadata, _set_value
+
+PathParts = tuple[Hashable, ...]
+
+
+def _get_child(node: Any, key: Hashable) -> Any:
+    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    if impl is not None:
+        return impl.get_child(node, key)
+    if type(node) is dict:
+        return node.get(key, MISSING)
+    if type(node) in (list, tuple):
+        return node[key] if isinstance(key, int) and -len(node) <= key < len(node) else MISSING
+    children = pytree_children(node) if not isinstance(node, Variable) else None
+    if children is not None:
+        return dict(children[0]).get(key, MISSING)
+    return MISSING
+
+
+def _check_node_trace(node: Any, what: str) -> None:
+    # Checked while planning, so a node from another trace fails before any write.
+    check = getattr(node, "_check_trace", None)
+    if check is not None:
+        check(what)
+
+
+def _setter(node: Any, key: Hashable, where: Callable[[], str]) -> Callable[[Any], None]:
+    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    if impl is not None:
+        _check_node_trace(node, "update")
+        return lambda value: impl.set_child(node, key, value)
+    if type(node) in (dict, list):
+        return lambda value: node.__setitem__(key, value)
+    raise GraphStructureError(
+        f"Cannot write the raw leaf at {where()}: it sits in an immutable "
+        f"{type(node).__name__}.\nFix: hold the array in a Variable (nnx.Variable(x)), or "
+        "use a list or dict instead."
+    )
+
+
+def update(node: Any, state: Any, /, *states: Any) -> None:
+    """Writes the values of State(s) into ``node`` in place.
+
+    For every leaf of the States, the Variable at the same path in ``node`` gets the
+    leaf's value (and metadata, if the leaf is a Variable); a raw array attribute is
+    replaced; a path ``node`` does not have yet is added as a new attribute. Leaves
+    of ``node`` absent from the States are left as they are.
+
+    Args:
+      node: the graph to update.
+      state, *states: States (or nested mappings) whose paths are relative to ``node``.
+
+    Raises:
+      GraphStructureError (a ``ValueError``): the States' tree does not fit ``node``:
+        a sub-state where ``node`` has a leaf, a leaf where it has a sub-graph, or a
+        path through a missing node. Nothing is written in that case: either every
+        leaf is updated or none is.
+      TraceContextError (a ``ValueError``): ``node`` was created outside the current
+        JAX transform.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> kernel = m.kernel
+      >>> nnx.update(m, jax.tree.map(jnp.zeros_like, nnx.state(m)))
+      >>> m.kernel is kernel, float(m.kernel.value.sum())
+      (True, 0.0)
+
+    Source: Flax NNX 0.12 ``nnx.update``.
+    """
+    trace = current_trace()
+    var_writes: list[tuple[Variable[Any], Any, Any]] = []
+    other_writes: list[Callable[[], None]] = []
+    for s in (state, *states):
+        if not isinstance(s, State):
+            s = State(s) if isinstance(s, Mapping) else s
+        if isinstance(s, Variable):
+            if not isinstance(node, Variable):
+                raise GraphStructureError(
+                    f"update got a {type(s).__name__} for a {type(node).__name__}; pass a State."
+                )
+            _plan_variable(node, s, var_writes, trace)
+            continue
+        if not isinstance(s, State):
+            raise TypeError(
+                f"update expects States (or nested dicts) after the node, got a {type(s).__name__}."
+            )
+        _plan_update(node, s, (), node, var_writes, other_writes, trace)
+    # Everything was checked: now write (either every leaf is updated or none is).
+    for target, value, metadata in var_writes:
+        _set_value(target, value)
+        _set_metadata(target, metadata)
+    for write in other_writes:
+        write()
+
+
+def _plan_variable(
+    target: Variable[Any],
+    leaf: Any,
+    var_writes: list[tuple[Variable[Any], Any, Any]],
+    trace: object,
+) -> None:
+    if target._var_trace is not trace:
+        target._check_update()
+    value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+    target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
+    var_writes.append(
+        (target, value, leaf._var_metadata if isinstance(leaf, Variable) else target._var_metadata)
+    )
+
+
+def _plan_update(
+    node: Any,
+    state: State,
+    prefix: PathParts,
+    root: Any,
+    var_writes: list[tuple[Variable[Any], Any, Any]],
+    other_writes: list[Callable[[], None]],
+    trace: object,
+) -> None:
+    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    for key, leaf in state._mapping.items():
+        current = impl.get_child(node, key) if impl is not None else _get_child(node, key)
+        if isinstance(current, Variable) and not isinstance(leaf, State):
+            _plan_variable(current, leaf, var_writes, trace)
+            continue
+        path = (*prefix, key)
+        if isinstance(leaf, State):
+            if current is MISSING or isinstance(current, Variable) or is_array_leaf(current):
+                raise GraphStructureError(
+                    f"The State has a sub-state at {keys_str(path)}, but the node has "
+                    + ("nothing" if current is MISSING else f"a {type(current).__name__} leaf")
+                    + f" at {path_str('node', root, path)}.\nFix: update with a State split "
+                    "from a graph of the same structure, or use merge to build new sub-graphs."
+                )
+            _plan_update(current, leaf, path, root, var_writes, other_writes, trace)
+        elif (
+            current is MISSING
+            or is_array_leaf(current)
+            or current is None
+            or _is_data_child(node, key)
+        ):
+            new_value = leaf.copy() if isinstance(leaf, Variable) else leaf
+            set_fn = _setter(node, key, lambda path=path: path_str("node", root, path))
+            other_writes.append(lambda set_fn=set_fn, new_value=new_value: set_fn(new_value))
+        else:
+            raise GraphStructureError(
+                f"The State has a leaf "
+                f"({'array' if is_array_leaf(leaf) else type(leaf).__name__}) at "
+                f"{keys_str(path)}, but the node has a {type(current).__name__} there "
+                f"({path_str('node', root, path)}).\nFix: update with a State split from a "
+                "graph of the same structure."
+            )
+
+
+def _is_data_child(node: Any, key: Hashable) -> bool:
+    """Whether ``node`` puts its child ``key`` in the State although it is no array
+    (an attribute marked ``nnx.data(3)``). Only reached on the rare path."""
+    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    return impl is not None and any(
+        k == key and type(v) is DataLeaf for k, v in impl.flatten(node)[0]
+    )
+
+
+def pop(node: Any, *filters: Filter) -> Any:
+    """Removes the leaves matching ``filters`` from ``node`` and returns them as State(s).
+
+    Returns:
+      One State per filter (a single State for one filter), holding the removed
+      Variable objects themselves (as in NNX 0.12).
+
+    Raises:
+      ValueError: no filter given.
+      GraphStructureError: a matched leaf sits in a list or tuple (removing it would
+        renumber its siblings); nothing is removed in that case.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> m.sow(nnx.Intermediate, 'y', jnp.ones(3))
+      >>> sown = m.y
+      >>> popped = nnx.pop(m, nnx.Intermediate)
+      >>> popped['y'] is sown, hasattr(m, 'y')
+      (True, False)
+
+    Source: Flax NNX 0.12 ``nnx.pop``.
+    """
+    if not filters:
+        raise ValueError("pop needs at least one filter, e.g. nnx.pop(model, nnx.Intermediate)")
+    _, leaves = flatten(node)
+    parts, _ = partition(leaves, filters_to_predicates(filters))
+    removals: list[Callable[[], None]] = []
+    for part in parts:
+        for path, _leaf in part:
+            parent = node
+            for key in path[:-1]:
+                parent = _get_child(parent, key)
+            removals.append(_remover(parent, path, node))
+    for remove in removals:
+        remove()
+    states = [State.from_flat_path(part) for part in parts]
+    return states[0] if len(states) == 1 else tuple(states)
+
+
+def _remover(parent: Any, path: PathParts, root: Any) -> Callable[[], None]:
+    key = path[-1]
+    impl = _GRAPH_NODE_IMPLS.get(type(parent))
+    if impl is not None:
+        _check_node_trace(parent, "pop a leaf")
+        return lambda: impl.del_child(parent, key)
+    if type(parent) is dict:
+        return lambda: parent.pop(key, None)
+    raise GraphStructureError(
+        f"Cannot pop the leaf at {path_str('node', root, path)}: it sits in a "
+        f"{type(parent).__name__}, and removing it would renumber its siblings."
+    )

@@ -1,0 +1,59 @@
+"""Human-readable paths into graphs, for error messages.
+
+State paths are tuples of keys (``('layers', 0, 'kernel')``). Error messages
+show them the way Python would reach the value from a named root:
+``model.layers[0].kernel`` or ``args[1][0].param``: attributes of graph nodes
+with a dot, items of containers with brackets. Formatting re-walks the graph,
+so it costs nothing until an error is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from flaxgraph.graphlib.registry import (
+    _GRAPH_NODE_IMPLS,
+    BUILTIN_CONTAINERS,
+    MISSING,
+    pytree_children,
+)
+
+
+def path_str(root_name: str, root: Any, keys: Sequence[Hashable]) -> str:
+    """Formats ``keys`` from ``root`` as Python would write it, e.g. ``args[0]['a'].kernel``.
+
+    Args:
+      root_name: how to call the root (``'model'``, ``'args'``, ``'output'``).
+      root: the root value, walked to know whether each key is an attribute.
+      keys: the path.
+    """
+    out = [root_name]
+    node: Any = root
+    for key in keys:
+        impl = _GRAPH_NODE_IMPLS.get(type(node))
+        if impl is not None:
+            out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
+            node = impl.get_child(node, key)
+            node = None if node is MISSING else node
+        else:
+            out.append(f"[{key!r}]")
+            node = _child(node, key)
+    return "".join(out)
+
+
+def keys_str(keys: Sequence[Hashable]) -> str:
+    """Formats a path without a root, for States: ``layers/0/kernel``."""
+    return "/".join(str(k) for k in keys) if keys else "<root>"
+
+
+def _child(node: Any, key: Hashable) -> Any:
+    try:
+        if type(node) in BUILTIN_CONTAINERS:
+            return node[key]
+        children = pytree_children(node)
+        if children is not None:
+            return dict(children[0]).get(key)
+        return node[key]
+    except Exception:
+        return None

@@ -1,0 +1,354 @@
+"""Split and merge: an object graph to ``(graphdef, state)`` and back.
+
+``split(node)`` returns ``(graphdef, state)``: the frozen structure and the
+leaves. ``merge(graphdef, state)`` builds new objects from them, restoring
+shared references and cycles::
+
+  >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+  >>> class Pair(nnx.Module):
+  ...   def __init__(self):
+  ...     self.a = nnx.Param(jnp.zeros(2))
+  ...     self.b = self.a                      # a shared reference
+  >>> graphdef, state = nnx.split(Pair())
+  >>> jax.tree.map(jnp.shape, state.to_pure_dict())   # stored once
+  {'a': (2,)}
+  >>> m = nnx.merge(graphdef, state)
+  >>> m.a is m.b
+  True
+
+Source: Flax NNX graph API (``nnx.split``, ``nnx.merge``, ``nnx.state``, ``nnx.graphdef``,
+``nnx.clone``, 0.12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any
+
+from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
+from flaxgraph.filterlib import Filter, filters_to_predicates
+from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.graph_state import GraphState
+from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.paths import keys_str, path_str
+from flaxgraph.graphlib.registry import ARRAY_TYPES, is_array_leaf
+from flaxgraph.graphlib.walk import flatten
+from flaxgraph.modes import resolve_graph
+from flaxgraph.statelib import State, partition, unmatched_message
+from flaxgraph.variablelib.variable import Variable
+
+PathParts = tuple[Hashable, ...]
+
+
+def _states_from_leaves(
+    node: Any, leaves: list[tuple[PathParts, Any]], filters: tuple[Filter, ...], strict: bool
+) -> list[State]:
+    # The States hold the graph's own Variables (as in NNX 0.12): writing through a
+    # State writes the graph.
+    if not filters:
+        return [_as_state(leaves)]
+    parts, rest = partition(leaves, filters_to_predicates(filters))
+    if strict and rest:
+        path, leaf = rest[0]
+        raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
+    return [_as_state(p) for p in parts]
+
+
+def _as_state(pairs: list[tuple[PathParts, Any]]) -> Any:
+    # A root that is itself a leaf (a Variable or an array) is its own state, as in NNX.
+    if len(pairs) == 1 and pairs[0][0] == ():
+        return pairs[0][1]
+    return State.from_flat_path(pairs)
+
+
+def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+    """Splits a graph into its structure and its state.
+
+    Args:
+      node: an Object/Module, Variable, or list/dict/tuple holding them.
+      *filters: optional filters; one State is returned per filter, each leaf going
+        to the first filter that matches it.
+      graph: ``True`` walks ``node`` as a graph (shared references and cycles are
+        kept as references), ``False`` as a tree (a Variable reachable along two
+        paths is an error); ``None`` takes the default (``nnx.set_graph_mode``).
+
+    Returns:
+      ``(graphdef, state)`` without filters, else ``(graphdef, state_1, …, state_n)``.
+      Each State holds the graph's own Variable objects (writing a Variable through
+      the State writes the graph) and its raw array leaves; a shared Variable
+      appears once, at its first path.
+
+    Raises:
+      UnmatchedLeafError (a ``ValueError``): a leaf matches none of the filters
+        (end them with ``...`` to collect the rest); the message names its path.
+      StaticAttributeError (a ``TypeError``): a static attribute or metadata is
+        unhashable; the message names its path.
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is reachable
+        along several paths; the message lists every path.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class M(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(3)); self.n = nnx.BatchStat(jnp.zeros(3))
+      >>> m = M()
+      >>> graphdef, params, rest = nnx.split(m, nnx.Param, ...)
+      >>> list(params), list(rest), params['w'] is m.w
+      (['w'], ['n'], True)
+
+    Source: Flax NNX 0.12 ``nnx.split``.
+    """
+    graphdef, leaves = flatten(node, graph=resolve_graph(graph))
+    return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
+
+
+def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+    """Returns the State of ``node``: all of it, or one State per filter.
+
+    Args:
+      node: a graph (see ``split``).
+      *filters: optional filters (first match wins).
+      graph: graph or tree mode (see ``split``).
+
+    Returns:
+      With zero or one filter a single State, else a tuple of States. Leaves that
+      match no filter are left out (unlike ``split``, no error). The States hold
+      the graph's own Variables: ``nnx.state(m)['w'] is m.w``.
+
+    Raises:
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> s = nnx.state(m, nnx.Param)
+      >>> s['bias'] is m.bias
+      True
+
+    Source: Flax NNX 0.12 ``nnx.state``.
+    """
+    _, leaves = flatten(node, graph=resolve_graph(graph))
+    states = _states_from_leaves(node, leaves, filters, strict=False)
+    return states[0] if len(states) == 1 else tuple(states)
+
+
+def variables(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+    """The State of ``node``'s Variables (one per filter): ``nnx.state`` under Flax 0.12's name.
+
+    Args:
+      node: a graph node (Module, Object…).
+      *filters: optional filters; one State per filter.
+      graph: ``False`` for tree mode; ``None``: the default mode.
+
+    Returns:
+      ``state(node, *filters, graph=graph)``: States holding ``node``'s own Variables.
+
+    Raises:
+      As ``state``.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> sorted(nnx.variables(m, nnx.Param))
+      ['bias', 'kernel']
+
+    Source: Flax NNX 0.12 ``nnx.variables``.
+    """
+    return state(node, *filters, graph=graph)
+
+
+def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
+    """Returns the GraphDef of ``node`` (its structure, no state).
+
+    Args:
+      node: a graph (see ``split``).
+      graph: graph or tree mode (see ``split``).
+
+    Raises:
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> nnx.graphdef(m) == nnx.split(m)[0]
+      True
+
+    Source: Flax NNX 0.12 ``nnx.graphdef``.
+    """
+    return flatten(node, graph=resolve_graph(graph))[0]
+
+
+def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
+    if len(states) == 1 and isinstance(states[0], State):
+        pairs = states[0].flat_state()
+        if len(pairs) == len(graphdef.leaf_paths) and all(
+            p == q for (p, _), q in zip(pairs, graphdef.leaf_paths)
+        ):
+            return [leaf for _, leaf in pairs]  # already in the GraphDef's order
+    flat: dict[PathParts, Any] = {}
+    for s in states:
+        if graphdef.leaf_paths == ((),) and (isinstance(s, Variable) or is_array_leaf(s)):
+            pairs: Any = [((), s)]  # the root is a leaf and `s` is its state (see _as_state)
+        elif isinstance(s, State):
+            pairs = s.flat_state()
+        elif isinstance(s, Mapping):
+            pairs = State(s).flat_state()
+        else:
+            raise TypeError(f"merge expects States after the GraphDef, got a {type(s).__name__}.")
+        for path, leaf in pairs:
+            if path in flat:
+                raise GraphStructureError(
+                    f"The path {keys_str(path)} appears in more than one of the States "
+                    "given to merge; each leaf must come from exactly one State."
+                )
+            flat[path] = leaf
+    try:
+        ordered = [flat.pop(p) for p in graphdef.leaf_paths]
+    except KeyError:
+        present = {p for p, _ in _all_flat(states)}
+        missing = [keys_str(p) for p in graphdef.leaf_paths if p not in present]
+        raise GraphStructureError(
+            "The States given to merge do not match the GraphDef: missing leaves at "
+            + ", ".join(missing[:10])
+            + (f" (and {len(missing) - 10} more)" if len(missing) > 10 else "")
+            + ".\n"
+            + numbered_fixes(
+                [
+                    "pass every State that split returned (e.g. merge(graphdef, params, rest));",
+                    "check that the State comes from a graph with the same structure.",
+                ]
+            )
+        ) from None
+    if flat:
+        extra = [keys_str(p) for p in flat]
+        raise GraphStructureError(
+            "The States given to merge have leaves the GraphDef has no place for: "
+            + ", ".join(extra[:10])
+            + (f" (and {len(extra) - 10} more)" if len(extra) > 10 else "")
+            + ".\nFix: use the GraphDef returned by the same split as the State."
+        )
+    return ordered
+
+
+def _all_flat(states: tuple[Any, ...]) -> Iterator[tuple[PathParts, Any]]:
+    for s in states:
+        yield from (s if isinstance(s, State) else State(s)).flat_state()
+
+
+def _graphdef_and_states(first: Any, states: tuple[Any, ...]) -> tuple[GraphDef, tuple[Any, ...]]:
+    if isinstance(first, GraphState):
+        return first._graphdef, tuple(
+            s._state if isinstance(s, GraphState) else s for s in (first, *states)
+        )
+    if not isinstance(first, GraphDef):
+        raise TypeError(
+            f"merge expects a GraphDef (or a GraphState) first, got a {type(first).__name__}."
+            "\nFix: pass what split returned: nnx.merge(graphdef, state)."
+        )
+    return first, tuple(s._state if isinstance(s, GraphState) else s for s in states)
+
+
+def merge(
+    graphdef: GraphDef | GraphState,
+    /,
+    *states: Any,
+    copy: bool = False,
+    recreate_variables: bool = True,
+) -> Any:
+    """Builds new objects from a GraphDef and its State(s); the inverse of ``split``.
+
+    Args:
+      graphdef: the structure, from ``split`` (or a ``GraphState`` from ``unpack``,
+        which carries its GraphDef).
+      *states: the States from the same ``split`` (any order; nested dicts and
+        GraphStates work too). Leaves are matched by path.
+      copy: ``False`` (default): the new objects hold the States' own Variable
+        objects, so writing a Variable of the result writes the State. ``True``:
+        they hold new Variables with the same values and metadata.
+      recreate_variables: a raw value (not a Variable) at a Variable's place, as in
+        a pure State (``nnx.as_pure``), becomes a new Variable of the kind and
+        metadata the GraphDef records (``True``, default) or is put there as is.
+
+    Returns:
+      New objects (``__init__`` is not called); shared references and cycles are
+      restored.
+
+    Raises:
+      GraphStructureError (a ``ValueError``): a leaf the GraphDef needs is missing
+        from the States, or a State has a leaf the GraphDef has no place for; the
+        message names the paths.
+      TypeError: the first argument is no GraphDef/GraphState, or a state is not a
+        mapping.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> graphdef, state = nnx.split(m)
+      >>> m2 = nnx.merge(graphdef, state)
+      >>> m2 is m, m2.kernel is m.kernel, nnx.merge(graphdef, state, copy=True).kernel is m.kernel
+      (False, True, False)
+
+    Source: Flax NNX 0.12 ``nnx.merge``.
+    """
+    graphdef, all_states = _graphdef_and_states(graphdef, states)
+    return unflatten(
+        graphdef,
+        _ordered_leaves(graphdef, all_states),
+        share_variables=not copy,
+        recreate_variables=recreate_variables,
+    )
+
+
+def _copy_array(x: Any) -> Any:
+    return x.copy() if isinstance(x, ARRAY_TYPES) else x
+
+
+def clone(
+    node: Any, variables: bool = True, *, arrays: bool = False, graph: bool | None = None
+) -> Any:
+    """Returns a copy of ``node``'s graph: new objects with the same structure.
+
+    Args:
+      node: a graph (see ``split``).
+      variables: ``True``: the copy gets new Variables (same values and metadata),
+        independent of ``node``'s; ``False``: it holds ``node``'s Variable objects.
+      arrays: also copy the arrays (so not even buffers are shared); needs
+        ``variables=True``.
+      graph: graph or tree mode (see ``split``).
+
+    Returns:
+      The copy; shared references and cycles are kept.
+
+    Raises:
+      ValueError: ``arrays=True`` with ``variables=False``.
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> nnx.clone(m).kernel is m.kernel, nnx.clone(m, variables=False).kernel is m.kernel
+      (False, True)
+
+    Source: Flax NNX 0.12 ``nnx.clone``.
+    """
+    if arrays and not variables:
+        raise ValueError(
+            "clone(node, variables=False, arrays=True): copying the arrays needs new "
+            "Variables to hold them.\nFix: pass variables=True (the default)."
+        )
+    graphdef, leaves = flatten(node, graph=resolve_graph(graph))
+    if not variables:
+        return unflatten(graphdef, [v for _, v in leaves], share_variables=True)
+    if arrays:
+        copied = [
+            v.replace(_copy_array(v.raw_value)) if isinstance(v, Variable) else _copy_array(v)
+            for _, v in leaves
+        ]
+        return unflatten(graphdef, copied, share_variables=True)
+    return unflatten(graphdef, [v for _, v in leaves])

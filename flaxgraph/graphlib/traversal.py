@@ -1,0 +1,243 @@
+"""Walking and rewriting graphs: ``iter_graph``, ``iter_children``,
+``iter_module_children``, ``find_duplicates``, ``recursive_map``.
+
+Source: Flax NNX 0.12 ``nnx.iter_graph``, ``nnx.iter_children``,
+``nnx.iter_module_children``, ``nnx.find_duplicates``, ``nnx.recursive_map``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+from flaxgraph.filterlib import Filter, to_predicate
+from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import (
+    _GRAPH_NODE_IMPLS,
+    BUILTIN_CONTAINERS,
+    is_array_leaf,
+    pytree_children,
+)
+from flaxgraph.graphlib.walk import flatten
+from flaxgraph.modes import resolve_graph
+from flaxgraph.variablelib.variable import Variable
+
+PathParts = tuple[Hashable, ...]
+
+
+def _check_tree(node: Any, graph: bool | None, what: str) -> bool:
+    """Resolves ``graph``; in tree mode, raises if a Variable is reachable twice."""
+    if resolve_graph(graph):
+        return True
+    flatten(node, graph=False, root_name=what)
+    return False
+
+
+def iter_graph(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[PathParts, Any]]:
+    """Yields ``(path, value)`` for every value in the graph, children before parents.
+
+    Every graph node, Variable, container, array and static value is yielded. In
+    graph mode a node or Variable reachable along several paths is yielded once,
+    at its first path; in tree mode (``graph=False``) a shared Variable is an error
+    and a shared node without Variables is yielded at every path. The root comes
+    last with path ``()``.
+
+    Args:
+      node: a graph.
+      graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
+
+    Raises:
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared
+        (raised when iteration starts).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> [p for p, v in nnx.iter_graph(m) if isinstance(v, nnx.Variable)]
+      [('bias',), ('kernel',)]
+
+    Source: Flax NNX 0.12 ``nnx.iter_graph``.
+    """
+    if _check_tree(node, graph, "node"):
+        yield from _iter(node, (), RefMap[bool](), True)
+    else:
+        yield from _iter(node, (), RefMap[bool](), False)
+
+
+def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[Hashable, Any]]:
+    """Yields ``(key, child)`` for the direct children of ``node`` that are graph nodes
+    or Variables (not arrays, static values, or what sits inside lists and dicts).
+
+    Args:
+      node: a graph node.
+      graph: graph or tree mode; direct children are the same in both (two keys
+        holding the same object are both yielded).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> [k for k, _ in nnx.iter_children(m)]
+      ['bias', 'kernel']
+
+    Source: Flax NNX 0.12 ``nnx.iter_children``.
+    """
+    for key, child in _children(node):
+        if type(child) in _GRAPH_NODE_IMPLS or isinstance(child, Variable):
+            yield key, child
+
+
+def iter_module_children(
+    node: Any, /, *, graph: bool | None = None
+) -> Iterator[tuple[Hashable, Any]]:
+    """Yields ``(key, child)`` for the direct children of ``node`` that are graph
+    nodes (Objects, Modules, registered node types), not Variables.
+
+    Args:
+      node: a graph node.
+      graph: graph or tree mode (the same direct children in both).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> class Pair(nnx.Module):
+      ...   def __init__(self):
+      ...     self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0)); self.b = self.a
+      >>> [k for k, _ in nnx.iter_module_children(Pair())]
+      ['a', 'b']
+
+    Source: Flax NNX 0.12 ``nnx.iter_module_children``.
+    """
+    for key, child in _children(node):
+        if type(child) in _GRAPH_NODE_IMPLS:
+            yield key, child
+
+
+def _children(x: Any) -> list[tuple[Hashable, Any]]:
+    impl = _GRAPH_NODE_IMPLS.get(type(x))
+    if impl is not None:
+        return list(impl.flatten(x)[0])
+    if type(x) is dict:
+        return list(x.items())
+    if type(x) in (list, tuple):
+        return list(enumerate(x))
+    if isinstance(x, Variable) or is_array_leaf(x):
+        return []
+    children = pytree_children(x)
+    return children[0] if children is not None else []
+
+
+def _iter(
+    x: Any, path: PathParts, seen: RefMap[bool], graph: bool
+) -> Iterator[tuple[PathParts, Any]]:
+    node = type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+    if node:
+        if x in seen:
+            return  # graph mode: seen before; tree mode: a cycle (on the current path)
+        seen[x] = True
+    for key, child in _children(x):
+        yield from _iter(child, (*path, key), seen, graph)
+    if node and not graph:
+        del seen[x]  # tree mode: only the current path is remembered
+    yield path, x
+
+
+def find_duplicates(node: Any, /, *, only: Filter = ...) -> list[list[PathParts]]:
+    """Returns, for every node or Variable reachable along more than one path, all
+    its paths (shortest first). An empty list means the graph has no sharing.
+
+    Args:
+      node: a graph.
+      only: report only the shared values this filter matches (matched on the
+        value and its first path); default: all.
+
+    Returns:
+      One list of paths per shared node or Variable, in walk order. What sits below
+      a shared node is not reported again.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Tied(nnx.Module):
+      ...   def __init__(self):
+      ...     self.a = nnx.Param(jnp.ones(1)); self.b = self.a
+      >>> nnx.find_duplicates(Tied()), nnx.find_duplicates(Tied(), only=nnx.BatchStat)
+      ([[('a',), ('b',)]], [])
+
+    Source: Flax NNX 0.12 ``nnx.find_duplicates``.
+    """
+    paths = RefMap[list[PathParts]]()
+
+    def walk(x: Any, path: PathParts) -> None:
+        if type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable):
+            if x in paths:
+                paths[x].append(path)
+                return
+            paths[x] = [path]
+        for key, child in _children(x):
+            walk(child, (*path, key))
+
+    walk(node, ())
+    keep = to_predicate(only)
+    return [
+        sorted(p, key=len)
+        for x, p in paths.items()
+        if len(p) > 1 and (only is ... or keep(p[0], x))
+    ]
+
+
+def recursive_map(
+    f: Callable[[PathParts, Any], Any], node: Any, /, *, graph: bool | None = None
+) -> Any:
+    """Applies ``f(path, value)`` to every graph node and Variable, children first,
+    replacing each by what ``f`` returns; returns ``f((), node)``.
+
+    A node reachable along several paths is mapped once and the result reused, so
+    sharing survives. Containers are rebuilt around mapped children; arrays and
+    static values are passed through untouched.
+
+    Args:
+      f: the function; gets the path and the (already rebuilt) value.
+      node: a graph; its nodes are changed in place (children replaced).
+      graph: graph or tree mode; in tree mode a Variable reachable along two paths
+        raises ``SharedReferenceError`` before anything is changed.
+
+    Example (replace every Linear by a wrapper)::
+
+      new_model = nnx.recursive_map(
+          lambda path, x: Wrapped(x) if isinstance(x, nnx.Linear) else x, model)
+
+    Source: Flax NNX 0.12 ``nnx.recursive_map``.
+    """
+    _check_tree(node, graph, "node")
+    done = RefMap[Any]()
+
+    def go(x: Any, path: PathParts) -> Any:
+        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        if impl is not None:
+            if x in done:
+                return done[x]
+            done[x] = x  # a cycle back to x sees x itself
+            for key, child in list(impl.flatten(x)[0]):
+                new_child = go(child, (*path, key))
+                if new_child is not child:
+                    impl.set_child(x, key, new_child)
+            result = f(path, x)
+            done[x] = result
+            return result
+        if isinstance(x, Variable):
+            if x not in done:
+                done[x] = f(path, x)
+            return done[x]
+        if type(x) in BUILTIN_CONTAINERS:
+            items = list(x.items()) if type(x) is dict else list(enumerate(x))
+            new = [(k, go(v, (*path, k))) for k, v in items]
+            if all(n is v for (_, v), (_, n) in zip(items, new)):
+                return x
+            if type(x) is dict:
+                return dict(new)
+            return type(x)(v for _, v in new)
+        return x
+
+    return go(node, ())

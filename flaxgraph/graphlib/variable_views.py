@@ -1,0 +1,221 @@
+"""Graph-wide Variable settings: ``with_vars`` (and its old name ``vars_as``) and
+``set_metadata``.
+
+``with_vars(node, ref=True)`` returns a copy of the graph in which the selected
+Variables are Ref-backed (or plain with ``ref=False``, read-only with
+``mutable=False``…); ``set_metadata(node, **metadata)`` writes metadata into the
+selected Variables of a graph in place::
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> class M(nnx.Module):
+  ...   def __init__(self):
+  ...     self.w = nnx.Param(jnp.ones(2)); self.n = nnx.BatchStat(jnp.zeros(2))
+  >>> m = M()
+  >>> r = nnx.with_vars(m, ref=True, only=nnx.Param)
+  >>> r.w.ref, r.n is m.n, m.w.ref
+  (True, True, False)
+  >>> nnx.set_metadata(m, note='frozen', only=nnx.Param)
+  >>> m.w.note
+  'frozen'
+
+Source: Flax NNX 0.12 ``nnx.with_vars``, ``nnx.vars_as``, ``nnx.set_metadata``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable
+from typing import Any, TypeVar
+
+from flaxgraph.filterlib import Filter, to_predicate
+from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.paths import path_str
+from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.graphlib.walk import Walk
+from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
+
+A = TypeVar("A")
+PathParts = tuple[Hashable, ...]
+
+
+class _AliasWalk(Walk):
+    """A plain flatten that also records every further path of a shared Variable."""
+
+    def __init__(self) -> None:
+        super().__init__(RefMap())
+        self.aliases: RefMap[list[PathParts]] = RefMap()
+
+    def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+        if isinstance(x, Variable):
+            self.aliases.setdefault(x, []).append(path)
+
+
+def _check_flag(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"with_vars({name}=...) takes True, False or None, got {value!r}.")
+
+
+def with_vars(
+    node: A,
+    /,
+    *,
+    hijax: bool | None = None,
+    ref: bool | None = None,
+    mutable: bool | None = None,
+    only: Filter = ...,
+    allow_duplicates: bool = False,
+) -> A:
+    """Returns a copy of ``node`` whose selected Variables have the given flags.
+
+    Graph nodes (Modules, lists, dicts…) are new objects; a selected Variable
+    whose flags change becomes a new Variable of the same kind, value (same shape
+    and dtype) and metadata (a new ``jax.Ref`` for ``ref=True``/``hijax=True``,
+    holding the current value; ``ref=False`` holds the Ref's current content);
+    every other Variable is the *same* object as in ``node``. ``node`` itself is
+    not changed.
+
+    Args:
+      node: a graph (Module, Variable, list/dict of them…).
+      hijax, ref, mutable: the new flags (see ``nnx.Variable``); ``None`` keeps
+        each Variable's own.
+      only: a filter selecting the Variables to change (default: all).
+      allow_duplicates: a selected Variable reachable along several paths is an
+        error unless this is True; then its one new copy is shared at all paths.
+
+    Returns:
+      The new graph (same structure as ``node``).
+
+    Raises:
+      ValueError: a selected Variable is shared (several paths) and
+        ``allow_duplicates`` is False; the message lists the paths.
+      TypeError: a flag is not a ``bool``/``None``; ``ref``/``hijax`` asked for a
+        Variable whose value is not an array or number.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> frozen = nnx.with_vars(layer, mutable=False, only=nnx.Param)
+      >>> grads = jax.grad(lambda m: m(jnp.ones((1, 2))).sum())(frozen)
+      >>> grads.kernel.shape
+      (2, 3)
+
+    Source: Flax NNX 0.12 ``nnx.with_vars``.
+    """
+    for name, value in (("hijax", hijax), ("ref", ref), ("mutable", mutable)):
+        _check_flag(name, value)
+    predicate = to_predicate(only)
+    walk = _AliasWalk()
+    graphdef, leaves = walk.run(node)
+    if isinstance(node, Variable) and not leaves:
+        leaves = [((), node)]
+    changes: list[tuple[PathParts, Variable[Any], tuple[bool, bool, bool]]] = []
+    for path, leaf in leaves:
+        if not isinstance(leaf, Variable) or not predicate(path, leaf):
+            continue
+        flags = (
+            leaf.ref if ref is None else ref,
+            leaf.hijax if hijax is None else hijax,
+            leaf.mutable if mutable is None else mutable,
+        )
+        if flags != (leaf.ref, leaf.hijax, leaf.mutable):
+            changes.append((path, leaf, flags))
+    if not allow_duplicates:
+        for path, leaf, _ in changes:
+            others = walk.aliases.get(leaf)
+            if others:
+                listed = "\n".join(f"  {path_str('node', node, p)}" for p in [path, *others])
+                raise ValueError(
+                    f"with_vars would replace the {type(leaf).__name__} reachable at several "
+                    f"paths:\n{listed}\nFix: pass allow_duplicates=True to give every path "
+                    "the same new Variable, or narrow `only` to leave it unchanged."
+                )
+    replaced = RefMap[Any]()
+    for _, leaf, flags in changes:
+        replaced[leaf] = leaf._with_flags(*flags)
+    if isinstance(node, Variable):
+        return replaced.get(node, node)  # type: ignore[no-any-return]
+    new_leaves = [
+        replaced.get(leaf, leaf) if isinstance(leaf, Variable) else leaf for _, leaf in leaves
+    ]
+    # Every Variable (kept or new) is put in place as the object itself.
+    reuse = {
+        walk.ref_index[leaf]: new
+        for (_, leaf), new in zip(leaves, new_leaves)
+        if isinstance(leaf, Variable)
+    }
+    return unflatten(graphdef, new_leaves, reuse=reuse)  # type: ignore[no-any-return]
+
+
+def vars_as(
+    node: A,
+    /,
+    *,
+    hijax: bool | None = None,
+    ref: bool | None = None,
+    mutable: bool | None = None,
+    only: Filter = ...,
+    allow_duplicates: bool = False,
+) -> A:
+    """Deprecated name of ``with_vars`` (same arguments, result and errors).
+
+    Warns:
+      DeprecationWarning: always; call ``nnx.with_vars`` instead.
+
+    Source: Flax NNX 0.12 ``nnx.vars_as`` (deprecated there for ``with_vars``).
+    """
+    warnings.warn(
+        "nnx.vars_as is deprecated; use nnx.with_vars (same arguments).",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return with_vars(
+        node,
+        hijax=hijax,
+        ref=ref,
+        mutable=mutable,
+        only=only,
+        allow_duplicates=allow_duplicates,
+    )
+
+
+def set_metadata(node: Any, /, *, only: Filter = Variable, **metadata: Any) -> None:
+    """Sets ``metadata`` on every Variable of ``node`` that ``only`` selects, in place.
+
+    Args:
+      node: a graph (Module, Variable, list/dict of them…).
+      only: a filter selecting the Variables (default: all Variables).
+      **metadata: the entries to set (added to, or replacing, each Variable's).
+
+    Raises:
+      ValueError: an entry is a flag (``ref``, ``hijax``, ``mutable``): use
+        ``nnx.with_vars``. Nothing is changed then.
+      TraceContextError (a ``ValueError``): a selected Variable was created in
+        another JAX trace (captured by closure); nothing is changed then.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> class Foo(nnx.Module):
+      ...   def __init__(self):
+      ...     self.param = nnx.Param(0.0); self.variable = nnx.Variable(0.0)
+      >>> node = Foo()
+      >>> nnx.set_metadata(node, differentiable=False, only=nnx.Param)
+      >>> node.param.get_metadata('differentiable'), node.variable.has_metadata('differentiable')
+      (False, False)
+
+    Source: Flax NNX 0.12 ``nnx.set_metadata``.
+    """
+    flags = [k for k in FLAG_KEYS if k in metadata]
+    if flags:
+        raise ValueError(
+            f"set_metadata cannot change the {flags[0]!r} flag.\nFix: make a copy with "
+            f"`nnx.with_vars(node, {flags[0]}=...)`."
+        )
+    predicate = to_predicate(only)
+    targets = [v for p, v in iter_graph(node) if isinstance(v, Variable) and predicate(p, v)]
+    for v in targets:  # check every target before writing any
+        v._check_trace("set metadata")
+    for v in targets:
+        v.set_metadata(**metadata)

@@ -1,0 +1,441 @@
+"""Flatten: object graph -> (GraphDef, leaves), detecting sharing and cycles.
+
+The walk is depth-first. Each graph node and Variable gets a reference index
+the first time it is seen and becomes a ``NodeRef`` on every later sighting, so
+shared references and cycles are stored once. Containers (lists, dicts, tuples,
+other pytrees) are walked by value. Array leaves and Variables are appended,
+with their paths, to the leaf list in walk order; static values go into the
+GraphDef and must be hashable.
+
+``Walk`` carries a *prefix* down the walk and calls a few hooks (``enter_node``,
+``child_prefixes``, ``add_leaf``, ``on_alias``) that do nothing here; the
+transforms' lifting machine subclasses it to resolve ``in_axes``-like prefixes
+and check consistent aliasing in the same single pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import warnings
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from flaxgraph.errors import (
+    IdentityHashWarning,
+    SharedReferenceError,
+    StaticAttributeError,
+    numbered_fixes,
+)
+from flaxgraph.graphlib.graphdefs import (
+    ARRAY_DEF,
+    ContainerDef,
+    Def,
+    GraphDef,
+    NodeDef,
+    NodeRef,
+    StaticDef,
+    VariableDef,
+)
+from flaxgraph.graphlib.paths import path_str
+from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import (
+    _GRAPH_NODE_IMPLS,
+    ARRAY_TYPES,
+    DataLeaf,
+    StaticLeaf,
+    is_hashable,
+    is_plain_static,
+    pytree_children,
+)
+from flaxgraph.variablelib.variable import Variable
+
+PathParts = tuple[Hashable, ...]
+
+
+def flatten(
+    node: Any,
+    *,
+    ref_index: RefMap[int] | None = None,
+    root_name: str = "node",
+    error_root: Any = None,
+    graph: bool = True,
+) -> tuple[GraphDef, list[tuple[PathParts, Any]]]:
+    """Walks ``node`` and returns its GraphDef and its leaves with their paths.
+
+    Args:
+      node: any graph node, Variable, container or leaf.
+      ref_index: identity map node -> reference index, shared between calls to
+        give several graphs one index space (``split_context``); new nodes get
+        ``len(ref_index)`` as index. A fresh map is used if ``None``.
+      root_name: how error messages name the root (``node``, ``args``…).
+      error_root: the value paths in error messages are walked from (default
+        ``node``).
+      graph: ``False`` for tree mode: a Variable reachable along two paths raises
+        ``SharedReferenceError`` (see ``flaxgraph.modes``).
+
+    Returns:
+      ``(graphdef, leaves)`` where ``leaves`` is a list of ``(path, leaf)`` in walk
+      order; a leaf is the Variable object itself (not a copy) or a raw array.
+
+    Raises:
+      StaticAttributeError (a ``TypeError``): a static value, or a Variable's
+        metadata, is unhashable; the message names its path.
+      SharedReferenceError (a ``ValueError``): with ``graph=False``, a Variable is
+        reachable along several paths; the message lists them all.
+    """
+    walk = Walk(RefMap() if ref_index is None else ref_index, root_name, error_root, graph)
+    return walk.run(node)
+
+
+class Walk:
+    """One depth-first walk of a graph; see the module docstring.
+
+    Attributes:
+      ref_index: node/Variable -> reference index.
+      leaves: ``(path, leaf)`` pairs appended in walk order.
+      dynamic_leaves: if True, plain Python scalars that are not inside a graph
+        node are leaves (as JAX treats them in a transform's arguments) instead of
+        static values.
+      graph: ``False`` for tree mode, where a Variable reached twice is an error.
+    """
+
+    dynamic_leaves = False
+
+    def __init__(
+        self,
+        ref_index: RefMap[int],
+        root_name: str = "node",
+        error_root: Any = None,
+        graph: bool = True,
+    ):
+        self.ref_index = ref_index
+        self.leaves: list[tuple[PathParts, Any]] = []
+        self.root_name = root_name
+        self.error_root = error_root
+        self.graph = graph
+        self.walk_root: Any = None
+
+    def run(self, node: Any, prefix: Any = None) -> tuple[GraphDef, list[tuple[PathParts, Any]]]:
+        if self.error_root is None:
+            self.error_root = node
+        self.walk_root = node
+        root_def = self.visit(node, (), prefix, False)
+        return GraphDef(root_def, tuple(p for p, _ in self.leaves)), self.leaves
+
+    # -- hooks (no-ops for a plain split) ---------------------------------------------
+    def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+        """Called on the first sighting of a node or Variable; returns the prefix its
+        children (or, for a Variable, its value) receive."""
+        return prefix
+
+    def child_prefixes(
+        self, x: Any, path: PathParts, prefix: Any, keys: Sequence[Hashable]
+    ) -> Sequence[Any] | None:
+        """Per-child prefixes of a container, or ``None`` for "the same for all"."""
+        return None
+
+    def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+        self.leaves.append((path, leaf))
+
+    def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+        """Called when a node or Variable is reached again along another path."""
+
+    # -- the walk ----------------------------------------------------------------------------
+    def visit(self, x: Any, path: PathParts, prefix: Any, in_node: bool) -> Def:
+        t = type(x)
+        impl = _GRAPH_NODE_IMPLS.get(t)
+        if impl is not None:
+            index = self.ref_index.get(x)
+            if index is not None:
+                if not self.graph:
+                    self.tree_alias(x, path)
+                self.on_alias(x, path, prefix)
+                return NodeRef(t, index)
+            index = len(self.ref_index)
+            self.ref_index[x] = index
+            prefix = self.enter_node(x, path, prefix)
+            items, metadata = impl.flatten(x)
+            attributes = tuple((k, self.visit(v, (*path, k), prefix, True)) for k, v in items)
+            return NodeDef(t, index, metadata, attributes)
+        if isinstance(x, Variable):
+            index = self.ref_index.get(x)
+            if index is not None:
+                if not self.graph:
+                    self.tree_alias(x, path)
+                self.on_alias(x, path, prefix)
+                return NodeRef(t, index)
+            index = len(self.ref_index)
+            self.ref_index[x] = index
+            self.add_leaf(path, x, self.enter_node(x, path, prefix))
+            return VariableDef(t, index, self._frozen_metadata(x, path))
+        if t is list or t is tuple or t is dict:
+            keys: Sequence[Hashable] = tuple(x) if t is dict else range(len(x))
+            values = [x[k] for k in keys] if t is dict else x
+            prefixes = self.child_prefixes(x, path, prefix, keys)
+            if prefixes is None:
+                children = tuple(
+                    self.visit(v, (*path, k), prefix, in_node) for k, v in zip(keys, values)
+                )
+            else:
+                children = tuple(
+                    self.visit(v, (*path, k), p, in_node) for k, v, p in zip(keys, values, prefixes)
+                )
+            return ContainerDef(t, tuple(keys), children)
+        if isinstance(x, ARRAY_TYPES) or (self.dynamic_leaves and not in_node and _is_scalar(x)):
+            self.add_leaf(path, x, prefix)
+            return ARRAY_DEF
+        if is_plain_static(x):
+            return StaticDef(x)
+        if t is DataLeaf:
+            self.add_leaf(path, x.value, prefix)
+            return ARRAY_DEF
+        if t is StaticLeaf:
+            self._check_hashable(x.value, path)
+            return StaticDef(x.value)
+        children_and_treedef = pytree_children(x)
+        if children_and_treedef is not None:
+            items, treedef = children_and_treedef
+            keys = tuple(k for k, _ in items)
+            prefixes = self.child_prefixes(x, path, prefix, keys)
+            if prefixes is None:
+                prefixes = [prefix] * len(items)
+            children = tuple(
+                self.visit(v, (*path, k), p, in_node) for (k, v), p in zip(items, prefixes)
+            )
+            return ContainerDef(t, keys, children, treedef)
+        if self.dynamic_leaves and not in_node:
+            # Anything else outside graph nodes is a JAX leaf, as in jax.jit's arguments.
+            self.add_leaf(path, x, prefix)
+            return ARRAY_DEF
+        self._check_hashable(x, path)
+        return StaticDef(x)
+
+    def where(self, path: PathParts) -> str:
+        return path_str(self.root_name, self.error_root, path)
+
+    def diagnostic_root(self) -> tuple[Any, bool]:
+        """``(root, wrapped)``: what error diagnostics re-walk, and whether it is a
+        tuple of named roots (paths then start with the root's position)."""
+        return self.error_root, False
+
+    def tree_alias(self, x: Any, path: PathParts = ()) -> None:
+        """Tree mode met ``x`` again at ``path``: an error if ``x`` is an ancestor of
+        ``path`` (a cycle: a tree has none) or if a Variable is thereby reachable twice
+        (a shared object without Variables is harmless: pytrees may repeat leaves-free
+        nodes)."""
+        depth = _ancestor_depth(self.walk_root, path, x)
+        if depth is not None:
+            raise SharedReferenceError(
+                f"Tree mode (graph=False) does not allow cycles: the {type(x).__name__} at "
+                f"{self.where(path[:depth])} contains itself at {self.where(path)}.\n"
+                + numbered_fixes(
+                    [
+                        "remove the reference that closes the cycle;",
+                        "or use graph mode: graph=True.",
+                    ]
+                )
+            )
+        if isinstance(x, Variable) or _holds_variable(x):
+            root, wrapped = self.diagnostic_root()
+            raise SharedReferenceError(
+                shared_variables_message(
+                    root,
+                    self.where,
+                    "Tree mode (graph=False) does not allow shared references",
+                    wrapped,
+                )
+            )
+
+    def _frozen_metadata(self, v: Variable[Any], path: PathParts) -> tuple[tuple[str, Any], ...]:
+        if not v._var_metadata:
+            return ()
+        metadata = tuple(sorted(v._var_metadata.items()))
+        try:
+            hash(metadata)
+        except TypeError:
+            bad = [k for k, m in metadata if not is_hashable(m)]
+            raise StaticAttributeError(
+                f"Metadata {bad[0]!r} of the {type(v).__name__} at {self.where(path)} is "
+                f"unhashable ({type(dict(metadata)[bad[0]]).__name__}), but metadata is part "
+                "of the GraphDef, which must be hashable.\n"
+                + numbered_fixes([f"use a tuple (or another hashable value) for {bad[0]!r}."])
+            ) from None
+        return metadata
+
+    def _check_hashable(self, x: Any, path: PathParts) -> None:
+        if _made_per_instance(x):
+            warnings.warn(
+                f"The static attribute at {self.where(path)} is a {type(x).__name__} that "
+                "hashes by identity: every new instance gives a new GraphDef, so transforms "
+                "recompile for each new model even when nothing else changed.\n"
+                + numbered_fixes(
+                    [
+                        "define __eq__ and __hash__ on the class (or make it a frozen dataclass);",
+                        "or store a module-level function/value instead of a fresh object.",
+                    ]
+                ),
+                IdentityHashWarning,
+                stacklevel=2,
+            )
+        if not is_hashable(x):
+            raise StaticAttributeError(
+                f"The static attribute at {self.where(path)} is a {type(x).__name__}, which "
+                "is unhashable; static attributes are stored in the GraphDef, which must be "
+                "hashable (it is a jit cache key).\n"
+                + numbered_fixes(
+                    [
+                        "make the value hashable (a tuple instead of a list, a frozen dataclass…);",
+                        "or, if it holds arrays, wrap the arrays in a Variable (nnx.Variable(x)) "
+                        "or register the type as a JAX pytree so its arrays become state.",
+                    ]
+                )
+            )
+
+
+_SCALARS = frozenset({int, float, bool, complex})
+
+
+def _made_per_instance(x: Any) -> bool:
+    """Whether a static value compares by identity *and* is likely created afresh for
+    each model (so two equal models get unequal GraphDefs): plain objects without
+    ``__eq__``, lambdas and nested functions (closures such as initializers made by
+    ``lecun_normal()``), and ``functools.partial``. Module-level functions, classes,
+    modules and JAX's function wrappers are identity-hashed too but are singletons,
+    and so are ``None`` and ``...`` (reached here as ``nnx.static(None)``)."""
+    if is_plain_static(x):
+        return False
+    if isinstance(x, functools.partial):
+        return True
+    if isinstance(x, types.FunctionType):
+        return "<lambda>" in x.__qualname__ or "<locals>" in x.__qualname__
+    if type(x).__hash__ is not object.__hash__ or callable(x):
+        return False
+    return not isinstance(x, (types.ModuleType, type))
+
+
+def _is_scalar(x: Any) -> bool:
+    return type(x) in _SCALARS
+
+
+def _ancestor_depth(root: Any, path: PathParts, x: Any) -> int | None:
+    """The length of the prefix of ``path`` (walked from ``root``) that leads to ``x``,
+    if ``x`` is met on the way (then reaching ``x`` at ``path`` closes a cycle)."""
+    current = root
+    for depth, key in enumerate(path):
+        if current is x:
+            return depth
+        impl = _GRAPH_NODE_IMPLS.get(type(current))
+        if impl is not None:
+            current = impl.get_child(current, key)
+        elif type(current) in (list, tuple, dict):
+            current = current[key]
+        else:
+            children = pytree_children(current) if not isinstance(current, ARRAY_TYPES) else None
+            if children is None:
+                return None
+            current = dict(children[0]).get(key)
+        if type(current) in (DataLeaf, StaticLeaf):
+            current = current.value
+    return None
+
+
+def _holds_variable(node: Any) -> bool:
+    """Whether a Variable is reachable from the graph node ``node``."""
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, Variable):
+            return True
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        if impl is not None:
+            todo.extend(v for _, v in impl.flatten(x)[0])
+        elif type(x) in (list, tuple):
+            todo.extend(x)
+        elif type(x) is dict:
+            todo.extend(x.values())
+        else:
+            children = pytree_children(x) if not isinstance(x, ARRAY_TYPES) else None
+            if children is not None:
+                todo.extend(v for _, v in children[0])
+    return False
+
+
+def variable_paths(root: Any, wrapped: bool = False) -> dict[int, list[tuple[Any, PathParts]]]:
+    """Every path of every Variable reachable from ``root`` (through shared nodes
+    too, cycles cut): ``id(variable) -> [(variable, path), ...]``. With ``wrapped``,
+    ``root`` is a tuple of named roots and paths start with the root's position."""
+    found: dict[int, list[tuple[Any, PathParts]]] = {}
+    on_path: set[int] = set()
+
+    def go(x: Any, path: PathParts) -> None:
+        if isinstance(x, Variable):
+            found.setdefault(id(x), []).append((x, path))
+            return
+        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        if impl is not None:
+            if id(x) in on_path:
+                return
+            on_path.add(id(x))
+            for k, v in impl.flatten(x)[0]:
+                go(v, (*path, k))
+            on_path.discard(id(x))
+        elif type(x) in (list, tuple):
+            for i, v in enumerate(x):
+                go(v, (*path, i))
+        elif type(x) is dict:
+            for k, v in x.items():
+                go(v, (*path, k))
+        elif not isinstance(x, ARRAY_TYPES):
+            children = pytree_children(x)
+            if children is not None:
+                for k, v in children[0]:
+                    go(v, (*path, k))
+
+    if wrapped:
+        for i, r in enumerate(root):
+            go(r, (i,))
+    else:
+        go(root, ())
+    return found
+
+
+def shared_variables_message(
+    root: Any,
+    where: Any,
+    what: str,
+    wrapped: bool = False,
+    fixes: Sequence[str] = (),
+    select: Any = None,
+) -> str:
+    """The message of a ``SharedReferenceError``: every Variable reachable along
+    several paths (those whose list of paths ``select`` accepts, if given), each path
+    formatted by ``where``."""
+    lines = []
+    for entries in variable_paths(root, wrapped).values():
+        if len(entries) > 1 and (select is None or select([p for _, p in entries])):
+            v = entries[0][0]
+            shape = getattr(v.raw_value, "shape", None)
+            lines.append(
+                f"  the {type(v).__name__}"
+                + (f" of shape {tuple(shape)}" if shape is not None else "")
+                + " at:"
+            )
+            lines.extend(f"    {where(p)}" for _, p in entries)
+    return (
+        f"{what}, but these Variables are reachable along several paths:\n"
+        + "\n".join(lines)
+        + "\n"
+        + numbered_fixes(
+            list(fixes)
+            or [
+                "remove the duplicate references, so that the objects form a tree;",
+                "pass a copy (nnx.clone(obj)) where the object appears a second time;",
+                "or use graph mode: graph=True (or the nnx.compat spelling of the function).",
+            ]
+        )
+    )

@@ -1,0 +1,485 @@
+"""Pytree and Object: the reference-semantics base classes (graph nodes).
+
+A ``Pytree`` is an ordinary mutable Python object: assign any attribute
+(arrays, Variables, sub-objects, lists and dicts of them, plain values). Two
+views of it exist:
+
+* **Graph view** (reference semantics). ``split``/``merge`` and flaxgraph's
+  transforms see an Object as a graph node: shared references and cycles are
+  kept, and updates made inside a transform come back to the same object.
+* **Pytree view** (value semantics). Every Pytree class is registered as a JAX
+  pytree: *data* attributes (arrays, Variables, sub-objects, containers holding
+  any of them) are children, everything else is static. So ``jax.tree.map`` and
+  plain ``jax.jit`` accept Objects, copying them like any pytree (shared
+  references become copies; cycles are not supported in this view). Wrap a value
+  in ``nnx.data(...)`` or ``nnx.static(...)`` when assigning it, or declare the
+  field with ``x: int = nnx.data()`` / ``nnx.static()`` at class level (also the
+  field specifiers of ``nnx.dataclass``), to override the automatic choice.
+  ``class Foo(nnx.Pytree, pytree=False)`` opts out of the pytree view;
+  ``nnx.Object`` is exactly that (a graph node that JAX sees as one leaf), as in
+  Flax NNX 0.12. ``Module`` derives from ``Pytree``.
+
+An Object records the JAX trace it was created in; assigning or deleting an
+attribute from another trace raises ``TraceContextError``. That is what stops a
+transform from silently leaking tracers into an object captured by closure.
+
+Each Object also keeps a *structure version* that changes whenever an
+assignment changes the graph's structure (a new or deleted attribute, another
+sub-object, a static value) but not when an array or a Variable's value
+changes. Transforms use it to reuse cached GraphDefs.
+
+Source: Flax NNX 0.12 ``nnx.Pytree``/``nnx.Object``, ``nnx.data``/``nnx.static``,
+``nnx.dataclass``, ``nnx.is_data``/``nnx.has_data``/``nnx.register_data_type``,
+``nnx.check_pytree``; the data/static split of PAX (seed 004).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Iterable
+from typing import Any, TypeVar
+
+import jax
+
+from flaxgraph.errors import TraceContextError
+from flaxgraph.graphlib.registry import (
+    _GRAPH_NODE_IMPLS,
+    ARRAY_TYPES,
+    BUILTIN_CONTAINERS,
+    MISSING,
+    DataLeaf,
+    StaticLeaf,
+    pytree_children,
+    register_graph_node_type,
+)
+from flaxgraph.pytreelib.attribute_kinds import (
+    _DATA,
+    _DATA_TYPES,
+    _STATIC,
+    _class_kinds,
+    _Marked,
+    data,
+    has_data,
+    static,
+)
+from flaxgraph.renderers import RENDERERS
+from flaxgraph.tracing import current_trace
+from flaxgraph.variablelib.variable import Variable
+
+T = TypeVar("T")
+
+
+class Pytree:
+    """Base class of reference-semantics objects that are also JAX pytrees (see the
+    module docstring). ``class Foo(nnx.Pytree, pytree=False)`` makes a graph node
+    that JAX treats as a single leaf; subclasses inherit the choice.
+
+    Raises:
+      TraceContextError (a ``ValueError``): an attribute is assigned or deleted
+        from a JAX trace other than the one the object was created in.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> class Scale(nnx.Pytree):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(2)); self.name = 'scale'
+      >>> jax.tree.leaves(Scale())
+      [Array([1., 1.], dtype=float32)]
+
+    Source: Flax NNX 0.12 ``nnx.Pytree``.
+    """
+
+    __slots__ = ("_obj_trace", "_obj_version", "_obj_kinds", "__dict__", "__weakref__")
+    _obj_class_kinds: tuple[tuple[str, str], ...] = ()
+    _obj_is_pytree = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = object.__new__(cls)
+        _init_slots(obj, cls._obj_class_kinds)
+        return obj
+
+    def __init_subclass__(cls, *, pytree: bool | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if pytree is not None:
+            cls._obj_is_pytree = bool(pytree)
+        cls._obj_class_kinds = _class_kinds(cls)
+        _register(cls)
+
+    # -- mutation guard and structure version ----------------------------------------
+    def _check_trace(self, what: str) -> None:
+        if self._obj_trace != current_trace():
+            raise TraceContextError(
+                f"Cannot {what} of this {type(self).__name__}: it was created outside the "
+                "current JAX transform and was captured by closure, so the change would "
+                "leak a tracer.\nFix: pass the object as an argument of the transformed "
+                "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
+                "enclosing scope)."
+            )
+
+    def _check_write(self, items: list[tuple[str, Any]], kinds: Any) -> None:
+        """Raises if writing ``items`` (an in-place update) would mutate this object
+        from another trace; used by the graph engine before it writes anything."""
+        d = self.__dict__
+        if self._obj_trace != current_trace() and (
+            _items_change_structure(self, items, kinds)
+            or any(d.get(k, MISSING) is not v for k, v in items)
+        ):
+            self._check_trace("update the attributes")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._check_trace(f"set attribute {name!r}")
+        if type(value) is _Marked:
+            self._set_kind(name, value.kind)
+            value = value.value
+        old = self.__dict__.get(name, MISSING)
+        if not _same_structure(old, value):
+            object.__setattr__(self, "_obj_version", self._obj_version + 1)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._check_trace(f"delete attribute {name!r}")
+        object.__delattr__(self, name)
+        object.__setattr__(self, "_obj_version", self._obj_version + 1)
+        if any(n == name for n, _ in self._obj_kinds):
+            object.__setattr__(
+                self, "_obj_kinds", tuple((n, k) for n, k in self._obj_kinds if n != name)
+            )
+
+    def _set_kind(self, name: str, kind: str) -> None:
+        kinds = tuple(sorted((*((n, k) for n, k in self._obj_kinds if n != name), (name, kind))))
+        if kinds != self._obj_kinds:
+            object.__setattr__(self, "_obj_kinds", kinds)
+            object.__setattr__(self, "_obj_version", self._obj_version + 1)
+
+    # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
+    def __repr__(self) -> str:
+        return RENDERERS.text("object", self)
+
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        return RENDERERS.treescope("object", self, path, subtree_renderer)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return RENDERERS.mimebundle(self, include, exclude)
+
+    def __getstate__(self) -> Any:
+        return dict(self.__dict__), self._obj_kinds
+
+    def __setstate__(self, state: Any) -> None:
+        attributes, kinds = state
+        _init_slots(self, kinds)
+        self.__dict__.update(attributes)
+
+
+def _init_slots(obj: Pytree, kinds: tuple[tuple[str, str], ...], trace: object = None) -> None:
+    _set_trace(obj, current_trace() if trace is None else trace)
+    _set_version(obj, 0)
+    _set_kinds(obj, kinds)
+
+
+_set_trace = Pytree._obj_trace.__set__  # type: ignore[attr-defined]
+_set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
+_set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
+
+
+def _same_structure(old: Any, new: Any) -> bool:
+    """True when replacing ``old`` by ``new`` leaves the graph structure unchanged."""
+    return old is new or (isinstance(old, ARRAY_TYPES) and isinstance(new, ARRAY_TYPES))
+
+
+def structure_version(obj: Pytree) -> int:
+    """The structure version of ``obj`` (see the module docstring)."""
+    return obj._obj_version
+
+
+# -- graph view --------------------------------------------------------------------------
+
+
+def _sorted_items(obj: Pytree) -> list[tuple[Any, Any]]:
+    try:
+        return sorted(obj.__dict__.items())
+    except TypeError:  # int keys (nnx.List) mixed with attribute names
+        return sorted(obj.__dict__.items(), key=lambda kv: (type(kv[0]).__name__, kv[0]))
+
+
+def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
+    kinds = obj._obj_kinds
+    items = _sorted_items(obj)
+    if _DATA_TYPES:  # registered data types that are not pytrees are State leaves
+        items = [(k, DataLeaf(v) if _is_opaque_data(v) else v) for k, v in items]
+    if kinds:
+        forced = dict(kinds)
+        items = [
+            (
+                k,
+                DataLeaf(v)
+                if forced.get(k) == _DATA and not _is_data(v)
+                else StaticLeaf(v)
+                if forced.get(k) == _STATIC
+                else v,
+            )
+            for k, v in items
+        ]
+    return items, kinds
+
+
+def _is_opaque_data(value: Any) -> bool:
+    return type(value) in _DATA_TYPES and pytree_children(value) is None
+
+
+def _items_change_structure(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> bool:
+    d = obj.__dict__
+    if len(d) != len(items) or obj._obj_kinds != kinds:
+        return True
+    return any(not _same_structure(d.get(k, MISSING), v) for k, v in items)
+
+
+def _graph_set_items(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> None:
+    d = obj.__dict__
+    if not d:  # a node being built (merge): nothing to compare with
+        d.update(items)
+        if kinds != obj._obj_kinds:
+            _set_kinds(obj, kinds)
+        return
+    if _items_change_structure(obj, items, kinds):
+        d.clear()
+        object.__setattr__(obj, "_obj_kinds", kinds)
+        object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
+    d.update(items)
+
+
+def _graph_create_empty(cls: type) -> Any:
+    def create(kinds: Hashable, trace: object = None) -> Pytree:
+        obj = object.__new__(cls)
+        _init_slots(obj, kinds, trace)  # type: ignore[arg-type]
+        return obj
+
+    return create
+
+
+def _graph_get_child(obj: Pytree, key: Hashable) -> Any:
+    return obj.__dict__.get(key, MISSING)  # type: ignore[arg-type]
+
+
+def _graph_set_child(obj: Pytree, key: Hashable, value: Any) -> None:
+    if isinstance(key, str):
+        obj.__setattr__(key, value)
+        return
+    obj._check_trace(f"set item {key!r}")  # int keys: nnx.List items
+    old = obj.__dict__.get(key, MISSING)
+    obj.__dict__[key] = value
+    if not _same_structure(old, value):
+        object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
+
+
+def _graph_del_child(obj: Pytree, key: Hashable) -> None:
+    if isinstance(key, str):
+        obj.__delattr__(key)
+        return
+    obj._check_trace(f"delete item {key!r}")
+    del obj.__dict__[key]
+    object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
+
+
+# -- pytree view ---------------------------------------------------------------------------
+
+
+def _is_data(value: Any) -> bool:
+    if isinstance(value, (Variable, Pytree, *ARRAY_TYPES)) or type(value) in _DATA_TYPES:
+        return True
+    if type(value) in BUILTIN_CONTAINERS:
+        children: Iterable[Any] = value.values() if type(value) is dict else value
+        return any(_is_data(v) for v in children)
+    # Other pytree nodes (named tuples such as optax states, States…) are data when
+    # they hold data, as the graph view walks them too.
+    node = pytree_children(value) if type(value) not in _GRAPH_NODE_IMPLS else None
+    return node is not None and any(_is_data(v) for _, v in node[0])
+
+
+def _split_attributes(obj: Pytree) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    forced = dict(obj._obj_kinds)
+    children, statics = [], []
+    for name, value in _sorted_items(obj):
+        kind = forced.get(name) or (_DATA if _is_data(value) else _STATIC)
+        (children if kind == _DATA else statics).append((name, value))
+    return children, statics
+
+
+def _attr_key(name: Any) -> Any:
+    # nnx.List stores its items under int keys; GetAttrKey only takes strings.
+    if isinstance(name, str):
+        return jax.tree_util.GetAttrKey(name)
+    return jax.tree_util.SequenceKey(name)
+
+
+def _register(cls: type) -> None:
+    register_graph_node_type(
+        cls,
+        _graph_flatten,
+        _graph_create_empty(cls),
+        _graph_set_items,
+        _graph_get_child,
+        _graph_set_child,
+        _graph_del_child,
+    )
+
+    def flatten_with_keys(obj: Pytree) -> Any:
+        children, statics = _split_attributes(obj)
+        aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
+        return [(_attr_key(n), v) for n, v in children], aux
+
+    def flatten(obj: Pytree) -> Any:
+        children, statics = _split_attributes(obj)
+        aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
+        return [v for _, v in children], aux
+
+    def unflatten(aux: Any, children: Iterable[Any]) -> Pytree:
+        names, statics, kinds = aux
+        obj = object.__new__(cls)
+        _init_slots(obj, kinds)
+        obj.__dict__.update(statics)
+        obj.__dict__.update(zip(names, children))
+        return obj
+
+    if cls._obj_is_pytree:  # type: ignore[attr-defined]
+        jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+
+
+_register(Pytree)
+
+
+class Object(Pytree, pytree=False):
+    """Base class of reference-semantics objects that are *not* pytrees: graph nodes
+    (``split``, ``merge`` and the transforms see them as usual) that plain JAX
+    functions treat as a single leaf. Subclass ``Pytree`` (as ``Module`` does) for
+    objects that plain ``jax.tree`` functions should look into.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> class Counter(nnx.Object):
+      ...   def __init__(self):
+      ...     self.n = nnx.Variable(jnp.array(0))
+      >>> c = Counter()
+      >>> jax.tree.leaves(c) == [c], list(nnx.state(c))
+      (True, ['n'])
+
+    Source: Flax NNX 0.12 ``nnx.Object`` (a ``Pytree`` subclass with ``pytree=False``).
+    """
+
+
+def check_pytree(pytree: Any) -> None:
+    """Checks that no attribute of ``pytree`` marked static (``nnx.static``) holds data
+    (arrays, Variables, graph nodes), which would silently be baked into the
+    GraphDef and the pytree's static part.
+
+    Raises:
+      TypeError: ``pytree`` is not a ``Pytree``.
+      ValueError: a static attribute holds data; the message names the attribute,
+        the data types found and the fixes.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Bad(nnx.Pytree):
+      ...   def __init__(self):
+      ...     self.table = nnx.static([jnp.ones(1)])
+      >>> try:
+      ...   nnx.check_pytree(Bad())
+      ... except ValueError as e:
+      ...   print(str(e).splitlines()[0])
+      The static attribute Bad.table holds data (ArrayImpl).
+
+    Source: Flax NNX 0.12 ``nnx.check_pytree``.
+    """
+    if not isinstance(pytree, Pytree):
+        raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(pytree).__name__}.")
+    forced = dict(pytree._obj_kinds)
+    for name, value in _sorted_items(pytree):
+        if forced.get(name) != _STATIC:
+            continue
+        found = has_data(value)
+        if found:
+            kinds = ", ".join(sorted({type(x).__name__ for x in found}))
+            raise ValueError(
+                f"The static attribute {type(pytree).__name__}.{name} holds data ({kinds}).\n"
+                f"Fix: 1. if it is meant to be data, assign it with nnx.data(...) (or "
+                f"declare `{name}: ... = nnx.data()` on the class); 2. if it is meant to "
+                "be static, remove the arrays/Variables from it."
+            )
+
+
+_DATACLASS_OPTIONS = (
+    "init",
+    "eq",
+    "order",
+    "unsafe_hash",
+    "match_args",
+    "kw_only",
+    "slots",
+    "weakref_slot",
+)
+
+
+def dataclass(
+    cls: type[T] | None = None,
+    /,
+    *,
+    init: bool = True,
+    eq: bool = True,
+    order: bool = False,
+    unsafe_hash: bool = False,
+    match_args: bool = True,
+    kw_only: bool = False,
+    slots: bool = False,
+    weakref_slot: bool = False,
+) -> Any:
+    """``dataclasses.dataclass`` for ``Pytree`` subclasses: fields declared with
+    ``nnx.data()``/``nnx.static()`` get that kind, other fields the automatic one.
+
+    Args:
+      cls: the class (or ``None`` when used as ``@nnx.dataclass(...)``).
+      init, eq, order, unsafe_hash, match_args, kw_only, slots, weakref_slot: as
+        for ``dataclasses.dataclass``.
+
+    Raises:
+      TypeError: ``cls`` is not a ``Pytree`` subclass.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> @nnx.dataclass
+      ... class Point(nnx.Pytree):
+      ...   x: jax.Array
+      ...   label: str = nnx.static(default='p')
+      ...   steps: int = nnx.data(default=0)
+      >>> jax.tree.leaves(Point(jnp.zeros(2)))      # attributes in name order
+      [0, Array([0., 0.], dtype=float32)]
+
+    Source: Flax NNX 0.12 ``nnx.dataclass``.
+    """
+    options = dict(zip(_DATACLASS_OPTIONS, (init, eq, order, unsafe_hash, match_args)))
+    options.update(kw_only=kw_only, slots=slots, weakref_slot=weakref_slot)
+
+    def wrap(klass: type[T]) -> type[T]:
+        if not (isinstance(klass, type) and issubclass(klass, Pytree)):
+            raise TypeError(
+                f"nnx.dataclass is for nnx.Pytree subclasses, got {klass!r}.\nFix: derive "
+                "the class from nnx.Pytree (or nnx.Module)."
+            )
+        new = dataclasses.dataclass(klass, **options)  # type: ignore[call-overload]
+        new._obj_class_kinds = _class_kinds(new)
+        return new  # type: ignore[no-any-return]
+
+    return wrap if cls is None else wrap(cls)
+
+
+__all__ = [
+    "Object",
+    "Pytree",
+    "check_pytree",
+    "data",  # defined in attribute_kinds; importable from here too
+    "dataclass",
+    "static",
+    "structure_version",
+]

@@ -1,0 +1,210 @@
+"""``with_rngs``: a copy of a graph whose random streams are split, broadcast or forked.
+
+Before a ``vmap`` or ``scan`` every instance usually needs its own keys (split),
+sometimes the same keys (broadcast), and a fresh independent stream is often
+wanted for the rest (fork). ``with_rngs`` does all three at once and returns a
+copy of the graph holding the new streams; the other objects of the copy share
+the original's Variables, so nothing needs restoring afterwards::
+
+  >>> import flaxgraph as nnx
+  >>> rngs = nnx.Rngs(params=0, dropout=1)
+  >>> new = nnx.with_rngs(rngs, split={'params': 4}, fork=nnx.Not('params'))
+  >>> new.params.key.shape, new.dropout.key.shape
+  ((4,), ())
+  >>> rngs.params.key.shape        # the original keeps its key (its count advanced)
+  ()
+
+Each selected stream draws one key from the original stream (so its count
+advances, and calling ``with_rngs`` again gives different keys):
+
+* **split** ``k``: the new stream holds ``k`` independent keys (``RngStream.split``);
+* **broadcast** ``k``: one fresh key repeated to shape ``k`` (``RngStream.broadcast``);
+* **fork**: one fresh key (an independent stream of the same shape).
+
+Source: Flax NNX 0.12 ``nnx.with_rngs``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from flaxgraph.filterlib import to_predicate
+from flaxgraph.graphlib.paths import path_str
+from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.modes import resolve
+from flaxgraph.node_copy import copy_nodes
+from flaxgraph.rnglib.rngs import RngStream, _rules
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+_CATCH_ALL = (Ellipsis, True)
+
+
+def _fork_rules(fork: Any) -> list[tuple[Any, Any, Any]]:
+    if fork is None:
+        return []
+    if isinstance(fork, str) or not isinstance(fork, Sequence):
+        fork = [fork]
+    return [(f, to_predicate(f), None) for f in fork]
+
+
+def _is_catch_all(f: Any) -> bool:
+    return any(f is c for c in _CATCH_ALL)
+
+
+def with_rngs(
+    node: Any = MISSING,
+    /,
+    *,
+    split: Any = None,
+    fork: Any = None,
+    broadcast: Any = None,
+    only: Any = True,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """Returns a copy of ``node`` whose ``RngStream``s are split, broadcast or forked.
+
+    Args:
+      node: any value holding ``RngStream``s (an ``Rngs``, a module, a list or
+        dict of them…). Omit it for the decorator form: ``@nnx.with_rngs(split=4)``
+        passes such a copy of the decorated function's arguments.
+      split: an int or shape (split every stream into that many keys) or a mapping
+        ``{filter: shape}`` (first matching filter wins).
+      fork: a filter or a sequence of filters selecting streams to fork; ``...``
+        forks every stream no other rule selects.
+      broadcast: like ``split``, for streams whose one fresh key is repeated.
+      only: a filter restricting which streams are considered (default: all).
+      graph: ``False`` for tree mode: a Variable reachable along two paths is an
+        error (``None``: ``nnx.set_graph_mode``'s default).
+      graph_updates: accepted for Flax compatibility; the result is always a copy,
+        so the mode changes nothing here. (Flax 0.12.8 raises
+        ``NotImplementedError`` in its default mode ``graph=True,
+        graph_updates=True``; flaxgraph returns the copy in every mode.)
+
+    Filters see ``(path, stream)`` with the stream's path from ``node``. A stream
+    selected by several rules takes ``split`` over ``broadcast`` over ``fork``,
+    unless two of the matching filters are specific (neither ``...`` nor
+    ``True``): that is an error. Streams no rule selects are copied unchanged
+    (sharing their key and count Variables).
+
+    Returns:
+      A copy of ``node`` (same structure; graph nodes copied, Variables shared
+      except the new streams'), or a decorator when ``node`` is omitted.
+
+    Raises:
+      ValueError: a stream matches specific filters of two rules; the message
+        names the stream's path and the filters.
+      TypeError: a ``split``/``broadcast`` shape is not an int or tuple of ints.
+      SharedReferenceError (``ValueError``): tree mode and a Variable of ``node``
+        reachable along several paths.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(params=0, dropout=1, noise=2)
+      >>> new = nnx.with_rngs(rngs, split={'params': 4, ...: (2, 4)})
+      >>> new.params.key.shape, new.noise.key.shape
+      ((4,), (2, 4))
+      >>> nnx.with_rngs(rngs, broadcast=3, only='dropout').dropout.key.shape
+      (3,)
+
+    Source: Flax NNX 0.12 ``nnx.with_rngs``.
+    """
+    mode = resolve(graph, graph_updates)
+    split_rules = _rules(split, "split")
+    broadcast_rules = _rules(broadcast, "broadcast")
+    fork_rules = _fork_rules(fork)
+    only_p = to_predicate(only)
+    if node is MISSING:
+
+        def decorator(f: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(f)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                new_args, new_kwargs = _with_rngs(
+                    (args, kwargs),
+                    split_rules,
+                    broadcast_rules,
+                    fork_rules,
+                    only_p,
+                    mode.graph,
+                    arguments=True,
+                )
+                return f(*new_args, **new_kwargs)
+
+            return wrapper
+
+        return decorator
+    return _with_rngs(node, split_rules, broadcast_rules, fork_rules, only_p, mode.graph)
+
+
+def _with_rngs(
+    node: Any,
+    split_rules: list[tuple[Any, Any, Any]],
+    broadcast_rules: list[tuple[Any, Any, Any]],
+    fork_rules: list[tuple[Any, Any, Any]],
+    only_p: Callable[..., bool],
+    graph: bool,
+    arguments: bool = False,
+) -> Any:
+    """``with_rngs`` on ``node`` (``arguments``: ``node`` is a call's ``(args, kwargs)``,
+    and messages name paths from ``args``/``kwargs``)."""
+    root_name = "(args, kwargs)" if arguments else "node"
+
+    def where(path: tuple[Hashable, ...]) -> str:
+        if arguments and path:
+            name = ("args", "kwargs")[path[0]]  # type: ignore[index]
+            return path_str(name, node[path[0]], path[1:])
+        return path_str(root_name, node, path)
+
+    # Decide every stream's rule before anything is drawn: a conflict leaves the
+    # caller's streams untouched. Copies share the key Variable: find them by it.
+    decisions: dict[int, tuple[Any, str, Any]] = {}
+    for path, value in iter_graph(node):
+        if not (isinstance(value, RngStream) and only_p(path, value)):
+            continue
+        matches = []
+        for what, rules in (
+            ("split", split_rules),
+            ("broadcast", broadcast_rules),
+            ("fork", fork_rules),
+        ):
+            for filt, predicate, shape in rules:
+                if predicate(path, value):
+                    matches.append((what, filt, shape))
+                    break
+        specific = [m for m in matches if not _is_catch_all(m[1])]
+        if len(specific) > 1:
+            rules_text = "\n".join(f"  - {w} (filter {f!r})" for w, f, _ in matches)
+            raise ValueError(
+                f"The RngStream at {where(path)} matches several "
+                f"rules of with_rngs:\n{rules_text}\nA stream can be split, broadcast or "
+                "forked, not several of them.\nFix: make the filters disjoint, e.g. "
+                "fork=nnx.Not('params') next to split={'params': 4}."
+            )
+        if matches:
+            what, _, shape = matches[0]
+            decisions[id(value.key)] = (value.key, what, shape)
+
+    def replace(path: tuple[Hashable, ...], copy: Any) -> Any:
+        entry = decisions.get(id(copy.key)) if isinstance(copy, RngStream) else None
+        if entry is None or entry[0] is not copy.key:
+            return copy
+        _, what, shape = entry
+        if what == "split":
+            return copy.split(shape)
+        if what == "broadcast":
+            return copy.broadcast(shape)
+        return RngStream(copy(), tag=copy.tag)
+
+    return copy_nodes(node, replace, graph=graph, root_name=root_name)

@@ -1,0 +1,648 @@
+"""Variables: mutable boxes that hold a model's state, tagged with a kind.
+
+A ``Variable`` holds one value (usually a ``jax.Array``) plus a dict of
+metadata. Its *kind* is its class: ``Param`` for trainable parameters,
+``BatchStat`` for running statistics, ``Cache`` for decoding caches,
+``Intermediate`` for values sown during a call, ``Perturbation`` for the
+zero-valued taps of ``Module.perturb``. Defining ``class Count(Variable): pass``
+makes a new kind that filters can select.
+
+A Variable behaves like its value where it is used as one: ``x @ layer.kernel +
+layer.bias``, ``v.shape``, ``v[0]``, ``jnp.asarray(v)``. Read it with ``v[...]``
+(or ``v.get_value()``, ``v.value``) and write it with ``v[...] = x`` (or
+``v.set_value(x)``, ``v.value = x``); in-place operators (``v[...] += x``,
+``v += 1``) update the value and keep the *same* Variable, so every reference to
+it sees the change. Metadata is given as keyword arguments and read as
+attributes or with ``get_metadata``::
+
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> w = nnx.Param(jnp.ones((3, 4)), sharding=('data', None))
+  >>> w.shape, w.sharding
+  ((3, 4), ('data', None))
+  >>> w[...] += 1.0
+  >>> float(w[0, 0])
+  2.0
+
+Three flags, set at construction (``nnx.with_vars`` makes re-flagged copies):
+
+* ``ref=True``: the value lives in a ``jax.Ref`` (``flaxgraph/variablelib/refs.py``);
+  ``v.get_raw_value()`` is the Ref, ``v[...]`` its current content, and writes go
+  into the Ref. flaxgraph transforms read the content on the way in and write
+  the result into the same Ref on the way out, so ``nnx.jit``/``grad``/``vmap``/
+  ``scan`` treat it exactly as a plain Variable; as a JAX pytree its leaf is the
+  Ref itself, so raw ``jax.jit`` sees a mutable input (and ``jax.tree.map`` over
+  a State of such Variables gets Refs: read them with ``x[...]``).
+* ``hijax=True``: Flax's "hijax" Variables are their own JAX type. flaxgraph has
+  no such type: a hijax Variable is Ref-backed (as above) and marked ``hijax``.
+* ``mutable=False``: a read-only Variable: writes raise ``ValueError``; as a JAX
+  pytree its leaf is its value (not a Ref), so raw ``jax.grad`` accepts it.
+
+Non-default flags appear in the metadata (``ref=True``, ``hijax=True``,
+``mutable=False``) and travel with copies and through transforms; inside a
+transform a Ref-backed Variable's copy holds the traced value directly.
+Defaults for ``ref``/``hijax`` come from ``nnx.var_defaults``.
+
+A Variable records the JAX trace it was created in; setting its value or
+metadata from another trace (inside a transform that captured it by closure)
+raises ``TraceContextError`` instead of silently leaking a tracer. A captured
+Ref-backed Variable may be written where JAX allows it (``jit``, ``scan``).
+
+Variables are also JAX pytrees (the value is the child, the kind and metadata are
+static), so ``jax.tree.map`` over a ``State`` keeps the Variable boxes.
+
+Source: Flax NNX ``Variable`` API (0.12) and its guides "Variables" and "Hijax";
+in-place operators as in the JAX-style NNX transforms guide (seed 003).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+import jax
+
+from flaxgraph.errors import TraceContextError
+from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
+from flaxgraph.renderers import RENDERERS
+from flaxgraph.tracing import current_trace, is_top_level
+from flaxgraph.variablelib import refs
+from flaxgraph.variablelib.defaults import VAR_DEFAULTS
+from flaxgraph.variablelib.value_ops import ValueOps
+
+A = TypeVar("A")
+V = TypeVar("V", bound="Variable[Any]")
+
+PARTITION_NAME = "partition_name"
+"""Key of ``transform_metadata`` naming the mesh axis a vmap/scan axis maps to."""
+
+_INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
+_REF_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "size", "sharding"})
+FLAG_KEYS = ("ref", "hijax", "mutable")
+"""Metadata names reserved for the construction flags (set them with ``with_vars``)."""
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+def _flag(name: str, value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
+
+
+class Variable(ValueOps, Generic[A]):
+    """A mutable box holding one value and a dict of metadata.
+
+    Args:
+      value: the value to hold, usually a ``jax.Array`` (any shape and dtype); any
+        pytree is allowed. A ``VariableMetadata`` or axis-metadata box
+        (``nnx.Partitioned``) is unboxed and its metadata joins ``metadata``; a
+        ``jax.Ref`` becomes this Variable's storage.
+      hijax: mark the Variable ``hijax`` (it is then Ref-backed, see the module
+        docstring). ``None``: ``nnx.var_defaults().hijax``.
+      ref: keep the value in a ``jax.Ref``. ``None``: ``nnx.var_defaults().ref``.
+        Only arrays and numbers can live in a Ref: when the default (not an
+        explicit ``ref=True``) asks for one, other values stay plain.
+      mutable: ``False`` makes the Variable read-only. ``None``: ``True``.
+      **metadata: arbitrary keyword metadata, readable as attributes
+        (``Param(x, sharding=('a', None)).sharding``). ``out_sharding`` (Flax
+        0.12's name), ``sharding`` and ``sharding_names`` are plain tuples of
+        mesh-axis names (or ``None``); no device mesh is needed to hold them.
+        Created under an active mesh (``jax.set_mesh``) or with ``mesh=``
+        metadata, the value is placed with that sharding at once unless eager
+        sharding is off (see ``flaxgraph/mesh_context.py``).
+
+    Attributes:
+      value: the value (read and write; same as ``v[...]``).
+      raw_value: the value (a Ref-backed Variable's current content).
+      type: the Variable's kind (its class).
+      ref, hijax, mutable: the construction flags.
+
+    Raises:
+      TypeError: ``ref=True``/``hijax=True`` for a value that is not an array or
+        number; a flag that is not a ``bool``.
+      ValueError: ``ref=False`` with a ``jax.Ref`` value; writing a read-only
+        (``mutable=False``) Variable; writing a value of another shape or dtype into
+        a Ref-backed one.
+      TraceContextError (a ``ValueError``): when the value or metadata is set
+        from a JAX trace other than the one the Variable was created in.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Count(nnx.Variable): pass
+      >>> c = Count(jnp.array(0))
+      >>> c[...] += 1
+      >>> c[...]
+      Array(1, dtype=int32, weak_type=True)
+      >>> r = nnx.Param(jnp.zeros(2), ref=True)
+      >>> r.ref, type(r.get_raw_value()).__name__
+      (True, 'Ref')
+      >>> r[...] = jnp.ones(2)
+      >>> r[...]
+      Array([1., 1.], dtype=float32)
+
+    Source: Flax NNX 0.12 ``nnx.Variable`` (its ``hijax``/``ref`` arguments and the
+    ``mutable`` flag of ``nnx.with_vars``).
+    """
+
+    __slots__ = ("raw_value", "_var_metadata", "_var_trace", "_var_ref")
+
+    def __init__(
+        self,
+        value: A,
+        *,
+        hijax: bool | None = None,
+        ref: bool | None = None,
+        mutable: bool | None = None,
+        **metadata: Any,
+    ):
+        object.__setattr__(self, "_var_trace", current_trace())
+        if isinstance(value, Variable):
+            metadata = {**value._var_metadata, **metadata}
+            value = value.raw_value
+        elif hasattr(value, "variable_metadata") and hasattr(value, "unbox"):
+            # a metadata box (nnx.VariableMetadata, nnx.Partitioned…): its metadata joins
+            metadata = {**value.variable_metadata(), **metadata}
+            value = value.unbox()
+        if metadata and not refs.is_ref(value):  # eager sharding: placed at creation
+            value = place_at_creation(value, metadata, type(self).__name__)
+        hijax, ref, mutable = _flag("hijax", hijax), _flag("ref", ref), _flag("mutable", mutable)
+        given = {k: metadata.pop(k) for k in FLAG_KEYS if k in metadata}
+        defaults = VAR_DEFAULTS.get()
+        explicit = ref is True or hijax is True or given.get("ref") or given.get("hijax")
+        asked_plain = ref is False or given.get("ref") is False
+        ref = ref if ref is not None else given.get("ref", defaults.ref)
+        hijax = hijax if hijax is not None else given.get("hijax", defaults.hijax)
+        mutable = mutable if mutable is not None else given.get("mutable", True)
+        storage = None
+        if refs.is_ref(value):
+            if asked_plain:
+                raise ValueError(
+                    "Variable(value, ref=False) got a jax.Ref as its value.\nFix: pass "
+                    "its content (`r[...]` or `jax.freeze(r)`) or drop ref=False."
+                )
+            storage = value
+            ref = ref or not hijax  # a Ref given as the value: the Variable is Ref-backed
+        elif ref or hijax:
+            if refs.can_hold(value) or isinstance(value, jax.core.Tracer):
+                if refs.can_hold(value) and is_top_level():
+                    storage = refs.new_ref(value)
+                # else: made inside a transform, the flags travel and the value stays
+                # plain (a Ref-backed copy is made when it comes out, see _from_parts)
+            elif explicit:
+                raise TypeError(
+                    f"{type(self).__name__}(..., ref=True/hijax=True) needs an array or a "
+                    f"number to put in a jax.Ref, got a {type(value).__name__}.\nFix: pass "
+                    "an array, or leave ref/hijax False for this Variable."
+                )
+            else:
+                ref = hijax = False  # the default asked for a Ref this value cannot use
+        if ref:
+            metadata["ref"] = True
+        if hijax:
+            metadata["hijax"] = True
+        if not mutable:
+            metadata["mutable"] = False
+        object.__setattr__(self, "_var_metadata", metadata)
+        object.__setattr__(self, "_var_ref", storage)
+        if storage is None:
+            object.__setattr__(self, "raw_value", value)
+
+    # -- construction without __init__ (used by merge, pytree unflatten) -----
+    @classmethod
+    def _from_parts(cls: type[V], value: Any, metadata: dict[str, Any], trace: object = None) -> V:
+        # ``metadata`` may be shared: a Variable's metadata dict is never mutated in
+        # place (every change installs a new dict), so copies can share it.
+        obj = object.__new__(cls)
+        _set_trace(obj, current_trace() if trace is None else trace)
+        _set_metadata(obj, metadata)
+        if refs.is_ref(value):
+            _set_ref(obj, value)
+        elif (
+            metadata
+            and (metadata.get("ref") or metadata.get("hijax"))
+            and refs.can_hold(value)
+            and is_top_level()
+        ):
+            # a copy of a Ref-backed Variable (split, copy, pickle…) outside any
+            # transform: its own Ref, independent of the original's. (Inside a
+            # transform the copy holds the value directly; the lift writes it back.)
+            _set_ref(obj, refs.new_ref(value))
+        else:
+            _set_ref(obj, None)
+            _set_slot(obj, value)
+        return obj
+
+    # -- trace guard ------------------------------------------------------------
+    def _check_trace(self, what: str) -> None:
+        if self._var_trace != current_trace():
+            raise TraceContextError(
+                f"Cannot {what} of {type(self).__name__}{_value_summary(self.raw_value)}: "
+                "it was created outside the current JAX transform and was captured by "
+                "closure, so the new value would leak a tracer.\n"
+                "Fix: pass the object that holds it as an argument of the transformed "
+                "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
+                "enclosing scope)."
+            )
+
+    def _check_update(self) -> None:
+        """The trace check before a graph update writes the value (``nnx.update``,
+        a transform's write-back): a Ref-backed Variable may be written from another
+        trace where JAX allows it (``refs.write`` reports where it does not)."""
+        if self._var_ref is None:
+            self._check_trace("update")
+
+    def _check_mutable(self) -> None:
+        if self._var_metadata.get("mutable", True) is False:
+            raise ValueError(
+                f"Cannot write the read-only {type(self).__name__}"
+                f"{_value_summary(self.raw_value)}: it was made with mutable=False.\n"
+                "Fix: write to the original Variable, or make a writable copy with "
+                "`nnx.with_vars(node, mutable=True)`."
+            )
+
+    def _check_fits(self, value: Any) -> None:
+        """Raises ``ValueError`` if ``value`` cannot replace the value (a Ref-backed
+        Variable keeps its shape and dtype); used before any write is made."""
+        ref = self._var_ref
+        if ref is not None and value is not ref:
+            refs.check_fits(type(self).__name__, ref, value)
+
+    # -- value ------------------------------------------------------------------
+    @property
+    def value(self) -> A:
+        """The held value (read and write; writing checks the trace, see the class)."""
+        return self.raw_value
+
+    @value.setter
+    def value(self, value: A) -> None:
+        """The held value (read and write; writing checks the trace, see the class)."""
+        self.set_value(value)
+
+    def get_value(self, *, index: Any = MISSING) -> A:
+        """Returns the value, or ``value[index]`` (same as ``v[...]`` / ``v[index]``)."""
+        if index is MISSING:
+            return self.raw_value
+        ref = self._var_ref
+        return (self.raw_value if ref is None else ref)[index]  # type: ignore[index]
+
+    def set_value(self, value: A, *, index: Any = MISSING) -> None:
+        """Replaces the value (``v[...] = value``), or ``value[index]`` only.
+
+        Raises:
+          ValueError: the Variable is read-only (``mutable=False``), or Ref-backed
+            and ``value`` has another shape or dtype.
+          TraceContextError: the Variable was created in another JAX trace (for a
+            Ref-backed one: only where JAX cannot write a captured Ref).
+        """
+        if isinstance(value, Variable):
+            value = value.raw_value
+        self._check_mutable()
+        ref = self._var_ref
+        if ref is None:
+            self._check_trace("set the value")
+            if index is not MISSING:
+                value = _updated(self.raw_value, index, value, self)
+            _set_slot(self, value)
+            return
+        if index is MISSING:
+            if value is ref:
+                return
+            if refs.is_ref(value):
+                value = value[...]
+            refs.check_fits(type(self).__name__, ref, value)
+            index = ...
+        refs.write(type(self).__name__, ref, index, value, self._var_trace != current_trace())
+
+    def get_raw_value(self) -> Any:
+        """The storage: the ``jax.Ref`` of a Ref-backed Variable, else the value."""
+        ref = self._var_ref
+        return self.raw_value if ref is None else ref
+
+    @property
+    def type(self) -> type[Variable[A]]:
+        """The Variable's kind: its class."""
+        return type(self)
+
+    @property
+    def ref(self) -> bool:
+        """Whether the Variable was made with ``ref=True`` (its value lives in a Ref)."""
+        return bool(self._var_metadata.get("ref", False))
+
+    @property
+    def hijax(self) -> bool:
+        """Whether the Variable was made with ``hijax=True``."""
+        return bool(self._var_metadata.get("hijax", False))
+
+    @property
+    def mutable(self) -> bool:
+        """``False`` for a read-only Variable (made with ``mutable=False``)."""
+        return self._var_metadata.get("mutable", True) is not False
+
+    # -- metadata ---------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: a Ref-backed Variable's value (its
+        # raw_value slot is empty), then metadata, then the value's attributes.
+        if name == "raw_value":
+            ref = object.__getattribute__(self, "_var_ref")
+            if ref is None:
+                raise AttributeError(name)
+            return ref[...]
+        if name in _INTERNAL or name.startswith("__"):
+            raise AttributeError(name)
+        metadata = object.__getattribute__(self, "_var_metadata")
+        if name in metadata:
+            return metadata[name]
+        if name in _REF_ATTRIBUTES:
+            ref = object.__getattribute__(self, "_var_ref")
+            if ref is not None:  # read from the Ref, without copying its content
+                return getattr(ref, name)
+        return getattr(self.raw_value, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "value":
+            self.set_value(value)
+        elif name in _INTERNAL:
+            raise AttributeError(f"{name} of a Variable is set through `.value` only")
+        else:
+            self.set_metadata(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self.del_metadata(name)
+
+    def get_metadata(
+        self, name: str | None = None, default: Any = MISSING, *, exclude_required: bool = False
+    ) -> Any:
+        """Returns the metadata dict (a copy), or one entry.
+
+        Args:
+          name: the entry to read; ``None`` for the whole dict.
+          default: returned when ``name`` is absent.
+          exclude_required: leave the flags (``ref``, ``hijax``, ``mutable``) out of
+            the dict.
+
+        Raises:
+          KeyError: ``name`` is absent and no ``default`` was given.
+        """
+        if name is None:
+            if exclude_required:
+                return {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
+            return dict(self._var_metadata)
+        try:
+            return self._var_metadata[name]
+        except KeyError:
+            if default is not MISSING:
+                return default
+            raise KeyError(
+                f"{type(self).__name__} has no metadata {name!r} (it has "
+                f"{sorted(self._var_metadata)}); pass a default: get_metadata({name!r}, None)."
+            ) from None
+
+    def has_metadata(self, name: str) -> bool:
+        """Whether the metadata has an entry ``name``."""
+        return name in self._var_metadata
+
+    def set_metadata(self, *args: Any, **kwargs: Any) -> None:
+        """Sets metadata: ``set_metadata('name', value)``, ``set_metadata(name=value)``
+        or ``set_metadata(mapping)`` (replaces all metadata but the flags).
+
+        Raises:
+          TypeError: other argument forms.
+          ValueError: a flag (``ref``, ``hijax``, ``mutable``) would change: make a
+            copy with ``nnx.with_vars`` instead.
+          TraceContextError: the Variable was created in another JAX trace.
+        """
+        self._check_trace("set metadata")
+        if len(args) == 2 and not kwargs:
+            updates, replace = {args[0]: args[1]}, False
+        elif len(args) == 1 and isinstance(args[0], Mapping) and not kwargs:
+            updates, replace = dict(args[0]), True
+        elif not args:
+            updates, replace = kwargs, False
+        else:
+            raise TypeError(
+                "set_metadata takes (name, value), a single mapping, or keyword arguments"
+            )
+        old = self._var_metadata
+        for key in FLAG_KEYS:
+            if key in updates and updates[key] != getattr(self, key):
+                raise ValueError(
+                    f"Cannot change the {key!r} flag of a {type(self).__name__} with "
+                    f"set_metadata.\nFix: make a copy with the new flag: "
+                    f"`nnx.with_vars(node, {key}={updates[key]!r})`."
+                )
+        updates = {k: v for k, v in updates.items() if k not in FLAG_KEYS}
+        flags = {k: old[k] for k in FLAG_KEYS if k in old}
+        # A new dict each time: copies made by split/merge share no mutable state.
+        metadata = {**updates, **flags} if replace else {**old, **updates}
+        object.__setattr__(self, "_var_metadata", metadata)
+
+    def del_metadata(self, name: str) -> None:
+        """Removes the metadata entry ``name``.
+
+        Raises:
+          AttributeError: there is no such entry. ValueError: ``name`` is a flag.
+        """
+        self._check_trace("delete metadata")
+        if name in FLAG_KEYS:
+            raise ValueError(f"The {name!r} flag cannot be deleted; use nnx.with_vars.")
+        metadata = dict(self._var_metadata)
+        if name not in metadata:
+            raise AttributeError(name)
+        del metadata[name]
+        object.__setattr__(self, "_var_metadata", metadata)
+
+    def replace(self: V, value: Any = MISSING, **metadata: Any) -> V:
+        """Returns a new Variable of the same kind with ``value`` and/or metadata replaced.
+
+        The flags are kept (a Ref-backed Variable's copy gets its own Ref); ``self``
+        is unchanged.
+
+        Raises:
+          ValueError: ``metadata`` tries to change a flag (use ``nnx.with_vars``).
+        """
+        for key in FLAG_KEYS:
+            if key in metadata and metadata[key] != getattr(self, key):
+                raise ValueError(
+                    f"replace cannot change the {key!r} flag; use nnx.with_vars(node, "
+                    f"{key}={metadata[key]!r})."
+                )
+        new_value = self.raw_value if value is MISSING else value
+        if isinstance(new_value, Variable):
+            new_value = new_value.raw_value
+        return type(self)._from_parts(new_value, {**self._var_metadata, **metadata})
+
+    def _with_flags(self: V, ref: bool, hijax: bool, mutable: bool) -> V:
+        """A new Variable of the same kind, value and metadata with these flags (a
+        Ref-backed one gets its own Ref, holding the current value).
+
+        Raises:
+          TypeError: ``ref``/``hijax`` asked for a value that cannot live in a Ref.
+        """
+        metadata = {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
+        value = self.raw_value
+        if (ref or hijax) and not (refs.can_hold(value) or isinstance(value, jax.core.Tracer)):
+            raise TypeError(
+                f"Cannot make the {type(self).__name__} holding a {type(value).__name__} "
+                "Ref-backed: only arrays and numbers can live in a jax.Ref."
+            )
+        if ref:
+            metadata["ref"] = True
+        if hijax:
+            metadata["hijax"] = True
+        if not mutable:
+            metadata["mutable"] = False
+        return type(self)._from_parts(value, metadata)
+
+    def copy(self: V) -> V:
+        """Returns a new Variable of the same kind with the same value and metadata
+        (a Ref-backed Variable's copy gets its own Ref)."""
+        return type(self)._from_parts(self.raw_value, self._var_metadata)
+
+    def __reduce__(self) -> Any:
+        # copy.copy/deepcopy/pickle: rebuild through _from_parts (the trace token is
+        # neither copyable nor picklable; the copy belongs to the trace it is made in).
+        return (type(self)._from_parts, (self.raw_value, dict(self._var_metadata)))
+
+    # -- axis metadata -------------------------------------------------------------
+    def add_axis(self, index: int, params: Mapping[str, Any]) -> None:
+        """Records that a transform added an axis at ``index`` (e.g. ``vmap``'s ``out_axes``).
+
+        The default inserts ``params[PARTITION_NAME]`` (``None`` if absent) into the
+        ``sharding``/``sharding_names`` metadata tuples so they keep matching the
+        value's rank. Subclasses may override; ``add_axis`` and ``remove_axis`` must
+        be inverses.
+        """
+        name = params.get(PARTITION_NAME)
+        for key in SHARDING_KEYS:
+            names = self._var_metadata.get(key)
+            if isinstance(names, tuple):
+                idx = index if index >= 0 else len(names) + 1 + index
+                self._set_metadata_unchecked(key, (*names[:idx], name, *names[idx:]))
+
+    def remove_axis(self, index: int, params: Mapping[str, Any]) -> None:
+        """Records that a transform removed the axis at ``index`` (inverse of ``add_axis``)."""
+        for key in SHARDING_KEYS:
+            names = self._var_metadata.get(key)
+            if isinstance(names, tuple) and names:
+                idx = index if index >= 0 else len(names) + index
+                self._set_metadata_unchecked(key, names[:idx] + names[idx + 1 :])
+
+    def _set_metadata_unchecked(self, key: str, value: Any) -> None:
+        object.__setattr__(self, "_var_metadata", {**self._var_metadata, key: value})
+
+    __hash__ = object.__hash__  # identity: Variables are references
+
+    # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
+    def __repr__(self) -> str:
+        return RENDERERS.text("variable", self)
+
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+        return RENDERERS.treescope("variable", self, path, subtree_renderer)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return RENDERERS.mimebundle(self, include, exclude)
+
+    # -- pytree ------------------------------------------------------------------------
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_variable_pytree(cls)
+
+
+# Direct slot setters (C-level; bypass the guarded __setattr__): for construction.
+_set_trace = Variable._var_trace.__set__  # type: ignore[attr-defined]
+_set_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+_set_slot = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_set_ref = Variable._var_ref.__set__  # type: ignore[attr-defined]
+
+
+def _set_value(v: Variable[Any], value: Any) -> None:
+    """Stores ``value`` without the user-facing checks (graph updates, transforms'
+    write-back, which validate first): into the Ref of a Ref-backed Variable (whose
+    shape and dtype ``Variable._check_fits`` checked), else in the slot."""
+    ref = v._var_ref
+    if ref is None:
+        _set_slot(v, value)
+    elif value is not ref:
+        value = value[...] if refs.is_ref(value) else value
+        refs.write(type(v).__name__, ref, ..., value, v._var_trace != current_trace())
+
+
+def is_ref_backed(v: Variable[Any]) -> bool:
+    """Whether ``v`` keeps its value in a ``jax.Ref`` (the fast path of the
+    transforms writes slots directly, so it leaves such graphs to the general path)."""
+    return v._var_ref is not None
+
+
+def _updated(current: Any, index: Any, value: Any, v: Variable[Any]) -> Any:
+    """``current`` with ``current[index] = value``: functional for JAX arrays, in
+    place for mutable containers (NumPy arrays, lists, dicts)."""
+    if isinstance(current, jax.Array):
+        return current.at[index].set(value)
+    current[index] = value
+    return current
+
+
+def _value_summary(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"(shape={tuple(shape)}, dtype={dtype})"
+    return ""
+
+
+def _freeze_metadata(metadata: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(metadata.items()))
+
+
+def _tree_child(v: Variable[Any]) -> Any:
+    # A writable Ref-backed Variable shows JAX its Ref (raw jax.jit then sees a
+    # mutable input); a read-only one shows its value (raw jax.grad accepts it).
+    ref = v._var_ref
+    if ref is None or v._var_metadata.get("mutable", True) is False:
+        return v.raw_value
+    return ref
+
+
+def _register_variable_pytree(cls: type) -> None:
+    def flatten_with_keys(v: Variable[Any]) -> Any:
+        return ((jax.tree_util.GetAttrKey("value"), _tree_child(v)),), _freeze_metadata(
+            v._var_metadata
+        )
+
+    def flatten(v: Variable[Any]) -> Any:
+        return (_tree_child(v),), _freeze_metadata(v._var_metadata)
+
+    def unflatten(metadata: tuple[tuple[str, Any], ...], children: Any) -> Variable[Any]:
+        return cls._from_parts(children[0], dict(metadata))
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+
+
+_register_variable_pytree(Variable)
+
+
+class Param(Variable[A]):
+    """A trainable parameter; what ``grad`` differentiates by default."""
+
+
+class BatchStat(Variable[A]):
+    """A running statistic (e.g. BatchNorm's mean and variance); not trained."""
+
+
+class Cache(Variable[A]):
+    """A cache (e.g. attention keys/values during autoregressive decoding)."""
+
+
+class Intermediate(Variable[A]):
+    """A value sown during a call with ``Module.sow``."""
+
+
+class Perturbation(Variable[A]):
+    """A zero-valued tap added by ``Module.perturb`` to read gradients of activations."""

@@ -1,0 +1,275 @@
+"""What display shows of a value: sizes and counts per Variable kind, array summaries.
+
+The plain-text ``repr`` (``text.py``) and the treescope rendering
+(``treescope_html.py``) draw the same tree; this module holds what they share:
+
+* counts: the number of elements and bytes of each Variable, summed per Variable
+  kind (``Param: 6 (24 B)``), with random state counted as one kind ``RngState``;
+* values: arrays of at most 10 elements in full, larger ones, tracers and
+  ``jax.ShapeDtypeStruct`` values by shape and dtype (``array_repr``);
+* the walk: which values are graph nodes, which containers hold nodes, and the
+  ``.name`` / ``[key]`` path of a child.
+
+Source: the output format of Flax NNX ``repr``/``nnx.display`` (seed 003).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Hashable
+from typing import Any
+
+import jax
+import numpy as np
+
+from flaxgraph.graphlib.registry import (
+    _GRAPH_NODE_IMPLS,
+    ARRAY_TYPES,
+    BUILTIN_CONTAINERS,
+    DataLeaf,
+    is_plain_static,
+    pytree_children,
+)
+from flaxgraph.rnglib.rngs import RngState
+from flaxgraph.statelib import State
+from flaxgraph.variablelib.variable import Variable
+
+_FULL_ARRAY_MAX = 10
+"""Arrays with at most this many elements are printed in full."""
+_INDENT = "  "
+_ROOT = "<root>"
+
+Totals = dict[str, list[int]]
+"""Per Variable kind name: ``[number of elements, number of bytes]``."""
+
+
+# -- sizes ---------------------------------------------------------------------------------
+
+
+def _size(x: Any) -> int:
+    size = getattr(x, "size", None)
+    return int(size) if size is not None else 0
+
+
+def _nbytes(x: Any) -> int:
+    dtype = getattr(x, "dtype", None)
+    itemsize = getattr(dtype, "itemsize", None)  # numpy and extended (key) dtypes
+    if itemsize is None:
+        try:
+            itemsize = np.dtype(dtype).itemsize
+        except TypeError:
+            return 0
+    return _size(x) * int(itemsize)
+
+
+def _human_bytes(n: int) -> str:
+    if n < 1000:
+        return f"{n} B"
+    for unit, scale in (("KB", 1e3), ("MB", 1e6)):
+        if n < scale * 1000:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 1e9:,.1f} GB"
+
+
+def _value_size(value: Any) -> tuple[int, int] | None:
+    """(elements, bytes) of the arrays in ``value``; ``None`` if it holds none."""
+    leaves = [value] if isinstance(value, ARRAY_TYPES) else _array_leaves(value)
+    if not leaves:
+        return None
+    return sum(_size(x) for x in leaves), sum(_nbytes(x) for x in leaves)
+
+
+def _kind(v: Variable[Any]) -> str:
+    # Random state is counted as one kind, as in Flax NNX.
+    return "RngState" if isinstance(v, RngState) else type(v).__name__
+
+
+def _variable_totals(v: Variable[Any]) -> Totals:
+    size = _value_size(v.raw_value)
+    return {_kind(v): list(size)} if size is not None else {}
+
+
+def _add(into: Totals, totals: Totals) -> None:
+    for kind, (n, b) in totals.items():
+        entry = into.setdefault(kind, [0, 0])
+        entry[0] += n
+        entry[1] += b
+
+
+def _size_text(n: int, b: int) -> str:
+    return f"{n:,} ({_human_bytes(b)})"
+
+
+def _totals_text(totals: Totals) -> str:
+    """``'Param: 6 (24 B)'``; with several kinds, a ``Total`` comes last."""
+    parts = [f"{kind}: {_size_text(n, b)}" for kind, (n, b) in totals.items()]
+    if len(totals) > 1:
+        n = sum(n for n, _ in totals.values())
+        b = sum(b for _, b in totals.values())
+        parts.append(f"Total: {_size_text(n, b)}")
+    return ", ".join(parts)
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def _is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def array_repr(value: Any) -> str:
+    """Formats an array: in full when small and concrete, else by shape and dtype.
+
+    Args:
+      value: a ``jax.Array``, tracer, ``np.ndarray``, numpy scalar or
+        ``jax.ShapeDtypeStruct``.
+
+    Returns:
+      The array's own ``repr`` (possibly several lines) when it is concrete and has
+      at most 10 elements; otherwise ``Array(shape=(…), dtype=…)`` (``Tracer(…)``,
+      ``ShapeDtypeStruct(…)``, ``np.ndarray(…)`` for those types). Key arrays and
+      other extended dtypes are always summarized. Never raises for these types.
+
+    Example::
+
+      >>> import jax, jax.numpy as jnp
+      >>> from flaxgraph.visualization.values import array_repr
+      >>> array_repr(jnp.zeros((20, 3)))
+      'Array(shape=(20, 3), dtype=float32)'
+      >>> array_repr(jnp.arange(3))
+      'Array([0, 1, 2], dtype=int32)'
+
+    Source: Flax NNX prints Variable values the same way (seed 003).
+    """
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if _is_tracer(value):
+        name = "Tracer"
+    elif isinstance(value, jax.ShapeDtypeStruct):
+        name = "ShapeDtypeStruct"
+    elif isinstance(value, jax.Array):
+        name = "Array"
+    elif isinstance(value, np.ndarray):
+        name = "np.ndarray"
+    else:
+        name = type(value).__name__
+    summarize = (
+        name in ("Tracer", "ShapeDtypeStruct")
+        or shape is None
+        or _size(value) > _FULL_ARRAY_MAX
+        or jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+    )
+    if not summarize:
+        try:
+            return repr(value)
+        except Exception:  # e.g. a deleted (donated) buffer
+            pass
+    return f"{name}(shape={tuple(shape) if shape is not None else None}, dtype={dtype})"
+
+
+def _safe_repr(x: Any) -> str:
+    if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
+        # No memory address: the same function prints the same in every run.
+        return f"<function {getattr(x, '__module__', None) or '?'}.{x.__qualname__}>"
+    try:
+        return repr(x)
+    except Exception:
+        return object.__repr__(x)
+
+
+def _join_inline(open_: str, parts: list[str], close: str) -> str:
+    """Joins parts on one line; continuation lines of a part stay under its start."""
+    out = open_
+    for i, part in enumerate(parts):
+        if i:
+            out += ", "
+        column = len(out) - (out.rfind("\n") + 1)
+        out += part.replace("\n", "\n" + " " * column)
+    return out + close
+
+
+def _array_leaves(x: Any) -> list[Any]:
+    try:
+        return [leaf for leaf in jax.tree.leaves(x) if isinstance(leaf, ARRAY_TYPES)]
+    except Exception:  # a registered pytree whose flatten fails: show it as a leaf
+        return []
+
+
+def _children(x: Any) -> list[tuple[Hashable, Any]] | None:
+    """One level of a non-builtin pytree node, or ``None`` for a leaf."""
+    try:
+        children = pytree_children(x)
+    except Exception:
+        return None
+    return children[0] if children is not None else None
+
+
+def _plain_repr(x: Any) -> str:
+    """A value holding no graph node or Variable, with its arrays through ``array_repr``."""
+    if isinstance(x, ARRAY_TYPES):
+        return array_repr(x)
+    t = type(x)
+    if t is dict:
+        return _join_inline("{", [f"{k!r}: {_plain_repr(v)}" for k, v in x.items()], "}")
+    if t is list:
+        return _join_inline("[", [_plain_repr(v) for v in x], "]")
+    if t is tuple:
+        return _join_inline("(", [_plain_repr(v) for v in x], ",)" if len(x) == 1 else ")")
+    if not is_plain_static(x) and _array_leaves(x):
+        items = _children(x)
+        if items:
+            parts = [
+                f"{k}={_plain_repr(v)}" if isinstance(k, str) else _plain_repr(v) for k, v in items
+            ]
+            return _join_inline(f"{t.__name__}(", parts, ")")
+    return _safe_repr(x)
+
+
+def _is_node(x: Any) -> bool:
+    return type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+
+
+def _holds_nodes(x: Any) -> bool:
+    """True if ``x`` is, or is a container holding, a node, Variable or State."""
+    if _is_node(x) or isinstance(x, State):
+        return True
+    t = type(x)
+    if t in BUILTIN_CONTAINERS:
+        return any(_holds_nodes(c) for c in (x.values() if t is dict else x))
+    if is_plain_static(x) or isinstance(x, ARRAY_TYPES):
+        return False
+    return any(_holds_nodes(c) for _, c in _children(x) or ())
+
+
+def _attr_path(key: Hashable) -> str:
+    return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
+
+
+def _node_items(x: Any) -> list[tuple[Hashable, Any]]:
+    items = []
+    for key, value in _GRAPH_NODE_IMPLS[type(x)].flatten(x)[0]:
+        if type(value) is DataLeaf:
+            value = value.value
+        items.append((key, value))
+    return items
+
+
+def _positional(items: list[tuple[Hashable, Any]]) -> bool:
+    """Nodes keyed 0, 1, … (``nnx.List``) print like a list."""
+    return bool(items) and all(type(k) is int for k, _ in items)
+
+
+def _no_head(key: Hashable) -> str:
+    return ""
+
+
+def _attr_head(key: Hashable) -> str:
+    return f"{key}=" if isinstance(key, str) else f"[{key!r}]="
+
+
+def _dict_head(key: Hashable) -> str:
+    return f"{key!r}: "
+
+
+def _item_path(key: Hashable) -> str:
+    return f"[{key!r}]"

@@ -1,0 +1,99 @@
+"""Tests of flaxgraph/variablelib/defaults.py: ``nnx.var_defaults``."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import flaxgraph as nnx
+from flaxgraph.variablelib.defaults import VAR_DEFAULTS, VarDefaults
+
+
+@pytest.fixture(autouse=True)
+def restore_defaults():
+    before = VAR_DEFAULTS.get()
+    yield
+    VAR_DEFAULTS.set_globally(before)
+
+
+def test_reads_defaults():
+    assert nnx.var_defaults() == VarDefaults(hijax=False, ref=False)
+    assert nnx.var_defaults().ref is False
+
+
+def test_context_manager_sets_and_restores():
+    with nnx.var_defaults(ref=True):
+        assert nnx.var_defaults() == VarDefaults(hijax=False, ref=True)
+        v = nnx.Param(jnp.ones(2))
+        assert v.ref and isinstance(v.get_raw_value(), jax.Ref)
+        with nnx.var_defaults(hijax=True):
+            assert nnx.var_defaults() == VarDefaults(hijax=True, ref=True)
+            assert nnx.Param(1.0).hijax
+        assert nnx.var_defaults() == VarDefaults(hijax=False, ref=True)
+    assert nnx.var_defaults() == VarDefaults(hijax=False, ref=False)
+    assert not nnx.Param(1.0).ref
+
+
+def test_restores_on_exception():
+    with pytest.raises(RuntimeError):
+        with nnx.var_defaults(ref=True):
+            raise RuntimeError
+    assert not nnx.var_defaults().ref
+
+
+def test_global_setter():
+    ctx = nnx.var_defaults(ref=True)
+    assert ctx.ref and not ctx.hijax
+    assert nnx.Variable(1.0).ref
+    nnx.var_defaults(ref=False)
+    assert not nnx.Variable(1.0).ref
+
+
+def test_explicit_argument_beats_default():
+    with nnx.var_defaults(ref=True):
+        assert not nnx.Param(1.0, ref=False).ref
+    assert nnx.Param(1.0, ref=True).ref
+
+
+def test_default_ref_skips_values_that_cannot_live_in_a_ref():
+    with nnx.var_defaults(ref=True, hijax=True):
+        for value in (None, [1, 2], "s", {"a": 1}):
+            v = nnx.Variable(value)
+            assert not v.ref and not v.hijax and v.get_raw_value() is value
+
+
+def test_model_built_under_defaults_is_ref_backed():
+    with nnx.var_defaults(ref=True):
+        layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    assert isinstance(layer.kernel.get_raw_value(), jax.Ref)
+    y = layer(jnp.ones((1, 2)))
+    assert y.shape == (1, 3)
+
+
+@pytest.mark.parametrize("bad", [1, "yes"])
+def test_bad_value(bad):
+    with pytest.raises(TypeError, match="True, False or None"):
+        nnx.var_defaults(ref=bad)
+
+
+def test_matches_flax_behaviour():
+    flax_nnx = pytest.importorskip("flax.nnx")
+    for mod in (flax_nnx, nnx):
+        before = mod.var_defaults()
+        assert (before.hijax, before.ref) == (False, False)
+        with mod.var_defaults(ref=True):
+            assert mod.var_defaults().ref
+        assert not mod.var_defaults().ref
+        mod.var_defaults(hijax=True)
+        assert mod.var_defaults().hijax
+        mod.var_defaults(hijax=False)
+
+
+def test_signature_matches_flax():
+    import inspect
+
+    flax_nnx = pytest.importorskip("flax.nnx")
+    ours = inspect.signature(nnx.var_defaults).parameters
+    theirs = inspect.signature(flax_nnx.var_defaults).parameters
+    assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.values()
+    ]
