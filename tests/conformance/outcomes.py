@@ -1,8 +1,8 @@
 """A pytest plugin that records each test's outcome (passed/failed/error/skipped) as JSON.
 
-Loaded with ``-p _flaxgraph_outcomes`` in the conformance run; with pytest-xdist the
-controller receives every worker's reports, so only it writes the file named by the
-environment variable ``FLAXGRAPH_OUTCOMES``. Collection errors are recorded under the
+Loaded with ``-p _flaxgraph_outcomes`` in the conformance run; it writes the file named
+by the environment variable ``FLAXGRAPH_OUTCOMES`` (under pytest-xdist, only the
+controller, which receives every worker's reports, writes it). Collection errors are recorded under the
 file's node id with the outcome ``error``.
 """
 

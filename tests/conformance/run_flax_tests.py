@@ -6,20 +6,21 @@
 2. Extracts ``tests/nnx`` into a temporary directory and rewrites its ``flax`` imports
    (``rewrite.py``) so that ``flax.nnx`` is flaxgraph while ``flax.linen`` & co. stay
    the real Flax, the oracle several tests compare against (``binding.py``).
-3. Runs pytest on it (``pytest-xdist``, a per-test timeout, an overall timeout),
-   recording every test's outcome (``outcomes.py``).
+3. Runs pytest on each test file in its own process (two files at a time, a
+   per-test and a per-file timeout), recording every test's outcome (``outcomes.py``).
 4. Compares the outcomes with ``deviations.txt`` (``compare.py``), prints a per-file
    table and the totals, and exits 1 on any unexpected failure and on any listed test
    that no longer fails, so the list stays true.
 
 Usage: ``python tests/conformance/run_flax_tests.py [--jobs 2] [--only a_test.py ...]
 [--keep] [--list-failures]``. Needs ``flax==0.12.8`` installed (the ``linen`` extra) for
-the oracles, and pytest-xdist, pytest-timeout, absl-py, cloudpickle (the ``test`` extra).
+the oracles, and pytest-timeout, absl-py, cloudpickle (the ``test`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -106,8 +107,30 @@ def prepare(sdist: Path, work: Path) -> int:
     return rewritten
 
 
-def run_pytest(work: Path, targets: list[str], jobs: int, per_test: int, overall: int) -> dict:
-    outcomes = work / "outcomes.json"
+def test_files(work: Path, only: list[str] | None) -> list[str]:
+    """The test files to run, relative to ``tests/nnx`` (Flax's ``*_test.py`` and ``test_*.py``)."""
+    root = work / "tests" / "nnx"
+    found = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name.endswith("_test.py") or p.name.startswith("test_")
+    )
+    if only:
+        unknown = sorted(set(only) - set(found))
+        if unknown:
+            raise SystemExit(f"conformance: no such test file in tests/nnx: {unknown}")
+        return [f for f in found if f in only]
+    return found
+
+
+def run_file(work: Path, rel: str, per_test: int, per_file: int) -> dict:
+    """Runs one test file in its own pytest process; returns its recorded outcomes.
+
+    Each file gets a fresh interpreter, so the outcome of a file does not depend on
+    which files ran before it in the same process (deterministic under parallelism).
+    """
+    tag = rel.replace("/", "__").removesuffix(".py")
+    outcomes, log = work / "outcomes" / f"{tag}.json", work / "logs" / f"{tag}.log"
     env = dict(os.environ)
     env.update(
         PYTHONPATH=os.pathsep.join([str(work), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
@@ -134,30 +157,35 @@ def run_pytest(work: Path, targets: list[str], jobs: int, per_test: int, overall
         "-q",
         "--tb=short",
         "--no-header",
-        "-rN",
+        f"tests/nnx/{rel}",
     ]
-    if jobs > 1:
-        cmd += ["-p", "xdist", "-n", str(jobs)]
-    cmd += targets
-    log = work / "pytest.log"
     with log.open("w") as out:
         try:
             subprocess.run(
-                cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=overall
+                cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=per_file
             )
         except subprocess.TimeoutExpired:
-            print(f"conformance: pytest exceeded {overall} s and was stopped", flush=True)
-    if not outcomes.exists():
-        tail = log.read_text(errors="replace")[-4000:]
-        raise SystemExit(
-            f"conformance: pytest recorded no outcome (crash?). End of its log:\n{tail}"
-        )
+            out.write(f"\nconformance: stopped after {per_file} s\n")
+    if not outcomes.exists():  # the process died or was stopped before pytest finished
+        return {f"tests/nnx/{rel}": ("error", f"pytest did not finish (see {log.name})")}
     return {k: tuple(v) for k, v in json.loads(outcomes.read_text()).items()}
+
+
+def run_all(work: Path, files: list[str], jobs: int, per_test: int, per_file: int) -> dict:
+    (work / "outcomes").mkdir()
+    (work / "logs").mkdir()
+    results: dict = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        for part in pool.map(lambda rel: run_file(work, rel, per_test, per_file), files):
+            results.update(part)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers (default 2)")
+    parser.add_argument(
+        "--jobs", type=int, default=2, help="test files run in parallel (default 2)"
+    )
     parser.add_argument("--only", nargs="*", default=None, help="test files relative to tests/nnx")
     parser.add_argument(
         "--cache",
@@ -169,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     parser.add_argument("--per-test-timeout", type=int, default=300)
-    parser.add_argument("--timeout", type=int, default=1500, help="overall pytest timeout, seconds")
+    parser.add_argument("--file-timeout", type=int, default=900, help="limit for one file, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
         "--list-failures",
@@ -183,13 +211,13 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="flaxgraph-conformance-"))
     try:
         n = prepare(sdist, work)
-        targets = [f"tests/nnx/{f}" for f in args.only] if args.only else ["tests/nnx"]
+        files = test_files(work, args.only)
         print(
-            f"conformance: flax {FLAX_VERSION} tests/nnx ({n} imports bound to flaxgraph), "
-            f"{args.jobs} workers",
+            f"conformance: flax {FLAX_VERSION} tests/nnx: {len(files)} files ({n} imports bound "
+            f"to flaxgraph), {args.jobs} at a time",
             flush=True,
         )
-        outcomes = run_pytest(work, targets, args.jobs, args.per_test_timeout, args.timeout)
+        outcomes = run_all(work, files, args.jobs, args.per_test_timeout, args.file_timeout)
         verdict = compare(outcomes, load_deviations(DEVIATIONS), files=args.only)
         print(render(verdict))
         if args.list_failures:
