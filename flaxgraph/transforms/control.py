@@ -187,15 +187,39 @@ def switch(
     )
 
 
-def _merge_carry(graphdef: GraphDef, values: list[Any]) -> Any:
-    (val,), _ = unflatten(graphdef, values)
-    return val
+def _merge_carry(graphdef: GraphDef, values: list[Any]) -> tuple[Any, list[Any]]:
+    """The carry built from ``values``, and its leaf objects (Variables) in leaf order."""
+    sink: list[Any] = []
+    (val,), _ = unflatten(graphdef, values, leaf_sink=sink)
+    return val, sink
 
 
-def _split_carry(graphdef: GraphDef, val: Any, what: str, graph: bool = True) -> list[Any]:
-    """The carry's leaves after an iteration, checked to keep ``graphdef``'s structure."""
+def _check_same_variables(
+    leaves: list[tuple[Any, Any]], given: list[Any], val: Any, what: str
+) -> None:
+    """Raises if the carry returned by a loop body holds another Variable where the
+    carry it received had one (the loop carries one set of references)."""
+    for (path, leaf), before in zip(leaves, given):
+        if isinstance(before, Variable) and leaf is not before:
+            raise CarryStructureError(
+                f"The {what} replaced the {type(before).__name__} at "
+                f"{NamedRoots(('carry',), (val,)).where((0, *path[2:]))} with a new object; a loop carry must have the same "
+                "reference structure in every iteration (Variable identity must be "
+                "preserved across iterations).\nFix: update the Variable in place "
+                "(`v[...] = new_value` or `v.value = new_value`) instead of assigning a "
+                "new Variable."
+            )
+
+
+def _split_carry(
+    graphdef: GraphDef, val: Any, what: str, graph: bool = True, given: list[Any] | None = None
+) -> list[Any]:
+    """The carry's leaves after an iteration, checked to keep ``graphdef``'s structure
+    (and, with ``given``, the Variables the iteration received)."""
     walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})), graph=graph)
     new_graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
+    if given is not None and new_graphdef == graphdef:
+        _check_same_variables(leaves, given, val, what)
     trace = current_trace()
     for node in walk.ref_index:
         created = (
@@ -227,16 +251,17 @@ def _start(init_val: Any, mode: Mode) -> tuple[Call, tuple[Static, list[Any]]]:
 
 
 def _finish(call: Call, carry: tuple[Static, list[Any]], mode: Mode) -> Any:
-    (val,), _ = unflatten(call.graphdef, carry[1], reuse=dict(enumerate(call.nodes)))
-    if not mode.updates:  # as in Flax NNX 0.12: the caller's objects got the values,
-        (val,), _ = unflatten(call.graphdef, carry[1])  # the returned carry is new
+    # As in Flax NNX 0.12: with graph updates the returned carry is the caller's
+    # objects; without, its graph nodes are new but its Variables are the caller's.
+    reuse = {i: n for i, n in enumerate(call.nodes) if mode.updates or isinstance(n, Variable)}
+    (val,), _ = unflatten(call.graphdef, carry[1], reuse=reuse)
     return val
 
 
 def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
     def cond(carry: tuple[Static, list[Any]]) -> Any:
         static, values = carry
-        return cond_fun(_merge_carry(static.value, values))
+        return cond_fun(_merge_carry(static.value, values)[0])
 
     return cond
 
@@ -244,8 +269,9 @@ def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
 def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..., Any]:
     def body(carry: tuple[Static, list[Any]]) -> Any:
         static, values = carry
-        val = body_fun(_merge_carry(static.value, values))
-        return static, _split_carry(static.value, val, "body of while_loop", graph)
+        val, given = _merge_carry(static.value, values)
+        val = body_fun(val)
+        return static, _split_carry(static.value, val, "body of while_loop", graph, given)
 
     return body
 
@@ -253,8 +279,9 @@ def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..
 def _make_fori_body(body_fun: Callable[[Any, Any], Any], graph: bool) -> Callable[..., Any]:
     def body(i: Any, carry: tuple[Static, list[Any]]) -> Any:
         static, values = carry
-        val = body_fun(i, _merge_carry(static.value, values))
-        return static, _split_carry(static.value, val, "body of fori_loop", graph)
+        val, given = _merge_carry(static.value, values)
+        val = body_fun(i, val)
+        return static, _split_carry(static.value, val, "body of fori_loop", graph, given)
 
     return body
 
@@ -272,11 +299,13 @@ def while_loop(
     ``body_fun`` may mutate the objects in the carry (values only) and returns the
     carry; afterwards the caller's objects hold the final values and the returned
     carry is built on the same objects (without graph updates, as in Flax NNX 0.12,
-    on new objects; ``graph``/``graph_updates``: see ``nnx.jit``).
+    on new graph nodes holding the caller's Variables; ``graph``/``graph_updates``:
+    see ``nnx.jit``).
 
     Raises:
       CarryStructureError (``ValueError``): ``body_fun`` changes the carry's
-        structure; the message names the first differing path.
+        structure, or replaces one of its Variables with a new one (Variable
+        identity must be preserved across iterations); the message names the path.
       TraceContextError (``ValueError``): ``body_fun`` returns an object it captured.
 
     Source: ``jax.lax.while_loop``.

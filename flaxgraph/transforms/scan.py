@@ -2,7 +2,8 @@
 
 ``in_axes`` marks each positional argument as the carry (``nnx.Carry``), scanned
 along an axis (an int) or broadcast (``None``); ``out_axes`` marks the output the
-same way. The default, ``in_axes=(Carry, 0)`` and ``out_axes=(Carry, 0)``, is
+same way (but an output is never broadcast: ``None`` there is an error). Keyword
+arguments are bound to their positions when ``in_axes`` has entries for them. The default, ``in_axes=(Carry, 0)`` and ``out_axes=(Carry, 0)``, is
 ``jax.lax.scan``'s ``f(carry, x) -> (carry, y)``. For an object,
 ``StateAxes({filter: axis_or_Carry_or_None})`` decides per sub-state: stacked
 Params scanned on axis 0 while BatchStats or RNG counters are carried from one
@@ -15,9 +16,12 @@ step to the next, for example. Scanning over a stack of layers made with
 
   y = forward(x, stacked_layers)
 
-Rules: the carry keeps its structure (a body that changes it raises
-``CarryStructureError`` naming the path); a broadcast (``None``) sub-state may
-not change inside the body (carry it instead); sub-states scanned on an axis
+Rules: the carry keeps its structure and its objects (a body that changes the
+structure, or returns a new Variable or object in place of a carried one, raises
+``CarryStructureError`` naming the path); a change the body makes to a broadcast
+(``None``) Variable is discarded, as in Flax NNX 0.12, with a
+``BroadcastChangeWarning`` (silently for RNG state: broadcast keys give every step
+the same randomness); sub-states scanned on an axis
 come out stacked on that axis (unchanged ones are not stacked again). Axis
 metadata is updated as in ``vmap``.
 
@@ -28,6 +32,7 @@ design (seed 002/003).
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,37 +41,35 @@ import jax.numpy as jnp
 
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.diff import graphdef_diff
+from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import resolve
+from flaxgraph.rnglib.rngs import RngState
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.compilation import jit
 from flaxgraph.transforms.control import CarryStructureError
-from flaxgraph.transforms.lift import IN, InStatic, Merged, OutStatic, Static, _Frozen, split_inputs
+from flaxgraph.transforms.lift import (
+    IN,
+    InStatic,
+    Merged,
+    OutStatic,
+    Static,
+    _Frozen,
+    is_graph_object,
+    split_inputs,
+)
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
+from flaxgraph.transforms.scan_axes import (
+    Carry,
+    check_argument_count,
+    resolve_positions,
+    validate_scan_axes,
+)
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix
 from flaxgraph.variablelib.variable import Variable
 
-
-class _CarryMarker:
-    """The ``Carry`` marker of ``scan``'s ``in_axes``/``out_axes``."""
-
-    _instance: _CarryMarker | None = None
-
-    def __new__(cls) -> _CarryMarker:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "Carry"
-
-    def __reduce__(self) -> Any:
-        return (_CarryMarker, ())
-
-
-Carry: Any = _CarryMarker()
-"""Marks the carried argument/output (or sub-state, inside ``StateAxes``) of ``scan``."""
+__all__ = ["Carry", "scan"]
 
 
 def _is_scan_prefix(p: Any) -> bool:
@@ -155,9 +158,9 @@ def scan(
       transform_metadata: as in ``vmap`` (e.g. ``{nnx.PARTITION_NAME: 'layers'}``).
       graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
         Without graph updates (as in Flax NNX 0.12) the carry comes back as new
-        objects while the caller's carry objects get the final values, and a
-        broadcast (``None``) Variable that the body changes is carried from step to
-        step instead of being an error; ``StateAxes`` needs graph updates.
+        graph nodes holding the caller's Variables (which get the final values), and
+        a broadcast (``None``) Variable that the body changes is carried from step
+        to step; ``StateAxes`` needs graph updates.
 
     Returns:
       The scanned function: the final carry where ``out_axes`` has ``Carry``, the
@@ -168,14 +171,20 @@ def scan(
       ``jax.disable_jit()`` it runs step by step); its ``cache_info()`` is ``jit``'s.
 
     Raises:
-      CarryStructureError (``ValueError``): the body changes the carry's structure
-        or a broadcast sub-state; the message names the path.
+      ValueError: when applied, ``Carry`` is nested, given twice, or in only one of
+        ``in_axes``/``out_axes`` ("If one of in_axes or out_axes has Carry..."), or
+        ``out_axes`` broadcasts (``None``); when called, ``in_axes=Carry`` with other
+        than one argument.
+      CarryStructureError (``ValueError``): the body changes the carry's structure,
+        replaces a carried Variable/object, or changes a broadcast non-Variable leaf;
+        the message names the path.
       InconsistentAliasingError, PrefixError (``ValueError``): see ``vmap``.
 
     Source: ``jax.lax.scan``; seed 002/003.
     """
     mode = resolve(graph, graph_updates)
     reject_lift_types(mode, "scan", "in_axes", in_axes, out_axes, plain="nnx.Carry, an int or None")
+    validate_scan_axes(in_axes, out_axes)
     inner_f, bound = unbind(f)
 
     def body(carry_in: Any, x: list[Any]) -> Any:
@@ -187,7 +196,8 @@ def scan(
         positions, a_prefix, rest_prefix = info.positions, info.a_prefix, info.rest_prefix
         kwargs_prefix = info.kwargs_prefix
         expected_state_carry, n_carry = list(info.expected_state_carry), info.n_carry
-        carry_obj = unflatten(carry_graphdef, carry[:n_carry])[0]
+        carry_index: dict[int, Any] = {}
+        carry_obj = unflatten(carry_graphdef, carry[:n_carry], index_ref=carry_index)[0]
         groups = (carry[n_carry:], x, broadcast_values)
         values = [groups[g][k] for g, k in in_static.slots]
         merged = Merged(in_static, values, prefixes, mode=mode)
@@ -201,7 +211,7 @@ def scan(
         out = inner_f(*full_args, **merged.kwargs)
         out = map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
         out_carry, out_rest, rest_axes = _split_output(out, out_axes)
-        new_graphdef, new_carry, _ = _flatten_carry(tuple(out_carry), mode.graph)
+        new_graphdef, new_carry, new_nodes = _flatten_carry(tuple(out_carry), mode.graph)
         if new_graphdef != carry_graphdef:
             diff = graphdef_diff(carry_graphdef, new_graphdef, roots=("carry",))
             raise CarryStructureError(
@@ -210,6 +220,7 @@ def scan(
                 "structure in every step.\nFix: return the carry with the same objects, "
                 "attributes and shapes it came in with."
             )
+        _check_carry_references(carry_index, new_nodes, tuple(out_carry), mode)
         _check_carry_types(
             carry_graphdef.leaf_paths,
             carry[:n_carry],
@@ -234,12 +245,7 @@ def scan(
                 new_state_carry.append(value)
             elif prefix is None:
                 if unchanged is None:
-                    raise CarryStructureError(
-                        f"The body of scan changed the broadcast (None) leaf at "
-                        f"{_where(merged, out_rest, path)}; a broadcast value is the same in "
-                        "every step.\nFix: carry it (nnx.Carry, or StateAxes({...: "
-                        "nnx.Carry})) or scan it (an int axis)."
-                    )
+                    unchanged = _discard_broadcast_change(merged, leaf, out_rest, path)
                 sources.append((IN, unchanged, 0))
             elif unchanged is not None and merged.prefixes[unchanged] == prefix:
                 sources.append((IN, unchanged, 0))
@@ -263,6 +269,8 @@ def scan(
 
     @functools.wraps(inner_f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = resolve_positions(inner_f, in_axes, args, kwargs)
+        check_argument_count(in_axes, len(args))
         n = len(args)
         a_prefix = args_prefix(in_axes, n)
         positions = _carry_positions(a_prefix, n)
@@ -324,8 +332,9 @@ def scan(
         final_carry_obj = unflatten(
             carry_graphdef, final_carry[:n_carry], reuse=dict(enumerate(carry_nodes))
         )[0]
-        if not mode.updates:  # the caller's carry got the values; the output is new
-            final_carry_obj = unflatten(carry_graphdef, final_carry[:n_carry])[0]
+        if not mode.updates:  # as in Flax NNX 0.12: new graph nodes, the caller's Variables
+            variables = {i: n for i, n in enumerate(carry_nodes) if isinstance(n, Variable)}
+            final_carry_obj = unflatten(carry_graphdef, final_carry[:n_carry], reuse=variables)[0]
         state_final = final_carry[n_carry:]
         values = []
         for tag, a, b in out_static.sources:
@@ -396,13 +405,65 @@ def _check_carry_types(
             )
 
 
+def _discard_broadcast_change(merged: Merged, leaf: Any, out_rest: Any, path: Any) -> int:
+    """The input position of a broadcast (``None``) Variable the body changed: as in
+    Flax NNX 0.12 every step sees the value given and the change is discarded. For
+    RNG state (broadcast keys: one dropout mask for all steps) that is the point;
+    for other state it is announced with a warning. A changed raw (non-Variable)
+    leaf cannot be matched to an input and raises ``CarryStructureError``."""
+    i = merged.in_leaf.get(leaf) if isinstance(leaf, Variable) else None
+    where = _where(merged, out_rest, path)
+    if i is None:
+        raise CarryStructureError(
+            f"The body of scan changed the broadcast (None) leaf at {where}; a broadcast "
+            "value is the same in every step.\nFix: carry it (nnx.Carry, or "
+            "StateAxes({...: nnx.Carry})) or scan it (an int axis)."
+        )
+    if not isinstance(leaf, RngState):
+        warnings.warn(
+            f"nnx.scan: the body changed the broadcast (None) {type(leaf).__name__} at "
+            f"{where}; every step sees the value passed in and the change is discarded "
+            "(as in Flax NNX 0.12).\nFix: to keep it, carry it (StateAxes({...: "
+            "nnx.Carry})) or scan it (an int axis).",
+            BroadcastChangeWarning,
+            stacklevel=2,
+        )
+    return i
+
+
+class BroadcastChangeWarning(UserWarning):
+    """``scan``'s body changed a broadcast (``None``) Variable; the change is discarded."""
+
+
+def _check_carry_references(
+    given: dict[int, Any], returned: list[Any], out_carry: tuple[Any, ...], mode: Any
+) -> None:
+    """Raises if the body returned a carry with other objects than it received (a
+    new Variable always; with graph updates, a new graph node too)."""
+    for i, node in enumerate(returned):
+        before = given.get(i)
+        if node is before or not (mode.updates or isinstance(node, Variable)):
+            continue
+        if not is_graph_object(node):
+            continue
+        path = next((p for p, v in iter_graph(out_carry, graph=mode.graph) if v is node), ())
+        where = NamedRoots(("carry",), (out_carry,)).where((0, *path))
+        raise CarryStructureError(
+            f"Carry references must be the same between iterations: the body of scan "
+            f"returned a new {type(node).__name__} at {where} in place of the one it "
+            "received (scan Variable identity must be preserved across iterations).\n"
+            "Fix: update the carried objects in place (`v[...] = new_value`) and return "
+            "them, instead of creating new ones."
+        )
+
+
 def _check_disjoint(carry_nodes: list[Any], rest_nodes: list[Any]) -> None:
     ids = {id(n) for n in carry_nodes}
     shared = [n for n in rest_nodes if id(n) in ids]
     if shared:
         raise CarryStructureError(
-            f"A {type(shared[0]).__name__} is both in scan's carry and in a scanned or "
-            "broadcast argument; an object is either carried or not.\nFix: pass it in one "
+            f"Inconsistent aliasing: a {type(shared[0]).__name__} is both in scan's carry "
+            "and in a scanned or broadcast argument; an object is either carried or not.\nFix: pass it in one "
             "place only, or use StateAxes({...: nnx.Carry}) on the object to carry part of it."
         )
 

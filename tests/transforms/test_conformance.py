@@ -138,16 +138,7 @@ LIFTS: dict[str, Lift] = {
         carry=True,
         new_leaves=True,
     ),
-    "scan_broadcast": Lift(
-        lambda f: (
-            lambda x: nnx.scan(
-                lambda c, a: (c, f(a)),
-                in_axes=(nnx.Carry, None),
-                out_axes=(nnx.Carry, None),
-                length=2,
-            )(jnp.zeros(()), x)[1]
-        )
-    ),
+    # (No broadcast-output scan: scan's out_axes may not be None, as in Flax NNX 0.12.)
     "while_loop_3": Lift(
         lambda f: (
             lambda x: nnx.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, f(c[1])), (0, x))[1]

@@ -184,13 +184,53 @@ def test_loop_carry_with_a_shared_object_and_a_new_object_of_the_same_structure(
     out = nnx.fori_loop(0, 3, f, (a, b))
     assert out[0] is a and out[1] is b and a.c is b.c is shared
     np.testing.assert_allclose(shared.v.value, 4 * np.ones(2))
-    # a body may return a fresh object with the same structure: the caller's object
-    # gets its values
+    # a body may return a fresh graph node holding the same Variables: the caller's
+    # object gets its values
     m = make()
-    out = nnx.fori_loop(
-        0, 2, lambda i, m: Node(w=nnx.Param(m.w.value + 1), s=m.s, child=m.child, rngs=m.rngs), m
-    )
+
+    def fresh(i, m):
+        m.w.value = m.w.value + 1
+        return Node(w=m.w, s=m.s, child=m.child, rngs=m.rngs)
+
+    out = nnx.fori_loop(0, 2, fresh, m)
     assert out is m
+    np.testing.assert_allclose(m.w.value, [3.0, 4.0])
+
+
+@pytest.mark.parametrize("graph, graph_updates", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("loop", ["fori_loop", "while_loop"])
+def test_loop_body_replacing_a_variable_names_the_path(loop, graph, graph_updates):
+    # As in Flax NNX 0.12 (TestWhileLoop.test_ref_changed): a carry keeps its
+    # Variables; a body that assigns a new one raises, leaving the caller's objects.
+    m = make()
+    before, clone = snapshot(m), nnx.clone(m)
+
+    def replace(m):
+        m.child.b = nnx.Param(m.child.b.value + 1)
+        return m
+
+    mode = dict(graph=graph, graph_updates=graph_updates)
+    with pytest.raises(ValueError, match=r"replaced the Param at carry\.child\.b(.|\n)*Fix"):
+        if loop == "fori_loop":
+            nnx.fori_loop(0, 2, lambda i, m: replace(m), m, **mode)
+        else:
+            nnx.while_loop(lambda m: m.s.value < 1, replace, m, **mode)
+    assert_unchanged(m, before, clone)
+
+
+@pytest.mark.parametrize("graph_updates", [True, False])
+def test_loop_returns_the_callers_variables(graph_updates):
+    # Flax NNX 0.12: the returned carry holds the caller's Variables (with graph
+    # updates, the caller's objects themselves).
+    m = make()
+
+    def body(i, m):
+        m.w.value = m.w.value + 1
+        return m
+
+    out = nnx.fori_loop(0, 2, body, m, graph_updates=graph_updates)
+    assert out.w is m.w and out.child.b is m.child.b
+    assert (out is m) == graph_updates
     np.testing.assert_allclose(m.w.value, [3.0, 4.0])
 
 

@@ -7,6 +7,7 @@ flaxgraph.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
@@ -16,6 +17,7 @@ import pytest
 
 import flaxgraph as nnx
 from flaxgraph.testing import Node, assert_graphs_equal
+from flaxgraph.transforms.scan import BroadcastChangeWarning
 
 # -- plain carries -----------------------------------------------------------------------------------
 
@@ -283,7 +285,7 @@ def test_a_carry_whose_shape_changes_names_the_path() -> None:
     m = Node(w=nnx.Param(jnp.ones((5, 2))), s=nnx.BatchStat(jnp.zeros(2)))
     axes = nnx.StateAxes({nnx.Param: 0, nnx.BatchStat: nnx.Carry})
 
-    @nnx.scan(in_axes=(axes,), out_axes=None)
+    @nnx.scan(in_axes=(axes,), out_axes=0)
     def cast(m: Node) -> None:
         m.s.value = m.s.value.astype(jnp.int32)
 
@@ -298,7 +300,7 @@ def test_a_carried_sub_state_must_keep_its_variables() -> None:
     m = Node(w=nnx.Param(jnp.ones((3, 2))), s=nnx.BatchStat(jnp.zeros(2)))
     axes = nnx.StateAxes({nnx.Param: 0, nnx.BatchStat: nnx.Carry})
 
-    @nnx.scan(in_axes=(axes,), out_axes=None)
+    @nnx.scan(in_axes=(axes,), out_axes=0)
     def adds(m: Node) -> None:
         m.t = nnx.BatchStat(jnp.zeros(()))
 
@@ -307,7 +309,7 @@ def test_a_carried_sub_state_must_keep_its_variables() -> None:
     assert not hasattr(m, "t")
 
 
-def test_a_modified_broadcast_sub_state_raises_and_an_unmodified_one_is_read() -> None:
+def test_a_modified_broadcast_sub_state_is_discarded_with_a_warning() -> None:
     m = Node(w=nnx.Param(jnp.ones((3, 2))), s=nnx.BatchStat(jnp.full(2, 2.0)))
     axes = nnx.StateAxes({nnx.Param: 0, nnx.BatchStat: None})
 
@@ -320,11 +322,34 @@ def test_a_modified_broadcast_sub_state_raises_and_an_unmodified_one_is_read() -
     @nnx.scan(in_axes=(nnx.Carry, axes), out_axes=nnx.Carry)
     def writes(c: jax.Array, m: Node) -> jax.Array:
         m.s += 1
-        return c + m.w
+        return c + m.w * m.s
 
-    with pytest.raises(nnx.CarryStructureError, match=r"broadcast \(None\) leaf at args\[1\]\.s"):
-        writes(jnp.zeros(2), m)
+    # As in Flax NNX 0.12 (TestScan.test_complex: BatchNorm stats broadcast): every
+    # step sees the value passed in and the change is discarded; flaxgraph warns.
+    with pytest.warns(
+        BroadcastChangeWarning, match=r"broadcast \(None\) BatchStat at args\[1\]\.s"
+    ):
+        out = writes(jnp.zeros(2), m)
+    np.testing.assert_array_equal(out, np.full(2, 9.0))
     np.testing.assert_array_equal(m.s.value, np.full(2, 2.0))
+
+
+def test_broadcast_rng_streams_give_every_step_the_same_keys() -> None:
+    # Flax NNX 0.12 (TestScan.test_scan_broadcast_keys): a broadcast stream is not
+    # advanced; a scanned one gives each step its own keys.
+    rngs = nnx.Rngs(params=jax.random.split(jax.random.key(0), 3), dropout=1)
+    axes = nnx.StateAxes({"params": 0, ...: None})
+
+    @nnx.scan(in_axes=(nnx.Carry, axes), length=3)
+    def keys(c: tuple[()], rngs: nnx.Rngs) -> tuple[tuple[()], tuple[jax.Array, jax.Array]]:
+        return c, (rngs.params(), rngs.dropout())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, (params, dropout) = keys((), rngs)
+    assert len(set(np.asarray(jax.random.key_data(params)).reshape(3, -1).sum(1))) == 3
+    assert len(set(np.asarray(jax.random.key_data(dropout)).reshape(3, -1).sum(1))) == 1
+    assert int(rngs.dropout.count.value) == 0
 
 
 def test_an_invalid_value_inside_state_axes_is_a_prefix_error() -> None:
