@@ -15,6 +15,7 @@ Source: Flax NNX ``nnx.State`` (0.12).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -42,10 +43,13 @@ class State(MutableMapping[Key, Any]):
       >>> jax.tree.map(jnp.shape, s.to_pure_dict())
       {'linear': {'kernel': (2, 3)}}
 
+    ``State[K, V]`` is a valid annotation (it has no effect at run time).
+
     Source: Flax NNX ``nnx.State``.
     """
 
     __slots__ = ("_mapping",)
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(self, mapping: Mapping[Key, Any] | Iterable[tuple[Key, Any]] = (), /):
         items = mapping.items() if isinstance(mapping, Mapping) else mapping

@@ -121,7 +121,7 @@ class Walk:
             self.error_root = node
         self.walk_root = node
         root_def = self.visit(node, (), prefix, False)
-        return GraphDef(root_def, tuple(p for p, _ in self.leaves)), self.leaves
+        return GraphDef(root_def, tuple(p for p, _ in self.leaves), not self.graph), self.leaves
 
     # -- hooks (no-ops for a plain split) ---------------------------------------------
     def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
