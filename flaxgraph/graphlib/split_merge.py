@@ -213,9 +213,14 @@ def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     except KeyError:
         present = {p for p, _ in _all_flat(states)}
         missing = [keys_str(p) for p in graphdef.leaf_paths if p not in present]
+        count = (
+            f"Incorrect number of leaves (the GraphDef needs {graphdef.num_leaves}, the "
+            f"States have {len(present)}): "
+            if len(present) != graphdef.num_leaves
+            else ""
+        )
         raise GraphStructureError(
-            f"Incorrect number of leaves: the GraphDef needs {graphdef.num_leaves}, the States "
-            f"given to merge have {len(present)}, so they do not match: missing leaves at "
+            f"{count}The States given to merge do not match the GraphDef: missing leaves at "
             + ", ".join(missing[:10])
             + (f" (and {len(missing) - 10} more)" if len(missing) > 10 else "")
             + ".\n"

@@ -152,6 +152,8 @@ class Walk:
                     self.tree_alias(x, path)
                 self.on_alias(x, path, prefix)
                 return NodeRef(t, index)
+            if not self.graph and getattr(t, "_obj_is_pytree", True) is False:
+                raise not_a_pytree_error(t, self.where(path))
             index = len(self.ref_index)
             self.ref_index[x] = index
             prefix = self.enter_node(x, path, prefix)
@@ -228,7 +230,8 @@ class Walk:
         if depth is not None:
             raise SharedReferenceError(
                 f"Tree mode (graph=False) does not allow cycles: the {type(x).__name__} at "
-                f"{self.where(path[:depth])} contains itself at {self.where(path)}.\n"
+                f"{self.where(path[:depth])} contains itself at {self.where(path)} (the same "
+                f"object found at paths {self.where(path[:depth])} and {self.where(path)}).\n"
                 + numbered_fixes(
                     [
                         "remove the reference that closes the cycle;",
@@ -294,6 +297,21 @@ class Walk:
 
 
 _SCALARS = frozenset({int, float, bool, complex})
+
+
+def not_a_pytree_error(t: type, where: str) -> ValueError:
+    """Tree mode met an instance of a ``Pytree`` class declared with ``pytree=False``
+    (e.g. an ``nnx.Object``): JAX cannot flatten it, so tree mode cannot walk it."""
+    return ValueError(
+        f"Tree mode (graph=False) cannot walk the {t.__name__} at {where}: its class has "
+        f"pytree=False, so it is no JAX pytree. Found at path: {where}.\n"
+        + numbered_fixes(
+            [
+                "use graph mode: graph=True (or the nnx.compat spelling of the function);",
+                f"or declare {t.__name__} with pytree=True (nnx.Pytree's default).",
+            ]
+        )
+    )
 
 
 def _made_per_instance(x: Any) -> bool:
@@ -416,18 +434,23 @@ def shared_variables_message(
     several paths (those whose list of paths ``select`` accepts, if given), each path
     formatted by ``where``."""
     lines = []
+    kinds: list[str] = []
     for entries in variable_paths(root, wrapped).values():
         if len(entries) > 1 and (select is None or select([p for _, p in entries])):
             v = entries[0][0]
             shape = getattr(v.raw_value, "shape", None)
+            if type(v).__name__ not in kinds:
+                kinds.append(type(v).__name__)
             lines.append(
                 f"  the {type(v).__name__}"
                 + (f" of shape {tuple(shape)}" if shape is not None else "")
                 + " at:"
             )
             lines.extend(f"    {where(p)}" for _, p in entries)
+    # The first line carries Flax's phrases ("Duplicate Param", "found at paths").
     return (
-        f"{what}, but these Variables are reachable along several paths:\n"
+        f"{what}: Duplicate {', '.join(kinds) or 'Variable'} found at paths listed below "
+        "(these Variables are reachable along several paths):\n"
         + "\n".join(lines)
         + "\n"
         + numbered_fixes(
