@@ -390,6 +390,33 @@ def from_flat_state(
     return cls.from_flat_path(pairs)  # type: ignore[no-any-return, attr-defined]
 
 
+def diff(state: State, other: State) -> State:
+    """The leaves of ``state`` whose paths ``other`` lacks (a structural difference;
+    values are not compared).
+
+    Args:
+      state: a State.
+      other: another State (e.g. of a smaller model).
+
+    Returns:
+      A State with the leaves at paths of ``state`` missing from ``other``
+      (``state`` itself if ``other`` is empty).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> a = nnx.State({'x': 1, 'y': {'z': 2}})
+      >>> nnx.statelib.diff(a, nnx.State({'x': 5})).to_pure_dict()
+      {'y': {'z': 2}}
+
+    Source: Flax NNX 0.12 ``nnx.statelib.diff``.
+    """
+    if not other:
+        return state
+    known = set(other.flat_state().paths)
+    return State.from_flat_path((p, v) for p, v in state.flat_state() if p not in known)
+
+
 def filter_state(state: State, first: Filter, /, *filters: Filter) -> Any:
     """``state.filter(first, *filters)``: the sub-state each filter matches (leaves
     matching none are dropped); one State for one filter, else a tuple.
@@ -523,6 +550,7 @@ jax.tree_util.register_pytree_with_keys(
 
 __all__ = [
     "State",
+    "diff",
     "FlatState",
     "map_state",
     "to_predicate",

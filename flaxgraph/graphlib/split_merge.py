@@ -54,6 +54,9 @@ def _states_from_leaves(
     return [_as_state(p) for p in parts]
 
 
+_SCALARS = frozenset({int, float, bool, complex})
+
+
 def _as_state(pairs: list[tuple[PathParts, Any]]) -> Any:
     # A root that is itself a leaf (a Variable or an array) is its own state, as in NNX.
     if len(pairs) == 1 and pairs[0][0] == ():
@@ -191,7 +194,9 @@ def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
             return [leaf for _, leaf in pairs]  # already in the GraphDef's order
     flat: dict[PathParts, Any] = {}
     for s in states:
-        if graphdef.leaf_paths == ((),) and (isinstance(s, Variable) or is_array_leaf(s)):
+        if graphdef.leaf_paths == ((),) and (
+            isinstance(s, Variable) or is_array_leaf(s) or type(s) in _SCALARS
+        ):
             pairs: Any = [((), s)]  # the root is a leaf and `s` is its state (see _as_state)
         elif isinstance(s, State):
             pairs = s.flat_state()

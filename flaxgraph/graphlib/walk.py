@@ -48,6 +48,7 @@ from flaxgraph.graphlib.registry import (
     is_plain_static,
     pytree_children,
 )
+from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -120,7 +121,11 @@ class Walk:
         if self.error_root is None:
             self.error_root = node
         self.walk_root = node
-        root_def = self.visit(node, (), prefix, False)
+        if type(node) in _SCALARS:  # a Python scalar at the root is a leaf, as in JAX
+            self.add_leaf((), node, prefix)
+            root_def: Def = ARRAY_DEF
+        else:
+            root_def = self.visit(node, (), prefix, False)
         return GraphDef(root_def, tuple(p for p, _ in self.leaves), not self.graph), self.leaves
 
     # -- hooks (no-ops for a plain split) ---------------------------------------------
@@ -189,6 +194,11 @@ class Walk:
             return ARRAY_DEF
         if is_plain_static(x):
             return StaticDef(x)
+        if is_ref(x):  # a raw jax.Ref is state, like an array
+            if not self.graph:
+                self._tree_ref(x, path)
+            self.add_leaf(path, x, prefix)
+            return ARRAY_DEF
         if t is DataLeaf:
             self.add_leaf(path, x.value, prefix)
             return ARRAY_DEF
@@ -247,6 +257,22 @@ class Walk:
                     self.where,
                     "Tree mode (graph=False) does not allow shared references",
                     wrapped,
+                )
+            )
+
+    def _tree_ref(self, x: Any, path: PathParts) -> None:
+        """Tree mode: a raw ``jax.Ref`` reachable along two paths is shared state."""
+        seen = self.__dict__.setdefault("_refs_seen", {})
+        first = seen.setdefault(id(x), (x, path))[1]
+        if first != path:
+            raise SharedReferenceError(
+                "Tree mode (graph=False) does not allow shared references: Duplicate Ref "
+                f"found at paths:\n    {self.where(first)}\n    {self.where(path)}\n"
+                + numbered_fixes(
+                    [
+                        "keep one reference to the Ref (or wrap it in one Variable);",
+                        "or use graph mode: graph=True.",
+                    ]
                 )
             )
 
@@ -447,12 +473,12 @@ def shared_variables_message(
                 + " at:"
             )
             lines.extend(f"    {where(p)}" for _, p in entries)
-    # The first line carries Flax's phrases ("Duplicate Param", "found at paths").
+    # The line after the listing carries Flax's phrases ("Duplicate Param", "found at
+    # paths"), which Flax's tests match.
     return (
-        f"{what}: Duplicate {', '.join(kinds) or 'Variable'} found at paths listed below "
-        "(these Variables are reachable along several paths):\n"
+        f"{what}, but these Variables are reachable along several paths:\n"
         + "\n".join(lines)
-        + "\n"
+        + f"\n(Duplicate {', '.join(kinds) or 'Variable'} found at paths listed above.)\n"
         + numbered_fixes(
             list(fixes)
             or [

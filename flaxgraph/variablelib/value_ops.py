@@ -50,7 +50,8 @@ class ValueOps:
         return np.asarray(self.raw_value, dtype=dtype)
 
     def __getitem__(self, key: Any) -> Any:
-        return self.raw_value[key]
+        # Through get_value, so a subclass that overrides it is honoured (Flax 0.12).
+        return self.get_value(index=key)  # type: ignore[attr-defined]
 
     def __setitem__(self, key: Any, value: Any) -> None:
         if key is Ellipsis and not _fills_array(self, value):
