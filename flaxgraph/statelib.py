@@ -15,6 +15,7 @@ Source: Flax NNX ``nnx.State`` (0.12).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -42,10 +43,13 @@ class State(MutableMapping[Key, Any]):
       >>> jax.tree.map(jnp.shape, s.to_pure_dict())
       {'linear': {'kernel': (2, 3)}}
 
+    ``State[K, V]`` is a valid annotation (it has no effect at run time).
+
     Source: Flax NNX ``nnx.State``.
     """
 
     __slots__ = ("_mapping",)
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(self, mapping: Mapping[Key, Any] | Iterable[tuple[Key, Any]] = (), /):
         items = mapping.items() if isinstance(mapping, Mapping) else mapping
@@ -386,6 +390,33 @@ def from_flat_state(
     return cls.from_flat_path(pairs)  # type: ignore[no-any-return, attr-defined]
 
 
+def diff(state: State, other: State) -> State:
+    """The leaves of ``state`` whose paths ``other`` lacks (a structural difference;
+    values are not compared).
+
+    Args:
+      state: a State.
+      other: another State (e.g. of a smaller model).
+
+    Returns:
+      A State with the leaves at paths of ``state`` missing from ``other``
+      (``state`` itself if ``other`` is empty).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> a = nnx.State({'x': 1, 'y': {'z': 2}})
+      >>> nnx.statelib.diff(a, nnx.State({'x': 5})).to_pure_dict()
+      {'y': {'z': 2}}
+
+    Source: Flax NNX 0.12 ``nnx.statelib.diff``.
+    """
+    if not other:
+        return state
+    known = set(other.flat_state().paths)
+    return State.from_flat_path((p, v) for p, v in state.flat_state() if p not in known)
+
+
 def filter_state(state: State, first: Filter, /, *filters: Filter) -> Any:
     """``state.filter(first, *filters)``: the sub-state each filter matches (leaves
     matching none are dropped); one State for one filter, else a tuple.
@@ -519,6 +550,7 @@ jax.tree_util.register_pytree_with_keys(
 
 __all__ = [
     "State",
+    "diff",
     "FlatState",
     "map_state",
     "to_predicate",

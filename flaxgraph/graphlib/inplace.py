@@ -167,6 +167,7 @@ def _plan_update(
             or is_array_leaf(current)
             or current is None
             or _is_data_child(node, key)
+            or _is_static_value(current)
         ):
             new_value = leaf.copy() if isinstance(leaf, Variable) else leaf
             set_fn = _setter(node, key, lambda path=path: path_str("node", root, path))
@@ -179,6 +180,16 @@ def _plan_update(
                 f"({path_str('node', root, path)}).\nFix: update with a State split from a "
                 "graph of the same structure."
             )
+
+
+def _is_static_value(x: Any) -> bool:
+    """A plain value (an int, a string…) that a State leaf may overwrite, as Flax 0.12's
+    ``update`` does: not a graph node and not a container of them."""
+    return (
+        type(x) not in _GRAPH_NODE_IMPLS
+        and type(x) not in (list, tuple, dict)
+        and (pytree_children(x) is None)
+    )
 
 
 def _is_data_child(node: Any, key: Hashable) -> bool:
