@@ -58,6 +58,7 @@ from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
+from flaxgraph.transforms.lift_types import object_prefix
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -165,6 +166,10 @@ def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
             leaf = getattr(t, "leaf_prefix", None)
             if leaf is not None and spec.is_leaf(leaf):
                 add(leaf)
+        elif (mapping := object_prefix(t, graph=False)) is not None:
+            for p in mapping.prefixes:
+                if spec.is_leaf(p):
+                    add(p)
         elif isinstance(t, (tuple, list)):
             for x in t:
                 go(x)

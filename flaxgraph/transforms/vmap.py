@@ -34,6 +34,7 @@ from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import bind, decorator, normalize_argnums, unbind
 from flaxgraph.transforms.compiled import Traced
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
+from flaxgraph.transforms.general import resolve_kwargs
 from flaxgraph.transforms.lift import (
     Inner,
     InStatic,
@@ -115,7 +116,8 @@ def _mapped(
 ) -> Callable[..., Any]:
     """vmap and pmap share everything but the JAX transform."""
     name = "vmap" if jax_map is jax.vmap else "pmap"
-    reject_lift_types(mode, name, "in_axes", in_axes, out_axes, plain="an int or None")
+    reject_lift_types(mode, name, "in_axes", in_axes, plain="an int or None")
+    reject_lift_types(mode, name, "out_axes", out_axes, plain="an int or None")
     inner_f, bound = unbind(f)
     in_keys = prefix_keys(in_axes, 0, spec=AXES_SPEC)
     out_keys = prefix_keys(in_axes, out_axes, 0, spec=AXES_SPEC)
@@ -224,7 +226,10 @@ def _mapped(
             if result is not MISS:
                 return result
         plans.general_calls += 1
-        a_prefix = args_prefix(_shift_axes(in_axes, len(bound)), len(args))
+        axes = _shift_axes(in_axes, len(bound))
+        if isinstance(axes, (tuple, list)) and len(axes) > len(args) and kwargs:
+            args, kwargs = resolve_kwargs(inner_f, args, kwargs)
+        a_prefix = args_prefix(axes, len(args))
         call = split_inputs(args, kwargs, (a_prefix, 0), AXES_SPEC, mode)
         if donate_argnums:
             positions = {i % len(args) for i in donate_argnums}
