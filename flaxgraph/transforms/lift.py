@@ -53,7 +53,7 @@ from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.snapshot import StructureSnapshot
-from flaxgraph.graphlib.walk import shared_variables_message
+from flaxgraph.graphlib.walk import shared_variables_message, variable_paths
 from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
@@ -272,7 +272,10 @@ def split_inputs(
         along two paths; the message lists them.
     """
     walk = PrefixWalk(spec, NamedRoots(("args", "kwargs"), (args, kwargs)), graph=mode.graph)
-    graphdef, leaves, prefixes = walk.run_checked((args, kwargs), in_prefix)
+    try:
+        graphdef, leaves, prefixes = walk.run_checked((args, kwargs), in_prefix)
+    except SharedReferenceError as error:
+        raise with_duplicates_line(error, (args, kwargs), None) from None
     leaf_objs = [leaf for _, leaf in leaves]
     values = [leaf.raw_value if isinstance(leaf, Variable) else leaf for leaf in leaf_objs]
     return Call(graphdef, leaf_objs, values, prefixes, list(walk.ref_index), in_prefix)
@@ -532,12 +535,17 @@ class _OutputWalk(PrefixWalk):
                 node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", None)
             )
             if created is not None and created != self.trace:
+                phrase = (
+                    "Cannot extract graph node from different trace level"
+                    if self.mode.updates
+                    else "Cannot return captured Variable (or an object holding one)"
+                )
                 raise TraceContextError(
-                    f"The {type(node).__name__} at {self.where(path)} was created outside the "
-                    "transform and captured by closure; a transform may not return (or store "
-                    "into its arguments) an object it did not receive, because the caller "
-                    "would get a silent copy of it.\nFix: pass it as an argument of the "
-                    "transformed function."
+                    f"{phrase}: the {type(node).__name__} at {self.where(path)} was created "
+                    "outside the transform and captured by closure; a transform may not "
+                    "return (or store into its arguments) an object it did not receive, "
+                    "because the caller would get a silent copy of it.\nFix: pass it as an "
+                    "argument of the transformed function."
                 )
         return super().enter_node(node, path, prefix)
 
@@ -550,7 +558,7 @@ class _OutputWalk(PrefixWalk):
         """Without graph updates an input object may not be an output: only values
         come back, so the caller could not get its own object back."""
         output, args, kwargs = self.roots.values
-        raise SharedReferenceError(
+        error = SharedReferenceError(
             shared_variables_message(
                 (output, args, kwargs),
                 self.where,
@@ -568,6 +576,32 @@ class _OutputWalk(PrefixWalk):
                 ],
             )
         )
+        raise with_duplicates_line(
+            error,
+            (output, args, kwargs),
+            lambda paths: any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths),
+        )
+
+
+def with_duplicates_line(
+    error: SharedReferenceError, roots: tuple[Any, ...], select: Callable[[Any], bool] | None
+) -> SharedReferenceError:
+    """``error`` with a last line naming the kinds of the Variables reachable twice
+    (``Duplicate Param``: the phrase Flax NNX 0.12 uses for Variable aliasing without
+    graph updates), so searches for Flax's wording find flaxgraph's message."""
+    kinds: list[str] = []
+    for entries in variable_paths(roots, True).values():
+        paths = [p for _, p in entries]
+        if len(entries) > 1 and (select is None or select(paths)):
+            kind = type(entries[0][0]).__name__
+            if kind not in kinds:
+                kinds.append(kind)
+    if not kinds:
+        return error
+    listed = ", ".join(f"Duplicate {k}" for k in kinds)
+    return SharedReferenceError(
+        f"{error}\n({listed}: Variable aliasing needs graph=True, graph_updates=True.)"
+    )
 
 
 _LOCATED = "_flaxgraph_location_note"
