@@ -288,8 +288,9 @@ def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
     return None
 
 
-def _object_paths(x: Any, path: PathParts) -> Iterable[tuple[PathParts, Any]]:
-    """``(path, value)`` of every non-node value in a prefix object (tree mode)."""
+def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple[PathParts, Any]]:
+    """``(path, value)`` of every non-node value in a prefix object (tree mode);
+    Variables are unboxed unless ``unbox`` is False."""
     from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
     from flaxgraph.variablelib.variable import Variable
 
@@ -301,10 +302,10 @@ def _object_paths(x: Any, path: PathParts) -> Iterable[tuple[PathParts, Any]]:
     elif type(x) is dict:
         items = list(x.items())
     else:
-        yield path, (x.raw_value if isinstance(x, Variable) else x)
+        yield path, (x.raw_value if unbox and isinstance(x, Variable) else x)
         return
     for k, v in items:
-        yield from _object_paths(v, (*path, k))
+        yield from _object_paths(v, (*path, k), unbox)
 
 
 def reject_lift_types(
@@ -357,8 +358,12 @@ def _check_entry(
             f"({plain}) instead of a Variable holding it."
         )
     if is_graph_prefix(found):
-        if not mode.graph:
-            return  # tree mode: an object-shaped prefix (nnx.prefix(..., graph=False))
+        if not mode.graph:  # tree mode: an object-shaped prefix (nnx.prefix(..., graph=False))
+            for sub, value in _object_paths(found, (), unbox=False):
+                if isinstance(value, Variable):
+                    inner = where + "".join(f".{k}" for k in sub)
+                    _check_entry(mode, transform, argument, inner, value, plain)
+            return
         raise ValueError(
             f"{where} (in `{argument}` of nnx.{transform}) is a graph node of type {kind}. "
             "Graph nodes are not allowed as prefixes when graph=True.\n"

@@ -20,6 +20,7 @@ seed 000 and seed 003 ("Axis metadata").
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ from flaxgraph.transforms.compiled import Traced
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.general import resolve_kwargs
 from flaxgraph.transforms.lift import (
+    OUT,
     Inner,
     InStatic,
     OutStatic,
@@ -242,7 +244,15 @@ def _mapped(
         slots, groups = call.groups(in_keys)
         in_static = InStatic(call.graphdef, slots, a_prefix)
         entry = Traced(functools.partial(run_mapped, in_static))
-        out, out_groups = entry.call(groups)
+        try:
+            out, out_groups = entry.call(groups)
+        except ValueError as error:
+            if by_closure:
+                last = getattr(current, "out", None)  # Static(OutStatic) of this trace
+                better = _batched_broadcast_error(error, getattr(last, "value", None), name)
+                if better is not None:
+                    raise better from None
+            raise
         result = call.finish(out, out_groups)
         if by_closure and out.inputs_kept and same_trace(call):
             key = plan_key(args, kwargs)
@@ -253,6 +263,40 @@ def _mapped(
     result = bind(wrapper, bound, f)
     result.cache_info = plans.info  # type: ignore[attr-defined]
     return result
+
+
+_BATCHED = re.compile(
+    r"at vmap out_axes\[(\d+)\]\[(\d+)\], got axis spec None but output was batched on "
+    r"axis (\d+)"
+)
+
+
+def _batched_broadcast_error(
+    error: ValueError, out_static: OutStatic | None, name: str
+) -> ValueError | None:
+    """JAX names a leaf that comes back batched where its axis is ``None`` by its
+    place among flaxgraph's groups (``out_axes[g][i]``); this error names its path
+    (``args[0]['broadcast']``) instead, and says why and what to do."""
+    match = _BATCHED.search(str(error))
+    if match is None or not isinstance(out_static, OutStatic):
+        return None
+    g, i, axis = (int(x) for x in match.groups())
+    paths = out_static.graphdef.leaf_paths
+    found = [p for p, src in zip(paths, out_static.sources) if src == (OUT, g, i)]
+    if not found:
+        return None
+    path = found[0]
+    root = ("output", "args", "kwargs")[path[0]]  # type: ignore[index]
+    where = root + "".join(f"[{k!r}]" for k in path[1:])
+    return ValueError(
+        f"at {name} {where}, got axis spec None but output was batched on axis {axis}: "
+        f"the value at {where} is broadcast (out axis None) but became different per "
+        f"instance inside nnx.{name} (e.g. updated under a mapped nnx.cond).\n"
+        f"  1. map it instead (an int axis, e.g. in a StateAxes) so each instance keeps "
+        "its own value;\n"
+        "  2. or do not update it inside the transform (or update it the same way for "
+        "every instance)."
+    )
 
 
 def _shift_axes(in_axes: Any, n_bound: int) -> Any:
