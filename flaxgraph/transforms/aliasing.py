@@ -31,12 +31,12 @@ import dataclasses
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from flaxgraph.errors import FlaxgraphError, numbered_fixes
+from flaxgraph.errors import FlaxgraphError, SharedReferenceError, numbered_fixes
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
-from flaxgraph.graphlib.walk import Walk
+from flaxgraph.graphlib.walk import Walk, variable_paths
 from flaxgraph.statelib import State
 from flaxgraph.transforms.lift_types import (
     NO_MATCH,
@@ -393,3 +393,24 @@ def _describe(prefix: Any) -> str:
     if isinstance(prefix, (tuple, list, dict)):
         return f"a {type(prefix).__name__} {prefix!r}"
     return repr(prefix)
+
+
+def with_duplicates_line(
+    error: SharedReferenceError, roots: tuple[Any, ...], select: Callable[[Any], bool] | None
+) -> SharedReferenceError:
+    """``error`` with a last line naming the kinds of the Variables reachable twice
+    (``Duplicate Param``: the phrase Flax NNX 0.12 uses for Variable aliasing without
+    graph updates), so searches for Flax's wording find flaxgraph's message."""
+    kinds: list[str] = []
+    for entries in variable_paths(roots, True).values():
+        paths = [p for _, p in entries]
+        if len(entries) > 1 and (select is None or select(paths)):
+            kind = type(entries[0][0]).__name__
+            if kind not in kinds:
+                kinds.append(kind)
+    if not kinds:
+        return error
+    listed = ", ".join(f"Duplicate {k}" for k in kinds)
+    return SharedReferenceError(
+        f"{error}\n({listed}: Variable aliasing needs graph=True, graph_updates=True.)"
+    )

@@ -53,12 +53,13 @@ from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.snapshot import StructureSnapshot
-from flaxgraph.graphlib.walk import shared_variables_message, variable_paths
+from flaxgraph.graphlib.walk import shared_variables_message
 from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
-from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
+from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk, with_duplicates_line
 from flaxgraph.transforms.lift_types import object_prefix
+from flaxgraph.transforms.locate import locate_module
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -581,59 +582,6 @@ class _OutputWalk(PrefixWalk):
             (output, args, kwargs),
             lambda paths: any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths),
         )
-
-
-def with_duplicates_line(
-    error: SharedReferenceError, roots: tuple[Any, ...], select: Callable[[Any], bool] | None
-) -> SharedReferenceError:
-    """``error`` with a last line naming the kinds of the Variables reachable twice
-    (``Duplicate Param``: the phrase Flax NNX 0.12 uses for Variable aliasing without
-    graph updates), so searches for Flax's wording find flaxgraph's message."""
-    kinds: list[str] = []
-    for entries in variable_paths(roots, True).values():
-        paths = [p for _, p in entries]
-        if len(entries) > 1 and (select is None or select(paths)):
-            kind = type(entries[0][0]).__name__
-            if kind not in kinds:
-                kinds.append(kind)
-    if not kinds:
-        return error
-    listed = ", ".join(f"Duplicate {k}" for k in kinds)
-    return SharedReferenceError(
-        f"{error}\n({listed}: Variable aliasing needs graph=True, graph_updates=True.)"
-    )
-
-
-_LOCATED = "_flaxgraph_location_note"
-
-
-def locate_module(error: BaseException, args: Any, kwargs: Any) -> None:
-    """If ``error`` names a module (an ``error.module`` attribute, as layers' shape
-    errors have), notes the module's path from the transformed function's arguments
-    on the exception. Nested transforms keep the outermost path: the one the user
-    wrote."""
-    module = getattr(error, "module", None)
-    if module is None:
-        return
-    path = _find_path(module, (args, kwargs))
-    if path is None:
-        return
-    note = f"The module is at {NamedRoots(('args', 'kwargs'), (args, kwargs)).where(path)}."
-    previous = getattr(error, _LOCATED, None)
-    notes = getattr(error, "__notes__", [])
-    if previous is not None and previous in notes:
-        notes.remove(previous)
-    error.add_note(note)
-    setattr(error, _LOCATED, note)
-
-
-def _find_path(target: Any, root: Any) -> PathParts | None:
-    from flaxgraph.graphlib.traversal import iter_graph
-
-    for path, value in iter_graph(root):
-        if value is target:
-            return path
-    return None
 
 
 def is_graph_object(x: Any) -> bool:

@@ -200,7 +200,10 @@ def shard_map(
         one for all): ``PartitionSpec`` leaves (``None`` replicates, like ``P()``);
         at an object, a ``PartitionSpec`` for all its state or
         ``nnx.StateSharding({filter: PartitionSpec, ...})`` (or a ``State`` of
-        PartitionSpecs, e.g. from ``nnx.get_partition_spec``). A spec of rank ``r``
+        PartitionSpecs, e.g. from ``nnx.get_partition_spec``, or
+        ``nnx.prefix(obj, {filter: spec})``: per-Variable specs matched by path).
+        With graph updates the arguments' arrays come back as ``NamedSharding``s
+        over ``mesh`` with these specs. A spec of rank ``r``
         for an array of rank ``n >= r`` splits dimension ``i`` over the mesh axes
         named at ``spec[i]``: inside ``f`` that dimension is ``size / devices``.
       out_specs: the same over the output: how the per-shard outputs are

@@ -326,8 +326,13 @@ def vmap(
       f: the function (or method: ``@nnx.vmap def __init__(self, seed)`` builds a
         stack of weights in ``self``).
       in_axes: an int, ``None``, or one entry per positional argument; at an
-        object, an int/None for all its state or ``StateAxes({filter: axis})``.
-        Keyword arguments are mapped on axis 0, as in JAX.
+        object, an int/None for all its state, ``StateAxes({filter: axis})``, or a
+        per-Variable prefix matched by path: ``nnx.prefix(obj, {filter: axis})`` (a
+        ``NodeStates`` in graph mode, a prefix-valued copy of the object in tree
+        mode) or a ``State`` of axes. Keyword arguments are mapped on axis 0, as in
+        JAX; when ``in_axes`` has more entries than positional arguments, keyword
+        arguments are first bound to their positions (defaults filled in), as in
+        Flax NNX 0.12.
       out_axes: the same over the output (and objects in it).
       axis_name, axis_size, spmd_axis_name: as in ``jax.vmap``; ``axis_size`` is
         required when nothing is mapped (e.g. vmapping an initializer with no
@@ -348,6 +353,10 @@ def vmap(
         along different paths (inputs or outputs); the message lists every path.
       PrefixError (``ValueError``): ``in_axes``/``out_axes`` do not fit the
         arguments (e.g. ``StateAxes`` given for a tuple).
+      ValueError: when created, ``in_axes``/``out_axes`` hold a Variable, a graph
+        node in graph mode, or a lift type without graph updates; when called, a
+        value broadcast with axis ``None`` came back batched (the message names its
+        path), or ``in_axes`` does not have one entry per positional argument.
       TraceContextError (``ValueError``): a captured object is mutated or returned.
 
     Example (seed 003)::
