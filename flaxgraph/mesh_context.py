@@ -264,8 +264,4 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
         if any(t == explicit for t in getattr(mesh, "axis_types", ())):
             return jax.sharding.reshard(value, sharding)  # explicit axes: a sharding in the type
         return jax.lax.with_sharding_constraint(value, sharding)
-    if isinstance(mesh, jax.sharding.AbstractMesh):
-        # A constant created while a transform traces (e.g. eager vmap's broadcast
-        # state): there are no devices to put it on; the names stay in the metadata.
-        return value
     return jax.device_put(value, sharding)
