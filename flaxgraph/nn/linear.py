@@ -133,7 +133,8 @@ class Linear(Module):
 
     def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         x = jnp.asarray(inputs)
-        check_last_dim(self, x, self.in_features)
+        # The kernel's own size: inside shard_map it is the local shard of in_features.
+        check_last_dim(self, x, self.kernel.shape[0])
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
         extra = op_options(self.preferred_element_type, out_sharding)
