@@ -55,6 +55,15 @@ class Flag(Generic[T]):
         """Sets the value for the rest of the program (outside ``scoped`` blocks)."""
         self._value = value
 
+    def set_current(self, value: T) -> None:
+        """Replaces the value in force here: this thread's innermost ``scoped``
+        override if there is one, else the global value."""
+        stack = getattr(self._local, "stack", None)
+        if stack:
+            stack[-1] = value
+        else:
+            self._value = value
+
     def push(self, value: T) -> None:
         """Starts a scoped override in this thread (``pop`` ends it)."""
         stack = getattr(self._local, "stack", None)
