@@ -36,6 +36,7 @@ from flaxgraph.modes import resolve
 from flaxgraph.module import Module
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.pytreelib.objects import Pytree
+from flaxgraph.rnglib.samplers import RandomSamplers
 from flaxgraph.variablelib.variable import Variable
 
 
@@ -73,7 +74,7 @@ def _as_key(seed: Any) -> jax.Array:
     )
 
 
-class RngStream(Pytree):
+class RngStream(Pytree, RandomSamplers):
     """One named stream of random keys.
 
     Args:
@@ -126,7 +127,7 @@ class RngStream(Pytree):
         return RngStream(jnp.broadcast_to(key, shape + key.shape), tag=self.tag)
 
 
-class Rngs(Module):
+class Rngs(Module, RandomSamplers):
     """Named random streams (see the module docstring).
 
     Args:
