@@ -111,7 +111,8 @@ class Pytree:
         if self._obj_trace != current_trace():
             raise TraceContextError(
                 f"Cannot {what} of this {type(self).__name__}: it was created outside the "
-                "current JAX transform and was captured by closure, so the change would "
+                "current JAX transform and was captured by closure (Cannot mutate "
+                f"{type(self).__name__!r} from different trace level), so the change would "
                 "leak a tracer.\nFix: pass the object as an argument of the transformed "
                 "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
                 "enclosing scope)."

@@ -245,7 +245,8 @@ class Variable(ValueOps, Generic[A]):
             raise TraceContextError(
                 f"Cannot {what} of {type(self).__name__}{_value_summary(self.raw_value)}: "
                 "it was created outside the current JAX transform and was captured by "
-                "closure, so the new value would leak a tracer.\n"
+                f"closure (Cannot mutate {type(self).__name__} from a different trace "
+                "level), so the new value would leak a tracer.\n"
                 "Fix: pass the object that holds it as an argument of the transformed "
                 "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
                 "enclosing scope)."
@@ -319,6 +320,14 @@ class Variable(ValueOps, Generic[A]):
             refs.check_fits(type(self).__name__, ref, value)
             index = ...
         refs.write(type(self).__name__, ref, index, value, self._var_trace != current_trace())
+
+    def _check_settable(self) -> None:
+        """Raises what ``set_value`` would raise before it computes anything: for
+        callers (``RngStream``) whose new value is computed from values that may be
+        tracers of another trace."""
+        self._check_mutable()
+        if self._var_ref is None:
+            self._check_trace("set the value")
 
     def get_raw_value(self) -> Any:
         """The storage: the ``jax.Ref`` of a Ref-backed Variable, else the value."""
