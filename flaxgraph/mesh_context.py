@@ -223,6 +223,7 @@ def check_spec(
 ) -> None:
     """Raises ``ShardingSpecError`` when ``spec`` names an axis ``mesh`` lacks or has
     more entries than ``shape`` has dimensions (``shape`` None: rank not checked).
+    A shorter spec is fine: as in JAX, the missing trailing entries are ``None``.
     ``where`` names the Variable (its path, or its kind and shape)."""
     if mesh is not None:
         axis_names = tuple(mesh.axis_names)
@@ -235,11 +236,11 @@ def check_spec(
                 f"{axis_names}.\nFix: name only mesh axes in the Variable's out_sharding, "
                 "or map logical names to mesh axes with nnx.logical_axis_rules([...])."
             )
-    if shape is not None and len(spec) != len(shape):
+    if shape is not None and len(spec) > len(shape):
         raise ShardingSpecError(
             f"The sharding of {where} is {spec} with {len(spec)} entries, but its value has "
-            f"shape {tuple(shape)} (rank {len(shape)}).\nFix: give one name (or None) per "
-            "dimension of the value."
+            f"shape {tuple(shape)} (rank {len(shape)}).\nFix: give at most one name (or "
+            "None) per dimension of the value; missing trailing entries mean None."
         )
 
 

@@ -128,9 +128,22 @@ def test_eager_creation_errors_name_the_kind_spec_and_mesh() -> None:
         with pytest.raises(nnx.ShardingSpecError, match=r"new Param of shape \(2, 3\).*'tp'"):
             nnx.Param(jnp.ones((2, 3)), out_sharding=("data", "tp"))
         with pytest.raises(nnx.ShardingSpecError, match=r"rank 2"):
-            nnx.Param(jnp.ones((2, 3)), sharding=("data",))
+            nnx.Param(jnp.ones((2, 3)), sharding=("data", None, "model"))
         with nnx.use_eager_sharding(False):  # off: names are not checked at creation
-            nnx.Param(jnp.ones((2, 3)), sharding=("data",))
+            nnx.Param(jnp.ones((2, 3)), sharding=("data", None, "model"))
+
+
+def test_a_spec_shorter_than_the_rank_pads_with_none() -> None:
+    # As in JAX (and Flax NNX 0.12.8): P('data') on a (2, 3) value is P('data', None).
+    with jax.set_mesh(MESH1):
+        v = nnx.Param(jnp.ones((2, 3)), sharding=("data",))
+        assert v.value.sharding.spec == P("data")
+        assert v.value.sharding.is_equivalent_to(
+            jax.sharding.NamedSharding(MESH1, P("data", None)), 2
+        )
+        assert nnx.Param(jnp.ones((2, 3)), sharding=(None,)).value.shape == (2, 3)
+    named = nnx.get_named_sharding(nnx.state(Block(("data",))), MESH1)
+    assert jax.tree.leaves(named)[0].spec == P("data")
 
 
 def test_get_abstract_model_error_names_the_path() -> None:
