@@ -260,9 +260,17 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
     spec = PartitionSpec(*resolve_names(names))
     check_spec(spec, mesh, tuple(value.shape), f"a new {kind} of shape {tuple(value.shape)}")
     sharding = NamedSharding(mesh, spec)
-    if isinstance(value, jax.core.Tracer):
-        explicit = jax.sharding.AxisType.Explicit
-        if any(t == explicit for t in getattr(mesh, "axis_types", ())):
-            return jax.sharding.reshard(value, sharding)  # explicit axes: a sharding in the type
+    types = set(getattr(mesh, "axis_types", ()))
+    if len(types) > 1:
+        raise ShardingSpecError(
+            f"Cannot place a new {kind} of shape {tuple(value.shape)} with {spec}: the mesh "
+            f"mixes axis types {tuple(mesh.axis_types)} (Mesh must have all axes as Explicit "
+            "or all axes as Auto).\nFix: make the mesh's axes all Auto or all Explicit, or "
+            "create the Variable with eager_sharding=False."
+        )
+    if types == {jax.sharding.AxisType.Explicit}:
+        return jax.sharding.reshard(value, sharding)  # explicit axes: a sharding in the type
+    if isinstance(value, jax.core.Tracer) or isinstance(mesh, jax.sharding.AbstractMesh):
+        # inside a transform (only the abstract mesh is known): a constraint
         return jax.lax.with_sharding_constraint(value, sharding)
     return jax.device_put(value, sharding)

@@ -123,7 +123,7 @@ class Partitioned(AxisMetadata):
         return Partitioned(self.value, tuple(names), self.metadata)
 
     def variable_metadata(self) -> dict[str, Any]:
-        return {**self.metadata, "sharding": self.names}
+        return {**self.metadata, "out_sharding": self.names}
 
     def get_partition_spec(self) -> PartitionSpec:
         return PartitionSpec(*self.names)

@@ -137,7 +137,6 @@ def test_a_spec_shorter_than_the_rank_pads_with_none() -> None:
     # As in JAX (and Flax NNX 0.12.8): P('data') on a (2, 3) value is P('data', None).
     with jax.set_mesh(MESH1):
         v = nnx.Param(jnp.ones((2, 3)), sharding=("data",))
-        assert v.value.sharding.spec == P("data")
         assert v.value.sharding.is_equivalent_to(
             jax.sharding.NamedSharding(MESH1, P("data", None)), 2
         )
@@ -329,3 +328,22 @@ CHECKS = [
 
 def test_sharded_checks() -> None:
     assert_checks_passed(run_device_checks(SCRIPT), CHECKS)
+
+
+def test_mixed_axis_types_mesh_is_an_error_at_creation() -> None:
+    auto, explicit = jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit
+    mesh = jax.make_mesh((1, 1), ("row", "col"), axis_types=(auto, explicit))
+    with pytest.raises(ValueError, match="all axes as Explicit or all axes as Auto"):
+        nnx.Variable(jnp.ones((2, 2)), out_sharding=("row", "col"), mesh=mesh)
+
+
+def test_creation_under_an_abstract_mesh_constrains_instead_of_placing() -> None:
+    # Inside a transform only the AbstractMesh is known: no device_put there.
+    @jax.jit
+    def make():
+        return nnx.Param(jnp.ones((2, 3)), out_sharding=("data", None)).value
+
+    with jax.set_mesh(MESH1):
+        out = make()
+        assert nnx.eval_shape(lambda: nnx.Param(jnp.ones((2, 3)), out_sharding=("data",))).shape
+    assert out.shape == (2, 3)
