@@ -347,3 +347,16 @@ def test_creation_under_an_abstract_mesh_constrains_instead_of_placing() -> None
         out = make()
         assert nnx.eval_shape(lambda: nnx.Param(jnp.ones((2, 3)), out_sharding=("data",))).shape
     assert out.shape == (2, 3)
+
+
+def test_a_variables_own_sharding_rules_join_the_active_rules() -> None:
+    with jax.set_mesh(MESH1), nnx.logical_axis_rules([("embed", "model")]):
+        v = nnx.Param(
+            jnp.ones((2, 3)), out_sharding=("batch", "embed"), sharding_rules=(("batch", "data"),)
+        )
+        assert v.value.sharding.spec == P("data", "model")
+        assert nnx.get_partition_spec(nnx.State({"v": v}))["v"].value == P("data", "model")
+        with pytest.raises(ValueError, match="Inconsistent logical axis annotations for 'embed'"):
+            nnx.Param(
+                jnp.ones((2, 3)), out_sharding=("embed",), sharding_rules=(("embed", "data"),)
+            )
