@@ -354,6 +354,22 @@ class Variable(ValueOps, Generic[A]):
         """``False`` for a read-only Variable (made with ``mutable=False``)."""
         return self._var_metadata.get("mutable", True) is not False
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the value (a Variable holding a callable proxies the call, as in
+        Flax NNX 0.12).
+
+        Raises:
+          TypeError: the value is not callable.
+        """
+        value = self.get_value()
+        if not callable(value):
+            raise TypeError(
+                f"'{type(self).__name__}' object is not callable: its value is a "
+                f"{type(value).__name__}.\nFix: read the value (`v[...]`) instead of calling "
+                "the Variable."
+            )
+        return value(*args, **kwargs)
+
     # -- metadata ---------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: a Ref-backed Variable's value (its
