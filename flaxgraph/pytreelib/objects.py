@@ -111,7 +111,8 @@ class Pytree:
         if self._obj_trace != current_trace():
             raise TraceContextError(
                 f"Cannot {what} of this {type(self).__name__}: it was created outside the "
-                "current JAX transform and was captured by closure, so the change would "
+                "current JAX transform and was captured by closure (Cannot mutate "
+                f"{type(self).__name__!r} from different trace level), so the change would "
                 "leak a tracer.\nFix: pass the object as an argument of the transformed "
                 "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
                 "enclosing scope)."
@@ -130,8 +131,15 @@ class Pytree:
     def __setattr__(self, name: str, value: Any) -> None:
         self._check_trace(f"set attribute {name!r}")
         if type(value) is _Marked:
+            if value.kind == _STATIC and self._obj_is_pytree:
+                _check_no_data_in_static(self, name, value.value, "marked")
             self._set_kind(name, value.kind)
             value = value.value
+        elif self._obj_kinds and self._obj_is_pytree:
+            kind = dict(self._obj_kinds).get(name)
+            if kind == _STATIC:
+                declared = dict(type(self)._obj_class_kinds).get(name) == _STATIC
+                _check_no_data_in_static(self, name, value, "declared" if declared else "kept")
         old = self.__dict__.get(name, MISSING)
         if not _same_structure(old, value):
             object.__setattr__(self, "_obj_version", self._obj_version + 1)
@@ -169,6 +177,38 @@ class Pytree:
         attributes, kinds = state
         _init_slots(self, kinds)
         self.__dict__.update(attributes)
+
+
+def _check_no_data_in_static(obj: Pytree, name: str, value: Any, why: str) -> None:
+    """Raises if ``value``, about to be stored in the static attribute ``name``, holds
+    data (arrays, Variables, objects): static attributes go into the GraphDef and
+    the pytree's aux data, where data would be frozen (and unhashable)."""
+    if not _is_data(value):
+        return
+    cls = type(obj).__name__
+    vtype = type(value).__name__
+    found = ", ".join(sorted({type(x).__name__ for x in has_data(value)})) or vtype
+    if why == "marked":
+        what = (
+            f"Found data in value of type '{vtype}' annotated with nnx.static(...) when "
+            f"setting attribute '{name}' of {cls}"
+        )
+    elif why == "declared":
+        what = (
+            f"Found unexpected data on value of type '{vtype}' in static attribute "
+            f"'{name}' of {cls} (declared static on the class)"
+        )
+    else:
+        what = (
+            f"Found data on value of type '{vtype}' assigned to static attribute '{name}' "
+            f"of {cls} (it was made static by an earlier nnx.static(...) assignment)"
+        )
+    raise ValueError(
+        f"{what}: it holds {found}, and static attributes may not hold arrays, Variables "
+        "or objects.\n"
+        f"Fix: assign it as data, `self.{name} = nnx.data(...)`, or keep the data out of "
+        "the static value."
+    )
 
 
 def _init_slots(obj: Pytree, kinds: tuple[tuple[str, str], ...], trace: object = None) -> None:
@@ -373,6 +413,9 @@ def check_pytree(pytree: Any) -> None:
     (arrays, Variables, graph nodes), which would silently be baked into the
     GraphDef and the pytree's static part.
 
+    Assignment already refuses such values (as in Flax NNX 0.12); this check is for
+    attributes stored without ``__setattr__`` (``vars(obj).update(...)``).
+
     Raises:
       TypeError: ``pytree`` is not a ``Pytree``.
       ValueError: a static attribute holds data; the message names the attribute,
@@ -382,10 +425,11 @@ def check_pytree(pytree: Any) -> None:
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
       >>> class Bad(nnx.Pytree):
-      ...   def __init__(self):
-      ...     self.table = nnx.static([jnp.ones(1)])
+      ...   table: list = nnx.static()
+      >>> bad = Bad()
+      >>> vars(bad).update(table=[jnp.ones(1)])
       >>> try:
-      ...   nnx.check_pytree(Bad())
+      ...   nnx.check_pytree(bad)
       ... except ValueError as e:
       ...   print(str(e).splitlines()[0])
       The static attribute Bad.table holds data (ArrayImpl).

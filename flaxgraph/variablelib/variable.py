@@ -245,7 +245,8 @@ class Variable(ValueOps, Generic[A]):
             raise TraceContextError(
                 f"Cannot {what} of {type(self).__name__}{_value_summary(self.raw_value)}: "
                 "it was created outside the current JAX transform and was captured by "
-                "closure, so the new value would leak a tracer.\n"
+                f"closure (Cannot mutate {type(self).__name__} from a different trace "
+                "level), so the new value would leak a tracer.\n"
                 "Fix: pass the object that holds it as an argument of the transformed "
                 "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
                 "enclosing scope)."
@@ -320,6 +321,14 @@ class Variable(ValueOps, Generic[A]):
             index = ...
         refs.write(type(self).__name__, ref, index, value, self._var_trace != current_trace())
 
+    def _check_settable(self) -> None:
+        """Raises what ``set_value`` would raise before it computes anything: for
+        callers (``RngStream``) whose new value is computed from values that may be
+        tracers of another trace."""
+        self._check_mutable()
+        if self._var_ref is None:
+            self._check_trace("set the value")
+
     def get_raw_value(self) -> Any:
         """The storage: the ``jax.Ref`` of a Ref-backed Variable, else the value."""
         ref = self._var_ref
@@ -344,6 +353,22 @@ class Variable(ValueOps, Generic[A]):
     def mutable(self) -> bool:
         """``False`` for a read-only Variable (made with ``mutable=False``)."""
         return self._var_metadata.get("mutable", True) is not False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the value (a Variable holding a callable proxies the call, as in
+        Flax NNX 0.12).
+
+        Raises:
+          TypeError: the value is not callable.
+        """
+        value = self.get_value()
+        if not callable(value):
+            raise TypeError(
+                f"'{type(self).__name__}' object is not callable: its value is a "
+                f"{type(value).__name__}.\nFix: read the value (`v[...]`) instead of calling "
+                "the Variable."
+            )
+        return value(*args, **kwargs)
 
     # -- metadata ---------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:

@@ -61,7 +61,7 @@ class TestLinear:
     def test_with_partitioning(self):
         init = nnx.with_partitioning(jax.nn.initializers.lecun_normal(), ("data", "model"))
         layer = Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
-        assert layer.kernel.sharding == ("data", "model")
+        assert layer.kernel.out_sharding == ("data", "model")
         assert layer.kernel.shape == (2, 3)
 
     def test_rngs_params_stream(self):
