@@ -28,6 +28,7 @@ from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
     bind,
+    check_not_bound_method,
     decorator,
     merge_static,
     normalize_argnums,
@@ -252,7 +253,7 @@ def value_and_grad(
     """
     mode = resolve(graph, graph_updates)
     reject_lift_types(mode, "value_and_grad", "argnums", argnums, plain="an int")
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "value_and_grad")
     del reduce_axes
     core = _vg_core(
         inner_f,
@@ -299,6 +300,7 @@ def grad(
 
     Source: ``jax.grad``; DiffState per seed 002.
     """
+    check_not_bound_method(f, "grad")
     reject_lift_types(resolve(graph, graph_updates), "grad", "argnums", argnums, plain="an int")
     vg = value_and_grad(
         f,
@@ -355,7 +357,7 @@ def remat(
     Source: ``jax.checkpoint``.
     """
     mode = resolve(graph, graph_updates)
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "remat")
     nums = normalize_argnums(static_argnums)
     inner = Inner(inner_f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
 
@@ -414,7 +416,7 @@ def _lift_diff_inputs(
 
 
 def vjp(
-    f: Callable[..., Any],
+    f: Callable[..., Any] | None = None,
     *primals: Any,
     has_aux: bool = False,
     reduce_axes: Sequence[Any] = (),
@@ -436,10 +438,30 @@ def vjp(
       one cotangent per primal: a ``State`` of Params for an object (without graph
       updates: a copy of the object holding the cotangents), an array for an array.
       Changes ``f`` makes to the primals' objects are applied immediately.
+      Without primals, a function of the primals returning the same
+      (``nnx.vjp(f)(m, x)``); without ``f`` either, a decorator
+      (``@nnx.vjp(has_aux=True)``), as in Flax NNX 0.12.
 
-    Source: ``jax.vjp``.
+    Raises:
+      ValueError: ``f`` is a bound method of a Module (pass the unbound method
+        and the instance as a primal).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> out, vjp_fn = nnx.vjp(lambda x: x ** 2, jnp.array(3.0))
+      >>> float(out), float(vjp_fn(jnp.array(1.0))[0])
+      (9.0, 6.0)
+
+    Source: ``jax.vjp``; the decorator forms: Flax NNX 0.12 ``nnx.vjp``.
     """
     del reduce_axes
+    options = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
+    if f is None:
+        return functools.partial(vjp, **options)
+    check_not_bound_method(f, "vjp")
+    if not primals:
+        return functools.wraps(f)(functools.partial(vjp, f, **options))
     mode = resolve(graph, graph_updates)
     call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
     inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
@@ -470,9 +492,9 @@ def vjp(
 
 
 def jvp(
-    f: Callable[..., Any],
-    primals: Sequence[Any],
-    tangents: Sequence[Any],
+    f: Callable[..., Any] | None = None,
+    primals: Sequence[Any] | None = None,
+    tangents: Sequence[Any] | None = None,
     has_aux: bool = False,
     *,
     graph: bool | None = None,
@@ -490,10 +512,30 @@ def jvp(
       graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
 
     Returns:
-      ``(output, output_tangent)`` (plus ``aux`` with ``has_aux``).
+      ``(output, output_tangent)`` (plus ``aux`` with ``has_aux``). Without
+      ``primals``/``tangents``, a function ``g(primals, tangents)`` returning the
+      same; without ``f`` either, a decorator (``@nnx.jvp(has_aux=True)``), as in
+      Flax NNX 0.12.
 
-    Source: ``jax.jvp``.
+    Raises:
+      ValueError: ``f`` is a bound method of a Module, or ``primals`` and
+        ``tangents`` differ in length.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> out, t = nnx.jvp(lambda x: x ** 2, (jnp.array(3.0),), (jnp.array(1.0),))
+      >>> float(out), float(t)
+      (9.0, 6.0)
+
+    Source: ``jax.jvp``; the decorator forms: Flax NNX 0.12 ``nnx.jvp``.
     """
+    options = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
+    if f is None:
+        return functools.partial(jvp, **options)
+    check_not_bound_method(f, "jvp")
+    if primals is None or tangents is None:
+        return functools.wraps(f)(functools.partial(jvp, f, **options))
     mode = resolve(graph, graph_updates)
     primals = tuple(primals)
     tangents = tuple(tangents)

@@ -152,8 +152,8 @@ def jit(
     reject_lift_types(
         mode, "jit", "in_shardings", in_shardings, out_shardings, plain="a Sharding (or None)"
     )
-    inner_fun, bound = unbind(fun)
-    # For a bound method or Module instance, argnums and in_shardings count the
+    inner_fun, bound = unbind(fun, "jit")
+    # For a Module instance, argnums and in_shardings count the
     # explicit arguments (as jax.jit does, and as grad/remat here do): shift past self.
     static_nums = tuple(n + len(bound) if n >= 0 else n for n in normalize_argnums(static_argnums))
     static_names = normalize_argnames(static_argnames)

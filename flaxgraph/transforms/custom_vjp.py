@@ -38,7 +38,7 @@ import jax
 
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.autodiff import _AUX_SPEC, _DIFF_KEYS, DIFF_SPEC, _Diff, _tangent_at
-from flaxgraph.transforms.calls import normalize_argnums
+from flaxgraph.transforms.calls import check_not_bound_method, normalize_argnums
 from flaxgraph.transforms.lift import Inner, InStatic, Static, split_inputs
 from flaxgraph.variablelib.variable import Param
 
@@ -74,6 +74,7 @@ class custom_vjp:
         graph: bool | None = None,
         graph_updates: bool | None = None,
     ):
+        check_not_bound_method(fun, "custom_vjp")
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.nondiff_argnums = normalize_argnums(nondiff_argnums)

@@ -56,8 +56,8 @@ def make_jaxpr(
     """Returns a function that gives the ``jax.core.ClosedJaxpr`` of ``f(*args, **kwargs)``.
 
     Args:
-      f: a function of objects and arrays (a Module or a bound method of one is
-        accepted). Omit it to use ``make_jaxpr`` as a decorator factory:
+      f: a function of objects and arrays (a Module instance is accepted; a bound
+        method of one raises ``ValueError``, as in Flax NNX 0.12). Omit it to use ``make_jaxpr`` as a decorator factory:
         ``@nnx.make_jaxpr(static_argnums=1)``.
       graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
       graph_updates: accepted in every mode (Flax 0.12.8 raises ``ValueError``
@@ -89,7 +89,7 @@ def make_jaxpr(
         )
     mode = resolve(graph, graph_updates)
     argnums = normalize_argnums(static_argnums)
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "make_jaxpr")
     offset = len(bound)
 
     @functools.wraps(inner_f)

@@ -171,7 +171,7 @@ def test_allow_int():
     assert g["i"].value.dtype == ref[1].dtype  # float0, as jax gives
 
 
-def test_grad_of_a_method_and_a_bound_method():
+def test_grad_of_a_method_and_a_bound_method_is_refused():
     class Lin(nnx.Module):
         def __init__(self):
             self.w = nnx.Param(jnp.array([1.0, 2.0]))
@@ -183,30 +183,37 @@ def test_grad_of_a_method_and_a_bound_method():
     x = jnp.array([3.0, 4.0])
     ref = jax.grad(lambda w: jnp.sum(w * x) ** 2)(lin.w.value)
     np.testing.assert_allclose(nnx.grad(Lin.energy)(lin, x)["w"].value, ref)
-    # bound: argnums count the explicit arguments
-    np.testing.assert_allclose(
-        nnx.grad(lin.energy)(x), jax.grad(lambda x: jnp.sum(lin.w.value * x) ** 2)(x)
-    )
+    # bound: refused in every mode, as in Flax NNX 0.12 (the error shows the fixes)
+    for graph in (True, False):
+        for transform in (nnx.grad, nnx.value_and_grad):
+            with pytest.raises(ValueError, match=r"(?s)bound methods.*nnx.\w+\(Lin.energy\)"):
+                transform(lin.energy, graph=graph)
+    with pytest.raises(ValueError, match=r"nnx\.vjp does not support bound methods"):
+        nnx.vjp(lin.energy, x)
+    with pytest.raises(ValueError, match=r"nnx\.jvp does not support bound methods"):
+        nnx.jvp(lin.energy, (x,), (x,))
+    with pytest.raises(ValueError, match=r"nnx\.remat does not support bound methods"):
+        nnx.remat(lin.energy)
 
 
-def test_negative_argnums_of_a_bound_method_count_from_the_end():
+def test_negative_argnums_of_a_module_instance_count_from_the_end():
     # Regression: negative argnums were shifted past `self` like positive ones, so
-    # argnums=-1 of a bound method differentiated the Module.
+    # argnums=-1 of nnx.grad(instance) differentiated the Module.
     class Lin(nnx.Module):
         def __init__(self):
             self.w = nnx.Param(jnp.array([1.0, 2.0]))
 
-        def energy(self, x, y):
+        def __call__(self, x, y):
             return jnp.sum(self.w.value * x * y)
 
     lin, x, y = Lin(), jnp.array([3.0, 4.0]), jnp.array([5.0, 7.0])
-    np.testing.assert_allclose(nnx.grad(lin.energy, argnums=-1)(x, y), lin.w.value * x)
-    np.testing.assert_allclose(nnx.grad(lin.energy, argnums=-2)(x, y), lin.w.value * y)
-    gx, gy = nnx.grad(lin.energy, argnums=(0, -1))(x, y)
+    np.testing.assert_allclose(nnx.grad(lin, argnums=-1)(x, y), lin.w.value * x)
+    np.testing.assert_allclose(nnx.grad(lin, argnums=-2)(x, y), lin.w.value * y)
+    gx, gy = nnx.grad(lin, argnums=(0, -1))(x, y)
     np.testing.assert_allclose(gx, lin.w.value * y)
     np.testing.assert_allclose(gy, lin.w.value * x)
     # unbound: -3 is the module itself
-    g = nnx.grad(Lin.energy, argnums=nnx.DiffState(-3, nnx.Param))(lin, x, y)
+    g = nnx.grad(Lin.__call__, argnums=nnx.DiffState(-3, nnx.Param))(lin, x, y)
     np.testing.assert_allclose(g["w"].value, x * y)
 
 

@@ -563,31 +563,50 @@ def test_jit_on_a_method():
     assert int(c.calls.value) == 2
 
 
-def test_jit_on_a_module_instance_and_a_bound_method():
+def test_jit_on_a_module_instance_and_the_unbound_method():
     c = Counter()
     assert float(nnx.jit(c)(3.0)) == 6.0
     assert int(c.calls.value) == 1
-    assert float(nnx.jit(c.plain)(2, 3.0)) == 12.0
+    assert float(nnx.jit(Counter.plain)(c, 2, 3.0)) == 12.0
     assert int(c.calls.value) == 3
 
 
-def test_bound_method_argnums_count_the_explicit_arguments():
-    # Regression: static/donate argnums of a bound method counted `self` (so
-    # static_argnums=0 made the Module static).
+def test_a_bound_method_is_refused_and_the_module_left_alone():
+    # Flax NNX 0.12: nnx.jit(model.method) raises a ValueError naming the fixes.
     c = Counter()
+    with pytest.raises(ValueError, match=r"(?s)bound methods.*@nnx.jit.*nnx.jit\(Counter.plain\)"):
+        nnx.jit(c.plain, static_argnums=0)
+    assert int(c.calls.value) == 0
+
+
+class Plain(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.array(2.0))
+        self.calls = nnx.BatchStat(jnp.array(0))
+
+    def __call__(self, n, x):
+        Counter.traced.append("plain")
+        self.calls.value = self.calls.value + n
+        return self.w.value**n * x
+
+
+def test_module_instance_argnums_count_the_explicit_arguments():
+    # Regression: static/donate argnums of nnx.jit(instance) counted `self` (so
+    # static_argnums=0 made the Module static).
+    c = Plain()
     Counter.traced.clear()
-    f = nnx.jit(c.plain, static_argnums=0)
+    f = nnx.jit(c, static_argnums=0)
     assert float(f(2, 3.0)) == 12.0 and int(c.calls.value) == 2
     assert float(f(2, 5.0)) == 20.0 and int(c.calls.value) == 4
     assert Counter.traced == ["plain"]  # n static, x and the module dynamic
     assert float(f(3, 1.0)) == 8.0 and Counter.traced == ["plain", "plain"]
 
     x = jnp.array(3.0)
-    g = nnx.jit(c.plain, donate_argnums=1)
+    g = nnx.jit(c, donate_argnums=1)
     assert float(g(1, x)) == 6.0
     assert x.is_deleted()
 
-    h = nnx.jit(c.plain, in_shardings=(None, S0))
+    h = nnx.jit(c, in_shardings=(None, S0))
     assert float(h(1, jnp.array(1.0))) == 2.0
 
 
