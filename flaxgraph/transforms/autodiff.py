@@ -35,7 +35,14 @@ from flaxgraph.transforms.calls import (
     split_static,
     unbind,
 )
-from flaxgraph.transforms.lift import Call, Inner, InStatic, Static, split_inputs
+from flaxgraph.transforms.lift import (
+    Call,
+    Inner,
+    InStatic,
+    Static,
+    is_graph_object,
+    split_inputs,
+)
 from flaxgraph.transforms.lift_types import DiffState, PrefixMapping, reject_lift_types
 from flaxgraph.variablelib.variable import Param, Variable
 
@@ -62,13 +69,28 @@ _AUX_SPEC = PrefixSpec("outputs", lambda p: p is None, None)
 _DIFF_KEYS = (True, False)
 
 
+def _int_prefix(arg: Any) -> Any:
+    """The prefix of an int argnum in graph-updates mode: an object's ``Param``
+    Variables; a Variable or ``State`` reached through containers only (not inside an
+    object) is differentiated whole, as Flax NNX 0.12 does for pytree leaves."""
+    if isinstance(arg, (State, Variable)):
+        return True
+    if type(arg) in (list, tuple):
+        return type(arg)(_int_prefix(a) for a in arg)
+    if type(arg) is dict:
+        return {k: _int_prefix(v) for k, v in arg.items()}
+    return _Diff(Param)
+
+
 def _diff_prefix(
-    argnums: Any, n_args: int, mode: Mode = DEFAULT
+    argnums: Any, n_args: int, mode: Mode = DEFAULT, args: tuple[Any, ...] | None = None
 ) -> tuple[tuple[Any, ...], tuple[int, ...]]:
     """``argnums`` (ints and DiffStates) -> per-argument prefixes and the argnums.
 
     In graph mode with graph updates an int differentiates an object's ``Param``
-    Variables; otherwise (as ``jax.grad`` on a pytree) every array of the argument."""
+    Variables (and whole Variables and States outside objects, see ``_int_prefix``,
+    when ``args`` are given); otherwise (as ``jax.grad`` on a pytree) every array of
+    the argument."""
     single = isinstance(argnums, (int, DiffState))
     items = (argnums,) if single else tuple(argnums)
     prefixes: list[Any] = [False] * n_args
@@ -77,7 +99,12 @@ def _diff_prefix(
         if isinstance(item, DiffState):
             num, mapping = item.argnum, _Diff(item.filter)
         elif isinstance(item, int):
-            num, mapping = item, (_Diff(Param) if mode.updates else True)
+            if not mode.updates:
+                num, mapping = item, True
+            elif args is not None and -n_args <= item < n_args:
+                num, mapping = item, _int_prefix(args[item])
+            else:
+                num, mapping = item, _Diff(Param)
         else:
             raise TypeError(
                 f"argnums entries must be ints or nnx.DiffState, got {type(item).__name__}."
@@ -90,6 +117,31 @@ def _diff_prefix(
         prefixes[num % n_args] = mapping
         nums.append(num % n_args)
     return tuple(prefixes), tuple(nums)
+
+
+def _check_argnums(argnums: Any, transform: str) -> None:
+    """Decoration-time check of ``argnums``: ints, ``DiffState``s or a sequence of them.
+
+    Raises:
+      ValueError: ``argnums`` is (or holds) an object: objects are arguments, not
+        prefixes (Flax NNX 0.12's "Graph nodes are not allowed as prefixes").
+      TypeError: another kind of entry.
+    """
+    items = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
+    for i, item in enumerate(items):
+        where = "argnums" if items is not argnums else f"argnums[{i}]"
+        if is_graph_object(item):
+            raise ValueError(
+                f"nnx.{transform} got a {type(item).__name__} as {where}: Graph nodes are not "
+                "allowed as prefixes; argnums says which arguments to differentiate.\nFix: "
+                "pass the object as an argument and its position in argnums (an int, or "
+                "nnx.DiffState(position, filter) to pick a sub-state)."
+            )
+        if not isinstance(item, (int, DiffState)) or isinstance(item, bool):
+            raise TypeError(
+                f"nnx.{transform}: argnums entries must be ints or nnx.DiffState, but "
+                f"{where} is a {type(item).__name__}."
+            )
 
 
 def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> Any:
@@ -109,8 +161,10 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
             ]
             return State.from_flat_path(pairs)
         if isinstance(x, Variable):
+            # a Variable seen earlier along another path, or not differentiated: an
+            # empty State, as Flax NNX 0.12 gives (nnx.update with it is a no-op)
             item = by_path.get(path)
-            return None if item is None else _grad_leaf(*item)
+            return State({}) if item is None else _grad_leaf(*item)
         if type(x) in (list, tuple):
             return type(x)(build(v, (*path, i)) for i, v in enumerate(x))
         if type(x) is dict:
@@ -185,7 +239,7 @@ def _vg_core(
     transformed = jax_transform(pure)
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        args_prefix, nums = _diff_prefix(argnums, len(args), mode)
+        args_prefix, nums = _diff_prefix(argnums, len(args), mode, args)
         call = split_inputs(args, kwargs, (args_prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(_DIFF_KEYS)
         static = Static(InStatic(call.graphdef, slots, None))
@@ -252,6 +306,7 @@ def value_and_grad(
     Source: ``jax.value_and_grad``; DiffState per seed 002.
     """
     mode = resolve(graph, graph_updates)
+    _check_argnums(argnums, "value_and_grad")
     reject_lift_types(mode, "value_and_grad", "argnums", argnums, plain="an int")
     inner_f, bound = unbind(f, "value_and_grad")
     del reduce_axes
@@ -301,6 +356,7 @@ def grad(
     Source: ``jax.grad``; DiffState per seed 002.
     """
     check_not_bound_method(f, "grad")
+    _check_argnums(argnums, "grad")
     reject_lift_types(resolve(graph, graph_updates), "grad", "argnums", argnums, plain="an int")
     vg = value_and_grad(
         f,

@@ -257,8 +257,9 @@ def reject_lift_types(
                 else f"{plain} for the whole object in {argument}"
             )
             raise ValueError(
-                f"nnx.{transform} was created with {mode.name}, but its {argument} holds a "
-                f"{kind} ({found!r}); lift types need graph updates.\n"
+                f"nnx.{transform} was created with {mode.name}, so `{argument}` cannot "
+                f"contain `{kind}` objects, but it holds {found!r}: lift types need graph "
+                "updates.\n"
                 f"  1. use {instead};\n"
                 f"  2. or create it with graph=True, graph_updates=True (or use "
                 f"nnx.compat.{transform})."

@@ -476,3 +476,39 @@ def test_a_failing_function_leaves_the_callers_objects_exactly_as_before(call):
     with pytest.raises(RuntimeError, match="boom"):
         call(m)
     assert_unchanged(m, before, clone)
+
+
+# -- Flax NNX 0.12 details of argnums (transforms_test.py::TestGrad) ----------------------------------
+
+
+def test_an_object_as_argnums_is_an_error_naming_the_fix():
+    m = nnx.Dict(a=nnx.Param(jnp.array(1.0)))
+    with pytest.raises(ValueError, match=r"(?s)Graph nodes are not allowed as prefixes.*DiffState"):
+        nnx.grad(lambda x: x, argnums=m)
+    with pytest.raises(ValueError, match=r"argnums\[1\]"):
+        nnx.value_and_grad(lambda x, y: x, argnums=(0, m))
+    with pytest.raises(TypeError, match=r"argnums entries must be ints.*is a bool"):
+        nnx.grad(lambda x: x, argnums=True)
+
+
+def test_a_state_argument_is_differentiated_whole():
+    # A State (or a Variable) reached through containers only is a pytree of
+    # Variables: every Variable is differentiated, not only Params.
+    m = nnx.Dict(a=nnx.Param(jnp.array(1.0)), s=nnx.BatchStat(jnp.array(3.0)))
+    graphdef, stats, rest = nnx.split(m, nnx.BatchStat, ...)
+
+    def f(stats, rest):
+        inner = nnx.merge(graphdef, stats, rest)
+        return inner.a.value * inner.s.value
+
+    g = nnx.grad(f)(stats, rest)
+    assert isinstance(g["s"], nnx.BatchStat) and float(g["s"].value) == 1.0
+    g_list = nnx.grad(lambda vs: vs[0].value * vs[1].value)([m.s, nnx.Variable(jnp.array(2.0))])
+    assert float(g_list[0].value) == 2.0 and float(g_list[1].value) == 3.0
+
+
+def test_a_variable_seen_twice_gets_an_empty_state_the_second_time():
+    p = nnx.Param(jnp.array(10.0))
+    grads = nnx.grad(lambda d: d["a"][0].value + d["b"].value)({"a": [p], "b": p})
+    assert float(grads["a"][0].value) == 2.0
+    assert isinstance(grads["b"], nnx.State) and len(grads["b"]) == 0

@@ -123,3 +123,14 @@ def test_same_inputs_and_outputs_as_flax() -> None:
     avals = lambda vs: sorted(str(v.aval) for v in vs)
     assert avals(ours.jaxpr.invars) == avals(theirs.jaxpr.invars)
     assert avals(ours.jaxpr.outvars) == avals(theirs.jaxpr.outvars)
+
+
+def test_explicit_graph_updates_is_refused_and_the_default_works() -> None:
+    # Flax NNX 0.12: make_jaxpr(graph_updates=True) raises; flaxgraph raises only when
+    # it is asked for explicitly, so the default mode still gives the jaxpr.
+    model = Model()
+    with pytest.raises(ValueError, match=r"does not support graph_updates=True.*\n.*omit"):
+        nnx.make_jaxpr(lambda m: m(jnp.ones(3)), graph=True, graph_updates=True)
+    with nnx.set_graph_updates(True):
+        jaxpr = nnx.make_jaxpr(lambda m: m(jnp.ones(3)))(model)
+    assert len(jaxpr.jaxpr.outvars) == 1 and float(model.count.value) == 0.0
