@@ -109,6 +109,44 @@ def normalize_argnames(argnames: str | Iterable[str] | None) -> tuple[str, ...]:
     return tuple(argnames)
 
 
+def infer_argnums_and_argnames(
+    fun: Callable[..., Any], argnums: tuple[int, ...], argnames: tuple[str, ...]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Completes ``(argnums, argnames)`` from ``fun``'s signature as ``jax.jit`` does:
+    given only argnums, the names of those positional-or-keyword parameters join
+    argnames; given only argnames, their positions join argnums (so a static or
+    donated argument may be passed either way). Given both, or when the signature
+    is unavailable, they are returned unchanged.
+
+    Example::
+
+      >>> def f(x, n): ...
+      >>> infer_argnums_and_argnames(f, (), ("n",))
+      ((1,), ('n',))
+    """
+    if bool(argnums) == bool(argnames):
+        return argnums, argnames
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return argnums, argnames
+    positional = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if argnums:
+        named = tuple(
+            positional[i]
+            for i in argnums
+            if -len(positional) <= i < len(positional)
+            and params[i % len(positional)].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        return argnums, named
+    nums = tuple(positional.index(n) for n in argnames if n in positional)
+    return nums, argnames
+
+
 def split_static(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],

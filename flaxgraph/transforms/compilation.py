@@ -24,6 +24,7 @@ from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
     bind,
     decorator,
+    infer_argnums_and_argnames,
     merge_static,
     normalize_argnames,
     normalize_argnums,
@@ -161,6 +162,10 @@ def jit(
     if bound and isinstance(in_shardings, (tuple, list)) and not _is_sharding(in_shardings):
         in_shardings = (UNSPECIFIED, *in_shardings)
     donate_names = normalize_argnames(donate_argnames)
+    # As jax.jit: a static (donated) argument named in argnames may also be passed
+    # by position, and one numbered in argnums by keyword.
+    static_nums, static_names = infer_argnums_and_argnames(inner_fun, static_nums, static_names)
+    donate_nums, donate_names = infer_argnums_and_argnames(inner_fun, donate_nums, donate_names)
 
     in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
     if UNSPECIFIED not in in_keys_sharding:  # keyword arguments get no in_sharding
@@ -213,7 +218,9 @@ def jit(
 
             def make(entry: Compiled, with_static: bool) -> Callable[..., Any]:
                 kwargs = dict(jit_kwargs)
-                if out_shardings is not UNSPECIFIED:
+                # The updated state of an input keeps its in_sharding (as in Flax NNX
+                # 0.12): the output groups of kept inputs are keyed by it.
+                if out_shardings is not UNSPECIFIED or in_shardings is not UNSPECIFIED:
                     shardings = tuple(_jax_sharding(s) for s in out_keys)
                     kwargs["out_shardings"] = (None, shardings) if with_static else shardings
                 return jax.jit(functools.partial(pure, in_static, entry, with_static), **kwargs)
@@ -310,6 +317,8 @@ def _donated_positions(
     statics = {i % n for i in static_nums if -n <= i < n}
     positions = set()
     for i in donate_nums:
+        if not -n <= i < n:  # not passed by position (e.g. a donate_argnames by keyword)
+            continue
         j = i % n
         positions.add(j - sum(1 for s in statics if s < j))
     return positions

@@ -140,3 +140,23 @@ def test_an_object_can_be_a_static_argument():
     n = Node()
     dyn_args, _, statics = split_static((n, 1), {}, (0,), ())
     assert dyn_args == (1,) and merge_static(dyn_args, {}, statics)[0][0] is n
+
+
+def test_infer_argnums_and_argnames_as_jax_jit():
+    from flaxgraph.transforms.calls import infer_argnums_and_argnames
+
+    def f(x, n, /, *, k=1):
+        return x
+
+    def g(x, n, use_relu=False):
+        return x
+
+    assert infer_argnums_and_argnames(g, (), ("use_relu",)) == ((2,), ("use_relu",))
+    assert infer_argnums_and_argnames(g, (1,), ()) == ((1,), ("n",))
+    assert infer_argnums_and_argnames(g, (-1,), ()) == ((-1,), ("use_relu",))
+    # positional-only parameters have no name to pass; keyword-only ones no position
+    assert infer_argnums_and_argnames(f, (1,), ()) == ((1,), ())
+    assert infer_argnums_and_argnames(f, (), ("k",)) == ((), ("k",))
+    # both given, or neither: unchanged
+    assert infer_argnums_and_argnames(g, (0,), ("n",)) == ((0,), ("n",))
+    assert infer_argnums_and_argnames(g, (), ()) == ((), ())

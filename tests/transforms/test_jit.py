@@ -877,3 +877,27 @@ def test_lists_and_dicts_of_the_caller_survive_a_train_step():
     assert not jnp.allclose(model.layers[0].kernel.value, kernel)
     layers.append(nnx.Linear(2, 2, rngs=nnx.Rngs(5)))  # the caller's list is the model's
     assert len(model.layers) == 3
+
+
+def test_static_and_donated_arguments_by_name_or_by_position():
+    # As jax.jit: static_argnames also covers the argument passed by position, and
+    # in_shardings then counts the dynamic arguments only.
+    traces = []
+
+    def f(x, scale, use_relu):
+        traces.append(use_relu)
+        y = x * scale
+        return jnp.maximum(y, 0).sum() if use_relu else y.sum()
+
+    g = nnx.jit(f, static_argnames="use_relu", in_shardings=(S0, None))
+    x = jnp.linspace(-1.0, 1.0, 4)
+    assert float(g(x, 0.5, True)) != float(g(x, 0.5, False))
+    assert float(g(x, 0.5, use_relu=True)) == float(g(x, 0.5, True))
+    assert traces == [True, False, True]  # by keyword is its own trace, as in jax.jit
+
+    h = nnx.jit(lambda v: v + 1, donate_argnames="v")
+    y = jnp.ones(3)
+    np.testing.assert_allclose(h(v=y), 2.0)
+    y2 = jnp.ones(3)
+    np.testing.assert_allclose(h(y2), 2.0)
+    assert y2.is_deleted()
