@@ -31,7 +31,7 @@ from flaxgraph.transforms.calls import (
     split_static,
     unbind,
 )
-from flaxgraph.transforms.compiled import Compiled
+from flaxgraph.transforms.compiled import Compiled, Lowered
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.lift import Inner, InStatic, prefix_keys, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
@@ -276,10 +276,12 @@ def jit(
             plans.put((key, statics), plan)
         return result
 
-    def lower(*args: Any, **kwargs: Any) -> Any:
-        """``jax.jit(...).lower`` of the compiled pure function for these arguments."""
-        _, entry, groups, _ = prepare((*bound, *args), kwargs)
-        return entry.lower(groups)
+    def lower(*args: Any, **kwargs: Any) -> Lowered:
+        """``jax.jit(...).lower`` of the compiled pure function for these arguments;
+        its ``compile()`` takes the same arguments (see ``compiled.Lowered``)."""
+        full = (*bound, *args)
+        _, entry, groups, _ = prepare(full, kwargs)
+        return Lowered(entry.lower(groups), entry, prepare, full[: len(full) - len(args)])
 
     result = bind(wrapper, bound, fun)
     result.lower = lower  # type: ignore[attr-defined]

@@ -136,4 +136,18 @@ def _bound(f: Callable[..., Any], bound: tuple[Any, ...]) -> Callable[..., Any]:
     info = getattr(f, "cache_info", None)
     if info is not None:
         call.cache_info = info  # type: ignore[attr-defined]
+    lower = getattr(f, "lower", None)
+    if lower is not None:
+        # f.lower(*bound, ...) gives a Lowered whose compile() takes f's full
+        # arguments; rebind so the compiled function takes the remaining ones too.
+        call.lower = functools.partial(_lower_bound, lower, bound)  # type: ignore[attr-defined]
     return call
+
+
+def _lower_bound(
+    lower: Callable[..., Any], bound: tuple[Any, ...], *args: Any, **kwargs: Any
+) -> Any:
+    lowered = lower(*bound, *args, **kwargs)
+    if hasattr(lowered, "prefix"):  # flaxgraph's Lowered: compile() prepends bound
+        lowered.prefix = (*lowered.prefix, *bound)
+    return lowered

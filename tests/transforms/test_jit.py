@@ -901,3 +901,21 @@ def test_static_and_donated_arguments_by_name_or_by_position():
     y2 = jnp.ones(3)
     np.testing.assert_allclose(h(y2), 2.0)
     assert y2.is_deleted()
+
+
+def test_lower_compile_runs_on_objects_and_writes_updates_back():
+    # Flax NNX 0.12: nnx.jit(f).lower(m, x).compile()(m, x) updates m like f(m, x).
+    for graph, updates in ((True, True), (True, False), (False, False)):
+        c = Counter()
+        f = nnx.jit(lambda m, x: m.w.value * x + 0 * m.calls.value, graph=graph)
+
+        @nnx.jit(graph=graph, graph_updates=updates)
+        def g(m, x):
+            m.calls.value = m.calls.value + 1
+            return m.w.value * x
+
+        compiled = g.lower(c, jnp.array(3.0)).compile()
+        assert compiled.cost_analysis() is not None and compiled.as_text()
+        assert float(compiled(c, jnp.array(3.0))) == 6.0 and int(c.calls.value) == 1
+        compiled(c, jnp.array(1.0))
+        assert int(c.calls.value) == 2 and float(f(c, 1.0)) == 2.0
