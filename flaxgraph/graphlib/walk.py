@@ -416,9 +416,12 @@ def shared_variables_message(
     several paths (those whose list of paths ``select`` accepts, if given), each path
     formatted by ``where``."""
     lines = []
+    kinds: list[str] = []
     for entries in variable_paths(root, wrapped).values():
         if len(entries) > 1 and (select is None or select([p for _, p in entries])):
             v = entries[0][0]
+            if type(v).__name__ not in kinds:
+                kinds.append(type(v).__name__)
             shape = getattr(v.raw_value, "shape", None)
             lines.append(
                 f"  the {type(v).__name__}"
@@ -430,6 +433,7 @@ def shared_variables_message(
         f"{what}, but these Variables are reachable along several paths:\n"
         + "\n".join(lines)
         + "\n"
+        + f"  (Duplicate {', '.join(kinds)} found at paths above: one path per Variable.)\n"
         + numbered_fixes(
             list(fixes)
             or [

@@ -52,3 +52,19 @@ def test_cached_partial_adds_to_a_counter() -> None:
     add_to(2)
     add_to(3)
     assert int(counter[...]) == 5
+
+
+def test_jit_partial_in_tree_mode_refuses_shared_variables_when_created() -> None:
+    v = nnx.Param(jnp.array(1.0))
+    c1, c2 = nnx.Dict(v=v), nnx.Dict(v=v)
+    try:
+        nnx.jit_partial(lambda a, b, x: x, c1, c2, graph=False)
+    except nnx.SharedReferenceError as error:
+        message = str(error)
+    else:
+        raise AssertionError("no error")
+    assert "args[0].v" in message and "args[1].v" in message
+    assert "Duplicate Param found at paths" in message
+    # graph mode shares the Variable as usual
+    f = nnx.jit_partial(lambda a, b, x: a.v[...] + b.v[...] + x, c1, c2, graph=True)
+    assert float(f(jnp.array(1.0))) == 3.0
