@@ -464,9 +464,9 @@ def shared_variables_message(
     for entries in variable_paths(root, wrapped).values():
         if len(entries) > 1 and (select is None or select([p for _, p in entries])):
             v = entries[0][0]
-            shape = getattr(v.raw_value, "shape", None)
             if type(v).__name__ not in kinds:
                 kinds.append(type(v).__name__)
+            shape = getattr(v.raw_value, "shape", None)
             lines.append(
                 f"  the {type(v).__name__}"
                 + (f" of shape {tuple(shape)}" if shape is not None else "")

@@ -564,7 +564,8 @@ class _OutputWalk(PrefixWalk):
                 (output, args, kwargs),
                 self.where,
                 f"With {self.mode.name} a transformed function may not return its input "
-                "objects (only Variable values come back to the caller)",
+                "objects: the transform does not support Variable aliasing between inputs "
+                "and outputs (only Variable values come back to the caller)",
                 wrapped=True,
                 select=lambda paths: (
                     any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths)

@@ -263,7 +263,7 @@ def shard_map(
     reject_lift_types(
         mode, "shard_map", "in_specs", in_specs, out_specs, plain="a PartitionSpec (or None)"
     )
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "shard_map")
     if bound:
         # ``nnx.shard_map(model, ...)``: the instance is the first argument; an
         # in_specs tuple covers the explicit arguments, the instance is replicated.

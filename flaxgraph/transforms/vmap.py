@@ -120,7 +120,7 @@ def _mapped(
     name = "vmap" if jax_map is jax.vmap else "pmap"
     reject_lift_types(mode, name, "in_axes", in_axes, plain="an int or None")
     reject_lift_types(mode, name, "out_axes", out_axes, plain="an int or None")
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, name)
     in_keys = prefix_keys(in_axes, 0, spec=AXES_SPEC)
     out_keys = prefix_keys(in_axes, out_axes, 0, spec=AXES_SPEC)
     if donate_argnums:
