@@ -10,10 +10,10 @@ HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,demo,checkpoint]"
+	$(BIN)/python -m pip install --quiet -e ".[test,demo,checkpoint,linen]"
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, demo and checkpoint extras
+install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, demo, checkpoint and linen extras
 
 test: $(STAMP) browser  ## run the whole suite, guides included
 	$(BIN)/python -m pytest -n 2 --hypothesis-profile=$(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)

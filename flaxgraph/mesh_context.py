@@ -169,15 +169,29 @@ def get_logical_axis_rules() -> Rules:
     return LOGICAL_AXIS_RULES.get()
 
 
-def resolve_names(names: Sequence[Any]) -> tuple[Any, ...]:
+def resolve_names(
+    names: Sequence[Any], local_rules: Sequence[tuple[str, Any]] = ()
+) -> tuple[Any, ...]:
     """``names`` with every logical name replaced by its mesh axes under the active
-    rules (a name without a rule, and ``None``, stay)."""
+    rules and a Variable's own ``sharding_rules`` (``local_rules``; a name without a
+    rule, and ``None``, stay).
+
+    Raises:
+      ValueError: the active and the local rules map one logical name differently."""
     rules = LOGICAL_AXIS_RULES.get()
-    if not rules:
+    if not rules and not local_rules:
         return tuple(names)
     table: dict[str, Any] = {}
     for logical, mesh_axes in rules:
         table.setdefault(logical, mesh_axes)
+    for logical, mesh_axes in local_rules:
+        if table.get(logical, mesh_axes) != mesh_axes:
+            raise ValueError(
+                f"Inconsistent logical axis annotations for {logical!r}: the active rules map "
+                f"it to {table[logical]!r}, the Variable's sharding_rules to {mesh_axes!r}.\n"
+                "Fix: make the two rule sets agree (or drop one of them)."
+            )
+        table[logical] = mesh_axes
 
     def one(name: Any) -> Any:
         if isinstance(name, str):
@@ -256,7 +270,7 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
     mesh = metadata.get("mesh") or active_mesh()
     if mesh is None:
         return value
-    spec = PartitionSpec(*resolve_names(names))
+    spec = PartitionSpec(*resolve_names(names, metadata.get("sharding_rules") or ()))
     check_spec(spec, mesh, tuple(value.shape), f"a new {kind} of shape {tuple(value.shape)}")
     sharding = NamedSharding(mesh, spec)
     if isinstance(value, jax.core.Tracer):

@@ -191,7 +191,9 @@ def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
 def _spec_of(leaf: Any) -> PartitionSpec:
     if isinstance(leaf, Variable):
         names = _names(leaf)
-        return PartitionSpec() if names is None else PartitionSpec(*resolve_names(names))
+        if names is None:
+            return PartitionSpec()
+        return PartitionSpec(*resolve_names(names, leaf._var_metadata.get("sharding_rules") or ()))
     if isinstance(leaf, Partitioned):
         return PartitionSpec(*resolve_names(leaf.names))
     return PartitionSpec()
