@@ -110,3 +110,38 @@ def test_linen_boxes_become_variables_with_the_same_names() -> None:
     assert isinstance(back["bias"], nn.LogicallyPartitioned) and back["bias"].rules == (
         ("o", "out"),
     )
+
+
+class LayerStack(nnx.Module):
+    """Four Linen Dense layers created with nnx.vmap and applied with nnx.scan."""
+
+    def __init__(self, *, rngs: nnx.Rngs):
+        self.layers = bridge.ToNNX(nn.Dense(3), rngs=rngs)
+
+    def create(self, x):
+        @nnx.split_rngs(splits=4)
+        @nnx.vmap(in_axes=(0, None), axis_size=4)
+        def create_layer(layer, x):
+            return layer(x)
+
+        return create_layer(self.layers, x)
+
+    def __call__(self, x):
+        @nnx.split_rngs(splits=4)
+        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+        def forward(layer, x):
+            return layer(x)
+
+        return forward(self.layers, x)
+
+
+def test_lazy_init_under_vmap_then_scan_and_jit() -> None:
+    model = LayerStack(rngs=nnx.Rngs(0))
+    x = jnp.ones((2, 3))
+    bridge.lazy_init(model.create, x)
+    assert model.layers.kernel.shape == (4, 3, 3) and model.layers.bias.shape == (4, 3)
+    expected = x
+    for i in range(4):
+        expected = expected @ model.layers.kernel[i] + model.layers.bias[i][None]
+    np.testing.assert_allclose(model(x), expected, rtol=1e-6)
+    np.testing.assert_allclose(nnx.jit(lambda m, x: m(x))(model, x), expected, rtol=1e-6)

@@ -118,29 +118,37 @@ class Kernel(nnx.Module):
         return self.linear(x)
 
 
-@settings(max_examples=6, deadline=None)
-@given(axis=st.integers(0, 2))
-def test_vmap_inserts_the_axis_name_at_the_mapped_position(axis: int) -> None:
-    # property: for every variable axis, the name lands where the array grew
+@settings(max_examples=8, deadline=None)
+@given(axis=st.integers(0, 2), use_scan=st.booleans())
+def test_lifted_transforms_insert_the_axis_name_at_the_stacked_position(
+    axis: int, use_scan: bool
+) -> None:
+    # property: for every variable axis, under nn.vmap and nn.scan, the partition
+    # name lands where the array grew and the other names keep their order
     class Outer(nn.Module):
         @nn.compact
         def __call__(self, x):
-            vmapped = nn.vmap(
-                bridge.ToLinen,
+            common = dict(
                 variable_axes={"params": axis},
                 split_rngs={"params": True},
-                in_axes=None,
-                axis_size=2,
-                metadata_params={nn.PARTITION_NAME: "ensemble"},
+                metadata_params={nn.PARTITION_NAME: "stack"},
             )
+            if use_scan:
+                lifted = nn.scan(lambda m, c, _: (m(c), None), length=2, **common)
+                return lifted(_kernel(), x, None)[0]
+            vmapped = nn.vmap(bridge.ToLinen, in_axes=None, axis_size=2, **common)
             return vmapped(Kernel, args=(3,), name="members")(x)
 
     variables = Outer().init(jax.random.key(0), X)
     kernel = variables["params"]["members"]["linear"]["kernel"]
     names = list(kernel.metadata["out_sharding"])
-    assert names.pop(axis) == "ensemble" and names == ["embed", "mlp"]
+    assert names.pop(axis) == "stack" and names == ["embed", "mlp"]
     assert kernel.value.shape[axis] == 2 and len(kernel.value.shape) == 3
-    assert Outer().apply(variables, X).shape == (2, 4, 3)
+    assert Outer().apply(variables, X).shape == ((4, 3) if use_scan else (2, 4, 3))
+
+
+def _kernel() -> bridge.ToLinen:
+    return bridge.ToLinen(Kernel, args=(3,), name="members")
 
 
 @given(
