@@ -270,7 +270,6 @@ from flaxgraph.views import with_attributes as with_attributes
 from flaxgraph.visualization import display as display
 
 
-
 def __getattr__(name: str) -> object:
     # ``nnx.bridge`` (Linen interop) needs the optional ``flax`` package, so it is
     # imported on first use; flaxgraph/bridge/__init__.py says how to install it.
