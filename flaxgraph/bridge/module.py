@@ -256,7 +256,10 @@ class Module(NNXModule, metaclass=_BridgeModuleMeta):
         """
         if self.__dict__.get("scope") is None:
             raise ValueError(
-                "Parameters must be initialized in `setup()` or in a method wrapped in `@compact`"
+                f"{type(self).__name__}.param({name!r}): Parameters must be initialized in "
+                "`setup()` or in a method wrapped in `@compact`, while the module runs in "
+                "init/apply.\nFix: create it in setup() or a @bridge.compact method and call "
+                "the module through `module.init(rngs, x)` / `module.apply(variables, x)`."
             )
         if hasattr(self, name):
             existing = getattr(self, name)
@@ -295,7 +298,10 @@ class Module(NNXModule, metaclass=_BridgeModuleMeta):
         kind = variable_type_from_name(col, allow_register=True)
         if self.__dict__.get("scope") is None:
             raise ValueError(
-                "Variables must be initialized in `setup()` or in a method wrapped in `@compact`"
+                f"{type(self).__name__}.variable({col!r}, {name!r}): Variables must be "
+                "initialized in `setup()` or in a method wrapped in `@compact`, while the module "
+                "runs in init/apply.\nFix: create it in setup() or a @bridge.compact method and "
+                "call the module through `module.init(...)` / `module.apply(...)`."
             )
         if init_fn is None and not hasattr(self, name):
             raise ValueError("Expected 'init_fn' to be a callable, got None")
