@@ -271,7 +271,7 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
     mesh = metadata.get("mesh") or active_mesh()
     if mesh is None:
         return value
-    spec = PartitionSpec(*resolve_names(names, metadata.get("sharding_rules", ())))
+    spec = PartitionSpec(*resolve_names(names, metadata.get("sharding_rules") or ()))
     check_spec(spec, mesh, tuple(value.shape), f"a new {kind} of shape {tuple(value.shape)}")
     sharding = NamedSharding(mesh, spec)
     types = set(getattr(mesh, "axis_types", ()))

@@ -193,7 +193,7 @@ def _spec_of(leaf: Any) -> PartitionSpec:
         names = _names(leaf)
         if names is None:
             return PartitionSpec()
-        local = leaf._var_metadata.get("sharding_rules", ())
+        local = leaf._var_metadata.get("sharding_rules") or ()
         return PartitionSpec(*resolve_names(names, local))
     if isinstance(leaf, Partitioned):
         return PartitionSpec(*resolve_names(leaf.names, leaf.metadata.get("sharding_rules", ())))

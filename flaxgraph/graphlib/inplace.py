@@ -154,6 +154,12 @@ def _plan_update(
             continue
         path = (*prefix, key)
         if isinstance(leaf, State):
+            keep = getattr(type(node), "_graph_keep_substate", None)
+            if current is MISSING and keep is not None:
+                # a node that creates children lazily (bridge.Module) keeps the
+                # sub-state until the child is created
+                other_writes.append(lambda keep=keep, key=key, leaf=leaf: keep(node, key, leaf))
+                continue
             if current is MISSING or isinstance(current, Variable) or is_array_leaf(current):
                 raise GraphStructureError(
                     f"The State has a sub-state at {keys_str(path)}, but the node has "
