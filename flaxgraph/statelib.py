@@ -57,7 +57,7 @@ class State(MutableMapping[Key, Any]):
     @classmethod
     def _wrap(cls, mapping: dict[Key, Any]) -> State:
         state = object.__new__(cls)
-        state._mapping = mapping
+        _set_mapping(state, mapping)
         return state
 
     # -- mapping protocol -----------------------------------------------------------
@@ -509,8 +509,13 @@ def _state_flatten(state: State) -> Any:
     return tuple(state._mapping.values()), tuple(state._mapping)
 
 
+_set_mapping = State._mapping.__set__  # type: ignore[attr-defined]
+
+
 def _state_unflatten(keys: tuple[Key, ...], children: Iterable[Any]) -> State:
-    return State._wrap(dict(zip(keys, children)))
+    state = object.__new__(State)
+    _set_mapping(state, dict(zip(keys, children)))
+    return state
 
 
 jax.tree_util.register_pytree_with_keys(
