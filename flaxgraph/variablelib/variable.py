@@ -616,8 +616,11 @@ def _tree_flatten(v: Variable[Any]) -> tuple[tuple[Any], dict[str, Any]]:
 
 
 def _tree_flatten_with_keys(v: Variable[Any]) -> tuple[tuple[tuple[Any, Any]], dict[str, Any]]:
-    (child,), metadata = _tree_flatten(v)
-    return ((_VALUE_KEY, child),), metadata
+    ref = v._var_ref
+    metadata = v._var_metadata
+    if ref is None or metadata.get("mutable", True) is False:
+        return ((_VALUE_KEY, v.raw_value),), metadata
+    return ((_VALUE_KEY, ref),), metadata
 
 
 def _register_variable_pytree(cls: type) -> None:
