@@ -43,6 +43,7 @@ bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks.graph
 	$(BIN)/python -m benchmarks.transforms
+	$(BIN)/python -m benchmarks.pytree
 
 lint: $(STAMP)
 	$(BIN)/ruff check flaxgraph tests benchmarks guides

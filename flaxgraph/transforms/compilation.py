@@ -272,7 +272,10 @@ def jit(
         result = call.finish(out, out_groups)
         key = None if place else plan_key(dyn_args, dyn_kwargs)
         if key is not None and out.inputs_kept and same_trace(call):
-            plan = Plan(call, entry, slots, len(in_keys), dyn_args, dyn_kwargs, statics)
+            donated = bool(donate_nums or donate_names)
+            plan = Plan(
+                call, entry, slots, len(in_keys), dyn_args, dyn_kwargs, statics, donated=donated
+            )
             plans.put((key, statics), plan)
         return result
 

@@ -257,7 +257,10 @@ def _mapped(
         if by_closure and out.inputs_kept and same_trace(call):
             key = plan_key(args, kwargs)
             if key is not None:
-                plans.put((key, ()), Plan(call, entry, slots, len(in_keys), args, kwargs))
+                plan = Plan(
+                    call, entry, slots, len(in_keys), args, kwargs, donated=bool(donate_argnums)
+                )
+                plans.put((key, ()), plan)
         return result
 
     result = bind(wrapper, bound, f)
