@@ -58,12 +58,6 @@ class GraphState(MutableMapping[Hashable, Any]):
     def __getitem__(self, key: Hashable) -> Any:
         return self._state[key]
 
-    def __getattr__(self, name: str) -> Any:
-        # gs.kernel reads the State's entry, as State does (Flax NNX 0.12)
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._state, name)
-
     def __setitem__(self, key: Hashable, value: Any) -> None:
         self._state[key] = value
 
