@@ -40,6 +40,8 @@ from flaxgraph.graphlib.inplace import update as update
 from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
 from flaxgraph.graphlib.registry import GraphNodeImpl as GraphNodeImpl
+from flaxgraph.graphlib.registry import _flatten_pytree as _flatten_pytree
+from flaxgraph.graphlib.registry import _unflatten_pytree as _unflatten_pytree
 from flaxgraph.graphlib.registry import is_graph_node as is_graph_node
 from flaxgraph.graphlib.registry import register_graph_node_type as register_graph_node_type
 from flaxgraph.graphlib.split_merge import clone as clone
