@@ -3,8 +3,9 @@
 ``split`` walks a graph of Objects, Variables and containers (shared references and
 cycles included) into an immutable, hashable ``GraphDef`` and ``State``s; ``merge``
 rebuilds objects from them; ``update`` writes a State back in place. One concept per
-file: ``registry`` (node types), ``refmap`` (identity maps), ``graphdefs`` (the frozen
-structure), ``walk``/``build`` (the depth-first flatten and its inverse),
+file: ``registry`` (node types), ``refmap`` (identity maps, ``IndexMap``), ``graphdefs``
+(the frozen structure, ``nodes``), ``statics`` (static values: structural partials,
+the unhashable-static error), ``walk``/``build`` (the depth-first flatten and its inverse),
 ``split_merge``, ``inplace`` (update/pop), ``contexts``, ``functional`` (the
 ``flatten``/``unflatten`` pair of plain JAX code), ``traversal``, ``calls``,
 ``variable_views``, ``diff``, ``snapshot`` (structure snapshots for the fast path).
