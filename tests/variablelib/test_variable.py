@@ -584,18 +584,3 @@ def test_metadata_api_matches_flax():
         np.testing.assert_array_equal(r[...], np.zeros(2))
         v.set_metadata({"z": 1})
         assert v.get_metadata(exclude_required=True) == {"z": 1}
-
-
-def test_ellipsis_assignment_of_a_scalar_writes_into_the_array():
-    # Flax 0.12: v[...] = 2 keeps the array (shape and dtype), it does not store an int.
-    v = nnx.Param(jnp.zeros((2,), jnp.int32))
-    v[...] = 2
-    assert v[...].dtype == jnp.int32 and v[...].tolist() == [2, 2]
-
-
-def test_getitem_reads_through_an_overridden_get_value():
-    class Plus3(nnx.Param):
-        def get_value(self, **kwargs):
-            return super().get_value(**kwargs) + 3
-
-    assert Plus3(jnp.array(1))[...] == 4
