@@ -256,7 +256,7 @@ class Walk:
                 shared_variables_message(
                     root,
                     self.where,
-                    "Tree mode (graph=False) does not allow shared references",
+                    "Tree mode (graph=False) does not support shared references",
                     wrapped,
                 )
             )
@@ -267,7 +267,7 @@ class Walk:
         first = seen.setdefault(id(x), (x, path))[1]
         if first != path:
             raise SharedReferenceError(
-                "Tree mode (graph=False) does not allow shared references: Duplicate Ref "
+                "Tree mode (graph=False) does not support shared references: Duplicate Ref "
                 f"found at paths:\n    {self.where(first)}\n    {self.where(path)}\n"
                 + numbered_fixes(
                     [
