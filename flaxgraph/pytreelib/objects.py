@@ -64,7 +64,7 @@ from flaxgraph.pytreelib.attribute_kinds import (
 )
 from flaxgraph.pytreelib.tree_layout import Aux, Layout, is_stable
 from flaxgraph.renderers import RENDERERS
-from flaxgraph.tracing import current_trace
+from flaxgraph.tracing import TRACE_STATE, current_trace
 from flaxgraph.variablelib.variable import Variable
 
 T = TypeVar("T")
@@ -348,7 +348,7 @@ def _pytree_unflatten(cls: type) -> Callable[[Any, Iterable[Any]], Pytree]:
     def unflatten(aux: Any, children: Iterable[Any]) -> Pytree:
         names, statics, kinds = aux
         obj = new(cls)
-        _set_trace(obj, current_trace())
+        _set_trace(obj, TRACE_STATE.value)
         _set_version(obj, 0)
         _set_kinds(obj, kinds)
         d = obj.__dict__
