@@ -308,7 +308,7 @@ def _is_data(value: Any) -> bool:
 
 def _layout(obj: Pytree) -> Layout:
     """The object's pytree ``Layout``: the cached one while it is valid (see
-    ``flaxgraph/pytreelib/tree_layout.py``), else a new one (cached unless volatile)."""
+    ``flaxgraph/pytreelib/tree_layout.py``), else a new one."""
     cached = obj._obj_layout
     if cached is not None and cached[0] == obj._obj_version:
         layout = cached[1]
@@ -317,18 +317,23 @@ def _layout(obj: Pytree) -> Layout:
             and layout.size == len(obj.__dict__)
             and layout.n_types == len(_DATA_TYPES)
         ):
-            return layout  # type: ignore[no-any-return]
+            if not layout.volatile:
+                return layout  # type: ignore[no-any-return]
+            d = obj.__dict__
+            if all(_is_data(d[name]) is was for name, was in layout.volatile):
+                return layout  # type: ignore[no-any-return]
     forced = dict(obj._obj_kinds)
-    children, statics = [], []
-    volatile = False
+    children, statics, volatile = [], [], []
     for name, value in _sorted_items(obj):
         kind = forced.get(name)
         if kind is None:
-            kind = _DATA if _is_data(value) else _STATIC
-            volatile = volatile or not is_stable(value, Pytree)
+            is_data = _is_data(value)
+            kind = _DATA if is_data else _STATIC
+            if not is_stable(value, Pytree):
+                volatile.append((name, is_data))
         (children if kind == _DATA else statics).append((name, value))
-    layout = Layout(obj._obj_kinds, children, statics, volatile)
-    _set_layout(obj, None if volatile else (obj._obj_version, layout))
+    layout = Layout(obj._obj_kinds, children, statics, tuple(volatile))
+    _set_layout(obj, (obj._obj_version, layout))
     return layout
 
 
