@@ -47,6 +47,11 @@ class Aux(tuple):  # type: ignore[type-arg]
 
     fresh: tuple[int, Layout] | None = None
 
+    def __reduce__(self) -> Any:
+        # Pickled (a treedef sent to another process) as the plain tuple: the layout
+        # holds getters that do not pickle, and is rebuilt on first use anyway.
+        return (tuple, (tuple(self),))
+
 
 class Layout:
     """How one structure of a ``Pytree`` flattens (see the module docstring).
