@@ -270,7 +270,8 @@ def _pure_items(d: Mapping[Any, Any], prefix: PathParts) -> Iterator[tuple[PathP
 
 def _flatten_into(state: State, prefix: PathParts, out: list[tuple[PathParts, Any]]) -> None:
     for k, v in state._mapping.items():
-        if isinstance(v, State):
+        # (State is an ABC, whose isinstance check is slow: Variables are ruled out first)
+        if type(v) is State or (not isinstance(v, Variable) and isinstance(v, State)):
             _flatten_into(v, (*prefix, k), out)
         else:
             out.append(((*prefix, k), v))

@@ -22,6 +22,7 @@ Source: Flax NNX graph API (``nnx.split``, ``nnx.merge``, ``nnx.state``, ``nnx.g
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
@@ -185,12 +186,13 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
     return flatten(node, graph=resolve_graph(graph))[0]
 
 
+_first = operator.itemgetter(0)
+
+
 def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     if len(states) == 1 and isinstance(states[0], State):
         pairs = states[0].flat_state()
-        if len(pairs) == len(graphdef.leaf_paths) and all(
-            p == q for (p, _), q in zip(pairs, graphdef.leaf_paths)
-        ):
+        if tuple(map(_first, pairs)) == graphdef.leaf_paths:
             return [leaf for _, leaf in pairs]  # already in the GraphDef's order
     flat: dict[PathParts, Any] = {}
     for s in states:

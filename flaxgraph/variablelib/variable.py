@@ -64,7 +64,7 @@ import jax
 from flaxgraph.errors import TraceContextError
 from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
 from flaxgraph.renderers import RENDERERS
-from flaxgraph.tracing import current_trace, is_top_level
+from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
 from flaxgraph.variablelib.value_ops import ValueOps
@@ -663,7 +663,7 @@ def _register_variable_pytree(cls: type) -> None:
         ):
             return from_parts(value, metadata)  # type: ignore[no-any-return]
         obj = new(cls)  # a plain Variable: what _from_parts does, without its checks
-        _set_trace(obj, current_trace())
+        _set_trace(obj, TRACE_STATE.value)
         _set_metadata(obj, metadata)
         _set_ref(obj, None)
         _set_slot(obj, value)
