@@ -292,7 +292,9 @@ def test_de_morgan_and_identities(ta, tb):
 
 def test_a_catch_all_must_be_the_last_filter_of_a_split():
     m = nnx.Dict(a=nnx.Param(1), b=nnx.BatchStat(2))
-    with pytest.raises(ValueError, match=r"`\.\.\.` or `True` can only be used as the last filters"):
+    with pytest.raises(
+        ValueError, match=r"`\.\.\.` or `True` can only be used as the last filters"
+    ):
         nnx.split(m, ..., nnx.Param)
     with pytest.raises(ValueError, match="can only be used as the last filters"):
         nnx.state(m).split(True, nnx.Param)
