@@ -179,7 +179,18 @@ class PrefixWalk(Walk):
         return ("leaf", ctx)
 
     # -- Walk hooks ------------------------------------------------------------------------
+    def _loose_variable(self, prefix: Any) -> Any:
+        """The prefix of a Variable reached outside any object, or ``NO_MATCH``."""
+        if isinstance(prefix, PrefixMapping) and prefix.distributes:
+            if prefix.variable_prefix is not None:
+                return prefix.variable_prefix
+        return NO_MATCH
+
     def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+        if isinstance(node, Variable) and self._loose_variable(prefix) is not NO_MATCH:
+            resolved = self._loose_variable(prefix)
+            self.contexts[node] = ("leaf", resolved)
+            return resolved
         ctx = self._context(node, path, prefix)
         if isinstance(node, Variable):
             resolved = self._leaf_prefix(path, node, ctx)
@@ -189,6 +200,11 @@ class PrefixWalk(Walk):
         return ctx
 
     def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+        if isinstance(x, Variable) and self._loose_variable(prefix) is not NO_MATCH:
+            key: Any = ("leaf", self._loose_variable(prefix))
+            if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
+                self.conflict = True
+            return
         ctx = self._context(x, path, prefix)
         if isinstance(x, Variable):
             key: Any = ("leaf", self._leaf_prefix(path, x, ctx))
@@ -291,6 +307,11 @@ class AliasDiagnostics(PrefixWalk):
         self._record(path, leaf, self.leaf_prefixes[-1])
 
     def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+        if isinstance(x, Variable) and self._loose_variable(prefix) is not NO_MATCH:
+            key: Any = ("leaf", self._loose_variable(prefix))
+            if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
+                self.conflict = True
+            return
         ctx = self._context(x, path, prefix)
         if isinstance(x, Variable):
             self._record(path, x, self._leaf_prefix(path, x, ctx))

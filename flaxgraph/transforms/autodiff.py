@@ -52,6 +52,17 @@ class _Diff(PrefixMapping):
         super().__init__([(filter, True), (..., False)])
 
 
+class _DefaultDiff(_Diff):
+    """What an int in ``argnums`` means: an object's ``Param``s, and every Variable
+    reached outside objects (in a ``State``, a list...), as in Flax NNX 0.12."""
+
+    __slots__ = ()
+    variable_prefix = True
+
+    def __init__(self) -> None:
+        super().__init__(Param)
+
+
 def _is_bool(p: Any) -> bool:
     return isinstance(p, bool)
 
@@ -76,7 +87,7 @@ def _diff_prefix(
         if isinstance(item, DiffState):
             num, mapping = item.argnum, _Diff(item.filter)
         elif isinstance(item, int):
-            num, mapping = item, (_Diff(Param) if mode.updates else True)
+            num, mapping = item, (_DefaultDiff() if mode.updates else True)
         else:
             raise TypeError(
                 f"argnums entries must be ints or nnx.DiffState, got {type(item).__name__}."

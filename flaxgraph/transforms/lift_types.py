@@ -48,6 +48,10 @@ class PrefixMapping:
     """If True the mapping may stand for a whole pytree: each object inside gets it
     and each raw leaf outside objects gets ``leaf_prefix`` (used by ``grad``)."""
     leaf_prefix: Any = None
+    variable_prefix: Any = None
+    """If not None (with ``distributes``), the prefix of a Variable reached without
+    passing through an object (e.g. in a ``State`` argument); otherwise such a
+    Variable is matched against the filters like one inside an object."""
 
     def __init__(self, filter_prefixes: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]], /):
         if hasattr(filter_prefixes, "flat_state"):  # a State: one entry per path

@@ -469,3 +469,20 @@ def test_a_failing_function_leaves_the_callers_objects_exactly_as_before(call):
     with pytest.raises(RuntimeError, match="boom"):
         call(m)
     assert_unchanged(m, before, clone)
+
+
+def test_int_argnum_differentiates_every_variable_outside_objects():
+    # As in Flax NNX 0.12.8: the Param default applies inside objects; a Variable of
+    # any kind reached directly (here in a State) is differentiated.
+    state = nnx.State({"p": nnx.Perturbation(jnp.array(2.0))})
+    model = nnx.Dict(w=nnx.Param(jnp.array(3.0)), s=nnx.BatchStat(jnp.array(5.0)))
+
+    def loss(model, state):
+        return model.w[...] * model.s[...] * state["p"][...]
+
+    g_model, g_state = nnx.grad(loss, argnums=(0, 1))(model, state)
+    assert float(g_state["p"][...]) == 15.0
+    assert float(g_model["w"][...]) == 10.0 and "s" not in g_model
+    # an explicit DiffState filter still applies to such Variables
+    (g,) = nnx.grad(loss, argnums=(nnx.DiffState(1, nnx.Param),))(model, state)
+    assert g["p"] is None
