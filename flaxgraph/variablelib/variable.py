@@ -525,10 +525,35 @@ class Variable(ValueOps, Generic[A]):
             metadata["mutable"] = False
         return type(self)._from_parts(value, metadata)
 
-    def copy(self: V) -> V:
+    def copy(self: V, value: Any = MISSING, **updates: Any) -> V:
         """Returns a new Variable of the same kind with the same value and metadata
-        (a Ref-backed Variable's copy gets its own Ref)."""
-        return type(self)._from_parts(self.raw_value, self._var_metadata)
+        (a Ref-backed Variable's copy gets its own Ref).
+
+        Args:
+          value: a value for the copy instead of this Variable's.
+          **updates: metadata to change in the copy, flags included
+            (``v.copy(ref=True)``, ``v.copy(hijax=False, sharding=...)``).
+
+        Returns:
+          A new Variable of ``type(self)``; this one is unchanged.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> v = nnx.Param(1.0, note='a')
+          >>> w = v.copy(2.0, note='b')
+          >>> (float(w.value), w.note, v.note)
+          (2.0, 'b', 'a')
+
+        Source: Flax NNX 0.12 ``Variable.copy``.
+        """
+        if value is MISSING and not updates:
+            return type(self)._from_parts(self.raw_value, self._var_metadata)
+        if value is MISSING:
+            value = self.get_value()
+        metadata = {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
+        flags = {"ref": self.ref, "hijax": self.hijax, "mutable": self.mutable}
+        return type(self)(value, **{**flags, **metadata, **updates})
 
     def __reduce__(self) -> Any:
         # copy.copy/deepcopy/pickle: rebuild through _from_parts (the trace token is

@@ -598,3 +598,14 @@ def test_calling_a_variable_calls_its_value():
     assert nnx.Param(Scale(2))(3) == 6
     with pytest.raises(TypeError, match="'Param' object is not callable: its value is a"):
         nnx.Param(jnp.ones(2))(1)
+
+
+def test_copy_with_a_value_and_metadata_updates():
+    v = nnx.Param(jnp.ones(2), note="a")
+    w = v.copy(jnp.zeros(2), note="b")
+    assert type(w) is nnx.Param and w.note == "b" and v.note == "a"
+    np.testing.assert_array_equal(w.value, jnp.zeros(2))
+    r = v.copy(ref=True)
+    assert r.ref and not v.ref and r.note == "a"
+    np.testing.assert_array_equal(r[...], v[...])
+    assert not r.copy(ref=False).ref
