@@ -329,6 +329,11 @@ class Variable(ValueOps, Generic[A]):
         if self._var_ref is None:
             self._check_trace("set the value")
 
+    def _stored_metadata(self) -> dict[str, Any]:
+        """The metadata as stored (flags only where set), for copies that must keep
+        exactly this Variable's metadata (``_from_parts``)."""
+        return dict(self._var_metadata)
+
     def get_raw_value(self) -> Any:
         """The storage: the ``jax.Ref`` of a Ref-backed Variable, else the value."""
         ref = self._var_ref
@@ -406,19 +411,40 @@ class Variable(ValueOps, Generic[A]):
     ) -> Any:
         """Returns the metadata dict (a copy), or one entry.
 
+        As in Flax NNX 0.12, the whole dict always lists the flags ``hijax``, ``ref``
+        and ``eager_sharding`` (their values for this Variable) next to the metadata
+        it was given; ``mutable`` appears when it is ``False``.
+
         Args:
           name: the entry to read; ``None`` for the whole dict.
           default: returned when ``name`` is absent.
-          exclude_required: leave the flags (``ref``, ``hijax``, ``mutable``) out of
-            the dict.
+          exclude_required: leave the flags (``hijax``, ``ref``, ``eager_sharding``,
+            ``mutable``) out of the dict.
 
         Raises:
           KeyError: ``name`` is absent and no ``default`` was given.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> nnx.Param(1.0, note='x').get_metadata()
+          {'note': 'x', 'hijax': False, 'ref': False, 'eager_sharding': True}
+
+        Source: Flax NNX 0.12 ``Variable.get_metadata``.
         """
         if name is None:
             if exclude_required:
-                return {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
-            return dict(self._var_metadata)
+                return {
+                    k: v
+                    for k, v in self._var_metadata.items()
+                    if k not in FLAG_KEYS and k != "eager_sharding"
+                }
+            return {
+                **self._var_metadata,
+                "hijax": self.hijax,
+                "ref": self.ref,
+                "eager_sharding": self._var_metadata.get("eager_sharding", True),
+            }
         try:
             return self._var_metadata[name]
         except KeyError:
