@@ -441,6 +441,20 @@ class Variable(MetadataOps, ValueOps, Generic[A]):
             metadata["mutable"] = False
         return type(self)._from_parts(value, metadata)
 
+    @classmethod
+    def from_metadata(cls: type[V], value: Any, metadata: Mapping[str, Any]) -> V:
+        """A new Variable of this kind holding ``value``, with ``metadata`` (a dict as
+        ``get_metadata()`` returns it; the flags ``hijax``/``ref`` in it apply).
+
+        Example: ``nnx.Param.from_metadata(1.0, {'note': 'x', 'hijax': False})``.
+
+        Source: Flax NNX 0.12 ``Variable.from_metadata``.
+        """
+        given = dict(metadata)
+        if given.get("eager_sharding") is True:  # the default: not stored
+            del given["eager_sharding"]
+        return cls(value, **given)
+
     def copy(self: V, value: Any = MISSING, **updates: Any) -> V:
         """Returns a new Variable of the same kind with the same value and metadata
         (a Ref-backed Variable's copy gets its own Ref).

@@ -615,3 +615,11 @@ def test_copy_with_a_value_and_metadata_updates():
     assert r.ref and not v.ref and r.note == "a"
     np.testing.assert_array_equal(r[...], v[...])
     assert not r.copy(ref=False).ref
+
+
+def test_from_metadata_round_trips_get_metadata():
+    v = nnx.Param(jnp.ones(2), note="x")
+    w = nnx.Param.from_metadata(jnp.zeros(2), v.get_metadata())
+    assert type(w) is nnx.Param and w.note == "x" and not w.hijax
+    assert w.get_metadata() == v.get_metadata()
+    assert nnx.Param.from_metadata(1.0, {"hijax": True}).hijax
