@@ -623,3 +623,13 @@ def test_from_metadata_round_trips_get_metadata():
     assert type(w) is nnx.Param and w.note == "x" and not w.hijax
     assert w.get_metadata() == v.get_metadata()
     assert nnx.Param.from_metadata(1.0, {"hijax": True}).hijax
+
+
+def test_hijax_variable_is_an_isinstance_check():
+    from flaxgraph.variablelib import HijaxVariable
+
+    assert isinstance(nnx.Param(jnp.ones(2), hijax=True), HijaxVariable)
+    assert not isinstance(nnx.Param(jnp.ones(2)), HijaxVariable)
+    assert not isinstance(jnp.ones(2), HijaxVariable)
+    with pytest.raises(TypeError, match="no separate HijaxVariable class"):
+        HijaxVariable(1.0)
