@@ -27,7 +27,7 @@ from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
-from flaxgraph.filterlib import Filter, filters_to_predicates
+from flaxgraph.filterlib import Filter, partition_predicates
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
@@ -48,7 +48,7 @@ def _states_from_leaves(
     # State writes the graph.
     if not filters:
         return [_as_state(leaves)]
-    parts, rest = partition(leaves, filters_to_predicates(filters))
+    parts, rest = partition(leaves, partition_predicates(filters))
     if strict and rest:
         path, leaf = rest[0]
         raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
