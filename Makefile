@@ -5,18 +5,21 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 
-.PHONY: install test browser guides-html demo demo-distributed bench bench-quick lint clean
+.PHONY: install test conformance browser guides-html demo demo-distributed bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,demo,checkpoint]"
+	$(BIN)/python -m pip install --quiet -e ".[test,demo,checkpoint,linen]"
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, demo and checkpoint extras
+install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, demo, checkpoint and linen extras
 
 test: $(STAMP) browser  ## run the whole suite, guides included
 	$(BIN)/python -m pytest -n 2 --hypothesis-profile=$(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
+
+conformance: $(STAMP)  ## Flax 0.12.8's own tests/nnx against flaxgraph, checked against tests/conformance/deviations.txt
+	$(BIN)/python tests/conformance/run_flax_tests.py
 
 # Headless Chromium (Debian package) for tests/test_guides_browser.py. Installed with
 # apt-get when missing and possible (root); otherwise that test is skipped with a reason.
@@ -40,6 +43,7 @@ bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python -m benchmarks.graph
 	$(BIN)/python -m benchmarks.transforms
+	$(BIN)/python -m benchmarks.pytree
 
 lint: $(STAMP)
 	$(BIN)/ruff check flaxgraph tests benchmarks guides

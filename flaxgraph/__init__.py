@@ -269,6 +269,19 @@ from flaxgraph.views import view_info as view_info
 from flaxgraph.views import with_attributes as with_attributes
 from flaxgraph.visualization import display as display
 
+
+def __getattr__(name: str) -> object:
+    # ``nnx.bridge`` (Linen interop) needs the optional ``flax`` package, so it is
+    # imported on first use; flaxgraph/bridge/__init__.py says how to install it.
+    if name in ("bridge", "wrappers"):  # as in Flax, ``nnx.wrappers`` is ``bridge.wrappers``
+        import importlib
+
+        return importlib.import_module(
+            "flaxgraph.bridge" if name == "bridge" else "flaxgraph.bridge.wrappers"
+        )
+    raise AttributeError(f"module 'flaxgraph' has no attribute {name!r}")
+
+
 try:
     __version__ = _version("flaxgraph")
 except _PackageNotFoundError:  # running from a source tree that is not installed

@@ -14,9 +14,10 @@ overrides.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import threading
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -55,6 +56,15 @@ class Flag(Generic[T]):
         """Sets the value for the rest of the program (outside ``scoped`` blocks)."""
         self._value = value
 
+    def set_current(self, value: T) -> None:
+        """Replaces the value in force here: this thread's innermost ``scoped``
+        override if there is one, else the global value."""
+        stack = getattr(self._local, "stack", None)
+        if stack:
+            stack[-1] = value
+        else:
+            self._value = value
+
     def push(self, value: T) -> None:
         """Starts a scoped override in this thread (``pop`` ends it)."""
         stack = getattr(self._local, "stack", None)
@@ -78,3 +88,60 @@ class Flag(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Flag({self.name!r}, {self.get()!r})"
+
+
+# -- Flax-style named configuration ----------------------------------------------------
+
+FLAX_CONFIG_NAMES: tuple[tuple[str, str, str], ...] = (
+    ("nnx_graph_mode", "flaxgraph.modes", "GRAPH"),
+    ("nnx_graph_updates", "flaxgraph.modes", "GRAPH_UPDATES"),
+    ("flax_always_shard_variable", "flaxgraph.mesh_context", "EAGER_SHARDING"),
+)
+"""The Flax configuration names ``update``/``_read`` know: name, module, ``Flag``.
+The flags live in the modules that use them; they are looked up when asked for, so
+this ground-floor module imports nothing above it."""
+
+
+def _flag_named(name: str) -> Flag[Any]:
+    for known, module, attribute in FLAX_CONFIG_NAMES:
+        if known == name:
+            return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+    names = ", ".join(n for n, _, _ in FLAX_CONFIG_NAMES)
+    raise LookupError(
+        f"Unrecognized config option: {name!r}. flaxgraph knows {names}; other settings "
+        "have their own functions (nnx.var_defaults, nnx.use_eager_sharding...)."
+    )
+
+
+def update(name: str, value: Any, /) -> None:
+    """Sets a configuration value by its Flax name, for the rest of the program
+    (``flax.config.update`` as Flax NNX's own code and tests use it).
+
+    Args:
+      name: one of ``FLAX_CONFIG_NAMES`` (``'nnx_graph_mode'``, ...).
+      value: the new value.
+
+    Raises:
+      LookupError: ``name`` is not a known option (as ``flax.config.update``).
+
+    Example::
+
+      >>> from flaxgraph import config
+      >>> config.update('nnx_graph_mode', False); config._read('nnx_graph_mode')
+      False
+      >>> config.update('nnx_graph_mode', True)
+
+    Source: Flax 0.12 ``flax.config.update``.
+    """
+    _flag_named(name).set_current(value)
+
+
+def _read(name: str) -> Any:
+    """The current value of a configuration option by its Flax name (``update``).
+
+    Raises:
+      LookupError: ``name`` is not a known option.
+
+    Source: Flax 0.12 ``flax.config._read``.
+    """
+    return _flag_named(name).get()

@@ -47,6 +47,12 @@ class SharedReferenceError(FlaxgraphError, ValueError):
     outputs; pytrees cannot share. The message lists every path of the Variable."""
 
 
+class ScopeParamNotFoundError(FlaxgraphError, ValueError):
+    """A wrapped Linen module (``nnx.bridge.ToNNX``) needed a variable that
+    ``lazy_init`` did not create (it ran another method, or another input). The
+    bridge raises a subclass that is also Linen's ``flax.errors.ScopeParamNotFoundError``."""
+
+
 class IdentityHashWarning(UserWarning):
     """A static attribute hashes by identity, so every new instance of the model gets
     a different GraphDef and recompiles the transforms that take it."""

@@ -144,6 +144,35 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
+TreeState = NodeStates
+"""Flax 0.12's name for a graph node turned into a tree (its GraphDef and State), as
+``nnx.prefix(node, ..., graph=True)`` returns it: here that is a ``NodeStates``
+(``.graphdef``, ``.state``)."""
+
+
+def clear_non_graph_nodes(tree: Any) -> Any:
+    """``tree`` with every leaf that is neither a graph node nor a Variable replaced
+    by ``None`` (graph nodes and Variables are kept as they are, not walked into).
+
+    Args:
+      tree: any pytree.
+
+    Returns:
+      A pytree of the same structure holding only the graph nodes and Variables.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> v = nnx.Param(jnp.ones(2))
+      >>> out = nnx.extract.clear_non_graph_nodes((v, jnp.ones(3), 'x'))
+      >>> out[0] is v, out[1], out[2]
+      (True, None, None)
+
+    Source: Flax NNX 0.12 ``nnx.extract.clear_non_graph_nodes``.
+    """
+    return jax.tree.map(lambda x: x if is_graph_node(x) else None, tree, is_leaf=is_graph_node)
+
+
 def default_split_fn(ctx: SplitContext, path: PathParts, prefix: Any, leaf: Any) -> Any:
     """``to_tree``'s default: ``NodeStates.from_split(*ctx.split(leaf))``."""
     return NodeStates.from_split(*ctx.split(leaf))
@@ -241,7 +270,7 @@ def to_tree(
             if x in seen and seen[x][1] != p:
                 first, q = seen[x]
                 raise ValueError(
-                    f"Inconsistent aliasing: the same {type(x).__name__} is at "
+                    f"Inconsistent aliasing detected: the same {type(x).__name__} is at "
                     f"{keys_str(first) or '<root>'} with prefix {q!r} and at "
                     f"{keys_str(path) or '<root>'} with prefix {p!r}.\nFix: give every "
                     "alias of an object the same prefix."
@@ -311,7 +340,15 @@ def _prefix_fn(filter_map: Mapping[Filter, Any] | Callable[..., Any]) -> Callabl
         for predicate, value in rules:
             if predicate(path, leaf):
                 return value
-        return None
+        shape = getattr(leaf, "shape", None)
+        kind = "Array" if isinstance(leaf, jax.Array) else type(leaf).__name__
+        raise ValueError(
+            f"No filter matched the {kind}"
+            + (f" of shape {tuple(shape)}" if shape is not None else "")
+            + f" at path {keys_str(path) or '<root>'}; the filters are "
+            + ", ".join(f.__name__ if isinstance(f, type) else repr(f) for f in filter_map)
+            + ".\nFix: add a filter for it, or a catch-all `...: value` as the last entry."
+        )
 
     return first_match
 
@@ -325,7 +362,7 @@ def prefix(
 ) -> Any:
     """Replaces every leaf of ``node`` by a prefix value (e.g. an axis), computed by
     ``filter_map(path, leaf)`` or by the first filter of a ``{filter: value}``
-    mapping that matches (``None`` if none does).
+    mapping that matches (a ``ValueError`` if none does).
 
     In tree mode the result has ``node``'s pytree structure (Variables are leaves).
     In graph mode ``node`` is first turned into a tree with ``to_tree`` and the
@@ -338,6 +375,10 @@ def prefix(
       filter_map: a function of ``(path, leaf)`` or a mapping filter -> value.
       graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
 
+    Returns:
+      Tree mode: ``node``'s pytree with prefix values for leaves. Graph mode:
+      ``to_tree(node)`` with prefix values in its ``NodeStates`` (``TreeState``).
+
     Example::
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
@@ -347,6 +388,8 @@ def prefix(
 
     Raises:
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+      ValueError: with a mapping, no filter matches a leaf ("No filter matched";
+        the message names its path).
 
     Source: Flax NNX 0.12 ``nnx.prefix``.
     """
@@ -376,6 +419,8 @@ def prefix(
 
 __all__ = [
     "NodeStates",
+    "TreeState",
+    "clear_non_graph_nodes",
     "default_split_fn",
     "from_tree",
     "is_graph_node",

@@ -9,16 +9,30 @@ Source: Flax NNX ``nnx.List``, ``nnx.Dict``, ``nnx.Sequential``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequence
+from typing import Any, overload
 
 from flaxgraph.module import Module
+from flaxgraph.pytreelib.attribute_kinds import _Marked
 
 
-class List(Module):
+class List(Module, MutableSequence[Any]):
     """A list that is a Module: ``nnx.List([Linear(...), Linear(...)])``.
 
     Items are stored as attributes named ``0``, ``1``, … (their State keys are ints).
+    It is a full ``MutableSequence`` (``insert``, slices, ``del``, ``index``…), and an
+    item given as ``nnx.data(x)`` / ``nnx.static(x)`` is a pytree leaf / aux data
+    whatever its type, as an attribute would be.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> ls = nnx.List([1, 2, 3])
+      >>> ls.insert(1, 5); del ls[0]; ls[1:] = [7, 8]
+      >>> list(ls)
+      [5, 7, 8]
+
+    Source: Flax NNX 0.12 ``nnx.List``.
     """
 
     def __init__(self, items: Iterable[Any] = ()):
@@ -31,22 +45,71 @@ class List(Module):
     def __len__(self) -> int:
         return sum(1 for k in self.__dict__ if isinstance(k, int))
 
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
     def __getitem__(self, index: int | slice) -> Any:
         items = [v for _, v in self._items()]
         return items[index]
 
-    def __setitem__(self, index: int, value: Any) -> None:
+    def __setitem__(self, index: int | slice, value: Any) -> None:  # type: ignore[override]
+        if isinstance(index, slice):
+            entries = self._entries()
+            entries[index] = [_entry(v) for v in value]
+            self._rewrite(entries)
+            return
         n = len(self)
         if not -n <= index < n:
             raise IndexError(f"List index {index} out of range for length {n}")
         self._set(index % n, value)
 
+    def __delitem__(self, index: int | slice) -> None:  # type: ignore[override]
+        entries = self._entries()
+        del entries[index]
+        self._rewrite(entries)
+
+    def insert(self, index: int, value: Any) -> None:
+        """Inserts ``value`` before ``index``, like ``list.insert``."""
+        entries = self._entries()
+        entries.insert(index, _entry(value))
+        self._rewrite(entries)
+
     def _set(self, index: int, value: Any) -> None:
         self._check_trace("set an item")
+        kind = None
+        if type(value) is _Marked:
+            value, kind = value.value, value.kind
         old = self.__dict__.get(index)
         self.__dict__[index] = value
         if old is not value:
             object.__setattr__(self, "_obj_version", self._obj_version + 1)
+        if kind is not None or any(n == index for n, _ in self._obj_kinds):
+            self._set_kinds([(n, k) for n, k in self._obj_kinds if n != index], index, kind)
+
+    def _set_kinds(self, kinds: list[tuple[Any, str]], index: int = -1, kind: Any = None) -> None:
+        if kind is not None:
+            kinds.append((index, kind))
+        new = tuple(sorted(kinds, key=lambda nk: (type(nk[0]).__name__, nk[0])))
+        if new != self._obj_kinds:
+            object.__setattr__(self, "_obj_kinds", new)
+            object.__setattr__(self, "_obj_version", self._obj_version + 1)
+
+    def _entries(self) -> list[tuple[Any, str | None]]:
+        kinds = {n: k for n, k in self._obj_kinds if isinstance(n, int)}
+        return [(v, kinds.get(i)) for i, v in self._items()]
+
+    def _rewrite(self, entries: list[tuple[Any, str | None]]) -> None:
+        """Stores ``entries`` (value, kind) as items ``0…n-1``, dropping the old ones."""
+        self._check_trace("change the items")
+        d = self.__dict__
+        for k in [k for k in d if isinstance(k, int)]:
+            del d[k]
+        d.update((i, v) for i, (v, _) in enumerate(entries))
+        object.__setattr__(self, "_obj_version", self._obj_version + 1)
+        kinds = [(n, k) for n, k in self._obj_kinds if not isinstance(n, int)]
+        kinds += [(i, k) for i, (_, k) in enumerate(entries) if k is not None]
+        self._set_kinds(kinds)
 
     def append(self, value: Any) -> None:
         """Adds ``value`` at the end (index ``len(self)``), like ``list.append``."""
@@ -64,17 +127,19 @@ class List(Module):
         Raises:
           IndexError: the list is empty or ``index`` is out of range.
         """
-        items = [v for _, v in self._items()]
-        value = items.pop(index)
-        self._check_trace("pop an item")
-        for k in [k for k in self.__dict__ if isinstance(k, int)]:
-            del self.__dict__[k]
-        self.__dict__.update(enumerate(items))
-        object.__setattr__(self, "_obj_version", self._obj_version + 1)
+        entries = self._entries()
+        value, _ = entries.pop(index)
+        self._rewrite(entries)
         return value
 
     def __iter__(self) -> Iterator[Any]:
         return iter([v for _, v in self._items()])
+
+
+def _entry(value: Any) -> tuple[Any, str | None]:
+    if type(value) is _Marked:
+        return value.value, value.kind
+    return value, None
 
 
 class Dict(Module):
@@ -114,6 +179,35 @@ class Dict(Module):
         """The ``(key, value)`` pairs, in sorted-key order."""
         return [(k, self.__dict__[k]) for k in self.keys()]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value at ``key``, or ``default``."""
+        return self.__dict__.get(key, default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        """The value at ``key``; if there is none, sets it to ``default`` first."""
+        if key not in self.__dict__:
+            self[key] = default
+        return self.__dict__[key]
+
+    def pop(self, key: str, *default: Any) -> Any:
+        """Removes ``key`` and returns its value (``default`` if given and missing).
+
+        Raises:
+          KeyError: ``key`` is missing and no default was given.
+        """
+        if key not in self.__dict__:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        value = self.__dict__[key]
+        del self[key]
+        return value
+
+    def update(self, other: Mapping[str, Any] = {}, /, **kwargs: Any) -> None:
+        """Sets every ``key: value`` of ``other`` and ``kwargs``, like ``dict.update``."""
+        for k, v in {**other, **kwargs}.items():
+            self[k] = v
+
 
 class Sequential(Module):
     """Calls its layers in order: ``Sequential(f, g)(x) == g(f(x))``.
@@ -125,7 +219,14 @@ class Sequential(Module):
         self.layers = List(fns)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not len(self.layers):
+            # The identity: one argument back as it is, several as a tuple, keywords
+            # as a dict (both: a pair), nothing as None (Flax 0.12).
+            positional = (args[0] if len(args) == 1 else args) if args else None
+            if not kwargs:
+                return positional
+            return kwargs if not args else (positional, kwargs)
         output: Any = None
         for i, f in enumerate(self.layers):
             output = f(*args, **kwargs) if i == 0 else f(output)
-        return output if len(self.layers) else (args[0] if len(args) == 1 else args)
+        return output

@@ -169,15 +169,29 @@ def get_logical_axis_rules() -> Rules:
     return LOGICAL_AXIS_RULES.get()
 
 
-def resolve_names(names: Sequence[Any]) -> tuple[Any, ...]:
+def resolve_names(names: Sequence[Any], local_rules: Any = ()) -> tuple[Any, ...]:
     """``names`` with every logical name replaced by its mesh axes under the active
-    rules (a name without a rule, and ``None``, stay)."""
+    rules plus ``local_rules`` (a Variable's own ``sharding_rules`` metadata); a name
+    without a rule, and ``None``, stay.
+
+    Raises:
+      ValueError: a local rule maps a logical name to other axes than the active
+        rules do ("Inconsistent logical axis annotations").
+    """
     rules = LOGICAL_AXIS_RULES.get()
-    if not rules:
+    if not rules and not local_rules:
         return tuple(names)
     table: dict[str, Any] = {}
     for logical, mesh_axes in rules:
         table.setdefault(logical, mesh_axes)
+    for logical, mesh_axes in local_rules or ():
+        if logical in table and table[logical] != mesh_axes:
+            raise ValueError(
+                f"Inconsistent logical axis annotations for {logical!r}: the active "
+                f"nnx.logical_axis_rules map it to {table[logical]!r}, the Variable's "
+                f"sharding_rules to {mesh_axes!r}.\nFix: drop one of the two rules."
+            )
+        table[logical] = mesh_axes
 
     def one(name: Any) -> Any:
         if isinstance(name, str):
@@ -223,6 +237,7 @@ def check_spec(
 ) -> None:
     """Raises ``ShardingSpecError`` when ``spec`` names an axis ``mesh`` lacks or has
     more entries than ``shape`` has dimensions (``shape`` None: rank not checked).
+    A shorter spec is fine: as in JAX, the missing trailing entries are ``None``.
     ``where`` names the Variable (its path, or its kind and shape)."""
     if mesh is not None:
         axis_names = tuple(mesh.axis_names)
@@ -235,11 +250,11 @@ def check_spec(
                 f"{axis_names}.\nFix: name only mesh axes in the Variable's out_sharding, "
                 "or map logical names to mesh axes with nnx.logical_axis_rules([...])."
             )
-    if shape is not None and len(spec) != len(shape):
+    if shape is not None and len(spec) > len(shape):
         raise ShardingSpecError(
             f"The sharding of {where} is {spec} with {len(spec)} entries, but its value has "
-            f"shape {tuple(shape)} (rank {len(shape)}).\nFix: give one name (or None) per "
-            "dimension of the value."
+            f"shape {tuple(shape)} (rank {len(shape)}).\nFix: give at most one name (or "
+            "None) per dimension of the value; missing trailing entries mean None."
         )
 
 
@@ -256,12 +271,20 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
     mesh = metadata.get("mesh") or active_mesh()
     if mesh is None:
         return value
-    spec = PartitionSpec(*resolve_names(names))
+    spec = PartitionSpec(*resolve_names(names, metadata.get("sharding_rules") or ()))
     check_spec(spec, mesh, tuple(value.shape), f"a new {kind} of shape {tuple(value.shape)}")
     sharding = NamedSharding(mesh, spec)
-    if isinstance(value, jax.core.Tracer):
-        explicit = jax.sharding.AxisType.Explicit
-        if any(t == explicit for t in getattr(mesh, "axis_types", ())):
-            return jax.sharding.reshard(value, sharding)  # explicit axes: a sharding in the type
+    types = set(getattr(mesh, "axis_types", ()))
+    if len(types) > 1:
+        raise ShardingSpecError(
+            f"Cannot place a new {kind} of shape {tuple(value.shape)} with {spec}: the mesh "
+            f"mixes axis types {tuple(mesh.axis_types)} (Mesh must have all axes as Explicit "
+            "or all axes as Auto).\nFix: make the mesh's axes all Auto or all Explicit, or "
+            "create the Variable with eager_sharding=False."
+        )
+    if types == {jax.sharding.AxisType.Explicit}:
+        return jax.sharding.reshard(value, sharding)  # explicit axes: a sharding in the type
+    if isinstance(value, jax.core.Tracer) or isinstance(mesh, jax.sharding.AbstractMesh):
+        # inside a transform (only the abstract mesh is known): a constraint
         return jax.lax.with_sharding_constraint(value, sharding)
     return jax.device_put(value, sharding)

@@ -122,10 +122,14 @@ class Module(Pytree):
         elif isinstance(current, variable_type):
             current.value = reduce_fn(current.value, value)
         else:
+            if isinstance(current, Variable):
+                expected = f"to be of type '{variable_type.__name__}'"
+                fix = f"sow under another name, or pass variable_type={type(current).__name__}"
+            else:
+                expected, fix = "to be a Variable", "sow under another name"
             raise ValueError(
-                f"Cannot sow into {type(self).__name__}.{name}: it holds a "
-                f"{type(current).__name__}, expected a {variable_type.__name__}. "
-                "Pick another name."
+                f"Cannot sow into {type(self).__name__}.{name}: expected {name!r} {expected}, "
+                f"got {type(current).__name__}.\nFix: {fix}."
             )
 
     def perturb(
@@ -168,8 +172,9 @@ class Module(Pytree):
         missing = set(attributes) - found
         if raise_if_not_found and missing:
             raise ValueError(
-                f"No sub-module of {type(self).__name__} has the attribute(s) "
-                f"{sorted(missing)}; pass raise_if_not_found=False to ignore."
+                f"{type(self).__name__}.set_attributes: Could not find at least one instance "
+                f"of the following attributes: {sorted(missing)} (no selected sub-module "
+                "has them).\nFix: check the spelling, or pass raise_if_not_found=False."
             )
 
     def train(self: M, **attributes: Any) -> M:

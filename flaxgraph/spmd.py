@@ -123,7 +123,7 @@ class Partitioned(AxisMetadata):
         return Partitioned(self.value, tuple(names), self.metadata)
 
     def variable_metadata(self) -> dict[str, Any]:
-        return {**self.metadata, "sharding": self.names}
+        return {**self.metadata, "out_sharding": self.names}
 
     def get_partition_spec(self) -> PartitionSpec:
         return PartitionSpec(*self.names)
@@ -191,9 +191,12 @@ def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
 def _spec_of(leaf: Any) -> PartitionSpec:
     if isinstance(leaf, Variable):
         names = _names(leaf)
-        return PartitionSpec() if names is None else PartitionSpec(*resolve_names(names))
+        if names is None:
+            return PartitionSpec()
+        local = leaf._var_metadata.get("sharding_rules") or ()
+        return PartitionSpec(*resolve_names(names, local))
     if isinstance(leaf, Partitioned):
-        return PartitionSpec(*resolve_names(leaf.names))
+        return PartitionSpec(*resolve_names(leaf.names, leaf.metadata.get("sharding_rules", ())))
     return PartitionSpec()
 
 

@@ -15,6 +15,7 @@ Source: Flax NNX ``nnx.State`` (0.12).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -42,10 +43,13 @@ class State(MutableMapping[Key, Any]):
       >>> jax.tree.map(jnp.shape, s.to_pure_dict())
       {'linear': {'kernel': (2, 3)}}
 
+    ``State[K, V]`` is a valid annotation (it has no effect at run time).
+
     Source: Flax NNX ``nnx.State``.
     """
 
-    __slots__ = ("_mapping",)
+    __slots__ = ("_mapping", "_state_keys")
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(self, mapping: Mapping[Key, Any] | Iterable[tuple[Key, Any]] = (), /):
         items = mapping.items() if isinstance(mapping, Mapping) else mapping
@@ -53,11 +57,13 @@ class State(MutableMapping[Key, Any]):
             k: (State(v) if type(v) is dict or (isinstance(v, State) and v is not self) else v)
             for k, v in items
         }
+        self._state_keys: Any = None  # see _keys_of
 
     @classmethod
     def _wrap(cls, mapping: dict[Key, Any]) -> State:
         state = object.__new__(cls)
-        state._mapping = mapping
+        _set_mapping(state, mapping)
+        _set_keys(state, None)
         return state
 
     # -- mapping protocol -----------------------------------------------------------
@@ -90,7 +96,7 @@ class State(MutableMapping[Key, Any]):
             ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "_mapping":
+        if name in ("_mapping", "_state_keys"):
             object.__setattr__(self, name, value)
         else:
             self[name] = value
@@ -386,6 +392,33 @@ def from_flat_state(
     return cls.from_flat_path(pairs)  # type: ignore[no-any-return, attr-defined]
 
 
+def diff(state: State, other: State) -> State:
+    """The leaves of ``state`` whose paths ``other`` lacks (a structural difference;
+    values are not compared).
+
+    Args:
+      state: a State.
+      other: another State (e.g. of a smaller model).
+
+    Returns:
+      A State with the leaves at paths of ``state`` missing from ``other``
+      (``state`` itself if ``other`` is empty).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> a = nnx.State({'x': 1, 'y': {'z': 2}})
+      >>> nnx.statelib.diff(a, nnx.State({'x': 5})).to_pure_dict()
+      {'y': {'z': 2}}
+
+    Source: Flax NNX 0.12 ``nnx.statelib.diff``.
+    """
+    if not other:
+        return state
+    known = set(other.flat_state().paths)
+    return State.from_flat_path((p, v) for p, v in state.flat_state() if p not in known)
+
+
 def filter_state(state: State, first: Filter, /, *filters: Filter) -> Any:
     """``state.filter(first, *filters)``: the sub-state each filter matches (leaves
     matching none are dropped); one State for one filter, else a tuple.
@@ -497,20 +530,46 @@ def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
     }
 
 
-def _state_flatten_with_keys(state: State) -> Any:
+class _Keys(tuple):  # type: ignore[type-arg]
+    """A State's keys as its treedef's aux data (equal to the plain tuple), with the
+    JAX keys of its children (``DictKey``), made once per key set."""
+
+    dict_keys: tuple[Any, ...] = ()
+
+
+def _keys_of(state: State) -> _Keys:
+    """The State's ``_Keys``: cached on the State while its keys stay the same (a
+    State made by unflatten starts with its treedef's)."""
     keys = tuple(state._mapping)
-    return (
-        tuple((jax.tree_util.DictKey(k), state._mapping[k]) for k in keys),
-        keys,
-    )
+    try:
+        cached = state._state_keys
+    except AttributeError:
+        cached = None
+    if cached is None or cached != keys:
+        cached = _Keys(keys)
+        cached.dict_keys = tuple(map(jax.tree_util.DictKey, keys))
+        _set_keys(state, cached)
+    return cached
+
+
+def _state_flatten_with_keys(state: State) -> Any:
+    keys = _keys_of(state)
+    return list(zip(keys.dict_keys, state._mapping.values())), keys
 
 
 def _state_flatten(state: State) -> Any:
-    return tuple(state._mapping.values()), tuple(state._mapping)
+    return tuple(state._mapping.values()), _keys_of(state)
+
+
+_set_mapping = State._mapping.__set__  # type: ignore[attr-defined]
+_set_keys = State._state_keys.__set__  # type: ignore[attr-defined]
 
 
 def _state_unflatten(keys: tuple[Key, ...], children: Iterable[Any]) -> State:
-    return State._wrap(dict(zip(keys, children)))
+    state = object.__new__(State)
+    _set_mapping(state, dict(zip(keys, children)))
+    _set_keys(state, keys if type(keys) is _Keys else None)
+    return state
 
 
 jax.tree_util.register_pytree_with_keys(
@@ -519,6 +578,7 @@ jax.tree_util.register_pytree_with_keys(
 
 __all__ = [
     "State",
+    "diff",
     "FlatState",
     "map_state",
     "to_predicate",

@@ -5,14 +5,17 @@ state, computed without running the model.
 inputs *abstractly*, under ``jax.eval_shape``: no FLOP is spent and no array is
 allocated, so it works on models too big for the machine, and on inputs given as
 ``jax.ShapeDtypeStruct``. During that run every method of every object in the
-graph is wrapped, so each object that gets called is recorded once (its first
-call) with the shapes of its inputs and outputs, also when the call happens
-inside ``nnx.vmap``/``nnx.scan`` (the object's path travels in the graph as a
-static attribute of a copy of the model; the caller's model is not changed).
+graph is wrapped, so each distinct call (object, method and input shapes) is
+recorded once with the shapes of its inputs and outputs, also when the call
+happens inside ``nnx.vmap``/``nnx.scan`` (the object's path travels in the graph
+as a static attribute of a copy of the model; the caller's model is not changed).
+The model's code runs once: with ``compute_flops`` each call is lowered by one
+``jax.jit`` whose trace is then reused.
 
-The table has one row per called object: its path, type, inputs and outputs,
-then one column per Variable kind with the number of elements and bytes of the
-object's whole sub-graph (its own Variables are listed by name, shape and dtype).
+The table has one row per recorded call: its path (with the method's name when
+it is not ``__call__``), type, inputs and outputs, then one column per Variable
+kind with the number of elements and bytes of the object's whole sub-graph (its
+own Variables are listed by name, shape and dtype, and their metadata if any).
 Shared Variables and sub-modules count once, at their first path. The last row
 and the caption give the totals::
 
@@ -69,7 +72,8 @@ class CallInfo:
       object_id: ``id`` of the called object in the caller's model.
       type: the object's class.
       path: the object's path in the model (a tuple of attribute names and
-        indices; ``()`` for the model itself).
+        indices; ``()`` for the model itself), followed by the method's name
+        when it is not ``__call__`` (as in Flax).
       inputs_repr: the inputs, rendered (shapes and dtypes).
       outputs: the outputs, with ``jax.ShapeDtypeStruct`` in place of arrays.
       flops: the forward pass's FLOPs (``compute_flops``), else ``None``.
@@ -125,17 +129,17 @@ class _Record:
     method: str
     inputs: str = ""
     outputs: Any = None
-    # for FLOPs: the called object's (graphdef, abstract state) and abstract inputs
-    graphdef: Any = None
-    state: Any = None
-    args: Any = None
+    flops: int | None = None
+    vjp_flops: int | None = None
 
 
 @dataclasses.dataclass
 class _Recorder:
     nonce: str
-    keep_state: bool
-    records: dict[PathParts, _Record] = dataclasses.field(default_factory=dict)
+    compute_flops: bool
+    compute_vjp_flops: bool
+    # one record per distinct call: (path, method, inputs) -> record
+    records: dict[tuple[PathParts, str, str], _Record] = dataclasses.field(default_factory=dict)
 
     def path_of(self, obj: Any) -> PathParts | None:
         tag = obj.__dict__.get(_TAG) if isinstance(obj, Pytree) else None
@@ -154,20 +158,73 @@ def _wrap(recorder: _Recorder, name: str, fn: Callable[..., Any]) -> Callable[..
     @functools.wraps(fn)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         path = recorder.path_of(self)
-        if path is None or path in recorder.records:
+        if path is None:
             return fn(self, *args, **kwargs)
-        record = _Record(len(recorder.records), path, type(self), name)
-        record.inputs = _inputs_repr(args, kwargs)
-        recorder.records[path] = record
-        if recorder.keep_state:
-            graphdef, state = split(self)
-            record.graphdef, record.state = graphdef, jax.tree.map(_abstract, state)
-            record.args = jax.tree.map(_abstract, (args, kwargs))
-        out = fn(self, *args, **kwargs)
+        inputs = _inputs_repr(args, kwargs)
+        key = (path, name, inputs)
+        if key in recorder.records:  # the same call again (e.g. a shared layer): one row
+            return fn(self, *args, **kwargs)
+        record = _Record(len(recorder.records), path, type(self), name, inputs)
+        recorder.records[key] = record
+        if recorder.compute_flops or recorder.compute_vjp_flops:
+            out = _measured_call(recorder, record, fn, self, args, kwargs)
+        else:
+            out = fn(self, *args, **kwargs)
         record.outputs = jax.tree.map(_abstract, out)
         return out
 
     return wrapper
+
+
+def _measured_call(
+    recorder: _Recorder,
+    record: _Record,
+    fn: Callable[..., Any],
+    obj: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Calls ``fn(obj, *args, **kwargs)`` through one ``jax.jit`` that is lowered
+    first, so XLA's cost analysis gives its FLOPs; the call then hits the jit
+    cache, so the body (and the calls nested in it) is traced once. A call that
+    cannot be lowered on its own (non-array outputs, a transform's context) runs
+    as is, without FLOPs."""
+    graphdef, state = split(obj)
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+    arrays = [x for x in leaves if _is_array(x)]
+
+    def forward(state: Any, arrays: list[Any]) -> Any:
+        it = iter(arrays)
+        full = [next(it) if _is_array(x) else x for x in leaves]
+        call_args, call_kwargs = jax.tree.unflatten(treedef, full)
+        return fn(merge(graphdef, state), *call_args, **call_kwargs)
+
+    def backward(state: Any, arrays: list[Any]) -> Any:
+        out, pullback = jax.vjp(forward, state, arrays)
+        return pullback(out)
+
+    abstract = (jax.tree.map(_abstract, state), [_abstract(a) for a in arrays])
+    jitted = jax.jit(forward)
+    try:
+        lowered = jitted.lower(*abstract)
+    except Exception:  # a call that needs its caller's context
+        return fn(obj, *args, **kwargs)
+    if recorder.compute_flops:
+        record.flops = _cost(lowered)
+    if recorder.compute_vjp_flops:
+        try:
+            record.vjp_flops = _cost(jax.jit(backward).lower(*abstract))
+        except Exception:  # e.g. integer outputs
+            record.vjp_flops = None
+    return jitted(state, arrays)
+
+
+def _cost(lowered: Any) -> int | None:
+    cost = lowered.cost_analysis()
+    if isinstance(cost, list):
+        cost = cost[0] if cost else {}
+    flops = (cost or {}).get("flops")
+    return None if flops is None else int(flops)
 
 
 def _methods(cls: type) -> Iterator[tuple[type, str]]:
@@ -208,11 +265,16 @@ def _is_array(x: Any) -> bool:
 
 
 def _abstract_run(
-    obj: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], keep_state: bool
+    obj: Any,
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    compute_flops: bool,
+    compute_vjp_flops: bool,
 ) -> _Recorder:
     """Calls ``obj.method(*args, **kwargs)`` under ``jax.eval_shape`` on a tagged copy
     of ``obj`` and returns what was recorded."""
-    recorder = _Recorder(uuid.uuid4().hex, keep_state)
+    recorder = _Recorder(uuid.uuid4().hex, compute_flops, compute_vjp_flops)
     copy = merge(*split(obj))
     classes: list[type] = []
     for path, node in iter_graph(copy):
@@ -239,37 +301,6 @@ def _abstract_run(
     with _patched(recorder, classes):
         jax.eval_shape(run, jax.tree.map(_abstract, state), [_abstract(a) for a in arrays])
     return recorder
-
-
-# -- FLOPs --------------------------------------------------------------------------------------
-
-
-def _flops(record: _Record, vjp: bool) -> int | None:
-    """FLOPs of one recorded call, lowered (not compiled or run) on abstract values;
-    ``None`` when the call cannot be lowered on its own."""
-    if record.graphdef is None:
-        return None
-    leaves, treedef = jax.tree.flatten(record.args)
-    arrays = [x for x in leaves if isinstance(x, jax.ShapeDtypeStruct)]
-
-    def forward(state: Any, arrays: list[Any]) -> Any:
-        it = iter(arrays)
-        full = [next(it) if isinstance(x, jax.ShapeDtypeStruct) else x for x in leaves]
-        args, kwargs = jax.tree.unflatten(treedef, full)
-        return getattr(merge(record.graphdef, state), record.method)(*args, **kwargs)
-
-    def backward(state: Any, arrays: list[Any]) -> Any:
-        out, pullback = jax.vjp(forward, state, arrays)
-        return pullback(jax.tree.map(jnp.ones_like, out))
-
-    try:
-        cost = jax.jit(backward if vjp else forward).lower(record.state, arrays).cost_analysis()
-    except Exception:  # a call that needs its caller's context (e.g. inside vmap)
-        return None
-    if isinstance(cost, list):
-        cost = cost[0] if cost else {}
-    flops = (cost or {}).get("flops")
-    return None if flops is None else int(flops)
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -340,6 +371,12 @@ def _kind(var: Any) -> str:
     return type(var).__name__ if isinstance(var, Variable) else "Array"
 
 
+def _metadata_repr(value: Any) -> str:
+    """A metadata value on one line (``repr``, shortened), whatever its type."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]:
     """Per Variable kind: ``(elements, bytes)`` of the node's whole sub-graph (shared
     Variables once), and the node's own Variables (not inside a sub-object) as
@@ -357,7 +394,13 @@ def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]
         if not any(path[: len(p)] == p for p in sub_objects):
             name = "/".join(str(k) for k in path)
             text = _array_repr(value) if hasattr(value, "dtype") else type(value).__name__
-            own.setdefault(kind, []).append(f"{name}: {text}")
+            metadata = var.get_metadata() if isinstance(var, Variable) else {}
+            if metadata:  # as Flax: the value and each metadata entry, indented
+                lines = [f"{name}:", f"  value: {text}"]
+                lines += [f"  {k}: {_metadata_repr(v)}" for k, v in metadata.items()]
+                own.setdefault(kind, []).append("\n".join(lines))
+            else:
+                own.setdefault(kind, []).append(f"{name}: {text}")
     return totals, own
 
 
@@ -455,23 +498,26 @@ def tabulate(
     from rich.table import Table
     from rich.text import Text
 
-    keep_state = compute_flops or compute_vjp_flops
-    recorder = _abstract_run(obj, method, input_args, dict(input_kwargs), keep_state)
+    recorder = _abstract_run(
+        obj, method, input_args, dict(input_kwargs), compute_flops, compute_vjp_flops
+    )
     nodes = {p: v for p, v in iter_graph(obj) if isinstance(v, Pytree)}
     rows: list[tuple[CallInfo, dict[str, tuple[int, int]], dict[str, list[str]]]] = []
     for record in sorted(recorder.records.values(), key=lambda r: r.order):
-        if depth is not None and len(record.path) > depth:
+        # as Flax: a method other than __call__ adds its name to the row's path
+        path = record.path if record.method == "__call__" else (*record.path, record.method)
+        if depth is not None and len(path) > depth:
             continue
         node = nodes.get(record.path)
         info = CallInfo(
             call_order=record.order,
             object_id=id(node),
             type=record.type,
-            path=record.path,
+            path=path,
             inputs_repr=record.inputs,
             outputs=record.outputs,
-            flops=_flops(record, vjp=False) if compute_flops else None,
-            vjp_flops=_flops(record, vjp=True) if compute_vjp_flops else None,
+            flops=record.flops,
+            vjp_flops=record.vjp_flops,
             method=record.method,
         )
         if row_filter(info):
@@ -481,7 +527,7 @@ def tabulate(
 
     options = {
         "title": f"{type(obj).__name__} Summary",
-        "caption": "Total Parameters: "
+        "caption": "\nTotal Parameters: "
         + _count_repr(sum(s for s, _ in totals.values()), sum(b for _, b in totals.values())),
         "show_lines": True,
         **table_kwargs,
@@ -493,8 +539,6 @@ def tabulate(
         table.add_column(name, **dict(column_kwargs))
     for info, counts, own in rows:
         path = "/".join(str(k) for k in info.path)
-        if info.method != "__call__":
-            path = f"{path}/{info.method}" if path else info.method
         cells = [path, info.type.__name__, info.inputs_repr, _outputs_repr(info.outputs)]
         cells += [_flops_repr(info.flops)] * compute_flops
         cells += [_flops_repr(info.vjp_flops)] * compute_vjp_flops

@@ -103,7 +103,7 @@ def view(
       >>> nnx.view(model, only=nnx.Linear, deterministic=True)
       Traceback (most recent call last):
         ...
-      ValueError: nnx.view: no selected module's set_view accepts ['deterministic'] ...
+      ValueError: Unused keys found in nnx.view: ['deterministic']: no selected module's ...
 
     Source: Flax NNX 0.12 ``nnx.view``.
     """
@@ -129,8 +129,8 @@ def view(
     if raise_if_not_found and missing:
         have = "\n".join(f"  {a}" for a in dict.fromkeys(accepting)) or "  (none)"
         raise ValueError(
-            f"nnx.view: no selected module's set_view accepts {missing} (only={only!r}). "
-            f"The selected modules with a set_view:\n{have}\nFix: check the spelling, "
+            f"Unused keys found in nnx.view: {missing}: no selected module's set_view "
+            f"accepts them (only={only!r}). The selected modules with a set_view:\n{have}\nFix: check the spelling, "
             "widen `only`, or pass raise_if_not_found=False."
         )
     return result  # type: ignore[no-any-return]
@@ -190,8 +190,8 @@ def with_attributes(
     missing = sorted(set(attributes) - found)
     if raise_if_not_found and missing:
         raise ValueError(
-            f"nnx.with_attributes: no selected module (only={only!r}) has the "
-            f"attribute(s) {missing}.\nFix: check the spelling, widen `only`, or pass "
+            "nnx.with_attributes: Could not find at least one instance of the following "
+            f"attributes: {missing} (only={only!r}).\nFix: check the spelling, widen `only`, or pass "
             "raise_if_not_found=False."
         )
     return result  # type: ignore[no-any-return]
@@ -232,7 +232,7 @@ def view_info(node: Any, /, *, only: Filter = ..., graph: bool | None = None) ->
         if isinstance(value, Module) and only_p(path, value):
             set_view = getattr(type(value), "set_view", None)
             if callable(set_view):
-                classes.setdefault(type(value).__name__, set_view)
+                classes.setdefault(type(value).__qualname__, set_view)
     return "\n".join(_describe(name, fn) for name, fn in sorted(classes.items()))
 
 

@@ -142,3 +142,52 @@ def test_transforms_benchmark_quick_skips_missing_comparators(tmp_path: Path) ->
     stdout, results = _run_transforms(tmp_path, "-c", TRANSFORMS_WITHOUT_COMPARATORS)
     assert "Flax NNX skipped" in stdout and "Equinox skipped" in stdout
     _check_transform_tables(stdout, results, {"jax", "flaxgraph", "flaxgraph_tree"})
+
+
+PYTREE_WITHOUT_COMPARATORS = (
+    "import sys; sys.modules['flax'] = None; sys.modules['flax.nnx'] = None; "
+    "sys.modules['equinox'] = None; "
+    "from benchmarks.pytree import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def _check_pytree_tables(stdout: str, results: dict, names: set[str]) -> None:
+    assert "x the floor" in stdout and "Per object at L=8" in stdout
+    workloads = {r["workload"] for r in results["records"]}
+    assert workloads == {
+        "module_train",
+        "module_forward",
+        "split_train",
+        "split_forward",
+        "ref_train",
+        "ref_forward",
+    }
+    for r in results["records"]:
+        assert r["layers"] in (1, 8)
+        if r["workload"].startswith("ref"):
+            assert r["general_calls_after_first"] <= 1  # the fast path took the rest
+        else:
+            expected = names - ({"eqx"} if r["workload"].startswith("split") else set())
+            assert set(r["ratios"]) == expected
+    assert "flatten/flaxgraph" in results["per_object"]["us_per_object"]
+
+
+@pytest.mark.parametrize("comparators", [True, False])
+def test_pytree_benchmark_quick_runs(tmp_path: Path, comparators: bool) -> None:
+    out = tmp_path / "pytree.json"
+    if comparators:
+        pytest.importorskip("flax.nnx")
+        pytest.importorskip("equinox")
+        prefix = ["-m", "benchmarks.pytree"]
+    else:
+        prefix = ["-c", PYTREE_WITHOUT_COMPARATORS]
+    proc = subprocess.run(
+        [sys.executable, *prefix, "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = {"flaxgraph", "nnx", "eqx"} if comparators else {"flaxgraph"}
+    _check_pytree_tables(proc.stdout, json.loads(out.read_text()), names)

@@ -86,3 +86,20 @@ def test_flag_has_no_instance_dict():
 
 def test_flag_exported():
     assert nnx.Flag is Flag
+
+
+def test_flax_named_update_and_read():
+    from flaxgraph import config
+    from flaxgraph.modes import GRAPH
+
+    before = config._read("nnx_graph_mode")
+    try:
+        config.update("nnx_graph_mode", False)
+        assert config._read("nnx_graph_mode") is False and GRAPH.get() is False
+    finally:
+        config.update("nnx_graph_mode", before)
+    assert GRAPH.get() is before
+    with pytest.raises(LookupError, match="Unrecognized config option: 'nope'"):
+        config.update("nope", 1)
+    with pytest.raises(LookupError, match="Unrecognized config option"):
+        config._read("nope")

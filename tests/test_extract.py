@@ -97,11 +97,14 @@ def test_node_states_accessors():
 
 def test_prefix_tree_mode():
     d = {"a": nnx.Param(jnp.array(2)), "b": nnx.BatchStat(jnp.arange(5)), "c": jnp.ones(1)}
-    assert nnx.prefix(d, {nnx.Param: None, nnx.BatchStat: 0}, graph=False) == {
+    assert nnx.prefix(d, {nnx.Param: None, nnx.BatchStat: 0, ...: None}, graph=False) == {
         "a": None,
         "b": 0,
         "c": None,
     }
+    # As in Flax 0.12: a leaf no filter matches is an error naming its path.
+    with pytest.raises(ValueError, match=r"No filter matched the Array of shape \(1,\) at path c"):
+        nnx.prefix(d, {nnx.Param: None, nnx.BatchStat: 0}, graph=False)
     assert nnx.prefix(d, lambda p, x: p, graph=False) == {"a": ("a",), "b": ("b",), "c": ("c",)}
     v = nnx.Param(jnp.ones(1))
     with pytest.raises(SharedReferenceError):

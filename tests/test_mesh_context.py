@@ -128,9 +128,21 @@ def test_eager_creation_errors_name_the_kind_spec_and_mesh() -> None:
         with pytest.raises(nnx.ShardingSpecError, match=r"new Param of shape \(2, 3\).*'tp'"):
             nnx.Param(jnp.ones((2, 3)), out_sharding=("data", "tp"))
         with pytest.raises(nnx.ShardingSpecError, match=r"rank 2"):
-            nnx.Param(jnp.ones((2, 3)), sharding=("data",))
+            nnx.Param(jnp.ones((2, 3)), sharding=("data", None, "model"))
         with nnx.use_eager_sharding(False):  # off: names are not checked at creation
-            nnx.Param(jnp.ones((2, 3)), sharding=("data",))
+            nnx.Param(jnp.ones((2, 3)), sharding=("data", None, "model"))
+
+
+def test_a_spec_shorter_than_the_rank_pads_with_none() -> None:
+    # As in JAX (and Flax NNX 0.12.8): P('data') on a (2, 3) value is P('data', None).
+    with jax.set_mesh(MESH1):
+        v = nnx.Param(jnp.ones((2, 3)), sharding=("data",))
+        assert v.value.sharding.is_equivalent_to(
+            jax.sharding.NamedSharding(MESH1, P("data", None)), 2
+        )
+        assert nnx.Param(jnp.ones((2, 3)), sharding=(None,)).value.shape == (2, 3)
+    named = nnx.get_named_sharding(nnx.state(Block(("data",))), MESH1)
+    assert jax.tree.leaves(named)[0].spec == P("data")
 
 
 def test_get_abstract_model_error_names_the_path() -> None:
@@ -316,3 +328,35 @@ CHECKS = [
 
 def test_sharded_checks() -> None:
     assert_checks_passed(run_device_checks(SCRIPT), CHECKS)
+
+
+def test_mixed_axis_types_mesh_is_an_error_at_creation() -> None:
+    auto, explicit = jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit
+    mesh = jax.make_mesh((1, 1), ("row", "col"), axis_types=(auto, explicit))
+    with pytest.raises(ValueError, match="all axes as Explicit or all axes as Auto"):
+        nnx.Variable(jnp.ones((2, 2)), out_sharding=("row", "col"), mesh=mesh)
+
+
+def test_creation_under_an_abstract_mesh_constrains_instead_of_placing() -> None:
+    # Inside a transform only the AbstractMesh is known: no device_put there.
+    @jax.jit
+    def make():
+        return nnx.Param(jnp.ones((2, 3)), out_sharding=("data", None)).value
+
+    with jax.set_mesh(MESH1):
+        out = make()
+        assert nnx.eval_shape(lambda: nnx.Param(jnp.ones((2, 3)), out_sharding=("data",))).shape
+    assert out.shape == (2, 3)
+
+
+def test_a_variables_own_sharding_rules_join_the_active_rules() -> None:
+    with jax.set_mesh(MESH1), nnx.logical_axis_rules([("embed", "model")]):
+        v = nnx.Param(
+            jnp.ones((2, 3)), out_sharding=("batch", "embed"), sharding_rules=(("batch", "data"),)
+        )
+        assert v.value.sharding.spec == P("data", "model")
+        assert nnx.get_partition_spec(nnx.State({"v": v}))["v"].value == P("data", "model")
+        with pytest.raises(ValueError, match="Inconsistent logical axis annotations for 'embed'"):
+            nnx.Param(
+                jnp.ones((2, 3)), out_sharding=("embed",), sharding_rules=(("embed", "data"),)
+            )

@@ -119,7 +119,8 @@ def test_sow_by_collection_name():
 def test_sow_into_an_attribute_of_another_kind_raises():
     block = Block()
     with pytest.raises(
-        ValueError, match=r"Cannot sow into Block\.w: it holds a Param, expected a Intermediate"
+        ValueError,
+        match=r"Cannot sow into Block\.w: expected 'w' to be of type 'Intermediate', got Param",
     ):
         block.sow(nnx.Intermediate, "w", 1)
     assert type(block.w) is nnx.Param
@@ -190,7 +191,8 @@ def test_set_attributes_with_filters():
 def test_set_attributes_missing_raises():
     m = Model()
     with pytest.raises(
-        ValueError, match=r"No sub-module of Model has the attribute\(s\) \['nope'\]"
+        ValueError,
+        match=r"Could not find at least one instance of the following attributes: \['nope'\]",
     ):
         m.set_attributes(nope=1)
     m.set_attributes(nope=1, raise_if_not_found=False)

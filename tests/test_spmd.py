@@ -145,7 +145,7 @@ def test_with_partitioning_boxes_an_initializer_and_a_variable_unboxes_it() -> N
         boxed.value, jax.nn.initializers.lecun_normal()(jax.random.key(0), (4, 8))
     )
     p = nnx.Param(boxed)
-    assert p.sharding == (None, "model")
+    assert p.out_sharding == (None, "model")
     assert p.value is boxed.value
     assert nnx.Param(boxed, sharding=("x", "y")).sharding == ("x", "y")  # explicit wins
 
@@ -226,7 +226,7 @@ def test_boxes_follow_scan_axes_and_boxed_initializers_inside_vmap() -> None:
         return Node(w=nnx.Param(init(key, (2, 3))))
 
     m = make(jax.random.split(jax.random.key(0), 4))
-    assert m.w.shape == (4, 2, 3) and m.w.sharding == ("layers", None, "model")
+    assert m.w.shape == (4, 2, 3) and m.w.out_sharding == ("layers", None, "model")
 
 
 # -- partition specs and shardings ------------------------------------------------------------------------
@@ -296,4 +296,4 @@ def test_with_partitioning_carries_mesh_and_metadata_to_the_variable():
     boxed = init(jax.random.key(0), (2, 4))
     assert jax.tree.map(lambda v: v, boxed).metadata == boxed.metadata  # survives pytrees
     p = nnx.Param(boxed)
-    assert p.sharding == (None, "model") and p.note == "x" and p.mesh is mesh
+    assert p.out_sharding == (None, "model") and p.note == "x" and p.mesh is mesh

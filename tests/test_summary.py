@@ -249,7 +249,7 @@ def test_depth_method_kwargs_and_row_filter():
     model = Enc(nnx.Rngs(0))
     x = jnp.ones((2, 4))
     _, rows, _ = parse(tabulate(model, x, depth=1, console_kwargs=PLAIN))
-    assert [r["path"] for r in rows[:-1]] == ["", "inner"]
+    assert [r["path"] for r in rows[:-1]] == ["", "encode", "inner"]
     _, rows, _ = parse(tabulate(model, x, depth=0, console_kwargs=PLAIN))
     assert [r["path"] for r in rows[:-1]] == [""]
     # another method, with keyword inputs: the root row is named after it
@@ -387,3 +387,37 @@ def test_containers_lists_dicts_and_sequential():
     assert by_path["heads/a"]["inputs"] == "float32[1,4]"
     assert_counts(by_path[""], variables_by_kind(model))
     assert_counts(by_path["seq"], variables_by_kind(model.seq))
+
+
+def test_each_distinct_call_is_a_row_and_the_body_runs_once():
+    calls: list[int] = []
+
+    class Model(nnx.Module):
+        def __init__(self) -> None:
+            self.w = nnx.Param(jnp.ones((4,)))
+
+        def sub(self, extra: Any, x: jax.Array) -> jax.Array:
+            calls.append(1)
+            return x * self.w
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return self.sub({}, x) + self.sub(None, x) + self.sub(None, x)
+
+    out = tabulate(Model(), jnp.ones((4,)), compute_flops=True, console_kwargs=PLAIN)
+    _, rows, _ = parse(out)
+    assert [r["path"] for r in rows[:-1]] == ["", "sub", "sub"]  # the repeated call once
+    assert "{}" in rows[1]["inputs"] and "None" in rows[2]["inputs"]
+    assert len(calls) == 3  # traced once, though FLOPs were lowered per call
+    assert all(r["flops"] for r in rows[:-1])
+
+
+def test_variable_metadata_is_shown():
+    class Model(nnx.Module):
+        def __init__(self) -> None:
+            self.w = nnx.Param(jnp.ones((2, 2)), note="frozen")
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            return x @ self.w
+
+    _, rows, _ = parse(tabulate(Model(), jnp.ones((1, 2)), console_kwargs=PLAIN))
+    assert rows[0]["Param"].splitlines()[:3] == ["w:", "value: float32[2,2]", "note: 'frozen'"]

@@ -33,9 +33,11 @@ from flaxgraph.graphlib.graph_state import PureState as PureState
 from flaxgraph.graphlib.graphdefs import GraphDef as GraphDef
 from flaxgraph.graphlib.graphdefs import NodeDef as NodeDef
 from flaxgraph.graphlib.graphdefs import NodeRef as NodeRef
+from flaxgraph.graphlib.graphdefs import TreeNodeDef as TreeNodeDef
 from flaxgraph.graphlib.graphdefs import VariableDef as VariableDef
 from flaxgraph.graphlib.inplace import pop as pop
 from flaxgraph.graphlib.inplace import update as update
+from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
 from flaxgraph.graphlib.registry import GraphNodeImpl as GraphNodeImpl
 from flaxgraph.graphlib.registry import is_graph_node as is_graph_node

@@ -300,6 +300,9 @@ def split_context(ctxtag: Hashable | None = None) -> Iterator[SplitContext]:
       >>> a2['w'] is b2['w']
       True
 
+    On exit the context's ``ref_index`` and ``ctxtag`` are deleted (as in Flax), so
+    the context no longer keeps the split objects alive.
+
     Source: Flax NNX 0.12 ``nnx.split_context``.
     """
     uctx = _find(ctxtag)
@@ -307,9 +310,13 @@ def split_context(ctxtag: Hashable | None = None) -> Iterator[SplitContext]:
     ctx = SplitContext(
         ctxtag, is_inner=None if uctx is None else uctx.inner_ref_outer_index is not None
     )
-    yield ctx
-    if uctx is not None and not ctx.is_inner:
-        uctx.outer_index_ref = {i: x for x, i in ctx.ref_index.items()}
+    try:
+        yield ctx
+        if uctx is not None and not ctx.is_inner:
+            uctx.outer_index_ref = {i: x for x, i in ctx.ref_index.items()}
+    finally:
+        # The context is spent: drop its index (it keeps every split object alive).
+        del ctx.ref_index, ctx.ctxtag
 
 
 @contextlib.contextmanager
@@ -327,19 +334,24 @@ def merge_context(
 
     Example: see ``split_context``.
 
+    On exit the context's ``index_ref`` and ``ctxtag`` are deleted (as in Flax).
+
     Source: Flax NNX 0.12 ``nnx.merge_context``.
     """
     uctx = _find(ctxtag)
     ctx = MergeContext(ctxtag, is_inner=None if uctx is None else uctx.is_inner(inner))
-    yield ctx
-    if uctx is not None and ctx.is_inner:
-        inner_map = RefMap[int]()
-        for i, x in ctx.index_ref.items():
-            inner_map[x] = i
-        uctx.inner_ref_outer_index = inner_map
-    elif uctx is not None:
-        uctx.outer_index_ref = None
-        uctx.inner_ref_outer_index = None
+    try:
+        yield ctx
+        if uctx is not None and ctx.is_inner:
+            inner_map = RefMap[int]()
+            for i, x in ctx.index_ref.items():
+                inner_map[x] = i
+            uctx.inner_ref_outer_index = inner_map
+        elif uctx is not None:
+            uctx.outer_index_ref = None
+            uctx.inner_ref_outer_index = None
+    finally:
+        del ctx.index_ref, ctx.ctxtag
 
 
 __all__ = [

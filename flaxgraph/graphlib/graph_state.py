@@ -11,7 +11,7 @@ Source: Flax NNX 0.12 ``nnx.GraphState`` / ``nnx.unpack``.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator, MutableMapping
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 
@@ -70,6 +70,24 @@ class GraphState(MutableMapping[Hashable, Any]):
     def __len__(self) -> int:
         return len(self._state) if isinstance(self._state, State) else 0
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not slots/methods: read the State's key.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        state = object.__getattribute__(self, "_state")
+        if isinstance(state, State) and name in state:
+            return state[name]
+        raise AttributeError(
+            f"GraphState has no attribute or State key {name!r}; its keys: "
+            f"{sorted(map(str, self))}."
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in GraphState.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            self._state[name] = value
+
     def __eq__(self, other: object) -> bool:
         return (
             type(other) is GraphState
@@ -83,22 +101,39 @@ class GraphState(MutableMapping[Hashable, Any]):
         return f"GraphState(_graphdef={self._graphdef!r}, _state={self._state!r})"
 
 
+# A GraphState flattens like its State (same children, same key paths), with the
+# GraphDef in the aux data, so paths into ``unpack(m)`` equal paths into ``state(m)``.
+
+
 def _flatten_with_keys(gs: GraphState) -> Any:
-    return ((jax.tree_util.GetAttrKey("_state"), gs._state),), gs._graphdef
+    state = gs._state
+    if isinstance(state, State):
+        keys = tuple(state._mapping)
+        children = tuple((jax.tree_util.DictKey(k), state._mapping[k]) for k in keys)
+        return children, (gs._graphdef, keys)
+    return ((jax.tree_util.GetAttrKey("_state"), state),), (gs._graphdef, None)
 
 
 def _flatten(gs: GraphState) -> Any:
-    return (gs._state,), gs._graphdef
+    state = gs._state
+    if isinstance(state, State):
+        return tuple(state._mapping.values()), (gs._graphdef, tuple(state._mapping))
+    return (state,), (gs._graphdef, None)
 
 
-def _unflatten(graphdef: GraphDef, children: Any) -> GraphState:
-    (state,) = children
-    return GraphState(graphdef, state)
+def _unflatten(aux: Any, children: Any) -> GraphState:
+    graphdef, keys = aux
+    if keys is None:
+        (state,) = children
+        return GraphState(graphdef, state)
+    return GraphState(graphdef, State._wrap(dict(zip(keys, children))))
 
 
 jax.tree_util.register_pytree_with_keys(GraphState, _flatten_with_keys, _unflatten, _flatten)
 
-PureState = tuple[GraphDef, State]
+A = TypeVar("A")
+
+PureState = tuple[GraphDef[A], State]
 """The type of ``(graphdef, state)`` pairs (Flax NNX 0.12 ``nnx.PureState``)."""
 
 __all__ = ["GraphState", "PureState"]

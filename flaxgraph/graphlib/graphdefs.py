@@ -23,6 +23,7 @@ static argument of ``jax.jit`` and a cache key; its hash is computed once.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Hashable
 from operator import itemgetter
 from typing import Any, Union
@@ -156,6 +157,38 @@ Def = Union[NodeDef, VariableDef, NodeRef, ContainerDef, ArrayDef, StaticDef]
 ARRAY_DEF = ArrayDef()
 
 
+class TreeNodeDef(_Def):
+    """The whole structure of a tree-mode (``graph=False``) split, as one definition.
+
+    A tree-mode graph has no sharing, so its structure is a single tree: ``treedef``
+    is the root definition and ``path_index`` pairs each State leaf's path with its
+    position in the flat leaves, sorted by path. ``GraphDef.nodes`` of a tree-mode
+    GraphDef is ``(TreeNodeDef(...),)``.
+    """
+
+    __slots__ = ()
+    _fields = ("type", "treedef", "path_index")
+    type = property(itemgetter(1))
+    treedef = property(itemgetter(2))
+    path_index = property(itemgetter(3))
+
+    def __new__(
+        cls, type: type, treedef: Def, path_index: tuple[tuple[tuple[Hashable, ...], int], ...]
+    ) -> TreeNodeDef:
+        return tuple.__new__(cls, ("T", type, treedef, path_index))
+
+
+def _preorder(d: Def, out: list[Def]) -> None:
+    out.append(d)
+    t = type(d)
+    if t is NodeDef:
+        for _, c in d.attributes:
+            _preorder(c, out)
+    elif t is ContainerDef:
+        for c in d.children:
+            _preorder(c, out)
+
+
 class GraphDef:
     """The structure of a graph: a root definition plus the paths of its State leaves.
 
@@ -172,19 +205,27 @@ class GraphDef:
       >>> jax.jit(lambda g, s, x: nnx.merge(g, s)(x))(graphdef, state, jnp.ones(2)).shape
       (3,)
 
+    ``GraphDef[Model]`` is a valid annotation (as ``State[...]`` and
+    ``nnx.PureState[Model]``); it has no effect at run time.
+
     Attributes:
       root: the definition of the root value.
       leaf_paths: the path of every State leaf, in the order ``merge`` consumes
         them (derived from ``root``; kept to match States by path quickly).
+      tree: whether the GraphDef comes from a tree-mode (``graph=False``) split; it
+        only changes how ``nodes`` presents it: a tree-shaped graph has the same
+        structure in both modes, so the two GraphDefs compare (and hash) equal.
 
     Source: Flax NNX ``GraphDef`` (split/merge design).
     """
 
-    __slots__ = ("root", "leaf_paths", "_hash")
+    __slots__ = ("root", "leaf_paths", "tree", "_hash")
+    __class_getitem__ = classmethod(types.GenericAlias)
 
-    def __init__(self, root: Def, leaf_paths: tuple[tuple[Hashable, ...], ...]):
+    def __init__(self, root: Def, leaf_paths: tuple[tuple[Hashable, ...], ...], tree: bool = False):
         object.__setattr__(self, "root", root)
         object.__setattr__(self, "leaf_paths", leaf_paths)
+        object.__setattr__(self, "tree", tree)
         object.__setattr__(self, "_hash", hash(root))
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -199,7 +240,25 @@ class GraphDef:
         )
 
     def __reduce__(self) -> Any:
-        return (GraphDef, (self.root, self.leaf_paths))
+        return (GraphDef, (self.root, self.leaf_paths, self.tree))
+
+    @property
+    def nodes(self) -> tuple[Any, ...]:
+        """The definitions of the GraphDef in depth-first order (Flax's ``nodes``).
+
+        Graph mode: ``nodes[0]`` is the root's definition (a ``NodeDef`` for an
+        object seen first here, a ``NodeRef`` for one an enclosing
+        ``split_context`` saw before, a ``VariableDef`` for a Variable), followed by
+        the definitions of everything below it. Tree mode: a single
+        ``TreeNodeDef``. Computed on each access (introspection, not a hot path).
+        """
+        if self.tree:
+            order = sorted(range(len(self.leaf_paths)), key=lambda i: _path_key(self.leaf_paths[i]))
+            path_index = tuple((self.leaf_paths[i], i) for i in order)
+            return (TreeNodeDef(self.type, self.root, path_index),)
+        out: list[Def] = []
+        _preorder(self.root, out)
+        return tuple(out)
 
     @property
     def num_leaves(self) -> int:
@@ -226,6 +285,12 @@ class GraphDef:
 
     # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``) is
     # attached by flaxgraph/graphlib/calls.py, the layer above, next to the `call` it runs.
+
+
+def _path_key(path: tuple[Hashable, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (type(k).__name__, str(k)) if not isinstance(k, int) else ("", f"{k:020d}") for k in path
+    )
 
 
 def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
@@ -259,7 +324,7 @@ def renumber(graphdef: GraphDef, ref_index: Any, outer_index: Any, offset: int) 
       indices (``update_context``, ``flatten(..., ref_outer_index=...)``).
     """
     mapping = {i: outer_index[x] if x in outer_index else offset + i for x, i in ref_index.items()}
-    return GraphDef(_renumbered(graphdef.root, mapping), graphdef.leaf_paths)
+    return GraphDef(_renumbered(graphdef.root, mapping), graphdef.leaf_paths, graphdef.tree)
 
 
 jax.tree_util.register_pytree_node(

@@ -154,6 +154,12 @@ def _plan_update(
             continue
         path = (*prefix, key)
         if isinstance(leaf, State):
+            keep = getattr(type(node), "_graph_keep_substate", None)
+            if current is MISSING and keep is not None:
+                # a node that creates children lazily (bridge.Module) keeps the
+                # sub-state until the child is created
+                other_writes.append(lambda keep=keep, key=key, leaf=leaf: keep(node, key, leaf))
+                continue
             if current is MISSING or isinstance(current, Variable) or is_array_leaf(current):
                 raise GraphStructureError(
                     f"The State has a sub-state at {keys_str(path)}, but the node has "
@@ -167,6 +173,7 @@ def _plan_update(
             or is_array_leaf(current)
             or current is None
             or _is_data_child(node, key)
+            or _is_static_value(current)
         ):
             new_value = leaf.copy() if isinstance(leaf, Variable) else leaf
             set_fn = _setter(node, key, lambda path=path: path_str("node", root, path))
@@ -179,6 +186,16 @@ def _plan_update(
                 f"({path_str('node', root, path)}).\nFix: update with a State split from a "
                 "graph of the same structure."
             )
+
+
+def _is_static_value(x: Any) -> bool:
+    """A plain value (an int, a string…) that a State leaf may overwrite, as Flax 0.12's
+    ``update`` does: not a graph node and not a container of them."""
+    return (
+        type(x) not in _GRAPH_NODE_IMPLS
+        and type(x) not in (list, tuple, dict)
+        and (pytree_children(x) is None)
+    )
 
 
 def _is_data_child(node: Any, key: Hashable) -> bool:

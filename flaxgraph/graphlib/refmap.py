@@ -7,7 +7,7 @@ value, so every key it holds stays alive for as long as the map does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
@@ -26,8 +26,9 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
 
     __slots__ = ("_items",)
 
-    def __init__(self) -> None:
-        self._items: dict[int, tuple[Any, V]] = {}
+    def __init__(self, pairs: Mapping[Any, V] | Iterable[tuple[Any, V]] = ()) -> None:
+        items = pairs.items() if isinstance(pairs, Mapping) else pairs
+        self._items: dict[int, tuple[Any, V]] = {id(k): (k, v) for k, v in items}
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[Any, V]]) -> RefMap[V]:
@@ -35,6 +36,14 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
         m = cls()
         m._items = {id(k): (k, v) for k, v in pairs}
         return m
+
+    @classmethod
+    def from_indexmap(cls, indexmap: Mapping[int, Any]) -> RefMap[int]:
+        """The inverse of an ``IndexMap`` (index -> object): object -> index.
+
+        Source: Flax NNX 0.12 ``graphlib.RefMap.from_indexmap``.
+        """
+        return cls.from_pairs((x, i) for i, x in indexmap.items())  # type: ignore[return-value]
 
     def __getitem__(self, key: Any) -> V:
         return self._items[id(key)][1]
@@ -60,3 +69,22 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
 
     def __repr__(self) -> str:
         return f"RefMap({len(self)} items)"
+
+
+class IndexMap(dict[int, Any]):
+    """Reference index -> object, the inverse of a ``RefMap`` of indices; what
+    ``unflatten(..., index_ref=...)`` fills and ``outer_index_outer_ref`` reads.
+
+    Example::
+
+      >>> a = []
+      >>> IndexMap.from_refmap(RefMap([(a, 0)]))[0] is a
+      True
+
+    Source: Flax NNX 0.12 ``graphlib.IndexMap``.
+    """
+
+    @staticmethod
+    def from_refmap(refmap: RefMap[int]) -> IndexMap:
+        """``{index: object}`` for every ``object -> index`` of ``refmap``."""
+        return IndexMap((i, x) for x, i in refmap.items())

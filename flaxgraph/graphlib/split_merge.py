@@ -34,7 +34,7 @@ from flaxgraph.graphlib.paths import keys_str, path_str
 from flaxgraph.graphlib.registry import ARRAY_TYPES, is_array_leaf
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
-from flaxgraph.statelib import State, partition, unmatched_message
+from flaxgraph.statelib import FlatState, State, partition, unmatched_message
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -52,6 +52,9 @@ def _states_from_leaves(
         path, leaf = rest[0]
         raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
     return [_as_state(p) for p in parts]
+
+
+_SCALARS = frozenset({int, float, bool, complex})
 
 
 def _as_state(pairs: list[tuple[PathParts, Any]]) -> Any:
@@ -191,12 +194,16 @@ def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
             return [leaf for _, leaf in pairs]  # already in the GraphDef's order
     flat: dict[PathParts, Any] = {}
     for s in states:
-        if graphdef.leaf_paths == ((),) and (isinstance(s, Variable) or is_array_leaf(s)):
+        if graphdef.leaf_paths == ((),) and (
+            isinstance(s, Variable) or is_array_leaf(s) or type(s) in _SCALARS
+        ):
             pairs: Any = [((), s)]  # the root is a leaf and `s` is its state (see _as_state)
         elif isinstance(s, State):
             pairs = s.flat_state()
         elif isinstance(s, Mapping):
             pairs = State(s).flat_state()
+        elif isinstance(s, FlatState):
+            pairs = list(s)
         else:
             raise TypeError(f"merge expects States after the GraphDef, got a {type(s).__name__}.")
         for path, leaf in pairs:
@@ -211,8 +218,14 @@ def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     except KeyError:
         present = {p for p, _ in _all_flat(states)}
         missing = [keys_str(p) for p in graphdef.leaf_paths if p not in present]
+        count = (
+            f"Incorrect number of leaves (the GraphDef needs {graphdef.num_leaves}, the "
+            f"States have {len(present)}): "
+            if len(present) != graphdef.num_leaves
+            else ""
+        )
         raise GraphStructureError(
-            "The States given to merge do not match the GraphDef: missing leaves at "
+            f"{count}The States given to merge do not match the GraphDef: missing leaves at "
             + ", ".join(missing[:10])
             + (f" (and {len(missing) - 10} more)" if len(missing) > 10 else "")
             + ".\n"
@@ -236,14 +249,31 @@ def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
 
 def _all_flat(states: tuple[Any, ...]) -> Iterator[tuple[PathParts, Any]]:
     for s in states:
-        yield from (s if isinstance(s, State) else State(s)).flat_state()
+        if isinstance(s, FlatState):
+            yield from s
+        elif isinstance(s, (State, Mapping)):
+            yield from (s if isinstance(s, State) else State(s)).flat_state()
 
 
 def _graphdef_and_states(first: Any, states: tuple[Any, ...]) -> tuple[GraphDef, tuple[Any, ...]]:
     if isinstance(first, GraphState):
-        return first._graphdef, tuple(
-            s._state if isinstance(s, GraphState) else s for s in (first, *states)
-        )
+        for i, s in enumerate(states, start=1):
+            if not isinstance(s, GraphState):
+                raise ValueError(
+                    f"Expected GraphState object at position {i} of merge's arguments, got a "
+                    f"{type(s).__name__}: once the first argument is a GraphState (from "
+                    "nnx.unpack), all of them must be.\nFix: pass the GraphStates of one "
+                    "unpack, or nnx.merge(graphdef, *states) with plain States."
+                )
+            if s._graphdef != first._graphdef:
+                raise ValueError(
+                    f"The GraphDef must be the same in every GraphState given to merge, but "
+                    f"the GraphState at position {i} has a GraphDef of a "
+                    f"{s._graphdef.type.__name__} and the first one of a "
+                    f"{first._graphdef.type.__name__}.\nFix: pass the GraphStates of a single "
+                    "nnx.unpack call."
+                )
+        return first._graphdef, tuple(s._state for s in (first, *states))
     if not isinstance(first, GraphDef):
         raise TypeError(
             f"merge expects a GraphDef (or a GraphState) first, got a {type(first).__name__}."
@@ -296,6 +326,12 @@ def merge(
     Source: Flax NNX 0.12 ``nnx.merge``.
     """
     graphdef, all_states = _graphdef_and_states(graphdef, states)
+    if not all_states and graphdef.leaf_paths:
+        raise TypeError(
+            "merge() missing 1 required positional argument: 'state': the GraphDef has "
+            f"{graphdef.num_leaves} leaves ({keys_str(graphdef.leaf_paths[0])}…) and no State "
+            "was given.\nFix: pass the States split returned: nnx.merge(graphdef, state)."
+        )
     return unflatten(
         graphdef,
         _ordered_leaves(graphdef, all_states),

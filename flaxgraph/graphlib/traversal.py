@@ -18,7 +18,7 @@ from flaxgraph.graphlib.registry import (
     is_array_leaf,
     pytree_children,
 )
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten, not_a_pytree_error
 from flaxgraph.modes import resolve_graph
 from flaxgraph.variablelib.variable import Variable
 
@@ -81,8 +81,13 @@ def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[
       >>> [k for k, _ in nnx.iter_children(m)]
       ['bias', 'kernel']
 
+    Raises:
+      ValueError: tree mode and ``node``'s class has ``pytree=False``.
+
     Source: Flax NNX 0.12 ``nnx.iter_children``.
     """
+    if not resolve_graph(graph) and getattr(type(node), "_obj_is_pytree", True) is False:
+        raise not_a_pytree_error(type(node), "node")
     for key, child in _children(node):
         if type(child) in _GRAPH_NODE_IMPLS or isinstance(child, Variable):
             yield key, child

@@ -48,6 +48,7 @@ from flaxgraph.graphlib.registry import (
     is_plain_static,
     pytree_children,
 )
+from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -120,8 +121,12 @@ class Walk:
         if self.error_root is None:
             self.error_root = node
         self.walk_root = node
-        root_def = self.visit(node, (), prefix, False)
-        return GraphDef(root_def, tuple(p for p, _ in self.leaves)), self.leaves
+        if type(node) in _SCALARS:  # a Python scalar at the root is a leaf, as in JAX
+            self.add_leaf((), node, prefix)
+            root_def: Def = ARRAY_DEF
+        else:
+            root_def = self.visit(node, (), prefix, False)
+        return GraphDef(root_def, tuple(p for p, _ in self.leaves), not self.graph), self.leaves
 
     # -- hooks (no-ops for a plain split) ---------------------------------------------
     def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
@@ -152,6 +157,8 @@ class Walk:
                     self.tree_alias(x, path)
                 self.on_alias(x, path, prefix)
                 return NodeRef(t, index)
+            if not self.graph and getattr(t, "_obj_is_pytree", True) is False:
+                raise not_a_pytree_error(t, self.where(path))
             index = len(self.ref_index)
             self.ref_index[x] = index
             prefix = self.enter_node(x, path, prefix)
@@ -187,6 +194,11 @@ class Walk:
             return ARRAY_DEF
         if is_plain_static(x):
             return StaticDef(x)
+        if is_ref(x):  # a raw jax.Ref is state, like an array
+            if not self.graph:
+                self._tree_ref(x, path)
+            self.add_leaf(path, x, prefix)
+            return ARRAY_DEF
         if t is DataLeaf:
             self.add_leaf(path, x.value, prefix)
             return ARRAY_DEF
@@ -228,7 +240,8 @@ class Walk:
         if depth is not None:
             raise SharedReferenceError(
                 f"Tree mode (graph=False) does not allow cycles: the {type(x).__name__} at "
-                f"{self.where(path[:depth])} contains itself at {self.where(path)}.\n"
+                f"{self.where(path[:depth])} contains itself at {self.where(path)} (the same "
+                f"object found at paths {self.where(path[:depth])} and {self.where(path)}).\n"
                 + numbered_fixes(
                     [
                         "remove the reference that closes the cycle;",
@@ -244,6 +257,22 @@ class Walk:
                     self.where,
                     "Tree mode (graph=False) does not allow shared references",
                     wrapped,
+                )
+            )
+
+    def _tree_ref(self, x: Any, path: PathParts) -> None:
+        """Tree mode: a raw ``jax.Ref`` reachable along two paths is shared state."""
+        seen = self.__dict__.setdefault("_refs_seen", {})
+        first = seen.setdefault(id(x), (x, path))[1]
+        if first != path:
+            raise SharedReferenceError(
+                "Tree mode (graph=False) does not allow shared references: Duplicate Ref "
+                f"found at paths:\n    {self.where(first)}\n    {self.where(path)}\n"
+                + numbered_fixes(
+                    [
+                        "keep one reference to the Ref (or wrap it in one Variable);",
+                        "or use graph mode: graph=True.",
+                    ]
                 )
             )
 
@@ -294,6 +323,21 @@ class Walk:
 
 
 _SCALARS = frozenset({int, float, bool, complex})
+
+
+def not_a_pytree_error(t: type, where: str) -> ValueError:
+    """Tree mode met an instance of a ``Pytree`` class declared with ``pytree=False``
+    (e.g. an ``nnx.Object``): JAX cannot flatten it, so tree mode cannot walk it."""
+    return ValueError(
+        f"Tree mode (graph=False) cannot walk the {t.__name__} at {where}: its class has "
+        f"pytree=False, so it is no JAX pytree. Found at path: {where}.\n"
+        + numbered_fixes(
+            [
+                "use graph mode: graph=True (or the nnx.compat spelling of the function);",
+                f"or declare {t.__name__} with pytree=True (nnx.Pytree's default).",
+            ]
+        )
+    )
 
 
 def _made_per_instance(x: Any) -> bool:
@@ -416,9 +460,12 @@ def shared_variables_message(
     several paths (those whose list of paths ``select`` accepts, if given), each path
     formatted by ``where``."""
     lines = []
+    kinds: list[str] = []
     for entries in variable_paths(root, wrapped).values():
         if len(entries) > 1 and (select is None or select([p for _, p in entries])):
             v = entries[0][0]
+            if type(v).__name__ not in kinds:
+                kinds.append(type(v).__name__)
             shape = getattr(v.raw_value, "shape", None)
             lines.append(
                 f"  the {type(v).__name__}"
@@ -426,10 +473,12 @@ def shared_variables_message(
                 + " at:"
             )
             lines.extend(f"    {where(p)}" for _, p in entries)
+    # The line after the listing carries Flax's phrases ("Duplicate Param", "found at
+    # paths"), which Flax's tests match.
     return (
         f"{what}, but these Variables are reachable along several paths:\n"
         + "\n".join(lines)
-        + "\n"
+        + f"\n(Duplicate {', '.join(kinds) or 'Variable'} found at paths listed above.)\n"
         + numbered_fixes(
             list(fixes)
             or [

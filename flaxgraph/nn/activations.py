@@ -52,7 +52,8 @@ class PReLU(Module):
 
     Args:
       negative_slope_init: the initial slope (a float).
-      dtype: the computation dtype (default: promoted from inputs and the slope).
+      dtype: the computation dtype (default: the inputs' dtype; the slope is cast
+        to it).
       param_dtype: the slope's dtype (default ``float32``).
       promote_dtype: the dtype promotion function.
       negative_slope_metadata: metadata for the ``negative_slope`` Param.
@@ -86,5 +87,11 @@ class PReLU(Module):
         self.promote_dtype = promote_dtype
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
-        x, slope = self.promote_dtype((inputs, self.negative_slope.value), dtype=self.dtype)
+        x = jnp.asarray(inputs)
+        slope = self.negative_slope.value
+        if self.dtype is None:
+            # as Linen and Flax NNX: without a dtype the slope follows the inputs' dtype
+            slope = jnp.asarray(slope, x.dtype)
+        else:
+            x, slope = self.promote_dtype((x, slope), dtype=self.dtype)
         return jnp.where(x >= 0, x, slope * x)

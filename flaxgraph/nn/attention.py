@@ -382,11 +382,8 @@ class MultiHeadAttention(Module):
         else:
             deterministic = True
 
-        if self.num_kv_heads != self.num_heads:
-            repeats = self.num_heads // self.num_kv_heads
-            key = jnp.repeat(key, repeats, axis=-2)
-            value = jnp.repeat(value, repeats, axis=-2)
-
+        # with num_kv_heads < num_heads, attention_fn receives the key/value heads
+        # as they are (grouped-query attention), as in Flax NNX
         extra = {"is_causal": True} if is_causal else {}
         x = self.attention_fn(
             query,

@@ -38,6 +38,11 @@ Dtype = Any
 
 
 def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None, module: Any) -> None:
+    """Raises ``LayerShapeError`` naming every disagreement of the three shapes.
+
+    The phrases of Flax's errors (``same rank``, ``batch dims must match``,
+    ``depths must match``, ``lengths must match``, ``must be a multiple``) are kept.
+    """
     who = describe(module) if module is not None else "dot_product_attention"
     shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}" + (
         "" if value is None else f", value {tuple(value.shape)}"
@@ -45,22 +50,35 @@ def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None, module
     problems = []
     arrays = [query, key] + ([] if value is None else [value])
     if any(a.ndim < 3 for a in arrays) or len({a.ndim for a in arrays}) != 1:
-        problems.append("arrays of one rank >= 3 laid out (*batch, length, num_heads, depth)")
+        problems.append(
+            "query, key and value must have same rank (>= 3, laid out "
+            "(*batch, length, num_heads, depth))"
+        )
     else:
-        if query.shape[:-3] != key.shape[:-3] or (
-            value is not None and value.shape[:-3] != key.shape[:-3]
-        ):
-            problems.append("equal batch dimensions")
-        if query.shape[-2] != key.shape[-2] or (
-            value is not None and value.shape[-2] != key.shape[-2]
-        ):
-            problems.append("equal num_heads (axis -2)")
+        if any(a.shape[:-3] != query.shape[:-3] for a in arrays):
+            problems.append("batch dims must match (the axes before -3)")
+        q_heads = query.shape[-2]
+        for name, a in (("key", key), ("value", value)):
+            if a is not None and q_heads % a.shape[-2]:
+                problems.append(
+                    f"query heads ({q_heads}) must be a multiple of {name} heads "
+                    f"({a.shape[-2]}) (grouped-query attention; axis -2)"
+                )
         if query.shape[-1] != key.shape[-1]:
-            problems.append("equal query and key depth (axis -1)")
+            problems.append("query and key depths must match (axis -1)")
         if value is not None and key.shape[-3] != value.shape[-3]:
-            problems.append("equal key and value length (axis -3)")
+            problems.append("key and value lengths must match (axis -3)")
     if problems:
-        raise LayerShapeError(f"{who} expected {'; '.join(problems)}, got {shapes}.", module)
+        raise LayerShapeError(
+            f"{who}: {'; '.join(problems)}; got {shapes}. Fix the shapes of the arrays passed in.",
+            module,
+        )
+
+
+def _grouped(x: jax.Array, groups: int) -> jax.Array:
+    """``(..., heads, d)`` -> ``(..., groups, heads // groups, d)``: query head ``i``
+    goes with key/value head ``i // (heads // groups)``, as in ``jax.nn``."""
+    return jnp.reshape(x, (*x.shape[:-2], groups, x.shape[-2] // groups, x.shape[-1]))
 
 
 def dot_product_attention_weights(
@@ -82,7 +100,9 @@ def dot_product_attention_weights(
 
     Args:
       query: ``(*batch, q_length, num_heads, depth)``.
-      key: ``(*batch, kv_length, num_heads, depth)``.
+      key: ``(*batch, kv_length, num_kv_heads, depth)``; ``num_heads`` must be
+        a multiple of ``num_kv_heads`` (grouped-query attention: query head ``i``
+        uses key head ``i // (num_heads // num_kv_heads)``).
       bias: added to the logits; broadcastable to ``(*batch, num_heads, q_length,
         kv_length)`` (lower-rank biases are aligned right).
       mask: where false (0), the logit is replaced by the dtype's lowest value;
@@ -103,14 +123,22 @@ def dot_product_attention_weights(
       ``(*batch, num_heads, q_length, kv_length)`` weights summing to 1 over the last axis.
 
     Raises:
-      LayerShapeError: query and key disagree on rank, batch, heads or depth.
+      LayerShapeError (a ``ValueError``): query and key disagree on rank, batch
+        or depth, or the key heads do not divide the query heads.
       ValueError: dropout applies but ``dropout_rng`` is None.
     """
     query, key = promote_dtype((jnp.asarray(query), jnp.asarray(key)), dtype=dtype)
     _check_qkv(query, key, None, module)
     dtype = query.dtype
     query = query / jnp.sqrt(query.shape[-1]).astype(dtype)
-    weights = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    q_heads, kv_heads = query.shape[-2], key.shape[-2]
+    if kv_heads == q_heads:
+        weights = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
+    else:  # grouped-query attention: each key head serves q_heads // kv_heads query heads
+        weights = jnp.einsum(
+            "...qhgd,...khd->...hgqk", _grouped(query, kv_heads), key, precision=precision
+        )
+        weights = jnp.reshape(weights, (*weights.shape[:-4], q_heads, *weights.shape[-2:]))
     if bias is not None:
         weights = weights + broadcast_right(jnp.asarray(bias), weights.ndim).astype(dtype)
     if is_causal:
@@ -165,8 +193,9 @@ def dot_product_attention(
 
     Args:
       query: ``(*batch, q_length, num_heads, depth)``.
-      key: ``(*batch, kv_length, num_heads, depth)``.
-      value: ``(*batch, kv_length, num_heads, v_depth)``.
+      key: ``(*batch, kv_length, num_kv_heads, depth)``.
+      value: ``(*batch, kv_length, num_kv_heads, v_depth)``; ``num_heads`` must
+        be a multiple of ``num_kv_heads`` (grouped-query attention).
       bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic,
       dtype, precision, module, promote_dtype, is_causal: as in
         ``dot_product_attention_weights``.
@@ -175,7 +204,8 @@ def dot_product_attention(
       ``(*batch, q_length, num_heads, v_depth)``.
 
     Raises:
-      LayerShapeError: the three arrays disagree on rank, batch, heads, depth or length.
+      LayerShapeError (a ``ValueError``): the three arrays disagree on rank,
+        batch, depth or length, or the key/value heads do not divide the query heads.
 
     Example::
 
@@ -203,7 +233,12 @@ def dot_product_attention(
         promote_dtype,
         is_causal,
     )
-    return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+    q_heads, v_heads = weights.shape[-3], value.shape[-2]
+    if v_heads == q_heads:
+        return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
+    grouped = jnp.reshape(weights, (*weights.shape[:-3], v_heads, -1, *weights.shape[-2:]))
+    out = jnp.einsum("...hgqk,...khd->...qhgd", grouped, value, precision=precision)
+    return jnp.reshape(out, (*out.shape[:-3], q_heads, out.shape[-1]))
 
 
 def make_attention_mask(

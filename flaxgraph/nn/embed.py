@@ -51,7 +51,8 @@ class Embed(Module):
     Call: integer ``inputs`` of any shape ``S`` (and an optional ``out_sharding``
     for the gathered rows); returns ``S + (features,)``. An
     id outside ``[0, num_embeddings)`` gives NaNs (``jnp.take``'s ``'fill'`` mode)
-    instead of a silently clamped row.
+    instead of a silently clamped row; a one-row table (``num_embeddings=1``) is
+    broadcast to every id, as in Flax and Linen.
 
     Raises:
       LayerDtypeError (a ``ValueError`` and ``TypeError``): non-integer inputs.
@@ -96,6 +97,9 @@ class Embed(Module):
                 self,
             )
         (embedding,) = self.promote_dtype((self.embedding.value,), dtype=self.dtype, inexact=False)
+        if self.num_embeddings == 1:
+            # a one-row table is broadcast whatever the ids (as Flax and Linen do)
+            return jnp.broadcast_to(embedding, (*ids.shape, self.features))
         if out_sharding is None:
             return jnp.take(embedding, ids, axis=0, mode="fill")
         return embedding.at[ids].get(mode="fill", out_sharding=out_sharding)

@@ -133,7 +133,8 @@ class Linear(Module):
 
     def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         x = jnp.asarray(inputs)
-        check_last_dim(self, x, self.in_features)
+        # The kernel's own size: inside shard_map it is the local shard of in_features.
+        check_last_dim(self, x, self.kernel.shape[0])
         bias = None if self.bias is None else self.bias.value
         x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
         extra = op_options(self.preferred_element_type, out_sharding)
@@ -336,7 +337,7 @@ class Einsum(Module):
       einsum_str: an equation with two operands and an explicit output,
         ``'inputs,kernel->outputs'`` (e.g. ``'btd,dnh->btnh'``).
       kernel_shape: the kernel's shape (one size per letter of the kernel operand).
-      bias_shape: the bias's shape, or ``None`` for no bias. The bias is aligned
+      bias_shape: the bias's shape (an int for one axis), or ``None`` for no bias. The bias is aligned
         with the trailing axes of the output (numpy broadcasting), e.g. ``(n, h)``
         for ``'btd,dnh->btnh'``.
       dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
@@ -368,7 +369,7 @@ class Einsum(Module):
         self,
         einsum_str: str,
         kernel_shape: Sequence[int],
-        bias_shape: Sequence[int] | None = None,
+        bias_shape: int | Sequence[int] | None = None,
         *,
         dtype: Dtype | None = None,
         param_dtype: Dtype = jnp.float32,
@@ -384,6 +385,8 @@ class Einsum(Module):
     ):
         _, kernel_spec, _ = _parse_einsum(einsum_str)
         kernel_shape = tuple(kernel_shape)
+        if bias_shape is not None:
+            bias_shape = canonicalize_tuple(bias_shape, "bias_shape")
         if _letter_sizes(kernel_spec, kernel_shape) is None:
             raise ValueError(
                 f"Einsum: kernel_shape {kernel_shape} does not match the kernel operand "
@@ -393,13 +396,13 @@ class Einsum(Module):
             kernel_init, rngs.params(), kernel_shape, param_dtype, kernel_metadata
         )
         self.bias = (
-            make_param(bias_init, rngs.params(), tuple(bias_shape), param_dtype, bias_metadata)
+            make_param(bias_init, rngs.params(), bias_shape, param_dtype, bias_metadata)
             if bias_shape is not None
             else None
         )
         self.einsum_str = einsum_str
         self.kernel_shape = kernel_shape
-        self.bias_shape = None if bias_shape is None else tuple(bias_shape)
+        self.bias_shape = bias_shape
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.precision = precision

@@ -336,7 +336,12 @@ class GroupNorm(NormBase):
                 )
         grouped_shape = (*x.shape[:-1], self.num_groups, self.group_size)
         grouped = jnp.reshape(x, grouped_shape)
-        grouped_mask = None if mask is None else jnp.reshape(mask, grouped_shape)
+        # the mask broadcasts against ``x``: only its last axis is split into groups
+        grouped_mask = (
+            None
+            if mask is None
+            else jnp.reshape(mask, (*jnp.shape(mask)[:-1], self.num_groups, self.group_size))
+        )
         group_axes = (*(a for a in axes if a != ndim - 1), ndim)
         mean, var = moments(
             grouped,

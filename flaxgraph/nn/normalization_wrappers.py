@@ -46,7 +46,7 @@ from flaxgraph.filterlib import Filter, PathContains, to_predicate
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.nn.common import canonicalize_tuple
-from flaxgraph.nn.dtypes import promote_dtype
+from flaxgraph.nn.dtypes import canonicalize_dtype, promote_dtype
 from flaxgraph.nn.errors import LayerInputError, describe
 from flaxgraph.nn.initializers import normal, ones
 from flaxgraph.rnglib.rngs import Rngs
@@ -202,8 +202,12 @@ class SpectralNorm(Module):
         return isinstance(value, Param) and jnp.ndim(value.value) > 1
 
     def _normalized(self, w: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """``(w / sigma, new u, sigma)`` by ``n_steps`` of power iteration."""
-        (w, u) = promote_dtype((w, u), dtype=self.dtype)
+        """``(w / sigma, new u, sigma)`` by ``n_steps`` of power iteration.
+
+        The iteration runs in the stored dtypes (as Linen and Flax NNX do); only
+        the normalized weight is cast to ``dtype`` (default: promoted from
+        ``w``, ``u``, ``v`` and ``sigma``). A zero ``sigma`` leaves ``w`` as is.
+        """
         w2 = jnp.reshape(w, (-1, w.shape[-1]))
         v = u
         for _ in range(self.n_steps):
@@ -211,7 +215,8 @@ class SpectralNorm(Module):
             u = _l2_normalize(v @ w2, self.epsilon)
         u, v = lax.stop_gradient(u), lax.stop_gradient(v)
         sigma = jnp.reshape(v @ w2 @ u.T, ())
-        return w / sigma, u, sigma
+        w_new = w / jnp.where(sigma != 0, sigma, 1)
+        return w_new.astype(canonicalize_dtype(w, u, v, sigma, dtype=self.dtype)), u, sigma
 
     def __call__(self, x: Any, update_stats: bool | None = None) -> Any:
         if update_stats is None:
@@ -265,12 +270,15 @@ class WeightNorm(Module):
       use_scale: learn ``scale`` (default True); otherwise ``scales`` is None.
       scale_init: the scales' initializer (default ``ones``).
       epsilon: added inside the square root (default ``1e-12``).
-      dtype: the computation dtype (default: promoted from the Variable and the
-        scale); the result is stored back in the Variable's own dtype.
+      dtype: the dtype the normalized value is rounded to (default: promoted
+        from the Variable and the scale); the norm itself is computed in the
+        Variable's dtype, and the result is stored back in the Variable's own
+        dtype.
       param_dtype: the scales' dtype (default ``float32``).
       variable_filter: which Variables of the layer to normalize (default
         ``nnx.PathContains('kernel')``, exact key match).
-      promote_dtype: the dtype promotion function.
+      promote_dtype: the dtype promotion function (kept as an attribute for
+        Flax's signature; the normalization itself follows Linen's dtypes).
       rngs: an ``nnx.Rngs`` (its ``params`` stream seeds ``scale_init``).
 
     Attributes:
@@ -352,13 +360,14 @@ class WeightNorm(Module):
     def _normalized(self, path: PathParts, w: jax.Array) -> jax.Array:
         features = self._features(path, w.ndim)
         scale = None if self.scales is None else self.scales[path].value
-        w, scale = self.promote_dtype((w, scale), dtype=self.dtype)
+        # as Linen and Flax NNX: the norm is taken in the Variable's own dtype and
+        # only the result is cast to ``dtype`` (default: promoted from both)
         reduce = tuple(a for a in range(w.ndim) if a not in features)
-        y = w * lax.rsqrt(jnp.sum(jnp.square(w), reduce, keepdims=True) + self.epsilon)
+        y = w * lax.rsqrt(jnp.sum(w * w, reduce, keepdims=True) + self.epsilon)
         if scale is not None:
             shape = tuple(w.shape[a] if a in features else 1 for a in range(w.ndim))
             y = y * jnp.reshape(scale, shape)
-        return y
+        return y.astype(canonicalize_dtype(w, scale, dtype=self.dtype))
 
     def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
         predicate = to_predicate(self.variable_filter)

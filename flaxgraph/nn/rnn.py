@@ -18,19 +18,21 @@ documented behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.filterlib import Filter
+from flaxgraph.filterlib import All, Filter
+from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import check_last_dim, check_min_rank
 from flaxgraph.nn.recurrent import RNNCellBase
 from flaxgraph.nn.stochastic import own_stream
-from flaxgraph.rnglib.rngs import Rngs, RngStream
+from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream, split_rngs
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.scan import Carry, scan
 
@@ -101,9 +103,12 @@ class RNN(Module):
         (the cell's own stream or a fixed key is used, enough for the default
         zeros carry).
 
-    Flax NNX 0.12's ``broadcast_rngs`` (RNG streams broadcast rather than carried
-    across steps) is not implemented; use ``state_axes`` with ``None`` for state
-    that should not be carried.
+      broadcast_rngs: a filter of RNG streams of the cell (e.g. the name
+        ``'recurrent_dropout'``) that are broadcast to every step instead of
+        carried: each call draws one fresh key from such a stream (its count
+        advances by one per call) and every step uses it, so e.g. a recurrent
+        dropout mask is the same at every step of a sequence. Default ``None``:
+        none.
 
     Call: ``inputs``; optional ``initial_carry`` (default
     ``cell.initialize_carry`` with ``rngs``), ``seq_lengths`` (shape ``batch``: the
@@ -139,10 +144,12 @@ class RNN(Module):
         keep_order: bool = False,
         unroll: int = 1,
         state_axes: Mapping[Filter, Any] | None = None,
+        broadcast_rngs: Filter = None,
         rngs: Rngs | RngStream | bool = True,
     ):
         self.cell = cell
         self.rngs = carry_stream("RNN", rngs)
+        self.broadcast_rngs = broadcast_rngs
         self.time_major = time_major
         self.return_carry = return_carry
         self.reverse = reverse
@@ -182,18 +189,48 @@ class RNN(Module):
             x = flip_sequences(x, seq_lengths, n_batch)
         steps = jnp.arange(x.shape[0])
 
-        @scan(in_axes=(self.state_axes, Carry, 0, 0, None), out_axes=(Carry, 0), unroll=self.unroll)
+        state_axes = self.state_axes
+        if self.broadcast_rngs is not None:
+            state_axes = StateAxes(
+                {All(RngState, self.broadcast_rngs): None, **dict(state_axes.items())}
+            )
+
+        @scan(in_axes=(state_axes, Carry, 0, 0, None), out_axes=(Carry, 0), unroll=self.unroll)
         def run(cell: RNNCellBase, carry: Any, x_t: jax.Array, t: jax.Array, lengths: Any) -> Any:
-            new_carry, y = cell(carry, x_t)
+            with _kept_as_is(cell, state_axes if self.broadcast_rngs is not None else None):
+                new_carry, y = cell(carry, x_t)
             if lengths is not None:
                 new_carry = _keep_where(t < lengths, new_carry, carry)
             return new_carry, y
 
+        if self.broadcast_rngs is not None:
+            # one fresh key per call for the broadcast streams, shared by every step
+            run = split_rngs(splits=1, only=self.broadcast_rngs, squeeze=True)(run)
         carry, ys = run(self.cell, initial_carry, x, steps, seq_lengths)
         if reverse and keep_order:
             ys = flip_sequences(ys, seq_lengths, n_batch)
         ys = jnp.moveaxis(ys, 0, time_axis)
         return (carry, ys) if return_carry else ys
+
+
+@contextmanager
+def _kept_as_is(cell: Module, state_axes: StateAxes | None) -> Iterator[None]:
+    """Restores, after the block, the RNG state of ``cell`` that ``state_axes``
+    broadcasts (``None``): every step of the scan reads the same broadcast key
+    and count, so a broadcast stream gives the same keys at every step."""
+    if state_axes is None:
+        yield
+        return
+    kept = [
+        (v, v.raw_value)
+        for path, v in iter_graph(cell)
+        if isinstance(v, RngState) and state_axes.prefix_of(path, v) is None
+    ]
+    try:
+        yield
+    finally:
+        for v, raw in kept:
+            v.value = raw
 
 
 def _concatenate(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -65,9 +65,10 @@ def draw_key(
     if own is not None:
         return own()
     raise ValueError(
-        f"{owner} needs random keys but has no stream: pass rngs=nnx.Rngs({collection}=0) "
-        "when constructing it or rngs=... when calling it, or make it deterministic "
-        "(deterministic=True or .eval())."
+        f"`deterministic` is False, but no `rngs` argument was provided to {owner}, "
+        "and it has no random stream of its own to draw keys from. Fix: pass "
+        f"rngs=nnx.Rngs({collection}=0) when constructing it or rngs=... when calling it, "
+        "or make it deterministic (deterministic=True or .eval())."
     )
 
 

@@ -36,7 +36,7 @@ Source: Flax NNX 0.12 ``nnx.Pytree``/``nnx.Object``, ``nnx.data``/``nnx.static``
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, TypeVar
 
 import jax
@@ -62,6 +62,7 @@ from flaxgraph.pytreelib.attribute_kinds import (
     has_data,
     static,
 )
+from flaxgraph.pytreelib.tree_layout import Aux, Layout, is_stable
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import current_trace
 from flaxgraph.variablelib.variable import Variable
@@ -90,7 +91,14 @@ class Pytree:
     Source: Flax NNX 0.12 ``nnx.Pytree``.
     """
 
-    __slots__ = ("_obj_trace", "_obj_version", "_obj_kinds", "__dict__", "__weakref__")
+    __slots__ = (
+        "_obj_trace",
+        "_obj_version",
+        "_obj_kinds",
+        "_obj_layout",
+        "__dict__",
+        "__weakref__",
+    )
     _obj_class_kinds: tuple[tuple[str, str], ...] = ()
     _obj_is_pytree = True
 
@@ -111,7 +119,8 @@ class Pytree:
         if self._obj_trace != current_trace():
             raise TraceContextError(
                 f"Cannot {what} of this {type(self).__name__}: it was created outside the "
-                "current JAX transform and was captured by closure, so the change would "
+                "current JAX transform and was captured by closure (Cannot mutate "
+                f"{type(self).__name__!r} from different trace level), so the change would "
                 "leak a tracer.\nFix: pass the object as an argument of the transformed "
                 "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
                 "enclosing scope)."
@@ -130,8 +139,15 @@ class Pytree:
     def __setattr__(self, name: str, value: Any) -> None:
         self._check_trace(f"set attribute {name!r}")
         if type(value) is _Marked:
+            if value.kind == _STATIC and self._obj_is_pytree:
+                _check_no_data_in_static(self, name, value.value, "marked")
             self._set_kind(name, value.kind)
             value = value.value
+        elif self._obj_kinds and self._obj_is_pytree:
+            kind = dict(self._obj_kinds).get(name)
+            if kind == _STATIC:
+                declared = dict(type(self)._obj_class_kinds).get(name) == _STATIC
+                _check_no_data_in_static(self, name, value, "declared" if declared else "kept")
         old = self.__dict__.get(name, MISSING)
         if not _same_structure(old, value):
             object.__setattr__(self, "_obj_version", self._obj_version + 1)
@@ -171,15 +187,49 @@ class Pytree:
         self.__dict__.update(attributes)
 
 
+def _check_no_data_in_static(obj: Pytree, name: str, value: Any, why: str) -> None:
+    """Raises if ``value``, about to be stored in the static attribute ``name``, holds
+    data (arrays, Variables, objects): static attributes go into the GraphDef and
+    the pytree's aux data, where data would be frozen (and unhashable)."""
+    if not _is_data(value):
+        return
+    cls = type(obj).__name__
+    vtype = type(value).__name__
+    found = ", ".join(sorted({type(x).__name__ for x in has_data(value)})) or vtype
+    if why == "marked":
+        what = (
+            f"Found data in value of type '{vtype}' annotated with nnx.static(...) when "
+            f"setting attribute '{name}' of {cls}"
+        )
+    elif why == "declared":
+        what = (
+            f"Found unexpected data on value of type '{vtype}' in static attribute "
+            f"'{name}' of {cls} (declared static on the class)"
+        )
+    else:
+        what = (
+            f"Found data on value of type '{vtype}' assigned to static attribute '{name}' "
+            f"of {cls} (it was made static by an earlier nnx.static(...) assignment)"
+        )
+    raise ValueError(
+        f"{what}: it holds {found}, and static attributes may not hold arrays, Variables "
+        "or objects.\n"
+        f"Fix: assign it as data, `self.{name} = nnx.data(...)`, or keep the data out of "
+        "the static value."
+    )
+
+
 def _init_slots(obj: Pytree, kinds: tuple[tuple[str, str], ...], trace: object = None) -> None:
     _set_trace(obj, current_trace() if trace is None else trace)
     _set_version(obj, 0)
     _set_kinds(obj, kinds)
+    _set_layout(obj, None)
 
 
 _set_trace = Pytree._obj_trace.__set__  # type: ignore[attr-defined]
 _set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
 _set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
+_set_layout = Pytree._obj_layout.__set__  # type: ignore[attr-defined]
 
 
 def _same_structure(old: Any, new: Any) -> bool:
@@ -296,20 +346,60 @@ def _is_data(value: Any) -> bool:
     return node is not None and any(_is_data(v) for _, v in node[0])
 
 
-def _split_attributes(obj: Pytree) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+def _layout(obj: Pytree) -> Layout:
+    """The object's pytree ``Layout``: the cached one while it is valid (see
+    ``flaxgraph/pytreelib/tree_layout.py``), else a new one (cached unless volatile)."""
+    cached = obj._obj_layout
+    if cached is not None and cached[0] == obj._obj_version:
+        layout = cached[1]
+        if (
+            layout.kinds is obj._obj_kinds
+            and layout.size == len(obj.__dict__)
+            and layout.n_types == len(_DATA_TYPES)
+        ):
+            return layout  # type: ignore[no-any-return]
     forced = dict(obj._obj_kinds)
     children, statics = [], []
+    volatile = False
     for name, value in _sorted_items(obj):
-        kind = forced.get(name) or (_DATA if _is_data(value) else _STATIC)
+        kind = forced.get(name)
+        if kind is None:
+            kind = _DATA if _is_data(value) else _STATIC
+            volatile = volatile or not is_stable(value, Pytree)
         (children if kind == _DATA else statics).append((name, value))
-    return children, statics
+    layout = Layout(obj._obj_kinds, children, statics, volatile)
+    _set_layout(obj, None if volatile else (obj._obj_version, layout))
+    return layout
 
 
-def _attr_key(name: Any) -> Any:
-    # nnx.List stores its items under int keys; GetAttrKey only takes strings.
-    if isinstance(name, str):
-        return jax.tree_util.GetAttrKey(name)
-    return jax.tree_util.SequenceKey(name)
+def _pytree_flatten(obj: Pytree) -> tuple[tuple[Any, ...], Aux]:
+    layout = _layout(obj)
+    return layout.get(obj.__dict__), layout.aux
+
+
+def _pytree_flatten_with_keys(obj: Pytree) -> tuple[list[tuple[Any, Any]], Aux]:
+    layout = _layout(obj)
+    return list(zip(layout.keys, layout.get(obj.__dict__))), layout.aux
+
+
+def _pytree_unflatten(cls: type) -> Callable[[Any, Iterable[Any]], Pytree]:
+    new = object.__new__
+
+    def unflatten(aux: Any, children: Iterable[Any]) -> Pytree:
+        names, statics, kinds = aux
+        obj = new(cls)
+        _set_trace(obj, current_trace())
+        _set_version(obj, 0)
+        _set_kinds(obj, kinds)
+        d = obj.__dict__
+        if statics:
+            d.update(statics)
+        d.update(zip(names, children))
+        # Same attributes as the flattened object, hence the same layout (version 0).
+        _set_layout(obj, aux.fresh if type(aux) is Aux else None)
+        return obj
+
+    return unflatten
 
 
 def _register(cls: type) -> None:
@@ -322,27 +412,10 @@ def _register(cls: type) -> None:
         _graph_set_child,
         _graph_del_child,
     )
-
-    def flatten_with_keys(obj: Pytree) -> Any:
-        children, statics = _split_attributes(obj)
-        aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
-        return [(_attr_key(n), v) for n, v in children], aux
-
-    def flatten(obj: Pytree) -> Any:
-        children, statics = _split_attributes(obj)
-        aux = (tuple(n for n, _ in children), tuple(statics), obj._obj_kinds)
-        return [v for _, v in children], aux
-
-    def unflatten(aux: Any, children: Iterable[Any]) -> Pytree:
-        names, statics, kinds = aux
-        obj = object.__new__(cls)
-        _init_slots(obj, kinds)
-        obj.__dict__.update(statics)
-        obj.__dict__.update(zip(names, children))
-        return obj
-
     if cls._obj_is_pytree:  # type: ignore[attr-defined]
-        jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+        jax.tree_util.register_pytree_with_keys(
+            cls, _pytree_flatten_with_keys, _pytree_unflatten(cls), _pytree_flatten
+        )
 
 
 _register(Pytree)
@@ -373,6 +446,9 @@ def check_pytree(pytree: Any) -> None:
     (arrays, Variables, graph nodes), which would silently be baked into the
     GraphDef and the pytree's static part.
 
+    Assignment already refuses such values (as in Flax NNX 0.12); this check is for
+    attributes stored without ``__setattr__`` (``vars(obj).update(...)``).
+
     Raises:
       TypeError: ``pytree`` is not a ``Pytree``.
       ValueError: a static attribute holds data; the message names the attribute,
@@ -382,10 +458,11 @@ def check_pytree(pytree: Any) -> None:
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
       >>> class Bad(nnx.Pytree):
-      ...   def __init__(self):
-      ...     self.table = nnx.static([jnp.ones(1)])
+      ...   table: list = nnx.static()
+      >>> bad = Bad()
+      >>> vars(bad).update(table=[jnp.ones(1)])
       >>> try:
-      ...   nnx.check_pytree(Bad())
+      ...   nnx.check_pytree(bad)
       ... except ValueError as e:
       ...   print(str(e).splitlines()[0])
       The static attribute Bad.table holds data (ArrayImpl).

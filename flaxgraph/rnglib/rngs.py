@@ -36,6 +36,7 @@ from flaxgraph.modes import resolve
 from flaxgraph.module import Module
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.pytreelib.objects import Pytree
+from flaxgraph.rnglib.samplers import RandomSamplers
 from flaxgraph.variablelib.variable import Variable
 
 
@@ -73,7 +74,7 @@ def _as_key(seed: Any) -> jax.Array:
     )
 
 
-class RngStream(Pytree):
+class RngStream(Pytree, RandomSamplers):
     """One named stream of random keys.
 
     Args:
@@ -92,6 +93,7 @@ class RngStream(Pytree):
         self.tag = tag
 
     def __call__(self) -> jax.Array:
+        self.count._check_settable()  # before touching values of another trace
         key = jax.random.fold_in(self.key.value, self.count.value)
         self.count.value = self.count.value + 1
         return key
@@ -126,7 +128,7 @@ class RngStream(Pytree):
         return RngStream(jnp.broadcast_to(key, shape + key.shape), tag=self.tag)
 
 
-class Rngs(Module):
+class Rngs(Module, RandomSamplers):
     """Named random streams (see the module docstring).
 
     Args:
@@ -135,8 +137,8 @@ class Rngs(Module):
       **streams: ``name=seed`` for each stream (``params=0, dropout=1``).
 
     Raises:
-      AttributeError: a stream is requested that does not exist and there is no
-        ``default`` stream.
+      AttributeError: a stream is requested (``rngs.name``) that does not exist and
+        there is no ``default`` stream (``KeyError`` for ``rngs['name']``).
 
     Source: Flax NNX ``nnx.Rngs``.
     """
@@ -150,17 +152,22 @@ class Rngs(Module):
     def __getattr__(self, name: str) -> RngStream:
         if name.startswith("_"):
             raise AttributeError(name)
-        streams = self.__dict__
-        if "default" in streams:
-            return streams["default"]  # type: ignore[no-any-return]
-        raise AttributeError(
-            f"Rngs has no stream {name!r} and no 'default' stream; streams are "
-            f"{sorted(streams)}. Create it with nnx.Rngs({name}=seed) or give a default "
-            "seed: nnx.Rngs(0)."
-        )
+        return self._stream(name, AttributeError)
 
     def __getitem__(self, name: str) -> RngStream:
-        return getattr(self, name)  # type: ignore[no-any-return]
+        return self._stream(name, KeyError)
+
+    def _stream(self, name: str, error: type[Exception]) -> RngStream:
+        streams = self.__dict__
+        if isinstance(streams.get(name), RngStream):
+            return streams[name]  # type: ignore[no-any-return]
+        if "default" in streams:
+            return streams["default"]  # type: ignore[no-any-return]
+        raise error(
+            f"No RngStream named {name!r} found in Rngs, and it has no 'default' stream; "
+            f"streams are {sorted(streams)}. Create it with nnx.Rngs({name}=seed) or give "
+            "a default seed: nnx.Rngs(0)."
+        )
 
     def __contains__(self, name: str) -> bool:
         return name in self.__dict__
@@ -312,8 +319,12 @@ def reseed(
     policy: str | Callable[[tuple[Any, ...], Any, tuple[int, ...]], Any] = "scalars_only",
     **stream_keys: Any,
 ) -> None:
-    """Resets the streams named in ``stream_keys`` everywhere in ``node``: a new key
-    from the given seed (an int or a scalar ``jax.random.key``), count back to zero.
+    """Resets the streams named in ``stream_keys`` everywhere in ``node``: count back
+    to zero and, as key, the next key of one fresh ``Rngs(name=seed)`` stream (the
+    first such stream in walk order gets ``fold_in(key(seed), 0)``, the second
+    ``fold_in(key(seed), 1)``...). The first is the key of a stream forked from a
+    new ``Rngs(name=seed)``, so a layer that keeps ``rngs.dropout.fork()``
+    (``nnx.Dropout``) repeats its draws, as in Flax NNX.
 
     Args:
       node: the object (Module, Rngs…) whose RNG streams to reseed.
@@ -331,37 +342,37 @@ def reseed(
     Example::
 
       >>> import jax, flaxgraph as nnx
-      >>> rngs = nnx.Rngs(dropout=42)
-      >>> first = rngs.dropout()
-      >>> nnx.reseed(rngs, dropout=42)     # key(42) again, count 0
-      >>> bool((jax.random.key_data(rngs.dropout()) == jax.random.key_data(first)).all())
+      >>> stream = nnx.Rngs(dropout=42).dropout.fork()   # as nnx.Dropout keeps it
+      >>> first = stream()
+      >>> nnx.reseed(stream, dropout=42)     # fold_in(key(42), 0) again, count 0
+      >>> bool((jax.random.key_data(stream()) == jax.random.key_data(first)).all())
       True
 
     Source: Flax NNX 0.12 ``nnx.reseed``.
     """
+    if not (policy in ("scalars_only", "match_shape") or callable(policy)):
+        raise ValueError(
+            f"nnx.reseed: unknown policy {policy!r}; use 'scalars_only', 'match_shape' or "
+            "a callable (path, key, shape) -> new_key."
+        )
+    fresh = Rngs(**{name: _as_key(seed) for name, seed in stream_keys.items()})
     writes = []
     for path, value in iter_graph(node, graph=graph):
         if not (isinstance(value, RngStream) and value.tag in stream_keys):
             continue
-        key = _as_key(stream_keys[value.tag])
+        key = fresh[value.tag]()  # the first key of a fresh stream, like a fork of it
         shape = tuple(value.key.value.shape)
-        if shape:
-            if policy == "scalars_only":
-                raise ValueError(
-                    f"nnx.reseed: the {value.tag!r} stream at {'/'.join(map(str, path))} has "
-                    f"a key of shape {shape} (it was split), and policy='scalars_only'.\n"
-                    "Fix: pass policy='match_shape' to split the new key to that shape, or "
-                    "a callable (path, key, shape) -> new_key."
-                )
-            if policy == "match_shape":
-                key = jax.random.split(key, shape)
-            elif callable(policy):
-                key = policy(path, key, shape)
-            else:
-                raise ValueError(
-                    f"nnx.reseed: unknown policy {policy!r}; use 'scalars_only', "
-                    "'match_shape' or a callable."
-                )
+        if callable(policy):
+            key = policy(path, key, shape)
+        elif shape and policy == "scalars_only":
+            raise ValueError(
+                f"nnx.reseed: the {value.tag!r} stream at {'/'.join(map(str, path))} has "
+                f"a key of shape {shape} (it was split), and policy='scalars_only'.\n"
+                "Fix: pass policy='match_shape' to split the new key to that shape, or "
+                "a callable (path, key, shape) -> new_key."
+            )
+        elif shape:
+            key = jax.random.split(key, shape)
         writes.append((value, key))
     for stream, key in writes:
         stream.key.value = key

@@ -187,7 +187,7 @@ def _with_rngs(
         if len(specific) > 1:
             rules_text = "\n".join(f"  - {w} (filter {f!r})" for w, f, _ in matches)
             raise ValueError(
-                f"The RngStream at {where(path)} matches several "
+                f"The RngStream at {where(path)} matches multiple "
                 f"rules of with_rngs:\n{rules_text}\nA stream can be split, broadcast or "
                 "forked, not several of them.\nFix: make the filters disjoint, e.g. "
                 "fork=nnx.Not('params') next to split={'params': 4}."

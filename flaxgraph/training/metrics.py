@@ -32,6 +32,8 @@ from typing import Any, NamedTuple, TypeVar
 import jax
 import jax.numpy as jnp
 
+from flaxgraph.filterlib import Filter
+from flaxgraph.graphlib.split_merge import split as graph_split
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.variablelib.variable import Variable
 
@@ -85,6 +87,32 @@ class Metric(Pytree):
     def compute(self) -> Any:
         """Returns the metric's value for everything accumulated since the last reset."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute()")
+
+    def split(self, *filters: Filter) -> tuple[Any, ...]:
+        """``nnx.split(self, *filters)``: the metric's ``GraphDef`` and its state.
+
+        Args:
+          *filters: as in ``nnx.split`` (none: one ``State`` with everything).
+
+        Returns:
+          ``(graphdef, state)`` or ``(graphdef, *states)``, one per filter;
+          ``nnx.merge`` rebuilds the metric.
+
+        Raises:
+          ValueError: as ``nnx.split`` (a leaf no filter matches).
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> avg = nnx.metrics.Average()
+          >>> avg.update(values=jnp.array([1.0, 3.0]))
+          >>> graphdef, state = avg.split()
+          >>> nnx.merge(graphdef, state).compute()
+          Array(2., dtype=float32)
+
+        Source: Flax NNX ``nnx.metrics.Metric.split`` (0.12).
+        """
+        return graph_split(self, *filters)
 
 
 def _argument(kwargs: dict[str, Any], argname: str, metric: str) -> jax.Array:
@@ -164,8 +192,16 @@ class Average(Metric):
 
         Raises:
           TypeError: the keyword ``argname`` is missing.
-          ValueError: ``mask`` does not broadcast to the values' shape.
+          ValueError: ``mask`` does not broadcast to the values' shape, or a mask
+            is given with a Python scalar value.
         """
+        raw = kwargs.get(self.argname)
+        if mask is not None and isinstance(raw, (int, float)):
+            raise ValueError(
+                f"{type(self).__name__}.update: if mask is provided, {self.argname} should be a "
+                f"jax array (one value per masked entry), got the Python scalar {raw!r}.\nFix: "
+                f"pass {self.argname} as an array of the mask's shape, or drop the mask."
+            )
         values = _argument(kwargs, self.argname, type(self).__name__)
         self._add(values, _mask(mask, values.shape, type(self).__name__, self.argname))
 
@@ -282,7 +318,8 @@ class Accuracy(Average):
         ``(..., num_classes)``, ``labels`` shape ``(...)`` of integers, and the
         prediction is ``argmax(logits, -1)``. A number for binary classification:
         ``logits`` and ``labels`` have the same shape, labels are integers (0/1) or
-        bools, and the prediction is ``logits > threshold``.
+        bools, the prediction is ``logits >= threshold`` and a label counts as
+        positive when it is ``> 0``.
       argname: the name under which the per-example correctness is averaged
         (kept for Flax compatibility; ``update`` takes ``logits`` and ``labels``).
 
@@ -334,6 +371,7 @@ class Accuracy(Average):
         if self.threshold is None:
             if logits.shape[:-1] != labels.shape:
                 raise ValueError(
+                    "For multi-class classification, expected logits.ndim==labels.ndim+1: "
                     "Accuracy (multi-class) expects logits of shape (..., num_classes) and "
                     "labels of shape (...): logits.ndim == labels.ndim + 1 and "
                     f"logits.shape[:-1] == labels.shape, got shapes "
@@ -348,6 +386,7 @@ class Accuracy(Average):
         else:
             if logits.shape != labels.shape:
                 raise ValueError(
+                    "For binary classification, expected logits.ndim==labels.ndim: "
                     "Accuracy (binary, with a threshold) expects logits and labels of the "
                     f"same rank and shape, got shapes {logits.shape} and {labels.shape}.\nFix: for "
                     "multi-class logits, use Accuracy() without a threshold."
@@ -356,7 +395,7 @@ class Accuracy(Average):
                 raise ValueError(
                     f"Accuracy expects integer (0/1) or bool labels, got dtype {labels.dtype}."
                 )
-            correct = (logits > self.threshold).astype(jnp.int32) == labels.astype(jnp.int32)
+            correct = (logits >= self.threshold) == (labels > 0)
         self._add(correct, _mask(mask, labels.shape, type(self).__name__, "labels"))
 
 

@@ -31,14 +31,22 @@ import dataclasses
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from flaxgraph.errors import FlaxgraphError, numbered_fixes
+from flaxgraph.errors import FlaxgraphError, SharedReferenceError, numbered_fixes
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
-from flaxgraph.graphlib.walk import Walk
+from flaxgraph.graphlib.walk import Walk, variable_paths
 from flaxgraph.statelib import State
-from flaxgraph.transforms.lift_types import NO_MATCH, PrefixMapping, StatePrefix
+from flaxgraph.transforms.lift_types import (
+    NO_MATCH,
+    PrefixMapping,
+    StatePrefix,
+    _unbox,
+    is_graph_prefix,
+    is_reference_prefix,
+    object_prefix,
+)
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -130,6 +138,17 @@ class PrefixWalk(Walk):
             return prefix
         if isinstance(prefix, State):
             return _MapCtx(StatePrefix(prefix), len(path))  # type: ignore[arg-type]
+        node_prefix = object_prefix(prefix, self.graph)
+        if node_prefix is not None:
+            return _MapCtx(node_prefix, len(path))  # type: ignore[arg-type]
+        if is_graph_prefix(prefix):
+            raise PrefixError(
+                f"{self.spec.name} gives the graph node {type(prefix).__name__} as the prefix "
+                f"of the {type(node).__name__} at {self.where(path)}. Graph nodes are not "
+                "allowed as prefixes when graph=True: a prefix object only stands for a "
+                "pytree in tree mode.\nFix: use nnx.prefix(obj, {filter: value}, graph=True) "
+                "(a NodeStates of prefixes), a State of prefixes, or a lift type."
+            )
         lift = self.spec.lift_type
         if lift is not None and isinstance(prefix, lift):
             bad = [p for p in prefix.prefixes if not self.spec.is_leaf(p)]  # type: ignore[attr-defined]
@@ -189,6 +208,8 @@ class PrefixWalk(Walk):
         return ctx
 
     def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+        if is_reference_prefix(prefix):
+            return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
         ctx = self._context(x, path, prefix)
         if isinstance(x, Variable):
             key: Any = ("leaf", self._leaf_prefix(path, x, ctx))
@@ -222,6 +243,15 @@ class PrefixWalk(Walk):
                 f"{self.spec.name} has {len(prefix)} entries at {self.where(path)}, but the "
                 f"{type(x).__name__} there has {len(x)}.\nFix: give one entry per element, or "
                 "a single prefix for all of them."
+            )
+        if isinstance(prefix, State) and not isinstance(x, (tuple, list, dict)):
+            missing = [k for k in keys if k not in prefix]
+            if not missing:
+                return [_unbox(prefix[k]) for k in keys]
+            raise PrefixError(
+                f"{self.spec.name} gives a State for the {type(x).__name__} at "
+                f"{self.where(path)}, but it has no entry for {missing[0]!r}.\nFix: build "
+                "the prefix State from the same state (e.g. nnx.prefix(state, {...}))."
             )
         if isinstance(prefix, dict) and isinstance(x, dict):
             if set(prefix) == set(x):
@@ -291,6 +321,8 @@ class AliasDiagnostics(PrefixWalk):
         self._record(path, leaf, self.leaf_prefixes[-1])
 
     def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+        if is_reference_prefix(prefix):
+            return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
         ctx = self._context(x, path, prefix)
         if isinstance(x, Variable):
             self._record(path, x, self._leaf_prefix(path, x, ctx))
@@ -361,3 +393,24 @@ def _describe(prefix: Any) -> str:
     if isinstance(prefix, (tuple, list, dict)):
         return f"a {type(prefix).__name__} {prefix!r}"
     return repr(prefix)
+
+
+def with_duplicates_line(
+    error: SharedReferenceError, roots: tuple[Any, ...], select: Callable[[Any], bool] | None
+) -> SharedReferenceError:
+    """``error`` with a last line naming the kinds of the Variables reachable twice
+    (``Duplicate Param``: the phrase Flax NNX 0.12 uses for Variable aliasing without
+    graph updates), so searches for Flax's wording find flaxgraph's message."""
+    kinds: list[str] = []
+    for entries in variable_paths(roots, True).values():
+        paths = [p for _, p in entries]
+        if len(entries) > 1 and (select is None or select(paths)):
+            kind = type(entries[0][0]).__name__
+            if kind not in kinds:
+                kinds.append(kind)
+    if not kinds:
+        return error
+    listed = ", ".join(f"Duplicate {k}" for k in kinds)
+    return SharedReferenceError(
+        f"{error}\n({listed}: Variable aliasing needs graph=True, graph_updates=True.)"
+    )

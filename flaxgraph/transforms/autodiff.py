@@ -19,76 +19,39 @@ from typing import Any
 
 import jax
 
-from flaxgraph.filterlib import Filter
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.statelib import State
-from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
     bind,
+    check_not_bound_method,
     decorator,
     merge_static,
     normalize_argnums,
     split_static,
     unbind,
 )
-from flaxgraph.transforms.lift import Call, Inner, InStatic, Static, split_inputs
-from flaxgraph.transforms.lift_types import DiffState, PrefixMapping, reject_lift_types
+from flaxgraph.transforms.diff_argnums import (
+    _AUX_SPEC,
+    _DIFF_KEYS,
+    DIFF_SPEC,
+    _check_argnums,
+    _Diff,
+    _diff_prefix,
+)
+from flaxgraph.transforms.lift import (
+    Call,
+    Inner,
+    InStatic,
+    Static,
+    split_inputs,
+)
+from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.variablelib.variable import Param, Variable
 
 PathParts = tuple[Hashable, ...]
-
-
-class _Diff(PrefixMapping):
-    """``{filter: True, ...: False}``; for raw leaves outside objects: True."""
-
-    __slots__ = ()
-    distributes = True
-    leaf_prefix = True
-
-    def __init__(self, filter: Filter):
-        super().__init__([(filter, True), (..., False)])
-
-
-def _is_bool(p: Any) -> bool:
-    return isinstance(p, bool)
-
-
-DIFF_SPEC = PrefixSpec("argnums", _is_bool, _Diff)
-_AUX_SPEC = PrefixSpec("outputs", lambda p: p is None, None)
-_DIFF_KEYS = (True, False)
-
-
-def _diff_prefix(
-    argnums: Any, n_args: int, mode: Mode = DEFAULT
-) -> tuple[tuple[Any, ...], tuple[int, ...]]:
-    """``argnums`` (ints and DiffStates) -> per-argument prefixes and the argnums.
-
-    In graph mode with graph updates an int differentiates an object's ``Param``
-    Variables; otherwise (as ``jax.grad`` on a pytree) every array of the argument."""
-    single = isinstance(argnums, (int, DiffState))
-    items = (argnums,) if single else tuple(argnums)
-    prefixes: list[Any] = [False] * n_args
-    nums = []
-    for item in items:
-        if isinstance(item, DiffState):
-            num, mapping = item.argnum, _Diff(item.filter)
-        elif isinstance(item, int):
-            num, mapping = item, (_Diff(Param) if mode.updates else True)
-        else:
-            raise TypeError(
-                f"argnums entries must be ints or nnx.DiffState, got {type(item).__name__}."
-            )
-        if not -n_args <= num < n_args:
-            raise ValueError(
-                f"argnums {num} is out of range for a function called with {n_args} "
-                "positional arguments."
-            )
-        prefixes[num % n_args] = mapping
-        nums.append(num % n_args)
-    return tuple(prefixes), tuple(nums)
 
 
 def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> Any:
@@ -108,8 +71,10 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
             ]
             return State.from_flat_path(pairs)
         if isinstance(x, Variable):
+            # a Variable seen earlier along another path, or not differentiated: an
+            # empty State, as Flax NNX 0.12 gives (nnx.update with it is a no-op)
             item = by_path.get(path)
-            return None if item is None else _grad_leaf(*item)
+            return State({}) if item is None else _grad_leaf(*item)
         if type(x) in (list, tuple):
             return type(x)(build(v, (*path, i)) for i, v in enumerate(x))
         if type(x) is dict:
@@ -184,7 +149,7 @@ def _vg_core(
     transformed = jax_transform(pure)
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        args_prefix, nums = _diff_prefix(argnums, len(args), mode)
+        args_prefix, nums = _diff_prefix(argnums, len(args), mode, args)
         call = split_inputs(args, kwargs, (args_prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(_DIFF_KEYS)
         static = Static(InStatic(call.graphdef, slots, None))
@@ -251,8 +216,9 @@ def value_and_grad(
     Source: ``jax.value_and_grad``; DiffState per seed 002.
     """
     mode = resolve(graph, graph_updates)
+    _check_argnums(argnums, "value_and_grad")
     reject_lift_types(mode, "value_and_grad", "argnums", argnums, plain="an int")
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "value_and_grad")
     del reduce_axes
     core = _vg_core(
         inner_f,
@@ -299,6 +265,8 @@ def grad(
 
     Source: ``jax.grad``; DiffState per seed 002.
     """
+    check_not_bound_method(f, "grad")
+    _check_argnums(argnums, "grad")
     reject_lift_types(resolve(graph, graph_updates), "grad", "argnums", argnums, plain="an int")
     vg = value_and_grad(
         f,
@@ -355,7 +323,7 @@ def remat(
     Source: ``jax.checkpoint``.
     """
     mode = resolve(graph, graph_updates)
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "remat")
     nums = normalize_argnums(static_argnums)
     inner = Inner(inner_f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
 
@@ -414,7 +382,7 @@ def _lift_diff_inputs(
 
 
 def vjp(
-    f: Callable[..., Any],
+    f: Callable[..., Any] | None = None,
     *primals: Any,
     has_aux: bool = False,
     reduce_axes: Sequence[Any] = (),
@@ -436,10 +404,30 @@ def vjp(
       one cotangent per primal: a ``State`` of Params for an object (without graph
       updates: a copy of the object holding the cotangents), an array for an array.
       Changes ``f`` makes to the primals' objects are applied immediately.
+      Without primals, a function of the primals returning the same
+      (``nnx.vjp(f)(m, x)``); without ``f`` either, a decorator
+      (``@nnx.vjp(has_aux=True)``), as in Flax NNX 0.12.
 
-    Source: ``jax.vjp``.
+    Raises:
+      ValueError: ``f`` is a bound method of a Module (pass the unbound method
+        and the instance as a primal).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> out, vjp_fn = nnx.vjp(lambda x: x ** 2, jnp.array(3.0))
+      >>> float(out), float(vjp_fn(jnp.array(1.0))[0])
+      (9.0, 6.0)
+
+    Source: ``jax.vjp``; the decorator forms: Flax NNX 0.12 ``nnx.vjp``.
     """
     del reduce_axes
+    options = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
+    if f is None:
+        return functools.partial(vjp, **options)
+    check_not_bound_method(f, "vjp")
+    if not primals:
+        return functools.wraps(f)(functools.partial(vjp, f, **options))
     mode = resolve(graph, graph_updates)
     call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
     inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
@@ -470,9 +458,9 @@ def vjp(
 
 
 def jvp(
-    f: Callable[..., Any],
-    primals: Sequence[Any],
-    tangents: Sequence[Any],
+    f: Callable[..., Any] | None = None,
+    primals: Sequence[Any] | None = None,
+    tangents: Sequence[Any] | None = None,
     has_aux: bool = False,
     *,
     graph: bool | None = None,
@@ -490,10 +478,30 @@ def jvp(
       graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
 
     Returns:
-      ``(output, output_tangent)`` (plus ``aux`` with ``has_aux``).
+      ``(output, output_tangent)`` (plus ``aux`` with ``has_aux``). Without
+      ``primals``/``tangents``, a function ``g(primals, tangents)`` returning the
+      same; without ``f`` either, a decorator (``@nnx.jvp(has_aux=True)``), as in
+      Flax NNX 0.12.
 
-    Source: ``jax.jvp``.
+    Raises:
+      ValueError: ``f`` is a bound method of a Module, or ``primals`` and
+        ``tangents`` differ in length.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> out, t = nnx.jvp(lambda x: x ** 2, (jnp.array(3.0),), (jnp.array(1.0),))
+      >>> float(out), float(t)
+      (9.0, 6.0)
+
+    Source: ``jax.jvp``; the decorator forms: Flax NNX 0.12 ``nnx.jvp``.
     """
+    options = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
+    if f is None:
+        return functools.partial(jvp, **options)
+    check_not_bound_method(f, "jvp")
+    if primals is None or tangents is None:
+        return functools.wraps(f)(functools.partial(jvp, f, **options))
     mode = resolve(graph, graph_updates)
     primals = tuple(primals)
     tangents = tuple(tangents)

@@ -3,8 +3,10 @@
 Every flaxgraph transform works as ``nnx.jit(f, **options)``, as ``@nnx.jit``
 and as ``@nnx.jit(**options)``, on functions and on methods (``@nnx.jit def
 __call__(self, x)``: the instance is simply the first argument). Given a Module
-instance or a bound method of one, the object becomes the first argument, so
-``nnx.jit(model)(x)`` is ``nnx.jit(type(model).__call__)(model, x)``.
+instance, the object becomes the first argument, so ``nnx.jit(model)(x)`` is
+``nnx.jit(type(model).__call__)(model, x)``. A bound method of a graph object
+(``nnx.jit(model.method)``) is refused, as in Flax NNX 0.12: its ``self`` would
+be hidden from the transform; the error shows the two spellings that work.
 """
 
 from __future__ import annotations
@@ -30,11 +32,48 @@ def decorator(transform: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def unbind(f: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """Splits a Module instance or a bound method of a graph object into
-    ``(function, (self,))``; other callables come back as ``(f, ())``."""
+def _bound_graph_method(f: Any) -> Any:
+    """The bound method of a graph object inside ``f`` (through ``functools.partial``
+    layers), or ``None``."""
+    while isinstance(f, functools.partial):
+        f = f.func
     if inspect.ismethod(f) and is_graph_object(f.__self__):
-        return f.__func__, (f.__self__,)
+        return f
+    return None
+
+
+def check_not_bound_method(f: Any, transform: str) -> None:
+    """Refuses a bound method of a graph object (``model.method``), also inside a
+    ``functools.partial``, as every Flax NNX 0.12 transform does.
+
+    Raises:
+      ValueError: ``f`` is such a bound method; the message names it and shows the
+        decorator form and the unbound-method call.
+    """
+    method = _bound_graph_method(f)
+    if method is None:
+        return
+    owner = type(method.__self__).__name__
+    name = getattr(method.__func__, "__name__", "method")
+    raise ValueError(
+        f"nnx.{transform} does not support bound methods, but it was given "
+        f"{owner}.{name} bound to an instance: the instance would be hidden from the "
+        f"transform (its state neither traced nor updated).\nFix: use the decorator form "
+        f"@nnx.{transform} on the method definition, or call "
+        f"nnx.{transform}({owner}.{name})(instance, ...) with the unbound method "
+        f"(nnx.{transform}(instance) works for __call__)."
+    )
+
+
+def unbind(f: Any, transform: str = "transform") -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """Splits a Module instance into ``(type(f).__call__, (f,))``; other callables
+    come back as ``(f, ())``.
+
+    Raises:
+      ValueError: ``f`` is a bound method of a graph object (see
+        ``check_not_bound_method``); ``transform`` names the transform in the message.
+    """
+    check_not_bound_method(f, transform)
     if is_graph_object(f) and callable(f):
         return type(f).__call__, (f,)
     return f, ()
@@ -68,6 +107,44 @@ def normalize_argnames(argnames: str | Iterable[str] | None) -> tuple[str, ...]:
     if isinstance(argnames, str):
         return (argnames,)
     return tuple(argnames)
+
+
+def infer_argnums_and_argnames(
+    fun: Callable[..., Any], argnums: tuple[int, ...], argnames: tuple[str, ...]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Completes ``(argnums, argnames)`` from ``fun``'s signature as ``jax.jit`` does:
+    given only argnums, the names of those positional-or-keyword parameters join
+    argnames; given only argnames, their positions join argnums (so a static or
+    donated argument may be passed either way). Given both, or when the signature
+    is unavailable, they are returned unchanged.
+
+    Example::
+
+      >>> def f(x, n): ...
+      >>> infer_argnums_and_argnames(f, (), ("n",))
+      ((1,), ('n',))
+    """
+    if bool(argnums) == bool(argnames):
+        return argnums, argnames
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return argnums, argnames
+    positional = [
+        p.name
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if argnums:
+        named = tuple(
+            positional[i]
+            for i in argnums
+            if -len(positional) <= i < len(positional)
+            and params[i % len(positional)].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        return argnums, named
+    nums = tuple(positional.index(n) for n in argnames if n in positional)
+    return nums, argnames
 
 
 def split_static(

@@ -46,8 +46,8 @@ def checkify(
     """Returns ``g(*args, **kwargs) -> (error, output)``: ``f`` with its checks made functional.
 
     Args:
-      f: a function of objects and arrays (a Module or a bound method of one is
-        accepted).
+      f: a function of objects and arrays (a Module instance is accepted; a bound
+        method of one raises ``ValueError``, as in Flax NNX 0.12).
       errors: the checks to enable (a frozenset of error kinds); default
         ``checkify.user_checks`` (only explicit ``checkify.check`` calls), as in
         Flax NNX 0.12.8 and JAX. E.g. ``checkify.float_checks`` adds NaN checks.
@@ -74,7 +74,7 @@ def checkify(
     Source: Flax NNX 0.12 ``nnx.checkify``.
     """
     mode = resolve(graph, graph_updates)
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "checkify")
     lifted = LiftedCall(inner_f, mode)
     checked = checkify_lib.checkify(lifted.pure, errors=errors)
 

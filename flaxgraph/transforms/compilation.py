@@ -24,13 +24,14 @@ from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
     bind,
     decorator,
+    infer_argnums_and_argnames,
     merge_static,
     normalize_argnames,
     normalize_argnums,
     split_static,
     unbind,
 )
-from flaxgraph.transforms.compiled import Compiled
+from flaxgraph.transforms.compiled import Compiled, Lowered
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.lift import Inner, InStatic, prefix_keys, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
@@ -152,8 +153,8 @@ def jit(
     reject_lift_types(
         mode, "jit", "in_shardings", in_shardings, out_shardings, plain="a Sharding (or None)"
     )
-    inner_fun, bound = unbind(fun)
-    # For a bound method or Module instance, argnums and in_shardings count the
+    inner_fun, bound = unbind(fun, "jit")
+    # For a Module instance, argnums and in_shardings count the
     # explicit arguments (as jax.jit does, and as grad/remat here do): shift past self.
     static_nums = tuple(n + len(bound) if n >= 0 else n for n in normalize_argnums(static_argnums))
     static_names = normalize_argnames(static_argnames)
@@ -161,6 +162,10 @@ def jit(
     if bound and isinstance(in_shardings, (tuple, list)) and not _is_sharding(in_shardings):
         in_shardings = (UNSPECIFIED, *in_shardings)
     donate_names = normalize_argnames(donate_argnames)
+    # As jax.jit: a static (donated) argument named in argnames may also be passed
+    # by position, and one numbered in argnums by keyword.
+    static_nums, static_names = infer_argnums_and_argnames(inner_fun, static_nums, static_names)
+    donate_nums, donate_names = infer_argnums_and_argnames(inner_fun, donate_nums, donate_names)
 
     in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
     if UNSPECIFIED not in in_keys_sharding:  # keyword arguments get no in_sharding
@@ -213,7 +218,9 @@ def jit(
 
             def make(entry: Compiled, with_static: bool) -> Callable[..., Any]:
                 kwargs = dict(jit_kwargs)
-                if out_shardings is not UNSPECIFIED:
+                # The updated state of an input keeps its in_sharding (as in Flax NNX
+                # 0.12): the output groups of kept inputs are keyed by it.
+                if out_shardings is not UNSPECIFIED or in_shardings is not UNSPECIFIED:
                     shardings = tuple(_jax_sharding(s) for s in out_keys)
                     kwargs["out_shardings"] = (None, shardings) if with_static else shardings
                 return jax.jit(functools.partial(pure, in_static, entry, with_static), **kwargs)
@@ -265,14 +272,19 @@ def jit(
         result = call.finish(out, out_groups)
         key = None if place else plan_key(dyn_args, dyn_kwargs)
         if key is not None and out.inputs_kept and same_trace(call):
-            plan = Plan(call, entry, slots, len(in_keys), dyn_args, dyn_kwargs, statics)
+            donated = bool(donate_nums or donate_names)
+            plan = Plan(
+                call, entry, slots, len(in_keys), dyn_args, dyn_kwargs, statics, donated=donated
+            )
             plans.put((key, statics), plan)
         return result
 
-    def lower(*args: Any, **kwargs: Any) -> Any:
-        """``jax.jit(...).lower`` of the compiled pure function for these arguments."""
-        _, entry, groups, _ = prepare((*bound, *args), kwargs)
-        return entry.lower(groups)
+    def lower(*args: Any, **kwargs: Any) -> Lowered:
+        """``jax.jit(...).lower`` of the compiled pure function for these arguments;
+        its ``compile()`` takes the same arguments (see ``compiled.Lowered``)."""
+        full = (*bound, *args)
+        _, entry, groups, _ = prepare(full, kwargs)
+        return Lowered(entry.lower(groups), entry, prepare, full[: len(full) - len(args)])
 
     result = bind(wrapper, bound, fun)
     result.lower = lower  # type: ignore[attr-defined]
@@ -310,6 +322,8 @@ def _donated_positions(
     statics = {i % n for i in static_nums if -n <= i < n}
     positions = set()
     for i in donate_nums:
+        if not -n <= i < n:  # not passed by position (e.g. a donate_argnames by keyword)
+            continue
         j = i % n
         positions.add(j - sum(1 for s in statics if s < j))
     return positions

@@ -107,3 +107,66 @@ class Traced:
         """Calls ``fn``: ``(out_static, out_groups)``."""
         static, out_groups = self.fn(*groups)
         return static.value, out_groups
+
+
+class Lowered:
+    """``nnx.jit(f).lower(*args)``: JAX's ``Lowered`` for the arrays of these
+    arguments, whose ``compile()`` gives a function of the same arguments (objects
+    included) that writes updates back, as the jitted function does.
+
+    Every other attribute (``as_text()``, ``cost_analysis()``…) is JAX's.
+
+    Source: ``jax.jit(...).lower``; Flax NNX 0.12 ``nnx.jit(...).lower``.
+    """
+
+    __slots__ = ("lowered", "entry", "prepare", "prefix")
+
+    def __init__(
+        self, lowered: Any, entry: Compiled, prepare: Callable[..., Any], prefix: tuple[Any, ...]
+    ):
+        self.lowered = lowered
+        self.entry = entry
+        self.prepare = prepare
+        self.prefix = prefix
+
+    def compile(self, *args: Any, **kwargs: Any) -> AotCompiled:
+        """``jax`` ``Lowered.compile`` wrapped to take and update objects."""
+        compiled = self.lowered.compile(*args, **kwargs)
+        return AotCompiled(compiled, self.entry, self.prepare, self.prefix)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.lowered, name)
+
+
+class AotCompiled:
+    """A compiled executable of ``nnx.jit``: ``compiled(*args, **kwargs)`` splits the
+    objects among the arguments, runs the executable on their arrays and writes the
+    updates back. The arguments must have the structure given to ``lower``
+    (otherwise JAX's ``TypeError`` names the mismatch). Every other attribute
+    (``as_text()``, ``cost_analysis()``…) is JAX's ``Compiled``'s.
+
+    Source: ``jax.stages.Compiled``; Flax NNX 0.12 ``lower(...).compile()``.
+    """
+
+    __slots__ = ("compiled", "entry", "prepare", "prefix")
+
+    def __init__(
+        self, compiled: Any, entry: Compiled, prepare: Callable[..., Any], prefix: tuple[Any, ...]
+    ):
+        self.compiled = compiled
+        self.entry = entry
+        self.prepare = prepare
+        self.prefix = prefix
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call, _, groups, _ = self.prepare((*self.prefix, *args), kwargs)
+        out = self.compiled(*groups)
+        if self.entry.with_static:
+            static, out_groups = out
+            out_static = static.value
+        else:
+            out_static, out_groups = self.entry.out_static, out
+        return call.finish(out_static, out_groups)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled, name)

@@ -345,7 +345,7 @@ def fori_loop(
 
 @decorator
 def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callable[..., Any]:
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "eval_shape")
     inner = Inner(inner_f, _SPEC, [None], same_prefix=_never, mode=mode)
 
     def pure(static: Static, values: list[Any]) -> Any:

@@ -20,10 +20,13 @@ an array for an array argument::
   f.defvjp(f_fwd, f_bwd)
 
 ``bwd`` receives ``(*nondiff_args, residuals, output_cotangent)`` exactly as in
-JAX. (Flax NNX instead passes ``(input_updates_cotangent, output_cotangent)``;
-flaxgraph keeps JAX's convention: changes the function makes to its arguments
-are not differentiated through.) Residuals may contain objects: they travel as
-pytrees (value semantics).
+JAX, and, if it declares a parameter named ``updates_g``, the cotangents of the
+changes the function made to its differentiable arguments' Variables (as Flax
+NNX 0.12 does without graph updates): per argument, a copy of it whose changed
+Variables hold their cotangents and whose other leaves are ``None``. (With graph
+updates Flax NNX passes ``(input_updates_cotangent, output_cotangent)`` as ``g``
+instead; flaxgraph keeps JAX's convention in every mode.) Residuals may contain
+objects: they travel as pytrees (value semantics).
 
 Source: ``jax.custom_vjp``.
 """
@@ -31,16 +34,22 @@ Source: ``jax.custom_vjp``.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
+from flaxgraph.graphlib.paths import path_str
+from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve
-from flaxgraph.transforms.autodiff import _AUX_SPEC, _DIFF_KEYS, DIFF_SPEC, _Diff, _tangent_at
-from flaxgraph.transforms.calls import normalize_argnums
-from flaxgraph.transforms.lift import Inner, InStatic, Static, split_inputs
-from flaxgraph.variablelib.variable import Param
+from flaxgraph.transforms.autodiff import _tangent_at
+from flaxgraph.transforms.calls import check_not_bound_method
+from flaxgraph.transforms.diff_argnums import _AUX_SPEC, _DIFF_KEYS, DIFF_SPEC, _Diff
+from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, Static, split_inputs
+from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
+from flaxgraph.variablelib.variable import Param, Variable
 
 
 class custom_vjp:
@@ -50,13 +59,19 @@ class custom_vjp:
       fun: the function.
       nondiff_argnums: positions of arguments that are not differentiated; they are
         passed to ``fwd`` and ``bwd`` unchanged (as in JAX) and must be hashable.
+        An ``nnx.DiffState(argnum, filter)`` entry instead keeps that argument
+        differentiable and picks its differentiable sub-state (default: its
+        ``Param`` Variables), as in Flax NNX 0.12; it needs graph updates.
       graph, graph_updates: the traversal mode (see ``nnx.jit``, ``flaxgraph.modes``);
         without graph updates every array of an object argument is differentiated.
 
     Also usable as ``@nnx.custom_vjp`` and ``@nnx.custom_vjp(nondiff_argnums=...)``.
 
     Raises:
-      ValueError: ``bwd`` returns the wrong number of cotangents.
+      ValueError: ``bwd`` returns the wrong number of cotangents; ``fun`` is a bound
+        method of a Module; a ``DiffState`` in ``nondiff_argnums`` without graph
+        updates; a Variable is reachable both from a differentiable and from a
+        non-differentiable argument (the message names both paths).
 
     Source: ``jax.custom_vjp``.
     """
@@ -74,10 +89,18 @@ class custom_vjp:
         graph: bool | None = None,
         graph_updates: bool | None = None,
     ):
+        check_not_bound_method(fun, "custom_vjp")
+        self.mode = resolve(graph, graph_updates)
+        reject_lift_types(self.mode, "custom_vjp", "nondiff_argnums", nondiff_argnums, plain="ints")
         functools.update_wrapper(self, fun)
         self.fun = fun
-        self.nondiff_argnums = normalize_argnums(nondiff_argnums)
-        self.mode = resolve(graph, graph_updates)
+        entries = (
+            (nondiff_argnums,)
+            if isinstance(nondiff_argnums, (int, DiffState))
+            else tuple(nondiff_argnums)
+        )
+        self.nondiff_argnums = tuple(e for e in entries if not isinstance(e, DiffState))
+        self.diff_filters = {e.argnum: e.filter for e in entries if isinstance(e, DiffState)}
         self.fwd: Callable[..., Any] | None = None
         self.bwd: Callable[..., Any] | None = None
 
@@ -97,6 +120,8 @@ class custom_vjp:
         diff_pos = [i for i in range(n) if i not in nondiff]
         fixed = tuple(args[i] for i in nondiff)
         diff_args = tuple(args[i] for i in diff_pos)
+        _check_no_shared_variables(args, nondiff, diff_pos)
+        filters = {i % n: f for i, f in self.diff_filters.items()}
 
         def full(dargs: tuple[Any, ...]) -> tuple[Any, ...]:
             out = [None] * n
@@ -107,7 +132,7 @@ class custom_vjp:
             return tuple(out)
 
         mode = self.mode
-        prefix = tuple((_Diff(Param) if mode.updates else True) for _ in diff_args)
+        prefix = tuple((_Diff(filters.get(i, Param)) if mode.updates else True) for i in diff_pos)
         call = split_inputs(diff_args, {}, (prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(_DIFF_KEYS)
         static = InStatic(call.graphdef, slots, None)
@@ -115,7 +140,7 @@ class custom_vjp:
         diff_paths = [p for p, (g, _) in zip(call.graphdef.leaf_paths, slots) if g == 0]
         fun, fwd, bwd = self.fun, self.fwd, self.bwd
 
-        def run(f: Callable[..., Any], diff_values: list[Any]) -> Any:
+        def run(f: Callable[..., Any], diff_values: list[Any], rest: list[Any]) -> Any:
             """Merges, calls ``f``, re-splits; returns ``(f's result, lifted updates)``."""
             inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
 
@@ -127,18 +152,29 @@ class custom_vjp:
             )
             return result, (Static(out_static), out_groups)
 
+        # The non-differentiated leaves are an argument too (their cotangent is zero):
+        # closed over, they could be tracers of an outer transform, which
+        # jax.custom_vjp does not allow.
         @jax.custom_vjp
-        def primal(diff_values: list[Any]) -> Any:
-            output, lifted = run(fun, diff_values)
+        def primal(diff_values: list[Any], rest: list[Any]) -> Any:
+            output, lifted = run(fun, diff_values, rest)
             return lifted, output
 
-        def primal_fwd(diff_values: list[Any]) -> Any:
-            (output, residuals), lifted = run(fwd, diff_values)
-            return (lifted, output), residuals
+        wants_updates = _declares(bwd, "updates_g")
 
-        def primal_bwd(residuals: Any, g: Any) -> Any:
-            _, out_g = g
-            cotangents = bwd(*fixed, residuals, out_g)
+        def primal_fwd(diff_values: list[Any], rest: list[Any]) -> Any:
+            (output, residuals), lifted = run(fwd, diff_values, rest)
+            return (lifted, output), (residuals, lifted[0], [_zero_cotangent(v) for v in rest])
+
+        def primal_bwd(res: Any, g: Any) -> Any:
+            residuals, out_static, rest_zeros = res
+            (_, updates_g), out_g = g
+            kwargs = {}
+            if wants_updates:
+                kwargs["updates_g"] = _updates_cotangent(
+                    call, diff_args, out_static.value, updates_g
+                )
+            cotangents = bwd(*fixed, residuals, out_g, **kwargs)
             if not isinstance(cotangents, tuple) or len(cotangents) != len(diff_args):
                 raise ValueError(
                     f"The backward rule of {fun.__name__} must return a tuple with one "
@@ -147,9 +183,87 @@ class custom_vjp:
                     + (f" of length {len(cotangents)}" if isinstance(cotangents, tuple) else "")
                     + "."
                 )
-            return ([_tangent_at(cotangents, p, v) for p, v in zip(diff_paths, diff)],)
+            return (
+                [_tangent_at(cotangents, p, v) for p, v in zip(diff_paths, diff)],
+                rest_zeros,
+            )
 
         primal.defvjp(primal_fwd, primal_bwd)
-        (out_static, out_groups), output = primal(diff)
+        (out_static, out_groups), output = primal(diff, rest)
         call.finish(out_static.value, out_groups)
         return output
+
+
+def _zero_cotangent(x: Any) -> Any:
+    """The zero cotangent of ``x`` (``float0`` for integer and boolean arrays)."""
+    dtype = jax.numpy.result_type(x)
+    if jax.numpy.issubdtype(dtype, jax.numpy.inexact):
+        return jax.numpy.zeros_like(x)
+    return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
+
+
+def _declares(f: Callable[..., Any], name: str) -> bool:
+    """Whether ``f`` has a parameter called ``name`` (or takes ``**kwargs``)."""
+    try:
+        params = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _updates_cotangent(
+    call: Any, diff_args: tuple[Any, ...], out_static: OutStatic, out_groups_g: Any
+) -> tuple[Any, ...]:
+    """``updates_g``: per differentiable argument, a copy whose Variables changed by
+    the function hold the cotangents of their new values, every other leaf ``None``."""
+    by_path = {
+        path[1:]: out_groups_g[a][b]
+        for path, (tag, a, b) in zip(out_static.graphdef.leaf_paths, out_static.sources)
+        if tag == OUT and path[0] == 1
+    }
+    cotangent = {}
+    for path, leaf in zip(call.graphdef.leaf_paths, call.leaves):
+        if isinstance(leaf, Variable) and path[1:] in by_path:
+            cotangent[id(leaf)] = by_path[path[1:]]
+    return tuple(
+        jax.tree.map(
+            lambda v: (
+                v.replace(cotangent[id(v)])
+                if isinstance(v, Variable) and id(v) in cotangent
+                else None
+            ),
+            arg,
+            is_leaf=lambda x: isinstance(x, Variable),
+        )
+        for arg in diff_args
+    )
+
+
+def _check_no_shared_variables(
+    args: tuple[Any, ...], nondiff: tuple[int, ...], diff_pos: list[int]
+) -> None:
+    """A Variable reachable from a non-differentiable argument (passed as is) and
+    from a differentiable one (traced) would have two values inside ``fun``.
+
+    Raises:
+      ValueError: naming both paths (Flax NNX 0.12 calls it a "Duplicate" Variable).
+    """
+    if not nondiff:
+        return
+    seen: dict[int, str] = {}
+    for i in nondiff:
+        _, leaves = flatten(args[i], root_name=f"args[{i}]")
+        for path, leaf in leaves:
+            if isinstance(leaf, Variable):
+                seen.setdefault(id(leaf), path_str(f"args[{i}]", args[i], path))
+    for i in diff_pos:
+        _, leaves = flatten(args[i], root_name=f"args[{i}]")
+        for path, leaf in leaves:
+            if isinstance(leaf, Variable) and id(leaf) in seen:
+                raise ValueError(
+                    f"Duplicate {type(leaf).__name__} in custom_vjp: the same Variable is "
+                    f"at {seen[id(leaf)]} (a nondiff argument, passed as is) and at "
+                    f"{path_str(f'args[{i}]', args[i], path)} (differentiated), so the "
+                    "function would see two different values for it.\nFix: pass it "
+                    "once, or pass a copy (nnx.clone) as the nondiff argument."
+                )

@@ -47,18 +47,22 @@ from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
+from flaxgraph.transforms.leaf_access import (
+    _get_arg,
+    _in_place,
+    _reader,
+    _writer,
+)
 from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
 from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
+from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
 from flaxgraph.variablelib.variable import Variable, is_ref_backed
 
 _SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
+_UNBOUND = object()
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _get_raw = operator.attrgetter("raw_value")
-
-
-def _identity(x: Any) -> Any:
-    return x
 
 
 def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -115,24 +119,6 @@ def _signature(value: Any, root: int, keys: tuple[Any, ...], out: list[Any]) -> 
         out.append((root, keys, "is", value))
 
 
-def _get_arg(args: tuple[Any, ...], kwargs: dict[str, Any], root: int, keys: Any) -> Any:
-    x: Any = args if root == 0 else kwargs
-    for k in keys:
-        x = x[k]
-    return x
-
-
-def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bool:
-    """Whether the leaf at ``path`` is an argument or sits in lists, tuples and dicts
-    of the arguments (no object in between): it changes with every call's arguments."""
-    node: Any = (args, kwargs)[path[0]]  # type: ignore[index]
-    for key in path[1:-1]:
-        node = node[key]
-        if type(node) not in (list, tuple, dict):
-            return False
-    return True
-
-
 class Plan:
     """What a repeated call with the same argument structure needs (see module doc).
 
@@ -168,6 +154,7 @@ class Plan:
         "last_finish",
         "run",
         "source",
+        "ref_positions",
     )
 
     def __init__(
@@ -179,6 +166,8 @@ class Plan:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         statics: Any = (),
+        *,
+        donated: bool = False,
     ):
         # Only what later calls need: no reference to the first call's values or to
         # its arguments' own arrays.
@@ -205,12 +194,20 @@ class Plan:
         self.snapshot = StructureSnapshot(call.nodes)
         # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
         # neither read by key nor written in place: such graphs take the general path.
-        # Ref-backed Variables are written into their Ref, not their slot: the
-        # general path's write-back does that.
-        self.in_place = self.snapshot.versioned and all(
-            (isinstance(leaf, Variable) and not is_ref_backed(leaf))
-            or (not isinstance(leaf, Variable) and _in_place(path, args, kwargs))
-            for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
+        # Ref-backed Variables are read and written through their Refs
+        # (ref_writes.py), unless arguments are donated.
+        self.ref_positions = frozenset(
+            pos
+            for pos, leaf in enumerate(call.leaves)
+            if isinstance(leaf, Variable) and is_ref_backed(leaf)
+        )
+        self.in_place = (
+            self.snapshot.versioned
+            and not (donated and self.ref_positions)
+            and all(
+                isinstance(leaf, Variable) or _in_place(path, args, kwargs)
+                for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
+            )
         )
         # Reading a leaf is one C call: getter(target). Arguments' own leaves (x, y…)
         # change every call; their positions are filled in per call.
@@ -229,7 +226,7 @@ class Plan:
         n_vars = sum(1 for leaf in call.leaves if isinstance(leaf, Variable))
         self.leaf_variables = (
             [leaf for leaf in call.leaves if isinstance(leaf, Variable)]
-            if n_vars + len(self.arg_leaves) == len(call.leaves)
+            if n_vars + len(self.arg_leaves) == len(call.leaves) and not self.ref_positions
             else None
         )
         self.passthrough = len(members) == 1 or (
@@ -273,66 +270,6 @@ class Plan:
             groups = [list(map(get, m)) for m in self.members]
         out_static, out_groups = self.compiled.call(groups)
         return finish_fast(self, out_static, out_groups, values)
-
-
-def _reader(
-    path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Callable[[Any], Any], Any]:
-    """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
-    argument's own leaf gets target ``None`` (read from the call's arguments)."""
-    if isinstance(leaf, Variable):
-        return _get_raw, leaf
-    if _in_arg_containers(path, args, kwargs):
-        return _identity, None
-    parent = _resolve((args, kwargs), path[:-1])
-    getter = operator.itemgetter(path[-1])
-    if type(parent) in _GRAPH_NODE_IMPLS:
-        return getter, parent.__dict__
-    return getter, parent
-
-
-def _in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether the raw leaf at ``path`` is an argument, sits in the arguments' lists,
-    tuples and dicts, or is an entry of an Object, list or dict reached through
-    Objects, lists, tuples and dicts only."""
-    if _in_arg_containers(path, args, kwargs):
-        return True
-    node: Any = (args, kwargs)
-    for key in path[:-1]:
-        impl = _GRAPH_NODE_IMPLS.get(type(node))
-        if impl is not None:
-            node = impl.get_child(node, key)
-        elif type(node) in (list, tuple, dict):
-            node = node[key]
-        else:
-            return False
-    return type(node) in _GRAPH_NODE_IMPLS or type(node) in (list, dict)
-
-
-def _resolve(root: Any, path: Sequence[Hashable]) -> Any:
-    node = root
-    for key in path:
-        impl = _GRAPH_NODE_IMPLS.get(type(node))
-        node = impl.get_child(node, key) if impl is not None else node[key]
-    return node
-
-
-def _writer(
-    path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Callable[[Any], None] | None:
-    """How to store a new value for an input leaf in place (None: an argument leaf,
-    which has no place to be stored)."""
-    if isinstance(leaf, Variable):
-        return lambda value, v=leaf: _set_raw(v, value)
-    if _in_arg_containers(path, args, kwargs):
-        return None  # the caller's containers are not written (as on the general path)
-    parent = _resolve((args, kwargs), path[:-1])
-    key = path[-1]
-    if type(parent) in _GRAPH_NODE_IMPLS:
-        return lambda value, d=parent.__dict__, key=key: d.__setitem__(key, value)
-    if type(parent) in (list, dict):
-        return lambda value, c=parent, key=key: c.__setitem__(key, value)
-    return None
 
 
 class FinishPlan:
@@ -387,30 +324,36 @@ class FinishPlan:
         # The output is one array (a loss, a prediction): read it directly.
         self.single_leaf = type(out.graphdef.root.children[0]) is ArrayDef  # type: ignore[attr-defined]
 
-    def bind(
-        self, plan: Plan
-    ) -> tuple[
-        list[tuple[list[Any], list[int], int]],
-        list[tuple[tuple[int, int, int], Any]],
-        Callable[[list[Any], Sequence[Sequence[Any]]], Any],
-    ]:
+    def bind(self, plan: Plan) -> Any:
         """The writes for one plan's objects: Variables grouped by output group (set
-        with one C-level ``map`` each), the other writes (array attributes), and the
-        output reader."""
+        with one C-level ``map`` each), the other writes (array attributes), the
+        output reader and the Ref installs (``RefInstall`` or ``None``); ``None`` when
+        an output would hand out a Ref's own array (see ``ref_writes.py``)."""
         by_group: dict[int, tuple[list[Any], list[int]]] = {}
         others = []
+        ref_variables = []
         writers = plan.writers
+        refs_at = plan.ref_positions
+        if refs_at:
+            used = [s[:2] if s[0] == IN else s for s in self.sources[: self.n_out]]
+            used += [self.sources[j] for j, _ in self.writes]
+            if any(tag == IN and a in refs_at for tag, a, *_ in used):
+                return None
+            shared = {s for s in used if used.count(s) > 1}
         for j, pos in self.writes:
             tag, a, b = self.sources[j]
             leaf = plan.leaves[pos]
-            if isinstance(leaf, Variable) and tag != IN:
+            if isinstance(leaf, Variable) and tag != IN and pos not in refs_at:
                 targets, positions = by_group.setdefault(a, ([], []))
                 targets.append(leaf)
                 positions.append(b)
+            elif pos in refs_at and tag != IN and self.sources[j] not in shared:
+                ref_variables.append((leaf, a, b))
             elif writers[pos] is not None:
                 others.append((self.sources[j], writers[pos]))
         var_writes = [(t, p, g) for g, (t, p) in by_group.items()]
-        return var_writes, others, self.output_reader(plan)
+        installs = RefInstall(ref_variables) if ref_variables else None
+        return var_writes, others, self.output_reader(plan), installs
 
     def output_reader(self, plan: Plan) -> Callable[[list[Any], Sequence[Sequence[Any]]], Any]:
         """``(in_values, out_groups) -> output`` for one plan's objects."""
@@ -600,16 +543,24 @@ def finish_fast(
             fin = FinishPlan(out, plan)
             object.__setattr__(out, "plan", fin)
         if not fin.usable:
+            if plan.ref_positions:
+                in_values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
             values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
             return write_back(out, values, plan.nodes)
-        bound = plan.finishes.get(fin)
-        if bound is None:
+        bound = plan.finishes.get(fin, _UNBOUND)
+        if bound is _UNBOUND:
             bound = plan.finishes[fin] = fin.bind(plan)
-            if plan.last_out is None and plan.in_place:
+            if plan.last_out is None and plan.in_place and bound is not None:
                 # The first write-back of this plan: written into its run function.
                 plan.run, plan.source = compile_run(plan, finish_fast, (out, bound))
+        if bound is None:  # an output would hand out a Ref's own array
+            values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
+            values = [values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
+            return write_back(out, values, plan.nodes)
         plan.last_out, plan.last_finish = out, bound
-    var_writes, other_writes, output = bound
+    var_writes, other_writes, output, installs = bound
+    if installs is not None:
+        installs(out_groups)
     for targets, positions, g in var_writes:
         list(map(_set_raw, targets, map(out_groups[g].__getitem__, positions)))
     for (tag, a, b), write in other_writes:

@@ -57,7 +57,9 @@ from flaxgraph.graphlib.walk import shared_variables_message
 from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
-from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
+from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk, with_duplicates_line
+from flaxgraph.transforms.lift_types import object_prefix
+from flaxgraph.transforms.locate import locate_module
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -165,6 +167,10 @@ def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
             leaf = getattr(t, "leaf_prefix", None)
             if leaf is not None and spec.is_leaf(leaf):
                 add(leaf)
+        elif (mapping := object_prefix(t, graph=False)) is not None:
+            for p in mapping.prefixes:
+                if spec.is_leaf(p):
+                    add(p)
         elif isinstance(t, (tuple, list)):
             for x in t:
                 go(x)
@@ -267,7 +273,10 @@ def split_inputs(
         along two paths; the message lists them.
     """
     walk = PrefixWalk(spec, NamedRoots(("args", "kwargs"), (args, kwargs)), graph=mode.graph)
-    graphdef, leaves, prefixes = walk.run_checked((args, kwargs), in_prefix)
+    try:
+        graphdef, leaves, prefixes = walk.run_checked((args, kwargs), in_prefix)
+    except SharedReferenceError as error:
+        raise with_duplicates_line(error, (args, kwargs), None) from None
     leaf_objs = [leaf for _, leaf in leaves]
     values = [leaf.raw_value if isinstance(leaf, Variable) else leaf for leaf in leaf_objs]
     return Call(graphdef, leaf_objs, values, prefixes, list(walk.ref_index), in_prefix)
@@ -527,12 +536,17 @@ class _OutputWalk(PrefixWalk):
                 node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", None)
             )
             if created is not None and created != self.trace:
+                phrase = (
+                    "Cannot extract graph node from different trace level"
+                    if self.mode.updates
+                    else "Cannot return captured Variable (or an object holding one)"
+                )
                 raise TraceContextError(
-                    f"The {type(node).__name__} at {self.where(path)} was created outside the "
-                    "transform and captured by closure; a transform may not return (or store "
-                    "into its arguments) an object it did not receive, because the caller "
-                    "would get a silent copy of it.\nFix: pass it as an argument of the "
-                    "transformed function."
+                    f"{phrase}: the {type(node).__name__} at {self.where(path)} was created "
+                    "outside the transform and captured by closure; a transform may not "
+                    "return (or store into its arguments) an object it did not receive, "
+                    "because the caller would get a silent copy of it.\nFix: pass it as an "
+                    "argument of the transformed function."
                 )
         return super().enter_node(node, path, prefix)
 
@@ -545,12 +559,13 @@ class _OutputWalk(PrefixWalk):
         """Without graph updates an input object may not be an output: only values
         come back, so the caller could not get its own object back."""
         output, args, kwargs = self.roots.values
-        raise SharedReferenceError(
+        error = SharedReferenceError(
             shared_variables_message(
                 (output, args, kwargs),
                 self.where,
                 f"With {self.mode.name} a transformed function may not return its input "
-                "objects (only Variable values come back to the caller)",
+                "objects: the transform does not support Variable aliasing between inputs "
+                "and outputs (only Variable values come back to the caller)",
                 wrapped=True,
                 select=lambda paths: (
                     any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths)
@@ -563,38 +578,11 @@ class _OutputWalk(PrefixWalk):
                 ],
             )
         )
-
-
-_LOCATED = "_flaxgraph_location_note"
-
-
-def locate_module(error: BaseException, args: Any, kwargs: Any) -> None:
-    """If ``error`` names a module (an ``error.module`` attribute, as layers' shape
-    errors have), notes the module's path from the transformed function's arguments
-    on the exception. Nested transforms keep the outermost path: the one the user
-    wrote."""
-    module = getattr(error, "module", None)
-    if module is None:
-        return
-    path = _find_path(module, (args, kwargs))
-    if path is None:
-        return
-    note = f"The module is at {NamedRoots(('args', 'kwargs'), (args, kwargs)).where(path)}."
-    previous = getattr(error, _LOCATED, None)
-    notes = getattr(error, "__notes__", [])
-    if previous is not None and previous in notes:
-        notes.remove(previous)
-    error.add_note(note)
-    setattr(error, _LOCATED, note)
-
-
-def _find_path(target: Any, root: Any) -> PathParts | None:
-    from flaxgraph.graphlib.traversal import iter_graph
-
-    for path, value in iter_graph(root):
-        if value is target:
-            return path
-    return None
+        raise with_duplicates_line(
+            error,
+            (output, args, kwargs),
+            lambda paths: any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths),
+        )
 
 
 def is_graph_object(x: Any) -> bool:

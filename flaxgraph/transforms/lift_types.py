@@ -67,6 +67,22 @@ class PrefixMapping:
                 return prefix
         return NO_MATCH
 
+    def map_prefix(self, path: PathParts, variable: Any) -> Any:
+        """The prefix of the Variable ``variable`` at ``path`` (relative to the object).
+
+        Raises:
+          ValueError: no filter matches it.
+
+        Source: Flax NNX 0.12 ``PrefixMapping.map_prefix``.
+        """
+        prefix = self.prefix_of(tuple(path), variable)
+        if prefix is NO_MATCH:
+            raise ValueError(
+                f"No filter of {self!r} matches the value at {'/'.join(map(str, path))}.\n"
+                "Fix: add a filter for it, or end the mapping with `...: <prefix>`."
+            )
+        return prefix
+
     def items(self) -> list[tuple[Filter, Any]]:
         """The ``(filter, prefix)`` pairs, in order."""
         return list(zip(self.filters, self.prefixes))
@@ -193,18 +209,22 @@ class StatePrefix:
     """A ``State`` used as a prefix at an object: each leaf takes the value at its own
     path (Variables are unboxed). This is what ``nnx.get_named_sharding(state, mesh)``
     or ``nnx.get_partition_spec(state)`` produce, so they can be given directly as
-    ``jit``'s ``in_shardings``/``out_shardings`` for a model.
+    ``jit``'s ``in_shardings``/``out_shardings`` for a model. ``nnx.prefix``'s results
+    (a ``NodeStates`` of prefixes in graph mode, a prefix-valued copy of the object in
+    tree mode) become one too (``object_prefix``).
     """
 
     __slots__ = ("state", "by_path")
 
-    def __init__(self, state: Any):
+    def __init__(self, state: Any, by_path: dict[PathParts, Any] | None = None):
         from flaxgraph.variablelib.variable import Variable
 
         self.state = state
-        self.by_path = {
-            p: (v.raw_value if isinstance(v, Variable) else v) for p, v in state.flat_state()
-        }
+        if by_path is None:
+            by_path = {
+                p: (v.raw_value if isinstance(v, Variable) else v) for p, v in state.flat_state()
+            }
+        self.by_path = by_path
 
     @property
     def prefixes(self) -> tuple[Any, ...]:
@@ -223,43 +243,147 @@ class StatePrefix:
         return f"State prefix with {len(self.by_path)} leaves"
 
 
+def _is_node_states(x: Any) -> bool:
+    from flaxgraph.extract import NodeStates
+
+    return isinstance(x, NodeStates)
+
+
+def is_graph_prefix(x: Any) -> bool:
+    """Whether the prefix ``x`` is a graph node (a Module, Rngs, Object…)."""
+    from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+
+    return type(x) in _GRAPH_NODE_IMPLS
+
+
+def is_reference_prefix(x: Any) -> bool:
+    """Whether ``x`` is the ``NodeStates`` that ``nnx.prefix(..., graph=True)`` gives a
+    later sighting of a shared object (a reference, no state): that alias takes the
+    prefix of the first sighting."""
+    from flaxgraph.graphlib.graphdefs import NodeRef
+
+    return _is_node_states(x) and x._graphdef is not None and type(x._graphdef.root) is NodeRef
+
+
+def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
+    """The per-path prefix an object receives from ``prefix``, or ``None`` when
+    ``prefix`` is not an object-shaped prefix.
+
+    * a ``NodeStates`` (``nnx.prefix(model, {...}, graph=True)``): its States give each
+      Variable the value at the Variable's path in the object;
+    * in tree mode (``graph=False``), a graph node (``nnx.prefix(model, {...},
+      graph=False)``: a copy of the object with prefix values where its Variables
+      were): each Variable takes the value at its own path in the copy.
+
+    Source: Flax NNX 0.12 ``nnx.prefix`` and the transforms' prefix checks.
+    """
+    if _is_node_states(prefix):
+        by_path: dict[PathParts, Any] = {}
+        for s in prefix.states:
+            if hasattr(s, "flat_state"):
+                by_path.update(StatePrefix(s).by_path)
+        return StatePrefix(prefix, by_path)
+    if not graph and is_graph_prefix(prefix):
+        return StatePrefix(prefix, dict(_object_paths(prefix, ())))
+    return None
+
+
+def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple[PathParts, Any]]:
+    """``(path, value)`` of every non-node value in a prefix object (tree mode);
+    Variables are unboxed unless ``unbox`` is False."""
+    from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+    from flaxgraph.variablelib.variable import Variable
+
+    impl = _GRAPH_NODE_IMPLS.get(type(x))
+    if impl is not None:
+        items, _ = impl.flatten(x)
+    elif type(x) in (list, tuple):
+        items = list(enumerate(x))
+    elif type(x) is dict:
+        items = list(x.items())
+    else:
+        yield path, (x.raw_value if unbox and isinstance(x, Variable) else x)
+        return
+    for k, v in items:
+        yield from _object_paths(v, (*path, k), unbox)
+
+
 def reject_lift_types(
     mode: Any, transform: str, argument: str, *trees: Any, plain: str = "a plain prefix"
 ) -> None:
-    """Lift types need graph updates: raises if ``trees`` (prefix trees such as
-    ``in_axes`` or ``argnums``) hold one while ``mode`` has none. ``plain`` says what
-    to give instead (``'an int or None'``).
+    """Checks prefix trees (``in_axes``, ``argnums``…) when a transform is created.
+
+    ``plain`` says what to give instead of a rejected entry (``'an int or None'``).
 
     Raises:
-      ValueError: a ``StateAxes``, ``StateSharding`` or ``DiffState`` is given to a
-        transform created with ``graph=False`` or ``graph_updates=False``; the message
-        says what to use instead.
+      ValueError: a tree holds a ``Variable`` (a prefix stands for a whole Variable,
+        it is not one); or, in graph mode, a graph node (``nnx.prefix(..., graph=True)``
+        gives the object-shaped prefix there); or a ``StateAxes``, ``StateSharding`` or
+        ``DiffState`` while ``mode`` has no graph updates. Each message names the
+        entry's path in the tree and says what to use instead.
+
+    Source: Flax NNX 0.12 transforms' prefix checks (``check_prefix``).
     """
+    for tree in trees:
+        for path, found in _prefix_entries(tree, (argument,)):
+            where = "".join(f"[{k!r}]" if i else str(k) for i, k in enumerate(path))
+            _check_entry(mode, transform, argument, where, found, plain)
+
+
+def _prefix_entries(t: Any, path: tuple[Any, ...]) -> Iterable[tuple[tuple[Any, ...], Any]]:
+    """The entries of a prefix tree that a check looks at, with their paths."""
+    from flaxgraph.variablelib.variable import Variable
+
+    if isinstance(t, (PrefixMapping, DiffState, Variable)) or is_graph_prefix(t):
+        yield path, t
+    elif isinstance(t, (tuple, list)):
+        for i, x in enumerate(t):
+            yield from _prefix_entries(x, (*path, i))
+    elif isinstance(t, dict):
+        for k, x in t.items():
+            yield from _prefix_entries(x, (*path, k))
+
+
+def _check_entry(
+    mode: Any, transform: str, argument: str, where: str, found: Any, plain: str
+) -> None:
+    from flaxgraph.variablelib.variable import Variable
+
+    kind = type(found).__name__
+    if isinstance(found, Variable):
+        raise ValueError(
+            f"{where} (in `{argument}` of nnx.{transform}) is a Variable of type {kind}. "
+            "Variables prefixes are not supported: a prefix is not a Variable but the "
+            "value that applies to one.\nFix: pass a prefix for the entire Variable "
+            f"({plain}) instead of a Variable holding it."
+        )
+    if is_graph_prefix(found):
+        if not mode.graph:  # tree mode: an object-shaped prefix (nnx.prefix(..., graph=False))
+            for sub, value in _object_paths(found, (), unbox=False):
+                if isinstance(value, Variable):
+                    inner = where + "".join(f".{k}" for k in sub)
+                    _check_entry(mode, transform, argument, inner, value, plain)
+            return
+        raise ValueError(
+            f"{where} (in `{argument}` of nnx.{transform}) is a graph node of type {kind}. "
+            "Graph nodes are not allowed as prefixes when graph=True.\n"
+            f"  1. give {plain} (or a lift type) for the whole object;\n"
+            "  2. build the prefix with nnx.prefix(obj, {filter: value}, graph=True);\n"
+            f"  3. or use tree mode: nnx.{transform}(..., graph=False)."
+        )
     if mode.updates:
         return
-
-    def find(t: Any) -> Any:
-        if isinstance(t, (PrefixMapping, DiffState)):
-            return t
-        if isinstance(t, (tuple, list)):
-            return next((x for x in map(find, t) if x is not None), None)
-        if isinstance(t, dict):
-            return next((x for x in map(find, t.values()) if x is not None), None)
-        return None
-
-    for tree in trees:
-        found = find(tree)
-        if found is not None:
-            kind = type(found).__name__
-            instead = (
-                "argnums (ints: every array of those arguments is differentiated)"
-                if isinstance(found, DiffState)
-                else f"{plain} for the whole object in {argument}"
-            )
-            raise ValueError(
-                f"nnx.{transform} was created with {mode.name}, but its {argument} holds a "
-                f"{kind} ({found!r}); lift types need graph updates.\n"
-                f"  1. use {instead};\n"
-                f"  2. or create it with graph=True, graph_updates=True (or use "
-                f"nnx.compat.{transform})."
-            )
+    instead = (
+        "argnums (ints: every array of those arguments is differentiated)"
+        if isinstance(found, DiffState)
+        else f"{plain} for the whole object in {argument}, or nnx.prefix(obj, "
+        "{filter: value}) for per-Variable values"
+    )
+    raise ValueError(
+        f"`{argument}` cannot contain `{kind}` objects when graph=False or "
+        f"graph_updates=False: nnx.{transform} was created with {mode.name}, but "
+        f"{where} is {found!r}; lift types need graph updates.\n"
+        f"  1. use {instead};\n"
+        f"  2. or create it with graph=True, graph_updates=True (or use "
+        f"nnx.compat.{transform})."
+    )

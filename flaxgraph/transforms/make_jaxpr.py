@@ -56,12 +56,14 @@ def make_jaxpr(
     """Returns a function that gives the ``jax.core.ClosedJaxpr`` of ``f(*args, **kwargs)``.
 
     Args:
-      f: a function of objects and arrays (a Module or a bound method of one is
-        accepted). Omit it to use ``make_jaxpr`` as a decorator factory:
-        ``@nnx.make_jaxpr(static_argnums=1)``.
+      f: a function of objects and arrays (a Module instance is accepted; a bound
+        method of one raises ``ValueError``, as in Flax NNX 0.12). Omit it to use
+        ``make_jaxpr`` as a decorator factory: ``@nnx.make_jaxpr(static_argnums=1)``.
       graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
-      graph_updates: accepted in every mode (Flax 0.12.8 raises ``ValueError``
-        for ``graph_updates=True``, its default); nothing is written back anyway.
+      graph_updates: ``graph_updates=True`` given explicitly raises ``ValueError``
+        as in Flax 0.12.8: a jaxpr runs nothing, so no update can come back.
+        Left at ``None`` it follows ``nnx.set_graph_updates`` and works in every
+        mode (Flax raises there too when the default is ``True``).
       static_argnums: positional arguments passed to ``f`` as Python values
         rather than traced; they must be hashable.
 
@@ -70,6 +72,8 @@ def make_jaxpr(
       inputs and outputs), or a decorator when ``f`` is omitted.
 
     Raises:
+      ValueError: ``graph_updates=True`` was given explicitly; ``f`` is a bound
+        method of a Module.
       TypeError: a static argument is unhashable (the message names it).
       TraceContextError (``ValueError``): ``f`` returns or stores an object it
         captured by closure (as in every transform).
@@ -87,9 +91,16 @@ def make_jaxpr(
         return functools.partial(
             make_jaxpr, graph=graph, graph_updates=graph_updates, static_argnums=static_argnums
         )
+    if graph_updates is True and graph is not False:
+        raise ValueError(
+            "nnx.make_jaxpr does not support graph_updates=True: a jaxpr only traces the "
+            "function, so no update (of values or of structure) can come back to the "
+            "arguments.\nFix: omit graph_updates (or pass graph_updates=False); the "
+            "jaxpr is the same."
+        )
     mode = resolve(graph, graph_updates)
     argnums = normalize_argnums(static_argnums)
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "make_jaxpr")
     offset = len(bound)
 
     @functools.wraps(inner_f)

@@ -19,6 +19,8 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from flaxgraph.graphlib.walk import flatten
+from flaxgraph.modes import resolve
 from flaxgraph.transforms.compilation import UNSPECIFIED, jit
 
 
@@ -55,7 +57,9 @@ def jit_partial(
       A function of the remaining arguments; ``.cache_info()`` as ``nnx.jit``'s.
 
     Raises:
-      As ``nnx.jit`` (at the first call for errors about the arguments).
+      SharedReferenceError (``ValueError``): in tree mode, a Variable is reachable
+        twice among ``partial_args`` (raised here, naming the paths).
+      As ``nnx.jit`` (at the first call for errors about the other arguments).
 
     Example::
 
@@ -73,6 +77,10 @@ def jit_partial(
 
     Source: Flax NNX 0.12 ``nnx.jit_partial``.
     """
+    if not resolve(graph, graph_updates).graph:
+        # Tree mode: a Variable shared among the bound objects is an error now, not
+        # at the first call (as Flax NNX 0.12).
+        flatten(partial_args, root_name="args", graph=False)
     jitted = jit(
         fun,
         in_shardings=in_shardings,
@@ -136,4 +144,18 @@ def _bound(f: Callable[..., Any], bound: tuple[Any, ...]) -> Callable[..., Any]:
     info = getattr(f, "cache_info", None)
     if info is not None:
         call.cache_info = info  # type: ignore[attr-defined]
+    lower = getattr(f, "lower", None)
+    if lower is not None:
+        # f.lower(*bound, ...) gives a Lowered whose compile() takes f's full
+        # arguments; rebind so the compiled function takes the remaining ones too.
+        call.lower = functools.partial(_lower_bound, lower, bound)  # type: ignore[attr-defined]
     return call
+
+
+def _lower_bound(
+    lower: Callable[..., Any], bound: tuple[Any, ...], *args: Any, **kwargs: Any
+) -> Any:
+    lowered = lower(*bound, *args, **kwargs)
+    if hasattr(lowered, "prefix"):  # flaxgraph's Lowered: compile() prepends bound
+        lowered.prefix = (*lowered.prefix, *bound)
+    return lowered

@@ -269,8 +269,10 @@ def miss_always(args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> 
 def _write_back(src: _Source, bound: Any) -> None:
     """The lines writing the outputs of a call that returned the ``OutStatic`` the
     write-back ``bound`` was made for."""
-    var_writes, other_writes, output = bound
+    var_writes, other_writes, output, installs = bound
     const = src.const
+    if installs is not None:  # Ref-backed Variables: all checked, then installed
+        src.line(f"{const(installs)}(out_groups)")
     for targets, positions, g in var_writes:
         if len(targets) <= UNROLL:
             for t, p in zip(targets, positions):

@@ -185,7 +185,7 @@ def scan(
     mode = resolve(graph, graph_updates)
     reject_lift_types(mode, "scan", "in_axes", in_axes, out_axes, plain="nnx.Carry, an int or None")
     validate_scan_axes(in_axes, out_axes)
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "scan")
 
     def body(carry_in: Any, x: list[Any]) -> Any:
         """One step; built once per ``nnx.scan`` so JAX's caches recognise it: the

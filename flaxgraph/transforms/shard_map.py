@@ -32,7 +32,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.mesh_context import SHARDING_KEYS
@@ -200,7 +200,10 @@ def shard_map(
         one for all): ``PartitionSpec`` leaves (``None`` replicates, like ``P()``);
         at an object, a ``PartitionSpec`` for all its state or
         ``nnx.StateSharding({filter: PartitionSpec, ...})`` (or a ``State`` of
-        PartitionSpecs, e.g. from ``nnx.get_partition_spec``). A spec of rank ``r``
+        PartitionSpecs, e.g. from ``nnx.get_partition_spec``, or
+        ``nnx.prefix(obj, {filter: spec})``: per-Variable specs matched by path).
+        With graph updates the arguments' arrays come back as ``NamedSharding``s
+        over ``mesh`` with these specs. A spec of rank ``r``
         for an array of rank ``n >= r`` splits dimension ``i`` over the mesh axes
         named at ``spec[i]``: inside ``f`` that dimension is ``size / devices``.
       out_specs: the same over the output: how the per-shard outputs are
@@ -260,7 +263,7 @@ def shard_map(
     reject_lift_types(
         mode, "shard_map", "in_specs", in_specs, out_specs, plain="a PartitionSpec (or None)"
     )
-    inner_f, bound = unbind(f)
+    inner_f, bound = unbind(f, "shard_map")
     if bound:
         # ``nnx.shard_map(model, ...)``: the instance is the first argument; an
         # in_specs tuple covers the explicit arguments, the instance is replicated.
@@ -323,7 +326,14 @@ def shard_map(
                     out_specs=(_REPLICATED, out_group_specs) if with_static else out_group_specs,
                     **map_kwargs,
                 )
-                return jax.jit(mapped)
+                if not isinstance(mesh, jax.sharding.Mesh) or axis_names:
+                    return jax.jit(mapped)
+                # The outputs carry exactly the out_specs given (jit alone would report
+                # an equivalent normalized spec, e.g. P() for P(None)).
+                shardings = tuple(NamedSharding(mesh, spec) for spec in out_group_specs)
+                return jax.jit(
+                    mapped, out_shardings=(None, shardings) if with_static else shardings
+                )
 
             entry = compiled[in_static] = Compiled(make)
         return entry
@@ -375,6 +385,8 @@ def shard_map(
         finally:
             last_trace.clear()
         result = call.finish(out, out_groups)
+        if mode.updates:
+            _place_inputs(call, mesh)
         key = plan_key(args, kwargs)
         if key is not None and out.inputs_kept and same_trace(call):
             plans.put((key, ()), Plan(call, entry, slots, len(in_keys), args, kwargs))
@@ -383,6 +395,25 @@ def shard_map(
     result = bind(wrapper, bound, f)
     result.cache_info = plans.info  # type: ignore[attr-defined]
     return result
+
+
+def _place_inputs(call: Any, mesh: Any) -> None:
+    """With graph updates the arguments' state comes back as ``jax.shard_map``
+    returns it: every array assembled over ``mesh`` with its ``in_specs`` (a
+    ``NamedSharding``). Leaves ``f`` left unchanged are not returned by the call, so
+    those the caller holds elsewhere are put there here (same values)."""
+    if not isinstance(mesh, jax.sharding.Mesh):
+        return  # an AbstractMesh has no devices to place on
+    for leaf, spec in zip(call.leaves, call.prefixes):
+        if not isinstance(leaf, Variable):
+            continue
+        value = leaf.get_raw_value()
+        if (
+            isinstance(value, jax.Array)
+            and not isinstance(value, jax.core.Tracer)
+            and not isinstance(value.sharding, NamedSharding)
+        ):
+            leaf.set_value(jax.device_put(value, NamedSharding(mesh, _jax_spec(spec))))
 
 
 def _check_outputs(

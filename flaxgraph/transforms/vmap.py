@@ -20,6 +20,7 @@ seed 000 and seed 003 ("Axis metadata").
 from __future__ import annotations
 
 import functools
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -34,7 +35,9 @@ from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import bind, decorator, normalize_argnums, unbind
 from flaxgraph.transforms.compiled import Traced
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
+from flaxgraph.transforms.general import resolve_kwargs
 from flaxgraph.transforms.lift import (
+    OUT,
     Inner,
     InStatic,
     OutStatic,
@@ -115,8 +118,9 @@ def _mapped(
 ) -> Callable[..., Any]:
     """vmap and pmap share everything but the JAX transform."""
     name = "vmap" if jax_map is jax.vmap else "pmap"
-    reject_lift_types(mode, name, "in_axes", in_axes, out_axes, plain="an int or None")
-    inner_f, bound = unbind(f)
+    reject_lift_types(mode, name, "in_axes", in_axes, plain="an int or None")
+    reject_lift_types(mode, name, "out_axes", out_axes, plain="an int or None")
+    inner_f, bound = unbind(f, name)
     in_keys = prefix_keys(in_axes, 0, spec=AXES_SPEC)
     out_keys = prefix_keys(in_axes, out_axes, 0, spec=AXES_SPEC)
     if donate_argnums:
@@ -224,7 +228,10 @@ def _mapped(
             if result is not MISS:
                 return result
         plans.general_calls += 1
-        a_prefix = args_prefix(_shift_axes(in_axes, len(bound)), len(args))
+        axes = _shift_axes(in_axes, len(bound))
+        if isinstance(axes, (tuple, list)) and len(axes) > len(args) and kwargs:
+            args, kwargs = resolve_kwargs(inner_f, args, kwargs)
+        a_prefix = args_prefix(axes, len(args))
         call = split_inputs(args, kwargs, (a_prefix, 0), AXES_SPEC, mode)
         if donate_argnums:
             positions = {i % len(args) for i in donate_argnums}
@@ -237,17 +244,62 @@ def _mapped(
         slots, groups = call.groups(in_keys)
         in_static = InStatic(call.graphdef, slots, a_prefix)
         entry = Traced(functools.partial(run_mapped, in_static))
-        out, out_groups = entry.call(groups)
+        try:
+            out, out_groups = entry.call(groups)
+        except ValueError as error:
+            if by_closure:
+                last = getattr(current, "out", None)  # Static(OutStatic) of this trace
+                better = _batched_broadcast_error(error, getattr(last, "value", None), name)
+                if better is not None:
+                    raise better from None
+            raise
         result = call.finish(out, out_groups)
         if by_closure and out.inputs_kept and same_trace(call):
             key = plan_key(args, kwargs)
             if key is not None:
-                plans.put((key, ()), Plan(call, entry, slots, len(in_keys), args, kwargs))
+                plan = Plan(
+                    call, entry, slots, len(in_keys), args, kwargs, donated=bool(donate_argnums)
+                )
+                plans.put((key, ()), plan)
         return result
 
     result = bind(wrapper, bound, f)
     result.cache_info = plans.info  # type: ignore[attr-defined]
     return result
+
+
+_BATCHED = re.compile(
+    r"at vmap out_axes\[(\d+)\]\[(\d+)\], got axis spec None but output was batched on "
+    r"axis (\d+)"
+)
+
+
+def _batched_broadcast_error(
+    error: ValueError, out_static: OutStatic | None, name: str
+) -> ValueError | None:
+    """JAX names a leaf that comes back batched where its axis is ``None`` by its
+    place among flaxgraph's groups (``out_axes[g][i]``); this error names its path
+    (``args[0]['broadcast']``) instead, and says why and what to do."""
+    match = _BATCHED.search(str(error))
+    if match is None or not isinstance(out_static, OutStatic):
+        return None
+    g, i, axis = (int(x) for x in match.groups())
+    paths = out_static.graphdef.leaf_paths
+    found = [p for p, src in zip(paths, out_static.sources) if src == (OUT, g, i)]
+    if not found:
+        return None
+    path = found[0]
+    root = ("output", "args", "kwargs")[path[0]]  # type: ignore[index]
+    where = root + "".join(f"[{k!r}]" for k in path[1:])
+    return ValueError(
+        f"at {name} {where}, got axis spec None but output was batched on axis {axis}: "
+        f"the value at {where} is broadcast (out axis None) but became different per "
+        f"instance inside nnx.{name} (e.g. updated under a mapped nnx.cond).\n"
+        f"  1. map it instead (an int axis, e.g. in a StateAxes) so each instance keeps "
+        "its own value;\n"
+        "  2. or do not update it inside the transform (or update it the same way for "
+        "every instance)."
+    )
 
 
 def _shift_axes(in_axes: Any, n_bound: int) -> Any:
@@ -277,8 +329,13 @@ def vmap(
       f: the function (or method: ``@nnx.vmap def __init__(self, seed)`` builds a
         stack of weights in ``self``).
       in_axes: an int, ``None``, or one entry per positional argument; at an
-        object, an int/None for all its state or ``StateAxes({filter: axis})``.
-        Keyword arguments are mapped on axis 0, as in JAX.
+        object, an int/None for all its state, ``StateAxes({filter: axis})``, or a
+        per-Variable prefix matched by path: ``nnx.prefix(obj, {filter: axis})`` (a
+        ``NodeStates`` in graph mode, a prefix-valued copy of the object in tree
+        mode) or a ``State`` of axes. Keyword arguments are mapped on axis 0, as in
+        JAX; when ``in_axes`` has more entries than positional arguments, keyword
+        arguments are first bound to their positions (defaults filled in), as in
+        Flax NNX 0.12.
       out_axes: the same over the output (and objects in it).
       axis_name, axis_size, spmd_axis_name: as in ``jax.vmap``; ``axis_size`` is
         required when nothing is mapped (e.g. vmapping an initializer with no
@@ -299,6 +356,10 @@ def vmap(
         along different paths (inputs or outputs); the message lists every path.
       PrefixError (``ValueError``): ``in_axes``/``out_axes`` do not fit the
         arguments (e.g. ``StateAxes`` given for a tuple).
+      ValueError: when created, ``in_axes``/``out_axes`` hold a Variable, a graph
+        node in graph mode, or a lift type without graph updates; when called, a
+        value broadcast with axis ``None`` came back batched (the message names its
+        path), or ``in_axes`` does not have one entry per positional argument.
       TraceContextError (``ValueError``): a captured object is mutated or returned.
 
     Example (seed 003)::

@@ -9,7 +9,8 @@ uses when ``ref=`` / ``hijax=`` are not given:
 
 Called with no argument it returns the current ``VarDefaults``. Called with
 arguments it sets them for the rest of the program *and* returns a context
-manager that restores the previous defaults on exit, so both spellings work::
+manager that restores the previous defaults on exit, which is also a decorator
+that applies the defaults only while the decorated function runs::
 
   >>> import flaxgraph as nnx
   >>> nnx.var_defaults()
@@ -27,17 +28,38 @@ Source: Flax NNX 0.12 ``nnx.var_defaults`` (the "Hijax" guide).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
-from typing import NamedTuple
+from typing import Any, TypeVar, cast
 
 from flaxgraph.config import Flag
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-class VarDefaults(NamedTuple):
-    """The defaults new Variables use for ``hijax`` and ``ref`` (both ``bool``)."""
+
+@dataclasses.dataclass(frozen=True)
+class VarDefaults(Mapping[str, bool]):
+    """The defaults new Variables use for ``hijax`` and ``ref`` (both ``bool``).
+
+    Read them as attributes (``d.hijax``) or as a read-only mapping
+    (``d['ref']``, ``dict(d)``, ``**d``), as in Flax NNX 0.12.
+    """
 
     hijax: bool
     ref: bool
+
+    def __getitem__(self, key: str) -> bool:
+        if key not in ("hijax", "ref"):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("hijax", "ref"))
+
+    def __len__(self) -> int:
+        return 2
 
 
 VAR_DEFAULTS: Flag[VarDefaults] = Flag("var_defaults", VarDefaults(hijax=False, ref=False))
@@ -47,16 +69,23 @@ VAR_DEFAULTS: Flag[VarDefaults] = Flag("var_defaults", VarDefaults(hijax=False, 
 class VarDefaultsContext:
     """What ``var_defaults(...)`` returns when it changes the defaults.
 
-    The change has already happened when this object exists; using it in a
-    ``with`` block restores the defaults that were in force before the call when
-    the block ends. Attribute access (``.hijax``, ``.ref``) reads the new defaults.
+    The change has already happened when this object exists. Three ways to use it:
+
+    * as a statement, the new defaults hold for the rest of the program;
+    * in a ``with`` block, the defaults in force before the call come back when
+      the block ends;
+    * as a decorator (``@nnx.var_defaults(hijax=True)``), the call's change is
+      undone at once and re-applied around every call of the decorated function.
+
+    Attribute access (``.hijax``, ``.ref``) reads the new defaults.
     """
 
-    __slots__ = ("previous", "current")
+    __slots__ = ("previous", "current", "changes")
 
-    def __init__(self, previous: VarDefaults, current: VarDefaults):
+    def __init__(self, previous: VarDefaults, current: VarDefaults, changes: dict[str, bool]):
         self.previous = previous
         self.current = current
+        self.changes = changes  # only the fields the call gave
 
     @property
     def hijax(self) -> bool:
@@ -75,7 +104,26 @@ class VarDefaultsContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        VAR_DEFAULTS.set_globally(self.previous)
+        VAR_DEFAULTS.set_current(self.previous)
+
+    def __call__(self, fn: F) -> F:
+        """Decorator use: ``fn`` runs with the given defaults; outside it they are
+        as before the ``var_defaults(...)`` call."""
+        VAR_DEFAULTS.set_current(self.previous)
+        if not callable(fn):
+            raise TypeError(
+                f"var_defaults(...) used as a decorator needs a function, got "
+                f"{type(fn).__name__}. Write @nnx.var_defaults(hijax=True) above a def, "
+                "or use it in a with block."
+            )
+        changes = self.changes
+
+        @functools.wraps(fn)
+        def with_var_defaults(*args: Any, **kwargs: Any) -> Any:
+            with VAR_DEFAULTS.scoped(dataclasses.replace(VAR_DEFAULTS.get(), **changes)):
+                return fn(*args, **kwargs)
+
+        return cast(F, with_var_defaults)
 
     def __repr__(self) -> str:
         return f"VarDefaultsContext({self.current!r}, previous={self.previous!r})"
@@ -93,7 +141,9 @@ def var_defaults(
     Returns:
       With no argument, the current ``VarDefaults(hijax, ref)``. Otherwise a
       ``VarDefaultsContext``: the new defaults are already in force; ``with`` it to
-      restore the previous ones at the end of the block.
+      restore the previous ones at the end of the block, or use it as a decorator
+      (``@nnx.var_defaults(hijax=True)``) to apply them only while the decorated
+      function runs.
 
     Raises:
       TypeError: if ``hijax`` or ``ref`` is not a ``bool`` or ``None``.
@@ -120,5 +170,6 @@ def var_defaults(
         hijax=previous.hijax if hijax is None else hijax,
         ref=previous.ref if ref is None else ref,
     )
-    VAR_DEFAULTS.set_globally(current)
-    return VarDefaultsContext(previous, current)
+    VAR_DEFAULTS.set_current(current)
+    changes = {k: v for k, v in (("hijax", hijax), ("ref", ref)) if v is not None}
+    return VarDefaultsContext(previous, current, changes)

@@ -31,13 +31,36 @@ _NAME_TO_TYPE: dict[str, type[Variable[Any]]] = {}
 _TYPE_TO_NAME: dict[type[Variable[Any]], str] = {}
 
 
-def register_variable_name(name: str, typ: type[Variable[Any]], *, overwrite: bool = False) -> None:
+def register_variable_name(
+    name: str, typ: type[Variable[Any]] | None = None, *, overwrite: bool = False
+) -> Any:
     """Associates the collection name ``name`` (e.g. ``'params'``) with a Variable kind.
+
+    Args:
+      name: a Linen-style collection name.
+      typ: the Variable kind; omitted, a class decorator is returned
+        (``@nnx.register_variable_name('counts')``).
+      overwrite: replace an existing registration of ``name``.
+
+    Returns:
+      ``typ`` (or, without ``typ``, a decorator that registers and returns its class).
 
     Raises:
       ValueError: if ``name`` is already registered to another kind and
         ``overwrite`` is False.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> @nnx.register_variable_name('counts_doc')
+      ... class Count(nnx.Variable): pass
+      >>> nnx.variable_type_from_name('counts_doc') is Count
+      True
+
+    Source: Flax NNX 0.12 ``nnx.register_variable_name`` (also a decorator).
     """
+    if typ is None:
+        return lambda cls: register_variable_name(name, cls, overwrite=overwrite)
     if not overwrite and _NAME_TO_TYPE.get(name, typ) is not typ:
         raise ValueError(
             f"Variable name {name!r} is already registered to {_NAME_TO_TYPE[name].__name__}; "
@@ -45,6 +68,7 @@ def register_variable_name(name: str, typ: type[Variable[Any]], *, overwrite: bo
         )
     _NAME_TO_TYPE[name] = typ
     _TYPE_TO_NAME[typ] = name
+    return typ
 
 
 def variable_name_from_type(typ: type[Variable[Any]], *, allow_register: bool = False) -> str:

@@ -107,3 +107,34 @@ def write(kind: str, ref: Any, index: Any, value: Any, captured: bool) -> None:
             "it as an argument of the transformed function (e.g. `nnx.vmap(f)(model, x)` "
             "instead of using `model` from the enclosing scope)."
         ) from error
+
+
+# -- the transforms' fast path ------------------------------------------------------------
+# A Ref's content read or written with `ref[...]` outside any trace is one eagerly
+# dispatched JAX operation each (hundreds of microseconds). A transform's fast path
+# only needs the current array, to pass it straight to a compiled call, and to
+# replace it by an array the compiled call produced for it alone: JAX keeps that
+# array as the Ref's `_refs._buf` (its compiled calls update it the same way). These
+# two functions use it where this JAX has it; elsewhere they fall back to `ref[...]`.
+
+
+def peek(ref: Any) -> Any:
+    """The Ref's current array, not copied: only to hand straight to a compiled call
+    (the array is the Ref's own and changes when the Ref is written)."""
+    if type(ref) is _REF_TYPE:
+        try:
+            return ref._refs._buf
+        except AttributeError:  # another JAX: the public (copying) read
+            pass
+    return ref[...]
+
+
+def install(ref: Any, value: Any) -> None:
+    """Makes ``value`` (an array of the Ref's shape and dtype that nothing else holds,
+    e.g. an output of a compiled call written nowhere else) the Ref's content."""
+    if type(ref) is _REF_TYPE:
+        refs_box = ref._refs
+        if hasattr(refs_box, "_buf"):
+            refs_box._buf = value
+            return
+    ref[...] = value

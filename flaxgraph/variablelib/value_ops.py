@@ -27,6 +27,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 
 
@@ -49,12 +50,15 @@ class ValueOps:
         return np.asarray(self.raw_value, dtype=dtype)
 
     def __getitem__(self, key: Any) -> Any:
-        return self.raw_value[key]
+        # Through get_value, so a subclass that overrides it is honoured (Flax 0.12).
+        return self.get_value(index=key)  # type: ignore[attr-defined]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if key is Ellipsis:
+        if key is Ellipsis and not _fills_array(self, value):
             self.set_value(value)
         else:
+            # ``v[...] = 2`` on an array writes into the array (shape and dtype kept),
+            # as in Flax 0.12.
             self.set_value(value, index=key)
 
     def __len__(self) -> int:
@@ -137,3 +141,14 @@ for _name, _op in [
     ("invert", operator.invert),
 ]:
     setattr(ValueOps, f"__{_name}__", (lambda op: lambda self: op(self.raw_value))(_op))
+
+
+def _fills_array(v: Any, value: Any) -> bool:
+    """Whether ``v[...] = value`` writes a scalar into the Variable's JAX array
+    (broadcast, dtype kept) instead of replacing the value: a plain (not Ref-backed)
+    Variable holding a JAX array, and a ``value`` that is no array."""
+    return (
+        getattr(v, "_var_ref", None) is None
+        and isinstance(v.raw_value, jax.Array)
+        and not hasattr(value, "shape")
+    )

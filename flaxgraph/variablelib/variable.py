@@ -245,7 +245,8 @@ class Variable(ValueOps, Generic[A]):
             raise TraceContextError(
                 f"Cannot {what} of {type(self).__name__}{_value_summary(self.raw_value)}: "
                 "it was created outside the current JAX transform and was captured by "
-                "closure, so the new value would leak a tracer.\n"
+                f"closure (Cannot mutate {type(self).__name__} from a different trace "
+                "level), so the new value would leak a tracer.\n"
                 "Fix: pass the object that holds it as an argument of the transformed "
                 "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
                 "enclosing scope)."
@@ -320,6 +321,14 @@ class Variable(ValueOps, Generic[A]):
             index = ...
         refs.write(type(self).__name__, ref, index, value, self._var_trace != current_trace())
 
+    def _check_settable(self) -> None:
+        """Raises what ``set_value`` would raise before it computes anything: for
+        callers (``RngStream``) whose new value is computed from values that may be
+        tracers of another trace."""
+        self._check_mutable()
+        if self._var_ref is None:
+            self._check_trace("set the value")
+
     def get_raw_value(self) -> Any:
         """The storage: the ``jax.Ref`` of a Ref-backed Variable, else the value."""
         ref = self._var_ref
@@ -344,6 +353,22 @@ class Variable(ValueOps, Generic[A]):
     def mutable(self) -> bool:
         """``False`` for a read-only Variable (made with ``mutable=False``)."""
         return self._var_metadata.get("mutable", True) is not False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the value (a Variable holding a callable proxies the call, as in
+        Flax NNX 0.12).
+
+        Raises:
+          TypeError: the value is not callable.
+        """
+        value = self.get_value()
+        if not callable(value):
+            raise TypeError(
+                f"'{type(self).__name__}' object is not callable: its value is a "
+                f"{type(value).__name__}.\nFix: read the value (`v[...]`) instead of calling "
+                "the Variable."
+            )
+        return value(*args, **kwargs)
 
     # -- metadata ---------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
@@ -597,32 +622,54 @@ def _value_summary(value: Any) -> str:
     return ""
 
 
-def _freeze_metadata(metadata: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted(metadata.items()))
+_VALUE_KEY = jax.tree_util.GetAttrKey("value")
+_REF_TYPE = jax.Ref
+_Tracer = jax.core.Tracer
 
 
-def _tree_child(v: Variable[Any]) -> Any:
+def _tree_flatten(v: Variable[Any]) -> tuple[tuple[Any], dict[str, Any]]:
+    # The aux data is the metadata dict itself: JAX compares aux data with == (dicts
+    # compare as the sorted items did) and does not hash it, and a Variable's
+    # metadata dict is never mutated in place, so sharing it is safe and costs nothing.
     # A writable Ref-backed Variable shows JAX its Ref (raw jax.jit then sees a
     # mutable input); a read-only one shows its value (raw jax.grad accepts it).
     ref = v._var_ref
-    if ref is None or v._var_metadata.get("mutable", True) is False:
-        return v.raw_value
-    return ref
+    metadata = v._var_metadata
+    if ref is None or metadata.get("mutable", True) is False:
+        return (v.raw_value,), metadata
+    return (ref,), metadata
+
+
+def _tree_flatten_with_keys(v: Variable[Any]) -> tuple[tuple[tuple[Any, Any]], dict[str, Any]]:
+    ref = v._var_ref
+    metadata = v._var_metadata
+    if ref is None or metadata.get("mutable", True) is False:
+        return ((_VALUE_KEY, v.raw_value),), metadata
+    return ((_VALUE_KEY, ref),), metadata
 
 
 def _register_variable_pytree(cls: type) -> None:
-    def flatten_with_keys(v: Variable[Any]) -> Any:
-        return ((jax.tree_util.GetAttrKey("value"), _tree_child(v)),), _freeze_metadata(
-            v._var_metadata
-        )
+    new = object.__new__
+    from_parts = cls._from_parts  # type: ignore[attr-defined]
 
-    def flatten(v: Variable[Any]) -> Any:
-        return (_tree_child(v),), _freeze_metadata(v._var_metadata)
+    def unflatten(metadata: dict[str, Any], children: Any) -> Variable[Any]:
+        value = children[0]
+        t = type(value)
+        if (
+            "ref" in metadata
+            or "hijax" in metadata
+            or t is _REF_TYPE
+            or (issubclass(t, _Tracer) and refs.is_ref(value))
+        ):
+            return from_parts(value, metadata)  # type: ignore[no-any-return]
+        obj = new(cls)  # a plain Variable: what _from_parts does, without its checks
+        _set_trace(obj, current_trace())
+        _set_metadata(obj, metadata)
+        _set_ref(obj, None)
+        _set_slot(obj, value)
+        return obj  # type: ignore[no-any-return]
 
-    def unflatten(metadata: tuple[tuple[str, Any], ...], children: Any) -> Variable[Any]:
-        return cls._from_parts(children[0], dict(metadata))
-
-    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    jax.tree_util.register_pytree_with_keys(cls, _tree_flatten_with_keys, unflatten, _tree_flatten)
 
 
 _register_variable_pytree(Variable)

@@ -173,7 +173,8 @@ def test_merge_missing_leaves_names_paths():
         nnx.GraphStructureError, match=r"missing leaves at linear/bias, linear/kernel"
     ):
         nnx.merge(graphdef, rest)
-    with pytest.raises(ValueError, match=r"pass every State that split returned"):
+    # As in Flax 0.12 (merge(graphdef, state, /, *states)): no State at all is a TypeError.
+    with pytest.raises(TypeError, match=r"missing 1 required positional argument: 'state'"):
         nnx.merge(graphdef)
 
 

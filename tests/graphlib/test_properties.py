@@ -162,8 +162,13 @@ def test_update_writes_data_marked_scalars() -> None:
     nnx.update(g, nnx.State({"step": 4}))
     assert g.step == 4
     assert nnx.graphdef(g) == graphdef  # still marked data
-    with pytest.raises(nnx.GraphStructureError, match="has a int there"):
-        nnx.update(Node(step=3), nnx.State({"step": 4}))  # a static int is no leaf
+    # As in Flax 0.12, a State leaf also overwrites a plain static value.
+    plain = Node(step=3)
+    nnx.update(plain, nnx.State({"step": 4}))
+    assert plain.step == 4
+    d = {"a": {"b": 1, "c": nnx.Param(jnp.array(2))}}
+    nnx.update(d, {"a": {"b": 5, "c": jnp.array(10)}})
+    assert d["a"]["b"] == 5 and d["a"]["c"][...] == 10
 
 
 @pytest.mark.parametrize("value", [None, ..., 3, "s", (None, 1)])

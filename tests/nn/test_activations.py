@@ -39,3 +39,14 @@ def test_prelu():
     assert isinstance(act.negative_slope, nnx.Param)
     g = nnx.grad(lambda m, x: jnp.sum(m(x)))(act, x)
     np.testing.assert_allclose(g["negative_slope"].value, -2.0)
+
+
+def test_prelu_without_dtype_computes_in_the_inputs_dtype():
+    # as Linen: the float32 slope is cast to the float16 inputs
+    act = nn.PReLU(0.02, param_dtype=jnp.float32)
+    x = jnp.linspace(-10, 10, 20, dtype=jnp.float16)
+    y = act(x)
+    assert y.dtype == jnp.float16
+    want = jnp.where(x >= 0, x, jnp.asarray(0.02, jnp.float16) * x)
+    np.testing.assert_array_equal(y, want)
+    assert nn.PReLU(0.02, dtype=jnp.float32)(x).dtype == jnp.float32

@@ -56,10 +56,26 @@ def test_masks():
 
 
 def test_dot_product_attention_shape_errors():
-    with pytest.raises(LayerShapeError, match="equal num_heads"):
+    with pytest.raises(LayerShapeError, match=r"query heads \(2\) must be a multiple of key"):
         dot_product_attention(rand(1, 4, 2, 8), rand(1, 4, 3, 8), rand(1, 4, 3, 8))
-    with pytest.raises(LayerShapeError, match="equal key and value length"):
+    with pytest.raises(LayerShapeError, match="key and value lengths must match"):
         dot_product_attention(rand(1, 4, 2, 8), rand(1, 4, 2, 8), rand(1, 5, 2, 8))
+    with pytest.raises(ValueError, match="same rank"):
+        dot_product_attention(rand(1, 4, 2, 8), rand(4, 2, 8), rand(4, 2, 8))
+    with pytest.raises(ValueError, match="batch dims must match"):
+        dot_product_attention(rand(1, 4, 2, 8), rand(2, 4, 2, 8), rand(2, 4, 2, 8))
+    with pytest.raises(ValueError, match="depths must match"):
+        dot_product_attention(rand(1, 4, 2, 8), rand(1, 4, 2, 7), rand(1, 4, 2, 8))
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 3])
+def test_grouped_query_attention_equals_repeated_heads(reference_attention, kv_heads):
+    # query head i uses key/value head i // (6 // kv_heads), as jax.nn does
+    q, k, v = rand(2, 4, 6, 8), rand(2, 5, kv_heads, 8), rand(2, 5, kv_heads, 8)
+    rep = 6 // kv_heads
+    want = reference_attention(q, jnp.repeat(k, rep, axis=-2), jnp.repeat(v, rep, axis=-2))
+    close(dot_product_attention(q, k, v), want)
+    close(dot_product_attention(q, k, v), jax.nn.dot_product_attention(q, k, v))
 
 
 def test_attention_dropout():

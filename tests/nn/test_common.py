@@ -38,7 +38,7 @@ def test_params_and_broadcast():
     assert isinstance(p, nnx.Param) and p.tag == "a" and p.shape == (2, 3)
     init = nnx.with_partitioning(jax.nn.initializers.ones, ("x", None, "y"))
     q = make_reshaped_param(init, jax.random.key(0), (6, 4), (2, 3, 4), jnp.float32, {})
-    assert q.shape == (2, 3, 4) and q.sharding == ("x", None, "y")
+    assert q.shape == (2, 3, 4) and q.out_sharding == ("x", None, "y")
     assert broadcast_right(jnp.ones(3), 3).shape == (1, 1, 3)
 
 

@@ -76,3 +76,10 @@ def test_out_sharding():
         np.testing.assert_allclose(
             np.asarray(logits), np.asarray(q @ emb.embedding.value.T), rtol=1e-6
         )
+
+
+def test_one_row_table_is_broadcast_to_every_id():
+    embed = nnx.Embed(1, 3, rngs=nnx.Rngs(0))
+    out = embed(jnp.array([[0, 5], [10, -1]]))
+    assert out.shape == (2, 2, 3)
+    np.testing.assert_array_equal(out, jnp.broadcast_to(embed.embedding.value[0], (2, 2, 3)))

@@ -48,10 +48,7 @@ LAYERS = {
 }
 
 # (layer, method, parameter): why flaxgraph lacks it
-MISSING = {
-    ("RNN", "__init__", "broadcast_rngs"): "RNN carries the cell's whole state through "
-    "scan (state_axes); per-step RNG broadcasting is not implemented yet",
-}
+MISSING: dict[tuple[str, str, str], str] = {}
 # (layer, method, parameter): why flaxgraph has it and Flax does not
 EXTRA: dict[tuple[str, str, str], str] = {}
 # (layer, method): parameter order differs (the parameters are keyword-only)

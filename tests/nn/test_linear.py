@@ -61,7 +61,7 @@ class TestLinear:
     def test_with_partitioning(self):
         init = nnx.with_partitioning(jax.nn.initializers.lecun_normal(), ("data", "model"))
         layer = Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
-        assert layer.kernel.sharding == ("data", "model")
+        assert layer.kernel.out_sharding == ("data", "model")
         assert layer.kernel.shape == (2, 3)
 
     def test_rngs_params_stream(self):
@@ -261,3 +261,9 @@ def test_linear_general_dot_general_cls():
     close(layer(x), x @ layer.kernel.value + layer.bias.value[None])
     with pytest.raises(ValueError, match="at most one of dot_general and dot_general_cls"):
         LinearGeneral(3, 4, dot_general=jax.lax.dot_general, dot_general_cls=Dot, rngs=nnx.Rngs(0))
+
+
+def test_einsum_bias_shape_may_be_an_int():
+    layer = Einsum("ik,kj->ij", (5, 4), 4, rngs=nnx.Rngs(0))
+    assert layer.bias_shape == (4,) and layer.bias.value.shape == (4,)
+    assert layer(jnp.ones((2, 5))).shape == (2, 4)

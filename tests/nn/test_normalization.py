@@ -307,3 +307,14 @@ def test_jit_and_grad(make):
     close(nnx.jit(lambda m, x: m(x))(layer, x), layer(x))
     grads = nnx.grad(lambda m, x: jnp.sum(m(x) * x))(layer, x)
     assert all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
+
+
+def test_group_norm_mask_over_features_only_broadcasts():
+    # a mask of shape (num_features,) selects features for every example, as in Linen
+    x = jax.random.normal(jax.random.key(0), (10, 6))
+    mask = np.array([True, False, True, False, True, False])
+    gn = GroupNorm(6, num_groups=3, rngs=nnx.Rngs(0))
+    full = gn(x, mask=np.broadcast_to(mask, x.shape))
+    np.testing.assert_array_equal(gn(x, mask=mask), full)
+    # each group holds one selected feature, so those come out as zero
+    np.testing.assert_allclose(np.asarray(full)[:, mask], 0.0, atol=1e-6)

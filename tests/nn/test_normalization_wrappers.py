@@ -368,3 +368,24 @@ def test_layers_built_alike_share_a_graphdef():
         a, b = make(), make()
         assert nnx.graphdef(a) == nnx.graphdef(b)
         assert hash(nnx.graphdef(a)) == hash(nnx.graphdef(b))
+
+
+def test_spectral_norm_iterates_in_the_stored_dtype():
+    # dtype=float16 rounds only the normalized kernel, as in Linen/Flax NNX
+    lin = nnx.Linear(5, 4, rngs=nnx.Rngs(0))
+    kernel = lin.kernel.value
+    layer = nnx.SpectralNorm(lin, dtype=jnp.float16, rngs=nnx.Rngs(1))
+    u = layer.batch_stats[("kernel", "u")].value
+    w_new, _, sigma = layer._normalized(kernel, u)
+    assert w_new.dtype == jnp.float16 and sigma.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(w_new), np.asarray((kernel / sigma).astype(jnp.float16)))
+
+
+def test_weight_norm_rounds_only_the_result_to_dtype():
+    lin = nnx.Linear(8, 4, rngs=nnx.Rngs(0))
+    kernel = lin.kernel.value
+    layer = nnx.WeightNorm(lin, dtype=jnp.float16, rngs=nnx.Rngs(1))
+    got = layer._normalized(("kernel",), kernel)
+    want = kernel * jax.lax.rsqrt(jnp.sum(kernel * kernel, 0, keepdims=True) + 1e-12)
+    assert got.dtype == jnp.float16
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want.astype(jnp.float16)))

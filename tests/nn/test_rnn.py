@@ -112,6 +112,31 @@ def test_rnn_carries_cell_rng_state():
     close(rnn(xs), RNN(GRUCell(3, 4, rngs=nnx.Rngs(0)))(xs))
 
 
+def test_rnn_broadcast_rngs_gives_every_step_one_key_per_call():
+    class MaskCell(GRUCell):
+        # outputs the dropout mask of ones, so each step's mask is visible
+        def __init__(self, *args, rngs, **kwargs):
+            super().__init__(*args, rngs=rngs, **kwargs)
+            self.drop = Dropout(0.5, rng_collection="recurrent", rngs=rngs)
+
+        def __call__(self, carry, x):
+            new_carry, _ = super().__call__(carry, x)
+            return new_carry, self.drop(jnp.ones_like(new_carry))
+
+    cell = MaskCell(3, 16, rngs=nnx.Rngs(0, recurrent=1))
+    rnn = RNN(cell, broadcast_rngs="recurrent")
+    xs = jnp.ones((2, 5, 3))
+    ys = rnn(xs)
+    assert int(cell.drop.rngs.count.value) == 1  # one draw per call
+    for t in range(1, 5):
+        close(ys[:, t], ys[:, 0])  # the same mask at every step
+    assert not np.array_equal(np.asarray(rnn(xs)), np.asarray(ys))  # a new one per call
+    assert int(cell.drop.rngs.count.value) == 2
+    # without broadcast_rngs the stream is carried: one key per step
+    carried = RNN(MaskCell(3, 16, rngs=nnx.Rngs(0, recurrent=1)))(xs)
+    assert not np.array_equal(np.asarray(carried[:, 1]), np.asarray(carried[:, 0]))
+
+
 def test_bidirectional():
     fwd = RNN(GRUCell(3, 4, rngs=nnx.Rngs(0)))
     bwd = RNN(GRUCell(3, 4, rngs=nnx.Rngs(1)))

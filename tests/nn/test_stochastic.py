@@ -56,7 +56,9 @@ def test_forked_stream_per_layer():
 
 def test_call_time_rngs():
     drop = Dropout(0.5)
-    with pytest.raises(ValueError, match="needs random keys"):
+    with pytest.raises(
+        ValueError, match="`deterministic` is False, but no `rngs` argument was provided to Dropout"
+    ):
         drop(X)
     key = jax.random.key(3)
     a = drop(X, rngs=key)

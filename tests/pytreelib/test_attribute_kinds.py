@@ -71,15 +71,18 @@ def test_deprecated_data_and_static_annotations_warn_and_work():
             a: nnx.Data[int]
             b: nnx.Static[int]
 
-            def __init__(self):
+            def __init__(self, b):
                 self.a = 1
-                self.b = jnp.ones(1)  # static although it is an array
+                self.b = b
 
     assert sorted(str(w.message)[:10] for w in rec) == ["nnx.Data[T", "nnx.Static"]
     with pytest.warns(DeprecationWarning, match=r"nnx.Static\[T\]"):
         nnx.Static[int]
-    old = Old()
+    old = Old(2.0)
     assert jax.tree.leaves(old) == [1]
+    # An array in a declared-static attribute is an error, as in Flax NNX 0.12.8.
+    with pytest.raises(ValueError, match="Found unexpected data on value of type 'ArrayImpl'"):
+        Old(jnp.ones(1))
 
 
 def test_deprecated_annotation_as_a_string():
@@ -145,11 +148,12 @@ def test_check_pytree():
     nnx.check_pytree(Good())
 
     class Bad(nnx.Pytree):
-        def __init__(self):
-            self.table = nnx.static([jnp.ones(1), nnx.Param(1)])
+        table: list = nnx.static()
 
+    bad = Bad()
+    vars(bad).update(table=[jnp.ones(1), nnx.Param(1)])  # past __setattr__'s own check
     with pytest.raises(ValueError, match=r"Bad\.table holds data \(ArrayImpl, Param\)"):
-        nnx.check_pytree(Bad())
+        nnx.check_pytree(bad)
     with pytest.raises(TypeError, match=r"expects an nnx\.Pytree"):
         nnx.check_pytree({"a": 1})
 

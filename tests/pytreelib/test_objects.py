@@ -202,15 +202,31 @@ def test_data_and_static_markers_override_pytree_classification():
     class Marked(nnx.Pytree):
         def __init__(self):
             self.step = nnx.data(3)
-            self.table = nnx.static(jnp.ones(2))
+            self.table = nnx.static((1, 2))
             self.w = jnp.ones(1)
 
     m = Marked()
-    assert m.step == 3 and isinstance(m.table, jax.Array)  # the marker is unwrapped
+    assert m.step == 3 and m.table == (1, 2)  # the marker is unwrapped
     leaves = jax.tree.leaves(m)
     assert leaves == [3, m.w]
     out = jax.tree.map(lambda x: x + 1, m)
     assert out.step == 4 and out.table is m.table
+
+
+def test_data_in_a_static_attribute_is_an_error_at_assignment():
+    # As in Flax NNX 0.12.8 (module_test PytreeTest); the object is left unchanged.
+    class Marked(nnx.Pytree):
+        def __init__(self):
+            self.n = nnx.static(3)
+
+    m = Marked()
+    with pytest.raises(ValueError, match=r"Found data in value of type 'ArrayImpl' annotated"):
+        m.table = nnx.static(jnp.ones(2))
+    with pytest.raises(ValueError, match=r"Found data on value of type 'list' assigned to static"):
+        m.n = ["hi", jnp.ones(1)]
+    assert m.n == 3 and "table" not in vars(m)
+    m.n = nnx.data(jnp.ones(1))  # an explicit nnx.data changes the kind
+    assert len(jax.tree.leaves(m)) == 1
 
 
 def test_markers_in_graph_view():

@@ -144,5 +144,5 @@ def test_decorator_errors_name_paths_from_the_arguments() -> None:
     def f(a: int, r: nnx.Rngs) -> None:
         pass
 
-    with pytest.raises(ValueError, match=r"RngStream at args\[1\]\.params matches several"):
+    with pytest.raises(ValueError, match=r"RngStream at args\[1\]\.params matches multiple rules"):
         f(1, nnx.Rngs(params=0))

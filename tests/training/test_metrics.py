@@ -447,3 +447,26 @@ def test_masked_average_and_accuracy_match_flax():
         theirs.update(**batch, mask={"acc": mask})
     for name, value in theirs.compute().items():
         close(ours.compute()[name], value)
+
+
+def test_metric_split_merge_roundtrip():
+    acc = metrics.Accuracy()
+    acc.update(logits=jnp.array([[0.0, 1.0], [1.0, 0.0]]), labels=jnp.array([1, 1]))
+    graphdef, state = acc.split()
+    again = nnx.merge(graphdef, state)
+    assert float(again.compute()) == 0.5
+    _, counts, _ = acc.split(nnx.PathContains("count"), ...)
+    assert list(counts.to_pure_dict()) == ["count"]
+
+
+def test_average_mask_with_python_scalar_is_an_error():
+    avg = metrics.Average()
+    with pytest.raises(ValueError, match="if mask is provided, values should be a jax array"):
+        avg.update(values=2, mask=jnp.ones(5))
+    assert int(avg.count.value) == 0  # nothing was added
+
+
+def test_binary_accuracy_threshold_is_inclusive_and_labels_positive_above_zero():
+    acc = metrics.Accuracy(threshold=0.5)
+    acc.update(logits=jnp.array([0.5, 0.4, 0.9]), labels=jnp.array([1, 0, 2]))
+    assert float(acc.compute()) == 1.0

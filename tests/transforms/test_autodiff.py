@@ -171,7 +171,7 @@ def test_allow_int():
     assert g["i"].value.dtype == ref[1].dtype  # float0, as jax gives
 
 
-def test_grad_of_a_method_and_a_bound_method():
+def test_grad_of_a_method_and_a_bound_method_is_refused():
     class Lin(nnx.Module):
         def __init__(self):
             self.w = nnx.Param(jnp.array([1.0, 2.0]))
@@ -183,30 +183,37 @@ def test_grad_of_a_method_and_a_bound_method():
     x = jnp.array([3.0, 4.0])
     ref = jax.grad(lambda w: jnp.sum(w * x) ** 2)(lin.w.value)
     np.testing.assert_allclose(nnx.grad(Lin.energy)(lin, x)["w"].value, ref)
-    # bound: argnums count the explicit arguments
-    np.testing.assert_allclose(
-        nnx.grad(lin.energy)(x), jax.grad(lambda x: jnp.sum(lin.w.value * x) ** 2)(x)
-    )
+    # bound: refused in every mode, as in Flax NNX 0.12 (the error shows the fixes)
+    for graph in (True, False):
+        for transform in (nnx.grad, nnx.value_and_grad):
+            with pytest.raises(ValueError, match=r"(?s)bound methods.*nnx.\w+\(Lin.energy\)"):
+                transform(lin.energy, graph=graph)
+    with pytest.raises(ValueError, match=r"nnx\.vjp does not support bound methods"):
+        nnx.vjp(lin.energy, x)
+    with pytest.raises(ValueError, match=r"nnx\.jvp does not support bound methods"):
+        nnx.jvp(lin.energy, (x,), (x,))
+    with pytest.raises(ValueError, match=r"nnx\.remat does not support bound methods"):
+        nnx.remat(lin.energy)
 
 
-def test_negative_argnums_of_a_bound_method_count_from_the_end():
+def test_negative_argnums_of_a_module_instance_count_from_the_end():
     # Regression: negative argnums were shifted past `self` like positive ones, so
-    # argnums=-1 of a bound method differentiated the Module.
+    # argnums=-1 of nnx.grad(instance) differentiated the Module.
     class Lin(nnx.Module):
         def __init__(self):
             self.w = nnx.Param(jnp.array([1.0, 2.0]))
 
-        def energy(self, x, y):
+        def __call__(self, x, y):
             return jnp.sum(self.w.value * x * y)
 
     lin, x, y = Lin(), jnp.array([3.0, 4.0]), jnp.array([5.0, 7.0])
-    np.testing.assert_allclose(nnx.grad(lin.energy, argnums=-1)(x, y), lin.w.value * x)
-    np.testing.assert_allclose(nnx.grad(lin.energy, argnums=-2)(x, y), lin.w.value * y)
-    gx, gy = nnx.grad(lin.energy, argnums=(0, -1))(x, y)
+    np.testing.assert_allclose(nnx.grad(lin, argnums=-1)(x, y), lin.w.value * x)
+    np.testing.assert_allclose(nnx.grad(lin, argnums=-2)(x, y), lin.w.value * y)
+    gx, gy = nnx.grad(lin, argnums=(0, -1))(x, y)
     np.testing.assert_allclose(gx, lin.w.value * y)
     np.testing.assert_allclose(gy, lin.w.value * x)
     # unbound: -3 is the module itself
-    g = nnx.grad(Lin.energy, argnums=nnx.DiffState(-3, nnx.Param))(lin, x, y)
+    g = nnx.grad(Lin.__call__, argnums=nnx.DiffState(-3, nnx.Param))(lin, x, y)
     np.testing.assert_allclose(g["w"].value, x * y)
 
 
@@ -469,3 +476,39 @@ def test_a_failing_function_leaves_the_callers_objects_exactly_as_before(call):
     with pytest.raises(RuntimeError, match="boom"):
         call(m)
     assert_unchanged(m, before, clone)
+
+
+# -- Flax NNX 0.12 details of argnums (transforms_test.py::TestGrad) ----------------------------------
+
+
+def test_an_object_as_argnums_is_an_error_naming_the_fix():
+    m = nnx.Dict(a=nnx.Param(jnp.array(1.0)))
+    with pytest.raises(ValueError, match=r"(?s)Graph nodes are not allowed as prefixes.*DiffState"):
+        nnx.grad(lambda x: x, argnums=m)
+    with pytest.raises(ValueError, match=r"argnums\[1\]"):
+        nnx.value_and_grad(lambda x, y: x, argnums=(0, m))
+    with pytest.raises(TypeError, match=r"argnums entries must be ints.*is a bool"):
+        nnx.grad(lambda x: x, argnums=True)
+
+
+def test_a_state_argument_is_differentiated_whole():
+    # A State (or a Variable) reached through containers only is a pytree of
+    # Variables: every Variable is differentiated, not only Params.
+    m = nnx.Dict(a=nnx.Param(jnp.array(1.0)), s=nnx.BatchStat(jnp.array(3.0)))
+    graphdef, stats, rest = nnx.split(m, nnx.BatchStat, ...)
+
+    def f(stats, rest):
+        inner = nnx.merge(graphdef, stats, rest)
+        return inner.a.value * inner.s.value
+
+    g = nnx.grad(f)(stats, rest)
+    assert isinstance(g["s"], nnx.BatchStat) and float(g["s"].value) == 1.0
+    g_list = nnx.grad(lambda vs: vs[0].value * vs[1].value)([m.s, nnx.Variable(jnp.array(2.0))])
+    assert float(g_list[0].value) == 2.0 and float(g_list[1].value) == 3.0
+
+
+def test_a_variable_seen_twice_gets_an_empty_state_the_second_time():
+    p = nnx.Param(jnp.array(10.0))
+    grads = nnx.grad(lambda d: d["a"][0].value + d["b"].value)({"a": [p], "b": p})
+    assert float(grads["a"][0].value) == 2.0
+    assert isinstance(grads["b"], nnx.State) and len(grads["b"]) == 0

@@ -209,3 +209,90 @@ def test_objects_in_residuals():
     grads = nnx.grad(lambda m, x: jnp.sum(g(m, x)), argnums=(0, 1))(m, X)
     np.testing.assert_allclose(grads[0]["w"].value, 10 * jnp.cos(m.w.value) * X, rtol=1e-6)
     np.testing.assert_allclose(grads[1], jnp.sin(m.w.value), rtol=1e-6)
+
+
+# -- Flax NNX 0.12 details (transforms_test.py::TestCustomVJP) ----------------------------------------
+
+
+def test_bwd_declaring_updates_g_gets_the_cotangents_of_the_changes():
+    # The function doubles m.s; the loss depends on the new m.s, so its cotangent
+    # (d loss / d new s = 3) reaches bwd as updates_g; unchanged leaves are None.
+    seen = {}
+
+    @nnx.custom_vjp(graph_updates=False)
+    def g(m, x):
+        m.s.value = m.s.value * 2 + 1
+        return jnp.sum(m.w.value * x)
+
+    def g_fwd(m, x):
+        return g(m, x), (x,)
+
+    def g_bwd(res, out_g, updates_g):
+        (x,) = res
+        m_up, x_up = updates_g
+        seen["s"], seen["w"], seen["x"] = m_up.s, m_up.w, x_up
+        m_g = jax.tree.map(lambda v: v, nnx.clone(make()))
+        m_g.w.value = out_g * x
+        m_g.s.value = jnp.zeros(())
+        return m_g, jnp.zeros_like(x)
+
+    g.defvjp(g_fwd, g_bwd)
+
+    def loss(m):
+        y = g(m, X)
+        return y + 3 * m.s.value
+
+    grads = nnx.grad(loss, graph=False)(make())
+    np.testing.assert_allclose(grads.w.value, X)
+    assert isinstance(seen["s"], nnx.BatchStat) and float(seen["s"].value) == 3.0
+    assert seen["w"] is None and seen["x"] is None
+
+
+def test_a_bwd_without_updates_g_keeps_jax_signature():
+    calls = []
+
+    @nnx.custom_vjp(graph_updates=False)
+    def g(m):
+        m.s.value = m.s.value + 1
+        return jnp.sum(m.w.value)
+
+    g.defvjp(lambda m: (g(m), ()), lambda res, out_g: calls.append(out_g) or (make(),))
+    nnx.grad(lambda m: g(m), graph=False)(make())
+    assert len(calls) == 1
+
+
+def test_diffstate_in_nondiff_argnums_picks_the_differentiable_substate():
+    m = nnx.Dict(x=nnx.Param(jnp.array(1.0)), y=nnx.Param(jnp.array(2.0)))
+    only_x = nnx.DiffState(0, nnx.PathContains("x"))
+
+    @nnx.custom_vjp(nondiff_argnums=(only_x,))
+    def g(m):
+        return jnp.sin(m.x.value) * m.y.value
+
+    def g_bwd(res, out_g):
+        cos_x, y = res
+        return (nnx.State({"x": nnx.Param(10 * cos_x * y * out_g)}),)
+
+    g.defvjp(lambda m: (g(m), (jnp.cos(m.x.value), m.y.value)), g_bwd)
+    grads = nnx.grad(g, argnums=nnx.DiffState(0, ...))(m)
+    np.testing.assert_allclose(grads["x"].value, 10 * jnp.cos(1.0) * 2.0)
+    np.testing.assert_allclose(grads["y"].value, 0.0)  # y is not differentiated
+
+
+def test_diffstate_in_nondiff_argnums_needs_graph_updates():
+    with pytest.raises(ValueError, match="`nondiff_argnums` cannot contain `DiffState` objects"):
+        nnx.custom_vjp(lambda m: m, nondiff_argnums=(nnx.DiffState(0, ...),), graph=False)
+
+
+def test_a_variable_both_nondiff_and_differentiated_is_an_error():
+    v = nnx.Param(jnp.array(1.0))
+    box = nnx.Dict(v=v)
+
+    @nnx.custom_vjp(nondiff_argnums=(1,), graph_updates=False)
+    def g(a, b):
+        return a.v.value + b.value
+
+    g.defvjp(lambda a, b: (g(a, b), ()), lambda b, res, out_g: (out_g,))
+    with pytest.raises(ValueError, match=r"(?s)Duplicate Param.*args\[1\].*args\[0\]\.v.*Fix"):
+        g(box, v)
+    assert float(v.value) == 1.0

@@ -563,31 +563,50 @@ def test_jit_on_a_method():
     assert int(c.calls.value) == 2
 
 
-def test_jit_on_a_module_instance_and_a_bound_method():
+def test_jit_on_a_module_instance_and_the_unbound_method():
     c = Counter()
     assert float(nnx.jit(c)(3.0)) == 6.0
     assert int(c.calls.value) == 1
-    assert float(nnx.jit(c.plain)(2, 3.0)) == 12.0
+    assert float(nnx.jit(Counter.plain)(c, 2, 3.0)) == 12.0
     assert int(c.calls.value) == 3
 
 
-def test_bound_method_argnums_count_the_explicit_arguments():
-    # Regression: static/donate argnums of a bound method counted `self` (so
-    # static_argnums=0 made the Module static).
+def test_a_bound_method_is_refused_and_the_module_left_alone():
+    # Flax NNX 0.12: nnx.jit(model.method) raises a ValueError naming the fixes.
     c = Counter()
+    with pytest.raises(ValueError, match=r"(?s)bound methods.*@nnx.jit.*nnx.jit\(Counter.plain\)"):
+        nnx.jit(c.plain, static_argnums=0)
+    assert int(c.calls.value) == 0
+
+
+class Plain(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.array(2.0))
+        self.calls = nnx.BatchStat(jnp.array(0))
+
+    def __call__(self, n, x):
+        Counter.traced.append("plain")
+        self.calls.value = self.calls.value + n
+        return self.w.value**n * x
+
+
+def test_module_instance_argnums_count_the_explicit_arguments():
+    # Regression: static/donate argnums of nnx.jit(instance) counted `self` (so
+    # static_argnums=0 made the Module static).
+    c = Plain()
     Counter.traced.clear()
-    f = nnx.jit(c.plain, static_argnums=0)
+    f = nnx.jit(c, static_argnums=0)
     assert float(f(2, 3.0)) == 12.0 and int(c.calls.value) == 2
     assert float(f(2, 5.0)) == 20.0 and int(c.calls.value) == 4
     assert Counter.traced == ["plain"]  # n static, x and the module dynamic
     assert float(f(3, 1.0)) == 8.0 and Counter.traced == ["plain", "plain"]
 
     x = jnp.array(3.0)
-    g = nnx.jit(c.plain, donate_argnums=1)
+    g = nnx.jit(c, donate_argnums=1)
     assert float(g(1, x)) == 6.0
     assert x.is_deleted()
 
-    h = nnx.jit(c.plain, in_shardings=(None, S0))
+    h = nnx.jit(c, in_shardings=(None, S0))
     assert float(h(1, jnp.array(1.0))) == 2.0
 
 
@@ -858,3 +877,45 @@ def test_lists_and_dicts_of_the_caller_survive_a_train_step():
     assert not jnp.allclose(model.layers[0].kernel.value, kernel)
     layers.append(nnx.Linear(2, 2, rngs=nnx.Rngs(5)))  # the caller's list is the model's
     assert len(model.layers) == 3
+
+
+def test_static_and_donated_arguments_by_name_or_by_position():
+    # As jax.jit: static_argnames also covers the argument passed by position, and
+    # in_shardings then counts the dynamic arguments only.
+    traces = []
+
+    def f(x, scale, use_relu):
+        traces.append(use_relu)
+        y = x * scale
+        return jnp.maximum(y, 0).sum() if use_relu else y.sum()
+
+    g = nnx.jit(f, static_argnames="use_relu", in_shardings=(S0, None))
+    x = jnp.linspace(-1.0, 1.0, 4)
+    assert float(g(x, 0.5, True)) != float(g(x, 0.5, False))
+    assert float(g(x, 0.5, use_relu=True)) == float(g(x, 0.5, True))
+    assert traces == [True, False, True]  # by keyword is its own trace, as in jax.jit
+
+    h = nnx.jit(lambda v: v + 1, donate_argnames="v")
+    y = jnp.ones(3)
+    np.testing.assert_allclose(h(v=y), 2.0)
+    y2 = jnp.ones(3)
+    np.testing.assert_allclose(h(y2), 2.0)
+    assert y2.is_deleted()
+
+
+def test_lower_compile_runs_on_objects_and_writes_updates_back():
+    # Flax NNX 0.12: nnx.jit(f).lower(m, x).compile()(m, x) updates m like f(m, x).
+    for graph, updates in ((True, True), (True, False), (False, False)):
+        c = Counter()
+        f = nnx.jit(lambda m, x: m.w.value * x + 0 * m.calls.value, graph=graph)
+
+        @nnx.jit(graph=graph, graph_updates=updates)
+        def g(m, x):
+            m.calls.value = m.calls.value + 1
+            return m.w.value * x
+
+        compiled = g.lower(c, jnp.array(3.0)).compile()
+        assert compiled.cost_analysis() is not None and compiled.as_text()
+        assert float(compiled(c, jnp.array(3.0))) == 6.0 and int(c.calls.value) == 1
+        compiled(c, jnp.array(1.0))
+        assert int(c.calls.value) == 2 and float(f(c, 1.0)) == 2.0

@@ -131,6 +131,19 @@ SCRIPT = textwrap.dedent(
         g = nnx.jit(lambda m: m, in_shardings=(STATE_SHARDING,), out_shardings=STATE_SHARDING)
         assert g(m) is m
 
+    @check
+    def a_constrained_input_keeps_its_in_sharding():
+        # Flax NNX 0.12: the updated state of an input leaves jit on its in_sharding,
+        # even when the function constrains it to another one (out_shardings unset).
+        m = MLP()
+
+        @nnx.jit(in_shardings=(STATE_SHARDING,))
+        def f(m):
+            m.w.value = jax.lax.with_sharding_constraint(m.w.value * 2, ns("model", None))
+
+        f(m)
+        assert m.w.value.sharding.spec == P(None, "model"), m.w.value.sharding
+
     print("RESULTS=" + json.dumps(results))
     """
 )
@@ -141,6 +154,7 @@ CHECKS = [
     "updated_params_keep_their_sharding",
     "inconsistent_shardings_raise",
     "inconsistent_output_sharding_raises",
+    "a_constrained_input_keeps_its_in_sharding",
 ]
 
 

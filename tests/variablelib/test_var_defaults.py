@@ -97,3 +97,50 @@ def test_signature_matches_flax():
     assert [(p.name, p.kind, p.default) for p in ours.values()] == [
         (p.name, p.kind, p.default) for p in theirs.values()
     ]
+
+
+def test_decorator_applies_only_inside_the_function():
+    @nnx.var_defaults(hijax=True)
+    def make():
+        return nnx.var_defaults(), nnx.Param(1.0)
+
+    assert nnx.var_defaults() == VarDefaults(hijax=False, ref=False)
+    defaults, param = make()
+    assert defaults == VarDefaults(hijax=True, ref=False)
+    assert param.hijax
+    assert nnx.var_defaults() == VarDefaults(hijax=False, ref=False)
+
+
+def test_decorator_keeps_other_fields_of_the_callers_defaults():
+    @nnx.var_defaults(ref=True)
+    def read():
+        return nnx.var_defaults()
+
+    with nnx.var_defaults(hijax=True):
+        assert read() == VarDefaults(hijax=True, ref=True)
+    assert read() == VarDefaults(hijax=False, ref=True)
+
+
+def test_setting_inside_a_decorated_function_is_undone_with_it():
+    @nnx.var_defaults(hijax=True)
+    def inner():
+        with nnx.var_defaults(ref=True):
+            assert nnx.var_defaults() == VarDefaults(hijax=True, ref=True)
+        return nnx.var_defaults()
+
+    assert inner() == VarDefaults(hijax=True, ref=False)
+    assert nnx.var_defaults() == VarDefaults(hijax=False, ref=False)
+
+
+def test_defaults_are_a_mapping():
+    d = nnx.var_defaults()
+    assert list(d) == ["hijax", "ref"] and len(d) == 2
+    assert d["hijax"] is d.hijax and dict(d) == {"hijax": False, "ref": False}
+    with pytest.raises(KeyError):
+        d["other"]
+
+
+def test_decorating_a_non_callable_is_a_type_error():
+    with pytest.raises(TypeError, match="needs a function"):
+        nnx.var_defaults(hijax=True)(3)
+    assert nnx.var_defaults() == VarDefaults(hijax=False, ref=False)

@@ -584,3 +584,17 @@ def test_metadata_api_matches_flax():
         np.testing.assert_array_equal(r[...], np.zeros(2))
         v.set_metadata({"z": 1})
         assert v.get_metadata(exclude_required=True) == {"z": 1}
+
+
+def test_calling_a_variable_calls_its_value():
+    import typing
+
+    class Scale(typing.NamedTuple):
+        k: int
+
+        def __call__(self, x):
+            return self.k * x
+
+    assert nnx.Param(Scale(2))(3) == 6
+    with pytest.raises(TypeError, match="'Param' object is not callable: its value is a"):
+        nnx.Param(jnp.ones(2))(1)

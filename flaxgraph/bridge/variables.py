@@ -1,0 +1,270 @@
+"""Variables across the Linen boundary: collections, metadata boxes, ``NNXMeta``.
+
+Linen keeps variables in a dict of *collections* (``{'params': {...},
+'batch_stats': {...}}``) whose leaves are arrays or axis-metadata boxes
+(``nn.Partitioned``, ``nn.LogicallyPartitioned``); flaxgraph keeps them as typed
+``Variable`` objects with metadata. This file converts between the two, leaf by
+leaf and path for path:
+
+* a collection name gives the Variable kind (``'params'`` -> ``Param``, others via
+  ``nnx.variable_type_from_name(name, allow_register=True)``) and back;
+* a Linen box becomes a Variable with the box's metadata (``names`` ->
+  ``out_sharding``, ``rules`` -> ``sharding_rules``) and remembers the box type, so
+  the box comes back intact;
+* a Variable with metadata of its own becomes an ``NNXMeta`` box on the Linen side.
+  ``NNXMeta.add_axis``/``remove_axis`` insert and remove the axis name in its
+  sharding metadata, so Linen's lifted ``nn.scan``/``nn.vmap`` with
+  ``metadata_params={nn.PARTITION_NAME: 'layers'}`` keep the names in step with
+  the stacked value (Flax 0.12.8's ``NNXMeta`` leaves them unchanged there).
+
+Source: Flax NNX 0.12 ``flax.nnx.bridge.variables`` (names and behaviour);
+seed 000 (the axis-metadata protocol).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+import jax
+from flax import struct
+from flax.core import meta
+
+from flaxgraph import spmd, traversals
+from flaxgraph.mesh_context import SHARDING_KEYS
+from flaxgraph.variablelib.metadata import VariableMetadata
+from flaxgraph.variablelib.names import variable_name_from_type, variable_type_from_name
+from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
+
+A = TypeVar("A")
+
+__all__ = [
+    "NNXMeta",
+    "is_vanilla_variable",
+    "linen_vars_to_nnx_attrs",
+    "nnx_attrs_to_linen_vars",
+    "sort_variable_types",
+    "to_linen_var",
+    "to_nnx_var",
+    "with_partitioning",
+]
+
+
+def sort_variable_types(types: Iterable[type]) -> list[type]:
+    """Variable kinds sorted most-derived first (a subclass before its bases), so a
+    first-match lookup picks the most specific kind."""
+    depth = {t: sum(issubclass(p, Variable) for p in t.mro()) for t in types}
+    return sorted(depth, key=lambda t: -depth[t])
+
+
+class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):  # type: ignore[misc]
+    """The Linen-side box of a flaxgraph Variable that carries metadata.
+
+    Attributes:
+      var_type: the Variable kind (``nnx.Param``…), static.
+      value: the array (the box's only pytree leaf).
+      metadata: the Variable's metadata (e.g. ``{'out_sharding': ('in', 'out')}``), static.
+
+    ``add_axis(i, {nn.PARTITION_NAME: 'layers'})`` returns a box whose sharding
+    names (``out_sharding``, ``sharding``, ``sharding_names``) have ``'layers'``
+    inserted at ``i``; ``remove_axis`` is its inverse.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> box = nnx.bridge.NNXMeta(nnx.Param, jnp.ones((2, 3)), {'out_sharding': ('a', 'b')})
+      >>> box.add_axis(0, {'partition_name': 'layers'}).metadata['out_sharding']
+      ('layers', 'a', 'b')
+
+    Source: Flax NNX 0.12 ``nnx.bridge.NNXMeta`` (its ``add_axis``/``remove_axis``
+    do the axis bookkeeping here).
+    """
+
+    var_type: type[Variable[Any]] = struct.field(pytree_node=False)
+    value: Any = struct.field(pytree_node=True)
+    metadata: dict[str, Any] = struct.field(pytree_node=False)
+
+    def unbox(self) -> Any:
+        return self.value
+
+    def replace_boxed(self, val: Any) -> NNXMeta[Any]:
+        return self.replace(value=val)
+
+    def _moved_axis(self, index: int, params: Mapping[str, Any], add: bool) -> NNXMeta[A]:
+        var = Variable(None, **self._plain_metadata())
+        (var.add_axis if add else var.remove_axis)(index, params)
+        metadata = dict(self.metadata)
+        for key in SHARDING_KEYS:
+            if key in metadata:
+                metadata[key] = var.get_metadata(key)
+        return self.replace(metadata=metadata)
+
+    def _plain_metadata(self) -> dict[str, Any]:
+        return {k: v for k, v in self.metadata.items() if k in SHARDING_KEYS}
+
+    def add_axis(self, index: int, params: dict[Any, Any]) -> NNXMeta[A]:
+        """The box with ``params[nn.PARTITION_NAME]`` (or ``None``) inserted at
+        ``index`` in its sharding names."""
+        return self._moved_axis(index, params, add=True)
+
+    def remove_axis(self, index: int, params: dict[Any, Any]) -> NNXMeta[A]:
+        """The box with the sharding name at ``index`` removed (inverse of ``add_axis``)."""
+        return self._moved_axis(index, params, add=False)
+
+    def get_partition_spec(self) -> jax.sharding.PartitionSpec:
+        """The ``PartitionSpec`` of the Variable this box stands for."""
+        return spmd.get_partition_spec(self.to_nnx_variable()).get_value()
+
+    def to_nnx_variable(self) -> Variable[Any]:
+        """A new Variable of ``var_type`` with this value and metadata."""
+        return self.var_type(self.value, **self.metadata)
+
+
+def is_vanilla_variable(var: Variable[Any]) -> bool:
+    """True when ``var`` has no metadata beyond the construction flags (and empty
+    ``*_hooks``): Linen then holds its bare value."""
+    for key, value in var.get_metadata().items():
+        if key in FLAG_KEYS or (key.endswith("_hooks") and value == ()):
+            continue
+        return False
+    return True
+
+
+def to_linen_var(var: Variable[Any]) -> Any:
+    """The Linen leaf of a Variable: its Linen box type rebuilt when it came from one
+    (``linen_meta_type`` metadata), else the bare value for a Variable without
+    metadata, else an ``NNXMeta`` box.
+
+    Source: Flax NNX 0.12 ``bridge.variables.to_linen_var``.
+    """
+    metadata = var.get_metadata(exclude_required=True)
+    box_type = metadata.pop("linen_meta_type", None)
+    if box_type is not None:
+        if hasattr(box_type, "from_nnx_metadata"):
+            return box_type.from_nnx_metadata({"value": var.get_value(), **metadata})
+        return box_type(var.get_value(), **metadata)
+    if is_vanilla_variable(var):
+        return var.get_value()
+    if "sharding" in metadata and "out_sharding" not in metadata:
+        # Linen-side metadata uses Flax 0.12's key for the sharding names
+        metadata["out_sharding"] = metadata.pop("sharding")
+    return NNXMeta(type(var), var.get_value(), metadata)
+
+
+def to_nnx_var(col: str, x: Any) -> Variable[Any]:
+    """The Variable for the Linen leaf ``x`` of collection ``col``.
+
+    Raises:
+      TypeError: ``x`` is an ``NNXMeta`` of another kind than the collection's.
+
+    Source: Flax NNX 0.12 ``bridge.variables.to_nnx_var``.
+    """
+    kind = variable_type_from_name(col, allow_register=True)
+    if isinstance(x, NNXMeta):
+        if x.var_type is not kind and not issubclass(x.var_type, kind):
+            raise TypeError(
+                f"An NNXMeta box of kind {x.var_type.__name__} is in the Linen collection "
+                f"{col!r}, which holds {kind.__name__} Variables.\nFix: register the kind "
+                f"under that name (nnx.register_variable_name({col!r}, "
+                f"{x.var_type.__name__})) or move the variable to the right collection."
+            )
+        return x.to_nnx_variable()
+    if isinstance(x, meta.AxisMetadata):
+        fields = x.to_nnx_metadata() if hasattr(x, "to_nnx_metadata") else dict(vars(x))
+        fields = dict(fields)
+        value = fields.pop("value", None) if "value" in fields else x.unbox()
+        return kind(value, **fields, linen_meta_type=type(x))
+    return kind(x)
+
+
+def linen_vars_to_nnx_attrs(variables: Mapping[str, Any]) -> dict[str, Any]:
+    """Linen variables (``{collection: nested dict}``) as one nested dict of Variables
+    keyed by path (the collection level removed).
+
+    Raises:
+      ValueError: two collections hold a variable at the same path.
+    """
+    flat: dict[tuple[Any, ...], Variable[Any]] = {}
+    where: dict[tuple[Any, ...], str] = {}
+    for col, tree in variables.items():
+        if not isinstance(tree, Mapping):
+            tree = {}
+        for path, leaf in _flat_leaves(tree):
+            if path in flat:
+                raise ValueError(
+                    f"The Linen variables {where[path]}/{'/'.join(map(str, path))} and "
+                    f"{col}/{'/'.join(map(str, path))} have the same path; a flaxgraph "
+                    "Module holds one Variable per attribute path.\nFix: rename one of "
+                    "the variables in the Linen module."
+                )
+            flat[path] = to_nnx_var(col, leaf)
+            where[path] = col
+    return traversals.unflatten_mapping(flat)
+
+
+def _flat_leaves(tree: Mapping[str, Any], prefix: tuple[Any, ...] = ()) -> list[tuple[Any, Any]]:
+    out = []
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out += _flat_leaves(value, (*prefix, key))
+        else:
+            out.append(((*prefix, key), value))
+    return out
+
+
+def nnx_attrs_to_linen_vars(
+    attrs: Mapping[str, Any], metadata_fn: Callable[[Variable[Any]], Any] | None = to_linen_var
+) -> dict[str, Any]:
+    """A nested dict of Variables as Linen variables ``{collection: nested dict}``.
+
+    Raises:
+      ValueError: a leaf is not a Variable (its collection is unknown).
+    """
+    out: dict[tuple[Any, ...], Any] = {}
+    for path, var in traversals.flatten_mapping(attrs).items():
+        if not isinstance(var, Variable):
+            raise ValueError(
+                f"Cannot give the value at {'/'.join(map(str, path))} a Linen collection: it "
+                f"is a {type(var).__name__}, not an nnx.Variable.\nFix: wrap it in a Variable "
+                "kind (nnx.Param, nnx.BatchStat, ...)."
+            )
+        col = variable_name_from_type(type(var), allow_register=True)
+        out[(col, *path)] = metadata_fn(var) if metadata_fn is not None else var.get_value()
+    return traversals.unflatten_mapping(out)
+
+
+def with_partitioning(
+    fn: Callable[..., Any],
+    names: tuple[Any, ...],
+    mesh: jax.sharding.Mesh | None = None,
+) -> Callable[..., Any]:
+    """An initializer wrapper for bridge modules: like ``nn.with_partitioning``, the
+    result is an ``nn.Partitioned`` box on the Linen side (``variables['params']``)
+    and a Variable with ``out_sharding=names`` on the flaxgraph side.
+
+    Args:
+      fn: an initializer ``(key, shape, dtype) -> array``.
+      names: one mesh-axis name (or ``None``) per dimension.
+      mesh: an optional mesh to place the value on at creation.
+
+    Returns:
+      An initializer returning an ``nnx.VariableMetadata`` box that carries the names
+      and ``linen_meta_type=nn.Partitioned``.
+
+    Example::
+
+      >>> import jax, flaxgraph as nnx
+      >>> init = nnx.bridge.with_partitioning(jax.nn.initializers.ones, ('in', 'out'))
+      >>> nnx.Param(init(jax.random.key(0), (2, 3))).out_sharding
+      ('in', 'out')
+
+    Source: Flax NNX 0.12 ``nnx.bridge.with_partitioning``.
+    """
+    metadata: dict[str, Any] = {"out_sharding": tuple(names), "linen_meta_type": meta.Partitioned}
+    if mesh is not None:
+        metadata["mesh"] = mesh
+
+    def init(*args: Any, **kwargs: Any) -> VariableMetadata[Any]:
+        return VariableMetadata(fn(*args, **kwargs), metadata=dict(metadata))
+
+    return init

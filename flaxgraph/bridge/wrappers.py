@@ -1,0 +1,15 @@
+"""The wrappers between Linen and flaxgraph, under Flax's module path
+(``flax.nnx.bridge.wrappers``): ``ToNNX``/``lazy_init`` (linen_in_nnx.py),
+``ToLinen``/``to_linen``/``to_linen_class`` (nnx_in_linen.py), ``functional``
+(functional_api.py).
+
+Source: Flax NNX 0.12 ``flax.nnx.bridge.wrappers``.
+"""
+
+from flaxgraph.bridge.functional_api import Functional as Functional
+from flaxgraph.bridge.functional_api import functional as functional
+from flaxgraph.bridge.linen_in_nnx import ToNNX as ToNNX
+from flaxgraph.bridge.linen_in_nnx import lazy_init as lazy_init
+from flaxgraph.bridge.nnx_in_linen import ToLinen as ToLinen
+from flaxgraph.bridge.nnx_in_linen import to_linen as to_linen
+from flaxgraph.bridge.nnx_in_linen import to_linen_class as to_linen_class

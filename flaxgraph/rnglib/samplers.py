@@ -1,0 +1,194 @@
+"""``jax.random`` samplers and keyed initializers as methods of a random stream.
+
+Every ``jax.random`` sampler takes a key first and the rest after it. A stream
+(``RngStream``, or ``Rngs`` through its ``default`` stream) offers each of them as
+a method that draws the key from the stream itself, so the two lines below are
+the same draw::
+
+  >>> import jax, flaxgraph as nnx
+  >>> a = nnx.Rngs(0).normal((2, 3))
+  >>> b = jax.random.normal(nnx.Rngs(0)(), (2, 3))
+  >>> bool((a == b).all())
+  True
+
+Likewise for ``jax.nn.initializers`` constructors that make key-taking
+initializers: ``rngs.lecun_normal()`` returns an initializer *without* a key
+argument, ``init(shape, dtype=...)``, which draws a key from the stream each time
+it is called.
+
+The methods are made generically from the lists below (one wrapper builder, no
+code per sampler); the arguments after the key are exactly ``jax.random``'s.
+
+Source: Flax NNX 0.12.8 ``RngStream``/``Rngs`` random helpers.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+SAMPLERS: tuple[str, ...] = (
+    "bits", "uniform", "randint", "permutation", "choice", "normal",
+    "multivariate_normal", "truncated_normal", "bernoulli", "beta", "cauchy",
+    "dirichlet", "exponential", "gamma", "loggamma", "poisson", "gumbel",
+    "categorical", "laplace", "logistic", "pareto", "t", "chisquare", "f",
+    "rademacher", "maxwell", "double_sided_maxwell", "weibull_min", "orthogonal",
+    "generalized_normal", "ball", "rayleigh", "wald", "geometric", "triangular",
+    "lognormal", "binomial", "multinomial",
+)  # fmt: skip
+"""The ``jax.random`` functions offered as stream methods (as in Flax NNX 0.12.8)."""
+
+INITIALIZERS: tuple[str, ...] = (
+    "delta_orthogonal", "glorot_normal", "glorot_uniform", "he_normal",
+    "he_uniform", "kaiming_normal", "kaiming_uniform", "lecun_normal",
+    "lecun_uniform", "variance_scaling", "xavier_normal", "xavier_uniform",
+)  # fmt: skip
+"""The ``jax.nn.initializers`` constructors offered as stream methods. ``normal``,
+``uniform``, ``truncated_normal`` and ``orthogonal`` are not among them: those names
+are the ``jax.random`` samplers."""
+
+KeylessInitializer = Callable[..., jax.Array]
+"""``init(shape, dtype=..., ...)``: an initializer whose key comes from a stream."""
+
+
+def _signature_without_key(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    return sig.replace(parameters=[self_param, *params[1:]])
+
+
+def _sampler_method(name: str) -> Callable[..., jax.Array]:
+    sample = getattr(jax.random, name)
+
+    def method(self: Callable[[], jax.Array], *args: Any, **kwargs: Any) -> jax.Array:
+        return sample(self(), *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (
+        f"``jax.random.{name}`` with a key drawn from this stream (one key per call).\n\n"
+        f"Args and returns: those of ``jax.random.{name}`` after its ``key`` argument.\n\n"
+        f"Example: ``nnx.Rngs(0).{name}(...)`` == "
+        f"``jax.random.{name}(nnx.Rngs(0)(), ...)``.\n\n"
+        "Source: Flax NNX 0.12.8 random helpers of ``RngStream``/``Rngs``."
+    )
+    signature = _signature_without_key(sample)
+    if signature is not None:
+        method.__signature__ = signature  # type: ignore[attr-defined]
+    return method
+
+
+def _initializer_method(name: str) -> Callable[..., KeylessInitializer]:
+    make_initializer = getattr(jax.nn.initializers, name)
+
+    def method(self: Callable[[], jax.Array], *args: Any, **kwargs: Any) -> KeylessInitializer:
+        init = make_initializer(*args, **kwargs)
+
+        @functools.wraps(init)
+        def keyless(*init_args: Any, **init_kwargs: Any) -> jax.Array:
+            return init(self(), *init_args, **init_kwargs)
+
+        return keyless
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (
+        f"``jax.nn.initializers.{name}(...)`` whose key comes from this stream.\n\n"
+        f"Args: those of ``jax.nn.initializers.{name}``.\n\n"
+        "Returns: ``init(shape, dtype=..., ...)``, which draws one key per call.\n\n"
+        f"Example: ``w = nnx.Rngs(0).{name}()((3, 4))``.\n\n"
+        "Source: Flax NNX 0.12.8 initializer helpers of ``RngStream``/``Rngs``."
+    )
+    try:
+        params = list(inspect.signature(make_initializer).parameters.values())
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        signature = inspect.Signature([self_param, *params])
+    except (TypeError, ValueError):
+        signature = None
+    if signature is not None:
+        method.__signature__ = signature  # type: ignore[attr-defined]
+    return method
+
+
+class RandomSamplers:
+    """Mixin: the ``SAMPLERS`` and ``INITIALIZERS`` as methods of any class whose
+    instances return a fresh key when called (``RngStream``, ``Rngs``).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(0, params=1)
+      >>> rngs.params.uniform((2, 5)).shape
+      (2, 5)
+      >>> rngs.bernoulli(0.5, (3,)).dtype
+      dtype('bool')
+
+    Source: Flax NNX 0.12.8 ``RngStream``/``Rngs`` random helpers.
+    """
+
+    __slots__ = ()
+
+    # For readers and type checkers; the loop below sets each of these.
+    bits: Callable[..., jax.Array]
+    uniform: Callable[..., jax.Array]
+    randint: Callable[..., jax.Array]
+    permutation: Callable[..., jax.Array]
+    choice: Callable[..., jax.Array]
+    normal: Callable[..., jax.Array]
+    multivariate_normal: Callable[..., jax.Array]
+    truncated_normal: Callable[..., jax.Array]
+    bernoulli: Callable[..., jax.Array]
+    beta: Callable[..., jax.Array]
+    cauchy: Callable[..., jax.Array]
+    dirichlet: Callable[..., jax.Array]
+    exponential: Callable[..., jax.Array]
+    gamma: Callable[..., jax.Array]
+    loggamma: Callable[..., jax.Array]
+    poisson: Callable[..., jax.Array]
+    gumbel: Callable[..., jax.Array]
+    categorical: Callable[..., jax.Array]
+    laplace: Callable[..., jax.Array]
+    logistic: Callable[..., jax.Array]
+    pareto: Callable[..., jax.Array]
+    t: Callable[..., jax.Array]
+    chisquare: Callable[..., jax.Array]
+    f: Callable[..., jax.Array]
+    rademacher: Callable[..., jax.Array]
+    maxwell: Callable[..., jax.Array]
+    double_sided_maxwell: Callable[..., jax.Array]
+    weibull_min: Callable[..., jax.Array]
+    orthogonal: Callable[..., jax.Array]
+    generalized_normal: Callable[..., jax.Array]
+    ball: Callable[..., jax.Array]
+    rayleigh: Callable[..., jax.Array]
+    wald: Callable[..., jax.Array]
+    geometric: Callable[..., jax.Array]
+    triangular: Callable[..., jax.Array]
+    lognormal: Callable[..., jax.Array]
+    binomial: Callable[..., jax.Array]
+    multinomial: Callable[..., jax.Array]
+    delta_orthogonal: Callable[..., KeylessInitializer]
+    glorot_normal: Callable[..., KeylessInitializer]
+    glorot_uniform: Callable[..., KeylessInitializer]
+    he_normal: Callable[..., KeylessInitializer]
+    he_uniform: Callable[..., KeylessInitializer]
+    kaiming_normal: Callable[..., KeylessInitializer]
+    kaiming_uniform: Callable[..., KeylessInitializer]
+    lecun_normal: Callable[..., KeylessInitializer]
+    lecun_uniform: Callable[..., KeylessInitializer]
+    variance_scaling: Callable[..., KeylessInitializer]
+    xavier_normal: Callable[..., KeylessInitializer]
+    xavier_uniform: Callable[..., KeylessInitializer]
+
+
+for _name in SAMPLERS:
+    setattr(RandomSamplers, _name, _sampler_method(_name))
+for _name in INITIALIZERS:
+    setattr(RandomSamplers, _name, _initializer_method(_name))
+del _name

@@ -1,0 +1,105 @@
+"""How a fast-path plan reaches each input leaf: where to read its current value
+and where to store a new one, for Variables (plain or Ref-backed), array attributes
+of Objects, items of lists and dicts inside the graph, and the arguments' own leaves.
+
+Source: flaxgraph DESIGN.md, "Speed" (split out of ``fastpath.py``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.transforms.ref_writes import read_ref
+from flaxgraph.variablelib.variable import Variable, _set_value, is_ref_backed
+
+_set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_get_raw = operator.attrgetter("raw_value")
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+def _get_arg(args: tuple[Any, ...], kwargs: dict[str, Any], root: int, keys: Any) -> Any:
+    x: Any = args if root == 0 else kwargs
+    for k in keys:
+        x = x[k]
+    return x
+
+
+def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bool:
+    """Whether the leaf at ``path`` is an argument or sits in lists, tuples and dicts
+    of the arguments (no object in between): it changes with every call's arguments."""
+    node: Any = (args, kwargs)[path[0]]  # type: ignore[index]
+    for key in path[1:-1]:
+        node = node[key]
+        if type(node) not in (list, tuple, dict):
+            return False
+    return True
+
+
+def _reader(
+    path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Callable[[Any], Any], Any]:
+    """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
+    argument's own leaf gets target ``None`` (read from the call's arguments)."""
+    if isinstance(leaf, Variable):
+        if is_ref_backed(leaf):
+            return read_ref, leaf._var_ref
+        return _get_raw, leaf
+    if _in_arg_containers(path, args, kwargs):
+        return _identity, None
+    parent = _resolve((args, kwargs), path[:-1])
+    getter = operator.itemgetter(path[-1])
+    if type(parent) in _GRAPH_NODE_IMPLS:
+        return getter, parent.__dict__
+    return getter, parent
+
+
+def _in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether the raw leaf at ``path`` is an argument, sits in the arguments' lists,
+    tuples and dicts, or is an entry of an Object, list or dict reached through
+    Objects, lists, tuples and dicts only."""
+    if _in_arg_containers(path, args, kwargs):
+        return True
+    node: Any = (args, kwargs)
+    for key in path[:-1]:
+        impl = _GRAPH_NODE_IMPLS.get(type(node))
+        if impl is not None:
+            node = impl.get_child(node, key)
+        elif type(node) in (list, tuple, dict):
+            node = node[key]
+        else:
+            return False
+    return type(node) in _GRAPH_NODE_IMPLS or type(node) in (list, dict)
+
+
+def _resolve(root: Any, path: Sequence[Hashable]) -> Any:
+    node = root
+    for key in path:
+        impl = _GRAPH_NODE_IMPLS.get(type(node))
+        node = impl.get_child(node, key) if impl is not None else node[key]
+    return node
+
+
+def _writer(
+    path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Callable[[Any], None] | None:
+    """How to store a new value for an input leaf in place (None: an argument leaf,
+    which has no place to be stored)."""
+    if isinstance(leaf, Variable):
+        if is_ref_backed(leaf):  # a copy into the Ref (checked first by the lift)
+            return lambda value, v=leaf: _set_value(v, value)
+        return lambda value, v=leaf: _set_raw(v, value)
+    if _in_arg_containers(path, args, kwargs):
+        return None  # the caller's containers are not written (as on the general path)
+    parent = _resolve((args, kwargs), path[:-1])
+    key = path[-1]
+    if type(parent) in _GRAPH_NODE_IMPLS:
+        return lambda value, d=parent.__dict__, key=key: d.__setitem__(key, value)
+    if type(parent) in (list, dict):
+        return lambda value, c=parent, key=key: c.__setitem__(key, value)
+    return None

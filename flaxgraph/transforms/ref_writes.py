@@ -1,0 +1,74 @@
+"""Ref-backed Variables on the fast path: reading and writing their Refs without
+eager JAX operations.
+
+A Variable made with ``ref=True`` or ``hijax=True`` keeps its value in a ``jax.Ref``.
+Reading it with ``ref[...]`` or writing it with ``ref[...] = x`` outside a trace is
+an eagerly dispatched JAX operation each (hundreds of microseconds), which would
+make every call of a transform on such a model cost far more than the compiled
+call. A fast-path plan (``fastpath.py``) instead
+
+* reads the Ref's current array without a copy (``refs.peek``) and hands it straight
+  to the compiled call, which does not keep it;
+* after the call, checks every new value's shape and dtype against its Ref (before
+  writing anything, so a mismatch leaves the model as it was) and installs each new
+  array as its Ref's content (``refs.install``): the compiled call made that array
+  for this Variable alone.
+
+Where an array would end up in two places (the same output also returned to the
+caller or written into another Variable), the plan writes a copy with the public
+``ref[...] = x`` instead; where an output would hand out a Ref's own array (an
+input value returned unchanged), the call takes the general write-back, which
+reads Refs with copies. Donated arguments keep Ref-backed graphs on the general
+path (donating a Ref's own array would delete the Ref's content).
+
+Source: flaxgraph DESIGN.md, "Speed"; JAX mutable array references (``jax.Ref``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flaxgraph.variablelib import refs
+from flaxgraph.variablelib.variable import Variable
+
+
+def read_ref(ref: Any) -> Any:
+    """The plan's reader of a Ref-backed Variable's value (its Ref is the target)."""
+    return refs.peek(ref)
+
+
+class RefInstall:
+    """Installs the new values of a plan's Ref-backed Variables: ``(out_groups) ->
+    None``, all shapes and dtypes checked before the first write.
+
+    Attributes:
+      writes: ``(variable, ref, group, position, shape, dtype)`` per Variable.
+    """
+
+    __slots__ = ("writes",)
+
+    def __init__(self, variables: Sequence[tuple[Variable[Any], int, int]]):
+        self.writes = [
+            (v, v._var_ref, g, b, tuple(v._var_ref.shape), v._var_ref.dtype)
+            for v, g, b in variables
+        ]
+
+    def __call__(self, out_groups: Sequence[Sequence[Any]]) -> None:
+        """Raises ``ValueError`` (nothing written) if a value does not fit its Ref."""
+        values = [out_groups[g][b] for _, _, g, b, _, _ in self.writes]
+        for (v, ref, _, _, shape, dtype), value in zip(self.writes, values, strict=True):
+            if getattr(value, "shape", None) != shape or getattr(value, "dtype", None) != dtype:
+                v._check_fits(value)  # raises with the Variable's name
+                refs.check_fits(type(v).__name__, ref, value)
+        for (_, ref, _, _, _, _), value in zip(self.writes, values, strict=True):
+            refs.install(ref, value)
+
+
+def copies_of_ref_values(in_values: list[Any], positions: frozenset[int], leaves: Any) -> list[Any]:
+    """``in_values`` with the Refs' own arrays (read by ``read_ref``) replaced by
+    copies, for a write-back that may hand them out."""
+    out = list(in_values)
+    for pos in positions:
+        out[pos] = leaves[pos]._var_ref[...]
+    return out
