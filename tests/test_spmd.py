@@ -297,3 +297,11 @@ def test_with_partitioning_carries_mesh_and_metadata_to_the_variable():
     assert jax.tree.map(lambda v: v, boxed).metadata == boxed.metadata  # survives pytrees
     p = nnx.Param(boxed)
     assert p.out_sharding == (None, "model") and p.note == "x" and p.mesh is mesh
+
+
+def test_a_variables_own_sharding_rules_resolve_its_names() -> None:
+    v = nnx.Param(jnp.ones((2, 3)), out_sharding=("rows", None), sharding_rules=(("rows", "data"),))
+    assert nnx.get_partition_spec(nnx.State({"v": v}))["v"].get_value() == P("data", None)
+    with nnx.logical_axis_rules([("rows", "model")]):
+        with pytest.raises(ValueError, match="Inconsistent logical axis annotations for 'rows'"):
+            nnx.get_partition_spec(nnx.State({"v": v}))

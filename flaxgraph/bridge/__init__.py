@@ -6,13 +6,14 @@ Source: Flax NNX 0.12 ``flax.nnx.bridge``.
 """
 
 try:
-    import flax.linen  # noqa: F401
+    from flax import linen as _linen  # noqa: F401
 except ImportError as error:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         "flaxgraph.bridge (Linen interop) needs the optional flax package (flax==0.12.8), "
         "which is not installed.\nFix: pip install 'flaxgraph[linen]'"
     ) from error
 
+from flaxgraph.bridge import wrappers as wrappers
 from flaxgraph.bridge.checkpoints import linen_params_to_state as linen_params_to_state
 from flaxgraph.bridge.checkpoints import state_to_linen_params as state_to_linen_params
 from flaxgraph.bridge.context import current_context as current_context

@@ -12,8 +12,12 @@ from flax import linen
 
 from flaxgraph.bridge.context import auto_name, current_context
 from flaxgraph.bridge.linen_in_nnx import ToNNX, set_initializing
+from flaxgraph.graphlib.inplace import update
+from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.module import Module
-from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.rnglib.rngs import Rngs, RngState
+from flaxgraph.transforms.compilation import jit
+from flaxgraph.transforms.control import eval_shape
 
 __all__ = ["linen_in_bridge_mdl", "nnx_in_bridge_mdl"]
 
@@ -49,7 +53,14 @@ def nnx_in_bridge_mdl(factory: Callable[[Rngs], Module], name: str | None = None
     entry = _parent("nnx_in_bridge_mdl")
     parent = entry.module
     rngs = parent.scope.rngs
-    module = factory(rngs if rngs.items() or parent.is_initializing() else Rngs(0))
+    if parent.is_initializing():
+        module = factory(rngs)
+    else:
+        # Its Variables come from the variables passed to apply: build it abstractly
+        # (no initializer runs), with real RNG state drawn from the parent's streams.
+        rngs = rngs if rngs.items() else Rngs(0)
+        module = eval_shape(factory, rngs)
+        update(module, jit(lambda r: graph_state(factory(r), RngState))(rngs))
     if entry.in_compact:
         setattr(parent, name or auto_name(entry, type(module)), module)
     return module

@@ -119,8 +119,10 @@ class SpectralNorm(Module):
       layer_instance: the layer to wrap (any Module).
       n_steps: power-iteration steps per call (default 1).
       epsilon: added inside the square root of the L2 normalization (default ``1e-12``).
-      dtype: the computation dtype of the normalization (default: promoted from
-        the Param); the normalized value is stored back in the Param's own dtype.
+      dtype: the dtype the normalized value is rounded to (default: promoted
+        from the Param, ``u`` and ``sigma``); the power iteration runs in the
+        stored dtypes, as in Linen, and the result is stored back in the
+        Param's own dtype.
       param_dtype: the dtype of ``u`` and ``sigma`` (default ``float32``).
       error_on_non_matrix: raise for Params of rank > 2 instead of flattening
         their leading axes.

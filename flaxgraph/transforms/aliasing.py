@@ -14,7 +14,8 @@ first sighting; only when they differ does it run ``AliasDiagnostics``, a second
 walk that visits every alias and records each leaf's prefix along every path,
 so that the error lists *every* alias by its path from the arguments, e.g.::
 
-  Inconsistent aliasing detected: the Param below is reachable along 5 paths
+  Inconsistent aliasing detected. The following nodes have different prefixes:
+  the Param below is reachable along 5 paths
   that give it different in_axes:
     args[0]['a']['b'].param: 0
     args[0]['c'].param: 0
@@ -44,6 +45,7 @@ from flaxgraph.transforms.lift_types import (
     StatePrefix,
     _unbox,
     is_graph_prefix,
+    is_node_states,
     is_reference_prefix,
     object_prefix,
 )
@@ -211,6 +213,8 @@ class PrefixWalk(Walk):
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
         ctx = self._context(x, path, prefix)
+        if _unlisted_reference(x, path, ctx):
+            return
         if isinstance(x, Variable):
             key: Any = ("leaf", self._leaf_prefix(path, x, ctx))
         else:
@@ -287,6 +291,19 @@ class PrefixWalk(Walk):
         return graphdef, leaves, self.leaf_prefixes
 
 
+def _unlisted_reference(x: Any, path: PathParts, ctx: Any) -> bool:
+    """Whether the alias ``x`` is a Variable that an ``nnx.prefix(..., graph=True)``
+    prefix of its object does not list (the prefix was built with ``x`` as a
+    reference, seen before): it then takes the prefix of its first sighting."""
+    return (
+        isinstance(x, Variable)
+        and isinstance(ctx, _MapCtx)
+        and isinstance(ctx.mapping, StatePrefix)
+        and is_node_states(ctx.mapping.state)
+        and ctx.mapping.prefix_of(path[ctx.base :], x) is NO_MATCH
+    )
+
+
 _MAX_RECORDS = 10_000  # the diagnostic walk stops growing past this (huge shared DAGs)
 
 
@@ -324,6 +341,8 @@ class AliasDiagnostics(PrefixWalk):
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
         ctx = self._context(x, path, prefix)
+        if _unlisted_reference(x, path, ctx):
+            return
         if isinstance(x, Variable):
             self._record(path, x, self._leaf_prefix(path, x, ctx))
             return
@@ -352,8 +371,9 @@ class AliasDiagnostics(PrefixWalk):
             lines.append(f"  {kind_name(leaf)}{_shape(leaf)}:")
             lines.extend(f"    {self.where(path)}: {p!r}" for path, _, p in record)
         raise InconsistentAliasingError(
-            "Inconsistent aliasing detected: an object is reachable along several paths "
-            f"that give it different {self.spec.name}. Every alias of an object must be "
+            "Inconsistent aliasing detected. The following nodes have different prefixes "
+            f"({self.spec.name}): an object is reachable along several paths that give it "
+            f"different {self.spec.name}. Every alias of an object must be "
             f"transformed the same way; the aliases and the {self.spec.name} each received:\n"
             + "\n".join(lines)
             + "\n"

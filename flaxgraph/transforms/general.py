@@ -98,22 +98,31 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
     Returns the new tree and the identity map object -> index."""
     ref_index: RefMap[int] = RefMap()
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_graph_object)
-    out = []
+    splits: list[tuple[int, int, GraphDef, list[Any]] | None] = []
     for x in leaves:
         if not is_graph_object(x):
-            out.append(x)
+            splits.append(None)
             continue
         start = len(ref_index)
         graphdef, pairs = flatten(x, ref_index=ref_index)
-        origins: tuple[tuple[int, int], ...] = ()
-        if origin_of is not None:
-            origins = tuple(
-                (i, origin_of[obj])
-                for obj, i in ref_index.items()
-                if i >= start and obj in origin_of
-            )
         values = [v.raw_value if isinstance(v, Variable) else v for _, v in pairs]
-        out.append(SplitNode(graphdef, origins, values))
+        splits.append((start, len(ref_index), graphdef, values))
+    # The caller's objects among the nodes, by index here (each split adds a range).
+    origin = (
+        {i: origin_of[obj] for obj, i in ref_index.items() if obj in origin_of}
+        if origin_of is not None
+        else {}
+    )
+    out = [
+        x
+        if split is None
+        else SplitNode(
+            split[2],
+            tuple((i, origin[i]) for i in range(split[0], split[1]) if i in origin),
+            split[3],
+        )
+        for x, split in zip(leaves, splits)
+    ]
     return treedef.unflatten(out), ref_index
 
 

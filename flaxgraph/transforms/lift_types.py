@@ -243,7 +243,8 @@ class StatePrefix:
         return f"State prefix with {len(self.by_path)} leaves"
 
 
-def _is_node_states(x: Any) -> bool:
+def is_node_states(x: Any) -> bool:
+    """Whether ``x`` is an ``nnx.extract.NodeStates`` (``nnx.prefix``'s graph-mode result)."""
     from flaxgraph.extract import NodeStates
 
     return isinstance(x, NodeStates)
@@ -262,7 +263,7 @@ def is_reference_prefix(x: Any) -> bool:
     prefix of the first sighting."""
     from flaxgraph.graphlib.graphdefs import NodeRef
 
-    return _is_node_states(x) and x._graphdef is not None and type(x._graphdef.root) is NodeRef
+    return is_node_states(x) and x._graphdef is not None and type(x._graphdef.root) is NodeRef
 
 
 def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
@@ -277,7 +278,7 @@ def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
 
     Source: Flax NNX 0.12 ``nnx.prefix`` and the transforms' prefix checks.
     """
-    if _is_node_states(prefix):
+    if is_node_states(prefix):
         by_path: dict[PathParts, Any] = {}
         for s in prefix.states:
             if hasattr(s, "flat_state"):

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import linen as nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flaxgraph as nnx
 from flaxgraph import bridge
@@ -55,3 +57,29 @@ def test_two_variables_on_one_path_is_an_error() -> None:
             collection="params",
             renames={"a": "fc", "b": "fc"},
         )
+
+
+_names = st.sampled_from(["Dense_0", "Dense_1", "kernel", "bias", "scale", "block"])
+_arrays = st.integers(1, 3).map(lambda n: np.arange(n, dtype=np.float32))
+_trees = st.recursive(
+    _arrays,
+    lambda children: st.dictionaries(_names, children, min_size=1, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=50)
+@given(params=st.dictionaries(_names, _trees, min_size=1, max_size=3), stats=st.booleans())
+def test_round_trip_is_path_for_path(params: dict, stats: bool) -> None:
+    # property: Linen variables -> State -> Linen variables is the identity, and
+    # every State path is the Linen path without the collection
+    variables = {
+        "params": params,
+        **({"batch_stats": {"bn": {"mean": np.zeros(2)}}} if stats else {}),
+    }
+    state = bridge.linen_params_to_state(variables)
+    back = bridge.state_to_linen_params(state)
+    assert jax.tree.structure(back) == jax.tree.structure(variables)
+    jax.tree.map(np.testing.assert_array_equal, back, variables)
+    kinds = {type(v).__name__ for _, v in state.flat_state()}
+    assert kinds == ({"Param", "BatchStat"} if stats else {"Param"})

@@ -170,3 +170,20 @@ def test_to_linen_class_and_method_calls() -> None:
     y, variables = module.init_with_output(jax.random.key(0), ids)
     assert y.shape == (2, 3) and variables["params"]["embedding"].shape == (5, 3)
     assert module.apply(variables, jnp.ones((1, 3)), nnx_method="attend").shape == (1, 5)
+
+
+def test_under_nn_jit_and_nn_remat() -> None:
+    for lift in (nn.jit, nn.remat):
+
+        class Outer(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return lift(bridge.ToLinen)(nnx.Linear, args=(3, 2), name="inner")(x)
+
+        variables = Outer().init(jax.random.key(0), X)
+        plain = bridge.to_linen(nnx.Linear, 3, 2)
+        inner = {"params": variables["params"]["inner"]}
+        np.testing.assert_allclose(Outer().apply(variables, X), plain.apply(inner, X), rtol=1e-6)
+        grads = jax.grad(lambda p: Outer().apply({"params": p}, X).sum())(variables["params"])
+        expected = jax.grad(lambda p: plain.apply({"params": p}, X).sum())(inner["params"])
+        jax.tree.map(np.testing.assert_allclose, grads["inner"], expected)

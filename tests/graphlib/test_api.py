@@ -553,3 +553,18 @@ def test_merge_outside_context_of_dependent_graphdef():
         gb, sb = ctx.split(b)
     with pytest.raises(nnx.GraphStructureError, match="merge both inside one merge_context"):
         nnx.merge(gb, sb)
+
+
+def test_update_hands_a_missing_childs_substate_to_a_lazy_node() -> None:
+    # A node type may keep the sub-state of a child it has not created yet
+    # (bridge.Module does); update calls its `_graph_keep_substate(node, key, state)`.
+    class Lazy(nnx.Module):
+        @staticmethod
+        def _graph_keep_substate(node, key, sub):
+            object.__setattr__(node, "kept", (key, sorted(sub)))
+
+    node = Lazy()
+    nnx.update(node, nnx.State({"later": nnx.State({"w": nnx.Param(jnp.ones(2))})}))
+    assert node.kept == ("later", ["w"])
+    with pytest.raises(nnx.GraphStructureError, match=r"has nothing at node\.later"):
+        nnx.update(nnx.Module(), nnx.State({"later": nnx.State({"w": nnx.Param(jnp.ones(2))})}))

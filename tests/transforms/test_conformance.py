@@ -131,7 +131,10 @@ LIFTS: dict[str, Lift] = {
             mesh=jax.sharding.Mesh(jax.devices()[:1], ("x",)),
             in_specs=(jax.sharding.PartitionSpec(),),
             out_specs=jax.sharding.PartitionSpec(),
-        )
+        ),
+        # With graph updates the arguments' arrays come back placed on the mesh
+        # (NamedSharding), as in Flax NNX 0.12: equal values, new array objects.
+        new_leaves=True,
     ),
     "scan_carry_3": Lift(
         lambda f: nnx.scan(f, in_axes=nnx.Carry, out_axes=nnx.Carry, length=3),

@@ -147,3 +147,18 @@ def test_broadcast_state_batched_inside_names_its_path() -> None:
     with pytest.raises(ValueError, match=r"args\[0\]\['shared'\].*batched on axis 0"):
         f(env)
     assert int(env.shared[...]) == 0
+
+
+def test_a_shared_variable_listed_once_takes_its_first_prefix() -> None:
+    shared = nnx.Param(jnp.arange(4.0))
+    first = Pair(jnp.arange(4.0), jnp.zeros(4))
+    second = Pair(jnp.ones(4), jnp.zeros(4))
+    first.a, second.a = shared, shared  # second's 'a' is a reference in nnx.prefix
+    p1, p2 = nnx.prefix((first, second), {...: 0}, graph=True)
+
+    @nnx.vmap(in_axes=(p1, p2), graph=True, graph_updates=False)
+    def f(m1: Pair, m2: Pair) -> jax.Array:
+        assert m1.a is m2.a
+        return m1.a[...] + m2.a[...]
+
+    np.testing.assert_allclose(f(first, second), 2 * jnp.arange(4.0))

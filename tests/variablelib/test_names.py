@@ -96,3 +96,13 @@ def test_register_taken_name_raises_unless_overwrite(clean_registry):
 def test_variable_type_from_name_registers_a_subclass_of_base():
     typ = nnx.variable_type_from_name("my_lora_kind", base=nnx.Param, allow_register=True)
     assert issubclass(typ, nnx.Param) and nnx.variable_type_from_name("my_lora_kind") is typ
+
+
+def test_register_variable_name_as_a_decorator(clean_registry):
+    @nnx.register_variable_name("counters")
+    class Counter(nnx.Variable):
+        pass
+
+    assert nnx.variable_type_from_name("counters") is Counter
+    assert nnx.variable_name_from_type(Counter) == "counters"
+    assert nnx.register_variable_name("counters", Counter) is Counter  # returns the kind
