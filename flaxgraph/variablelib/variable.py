@@ -67,6 +67,7 @@ from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import current_trace, is_top_level
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
+from flaxgraph.variablelib.state_methods import VariableStateMethods
 from flaxgraph.variablelib.value_ops import ValueOps
 
 A = TypeVar("A")
@@ -95,7 +96,7 @@ def _flag(name: str, value: Any) -> bool | None:
     raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
 
 
-class Variable(ValueOps, Generic[A]):
+class Variable(VariableStateMethods, ValueOps, Generic[A]):
     """A mutable box holding one value and a dict of metadata.
 
     Args:
