@@ -166,3 +166,25 @@ def test_sequential_through_jit_by_split_merge():
     graphdef, state = nnx.split(seq)
     out = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x))(state, jnp.ones(2))
     np.testing.assert_allclose(out, np.full(2, 10.0))
+
+
+def test_dict_popitem_and_clear():
+    d = nnx.Dict(b=2, a=1)
+    assert d.popitem() == ("a", 1)
+    assert list(d) == ["b"]
+    d.clear()
+    assert len(d) == 0 and d.keys() == []
+    with pytest.raises(KeyError, match="empty"):
+        d.popitem()
+
+
+def test_dict_popitem_and_clear_match_flax():
+    fnnx = pytest.importorskip("flax.nnx")
+    ours, theirs = nnx.Dict(b=2, a=1), fnnx.Dict(b=2, a=1)
+    # both pop the first key of their own iteration order (flaxgraph iterates sorted)
+    for d in (ours, theirs):
+        first = next(iter(d))
+        assert d.popitem() == (first, {"a": 1, "b": 2}[first])
+    ours.clear()
+    theirs.clear()
+    assert len(ours) == len(theirs) == 0
