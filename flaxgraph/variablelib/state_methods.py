@@ -115,6 +115,8 @@ class VariableStateMethods:
         Args:
           value: the value (any pytree; usually an array) or a ``jax.Ref``.
           metadata: the metadata, flags included (e.g. ``{'ref': True}``); copied.
+            A flag at its default (``ref=False``, ``hijax=False``, ``mutable=True``)
+            is dropped, as ``__init__`` does.
 
         Returns:
           A new Variable of class ``cls``.
@@ -128,7 +130,11 @@ class VariableStateMethods:
 
         Source: Flax NNX 0.12 ``Variable.from_metadata``.
         """
-        return cls._from_parts(value, dict(metadata))  # type: ignore[attr-defined]
+        # flags are stored only when they differ from the default (as __init__ does),
+        # so ``{'ref': False, 'hijax': False}`` from Flax code gives a plain Variable
+        defaults = {"ref": False, "hijax": False, "mutable": True}
+        clean = {k: v for k, v in metadata.items() if not (k in defaults and v == defaults[k])}
+        return cls._from_parts(value, clean)  # type: ignore[attr-defined]
 
     def to_state(self: V) -> V:
         """A copy of this Variable (Flax 0.12 has no separate VariableState: same as

@@ -98,3 +98,12 @@ def test_small_members():
     assert s is not p and type(s) is nnx.Param and s.get_metadata() == p.get_metadata()
     q = nnx.BatchStat.from_metadata(jnp.zeros(2), {"note": 1})
     assert type(q) is nnx.BatchStat and q.note == 1
+
+
+def test_from_metadata_flags_like_flax():
+    v_low = nnx.Param.from_metadata(1, {"a": "hi", "hijax": False, "ref": False})
+    assert isinstance(v_low, nnx.Param) and not v_low.hijax and not v_low.ref
+    assert v_low.get_metadata(exclude_required=True) == {"a": "hi"}
+    assert nnx.graphdef(nnx.Dict(v=v_low)) == nnx.graphdef(nnx.Dict(v=nnx.Param(1, a="hi")))
+    v_hi = nnx.Param.from_metadata(1, {"a": "hi", "hijax": True, "ref": False})
+    assert v_hi.hijax and v_hi[...] == 1
