@@ -99,38 +99,47 @@ class Timing:
         }
 
 
-def _run(fn: Callable[[], object], number: int) -> float:
-    """Seconds taken by ``number`` calls of ``fn``, garbage collector off."""
+def _run(
+    fn: Callable[[], object], number: int, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """Seconds taken by ``number`` calls of ``fn`` (by ``clock``), garbage collector off."""
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        start = time.perf_counter()
+        start = clock()
         for _ in itertools.repeat(None, number):
             fn()
-        return time.perf_counter() - start
+        return clock() - start
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def calibrate(fn: Callable[[], object], min_time: float) -> int:
+def calibrate(
+    fn: Callable[[], object], min_time: float, clock: Callable[[], float] = time.perf_counter
+) -> int:
     """Returns a call count (1, 2, 5, 10, 20, 50, …) whose sample lasts >= ``min_time``."""
     for exponent in itertools.count():
         for mantissa in (1, 2, 5):
             number = mantissa * 10**exponent
-            if _run(fn, number) >= min_time:
+            if _run(fn, number, clock) >= min_time:
                 return number
     raise AssertionError("unreachable")
 
 
 def measure(
-    contenders: Mapping[str, Callable[[], object]], settings: Settings
+    contenders: Mapping[str, Callable[[], object]],
+    settings: Settings,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Timing]:
     """Times every contender, interleaved, and returns a ``Timing`` per name.
 
     Args:
       contenders: name -> zero-argument callable; each call is one operation.
       settings: rounds, sample length and warm-up.
+      clock: the clock (``time.process_time`` counts the CPU time of this process
+        only, all its threads: steadier than wall time on a machine other processes
+        keep busy).
 
     Returns:
       name -> ``Timing`` (in the order of ``contenders``).
@@ -139,7 +148,7 @@ def measure(
     for name in names:
         for _ in range(settings.warmup):
             contenders[name]()
-    numbers = {name: calibrate(contenders[name], settings.min_time) for name in names}
+    numbers = {name: calibrate(contenders[name], settings.min_time, clock) for name in names}
     samples: dict[str, list[float]] = {name: [] for name in names}
     for round_index in range(settings.repeat):
         shift = round_index % len(names)
@@ -148,7 +157,7 @@ def measure(
             order.reverse()
         gc.collect()
         for name in order:
-            samples[name].append(_run(contenders[name], numbers[name]) / numbers[name])
+            samples[name].append(_run(contenders[name], numbers[name], clock) / numbers[name])
     return {name: Timing(name, tuple(samples[name]), numbers[name]) for name in names}
 
 

@@ -3,7 +3,9 @@
 
 The model is the MLP of ``benchmarks/transforms.py`` (L tiny layers, width 4), so a
 call's time is almost all framework overhead. Timed side by side in one process
-(interleaved rounds, medians, ratios per round; see ``benchmarks/common.py``):
+(interleaved rounds, medians, ratios per round; see ``benchmarks/common.py``), by
+the process's CPU time (``time.process_time``, all threads), which other processes
+on a busy machine disturb far less than wall time:
 
 * ``module_train`` / ``module_forward``: ``jax.jit`` applied to the Module itself as
   a pytree (``jax.jit(step)(model, x)``; the train step returns the new model, as
@@ -34,6 +36,7 @@ Results are printed as tables and written as JSON to ``benchmarks/results/pytree
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -72,6 +75,7 @@ WORKLOADS = ("module_train", "module_forward", "split_train", "split_forward")
 REF_WORKLOADS = ("ref_train", "ref_forward")
 GOAL = 1.2  # issue 18: module pytree and split + jax.jit, at most this x the floor
 REF_GOAL = 1.1  # issue 18: a Ref-backed model through nnx.jit
+CLOCK = time.process_time
 
 
 def _loss(model: Any, x: jax.Array) -> jax.Array:
@@ -198,7 +202,7 @@ def run_workloads(
     for workload in WORKLOADS:
         for num_layers in layers:
             calls = contenders(workload, num_layers, nnx, eqx)
-            timings = measure(calls, settings)
+            timings = measure(calls, settings, CLOCK)
             ratios = {k: paired_ratio(t, timings["jax"]) for k, t in timings.items() if k != "jax"}
             records.append(
                 {
@@ -215,7 +219,7 @@ def run_workloads(
             step, transformed = ref_model_step(workload, arrays, x)
             calls = {"jax": blocking(floor(workload, arrays, x)), "flaxgraph": blocking(step)}
             before = transformed.cache_info().general_calls
-            timings = measure(calls, settings)
+            timings = measure(calls, settings, CLOCK)
             info = transformed.cache_info()
             records.append(
                 {
@@ -261,7 +265,7 @@ def per_object(num_layers: int, settings: Settings, nnx: Any, eqx: Any) -> dict[
     calls["split/flaxgraph"] = lambda: flaxgraph.split(fg_model)
     calls["merge_nocopy/flaxgraph"] = lambda: flaxgraph.merge(graphdef, state, copy=False)
     calls["update/flaxgraph"] = lambda: flaxgraph.update(fg_model, state)
-    timings = measure(calls, settings)
+    timings = measure(calls, settings, CLOCK)
     counts = {name: n for name, (_, n) in trees.items()}
     out: dict[str, Any] = {"layers": num_layers, "us_per_object": {}, "ratios": {}}
     for key, t in timings.items():

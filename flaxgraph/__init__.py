@@ -12,6 +12,7 @@ from flaxgraph import filterlib as filterlib
 from flaxgraph import graphlib as graph  # Flax keeps ``nnx.graph`` as graphlib's old name
 from flaxgraph import graphlib as graphlib
 from flaxgraph import helpers as helpers
+from flaxgraph import ids as ids
 from flaxgraph import modes as modes
 from flaxgraph import module as module
 from flaxgraph import nn as nn

@@ -83,6 +83,26 @@ def filters_to_predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
     return tuple(to_predicate(f) for f in filters)
 
 
+def partition_predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
+    """``filters_to_predicates`` for filters that partition a state (``split``,
+    ``State.split``): first match wins, so a catch-all (``...`` or ``True``) before
+    another filter would leave that filter nothing.
+
+    Raises:
+      ValueError: a catch-all is followed by a filter that is not one.
+    """
+    for i, f in enumerate(filters):
+        if (f is Ellipsis or f is True) and any(
+            g is not Ellipsis and g is not True for g in filters[i + 1 :]
+        ):
+            raise ValueError(
+                f"`...` or `True` can only be used as the last filters, but filter {i} of "
+                f"{filters!r} is a catch-all followed by other filters, which would match "
+                "nothing.\nFix: move `...` to the end."
+            )
+    return filters_to_predicates(filters)
+
+
 @dataclasses.dataclass(frozen=True)
 class OfType:
     """Matches values that are instances of ``type``; for a Variable, its kind.

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
+from jax.experimental.layout import Format
 from jax.sharding import NamedSharding, PartitionSpec
 
 from flaxgraph.config import Flag
@@ -265,8 +266,18 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
     class name, used in errors."""
     if not EAGER_SHARDING.get() or metadata.get("eager_sharding") is False:
         return value
+    if not hasattr(value, "shape") or isinstance(value, jax.ShapeDtypeStruct):
+        return value
+    given = metadata.get("out_sharding")
+    if isinstance(given, NamedSharding):  # a full sharding: its own mesh and spec
+        check_spec(given.spec, given.mesh, tuple(value.shape), f"a new {kind}")
+        if isinstance(value, jax.core.Tracer):
+            return jax.lax.with_sharding_constraint(value, given)
+        return jax.device_put(value, given)
+    if isinstance(given, Format):  # a layout and a sharding
+        return jax.device_put(value, given)
     names = names_of(metadata)
-    if names is None or not hasattr(value, "shape") or isinstance(value, jax.ShapeDtypeStruct):
+    if names is None:
         return value
     mesh = metadata.get("mesh") or active_mesh()
     if mesh is None:

@@ -152,30 +152,53 @@ class Module(Pytree):
         return value + getattr(self, name).value
 
     def set_attributes(
-        self, *filters: Filter, raise_if_not_found: bool = True, **attributes: Any
+        self,
+        *filters: Filter,
+        raise_if_not_found: bool = True,
+        graph: bool | None = None,
+        **attributes: Any,
     ) -> None:
         """Sets ``attributes`` on every sub-module (this one included) that has them
         and matches ``filters`` (all modules if none are given).
 
+        Args:
+          *filters: which modules to change (``nnx.Linear``, a path filter...).
+          raise_if_not_found: raise if an attribute exists on no selected module.
+          graph: traversal mode of the walk over sub-modules (``None``: the
+            ``nnx.set_graph_mode`` default; ``False``: tree mode).
+          **attributes: ``name=value`` to set.
+
         Raises:
-          ValueError: ``raise_if_not_found`` and some attribute was found on no module.
+          ValueError: ``raise_if_not_found`` and some attribute was found on no
+            selected module; nothing is changed then.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> model = nnx.Sequential(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), nnx.Dropout(0.5))
+          >>> model.set_attributes(deterministic=True)
+          >>> model.layers[1].deterministic
+          True
+
+        Source: Flax NNX 0.12 ``Module.set_attributes``.
         """
         predicates = [to_predicate(f) for f in filters]
-        found: set[str] = set()
-        for path, module in self.iter_modules():
+        writes: list[tuple[Module, str, Any]] = []
+        for path, module in self.iter_modules(graph=graph):
             if predicates and not any(p(path, module) for p in predicates):
                 continue
             for name, value in attributes.items():
                 if _has_attribute(module, name):
-                    setattr(module, name, value)
-                    found.add(name)
-        missing = set(attributes) - found
+                    writes.append((module, name, value))
+        missing = set(attributes) - {name for _, name, _ in writes}
         if raise_if_not_found and missing:
             raise ValueError(
                 f"{type(self).__name__}.set_attributes: Could not find at least one instance "
                 f"of the following attributes: {sorted(missing)} (no selected sub-module "
                 "has them).\nFix: check the spelling, or pass raise_if_not_found=False."
             )
+        for module, name, value in writes:
+            setattr(module, name, value)
 
     def train(self: M, **attributes: Any) -> M:
         """Training mode: ``deterministic=False`` and ``use_running_average=False`` on

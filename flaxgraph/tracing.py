@@ -16,10 +16,15 @@ from jax._src import core as _jax_core
 
 _trace_ctx = _jax_core.trace_ctx
 
+TRACE_STATE = _jax_core.trace_state
+"""JAX's thread-local config holding the current trace's weak reference:
+``TRACE_STATE.value`` is ``current_trace()`` without a Python call (JAX sets it with
+the trace, see ``TracingContext.set_trace``); for per-object hot paths (unflatten)."""
+
 
 def current_trace() -> object:
     """Returns a token for the active JAX trace; equal tokens, same trace."""
-    return _trace_ctx.trace._weakref
+    return TRACE_STATE.value
 
 
 def is_top_level() -> bool:

@@ -288,3 +288,20 @@ def test_de_morgan_and_identities(ta, tb):
         assert nnx.All(a, nnx.Everything())(path, value) == pa
         assert nnx.Any(a, ...)(path, value) is True
         assert nnx.All(a, None)(path, value) is False
+
+
+def test_a_catch_all_must_be_the_last_filter_of_a_split():
+    m = nnx.Dict(a=nnx.Param(1), b=nnx.BatchStat(2))
+    with pytest.raises(
+        ValueError, match=r"`\.\.\.` or `True` can only be used as the last filters"
+    ):
+        nnx.split(m, ..., nnx.Param)
+    with pytest.raises(ValueError, match="can only be used as the last filters"):
+        nnx.state(m).split(True, nnx.Param)
+    nnx.split(m, nnx.Param, ..., True)  # catch-alls after the last real filter are fine
+
+
+def test_non_exhaustive_split_names_the_leaf():
+    m = nnx.Dict(a=nnx.Param(1), b=nnx.BatchStat(2))
+    with pytest.raises(ValueError, match=r"(?s)node\.b.*Non-exhaustive filters"):
+        nnx.split(m, nnx.Param)

@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import flaxgraph as nnx
 
@@ -150,6 +152,9 @@ def test_sequential_extra_args_go_to_first_layer():
 def test_empty_sequential_is_identity():
     assert nnx.Sequential()(5) == 5
     assert nnx.Sequential()(1, 2) == (1, 2)
+    assert nnx.Sequential()() is None  # Flax 0.12
+    assert nnx.Sequential()(k=2) == {"k": 2}
+    assert nnx.Sequential()(1, k=2) == (1, {"k": 2})
 
 
 def test_sequential_layers_are_a_list_and_split():
@@ -166,6 +171,56 @@ def test_sequential_through_jit_by_split_merge():
     graphdef, state = nnx.split(seq)
     out = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x))(state, jnp.ones(2))
     np.testing.assert_allclose(out, np.full(2, 10.0))
+
+
+@given(
+    st.lists(st.integers(0, 9), max_size=6),
+    st.lists(
+        st.tuples(st.sampled_from(["insert", "del", "slice", "pop", "set"]), st.integers(-8, 8)),
+        max_size=6,
+    ),
+)
+def test_list_is_a_mutable_sequence_like_a_python_list(items, ops):
+    ls, ref = nnx.List(items), list(items)
+    for op, i in ops:
+        if op == "insert":
+            ls.insert(i, 100 + i)
+            ref.insert(i, 100 + i)
+        elif op == "slice":
+            ls[i:] = [7, 8]
+            ref[i:] = [7, 8]
+        elif ref and op == "del":
+            del ls[i % len(ref)]
+            del ref[i % len(ref)]
+        elif ref and op == "pop":
+            assert ls.pop(i % len(ref)) == ref.pop(i % len(ref))
+        elif ref and op == "set":
+            ls[i % len(ref)] = -1
+            ref[i % len(ref)] = -1
+        assert list(ls) == ref and len(ls) == len(ref)
+    assert ls[1:3] == ref[1:3]
+
+
+def test_list_items_keep_their_data_and_static_marks():
+    ls = nnx.List([nnx.data(1), nnx.static("s"), nnx.data(jnp.array(2.0))])
+    assert jax.tree.leaves(ls) == [1, jnp.array(2.0)]
+    ls.insert(0, nnx.static(99))  # marks move with their items
+    assert [x for x in ls] == [99, 1, "s", jnp.array(2.0)]
+    assert jax.tree.leaves(ls) == [1, jnp.array(2.0)]
+    del ls[1]
+    assert jax.tree.leaves(ls) == [jnp.array(2.0)]
+    doubled = jax.jit(lambda t: jax.tree.map(lambda x: x * 2, t))(ls)
+    assert doubled[2] == 4.0 and doubled[0] == 99 and doubled[1] == "s"
+
+
+def test_dict_mapping_methods():
+    d = nnx.Dict(a=1)
+    assert d.setdefault("a", 10) == 1 and d.setdefault("b", 2) == 2 and d["b"] == 2
+    assert d.get("zz") is None and d.get("a") == 1
+    d.update({"c": 3}, e=5)
+    assert d.pop("c") == 3 and d.pop("c", None) is None and sorted(d) == ["a", "b", "e"]
+    with pytest.raises(KeyError):
+        d.pop("c")
 
 
 def test_dict_popitem_and_clear():

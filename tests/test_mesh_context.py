@@ -360,3 +360,9 @@ def test_a_variables_own_sharding_rules_join_the_active_rules() -> None:
             nnx.Param(
                 jnp.ones((2, 3)), out_sharding=("embed",), sharding_rules=(("embed", "data"),)
             )
+
+
+def test_out_sharding_may_be_a_named_sharding() -> None:
+    ns = jax.sharding.NamedSharding(MESH1, P("data", None))
+    v = nnx.Variable(jnp.ones((2, 2)), out_sharding=ns)  # no mesh context needed
+    assert v.value.sharding.is_equivalent_to(ns, 2)

@@ -249,3 +249,13 @@ def test_iter_modules_function_graph_and_tree_mode():
     assert [p for p, _ in nnx.iter_modules(Pair(False), graph=False)] == [("a",), ("b",), ()]
     with pytest.raises(SharedReferenceError):
         list(nnx.iter_modules(Pair(True), graph=False))
+
+
+def test_set_attributes_takes_graph_and_changes_nothing_when_it_raises():
+    model = nnx.Sequential(nnx.Dropout(0.5), nnx.BatchNorm(2, rngs=nnx.Rngs(0)))
+    model.set_attributes(use_running_average=False, graph=True)
+    model.set_attributes(deterministic=True, graph=False)
+    assert model.layers[0].deterministic is True
+    with pytest.raises(ValueError, match=r"following attributes: \['nope'\]"):
+        model.set_attributes(deterministic=False, nope=1)
+    assert model.layers[0].deterministic is True  # unchanged

@@ -343,3 +343,11 @@ def test_restore_int_paths_matches_flax():
     fnnx = pytest.importorskip("flax.nnx")
     d = {"a": {"0": 1, "1": {"2": 3}}, "3": 4, "b": {"x": "0"}}
     assert nnx.restore_int_paths(d) == fnnx.restore_int_paths(d)
+
+
+def test_diff_keeps_the_paths_the_other_state_lacks():
+    a = nnx.State({"x": 1, "y": {"z": 2, "w": 3}})
+    b = nnx.State({"x": 5, "y": {"z": 0}})
+    assert nnx.statelib.diff(a, b).to_pure_dict() == {"y": {"w": 3}}
+    assert nnx.statelib.diff(b, a) == nnx.State({})
+    assert nnx.statelib.diff(a, nnx.State({})) is a

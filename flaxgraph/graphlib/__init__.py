@@ -3,8 +3,9 @@
 ``split`` walks a graph of Objects, Variables and containers (shared references and
 cycles included) into an immutable, hashable ``GraphDef`` and ``State``s; ``merge``
 rebuilds objects from them; ``update`` writes a State back in place. One concept per
-file: ``registry`` (node types), ``refmap`` (identity maps), ``graphdefs`` (the frozen
-structure), ``walk``/``build`` (the depth-first flatten and its inverse),
+file: ``registry`` (node types), ``refmap`` (identity maps, ``IndexMap``), ``graphdefs``
+(the frozen structure, ``nodes``), ``statics`` (static values: structural partials,
+the unhashable-static error), ``walk``/``build`` (the depth-first flatten and its inverse),
 ``split_merge``, ``inplace`` (update/pop), ``contexts``, ``functional`` (the
 ``flatten``/``unflatten`` pair of plain JAX code), ``traversal``, ``calls``,
 ``variable_views``, ``diff``, ``snapshot`` (structure snapshots for the fast path).
@@ -40,6 +41,8 @@ from flaxgraph.graphlib.inplace import update as update
 from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
 from flaxgraph.graphlib.registry import GraphNodeImpl as GraphNodeImpl
+from flaxgraph.graphlib.registry import _flatten_pytree as _flatten_pytree
+from flaxgraph.graphlib.registry import _unflatten_pytree as _unflatten_pytree
 from flaxgraph.graphlib.registry import is_graph_node as is_graph_node
 from flaxgraph.graphlib.registry import register_graph_node_type as register_graph_node_type
 from flaxgraph.graphlib.split_merge import clone as clone

@@ -19,7 +19,7 @@ class _CallProxy:
         self,
         graphdef: GraphDef,
         states: tuple[Any, ...],
-        path: tuple[str, ...],
+        path: tuple[tuple[bool, Any], ...],
         copy: bool = False,
     ):
         self._graphdef = graphdef
@@ -28,13 +28,17 @@ class _CallProxy:
         self._copy = copy  # merge new Variables: the given States stay as they are
 
     def __getattr__(self, name: str) -> _CallProxy:
-        return _CallProxy(self._graphdef, self._states, (*self._path, name), self._copy)
+        return _CallProxy(self._graphdef, self._states, (*self._path, (False, name)), self._copy)
+
+    def __getitem__(self, key: Any) -> _CallProxy:
+        # ``nnx.call(dict_state)['b'].method()``: an item of the merged graph.
+        return _CallProxy(self._graphdef, self._states, (*self._path, (True, key)), self._copy)
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, tuple[GraphDef, State]]:
         node = merge(self._graphdef, *self._states, copy=self._copy)
         method: Any = node
-        for name in self._path:
-            method = getattr(method, name)
+        for is_item, key in self._path:
+            method = method[key] if is_item else getattr(method, key)
         out = method(*args, **kwargs)
         return out, split(node)
 
@@ -42,7 +46,8 @@ class _CallProxy:
 def call(graphdef_state: tuple[Any, ...], /) -> Any:
     """Functional method calls: ``out, (graphdef, state) = nnx.call((graphdef, state)).method(x)``.
 
-    The proxy merges the graph, calls the method (``__call__`` when called directly),
+    The proxy merges the graph, calls the method (``__call__`` when called directly;
+    attributes and items lead to it: ``nnx.call(state)['encoder'].method(x)``),
     splits the graph again and returns the output with the new ``(graphdef, state)``,
     so state updates made by the method are returned, not lost.
 

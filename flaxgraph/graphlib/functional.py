@@ -60,8 +60,9 @@ def flatten(
       graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
 
     Returns:
-      ``(graphdef, leaves)``, leaves in the order ``unflatten`` consumes them; a
-      leaf is the graph's own Variable object or a raw array.
+      ``(graphdef, leaves)``, leaves in the order ``unflatten`` consumes them (graph
+      mode: walk order; tree mode: sorted by path, as in Flax); a leaf is the
+      graph's own Variable object or a raw array.
 
     Raises:
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
@@ -84,6 +85,8 @@ def flatten(
     if ref_outer_index is not None:
         offset = 1 + max(ref_outer_index.values(), default=-1)
         graphdef = renumber(graphdef, ref_index, ref_outer_index, offset)
+    if graphdef.tree:  # tree mode: leaves sorted by path, as Flax's TreeNodeDef orders them
+        leaves = [leaves[i] for _, i in graphdef.nodes[0].path_index]
     if with_paths:
         return graphdef, FlatState(leaves)
     return graphdef, [leaf for _, leaf in leaves]
@@ -150,8 +153,15 @@ def unflatten(
         leaves: Sequence[Any] = _ordered_leaves(graphdef, (state,))
     elif isinstance(state, FlatState):
         leaves = state.leaves
+        if graphdef.tree and state.paths != graphdef.leaf_paths:
+            leaves = _ordered_leaves(graphdef, (state,))  # matched by path
     else:
         leaves = list(state)
+        if graphdef.tree and len(leaves) == graphdef.num_leaves:
+            walk_order: list[Any] = [None] * len(leaves)  # from path order back to walk order
+            for k, (_, i) in enumerate(graphdef.nodes[0].path_index):
+                walk_order[i] = leaves[k]
+            leaves = walk_order
     return _build(
         graphdef,
         leaves,

@@ -30,6 +30,12 @@ from typing import Any, Union
 
 import jax
 
+from flaxgraph.graphlib.statics import (
+    is_unhashable,
+    structural,
+    unhashable_static_error,
+    unwrap,
+)
 from flaxgraph.renderers import RENDERERS
 
 # Each definition is a tuple whose first item is a tag naming its kind: building,
@@ -136,21 +142,26 @@ class ArrayDef(_Def):
 
 
 class StaticDef(_Def):
-    """A static value kept in the GraphDef (must be hashable).
+    """A static value kept in the GraphDef (hashable where the GraphDef is a cache key).
 
     The value's type is part of the definition: ``1 == True == 1.0`` in Python, but
-    a GraphDef must tell them apart.
+    a GraphDef must tell them apart. A ``functools.partial`` is stored as a
+    ``PartialKey`` (compared by function and arguments, see ``statics.py``);
+    ``value`` gives the partial back.
     """
 
     __slots__ = ()
     _fields = ("value",)
-    value = property(itemgetter(2))
 
     def __new__(cls, value: Any) -> StaticDef:
-        return tuple.__new__(cls, ("S", type(value), value))
+        return tuple.__new__(cls, ("S", type(value), structural(value)))
+
+    @property
+    def value(self) -> Any:
+        return unwrap(self[2])
 
     def __getnewargs__(self) -> tuple[Any, ...]:
-        return (self[2],)
+        return (self.value,)
 
 
 Def = Union[NodeDef, VariableDef, NodeRef, ContainerDef, ArrayDef, StaticDef]
@@ -226,18 +237,53 @@ class GraphDef:
         object.__setattr__(self, "root", root)
         object.__setattr__(self, "leaf_paths", leaf_paths)
         object.__setattr__(self, "tree", tree)
-        object.__setattr__(self, "_hash", hash(root))
+        object.__setattr__(self, "_hash", None)  # computed on first use (see __hash__)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("GraphDef is immutable")
 
     def __hash__(self) -> int:
-        return self._hash  # type: ignore[no-any-return]
+        """The structural hash, computed once.
+
+        Raises:
+          StaticAttributeError (a ``TypeError``): a static attribute is unhashable
+            (a non-frozen dataclass config): the message names its path. Only code
+            that uses the GraphDef as a cache key (jit) hashes it; split/merge never
+            do.
+        """
+        h = self._hash
+        if h is None:
+            try:
+                h = hash(self.root)
+            except TypeError:
+                raise self.unhashable_error("node") from None
+            object.__setattr__(self, "_hash", h)
+        return h  # type: ignore[no-any-return]
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (
-            type(other) is GraphDef and self._hash == other._hash and self.root == other.root
+        if self is other:
+            return True
+        if type(other) is not GraphDef:
+            return False
+        h, g = self._hash, other._hash
+        return (h is None or g is None or h == g) and self.root == other.root
+
+    def unhashable_error(self, root_name: str, roots: tuple[str, ...] = ()) -> TypeError:
+        """The ``StaticAttributeError`` naming the first unhashable static value, its
+        path formatted from ``root_name``, or, when the root is a tuple of named roots
+        (a transform's ``(args, kwargs)``), from ``roots[i]``; a plain ``TypeError`` if
+        every static value hashes (then something else failed)."""
+        found = _find_unhashable(self.root, ())
+        if found is None:
+            return TypeError(f"GraphDef of a {self.type.__name__} is unhashable.")
+        steps, value, what = found
+        if roots and steps and isinstance(steps[0][0], int) and steps[0][0] < len(roots):
+            root_name, steps = roots[steps[0][0]], steps[1:]
+        where = root_name + "".join(
+            f".{k}" if attr and isinstance(k, str) and k.isidentifier() else f"[{k!r}]"
+            for k, attr in steps
         )
+        return unhashable_static_error(where, value, what)
 
     def __reduce__(self) -> Any:
         return (GraphDef, (self.root, self.leaf_paths, self.tree))
@@ -377,6 +423,33 @@ class GraphDef:
 
     # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``) is
     # attached by flaxgraph/graphlib/calls.py, the layer above, next to the `call` it runs.
+
+
+def _find_unhashable(
+    d: Def, steps: tuple[tuple[Hashable, bool], ...]
+) -> tuple[tuple[tuple[Hashable, bool], ...], Any, str] | None:
+    """``(steps, value, what)`` of the first unhashable static value below ``d``; each
+    step is ``(key, is_attribute)``."""
+    t = type(d)
+    if t is StaticDef:
+        return (steps, d.value, "static attribute") if is_unhashable(d[2]) else None
+    if t is VariableDef:
+        return (steps, dict(d.metadata), "metadata") if is_unhashable(d.metadata) else None
+    if t is NodeDef:
+        if is_unhashable(d.metadata):
+            return (steps, d.metadata, "node metadata")
+        for k, c in d.attributes:
+            found = _find_unhashable(c, (*steps, (k, True)))
+            if found is not None:
+                return found
+    elif t is ContainerDef:
+        for k, c in zip(d.keys, d.children):
+            found = _find_unhashable(c, (*steps, (k, False)))
+            if found is not None:
+                return found
+        if is_unhashable(d.treedef):
+            return (steps, d.treedef, "pytree structure")
+    return None
 
 
 def _path_key(path: tuple[Hashable, ...]) -> tuple[tuple[str, str], ...]:

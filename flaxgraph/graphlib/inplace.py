@@ -130,11 +130,13 @@ def _plan_variable(
 ) -> None:
     if target._var_trace is not trace:
         target._check_update()
-    value = leaf.raw_value if isinstance(leaf, Variable) else leaf
-    target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
-    var_writes.append(
-        (target, value, leaf._var_metadata if isinstance(leaf, Variable) else target._var_metadata)
-    )
+    if isinstance(leaf, Variable):
+        value, metadata = leaf.raw_value, leaf._var_metadata
+    else:
+        value, metadata = leaf, target._var_metadata
+    if target._var_ref is not None:
+        target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
+    var_writes.append((target, value, metadata))
 
 
 def _plan_update(
@@ -149,7 +151,10 @@ def _plan_update(
     impl = _GRAPH_NODE_IMPLS.get(type(node))
     for key, leaf in state._mapping.items():
         current = impl.get_child(node, key) if impl is not None else _get_child(node, key)
-        if isinstance(current, Variable) and not isinstance(leaf, State):
+        # (a Variable leaf first: State is an ABC, whose isinstance check is slow)
+        if isinstance(current, Variable) and (
+            isinstance(leaf, Variable) or not isinstance(leaf, State)
+        ):
             _plan_variable(current, leaf, var_writes, trace)
             continue
         path = (*prefix, key)

@@ -161,6 +161,27 @@ def pytree_children(x: Any) -> tuple[list[tuple[Key, Any]], Any] | None:
     return [(_key_of(path[0]), child) for path, child in with_path], treedef
 
 
+def _flatten_pytree(x: Any) -> tuple[list[tuple[Key, Any]], Any]:
+    """One level of the pytree node ``x``: ``([(key, child), ...], treedef)``; the
+    inverse of ``_unflatten_pytree``. (Flax NNX 0.12's private ``graphlib``
+    helper; aux data such as ``struct.field(pytree_node=False)`` stays in ``treedef``.)
+
+    Raises:
+      ValueError: ``x`` is a pytree leaf, not a node.
+    """
+    found = pytree_children(x)
+    if found is None:
+        raise ValueError(
+            f"A {type(x).__name__} is a pytree leaf, not a pytree node: it has no children."
+        )
+    return found
+
+
+def _unflatten_pytree(children: list[tuple[Key, Any]], treedef: Any) -> Any:
+    """Rebuilds the node ``_flatten_pytree`` took apart, from ``(key, child)`` pairs."""
+    return treedef.unflatten([child for _, child in children])
+
+
 def _key_of(entry: Any) -> Key:
     for attr in ("name", "key", "idx"):
         if hasattr(entry, attr):

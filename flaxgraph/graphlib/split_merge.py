@@ -22,11 +22,12 @@ Source: Flax NNX graph API (``nnx.split``, ``nnx.merge``, ``nnx.state``, ``nnx.g
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Hashable, Iterator, Mapping
 from typing import Any
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
-from flaxgraph.filterlib import Filter, filters_to_predicates
+from flaxgraph.filterlib import Filter, partition_predicates
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
@@ -47,7 +48,7 @@ def _states_from_leaves(
     # State writes the graph.
     if not filters:
         return [_as_state(leaves)]
-    parts, rest = partition(leaves, filters_to_predicates(filters))
+    parts, rest = partition(leaves, partition_predicates(filters))
     if strict and rest:
         path, leaf = rest[0]
         raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
@@ -185,12 +186,13 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
     return flatten(node, graph=resolve_graph(graph))[0]
 
 
+_first = operator.itemgetter(0)
+
+
 def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     if len(states) == 1 and isinstance(states[0], State):
         pairs = states[0].flat_state()
-        if len(pairs) == len(graphdef.leaf_paths) and all(
-            p == q for (p, _), q in zip(pairs, graphdef.leaf_paths)
-        ):
+        if tuple(map(_first, pairs)) == graphdef.leaf_paths:
             return [leaf for _, leaf in pairs]  # already in the GraphDef's order
     flat: dict[PathParts, Any] = {}
     for s in states:

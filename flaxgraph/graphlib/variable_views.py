@@ -128,7 +128,7 @@ def with_vars(
                 listed = "\n".join(f"  {path_str('node', node, p)}" for p in [path, *others])
                 raise ValueError(
                     f"with_vars would replace the {type(leaf).__name__} reachable at several "
-                    f"paths:\n{listed}\nFix: pass allow_duplicates=True to give every path "
+                    f"paths (Found duplicate at paths):\n{listed}\nFix: pass allow_duplicates=True to give every path "
                     "the same new Variable, or narrow `only` to leave it unchanged."
                 )
     replaced = RefMap[Any]()

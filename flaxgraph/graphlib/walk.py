@@ -80,8 +80,9 @@ def flatten(
       order; a leaf is the Variable object itself (not a copy) or a raw array.
 
     Raises:
-      StaticAttributeError (a ``TypeError``): a static value, or a Variable's
-        metadata, is unhashable; the message names its path.
+      StaticAttributeError (a ``TypeError``): a Variable's metadata is unhashable;
+        the message names its path. (An unhashable static attribute is allowed:
+        hashing the GraphDef, as jit does, raises then.)
       SharedReferenceError (a ``ValueError``): with ``graph=False``, a Variable is
         reachable along several paths; the message lists them all.
     """
@@ -255,7 +256,7 @@ class Walk:
                 shared_variables_message(
                     root,
                     self.where,
-                    "Tree mode (graph=False) does not allow shared references",
+                    "Tree mode (graph=False) does not support shared references",
                     wrapped,
                 )
             )
@@ -266,7 +267,7 @@ class Walk:
         first = seen.setdefault(id(x), (x, path))[1]
         if first != path:
             raise SharedReferenceError(
-                "Tree mode (graph=False) does not allow shared references: Duplicate Ref "
+                "Tree mode (graph=False) does not support shared references: Duplicate Ref "
                 f"found at paths:\n    {self.where(first)}\n    {self.where(path)}\n"
                 + numbered_fixes(
                     [
@@ -293,6 +294,10 @@ class Walk:
         return metadata
 
     def _check_hashable(self, x: Any, path: PathParts) -> None:
+        """Warns when a static value hashes by identity and is made per model (every
+        model would get its own GraphDef, so jit would recompile). An unhashable
+        value is fine here: only hashing the GraphDef (a jit cache key) needs it
+        hashable, and ``GraphDef.__hash__`` then names its path."""
         if _made_per_instance(x):
             warnings.warn(
                 f"The static attribute at {self.where(path)} is a {type(x).__name__} that "
@@ -306,19 +311,6 @@ class Walk:
                 ),
                 IdentityHashWarning,
                 stacklevel=2,
-            )
-        if not is_hashable(x):
-            raise StaticAttributeError(
-                f"The static attribute at {self.where(path)} is a {type(x).__name__}, which "
-                "is unhashable; static attributes are stored in the GraphDef, which must be "
-                "hashable (it is a jit cache key).\n"
-                + numbered_fixes(
-                    [
-                        "make the value hashable (a tuple instead of a list, a frozen dataclass…);",
-                        "or, if it holds arrays, wrap the arrays in a Variable (nnx.Variable(x)) "
-                        "or register the type as a JAX pytree so its arrays become state.",
-                    ]
-                )
             )
 
 
@@ -344,13 +336,14 @@ def _made_per_instance(x: Any) -> bool:
     """Whether a static value compares by identity *and* is likely created afresh for
     each model (so two equal models get unequal GraphDefs): plain objects without
     ``__eq__``, lambdas and nested functions (closures such as initializers made by
-    ``lecun_normal()``), and ``functools.partial``. Module-level functions, classes,
+    ``lecun_normal()``), and a ``functools.partial`` of such a value (a partial itself
+    compares by function and arguments in a GraphDef). Module-level functions, classes,
     modules and JAX's function wrappers are identity-hashed too but are singletons,
     and so are ``None`` and ``...`` (reached here as ``nnx.static(None)``)."""
     if is_plain_static(x):
         return False
-    if isinstance(x, functools.partial):
-        return True
+    if isinstance(x, functools.partial):  # compared structurally (graphlib/statics.py)
+        return any(_made_per_instance(v) for v in (x.func, *x.args, *x.keywords.values()))
     if isinstance(x, types.FunctionType):
         return "<lambda>" in x.__qualname__ or "<locals>" in x.__qualname__
     if type(x).__hash__ is not object.__hash__ or callable(x):

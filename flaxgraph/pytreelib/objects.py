@@ -64,7 +64,7 @@ from flaxgraph.pytreelib.attribute_kinds import (
 )
 from flaxgraph.pytreelib.tree_layout import Aux, Layout, is_stable
 from flaxgraph.renderers import RENDERERS
-from flaxgraph.tracing import current_trace
+from flaxgraph.tracing import TRACE_STATE, current_trace
 from flaxgraph.variablelib.variable import Variable
 
 T = TypeVar("T")
@@ -348,7 +348,7 @@ def _is_data(value: Any) -> bool:
 
 def _layout(obj: Pytree) -> Layout:
     """The object's pytree ``Layout``: the cached one while it is valid (see
-    ``flaxgraph/pytreelib/tree_layout.py``), else a new one (cached unless volatile)."""
+    ``flaxgraph/pytreelib/tree_layout.py``), else a new one."""
     cached = obj._obj_layout
     if cached is not None and cached[0] == obj._obj_version:
         layout = cached[1]
@@ -357,18 +357,23 @@ def _layout(obj: Pytree) -> Layout:
             and layout.size == len(obj.__dict__)
             and layout.n_types == len(_DATA_TYPES)
         ):
-            return layout  # type: ignore[no-any-return]
+            if not layout.volatile:
+                return layout  # type: ignore[no-any-return]
+            d = obj.__dict__
+            if all(_is_data(d[name]) is was for name, was in layout.volatile):
+                return layout  # type: ignore[no-any-return]
     forced = dict(obj._obj_kinds)
-    children, statics = [], []
-    volatile = False
+    children, statics, volatile = [], [], []
     for name, value in _sorted_items(obj):
         kind = forced.get(name)
         if kind is None:
-            kind = _DATA if _is_data(value) else _STATIC
-            volatile = volatile or not is_stable(value, Pytree)
+            is_data = _is_data(value)
+            kind = _DATA if is_data else _STATIC
+            if not is_stable(value, Pytree):
+                volatile.append((name, is_data))
         (children if kind == _DATA else statics).append((name, value))
-    layout = Layout(obj._obj_kinds, children, statics, volatile)
-    _set_layout(obj, None if volatile else (obj._obj_version, layout))
+    layout = Layout(obj._obj_kinds, children, statics, tuple(volatile))
+    _set_layout(obj, (obj._obj_version, layout))
     return layout
 
 
@@ -388,7 +393,7 @@ def _pytree_unflatten(cls: type) -> Callable[[Any, Iterable[Any]], Pytree]:
     def unflatten(aux: Any, children: Iterable[Any]) -> Pytree:
         names, statics, kinds = aux
         obj = new(cls)
-        _set_trace(obj, current_trace())
+        _set_trace(obj, TRACE_STATE.value)
         _set_version(obj, 0)
         _set_kinds(obj, kinds)
         d = obj.__dict__

@@ -13,8 +13,8 @@ could change which attributes are data bumps it: a new, deleted or swapped
 attribute, a new kind), the attribute count is the same and no data type was
 registered since. Values whose data-ness can change *without* an assignment (a
 plain list or dict mutated in place, other pytree nodes holding such containers)
-make the layout *volatile*: it is then recomputed on every flatten, exactly as
-before.
+are *volatile*: their data-ness is decided again on every flatten (and the layout
+made again if it changed).
 
 The aux data is an ``Aux``: a tuple ``(names, statics, kinds)`` as before (equal to
 the plain tuple, so treedefs compare as they did) that also carries its ``Layout``,
@@ -43,10 +43,14 @@ _STABLE_SCALARS = frozenset({int, float, str, bool, complex, bytes, type(None), 
 class Aux(tuple):  # type: ignore[type-arg]
     """The aux data of a flattened ``Pytree``: ``(names, statics, kinds)``, equal to
     the same plain tuple, plus what an object unflattened from it caches as its layout
-    (``fresh``: ``(0, layout)``, the layout at structure version 0; ``None`` for a
-    volatile layout)."""
+    (``fresh``: ``(0, layout)``, the layout at structure version 0)."""
 
     fresh: tuple[int, Layout] | None = None
+
+    def __reduce__(self) -> Any:
+        # Pickled (a treedef sent to another process) as the plain tuple: the layout
+        # holds getters that do not pickle, and is rebuilt on first use anyway.
+        return (tuple, (tuple(self),))
 
 
 class Layout:
@@ -60,26 +64,28 @@ class Layout:
       keys: the children's JAX keys (``GetAttrKey``, ``SequenceKey`` for int names).
       get: ``__dict__ -> tuple of the children's values`` (C-level where possible).
       aux: the treedef's aux data (an ``Aux`` pointing back to this layout).
+      volatile: ``(name, is_data)`` of the attributes whose data-ness can change
+        without an assignment: checked again on every flatten.
     """
 
-    __slots__ = ("kinds", "size", "n_types", "names", "keys", "get", "aux")
+    __slots__ = ("kinds", "size", "n_types", "names", "keys", "get", "aux", "volatile")
 
     def __init__(
         self,
         kinds: Any,
         children: list[tuple[Any, Any]],
         statics: list[tuple[Any, Any]],
-        volatile: bool,
+        volatile: tuple[tuple[Any, bool], ...],
     ):
         self.kinds = kinds
+        self.volatile = volatile
         self.size = len(children) + len(statics)
         self.n_types = len(_DATA_TYPES)
         self.names = tuple(n for n, _ in children)
         self.keys = tuple(_attr_key(n) for n in self.names)
         self.get = _getter(self.names)
         aux = Aux((self.names, tuple(statics), kinds))
-        if not volatile:
-            aux.fresh = (0, self)
+        aux.fresh = (0, self)
         self.aux = aux
 
 

@@ -151,7 +151,7 @@ def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
     """
     if not isinstance(source, Variable):
         return kind(value)
-    metadata = source.get_metadata()
+    metadata = source._stored_metadata()
     if getattr(value, "shape", None) != getattr(source.raw_value, "shape", None):
         for key in SHARDING_KEYS:
             metadata.pop(key, None)

@@ -218,5 +218,5 @@ class EMA(Pytree):
 def _copy_of(var: Any, value: Any) -> Variable[Any]:
     """A new Variable of ``var``'s kind and metadata holding ``value``."""
     if isinstance(var, Variable):
-        return type(var)._from_parts(value, var.get_metadata())
+        return type(var)._from_parts(value, var._stored_metadata())
     return Variable(value)

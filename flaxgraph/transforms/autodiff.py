@@ -202,6 +202,9 @@ def value_and_grad(
     Raises:
       InconsistentAliasingError: one Variable is differentiated along one path and
         not along another.
+      ValueError: ``f`` is a bound method of a Module, or ``argnums`` holds an object
+        (Flax NNX 0.12's "Graph nodes are not allowed as prefixes"); both when the
+        transform is created.
       TraceContextError: ``f`` mutates an object it captured by closure.
 
     Example::

@@ -94,13 +94,18 @@ def jit(
     """Compiles ``fun``, which may take and return objects, with ``jax.jit``.
 
     Args:
-      fun: the function (or method, or Module instance) to compile.
-      in_shardings: as in ``jax.jit``, a prefix over the positional arguments;
-        at an object, a Sharding for all its state or ``StateSharding({filter:
-        sharding, ...})``. Unspecified by default.
+      fun: the function (or method, or Module instance) to compile; a bound method
+        of a Module raises ``ValueError`` (as in Flax NNX 0.12): decorate the method
+        or pass ``MyClass.method`` and the instance.
+      in_shardings: as in ``jax.jit``, a prefix over the positional arguments
+        (static ones excluded); at an object, a Sharding for all its state or
+        ``StateSharding({filter: sharding, ...})``. Unspecified by default. The
+        updated state of an input object leaves with its in_sharding.
       out_shardings: the same over the output.
       static_argnums, static_argnames: arguments treated as compile-time constants
-        (must be hashable).
+        (must be hashable). As in ``jax.jit``, given only one of them the other is
+        inferred from ``fun``'s signature, so a static argument may be passed by
+        position or by keyword (likewise for donation).
       donate_argnums, donate_argnames: arguments whose buffers may be reused for the
         outputs; objects' Variables get their new values, so donated objects stay
         usable.
@@ -114,7 +119,9 @@ def jit(
     Returns:
       A function with ``fun``'s signature. Calling it updates the objects passed to
       it in place (values and structure) and returns ``fun``'s output; an output
-      that is an input object is the caller's same object.
+      that is an input object is the caller's same object. Its ``lower(*args)``
+      gives JAX's lowering, whose ``compile()`` is a function of the same
+      arguments (objects included) that updates them the same way.
 
     Raises:
       InconsistentAliasingError (``ValueError``): one object reaches ``fun`` along

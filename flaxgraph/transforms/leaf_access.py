@@ -13,10 +13,12 @@ from typing import Any
 
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.transforms.ref_writes import read_ref
+from flaxgraph.variablelib.refs import has_direct_content
 from flaxgraph.variablelib.variable import Variable, _set_value, is_ref_backed
 
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _get_raw = operator.attrgetter("raw_value")
+_get_ref_content = operator.attrgetter("_refs._buf")
 
 
 def _identity(x: Any) -> Any:
@@ -48,7 +50,10 @@ def _reader(
     argument's own leaf gets target ``None`` (read from the call's arguments)."""
     if isinstance(leaf, Variable):
         if is_ref_backed(leaf):
-            return read_ref, leaf._var_ref
+            ref = leaf._var_ref
+            if has_direct_content(ref):  # one C-level read (see variablelib/refs.py)
+                return _get_ref_content, ref
+            return read_ref, ref
         return _get_raw, leaf
     if _in_arg_containers(path, args, kwargs):
         return _identity, None

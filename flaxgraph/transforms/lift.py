@@ -47,7 +47,7 @@ from typing import Any
 
 import jax
 
-from flaxgraph.errors import SharedReferenceError, TraceContextError
+from flaxgraph.errors import SharedReferenceError, StaticAttributeError, TraceContextError
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
@@ -92,6 +92,7 @@ class _Frozen:
 
     __slots__ = ("_hash",)
     _fields: tuple[str, ...] = ()
+    _roots: tuple[str, ...] = ()  # the names of the GraphDef's root positions
 
     def _key(self) -> tuple[Any, ...]:
         return tuple(getattr(self, f) for f in self._fields)
@@ -100,7 +101,11 @@ class _Frozen:
         try:
             return self._hash  # type: ignore[no-any-return]
         except AttributeError:
-            h = hash(self._key())
+            try:
+                h = hash(self._key())
+            except StaticAttributeError:
+                # An unhashable static attribute: name it from the transform's arguments.
+                raise self.graphdef.unhashable_error("args", self._roots) from None  # type: ignore[attr-defined]
             object.__setattr__(self, "_hash", h)
             return h
 
@@ -116,6 +121,7 @@ class InStatic(_Frozen):
 
     __slots__ = ("graphdef", "slots", "extra")
     _fields = ("graphdef", "slots", "extra")
+    _roots = ("args", "kwargs")
 
     def __init__(self, graphdef: GraphDef, slots: tuple[tuple[int, int], ...], extra: Any):
         object.__setattr__(self, "graphdef", graphdef)
@@ -129,6 +135,7 @@ class OutStatic(_Frozen):
 
     __slots__ = ("graphdef", "index_map", "sources", "inputs_kept", "plan")
     _fields = ("graphdef", "index_map", "sources", "inputs_kept")
+    _roots = ("output", "args", "kwargs")
 
     def __init__(
         self,

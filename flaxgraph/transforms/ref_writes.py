@@ -46,13 +46,19 @@ class RefInstall:
       writes: ``(variable, ref, group, position, shape, dtype)`` per Variable.
     """
 
-    __slots__ = ("writes",)
+    __slots__ = ("writes", "direct")
 
     def __init__(self, variables: Sequence[tuple[Variable[Any], int, int]]):
         self.writes = [
             (v, v._var_ref, g, b, tuple(v._var_ref.shape), v._var_ref.dtype)
             for v, g, b in variables
         ]
+        # The Refs' boxes whose array can be replaced directly (see refs.install).
+        self.direct = (
+            [v._var_ref._refs for v, _, _ in variables]
+            if all(refs.has_direct_content(v._var_ref) for v, _, _ in variables)
+            else None
+        )
 
     def __call__(self, out_groups: Sequence[Sequence[Any]]) -> None:
         """Raises ``ValueError`` (nothing written) if a value does not fit its Ref."""
@@ -61,6 +67,10 @@ class RefInstall:
             if getattr(value, "shape", None) != shape or getattr(value, "dtype", None) != dtype:
                 v._check_fits(value)  # raises with the Variable's name
                 refs.check_fits(type(v).__name__, ref, value)
+        if self.direct is not None:
+            for box, value in zip(self.direct, values, strict=True):
+                box._buf = value
+            return
         for (_, ref, _, _, _, _), value in zip(self.writes, values, strict=True):
             refs.install(ref, value)
 

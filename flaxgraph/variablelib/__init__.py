@@ -15,6 +15,7 @@ from flaxgraph.mesh_context import using_eager_sharding as using_eager_sharding
 from flaxgraph.variablelib.defaults import VarDefaults as VarDefaults
 from flaxgraph.variablelib.defaults import VarDefaultsContext as VarDefaultsContext
 from flaxgraph.variablelib.defaults import var_defaults as var_defaults
+from flaxgraph.variablelib.hijax import HijaxVariable as HijaxVariable
 from flaxgraph.variablelib.metadata import VariableMetadata as VariableMetadata
 from flaxgraph.variablelib.metadata import with_metadata as with_metadata
 from flaxgraph.variablelib.names import register_variable_name as register_variable_name

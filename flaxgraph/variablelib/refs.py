@@ -118,6 +118,12 @@ def write(kind: str, ref: Any, index: Any, value: Any, captured: bool) -> None:
 # two functions use it where this JAX has it; elsewhere they fall back to `ref[...]`.
 
 
+def has_direct_content(ref: Any) -> bool:
+    """Whether ``ref``'s array is reachable as ``ref._refs._buf`` (what ``peek`` and
+    ``install`` use when it is)."""
+    return type(ref) is _REF_TYPE and hasattr(getattr(ref, "_refs", None), "_buf")
+
+
 def peek(ref: Any) -> Any:
     """The Ref's current array, not copied: only to hand straight to a compiled call
     (the array is the Ref's own and changes when the Ref is written)."""

@@ -3,8 +3,8 @@
 Flax code reaches through ``nnx.Variable`` (and so ``Param``, ``BatchStat``,
 ``RngState``…) for a handful of members that move a value and metadata between
 Variables or describe one: ``copy_from``, ``update_from_state``, ``to_state``,
-``from_metadata``, ``set_raw_value``, ``create_value``, ``shape``, ``var_type``,
-``sharding_names`` and ``required_metadata``. They live here, apart from the
+``set_raw_value``, ``create_value``, ``shape``, ``var_type``, ``sharding_names``
+and ``required_metadata`` (``from_metadata`` is in ``variable.py``). They live here, apart from the
 core of ``variable.py``, and ``Variable`` inherits them.
 
 flaxgraph keeps its own rules while doing so: a Variable's metadata dict is never
@@ -15,7 +15,6 @@ trace the Variable belongs to (see ``Variable``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from flaxgraph.variablelib import refs
@@ -32,9 +31,9 @@ class VariableStateMethods:
 
     #: The metadata keys every Variable answers for through its flags; they are
     #: left out of ``get_metadata(exclude_required=True)``.
-    #: Source: Flax NNX 0.12 ``Variable.required_metadata`` (there: hijax, ref,
-    #: eager_sharding; flaxgraph's flags are ref, hijax, mutable).
-    required_metadata: frozenset[str] = frozenset(_FLAGS)
+    #: Source: Flax NNX 0.12 ``Variable.required_metadata`` (hijax, ref,
+    #: eager_sharding; flaxgraph adds its ``mutable`` flag).
+    required_metadata: frozenset[str] = frozenset((*_FLAGS, "eager_sharding"))
 
     @property
     def var_type(self) -> type:
@@ -106,35 +105,6 @@ class VariableStateMethods:
         Source: Flax NNX 0.12 ``Variable.create_value``.
         """
         return value
-
-    @classmethod
-    def from_metadata(cls: type[V], value: Any, metadata: Mapping[str, Any]) -> V:
-        """Builds a Variable of this kind from a value and its full metadata, without
-        running ``__init__`` (no eager sharding, no flag defaults).
-
-        Args:
-          value: the value (any pytree; usually an array) or a ``jax.Ref``.
-          metadata: the metadata, flags included (e.g. ``{'ref': True}``); copied.
-            A flag at its default (``ref=False``, ``hijax=False``, ``mutable=True``)
-            is dropped, as ``__init__`` does.
-
-        Returns:
-          A new Variable of class ``cls``.
-
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> p = nnx.Param.from_metadata(jnp.zeros(2), {'note': 'bias'})
-          >>> type(p).__name__, p.note
-          ('Param', 'bias')
-
-        Source: Flax NNX 0.12 ``Variable.from_metadata``.
-        """
-        # flags are stored only when they differ from the default (as __init__ does),
-        # so ``{'ref': False, 'hijax': False}`` from Flax code gives a plain Variable
-        defaults = {"ref": False, "hijax": False, "mutable": True}
-        clean = {k: v for k, v in metadata.items() if not (k in defaults and v == defaults[k])}
-        return cls._from_parts(value, clean)  # type: ignore[attr-defined]
 
     def to_state(self: V) -> V:
         """A copy of this Variable (Flax 0.12 has no separate VariableState: same as

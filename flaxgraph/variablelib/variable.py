@@ -64,9 +64,12 @@ import jax
 from flaxgraph.errors import TraceContextError
 from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
 from flaxgraph.renderers import RENDERERS
-from flaxgraph.tracing import current_trace, is_top_level
+from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
+from flaxgraph.variablelib.metadata_ops import FLAG_KEYS as FLAG_KEYS
+from flaxgraph.variablelib.metadata_ops import MISSING as MISSING
+from flaxgraph.variablelib.metadata_ops import MetadataOps
 from flaxgraph.variablelib.state_methods import VariableStateMethods
 from flaxgraph.variablelib.value_ops import ValueOps
 
@@ -78,16 +81,6 @@ PARTITION_NAME = "partition_name"
 
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
 _REF_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "size", "sharding"})
-FLAG_KEYS = ("ref", "hijax", "mutable")
-"""Metadata names reserved for the construction flags (set them with ``with_vars``)."""
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
 
 
 def _flag(name: str, value: Any) -> bool | None:
@@ -96,7 +89,7 @@ def _flag(name: str, value: Any) -> bool | None:
     raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
 
 
-class Variable(VariableStateMethods, ValueOps, Generic[A]):
+class Variable(MetadataOps, VariableStateMethods, ValueOps, Generic[A]):
     """A mutable box holding one value and a dict of metadata.
 
     Args:
@@ -330,6 +323,11 @@ class Variable(VariableStateMethods, ValueOps, Generic[A]):
         if self._var_ref is None:
             self._check_trace("set the value")
 
+    def _stored_metadata(self) -> dict[str, Any]:
+        """The metadata as stored (flags only where set), for copies that must keep
+        exactly this Variable's metadata (``_from_parts``)."""
+        return dict(self._var_metadata)
+
     def get_raw_value(self) -> Any:
         """The storage: the ``jax.Ref`` of a Ref-backed Variable, else the value."""
         ref = self._var_ref
@@ -402,88 +400,6 @@ class Variable(VariableStateMethods, ValueOps, Generic[A]):
     def __delattr__(self, name: str) -> None:
         self.del_metadata(name)
 
-    def get_metadata(
-        self, name: str | None = None, default: Any = MISSING, *, exclude_required: bool = False
-    ) -> Any:
-        """Returns the metadata dict (a copy), or one entry.
-
-        Args:
-          name: the entry to read; ``None`` for the whole dict.
-          default: returned when ``name`` is absent.
-          exclude_required: leave the flags (``ref``, ``hijax``, ``mutable``) out of
-            the dict.
-
-        Raises:
-          KeyError: ``name`` is absent and no ``default`` was given.
-        """
-        if name is None:
-            if exclude_required:
-                return {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
-            return dict(self._var_metadata)
-        try:
-            return self._var_metadata[name]
-        except KeyError:
-            if default is not MISSING:
-                return default
-            raise KeyError(
-                f"{type(self).__name__} has no metadata {name!r} (it has "
-                f"{sorted(self._var_metadata)}); pass a default: get_metadata({name!r}, None)."
-            ) from None
-
-    def has_metadata(self, name: str) -> bool:
-        """Whether the metadata has an entry ``name``."""
-        return name in self._var_metadata
-
-    def set_metadata(self, *args: Any, **kwargs: Any) -> None:
-        """Sets metadata: ``set_metadata('name', value)``, ``set_metadata(name=value)``
-        or ``set_metadata(mapping)`` (replaces all metadata but the flags).
-
-        Raises:
-          TypeError: other argument forms.
-          ValueError: a flag (``ref``, ``hijax``, ``mutable``) would change: make a
-            copy with ``nnx.with_vars`` instead.
-          TraceContextError: the Variable was created in another JAX trace.
-        """
-        self._check_trace("set metadata")
-        if len(args) == 2 and not kwargs:
-            updates, replace = {args[0]: args[1]}, False
-        elif len(args) == 1 and isinstance(args[0], Mapping) and not kwargs:
-            updates, replace = dict(args[0]), True
-        elif not args:
-            updates, replace = kwargs, False
-        else:
-            raise TypeError(
-                "set_metadata takes (name, value), a single mapping, or keyword arguments"
-            )
-        old = self._var_metadata
-        for key in FLAG_KEYS:
-            if key in updates and updates[key] != getattr(self, key):
-                raise ValueError(
-                    f"Cannot change the {key!r} flag of a {type(self).__name__} with "
-                    f"set_metadata.\nFix: make a copy with the new flag: "
-                    f"`nnx.with_vars(node, {key}={updates[key]!r})`."
-                )
-        updates = {k: v for k, v in updates.items() if k not in FLAG_KEYS}
-        flags = {k: old[k] for k in FLAG_KEYS if k in old}
-        # A new dict each time: copies made by split/merge share no mutable state.
-        metadata = {**updates, **flags} if replace else {**old, **updates}
-        object.__setattr__(self, "_var_metadata", metadata)
-
-    def del_metadata(self, name: str) -> None:
-        """Removes the metadata entry ``name``.
-
-        Raises:
-          AttributeError: there is no such entry. ValueError: ``name`` is a flag.
-        """
-        self._check_trace("delete metadata")
-        if name in FLAG_KEYS:
-            raise ValueError(f"The {name!r} flag cannot be deleted; use nnx.with_vars.")
-        metadata = dict(self._var_metadata)
-        if name not in metadata:
-            raise AttributeError(name)
-        del metadata[name]
-        object.__setattr__(self, "_var_metadata", metadata)
-
     def replace(self: V, value: Any = MISSING, **metadata: Any) -> V:
         """Returns a new Variable of the same kind with ``value`` and/or metadata replaced.
 
@@ -526,10 +442,49 @@ class Variable(VariableStateMethods, ValueOps, Generic[A]):
             metadata["mutable"] = False
         return type(self)._from_parts(value, metadata)
 
-    def copy(self: V) -> V:
+    @classmethod
+    def from_metadata(cls: type[V], value: Any, metadata: Mapping[str, Any]) -> V:
+        """A new Variable of this kind holding ``value``, with ``metadata`` (a dict as
+        ``get_metadata()`` returns it; the flags ``hijax``/``ref`` in it apply).
+
+        Example: ``nnx.Param.from_metadata(1.0, {'note': 'x', 'hijax': False})``.
+
+        Source: Flax NNX 0.12 ``Variable.from_metadata``.
+        """
+        given = dict(metadata)
+        if given.get("eager_sharding") is True:  # the default: not stored
+            del given["eager_sharding"]
+        return cls(value, **given)
+
+    def copy(self: V, value: Any = MISSING, **updates: Any) -> V:
         """Returns a new Variable of the same kind with the same value and metadata
-        (a Ref-backed Variable's copy gets its own Ref)."""
-        return type(self)._from_parts(self.raw_value, self._var_metadata)
+        (a Ref-backed Variable's copy gets its own Ref).
+
+        Args:
+          value: a value for the copy instead of this Variable's.
+          **updates: metadata to change in the copy, flags included
+            (``v.copy(ref=True)``, ``v.copy(hijax=False, sharding=...)``).
+
+        Returns:
+          A new Variable of ``type(self)``; this one is unchanged.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> v = nnx.Param(1.0, note='a')
+          >>> w = v.copy(2.0, note='b')
+          >>> (float(w.value), w.note, v.note)
+          (2.0, 'b', 'a')
+
+        Source: Flax NNX 0.12 ``Variable.copy``.
+        """
+        if value is MISSING and not updates:
+            return type(self)._from_parts(self.raw_value, self._var_metadata)
+        if value is MISSING:
+            value = self.get_value()
+        metadata = {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
+        flags = {"ref": self.ref, "hijax": self.hijax, "mutable": self.mutable}
+        return type(self)(value, **{**flags, **metadata, **updates})
 
     def __reduce__(self) -> Any:
         # copy.copy/deepcopy/pickle: rebuild through _from_parts (the trace token is
@@ -664,7 +619,7 @@ def _register_variable_pytree(cls: type) -> None:
         ):
             return from_parts(value, metadata)  # type: ignore[no-any-return]
         obj = new(cls)  # a plain Variable: what _from_parts does, without its checks
-        _set_trace(obj, current_trace())
+        _set_trace(obj, TRACE_STATE.value)
         _set_metadata(obj, metadata)
         _set_ref(obj, None)
         _set_slot(obj, value)

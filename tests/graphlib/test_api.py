@@ -568,3 +568,30 @@ def test_update_hands_a_missing_childs_substate_to_a_lazy_node() -> None:
     assert node.kept == ("later", ["w"])
     with pytest.raises(nnx.GraphStructureError, match=r"has nothing at node\.later"):
         nnx.update(nnx.Module(), nnx.State({"later": nnx.State({"w": nnx.Param(jnp.ones(2))})}))
+
+
+def test_call_reaches_items_and_attributes():
+    class Counter(nnx.Module):
+        def __init__(self) -> None:
+            self.count = nnx.Param(jnp.zeros(()))
+
+        def increment(self) -> int:
+            self.count[...] += 1
+            return 1
+
+    graphdef, state = nnx.split({"a": Counter(), "b": nnx.Dict(c=Counter())})
+    out, (graphdef, state) = nnx.call((graphdef, state))["b"].c.increment()
+    nodes = nnx.merge(graphdef, state)
+    assert out == 1
+    assert nodes["a"].count[...] == 0 and nodes["b"]["c"].count[...] == 1
+
+
+def test_flatten_pytree_one_level_round_trip():
+    import collections
+
+    Point = collections.namedtuple("Point", ["y", "x"])
+    children, treedef = nnx.graphlib._flatten_pytree(Point(1, {"a": 2}))
+    assert children == [("y", 1), ("x", {"a": 2})]
+    assert nnx.graphlib._unflatten_pytree(children, treedef) == Point(1, {"a": 2})
+    with pytest.raises(ValueError, match="pytree leaf"):
+        nnx.graphlib._flatten_pytree(jnp.ones(1))

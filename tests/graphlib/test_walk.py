@@ -185,32 +185,36 @@ class FrozenConfig:
 
 
 @pytest.mark.parametrize("bad", [Config([1, 2]), FrozenConfig([1, 2]), {1, 2}, bytearray(b"x")])
-def test_unhashable_static_attribute_names_path_and_fix(bad):
+def test_unhashable_static_attribute_splits_and_hashing_names_path_and_fix(bad):
+    # Only a GraphDef used as a cache key must be hashable: flatten works, and
+    # hashing the GraphDef names the attribute's path and the fix.
     m = Leaf()
     m.sub = nnx.Dict(cfg=bad)
+    graphdef, _ = flatten(m)
+    assert graphdef == flatten(m)[0]
     with pytest.raises(
         nnx.StaticAttributeError,
         match=rf"The static attribute at node\.sub\.cfg is a {type(bad).__name__}, which is unhashable",
     ):
-        flatten(m)
+        hash(graphdef)
     with pytest.raises(TypeError, match=r"1\. make the value hashable"):
-        flatten(m)
+        hash(graphdef)
 
 
 def test_unhashable_static_marked_value():
     m = Leaf()
     m.table = nnx.static([1, 2])
     with pytest.raises(nnx.StaticAttributeError, match=r"node\.table is a list"):
-        flatten(m)
+        hash(flatten(m)[0])
 
 
-def test_unhashable_static_error_uses_root_name_and_error_root():
+def test_unhashable_static_error_names_the_path_from_a_root():
     m = Leaf()
     m.cfg = Config([1])
-    with pytest.raises(nnx.StaticAttributeError, match=r"at model\.cfg"):
-        flatten(m, root_name="model")
-    with pytest.raises(nnx.StaticAttributeError, match=r"at args\[0\]\.cfg"):
-        flatten([m], root_name="args")
+    graphdef, _ = flatten(m)
+    assert "at model.cfg" in str(graphdef.unhashable_error("model"))
+    graphdef, _ = flatten(([m], {}))
+    assert "at args[0].cfg" in str(graphdef.unhashable_error("x", ("args", "kwargs")))
 
 
 def test_unhashable_metadata_names_path():

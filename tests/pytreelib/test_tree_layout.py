@@ -209,3 +209,15 @@ def test_cached_layout_matches_a_fresh_decision(actions):
         assert len(leaves) == len(_expected_leaves(node))
         assert all(a is b for a, b in zip(leaves, _expected_leaves(node), strict=True))
         assert keys(node) == keys(node)  # stable between calls
+
+
+def test_treedefs_pickle_and_copy():
+    import copy
+    import pickle
+
+    m = Block(nnx.Rngs(0))
+    leaves, treedef = jax.tree.flatten(m)
+    for again in (pickle.loads(pickle.dumps(treedef)), copy.deepcopy(treedef)):
+        assert again == treedef
+        rebuilt = jax.tree.unflatten(again, leaves)
+        assert keys(rebuilt) == MODULE_KEYS

@@ -171,7 +171,7 @@ def test_containers_false_means_no_containers_of_data(g: Any) -> None:
 def test_variable_options(g: Any) -> None:
     for v in variables_of(g):
         assert type(v) is nnx.Param
-        assert v.get_metadata() == {}
+        assert v.get_metadata(exclude_required=True) == {}
 
 
 @given(graphs(node_types=[Node], rngs=False))
@@ -254,7 +254,7 @@ def test_variables_metadata_matches_rank(v: nnx.Variable[Any]) -> None:
 
 @given(variables(kinds=[CustomVariable], metadata=False))
 def test_variables_options(v: nnx.Variable[Any]) -> None:
-    assert type(v) is CustomVariable and v.get_metadata() == {}
+    assert type(v) is CustomVariable and v.get_metadata(exclude_required=True) == {}
 
 
 @given(filters(), graphs())

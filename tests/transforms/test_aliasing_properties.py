@@ -126,31 +126,33 @@ def record_aliases(
     label: Any,
     attrs: dict[int, list[tuple[str, Any]]],
     resolve: Callable[[Any, Any], Any],
+    enter: Callable[[Any], Any] = lambda label: label,
 ) -> None:
     """Appends ``(path, prefix)`` for every leaf under ``value``, along every path.
 
     ``label`` is the prefix tree at ``value``: a container of labels matching a
     container value, or one label for everything below. ``resolve(leaf, label)``
-    gives the prefix a leaf ends up with. The pool graphs are acyclic, so walking
-    every path terminates.
+    gives the prefix a leaf ends up with; ``enter(label)`` is the label inside an
+    object. The pool graphs are acyclic, so walking every path terminates.
     """
     if isinstance(value, nnx.Variable):
         records.setdefault(("variable", id(value)), []).append((path, resolve(value, label)))
     elif id(value) in attrs:
+        label = enter(label)
         for name, child in attrs[id(value)]:
             if isinstance(child, jax.Array):  # a raw array attribute: keyed by its owner
                 key = ("attribute", id(value), name)
                 records.setdefault(key, []).append((f"{path}.{name}", resolve(child, label)))
             else:
-                record_aliases(records, child, f"{path}.{name}", label, attrs, resolve)
+                record_aliases(records, child, f"{path}.{name}", label, attrs, resolve, enter)
     elif type(value) in (tuple, list):
         for i, child in enumerate(value):
             sub = label[i] if type(label) in (tuple, list) else label
-            record_aliases(records, child, f"{path}[{i}]", sub, attrs, resolve)
+            record_aliases(records, child, f"{path}[{i}]", sub, attrs, resolve, enter)
     elif type(value) is dict:
         for k, child in value.items():
             sub = label[k] if type(label) is dict else label
-            record_aliases(records, child, f"{path}[{k!r}]", sub, attrs, resolve)
+            record_aliases(records, child, f"{path}[{k!r}]", sub, attrs, resolve, enter)
 
 
 def inconsistent(records: Records) -> Records:
@@ -210,14 +212,20 @@ def test_grad_accepts_exactly_the_consistent_placements(data: Any) -> None:
     argnums = data.draw(argnums_for(n_args), label="argnums")
     differentiated = {i % n_args for i in (argnums if isinstance(argnums, tuple) else (argnums,))}
 
-    def resolve(leaf: Any, diff: bool) -> bool:
-        return diff and isinstance(leaf, nnx.Param)
+    # An int argnum differentiates the Params of the objects inside the argument, and
+    # a Variable reached through containers only whole (Flax NNX 0.12).
+    def resolve(leaf: Any, label: str) -> bool:
+        return label == "diff" or (label == "diff-object" and isinstance(leaf, nnx.Param))
+
+    def enter(label: str) -> str:
+        return "diff-object" if label == "diff" else label
 
     records: Records = {}
     for i, a in enumerate(args):
-        record_aliases(records, a, f"args[{i}]", i in differentiated, pool.attrs, resolve)
+        label = "diff" if i in differentiated else "no"
+        record_aliases(records, a, f"args[{i}]", label, pool.attrs, resolve, enter)
     for k, v in kwargs.items():
-        record_aliases(records, v, f"kwargs[{k!r}]", False, pool.attrs, resolve)
+        record_aliases(records, v, f"kwargs[{k!r}]", "no", pool.attrs, resolve, enter)
     bad = inconsistent(records)
     event("rejected" if bad else "accepted")
 

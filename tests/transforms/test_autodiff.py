@@ -512,3 +512,17 @@ def test_a_variable_seen_twice_gets_an_empty_state_the_second_time():
     grads = nnx.grad(lambda d: d["a"][0].value + d["b"].value)({"a": [p], "b": p})
     assert float(grads["a"][0].value) == 2.0
     assert isinstance(grads["b"], nnx.State) and len(grads["b"]) == 0
+
+
+def test_int_argnum_differentiates_every_variable_outside_objects():
+    # As in Flax NNX 0.12.8: the Param default applies inside objects; a Variable of
+    # any kind reached directly (here in a State) is differentiated.
+    state = nnx.State({"p": nnx.Perturbation(jnp.array(2.0))})
+    model = nnx.Dict(w=nnx.Param(jnp.array(3.0)), s=nnx.BatchStat(jnp.array(5.0)))
+
+    def loss(model, state):
+        return model.w[...] * model.s[...] * state["p"][...]
+
+    g_model, g_state = nnx.grad(loss, argnums=(0, 1))(model, state)
+    assert float(g_state["p"][...]) == 15.0
+    assert float(g_model["w"][...]) == 10.0 and "s" not in g_model

@@ -7,6 +7,8 @@ import functools
 
 import jax.numpy as jnp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flaxgraph as nnx
 from flaxgraph.testing import Node
@@ -160,3 +162,27 @@ def test_infer_argnums_and_argnames_as_jax_jit():
     # both given, or neither: unchanged
     assert infer_argnums_and_argnames(g, (0,), ("n",)) == ((0,), ("n",))
     assert infer_argnums_and_argnames(g, (), ()) == ((), ())
+
+
+@settings(deadline=None)
+@given(st.integers(1, 6), st.data())
+def test_inferred_argnames_give_back_the_argnums(n_params, data):
+    # Property: for positional-or-keyword parameters, argnums -> argnames -> argnums
+    # is the identity on the (non-negative) positions, and the names are those
+    # parameters' names in the same order.
+    import inspect
+
+    from flaxgraph.transforms.calls import infer_argnums_and_argnames
+
+    names = [f"p{i}" for i in range(n_params)]
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+
+    def f(*args):
+        return args
+
+    f.__signature__ = inspect.Signature(params)
+    nums = tuple(data.draw(st.lists(st.integers(0, n_params - 1), unique=True, min_size=1)))
+    got_nums, got_names = infer_argnums_and_argnames(f, nums, ())
+    assert got_nums == nums and got_names == tuple(names[i] for i in nums)
+    back, same_names = infer_argnums_and_argnames(f, (), got_names)
+    assert back == nums and same_names == got_names

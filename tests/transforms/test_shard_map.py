@@ -146,7 +146,7 @@ SCRIPT = textwrap.dedent(
         seen = {}
 
         def body(m):
-            seen.update(w=m.w.sharding, v=m.v.sharding_names, u=m.u.get_metadata())
+            seen.update(w=m.w.sharding, v=m.v.sharding_names, u=m.u.get_metadata(exclude_required=True))
             return None
 
         spec = nnx.StateSharding({nnx.PathContains("w"): P("data", "model"), ...: P()})

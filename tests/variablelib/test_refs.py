@@ -34,12 +34,18 @@ def test_plain_variable_has_no_ref_and_no_flags():
     v = nnx.Param(jnp.ones(2))
     assert (v.ref, v.hijax, v.mutable) == (False, False, True)
     assert v.get_raw_value() is v.raw_value
-    assert v.get_metadata() == {}
+    assert v.get_metadata(exclude_required=True) == {}
 
 
 def test_flags_appear_in_metadata_only_when_not_default():
     v = nnx.Param(jnp.ones(2), ref=True, mutable=False, note=1)
-    assert v.get_metadata() == {"note": 1, "ref": True, "mutable": False}
+    assert v.get_metadata() == {
+        "note": 1,
+        "ref": True,
+        "mutable": False,
+        "hijax": False,
+        "eager_sharding": True,
+    }
     assert v.get_metadata(exclude_required=True) == {"note": 1}
 
 

@@ -270,7 +270,7 @@ def test_metadata_from_kwargs_readable_as_attributes():
     v = nnx.Param(jnp.ones((2, 2)), sharding=("a", None), note="x")
     assert v.sharding == ("a", None)
     assert v.note == "x"
-    assert v.get_metadata() == {"sharding": ("a", None), "note": "x"}
+    assert v.get_metadata(exclude_required=True) == {"sharding": ("a", None), "note": "x"}
     assert v.get_metadata("note") == "x"
     with pytest.raises(KeyError, match="absent"):
         v.get_metadata("absent")
@@ -292,9 +292,9 @@ def test_metadata_shadows_value_attributes():
 def test_attribute_assignment_sets_metadata_and_delete_removes():
     v = nnx.Param(1.0)
     v.lr_scale = 0.5
-    assert v.get_metadata() == {"lr_scale": 0.5}
+    assert v.get_metadata(exclude_required=True) == {"lr_scale": 0.5}
     del v.lr_scale
-    assert v.get_metadata() == {}
+    assert v.get_metadata(exclude_required=True) == {}
     with pytest.raises(AttributeError, match="lr_scale"):
         del v.lr_scale
 
@@ -302,11 +302,11 @@ def test_attribute_assignment_sets_metadata_and_delete_removes():
 def test_set_metadata_forms():
     v = nnx.Param(1.0, a=1)
     v.set_metadata("b", 2)
-    assert v.get_metadata() == {"a": 1, "b": 2}
+    assert v.get_metadata(exclude_required=True) == {"a": 1, "b": 2}
     v.set_metadata(c=3)
-    assert v.get_metadata() == {"a": 1, "b": 2, "c": 3}
+    assert v.get_metadata(exclude_required=True) == {"a": 1, "b": 2, "c": 3}
     v.set_metadata({"z": 0})
-    assert v.get_metadata() == {"z": 0}
+    assert v.get_metadata(exclude_required=True) == {"z": 0}
 
 
 @pytest.mark.parametrize(
@@ -317,7 +317,7 @@ def test_set_metadata_bad_arguments(args, kwargs):
     v = nnx.Param(1.0)
     with pytest.raises(TypeError, match="set_metadata takes"):
         v.set_metadata(*args, **kwargs)
-    assert v.get_metadata() == {}
+    assert v.get_metadata(exclude_required=True) == {}
 
 
 def test_set_metadata_does_not_mutate_shared_dict():
@@ -348,7 +348,7 @@ def test_construct_from_variable_merges_metadata():
     v = nnx.BatchStat(src, b=3)
     assert type(v) is nnx.BatchStat
     assert v.value is src.value
-    assert v.get_metadata() == {"a": 1, "b": 3}
+    assert v.get_metadata(exclude_required=True) == {"a": 1, "b": 3}
 
 
 # -- replace / copy ------------------------------------------------------------------------
@@ -359,9 +359,9 @@ def test_replace_value_and_metadata():
     r = v.replace(jnp.zeros(2), b=2)
     assert type(r) is nnx.Param and r is not v
     np.testing.assert_array_equal(r.value, np.zeros(2))
-    assert r.get_metadata() == {"a": 1, "b": 2}
+    assert r.get_metadata(exclude_required=True) == {"a": 1, "b": 2}
     np.testing.assert_array_equal(v.value, np.ones(2))
-    assert v.get_metadata() == {"a": 1}
+    assert v.get_metadata(exclude_required=True) == {"a": 1}
 
 
 def test_replace_metadata_only_keeps_value():
@@ -385,7 +385,7 @@ def test_copy_module_copy_deepcopy_and_pickle():
     for other in (copy.copy(v), copy.deepcopy(v), pickle.loads(pickle.dumps(v))):
         assert type(other) is nnx.Param and other is not v
         np.testing.assert_array_equal(other.value, np.arange(3.0))
-        assert other.get_metadata() == {"sharding": ("a",)}
+        assert other.get_metadata(exclude_required=True) == {"sharding": ("a",)}
         other.value = jnp.zeros(3)  # usable (trace recorded)
     np.testing.assert_array_equal(v.value, np.arange(3.0))
 
@@ -416,7 +416,7 @@ def test_axis_methods_ignore_missing_sharding():
     v = nnx.Param(jnp.ones(2), other=1)
     v.add_axis(0, {nnx.PARTITION_NAME: "x"})
     v.remove_axis(0, {})
-    assert v.get_metadata() == {"other": 1}
+    assert v.get_metadata(exclude_required=True) == {"other": 1}
 
 
 # -- trace guard -----------------------------------------------------------------------------
@@ -457,7 +457,7 @@ def test_every_mutation_from_another_trace_raises(mutate):
     with pytest.raises(nnx.TraceContextError, match="captured by closure"):
         f(jnp.zeros(2))
     np.testing.assert_array_equal(v.value, np.ones(2))
-    assert v.get_metadata() == {"meta": 0}
+    assert v.get_metadata(exclude_required=True) == {"meta": 0}
 
 
 def test_reading_from_another_trace_is_allowed():
@@ -538,15 +538,21 @@ def test_flags_cannot_be_set_or_deleted_as_metadata():
     ):
         with pytest.raises(ValueError, match="with_vars"):
             call()
-    assert v.get_metadata() == {"note": 0, "ref": True}
+    assert v.get_metadata() == {"note": 0, "ref": True, "hijax": False, "eager_sharding": True}
     v.set_metadata(ref=True, note=1)  # an unchanged flag is accepted
-    assert v.get_metadata() == {"note": 1, "ref": True}
+    assert v.get_metadata() == {"note": 1, "ref": True, "hijax": False, "eager_sharding": True}
 
 
 def test_set_metadata_mapping_keeps_the_flags():
     v = nnx.Param(jnp.ones(2), ref=True, mutable=False, a=1)
     v.set_metadata({"b": 2})
-    assert v.get_metadata() == {"b": 2, "ref": True, "mutable": False}
+    assert v.get_metadata() == {
+        "b": 2,
+        "ref": True,
+        "mutable": False,
+        "hijax": False,
+        "eager_sharding": True,
+    }
 
 
 def test_replace_keeps_flags_with_a_new_ref():
@@ -598,3 +604,32 @@ def test_calling_a_variable_calls_its_value():
     assert nnx.Param(Scale(2))(3) == 6
     with pytest.raises(TypeError, match="'Param' object is not callable: its value is a"):
         nnx.Param(jnp.ones(2))(1)
+
+
+def test_copy_with_a_value_and_metadata_updates():
+    v = nnx.Param(jnp.ones(2), note="a")
+    w = v.copy(jnp.zeros(2), note="b")
+    assert type(w) is nnx.Param and w.note == "b" and v.note == "a"
+    np.testing.assert_array_equal(w.value, jnp.zeros(2))
+    r = v.copy(ref=True)
+    assert r.ref and not v.ref and r.note == "a"
+    np.testing.assert_array_equal(r[...], v[...])
+    assert not r.copy(ref=False).ref
+
+
+def test_from_metadata_round_trips_get_metadata():
+    v = nnx.Param(jnp.ones(2), note="x")
+    w = nnx.Param.from_metadata(jnp.zeros(2), v.get_metadata())
+    assert type(w) is nnx.Param and w.note == "x" and not w.hijax
+    assert w.get_metadata() == v.get_metadata()
+    assert nnx.Param.from_metadata(1.0, {"hijax": True}).hijax
+
+
+def test_hijax_variable_is_an_isinstance_check():
+    from flaxgraph.variablelib import HijaxVariable
+
+    assert isinstance(nnx.Param(jnp.ones(2), hijax=True), HijaxVariable)
+    assert not isinstance(nnx.Param(jnp.ones(2)), HijaxVariable)
+    assert not isinstance(jnp.ones(2), HijaxVariable)
+    with pytest.raises(TypeError, match="no separate HijaxVariable class"):
+        HijaxVariable(1.0)

@@ -1,0 +1,65 @@
+"""Unique ids for objects: ``nnx.ids.uuid()``.
+
+A ``UUID`` is equal only to itself and hashable, and a copy (``copy.copy``,
+``copy.deepcopy``) is a *new* id, so an id copied along with an object never
+identifies two objects. Unlike ``id(x)``, a UUID is never recycled while it is alive.
+It holds a private token object instead of a global counter, so there is no shared
+mutable state (and nothing to lock across threads).
+
+Source: Flax NNX 0.12 ``flax.nnx.ids`` (``uuid``, ``UUID``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class UUID:
+    """A unique, hashable id; copies are new ids.
+
+    Example::
+
+      >>> import copy
+      >>> a = uuid()
+      >>> a == a, a == uuid(), copy.copy(a) == a
+      (True, False, False)
+    """
+
+    __slots__ = ("_token",)
+
+    def __init__(self) -> None:
+        self._token = object()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is UUID and other._token is self._token
+
+    def __hash__(self) -> int:
+        return hash(self._token)
+
+    def __copy__(self) -> UUID:
+        return UUID()
+
+    def __deepcopy__(self, memo: Any) -> UUID:
+        return UUID()
+
+    def __repr__(self) -> str:
+        return f"UUID({id(self._token):#x})"
+
+
+def uuid() -> UUID:
+    """Returns a new unique id.
+
+    Returns:
+      A ``UUID`` equal only to itself.
+
+    Example::
+
+      >>> uuid() != uuid()
+      True
+
+    Source: Flax NNX 0.12 ``nnx.ids.uuid``.
+    """
+    return UUID()
+
+
+__all__ = ["UUID", "uuid"]

@@ -1,0 +1,160 @@
+"""Tests of flaxgraph/graphlib/statics.py: structural partials and unhashable static
+attributes (a non-frozen config) through split/merge and jit."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import warnings
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import flaxgraph as nnx
+from flaxgraph.graphlib.statics import PartialKey
+
+
+@dataclasses.dataclass
+class TransformerConfig:  # not frozen: unhashable, as many users write it
+    width: int = 4
+    heads: list[int] = dataclasses.field(default_factory=lambda: [1, 2])
+
+
+class Transformer(nnx.Module):
+    def __init__(self, config: TransformerConfig, rngs: nnx.Rngs):
+        self.config = config
+        self.proj = nnx.Linear(2, config.width, rngs=rngs)
+
+    def __call__(self, x: Any) -> Any:
+        return self.proj(x) * len(self.config.heads)
+
+
+def test_unhashable_config_splits_merges_and_runs():
+    model = Transformer(TransformerConfig(), nnx.Rngs(0))
+    graphdef, state = nnx.split(model)
+    again = nnx.merge(graphdef, state)
+    assert again.config == model.config
+    np.testing.assert_allclose(again(jnp.ones(2)), model(jnp.ones(2)))
+    # Equal structures compare equal even though they cannot be hashed.
+    assert graphdef == nnx.graphdef(Transformer(TransformerConfig(), nnx.Rngs(1)))
+    assert graphdef != nnx.graphdef(Transformer(TransformerConfig(width=3), nnx.Rngs(1)))
+
+
+def test_unhashable_config_through_jit_names_the_path_and_leaves_the_model():
+    model = Transformer(TransformerConfig(), nnx.Rngs(0))
+    before = np.asarray(model.proj.kernel[...])
+
+    @nnx.jit
+    def step(m: Transformer, x: Any) -> Any:
+        m.proj.kernel[...] += 1.0
+        return m(x)
+
+    with pytest.raises(nnx.StaticAttributeError) as info:
+        step(model, jnp.ones(2))
+    message = str(info.value)
+    assert "The static attribute at args[0].config is a TransformerConfig" in message
+    assert "frozen dataclass" in message
+    np.testing.assert_array_equal(model.proj.kernel[...], before)  # untouched
+
+
+def test_frozen_config_through_jit_works():
+    @dataclasses.dataclass(frozen=True)
+    class Frozen:
+        width: int = 4
+
+    class M(nnx.Module):
+        def __init__(self) -> None:
+            self.config = Frozen()
+            self.w = nnx.Param(jnp.ones(2))
+
+    out = nnx.jit(lambda m: m.w[...] * m.config.width)(M())
+    np.testing.assert_allclose(out, 4.0)
+
+
+class CNN(nnx.Module):
+    """Flax's CNN tutorial: a partial of avg_pool as a static attribute."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.conv = nnx.Conv(1, 2, kernel_size=(3, 3), rngs=rngs)
+        self.avg_pool = functools.partial(nnx.avg_pool, window_shape=(2, 2), strides=(2, 2))
+        self.out = nnx.Linear(8, 1, rngs=rngs)
+
+    def __call__(self, x: Any) -> Any:
+        x = self.avg_pool(nnx.relu(self.conv(x)))
+        return self.out(x.reshape(x.shape[0], -1))
+
+
+def test_partial_attribute_trains_without_warning_and_compiles_once_for_two_models():
+    traces = []
+
+    @nnx.jit
+    def train_step(model: CNN, optimizer: nnx.Optimizer, x: Any, y: Any) -> Any:
+        traces.append(1)
+
+        def loss_fn(m: CNN) -> Any:
+            return jnp.mean((m(x) - y) ** 2)
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    x, y = jnp.ones((2, 4, 4, 1)), jnp.zeros((2, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", nnx.IdentityHashWarning)
+        tx = optax.sgd(0.1)  # optax builds closures per call: share one transformation
+        for seed in (0, 1):  # two models built the same way
+            model = CNN(nnx.Rngs(seed))
+            optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+            first = train_step(model, optimizer, x, y)
+            second = train_step(model, optimizer, x, y)
+            assert second < first
+    assert len(traces) == 1
+    assert nnx.graphdef(CNN(nnx.Rngs(0))) == nnx.graphdef(CNN(nnx.Rngs(1)))
+    assert hash(nnx.graphdef(CNN(nnx.Rngs(0)))) == hash(nnx.graphdef(CNN(nnx.Rngs(1))))
+
+
+def test_merge_gives_the_partial_back():
+    model = CNN(nnx.Rngs(0))
+    again = nnx.merge(*nnx.split(model))
+    assert again.avg_pool is model.avg_pool
+
+
+def test_partial_of_a_lambda_still_warns():
+    class M(nnx.Module):
+        def __init__(self) -> None:
+            self.f = functools.partial(lambda a, b: a + b, 1)
+
+    with pytest.warns(nnx.IdentityHashWarning, match=r"node\.f is a partial"):
+        nnx.graphdef(M())
+
+
+values = st.one_of(st.integers(-3, 3), st.text(max_size=2), st.tuples(st.integers(0, 2)))
+
+
+@given(
+    st.lists(values, max_size=3),
+    st.dictionaries(st.sampled_from("abc"), values, max_size=3),
+    st.lists(values, max_size=3),
+    st.dictionaries(st.sampled_from("abc"), values, max_size=3),
+)
+def test_partial_keys_compare_by_function_args_and_keywords(args1, kw1, args2, kw2):
+    a = PartialKey(functools.partial(operator.add, *args1, **kw1))
+    b = PartialKey(functools.partial(operator.add, *args2, **kw2))
+    same = args1 == args2 and kw1 == kw2
+    assert (a == b) == same
+    if same:
+        assert hash(a) == hash(b)
+    # Nested partials compare the same way.
+    assert (
+        PartialKey(functools.partial(max, a.partial))
+        == PartialKey(functools.partial(max, b.partial))
+    ) == same
+    assert PartialKey(functools.partial(operator.add, *args1, **kw1)) != PartialKey(
+        functools.partial(operator.sub, *args1, **kw1)
+    )
