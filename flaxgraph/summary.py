@@ -394,7 +394,7 @@ def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]
         if not any(path[: len(p)] == p for p in sub_objects):
             name = "/".join(str(k) for k in path)
             text = _array_repr(value) if hasattr(value, "dtype") else type(value).__name__
-            metadata = var.get_metadata() if isinstance(var, Variable) else {}
+            metadata = var.get_metadata(exclude_required=True) if isinstance(var, Variable) else {}
             if metadata:  # as Flax: the value and each metadata entry, indented
                 lines = [f"{name}:", f"  value: {text}"]
                 lines += [f"  {k}: {_metadata_repr(v)}" for k, v in metadata.items()]
