@@ -196,6 +196,8 @@ class _Build:
         if t is ArrayDef:
             leaf = self.next_leaf()
             value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+            if len(d) > 1:  # a raw jax.Ref: later NodeRefs to its index share it
+                self.index_ref[d.index] = value
             if self.sink is not None:
                 self.sink.append(value)
             return value

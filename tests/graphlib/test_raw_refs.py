@@ -1,0 +1,48 @@
+"""Raw ``jax.Ref`` leaves in graph mode: identity-tracked like Variables."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import flaxgraph as nnx
+
+
+class Holder(nnx.Module):
+    def __init__(self, ref):
+        self.a = ref
+        self.b = ref
+
+
+def test_shared_raw_ref_is_one_leaf_and_one_index():
+    m = Holder(jax.new_ref(jnp.array(1.0)))
+    ref_map = nnx.graphlib.RefMap()
+    graphdef, leaves = nnx.graphlib.flatten(m, ref_index=ref_map, graph=True)
+    assert len(leaves) == 1
+    assert len(ref_map) == 2  # Holder + the Ref
+    m1 = nnx.merge(graphdef, nnx.state(m))
+    assert m1.a is m1.b
+    assert isinstance(m1.a, jax.Ref)
+
+
+def test_shared_raw_ref_under_jit_stays_shared():
+    m = Holder(jax.new_ref(jnp.array(1.0)))
+
+    @nnx.jit
+    def f(m):
+        m.a[...] += 1.0
+        return m
+
+    assert f(m) is m
+    assert m.a is m.b
+    assert float(m.b[...]) == 2.0
+
+
+def test_shared_raw_ref_tree_mode_still_an_error():
+    m = Holder(jax.new_ref(jnp.array(1.0)))
+    with pytest.raises(ValueError, match="shared references"):
+        nnx.split(m, graph=False)
+
+
+def test_raw_ref_def_carries_its_index():
+    graphdef, _ = nnx.split(Holder(jax.new_ref(jnp.array(1.0))))
+    assert graphdef.root.attributes[0][1].index == 1
