@@ -46,3 +46,10 @@ def test_shared_raw_ref_tree_mode_still_an_error():
 def test_raw_ref_def_carries_its_index():
     graphdef, _ = nnx.split(Holder(jax.new_ref(jnp.array(1.0))))
     assert graphdef.root.attributes[0][1].index == 1
+
+
+def test_raw_ref_root_is_its_own_state():
+    ref = jax.new_ref(jnp.array(1.0))
+    graphdef, state = nnx.split(ref)
+    assert state is ref
+    assert nnx.merge(graphdef, state) is ref
