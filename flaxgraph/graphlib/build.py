@@ -32,6 +32,7 @@ from flaxgraph.graphlib.graphdefs import (
 )
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.tracing import current_trace
+from flaxgraph.variablelib.refs import is_ref, new_ref
 from flaxgraph.variablelib.variable import Variable, _set_value
 
 
@@ -44,6 +45,7 @@ def unflatten(
     leaf_sink: list[Any] | None = None,
     share_variables: bool = False,
     recreate_variables: bool = True,
+    new_refs: bool = False,
 ) -> Any:
     """Builds the graph of ``graphdef`` from ``leaves`` (in ``graphdef.leaf_paths`` order).
 
@@ -65,6 +67,9 @@ def unflatten(
       recreate_variables: a raw leaf at a Variable's place becomes a new Variable
         of the GraphDef's kind and metadata; if ``False`` the raw value itself is
         put there.
+      new_refs: a plain array at the place of a raw ``jax.Ref`` becomes a new
+        ``jax.Ref`` holding it (a transform returns the content of a Ref it created
+        inside, since JAX cannot return Refs).
 
     Returns:
       The root value.
@@ -84,6 +89,7 @@ def unflatten(
     if share_variables or not recreate_variables:
         builder.plain = False
         builder.share, builder.recreate = share_variables, recreate_variables
+    builder.new_refs = new_refs
     root = builder.build(graphdef.root)
     for write in builder.writes:
         write()
@@ -102,6 +108,7 @@ class _Build:
         "plain",
         "share",
         "recreate",
+        "new_refs",
     )
 
     def __init__(
@@ -121,6 +128,7 @@ class _Build:
         self.plain = True  # the defaults: every Variable is built anew
         self.share = False
         self.recreate = True
+        self.new_refs = False
 
     def next_leaf(self) -> Any:
         leaf = self.leaves[self.position]
@@ -197,6 +205,10 @@ class _Build:
             leaf = self.next_leaf()
             value = leaf.raw_value if isinstance(leaf, Variable) else leaf
             if len(d) > 1:  # a raw jax.Ref: later NodeRefs to its index share it
+                if d.index in self.reuse:  # the caller's own Ref (written in place)
+                    value = self.reuse[d.index]
+                elif self.new_refs and not is_ref(value):
+                    value = new_ref(value)  # a Ref a transform created and returned
                 self.index_ref[d.index] = value
             if self.sink is not None:
                 self.sink.append(value)

@@ -53,3 +53,18 @@ def test_raw_ref_root_is_its_own_state():
     graphdef, state = nnx.split(ref)
     assert state is ref
     assert nnx.merge(graphdef, state) is ref
+
+
+def test_jit_raw_ref_argument_and_new_ref_output():
+    ref = jax.new_ref(jnp.array(1.0))
+
+    @nnx.jit
+    def f(r):
+        r[...] += 1.0
+        return jax.new_ref(jnp.array(10.0)), r
+
+    for expected in (2.0, 3.0):  # the second call takes the fast path
+        new, same = f(ref)
+        assert same is ref
+        assert float(ref[...]) == expected
+        assert isinstance(new, jax.Ref) and float(new[...]) == 10.0
