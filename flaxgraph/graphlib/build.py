@@ -30,6 +30,7 @@ from flaxgraph.graphlib.graphdefs import (
     StaticDef,
     VariableDef,
 )
+from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate, unwrap_ref_output
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.tracing import current_trace
 from flaxgraph.variablelib.refs import is_ref, new_ref
@@ -170,6 +171,9 @@ class _Build:
             else:
                 value, metadata = leaf, dict(d.metadata)
             variable = self.reuse.get(d.index)
+            marker = type(value)
+            if marker is NoUpdate or marker is ArrayRefOutput:  # see ref_outputs.py
+                return self._ref_output(d, value, metadata, variable)
             if variable is None:
                 if self.plain or not (
                     self.share if isinstance(leaf, Variable) else not self.recreate
@@ -225,6 +229,31 @@ class _Build:
                 return dict(zip(d.keys, children))
             return d.treedef.unflatten(children)
         raise TypeError(f"Unknown GraphDef entry {d!r}")
+
+    def _ref_output(self, d: Any, value: Any, metadata: Any, variable: Any) -> Any:
+        return _ref_output_variable(self, d, value, metadata, variable)
+
+
+def _ref_output_variable(
+    build: _Build, d: VariableDef, value: Any, metadata: dict[str, Any], variable: Any
+) -> Any:
+    """A Ref-backed Variable's entry from an inner split: the caller's own Variable
+    (``NoUpdate``: already written in place) or a new one with a new Ref."""
+    if variable is None:
+        if type(value) is NoUpdate:
+            raise GraphStructureError(
+                f"The GraphDef's {d.type.__name__} at index {d.index} holds NoUpdate, but "
+                "no Variable of the caller has this index: merge it in the update_context "
+                "(merge_context(tag, False)) whose split produced it."
+            )
+        variable = d.type._from_parts(unwrap_ref_output(value), metadata, build.trace)
+    elif type(value) is ArrayRefOutput:
+        variable._check_fits(value.value)
+        build.writes.append(_variable_write(variable, value.value, metadata))
+    build.index_ref[d.index] = variable
+    if build.sink is not None:
+        build.sink.append(variable)
+    return variable
 
 
 def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any]) -> Any:
