@@ -1,5 +1,7 @@
 """Raw ``jax.Ref`` leaves in graph mode: identity-tracked like Variables."""
 
+import hypothesis
+import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import pytest
@@ -68,3 +70,18 @@ def test_jit_raw_ref_argument_and_new_ref_output():
         assert same is ref
         assert float(ref[...]) == expected
         assert isinstance(new, jax.Ref) and float(new[...]) == 10.0
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(st.lists(st.integers(0, 3), min_size=1, max_size=6))
+def test_split_merge_keeps_raw_ref_sharing(picks):
+    # Attribute i holds Ref number picks[i]: the merged graph shares exactly as the
+    # original did, with one State leaf per distinct Ref.
+    refs = [jax.new_ref(jnp.array(float(i))) for i in range(4)]
+    node = nnx.Dict({f"a{i}": refs[p] for i, p in enumerate(picks)})
+    graphdef, state = nnx.split(node)
+    assert len(jax.tree.leaves(state)) == len(set(picks))
+    merged = nnx.merge(graphdef, state)
+    for i, p in enumerate(picks):
+        for j, q in enumerate(picks):
+            assert (merged[f"a{i}"] is merged[f"a{j}"]) == (p == q)
