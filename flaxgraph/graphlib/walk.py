@@ -2,7 +2,9 @@
 
 The walk is depth-first. Each graph node and Variable gets a reference index
 the first time it is seen and becomes a ``NodeRef`` on every later sighting, so
-shared references and cycles are stored once. Containers (lists, dicts, tuples,
+shared references and cycles are stored once; in graph mode a raw ``jax.Ref``
+leaf is tracked the same way (one State leaf, ``NodeRef``s for later sightings).
+Containers (lists, dicts, tuples,
 other pytrees) are walked by value. Array leaves and Variables are appended,
 with their paths, to the leaf list in walk order; static values go into the
 GraphDef and must be hashable.
