@@ -584,6 +584,17 @@ def _state_unflatten(keys: tuple[Key, ...], children: Iterable[Any]) -> State:
 jax.tree_util.register_pytree_with_keys(
     State, _state_flatten_with_keys, _state_unflatten, _state_flatten
 )
+# A FlatState is a pytree too (as in Flax NNX 0.12): its leaves are the pairs' leaves,
+# its paths are static.
+jax.tree_util.register_pytree_with_keys(
+    FlatState,
+    lambda fs: (
+        tuple((jax.tree_util.SequenceKey(i), leaf) for i, (_, leaf) in enumerate(fs)),
+        tuple(p for p, _ in fs),
+    ),
+    lambda paths, leaves: FlatState(zip(paths, leaves)),
+    lambda fs: (tuple(leaf for _, leaf in fs), tuple(p for p, _ in fs)),
+)
 
 __all__ = [
     "State",

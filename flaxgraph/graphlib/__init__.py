@@ -38,6 +38,8 @@ from flaxgraph.graphlib.graphdefs import TreeNodeDef as TreeNodeDef
 from flaxgraph.graphlib.graphdefs import VariableDef as VariableDef
 from flaxgraph.graphlib.inplace import pop as pop
 from flaxgraph.graphlib.inplace import update as update
+from flaxgraph.graphlib.ref_outputs import ArrayRefOutput as ArrayRefOutput
+from flaxgraph.graphlib.ref_outputs import NoUpdate as NoUpdate
 from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
 from flaxgraph.graphlib.registry import GraphNodeImpl as GraphNodeImpl

@@ -30,8 +30,10 @@ from flaxgraph.graphlib.graphdefs import (
     StaticDef,
     VariableDef,
 )
+from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate, unwrap_ref_output
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.tracing import current_trace
+from flaxgraph.variablelib.refs import is_ref, new_ref
 from flaxgraph.variablelib.variable import Variable, _set_value
 
 
@@ -44,6 +46,7 @@ def unflatten(
     leaf_sink: list[Any] | None = None,
     share_variables: bool = False,
     recreate_variables: bool = True,
+    new_refs: bool = False,
 ) -> Any:
     """Builds the graph of ``graphdef`` from ``leaves`` (in ``graphdef.leaf_paths`` order).
 
@@ -65,6 +68,9 @@ def unflatten(
       recreate_variables: a raw leaf at a Variable's place becomes a new Variable
         of the GraphDef's kind and metadata; if ``False`` the raw value itself is
         put there.
+      new_refs: a plain array at the place of a raw ``jax.Ref`` becomes a new
+        ``jax.Ref`` holding it (a transform returns the content of a Ref it created
+        inside, since JAX cannot return Refs).
 
     Returns:
       The root value.
@@ -84,6 +90,7 @@ def unflatten(
     if share_variables or not recreate_variables:
         builder.plain = False
         builder.share, builder.recreate = share_variables, recreate_variables
+    builder.new_refs = new_refs
     root = builder.build(graphdef.root)
     for write in builder.writes:
         write()
@@ -102,6 +109,7 @@ class _Build:
         "plain",
         "share",
         "recreate",
+        "new_refs",
     )
 
     def __init__(
@@ -121,6 +129,7 @@ class _Build:
         self.plain = True  # the defaults: every Variable is built anew
         self.share = False
         self.recreate = True
+        self.new_refs = False
 
     def next_leaf(self) -> Any:
         leaf = self.leaves[self.position]
@@ -162,6 +171,9 @@ class _Build:
             else:
                 value, metadata = leaf, dict(d.metadata)
             variable = self.reuse.get(d.index)
+            marker = type(value)
+            if marker is NoUpdate or marker is ArrayRefOutput:  # see ref_outputs.py
+                return self._ref_output(d, value, metadata, variable)
             if variable is None:
                 if self.plain or not (
                     self.share if isinstance(leaf, Variable) else not self.recreate
@@ -196,6 +208,12 @@ class _Build:
         if t is ArrayDef:
             leaf = self.next_leaf()
             value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+            if len(d) > 1:  # a raw jax.Ref: later NodeRefs to its index share it
+                if d.index in self.reuse:  # the caller's own Ref (written in place)
+                    value = self.reuse[d.index]
+                elif self.new_refs and not is_ref(value):
+                    value = new_ref(value)  # a Ref a transform created and returned
+                self.index_ref[d.index] = value
             if self.sink is not None:
                 self.sink.append(value)
             return value
@@ -211,6 +229,31 @@ class _Build:
                 return dict(zip(d.keys, children))
             return d.treedef.unflatten(children)
         raise TypeError(f"Unknown GraphDef entry {d!r}")
+
+    def _ref_output(self, d: Any, value: Any, metadata: Any, variable: Any) -> Any:
+        return _ref_output_variable(self, d, value, metadata, variable)
+
+
+def _ref_output_variable(
+    build: _Build, d: VariableDef, value: Any, metadata: dict[str, Any], variable: Any
+) -> Any:
+    """A Ref-backed Variable's entry from an inner split: the caller's own Variable
+    (``NoUpdate``: already written in place) or a new one with a new Ref."""
+    if variable is None:
+        if type(value) is NoUpdate:
+            raise GraphStructureError(
+                f"The GraphDef's {d.type.__name__} at index {d.index} holds NoUpdate, but "
+                "no Variable of the caller has this index: merge it in the update_context "
+                "(merge_context(tag, False)) whose split produced it."
+            )
+        variable = d.type._from_parts(unwrap_ref_output(value), metadata, build.trace)
+    elif type(value) is ArrayRefOutput:
+        variable._check_fits(value.value)
+        build.writes.append(_variable_write(variable, value.value, metadata))
+    build.index_ref[d.index] = variable
+    if build.sink is not None:
+        build.sink.append(variable)
+    return variable
 
 
 def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any]) -> Any:

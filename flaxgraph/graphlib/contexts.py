@@ -28,6 +28,7 @@ from flaxgraph.config import Flag
 from flaxgraph.filterlib import Filter
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.graphdefs import GraphDef, renumber
+from flaxgraph.graphlib.ref_outputs import mark_ref_outputs
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.split_merge import (
     _graphdef_and_states,
@@ -36,6 +37,7 @@ from flaxgraph.graphlib.split_merge import (
 )
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
+from flaxgraph.statelib import FlatState, State
 from flaxgraph.tracing import current_trace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -201,12 +203,42 @@ class SplitContext:
         self.is_inner = is_inner
 
     def split(self, node: Any, *filters: Filter, graph: bool | None = None) -> Any:
-        """Like ``nnx.split``, sharing this context's reference index with earlier calls."""
+        """Like ``nnx.split``, sharing this context's reference index with earlier calls.
+
+        Inside a transform (step 3 of an update context) a Ref-backed Variable's
+        entry holds ``graphlib.NoUpdate`` if it came from the caller (its Ref was
+        written in place) and ``graphlib.ArrayRefOutput`` if it was created inside.
+        """
+        graphdef, leaves = self._flatten(node, graph)
+        return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
+
+    def flatten(self, node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+        """Like ``split``, with flat States: ``(graphdef, flat_state, ...)``.
+
+        Returns:
+          The GraphDef, then one ``FlatState`` (``(path, leaf)`` pairs, a pytree)
+          per filter, or one for everything without filters.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> graphdef, flat = nnx.SplitContext().flatten(nnx.Linear(1, 1, rngs=nnx.Rngs(0)))
+          >>> sorted(p for p, _ in flat)
+          [('bias',), ('kernel',)]
+
+        Source: Flax NNX 0.12 ``SplitContext.flatten``.
+        """
+        graphdef, leaves = self._flatten(node, graph)
+        states = _states_from_leaves(node, leaves, filters, strict=True)
+        return (graphdef, *(FlatState(_flat_pairs(s)) for s in states))
+
+    def _flatten(self, node: Any, graph: bool | None) -> Any:
         graphdef, leaves = flatten(node, ref_index=self.ref_index, graph=resolve_graph(graph))
         uctx = _find(self.ctxtag)
         if uctx is not None and self.is_inner and uctx.inner_ref_outer_index is not None:
             graphdef = self._renumbered(graphdef, uctx)
-        return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
+            leaves = mark_ref_outputs(leaves, uctx.inner_ref_outer_index)
+        return graphdef, leaves
 
     def _renumbered(self, graphdef: GraphDef, uctx: UpdateContext) -> GraphDef:
         # Nodes that came in through the inner merge get their outer index; new nodes
@@ -214,6 +246,13 @@ class SplitContext:
         inner = uctx.inner_ref_outer_index
         assert inner is not None
         return renumber(graphdef, self.ref_index, inner, 1 + max(uctx.outer_index_ref or (-1,)))
+
+
+def _flat_pairs(state: Any) -> list[tuple[Any, Any]]:
+    """``(path, leaf)`` pairs of a split's State (or of a root leaf, its own state)."""
+    if isinstance(state, State):
+        return list(state.flat_state())
+    return [((), state)]
 
 
 class MergeContext:

@@ -130,15 +130,25 @@ class ContainerDef(_Def):
 
 
 class ArrayDef(_Def):
-    """A raw array leaf; its value is the next State leaf."""
+    """A raw array leaf; its value is the next State leaf.
+
+    A raw ``jax.Ref`` is a leaf with an identity: its first sighting is an
+    ``ArrayDef`` carrying its reference ``index`` (later sightings are
+    ``NodeRef``s to it), so a Ref shared along two paths stays one Ref.
+    """
 
     __slots__ = ()
 
-    def __new__(cls) -> ArrayDef:
-        return tuple.__new__(cls, ("A",))
+    def __new__(cls, index: int | None = None) -> ArrayDef:
+        return tuple.__new__(cls, ("A",) if index is None else ("A", index))
+
+    @property
+    def index(self) -> int | None:
+        """The reference index of a raw ``jax.Ref`` leaf, ``None`` for an array."""
+        return self[1] if len(self) > 1 else None
 
     def __repr__(self) -> str:
-        return "ArrayDef()"
+        return "ArrayDef()" if len(self) == 1 else f"ArrayDef(index={self[1]})"
 
 
 class StaticDef(_Def):
@@ -467,6 +477,8 @@ def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
         return VariableDef(d.type, mapping[d.index], d.metadata)
     if t is NodeRef:
         return NodeRef(d.type, mapping[d.index])
+    if t is ArrayDef and len(d) > 1:
+        return ArrayDef(mapping[d.index])
     if t is ContainerDef:
         children = tuple(_renumbered(c, mapping) for c in d.children)
         return ContainerDef(d.type, d.keys, children, d.treedef)

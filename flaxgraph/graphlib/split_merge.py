@@ -36,6 +36,7 @@ from flaxgraph.graphlib.registry import ARRAY_TYPES, is_array_leaf
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, partition, unmatched_message
+from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -197,7 +198,7 @@ def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     flat: dict[PathParts, Any] = {}
     for s in states:
         if graphdef.leaf_paths == ((),) and (
-            isinstance(s, Variable) or is_array_leaf(s) or type(s) in _SCALARS
+            isinstance(s, Variable) or is_array_leaf(s) or is_ref(s) or type(s) in _SCALARS
         ):
             pairs: Any = [((), s)]  # the root is a leaf and `s` is its state (see _as_state)
         elif isinstance(s, State):

@@ -2,7 +2,9 @@
 
 The walk is depth-first. Each graph node and Variable gets a reference index
 the first time it is seen and becomes a ``NodeRef`` on every later sighting, so
-shared references and cycles are stored once. Containers (lists, dicts, tuples,
+shared references and cycles are stored once; in graph mode a raw ``jax.Ref``
+leaf is tracked the same way (one State leaf, ``NodeRef``s for later sightings).
+Containers (lists, dicts, tuples,
 other pytrees) are walked by value. Array leaves and Variables are appended,
 with their paths, to the leaf list in walk order; static values go into the
 GraphDef and must be hashable.
@@ -29,6 +31,7 @@ from flaxgraph.errors import (
 )
 from flaxgraph.graphlib.graphdefs import (
     ARRAY_DEF,
+    ArrayDef,
     ContainerDef,
     Def,
     GraphDef,
@@ -195,11 +198,19 @@ class Walk:
             return ARRAY_DEF
         if is_plain_static(x):
             return StaticDef(x)
-        if is_ref(x):  # a raw jax.Ref is state, like an array
+        if is_ref(x):  # a raw jax.Ref is state, like an array, with an identity
             if not self.graph:
                 self._tree_ref(x, path)
+                self.add_leaf(path, x, prefix)
+                return ARRAY_DEF
+            index = self.ref_index.get(x)
+            if index is not None:
+                self.on_alias(x, path, prefix)
+                return NodeRef(t, index)
+            index = len(self.ref_index)
+            self.ref_index[x] = index
             self.add_leaf(path, x, prefix)
-            return ARRAY_DEF
+            return ArrayDef(index)
         if t is DataLeaf:
             self.add_leaf(path, x.value, prefix)
             return ARRAY_DEF

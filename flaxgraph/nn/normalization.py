@@ -46,7 +46,7 @@ from flaxgraph.nn.errors import check_min_rank, normalize_axis
 from flaxgraph.nn.initializers import ones, zeros
 from flaxgraph.nn.norm_base import NormBase, affine, moments, standardize
 from flaxgraph.rnglib.rngs import Rngs
-from flaxgraph.variablelib.variable import BatchStat
+from flaxgraph.variablelib.variable import BatchStat, is_ref_backed
 
 Dtype = Any
 Initializer = Callable[..., Any]
@@ -585,6 +585,10 @@ class BatchNorm(NormBase):
             )
             m = self.momentum
             stat_dtype = self.mean.value.dtype
+            # Ref-backed statistics are written in place, also under a grad the Ref is
+            # not an argument of: they carry no gradient (as in Flax NNX 0.12).
+            if is_ref_backed(self.mean) or is_ref_backed(self.var):
+                mean, var = jax.lax.stop_gradient(mean), jax.lax.stop_gradient(var)
             self.mean.value = (m * self.mean.value + (1 - m) * jnp.reshape(mean, (-1,))).astype(
                 stat_dtype
             )

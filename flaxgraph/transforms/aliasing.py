@@ -49,6 +49,7 @@ from flaxgraph.transforms.lift_types import (
     is_reference_prefix,
     object_prefix,
 )
+from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -212,6 +213,11 @@ class PrefixWalk(Walk):
     def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
+        if is_ref(x):  # a raw jax.Ref reached again: a leaf, its prefix must agree
+            key = ("leaf", self._leaf_prefix(path, x, prefix))
+            if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
+                self.conflict = True
+            return
         ctx = self._context(x, path, prefix)
         if _unlisted_reference(x, path, ctx):
             return
@@ -273,6 +279,8 @@ class PrefixWalk(Walk):
     def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
         if not isinstance(leaf, Variable):
             prefix = self._leaf_prefix(path, leaf, prefix)
+            if self.graph and is_ref(leaf):
+                self.contexts[leaf] = ("leaf", prefix)
         self.leaves.append((path, leaf))
         self.leaf_prefixes.append(prefix)
 
@@ -321,7 +329,7 @@ class AliasDiagnostics(PrefixWalk):
         return super().enter_node(node, path, prefix)
 
     def _record(self, path: PathParts, leaf: Any, prefix: Any) -> None:
-        if isinstance(leaf, Variable):
+        if isinstance(leaf, Variable) or is_ref(leaf):
             key: Any = ("var", id(leaf))
         else:
             for cut in range(len(path) - 1, -1, -1):
@@ -340,6 +348,14 @@ class AliasDiagnostics(PrefixWalk):
     def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
+        if is_ref(x):  # a raw jax.Ref reached again: a leaf, its prefix must agree
+            key = ("leaf", self._leaf_prefix(path, x, prefix))
+            if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
+                self.conflict = True
+            return
+        if is_ref(x):
+            self._record(path, x, self._leaf_prefix(path, x, prefix))
+            return
         ctx = self._context(x, path, prefix)
         if _unlisted_reference(x, path, ctx):
             return

@@ -60,6 +60,7 @@ from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk, with_duplicates_line
 from flaxgraph.transforms.lift_types import object_prefix
 from flaxgraph.transforms.locate import locate_module
+from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -254,7 +255,7 @@ def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -
     """Step 5: updates the input objects ``nodes`` (by input reference index) in place
     from ``out_static`` and the out leaves ``values``; returns the output."""
     reuse = {out_i: nodes[in_i] for out_i, in_i in out_static.index_map}
-    output, _args, _kwargs = unflatten(out_static.graphdef, values, reuse=reuse)
+    output, _args, _kwargs = unflatten(out_static.graphdef, values, reuse=reuse, new_refs=True)
     return output
 
 
@@ -511,7 +512,11 @@ class Inner:
                 continue
             g = group_index(prefix, self.out_keys)
             sources.append((OUT, g, len(out_groups[g])))
-            out_groups[g].append(leaf.raw_value if isinstance(leaf, Variable) else leaf)
+            if isinstance(leaf, Variable):
+                leaf = leaf.raw_value
+            elif is_ref(leaf):  # a raw Ref leaves as its content (JAX returns no Refs)
+                leaf = leaf[...]
+            out_groups[g].append(leaf)
         out_static = OutStatic(graphdef, index_map, tuple(sources), inputs_kept)
         if self.templates is not None:
             self.templates.record(in_static, merged, output, leaves, out_static, out_groups)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -54,7 +55,14 @@ class ValueOps:
         return self.get_value(index=key)  # type: ignore[attr-defined]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if key is Ellipsis and not _fills_array(self, value):
+        if key is Ellipsis and getattr(self, "_var_ref", None) is not None:
+            # A hijax Variable takes any value of the same dtype kind in Flax; here its
+            # Ref keeps its shape, so a value that broadcasts fills it (NumPy's a[...] = x).
+            if getattr(self, "hijax", False) and _fills_array(self, value):
+                ref = self._var_ref  # type: ignore[attr-defined]
+                value = jnp.broadcast_to(value, ref.shape).astype(ref.dtype)
+            self.set_value(value)
+        elif key is Ellipsis and not _fills_array(self, value):
             self.set_value(value)
         else:
             # ``v[...] = 2`` on an array writes into the array (shape and dtype kept),
@@ -144,11 +152,19 @@ for _name, _op in [
 
 
 def _fills_array(v: Any, value: Any) -> bool:
-    """Whether ``v[...] = value`` writes a scalar into the Variable's JAX array
-    (broadcast, dtype kept) instead of replacing the value: a plain (not Ref-backed)
-    Variable holding a JAX array, and a ``value`` that is no array."""
-    return (
-        getattr(v, "_var_ref", None) is None
-        and isinstance(v.raw_value, jax.Array)
-        and not hasattr(value, "shape")
-    )
+    """Whether ``v[...] = value`` writes into the Variable's array (broadcast, shape
+    and dtype kept, as NumPy's ``a[...] = x``) instead of replacing the value: a plain
+    Variable holding a JAX array and a ``value`` that is no array, or a Ref-backed
+    Variable and a ``value`` of another shape that broadcasts to the Ref's (a
+    ``jax.Ref`` keeps its shape: ``v[...] = 10`` fills a Ref of shape ``(1,)``; the
+    caller applies this to hijax Variables only)."""
+    ref = getattr(v, "_var_ref", None)
+    if ref is None:
+        return isinstance(v.raw_value, jax.Array) and not hasattr(value, "shape")
+    shape = tuple(np.shape(value)) if not isinstance(value, (dict, list, tuple)) else None
+    if shape is None or shape == tuple(ref.shape):
+        return False
+    try:
+        return np.broadcast_shapes(shape, tuple(ref.shape)) == tuple(ref.shape)
+    except ValueError:
+        return False

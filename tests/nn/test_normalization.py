@@ -318,3 +318,22 @@ def test_group_norm_mask_over_features_only_broadcasts():
     np.testing.assert_array_equal(gn(x, mask=mask), full)
     # each group holds one selected feature, so those come out as zero
     np.testing.assert_allclose(np.asarray(full)[:, mask], 0.0, atol=1e-6)
+
+
+def test_ref_backed_batch_stats_update_under_plain_jax_grad():
+    # Flax NNX 0.12 integration_test::test_example_mutable_arrays: hijax BatchStats
+    # captured by a jax.value_and_grad are written in place and carry no gradient.
+    model = nnx.with_vars(nnx.BatchNorm(3, use_running_average=False, rngs=nnx.Rngs(0)), hijax=True)
+    x = jnp.arange(6.0).reshape(2, 3)
+
+    @jax.jit
+    def step(x):
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+        def loss(params):
+            return jnp.sum(nnx.merge(graphdef, params, rest)(x) ** 2)
+
+        return jax.grad(loss)(nnx.with_vars(params, hijax=False))
+
+    step(x)
+    np.testing.assert_allclose(model.mean[...], 0.01 * jnp.array([1.5, 2.5, 3.5]), rtol=1e-6)

@@ -326,3 +326,18 @@ def test_array_attributes_of_a_ref_backed_variable():
     v = nnx.Param(jnp.ones((2, 3), jnp.bfloat16), ref=True)
     assert (v.shape, v.dtype, v.ndim, v.size) == ((2, 3), jnp.bfloat16, 2, 6)
     assert v.T.shape == (3, 2)  # other attributes come from the value
+
+
+def test_hijax_variable_filled_by_a_broadcasting_value_under_jit():
+    # Flax NNX 0.12 mutable_array_test::test_variable_to_hijax_clean: a hijax Variable
+    # of shape (1,) set to a scalar under plain jax.jit; its Ref keeps shape (1,).
+    v = nnx.Param(jnp.array([1]), hijax=True)
+
+    @jax.jit
+    def set_to(v, a):
+        v[...] = a
+
+    set_to(v, 10)
+    assert v.shape == (1,) and int(v[0]) == 10
+    with pytest.raises(ValueError, match=r"Param\(shape=\(1,\), dtype=int32\)"):
+        v[...] = jnp.ones(3, jnp.int32)

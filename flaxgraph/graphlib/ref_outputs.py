@@ -1,0 +1,86 @@
+"""What an inner split says about Ref-backed Variables: ``NoUpdate`` and ``ArrayRefOutput``.
+
+Inside a transform built on ``update_context`` (step 3, the inner split), a
+Ref-backed Variable needs no value on the way out when it came in from the
+caller: its writes went into the caller's own ``jax.Ref`` already. Its State
+entry then holds ``NoUpdate`` (a pytree with no leaves), and the outer merge
+(step 4) leaves the caller's Variable as it is. A Ref-backed Variable created
+inside has no Ref outside; its entry holds ``ArrayRefOutput(value)`` (a pytree
+with the current content as its one leaf), and the outer merge builds a new
+Variable with a new Ref holding that value.
+
+  >>> import jax, flaxgraph as nnx
+  >>> len(jax.tree.leaves(nnx.graphlib.NoUpdate())), jax.tree.leaves(nnx.graphlib.ArrayRefOutput(1.0))
+  (0, [1.0])
+
+Source: Flax NNX 0.12 ``graphlib.NoUpdate`` and ``graphlib.ArrayRefOutput``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from flaxgraph.variablelib.variable import Variable, is_ref_backed
+
+
+class NoUpdate:
+    """The value of a Ref-backed Variable that needs no write on the way out."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is NoUpdate
+
+    def __hash__(self) -> int:
+        return hash(NoUpdate)
+
+    def __repr__(self) -> str:
+        return "NoUpdate()"
+
+
+NO_UPDATE = NoUpdate()
+
+
+class ArrayRefOutput:
+    """The content of a Ref-backed Variable created inside a transform.
+
+    Attributes:
+      value: the Ref's content (an array of the Ref's shape and dtype).
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"ArrayRefOutput({self.value!r})"
+
+
+jax.tree_util.register_pytree_node(NoUpdate, lambda x: ((), None), lambda _, __: NO_UPDATE)
+jax.tree_util.register_pytree_with_keys(
+    ArrayRefOutput,
+    lambda x: (((jax.tree_util.GetAttrKey("value"), x.value),), None),
+    lambda _, children: ArrayRefOutput(children[0]),
+    flatten_func=lambda x: ((x.value,), None),
+)
+
+
+def mark_ref_outputs(leaves: list[tuple[Any, Any]], came_in: Any) -> list[tuple[Any, Any]]:
+    """The ``(path, leaf)`` pairs of an inner split with each Ref-backed Variable
+    replaced by a copy holding ``NO_UPDATE`` (if ``came_in`` holds it: it came
+    from the caller) or ``ArrayRefOutput`` of its content (created inside)."""
+    out = []
+    for path, leaf in leaves:
+        if isinstance(leaf, Variable) and is_ref_backed(leaf):
+            value = NO_UPDATE if leaf in came_in else ArrayRefOutput(leaf.raw_value)
+            leaf = type(leaf)._from_parts(value, leaf._var_metadata, leaf._var_trace)
+        out.append((path, leaf))
+    return out
+
+
+def unwrap_ref_output(value: Any) -> Any:
+    """``value`` without an ``ArrayRefOutput`` box (the content)."""
+    return value.value if type(value) is ArrayRefOutput else value
