@@ -399,3 +399,40 @@ def _check_entry(
         f"  2. or create it with graph=True, graph_updates=True (or use "
         f"nnx.compat.{transform})."
     )
+
+
+class PrefixKey:
+    """A prefix tree (``in_axes``…) carried as static data: hashable even when it
+    holds States or ``nnx.prefix`` results (those compare by identity, everything
+    else by value), so transforms that compile and cache (``pmap``) accept them.
+
+    Attributes:
+      value: the prefix tree itself.
+    """
+
+    __slots__ = ("value", "_key")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._key = _frozen_prefix(value)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PrefixKey) and self._key == other._key
+
+    def __repr__(self) -> str:
+        return f"PrefixKey({self.value!r})"
+
+
+def _frozen_prefix(x: Any) -> Any:
+    if isinstance(x, (tuple, list)):
+        return (type(x).__name__, tuple(_frozen_prefix(e) for e in x))
+    if isinstance(x, dict):
+        return ("dict", tuple((k, _frozen_prefix(v)) for k, v in x.items()))
+    try:
+        hash(x)
+    except TypeError:
+        return ("id", id(x))
+    return x
