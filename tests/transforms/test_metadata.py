@@ -171,3 +171,16 @@ def test_vmap_around_transform_metadata_names_the_axis_once(graph: bool) -> None
     assert m.kernel.shape == p.kernel.shape == (3, 4, 6)
     assert m.kernel.out_sharding == ("c", "a", "b")  # transform_metadata's name only
     assert p.kernel.out_sharding == (None, "a", "b")  # vmap keeps the rank
+
+
+def test_transform_metadata_takes_carry_as_no_axis() -> None:
+    w = nnx.Param(jnp.zeros((5, 2)), sharding_names=("layers", "d"))
+    seen = []
+
+    def f(w: nnx.Param, carry: jnp.ndarray) -> jnp.ndarray:
+        seen.append(w.sharding_names)
+        return carry
+
+    out = nnx.transform_metadata(f, in_axes=(0, nnx.Carry), out_axes=nnx.Carry, partition="layers")
+    np.testing.assert_allclose(out(w, jnp.ones(2)), jnp.ones(2))
+    assert seen == [("d",)] and w.sharding_names == ("layers", "d")
