@@ -45,7 +45,7 @@ from flaxgraph.transforms.lift import (
     prefix_keys,
     split_inputs,
 )
-from flaxgraph.transforms.lift_types import PrefixKey, StateAxes, reject_lift_types
+from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
@@ -157,7 +157,7 @@ def _mapped(
         groups = [closed[i] if closed is not None and c else next(passed)[0]
                   for i, c in enumerate(closed_groups)]  # fmt: skip
         in_static: InStatic = static.value
-        a_prefix = in_static.extra.value
+        a_prefix = in_static.extra
         metadata = AxisMetadata(transform_metadata)
         inner = Inner(
             inner_f,
@@ -257,7 +257,7 @@ def _mapped(
         else:
             call.prefixes = [(p, False) for p in call.prefixes]
         slots, groups = call.groups(in_keys)
-        in_static = InStatic(call.graphdef, slots, PrefixKey(a_prefix))
+        in_static = InStatic(call.graphdef, slots, a_prefix)
         entry = Traced(functools.partial(run_mapped, in_static))
         try:
             out, out_groups = entry.call(groups)

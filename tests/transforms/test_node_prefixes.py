@@ -196,25 +196,3 @@ def test_prefix_of_a_lone_variable_maps_it(graph: bool, axis: int | None) -> Non
 
     expected = jax.vmap(lambda a: a * 2, in_axes=(axis,), out_axes=0)(v[...])
     np.testing.assert_allclose(f(v), expected)
-
-
-@pytest.mark.parametrize("graph", [True, False])
-def test_pmap_accepts_prefix_results_as_axes(graph: bool) -> None:
-    # pmap compiles and caches on its static data: object prefixes must be hashable.
-    m = Pair(jnp.arange(4.0).reshape(1, 4), jnp.array(1.0))
-    axes = nnx.prefix(m, {nnx.Param: 0, ...: None}, graph=graph)
-    f = nnx.pmap(forward, in_axes=(axes, 0), axis_size=1, graph=graph, graph_updates=False)
-    x = jnp.ones((1, 4))
-    np.testing.assert_allclose(f(m, x), m.a[...] * x + 1.0)
-    np.testing.assert_allclose(f(m, 2 * x), m.a[...] * 2 * x + 1.0)  # cached call
-
-
-@given(st.recursive(st.sampled_from([0, 1, None, "x"]), lambda c: st.tuples(c, c) | st.lists(c)))
-def test_prefix_key_compares_plain_prefixes_by_value(tree: object) -> None:
-    from flaxgraph.transforms.lift_types import PrefixKey
-
-    copy = jax.tree_util.tree_map(lambda x: x, tree, is_leaf=lambda x: x is None)
-    assert PrefixKey(tree) == PrefixKey(copy) and hash(PrefixKey(tree)) == hash(PrefixKey(copy))
-    state = nnx.State({"a": 0})
-    assert PrefixKey((state, tree)) == PrefixKey((state, copy))
-    assert PrefixKey((state, tree)) != PrefixKey((nnx.State({"a": 0}), tree))  # by identity
