@@ -7,10 +7,8 @@ flaxgraph every transform already keeps a fast-path plan per argument structure
 the structure snapshot of ``model`` and ``optimizer`` and reads their leaves without
 a graph walk. So binding is all these functions need to do; what they return still
 takes the fast path, writes every update back to the bound objects, and reports
-``cache_info()``. ``cached_partial`` binds (in graph mode) a clone of the objects
-holding the same Variables, as Flax does. Unlike Flax's ``cached_partial``, a call
-that changes the bound objects' structure is not an error: the next call simply
-plans again.
+``cache_info()``. Unlike Flax's ``cached_partial``, a call that changes the bound
+objects' structure is not an error: the next call simply plans again.
 
 Source: Flax NNX 0.12 ``nnx.jit_partial`` and ``nnx.cached_partial``.
 """
@@ -21,7 +19,6 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from flaxgraph.graphlib import functional
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.compilation import UNSPECIFIED, jit
@@ -111,17 +108,11 @@ def cached_partial(
     """A transformed function ``f`` (``nnx.jit``, ``nnx.vmap``…) with its first
     arguments bound to ``cached_args``.
 
-    In graph mode with graph updates (the mode given here, else the defaults), the
-    objects are bound as a clone that holds the same Variables (as Flax does): inside
-    ``f`` a cached module is not the module passed again as a later argument, but
-    its Variables are; a cached object ``f`` returns is the same clone at every call.
-
     Args:
       f: a flaxgraph-transformed function (or any function).
       *cached_args: its first positional arguments (objects: model, optimizer…).
-      graph, graph_updates: whether to clone the objects (graph mode with graph
-        updates, the default) or bind them as they are; ``f`` runs in the mode it
-        was created with.
+      graph, graph_updates: accepted for Flax compatibility; the mode that applies
+        is the one ``f`` was created with.
 
     Returns:
       A function of the remaining arguments, equal to ``f(*cached_args, ...)``. The
@@ -141,18 +132,8 @@ def cached_partial(
 
     Source: Flax NNX 0.12 ``nnx.cached_partial``.
     """
-    mode = resolve(graph, graph_updates)
-    if mode.updates:  # graph mode with graph updates
-        cached_args = _clone_sharing_variables(cached_args)
+    del graph, graph_updates  # f's own mode applies
     return _bound(f, cached_args)
-
-
-def _clone_sharing_variables(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A copy of the objects in ``args`` (one graph, so references between them are
-    kept) that holds the very same Variables: the cached objects are distinct from
-    the originals, but every value written through them is the originals'."""
-    graphdef, leaves = functional.flatten(args, with_paths=False, graph=True)
-    return functional.unflatten(graphdef, leaves, copy_variables=False)
 
 
 def _bound(f: Callable[..., Any], bound: tuple[Any, ...]) -> Callable[..., Any]:

@@ -68,30 +68,3 @@ def test_jit_partial_in_tree_mode_refuses_shared_variables_when_created() -> Non
     # graph mode shares the Variable as usual
     f = nnx.jit_partial(lambda a, b, x: a.v[...] + b.v[...] + x, c1, c2, graph=True)
     assert float(f(jnp.array(1.0))) == 3.0
-
-
-def test_cached_partial_binds_a_clone_holding_the_same_variables() -> None:
-    m = Foo()
-
-    @nnx.jit(graph=True, graph_updates=True)
-    def f(cached: Foo, again: Foo, x: jnp.ndarray) -> Foo:
-        assert cached is not again
-        assert cached.w is again.w and cached.count is again.count
-        cached.count[...] += 1
-        return cached
-
-    cached_f = nnx.cached_partial(f, m)
-    first = cached_f(m, jnp.ones(2))
-    assert first is not m and first.w is m.w
-    assert cached_f(m, jnp.ones(2)) is first  # the same clone at every call
-    assert int(m.count[...]) == 2
-
-
-def test_cached_partial_without_graph_updates_binds_the_objects_themselves() -> None:
-    m = Foo()
-
-    @nnx.jit(graph=True, graph_updates=False)
-    def f(cached: Foo, again: Foo) -> None:
-        assert cached is again
-
-    nnx.cached_partial(f, m, graph_updates=False)(m)
