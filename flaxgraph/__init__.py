@@ -245,6 +245,7 @@ from flaxgraph.transforms.make_jaxpr import make_jaxpr as make_jaxpr
 from flaxgraph.transforms.metadata import transform_metadata as transform_metadata
 from flaxgraph.transforms.partial import cached_partial as cached_partial
 from flaxgraph.transforms.partial import jit_partial as jit_partial
+from flaxgraph.transforms.scan import BroadcastChangeWarning as BroadcastChangeWarning
 from flaxgraph.transforms.scan import Carry as Carry
 from flaxgraph.transforms.scan import scan as scan
 from flaxgraph.transforms.shard_map import shard_map as shard_map

@@ -208,6 +208,43 @@ class Dict(Module):
         for k, v in {**other, **kwargs}.items():
             self[k] = v
 
+    def popitem(self) -> tuple[str, Any]:
+        """Removes the first entry in iteration (sorted-key) order and returns it as
+        ``(key, value)``, as ``MutableMapping.popitem`` does.
+
+        Raises:
+          KeyError: the Dict is empty.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> d = nnx.Dict(b=2, a=1)
+          >>> d.popitem(), len(d)
+          (('a', 1), 1)
+
+        Source: Flax NNX 0.12 ``nnx.Dict`` (a ``MutableMapping``).
+        """
+        if not self.__dict__:
+            raise KeyError("popitem(): the nnx.Dict is empty")
+        key = self.keys()[0]
+        return key, self.pop(key)
+
+    def clear(self) -> None:
+        """Removes every entry (the Dict stays the same object).
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> d = nnx.Dict(a=1, b=2)
+          >>> d.clear()
+          >>> len(d)
+          0
+
+        Source: Flax NNX 0.12 ``nnx.Dict`` (a ``MutableMapping``).
+        """
+        for key in self.keys():
+            del self[key]
+
 
 class Sequential(Module):
     """Calls its layers in order: ``Sequential(f, g)(x) == g(f(x))``.

@@ -162,15 +162,15 @@ def with_partitioning(
     **metadata: Any,
 ) -> Callable[..., Partitioned]:
     """Wraps an initializer (e.g. ``jax.nn.initializers.lecun_normal()``) so that it
-    returns ``Partitioned(value, sharding)``; a Variable made from it carries
-    ``sharding`` as metadata, plus ``mesh`` (if given: the Variable is then placed on
+    returns ``Partitioned(value, sharding)``; a Variable made from it carries the
+    names as its ``out_sharding`` metadata (as in Flax NNX 0.12), plus ``mesh`` (if given: the Variable is then placed on
     that mesh at creation, see ``use_eager_sharding``) and ``metadata``.
 
     Example::
 
       >>> import jax, flaxgraph as nnx
       >>> init = nnx.with_partitioning(jax.nn.initializers.ones, (None, 'model'))
-      >>> nnx.Param(init(jax.random.key(0), (2, 4))).sharding
+      >>> nnx.Param(init(jax.random.key(0), (2, 4))).out_sharding
       (None, 'model')
 
     Source: seed 000 (``with_partitioning``).

@@ -30,13 +30,14 @@ from flaxgraph.filterlib import (
     to_predicate,
 )
 from flaxgraph.renderers import RENDERERS
+from flaxgraph.state_members import FlatStateMembers, StateMembers
 from flaxgraph.variablelib.variable import Variable
 
 Key = Hashable
 PathParts = tuple[Key, ...]
 
 
-class State(MutableMapping[Key, Any]):
+class State(StateMembers, MutableMapping[Key, Any]):
     """A nested mapping of path keys to Variables or raw values; a JAX pytree.
 
     Args:
@@ -303,7 +304,7 @@ def map_state(f: Callable[[PathParts, Any], Any], state: State) -> State:
     return State.from_flat_path((p, f(p, v)) for p, v in state.flat_state())
 
 
-class FlatState(tuple):
+class FlatState(FlatStateMembers, tuple):
     """A State in flat form: a tuple of ``(path, leaf)`` pairs, in walk order."""
 
     __slots__ = ()

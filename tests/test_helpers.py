@@ -221,3 +221,25 @@ def test_dict_mapping_methods():
     assert d.pop("c") == 3 and d.pop("c", None) is None and sorted(d) == ["a", "b", "e"]
     with pytest.raises(KeyError):
         d.pop("c")
+
+
+def test_dict_popitem_and_clear():
+    d = nnx.Dict(b=2, a=1)
+    assert d.popitem() == ("a", 1)
+    assert list(d) == ["b"]
+    d.clear()
+    assert len(d) == 0 and d.keys() == []
+    with pytest.raises(KeyError, match="empty"):
+        d.popitem()
+
+
+def test_dict_popitem_and_clear_match_flax():
+    fnnx = pytest.importorskip("flax.nnx")
+    ours, theirs = nnx.Dict(b=2, a=1), fnnx.Dict(b=2, a=1)
+    # both pop the first key of their own iteration order (flaxgraph iterates sorted)
+    for d in (ours, theirs):
+        first = next(iter(d))
+        assert d.popitem() == (first, {"a": 1, "b": 2}[first])
+    ours.clear()
+    theirs.clear()
+    assert len(ours) == len(theirs) == 0

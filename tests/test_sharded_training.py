@@ -47,7 +47,7 @@ SCRIPT = textwrap.dedent(
         def __init__(self, din, dout, rngs, kernel_names, bias_names):
             init = nnx.with_partitioning(jax.nn.initializers.lecun_normal(), kernel_names)
             self.kernel = nnx.Param(init(rngs.params(), (din, dout)))
-            self.bias = nnx.Param(jnp.zeros((dout,)), sharding=bias_names)
+            self.bias = nnx.Param(jnp.zeros((dout,)), out_sharding=bias_names)
 
         def __call__(self, x):
             return x @ self.kernel + self.bias[None]
@@ -71,7 +71,7 @@ SCRIPT = textwrap.dedent(
 
     def assert_placed(model):
         for where, param in params_of(model).items():
-            assert param.sharding == NAMES[where], (where, param.sharding)
+            assert param.out_sharding == NAMES[where], (where, param.out_sharding)
             expected = NamedSharding(MESH, P(*NAMES[where]))
             got = param.value.sharding
             assert got.is_equivalent_to(expected, param.value.ndim), (where, got, expected)

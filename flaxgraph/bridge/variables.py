@@ -123,7 +123,7 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):  # type: ignore
 def is_vanilla_variable(var: Variable[Any]) -> bool:
     """True when ``var`` has no metadata beyond the construction flags (and empty
     ``*_hooks``): Linen then holds its bare value."""
-    for key, value in var.get_metadata().items():
+    for key, value in var.get_metadata(exclude_required=True).items():
         if key in FLAG_KEYS or (key.endswith("_hooks") and value == ()):
             continue
         return False

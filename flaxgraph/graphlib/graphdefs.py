@@ -329,6 +329,98 @@ class GraphDef:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return RENDERERS.mimebundle(self, include, exclude)
 
+    # -- Flax NNX 0.12 members ----------------------------------------------------
+    @property
+    def attributes(self) -> tuple[tuple[Hashable, Def], ...]:
+        """Every ``(key, definition)`` pair of the GraphDef, depth-first.
+
+        One pair per attribute of each ``NodeDef`` and per item of each container
+        (list/dict/tuple/pytree), in the order ``nodes`` lists their owners; the
+        definition is a ``NodeDef``/``VariableDef``/``NodeRef``/``ContainerDef``/
+        ``ArrayDef``/``StaticDef``. A tree-mode GraphDef lists its single tree.
+        Computed on each access (introspection, not a hot path).
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> graphdef, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+          >>> [k for k, _ in graphdef.attributes][:2]
+          ['bias', 'dot_general']
+
+        Source: Flax NNX 0.12 ``GraphDef.attributes`` (there a flat list of
+        ``(key, attribute kind)``; flaxgraph's definitions are nested, so each pair
+        holds the attribute's own definition).
+        """
+        out: list[Def] = []
+        _preorder(self.root, out)
+        pairs: list[tuple[Hashable, Def]] = []
+        for d in out:
+            if type(d) is NodeDef:
+                pairs.extend(d.attributes)
+            elif type(d) is ContainerDef:
+                pairs.extend(zip(d.keys, d.children))
+        return tuple(pairs)
+
+    def with_no_outer_index(self) -> GraphDef:
+        """This GraphDef without references to an enclosing walk; returns ``self``.
+
+        flaxgraph's GraphDef has no "outer index" (Flax keeps one per node to link
+        a GraphDef split inside a transform to the caller's objects): flaxgraph
+        renumbers the indices instead (``renumber``), so there is nothing to drop.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
+          >>> graphdef.with_no_outer_index() is graphdef
+          True
+
+        Source: Flax NNX 0.12 ``GraphDef.with_no_outer_index``.
+        """
+        return self
+
+    def with_same_outer_index(self) -> GraphDef:
+        """This GraphDef with each node's outer index equal to its index; returns
+        ``self`` (flaxgraph's GraphDef has no outer index, see
+        ``with_no_outer_index``).
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
+          >>> graphdef.with_same_outer_index() == graphdef
+          True
+
+        Source: Flax NNX 0.12 ``GraphDef.with_same_outer_index``.
+        """
+        return self
+
+    def with_matching_outer_index(self, other: GraphDef) -> GraphDef:
+        """This GraphDef with ``other``'s outer indices; returns ``self``
+        (flaxgraph's GraphDef has no outer index, see ``with_no_outer_index``).
+
+        Args:
+          other: a GraphDef (of the same structure, in Flax).
+
+        Raises:
+          TypeError: ``other`` is not a GraphDef.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
+          >>> graphdef.with_matching_outer_index(graphdef) is graphdef
+          True
+
+        Source: Flax NNX 0.12 ``GraphDef.with_matching_outer_index``.
+        """
+        if not isinstance(other, GraphDef):
+            raise TypeError(
+                f"with_matching_outer_index expects a GraphDef, got {type(other).__name__}."
+                "\nFix: pass the GraphDef of an `nnx.split` of the same structure."
+            )
+        return self
+
     # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``) is
     # attached by flaxgraph/graphlib/calls.py, the layer above, next to the `call` it runs.
 

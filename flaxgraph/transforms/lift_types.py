@@ -23,7 +23,7 @@ Source: the JAX-style NNX transforms design note (seed 002) and guide (seed 003)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from flaxgraph.filterlib import Filter, Predicate, to_predicate
@@ -159,6 +159,82 @@ class StateAxes(PrefixMapping):
 
     __slots__ = ()
 
+    # -- Flax NNX 0.12: a StateAxes is a read-only Mapping filter -> axis ----------
+    @property
+    def axes(self) -> tuple[Any, ...]:
+        """The axes (ints, ``None`` or ``nnx.Carry``), in filter order.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> nnx.StateAxes({nnx.Param: 0, ...: None}).axes
+          (0, None)
+
+        Source: Flax NNX 0.12 ``StateAxes.axes``.
+        """
+        return self.prefixes
+
+    def keys(self) -> tuple[Filter, ...]:
+        """The filters, in order (``StateAxes`` reads as a Mapping filter -> axis).
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> nnx.StateAxes({nnx.Param: 0, ...: None}).keys()[0] is nnx.Param
+          True
+
+        Source: Flax NNX 0.12 ``StateAxes`` (a ``Mapping``).
+        """
+        return self.filters
+
+    def values(self) -> tuple[Any, ...]:
+        """The axes, in filter order (same as ``axes``).
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> nnx.StateAxes({nnx.Param: 0}).values()
+          (0,)
+
+        Source: Flax NNX 0.12 ``StateAxes`` (a ``Mapping``).
+        """
+        return self.prefixes
+
+    def get(self, key: Filter, default: Any = None) -> Any:
+        """The axis given for the filter ``key`` (compared by equality, not by what
+        it matches), or ``default``.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> sa = nnx.StateAxes({nnx.Param: 0})
+          >>> sa.get(nnx.Param), sa.get(nnx.BatchStat, 'absent')
+          (0, 'absent')
+
+        Source: Flax NNX 0.12 ``StateAxes`` (a ``Mapping``).
+        """
+        for f, axis in zip(self.filters, self.prefixes):
+            if f == key:
+                return axis
+        return default
+
+    def __getitem__(self, key: Filter) -> Any:
+        axis = self.get(key, NO_MATCH)
+        if axis is NO_MATCH:
+            raise KeyError(
+                f"StateAxes has no filter {_filter_repr(key)}; it has {list(self.filters)}"
+            )
+        return axis
+
+    def __iter__(self) -> Iterator[Filter]:
+        return iter(self.filters)
+
+    def __len__(self) -> int:
+        return len(self.filters)
+
+    def __contains__(self, key: object) -> bool:
+        return any(f == key for f in self.filters)
+
 
 class StateSharding(PrefixMapping):
     """Per-filter shardings for one object in ``jit``'s ``in_shardings``/``out_shardings``.
@@ -203,6 +279,28 @@ class DiffState:
 
     def __repr__(self) -> str:
         return f"DiffState({self.argnum}, {_filter_repr(self.filter)})"
+
+    def map_prefix(self, path: PathParts, variable: Any) -> bool:
+        """Whether the Variable ``variable`` at ``path`` (relative to the argument) is
+        differentiated: ``filter`` matches it.
+
+        Args:
+          path: the Variable's path, a tuple of keys.
+          variable: the Variable (or value) found there.
+
+        Returns:
+          ``True`` if ``filter`` selects it, else ``False``.
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> d = nnx.DiffState(0, nnx.Param)
+          >>> d.map_prefix(('w',), nnx.Param(jnp.ones(2))), d.map_prefix(('s',), nnx.BatchStat(1))
+          (True, False)
+
+        Source: Flax NNX 0.12 ``DiffState.map_prefix``.
+        """
+        return bool(to_predicate(self.filter)(tuple(path), variable))
 
 
 class StatePrefix:

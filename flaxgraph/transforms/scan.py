@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.diff import graphdef_diff
 from flaxgraph.graphlib.traversal import iter_graph
-from flaxgraph.modes import resolve
+from flaxgraph.modes import Mode, resolve
 from flaxgraph.rnglib.rngs import RngState
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
@@ -436,7 +436,7 @@ class BroadcastChangeWarning(UserWarning):
 
 
 def _check_carry_references(
-    given: dict[int, Any], returned: list[Any], out_carry: tuple[Any, ...], mode: Any
+    given: dict[int, Any], returned: list[Any], out_carry: tuple[Any, ...], mode: Mode
 ) -> None:
     """Raises if the body returned a carry with other objects than it received (a
     new Variable always; with graph updates, a new graph node too)."""

@@ -141,11 +141,11 @@ def check_argument_count(in_axes: Any, n_args: int) -> None:
 def resolve_positions(
     f: Callable[..., Any], in_axes: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Binds keyword arguments to their positions when ``in_axes`` has entries for
-    them (more entries than positional arguments), defaults filled in: ``in_axes``
-    is per position, as in Flax NNX 0.12. Keyword-only arguments stay keywords
+    """Binds keyword arguments (and defaults) to their positions when ``in_axes`` has
+    entries for them (more entries than positional arguments): ``in_axes`` is per
+    position, as in Flax NNX 0.12. Keyword-only arguments stay keywords
     (broadcast). Unchanged when ``f`` has no signature."""
-    if not kwargs or not isinstance(in_axes, (tuple, list)) or len(in_axes) <= len(args):
+    if not isinstance(in_axes, (tuple, list)) or len(in_axes) <= len(args):
         return args, kwargs
     try:
         bound = inspect.signature(f).bind(*args, **kwargs)

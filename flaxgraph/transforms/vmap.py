@@ -157,7 +157,7 @@ def _mapped(
         groups = [closed[i] if closed is not None and c else next(passed)[0]
                   for i, c in enumerate(closed_groups)]  # fmt: skip
         in_static: InStatic = static.value
-        a_prefix = in_static.extra
+        a_prefix = in_static.extra.prefix
         metadata = AxisMetadata(transform_metadata)
         inner = Inner(
             inner_f,
@@ -257,7 +257,7 @@ def _mapped(
         else:
             call.prefixes = [(p, False) for p in call.prefixes]
         slots, groups = call.groups(in_keys)
-        in_static = InStatic(call.graphdef, slots, a_prefix)
+        in_static = InStatic(call.graphdef, slots, _CallPrefix(a_prefix, len(args)))
         entry = Traced(functools.partial(run_mapped, in_static))
         try:
             out, out_groups = entry.call(groups)
@@ -315,6 +315,25 @@ def _batched_broadcast_error(
         "  2. or do not update it inside the transform (or update it the same way for "
         "every instance)."
     )
+
+
+class _CallPrefix:
+    """The per-argument ``in_axes`` of one call, as static data of the mapped function.
+
+    It is ``in_axes`` itself (fixed per transform) for a given number of positional
+    arguments, so that number is its identity: a prefix may hold unhashable values
+    (``nnx.prefix`` results), and jax.pmap hashes its static arguments."""
+
+    __slots__ = ("n_args", "prefix")
+
+    def __init__(self, prefix: Any, n_args: int):
+        self.prefix, self.n_args = prefix, n_args
+
+    def __hash__(self) -> int:
+        return hash(("in_axes", self.n_args))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _CallPrefix) and other.n_args == self.n_args
 
 
 def _shift_axes(in_axes: Any, n_bound: int) -> Any:

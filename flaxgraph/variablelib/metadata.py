@@ -12,8 +12,9 @@ shape))`` gets, say, ``sharding=('data', None)`` without knowing about it::
   (None, 'model')
 
 Flax's ``VariableMetadata`` also carries value hooks (``on_set_value``…);
-flaxgraph Variables have no hooks, so the box holds only the value and the
-metadata, and ``with_metadata`` rejects hook arguments.
+flaxgraph Variables have no hooks: the box has the hook fields (always empty),
+and both it and ``with_metadata`` reject a hook with a ``TypeError`` that shows
+the Variable subclass to write instead.
 
 Source: Flax NNX 0.12 ``nnx.with_metadata`` and ``nnx.VariableMetadata``.
 """
@@ -50,11 +51,33 @@ class VariableMetadata(Generic[A]):
       >>> p.get_metadata('note'), p.shape
       ('bias', (2,))
 
-    Source: Flax NNX 0.12 ``nnx.VariableMetadata`` (without the value hooks).
+    The value-hook fields of Flax (``on_set_value``, ``on_get_value``,
+    ``on_create_value``, ``on_add_axis``, ``on_remove_axis``, tuples of
+    ``hook(variable, value)`` callables) exist with the same names, order and
+    default ``()``, so Flax code that reads or passes them empty works; a
+    non-empty one raises, as in ``with_metadata``: flaxgraph Variables have no
+    value hooks (Flax 0.12 deprecates them too, in favour of a Variable subclass).
+
+    Raises:
+      TypeError: a value hook is given (non-empty); the message names it and shows
+        the subclass to write instead.
+
+    Source: Flax NNX 0.12 ``nnx.VariableMetadata`` (its hook fields are always empty
+    here).
     """
 
     raw_value: A
+    on_set_value: tuple[Callable[..., Any], ...] = ()
+    on_get_value: tuple[Callable[..., Any], ...] = ()
+    on_create_value: tuple[Callable[..., Any], ...] = ()
+    on_add_axis: tuple[Callable[..., Any], ...] = ()
+    on_remove_axis: tuple[Callable[..., Any], ...] = ()
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        given = [name for name in _HOOKS if getattr(self, name)]
+        if given:
+            raise TypeError(_hook_message(f"VariableMetadata got the value hook {given[0]!r}"))
 
     # The box protocol Variable.__init__ understands (as for nnx.Partitioned).
     def variable_metadata(self) -> dict[str, Any]:
@@ -95,14 +118,21 @@ def with_metadata(initializer: F, **metadata: Any) -> F:
     """
     hooks = [k for k in _HOOKS if k in metadata]
     if hooks:
-        raise TypeError(
-            f"with_metadata got the value hook {hooks[0]!r}; flaxgraph Variables have no "
-            "value hooks.\nFix: subclass nnx.Variable and override set_value / add_axis "
-            "instead, or pass only plain metadata."
-        )
+        raise TypeError(_hook_message(f"with_metadata got the value hook {hooks[0]!r}"))
 
     @functools.wraps(initializer)
     def wrapped(*args: Any, **kwargs: Any) -> VariableMetadata[Any]:
-        return VariableMetadata(initializer(*args, **kwargs), dict(metadata))
+        return VariableMetadata(initializer(*args, **kwargs), metadata=dict(metadata))
 
     return wrapped  # type: ignore[return-value]
+
+
+def _hook_message(what: str) -> str:
+    return (
+        f"{what}; flaxgraph Variables have no value hooks (Flax 0.12 deprecates them).\n"
+        "Fix: subclass the Variable and override the method instead, e.g.\n"
+        "  class Scaled(nnx.Param):\n"
+        "    def get_value(self, **kw):\n"
+        "      return super().get_value(**kw) * 2\n"
+        "(set_value / add_axis / remove_axis likewise), or pass only plain metadata."
+    )

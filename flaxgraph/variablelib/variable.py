@@ -70,6 +70,7 @@ from flaxgraph.variablelib.defaults import VAR_DEFAULTS
 from flaxgraph.variablelib.metadata_ops import FLAG_KEYS as FLAG_KEYS
 from flaxgraph.variablelib.metadata_ops import MISSING as MISSING
 from flaxgraph.variablelib.metadata_ops import MetadataOps
+from flaxgraph.variablelib.state_methods import VariableStateMethods
 from flaxgraph.variablelib.value_ops import ValueOps
 
 A = TypeVar("A")
@@ -88,7 +89,7 @@ def _flag(name: str, value: Any) -> bool | None:
     raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
 
 
-class Variable(MetadataOps, ValueOps, Generic[A]):
+class Variable(MetadataOps, VariableStateMethods, ValueOps, Generic[A]):
     """A mutable box holding one value and a dict of metadata.
 
     Args:

@@ -211,3 +211,31 @@ def test_lift_types_accept_a_state_of_prefixes_one_per_path():
     assert out.shape == (3, 2)
     with pytest.raises(nnx.PrefixError, match="matches none"):
         nnx.vmap(lambda m: None, in_axes=(nnx.StateAxes(nnx.State({"w": 0})),))(m)
+
+
+def test_state_axes_reads_as_a_mapping():
+    sa = nnx.StateAxes({nnx.Param: 0, ...: None})
+    assert sa.axes == (0, None) == sa.values()
+    assert sa.keys() == (nnx.Param, ...) and list(sa) == [nnx.Param, ...]
+    assert sa.get(nnx.Param) == 0 and sa[...] is None and len(sa) == 2
+    assert nnx.Param in sa and sa.get(nnx.BatchStat, "x") == "x"
+    with pytest.raises(KeyError, match="no filter"):
+        sa[nnx.BatchStat]
+
+
+def test_state_axes_mapping_matches_flax():
+    fnnx = pytest.importorskip("flax.nnx")
+    ours = nnx.StateAxes({nnx.Param: 0, ...: None})
+    theirs = fnnx.StateAxes({fnnx.Param: 0, ...: None})
+    assert tuple(ours.axes) == tuple(theirs.axes)
+    assert tuple(ours.values()) == tuple(theirs.values())
+    assert len(ours) == len(theirs)
+
+
+def test_diff_state_map_prefix():
+    d = nnx.DiffState(0, nnx.Param)
+    assert d.map_prefix(("w",), nnx.Param(jnp.ones(2))) is True
+    assert d.map_prefix(("s",), nnx.BatchStat(jnp.ones(2))) is False
+    fnnx = pytest.importorskip("flax.nnx")
+    f = fnnx.DiffState(0, fnnx.Param)
+    assert f.map_prefix(("w",), fnnx.Param(jnp.ones(2))) is True

@@ -202,6 +202,16 @@ SCRIPT = textwrap.dedent(
             pass
         assert m.w.value is w and not hasattr(m, "extra")
 
+    @check
+    def node_prefix_in_graph_mode():
+        # Flax NNX 0.12 (TestPmap.test_basic_single_functional): an nnx.prefix result
+        # as in_axes; pmap hashes its static data, which holds the prefix.
+        m = Node(w=nnx.Param(W), s=Count(jnp.ones(())))
+        axes = nnx.prefix(m, {nnx.Param: 0, ...: None}, graph=True)
+        f = nnx.pmap(lambda m, x: m.w * m.s + x, in_axes=(axes, 0), graph_updates=False)
+        for _ in range(2):  # the second call reuses the compiled function
+            np.testing.assert_allclose(f(m, X), W + X)
+
     """
 )
 
@@ -216,6 +226,7 @@ CHECKS = [
     "donate_argnums",
     "axis_metadata",
     "aliasing_and_exception_safety",
+    "node_prefix_in_graph_mode",
 ]
 
 

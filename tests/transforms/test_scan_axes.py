@@ -126,6 +126,12 @@ def test_keyword_arguments_are_bound_to_the_positions_in_axes_covers():
     np.testing.assert_array_equal(ys, [0.0, 0.0, 1.0, 3.0])
     # on a method: self is scanned, x is the carry, given by keyword
     assert float(Stack(4)(x=jnp.array(1.0))) == 7.0
+    # a default fills its position too
+    xs = jnp.arange(3.0)
+    g = nnx.scan(lambda c, x=xs: (c + x, x), in_axes=(nnx.Carry, 0))
+    carry, ys = g(jnp.array(1.0))
+    assert float(carry) == 4.0
+    np.testing.assert_array_equal(ys, [0.0, 1.0, 2.0])
 
 
 @settings(max_examples=15, deadline=None)

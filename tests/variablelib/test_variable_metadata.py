@@ -67,3 +67,24 @@ def test_matches_flax():
     p = flax_nnx.Param(flax_nnx.VariableMetadata(jnp.ones(2), metadata={"x": 1}))
     q = nnx.Param(nnx.VariableMetadata(jnp.ones(2), metadata={"x": 1}))
     assert p.get_metadata("x") == q.get_metadata("x") == 1
+
+
+def test_hook_fields_exist_empty_like_flax():
+    box = nnx.VariableMetadata(jnp.ones(2), metadata={"a": 1})
+    names = ("on_set_value", "on_get_value", "on_create_value", "on_add_axis", "on_remove_axis")
+    assert all(getattr(box, n) == () for n in names)
+    assert nnx.Param(box).a == 1
+    flax_nnx = pytest.importorskip("flax.nnx")
+    import dataclasses
+
+    ours = [f.name for f in dataclasses.fields(nnx.VariableMetadata)]
+    theirs = [f.name for f in dataclasses.fields(flax_nnx.VariableMetadata)]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize(
+    "hook", ["on_set_value", "on_get_value", "on_create_value", "on_add_axis", "on_remove_axis"]
+)
+def test_box_with_a_hook_is_rejected_with_the_fix(hook):
+    with pytest.raises(TypeError, match=f"(?s){hook}.*no value hooks.*subclass"):
+        nnx.VariableMetadata(1.0, **{hook: (lambda v, x: x,)})

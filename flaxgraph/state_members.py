@@ -1,0 +1,124 @@
+"""Flax NNX 0.12 members of ``State`` and ``FlatState``, as mixins.
+
+Flax code calls ``state.map(f)``, ``state.raw_mapping``,
+``FlatState.from_sorted_keys_values(keys, values)`` and
+``FlatState.merge(a, b)``. They are written here on top of the core methods of
+``statelib.py`` (``flat_state``, ``from_flat_path``, the tuple of pairs), which
+``State`` and ``FlatState`` inherit from these mixins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+PathParts = tuple[Hashable, ...]
+
+
+class StateMembers:
+    """``State.map`` and ``State.raw_mapping``."""
+
+    __slots__ = ()
+
+    @property
+    def raw_mapping(self) -> dict[Hashable, Any]:
+        """The State's own top-level dict (key -> nested State or leaf); not a copy,
+        so writing into it writes into the State.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> s = nnx.State({'a': 1, 'b': {'c': 2}})
+          >>> type(s.raw_mapping).__name__, list(s.raw_mapping)
+          ('dict', ['a', 'b'])
+
+        Source: Flax NNX 0.12 ``State.raw_mapping``.
+        """
+        return self._mapping  # type: ignore[attr-defined,no-any-return]
+
+    def map(self, f: Callable[[PathParts, Any], Any]) -> Any:
+        """A new State of the same class with every leaf replaced by ``f(path, leaf)``.
+
+        Args:
+          f: called with the leaf's path (a tuple of keys) and the leaf (a Variable
+            or raw value); returns the new leaf.
+
+        Returns:
+          A new State; ``self`` is unchanged.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> nnx.State({'a': 1, 'b': {'c': 2}}).map(lambda p, v: v * 10).to_pure_dict()
+          {'a': 10, 'b': {'c': 20}}
+
+        Source: Flax NNX 0.12 ``State.map`` (the method form of ``nnx.map_state``).
+        """
+        flat = self.flat_state()  # type: ignore[attr-defined]
+        return type(self).from_flat_path([(p, f(p, v)) for p, v in flat])  # type: ignore[attr-defined]
+
+
+class FlatStateMembers:
+    """``FlatState.from_sorted_keys_values`` and ``FlatState.merge``."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_sorted_keys_values(cls, keys: Iterable[PathParts], values: Iterable[Any], /) -> Any:
+        """A FlatState pairing ``keys[i]`` with ``values[i]``, in the given order.
+
+        Args:
+          keys: the paths (tuples of keys), already in the order wanted.
+          values: the leaves, one per path.
+
+        Raises:
+          ValueError: ``keys`` and ``values`` have different lengths.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> nnx.FlatState.from_sorted_keys_values((('a',), ('b',)), [1, 2]).leaves
+          (1, 2)
+
+        Source: Flax NNX 0.12 ``FlatState.from_sorted_keys_values``.
+        """
+        keys, values = tuple(keys), tuple(values)
+        if len(keys) != len(values):
+            raise ValueError(
+                f"from_sorted_keys_values got {len(keys)} keys and {len(values)} values.\n"
+                "Fix: pass one value per path."
+            )
+        return cls(zip(keys, values))  # type: ignore[call-arg]
+
+    @classmethod
+    def merge(cls, flat_state: Iterable[tuple[PathParts, Any]], /, *flat_states: Any) -> Any:
+        """One FlatState with the pairs of all arguments, sorted by path.
+
+        A single FlatState is returned as is. A path present in several arguments
+        keeps the leaf of the last one (as ``nnx.merge_state``), so the result is a
+        valid State in flat form.
+
+        Args:
+          flat_state, *flat_states: FlatStates or iterables of ``(path, leaf)``.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> a = nnx.FlatState([(('b',), 2)])
+          >>> nnx.FlatState.merge(a, [(('a',), 1), (('b',), 3)]).leaves
+          (1, 3)
+
+        Source: Flax NNX 0.12 ``FlatState.merge`` (there duplicates are all kept).
+        """
+        if not flat_states and isinstance(flat_state, cls):
+            return flat_state
+        merged: dict[PathParts, Any] = {}
+        for pairs in (flat_state, *flat_states):
+            for path, leaf in pairs:
+                merged[tuple(path)] = leaf
+        return cls(sorted(merged.items(), key=lambda kv: _path_key(kv[0])))  # type: ignore[call-arg]
+
+
+def _path_key(path: PathParts) -> tuple[tuple[int, str, Any], ...]:
+    # ints sort numerically and before other keys, so ('layers', 2) < ('layers', 10)
+    return tuple((0, "", k) if isinstance(k, int) else (1, type(k).__name__, str(k)) for k in path)
