@@ -24,6 +24,7 @@ Source: Flax NNX 0.12 ``nnx.extract`` (``to_tree``, ``from_tree``, ``NodeStates`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
@@ -353,6 +354,29 @@ def _prefix_fn(filter_map: Mapping[Filter, Any] | Callable[..., Any]) -> Callabl
     return first_match
 
 
+@dataclasses.dataclass(frozen=True)
+class PrefixRule:
+    """``NodeStates.metadata`` of the objects in an ``nnx.prefix(..., graph=True)``
+    result: the rule that made the prefixes and where the object stood.
+
+    A Variable shared with an earlier object appears in the later object's States
+    only as a reference, without a prefix; the transforms ask ``rule`` for the
+    prefix it has at this position, to check that every alias of the Variable gets
+    the same one (Flax NNX 0.12 keeps ``prefix_fn`` in its ``TreeState`` for this).
+
+    Attributes:
+      fn: ``(path, leaf) -> prefix``, as given to (or built by) ``nnx.prefix``.
+      path: the object's path in the tree given to ``nnx.prefix``.
+    """
+
+    fn: Callable[[PathParts, Any], Any] = dataclasses.field(compare=False, repr=False)
+    path: PathParts
+
+    def rule(self, path: PathParts, leaf: Any) -> Any:
+        """The prefix of ``leaf`` at ``path`` (relative to the object)."""
+        return self.fn((*self.path, *path), leaf)
+
+
 def prefix(
     node: Any,
     filter_map: Mapping[Filter, Any] | Callable[[PathParts, Any], Any],
@@ -410,7 +434,7 @@ def prefix(
             else fn(path, s)
             for s in leaf.states
         )
-        return leaf.replace(states=states)
+        return leaf.replace(states=states, metadata=PrefixRule(fn, path))
 
     tree = to_tree(node)
     pairs, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_tree_node)

@@ -130,8 +130,18 @@ def test_sown_values_are_popped():
     block = Block()
     block(jnp.ones(2))
     popped = nnx.pop(block, nnx.Intermediate)
-    assert set(popped.flat_state().paths) == {("h_out",)}
-    assert "h_out" not in vars(block)
+    # Perturbation is a kind of Intermediate (Flax NNX 0.12): both are popped.
+    assert set(popped.flat_state().paths) == {("h",), ("h_out",)}
+    assert type(popped["h"]) is nnx.Perturbation
+    assert "h_out" not in vars(block) and "h" not in vars(block)
+
+
+def test_perturbations_alone_are_popped_with_their_own_filter():
+    block = Block()
+    block(jnp.ones(2))
+    popped = nnx.pop(block, nnx.Perturbation)
+    assert set(popped.flat_state().paths) == {("h",)}
+    assert type(block.h_out) is nnx.Intermediate
 
 
 # -- perturb --------------------------------------------------------------------------------------------
@@ -150,7 +160,7 @@ def test_perturb_gradient_is_gradient_of_the_intermediate():
     block = Block()
     x = jnp.array([1.0, 2.0])
     block(x)  # creates the perturbation
-    nnx.pop(block, nnx.Intermediate)
+    nnx.pop(block, nnx.All(nnx.Intermediate, nnx.Not(nnx.Perturbation)))
     graphdef, perturbations, rest = nnx.split(block, nnx.Perturbation, ...)
 
     def loss(p, x):

@@ -219,14 +219,23 @@ class PrefixWalk(Walk):
                 self.conflict = True
             return
         ctx = self._context(x, path, prefix)
-        if _unlisted_reference(x, path, ctx):
-            return
         if isinstance(x, Variable):
-            key: Any = ("leaf", self._leaf_prefix(path, x, ctx))
+            resolved = self._alias_prefix(path, x, ctx)
+            if resolved is NO_MATCH:
+                return
+            key: Any = ("leaf", resolved)
         else:
             key = self._context_key(x, path, ctx)
         if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
             self.conflict = True
+
+    def _alias_prefix(self, path: PathParts, x: Variable[Any], ctx: Any) -> Any:
+        """The prefix a later sighting of the Variable ``x`` receives, or ``NO_MATCH``
+        when it carries none of its own (it then keeps its first prefix)."""
+        if not _unlisted_reference(x, path, ctx):
+            return self._leaf_prefix(path, x, ctx)
+        rule = ctx.mapping.rule
+        return NO_MATCH if rule is None else rule(path[ctx.base :], x)
 
     def _wild(self, key: Any) -> bool:
         wildcard = self.spec.wildcard
@@ -357,10 +366,10 @@ class AliasDiagnostics(PrefixWalk):
             self._record(path, x, self._leaf_prefix(path, x, prefix))
             return
         ctx = self._context(x, path, prefix)
-        if _unlisted_reference(x, path, ctx):
-            return
         if isinstance(x, Variable):
-            self._record(path, x, self._leaf_prefix(path, x, ctx))
+            resolved = self._alias_prefix(path, x, ctx)
+            if resolved is not NO_MATCH:
+                self._record(path, x, resolved)
             return
         if id(x) in self.expanding or len(self.records) > _MAX_RECORDS:
             return

@@ -23,7 +23,7 @@ Source: the JAX-style NNX transforms design note (seed 002) and guide (seed 003)
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from flaxgraph.filterlib import Filter, Predicate, to_predicate
@@ -312,9 +312,14 @@ class StatePrefix:
     tree mode) become one too (``object_prefix``).
     """
 
-    __slots__ = ("state", "by_path")
+    __slots__ = ("state", "by_path", "rule")
 
-    def __init__(self, state: Any, by_path: dict[PathParts, Any] | None = None):
+    def __init__(
+        self,
+        state: Any,
+        by_path: dict[PathParts, Any] | None = None,
+        rule: Callable[[PathParts, Any], Any] | None = None,
+    ):
         from flaxgraph.variablelib.variable import Variable
 
         self.state = state
@@ -323,6 +328,10 @@ class StatePrefix:
                 p: (v.raw_value if isinstance(v, Variable) else v) for p, v in state.flat_state()
             }
         self.by_path = by_path
+        self.rule = rule
+        """``nnx.prefix``'s rule ``(path in the object, leaf) -> prefix`` for this
+        object, when known: it gives the prefix of a shared Variable that the State
+        lists only as a reference (``None``: such an alias takes its first prefix)."""
 
     @property
     def prefixes(self) -> tuple[Any, ...]:
@@ -381,7 +390,9 @@ def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
         for s in prefix.states:
             if hasattr(s, "flat_state"):
                 by_path.update(StatePrefix(s).by_path)
-        return StatePrefix(prefix, by_path)
+            else:  # a Variable root (nnx.prefix(variable, ...)): the value is its prefix
+                by_path[()] = s
+        return StatePrefix(prefix, by_path, getattr(prefix.metadata, "rule", None))
     if not graph and is_graph_prefix(prefix):
         return StatePrefix(prefix, dict(_object_paths(prefix, ())))
     return None

@@ -43,6 +43,7 @@ from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots
 from flaxgraph.transforms.lift import prefix_keys
 from flaxgraph.transforms.lifted_call import LiftedCall
+from flaxgraph.transforms.scan_axes import Carry
 from flaxgraph.transforms.vmap import AXES_SPEC, OUT_AXES_SPEC, AxisMetadata, _is_axis, args_prefix
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
@@ -99,6 +100,16 @@ def _where(target: Any, roots: Any) -> str:
     return "an argument"
 
 
+def _carry_as_none(axes: Any) -> Any:
+    """``nnx.Carry`` in ``in_axes``/``out_axes`` (as written for the ``scan`` the
+    function runs in) maps no axis: it counts as ``None``."""
+    if axes is Carry:
+        return None
+    if isinstance(axes, (tuple, list)):
+        return type(axes)(_carry_as_none(a) for a in axes)
+    return axes
+
+
 def transform_metadata(
     f: Callable[..., Any] = _MISSING,
     *,
@@ -118,6 +129,7 @@ def transform_metadata(
         partition})`` before ``f`` and ``add_axis`` after it. Keyword-only
         arguments take ``in_axes`` when it is a single int or ``None``, else none.
       out_axes: the same for Variables in the output (``add_axis`` only).
+        ``nnx.Carry`` (as in the enclosing ``scan``'s axes) counts as ``None``.
       partition: the mesh-axis name the mapped axis carries (``nnx.PARTITION_NAME``
         in the hooks' parameters), e.g. ``'layers'``; required, may be ``None``.
       graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
@@ -152,6 +164,7 @@ def transform_metadata(
             transform_metadata, in_axes=in_axes, out_axes=out_axes, partition=partition, graph=graph
         )
     mode = resolve(graph, None)
+    in_axes, out_axes = _carry_as_none(in_axes), _carry_as_none(out_axes)
     params = {PARTITION_NAME: partition}
     keys = prefix_keys(in_axes, out_axes, 0, None, spec=AXES_SPEC)
     kwargs_axis = in_axes if _is_axis(in_axes) else None

@@ -92,10 +92,25 @@ class AxisMetadata:
 
     def on_output_leaf(self, leaf: Any, axis: Any) -> None:
         if isinstance(leaf, Variable) and isinstance(axis, int):
+            if _axis_already_named(leaf):
+                return  # e.g. nnx.transform_metadata(out_axes=..., partition=...) inside
             params = self.params
             if PARTITION_NAME not in params and leaf in self.removed:
                 params = {**params, PARTITION_NAME: self.removed[leaf]}
             leaf.add_axis(axis, params)
+
+
+def _axis_already_named(v: Variable[Any]) -> bool:
+    """Whether ``v``'s sharding names already count the axis about to be added: they
+    are longer than its (per-instance) value's rank. Adding another name would then
+    give the output one name too many (Flax NNX 0.12: ``vmap`` around
+    ``nnx.transform_metadata(out_axes=0, partition='c')`` gives ``('c', ...)``)."""
+    ndim = getattr(v.raw_value, "ndim", None)
+    for key in SHARDING_KEYS:
+        names = v.get_metadata(key, None)
+        if isinstance(names, tuple) and ndim is not None:
+            return len(names) > ndim
+    return False
 
 
 def _name_at(v: Variable[Any], axis: int) -> Any:

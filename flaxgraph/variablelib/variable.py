@@ -647,5 +647,8 @@ class Intermediate(Variable[A]):
     """A value sown during a call with ``Module.sow``."""
 
 
-class Perturbation(Variable[A]):
-    """A zero-valued tap added by ``Module.perturb`` to read gradients of activations."""
+class Perturbation(Intermediate[A]):
+    """A zero-valued tap added by ``Module.perturb`` to read gradients of activations.
+
+    A kind of ``Intermediate`` (as in Flax NNX 0.12): an ``nnx.Intermediate``
+    filter also selects perturbations."""

@@ -919,3 +919,17 @@ def test_lower_compile_runs_on_objects_and_writes_updates_back():
         assert float(compiled(c, jnp.array(3.0))) == 6.0 and int(c.calls.value) == 1
         compiled(c, jnp.array(1.0))
         assert int(c.calls.value) == 2 and float(f(c, 1.0)) == 2.0
+
+
+def test_jit_returns_a_ref_it_created_as_a_new_ref_and_an_input_ref_as_itself() -> None:
+    r = jax.new_ref(jnp.array(1.0))
+
+    @nnx.jit
+    def f(r: jax.Ref) -> tuple[jax.Ref, jax.Ref]:
+        r[...] += 1.0
+        return jax.new_ref(r[...] * 10), r
+
+    for step in (2.0, 3.0):  # the second call takes the fast path
+        made, same = f(r)
+        assert same is r and float(r[...]) == step
+        assert isinstance(made, jax.Ref) and made is not r and float(made[...]) == 10 * step

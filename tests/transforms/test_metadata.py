@@ -155,3 +155,32 @@ def test_a_mutation_program_matches_it_run_eagerly(graph: Any, steps: list[Mutat
     out = nnx.transform_metadata(run, in_axes=None, out_axes=None, partition=None)(graph)
     assert out[1] is graph
     assert_graphs_equal((graph, out), (eager, eager_out))
+
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_vmap_around_transform_metadata_names_the_axis_once(graph: bool) -> None:
+    init = nnx.with_partitioning(nnx.initializers.lecun_normal(), ("a", "b"))
+
+    def make(rngs: nnx.Rngs) -> nnx.Linear:
+        return nnx.Linear(4, 6, rngs=rngs, kernel_init=init)
+
+    inner = nnx.transform_metadata(make, in_axes=(None,), out_axes=0, partition="c", graph=graph)
+    named = nnx.vmap(inner, in_axes=(None,), axis_size=3, graph=graph, graph_updates=False)
+    plain = nnx.vmap(make, in_axes=(None,), axis_size=3, graph=graph, graph_updates=False)
+    m, p = named(nnx.Rngs(0)), plain(nnx.Rngs(0))
+    assert m.kernel.shape == p.kernel.shape == (3, 4, 6)
+    assert m.kernel.out_sharding == ("c", "a", "b")  # transform_metadata's name only
+    assert p.kernel.out_sharding == (None, "a", "b")  # vmap keeps the rank
+
+
+def test_transform_metadata_takes_carry_as_no_axis() -> None:
+    w = nnx.Param(jnp.zeros((5, 2)), sharding_names=("layers", "d"))
+    seen = []
+
+    def f(w: nnx.Param, carry: jnp.ndarray) -> jnp.ndarray:
+        seen.append(w.sharding_names)
+        return carry
+
+    out = nnx.transform_metadata(f, in_axes=(0, nnx.Carry), out_axes=nnx.Carry, partition="layers")
+    np.testing.assert_allclose(out(w, jnp.ones(2)), jnp.ones(2))
+    assert seen == [("d",)] and w.sharding_names == ("layers", "d")

@@ -162,3 +162,37 @@ def test_a_shared_variable_listed_once_takes_its_first_prefix() -> None:
         return m1.a[...] + m2.a[...]
 
     np.testing.assert_allclose(f(first, second), 2 * jnp.arange(4.0))
+
+
+def test_a_shared_variable_given_another_prefix_by_the_rule_is_inconsistent() -> None:
+    shared = nnx.Param(jnp.ones((4, 4)))
+    first = Pair(jnp.zeros(4), jnp.zeros(4))
+    second = Pair(jnp.zeros(4), jnp.zeros(4))
+    first.b, second.a = shared, shared  # second's 'a' is a reference in nnx.prefix
+    rule = lambda path, leaf: 0 if path[0] == 0 else 1
+    p1, p2 = nnx.prefix((first, second), rule, graph=True)
+    before = (first.b[...], second.a[...])
+
+    @nnx.vmap(in_axes=(p1, p2), graph=True, graph_updates=False)
+    def f(m1: Pair, m2: Pair) -> jax.Array:
+        return m1.b[...] + m2.a[...]
+
+    with pytest.raises(ValueError, match="Inconsistent aliasing detected") as info:
+        f(first, second)
+    assert "args[0].b: 0" in str(info.value) and "args[1].a: 1" in str(info.value)
+    assert first.b is second.a and first.b[...] is before[0]
+
+
+@pytest.mark.parametrize("graph", [True, False])
+@given(axis=st.sampled_from([0, 1]))
+@settings(max_examples=4, deadline=None)
+def test_prefix_of_a_lone_variable_maps_it(graph: bool, axis: int | None) -> None:
+    v = nnx.Param(jnp.arange(12.0).reshape(3, 4))
+    v_axes = nnx.prefix(v, {nnx.Param: axis}, graph=graph)
+
+    @nnx.vmap(in_axes=(v_axes,), out_axes=0, graph=graph, graph_updates=False)
+    def f(v: nnx.Param) -> jax.Array:
+        return v[...] * 2
+
+    expected = jax.vmap(lambda a: a * 2, in_axes=(axis,), out_axes=0)(v[...])
+    np.testing.assert_allclose(f(v), expected)
