@@ -35,7 +35,6 @@ from flaxgraph.transforms.compiled import Compiled, Lowered
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.lift import Inner, InStatic, prefix_keys, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
-from flaxgraph.transforms.new_refs import box_new_refs, unbox_new_refs
 
 
 class _Unspecified:
@@ -192,8 +191,6 @@ def jit(
         mode=mode,
     )
 
-    new_refs = [False]  # whether some call returned a jax.Ref it created (new_refs.py)
-
     def pure(in_static: InStatic, entry: Compiled, with_static: bool, *groups: list[Any]) -> Any:
         statics, n_args = in_static.extra
         args_prefix, kwargs_prefix = _split_prefix(in_shardings, n_args)
@@ -201,9 +198,7 @@ def jit(
 
         def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
             full_args, full_kwargs = merge_static(args, kwargs, statics)
-            out, boxed = box_new_refs(f(*full_args, **full_kwargs), (args, kwargs))
-            new_refs[0] = new_refs[0] or boxed
-            return None, out
+            return None, f(*full_args, **full_kwargs)
 
         _, out_static, out_groups = inner.run(
             in_static, groups, in_prefixes, (args_prefix, kwargs_prefix), out_shardings, call
@@ -264,10 +259,6 @@ def jit(
 
     @functools.wraps(inner_fun)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        result = run(*args, **kwargs)
-        return unbox_new_refs(result) if new_refs[0] else result
-
-    def run(*args: Any, **kwargs: Any) -> Any:
         if static_nums or static_names:
             dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
         else:
