@@ -7,9 +7,11 @@ be outputs (e.g. ``vmap`` over an initializer builds a stack of weights), and
 every change made inside comes back to the caller's objects.
 
 Axis metadata: every mapped Variable has the mapped axis removed from its
-metadata on the way in (``Variable.remove_axis(axis, transform_metadata)``) and
-added back on the way out (``add_axis``), so inside the transform a Variable's
-``sharding`` names match its value's rank. The name inserted on the way out is
+metadata on the way in and added back on the way out
+(``flaxgraph/variablelib/axes.py``: the sharding names and the other per-axis
+metadata named in ``transform_metadata`` follow, then the Variable's
+``remove_axis(axis, partition_name)``/``add_axis`` hooks run), so inside the
+transform a Variable's ``sharding`` names match its value's rank. The name inserted on the way out is
 ``transform_metadata[nnx.PARTITION_NAME]``, or, for a Variable that came in
 mapped and had a name there, that name.
 
@@ -47,6 +49,7 @@ from flaxgraph.transforms.lift import (
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
+from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
@@ -88,14 +91,14 @@ class AxisMetadata:
         for leaf, axis in zip(leaves, prefixes):
             if isinstance(leaf, Variable) and isinstance(axis, int):
                 self.removed[leaf] = _name_at(leaf, axis)
-                leaf.remove_axis(axis, self.params)
+                remove_axis_of(leaf, axis, self.params)
 
     def on_output_leaf(self, leaf: Any, axis: Any) -> None:
         if isinstance(leaf, Variable) and isinstance(axis, int):
             params = self.params
             if PARTITION_NAME not in params and leaf in self.removed:
                 params = {**params, PARTITION_NAME: self.removed[leaf]}
-            leaf.add_axis(axis, params)
+            add_axis_of(leaf, axis, params)
 
 
 def _name_at(v: Variable[Any], axis: int) -> Any:
