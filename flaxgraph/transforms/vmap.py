@@ -12,8 +12,9 @@ metadata on the way in and added back on the way out
 metadata named in ``transform_metadata`` follow, then the Variable's
 ``remove_axis(axis, partition_name)``/``add_axis`` hooks run), so inside the
 transform a Variable's ``sharding`` names match its value's rank. The name inserted on the way out is
-``transform_metadata[nnx.PARTITION_NAME]``, or, for a Variable that came in
-mapped and had a name there, that name.
+``transform_metadata[nnx.PARTITION_NAME]``, or, without one, the name a Variable
+that came in mapped had there (a Variable that did not come in mapped is then left
+as it is, as in Flax).
 
 Source: ``jax.vmap``/``jax.pmap``; StateAxes per seed 002/003; axis metadata per
 seed 000 and seed 003 ("Axis metadata").
@@ -96,7 +97,13 @@ class AxisMetadata:
     def on_output_leaf(self, leaf: Any, axis: Any) -> None:
         if isinstance(leaf, Variable) and isinstance(axis, int):
             params = self.params
-            if PARTITION_NAME not in params and leaf in self.removed:
+            if PARTITION_NAME not in params:
+                # No partition name: only a Variable that lost an axis on the way in
+                # gets it back (with its name); others are left as they are (as in
+                # Flax, where the metadata of a new Variable is its own, e.g. set by
+                # nnx.transform_metadata inside).
+                if leaf not in self.removed:
+                    return
                 params = {**params, PARTITION_NAME: self.removed[leaf]}
             add_axis_of(leaf, axis, params)
 

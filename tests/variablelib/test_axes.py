@@ -85,3 +85,22 @@ def test_add_axis_of_and_remove_axis_of_are_inverses(
         assert v.tags[index] == "t"
     remove_axis_of(v, index, meta)
     assert v.get_metadata() == before
+
+
+def test_vmap_without_partition_name_leaves_new_variables_metadata_alone() -> None:
+    @nnx.vmap(in_axes=None, out_axes=0, axis_size=5)
+    @nnx.transform_metadata(in_axes=None, out_axes=0, partition="c")
+    def create() -> Any:
+        return nnx.Param(jnp.ones((2, 3)), sharding=("a", "b"))
+
+    v = create()
+    assert v.shape == (5, 2, 3)
+    assert v.sharding == ("c", "a", "b")  # transform_metadata's axis, none from vmap
+
+
+def test_vmap_without_partition_name_restores_a_mapped_inputs_name() -> None:
+    v = nnx.Param(jnp.ones((4, 3)), sharding=("layers", "model"))
+    seen = []
+    nnx.vmap(lambda w: seen.append(w.sharding), in_axes=0)(v)
+    assert seen == [("model",)]
+    assert v.sharding == ("layers", "model")
