@@ -12,9 +12,9 @@ metadata on the way in and added back on the way out
 metadata named in ``transform_metadata`` follow, then the Variable's
 ``remove_axis(axis, partition_name)``/``add_axis`` hooks run), so inside the
 transform a Variable's ``sharding`` names match its value's rank. The name inserted on the way out is
-``transform_metadata[nnx.PARTITION_NAME]``, or, without one, the name a Variable
-that came in mapped had there (a Variable that did not come in mapped is then left
-as it is, as in Flax).
+``transform_metadata[nnx.PARTITION_NAME]``. Without a partition name in
+``transform_metadata`` the metadata is left alone (as in Flax), so a function can
+move it itself with ``nnx.transform_metadata``.
 
 Source: ``jax.vmap``/``jax.pmap``; StateAxes per seed 002/003; axis metadata per
 seed 000 and seed 003 ("Axis metadata").
@@ -30,8 +30,6 @@ from typing import Any
 
 import jax
 
-from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import PrefixSpec
@@ -82,38 +80,25 @@ def args_prefix(in_axes: Any, n_args: int, name: str = "in_axes") -> Any:
 
 
 class AxisMetadata:
-    """The metadata hooks of one mapped call (remembers names removed on the way in)."""
+    """The metadata hooks of one mapped call. As in Flax, they act only when
+    ``transform_metadata`` names a partition (``nnx.PARTITION_NAME``, possibly
+    ``None``): without one, the Variables' metadata is left to the user (e.g. to
+    ``nnx.transform_metadata`` inside the function)."""
 
     def __init__(self, transform_metadata: Mapping[str, Any]):
         self.params = dict(transform_metadata)
-        self.removed: RefMap[Any] = RefMap()
+        self.active = PARTITION_NAME in self.params
 
     def on_inputs(self, leaves: list[Any], prefixes: list[Any]) -> None:
+        if not self.active:
+            return
         for leaf, axis in zip(leaves, prefixes):
             if isinstance(leaf, Variable) and isinstance(axis, int):
-                self.removed[leaf] = _name_at(leaf, axis)
                 remove_axis_of(leaf, axis, self.params)
 
     def on_output_leaf(self, leaf: Any, axis: Any) -> None:
-        if isinstance(leaf, Variable) and isinstance(axis, int):
-            params = self.params
-            if PARTITION_NAME not in params:
-                # No partition name: only a Variable that lost an axis on the way in
-                # gets it back (with its name); others are left as they are (as in
-                # Flax, where the metadata of a new Variable is its own, e.g. set by
-                # nnx.transform_metadata inside).
-                if leaf not in self.removed:
-                    return
-                params = {**params, PARTITION_NAME: self.removed[leaf]}
-            add_axis_of(leaf, axis, params)
-
-
-def _name_at(v: Variable[Any], axis: int) -> Any:
-    for key in SHARDING_KEYS:
-        names = v.get_metadata(key, None)
-        if isinstance(names, tuple) and -len(names) <= axis < len(names):
-            return names[axis]
-    return None
+        if self.active and isinstance(leaf, Variable) and isinstance(axis, int):
+            add_axis_of(leaf, axis, self.params)
 
 
 def _mapped(

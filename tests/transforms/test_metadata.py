@@ -155,3 +155,18 @@ def test_a_mutation_program_matches_it_run_eagerly(graph: Any, steps: list[Mutat
     out = nnx.transform_metadata(run, in_axes=None, out_axes=None, partition=None)(graph)
     assert out[1] is graph
     assert_graphs_equal((graph, out), (eager, eager_out))
+
+
+def test_carry_in_the_axes_counts_as_none_so_a_scans_axes_can_be_reused() -> None:
+    w = nnx.Param(jnp.ones((5, 3)), sharding=("layers", "d"))
+    seen = []
+
+    @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+    @nnx.transform_metadata(in_axes=(0, nnx.Carry), out_axes=nnx.Carry, partition="layers")
+    def body(w: Any, c: Any) -> Any:
+        seen.append(w.sharding)
+        return c + w.value.sum()
+
+    assert float(body(w, jnp.zeros(()))) == 15.0
+    assert seen == [("d",)]
+    assert w.sharding == ("layers", "d")

@@ -98,9 +98,9 @@ def test_vmap_without_partition_name_leaves_new_variables_metadata_alone() -> No
     assert v.sharding == ("c", "a", "b")  # transform_metadata's axis, none from vmap
 
 
-def test_vmap_without_partition_name_restores_a_mapped_inputs_name() -> None:
+def test_vmap_without_partition_name_leaves_a_mapped_inputs_metadata_alone() -> None:
     v = nnx.Param(jnp.ones((4, 3)), sharding=("layers", "model"))
     seen = []
     nnx.vmap(lambda w: seen.append(w.sharding), in_axes=0)(v)
-    assert seen == [("model",)]
+    assert seen == [("layers", "model")]  # as in Flax: only PARTITION_NAME moves names
     assert v.sharding == ("layers", "model")
