@@ -38,12 +38,12 @@ and ``Variable.add_axis(axis_index, axis_name)``/``remove_axis`` (the hooks).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flaxgraph.mesh_context import SHARDING_KEYS
 
-if TYPE_CHECKING:
-    from flaxgraph.variablelib.variable import Variable
+# ``var`` below is an ``nnx.Variable``; it is not imported (variable.py imports this
+# module), only its ``_var_metadata`` dict and its hooks are used.
 
 PARTITION_NAME = "partition_name"
 """Key of ``transform_metadata`` naming the mesh axis a vmap/scan axis maps to."""
@@ -60,7 +60,7 @@ def _removed(names: tuple[Any, ...], index: int) -> tuple[Any, ...]:
     return names[:idx] + names[idx + 1 :]
 
 
-def _axis_keys(var: Variable[Any], transform_metadata: Mapping[str, Any]) -> dict[str, Any]:
+def _axis_keys(var: Any, transform_metadata: Mapping[str, Any]) -> dict[str, Any]:
     """``{metadata key: value to insert}`` of the tuples ``var`` keeps per axis."""
     stored = var._var_metadata
     name = transform_metadata.get(PARTITION_NAME)
@@ -71,9 +71,7 @@ def _axis_keys(var: Variable[Any], transform_metadata: Mapping[str, Any]) -> dic
     return keys
 
 
-def insert_axis_metadata(
-    var: Variable[Any], index: int, transform_metadata: Mapping[str, Any]
-) -> None:
+def insert_axis_metadata(var: Any, index: int, transform_metadata: Mapping[str, Any]) -> None:
     """Inserts the axis into ``var``'s per-axis metadata (no hook is called)."""
     stored = var._var_metadata
     changes = {
@@ -83,9 +81,7 @@ def insert_axis_metadata(
         object.__setattr__(var, "_var_metadata", {**stored, **changes})
 
 
-def drop_axis_metadata(
-    var: Variable[Any], index: int, transform_metadata: Mapping[str, Any]
-) -> None:
+def drop_axis_metadata(var: Any, index: int, transform_metadata: Mapping[str, Any]) -> None:
     """Removes the axis from ``var``'s per-axis metadata (no hook is called)."""
     stored = var._var_metadata
     changes = {
@@ -97,7 +93,7 @@ def drop_axis_metadata(
         object.__setattr__(var, "_var_metadata", {**stored, **changes})
 
 
-def add_axis_of(var: Variable[Any], index: int, transform_metadata: Mapping[str, Any]) -> None:
+def add_axis_of(var: Any, index: int, transform_metadata: Mapping[str, Any]) -> None:
     """What a transform does to ``var`` when it adds an axis at ``index``: the
     per-axis metadata gets the axis, then ``var.add_axis(index, partition_name)`` runs.
 
@@ -113,7 +109,7 @@ def add_axis_of(var: Variable[Any], index: int, transform_metadata: Mapping[str,
     var.add_axis(index, transform_metadata.get(PARTITION_NAME))
 
 
-def remove_axis_of(var: Variable[Any], index: int, transform_metadata: Mapping[str, Any]) -> None:
+def remove_axis_of(var: Any, index: int, transform_metadata: Mapping[str, Any]) -> None:
     """What a transform does to ``var`` when it removes the axis at ``index``: the
     per-axis metadata loses the axis, then ``var.remove_axis(index, partition_name)`` runs.
 
