@@ -22,11 +22,12 @@ Srivastava et al., "Dropout" (2014). Masks from ``jax.random.bernoulli``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from flaxgraph.module import Module
 from flaxgraph.nn.common import first_from
@@ -88,7 +89,8 @@ class Dropout(Module):
 
     Call: ``inputs`` of any shape and dtype; optional ``deterministic`` and
     ``rngs`` (an ``Rngs``, a stream, or a key) overriding the layer's. Returns an
-    array of the inputs' shape and dtype.
+    array of the inputs' shape and dtype (and, under a mesh with Explicit axes, of
+    their sharding: the mask is drawn sharded like the inputs).
 
     Raises:
       ValueError: at construction, ``rate`` outside ``[0, 1]``; at call, random
@@ -150,10 +152,28 @@ class Dropout(Module):
         mask_shape = list(x.shape)
         for dim in self.broadcast_dims:
             mask_shape[normalize_axis(self, dim, x.ndim, x.shape, "broadcast dim")] = 1
-        mask = jax.random.bernoulli(key, p=keep, shape=tuple(mask_shape))
-        mask = jnp.broadcast_to(mask, x.shape)
+        x_sharding, mask_sharding = _explicit_shardings(x, mask_shape)
+        mask = jax.random.bernoulli(
+            key, p=keep, shape=tuple(mask_shape), out_sharding=mask_sharding
+        )
+        mask = jnp.broadcast_to(mask, x.shape, out_sharding=x_sharding)
         scaled = x / keep
         return lax.select(mask, scaled, jnp.zeros_like(scaled))
+
+
+def _explicit_shardings(x: jax.Array, mask_shape: list[int]) -> tuple[Any, Any]:
+    """Under a mesh with Explicit axes, the shardings of the inputs and of the mask
+    to draw (the inputs', unsharded along broadcast dimensions), so the mask is
+    sharded like the inputs; ``(None, None)`` otherwise (JAX chooses)."""
+    sharding = jax.typeof(x).sharding
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
+        return None, None
+    spec = tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+    mask_spec = PartitionSpec(
+        *(None if n == 1 != d else e for e, n, d in zip(spec, mask_shape, x.shape))
+    )
+    return sharding, NamedSharding(mesh, mask_spec)
 
 
 __all__ = ["Dropout", "draw_key", "own_stream"]

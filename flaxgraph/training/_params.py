@@ -15,8 +15,9 @@ import jax.numpy as jnp
 
 from flaxgraph.errors import GraphStructureError, numbered_fixes
 from flaxgraph.graphlib.paths import keys_str
+from flaxgraph.graphlib.registry import is_graph_node
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.mesh_context import SHARDING_KEYS
+from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable
 
@@ -24,6 +25,9 @@ PathParts = tuple[Hashable, ...]
 Pairs = Sequence[tuple[PathParts, Any]]
 
 _MAX_LISTED = 20
+
+OPTIMIZER_SHARDING = "optimizer_sharding"
+"""Parameter metadata naming the sharding of the optimizer state that mirrors it."""
 
 
 def freeze_filter(wrt: Any) -> Any:
@@ -70,19 +74,23 @@ def pure_state(paths: Sequence[PathParts], values: Sequence[Any]) -> State:
     return State.from_flat_path(zip(paths, values))
 
 
-def as_flat(tree: Any, what: str) -> dict[PathParts, Any]:
-    """``{path: leaf}`` of a State or nested mapping (e.g. the grads of ``nnx.grad``).
+def as_flat(tree: Any, what: str, wrt: Any = None) -> dict[PathParts, Any]:
+    """``{path: leaf}`` of a State or nested mapping (e.g. the grads of ``nnx.grad``),
+    or, given ``wrt``, of the ``wrt`` sub-state of a model-shaped graph node (the
+    grads of ``nnx.grad(..., graph=False)`` come back as a copy of the model).
 
     Raises:
-      TypeError: ``tree`` is not a State or mapping.
+      TypeError: ``tree`` is not a State, mapping or (with ``wrt``) graph node.
     """
     if isinstance(tree, State):
         return dict(tree.flat_state())
     if isinstance(tree, Mapping):
         return dict(State(tree).flat_state())
+    if wrt is not None and is_graph_node(tree):
+        return dict(wrt_pairs(tree, wrt))
     raise TypeError(
-        f"{what} must be an nnx.State (as returned by nnx.grad) or a nested mapping, got "
-        f"a {type(tree).__name__}."
+        f"{what} must be an nnx.State (as returned by nnx.grad), a nested mapping or, in "
+        f"tree mode, a model-shaped object of gradients; got a {type(tree).__name__}."
     )
 
 
@@ -143,7 +151,12 @@ def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:
 
 def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
     """A ``kind`` Variable holding ``value`` with the metadata of ``source`` (the
-    parameter it mirrors) plus ``source_type``, the parameter's kind.
+    parameter it mirrors) plus ``source_type``, the parameter's kind; the value is
+    placed by its sharding names as a new Variable's is (eager sharding).
+
+    A parameter's ``optimizer_sharding`` metadata, when present, becomes the
+    mirror's ``out_sharding`` instead of the parameter's own names (optimizer
+    state sharded differently from the parameters, e.g. ZeRO-style).
 
     Sharding names are copied only when ``value`` has the parameter's shape (a
     factored optimizer state such as adafactor's row statistics has another rank,
@@ -152,12 +165,17 @@ def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
     if not isinstance(source, Variable):
         return kind(value)
     metadata = source._stored_metadata()
+    own_names = metadata.pop(OPTIMIZER_SHARDING, None)
     if getattr(value, "shape", None) != getattr(source.raw_value, "shape", None):
         for key in SHARDING_KEYS:
             metadata.pop(key, None)
+    elif own_names is not None:
+        for key in SHARDING_KEYS:
+            metadata.pop(key, None)
+        metadata["out_sharding"] = own_names
     metadata.pop("mutable", None)  # the mirror is written even if the parameter is read-only
     metadata["source_type"] = type(source)
-    return kind._from_parts(value, metadata)
+    return kind._from_parts(place_at_creation(value, metadata, kind.__name__), metadata)
 
 
 def wrap_mirroring(

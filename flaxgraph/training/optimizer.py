@@ -24,6 +24,9 @@ parameter (adam's ``mu`` and ``nu``, momentum's trace…) are ``OptVariable``\\ 
 that copy the parameter's metadata, so sharding names carry over and
 ``nnx.get_partition_spec(nnx.state(optimizer))`` shards the optimizer state like
 the model; other arrays (step counts, hyper-parameters) are ``OptArray``\\ s.
+A parameter created with ``optimizer_sharding=(...)`` metadata (e.g. through
+``kernel_metadata``) gives its mirrors that ``out_sharding`` instead, and under a
+mesh their arrays are placed so (optimizer state sharded apart from the model).
 
 Every computation is optax's: ``tx.init``, ``tx.update`` and
 ``optax.apply_updates``, on plain pytrees of arrays (an ``nnx.State`` of the
@@ -209,7 +212,9 @@ class Optimizer(Pytree, Generic[M]):
             back); other state (``BatchStat``…) is not touched.
           grads: the gradients: the ``nnx.State`` returned by ``nnx.grad`` for the
             ``wrt`` sub-state (or a nested mapping with the same paths), leaves of
-            the parameters' shapes (Variables or arrays).
+            the parameters' shapes (Variables or arrays); or, as tree-mode
+            ``nnx.grad(..., graph=False)`` returns them, an object shaped like the
+            model (its ``wrt`` sub-state is used).
           **kwargs: extra arguments of ``tx.update``, e.g. ``value=loss`` for
             ``optax.contrib.reduce_on_plateau`` or ``value``/``grad``/``value_fn``
             for ``optax.lbfgs`` (Variables are unboxed).
@@ -221,7 +226,7 @@ class Optimizer(Pytree, Generic[M]):
           GraphStructureError (a ``ValueError``): the paths of ``grads`` are not those
             of ``model``'s ``wrt`` sub-state; the message lists the missing and the
             extra paths.
-          TypeError: ``grads`` is not a State or mapping.
+          TypeError: ``grads`` is not a State, mapping or model-shaped object.
 
         Example::
 
@@ -241,7 +246,7 @@ class Optimizer(Pytree, Generic[M]):
         paths = [p for p, _ in pairs]
         grad_values = values_at(
             paths,
-            as_flat(grads, "grads"),
+            as_flat(grads, "grads", self.wrt),
             header=(
                 "Optimizer.update: the gradients do not match the parameters selected by "
                 f"wrt={filter_str(self.wrt)} in the model (paths missing from grads, and paths in "

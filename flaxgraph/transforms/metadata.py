@@ -40,12 +40,24 @@ from typing import Any
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import resolve
-from flaxgraph.transforms.aliasing import NamedRoots
+from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
 from flaxgraph.transforms.lift import prefix_keys
+from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.lifted_call import LiftedCall
 from flaxgraph.transforms.scan_axes import Carry
-from flaxgraph.transforms.vmap import AXES_SPEC, OUT_AXES_SPEC, AxisMetadata, _is_axis, args_prefix
+from flaxgraph.transforms.vmap import AxisMetadata, _is_axis, args_prefix
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
+
+
+def _is_meta_axis(p: Any) -> bool:
+    """An int, ``None``, or ``nnx.Carry`` (as ``scan`` takes it: no axis, like ``None``),
+    so one prefix serves ``transform_metadata`` and the ``scan`` around it."""
+    return _is_axis(p) or p is Carry
+
+
+_FIX = "give an int, None or nnx.Carry for the whole object, or nnx.StateAxes({filter: axis, ...})."
+META_AXES_SPEC = PrefixSpec("in_axes", _is_meta_axis, StateAxes, _FIX)
+META_OUT_AXES_SPEC = PrefixSpec("out_axes", _is_meta_axis, StateAxes, _FIX)
 
 
 class _Missing:
@@ -100,16 +112,6 @@ def _where(target: Any, roots: Any) -> str:
     return "an argument"
 
 
-def _carry_as_none(axes: Any) -> Any:
-    """``nnx.Carry`` in ``in_axes``/``out_axes`` (as written for the ``scan`` the
-    function runs in) maps no axis: it counts as ``None``."""
-    if axes is Carry:
-        return None
-    if isinstance(axes, (tuple, list)):
-        return type(axes)(_carry_as_none(a) for a in axes)
-    return axes
-
-
 def transform_metadata(
     f: Callable[..., Any] = _MISSING,
     *,
@@ -125,7 +127,8 @@ def transform_metadata(
         (``@nnx.transform_metadata(partition='layers')``).
       in_axes: per positional argument (a tuple) or for all of them (an int, or
         ``None`` for no change), like ``vmap``'s; ``nnx.StateAxes`` selects axes per
-        filter. Each Variable under an int axis gets ``remove_axis(axis, {PARTITION_NAME:
+        filter; ``nnx.Carry`` counts as ``None`` (so the ``in_axes`` of a ``scan``
+        around it can be reused). Each Variable under an int axis gets ``remove_axis(axis, {PARTITION_NAME:
         partition})`` before ``f`` and ``add_axis`` after it. Keyword-only
         arguments take ``in_axes`` when it is a single int or ``None``, else none.
       out_axes: the same for Variables in the output (``add_axis`` only).
@@ -164,9 +167,8 @@ def transform_metadata(
             transform_metadata, in_axes=in_axes, out_axes=out_axes, partition=partition, graph=graph
         )
     mode = resolve(graph, None)
-    in_axes, out_axes = _carry_as_none(in_axes), _carry_as_none(out_axes)
     params = {PARTITION_NAME: partition}
-    keys = prefix_keys(in_axes, out_axes, 0, None, spec=AXES_SPEC)
+    keys = prefix_keys(in_axes, out_axes, 0, None, spec=META_AXES_SPEC)
     kwargs_axis = in_axes if _is_axis(in_axes) else None
 
     @functools.wraps(f)
@@ -176,8 +178,8 @@ def transform_metadata(
         lifted = LiftedCall(
             f,
             mode,
-            in_spec=AXES_SPEC,
-            out_spec=OUT_AXES_SPEC,
+            in_spec=META_AXES_SPEC,
+            out_spec=META_OUT_AXES_SPEC,
             keys=keys,
             on_inputs=metadata.on_inputs,
             on_output_leaf=metadata.on_output_leaf,

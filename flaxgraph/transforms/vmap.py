@@ -7,11 +7,14 @@ be outputs (e.g. ``vmap`` over an initializer builds a stack of weights), and
 every change made inside comes back to the caller's objects.
 
 Axis metadata: every mapped Variable has the mapped axis removed from its
-metadata on the way in (``Variable.remove_axis(axis, transform_metadata)``) and
-added back on the way out (``add_axis``), so inside the transform a Variable's
-``sharding`` names match its value's rank. The name inserted on the way out is
-``transform_metadata[nnx.PARTITION_NAME]``, or, for a Variable that came in
-mapped and had a name there, that name.
+metadata on the way in and added back on the way out
+(``flaxgraph/variablelib/axes.py``: the sharding names and the other per-axis
+metadata named in ``transform_metadata`` follow, then the Variable's
+``remove_axis(axis, partition_name)``/``add_axis`` hooks run), so inside the
+transform a Variable's ``sharding`` names match its value's rank. The name inserted on the way out is
+``transform_metadata[nnx.PARTITION_NAME]``. Without a partition name in
+``transform_metadata`` the metadata is left alone (as in Flax), so a function can
+move it itself with ``nnx.transform_metadata``.
 
 Source: ``jax.vmap``/``jax.pmap``; StateAxes per seed 002/003; axis metadata per
 seed 000 and seed 003 ("Axis metadata").
@@ -27,8 +30,6 @@ from typing import Any
 
 import jax
 
-from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import PrefixSpec
@@ -47,6 +48,7 @@ from flaxgraph.transforms.lift import (
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
+from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
@@ -78,47 +80,25 @@ def args_prefix(in_axes: Any, n_args: int, name: str = "in_axes") -> Any:
 
 
 class AxisMetadata:
-    """The metadata hooks of one mapped call (remembers names removed on the way in)."""
+    """The metadata hooks of one mapped call. As in Flax, they act only when
+    ``transform_metadata`` names a partition (``nnx.PARTITION_NAME``, possibly
+    ``None``): without one, the Variables' metadata is left to the user (e.g. to
+    ``nnx.transform_metadata`` inside the function)."""
 
     def __init__(self, transform_metadata: Mapping[str, Any]):
         self.params = dict(transform_metadata)
-        self.removed: RefMap[Any] = RefMap()
+        self.active = PARTITION_NAME in self.params
 
     def on_inputs(self, leaves: list[Any], prefixes: list[Any]) -> None:
+        if not self.active:
+            return
         for leaf, axis in zip(leaves, prefixes):
             if isinstance(leaf, Variable) and isinstance(axis, int):
-                self.removed[leaf] = _name_at(leaf, axis)
-                leaf.remove_axis(axis, self.params)
+                remove_axis_of(leaf, axis, self.params)
 
     def on_output_leaf(self, leaf: Any, axis: Any) -> None:
-        if isinstance(leaf, Variable) and isinstance(axis, int):
-            if _axis_already_named(leaf):
-                return  # e.g. nnx.transform_metadata(out_axes=..., partition=...) inside
-            params = self.params
-            if PARTITION_NAME not in params and leaf in self.removed:
-                params = {**params, PARTITION_NAME: self.removed[leaf]}
-            leaf.add_axis(axis, params)
-
-
-def _axis_already_named(v: Variable[Any]) -> bool:
-    """Whether ``v``'s sharding names already count the axis about to be added: they
-    are longer than its (per-instance) value's rank. Adding another name would then
-    give the output one name too many (Flax NNX 0.12: ``vmap`` around
-    ``nnx.transform_metadata(out_axes=0, partition='c')`` gives ``('c', ...)``)."""
-    ndim = getattr(v.raw_value, "ndim", None)
-    for key in SHARDING_KEYS:
-        names = v.get_metadata(key, None)
-        if isinstance(names, tuple) and ndim is not None:
-            return len(names) > ndim
-    return False
-
-
-def _name_at(v: Variable[Any], axis: int) -> Any:
-    for key in SHARDING_KEYS:
-        names = v.get_metadata(key, None)
-        if isinstance(names, tuple) and -len(names) <= axis < len(names):
-            return names[axis]
-    return None
+        if self.active and isinstance(leaf, Variable) and isinstance(axis, int):
+            add_axis_of(leaf, axis, self.params)
 
 
 def _mapped(

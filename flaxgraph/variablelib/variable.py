@@ -62,10 +62,10 @@ from typing import Any, Generic, TypeVar
 import jax
 
 from flaxgraph.errors import TraceContextError
-from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
+from flaxgraph.mesh_context import place_at_creation
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
-from flaxgraph.variablelib import refs
+from flaxgraph.variablelib import axes, refs
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
 from flaxgraph.variablelib.metadata_ops import FLAG_KEYS as FLAG_KEYS
 from flaxgraph.variablelib.metadata_ops import MISSING as MISSING
@@ -76,8 +76,7 @@ from flaxgraph.variablelib.value_ops import ValueOps
 A = TypeVar("A")
 V = TypeVar("V", bound="Variable[Any]")
 
-PARTITION_NAME = "partition_name"
-"""Key of ``transform_metadata`` naming the mesh axis a vmap/scan axis maps to."""
+PARTITION_NAME = axes.PARTITION_NAME
 
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
 _REF_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "size", "sharding"})
@@ -492,31 +491,44 @@ class Variable(MetadataOps, VariableStateMethods, ValueOps, Generic[A]):
         return (type(self)._from_parts, (self.raw_value, dict(self._var_metadata)))
 
     # -- axis metadata -------------------------------------------------------------
-    def add_axis(self, index: int, params: Mapping[str, Any]) -> None:
-        """Records that a transform added an axis at ``index`` (e.g. ``vmap``'s ``out_axes``).
+    def add_axis(self, axis_index: int, axis_name: Any) -> None:
+        """The hook a transform calls after adding an axis at ``axis_index`` (``vmap``'s
+        ``out_axes``, ``scan``'s stacked outputs), once the per-axis metadata
+        (sharding names…) already has it (``flaxgraph/variablelib/axes.py``).
 
-        The default inserts ``params[PARTITION_NAME]`` (``None`` if absent) into the
-        ``sharding``/``sharding_names`` metadata tuples so they keep matching the
-        value's rank. Subclasses may override; ``add_axis`` and ``remove_axis`` must
-        be inverses.
+        Args:
+          axis_index: the position of the new axis.
+          axis_name: the transform's partition name (``transform_metadata[
+            nnx.PARTITION_NAME]``), or ``None``. A *mapping* here (flaxgraph's
+            older form, ``v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})``) inserts
+            the axis into the metadata instead, as a transform does.
+
+        The base hook does nothing else; subclasses override it to react (and
+        should call ``super().add_axis(axis_index, axis_name)``). ``add_axis`` and
+        ``remove_axis`` must be inverses.
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> v = nnx.Param(jnp.ones((2, 3)), sharding=('a', 'b'))
+          >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
+          >>> v.sharding
+          ('batch', 'a', 'b')
+
+        Source: Flax NNX 0.12 ``Variable.add_axis(axis_index, axis_name)``.
         """
-        name = params.get(PARTITION_NAME)
-        for key in SHARDING_KEYS:
-            names = self._var_metadata.get(key)
-            if isinstance(names, tuple):
-                idx = index if index >= 0 else len(names) + 1 + index
-                self._set_metadata_unchecked(key, (*names[:idx], name, *names[idx:]))
+        if isinstance(axis_name, Mapping):
+            axes.insert_axis_metadata(self, axis_index, axis_name)
 
-    def remove_axis(self, index: int, params: Mapping[str, Any]) -> None:
-        """Records that a transform removed the axis at ``index`` (inverse of ``add_axis``)."""
-        for key in SHARDING_KEYS:
-            names = self._var_metadata.get(key)
-            if isinstance(names, tuple) and names:
-                idx = index if index >= 0 else len(names) + index
-                self._set_metadata_unchecked(key, names[:idx] + names[idx + 1 :])
+    def remove_axis(self, axis_index: int, axis_name: Any) -> None:
+        """The hook a transform calls after removing the axis at ``axis_index``
+        (inverse of ``add_axis``; a mapping as ``axis_name`` removes the axis from
+        the metadata, as a transform does).
 
-    def _set_metadata_unchecked(self, key: str, value: Any) -> None:
-        object.__setattr__(self, "_var_metadata", {**self._var_metadata, key: value})
+        Source: Flax NNX 0.12 ``Variable.remove_axis(axis_index, axis_name)``.
+        """
+        if isinstance(axis_name, Mapping):
+            axes.drop_axis_metadata(self, axis_index, axis_name)
 
     __hash__ = object.__hash__  # identity: Variables are references
 

@@ -116,3 +116,18 @@ def test_jit_advances_stream_and_grad():
     kept = kernel_grad[0] != 0  # one example: column j gets 1 / keep if output j was kept
     assert 0 < kept.mean() < 1
     np.testing.assert_allclose(kernel_grad[0][kept], 2.0)
+
+
+@pytest.mark.parametrize("broadcast_dims", [(), (1,), (0,)])
+def test_dropout_keeps_the_inputs_explicit_sharding(broadcast_dims: tuple[int, ...]) -> None:
+    from jax.sharding import AxisType, PartitionSpec
+
+    mesh = jax.make_mesh((1,), ("X",), axis_types=(AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        x = jax.sharding.reshard(jnp.ones((2, 4)), PartitionSpec("X", None))
+        layer = nnx.Dropout(0.5, broadcast_dims=broadcast_dims, rngs=nnx.Rngs(0))
+        eager = layer(x)
+        jitted = jax.jit(lambda x, rngs: layer(x, rngs=rngs))(x, nnx.Rngs(1))
+    for y in (eager, jitted):
+        assert jax.typeof(y).sharding.spec == PartitionSpec("X", None)
+        assert y.shape == x.shape

@@ -563,3 +563,42 @@ def test_optimizer_and_ema_take_the_graph_mode_of_their_walk():
     opt.update(model, nnx.State({"a": nnx.Param(jnp.ones(2))}))
     np.testing.assert_allclose(model.b[...], -0.1 * np.ones(2))
     assert list(nnx.EMA(Tied(), 0.9, graph=True).params) == ["a"]
+
+
+def test_optimizer_sharding_metadata_shards_the_mirrored_state():
+    mesh = jax.make_mesh((1, 1), ("row", "col"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    with jax.set_mesh(mesh):
+        model = nnx.Linear(
+            4, 2, rngs=nnx.Rngs(0), kernel_metadata={"optimizer_sharding": ("row", "col")}
+        )
+        optimizer = Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    mu = optimizer.opt_state[0].mu["kernel"]
+    assert mu.out_sharding == ("row", "col")
+    assert "optimizer_sharding" not in mu.get_metadata()
+    assert mu.value.sharding.spec == jax.sharding.PartitionSpec("row", "col")
+    assert model.kernel.value.sharding.spec == jax.sharding.PartitionSpec()
+    assert optimizer.opt_state[0].mu["bias"].get_metadata("out_sharding", None) is None
+
+
+def test_update_takes_tree_mode_grads_shaped_like_the_model():
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    optimizer = Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+    x, y = jnp.ones((4, 2)), jnp.zeros((4, 3))
+
+    @nnx.jit(graph=False)
+    def train_step(model: Any, optimizer: Any) -> Any:
+        loss_fn = lambda m: jnp.mean((m(x) - y) ** 2)
+        loss, grads = nnx.value_and_grad(loss_fn, graph=False)(model)
+        assert isinstance(grads, nnx.Linear)
+        optimizer.update(model, grads)
+        return loss
+
+    assert train_step(model, optimizer) > train_step(model, optimizer)
+    assert int(optimizer.step.value) == 2
+
+
+def test_update_rejects_grads_of_another_type_with_the_accepted_forms():
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    optimizer = Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+    with pytest.raises(TypeError, match=r"nnx\.State .* nested mapping .* model-shaped"):
+        optimizer.update(model, [1.0])

@@ -170,17 +170,19 @@ def test_vmap_around_transform_metadata_names_the_axis_once(graph: bool) -> None
     m, p = named(nnx.Rngs(0)), plain(nnx.Rngs(0))
     assert m.kernel.shape == p.kernel.shape == (3, 4, 6)
     assert m.kernel.out_sharding == ("c", "a", "b")  # transform_metadata's name only
-    assert p.kernel.out_sharding == (None, "a", "b")  # vmap keeps the rank
+    assert p.kernel.out_sharding == ("a", "b")  # no partition name: metadata left alone (Flax 0.12)
 
 
-def test_transform_metadata_takes_carry_as_no_axis() -> None:
-    w = nnx.Param(jnp.zeros((5, 2)), sharding_names=("layers", "d"))
+def test_carry_in_the_axes_counts_as_none_so_a_scans_axes_can_be_reused() -> None:
+    w = nnx.Param(jnp.ones((5, 3)), sharding=("layers", "d"))
     seen = []
 
-    def f(w: nnx.Param, carry: jnp.ndarray) -> jnp.ndarray:
-        seen.append(w.sharding_names)
-        return carry
+    @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
+    @nnx.transform_metadata(in_axes=(0, nnx.Carry), out_axes=nnx.Carry, partition="layers")
+    def body(w: Any, c: Any) -> Any:
+        seen.append(w.sharding)
+        return c + w.value.sum()
 
-    out = nnx.transform_metadata(f, in_axes=(0, nnx.Carry), out_axes=nnx.Carry, partition="layers")
-    np.testing.assert_allclose(out(w, jnp.ones(2)), jnp.ones(2))
-    assert seen == [("d",)] and w.sharding_names == ("layers", "d")
+    assert float(body(w, jnp.zeros(()))) == 15.0
+    assert seen == [("d",)]
+    assert w.sharding == ("layers", "d")
