@@ -32,9 +32,9 @@ from flaxgraph import views as _views
 from flaxgraph.graphlib import functional as _functional
 from flaxgraph.graphlib import split_merge as _split_merge
 from flaxgraph.graphlib import traversal as _traversal
-from flaxgraph.rnglib.rngs import fork_rngs as _fork_rngs
-from flaxgraph.rnglib.rngs import reseed as _reseed
-from flaxgraph.rnglib.rngs import split_rngs as _split_rngs
+from flaxgraph.rnglib.splitting import fork_rngs as _fork_rngs
+from flaxgraph.rnglib.splitting import reseed as _reseed
+from flaxgraph.rnglib.splitting import split_rngs as _split_rngs
 from flaxgraph.transforms import autodiff as _autodiff
 from flaxgraph.transforms import checkify as _checkify
 from flaxgraph.transforms import compilation as _jit

@@ -32,7 +32,8 @@ from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import check_last_dim, check_min_rank
 from flaxgraph.nn.recurrent import RNNCellBase
 from flaxgraph.nn.stochastic import own_stream
-from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream, split_rngs
+from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
+from flaxgraph.rnglib.splitting import split_rngs
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.scan import Carry, scan
 

@@ -1,21 +1,22 @@
 """Random streams as objects: ``Rngs``, ``RngStream`` and their key/count Variables.
 
 ``rngs`` defines the streams (keys and counters are ordinary Variables, so they
-split, merge and cross transforms like any state) and the functions that split,
-fork, reseed and restore them around ``vmap``/``scan``; ``stream_copy`` defines
+split, merge and cross transforms like any state); ``samplers`` their
+``jax.random``-style methods; ``splitting`` the functions that split, fork,
+reseed and restore them around ``vmap``/``scan``; ``stream_copy`` defines
 ``with_rngs`` (a copy of a graph with new streams, sharing everything else).
 
 This package is Flax NNX's ``rnglib`` module map.
 """
 
-from flaxgraph.rnglib.rngs import RngBackups as RngBackups
 from flaxgraph.rnglib.rngs import RngCount as RngCount
 from flaxgraph.rnglib.rngs import RngKey as RngKey
 from flaxgraph.rnglib.rngs import Rngs as Rngs
 from flaxgraph.rnglib.rngs import RngState as RngState
 from flaxgraph.rnglib.rngs import RngStream as RngStream
-from flaxgraph.rnglib.rngs import fork_rngs as fork_rngs
-from flaxgraph.rnglib.rngs import reseed as reseed
-from flaxgraph.rnglib.rngs import restore_rngs as restore_rngs
-from flaxgraph.rnglib.rngs import split_rngs as split_rngs
+from flaxgraph.rnglib.splitting import RngBackups as RngBackups
+from flaxgraph.rnglib.splitting import fork_rngs as fork_rngs
+from flaxgraph.rnglib.splitting import reseed as reseed
+from flaxgraph.rnglib.splitting import restore_rngs as restore_rngs
+from flaxgraph.rnglib.splitting import split_rngs as split_rngs
 from flaxgraph.rnglib.stream_copy import with_rngs as with_rngs

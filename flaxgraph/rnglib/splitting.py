@@ -1,0 +1,344 @@
+"""Splitting, forking, reseeding and restoring random streams around ``vmap``/``scan``.
+
+``split_rngs`` and ``fork_rngs`` give every stream of a graph (or the ones a filter
+selects) a stack of keys (split) or a fresh independent key (fork), as a decorator
+or in place with ``restore_rngs`` to undo; ``reseed`` sets new seeds. The streams
+themselves are in ``rngs.py``.
+
+Source: Flax NNX 0.12 ``nnx.split_rngs``, ``nnx.fork_rngs``, ``nnx.reseed``,
+``nnx.restore_rngs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from flaxgraph.filterlib import to_predicate
+from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.modes import resolve
+from flaxgraph.node_copy import copy_nodes
+from flaxgraph.rnglib.rngs import (
+    _NO_MATCH,
+    RngCount,
+    RngKey,
+    Rngs,
+    RngStream,
+    _as_key,
+    _first_match,
+    _rules,
+)
+
+
+def reseed(
+    node: Any,
+    /,
+    *,
+    graph: bool | None = None,
+    policy: str | Callable[[tuple[Any, ...], Any, tuple[int, ...]], Any] = "scalars_only",
+    **stream_keys: Any,
+) -> None:
+    """Resets the streams named in ``stream_keys`` everywhere in ``node``: count back
+    to zero and, as key, the next key of one fresh ``Rngs(name=seed)`` stream (the
+    first such stream in walk order gets ``fold_in(key(seed), 0)``, the second
+    ``fold_in(key(seed), 1)``...). The first is the key of a stream forked from a
+    new ``Rngs(name=seed)``, so a layer that keeps ``rngs.dropout.fork()``
+    (``nnx.Dropout``) repeats its draws, as in Flax NNX.
+
+    Args:
+      node: the object (Module, Rngs…) whose RNG streams to reseed.
+      graph: ``False`` walks ``node`` in tree mode (a shared Variable is an error);
+        ``None``: the default (``nnx.set_graph_mode``).
+      policy: what to do with a stream whose key is not a scalar (a stream split by
+        ``split_rngs``/``vmap``): ``'scalars_only'`` raises; ``'match_shape'`` splits
+        the new key to that shape; a callable ``(path, key, shape) -> new_key`` decides.
+      **stream_keys: stream name -> seed.
+
+    Raises:
+      ValueError: with ``'scalars_only'``, a stream's key has a shape; the message
+        names the stream's path and the fix. Nothing is reseeded then.
+
+    Example::
+
+      >>> import jax, flaxgraph as nnx
+      >>> stream = nnx.Rngs(dropout=42).dropout.fork()   # as nnx.Dropout keeps it
+      >>> first = stream()
+      >>> nnx.reseed(stream, dropout=42)     # fold_in(key(42), 0) again, count 0
+      >>> bool((jax.random.key_data(stream()) == jax.random.key_data(first)).all())
+      True
+
+    Source: Flax NNX 0.12 ``nnx.reseed``.
+    """
+    if not (policy in ("scalars_only", "match_shape") or callable(policy)):
+        raise ValueError(
+            f"nnx.reseed: unknown policy {policy!r}; use 'scalars_only', 'match_shape' or "
+            "a callable (path, key, shape) -> new_key."
+        )
+    fresh = Rngs(**{name: _as_key(seed) for name, seed in stream_keys.items()})
+    writes = []
+    for path, value in iter_graph(node, graph=graph):
+        if not (isinstance(value, RngStream) and value.tag in stream_keys):
+            continue
+        key = fresh[value.tag]()  # the first key of a fresh stream, like a fork of it
+        shape = tuple(value.key.value.shape)
+        if callable(policy):
+            key = policy(path, key, shape)
+        elif shape and policy == "scalars_only":
+            raise ValueError(
+                f"nnx.reseed: the {value.tag!r} stream at {'/'.join(map(str, path))} has "
+                f"a key of shape {shape} (it was split), and policy='scalars_only'.\n"
+                "Fix: pass policy='match_shape' to split the new key to that shape, or "
+                "a callable (path, key, shape) -> new_key."
+            )
+        elif shape:
+            key = jax.random.split(key, shape)
+        writes.append((value, key))
+    for stream, key in writes:
+        stream.key.value = key
+        stream.count.value = jnp.zeros(key.shape, dtype=jnp.uint32)
+
+
+# -- splitting streams around a transform ----------------------------------------------
+
+
+class RngBackups:
+    """What ``split_rngs``/``fork_rngs`` replaced, to put back with ``restore()``.
+
+    Use it as a context manager (``with nnx.split_rngs(model, splits=4): ...``) or
+    call ``restore_rngs(backups)``.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: list[tuple[RngStream, Any, Any]]):
+        self.entries = entries
+
+    def restore(self) -> None:
+        """Puts back every replaced key and count."""
+        for stream, key, count in self.entries:
+            stream.key.value = key
+            stream.count.value = count
+
+    def __enter__(self) -> RngBackups:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+
+def restore_rngs(backups: RngBackups) -> None:
+    """Puts back the keys that ``split_rngs``/``fork_rngs`` replaced."""
+    backups.restore()
+
+
+def _selected(node: Any, rules: list[tuple[Any, Any, Any]], only: Any) -> list[Any]:
+    """``(path, stream, shape)`` for each stream of ``node`` (each once) that ``only``
+    selects and some rule matches (first matching rule wins). Filters see the
+    stream's key Variable at ``path + ('key',)``, as in Flax."""
+    only_p = to_predicate(only)
+    found = []
+    for path, value in iter_graph(node):
+        if not isinstance(value, RngStream):
+            continue
+        where, key = (*path, "key"), value.key
+        if not only_p(where, key):
+            continue
+        shape = _first_match(rules, where, key, _NO_MATCH)
+        if shape is not _NO_MATCH:
+            found.append((path, value, shape))
+    return found
+
+
+def _in_place(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any) -> RngBackups:
+    """Replaces the selected streams' key (``make(stream(), shape)``) and count in place."""
+    entries = []
+    for _, stream, shape in _selected(node, rules, only):
+        new_key = make(stream(), shape)  # consumes one key: every call splits afresh
+        entries.append((stream, stream.key.value, stream.count.value))
+        stream.key.value = new_key
+        stream.count.value = jnp.zeros(new_key.shape, dtype=jnp.uint32)
+    return RngBackups(entries)
+
+
+def _copied(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any, graph: bool) -> Any:
+    """A copy of ``node`` (sharing its Variables) whose selected streams hold new key
+    and count Variables; the originals' counts advance by one draw."""
+    # Copied streams share their key Variable with the original: find them by it.
+    chosen = {id(s.key): (s.key, shape) for _, s, shape in _selected(node, rules, only)}
+
+    def f(path: Any, copy: Any) -> Any:
+        entry = chosen.get(id(copy.key)) if isinstance(copy, RngStream) else None
+        if entry is not None and entry[0] is copy.key:
+            new_key = make(copy(), entry[1])  # advances the shared count Variable
+            copy.key = RngKey(new_key, tag=copy.tag)
+            copy.count = RngCount(jnp.zeros(new_key.shape, dtype=jnp.uint32), tag=copy.tag)
+        return copy
+
+    return copy_nodes(node, f, graph=graph)
+
+
+def _rng_decorator(apply: Any, in_place: bool) -> Any:
+    import functools
+
+    def decorator(f: Any) -> Any:
+        @functools.wraps(f)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if in_place:
+                with apply((args, kwargs)):
+                    return f(*args, **kwargs)
+            new_args, new_kwargs = apply((args, kwargs))
+            return f(*new_args, **new_kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def _split_key(squeeze: bool) -> Any:
+    def make(key: jax.Array, shape: Any) -> jax.Array:
+        keys = jax.random.split(key, shape)
+        return keys[0] if squeeze else keys
+
+    return make
+
+
+def _fork_key(key: jax.Array, shape: Any) -> jax.Array:
+    return key if shape is None else jax.random.split(key, shape)
+
+
+def _apply_mode(
+    node: Any, rules: Any, only: Any, make: Any, graph: bool | None, graph_updates: bool | None
+) -> Any:
+    mode = resolve(graph, graph_updates)
+
+    def apply(target: Any) -> Any:
+        if mode.updates:
+            return _in_place(target, rules, only, make)
+        return _copied(target, rules, only, make, mode.graph)
+
+    if node is _MISSING:
+        return _rng_decorator(apply, mode.updates)
+    return apply(node)
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING: Any = _Missing()
+
+
+def split_rngs(
+    node: Any = _MISSING,
+    /,
+    *,
+    splits: int | tuple[int, ...],
+    only: Any = ...,
+    squeeze: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """Replaces the keys of the RNG streams in ``node`` by ``splits`` split keys.
+
+    Each selected stream draws one key (advancing its count, so every call splits
+    afresh), splits it into ``splits`` keys and holds them, with a count of the
+    same shape, until restored: vmapping or scanning over that axis then gives
+    every slice its own random stream. With ``squeeze=True`` (``splits`` must be
+    1) the split axis is dropped.
+
+    In the default mode (``graph=True, graph_updates=True``) the streams of
+    ``node`` are changed in place: the function form returns ``RngBackups``
+    (``nnx.restore_rngs(backups)`` or ``with nnx.split_rngs(...):`` puts the keys
+    back) and the decorator form (``@nnx.split_rngs(splits=10)`` over a transform)
+    splits the streams found in the arguments before each call and restores them
+    after. With ``graph_updates=False`` or ``graph=False``, ``node`` is left as it
+    is (except that each selected stream's count advances by the key it gave) and
+    a copy sharing its other Variables, holding the split streams, is returned
+    (the decorator passes such copies of the arguments).
+
+    Args:
+      node: the graph holding ``Rngs``/``RngStream``s; omit it for the decorator form.
+      splits: number (or shape) of keys.
+      only: a filter selecting streams (e.g. ``'dropout'`` for one stream by tag);
+        it sees each stream's key Variable at path ``(..., 'key')``.
+      squeeze: drop the split axis (requires ``splits == 1``).
+      graph: ``False`` for tree mode (a Variable reachable twice is an error);
+        ``None``: ``nnx.set_graph_mode``'s default.
+      graph_updates: ``False`` to return a copy instead of changing ``node``;
+        ``None``: ``nnx.set_graph_updates``'s default.
+
+    Returns:
+      ``RngBackups`` (in place), a copy of ``node`` (copy modes), or a decorator.
+
+    Raises:
+      ValueError: ``squeeze`` with ``splits`` other than 1.
+      SharedReferenceError (``ValueError``): tree mode and a Variable of ``node``
+        reachable along several paths (the message lists them).
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(params=0, dropout=1)
+      >>> new = nnx.split_rngs(rngs, splits=5, only='params', graph_updates=False)
+      >>> new.params.key.shape, new.dropout.key.shape, rngs.params.key.shape
+      ((5,), (), ())
+      >>> with nnx.split_rngs(rngs, splits=3):
+      ...   rngs.dropout.key.shape
+      (3,)
+
+    Source: Flax NNX 0.12 ``nnx.split_rngs`` (seed 003, "Random state").
+    """
+    if squeeze and splits != 1:
+        raise ValueError(f"split_rngs(squeeze=True) needs splits=1, got splits={splits!r}.")
+    rules = _rules(splits, "splits")
+    return _apply_mode(node, rules, only, _split_key(squeeze), graph, graph_updates)
+
+
+def fork_rngs(
+    node: Any = _MISSING,
+    /,
+    *,
+    split: Any = None,
+    only: Any = ...,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Any:
+    """Gives the RNG streams in ``node`` fresh independent keys (one draw each).
+
+    Modes, backups and the decorator form are as in ``split_rngs``.
+
+    Args:
+      node: the graph holding the streams; omit it for the decorator form.
+      split: ``None`` (fork every stream), an int or shape (fork every stream
+        into that many keys), or a mapping ``{filter: shape or None}``: the streams
+        the first matching filter selects are forked (``None``) or split into that
+        shape; streams no filter selects are left alone.
+      only: a filter further restricting the streams (flaxgraph extension; Flax
+        0.12.8's ``fork_rngs`` has no ``only``).
+      graph, graph_updates: as in ``split_rngs``.
+
+    Returns:
+      ``RngBackups`` (in place), a copy of ``node`` (copy modes), or a decorator.
+
+    Raises:
+      TypeError: ``split`` is not a shape, ``None`` or a mapping of them.
+      SharedReferenceError (``ValueError``): tree mode and shared Variables.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(params=0, dropout=1)
+      >>> with nnx.fork_rngs(rngs, split={'params': 2}):
+      ...   rngs.params.key.shape, int(rngs.dropout.count.value)
+      ((2,), 0)
+
+    Source: Flax NNX 0.12 ``nnx.fork_rngs``.
+    """
+    rules = _rules({...: None} if split is None else split, "split")
+    return _apply_mode(node, rules, only, _fork_key, graph, graph_updates)
