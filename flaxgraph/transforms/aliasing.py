@@ -357,12 +357,7 @@ class AliasDiagnostics(PrefixWalk):
     def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
-        if is_ref(x):  # a raw jax.Ref reached again: a leaf, its prefix must agree
-            key = ("leaf", self._leaf_prefix(path, x, prefix))
-            if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
-                self.conflict = True
-            return
-        if is_ref(x):
+        if is_ref(x):  # a raw jax.Ref reached again: recorded like a Variable alias
             self._record(path, x, self._leaf_prefix(path, x, prefix))
             return
         ctx = self._context(x, path, prefix)

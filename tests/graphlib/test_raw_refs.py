@@ -85,3 +85,9 @@ def test_split_merge_keeps_raw_ref_sharing(picks):
     for i, p in enumerate(picks):
         for j, q in enumerate(picks):
             assert (merged[f"a{i}"] is merged[f"a{j}"]) == (p == q)
+
+
+def test_a_raw_ref_given_two_axes_is_an_aliasing_error_naming_both_paths() -> None:
+    ref = jax.new_ref(jnp.ones((3,)))
+    with pytest.raises(nnx.InconsistentAliasingError, match=r"(?s)args\[0\]: 0.*args\[1\]: None"):
+        nnx.vmap(lambda a, b: None, in_axes=(0, None))(ref, ref)
