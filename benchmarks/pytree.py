@@ -23,7 +23,13 @@ on a busy machine disturb far less than wall time:
   Modules and arrays for Equinox, arrays for the dict), and
   ``tree_flatten_with_path`` against ``tree_flatten`` of the model's State; and
   the steps of the split pattern around one call (``split``, ``merge(copy=False)``,
-  ``update`` of the returned State, flatten of the State), per object.
+  ``update`` of the returned State, flatten of the State), per object;
+* the floor JAX's pytree protocol sets, per node of a list of 1,000 one-child nodes:
+  a slotted class registered with a one-line Python flatten/unflatten (what any
+  Python object pays), the same with a C-level flatten (``operator.attrgetter``)
+  and an unflatten that builds nothing (JAX's own per-node cost), the C++
+  dataclass kind (``register_dataclass``: flatten in C++, unflatten through the
+  class's constructor), and JAX's own ``dict`` and ``tuple`` nodes.
 
 Run from the repository root::
 
@@ -35,6 +41,7 @@ Results are printed as tables and written as JSON to ``benchmarks/results/pytree
 
 from __future__ import annotations
 
+import operator
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -279,7 +286,92 @@ def per_object(num_layers: int, settings: Settings, nnx: Any, eqx: Any) -> dict[
     return out
 
 
-def report(records: Sequence[dict[str, Any]], objects: dict[str, Any]) -> str:
+class _PyNode:
+    """A one-child node with a one-line Python flatten and unflatten."""
+
+    __slots__ = ("value", "meta")
+
+
+class _BareNode:
+    """Flattened by a C-level callable; unflattened to a constant: JAX's own cost."""
+
+    __slots__ = ("children", "keyed", "meta")
+
+
+class _DataclassNode:
+    """JAX's C++ dataclass kind: flatten in C++, unflatten calls the constructor."""
+
+    __slots__ = ("value", "meta")
+
+    def __init__(self, value: Any, meta: Any):
+        self.value = value
+        self.meta = meta
+
+
+def _py_unflatten(meta: Any, children: Any) -> _PyNode:
+    node = object.__new__(_PyNode)
+    node.meta = meta
+    node.value = children[0]
+    return node
+
+
+jax.tree_util.register_pytree_with_keys(
+    _PyNode,
+    lambda n: (((jax.tree_util.GetAttrKey("value"), n.value),), n.meta),
+    _py_unflatten,
+    lambda n: ((n.value,), n.meta),
+)
+jax.tree_util.register_pytree_with_keys(
+    _BareNode,
+    operator.attrgetter("keyed", "meta"),
+    lambda meta, children: None,
+    operator.attrgetter("children", "meta"),
+)
+jax.tree_util.register_dataclass(_DataclassNode, data_fields=["value"], meta_fields=["meta"])
+
+
+def protocol_floor(settings: Settings, nodes: int = 1000) -> dict[str, dict[str, float]]:
+    """µs per node of flatten / unflatten / flatten_with_path for lists of ``nodes``
+    one-child nodes of each kind (see the module docstring)."""
+    meta = {"kind": "param"}
+    key = jax.tree_util.GetAttrKey("value")
+    py, bare, dc = [], [], []
+    for i in range(nodes):
+        p = object.__new__(_PyNode)
+        p.value, p.meta = i, meta
+        b = object.__new__(_BareNode)
+        b.children, b.keyed, b.meta = (i,), ((key, i),), meta
+        py.append(p)
+        bare.append(b)
+        dc.append(_DataclassNode(i, meta))
+    trees = {
+        "python node": py,
+        "C-level flatten": bare,
+        "dataclass kind": dc,
+        "dict": [{"value": i} for i in range(nodes)],
+        "tuple": [(i,) for i in range(nodes)],
+    }
+    calls: dict[str, Callable[[], Any]] = {}
+    for name, tree in trees.items():
+        leaves, treedef = jax.tree.flatten(tree)
+        calls[f"{name}/flatten"] = lambda t=tree: jax.tree.flatten(t)
+        calls[f"{name}/unflatten"] = lambda d=treedef, v=leaves: jax.tree.unflatten(d, v)
+        calls[f"{name}/with_path"] = lambda t=tree: jax.tree_util.tree_flatten_with_path(t)
+    timings = measure(calls, settings, CLOCK)
+    out: dict[str, dict[str, float]] = {}
+    for key_name, t in timings.items():
+        name, op = key_name.split("/")
+        out.setdefault(name, {})[op] = t.median * 1e6 / nodes
+    for row in out.values():
+        row["with_path/flatten"] = row["with_path"] / row["flatten"]
+    return out
+
+
+def report(
+    records: Sequence[dict[str, Any]],
+    objects: dict[str, Any],
+    floor_rows: dict[str, dict[str, float]] | None = None,
+) -> str:
     """The printed tables."""
     names = ["flaxgraph", "nnx", "eqx"]
     lines = []
@@ -308,6 +400,11 @@ def report(records: Sequence[dict[str, Any]], objects: dict[str, Any]) -> str:
     rows = [[k, format_number(v, 3)] for k, v in objects["us_per_object"].items()]
     rows += [[k, format_number(v)] for k, v in objects["ratios"].items()]
     lines.append(format_table(["operation", "µs/object or ratio"], rows))
+    if floor_rows:
+        lines.append("\nJAX's pytree protocol, µs per node (lists of 1,000 one-child nodes):")
+        ops = ["flatten", "unflatten", "with_path", "with_path/flatten"]
+        rows = [[name, *(format_number(r[op], 3) for op in ops)] for name, r in floor_rows.items()]
+        lines.append(format_table(["node", *ops], rows))
     return "\n".join(lines)
 
 
@@ -323,10 +420,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(warning, file=sys.stderr)
     records = run_workloads(layers, settings, nnx_mod, eqx_mod)
     objects = per_object(max(layers), settings, nnx_mod, eqx_mod)
-    print(report(records, objects))
+    floor_rows = protocol_floor(settings)
+    print(report(records, objects, floor_rows))
     path = write_json(
         json_path_from_args(args),
-        {"environment": environment(), "records": records, "per_object": objects},
+        {
+            "environment": environment(),
+            "records": records,
+            "per_object": objects,
+            "protocol_floor": floor_rows,
+        },
     )
     print(f"\nwritten to {path}")
     return 0

@@ -170,6 +170,10 @@ def _check_pytree_tables(stdout: str, results: dict, names: set[str]) -> None:
             expected = names - ({"eqx"} if r["workload"].startswith("split") else set())
             assert set(r["ratios"]) == expected
     assert "flatten/flaxgraph" in results["per_object"]["us_per_object"]
+    floor = results["protocol_floor"]
+    assert set(floor) == {"python node", "C-level flatten", "dataclass kind", "dict", "tuple"}
+    assert all(row["flatten"] > 0 and row["unflatten"] > 0 for row in floor.values())
+    assert "JAX's pytree protocol" in stdout
 
 
 @pytest.mark.parametrize("comparators", [True, False])

@@ -45,7 +45,6 @@ from flaxgraph.errors import TraceContextError
 from flaxgraph.graphlib.registry import (
     _GRAPH_NODE_IMPLS,
     ARRAY_TYPES,
-    BUILTIN_CONTAINERS,
     MISSING,
     DataLeaf,
     StaticLeaf,
@@ -230,6 +229,7 @@ _set_trace = Pytree._obj_trace.__set__  # type: ignore[attr-defined]
 _set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
 _set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
 _set_layout = Pytree._obj_layout.__set__  # type: ignore[attr-defined]
+_DATA_INSTANCES = (Variable, Pytree, *ARRAY_TYPES)
 
 
 def _same_structure(old: Any, new: Any) -> bool:
@@ -290,6 +290,7 @@ def _graph_set_items(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable)
         d.update(items)
         if kinds != obj._obj_kinds:
             _set_kinds(obj, kinds)
+            _set_layout(obj, None)
         return
     if _items_change_structure(obj, items, kinds):
         d.clear()
@@ -335,33 +336,54 @@ def _graph_del_child(obj: Pytree, key: Hashable) -> None:
 
 
 def _is_data(value: Any) -> bool:
-    if isinstance(value, (Variable, Pytree, *ARRAY_TYPES)) or type(value) in _DATA_TYPES:
+    if type(value) in _DATA_TYPES or isinstance(value, _DATA_INSTANCES):
         return True
-    if type(value) in BUILTIN_CONTAINERS:
-        children: Iterable[Any] = value.values() if type(value) is dict else value
-        return any(_is_data(v) for v in children)
+    t = type(value)
+    if t is list or t is tuple:
+        for v in value:
+            if _is_data(v):
+                return True
+        return False
+    if t is dict:
+        for v in value.values():
+            if _is_data(v):
+                return True
+        return False
     # Other pytree nodes (named tuples such as optax states, States…) are data when
     # they hold data, as the graph view walks them too.
-    node = pytree_children(value) if type(value) not in _GRAPH_NODE_IMPLS else None
+    node = pytree_children(value) if t not in _GRAPH_NODE_IMPLS else None
     return node is not None and any(_is_data(v) for _, v in node[0])
+
+
+def _volatile_unchanged(d: dict[Any, Any], volatile: tuple[tuple[Any, bool], ...]) -> bool:
+    for name, was in volatile:
+        if _is_data(d[name]) is not was:
+            return False
+    return True
+
+
+def _valid_layout(obj: Pytree) -> Layout | None:
+    """The cached layout if it is still valid (see ``tree_layout.py``), else None.
+    (The same test is inlined in the flatten functions, the hot path.)"""
+    cached = obj._obj_layout
+    if cached is not None and cached[0] == obj._obj_version:
+        layout: Layout = cached[1]
+        d = obj.__dict__
+        if (
+            layout.size == len(d)
+            and layout.n_types == len(_DATA_TYPES)
+            and (not layout.volatile or _volatile_unchanged(d, layout.volatile))
+        ):
+            return layout
+    return None
 
 
 def _layout(obj: Pytree) -> Layout:
     """The object's pytree ``Layout``: the cached one while it is valid (see
     ``flaxgraph/pytreelib/tree_layout.py``), else a new one."""
-    cached = obj._obj_layout
-    if cached is not None and cached[0] == obj._obj_version:
-        layout = cached[1]
-        if (
-            layout.kinds is obj._obj_kinds
-            and layout.size == len(obj.__dict__)
-            and layout.n_types == len(_DATA_TYPES)
-        ):
-            if not layout.volatile:
-                return layout  # type: ignore[no-any-return]
-            d = obj.__dict__
-            if all(_is_data(d[name]) is was for name, was in layout.volatile):
-                return layout  # type: ignore[no-any-return]
+    layout = _valid_layout(obj)
+    if layout is not None:
+        return layout
     forced = dict(obj._obj_kinds)
     children, statics, volatile = [], [], []
     for name, value in _sorted_items(obj):
@@ -378,30 +400,49 @@ def _layout(obj: Pytree) -> Layout:
 
 
 def _pytree_flatten(obj: Pytree) -> tuple[tuple[Any, ...], Aux]:
+    # The validity test of _valid_layout, inlined: this runs once per object on every
+    # jax.tree.flatten / jax.jit call.
+    cached = obj._obj_layout
+    if cached is not None and cached[0] == obj._obj_version:
+        layout = cached[1]
+        d = obj.__dict__
+        if (
+            layout.size == len(d)
+            and layout.n_types == len(_DATA_TYPES)
+            and (not layout.volatile or _volatile_unchanged(d, layout.volatile))
+        ):
+            return layout.get(d), layout.aux
     layout = _layout(obj)
     return layout.get(obj.__dict__), layout.aux
 
 
-def _pytree_flatten_with_keys(obj: Pytree) -> tuple[list[tuple[Any, Any]], Aux]:
+def _pytree_flatten_with_keys(obj: Pytree) -> tuple[Any, Aux]:
     layout = _layout(obj)
-    return list(zip(layout.keys, layout.get(obj.__dict__))), layout.aux
+    return tuple(zip(layout.keys, layout.get(obj.__dict__))), layout.aux
 
 
 def _pytree_unflatten(cls: type) -> Callable[[Any, Iterable[Any]], Pytree]:
     new = object.__new__
 
     def unflatten(aux: Any, children: Iterable[Any]) -> Pytree:
-        names, statics, kinds = aux
+        # Runs once per object on every jax.tree.unflatten (jax.jit's outputs): the
+        # recipe comes ready-made with the aux data of a layout (see tree_layout.py);
+        # setting items one by one is cheaper here than dict.update.
+        build = aux.build if type(aux) is Aux else None
+        if build is None:  # a plain tuple (a treedef made elsewhere or unpickled)
+            build = (*aux, None)
+        names, statics, kinds, fresh = build
         obj = new(cls)
         _set_trace(obj, TRACE_STATE.value)
         _set_version(obj, 0)
         _set_kinds(obj, kinds)
-        d = obj.__dict__
-        if statics:
-            d.update(statics)
-        d.update(zip(names, children))
         # Same attributes as the flattened object, hence the same layout (version 0).
-        _set_layout(obj, aux.fresh if type(aux) is Aux else None)
+        _set_layout(obj, fresh)
+        d = obj.__dict__
+        for name, value in statics:
+            d[name] = value
+        for name, value in zip(names, children):
+            d[name] = value
         return obj
 
     return unflatten

@@ -42,10 +42,12 @@ _STABLE_SCALARS = frozenset({int, float, str, bool, complex, bytes, type(None), 
 
 class Aux(tuple):  # type: ignore[type-arg]
     """The aux data of a flattened ``Pytree``: ``(names, statics, kinds)``, equal to
-    the same plain tuple, plus what an object unflattened from it caches as its layout
-    (``fresh``: ``(0, layout)``, the layout at structure version 0)."""
+    the same plain tuple, plus what ``unflatten`` needs ready-made (``build``: a
+    plain tuple ``(names, statics, kinds, fresh)``, where ``fresh`` is ``(0,
+    layout)``, the layout an object unflattened from it caches at structure
+    version 0)."""
 
-    fresh: tuple[int, Layout] | None = None
+    build: tuple[Any, ...] | None = None
 
     def __reduce__(self) -> Any:
         # Pickled (a treedef sent to another process) as the plain tuple: the layout
@@ -85,7 +87,7 @@ class Layout:
         self.keys = tuple(_attr_key(n) for n in self.names)
         self.get = _getter(self.names)
         aux = Aux((self.names, tuple(statics), kinds))
-        aux.fresh = (0, self)
+        aux.build = (self.names, tuple(statics), kinds, (0, self))
         self.aux = aux
 
 

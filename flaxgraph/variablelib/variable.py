@@ -621,6 +621,7 @@ def _register_variable_pytree(cls: type) -> None:
     from_parts = cls._from_parts  # type: ignore[attr-defined]
 
     def unflatten(metadata: dict[str, Any], children: Any) -> Variable[Any]:
+        # Runs once per Variable on every jax.tree.unflatten (jax.jit's outputs).
         value = children[0]
         t = type(value)
         if (

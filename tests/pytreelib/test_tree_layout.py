@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flaxgraph as nnx
+from flaxgraph.pytreelib.attribute_kinds import _STATIC
 from flaxgraph.pytreelib.objects import _is_data, _sorted_items
 
 
@@ -181,7 +182,7 @@ VALUES = st.sampled_from(
 )
 ACTIONS = st.lists(
     st.tuples(
-        st.sampled_from(["set", "del", "append", "flatten", "copy"]),
+        st.sampled_from(["set", "del", "append", "flatten", "copy", "data", "static"]),
         st.sampled_from(["a", "b", "c"]),
         VALUES,
     ),
@@ -189,7 +190,7 @@ ACTIONS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(ACTIONS)
 def test_cached_layout_matches_a_fresh_decision(actions):
     class Node(nnx.Pytree):
@@ -198,13 +199,20 @@ def test_cached_layout_matches_a_fresh_decision(actions):
     node = Node()
     for action, name, make in actions:
         if action == "set":
-            setattr(node, name, make())
+            try:
+                setattr(node, name, make())
+            except ValueError:  # data into an attribute made static: refused
+                assert dict(node._obj_kinds).get(name) == _STATIC
         elif action == "del" and name in vars(node):
             delattr(node, name)
         elif action == "append" and isinstance(vars(node).get(name), list):
             getattr(node, name).append(make())
         elif action == "copy":
             node = jax.tree.map(lambda x: x, node)
+        elif action == "data":  # a kind given by assignment (bumps the structure)
+            setattr(node, name, nnx.data(make()))
+        elif action == "static" and not _is_data(value := make()):
+            setattr(node, name, nnx.static(value))
         leaves = jax.tree.leaves(node)
         assert len(leaves) == len(_expected_leaves(node))
         assert all(a is b for a, b in zip(leaves, _expected_leaves(node), strict=True))
