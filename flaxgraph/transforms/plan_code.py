@@ -36,6 +36,7 @@ from typing import Any
 
 from flaxgraph.tracing import _trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
+from flaxgraph.transforms.leaf_access import _get_raw, _get_ref_content
 from flaxgraph.transforms.lift import IN
 from flaxgraph.variablelib.variable import Variable
 
@@ -206,6 +207,12 @@ def compile_run(
         src.line(f"values = _list(_map(_getr, {const(plan.leaf_variables)}))")
         for pos in sorted(arg_at):
             src.line(f"values.insert({pos}, {arg_at[pos]})")
+    elif n_leaves <= 4 * UNROLL:  # e.g. Ref-backed Variables: each read written out
+        items = [
+            arg_at.get(pos) or _read(getter, target, const)
+            for pos, (getter, target) in enumerate(zip(plan.getters, plan.targets))
+        ]
+        src.line(f"values = [{', '.join(items)}]")
     else:
         src.line(f"values = _list(_map(_call, {const(plan.getters)}, {const(plan.targets)}))")
         for pos in sorted(arg_at):
@@ -244,6 +251,15 @@ def compile_run(
     return namespace["run"], source
 
 
+def _read(getter: Any, target: Any, const: Callable[[Any], str]) -> str:
+    """The expression reading one leaf (``getter(target)``), attribute reads inline."""
+    if getter is _get_raw:
+        return f"{const(target)}.raw_value"
+    if getter is _get_ref_content:
+        return f"{const(target)}._refs._buf"
+    return f"{const(getter)}({const(target)})"
+
+
 def _access(root: int, keys: tuple[Any, ...], const: Callable[[Any], str]) -> str:
     """The expression reaching an argument's item: ``args[1][C3]`` (integer keys as
     literals, others through the namespace)."""
@@ -266,13 +282,32 @@ def miss_always(args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> 
     return MISS
 
 
+def _install_refs(src: _Source, installs: Any) -> None:
+    """The lines installing the new arrays of Ref-backed Variables (a ``RefInstall``):
+    written out when the Refs' boxes are reachable and there are few, else a call."""
+    const = src.const
+    if installs.direct is None or len(installs.checks) > UNROLL:
+        src.line(f"{const(installs)}(out_groups)")
+        return
+    checks = []
+    for i, (g, b, shape, dtype) in enumerate(installs.checks):
+        src.line(f"r{i} = out_groups[{g}][{b}]")
+        checks.append(f"r{i}.shape != {const(shape)} or r{i}.dtype != {const(dtype)}")
+    # A value that does not fit: the RefInstall raises, naming the Variable (nothing
+    # has been written yet).
+    for i in range(0, len(checks), 4):
+        src.line(f"if {' or '.join(checks[i : i + 4])}: {const(installs)}(out_groups)")
+    for i, box in enumerate(installs.direct):
+        src.line(f"{const(box)}._buf = r{i}")
+
+
 def _write_back(src: _Source, bound: Any) -> None:
     """The lines writing the outputs of a call that returned the ``OutStatic`` the
     write-back ``bound`` was made for."""
     var_writes, other_writes, output, installs = bound
     const = src.const
     if installs is not None:  # Ref-backed Variables: all checked, then installed
-        src.line(f"{const(installs)}(out_groups)")
+        _install_refs(src, installs)
     for targets, positions, g in var_writes:
         if len(targets) <= UNROLL:
             for t, p in zip(targets, positions):

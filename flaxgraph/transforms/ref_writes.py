@@ -46,13 +46,16 @@ class RefInstall:
       writes: ``(variable, ref, group, position, shape, dtype)`` per Variable.
     """
 
-    __slots__ = ("writes", "direct")
+    __slots__ = ("writes", "direct", "checks")
 
     def __init__(self, variables: Sequence[tuple[Variable[Any], int, int]]):
         self.writes = [
             (v, v._var_ref, g, b, tuple(v._var_ref.shape), v._var_ref.dtype)
             for v, g, b in variables
         ]
+        # (group, position, shape, dtype) per Variable: what each new value is read
+        # from and must match (one loop on every call, so kept flat).
+        self.checks = [(g, b, shape, dtype) for _, _, g, b, shape, dtype in self.writes]
         # The Refs' boxes whose array can be replaced directly (see refs.install).
         self.direct = (
             [v._var_ref._refs for v, _, _ in variables]
@@ -62,17 +65,23 @@ class RefInstall:
 
     def __call__(self, out_groups: Sequence[Sequence[Any]]) -> None:
         """Raises ``ValueError`` (nothing written) if a value does not fit its Ref."""
-        values = [out_groups[g][b] for _, _, g, b, _, _ in self.writes]
-        for (v, ref, _, _, shape, dtype), value in zip(self.writes, values, strict=True):
-            if getattr(value, "shape", None) != shape or getattr(value, "dtype", None) != dtype:
-                v._check_fits(value)  # raises with the Variable's name
-                refs.check_fits(type(v).__name__, ref, value)
+        values = []
+        for g, b, shape, dtype in self.checks:
+            value = out_groups[g][b]
+            if value.shape != shape or value.dtype != dtype:
+                self._refuse(value, len(values))
+            values.append(value)
         if self.direct is not None:
-            for box, value in zip(self.direct, values, strict=True):
+            for box, value in zip(self.direct, values):
                 box._buf = value
             return
-        for (_, ref, _, _, _, _), value in zip(self.writes, values, strict=True):
+        for (_, ref, _, _, _, _), value in zip(self.writes, values):
             refs.install(ref, value)
+
+    def _refuse(self, value: Any, index: int) -> None:
+        v, ref = self.writes[index][:2]
+        v._check_fits(value)  # raises with the Variable's name
+        refs.check_fits(type(v).__name__, ref, value)
 
 
 def copies_of_ref_values(in_values: list[Any], positions: frozenset[int], leaves: Any) -> list[Any]:
