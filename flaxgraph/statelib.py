@@ -567,7 +567,17 @@ def _state_flatten_with_keys(state: State) -> Any:
 
 
 def _state_flatten(state: State) -> Any:
-    return tuple(state._mapping.values()), _keys_of(state)
+    # _keys_of inlined for the common case (the cached keys still hold): this runs
+    # once per nested State on every jax.tree.flatten / jax.jit call.
+    mapping = state._mapping
+    keys = tuple(mapping)
+    try:
+        cached = state._state_keys
+    except AttributeError:  # a State built without __init__ (see _keys_of)
+        cached = None
+    if cached is not None and cached == keys:
+        return tuple(mapping.values()), cached
+    return tuple(mapping.values()), _keys_of(state)
 
 
 _set_mapping = State._mapping.__set__  # type: ignore[attr-defined]
