@@ -29,6 +29,8 @@ from typing import Any
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
 from flaxgraph.filterlib import Filter, partition_predicates
 from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.direct_merge import GAVE_UP, merge_direct
+from flaxgraph.graphlib.direct_split import split_direct
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str, path_str
@@ -104,7 +106,15 @@ def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.split``.
     """
-    graphdef, leaves = flatten(node, graph=resolve_graph(graph))
+    graph = resolve_graph(graph)
+    if graph:
+        found = split_direct(node)
+        if found is not None:
+            if not filters:
+                return found
+            leaves = _leaves_of(found[1])
+            return (found[0], *_states_from_leaves(node, leaves, filters, strict=True))
+    graphdef, leaves = flatten(node, graph=graph)
     return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
 
 
@@ -134,7 +144,14 @@ def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.state``.
     """
-    _, leaves = flatten(node, graph=resolve_graph(graph))
+    graph = resolve_graph(graph)
+    found = split_direct(node) if graph else None
+    if found is not None:
+        if not filters:
+            return found[1]
+        leaves = _leaves_of(found[1])
+    else:
+        leaves = flatten(node, graph=graph)[1]
     states = _states_from_leaves(node, leaves, filters, strict=False)
     return states[0] if len(states) == 1 else tuple(states)
 
@@ -184,7 +201,15 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
 
     Source: Flax NNX 0.12 ``nnx.graphdef``.
     """
-    return flatten(node, graph=resolve_graph(graph))[0]
+    graph = resolve_graph(graph)
+    found = split_direct(node) if graph else None
+    return found[0] if found is not None else flatten(node, graph=graph)[0]
+
+
+def _leaves_of(state: Any) -> list[tuple[PathParts, Any]]:
+    """The ``(path, leaf)`` pairs of a State from ``split_direct`` (the root's own leaf
+    if the root is a Variable or an array)."""
+    return list(state.flat_state()) if type(state) is State else [((), state)]
 
 
 _first = operator.itemgetter(0)
@@ -335,6 +360,10 @@ def merge(
             f"{graphdef.num_leaves} leaves ({keys_str(graphdef.leaf_paths[0])}…) and no State "
             "was given.\nFix: pass the States split returned: nnx.merge(graphdef, state)."
         )
+    if len(all_states) == 1 and type(all_states[0]) is State:
+        built = merge_direct(graphdef, all_states[0], not copy, recreate_variables)
+        if built is not GAVE_UP:
+            return built
     return unflatten(
         graphdef,
         _ordered_leaves(graphdef, all_states),
