@@ -21,6 +21,7 @@ of the State is flaxgraph's.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from flaxgraph.graphlib.graphdefs import (
@@ -160,3 +161,43 @@ def split_direct(node: Any) -> tuple[GraphDef, Any] | None:
         return None
     state = root[_ROOT] if root else _state({})
     return GraphDef(root_def), state
+
+
+def partition_state(
+    state: State, predicates: Sequence[Callable[[tuple[Hashable, ...], Any], bool]]
+) -> tuple[list[State], list[tuple[tuple[Hashable, ...], Any]]]:
+    """Sorts the leaves of a nested ``state`` into one nested State per predicate (the
+    first that accepts ``(path, leaf)`` wins), without flattening it.
+
+    Args:
+      state: a nested State (e.g. from ``split_direct``).
+      predicates: ``(path, leaf) -> bool`` functions (``filterlib``'s).
+
+    Returns:
+      ``(states, rest)``: one State per predicate, keys in ``state``'s order and only
+      sub-states that hold a leaf, as ``State.from_flat_path`` of the matching pairs
+      makes them; and the ``(path, leaf)`` pairs no predicate accepts.
+    """
+    numbered = list(enumerate(predicates))
+    rest: list[tuple[tuple[Hashable, ...], Any]] = []
+
+    def walk(mapping: dict[Any, Any], path: tuple[Hashable, ...], outs: list[Any]) -> None:
+        for k, v in mapping.items():
+            here = (*path, k)
+            if type(v) is State:
+                subs: list[dict[Any, Any]] = [{} for _ in numbered]
+                walk(v._mapping, here, subs)
+                for out, sub in zip(outs, subs):
+                    if sub:
+                        out[k] = _state(sub)
+                continue
+            for i, predicate in numbered:
+                if predicate(here, v):
+                    outs[i][k] = v
+                    break
+            else:
+                rest.append((here, v))
+
+    outs: list[dict[Any, Any]] = [{} for _ in numbered]
+    walk(state._mapping, (), outs)
+    return [_state(out) for out in outs], rest

@@ -30,7 +30,7 @@ from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_f
 from flaxgraph.filterlib import Filter, partition_predicates
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.direct_merge import GAVE_UP, merge_direct
-from flaxgraph.graphlib.direct_split import split_direct
+from flaxgraph.graphlib.direct_split import partition_state, split_direct
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str, path_str
@@ -112,8 +112,7 @@ def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
         if found is not None:
             if not filters:
                 return found
-            leaves = _leaves_of(found[1])
-            return (found[0], *_states_from_leaves(node, leaves, filters, strict=True))
+            return (found[0], *_filtered_states(node, found[1], filters, strict=True))
     graphdef, leaves = flatten(node, graph=graph)
     return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
 
@@ -149,10 +148,10 @@ def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     if found is not None:
         if not filters:
             return found[1]
-        leaves = _leaves_of(found[1])
+        states = _filtered_states(node, found[1], filters, strict=False)
     else:
         leaves = flatten(node, graph=graph)[1]
-    states = _states_from_leaves(node, leaves, filters, strict=False)
+        states = _states_from_leaves(node, leaves, filters, strict=False)
     return states[0] if len(states) == 1 else tuple(states)
 
 
@@ -206,10 +205,17 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
     return found[0] if found is not None else flatten(node, graph=graph)[0]
 
 
-def _leaves_of(state: Any) -> list[tuple[PathParts, Any]]:
-    """The ``(path, leaf)`` pairs of a State from ``split_direct`` (the root's own leaf
-    if the root is a Variable or an array)."""
-    return list(state.flat_state()) if type(state) is State else [((), state)]
+def _filtered_states(
+    node: Any, state: Any, filters: tuple[Filter, ...], strict: bool
+) -> list[State]:
+    """One State per filter from the State ``split_direct`` made (first match wins)."""
+    if type(state) is not State:  # the root itself is the leaf
+        return _states_from_leaves(node, [((), state)], filters, strict)
+    parts, rest = partition_state(state, partition_predicates(filters))
+    if strict and rest:
+        path, leaf = rest[0]
+        raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
+    return parts
 
 
 _first = operator.itemgetter(0)

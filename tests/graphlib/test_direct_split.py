@@ -15,12 +15,14 @@ import jax.numpy as jnp
 import pytest
 from graphs import corpus_params
 from hypothesis import given
+from hypothesis import strategies as st
 
 import flaxgraph as nnx
-from flaxgraph.graphlib.direct_split import split_direct
+from flaxgraph.filterlib import filters_to_predicates
+from flaxgraph.graphlib.direct_split import partition_state, split_direct
 from flaxgraph.graphlib.walk import flatten
-from flaxgraph.statelib import State
-from flaxgraph.testing import Node, graphs
+from flaxgraph.statelib import State, partition
+from flaxgraph.testing import Node, filters, graphs
 
 
 def general_split(g: Any) -> tuple[nnx.GraphDef, Any]:
@@ -91,3 +93,20 @@ def test_split_with_filters_takes_the_direct_walk() -> None:
     assert list(rest) == ["b"] and rest["b"] is m.b
     assert graphdef == nnx.graphdef(m)
     assert nnx.state(m, nnx.BatchStat)["b"] is m.b
+
+
+@given(graphs(marks=True), st.lists(filters(), max_size=3))
+def test_partition_state_is_partition_of_the_flat_state(g: Any, fs: list[Any]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        state = nnx.state(g)
+    if type(state) is not State:
+        return
+    predicates = filters_to_predicates(tuple(fs))
+    parts, rest = partition_state(state, predicates)
+    want_parts, want_rest = partition(state.flat_state(), predicates)
+    for got, want in zip(parts, want_parts, strict=True):
+        pairs, want_pairs = list(got.flat_state()), list(State.from_flat_path(want).flat_state())
+        assert [p for p, _ in pairs] == [p for p, _ in want_pairs]
+        assert all(a is b for (_, a), (_, b) in zip(pairs, want_pairs, strict=True))
+    assert [p for p, _ in rest] == [p for p, _ in want_rest]
