@@ -141,6 +141,16 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
         values = []
         used = 0
         for k, c in zip(keys, d[3]):
+            if c[0] == "N":  # inline: a list of Modules
+                sub = mapping.get(k, None)
+                if sub is None:
+                    values.append(node(c, _EMPTY))
+                    continue
+                if type(sub) is not State:
+                    raise _GiveUp
+                used += 1
+                values.append(node(c, sub._mapping))
+                continue
             value, n = child(k, c, mapping)
             used += n
             values.append(value)

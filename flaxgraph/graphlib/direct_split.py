@@ -95,10 +95,27 @@ def split_direct(node: Any) -> tuple[GraphDef, Any] | None:
             kept.append(x)
             items, metadata = impl.flatten(x)
             sub: dict[Any, Any] = {}
-            attributes = tuple([(k, visit(v, k, sub)) for k, v in items])
+            pairs: list[tuple[Any, Any]] = []
+            for k, v in items:
+                if isinstance(v, Variable) and id(v) not in seen:  # inline: the common case
+                    md = v._var_metadata
+                    if md:
+                        md = tuple(sorted(md.items()))
+                        try:
+                            hash(md)
+                        except TypeError:
+                            raise _GiveUp from None
+                    else:
+                        md = ()
+                    i = seen[id(v)] = len(kept)
+                    kept.append(v)
+                    sub[k] = v
+                    pairs.append((k, _new(VariableDef, ("V", type(v), i, md))))
+                else:
+                    pairs.append((k, visit(v, k, sub)))
             if sub:
                 out[key] = _state(sub)
-            return _new(NodeDef, ("N", t, index, metadata, attributes))
+            return _new(NodeDef, ("N", t, index, metadata, tuple(pairs)))
         if isinstance(x, Variable):
             index = seen.get(id(x))
             if index is not None:

@@ -416,7 +416,13 @@ def clone(
             "clone(node, variables=False, arrays=True): copying the arrays needs new "
             "Variables to hold them.\nFix: pass variables=True (the default)."
         )
-    graphdef, leaves = flatten(node, graph=resolve_graph(graph))
+    graph = resolve_graph(graph)
+    found = split_direct(node) if graph and not arrays else None
+    if found is not None and type(found[1]) is State:
+        built = merge_direct(found[0], found[1], not variables, True)
+        if built is not GAVE_UP:
+            return built
+    graphdef, leaves = flatten(node, graph=graph)
     if not variables:
         return unflatten(graphdef, [v for _, v in leaves], share_variables=True)
     if arrays:
