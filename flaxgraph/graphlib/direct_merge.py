@@ -55,6 +55,8 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
     Returns:
       The new root (``__init__`` is not called; shared references and cycles are
       restored), or ``GAVE_UP``.
+
+    Source: Flax NNX 0.12 ``nnx.merge`` (what it builds).
     """
     root = graphdef.root
     tag = root[0]
@@ -168,3 +170,49 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
         return node(root, state._mapping) if tag == "N" else container(root, state._mapping)
     except (_GiveUp, KeyError):
         return GAVE_UP
+
+
+def join_states(states: tuple[Any, ...]) -> State | None:
+    """The nested union of several States (``split``'s filtered States), or ``None``
+    if one is not a ``State`` or a path is in two of them (the general path of
+    ``merge`` then reports it). The States given are not modified: a sub-state that
+    receives entries of another State is copied first.
+
+    Args:
+      states: the States given to ``merge``.
+
+    Returns:
+      A State holding every leaf of ``states`` at its path (the first State itself
+      if there is only one).
+    """
+    if any(type(s) is not State for s in states):
+        return None
+    if len(states) == 1:
+        return states[0]  # type: ignore[no-any-return]
+    owned: set[int] = set()
+
+    def join(dst: dict[Any, Any], src: dict[Any, Any]) -> bool:
+        for k, v in src.items():
+            current = dst.get(k, _EMPTY)
+            if current is _EMPTY:
+                dst[k] = v
+                continue
+            if type(current) is not State or type(v) is not State:
+                return False  # a leaf at a path of another State
+            if id(current) not in owned:
+                current = dst[k] = _state_of(dict(current._mapping))
+                owned.add(id(current))
+            if not join(current._mapping, v._mapping):
+                return False
+        return True
+
+    root = _state_of(dict(states[0]._mapping))
+    owned.add(id(root))
+    for s in states[1:]:
+        if not join(root._mapping, s._mapping):
+            return None
+    return root
+
+
+def _state_of(mapping: dict[Any, Any]) -> State:
+    return State._wrap(mapping)

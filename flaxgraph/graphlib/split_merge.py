@@ -29,7 +29,7 @@ from typing import Any
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
 from flaxgraph.filterlib import Filter, partition_predicates
 from flaxgraph.graphlib.build import unflatten
-from flaxgraph.graphlib.direct_merge import GAVE_UP, merge_direct
+from flaxgraph.graphlib.direct_merge import GAVE_UP, join_states, merge_direct
 from flaxgraph.graphlib.direct_split import partition_state, split_direct
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
@@ -366,8 +366,9 @@ def merge(
             f"{graphdef.num_leaves} leaves ({keys_str(graphdef.leaf_paths[0])}…) and no State "
             "was given.\nFix: pass the States split returned: nnx.merge(graphdef, state)."
         )
-    if len(all_states) == 1 and type(all_states[0]) is State:
-        built = merge_direct(graphdef, all_states[0], not copy, recreate_variables)
+    joined = join_states(all_states) if all_states else None
+    if joined is not None:
+        built = merge_direct(graphdef, joined, not copy, recreate_variables)
         if built is not GAVE_UP:
             return built
     return unflatten(

@@ -18,7 +18,7 @@ from hypothesis import given
 
 import flaxgraph as nnx
 from flaxgraph.graphlib.build import unflatten
-from flaxgraph.graphlib.direct_merge import GAVE_UP, merge_direct
+from flaxgraph.graphlib.direct_merge import GAVE_UP, join_states, merge_direct
 from flaxgraph.testing import Node, assert_graphs_equal, graphs
 
 
@@ -79,3 +79,20 @@ def test_merge_copy_false_shares_and_copy_true_does_not() -> None:
     copied = nnx.merge(graphdef, state, copy=True)
     assert copied.a is copied.b and copied.a is not w
     assert_graphs_equal(copied, m)
+
+
+def test_join_states_unites_filtered_states_without_changing_them() -> None:
+    m = Node(a=nnx.Param(jnp.ones(1)), b=nnx.BatchStat(0), c=Node(d=nnx.Param(1.0), e=nnx.Cache(2)))
+    graphdef, params, rest = nnx.split(m, nnx.Param, ...)
+    before = (params.flat_state().paths, rest.flat_state().paths)
+    joined = join_states((rest, params))
+    assert joined is not None
+    assert set(joined.flat_state().paths) == set(nnx.state(m).flat_state().paths)
+    assert (params.flat_state().paths, rest.flat_state().paths) == before
+    assert join_states((params,)) is params
+    assert join_states((params, params)) is None  # a path in two States
+    assert join_states((params, {"b": 1})) is None  # not a State: the general path
+    merged = nnx.merge(graphdef, rest, params)
+    assert merged.c.d is m.c.d and merged.b is m.b
+    with pytest.raises(nnx.GraphStructureError, match="more than one"):
+        nnx.merge(graphdef, params, params, rest)
