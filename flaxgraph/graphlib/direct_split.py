@@ -64,13 +64,15 @@ def _state(mapping: dict[Any, Any]) -> State:
     return state
 
 
-def split_direct(node: Any) -> tuple[GraphDef, Any] | None:
-    """``(graphdef, state)`` of ``node`` in graph mode, or ``None`` if the general walk
-    must do it (a Python scalar at the root, a raw ``jax.Ref``, unhashable Variable
-    metadata, a static value that warrants a warning).
+def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
+    """``(graphdef, state)`` of ``node``, or ``None`` if the general walk must do it (a
+    Python scalar at the root, a raw ``jax.Ref``, unhashable Variable metadata, a
+    static value that warrants a warning; in tree mode also any object reached twice
+    and any ``pytree=False`` object, which the general walk checks or rejects).
 
     Args:
       node: the root (a graph node, a Variable, a container, an array).
+      graph: ``False`` for tree mode (the GraphDef is marked ``tree``).
 
     Returns:
       The GraphDef (its ``leaf_paths`` derived on first use) and the State, equal to
@@ -90,7 +92,11 @@ def split_direct(node: Any) -> tuple[GraphDef, Any] | None:
         if impl is not None:
             index = seen.get(id(x))
             if index is not None:
+                if not graph:  # tree mode: a cycle, shared Variables, or harmless
+                    raise _GiveUp
                 return _new(NodeRef, ("R", t, index))
+            if not graph and getattr(t, "_obj_is_pytree", True) is False:
+                raise _GiveUp
             index = seen[id(x)] = len(kept)
             kept.append(x)
             items, metadata = impl.flatten(x)
@@ -119,6 +125,8 @@ def split_direct(node: Any) -> tuple[GraphDef, Any] | None:
         if isinstance(x, Variable):
             index = seen.get(id(x))
             if index is not None:
+                if not graph:  # tree mode: a shared Variable is an error
+                    raise _GiveUp
                 return _new(NodeRef, ("R", t, index))
             index = seen[id(x)] = len(kept)
             kept.append(x)
@@ -177,7 +185,7 @@ def split_direct(node: Any) -> tuple[GraphDef, Any] | None:
     except _GiveUp:
         return None
     state = root[_ROOT] if root else _state({})
-    return GraphDef(root_def), state
+    return GraphDef(root_def, None, not graph), state
 
 
 def partition_state(

@@ -107,12 +107,11 @@ def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     Source: Flax NNX 0.12 ``nnx.split``.
     """
     graph = resolve_graph(graph)
-    if graph:
-        found = split_direct(node)
-        if found is not None:
-            if not filters:
-                return found
-            return (found[0], *_filtered_states(node, found[1], filters, strict=True))
+    found = split_direct(node, graph)
+    if found is not None:
+        if not filters:
+            return found
+        return (found[0], *_filtered_states(node, found[1], filters, strict=True))
     graphdef, leaves = flatten(node, graph=graph)
     return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
 
@@ -144,7 +143,7 @@ def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     Source: Flax NNX 0.12 ``nnx.state``.
     """
     graph = resolve_graph(graph)
-    found = split_direct(node) if graph else None
+    found = split_direct(node, graph)
     if found is not None:
         if not filters:
             return found[1]
@@ -201,7 +200,7 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
     Source: Flax NNX 0.12 ``nnx.graphdef``.
     """
     graph = resolve_graph(graph)
-    found = split_direct(node) if graph else None
+    found = split_direct(node, graph)
     return found[0] if found is not None else flatten(node, graph=graph)[0]
 
 
@@ -418,7 +417,7 @@ def clone(
             "Variables to hold them.\nFix: pass variables=True (the default)."
         )
     graph = resolve_graph(graph)
-    found = split_direct(node) if graph and not arrays else None
+    found = split_direct(node, graph) if not arrays else None
     if found is not None and type(found[1]) is State:
         built = merge_direct(found[0], found[1], not variables, True)
         if built is not GAVE_UP:

@@ -25,21 +25,31 @@ from flaxgraph.statelib import State, partition
 from flaxgraph.testing import Node, filters, graphs
 
 
-def general_split(g: Any) -> tuple[nnx.GraphDef, Any]:
-    graphdef, leaves = flatten(g)
+def general_split(g: Any, graph: bool = True) -> tuple[nnx.GraphDef, Any]:
+    graphdef, leaves = flatten(g, graph=graph)
     if len(leaves) == 1 and leaves[0][0] == ():
         return graphdef, leaves[0][1]
     return graphdef, State.from_flat_path(leaves)
 
 
 def check_same_as_general(g: Any) -> None:
+    check_mode(g, True)
+    check_mode(g, False)
+
+
+def check_mode(g: Any, graph: bool) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        found = split_direct(g)
-        want_def, want_state = general_split(g)
+        found = split_direct(g, graph)
+        try:
+            want_def, want_state = general_split(g, graph)
+        except ValueError:  # tree mode: shared Variables or a cycle
+            assert found is None, "the direct walk accepted what the general walk rejects"
+            return
     if found is None:  # gave up: split takes the general walk
         return
     graphdef, state = found
+    assert graphdef.tree is want_def.tree is (not graph)
     assert graphdef == want_def
     assert graphdef.leaf_paths == want_def.leaf_paths
     assert hash(graphdef) == hash(want_def)
@@ -110,3 +120,15 @@ def test_partition_state_is_partition_of_the_flat_state(g: Any, fs: list[Any]) -
         assert [p for p, _ in pairs] == [p for p, _ in want_pairs]
         assert all(a is b for (_, a), (_, b) in zip(pairs, want_pairs, strict=True))
     assert [p for p, _ in rest] == [p for p, _ in want_rest]
+
+
+def test_tree_mode_takes_the_direct_walk_and_leaves_sharing_to_the_general_one() -> None:
+    m = Node(a=nnx.Param(jnp.ones(1)), c=Node(d=nnx.Param(1.0)))
+    graphdef, state = nnx.split(m, graph=False)
+    assert graphdef.tree and split_direct(m, False) is not None
+    assert state["c"]["d"] is m.c.d
+    w = nnx.Param(jnp.ones(1))
+    shared = Node(a=w, b=w)
+    assert split_direct(shared, False) is None
+    with pytest.raises(ValueError, match="Duplicate Param"):
+        nnx.split(shared, graph=False)
