@@ -6,7 +6,9 @@ rebuilds objects from them; ``update`` writes a State back in place. One concept
 file: ``registry`` (node types), ``refmap`` (identity maps, ``IndexMap``), ``graphdefs``
 (the frozen structure, ``nodes``), ``statics`` (static values: structural partials,
 the unhashable-static error), ``walk``/``build`` (the depth-first flatten and its inverse),
-``split_merge``, ``inplace`` (update/pop), ``contexts``, ``functional`` (the
+``direct_split``/``direct_merge`` (split's one-pass walk that fills the nested State
+directly, and merge's joint walk of GraphDef and State; both hand anything unusual to
+``walk``/``build``), ``split_merge``, ``inplace`` (update/pop), ``contexts``, ``functional`` (the
 ``flatten``/``unflatten`` pair of plain JAX code), ``traversal``, ``calls``,
 ``variable_views``, ``diff``, ``snapshot`` (structure snapshots for the fast path).
 

@@ -199,6 +199,19 @@ class TreeNodeDef(_Def):
         return tuple.__new__(cls, ("T", type, treedef, path_index))
 
 
+def _leaf_paths_of(d: Def, path: tuple[Hashable, ...], out: list[tuple[Hashable, ...]]) -> None:
+    """Appends the path of every leaf below ``d`` (at ``path``), in walk order."""
+    t = type(d)
+    if t is VariableDef or t is ArrayDef:
+        out.append(path)
+    elif t is NodeDef:
+        for k, c in d.attributes:
+            _leaf_paths_of(c, (*path, k), out)
+    elif t is ContainerDef:
+        for k, c in zip(d.keys, d.children):
+            _leaf_paths_of(c, (*path, k), out)
+
+
 def _preorder(d: Def, out: list[Def]) -> None:
     out.append(d)
     t = type(d)
@@ -240,14 +253,31 @@ class GraphDef:
     Source: Flax NNX ``GraphDef`` (split/merge design).
     """
 
-    __slots__ = ("root", "leaf_paths", "tree", "_hash")
+    __slots__ = ("root", "_leaf_paths", "tree", "_hash")
     __class_getitem__ = classmethod(types.GenericAlias)
 
-    def __init__(self, root: Def, leaf_paths: tuple[tuple[Hashable, ...], ...], tree: bool = False):
+    def __init__(
+        self,
+        root: Def,
+        leaf_paths: tuple[tuple[Hashable, ...], ...] | None = None,
+        tree: bool = False,
+    ):
         object.__setattr__(self, "root", root)
-        object.__setattr__(self, "leaf_paths", leaf_paths)
+        # ``None``: derived from ``root`` on first use (split's direct walk makes no paths)
+        object.__setattr__(self, "_leaf_paths", leaf_paths)
         object.__setattr__(self, "tree", tree)
         object.__setattr__(self, "_hash", None)  # computed on first use (see __hash__)
+
+    @property
+    def leaf_paths(self) -> tuple[tuple[Hashable, ...], ...]:
+        """The path of every State leaf, in the order ``merge`` consumes them."""
+        paths = self._leaf_paths
+        if paths is None:
+            found: list[tuple[Hashable, ...]] = []
+            _leaf_paths_of(self.root, (), found)
+            paths = tuple(found)
+            object.__setattr__(self, "_leaf_paths", paths)
+        return paths
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("GraphDef is immutable")

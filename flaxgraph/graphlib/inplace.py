@@ -9,6 +9,7 @@ Source: Flax NNX ``nnx.update``, ``nnx.pop`` (0.12).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -25,7 +26,7 @@ from flaxgraph.graphlib.registry import (
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
-from flaxgraph.variablelib.variable import Variable, _set_metadata, _set_value
+from flaxgraph.variablelib.variable import Variable, _set_metadata, _set_slot, _set_value
 
 PathParts = tuple[Hashable, ...]
 
@@ -97,8 +98,7 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
     Source: Flax NNX 0.12 ``nnx.update``.
     """
     trace = current_trace()
-    var_writes: list[tuple[Variable[Any], Any, Any]] = []
-    other_writes: list[Callable[[], None]] = []
+    writes = _Writes()
     for s in (state, *states):
         if not isinstance(s, State):
             s = State(s) if isinstance(s, Mapping) else s
@@ -107,63 +107,107 @@ def update(node: Any, state: Any, /, *states: Any) -> None:
                 raise GraphStructureError(
                     f"update got a {type(s).__name__} for a {type(node).__name__}; pass a State."
                 )
-            _plan_variable(node, s, var_writes, trace)
+            writes.variable(node, s, trace)
             continue
         if not isinstance(s, State):
             raise TypeError(
                 f"update expects States (or nested dicts) after the node, got a {type(s).__name__}."
             )
-        _plan_update(node, s, (), node, var_writes, other_writes, trace)
-    # Everything was checked: now write (either every leaf is updated or none is).
-    for target, value, metadata in var_writes:
-        _set_value(target, value)
-        _set_metadata(target, metadata)
-    for write in other_writes:
-        write()
+        _plan_update(node, s, (), node, writes, trace)
+    writes.apply()  # everything was checked: either every leaf is updated or none is
 
 
-def _plan_variable(
-    target: Variable[Any],
-    leaf: Any,
-    var_writes: list[tuple[Variable[Any], Any, Any]],
-    trace: object,
-) -> None:
-    if target._var_trace is not trace:
-        target._check_update()
-    if isinstance(leaf, Variable):
-        value, metadata = leaf.raw_value, leaf._var_metadata
-    else:
-        value, metadata = leaf, target._var_metadata
-    if target._var_ref is not None:
-        target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
-    var_writes.append((target, value, metadata))
+class _Writes:
+    """The writes ``update`` plans, applied together once every leaf was checked.
+
+    Plain Variables are written by two C-level passes (value slots, then metadata);
+    Ref-backed ones write into their Ref; other writes (raw array attributes, new
+    attributes) are callables run last.
+    """
+
+    __slots__ = ("targets", "values", "metadata", "ref_writes", "others")
+
+    def __init__(self) -> None:
+        self.targets: list[Variable[Any]] = []
+        self.values: list[Any] = []
+        self.metadata: list[Any] = []
+        self.ref_writes: list[tuple[Variable[Any], Any]] = []
+        self.others: list[Callable[[], None]] = []
+
+    def variable(self, target: Variable[Any], leaf: Any, trace: object) -> None:
+        """Plans writing the State leaf ``leaf`` (a Variable or a raw value) into ``target``."""
+        if target._var_trace is not trace:
+            target._check_update()
+        if isinstance(leaf, Variable):
+            value, metadata = leaf.raw_value, leaf._var_metadata
+        else:
+            value, metadata = leaf, target._var_metadata
+        if target._var_ref is not None:
+            target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
+            self.ref_writes.append((target, value))
+        else:
+            self.values.append(value)
+        self.targets.append(target)
+        self.metadata.append(metadata)
+
+    def apply(self) -> None:
+        for target, value in self.ref_writes:
+            _set_value(target, value)
+        plain = [t for t in self.targets if t._var_ref is None] if self.ref_writes else self.targets
+        deque(map(_set_slot, plain, self.values), maxlen=0)
+        deque(map(_set_metadata, self.targets, self.metadata), maxlen=0)
+        for write in self.others:
+            write()
 
 
 def _plan_update(
     node: Any,
     state: State,
-    prefix: PathParts,
+    prefix: Any,
     root: Any,
-    var_writes: list[tuple[Variable[Any], Any, Any]],
-    other_writes: list[Callable[[], None]],
+    writes: _Writes,
     trace: object,
 ) -> None:
-    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    # ``prefix`` is the path to ``node`` as a linked pair ``(parent_prefix, key)`` (``()``
+    # at the root): cheap to extend, made into a tuple only for an error message.
+    t = type(node)
+    impl = _GRAPH_NODE_IMPLS.get(t)
+    get_child = impl.get_child if impl is not None else _get_child
+    lookup = None
+    if t is dict:
+        lookup = node.get
+    elif t is list or t is tuple:
+        lookup = dict(enumerate(node)).get
+    targets, values, metadata = writes.targets, writes.values, writes.metadata
     for key, leaf in state._mapping.items():
-        current = impl.get_child(node, key) if impl is not None else _get_child(node, key)
+        current = MISSING if lookup is None else lookup(key, MISSING)
+        if current is MISSING:
+            current = get_child(node, key)
         # (a Variable leaf first: State is an ABC, whose isinstance check is slow)
-        if isinstance(current, Variable) and (
-            isinstance(leaf, Variable) or not isinstance(leaf, State)
+        if isinstance(current, Variable):
+            if isinstance(leaf, Variable):
+                if current._var_ref is None and current._var_trace is trace:
+                    targets.append(current)  # the common case, inline
+                    values.append(leaf.raw_value)
+                    metadata.append(leaf._var_metadata)
+                else:
+                    writes.variable(current, leaf, trace)
+                continue
+            if type(leaf) is not State and not isinstance(leaf, State):
+                writes.variable(current, leaf, trace)
+                continue
+        elif type(leaf) is State and (
+            type(current) in _GRAPH_NODE_IMPLS or type(current) in _WALKED_CONTAINERS
         ):
-            _plan_variable(current, leaf, var_writes, trace)
+            _plan_update(current, leaf, (prefix, key), root, writes, trace)
             continue
-        path = (*prefix, key)
+        path = _path_of((prefix, key))
         if isinstance(leaf, State):
             keep = getattr(type(node), "_graph_keep_substate", None)
             if current is MISSING and keep is not None:
                 # a node that creates children lazily (bridge.Module) keeps the
                 # sub-state until the child is created
-                other_writes.append(lambda keep=keep, key=key, leaf=leaf: keep(node, key, leaf))
+                writes.others.append(lambda keep=keep, key=key, leaf=leaf: keep(node, key, leaf))
                 continue
             if current is MISSING or isinstance(current, Variable) or is_array_leaf(current):
                 raise GraphStructureError(
@@ -172,7 +216,7 @@ def _plan_update(
                     + f" at {path_str('node', root, path)}.\nFix: update with a State split "
                     "from a graph of the same structure, or use merge to build new sub-graphs."
                 )
-            _plan_update(current, leaf, path, root, var_writes, other_writes, trace)
+            _plan_update(current, leaf, (prefix, key), root, writes, trace)
         elif (
             current is MISSING
             or is_array_leaf(current)
@@ -182,7 +226,7 @@ def _plan_update(
         ):
             new_value = leaf.copy() if isinstance(leaf, Variable) else leaf
             set_fn = _setter(node, key, lambda path=path: path_str("node", root, path))
-            other_writes.append(lambda set_fn=set_fn, new_value=new_value: set_fn(new_value))
+            writes.others.append(lambda set_fn=set_fn, new_value=new_value: set_fn(new_value))
         else:
             raise GraphStructureError(
                 f"The State has a leaf "
@@ -191,6 +235,18 @@ def _plan_update(
                 f"({path_str('node', root, path)}).\nFix: update with a State split from a "
                 "graph of the same structure."
             )
+
+
+_WALKED_CONTAINERS = frozenset({list, tuple, dict})
+
+
+def _path_of(linked: Any) -> PathParts:
+    """The tuple path of a linked prefix ``(parent_prefix, key)``."""
+    keys = []
+    while linked:
+        linked, key = linked
+        keys.append(key)
+    return tuple(reversed(keys))
 
 
 def _is_static_value(x: Any) -> bool:

@@ -29,6 +29,8 @@ from typing import Any
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
 from flaxgraph.filterlib import Filter, partition_predicates
 from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.direct_merge import GAVE_UP, join_states, merge_direct
+from flaxgraph.graphlib.direct_split import partition_state, split_direct
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str, path_str
@@ -104,7 +106,13 @@ def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.split``.
     """
-    graphdef, leaves = flatten(node, graph=resolve_graph(graph))
+    graph = resolve_graph(graph)
+    found = split_direct(node, graph)
+    if found is not None:
+        if not filters:
+            return found
+        return (found[0], *_filtered_states(node, found[1], filters, strict=True))
+    graphdef, leaves = flatten(node, graph=graph)
     return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
 
 
@@ -134,8 +142,15 @@ def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.state``.
     """
-    _, leaves = flatten(node, graph=resolve_graph(graph))
-    states = _states_from_leaves(node, leaves, filters, strict=False)
+    graph = resolve_graph(graph)
+    found = split_direct(node, graph)
+    if found is not None:
+        if not filters:
+            return found[1]
+        states = _filtered_states(node, found[1], filters, strict=False)
+    else:
+        leaves = flatten(node, graph=graph)[1]
+        states = _states_from_leaves(node, leaves, filters, strict=False)
     return states[0] if len(states) == 1 else tuple(states)
 
 
@@ -184,7 +199,22 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
 
     Source: Flax NNX 0.12 ``nnx.graphdef``.
     """
-    return flatten(node, graph=resolve_graph(graph))[0]
+    graph = resolve_graph(graph)
+    found = split_direct(node, graph)
+    return found[0] if found is not None else flatten(node, graph=graph)[0]
+
+
+def _filtered_states(
+    node: Any, state: Any, filters: tuple[Filter, ...], strict: bool
+) -> list[State]:
+    """One State per filter from the State ``split_direct`` made (first match wins)."""
+    if type(state) is not State:  # the root itself is the leaf
+        return _states_from_leaves(node, [((), state)], filters, strict)
+    parts, rest = partition_state(state, partition_predicates(filters))
+    if strict and rest:
+        path, leaf = rest[0]
+        raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
+    return parts
 
 
 _first = operator.itemgetter(0)
@@ -335,6 +365,11 @@ def merge(
             f"{graphdef.num_leaves} leaves ({keys_str(graphdef.leaf_paths[0])}…) and no State "
             "was given.\nFix: pass the States split returned: nnx.merge(graphdef, state)."
         )
+    joined = join_states(all_states) if all_states else None
+    if joined is not None:
+        built = merge_direct(graphdef, joined, not copy, recreate_variables)
+        if built is not GAVE_UP:
+            return built
     return unflatten(
         graphdef,
         _ordered_leaves(graphdef, all_states),
@@ -381,7 +416,13 @@ def clone(
             "clone(node, variables=False, arrays=True): copying the arrays needs new "
             "Variables to hold them.\nFix: pass variables=True (the default)."
         )
-    graphdef, leaves = flatten(node, graph=resolve_graph(graph))
+    graph = resolve_graph(graph)
+    found = split_direct(node, graph) if not arrays else None
+    if found is not None and type(found[1]) is State:
+        built = merge_direct(found[0], found[1], not variables, True)
+        if built is not GAVE_UP:
+            return built
+    graphdef, leaves = flatten(node, graph=graph)
     if not variables:
         return unflatten(graphdef, [v for _, v in leaves], share_variables=True)
     if arrays:

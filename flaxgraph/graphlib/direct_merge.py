@@ -1,0 +1,218 @@
+"""The direct build of ``merge``: a GraphDef and one nested State to new objects, walking
+both together.
+
+``build.unflatten`` is the general inverse of the walk: it takes the leaves in the
+GraphDef's order, so ``merge`` first flattens the State into ``(path, leaf)`` pairs
+and matches them with ``GraphDef.leaf_paths``. When ``merge`` gets a single ``State``
+(what ``split`` returns), that detour is not needed: this build reads each node's
+children straight from the sub-state at the same place (a Variable's leaf under its
+attribute name, a sub-graph's leaves in the sub-state of that name) and counts the
+entries it used, so a State with a missing, misplaced or extra leaf is still noticed.
+
+It handles nodes, Variables, raw arrays, containers and static values; on anything
+else (a raw ``jax.Ref``, a transform's write-back markers) or on a State that does
+not fit, it gives up, and ``merge`` runs the general path, which builds or reports the
+error with its paths. Giving up has no side effect: the objects made so far are new,
+and the State is only read.
+
+Source: Flax NNX 0.12 ``nnx.merge``; the joint walk of GraphDef and State is
+flaxgraph's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate
+from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.statics import PartialKey
+from flaxgraph.statelib import State
+from flaxgraph.tracing import current_trace
+from flaxgraph.variablelib.variable import Variable
+
+GAVE_UP: Any = object()
+"""What ``merge_direct`` returns when the general path must build the graph."""
+
+_MARKERS = (NoUpdate, ArrayRefOutput)
+_EMPTY: dict[Any, Any] = {}
+
+
+class _GiveUp(Exception):
+    """The State does not fit the GraphDef, or holds what only the general path builds."""
+
+
+def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> Any:
+    """Builds the graph of ``graphdef`` from ``state``, or returns ``GAVE_UP``.
+
+    Args:
+      graphdef: a GraphDef whose root is a graph node or a container.
+      state: a ``State`` whose nesting follows the graph (what ``split`` returns).
+      share: a Variable leaf becomes the graph's Variable itself (``copy=False``);
+        else a new Variable with its value and metadata.
+      recreate: a raw leaf at a Variable's place becomes a new Variable of the
+        GraphDef's kind and metadata; else the raw value is put there.
+
+    Returns:
+      The new root (``__init__`` is not called; shared references and cycles are
+      restored), or ``GAVE_UP``.
+
+    Source: Flax NNX 0.12 ``nnx.merge`` (what it builds).
+    """
+    root = graphdef.root
+    tag = root[0]
+    if tag != "N" and tag != "C":
+        return GAVE_UP
+    impls = _GRAPH_NODE_IMPLS
+    trace = current_trace()
+    built: dict[int, Any] = {}
+
+    def leaf_of(c: Any, leaf: Any) -> Any:
+        """The value at a Variable's place (``c``, a ``VariableDef``) for a State leaf."""
+        if isinstance(leaf, Variable):
+            if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
+                raise _GiveUp
+            if not share:
+                leaf = c[1]._from_parts(leaf.raw_value, leaf._var_metadata, trace)
+        elif type(leaf) in _MARKERS or isinstance(leaf, State):
+            raise _GiveUp
+        elif recreate:
+            leaf = c[1]._from_parts(leaf, dict(c[3]), trace)
+        built[c[2]] = leaf
+        return leaf
+
+    def child(k: Any, c: Any, mapping: dict[Any, Any]) -> tuple[Any, int]:
+        """``(value, entries of mapping used)`` of the definition ``c`` at key ``k``."""
+        tag = c[0]
+        if tag == "V":
+            return leaf_of(c, mapping[k]), 1
+        if tag == "S":
+            value = c[2]
+            return (value.partial if type(value) is PartialKey else value), 0
+        if tag == "R":
+            return built[c[2]], 0
+        if tag == "A":
+            if len(c) > 1:  # a raw jax.Ref
+                raise _GiveUp
+            leaf = mapping[k]
+            if isinstance(leaf, Variable):
+                leaf = leaf.raw_value
+            elif isinstance(leaf, State):
+                raise _GiveUp
+            return leaf, 1
+        sub = mapping.get(k, None)
+        used = 0
+        if sub is None:
+            sub = _EMPTY
+        elif type(sub) is State:
+            used = 1
+            sub = sub._mapping
+        else:
+            raise _GiveUp
+        return (node(c, sub) if tag == "N" else container(c, sub)), used
+
+    def node(d: Any, mapping: dict[Any, Any]) -> Any:
+        impl = impls[d[1]]
+        metadata = d[3]
+        obj = impl.create_empty(metadata, trace)
+        built[d[2]] = obj
+        items = []
+        used = 0
+        for k, c in d[4]:
+            if c[0] == "V" and share:  # the common case, inline
+                leaf = mapping[k]
+                used += 1
+                if type(leaf) is not c[1] or (
+                    leaf._var_ref is None and type(leaf.raw_value) in _MARKERS
+                ):
+                    leaf = leaf_of(c, leaf)
+                else:
+                    built[c[2]] = leaf
+                items.append((k, leaf))
+            else:
+                value, n = child(k, c, mapping)
+                used += n
+                items.append((k, value))
+        if used != len(mapping):
+            raise _GiveUp  # the State has entries the GraphDef has no place for
+        impl.set_items(obj, items, metadata)
+        return obj
+
+    def container(d: Any, mapping: dict[Any, Any]) -> Any:
+        t = d[1]
+        keys = d[2]
+        values = []
+        used = 0
+        for k, c in zip(keys, d[3]):
+            if c[0] == "N":  # inline: a list of Modules
+                sub = mapping.get(k, None)
+                if sub is None:
+                    values.append(node(c, _EMPTY))
+                    continue
+                if type(sub) is not State:
+                    raise _GiveUp
+                used += 1
+                values.append(node(c, sub._mapping))
+                continue
+            value, n = child(k, c, mapping)
+            used += n
+            values.append(value)
+        if used != len(mapping):
+            raise _GiveUp
+        if t is list:
+            return values
+        if t is tuple:
+            return tuple(values)
+        if t is dict:
+            return dict(zip(keys, values))
+        return d[4].unflatten(values)
+
+    try:
+        return node(root, state._mapping) if tag == "N" else container(root, state._mapping)
+    except (_GiveUp, KeyError):
+        return GAVE_UP
+
+
+def join_states(states: tuple[Any, ...]) -> State | None:
+    """The nested union of several States (``split``'s filtered States), or ``None``
+    if one is not a ``State`` or a path is in two of them (the general path of
+    ``merge`` then reports it). The States given are not modified: a sub-state that
+    receives entries of another State is copied first.
+
+    Args:
+      states: the States given to ``merge``.
+
+    Returns:
+      A State holding every leaf of ``states`` at its path (the first State itself
+      if there is only one).
+    """
+    if any(type(s) is not State for s in states):
+        return None
+    if len(states) == 1:
+        return states[0]  # type: ignore[no-any-return]
+    owned: set[int] = set()
+
+    def join(dst: dict[Any, Any], src: dict[Any, Any]) -> bool:
+        for k, v in src.items():
+            current = dst.get(k, _EMPTY)
+            if current is _EMPTY:
+                dst[k] = v
+                continue
+            if type(current) is not State or type(v) is not State:
+                return False  # a leaf at a path of another State
+            if id(current) not in owned:
+                current = dst[k] = _state_of(dict(current._mapping))
+                owned.add(id(current))
+            if not join(current._mapping, v._mapping):
+                return False
+        return True
+
+    root = _state_of(dict(states[0]._mapping))
+    owned.add(id(root))
+    for s in states[1:]:
+        if not join(root._mapping, s._mapping):
+            return None
+    return root
+
+
+def _state_of(mapping: dict[Any, Any]) -> State:
+    return State._wrap(mapping)

@@ -1,0 +1,228 @@
+"""The direct walk of ``split``: an object graph to ``(GraphDef, State)`` in one pass,
+without paths.
+
+``walk.Walk`` is the general depth-first flatten: it carries hooks and prefixes for
+the transforms and records every leaf with its path, and ``split`` then builds the
+nested ``State`` from those paths. For a plain graph-mode ``split``/``state``/
+``graphdef`` none of that is needed: this walk fills the nested State's dicts while it
+goes (each node hands its children the dict of its own sub-state) and leaves the
+GraphDef's leaf paths to be derived when someone asks for them (``GraphDef.leaf_paths``).
+It makes the same GraphDef and the same State as the general walk.
+
+It handles the values that make up models (graph nodes, Variables, lists, tuples,
+dicts, other pytrees, arrays, static values); on anything that needs a path (an error,
+a warning) or special care (a raw ``jax.Ref``) it gives up, and ``split`` runs the
+general walk, which reports it with its path. Giving up has no side effect: the walk
+only reads the graph.
+
+Source: Flax NNX 0.12 ``nnx.split`` (its graph-mode flatten); the direct construction
+of the State is flaxgraph's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from flaxgraph.graphlib.graphdefs import (
+    ARRAY_DEF,
+    ContainerDef,
+    GraphDef,
+    NodeDef,
+    NodeRef,
+    StaticDef,
+    VariableDef,
+)
+from flaxgraph.graphlib.registry import (
+    _GRAPH_NODE_IMPLS,
+    _PLAIN_STATIC,
+    ARRAY_TYPES,
+    DataLeaf,
+    StaticLeaf,
+    pytree_children,
+)
+from flaxgraph.graphlib.walk import _SCALARS, _made_per_instance
+from flaxgraph.statelib import State
+from flaxgraph.variablelib.refs import is_ref
+from flaxgraph.variablelib.variable import Variable
+
+_new = tuple.__new__
+_new_object = object.__new__
+_set_state_mapping = State._mapping.__set__  # type: ignore[attr-defined]
+_set_state_keys = State._state_keys.__set__  # type: ignore[attr-defined]
+_ROOT = object()
+
+
+class _GiveUp(Exception):
+    """The direct walk met a value only the general walk handles (with its path)."""
+
+
+def _state(mapping: dict[Any, Any]) -> State:
+    state = _new_object(State)
+    _set_state_mapping(state, mapping)
+    _set_state_keys(state, None)
+    return state
+
+
+def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
+    """``(graphdef, state)`` of ``node``, or ``None`` if the general walk must do it (a
+    Python scalar at the root, a raw ``jax.Ref``, unhashable Variable metadata, a
+    static value that warrants a warning; in tree mode also any object reached twice
+    and any ``pytree=False`` object, which the general walk checks or rejects).
+
+    Args:
+      node: the root (a graph node, a Variable, a container, an array).
+      graph: ``False`` for tree mode (the GraphDef is marked ``tree``).
+
+    Returns:
+      The GraphDef (its ``leaf_paths`` derived on first use) and the State, equal to
+      ``walk.flatten`` followed by ``State.from_flat_path``: a nested State holding
+      the graph's own Variables and raw arrays, or the leaf itself when the root is a
+      Variable or an array.
+    """
+    if type(node) in _SCALARS:
+        return None
+    impls = _GRAPH_NODE_IMPLS
+    seen: dict[int, int] = {}
+    kept: list[Any] = []  # keeps every walked object alive, so that ids stay unique
+
+    def visit(x: Any, key: Any, out: dict[Any, Any]) -> Any:
+        t = type(x)
+        impl = impls.get(t)
+        if impl is not None:
+            index = seen.get(id(x))
+            if index is not None:
+                if not graph:  # tree mode: a cycle, shared Variables, or harmless
+                    raise _GiveUp
+                return _new(NodeRef, ("R", t, index))
+            if not graph and getattr(t, "_obj_is_pytree", True) is False:
+                raise _GiveUp
+            index = seen[id(x)] = len(kept)
+            kept.append(x)
+            items, metadata = impl.flatten(x)
+            sub: dict[Any, Any] = {}
+            pairs: list[tuple[Any, Any]] = []
+            for k, v in items:
+                if isinstance(v, Variable) and id(v) not in seen:  # inline: the common case
+                    md = v._var_metadata
+                    if md:
+                        md = tuple(sorted(md.items()))
+                        try:
+                            hash(md)
+                        except TypeError:
+                            raise _GiveUp from None
+                    else:
+                        md = ()
+                    i = seen[id(v)] = len(kept)
+                    kept.append(v)
+                    sub[k] = v
+                    pairs.append((k, _new(VariableDef, ("V", type(v), i, md))))
+                else:
+                    pairs.append((k, visit(v, k, sub)))
+            if sub:
+                out[key] = _state(sub)
+            return _new(NodeDef, ("N", t, index, metadata, tuple(pairs)))
+        if isinstance(x, Variable):
+            index = seen.get(id(x))
+            if index is not None:
+                if not graph:  # tree mode: a shared Variable is an error
+                    raise _GiveUp
+                return _new(NodeRef, ("R", t, index))
+            index = seen[id(x)] = len(kept)
+            kept.append(x)
+            metadata = x._var_metadata
+            if metadata:
+                metadata = tuple(sorted(metadata.items()))
+                try:
+                    hash(metadata)
+                except TypeError:
+                    raise _GiveUp from None
+            else:
+                metadata = ()
+            out[key] = x
+            return _new(VariableDef, ("V", t, index, metadata))
+        if t is list or t is tuple:
+            sub = {}
+            children = tuple([visit(v, k, sub) for k, v in enumerate(x)])
+            if sub:
+                out[key] = _state(sub)
+            return _new(ContainerDef, ("C", t, tuple(range(len(x))), children, None))
+        if t is dict:
+            sub = {}
+            children = tuple([visit(v, k, sub) for k, v in x.items()])
+            if sub:
+                out[key] = _state(sub)
+            return _new(ContainerDef, ("C", t, tuple(x), children, None))
+        if isinstance(x, ARRAY_TYPES):
+            out[key] = x
+            return ARRAY_DEF
+        if t in _PLAIN_STATIC:
+            return _new(StaticDef, ("S", t, x))
+        if t is DataLeaf:
+            out[key] = x.value
+            return ARRAY_DEF
+        if t is StaticLeaf:
+            x = x.value
+        elif is_ref(x):
+            raise _GiveUp
+        else:
+            found = pytree_children(x)
+            if found is not None:
+                items, treedef = found
+                sub = {}
+                children = tuple([visit(v, k, sub) for k, v in items])
+                if sub:
+                    out[key] = _state(sub)
+                keys = tuple([k for k, _ in items])
+                return _new(ContainerDef, ("C", t, keys, children, treedef))
+        if _made_per_instance(x):  # the general walk warns, naming the path
+            raise _GiveUp
+        return StaticDef(x)
+
+    root: dict[Any, Any] = {}
+    try:
+        root_def = visit(node, _ROOT, root)
+    except _GiveUp:
+        return None
+    state = root[_ROOT] if root else _state({})
+    return GraphDef(root_def, None, not graph), state
+
+
+def partition_state(
+    state: State, predicates: Sequence[Callable[[tuple[Hashable, ...], Any], bool]]
+) -> tuple[list[State], list[tuple[tuple[Hashable, ...], Any]]]:
+    """Sorts the leaves of a nested ``state`` into one nested State per predicate (the
+    first that accepts ``(path, leaf)`` wins), without flattening it.
+
+    Args:
+      state: a nested State (e.g. from ``split_direct``).
+      predicates: ``(path, leaf) -> bool`` functions (``filterlib``'s).
+
+    Returns:
+      ``(states, rest)``: one State per predicate, keys in ``state``'s order and only
+      sub-states that hold a leaf, as ``State.from_flat_path`` of the matching pairs
+      makes them; and the ``(path, leaf)`` pairs no predicate accepts.
+    """
+    numbered = list(enumerate(predicates))
+    rest: list[tuple[tuple[Hashable, ...], Any]] = []
+
+    def walk(mapping: dict[Any, Any], path: tuple[Hashable, ...], outs: list[Any]) -> None:
+        for k, v in mapping.items():
+            here = (*path, k)
+            if type(v) is State:
+                subs: list[dict[Any, Any]] = [{} for _ in numbered]
+                walk(v._mapping, here, subs)
+                for out, sub in zip(outs, subs):
+                    if sub:
+                        out[k] = _state(sub)
+                continue
+            for i, predicate in numbered:
+                if predicate(here, v):
+                    outs[i][k] = v
+                    break
+            else:
+                rest.append((here, v))
+
+    outs: list[dict[Any, Any]] = [{} for _ in numbered]
+    walk(state._mapping, (), outs)
+    return [_state(out) for out in outs], rest
