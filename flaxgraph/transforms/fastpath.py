@@ -56,7 +56,7 @@ from flaxgraph.transforms.leaf_access import (
 from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
 from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
-from flaxgraph.variablelib.variable import Variable, is_ref_backed
+from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
 
 _SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
@@ -195,7 +195,8 @@ class Plan:
         # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
         # neither read by key nor written in place: such graphs take the general path.
         # Ref-backed Variables are read and written through their Refs
-        # (ref_writes.py), unless arguments are donated.
+        # (ref_writes.py), unless arguments are donated. Box-backed ones (hijax
+        # Variables holding pytrees, whose structure may change) take the general path.
         self.ref_positions = frozenset(
             pos
             for pos, leaf in enumerate(call.leaves)
@@ -204,6 +205,7 @@ class Plan:
         self.in_place = (
             self.snapshot.versioned
             and not (donated and self.ref_positions)
+            and not any(is_box_backed(call.leaves[pos]) for pos in self.ref_positions)
             and all(
                 isinstance(leaf, Variable) or _in_place(path, args, kwargs)
                 for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
