@@ -345,14 +345,16 @@ class Merged:
 
     def unchanged_input(self, leaf: Any) -> int | None:
         """The input position of ``leaf`` if it is an input leaf whose value (and
-        metadata) did not change inside the function, else ``None``. A dict or list
-        value counts as changed: ``v[key] = x`` writes into it in place."""
+        metadata) did not change inside the function, else ``None``."""
         if isinstance(leaf, Variable):
             i = self.in_leaf.get(leaf)
-            if i is None or leaf._var_metadata is not self.metadata[i]:
-                return None
-            value = leaf.raw_value
-            return i if value is self.values[i] and type(value) not in (dict, list) else None
+            if (
+                i is not None
+                and leaf.raw_value is self.values[i]
+                and leaf._var_metadata is self.metadata[i]
+            ):
+                return i
+            return None
         i = self.raw_in.get(id(leaf))
         return i if i is not None and self.leaves[i] is leaf else None
 

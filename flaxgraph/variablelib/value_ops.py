@@ -77,6 +77,8 @@ class ValueOps:
         # ``del v[key]`` on a dict/list value: the value without the entry is written
         # back with set_value (a box-backed Variable's box gets the smaller pytree).
         value = self.get_value()  # type: ignore[attr-defined]
+        if type(value) in (dict, list):  # a new container (see variable._updated)
+            value = type(value)(value)
         del value[key]
         self.set_value(value)
 

@@ -491,12 +491,19 @@ def is_box_backed(v: Variable[Any]) -> bool:
 
 
 def _updated(current: Any, index: Any, value: Any, v: Variable[Any]) -> Any:
-    """``current`` with ``current[index] = value``: functional for JAX arrays, in
-    place for mutable containers (NumPy arrays, lists, dicts)."""
+    """``current`` with ``current[index] = value``: functional for JAX arrays, a new
+    container for dicts and lists (so a changed value is a new object: the
+    transforms tell unchanged values by identity; Flax's ``get_value`` hands out
+    copies anyway), in place for other mutable values (NumPy arrays)."""
     if isinstance(current, jax.Array):
         return current.at[index].set(value)
+    if type(current) in _COPIED_CONTAINERS:
+        current = type(current)(current)
     current[index] = value
     return current
+
+
+_COPIED_CONTAINERS = (dict, list)
 
 
 def _value_summary(value: Any) -> str:

@@ -78,7 +78,7 @@ def test_scan_and_vmap_agree():
 
 def test_plain_dict_variable_written_by_key_inside_jit_comes_back():
     # The lift compares values by identity to skip unchanged ones; a dict written by
-    # key is the same object, changed: it must still come back.
+    # key is a new dict (variable._updated), so the change comes back.
     v = nnx.Variable({"n": jnp.array(0)})
     f = nnx.jit(lambda v: v.__setitem__("n", v["n"] + 1))
     for _ in range(3):
@@ -87,3 +87,16 @@ def test_plain_dict_variable_written_by_key_inside_jit_comes_back():
     items = nnx.Variable([jnp.array(0)])
     nnx.jit(lambda v: v.__setitem__(0, v[0] + 5))(items)
     assert int(items[0]) == 5
+
+
+@pytest.mark.parametrize("hijax", [False, True])
+def test_scan_reading_a_broadcast_dict_variable_does_not_warn(hijax, recwarn):
+    table = nnx.Variable({"scale": jnp.array(2.0)}, hijax=hijax)
+
+    @nnx.scan(in_axes=(None, nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+    def run(table, c, x):
+        return c + x * table["scale"], x
+
+    c, _ = run(table, jnp.array(0.0), jnp.arange(3.0))
+    assert float(c) == 6.0
+    assert not [w for w in recwarn if "broadcast" in str(w.message)]
