@@ -54,6 +54,9 @@ except ImportError:  # pragma: no cover - depends on the installed JAX
 AVAILABLE: bool = _Box is not None and _BoxTy is not None
 """Whether this JAX has the box type (fixed at import; not a setting)."""
 
+BOX_TYPE: type | None = _Box if AVAILABLE else None
+"""The concrete box class (``None`` without it), for ``type(x) is BOX_TYPE`` checks."""
+
 UNAVAILABLE_REASON = (
     "this JAX has no mutable box type (jax._src.hijax.Box, JAX 0.10), which a hijax "
     "Variable needs to hold a pytree value"

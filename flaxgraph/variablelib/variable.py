@@ -233,7 +233,8 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
         obj = object.__new__(cls)
         _set_trace(obj, current_trace() if trace is None else trace)
         _set_metadata(obj, metadata)
-        if refs.is_ref(value) or boxes.is_box(value):
+        t = type(value)  # a Ref or a box (concrete or traced) is the storage itself
+        if t is _REF_TYPE or t is _BOX_TYPE or (issubclass(t, _Tracer) and _traced_storage(value)):
             _set_ref(obj, value)
         elif (
             metadata
@@ -516,7 +517,13 @@ def _value_summary(value: Any) -> str:
 
 _VALUE_KEY = jax.tree_util.GetAttrKey("value")
 _REF_TYPE = jax.Ref
+_BOX_TYPE = boxes.BOX_TYPE
 _Tracer = jax.core.Tracer
+
+
+def _traced_storage(value: Any) -> bool:
+    """Whether the tracer ``value`` is a traced Ref or box."""
+    return refs.is_ref(value) or boxes.is_box(value)
 
 
 def _tree_flatten(v: Variable[Any]) -> tuple[tuple[Any], dict[str, Any]]:
