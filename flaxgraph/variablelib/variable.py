@@ -173,9 +173,8 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
             # a metadata box (nnx.VariableMetadata, nnx.Partitioned…): its metadata joins
             metadata = {**value.variable_metadata(), **metadata}
             value = value.unbox()
-        if (
-            metadata and not refs.is_ref(value) and not boxes.is_box(value)
-        ):  # eager sharding: placed at creation
+        if metadata and not (refs.is_ref(value) or boxes.is_box(value)):
+            # eager sharding: placed at creation
             value = place_at_creation(value, metadata, type(self).__name__)
         hijax, ref, mutable = _flag("hijax", hijax), _flag("ref", ref), _flag("mutable", mutable)
         given = {k: metadata.pop(k) for k in FLAG_KEYS if k in metadata}
