@@ -16,11 +16,11 @@ detected: where this JAX lacks it, ``AVAILABLE`` is ``False``, ``fits`` refuses
 every value, and a ``hijax=True`` Variable with a pytree value raises the
 ``TypeError`` it always did, saying why.
 
-A limit of JAX 0.10 (not of flaxgraph): a raw ``jax.jit`` trace in which a box's
-structure returns to one it had earlier in the same trace (keys ``{a}`` then
-``{b}`` then ``{a}`` again) fails inside JAX when lowered (an ``AssertionError``,
-also with a bare box). ``nnx.jit`` has no such limit: inside it the Variable holds
-its pytree directly.
+Two faults of JAX 0.10's box under raw ``jax.jit`` are worked around in ``write``
+(both also hit a bare box): a box whose structure returns to one it had earlier
+in the same trace (keys ``{a}``, ``{b}``, then ``{a}`` again) and a constant
+written into a box then read back in the same trace both fail to lower inside JAX.
+(Inside ``nnx.jit`` the Variable holds its pytree directly and meets neither.)
 
   >>> import jax, jax.numpy as jnp
   >>> from flaxgraph.variablelib import boxes
@@ -43,13 +43,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxgraph.errors import TraceContextError
+from flaxgraph.tracing import is_top_level
 
 try:  # private in JAX 0.10: feature-detected, see the module docstring
     from jax._src.hijax import Box as _Box
     from jax._src.hijax import BoxTy as _BoxTy
+    from jax._src.hijax import BoxTypeState as _BoxTypeState
 except ImportError:  # pragma: no cover - depends on the installed JAX
     _Box = None
     _BoxTy = None
+    _BoxTypeState = None
+try:
+    from jax._src.core import Literal as _Literal
+except ImportError:  # pragma: no cover - depends on the installed JAX
+    _Literal = None
 
 AVAILABLE: bool = _Box is not None and _BoxTy is not None
 """Whether this JAX has the box type (fixed at import; not a setting)."""
@@ -106,6 +113,18 @@ def _as_array(x: Any) -> Any:
     return x if isinstance(x, jax.Array) else jnp.asarray(x)
 
 
+def _traced(x: Any) -> Any:
+    # JAX 0.10 loses a constant written into a box inside a trace (reading it back
+    # in the same trace fails to lower): a concrete array, or a tracer standing for a
+    # literal (``jnp.array(2)`` under jit). An identity operation makes it a value
+    # the trace computes.
+    if isinstance(x, _Tracer) and (
+        _Literal is None or type(getattr(x, "val", None)) is not _Literal
+    ):
+        return x
+    return jax.lax.optimization_barrier(x)
+
+
 def read(box: Any) -> Any:
     """The box's content: a fresh container each call (mutating it does not change
     the box; write with ``write``)."""
@@ -138,6 +157,25 @@ def no_storage_message(kind: str, value: Any, hijax: bool) -> str:
     )
 
 
+def _set(box: Any, value: Any) -> None:
+    """``box.set(value)``, keeping a traced box's record of its structure right.
+
+    JAX 0.10 records a traced box's structure (its leaves' types and tree) when it
+    evaluates ``box.set`` abstractly, and caches that evaluation: a set repeating an
+    earlier one of the same trace (structures A, B, then A again) hits the cache and
+    leaves the record at B, so the trace then reads the box wrongly and fails to
+    lower. After the set, the record is made what the evaluation records; nothing
+    changes where it already is (every other case)."""
+    box.set(value)
+    record = getattr(box, "mutable_qdd", None)  # only on a box traced as an argument
+    if record is None or _BoxTypeState is None:
+        return
+    leaves, treedef = jax.tree_util.tree_flatten(value)
+    state = _BoxTypeState(tuple(jax.typeof(x) for x in leaves), treedef)
+    if record.cur_val != state:
+        record.update(state)
+
+
 def write(kind: str, box: Any, value: Any, captured: bool) -> None:
     """Replaces the box's content by ``value``; ``captured`` says the Variable
     belongs to an outer trace.
@@ -148,12 +186,14 @@ def write(kind: str, box: Any, value: Any, captured: bool) -> None:
       TypeError: ``value`` holds something that is not a JAX value (a string…).
     """
     value = jax.tree_util.tree_map(_as_array, value)
+    if not is_top_level():
+        value = jax.tree_util.tree_map(_traced, value)
     if not captured:
-        box.set(value)
+        _set(box, value)
         return
     old = box.get()
     try:
-        box.set(value)
+        _set(box, value)
     except TypeError:
         raise
     except Exception as error:  # JAX raises a plain Exception/NotImplementedError here

@@ -217,6 +217,36 @@ def test_flax_dynamic_structure_under_raw_jax_jit():
     assert "x_sum" in metrics and float(metrics["x_sum"]) == 20.0
 
 
+def test_raw_jax_jit_structure_returning_to_an_earlier_one():
+    # JAX 0.10 alone fails to lower this (its cached record of the box's structure
+    # stays at {b}); boxes.write keeps the record right.
+    v = nnx.Variable({}, hijax=True)
+
+    @jax.jit
+    def f(v, x):
+        v[...] = {"a": x}
+        v[...] = {"b": x + 1}
+        v[...] = {"a": x + 2}
+        return v["a"]
+
+    assert int(f(v, jnp.array(1))) == 3 and ints(v[...]) == {"a": 3}
+
+
+def test_raw_jax_jit_constant_written_then_read():
+    # JAX 0.10 alone fails to lower a constant written into a box and read back in
+    # the same trace; boxes.write makes it a traced value.
+    v = nnx.Variable({"count": jnp.array(5)}, hijax=True)
+
+    @jax.jit
+    def reset_and_count(v):
+        v["count"] = jnp.array(0.5)
+        v["count"] = 0
+        v["count"] += 1
+
+    reset_and_count(v)
+    assert ints(v[...]) == {"count": 1}
+
+
 def test_model_under_raw_jax_jit():
     m = Model()
     step = jax.jit(lambda m, x: m(x))
@@ -337,19 +367,14 @@ _OPS = st.lists(
 
 
 def _apply(v, ops, x):
-    """The same program on a Variable (box-backed or a traced copy) or a dict; returns
-    the key sets the value went through."""
-    structures = [sorted(v)]
+    """The same program on a Variable (box-backed or a traced copy) or a dict."""
     for op, key, n in ops:
         if op == "set":
-            v[key] = x * n
+            v[key] = x * n if n % 2 else jnp.array(n)  # a traced value or a constant
         elif op == "add" and key in v:
             v[key] = v[key] + n
         elif op == "del" and key in v:
             del v[key]
-        if sorted(v) != structures[-1]:
-            structures.append(sorted(v))
-    return structures
 
 
 @settings(max_examples=25, deadline=None)
@@ -357,13 +382,8 @@ def _apply(v, ops, x):
 def test_nnx_jit_and_jax_jit_give_the_same_contents(start, ops):
     start = {k: jnp.array(n) for k, n in start.items()}
     expected = dict(start)
-    structures = _apply(expected, ops, jnp.array(1))
-    transforms = [nnx.jit, lambda f: f]
-    # JAX 0.10 fails to lower a jax.jit trace whose box returns to a structure it
-    # had earlier in the trace (A -> B -> A: an AssertionError inside JAX, also with a
-    # bare Box); nnx.jit has no such limit.
-    if len({tuple(s) for s in structures}) == len(structures):
-        transforms.append(jax.jit)
+    _apply(expected, ops, jnp.array(1))
+    transforms = [nnx.jit, jax.jit, lambda f: f]
 
     def program(v, x):
         _apply(v, ops, x)  # returns nothing: the result is in v
