@@ -100,3 +100,57 @@ def test_scan_reading_a_broadcast_dict_variable_does_not_warn(hijax, recwarn):
     c, _ = run(table, jnp.array(0.0), jnp.arange(3.0))
     assert float(c) == 6.0
     assert not [w for w in recwarn if "broadcast" in str(w.message)]
+
+
+# -- the fast path: the box is read (a fresh container) and set with the new content --------
+
+
+def test_box_backed_calls_take_the_fast_path_and_stay_correct():
+    m = Model(hijax=True)
+    step = nnx.jit(lambda m, x: m(x))
+    for i in range(10):
+        step(m, jnp.full(3, float(i)))
+    assert step.cache_info() == (1, 1)
+    assert contents(m)[1] == {"n": 10.0, "last": 27.0}
+
+
+def test_fast_path_sees_writes_made_between_calls_and_keeps_unchanged_boxes():
+    v = nnx.Variable({"a": jnp.array(1.0)}, hijax=True)
+    box = v.get_raw_value()
+    read = nnx.jit(lambda v: v["a"] * 2)  # reads only: the box keeps its content
+    assert float(read(v)) == 2.0
+    v["a"] = jnp.array(5.0)
+    assert float(read(v)) == 10.0
+    assert float(read(v)) == 10.0 and read.cache_info().general_calls == 1
+    assert v.get_raw_value() is box and float(box.get()["a"]) == 5.0
+
+
+def test_fast_path_with_a_structure_that_grows_every_call():
+    v = nnx.Variable({}, hijax=True)
+    grow = nnx.jit(lambda v, x: v.__setitem__(f"k{len(v)}", x))
+    for i in range(4):
+        grow(v, jnp.array(float(i)))
+    assert {k: float(x) for k, x in v.value.items()} == {f"k{i}": float(i) for i in range(4)}
+
+
+def test_fast_path_returning_the_content_and_writing_it():
+    v = nnx.Variable({"a": jnp.array(1.0)}, hijax=True)
+
+    @nnx.jit
+    def step(v):
+        v["a"] = v["a"] + 1
+        return v[...], v["a"]
+
+    for i in range(3):
+        whole, a = step(v)
+        assert float(a) == i + 2 and float(whole["a"]) == i + 2
+    whole["a"] = 0  # the returned dict is the caller's own
+    assert float(v["a"]) == 4.0
+
+
+def test_vmap_fast_path_with_a_box():
+    v = nnx.Variable({"a": jnp.zeros(3)}, hijax=True)
+    add = nnx.vmap(lambda v, x: v.__setitem__("a", v["a"] + x))
+    for _ in range(3):
+        add(v, jnp.arange(3.0))
+    assert v["a"].tolist() == [0.0, 3.0, 6.0]
