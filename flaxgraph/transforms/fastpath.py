@@ -56,7 +56,7 @@ from flaxgraph.transforms.leaf_access import (
 from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
 from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
-from flaxgraph.variablelib.variable import Variable, is_ref_backed
+from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
 
 _SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
@@ -155,6 +155,7 @@ class Plan:
         "run",
         "source",
         "ref_positions",
+        "box_positions",
     )
 
     def __init__(
@@ -195,15 +196,19 @@ class Plan:
         # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
         # neither read by key nor written in place: such graphs take the general path.
         # Ref-backed Variables are read and written through their Refs
-        # (ref_writes.py), unless arguments are donated.
-        self.ref_positions = frozenset(
+        # (ref_writes.py), box-backed ones (hijax Variables holding pytrees) through
+        # their boxes (a copy of the content in, the new content set), unless
+        # arguments are donated.
+        stored = [
             pos
             for pos, leaf in enumerate(call.leaves)
             if isinstance(leaf, Variable) and is_ref_backed(leaf)
-        )
+        ]
+        self.box_positions = frozenset(p for p in stored if is_box_backed(call.leaves[p]))
+        self.ref_positions = frozenset(stored) - self.box_positions
         self.in_place = (
             self.snapshot.versioned
-            and not (donated and self.ref_positions)
+            and not (donated and stored)
             and all(
                 isinstance(leaf, Variable) or _in_place(path, args, kwargs)
                 for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
@@ -226,7 +231,7 @@ class Plan:
         n_vars = sum(1 for leaf in call.leaves if isinstance(leaf, Variable))
         self.leaf_variables = (
             [leaf for leaf in call.leaves if isinstance(leaf, Variable)]
-            if n_vars + len(self.arg_leaves) == len(call.leaves) and not self.ref_positions
+            if n_vars + len(self.arg_leaves) == len(call.leaves) and not stored
             else None
         )
         self.passthrough = len(members) == 1 or (
@@ -334,6 +339,7 @@ class FinishPlan:
         ref_variables = []
         writers = plan.writers
         refs_at = plan.ref_positions
+        boxes_at = plan.box_positions
         if refs_at:
             used = [s[:2] if s[0] == IN else s for s in self.sources[: self.n_out]]
             used += [self.sources[j] for j, _ in self.writes]
@@ -343,7 +349,10 @@ class FinishPlan:
         for j, pos in self.writes:
             tag, a, b = self.sources[j]
             leaf = plan.leaves[pos]
-            if isinstance(leaf, Variable) and tag != IN and pos not in refs_at:
+            if pos in boxes_at:
+                if tag != IN:  # a new content for the box (an unchanged one is kept)
+                    others.append((self.sources[j], writers[pos]))
+            elif isinstance(leaf, Variable) and tag != IN and pos not in refs_at:
                 targets, positions = by_group.setdefault(a, ([], []))
                 targets.append(leaf)
                 positions.append(b)

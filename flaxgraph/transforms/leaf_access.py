@@ -1,5 +1,5 @@
 """How a fast-path plan reaches each input leaf: where to read its current value
-and where to store a new one, for Variables (plain or Ref-backed), array attributes
+and where to store a new one, for Variables (plain, Ref- or box-backed), array attributes
 of Objects, items of lists and dicts inside the graph, and the arguments' own leaves.
 
 Source: flaxgraph DESIGN.md, "Speed" (split out of ``fastpath.py``).
@@ -13,8 +13,9 @@ from typing import Any
 
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.transforms.ref_writes import read_ref
+from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
-from flaxgraph.variablelib.variable import Variable, _set_value, is_ref_backed
+from flaxgraph.variablelib.variable import Variable, _set_value, is_box_backed, is_ref_backed
 
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _get_raw = operator.attrgetter("raw_value")
@@ -49,6 +50,8 @@ def _reader(
     """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
     argument's own leaf gets target ``None`` (read from the call's arguments)."""
     if isinstance(leaf, Variable):
+        if is_box_backed(leaf):  # a fresh container holding the box's arrays
+            return read_box, leaf._var_ref
         if is_ref_backed(leaf):
             ref = leaf._var_ref
             if has_direct_content(ref):  # one C-level read (see variablelib/refs.py)
@@ -96,7 +99,7 @@ def _writer(
     """How to store a new value for an input leaf in place (None: an argument leaf,
     which has no place to be stored)."""
     if isinstance(leaf, Variable):
-        if is_ref_backed(leaf):  # a copy into the Ref (checked first by the lift)
+        if is_ref_backed(leaf):  # into the Ref (checked first by the lift) or the box
             return lambda value, v=leaf: _set_value(v, value)
         return lambda value, v=leaf: _set_raw(v, value)
     if _in_arg_containers(path, args, kwargs):

@@ -3,7 +3,8 @@ re-flagged copies (``nnx.with_vars``) and what ``copy.copy``/``pickle`` rebuild.
 
 ``VariableCopies`` is a base class of ``Variable``; every copy is a new Variable of
 the same kind, and this one is left unchanged. A Ref-backed Variable's copy made
-outside any transform gets a Ref of its own (see ``Variable._from_parts``).
+outside any transform gets a Ref of its own (see ``Variable._from_parts``), a
+box-backed one (a hijax Variable holding a pytree) a box of its own.
 
   >>> import flaxgraph as nnx
   >>> v = nnx.Param(1.0, note='a')
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 
 import jax
 
-from flaxgraph.variablelib import refs
+from flaxgraph.variablelib import boxes, refs
 from flaxgraph.variablelib.metadata_ops import FLAG_KEYS, MISSING
 
 V = TypeVar("V", bound="VariableCopies")
@@ -64,10 +65,17 @@ class VariableCopies:
         """
         metadata = {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
         value = self.raw_value
-        if (ref or hijax) and not (refs.can_hold(value) or isinstance(value, jax.core.Tracer)):
+        if (
+            (ref or hijax)
+            and not (refs.can_hold(value) or isinstance(value, jax.core.Tracer))
+            and not (hijax and boxes.fits(value))
+        ):
             raise TypeError(
                 f"Cannot make the {type(self).__name__} holding a {type(value).__name__} "
-                "Ref-backed: only arrays and numbers can live in a jax.Ref."
+                "Ref-backed: only arrays and numbers can live in a jax.Ref (and, with "
+                "hijax=True, pytrees of arrays in a box"
+                + ("" if boxes.AVAILABLE else f", but {boxes.UNAVAILABLE_REASON}")
+                + ")."
             )
         if ref:
             metadata["ref"] = True

@@ -5,7 +5,9 @@ uses when ``ref=`` / ``hijax=`` are not given:
 
 * ``ref``: the value lives in a JAX mutable array reference (``jax.new_ref``);
 * ``hijax``: the Variable is marked ``hijax`` (in flaxgraph it is Ref-backed
-  too, see ``flaxgraph/variablelib/variable.py``).
+  too, or box-backed for a pytree value such as a dict, see
+  ``flaxgraph/variablelib/variable.py``; a default ``ref=True`` does not apply to
+  such a value).
 
 Called with no argument it returns the current ``VarDefaults``. Called with
 arguments it sets them for the rest of the program *and* returns a context

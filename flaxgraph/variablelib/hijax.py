@@ -2,7 +2,8 @@
 
 In Flax a hijax Variable is an instance of a separate class. In flaxgraph it keeps
 its own kind (a ``Param`` stays a ``Param``) and carries the ``hijax`` flag; its
-value lives in a ``jax.Ref`` (see ``flaxgraph/variablelib/variable.py``). So
+value lives in a ``jax.Ref``, or for a pytree value (a dict…) in JAX's mutable box
+(see ``flaxgraph/variablelib/variable.py`` and ``boxes.py``). So
 ``HijaxVariable`` here is a *check*, not a class to build from:
 ``isinstance(v, HijaxVariable)`` is ``v.hijax``::
 

@@ -5,7 +5,8 @@ A Variable made with ``ref=True`` (or ``hijax=True``) keeps its value in a
 ``v[...] = x`` stores ``x`` *into* the Ref, so every holder of that Ref sees the
 change, and raw JAX transforms that accept Refs (``jax.jit``, ``jax.lax.scan``
 bodies closing over them) carry the writes out. A Ref has a fixed shape and
-dtype; it holds one array.
+dtype; it holds one array (a ``hijax=True`` Variable holding a pytree uses a box
+instead, see ``boxes.py``).
 
 This file holds what the Variable class needs to use a Ref: which values can be
 put in one, the shape/dtype check before a write (so an error comes before any

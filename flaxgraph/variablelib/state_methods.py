@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from flaxgraph.variablelib import refs
+from flaxgraph.variablelib import boxes, refs
 
 V = TypeVar("V", bound="VariableStateMethods")
 
@@ -221,9 +221,14 @@ class VariableStateMethods:
 
 
 def _install(var: Any, value: Any) -> None:
-    """Puts ``value`` into ``var``'s storage (a Ref replaces the Ref or the slot)."""
+    """Puts ``value`` into ``var``'s storage (a Ref replaces the Ref or the slot; a
+    box-backed Variable's box gets the new content)."""
     ref = var._var_ref
-    if refs.is_ref(value):
+    if ref is not None and boxes.is_box(ref):
+        boxes.write(
+            type(var).__name__, ref, boxes.read(value) if boxes.is_box(value) else value, False
+        )
+    elif refs.is_ref(value):
         object.__setattr__(var, "_var_ref", value)
         if ref is None:  # a plain Variable becomes Ref-backed (it has no slot then)
             object.__delattr__(var, "raw_value")

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flaxgraph.variablelib.refs import is_ref
+
 
 class ValueOps:
     """Array protocol and operators over ``self.raw_value`` (see the module docstring).
@@ -55,10 +57,12 @@ class ValueOps:
         return self.get_value(index=key)  # type: ignore[attr-defined]
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if key is Ellipsis and getattr(self, "_var_ref", None) is not None:
+        storage = getattr(self, "_var_ref", None)
+        if key is Ellipsis and storage is not None:
             # A hijax Variable takes any value of the same dtype kind in Flax; here its
             # Ref keeps its shape, so a value that broadcasts fills it (NumPy's a[...] = x).
-            if getattr(self, "hijax", False) and _fills_array(self, value):
+            # (A box, holding a pytree, takes the new value as it is.)
+            if getattr(self, "hijax", False) and is_ref(storage) and _fills_array(self, value):
                 ref = self._var_ref  # type: ignore[attr-defined]
                 value = jnp.broadcast_to(value, ref.shape).astype(ref.dtype)
             self.set_value(value)
@@ -68,6 +72,18 @@ class ValueOps:
             # ``v[...] = 2`` on an array writes into the array (shape and dtype kept),
             # as in Flax 0.12.
             self.set_value(value, index=key)
+
+    def __delitem__(self, key: Any) -> None:
+        # ``del v[key]`` on a dict/list value: the value without the entry is written
+        # back with set_value (a box-backed Variable's box gets the smaller pytree).
+        value = self.get_value()  # type: ignore[attr-defined]
+        if type(value) in (dict, list):  # a new container (see variable._updated)
+            value = type(value)(value)
+        del value[key]
+        self.set_value(value)
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self.raw_value
 
     def __len__(self) -> int:
         return len(self.raw_value)  # type: ignore[arg-type]

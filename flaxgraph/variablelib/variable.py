@@ -34,6 +34,13 @@ Three flags, set at construction (``nnx.with_vars`` makes re-flagged copies):
   a State of such Variables gets Refs: read them with ``x[...]``).
 * ``hijax=True``: Flax's "hijax" Variables are their own JAX type. flaxgraph has
   no such type: a hijax Variable is Ref-backed (as above) and marked ``hijax``.
+  A hijax Variable whose value is a pytree (a dict, a list…, ``{}`` included) keeps
+  it in JAX's mutable box instead (``flaxgraph/variablelib/boxes.py``): the same
+  rules hold (the box is its pytree leaf, raw ``jax.jit`` writes reach the caller,
+  copies get their own box, flaxgraph transforms read and write the content), and
+  since a box holds any pytree, ``v[key] = x`` may add entries, under ``jax.jit``
+  too. ``v[...]`` is the whole pytree. Where this JAX has no box, such a value
+  raises ``TypeError``.
 * ``mutable=False``: a read-only Variable: writes raise ``ValueError``; as a JAX
   pytree its leaf is its value (not a Ref), so raw ``jax.grad`` accepts it.
 
@@ -56,7 +63,6 @@ in-place operators as in the JAX-style NNX transforms guide (seed 003).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import jax
@@ -65,7 +71,8 @@ from flaxgraph.errors import TraceContextError
 from flaxgraph.mesh_context import place_at_creation
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
-from flaxgraph.variablelib import axes, refs
+from flaxgraph.variablelib import axes, boxes, refs
+from flaxgraph.variablelib.axes import AxisHooks
 from flaxgraph.variablelib.copies import VariableCopies
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
 from flaxgraph.variablelib.metadata_ops import FLAG_KEYS as FLAG_KEYS
@@ -89,7 +96,7 @@ def _flag(name: str, value: Any) -> bool | None:
     raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
 
 
-class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Generic[A]):
+class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, AxisHooks, Generic[A]):
     """A mutable box holding one value and a dict of metadata.
 
     Args:
@@ -97,8 +104,9 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
         pytree is allowed. A ``VariableMetadata`` or axis-metadata box
         (``nnx.Partitioned``) is unboxed and its metadata joins ``metadata``; a
         ``jax.Ref`` becomes this Variable's storage.
-      hijax: mark the Variable ``hijax`` (it is then Ref-backed, see the module
-        docstring). ``None``: ``nnx.var_defaults().hijax``.
+      hijax: mark the Variable ``hijax`` (it is then Ref-backed, or box-backed for
+        a pytree value, see the module docstring). ``None``:
+        ``nnx.var_defaults().hijax``.
       ref: keep the value in a ``jax.Ref``. ``None``: ``nnx.var_defaults().ref``.
         Only arrays and numbers can live in a Ref: when the default (not an
         explicit ``ref=True``) asks for one, other values stay plain.
@@ -118,8 +126,9 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
       ref, hijax, mutable: the construction flags.
 
     Raises:
-      TypeError: ``ref=True``/``hijax=True`` for a value that is not an array or
-        number; a flag that is not a ``bool``.
+      TypeError: ``ref=True`` for a value that is not an array or number,
+        ``hijax=True`` for one that is neither that nor a pytree of arrays (or any
+        pytree where this JAX has no box); a flag that is not a ``bool``.
       ValueError: ``ref=False`` with a ``jax.Ref`` value; writing a read-only
         (``mutable=False``) Variable; writing a value of another shape or dtype into
         a Ref-backed one.
@@ -164,12 +173,14 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
             # a metadata box (nnx.VariableMetadata, nnx.Partitioned…): its metadata joins
             metadata = {**value.variable_metadata(), **metadata}
             value = value.unbox()
-        if metadata and not refs.is_ref(value):  # eager sharding: placed at creation
+        if metadata and not (refs.is_ref(value) or boxes.is_box(value)):
+            # eager sharding: placed at creation
             value = place_at_creation(value, metadata, type(self).__name__)
         hijax, ref, mutable = _flag("hijax", hijax), _flag("ref", ref), _flag("mutable", mutable)
         given = {k: metadata.pop(k) for k in FLAG_KEYS if k in metadata}
         defaults = VAR_DEFAULTS.get()
         explicit = ref is True or hijax is True or given.get("ref") or given.get("hijax")
+        explicit_ref = ref is True or given.get("ref") is True
         asked_plain = ref is False or given.get("ref") is False
         ref = ref if ref is not None else given.get("ref", defaults.ref)
         hijax = hijax if hijax is not None else given.get("hijax", defaults.hijax)
@@ -183,18 +194,23 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
                 )
             storage = value
             ref = ref or not hijax  # a Ref given as the value: the Variable is Ref-backed
+        elif boxes.is_box(value):  # a box given as the value: a hijax Variable's storage
+            storage = value
+            hijax = True
         elif ref or hijax:
             if refs.can_hold(value) or isinstance(value, jax.core.Tracer):
                 if refs.can_hold(value) and is_top_level():
                     storage = refs.new_ref(value)
                 # else: made inside a transform, the flags travel and the value stays
                 # plain (a Ref-backed copy is made when it comes out, see _from_parts)
+            elif hijax and not explicit_ref and boxes.fits(value):
+                # a pytree value of a hijax Variable lives in a box (variablelib/boxes.py);
+                # a default ref=True does not apply to it (a Ref holds one array)
+                ref = False
+                if is_top_level() and boxes.can_hold(value):
+                    storage = boxes.new_box(value)
             elif explicit:
-                raise TypeError(
-                    f"{type(self).__name__}(..., ref=True/hijax=True) needs an array or a "
-                    f"number to put in a jax.Ref, got a {type(value).__name__}.\nFix: pass "
-                    "an array, or leave ref/hijax False for this Variable."
-                )
+                raise TypeError(boxes.no_storage_message(type(self).__name__, value, hijax))
             else:
                 ref = hijax = False  # the default asked for a Ref this value cannot use
         if ref:
@@ -216,7 +232,8 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
         obj = object.__new__(cls)
         _set_trace(obj, current_trace() if trace is None else trace)
         _set_metadata(obj, metadata)
-        if refs.is_ref(value):
+        t = type(value)  # a Ref or a box (concrete or traced) is the storage itself
+        if t is _REF_TYPE or t is _BOX_TYPE or (issubclass(t, _Tracer) and _traced_storage(value)):
             _set_ref(obj, value)
         elif (
             metadata
@@ -228,6 +245,8 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
             # transform: its own Ref, independent of the original's. (Inside a
             # transform the copy holds the value directly; the lift writes it back.)
             _set_ref(obj, refs.new_ref(value))
+        elif metadata and metadata.get("hijax") and boxes.can_hold(value) and is_top_level():
+            _set_ref(obj, boxes.new_box(value))  # the same for a box-backed one
         else:
             _set_ref(obj, None)
             _set_slot(obj, value)
@@ -266,7 +285,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
         """Raises ``ValueError`` if ``value`` cannot replace the value (a Ref-backed
         Variable keeps its shape and dtype); used before any write is made."""
         ref = self._var_ref
-        if ref is not None and value is not ref:
+        if ref is not None and value is not ref and refs.is_ref(ref):
             refs.check_fits(type(self).__name__, ref, value)
 
     # -- value ------------------------------------------------------------------
@@ -285,7 +304,12 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
         if index is MISSING:
             return self.raw_value
         ref = self._var_ref
-        return (self.raw_value if ref is None else ref)[index]  # type: ignore[index]
+        if ref is not None and refs.is_ref(ref):
+            return ref[index]
+        value = self.raw_value
+        if index is Ellipsis and "hijax" in self._var_metadata and boxes.fits(value):
+            return value  # a hijax pytree (in its box, or its copy inside a transform)
+        return value[index]  # type: ignore[index]
 
     def set_value(self, value: A, *, index: Any = MISSING) -> None:
         """Replaces the value (``v[...] = value``), or ``value[index]`` only.
@@ -305,6 +329,14 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
             if index is not MISSING:
                 value = _updated(self.raw_value, index, value, self)
             _set_slot(self, value)
+            return
+        if not refs.is_ref(ref):  # a box: its content is replaced as a whole
+            if boxes.is_box(value):
+                value = boxes.read(value)
+            if index is not MISSING and index is not Ellipsis:
+                value = _updated(boxes.read(ref), index, value, self)
+            captured = self._var_trace != current_trace()
+            boxes.write(type(self).__name__, ref, value, captured)
             return
         if index is MISSING:
             if value is ref:
@@ -329,7 +361,8 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
         return dict(self._var_metadata)
 
     def get_raw_value(self) -> Any:
-        """The storage: the ``jax.Ref`` of a Ref-backed Variable, else the value."""
+        """The storage: the ``jax.Ref`` of a Ref-backed Variable, the box of a
+        box-backed one, else the value."""
         ref = self._var_ref
         return self.raw_value if ref is None else ref
 
@@ -377,7 +410,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
             ref = object.__getattribute__(self, "_var_ref")
             if ref is None:
                 raise AttributeError(name)
-            return ref[...]
+            return ref.get() if boxes.is_box(ref) else ref[...]
         if name in _INTERNAL or name.startswith("__"):
             raise AttributeError(name)
         metadata = object.__getattribute__(self, "_var_metadata")
@@ -385,7 +418,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
             return metadata[name]
         if name in _REF_ATTRIBUTES:
             ref = object.__getattribute__(self, "_var_ref")
-            if ref is not None:  # read from the Ref, without copying its content
+            if ref is not None and refs.is_ref(ref):  # read without copying the content
                 return getattr(ref, name)
         return getattr(self.raw_value, name)
 
@@ -399,46 +432,6 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Gene
 
     def __delattr__(self, name: str) -> None:
         self.del_metadata(name)
-
-    # -- axis metadata -------------------------------------------------------------
-    def add_axis(self, axis_index: int, axis_name: Any) -> None:
-        """The hook a transform calls after adding an axis at ``axis_index`` (``vmap``'s
-        ``out_axes``, ``scan``'s stacked outputs), once the per-axis metadata
-        (sharding names…) already has it (``flaxgraph/variablelib/axes.py``).
-
-        Args:
-          axis_index: the position of the new axis.
-          axis_name: the transform's partition name (``transform_metadata[
-            nnx.PARTITION_NAME]``), or ``None``. A *mapping* here (flaxgraph's
-            older form, ``v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})``) inserts
-            the axis into the metadata instead, as a transform does.
-
-        The base hook does nothing else; subclasses override it to react (and
-        should call ``super().add_axis(axis_index, axis_name)``). ``add_axis`` and
-        ``remove_axis`` must be inverses.
-
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> v = nnx.Param(jnp.ones((2, 3)), sharding=('a', 'b'))
-          >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
-          >>> v.sharding
-          ('batch', 'a', 'b')
-
-        Source: Flax NNX 0.12 ``Variable.add_axis(axis_index, axis_name)``.
-        """
-        if isinstance(axis_name, Mapping):
-            axes.insert_axis_metadata(self, axis_index, axis_name)
-
-    def remove_axis(self, axis_index: int, axis_name: Any) -> None:
-        """The hook a transform calls after removing the axis at ``axis_index``
-        (inverse of ``add_axis``; a mapping as ``axis_name`` removes the axis from
-        the metadata, as a transform does).
-
-        Source: Flax NNX 0.12 ``Variable.remove_axis(axis_index, axis_name)``.
-        """
-        if isinstance(axis_name, Mapping):
-            axes.drop_axis_metadata(self, axis_index, axis_name)
 
     __hash__ = object.__hash__  # identity: Variables are references
 
@@ -472,24 +465,45 @@ def _set_value(v: Variable[Any], value: Any) -> None:
     ref = v._var_ref
     if ref is None:
         _set_slot(v, value)
-    elif value is not ref:
+    elif value is ref:
+        return
+    elif refs.is_ref(ref):
         value = value[...] if refs.is_ref(value) else value
         refs.write(type(v).__name__, ref, ..., value, v._var_trace != current_trace())
+    else:  # a box
+        value = boxes.read(value) if boxes.is_box(value) else value
+        boxes.write(type(v).__name__, ref, value, v._var_trace != current_trace())
 
 
 def is_ref_backed(v: Variable[Any]) -> bool:
-    """Whether ``v`` keeps its value in a ``jax.Ref`` (the fast path of the
-    transforms writes slots directly, so it leaves such graphs to the general path)."""
+    """Whether ``v`` keeps its value in a ``jax.Ref`` or a box (not in its slot):
+    reads and writes go through the storage (see ``is_box_backed``)."""
     return v._var_ref is not None
 
 
+def is_box_backed(v: Variable[Any]) -> bool:
+    """Whether ``v`` is a hijax Variable keeping a pytree value in a box
+    (``flaxgraph/variablelib/boxes.py``); the transforms' fast path, which reads and
+    installs Ref arrays directly, leaves graphs holding such Variables to the
+    general path."""
+    ref = v._var_ref
+    return ref is not None and boxes.is_box(ref)
+
+
 def _updated(current: Any, index: Any, value: Any, v: Variable[Any]) -> Any:
-    """``current`` with ``current[index] = value``: functional for JAX arrays, in
-    place for mutable containers (NumPy arrays, lists, dicts)."""
+    """``current`` with ``current[index] = value``: functional for JAX arrays, a new
+    container for dicts and lists (so a changed value is a new object: the
+    transforms tell unchanged values by identity; Flax's ``get_value`` hands out
+    copies anyway), in place for other mutable values (NumPy arrays)."""
     if isinstance(current, jax.Array):
         return current.at[index].set(value)
+    if type(current) in _COPIED_CONTAINERS:
+        current = type(current)(current)
     current[index] = value
     return current
+
+
+_COPIED_CONTAINERS = (dict, list)
 
 
 def _value_summary(value: Any) -> str:
@@ -502,7 +516,13 @@ def _value_summary(value: Any) -> str:
 
 _VALUE_KEY = jax.tree_util.GetAttrKey("value")
 _REF_TYPE = jax.Ref
+_BOX_TYPE = boxes.BOX_TYPE
 _Tracer = jax.core.Tracer
+
+
+def _traced_storage(value: Any) -> bool:
+    """Whether the tracer ``value`` is a traced Ref or box."""
+    return refs.is_ref(value) or boxes.is_box(value)
 
 
 def _tree_flatten(v: Variable[Any]) -> tuple[tuple[Any], dict[str, Any]]:

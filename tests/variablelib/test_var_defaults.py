@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import pytest
 
 import flaxgraph as nnx
+from flaxgraph.variablelib import boxes
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS, VarDefaults
 
 
@@ -56,9 +57,25 @@ def test_explicit_argument_beats_default():
 
 def test_default_ref_skips_values_that_cannot_live_in_a_ref():
     with nnx.var_defaults(ref=True, hijax=True):
-        for value in (None, [1, 2], "s", {"a": 1}):
+        for value in (None, "s"):
             v = nnx.Variable(value)
             assert not v.ref and not v.hijax and v.get_raw_value() is value
+    with nnx.var_defaults(ref=True):
+        for value in ([1, 2], {"a": 1}):
+            v = nnx.Variable(value)
+            assert not v.ref and not v.hijax and v.get_raw_value() is value
+
+
+def test_default_hijax_puts_pytree_values_in_a_box():
+    # var_defaults(hijax=True) applies to pytree values too (Flax NNX 0.12): they live
+    # in a box; a default ref=True does not apply to them (a Ref holds one array).
+    if not boxes.AVAILABLE:
+        pytest.skip(boxes.UNAVAILABLE_REASON)
+    with nnx.var_defaults(ref=True, hijax=True):
+        for value in ([1, 2], {"a": 1}, {}):
+            v = nnx.Variable(value)
+            assert v.hijax and not v.ref and boxes.is_box(v.get_raw_value())
+            assert jax.tree.map(int, v[...]) == value
 
 
 def test_model_built_under_defaults_is_ref_backed():

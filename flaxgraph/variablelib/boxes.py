@@ -1,0 +1,211 @@
+"""Box storage for hijax Variables whose value is a pytree (a dict, a list…).
+
+A ``jax.Ref`` holds one array of a fixed shape and dtype, so a ``hijax=True``
+Variable holding ``{'a': x, 'b': y}`` (or an empty ``{}`` to be filled later)
+cannot live in one. JAX has a mutable *box* type for this: ``Box(value)`` holds
+any pytree of arrays, ``box.get()`` reads it and ``box.set(new)`` replaces it,
+structure included. Plain ``jax.jit`` accepts a box as an argument, reads and
+replaces its content inside the trace and writes the result back into the
+caller's box when the call returns; ``jax.lax.scan`` bodies may write a box they
+close over. A hijax Variable with a pytree value keeps that value in a box the
+way an array-valued one keeps it in a Ref (see ``flaxgraph/variablelib/variable.py``).
+
+JAX 0.10 does not export the box publicly (it lives in ``jax._src.hijax``);
+this file is the one place in flaxgraph that touches it, and it is feature-
+detected: where this JAX lacks it, ``AVAILABLE`` is ``False``, ``fits`` refuses
+every value, and a ``hijax=True`` Variable with a pytree value raises the
+``TypeError`` it always did, saying why.
+
+Two faults of JAX 0.10's box under raw ``jax.jit`` are worked around in ``write``
+(both also hit a bare box): a box whose structure returns to one it had earlier
+in the same trace (keys ``{a}``, ``{b}``, then ``{a}`` again) and a constant
+written into a box then read back in the same trace both fail to lower inside JAX.
+(Inside ``nnx.jit`` the Variable holds its pytree directly and meets neither.)
+
+  >>> import jax, jax.numpy as jnp
+  >>> from flaxgraph.variablelib import boxes
+  >>> b = boxes.new_box({'a': jnp.array(0)})
+  >>> jax.jit(lambda b: b.set({**b.get(), 's': jnp.ones(2).sum()}))(b)
+  >>> sorted(boxes.read(b))
+  ['a', 's']
+
+Source: JAX's hijax box (``jax._src.hijax.Box``, JAX 0.10), as Flax NNX 0.12
+uses it for hijax Variables holding pytrees ("Hijax" guide; the tests
+``test_pytree_value`` and ``test_hijax_dynamic_structure``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flaxgraph.errors import TraceContextError
+from flaxgraph.tracing import is_top_level
+
+try:  # private in JAX 0.10: feature-detected, see the module docstring
+    from jax._src.hijax import Box as _Box
+    from jax._src.hijax import BoxTy as _BoxTy
+    from jax._src.hijax import BoxTypeState as _BoxTypeState
+except ImportError:  # pragma: no cover - depends on the installed JAX
+    _Box = None
+    _BoxTy = None
+    _BoxTypeState = None
+try:
+    from jax._src.core import Literal as _Literal
+except ImportError:  # pragma: no cover - depends on the installed JAX
+    _Literal = None
+
+AVAILABLE: bool = _Box is not None and _BoxTy is not None
+"""Whether this JAX has the box type (fixed at import; not a setting)."""
+
+BOX_TYPE: type | None = _Box if AVAILABLE else None
+"""The concrete box class (``None`` without it), for ``type(x) is BOX_TYPE`` checks."""
+
+UNAVAILABLE_REASON = (
+    "this JAX has no mutable box type (jax._src.hijax.Box, JAX 0.10), which a hijax "
+    "Variable needs to hold a pytree value"
+)
+
+_Tracer = jax.core.Tracer
+_SCALARS = (bool, int, float, complex, np.generic)
+
+
+def is_box(value: Any) -> bool:
+    """Whether ``value`` is a box (a concrete one, or a traced one inside a JAX
+    transform). Cheap for everything else: one type check for non-tracers."""
+    if not AVAILABLE:
+        return False
+    t = type(value)
+    if t is _Box:
+        return True
+    return issubclass(t, _Tracer) and isinstance(getattr(value, "aval", None), _BoxTy)
+
+
+def fits(value: Any) -> bool:
+    """Whether a hijax Variable keeps ``value`` in a box: a container pytree (not an
+    array, a number or ``None``) whose leaves are all arrays, numbers or tracers.
+    ``{}`` and ``[]`` fit (a box may start empty and gain entries)."""
+    if not AVAILABLE or value is None or isinstance(value, (jax.Array, np.ndarray, *_SCALARS)):
+        return False
+    leaves, treedef = jax.tree_util.tree_flatten(value)
+    if treedef.num_nodes == 1 and treedef.num_leaves == 1:
+        return False  # the value is a leaf itself (a string, an object…)
+    return all(isinstance(x, (jax.Array, np.ndarray, *_SCALARS)) for x in leaves)
+
+
+def can_hold(value: Any) -> bool:
+    """Whether a *concrete* box can be made for ``value`` now: it ``fits`` and
+    holds no tracer (inside a transform the Variable holds the value directly)."""
+    return fits(value) and not any(isinstance(x, _Tracer) for x in jax.tree_util.tree_leaves(value))
+
+
+def new_box(value: Any) -> Any:
+    """A new box holding ``value`` (see ``can_hold``); Python and NumPy numbers
+    become JAX arrays, as in a ``jax.Ref``."""
+    assert _Box is not None
+    return _Box(jax.tree_util.tree_map(_as_array, value))
+
+
+def _as_array(x: Any) -> Any:
+    return x if isinstance(x, jax.Array) else jnp.asarray(x)
+
+
+def _traced(x: Any) -> Any:
+    # JAX 0.10 loses a constant written into a box inside a trace (reading it back
+    # in the same trace fails to lower): a concrete array, or a tracer standing for a
+    # literal (``jnp.array(2)`` under jit). An identity operation makes it a value
+    # the trace computes.
+    if isinstance(x, _Tracer) and (
+        _Literal is None or type(getattr(x, "val", None)) is not _Literal
+    ):
+        return x
+    return jax.lax.optimization_barrier(x)
+
+
+def read(box: Any) -> Any:
+    """The box's content: a fresh container each call (mutating it does not change
+    the box; write with ``write``)."""
+    return box.get()
+
+
+def describe(kind: str, box: Any) -> str:
+    """``"Variable(box of dict)"``: how messages name a box-backed Variable."""
+    try:
+        content = type(box.get()).__name__
+    except Exception:  # a box JAX will not read here
+        content = "pytree"
+    return f"{kind}(box of {content})"
+
+
+def no_storage_message(kind: str, value: Any, hijax: bool) -> str:
+    """Why ``Variable(value, ref=True/hijax=True)`` cannot store ``value``, and the fix."""
+    what = type(value).__name__
+    if hijax and not AVAILABLE and value is not None and not isinstance(value, str):
+        return (
+            f"{kind}(..., hijax=True) cannot hold a {what}: {UNAVAILABLE_REASON}; "
+            "a jax.Ref holds one array only.\nFix: use a JAX version with the hijax box "
+            "(0.10), pass an array, or leave hijax False for this Variable."
+        )
+    return (
+        f"{kind}(..., ref=True/hijax=True) needs an array or a number to put in a "
+        f"jax.Ref (or, with hijax=True, a dict/list/pytree of arrays to put in a box), "
+        f"got a {what}.\nFix: pass an array (or a pytree of arrays with hijax=True), "
+        "or leave ref/hijax False for this Variable."
+    )
+
+
+def _set(box: Any, value: Any) -> None:
+    """``box.set(value)``, keeping a traced box's record of its structure right.
+
+    JAX 0.10 records a traced box's structure (its leaves' types and tree) when it
+    evaluates ``box.set`` abstractly, and caches that evaluation: a set repeating an
+    earlier one of the same trace (structures A, B, then A again) hits the cache and
+    leaves the record at B, so the trace then reads the box wrongly and fails to
+    lower. After the set, the record is made what the evaluation records; nothing
+    changes where it already is (every other case)."""
+    box.set(value)
+    record = getattr(box, "mutable_qdd", None)  # only on a box traced as an argument
+    if record is None or _BoxTypeState is None:
+        return
+    leaves, treedef = jax.tree_util.tree_flatten(value)
+    state = _BoxTypeState(tuple(jax.typeof(x) for x in leaves), treedef)
+    if record.cur_val != state:
+        record.update(state)
+
+
+def write(kind: str, box: Any, value: Any, captured: bool) -> None:
+    """Replaces the box's content by ``value``; ``captured`` says the Variable
+    belongs to an outer trace.
+
+    Raises:
+      TraceContextError (a ``ValueError``): JAX refused the write (a value written
+        under ``grad``/``vmap`` into a box created outside that transform).
+      TypeError: ``value`` holds something that is not a JAX value (a string…).
+    """
+    value = jax.tree_util.tree_map(_as_array, value)
+    if not is_top_level():
+        value = jax.tree_util.tree_map(_traced, value)
+    if not captured:
+        _set(box, value)
+        return
+    old = box.get()
+    try:
+        _set(box, value)
+    except TypeError:
+        raise
+    except Exception as error:  # JAX raises a plain Exception/NotImplementedError here
+        try:  # under grad JAX may have written the primal before refusing the tangent
+            box.set(old)
+        except Exception:
+            pass
+        raise TraceContextError(
+            f"Cannot write into the hijax {describe(kind, box)} from inside this "
+            "transform: it was created outside and captured by closure, and JAX only lets "
+            "a box captured this way be written under jit or scan, not with a value that "
+            f"is differentiated or vmapped ({type(error).__name__}: {error}).\nFix: pass "
+            "the object that holds it as an argument of the transformed function (e.g. "
+            "`nnx.vmap(f)(model, x)` instead of using `model` from the enclosing scope)."
+        ) from error
