@@ -89,8 +89,9 @@ def with_vars(
     Raises:
       ValueError: a selected Variable is shared (several paths) and
         ``allow_duplicates`` is False; the message lists the paths.
-      TypeError: a flag is not a ``bool``/``None``; ``ref``/``hijax`` asked for a
-        Variable whose value is not an array or number.
+      TypeError: a flag is not a ``bool``/``None``; ``ref`` asked for a Variable
+        whose value is not an array or number, or ``hijax`` for one whose value is
+        not an array, a number or a pytree of arrays (kept in JAX's box).
 
     Example::
 
