@@ -21,7 +21,9 @@ on a busy machine disturb far less than wall time:
 * per-object costs at one L: ``jax.tree.flatten`` / ``jax.tree.unflatten`` of the
   Module (µs per graph object: Modules and Variables for flaxgraph and NNX,
   Modules and arrays for Equinox, arrays for the dict), and
-  ``tree_flatten_with_path`` against ``tree_flatten`` of the model's State; and
+  ``tree_flatten_with_path`` against ``tree_flatten`` of the model's State, and
+  ``jax.tree.unflatten`` of it (what the split pattern pays for the State a step
+  returns); and
   the steps of the split pattern around one call (``split``, ``merge(copy=False)``,
   ``update`` of the returned State, flatten of the State), per object;
 * the floor JAX's pytree protocol sets, per node of a list of 1,000 one-child nodes:
@@ -264,7 +266,11 @@ def per_object(num_layers: int, settings: Settings, nnx: Any, eqx: Any) -> dict[
     if nnx is not None:
         states["nnx"] = nnx.state(trees["nnx"][0])
     for name, state in states.items():
+        state_leaves, state_treedef = jax.tree.flatten(state)
         calls[f"state_flatten/{name}"] = lambda s=state: jax.tree.flatten(s)
+        calls[f"state_unflatten/{name}"] = lambda d=state_treedef, v=state_leaves: (
+            jax.tree.unflatten(d, v)
+        )
         calls[f"state_flatten_with_path/{name}"] = lambda s=state: (
             jax.tree_util.tree_flatten_with_path(s)
         )
