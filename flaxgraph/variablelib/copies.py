@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import jax
 
 from flaxgraph.variablelib import boxes, refs
-from flaxgraph.variablelib.metadata_ops import FLAG_KEYS, MISSING
+from flaxgraph.variablelib.metadata_ops import FLAG_KEYS, MISSING, store_flags
 
 V = TypeVar("V", bound="VariableCopies")
 
@@ -77,12 +77,7 @@ class VariableCopies:
                 + ("" if boxes.AVAILABLE else f", but {boxes.UNAVAILABLE_REASON}")
                 + ")."
             )
-        if ref:
-            metadata["ref"] = True
-        if hijax:
-            metadata["hijax"] = True
-        if not mutable:
-            metadata["mutable"] = False
+        store_flags(metadata, ref, hijax, mutable)
         return type(self)._from_parts(value, metadata)
 
     @classmethod

@@ -19,6 +19,17 @@ FLAG_KEYS = ("ref", "hijax", "mutable")
 """Metadata names reserved for the construction flags (set them with ``with_vars``)."""
 
 
+def store_flags(metadata: dict[str, Any], ref: bool, hijax: bool, mutable: bool) -> None:
+    """Writes the flags that differ from the defaults into ``metadata`` (a Variable's
+    metadata holds ``ref=True``, ``hijax=True`` and ``mutable=False`` only when set)."""
+    if ref:
+        metadata["ref"] = True
+    if hijax:
+        metadata["hijax"] = True
+    if not mutable:
+        metadata["mutable"] = False
+
+
 class _Missing:
     def __repr__(self) -> str:
         return "MISSING"

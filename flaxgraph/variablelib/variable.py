@@ -77,7 +77,7 @@ from flaxgraph.variablelib.copies import VariableCopies
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
 from flaxgraph.variablelib.metadata_ops import FLAG_KEYS as FLAG_KEYS
 from flaxgraph.variablelib.metadata_ops import MISSING as MISSING
-from flaxgraph.variablelib.metadata_ops import MetadataOps
+from flaxgraph.variablelib.metadata_ops import MetadataOps, store_flags
 from flaxgraph.variablelib.state_methods import VariableStateMethods
 from flaxgraph.variablelib.value_ops import ValueOps
 
@@ -213,12 +213,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
                 raise TypeError(boxes.no_storage_message(type(self).__name__, value, hijax))
             else:
                 ref = hijax = False  # the default asked for a Ref this value cannot use
-        if ref:
-            metadata["ref"] = True
-        if hijax:
-            metadata["hijax"] = True
-        if not mutable:
-            metadata["mutable"] = False
+        store_flags(metadata, ref, hijax, mutable)
         object.__setattr__(self, "_var_metadata", metadata)
         object.__setattr__(self, "_var_ref", storage)
         if storage is None:
