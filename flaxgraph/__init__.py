@@ -174,10 +174,10 @@ from flaxgraph.pytreelib.attribute_kinds import has_data as has_data
 from flaxgraph.pytreelib.attribute_kinds import is_data as is_data
 from flaxgraph.pytreelib.attribute_kinds import register_data_type as register_data_type
 from flaxgraph.pytreelib.attribute_kinds import static as static
+from flaxgraph.pytreelib.declarations import check_pytree as check_pytree
+from flaxgraph.pytreelib.declarations import dataclass as dataclass
 from flaxgraph.pytreelib.objects import Object as Object
 from flaxgraph.pytreelib.objects import Pytree as Pytree
-from flaxgraph.pytreelib.objects import check_pytree as check_pytree
-from flaxgraph.pytreelib.objects import dataclass as dataclass
 from flaxgraph.rnglib.rngs import RngCount as RngCount
 from flaxgraph.rnglib.rngs import RngKey as RngKey
 from flaxgraph.rnglib.rngs import Rngs as Rngs

@@ -1,9 +1,10 @@
 """Pytree/Object: the reference-semantics base class, a graph node *and* a JAX pytree.
 
 ``objects`` defines ``Pytree``/``Object`` (attributes split into data and static,
-the trace an object was created in, the structure version the fast path checks),
-``check_pytree`` and ``dataclass``; ``attribute_kinds`` the ``data``/``static``
-markers and the data-type registry.
+the trace an object was created in, the structure version the fast path checks);
+``tree_layout`` the cached pytree view; ``declarations`` ``check_pytree`` and
+``dataclass``; ``attribute_kinds`` the ``data``/``static`` markers and the data-type
+registry.
 
 This package is Flax NNX's ``pytreelib`` module map (``nnx.object`` is an alias,
 as in Flax).
@@ -16,7 +17,7 @@ from flaxgraph.pytreelib.attribute_kinds import has_data as has_data
 from flaxgraph.pytreelib.attribute_kinds import is_data as is_data
 from flaxgraph.pytreelib.attribute_kinds import register_data_type as register_data_type
 from flaxgraph.pytreelib.attribute_kinds import static as static
+from flaxgraph.pytreelib.declarations import check_pytree as check_pytree
+from flaxgraph.pytreelib.declarations import dataclass as dataclass
 from flaxgraph.pytreelib.objects import Object as Object
 from flaxgraph.pytreelib.objects import Pytree as Pytree
-from flaxgraph.pytreelib.objects import check_pytree as check_pytree
-from flaxgraph.pytreelib.objects import dataclass as dataclass

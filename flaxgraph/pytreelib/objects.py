@@ -35,9 +35,8 @@ Source: Flax NNX 0.12 ``nnx.Pytree``/``nnx.Object``, ``nnx.data``/``nnx.static``
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, TypeVar
+from typing import Any
 
 import jax
 
@@ -65,8 +64,6 @@ from flaxgraph.pytreelib.tree_layout import Aux, Layout, is_stable
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace
 from flaxgraph.variablelib.variable import Variable
-
-T = TypeVar("T")
 
 
 class Pytree:
@@ -487,122 +484,10 @@ class Object(Pytree, pytree=False):
     """
 
 
-def check_pytree(pytree: Any) -> None:
-    """Checks that no attribute of ``pytree`` marked static (``nnx.static``) holds data
-    (arrays, Variables, graph nodes), which would silently be baked into the
-    GraphDef and the pytree's static part.
-
-    Assignment already refuses such values (as in Flax NNX 0.12); this check is for
-    attributes stored without ``__setattr__`` (``vars(obj).update(...)``).
-
-    Raises:
-      TypeError: ``pytree`` is not a ``Pytree``.
-      ValueError: a static attribute holds data; the message names the attribute,
-        the data types found and the fixes.
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Bad(nnx.Pytree):
-      ...   table: list = nnx.static()
-      >>> bad = Bad()
-      >>> vars(bad).update(table=[jnp.ones(1)])
-      >>> try:
-      ...   nnx.check_pytree(bad)
-      ... except ValueError as e:
-      ...   print(str(e).splitlines()[0])
-      The static attribute Bad.table holds data (ArrayImpl).
-
-    Source: Flax NNX 0.12 ``nnx.check_pytree``.
-    """
-    if not isinstance(pytree, Pytree):
-        raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(pytree).__name__}.")
-    forced = dict(pytree._obj_kinds)
-    for name, value in _sorted_items(pytree):
-        if forced.get(name) != _STATIC:
-            continue
-        found = has_data(value)
-        if found:
-            kinds = ", ".join(sorted({type(x).__name__ for x in found}))
-            raise ValueError(
-                f"The static attribute {type(pytree).__name__}.{name} holds data ({kinds}).\n"
-                f"Fix: 1. if it is meant to be data, assign it with nnx.data(...) (or "
-                f"declare `{name}: ... = nnx.data()` on the class); 2. if it is meant to "
-                "be static, remove the arrays/Variables from it."
-            )
-
-
-_DATACLASS_OPTIONS = (
-    "init",
-    "eq",
-    "order",
-    "unsafe_hash",
-    "match_args",
-    "kw_only",
-    "slots",
-    "weakref_slot",
-)
-
-
-def dataclass(
-    cls: type[T] | None = None,
-    /,
-    *,
-    init: bool = True,
-    eq: bool = True,
-    order: bool = False,
-    unsafe_hash: bool = False,
-    match_args: bool = True,
-    kw_only: bool = False,
-    slots: bool = False,
-    weakref_slot: bool = False,
-) -> Any:
-    """``dataclasses.dataclass`` for ``Pytree`` subclasses: fields declared with
-    ``nnx.data()``/``nnx.static()`` get that kind, other fields the automatic one.
-
-    Args:
-      cls: the class (or ``None`` when used as ``@nnx.dataclass(...)``).
-      init, eq, order, unsafe_hash, match_args, kw_only, slots, weakref_slot: as
-        for ``dataclasses.dataclass``.
-
-    Raises:
-      TypeError: ``cls`` is not a ``Pytree`` subclass.
-
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> @nnx.dataclass
-      ... class Point(nnx.Pytree):
-      ...   x: jax.Array
-      ...   label: str = nnx.static(default='p')
-      ...   steps: int = nnx.data(default=0)
-      >>> jax.tree.leaves(Point(jnp.zeros(2)))      # attributes in name order
-      [0, Array([0., 0.], dtype=float32)]
-
-    Source: Flax NNX 0.12 ``nnx.dataclass``.
-    """
-    options = dict(zip(_DATACLASS_OPTIONS, (init, eq, order, unsafe_hash, match_args)))
-    options.update(kw_only=kw_only, slots=slots, weakref_slot=weakref_slot)
-
-    def wrap(klass: type[T]) -> type[T]:
-        if not (isinstance(klass, type) and issubclass(klass, Pytree)):
-            raise TypeError(
-                f"nnx.dataclass is for nnx.Pytree subclasses, got {klass!r}.\nFix: derive "
-                "the class from nnx.Pytree (or nnx.Module)."
-            )
-        new = dataclasses.dataclass(klass, **options)  # type: ignore[call-overload]
-        new._obj_class_kinds = _class_kinds(new)
-        return new  # type: ignore[no-any-return]
-
-    return wrap if cls is None else wrap(cls)
-
-
 __all__ = [
     "Object",
     "Pytree",
-    "check_pytree",
     "data",  # defined in attribute_kinds; importable from here too
-    "dataclass",
     "static",
     "structure_version",
 ]
