@@ -31,6 +31,7 @@ from flaxgraph.filterlib import (
 )
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.state_members import FlatStateMembers, StateMembers
+from flaxgraph.state_pytree import state_pytree_functions
 from flaxgraph.variablelib.variable import Variable
 
 Key = Hashable
@@ -539,61 +540,11 @@ def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
     }
 
 
-class _Keys(tuple):  # type: ignore[type-arg]
-    """A State's keys as its treedef's aux data (equal to the plain tuple), with the
-    JAX keys of its children (``DictKey``), made once per key set."""
-
-    dict_keys: tuple[Any, ...] = ()
-
-
-def _keys_of(state: State) -> _Keys:
-    """The State's ``_Keys``: cached on the State while its keys stay the same (a
-    State made by unflatten starts with its treedef's)."""
-    keys = tuple(state._mapping)
-    try:
-        cached = state._state_keys
-    except AttributeError:
-        cached = None
-    if cached is None or cached != keys:
-        cached = _Keys(keys)
-        cached.dict_keys = tuple(map(jax.tree_util.DictKey, keys))
-        _set_keys(state, cached)
-    return cached
-
-
-def _state_flatten_with_keys(state: State) -> Any:
-    keys = _keys_of(state)
-    return list(zip(keys.dict_keys, state._mapping.values())), keys
-
-
-def _state_flatten(state: State) -> Any:
-    # _keys_of inlined for the common case (the cached keys still hold): this runs
-    # once per nested State on every jax.tree.flatten / jax.jit call.
-    mapping = state._mapping
-    keys = tuple(mapping)
-    try:
-        cached = state._state_keys
-    except AttributeError:  # a State built without __init__ (see _keys_of)
-        cached = None
-    if cached is not None and cached == keys:
-        return tuple(mapping.values()), cached
-    return tuple(mapping.values()), _keys_of(state)
-
-
 _set_mapping = State._mapping.__set__  # type: ignore[attr-defined]
 _set_keys = State._state_keys.__set__  # type: ignore[attr-defined]
 
-
-def _state_unflatten(keys: tuple[Key, ...], children: Iterable[Any]) -> State:
-    state = object.__new__(State)
-    _set_mapping(state, dict(zip(keys, children)))
-    _set_keys(state, keys if type(keys) is _Keys else None)
-    return state
-
-
-jax.tree_util.register_pytree_with_keys(
-    State, _state_flatten_with_keys, _state_unflatten, _state_flatten
-)
+# A State is a pytree whose children are its entries (flaxgraph/state_pytree.py).
+jax.tree_util.register_pytree_with_keys(State, *state_pytree_functions(State))
 # A FlatState is a pytree too (as in Flax NNX 0.12): its leaves are the pairs' leaves,
 # its paths are static.
 jax.tree_util.register_pytree_with_keys(

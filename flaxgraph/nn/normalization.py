@@ -1,5 +1,4 @@
-"""Normalization layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``,
-``BatchNorm``.
+"""Normalization layers (``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``, ``BatchNorm``).
 
 Each standardizes its inputs over some axes and applies a learned per-feature
 ``scale`` (and, except ``RMSNorm``, ``bias``)::

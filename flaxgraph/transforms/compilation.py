@@ -33,8 +33,9 @@ from flaxgraph.transforms.calls import (
 )
 from flaxgraph.transforms.compiled import Compiled, Lowered
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
-from flaxgraph.transforms.lift import Inner, InStatic, prefix_keys, split_inputs
+from flaxgraph.transforms.lift import Inner, InStatic, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
+from flaxgraph.transforms.prefix_groups import prefix_keys
 
 
 class _Unspecified:

@@ -55,11 +55,10 @@ from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.graphlib.walk import shared_variables_message
 from flaxgraph.modes import DEFAULT, Mode
-from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk, with_duplicates_line
-from flaxgraph.transforms.lift_types import object_prefix
 from flaxgraph.transforms.locate import locate_module
+from flaxgraph.transforms.prefix_groups import group_index, same_prefix
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
@@ -152,59 +151,6 @@ class OutStatic(_Frozen):
         # fast path may then write values in place instead of rebuilding the graph.
         object.__setattr__(self, "inputs_kept", inputs_kept)
         object.__setattr__(self, "plan", None)  # the fast path's compiled write-back
-
-
-def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
-    """The distinct plain prefixes found in prefix trees (lift types included), in
-    order of first appearance: the groups a transform's leaves can fall into."""
-    keys: list[Any] = []
-
-    def add(p: Any) -> None:
-        if not any(_same(p, k) for k in keys):
-            keys.append(p)
-
-    def go(t: Any) -> None:
-        if spec.is_leaf(t):
-            add(t)
-        elif isinstance(t, State):
-            for leaf in t.flat_state().leaves:
-                go(leaf.raw_value if isinstance(leaf, Variable) else leaf)
-        elif spec.lift_type is not None and isinstance(t, spec.lift_type):
-            for p in t.prefixes:  # type: ignore[attr-defined]
-                go(p)
-            leaf = getattr(t, "leaf_prefix", None)
-            if leaf is not None and spec.is_leaf(leaf):
-                add(leaf)
-        elif (mapping := object_prefix(t, graph=False)) is not None:
-            for p in mapping.prefixes:
-                if spec.is_leaf(p):
-                    add(p)
-        elif isinstance(t, (tuple, list)):
-            for x in t:
-                go(x)
-        elif isinstance(t, dict):
-            for x in t.values():
-                go(x)
-
-    for tree in trees:
-        go(tree)
-    return keys
-
-
-def _same(a: Any, b: Any) -> bool:
-    return a is b or (type(a) is type(b) and a == b)
-
-
-def group_index(prefix: Any, keys: Sequence[Any]) -> int:
-    """The position of ``prefix`` among the group keys ``keys``.
-
-    Raises:
-      ValueError: ``prefix`` is not one of them (an internal error).
-    """
-    for i, k in enumerate(keys):
-        if _same(prefix, k):
-            return i
-    raise ValueError(f"Internal error: prefix {prefix!r} is not among the groups {keys!r}")
 
 
 @dataclasses.dataclass
@@ -442,7 +388,7 @@ class Inner:
     f: Callable[..., Any]
     out_spec: PrefixSpec
     out_keys: Sequence[Any]
-    same_prefix: Callable[[Any, Any], bool] = _same
+    same_prefix: Callable[[Any, Any], bool] = same_prefix
     on_inputs: Callable[[list[Any], list[Any]], None] | None = None
     on_output_leaf: Callable[[Any, Any], None] | None = None
     record_kept: bool = False

@@ -41,9 +41,9 @@ from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
-from flaxgraph.transforms.lift import prefix_keys
 from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.lifted_call import LiftedCall
+from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.scan_axes import Carry
 from flaxgraph.transforms.vmap import AxisMetadata, _is_axis, args_prefix
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable

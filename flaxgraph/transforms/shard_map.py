@@ -41,8 +41,9 @@ from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, k
 from flaxgraph.transforms.calls import bind, decorator, unbind
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
-from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, prefix_keys, split_inputs
+from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
+from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.variablelib.variable import Variable
 
 _REPLICATED = PartitionSpec()

@@ -43,11 +43,11 @@ from flaxgraph.transforms.lift import (
     InStatic,
     OutStatic,
     Static,
-    prefix_keys,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
+from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 

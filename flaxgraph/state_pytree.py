@@ -1,0 +1,76 @@
+"""A ``State`` as a JAX pytree: its entries are the children, its keys the aux data.
+
+Flattening a State (``jax.tree.flatten(state)``, ``jax.jit(f)(graphdef, state)``)
+runs once per nested State on every call, so the treedef's aux data is the keys
+tuple the State keeps between calls (a ``_Keys``, equal to the plain tuple, that
+also carries the ``DictKey`` of every entry for ``tree_flatten_with_path``); a
+State made by ``jax.tree.unflatten`` starts with its treedef's. The keys paths are
+``['layers'][0]['kernel'].value`` as for a dict of Variables.
+
+Source: Flax NNX 0.12 ``nnx.State`` (a pytree, registered with keys).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+
+
+class _Keys(tuple):  # type: ignore[type-arg]
+    """A State's keys as its treedef's aux data (equal to the plain tuple), with the
+    JAX keys of its children (``DictKey``), made once per key set."""
+
+    dict_keys: tuple[Any, ...] = ()
+
+
+def state_pytree_functions(
+    state_cls: type,
+) -> tuple[Callable[[Any], Any], Callable[[Any, Iterable[Any]], Any], Callable[[Any], Any]]:
+    """``(flatten_with_keys, unflatten, flatten)`` for ``jax.tree_util.
+    register_pytree_with_keys`` of ``state_cls`` (``statelib.State``: entries in its
+    ``_mapping`` dict, cached keys in its ``_state_keys`` slot)."""
+    set_mapping = state_cls._mapping.__set__  # type: ignore[attr-defined]
+    set_keys = state_cls._state_keys.__set__  # type: ignore[attr-defined]
+    new = object.__new__
+
+    def keys_of(state: Any) -> _Keys:
+        # cached on the State while its keys stay the same
+        keys = tuple(state._mapping)
+        try:
+            cached = state._state_keys
+        except AttributeError:  # a State built without __init__
+            cached = None
+        if cached is None or cached != keys:
+            cached = _Keys(keys)
+            cached.dict_keys = tuple(map(jax.tree_util.DictKey, keys))
+            set_keys(state, cached)
+        return cached  # type: ignore[no-any-return]
+
+    def flatten_with_keys(state: Any) -> Any:
+        keys = keys_of(state)
+        return list(zip(keys.dict_keys, state._mapping.values())), keys
+
+    def flatten(state: Any) -> Any:
+        # keys_of inlined for the common case (the cached keys still hold).
+        mapping = state._mapping
+        keys = tuple(mapping)
+        try:
+            cached = state._state_keys
+        except AttributeError:
+            cached = None
+        if cached is not None and cached == keys:
+            return tuple(mapping.values()), cached
+        return tuple(mapping.values()), keys_of(state)
+
+    def unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> Any:
+        state = new(state_cls)
+        set_mapping(state, dict(zip(keys, children)))
+        set_keys(state, keys if type(keys) is _Keys else None)
+        return state
+
+    return flatten_with_keys, unflatten, flatten
+
+
+__all__ = ["state_pytree_functions"]

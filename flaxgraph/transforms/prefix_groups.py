@@ -1,0 +1,79 @@
+"""The groups a transform's leaves fall into: the distinct plain prefixes of its
+prefix trees (``in_axes``/``out_axes``, shardings, ``in_specs``…), lift types
+(``StateAxes``, ``StateSharding``, ``DiffState``), object prefixes and States
+included, in order of first appearance; and a prefix's position among them.
+
+  >>> from flaxgraph.transforms.aliasing import PrefixSpec
+  >>> spec = PrefixSpec("in_axes", lambda x: x is None or isinstance(x, int))
+  >>> prefix_keys((0, None, 0), 1, spec=spec)
+  [0, None, 1]
+
+Source: flaxgraph DESIGN.md, "Lifting" (split out of ``lift.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flaxgraph.statelib import State
+from flaxgraph.transforms.aliasing import PrefixSpec
+from flaxgraph.transforms.lift_types import object_prefix
+from flaxgraph.variablelib.variable import Variable
+
+
+def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
+    """The distinct plain prefixes found in prefix trees (lift types included), in
+    order of first appearance: the groups a transform's leaves can fall into."""
+    keys: list[Any] = []
+
+    def add(p: Any) -> None:
+        if not any(same_prefix(p, k) for k in keys):
+            keys.append(p)
+
+    def go(t: Any) -> None:
+        if spec.is_leaf(t):
+            add(t)
+        elif isinstance(t, State):
+            for leaf in t.flat_state().leaves:
+                go(leaf.raw_value if isinstance(leaf, Variable) else leaf)
+        elif spec.lift_type is not None and isinstance(t, spec.lift_type):
+            for p in t.prefixes:  # type: ignore[attr-defined]
+                go(p)
+            leaf = getattr(t, "leaf_prefix", None)
+            if leaf is not None and spec.is_leaf(leaf):
+                add(leaf)
+        elif (mapping := object_prefix(t, graph=False)) is not None:
+            for p in mapping.prefixes:
+                if spec.is_leaf(p):
+                    add(p)
+        elif isinstance(t, (tuple, list)):
+            for x in t:
+                go(x)
+        elif isinstance(t, dict):
+            for x in t.values():
+                go(x)
+
+    for tree in trees:
+        go(tree)
+    return keys
+
+
+def same_prefix(a: Any, b: Any) -> bool:
+    """Whether two prefixes are the same group: the same object, or equal and of one type."""
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def group_index(prefix: Any, keys: Sequence[Any]) -> int:
+    """The position of ``prefix`` among the group keys ``keys``.
+
+    Raises:
+      ValueError: ``prefix`` is not one of them (an internal error).
+    """
+    for i, k in enumerate(keys):
+        if same_prefix(prefix, k):
+            return i
+    raise ValueError(f"Internal error: prefix {prefix!r} is not among the groups {keys!r}")
+
+
+__all__ = ["group_index", "prefix_keys", "same_prefix"]
