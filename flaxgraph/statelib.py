@@ -65,7 +65,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
             k: (State(v) if type(v) is dict or (isinstance(v, State) and v is not self) else v)
             for k, v in items
         }
-        self._state_keys: Any = None  # see _keys_of
+        self._state_keys: Any = None  # the pytree keys cache (state_pytree.py)
 
     @classmethod
     def _wrap(cls, mapping: dict[Key, Any]) -> State:

@@ -200,19 +200,15 @@ def join_states(states: tuple[Any, ...]) -> State | None:
             if type(current) is not State or type(v) is not State:
                 return False  # a leaf at a path of another State
             if id(current) not in owned:
-                current = dst[k] = _state_of(dict(current._mapping))
+                current = dst[k] = State._wrap(dict(current._mapping))
                 owned.add(id(current))
             if not join(current._mapping, v._mapping):
                 return False
         return True
 
-    root = _state_of(dict(states[0]._mapping))
+    root = State._wrap(dict(states[0]._mapping))
     owned.add(id(root))
     for s in states[1:]:
         if not join(root._mapping, s._mapping):
             return None
     return root
-
-
-def _state_of(mapping: dict[Any, Any]) -> State:
-    return State._wrap(mapping)

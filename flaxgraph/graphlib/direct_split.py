@@ -47,9 +47,7 @@ from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 _new = tuple.__new__
-_new_object = object.__new__
-_set_state_mapping = State._mapping.__set__  # type: ignore[attr-defined]
-_set_state_keys = State._state_keys.__set__  # type: ignore[attr-defined]
+_state = State._wrap  # a State around a dict, without checks
 _ROOT = object()
 
 
@@ -57,11 +55,15 @@ class _GiveUp(Exception):
     """The direct walk met a value only the general walk handles (with its path)."""
 
 
-def _state(mapping: dict[Any, Any]) -> State:
-    state = _new_object(State)
-    _set_state_mapping(state, mapping)
-    _set_state_keys(state, None)
-    return state
+def _metadata_key(metadata: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A Variable's non-empty metadata as the GraphDef holds it (sorted items); gives
+    up when it is unhashable (the general walk names the Variable's path)."""
+    key = tuple(sorted(metadata.items()))
+    try:
+        hash(key)
+    except TypeError:
+        raise _GiveUp from None
+    return key
 
 
 def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
@@ -105,14 +107,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
             for k, v in items:
                 if isinstance(v, Variable) and id(v) not in seen:  # inline: the common case
                     md = v._var_metadata
-                    if md:
-                        md = tuple(sorted(md.items()))
-                        try:
-                            hash(md)
-                        except TypeError:
-                            raise _GiveUp from None
-                    else:
-                        md = ()
+                    md = _metadata_key(md) if md else ()
                     i = seen[id(v)] = len(kept)
                     kept.append(v)
                     sub[k] = v
@@ -131,14 +126,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
             index = seen[id(x)] = len(kept)
             kept.append(x)
             metadata = x._var_metadata
-            if metadata:
-                metadata = tuple(sorted(metadata.items()))
-                try:
-                    hash(metadata)
-                except TypeError:
-                    raise _GiveUp from None
-            else:
-                metadata = ()
+            metadata = _metadata_key(metadata) if metadata else ()
             out[key] = x
             return _new(VariableDef, ("V", t, index, metadata))
         if t is list or t is tuple:

@@ -106,14 +106,8 @@ def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.split``.
     """
-    graph = resolve_graph(graph)
-    found = split_direct(node, graph)
-    if found is not None:
-        if not filters:
-            return found
-        return (found[0], *_filtered_states(node, found[1], filters, strict=True))
-    graphdef, leaves = flatten(node, graph=graph)
-    return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
+    graphdef, states = _split_states(node, resolve_graph(graph), filters, strict=True)
+    return (graphdef, *states)
 
 
 def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
@@ -142,15 +136,7 @@ def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.state``.
     """
-    graph = resolve_graph(graph)
-    found = split_direct(node, graph)
-    if found is not None:
-        if not filters:
-            return found[1]
-        states = _filtered_states(node, found[1], filters, strict=False)
-    else:
-        leaves = flatten(node, graph=graph)[1]
-        states = _states_from_leaves(node, leaves, filters, strict=False)
+    states = _split_states(node, resolve_graph(graph), filters, strict=False)[1]
     return states[0] if len(states) == 1 else tuple(states)
 
 
@@ -202,6 +188,20 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
     graph = resolve_graph(graph)
     found = split_direct(node, graph)
     return found[0] if found is not None else flatten(node, graph=graph)[0]
+
+
+def _split_states(
+    node: Any, graph: bool, filters: tuple[Filter, ...], strict: bool
+) -> tuple[GraphDef, list[Any]]:
+    """The GraphDef and one State per filter (one State without filters): the direct
+    walk (``direct_split.py``) where it applies, else the general walk, which raises
+    and warns naming paths."""
+    found = split_direct(node, graph)
+    if found is None:
+        graphdef, leaves = flatten(node, graph=graph)
+        return graphdef, _states_from_leaves(node, leaves, filters, strict)
+    graphdef, state = found
+    return graphdef, (_filtered_states(node, state, filters, strict) if filters else [state])
 
 
 def _filtered_states(

@@ -63,8 +63,7 @@ class ValueOps:
             # Ref keeps its shape, so a value that broadcasts fills it (NumPy's a[...] = x).
             # (A box, holding a pytree, takes the new value as it is.)
             if getattr(self, "hijax", False) and is_ref(storage) and _fills_array(self, value):
-                ref = self._var_ref  # type: ignore[attr-defined]
-                value = jnp.broadcast_to(value, ref.shape).astype(ref.dtype)
+                value = jnp.broadcast_to(value, storage.shape).astype(storage.dtype)
             self.set_value(value)
         elif key is Ellipsis and not _fills_array(self, value):
             self.set_value(value)

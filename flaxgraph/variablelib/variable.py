@@ -330,8 +330,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
                 value = boxes.read(value)
             if index is not MISSING and index is not Ellipsis:
                 value = _updated(boxes.read(ref), index, value, self)
-            captured = self._var_trace != current_trace()
-            boxes.write(type(self).__name__, ref, value, captured)
+            _set_value(self, value)
             return
         if index is MISSING:
             if value is ref:
