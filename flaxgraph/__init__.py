@@ -32,6 +32,7 @@ from flaxgraph.abstract import as_abstract as as_abstract
 from flaxgraph.abstract import get_abstract_model as get_abstract_model
 from flaxgraph.capturing import capture as capture
 from flaxgraph.config import Flag as Flag
+from flaxgraph.drop_in import install_as_flax_nnx as install_as_flax_nnx
 from flaxgraph.errors import FlaxgraphError as FlaxgraphError
 from flaxgraph.errors import GraphStructureError as GraphStructureError
 from flaxgraph.errors import IdentityHashWarning as IdentityHashWarning
@@ -281,7 +282,9 @@ def __getattr__(name: str) -> object:
         return importlib.import_module(
             "flaxgraph.bridge" if name == "bridge" else "flaxgraph.bridge.wrappers"
         )
-    raise AttributeError(f"module 'flaxgraph' has no attribute {name!r}")
+    from flaxgraph.missing_names import missing_name_error
+
+    raise missing_name_error("flaxgraph", name)
 
 
 try:
