@@ -6,8 +6,8 @@ axis (``vmap``, ``pmap``, ``scan``) keep those names in step with the value's
 rank through ``Variable.add_axis``/``remove_axis`` and their
 ``transform_metadata`` (``{nnx.PARTITION_NAME: 'layers'}``).
 
-This file also provides the *box* protocol of the axis-metadata design note
-(seed 000): an ``AxisMetadata`` box wraps a value with metadata that follows
+This file also provides the *box* protocol of the "Axis Metadata" FLIP
+flax#2434: an ``AxisMetadata`` box wraps a value with metadata that follows
 added and removed axes; ``Partitioned(value, names)`` is the sharding box and
 ``with_partitioning(init_fn, names)`` wraps an initializer so it returns one. A
 boxed initial value becomes a Variable with that metadata
@@ -17,8 +17,8 @@ From metadata to shardings: ``get_partition_spec(state)`` maps every Variable to
 ``PartitionSpec`` of its names, ``get_named_sharding(state, mesh)`` to a
 ``NamedSharding``, and ``with_sharding_constraint`` applies either inside ``jit``.
 
-Source: seed 000 (FLIP axis metadata), seed 003 ("Axis metadata"), Flax NNX
-``nnx.spmd``; shardings from ``jax.sharding``.
+Source: the "Axis Metadata" FLIP flax#2434; Flax NNX's "Transformations" guide
+("Axis metadata"); Flax NNX ``nnx.spmd``; shardings from ``jax.sharding``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class AxisMetadata(metaclass=abc.ABCMeta):
     ``add_axis`` and ``remove_axis`` return new boxes and are inverses:
     ``box.add_axis(i, p).remove_axis(i, p) == box``.
 
-    Source: seed 000.
+    Source: the "Axis Metadata" FLIP flax#2434.
     """
 
     @abc.abstractmethod
@@ -88,7 +88,7 @@ class Partitioned(AxisMetadata):
     ``Partitioned`` in the arguments or outputs gains or loses the transform's
     ``transform_metadata[PARTITION_NAME]`` at the mapped axis.
 
-    Source: seed 000 (``Partitioned``).
+    Source: the "Axis Metadata" FLIP flax#2434 (``Partitioned``).
     """
 
     __slots__ = ("value", "names", "metadata")
@@ -173,7 +173,7 @@ def with_partitioning(
       >>> nnx.Param(init(jax.random.key(0), (2, 4))).out_sharding
       (None, 'model')
 
-    Source: seed 000 (``with_partitioning``).
+    Source: the "Axis Metadata" FLIP flax#2434 (``with_partitioning``).
     """
 
     extra = {**metadata, **({"mesh": mesh} if mesh is not None else {})}

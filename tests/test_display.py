@@ -4,7 +4,7 @@ Expected texts are written from the format rules (two-space indents, counts of
 elements and bytes per Variable kind, arrays of at most 10 elements in full,
 continuation lines kept under the start of their value), with byte counts worked
 out by hand from dtypes (float32 and int32: 4 bytes, uint32: 4, a typed PRNG
-key: 8). The two Variable reprs come from the Flax NNX transforms guide (seed 003).
+key: 8). The two Variable reprs come from Flax NNX's "Transformations" guide.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ class Linear(nnx.Module):
 JAX_ROW_INDENT = 7
 
 
-# -- Variables: the seed outputs -------------------------------------------------------
+# -- Variables: the outputs the transforms guide prints -------------------------------
 
 
-def test_variable_repr_matches_seed_for_a_vector():
+def test_variable_repr_of_a_vector_lists_its_values_and_bytes():
     assert repr(Count(jnp.arange(1, 11))) == (
         "Count( # 10 (40 B)\n"
         "  value=Array([ 1,  2,  3,  4,  5,  6,  7,  8,  9, 10], dtype=int32)\n"
@@ -52,8 +52,8 @@ def test_variable_repr_matches_seed_for_a_vector():
     )
 
 
-def test_variable_repr_matches_seed_for_a_scalar():
-    # A Python int becomes a weakly typed int32 scalar, as the seed's count is.
+def test_variable_repr_of_a_python_int_is_a_weak_int32_scalar():
+    # A Python int becomes a weakly typed int32 scalar, as the guide's count is.
     assert repr(Count(jnp.asarray(1))) == (
         "Count( # 1 (4 B)\n  value=Array(1, dtype=int32, weak_type=True)\n)"
     )

@@ -1,7 +1,8 @@
-"""Axis metadata (seed 000, seed 003 "Axis metadata") and the sharding helpers.
+"""Axis metadata (the "Axis Metadata" FLIP flax#2434; Flax NNX's "Transformations"
+guide, "Axis metadata") and the sharding helpers.
 
 * Variables' ``sharding``/``sharding_names`` follow the axes vmap/scan remove
-  and add, with ``transform_metadata`` (seed 003's printed outputs).
+  and add, with ``transform_metadata`` (the guide's printed outputs).
 * The box protocol: ``AxisMetadata``, ``Partitioned``, ``with_partitioning``; a
   boxed initial value becomes a Variable with that metadata; boxes passed
   through vmap/scan update their names.

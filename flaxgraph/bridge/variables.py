@@ -18,7 +18,7 @@ leaf and path for path:
   the stacked value (Flax 0.12.8's ``NNXMeta`` leaves them unchanged there).
 
 Source: Flax NNX 0.12 ``flax.nnx.bridge.variables`` (names and behaviour);
-seed 000 (the axis-metadata protocol).
+the "Axis Metadata" FLIP flax#2434 (the box protocol).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ dict's items with the snapshot is the same as comparing GraphDefs, at the cost o
 few C-level passes. A graph holding nodes of other registered types (which keep no
 version) is never considered unchanged.
 
-Source: flaxgraph DESIGN.md, "Speed" (structure versions).
+Source: ``docs/design.md``, "The fast path" (structure versions).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ what it expected and what it got::
 The exception keeps the layer in its ``module`` attribute, so a transform that
 catches it can add where the layer sits in its arguments (``args[0].encoder``).
 
-Source: flaxgraph's error style (DESIGN.md, "Errors"); Flax NNX raises plain
+Source: flaxgraph's error style (``docs/design.md``, "Errors"); Flax NNX raises plain
 ``ValueError``/``TypeError`` from JAX for the same mistakes.
 """
 

@@ -30,7 +30,8 @@ changes. Transforms use it to reuse cached GraphDefs.
 
 Source: Flax NNX 0.12 ``nnx.Pytree``/``nnx.Object``, ``nnx.data``/``nnx.static``,
 ``nnx.dataclass``, ``nnx.is_data``/``nnx.has_data``/``nnx.register_data_type``,
-``nnx.check_pytree``; the data/static split of PAX (seed 004).
+``nnx.check_pytree``; the data/static split of
+the "Understanding PAX" tutorial.
 """
 
 from __future__ import annotations

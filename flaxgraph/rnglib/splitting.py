@@ -292,7 +292,7 @@ def split_rngs(
       ...   rngs.dropout.key.shape
       (3,)
 
-    Source: Flax NNX 0.12 ``nnx.split_rngs`` (seed 003, "Random state").
+    Source: Flax NNX 0.12 ``nnx.split_rngs`` (Flax NNX's "Transformations" guide, "Random state").
     """
     if squeeze and splits != 1:
         raise ValueError(f"split_rngs(squeeze=True) needs splits=1, got splits={splits!r}.")

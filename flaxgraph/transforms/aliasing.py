@@ -22,8 +22,8 @@ so that the error lists *every* alias by its path from the arguments, e.g.::
     args[1][0][0].param: 1
     ...
 
-Source: the JAX-style NNX transforms design note (seed 002, "Consistent
-aliasing"); paths from the arguments as in JAX's ``tree_util`` errors.
+Source: the "JAX-style NNX Transforms" FLIP flax#4107
+("Consistent aliasing"); paths from the arguments as in JAX's ``tree_util`` errors.
 """
 
 from __future__ import annotations

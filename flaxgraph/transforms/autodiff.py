@@ -7,8 +7,8 @@ the gradients); raw array arguments get array gradients, as in ``jax.grad``.
 State that is not differentiated (``BatchStat``, RNG counters…) is still
 updated in place when the function changes it.
 
-Source: ``jax.grad`` & co.; ``DiffState`` per the JAX-style NNX transforms
-design note (seed 002).
+Source: ``jax.grad`` & co.; ``DiffState`` per the
+"JAX-style NNX Transforms" FLIP flax#4107.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def value_and_grad(
       >>> float(loss), float(grads['w'].value)
       (9.0, 6.0)
 
-    Source: ``jax.value_and_grad``; DiffState per seed 002.
+    Source: ``jax.value_and_grad``; DiffState per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     mode = resolve(graph, graph_updates)
     _check_argnums(argnums, "value_and_grad")
@@ -266,7 +266,7 @@ def grad(
       >>> float(nnx.grad(lambda m: m.w.value ** 2)(W())['w'].value)
       6.0
 
-    Source: ``jax.grad``; DiffState per seed 002.
+    Source: ``jax.grad``; DiffState per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     check_not_bound_method(f, "grad")
     _check_argnums(argnums, "grad")

@@ -7,7 +7,8 @@ references) back into the caller's objects. ``StateSharding`` in
 ``in_shardings``/``out_shardings`` places each sub-state of an object on its
 own sharding.
 
-Source: ``jax.jit`` plus the JAX-style NNX transforms design (seed 002/003).
+Source: ``jax.jit`` plus the "JAX-style NNX Transforms" FLIP flax#4107 and Flax NNX's
+"Transformations" guide.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ def jit(
       >>> int(c.count.value)
       2
 
-    Source: ``jax.jit``; lifting per the JAX-style NNX transforms design (seed 002).
+    Source: ``jax.jit``; lifting per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     mode = resolve(graph, graph_updates)
     reject_lift_types(

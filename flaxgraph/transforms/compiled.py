@@ -14,7 +14,7 @@ a second ``jax.jit`` whose traces return the ``OutStatic`` through JAX. The firs
 function's compiled traces all agree with the recorded ``OutStatic``, so callers
 holding it (fast-path plans) stay correct.
 
-Source: flaxgraph DESIGN.md, "Speed".
+Source: ``docs/design.md``, "The fast path".
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ differing path.
 arguments are not updated.
 
 Source: ``jax.lax.cond``/``switch``/``while_loop``/``fori_loop``,
-``jax.eval_shape``; lifting per seed 002.
+``jax.eval_shape``; lifting per the "JAX-style NNX Transforms" FLIP flax#4107.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Variable or ``State`` reached through containers only is differentiated whole,
 as Flax NNX 0.12 does for pytree leaves; without graph updates every array of
 the argument is, as ``jax.grad`` on a pytree.
 
-Source: ``jax.grad``'s argnums; DiffState per the JAX-style NNX transforms
-design note (seed 002); Flax NNX 0.12 ``nnx.grad``.
+Source: ``jax.grad``'s argnums; DiffState per the
+"JAX-style NNX Transforms" FLIP flax#4107; Flax NNX 0.12 ``nnx.grad``.
 """
 
 from __future__ import annotations

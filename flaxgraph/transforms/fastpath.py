@@ -24,7 +24,7 @@ After the call, the ``OutStatic`` of the structure carries a compiled write-back
 build the output. It is used when the function kept the inputs' structure;
 otherwise the general ``unflatten`` write-back runs and the next call re-plans.
 
-Source: flaxgraph DESIGN.md, "Speed".
+Source: ``docs/design.md``, "The fast path".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and where to store a new one, for Variables (plain, Ref- or box-backed), array attributes
 of Objects, items of lists and dicts inside the graph, and the arguments' own leaves.
 
-Source: flaxgraph DESIGN.md, "Speed" (split out of ``fastpath.py``).
+Source: ``docs/design.md``, "The fast path" (split out of ``fastpath.py``).
 """
 
 from __future__ import annotations

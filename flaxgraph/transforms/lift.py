@@ -34,8 +34,9 @@ the inputs' structure back as it came in, keeping the Variables' new values, and
 rejects input Variables among the outputs, so only values come back and step 5
 and the fast path run unchanged.
 
-Source: the JAX-style NNX transforms design note (seed 002) and the Linen
-lifting note (seed 001: split into groups, lift, repack, commit); modes per Flax
+Source: the "JAX-style NNX Transforms" FLIP flax#4107 and
+Flax Linen's "Lifted Transformations" design note (split into groups, lift, repack, commit);
+``docs/design.md``, "The five lift steps"; modes per Flax
 NNX 0.12 (``graph``/``graph_updates``).
 """
 

@@ -18,7 +18,8 @@ Each leaf under the object takes the prefix of the first filter it matches
 type is sugar for "split by these filters and give each group a plain prefix",
 which is exactly how the lifting machine compiles it.
 
-Source: the JAX-style NNX transforms design note (seed 002) and guide (seed 003).
+Source: the "JAX-style NNX Transforms" FLIP flax#4107 and
+Flax NNX's "Transformations" guide ("Lift types").
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class StateAxes(PrefixMapping):
       state_axes = nnx.StateAxes({nnx.Param: 0, Count: None})
       y = nnx.vmap(f, in_axes=(state_axes, 0))(weights, x)
 
-    Source: seed 002/003 (JAX-style NNX transforms).
+    Source: the "JAX-style NNX Transforms" FLIP flax#4107;
+    Flax NNX's "Transformations" guide.
     """
 
     __slots__ = ()
@@ -242,7 +244,7 @@ class StateSharding(PrefixMapping):
     Values are ``jax.sharding.Sharding`` instances, ``PartitionSpec`` (with a mesh
     in context) or ``None`` (let the compiler choose).
 
-    Source: seed 003 (lift types table).
+    Source: Flax NNX's "Transformations" guide (the lift types table).
     """
 
     __slots__ = ()
@@ -258,7 +260,7 @@ class DiffState:
       argnum: the position of the argument.
       filter: which of its leaves are differentiated (default ``nnx.Param``).
 
-    Source: seed 002 (DiffState).
+    Source: the "JAX-style NNX Transforms" FLIP flax#4107 (``DiffState``).
     """
 
     __slots__ = ("argnum", "filter")

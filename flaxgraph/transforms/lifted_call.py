@@ -11,7 +11,7 @@ This file is also the one place where these transforms hand their traversal
 mode (``graph=``/``graph_updates=``, resolved with ``flaxgraph.modes.resolve``)
 to the lifting machine: see ``LiftedCall.__init__`` and ``LiftedCall.split``.
 
-Source: the JAX-style NNX transforms design note (seed 002).
+Source: the "JAX-style NNX Transforms" FLIP flax#4107.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ user wants to know *which* layer of their model it was. ``locate_module`` finds
 the module's path from the transformed function's arguments and notes it on the
 exception (``The module is at args[0].layers[1].``).
 
-Source: flaxgraph's error conventions (DESIGN.md, "Errors": what, where, fix).
+Source: flaxgraph's error conventions (``docs/design.md``, "Errors": what, where,
+fix).
 """
 
 from __future__ import annotations

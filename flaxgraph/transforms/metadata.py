@@ -27,7 +27,7 @@ axis back (``in_axes``). Variables in the output get ``add_axis`` with
 ``out_axes``; an output that is an input object stays the caller's object.
 
 Source: Flax NNX 0.12 ``nnx.transform_metadata``; the axis-metadata hooks of
-``vmap``/``scan`` (seed 002).
+``vmap``/``scan`` (the "JAX-style NNX Transforms" FLIP flax#4107).
 """
 
 from __future__ import annotations

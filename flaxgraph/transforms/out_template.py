@@ -15,7 +15,7 @@ produces the same ``OutStatic`` (the same object) and its output groups are read
 directly. A template is only made after checking that it reproduces the call it
 was made from, element for element.
 
-Source: flaxgraph DESIGN.md, "Speed".
+Source: ``docs/design.md``, "The fast path".
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ instead of one comparison per item. The source is kept on the plan
 (``plan.source``) for debugging. Only identifiers made here and integer literals
 enter the source; every object is reached through the function's namespace.
 
-Source: flaxgraph DESIGN.md, "Speed" (the compiled per-structure plan).
+Source: ``docs/design.md``, "The fast path" (the compiled per-structure plan).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ included, in order of first appearance; and a prefix's position among them.
   >>> prefix_keys((0, None, 0), 1, spec=spec)
   [0, None, 1]
 
-Source: flaxgraph DESIGN.md, "Lifting" (split out of ``lift.py``).
+Source: ``docs/design.md``, "The five lift steps" (split out of ``lift.py``).
 """
 
 from __future__ import annotations

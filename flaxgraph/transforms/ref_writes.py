@@ -21,7 +21,7 @@ input value returned unchanged), the call takes the general write-back, which
 reads Refs with copies. Donated arguments keep Ref-backed graphs on the general
 path (donating a Ref's own array would delete the Ref's content).
 
-Source: flaxgraph DESIGN.md, "Speed"; JAX mutable array references (``jax.Ref``).
+Source: ``docs/design.md``, "The fast path"; JAX mutable array references (``jax.Ref``).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ the same randomness); sub-states scanned on an axis
 come out stacked on that axis (unchanged ones are not stacked again). Axis
 metadata is updated as in ``vmap``.
 
-Source: ``jax.lax.scan``; Carry and StateAxes per the JAX-style NNX transforms
-design (seed 002/003).
+Source: ``jax.lax.scan``; Carry and StateAxes per the
+"JAX-style NNX Transforms" FLIP flax#4107 and Flax NNX's "Transformations" guide.
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ def scan(
         the message names the path.
       InconsistentAliasingError, PrefixError (``ValueError``): see ``vmap``.
 
-    Source: ``jax.lax.scan``; seed 002/003.
+    Source: ``jax.lax.scan``; the "JAX-style NNX Transforms" FLIP flax#4107;
+    Flax NNX's "Transformations" guide.
     """
     mode = resolve(graph, graph_updates)
     reject_lift_types(mode, "scan", "in_axes", in_axes, out_axes, plain="nnx.Carry, an int or None")

@@ -258,7 +258,7 @@ def shard_map(
       (6.0, 1)
 
     Source: ``jax.shard_map``; Flax NNX 0.12 ``nnx.shard_map`` (signature, specs,
-    ``StateSharding``); lifting per the JAX-style NNX transforms design (seed 002).
+    ``StateSharding``); lifting per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     mode = resolve(graph, graph_updates)
     reject_lift_types(

@@ -16,8 +16,9 @@ transform a Variable's ``sharding`` names match its value's rank. The name inser
 ``transform_metadata`` the metadata is left alone (as in Flax), so a function can
 move it itself with ``nnx.transform_metadata``.
 
-Source: ``jax.vmap``/``jax.pmap``; StateAxes per seed 002/003; axis metadata per
-seed 000 and seed 003 ("Axis metadata").
+Source: ``jax.vmap``/``jax.pmap``; StateAxes per the "JAX-style NNX Transforms" FLIP flax#4107
+and Flax NNX's "Transformations" guide; axis metadata per the "Axis Metadata" FLIP flax#2434 and
+Flax NNX's "Transformations" guide ("Axis metadata").
 """
 
 from __future__ import annotations
@@ -376,7 +377,7 @@ def vmap(
         path), or ``in_axes`` does not have one entry per positional argument.
       TraceContextError (``ValueError``): a captured object is mutated or returned.
 
-    Example (seed 003)::
+    Example (from Flax NNX's "Transformations" guide)::
 
       >>> import jax, jax.numpy as jnp, flaxgraph as nnx
       >>> class Weights(nnx.Module):
@@ -387,7 +388,8 @@ def vmap(
       >>> nnx.vmap(lambda w, x: x @ w.kernel + w.bias, in_axes=0, out_axes=1)(weights, x).shape
       (3, 10)
 
-    Source: ``jax.vmap``; the JAX-style NNX transforms design (seed 002, 003).
+    Source: ``jax.vmap``; the "JAX-style NNX Transforms" FLIP flax#4107;
+    Flax NNX's "Transformations" guide.
     """
     return _mapped(
         jax.vmap,

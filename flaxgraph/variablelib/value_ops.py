@@ -18,7 +18,7 @@ updated). Subclasses provide ``raw_value`` (the value) and ``set_value``.
   (True, [2.0, 3.0])
 
 Source: Flax NNX 0.12 ``nnx.Variable`` (it behaves as its value); in-place
-operators as in the JAX-style NNX transforms guide (seed 003).
+operators as in Flax NNX's "Transformations" guide.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ Variables are also JAX pytrees (the value is the child, the kind and metadata ar
 static), so ``jax.tree.map`` over a ``State`` keeps the Variable boxes.
 
 Source: Flax NNX ``Variable`` API (0.12) and its guides "Variables" and "Hijax";
-in-place operators as in the JAX-style NNX transforms guide (seed 003).
+in-place operators as in Flax NNX's "Transformations" guide.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ imported (``import flaxgraph`` does). The pieces, one concept per file:
   shows when an Object, Variable, State, GraphDef or Rngs ends a cell;
 * this module: the registration and ``display``.
 
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (seed 003).
+Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
+"Transformations" guide).
 """
 
 from __future__ import annotations

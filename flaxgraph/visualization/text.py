@@ -25,7 +25,8 @@ Everything is computed in one walk, so the cost is linear in the size of the
 graph. ``flaxgraph/visualization/show.py`` registers these functions as the ``repr`` of the
 core classes.
 
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (seed 003).
+Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
+"Transformations" guide).
 """
 
 from __future__ import annotations
@@ -241,7 +242,7 @@ def object_repr(obj: Any) -> str:
         )
       )
 
-    Source: Flax NNX ``Object.__repr__`` output format (seed 003).
+    Source: Flax NNX ``Object.__repr__`` output format (Flax NNX's "Transformations" guide).
     """
     return _render_text(obj)
 
@@ -266,7 +267,7 @@ def variable_repr(v: Variable[Any]) -> str:
         value=Array([ 1,  2,  3,  4,  5,  6,  7,  8,  9, 10], dtype=int32)
       )
 
-    Source: Flax NNX ``Variable.__repr__`` output format (seed 003).
+    Source: Flax NNX ``Variable.__repr__`` output format (Flax NNX's "Transformations" guide).
     """
     return _render_text(v)
 

@@ -10,7 +10,8 @@ The plain-text ``repr`` (``text.py``) and the treescope rendering
 * the walk: which values are graph nodes, which containers hold nodes, and the
   ``.name`` / ``[key]`` path of a child.
 
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (seed 003).
+Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
+"Transformations" guide).
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def array_repr(value: Any) -> str:
       >>> array_repr(jnp.arange(3))
       'Array([0, 1, 2], dtype=int32)'
 
-    Source: Flax NNX prints Variable values the same way (seed 003).
+    Source: Flax NNX prints Variable values the same way (Flax NNX's "Transformations" guide).
     """
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)

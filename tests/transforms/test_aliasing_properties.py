@@ -1,6 +1,6 @@
 """Property tests of the consistent-aliasing rule, with an oracle written here.
 
-The rule (seed 002, DESIGN "Transforms: one lifting machine"): every alias of an
+The rule (the "JAX-style NNX Transforms" FLIP flax#4107; ``docs/design.md``, "The five lift steps"): every alias of an
 object must receive the same prefix (``argnums`` flag, ``in_shardings``,
 ``out_shardings``); otherwise the transform raises ``InconsistentAliasingError``
 (a ``ValueError``) naming every alias by its path from the arguments.

@@ -1,6 +1,6 @@
 """The conformance matrix: every corpus graph under every transform, identity-like.
 
-DESIGN ("Tests"): every corpus graph (``tests/graphs.py``) under every transform
+``docs/design.md`` ("Tests"): every corpus graph (``tests/graphs.py``) under every transform
 with an identity-like function behaves as the eager call. Here that means:
 
 * **outputs**: the transformed call returns what the eager call returns on a

@@ -156,7 +156,7 @@ def test_graph_updates_propagate_like_the_eager_call():
     np.testing.assert_allclose(y, X @ kernel + bias, rtol=1e-6)
     np.testing.assert_allclose(y, y_eager, rtol=1e-6)
     assert_graphs_equal(weights, eager)
-    # the effect shown in the seed, checked directly
+    # the effect the transforms guide shows, checked directly
     assert weights.count is count and int(weights.count.value) == 1
     assert weights.some_property == ["a", 2, False]
     assert not hasattr(weights, "bias")

@@ -11,8 +11,9 @@ returned object is the caller's object at the same place (new objects
 included), not a copy.
 
 And if the program raises midway, the caller's graph is exactly as it was: same
-objects at the same places holding the same array objects (DESIGN, lifting step
-5: "If anything in steps 1-4 raises, the caller's objects are unchanged").
+objects at the same places holding the same array objects (``docs/design.md``,
+"The five lift steps", step 5: if anything in steps 1-4 raises, the caller's objects
+are unchanged).
 """
 
 from __future__ import annotations

@@ -126,8 +126,8 @@ class Block(nnx.Module):
 
 
 class BlockStack(Block):
-    """LAYERS Blocks in one object: ``__init__`` itself is vmapped (seed 003's
-    WeightStack), with one split RNG key per layer; the BatchStats are not stacked."""
+    """LAYERS Blocks in one object: ``__init__`` itself is vmapped (the
+    WeightStack of Flax NNX's "Transformations" guide), with one split RNG key per layer; the BatchStats are not stacked."""
 
     @nnx.split_rngs(splits=LAYERS)
     @nnx.vmap(in_axes=(nnx.StateAxes({nnx.Param: 0, nnx.BatchStat: None}), 0))

@@ -245,7 +245,7 @@ def test_output_that_is_an_input_is_the_callers_object() -> None:
     np.testing.assert_allclose(m.b.value, B + 1, rtol=1e-6)
 
 
-def test_seed_002_aliases_with_the_same_axes_are_accepted() -> None:
+def test_aliases_given_the_same_axes_in_and_out_are_accepted() -> None:
     # @nnx.vmap(in_axes=(m1_axes, m2_axes, m1_axes), out_axes=m2_axes)
     m1 = Node(w=nnx.Param(W), c=Count(jnp.zeros((), jnp.int32)))
     m2 = Node(w=nnx.Param(jnp.moveaxis(W, 0, 1)))

@@ -1,4 +1,5 @@
-"""The vmap examples of the transforms guide (seed 003), with its printed outputs.
+"""Reference semantics through ``nnx.vmap``: the vmap examples of
+Flax NNX's "Transformations" guide, with its printed outputs.
 
 Each test runs one example of the guide as written there (``from flax import
 nnx`` read as ``import flaxgraph as nnx``) and checks what the guide prints or

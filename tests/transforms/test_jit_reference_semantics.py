@@ -1,5 +1,6 @@
-"""The examples of the transforms design note (seed 002) and guide (seed 003)
-that concern jit, grad and closures, run with ``import flaxgraph as nnx``.
+"""Reference semantics through ``nnx.jit`` and ``nnx.grad``: the examples of
+the "JAX-style NNX Transforms" FLIP flax#4107 and of Flax NNX's "Transformations" guide that concern jit,
+grad and closures, run with ``import flaxgraph as nnx``.
 
 The guide's examples use ``nnx.vmap``; where the point of an example is not
 vectorisation (state propagation, graph updates, methods, initializers, random
@@ -46,7 +47,7 @@ def make_weights() -> Weights:
 x = jax.random.normal(random.key(1), (2,))
 
 
-# -- seed 003: Basic example / initializers / methods -------------------------------------
+# -- the guide: Basic example / initializers / methods -------------------------------------
 
 
 def test_objects_as_outputs_transform_initializers():
@@ -82,7 +83,7 @@ def test_transforming_methods():
     np.testing.assert_allclose(y, x @ kernel, rtol=1e-6)
 
 
-# -- seed 003: State propagation ----------------------------------------------------------
+# -- the guide: State propagation ----------------------------------------------------------
 
 
 def test_state_propagation():
@@ -99,7 +100,7 @@ def test_state_propagation():
     np.testing.assert_allclose(y, x @ weights.kernel.value, rtol=1e-6)
 
 
-# -- seed 003: Graph updates propagation ----------------------------------------------------
+# -- the guide: Graph updates propagation --------------------------------------------------
 
 
 def test_graph_updates_propagation():
@@ -125,7 +126,7 @@ def test_graph_updates_propagation():
     assert set(nnx.state(weights)) == {"count", "kernel"}  # new_param is the same Variable
 
 
-# -- seed 003: Lift types (StateSharding is jit's) ------------------------------------------
+# -- the guide: Lift types (StateSharding is jit's) ----------------------------------------
 
 
 def test_state_sharding_lift_type():
@@ -142,7 +143,7 @@ def test_state_sharding_lift_type():
     np.testing.assert_allclose(y, x @ weights.kernel.value, rtol=1e-6)
 
 
-# -- seed 003: Random state ----------------------------------------------------------------
+# -- the guide: Random state ---------------------------------------------------------------
 
 
 def test_random_state_is_propagated():
@@ -171,7 +172,7 @@ def test_random_state_is_propagated():
     assert int(weights.count.value) == 2 and int(weights.rngs.noise.count.value) == 2
 
 
-# -- seed 003: Mutable Module cannot be passed by closure --------------------------------------
+# -- the guide: Mutable Module cannot be passed by closure ---------------------------------
 
 
 class Counter(nnx.Module):
@@ -210,7 +211,7 @@ def test_the_fix_pass_the_module_as_an_argument():
     assert int(counter.count.value) == 1
 
 
-# -- seed 003: Consistent aliasing (with jit's in/out_shardings as the prefixes) -------------
+# -- the guide: Consistent aliasing (with jit's in/out_shardings as the prefixes) ----------
 
 
 class W(nnx.Module):
@@ -257,7 +258,7 @@ def test_inconsistent_aliasing_between_inputs_and_outputs():
         assert path + ":" in str(e.value)
 
 
-# -- seed 002: the consistent aliasing rules ---------------------------------------------
+# -- the FLIP: the consistent aliasing rules -----------------------------------------------
 
 
 def test_aliases_with_the_same_specification_are_accepted():
