@@ -6,6 +6,10 @@ import of a module reaches that module; ``from pkg import name`` reaches
 ``pkg.name`` when it is a module, else ``pkg``. Importing one's own parent
 package is not an edge (Python runs the parent first anyway).
 
+* The layer order: ``docs/design.md`` ("Layers") lists the package's modules and
+  sub-packages in numbered layers, and the README's "Layout" chain states the same
+  layers; each module imports only from its own layer and the layers before it. Every
+  module of the package belongs to a layer, and every listed name exists.
 * No circle: no module reaches itself.
 * Display sits above the core: only ``flaxgraph/visualization/show*.py`` and the package's
   ``__init__.py`` (which re-exports ``display``) import the display modules; the
@@ -15,11 +19,13 @@ package is not an edge (Python runs the parent first anyway).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "flaxgraph"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "flaxgraph"
 
 
 def _modules() -> dict[str, Path]:
@@ -85,6 +91,44 @@ def _cycle_through(start: str) -> list[str] | None:
     return None
 
 
+def _between_markers(text: str, source: str) -> str:
+    start = text.find("<!-- layers")
+    end = text.find("<!-- end of layers -->", start)
+    assert start >= 0 and end >= 0, (
+        f"{source} has no layer list between '<!-- layers' and '<!-- end of layers -->'."
+    )
+    return text[text.index("-->", start) + 3 : end]
+
+
+def _names(text: str) -> list[str]:
+    """The backquoted module or package names of ``text`` (``graphlib/`` -> ``graphlib``)."""
+    return [n.rstrip("/") for n in re.findall(r"`([a-z_]+/?)`", text)]
+
+
+def _design_layers() -> list[list[str]]:
+    """The numbered layers of docs/design.md, each a list of names."""
+    text = _between_markers(
+        (ROOT / "docs" / "design.md").read_text(encoding="utf-8"), "docs/design.md"
+    )
+    return [_names(line) for line in text.splitlines() if re.match(r"\s*\d+\.\s", line)]
+
+
+def _readme_layers() -> list[list[str]]:
+    """The README's layer chain: names separated by arrows."""
+    text = _between_markers((ROOT / "README.md").read_text(encoding="utf-8"), "README.md")
+    return [_names(part) for part in text.split("→")]
+
+
+LAYERS = _design_layers()
+LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+
+def _unit(module: str) -> str | None:
+    """The layer entry a module belongs to: its top-level module or sub-package name."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
 def _is_display(module: str) -> bool:
     return module == "flaxgraph.visualization" or module.startswith("flaxgraph.visualization.")
 
@@ -94,6 +138,72 @@ def test_the_walk_sees_the_package():
     assert "flaxgraph.pytreelib.objects" in MODULES and "flaxgraph.visualization.show" in MODULES
     assert "flaxgraph.variablelib.variable" in EDGES["flaxgraph.pytreelib.objects"]
     assert "flaxgraph.graphlib.registry" in EDGES["flaxgraph.graphlib.walk"]
+
+
+def test_the_design_and_the_readme_state_the_same_layers():
+    assert len(LAYERS) > 5 and all(LAYERS), LAYERS
+    assert _readme_layers() == LAYERS, (
+        "README.md's layer chain (section 'Layout') and docs/design.md's numbered layers "
+        f"differ:\n  README: {_readme_layers()}\n  design: {LAYERS}\nState the same layers in both."
+    )
+
+
+def test_every_module_has_a_layer_and_every_layer_name_exists():
+    units = {_unit(m) for m in MODULES} - {None}
+    listed = [name for layer in LAYERS for name in layer]
+    assert len(listed) == len(set(listed)), f"A name is listed in two layers: {listed}"
+    missing, stale = sorted(units - set(listed)), sorted(set(listed) - units)
+    assert not missing, (
+        f"flaxgraph modules with no layer: {missing}. Add each to the layer of "
+        "docs/design.md ('Layers') and README.md ('Layout') it belongs to."
+    )
+    assert not stale, (
+        f"docs/design.md lists names that are not in flaxgraph/: {stale}. Remove or rename "
+        "them there and in README.md."
+    )
+
+
+def _later_imports(module: str, targets: set[str]) -> dict[str, str | None]:
+    """The targets of ``module``'s imports that sit in a later layer (or are the root)."""
+    layer = LAYER_OF[_unit(module)]
+    return {
+        target: _unit(target)
+        for target in sorted(targets)
+        if _unit(target) is None or LAYER_OF.get(_unit(target), -1) > layer
+    }
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _unit(m)))
+def test_imports_follow_the_layer_order(module: str) -> None:
+    unit = _unit(module)
+    if unit not in LAYER_OF:
+        pytest.skip(f"{unit} has no layer (reported by the test above)")
+    later = _later_imports(module, EDGES[module])
+    assert not later, (
+        f"{module} (layer {LAYER_OF[unit] + 1} of docs/design.md) imports "
+        + ", ".join(
+            f"{t} (" + (f"layer {LAYER_OF[u] + 1}" if u in LAYER_OF else "the package root") + ")"
+            for t, u in later.items()
+        )
+        + ", which come later. Import from earlier layers only: move the shared piece down, "
+        "or let the lower layer look it up in a registry the upper one fills (see "
+        "flaxgraph/renderers.py)."
+    )
+
+
+def test_a_later_layer_import_is_reported() -> None:
+    # Guards the check itself: the engine importing the object model goes the wrong way,
+    # the same layer and earlier layers are fine, the package root is always later.
+    targets = {
+        "flaxgraph.pytreelib.objects",
+        "flaxgraph.statelib",
+        "flaxgraph",
+        "flaxgraph.graphlib.walk",
+    }
+    assert _later_imports("flaxgraph.graphlib.build", targets) == {
+        "flaxgraph": None,
+        "flaxgraph.pytreelib.objects": "pytreelib",
+    }
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
