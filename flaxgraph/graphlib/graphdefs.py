@@ -287,9 +287,11 @@ class GraphDef:
 
         Raises:
           StaticAttributeError (a ``TypeError``): a static attribute is unhashable
-            (a non-frozen dataclass config): the message names its path. Only code
-            that uses the GraphDef as a cache key (jit) hashes it; split/merge never
-            do.
+            (a non-frozen dataclass config): the message names its path, as
+            Flax's ``GraphDef`` raises. Only code that uses the GraphDef itself as
+            a cache key (a dict key, ``jax.jit``'s ``static_argnums``) hashes it;
+            split/merge never do, and flaxgraph's transforms key on
+            ``lenient_hash`` and ``==``, as JAX compares a treedef's aux data.
         """
         h = self._hash
         if h is None:
@@ -308,17 +310,14 @@ class GraphDef:
         h, g = self._hash, other._hash
         return (h is None or g is None or h == g) and self.root == other.root
 
-    def unhashable_error(self, root_name: str, roots: tuple[str, ...] = ()) -> TypeError:
+    def unhashable_error(self, root_name: str) -> TypeError:
         """The ``StaticAttributeError`` naming the first unhashable static value, its
-        path formatted from ``root_name``, or, when the root is a tuple of named roots
-        (a transform's ``(args, kwargs)``), from ``roots[i]``; a plain ``TypeError`` if
-        every static value hashes (then something else failed)."""
+        path formatted from ``root_name``; a plain ``TypeError`` if every static value
+        hashes (then something else failed)."""
         found = _find_unhashable(self.root, ())
         if found is None:
             return TypeError(f"GraphDef of a {self.type.__name__} is unhashable.")
         steps, value, what = found
-        if roots and steps and isinstance(steps[0][0], int) and steps[0][0] < len(roots):
-            root_name, steps = roots[steps[0][0]], steps[1:]
         where = root_name + "".join(
             f".{k}" if attr and isinstance(k, str) and k.isidentifier() else f"[{k!r}]"
             for k, attr in steps
@@ -463,6 +462,41 @@ class GraphDef:
 
     # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``) is
     # attached by flaxgraph/graphlib/calls.py, the layer above, next to the `call` it runs.
+
+
+def lenient_hash(x: Any) -> int:
+    """``hash(x)``, except that an unhashable static value (a non-frozen dataclass
+    config) inside a GraphDef or tuple of definitions counts by its type only.
+
+    A transform's cache key holds GraphDefs. JAX's treedefs hash a pytree's
+    auxiliary data without hashing custom values and compare them with ``==``, so
+    Flax's ``nnx.jit`` runs a model holding an unhashable config: two keys are the
+    same compilation when they compare equal. This hash agrees with that equality
+    (equal keys hold values of the same types), so a key with an unhashable static
+    can sit in a dict; ``GraphDef.__hash__`` itself still raises, as Flax's does.
+
+    Example::
+
+      >>> import dataclasses, flaxgraph as nnx
+      >>> @dataclasses.dataclass
+      ... class Config:
+      ...     width: int = 4
+      >>> def graphdef(config):
+      ...     return nnx.graphdef(nnx.Dict(config=nnx.static(config)))
+      >>> lenient_hash(graphdef(Config())) == lenient_hash(graphdef(Config(3)))
+      True
+      >>> graphdef(Config()) == graphdef(Config(3))
+      False
+    """
+    try:
+        return hash(x)
+    except TypeError:
+        pass
+    if type(x) is GraphDef:
+        return lenient_hash(x.root)
+    if isinstance(x, tuple):
+        return hash(tuple(lenient_hash(item) for item in x))
+    return hash(type(x))
 
 
 def _find_unhashable(

@@ -11,8 +11,10 @@ compares and hashes by function, arguments and keywords (recursively), and gives
 partial itself back when the graph is rebuilt.
 
 An unhashable static value (a non-frozen dataclass config) is fine in a GraphDef for
-``split``/``merge``; only hashing the GraphDef (a jit cache key) needs it hashable.
-``unhashable_static_error`` then names the value's path and the fix.
+``split``/``merge`` and the transforms (whose cache keys compare it with ``==``, as
+JAX compares a treedef's auxiliary data; see ``graphdefs.lenient_hash``); only
+hashing the GraphDef itself needs it hashable. ``unhashable_static_error`` then
+names the value's path and the fix.
 
 Source: Flax NNX 0.12 (static attributes live in the GraphDef); the structural
 partial key is flaxgraph's.
@@ -82,9 +84,9 @@ def unhashable_static_error(
     """The error for an unhashable static value met where a GraphDef is hashed (a jit
     cache key), naming its path ``where`` and the fixes."""
     return StaticAttributeError(
-        f"The {what} at {where} is a {type(value).__name__}, which is unhashable; the "
-        "GraphDef holding it is used as a cache key here (jit's static key), so static "
-        "attributes must be hashable. split/merge work without it.\n"
+        f"The {what} at {where} is a {type(value).__name__}, which is unhashable, so "
+        "the GraphDef holding it cannot be hashed (a dict key, jax.jit's "
+        "static_argnums). split/merge and nnx transforms work without it.\n"
         + numbered_fixes(
             [
                 "make the value hashable: a frozen dataclass "

@@ -18,12 +18,14 @@ Source: Flax NNX layer conventions (``kernel_metadata``, ``first_from``).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flaxgraph.variablelib.variable import Param
 
@@ -34,20 +36,37 @@ Initializer = Callable[..., Any]
 
 
 def canonicalize_tuple(value: int | Sequence[int], name: str = "value") -> tuple[int, ...]:
-    """``value`` as a tuple of ints (an int becomes a 1-tuple).
+    """``value`` as a tuple of Python ints (an int becomes a 1-tuple).
+
+    Integer-like values count as ints (``operator.index``): a NumPy integer, or a
+    NumPy array of them such as ``np.arange(2)`` as ``LinearGeneral``'s ``axis``,
+    as Flax accepts; they are stored as Python ints so the layer's configuration
+    stays a static tuple.
 
     Raises:
-      TypeError: ``value`` is neither an int nor a sequence of ints.
+      TypeError: ``value`` is neither an int nor a sequence of ints (a bool, a
+        float or a string is not an int here).
+
+    Example::
+
+      >>> import numpy as np
+      >>> canonicalize_tuple(np.arange(2), "axis")
+      (0, 1)
     """
-    if isinstance(value, int) and not isinstance(value, bool):
-        return (value,)
+    if _is_int(value):
+        return (operator.index(value),)  # type: ignore[arg-type]
     try:
         out = tuple(value)
     except TypeError:
         raise TypeError(f"{name} must be an int or a sequence of ints, got {value!r}.") from None
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in out):
+    if not all(_is_int(v) for v in out):
         raise TypeError(f"{name} must be an int or a sequence of ints, got {value!r}.")
-    return out
+    return tuple(operator.index(v) for v in out)
+
+
+def _is_int(value: Any) -> bool:
+    """Whether ``value`` is an integer (a Python or NumPy int, not a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def expand_to(

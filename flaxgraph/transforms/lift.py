@@ -48,9 +48,9 @@ from typing import Any
 
 import jax
 
-from flaxgraph.errors import SharedReferenceError, StaticAttributeError, TraceContextError
+from flaxgraph.errors import SharedReferenceError, TraceContextError
 from flaxgraph.graphlib.build import unflatten
-from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.graphdefs import GraphDef, lenient_hash
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.snapshot import StructureSnapshot
@@ -93,7 +93,6 @@ class _Frozen:
 
     __slots__ = ("_hash",)
     _fields: tuple[str, ...] = ()
-    _roots: tuple[str, ...] = ()  # the names of the GraphDef's root positions
 
     def _key(self) -> tuple[Any, ...]:
         return tuple(getattr(self, f) for f in self._fields)
@@ -104,9 +103,11 @@ class _Frozen:
         except AttributeError:
             try:
                 h = hash(self._key())
-            except StaticAttributeError:
-                # An unhashable static attribute: name it from the transform's arguments.
-                raise self.graphdef.unhashable_error("args", self._roots) from None  # type: ignore[attr-defined]
+            except TypeError:
+                # An unhashable static attribute (a non-frozen dataclass config): as in
+                # Flax (JAX compares aux data with ``==``), the key still works, hashed
+                # without it and compared by ``==``.
+                h = lenient_hash(self._key())
             object.__setattr__(self, "_hash", h)
             return h
 
@@ -122,7 +123,6 @@ class InStatic(_Frozen):
 
     __slots__ = ("graphdef", "slots", "extra")
     _fields = ("graphdef", "slots", "extra")
-    _roots = ("args", "kwargs")
 
     def __init__(self, graphdef: GraphDef, slots: tuple[tuple[int, int], ...], extra: Any):
         object.__setattr__(self, "graphdef", graphdef)
@@ -136,7 +136,6 @@ class OutStatic(_Frozen):
 
     __slots__ = ("graphdef", "index_map", "sources", "inputs_kept", "plan")
     _fields = ("graphdef", "index_map", "sources", "inputs_kept")
-    _roots = ("output", "args", "kwargs")
 
     def __init__(
         self,

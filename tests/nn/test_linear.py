@@ -147,6 +147,22 @@ class TestLinearGeneral:
         # lecun_normal over a fan-in of 256: std about 1/16
         assert 0.04 < float(jnp.std(layer.kernel.value)) < 0.09
 
+    def test_numpy_integer_axes_as_a_projection_head_passes_them(self):
+        # A feature-projection head built from a feature shape: axis=np.arange(n)
+        # (and NumPy ints as features) are ints, kept as a static tuple of Python
+        # ints, so the layer runs eagerly and under nnx.jit.
+        features = np.array([3, 2])[-2:]
+        layer = LinearGeneral(
+            tuple(features), np.int64(4), axis=np.arange(len(features)), rngs=nnx.Rngs(0)
+        )
+        assert layer.axis == (0, 1) and all(type(a) is int for a in layer.axis)
+        assert layer.in_features == (3, 2) and layer.out_features == (4,)
+        assert nnx.state(layer, nnx.Not(nnx.Param)) == nnx.State({})
+        x = rand(3, 2, 5)
+        expected = jnp.einsum("ijb,ijo->bo", x, layer.kernel.value) + layer.bias.value[None]
+        close(layer(x), expected)
+        close(nnx.jit(lambda m, x: m(x))(layer, x), expected)
+
     def test_errors(self):
         with pytest.raises(ValueError, match="one entry per in_features"):
             LinearGeneral((2, 3), 4, axis=-1, rngs=nnx.Rngs(0))
