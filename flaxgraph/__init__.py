@@ -282,6 +282,19 @@ def __getattr__(name: str) -> object:
         return importlib.import_module(
             "flaxgraph.bridge" if name == "bridge" else "flaxgraph.bridge.wrappers"
         )
+    if name == "VariableState":
+        # Flax 0.12 folded VariableState into Variable and keeps the old name as an
+        # alias that warns (code written for Flax 0.10/0.11 uses it in ``isinstance``
+        # checks and ``is_leaf=`` predicates), so the alias is the class itself.
+        import warnings
+
+        warnings.warn(
+            "'VariableState' is an alias of 'Variable' (Flax 0.12 folded it into "
+            "Variable): use 'nnx.Variable' instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return Variable
     from flaxgraph.missing_names import missing_name_error
 
     raise missing_name_error("flaxgraph", name)

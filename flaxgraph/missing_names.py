@@ -33,10 +33,6 @@ FLAX_ONLY_NAMES: dict[str, FlaxOnlyName] = {
         "Flax NNX 0.12.8", "an internal module of Flax; display is `nnx.display`"
     ),
     "tracers": FlaxOnlyName("Flax NNX 0.12.8", "an internal module of Flax"),
-    "VariableState": FlaxOnlyName(
-        "Flax NNX 0.10 (a class), 0.11 to 0.12.8 (a deprecated alias of `Variable`)",
-        "use `nnx.Variable`",
-    ),
 }
 
 

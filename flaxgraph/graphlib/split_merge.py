@@ -34,11 +34,10 @@ from flaxgraph.graphlib.direct_split import partition_state, split_direct
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str, path_str
-from flaxgraph.graphlib.registry import ARRAY_TYPES, is_array_leaf
+from flaxgraph.graphlib.registry import ARRAY_TYPES
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, partition, unmatched_message
-from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 PathParts = tuple[Hashable, ...]
@@ -56,9 +55,6 @@ def _states_from_leaves(
         path, leaf = rest[0]
         raise UnmatchedLeafError(unmatched_message(path_str("node", node, path), leaf))
     return [_as_state(p) for p in parts]
-
-
-_SCALARS = frozenset({int, float, bool, complex})
 
 
 def _as_state(pairs: list[tuple[PathParts, Any]]) -> Any:
@@ -220,25 +216,49 @@ def _filtered_states(
 _first = operator.itemgetter(0)
 
 
+def _leaf_list(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
+    """The leaves given as one list (``jax.tree.leaves(state)``), in the GraphDef's order."""
+    if len(states) != 1:
+        raise TypeError(
+            f"merge got a list of leaves and {len(states) - 1} more state(s): a list stands "
+            "for the whole state (every leaf, in the order of jax.tree.leaves(state)).\n"
+            "Fix: pass the list alone, nnx.merge(graphdef, leaves), or pass States."
+        )
+    leaves = states[0]
+    if len(leaves) != graphdef.num_leaves:
+        raise GraphStructureError(
+            f"Incorrect number of leaves: the GraphDef needs {graphdef.num_leaves} "
+            f"({', '.join(keys_str(p) for p in graphdef.leaf_paths[:5])}"
+            f"{'…' if graphdef.num_leaves > 5 else ''}) and the list given to merge has "
+            f"{len(leaves)}.\nFix: pass jax.tree.leaves(state) of the State split returned."
+        )
+    return list(leaves)
+
+
 def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
+    if states and type(states[0]) is list:
+        return _leaf_list(graphdef, states)
     if len(states) == 1 and isinstance(states[0], State):
         pairs = states[0].flat_state()
         if tuple(map(_first, pairs)) == graphdef.leaf_paths:
             return [leaf for _, leaf in pairs]  # already in the GraphDef's order
     flat: dict[PathParts, Any] = {}
     for s in states:
-        if graphdef.leaf_paths == ((),) and (
-            isinstance(s, Variable) or is_array_leaf(s) or is_ref(s) or type(s) in _SCALARS
-        ):
-            pairs: Any = [((), s)]  # the root is a leaf and `s` is its state (see _as_state)
-        elif isinstance(s, State):
-            pairs = s.flat_state()
+        if isinstance(s, State):
+            pairs: Any = s.flat_state()
         elif isinstance(s, Mapping):
             pairs = State(s).flat_state()
         elif isinstance(s, FlatState):
             pairs = list(s)
+        elif graphdef.leaf_paths == ((),):
+            pairs = [((), s)]  # the root is a leaf and `s` is its state (see _as_state)
         else:
-            raise TypeError(f"merge expects States after the GraphDef, got a {type(s).__name__}.")
+            raise TypeError(
+                f"merge expects States after the GraphDef, got a {type(s).__name__}: the "
+                "GraphDef's root is not a leaf, so its state is a State (or a nested dict, a "
+                "FlatState, or the list jax.tree.leaves(state)).\nFix: pass what split "
+                "returned: nnx.merge(graphdef, state)."
+            )
         for path, leaf in pairs:
             if path in flat:
                 raise GraphStructureError(
@@ -327,8 +347,11 @@ def merge(
     Args:
       graphdef: the structure, from ``split`` (or a ``GraphState`` from ``unpack``,
         which carries its GraphDef).
-      *states: the States from the same ``split`` (any order; nested dicts and
-        GraphStates work too). Leaves are matched by path.
+      *states: the States from the same ``split`` (any order; nested dicts of
+        Variables or arrays, ``FlatState``s and GraphStates work too), matched by
+        path; or one list, the leaves of the whole state in the order of
+        ``jax.tree.leaves(state)`` (the GraphDef's order); or, when the GraphDef's
+        root is itself a leaf, that leaf (a Variable, an array, any value).
       copy: ``False`` (default): the new objects hold the States' own Variable
         objects, so writing a Variable of the result writes the State. ``True``:
         they hold new Variables with the same values and metadata.
@@ -344,17 +367,21 @@ def merge(
       GraphStructureError (a ``ValueError``): a leaf the GraphDef needs is missing
         from the States, or a State has a leaf the GraphDef has no place for; the
         message names the paths.
-      TypeError: the first argument is no GraphDef/GraphState, or a state is not a
-        mapping.
+      GraphStructureError: a list of leaves of the wrong length.
+      TypeError: the first argument is no GraphDef/GraphState, a state is not a
+        mapping (and the root is not a leaf), or a list comes with other states.
 
     Example::
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
       >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
       >>> graphdef, state = nnx.split(m)
       >>> m2 = nnx.merge(graphdef, state)
       >>> m2 is m, m2.kernel is m.kernel, nnx.merge(graphdef, state, copy=True).kernel is m.kernel
       (False, True, False)
+      >>> m3 = nnx.merge(graphdef, jax.tree.leaves(state))  # a list of leaves: new Params
+      >>> type(m3.kernel).__name__, bool((m3.kernel[...] == m.kernel[...]).all())
+      ('Param', True)
 
     Source: Flax NNX 0.12 ``nnx.merge``.
     """

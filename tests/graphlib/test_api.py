@@ -199,9 +199,13 @@ def test_merge_duplicate_path_in_two_states():
 
 
 def test_merge_non_state_argument():
-    graphdef, _ = nnx.split(Model())
-    with pytest.raises(TypeError, match="merge expects States after the GraphDef, got a list"):
+    graphdef, state = nnx.split(Model())
+    with pytest.raises(TypeError, match="merge expects States after the GraphDef, got a tuple"):
+        nnx.merge(graphdef, (1, 2))
+    with pytest.raises(nnx.GraphStructureError, match=r"needs 5 .* the list given to merge has 2"):
         nnx.merge(graphdef, [1, 2])
+    with pytest.raises(TypeError, match="a list of leaves and 1 more state"):
+        nnx.merge(graphdef, jax.tree.leaves(state), nnx.State({}))
 
 
 def test_merge_reports_many_missing_leaves_briefly():

@@ -233,6 +233,33 @@ def test_tree_mode_split_corpus(make):
     check_tree_mode_split(make())
 
 
+# -- what merge accepts as the state -------------------------------------------------------------
+
+
+def _is_variable(x: Any) -> bool:
+    return isinstance(x, nnx.Variable)
+
+
+@given(graphs())
+def test_merge_of_the_leaf_list_is_the_merge_of_the_state(g):
+    # Code that flattens a State with jax.tree (to cast, reshard or copy it) hands
+    # merge the list of leaves; they are the State's in the GraphDef's order.
+    graphdef, state = nnx.split(g)
+    leaves = jax.tree.leaves(state, is_leaf=_is_variable)
+    assert_graphs_equal(nnx.merge(graphdef, leaves), nnx.merge(graphdef, state))
+
+
+def test_merge_takes_nested_dicts_flat_states_and_a_leaf_root():
+    m = Pair()
+    graphdef, state = nnx.split(m)
+    as_dict = {"a": m.a, "b": {"value": m.b[...]}["value"], "stats": m.stats}
+    rebuilt = nnx.merge(graphdef, as_dict)
+    assert rebuilt.a is m.a and type(rebuilt.b) is nnx.Param
+    assert nnx.merge(graphdef, state.flat_state()).stats is m.stats
+    root_graphdef, _ = nnx.split(jnp.ones(2))
+    assert nnx.merge(root_graphdef, "anything") == "anything"  # the root is a leaf
+
+
 # -- differential: Flax NNX 0.12 ----------------------------------------------------------------
 
 
@@ -258,3 +285,26 @@ def test_identity_facts_match_flax():
             )
 
         assert facts(nnx) == facts(fnnx)
+
+
+def test_merge_of_a_leaf_list_matches_flax():
+    fnnx = pytest.importorskip("flax.nnx")
+
+    def merged_from_leaves(lib: Any) -> dict[str, Any]:
+        class Blocks(lib.Module):
+            def __init__(self) -> None:
+                self.layers = lib.Dict({"b": lib.Param(jnp.ones(1)), "a": lib.Param(jnp.zeros(2))})
+                self.scale = lib.BatchStat(jnp.full(3, 2.0))
+                self.z = lib.List([lib.Param(jnp.arange(4.0)), lib.Param(jnp.arange(5.0))])
+
+        graphdef, state = lib.split(Blocks())
+        leaves = [x + 1 for x in jax.tree.leaves(state)]  # what a cast or reshard returns
+        m = lib.merge(graphdef, leaves)
+        return {
+            "types": [type(m.layers["a"]).__name__, type(m.scale).__name__],
+            "values": jax.tree.map(np.asarray, lib.to_pure_dict(lib.state(m))),
+        }
+
+    ours, theirs = merged_from_leaves(nnx), merged_from_leaves(fnnx)
+    assert ours["types"] == theirs["types"]
+    jax.tree.map(np.testing.assert_array_equal, ours["values"], theirs["values"])

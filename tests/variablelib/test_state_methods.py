@@ -1,5 +1,6 @@
 """Tests of flaxgraph/variablelib/state_methods.py (Flax 0.12's Variable members)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -107,3 +108,24 @@ def test_from_metadata_flags_like_flax():
     assert nnx.graphdef(nnx.Dict(v=v_low)) == nnx.graphdef(nnx.Dict(v=nnx.Param(1, a="hi")))
     v_hi = nnx.Param.from_metadata(1, {"a": "hi", "hijax": True, "ref": False})
     assert v_hi.hijax and v_hi[...] == 1
+
+
+def test_variable_state_is_the_old_name_of_variable():
+    # Code written for Flax 0.10/0.11 picks Variables out of a State with the old
+    # name; Flax 0.12 keeps it as a warning alias of Variable.
+    class Model(nnx.Module):
+        def __init__(self):
+            self.w = nnx.Param(jnp.ones((2,)))
+            self.count = nnx.BatchStat(jnp.zeros(()))
+
+    state = nnx.state(Model())
+    with pytest.warns(DeprecationWarning, match="VariableState"):
+        variable_state = nnx.VariableState
+    assert variable_state is nnx.Variable
+    assert nnx.variablelib.VariableState is nnx.Variable
+    kinds = jax.tree.map(
+        lambda v: v.type.__name__, state, is_leaf=lambda x: isinstance(x, variable_state)
+    )
+    assert kinds.to_pure_dict() == {"w": "Param", "count": "BatchStat"}
+    with pytest.raises(AttributeError, match="VariableStates"):
+        nnx.VariableStates  # noqa: B018
