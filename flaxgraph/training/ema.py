@@ -30,6 +30,10 @@ object, and since its Variables carry the averaged Variables' metadata (sharding
 names included) it shards like the model. The update is
 ``optax.incremental_update``, cast back to each Variable's dtype.
 
+An ``EMA`` goes through ``pickle``, ``cloudpickle`` and ``copy.deepcopy``; pickled
+together with a model from ``apply_to``, that model still uses the EMA's Variables
+(a function ``only`` filter is pickled by value, with cloudpickle).
+
 Source: Flax NNX ``nnx.EMA`` (0.12.8: ``EMA(params, decay, *, only=...)``,
 ``params``, ``update``, ``apply_to``); the update rule is optax's
 ``incremental_update`` (Polyak-Ruppert averaging, ``optax.ema`` without debiasing).
@@ -56,6 +60,7 @@ from flaxgraph.training._params import (
     values_at,
     wrt_pairs,
 )
+from flaxgraph.training.pickling import unwrap, wrap
 from flaxgraph.variablelib.variable import Variable
 
 A = TypeVar("A")
@@ -135,6 +140,15 @@ class EMA(Pytree):
                 )
         values = unshare([raw(v) for _, v in pairs], [raw(v) for _, v in pairs])
         self.params = State.from_flat_path((p, _copy_of(v, x)) for (p, v), x in zip(pairs, values))
+
+    # pickle: the `only` filter (maybe a function) goes by value (cloudpickle).
+    def __getstate__(self) -> Any:
+        attributes, kinds = super().__getstate__()
+        return wrap(attributes, ("filter",), "EMA"), kinds
+
+    def __setstate__(self, state: Any) -> None:
+        attributes, kinds = state
+        super().__setstate__((unwrap(attributes), kinds))
 
     def _values_of(self, node: Any, what: str) -> tuple[list[Any], list[Any]]:
         """The averages' paths and ``node``'s values at them, in the same order."""

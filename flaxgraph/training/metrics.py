@@ -20,6 +20,9 @@ Every metric takes keyword arguments and ignores those it does not use, so one
 Static attributes (argument names, metric names, thresholds) are hashable, so
 the metric's ``GraphDef`` is a valid ``jit`` cache key.
 
+Metrics go through ``pickle``, ``cloudpickle`` and ``copy.deepcopy`` (their state
+is Variables, their static attributes strings and numbers).
+
 Source: Flax NNX ``nnx.metrics`` (``Metric``, ``MetricState``, ``Average``,
 ``Welford``, ``Statistics``, ``Accuracy``, ``MultiMetric``; 0.12); Welford's and
 Chan et al.'s parallel variance update.

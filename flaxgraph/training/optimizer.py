@@ -32,6 +32,13 @@ Every computation is optax's: ``tx.init``, ``tx.update`` and
 ``optax.apply_updates``, on plain pytrees of arrays (an ``nnx.State`` of the
 parameters' values).
 
+An optimizer goes through ``pickle``, ``cloudpickle`` and ``copy.deepcopy`` (Flax's
+fails on optax's closures, flax#4247): ``tx`` and ``wrt`` are pickled by value with
+cloudpickle (an optional dependency, needed to pickle optax's transformations: ``pip
+install cloudpickle``), a deep copy shares ``tx``; pickled together with its model (a
+``ModelAndOptimizer`` holding it, an ``nnx.EMA``…), the model comes back shared, and
+training resumed from the copy gives bitwise the results of uninterrupted training.
+
 ``wrt`` is required, as in Flax 0.11+. ``nnx.ModelAndOptimizer(model, tx)`` is
 the variant that holds its model (``wrt`` defaults to ``nnx.Param`` there) and
 whose ``update`` takes only the gradients.
@@ -66,6 +73,7 @@ from flaxgraph.training._params import (
     write_leaves,
     wrt_pairs,
 )
+from flaxgraph.training.pickling import unwrap, wrap
 from flaxgraph.variablelib.variable import Param, Variable
 
 A = TypeVar("A")
@@ -136,6 +144,8 @@ class Optimizer(Pytree, Generic[M]):
       TypeError: ``wrt`` is missing (the message names ``nnx.ModelAndOptimizer``,
         the variant with a default), or ``model`` is a single Variable or array
         rather than a model.
+      pickle.PicklingError: (on ``pickle.dumps``) cloudpickle is not installed and
+        ``tx`` or ``wrt`` is a closure (every optax transformation is).
 
     Example::
 
@@ -272,6 +282,15 @@ class Optimizer(Pytree, Generic[M]):
         write_leaves(self.opt_state, new_opt_state, "optimizer state")
         self.step.value = self.step.value + 1
         return updates
+
+    # pickle: `tx` (closures) and `wrt` (maybe a function) go by value (cloudpickle).
+    def __getstate__(self) -> Any:
+        attributes, kinds = super().__getstate__()
+        return wrap(attributes, ("tx", "wrt"), type(self).__name__), kinds
+
+    def __setstate__(self, state: Any) -> None:
+        attributes, kinds = state
+        super().__setstate__((unwrap(attributes), kinds))
 
 
 class ModelAndOptimizer(Optimizer[M]):

@@ -30,6 +30,11 @@ A field declared with ``dataclasses.field(metadata={'static': True})`` is static
 (part of the pytree structure, so it must be hashable), as ``graphdef`` and ``tx``
 are.
 
+A ``TrainState`` goes through ``pickle``, ``cloudpickle`` and ``copy.deepcopy``:
+``tx`` is pickled by value with cloudpickle (needed for optax's closures: ``pip
+install cloudpickle``; without it ``pickle.dumps`` raises ``pickle.PicklingError``),
+and training resumed from the copy continues exactly as uninterrupted training.
+
 Source: Flax NNX ``nnx.TrainState`` (0.12; a ``flax.struct.PyTreeNode`` there,
 ``jax.tree_util.register_dataclass`` here); optax for the numerics.
 """
@@ -45,6 +50,7 @@ import jax.numpy as jnp
 from flaxgraph.graphlib.calls import _CallProxy
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.statelib import State
+from flaxgraph.training.pickling import unwrap, wrap
 
 if TYPE_CHECKING:
     import optax
@@ -124,6 +130,13 @@ class TrainState(_FrozenPytree, Generic[M]):
             tx=tx,
             **kwargs,
         )
+
+    # pickle: `tx` (optax's closures) goes by value (cloudpickle).
+    def __getstate__(self) -> dict[str, Any]:
+        return wrap(dict(self.__dict__), ("tx",), type(self).__name__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(unwrap(state))
 
     def replace(self: TS, **changes: Any) -> TS:
         """A copy with the given fields replaced (``dataclasses.replace``)."""
