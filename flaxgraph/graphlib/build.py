@@ -208,7 +208,7 @@ class _Build:
         if t is ArrayDef:
             leaf = self.next_leaf()
             value = leaf.raw_value if isinstance(leaf, Variable) else leaf
-            if len(d) > 1:  # a raw jax.Ref: later NodeRefs to its index share it
+            if d.index is not None:  # a raw jax.Ref: later NodeRefs to its index share it
                 if d.index in self.reuse:  # the caller's own Ref (written in place)
                     value = self.reuse[d.index]
                 elif self.new_refs and not is_ref(value):

@@ -23,6 +23,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from flaxgraph.graphlib.graphdefs import (
+    ArrayDef,
+    ContainerDef,
+    Def,
+    NodeDef,
+    NodeRef,
+    StaticDef,
+    VariableDef,
+)
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate
 from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.statics import PartialKey
@@ -59,39 +68,39 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
     Source: Flax NNX 0.12 ``nnx.merge`` (what it builds).
     """
     root = graphdef.root
-    tag = root[0]
-    if tag != "N" and tag != "C":
+    root_kind = type(root)
+    if root_kind is not NodeDef and root_kind is not ContainerDef:
         return GAVE_UP
     impls = _GRAPH_NODE_IMPLS
     trace = current_trace()
     built: dict[int, Any] = {}
 
-    def leaf_of(c: Any, leaf: Any) -> Any:
+    def leaf_of(c: VariableDef, leaf: Any) -> Any:
         """The value at a Variable's place (``c``, a ``VariableDef``) for a State leaf."""
         if isinstance(leaf, Variable):
             if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
                 raise _GiveUp
             if not share:
-                leaf = c[1]._from_parts(leaf.raw_value, leaf._var_metadata, trace)
+                leaf = c.type._from_parts(leaf.raw_value, leaf._var_metadata, trace)
         elif type(leaf) in _MARKERS or isinstance(leaf, State):
             raise _GiveUp
         elif recreate:
-            leaf = c[1]._from_parts(leaf, dict(c[3]), trace)
-        built[c[2]] = leaf
+            leaf = c.type._from_parts(leaf, dict(c.metadata), trace)
+        built[c.index] = leaf
         return leaf
 
-    def child(k: Any, c: Any, mapping: dict[Any, Any]) -> tuple[Any, int]:
+    def child(k: Any, c: Def, mapping: dict[Any, Any]) -> tuple[Any, int]:
         """``(value, entries of mapping used)`` of the definition ``c`` at key ``k``."""
-        tag = c[0]
-        if tag == "V":
+        kind = type(c)
+        if kind is VariableDef:
             return leaf_of(c, mapping[k]), 1
-        if tag == "S":
-            value = c[2]
+        if kind is StaticDef:
+            value = c.key
             return (value.partial if type(value) is PartialKey else value), 0
-        if tag == "R":
-            return built[c[2]], 0
-        if tag == "A":
-            if len(c) > 1:  # a raw jax.Ref
+        if kind is NodeRef:
+            return built[c.index], 0
+        if kind is ArrayDef:
+            if c.index is not None:  # a raw jax.Ref
                 raise _GiveUp
             leaf = mapping[k]
             if isinstance(leaf, Variable):
@@ -108,25 +117,25 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
             sub = sub._mapping
         else:
             raise _GiveUp
-        return (node(c, sub) if tag == "N" else container(c, sub)), used
+        return (node(c, sub) if kind is NodeDef else container(c, sub)), used
 
-    def node(d: Any, mapping: dict[Any, Any]) -> Any:
-        impl = impls[d[1]]
-        metadata = d[3]
+    def node(d: NodeDef, mapping: dict[Any, Any]) -> Any:
+        impl = impls[d.type]
+        metadata = d.metadata
         obj = impl.create_empty(metadata, trace)
-        built[d[2]] = obj
+        built[d.index] = obj
         items = []
         used = 0
-        for k, c in d[4]:
-            if c[0] == "V" and share:  # the common case, inline
+        for k, c in d.attributes:
+            if share and type(c) is VariableDef:  # the common case, inline
                 leaf = mapping[k]
                 used += 1
-                if type(leaf) is not c[1] or (
+                if type(leaf) is not c.type or (
                     leaf._var_ref is None and type(leaf.raw_value) in _MARKERS
                 ):
                     leaf = leaf_of(c, leaf)
                 else:
-                    built[c[2]] = leaf
+                    built[c.index] = leaf
                 items.append((k, leaf))
             else:
                 value, n = child(k, c, mapping)
@@ -137,13 +146,13 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
         impl.set_items(obj, items, metadata)
         return obj
 
-    def container(d: Any, mapping: dict[Any, Any]) -> Any:
-        t = d[1]
-        keys = d[2]
+    def container(d: ContainerDef, mapping: dict[Any, Any]) -> Any:
+        t = d.type
+        keys = d.keys
         values = []
         used = 0
-        for k, c in zip(keys, d[3]):
-            if c[0] == "N":  # inline: a list of Modules
+        for k, c in zip(keys, d.children):
+            if type(c) is NodeDef:  # inline: a list of Modules
                 sub = mapping.get(k, None)
                 if sub is None:
                     values.append(node(c, _EMPTY))
@@ -164,10 +173,12 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
             return tuple(values)
         if t is dict:
             return dict(zip(keys, values))
-        return d[4].unflatten(values)
+        return d.treedef.unflatten(values)
 
     try:
-        return node(root, state._mapping) if tag == "N" else container(root, state._mapping)
+        if root_kind is NodeDef:
+            return node(root, state._mapping)
+        return container(root, state._mapping)
     except (_GiveUp, KeyError):
         return GAVE_UP
 

@@ -46,7 +46,12 @@ from flaxgraph.statelib import State
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
-_new = tuple.__new__
+# The records' C-speed constructors (field values in field order, see graphdefs.py).
+_node_def = NodeDef.from_fields
+_variable_def = VariableDef.from_fields
+_node_ref = NodeRef.from_fields
+_container_def = ContainerDef.from_fields
+_static_def = StaticDef.from_fields
 _state = State._wrap  # a State around a dict, without checks
 _ROOT = object()
 
@@ -96,7 +101,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
             if index is not None:
                 if not graph:  # tree mode: a cycle, shared Variables, or harmless
                     raise _GiveUp
-                return _new(NodeRef, ("R", t, index))
+                return _node_ref((t, index))
             if not graph and getattr(t, "_obj_is_pytree", True) is False:
                 raise _GiveUp
             index = seen[id(x)] = len(kept)
@@ -111,41 +116,41 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
                     i = seen[id(v)] = len(kept)
                     kept.append(v)
                     sub[k] = v
-                    pairs.append((k, _new(VariableDef, ("V", type(v), i, md))))
+                    pairs.append((k, _variable_def((type(v), i, md))))
                 else:
                     pairs.append((k, visit(v, k, sub)))
             if sub:
                 out[key] = _state(sub)
-            return _new(NodeDef, ("N", t, index, metadata, tuple(pairs)))
+            return _node_def((t, index, metadata, tuple(pairs)))
         if isinstance(x, Variable):
             index = seen.get(id(x))
             if index is not None:
                 if not graph:  # tree mode: a shared Variable is an error
                     raise _GiveUp
-                return _new(NodeRef, ("R", t, index))
+                return _node_ref((t, index))
             index = seen[id(x)] = len(kept)
             kept.append(x)
             metadata = x._var_metadata
             metadata = _metadata_key(metadata) if metadata else ()
             out[key] = x
-            return _new(VariableDef, ("V", t, index, metadata))
+            return _variable_def((t, index, metadata))
         if t is list or t is tuple:
             sub = {}
             children = tuple([visit(v, k, sub) for k, v in enumerate(x)])
             if sub:
                 out[key] = _state(sub)
-            return _new(ContainerDef, ("C", t, tuple(range(len(x))), children, None))
+            return _container_def((t, tuple(range(len(x))), children, None))
         if t is dict:
             sub = {}
             children = tuple([visit(v, k, sub) for k, v in x.items()])
             if sub:
                 out[key] = _state(sub)
-            return _new(ContainerDef, ("C", t, tuple(x), children, None))
+            return _container_def((t, tuple(x), children, None))
         if isinstance(x, ARRAY_TYPES):
             out[key] = x
             return ARRAY_DEF
         if t in _PLAIN_STATIC:
-            return _new(StaticDef, ("S", t, x))
+            return _static_def((t, x))
         if t is DataLeaf:
             out[key] = x.value
             return ARRAY_DEF
@@ -162,7 +167,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
                 if sub:
                     out[key] = _state(sub)
                 keys = tuple([k for k, _ in items])
-                return _new(ContainerDef, ("C", t, keys, children, treedef))
+                return _container_def((t, keys, children, treedef))
         if _made_per_instance(x):  # the general walk warns, naming the path
             raise _GiveUp
         return StaticDef(x)

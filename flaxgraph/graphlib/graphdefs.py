@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Hashable
-from operator import itemgetter
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import jax
 
@@ -38,24 +37,14 @@ from flaxgraph.graphlib.statics import (
 )
 from flaxgraph.renderers import RENDERERS
 
-# Each definition is a tuple whose first item is a tag naming its kind: building,
-# hashing and comparing definitions then run at C speed (tuple construction,
-# tuple hash and tuple equality), and two kinds never compare equal.
-
-
-class _Def(tuple):
-    __slots__ = ()
-    _fields: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{f}={_short(getattr(self, f))}" for f in self._fields)
-        return f"{type(self).__name__}({fields})"
-
-    def __getnewargs__(self) -> tuple[Any, ...]:
-        return tuple(self[1:])
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
+# Each definition is a NamedTuple read by field name: building, hashing and comparing
+# definitions run at C speed (tuple construction, hash and equality). Code tells the
+# kinds apart by ``type(d) is NodeDef`` etc. Two definitions of different kinds never
+# compare equal: the kinds differ in arity (ArrayDef 1, NodeRef and StaticDef 2,
+# VariableDef 3, NodeDef and ContainerDef 4) or in a field's type (a NodeDef's
+# ``index`` is an int, a ContainerDef's ``keys`` a tuple; a NodeRef's ``type`` is a
+# graph node or Variable type, which a static value never has), see
+# ``tests/graphlib/test_graphdefs.py``.
 
 
 def _short(x: Any) -> str:
@@ -64,121 +53,164 @@ def _short(x: Any) -> str:
     return repr(x)
 
 
-class NodeDef(_Def):
-    """A graph node seen for the first time (index ``index`` in this GraphDef)."""
-
-    __slots__ = ()
-    _fields = ("type", "index", "metadata", "attributes")
-    type = property(itemgetter(1))
-    index = property(itemgetter(2))
-    metadata = property(itemgetter(3))
-    attributes = property(itemgetter(4))
-
-    def __new__(
-        cls,
-        type: type,
-        index: int,
-        metadata: Hashable,
-        attributes: tuple[tuple[Hashable, Def], ...],
-    ) -> NodeDef:
-        return tuple.__new__(cls, ("N", type, index, metadata, attributes))
+def _def_repr(self: Any) -> str:
+    fields = ", ".join(f"{f}={_short(getattr(self, f))}" for f in self._fields)
+    return f"{type(self).__name__}({fields})"
 
 
-class VariableDef(_Def):
-    """A Variable seen for the first time; its value is the next State leaf."""
-
-    __slots__ = ()
-    _fields = ("type", "index", "metadata")
-    type = property(itemgetter(1))
-    index = property(itemgetter(2))
-    metadata = property(itemgetter(3))
-
-    def __new__(cls, type: type, index: int, metadata: tuple[tuple[str, Any], ...]) -> VariableDef:
-        return tuple.__new__(cls, ("V", type, index, metadata))
+def _immutable(self: Any, name: str, value: Any) -> None:
+    raise AttributeError(f"{type(self).__name__} is immutable")
 
 
-class NodeRef(_Def):
+class NodeDef(NamedTuple):
+    """A graph node seen for the first time (index ``index`` in this GraphDef).
+
+    Attributes:
+      type: the node's class (a registered graph node type).
+      index: its reference index (``NodeRef``s to it carry the same index).
+      metadata: what its ``flatten`` returned besides the children (hashable).
+      attributes: ``(key, definition)`` per child, in the node's order.
+    """
+
+    type: type
+    index: int
+    metadata: Hashable
+    attributes: tuple[tuple[Hashable, Def], ...]
+
+    from_fields = classmethod(tuple.__new__)
+    """``from_fields((field, ...))``: the record from its field values in field order,
+    at C speed and without checks (the direct walks' constructor)."""
+
+    __repr__ = _def_repr
+    __setattr__ = _immutable
+
+
+class VariableDef(NamedTuple):
+    """A Variable seen for the first time; its value is the next State leaf.
+
+    Attributes:
+      type: the Variable's class (``Param``, ``BatchStat``...).
+      index: its reference index.
+      metadata: its metadata as sorted ``(name, value)`` pairs (``()`` if none).
+    """
+
+    type: type
+    index: int
+    metadata: tuple[tuple[str, Any], ...]
+
+    from_fields = classmethod(tuple.__new__)
+    """``from_fields((field, ...))``: the record from its field values in field order,
+    at C speed and without checks (the direct walks' constructor)."""
+
+    __repr__ = _def_repr
+    __setattr__ = _immutable
+
+
+class NodeRef(NamedTuple):
     """A node or Variable seen before in the walk: reuse the object at ``index``."""
 
-    __slots__ = ()
-    _fields = ("type", "index")
-    type = property(itemgetter(1))
-    index = property(itemgetter(2))
+    type: type
+    index: int
 
-    def __new__(cls, type: type, index: int) -> NodeRef:
-        return tuple.__new__(cls, ("R", type, index))
+    from_fields = classmethod(tuple.__new__)
+    """``from_fields((field, ...))``: the record from its field values in field order,
+    at C speed and without checks (the direct walks' constructor)."""
 
-
-class ContainerDef(_Def):
-    """A list/tuple/dict (``type``) or another pytree node (``treedef``), by value."""
-
-    __slots__ = ()
-    _fields = ("type", "keys", "children", "treedef")
-    type = property(itemgetter(1))
-    keys = property(itemgetter(2))
-    children = property(itemgetter(3))
-    treedef = property(itemgetter(4))
-
-    def __new__(
-        cls,
-        type: type,
-        keys: tuple[Hashable, ...],
-        children: tuple[Def, ...],
-        treedef: Any = None,
-    ) -> ContainerDef:
-        return tuple.__new__(cls, ("C", type, keys, children, treedef))
+    __repr__ = _def_repr
+    __setattr__ = _immutable
 
 
-class ArrayDef(_Def):
+class ContainerDef(NamedTuple):
+    """A list/tuple/dict (``type``) or another pytree node (``treedef``), by value.
+
+    Attributes:
+      type: the container's class.
+      keys: the children's keys (list/tuple positions, dict keys, pytree keys).
+      children: one definition per key.
+      treedef: the ``jax`` treedef rebuilding a pytree node, ``None`` for a list,
+        tuple or dict.
+    """
+
+    type: type
+    keys: tuple[Hashable, ...]
+    children: tuple[Def, ...]
+    treedef: Any = None
+
+    from_fields = classmethod(tuple.__new__)
+    """``from_fields((field, ...))``: the record from its field values in field order,
+    at C speed and without checks (the direct walks' constructor)."""
+
+    __repr__ = _def_repr
+    __setattr__ = _immutable
+
+
+class ArrayDef(NamedTuple):
     """A raw array leaf; its value is the next State leaf.
 
     A raw ``jax.Ref`` is a leaf with an identity: its first sighting is an
     ``ArrayDef`` carrying its reference ``index`` (later sightings are
     ``NodeRef``s to it), so a Ref shared along two paths stays one Ref.
+
+    Attributes:
+      index: the reference index of a raw ``jax.Ref`` leaf, ``None`` for an array.
     """
 
-    __slots__ = ()
-
-    def __new__(cls, index: int | None = None) -> ArrayDef:
-        return tuple.__new__(cls, ("A",) if index is None else ("A", index))
-
-    @property
-    def index(self) -> int | None:
-        """The reference index of a raw ``jax.Ref`` leaf, ``None`` for an array."""
-        return self[1] if len(self) > 1 else None
+    index: int | None = None
 
     def __repr__(self) -> str:
-        return "ArrayDef()" if len(self) == 1 else f"ArrayDef(index={self[1]})"
+        return "ArrayDef()" if self.index is None else f"ArrayDef(index={self.index})"
+
+    __setattr__ = _immutable
 
 
-class StaticDef(_Def):
+class _StaticFields(NamedTuple):
+    value_type: type
+    key: Hashable
+
+
+class StaticDef(_StaticFields):
     """A static value kept in the GraphDef (hashable where the GraphDef is a cache key).
 
-    The value's type is part of the definition: ``1 == True == 1.0`` in Python, but
-    a GraphDef must tell them apart. A ``functools.partial`` is stored as a
-    ``PartialKey`` (compared by function and arguments, see ``statics.py``);
-    ``value`` gives the partial back.
+    ``StaticDef(value)`` stores the value's type and its structural form: ``1 ==
+    True == 1.0`` in Python, but a GraphDef must tell them apart. A
+    ``functools.partial`` is stored as a ``PartialKey`` (compared by function and
+    arguments, see ``statics.py``); ``value`` gives the partial back.
+
+    Attributes:
+      value_type: ``type(value)``.
+      key: the structural form of the value (the value itself for a plain static,
+        a ``PartialKey`` for a partial).
     """
 
     __slots__ = ()
-    _fields = ("value",)
 
     def __new__(cls, value: Any) -> StaticDef:
-        return tuple.__new__(cls, ("S", type(value), structural(value)))
+        return tuple.__new__(cls, (type(value), structural(value)))
+
+    from_fields = classmethod(tuple.__new__)
+    """``from_fields((value_type, key))``: the record from its fields (for a plain
+    static such as an int, a str or None, the key is the value itself), at C speed
+    and without checks (the direct walks' constructor)."""
 
     @property
     def value(self) -> Any:
-        return unwrap(self[2])
+        """The static value itself (a ``functools.partial`` given back as one)."""
+        return unwrap(self.key)
 
-    def __getnewargs__(self) -> tuple[Any, ...]:
+    def __getnewargs__(self) -> tuple[Any, ...]:  # type: ignore[override]
         return (self.value,)
+
+    def __repr__(self) -> str:
+        return f"StaticDef(value={self.value!r})"
+
+    __setattr__ = _immutable
 
 
 Def = Union[NodeDef, VariableDef, NodeRef, ContainerDef, ArrayDef, StaticDef]
 ARRAY_DEF = ArrayDef()
 
 
-class TreeNodeDef(_Def):
+class TreeNodeDef(NamedTuple):
     """The whole structure of a tree-mode (``graph=False``) split, as one definition.
 
     A tree-mode graph has no sharing, so its structure is a single tree: ``treedef``
@@ -187,16 +219,12 @@ class TreeNodeDef(_Def):
     GraphDef is ``(TreeNodeDef(...),)``.
     """
 
-    __slots__ = ()
-    _fields = ("type", "treedef", "path_index")
-    type = property(itemgetter(1))
-    treedef = property(itemgetter(2))
-    path_index = property(itemgetter(3))
+    type: type
+    treedef: Def
+    path_index: tuple[tuple[tuple[Hashable, ...], int], ...]
 
-    def __new__(
-        cls, type: type, treedef: Def, path_index: tuple[tuple[tuple[Hashable, ...], int], ...]
-    ) -> TreeNodeDef:
-        return tuple.__new__(cls, ("T", type, treedef, path_index))
+    __repr__ = _def_repr
+    __setattr__ = _immutable
 
 
 def _leaf_paths_of(d: Def, path: tuple[Hashable, ...], out: list[tuple[Hashable, ...]]) -> None:
@@ -353,10 +381,10 @@ class GraphDef:
     @property
     def type(self) -> type:
         """The type of the root value."""
-        root_type = (
-            self.root.type if self.root and self.root[0] != "A" and self.root[0] != "S" else None
-        )
-        return root_type if root_type is not None else type(None)
+        root = self.root
+        if type(root) is ArrayDef or type(root) is StaticDef:
+            return type(None)
+        return root.type
 
     # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
     def __repr__(self) -> str:
@@ -506,7 +534,7 @@ def _find_unhashable(
     step is ``(key, is_attribute)``."""
     t = type(d)
     if t is StaticDef:
-        return (steps, d.value, "static attribute") if is_unhashable(d[2]) else None
+        return (steps, d.value, "static attribute") if is_unhashable(d.key) else None
     if t is VariableDef:
         return (steps, dict(d.metadata), "metadata") if is_unhashable(d.metadata) else None
     if t is NodeDef:
@@ -541,7 +569,7 @@ def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
         return VariableDef(d.type, mapping[d.index], d.metadata)
     if t is NodeRef:
         return NodeRef(d.type, mapping[d.index])
-    if t is ArrayDef and len(d) > 1:
+    if t is ArrayDef and d.index is not None:
         return ArrayDef(mapping[d.index])
     if t is ContainerDef:
         children = tuple(_renumbered(c, mapping) for c in d.children)

@@ -96,3 +96,13 @@ def test_join_states_unites_filtered_states_without_changing_them() -> None:
     assert merged.c.d is m.c.d and merged.b is m.b
     with pytest.raises(nnx.GraphStructureError, match="more than one"):
         nnx.merge(graphdef, params, params, rest)
+
+
+def test_direct_merge_handles_the_corpus() -> None:
+    # A direct build that always gave up would pass the properties above.
+    handled = 0
+    makes = [p.values[0] for p in corpus_params()]
+    for make in makes:
+        graphdef, state = nnx.split(make())
+        handled += merge_direct(graphdef, state, True, True) is not GAVE_UP
+    assert handled == len(makes)

@@ -132,3 +132,16 @@ def test_tree_mode_takes_the_direct_walk_and_leaves_sharing_to_the_general_one()
     assert split_direct(shared, False) is None
     with pytest.raises(ValueError, match="Duplicate Param"):
         nnx.split(shared, graph=False)
+
+
+def test_direct_split_handles_most_of_the_corpus() -> None:
+    # A direct walk that always gave up would pass the properties above; it must
+    # handle every graph-mode corpus entry and most tree-mode ones (tree mode leaves
+    # shared references and cycles to the general walk, which checks them).
+    makes = [p.values[0] for p in corpus_params()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph_mode = sum(split_direct(make(), True) is not None for make in makes)
+        tree_mode = sum(split_direct(make(), False) is not None for make in makes)
+    assert graph_mode == len(makes)
+    assert tree_mode >= len(makes) // 2

@@ -47,6 +47,43 @@ def test_defs_compare_by_value_and_hash_equal():
     assert NodeRef(Block, 0) != VariableDef(Block, 0, ())
 
 
+def test_defs_of_different_kinds_never_compare_equal():
+    # the kinds differ in arity or in the type of a field (see graphdefs.py)
+    defs = [
+        NodeDef(Block, 0, None, ()),
+        VariableDef(Block, 0, ()),
+        NodeRef(Block, 0),
+        ContainerDef(Block, (), (), None),
+        ArrayDef(),
+        ArrayDef(0),
+        StaticDef(0),
+        StaticDef(Block),
+        StaticDef(None),
+    ]
+    for i, a in enumerate(defs):
+        for b in defs[i + 1 :]:
+            assert a != b, (a, b)
+
+
+def test_defs_are_read_by_field_name_and_from_fields_is_the_constructor():
+    node = NodeDef(Block, 2, None, (("w", VariableDef(nnx.Param, 3, (("a", 1),))),))
+    assert (node.type, node.index, node.metadata) == (Block, 2, None)
+    ((key, variable),) = node.attributes
+    assert (key, variable.type, variable.index, variable.metadata) == (
+        "w",
+        nnx.Param,
+        3,
+        (("a", 1),),
+    )
+    for d in (node, variable, NodeRef(Block, 4), ContainerDef(list, (0,), (ARRAY_DEF,))):
+        fields = {f: getattr(d, f) for f in d._fields}
+        assert type(d).from_fields(tuple(fields.values())) == d == type(d)(**fields)
+    static = StaticDef("x")
+    assert (static.value_type, static.key, static.value) == (str, "x", "x")
+    assert StaticDef.from_fields((str, "x")) == static
+    assert (ArrayDef().index, ArrayDef(5).index) == (None, 5)
+
+
 def test_static_def_tells_equal_python_values_of_other_types_apart():
     assert StaticDef(1) != StaticDef(True)
     assert StaticDef(1) != StaticDef(1.0)
