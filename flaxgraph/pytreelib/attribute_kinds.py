@@ -64,6 +64,13 @@ def data(value: Any = _NO_VALUE, /, **kwargs: Any) -> Any:
     """Marks an attribute as data: a pytree child and a State leaf even if it is not
     an array.
 
+    In the graph view (``split``, ``state``, the transforms) a marked value that is
+    not a container is one State leaf (``nnx.data(0)``); a marked container (a list,
+    dict, tuple, State or other pytree node) is walked as any container is: its
+    arrays, Variables and objects are State leaves and its other values (dtypes,
+    strings, ints) stay static, as in Flax NNX 0.12's graph view. In the pytree view
+    (``jax.tree.leaves(obj)``) the whole value is a child.
+
     Two uses:
 
     * on assignment, ``self.step = nnx.data(0)``: returns a marker that the

@@ -261,7 +261,7 @@ def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
             (
                 k,
                 DataLeaf(v)
-                if forced.get(k) == _DATA and not _is_data(v)
+                if forced.get(k) == _DATA and _is_marked_leaf(v)
                 else StaticLeaf(v)
                 if forced.get(k) == _STATIC
                 else v,
@@ -269,6 +269,18 @@ def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
             for k, v in items
         ]
     return items, kinds
+
+
+def _is_marked_leaf(value: Any) -> bool:
+    """Whether an ``nnx.data``-marked value is one State leaf in the graph view: a
+    value that is neither data nor a container (``nnx.data(3)``). A marked container
+    (``nnx.data({'w': np.dtype('float32')})``, a State of dtypes…) is walked as any
+    container is, so its arrays and Variables are State leaves and its other values
+    stay static, as in Flax NNX 0.12's graph view."""
+    t = type(value)
+    if t is list or t is tuple or t is dict:
+        return False
+    return not _is_data(value) and pytree_children(value) is None
 
 
 def _is_opaque_data(value: Any) -> bool:

@@ -26,7 +26,40 @@ def test_field_specifiers_in_a_plain_pytree_class():
 
     foo = Foo()
     assert jax.tree.leaves(foo) == [1, 2, foo.w]
-    assert sorted(nnx.state(foo).to_pure_dict()) == ["table", "w"]
+    # The graph view walks a marked list as any list: its ints stay static, as in Flax.
+    assert sorted(nnx.state(foo).to_pure_dict()) == ["w"]
+
+
+def test_a_marked_container_keeps_its_non_array_values_static_through_jit():
+    # A trainer keeps the dtypes of a model's parameters next to their gradients,
+    # marked data so it may later hold arrays: the dtypes are not State leaves, so
+    # nnx.jit traces the arrays only and hands the dtypes in as they are.
+    class Accumulator(nnx.Pytree):
+        def __init__(self, model):
+            params = nnx.state(model, nnx.Param)
+            is_var = lambda x: isinstance(x, nnx.Variable)
+            self.dtypes = nnx.data(
+                jax.tree.map(lambda v: np.dtype(jnp.bfloat16), params, is_leaf=is_var)
+            )
+            self.grads = nnx.data(
+                jax.tree.map(lambda v: jnp.zeros(v.shape), params, is_leaf=is_var)
+            )
+            self.extra = nnx.data({"scale": np.dtype("bfloat16"), "bias": (jnp.ones(1), 2)})
+            self.count = nnx.data(0)  # not a container: a State leaf
+
+    acc = Accumulator(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+    state = nnx.state(acc).to_pure_dict()
+    assert sorted(state) == ["count", "extra", "grads"]
+    assert state["extra"] == {"bias": {0: acc.extra["bias"][0]}}
+
+    @nnx.jit
+    def cast(acc):
+        acc.count += 1
+        return jax.tree.map(lambda g, d: g.astype(d), acc.grads, acc.dtypes)
+
+    out = cast(acc)
+    assert out["kernel"].dtype == jnp.bfloat16 and acc.count == 1
+    assert acc.extra["scale"] == np.dtype("bfloat16") and acc.extra["bias"][1] == 2
 
 
 def test_dataclass_with_field_specifiers():
