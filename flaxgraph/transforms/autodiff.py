@@ -25,7 +25,6 @@ from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.statelib import State
 from flaxgraph.transforms.calls import (
-    bind,
     check_not_bound_method,
     decorator,
     merge_static,
@@ -40,15 +39,16 @@ from flaxgraph.transforms.diff_argnums import (
     _check_argnums,
     _Diff,
     _diff_prefix,
+    output_inner,
 )
 from flaxgraph.transforms.lift import (
     Call,
-    Inner,
     InStatic,
     Static,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
+from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.variablelib.variable import Param, Variable
 
 PathParts = tuple[Hashable, ...]
@@ -124,7 +124,7 @@ def _vg_core(
     mode: Mode = DEFAULT,
 ) -> Callable[..., Any]:
     """Shared by grad and value_and_grad: returns ``g(*args) -> ((value, aux), grads)``."""
-    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
+    inner = output_inner(f, mode)
     grad_tree = _grad_tree if mode.updates else _grad_copy
 
     def loss_call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
@@ -238,7 +238,7 @@ def value_and_grad(
         (value, aux), grads = core(*args, **kwargs)
         return ((value, aux) if has_aux else value), grads
 
-    return bind(wrapper, bound, f)
+    return Wrapped(inner_f, wrapper, bound)
 
 
 @decorator
@@ -282,12 +282,11 @@ def grad(
         graph_updates=graph_updates,
     )
 
-    @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         value, grads = vg(*args, **kwargs)
         return (grads, value[1]) if has_aux else grads
 
-    return wrapper
+    return Wrapped(vg.fun, wrapper)
 
 
 def _shift(argnums: Any, by: int) -> Any:
@@ -328,7 +327,7 @@ def remat(
     mode = resolve(graph, graph_updates)
     inner_f, bound = unbind(f, "remat")
     nums = normalize_argnums(static_argnums)
-    inner = Inner(inner_f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
+    inner = output_inner(inner_f, mode)
 
     def pure(static: Static, values: list[Any]) -> Any:
         in_static: InStatic = static.value
@@ -357,7 +356,7 @@ def remat(
         )
         return call.finish(out_static.value, out_groups)
 
-    return bind(wrapper, bound, f)
+    return Wrapped(inner_f, wrapper, bound)
 
 
 checkpoint = remat
@@ -433,7 +432,7 @@ def vjp(
         return functools.wraps(f)(functools.partial(vjp, f, **options))
     mode = resolve(graph, graph_updates)
     call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
-    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
+    inner = output_inner(f, mode)
     grad_tree = _grad_tree if mode.updates else _grad_copy
 
     def pure(diff_values: list[Any]) -> Any:
@@ -511,7 +510,7 @@ def jvp(
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals but {len(tangents)} tangents.")
     call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
-    inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
+    inner = output_inner(f, mode)
     diff_paths = [p for p, (g, _) in zip(call.graphdef.leaf_paths, slots) if g == 0]
     tangent_list = [_tangent_at(tangents, path, value) for path, value in zip(diff_paths, diff)]
 

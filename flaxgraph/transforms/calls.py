@@ -79,18 +79,6 @@ def unbind(f: Any, transform: str = "transform") -> tuple[Callable[..., Any], tu
     return f, ()
 
 
-def bind(wrapped: Callable[..., Any], bound: tuple[Any, ...], f: Any) -> Callable[..., Any]:
-    """The user-facing callable: ``wrapped`` with ``bound`` prepended to the arguments."""
-    if not bound:
-        return wrapped
-
-    @functools.wraps(wrapped)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return wrapped(*bound, *args, **kwargs)
-
-    return call
-
-
 def normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
     """``argnums`` (an int, a sequence or ``None``) as a tuple of ints."""
     if argnums is None:

@@ -33,8 +33,9 @@ from typing import Any
 from jax.experimental import checkify as checkify_lib
 
 from flaxgraph.modes import resolve
-from flaxgraph.transforms.calls import bind, unbind
+from flaxgraph.transforms.calls import unbind
 from flaxgraph.transforms.lifted_call import LiftedCall
+from flaxgraph.transforms.transformed import Wrapped
 
 
 def checkify(
@@ -84,4 +85,4 @@ def checkify(
         error, out = checked(static, groups)
         return error, LiftedCall.finish(call, out)
 
-    return bind(wrapper, bound, f)
+    return Wrapped(inner_f, wrapper, bound)

@@ -15,28 +15,26 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple, overload
 
 import jax
 from jax.sharding import PartitionSpec, Sharding
 
-from flaxgraph.modes import resolve
+from flaxgraph.modes import Mode, resolve
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calls import (
-    bind,
-    decorator,
     infer_argnums_and_argnames,
     merge_static,
     normalize_argnames,
     normalize_argnums,
-    split_static,
     unbind,
 )
-from flaxgraph.transforms.compiled import Compiled, Lowered
-from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
-from flaxgraph.transforms.lift import Inner, InStatic, split_inputs
+from flaxgraph.transforms.compiled import Compiled, JitFunctions, Lowered, TracedJit
+from flaxgraph.transforms.control import eval_shape
+from flaxgraph.transforms.lift import Call, Inner, InStatic, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import prefix_keys
+from flaxgraph.transforms.transformed import P, R, StaticArgs, Transformed
 
 
 class _Unspecified:
@@ -75,9 +73,274 @@ def _split_prefix(prefix: Any, n_args: int) -> tuple[Any, Any]:
     return prefix, prefix
 
 
-@decorator
+class JitWrapped(Transformed[P, R]):
+    """What ``nnx.jit`` returns: ``fun`` compiled with ``jax.jit``, called like ``fun``.
+
+    Besides calling it: ``lower(*args)``, ``trace(*args)`` and ``eval_shape(*args)``
+    (as ``jax.jit``'s, on the same arguments as a call, objects included),
+    ``cache_info()`` (see ``Transformed``), and as a method it binds to its
+    instance. ``jitted_fn`` is the ``jax.jit`` functions behind it (one per input
+    structure, ``compiled.JitFunctions``).
+
+    Attributes:
+      fun: the function compiled.
+      in_shardings, out_shardings: as given to ``nnx.jit``.
+      static_argnums, static_argnames, donate_argnums, donate_argnames: as given,
+        completed from ``fun``'s signature as ``jax.jit`` does.
+      jitted_fn: the ``jax.jit`` functions (``compiled.JitFunctions``).
+      mode: the traversal mode (``flaxgraph.modes.Mode``).
+
+    Source: ``jax.jit``; Flax NNX 0.12 ``nnx.jit`` (its ``JitWrapped``).
+    """
+
+    def __init__(
+        self,
+        fun: Callable[P, R],
+        bound: tuple[Any, ...],
+        options: JitOptions,
+    ):
+        super().__init__(fun, bound)
+        self.mode = mode = options.mode
+        self.in_shardings = in_shardings = options.in_shardings
+        self.out_shardings = out_shardings = options.out_shardings
+        # For a Module instance, argnums and in_shardings count the explicit
+        # arguments (as jax.jit does, and as grad/remat here do): shift past self.
+        n = len(bound)
+        static_nums = tuple(
+            i + n if i >= 0 else i for i in normalize_argnums(options.static_argnums)
+        )
+        donate_nums = tuple(
+            i + n if i >= 0 else i for i in normalize_argnums(options.donate_argnums)
+        )
+        if n and isinstance(in_shardings, (tuple, list)) and not _is_sharding(in_shardings):
+            in_shardings = (UNSPECIFIED,) * n + tuple(in_shardings)
+        self.sharding_prefix = in_shardings
+        # As jax.jit: a static (donated) argument named in argnames may also be
+        # passed by position, and one numbered in argnums by keyword.
+        self.static_argnums, self.static_argnames = infer_argnums_and_argnames(
+            fun, static_nums, normalize_argnames(options.static_argnames)
+        )
+        self.donate_argnums, self.donate_argnames = infer_argnums_and_argnames(
+            fun, donate_nums, normalize_argnames(options.donate_argnames)
+        )
+        if self.static_argnums or self.static_argnames:
+            self.static = StaticArgs(self.static_argnums, self.static_argnames)
+        self.donated = bool(self.donate_argnums or self.donate_argnames)
+        # Placing the inputs on their shardings is a per-call step: no fast path.
+        self.place = in_shardings is not UNSPECIFIED
+        self.fast = not self.place
+
+        in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
+        if UNSPECIFIED not in in_keys_sharding:  # keyword arguments get no in_sharding
+            in_keys_sharding.append(UNSPECIFIED)
+        self.in_keys = [(s, d) for s in in_keys_sharding for d in (False, True)]
+        out_keys = prefix_keys(in_shardings, out_shardings, spec=SHARDING_SPEC) or [UNSPECIFIED]
+        if UNSPECIFIED not in out_keys:
+            out_keys.append(UNSPECIFIED)
+        self.out_keys = out_keys
+        self.inner = Inner(
+            fun,
+            OUT_SHARDING_SPEC,
+            out_keys,
+            same_prefix=_same_sharding,
+            record_kept=True,
+            mode=mode,
+        )
+        self.jit_kwargs = options.jax_kwargs()
+        if self.place:
+            self.jit_kwargs["in_shardings"] = tuple(_jax_sharding(s) for s, _ in self.in_keys)
+        self.jit_kwargs["donate_argnums"] = tuple(i for i, (_, d) in enumerate(self.in_keys) if d)
+        # One jax.jit per input structure, with the structure bound in and the
+        # output structure recorded on the side (see compiled.py): JAX's per-call
+        # work is then the arrays only, and equal structures (a new instance of the
+        # same model) share the compiled code.
+        self.jitted_fn = JitFunctions()
+
+    def pure(self, in_static: InStatic, entry: Compiled, with_static: bool, *groups: Any) -> Any:
+        """The function ``jax.jit`` compiles for one input structure: merges the
+        groups of arrays into objects, calls ``fun`` and re-splits the result."""
+        statics, n_args = in_static.extra
+        args_prefix, kwargs_prefix = _split_prefix(self.sharding_prefix, n_args)
+        in_prefixes = [self.in_keys[g] for g, _ in in_static.slots]
+
+        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            full_args, full_kwargs = merge_static(args, kwargs, statics)
+            return None, f(*full_args, **full_kwargs)
+
+        _, out_static, out_groups = self.inner.run(
+            in_static, groups, in_prefixes, (args_prefix, kwargs_prefix), self.out_shardings, call
+        )
+        return entry.record(out_static, out_groups, with_static)
+
+    def make_jit(self, in_static: InStatic, entry: Compiled, with_static: bool) -> Any:
+        """The ``jax.jit`` of ``pure`` for one input structure."""
+        kwargs = dict(self.jit_kwargs)
+        # The updated state of an input keeps its in_sharding (as in Flax NNX 0.12):
+        # the output groups of kept inputs are keyed by it.
+        if self.out_shardings is not UNSPECIFIED or self.place:
+            shardings = tuple(_jax_sharding(s) for s in self.out_keys)
+            kwargs["out_shardings"] = (None, shardings) if with_static else shardings
+        return jax.jit(functools.partial(self.pure, in_static, entry, with_static), **kwargs)
+
+    def prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
+        """Splits the arguments (step 1 of the lift) and finds the compiled function
+        of their structure."""
+        if self.static is not None:
+            dyn_args, dyn_kwargs, statics = self.static.split(args, kwargs)
+        else:
+            dyn_args, dyn_kwargs, statics = args, kwargs, ()
+        prefix = _split_prefix(self.sharding_prefix, len(dyn_args))
+        call = split_inputs(dyn_args, dyn_kwargs, prefix, SHARDING_SPEC, self.mode)
+        if self.donated:
+            positions = _donated_positions(args, self.donate_argnums, self.static_argnums)
+            names = self.donate_argnames
+            call.prefixes = [
+                (p, _is_donated(path, positions, names))
+                for p, path in zip(call.prefixes, call.graphdef.leaf_paths)
+            ]
+        else:
+            call.prefixes = [(p, False) for p in call.prefixes]
+        slots, groups = call.groups(self.in_keys)
+        if self.place:
+            _place(call, slots, groups, self.in_keys)
+        # The prefix trees may hold lists and dicts (unhashable): pure rebuilds them.
+        in_static = InStatic(call.graphdef, slots, (statics, len(dyn_args)))
+        entry = self.jitted_fn.get(in_static, self.make_jit)
+        return Prepared(call, entry, groups, slots)
+
+    def call_general(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dyn_args: tuple[Any, ...],
+        dyn_kwargs: dict[str, Any],
+        statics: tuple[Any, ...],
+    ) -> Any:
+        call, entry, groups, slots = self.prepare(args, kwargs)
+        out, out_groups = entry.call(groups)
+        result = call.finish(out, out_groups)
+        self.remember(
+            call, out, entry, slots, len(self.in_keys), dyn_args, dyn_kwargs, statics,
+            donated=self.donated,
+        )  # fmt: skip
+        return result
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """``jax.jit(...).lower`` of the compiled function for these arguments (the
+        same as a call's); its ``compile()`` takes the same arguments and updates
+        the objects as a call does (see ``compiled.Lowered``)."""
+        full = (*self.bound, *args)
+        _, entry, groups, _ = self.prepare(full, kwargs)
+        return Lowered(entry.lower(groups), entry, self.prepare, self.bound)
+
+    def trace(self, *args: Any, **kwargs: Any) -> TracedJit:
+        """``jax.jit(...).trace`` of the compiled function for these arguments:
+        its ``jaxpr``, ``out_info``…, and ``lower()`` (as ``lower(*args)``)."""
+        full = (*self.bound, *args)
+        _, entry, groups, _ = self.prepare(full, kwargs)
+        return TracedJit(entry.trace(groups), entry, self.prepare, self.bound)
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        """The output for these arguments with ``jax.ShapeDtypeStruct`` leaves
+        (objects included); nothing runs and the arguments are left unchanged.
+        Source: ``jax.jit(...).eval_shape``."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            call, entry, groups, _ = self.prepare(args, kwargs)
+            out, out_groups = entry.call(groups)
+            return call.finish(out, out_groups)
+
+        mode = self.mode
+        return eval_shape(
+            run, *self.bound, *args, graph=mode.graph, graph_updates=mode.updates, **kwargs
+        )
+
+
+class JitOptions(NamedTuple):
+    """The options of one ``nnx.jit`` (see ``jit``)."""
+
+    mode: Mode
+    in_shardings: Any
+    out_shardings: Any
+    static_argnums: int | Sequence[int] | None
+    static_argnames: str | Iterable[str] | None
+    donate_argnums: int | Sequence[int] | None
+    donate_argnames: str | Iterable[str] | None
+    keep_unused: bool
+    device: Any
+    backend: str | None
+    inline: bool
+    compiler_options: dict[str, Any] | None
+
+    def jax_kwargs(self) -> dict[str, Any]:
+        """The options passed to ``jax.jit`` as they are."""
+        kwargs: dict[str, Any] = dict(
+            keep_unused=self.keep_unused, device=self.device, backend=self.backend,
+            inline=self.inline,
+        )  # fmt: skip
+        if self.compiler_options is not None:
+            kwargs["compiler_options"] = self.compiler_options
+        return kwargs
+
+
+class Prepared(NamedTuple):
+    """One call's arguments split for ``jax.jit``: the lift's ``Call``, the compiled
+    function of their structure, the groups of arrays and each leaf's slot."""
+
+    call: Call
+    entry: Compiled
+    groups: list[list[Any]]
+    slots: Any
+
+
+def _same_sharding(in_key: Any, out_key: Any) -> bool:
+    """An unchanged input leaf is returned as is where its out-sharding is its
+    in-sharding (and it was not donated)."""
+    return not in_key[1] and in_key[0] == out_key
+
+
+@overload
 def jit(
-    fun: Callable[..., Any],
+    fun: Callable[P, R],
+    *,
+    in_shardings: Any = ...,
+    out_shardings: Any = ...,
+    static_argnums: int | Sequence[int] | None = ...,
+    static_argnames: str | Iterable[str] | None = ...,
+    donate_argnums: int | Sequence[int] | None = ...,
+    donate_argnames: str | Iterable[str] | None = ...,
+    keep_unused: bool = ...,
+    device: Any = ...,
+    backend: str | None = ...,
+    inline: bool = ...,
+    compiler_options: dict[str, Any] | None = ...,
+    graph: bool | None = ...,
+    graph_updates: bool | None = ...,
+) -> JitWrapped[P, R]: ...
+
+
+@overload
+def jit(
+    fun: None = None,
+    *,
+    in_shardings: Any = ...,
+    out_shardings: Any = ...,
+    static_argnums: int | Sequence[int] | None = ...,
+    static_argnames: str | Iterable[str] | None = ...,
+    donate_argnums: int | Sequence[int] | None = ...,
+    donate_argnames: str | Iterable[str] | None = ...,
+    keep_unused: bool = ...,
+    device: Any = ...,
+    backend: str | None = ...,
+    inline: bool = ...,
+    compiler_options: dict[str, Any] | None = ...,
+    graph: bool | None = ...,
+    graph_updates: bool | None = ...,
+) -> Callable[[Callable[P, R]], JitWrapped[P, R]]: ...
+
+
+def jit(
+    fun: Callable[P, R] | None = None,
     *,
     in_shardings: Any = UNSPECIFIED,
     out_shardings: Any = UNSPECIFIED,
@@ -92,7 +355,7 @@ def jit(
     compiler_options: dict[str, Any] | None = None,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> Callable[..., Any]:
+) -> JitWrapped[P, R] | Callable[[Callable[P, R]], JitWrapped[P, R]]:
     """Compiles ``fun``, which may take and return objects, with ``jax.jit``.
 
     Args:
@@ -119,11 +382,13 @@ def jit(
         ``None``: the default (``nnx.set_graph_updates``). See ``flaxgraph.modes``.
 
     Returns:
-      A function with ``fun``'s signature. Calling it updates the objects passed to
-      it in place (values and structure) and returns ``fun``'s output; an output
-      that is an input object is the caller's same object. Its ``lower(*args)``
-      gives JAX's lowering, whose ``compile()`` is a function of the same
-      arguments (objects included) that updates them the same way.
+      A ``JitWrapped`` with ``fun``'s signature (given no ``fun``: a decorator
+      making one). Calling it updates the objects passed to it in place (values
+      and structure) and returns ``fun``'s output; an output that is an input
+      object is the caller's same object. Its ``lower(*args)`` gives JAX's
+      lowering, whose ``compile()`` is a function of the same arguments (objects
+      included) that updates them the same way; ``trace(*args)`` and
+      ``eval_shape(*args)`` are ``jax.jit``'s on the same arguments.
 
     Raises:
       InconsistentAliasingError (``ValueError``): one object reaches ``fun`` along
@@ -140,7 +405,7 @@ def jit(
     Compilation is cached on the graph structure (GraphDef) and the arrays'
     shapes: a new object with the same structure reuses the compiled code; a
     structural change (a new attribute…) compiles again. Repeated calls on the same
-    objects take a fast path (see ``guides/performance.md``); the returned function's
+    objects take a fast path (see ``guides/performance.md``); the returned object's
     ``cache_info()`` tells how many calls took the general path instead.
 
     Example::
@@ -162,143 +427,18 @@ def jit(
     reject_lift_types(
         mode, "jit", "in_shardings", in_shardings, out_shardings, plain="a Sharding (or None)"
     )
+    options = JitOptions(
+        mode, in_shardings, out_shardings, static_argnums, static_argnames, donate_argnums,
+        donate_argnames, keep_unused, device, backend, inline, compiler_options,
+    )  # fmt: skip
+    if fun is None:
+        return functools.partial(_make_jit, options=options)
+    return _make_jit(fun, options=options)
+
+
+def _make_jit(fun: Callable[P, R], *, options: JitOptions) -> JitWrapped[P, R]:
     inner_fun, bound = unbind(fun, "jit")
-    # For a Module instance, argnums and in_shardings count the
-    # explicit arguments (as jax.jit does, and as grad/remat here do): shift past self.
-    static_nums = tuple(n + len(bound) if n >= 0 else n for n in normalize_argnums(static_argnums))
-    static_names = normalize_argnames(static_argnames)
-    donate_nums = tuple(n + len(bound) if n >= 0 else n for n in normalize_argnums(donate_argnums))
-    if bound and isinstance(in_shardings, (tuple, list)) and not _is_sharding(in_shardings):
-        in_shardings = (UNSPECIFIED, *in_shardings)
-    donate_names = normalize_argnames(donate_argnames)
-    # As jax.jit: a static (donated) argument named in argnames may also be passed
-    # by position, and one numbered in argnums by keyword.
-    static_nums, static_names = infer_argnums_and_argnames(inner_fun, static_nums, static_names)
-    donate_nums, donate_names = infer_argnums_and_argnames(inner_fun, donate_nums, donate_names)
-
-    in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
-    if UNSPECIFIED not in in_keys_sharding:  # keyword arguments get no in_sharding
-        in_keys_sharding.append(UNSPECIFIED)
-    in_keys = [(s, d) for s in in_keys_sharding for d in (False, True)]
-    out_keys = prefix_keys(in_shardings, out_shardings, spec=SHARDING_SPEC) or [UNSPECIFIED]
-    if UNSPECIFIED not in out_keys:
-        out_keys.append(UNSPECIFIED)
-
-    inner = Inner(
-        inner_fun,
-        OUT_SHARDING_SPEC,
-        out_keys,
-        same_prefix=lambda in_key, out_key: not in_key[1] and in_key[0] == out_key,
-        record_kept=True,
-        mode=mode,
-    )
-
-    def pure(in_static: InStatic, entry: Compiled, with_static: bool, *groups: list[Any]) -> Any:
-        statics, n_args = in_static.extra
-        args_prefix, kwargs_prefix = _split_prefix(in_shardings, n_args)
-        in_prefixes = [in_keys[g] for g, _ in in_static.slots]
-
-        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-            full_args, full_kwargs = merge_static(args, kwargs, statics)
-            return None, f(*full_args, **full_kwargs)
-
-        _, out_static, out_groups = inner.run(
-            in_static, groups, in_prefixes, (args_prefix, kwargs_prefix), out_shardings, call
-        )
-        return entry.record(out_static, out_groups, with_static)
-
-    jit_kwargs: dict[str, Any] = dict(
-        keep_unused=keep_unused, device=device, backend=backend, inline=inline
-    )
-    if compiler_options is not None:
-        jit_kwargs["compiler_options"] = compiler_options
-    if in_shardings is not UNSPECIFIED:
-        jit_kwargs["in_shardings"] = tuple(_jax_sharding(s) for s, _ in in_keys)
-    jit_kwargs["donate_argnums"] = tuple(i for i, (_, d) in enumerate(in_keys) if d)
-    # One jax.jit per input structure, with the structure bound in and the output
-    # structure recorded on the side (see compiled.py): JAX's per-call work is then
-    # the arrays only, and equal structures (a new instance of the same model) share
-    # the compiled code.
-    compiled: dict[InStatic, Compiled] = {}
-
-    def compiled_for(in_static: InStatic) -> Compiled:
-        entry = compiled.get(in_static)
-        if entry is None:
-
-            def make(entry: Compiled, with_static: bool) -> Callable[..., Any]:
-                kwargs = dict(jit_kwargs)
-                # The updated state of an input keeps its in_sharding (as in Flax NNX
-                # 0.12): the output groups of kept inputs are keyed by it.
-                if out_shardings is not UNSPECIFIED or in_shardings is not UNSPECIFIED:
-                    shardings = tuple(_jax_sharding(s) for s in out_keys)
-                    kwargs["out_shardings"] = (None, shardings) if with_static else shardings
-                return jax.jit(functools.partial(pure, in_static, entry, with_static), **kwargs)
-
-            entry = compiled[in_static] = Compiled(make)
-        return entry
-
-    def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
-        args_prefix, kwargs_prefix = _split_prefix(in_shardings, len(dyn_args))
-        call = split_inputs(dyn_args, dyn_kwargs, (args_prefix, kwargs_prefix), SHARDING_SPEC, mode)
-        if donate_nums or donate_names:
-            donated_positions = _donated_positions(args, donate_nums, static_nums)
-            call.prefixes = [
-                (p, _is_donated(path, donated_positions, donate_names))
-                for p, path in zip(call.prefixes, call.graphdef.leaf_paths)
-            ]
-        else:
-            call.prefixes = [(p, False) for p in call.prefixes]
-        slots, groups = call.groups(in_keys)
-        if in_shardings is not UNSPECIFIED:
-            _place(call, slots, groups, in_keys)
-        # The prefix trees may hold lists and dicts (unhashable): pure rebuilds them.
-        in_static = InStatic(call.graphdef, slots, (statics, len(dyn_args)))
-        return call, compiled_for(in_static), groups, slots
-
-    plans = PlanCache()
-    place = in_shardings is not UNSPECIFIED
-
-    @functools.wraps(inner_fun)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if static_nums or static_names:
-            dyn_args, dyn_kwargs, statics = split_static(args, kwargs, static_nums, static_names)
-        else:
-            dyn_args, dyn_kwargs, statics = args, kwargs, ()
-        # Fast path (see fastpath.py): same argument structure as a recent call.
-        if not place:
-            plan = plans.recent
-            if plan is not None:
-                result = plan.run(dyn_args, dyn_kwargs, statics)
-                if result is not MISS:
-                    return result
-            result = plans.run_by_key(dyn_args, dyn_kwargs, statics)
-            if result is not MISS:
-                return result
-        plans.general_calls += 1
-        call, entry, groups, slots = prepare(args, kwargs)
-        out, out_groups = entry.call(groups)
-        result = call.finish(out, out_groups)
-        key = None if place else plan_key(dyn_args, dyn_kwargs)
-        if key is not None and out.inputs_kept and same_trace(call):
-            donated = bool(donate_nums or donate_names)
-            plan = Plan(
-                call, entry, slots, len(in_keys), dyn_args, dyn_kwargs, statics, donated=donated
-            )
-            plans.put((key, statics), plan)
-        return result
-
-    def lower(*args: Any, **kwargs: Any) -> Lowered:
-        """``jax.jit(...).lower`` of the compiled pure function for these arguments;
-        its ``compile()`` takes the same arguments (see ``compiled.Lowered``)."""
-        full = (*bound, *args)
-        _, entry, groups, _ = prepare(full, kwargs)
-        return Lowered(entry.lower(groups), entry, prepare, full[: len(full) - len(args)])
-
-    result = bind(wrapper, bound, fun)
-    result.lower = lower  # type: ignore[attr-defined]
-    result.cache_info = plans.info  # type: ignore[attr-defined]
-    return result
+    return JitWrapped(inner_fun, bound, options)
 
 
 def _place(call: Any, slots: Any, groups: Any, keys: Sequence[Any]) -> None:

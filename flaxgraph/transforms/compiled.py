@@ -86,10 +86,59 @@ class Compiled:
             self.switch()
             return self.fn.lower(*groups)
 
+    def trace(self, groups: Sequence[Any]) -> Any:
+        """``jax.jit(...).trace`` for these groups."""
+        try:
+            return self.fn.trace(*groups)
+        except OutStaticChanged:
+            self.switch()
+            return self.fn.trace(*groups)
+
     def switch(self) -> None:
         """From now on, the ``OutStatic`` comes back through JAX."""
         self.with_static = True
         self.fn = self._make(self, True)
+
+
+class JitFunctions:
+    """The ``jax.jit`` functions of one ``nnx.jit``: one ``Compiled`` per input
+    structure (``InStatic``). It is the transformed function's ``jitted_fn``: Flax
+    NNX's is one ``jax.jit`` function, flaxgraph has one per structure, so this
+    object answers for all of them (``_cache_size()``, as ``jax.jit``'s, counts
+    the compiled executables of every structure).
+
+    Source: Flax NNX 0.12 ``nnx.jit(...).jitted_fn``; ``jax.jit``.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[Any, Compiled] = {}
+
+    def get(self, in_static: Any, make: Callable[[Any, Compiled, bool], Any]) -> Compiled:
+        """The ``Compiled`` of ``in_static``, made with ``make(in_static, entry,
+        with_static)`` the first time."""
+        entry = self.entries.get(in_static)
+        if entry is None:
+            entry = Compiled(lambda e, with_static: make(in_static, e, with_static))
+            self.entries[in_static] = entry
+        return entry
+
+    def _cache_size(self) -> int:
+        """How many executables ``jax.jit`` holds for this function, over all input
+        structures (the name of ``jax.jit``'s own method, which real code reads)."""
+        return sum(entry.fn._cache_size() for entry in self.entries.values())
+
+    def _clear_cache(self) -> None:
+        """Drops every compiled executable (as ``jax.jit``'s ``_clear_cache``)."""
+        for entry in self.entries.values():
+            entry.fn._clear_cache()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __repr__(self) -> str:
+        return f"JitFunctions({len(self.entries)} input structures)"
 
 
 class Traced:
@@ -136,6 +185,32 @@ class Lowered:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.lowered, name)
+
+
+class TracedJit:
+    """``nnx.jit(f).trace(*args)``: JAX's ``Traced`` for the arrays of these
+    arguments (``jaxpr``, ``out_info``…), whose ``lower()`` gives a ``Lowered``
+    as ``nnx.jit(f).lower(*args)`` does.
+
+    Source: ``jax.jit(...).trace``; Flax NNX 0.12 ``nnx.jit(...).trace``.
+    """
+
+    __slots__ = ("traced", "entry", "prepare", "prefix")
+
+    def __init__(
+        self, traced: Any, entry: Compiled, prepare: Callable[..., Any], prefix: tuple[Any, ...]
+    ):
+        self.traced = traced
+        self.entry = entry
+        self.prepare = prepare
+        self.prefix = prefix
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """``jax`` ``Traced.lower``, whose ``compile()`` takes and updates objects."""
+        return Lowered(self.traced.lower(*args, **kwargs), self.entry, self.prepare, self.prefix)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.traced, name)
 
 
 class AotCompiled:

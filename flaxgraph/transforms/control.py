@@ -33,8 +33,9 @@ from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
-from flaxgraph.transforms.calls import bind, decorator, unbind
+from flaxgraph.transforms.calls import decorator, unbind
 from flaxgraph.transforms.lift import Call, Inner, InStatic, OutStatic, Static, split_inputs
+from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.variablelib.variable import Variable
 
 _SPEC = PrefixSpec("operands", lambda p: p is None, None)
@@ -367,7 +368,7 @@ def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callab
         output, _args, _kwargs = unflatten(out.graphdef, leaves)
         return output
 
-    return bind(wrapper, bound, f)
+    return Wrapped(inner_f, wrapper, bound)
 
 
 def eval_shape(

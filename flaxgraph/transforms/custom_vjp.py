@@ -46,8 +46,8 @@ from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.autodiff import _tangent_at
 from flaxgraph.transforms.calls import check_not_bound_method
-from flaxgraph.transforms.diff_argnums import _AUX_SPEC, _DIFF_KEYS, DIFF_SPEC, _Diff
-from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, Static, split_inputs
+from flaxgraph.transforms.diff_argnums import _DIFF_KEYS, DIFF_SPEC, _Diff, output_inner
+from flaxgraph.transforms.lift import OUT, InStatic, OutStatic, Static, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.variablelib.variable import Param, Variable
 
@@ -142,7 +142,7 @@ class custom_vjp:
 
         def run(f: Callable[..., Any], diff_values: list[Any], rest: list[Any]) -> Any:
             """Merges, calls ``f``, re-splits; returns ``(f's result, lifted updates)``."""
-            inner = Inner(f, _AUX_SPEC, [None], same_prefix=lambda a, b: True, mode=mode)
+            inner = output_inner(f, mode)
 
             def call_fn(fn: Callable[..., Any], a: Any, kw: Any) -> Any:
                 return fn(*full(a), **kw), None

@@ -13,13 +13,14 @@ Source: ``jax.grad``'s argnums; DiffState per the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flaxgraph.filterlib import Filter
 from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
-from flaxgraph.transforms.lift import is_graph_object
+from flaxgraph.transforms.lift import Inner, is_graph_object
 from flaxgraph.transforms.lift_types import DiffState, PrefixMapping
 from flaxgraph.variablelib.variable import Param, Variable
 
@@ -42,6 +43,17 @@ def _is_bool(p: Any) -> bool:
 DIFF_SPEC = PrefixSpec("argnums", _is_bool, _Diff)
 _AUX_SPEC = PrefixSpec("outputs", lambda p: p is None, None)
 _DIFF_KEYS = (True, False)
+
+
+def _always(a: Any, b: Any) -> bool:
+    return True
+
+
+def output_inner(f: Callable[..., Any], mode: Mode) -> Inner:
+    """Steps 3-4 of the lift for a transform whose output has no prefix (one output
+    group) and returns an unchanged input leaf as is, whatever its input prefix:
+    ``grad``, ``remat``, ``vjp``, ``jvp``, ``custom_vjp``."""
+    return Inner(f, _AUX_SPEC, [None], same_prefix=_always, mode=mode)
 
 
 def _int_prefix(arg: Any) -> Any:

@@ -34,8 +34,9 @@ import jax
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve
-from flaxgraph.transforms.calls import bind, merge_static, normalize_argnums, split_static, unbind
+from flaxgraph.transforms.calls import merge_static, normalize_argnums, split_static, unbind
 from flaxgraph.transforms.lifted_call import LiftedCall
+from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.variablelib.variable import Variable
 
 
@@ -124,4 +125,4 @@ def make_jaxpr(
 
         return jax.make_jaxpr(pure)(groups)
 
-    return bind(wrapper, bound, f)
+    return Wrapped(inner_f, wrapper, bound)

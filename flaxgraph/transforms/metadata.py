@@ -45,6 +45,7 @@ from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.lifted_call import LiftedCall
 from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.scan_axes import Carry
+from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.transforms.vmap import AxisMetadata, _is_axis, args_prefix
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
@@ -171,7 +172,6 @@ def transform_metadata(
     keys = prefix_keys(in_axes, out_axes, 0, None, spec=META_AXES_SPEC)
     kwargs_axis = in_axes if _is_axis(in_axes) else None
 
-    @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = _positional(f, args, kwargs)
         metadata = AxisMetadata(params)
@@ -191,4 +191,4 @@ def transform_metadata(
         # No JAX transform: the pure function runs as is, in the caller's trace.
         return LiftedCall.finish(call, lifted.pure(static, groups, out_axes))
 
-    return wrapper
+    return Wrapped(f, wrapper)

@@ -15,13 +15,13 @@ Source: Flax NNX 0.12 ``nnx.jit_partial`` and ``nnx.cached_partial``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.compilation import UNSPECIFIED, jit
+from flaxgraph.transforms.transformed import Transformed, Wrapped
 
 
 def jit_partial(
@@ -39,7 +39,7 @@ def jit_partial(
     inline: bool = False,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> Callable[..., Any]:
+) -> Transformed[..., Any]:
     """``nnx.jit(fun)`` with its first positional arguments bound to ``partial_args``.
 
     Args:
@@ -104,7 +104,7 @@ def cached_partial(
     *cached_args: Any,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> Callable[..., Any]:
+) -> Transformed[..., Any]:
     """A transformed function ``f`` (``nnx.jit``, ``nnx.vmap``…) with its first
     arguments bound to ``cached_args``.
 
@@ -136,26 +136,9 @@ def cached_partial(
     return _bound(f, cached_args)
 
 
-def _bound(f: Callable[..., Any], bound: tuple[Any, ...]) -> Callable[..., Any]:
-    @functools.wraps(f)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return f(*bound, *args, **kwargs)
-
-    info = getattr(f, "cache_info", None)
-    if info is not None:
-        call.cache_info = info  # type: ignore[attr-defined]
-    lower = getattr(f, "lower", None)
-    if lower is not None:
-        # f.lower(*bound, ...) gives a Lowered whose compile() takes f's full
-        # arguments; rebind so the compiled function takes the remaining ones too.
-        call.lower = functools.partial(_lower_bound, lower, bound)  # type: ignore[attr-defined]
-    return call
-
-
-def _lower_bound(
-    lower: Callable[..., Any], bound: tuple[Any, ...], *args: Any, **kwargs: Any
-) -> Any:
-    lowered = lower(*bound, *args, **kwargs)
-    if hasattr(lowered, "prefix"):  # flaxgraph's Lowered: compile() prepends bound
-        lowered.prefix = (*lowered.prefix, *bound)
-    return lowered
+def _bound(f: Callable[..., Any], bound: tuple[Any, ...]) -> Transformed[..., Any]:
+    """``f`` with ``bound`` as its first arguments: for a transformed function, a
+    copy sharing its compiled functions and plans (``Transformed.partial``)."""
+    if isinstance(f, Transformed):
+        return f.partial(*bound)
+    return Wrapped(f, f, bound)

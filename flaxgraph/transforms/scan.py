@@ -46,7 +46,7 @@ from flaxgraph.modes import Mode, resolve
 from flaxgraph.rnglib.rngs import RngState
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
-from flaxgraph.transforms.calls import bind, decorator, unbind
+from flaxgraph.transforms.calls import decorator, unbind
 from flaxgraph.transforms.compilation import jit
 from flaxgraph.transforms.control import CarryStructureError
 from flaxgraph.transforms.lift import (
@@ -352,7 +352,8 @@ def scan(
     # jax.lax.scan traces its body either way, so this changes no behaviour, only the
     # per-call cost of the steps around the loop. Under ``jax.disable_jit()`` it runs
     # eagerly, as jax.lax.scan does.
-    return bind(jit(wrapper, graph=True, graph_updates=True), bound, f)
+    jitted = jit(wrapper, graph=True, graph_updates=True)
+    return jitted.partial(*bound) if bound else jitted
 
 
 class _ScanInfo(_Frozen):

@@ -28,7 +28,7 @@ import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, overload
 
 import jax
 import numpy as np
@@ -36,14 +36,14 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.mesh_context import SHARDING_KEYS
-from flaxgraph.modes import resolve
+from flaxgraph.modes import Mode, resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, kind_name
-from flaxgraph.transforms.calls import bind, decorator, unbind
-from flaxgraph.transforms.compiled import Compiled
-from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
-from flaxgraph.transforms.lift import OUT, Inner, InStatic, OutStatic, split_inputs
+from flaxgraph.transforms.calls import unbind
+from flaxgraph.transforms.compiled import Compiled, JitFunctions
+from flaxgraph.transforms.lift import OUT, Call, Inner, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import prefix_keys
+from flaxgraph.transforms.transformed import P, R, Transformed
 from flaxgraph.variablelib.variable import Variable
 
 _REPLICATED = PartitionSpec()
@@ -179,9 +179,176 @@ def _shape_problem(
     return None
 
 
-@decorator
+class ShardMapped(Transformed[P, R]):
+    """What ``nnx.shard_map`` returns: ``fun`` run on each shard with
+    ``jax.shard_map`` (inside one ``jax.jit`` per input structure).
+
+    Attributes:
+      fun: the function run on each shard.
+      mesh, in_specs, out_specs, axis_names: as given to ``nnx.shard_map``.
+      manual: the mesh axes ``fun`` is manual over.
+      mode: the traversal mode.
+    """
+
+    def __init__(
+        self,
+        fun: Callable[P, R],
+        bound: tuple[Any, ...],
+        mesh: Any,
+        in_specs: Any,
+        out_specs: Any,
+        axis_names: AbstractSet[Any],
+        check_vma: bool,
+        mode: Mode,
+    ):
+        super().__init__(fun, bound)
+        if bound and isinstance(in_specs, (tuple, list)):
+            # ``nnx.shard_map(model, ...)``: the instance is the first argument; an
+            # in_specs tuple covers the explicit arguments, the instance is replicated.
+            in_specs = (_REPLICATED, *in_specs)
+        self.mesh, self.in_specs, self.out_specs = mesh, in_specs, out_specs
+        self.axis_names, self.mode = axis_names, mode
+        self.manual = frozenset(axis_names) if axis_names else frozenset(mesh.axis_names)
+        self.in_keys = prefix_keys(in_specs, spec=SPECS_SPEC)
+        self.out_keys = prefix_keys(in_specs, out_specs, spec=SPECS_SPEC)
+        self.map_kwargs: dict[str, Any] = dict(mesh=mesh, check_vma=check_vma)
+        if axis_names:
+            self.map_kwargs["axis_names"] = frozenset(axis_names)
+        self.jitted_fn = JitFunctions()
+        self.last_trace: list[Any] = []  # the current call's last trace: (out_static, roots)
+
+    def pure(self, in_static: InStatic, entry: Compiled, with_static: bool, *groups: Any) -> Any:
+        """The per-shard function: merges the groups of local arrays into objects
+        (with the local view of their sharding names), calls ``fun``, re-splits."""
+        args_prefix = _args_prefix(self.in_specs, in_static.extra)
+        view = LocalView(self.manual)
+        inner = Inner(
+            self.fun,
+            OUT_SPECS_SPEC,
+            self.out_keys,
+            on_inputs=view.on_inputs,
+            on_output_leaf=view.on_output_leaf,
+            record_kept=True,
+            mode=self.mode,
+        )
+        roots: list[Any] = []
+
+        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            out = fn(*args)
+            roots.extend((out, args, kwargs))
+            return None, out
+
+        in_prefixes = [self.in_keys[g] for g, _ in in_static.slots]
+        _, out_static, out_groups = inner.run(
+            in_static, groups, in_prefixes, (args_prefix, _REPLICATED), self.out_specs, call
+        )
+        _check_outputs(out_static, out_groups, self.out_keys, roots, self.mesh, self.manual)
+        self.last_trace[:] = (out_static, tuple(roots))  # for notes on JAX's errors
+        return entry.record(out_static, out_groups, with_static)
+
+    def make_jit(self, in_static: InStatic, entry: Compiled, with_static: bool) -> Any:
+        """``jax.jit`` of ``jax.shard_map`` of ``pure`` for one input structure."""
+        mesh = self.mesh
+        out_group_specs = tuple(_jax_spec(k) for k in self.out_keys)
+        bound_pure = functools.partial(self.pure, in_static, entry, with_static)
+
+        def body(*groups: list[Any]) -> Any:
+            return bound_pure(*groups)
+
+        # JAX's messages name the function: name it after the user's.
+        body.__name__ = body.__qualname__ = getattr(self.fun, "__name__", "f")
+        mapped = jax.shard_map(
+            body,
+            in_specs=tuple(_jax_spec(k) for k in self.in_keys),
+            out_specs=(_REPLICATED, out_group_specs) if with_static else out_group_specs,
+            **self.map_kwargs,
+        )
+        if not isinstance(mesh, jax.sharding.Mesh) or self.axis_names:
+            return jax.jit(mapped)
+        # The outputs carry exactly the out_specs given (jit alone would report an
+        # equivalent normalized spec, e.g. P() for P(None)).
+        shardings = tuple(NamedSharding(mesh, spec) for spec in out_group_specs)
+        return jax.jit(mapped, out_shardings=(None, shardings) if with_static else shardings)
+
+    def prepare(self, args: tuple[Any, ...]) -> tuple[Call, Compiled, Any, Any]:
+        """Splits the arguments (step 1 of the lift), checks each leaf against its
+        spec and finds the compiled function of their structure."""
+        a_prefix = _args_prefix(self.in_specs, len(args))
+        call = split_inputs(args, {}, (a_prefix, _REPLICATED), SPECS_SPEC, self.mode)
+        roots = NamedRoots(("args", "kwargs"), (args, {}))
+        for leaf, value, spec, path in zip(
+            call.leaves, call.values, call.prefixes, call.graphdef.leaf_paths
+        ):
+            problem = _spec_problem(spec, value, self.mesh, self.manual, whole=True)
+            if problem is not None:
+                raise PrefixError(
+                    f"in_specs gives {spec!r} for the {kind_name(leaf)} at "
+                    f"{roots.where(path)}: the spec {problem}"
+                )
+        slots, groups = call.groups(self.in_keys)
+        # The spec trees may hold lists and dicts (unhashable): pure rebuilds them.
+        in_static = InStatic(call.graphdef, slots, len(args))
+        return call, self.jitted_fn.get(in_static, self.make_jit), groups, slots
+
+    def call_general(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dyn_args: tuple[Any, ...],
+        dyn_kwargs: dict[str, Any],
+        statics: tuple[Any, ...],
+    ) -> Any:
+        if kwargs:
+            raise TypeError(
+                f"shard_map takes positional arguments only (in_specs is a prefix of "
+                f"them), but got keyword arguments {sorted(kwargs)}.\nFix: pass them "
+                "positionally, with an in_specs entry each."
+            )
+        call, entry, groups, slots = self.prepare(args)
+        try:
+            out, out_groups = entry.call(groups)
+        except ValueError as error:
+            _note_groups(error, args, call, slots, self.in_keys, self.out_keys, self.last_trace)
+            raise
+        finally:
+            self.last_trace.clear()
+        result = call.finish(out, out_groups)
+        if self.mode.updates:
+            _place_inputs(call, self.mesh)
+        self.remember(call, out, entry, slots, len(self.in_keys), args, kwargs)
+        return result
+
+
+@overload
 def shard_map(
-    f: Callable[..., Any],
+    f: Callable[P, R],
+    *,
+    mesh: Any,
+    in_specs: Any,
+    out_specs: Any,
+    axis_names: AbstractSet[Any] = ...,
+    check_vma: bool = ...,
+    graph: bool | None = ...,
+    graph_updates: bool | None = ...,
+) -> ShardMapped[P, R]: ...
+
+
+@overload
+def shard_map(
+    f: None = None,
+    *,
+    mesh: Any,
+    in_specs: Any,
+    out_specs: Any,
+    axis_names: AbstractSet[Any] = ...,
+    check_vma: bool = ...,
+    graph: bool | None = ...,
+    graph_updates: bool | None = ...,
+) -> Callable[[Callable[P, R]], ShardMapped[P, R]]: ...
+
+
+def shard_map(
+    f: Callable[P, R] | None = None,
     *,
     mesh: Any,
     in_specs: Any,
@@ -190,7 +357,7 @@ def shard_map(
     check_vma: bool = True,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> Callable[..., Any]:
+) -> ShardMapped[P, R] | Callable[[Callable[P, R]], ShardMapped[P, R]]:
     """``jax.shard_map`` for functions of objects.
 
     Args:
@@ -217,7 +384,8 @@ def shard_map(
         ``flaxgraph.modes``); ``StateSharding`` needs graph updates.
 
     Returns:
-      A function of the positional arguments (keyword arguments are not allowed, as
+      A ``ShardMapped`` (given no ``f``, a decorator making one): a function of the
+      positional arguments (keyword arguments are not allowed, as
       in ``jax.shard_map``). Calling it updates the argument objects in place with
       every change ``f`` made (the global arrays, assembled with ``in_specs``) and
       returns ``f``'s output assembled with ``out_specs``; an output that is an input
@@ -264,138 +432,12 @@ def shard_map(
     reject_lift_types(
         mode, "shard_map", "in_specs", in_specs, out_specs, plain="a PartitionSpec (or None)"
     )
-    inner_f, bound = unbind(f, "shard_map")
-    if bound:
-        # ``nnx.shard_map(model, ...)``: the instance is the first argument; an
-        # in_specs tuple covers the explicit arguments, the instance is replicated.
-        if isinstance(in_specs, (tuple, list)):
-            in_specs = (_REPLICATED, *in_specs)
-    manual = frozenset(axis_names) if axis_names else frozenset(mesh.axis_names)
-    in_keys = prefix_keys(in_specs, spec=SPECS_SPEC)
-    out_keys = prefix_keys(in_specs, out_specs, spec=SPECS_SPEC)
-    group_specs = tuple(_jax_spec(k) for k in in_keys)
 
-    def pure(in_static: InStatic, entry: Compiled, with_static: bool, *groups: list[Any]) -> Any:
-        args_prefix = _args_prefix(in_specs, in_static.extra)
-        view = LocalView(manual)
-        inner = Inner(
-            inner_f,
-            OUT_SPECS_SPEC,
-            out_keys,
-            on_inputs=view.on_inputs,
-            on_output_leaf=view.on_output_leaf,
-            record_kept=True,
-            mode=mode,
-        )
-        roots: list[Any] = []
+    def make(f: Callable[P, R]) -> ShardMapped[P, R]:
+        inner_f, bound = unbind(f, "shard_map")
+        return ShardMapped(inner_f, bound, mesh, in_specs, out_specs, axis_names, check_vma, mode)
 
-        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-            out = fn(*args)
-            roots.extend((out, args, kwargs))
-            return None, out
-
-        in_prefixes = [in_keys[g] for g, _ in in_static.slots]
-        _, out_static, out_groups = inner.run(
-            in_static, groups, in_prefixes, (args_prefix, _REPLICATED), out_specs, call
-        )
-        _check_outputs(out_static, out_groups, out_keys, roots, mesh, manual)
-        last_trace[:] = (out_static, tuple(roots))  # for notes on JAX's errors
-        return entry.record(out_static, out_groups, with_static)
-
-    map_kwargs: dict[str, Any] = dict(mesh=mesh, check_vma=check_vma)
-    if axis_names:
-        map_kwargs["axis_names"] = frozenset(axis_names)
-    compiled: dict[InStatic, Compiled] = {}
-    last_trace: list[Any] = []  # the current call's last trace: (out_static, roots)
-
-    def compiled_for(in_static: InStatic) -> Compiled:
-        entry = compiled.get(in_static)
-        if entry is None:
-
-            def make(entry: Compiled, with_static: bool) -> Callable[..., Any]:
-                out_group_specs = tuple(_jax_spec(k) for k in out_keys)
-                bound_pure = functools.partial(pure, in_static, entry, with_static)
-
-                def body(*groups: list[Any]) -> Any:
-                    return bound_pure(*groups)
-
-                # JAX's messages name the function: name it after the user's.
-                body.__name__ = body.__qualname__ = getattr(inner_f, "__name__", "f")
-                mapped = jax.shard_map(
-                    body,
-                    in_specs=group_specs,
-                    out_specs=(_REPLICATED, out_group_specs) if with_static else out_group_specs,
-                    **map_kwargs,
-                )
-                if not isinstance(mesh, jax.sharding.Mesh) or axis_names:
-                    return jax.jit(mapped)
-                # The outputs carry exactly the out_specs given (jit alone would report
-                # an equivalent normalized spec, e.g. P() for P(None)).
-                shardings = tuple(NamedSharding(mesh, spec) for spec in out_group_specs)
-                return jax.jit(
-                    mapped, out_shardings=(None, shardings) if with_static else shardings
-                )
-
-            entry = compiled[in_static] = Compiled(make)
-        return entry
-
-    def prepare(args: tuple[Any, ...]) -> Any:
-        a_prefix = _args_prefix(in_specs, len(args))
-        call = split_inputs(args, {}, (a_prefix, _REPLICATED), SPECS_SPEC, mode)
-        roots = NamedRoots(("args", "kwargs"), (args, {}))
-        for leaf, value, spec, path in zip(
-            call.leaves, call.values, call.prefixes, call.graphdef.leaf_paths
-        ):
-            problem = _spec_problem(spec, value, mesh, manual, whole=True)
-            if problem is not None:
-                raise PrefixError(
-                    f"in_specs gives {spec!r} for the {kind_name(leaf)} at "
-                    f"{roots.where(path)}: the spec {problem}"
-                )
-        slots, groups = call.groups(in_keys)
-        # The spec trees may hold lists and dicts (unhashable): pure rebuilds them.
-        in_static = InStatic(call.graphdef, slots, len(args))
-        return call, compiled_for(in_static), groups, slots
-
-    plans = PlanCache()
-
-    @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if kwargs:
-            raise TypeError(
-                f"shard_map takes positional arguments only (in_specs is a prefix of "
-                f"them), but got keyword arguments {sorted(kwargs)}.\nFix: pass them "
-                "positionally, with an in_specs entry each."
-            )
-        # Fast path (see fastpath.py): same argument structure as a recent call.
-        plan = plans.recent
-        if plan is not None:
-            result = plan.run(args, kwargs, ())
-            if result is not MISS:
-                return result
-        result = plans.run_by_key(args, kwargs, ())
-        if result is not MISS:
-            return result
-        plans.general_calls += 1
-        call, entry, groups, slots = prepare(args)
-        try:
-            out, out_groups = entry.call(groups)
-        except ValueError as error:
-            _note_groups(error, args, call, slots, in_keys, out_keys, last_trace)
-            raise
-        finally:
-            last_trace.clear()
-        result = call.finish(out, out_groups)
-        if mode.updates:
-            _place_inputs(call, mesh)
-        key = plan_key(args, kwargs)
-        if key is not None and out.inputs_kept and same_trace(call):
-            plans.put((key, ()), Plan(call, entry, slots, len(in_keys), args, kwargs))
-        return result
-
-    result = bind(wrapper, bound, f)
-    result.cache_info = plans.info  # type: ignore[attr-defined]
-    return result
+    return make if f is None else make(f)
 
 
 def _place_inputs(call: Any, mesh: Any) -> None:

@@ -27,16 +27,15 @@ import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import jax
 
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import PrefixSpec
-from flaxgraph.transforms.calls import bind, decorator, normalize_argnums, unbind
+from flaxgraph.transforms.calls import decorator, normalize_argnums, unbind
 from flaxgraph.transforms.compiled import Traced
-from flaxgraph.transforms.fastpath import MISS, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.general import resolve_kwargs
 from flaxgraph.transforms.lift import (
     OUT,
@@ -49,6 +48,7 @@ from flaxgraph.transforms.lift import (
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
 from flaxgraph.transforms.prefix_groups import prefix_keys
+from flaxgraph.transforms.transformed import P, R, Transformed, Wrapped
 from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
@@ -102,6 +102,191 @@ class AxisMetadata:
             add_axis_of(leaf, axis, self.params)
 
 
+class Mapped(Transformed[P, R]):
+    """What ``nnx.vmap`` and ``nnx.pmap`` return (they share everything but the JAX
+    transform, ``jax_map``).
+
+    Eager ``vmap`` traces on every call and caches nothing, so groups broadcast to
+    every instance (axis ``None``) travel by closure instead of through
+    ``jax.vmap``, which then handles the mapped arrays only; such calls take the
+    fast path. ``pmap`` compiles and caches: everything is passed.
+
+    Attributes:
+      fun: the function mapped.
+      in_axes, out_axes, transform_metadata: as given to the transform.
+      mode: the traversal mode.
+    """
+
+    def __init__(
+        self,
+        jax_map: Callable[..., Any],
+        fun: Callable[P, R],
+        bound: tuple[Any, ...],
+        in_axes: Any,
+        out_axes: Any,
+        transform_metadata: Mapping[str, Any],
+        donate_argnums: tuple[int, ...] = (),
+        mode: Mode = DEFAULT,
+        **jax_kwargs: Any,
+    ):
+        super().__init__(fun, bound)
+        self.name = name = "vmap" if jax_map is jax.vmap else "pmap"
+        reject_lift_types(mode, name, "in_axes", in_axes, plain="an int or None")
+        reject_lift_types(mode, name, "out_axes", out_axes, plain="an int or None")
+        self.in_axes, self.out_axes, self.mode = in_axes, out_axes, mode
+        self.transform_metadata = transform_metadata
+        self.donate_argnums = donate_argnums
+        in_keys = prefix_keys(in_axes, 0, spec=AXES_SPEC)
+        self.out_keys = prefix_keys(in_axes, out_axes, 0, spec=AXES_SPEC)
+        self.in_keys = [
+            (k, d) for k in in_keys for d in ((False, True) if donate_argnums else (False,))
+        ]
+        self.by_closure = by_closure = jax_map is jax.vmap
+        self.fast = by_closure
+        self.closed_groups = [by_closure and k is None for k, _ in self.in_keys]
+        self.interned: dict[OutStatic, OutStatic] = {}  # equal OutStatics -> one object
+        self.templates = Templates()  # step 4 without the walk for repeated calls
+        donated = tuple(1 + i for i, (_, d) in enumerate(self.in_keys) if d)  # after the Static
+        extra = {"donate_argnums": donated} if donate_argnums else {}
+        # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) has a
+        # fast path that misreads ``(None, k, ...)`` as one axis per *leaf* whenever
+        # the number of leaves happens to equal the number of arguments (the
+        # leafless Static counts as an argument), silently broadcasting a mapped leaf.
+        if not by_closure:
+            self.mapped = jax_map(
+                functools.partial(self.pure, None),
+                in_axes=(None, *((k,) for k, _ in self.in_keys)),
+                out_axes=(None, tuple(self.out_keys)),
+                **extra,
+                **jax_kwargs,
+            )
+        else:
+            # The structure and the closed-over groups of the current call, per
+            # thread: ``pure`` reads them on entry (before the user's function can
+            # call this transform again) and leaves the OutStatic on return, so that
+            # jax.vmap handles the mapped arrays only.
+            self.current = threading.local()
+            passed_axes = tuple(
+                (k,) for (k, _), c in zip(self.in_keys, self.closed_groups) if not c
+            )
+            self.mapped = jax_map(
+                self.pure_closed,
+                in_axes=passed_axes,
+                out_axes=tuple(self.out_keys),
+                **extra,
+                **jax_kwargs,
+            )
+
+    def make_inner(self, metadata: AxisMetadata) -> Inner:
+        """Steps 3-4 of the lift for one trace, with the axis-metadata hooks."""
+        by_closure = self.by_closure
+        return Inner(
+            self.fun,
+            OUT_AXES_SPEC,
+            self.out_keys,
+            same_prefix=_same_axis,
+            on_inputs=lambda leaves, prefixes: metadata.on_inputs(leaves, [p[0] for p in prefixes]),
+            on_output_leaf=metadata.on_output_leaf,
+            record_kept=by_closure,
+            templates=self.templates if by_closure else None,
+            mode=self.mode,
+        )
+
+    def pure(self, closed: Sequence[Any] | None, static: Static, *boxed: tuple[list[Any]]) -> Any:
+        """The function ``jax_map`` maps: merges the groups of arrays into objects,
+        moves the axis metadata, calls ``fun`` and re-splits the result."""
+        passed = iter(boxed)
+        groups = [closed[i] if closed is not None and c else next(passed)[0]
+                  for i, c in enumerate(self.closed_groups)]  # fmt: skip
+        in_static: InStatic = static.value
+        a_prefix = in_static.extra.prefix
+        metadata = AxisMetadata(self.transform_metadata)
+        in_prefixes = [self.in_keys[g] for g, _ in in_static.slots]
+        out_axes = self.out_axes
+
+        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            params = metadata.params
+            args = map_boxes(a_prefix, args, lambda b, axis: b.remove_axis(axis, params))
+            out = fn(*args, **kwargs)
+            return None, map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
+
+        _, out_static, out_groups = self.make_inner(metadata).run(
+            in_static, groups, in_prefixes, (a_prefix, 0), out_axes, call
+        )
+        if self.by_closure:
+            # The same object for equal structures: the fast path's write-back is
+            # compiled once per OutStatic object (fastpath.finish_fast).
+            if len(self.interned) > 64:
+                self.interned.clear()
+            out_static = self.interned.setdefault(out_static, out_static)
+        return Static(out_static), out_groups
+
+    def pure_closed(self, *boxed: tuple[list[Any]]) -> Any:
+        """``pure`` for eager ``vmap``: the structure and broadcast groups come from
+        ``current`` (set by ``run_mapped``), the OutStatic goes back there."""
+        current = self.current
+        out, out_groups = self.pure(current.closed, current.static, *boxed)
+        current.out = out
+        return out_groups
+
+    def run_mapped(self, in_static: InStatic, *groups: list[Any]) -> Any:
+        """``(Static(out_static), out_groups)`` for one call."""
+        static = Static(in_static)
+        if not self.by_closure:
+            return self.mapped(static, *((g,) for g in groups))
+        current = self.current
+        current.closed = [g if c else None for g, c in zip(groups, self.closed_groups)]
+        current.static = static
+        out_groups = self.mapped(*((g,) for g, c in zip(groups, self.closed_groups) if not c))
+        return current.out, out_groups
+
+    def call_general(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dyn_args: tuple[Any, ...],
+        dyn_kwargs: dict[str, Any],
+        statics: tuple[Any, ...],
+    ) -> Any:
+        axes = _shift_axes(self.in_axes, len(self.bound))
+        if isinstance(axes, (tuple, list)) and len(axes) > len(args) and kwargs:
+            args, kwargs = resolve_kwargs(self.fun, args, kwargs)
+        a_prefix = args_prefix(axes, len(args))
+        call = split_inputs(args, kwargs, (a_prefix, 0), AXES_SPEC, self.mode)
+        if self.donate_argnums:
+            positions = {i % len(args) for i in self.donate_argnums}
+            call.prefixes = [
+                (p, path[0] == 0 and path[1] in positions)
+                for p, path in zip(call.prefixes, call.graphdef.leaf_paths)
+            ]
+        else:
+            call.prefixes = [(p, False) for p in call.prefixes]
+        slots, groups = call.groups(self.in_keys)
+        in_static = InStatic(call.graphdef, slots, _CallPrefix(a_prefix, len(args)))
+        entry = Traced(functools.partial(self.run_mapped, in_static))
+        try:
+            out, out_groups = entry.call(groups)
+        except ValueError as error:
+            if self.by_closure:
+                last = getattr(self.current, "out", None)  # Static(OutStatic) of this trace
+                better = _batched_broadcast_error(error, getattr(last, "value", None), self.name)
+                if better is not None:
+                    raise better from None
+            raise
+        result = call.finish(out, out_groups)
+        self.remember(
+            call, out, entry, slots, len(self.in_keys), args, kwargs,
+            donated=bool(self.donate_argnums),
+        )  # fmt: skip
+        return result
+
+
+def _same_axis(in_key: Any, out_key: Any) -> bool:
+    """An unchanged input leaf is returned as is where its out axis is its in axis
+    (and it was not donated)."""
+    return not in_key[1] and in_key[0] == out_key
+
+
 def _mapped(
     jax_map: Callable[..., Any],
     f: Callable[..., Any],
@@ -111,157 +296,14 @@ def _mapped(
     donate_argnums: tuple[int, ...] = (),
     mode: Mode = DEFAULT,
     **jax_kwargs: Any,
-) -> Callable[..., Any]:
+) -> Mapped[Any, Any]:
     """vmap and pmap share everything but the JAX transform."""
     name = "vmap" if jax_map is jax.vmap else "pmap"
-    reject_lift_types(mode, name, "in_axes", in_axes, plain="an int or None")
-    reject_lift_types(mode, name, "out_axes", out_axes, plain="an int or None")
     inner_f, bound = unbind(f, name)
-    in_keys = prefix_keys(in_axes, 0, spec=AXES_SPEC)
-    out_keys = prefix_keys(in_axes, out_axes, 0, spec=AXES_SPEC)
-    if donate_argnums:
-        in_keys = [(k, d) for k in in_keys for d in (False, True)]
-    else:
-        in_keys = [(k, False) for k in in_keys]
-
-    # Eager vmap traces on every call and caches nothing, so groups broadcast to every
-    # instance (axis None) travel by closure instead of through jax.vmap, which then
-    # handles the mapped arrays only. (pmap compiles and caches: everything is passed.)
-    by_closure = jax_map is jax.vmap
-    closed_groups = [by_closure and k is None for k, _ in in_keys]
-    passed_axes = tuple((k,) for (k, _), c in zip(in_keys, closed_groups) if not c)
-    interned: dict[OutStatic, OutStatic] = {}  # equal OutStatics -> one object
-    templates = Templates()  # step 4 without the walk for repeated calls
-
-    def pure(closed: Sequence[Any] | None, static: Static, *boxed: tuple[list[Any]]) -> Any:
-        passed = iter(boxed)
-        groups = [closed[i] if closed is not None and c else next(passed)[0]
-                  for i, c in enumerate(closed_groups)]  # fmt: skip
-        in_static: InStatic = static.value
-        a_prefix = in_static.extra.prefix
-        metadata = AxisMetadata(transform_metadata)
-        inner = Inner(
-            inner_f,
-            OUT_AXES_SPEC,
-            out_keys,
-            same_prefix=lambda a, b: not a[1] and a[0] == b,
-            on_inputs=lambda leaves, prefixes: metadata.on_inputs(leaves, [p[0] for p in prefixes]),
-            on_output_leaf=metadata.on_output_leaf,
-            record_kept=by_closure,
-            templates=templates if by_closure else None,
-            mode=mode,
-        )
-        in_prefixes = [in_keys[g] for g, _ in in_static.slots]
-
-        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-            params = metadata.params
-            args = map_boxes(a_prefix, args, lambda b, axis: b.remove_axis(axis, params))
-            out = fn(*args, **kwargs)
-            return None, map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
-
-        _, out_static, out_groups = inner.run(
-            in_static, groups, in_prefixes, (a_prefix, 0), out_axes, call
-        )
-        if by_closure:
-            # The same object for equal structures: the fast path's write-back is
-            # compiled once per OutStatic object (fastpath.finish_fast).
-            if len(interned) > 64:
-                interned.clear()
-            out_static = interned.setdefault(out_static, out_static)
-        return Static(out_static), out_groups
-
-    donated = tuple(1 + i for i, (_, d) in enumerate(in_keys) if d)  # after the Static
-    extra = {"donate_argnums": donated} if donate_argnums else {}
-    map_kwargs = dict(out_axes=(None, tuple(out_keys)), **extra, **jax_kwargs)
-    # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) has a fast
-    # path that misreads ``(None, k, ...)`` as one axis per *leaf* whenever the number
-    # of leaves happens to equal the number of arguments (the leafless Static counts
-    # as an argument), silently broadcasting a mapped leaf.
-    if not by_closure:
-        mapped = jax_map(
-            functools.partial(pure, None),
-            in_axes=(None, *((k,) for k, _ in in_keys)),
-            **map_kwargs,
-        )
-
-    else:
-        # The structure and the closed-over groups of the current call, per thread:
-        # ``pure`` reads them on entry (before the user's function can call this
-        # transform again) and leaves the OutStatic on return, so that jax.vmap
-        # handles the mapped arrays only.
-        current = threading.local()
-
-        def pure_closed(*boxed: tuple[list[Any]]) -> Any:
-            out, out_groups = pure(current.closed, current.static, *boxed)
-            current.out = out
-            return out_groups
-
-        mapped = jax_map(
-            pure_closed, in_axes=passed_axes, out_axes=tuple(out_keys), **extra, **jax_kwargs
-        )
-
-    def run_mapped(in_static: InStatic, *groups: list[Any]) -> Any:
-        """``(Static(out_static), out_groups)`` for one call."""
-        static = Static(in_static)
-        if not by_closure:
-            return mapped(static, *((g,) for g in groups))
-        current.closed = [g if c else None for g, c in zip(groups, closed_groups)]
-        current.static = static
-        out_groups = mapped(*((g,) for g, c in zip(groups, closed_groups) if not c))
-        return current.out, out_groups
-
-    plans = PlanCache()
-
-    @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if by_closure:  # fast path (see fastpath.py): same arguments as a recent call
-            plan = plans.recent
-            if plan is not None:
-                result = plan.run(args, kwargs, ())
-                if result is not MISS:
-                    return result
-            result = plans.run_by_key(args, kwargs, ())
-            if result is not MISS:
-                return result
-        plans.general_calls += 1
-        axes = _shift_axes(in_axes, len(bound))
-        if isinstance(axes, (tuple, list)) and len(axes) > len(args) and kwargs:
-            args, kwargs = resolve_kwargs(inner_f, args, kwargs)
-        a_prefix = args_prefix(axes, len(args))
-        call = split_inputs(args, kwargs, (a_prefix, 0), AXES_SPEC, mode)
-        if donate_argnums:
-            positions = {i % len(args) for i in donate_argnums}
-            call.prefixes = [
-                (p, path[0] == 0 and path[1] in positions)
-                for p, path in zip(call.prefixes, call.graphdef.leaf_paths)
-            ]
-        else:
-            call.prefixes = [(p, False) for p in call.prefixes]
-        slots, groups = call.groups(in_keys)
-        in_static = InStatic(call.graphdef, slots, _CallPrefix(a_prefix, len(args)))
-        entry = Traced(functools.partial(run_mapped, in_static))
-        try:
-            out, out_groups = entry.call(groups)
-        except ValueError as error:
-            if by_closure:
-                last = getattr(current, "out", None)  # Static(OutStatic) of this trace
-                better = _batched_broadcast_error(error, getattr(last, "value", None), name)
-                if better is not None:
-                    raise better from None
-            raise
-        result = call.finish(out, out_groups)
-        if by_closure and out.inputs_kept and same_trace(call):
-            key = plan_key(args, kwargs)
-            if key is not None:
-                plan = Plan(
-                    call, entry, slots, len(in_keys), args, kwargs, donated=bool(donate_argnums)
-                )
-                plans.put((key, ()), plan)
-        return result
-
-    result = bind(wrapper, bound, f)
-    result.cache_info = plans.info  # type: ignore[attr-defined]
-    return result
+    return Mapped(
+        jax_map, inner_f, bound, in_axes, out_axes, transform_metadata, donate_argnums, mode,
+        **jax_kwargs,
+    )  # fmt: skip
 
 
 _BATCHED = re.compile(
@@ -325,9 +367,38 @@ def _shift_axes(in_axes: Any, n_bound: int) -> Any:
     return in_axes
 
 
-@decorator
+@overload
 def vmap(
-    f: Callable[..., Any],
+    f: Callable[P, R],
+    *,
+    in_axes: Any = ...,
+    out_axes: Any = ...,
+    axis_name: Any = ...,
+    axis_size: int | None = ...,
+    spmd_axis_name: Any = ...,
+    transform_metadata: Mapping[str, Any] = ...,
+    graph: bool | None = ...,
+    graph_updates: bool | None = ...,
+) -> Mapped[P, R]: ...
+
+
+@overload
+def vmap(
+    f: None = None,
+    *,
+    in_axes: Any = ...,
+    out_axes: Any = ...,
+    axis_name: Any = ...,
+    axis_size: int | None = ...,
+    spmd_axis_name: Any = ...,
+    transform_metadata: Mapping[str, Any] = ...,
+    graph: bool | None = ...,
+    graph_updates: bool | None = ...,
+) -> Callable[[Callable[P, R]], Mapped[P, R]]: ...
+
+
+def vmap(
+    f: Callable[P, R] | None = None,
     *,
     in_axes: Any = 0,
     out_axes: Any = 0,
@@ -337,7 +408,7 @@ def vmap(
     transform_metadata: Mapping[str, Any] = {},
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> Callable[..., Any]:
+) -> Mapped[P, R] | Callable[[Callable[P, R]], Mapped[P, R]]:
     """``jax.vmap`` for functions of objects.
 
     Args:
@@ -361,7 +432,8 @@ def vmap(
         ``StateAxes`` needs the default graph mode with graph updates.
 
     Returns:
-      The vectorized function; changes made to the arguments' objects are written
+      The vectorized function (a ``Mapped``; given no ``f``, a decorator making
+      one); changes made to the arguments' objects are written
       back (with the mapped axis), outputs aliasing inputs are the caller's objects.
       Repeated calls on the same objects take a fast path (``guides/performance.md``);
       its ``cache_info()`` tells how many calls took the general path instead.
@@ -391,17 +463,18 @@ def vmap(
     Source: ``jax.vmap``; the "JAX-style NNX Transforms" FLIP flax#4107;
     Flax NNX's "Transformations" guide.
     """
-    return _mapped(
+    make = functools.partial(
+        _mapped,
         jax.vmap,
-        f,
-        in_axes,
-        out_axes,
-        transform_metadata,
+        in_axes=in_axes,
+        out_axes=out_axes,
+        transform_metadata=transform_metadata,
         mode=resolve(graph, graph_updates),
         axis_name=axis_name,
         axis_size=axis_size,
         spmd_axis_name=spmd_axis_name,
     )
+    return make if f is None else make(f)
 
 
 @decorator
@@ -480,7 +553,6 @@ def _pmap_static(
     """pmap with static arguments: one pmapped function per distinct static value."""
     cache: dict[Any, Callable[..., Any]] = {}
 
-    @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         n = len(args)
         pos = sorted(i % n for i in statics)
@@ -514,4 +586,4 @@ def _pmap_static(
             )
         return fn(*(a for i, a in enumerate(args) if i not in pos), **kwargs)
 
-    return wrapper
+    return Wrapped(f, wrapper)

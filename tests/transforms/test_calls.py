@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 import flaxgraph as nnx
 from flaxgraph.testing import Node
 from flaxgraph.transforms.calls import (
-    bind,
     decorator,
     merge_static,
     normalize_argnames,
@@ -21,6 +20,7 @@ from flaxgraph.transforms.calls import (
     split_static,
     unbind,
 )
+from flaxgraph.transforms.transformed import Wrapped
 
 
 @decorator
@@ -94,9 +94,9 @@ def test_unbind_leaves_methods_of_non_graph_objects_alone():
 def test_bind_prepends_the_bound_arguments():
     m = Mod()
     f, bound = unbind(m)
-    call = bind(f, bound, m)
+    call = Wrapped(f, f, bound)
     assert call(3) == ("call", m, 3)
-    assert bind(f, (), f) is f
+    assert Wrapped(f, f)(m, 3) == ("call", m, 3)
 
 
 def test_normalize():

@@ -1,0 +1,192 @@
+"""The object every flaxgraph transform returns: ``Transformed``.
+
+``nnx.jit(f)``, ``nnx.vmap(f)``, ``nnx.shard_map(f, ...)``… each return an instance
+of a subclass of ``Transformed``. What all of them share lives here, written once:
+
+* calling it: the instance bound by ``nnx.jit(model)`` is prepended, static
+  arguments are set aside, and the per-call fast path is tried (the plan of a
+  recent call with the same argument structure, see ``fastpath.py``) before the
+  transform's own general path (``call_general``), which records a new plan;
+* ``cache_info()``: how many calls took the general path;
+* the descriptor protocol (``__get__``), so a decorated method binds to its
+  instance as a function does (``model.method`` is a bound method of the
+  transformed function);
+* ``functools.update_wrapper`` metadata (``__name__``, ``__doc__``,
+  ``__wrapped__``…) of the wrapped function;
+* its type: ``Transformed[P, R]`` keeps the wrapped function's parameters and
+  return type for type checkers (``typing.ParamSpec``).
+
+A subclass holds what is specific to one transform: its JAX primitive, its
+prefixes and its output rule (``call_general``), and its own methods (``jit``'s
+``lower``, ``trace``, ``eval_shape``).
+
+Source: Flax NNX 0.12 ``nnx.jit``'s ``JitWrapped`` (a generic wrapper class with
+``__get__``, ``lower``, ``trace`` and ``eval_shape``) and Equinox's ``filter_jit``
+wrapper (one class per transform, typed with ``ParamSpec``); the fast path is
+described in ``guides/performance.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import types
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from flaxgraph.transforms.calls import split_static
+from flaxgraph.transforms.fastpath import MISS, CacheInfo, Plan, PlanCache, plan_key, same_trace
+from flaxgraph.transforms.lift import Call, OutStatic
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__")
+
+
+class StaticArgs:
+    """Which arguments a transform treats as compile-time constants.
+
+    Attributes:
+      argnums: positions (negative ones count from the end).
+      argnames: keyword names.
+    """
+
+    __slots__ = ("argnums", "argnames")
+
+    def __init__(self, argnums: tuple[int, ...], argnames: tuple[str, ...]):
+        self.argnums = argnums
+        self.argnames = argnames
+
+    def split(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]:
+        """``(dynamic_args, dynamic_kwargs, statics)``; see ``calls.split_static``.
+
+        Raises:
+          TypeError: a static argument is unhashable.
+        """
+        return split_static(args, kwargs, self.argnums, self.argnames)
+
+
+class Transformed(Generic[P, R]):
+    """A transformed function (see the module docstring).
+
+    Attributes:
+      fun: the function that was transformed (for a Module instance, its class's
+        ``__call__``; the instance is then in ``bound``).
+      bound: arguments prepended to every call (``(model,)`` for ``nnx.jit(model)``).
+      plans: the fast-path plans of this function (``fastpath.PlanCache``).
+      fast: whether calls try the fast path at all.
+      static: the static arguments, or ``None``.
+    """
+
+    fast: bool = True
+    static: StaticArgs | None = None
+
+    def __init__(self, fun: Callable[P, R], bound: tuple[Any, ...] = ()):
+        # The wrapped function's name and docstring, not its __dict__: a user
+        # function's attributes would shadow this class's methods.
+        functools.update_wrapper(self, fun, assigned=_WRAPPER_ASSIGNMENTS, updated=())
+        self.fun = fun
+        self.bound = bound
+        self.plans = PlanCache()
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Calls the transformed function: the fast path when a recent call had the
+        same argument structure, else the transform's general path."""
+        if self.bound:
+            args = (*self.bound, *args)  # type: ignore[assignment]
+        if self.static is not None:
+            dyn_args, dyn_kwargs, statics = self.static.split(args, kwargs)
+        else:
+            dyn_args, dyn_kwargs, statics = args, kwargs, ()
+        if self.fast:
+            plans = self.plans
+            plan = plans.recent
+            if plan is not None:
+                result = plan.run(dyn_args, dyn_kwargs, statics)
+                if result is not MISS:
+                    return result  # type: ignore[no-any-return]
+            result = plans.run_by_key(dyn_args, dyn_kwargs, statics)
+            if result is not MISS:
+                return result  # type: ignore[no-any-return]
+        self.plans.general_calls += 1
+        return self.call_general(args, kwargs, dyn_args, dyn_kwargs, statics)  # type: ignore[no-any-return]
+
+    def call_general(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        dyn_args: tuple[Any, ...],
+        dyn_kwargs: dict[str, Any],
+        statics: tuple[Any, ...],
+    ) -> Any:
+        """The transform's general path for one call (``args``/``kwargs`` in full,
+        ``dyn_args``/``dyn_kwargs`` without the static ones); it may call ``remember``
+        to let the next calls take the fast path."""
+        raise NotImplementedError
+
+    def remember(
+        self,
+        call: Call,
+        out: OutStatic,
+        compiled: Any,
+        slots: Any,
+        n_groups: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        statics: tuple[Any, ...] = (),
+        *,
+        donated: bool = False,
+    ) -> None:
+        """Records the fast-path plan of a general call that kept its inputs'
+        structure (``out.inputs_kept``) on objects of the current trace."""
+        if not (self.fast and out.inputs_kept and same_trace(call)):
+            return
+        key = plan_key(args, kwargs)
+        if key is None:
+            return
+        plan = Plan(call, compiled, slots, n_groups, args, kwargs, statics, donated=donated)
+        self.plans.put((key, statics), plan)
+
+    def partial(self, *args: Any) -> Transformed[..., R]:
+        """This transformed function with ``args`` bound after ``bound`` (what
+        ``nnx.cached_partial``/``nnx.jit_partial`` return). It shares the compiled
+        functions and fast-path plans of this one: argument positions (static,
+        donated) keep counting the bound arguments."""
+        bound = copy.copy(self)
+        bound.bound = (*self.bound, *args)
+        return bound
+
+    def cache_info(self) -> CacheInfo:
+        """``CacheInfo(general_calls, plans)``: how many calls took the general path
+        (see ``fastpath.CacheInfo``)."""
+        return self.plans.info()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """As a method: bound to ``obj`` the way a function is."""
+        if obj is None:
+            return self
+        return types.MethodType(self, obj)
+
+    def __repr__(self) -> str:
+        name = getattr(self.fun, "__qualname__", None) or repr(self.fun)
+        return f"<{type(self).__name__} of {name}>"
+
+
+class Wrapped(Transformed[P, R]):
+    """A transform without a fast path of its own, given as a function of the full
+    arguments (``grad``, ``remat``, ``make_jaxpr``…): ``run(*args, **kwargs)``."""
+
+    fast = False
+
+    def __init__(self, fun: Callable[P, R], run: Callable[..., Any], bound: tuple[Any, ...] = ()):
+        super().__init__(fun, bound)
+        self.run = run
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        self.plans.general_calls += 1
+        if self.bound:
+            return self.run(*self.bound, *args, **kwargs)  # type: ignore[no-any-return]
+        return self.run(*args, **kwargs)  # type: ignore[no-any-return]
