@@ -32,7 +32,7 @@ from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.mesh_context import active_mesh, check_spec, names_of, use_eager_sharding
-from flaxgraph.spmd import _spec_of, _where, get_named_sharding
+from flaxgraph.spmd import get_named_sharding, leaf_where, spec_of
 from flaxgraph.statelib import State
 from flaxgraph.transforms.control import eval_shape
 from flaxgraph.variablelib.variable import Variable
@@ -142,8 +142,8 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
         mesh = leaf.get_metadata("mesh", None) or active_mesh()
         if mesh is None:
             return leaf
-        spec = _spec_of(leaf)
-        check_spec(spec, mesh, tuple(value.shape), _where(keypath, leaf))
+        spec = spec_of(leaf)
+        check_spec(spec, mesh, tuple(value.shape), leaf_where(keypath, leaf))
         sharding = NamedSharding(mesh, spec)
         return leaf.replace(jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding))
 

@@ -35,7 +35,7 @@ from flaxgraph.graphlib.contexts import MergeContext, SplitContext, merge_contex
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import State
@@ -46,7 +46,7 @@ PathParts = tuple[Hashable, ...]
 
 def is_graph_node(x: Any) -> bool:
     """Whether ``x`` is a graph node or a Variable (what ``to_tree`` splits)."""
-    return type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+    return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
 
 
 class NodeStates:

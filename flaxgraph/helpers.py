@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequen
 from typing import Any, overload
 
 from flaxgraph.module import Module
-from flaxgraph.pytreelib.attribute_kinds import _Marked
+from flaxgraph.pytreelib.attribute_kinds import Marked
 
 
 class List(Module, MutableSequence[Any]):
@@ -78,7 +78,7 @@ class List(Module, MutableSequence[Any]):
     def _set(self, index: int, value: Any) -> None:
         self._check_trace("set an item")
         kind = None
-        if type(value) is _Marked:
+        if type(value) is Marked:
             value, kind = value.value, value.kind
         old = self.__dict__.get(index)
         self.__dict__[index] = value
@@ -137,7 +137,7 @@ class List(Module, MutableSequence[Any]):
 
 
 def _entry(value: Any) -> tuple[Any, str | None]:
-    if type(value) is _Marked:
+    if type(value) is Marked:
         return value.value, value.kind
     return value, None
 

@@ -43,7 +43,7 @@ def _append(accumulated: tuple[Any, ...], value: Any) -> tuple[Any, ...]:
     return (*accumulated, value)
 
 
-def _has_attribute(module: Any, name: str) -> bool:
+def has_attribute(module: Any, name: str) -> bool:
     # Not `hasattr`: a `__getattr__` fallback (Rngs answers any name with its default
     # stream) must not make a module look as if it had every attribute.
     return name in module.__dict__ or any(name in vars(c) for c in type(module).__mro__)
@@ -188,7 +188,7 @@ class Module(Pytree):
             if predicates and not any(p(path, module) for p in predicates):
                 continue
             for name, value in attributes.items():
-                if _has_attribute(module, name):
+                if has_attribute(module, name):
                     writes.append((module, name, value))
         missing = set(attributes) - {name for _, name, _ in writes}
         if raise_if_not_found and missing:

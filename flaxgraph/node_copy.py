@@ -37,8 +37,8 @@ import jax
 
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    _GRAPH_NODE_IMPLS,
     BUILTIN_CONTAINERS,
+    GRAPH_NODE_IMPLS,
     DataLeaf,
     StaticLeaf,
     is_node_or_variable,
@@ -95,7 +95,7 @@ def copy_nodes(
     def go(x: Any, path: PathParts) -> Any:
         if isinstance(x, Variable):
             return x
-        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        impl = GRAPH_NODE_IMPLS.get(type(x))
         if impl is not None:
             if x in done:
                 return done[x]
@@ -125,5 +125,5 @@ def copy_nodes(
 def _holds_nodes(x: Any) -> bool:
     leaves = jax.tree.leaves(x, is_leaf=is_node_or_variable)
     return not (len(leaves) == 1 and leaves[0] is x) and any(
-        type(leaf) in _GRAPH_NODE_IMPLS for leaf in leaves
+        type(leaf) in GRAPH_NODE_IMPLS for leaf in leaves
     )

@@ -188,7 +188,7 @@ def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
     return names_of(v._var_metadata)
 
 
-def _spec_of(leaf: Any) -> PartitionSpec:
+def spec_of(leaf: Any) -> PartitionSpec:
     if isinstance(leaf, Variable):
         names = _names(leaf)
         if names is None:
@@ -210,7 +210,7 @@ def _is_box(x: Any) -> bool:
     return isinstance(x, (Variable, Partitioned))
 
 
-def _where(keypath: tuple[Any, ...], leaf: Any) -> str:
+def leaf_where(keypath: tuple[Any, ...], leaf: Any) -> str:
     keys = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in keypath]
     kind = type(leaf).__name__
     return f"the {kind} at {keys_str(keys)!r}"
@@ -241,7 +241,7 @@ def get_partition_spec(tree: Any) -> Any:
     """
 
     def spec(leaf: Any) -> Any:
-        s = _spec_of(leaf)
+        s = spec_of(leaf)
         return leaf.replace(s) if isinstance(leaf, Variable) else s
 
     return jax.tree.map(spec, tree, is_leaf=_is_box)
@@ -282,13 +282,13 @@ def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     """
 
     def sharding(keypath: tuple[Any, ...], leaf: Any) -> Any:
-        spec = _spec_of(leaf)
+        spec = spec_of(leaf)
         value = leaf.raw_value if isinstance(leaf, Variable) else leaf
         value = value.value if isinstance(value, Partitioned) else value
         shape = getattr(value, "shape", None)
         if shape is not None and not _has_names(leaf):
             shape = None  # PartitionSpec() (replicated) fits every rank
-        check_spec(spec, mesh, None if shape is None else tuple(shape), _where(keypath, leaf))
+        check_spec(spec, mesh, None if shape is None else tuple(shape), leaf_where(keypath, leaf))
         s = NamedSharding(mesh, spec)
         return leaf.replace(s) if isinstance(leaf, Variable) else s
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from jax._src import core as _jax_core
 
-_trace_ctx = _jax_core.trace_ctx
+trace_ctx = _jax_core.trace_ctx
 
 TRACE_STATE = _jax_core.trace_state
 """JAX's thread-local config holding the current trace's weak reference:
@@ -29,4 +29,4 @@ def current_trace() -> object:
 
 def is_top_level() -> bool:
     """Whether no JAX transform is tracing (code runs eagerly, outside jit/grad/vmap)."""
-    return _trace_ctx.is_top_level()
+    return trace_ctx.is_top_level()

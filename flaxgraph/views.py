@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from flaxgraph.filterlib import Filter, to_predicate
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import resolve_graph
-from flaxgraph.module import Module, _has_attribute
+from flaxgraph.module import Module, has_attribute
 from flaxgraph.node_copy import check_tree, copy_nodes
 
 A = TypeVar("A")
@@ -181,7 +181,7 @@ def with_attributes(
     def assign(path: PathParts, copy: Any) -> Any:
         if isinstance(copy, Module) and only_p(path, copy):
             for name, value in attributes.items():
-                if _has_attribute(copy, name):
+                if has_attribute(copy, name):
                     setattr(copy, name, value)
                     found.add(name)
         return copy

@@ -45,10 +45,10 @@ from flaxgraph.graphlib.ref_outputs import NoUpdate as NoUpdate
 from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
 from flaxgraph.graphlib.registry import GraphNodeImpl as GraphNodeImpl
-from flaxgraph.graphlib.registry import _flatten_pytree as _flatten_pytree
-from flaxgraph.graphlib.registry import _unflatten_pytree as _unflatten_pytree
+from flaxgraph.graphlib.registry import flatten_pytree as _flatten_pytree  # noqa: F401 (Flax's name)
 from flaxgraph.graphlib.registry import is_graph_node as is_graph_node
 from flaxgraph.graphlib.registry import register_graph_node_type as register_graph_node_type
+from flaxgraph.graphlib.registry import unflatten_pytree as _unflatten_pytree  # noqa: F401 (Flax's name)
 from flaxgraph.graphlib.split_merge import clone as clone
 from flaxgraph.graphlib.split_merge import graphdef as graphdef
 from flaxgraph.graphlib.split_merge import merge as merge

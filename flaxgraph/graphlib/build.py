@@ -31,10 +31,10 @@ from flaxgraph.graphlib.graphdefs import (
     VariableDef,
 )
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate, unwrap_ref_output
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.tracing import current_trace
 from flaxgraph.variablelib.refs import is_ref, new_ref
-from flaxgraph.variablelib.variable import Variable, _set_value
+from flaxgraph.variablelib.variable import Variable, write_value
 
 
 def unflatten(
@@ -139,7 +139,7 @@ class _Build:
     def build(self, d: Def) -> Any:
         t = type(d)
         if t is NodeDef:
-            impl = _GRAPH_NODE_IMPLS[d.type]
+            impl = GRAPH_NODE_IMPLS[d.type]
             node = self.reuse.get(d.index)
             if node is None:
                 node = impl.create_empty(d.metadata, self.trace)
@@ -258,7 +258,7 @@ def _ref_output_variable(
 
 def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any]) -> Any:
     def write() -> None:
-        _set_value(variable, value)  # into the Ref of a Ref-backed Variable
+        write_value(variable, value)  # into the Ref of a Ref-backed Variable
         object.__setattr__(variable, "_var_metadata", metadata)
 
     return write

@@ -12,7 +12,7 @@ from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.statelib import State
 
 
-class _CallProxy:
+class CallProxy:
     __slots__ = ("_graphdef", "_states", "_path", "_copy")
 
     def __init__(
@@ -27,12 +27,12 @@ class _CallProxy:
         self._path = path
         self._copy = copy  # merge new Variables: the given States stay as they are
 
-    def __getattr__(self, name: str) -> _CallProxy:
-        return _CallProxy(self._graphdef, self._states, (*self._path, (False, name)), self._copy)
+    def __getattr__(self, name: str) -> CallProxy:
+        return CallProxy(self._graphdef, self._states, (*self._path, (False, name)), self._copy)
 
-    def __getitem__(self, key: Any) -> _CallProxy:
+    def __getitem__(self, key: Any) -> CallProxy:
         # ``nnx.call(dict_state)['b'].method()``: an item of the merged graph.
-        return _CallProxy(self._graphdef, self._states, (*self._path, (True, key)), self._copy)
+        return CallProxy(self._graphdef, self._states, (*self._path, (True, key)), self._copy)
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, tuple[GraphDef, State]]:
         node = merge(self._graphdef, *self._states, copy=self._copy)
@@ -65,7 +65,7 @@ def call(graphdef_state: tuple[Any, ...], /) -> Any:
     Source: Flax NNX 0.12 ``nnx.call``.
     """
     graphdef, *states = graphdef_state
-    return _CallProxy(graphdef, tuple(states), ())
+    return CallProxy(graphdef, tuple(states), ())
 
 
 def _graphdef_apply(self: GraphDef, state: Any, *states: Any) -> Any:

@@ -31,9 +31,9 @@ from flaxgraph.graphlib.graphdefs import GraphDef, renumber
 from flaxgraph.graphlib.ref_outputs import mark_ref_outputs
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.split_merge import (
-    _graphdef_and_states,
-    _ordered_leaves,
-    _states_from_leaves,
+    graphdef_and_states,
+    ordered_leaves,
+    states_from_leaves,
 )
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
@@ -210,7 +210,7 @@ class SplitContext:
         written in place) and ``graphlib.ArrayRefOutput`` if it was created inside.
         """
         graphdef, leaves = self._flatten(node, graph)
-        return (graphdef, *_states_from_leaves(node, leaves, filters, strict=True))
+        return (graphdef, *states_from_leaves(node, leaves, filters, strict=True))
 
     def flatten(self, node: Any, *filters: Filter, graph: bool | None = None) -> Any:
         """Like ``split``, with flat States: ``(graphdef, flat_state, ...)``.
@@ -229,7 +229,7 @@ class SplitContext:
         Source: Flax NNX 0.12 ``SplitContext.flatten``.
         """
         graphdef, leaves = self._flatten(node, graph)
-        states = _states_from_leaves(node, leaves, filters, strict=True)
+        states = states_from_leaves(node, leaves, filters, strict=True)
         return (graphdef, *(FlatState(_flat_pairs(s)) for s in states))
 
     def _flatten(self, node: Any, graph: bool | None) -> Any:
@@ -298,8 +298,8 @@ class MergeContext:
     ) -> Any:
         """Like ``nnx.merge``, resolving references to nodes merged earlier in this
         context; at step (4) of an update context, updates the caller's objects."""
-        graphdef, all_states = _graphdef_and_states(graphdef, states)
-        leaves = _ordered_leaves(graphdef, all_states)
+        graphdef, all_states = graphdef_and_states(graphdef, states)
+        leaves = ordered_leaves(graphdef, all_states)
         uctx = _find(self.ctxtag)
         reuse = None
         if uctx is not None and not self.is_inner:

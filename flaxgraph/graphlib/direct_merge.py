@@ -33,7 +33,7 @@ from flaxgraph.graphlib.graphdefs import (
     VariableDef,
 )
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.statics import PartialKey
 from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
@@ -71,7 +71,7 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
     root_kind = type(root)
     if root_kind is not NodeDef and root_kind is not ContainerDef:
         return GAVE_UP
-    impls = _GRAPH_NODE_IMPLS
+    impls = GRAPH_NODE_IMPLS
     trace = current_trace()
     built: dict[int, Any] = {}
 

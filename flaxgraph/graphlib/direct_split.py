@@ -34,14 +34,14 @@ from flaxgraph.graphlib.graphdefs import (
     VariableDef,
 )
 from flaxgraph.graphlib.registry import (
-    _GRAPH_NODE_IMPLS,
-    _PLAIN_STATIC,
     ARRAY_TYPES,
+    GRAPH_NODE_IMPLS,
+    PLAIN_STATIC,
     DataLeaf,
     StaticLeaf,
     pytree_children,
 )
-from flaxgraph.graphlib.walk import _SCALARS, _made_per_instance
+from flaxgraph.graphlib.walk import SCALARS, made_per_instance
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
@@ -87,9 +87,9 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
       the graph's own Variables and raw arrays, or the leaf itself when the root is a
       Variable or an array.
     """
-    if type(node) in _SCALARS:
+    if type(node) in SCALARS:
         return None
-    impls = _GRAPH_NODE_IMPLS
+    impls = GRAPH_NODE_IMPLS
     seen: dict[int, int] = {}
     kept: list[Any] = []  # keeps every walked object alive, so that ids stay unique
 
@@ -149,7 +149,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
         if isinstance(x, ARRAY_TYPES):
             out[key] = x
             return ARRAY_DEF
-        if t in _PLAIN_STATIC:
+        if t in PLAIN_STATIC:
             return _static_def((t, x))
         if t is DataLeaf:
             out[key] = x.value
@@ -168,7 +168,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
                     out[key] = _state(sub)
                 keys = tuple([k for k, _ in items])
                 return _container_def((t, keys, children, treedef))
-        if _made_per_instance(x):  # the general walk warns, naming the path
+        if made_per_instance(x):  # the general walk warns, naming the path
             raise _GiveUp
         return StaticDef(x)
 

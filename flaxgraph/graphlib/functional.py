@@ -26,7 +26,7 @@ from flaxgraph.graphlib.build import unflatten as _build
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef, renumber
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.split_merge import _ordered_leaves, merge, split
+from flaxgraph.graphlib.split_merge import merge, ordered_leaves, split
 from flaxgraph.graphlib.walk import flatten as _walk
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, map_state
@@ -150,11 +150,11 @@ def unflatten(
     Source: Flax NNX 0.12 ``nnx.unflatten``.
     """
     if isinstance(state, (State, Mapping)):
-        leaves: Sequence[Any] = _ordered_leaves(graphdef, (state,))
+        leaves: Sequence[Any] = ordered_leaves(graphdef, (state,))
     elif isinstance(state, FlatState):
         leaves = state.leaves
         if graphdef.tree and state.paths != graphdef.leaf_paths:
-            leaves = _ordered_leaves(graphdef, (state,))  # matched by path
+            leaves = ordered_leaves(graphdef, (state,))  # matched by path
     else:
         leaves = list(state)
         if graphdef.tree and len(leaves) == graphdef.num_leaves:

@@ -17,7 +17,7 @@ from flaxgraph.errors import GraphStructureError
 from flaxgraph.filterlib import Filter, filters_to_predicates
 from flaxgraph.graphlib.paths import keys_str, path_str
 from flaxgraph.graphlib.registry import (
-    _GRAPH_NODE_IMPLS,
+    GRAPH_NODE_IMPLS,
     MISSING,
     DataLeaf,
     is_array_leaf,
@@ -26,13 +26,13 @@ from flaxgraph.graphlib.registry import (
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
-from flaxgraph.variablelib.variable import Variable, _set_metadata, _set_slot, _set_value
+from flaxgraph.variablelib.variable import Variable, write_metadata, write_slot, write_value
 
 PathParts = tuple[Hashable, ...]
 
 
 def _get_child(node: Any, key: Hashable) -> Any:
-    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    impl = GRAPH_NODE_IMPLS.get(type(node))
     if impl is not None:
         return impl.get_child(node, key)
     if type(node) is dict:
@@ -53,7 +53,7 @@ def _check_node_trace(node: Any, what: str) -> None:
 
 
 def _setter(node: Any, key: Hashable, where: Callable[[], str]) -> Callable[[Any], None]:
-    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    impl = GRAPH_NODE_IMPLS.get(type(node))
     if impl is not None:
         _check_node_trace(node, "update")
         return lambda value: impl.set_child(node, key, value)
@@ -152,10 +152,10 @@ class _Writes:
 
     def apply(self) -> None:
         for target, value in self.ref_writes:
-            _set_value(target, value)
+            write_value(target, value)
         plain = [t for t in self.targets if t._var_ref is None] if self.ref_writes else self.targets
-        deque(map(_set_slot, plain, self.values), maxlen=0)
-        deque(map(_set_metadata, self.targets, self.metadata), maxlen=0)
+        deque(map(write_slot, plain, self.values), maxlen=0)
+        deque(map(write_metadata, self.targets, self.metadata), maxlen=0)
         for write in self.others:
             write()
 
@@ -171,7 +171,7 @@ def _plan_update(
     # ``prefix`` is the path to ``node`` as a linked pair ``(parent_prefix, key)`` (``()``
     # at the root): cheap to extend, made into a tuple only for an error message.
     t = type(node)
-    impl = _GRAPH_NODE_IMPLS.get(t)
+    impl = GRAPH_NODE_IMPLS.get(t)
     get_child = impl.get_child if impl is not None else _get_child
     lookup = None
     if t is dict:
@@ -197,7 +197,7 @@ def _plan_update(
                 writes.variable(current, leaf, trace)
                 continue
         elif type(leaf) is State and (
-            type(current) in _GRAPH_NODE_IMPLS or type(current) in _WALKED_CONTAINERS
+            type(current) in GRAPH_NODE_IMPLS or type(current) in _WALKED_CONTAINERS
         ):
             _plan_update(current, leaf, (prefix, key), root, writes, trace)
             continue
@@ -253,7 +253,7 @@ def _is_static_value(x: Any) -> bool:
     """A plain value (an int, a string…) that a State leaf may overwrite, as Flax 0.12's
     ``update`` does: not a graph node and not a container of them."""
     return (
-        type(x) not in _GRAPH_NODE_IMPLS
+        type(x) not in GRAPH_NODE_IMPLS
         and type(x) not in (list, tuple, dict)
         and (pytree_children(x) is None)
     )
@@ -262,7 +262,7 @@ def _is_static_value(x: Any) -> bool:
 def _is_data_child(node: Any, key: Hashable) -> bool:
     """Whether ``node`` puts its child ``key`` in the State although it is no array
     (an attribute marked ``nnx.data(3)``). Only reached on the rare path."""
-    impl = _GRAPH_NODE_IMPLS.get(type(node))
+    impl = GRAPH_NODE_IMPLS.get(type(node))
     return impl is not None and any(
         k == key and type(v) is DataLeaf for k, v in impl.flatten(node)[0]
     )
@@ -311,7 +311,7 @@ def pop(node: Any, *filters: Filter) -> Any:
 
 def _remover(parent: Any, path: PathParts, root: Any) -> Callable[[], None]:
     key = path[-1]
-    impl = _GRAPH_NODE_IMPLS.get(type(parent))
+    impl = GRAPH_NODE_IMPLS.get(type(parent))
     if impl is not None:
         _check_node_trace(parent, "pop a leaf")
         return lambda: impl.del_child(parent, key)

@@ -13,8 +13,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from flaxgraph.graphlib.registry import (
-    _GRAPH_NODE_IMPLS,
     BUILTIN_CONTAINERS,
+    GRAPH_NODE_IMPLS,
     MISSING,
     pytree_children,
 )
@@ -31,7 +31,7 @@ def path_str(root_name: str, root: Any, keys: Sequence[Hashable]) -> str:
     out = [root_name]
     node: Any = root
     for key in keys:
-        impl = _GRAPH_NODE_IMPLS.get(type(node))
+        impl = GRAPH_NODE_IMPLS.get(type(node))
         if impl is not None:
             out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
             node = impl.get_child(node, key)

@@ -97,7 +97,7 @@ class StaticLeaf:
 
 # The registry of graph-node types, written only through
 # `register_graph_node_type` (like JAX's pytree registry).
-_GRAPH_NODE_IMPLS: dict[type, GraphNodeImpl] = {}
+GRAPH_NODE_IMPLS: dict[type, GraphNodeImpl] = {}
 
 
 def register_graph_node_type(
@@ -120,28 +120,28 @@ def register_graph_node_type(
         def create_empty(metadata: Hashable, trace: object = None) -> Any:
             return user_create(metadata)
 
-    _GRAPH_NODE_IMPLS[type] = GraphNodeImpl(
+    GRAPH_NODE_IMPLS[type] = GraphNodeImpl(
         type, flatten, create_empty, set_items, get_child, set_child, del_child
     )
 
 
 def get_graph_node_impl(x: Any) -> GraphNodeImpl | None:
     """Returns the impl registered for ``type(x)`` exactly, or ``None``."""
-    return _GRAPH_NODE_IMPLS.get(type(x))
+    return GRAPH_NODE_IMPLS.get(type(x))
 
 
 def is_graph_node(x: Any) -> bool:
     """True for registered graph nodes (Objects, Modules…), not Variables."""
-    return type(x) in _GRAPH_NODE_IMPLS
+    return type(x) in GRAPH_NODE_IMPLS
 
 
 def is_node_or_variable(x: Any) -> bool:
     """True for values whose identity the engine tracks: graph nodes and Variables."""
-    return type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+    return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
 
 
 ARRAY_TYPES: tuple[type, ...] = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
-_PLAIN_STATIC = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
+PLAIN_STATIC = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
 BUILTIN_CONTAINERS = frozenset({list, tuple, dict})
 
 
@@ -153,7 +153,7 @@ def is_array_leaf(x: Any) -> bool:
 def pytree_children(x: Any) -> tuple[list[tuple[Key, Any]], Any] | None:
     """One level of a non-builtin pytree node: ``([(key, child)], treedef)``, or
     ``None`` if ``x`` is a pytree leaf (then it is a static value)."""
-    if type(x) in _PLAIN_STATIC:
+    if type(x) in PLAIN_STATIC:
         return None
     with_path, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if jax.tree_util.treedef_is_leaf(treedef) and treedef.num_leaves == 1:
@@ -161,9 +161,9 @@ def pytree_children(x: Any) -> tuple[list[tuple[Key, Any]], Any] | None:
     return [(_key_of(path[0]), child) for path, child in with_path], treedef
 
 
-def _flatten_pytree(x: Any) -> tuple[list[tuple[Key, Any]], Any]:
+def flatten_pytree(x: Any) -> tuple[list[tuple[Key, Any]], Any]:
     """One level of the pytree node ``x``: ``([(key, child), ...], treedef)``; the
-    inverse of ``_unflatten_pytree``. (Flax NNX 0.12's private ``graphlib``
+    inverse of ``unflatten_pytree``. (Flax NNX 0.12's private ``graphlib``
     helper; aux data such as ``struct.field(pytree_node=False)`` stays in ``treedef``.)
 
     Raises:
@@ -177,8 +177,8 @@ def _flatten_pytree(x: Any) -> tuple[list[tuple[Key, Any]], Any]:
     return found
 
 
-def _unflatten_pytree(children: list[tuple[Key, Any]], treedef: Any) -> Any:
-    """Rebuilds the node ``_flatten_pytree`` took apart, from ``(key, child)`` pairs."""
+def unflatten_pytree(children: list[tuple[Key, Any]], treedef: Any) -> Any:
+    """Rebuilds the node ``flatten_pytree`` took apart, from ``(key, child)`` pairs."""
     return treedef.unflatten([child for _, child in children])
 
 
@@ -200,4 +200,4 @@ def is_hashable(x: Any) -> bool:
 
 def is_plain_static(x: Any) -> bool:
     """True for ints, floats, strings, bools, ``None``… (always static, never walked)."""
-    return type(x) in _PLAIN_STATIC
+    return type(x) in PLAIN_STATIC

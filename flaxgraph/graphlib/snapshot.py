@@ -23,7 +23,7 @@ import operator
 from collections.abc import Iterable
 from typing import Any
 
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.variablelib.variable import Variable
 
 _get_version = operator.attrgetter("_obj_version")
@@ -58,7 +58,7 @@ class StructureSnapshot:
 
     def __init__(self, nodes: Iterable[Any]):
         nodes = list(nodes)
-        self.objects = [n for n in nodes if type(n) in _GRAPH_NODE_IMPLS]
+        self.objects = [n for n in nodes if type(n) in GRAPH_NODE_IMPLS]
         self.versions = [getattr(o, "_obj_version", None) for o in self.objects]
         self.versioned = None not in self.versions
         self.variables = [n for n in nodes if isinstance(n, Variable)]

@@ -43,7 +43,7 @@ from flaxgraph.variablelib.variable import Variable
 PathParts = tuple[Hashable, ...]
 
 
-def _states_from_leaves(
+def states_from_leaves(
     node: Any, leaves: list[tuple[PathParts, Any]], filters: tuple[Filter, ...], strict: bool
 ) -> list[State]:
     # The States hold the graph's own Variables (as in NNX 0.12): writing through a
@@ -195,7 +195,7 @@ def _split_states(
     found = split_direct(node, graph)
     if found is None:
         graphdef, leaves = flatten(node, graph=graph)
-        return graphdef, _states_from_leaves(node, leaves, filters, strict)
+        return graphdef, states_from_leaves(node, leaves, filters, strict)
     graphdef, state = found
     return graphdef, (_filtered_states(node, state, filters, strict) if filters else [state])
 
@@ -205,7 +205,7 @@ def _filtered_states(
 ) -> list[State]:
     """One State per filter from the State ``split_direct`` made (first match wins)."""
     if type(state) is not State:  # the root itself is the leaf
-        return _states_from_leaves(node, [((), state)], filters, strict)
+        return states_from_leaves(node, [((), state)], filters, strict)
     parts, rest = partition_state(state, partition_predicates(filters))
     if strict and rest:
         path, leaf = rest[0]
@@ -235,7 +235,7 @@ def _leaf_list(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     return list(leaves)
 
 
-def _ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
+def ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     if states and type(states[0]) is list:
         return _leaf_list(graphdef, states)
     if len(states) == 1 and isinstance(states[0], State):
@@ -308,7 +308,7 @@ def _all_flat(states: tuple[Any, ...]) -> Iterator[tuple[PathParts, Any]]:
             yield from (s if isinstance(s, State) else State(s)).flat_state()
 
 
-def _graphdef_and_states(first: Any, states: tuple[Any, ...]) -> tuple[GraphDef, tuple[Any, ...]]:
+def graphdef_and_states(first: Any, states: tuple[Any, ...]) -> tuple[GraphDef, tuple[Any, ...]]:
     if isinstance(first, GraphState):
         for i, s in enumerate(states, start=1):
             if not isinstance(s, GraphState):
@@ -385,7 +385,7 @@ def merge(
 
     Source: Flax NNX 0.12 ``nnx.merge``.
     """
-    graphdef, all_states = _graphdef_and_states(graphdef, states)
+    graphdef, all_states = graphdef_and_states(graphdef, states)
     if not all_states and graphdef.leaf_paths:
         raise TypeError(
             "merge() missing 1 required positional argument: 'state': the GraphDef has "
@@ -399,7 +399,7 @@ def merge(
             return built
     return unflatten(
         graphdef,
-        _ordered_leaves(graphdef, all_states),
+        ordered_leaves(graphdef, all_states),
         share_variables=not copy,
         recreate_variables=recreate_variables,
     )

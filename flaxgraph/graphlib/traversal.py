@@ -13,8 +13,8 @@ from typing import Any
 from flaxgraph.filterlib import Filter, to_predicate
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    _GRAPH_NODE_IMPLS,
     BUILTIN_CONTAINERS,
+    GRAPH_NODE_IMPLS,
     is_array_leaf,
     pytree_children,
 )
@@ -89,7 +89,7 @@ def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[
     if not resolve_graph(graph) and getattr(type(node), "_obj_is_pytree", True) is False:
         raise not_a_pytree_error(type(node), "node")
     for key, child in _children(node):
-        if type(child) in _GRAPH_NODE_IMPLS or isinstance(child, Variable):
+        if type(child) in GRAPH_NODE_IMPLS or isinstance(child, Variable):
             yield key, child
 
 
@@ -115,12 +115,12 @@ def iter_module_children(
     Source: Flax NNX 0.12 ``nnx.iter_module_children``.
     """
     for key, child in _children(node):
-        if type(child) in _GRAPH_NODE_IMPLS:
+        if type(child) in GRAPH_NODE_IMPLS:
             yield key, child
 
 
 def _children(x: Any) -> list[tuple[Hashable, Any]]:
-    impl = _GRAPH_NODE_IMPLS.get(type(x))
+    impl = GRAPH_NODE_IMPLS.get(type(x))
     if impl is not None:
         return list(impl.flatten(x)[0])
     if type(x) is dict:
@@ -136,7 +136,7 @@ def _children(x: Any) -> list[tuple[Hashable, Any]]:
 def _iter(
     x: Any, path: PathParts, seen: RefMap[bool], graph: bool
 ) -> Iterator[tuple[PathParts, Any]]:
-    node = type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+    node = type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
     if node:
         if x in seen:
             return  # graph mode: seen before; tree mode: a cycle (on the current path)
@@ -175,7 +175,7 @@ def find_duplicates(node: Any, /, *, only: Filter = ...) -> list[list[PathParts]
     paths = RefMap[list[PathParts]]()
 
     def walk(x: Any, path: PathParts) -> None:
-        if type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable):
+        if type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable):
             if x in paths:
                 paths[x].append(path)
                 return
@@ -219,7 +219,7 @@ def recursive_map(
     done = RefMap[Any]()
 
     def go(x: Any, path: PathParts) -> Any:
-        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        impl = GRAPH_NODE_IMPLS.get(type(x))
         if impl is not None:
             if x in done:
                 return done[x]

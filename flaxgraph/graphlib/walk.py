@@ -43,8 +43,8 @@ from flaxgraph.graphlib.graphdefs import (
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    _GRAPH_NODE_IMPLS,
     ARRAY_TYPES,
+    GRAPH_NODE_IMPLS,
     DataLeaf,
     StaticLeaf,
     is_hashable,
@@ -125,7 +125,7 @@ class Walk:
         if self.error_root is None:
             self.error_root = node
         self.walk_root = node
-        if type(node) in _SCALARS:  # a Python scalar at the root is a leaf, as in JAX
+        if type(node) in SCALARS:  # a Python scalar at the root is a leaf, as in JAX
             self.add_leaf((), node, prefix)
             root_def: Def = ARRAY_DEF
         else:
@@ -153,7 +153,7 @@ class Walk:
     # -- the walk ----------------------------------------------------------------------------
     def visit(self, x: Any, path: PathParts, prefix: Any, in_node: bool) -> Def:
         t = type(x)
-        impl = _GRAPH_NODE_IMPLS.get(t)
+        impl = GRAPH_NODE_IMPLS.get(t)
         if impl is not None:
             index = self.ref_index.get(x)
             if index is not None:
@@ -309,7 +309,7 @@ class Walk:
         model would get its own GraphDef, so jit would recompile). An unhashable
         value is fine here: only hashing the GraphDef (a jit cache key) needs it
         hashable, and ``GraphDef.__hash__`` then names its path."""
-        if _made_per_instance(x):
+        if made_per_instance(x):
             warnings.warn(
                 f"The static attribute at {self.where(path)} is a {type(x).__name__} that "
                 "hashes by identity: every new instance gives a new GraphDef, so transforms "
@@ -325,7 +325,7 @@ class Walk:
             )
 
 
-_SCALARS = frozenset({int, float, bool, complex})
+SCALARS = frozenset({int, float, bool, complex})
 
 
 def not_a_pytree_error(t: type, where: str) -> ValueError:
@@ -343,7 +343,7 @@ def not_a_pytree_error(t: type, where: str) -> ValueError:
     )
 
 
-def _made_per_instance(x: Any) -> bool:
+def made_per_instance(x: Any) -> bool:
     """Whether a static value compares by identity *and* is likely created afresh for
     each model (so two equal models get unequal GraphDefs): plain objects without
     ``__eq__``, lambdas and nested functions (closures such as initializers made by
@@ -354,7 +354,7 @@ def _made_per_instance(x: Any) -> bool:
     if is_plain_static(x):
         return False
     if isinstance(x, functools.partial):  # compared structurally (graphlib/statics.py)
-        return any(_made_per_instance(v) for v in (x.func, *x.args, *x.keywords.values()))
+        return any(made_per_instance(v) for v in (x.func, *x.args, *x.keywords.values()))
     if isinstance(x, types.FunctionType):
         return "<lambda>" in x.__qualname__ or "<locals>" in x.__qualname__
     if type(x).__hash__ is not object.__hash__ or callable(x):
@@ -363,7 +363,7 @@ def _made_per_instance(x: Any) -> bool:
 
 
 def _is_scalar(x: Any) -> bool:
-    return type(x) in _SCALARS
+    return type(x) in SCALARS
 
 
 def _ancestor_depth(root: Any, path: PathParts, x: Any) -> int | None:
@@ -373,7 +373,7 @@ def _ancestor_depth(root: Any, path: PathParts, x: Any) -> int | None:
     for depth, key in enumerate(path):
         if current is x:
             return depth
-        impl = _GRAPH_NODE_IMPLS.get(type(current))
+        impl = GRAPH_NODE_IMPLS.get(type(current))
         if impl is not None:
             current = impl.get_child(current, key)
         elif type(current) in (list, tuple, dict):
@@ -399,7 +399,7 @@ def _holds_variable(node: Any) -> bool:
         if id(x) in seen:
             continue
         seen.add(id(x))
-        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        impl = GRAPH_NODE_IMPLS.get(type(x))
         if impl is not None:
             todo.extend(v for _, v in impl.flatten(x)[0])
         elif type(x) in (list, tuple):
@@ -424,7 +424,7 @@ def variable_paths(root: Any, wrapped: bool = False) -> dict[int, list[tuple[Any
         if isinstance(x, Variable):
             found.setdefault(id(x), []).append((x, path))
             return
-        impl = _GRAPH_NODE_IMPLS.get(type(x))
+        impl = GRAPH_NODE_IMPLS.get(type(x))
         if impl is not None:
             if id(x) in on_path:
                 return

@@ -23,16 +23,16 @@ from typing import Annotated, Any, TypeVar
 
 import jax
 
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
+from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS
 from flaxgraph.variablelib.variable import Variable
 
-_DATA = "data"
-_STATIC = "static"
+DATA = "data"
+STATIC = "static"
 _KIND_KEY = "flaxgraph_attribute_kind"  # dataclass field metadata key
 T = TypeVar("T")
 
 
-class _Marked:
+class Marked:
     __slots__ = ("value", "kind")
 
     def __init__(self, value: Any, kind: str):
@@ -55,7 +55,7 @@ def _mark(kind: str, value: Any, kwargs: dict[str, Any]) -> Any:
                 f"nnx.{kind}(value, ...) takes no keyword arguments; the keyword form "
                 f"nnx.{kind}(default=...) (no value) declares a dataclass field."
             )
-        return _Marked(value, kind)
+        return Marked(value, kind)
     metadata = {**kwargs.pop("metadata", None or {}), _KIND_KEY: kind}
     return dataclasses.field(metadata=metadata, **kwargs)
 
@@ -94,7 +94,7 @@ def data(value: Any = _NO_VALUE, /, **kwargs: Any) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.data``.
     """
-    return _mark(_DATA, value, kwargs)
+    return _mark(DATA, value, kwargs)
 
 
 def static(value: Any = _NO_VALUE, /, **kwargs: Any) -> Any:
@@ -117,7 +117,7 @@ def static(value: Any = _NO_VALUE, /, **kwargs: Any) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.static``.
     """
-    return _mark(_STATIC, value, kwargs)
+    return _mark(STATIC, value, kwargs)
 
 
 class _AnnotationMarker:
@@ -130,8 +130,8 @@ class _AnnotationMarker:
         return f"nnx.{self.kind}"
 
 
-_DATA_MARKER = _AnnotationMarker(_DATA)
-_STATIC_MARKER = _AnnotationMarker(_STATIC)
+_DATA_MARKER = _AnnotationMarker(DATA)
+_STATIC_MARKER = _AnnotationMarker(STATIC)
 
 
 def _deprecated(name: str) -> None:
@@ -184,7 +184,7 @@ class Static:
 _STRING_MARK = re.compile(r"(?:^|[\s\[.,])(Data|Static)\[")
 
 
-def _class_kinds(cls: type) -> tuple[tuple[str, str], ...]:
+def class_kinds(cls: type) -> tuple[tuple[str, str], ...]:
     """The attribute kinds a class declares: ``nnx.data()``/``nnx.static()`` fields
     and (deprecated) ``nnx.Data[...]``/``nnx.Static[...]`` annotations, base classes
     first."""
@@ -196,7 +196,7 @@ def _class_kinds(cls: type) -> tuple[tuple[str, str], ...]:
                 if match and klass is cls:
                     _deprecated(match.group(1))
                 if match:
-                    kinds[name] = _DATA if match.group(1) == "Data" else _STATIC
+                    kinds[name] = DATA if match.group(1) == "Data" else STATIC
             elif typing.get_origin(ann) is Annotated:
                 for marker in ann.__metadata__:
                     if isinstance(marker, _AnnotationMarker):
@@ -210,7 +210,7 @@ def _class_kinds(cls: type) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(kinds.items()))
 
 
-_DATA_TYPES: set[type] = set()
+DATA_TYPES: set[type] = set()
 """Types ``register_data_type`` declared data (a registry, like JAX's pytree registry)."""
 
 
@@ -233,7 +233,7 @@ def register_data_type(type_: T, /) -> T:
 
     Source: Flax NNX 0.12 ``nnx.register_data_type``.
     """
-    _DATA_TYPES.add(type_)  # type: ignore[arg-type]
+    DATA_TYPES.add(type_)  # type: ignore[arg-type]
     return type_
 
 
@@ -253,8 +253,8 @@ def is_data(value: Any, /) -> bool:
     """
     return (
         isinstance(value, (Variable, *ARRAY_TYPES))
-        or type(value) in _GRAPH_NODE_IMPLS
-        or type(value) in _DATA_TYPES
+        or type(value) in GRAPH_NODE_IMPLS
+        or type(value) in DATA_TYPES
     )
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
-from flaxgraph.pytreelib.attribute_kinds import _STATIC, _class_kinds, has_data
-from flaxgraph.pytreelib.objects import Pytree, _sorted_items
+from flaxgraph.pytreelib.attribute_kinds import STATIC, class_kinds, has_data
+from flaxgraph.pytreelib.objects import Pytree, sorted_items
 
 T = TypeVar("T")
 
@@ -56,8 +56,8 @@ def check_pytree(pytree: Any) -> None:
     if not isinstance(pytree, Pytree):
         raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(pytree).__name__}.")
     forced = dict(pytree._obj_kinds)
-    for name, value in _sorted_items(pytree):
-        if forced.get(name) != _STATIC:
+    for name, value in sorted_items(pytree):
+        if forced.get(name) != STATIC:
             continue
         found = has_data(value)
         if found:
@@ -129,7 +129,7 @@ def dataclass(
                 "the class from nnx.Pytree (or nnx.Module)."
             )
         new = dataclasses.dataclass(klass, **options)  # type: ignore[call-overload]
-        new._obj_class_kinds = _class_kinds(new)
+        new._obj_class_kinds = class_kinds(new)
         return new  # type: ignore[no-any-return]
 
     return wrap if cls is None else wrap(cls)

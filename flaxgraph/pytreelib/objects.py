@@ -43,8 +43,8 @@ import jax
 
 from flaxgraph.errors import TraceContextError
 from flaxgraph.graphlib.registry import (
-    _GRAPH_NODE_IMPLS,
     ARRAY_TYPES,
+    GRAPH_NODE_IMPLS,
     MISSING,
     DataLeaf,
     StaticLeaf,
@@ -52,11 +52,11 @@ from flaxgraph.graphlib.registry import (
     register_graph_node_type,
 )
 from flaxgraph.pytreelib.attribute_kinds import (
-    _DATA,
-    _DATA_TYPES,
-    _STATIC,
-    _class_kinds,
-    _Marked,
+    DATA,
+    DATA_TYPES,
+    STATIC,
+    Marked,
+    class_kinds,
     data,
     has_data,
     static,
@@ -108,7 +108,7 @@ class Pytree:
         super().__init_subclass__(**kwargs)
         if pytree is not None:
             cls._obj_is_pytree = bool(pytree)
-        cls._obj_class_kinds = _class_kinds(cls)
+        cls._obj_class_kinds = class_kinds(cls)
         _register(cls)
 
     # -- mutation guard and structure version ----------------------------------------
@@ -135,15 +135,15 @@ class Pytree:
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._check_trace(f"set attribute {name!r}")
-        if type(value) is _Marked:
-            if value.kind == _STATIC and self._obj_is_pytree:
+        if type(value) is Marked:
+            if value.kind == STATIC and self._obj_is_pytree:
                 _check_no_data_in_static(self, name, value.value, "marked")
             self._set_kind(name, value.kind)
             value = value.value
         elif self._obj_kinds and self._obj_is_pytree:
             kind = dict(self._obj_kinds).get(name)
-            if kind == _STATIC:
-                declared = dict(type(self)._obj_class_kinds).get(name) == _STATIC
+            if kind == STATIC:
+                declared = dict(type(self)._obj_class_kinds).get(name) == STATIC
                 _check_no_data_in_static(self, name, value, "declared" if declared else "kept")
         old = self.__dict__.get(name, MISSING)
         if not _same_structure(old, value):
@@ -243,7 +243,7 @@ def structure_version(obj: Pytree) -> int:
 # -- graph view --------------------------------------------------------------------------
 
 
-def _sorted_items(obj: Pytree) -> list[tuple[Any, Any]]:
+def sorted_items(obj: Pytree) -> list[tuple[Any, Any]]:
     try:
         return sorted(obj.__dict__.items())
     except TypeError:  # int keys (nnx.List) mixed with attribute names
@@ -252,8 +252,8 @@ def _sorted_items(obj: Pytree) -> list[tuple[Any, Any]]:
 
 def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
     kinds = obj._obj_kinds
-    items = _sorted_items(obj)
-    if _DATA_TYPES:  # registered data types that are not pytrees are State leaves
+    items = sorted_items(obj)
+    if DATA_TYPES:  # registered data types that are not pytrees are State leaves
         items = [(k, DataLeaf(v) if _is_opaque_data(v) else v) for k, v in items]
     if kinds:
         forced = dict(kinds)
@@ -261,9 +261,9 @@ def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
             (
                 k,
                 DataLeaf(v)
-                if forced.get(k) == _DATA and _is_marked_leaf(v)
+                if forced.get(k) == DATA and _is_marked_leaf(v)
                 else StaticLeaf(v)
-                if forced.get(k) == _STATIC
+                if forced.get(k) == STATIC
                 else v,
             )
             for k, v in items
@@ -284,7 +284,7 @@ def _is_marked_leaf(value: Any) -> bool:
 
 
 def _is_opaque_data(value: Any) -> bool:
-    return type(value) in _DATA_TYPES and pytree_children(value) is None
+    return type(value) in DATA_TYPES and pytree_children(value) is None
 
 
 def _items_change_structure(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> bool:
@@ -346,7 +346,7 @@ def _graph_del_child(obj: Pytree, key: Hashable) -> None:
 
 
 def _is_data(value: Any) -> bool:
-    if type(value) in _DATA_TYPES or isinstance(value, _DATA_INSTANCES):
+    if type(value) in DATA_TYPES or isinstance(value, _DATA_INSTANCES):
         return True
     t = type(value)
     if t is list or t is tuple:
@@ -361,7 +361,7 @@ def _is_data(value: Any) -> bool:
         return False
     # Other pytree nodes (named tuples such as optax states, States…) are data when
     # they hold data, as the graph view walks them too.
-    node = pytree_children(value) if t not in _GRAPH_NODE_IMPLS else None
+    node = pytree_children(value) if t not in GRAPH_NODE_IMPLS else None
     return node is not None and any(_is_data(v) for _, v in node[0])
 
 
@@ -381,7 +381,7 @@ def _valid_layout(obj: Pytree) -> Layout | None:
         d = obj.__dict__
         if (
             layout.size == len(d)
-            and layout.n_types == len(_DATA_TYPES)
+            and layout.n_types == len(DATA_TYPES)
             and (not layout.volatile or _volatile_unchanged(d, layout.volatile))
         ):
             return layout
@@ -396,14 +396,14 @@ def _layout(obj: Pytree) -> Layout:
         return layout
     forced = dict(obj._obj_kinds)
     children, statics, volatile = [], [], []
-    for name, value in _sorted_items(obj):
+    for name, value in sorted_items(obj):
         kind = forced.get(name)
         if kind is None:
             is_data = _is_data(value)
-            kind = _DATA if is_data else _STATIC
+            kind = DATA if is_data else STATIC
             if not is_stable(value, Pytree):
                 volatile.append((name, is_data))
-        (children if kind == _DATA else statics).append((name, value))
+        (children if kind == DATA else statics).append((name, value))
     layout = Layout(obj._obj_kinds, children, statics, tuple(volatile))
     _set_layout(obj, (obj._obj_version, layout))
     return layout
@@ -418,7 +418,7 @@ def _pytree_flatten(obj: Pytree) -> tuple[tuple[Any, ...], Aux]:
         d = obj.__dict__
         if (
             layout.size == len(d)
-            and layout.n_types == len(_DATA_TYPES)
+            and layout.n_types == len(DATA_TYPES)
             and (not layout.volatile or _volatile_unchanged(d, layout.volatile))
         ):
             return layout.get(d), layout.aux

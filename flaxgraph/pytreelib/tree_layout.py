@@ -34,7 +34,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graphlib.registry import ARRAY_TYPES, pytree_children
-from flaxgraph.pytreelib.attribute_kinds import _DATA_TYPES
+from flaxgraph.pytreelib.attribute_kinds import DATA_TYPES
 from flaxgraph.variablelib.variable import Variable
 
 _STABLE_SCALARS = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
@@ -82,7 +82,7 @@ class Layout:
         self.kinds = kinds
         self.volatile = volatile
         self.size = len(children) + len(statics)
-        self.n_types = len(_DATA_TYPES)
+        self.n_types = len(DATA_TYPES)
         self.names = tuple(n for n, _ in children)
         self.keys = tuple(_attr_key(n) for n in self.names)
         self.get = _getter(self.names)

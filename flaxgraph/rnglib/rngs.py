@@ -48,7 +48,7 @@ class RngCount(RngState):
     """How many keys a stream has produced (uint32, same shape as its key)."""
 
 
-def _as_key(seed: Any) -> jax.Array:
+def as_key(seed: Any) -> jax.Array:
     if isinstance(seed, int):
         return jax.random.key(seed)
     try:
@@ -83,7 +83,7 @@ class RngStream(Pytree, RandomSamplers):
     """
 
     def __init__(self, key: Any, *, tag: str):
-        key = _as_key(key)
+        key = as_key(key)
         self.key = RngKey(key, tag=tag)
         self.count = RngCount(jnp.zeros(key.shape, dtype=jnp.uint32), tag=tag)
         self.tag = tag
@@ -193,10 +193,10 @@ class Rngs(Module, RandomSamplers):
         """
         if split is not None:
             _warn_fork_split("Rngs")
-        rules = _rules(split, "split")
+        rules = rule_list(split, "split")
         streams = {}
         for name, stream in self.items():
-            shape = _first_match(rules, (name,), stream, None)
+            shape = first_match(rules, (name,), stream, None)
             streams[name] = (
                 stream.split(shape) if shape is not None else RngStream(stream(), tag=stream.tag)
             )
@@ -245,10 +245,10 @@ class Rngs(Module, RandomSamplers):
         return self._per_stream(k, "broadcast", RngStream.broadcast)
 
     def _per_stream(self, k: Any, what: str, make: Any) -> Rngs:
-        rules = _rules(k, what)
+        rules = rule_list(k, what)
         streams = {}
         for name, stream in self.items():
-            shape = _first_match(rules, (name,), stream, None)
+            shape = first_match(rules, (name,), stream, None)
             streams[name] = stream if shape is None else make(stream, shape)
         return Rngs(**streams)
 
@@ -270,7 +270,7 @@ def _is_shape(k: Any) -> bool:
     return _is_int(k) or (isinstance(k, tuple) and all(_is_int(i) for i in k))
 
 
-def _rules(spec: Any, what: str) -> list[tuple[Any, Any, Any]]:
+def rule_list(spec: Any, what: str) -> list[tuple[Any, Any, Any]]:
     """``spec`` (``None``, a shape, or a mapping ``{filter: value}``) as a list of
     ``(filter, predicate, value)`` in order.
 
@@ -297,10 +297,10 @@ def _rules(spec: Any, what: str) -> list[tuple[Any, Any, Any]]:
     return rules
 
 
-_NO_MATCH: Any = object()
+NO_MATCH: Any = object()
 
 
-def _first_match(rules: list[tuple[Any, Any, Any]], path: Any, value: Any, default: Any) -> Any:
+def first_match(rules: list[tuple[Any, Any, Any]], path: Any, value: Any, default: Any) -> Any:
     for _, predicate, shape in rules:
         if predicate(path, value):
             return shape

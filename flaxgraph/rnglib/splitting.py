@@ -22,14 +22,14 @@ from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.rnglib.rngs import (
-    _NO_MATCH,
+    NO_MATCH,
     RngCount,
     RngKey,
     Rngs,
     RngStream,
-    _as_key,
-    _first_match,
-    _rules,
+    as_key,
+    first_match,
+    rule_list,
 )
 
 
@@ -77,7 +77,7 @@ def reseed(
             f"nnx.reseed: unknown policy {policy!r}; use 'scalars_only', 'match_shape' or "
             "a callable (path, key, shape) -> new_key."
         )
-    fresh = Rngs(**{name: _as_key(seed) for name, seed in stream_keys.items()})
+    fresh = Rngs(**{name: as_key(seed) for name, seed in stream_keys.items()})
     writes = []
     for path, value in iter_graph(node, graph=graph):
         if not (isinstance(value, RngStream) and value.tag in stream_keys):
@@ -146,8 +146,8 @@ def _selected(node: Any, rules: list[tuple[Any, Any, Any]], only: Any) -> list[A
         where, key = (*path, "key"), value.key
         if not only_p(where, key):
             continue
-        shape = _first_match(rules, where, key, _NO_MATCH)
-        if shape is not _NO_MATCH:
+        shape = first_match(rules, where, key, NO_MATCH)
+        if shape is not NO_MATCH:
             found.append((path, value, shape))
     return found
 
@@ -296,7 +296,7 @@ def split_rngs(
     """
     if squeeze and splits != 1:
         raise ValueError(f"split_rngs(squeeze=True) needs splits=1, got splits={splits!r}.")
-    rules = _rules(splits, "splits")
+    rules = rule_list(splits, "splits")
     return _apply_mode(node, rules, only, _split_key(squeeze), graph, graph_updates)
 
 
@@ -340,5 +340,5 @@ def fork_rngs(
 
     Source: Flax NNX 0.12 ``nnx.fork_rngs``.
     """
-    rules = _rules({...: None} if split is None else split, "split")
+    rules = rule_list({...: None} if split is None else split, "split")
     return _apply_mode(node, rules, only, _fork_key, graph, graph_updates)

@@ -35,7 +35,7 @@ from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.node_copy import copy_nodes
-from flaxgraph.rnglib.rngs import RngStream, _rules
+from flaxgraph.rnglib.rngs import RngStream, rule_list
 
 
 class _Missing:
@@ -122,8 +122,8 @@ def with_rngs(
     Source: Flax NNX 0.12 ``nnx.with_rngs``.
     """
     mode = resolve(graph, graph_updates)
-    split_rules = _rules(split, "split")
-    broadcast_rules = _rules(broadcast, "broadcast")
+    split_rules = rule_list(split, "split")
+    broadcast_rules = rule_list(broadcast, "broadcast")
     fork_rules = _fork_rules(fork)
     only_p = to_predicate(only)
     if node is MISSING:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.graphlib.calls import _CallProxy
+from flaxgraph.graphlib.calls import CallProxy
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.statelib import State
 from flaxgraph.training.pickling import unwrap, wrap
@@ -162,7 +162,7 @@ class TrainState(_FrozenPytree, Generic[M]):
         Source: Flax NNX ``nnx.TrainState.apply``.
         """
         resolved = [getattr(self, s) if isinstance(s, str) else s for s in (state, *states)]
-        return _CallProxy(self.graphdef, tuple(resolved), (), copy=True)
+        return CallProxy(self.graphdef, tuple(resolved), (), copy=True)
 
     def apply_gradients(self: TS, grads: State, **kwargs: Any) -> TS:
         """One optimizer step: ``tx.update`` then ``optax.apply_updates``.

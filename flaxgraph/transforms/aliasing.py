@@ -36,18 +36,18 @@ from flaxgraph.errors import FlaxgraphError, SharedReferenceError, numbered_fixe
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.walk import Walk, variable_paths
 from flaxgraph.statelib import State
 from flaxgraph.transforms.lift_types import (
     NO_MATCH,
     PrefixMapping,
     StatePrefix,
-    _unbox,
     is_graph_prefix,
     is_node_states,
     is_reference_prefix,
     object_prefix,
+    unbox_value,
 )
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
@@ -266,7 +266,7 @@ class PrefixWalk(Walk):
         if isinstance(prefix, State) and not isinstance(x, (tuple, list, dict)):
             missing = [k for k in keys if k not in prefix]
             if not missing:
-                return [_unbox(prefix[k]) for k in keys]
+                return [unbox_value(prefix[k]) for k in keys]
             raise PrefixError(
                 f"{self.spec.name} gives a State for the {type(x).__name__} at "
                 f"{self.where(path)}, but it has no entry for {missing[0]!r}.\nFix: build "
@@ -370,7 +370,7 @@ class AliasDiagnostics(PrefixWalk):
             return
         self.expanding.add(id(x))
         self.node_at[path] = x
-        items, _ = _GRAPH_NODE_IMPLS[type(x)].flatten(x)
+        items, _ = GRAPH_NODE_IMPLS[type(x)].flatten(x)
         for k, v in items:
             self.visit(v, (*path, k), ctx, True)
         self.expanding.discard(id(x))

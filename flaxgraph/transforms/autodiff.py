@@ -20,7 +20,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graphlib.build import unflatten
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.statelib import State
@@ -33,12 +33,12 @@ from flaxgraph.transforms.calls import (
     unbind,
 )
 from flaxgraph.transforms.diff_argnums import (
-    _AUX_SPEC,
-    _DIFF_KEYS,
+    AUX_SPEC,
+    DIFF_KEYS,
     DIFF_SPEC,
-    _check_argnums,
-    _Diff,
-    _diff_prefix,
+    Diff,
+    check_argnums,
+    diff_prefix,
     output_inner,
 )
 from flaxgraph.transforms.lift import (
@@ -64,7 +64,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
     }
 
     def build(x: Any, path: PathParts) -> Any:
-        if type(x) in _GRAPH_NODE_IMPLS:
+        if type(x) in GRAPH_NODE_IMPLS:
             n = len(path)
             pairs = [
                 (p[n:], _grad_leaf(leaf, g)) for p, (leaf, g) in by_path.items() if p[:n] == path
@@ -140,7 +140,7 @@ def _vg_core(
 
     def pure(diff: list[Any], static: Static, rest: list[Any]) -> Any:
         in_static: InStatic = static.value
-        in_prefixes = [_DIFF_KEYS[g] for g, _ in in_static.slots]
+        in_prefixes = [DIFF_KEYS[g] for g, _ in in_static.slots]
         value, out_static, out_groups = inner.run(
             in_static, (diff, rest), in_prefixes, (None, None), None, loss_call
         )
@@ -149,9 +149,9 @@ def _vg_core(
     transformed = jax_transform(pure)
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        args_prefix, nums = _diff_prefix(argnums, len(args), mode, args)
+        args_prefix, nums = diff_prefix(argnums, len(args), mode, args)
         call = split_inputs(args, kwargs, (args_prefix, False), DIFF_SPEC, mode)
-        slots, (diff, rest) = call.groups(_DIFF_KEYS)
+        slots, (diff, rest) = call.groups(DIFF_KEYS)
         static = Static(InStatic(call.graphdef, slots, None))
         (value, (out_static, out_groups)), grad_list = transformed(diff, static, rest)
         aux = call.finish(out_static.value, out_groups)
@@ -219,7 +219,7 @@ def value_and_grad(
     Source: ``jax.value_and_grad``; DiffState per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     mode = resolve(graph, graph_updates)
-    _check_argnums(argnums, "value_and_grad")
+    check_argnums(argnums, "value_and_grad")
     reject_lift_types(mode, "value_and_grad", "argnums", argnums, plain="an int")
     inner_f, bound = unbind(f, "value_and_grad")
     del reduce_axes
@@ -269,7 +269,7 @@ def grad(
     Source: ``jax.grad``; DiffState per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     check_not_bound_method(f, "grad")
-    _check_argnums(argnums, "grad")
+    check_argnums(argnums, "grad")
     reject_lift_types(resolve(graph, graph_updates), "grad", "argnums", argnums, plain="an int")
     vg = value_and_grad(
         f,
@@ -349,7 +349,7 @@ def remat(
         dyn_args, dyn_kwargs, statics = split_static(
             args, kwargs, tuple(n + len(bound) if n >= 0 else n for n in nums), ()
         )
-        call = split_inputs(dyn_args, dyn_kwargs, (None, None), _AUX_SPEC, mode)
+        call = split_inputs(dyn_args, dyn_kwargs, (None, None), AUX_SPEC, mode)
         slots, (values,) = call.groups([None])
         out_static, out_groups = checkpointed(
             Static(InStatic(call.graphdef, slots, statics)), values
@@ -377,9 +377,9 @@ def _primal_call(has_aux: bool) -> Callable[..., Any]:
 def _lift_diff_inputs(
     primals: tuple[Any, ...], mode: Mode
 ) -> tuple[Call, Any, list[Any], list[Any], tuple[Any, ...]]:
-    args_prefix = tuple((_Diff(Param) if mode.updates else True) for _ in primals)
+    args_prefix = tuple((Diff(Param) if mode.updates else True) for _ in primals)
     call = split_inputs(primals, {}, (args_prefix, False), DIFF_SPEC, mode)
-    slots, (diff, rest) = call.groups(_DIFF_KEYS)
+    slots, (diff, rest) = call.groups(DIFF_KEYS)
     return call, Static(InStatic(call.graphdef, slots, None)), diff, rest, slots
 
 
@@ -436,7 +436,7 @@ def vjp(
     grad_tree = _grad_tree if mode.updates else _grad_copy
 
     def pure(diff_values: list[Any]) -> Any:
-        in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
+        in_prefixes = [DIFF_KEYS[g] for g, _ in slots]
         out, out_static, out_groups = inner.run(
             static.value,
             (diff_values, rest),
@@ -512,10 +512,10 @@ def jvp(
     call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
     inner = output_inner(f, mode)
     diff_paths = [p for p, (g, _) in zip(call.graphdef.leaf_paths, slots) if g == 0]
-    tangent_list = [_tangent_at(tangents, path, value) for path, value in zip(diff_paths, diff)]
+    tangent_list = [tangent_at(tangents, path, value) for path, value in zip(diff_paths, diff)]
 
     def pure(diff_values: list[Any]) -> Any:
-        in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
+        in_prefixes = [DIFF_KEYS[g] for g, _ in slots]
         out, out_static, out_groups = inner.run(
             static.value,
             (diff_values, rest),
@@ -533,7 +533,7 @@ def jvp(
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
 
 
-def _tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> Any:
+def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> Any:
     """The tangent (or cotangent) of the primal leaf at ``path`` ((0, argnum, *rest)) in
     per-argument trees of States, containers or objects; zero if absent."""
     node: Any = tangents[path[1]]
@@ -543,8 +543,8 @@ def _tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -
                 node = node[key]
             except (KeyError, IndexError):
                 node = None
-        elif type(node) in _GRAPH_NODE_IMPLS:  # attributes, and int keys (nnx.List items)
-            child = _GRAPH_NODE_IMPLS[type(node)].get_child(node, key)
+        elif type(node) in GRAPH_NODE_IMPLS:  # attributes, and int keys (nnx.List items)
+            child = GRAPH_NODE_IMPLS[type(node)].get_child(node, key)
             node = None if child is MISSING else child
         else:
             node = None

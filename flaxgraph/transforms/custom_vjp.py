@@ -44,9 +44,9 @@ import numpy as np
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve
-from flaxgraph.transforms.autodiff import _tangent_at
+from flaxgraph.transforms.autodiff import tangent_at
 from flaxgraph.transforms.calls import check_not_bound_method
-from flaxgraph.transforms.diff_argnums import _DIFF_KEYS, DIFF_SPEC, _Diff, output_inner
+from flaxgraph.transforms.diff_argnums import DIFF_KEYS, DIFF_SPEC, Diff, output_inner
 from flaxgraph.transforms.lift import OUT, InStatic, OutStatic, Static, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.variablelib.variable import Param, Variable
@@ -132,11 +132,11 @@ class custom_vjp:
             return tuple(out)
 
         mode = self.mode
-        prefix = tuple((_Diff(filters.get(i, Param)) if mode.updates else True) for i in diff_pos)
+        prefix = tuple((Diff(filters.get(i, Param)) if mode.updates else True) for i in diff_pos)
         call = split_inputs(diff_args, {}, (prefix, False), DIFF_SPEC, mode)
-        slots, (diff, rest) = call.groups(_DIFF_KEYS)
+        slots, (diff, rest) = call.groups(DIFF_KEYS)
         static = InStatic(call.graphdef, slots, None)
-        in_prefixes = [_DIFF_KEYS[g] for g, _ in slots]
+        in_prefixes = [DIFF_KEYS[g] for g, _ in slots]
         diff_paths = [p for p, (g, _) in zip(call.graphdef.leaf_paths, slots) if g == 0]
         fun, fwd, bwd = self.fun, self.fwd, self.bwd
 
@@ -184,7 +184,7 @@ class custom_vjp:
                     + "."
                 )
             return (
-                [_tangent_at(cotangents, p, v) for p, v in zip(diff_paths, diff)],
+                [tangent_at(cotangents, p, v) for p, v in zip(diff_paths, diff)],
                 rest_zeros,
             )
 

@@ -25,7 +25,7 @@ from flaxgraph.transforms.lift_types import DiffState, PrefixMapping
 from flaxgraph.variablelib.variable import Param, Variable
 
 
-class _Diff(PrefixMapping):
+class Diff(PrefixMapping):
     """``{filter: True, ...: False}``; for raw leaves outside objects: True."""
 
     __slots__ = ()
@@ -40,9 +40,9 @@ def _is_bool(p: Any) -> bool:
     return isinstance(p, bool)
 
 
-DIFF_SPEC = PrefixSpec("argnums", _is_bool, _Diff)
-_AUX_SPEC = PrefixSpec("outputs", lambda p: p is None, None)
-_DIFF_KEYS = (True, False)
+DIFF_SPEC = PrefixSpec("argnums", _is_bool, Diff)
+AUX_SPEC = PrefixSpec("outputs", lambda p: p is None, None)
+DIFF_KEYS = (True, False)
 
 
 def _always(a: Any, b: Any) -> bool:
@@ -53,7 +53,7 @@ def output_inner(f: Callable[..., Any], mode: Mode) -> Inner:
     """Steps 3-4 of the lift for a transform whose output has no prefix (one output
     group) and returns an unchanged input leaf as is, whatever its input prefix:
     ``grad``, ``remat``, ``vjp``, ``jvp``, ``custom_vjp``."""
-    return Inner(f, _AUX_SPEC, [None], same_prefix=_always, mode=mode)
+    return Inner(f, AUX_SPEC, [None], same_prefix=_always, mode=mode)
 
 
 def _int_prefix(arg: Any) -> Any:
@@ -66,10 +66,10 @@ def _int_prefix(arg: Any) -> Any:
         return type(arg)(_int_prefix(a) for a in arg)
     if type(arg) is dict:
         return {k: _int_prefix(v) for k, v in arg.items()}
-    return _Diff(Param)
+    return Diff(Param)
 
 
-def _diff_prefix(
+def diff_prefix(
     argnums: Any, n_args: int, mode: Mode = DEFAULT, args: tuple[Any, ...] | None = None
 ) -> tuple[tuple[Any, ...], tuple[int, ...]]:
     """``argnums`` (ints and DiffStates) -> per-argument prefixes and the argnums.
@@ -84,14 +84,14 @@ def _diff_prefix(
     nums = []
     for item in items:
         if isinstance(item, DiffState):
-            num, mapping = item.argnum, _Diff(item.filter)
+            num, mapping = item.argnum, Diff(item.filter)
         elif isinstance(item, int):
             if not mode.updates:
                 num, mapping = item, True
             elif args is not None and -n_args <= item < n_args:
                 num, mapping = item, _int_prefix(args[item])
             else:
-                num, mapping = item, _Diff(Param)
+                num, mapping = item, Diff(Param)
         else:
             raise TypeError(
                 f"argnums entries must be ints or nnx.DiffState, got {type(item).__name__}."
@@ -106,7 +106,7 @@ def _diff_prefix(
     return tuple(prefixes), tuple(nums)
 
 
-def _check_argnums(argnums: Any, transform: str) -> None:
+def check_argnums(argnums: Any, transform: str) -> None:
     """Decoration-time check of ``argnums``: ints, ``DiffState``s or a sequence of them.
 
     Raises:

@@ -43,15 +43,15 @@ from flaxgraph.graphlib.graphdefs import (
     StaticDef,
     VariableDef,
 )
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS, ARRAY_TYPES
+from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.leaf_access import (
-    _get_arg,
-    _in_place,
-    _reader,
-    _writer,
+    get_arg,
+    is_in_place,
+    leaf_reader,
+    leaf_writer,
 )
 from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
 from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
@@ -86,7 +86,7 @@ def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] |
 
 def _part(a: Any) -> Any:
     t = type(a)
-    if t in _GRAPH_NODE_IMPLS or isinstance(a, Variable):
+    if t in GRAPH_NODE_IMPLS or isinstance(a, Variable):
         return id(a)
     if isinstance(a, ARRAY_TYPES) or t in _SCALARS:
         return _LEAF
@@ -210,7 +210,7 @@ class Plan:
             self.snapshot.versioned
             and not (donated and stored)
             and all(
-                isinstance(leaf, Variable) or _in_place(path, args, kwargs)
+                isinstance(leaf, Variable) or is_in_place(path, args, kwargs)
                 for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
             )
         )
@@ -221,7 +221,7 @@ class Plan:
         self.arg_leaves: list[tuple[int, int, tuple[Hashable, ...]]] = []
         if self.in_place:
             for pos, (path, leaf) in enumerate(zip(call.graphdef.leaf_paths, call.leaves)):
-                getter, target = _reader(path, leaf, args, kwargs)
+                getter, target = leaf_reader(path, leaf, args, kwargs)
                 self.getters.append(getter)
                 self.targets.append(target)
                 if target is None:
@@ -241,7 +241,7 @@ class Plan:
         # How to store a new value in place for each input leaf (None: no place, e.g.
         # an argument's own array).
         self.writers = [
-            _writer(path, leaf, args, kwargs) if self.in_place else None
+            leaf_writer(path, leaf, args, kwargs) if self.in_place else None
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         ]
         self.finishes: dict[Any, Any] = {}
@@ -263,11 +263,11 @@ class Plan:
         if self.leaf_variables is not None:
             values = list(map(_get_raw, self.leaf_variables))
             for pos, root, keys in self.arg_leaves:
-                values.insert(pos, _get_arg(args, kwargs, root, keys))
+                values.insert(pos, get_arg(args, kwargs, root, keys))
         else:
             values = list(map(operator.call, self.getters, self.targets))
             for pos, root, keys in self.arg_leaves:
-                values[pos] = _get_arg(args, kwargs, root, keys)
+                values[pos] = get_arg(args, kwargs, root, keys)
         if self.passthrough:
             groups = [values] + [[] for _ in self.members[1:]]
         else:

@@ -11,22 +11,22 @@ import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.transforms.ref_writes import read_ref
 from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
-from flaxgraph.variablelib.variable import Variable, _set_value, is_box_backed, is_ref_backed
+from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed, write_value
 
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
-_get_raw = operator.attrgetter("raw_value")
-_get_ref_content = operator.attrgetter("_refs._buf")
+get_raw = operator.attrgetter("raw_value")
+get_ref_content = operator.attrgetter("_refs._buf")
 
 
 def _identity(x: Any) -> Any:
     return x
 
 
-def _get_arg(args: tuple[Any, ...], kwargs: dict[str, Any], root: int, keys: Any) -> Any:
+def get_arg(args: tuple[Any, ...], kwargs: dict[str, Any], root: int, keys: Any) -> Any:
     x: Any = args if root == 0 else kwargs
     for k in keys:
         x = x[k]
@@ -44,7 +44,7 @@ def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bo
     return True
 
 
-def _reader(
+def leaf_reader(
     path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Callable[[Any], Any], Any]:
     """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
@@ -55,19 +55,19 @@ def _reader(
         if is_ref_backed(leaf):
             ref = leaf._var_ref
             if has_direct_content(ref):  # one C-level read (see variablelib/refs.py)
-                return _get_ref_content, ref
+                return get_ref_content, ref
             return read_ref, ref
-        return _get_raw, leaf
+        return get_raw, leaf
     if _in_arg_containers(path, args, kwargs):
         return _identity, None
     parent = _resolve((args, kwargs), path[:-1])
     getter = operator.itemgetter(path[-1])
-    if type(parent) in _GRAPH_NODE_IMPLS:
+    if type(parent) in GRAPH_NODE_IMPLS:
         return getter, parent.__dict__
     return getter, parent
 
 
-def _in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def is_in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether the raw leaf at ``path`` is an argument, sits in the arguments' lists,
     tuples and dicts, or is an entry of an Object, list or dict reached through
     Objects, lists, tuples and dicts only."""
@@ -75,38 +75,38 @@ def _in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[st
         return True
     node: Any = (args, kwargs)
     for key in path[:-1]:
-        impl = _GRAPH_NODE_IMPLS.get(type(node))
+        impl = GRAPH_NODE_IMPLS.get(type(node))
         if impl is not None:
             node = impl.get_child(node, key)
         elif type(node) in (list, tuple, dict):
             node = node[key]
         else:
             return False
-    return type(node) in _GRAPH_NODE_IMPLS or type(node) in (list, dict)
+    return type(node) in GRAPH_NODE_IMPLS or type(node) in (list, dict)
 
 
 def _resolve(root: Any, path: Sequence[Hashable]) -> Any:
     node = root
     for key in path:
-        impl = _GRAPH_NODE_IMPLS.get(type(node))
+        impl = GRAPH_NODE_IMPLS.get(type(node))
         node = impl.get_child(node, key) if impl is not None else node[key]
     return node
 
 
-def _writer(
+def leaf_writer(
     path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Callable[[Any], None] | None:
     """How to store a new value for an input leaf in place (None: an argument leaf,
     which has no place to be stored)."""
     if isinstance(leaf, Variable):
         if is_ref_backed(leaf):  # into the Ref (checked first by the lift) or the box
-            return lambda value, v=leaf: _set_value(v, value)
+            return lambda value, v=leaf: write_value(v, value)
         return lambda value, v=leaf: _set_raw(v, value)
     if _in_arg_containers(path, args, kwargs):
         return None  # the caller's containers are not written (as on the general path)
     parent = _resolve((args, kwargs), path[:-1])
     key = path[-1]
-    if type(parent) in _GRAPH_NODE_IMPLS:
+    if type(parent) in GRAPH_NODE_IMPLS:
         return lambda value, d=parent.__dict__, key=key: d.__setitem__(key, value)
     if type(parent) in (list, dict):
         return lambda value, c=parent, key=key: c.__setitem__(key, value)

@@ -52,7 +52,7 @@ from flaxgraph.errors import SharedReferenceError, TraceContextError
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.graphdefs import GraphDef, lenient_hash
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.graphlib.walk import shared_variables_message
 from flaxgraph.modes import DEFAULT, Mode
@@ -88,7 +88,7 @@ class Static:
 jax.tree_util.register_pytree_node(Static, lambda s: ((), s.value), lambda aux, _: Static(aux))
 
 
-class _Frozen:
+class Frozen:
     """Base of the hashable records that travel as ``Static`` aux data."""
 
     __slots__ = ("_hash",)
@@ -117,7 +117,7 @@ class _Frozen:
         )
 
 
-class InStatic(_Frozen):
+class InStatic(Frozen):
     """What the pure function needs besides arrays: the input GraphDef, where each
     leaf sits in the groups, and any transform-specific static data."""
 
@@ -130,7 +130,7 @@ class InStatic(_Frozen):
         object.__setattr__(self, "extra", extra)
 
 
-class OutStatic(_Frozen):
+class OutStatic(Frozen):
     """What comes back besides arrays: the GraphDef of ``(output, args, kwargs)``,
     which of its nodes are the inputs' nodes, and where each leaf comes from."""
 
@@ -545,4 +545,4 @@ class _OutputWalk(PrefixWalk):
 
 def is_graph_object(x: Any) -> bool:
     """True for graph nodes and Variables (what the lifting machine treats as objects)."""
-    return type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+    return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)

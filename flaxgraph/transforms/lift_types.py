@@ -52,7 +52,7 @@ class PrefixMapping:
 
     def __init__(self, filter_prefixes: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]], /):
         if hasattr(filter_prefixes, "flat_state"):  # a State: one entry per path
-            items = [(_AtPath(p), _unbox(v)) for p, v in filter_prefixes.flat_state()]
+            items = [(_AtPath(p), unbox_value(v)) for p, v in filter_prefixes.flat_state()]
         else:
             items = list(
                 filter_prefixes.items() if isinstance(filter_prefixes, Mapping) else filter_prefixes
@@ -124,7 +124,7 @@ class _AtPath:
         return "/".join(map(str, self.path)) or "<root>"
 
 
-def _unbox(v: Any) -> Any:
+def unbox_value(v: Any) -> Any:
     return getattr(v, "raw_value", v)
 
 
@@ -361,9 +361,9 @@ def is_node_states(x: Any) -> bool:
 
 def is_graph_prefix(x: Any) -> bool:
     """Whether the prefix ``x`` is a graph node (a Module, Rngs, Object…)."""
-    from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+    from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 
-    return type(x) in _GRAPH_NODE_IMPLS
+    return type(x) in GRAPH_NODE_IMPLS
 
 
 def is_reference_prefix(x: Any) -> bool:
@@ -403,10 +403,10 @@ def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
 def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple[PathParts, Any]]:
     """``(path, value)`` of every non-node value in a prefix object (tree mode);
     Variables are unboxed unless ``unbox`` is False."""
-    from flaxgraph.graphlib.registry import _GRAPH_NODE_IMPLS
+    from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
     from flaxgraph.variablelib.variable import Variable
 
-    impl = _GRAPH_NODE_IMPLS.get(type(x))
+    impl = GRAPH_NODE_IMPLS.get(type(x))
     if impl is not None:
         items, _ = impl.flatten(x)
     elif type(x) in (list, tuple):

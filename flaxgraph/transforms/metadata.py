@@ -46,14 +46,14 @@ from flaxgraph.transforms.lifted_call import LiftedCall
 from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.scan_axes import Carry
 from flaxgraph.transforms.transformed import Wrapped
-from flaxgraph.transforms.vmap import AxisMetadata, _is_axis, args_prefix
+from flaxgraph.transforms.vmap import AxisMetadata, args_prefix, is_axis
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
 def _is_meta_axis(p: Any) -> bool:
     """An int, ``None``, or ``nnx.Carry`` (as ``scan`` takes it: no axis, like ``None``),
     so one prefix serves ``transform_metadata`` and the ``scan`` around it."""
-    return _is_axis(p) or p is Carry
+    return is_axis(p) or p is Carry
 
 
 _FIX = "give an int, None or nnx.Carry for the whole object, or nnx.StateAxes({filter: axis, ...})."
@@ -170,7 +170,7 @@ def transform_metadata(
     mode = resolve(graph, None)
     params = {PARTITION_NAME: partition}
     keys = prefix_keys(in_axes, out_axes, 0, None, spec=META_AXES_SPEC)
-    kwargs_axis = in_axes if _is_axis(in_axes) else None
+    kwargs_axis = in_axes if is_axis(in_axes) else None
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = _positional(f, args, kwargs)

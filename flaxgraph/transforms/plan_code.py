@@ -34,9 +34,9 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from flaxgraph.tracing import _trace_ctx
+from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
-from flaxgraph.transforms.leaf_access import _get_raw, _get_ref_content
+from flaxgraph.transforms.leaf_access import get_raw, get_ref_content
 from flaxgraph.transforms.lift import IN
 from flaxgraph.variablelib.variable import Variable
 
@@ -85,7 +85,7 @@ def compile_run(
         "CHANGED": OutStaticChanged,
         "RETRY": _retry,
         "FINISH": finish,
-        "_ctx": _trace_ctx,
+        "_ctx": trace_ctx,
         "_list": list,
         "_map": map,
         "_all": all,
@@ -253,9 +253,9 @@ def compile_run(
 
 def _read(getter: Any, target: Any, const: Callable[[Any], str]) -> str:
     """The expression reading one leaf (``getter(target)``), attribute reads inline."""
-    if getter is _get_raw:
+    if getter is get_raw:
         return f"{const(target)}.raw_value"
-    if getter is _get_ref_content:
+    if getter is get_ref_content:
         return f"{const(target)}._refs._buf"
     return f"{const(getter)}({const(target)})"
 

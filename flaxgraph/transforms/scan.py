@@ -51,11 +51,11 @@ from flaxgraph.transforms.compilation import jit
 from flaxgraph.transforms.control import CarryStructureError
 from flaxgraph.transforms.lift import (
     IN,
+    Frozen,
     InStatic,
     Merged,
     OutStatic,
     Static,
-    _Frozen,
     is_graph_object,
     split_inputs,
 )
@@ -356,7 +356,7 @@ def scan(
     return jitted.partial(*bound) if bound else jitted
 
 
-class _ScanInfo(_Frozen):
+class _ScanInfo(Frozen):
     """The per-call structure a scan body needs (hashable: it joins JAX's cache key)."""
 
     __slots__ = (

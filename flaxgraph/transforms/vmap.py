@@ -53,17 +53,17 @@ from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
-def _is_axis(p: Any) -> bool:
+def is_axis(p: Any) -> bool:
     return p is None or (isinstance(p, int) and not isinstance(p, bool))
 
 
 AXES_SPEC = PrefixSpec(
     "in_axes",
-    _is_axis,
+    is_axis,
     StateAxes,
     "give an int or None for the whole object, or nnx.StateAxes({filter: axis, ...}).",
 )
-OUT_AXES_SPEC = PrefixSpec("out_axes", _is_axis, StateAxes, AXES_SPEC.fix)
+OUT_AXES_SPEC = PrefixSpec("out_axes", is_axis, StateAxes, AXES_SPEC.fix)
 
 
 def args_prefix(in_axes: Any, n_args: int, name: str = "in_axes") -> Any:

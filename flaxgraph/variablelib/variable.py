@@ -226,7 +226,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
         # place (every change installs a new dict), so copies can share it.
         obj = object.__new__(cls)
         _set_trace(obj, current_trace() if trace is None else trace)
-        _set_metadata(obj, metadata)
+        write_metadata(obj, metadata)
         t = type(value)  # a Ref or a box (concrete or traced) is the storage itself
         if t is _REF_TYPE or t is _BOX_TYPE or (issubclass(t, _Tracer) and _traced_storage(value)):
             _set_ref(obj, value)
@@ -244,7 +244,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
             _set_ref(obj, boxes.new_box(value))  # the same for a box-backed one
         else:
             _set_ref(obj, None)
-            _set_slot(obj, value)
+            write_slot(obj, value)
         return obj
 
     # -- trace guard ------------------------------------------------------------
@@ -323,14 +323,14 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
             self._check_trace("set the value")
             if index is not MISSING:
                 value = _updated(self.raw_value, index, value, self)
-            _set_slot(self, value)
+            write_slot(self, value)
             return
         if not refs.is_ref(ref):  # a box: its content is replaced as a whole
             if boxes.is_box(value):
                 value = boxes.read(value)
             if index is not MISSING and index is not Ellipsis:
                 value = _updated(boxes.read(ref), index, value, self)
-            _set_value(self, value)
+            write_value(self, value)
             return
         if index is MISSING:
             if value is ref:
@@ -447,18 +447,18 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
 
 # Direct slot setters (C-level; bypass the guarded __setattr__): for construction.
 _set_trace = Variable._var_trace.__set__  # type: ignore[attr-defined]
-_set_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]
-_set_slot = Variable.raw_value.__set__  # type: ignore[attr-defined]
+write_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+write_slot = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_ref = Variable._var_ref.__set__  # type: ignore[attr-defined]
 
 
-def _set_value(v: Variable[Any], value: Any) -> None:
+def write_value(v: Variable[Any], value: Any) -> None:
     """Stores ``value`` without the user-facing checks (graph updates, transforms'
     write-back, which validate first): into the Ref of a Ref-backed Variable (whose
     shape and dtype ``Variable._check_fits`` checked), else in the slot."""
     ref = v._var_ref
     if ref is None:
-        _set_slot(v, value)
+        write_slot(v, value)
     elif value is ref:
         return
     elif refs.is_ref(ref):
@@ -557,9 +557,9 @@ def _register_variable_pytree(cls: type) -> None:
             return from_parts(value, metadata)  # type: ignore[no-any-return]
         obj = new(cls)  # a plain Variable: what _from_parts does, without its checks
         _set_trace(obj, TRACE_STATE.value)
-        _set_metadata(obj, metadata)
+        write_metadata(obj, metadata)
         _set_ref(obj, None)
-        _set_slot(obj, value)
+        write_slot(obj, value)
         return obj  # type: ignore[no-any-return]
 
     jax.tree_util.register_pytree_with_keys(cls, _tree_flatten_with_keys, unflatten, _tree_flatten)

@@ -47,25 +47,25 @@ from flaxgraph.graphlib.registry import ARRAY_TYPES, BUILTIN_CONTAINERS, StaticL
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable
 from flaxgraph.visualization.values import (
-    _INDENT,
-    _ROOT,
+    INDENT,
+    ROOT,
     Totals,
-    _add,
-    _attr_head,
-    _attr_path,
-    _children,
-    _dict_head,
-    _holds_nodes,
-    _is_node,
-    _item_path,
-    _no_head,
-    _node_items,
-    _plain_repr,
-    _positional,
-    _safe_repr,
-    _size_text,
-    _totals_text,
-    _variable_totals,
+    add_totals,
+    attr_head,
+    attr_path,
+    dict_head,
+    holds_nodes,
+    is_node,
+    item_path,
+    no_head,
+    node_items,
+    plain_repr,
+    positional,
+    pytree_level,
+    safe_repr,
+    size_text,
+    totals_text,
+    variable_totals,
 )
 
 # -- plain text ------------------------------------------------------------------------------
@@ -106,27 +106,25 @@ class _TextPrinter:
     def value(self, x: Any, indent: str, head: str, path: str) -> Totals:
         """Writes ``x`` on a new line as ``indent + head + <x>``; returns the counts
         of the Variables printed for the first time inside it."""
-        if _is_node(x):
+        if is_node(x):
             where = self.seen.get(x)
             if where is not None:
-                self._line(f"{indent}{head}{type(x).__name__}(...)", f"same as {where or _ROOT}")
+                self._line(f"{indent}{head}{type(x).__name__}(...)", f"same as {where or ROOT}")
                 return {}
             self.seen[x] = path
             if isinstance(x, Variable):
                 return self._variable(x, indent, head, path)
             return self._node(x, indent, head, path)
         if type(x) is StaticLeaf:
-            self._leaf(indent, head, _safe_repr(x.value))
+            self._leaf(indent, head, safe_repr(x.value))
             return {}
         if isinstance(x, State):
             items = list(x.items())
-            return self._block(items, indent, head, path, "State({", "})", _dict_head, _item_path)[
-                1
-            ]
-        if type(x) in BUILTIN_CONTAINERS and _holds_nodes(x):
+            return self._block(items, indent, head, path, "State({", "})", dict_head, item_path)[1]
+        if type(x) in BUILTIN_CONTAINERS and holds_nodes(x):
             if type(x) is dict:
                 return self._block(
-                    list(x.items()), indent, head, path, "{", "}", _dict_head, _item_path
+                    list(x.items()), indent, head, path, "{", "}", dict_head, item_path
                 )[1]
             open_, close = ("[", "]") if type(x) is list else ("(", ")")
             items = list(enumerate(x))
@@ -137,17 +135,17 @@ class _TextPrinter:
                 path,
                 open_,
                 close,
-                _no_head,
-                _item_path,
+                no_head,
+                item_path,
                 trailing_comma=type(x) is tuple and len(x) == 1,
             )[1]
-        if not isinstance(x, ARRAY_TYPES) and not is_plain_static(x) and _holds_nodes(x):
-            items = _children(x) or []
+        if not isinstance(x, ARRAY_TYPES) and not is_plain_static(x) and holds_nodes(x):
+            items = pytree_level(x) or []
             keyed = all(isinstance(k, str) for k, _ in items)
             open_ = f"{type(x).__name__}("
-            child_head = _attr_head if keyed else _no_head
-            return self._block(items, indent, head, path, open_, ")", child_head, _attr_path)[1]
-        self._leaf(indent, head, _plain_repr(x))
+            child_head = attr_head if keyed else no_head
+            return self._block(items, indent, head, path, open_, ")", child_head, attr_path)[1]
+        self._leaf(indent, head, plain_repr(x))
         return {}
 
     def _block(
@@ -169,38 +167,38 @@ class _TextPrinter:
             self._line(f"{indent}{head}{open_}{close}")
             return start, {}
         self._line(f"{indent}{head}{open_}")
-        inner = indent + _INDENT
+        inner = indent + INDENT
         totals: Totals = {}
         for i, (key, child) in enumerate(items):
-            _add(totals, self.value(child, inner, child_head(key), path + child_path(key)))
+            add_totals(totals, self.value(child, inner, child_head(key), path + child_path(key)))
             if i < len(items) - 1 or trailing_comma:
                 self.code[-1] += ","
         self._line(indent + close)
         return start, totals
 
     def _node(self, x: Any, indent: str, head: str, path: str) -> Totals:
-        items = _node_items(x)
+        items = node_items(x)
         name = type(x).__name__
-        if _positional(items):
+        if positional(items):
             start, totals = self._block(
-                items, indent, head, path, f"{name}([", "])", _no_head, _attr_path
+                items, indent, head, path, f"{name}([", "])", no_head, attr_path
             )
         else:
             start, totals = self._block(
-                items, indent, head, path, f"{name}(", ")", _attr_head, _attr_path
+                items, indent, head, path, f"{name}(", ")", attr_head, attr_path
             )
         if totals:
-            self.code[start] += f" # {_totals_text(totals)}"
+            self.code[start] += f" # {totals_text(totals)}"
         return totals
 
     def _variable(self, v: Variable[Any], indent: str, head: str, path: str) -> Totals:
         fields = [("value", v.raw_value), *sorted(v._var_metadata.items())]
         open_ = f"{type(v).__name__}("
-        start, _ = self._block(fields, indent, head, path, open_, ")", _attr_head, _attr_path)
-        totals = _variable_totals(v)
+        start, _ = self._block(fields, indent, head, path, open_, ")", attr_head, attr_path)
+        totals = variable_totals(v)
         if totals:
             ((n, b),) = totals.values()
-            self.code[start] += f" # {_size_text(n, b)}"
+            self.code[start] += f" # {size_text(n, b)}"
         return totals
 
 
@@ -336,13 +334,13 @@ def graphdef_repr(graphdef: GraphDef) -> str:
     def block(indent: str, head: str, open_: str, children: list[tuple[str, Any]]) -> None:
         lines.append(indent + head + open_)
         for i, (child_head, child) in enumerate(children):
-            go(child, indent + _INDENT, child_head)
+            go(child, indent + INDENT, child_head)
             if i < len(children) - 1:
                 lines[-1] += ","
         lines.append(indent + ")")
 
     def go(d: Any, indent: str, head: str) -> None:
-        text, children = _def_parts(d)
+        text, children = def_parts(d)
         if children is None:
             leaf(indent, head, text)
         else:
@@ -352,7 +350,7 @@ def graphdef_repr(graphdef: GraphDef) -> str:
     return "\n".join(lines)
 
 
-def _def_parts(d: Any) -> tuple[str, list[tuple[str, Any]] | None]:
+def def_parts(d: Any) -> tuple[str, list[tuple[str, Any]] | None]:
     """One GraphDef definition as ``(text, children)``: ``children`` is ``None`` for
     a definition shown on one line (``text`` is then all of it), else the
     ``(head, child definition)`` lines that go between ``text + ','`` and ``)``."""
@@ -361,17 +359,17 @@ def _def_parts(d: Any) -> tuple[str, list[tuple[str, Any]] | None]:
         opening = f"NodeDef({d.type.__name__}, index={d.index}{meta}"
         if not d.attributes:
             return opening + ")", None
-        return opening, [(_attr_head(k), c) for k, c in d.attributes]
+        return opening, [(attr_head(k), c) for k, c in d.attributes]
     if isinstance(d, VariableDef):
         meta = f", metadata={dict(d.metadata)!r}" if d.metadata else ""
         return f"VariableDef({d.type.__name__}, index={d.index}{meta})", None
     if isinstance(d, NodeRef):
         return f"NodeRef({d.type.__name__}, index={d.index})", None
     if isinstance(d, StaticDef):
-        return f"StaticDef({_safe_repr(d.value)})", None
+        return f"StaticDef({safe_repr(d.value)})", None
     if isinstance(d, ContainerDef):
         if not d.children:
             return f"ContainerDef({d.type.__name__}, [])", None
         children = [(f"{k!r}: ", c) for k, c in zip(d.keys, d.children, strict=True)]
         return f"ContainerDef({d.type.__name__}", children
-    return _safe_repr(d), None
+    return safe_repr(d), None

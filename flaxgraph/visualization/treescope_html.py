@@ -23,19 +23,19 @@ from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable
-from flaxgraph.visualization.text import _def_parts
+from flaxgraph.visualization.text import def_parts
 from flaxgraph.visualization.values import (
-    _ROOT,
+    ROOT,
     Totals,
-    _add,
-    _attr_head,
-    _attr_path,
-    _is_node,
-    _node_items,
-    _positional,
-    _size_text,
-    _totals_text,
-    _variable_totals,
+    add_totals,
+    attr_head,
+    attr_path,
+    is_node,
+    node_items,
+    positional,
+    size_text,
+    totals_text,
+    variable_totals,
 )
 
 # -- treescope ---------------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def _session() -> Iterator[_Session]:
 def _reference(x: Any, where: str | None, path: str | None) -> Any:
     from treescope import rendering_parts as rp
 
-    target = "an earlier occurrence" if where is None else (where or _ROOT)
+    target = "an earlier occurrence" if where is None else (where or ROOT)
     line = rp.siblings_with_annotations(
         f"{type(x).__name__}(...)",
         extra_annotations=[rp.comment_color(rp.text(f"  # same as {target}"))],
@@ -95,8 +95,8 @@ def _render_children(
 
     lines = []
     for i, (key, value) in enumerate(items):
-        child_path = None if path is None else path + _attr_path(key)
-        if _is_node(value) and value in session.seen:
+        child_path = None if path is None else path + attr_path(key)
+        if is_node(value) and value in session.seen:
             rendering = _reference(value, session.seen[value], child_path)
         else:
             rendering = subtree_renderer(value, path=child_path)
@@ -109,7 +109,7 @@ def _render_children(
             comma = rp.fold_condition(expanded=rp.text(","))
         lines.append(
             rp.build_full_line_with_annotations(
-                rp.siblings_with_annotations(_attr_head(key), rendering), comma
+                rp.siblings_with_annotations(attr_head(key), rendering), comma
             )
         )
     return lines
@@ -129,7 +129,7 @@ def _render_node(
         if x in session.seen:
             return _reference(x, session.seen[x], path)
         session.seen[x] = path
-        keyed = not _positional(items)
+        keyed = not positional(items)
         session.totals.append({})
         try:
             children = _render_children(session, items, path, subtree_renderer, keyed)
@@ -138,7 +138,7 @@ def _render_node(
         if own_totals is not None:
             totals = own_totals
         if session.totals:
-            _add(session.totals[-1], totals)
+            add_totals(session.totals[-1], totals)
         open_, close = ("(", ")") if keyed else ("([", "])")
         prefix = rp.siblings(
             rp.roundtrip_condition(roundtrip=rp.text("<")),
@@ -191,7 +191,7 @@ def object_treescope_repr(obj: Any, path: str | None, subtree_renderer: Any) -> 
     treescope's public ``rendering_parts`` API (``repr_lib`` has no first-line
     comment).
     """
-    return _render_node(obj, _node_items(obj), path, subtree_renderer, _totals_text)
+    return _render_node(obj, node_items(obj), path, subtree_renderer, totals_text)
 
 
 def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer: Any) -> Any:
@@ -218,11 +218,11 @@ def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer
     Source: Flax NNX renders Variables in treescope the same way.
     """
     fields = [("value", v.raw_value), *sorted(v._var_metadata.items())]
-    totals = _variable_totals(v)
+    totals = variable_totals(v)
 
     def comment(t: Totals) -> str:
         ((n, b),) = t.values()
-        return _size_text(n, b)
+        return size_text(n, b)
 
     return _render_node(v, fields, path, subtree_renderer, comment, own_totals=totals)
 
@@ -255,7 +255,7 @@ def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) 
     with _session() as session:
 
         def render(value: Any, path: str | None = None) -> Any:
-            if _is_node(value) and value in session.seen:
+            if is_node(value) and value in session.seen:
                 return _reference(value, session.seen[value], path)
             return subtree_renderer(value, path=path)
 
@@ -313,7 +313,7 @@ def graphdef_treescope_repr(graphdef: GraphDef, path: str | None, subtree_render
         )
 
     def render(d: Any, path: str | None) -> Any:
-        text, children = _def_parts(d)
+        text, children = def_parts(d)
         if children is None:
             return rp.build_one_line_tree_node(text, path)
         return block(text, children, path)

@@ -24,9 +24,9 @@ import jax
 import numpy as np
 
 from flaxgraph.graphlib.registry import (
-    _GRAPH_NODE_IMPLS,
     ARRAY_TYPES,
     BUILTIN_CONTAINERS,
+    GRAPH_NODE_IMPLS,
     DataLeaf,
     is_plain_static,
     pytree_children,
@@ -37,8 +37,8 @@ from flaxgraph.variablelib.variable import Variable
 
 _FULL_ARRAY_MAX = 10
 """Arrays with at most this many elements are printed in full."""
-_INDENT = "  "
-_ROOT = "<root>"
+INDENT = "  "
+ROOT = "<root>"
 
 Totals = dict[str, list[int]]
 """Per Variable kind name: ``[number of elements, number of bytes]``."""
@@ -85,29 +85,29 @@ def _kind(v: Variable[Any]) -> str:
     return "RngState" if isinstance(v, RngState) else type(v).__name__
 
 
-def _variable_totals(v: Variable[Any]) -> Totals:
+def variable_totals(v: Variable[Any]) -> Totals:
     size = _value_size(v.raw_value)
     return {_kind(v): list(size)} if size is not None else {}
 
 
-def _add(into: Totals, totals: Totals) -> None:
+def add_totals(into: Totals, totals: Totals) -> None:
     for kind, (n, b) in totals.items():
         entry = into.setdefault(kind, [0, 0])
         entry[0] += n
         entry[1] += b
 
 
-def _size_text(n: int, b: int) -> str:
+def size_text(n: int, b: int) -> str:
     return f"{n:,} ({_human_bytes(b)})"
 
 
-def _totals_text(totals: Totals) -> str:
+def totals_text(totals: Totals) -> str:
     """``'Param: 6 (24 B)'``; with several kinds, a ``Total`` comes last."""
-    parts = [f"{kind}: {_size_text(n, b)}" for kind, (n, b) in totals.items()]
+    parts = [f"{kind}: {size_text(n, b)}" for kind, (n, b) in totals.items()]
     if len(totals) > 1:
         n = sum(n for n, _ in totals.values())
         b = sum(b for _, b in totals.values())
-        parts.append(f"Total: {_size_text(n, b)}")
+        parts.append(f"Total: {size_text(n, b)}")
     return ", ".join(parts)
 
 
@@ -168,7 +168,7 @@ def array_repr(value: Any) -> str:
     return f"{name}(shape={tuple(shape) if shape is not None else None}, dtype={dtype})"
 
 
-def _safe_repr(x: Any) -> str:
+def safe_repr(x: Any) -> str:
     if isinstance(x, (types.FunctionType, types.BuiltinFunctionType)):
         # No memory address: the same function prints the same in every run.
         return f"<function {getattr(x, '__module__', None) or '?'}.{x.__qualname__}>"
@@ -196,7 +196,7 @@ def _array_leaves(x: Any) -> list[Any]:
         return []
 
 
-def _children(x: Any) -> list[tuple[Hashable, Any]] | None:
+def pytree_level(x: Any) -> list[tuple[Hashable, Any]] | None:
     """One level of a non-builtin pytree node, or ``None`` for a leaf."""
     try:
         children = pytree_children(x)
@@ -205,72 +205,72 @@ def _children(x: Any) -> list[tuple[Hashable, Any]] | None:
     return children[0] if children is not None else None
 
 
-def _plain_repr(x: Any) -> str:
+def plain_repr(x: Any) -> str:
     """A value holding no graph node or Variable, with its arrays through ``array_repr``."""
     if isinstance(x, ARRAY_TYPES):
         return array_repr(x)
     t = type(x)
     if t is dict:
-        return _join_inline("{", [f"{k!r}: {_plain_repr(v)}" for k, v in x.items()], "}")
+        return _join_inline("{", [f"{k!r}: {plain_repr(v)}" for k, v in x.items()], "}")
     if t is list:
-        return _join_inline("[", [_plain_repr(v) for v in x], "]")
+        return _join_inline("[", [plain_repr(v) for v in x], "]")
     if t is tuple:
-        return _join_inline("(", [_plain_repr(v) for v in x], ",)" if len(x) == 1 else ")")
+        return _join_inline("(", [plain_repr(v) for v in x], ",)" if len(x) == 1 else ")")
     if not is_plain_static(x) and _array_leaves(x):
-        items = _children(x)
+        items = pytree_level(x)
         if items:
             parts = [
-                f"{k}={_plain_repr(v)}" if isinstance(k, str) else _plain_repr(v) for k, v in items
+                f"{k}={plain_repr(v)}" if isinstance(k, str) else plain_repr(v) for k, v in items
             ]
             return _join_inline(f"{t.__name__}(", parts, ")")
-    return _safe_repr(x)
+    return safe_repr(x)
 
 
-def _is_node(x: Any) -> bool:
-    return type(x) in _GRAPH_NODE_IMPLS or isinstance(x, Variable)
+def is_node(x: Any) -> bool:
+    return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
 
 
-def _holds_nodes(x: Any) -> bool:
+def holds_nodes(x: Any) -> bool:
     """True if ``x`` is, or is a container holding, a node, Variable or State."""
-    if _is_node(x) or isinstance(x, State):
+    if is_node(x) or isinstance(x, State):
         return True
     t = type(x)
     if t in BUILTIN_CONTAINERS:
-        return any(_holds_nodes(c) for c in (x.values() if t is dict else x))
+        return any(holds_nodes(c) for c in (x.values() if t is dict else x))
     if is_plain_static(x) or isinstance(x, ARRAY_TYPES):
         return False
-    return any(_holds_nodes(c) for _, c in _children(x) or ())
+    return any(holds_nodes(c) for _, c in pytree_level(x) or ())
 
 
-def _attr_path(key: Hashable) -> str:
+def attr_path(key: Hashable) -> str:
     return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
 
 
-def _node_items(x: Any) -> list[tuple[Hashable, Any]]:
+def node_items(x: Any) -> list[tuple[Hashable, Any]]:
     items = []
-    for key, value in _GRAPH_NODE_IMPLS[type(x)].flatten(x)[0]:
+    for key, value in GRAPH_NODE_IMPLS[type(x)].flatten(x)[0]:
         if type(value) is DataLeaf:
             value = value.value
         items.append((key, value))
     return items
 
 
-def _positional(items: list[tuple[Hashable, Any]]) -> bool:
+def positional(items: list[tuple[Hashable, Any]]) -> bool:
     """Nodes keyed 0, 1, … (``nnx.List``) print like a list."""
     return bool(items) and all(type(k) is int for k, _ in items)
 
 
-def _no_head(key: Hashable) -> str:
+def no_head(key: Hashable) -> str:
     return ""
 
 
-def _attr_head(key: Hashable) -> str:
+def attr_head(key: Hashable) -> str:
     return f"{key}=" if isinstance(key, str) else f"[{key!r}]="
 
 
-def _dict_head(key: Hashable) -> str:
+def dict_head(key: Hashable) -> str:
     return f"{key!r}: "
 
 
-def _item_path(key: Hashable) -> str:
+def item_path(key: Hashable) -> str:
     return f"[{key!r}]"

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import flaxgraph as nnx
-from flaxgraph.pytreelib.attribute_kinds import _STATIC
-from flaxgraph.pytreelib.objects import _is_data, _sorted_items
+from flaxgraph.pytreelib.attribute_kinds import STATIC
+from flaxgraph.pytreelib.objects import _is_data, sorted_items
 
 
 def keys(tree):
@@ -160,7 +160,7 @@ def _expected_leaves(obj):
     """The leaves, deciding data/static afresh from the values (the specification)."""
     forced = dict(obj._obj_kinds)
     out = []
-    for name, value in _sorted_items(obj):
+    for name, value in sorted_items(obj):
         kind = forced.get(name) or ("data" if _is_data(value) else "static")
         if kind == "data":
             out.extend(jax.tree.leaves(value))
@@ -202,7 +202,7 @@ def test_cached_layout_matches_a_fresh_decision(actions):
             try:
                 setattr(node, name, make())
             except ValueError:  # data into an attribute made static: refused
-                assert dict(node._obj_kinds).get(name) == _STATIC
+                assert dict(node._obj_kinds).get(name) == STATIC
         elif action == "del" and name in vars(node):
             delattr(node, name)
         elif action == "append" and isinstance(vars(node).get(name), list):
