@@ -5,21 +5,29 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 
-.PHONY: install test conformance browser guides-html demo demo-distributed bench bench-quick lint clean
+.PHONY: install test conformance clients clients-ci browser guides-html demo demo-distributed bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,demo,checkpoint,linen]"
+	$(BIN)/python -m pip install --quiet -e ".[test,demo,checkpoint,linen,clients]"
 	touch $(STAMP)
 
-install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, demo, checkpoint and linen extras
+install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, demo, checkpoint, linen and clients extras
 
 test: $(STAMP) browser  ## run the whole suite, guides included
 	$(BIN)/python -m pytest -n 2 --hypothesis-profile=$(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
 
 conformance: $(STAMP)  ## Flax 0.12.8's own tests/nnx against flaxgraph, checked against tests/conformance/deviations.txt
 	$(BIN)/python tests/conformance/run_flax_tests.py
+
+CLIENTS_SRC ?= ../shared/clients/src
+CLIENTS_SUBSET ?= all
+clients: $(STAMP)  ## Tunix's and qwix's own tests on flaxgraph (flax.nnx bound by the drop-in), checked against tests/clients/expectations.txt
+	CLIENTS_SRC=$(CLIENTS_SRC) $(BIN)/python tests/clients/run_clients.py --subset $(CLIENTS_SUBSET) $(CLIENTS_ARGS)
+
+clients-ci: $(STAMP)  ## the bounded subset of `make clients` that CI runs (under 15 minutes on 2 cores)
+	CLIENTS_SRC=$(CLIENTS_SRC) $(BIN)/python tests/clients/run_clients.py --subset ci $(CLIENTS_ARGS)
 
 # Headless Chromium (Debian package) for tests/test_guides_browser.py. Installed with
 # apt-get when missing and possible (root); otherwise that test is skipped with a reason.
@@ -50,4 +58,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check flaxgraph tests benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-clients .pytest_cache .hypothesis

@@ -34,7 +34,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flaxgraph.missing_names import FLAX_ONLY_NAMES, TABLE
+from flaxgraph.missing_names import FLAX_ONLY_NAMES
 
 __all__ = ["FlaxNnxFinder", "is_installed", "install_as_flax_nnx"]
 
@@ -155,7 +155,7 @@ def _bound_module(fullname: str) -> types.ModuleType:
     known = FLAX_ONLY_NAMES.get(child) if parent_name == SOURCE else None
     why = ""
     if known is not None:
-        why = f" {known.flax_versions} has it ({known.what}); flaxgraph does not ({TABLE})."
+        why = f" {known.flax_versions} has it ({known.what}); flaxgraph does not ({known.where})."
     raise ModuleNotFoundError(
         f"No module named {fullname!r}: flax.nnx is bound to flaxgraph "
         f"(flaxgraph.install_as_flax_nnx), which has no module {target!r}.{why}",

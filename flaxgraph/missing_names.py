@@ -22,6 +22,7 @@ class FlaxOnlyName(NamedTuple):
 
     flax_versions: str  # the Flax releases that have it
     what: str  # what it is in Flax, and what to use in flaxgraph
+    where: str = TABLE  # where guides/from_flax.md lists it
 
 
 FLAX_ONLY_NAMES: dict[str, FlaxOnlyName] = {
@@ -58,7 +59,7 @@ def missing_name_error(module: str, name: str) -> AttributeError:
     if known is not None:
         return AttributeError(
             f"module {module!r} has no attribute {name!r}: {known.flax_versions} has "
-            f"`flax.nnx.{name}` ({known.what}); flaxgraph does not provide it ({TABLE})."
+            f"`flax.nnx.{name}` ({known.what}); flaxgraph does not provide it ({known.where})."
         )
     return AttributeError(
         f"module {module!r} has no attribute {name!r}: flaxgraph provides the public names of "
