@@ -36,11 +36,9 @@ PROGRAMS = REPO / "tests" / "clients" / "programs.py"
 
 GAP = "known gap of issue 22, being fixed: "
 KNOWN_GAPS = {
-    "peft_lora": GAP + "qwix reads nnx.VariableState",
-    "dpo": GAP + "Tunix reads nnx.jit(...).jitted_fn",
-    "grpo": GAP + "nnx.merge is given a list of States",
-    "sampling": GAP + "nnx.merge is given a list of States",
-    "qwix_ptq": GAP + "qwix reads nnx.VariableState",
+    "peft_lora": GAP + "Tunix's trainer reads nnx.jit(...).jitted_fn",
+    "dpo": GAP + "Tunix's trainer reads nnx.jit(...).jitted_fn",
+    "grpo": GAP + "Tunix's trainer reads nnx.jit(...).jitted_fn",
 }
 
 
