@@ -52,6 +52,7 @@ bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
 	$(BIN)/python -m benchmarks.graph
 	$(BIN)/python -m benchmarks.transforms
 	$(BIN)/python -m benchmarks.pytree
+	$(BIN)/python -m benchmarks.tunix_peft
 
 lint: $(STAMP)
 	$(BIN)/ruff check flaxgraph tests benchmarks guides
