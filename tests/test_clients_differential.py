@@ -34,16 +34,10 @@ if _missing:  # found without importing them: the programs run in their own inte
 REPO = Path(__file__).resolve().parent.parent
 PROGRAMS = REPO / "tests" / "clients" / "programs.py"
 
-GAP = "known gap of issue 22, being fixed: "
-KNOWN_GAPS = {
-    "peft_lora": GAP + "Tunix's trainer reads nnx.jit(...).jitted_fn",
-    "dpo": GAP + "Tunix's trainer reads nnx.jit(...).jitted_fn",
-    "grpo": GAP + "Tunix's trainer reads nnx.jit(...).jitted_fn",
-}
-
 
 class DiffersOnFlaxgraph(AssertionError):
-    """The scenario fails or computes other numbers on flaxgraph (what a known gap excuses)."""
+    """The scenario fails or computes other numbers on flaxgraph (not on Flax: that is a
+    broken program, reported as a plain ``AssertionError``)."""
 
 
 def _run(side: str, base: Path) -> dict[str, Any]:
@@ -73,20 +67,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     return {side: _run(side, base) for side in ("flax", "flaxgraph")}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, raises=DiffersOnFlaxgraph, reason=KNOWN_GAPS[name]
-            ),
-        )
-        if name in KNOWN_GAPS
-        else name
-        for name in ("peft_lora", "dpo", "grpo", "sampling", "qwix_ptq")
-    ],
-)
+@pytest.mark.parametrize("name", ["peft_lora", "dpo", "grpo", "sampling", "qwix_ptq"])
 def test_the_program_computes_the_same_numbers_on_flaxgraph(
     results: dict[str, dict[str, Any]], name: str
 ) -> None:
