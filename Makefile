@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 
-.PHONY: install test conformance clients clients-ci browser guides-html demo demo-distributed bench bench-quick lint clean
+.PHONY: install test conformance clients clients-ci browser guides-html docs demo demo-distributed bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ browser:
 
 guides-html: $(STAMP)  ## run the guides in a Jupyter kernel and export them to outputs/guides/*.html
 	$(BIN)/python guides/run_guide.py --html outputs/guides $(sort $(wildcard guides/*.md))
+
+docs: $(STAMP) browser  ## build the documentation site into outputs/docs/ (Sphinx + MyST-NB), then check it in Chromium
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	$(BIN)/python docs/build.py --jobs 2
+	$(BIN)/python -m pytest -q -p no:randomly -n 0 tests/test_docs_site.py
 
 demo: $(STAMP)  ## run the main job: train an ensemble on the digits data set
 	$(BIN)/python guides/digits_ensemble.py

@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import dataclasses
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -350,6 +351,46 @@ def export_html(notebook: nbformat.NotebookNode, destination: str | Path) -> Pat
     destination.parent.mkdir(parents=True, exist_ok=True)
     destination.write_text(body, encoding="utf-8")
     return destination
+
+
+EXECUTED_DIR = REPO / "outputs" / "executed-guides"
+"""Where checked, executed guides are kept for the documentation site (``docs/build.py``)."""
+
+
+def source_key(path: str | Path) -> str:
+    """A digest of what a guide's outputs depend on: its text, this runner and every
+    source file of the ``flaxgraph`` package. Equal keys mean a stored run still holds."""
+    digest = hashlib.sha256(Path(path).read_bytes())
+    for source in [Path(__file__), *sorted((REPO / "flaxgraph").rglob("*.py"))]:
+        digest.update(str(source.relative_to(REPO)).encode())
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def store_executed(
+    path: str | Path, notebook: nbformat.NotebookNode, directory: str | Path = EXECUTED_DIR
+) -> Path:
+    """Keeps a guide's executed (and checked) notebook as ``directory/<name>.ipynb``,
+    stamped with its ``source_key``; returns the file written."""
+    path = Path(path)
+    notebook.metadata["flaxgraph_source_key"] = source_key(path)
+    destination = Path(directory) / (path.stem + ".ipynb")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, str(destination))
+    return destination
+
+
+def load_executed(
+    path: str | Path, directory: str | Path = EXECUTED_DIR
+) -> nbformat.NotebookNode | None:
+    """The stored executed notebook of a guide if its ``source_key`` still matches."""
+    stored = Path(directory) / (Path(path).stem + ".ipynb")
+    if not stored.exists():
+        return None
+    notebook = nbformat.read(str(stored), as_version=4)
+    if notebook.metadata.get("flaxgraph_source_key") != source_key(path):
+        return None
+    return notebook
 
 
 def discover(directory: str | Path = GUIDES_DIR) -> list[Path]:

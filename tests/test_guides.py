@@ -31,10 +31,12 @@ def test_guide(guide: Path) -> None:
     # Each guide runs in its own Jupyter kernel, under JAX's default configuration
     # (the suite's stricter settings in conftest.py are for the library's own tests).
     try:
-        results, _ = runner.run_guide(guide)
+        results, notebook = runner.run_guide(guide)
     except runner.GuideFailure as failure:
         pytest.fail(str(failure), pytrace=False)
     assert results, f"{guide.name} has no code cell that runs"
+    # The checked run is kept for the documentation site (`make docs` reuses it).
+    runner.store_executed(guide, notebook)
 
 
 @pytest.mark.parametrize("guide", runner.discover(GUIDES), ids=lambda p: p.name)
