@@ -87,7 +87,7 @@ html_theme_options = {
 }
 html_static_path: list[str] = []
 html_last_updated_fmt = None
-html_copy_source = False
+html_copy_source = True  # the page's source (a guide's executed notebook) to download
 html_show_sourcelink = False
 
 
@@ -147,7 +147,7 @@ _SECTION = re.compile(
     r"^(?P<indent>\s*)(Args|Arguments|Attributes|Keyword Args|Other Parameters):\s*$"
 )
 _NAMES_ONLY = re.compile(r"^[\w*]+(, *[\w*]+)*,?$")
-_PLURAL_LITERAL = re.compile(r"``(?=[^`]+``[a-z])([^`]+)``(?=[a-z])")
+_LITERAL = re.compile(r"``[^`]+?``")
 
 
 def _house_style(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
@@ -181,7 +181,18 @@ def _house_style(app: Any, what: str, name: str, obj: Any, options: Any, lines: 
             names, _, rest = out[-1].strip().partition(":")
             if "*" in names and "\\*" not in names and _NAMES_ONLY.match(names):
                 out[-1] = " " * indent + names.replace("*", "\\*") + ":" + rest
-    lines[:] = [_PLURAL_LITERAL.sub(lambda m: f"``{m[1]}``\\ ", line) for line in out]
+    lines[:] = [_plural_literals(line) for line in out]
+
+
+def _plural_literals(line: str) -> str:
+    """A literal followed by a letter gets an escaped space (literals pair from the left)."""
+    pieces, end = [], 0
+    for match in _LITERAL.finditer(line):
+        pieces.append(line[end : match.end()])
+        end = match.end()
+        if line[end : end + 1].isalpha():
+            pieces.append("\\ ")
+    return "".join(pieces) + line[end:]
 
 
 _ENTRIES_OF: dict[int, dict[int, str]] = {}

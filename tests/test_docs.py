@@ -133,14 +133,14 @@ def test_several_parameter_names_over_several_lines_become_one_entry() -> None:
         "  rngs: as in ``Linear``.",
         "  in_shardings, out_shardings,",
         "    donate_argnums: as in ``jit``.",
-        "  *args, **kwargs: passed on; the ``State``s stay.",
+        "  *args, **kwargs: passed on; the ``State``s stay, ``True`` walks ``node``.",
     ]
     assert _house_style(lines) == [
         "Args:",
         "  x: the input.",
         "  use_bias, dtype, rngs: as in ``Linear``.",
         "  in_shardings, out_shardings, donate_argnums: as in ``jit``.",
-        "  \\*args, \\*\\*kwargs: passed on; the ``State``\\ s stay.",
+        "  \\*args, \\*\\*kwargs: passed on; the ``State``\\ s stay, ``True`` walks ``node``.",
     ]
 
 
