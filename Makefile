@@ -44,7 +44,7 @@ guides-html: $(STAMP)  ## run the guides in a Jupyter kernel and export them to 
 docs: $(STAMP) browser  ## build the documentation site into outputs/docs/ (Sphinx + MyST-NB), then check it in Chromium
 	$(BIN)/python -m pip install --quiet -e ".[docs]"
 	$(BIN)/python docs/build.py --jobs 2
-	$(BIN)/python -m pytest -q -p no:randomly -n 0 tests/test_docs_site.py
+	$(BIN)/python -m pytest -q -p no:randomly -n 0 tests/test_docs.py tests/test_docs_site.py
 
 demo: $(STAMP)  ## run the main job: train an ensemble on the digits data set
 	$(BIN)/python guides/digits_ensemble.py

@@ -80,11 +80,14 @@ napoleon_use_ivar = True
 # -- HTML ---------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
 html_title = "flaxgraph"
+html_favicon = "favicon.svg"  # also spares the browser a request for /favicon.ico
 html_theme_options = {
     "show_toc_level": 2,
     "navigation_with_keys": False,
     "home_page_in_toc": True,
 }
+# A theme mode from the start, so the theme's script has nothing to reset (and log).
+html_context = {"default_mode": "auto"}
 html_static_path: list[str] = []
 html_last_updated_fmt = None
 html_copy_source = True  # the page's source (a guide's executed notebook) to download

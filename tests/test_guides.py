@@ -209,3 +209,14 @@ def test_command_line_exit_status_and_html(tmp_path: Path) -> None:
     failed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert failed.returncode == 1
     assert "cell 1 (line 1)" in failed.stderr and "+hi" in failed.stderr
+
+
+def test_a_stored_run_is_reused_only_while_its_sources_are_unchanged(tmp_path: Path) -> None:
+    guide = _write(tmp_path, "# T\n\n```python\nprint(1)\n```\n")
+    notebook, _ = runner.read_guide(guide)
+    stored = runner.store_executed(guide, notebook, tmp_path / "runs")
+    assert stored == tmp_path / "runs" / "guide.ipynb"
+    assert runner.load_executed(guide, tmp_path / "runs") is not None
+    guide.write_text("# T\n\n```python\nprint(2)\n```\n", encoding="utf-8")
+    assert runner.load_executed(guide, tmp_path / "runs") is None
+    assert runner.load_executed(tmp_path / "other.md", tmp_path / "runs") is None
