@@ -14,6 +14,7 @@ from typing import Any, overload
 
 from flaxgraph.module import Module
 from flaxgraph.pytreelib.attribute_kinds import Marked
+from flaxgraph.pytreelib.objects import MISSING, same_structure
 
 
 class List(Module, MutableSequence[Any]):
@@ -80,9 +81,9 @@ class List(Module, MutableSequence[Any]):
         kind = None
         if type(value) is Marked:
             value, kind = value.value, value.kind
-        old = self.__dict__.get(index)
+        old = self.__dict__.get(index, MISSING)
         self.__dict__[index] = value
-        if old is not value:
+        if not same_structure(old, value):  # an array for an array: a new value only
             object.__setattr__(self, "_obj_version", self._obj_version + 1)
         if kind is not None or any(n == index for n, _ in self._obj_kinds):
             self._set_kinds([(n, k) for n, k in self._obj_kinds if n != index], index, kind)

@@ -7,7 +7,9 @@ The structure of a graph changes only through
   attribute), which bumps the Object's *structure version* (``objects.py``);
 * a Variable's metadata, which is replaced, never mutated in place
   (``variables.py``);
-* a list or dict inside the graph gaining, losing or replacing an item.
+* a list or dict inside the graph gaining, losing or replacing an item (an
+  array item replaced by another array of the same type is a new value, not a
+  new structure, as for an array attribute of an Object).
 
 So comparing every Object's version, every Variable's metadata and every list's and
 dict's items with the snapshot is the same as comparing GraphDefs, at the cost of a
@@ -21,9 +23,9 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS
 from flaxgraph.variablelib.variable import Variable
 
 _get_version = operator.attrgetter("_obj_version")
@@ -39,7 +41,7 @@ class StructureSnapshot:
       objects, versions: the Objects and their structure versions.
       variables, metadata: the Variables and their metadata dicts.
       lists, list_items: the lists inside the Objects (nested in lists, tuples and
-        dicts) and their items.
+        dicts) and their items (an ``ArrayItem`` for an array item).
       dicts, dict_items: the same for dicts: ``(keys, values)``.
       versioned: whether every graph node keeps a structure version.
     """
@@ -69,8 +71,9 @@ class StructureSnapshot:
             for obj in self.objects:
                 for child in obj.__dict__.values():
                     _collect_containers(child, lists, dicts)
-        self.lists, self.list_items = lists, [tuple(c) for c in lists]
-        self.dicts, self.dict_items = dicts, [(tuple(d), tuple(d.values())) for d in dicts]
+        self.lists, self.list_items = lists, [tuple(map(item_key, c)) for c in lists]
+        self.dicts = dicts
+        self.dict_items = [(tuple(d), tuple(map(item_key, d.values()))) for d in dicts]
 
     def unchanged(self) -> bool:
         """Whether the graph still has the snapshot's structure (a Variable's metadata
@@ -82,12 +85,35 @@ class StructureSnapshot:
         if list(map(_get_metadata, self.variables)) != self.metadata:
             return False
         for c, items in zip(self.lists, self.list_items):
-            if len(c) != len(items) or not all(map(_is, c, items)):
+            if len(c) != len(items) or not all(map(same_item, c, items)):
                 return False
         for d, (keys, values) in zip(self.dicts, self.dict_items):
-            if len(d) != len(keys) or tuple(d) != keys or not all(map(_is, d.values(), values)):
+            if len(d) != len(keys) or tuple(d) != keys:
+                return False
+            if not all(map(same_item, d.values(), values)):
                 return False
         return True
+
+
+class ArrayItem(NamedTuple):
+    """What a snapshot keeps of an array item of a list or dict: its type (another
+    array in its place keeps the structure; the fast path's generated checks
+    expect this type)."""
+
+    type: type
+
+
+def item_key(x: Any) -> Any:
+    """What a snapshot compares for an item of a list or dict: an ``ArrayItem`` for
+    an array (Tracers included), the item itself (by identity) otherwise."""
+    return ArrayItem(type(x)) if isinstance(x, ARRAY_TYPES) else x
+
+
+def same_item(x: Any, key: Any) -> bool:
+    """Whether the item ``x`` still matches its snapshot ``key`` (``item_key``): the
+    same object, or an array where there was one (as for an Object's array
+    attributes, ``pytreelib/objects.py``)."""
+    return x is key or (type(key) is ArrayItem and isinstance(x, ARRAY_TYPES))
 
 
 def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:

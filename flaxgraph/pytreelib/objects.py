@@ -146,7 +146,7 @@ class Pytree:
                 declared = dict(type(self)._obj_class_kinds).get(name) == STATIC
                 _check_no_data_in_static(self, name, value, "declared" if declared else "kept")
         old = self.__dict__.get(name, MISSING)
-        if not _same_structure(old, value):
+        if not same_structure(old, value):
             object.__setattr__(self, "_obj_version", self._obj_version + 1)
         object.__setattr__(self, name, value)
 
@@ -230,7 +230,7 @@ _set_layout = Pytree._obj_layout.__set__  # type: ignore[attr-defined]
 _DATA_INSTANCES = (Variable, Pytree, *ARRAY_TYPES)
 
 
-def _same_structure(old: Any, new: Any) -> bool:
+def same_structure(old: Any, new: Any) -> bool:
     """True when replacing ``old`` by ``new`` leaves the graph structure unchanged."""
     return old is new or (isinstance(old, ARRAY_TYPES) and isinstance(new, ARRAY_TYPES))
 
@@ -291,7 +291,7 @@ def _items_change_structure(obj: Pytree, items: list[tuple[str, Any]], kinds: Ha
     d = obj.__dict__
     if len(d) != len(items) or obj._obj_kinds != kinds:
         return True
-    return any(not _same_structure(d.get(k, MISSING), v) for k, v in items)
+    return any(not same_structure(d.get(k, MISSING), v) for k, v in items)
 
 
 def _graph_set_items(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> None:
@@ -329,7 +329,7 @@ def _graph_set_child(obj: Pytree, key: Hashable, value: Any) -> None:
     obj._check_trace(f"set item {key!r}")  # int keys: nnx.List items
     old = obj.__dict__.get(key, MISSING)
     obj.__dict__[key] = value
-    if not _same_structure(old, value):
+    if not same_structure(old, value):
         object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
 
 

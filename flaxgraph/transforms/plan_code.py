@@ -34,6 +34,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, same_item
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
 from flaxgraph.transforms.leaf_access import get_raw, get_ref_content
@@ -93,6 +94,7 @@ def compile_run(
         "_chain": itertools.chain,
         "_values": dict.values,
         "_is": operator.is_,
+        "_same": same_item,
         "_call": operator.call,
         "_getv": operator.attrgetter("_obj_version"),
         "_getm": operator.attrgetter("_var_metadata"),
@@ -149,50 +151,7 @@ def compile_run(
             src.line(f"if ({quick}) and {full}: return MISS")
         else:
             src.line(f"if {full}: return MISS")
-    if len(snap.lists) <= UNROLL:
-        for c, items in zip(snap.lists, snap.list_items):
-            name = const(c)
-            if len(items) <= UNROLL:
-                src.miss_if(
-                    [f"len({name}) != {len(items)}"]
-                    + [f"{name}[{j}] is not {const(x)}" for j, x in enumerate(items)]
-                )
-            else:
-                src.miss_if(
-                    [f"len({name}) != {len(items)}", f"not _all(_map(_is, {name}, {const(items)}))"]
-                )
-    else:  # many lists: their lengths, then all their items in one pass
-        lengths = [len(items) for items in snap.list_items]
-        items = [x for list_items in snap.list_items for x in list_items]
-        lists = const(snap.lists)
-        src.miss_if(
-            [
-                f"_list(_map(len, {lists})) != {const(lengths)}",
-                f"not _all(_map(_is, _chain(*{lists}), {const(items)}))",
-            ]
-        )
-    if len(snap.dicts) <= UNROLL:
-        for d, (keys, values) in zip(snap.dicts, snap.dict_items):
-            name = const(d)
-            src.miss_if(
-                [
-                    f"len({name}) != {len(keys)}",
-                    f"_tuple({name}) != {const(keys)}",
-                    f"not _all(_map(_is, {name}.values(), {const(values)}))",
-                ]
-            )
-    else:  # many dicts: their keys, then all their values in one pass
-        keys = [k for dict_keys, _ in snap.dict_items for k in dict_keys]
-        values = [v for _, dict_values in snap.dict_items for v in dict_values]
-        dicts = const(snap.dicts)
-        lengths = [len(dict_keys) for dict_keys, _ in snap.dict_items]
-        src.miss_if(
-            [
-                f"_list(_map(len, {dicts})) != {const(lengths)}",
-                f"_list(_chain(*{dicts})) != {const(keys)}",
-                f"not _all(_map(_is, _chain(*_map(_values, {dicts})), {const(values)}))",
-            ]
-        )
+    _container_checks(src, snap)
 
     # The leaves' current values, in the order the compiled function takes them.
     arg_at = {pos: _access(root, keys, const) for pos, root, keys in plan.arg_leaves}
@@ -326,3 +285,63 @@ def _write_back(src: _Source, bound: Any) -> None:
         src.line(f"return values[{a}]" if tag == IN else f"return out_groups[{a}][{b}]")
     else:
         src.line(f"return {const(output)}(values, out_groups)")
+
+
+def _item_check(src: _Source, access: str, key: Any) -> str:
+    """The condition that the list or dict item at ``access`` no longer matches its
+    snapshot ``key`` (graphlib/snapshot.py: arrays by type, the rest by identity)."""
+    if type(key) is ArrayItem:
+        return f"type({access}) is not {src.const(key.type)}"
+    return f"{access} is not {src.const(key)}"
+
+
+def _container_checks(src: _Source, snap: StructureSnapshot) -> None:
+    """The checks that the lists and dicts inside the graph hold the same items."""
+    const = src.const
+    if len(snap.lists) <= UNROLL:
+        for c, items in zip(snap.lists, snap.list_items):
+            name = const(c)
+            if len(items) <= UNROLL:
+                src.miss_if(
+                    [f"len({name}) != {len(items)}"]
+                    + [_item_check(src, f"{name}[{j}]", x) for j, x in enumerate(items)]
+                )
+            else:
+                src.miss_if(
+                    [
+                        f"len({name}) != {len(items)}",
+                        f"not _all(_map(_same, {name}, {const(items)}))",
+                    ]
+                )
+    else:  # many lists: their lengths, then all their items in one pass
+        lengths = [len(items) for items in snap.list_items]
+        items = [x for list_items in snap.list_items for x in list_items]
+        lists = const(snap.lists)
+        src.miss_if(
+            [
+                f"_list(_map(len, {lists})) != {const(lengths)}",
+                f"not _all(_map(_same, _chain(*{lists}), {const(items)}))",
+            ]
+        )
+    if len(snap.dicts) <= UNROLL:
+        for d, (keys, values) in zip(snap.dicts, snap.dict_items):
+            name = const(d)
+            src.miss_if(
+                [
+                    f"len({name}) != {len(keys)}",
+                    f"_tuple({name}) != {const(keys)}",
+                    f"not _all(_map(_same, {name}.values(), {const(values)}))",
+                ]
+            )
+    else:  # many dicts: their keys, then all their values in one pass
+        keys = [k for dict_keys, _ in snap.dict_items for k in dict_keys]
+        values = [v for _, dict_values in snap.dict_items for v in dict_values]
+        dicts = const(snap.dicts)
+        lengths = [len(dict_keys) for dict_keys, _ in snap.dict_items]
+        src.miss_if(
+            [
+                f"_list(_map(len, {dicts})) != {const(lengths)}",
+                f"_list(_chain(*{dicts})) != {const(keys)}",
+                f"not _all(_map(_same, _chain(*_map(_values, {dicts})), {const(values)}))",
+            ]
+        )
