@@ -171,7 +171,7 @@ def cases(draw: Any, mode: dict[str, bool]) -> tuple[Any, list[Any], list[Any]]:
 
 @pytest.mark.parametrize("mode", MODES, ids=["graph", "graph_no_updates", "tree"])
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
-@settings(max_examples=25)  # 12 combinations, each compiling a few functions per example
+@settings(max_examples=20)  # 12 combinations, each compiling a few functions per example
 @given(data=st.data())
 def test_repeated_calls_match_eager_and_take_the_fast_path(
     transform: str, mode: dict[str, bool], data: st.DataObject
