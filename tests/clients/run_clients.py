@@ -169,6 +169,11 @@ def run_file(
         "flaxgraph.pytest_plugin",
         f"--flax-nnx={'flaxgraph' if flaxgraph else 'flax'}",
         f"--timeout={test_timeout}",
+        # the client's own pytest configuration, never this repository's (.venv-clients sits
+        # inside the checkout, whose pyproject.toml would otherwise be found first)
+        f"--rootdir={root}",
+        "-c",
+        str(root / "pyproject.toml"),
         file.path,
     ]
     start, status = time.time(), "ran"
