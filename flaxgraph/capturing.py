@@ -44,16 +44,15 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 from flaxgraph.config import Flag
 from flaxgraph.module import CAPTURES, Module
 from flaxgraph.rnglib.rngs import Rngs, RngStream
 from flaxgraph.statelib import State
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
-
-PathParts = tuple[Hashable, ...]
 
 METHOD_OUTPUTS: Flag[Any] = Flag("capture_method_outputs", None)
 """The Variable kind ``capture(method_outputs=...)`` records method outputs with,

@@ -39,9 +39,8 @@ from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import State
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 def is_graph_node(x: Any) -> bool:

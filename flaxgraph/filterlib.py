@@ -27,13 +27,12 @@ Source: Flax NNX's filter guide (the same vocabulary and semantics).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any as _AnyType
 
 from flaxgraph.errors import InvalidFilterError
+from flaxgraph.typing import Key, PathParts
 
-Key = Hashable
-PathParts = tuple[Key, ...]
 Predicate = Callable[[PathParts, _AnyType], bool]
 Filter = _AnyType  # type | str | Predicate | bool | Ellipsis | None | tuple[Filter, ...]
 

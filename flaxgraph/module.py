@@ -33,10 +33,10 @@ import jax.numpy as jnp
 from flaxgraph.filterlib import Filter, to_predicate
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.pytreelib.objects import Pytree
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Perturbation, Variable
 
 M = TypeVar("M", bound="Module")
-PathParts = tuple[Hashable, ...]
 
 
 def _append(accumulated: tuple[Any, ...], value: Any) -> tuple[Any, ...]:

@@ -30,7 +30,7 @@ Source: the "new node sharing the arrays" behaviour of Flax NNX 0.12
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -46,9 +46,8 @@ from flaxgraph.graphlib.registry import (
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
 from flaxgraph.tracing import current_trace
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 def check_tree(node: Any, graph: bool, root_name: str = "node") -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-PathParts = tuple[Hashable, ...]
+from flaxgraph.typing import PathParts
 
 
 class StateMembers:

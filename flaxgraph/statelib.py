@@ -16,7 +16,7 @@ Source: Flax NNX ``nnx.State`` (0.12).
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import jax
@@ -32,10 +32,8 @@ from flaxgraph.filterlib import (
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.state_members import FlatStateMembers, StateMembers
 from flaxgraph.state_pytree import state_pytree_functions
+from flaxgraph.typing import Key, PathParts
 from flaxgraph.variablelib.variable import Variable
-
-Key = Hashable
-PathParts = tuple[Key, ...]
 
 
 class State(StateMembers, MutableMapping[Key, Any]):

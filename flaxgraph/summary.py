@@ -39,7 +39,7 @@ import inspect
 import io
 import math
 import uuid
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -53,11 +53,11 @@ from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.pytreelib.objects import Object, Pytree, static
 from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
 
 __all__ = ["CallInfo", "filter_rng_streams", "tabulate"]
 
-PathParts = tuple[Hashable, ...]
 
 _TAG = "_tabulate_path"
 _EMPTY: Mapping[str, Any] = MappingProxyType({})

@@ -37,7 +37,7 @@ Source: Flax NNX 0.12 ``nnx.view``, ``nnx.view_info``, ``nnx.with_attributes``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from flaxgraph.filterlib import Filter, to_predicate
@@ -45,9 +45,9 @@ from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import resolve_graph
 from flaxgraph.module import Module, has_attribute
 from flaxgraph.node_copy import check_tree, copy_nodes
+from flaxgraph.typing import PathParts
 
 A = TypeVar("A")
-PathParts = tuple[Hashable, ...]
 
 
 def _accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[dict[str, Any], bool]:

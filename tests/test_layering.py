@@ -254,3 +254,37 @@ def test_relative_imports_resolve(tmp_path: Path) -> None:
     file.write_text("from . import registry\nfrom ..statelib import State\n", encoding="utf-8")
     names = _imported_names("flaxgraph.graphlib.m", file)
     assert "flaxgraph.graphlib.registry" in names and "flaxgraph.statelib" in names
+
+
+def _private_imports() -> list[str]:
+    """``module: from other import _name`` for every import of another module's
+    ``_underscore`` name (an ``as _alias`` of a public name is fine)."""
+    found = []
+    for module, file in MODULES.items():
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flaxgraph"):
+                for alias in node.names:
+                    name = alias.name
+                    if name.startswith("_") and not name.startswith("__"):
+                        found.append(f"{module}: from {node.module} import {name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    offenders = _private_imports()
+    assert not offenders, (
+        f"Imports of another module's private name: {offenders}. A name other modules "
+        "use is public in its module (the module itself may be internal): drop the "
+        "underscore where it is defined."
+    )
+
+
+def test_path_parts_is_defined_once():
+    defined = [
+        module
+        for module, file in MODULES.items()
+        for node in ast.parse(file.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "PathParts" for t in node.targets)
+    ]
+    assert defined == ["flaxgraph.typing"], defined

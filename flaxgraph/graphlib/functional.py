@@ -16,7 +16,7 @@ Source: Flax NNX 0.12 ``nnx.flatten``, ``nnx.unflatten``, ``nnx.unpack``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -30,9 +30,8 @@ from flaxgraph.graphlib.split_merge import merge, ordered_leaves, split
 from flaxgraph.graphlib.walk import flatten as _walk
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, map_state
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 def flatten(

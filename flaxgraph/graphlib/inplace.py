@@ -26,9 +26,8 @@ from flaxgraph.graphlib.registry import (
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable, write_metadata, write_slot, write_value
-
-PathParts = tuple[Hashable, ...]
 
 
 def _get_child(node: Any, key: Hashable) -> Any:

@@ -30,9 +30,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from flaxgraph.typing import Key
 from flaxgraph.variablelib.variable import Variable
-
-Key = Hashable
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ Source: Flax NNX graph API (``nnx.split``, ``nnx.merge``, ``nnx.state``, ``nnx.g
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
@@ -38,9 +38,8 @@ from flaxgraph.graphlib.registry import ARRAY_TYPES
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, partition, unmatched_message
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 def states_from_leaves(

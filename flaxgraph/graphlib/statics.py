@@ -23,7 +23,6 @@ partial key is flaxgraph's.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
 from typing import Any
 
 from flaxgraph.errors import StaticAttributeError, numbered_fixes
@@ -106,7 +105,5 @@ def is_unhashable(x: Any) -> bool:
         return True
     return False
 
-
-PathParts = tuple[Hashable, ...]
 
 __all__ = ["PartialKey", "structural", "unwrap", "unhashable_static_error", "is_unhashable"]

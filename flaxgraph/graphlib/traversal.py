@@ -20,9 +20,8 @@ from flaxgraph.graphlib.registry import (
 )
 from flaxgraph.graphlib.walk import flatten, not_a_pytree_error
 from flaxgraph.modes import resolve_graph
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 def _check_tree(node: Any, graph: bool | None, what: str) -> bool:

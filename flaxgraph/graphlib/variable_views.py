@@ -24,7 +24,6 @@ Source: Flax NNX 0.12 ``nnx.with_vars``, ``nnx.vars_as``, ``nnx.set_metadata``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable
 from typing import Any, TypeVar
 
 from flaxgraph.filterlib import Filter, to_predicate
@@ -33,10 +32,10 @@ from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.graphlib.walk import Walk
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
 
 A = TypeVar("A")
-PathParts = tuple[Hashable, ...]
 
 
 class _AliasWalk(Walk):

@@ -51,10 +51,9 @@ from flaxgraph.graphlib.registry import (
     is_plain_static,
     pytree_children,
 )
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 def flatten(

@@ -50,11 +50,11 @@ from flaxgraph.nn.dtypes import canonicalize_dtype, promote_dtype
 from flaxgraph.nn.errors import LayerInputError, describe
 from flaxgraph.nn.initializers import normal, ones
 from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import BatchStat, Param, Variable
 
 Dtype = Any
 Initializer = Callable[..., Any]
-PathParts = tuple[Any, ...]
 
 KERNEL_FILTER = PathContains("kernel", exact=True)
 """``WeightNorm``'s default ``variable_filter``: Variables under a ``kernel`` key."""

@@ -46,7 +46,7 @@ step                        effect
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -55,9 +55,8 @@ import numpy as np
 from flaxgraph.graphlib.registry import get_graph_node_impl, is_graph_node
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.testing.nodes import Node
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import BatchStat, Param, Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 @dataclasses.dataclass(frozen=True)

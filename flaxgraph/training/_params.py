@@ -7,7 +7,7 @@ Private: ``Optimizer`` and ``EMA`` use these; nothing here is public API.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -19,9 +19,9 @@ from flaxgraph.graphlib.registry import is_graph_node
 from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
 from flaxgraph.statelib import State
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
 
-PathParts = tuple[Hashable, ...]
 Pairs = Sequence[tuple[PathParts, Any]]
 
 _MAX_LISTED = 20

@@ -49,10 +49,9 @@ from flaxgraph.transforms.lift_types import (
     object_prefix,
     unbox_value,
 )
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 class InconsistentAliasingError(FlaxgraphError, ValueError):

@@ -14,7 +14,7 @@ Source: ``jax.grad`` & co.; ``DiffState`` per the
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -49,9 +49,8 @@ from flaxgraph.transforms.lift import (
 )
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import Wrapped
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Param, Variable
-
-PathParts = tuple[Hashable, ...]
 
 
 def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> Any:

@@ -43,7 +43,7 @@ NNX 0.12 (``graph``/``graph_updates``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -60,10 +60,10 @@ from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk, with_duplicates_line
 from flaxgraph.transforms.locate import locate_module
 from flaxgraph.transforms.prefix_groups import group_index, same_prefix
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
-PathParts = tuple[Hashable, ...]
 IN = 0  # source tag: the leaf is unchanged, take the caller's input value
 OUT = 1  # source tag: the leaf comes back from the JAX transform
 

@@ -24,12 +24,11 @@ Flax NNX's "Transformations" guide ("Lift types").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from flaxgraph.filterlib import Filter, Predicate, to_predicate
-
-PathParts = tuple[Hashable, ...]
+from flaxgraph.typing import PathParts
 
 
 class PrefixMapping:

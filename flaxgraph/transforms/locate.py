@@ -11,12 +11,11 @@ fix).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from flaxgraph.transforms.aliasing import NamedRoots
+from flaxgraph.typing import PathParts
 
-PathParts = tuple[Hashable, ...]
 _LOCATED = "_flaxgraph_location_note"
 
 
