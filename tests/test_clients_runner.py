@@ -1,0 +1,92 @@
+"""The judge of ``make clients`` (``tests/clients/``): what counts as unexpected, and the files.
+
+The runner's verdict on a run is checked on made-up outcomes: a failure not listed, a listed
+test that passes, a baseline test that a collection error hid, a listed test that no longer
+exists; and the two checked-in files parse (``expectations.txt``, ``flax_baseline.txt``),
+list only selected files, and never list a test the baseline says passes as failing on Flax.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+CLIENTS = Path(__file__).resolve().parent / "clients"
+sys.path.insert(0, str(CLIENTS))
+
+import run_clients  # noqa: E402
+from expectations import (  # noqa: E402
+    Expectation,
+    format_expectations,
+    parse_baseline,
+    parse_expectations,
+)
+from selection import ALL, CI, EXCLUDED  # noqa: E402
+
+FILE = next(f for f in ALL if f.name == "tunix/tests/sft/dpo/dpo_trainer_test.py")
+A, B, C = (f"{FILE.name}::T::test_{x}" for x in "abc")
+
+
+def run(outcomes: dict[str, tuple[str, str]], note: str = "") -> run_clients.FileRun:
+    return run_clients.FileRun(FILE, "ran", 1.0, outcomes, note)
+
+
+def test_an_unlisted_failure_and_a_listed_pass_are_both_wrong() -> None:
+    outcomes = {A: ("failed", "boom"), B: ("passed", ""), C: ("passed", "")}
+    verdict = run_clients.judge([run(outcomes)], {B: Expectation("gap", "x")}, {})
+    assert verdict.unexpected == [(A, "failed", "boom")]
+    assert verdict.now_passing == [B]
+
+
+def test_a_baseline_test_that_did_not_run_is_unexpected_unless_listed() -> None:
+    collection = {FILE.name: ("error", "collection: ImportError")}
+    baseline = {A: "passed", B: "passed"}
+    verdict = run_clients.judge(
+        [run(collection, note="collection: ImportError")],
+        {FILE.name: Expectation("gap", "x"), B: Expectation("gap", "y")},
+        baseline,
+    )
+    assert verdict.unexpected == [(A, "missing", "collection: ImportError")]
+    assert not verdict.now_passing and not verdict.not_run
+
+
+def test_a_skip_is_unexpected_only_where_flax_passes() -> None:
+    outcomes = {A: ("skipped", ""), B: ("skipped", "")}
+    verdict = run_clients.judge([run(outcomes)], {}, {A: "passed", B: "skipped"})
+    assert [u[0] for u in verdict.unexpected] == [A]
+
+
+def test_a_listed_test_that_no_longer_exists_is_reported() -> None:
+    verdict = run_clients.judge([run({A: ("passed", "")})], {C: Expectation("flax", "z")}, {})
+    assert verdict.not_run == [C]
+
+
+def test_rewriting_keeps_reasons_drops_passes_and_sorts_new_failures() -> None:
+    old = {A: Expectation("gap", "kept reason"), B: Expectation("gap", "now passes")}
+    outcomes = {A: ("failed", "m"), B: ("passed", ""), C: ("error", "new")}
+    new = run_clients.rewrite_expectations([run(outcomes)], old, {}, {C: "failed"})
+    assert new == {A: old[A], C: Expectation("flax", "fails on real Flax 0.12.8 too: failed")}
+    text = format_expectations("# header\n", new)
+    assert parse_expectations(text) == new and text.startswith("# header\n")
+
+
+@pytest.mark.parametrize(
+    "line", ["t | nonsense: x", "t | gap:", "t gap: x", "t | gap: x\nt | gap: y"]
+)
+def test_malformed_expectations_are_refused_with_the_line(line: str) -> None:
+    with pytest.raises(ValueError, match="expectations line"):
+        parse_expectations(line)
+
+
+def test_the_checked_in_files_are_consistent_with_the_selection() -> None:
+    names = {f.name for f in ALL}
+    expectations = parse_expectations((CLIENTS / "expectations.txt").read_text())
+    baseline = parse_baseline((CLIENTS / "flax_baseline.txt").read_text())
+    for test in [*expectations, *baseline]:
+        assert test.split("::", 1)[0] in names, f"{test} is not in a selected file"
+    for test, entry in expectations.items():
+        if entry.category == "flax":
+            assert baseline.get(test) != "passed", f"{test} passes on Flax per the baseline"
+    assert set(CI) <= names and all(e.reason for e in EXCLUDED)
