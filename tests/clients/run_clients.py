@@ -218,6 +218,8 @@ def run_file(
             note = f"flax.nnx was {binding['flax.nnx']}, real modules loaded: " + ", ".join(
                 binding["real_flax_nnx_modules"][:3]
             )
+    if status != "ran" and not outcomes:  # died before any test reported: the file fails
+        outcomes[file.name] = ("error", note or f"{status} (exit {returncode}); see {log}")
     return FileRun(file, status, seconds, outcomes, note)
 
 
