@@ -51,11 +51,14 @@ numerics.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
 
+from flaxgraph.errors import numbered_fixes
 from flaxgraph.filterlib import Filter
 from flaxgraph.graphlib.inplace import update as graph_update
 from flaxgraph.pytreelib.objects import Pytree, static
@@ -113,6 +116,61 @@ class OptVariable(OptState[A]):
 
 
 M = TypeVar("M")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _explains_old_calls(update: F) -> F:
+    """Wraps ``update`` so that a call with the wrong number of positional arguments
+    (the Flax 0.10 ``optimizer.update(grads)``, gradients by keyword…) raises a
+    ``TypeError`` saying what changed in Flax 0.11 and how to call it now. The
+    signature stays ``update``'s (``inspect.signature`` follows ``__wrapped__``)."""
+
+    @functools.wraps(update)
+    def checked(self: Optimizer[Any], *args: Any, **kwargs: Any) -> Any:
+        if len(args) != self._update_arity:
+            raise TypeError(_wrong_update_call(self, args, kwargs))
+        return update(self, *args, **kwargs)
+
+    return cast(F, checked)
+
+
+def _wrong_update_call(opt: Optimizer[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    name = type(opt).__name__
+    keywords = [k for k in ("model", "grads") if k in kwargs]
+    if opt._update_arity == 2 and "model" not in kwargs and len(args) + len(keywords) == 1:
+        call = "update(grads=grads)" if keywords else "update(grads)"
+        return (
+            f"{name}.{call} is the Flax 0.10 call: since Flax 0.11 an nnx.Optimizer does "
+            "not hold its model, and update takes it first, then the gradients, both "
+            "positionally.\nFix, either:\n"
+            + numbered_fixes(
+                [
+                    "pass the model: `optimizer.update(model, grads)` (in a jitted train "
+                    "step, pass the model as an argument too: `train_step(model, optimizer, "
+                    "batch)`);",
+                    "or keep the 0.10 style with `nnx.ModelAndOptimizer(model, tx)`, which "
+                    "holds its model (`state.model`; `wrt` defaults to nnx.Param): "
+                    "`state.update(grads)`.",
+                ]
+            )
+        )
+    if opt._update_arity == 1 and len(args) + len(keywords) == 2:
+        return (
+            f"{name}.update(model, grads) is nnx.Optimizer's call: a ModelAndOptimizer "
+            "holds its model (`state.model`) and its update takes only the gradients.\nFix: "
+            "`state.update(grads)`; or use nnx.Optimizer(model, tx, wrt=nnx.Param), whose "
+            "update takes the model."
+        )
+    expected = "(model, grads)" if opt._update_arity == 2 else "(grads)"
+    got = f"{len(args)} positionally" + (
+        f" and {', '.join(k + '=' for k in keywords)} by keyword" if keywords else ""
+    )
+    return (
+        f"{name}.update{expected} takes {opt._update_arity} positional argument"
+        f"{'s' if opt._update_arity == 2 else ''} (its keyword arguments go to tx.update), "
+        f"got {got}.\nFix: call {'optimizer' if opt._update_arity == 2 else 'state'}"
+        f".update{expected}."
+    )
 
 
 class Optimizer(Pytree, Generic[M]):
@@ -207,6 +265,25 @@ class Optimizer(Pytree, Generic[M]):
         opt_state = unshare(tx.init(params), jax.tree.leaves(params))
         self.opt_state = wrap_mirroring(opt_state, params, sources, OptVariable, OptArray)
 
+    _update_arity = 2  # positional arguments of update: (model, grads)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when the attribute is missing.
+        if name == "model":
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute 'model': since Flax 0.11 "
+                "an nnx.Optimizer does not hold its model; update takes it: "
+                "`optimizer.update(model, grads)`.\nFix: use the model you built the optimizer "
+                "for; or nnx.ModelAndOptimizer(model, tx), which holds it as `state.model` "
+                "(and whose update takes only the gradients).",
+                name=name,
+                obj=self,
+            )
+        raise AttributeError(
+            f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self
+        )
+
+    @_explains_old_calls
     def update(self, model: M, grads: Any, /, **kwargs: Any) -> State:
         """Applies one optimizer step to ``model`` in place.
 
@@ -236,7 +313,10 @@ class Optimizer(Pytree, Generic[M]):
           GraphStructureError (a ``ValueError``): the paths of ``grads`` are not those
             of ``model``'s ``wrt`` sub-state; the message lists the missing and the
             extra paths.
-          TypeError: ``grads`` is not a State, mapping or model-shaped object.
+          TypeError: ``grads`` is not a State, mapping or model-shaped object; or
+            ``update`` got one positional argument (the Flax 0.10 ``update(grads)``:
+            the message shows ``update(model, grads)`` and ``nnx.ModelAndOptimizer``)
+            or ``model``/``grads`` by keyword.
 
         Example::
 
@@ -331,6 +411,7 @@ class ModelAndOptimizer(Optimizer[M]):
     """
 
     _wrt_required = False
+    _update_arity = 1  # update(grads)
 
     def __init__(
         self,
@@ -343,10 +424,13 @@ class ModelAndOptimizer(Optimizer[M]):
         super().__init__(model, tx, wrt=wrt, graph=graph)
         self.model = model
 
+    @_explains_old_calls
     def update(self, grads: Any, /, **kwargs: Any) -> State:  # type: ignore[override]
         """Applies one optimizer step to ``self.model`` in place: ``Optimizer.update``
-        with the stored model (same arguments, result and errors otherwise).
+        with the stored model (same arguments, result and errors otherwise; called as
+        ``Optimizer``'s ``update(model, grads)``, the ``TypeError`` says to drop the
+        model).
 
         Source: Flax NNX ``nnx.ModelAndOptimizer.update``.
         """
-        return super().update(self.model, grads, **kwargs)
+        return Optimizer.update.__wrapped__(self, self.model, grads, **kwargs)  # type: ignore[attr-defined]

@@ -67,7 +67,7 @@ from typing import Any, Generic, TypeVar
 
 import jax
 
-from flaxgraph.errors import TraceContextError
+from flaxgraph.errors import TraceContextError, numbered_fixes
 from flaxgraph.mesh_context import place_at_creation
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
@@ -252,12 +252,24 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
         if self._var_trace != current_trace():
             raise TraceContextError(
                 f"Cannot {what} of {type(self).__name__}{_value_summary(self.raw_value)}: "
-                "it was created outside the current JAX transform and was captured by "
-                f"closure (Cannot mutate {type(self).__name__} from a different trace "
-                "level), so the new value would leak a tracer.\n"
-                "Fix: pass the object that holds it as an argument of the transformed "
-                "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
-                "enclosing scope)."
+                "it was created outside the current JAX transform (Cannot mutate "
+                f"{type(self).__name__} from a different trace level) and got in captured by "
+                "closure or through `nnx.merge(..., copy=False)`, so the new value would "
+                "leak a tracer.\nFix, by the way it got in:\n"
+                + numbered_fixes(
+                    [
+                        "captured by closure: pass the object that holds it as an argument "
+                        "of the transformed function (e.g. `nnx.jit(f)(model, x)` instead of "
+                        "using `model` from the enclosing scope);",
+                        "put into a model by `nnx.merge(graphdef, ..., copy=False)` (merge's "
+                        "default) inside the function, from a State the transform does not "
+                        "trace (an argument `jax.grad` does not differentiate, or a captured "
+                        "one): `copy=False` keeps the State's own Variables, which belong "
+                        "outside. Merge with `copy=True` to get Variables of this trace "
+                        "(return `nnx.state(model)` if the new values are needed outside), "
+                        "or use `nnx.grad`, which traces every argument.",
+                    ]
+                )
             )
 
     def _check_update(self) -> None:
