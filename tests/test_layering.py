@@ -234,7 +234,7 @@ def test_the_core_reaches_display_through_the_registry():
     for core in (
         "flaxgraph.pytreelib.objects",
         "flaxgraph.variablelib.variable",
-        "flaxgraph.statelib",
+        "flaxgraph.statelib.state",
     ):
         assert "flaxgraph.renderers" in EDGES[core]
     assert "flaxgraph.renderers" in EDGES["flaxgraph.graphlib.graphdefs"]

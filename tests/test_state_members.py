@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/state_members.py (Flax 0.12's State/FlatState members)."""
+"""Tests of flaxgraph/statelib/members.py (Flax 0.12's State/FlatState members)."""
 
 import jax.numpy as jnp
 import pytest

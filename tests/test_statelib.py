@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/statelib.py: State, FlatState, filtering, pure dicts, map_state."""
+"""Tests of flaxgraph/statelib/: State, FlatState, filtering, pure dicts, map_state."""
 
 import jax
 import jax.numpy as jnp

@@ -3,7 +3,7 @@
 Flax code calls ``state.map(f)``, ``state.raw_mapping``,
 ``FlatState.from_sorted_keys_values(keys, values)`` and
 ``FlatState.merge(a, b)``. They are written here on top of the core methods of
-``statelib.py`` (``flat_state``, ``from_flat_path``, the tuple of pairs), which
+``statelib/state.py`` (``flat_state``, ``from_flat_path``, the tuple of pairs), which
 ``State`` and ``FlatState`` inherit from these mixins.
 """
 

@@ -30,8 +30,8 @@ from flaxgraph.filterlib import (
     to_predicate,
 )
 from flaxgraph.renderers import RENDERERS
-from flaxgraph.state_members import FlatStateMembers, StateMembers
-from flaxgraph.state_pytree import state_pytree_functions
+from flaxgraph.statelib.members import FlatStateMembers, StateMembers
+from flaxgraph.statelib.pytree import state_pytree_functions
 from flaxgraph.typing import Key, PathParts
 from flaxgraph.variablelib.variable import Variable
 
@@ -63,7 +63,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
             k: (State(v) if type(v) is dict or (isinstance(v, State) and v is not self) else v)
             for k, v in items
         }
-        self._state_keys: Any = None  # the pytree keys cache (state_pytree.py)
+        self._state_keys: Any = None  # the pytree keys cache (statelib/pytree.py)
 
     @classmethod
     def _wrap(cls, mapping: dict[Key, Any]) -> State:
@@ -541,7 +541,7 @@ def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
 _set_mapping = State._mapping.__set__  # type: ignore[attr-defined]
 _set_keys = State._state_keys.__set__  # type: ignore[attr-defined]
 
-# A State is a pytree whose children are its entries (flaxgraph/state_pytree.py).
+# A State is a pytree whose children are its entries (statelib/pytree.py).
 jax.tree_util.register_pytree_with_keys(State, *state_pytree_functions(State))
 # A FlatState is a pytree too (as in Flax NNX 0.12): its leaves are the pairs' leaves,
 # its paths are static.
