@@ -338,14 +338,17 @@ class GraphDef:
         h, g = self._hash, other._hash
         return (h is None or g is None or h == g) and self.root == other.root
 
-    def unhashable_error(self, root_name: str) -> TypeError:
+    def unhashable_error(self, root_name: str, roots: tuple[str, ...] = ()) -> TypeError:
         """The ``StaticAttributeError`` naming the first unhashable static value, its
-        path formatted from ``root_name``; a plain ``TypeError`` if every static value
-        hashes (then something else failed)."""
+        path formatted from ``root_name``, or, when the root is a tuple of named roots
+        (a transform's ``(args, kwargs)``), from ``roots[i]``; a plain ``TypeError`` if
+        every static value hashes (then something else failed)."""
         found = _find_unhashable(self.root, ())
         if found is None:
             return TypeError(f"GraphDef of a {self.type.__name__} is unhashable.")
         steps, value, what = found
+        if roots and steps and isinstance(steps[0][0], int) and steps[0][0] < len(roots):
+            root_name, steps = roots[steps[0][0]], steps[1:]
         where = root_name + "".join(
             f".{k}" if attr and isinstance(k, str) and k.isidentifier() else f"[{k!r}]"
             for k, attr in steps
