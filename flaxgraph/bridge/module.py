@@ -45,6 +45,7 @@ from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.module import Module as NNXModule
 from flaxgraph.pytreelib import objects
+from flaxgraph.pytreelib.attribute_kinds import class_kinds
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.statelib import State
@@ -175,7 +176,7 @@ class Module(NNXModule, metaclass=_BridgeModuleMeta):
         super().__init_subclass__(pytree=False, **kwargs)
         dataclasses.dataclass(repr=False)(cls)
         cls.__hash__ = object.__hash__  # type: ignore[method-assign]
-        cls._obj_class_kinds = objects._class_kinds(cls)
+        cls._obj_class_kinds = class_kinds(cls)
         impl = objects._graph_create_empty(cls)
         register_graph_node_type(
             cls,
