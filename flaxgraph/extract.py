@@ -35,17 +35,15 @@ from flaxgraph.graphlib.contexts import MergeContext, SplitContext, merge_contex
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.graphlib.registry import MISSING, is_node_or_variable
 from flaxgraph.graphlib.walk import flatten
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import State
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
 
-
-def is_graph_node(x: Any) -> bool:
-    """Whether ``x`` is a graph node or a Variable (what ``to_tree`` splits)."""
-    return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
+# Flax's name in ``nnx.extract``: a graph node or a Variable (what ``to_tree`` splits).
+is_graph_node = is_node_or_variable
 
 
 class NodeStates:

@@ -44,7 +44,7 @@ def unflatten(
     index_ref: dict[int, Any] | None = None,
     reuse: dict[int, Any] | None = None,
     leaf_sink: list[Any] | None = None,
-    share_variables: bool = False,
+    copy_variables: bool = True,
     recreate_variables: bool = True,
     new_refs: bool = False,
 ) -> Any:
@@ -62,9 +62,11 @@ def unflatten(
         an error leaves them untouched; values that did not change are not written.
       leaf_sink: if given, receives the built leaf objects (Variables, or raw values)
         in leaf order, for callers that post-process them.
-      share_variables: a Variable leaf becomes the graph's Variable itself (not a
-        new Variable with its value and metadata); what ``nnx.merge`` does by
-        default. Reused objects (``reuse``) are updated in place either way.
+      copy_variables: ``True`` (the default): a Variable leaf gives a new Variable
+        with its value and metadata; ``False``: the leaf becomes the graph's
+        Variable itself, what ``nnx.merge`` does by default (the polarity of
+        ``nnx.merge(copy=...)`` and ``nnx.unflatten(copy_variables=...)``). Reused
+        objects (``reuse``) are updated in place either way.
       recreate_variables: a raw leaf at a Variable's place becomes a new Variable
         of the GraphDef's kind and metadata; if ``False`` the raw value itself is
         put there.
@@ -87,9 +89,9 @@ def unflatten(
             f"The GraphDef expects {len(graphdef.leaf_paths)} state leaves but got {len(leaves)}."
         )
     builder = _Build(leaves, {} if index_ref is None else index_ref, reuse or {}, leaf_sink)
-    if share_variables or not recreate_variables:
+    if not copy_variables or not recreate_variables:
         builder.plain = False
-        builder.share, builder.recreate = share_variables, recreate_variables
+        builder.copy, builder.recreate = copy_variables, recreate_variables
     builder.new_refs = new_refs
     root = builder.build(graphdef.root)
     for write in builder.writes:
@@ -107,7 +109,7 @@ class _Build:
         "sink",
         "trace",
         "plain",
-        "share",
+        "copy",
         "recreate",
         "new_refs",
     )
@@ -127,7 +129,7 @@ class _Build:
         self.sink = sink
         self.trace = current_trace()
         self.plain = True  # the defaults: every Variable is built anew
-        self.share = False
+        self.copy = True
         self.recreate = True
         self.new_refs = False
 
@@ -176,7 +178,7 @@ class _Build:
                 return self._ref_output(d, value, metadata, variable)
             if variable is None:
                 if self.plain or not (
-                    self.share if isinstance(leaf, Variable) else not self.recreate
+                    not self.copy if isinstance(leaf, Variable) else not self.recreate
                 ):
                     variable = d.type._from_parts(value, metadata, self.trace)
                 else:

@@ -309,7 +309,7 @@ class MergeContext:
             leaves,
             index_ref=self.index_ref,
             reuse=reuse,
-            share_variables=not copy,
+            copy_variables=copy,
             recreate_variables=recreate_variables,
         )
 

@@ -50,14 +50,15 @@ class _GiveUp(Exception):
     """The State does not fit the GraphDef, or holds what only the general path builds."""
 
 
-def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> Any:
+def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any:
     """Builds the graph of ``graphdef`` from ``state``, or returns ``GAVE_UP``.
 
     Args:
       graphdef: a GraphDef whose root is a graph node or a container.
       state: a ``State`` whose nesting follows the graph (what ``split`` returns).
-      share: a Variable leaf becomes the graph's Variable itself (``copy=False``);
-        else a new Variable with its value and metadata.
+      copy: a Variable leaf gives a new Variable with its value and metadata;
+        else the leaf becomes the graph's Variable itself (``nnx.merge``'s
+        ``copy``).
       recreate: a raw leaf at a Variable's place becomes a new Variable of the
         GraphDef's kind and metadata; else the raw value is put there.
 
@@ -80,7 +81,7 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
         if isinstance(leaf, Variable):
             if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
                 raise _GiveUp
-            if not share:
+            if copy:
                 leaf = c.type._from_parts(leaf.raw_value, leaf._var_metadata, trace)
         elif type(leaf) in _MARKERS or isinstance(leaf, State):
             raise _GiveUp
@@ -127,7 +128,7 @@ def merge_direct(graphdef: Any, state: State, share: bool, recreate: bool) -> An
         items = []
         used = 0
         for k, c in d.attributes:
-            if share and type(c) is VariableDef:  # the common case, inline
+            if not copy and type(c) is VariableDef:  # the common case, inline
                 leaf = mapping[k]
                 used += 1
                 if type(leaf) is not c.type or (

@@ -166,7 +166,7 @@ def unflatten(
         leaves,
         index_ref=index_ref,
         reuse=outer_index_outer_ref,
-        share_variables=not copy_variables,
+        copy_variables=copy_variables,
         recreate_variables=recreate_variables,
     )
 

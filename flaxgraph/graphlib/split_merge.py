@@ -393,13 +393,13 @@ def merge(
         )
     joined = join_states(all_states) if all_states else None
     if joined is not None:
-        built = merge_direct(graphdef, joined, not copy, recreate_variables)
+        built = merge_direct(graphdef, joined, copy, recreate_variables)
         if built is not GAVE_UP:
             return built
     return unflatten(
         graphdef,
         ordered_leaves(graphdef, all_states),
-        share_variables=not copy,
+        copy_variables=copy,
         recreate_variables=recreate_variables,
     )
 
@@ -445,16 +445,16 @@ def clone(
     graph = resolve_graph(graph)
     found = split_direct(node, graph) if not arrays else None
     if found is not None and type(found[1]) is State:
-        built = merge_direct(found[0], found[1], not variables, True)
+        built = merge_direct(found[0], found[1], variables, True)
         if built is not GAVE_UP:
             return built
     graphdef, leaves = flatten(node, graph=graph)
     if not variables:
-        return unflatten(graphdef, [v for _, v in leaves], share_variables=True)
+        return unflatten(graphdef, [v for _, v in leaves], copy_variables=False)
     if arrays:
         copied = [
             v.replace(_copy_array(v.raw_value)) if isinstance(v, Variable) else _copy_array(v)
             for _, v in leaves
         ]
-        return unflatten(graphdef, copied, share_variables=True)
+        return unflatten(graphdef, copied, copy_variables=False)
     return unflatten(graphdef, [v for _, v in leaves])

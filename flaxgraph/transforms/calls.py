@@ -16,8 +16,7 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from flaxgraph.graphlib.registry import is_hashable
-from flaxgraph.transforms.lift import is_graph_object
+from flaxgraph.graphlib.registry import is_hashable, is_node_or_variable
 
 
 def decorator(transform: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,7 +36,7 @@ def _bound_graph_method(f: Any) -> Any:
     layers), or ``None``."""
     while isinstance(f, functools.partial):
         f = f.func
-    if inspect.ismethod(f) and is_graph_object(f.__self__):
+    if inspect.ismethod(f) and is_node_or_variable(f.__self__):
         return f
     return None
 
@@ -74,7 +73,7 @@ def unbind(f: Any, transform: str = "transform") -> tuple[Callable[..., Any], tu
         ``check_not_bound_method``); ``transform`` names the transform in the message.
     """
     check_not_bound_method(f, transform)
-    if is_graph_object(f) and callable(f):
+    if is_node_or_variable(f) and callable(f):
         return type(f).__call__, (f,)
     return f, ()
 

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from flaxgraph.filterlib import Filter
+from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
-from flaxgraph.transforms.lift import Inner, is_graph_object
+from flaxgraph.transforms.lift import Inner
 from flaxgraph.transforms.lift_types import DiffState, PrefixMapping
 from flaxgraph.variablelib.variable import Param, Variable
 
@@ -117,7 +118,7 @@ def check_argnums(argnums: Any, transform: str) -> None:
     items = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
     for i, item in enumerate(items):
         where = "argnums" if items is not argnums else f"argnums[{i}]"
-        if is_graph_object(item):
+        if is_node_or_variable(item):
             raise ValueError(
                 f"nnx.{transform} got a {type(item).__name__} as {where}: Graph nodes are not "
                 "allowed as prefixes; argnums says which arguments to differentiate.\nFix: "

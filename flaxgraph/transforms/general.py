@@ -48,8 +48,8 @@ import jax
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.graphlib.walk import flatten
-from flaxgraph.transforms.lift import is_graph_object
 from flaxgraph.variablelib.variable import Variable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -97,10 +97,10 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
 
     Returns the new tree and the identity map object -> index."""
     ref_index: RefMap[int] = RefMap()
-    leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_graph_object)
+    leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_node_or_variable)
     splits: list[tuple[int, int, GraphDef, list[Any]] | None] = []
     for x in leaves:
-        if not is_graph_object(x):
+        if not is_node_or_variable(x):
             splits.append(None)
             continue
         start = len(ref_index)

@@ -52,7 +52,6 @@ from flaxgraph.errors import SharedReferenceError, TraceContextError
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.graphdefs import GraphDef, lenient_hash
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.graphlib.walk import shared_variables_message
 from flaxgraph.modes import DEFAULT, Mode
@@ -541,8 +540,3 @@ class _OutputWalk(PrefixWalk):
             (output, args, kwargs),
             lambda paths: any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths),
         )
-
-
-def is_graph_object(x: Any) -> bool:
-    """True for graph nodes and Variables (what the lifting machine treats as objects)."""
-    return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)

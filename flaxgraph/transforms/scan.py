@@ -41,6 +41,7 @@ import jax.numpy as jnp
 
 from flaxgraph.graphlib.build import unflatten
 from flaxgraph.graphlib.diff import graphdef_diff
+from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.rnglib.rngs import RngState
@@ -56,7 +57,6 @@ from flaxgraph.transforms.lift import (
     Merged,
     OutStatic,
     Static,
-    is_graph_object,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
@@ -446,7 +446,7 @@ def _check_carry_references(
         before = given.get(i)
         if node is before or not (mode.updates or isinstance(node, Variable)):
             continue
-        if not is_graph_object(node):
+        if not is_node_or_variable(node):
             continue
         path = next((p for p, v in iter_graph(out_carry, graph=mode.graph) if v is node), ())
         where = NamedRoots(("carry",), (out_carry,)).where((0, *path))

@@ -43,7 +43,13 @@ from flaxgraph.graphlib.graphdefs import (
     VariableDef,
 )
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import ARRAY_TYPES, BUILTIN_CONTAINERS, StaticLeaf, is_plain_static
+from flaxgraph.graphlib.registry import (
+    ARRAY_TYPES,
+    BUILTIN_CONTAINERS,
+    StaticLeaf,
+    is_node_or_variable,
+    is_plain_static,
+)
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable
 from flaxgraph.visualization.values import (
@@ -55,7 +61,6 @@ from flaxgraph.visualization.values import (
     attr_path,
     dict_head,
     holds_nodes,
-    is_node,
     item_path,
     no_head,
     node_items,
@@ -106,7 +111,7 @@ class _TextPrinter:
     def value(self, x: Any, indent: str, head: str, path: str) -> Totals:
         """Writes ``x`` on a new line as ``indent + head + <x>``; returns the counts
         of the Variables printed for the first time inside it."""
-        if is_node(x):
+        if is_node_or_variable(x):
             where = self.seen.get(x)
             if where is not None:
                 self._line(f"{indent}{head}{type(x).__name__}(...)", f"same as {where or ROOT}")

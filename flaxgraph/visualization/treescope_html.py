@@ -21,6 +21,7 @@ from typing import Any
 
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable
 from flaxgraph.visualization.text import def_parts
@@ -30,7 +31,6 @@ from flaxgraph.visualization.values import (
     add_totals,
     attr_head,
     attr_path,
-    is_node,
     node_items,
     positional,
     size_text,
@@ -96,7 +96,7 @@ def _render_children(
     lines = []
     for i, (key, value) in enumerate(items):
         child_path = None if path is None else path + attr_path(key)
-        if is_node(value) and value in session.seen:
+        if is_node_or_variable(value) and value in session.seen:
             rendering = _reference(value, session.seen[value], child_path)
         else:
             rendering = subtree_renderer(value, path=child_path)
@@ -255,7 +255,7 @@ def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) 
     with _session() as session:
 
         def render(value: Any, path: str | None = None) -> Any:
-            if is_node(value) and value in session.seen:
+            if is_node_or_variable(value) and value in session.seen:
                 return _reference(value, session.seen[value], path)
             return subtree_renderer(value, path=path)
 

@@ -28,6 +28,7 @@ from flaxgraph.graphlib.registry import (
     BUILTIN_CONTAINERS,
     GRAPH_NODE_IMPLS,
     DataLeaf,
+    is_node_or_variable,
     is_plain_static,
     pytree_children,
 )
@@ -226,13 +227,9 @@ def plain_repr(x: Any) -> str:
     return safe_repr(x)
 
 
-def is_node(x: Any) -> bool:
-    return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
-
-
 def holds_nodes(x: Any) -> bool:
     """True if ``x`` is, or is a container holding, a node, Variable or State."""
-    if is_node(x) or isinstance(x, State):
+    if is_node_or_variable(x) or isinstance(x, State):
         return True
     t = type(x)
     if t in BUILTIN_CONTAINERS:

@@ -2,7 +2,7 @@
 
 Property: whenever it builds, ``merge_direct`` gives the graph ``unflatten`` gives from
 the State's leaves in the GraphDef's order (same structure, values and sharing; with
-``share`` the State's own Variables); on a State that does not fit, it gives up and
+``copy=False`` the State's own Variables); on a State that does not fit, it gives up and
 ``merge`` reports the general error.
 """
 
@@ -27,18 +27,18 @@ def check_same_as_general(g: Any) -> None:
     if type(state) is not nnx.State:
         return
     leaves = [leaf for _, leaf in state.flat_state()]
-    for share in (True, False):
-        built = merge_direct(graphdef, state, share, True)
+    for copy in (False, True):
+        built = merge_direct(graphdef, state, copy, True)
         if built is GAVE_UP:
             return
-        want = unflatten(graphdef, leaves, share_variables=share)
+        want = unflatten(graphdef, leaves, copy_variables=copy)
         assert_graphs_equal(built, want)
-        if share:
+        if not copy:
             variables = [v for _, v in nnx.iter_graph(built) if isinstance(v, nnx.Variable)]
             originals = {id(v) for _, v in state.flat_state()}
             assert all(id(v) in originals for v in variables)
     pure = nnx.State(jax.tree.map(lambda x: x, state.to_pure_dict()))
-    built = merge_direct(graphdef, pure, True, True)
+    built = merge_direct(graphdef, pure, False, True)
     if built is not GAVE_UP:
         assert_graphs_equal(built, nnx.merge(graphdef, state))
 
@@ -57,15 +57,15 @@ def test_gives_up_on_a_state_that_does_not_fit() -> None:
     m = Node(a=nnx.Param(jnp.ones(1)), c=Node(d=nnx.Param(1.0)))
     graphdef, state = nnx.split(m)
     extra = nnx.State({**state, "x": nnx.Param(2.0)})
-    assert merge_direct(graphdef, extra, True, True) is GAVE_UP
+    assert merge_direct(graphdef, extra, False, True) is GAVE_UP
     with pytest.raises(nnx.GraphStructureError, match="no place for: x"):
         nnx.merge(graphdef, extra)
     missing = nnx.State({"a": state["a"]})
-    assert merge_direct(graphdef, missing, True, True) is GAVE_UP
+    assert merge_direct(graphdef, missing, False, True) is GAVE_UP
     with pytest.raises(nnx.GraphStructureError, match="missing leaves at c/d"):
         nnx.merge(graphdef, missing)
     misplaced = nnx.State({"a": {"z": state["a"]}, "c": state["c"]})
-    assert merge_direct(graphdef, misplaced, True, True) is GAVE_UP
+    assert merge_direct(graphdef, misplaced, False, True) is GAVE_UP
     with pytest.raises(nnx.GraphStructureError):
         nnx.merge(graphdef, misplaced)
 
@@ -104,5 +104,5 @@ def test_direct_merge_handles_the_corpus() -> None:
     makes = [p.values[0] for p in corpus_params()]
     for make in makes:
         graphdef, state = nnx.split(make())
-        handled += merge_direct(graphdef, state, True, True) is not GAVE_UP
+        handled += merge_direct(graphdef, state, False, True) is not GAVE_UP
     assert handled == len(makes)
