@@ -43,6 +43,7 @@ NNX 0.12 (``graph``/``graph_updates``).
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,8 +64,29 @@ from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
-IN = 0  # source tag: the leaf is unchanged, take the caller's input value
-OUT = 1  # source tag: the leaf comes back from the JAX transform
+
+class Origin(enum.IntEnum):
+    """Where an output leaf's value comes from: the ``origin`` of an output source
+    ``(origin, a, b)`` (``OutStatic.sources``).
+
+    * ``IN``: the leaf is unchanged; take the caller's input value ``values[a]``.
+    * ``OUT``: the leaf comes back from the JAX transform, ``out_groups[a][b]``.
+    * ``CARRY``: (``scan``) the leaf comes back in the loop's final carry, at ``a``.
+    * ``STACKED``: (``scan``) the leaf comes back stacked, ``ys[a]`` with its scan
+      axis moved to ``b``.
+
+    An ``IntEnum``: comparing origins runs at C speed on the fast path.
+    """
+
+    IN = 0
+    OUT = 1
+    CARRY = 2
+    STACKED = 3
+
+
+# The two origins every transform uses, as module constants (read on every call).
+IN = Origin.IN
+OUT = Origin.OUT
 
 
 class Static:

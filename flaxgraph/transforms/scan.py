@@ -55,6 +55,7 @@ from flaxgraph.transforms.lift import (
     Frozen,
     InStatic,
     Merged,
+    Origin,
     OutStatic,
     Static,
     split_inputs,
@@ -242,7 +243,7 @@ def scan(
             value = leaf.raw_value if isinstance(leaf, Variable) else leaf
             if prefix is Carry:
                 state_paths.append(_as_input_path(path))
-                sources.append((2, len(new_state_carry), 0))
+                sources.append((Origin.CARRY, len(new_state_carry), 0))
                 new_state_carry.append(value)
             elif prefix is None:
                 if unchanged is None:
@@ -251,7 +252,7 @@ def scan(
             elif unchanged is not None and merged.prefixes[unchanged] == prefix:
                 sources.append((IN, unchanged, 0))
             else:
-                sources.append((3, len(ys), prefix))
+                sources.append((Origin.STACKED, len(ys), prefix))
                 ys.append(value)
         if state_paths != expected_state_carry:
             raise CarryStructureError(
@@ -341,7 +342,7 @@ def scan(
         for tag, a, b in out_static.sources:
             if tag == IN:
                 values.append(call.values[a])
-            elif tag == 2:
+            elif tag == Origin.CARRY:
                 values.append(state_final[a])
             else:
                 values.append(jnp.moveaxis(ys[a], 0, b) if b != 0 else ys[a])
