@@ -9,7 +9,7 @@ Source: Flax NNX ``nnx.List``, ``nnx.Dict``, ``nnx.Sequential``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableSequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, MutableSequence
 from typing import Any, overload
 
 from flaxgraph.module import Module
@@ -143,8 +143,25 @@ def _entry(value: Any) -> tuple[Any, str | None]:
     return value, None
 
 
-class Dict(Module):
-    """A dict with string keys that is a Module: ``nnx.Dict(encoder=..., decoder=...)``."""
+class Dict(Module, MutableMapping[str, Any]):
+    """A dict with string keys that is a Module: ``nnx.Dict(encoder=..., decoder=...)``.
+
+    As in Flax, it is a ``collections.abc.MutableMapping`` (code that checks
+    ``isinstance(x, Mapping)`` treats it as a mapping; ``keys()``, ``values()`` and
+    ``items()`` are views; ``==`` compares the entries) and, as a Module, hashes by
+    identity. Iteration is in sorted-key order.
+
+    Example::
+
+      >>> import collections.abc, flaxgraph as nnx
+      >>> d = nnx.Dict(b=2, a=1)
+      >>> isinstance(d, collections.abc.Mapping), list(d.keys()), d == {'a': 1, 'b': 2}
+      (True, ['a', 'b'], True)
+
+    Source: Flax NNX 0.12 ``nnx.Dict``.
+    """
+
+    __hash__ = Module.__hash__  # Mapping's __eq__ would otherwise make it unhashable
 
     def __init__(self, items: Mapping[str, Any] | None = None, /, **kwargs: Any):
         for k, v in {**(items or {}), **kwargs}.items():
@@ -167,18 +184,6 @@ class Dict(Module):
 
     def __len__(self) -> int:
         return len(self.__dict__)
-
-    def keys(self) -> list[str]:
-        """The keys, sorted."""
-        return sorted(self.__dict__)
-
-    def values(self) -> list[Any]:
-        """The values, in sorted-key order."""
-        return [self.__dict__[k] for k in self.keys()]
-
-    def items(self) -> list[tuple[str, Any]]:
-        """The ``(key, value)`` pairs, in sorted-key order."""
-        return [(k, self.__dict__[k]) for k in self.keys()]
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value at ``key``, or ``default``."""
@@ -227,7 +232,7 @@ class Dict(Module):
         """
         if not self.__dict__:
             raise KeyError("popitem(): the nnx.Dict is empty")
-        key = self.keys()[0]
+        key = next(iter(self))
         return key, self.pop(key)
 
     def clear(self) -> None:
@@ -243,7 +248,7 @@ class Dict(Module):
 
         Source: Flax NNX 0.12 ``nnx.Dict`` (a ``MutableMapping``).
         """
-        for key in self.keys():
+        for key in list(self):
             del self[key]
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "Partitioned",
     "get_named_sharding",
     "get_partition_spec",
+    "get_var_pspec",
     "map_boxes",
     "with_partitioning",
     "with_sharding_constraint",
@@ -214,6 +215,36 @@ def leaf_where(keypath: tuple[Any, ...], leaf: Any) -> str:
     keys = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in keypath]
     kind = type(leaf).__name__
     return f"the {kind} at {keys_str(keys)!r}"
+
+
+def get_var_pspec(v: Variable[Any]) -> PartitionSpec | None:
+    """The ``PartitionSpec`` of one Variable: its sharding names (``out_sharding``…)
+    with logical names mapped by the active ``nnx.logical_axis_rules`` and its own
+    ``sharding_rules``; ``PartitionSpec()`` (replicated) for a Variable without names
+    whose value has a shape; ``None`` for one whose value has none (a string, a
+    callable…).
+
+    Args:
+      v: a Variable.
+
+    Returns:
+      A ``jax.sharding.PartitionSpec`` with one entry per named dimension, or ``None``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> w = nnx.Param(jnp.ones((2, 4)), out_sharding=('embed', 'mlp'))
+      >>> with nnx.logical_axis_rules([('mlp', 'model')]):
+      ...   print(nnx.spmd.get_var_pspec(w))
+      P('embed', 'model')
+      >>> nnx.spmd.get_var_pspec(nnx.Param(jnp.ones(3))), nnx.spmd.get_var_pspec(nnx.Variable('x'))
+      (P(), None)
+
+    Source: Flax NNX 0.12 ``nnx.spmd.get_var_pspec``.
+    """
+    if _names(v):
+        return _spec_of(v)
+    return PartitionSpec() if hasattr(v, "shape") else None
 
 
 def get_partition_spec(tree: Any) -> Any:

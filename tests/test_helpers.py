@@ -1,5 +1,7 @@
 """Tests of flaxgraph/helpers.py: List, Dict and Sequential."""
 
+from collections.abc import Mapping, MutableMapping
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,14 +106,34 @@ def test_list_update_and_pytree():
 def test_dict_mapping_protocol():
     d = nnx.Dict({"b": 2}, a=1)
     assert d["a"] == 1 and d.a == 1
-    assert list(d) == ["a", "b"] and d.keys() == ["a", "b"]
-    assert d.values() == [1, 2] and d.items() == [("a", 1), ("b", 2)]
+    assert list(d) == ["a", "b"] and list(d.keys()) == ["a", "b"]
+    assert list(d.values()) == [1, 2] and list(d.items()) == [("a", 1), ("b", 2)]
     assert len(d) == 2 and "a" in d and "z" not in d
     d["c"] = 3
     del d["a"]
-    assert d.keys() == ["b", "c"]
+    assert d.keys() == {"b", "c"}  # a KeysView, as Flax's (a MutableMapping) gives
     with pytest.raises(KeyError):
         d["a"]
+
+
+def test_dict_is_a_mutable_mapping_that_hashes_by_identity():
+    # Library code walks nested containers with isinstance(x, Mapping) and turns
+    # them into plain dicts; an nnx.Dict must take that branch, as in Flax.
+    def to_plain(node):
+        if isinstance(node, Mapping):
+            return {k: to_plain(v) for k, v in node.items()}
+        return node
+
+    tree = nnx.Dict(decoder=nnx.Dict(layer0=nnx.Dict(w=1.0)), head={"b": 2})
+    plain = to_plain(tree)
+    assert plain == {"decoder": {"layer0": {"w": 1.0}}, "head": {"b": 2}}
+    assert type(plain["decoder"]["layer0"]) is dict
+    assert isinstance(tree, MutableMapping) and tree == plain
+    same = nnx.Dict(decoder=tree["decoder"], head=tree["head"])
+    assert same == tree and hash(same) != hash(tree) and len({tree, same}) == 2
+    tree.setdefault("extra", 3)
+    tree.update(more=4)
+    assert tree.pop("extra") == 3 and tree.get("missing", 0) == 0 and "more" in tree
 
 
 def test_dict_kwargs_win_over_mapping():
@@ -132,7 +154,7 @@ def test_dict_mutation_from_another_trace_raises():
         jax.jit(lambda x: d.__setitem__("b", x))(1)
     with pytest.raises(nnx.TraceContextError):
         jax.jit(lambda x: d.__delitem__("a"))(1)
-    assert d.keys() == ["a"]
+    assert list(d.keys()) == ["a"]
 
 
 # -- Sequential ---------------------------------------------------------------------------------
@@ -228,7 +250,7 @@ def test_dict_popitem_and_clear():
     assert d.popitem() == ("a", 1)
     assert list(d) == ["b"]
     d.clear()
-    assert len(d) == 0 and d.keys() == []
+    assert len(d) == 0 and list(d.keys()) == []
     with pytest.raises(KeyError, match="empty"):
         d.popitem()
 

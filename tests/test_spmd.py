@@ -305,3 +305,34 @@ def test_a_variables_own_sharding_rules_resolve_its_names() -> None:
     with nnx.logical_axis_rules([("rows", "model")]):
         with pytest.raises(ValueError, match="Inconsistent logical axis annotations for 'rows'"):
             nnx.get_partition_spec(nnx.State({"v": v}))
+
+
+def test_get_var_pspec_matches_get_partition_spec_per_variable():
+    # A checkpoint loader asks each template Variable for its spec, one at a time.
+    state = nnx.State(
+        {
+            "w": nnx.Param(jnp.ones((2, 4)), out_sharding=("embed", "mlp")),
+            "b": nnx.Param(jnp.ones(4)),
+            "name": nnx.Variable("layer"),
+        }
+    )
+    with nnx.logical_axis_rules([("mlp", "model")]):
+        specs = {k: nnx.spmd.get_var_pspec(v) for k, v in state.items()}
+        whole = nnx.get_partition_spec(state)
+    assert specs == {"w": P("embed", "model"), "b": P(), "name": None}
+    assert specs["w"] == whole["w"].value and specs["b"] == whole["b"].value
+
+
+def test_get_var_pspec_matches_flax():
+    fnnx = pytest.importorskip("flax.nnx")
+    mesh = jax.make_mesh((1, 1), ("e", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    def specs(lib: Any) -> tuple[Any, ...]:
+        with jax.set_mesh(mesh), lib.logical_axis_rules([("mlp", "model")]):
+            return (
+                lib.spmd.get_var_pspec(lib.Param(jnp.ones((2, 4)), out_sharding=("e", "mlp"))),
+                lib.spmd.get_var_pspec(lib.Param(jnp.ones(4))),
+                lib.spmd.get_var_pspec(lib.Variable("x")),
+            )
+
+    assert specs(nnx) == specs(fnnx) == (P("e", "model"), P(), None)
