@@ -243,7 +243,7 @@ def get_var_pspec(v: Variable[Any]) -> PartitionSpec | None:
     Source: Flax NNX 0.12 ``nnx.spmd.get_var_pspec``.
     """
     if _names(v):
-        return _spec_of(v)
+        return spec_of(v)
     return PartitionSpec() if hasattr(v, "shape") else None
 
 
