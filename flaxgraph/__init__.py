@@ -179,6 +179,7 @@ from flaxgraph.pytreelib.declarations import check_pytree as check_pytree
 from flaxgraph.pytreelib.declarations import dataclass as dataclass
 from flaxgraph.pytreelib.objects import Object as Object
 from flaxgraph.pytreelib.objects import Pytree as Pytree
+from flaxgraph.rnglib.broadcast_mark import BROADCAST as BROADCAST
 from flaxgraph.rnglib.rngs import RngCount as RngCount
 from flaxgraph.rnglib.rngs import RngKey as RngKey
 from flaxgraph.rnglib.rngs import Rngs as Rngs
@@ -231,6 +232,7 @@ from flaxgraph.transforms.autodiff import remat as remat
 from flaxgraph.transforms.autodiff import value_and_grad as value_and_grad
 from flaxgraph.transforms.autodiff import vjp as vjp
 from flaxgraph.transforms.checkify import checkify as checkify
+from flaxgraph.transforms.closure_reads import ClosureReadWarning as ClosureReadWarning
 from flaxgraph.transforms.compilation import jit as jit
 from flaxgraph.transforms.control import CarryStructureError as CarryStructureError
 from flaxgraph.transforms.control import cond as cond
@@ -246,6 +248,7 @@ from flaxgraph.transforms.make_jaxpr import make_jaxpr as make_jaxpr
 from flaxgraph.transforms.metadata import transform_metadata as transform_metadata
 from flaxgraph.transforms.partial import cached_partial as cached_partial
 from flaxgraph.transforms.partial import jit_partial as jit_partial
+from flaxgraph.transforms.rng_broadcast import RngBroadcastWarning as RngBroadcastWarning
 from flaxgraph.transforms.scan import BroadcastChangeWarning as BroadcastChangeWarning
 from flaxgraph.transforms.scan import Carry as Carry
 from flaxgraph.transforms.scan import scan as scan

@@ -21,6 +21,7 @@ from flaxgraph.filterlib import to_predicate
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.node_copy import copy_nodes
+from flaxgraph.rnglib.broadcast_mark import BROADCAST, BROADCAST_MARK, MarkBackups, mark
 from flaxgraph.rnglib.rngs import (
     NO_MATCH,
     RngCount,
@@ -152,8 +153,18 @@ def _selected(node: Any, rules: list[tuple[Any, Any, Any]], only: Any) -> list[A
     return found
 
 
-def _in_place(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any) -> RngBackups:
+def _marked(key: Any, shape: Any) -> Any:
+    """The ``make`` of ``split_rngs(splits=BROADCAST)``: keys are kept, only marked
+    (``_in_place``/``_copied`` test for it before drawing)."""
+    raise AssertionError("never called")  # pragma: no cover
+
+
+def _in_place(
+    node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any
+) -> RngBackups | MarkBackups:
     """Replaces the selected streams' key (``make(stream(), shape)``) and count in place."""
+    if make is _marked:
+        return MarkBackups([mark(s.key) for _, s, _ in _selected(node, rules, only)])
     entries = []
     for _, stream, shape in _selected(node, rules, only):
         new_key = make(stream(), shape)  # consumes one key: every call splits afresh
@@ -171,7 +182,9 @@ def _copied(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any, 
 
     def f(path: Any, copy: Any) -> Any:
         entry = chosen.get(id(copy.key)) if isinstance(copy, RngStream) else None
-        if entry is not None and entry[0] is copy.key:
+        if entry is not None and entry[0] is copy.key and make is _marked:
+            copy.key = RngKey(copy.key.value, tag=copy.tag, **{BROADCAST_MARK: True})
+        elif entry is not None and entry[0] is copy.key:
             new_key = make(copy(), entry[1])  # advances the shared count Variable
             copy.key = RngKey(new_key, tag=copy.tag)
             copy.count = RngCount(jnp.zeros(new_key.shape, dtype=jnp.uint32), tag=copy.tag)
@@ -264,7 +277,10 @@ def split_rngs(
 
     Args:
       node: the graph holding ``Rngs``/``RngStream``s; omit it for the decorator form.
-      splits: number (or shape) of keys.
+      splits: number (or shape) of keys; ``nnx.BROADCAST`` keeps the keys and marks
+        the selected streams as broadcast on purpose for the call, so ``vmap``/``scan``
+        do not warn (``nnx.RngBroadcastWarning``) when they are drawn from with
+        ``in_axes`` None (``flaxgraph/rnglib/broadcast_mark.py``).
       only: a filter selecting streams (e.g. ``'dropout'`` for one stream by tag);
         it sees each stream's key Variable at path ``(..., 'key')``.
       squeeze: drop the split axis (requires ``splits == 1``).
@@ -294,6 +310,10 @@ def split_rngs(
 
     Source: Flax NNX 0.12 ``nnx.split_rngs`` (Flax NNX's "Transformations" guide, "Random state").
     """
+    if splits is BROADCAST:
+        return _apply_mode(
+            node, rule_list({...: None}, "splits"), only, _marked, graph, graph_updates
+        )
     if squeeze and splits != 1:
         raise ValueError(f"split_rngs(squeeze=True) needs splits=1, got splits={splits!r}.")
     rules = rule_list(splits, "splits")

@@ -29,12 +29,14 @@ from flaxgraph.transforms.calls import (
     normalize_argnums,
     unbind,
 )
+from flaxgraph.transforms.closure_reads import warn_reads
 from flaxgraph.transforms.compiled import Compiled, JitFunctions, Lowered, TracedJit
 from flaxgraph.transforms.control import eval_shape
 from flaxgraph.transforms.lift import Call, Inner, InStatic, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.transformed import P, R, StaticArgs, Transformed
+from flaxgraph.variablelib.closure_watch import watching
 
 
 class _Unspecified:
@@ -165,7 +167,10 @@ class JitWrapped(Transformed[P, R]):
 
         def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
             full_args, full_kwargs = merge_static(args, kwargs, statics)
-            return None, f(*full_args, **full_kwargs)
+            with watching() as read:  # captured Variables read while tracing
+                out = f(*full_args, **full_kwargs)
+            warn_reads(read, f, "jit")
+            return None, out
 
         _, out_static, out_groups = self.inner.run(
             in_static, groups, in_prefixes, (args_prefix, kwargs_prefix), self.out_shardings, call

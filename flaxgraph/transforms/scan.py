@@ -20,8 +20,9 @@ Rules: the carry keeps its structure and its objects (a body that changes the
 structure, or returns a new Variable or object in place of a carried one, raises
 ``CarryStructureError`` naming the path); a change the body makes to a broadcast
 (``None``) Variable is discarded, as in Flax NNX 0.12, with a
-``BroadcastChangeWarning`` (silently for RNG state: broadcast keys give every step
-the same randomness); sub-states scanned on an axis
+``BroadcastChangeWarning`` (for RNG state, a draw from a broadcast stream warns
+with ``RngBroadcastWarning`` instead: every step gets the same numbers,
+``transforms/rng_broadcast.py``); sub-states scanned on an axis
 come out stacked on that axis (unchanged ones are not stacked again). Axis
 metadata is updated as in ``vmap``.
 
@@ -50,6 +51,7 @@ from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calls import decorator, unbind
 from flaxgraph.transforms.compilation import jit
 from flaxgraph.transforms.control import CarryStructureError
+from flaxgraph.transforms.jax_errors import mapped_input_error
 from flaxgraph.transforms.lift import (
     IN,
     Frozen,
@@ -61,6 +63,7 @@ from flaxgraph.transforms.lift import (
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
+from flaxgraph.transforms.rng_broadcast import warn_drawn, watch
 from flaxgraph.transforms.scan_axes import (
     Carry,
     check_argument_count,
@@ -175,7 +178,9 @@ def scan(
       ValueError: when applied, ``Carry`` is nested, given twice, or in only one of
         ``in_axes``/``out_axes`` ("If one of in_axes or out_axes has Carry..."), or
         ``out_axes`` broadcasts (``None``); when called, ``in_axes=Carry`` with other
-        than one argument.
+        than one argument; the scanned arrays' sizes disagree (with each other or
+        ``length``) or an axis does not fit an array's rank (the message names each
+        input's path and size: ``transforms/jax_errors.py``).
       CarryStructureError (``ValueError``): the body changes the carry's structure,
         replaces a carried Variable/object, or changes a broadcast non-Variable leaf;
         the message names the path.
@@ -210,7 +215,10 @@ def scan(
             full_args[i] = c
         params = metadata.params
         full_args = map_boxes(a_prefix, full_args, lambda b, axis: b.remove_axis(axis, params))
+        rngs = watch(in_static.graphdef.leaf_paths, merged.leaves, merged.prefixes)
         out = inner_f(*full_args, **merged.kwargs)
+        where = NamedRoots(("args", "kwargs"), (merged.args, merged.kwargs)).where
+        warn_drawn(rngs, where, "scan", "in_axes")  # flax#4195
         out = map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
         out_carry, out_rest, rest_axes = _split_output(out, out_axes)
         new_graphdef, new_carry, new_nodes = _flatten_carry(tuple(out_carry), mode.graph)
@@ -296,7 +304,10 @@ def scan(
         state_carry = [i for i, p in enumerate(call.prefixes) if p is Carry]
         scanned = [i for i, p in enumerate(call.prefixes) if isinstance(p, int) and p is not Carry]
         broadcast = [i for i, p in enumerate(call.prefixes) if p is None]
-        xs = [_to_front(call.values[i], call.prefixes[i]) for i in scanned]
+        try:
+            xs = [_to_front(call.values[i], call.prefixes[i]) for i in scanned]
+        except ValueError as error:
+            raise _input_error(call, rest_args, kwargs, length) or error from None
         slots = [(0, 0)] * len(call.values)
         for g, members in enumerate((state_carry, scanned, broadcast)):
             for k, i in enumerate(members):
@@ -321,15 +332,21 @@ def scan(
             [*carry_values, *(call.values[i] for i in state_carry)],
             broadcast_values,
         )
-        (_, final_carry, _), (out_static_box, ys) = jax.lax.scan(
-            body,
-            init,
-            xs,
-            length=length,
-            reverse=reverse,
-            unroll=unroll,
-            _split_transpose=_split_transpose,
-        )
+        try:
+            (_, final_carry, _), (out_static_box, ys) = jax.lax.scan(
+                body,
+                init,
+                xs,
+                length=length,
+                reverse=reverse,
+                unroll=unroll,
+                _split_transpose=_split_transpose,
+            )
+        except ValueError:
+            better = _input_error(call, rest_args, kwargs, length)
+            if better is not None:  # JAX counted flat leaves; this names the paths
+                raise better from None
+            raise
         out_static: OutStatic = out_static_box.value
         final_carry_obj = unflatten(
             carry_graphdef, final_carry[:n_carry], reuse=dict(enumerate(carry_nodes))
@@ -376,6 +393,18 @@ class _ScanInfo(Frozen):
     def __init__(self, *values: Any):
         for name, value in zip(self._fields, values):
             object.__setattr__(self, name, value)
+
+
+def _input_error(call: Any, args: Any, kwargs: Any, length: int | None) -> ValueError | None:
+    """The scanned inputs that make the scan fail, by path (``transforms/jax_errors.py``)."""
+    return mapped_input_error(
+        call.graphdef.leaf_paths,
+        call.values,
+        [p if p is not Carry else None for p in call.prefixes],
+        NamedRoots(("args", "kwargs"), (args, kwargs)).where,
+        "scan",
+        length,
+    )
 
 
 def _broadcast_as_carry(prefix: Any, args: tuple[Any, ...]) -> Any:

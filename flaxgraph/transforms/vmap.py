@@ -13,8 +13,10 @@ metadata named in ``transform_metadata`` follow, then the Variable's
 ``remove_axis(axis, partition_name)``/``add_axis`` hooks run), so inside the
 transform a Variable's ``sharding`` names match its value's rank. The name inserted on the way out is
 ``transform_metadata[nnx.PARTITION_NAME]``. Without a partition name in
-``transform_metadata`` the metadata is left alone (as in Flax), so a function can
-move it itself with ``nnx.transform_metadata``.
+``transform_metadata`` the stacked axis gets ``None`` in the sharding names
+(Flax leaves them alone, one entry short: flax#5112), so they always have the
+array's rank and an optimizer, ``get_partition_spec`` or eager sharding of the
+stacked model just work.
 
 Source: ``jax.vmap``/``jax.pmap``; StateAxes per the "JAX-style NNX Transforms" FLIP flax#4107
 and Flax NNX's "Transformations" guide; axis metadata per the "Axis Metadata" FLIP flax#2434 and
@@ -33,10 +35,12 @@ import jax
 
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.spmd import map_boxes
-from flaxgraph.transforms.aliasing import PrefixSpec
+from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
 from flaxgraph.transforms.calls import decorator, normalize_argnums, unbind
+from flaxgraph.transforms.closure_reads import warn_reads
 from flaxgraph.transforms.compiled import Traced
 from flaxgraph.transforms.general import resolve_kwargs
+from flaxgraph.transforms.jax_errors import mapped_input_error
 from flaxgraph.transforms.lift import (
     OUT,
     Inner,
@@ -48,8 +52,15 @@ from flaxgraph.transforms.lift import (
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
 from flaxgraph.transforms.prefix_groups import prefix_keys
+from flaxgraph.transforms.rng_broadcast import RngWatch, warn_drawn, watch
 from flaxgraph.transforms.transformed import P, R, Transformed, Wrapped
-from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
+from flaxgraph.variablelib.axes import (
+    add_axis_of,
+    drop_stacked_axis,
+    pad_stacked_axis,
+    remove_axis_of,
+)
+from flaxgraph.variablelib.closure_watch import watching
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
@@ -91,15 +102,19 @@ class AxisMetadata:
         self.active = PARTITION_NAME in self.params
 
     def on_inputs(self, leaves: list[Any], prefixes: list[Any]) -> None:
-        if not self.active:
-            return
         for leaf, axis in zip(leaves, prefixes):
             if isinstance(leaf, Variable) and isinstance(axis, int):
-                remove_axis_of(leaf, axis, self.params)
+                if self.active:
+                    remove_axis_of(leaf, axis, self.params)
+                else:
+                    drop_stacked_axis(leaf, axis)
 
     def on_output_leaf(self, leaf: Any, axis: Any) -> None:
-        if self.active and isinstance(leaf, Variable) and isinstance(axis, int):
-            add_axis_of(leaf, axis, self.params)
+        if isinstance(leaf, Variable) and isinstance(axis, int):
+            if self.active:
+                add_axis_of(leaf, axis, self.params)
+            else:
+                pad_stacked_axis(leaf, axis)
 
 
 class Mapped(Transformed[P, R]):
@@ -136,6 +151,7 @@ class Mapped(Transformed[P, R]):
         self.in_axes, self.out_axes, self.mode = in_axes, out_axes, mode
         self.transform_metadata = transform_metadata
         self.donate_argnums = donate_argnums
+        self.jax_kwargs = jax_kwargs
         in_keys = prefix_keys(in_axes, 0, spec=AXES_SPEC)
         self.out_keys = prefix_keys(in_axes, out_axes, 0, spec=AXES_SPEC)
         self.in_keys = [
@@ -177,7 +193,9 @@ class Mapped(Transformed[P, R]):
                 **jax_kwargs,
             )
 
-    def make_inner(self, metadata: AxisMetadata) -> Inner:
+    def make_inner(
+        self, metadata: AxisMetadata, on_inputs: Callable[[list[Any], list[Any]], None]
+    ) -> Inner:
         """Steps 3-4 of the lift for one trace, with the axis-metadata hooks."""
         by_closure = self.by_closure
         return Inner(
@@ -185,7 +203,7 @@ class Mapped(Transformed[P, R]):
             OUT_AXES_SPEC,
             self.out_keys,
             same_prefix=_same_axis,
-            on_inputs=lambda leaves, prefixes: metadata.on_inputs(leaves, [p[0] for p in prefixes]),
+            on_inputs=on_inputs,
             on_output_leaf=metadata.on_output_leaf,
             record_kept=by_closure,
             templates=self.templates if by_closure else None,
@@ -203,14 +221,27 @@ class Mapped(Transformed[P, R]):
         metadata = AxisMetadata(self.transform_metadata)
         in_prefixes = [self.in_keys[g] for g, _ in in_static.slots]
         out_axes = self.out_axes
+        rngs: list[RngWatch | None] = [None]
+
+        def on_inputs(leaves: list[Any], prefixes: list[Any]) -> None:
+            axes = [p[0] for p in prefixes]
+            metadata.on_inputs(leaves, axes)
+            rngs[0] = watch(in_static.graphdef.leaf_paths, leaves, axes)
 
         def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
             params = metadata.params
             args = map_boxes(a_prefix, args, lambda b, axis: b.remove_axis(axis, params))
-            out = fn(*args, **kwargs)
+            if self.by_closure:
+                out = fn(*args, **kwargs)
+            else:  # pmap compiles and caches: captured Variables become constants
+                with watching() as read:
+                    out = fn(*args, **kwargs)
+                warn_reads(read, self.fun, self.name)
+            where = NamedRoots(("args", "kwargs"), (args, kwargs)).where
+            warn_drawn(rngs[0], where, self.name, "in_axes")  # flax#4195
             return None, map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
 
-        _, out_static, out_groups = self.make_inner(metadata).run(
+        _, out_static, out_groups = self.make_inner(metadata, on_inputs).run(
             in_static, groups, in_prefixes, (a_prefix, 0), out_axes, call
         )
         if self.by_closure:
@@ -272,6 +303,16 @@ class Mapped(Transformed[P, R]):
                 better = _batched_broadcast_error(error, getattr(last, "value", None), self.name)
                 if better is not None:
                     raise better from None
+            better = mapped_input_error(
+                call.graphdef.leaf_paths,
+                call.values,
+                [p for p, _ in call.prefixes],
+                NamedRoots(("args", "kwargs"), (args, kwargs)).where,
+                self.name,
+                self.jax_kwargs.get("axis_size"),
+            )
+            if better is not None:  # JAX named flaxgraph's groups; this names the paths
+                raise better from None
             raise
         result = call.finish(out, out_groups)
         self.remember(
@@ -446,7 +487,10 @@ def vmap(
       ValueError: when created, ``in_axes``/``out_axes`` hold a Variable, a graph
         node in graph mode, or a lift type without graph updates; when called, a
         value broadcast with axis ``None`` came back batched (the message names its
-        path), or ``in_axes`` does not have one entry per positional argument.
+        path), or ``in_axes`` does not have one entry per positional argument; the
+        mapped arrays' sizes disagree or an axis does not fit an array's rank (JAX's
+        error, rewritten to name each input's path and size:
+        ``transforms/jax_errors.py``).
       TraceContextError (``ValueError``): a captured object is mutated or returned.
 
     Example (from Flax NNX's "Transformations" guide)::

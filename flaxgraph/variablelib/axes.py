@@ -124,6 +124,52 @@ def remove_axis_of(var: Any, index: int, transform_metadata: Mapping[str, Any]) 
     var.remove_axis(index, transform_metadata.get(PARTITION_NAME))
 
 
+def _rank(var: Any) -> int | None:
+    """The rank of ``var``'s value, or ``None`` when it has none (a pytree value)."""
+    shape = getattr(var.raw_value, "shape", None)
+    return len(shape) if isinstance(shape, tuple) else None
+
+
+def pad_stacked_axis(var: Any, index: int) -> None:
+    """A transform without a partition name adds an axis at ``index``: sharding names
+    that cover no more than the unstacked rank get ``None`` there, so they keep the
+    stacked array's rank (``('a', None)`` on a kernel stacked at 0 becomes
+    ``(None, 'a', None)``). Names that already cover the stacked axis are kept.
+
+    Called with ``var`` holding the *unstacked* value (inside the transform).
+    Source: flax#5112 (an optimizer over a stacked, sharded model).
+    """
+    rank = _rank(var)
+    if rank is None:
+        return
+    stored = var._var_metadata
+    changes = {
+        k: _inserted(stored[k], index, None)
+        for k in SHARDING_KEYS
+        if isinstance(stored.get(k), tuple) and len(stored[k]) <= rank
+    }
+    if changes:
+        object.__setattr__(var, "_var_metadata", {**stored, **changes})
+
+
+def drop_stacked_axis(var: Any, index: int) -> None:
+    """The inverse of ``pad_stacked_axis`` on the way in: sharding names with the
+    stacked array's rank and ``None`` at the removed axis lose it. Names with a mesh
+    axis there are kept (as in Flax, without a partition name the metadata is the
+    user's then). Called with ``var`` holding the *unstacked* value."""
+    rank = _rank(var)
+    if rank is None:
+        return
+    stored = var._var_metadata
+    changes = {}
+    for k in SHARDING_KEYS:
+        names = stored.get(k)
+        if isinstance(names, tuple) and len(names) == rank + 1 and names[index] is None:
+            changes[k] = _removed(names, index)
+    if changes:
+        object.__setattr__(var, "_var_metadata", {**stored, **changes})
+
+
 class AxisHooks:
     """The axis hooks of ``Variable`` (``add_axis``/``remove_axis``), a base class of
     it: what a transform calls after adding or removing an axis."""

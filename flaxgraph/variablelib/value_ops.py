@@ -46,11 +46,16 @@ class ValueOps:
     def set_value(self, value: Any, **kwargs: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def __jax_array__(self) -> Any:
+    def _read_value(self) -> Any:
+        """The value, for a read by user code (``Variable`` also notes a read from
+        another trace: ``variablelib/closure_watch.py``)."""
         return self.raw_value
 
+    def __jax_array__(self) -> Any:
+        return self._read_value()
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return np.asarray(self.raw_value, dtype=dtype)
+        return np.asarray(self._read_value(), dtype=dtype)
 
     def __getitem__(self, key: Any) -> Any:
         # Through get_value, so a subclass that overrides it is honoured (Flax 0.12).
@@ -109,11 +114,11 @@ class ValueOps:
 def _make_binary(op: Callable[[Any, Any], Any]) -> tuple[Callable[..., Any], ...]:
     def forward(self: ValueOps, other: Any) -> Any:
         if isinstance(other, ValueOps):
-            other = other.raw_value
-        return op(self.raw_value, other)
+            other = other._read_value()
+        return op(self._read_value(), other)
 
     def reflected(self: ValueOps, other: Any) -> Any:
-        return op(other, self.raw_value)
+        return op(other, self._read_value())
 
     def inplace(self: ValueOps, other: Any) -> ValueOps:
         if isinstance(other, ValueOps):
@@ -163,7 +168,7 @@ for _name, _op in [
     ("abs", operator.abs),
     ("invert", operator.invert),
 ]:
-    setattr(ValueOps, f"__{_name}__", (lambda op: lambda self: op(self.raw_value))(_op))
+    setattr(ValueOps, f"__{_name}__", (lambda op: lambda self: op(self._read_value()))(_op))
 
 
 def _fills_array(v: Any, value: Any) -> bool:

@@ -73,6 +73,7 @@ from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
 from flaxgraph.variablelib import axes, boxes, refs
 from flaxgraph.variablelib.axes import AxisHooks
+from flaxgraph.variablelib.closure_watch import note_read
 from flaxgraph.variablelib.copies import VariableCopies
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
 from flaxgraph.variablelib.metadata_ops import FLAG_KEYS as FLAG_KEYS
@@ -299,6 +300,13 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
     @property
     def value(self) -> A:
         """The held value (read and write; writing checks the trace, see the class)."""
+        if self._var_trace is not TRACE_STATE.value:
+            note_read(self)  # a read by closure inside a transform (closure_watch.py)
+        return self.raw_value
+
+    def _read_value(self) -> A:
+        if self._var_trace is not TRACE_STATE.value:
+            note_read(self)
         return self.raw_value
 
     @value.setter
@@ -308,6 +316,8 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
 
     def get_value(self, *, index: Any = MISSING) -> A:
         """Returns the value, or ``value[index]`` (same as ``v[...]`` / ``v[index]``)."""
+        if self._var_trace is not TRACE_STATE.value:
+            note_read(self)  # a read by closure inside a transform (closure_watch.py)
         if index is MISSING:
             return self.raw_value
         ref = self._var_ref

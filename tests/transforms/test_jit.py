@@ -319,9 +319,11 @@ def test_consistent_aliases_are_accepted():
 # -- 4. captured objects --------------------------------------------------------------------
 
 
-def test_reading_a_captured_object_is_fine():
+def test_reading_a_captured_object_works_and_warns():
     m = make_weights()
-    y = nnx.jit(lambda x: x @ m.kernel.value)(X)
+    # the value is compiled in as a constant: flaxgraph says so (ClosureReadWarning)
+    with pytest.warns(nnx.ClosureReadWarning, match=r"m\.kernel"):
+        y = nnx.jit(lambda x: x @ m.kernel.value)(X)
     np.testing.assert_allclose(y, X @ m.kernel.value, rtol=1e-6)
 
 

@@ -7,7 +7,6 @@ flaxgraph.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import jax
@@ -344,9 +343,10 @@ def test_broadcast_rng_streams_give_every_step_the_same_keys() -> None:
     def keys(c: tuple[()], rngs: nnx.Rngs) -> tuple[tuple[()], tuple[jax.Array, jax.Array]]:
         return c, (rngs.params(), rngs.dropout())
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    # flaxgraph says so (flax#4195), naming the broadcast stream only.
+    with pytest.warns(nnx.RngBroadcastWarning, match=r"at args\[1\]\.dropout was drawn") as caught:
         _, (params, dropout) = keys((), rngs)
+    assert len(caught) == 1 and "params" not in str(caught[0].message)
     assert len(set(np.asarray(jax.random.key_data(params)).reshape(3, -1).sum(1))) == 3
     assert len(set(np.asarray(jax.random.key_data(dropout)).reshape(3, -1).sum(1))) == 1
     assert int(rngs.dropout.count.value) == 0

@@ -1,0 +1,99 @@
+"""This checkout's transforms side by side with another checkout's, in one process.
+
+A change to the lifting machine (a new check on the trace path, a hook in
+Variable reads) must not slow the calls users repeat. This benchmark imports a
+second copy of flaxgraph, from another checkout (e.g. ``/work/main``, or a
+``git worktree`` of the commit before a change), under the name
+``flaxgraph_baseline`` (a copy of its package with its imports renamed), and
+times the ``benchmarks/transforms.py`` workloads with both, interleaved (see
+``common.py``), plus an eager forward pass (every layer reads its Params
+outside any transform). The ratio column is this checkout over the baseline,
+per round (``paired_ratio``): 1.00 is no change.
+
+  python benchmarks/baseline.py /work/main --layers 8 64
+
+Source: ``benchmarks/transforms.py`` (workloads), ``benchmarks/common.py`` (timing).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import flaxgraph
+from benchmarks import common, transforms
+
+WORKLOADS = ("train", "forward", "vmap", "vmap_jit", "scan", "scan_jit", "eager")
+_NAME = re.compile(r"\bflaxgraph\b")
+
+
+def load_baseline(checkout: Path) -> ModuleType:
+    """Imports ``checkout/flaxgraph`` as ``flaxgraph_baseline`` (a renamed copy)."""
+    target = Path(tempfile.mkdtemp(prefix="flaxgraph-baseline-"))
+    shutil.copytree(checkout / "flaxgraph", target / "flaxgraph_baseline")
+    for path in (target / "flaxgraph_baseline").rglob("*.py"):
+        path.write_text(_NAME.sub("flaxgraph_baseline", path.read_text()))
+    sys.path.insert(0, str(target))
+    try:
+        return importlib.import_module("flaxgraph_baseline")
+    finally:
+        sys.path.remove(str(target))
+
+
+def runner(lib: ModuleType, workload: str, num_layers: int) -> Any:
+    """The zero-argument call of ``workload`` with ``lib``, blocking on its result."""
+    arrays, data = transforms.make_arrays(num_layers), transforms.inputs()
+    if workload == "eager":
+        _, mlp_cls = transforms.nnx_style_classes(lib)
+        model, x = mlp_cls(arrays), data["x"]
+        return lambda: model(x).block_until_ready()
+    return transforms.blocking(transforms.nnx_style(lib, workload, arrays, data))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = common.base_parser(__doc__.splitlines()[0], "baseline.json")
+    parser.add_argument("baseline", type=Path, help="the other checkout (holds flaxgraph/)")
+    parser.add_argument("--layers", type=int, nargs="+", default=[8, 64])
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    args = parser.parse_args(argv)
+    settings = common.settings_from_args(args)
+    baseline = load_baseline(args.baseline)
+    rows = []
+    for workload in args.workloads:
+        for num_layers in args.layers:
+            timings = common.measure(
+                {
+                    "baseline": runner(baseline, workload, num_layers),
+                    "this": runner(flaxgraph, workload, num_layers),
+                },
+                settings,
+            )
+            b, t = timings["baseline"], timings["this"]
+            rows.append(
+                [
+                    workload,
+                    str(num_layers),
+                    f"{b.median * 1e6:.1f}",
+                    f"{t.median * 1e6:.1f}",
+                    f"{common.paired_ratio(t, b):.2f}",
+                ]
+            )
+            print(f"  {workload} L={num_layers} done", file=sys.stderr, flush=True)
+    print(f"baseline: {args.baseline.resolve()}; this: {Path(flaxgraph.__file__).parent.parent}")
+    print(
+        common.format_table(
+            ["workload", "layers", "baseline µs", "this µs", "this / baseline"], rows
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
