@@ -77,7 +77,19 @@ def compile_run(
     write-back (see ``FinishPlan.bind``): it is then written out too, for calls that
     return that same ``out_static`` (the usual case: one per structure and shapes).
     """
-    namespace: dict[str, Any] = {
+    src = _Source(_namespace(plan, finish))
+    _signature_checks(src, plan)
+    _structure_checks(src, plan.snapshot)
+    _leaf_reads(src, plan)
+    _call_and_finish(src, plan, finished)
+    source = "\n".join(src.lines) + "\n"
+    exec(compile(source, f"<flaxgraph plan {id(plan):#x}>", "exec"), src.namespace)
+    return src.namespace["run"], source
+
+
+def _namespace(plan: Any, finish: Callable[..., Any]) -> dict[str, Any]:
+    """The names the generated function reads (every object enters through here)."""
+    return {
         "MISS": MISS,
         "S": plan.statics,
         "TRACE": plan.trace,
@@ -101,10 +113,11 @@ def compile_run(
         "_getr": operator.attrgetter("raw_value"),
         "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
     }
-    src = _Source(namespace)
-    const = src.const
 
-    # The call's signature: the same objects, leaves of the same types.
+
+def _signature_checks(src: _Source, plan: Any) -> None:
+    """The call's signature: the same objects, leaves of the same types."""
+    const = src.const
     src.line(f"if len(args) != {plan.n_args}: return MISS")
     src.line("if statics is not S and statics != S: return MISS")
     if not plan.kwarg_names:
@@ -129,9 +142,11 @@ def compile_run(
     src.miss_if(conditions)
     src.line("if _ctx.trace._weakref is not TRACE: return MISS")
 
-    # The structure: Objects' versions, Variables' metadata, lists' and dicts' items
-    # (graphlib/snapshot.py).
-    snap = plan.snapshot
+
+def _structure_checks(src: _Source, snap: StructureSnapshot) -> None:
+    """The structure: Objects' versions, Variables' metadata, lists' and dicts' items
+    (graphlib/snapshot.py)."""
+    const = src.const
     if len(snap.objects) <= UNROLL:
         src.miss_if(
             [f"{const(o)}._obj_version != {v}" for o, v in zip(snap.objects, snap.versions)]
@@ -153,7 +168,10 @@ def compile_run(
             src.line(f"if {full}: return MISS")
     _container_checks(src, snap)
 
-    # The leaves' current values, in the order the compiled function takes them.
+
+def _leaf_reads(src: _Source, plan: Any) -> None:
+    """The leaves' current values, in the order the compiled function takes them."""
+    const = src.const
     arg_at = {pos: _access(root, keys, const) for pos, root, keys in plan.arg_leaves}
     n_leaves = len(plan.getters)
     if plan.leaf_variables is not None and n_leaves <= 4 * UNROLL:
@@ -177,7 +195,10 @@ def compile_run(
         for pos in sorted(arg_at):
             src.line(f"values[{pos}] = {arg_at[pos]}")
 
-    # The call and the write-back.
+
+def _call_and_finish(src: _Source, plan: Any, finished: tuple[Any, Any] | None) -> None:
+    """The call of the compiled function and the write-back."""
+    const = src.const
     if plan.passthrough:
         groups = ", ".join(["values"] + ["[]"] * (len(plan.members) - 1))
     else:
@@ -204,10 +225,6 @@ def compile_run(
         src.line("return FINISH(PLAN, out, out_groups, values)")
     else:
         _write_back(src, finished[1])
-
-    source = "\n".join(src.lines) + "\n"
-    exec(compile(source, f"<flaxgraph plan {id(plan):#x}>", "exec"), namespace)
-    return namespace["run"], source
 
 
 def _read(getter: Any, target: Any, const: Callable[[Any], str]) -> str:
