@@ -194,9 +194,45 @@ def scan(
     validate_scan_axes(in_axes, out_axes)
     inner_f, bound = unbind(f, "scan")
 
-    def body(carry_in: Any, x: list[Any]) -> Any:
-        """One step; built once per ``nnx.scan`` so JAX's caches recognise it: the
-        per-call structure arrives as ``Static`` data in the carry."""
+    scanner = _Scanner(
+        inner_f, mode, length, reverse, unroll, _split_transpose, in_axes, out_axes,
+        transform_metadata,
+    )  # fmt: skip
+    run = functools.wraps(inner_f)(functools.partial(scanner.run))
+    # The call runs compiled, as one nnx.jit of the whole scan (fast path included):
+    # jax.lax.scan traces its body either way, so this changes no behaviour, only the
+    # per-call cost of the steps around the loop. Under ``jax.disable_jit()`` it runs
+    # eagerly, as jax.lax.scan does.
+    jitted = jit(run, graph=True, graph_updates=True)
+    return jitted.partial(*bound) if bound else jitted
+
+
+class _Scanner:
+    """The scanned function of one ``nnx.scan``: its options, the step JAX scans
+    (``step``) and the call around the loop (``run``)."""
+
+    def __init__(
+        self,
+        inner_f: Callable[..., Any],
+        mode: Mode,
+        length: int | None,
+        reverse: bool,
+        unroll: int | bool,
+        _split_transpose: bool,
+        in_axes: Any,
+        out_axes: Any,
+        transform_metadata: Mapping[str, Any],
+    ):
+        self.inner_f, self.mode, self.length, self.reverse = inner_f, mode, length, reverse
+        self.unroll, self._split_transpose = unroll, _split_transpose
+        self.in_axes, self.out_axes = in_axes, out_axes
+        self.transform_metadata = transform_metadata
+        self.body = self.step  # one bound method, so JAX's caches recognise it
+
+    def step(self, carry_in: Any, x: list[Any]) -> Any:
+        """One step of ``jax.lax.scan`` (``self.body``, one bound method per
+        ``nnx.scan`` so JAX's caches recognise it): the per-call structure arrives as
+        ``Static`` data in the carry."""
         static, carry, broadcast_values = carry_in
         info: _ScanInfo = static.value
         carry_graphdef, in_static, prefixes = info.carry_graphdef, info.in_static, info.prefixes
@@ -207,8 +243,8 @@ def scan(
         carry_obj = unflatten(carry_graphdef, carry[:n_carry], index_ref=carry_index)[0]
         groups = (carry[n_carry:], x, broadcast_values)
         values = [groups[g][k] for g, k in in_static.slots]
-        merged = Merged(in_static, values, prefixes, mode=mode)
-        metadata = AxisMetadata(transform_metadata)
+        merged = Merged(in_static, values, prefixes, mode=self.mode)
+        metadata = AxisMetadata(self.transform_metadata)
         metadata.on_inputs(merged.leaves, merged.prefixes)
         full_args = list(merged.args)
         for i, c in zip(positions, carry_obj):
@@ -216,12 +252,12 @@ def scan(
         params = metadata.params
         full_args = map_boxes(a_prefix, full_args, lambda b, axis: b.remove_axis(axis, params))
         rngs = watch(in_static.graphdef.leaf_paths, merged.leaves, merged.prefixes)
-        out = inner_f(*full_args, **merged.kwargs)
+        out = self.inner_f(*full_args, **merged.kwargs)
         where = NamedRoots(("args", "kwargs"), (merged.args, merged.kwargs)).where
         warn_drawn(rngs, where, "scan", "in_axes")  # flax#4195
-        out = map_boxes(out_axes, out, lambda b, axis: b.add_axis(axis, params))
-        out_carry, out_rest, rest_axes = _split_output(out, out_axes)
-        new_graphdef, new_carry, new_nodes = _flatten_carry(tuple(out_carry), mode.graph)
+        out = map_boxes(self.out_axes, out, lambda b, axis: b.add_axis(axis, params))
+        out_carry, out_rest, rest_axes = _split_output(out, self.out_axes)
+        new_graphdef, new_carry, new_nodes = _flatten_carry(tuple(out_carry), self.mode.graph)
         if new_graphdef != carry_graphdef:
             diff = graphdef_diff(carry_graphdef, new_graphdef, roots=("carry",))
             raise CarryStructureError(
@@ -230,7 +266,7 @@ def scan(
                 "structure in every step.\nFix: return the carry with the same objects, "
                 "attributes and shapes it came in with."
             )
-        _check_carry_references(carry_index, new_nodes, tuple(out_carry), mode)
+        _check_carry_references(carry_index, new_nodes, tuple(out_carry), self.mode)
         _check_carry_types(
             carry_graphdef.leaf_paths,
             carry[:n_carry],
@@ -277,12 +313,13 @@ def scan(
         out_static = OutStatic(graphdef, index_map, tuple(sources))
         return (static, [*new_carry, *new_state_carry], broadcast_values), (Static(out_static), ys)
 
-    @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        args, kwargs = resolve_positions(inner_f, in_axes, args, kwargs)
-        check_argument_count(in_axes, len(args))
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """One call of the scanned function: splits the carry, the scanned and the
+        broadcast state, runs ``jax.lax.scan`` of ``self.body`` and writes back."""
+        args, kwargs = resolve_positions(self.inner_f, self.in_axes, args, kwargs)
+        check_argument_count(self.in_axes, len(args))
         n = len(args)
-        a_prefix = args_prefix(in_axes, n)
+        a_prefix = args_prefix(self.in_axes, n)
         positions = _carry_positions(a_prefix, n)
         carry_value = tuple(args[i] for i in positions)
         rest_args = tuple(None if i in positions else a for i, a in enumerate(args))
@@ -292,13 +329,13 @@ def scan(
             else (None if a_prefix is Carry else a_prefix)
         )
         kwargs_prefix = None
-        if not mode.updates:
+        if not self.mode.updates:
             # As in Flax NNX 0.12: without graph updates, broadcast Variables that the
             # body changes are carried (unchanged ones pass through the carry as is).
             rest_prefix = _broadcast_as_carry(rest_prefix, rest_args)
             kwargs_prefix = Carry
-        carry_graphdef, carry_values, carry_nodes = _flatten_carry(carry_value, mode.graph)
-        call = split_inputs(rest_args, kwargs, (rest_prefix, kwargs_prefix), SCAN_SPEC, mode)
+        carry_graphdef, carry_values, carry_nodes = _flatten_carry(carry_value, self.mode.graph)
+        call = split_inputs(rest_args, kwargs, (rest_prefix, kwargs_prefix), SCAN_SPEC, self.mode)
         _check_disjoint(carry_nodes, call.nodes)
 
         state_carry = [i for i, p in enumerate(call.prefixes) if p is Carry]
@@ -307,7 +344,7 @@ def scan(
         try:
             xs = [_to_front(call.values[i], call.prefixes[i]) for i in scanned]
         except ValueError as error:
-            raise _input_error(call, rest_args, kwargs, length) or error from None
+            raise _input_error(call, rest_args, kwargs, self.length) or error from None
         slots = [(0, 0)] * len(call.values)
         for g, members in enumerate((state_carry, scanned, broadcast)):
             for k, i in enumerate(members):
@@ -334,16 +371,16 @@ def scan(
         )
         try:
             (_, final_carry, _), (out_static_box, ys) = jax.lax.scan(
-                body,
+                self.body,
                 init,
                 xs,
-                length=length,
-                reverse=reverse,
-                unroll=unroll,
-                _split_transpose=_split_transpose,
+                length=self.length,
+                reverse=self.reverse,
+                unroll=self.unroll,
+                _split_transpose=self._split_transpose,
             )
         except ValueError:
-            better = _input_error(call, rest_args, kwargs, length)
+            better = _input_error(call, rest_args, kwargs, self.length)
             if better is not None:  # JAX counted flat leaves; this names the paths
                 raise better from None
             raise
@@ -351,7 +388,7 @@ def scan(
         final_carry_obj = unflatten(
             carry_graphdef, final_carry[:n_carry], reuse=dict(enumerate(carry_nodes))
         )[0]
-        if not mode.updates:  # as in Flax NNX 0.12: new graph nodes, the caller's Variables
+        if not self.mode.updates:  # as in Flax NNX 0.12: new graph nodes, the caller's Variables
             variables = {i: n for i, n in enumerate(carry_nodes) if isinstance(n, Variable)}
             final_carry_obj = unflatten(carry_graphdef, final_carry[:n_carry], reuse=variables)[0]
         state_final = final_carry[n_carry:]
@@ -364,14 +401,7 @@ def scan(
             else:
                 values.append(jnp.moveaxis(ys[a], 0, b) if b != 0 else ys[a])
         rest_out = call.finish_values(out_static, values)
-        return _join_output(tuple(final_carry_obj), rest_out, out_axes)
-
-    # The call runs compiled, as one nnx.jit of the whole scan (fast path included):
-    # jax.lax.scan traces its body either way, so this changes no behaviour, only the
-    # per-call cost of the steps around the loop. Under ``jax.disable_jit()`` it runs
-    # eagerly, as jax.lax.scan does.
-    jitted = jit(wrapper, graph=True, graph_updates=True)
-    return jitted.partial(*bound) if bound else jitted
+        return _join_output(tuple(final_carry_obj), rest_out, self.out_axes)
 
 
 class _ScanInfo(Frozen):
