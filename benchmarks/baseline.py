@@ -8,7 +8,9 @@ second copy of flaxgraph, from another checkout (e.g. ``/work/main``, or a
 times the ``benchmarks/transforms.py`` workloads with both, interleaved (see
 ``common.py``), plus an eager forward pass (every layer reads its Params
 outside any transform). The ratio column is this checkout over the baseline,
-per round (``paired_ratio``): 1.00 is no change.
+per round (``paired_ratio``): 1.00 is no change. Samples count this process's CPU
+time (``time.process_time``), steadier than wall time on a machine other
+processes keep busy.
 
   python benchmarks/baseline.py /work/main --layers 8 64
 
@@ -18,10 +20,12 @@ Source: ``benchmarks/transforms.py`` (workloads), ``benchmarks/common.py`` (timi
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -65,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = common.settings_from_args(args)
     baseline = load_baseline(args.baseline)
-    rows = []
+    rows, records = [], []
     for workload in args.workloads:
         for num_layers in args.layers:
             timings = common.measure(
@@ -74,8 +78,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "this": runner(flaxgraph, workload, num_layers),
                 },
                 settings,
+                clock=time.process_time,  # this process's CPU time: steadier on a busy machine
             )
             b, t = timings["baseline"], timings["this"]
+            records.append(
+                {
+                    "workload": workload,
+                    "layers": num_layers,
+                    "baseline": b.to_json(),
+                    "this": t.to_json(),
+                    "ratio": common.paired_ratio(t, b),
+                }
+            )
             rows.append(
                 [
                     workload,
@@ -92,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ["workload", "layers", "baseline µs", "this µs", "this / baseline"], rows
         )
     )
+    path = common.json_path_from_args(args)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"baseline": str(args.baseline), "records": records}, indent=1))
     return 0
 
 

@@ -195,3 +195,18 @@ def test_pytree_benchmark_quick_runs(tmp_path: Path, comparators: bool) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = {"flaxgraph", "nnx", "eqx"} if comparators else {"flaxgraph"}
     _check_pytree_tables(proc.stdout, json.loads(out.read_text()), names)
+
+
+def test_baseline_benchmark_quick_runs(tmp_path: Path) -> None:
+    """This checkout against itself (a renamed copy), two workloads."""
+    out = tmp_path / "baseline.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.baseline", str(ROOT), "--quick", "--layers", "1",
+         "--workloads", "forward", "eager", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "this / baseline" in proc.stdout
+    records = json.loads(out.read_text())["records"]
+    assert [(r["workload"], r["layers"]) for r in records] == [("forward", 1), ("eager", 1)]
+    assert all(r["ratio"] > 0 for r in records)
