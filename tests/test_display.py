@@ -23,6 +23,7 @@ from hypothesis import given
 
 import flaxgraph as nnx
 from flaxgraph.testing import Block, Node
+from flaxgraph.visualization.folding import folding
 from flaxgraph.visualization.show import array_repr
 
 
@@ -319,7 +320,8 @@ def test_nnx_list_prints_like_a_list():
 
 def test_sequential_of_256_layers():
     model = nnx.Sequential(*[Linear(4, 4) for _ in range(256)])
-    lines = repr(model).splitlines()
+    with folding(False):  # what nnx.display(model, fold=False) prints
+        lines = repr(model).splitlines()
     # Each layer: 16 kernel + 4 bias float32 elements = 20 elements, 80 bytes.
     assert lines[0] == "Sequential( # Param: 5,120 (20.5 KB)"
     assert lines[1] == "  layers=List([ # Param: 5,120 (20.5 KB)"
@@ -327,6 +329,11 @@ def test_sequential_of_256_layers():
     # 2 opening + 2 closing lines, 8 per layer (Linear, 2 Params of 3 lines, ')').
     assert len(lines) == 4 + 256 * 8
     assert sum(line == "    Linear( # Param: 20 (80 B)" for line in lines) == 256
+    # folded (repr's default): the 256 identical layers print once
+    folded = repr(model).splitlines()
+    assert folded[:2] == lines[:2]
+    assert folded[2] == "    256 x Linear( # [0:256], Param: 256 x 20 = 5,120 (20.5 KB)"
+    assert len(folded) == 4 + 8
 
 
 def _header_totals(first_line: str) -> dict[str, tuple[int, int | None]]:
@@ -361,7 +368,9 @@ def _expected_totals(root: Any) -> dict[str, tuple[int, int]]:
 
 
 def _check_graph_display(root: Any) -> None:
-    text = repr(root)
+    with folding(False):  # every sighting printed (a folded run prints its first member)
+        text = repr(root)
+    assert repr(root).splitlines()[0] == text.splitlines()[0]  # folding keeps the counts
     expected = _expected_totals(root)
     printed = _header_totals(text.splitlines()[0])
     assert printed.keys() == expected.keys()

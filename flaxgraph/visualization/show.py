@@ -11,6 +11,7 @@ imported (``import flaxgraph`` does). The pieces, one concept per file:
   first-line comments, shared references as ``# same as .path``);
 * ``treescope_html.py``: the same tree for treescope, and the HTML a notebook
   shows when an Object, Variable, State, GraphDef or Rngs ends a cell;
+* ``folding.py``: runs of identical sub-modules shown once (``24 x Block(...)``);
 * this module: the registration and ``display``.
 
 Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
@@ -23,6 +24,7 @@ import sys
 from typing import Any
 
 from flaxgraph.renderers import RENDERERS
+from flaxgraph.visualization.folding import folding
 from flaxgraph.visualization.text import graphdef_repr, object_repr, state_repr, variable_repr
 from flaxgraph.visualization.treescope_html import (
     graphdef_treescope_repr,
@@ -80,7 +82,7 @@ def _shows_html() -> bool:
     return "text/html" in getattr(formatter, "active_types", ())
 
 
-def display(*objects: Any) -> None:
+def display(*objects: Any, fold: bool = True) -> None:
     """Shows objects: a treescope rendering in Jupyter, their ``repr`` elsewhere.
 
     In Jupyter each object is shown as one display output holding both its
@@ -90,6 +92,12 @@ def display(*objects: Any) -> None:
     Args:
       *objects: anything; Objects, Modules, Variables and States render as trees
         with shapes, dtypes and per-kind parameter counts.
+      fold: ``True`` (default, as ``repr``) shows a run of two or more consecutive,
+        structurally identical sub-modules of a list once, as ``24 x Block(...)``
+        with its positions and counts (``# [0:24], Param: 24 x 1,234 = 29,616
+        (118.5 KB)``; collapsed in treescope, expand it to see the first member,
+        arrays by shape); ``False`` shows every one in full (keyword-only; Flax's
+        ``display`` has no such argument).
 
     Returns:
       None. Outside Jupyter (and in terminal IPython) each object's ``repr`` is
@@ -108,11 +116,12 @@ def display(*objects: Any) -> None:
 
     Source: Flax NNX ``nnx.display``.
     """
-    if _shows_html():
-        from IPython.display import display as show
+    with folding(fold):
+        if _shows_html():
+            from IPython.display import display as show
 
+            for obj in objects:
+                show({"text/plain": repr(obj), "text/html": to_html(obj)}, raw=True)
+            return
         for obj in objects:
-            show({"text/plain": repr(obj), "text/html": to_html(obj)}, raw=True)
-        return
-    for obj in objects:
-        print(repr(obj))
+            print(repr(obj))

@@ -21,8 +21,11 @@ met a second time (a shared reference or a cycle) is printed as a reference to
 the path where it was first printed, ``Linear(...)  # same as .a``, so every
 Variable is printed, and counted, once. A node's counts are those of what is
 printed inside it, which makes the root's counts those of the whole graph.
-Everything is computed in one walk, so the cost is linear in the size of the
-graph. ``flaxgraph/visualization/show.py`` registers these functions as the ``repr`` of the
+A run of two or more consecutive, structurally identical sub-modules of a list
+prints once, ``24 x Block( # [0:24], Param: 24 x 1,234 = 29,616 (118.5 KB)``, its
+arrays by shape (``folding.py``; ``nnx.display(obj, fold=False)`` prints them all).
+Everything is computed in one walk, plus one per list level for the folding, so the
+cost is linear in the size of the graph times the nesting depth of lists. ``flaxgraph/visualization/show.py`` registers these functions as the ``repr`` of the
 core classes.
 
 Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
@@ -52,6 +55,7 @@ from flaxgraph.graphlib.registry import (
 )
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable
+from flaxgraph.visualization import folding
 from flaxgraph.visualization.values import (
     INDENT,
     ROOT,
@@ -85,10 +89,23 @@ class _TextPrinter:
     are written.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        fold: bool = True,
+        shapes_only: bool = False,
+        outside: tuple[RefMap[Any], ...] = (),
+    ) -> None:
         self.code: list[str] = []
         self.comments: list[str] = []
         self.seen: RefMap[str] = RefMap()
+        # A probe (folding.py) renders one child of a list on its own: `outside` holds
+        # what the printers around it have rendered (ancestors included), which it
+        # only notes as met (a reference out of the child), never walks into.
+        self.outside = outside
+        self.met_outside = False
+        self.fold = fold  # runs of identical sub-modules as one `N x Type(...)` (folding.py)
+        self.shapes_only = shapes_only  # every array by shape and dtype
 
     def text(self) -> str:
         return "\n".join(
@@ -112,6 +129,10 @@ class _TextPrinter:
         """Writes ``x`` on a new line as ``indent + head + <x>``; returns the counts
         of the Variables printed for the first time inside it."""
         if is_node_or_variable(x):
+            if self.outside and self._outside(x):
+                self.met_outside = True
+                self._line(f"{indent}{head}{type(x).__name__}(...)", "outside")
+                return {}
             where = self.seen.get(x)
             if where is not None:
                 self._line(f"{indent}{head}{type(x).__name__}(...)", f"same as {where or ROOT}")
@@ -150,7 +171,7 @@ class _TextPrinter:
             open_ = f"{type(x).__name__}("
             child_head = attr_head if keyed else no_head
             return self._block(items, indent, head, path, open_, ")", child_head, attr_path)[1]
-        self._leaf(indent, head, plain_repr(x))
+        self._leaf(indent, head, plain_repr(x, summarize=self.shapes_only))
         return {}
 
     def _block(
@@ -174,12 +195,54 @@ class _TextPrinter:
         self._line(f"{indent}{head}{open_}")
         inner = indent + INDENT
         totals: Totals = {}
-        for i, (key, child) in enumerate(items):
-            add_totals(totals, self.value(child, inner, child_head(key), path + child_path(key)))
-            if i < len(items) - 1 or trailing_comma:
+        if self.fold and child_head is no_head and len(items) >= folding.MIN_RUN:
+            segments, probes = folding.plan(items, self._probe)
+        else:
+            segments, probes = [folding.Segment(i, None) for i in range(len(items))], []
+        for n, (i, run) in enumerate(segments):
+            key, child = items[i]
+            if run is None:
+                add_totals(
+                    totals, self.value(child, inner, child_head(key), path + child_path(key))
+                )
+            else:
+                add_totals(totals, self._run(items, run, probes, inner, path, child_path))
+            if n < len(segments) - 1 or trailing_comma:
                 self.code[-1] += ","
         self._line(indent + close)
         return start, totals
+
+    def _probe(self, x: Any) -> folding.Probe | None:
+        if not holds_nodes(x) or (is_node_or_variable(x) and (x in self.seen or self._outside(x))):
+            return None
+        return probe(x, (self.seen, *self.outside))
+
+    def _outside(self, x: Any) -> bool:
+        return any(x in seen for seen in self.outside)
+
+    def _run(
+        self,
+        items: list[tuple[Hashable, Any]],
+        run: folding.Run,
+        probes: list[folding.Probe | None],
+        indent: str,
+        path: str,
+        child_path: Callable[[Hashable], str],
+    ) -> Totals:
+        """Writes a folded run: its first member, arrays by shape, headed ``N x``."""
+        key, first = items[run.start]
+        start = len(self.code)
+        shapes_only, self.shapes_only = self.shapes_only, True
+        try:
+            self.value(first, indent, f"{run.stop - run.start} x ", path + child_path(key))
+        finally:
+            self.shapes_only = shapes_only
+        keys = [k for k, _ in items]
+        self.code[start] = (
+            self.code[start].split(" # ", 1)[0] + " # " + folding.run_comment(keys, run)
+        )
+        folding.register_members(items, run, probes, self.seen, lambda k: path + child_path(k))
+        return run.total
 
     def _node(self, x: Any, indent: str, head: str, path: str) -> Totals:
         items = node_items(x)
@@ -207,8 +270,16 @@ class _TextPrinter:
         return totals
 
 
+def probe(x: Any, outside: tuple[RefMap[Any], ...]) -> folding.Probe:
+    """``x`` rendered on its own with every array by shape (what folding compares);
+    the nodes in ``outside`` (rendered around it) are noted, not walked."""
+    printer = _TextPrinter(fold=True, shapes_only=True, outside=outside)
+    totals = printer.value(x, "", "", "")
+    return folding.Probe(printer.text(), printer.seen, totals, printer.met_outside)
+
+
 def _render_text(x: Any) -> str:
-    printer = _TextPrinter()
+    printer = _TextPrinter(fold=folding.fold_enabled())
     printer.value(x, "", "", "")
     return printer.text()
 
@@ -225,7 +296,10 @@ def object_repr(obj: Any) -> str:
       A node or Variable met again prints as ``TypeName(...)  # same as .path``.
       Counts cover the Variables printed inside each node, each one once; with
       several kinds a ``Total`` is added. Nodes keyed ``0, 1, …`` (``nnx.List``)
-      print as ``TypeName([...])``.
+      print as ``TypeName([...])``. A run of two or more consecutive, structurally
+      identical Objects in a list prints once as ``N x TypeName( # [i:j], Kind: N x
+      each = total (bytes)``, arrays by shape (``nnx.display(obj, fold=False)``
+      prints each).
 
     Raises:
       Nothing for graphs of Objects, Variables, arrays (concrete or traced) and

@@ -21,16 +21,20 @@ from typing import Any
 
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import is_node_or_variable
+from flaxgraph.graphlib.registry import ARRAY_TYPES, is_node_or_variable
+from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable
-from flaxgraph.visualization.text import def_parts
+from flaxgraph.visualization import folding
+from flaxgraph.visualization.text import def_parts, probe
 from flaxgraph.visualization.values import (
     ROOT,
     Totals,
     add_totals,
+    array_repr,
     attr_head,
     attr_path,
+    holds_nodes,
     node_items,
     positional,
     size_text,
@@ -51,6 +55,9 @@ class _Session:
     def __init__(self) -> None:
         self.seen: RefMap[str | None] = RefMap()
         self.totals: list[Totals] = []  # one accumulator per node being rendered
+        self.fold = folding.fold_enabled()  # runs of identical sub-modules folded
+        self.shapes_only = False  # inside a folded run: arrays by shape and dtype
+        self.folded = False  # a run was folded in the node being rendered (expand it)
 
 
 _SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
@@ -93,13 +100,12 @@ def _render_children(
     """Renders each child (a reference if already rendered) as one line of a node."""
     from treescope import rendering_parts as rp
 
+    if not keyed and session.fold and len(items) >= folding.MIN_RUN:
+        return _render_positional(session, items, path, subtree_renderer)
     lines = []
     for i, (key, value) in enumerate(items):
         child_path = None if path is None else path + attr_path(key)
-        if is_node_or_variable(value) and value in session.seen:
-            rendering = _reference(value, session.seen[value], child_path)
-        else:
-            rendering = subtree_renderer(value, path=child_path)
+        rendering = _render_child(session, value, child_path, subtree_renderer)
         if not keyed:
             lines.append(rendering)
             continue
@@ -115,6 +121,86 @@ def _render_children(
     return lines
 
 
+def _render_child(session: _Session, value: Any, path: str | None, subtree_renderer: Any) -> Any:
+    from treescope import rendering_parts as rp
+
+    if is_node_or_variable(value) and value in session.seen:
+        return _reference(value, session.seen[value], path)
+    if session.shapes_only and isinstance(value, ARRAY_TYPES):
+        return rp.build_one_line_tree_node(array_repr(value, summarize=True), path)
+    if (
+        session.fold
+        and type(value) in (list, tuple)
+        and len(value) >= folding.MIN_RUN
+        and any(isinstance(v, Pytree) for v in value)
+    ):
+        # a plain list of sub-modules: drawn here (not by treescope) to fold its runs
+        outer, session.folded = session.folded, False
+        lines = _render_positional(session, list(enumerate(value)), path, subtree_renderer)
+        folded, session.folded = session.folded, outer or session.folded
+        open_, close = ("[", "]") if type(value) is list else ("(", ")")
+        return rp.build_foldable_tree_node_from_children(
+            prefix=open_,
+            children=lines,
+            suffix=close,
+            comma_separated=True,
+            force_trailing_comma=type(value) is tuple and len(value) == 1,
+            path=path,
+            expand_state=rp.ExpandState.EXPANDED if folded else rp.ExpandState.WEAKLY_COLLAPSED,
+        )
+    return subtree_renderer(value, path=path)
+
+
+def _render_positional(
+    session: _Session,
+    items: list[tuple[Hashable, Any]],
+    path: str | None,
+    subtree_renderer: Any,
+) -> list[Any]:
+    """The children of a list-like node, runs of identical sub-modules folded into
+    one collapsed ``N x Type(...)`` entry (expand it to see the first member)."""
+
+    def path_of(key: Hashable) -> str | None:
+        return None if path is None else path + attr_path(key)
+
+    def probe_of(x: Any) -> folding.Probe | None:
+        if not holds_nodes(x) or (is_node_or_variable(x) and x in session.seen):
+            return None
+        return probe(x, (session.seen,))
+
+    segments, probes = folding.plan(items, probe_of)
+    keys = [k for k, _ in items]
+    lines = []
+    for i, run in segments:
+        key, value = items[i]
+        if run is None:
+            lines.append(_render_child(session, value, path_of(key), subtree_renderer))
+            continue
+        shapes_only, session.shapes_only = session.shapes_only, True
+        try:
+            lines.append(
+                _render_node(
+                    value,
+                    node_items(value),
+                    path_of(key),
+                    subtree_renderer,
+                    totals_text,
+                    fold=(f"{run.stop - run.start} x ", folding.run_comment(keys, run)),
+                )
+            )
+        finally:
+            session.shapes_only = shapes_only
+        folding.register_members(items, run, probes, session.seen, path_of)
+        session.folded = True
+        if session.totals:
+            each_after_first: Totals = {}
+            for kind, (n, b) in run.total.items():
+                e = run.each.get(kind, [0, 0])
+                each_after_first[kind] = [n - e[0], b - e[1]]
+            add_totals(session.totals[-1], each_after_first)
+    return lines
+
+
 def _render_node(
     x: Any,
     items: list[tuple[Hashable, Any]],
@@ -122,6 +208,7 @@ def _render_node(
     subtree_renderer: Any,
     comment: Callable[[Totals], str],
     own_totals: Totals | None = None,
+    fold: tuple[str, str] | None = None,
 ) -> Any:
     from treescope import rendering_parts as rp
 
@@ -131,10 +218,12 @@ def _render_node(
         session.seen[x] = path
         keyed = not positional(items)
         session.totals.append({})
+        outer, session.folded = session.folded, False
         try:
             children = _render_children(session, items, path, subtree_renderer, keyed)
         finally:
             totals = session.totals.pop()
+            folded, session.folded = session.folded, outer or session.folded
         if own_totals is not None:
             totals = own_totals
         if session.totals:
@@ -142,18 +231,37 @@ def _render_node(
         open_, close = ("(", ")") if keyed else ("([", "])")
         prefix = rp.siblings(
             rp.roundtrip_condition(roundtrip=rp.text("<")),
+            fold[0] if fold is not None else "",
             rp.maybe_qualified_type_name(type(x)),
             open_,
         )
         suffix = rp.siblings(close, rp.roundtrip_condition(roundtrip=rp.text(">")))
-        text = comment(totals) if totals else ""
-        return rp.build_foldable_tree_node_from_children(
+        text = fold[1] if fold is not None else comment(totals) if totals else ""
+        if fold is None:
+            return rp.build_foldable_tree_node_from_children(
+                prefix=prefix,
+                children=children,
+                suffix=suffix,
+                comma_separated=not keyed,
+                path=path,
+                first_line_annotation=rp.comment_color(rp.text(f" # {text}")) if text else None,
+                # a folded run inside: expanded, so that its counts show
+                expand_state=rp.ExpandState.EXPANDED if folded else rp.ExpandState.WEAKLY_COLLAPSED,
+            )
+        # A folded run starts collapsed, `N x Type(...),  # counts`; expanded, it shows
+        # its first member, the counts after its closing line.
+        lines = [
+            rp.fold_condition(expanded=rp.build_full_line_with_annotations(c)) for c in children
+        ]
+        node = rp.build_foldable_tree_node_from_children(
             prefix=prefix,
-            children=children,
+            children=[*lines, rp.fold_condition(collapsed=rp.text("..."))],
             suffix=suffix,
-            comma_separated=not keyed,
             path=path,
-            first_line_annotation=rp.comment_color(rp.text(f" # {text}")) if text else None,
+            expand_state=rp.ExpandState.COLLAPSED,
+        )
+        return rp.siblings_with_annotations(
+            node, extra_annotations=[rp.comment_color(rp.text(f"  # {text}"))]
         )
 
 

@@ -119,12 +119,14 @@ def _is_tracer(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
-def array_repr(value: Any) -> str:
+def array_repr(value: Any, *, summarize: bool = False) -> str:
     """Formats an array: in full when small and concrete, else by shape and dtype.
 
     Args:
       value: a ``jax.Array``, tracer, ``np.ndarray``, numpy scalar or
         ``jax.ShapeDtypeStruct``.
+      summarize: ``True`` shows every array by shape and dtype, small ones too (a
+        folded run's arrays, whose values differ along the run).
 
     Returns:
       The array's own ``repr`` (possibly several lines) when it is concrete and has
@@ -156,7 +158,8 @@ def array_repr(value: Any) -> str:
     else:
         name = type(value).__name__
     summarize = (
-        name in ("Tracer", "ShapeDtypeStruct")
+        summarize
+        or name in ("Tracer", "ShapeDtypeStruct")
         or shape is None
         or _size(value) > _FULL_ARRAY_MAX
         or jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
@@ -206,22 +209,25 @@ def pytree_level(x: Any) -> list[tuple[Hashable, Any]] | None:
     return children[0] if children is not None else None
 
 
-def plain_repr(x: Any) -> str:
-    """A value holding no graph node or Variable, with its arrays through ``array_repr``."""
+def plain_repr(x: Any, summarize: bool = False) -> str:
+    """A value holding no graph node or Variable, with its arrays through ``array_repr``
+    (``summarize``: every array by shape and dtype)."""
     if isinstance(x, ARRAY_TYPES):
-        return array_repr(x)
+        return array_repr(x, summarize=summarize)
     t = type(x)
+    s = summarize
     if t is dict:
-        return _join_inline("{", [f"{k!r}: {plain_repr(v)}" for k, v in x.items()], "}")
+        return _join_inline("{", [f"{k!r}: {plain_repr(v, s)}" for k, v in x.items()], "}")
     if t is list:
-        return _join_inline("[", [plain_repr(v) for v in x], "]")
+        return _join_inline("[", [plain_repr(v, s) for v in x], "]")
     if t is tuple:
-        return _join_inline("(", [plain_repr(v) for v in x], ",)" if len(x) == 1 else ")")
+        return _join_inline("(", [plain_repr(v, s) for v in x], ",)" if len(x) == 1 else ")")
     if not is_plain_static(x) and _array_leaves(x):
         items = pytree_level(x)
         if items:
             parts = [
-                f"{k}={plain_repr(v)}" if isinstance(k, str) else plain_repr(v) for k, v in items
+                f"{k}={plain_repr(v, s)}" if isinstance(k, str) else plain_repr(v, s)
+                for k, v in items
             ]
             return _join_inline(f"{t.__name__}(", parts, ")")
     return safe_repr(x)
