@@ -36,7 +36,7 @@ from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import MISSING, is_node_or_variable
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import State
 from flaxgraph.typing import PathParts
@@ -416,7 +416,7 @@ def prefix(
     """
     fn = _prefix_fn(filter_map)
     if not resolve_graph(graph):
-        flatten(node, graph=False)  # sharing is an error in tree mode
+        flatten_with_paths(node, graph=False)  # sharing is an error in tree mode
         pairs, treedef = jax.tree_util.tree_flatten_with_path(
             node, is_leaf=lambda x: isinstance(x, Variable)
         )

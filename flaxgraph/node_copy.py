@@ -43,7 +43,7 @@ from flaxgraph.graphlib.registry import (
     StaticLeaf,
     is_node_or_variable,
 )
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import PathParts
@@ -58,7 +58,7 @@ def check_tree(node: Any, graph: bool, root_name: str = "node") -> None:
         ``node`` is reachable along several paths; the message lists them.
     """
     if not graph:
-        flatten(node, root_name=root_name, graph=False)
+        flatten_with_paths(node, root_name=root_name, graph=False)
 
 
 def copy_nodes(

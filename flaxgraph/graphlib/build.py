@@ -1,6 +1,6 @@
 """Unflatten: (GraphDef, leaves) -> object graph, optionally reusing objects.
 
-``unflatten`` rebuilds the graph a GraphDef describes, taking State leaves in
+``build_graph`` rebuilds the graph a GraphDef describes, taking State leaves in
 walk order. New graph nodes are made without calling ``__init__``; each
 reference index is built once and reused wherever a ``NodeRef`` points to it,
 which restores shared references and cycles.
@@ -37,7 +37,7 @@ from flaxgraph.variablelib.refs import is_ref, new_ref
 from flaxgraph.variablelib.variable import Variable, write_value
 
 
-def unflatten(
+def build_graph(
     graphdef: GraphDef,
     leaves: Sequence[Any],
     *,

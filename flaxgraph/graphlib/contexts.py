@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from flaxgraph.config import Flag
 from flaxgraph.filterlib import Filter
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.graphdefs import GraphDef, renumber
 from flaxgraph.graphlib.ref_outputs import mark_ref_outputs
 from flaxgraph.graphlib.refmap import RefMap
@@ -35,7 +35,7 @@ from flaxgraph.graphlib.split_merge import (
     ordered_leaves,
     states_from_leaves,
 )
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State
 from flaxgraph.tracing import current_trace
@@ -233,7 +233,7 @@ class SplitContext:
         return (graphdef, *(FlatState(_flat_pairs(s)) for s in states))
 
     def _flatten(self, node: Any, graph: bool | None) -> Any:
-        graphdef, leaves = flatten(node, ref_index=self.ref_index, graph=resolve_graph(graph))
+        graphdef, leaves = flatten_with_paths(node, ref_index=self.ref_index, graph=resolve_graph(graph))
         uctx = _find(self.ctxtag)
         if uctx is not None and self.is_inner and uctx.inner_ref_outer_index is not None:
             graphdef = self._renumbered(graphdef, uctx)
@@ -304,7 +304,7 @@ class MergeContext:
         reuse = None
         if uctx is not None and not self.is_inner:
             reuse = uctx.outer_index_ref
-        return unflatten(
+        return build_graph(
             graphdef,
             leaves,
             index_ref=self.index_ref,

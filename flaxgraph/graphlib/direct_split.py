@@ -83,7 +83,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
 
     Returns:
       The GraphDef (its ``leaf_paths`` derived on first use) and the State, equal to
-      ``walk.flatten`` followed by ``State.from_flat_path``: a nested State holding
+      ``walk.flatten_with_paths`` followed by ``State.from_flat_path``: a nested State holding
       the graph's own Variables and raw arrays, or the leaf itself when the root is a
       Variable or an array.
     """

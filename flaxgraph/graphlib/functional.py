@@ -22,12 +22,12 @@ from typing import Any
 import jax
 
 from flaxgraph.filterlib import Filter
-from flaxgraph.graphlib.build import unflatten as _build
+from flaxgraph.graphlib.build import build_graph as _build
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef, renumber
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.split_merge import merge, ordered_leaves, split
-from flaxgraph.graphlib.walk import flatten as _walk
+from flaxgraph.graphlib.walk import flatten_with_paths as _walk
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, map_state
 from flaxgraph.typing import PathParts

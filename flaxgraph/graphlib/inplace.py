@@ -23,7 +23,7 @@ from flaxgraph.graphlib.registry import (
     is_array_leaf,
     pytree_children,
 )
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import PathParts
@@ -293,7 +293,7 @@ def pop(node: Any, *filters: Filter) -> Any:
     """
     if not filters:
         raise ValueError("pop needs at least one filter, e.g. nnx.pop(model, nnx.Intermediate)")
-    _, leaves = flatten(node)
+    _, leaves = flatten_with_paths(node)
     parts, _ = partition(leaves, filters_to_predicates(filters))
     removals: list[Callable[[], None]] = []
     for part in parts:

@@ -28,14 +28,14 @@ from typing import Any
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
 from flaxgraph.filterlib import Filter, partition_predicates
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.direct_merge import GAVE_UP, join_states, merge_direct
 from flaxgraph.graphlib.direct_split import partition_state, split_direct
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str, path_str
 from flaxgraph.graphlib.registry import ARRAY_TYPES
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, partition, unmatched_message
 from flaxgraph.typing import PathParts
@@ -182,7 +182,7 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
     """
     graph = resolve_graph(graph)
     found = split_direct(node, graph)
-    return found[0] if found is not None else flatten(node, graph=graph)[0]
+    return found[0] if found is not None else flatten_with_paths(node, graph=graph)[0]
 
 
 def _split_states(
@@ -193,7 +193,7 @@ def _split_states(
     and warns naming paths."""
     found = split_direct(node, graph)
     if found is None:
-        graphdef, leaves = flatten(node, graph=graph)
+        graphdef, leaves = flatten_with_paths(node, graph=graph)
         return graphdef, states_from_leaves(node, leaves, filters, strict)
     graphdef, state = found
     return graphdef, (_filtered_states(node, state, filters, strict) if filters else [state])
@@ -396,7 +396,7 @@ def merge(
         built = merge_direct(graphdef, joined, copy, recreate_variables)
         if built is not GAVE_UP:
             return built
-    return unflatten(
+    return build_graph(
         graphdef,
         ordered_leaves(graphdef, all_states),
         copy_variables=copy,
@@ -448,13 +448,13 @@ def clone(
         built = merge_direct(found[0], found[1], variables, True)
         if built is not GAVE_UP:
             return built
-    graphdef, leaves = flatten(node, graph=graph)
+    graphdef, leaves = flatten_with_paths(node, graph=graph)
     if not variables:
-        return unflatten(graphdef, [v for _, v in leaves], copy_variables=False)
+        return build_graph(graphdef, [v for _, v in leaves], copy_variables=False)
     if arrays:
         copied = [
             v.replace(_copy_array(v.raw_value)) if isinstance(v, Variable) else _copy_array(v)
             for _, v in leaves
         ]
-        return unflatten(graphdef, copied, copy_variables=False)
-    return unflatten(graphdef, [v for _, v in leaves])
+        return build_graph(graphdef, copied, copy_variables=False)
+    return build_graph(graphdef, [v for _, v in leaves])

@@ -18,7 +18,7 @@ from flaxgraph.graphlib.registry import (
     is_array_leaf,
     pytree_children,
 )
-from flaxgraph.graphlib.walk import flatten, not_a_pytree_error
+from flaxgraph.graphlib.walk import flatten_with_paths, not_a_pytree_error
 from flaxgraph.modes import resolve_graph
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
@@ -28,7 +28,7 @@ def _check_tree(node: Any, graph: bool | None, what: str) -> bool:
     """Resolves ``graph``; in tree mode, raises if a Variable is reachable twice."""
     if resolve_graph(graph):
         return True
-    flatten(node, graph=False, root_name=what)
+    flatten_with_paths(node, graph=False, root_name=what)
     return False
 
 

@@ -27,7 +27,7 @@ import warnings
 from typing import Any, TypeVar
 
 from flaxgraph.filterlib import Filter, to_predicate
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.traversal import iter_graph
@@ -145,7 +145,7 @@ def with_vars(
         for (_, leaf), new in zip(leaves, new_leaves)
         if isinstance(leaf, Variable)
     }
-    return unflatten(graphdef, new_leaves, reuse=reuse)  # type: ignore[no-any-return]
+    return build_graph(graphdef, new_leaves, reuse=reuse)  # type: ignore[no-any-return]
 
 
 def vars_as(

@@ -56,7 +56,7 @@ from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 
-def flatten(
+def flatten_with_paths(
     node: Any,
     *,
     ref_index: RefMap[int] | None = None,
@@ -329,7 +329,7 @@ SCALARS = frozenset({int, float, bool, complex})
 
 def not_a_pytree_error(t: type, where: str) -> ValueError:
     """Tree mode met an instance of a ``Pytree`` class declared with ``pytree=False``
-    (e.g. an ``nnx.Object``): JAX cannot flatten it, so tree mode cannot walk it."""
+    (e.g. an ``nnx.Object``): JAX cannot flatten_with_paths it, so tree mode cannot walk it."""
     return ValueError(
         f"Tree mode (graph=False) cannot walk the {t.__name__} at {where}: its class has "
         f"pytree=False, so it is no JAX pytree. Found at path: {where}.\n"

@@ -19,9 +19,9 @@ from typing import Any
 
 import jax
 
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.statelib import State
 from flaxgraph.transforms.calls import (
@@ -103,12 +103,12 @@ def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
         for i, g in grads.items()
         if call.graphdef.leaf_paths[i][:2] == (0, argnum)
     }
-    graphdef, leaves = flatten(args[argnum])
+    graphdef, leaves = flatten_with_paths(args[argnum])
     values = [
         leaf.replace(by_var[id(leaf)]) if isinstance(leaf, Variable) else by_path[path]
         for path, leaf in leaves
     ]
-    return unflatten(graphdef, values)
+    return build_graph(graphdef, values)
 
 
 def _grad_leaf(leaf: Any, g: Any) -> Any:

@@ -27,7 +27,7 @@ from typing import Any
 import jax
 
 from flaxgraph.errors import FlaxgraphError, TraceContextError
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.diff import graphdef_diff
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.modes import DEFAULT, Mode, resolve
@@ -191,7 +191,7 @@ def switch(
 def _merge_carry(graphdef: GraphDef, values: list[Any]) -> tuple[Any, list[Any]]:
     """The carry built from ``values``, and its leaf objects (Variables) in leaf order."""
     sink: list[Any] = []
-    (val,), _ = unflatten(graphdef, values, leaf_sink=sink)
+    (val,), _ = build_graph(graphdef, values, leaf_sink=sink)
     return val, sink
 
 
@@ -255,7 +255,7 @@ def _finish(call: Call, carry: tuple[Static, list[Any]], mode: Mode) -> Any:
     # As in Flax NNX 0.12: with graph updates the returned carry is the caller's
     # objects; without, its graph nodes are new but its Variables are the caller's.
     reuse = {i: n for i, n in enumerate(call.nodes) if mode.updates or isinstance(n, Variable)}
-    (val,), _ = unflatten(call.graphdef, carry[1], reuse=reuse)
+    (val,), _ = build_graph(call.graphdef, carry[1], reuse=reuse)
     return val
 
 
@@ -365,7 +365,7 @@ def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callab
         )
         out: OutStatic = out_static.value
         leaves = [out_values[b] for _, _, b in out.sources]
-        output, _args, _kwargs = unflatten(out.graphdef, leaves)
+        output, _args, _kwargs = build_graph(out.graphdef, leaves)
         return output
 
     return Wrapped(inner_f, wrapper, bound)

@@ -42,7 +42,7 @@ import jax
 import numpy as np
 
 from flaxgraph.graphlib.paths import path_str
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.autodiff import tangent_at
 from flaxgraph.transforms.calls import check_not_bound_method
@@ -252,12 +252,12 @@ def _check_no_shared_variables(
         return
     seen: dict[int, str] = {}
     for i in nondiff:
-        _, leaves = flatten(args[i], root_name=f"args[{i}]")
+        _, leaves = flatten_with_paths(args[i], root_name=f"args[{i}]")
         for path, leaf in leaves:
             if isinstance(leaf, Variable):
                 seen.setdefault(id(leaf), path_str(f"args[{i}]", args[i], path))
     for i in diff_pos:
-        _, leaves = flatten(args[i], root_name=f"args[{i}]")
+        _, leaves = flatten_with_paths(args[i], root_name=f"args[{i}]")
         for path, leaf in leaves:
             if isinstance(leaf, Variable) and id(leaf) in seen:
                 raise ValueError(

@@ -22,7 +22,7 @@ plan (``plan_code.py``), which the transform tries first on every call.
 After the call, the ``OutStatic`` of the structure carries a compiled write-back plan
 (``FinishPlan``): which Variables and attributes received new values, and how to
 build the output. It is used when the function kept the inputs' structure;
-otherwise the general ``unflatten`` write-back runs and the next call re-plans.
+otherwise the general ``build_graph`` write-back runs and the next call re-plans.
 
 Source: ``docs/design.md``, "The fast path".
 """

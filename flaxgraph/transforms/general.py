@@ -45,11 +45,11 @@ from typing import Any, TypeVar
 
 import jax
 
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import is_node_or_variable
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.variablelib.variable import Variable
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -104,7 +104,7 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
             splits.append(None)
             continue
         start = len(ref_index)
-        graphdef, pairs = flatten(x, ref_index=ref_index)
+        graphdef, pairs = flatten_with_paths(x, ref_index=ref_index)
         values = [v.raw_value if isinstance(v, Variable) else v for _, v in pairs]
         splits.append((start, len(ref_index), graphdef, values))
     # The caller's objects among the nodes, by index here (each split adds a range).
@@ -132,7 +132,7 @@ def _merge_tree(tree: Any, reuse: dict[int, Any] | None) -> tuple[Any, dict[int,
     index_ref: dict[int, Any] = {}
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_split_node)
     out = [
-        unflatten(x.graphdef, x.values, index_ref=index_ref, reuse=reuse)
+        build_graph(x.graphdef, x.values, index_ref=index_ref, reuse=reuse)
         if isinstance(x, SplitNode)
         else x
         for x in leaves

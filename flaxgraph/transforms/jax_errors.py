@@ -41,7 +41,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-PathParts = tuple[Any, ...]
+from flaxgraph.typing import PathParts
+
 _MAX_LISTED = 6  # inputs listed per size before "... and N more"
 
 

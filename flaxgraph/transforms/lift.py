@@ -22,7 +22,7 @@ semantics. Every transform goes through the same five steps:
    whose value did not change are not returned at all (write back only what
    changed).
 5. **Outside, update** the caller's objects in place from the returned GraphDef
-   and leaves (``unflatten`` with ``reuse``) and build the outputs; an output
+   and leaves (``build_graph`` with ``reuse``) and build the outputs; an output
    that aliases an input is the caller's *same* object. If anything before this
    step raises, the caller's objects are untouched; this step validates before it
    writes.
@@ -50,7 +50,7 @@ from typing import Any
 import jax
 
 from flaxgraph.errors import SharedReferenceError, TraceContextError
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.graphdefs import GraphDef, lenient_hash
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.snapshot import StructureSnapshot
@@ -222,7 +222,7 @@ def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -
     """Step 5: updates the input objects ``nodes`` (by input reference index) in place
     from ``out_static`` and the out leaves ``values``; returns the output."""
     reuse = {out_i: nodes[in_i] for out_i, in_i in out_static.index_map}
-    output, _args, _kwargs = unflatten(out_static.graphdef, values, reuse=reuse, new_refs=True)
+    output, _args, _kwargs = build_graph(out_static.graphdef, values, reuse=reuse, new_refs=True)
     return output
 
 
@@ -288,7 +288,7 @@ class Merged:
         self.in_static = in_static
         index_ref: dict[int, Any] = {}
         sink: list[Any] = []
-        self.args, self.kwargs = unflatten(
+        self.args, self.kwargs = build_graph(
             in_static.graphdef, values, index_ref=index_ref, leaf_sink=sink
         )
         self.values = values
@@ -345,7 +345,7 @@ class Merged:
             for leaf, value in zip(self.leaves, self.values)
         ]
         reuse = {i: obj for obj, i in self.in_index.items()}
-        self.args, self.kwargs = unflatten(self.in_static.graphdef, leaves, reuse=reuse)
+        self.args, self.kwargs = build_graph(self.in_static.graphdef, leaves, reuse=reuse)
 
     def resplit(
         self,

@@ -31,8 +31,8 @@ from typing import Any
 
 import jax
 
-from flaxgraph.graphlib.build import unflatten
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.build import build_graph
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.calls import merge_static, normalize_argnums, split_static, unbind
 from flaxgraph.transforms.lifted_call import LiftedCall
@@ -119,8 +119,8 @@ def make_jaxpr(
         def pure(groups: tuple[list[Any], ...]) -> list[Any]:
             out = lifted.pure(static, groups)
             leaves = LiftedCall.out_leaves(static, groups, out)
-            output, _args, _kwargs = unflatten(out[0].value.graphdef, leaves)
-            _, out_leaves = flatten(output, root_name="output")
+            output, _args, _kwargs = build_graph(out[0].value.graphdef, leaves)
+            _, out_leaves = flatten_with_paths(output, root_name="output")
             return [v.raw_value if isinstance(v, Variable) else v for _, v in out_leaves]
 
         return jax.make_jaxpr(pure)(groups)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.compilation import UNSPECIFIED, jit
 from flaxgraph.transforms.transformed import Transformed, Wrapped
@@ -80,7 +80,7 @@ def jit_partial(
     if not resolve(graph, graph_updates).graph:
         # Tree mode: a Variable shared among the bound objects is an error now, not
         # at the first call (as Flax NNX 0.12).
-        flatten(partial_args, root_name="args", graph=False)
+        flatten_with_paths(partial_args, root_name="args", graph=False)
     jitted = jit(
         fun,
         in_shardings=in_shardings,

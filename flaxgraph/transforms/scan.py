@@ -40,7 +40,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.diff import graphdef_diff
 from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.graphlib.traversal import iter_graph
@@ -240,7 +240,7 @@ class _Scanner:
         kwargs_prefix = info.kwargs_prefix
         expected_state_carry, n_carry = list(info.expected_state_carry), info.n_carry
         carry_index: dict[int, Any] = {}
-        carry_obj = unflatten(carry_graphdef, carry[:n_carry], index_ref=carry_index)[0]
+        carry_obj = build_graph(carry_graphdef, carry[:n_carry], index_ref=carry_index)[0]
         groups = (carry[n_carry:], x, broadcast_values)
         values = [groups[g][k] for g, k in in_static.slots]
         merged = Merged(in_static, values, prefixes, mode=self.mode)
@@ -385,12 +385,12 @@ class _Scanner:
                 raise better from None
             raise
         out_static: OutStatic = out_static_box.value
-        final_carry_obj = unflatten(
+        final_carry_obj = build_graph(
             carry_graphdef, final_carry[:n_carry], reuse=dict(enumerate(carry_nodes))
         )[0]
         if not self.mode.updates:  # as in Flax NNX 0.12: new graph nodes, the caller's Variables
             variables = {i: n for i, n in enumerate(carry_nodes) if isinstance(n, Variable)}
-            final_carry_obj = unflatten(carry_graphdef, final_carry[:n_carry], reuse=variables)[0]
+            final_carry_obj = build_graph(carry_graphdef, final_carry[:n_carry], reuse=variables)[0]
         state_final = final_carry[n_carry:]
         values = []
         for tag, a, b in out_static.sources:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph.graphlib.build import unflatten
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.build import build_graph
+from flaxgraph.graphlib.walk import flatten_with_paths
 
 
 class Leaf(nnx.Module):
@@ -28,9 +28,9 @@ class Point(NamedTuple):
 
 def test_rebuilds_without_calling_init():
     m = Leaf()
-    graphdef, leaves = flatten(m)
+    graphdef, leaves = flatten_with_paths(m)
     calls = Leaf.init_calls
-    new = unflatten(graphdef, [v for _, v in leaves])
+    new = build_graph(graphdef, [v for _, v in leaves])
     assert Leaf.init_calls == calls
     assert type(new) is Leaf and new is not m and new.name == "leaf"
     assert type(new.w) is nnx.Param and new.w is not m.w and new.w.tag == "w"
@@ -38,17 +38,17 @@ def test_rebuilds_without_calling_init():
 
 
 def test_variable_leaf_gives_value_and_metadata_raw_leaf_uses_graphdef_metadata():
-    graphdef, _ = flatten(Leaf())
-    from_var = unflatten(graphdef, [nnx.Param(jnp.zeros(2), tag="other")])
+    graphdef, _ = flatten_with_paths(Leaf())
+    from_var = build_graph(graphdef, [nnx.Param(jnp.zeros(2), tag="other")])
     assert from_var.w.tag == "other"
-    from_raw = unflatten(graphdef, [jnp.full(2, 3.0)])
+    from_raw = build_graph(graphdef, [jnp.full(2, 3.0)])
     assert from_raw.w.tag == "w"
     np.testing.assert_array_equal(from_raw.w.value, np.full(2, 3.0))
 
 
 def test_kind_comes_from_graphdef():
-    graphdef, _ = flatten(Leaf())
-    new = unflatten(graphdef, [nnx.BatchStat(jnp.zeros(2))])
+    graphdef, _ = flatten_with_paths(Leaf())
+    new = build_graph(graphdef, [nnx.BatchStat(jnp.zeros(2))])
     assert type(new.w) is nnx.Param
 
 
@@ -58,8 +58,8 @@ def test_sharing_and_cycles_restored():
     m.child = Leaf()
     m.child.parent = m
     m.again = m.child
-    graphdef, leaves = flatten(m)
-    new = unflatten(graphdef, [v for _, v in leaves])
+    graphdef, leaves = flatten_with_paths(m)
+    new = build_graph(graphdef, [v for _, v in leaves])
     assert new.alias is new.w
     assert new.child.parent is new and new.again is new.child
 
@@ -68,24 +68,24 @@ def test_containers_rebuilt():
     m = Leaf()
     m.items = [nnx.Param(1.0), (jnp.zeros(1), 3), {"k": 2}]
     m.point = Point(jnp.ones(1), "s")
-    graphdef, leaves = flatten(m)
-    new = unflatten(graphdef, [v for _, v in leaves])
+    graphdef, leaves = flatten_with_paths(m)
+    new = build_graph(graphdef, [v for _, v in leaves])
     assert type(new.items) is list and type(new.items[1]) is tuple and new.items[2] == {"k": 2}
     assert type(new.point) is Point and new.point.y == "s"
     assert new.items[0] is not m.items[0]
 
 
 def test_array_def_unboxes_a_variable_leaf():
-    graphdef, _ = flatten([jnp.ones(1)])
-    assert isinstance(unflatten(graphdef, [nnx.Param(jnp.zeros(1))])[0], jax.Array)
+    graphdef, _ = flatten_with_paths([jnp.ones(1)])
+    assert isinstance(build_graph(graphdef, [nnx.Param(jnp.zeros(1))])[0], jax.Array)
 
 
 def test_wrong_number_of_leaves():
-    graphdef, _ = flatten(Leaf())
+    graphdef, _ = flatten_with_paths(Leaf())
     with pytest.raises(nnx.GraphStructureError, match="expects 1 state leaves but got 2"):
-        unflatten(graphdef, [1, 2])
+        build_graph(graphdef, [1, 2])
     with pytest.raises(nnx.GraphStructureError, match="expects 1 state leaves but got 0"):
-        unflatten(graphdef, [])
+        build_graph(graphdef, [])
 
 
 def test_dangling_node_ref():
@@ -95,24 +95,24 @@ def test_dangling_node_ref():
     b = Leaf()
     b.other = a
     index = RefMap()
-    flatten(a, ref_index=index)
-    graphdef, leaves = flatten(b, ref_index=index)
+    flatten_with_paths(a, ref_index=index)
+    graphdef, leaves = flatten_with_paths(b, ref_index=index)
     with pytest.raises(
         nnx.GraphStructureError, match=r"refers to node index 0 \(Leaf\).*merge_context"
     ):
-        unflatten(graphdef, [v for _, v in leaves])
+        build_graph(graphdef, [v for _, v in leaves])
     shared = {}
-    ga, la = flatten(a)
-    first = unflatten(ga, [v for _, v in la], index_ref=shared)
-    second = unflatten(graphdef, [v for _, v in leaves], index_ref=shared)
+    ga, la = flatten_with_paths(a)
+    first = build_graph(ga, [v for _, v in la], index_ref=shared)
+    second = build_graph(graphdef, [v for _, v in leaves], index_ref=shared)
     assert second.other is first
 
 
 def test_reuse_updates_in_place():
     m = Leaf()
     w = m.w
-    graphdef, _ = flatten(m)
-    out = unflatten(graphdef, [nnx.Param(jnp.zeros(2), tag="new")], reuse={0: m, 1: w})
+    graphdef, _ = flatten_with_paths(m)
+    out = build_graph(graphdef, [nnx.Param(jnp.zeros(2), tag="new")], reuse={0: m, 1: w})
     assert out is m and m.w is w
     np.testing.assert_array_equal(w.value, np.zeros(2))
     assert w.tag == "new"
@@ -123,8 +123,8 @@ def test_reuse_applies_structural_changes():
     template = Leaf()
     template.extra = jnp.ones(1)
     del template.name
-    graphdef, leaves = flatten(template)
-    unflatten(graphdef, [v for _, v in leaves], reuse={0: m})
+    graphdef, leaves = flatten_with_paths(template)
+    build_graph(graphdef, [v for _, v in leaves], reuse={0: m})
     assert "name" not in vars(m)
     np.testing.assert_array_equal(m.extra, np.ones(1))
 
@@ -133,21 +133,21 @@ def test_reuse_type_mismatch():
     class Other(nnx.Module):
         pass
 
-    graphdef, leaves = flatten(Leaf())
+    graphdef, leaves = flatten_with_paths(Leaf())
     with pytest.raises(nnx.GraphStructureError, match="Cannot update a Other in place"):
-        unflatten(graphdef, [v for _, v in leaves], reuse={0: Other()})
+        build_graph(graphdef, [v for _, v in leaves], reuse={0: Other()})
     with pytest.raises(nnx.GraphStructureError, match="Cannot update a BatchStat in place"):
-        unflatten(graphdef, [v for _, v in leaves], reuse={1: nnx.BatchStat(1.0)})
+        build_graph(graphdef, [v for _, v in leaves], reuse={1: nnx.BatchStat(1.0)})
 
 
 def test_reuse_from_another_trace_raises_and_writes_nothing():
     m = Leaf()
     w = m.w
-    graphdef, _ = flatten(m)
+    graphdef, _ = flatten_with_paths(m)
 
     @jax.jit
     def f(x):
-        unflatten(graphdef, [x], reuse={0: m, 1: w})
+        build_graph(graphdef, [x], reuse={0: m, 1: w})
         return x
 
     with pytest.raises(nnx.TraceContextError):

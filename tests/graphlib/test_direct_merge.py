@@ -1,6 +1,6 @@
 """The direct build of merge (``graphlib/direct_merge.py``) against the general build.
 
-Property: whenever it builds, ``merge_direct`` gives the graph ``unflatten`` gives from
+Property: whenever it builds, ``merge_direct`` gives the graph ``build_graph`` gives from
 the State's leaves in the GraphDef's order (same structure, values and sharing; with
 ``copy=False`` the State's own Variables); on a State that does not fit, it gives up and
 ``merge`` reports the general error.
@@ -17,7 +17,7 @@ from graphs import corpus_params
 from hypothesis import given
 
 import flaxgraph as nnx
-from flaxgraph.graphlib.build import unflatten
+from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.direct_merge import GAVE_UP, join_states, merge_direct
 from flaxgraph.testing import Node, assert_graphs_equal, graphs
 
@@ -31,7 +31,7 @@ def check_same_as_general(g: Any) -> None:
         built = merge_direct(graphdef, state, copy, True)
         if built is GAVE_UP:
             return
-        want = unflatten(graphdef, leaves, copy_variables=copy)
+        want = build_graph(graphdef, leaves, copy_variables=copy)
         assert_graphs_equal(built, want)
         if not copy:
             variables = [v for _, v in nnx.iter_graph(built) if isinstance(v, nnx.Variable)]

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 import flaxgraph as nnx
 from flaxgraph.filterlib import filters_to_predicates
 from flaxgraph.graphlib.direct_split import partition_state, split_direct
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.statelib import State, partition
 from flaxgraph.testing import Node, filters, graphs
 
 
 def general_split(g: Any, graph: bool = True) -> tuple[nnx.GraphDef, Any]:
-    graphdef, leaves = flatten(g, graph=graph)
+    graphdef, leaves = flatten_with_paths(g, graph=graph)
     if len(leaves) == 1 and leaves[0][0] == ():
         return graphdef, leaves[0][1]
     return graphdef, State.from_flat_path(leaves)

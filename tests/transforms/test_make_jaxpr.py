@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import flaxgraph as nnx
-from flaxgraph.graphlib.walk import flatten
+from flaxgraph.graphlib.walk import flatten_with_paths
 
 
 class Model(nnx.Module):
@@ -25,7 +25,7 @@ class Model(nnx.Module):
 
 def input_values(*args: Any, **kwargs: Any) -> list[Any]:
     """The jaxpr's inputs: the arrays of (args, kwargs) in graph-walk order."""
-    _, leaves = flatten((args, kwargs))
+    _, leaves = flatten_with_paths((args, kwargs))
     return [v.raw_value if isinstance(v, nnx.Variable) else v for _, v in leaves]
 
 
