@@ -170,6 +170,7 @@ GROUPS = (
             "restore_rngs",
             "reseed",
             "with_rngs",
+            "BROADCAST",
         ),
     ),
     Group(
@@ -356,6 +357,8 @@ GROUPS = (
             "LayerDtypeError",
             "LayerInputError",
             "BroadcastChangeWarning",
+            "RngBroadcastWarning",
+            "ClosureReadWarning",
             "IdentityHashWarning",
         ),
     ),

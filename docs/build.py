@@ -146,6 +146,8 @@ _DATA_NOTES = {
     "A": "A type variable (any type), used in annotations.",
     "M": "A type variable bound to ``Module``, used in annotations.",
     "Carry": "The marker of ``scan``'s carry in ``in_axes``/``out_axes``.",
+    "BROADCAST": "``split_rngs(splits=nnx.BROADCAST)`` keeps the selected streams' keys and "
+    "marks them as broadcast on purpose for the call (no ``RngBroadcastWarning``).",
     "testing.MutationStep": "Any one step of a mutation program: ``SetValue``, "
     "``AddAttribute``, ``DeleteAttribute``, ``ShareAttribute`` or ``SwapAttributes``.",
 }
