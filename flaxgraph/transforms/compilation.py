@@ -131,6 +131,7 @@ class JitWrapped(Transformed[P, R]):
         # Placing the inputs on their shardings is a per-call step: no fast path.
         self.place = in_shardings is not UNSPECIFIED
         self.fast = not self.place
+        self.configured()
 
         in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
         if UNSPECIFIED not in in_keys_sharding:  # keyword arguments get no in_sharding

@@ -79,6 +79,7 @@ class Transformed(Generic[P, R]):
       plans: the fast-path plans of this function (``fastpath.PlanCache``).
       fast: whether calls try the fast path at all.
       static: the static arguments, or ``None``.
+      plain: ``fast`` without bound or static arguments (see ``configured``).
     """
 
     fast: bool = True
@@ -91,12 +92,24 @@ class Transformed(Generic[P, R]):
         self.fun = fun
         self.bound = bound
         self.plans = PlanCache()
+        self.configured()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Calls the transformed function: the fast path when a recent call had the
         same argument structure, else the transform's general path."""
+        if self.plain:  # the common case, inline: a few attribute reads per call
+            plan = self.plans.recent
+            if plan is not None:
+                result = plan.run(args, kwargs, ())
+                if result is not MISS:
+                    return result  # type: ignore[no-any-return]
+        return self.call_with(args, kwargs)  # type: ignore[no-any-return]
+
+    def call_with(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``__call__`` in full: bound and static arguments, then the fast path (if
+        ``fast``), then the general path."""
         if self.bound:
-            args = (*self.bound, *args)  # type: ignore[assignment]
+            args = (*self.bound, *args)
         if self.static is not None:
             dyn_args, dyn_kwargs, statics = self.static.split(args, kwargs)
         else:
@@ -107,12 +120,18 @@ class Transformed(Generic[P, R]):
             if plan is not None:
                 result = plan.run(dyn_args, dyn_kwargs, statics)
                 if result is not MISS:
-                    return result  # type: ignore[no-any-return]
+                    return result
             result = plans.run_by_key(dyn_args, dyn_kwargs, statics)
             if result is not MISS:
-                return result  # type: ignore[no-any-return]
+                return result
         self.plans.general_calls += 1
-        return self.call_general(args, kwargs, dyn_args, dyn_kwargs, statics)  # type: ignore[no-any-return]
+        return self.call_general(args, kwargs, dyn_args, dyn_kwargs, statics)
+
+    def configured(self) -> None:
+        """Records whether calls need no more than the inline fast path
+        (``plain``: no bound or static arguments, fast path on); a subclass calls
+        it after setting ``fast``, ``static`` or ``bound``."""
+        self.plain = self.fast and not self.bound and self.static is None
 
     def call_general(
         self,
@@ -157,6 +176,7 @@ class Transformed(Generic[P, R]):
         donated) keep counting the bound arguments."""
         bound = copy.copy(self)
         bound.bound = (*self.bound, *args)
+        bound.configured()
         return bound
 
     def cache_info(self) -> CacheInfo:

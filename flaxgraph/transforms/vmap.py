@@ -159,6 +159,7 @@ class Mapped(Transformed[P, R]):
         ]
         self.by_closure = by_closure = jax_map is jax.vmap
         self.fast = by_closure
+        self.configured()
         self.closed_groups = [by_closure and k is None for k, _ in self.in_keys]
         self.interned: dict[OutStatic, OutStatic] = {}  # equal OutStatics -> one object
         self.templates = Templates()  # step 4 without the walk for repeated calls
