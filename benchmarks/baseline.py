@@ -10,7 +10,10 @@ times the ``benchmarks/transforms.py`` workloads with both, interleaved (see
 outside any transform). The ratio column is this checkout over the baseline,
 per round (``paired_ratio``): 1.00 is no change. Samples count this process's CPU
 time (``time.process_time``), steadier than wall time on a machine other
-processes keep busy.
+processes keep busy. Read the ratios against an A/A run (the checkout against a
+copy of itself: ``python benchmarks/baseline.py .``): the renamed copy has measured
+up to 15% slower than the imported package on the same code (0.86-0.95 on the
+workloads at 64 layers), so a change is a slowdown only above that run's ratios.
 
   python benchmarks/baseline.py /work/main --layers 8 64
 
