@@ -198,7 +198,13 @@ def scan(
         inner_f, mode, length, reverse, unroll, _split_transpose, in_axes, out_axes,
         transform_metadata,
     )  # fmt: skip
-    run = functools.wraps(inner_f)(functools.partial(scanner.run))
+
+    # A function wrapping f (``__wrapped__``): what nnx.jit traces and reports on
+    # (its name, and the closure it reads, see closure_reads.py).
+    @functools.wraps(inner_f)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        return scanner.run(*args, **kwargs)
+
     # The call runs compiled, as one nnx.jit of the whole scan (fast path included):
     # jax.lax.scan traces its body either way, so this changes no behaviour, only the
     # per-call cost of the steps around the loop. Under ``jax.disable_jit()`` it runs
