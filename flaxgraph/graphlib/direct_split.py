@@ -61,21 +61,16 @@ class _GiveUp(Exception):
 
 
 def _metadata_key(metadata: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """A Variable's non-empty metadata as the GraphDef holds it (sorted items); gives
-    up when it is unhashable (the general walk names the Variable's path)."""
-    key = tuple(sorted(metadata.items()))
-    try:
-        hash(key)
-    except TypeError:
-        raise _GiveUp from None
-    return key
+    """A Variable's non-empty metadata as the GraphDef holds it (sorted items, which
+    may be unhashable, see ``walk.Walk._frozen_metadata``)."""
+    return tuple(sorted(metadata.items()))
 
 
 def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
     """``(graphdef, state)`` of ``node``, or ``None`` if the general walk must do it (a
-    Python scalar at the root, a raw ``jax.Ref``, unhashable Variable metadata, a
-    static value that warrants a warning; in tree mode also any object reached twice
-    and any ``pytree=False`` object, which the general walk checks or rejects).
+    Python scalar at the root, a raw ``jax.Ref``, a static value that warrants a
+    warning; in tree mode also any object reached twice and any ``pytree=False``
+    object, which the general walk checks or rejects).
 
     Args:
       node: the root (a graph node, a Variable, a container, an array).

@@ -539,7 +539,10 @@ def _find_unhashable(
     if t is StaticDef:
         return (steps, d.value, "static attribute") if is_unhashable(d.key) else None
     if t is VariableDef:
-        return (steps, dict(d.metadata), "metadata") if is_unhashable(d.metadata) else None
+        for k, m in d.metadata:
+            if is_unhashable(m):
+                return (steps, m, f"metadata {k!r} of the {d.type.__name__}")
+        return None
     if t is NodeDef:
         if is_unhashable(d.metadata):
             return (steps, d.metadata, "node metadata")

@@ -83,10 +83,11 @@ def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     Raises:
       UnmatchedLeafError (a ``ValueError``): a leaf matches none of the filters
         (end them with ``...`` to collect the rest); the message names its path.
-      StaticAttributeError (a ``TypeError``): a static attribute or metadata is
-        unhashable; the message names its path.
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is reachable
         along several paths; the message lists every path.
+
+    An unhashable static attribute or Variable metadata is fine, as in Flax: only
+    ``hash(graphdef)`` raises ``StaticAttributeError`` then, naming its path.
 
     Example::
 

@@ -26,7 +26,6 @@ from typing import Any
 from flaxgraph.errors import (
     IdentityHashWarning,
     SharedReferenceError,
-    StaticAttributeError,
     numbered_fixes,
 )
 from flaxgraph.graphlib.graphdefs import (
@@ -47,7 +46,6 @@ from flaxgraph.graphlib.registry import (
     GRAPH_NODE_IMPLS,
     DataLeaf,
     StaticLeaf,
-    is_hashable,
     is_plain_static,
     pytree_children,
 )
@@ -82,9 +80,8 @@ def flatten_with_paths(
       order; a leaf is the Variable object itself (not a copy) or a raw array.
 
     Raises:
-      StaticAttributeError (a ``TypeError``): a Variable's metadata is unhashable;
-        the message names its path. (An unhashable static attribute is allowed:
-        hashing the GraphDef, as jit does, raises then.)
+      (An unhashable static attribute or Variable metadata is allowed, as in Flax:
+      only ``hash(graphdef)`` raises then, naming its path.)
       SharedReferenceError (a ``ValueError``): with ``graph=False``, a Variable is
         reachable along several paths; the message lists them all.
     """
@@ -288,20 +285,14 @@ class Walk:
             )
 
     def _frozen_metadata(self, v: Variable[Any], path: PathParts) -> tuple[tuple[str, Any], ...]:
+        """A Variable's metadata as its ``VariableDef`` holds it: the sorted items.
+        An unhashable value (``sharding=["data", None]``) is kept, as in Flax: the
+        GraphDef compares it with ``==`` and the transforms' cache keys work without
+        hashing it (``graphdefs.lenient_hash``); only ``hash(graphdef)`` needs it
+        hashable, and then names the Variable's path."""
         if not v._var_metadata:
             return ()
-        metadata = tuple(sorted(v._var_metadata.items()))
-        try:
-            hash(metadata)
-        except TypeError:
-            bad = [k for k, m in metadata if not is_hashable(m)]
-            raise StaticAttributeError(
-                f"Metadata {bad[0]!r} of the {type(v).__name__} at {self.where(path)} is "
-                f"unhashable ({type(dict(metadata)[bad[0]]).__name__}), but metadata is part "
-                "of the GraphDef, which must be hashable.\n"
-                + numbered_fixes([f"use a tuple (or another hashable value) for {bad[0]!r}."])
-            ) from None
-        return metadata
+        return tuple(sorted(v._var_metadata.items()))
 
     def _check_hashable(self, x: Any, path: PathParts) -> None:
         """Warns when a static value hashes by identity and is made per model (every

@@ -179,3 +179,31 @@ def test_partial_keys_compare_by_function_args_and_keywords(args1, kw1, args2, k
     assert PartialKey(functools.partial(operator.add, *args1, **kw1)) != PartialKey(
         functools.partial(operator.sub, *args1, **kw1)
     )
+
+
+class Sharded(nnx.Module):
+    """A layer whose kernel carries list metadata, as configs often write it."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.kernel = nnx.Param(rngs.params.normal((2, 3)), sharding_names=["data", None])
+
+    def __call__(self, x: Any) -> Any:
+        return x @ self.kernel[...]
+
+
+def test_list_metadata_runs_under_jit_and_grad_as_in_flax():
+    model = Sharded(nnx.Rngs(0))
+    x = jnp.ones((4, 2))
+
+    @nnx.jit
+    def step(m: Sharded, x: Any) -> Any:
+        loss, grads = nnx.value_and_grad(lambda m: jnp.sum(m(x) ** 2))(m)
+        m.kernel[...] -= 0.1 * grads.kernel[...]
+        return loss
+
+    expected_kernel = model.kernel[...] - 0.1 * 2 * x.T @ (x @ model.kernel[...])
+    step(model, x)
+    np.testing.assert_allclose(model.kernel[...], expected_kernel, rtol=1e-5)
+    assert model.kernel.get_metadata()["sharding_names"] == ["data", None]
+    again = nnx.merge(*nnx.split(model))
+    assert again.kernel.get_metadata()["sharding_names"] == ["data", None]

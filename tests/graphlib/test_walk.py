@@ -217,15 +217,21 @@ def test_unhashable_static_error_names_the_path_from_a_root():
     assert "at args[0].cfg" in str(graphdef.unhashable_error("x", ("args", "kwargs")))
 
 
-def test_unhashable_metadata_names_path():
+def test_unhashable_metadata_splits_and_hashing_names_path():
+    # As in Flax: list metadata (sharding=["a", None]) splits and compares by ==;
+    # only hashing the GraphDef itself needs it hashable, and names the Variable.
     m = Leaf()
     m.layers = [Leaf(), Leaf()]
     m.layers[1].w.set_metadata(sharding=["a", None])
+    graphdef, _ = flatten_with_paths(m)
+    assert graphdef == flatten_with_paths(m)[0]
+    m.layers[1].w.set_metadata(sharding=["b", None])
+    assert graphdef != flatten_with_paths(m)[0]
     with pytest.raises(
         nnx.StaticAttributeError,
-        match=r"Metadata 'sharding' of the Param at node\.layers\[1\]\.w is unhashable \(list\)",
+        match=r"metadata 'sharding' of the Param at node\.layers\[1\]\.w is a list",
     ):
-        flatten_with_paths(m)
+        hash(graphdef)
 
 
 def test_a_list_of_ints_is_walked_not_rejected():
