@@ -43,11 +43,12 @@ from flaxgraph.graphlib.graphdefs import (
     StaticDef,
     VariableDef,
 )
-from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS, is_hashable
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.leaf_access import (
+    attribute_children,
     get_arg,
     is_in_place,
     leaf_reader,
@@ -68,8 +69,10 @@ _get_raw = operator.attrgetter("raw_value")
 def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
     """A cache key for the arguments' structure, or ``None`` if they do not qualify for
     the fast path. Objects count by identity, leaves by kind, and lists, tuples and
-    dicts (a ``batch`` dict of arrays, rebuilt on every call) by their items; other
-    pytrees as arguments take the general path."""
+    dicts (a ``batch`` dict of arrays, rebuilt on every call) by their items, as do
+    pytrees whose children are attributes (a ``flax.struct.dataclass`` batch, a
+    namedtuple) and which hold no object, with their structure (static fields
+    included); other pytrees as arguments take the general path."""
     parts: list[Any] = []
     for a in args:
         part = _part(a)
@@ -84,34 +87,50 @@ def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] |
     return tuple(parts)
 
 
-def _part(a: Any) -> Any:
+def _part(a: Any, objects: bool = True) -> Any:
     t = type(a)
     if t in GRAPH_NODE_IMPLS or isinstance(a, Variable):
-        return id(a)
+        return id(a) if objects else None
     if isinstance(a, ARRAY_TYPES) or t in _SCALARS:
         return _LEAF
     if a is None or t is str:
         return (t, a)
     if t is dict or t is list or t is tuple:
         items = a.items() if t is dict else enumerate(a)
-        parts = tuple((k, _part(v)) for k, v in items)
+        parts = tuple((k, _part(v, objects)) for k, v in items)
         if any(p is None for _, p in parts):
             return None
         return (t, parts)
+    found = attribute_children(a)
+    if found is not None:
+        children, treedef = found
+        if not is_hashable(treedef):  # unhashable static fields: no key
+            return None
+        parts = tuple((k, _part(v, False)) for k, v in children)
+        if any(p is None for _, p in parts):
+            return None
+        return (t, treedef, parts)
     return None
 
 
 def _signature(value: Any, root: int, keys: tuple[Any, ...], out: list[Any]) -> None:
     """Appends the checks that an argument ``value`` (at ``keys`` below ``args`` for
     root 0, ``kwargs`` for root 1) still has its structure: ``(root, keys, kind,
-    expected)`` with kind ``'is'`` (same object), ``'type'`` (a leaf of that type) or
-    ``'items'`` (a container of that type with those keys), containers before their
+    expected)`` with kind ``'is'`` (same object), ``'type'`` (a leaf of that type),
+    ``'items'`` (a container of that type with those keys) or ``'pytree'`` (an
+    attribute pytree of that type and one-level structure), containers before their
     items."""
     t = type(value)
+    found = None if t is dict or t is list or t is tuple else attribute_children(value)
     if t is dict or t is list or t is tuple:
         out.append((root, keys, "items", (t, tuple(value) if t is dict else len(value))))
         items = value.items() if t is dict else enumerate(value)
         for k, v in items:
+            _signature(v, root, (*keys, k), out)
+    elif found is not None:
+        children, treedef = found
+        out.append((root, keys, "pytree", (t, treedef)))
+        for k, v in children:
             _signature(v, root, (*keys, k), out)
     elif _part(value) == _LEAF:
         out.append((root, keys, "type", t))
@@ -149,6 +168,7 @@ class Plan:
         "statics",
         "kwarg_names",
         "arg_checks",
+        "attribute_parents",
         "leaf_variables",
         "last_out",
         "last_finish",
@@ -191,10 +211,15 @@ class Plan:
         for k, v in kwargs.items():
             _signature(v, 1, (k,), checks)
         self.arg_checks = tuple(checks)
+        # Arguments' pytrees whose items are reached by attribute (see get_arg).
+        self.attribute_parents = frozenset(
+            (root, keys) for root, keys, kind, _ in checks if kind == "pytree"
+        )
         # What to compare to know the structure is unchanged (see graphlib/snapshot.py).
         self.snapshot = StructureSnapshot(call.nodes)
-        # Leaves inside tuples or other pytrees (namedtuples, dataclasses…) can be
-        # neither read by key nor written in place: such graphs take the general path.
+        # Leaves inside tuples or pytrees (namedtuples, dataclasses…) reached through
+        # an object can be neither read by key nor written in place: such graphs take
+        # the general path (the arguments' own containers are read on every call).
         # Ref-backed Variables are read and written through their Refs
         # (ref_writes.py), box-backed ones (hijax Variables holding pytrees) through
         # their boxes (a copy of the content in, the new content set), unless
@@ -474,7 +499,8 @@ class CacheInfo(NamedTuple):
     Attributes:
       general_calls: calls that took the general path (a graph walk, and a compile
         or a JAX cache lookup): the first call, calls after a structural change, calls
-        with arguments the fast path does not cover (lists, dicts, other pytrees).
+        with arguments the fast path does not cover (pytrees other than lists, tuples,
+        dicts and attribute pytrees such as dataclasses and namedtuples).
       plans: fast-path plans currently cached (at most 4).
     """
 

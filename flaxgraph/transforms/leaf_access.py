@@ -11,7 +11,9 @@ import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
+import jax
+
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, PLAIN_STATIC
 from flaxgraph.transforms.ref_writes import read_ref
 from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
@@ -26,20 +28,56 @@ def _identity(x: Any) -> Any:
     return x
 
 
+_BUILTIN = (list, tuple, dict)
+
+
+def attribute_children(x: Any) -> tuple[list[tuple[str, Any]], Any] | None:
+    """One level of a pytree node whose children are its attributes (a dataclass
+    registered with JAX, ``flax.struct.dataclass``, a namedtuple): ``([(name, child)],
+    treedef)`` with ``treedef`` the level's structure (static fields included), or
+    ``None`` for anything else (leaves, builtin containers, graph nodes, pytrees keyed
+    otherwise)."""
+    t = type(x)
+    if t in PLAIN_STATIC or t in _BUILTIN or t in GRAPH_NODE_IMPLS or isinstance(x, Variable):
+        return None
+    with_path, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
+    if jax.tree_util.treedef_is_leaf(treedef):
+        return None
+    children = []
+    for path, child in with_path:
+        entry = path[0]
+        if type(entry) is not jax.tree_util.GetAttrKey or getattr(x, entry.name) is not child:
+            return None
+        children.append((entry.name, child))
+    return children, treedef
+
+
+def level_treedef(x: Any) -> Any:
+    """The structure of one level of the pytree ``x`` (its children as leaves)."""
+    return jax.tree_util.tree_structure(x, is_leaf=lambda y: y is not x)
+
+
+def child_of(node: Any, key: Any) -> Any:
+    """An argument container's item: by key in lists, tuples and dicts, by attribute in
+    the pytrees ``attribute_children`` accepts."""
+    return node[key] if type(node) in _BUILTIN else getattr(node, key)
+
+
 def get_arg(args: tuple[Any, ...], kwargs: dict[str, Any], root: int, keys: Any) -> Any:
     x: Any = args if root == 0 else kwargs
     for k in keys:
-        x = x[k]
+        x = child_of(x, k)
     return x
 
 
 def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bool:
-    """Whether the leaf at ``path`` is an argument or sits in lists, tuples and dicts
-    of the arguments (no object in between): it changes with every call's arguments."""
+    """Whether the leaf at ``path`` is an argument or sits in lists, tuples, dicts and
+    attribute pytrees (dataclasses, namedtuples) of the arguments (no object in
+    between): it changes with every call's arguments."""
     node: Any = (args, kwargs)[path[0]]  # type: ignore[index]
     for key in path[1:-1]:
-        node = node[key]
-        if type(node) not in (list, tuple, dict):
+        node = child_of(node, key)
+        if type(node) not in _BUILTIN and attribute_children(node) is None:
             return False
     return True
 

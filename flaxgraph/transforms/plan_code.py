@@ -30,6 +30,7 @@ Source: ``docs/design.md``, "The fast path" (the compiled per-structure plan).
 from __future__ import annotations
 
 import itertools
+import keyword
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +38,7 @@ from typing import Any
 from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, same_item
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
-from flaxgraph.transforms.leaf_access import get_raw, get_ref_content
+from flaxgraph.transforms.leaf_access import get_raw, get_ref_content, level_treedef
 from flaxgraph.transforms.lift import IN
 from flaxgraph.variablelib.variable import Variable
 
@@ -106,6 +107,8 @@ def _namespace(plan: Any, finish: Callable[..., Any]) -> dict[str, Any]:
         "_chain": itertools.chain,
         "_values": dict.values,
         "_is": operator.is_,
+        "_level": level_treedef,
+        "_getattr": getattr,
         "_same": same_item,
         "_call": operator.call,
         "_getv": operator.attrgetter("_obj_version"),
@@ -126,12 +129,17 @@ def _signature_checks(src: _Source, plan: Any) -> None:
         src.line(f"if kwargs.keys() != {const(plan.kwarg_names)}: return MISS")
     # Containers before their items, so each access below is safe once reached.
     conditions = []
+    attrs = plan.attribute_parents
     for root, keys, kind, expected in plan.arg_checks:
-        access = _access(root, keys, const)
+        access = _access(root, keys, const, attrs)
         if kind == "is":
             conditions.append(f"{access} is not {const(expected)}")
         elif kind == "type":
             conditions.append(f"type({access}) is not {const(expected)}")
+        elif kind == "pytree":
+            t, treedef = expected
+            conditions.append(f"type({access}) is not {const(t)}")
+            conditions.append(f"_level({access}) != {const(treedef)}")
         else:
             t, items = expected
             conditions.append(f"type({access}) is not {const(t)}")
@@ -172,7 +180,8 @@ def _structure_checks(src: _Source, snap: StructureSnapshot) -> None:
 def _leaf_reads(src: _Source, plan: Any) -> None:
     """The leaves' current values, in the order the compiled function takes them."""
     const = src.const
-    arg_at = {pos: _access(root, keys, const) for pos, root, keys in plan.arg_leaves}
+    attrs = plan.attribute_parents
+    arg_at = {pos: _access(root, keys, const, attrs) for pos, root, keys in plan.arg_leaves}
     n_leaves = len(plan.getters)
     if plan.leaf_variables is not None and n_leaves <= 4 * UNROLL:
         variables = iter(plan.leaf_variables)
@@ -236,12 +245,22 @@ def _read(getter: Any, target: Any, const: Callable[[Any], str]) -> str:
     return f"{const(getter)}({const(target)})"
 
 
-def _access(root: int, keys: tuple[Any, ...], const: Callable[[Any], str]) -> str:
+def _access(
+    root: int,
+    keys: tuple[Any, ...],
+    const: Callable[[Any], str],
+    attribute_parents: frozenset[tuple[int, tuple[Any, ...]]] = frozenset(),
+) -> str:
     """The expression reaching an argument's item: ``args[1][C3]`` (integer keys as
-    literals, others through the namespace)."""
+    literals, others through the namespace), ``args[2].tokens`` below an attribute
+    pytree (a dataclass)."""
     text = "args" if root == 0 else "kwargs"
-    for k in keys:
-        text += f"[{k}]" if type(k) is int else f"[{const(k)}]"
+    for i, k in enumerate(keys):
+        if (root, keys[:i]) in attribute_parents:
+            plain = k.isidentifier() and not keyword.iskeyword(k)
+            text = f"{text}.{k}" if plain else f"_getattr({text}, {const(k)})"
+        else:
+            text += f"[{k}]" if type(k) is int else f"[{const(k)}]"
     return text
 
 

@@ -2,6 +2,10 @@
 made between calls is noticed (differential: every call behaves as the slow path,
 i.e. as the eager function)."""
 
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -381,3 +385,89 @@ def test_objects_inside_a_tuple_argument_are_checked_by_identity_and_updated():
     bump((a, c), jnp.ones(3))  # another object at the same place: the plan misses
     assert bump.cache_info().general_calls == 2
     assert int(c.calls[...]) == 1 and int(b.calls[...]) == 3
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass, data_fields=["x", "mask"], meta_fields=["scale"]
+)
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """A batch as a registered dataclass (as ``flax.struct.dataclass`` makes them)."""
+
+    x: jax.Array
+    mask: jax.Array | None
+    scale: float
+
+
+class PairBatch(NamedTuple):
+    x: jax.Array
+    mask: jax.Array | None
+
+
+def step_on_attributes(m: Counter, batch: Any) -> jax.Array:
+    m.calls[...] += 1
+    masked = batch.x if batch.mask is None else batch.x * batch.mask
+    return jnp.sum(masked * m.w[...]) * getattr(batch, "scale", 1.0)
+
+
+@pytest.mark.parametrize("make_batch", [Batch, PairBatch], ids=["dataclass", "namedtuple"])
+def test_a_pytree_batch_of_attributes_takes_the_fast_path_through_cached_partial(make_batch):
+    # A trainer's step bound to its model by cached_partial, called on a new batch
+    # object (a registered dataclass or a namedtuple) every step.
+    m = Counter()
+    f = nnx.jit(step_on_attributes)
+    step = nnx.cached_partial(f, m)
+    extra = (2.0,) if make_batch is Batch else ()
+    for i in range(5):
+        batch = make_batch(jnp.full(2, float(i)), jnp.ones(2), *extra)
+        expected = step_on_attributes(Counter(), batch)
+        assert float(step(batch)) == float(expected)
+    assert int(m.calls[...]) == 5
+    assert f.cache_info().general_calls == 1
+    # Another structure (no mask): a miss, then the fast path again.
+    assert float(step(make_batch(jnp.ones(2), None, *extra))) == 2.0 * (extra or (1.0,))[0]
+    assert float(step(make_batch(jnp.ones(2), None, *extra))) == 2.0 * (extra or (1.0,))[0]
+    assert f.cache_info().general_calls == 2
+    assert int(m.calls[...]) == 7
+
+
+def test_a_static_field_change_of_a_dataclass_batch_misses_the_plan():
+    m = Counter()
+    f = nnx.jit(step_on_attributes)
+    assert float(f(m, Batch(jnp.ones(2), None, 2.0))) == 4.0
+    assert float(f(m, Batch(jnp.ones(2), None, 2.0))) == 4.0
+    assert f.cache_info().general_calls == 1
+    assert float(f(m, Batch(jnp.ones(2), None, 3.0))) == 6.0  # the treedef differs
+    assert f.cache_info().general_calls == 2
+
+
+def test_a_dataclass_argument_holding_an_object_takes_the_general_path():
+    m = Counter()
+    f = nnx.jit(lambda b: step_on_attributes(b.x, PairBatch(jnp.ones(2), None)))
+    holder = PairBatch(m, None)
+    for _ in range(2):
+        assert float(f(holder)) == 2.0
+    assert int(m.calls[...]) == 2
+    assert f.cache_info().general_calls == 2
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["x"], meta_fields=["names"])
+@dataclasses.dataclass
+class Tagged:
+    x: jax.Array
+    names: list  # a static field compared by value
+
+
+def test_a_dataclass_batch_with_a_list_static_field_misses_when_it_changes():
+    seen = []
+
+    def body(m: Counter, b: Tagged) -> jax.Array:
+        seen.append(list(b.names))
+        return step_on_attributes(m, PairBatch(b.x, None)) * len(b.names)
+
+    m = Counter()
+    f = nnx.jit(body)
+    assert [float(f(m, Tagged(jnp.full(2, float(i)), ["a"]))) for i in range(3)] == [0, 2, 4]
+    assert f.cache_info().general_calls == 1
+    assert float(f(m, Tagged(jnp.ones(2), ["a", "b"]))) == 4.0  # retraced with two names
+    assert seen == [["a"], ["a", "b"]] and int(m.calls[...]) == 4
