@@ -233,7 +233,9 @@ class SplitContext:
         return (graphdef, *(FlatState(_flat_pairs(s)) for s in states))
 
     def _flatten(self, node: Any, graph: bool | None) -> Any:
-        graphdef, leaves = flatten_with_paths(node, ref_index=self.ref_index, graph=resolve_graph(graph))
+        graphdef, leaves = flatten_with_paths(
+            node, ref_index=self.ref_index, graph=resolve_graph(graph)
+        )
         uctx = _find(self.ctxtag)
         if uctx is not None and self.is_inner and uctx.inner_ref_outer_index is not None:
             graphdef = self._renumbered(graphdef, uctx)
