@@ -38,6 +38,12 @@ from flaxgraph.testing import (
     mutations,
 )
 
+# Generated programs may write the counter of a broadcast Rngs as data (SetValue): a value
+# written back, not a draw of the same random numbers per instance (RngBroadcastWarning).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::flaxgraph.transforms.rng_broadcast.RngBroadcastWarning"
+)
+
 SMALL_GRAPHS = graphs(max_nodes=4, max_depth=2, max_attributes=3)
 PROGRAMS = mutations(max_steps=4)
 

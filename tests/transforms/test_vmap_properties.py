@@ -38,6 +38,12 @@ from hypothesis import event, given
 import flaxgraph as nnx
 from flaxgraph.testing import Node, apply_mutations, assert_graphs_equal, graphs, mutations
 
+# Generated programs may write the counter of a broadcast Rngs as data (SetValue): a value
+# written back, not a draw of the same random numbers per instance (RngBroadcastWarning).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::flaxgraph.transforms.rng_broadcast.RngBroadcastWarning"
+)
+
 # -- 1. consistent aliasing ----------------------------------------------------------------------------
 
 SIZE = 2  # every array is (SIZE, SIZE), so axes 0, 1 and None are all valid
