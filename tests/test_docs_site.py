@@ -26,7 +26,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_guides_browser import DEEP_TEXT, TIMEOUT, _chromium, _console_errors, chromium_page
+from test_guides_browser import (
+    TIMEOUT,
+    _chromium,
+    _console_errors,
+    chromium_page,
+    rendered_treescope,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SITE = REPO / "outputs" / "docs"
@@ -173,15 +179,7 @@ def test_the_site_in_chromium() -> None:
         count = _wait(
             page, "document.querySelectorAll('treescope-container').length", "treescope output"
         )
-        deadline = time.monotonic() + TIMEOUT
-        for index in range(int(count)):  # treescope draws a rendering once it is in view
-            page.evaluate(
-                f"document.querySelectorAll('treescope-container')[{index}].scrollIntoView()"
-            )
-            while "(Loading...)" in page.evaluate(DEEP_TEXT)[index]:
-                assert time.monotonic() < deadline, "treescope renderings never loaded"
-                time.sleep(0.1)
-        rendered = page.evaluate(DEEP_TEXT)
+        rendered = rendered_treescope(page, int(count))
         assert any("MLP(" in text and "Param:" in text for text in rendered), rendered[:3]
         errors["guides/first_model"] = _console_errors(page.events)
 

@@ -160,6 +160,19 @@ DEEP_TEXT = """
 """
 
 
+def rendered_treescope(page: Any, count: int) -> list[str]:
+    """The text of each of the page's ``count`` treescope containers once rendered:
+    treescope inserts a rendering (decompressed by its scripts) once its container is
+    scrolled into view, so each container is shown in turn until none is loading."""
+    deadline = time.monotonic() + TIMEOUT
+    for index in range(count):
+        page.evaluate(f"document.querySelectorAll('treescope-container')[{index}].scrollIntoView()")
+        while "(Loading...)" in page.evaluate(DEEP_TEXT)[index]:
+            assert time.monotonic() < deadline, "treescope renderings never loaded"
+            time.sleep(0.1)
+    return page.evaluate(DEEP_TEXT)
+
+
 def _console_errors(events: list[dict[str, Any]]) -> list[str]:
     errors = []
     for event in events:
@@ -193,15 +206,7 @@ def test_first_model_guide_renders_its_model_in_chromium() -> None:
         # treescope inserts a rendering (decompressed by its scripts) once its container
         # is scrolled into view: show each container in turn until all are rendered.
         count = page.evaluate("document.querySelectorAll('treescope-container').length")
-        deadline = time.monotonic() + TIMEOUT
-        for index in range(count):
-            page.evaluate(
-                f"document.querySelectorAll('treescope-container')[{index}].scrollIntoView()"
-            )
-            while "(Loading...)" in page.evaluate(DEEP_TEXT)[index]:
-                assert time.monotonic() < deadline, "treescope renderings never loaded"
-                time.sleep(0.1)
-        rendered = page.evaluate(DEEP_TEXT)
+        rendered = rendered_treescope(page, count)
         models = [text for text in rendered if "MLP(" in text]
         assert rendered, "no treescope-container element in the page"
         assert models, f"no rendered treescope display shows MLP(; texts: {rendered}"
