@@ -35,7 +35,7 @@ from flaxgraph.mesh_context import active_mesh, check_spec, names_of, use_eager_
 from flaxgraph.spmd import get_named_sharding, leaf_where, spec_of
 from flaxgraph.statelib import State
 from flaxgraph.transforms.control import eval_shape
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 
 A = TypeVar("A")
 
@@ -137,7 +137,7 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
         value = leaf.raw_value
         if not isinstance(value, jax.ShapeDtypeStruct) or value.sharding is not None:
             return leaf
-        if names_of(leaf._var_metadata) is None:
+        if names_of(metadata_of(leaf)) is None:
             return leaf
         mesh = leaf.get_metadata("mesh", None) or active_mesh()
         if mesh is None:

@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.mesh_context import check_spec, names_of, resolve_names
-from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
+from flaxgraph.variablelib.variable import PARTITION_NAME, Variable, metadata_of
 
 B = TypeVar("B", bound="AxisMetadata")
 
@@ -186,7 +186,7 @@ def with_partitioning(
 
 
 def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
-    return names_of(v._var_metadata)
+    return names_of(metadata_of(v))
 
 
 def spec_of(leaf: Any) -> PartitionSpec:
@@ -194,7 +194,7 @@ def spec_of(leaf: Any) -> PartitionSpec:
         names = _names(leaf)
         if names is None:
             return PartitionSpec()
-        local = leaf._var_metadata.get("sharding_rules") or ()
+        local = metadata_of(leaf).get("sharding_rules") or ()
         return PartitionSpec(*resolve_names(names, local))
     if isinstance(leaf, Partitioned):
         return PartitionSpec(*resolve_names(leaf.names, leaf.metadata.get("sharding_rules", ())))

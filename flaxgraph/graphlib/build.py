@@ -34,7 +34,7 @@ from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate, unwrap_ref_
 from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.tracing import current_trace
 from flaxgraph.variablelib.refs import is_ref, new_ref
-from flaxgraph.variablelib.variable import Variable, write_value
+from flaxgraph.variablelib.variable import Variable, metadata_of, write_metadata, write_value
 
 
 def build_graph(
@@ -169,7 +169,7 @@ class _Build:
         if t is VariableDef:
             leaf = self.next_leaf()
             if isinstance(leaf, Variable):
-                value, metadata = leaf.raw_value, leaf._var_metadata
+                value, metadata = leaf.raw_value, metadata_of(leaf)
             else:
                 value, metadata = leaf, dict(d.metadata)
             variable = self.reuse.get(d.index)
@@ -189,8 +189,9 @@ class _Build:
                         f"Cannot update a {type(variable).__name__} in place from a "
                         f"{d.type.__name__} definition."
                     )
+                current = metadata_of(variable)
                 if value is not variable.raw_value or (
-                    metadata is not variable._var_metadata and metadata != variable._var_metadata
+                    metadata is not current and metadata != current
                 ):
                     variable._check_update()
                     variable._check_fits(value)  # a Ref keeps its shape and dtype
@@ -261,7 +262,7 @@ def _ref_output_variable(
 def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any]) -> Any:
     def write() -> None:
         write_value(variable, value)  # into the Ref of a Ref-backed Variable
-        object.__setattr__(variable, "_var_metadata", metadata)
+        write_metadata(variable, metadata)
 
     return write
 

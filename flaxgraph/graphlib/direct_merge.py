@@ -37,7 +37,7 @@ from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.statics import PartialKey
 from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 
 GAVE_UP: Any = object()
 """What ``merge_direct`` returns when the general path must build the graph."""
@@ -82,7 +82,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
             if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
                 raise _GiveUp
             if copy:
-                leaf = c.type._from_parts(leaf.raw_value, leaf._var_metadata, trace)
+                leaf = c.type._from_parts(leaf.raw_value, metadata_of(leaf), trace)
         elif type(leaf) in _MARKERS or isinstance(leaf, State):
             raise _GiveUp
         elif recreate:

@@ -44,7 +44,7 @@ from flaxgraph.graphlib.registry import (
 from flaxgraph.graphlib.walk import SCALARS, made_per_instance
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.refs import is_ref
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 
 # The records' C-speed constructors (field values in field order, see graphdefs.py).
 _node_def = NodeDef.from_fields
@@ -106,7 +106,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
             pairs: list[tuple[Any, Any]] = []
             for k, v in items:
                 if isinstance(v, Variable) and id(v) not in seen:  # inline: the common case
-                    md = v._var_metadata
+                    md = metadata_of(v)
                     md = _metadata_key(md) if md else ()
                     i = seen[id(v)] = len(kept)
                     kept.append(v)
@@ -125,7 +125,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
                 return _node_ref((t, index))
             index = seen[id(x)] = len(kept)
             kept.append(x)
-            metadata = x._var_metadata
+            metadata = metadata_of(x)
             metadata = _metadata_key(metadata) if metadata else ()
             out[key] = x
             return _variable_def((t, index, metadata))

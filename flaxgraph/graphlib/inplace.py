@@ -27,7 +27,13 @@ from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Variable, write_metadata, write_slot, write_value
+from flaxgraph.variablelib.variable import (
+    Variable,
+    metadata_of,
+    write_metadata,
+    write_slot,
+    write_value,
+)
 
 
 def _get_child(node: Any, key: Hashable) -> Any:
@@ -138,9 +144,9 @@ class _Writes:
         if target._var_trace is not trace:
             target._check_update()
         if isinstance(leaf, Variable):
-            value, metadata = leaf.raw_value, leaf._var_metadata
+            value, metadata = leaf.raw_value, metadata_of(leaf)
         else:
-            value, metadata = leaf, target._var_metadata
+            value, metadata = leaf, metadata_of(target)
         if target._var_ref is not None:
             target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
             self.ref_writes.append((target, value))
@@ -188,7 +194,7 @@ def _plan_update(
                 if current._var_ref is None and current._var_trace is trace:
                     targets.append(current)  # the common case, inline
                     values.append(leaf.raw_value)
-                    metadata.append(leaf._var_metadata)
+                    metadata.append(metadata_of(leaf))
                 else:
                     writes.variable(current, leaf, trace)
                 continue

@@ -22,7 +22,7 @@ from typing import Any
 
 import jax
 
-from flaxgraph.variablelib.variable import Variable, is_ref_backed
+from flaxgraph.variablelib.variable import Variable, is_ref_backed, metadata_of
 
 
 class NoUpdate:
@@ -76,7 +76,7 @@ def mark_ref_outputs(leaves: list[tuple[Any, Any]], came_in: Any) -> list[tuple[
     for path, leaf in leaves:
         if isinstance(leaf, Variable) and is_ref_backed(leaf):
             value = NO_UPDATE if leaf in came_in else ArrayRefOutput(leaf.raw_value)
-            leaf = type(leaf)._from_parts(value, leaf._var_metadata, leaf._var_trace)
+            leaf = type(leaf)._from_parts(value, metadata_of(leaf), leaf._var_trace)
         out.append((path, leaf))
     return out
 

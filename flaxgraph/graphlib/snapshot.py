@@ -26,10 +26,9 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 
 _get_version = operator.attrgetter("_obj_version")
-_get_metadata = operator.attrgetter("_var_metadata")
 _is = operator.is_
 
 
@@ -64,7 +63,7 @@ class StructureSnapshot:
         self.versions = [getattr(o, "_obj_version", None) for o in self.objects]
         self.versioned = None not in self.versions
         self.variables = [n for n in nodes if isinstance(n, Variable)]
-        self.metadata = [v._var_metadata for v in self.variables]
+        self.metadata = list(map(metadata_of, self.variables))
         lists: list[Any] = []
         dicts: list[Any] = []
         if self.versioned:  # Objects all: their attributes are their __dict__
@@ -82,7 +81,7 @@ class StructureSnapshot:
             return False
         if list(map(_get_version, self.objects)) != self.versions:
             return False
-        if list(map(_get_metadata, self.variables)) != self.metadata:
+        if list(map(metadata_of, self.variables)) != self.metadata:
             return False
         for c, items in zip(self.lists, self.list_items):
             if len(c) != len(items) or not all(map(same_item, c, items)):

@@ -51,7 +51,7 @@ from flaxgraph.graphlib.registry import (
 )
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 
 
 def flatten_with_paths(
@@ -290,9 +290,10 @@ class Walk:
         GraphDef compares it with ``==`` and the transforms' cache keys work without
         hashing it (``graphdefs.lenient_hash``); only ``hash(graphdef)`` needs it
         hashable, and then names the Variable's path."""
-        if not v._var_metadata:
+        metadata = metadata_of(v)
+        if not metadata:
             return ()
-        return tuple(sorted(v._var_metadata.items()))
+        return tuple(sorted(metadata.items()))
 
     def _check_hashable(self, x: Any, path: PathParts) -> None:
         """Warns when a static value hashes by identity and is made per model (every

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flaxgraph.variablelib.variable import metadata_of, write_metadata
+
 BROADCAST_MARK = "broadcast_rngs"
 """Metadata key on a stream's key Variable: the stream is broadcast on purpose."""
 
@@ -52,7 +54,7 @@ class MarkBackups:
     def restore(self) -> None:
         """Puts back every marked key Variable's metadata."""
         for var, metadata in self.entries:
-            object.__setattr__(var, "_var_metadata", metadata)
+            write_metadata(var, metadata)
 
     def __enter__(self) -> MarkBackups:
         return self
@@ -63,6 +65,6 @@ class MarkBackups:
 
 def mark(var: Any) -> tuple[Any, dict[str, Any]]:
     """Marks the key Variable ``var`` in place; returns its backup entry."""
-    old = var._var_metadata
-    object.__setattr__(var, "_var_metadata", {**old, BROADCAST_MARK: True})
+    old = metadata_of(var)
+    write_metadata(var, {**old, BROADCAST_MARK: True})
     return var, old

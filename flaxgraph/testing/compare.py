@@ -48,7 +48,7 @@ from flaxgraph.graphlib.registry import (
     is_plain_static,
     pytree_children,
 )
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 
 
 def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> str | None:
@@ -161,8 +161,9 @@ def _compare_one(
         a_seen[x] = (y, path)
         b_seen[y] = (x, path)
         if isinstance(x, Variable):
-            if x._var_metadata != y._var_metadata:
-                return f"metadata differ: {x._var_metadata!r} != {y._var_metadata!r}"
+            mx, my = metadata_of(x), metadata_of(y)
+            if mx != my:
+                return f"metadata differ: {mx!r} != {my!r}"
             stack.append((f"{path}.value", x.raw_value, y.raw_value))
             return None
         return _push_node_children(path, x, y, stack)

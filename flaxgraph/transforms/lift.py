@@ -62,7 +62,7 @@ from flaxgraph.transforms.locate import locate_module
 from flaxgraph.transforms.prefix_groups import group_index, same_prefix
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 
 
 class Origin(enum.IntEnum):
@@ -300,7 +300,7 @@ class Merged:
             (leaf, i) for i, (leaf, v) in enumerate(zip(sink, is_variable)) if v
         )
         self.metadata: list[Any] = [
-            leaf._var_metadata if v else None for leaf, v in zip(sink, is_variable)
+            metadata_of(leaf) if v else None for leaf, v in zip(sink, is_variable)
         ]
         self.raw_in = {id(x): i for i, (x, v) in enumerate(zip(sink, is_variable)) if not v}
         # Taken before the function runs, to tell afterwards whether it changed the
@@ -318,7 +318,7 @@ class Merged:
             if (
                 i is not None
                 and leaf.raw_value is self.values[i]
-                and leaf._var_metadata is self.metadata[i]
+                and metadata_of(leaf) is self.metadata[i]
             ):
                 return i
             return None

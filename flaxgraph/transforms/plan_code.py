@@ -13,7 +13,7 @@ function reads like::
       if type(args[1]) is not C2: return MISS      # x is still an array
       if _ctx.trace._weakref is not TRACE: return MISS
       if C3._obj_version != 0 or C4._obj_version != 0 or ...: return MISS
-      if (C6._var_metadata is not C7 or ...) and _list(_map(_getm, VARS)) != METAS: return MISS
+      if (C6.<METADATA_SLOT> is not C7 or ...) and _list(_map(_getm, VARS)) != METAS: return MISS
       if len(C8) != 2 or C8[0] is not C9 or C8[1] is not C10: return MISS
       values = [C11.raw_value, C12.raw_value, ..., args[1]]
       out_static, out_groups = COMPILED(values, [])
@@ -40,7 +40,7 @@ from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
 from flaxgraph.transforms.leaf_access import get_raw, get_ref_content, level_treedef
 from flaxgraph.transforms.lift import IN
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import METADATA_SLOT, Variable, metadata_of
 
 UNROLL = 24  # up to this many items of a kind get one comparison each
 MISS: Any = object()  # what run returns when the plan does not apply (None is an output)
@@ -112,7 +112,7 @@ def _namespace(plan: Any, finish: Callable[..., Any]) -> dict[str, Any]:
         "_same": same_item,
         "_call": operator.call,
         "_getv": operator.attrgetter("_obj_version"),
-        "_getm": operator.attrgetter("_var_metadata"),
+        "_getm": metadata_of,
         "_getr": operator.attrgetter("raw_value"),
         "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
     }
@@ -168,7 +168,7 @@ def _structure_checks(src: _Source, snap: StructureSnapshot) -> None:
             # Identity is the common case; an equal replacement dict is still the same
             # structure (the full comparison decides).
             quick = " or ".join(
-                f"{const(v)}._var_metadata is not {const(m)}"
+                f"{const(v)}.{METADATA_SLOT} is not {const(m)}"
                 for v, m in zip(snap.variables, snap.metadata)
             )
             src.line(f"if ({quick}) and {full}: return MISS")

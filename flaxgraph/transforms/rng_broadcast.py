@@ -46,6 +46,7 @@ from typing import Any
 from flaxgraph.rnglib.broadcast_mark import BROADCAST_MARK
 from flaxgraph.rnglib.rngs import RngCount, RngKey
 from flaxgraph.transforms.call_site import warn_at_caller
+from flaxgraph.variablelib.variable import metadata_of
 
 
 class RngBroadcastWarning(UserWarning):
@@ -83,7 +84,7 @@ class RngWatch:
         self.counts = [
             (path, value, leaf)
             for path, leaf, value in counts
-            if path in keys and not keys[path]._var_metadata.get(BROADCAST_MARK)
+            if path in keys and not metadata_of(keys[path]).get(BROADCAST_MARK)
         ]
 
     def drawn(self) -> list[tuple[Any, ...]]:

@@ -44,10 +44,9 @@ from flaxgraph.transforms.lift import OUT, Call, Inner, InStatic, OutStatic, spl
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.transformed import P, R, Transformed
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of, write_metadata
 
 _REPLICATED = PartitionSpec()
-_set_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]
 
 
 def _is_spec(p: Any) -> bool:
@@ -107,7 +106,7 @@ class LocalView:
         for leaf in leaves:
             if not isinstance(leaf, Variable):
                 continue
-            original = leaf._var_metadata
+            original = metadata_of(leaf)
             local = None
             for key in SHARDING_KEYS:
                 names = original.get(key)
@@ -116,13 +115,13 @@ class LocalView:
                     if new != names:
                         local = {**(local or original), key: new}
             if local is not None:
-                _set_metadata(leaf, local)
+                write_metadata(leaf, local)
                 self.saved[leaf] = (local, original)
 
     def on_output_leaf(self, leaf: Any, prefix: Any) -> None:
         entry = self.saved.get(leaf) if isinstance(leaf, Variable) else None
-        if entry is not None and leaf._var_metadata is entry[0]:
-            _set_metadata(leaf, entry[1])
+        if entry is not None and metadata_of(leaf) is entry[0]:
+            write_metadata(leaf, entry[1])
 
 
 def _spec_problem(

@@ -63,6 +63,8 @@ in-place operators as in Flax NNX's "Transformations" guide.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import jax
@@ -469,7 +471,25 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
 
 # Direct slot setters (C-level; bypass the guarded __setattr__): for construction.
 _set_trace = Variable._var_trace.__set__  # type: ignore[attr-defined]
-write_metadata = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+
+METADATA_SLOT = "_var_metadata"
+"""The name of the slot that holds a Variable's metadata dict, for source code generated
+at run time that must read it at attribute speed (the transforms' compiled fast-path
+checks, ``flaxgraph/transforms/plan_code.py``). Other code outside this package calls
+``metadata_of``. (Flax code may read ``v._var_metadata`` itself: it stays.)"""
+
+metadata_of: Callable[[Variable[Any]], dict[str, Any]] = operator.attrgetter(METADATA_SLOT)
+"""``metadata_of(v)``: the Variable ``v``'s metadata dict *as stored* (flags only where
+set, see ``get_metadata`` for Flax's view). A C-level call for the engine's hot loops
+(split, merge, update, the transforms' fast path) outside this package. Never mutate
+the dict: install a new one with ``write_metadata``; that a changed Variable has a new
+dict is how the fast path tells nothing changed (``docs/design.md``, "The fast path")."""
+
+write_metadata: Callable[[Variable[Any], dict[str, Any]], None] = Variable._var_metadata.__set__  # type: ignore[attr-defined]
+"""``write_metadata(v, metadata)``: installs ``metadata`` (a new dict, never mutated
+afterwards) as ``v``'s metadata without the checks of ``set_metadata`` (trace, flags):
+for graph updates, transforms' write-back and restoring a saved dict, whose callers
+validated first. C-level, like ``metadata_of``."""
 write_slot = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_ref = Variable._var_ref.__set__  # type: ignore[attr-defined]
 

@@ -54,7 +54,7 @@ from flaxgraph.graphlib.registry import (
     is_plain_static,
 )
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 from flaxgraph.visualization import folding
 from flaxgraph.visualization.values import (
     INDENT,
@@ -260,7 +260,7 @@ class _TextPrinter:
         return totals
 
     def _variable(self, v: Variable[Any], indent: str, head: str, path: str) -> Totals:
-        fields = [("value", v.raw_value), *sorted(v._var_metadata.items())]
+        fields = [("value", v.raw_value), *sorted(metadata_of(v).items())]
         open_ = f"{type(v).__name__}("
         start, _ = self._block(fields, indent, head, path, open_, ")", attr_head, attr_path)
         totals = variable_totals(v)

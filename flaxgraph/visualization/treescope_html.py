@@ -24,7 +24,7 @@ from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import ARRAY_TYPES, is_node_or_variable
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, metadata_of
 from flaxgraph.visualization import folding
 from flaxgraph.visualization.text import def_parts, probe
 from flaxgraph.visualization.values import (
@@ -325,7 +325,7 @@ def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer
 
     Source: Flax NNX renders Variables in treescope the same way.
     """
-    fields = [("value", v.raw_value), *sorted(v._var_metadata.items())]
+    fields = [("value", v.raw_value), *sorted(metadata_of(v).items())]
     totals = variable_totals(v)
 
     def comment(t: Totals) -> str:
