@@ -296,11 +296,16 @@ def _items_change_structure(obj: Pytree, items: list[tuple[str, Any]], kinds: Ha
 
 def _graph_set_items(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> None:
     d = obj.__dict__
-    if not d:  # a node being built (merge): nothing to compare with
+    if not d:  # a node being built (merge), or an existing one without attributes
         d.update(items)
         if kinds != obj._obj_kinds:
             _set_kinds(obj, kinds)
             _set_layout(obj, None)
+        # The two cannot be told apart, and for the second (a transform writing
+        # back the first attributes of an empty object) this is a change of
+        # structure that the fast path's snapshots see through the version alone.
+        if items or kinds:
+            object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
         return
     if _items_change_structure(obj, items, kinds):
         d.clear()

@@ -295,6 +295,24 @@ def test_structure_version_tracks_structure_not_values():
     assert structure_version(b) > v2
 
 
+@pytest.mark.parametrize("start", ["empty", "with_attribute"])
+def test_structure_version_moves_when_a_transform_writes_new_attributes_back(start):
+    # A transform's write-back sets the attributes of the caller's object in one
+    # step; giving an object without attributes its first one is a change of
+    # structure too (the fast path's checks rely on it).
+    obj = nnx.Pytree()
+    if start == "with_attribute":
+        obj.n = 1
+    v0 = structure_version(obj)
+
+    def add(o):
+        o.w = nnx.Param(jnp.ones(2))
+
+    nnx.jit(add)(obj)
+    assert isinstance(obj.w, nnx.Param)
+    assert structure_version(obj) != v0
+
+
 # -- copy / pickle ------------------------------------------------------------------------------
 
 

@@ -471,3 +471,29 @@ def test_a_dataclass_batch_with_a_list_static_field_misses_when_it_changes():
     assert f.cache_info().general_calls == 1
     assert float(f(m, Tagged(jnp.ones(2), ["a", "b"]))) == 4.0  # retraced with two names
     assert seen == [["a"], ["a", "b"]] and int(m.calls[...]) == 4
+
+
+@pytest.mark.parametrize("inner", ["vmap", "jit"])
+def test_a_nested_transform_adding_a_node_to_an_empty_object_misses_the_plan(inner):
+    # The inner transform's write-back gives the bare (attribute-less) object its
+    # first attribute inside the outer jit's trace; the outer plan must see that the
+    # structure changed, so the next call (on an object that now has `a`) is traced
+    # again and adds `a` to the new sub-node, as the eager run does.
+    def add(root: Any) -> Any:
+        objects = [n for _, n in nnx.iter_graph(root) if isinstance(n, nnx.Module)]
+        objects[0].a = nnx.Module()  # the first node in iter_graph order: the deepest
+        objects[0].a.w = nnx.Param(jnp.zeros(2))
+        return jnp.zeros(())
+
+    if inner == "vmap":
+        lifted = nnx.vmap(add, in_axes=None, out_axes=None, axis_size=2)
+    else:
+        lifted = nnx.jit(add)
+    f = nnx.jit(lambda root: lifted(root))
+    model, eager = nnx.Module(), nnx.Module()
+    for _ in range(3):
+        f(model)
+        add(eager)
+    depth = lambda m: 0 if not hasattr(m, "a") else 1 + depth(m.a)
+    assert depth(model) == depth(eager) == 3
+    assert f.cache_info().general_calls == 3

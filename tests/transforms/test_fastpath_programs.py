@@ -173,24 +173,7 @@ def cases(draw: Any, mode: dict[str, bool]) -> tuple[Any, list[Any], list[Any]]:
 # a write-back to check here, not a draw of the same random numbers per instance.
 @pytest.mark.filterwarnings("ignore::flaxgraph.transforms.rng_broadcast.RngBroadcastWarning")
 @pytest.mark.parametrize("mode", MODES, ids=["graph", "graph_no_updates", "tree"])
-@pytest.mark.parametrize(
-    "transform",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="known bug, found by this property: under nnx.vmap inside nnx.jit, the "
-                "program AddAttribute(0, 'a', 'node', 0) on a bare Node gives the eager and "
-                "the transformed graph a different root.a on the second call (hypothesis blob "
-                "AEEAAAFBAUEAQQBBBEEAAEEAQQBBAAA=); to be fixed in the lift's write-back",
-            ),
-        )
-        if name == "vmap_in_jit"
-        else name
-        for name in TRANSFORMS
-    ],
-)
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
 @settings(max_examples=20)  # 12 combinations, each compiling a few functions per example
 @given(data=st.data())
 def test_repeated_calls_match_eager_and_take_the_fast_path(
