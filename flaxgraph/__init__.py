@@ -3,6 +3,7 @@
 Write ``import flaxgraph as nnx``: the public names follow Flax NNX.
 """
 
+import builtins as _builtins
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
@@ -276,7 +277,7 @@ from flaxgraph.views import with_attributes as with_attributes
 from flaxgraph.visualization import display as display
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> _builtins.object:  # ``object`` here is nnx.object
     # ``nnx.bridge`` (Linen interop) needs the optional ``flax`` package, so it is
     # imported on first use; flaxgraph/bridge/__init__.py says how to install it.
     if name in ("bridge", "wrappers"):  # as in Flax, ``nnx.wrappers`` is ``bridge.wrappers``

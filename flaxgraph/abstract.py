@@ -154,8 +154,8 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
 
     if is_node_or_variable(tree) and not isinstance(tree, Variable):
         graphdef, state = split(tree)
-        return merge(graphdef, over_state(state))  # type: ignore[no-any-return]
-    return over_state(tree)  # type: ignore[no-any-return]
+        return merge(graphdef, over_state(state))
+    return over_state(tree)
 
 
 def abstract_with_sharding(tree: A, graph: bool | None = None) -> A:

@@ -45,7 +45,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from flaxgraph.config import Flag
 from flaxgraph.module import CAPTURES, Module
@@ -143,7 +143,7 @@ def _unpatch(patched: list[tuple[type, str, Any]]) -> None:
         for owner, name, wrapper in patched:
             wrapper._flaxgraph_users -= 1
             if wrapper._flaxgraph_users == 0 and owner.__dict__.get(name) is wrapper:
-                setattr(owner, name, wrapper._flaxgraph_original)
+                setattr(owner, name, cast(Any, wrapper)._flaxgraph_original)
 
 
 # -- capture --------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def _fixed(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with ``graph=True`` (and ``graph_updates=True``) as fixed defaults, for
     the ones of the two it takes."""
     try:
-        params = inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters
+        params = inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters  # type: ignore[misc]
     except (TypeError, ValueError):  # pragma: no cover - builtins
         params = {}  # type: ignore[assignment]
     fixed = {k: True for k in ("graph", "graph_updates") if k in params}

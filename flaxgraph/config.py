@@ -105,7 +105,7 @@ this ground-floor module imports nothing above it."""
 def _flag_named(name: str) -> Flag[Any]:
     for known, module, attribute in FLAX_CONFIG_NAMES:
         if known == name:
-            return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+            return getattr(importlib.import_module(module), attribute)
     names = ", ".join(n for n, _, _ in FLAX_CONFIG_NAMES)
     raise LookupError(
         f"Unrecognized config option: {name!r}. flaxgraph knows {names}; other settings "

@@ -128,6 +128,10 @@ class NodeStates:
         )
 
 
+def _unflatten_node_states(metadata: Any, children: Any) -> NodeStates:
+    return NodeStates(children[0], children[1], metadata)
+
+
 jax.tree_util.register_pytree_with_keys(
     NodeStates,
     lambda ns: (
@@ -137,7 +141,7 @@ jax.tree_util.register_pytree_with_keys(
         ),
         ns.metadata,
     ),
-    lambda metadata, children: NodeStates(children[0], children[1], metadata),
+    _unflatten_node_states,
     lambda ns: ((ns._graphdef, ns.states), ns.metadata),
 )
 
@@ -191,7 +195,7 @@ def is_tree_node(x: Any) -> bool:
 def _key(entry: Any) -> Hashable:
     for name in ("key", "idx", "name"):
         if hasattr(entry, name):
-            return getattr(entry, name)  # type: ignore[no-any-return]
+            return getattr(entry, name)
     return str(entry)
 
 
@@ -204,6 +208,7 @@ def _leaves_with_prefixes(
     paths = [tuple(_key(e) for e in p) for p, _ in pairs]
     if prefix is MISSING:
         return [(p, None, x) for p, (_, x) in zip(paths, pairs)], treedef
+    prefix_def: Any  # a PyTreeDef (jaxlib ships no stub for it)
     prefix_leaves, prefix_def = jax.tree_util.tree_flatten(prefix, is_leaf=lambda x: x is None)
     try:
         subtrees = prefix_def.flatten_up_to(tree)
@@ -417,6 +422,7 @@ def prefix(
     fn = _prefix_fn(filter_map)
     if not resolve_graph(graph):
         flatten_with_paths(node, graph=False)  # sharing is an error in tree mode
+        treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
         pairs, treedef = jax.tree_util.tree_flatten_with_path(
             node, is_leaf=lambda x: isinstance(x, Variable)
         )

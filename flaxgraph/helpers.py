@@ -54,7 +54,7 @@ class List(Module, MutableSequence[Any]):
         items = [v for _, v in self._items()]
         return items[index]
 
-    def __setitem__(self, index: int | slice, value: Any) -> None:  # type: ignore[override]
+    def __setitem__(self, index: int | slice, value: Any) -> None:
         if isinstance(index, slice):
             entries = self._entries()
             entries[index] = [_entry(v) for v in value]
@@ -65,7 +65,7 @@ class List(Module, MutableSequence[Any]):
             raise IndexError(f"List index {index} out of range for length {n}")
         self._set(index % n, value)
 
-    def __delitem__(self, index: int | slice) -> None:  # type: ignore[override]
+    def __delitem__(self, index: int | slice) -> None:
         entries = self._entries()
         del entries[index]
         self._rewrite(entries)
@@ -209,7 +209,7 @@ class Dict(Module, MutableMapping[str, Any]):
         del self[key]
         return value
 
-    def update(self, other: Mapping[str, Any] = {}, /, **kwargs: Any) -> None:
+    def update(self, other: Mapping[str, Any] = {}, /, **kwargs: Any) -> None:  # type: ignore[override]
         """Sets every ``key: value`` of ``other`` and ``kwargs``, like ``dict.update``."""
         for k, v in {**other, **kwargs}.items():
             self[k] = v

@@ -67,8 +67,8 @@ def _orbax() -> Any:
 def _key_name(k: Any) -> Hashable:
     for attr in ("key", "name", "idx"):
         if hasattr(k, attr):
-            return getattr(k, attr)  # type: ignore[no-any-return]
-    return k  # type: ignore[no-any-return]
+            return getattr(k, attr)
+    return k
 
 
 def _flat(tree: Any) -> dict[tuple[str, ...], Any]:

@@ -97,7 +97,7 @@ class Partitioned(AxisMetadata):
     def __init__(
         self,
         value: Any,
-        names: tuple[str | None, ...],
+        names: tuple[str | tuple[str, ...] | None, ...],
         metadata: Mapping[str, Any] | None = None,
     ):
         self.value = value
@@ -148,10 +148,14 @@ def _aux(p: Partitioned) -> Any:
     return p.names, tuple(sorted(p.metadata.items()))
 
 
+def _unflatten_partitioned(aux: Any, children: Any) -> Partitioned:
+    return Partitioned(children[0], aux[0], dict(aux[1]))
+
+
 jax.tree_util.register_pytree_with_keys(
     Partitioned,
     lambda p: (((jax.tree_util.GetAttrKey("value"), p.value),), _aux(p)),
-    lambda aux, children: Partitioned(children[0], aux[0], dict(aux[1])),
+    _unflatten_partitioned,
     lambda p: ((p.value,), _aux(p)),
 )
 

@@ -538,8 +538,8 @@ def tabulate(
     for name in columns + kinds:
         table.add_column(name, **dict(column_kwargs))
     for info, counts, own in rows:
-        path = "/".join(str(k) for k in info.path)
-        cells = [path, info.type.__name__, info.inputs_repr, _outputs_repr(info.outputs)]
+        path_text = "/".join(str(k) for k in info.path)
+        cells = [path_text, info.type.__name__, info.inputs_repr, _outputs_repr(info.outputs)]
         cells += [_flops_repr(info.flops)] * compute_flops
         cells += [_flops_repr(info.vjp_flops)] * compute_vjp_flops
         for kind in kinds:

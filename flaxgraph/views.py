@@ -133,7 +133,7 @@ def view(
             f"accepts them (only={only!r}). The selected modules with a set_view:\n{have}\nFix: check the spelling, "
             "widen `only`, or pass raise_if_not_found=False."
         )
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def with_attributes(
@@ -194,7 +194,7 @@ def with_attributes(
             f"attributes: {missing} (only={only!r}).\nFix: check the spelling, widen `only`, or pass "
             "raise_if_not_found=False."
         )
-    return result  # type: ignore[no-any-return]
+    return result
 
 
 def view_info(node: Any, /, *, only: Filter = ..., graph: bool | None = None) -> str:
@@ -241,7 +241,8 @@ def _annotation(a: Any) -> str:
 
 
 def _param(p: inspect.Parameter) -> str:
-    text = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+    stars: dict[Any, str] = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}
+    text = stars.get(p.kind, "") + p.name
     if p.annotation is not p.empty:
         text += f": {_annotation(p.annotation)}"
     if p.default is not p.empty:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
 from flax import errors as flax_errors
@@ -152,6 +152,9 @@ class ToNNX(Module):
     Source: Flax NNX 0.12 ``nnx.bridge.ToNNX``.
     """
 
+    if TYPE_CHECKING:
+        to_nnx__initializing: bool
+
     def _set_initializing(self, initializing: bool) -> None:
         if self.to_nnx__initializing is not initializing:
             self.to_nnx__initializing = initializing
@@ -218,6 +221,7 @@ class ToNNX(Module):
     ) -> Any:
         keys = _rng_keys(self.to_nnx__rngs if rngs is None else rngs)
         linen_module = self.to_nnx__module
+        updates: Any
         if self.to_nnx__initializing:
             out, updates = linen_module.init_with_output(keys, *args, method=method, **kwargs)
         else:
@@ -255,7 +259,7 @@ class ToNNX(Module):
         )
         merged = dict(current)
         for path, var in new.items():
-            old = current.get(path)
+            old: Any = current.get(path)
             if type(old) is type(var) and old.get_metadata() == var.get_metadata():
                 old.set_value(var.get_value())
             else:

@@ -25,7 +25,7 @@ import enum
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import jax
 import numpy as np
@@ -238,7 +238,7 @@ class Module(NNXModule, metaclass=_BridgeModuleMeta):
                 "Can't use RNGs on unbound modules: make_rng works inside init/apply (or "
                 "a module attached to one)."
             )
-        return self.scope.rngs[name]()
+        return cast(Scope, self.scope).rngs[name]()
 
     def param(
         self,
@@ -457,7 +457,8 @@ def _resolve_method(module: Module, method: Callable[..., Any] | str) -> Callabl
                 f"'{type(module).__name__}.{method}' must be a callable, got {type(bound)}."
             )
         if isinstance(bound, NNXModule):  # a submodule's name: call it
-            return lambda m, *a, **k: getattr(m, method)(*a, **k)
+            name = method
+            return lambda m, *a, **k: getattr(m, name)(*a, **k)
         method = bound
     if inspect.ismethod(method) and isinstance(method.__self__, Module):
         method = method.__func__
@@ -478,7 +479,7 @@ def _bind(parent: Module, module: Module) -> None:
     for _, node in reversed(list(iter_graph(module, graph=True))):
         if isinstance(node, Module):
             if node.__dict__.get("scope") is None:
-                Pytree.__setattr__(node, "scope", parent.scope.copy())
+                Pytree.__setattr__(node, "scope", cast(Scope, parent.scope).copy())
             _maybe_setup(node)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 from flax import linen
@@ -43,7 +43,9 @@ __all__ = ["ToLinen", "to_linen", "to_linen_class"]
 def linen_rngs_dict(linen_module: linen.Module, add_default: bool = False) -> dict[str, Any]:
     """One new key from each RNG stream of the bound Linen module (plus a dummy
     ``default`` stream when asked, for modules that draw keys at construction)."""
-    keys: dict[str, Any] = {name: linen_module.make_rng(name) for name in linen_module.scope.rngs}
+    keys: dict[str, Any] = {
+        name: linen_module.make_rng(name) for name in cast(Any, linen_module.scope).rngs
+    }
     if add_default and "default" not in keys:
         keys["default"] = 0
     return keys
@@ -258,5 +260,5 @@ def to_linen_class(
             **linen_kwargs,
         )
 
-    ToLinenPartial.__init__ = __init__  # type: ignore[method-assign]
+    ToLinenPartial.__init__ = __init__  # type: ignore[assignment, method-assign]
     return ToLinenPartial

@@ -57,7 +57,7 @@ def sort_variable_types(types: Iterable[type]) -> list[type]:
     return sorted(depth, key=lambda t: -depth[t])
 
 
-class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):  # type: ignore[misc]
+class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
     """The Linen-side box of a flaxgraph Variable that carries metadata.
 
     Attributes:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -56,7 +56,7 @@ def canonicalize_tuple(value: int | Sequence[int], name: str = "value") -> tuple
     if _is_int(value):
         return (operator.index(value),)  # type: ignore[arg-type]
     try:
-        out = tuple(value)
+        out = tuple(cast(Sequence[int], value))
     except TypeError:
         raise TypeError(f"{name} must be an int or a sequence of ints, got {value!r}.") from None
     if not all(_is_int(v) for v in out):

@@ -25,7 +25,7 @@ documented behaviour; padding semantics of ``jax.lax``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -114,6 +114,11 @@ class _ConvBase(Module):
     """Shared storage and call plumbing of ``Conv`` and ``ConvTranspose``."""
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "out_features", "kernel_size")
+    if TYPE_CHECKING:  # set by the subclasses' __init__
+        mask: jax.Array | None
+        dtype: Any
+        promote_dtype: Callable[..., Any]
+        preferred_element_type: Any
 
     def _init_params(
         self,
@@ -141,7 +146,7 @@ class _ConvBase(Module):
         if self.mask is not None:
             kernel = kernel * self.mask
         bias = None if self.bias is None else self.bias.value
-        return self.promote_dtype((x, kernel, bias), dtype=self.dtype)  # type: ignore[no-any-return]
+        return self.promote_dtype((x, kernel, bias), dtype=self.dtype)
 
     def _extra(self, out_sharding: Any = None) -> dict[str, Any]:
         return op_options(self.preferred_element_type, out_sharding)

@@ -58,7 +58,7 @@ def promote_dtype(args: T, /, *, dtype: Dtype | None = None, inexact: bool = Tru
 
     ``None`` entries stay ``None``. Returns a tuple of the same length.
     """
-    values = tuple(args)  # type: ignore[arg-type]
+    values = tuple(args)  # type: ignore[arg-type, var-annotated]
     target = canonicalize_dtype(*values, dtype=dtype, inexact=inexact)
     return tuple(None if a is None else jnp.asarray(a, target) for a in values)  # type: ignore[return-value]
 

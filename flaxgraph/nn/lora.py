@@ -149,7 +149,7 @@ class LoRA(Module):
         out = (h @ a) @ b
         if self.base_module is not None:
             out = self.base_module(x, **kwargs) + out
-        return out  # type: ignore[no-any-return]
+        return out
 
 
 class LoRALinear(Linear):
@@ -220,7 +220,7 @@ class LoRALinear(Linear):
 
     def __call__(self, x: jax.Array, out_sharding: Any = None) -> jax.Array:
         y = super().__call__(x, out_sharding=out_sharding)
-        return y + self.lora(x)  # type: ignore[no-any-return]
+        return y + self.lora(x)
 
 
 __all__ = ["LoRA", "LoRALinear", "LoRAParam"]

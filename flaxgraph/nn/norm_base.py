@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -96,6 +96,10 @@ class NormBase(Module):
     """Parameters and dtype handling shared by the normalization layers."""
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("num_features",)
+    if TYPE_CHECKING:  # set by the subclasses' __init__
+        num_features: int
+        dtype: Any
+        promote_dtype: Callable[..., Any]
 
     def _init_params(
         self,

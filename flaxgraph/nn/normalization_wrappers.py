@@ -190,7 +190,7 @@ class SpectralNorm(Module):
             n = param.value.shape[-1]
             batch_stats[(*path, "u")] = BatchStat(init_u(rngs.params(), (1, n), param_dtype))
             batch_stats[(*path, "sigma")] = BatchStat(jnp.ones((), param_dtype))
-        self.layer_instance = layer_instance
+        self.layer_instance: Any = layer_instance  # any Module, called like one
         self.n_steps = n_steps
         self.epsilon = epsilon
         self.dtype = dtype
@@ -329,7 +329,7 @@ class WeightNorm(Module):
         self.feature_axes = (
             None if feature_axes is None else canonicalize_tuple(feature_axes, "feature_axes")
         )
-        self.layer_instance = layer_instance
+        self.layer_instance: Any = layer_instance  # any Module, called like one
         self.use_scale = use_scale
         self.epsilon = epsilon
         self.dtype = dtype

@@ -20,7 +20,7 @@ Hochreiter & Schmidhuber 1997, Cho et al. 2014.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -82,6 +82,13 @@ class RNNCellBase(Module):
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "hidden_features")
+    if TYPE_CHECKING:  # what the subclasses define
+
+        def __call__(self, carry: Any, inputs: jax.Array) -> tuple[Any, jax.Array]: ...
+
+        def initialize_carry(
+            self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None = None
+        ) -> Any: ...
 
     @property
     def num_feature_axes(self) -> int:
@@ -104,7 +111,7 @@ class RNNCellBase(Module):
             key = self.rngs()
         else:
             key = jax.random.key(0)  # the default zeros init ignores it
-        return init(key, (*batch, self.hidden_features), self.param_dtype)  # type: ignore[no-any-return]
+        return init(key, (*batch, self.hidden_features), self.param_dtype)
 
     def _check(self, h: jax.Array, inputs: jax.Array) -> None:
         check_last_dim(self, inputs, self.in_features)

@@ -291,7 +291,7 @@ class Bidirectional(Module):
         return_carry = first_from(return_carry, self.return_carry, error_msg="")
         time_major = first_from(time_major, self.time_major, error_msg="")
         carry_f, carry_b = (None, None) if initial_carry is None else initial_carry
-        common = {
+        common: dict[str, Any] = {
             "seq_lengths": seq_lengths,
             "return_carry": True,
             "time_major": time_major,

@@ -128,9 +128,9 @@ def dataclass(
                 f"nnx.dataclass is for nnx.Pytree subclasses, got {klass!r}.\nFix: derive "
                 "the class from nnx.Pytree (or nnx.Module)."
             )
-        new = dataclasses.dataclass(klass, **options)  # type: ignore[call-overload]
+        new = dataclasses.dataclass(klass, **options)
         new._obj_class_kinds = class_kinds(new)
-        return new  # type: ignore[no-any-return]
+        return new
 
     return wrap if cls is None else wrap(cls)
 

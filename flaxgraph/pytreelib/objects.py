@@ -37,7 +37,7 @@ the "Understanding PAX" tutorial.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
@@ -96,6 +96,12 @@ class Pytree:
         "__dict__",
         "__weakref__",
     )
+    if TYPE_CHECKING:  # the slots' types (``__dict__`` also holds nnx.List's int keys)
+        __dict__: dict[Any, Any]
+        _obj_trace: Any
+        _obj_version: int
+        _obj_kinds: tuple[tuple[Hashable, str], ...]
+        _obj_layout: tuple[int, Layout] | None  # (structure version, layout)
     _obj_class_kinds: tuple[tuple[str, str], ...] = ()
     _obj_is_pytree = True
 
@@ -123,7 +129,7 @@ class Pytree:
                 "enclosing scope)."
             )
 
-    def _check_write(self, items: list[tuple[str, Any]], kinds: Any) -> None:
+    def _check_write(self, items: list[tuple[Hashable, Any]], kinds: Any) -> None:
         """Raises if writing ``items`` (an in-place update) would mutate this object
         from another trace; used by the graph engine before it writes anything."""
         d = self.__dict__
@@ -223,10 +229,10 @@ def _init_slots(obj: Pytree, kinds: tuple[tuple[str, str], ...], trace: object =
     _set_layout(obj, None)
 
 
-_set_trace = Pytree._obj_trace.__set__  # type: ignore[attr-defined]
+_set_trace = Pytree._obj_trace.__set__
 _set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
 _set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
-_set_layout = Pytree._obj_layout.__set__  # type: ignore[attr-defined]
+_set_layout = Pytree._obj_layout.__set__  # type: ignore[union-attr]
 _DATA_INSTANCES = (Variable, Pytree, *ARRAY_TYPES)
 
 
@@ -287,14 +293,16 @@ def _is_opaque_data(value: Any) -> bool:
     return type(value) in DATA_TYPES and pytree_children(value) is None
 
 
-def _items_change_structure(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> bool:
+def _items_change_structure(
+    obj: Pytree, items: list[tuple[Hashable, Any]], kinds: Hashable
+) -> bool:
     d = obj.__dict__
     if len(d) != len(items) or obj._obj_kinds != kinds:
         return True
     return any(not same_structure(d.get(k, MISSING), v) for k, v in items)
 
 
-def _graph_set_items(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable) -> None:
+def _graph_set_items(obj: Pytree, items: list[tuple[Hashable, Any]], kinds: Hashable) -> None:
     d = obj.__dict__
     if not d:  # a node being built (merge), or an existing one without attributes
         d.update(items)
@@ -316,7 +324,7 @@ def _graph_set_items(obj: Pytree, items: list[tuple[str, Any]], kinds: Hashable)
 
 def _graph_create_empty(cls: type) -> Any:
     def create(kinds: Hashable, trace: object = None) -> Pytree:
-        obj = object.__new__(cls)
+        obj: Pytree = object.__new__(cls)
         _init_slots(obj, kinds, trace)  # type: ignore[arg-type]
         return obj
 
@@ -324,7 +332,7 @@ def _graph_create_empty(cls: type) -> Any:
 
 
 def _graph_get_child(obj: Pytree, key: Hashable) -> Any:
-    return obj.__dict__.get(key, MISSING)  # type: ignore[arg-type]
+    return obj.__dict__.get(key, MISSING)
 
 
 def _graph_set_child(obj: Pytree, key: Hashable, value: Any) -> None:
@@ -400,7 +408,9 @@ def _layout(obj: Pytree) -> Layout:
     if layout is not None:
         return layout
     forced = dict(obj._obj_kinds)
-    children, statics, volatile = [], [], []
+    children: list[tuple[Any, Any]] = []
+    statics: list[tuple[Any, Any]] = []
+    volatile = []
     for name, value in sorted_items(obj):
         kind = forced.get(name)
         if kind is None:
@@ -447,7 +457,7 @@ def _pytree_unflatten(cls: type) -> Callable[[Any, Iterable[Any]], Pytree]:
         if build is None:  # a plain tuple (a treedef made elsewhere or unpickled)
             build = (*aux, None)
         names, statics, kinds, fresh = build
-        obj = new(cls)
+        obj: Pytree = new(cls)
         _set_trace(obj, TRACE_STATE.value)
         _set_version(obj, 0)
         _set_kinds(obj, kinds)

@@ -40,7 +40,7 @@ from flaxgraph.variablelib.variable import Variable
 _STABLE_SCALARS = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
 
 
-class Aux(tuple):  # type: ignore[type-arg]
+class Aux(tuple):
     """The aux data of a flattened ``Pytree``: ``(names, statics, kinds)``, equal to
     the same plain tuple, plus what ``unflatten`` needs ready-made (``build``: a
     plain tuple ``(names, statics, kinds, fresh)``, where ``fresh`` is ``(0,

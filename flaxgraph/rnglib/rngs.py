@@ -156,9 +156,9 @@ class Rngs(Module, RandomSamplers):
     def _stream(self, name: str, error: type[Exception]) -> RngStream:
         streams = self.__dict__
         if isinstance(streams.get(name), RngStream):
-            return streams[name]  # type: ignore[no-any-return]
+            return streams[name]
         if "default" in streams:
-            return streams["default"]  # type: ignore[no-any-return]
+            return streams["default"]
         raise error(
             f"No RngStream named {name!r} found in Rngs, and it has no 'default' stream; "
             f"streams are {sorted(streams)}. Create it with nnx.Rngs({name}=seed) or give "

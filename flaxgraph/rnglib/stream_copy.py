@@ -163,7 +163,7 @@ def _with_rngs(
 
     def where(path: tuple[Hashable, ...]) -> str:
         if arguments and path:
-            name = ("args", "kwargs")[path[0]]  # type: ignore[index]
+            name = ("args", "kwargs")[path[0]]  # type: ignore[call-overload]
             return path_str(name, node[path[0]], path[1:])
         return path_str(root_name, node, path)
 

@@ -34,7 +34,7 @@ class StateMembers:
 
         Source: Flax NNX 0.12 ``State.raw_mapping``.
         """
-        return self._mapping  # type: ignore[attr-defined,no-any-return]
+        return self._mapping  # type: ignore[attr-defined]
 
     def map(self, f: Callable[[PathParts, Any], Any]) -> Any:
         """A new State of the same class with every leaf replaced by ``f(path, leaf)``.

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 
-class _Keys(tuple):  # type: ignore[type-arg]
+class _Keys(tuple):
     """A State's keys as its treedef's aux data (equal to the plain tuple), with the
     JAX keys of its children (``DictKey``), made once per key set."""
 
@@ -46,7 +46,7 @@ def state_pytree_functions(
             cached = _Keys(keys)
             cached.dict_keys = tuple(map(jax.tree_util.DictKey, keys))
             set_keys(state, cached)
-        return cached  # type: ignore[no-any-return]
+        return cached
 
     def flatten_with_keys(state: Any) -> Any:
         keys = keys_of(state)
@@ -65,7 +65,7 @@ def state_pytree_functions(
         return tuple(mapping.values()), keys_of(state)
 
     def unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> Any:
-        state = new(state_cls)
+        state: Any = new(state_cls)
         set_mapping(state, dict(zip(keys, children)))
         set_keys(state, keys if type(keys) is _Keys else None)
         return state

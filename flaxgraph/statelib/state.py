@@ -55,7 +55,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
     """
 
     __slots__ = ("_mapping", "_state_keys")
-    __class_getitem__ = classmethod(types.GenericAlias)
+    __class_getitem__: Any = classmethod(types.GenericAlias)
 
     def __init__(self, mapping: Mapping[Key, Any] | Iterable[tuple[Key, Any]] = (), /):
         items = mapping.items() if isinstance(mapping, Mapping) else mapping
@@ -397,7 +397,7 @@ def from_flat_state(
     Source: Flax NNX 0.12 ``nnx.from_flat_state``.
     """
     pairs = flat_state.items() if isinstance(flat_state, Mapping) else flat_state
-    return cls.from_flat_path(pairs)  # type: ignore[no-any-return, attr-defined]
+    return cls.from_flat_path(pairs)  # type: ignore[attr-defined]
 
 
 def diff(state: State, other: State) -> State:
@@ -538,8 +538,8 @@ def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
     }
 
 
-_set_mapping = State._mapping.__set__  # type: ignore[attr-defined]
-_set_keys = State._state_keys.__set__  # type: ignore[attr-defined]
+_set_mapping = State._mapping.__set__  # type: ignore[attr-defined, misc]
+_set_keys = State._state_keys.__set__  # type: ignore[misc]
 
 # A State is a pytree whose children are its entries (statelib/pytree.py).
 jax.tree_util.register_pytree_with_keys(State, *state_pytree_functions(State))

@@ -459,6 +459,16 @@ class _Options:
         "sharing",
         "variables",
     )
+    containers: bool
+    cycles: bool
+    max_attributes: int
+    max_depth: int
+    marks: bool
+    max_nodes: int
+    node_types: tuple[type, ...]
+    rngs: bool
+    sharing: bool
+    variables: Any  # a hypothesis strategy of Variables
 
     def __init__(self, **values: Any):
         for k, v in values.items():

@@ -191,7 +191,7 @@ def wrap_mirroring(
     parameters) has its leaves wrapped by ``mirror(kind, leaf, source)``, pairing
     them with ``sources`` in order; every other leaf becomes ``other(leaf)``.
     """
-    treedef = jax.tree.structure(params)
+    treedef: Any = jax.tree.structure(params)  # a PyTreeDef (jaxlib ships no stub for it)
 
     def like_params(x: Any) -> bool:
         return type(x) is State and jax.tree.structure(x) == treedef
@@ -224,6 +224,7 @@ def write_leaves(tree: Any, new: Any, what: str) -> None:
       ValueError: ``new`` has another structure (e.g. a transformation changed the
         shape of its state); the message shows both.
     """
+    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     variables, treedef = jax.tree.flatten(tree, is_leaf=is_variable)
     try:
         values = treedef.flatten_up_to(new)

@@ -42,7 +42,7 @@ Source: Flax NNX ``nnx.TrainState`` (0.12; a ``flax.struct.PyTreeNode`` there,
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, dataclass_transform
 
 import jax
 import jax.numpy as jnp
@@ -63,6 +63,7 @@ __all__ = ["TrainState"]
 _STATIC = {"static": True}
 
 
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 class _FrozenPytree:
     """Makes every subclass a frozen dataclass registered as a JAX pytree; fields
     whose metadata has ``static=True`` are static, the others are children."""

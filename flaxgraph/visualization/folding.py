@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from flaxgraph.graphlib.refmap import RefMap
@@ -75,12 +75,12 @@ class Run(NamedTuple):
 class Segment(NamedTuple):
     """A child shown as is (``run is None``) or the start of a folded run."""
 
-    index: int
+    position: int  # the child's position among its siblings
     run: Run | None
 
 
 def plan(
-    items: list[tuple[Hashable, Any]],
+    items: Sequence[tuple[Hashable, Any]],
     probe: Callable[[Any], Probe | None],
 ) -> tuple[list[Segment], list[Probe | None]]:
     """Splits positional children into children shown as is and folded runs.
@@ -156,7 +156,7 @@ def _pairs(each: Totals, total: Totals) -> list[tuple[str, tuple[list[int], list
 
 
 def register_members(
-    items: list[tuple[Hashable, Any]],
+    items: Sequence[tuple[Hashable, Any]],
     run: Run,
     probes: list[Probe | None],
     seen: RefMap[Any],

@@ -34,7 +34,7 @@ Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from flaxgraph.graphlib.graphdefs import (
@@ -176,7 +176,7 @@ class _TextPrinter:
 
     def _block(
         self,
-        items: list[tuple[Hashable, Any]],
+        items: Sequence[tuple[Hashable, Any]],
         indent: str,
         head: str,
         path: str,
@@ -222,7 +222,7 @@ class _TextPrinter:
 
     def _run(
         self,
-        items: list[tuple[Hashable, Any]],
+        items: Sequence[tuple[Hashable, Any]],
         run: folding.Run,
         probes: list[folding.Probe | None],
         indent: str,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 from flaxgraph.graphlib.graphdefs import GraphDef
@@ -92,7 +92,7 @@ def _reference(x: Any, where: str | None, path: str | None) -> Any:
 
 def _render_children(
     session: _Session,
-    items: list[tuple[Hashable, Any]],
+    items: Sequence[tuple[Hashable, Any]],
     path: str | None,
     subtree_renderer: Any,
     keyed: bool,
@@ -153,7 +153,7 @@ def _render_child(session: _Session, value: Any, path: str | None, subtree_rende
 
 def _render_positional(
     session: _Session,
-    items: list[tuple[Hashable, Any]],
+    items: Sequence[tuple[Hashable, Any]],
     path: str | None,
     subtree_renderer: Any,
 ) -> list[Any]:
@@ -203,7 +203,7 @@ def _render_positional(
 
 def _render_node(
     x: Any,
-    items: list[tuple[Hashable, Any]],
+    items: Sequence[tuple[Hashable, Any]],
     path: str | None,
     subtree_renderer: Any,
     comment: Callable[[Totals], str],

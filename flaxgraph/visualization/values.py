@@ -17,7 +17,7 @@ Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
 from __future__ import annotations
 
 import types
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import jax
@@ -258,7 +258,7 @@ def node_items(x: Any) -> list[tuple[Hashable, Any]]:
     return items
 
 
-def positional(items: list[tuple[Hashable, Any]]) -> bool:
+def positional(items: Sequence[tuple[Hashable, Any]]) -> bool:
     """Nodes keyed 0, 1, … (``nnx.List``) print like a list."""
     return bool(items) and all(type(k) is int for k, _ in items)
 
