@@ -78,4 +78,4 @@ def _graphdef_apply(self: GraphDef, state: Any, *states: Any) -> Any:
 
 
 # GraphDef (graphlib/graphdefs.py) sits below this module, so its `apply` is attached here.
-GraphDef.apply = _graphdef_apply  # type: ignore[attr-defined]
+GraphDef.apply = _graphdef_apply  # type: ignore[method-assign]

@@ -23,9 +23,8 @@ static argument of ``jax.jit`` and a cache key; its hash is computed once.
 
 from __future__ import annotations
 
-import types
-from collections.abc import Hashable
-from typing import Any, NamedTuple, Union
+from collections.abc import Hashable, Iterable
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar, Union
 
 import jax
 
@@ -73,16 +72,21 @@ class NodeDef(NamedTuple):
     """
 
     type: type
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index
     metadata: Hashable
     attributes: tuple[tuple[Hashable, Def], ...]
 
-    from_fields = classmethod(tuple.__new__)
-    """``from_fields((field, ...))``: the record from its field values in field order,
-    at C speed and without checks (the direct walks' constructor)."""
+    @classmethod
+    def from_fields(cls, fields: Iterable[Any], /) -> Self:
+        """The record from its field values in field order, without checks (the
+        direct walks' constructor; ``tuple.__new__`` itself at run time, see below)."""
+        return tuple.__new__(cls, fields)
 
-    __repr__ = _def_repr
-    __setattr__ = _immutable
+    def __repr__(self) -> str:
+        return _def_repr(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _immutable(self, name, value)
 
 
 class VariableDef(NamedTuple):
@@ -95,29 +99,39 @@ class VariableDef(NamedTuple):
     """
 
     type: type
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index
     metadata: tuple[tuple[str, Any], ...]
 
-    from_fields = classmethod(tuple.__new__)
-    """``from_fields((field, ...))``: the record from its field values in field order,
-    at C speed and without checks (the direct walks' constructor)."""
+    @classmethod
+    def from_fields(cls, fields: Iterable[Any], /) -> Self:
+        """The record from its field values in field order, without checks (the
+        direct walks' constructor; ``tuple.__new__`` itself at run time, see below)."""
+        return tuple.__new__(cls, fields)
 
-    __repr__ = _def_repr
-    __setattr__ = _immutable
+    def __repr__(self) -> str:
+        return _def_repr(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _immutable(self, name, value)
 
 
 class NodeRef(NamedTuple):
     """A node or Variable seen before in the walk: reuse the object at ``index``."""
 
     type: type
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index
 
-    from_fields = classmethod(tuple.__new__)
-    """``from_fields((field, ...))``: the record from its field values in field order,
-    at C speed and without checks (the direct walks' constructor)."""
+    @classmethod
+    def from_fields(cls, fields: Iterable[Any], /) -> Self:
+        """The record from its field values in field order, without checks (the
+        direct walks' constructor; ``tuple.__new__`` itself at run time, see below)."""
+        return tuple.__new__(cls, fields)
 
-    __repr__ = _def_repr
-    __setattr__ = _immutable
+    def __repr__(self) -> str:
+        return _def_repr(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _immutable(self, name, value)
 
 
 class ContainerDef(NamedTuple):
@@ -136,12 +150,17 @@ class ContainerDef(NamedTuple):
     children: tuple[Def, ...]
     treedef: Any = None
 
-    from_fields = classmethod(tuple.__new__)
-    """``from_fields((field, ...))``: the record from its field values in field order,
-    at C speed and without checks (the direct walks' constructor)."""
+    @classmethod
+    def from_fields(cls, fields: Iterable[Any], /) -> Self:
+        """The record from its field values in field order, without checks (the
+        direct walks' constructor; ``tuple.__new__`` itself at run time, see below)."""
+        return tuple.__new__(cls, fields)
 
-    __repr__ = _def_repr
-    __setattr__ = _immutable
+    def __repr__(self) -> str:
+        return _def_repr(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _immutable(self, name, value)
 
 
 class ArrayDef(NamedTuple):
@@ -155,12 +174,13 @@ class ArrayDef(NamedTuple):
       index: the reference index of a raw ``jax.Ref`` leaf, ``None`` for an array.
     """
 
-    index: int | None = None
+    index: int | None = None  # type: ignore[assignment]  # a field named like tuple.index
 
     def __repr__(self) -> str:
         return "ArrayDef()" if self.index is None else f"ArrayDef(index={self.index})"
 
-    __setattr__ = _immutable
+    def __setattr__(self, name: str, value: Any) -> None:
+        _immutable(self, name, value)
 
 
 class _StaticFields(NamedTuple):
@@ -187,26 +207,35 @@ class StaticDef(_StaticFields):
     def __new__(cls, value: Any) -> StaticDef:
         return tuple.__new__(cls, (type(value), structural(value)))
 
-    from_fields = classmethod(tuple.__new__)
-    """``from_fields((value_type, key))``: the record from its fields (for a plain
-    static such as an int, a str or None, the key is the value itself), at C speed
-    and without checks (the direct walks' constructor)."""
+    @classmethod
+    def from_fields(cls, fields: Iterable[Any], /) -> Self:
+        """The record from ``(value_type, key)`` (for a plain static such as an int, a
+        str or None, the key is the value itself), without checks (the direct walks'
+        constructor; ``tuple.__new__`` itself at run time, see below)."""
+        return tuple.__new__(cls, fields)
 
     @property
     def value(self) -> Any:
         """The static value itself (a ``functools.partial`` given back as one)."""
         return unwrap(self.key)
 
-    def __getnewargs__(self) -> tuple[Any, ...]:  # type: ignore[override]
+    def __getnewargs__(self) -> tuple[Any, ...]:
         return (self.value,)
 
     def __repr__(self) -> str:
         return f"StaticDef(value={self.value!r})"
 
-    __setattr__ = _immutable
+    def __setattr__(self, name: str, value: Any) -> None:
+        _immutable(self, name, value)
 
 
 Def = Union[NodeDef, VariableDef, NodeRef, ContainerDef, ArrayDef, StaticDef]
+
+# The direct walks build records with ``from_fields`` on every split: at run time it is
+# ``tuple.__new__`` itself (C speed, no Python frame); the methods above type it.
+for _record in (NodeDef, VariableDef, NodeRef, ContainerDef, StaticDef):
+    setattr(_record, "from_fields", classmethod(tuple.__new__))  # noqa: B010
+del _record
 ARRAY_DEF = ArrayDef()
 
 
@@ -223,35 +252,39 @@ class TreeNodeDef(NamedTuple):
     treedef: Def
     path_index: tuple[tuple[tuple[Hashable, ...], int], ...]
 
-    __repr__ = _def_repr
-    __setattr__ = _immutable
+    def __repr__(self) -> str:
+        return _def_repr(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _immutable(self, name, value)
 
 
 def _leaf_paths_of(d: Def, path: tuple[Hashable, ...], out: list[tuple[Hashable, ...]]) -> None:
     """Appends the path of every leaf below ``d`` (at ``path``), in walk order."""
-    t = type(d)
-    if t is VariableDef or t is ArrayDef:
+    if type(d) is VariableDef or type(d) is ArrayDef:
         out.append(path)
-    elif t is NodeDef:
+    elif type(d) is NodeDef:
         for k, c in d.attributes:
             _leaf_paths_of(c, (*path, k), out)
-    elif t is ContainerDef:
+    elif type(d) is ContainerDef:
         for k, c in zip(d.keys, d.children):
             _leaf_paths_of(c, (*path, k), out)
 
 
 def _preorder(d: Def, out: list[Def]) -> None:
     out.append(d)
-    t = type(d)
-    if t is NodeDef:
+    if type(d) is NodeDef:
         for _, c in d.attributes:
             _preorder(c, out)
-    elif t is ContainerDef:
+    elif type(d) is ContainerDef:
         for c in d.children:
             _preorder(c, out)
 
 
-class GraphDef:
+N = TypeVar("N")  # the type of the root value (``GraphDef[Model]``)
+
+
+class GraphDef(Generic[N]):
     """The structure of a graph: a root definition plus the paths of its State leaves.
 
     Immutable, hashable (hash computed once) and equal to any GraphDef of the same
@@ -282,7 +315,10 @@ class GraphDef:
     """
 
     __slots__ = ("root", "_leaf_paths", "tree", "_hash")
-    __class_getitem__ = classmethod(types.GenericAlias)
+    root: Def
+    _leaf_paths: tuple[tuple[Hashable, ...], ...] | None
+    tree: bool
+    _hash: int | None
 
     def __init__(
         self,
@@ -328,7 +364,7 @@ class GraphDef:
             except TypeError:
                 raise self.unhashable_error("node") from None
             object.__setattr__(self, "_hash", h)
-        return h  # type: ignore[no-any-return]
+        return h
 
     def __eq__(self, other: object) -> bool:
         if self is other:
@@ -385,7 +421,7 @@ class GraphDef:
     def type(self) -> type:
         """The type of the root value."""
         root = self.root
-        if type(root) is ArrayDef or type(root) is StaticDef:
+        if isinstance(root, (ArrayDef, StaticDef)):  # neither kind is subclassed
             return type(None)
         return root.type
 
@@ -491,8 +527,11 @@ class GraphDef:
             )
         return self
 
-    # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``) is
-    # attached by flaxgraph/graphlib/calls.py, the layer above, next to the `call` it runs.
+    if TYPE_CHECKING:
+        # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``)
+        # is attached by flaxgraph/graphlib/calls.py, the layer above, next to the
+        # `call` it runs; declared here for type checkers.
+        def apply(self, state: Any, *states: Any) -> Any: ...
 
 
 def lenient_hash(x: Any) -> int:
@@ -535,22 +574,21 @@ def _find_unhashable(
 ) -> tuple[tuple[tuple[Hashable, bool], ...], Any, str] | None:
     """``(steps, value, what)`` of the first unhashable static value below ``d``; each
     step is ``(key, is_attribute)``."""
-    t = type(d)
-    if t is StaticDef:
+    if type(d) is StaticDef:
         return (steps, d.value, "static attribute") if is_unhashable(d.key) else None
-    if t is VariableDef:
-        for k, m in d.metadata:
+    if type(d) is VariableDef:
+        for name, m in d.metadata:
             if is_unhashable(m):
-                return (steps, m, f"metadata {k!r} of the {d.type.__name__}")
+                return (steps, m, f"metadata {name!r} of the {d.type.__name__}")
         return None
-    if t is NodeDef:
+    if type(d) is NodeDef:
         if is_unhashable(d.metadata):
             return (steps, d.metadata, "node metadata")
         for k, c in d.attributes:
             found = _find_unhashable(c, (*steps, (k, True)))
             if found is not None:
                 return found
-    elif t is ContainerDef:
+    elif type(d) is ContainerDef:
         for k, c in zip(d.keys, d.children):
             found = _find_unhashable(c, (*steps, (k, False)))
             if found is not None:
@@ -567,17 +605,16 @@ def _path_key(path: tuple[Hashable, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
-    t = type(d)
-    if t is NodeDef:
+    if type(d) is NodeDef:
         attributes = tuple((k, _renumbered(c, mapping)) for k, c in d.attributes)
         return NodeDef(d.type, mapping[d.index], d.metadata, attributes)
-    if t is VariableDef:
+    if type(d) is VariableDef:
         return VariableDef(d.type, mapping[d.index], d.metadata)
-    if t is NodeRef:
+    if type(d) is NodeRef:
         return NodeRef(d.type, mapping[d.index])
-    if t is ArrayDef and d.index is not None:
+    if type(d) is ArrayDef and d.index is not None:
         return ArrayDef(mapping[d.index])
-    if t is ContainerDef:
+    if type(d) is ContainerDef:
         children = tuple(_renumbered(c, mapping) for c in d.children)
         return ContainerDef(d.type, d.keys, children, d.treedef)
     return d

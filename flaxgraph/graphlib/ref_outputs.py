@@ -59,11 +59,15 @@ class ArrayRefOutput:
         return f"ArrayRefOutput({self.value!r})"
 
 
+def _unflatten_ref_output(_: Any, children: Any) -> ArrayRefOutput:
+    return ArrayRefOutput(children[0])
+
+
 jax.tree_util.register_pytree_node(NoUpdate, lambda x: ((), None), lambda _, __: NO_UPDATE)
 jax.tree_util.register_pytree_with_keys(
     ArrayRefOutput,
     lambda x: (((jax.tree_util.GetAttrKey("value"), x.value),), None),
-    lambda _, children: ArrayRefOutput(children[0]),
+    _unflatten_ref_output,
     flatten_func=lambda x: ((x.value,), None),
 )
 

@@ -43,7 +43,7 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
 
         Source: Flax NNX 0.12 ``graphlib.RefMap.from_indexmap``.
         """
-        return cls.from_pairs((x, i) for i, x in indexmap.items())  # type: ignore[return-value]
+        return cls.from_pairs((x, i) for i, x in indexmap.items())  # type: ignore[misc, return-value]
 
     def __getitem__(self, key: Any) -> V:
         return self._items[id(key)][1]

@@ -23,7 +23,7 @@ Source: Flax NNX graph API (``nnx.split``, ``nnx.merge``, ``nnx.state``, ``nnx.g
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
@@ -56,7 +56,7 @@ def states_from_leaves(
     return [_as_state(p) for p in parts]
 
 
-def _as_state(pairs: list[tuple[PathParts, Any]]) -> Any:
+def _as_state(pairs: Sequence[tuple[PathParts, Any]]) -> Any:
     # A root that is itself a leaf (a Variable or an array) is its own state, as in NNX.
     if len(pairs) == 1 and pairs[0][0] == ():
         return pairs[0][1]
@@ -239,13 +239,13 @@ def ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     if states and type(states[0]) is list:
         return _leaf_list(graphdef, states)
     if len(states) == 1 and isinstance(states[0], State):
-        pairs = states[0].flat_state()
+        pairs: Any = states[0].flat_state()
         if tuple(map(_first, pairs)) == graphdef.leaf_paths:
             return [leaf for _, leaf in pairs]  # already in the GraphDef's order
     flat: dict[PathParts, Any] = {}
     for s in states:
         if isinstance(s, State):
-            pairs: Any = s.flat_state()
+            pairs = s.flat_state()
         elif isinstance(s, Mapping):
             pairs = State(s).flat_state()
         elif isinstance(s, FlatState):

@@ -135,7 +135,7 @@ def with_vars(
     for _, leaf, flags in changes:
         replaced[leaf] = leaf._with_flags(*flags)
     if isinstance(node, Variable):
-        return replaced.get(node, node)  # type: ignore[no-any-return]
+        return replaced.get(node, node)
     new_leaves = [
         replaced.get(leaf, leaf) if isinstance(leaf, Variable) else leaf for _, leaf in leaves
     ]
@@ -145,7 +145,7 @@ def with_vars(
         for (_, leaf), new in zip(leaves, new_leaves)
         if isinstance(leaf, Variable)
     }
-    return build_graph(graphdef, new_leaves, reuse=reuse)  # type: ignore[no-any-return]
+    return build_graph(graphdef, new_leaves, reuse=reuse)
 
 
 def vars_as(
