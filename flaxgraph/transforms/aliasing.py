@@ -102,7 +102,7 @@ class NamedRoots:
         if not path:
             return "(" + ", ".join(self.names) + ")"
         i = path[0]
-        return path_str(self.names[i], self.values[i], path[1:])  # type: ignore[index]
+        return path_str(self.names[i], self.values[i], path[1:])  # type: ignore[call-overload]
 
 
 class PrefixWalk(Walk):
@@ -151,9 +151,9 @@ class PrefixWalk(Walk):
                 "pytree in tree mode.\nFix: use nnx.prefix(obj, {filter: value}, graph=True) "
                 "(a NodeStates of prefixes), a State of prefixes, or a lift type."
             )
-        lift = self.spec.lift_type
+        lift: Any = self.spec.lift_type
         if lift is not None and isinstance(prefix, lift):
-            bad = [p for p in prefix.prefixes if not self.spec.is_leaf(p)]  # type: ignore[attr-defined]
+            bad = [p for p in prefix.prefixes if not self.spec.is_leaf(p)]
             if bad:
                 raise PrefixError(
                     f"{self.spec.name} gives {prefix!r} for the {type(node).__name__} at "
@@ -213,7 +213,7 @@ class PrefixWalk(Walk):
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
         if is_ref(x):  # a raw jax.Ref reached again: a leaf, its prefix must agree
-            key = ("leaf", self._leaf_prefix(path, x, prefix))
+            key: Any = ("leaf", self._leaf_prefix(path, x, prefix))
             if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
                 self.conflict = True
             return
@@ -222,7 +222,7 @@ class PrefixWalk(Walk):
             resolved = self._alias_prefix(path, x, ctx)
             if resolved is NO_MATCH:
                 return
-            key: Any = ("leaf", resolved)
+            key = ("leaf", resolved)
         else:
             key = self._context_key(x, path, ctx)
         if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):

@@ -423,7 +423,7 @@ def vjp(
     Source: ``jax.vjp``; the decorator forms: Flax NNX 0.12 ``nnx.vjp``.
     """
     del reduce_axes
-    options = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
+    options: dict[str, Any] = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
     if f is None:
         return functools.partial(vjp, **options)
     check_not_bound_method(f, "vjp")
@@ -497,7 +497,7 @@ def jvp(
 
     Source: ``jax.jvp``; the decorator forms: Flax NNX 0.12 ``nnx.jvp``.
     """
-    options = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
+    options: dict[str, Any] = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
     if f is None:
         return functools.partial(jvp, **options)
     check_not_bound_method(f, "jvp")
@@ -535,7 +535,7 @@ def jvp(
 def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> Any:
     """The tangent (or cotangent) of the primal leaf at ``path`` ((0, argnum, *rest)) in
     per-argument trees of States, containers or objects; zero if absent."""
-    node: Any = tangents[path[1]]
+    node: Any = tangents[path[1]]  # type: ignore[call-overload]  # path[1] is the argnum
     for key in path[2:]:
         if isinstance(node, State) or type(node) in (dict, list, tuple):
             try:

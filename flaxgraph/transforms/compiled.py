@@ -48,7 +48,7 @@ class Compiled:
         self._make = make
         self.out_static: OutStatic | None = None
         self.with_static = False
-        self.fn = make(self, False)
+        self.fn: Any = make(self, False)  # a jax.jit function (lower, trace, _cache_size)
 
     def record(self, out_static: OutStatic, out_groups: Any, with_static: bool) -> Any:
         """In a trace of the function made with ``with_static``: what it returns.

@@ -83,6 +83,7 @@ def diff_prefix(
     items = (argnums,) if single else tuple(argnums)
     prefixes: list[Any] = [False] * n_args
     nums = []
+    mapping: Diff | bool
     for item in items:
         if isinstance(item, DiffState):
             num, mapping = item.argnum, Diff(item.filter)

@@ -7,6 +7,7 @@ Source: ``docs/design.md``, "The fast path" (split out of ``fastpath.py``).
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
 from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed, write_value
 
-_set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
+_set_raw = Variable.raw_value.__set__  # type: ignore[misc]
 get_raw = operator.attrgetter("raw_value")
 get_ref_content = operator.attrgetter("_refs._buf")
 
@@ -74,7 +75,7 @@ def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bo
     """Whether the leaf at ``path`` is an argument or sits in lists, tuples, dicts and
     attribute pytrees (dataclasses, namedtuples) of the arguments (no object in
     between): it changes with every call's arguments."""
-    node: Any = (args, kwargs)[path[0]]  # type: ignore[index]
+    node: Any = (args, kwargs)[path[0]]  # type: ignore[call-overload]
     for key in path[1:-1]:
         node = child_of(node, key)
         if type(node) not in _BUILTIN and attribute_children(node) is None:
@@ -138,14 +139,14 @@ def leaf_writer(
     which has no place to be stored)."""
     if isinstance(leaf, Variable):
         if is_ref_backed(leaf):  # into the Ref (checked first by the lift) or the box
-            return lambda value, v=leaf: write_value(v, value)
-        return lambda value, v=leaf: _set_raw(v, value)
+            return functools.partial(write_value, leaf)
+        return functools.partial(_set_raw, leaf)
     if _in_arg_containers(path, args, kwargs):
         return None  # the caller's containers are not written (as on the general path)
     parent = _resolve((args, kwargs), path[:-1])
     key = path[-1]
     if type(parent) in GRAPH_NODE_IMPLS:
-        return lambda value, d=parent.__dict__, key=key: d.__setitem__(key, value)
+        return functools.partial(parent.__dict__.__setitem__, key)
     if type(parent) in (list, dict):
-        return lambda value, c=parent, key=key: c.__setitem__(key, value)
+        return functools.partial(parent.__setitem__, key)
     return None

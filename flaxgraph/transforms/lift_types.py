@@ -90,8 +90,8 @@ class PrefixMapping:
     def __eq__(self, other: object) -> bool:
         return (
             type(other) is type(self)
-            and self.filters == other.filters  # type: ignore[attr-defined]
-            and self.prefixes == other.prefixes  # type: ignore[attr-defined]
+            and self.filters == other.filters
+            and self.prefixes == other.prefixes
         )
 
     def __hash__(self) -> int:

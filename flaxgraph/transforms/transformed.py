@@ -102,8 +102,8 @@ class Transformed(Generic[P, R]):
             if plan is not None:
                 result = plan.run(args, kwargs, ())
                 if result is not MISS:
-                    return result  # type: ignore[no-any-return]
-        return self.call_with(args, kwargs)  # type: ignore[no-any-return]
+                    return result
+        return self.call_with(args, kwargs)
 
     def call_with(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``__call__`` in full: bound and static arguments, then the fast path (if
@@ -208,5 +208,5 @@ class Wrapped(Transformed[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         self.plans.general_calls += 1
         if self.bound:
-            return self.run(*self.bound, *args, **kwargs)  # type: ignore[no-any-return]
-        return self.run(*args, **kwargs)  # type: ignore[no-any-return]
+            return self.run(*self.bound, *args, **kwargs)
+        return self.run(*args, **kwargs)
