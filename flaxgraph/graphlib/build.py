@@ -23,7 +23,6 @@ from flaxgraph.errors import GraphStructureError
 from flaxgraph.graphlib.graphdefs import (
     ArrayDef,
     ContainerDef,
-    Def,
     GraphDef,
     NodeDef,
     NodeRef,
@@ -138,7 +137,7 @@ class _Build:
         self.position += 1
         return leaf
 
-    def build(self, d: Def) -> Any:
+    def build(self, d: Any) -> Any:  # a Def, dispatched on type(d) below
         t = type(d)
         if t is NodeDef:
             impl = GRAPH_NODE_IMPLS[d.type]

@@ -26,7 +26,6 @@ from typing import Any
 from flaxgraph.graphlib.graphdefs import (
     ArrayDef,
     ContainerDef,
-    Def,
     NodeDef,
     NodeRef,
     StaticDef,
@@ -90,7 +89,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
         built[c.index] = leaf
         return leaf
 
-    def child(k: Any, c: Def, mapping: dict[Any, Any]) -> tuple[Any, int]:
+    def child(k: Any, c: Any, mapping: dict[Any, Any]) -> tuple[Any, int]:  # c: a Def
         """``(value, entries of mapping used)`` of the definition ``c`` at key ``k``."""
         kind = type(c)
         if kind is VariableDef:
@@ -200,7 +199,7 @@ def join_states(states: tuple[Any, ...]) -> State | None:
     if any(type(s) is not State for s in states):
         return None
     if len(states) == 1:
-        return states[0]  # type: ignore[no-any-return]
+        return states[0]
     owned: set[int] = set()
 
     def join(dst: dict[Any, Any], src: dict[Any, Any]) -> bool:

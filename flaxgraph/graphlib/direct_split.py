@@ -107,11 +107,11 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
             for k, v in items:
                 if isinstance(v, Variable) and id(v) not in seen:  # inline: the common case
                     md = metadata_of(v)
-                    md = _metadata_key(md) if md else ()
+                    md_key = _metadata_key(md) if md else ()
                     i = seen[id(v)] = len(kept)
                     kept.append(v)
                     sub[k] = v
-                    pairs.append((k, _variable_def((type(v), i, md))))
+                    pairs.append((k, _variable_def((type(v), i, md_key))))
                 else:
                     pairs.append((k, visit(v, k, sub)))
             if sub:
@@ -125,10 +125,10 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
                 return _node_ref((t, index))
             index = seen[id(x)] = len(kept)
             kept.append(x)
-            metadata = metadata_of(x)
-            metadata = _metadata_key(metadata) if metadata else ()
+            var_metadata = metadata_of(x)
+            metadata_key = _metadata_key(var_metadata) if var_metadata else ()
             out[key] = x
-            return _variable_def((t, index, metadata))
+            return _variable_def((t, index, metadata_key))
         if t is list or t is tuple:
             sub = {}
             children = tuple([visit(v, k, sub) for k, v in enumerate(x)])

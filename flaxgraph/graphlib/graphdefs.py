@@ -36,6 +36,9 @@ from flaxgraph.graphlib.statics import (
 )
 from flaxgraph.renderers import RENDERERS
 
+if TYPE_CHECKING:
+    from flaxgraph.variablelib.variable import Variable
+
 # Each definition is a NamedTuple read by field name: building, hashing and comparing
 # definitions run at C speed (tuple construction, hash and equality). Code tells the
 # kinds apart by ``type(d) is NodeDef`` etc. Two definitions of different kinds never
@@ -98,7 +101,7 @@ class VariableDef(NamedTuple):
       metadata: its metadata as sorted ``(name, value)`` pairs (``()`` if none).
     """
 
-    type: type
+    type: type[Variable[Any]]
     index: int  # type: ignore[assignment]  # a field named like tuple.index
     metadata: tuple[tuple[str, Any], ...]
 

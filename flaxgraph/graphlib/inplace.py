@@ -9,6 +9,7 @@ Source: Flax NNX ``nnx.update``, ``nnx.pop`` (0.12).
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
@@ -212,7 +213,7 @@ def _plan_update(
             if current is MISSING and keep is not None:
                 # a node that creates children lazily (bridge.Module) keeps the
                 # sub-state until the child is created
-                writes.others.append(lambda keep=keep, key=key, leaf=leaf: keep(node, key, leaf))
+                writes.others.append(functools.partial(keep, node, key, leaf))
                 continue
             if current is MISSING or isinstance(current, Variable) or is_array_leaf(current):
                 raise GraphStructureError(
@@ -230,8 +231,8 @@ def _plan_update(
             or _is_static_value(current)
         ):
             new_value = leaf.copy() if isinstance(leaf, Variable) else leaf
-            set_fn = _setter(node, key, lambda path=path: path_str("node", root, path))
-            writes.others.append(lambda set_fn=set_fn, new_value=new_value: set_fn(new_value))
+            set_fn = _setter(node, key, functools.partial(path_str, "node", root, path))
+            writes.others.append(functools.partial(set_fn, new_value))
         else:
             raise GraphStructureError(
                 f"The State has a leaf "

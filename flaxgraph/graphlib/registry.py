@@ -56,7 +56,7 @@ class GraphNodeImpl:
 
     type: type
     flatten: Callable[[Any], tuple[Iterable[tuple[Key, Any]], Hashable]]
-    create_empty: Callable[[Hashable], Any]
+    create_empty: Callable[..., Any]  # (metadata, trace) -> node
     set_items: Callable[[Any, list[tuple[Key, Any]], Hashable], None]
     get_child: Callable[[Any, Key], Any]
     set_child: Callable[[Any, Key, Any], None]
@@ -139,7 +139,7 @@ def is_node_or_variable(x: Any) -> bool:
     return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
 
 
-ARRAY_TYPES: tuple[type, ...] = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
+ARRAY_TYPES: tuple[type[Any], ...] = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
 PLAIN_STATIC = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
 BUILTIN_CONTAINERS = frozenset({list, tuple, dict})
 
@@ -154,6 +154,7 @@ def pytree_children(x: Any) -> tuple[list[tuple[Key, Any]], Any] | None:
     ``None`` if ``x`` is a pytree leaf (then it is a static value)."""
     if type(x) in PLAIN_STATIC:
         return None
+    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     with_path, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if jax.tree_util.treedef_is_leaf(treedef) and treedef.num_leaves == 1:
         return None
