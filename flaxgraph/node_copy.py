@@ -99,7 +99,7 @@ def copy_nodes(
             if x in done:
                 return done[x]
             items, metadata = impl.flatten(x)
-            new = impl.create_empty(metadata, trace)  # type: ignore[call-arg]
+            new = impl.create_empty(metadata, trace)
             done[x] = new  # a cycle back to x links to the copy
             children = []
             for key, child in list(items):

@@ -233,7 +233,7 @@ _set_trace = Pytree._obj_trace.__set__
 _set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
 _set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
 _set_layout = Pytree._obj_layout.__set__  # type: ignore[union-attr]
-_DATA_INSTANCES = (Variable, Pytree, *ARRAY_TYPES)
+_DATA_INSTANCES: tuple[type[Any], ...] = (Variable, Pytree, *ARRAY_TYPES)
 
 
 def same_structure(old: Any, new: Any) -> bool:

@@ -45,6 +45,10 @@ import numpy as np
 from flaxgraph.errors import TraceContextError
 from flaxgraph.tracing import is_top_level
 
+_Box: Any  # None when the installed JAX lacks them
+_BoxTy: Any
+_BoxTypeState: Any
+_Literal: Any
 try:  # private in JAX 0.10: feature-detected, see the module docstring
     from jax._src.hijax import Box as _Box
     from jax._src.hijax import BoxTy as _BoxTy
@@ -90,6 +94,7 @@ def fits(value: Any) -> bool:
     ``{}`` and ``[]`` fit (a box may start empty and gain entries)."""
     if not AVAILABLE or value is None or isinstance(value, (jax.Array, np.ndarray, *_SCALARS)):
         return False
+    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(value)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         return False  # the value is a leaf itself (a string, an object…)
