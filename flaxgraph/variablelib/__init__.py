@@ -3,8 +3,8 @@
 ``Variable`` (``variable``) holds one value (an array, or any pytree) plus metadata
 (``sharding``, hooks, flags) and supports in-place operators; ``Param``,
 ``BatchStat``, ``Cache``, ``Intermediate`` and ``Perturbation`` are its kinds. Values
-may live in a ``jax.Ref`` (``refs``); ``value_ops`` gives the array operators;
-``defaults`` the ``var_defaults`` scope; ``metadata`` ``VariableMetadata``;
+may live in a ``jax.Ref`` (``refs``) or a box (``boxes``); ``axes`` carries per-axis
+metadata through transforms; ``defaults`` the ``var_defaults`` scope; ``metadata`` ``VariableMetadata``;
 ``names`` the map between Linen collection names and Variable types.
 
 This package is Flax NNX's ``variablelib`` module map.

@@ -43,7 +43,8 @@ from typing import Any
 from flaxgraph.mesh_context import SHARDING_KEYS
 
 # ``var`` below is an ``nnx.Variable``; it is not imported (variable.py imports this
-# module), only its ``_var_metadata`` dict and its hooks are used.
+# module, and its ``add_axis``/``remove_axis`` hooks call ``insert_axis_metadata`` and
+# ``drop_axis_metadata``), only its ``_var_metadata`` dict and its hooks are used.
 
 PARTITION_NAME = "partition_name"
 """Key of ``transform_metadata`` naming the mesh axis a vmap/scan axis maps to."""
@@ -168,49 +169,3 @@ def drop_stacked_axis(var: Any, index: int) -> None:
             changes[k] = _removed(names, index)
     if changes:
         object.__setattr__(var, "_var_metadata", {**stored, **changes})
-
-
-class AxisHooks:
-    """The axis hooks of ``Variable`` (``add_axis``/``remove_axis``), a base class of
-    it: what a transform calls after adding or removing an axis."""
-
-    __slots__ = ()
-
-    def add_axis(self, axis_index: int, axis_name: Any) -> None:
-        """The hook a transform calls after adding an axis at ``axis_index`` (``vmap``'s
-        ``out_axes``, ``scan``'s stacked outputs), once the per-axis metadata
-        (sharding names…) already has it (``flaxgraph/variablelib/axes.py``).
-
-        Args:
-          axis_index: the position of the new axis.
-          axis_name: the transform's partition name (``transform_metadata[
-            nnx.PARTITION_NAME]``), or ``None``. A *mapping* here (flaxgraph's
-            older form, ``v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})``) inserts
-            the axis into the metadata instead, as a transform does.
-
-        The base hook does nothing else; subclasses override it to react (and
-        should call ``super().add_axis(axis_index, axis_name)``). ``add_axis`` and
-        ``remove_axis`` must be inverses.
-
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> v = nnx.Param(jnp.ones((2, 3)), sharding=('a', 'b'))
-          >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
-          >>> v.sharding
-          ('batch', 'a', 'b')
-
-        Source: Flax NNX 0.12 ``Variable.add_axis(axis_index, axis_name)``.
-        """
-        if isinstance(axis_name, Mapping):
-            insert_axis_metadata(self, axis_index, axis_name)
-
-    def remove_axis(self, axis_index: int, axis_name: Any) -> None:
-        """The hook a transform calls after removing the axis at ``axis_index``
-        (inverse of ``add_axis``; a mapping as ``axis_name`` removes the axis from
-        the metadata, as a transform does).
-
-        Source: Flax NNX 0.12 ``Variable.remove_axis(axis_index, axis_name)``.
-        """
-        if isinstance(axis_name, Mapping):
-            drop_axis_metadata(self, axis_index, axis_name)

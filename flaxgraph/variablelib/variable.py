@@ -57,6 +57,18 @@ Ref-backed Variable may be written where JAX allows it (``jit``, ``scan``).
 Variables are also JAX pytrees (the value is the child, the kind and metadata are
 static), so ``jax.tree.map`` over a ``State`` keeps the Variable boxes.
 
+``Variable`` is one class (no mixins) whose members are grouped by concept:
+construction (``__init__``, ``_from_parts`` for copies and merge, pytree registration);
+the trace and write guards; the value (``value``, ``get_value``/``set_value``,
+``get_raw_value``/``set_raw_value``); metadata (``get_metadata``…, attribute access,
+``shape``, ``sharding_names``); copies and state transfer (``replace``, ``copy``,
+``from_metadata``, ``copy_from``, ``update_from_state``, ``copy.copy``/pickle); the axis
+hooks (``add_axis``/``remove_axis``; the transform's side is in ``axes.py``); the
+value's protocols (array, container, numbers; the Python operators are generated
+from a table right after the class); kind and flags; identity and display. Below the
+class: the C-level accessors other packages use instead of the private slots
+(``metadata_of``, ``write_metadata``, ``write_slot``, ``write_value``), then the kinds.
+
 Source: Flax NNX ``Variable`` API (0.12) and its guides "Variables" and "Hijax";
 in-place operators as in Flax NNX's "Transformations" guide.
 """
@@ -64,33 +76,42 @@ in-place operators as in Flax NNX's "Transformations" guide.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from flaxgraph.errors import TraceContextError, numbered_fixes
 from flaxgraph.mesh_context import place_at_creation
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
 from flaxgraph.variablelib import axes, boxes, refs
-from flaxgraph.variablelib.axes import AxisHooks
 from flaxgraph.variablelib.closure_watch import note_read
-from flaxgraph.variablelib.copies import VariableCopies
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
-from flaxgraph.variablelib.metadata_ops import FLAG_KEYS as FLAG_KEYS
-from flaxgraph.variablelib.metadata_ops import MISSING as MISSING
-from flaxgraph.variablelib.metadata_ops import MetadataOps, store_flags
-from flaxgraph.variablelib.state_methods import VariableStateMethods
-from flaxgraph.variablelib.value_ops import ValueOps
 
 A = TypeVar("A")
 V = TypeVar("V", bound="Variable[Any]")
 
 PARTITION_NAME = axes.PARTITION_NAME
 
+FLAG_KEYS = ("ref", "hijax", "mutable")
+"""Metadata names reserved for the construction flags (set them with ``with_vars``)."""
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""The "no argument given" default of Variable methods."""
+
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
-_REF_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "size", "sharding"})
+# Answered by the storage when a Ref-backed Variable has no such metadata (``shape`` is
+# a property of its own: the one place it is resolved).
+_REF_ATTRIBUTES = frozenset({"dtype", "ndim", "size", "sharding"})
 
 
 def _flag(name: str, value: Any) -> bool | None:
@@ -99,7 +120,18 @@ def _flag(name: str, value: Any) -> bool | None:
     raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
 
 
-class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, AxisHooks, Generic[A]):
+def store_flags(metadata: dict[str, Any], ref: bool, hijax: bool, mutable: bool) -> None:
+    """Writes the flags that differ from the defaults into ``metadata`` (a Variable's
+    metadata holds ``ref=True``, ``hijax=True`` and ``mutable=False`` only when set)."""
+    if ref:
+        metadata["ref"] = True
+    if hijax:
+        metadata["hijax"] = True
+    if not mutable:
+        metadata["mutable"] = False
+
+
+class Variable(Generic[A]):
     """A mutable box holding one value and a dict of metadata.
 
     Args:
@@ -157,8 +189,20 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
     ``mutable`` flag of ``nnx.with_vars``).
     """
 
+    # The members, by concept: construction; the trace and write guards; the value;
+    # metadata; copies and state transfer; axis hooks; the value's protocols (array,
+    # container, numbers; the Python operators are installed right after the class);
+    # kind and flags; identity and display.
+
     __slots__ = ("raw_value", "_var_metadata", "_var_trace", "_var_ref")
 
+    #: The metadata keys every Variable answers for through its flags; they are
+    #: left out of ``get_metadata(exclude_required=True)``.
+    #: Source: Flax NNX 0.12 ``Variable.required_metadata`` (hijax, ref,
+    #: eager_sharding; flaxgraph adds its ``mutable`` flag).
+    required_metadata: frozenset[str] = frozenset((*FLAG_KEYS, "eager_sharding"))
+
+    # -- construction ---------------------------------------------------------------
     def __init__(
         self,
         value: A,
@@ -222,7 +266,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
         if storage is None:
             object.__setattr__(self, "raw_value", value)
 
-    # -- construction without __init__ (used by merge, pytree unflatten) -----
+    # construction without __init__ (used by merge, copies, pytree unflatten)
     @classmethod
     def _from_parts(cls: type[V], value: Any, metadata: dict[str, Any], trace: object = None) -> V:
         # ``metadata`` may be shared: a Variable's metadata dict is never mutated in
@@ -250,7 +294,11 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
             write_slot(obj, value)
         return obj
 
-    # -- trace guard ------------------------------------------------------------
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_variable_pytree(cls)
+
+    # -- trace and write guards -------------------------------------------------------
     def _check_trace(self, what: str) -> None:
         if self._var_trace != current_trace():
             raise TraceContextError(
@@ -298,7 +346,15 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
         if ref is not None and value is not ref and refs.is_ref(ref):
             refs.check_fits(type(self).__name__, ref, value)
 
-    # -- value ------------------------------------------------------------------
+    def _check_settable(self) -> None:
+        """Raises what ``set_value`` would raise before it computes anything: for
+        callers (``RngStream``) whose new value is computed from values that may be
+        tracers of another trace."""
+        self._check_mutable()
+        if self._var_ref is None:
+            self._check_trace("set the value")
+
+    # -- the value --------------------------------------------------------------------
     @property
     def value(self) -> A:
         """The held value (read and write; writing checks the trace, see the class)."""
@@ -306,15 +362,15 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
             note_read(self)  # a read by closure inside a transform (closure_watch.py)
         return self.raw_value
 
-    def _read_value(self) -> A:
-        if self._var_trace is not TRACE_STATE.value:
-            note_read(self)
-        return self.raw_value
-
     @value.setter
     def value(self, value: A) -> None:
         """The held value (read and write; writing checks the trace, see the class)."""
         self.set_value(value)
+
+    def _read_value(self) -> A:
+        if self._var_trace is not TRACE_STATE.value:
+            note_read(self)
+        return self.raw_value
 
     def get_value(self, *, index: Any = MISSING) -> A:
         """Returns the value, or ``value[index]`` (same as ``v[...]`` / ``v[index]``)."""
@@ -328,7 +384,7 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
         value = self.raw_value
         if index is Ellipsis and "hijax" in self._var_metadata and boxes.fits(value):
             return value  # a hijax pytree (in its box, or its copy inside a transform)
-        return value[index]  # type: ignore[index]
+        return value[index]
 
     def set_value(self, value: A, *, index: Any = MISSING) -> None:
         """Replaces the value (``v[...] = value``), or ``value[index]`` only.
@@ -365,44 +421,56 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
             index = ...
         refs.write(type(self).__name__, ref, index, value, self._var_trace != current_trace())
 
-    def _check_settable(self) -> None:
-        """Raises what ``set_value`` would raise before it computes anything: for
-        callers (``RngStream``) whose new value is computed from values that may be
-        tracers of another trace."""
-        self._check_mutable()
-        if self._var_ref is None:
-            self._check_trace("set the value")
-
-    def _stored_metadata(self) -> dict[str, Any]:
-        """The metadata as stored (flags only where set), for copies that must keep
-        exactly this Variable's metadata (``_from_parts``)."""
-        return dict(self._var_metadata)
-
     def get_raw_value(self) -> Any:
         """The storage: the ``jax.Ref`` of a Ref-backed Variable, the box of a
         box-backed one, else the value."""
         ref = self._var_ref
         return self.raw_value if ref is None else ref
 
-    @property
-    def type(self) -> type[Variable[A]]:
-        """The Variable's kind: its class."""
-        return type(self)
+    def set_raw_value(self, value: Any, *, _unsafe_bypass_check: bool = False) -> None:
+        """Replaces the storage: the value, or (given a ``jax.Ref``) the Ref itself.
 
-    @property
-    def ref(self) -> bool:
-        """Whether the Variable was made with ``ref=True`` (its value lives in a Ref)."""
-        return bool(self._var_metadata.get("ref", False))
+        Unlike ``set_value`` this does not check shape/dtype against a Ref-backed
+        value's Ref when a new Ref is given, nor the ``mutable`` flag.
 
-    @property
-    def hijax(self) -> bool:
-        """Whether the Variable was made with ``hijax=True``."""
-        return bool(self._var_metadata.get("hijax", False))
+        Args:
+          value: the new value (any pytree) or a ``jax.Ref`` to hold from now on.
+          _unsafe_bypass_check: skip the trace check (for library internals).
 
-    @property
-    def mutable(self) -> bool:
-        """``False`` for a read-only Variable (made with ``mutable=False``)."""
-        return self._var_metadata.get("mutable", True) is not False
+        Raises:
+          TraceContextError: the Variable was created in another JAX trace.
+          ValueError: a plain value of another shape/dtype for a Ref-backed Variable.
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> p = nnx.Param(jnp.zeros(2))
+          >>> p.set_raw_value(jnp.ones(3))
+          >>> p.shape
+          (3,)
+
+        Source: Flax NNX 0.12 ``Variable.set_raw_value``.
+        """
+        if not _unsafe_bypass_check:
+            self._check_trace("set the raw value")
+        _install(self, value)
+
+    def create_value(self, value: Any) -> Any:
+        """The hook a subclass may override to transform a value; returns ``value``.
+
+        Flax calls it once at construction. flaxgraph's ``Variable.__init__`` does not
+        call it (override ``__init__`` or ``set_value`` in a subclass instead); it is
+        here so that code calling it explicitly works.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> nnx.Param(1.0).create_value(2.0)
+          2.0
+
+        Source: Flax NNX 0.12 ``Variable.create_value``.
+        """
+        return value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Calls the value (a Variable holding a callable proxies the call, as in
@@ -420,7 +488,159 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
             )
         return value(*args, **kwargs)
 
-    # -- metadata ---------------------------------------------------------------
+    # -- metadata ---------------------------------------------------------------------
+    # Metadata is read as attributes (``__getattr__``) and with ``get_metadata``. The
+    # dict is never mutated in place: every change installs a new dict, so copies made
+    # by split/merge can share it. The flags live in the same dict (only where set)
+    # but are changed by ``nnx.with_vars`` copies only.
+    def get_metadata(
+        self, name: str | None = None, default: Any = MISSING, *, exclude_required: bool = False
+    ) -> Any:
+        """Returns the metadata dict (a copy), or one entry.
+
+        As in Flax NNX 0.12, the whole dict always lists the flags ``hijax``, ``ref``
+        and ``eager_sharding`` (their values for this Variable) next to the metadata
+        it was given; ``mutable`` appears when it is ``False``.
+
+        Args:
+          name: the entry to read; ``None`` for the whole dict.
+          default: returned when ``name`` is absent.
+          exclude_required: leave the flags (``hijax``, ``ref``, ``eager_sharding``,
+            ``mutable``) out of the dict.
+
+        Raises:
+          KeyError: ``name`` is absent and no ``default`` was given.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> nnx.Param(1.0, note='x').get_metadata()
+          {'note': 'x', 'hijax': False, 'ref': False, 'eager_sharding': True}
+
+        Source: Flax NNX 0.12 ``Variable.get_metadata``.
+        """
+        if name is None:
+            if exclude_required:
+                return {
+                    k: v
+                    for k, v in self._var_metadata.items()
+                    if k not in FLAG_KEYS and k != "eager_sharding"
+                }
+            return {
+                **self._var_metadata,
+                "hijax": self.hijax,
+                "ref": self.ref,
+                "eager_sharding": self._var_metadata.get("eager_sharding", True),
+            }
+        try:
+            return self._var_metadata[name]
+        except KeyError:
+            if default is not MISSING:
+                return default
+            raise KeyError(
+                f"{type(self).__name__} has no metadata {name!r} (it has "
+                f"{sorted(self._var_metadata)}); pass a default: get_metadata({name!r}, None)."
+            ) from None
+
+    def has_metadata(self, name: str) -> bool:
+        """Whether the metadata has an entry ``name``."""
+        return name in self._var_metadata
+
+    def set_metadata(self, *args: Any, **kwargs: Any) -> None:
+        """Sets metadata: ``set_metadata('name', value)``, ``set_metadata(name=value)``
+        or ``set_metadata(mapping)`` (replaces all metadata but the flags).
+
+        Raises:
+          TypeError: other argument forms.
+          ValueError: a flag (``ref``, ``hijax``, ``mutable``) would change: make a
+            copy with ``nnx.with_vars`` instead.
+          TraceContextError: the Variable was created in another JAX trace.
+        """
+        self._check_trace("set metadata")
+        if len(args) == 2 and not kwargs:
+            updates, replace = {args[0]: args[1]}, False
+        elif len(args) == 1 and isinstance(args[0], Mapping) and not kwargs:
+            updates, replace = dict(args[0]), True
+        elif not args:
+            updates, replace = kwargs, False
+        else:
+            raise TypeError(
+                "set_metadata takes (name, value), a single mapping, or keyword arguments"
+            )
+        old = self._var_metadata
+        for key in FLAG_KEYS:
+            if key in updates and updates[key] != getattr(self, key):
+                raise ValueError(
+                    f"Cannot change the {key!r} flag of a {type(self).__name__} with "
+                    f"set_metadata.\nFix: make a copy with the new flag: "
+                    f"`nnx.with_vars(node, {key}={updates[key]!r})`."
+                )
+        updates = {k: v for k, v in updates.items() if k not in FLAG_KEYS}
+        flags = {k: old[k] for k in FLAG_KEYS if k in old}
+        # A new dict each time: copies made by split/merge share no mutable state.
+        metadata = {**updates, **flags} if replace else {**old, **updates}
+        object.__setattr__(self, "_var_metadata", metadata)
+
+    def del_metadata(self, name: str) -> None:
+        """Removes the metadata entry ``name``.
+
+        Raises:
+          AttributeError: there is no such entry. ValueError: ``name`` is a flag.
+        """
+        self._check_trace("delete metadata")
+        if name in FLAG_KEYS:
+            raise ValueError(f"The {name!r} flag cannot be deleted; use nnx.with_vars.")
+        metadata = dict(self._var_metadata)
+        if name not in metadata:
+            raise AttributeError(name)
+        del metadata[name]
+        object.__setattr__(self, "_var_metadata", metadata)
+
+    def _stored_metadata(self) -> dict[str, Any]:
+        """The metadata as stored (flags only where set), for copies that must keep
+        exactly this Variable's metadata (``_from_parts``)."""
+        return dict(self._var_metadata)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the value (for an array value; read without copying a Ref).
+        A ``shape`` metadata entry, if any, wins (as for every metadata attribute).
+
+        Raises:
+          AttributeError: the value has no ``shape`` (e.g. a Python list).
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> nnx.Param(jnp.ones((2, 3))).shape
+          (2, 3)
+
+        Source: Flax NNX 0.12 ``Variable.shape``.
+        """
+        metadata = self._var_metadata
+        if "shape" in metadata:
+            return metadata["shape"]
+        return self.get_raw_value().shape
+
+    @property
+    def sharding_names(self) -> Any:
+        """The mesh-axis names of the value: the ``sharding_names`` metadata, else
+        ``out_sharding`` (Flax 0.12's name), else ``None``.
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> nnx.Param(jnp.ones((2, 3)), out_sharding=('a', None)).sharding_names
+          ('a', None)
+
+        Source: Flax NNX 0.12 ``Variable.sharding_names`` (deprecated there in favour
+        of ``out_sharding``; flaxgraph also keeps a ``sharding_names`` metadata key).
+        """
+        metadata = self._var_metadata
+        if "sharding_names" in metadata:
+            return metadata["sharding_names"]
+        return metadata.get("out_sharding")
+
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: a Ref-backed Variable's value (its
         # raw_value slot is empty), then metadata, then the value's attributes.
@@ -434,6 +654,13 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
         metadata = object.__getattribute__(self, "_var_metadata")
         if name in metadata:
             return metadata[name]
+        if name in _PROPERTIES:
+            # A property of Variable raised AttributeError (``shape`` of a value that
+            # has none): its answer stands, the name is not looked up a second way.
+            raise AttributeError(
+                f"{type(self).__name__}.{name} is not available: its value "
+                f"({type(self.get_raw_value()).__name__}) has no {name!r}."
+            )
         if name in _REF_ATTRIBUTES:
             ref = object.__getattribute__(self, "_var_ref")
             if ref is not None and refs.is_ref(ref):  # read without copying the content
@@ -451,7 +678,329 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
     def __delattr__(self, name: str) -> None:
         self.del_metadata(name)
 
-    __hash__ = object.__hash__  # identity: Variables are references
+    # -- copies and state transfer ----------------------------------------------------
+    # Every copy is a new Variable of the same kind, this one left unchanged; a
+    # Ref-backed Variable's copy made outside any transform gets a Ref of its own (see
+    # ``_from_parts``), a box-backed one a box of its own.
+    def replace(self: V, value: Any = MISSING, **metadata: Any) -> V:
+        """Returns a new Variable of the same kind with ``value`` and/or metadata replaced.
+
+        The flags are kept (a Ref-backed Variable's copy gets its own Ref); ``self``
+        is unchanged.
+
+        Raises:
+          ValueError: ``metadata`` tries to change a flag (use ``nnx.with_vars``).
+        """
+        for key in FLAG_KEYS:
+            if key in metadata and metadata[key] != getattr(self, key):
+                raise ValueError(
+                    f"replace cannot change the {key!r} flag; use nnx.with_vars(node, "
+                    f"{key}={metadata[key]!r})."
+                )
+        new_value = self.raw_value if value is MISSING else value
+        if isinstance(new_value, Variable):
+            new_value = new_value.raw_value
+        return type(self)._from_parts(new_value, {**self._var_metadata, **metadata})
+
+    def copy(self: V, value: Any = MISSING, **updates: Any) -> V:
+        """Returns a new Variable of the same kind with the same value and metadata
+        (a Ref-backed Variable's copy gets its own Ref).
+
+        Args:
+          value: a value for the copy instead of this Variable's.
+          **updates: metadata to change in the copy, flags included
+            (``v.copy(ref=True)``, ``v.copy(hijax=False, sharding=...)``).
+
+        Returns:
+          A new Variable of ``type(self)``; this one is unchanged.
+
+        Example::
+
+          >>> import flaxgraph as nnx
+          >>> v = nnx.Param(1.0, note='a')
+          >>> w = v.copy(2.0, note='b')
+          >>> (float(w.value), w.note, v.note)
+          (2.0, 'b', 'a')
+
+        Source: Flax NNX 0.12 ``Variable.copy``.
+        """
+        if value is MISSING and not updates:
+            return type(self)._from_parts(self.raw_value, self._var_metadata)
+        if value is MISSING:
+            value = self.get_value()
+        metadata = {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
+        flags = {"ref": self.ref, "hijax": self.hijax, "mutable": self.mutable}
+        return type(self)(value, **{**flags, **metadata, **updates})
+
+    @classmethod
+    def from_metadata(cls: type[V], value: Any, metadata: Mapping[str, Any]) -> V:
+        """A new Variable of this kind holding ``value``, with ``metadata`` (a dict as
+        ``get_metadata()`` returns it; the flags ``hijax``/``ref`` in it apply).
+
+        Example: ``nnx.Param.from_metadata(1.0, {'note': 'x', 'hijax': False})``.
+
+        Source: Flax NNX 0.12 ``Variable.from_metadata``.
+        """
+        given = dict(metadata)
+        if given.get("eager_sharding") is True:  # the default: not stored
+            del given["eager_sharding"]
+        return cls(value, **given)
+
+    def _with_flags(self: V, ref: bool, hijax: bool, mutable: bool) -> V:
+        """A new Variable of the same kind, value and metadata with these flags (a
+        Ref-backed one gets its own Ref, holding the current value).
+
+        Raises:
+          TypeError: ``ref``/``hijax`` asked for a value that cannot live in a Ref.
+        """
+        metadata = {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
+        value = self.raw_value
+        if (
+            (ref or hijax)
+            and not (refs.can_hold(value) or isinstance(value, jax.core.Tracer))
+            and not (hijax and boxes.fits(value))
+        ):
+            raise TypeError(
+                f"Cannot make the {type(self).__name__} holding a {type(value).__name__} "
+                "Ref-backed: only arrays and numbers can live in a jax.Ref (and, with "
+                "hijax=True, pytrees of arrays in a box"
+                + ("" if boxes.AVAILABLE else f", but {boxes.UNAVAILABLE_REASON}")
+                + ")."
+            )
+        store_flags(metadata, ref, hijax, mutable)
+        return type(self)._from_parts(value, metadata)
+
+    def to_state(self: V) -> V:
+        """A copy of this Variable (Flax 0.12 has no separate VariableState: same as
+        ``copy()``).
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> p = nnx.Param(jnp.ones(2))
+          >>> s = p.to_state()
+          >>> s is p, type(s).__name__
+          (False, 'Param')
+
+        Source: Flax NNX 0.12 ``Variable.to_state`` (an alias of ``copy``).
+        """
+        return self.copy()
+
+    def copy_from(self, other: Any) -> None:
+        """Makes this Variable hold ``other``'s value and metadata (in place).
+
+        The flags of ``self`` (``ref``, ``hijax``, ``mutable``) are kept; a Ref-backed
+        ``self`` gets ``other``'s value written into its own Ref.
+
+        Args:
+          other: a Variable of exactly the same class.
+
+        Raises:
+          ValueError: ``other`` is of another class ("Cannot copy from incompatible
+            container"); a Ref-backed ``self`` and a value of another shape/dtype.
+          TraceContextError: ``self`` was created in another JAX trace.
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> a, b = nnx.Param(jnp.zeros(2)), nnx.Param(jnp.ones(2), note='b')
+          >>> a.copy_from(b)
+          >>> a[...], a.note
+          (Array([1., 1.], dtype=float32), 'b')
+
+        Source: Flax NNX 0.12 ``Variable.copy_from``.
+        """
+        if type(self) is not type(other):
+            raise ValueError(
+                f"Cannot copy from incompatible container, expected {type(self).__name__}, "
+                f"got {type(other).__name__}.\nFix: copy between Variables of the same "
+                f"kind, or convert first: `{type(self).__name__}(other.get_value())`."
+            )
+        if self is other:
+            return
+        self._transfer(other)
+
+    def update_from_state(self, variable_state: Any) -> None:
+        """Makes this Variable hold ``variable_state``'s value and metadata (in place),
+        keeping this Variable's own flags (``ref``, ``hijax``, ``mutable``).
+
+        Args:
+          variable_state: a Variable (any kind) whose value and metadata to take.
+
+        Raises:
+          ValueError: a Ref-backed ``self`` and a value of another shape/dtype.
+          TraceContextError: ``self`` was created in another JAX trace.
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> p = nnx.Param(jnp.zeros(2))
+          >>> p.update_from_state(nnx.Param(jnp.ones(2)))
+          >>> p[...]
+          Array([1., 1.], dtype=float32)
+
+        Source: Flax NNX 0.12 ``Variable.update_from_state``.
+        """
+        self._transfer(variable_state)
+
+    def _transfer(self, other: Any) -> None:
+        self._check_trace("update")
+        ours = self._var_metadata
+        theirs = other._var_metadata
+        if theirs is not ours:
+            metadata = {k: v for k, v in theirs.items() if k not in FLAG_KEYS}
+            metadata.update({k: ours[k] for k in FLAG_KEYS if k in ours})
+        else:
+            metadata = ours
+        _install(self, other.raw_value)  # first: it may raise (Ref shape/dtype)
+        object.__setattr__(self, "_var_metadata", metadata)
+
+    def __reduce__(self) -> Any:
+        # copy.copy/deepcopy/pickle: rebuild through _from_parts (the trace token is
+        # neither copyable nor picklable; the copy belongs to the trace it is made in).
+        return (type(self)._from_parts, (self.raw_value, dict(self._var_metadata)))
+
+    # -- axis hooks (flaxgraph/variablelib/axes.py does the transform's side) ---------
+    def add_axis(self, axis_index: int, axis_name: Any) -> None:
+        """The hook a transform calls after adding an axis at ``axis_index`` (``vmap``'s
+        ``out_axes``, ``scan``'s stacked outputs), once the per-axis metadata
+        (sharding names…) already has it (``flaxgraph/variablelib/axes.py``).
+
+        Args:
+          axis_index: the position of the new axis.
+          axis_name: the transform's partition name (``transform_metadata[
+            nnx.PARTITION_NAME]``), or ``None``. A *mapping* here (flaxgraph's
+            older form, ``v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})``) inserts
+            the axis into the metadata instead, as a transform does.
+
+        The base hook does nothing else; subclasses override it to react (and
+        should call ``super().add_axis(axis_index, axis_name)``). ``add_axis`` and
+        ``remove_axis`` must be inverses.
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> v = nnx.Param(jnp.ones((2, 3)), sharding=('a', 'b'))
+          >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
+          >>> v.sharding
+          ('batch', 'a', 'b')
+
+        Source: Flax NNX 0.12 ``Variable.add_axis(axis_index, axis_name)``.
+        """
+        if isinstance(axis_name, Mapping):
+            axes.insert_axis_metadata(self, axis_index, axis_name)
+
+    def remove_axis(self, axis_index: int, axis_name: Any) -> None:
+        """The hook a transform calls after removing the axis at ``axis_index``
+        (inverse of ``add_axis``; a mapping as ``axis_name`` removes the axis from
+        the metadata, as a transform does).
+
+        Source: Flax NNX 0.12 ``Variable.remove_axis(axis_index, axis_name)``.
+        """
+        if isinstance(axis_name, Mapping):
+            axes.drop_axis_metadata(self, axis_index, axis_name)
+
+    # -- the value's protocols: array, container, numbers -----------------------------
+    # A Variable is usable where its value is. Reads go through ``_read_value`` (which
+    # notes a read by closure inside a transform); the Python operators are installed
+    # after the class (``_install_operators``).
+    def __jax_array__(self) -> Any:
+        return self._read_value()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self._read_value(), dtype=dtype)
+
+    def __getitem__(self, key: Any) -> Any:
+        # Through get_value, so a subclass that overrides it is honoured (Flax 0.12).
+        return self.get_value(index=key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        storage = self._var_ref
+        if key is Ellipsis and storage is not None:
+            # A hijax Variable takes any value of the same dtype kind in Flax; here its
+            # Ref keeps its shape, so a value that broadcasts fills it (NumPy's a[...] = x).
+            # (A box, holding a pytree, takes the new value as it is.)
+            if self.hijax and refs.is_ref(storage) and _fills_array(self, value):
+                value = jnp.broadcast_to(value, storage.shape).astype(storage.dtype)
+            self.set_value(value)
+        elif key is Ellipsis and not _fills_array(self, value):
+            self.set_value(value)
+        else:
+            # ``v[...] = 2`` on an array writes into the array (shape and dtype kept),
+            # as in Flax 0.12.
+            self.set_value(value, index=key)
+
+    def __delitem__(self, key: Any) -> None:
+        # ``del v[key]`` on a dict/list value: the value without the entry is written
+        # back with set_value (a box-backed Variable's box gets the smaller pytree).
+        value: Any = self.get_value()
+        if type(value) in (dict, list):  # a new container (see variable._updated)
+            value = type(value)(value)
+        del value[key]
+        self.set_value(value)
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self.raw_value
+
+    def __len__(self) -> int:
+        return len(self.raw_value)
+
+    def __iter__(self) -> Any:
+        return iter(self.raw_value)
+
+    def __bool__(self) -> bool:
+        return bool(self.raw_value)
+
+    def __int__(self) -> int:
+        return int(self.raw_value)
+
+    def __float__(self) -> float:
+        return float(self.raw_value)
+
+    def __index__(self) -> int:
+        return operator.index(self.raw_value)
+
+    def __complex__(self) -> complex:
+        return complex(self.raw_value)
+
+    # -- kind and flags ---------------------------------------------------------------
+    # (last: ``type`` below is a property, later annotations in the class would see it)
+    @property
+    def var_type(self) -> type:
+        """The Variable's kind, its class (same as ``.type``).
+
+        Example::
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> nnx.Param(jnp.ones(2)).var_type is nnx.Param
+          True
+
+        Source: Flax NNX 0.12 ``Variable.var_type``.
+        """
+        return type(self)
+
+    @property
+    def ref(self) -> bool:
+        """Whether the Variable was made with ``ref=True`` (its value lives in a Ref)."""
+        return bool(self._var_metadata.get("ref", False))
+
+    @property
+    def hijax(self) -> bool:
+        """Whether the Variable was made with ``hijax=True``."""
+        return bool(self._var_metadata.get("hijax", False))
+
+    @property
+    def mutable(self) -> bool:
+        """``False`` for a read-only Variable (made with ``mutable=False``)."""
+        return self._var_metadata.get("mutable", True) is not False
+
+    @property
+    def type(self) -> type[Variable[A]]:
+        """The Variable's kind: its class."""
+        return type(self)
+
+    # -- identity and display -----------------------------------------------------------
+    __hash__ = object.__hash__  # identity: Variables are references (kept after __eq__)
 
     # Display sits above this layer: it registers the renderers (flaxgraph/renderers.py).
     def __repr__(self) -> str:
@@ -463,10 +1012,134 @@ class Variable(MetadataOps, VariableStateMethods, VariableCopies, ValueOps, Axis
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         return RENDERERS.mimebundle(self, include, exclude)
 
-    # -- pytree ------------------------------------------------------------------------
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _register_variable_pytree(cls)
+
+_PROPERTIES = frozenset(n for n, a in vars(Variable).items() if isinstance(a, property))
+"""Variable's own properties: when one raises ``AttributeError`` (``shape`` of a value
+that has none), ``__getattr__`` does not look the name up a second way."""
+
+
+# -- Python operators ------------------------------------------------------------------
+# Binary operators compute on the value and return a plain value; in-place ones
+# (``v += 1``) write the result with ``set_value`` and return the *same* Variable.
+# Source: Flax NNX 0.12 ``nnx.Variable`` (it behaves as its value); in-place operators
+# as in Flax NNX's "Transformations" guide.
+
+
+def _make_binary(op: Callable[[Any, Any], Any]) -> tuple[Callable[..., Any], ...]:
+    def forward(self: Variable[Any], other: Any) -> Any:
+        if isinstance(other, Variable):
+            other = other._read_value()
+        return op(self._read_value(), other)
+
+    def reflected(self: Variable[Any], other: Any) -> Any:
+        return op(other, self._read_value())
+
+    def inplace(self: Variable[Any], other: Any) -> Variable[Any]:
+        if isinstance(other, Variable):
+            other = other.raw_value
+        self.set_value(op(self.raw_value, other))
+        return self
+
+    return forward, reflected, inplace
+
+
+_BINARY: tuple[tuple[str, Callable[[Any, Any], Any]], ...] = (
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("matmul", operator.matmul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("mod", operator.mod),
+    ("pow", operator.pow),
+    ("and", operator.and_),
+    ("or", operator.or_),
+    ("xor", operator.xor),
+    ("lshift", operator.lshift),
+    ("rshift", operator.rshift),
+)
+_COMPARISONS: tuple[tuple[str, Callable[[Any, Any], Any]], ...] = (
+    ("lt", operator.lt),
+    ("le", operator.le),
+    ("gt", operator.gt),
+    ("ge", operator.ge),
+    ("eq", operator.eq),
+    ("ne", operator.ne),
+    ("divmod", divmod),
+)
+_UNARY: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+    ("neg", operator.neg),
+    ("pos", operator.pos),
+    ("abs", operator.abs),
+    ("invert", operator.invert),
+)
+
+
+def _install_operators(cls: type) -> None:
+    """Sets the operator methods (``__add__``, ``__radd__``, ``__iadd__``…, the
+    comparisons, ``divmod`` and the unary ones) on ``cls``; ``__hash__`` stays identity."""
+    for name, op in _BINARY:
+        forward, reflected, inplace = _make_binary(op)
+        setattr(cls, f"__{name}__", forward)
+        setattr(cls, f"__r{name}__", reflected)
+        setattr(cls, f"__i{name}__", inplace)
+    for name, op in _COMPARISONS:
+        setattr(cls, f"__{name}__", _make_binary(op)[0])
+    cls.__rdivmod__ = _make_binary(divmod)[1]  # type: ignore[attr-defined]
+    for name, unary_op in _UNARY:
+        setattr(cls, f"__{name}__", _make_unary(unary_op))
+
+
+def _make_unary(op: Callable[[Any], Any]) -> Callable[[Variable[Any]], Any]:
+    def unary(self: Variable[Any]) -> Any:
+        return op(self._read_value())
+
+    return unary
+
+
+_install_operators(Variable)
+
+
+# -- module-level helpers of the class ---------------------------------------------------
+def _fills_array(v: Any, value: Any) -> bool:
+    """Whether ``v[...] = value`` writes into the Variable's array (broadcast, shape
+    and dtype kept, as NumPy's ``a[...] = x``) instead of replacing the value: a plain
+    Variable holding a JAX array and a ``value`` that is no array, or a Ref-backed
+    Variable and a ``value`` of another shape that broadcasts to the Ref's (a
+    ``jax.Ref`` keeps its shape: ``v[...] = 10`` fills a Ref of shape ``(1,)``; the
+    caller applies this to hijax Variables only)."""
+    ref = v._var_ref
+    if ref is None:
+        return isinstance(v.raw_value, jax.Array) and not hasattr(value, "shape")
+    shape = tuple(np.shape(value)) if not isinstance(value, (dict, list, tuple)) else None
+    if shape is None or shape == tuple(ref.shape):
+        return False
+    try:
+        return np.broadcast_shapes(shape, tuple(ref.shape)) == tuple(ref.shape)
+    except ValueError:
+        return False
+
+
+def _install(var: Any, value: Any) -> None:
+    """Puts ``value`` into ``var``'s storage (a Ref replaces the Ref or the slot; a
+    box-backed Variable's box gets the new content)."""
+    ref = var._var_ref
+    if ref is not None and boxes.is_box(ref):
+        boxes.write(
+            type(var).__name__, ref, boxes.read(value) if boxes.is_box(value) else value, False
+        )
+    elif refs.is_ref(value):
+        object.__setattr__(var, "_var_ref", value)
+        if ref is None:  # a plain Variable becomes Ref-backed (it has no slot then)
+            object.__delattr__(var, "raw_value")
+            metadata = var._var_metadata
+            if not metadata.get("hijax"):
+                object.__setattr__(var, "_var_metadata", {**metadata, "ref": True})
+    elif ref is None:
+        object.__setattr__(var, "raw_value", value)
+    else:
+        refs.check_fits(type(var).__name__, ref, value)
+        refs.write(type(var).__name__, ref, ..., value, False)
 
 
 # Direct slot setters (C-level; bypass the guarded __setattr__): for construction.
@@ -582,9 +1255,9 @@ def _tree_flatten_with_keys(v: Variable[Any]) -> tuple[tuple[tuple[Any, Any]], d
     return ((_VALUE_KEY, ref),), metadata
 
 
-def _register_variable_pytree(cls: type) -> None:
+def _register_variable_pytree(cls: type[Variable[Any]]) -> None:
     new = object.__new__
-    from_parts = cls._from_parts  # type: ignore[attr-defined]
+    from_parts = cls._from_parts
 
     def unflatten(metadata: dict[str, Any], children: Any) -> Variable[Any]:
         # Runs once per Variable on every jax.tree.unflatten (jax.jit's outputs).
@@ -596,15 +1269,18 @@ def _register_variable_pytree(cls: type) -> None:
             or t is _REF_TYPE
             or (issubclass(t, _Tracer) and refs.is_ref(value))
         ):
-            return from_parts(value, metadata)  # type: ignore[no-any-return]
-        obj = new(cls)  # a plain Variable: what _from_parts does, without its checks
+            return from_parts(value, metadata)
+        obj: Variable[Any] = new(cls)  # a plain Variable: what _from_parts does, without its checks
         _set_trace(obj, TRACE_STATE.value)
         write_metadata(obj, metadata)
         _set_ref(obj, None)
         write_slot(obj, value)
-        return obj  # type: ignore[no-any-return]
+        return obj
 
-    jax.tree_util.register_pytree_with_keys(cls, _tree_flatten_with_keys, unflatten, _tree_flatten)
+    # The aux data is the metadata dict: JAX compares it with == and never hashes it.
+    jax.tree_util.register_pytree_with_keys(  # type: ignore[type-var]
+        cls, _tree_flatten_with_keys, unflatten, _tree_flatten
+    )
 
 
 _register_variable_pytree(Variable)

@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/variablelib/state_methods.py (Flax 0.12's Variable members)."""
+"""Flax 0.12's state-transfer members of Variable (copy_from, update_from_state, to_state…)."""
 
 import jax
 import jax.numpy as jnp

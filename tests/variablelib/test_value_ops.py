@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/variablelib/value_ops.py: indexing a Variable as Flax 0.12 does."""
+"""Indexing a Variable as Flax 0.12 does (the value's protocols of flaxgraph/variablelib/variable.py)."""
 
 import jax.numpy as jnp
 

@@ -1,8 +1,9 @@
-"""Tests of flaxgraph/variablelib/variable.py and value_ops.py: Variable, its kinds, operators, metadata."""
+"""Tests of flaxgraph/variablelib/variable.py: Variable, its kinds, operators, metadata."""
 
 import copy
 import operator
 import pickle
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -635,3 +636,35 @@ def test_hijax_variable_is_an_isinstance_check():
     assert not isinstance(jnp.ones(2), HijaxVariable)
     with pytest.raises(TypeError, match="no separate HijaxVariable class"):
         HijaxVariable(1.0)
+
+
+def test_shape_resolves_in_one_place():
+    """``shape``: a ``shape`` metadata entry, else the storage's shape (a Ref's without
+    reading its content); a value without one raises AttributeError naming its type."""
+    assert nnx.Param(jnp.ones((2, 3))).shape == (2, 3)
+    assert nnx.Param(jnp.ones((2, 3)), shape="meta").shape == "meta"
+    assert nnx.Param(jnp.ones((4,)), ref=True).shape == (4,)
+    v = nnx.Param([1, 2])
+    assert not hasattr(v, "shape")
+    with pytest.raises(AttributeError, match=r"Param.shape .*\(list\)"):
+        v.shape  # noqa: B018
+
+
+def test_variable_members_live_on_the_class_itself():
+    """Variable has no mixin bases: every public member is defined in its own body."""
+    assert nnx.Variable.__mro__ == (nnx.Variable, typing.Generic, object)
+    own = vars(nnx.Variable)
+    for name in (
+        "get_metadata",
+        "set_metadata",
+        "copy",
+        "replace",
+        "update_from_state",
+        "add_axis",
+        "remove_axis",
+        "shape",
+        "__getitem__",
+        "__add__",
+        "__iadd__",
+    ):
+        assert name in own, name
