@@ -295,7 +295,7 @@ class Prepared(NamedTuple):
 
     call: Call
     entry: Compiled
-    groups: list[list[Any]]
+    groups: Sequence[list[Any]]
     slots: Any
 
 

@@ -20,7 +20,7 @@ from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
 from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed, write_value
 
-_set_raw = Variable.raw_value.__set__  # type: ignore[misc]
+_set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 get_raw = operator.attrgetter("raw_value")
 get_ref_content = operator.attrgetter("_refs._buf")
 

@@ -113,6 +113,7 @@ class Frozen:
     """Base of the hashable records that travel as ``Static`` aux data."""
 
     __slots__ = ("_hash",)
+    _hash: int  # set on first hash
     _fields: tuple[str, ...] = ()
 
     def _key(self) -> tuple[Any, ...]:
@@ -120,7 +121,7 @@ class Frozen:
 
     def __hash__(self) -> int:
         try:
-            return self._hash  # type: ignore[no-any-return]
+            return self._hash
         except AttributeError:
             try:
                 h = hash(self._key())
@@ -134,7 +135,7 @@ class Frozen:
 
     def __eq__(self, other: object) -> bool:
         return self is other or (
-            type(other) is type(self) and hash(self) == hash(other) and self._key() == other._key()  # type: ignore[attr-defined]
+            type(other) is type(self) and hash(self) == hash(other) and self._key() == other._key()
         )
 
 
@@ -144,6 +145,9 @@ class InStatic(Frozen):
 
     __slots__ = ("graphdef", "slots", "extra")
     _fields = ("graphdef", "slots", "extra")
+    graphdef: GraphDef
+    slots: tuple[tuple[int, int], ...]
+    extra: Any
 
     def __init__(self, graphdef: GraphDef, slots: tuple[tuple[int, int], ...], extra: Any):
         object.__setattr__(self, "graphdef", graphdef)
@@ -157,6 +161,11 @@ class OutStatic(Frozen):
 
     __slots__ = ("graphdef", "index_map", "sources", "inputs_kept", "plan")
     _fields = ("graphdef", "index_map", "sources", "inputs_kept")
+    graphdef: GraphDef
+    index_map: tuple[tuple[int, int], ...]
+    sources: tuple[tuple[int, int, int], ...]
+    inputs_kept: bool
+    plan: Any  # the fast path's compiled write-back (transforms/fastpath.py), or None
 
     def __init__(
         self,

@@ -65,7 +65,7 @@ class RefInstall:
 
     def __call__(self, out_groups: Sequence[Sequence[Any]]) -> None:
         """Raises ``ValueError`` (nothing written) if a value does not fit its Ref."""
-        values = []
+        values: list[Any] = []
         for g, b, shape, dtype in self.checks:
             value = out_groups[g][b]
             if value.shape != shape or value.dtype != dtype:

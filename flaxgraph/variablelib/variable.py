@@ -416,7 +416,7 @@ class Variable(Generic[A]):
             if value is ref:
                 return
             if refs.is_ref(value):
-                value = value[...]
+                value = value[...]  # type: ignore[index]  # a Ref (refs.is_ref)
             refs.check_fits(type(self).__name__, ref, value)
             index = ...
         refs.write(type(self).__name__, ref, index, value, self._var_trace != current_trace())
