@@ -75,6 +75,7 @@ in-place operators as in Flax NNX's "Transformations" guide.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
@@ -963,6 +964,12 @@ class Variable(Generic[A]):
     def __complex__(self) -> complex:
         return complex(self.raw_value)
 
+    def __round__(self, ndigits: int = 0) -> Any:
+        """``round(v, ndigits)`` of the value (``round(v)`` rounds to 0 digits, as Flax
+        NNX 0.12's ``Variable.__round__``; ``math.trunc``/``floor``/``ceil`` also apply
+        to the value)."""
+        return round(self._read_value(), ndigits)  # type: ignore[call-overload]
+
     # -- kind and flags ---------------------------------------------------------------
     # (last: ``type`` below is a property, later annotations in the class would see it)
     @property
@@ -1072,6 +1079,9 @@ _UNARY: tuple[tuple[str, Callable[[Any], Any]], ...] = (
     ("pos", operator.pos),
     ("abs", operator.abs),
     ("invert", operator.invert),
+    ("trunc", math.trunc),
+    ("floor", math.floor),
+    ("ceil", math.ceil),
 )
 
 

@@ -668,3 +668,22 @@ def test_variable_members_live_on_the_class_itself():
         "__iadd__",
     ):
         assert name in own, name
+
+
+@pytest.mark.parametrize("value", [2.7, -2.5, 3, np.float64(1.5), jnp.array(-0.5)])
+def test_rounding_functions_apply_to_the_value(value):
+    """``math.trunc/floor/ceil`` and ``round`` of a Variable are those of its value
+    (Flax NNX 0.12's ``__trunc__``/``__floor__``/``__ceil__``/``__round__``)."""
+    import math
+
+    def outcome(f, x):
+        try:
+            return float(f(x))
+        except TypeError as e:  # e.g. math.trunc of a JAX array: no __trunc__
+            return type(e)
+
+    v = nnx.Param(value)
+    for f in (math.trunc, math.floor, math.ceil):
+        assert outcome(f, v) == outcome(f, value)
+    assert float(round(v, 1)) == float(round(value, 1))
+    assert float(round(v)) == float(round(value, 0))
