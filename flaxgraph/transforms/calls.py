@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flaxgraph.graphlib.registry import is_hashable, is_node_or_variable
@@ -78,8 +78,8 @@ def unbind(f: Any, transform: str = "transform") -> tuple[Callable[..., Any], tu
     return f, ()
 
 
-def normalize_argnums(argnums: int | Sequence[int] | None) -> tuple[int, ...]:
-    """``argnums`` (an int, a sequence or ``None``) as a tuple of ints."""
+def normalize_argnums(argnums: int | Iterable[int] | None) -> tuple[int, ...]:
+    """``argnums`` (an int, an iterable of ints or ``None``) as a tuple of ints."""
     if argnums is None:
         return ()
     if isinstance(argnums, int):

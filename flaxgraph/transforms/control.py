@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -235,8 +235,11 @@ def _split_carry(
             )
     if new_graphdef != graphdef:
         # Name paths from the carry itself (the walk wraps it as ((carry,), {})).
-        inner = [GraphDef(g.root.children[0].children[0], ()) for g in (graphdef, new_graphdef)]
-        diff = graphdef_diff(*inner, "carry")
+        inner: list[GraphDef[Any]] = [
+            GraphDef(cast(Any, g.root).children[0].children[0], ())
+            for g in (graphdef, new_graphdef)
+        ]
+        diff = graphdef_diff(inner[0], inner[1], "carry")
         raise CarryStructureError(
             f"The {what} changed the structure of the loop carry: {diff} (first: before "
             "the iteration, second: after).\nA loop carry keeps one structure in every "

@@ -32,7 +32,7 @@ from __future__ import annotations
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from flaxgraph.graphlib.graphdefs import (
     ArrayDef,
@@ -250,7 +250,7 @@ class Plan:
                 self.getters.append(getter)
                 self.targets.append(target)
                 if target is None:
-                    self.arg_leaves.append((pos, path[0], tuple(path[1:])))
+                    self.arg_leaves.append((pos, cast(int, path[0]), tuple(path[1:])))
         # The common case: every leaf is a Variable or an argument. Then reading is
         # one map over the Variables plus an insert per argument leaf.
         n_vars = sum(1 for leaf in call.leaves if isinstance(leaf, Variable))
@@ -327,7 +327,7 @@ class FinishPlan:
         }
         in_leaf_by_path = {p: i for i, p in enumerate(plan.graphdef.leaf_paths)}
         compiler = _OutputCompiler(in_index)
-        output_builder = compiler.compile(out.graphdef.root.children[0])  # type: ignore[attr-defined]
+        output_builder = compiler.compile(cast(ContainerDef, out.graphdef.root).children[0])
         if compiler.new_objects:
             self.usable = False
             return
@@ -352,7 +352,7 @@ class FinishPlan:
         self.build = output_builder
         self.n_out = compiler.position
         # The output is one array (a loss, a prediction): read it directly.
-        self.single_leaf = type(out.graphdef.root.children[0]) is ArrayDef  # type: ignore[attr-defined]
+        self.single_leaf = type(cast(ContainerDef, out.graphdef.root).children[0]) is ArrayDef
 
     def bind(self, plan: Plan) -> Any:
         """The writes for one plan's objects: Variables grouped by output group (set
@@ -382,7 +382,7 @@ class FinishPlan:
                 targets.append(leaf)
                 positions.append(b)
             elif pos in refs_at and tag != IN and self.sources[j] not in shared:
-                ref_variables.append((leaf, a, b))
+                ref_variables.append((cast(Variable, leaf), a, b))  # a Ref-backed Variable
             elif writers[pos] is not None:
                 others.append((self.sources[j], writers[pos]))
         var_writes = [(t, p, g) for g, (t, p) in by_group.items()]
@@ -422,7 +422,7 @@ def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[tuple[str, Any]]:
     input path) for leaves in the args/kwargs part, ('new', None) otherwise."""
     owners: list[tuple[str, Any]] = []
 
-    def go(d: Def, path: tuple[Hashable, ...], in_input: bool) -> None:
+    def go(d: Any, path: tuple[Hashable, ...], in_input: bool) -> None:  # d: a Def
         t = type(d)
         if t is VariableDef:
             idx = in_index.get(d.index)
@@ -453,7 +453,7 @@ class _OutputCompiler:
         self.position = 0
         self.new_objects = False
 
-    def compile(self, d: Def) -> Callable[[list[Any], list[Any]], Any]:
+    def compile(self, d: Any) -> Callable[[list[Any], list[Any]], Any]:  # d: a Def
         t = type(d)
         if t is NodeDef or t is VariableDef or t is NodeRef:
             idx = self.in_index.get(d.index)
@@ -461,13 +461,14 @@ class _OutputCompiler:
                 self.new_objects = True
                 return lambda values, nodes: None
             self.position += _count_leaves(d)
-            return lambda values, nodes, idx=idx: nodes[idx]
+            return lambda values, nodes: nodes[idx]
         if t is ArrayDef:
             pos = self.position
             self.position += 1
-            return lambda values, nodes, pos=pos: values[pos]
+            return lambda values, nodes: values[pos]
         if t is StaticDef:
-            return lambda values, nodes, v=d.value: v
+            value = d.value
+            return lambda values, nodes: value
         if t is ContainerDef:
             builders = [self.compile(c) for c in d.children]
             if d.type is tuple:
@@ -482,7 +483,7 @@ class _OutputCompiler:
         raise TypeError(f"Unknown GraphDef entry {d!r}")
 
 
-def _count_leaves(d: Def) -> int:
+def _count_leaves(d: Any) -> int:  # d: a Def
     t = type(d)
     if t is VariableDef or t is ArrayDef:
         return 1

@@ -77,13 +77,17 @@ class SplitNode:
         return f"SplitNode({self.graphdef!r}, origins={self.origins!r}, values={self.values!r})"
 
 
+def _unflatten_split_node(aux: Any, children: Any) -> SplitNode:
+    return SplitNode(aux[0], aux[1], children[0])
+
+
 jax.tree_util.register_pytree_with_keys(
     SplitNode,
     lambda n: (
         [(jax.tree_util.GetAttrKey("values"), n.values)],
         (n.graphdef, n.origins),
     ),
-    lambda aux, children: SplitNode(aux[0], aux[1], children[0]),
+    _unflatten_split_node,
     lambda n: ([n.values], (n.graphdef, n.origins)),
 )
 
@@ -97,6 +101,7 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
 
     Returns the new tree and the identity map object -> index."""
     ref_index: RefMap[int] = RefMap()
+    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_node_or_variable)
     splits: list[tuple[int, int, GraphDef, list[Any]] | None] = []
     for x in leaves:
@@ -130,6 +135,7 @@ def _merge_tree(tree: Any, reuse: dict[int, Any] | None) -> tuple[Any, dict[int,
     """The inverse of ``_split_tree``: rebuilds the objects (one index space);
     ``reuse`` maps indices to existing objects to update in place."""
     index_ref: dict[int, Any] = {}
+    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_split_node)
     out = [
         build_graph(x.graphdef, x.values, index_ref=index_ref, reuse=reuse)

@@ -344,6 +344,7 @@ class Merged:
         """Without graph updates (``snapshot`` is then always taken): puts the inputs' structure back as it was merged
         (attributes the function added, deleted or replaced), keeping the new values
         of the input Variables; raw array attributes get their input values back."""
+        assert self.snapshot is not None
         if self.snapshot.unchanged() and not any(
             len(path) > 2 and not isinstance(leaf, Variable)  # a raw attribute may have changed
             for path, leaf in zip(self.in_static.graphdef.leaf_paths, self.leaves)

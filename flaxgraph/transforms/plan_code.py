@@ -351,12 +351,12 @@ def _container_checks(src: _Source, snap: StructureSnapshot) -> None:
                 )
     else:  # many lists: their lengths, then all their items in one pass
         lengths = [len(items) for items in snap.list_items]
-        items = [x for list_items in snap.list_items for x in list_items]
+        all_items = [x for list_items in snap.list_items for x in list_items]
         lists = const(snap.lists)
         src.miss_if(
             [
                 f"_list(_map(len, {lists})) != {const(lengths)}",
-                f"not _all(_map(_same, _chain(*{lists}), {const(items)}))",
+                f"not _all(_map(_same, _chain(*{lists}), {const(all_items)}))",
             ]
         )
     if len(snap.dicts) <= UNROLL:
@@ -370,14 +370,14 @@ def _container_checks(src: _Source, snap: StructureSnapshot) -> None:
                 ]
             )
     else:  # many dicts: their keys, then all their values in one pass
-        keys = [k for dict_keys, _ in snap.dict_items for k in dict_keys]
-        values = [v for _, dict_values in snap.dict_items for v in dict_values]
+        all_keys = [k for dict_keys, _ in snap.dict_items for k in dict_keys]
+        all_values = [v for _, dict_values in snap.dict_items for v in dict_values]
         dicts = const(snap.dicts)
         lengths = [len(dict_keys) for dict_keys, _ in snap.dict_items]
         src.miss_if(
             [
                 f"_list(_map(len, {dicts})) != {const(lengths)}",
-                f"_list(_chain(*{dicts})) != {const(keys)}",
-                f"not _all(_map(_same, _chain(*_map(_values, {dicts})), {const(values)}))",
+                f"_list(_chain(*{dicts})) != {const(all_keys)}",
+                f"not _all(_map(_same, _chain(*_map(_values, {dicts})), {const(all_values)}))",
             ]
         )

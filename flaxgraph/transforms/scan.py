@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -42,6 +42,7 @@ import jax.numpy as jnp
 
 from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.diff import graphdef_diff
+from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import Mode, resolve
@@ -98,7 +99,7 @@ def _carry_positions(prefix: Any, n: int) -> tuple[int, ...]:
     return ()
 
 
-def _flatten_carry(value: Any, graph: bool = True) -> tuple[Any, list[Any]]:
+def _flatten_carry(value: Any, graph: bool = True) -> tuple[GraphDef, list[Any], list[Any]]:
     walk = PrefixWalk(_PLAIN, NamedRoots(("carry",), (value,)), graph=graph)
     graphdef, leaves, _ = walk.run_checked((value,), (None,))
     return (
@@ -286,7 +287,9 @@ class _Scanner:
             rest_axes,
             metadata.on_output_leaf,
         )
-        new_state_carry, ys, sources = [], [], []
+        new_state_carry: list[Any] = []
+        ys: list[Any] = []
+        sources: list[Any] = []
         state_paths = []
         for (path, leaf), prefix in zip(leaves, prefixes):
             unchanged = merged.unchanged_input(leaf)
@@ -425,6 +428,15 @@ class _ScanInfo(Frozen):
         "kwargs_prefix",
     )
     _fields = __slots__
+    carry_graphdef: GraphDef
+    in_static: InStatic
+    prefixes: Sequence[Any]
+    positions: Any
+    a_prefix: Any
+    rest_prefix: Any
+    expected_state_carry: tuple[Any, ...]
+    n_carry: int
+    kwargs_prefix: Any
 
     def __init__(self, *values: Any):
         for name, value in zip(self._fields, values):

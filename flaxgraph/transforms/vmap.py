@@ -369,7 +369,7 @@ def _batched_broadcast_error(
     if not found:
         return None
     path = found[0]
-    root = ("output", "args", "kwargs")[path[0]]  # type: ignore[index]
+    root = ("output", "args", "kwargs")[path[0]]  # type: ignore[call-overload]
     where = root + "".join(f"[{k!r}]" for k in path[1:])
     return ValueError(
         f"at {name} {where}, got axis spec None but output was batched on axis {axis}: "
@@ -552,7 +552,7 @@ def pmap(
     Source: ``jax.pmap``.
     """
     mode = resolve(graph, graph_updates)
-    statics = normalize_argnums(static_broadcasted_argnums)  # type: ignore[arg-type]
+    statics = normalize_argnums(static_broadcasted_argnums)
     if statics:
         return _pmap_static(
             f,
@@ -566,14 +566,14 @@ def pmap(
             normalize_argnums(donate_argnums),
             transform_metadata,
             mode,
-        )  # type: ignore[arg-type]
+        )
     return _mapped(
         jax.pmap,
         f,
         in_axes,
         out_axes,
         transform_metadata,
-        donate_argnums=normalize_argnums(donate_argnums),  # type: ignore[arg-type]
+        donate_argnums=normalize_argnums(donate_argnums),
         mode=mode,
         axis_name=axis_name,
         devices=devices,
