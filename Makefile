@@ -59,9 +59,10 @@ bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
 	$(BIN)/python -m benchmarks.pytree
 	$(BIN)/python -m benchmarks.tunix_peft
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff (lint and format) and the mypy type check of flaxgraph/ (configured in pyproject.toml)
 	$(BIN)/ruff check flaxgraph tests benchmarks guides
 	$(BIN)/ruff format --check flaxgraph tests benchmarks
+	$(BIN)/python -m mypy
 
 clean:
-	rm -rf $(VENV) .venv-clients .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-clients .pytest_cache .hypothesis .mypy_cache
