@@ -34,17 +34,22 @@ from flaxgraph.graphlib.graphdefs import (
     VariableDef,
 )
 from flaxgraph.graphlib.registry import (
-    ARRAY_TYPES,
-    GRAPH_NODE_IMPLS,
-    PLAIN_STATIC,
-    DataLeaf,
-    StaticLeaf,
-    pytree_children,
+    ARRAY,
+    CONSTANT,
+    DATA_LEAF,
+    DICT,
+    NODE,
+    PYTREE,
+    REF,
+    REGISTRY,
+    SEQUENCE,
+    STATIC_LEAF,
+    VARIABLE,
+    flatten_pytree,
 )
 from flaxgraph.graphlib.walk import SCALARS, made_per_instance
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.refs import is_ref
-from flaxgraph.variablelib.variable import Variable, metadata_of
+from flaxgraph.variablelib.variable import metadata_of
 
 # The records' C-speed constructors (field values in field order, see graphdefs.py).
 _node_def = NodeDef.from_fields
@@ -84,40 +89,50 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
     """
     if type(node) in SCALARS:
         return None
-    impls = GRAPH_NODE_IMPLS
+    impls = REGISTRY.impls
+    kinds = REGISTRY.kinds  # the engine's classification (registry.py), per type
+    classify = REGISTRY.classify
+    kind_of_type = kinds.get
     seen: dict[int, int] = {}
     kept: list[Any] = []  # keeps every walked object alive, so that ids stay unique
 
     def visit(x: Any, key: Any, out: dict[Any, Any]) -> Any:
         t = type(x)
-        impl = impls.get(t)
-        if impl is not None:
-            index = seen.get(id(x))
+        try:
+            kind = kinds[t]
+        except KeyError:
+            kind = classify(x)
+        if kind is NODE:
+            x_id = id(x)
+            index = seen.get(x_id)
             if index is not None:
                 if not graph:  # tree mode: a cycle, shared Variables, or harmless
                     raise _GiveUp
                 return _node_ref((t, index))
             if not graph and getattr(t, "_obj_is_pytree", True) is False:
                 raise _GiveUp
-            index = seen[id(x)] = len(kept)
+            index = seen[x_id] = len(kept)
             kept.append(x)
-            items, metadata = impl.flatten(x)
+            items, metadata = impls[t].flatten(x)
             sub: dict[Any, Any] = {}
             pairs: list[tuple[Any, Any]] = []
             for k, v in items:
-                if isinstance(v, Variable) and id(v) not in seen:  # inline: the common case
-                    md = metadata_of(v)
-                    md_key = _metadata_key(md) if md else ()
-                    i = seen[id(v)] = len(kept)
-                    kept.append(v)
-                    sub[k] = v
-                    pairs.append((k, _variable_def((type(v), i, md_key))))
-                else:
-                    pairs.append((k, visit(v, k, sub)))
+                vt = type(v)  # (a type not classified yet is left to visit)
+                if kind_of_type(vt) is VARIABLE:
+                    v_id = id(v)
+                    if v_id not in seen:  # inline: the common case
+                        md = metadata_of(v)
+                        md_key = _metadata_key(md) if md else ()
+                        i = seen[v_id] = len(kept)
+                        kept.append(v)
+                        sub[k] = v
+                        pairs.append((k, _variable_def((vt, i, md_key))))
+                        continue
+                pairs.append((k, visit(v, k, sub)))
             if sub:
                 out[key] = _state(sub)
             return _node_def((t, index, metadata, tuple(pairs)))
-        if isinstance(x, Variable):
+        if kind is VARIABLE:
             index = seen.get(id(x))
             if index is not None:
                 if not graph:  # tree mode: a shared Variable is an error
@@ -129,40 +144,38 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
             metadata_key = _metadata_key(var_metadata) if var_metadata else ()
             out[key] = x
             return _variable_def((t, index, metadata_key))
-        if t is list or t is tuple:
+        if kind is SEQUENCE:
             sub = {}
             children = tuple([visit(v, k, sub) for k, v in enumerate(x)])
             if sub:
                 out[key] = _state(sub)
             return _container_def((t, tuple(range(len(x))), children, None))
-        if t is dict:
+        if kind is DICT:
             sub = {}
             children = tuple([visit(v, k, sub) for k, v in x.items()])
             if sub:
                 out[key] = _state(sub)
             return _container_def((t, tuple(x), children, None))
-        if isinstance(x, ARRAY_TYPES):
+        if kind is ARRAY:
             out[key] = x
             return ARRAY_DEF
-        if t in PLAIN_STATIC:
+        if kind is CONSTANT:
             return _static_def((t, x))
-        if t is DataLeaf:
+        if kind is DATA_LEAF:
             out[key] = x.value
             return ARRAY_DEF
-        if t is StaticLeaf:
+        if kind is PYTREE:
+            items, treedef = flatten_pytree(x)
+            sub = {}
+            children = tuple([visit(v, k, sub) for k, v in items])
+            if sub:
+                out[key] = _state(sub)
+            keys = tuple([k for k, _ in items])
+            return _container_def((t, keys, children, treedef))
+        if kind is STATIC_LEAF:
             x = x.value
-        elif is_ref(x):
+        elif kind is REF:
             raise _GiveUp
-        else:
-            found = pytree_children(x)
-            if found is not None:
-                items, treedef = found
-                sub = {}
-                children = tuple([visit(v, k, sub) for k, v in items])
-                if sub:
-                    out[key] = _state(sub)
-                keys = tuple([k for k, _ in items])
-                return _container_def((t, keys, children, treedef))
         if made_per_instance(x):  # the general walk warns, naming the path
             raise _GiveUp
         return StaticDef(x)

@@ -18,11 +18,18 @@ Graph-node types are registered with a ``GraphNodeImpl`` telling the engine how
 to list a node's children, build an empty node and fill it. ``Object`` registers
 itself (and every subclass) this way, which keeps this layer free of any import
 from the object model.
+
+``REGISTRY.kind_of(x)`` is the one place that decides which kind a value is (a
+``Kind``); every walker of the engine (split and its direct walk, the structure
+snapshot, update, clone and copy, the traversals, display) dispatches on it, so
+they all see the same graph. The decision depends only on ``type(x)`` and is
+remembered per type, so a walk pays one dict lookup per value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
@@ -31,6 +38,7 @@ import jax
 import numpy as np
 
 from flaxgraph.typing import Key
+from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable
 
 
@@ -94,9 +102,155 @@ class StaticLeaf:
         self.value = value
 
 
-# The registry of graph-node types, written only through
-# `register_graph_node_type` (like JAX's pytree registry).
-GRAPH_NODE_IMPLS: dict[type, GraphNodeImpl] = {}
+class Kind(enum.IntEnum):
+    """What a value is to the graph engine (``NodeRegistry.kind_of``).
+
+    Members (their order is the order of the decision, see ``NodeRegistry.classify``):
+
+    * ``NODE``: a registered graph node (``Object``, ``Module``…): identity matters.
+    * ``VARIABLE``: a ``Variable``: a node whose value is one State leaf.
+    * ``SEQUENCE``: exactly a ``list`` or ``tuple``, walked by position.
+    * ``DICT``: exactly a ``dict``, walked by key.
+    * ``ARRAY``: an array leaf (``jax.Array`` and Tracers, ``np.ndarray``, numpy
+      scalars, ``jax.ShapeDtypeStruct``): it goes into the State.
+    * ``CONSTANT``: an ``int``, ``float``, ``str``, ``bool``, ``complex``,
+      ``bytes``, ``None`` or ``...``: always static, never walked.
+    * ``REF``: a raw ``jax.Ref``: state with an identity.
+    * ``DATA_LEAF``, ``STATIC_LEAF``: the ``DataLeaf``/``StaticLeaf`` marks a node's
+      ``flatten`` puts around a child (``nnx.data``, ``nnx.static``).
+    * ``PYTREE``: any other JAX pytree node (a named tuple, an optax state…),
+      walked by value through JAX's flatten.
+    * ``STATIC``: anything else (a function, a config object): a static value.
+
+    The values start at 1, so a cached kind is always true (``kinds.get(t) or …``).
+    """
+
+    NODE = 1
+    VARIABLE = 2
+    SEQUENCE = 3
+    DICT = 4
+    ARRAY = 5
+    CONSTANT = 6
+    REF = 7
+    DATA_LEAF = 8
+    STATIC_LEAF = 9
+    PYTREE = 10
+    STATIC = 11
+
+
+# The members as plain names: reading ``Kind.NODE`` goes through the enum's class
+# machinery (about 0.2 µs), a module constant costs a global lookup.
+NODE = Kind.NODE
+VARIABLE = Kind.VARIABLE
+SEQUENCE = Kind.SEQUENCE
+DICT = Kind.DICT
+ARRAY = Kind.ARRAY
+CONSTANT = Kind.CONSTANT
+REF = Kind.REF
+DATA_LEAF = Kind.DATA_LEAF
+STATIC_LEAF = Kind.STATIC_LEAF
+PYTREE = Kind.PYTREE
+STATIC = Kind.STATIC
+
+ARRAY_TYPES: tuple[type[Any], ...] = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
+PLAIN_STATIC = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
+BUILTIN_CONTAINERS = frozenset({list, tuple, dict})
+_TRACER = jax.core.Tracer
+
+
+class NodeRegistry:
+    """The graph-node types and the kind of every type met so far.
+
+    Attributes:
+      impls: node type -> its ``GraphNodeImpl``, written only by
+        ``register_graph_node_type`` (like JAX's pytree registry).
+      kinds: type -> ``Kind``, filled by ``classify`` the first time a value of the
+        type is met; registering a node type forgets that type's entry. The dict
+        is never replaced, only updated, so a walker may keep a reference to it or
+        its ``get`` for the length of a walk.
+      tracer_kinds: abstract-value type -> ``Kind`` (``ARRAY`` or ``REF``) for JAX
+        Tracers, whose kind depends on what they stand for, not on their type.
+    """
+
+    __slots__ = ("impls", "kinds", "tracer_kinds")
+
+    # A program that makes classes on the fly (one per call) would otherwise keep
+    # every one of them alive through ``kinds``; past this many entries it starts over.
+    MAX_KINDS = 4096
+
+    def __init__(self) -> None:
+        self.impls: dict[type, GraphNodeImpl] = {}
+        self.kinds: dict[type, Kind] = {}
+        self.tracer_kinds: dict[type, Kind] = {}
+
+    def register(self, impl: GraphNodeImpl) -> None:
+        """Makes ``impl.type`` a graph node (replacing an earlier registration)."""
+        self.impls[impl.type] = impl
+        self.kinds.pop(impl.type, None)
+
+    def kind_of(self, x: Any) -> Kind:
+        """The ``Kind`` of ``x`` (remembered per ``type(x)``)."""
+        return self.kinds.get(type(x)) or self.classify(x)
+
+    def classify(self, x: Any) -> Kind:
+        """Decides the kind of ``x`` and remembers it for ``type(x)``. The first
+        test that holds wins, in ``Kind``'s order: a registered node type (exact
+        type), a Variable, a list or tuple, a dict, an array, a plain constant, a
+        raw ``jax.Ref``, a ``DataLeaf``/``StaticLeaf`` mark, a JAX pytree node, and
+        else a static value. Each test depends on the type alone (JAX's pytree
+        registry and the array ABCs are keyed by type), so the answer holds for
+        every value of the type, except for a JAX Tracer, which stands for an array
+        or a Ref: its kind depends on the type of its abstract value (``x.aval``) and
+        is remembered per abstract-value type."""
+        t = type(x)
+        if issubclass(t, _TRACER):
+            # A Tracer stands for an array or for a Ref: the type of its abstract value
+            # tells, so the kind is remembered per abstract-value type, not per type.
+            aval_type = type(getattr(x, "aval", None))
+            kind = self.tracer_kinds.get(aval_type)
+            if kind is None:
+                if isinstance(x, ARRAY_TYPES):
+                    kind = self.tracer_kinds[aval_type] = ARRAY
+                elif is_ref(x):
+                    kind = self.tracer_kinds[aval_type] = REF
+            if kind is not None:
+                return kind
+        if t in self.impls:
+            kind = NODE
+        elif isinstance(x, Variable):
+            kind = VARIABLE
+        elif t is list or t is tuple:
+            kind = SEQUENCE
+        elif t is dict:
+            kind = DICT
+        elif isinstance(x, ARRAY_TYPES):
+            kind = ARRAY
+        elif t in PLAIN_STATIC:
+            kind = CONSTANT
+        elif is_ref(x):
+            kind = REF
+        elif t is DataLeaf:
+            kind = DATA_LEAF
+        elif t is StaticLeaf:
+            kind = STATIC_LEAF
+        elif pytree_children(x) is not None:
+            kind = PYTREE
+        else:
+            kind = STATIC
+        kinds = self.kinds
+        if issubclass(t, _TRACER):
+            return kind
+        if len(kinds) >= self.MAX_KINDS:
+            kinds.clear()
+        kinds[t] = kind
+        return kind
+
+
+REGISTRY = NodeRegistry()
+"""The engine's one registry: node types and the kind of each type met."""
+
+GRAPH_NODE_IMPLS: dict[type, GraphNodeImpl] = REGISTRY.impls
+"""``REGISTRY.impls``: node type -> ``GraphNodeImpl`` (read-only for callers)."""
 
 
 def register_graph_node_type(
@@ -119,34 +273,29 @@ def register_graph_node_type(
         def create_empty(metadata: Hashable, trace: object = None) -> Any:
             return user_create(metadata)
 
-    GRAPH_NODE_IMPLS[type] = GraphNodeImpl(
-        type, flatten, create_empty, set_items, get_child, set_child, del_child
+    REGISTRY.register(
+        GraphNodeImpl(type, flatten, create_empty, set_items, get_child, set_child, del_child)
     )
 
 
 def get_graph_node_impl(x: Any) -> GraphNodeImpl | None:
     """Returns the impl registered for ``type(x)`` exactly, or ``None``."""
-    return GRAPH_NODE_IMPLS.get(type(x))
+    return REGISTRY.impls.get(type(x))
 
 
 def is_graph_node(x: Any) -> bool:
     """True for registered graph nodes (Objects, Modules…), not Variables."""
-    return type(x) in GRAPH_NODE_IMPLS
+    return REGISTRY.kind_of(x) is NODE
 
 
 def is_node_or_variable(x: Any) -> bool:
     """True for values whose identity the engine tracks: graph nodes and Variables."""
-    return type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
-
-
-ARRAY_TYPES: tuple[type[Any], ...] = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
-PLAIN_STATIC = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
-BUILTIN_CONTAINERS = frozenset({list, tuple, dict})
+    return REGISTRY.kind_of(x) <= VARIABLE
 
 
 def is_array_leaf(x: Any) -> bool:
     """True for values stored in a State as raw leaves (arrays and array-likes)."""
-    return isinstance(x, ARRAY_TYPES)
+    return REGISTRY.kind_of(x) is ARRAY
 
 
 def pytree_children(x: Any) -> tuple[list[tuple[Key, Any]], Any] | None:
@@ -159,6 +308,23 @@ def pytree_children(x: Any) -> tuple[list[tuple[Key, Any]], Any] | None:
     if jax.tree_util.treedef_is_leaf(treedef) and treedef.num_leaves == 1:
         return None
     return [(_key_of(path[0]), child) for path, child in with_path], treedef
+
+
+def children_of(x: Any) -> list[tuple[Key, Any]]:
+    """The ``(key, child)`` pairs one level below ``x``, whatever its kind: a node's
+    items (``DataLeaf``/``StaticLeaf`` marks included), a list's or tuple's items by
+    position, a dict's items, a pytree node's children; ``[]`` for a Variable, an
+    array, a constant, a static value and a mark."""
+    kind = REGISTRY.kinds.get(type(x)) or REGISTRY.classify(x)
+    if kind is NODE:
+        return list(REGISTRY.impls[type(x)].flatten(x)[0])
+    if kind is SEQUENCE:
+        return list(enumerate(x))
+    if kind is DICT:
+        return list(x.items())
+    if kind is PYTREE:
+        return flatten_pytree(x)[0]
+    return []
 
 
 def flatten_pytree(x: Any) -> tuple[list[tuple[Key, Any]], Any]:
@@ -200,4 +366,4 @@ def is_hashable(x: Any) -> bool:
 
 def is_plain_static(x: Any) -> bool:
     """True for ints, floats, strings, bools, ``None``… (always static, never walked)."""
-    return type(x) in PLAIN_STATIC
+    return REGISTRY.kind_of(x) is CONSTANT

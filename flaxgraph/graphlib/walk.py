@@ -42,15 +42,24 @@ from flaxgraph.graphlib.graphdefs import (
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    ARRAY_TYPES,
-    GRAPH_NODE_IMPLS,
+    ARRAY,
+    CONSTANT,
+    DATA_LEAF,
+    DICT,
+    NODE,
+    PYTREE,
+    REF,
+    REGISTRY,
+    SEQUENCE,
+    STATIC_LEAF,
+    VARIABLE,
     DataLeaf,
     StaticLeaf,
+    children_of,
+    flatten_pytree,
     is_plain_static,
-    pytree_children,
 )
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable, metadata_of
 
 
@@ -149,8 +158,8 @@ class Walk:
     # -- the walk ----------------------------------------------------------------------------
     def visit(self, x: Any, path: PathParts, prefix: Any, in_node: bool) -> Def:
         t = type(x)
-        impl = GRAPH_NODE_IMPLS.get(t)
-        if impl is not None:
+        kind = REGISTRY.kinds.get(t) or REGISTRY.classify(x)
+        if kind is NODE:
             index = self.ref_index.get(x)
             if index is not None:
                 if not self.graph:
@@ -162,10 +171,10 @@ class Walk:
             index = len(self.ref_index)
             self.ref_index[x] = index
             prefix = self.enter_node(x, path, prefix)
-            items, metadata = impl.flatten(x)
+            items, metadata = REGISTRY.impls[t].flatten(x)
             attributes = tuple((k, self.visit(v, (*path, k), prefix, True)) for k, v in items)
             return NodeDef(t, index, metadata, attributes)
-        if isinstance(x, Variable):
+        if kind is VARIABLE:
             index = self.ref_index.get(x)
             if index is not None:
                 if not self.graph:
@@ -176,9 +185,9 @@ class Walk:
             self.ref_index[x] = index
             self.add_leaf(path, x, self.enter_node(x, path, prefix))
             return VariableDef(t, index, self._frozen_metadata(x, path))
-        if t is list or t is tuple or t is dict:
-            keys: Sequence[Hashable] = tuple(x) if t is dict else range(len(x))
-            values = [x[k] for k in keys] if t is dict else x
+        if kind is SEQUENCE or kind is DICT:
+            keys: Sequence[Hashable] = tuple(x) if kind is DICT else range(len(x))
+            values = [x[k] for k in keys] if kind is DICT else x
             prefixes = self.child_prefixes(x, path, prefix, keys)
             if prefixes is None:
                 children = tuple(
@@ -189,12 +198,15 @@ class Walk:
                     self.visit(v, (*path, k), p, in_node) for k, v, p in zip(keys, values, prefixes)
                 )
             return ContainerDef(t, tuple(keys), children)
-        if isinstance(x, ARRAY_TYPES) or (self.dynamic_leaves and not in_node and _is_scalar(x)):
+        if kind is ARRAY:
             self.add_leaf(path, x, prefix)
             return ARRAY_DEF
-        if is_plain_static(x):
+        if kind is CONSTANT:
+            if self.dynamic_leaves and not in_node and t in SCALARS:
+                self.add_leaf(path, x, prefix)  # a JAX leaf in a transform's arguments
+                return ARRAY_DEF
             return StaticDef(x)
-        if is_ref(x):  # a raw jax.Ref is state, like an array, with an identity
+        if kind is REF:  # a raw jax.Ref is state, like an array, with an identity
             if not self.graph:
                 self._tree_ref(x, path)
                 self.add_leaf(path, x, prefix)
@@ -207,15 +219,14 @@ class Walk:
             self.ref_index[x] = index
             self.add_leaf(path, x, prefix)
             return ArrayDef(index)
-        if t is DataLeaf:
+        if kind is DATA_LEAF:
             self.add_leaf(path, x.value, prefix)
             return ARRAY_DEF
-        if t is StaticLeaf:
+        if kind is STATIC_LEAF:
             self._check_hashable(x.value, path)
             return StaticDef(x.value)
-        children_and_treedef = pytree_children(x)
-        if children_and_treedef is not None:
-            items, treedef = children_and_treedef
+        if kind is PYTREE:
+            items, treedef = flatten_pytree(x)
             keys = tuple(k for k, _ in items)
             prefixes = self.child_prefixes(x, path, prefix, keys)
             if prefixes is None:
@@ -257,7 +268,7 @@ class Walk:
                     ]
                 )
             )
-        if isinstance(x, Variable) or _holds_variable(x):
+        if REGISTRY.kind_of(x) is VARIABLE or _holds_variable(x):
             root, wrapped = self.diagnostic_root()
             raise SharedReferenceError(
                 shared_variables_message(
@@ -364,16 +375,15 @@ def _ancestor_depth(root: Any, path: PathParts, x: Any) -> int | None:
     for depth, key in enumerate(path):
         if current is x:
             return depth
-        impl = GRAPH_NODE_IMPLS.get(type(current))
-        if impl is not None:
-            current = impl.get_child(current, key)
-        elif type(current) in (list, tuple, dict):
+        kind = REGISTRY.kind_of(current)
+        if kind is NODE:
+            current = REGISTRY.impls[type(current)].get_child(current, key)
+        elif kind is SEQUENCE or kind is DICT:
             current = current[key]
+        elif kind is PYTREE:
+            current = dict(flatten_pytree(current)[0]).get(key)
         else:
-            children = pytree_children(current) if not isinstance(current, ARRAY_TYPES) else None
-            if children is None:
-                return None
-            current = dict(children[0]).get(key)
+            return None
         if type(current) in (DataLeaf, StaticLeaf):
             current = current.value
     return None
@@ -385,22 +395,12 @@ def _holds_variable(node: Any) -> bool:
     todo = [node]
     while todo:
         x = todo.pop()
-        if isinstance(x, Variable):
+        if REGISTRY.kind_of(x) is VARIABLE:
             return True
         if id(x) in seen:
             continue
         seen.add(id(x))
-        impl = GRAPH_NODE_IMPLS.get(type(x))
-        if impl is not None:
-            todo.extend(v for _, v in impl.flatten(x)[0])
-        elif type(x) in (list, tuple):
-            todo.extend(x)
-        elif type(x) is dict:
-            todo.extend(x.values())
-        else:
-            children = pytree_children(x) if not isinstance(x, ARRAY_TYPES) else None
-            if children is not None:
-                todo.extend(v for _, v in children[0])
+        todo.extend(v for _, v in children_of(x))
     return False
 
 
@@ -412,28 +412,20 @@ def variable_paths(root: Any, wrapped: bool = False) -> dict[int, list[tuple[Any
     on_path: set[int] = set()
 
     def go(x: Any, path: PathParts) -> None:
-        if isinstance(x, Variable):
+        kind = REGISTRY.kind_of(x)
+        if kind is VARIABLE:
             found.setdefault(id(x), []).append((x, path))
             return
-        impl = GRAPH_NODE_IMPLS.get(type(x))
-        if impl is not None:
+        if kind is NODE:
             if id(x) in on_path:
                 return
             on_path.add(id(x))
-            for k, v in impl.flatten(x)[0]:
+            for k, v in children_of(x):
                 go(v, (*path, k))
             on_path.discard(id(x))
-        elif type(x) in (list, tuple):
-            for i, v in enumerate(x):
-                go(v, (*path, i))
-        elif type(x) is dict:
-            for k, v in x.items():
-                go(v, (*path, k))
-        elif not isinstance(x, ARRAY_TYPES):
-            children = pytree_children(x)
-            if children is not None:
-                for k, v in children[0]:
-                    go(v, (*path, k))
+            return
+        for k, v in children_of(x):
+            go(v, (*path, k))
 
     if wrapped:
         for i, r in enumerate(root):
