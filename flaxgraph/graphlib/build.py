@@ -30,7 +30,7 @@ from flaxgraph.graphlib.graphdefs import (
     VariableDef,
 )
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate, unwrap_ref_output
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.graphlib.registry import MISSING, REGISTRY, VARIABLE
 from flaxgraph.tracing import current_trace
 from flaxgraph.variablelib.refs import is_ref, new_ref
 from flaxgraph.variablelib.variable import Variable, metadata_of, write_metadata, write_value
@@ -140,7 +140,7 @@ class _Build:
     def build(self, d: Any) -> Any:  # a Def, dispatched on type(d) below
         t = type(d)
         if t is NodeDef:
-            impl = GRAPH_NODE_IMPLS[d.type]
+            impl = REGISTRY.impls[d.type]
             node = self.reuse.get(d.index)
             if node is None:
                 node = impl.create_empty(d.metadata, self.trace)
@@ -167,7 +167,8 @@ class _Build:
             return node
         if t is VariableDef:
             leaf = self.next_leaf()
-            if isinstance(leaf, Variable):
+            leaf_is_variable = REGISTRY.kind_of(leaf) is VARIABLE
+            if leaf_is_variable:
                 value, metadata = leaf.raw_value, metadata_of(leaf)
             else:
                 value, metadata = leaf, dict(d.metadata)
@@ -176,9 +177,7 @@ class _Build:
             if marker is NoUpdate or marker is ArrayRefOutput:  # see ref_outputs.py
                 return self._ref_output(d, value, metadata, variable)
             if variable is None:
-                if self.plain or not (
-                    not self.copy if isinstance(leaf, Variable) else not self.recreate
-                ):
+                if self.plain or not (not self.copy if leaf_is_variable else not self.recreate):
                     variable = d.type._from_parts(value, metadata, self.trace)
                 else:
                     variable = leaf  # the State's own Variable, or a raw value kept raw
@@ -209,7 +208,7 @@ class _Build:
                 ) from None
         if t is ArrayDef:
             leaf = self.next_leaf()
-            value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+            value = leaf.raw_value if REGISTRY.kind_of(leaf) is VARIABLE else leaf
             if d.index is not None:  # a raw jax.Ref: later NodeRefs to its index share it
                 if d.index in self.reuse:  # the caller's own Ref (written in place)
                     value = self.reuse[d.index]

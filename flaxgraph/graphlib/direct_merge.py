@@ -32,11 +32,11 @@ from flaxgraph.graphlib.graphdefs import (
     VariableDef,
 )
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.statics import PartialKey
 from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
-from flaxgraph.variablelib.variable import Variable, metadata_of
+from flaxgraph.variablelib.variable import metadata_of
 
 GAVE_UP: Any = object()
 """What ``merge_direct`` returns when the general path must build the graph."""
@@ -71,13 +71,14 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
     root_kind = type(root)
     if root_kind is not NodeDef and root_kind is not ContainerDef:
         return GAVE_UP
-    impls = GRAPH_NODE_IMPLS
+    impls = REGISTRY.impls
+    kind_of = REGISTRY.kind_of  # the engine's classification, for the State's leaves
     trace = current_trace()
     built: dict[int, Any] = {}
 
     def leaf_of(c: VariableDef, leaf: Any) -> Any:
         """The value at a Variable's place (``c``, a ``VariableDef``) for a State leaf."""
-        if isinstance(leaf, Variable):
+        if kind_of(leaf) is VARIABLE:
             if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
                 raise _GiveUp
             if copy:
@@ -103,7 +104,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
             if c.index is not None:  # a raw jax.Ref
                 raise _GiveUp
             leaf = mapping[k]
-            if isinstance(leaf, Variable):
+            if kind_of(leaf) is VARIABLE:
                 leaf = leaf.raw_value
             elif isinstance(leaf, State):
                 raise _GiveUp

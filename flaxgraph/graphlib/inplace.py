@@ -18,11 +18,17 @@ from flaxgraph.errors import GraphStructureError
 from flaxgraph.filterlib import Filter, filters_to_predicates
 from flaxgraph.graphlib.paths import keys_str, path_str
 from flaxgraph.graphlib.registry import (
-    GRAPH_NODE_IMPLS,
+    ARRAY,
+    DICT,
     MISSING,
+    NODE,
+    PYTREE,
+    REGISTRY,
+    SEQUENCE,
+    VARIABLE,
     DataLeaf,
+    flatten_pytree,
     is_array_leaf,
-    pytree_children,
 )
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.statelib import State, partition
@@ -38,16 +44,15 @@ from flaxgraph.variablelib.variable import (
 
 
 def _get_child(node: Any, key: Hashable) -> Any:
-    impl = GRAPH_NODE_IMPLS.get(type(node))
-    if impl is not None:
-        return impl.get_child(node, key)
-    if type(node) is dict:
+    kind = REGISTRY.kind_of(node)
+    if kind is NODE:
+        return REGISTRY.impls[type(node)].get_child(node, key)
+    if kind is DICT:
         return node.get(key, MISSING)
-    if type(node) in (list, tuple):
+    if kind is SEQUENCE:
         return node[key] if isinstance(key, int) and -len(node) <= key < len(node) else MISSING
-    children = pytree_children(node) if not isinstance(node, Variable) else None
-    if children is not None:
-        return dict(children[0]).get(key, MISSING)
+    if kind is PYTREE:
+        return dict(flatten_pytree(node)[0]).get(key, MISSING)
     return MISSING
 
 
@@ -59,8 +64,8 @@ def _check_node_trace(node: Any, what: str) -> None:
 
 
 def _setter(node: Any, key: Hashable, where: Callable[[], str]) -> Callable[[Any], None]:
-    impl = GRAPH_NODE_IMPLS.get(type(node))
-    if impl is not None:
+    if REGISTRY.kind_of(node) is NODE:
+        impl = REGISTRY.impls[type(node)]
         _check_node_trace(node, "update")
         return lambda value: impl.set_child(node, key, value)
     if type(node) in (dict, list):
@@ -176,22 +181,35 @@ def _plan_update(
 ) -> None:
     # ``prefix`` is the path to ``node`` as a linked pair ``(parent_prefix, key)`` (``()``
     # at the root): cheap to extend, made into a tuple only for an error message.
+    kinds = REGISTRY.kinds  # the engine's classification, remembered per type
     t = type(node)
-    impl = GRAPH_NODE_IMPLS.get(t)
-    get_child = impl.get_child if impl is not None else _get_child
+    try:
+        kind = kinds[t]
+    except KeyError:
+        kind = REGISTRY.classify(node)
+    get_child = REGISTRY.impls[t].get_child if kind is NODE else _get_child
     lookup = None
-    if t is dict:
+    if kind is DICT:
         lookup = node.get
-    elif t is list or t is tuple:
+    elif kind is SEQUENCE:
         lookup = dict(enumerate(node)).get
     targets, values, metadata = writes.targets, writes.values, writes.metadata
     for key, leaf in state._mapping.items():
         current = MISSING if lookup is None else lookup(key, MISSING)
         if current is MISSING:
             current = get_child(node, key)
+        current_type = type(current)
+        try:
+            current_kind = kinds[current_type]
+        except KeyError:
+            current_kind = REGISTRY.classify(current)
         # (a Variable leaf first: State is an ABC, whose isinstance check is slow)
-        if isinstance(current, Variable):
-            if isinstance(leaf, Variable):
+        if current_kind is VARIABLE:
+            leaf_type = type(leaf)  # (the same type as the target: the same kind)
+            if (
+                leaf_type is current_type
+                or (kinds.get(leaf_type) or REGISTRY.classify(leaf)) is VARIABLE
+            ):
                 if current._var_ref is None and current._var_trace is trace:
                     targets.append(current)  # the common case, inline
                     values.append(leaf.raw_value)
@@ -203,7 +221,7 @@ def _plan_update(
                 writes.variable(current, leaf, trace)
                 continue
         elif type(leaf) is State and (
-            type(current) in GRAPH_NODE_IMPLS or type(current) in _WALKED_CONTAINERS
+            current_kind is NODE or current_kind is SEQUENCE or current_kind is DICT
         ):
             _plan_update(current, leaf, (prefix, key), root, writes, trace)
             continue
@@ -215,7 +233,7 @@ def _plan_update(
                 # sub-state until the child is created
                 writes.others.append(functools.partial(keep, node, key, leaf))
                 continue
-            if current is MISSING or isinstance(current, Variable) or is_array_leaf(current):
+            if current is MISSING or current_kind is VARIABLE or current_kind is ARRAY:
                 raise GraphStructureError(
                     f"The State has a sub-state at {keys_str(path)}, but the node has "
                     + ("nothing" if current is MISSING else f"a {type(current).__name__} leaf")
@@ -225,7 +243,7 @@ def _plan_update(
             _plan_update(current, leaf, (prefix, key), root, writes, trace)
         elif (
             current is MISSING
-            or is_array_leaf(current)
+            or current_kind is ARRAY
             or current is None
             or _is_data_child(node, key)
             or _is_static_value(current)
@@ -243,7 +261,8 @@ def _plan_update(
             )
 
 
-_WALKED_CONTAINERS = frozenset({list, tuple, dict})
+_WALKED = frozenset({NODE, VARIABLE, SEQUENCE, DICT, PYTREE})
+"""The kinds ``update`` walks into (or writes into, a Variable), never overwrites."""
 
 
 def _path_of(linked: Any) -> PathParts:
@@ -258,19 +277,14 @@ def _path_of(linked: Any) -> PathParts:
 def _is_static_value(x: Any) -> bool:
     """A plain value (an int, a string…) that a State leaf may overwrite, as Flax 0.12's
     ``update`` does: not a graph node and not a container of them."""
-    return (
-        type(x) not in GRAPH_NODE_IMPLS
-        and type(x) not in (list, tuple, dict)
-        and (pytree_children(x) is None)
-    )
+    return REGISTRY.kind_of(x) not in _WALKED
 
 
 def _is_data_child(node: Any, key: Hashable) -> bool:
     """Whether ``node`` puts its child ``key`` in the State although it is no array
     (an attribute marked ``nnx.data(3)``). Only reached on the rare path."""
-    impl = GRAPH_NODE_IMPLS.get(type(node))
-    return impl is not None and any(
-        k == key and type(v) is DataLeaf for k, v in impl.flatten(node)[0]
+    return REGISTRY.kind_of(node) is NODE and any(
+        k == key and type(v) is DataLeaf for k, v in REGISTRY.impls[type(node)].flatten(node)[0]
     )
 
 
@@ -317,11 +331,12 @@ def pop(node: Any, *filters: Filter) -> Any:
 
 def _remover(parent: Any, path: PathParts, root: Any) -> Callable[[], None]:
     key = path[-1]
-    impl = GRAPH_NODE_IMPLS.get(type(parent))
-    if impl is not None:
+    kind = REGISTRY.kind_of(parent)
+    if kind is NODE:
+        impl = REGISTRY.impls[type(parent)]
         _check_node_trace(parent, "pop a leaf")
         return lambda: impl.del_child(parent, key)
-    if type(parent) is dict:
+    if kind is DICT:
         return lambda: parent.pop(key, None)
     raise GraphStructureError(
         f"Cannot pop the leaf at {path_str('node', root, path)}: it sits in a "

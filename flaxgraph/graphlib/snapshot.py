@@ -25,8 +25,8 @@ import operator
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS
-from flaxgraph.variablelib.variable import Variable, metadata_of
+from flaxgraph.graphlib.registry import ARRAY, DICT, NODE, REGISTRY, SEQUENCE, VARIABLE
+from flaxgraph.variablelib.variable import metadata_of
 
 _get_version = operator.attrgetter("_obj_version")
 _is = operator.is_
@@ -58,11 +58,12 @@ class StructureSnapshot:
     )
 
     def __init__(self, nodes: Iterable[Any]):
-        nodes = list(nodes)
-        self.objects = [n for n in nodes if type(n) in GRAPH_NODE_IMPLS]
+        kind_of = REGISTRY.kind_of
+        kinds = [(n, kind_of(n)) for n in nodes]
+        self.objects = [n for n, kind in kinds if kind is NODE]
         self.versions = [getattr(o, "_obj_version", None) for o in self.objects]
         self.versioned = None not in self.versions
-        self.variables = [n for n in nodes if isinstance(n, Variable)]
+        self.variables = [n for n, kind in kinds if kind is VARIABLE]
         self.metadata = list(map(metadata_of, self.variables))
         lists: list[Any] = []
         dicts: list[Any] = []
@@ -105,26 +106,24 @@ class ArrayItem(NamedTuple):
 def item_key(x: Any) -> Any:
     """What a snapshot compares for an item of a list or dict: an ``ArrayItem`` for
     an array (Tracers included), the item itself (by identity) otherwise."""
-    return ArrayItem(type(x)) if isinstance(x, ARRAY_TYPES) else x
+    return ArrayItem(type(x)) if REGISTRY.kind_of(x) is ARRAY else x
 
 
 def same_item(x: Any, key: Any) -> bool:
     """Whether the item ``x`` still matches its snapshot ``key`` (``item_key``): the
     same object, or an array where there was one (as for an Object's array
     attributes, ``pytreelib/objects.py``)."""
-    return x is key or (type(key) is ArrayItem and isinstance(x, ARRAY_TYPES))
+    return x is key or (type(key) is ArrayItem and REGISTRY.kind_of(x) is ARRAY)
 
 
 def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:
-    t = type(x)
-    if t is list:
-        lists.append(x)
+    kind = REGISTRY.kind_of(x)
+    if kind is SEQUENCE:
+        if type(x) is list:
+            lists.append(x)
         for c in x:
             _collect_containers(c, lists, dicts)
-    elif t is dict:
+    elif kind is DICT:
         dicts.append(x)
         for c in x.values():
-            _collect_containers(c, lists, dicts)
-    elif t is tuple:
-        for c in x:
             _collect_containers(c, lists, dicts)
