@@ -37,17 +37,20 @@ import jax
 
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    BUILTIN_CONTAINERS,
-    GRAPH_NODE_IMPLS,
-    DataLeaf,
-    StaticLeaf,
+    DATA_LEAF,
+    DICT,
+    NODE,
+    PYTREE,
+    REGISTRY,
+    SEQUENCE,
+    STATIC_LEAF,
+    VARIABLE,
     is_node_or_variable,
 )
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Variable
 
 
 def check_tree(node: Any, graph: bool, root_name: str = "node") -> None:
@@ -92,29 +95,31 @@ def copy_nodes(
     trace = current_trace()
 
     def go(x: Any, path: PathParts) -> Any:
-        if isinstance(x, Variable):
+        kind = REGISTRY.kind_of(x)
+        if kind is VARIABLE:
             return x
-        impl = GRAPH_NODE_IMPLS.get(type(x))
-        if impl is not None:
+        if kind is NODE:
             if x in done:
                 return done[x]
+            impl = REGISTRY.impls[type(x)]
             items, metadata = impl.flatten(x)
             new = impl.create_empty(metadata, trace)
             done[x] = new  # a cycle back to x links to the copy
             children = []
             for key, child in list(items):
-                if isinstance(child, (DataLeaf, StaticLeaf)):
+                child_kind = REGISTRY.kind_of(child)
+                if child_kind is DATA_LEAF or child_kind is STATIC_LEAF:
                     child = child.value
                 children.append((key, go(child, (*path, key))))
             impl.set_items(new, children, metadata)
             result = new if f is None else f(path, new)
             done[x] = result
             return result
-        if type(x) in BUILTIN_CONTAINERS:
-            if type(x) is dict:
-                return {k: go(v, (*path, k)) for k, v in x.items()}
+        if kind is DICT:
+            return {k: go(v, (*path, k)) for k, v in x.items()}
+        if kind is SEQUENCE:
             return type(x)(go(v, (*path, i)) for i, v in enumerate(x))
-        if _holds_nodes(x):
+        if kind is PYTREE and _holds_nodes(x):
             return jax.tree.map(lambda y: go(y, path), x, is_leaf=is_node_or_variable)
         return x
 
@@ -124,5 +129,5 @@ def copy_nodes(
 def _holds_nodes(x: Any) -> bool:
     leaves = jax.tree.leaves(x, is_leaf=is_node_or_variable)
     return not (len(leaves) == 1 and leaves[0] is x) and any(
-        type(leaf) in GRAPH_NODE_IMPLS for leaf in leaves
+        REGISTRY.kind_of(leaf) is NODE for leaf in leaves
     )

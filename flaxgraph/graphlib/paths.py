@@ -13,10 +13,13 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from flaxgraph.graphlib.registry import (
-    BUILTIN_CONTAINERS,
-    GRAPH_NODE_IMPLS,
+    DICT,
     MISSING,
-    pytree_children,
+    NODE,
+    PYTREE,
+    REGISTRY,
+    SEQUENCE,
+    flatten_pytree,
 )
 
 
@@ -31,10 +34,9 @@ def path_str(root_name: str, root: Any, keys: Sequence[Hashable]) -> str:
     out = [root_name]
     node: Any = root
     for key in keys:
-        impl = GRAPH_NODE_IMPLS.get(type(node))
-        if impl is not None:
+        if REGISTRY.kind_of(node) is NODE:
             out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
-            node = impl.get_child(node, key)
+            node = REGISTRY.impls[type(node)].get_child(node, key)
             node = None if node is MISSING else node
         else:
             out.append(f"[{key!r}]")
@@ -49,11 +51,11 @@ def keys_str(keys: Sequence[Hashable]) -> str:
 
 def _child(node: Any, key: Hashable) -> Any:
     try:
-        if type(node) in BUILTIN_CONTAINERS:
+        kind = REGISTRY.kind_of(node)
+        if kind is SEQUENCE or kind is DICT:
             return node[key]
-        children = pytree_children(node)
-        if children is not None:
-            return dict(children[0]).get(key)
+        if kind is PYTREE:
+            return dict(flatten_pytree(node)[0]).get(key)
         return node[key]
     except Exception:
         return None

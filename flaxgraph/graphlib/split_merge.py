@@ -34,7 +34,7 @@ from flaxgraph.graphlib.direct_split import partition_state, split_direct
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str, path_str
-from flaxgraph.graphlib.registry import ARRAY_TYPES
+from flaxgraph.graphlib.registry import ARRAY, REGISTRY
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, partition, unmatched_message
@@ -406,7 +406,7 @@ def merge(
 
 
 def _copy_array(x: Any) -> Any:
-    return x.copy() if isinstance(x, ARRAY_TYPES) else x
+    return x.copy() if REGISTRY.kind_of(x) is ARRAY else x
 
 
 def clone(

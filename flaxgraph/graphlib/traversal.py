@@ -13,15 +13,16 @@ from typing import Any
 from flaxgraph.filterlib import Filter, to_predicate
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    BUILTIN_CONTAINERS,
-    GRAPH_NODE_IMPLS,
-    is_array_leaf,
-    pytree_children,
+    DICT,
+    NODE,
+    REGISTRY,
+    SEQUENCE,
+    VARIABLE,
+    children_of,
 )
 from flaxgraph.graphlib.walk import flatten_with_paths, not_a_pytree_error
 from flaxgraph.modes import resolve_graph
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Variable
 
 
 def _check_tree(node: Any, graph: bool | None, what: str) -> bool:
@@ -87,8 +88,8 @@ def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[
     """
     if not resolve_graph(graph) and getattr(type(node), "_obj_is_pytree", True) is False:
         raise not_a_pytree_error(type(node), "node")
-    for key, child in _children(node):
-        if type(child) in GRAPH_NODE_IMPLS or isinstance(child, Variable):
+    for key, child in children_of(node):
+        if REGISTRY.kind_of(child) <= VARIABLE:  # a graph node or a Variable
             yield key, child
 
 
@@ -113,34 +114,20 @@ def iter_module_children(
 
     Source: Flax NNX 0.12 ``nnx.iter_module_children``.
     """
-    for key, child in _children(node):
-        if type(child) in GRAPH_NODE_IMPLS:
+    for key, child in children_of(node):
+        if REGISTRY.kind_of(child) is NODE:
             yield key, child
-
-
-def _children(x: Any) -> list[tuple[Hashable, Any]]:
-    impl = GRAPH_NODE_IMPLS.get(type(x))
-    if impl is not None:
-        return list(impl.flatten(x)[0])
-    if type(x) is dict:
-        return list(x.items())
-    if type(x) in (list, tuple):
-        return list(enumerate(x))
-    if isinstance(x, Variable) or is_array_leaf(x):
-        return []
-    children = pytree_children(x)
-    return children[0] if children is not None else []
 
 
 def _iter(
     x: Any, path: PathParts, seen: RefMap[bool], graph: bool
 ) -> Iterator[tuple[PathParts, Any]]:
-    node = type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable)
+    node = REGISTRY.kind_of(x) <= VARIABLE  # a graph node or a Variable: identity matters
     if node:
         if x in seen:
             return  # graph mode: seen before; tree mode: a cycle (on the current path)
         seen[x] = True
-    for key, child in _children(x):
+    for key, child in children_of(x):
         yield from _iter(child, (*path, key), seen, graph)
     if node and not graph:
         del seen[x]  # tree mode: only the current path is remembered
@@ -174,12 +161,12 @@ def find_duplicates(node: Any, /, *, only: Filter = ...) -> list[list[PathParts]
     paths = RefMap[list[PathParts]]()
 
     def walk(x: Any, path: PathParts) -> None:
-        if type(x) in GRAPH_NODE_IMPLS or isinstance(x, Variable):
+        if REGISTRY.kind_of(x) <= VARIABLE:  # a graph node or a Variable
             if x in paths:
                 paths[x].append(path)
                 return
             paths[x] = [path]
-        for key, child in _children(x):
+        for key, child in children_of(x):
             walk(child, (*path, key))
 
     walk(node, ())
@@ -218,8 +205,9 @@ def recursive_map(
     done = RefMap[Any]()
 
     def go(x: Any, path: PathParts) -> Any:
-        impl = GRAPH_NODE_IMPLS.get(type(x))
-        if impl is not None:
+        kind = REGISTRY.kind_of(x)
+        if kind is NODE:
+            impl = REGISTRY.impls[type(x)]
             if x in done:
                 return done[x]
             done[x] = x  # a cycle back to x sees x itself
@@ -230,12 +218,12 @@ def recursive_map(
             result = f(path, x)
             done[x] = result
             return result
-        if isinstance(x, Variable):
+        if kind is VARIABLE:
             if x not in done:
                 done[x] = f(path, x)
             return done[x]
-        if type(x) in BUILTIN_CONTAINERS:
-            items = list(x.items()) if type(x) is dict else list(enumerate(x))
+        if kind is SEQUENCE or kind is DICT:
+            items = children_of(x)
             new = [(k, go(v, (*path, k))) for k, v in items]
             if all(n is v for (_, v), (_, n) in zip(items, new)):
                 return x

@@ -47,11 +47,12 @@ from flaxgraph.graphlib.graphdefs import (
 )
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    ARRAY_TYPES,
-    BUILTIN_CONTAINERS,
-    StaticLeaf,
+    DICT,
+    PYTREE,
+    SEQUENCE,
+    STATIC_LEAF,
+    VARIABLE,
     is_node_or_variable,
-    is_plain_static,
 )
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable, metadata_of
@@ -66,6 +67,7 @@ from flaxgraph.visualization.values import (
     dict_head,
     holds_nodes,
     item_path,
+    kind_of,
     no_head,
     node_items,
     plain_repr,
@@ -128,7 +130,8 @@ class _TextPrinter:
     def value(self, x: Any, indent: str, head: str, path: str) -> Totals:
         """Writes ``x`` on a new line as ``indent + head + <x>``; returns the counts
         of the Variables printed for the first time inside it."""
-        if is_node_or_variable(x):
+        kind = kind_of(x)
+        if kind is not None and kind <= VARIABLE:  # a graph node or a Variable
             if self.outside and self._outside(x):
                 self.met_outside = True
                 self._line(f"{indent}{head}{type(x).__name__}(...)", "outside")
@@ -138,17 +141,17 @@ class _TextPrinter:
                 self._line(f"{indent}{head}{type(x).__name__}(...)", f"same as {where or ROOT}")
                 return {}
             self.seen[x] = path
-            if isinstance(x, Variable):
+            if kind is VARIABLE:
                 return self._variable(x, indent, head, path)
             return self._node(x, indent, head, path)
-        if type(x) is StaticLeaf:
+        if kind is STATIC_LEAF:
             self._leaf(indent, head, safe_repr(x.value))
             return {}
         if isinstance(x, State):
             items = list(x.items())
             return self._block(items, indent, head, path, "State({", "})", dict_head, item_path)[1]
-        if type(x) in BUILTIN_CONTAINERS and holds_nodes(x):
-            if type(x) is dict:
+        if (kind is SEQUENCE or kind is DICT) and holds_nodes(x):
+            if kind is DICT:
                 return self._block(
                     list(x.items()), indent, head, path, "{", "}", dict_head, item_path
                 )[1]
@@ -165,7 +168,7 @@ class _TextPrinter:
                 item_path,
                 trailing_comma=type(x) is tuple and len(x) == 1,
             )[1]
-        if not isinstance(x, ARRAY_TYPES) and not is_plain_static(x) and holds_nodes(x):
+        if kind is PYTREE and holds_nodes(x):
             items = pytree_level(x) or []
             keyed = all(isinstance(k, str) for k, _ in items)
             open_ = f"{type(x).__name__}("

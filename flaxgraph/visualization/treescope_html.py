@@ -21,7 +21,7 @@ from typing import Any
 
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import ARRAY_TYPES, is_node_or_variable
+from flaxgraph.graphlib.registry import ARRAY, is_node_or_variable
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable, metadata_of
@@ -35,6 +35,7 @@ from flaxgraph.visualization.values import (
     attr_head,
     attr_path,
     holds_nodes,
+    kind_of,
     node_items,
     positional,
     size_text,
@@ -126,7 +127,7 @@ def _render_child(session: _Session, value: Any, path: str | None, subtree_rende
 
     if is_node_or_variable(value) and value in session.seen:
         return _reference(value, session.seen[value], path)
-    if session.shapes_only and isinstance(value, ARRAY_TYPES):
+    if session.shapes_only and kind_of(value) is ARRAY:
         return rp.build_one_line_tree_node(array_repr(value, summarize=True), path)
     if (
         session.fold

@@ -24,13 +24,16 @@ import jax
 import numpy as np
 
 from flaxgraph.graphlib.registry import (
-    ARRAY_TYPES,
-    BUILTIN_CONTAINERS,
-    GRAPH_NODE_IMPLS,
-    DataLeaf,
-    is_node_or_variable,
-    is_plain_static,
-    pytree_children,
+    ARRAY,
+    CONSTANT,
+    DATA_LEAF,
+    DICT,
+    PYTREE,
+    REGISTRY,
+    SEQUENCE,
+    VARIABLE,
+    Kind,
+    flatten_pytree,
 )
 from flaxgraph.rnglib.rngs import RngState
 from flaxgraph.statelib import State
@@ -75,7 +78,7 @@ def _human_bytes(n: int) -> str:
 
 def _value_size(value: Any) -> tuple[int, int] | None:
     """(elements, bytes) of the arrays in ``value``; ``None`` if it holds none."""
-    leaves = [value] if isinstance(value, ARRAY_TYPES) else _array_leaves(value)
+    leaves = [value] if kind_of(value) is ARRAY else _array_leaves(value)
     if not leaves:
         return None
     return sum(_size(x) for x in leaves), sum(_nbytes(x) for x in leaves)
@@ -195,34 +198,45 @@ def _join_inline(open_: str, parts: list[str], close: str) -> str:
 
 def _array_leaves(x: Any) -> list[Any]:
     try:
-        return [leaf for leaf in jax.tree.leaves(x) if isinstance(leaf, ARRAY_TYPES)]
+        return [leaf for leaf in jax.tree.leaves(x) if kind_of(leaf) is ARRAY]
     except Exception:  # a registered pytree whose flatten fails: show it as a leaf
         return []
 
 
-def pytree_level(x: Any) -> list[tuple[Hashable, Any]] | None:
-    """One level of a non-builtin pytree node, or ``None`` for a leaf."""
+def kind_of(x: Any) -> Kind | None:
+    """The engine's ``Kind`` of ``x``, or ``None`` for a registered pytree whose
+    flatten fails (display then shows it as a leaf)."""
     try:
-        children = pytree_children(x)
+        return REGISTRY.kind_of(x)
     except Exception:
         return None
-    return children[0] if children is not None else None
+
+
+def pytree_level(x: Any) -> list[tuple[Hashable, Any]] | None:
+    """One level of a non-builtin pytree node, or ``None`` for a leaf."""
+    if kind_of(x) is not PYTREE:
+        return None
+    try:
+        return flatten_pytree(x)[0]
+    except Exception:
+        return None
 
 
 def plain_repr(x: Any, summarize: bool = False) -> str:
     """A value holding no graph node or Variable, with its arrays through ``array_repr``
     (``summarize``: every array by shape and dtype)."""
-    if isinstance(x, ARRAY_TYPES):
+    kind = kind_of(x)
+    if kind is ARRAY:
         return array_repr(x, summarize=summarize)
     t = type(x)
     s = summarize
-    if t is dict:
+    if kind is DICT:
         return _join_inline("{", [f"{k!r}: {plain_repr(v, s)}" for k, v in x.items()], "}")
     if t is list:
         return _join_inline("[", [plain_repr(v, s) for v in x], "]")
     if t is tuple:
         return _join_inline("(", [plain_repr(v, s) for v in x], ",)" if len(x) == 1 else ")")
-    if not is_plain_static(x) and _array_leaves(x):
+    if kind is not CONSTANT and _array_leaves(x):
         items = pytree_level(x)
         if items:
             parts = [
@@ -235,14 +249,14 @@ def plain_repr(x: Any, summarize: bool = False) -> str:
 
 def holds_nodes(x: Any) -> bool:
     """True if ``x`` is, or is a container holding, a node, Variable or State."""
-    if is_node_or_variable(x) or isinstance(x, State):
-        return True
-    t = type(x)
-    if t in BUILTIN_CONTAINERS:
-        return any(holds_nodes(c) for c in (x.values() if t is dict else x))
-    if is_plain_static(x) or isinstance(x, ARRAY_TYPES):
+    kind = kind_of(x)
+    if kind is None:
         return False
-    return any(holds_nodes(c) for _, c in pytree_level(x) or ())
+    if kind <= VARIABLE or isinstance(x, State):  # a graph node, a Variable, a State
+        return True
+    if kind is SEQUENCE or kind is DICT:
+        return any(holds_nodes(c) for c in (x.values() if kind is DICT else x))
+    return kind is PYTREE and any(holds_nodes(c) for _, c in pytree_level(x) or ())
 
 
 def attr_path(key: Hashable) -> str:
@@ -251,8 +265,8 @@ def attr_path(key: Hashable) -> str:
 
 def node_items(x: Any) -> list[tuple[Hashable, Any]]:
     items = []
-    for key, value in GRAPH_NODE_IMPLS[type(x)].flatten(x)[0]:
-        if type(value) is DataLeaf:
+    for key, value in REGISTRY.impls[type(x)].flatten(x)[0]:
+        if kind_of(value) is DATA_LEAF:
             value = value.value
         items.append((key, value))
     return items
