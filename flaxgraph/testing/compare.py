@@ -40,15 +40,18 @@ import numpy as np
 
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    ARRAY_TYPES,
-    DataLeaf,
-    StaticLeaf,
-    get_graph_node_impl,
-    is_node_or_variable,
-    is_plain_static,
-    pytree_children,
+    ARRAY,
+    CONSTANT,
+    DATA_LEAF,
+    DICT,
+    PYTREE,
+    REGISTRY,
+    SEQUENCE,
+    STATIC_LEAF,
+    VARIABLE,
+    flatten_pytree,
 )
-from flaxgraph.variablelib.variable import Variable, metadata_of
+from flaxgraph.variablelib.variable import metadata_of
 
 
 def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> str | None:
@@ -150,7 +153,9 @@ def _compare_one(
     rtol: float,
     atol: float,
 ) -> str | None:
-    if is_node_or_variable(x) or is_node_or_variable(y):
+    # What each value is: the graph engine's classification (graphlib/registry.py).
+    kx, ky = REGISTRY.kind_of(x), REGISTRY.kind_of(y)
+    if kx <= VARIABLE or ky <= VARIABLE:  # a graph node or a Variable
         if type(x) is not type(y):
             return f"types differ: {_type_name(x)} != {_type_name(y)}"
         x_entry, y_entry = a_seen.get(x), b_seen.get(y)
@@ -160,42 +165,44 @@ def _compare_one(
             return _alias_problem(x_entry, y_entry)
         a_seen[x] = (y, path)
         b_seen[y] = (x, path)
-        if isinstance(x, Variable):
+        if kx is VARIABLE:
             mx, my = metadata_of(x), metadata_of(y)
             if mx != my:
                 return f"metadata differ: {mx!r} != {my!r}"
             stack.append((f"{path}.value", x.raw_value, y.raw_value))
             return None
         return _push_node_children(path, x, y, stack)
-    if type(x) in _MARKS or type(y) in _MARKS:
+    if kx in _MARKS or ky in _MARKS:
         # nnx.data / nnx.static marks: the marks themselves are node metadata
         # (compared with the node); compare what they hold.
         stack.append((path, _unmark(x), _unmark(y)))
         return None
-    x_array, y_array = isinstance(x, ARRAY_TYPES), isinstance(y, ARRAY_TYPES)
+    x_array, y_array = kx is ARRAY, ky is ARRAY
     if x_array or y_array:
         if not (x_array and y_array):
             return f"types differ: {_type_name(x)} != {_type_name(y)}"
         return _array_problem(x, y, rtol, atol)
     if type(x) is not type(y):
         return f"types differ: {_type_name(x)} != {_type_name(y)}"
-    if type(x) is list or type(x) is tuple:
+    if kx is SEQUENCE:
         if len(x) != len(y):
             return f"lengths differ: {len(x)} != {len(y)}"
         for i in reversed(range(len(x))):
             stack.append((f"{path}[{i}]", x[i], y[i]))
         return None
-    if type(x) is dict:
+    if kx is DICT:
         if set(x) != set(y):
             return f"dict keys differ: {sorted(map(repr, x))} != {sorted(map(repr, y))}"
         for k in reversed(list(x)):
             stack.append((f"{path}[{k!r}]", x[k], y[k]))
         return None
-    if is_plain_static(x):
+    if kx is CONSTANT:
         return None if x == y else f"static values differ: {x!r} != {y!r}"
-    x_children, y_children = pytree_children(x), pytree_children(y)
-    if x_children is not None or y_children is not None:
-        if x_children is None or y_children is None or x_children[1] != y_children[1]:
+    if kx is PYTREE or ky is PYTREE:
+        if kx is not ky:
+            return f"pytree structures differ: {x!r} != {y!r}"
+        x_children, y_children = flatten_pytree(x), flatten_pytree(y)
+        if x_children[1] != y_children[1]:
             return f"pytree structures differ: {x!r} != {y!r}"
         for (k, cx), (_, cy) in reversed(list(zip(x_children[0], y_children[0], strict=True))):
             stack.append((f"{path}[{k!r}]", cx, cy))
@@ -204,8 +211,7 @@ def _compare_one(
 
 
 def _push_node_children(path: str, x: Any, y: Any, stack: list[tuple[str, Any, Any]]) -> str | None:
-    impl = get_graph_node_impl(x)
-    assert impl is not None  # is_node_or_variable(x) and not a Variable
+    impl = REGISTRY.impls[type(x)]  # x is a graph node (its kind is NODE)
     x_items, x_meta = impl.flatten(x)
     y_items, y_meta = impl.flatten(y)
     x_items, y_items = list(x_items), list(y_items)
@@ -225,11 +231,11 @@ def _push_node_children(path: str, x: Any, y: Any, stack: list[tuple[str, Any, A
     return None
 
 
-_MARKS = (DataLeaf, StaticLeaf)
+_MARKS = (DATA_LEAF, STATIC_LEAF)
 
 
 def _unmark(x: Any) -> Any:
-    return x.value if type(x) in _MARKS else x
+    return x.value if REGISTRY.kind_of(x) in _MARKS else x
 
 
 def _attribute_path(path: str, key: Hashable) -> str:
