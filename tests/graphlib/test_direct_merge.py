@@ -19,6 +19,7 @@ from hypothesis import given
 import flaxgraph as nnx
 from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.direct_merge import GAVE_UP, join_states, merge_direct
+from flaxgraph.graphlib.registry import REGISTRY, Kind
 from flaxgraph.testing import Node, assert_graphs_equal, graphs
 
 
@@ -106,3 +107,16 @@ def test_direct_merge_handles_the_corpus() -> None:
         graphdef, state = nnx.split(make())
         handled += merge_direct(graphdef, state, False, True) is not GAVE_UP
     assert handled == len(makes)
+
+
+@given(graphs(marks=True))
+def test_the_direct_build_gives_up_only_on_raw_refs(g: Any) -> None:
+    # What split returns (one nested State) is what the direct build is for: it may
+    # leave only raw jax.Refs to the general build. One that gave up on anything else,
+    # or always, fails here on generated graphs, not only the corpus.
+    graphdef, state = nnx.split(g)
+    if type(state) is not nnx.State:
+        return
+    if any(REGISTRY.kind_of(v) is Kind.REF for _, v in nnx.iter_graph(g)):
+        return
+    assert merge_direct(graphdef, state, False, True) is not GAVE_UP
