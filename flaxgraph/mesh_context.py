@@ -1,8 +1,9 @@
 """The active device mesh, logical axis rules, and eager sharding of new Variables.
 
-Sharding names live in a Variable's metadata (``out_sharding``, or the older
-``sharding`` / ``sharding_names``): a tuple with one entry per dimension of the
-value, each a mesh-axis name, a tuple of names, or ``None`` (replicated). Two
+Sharding names live in a Variable's metadata under ``out_sharding`` (given under
+the older names ``sharding`` / ``sharding_names``, deprecated in Flax NNX 0.12, they
+are stored there too, with a ``DeprecationWarning``): a tuple with one entry per
+dimension of the value, each a mesh-axis name, a tuple of names, or ``None`` (replicated). Two
 scoped settings turn those names into placements:
 
 * **Logical axis rules** (``with nnx.logical_axis_rules([('batch', 'data'),
@@ -31,6 +32,7 @@ eager sharding"; meshes and placement from ``jax.sharding``.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -41,7 +43,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from flaxgraph.config import Flag
 
 __all__ = [
-    "SHARDING_KEYS",
+    "OLD_SHARDING_KEYS",
+    "rename_sharding_keys",
     "ShardingSpecError",
     "active_mesh",
     "check_spec",
@@ -54,8 +57,51 @@ __all__ = [
     "using_eager_sharding",
 ]
 
-SHARDING_KEYS = ("out_sharding", "sharding", "sharding_names")
-"""Metadata keys holding sharding names, in the order they are read."""
+OLD_SHARDING_KEYS = ("sharding", "sharding_names")
+"""The older metadata names of ``out_sharding`` (deprecated in Flax NNX 0.12)."""
+
+
+def rename_sharding_keys(metadata: dict[str, Any], stacklevel: int = 3) -> dict[str, Any]:
+    """Renames the older sharding keys ``sharding`` and ``sharding_names`` of a
+    metadata dict (which the caller owns) to ``out_sharding``, in place, and returns it.
+
+    As Flax NNX 0.12 does, the names given as ``Param(x, sharding=...)``,
+    ``sharding_names=...`` or ``set_metadata(sharding=...)`` are stored under
+    ``out_sharding`` (so code that reads ``get_metadata()['out_sharding']`` finds
+    them whichever name built the Variable), with a ``DeprecationWarning`` per
+    older key.
+
+    Args:
+      metadata: the dict to rename in place.
+      stacklevel: the warning's ``stacklevel`` (counted from this function), so that
+        it points at the user's line.
+
+    Warns:
+      DeprecationWarning: ``metadata`` holds ``sharding`` or ``sharding_names``; pass
+        ``out_sharding=`` instead.
+
+    Example::
+
+      >>> import warnings
+      >>> with warnings.catch_warnings():
+      ...   warnings.simplefilter('ignore', DeprecationWarning)
+      ...   rename_sharding_keys({'sharding': ('a', None), 'note': 1})
+      {'note': 1, 'out_sharding': ('a', None)}
+
+    Source: Flax NNX 0.12 ``Variable.__init__``/``set_metadata`` (the deprecation of
+    ``sharding``/``sharding_names`` in favour of ``out_sharding``).
+    """
+    for key in OLD_SHARDING_KEYS:
+        if key in metadata:
+            warnings.warn(
+                f"The Variable metadata {key!r} is deprecated and stored as "
+                f"'out_sharding'; pass out_sharding=... instead.",
+                DeprecationWarning,
+                stacklevel=stacklevel,
+            )
+            metadata["out_sharding"] = metadata.pop(key)
+    return metadata
+
 
 Rules = tuple[tuple[str, Any], ...]
 
@@ -205,13 +251,10 @@ def resolve_names(names: Sequence[Any], local_rules: Any = ()) -> tuple[Any, ...
 
 
 def names_of(metadata: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """The sharding names in a Variable's metadata (``out_sharding``, else ``sharding``,
-    else ``sharding_names``), or ``None``. A ``PartitionSpec`` counts as a tuple."""
-    for key in SHARDING_KEYS:
-        names = metadata.get(key)
-        if isinstance(names, (tuple, PartitionSpec)):
-            return tuple(names)
-    return None
+    """The sharding names in a Variable's metadata (``out_sharding``), or ``None``.
+    A ``PartitionSpec`` counts as a tuple."""
+    names = metadata.get("out_sharding")
+    return tuple(names) if isinstance(names, (tuple, PartitionSpec)) else None
 
 
 def active_mesh() -> Any:

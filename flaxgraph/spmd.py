@@ -1,7 +1,8 @@
 """Axis metadata and sharding helpers (SPMD).
 
-Variables carry sharding *names* as plain metadata: ``nnx.Param(x, sharding=('data',
-None))`` (``sharding_names`` is accepted too). Transforms that add or remove an
+Variables carry sharding *names* as plain metadata: ``nnx.Param(x,
+out_sharding=('data', None))`` (the deprecated ``sharding=``/``sharding_names=`` are
+stored there too). Transforms that add or remove an
 axis (``vmap``, ``pmap``, ``scan``) keep those names in step with the value's
 rank through ``Variable.add_axis``/``remove_axis`` and their
 ``transform_metadata`` (``{nnx.PARTITION_NAME: 'layers'}``).
@@ -11,7 +12,7 @@ flax#2434: an ``AxisMetadata`` box wraps a value with metadata that follows
 added and removed axes; ``Partitioned(value, names)`` is the sharding box and
 ``with_partitioning(init_fn, names)`` wraps an initializer so it returns one. A
 boxed initial value becomes a Variable with that metadata
-(``nnx.Param(Partitioned(x, ('a', None)))`` has ``sharding == ('a', None)``).
+(``nnx.Param(Partitioned(x, ('a', None)))`` has ``out_sharding == ('a', None)``).
 
 From metadata to shardings: ``get_partition_spec(state)`` maps every Variable to a
 ``PartitionSpec`` of its names, ``get_named_sharding(state, mesh)`` to a
@@ -85,7 +86,7 @@ class Partitioned(AxisMetadata):
       names: a tuple of axis names, one per dimension of ``value``.
       metadata: more metadata for the Variable made from it (e.g. ``mesh``).
 
-    A Variable created from it has ``sharding == names`` (and ``metadata``). Under ``vmap``/``scan`` a
+    A Variable created from it has ``out_sharding == names`` (and ``metadata``). Under ``vmap``/``scan`` a
     ``Partitioned`` in the arguments or outputs gains or loses the transform's
     ``transform_metadata[PARTITION_NAME]`` at the mapped axis.
 
@@ -254,7 +255,7 @@ def get_var_pspec(v: Variable[Any]) -> PartitionSpec | None:
 def get_partition_spec(tree: Any) -> Any:
     """Replaces every leaf of ``tree`` (a State, or any pytree holding Variables or
     ``Partitioned`` boxes) by its ``PartitionSpec``: a Variable's sharding names
-    (``out_sharding``, else ``sharding``, else ``sharding_names``) with logical
+    (``out_sharding``) with logical
     names mapped by the active ``nnx.logical_axis_rules``; ``PartitionSpec()``
     (replicated) for leaves without names. Variables stay boxed: the result has the
     same structure, with PartitionSpecs as values.

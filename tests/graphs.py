@@ -133,10 +133,10 @@ def raw_arrays() -> Node:
 def variable_metadata() -> Node:
     """Variables carrying metadata: sharding tuples, tags, free-form entries."""
     return Node(
-        kernel=nnx.Param(jnp.ones((2, 3)), sharding=("data", None)),
-        bias=nnx.Param(jnp.zeros(3), sharding=("model",), description="bias"),
+        kernel=nnx.Param(jnp.ones((2, 3)), out_sharding=("data", None)),
+        bias=nnx.Param(jnp.zeros(3), out_sharding=("model",), description="bias"),
         stat=nnx.BatchStat(jnp.zeros((2,)), tag="a"),
-        custom=CustomVariable(jnp.ones((1, 1, 2)), sharding=(None, "data", "model"), tag="b"),
+        custom=CustomVariable(jnp.ones((1, 1, 2)), out_sharding=(None, "data", "model"), tag="b"),
     )
 
 

@@ -61,12 +61,12 @@ def test_variable_repr_of_a_python_int_is_a_weak_int32_scalar():
 
 
 def test_variable_metadata_prints_as_sorted_key_value_lines():
-    v = nnx.Param(jnp.zeros(2), sharding=("data", None), description="bias")
+    v = nnx.Param(jnp.zeros(2), out_sharding=("data", None), description="bias")
     assert repr(v) == (
         "Param( # 2 (8 B)\n"
         "  value=Array([0., 0.], dtype=float32),\n"
         "  description='bias',\n"
-        "  sharding=('data', None)\n"
+        "  out_sharding=('data', None)\n"
         ")"
     )
 
@@ -429,9 +429,9 @@ def test_graphdef_repr_shows_shared_node_as_reference():
 
 
 def test_graphdef_repr_shows_variable_metadata():
-    graphdef = nnx.graphdef(Node(w=nnx.Param(jnp.ones(1), sharding=("a",))))
+    graphdef = nnx.graphdef(Node(w=nnx.Param(jnp.ones(1), out_sharding=("a",))))
     assert re.search(
-        r"w=VariableDef\(Param, index=\d+, metadata=\{'sharding': \('a',\)\}\)", repr(graphdef)
+        r"w=VariableDef\(Param, index=\d+, metadata=\{'out_sharding': \('a',\)\}\)", repr(graphdef)
     )
 
 
@@ -459,10 +459,10 @@ def test_treescope_cycle_terminates_with_reference():
 
 
 def test_treescope_state_and_variable_metadata():
-    state = nnx.State({"w": nnx.Param(jnp.ones(30), sharding=("a",))})
+    state = nnx.State({"w": nnx.Param(jnp.ones(30), out_sharding=("a",))})
     text = treescope.render_to_text(state)
     assert text.splitlines()[:2] == ["State({", "  'w': Param( # 30 (120 B)"]
-    assert "    sharding=('a',)," in text.splitlines()
+    assert "    out_sharding=('a',)," in text.splitlines()
     treescope.render_to_html(state)
 
 

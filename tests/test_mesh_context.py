@@ -128,19 +128,19 @@ def test_eager_creation_errors_name_the_kind_spec_and_mesh() -> None:
         with pytest.raises(nnx.ShardingSpecError, match=r"new Param of shape \(2, 3\).*'tp'"):
             nnx.Param(jnp.ones((2, 3)), out_sharding=("data", "tp"))
         with pytest.raises(nnx.ShardingSpecError, match=r"rank 2"):
-            nnx.Param(jnp.ones((2, 3)), sharding=("data", None, "model"))
+            nnx.Param(jnp.ones((2, 3)), out_sharding=("data", None, "model"))
         with nnx.use_eager_sharding(False):  # off: names are not checked at creation
-            nnx.Param(jnp.ones((2, 3)), sharding=("data", None, "model"))
+            nnx.Param(jnp.ones((2, 3)), out_sharding=("data", None, "model"))
 
 
 def test_a_spec_shorter_than_the_rank_pads_with_none() -> None:
     # As in JAX (and Flax NNX 0.12.8): P('data') on a (2, 3) value is P('data', None).
     with jax.set_mesh(MESH1):
-        v = nnx.Param(jnp.ones((2, 3)), sharding=("data",))
+        v = nnx.Param(jnp.ones((2, 3)), out_sharding=("data",))
         assert v.value.sharding.is_equivalent_to(
             jax.sharding.NamedSharding(MESH1, P("data", None)), 2
         )
-        assert nnx.Param(jnp.ones((2, 3)), sharding=(None,)).value.shape == (2, 3)
+        assert nnx.Param(jnp.ones((2, 3)), out_sharding=(None,)).value.shape == (2, 3)
     named = nnx.get_named_sharding(nnx.state(Block(("data",))), MESH1)
     assert jax.tree.leaves(named)[0].spec == P("data")
 
@@ -158,14 +158,16 @@ def test_get_abstract_model_allocates_nothing_and_gives_graphdef_and_shardings()
 
     def init() -> nnx.Linear:
         calls.append(1)
-        return nnx.Linear(2, 3, rngs=nnx.Rngs(0), kernel_metadata={"sharding": ("data", "model")})
+        return nnx.Linear(
+            2, 3, rngs=nnx.Rngs(0), kernel_metadata={"out_sharding": ("data", "model")}
+        )
 
     graphdef, abstract = nnx.get_abstract_model(init, MESH1)
     assert isinstance(graphdef, nnx.GraphDef) and calls == [1]
     kernel, bias = abstract["kernel"].value, abstract["bias"].value
     assert isinstance(kernel, jax.ShapeDtypeStruct) and kernel.shape == (2, 3)
     assert kernel.sharding.spec == P("data", "model") and bias.sharding.spec == P()
-    assert abstract["kernel"].sharding == ("data", "model")  # metadata kept
+    assert abstract["kernel"].out_sharding == ("data", "model")  # metadata kept
     model = nnx.merge(graphdef, abstract)
     assert isinstance(model, nnx.Linear)
 
@@ -189,7 +191,7 @@ SCRIPT = textwrap.dedent(
         def __init__(self, rngs):
             self.l1 = nnx.Linear(4, 8, rngs=rngs, kernel_metadata={"out_sharding": ("embed", "mlp")},
                                  bias_metadata={"out_sharding": ("mlp",)})
-            self.l2 = nnx.Linear(8, 2, rngs=rngs, kernel_metadata={"sharding": ("mlp", None)})
+            self.l2 = nnx.Linear(8, 2, rngs=rngs, kernel_metadata={"out_sharding": ("mlp", None)})
 
         def __call__(self, x):
             return self.l2(jax.nn.relu(self.l1(x)))

@@ -1,7 +1,7 @@
 """Axis metadata (the "Axis Metadata" FLIP flax#2434; Flax NNX's "Transformations"
 guide, "Axis metadata") and the sharding helpers.
 
-* Variables' ``sharding``/``sharding_names`` follow the axes vmap/scan remove
+* Variables' ``out_sharding`` names follow the axes vmap/scan remove
   and add, with ``transform_metadata`` (the guide's printed outputs).
 * The box protocol: ``AxisMetadata``, ``Partitioned``, ``with_partitioning``; a
   boxed initial value becomes a Variable with that metadata; boxes passed
@@ -34,48 +34,46 @@ class Weights(nnx.Module):
 # -- metadata following vmap and scan ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", ["sharding", "sharding_names"])
-def test_vmap_removes_and_restores_the_mapped_axis_name(key: str) -> None:
-    m = Weights(jnp.ones((3, 4, 5)), **{key: ("a", "b", None)})
+def test_vmap_removes_and_restores_the_mapped_axis_name() -> None:
+    m = Weights(jnp.ones((3, 4, 5)), out_sharding=("a", "b", None))
     seen: dict[str, Any] = {}
 
     @nnx.vmap(in_axes=1, transform_metadata={nnx.PARTITION_NAME: "b"})
     def f(m: Weights) -> None:
-        seen["shape"], seen["names"] = m.param.shape, m.param.get_metadata(key)
+        seen["shape"], seen["names"] = m.param.shape, m.param.get_metadata("out_sharding")
 
     f(m)
     assert seen == {"shape": (3, 5), "names": ("a", None)}
     assert m.param.shape == (3, 4, 5)
-    assert m.param.get_metadata(key) == ("a", "b", None)
+    assert m.param.get_metadata("out_sharding") == ("a", "b", None)
 
 
-@pytest.mark.parametrize("key", ["sharding", "sharding_names"])
-def test_vmap_adds_the_partition_name_to_objects_created_inside(key: str) -> None:
+def test_vmap_adds_the_partition_name_to_objects_created_inside() -> None:
     @nnx.vmap(out_axes=1, axis_size=4, transform_metadata={nnx.PARTITION_NAME: "b"})
     def init_vmap() -> Weights:
-        return Weights(jnp.ones((3, 5)), **{key: ("a", None)})
+        return Weights(jnp.ones((3, 5)), out_sharding=("a", None))
 
     m = init_vmap()
     assert m.param.shape == (3, 4, 5)
-    assert m.param.get_metadata(key) == ("a", "b", None)
+    assert m.param.get_metadata("out_sharding") == ("a", "b", None)
 
 
 def test_vmap_without_a_partition_name_leaves_the_metadata_alone() -> None:
     # No transform_metadata (as in Flax 0.12): the names are not moved, inside or out.
-    m = Weights(jnp.ones((3, 4)), sharding=("x", "y"))
+    m = Weights(jnp.ones((3, 4)), out_sharding=("x", "y"))
 
     @nnx.vmap(in_axes=1)
     def f(m: Weights) -> None:
-        assert m.param.sharding == ("x", "y")
+        assert m.param.out_sharding == ("x", "y")
         m.param.value = m.param.value * 2
 
     f(m)
-    assert m.param.sharding == ("x", "y")
+    assert m.param.out_sharding == ("x", "y")
     np.testing.assert_array_equal(m.param.value, np.full((3, 4), 2.0))
 
 
 def test_scan_removes_and_restores_the_scanned_axis_name() -> None:
-    m = Weights(jnp.ones((3, 4, 5)), sharding=("a", "b", None))
+    m = Weights(jnp.ones((3, 4, 5)), out_sharding=("a", "b", None))
     seen: list[Any] = []
 
     @nnx.scan(
@@ -84,14 +82,14 @@ def test_scan_removes_and_restores_the_scanned_axis_name() -> None:
         transform_metadata={nnx.PARTITION_NAME: "b"},
     )
     def f(c: jax.Array, m: Weights) -> tuple[jax.Array, jax.Array]:
-        seen.append((m.param.shape, m.param.sharding))
+        seen.append((m.param.shape, m.param.out_sharding))
         m.param.value = m.param.value + c
         return c + 1, jnp.sum(m.param.value)
 
     _, ys = f(jnp.zeros(()), m)
     assert seen == [((3, 5), ("a", None))]
     assert m.param.shape == (3, 4, 5)
-    assert m.param.sharding == ("a", "b", None)
+    assert m.param.out_sharding == ("a", "b", None)
     np.testing.assert_array_equal(m.param.value[:, :, 0], np.tile(np.arange(1.0, 5.0), (3, 1)))
     np.testing.assert_array_equal(ys, [15.0 * (i + 1) for i in range(4)])
 
@@ -104,11 +102,11 @@ def test_scan_adds_the_partition_name_to_objects_created_inside() -> None:
         transform_metadata={nnx.PARTITION_NAME: "b"},
     )
     def init_scan(c: jax.Array) -> tuple[jax.Array, Weights]:
-        return c + 1, Weights(jnp.ones((3, 5)) * c, sharding=("a", None))
+        return c + 1, Weights(jnp.ones((3, 5)) * c, out_sharding=("a", None))
 
     _, m = init_scan(jnp.zeros(()))
     assert m.param.shape == (3, 4, 5)
-    assert m.param.sharding == ("a", "b", None)
+    assert m.param.out_sharding == ("a", "b", None)
     np.testing.assert_array_equal(m.param.value[0, :, 0], [0.0, 1.0, 2.0, 3.0])
 
 
@@ -147,7 +145,7 @@ def test_with_partitioning_boxes_an_initializer_and_a_variable_unboxes_it() -> N
     p = nnx.Param(boxed)
     assert p.out_sharding == (None, "model")
     assert p.value is boxed.value
-    assert nnx.Param(boxed, sharding=("x", "y")).sharding == ("x", "y")  # explicit wins
+    assert nnx.Param(boxed, out_sharding=("x", "y")).out_sharding == ("x", "y")  # explicit wins
 
 
 @jax.tree_util.register_dataclass
@@ -234,9 +232,9 @@ def test_boxes_follow_scan_axes_and_boxed_initializers_inside_vmap() -> None:
 
 def model() -> Node:
     return Node(
-        w=nnx.Param(jnp.ones((2, 3)), sharding=("a", None)),
+        w=nnx.Param(jnp.ones((2, 3)), out_sharding=("a", None)),
         b=nnx.Param(jnp.ones(3)),
-        s=nnx.BatchStat(jnp.ones(3), sharding_names=("a",)),
+        s=nnx.BatchStat(jnp.ones(3), out_sharding=("a",)),
         raw=jnp.ones(2),
     )
 
@@ -267,7 +265,7 @@ def test_get_named_sharding_and_with_sharding_constraint() -> None:
     state = nnx.state(m)
     constrained = nnx.with_sharding_constraint(state, shardings)
     assert isinstance(constrained["w"], nnx.Param)
-    assert constrained["w"].sharding == ("a", None)  # the metadata is kept
+    assert constrained["w"].out_sharding == ("a", None)  # the metadata is kept
     assert constrained["w"].value.sharding.spec == P("a", None)
     assert constrained["s"].value.sharding.spec == P("a")
     np.testing.assert_array_equal(constrained["w"].value, np.ones((2, 3)))

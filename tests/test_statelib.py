@@ -200,10 +200,10 @@ def test_to_pure_dict_unboxes():
 
 
 def test_replace_by_pure_dict_keeps_kinds_and_metadata():
-    s = State({"w": nnx.Param(jnp.ones(2), sharding=("a",)), "raw": jnp.ones(1)})
+    s = State({"w": nnx.Param(jnp.ones(2), out_sharding=("a",)), "raw": jnp.ones(1)})
     old = s.w
     s.replace_by_pure_dict({"w": jnp.zeros(2), "raw": jnp.zeros(1)})
-    assert type(s.w) is nnx.Param and s.w is not old and s.w.sharding == ("a",)
+    assert type(s.w) is nnx.Param and s.w is not old and s.w.out_sharding == ("a",)
     np.testing.assert_array_equal(s.w.value, np.zeros(2))
     np.testing.assert_array_equal(old.value, np.ones(2))
     np.testing.assert_array_equal(s.raw, np.zeros(1))

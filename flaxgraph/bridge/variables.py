@@ -31,7 +31,7 @@ from flax import struct
 from flax.core import meta
 
 from flaxgraph import spmd, traversals
-from flaxgraph.mesh_context import SHARDING_KEYS
+from flaxgraph.mesh_context import rename_sharding_keys
 from flaxgraph.variablelib.metadata import VariableMetadata
 from flaxgraph.variablelib.names import variable_name_from_type, variable_type_from_name
 from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
@@ -66,7 +66,8 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
       metadata: the Variable's metadata (e.g. ``{'out_sharding': ('in', 'out')}``), static.
 
     ``add_axis(i, {nn.PARTITION_NAME: 'layers'})`` returns a box whose sharding
-    names (``out_sharding``, ``sharding``, ``sharding_names``) have ``'layers'``
+    names (``out_sharding``; a ``sharding``/``sharding_names`` entry is renamed to
+    it, as a Variable stores it) have ``'layers'``
     inserted at ``i``; ``remove_axis`` is its inverse.
 
     Example::
@@ -91,16 +92,12 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
         return self.replace(value=val)
 
     def _moved_axis(self, index: int, params: Mapping[str, Any], add: bool) -> NNXMeta[A]:
-        var = Variable(None, **self._plain_metadata())
-        (var.add_axis if add else var.remove_axis)(index, params)
-        metadata = dict(self.metadata)
-        for key in SHARDING_KEYS:
-            if key in metadata:
-                metadata[key] = var.get_metadata(key)
+        metadata = rename_sharding_keys(dict(self.metadata))
+        if "out_sharding" in metadata:
+            var = Variable(None, out_sharding=metadata["out_sharding"])
+            (var.add_axis if add else var.remove_axis)(index, params)
+            metadata["out_sharding"] = var.get_metadata("out_sharding")
         return self.replace(metadata=metadata)
-
-    def _plain_metadata(self) -> dict[str, Any]:
-        return {k: v for k, v in self.metadata.items() if k in SHARDING_KEYS}
 
     def add_axis(self, index: int, params: dict[Any, Any]) -> NNXMeta[A]:
         """The box with ``params[nn.PARTITION_NAME]`` (or ``None``) inserted at
@@ -145,9 +142,6 @@ def to_linen_var(var: Variable[Any]) -> Any:
         return box_type(var.get_value(), **metadata)
     if is_vanilla_variable(var):
         return var.get_value()
-    if "sharding" in metadata and "out_sharding" not in metadata:
-        # Linen-side metadata uses Flax 0.12's key for the sharding names
-        metadata["out_sharding"] = metadata.pop("sharding")
     return NNXMeta(type(var), var.get_value(), metadata)
 
 

@@ -297,7 +297,7 @@ class Walk:
 
     def _frozen_metadata(self, v: Variable[Any], path: PathParts) -> tuple[tuple[str, Any], ...]:
         """A Variable's metadata as its ``VariableDef`` holds it: the sorted items.
-        An unhashable value (``sharding=["data", None]``) is kept, as in Flax: the
+        An unhashable value (``out_sharding=["data", None]``) is kept, as in Flax: the
         GraphDef compares it with ``==`` and the transforms' cache keys work without
         hashing it (``graphdefs.lenient_hash``); only ``hash(graphdef)`` needs it
         hashable, and then names the Variable's path."""

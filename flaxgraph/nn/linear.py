@@ -73,7 +73,7 @@ class Linear(Module):
       rngs: an ``nnx.Rngs``; the ``params`` stream (or ``default``) seeds the
         initializers.
       kernel_metadata, bias_metadata: metadata given to the Params, e.g.
-        ``{'sharding': (None, 'model')}``.
+        ``{'out_sharding': (None, 'model')}``.
 
     Call: ``inputs`` of shape ``(..., in_features)`` returns ``(..., out_features)``;
     ``out_sharding`` (a ``PartitionSpec``/``NamedSharding``, default none) is passed
@@ -85,9 +85,9 @@ class Linear(Module):
     Example::
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.nn.Linear(2, 3, kernel_metadata={'sharding': (None, 'model')},
+      >>> layer = nnx.nn.Linear(2, 3, kernel_metadata={'out_sharding': (None, 'model')},
       ...                       rngs=nnx.Rngs(0))
-      >>> layer.kernel.sharding, layer(jnp.ones((5, 2))).shape
+      >>> layer.kernel.out_sharding, layer(jnp.ones((5, 2))).shape
       ((None, 'model'), (5, 3))
 
     Source: Flax NNX ``nnx.Linear``.

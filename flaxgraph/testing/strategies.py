@@ -216,7 +216,7 @@ def variables(
         if metadata:
             ndim = getattr(value, "ndim", None)
             if ndim is not None and draw(st.booleans()):
-                meta["sharding"] = tuple(
+                meta["out_sharding"] = tuple(
                     draw(st.lists(st.sampled_from(MESH_AXES), min_size=ndim, max_size=ndim))
                 )
             if draw(st.booleans()):

@@ -17,7 +17,7 @@ from flaxgraph.errors import GraphStructureError, numbered_fixes
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.registry import is_graph_node
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.mesh_context import SHARDING_KEYS, place_at_creation
+from flaxgraph.mesh_context import place_at_creation
 from flaxgraph.statelib import State
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
@@ -167,11 +167,8 @@ def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
     metadata = source._stored_metadata()
     own_names = metadata.pop(OPTIMIZER_SHARDING, None)
     if getattr(value, "shape", None) != getattr(source.raw_value, "shape", None):
-        for key in SHARDING_KEYS:
-            metadata.pop(key, None)
+        metadata.pop("out_sharding", None)
     elif own_names is not None:
-        for key in SHARDING_KEYS:
-            metadata.pop(key, None)
         metadata["out_sharding"] = own_names
     metadata.pop("mutable", None)  # the mirror is written even if the parameter is read-only
     metadata["source_type"] = type(source)

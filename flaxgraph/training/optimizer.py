@@ -210,12 +210,12 @@ class Optimizer(Pytree, Generic[M]):
       >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
       >>> class Model(nnx.Module):
       ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones((2, 3)), sharding=(None, 'model'))
+      ...     self.w = nnx.Param(jnp.ones((2, 3)), out_sharding=(None, 'model'))
       ...   def __call__(self, x):
       ...     return x @ self.w
       >>> model = Model()
       >>> optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
-      >>> optimizer.opt_state[0].mu['w'].sharding     # metadata carried over
+      >>> optimizer.opt_state[0].mu['w'].out_sharding     # metadata carried over
       (None, 'model')
       >>> @nnx.jit
       ... def train_step(model, optimizer, x, y):

@@ -1,7 +1,7 @@
 """``transform_metadata``: a Variable's axis metadata as seen inside a mapped function.
 
 ``vmap`` and ``scan`` remove an axis from their inputs and add one to their
-outputs; a Variable's sharding metadata (``sharding_names=('layers', 'model')``)
+outputs; a Variable's sharding metadata (``out_sharding=('layers', 'model')``)
 must follow, or it would name more axes than the array inside has. They call
 each Variable's ``remove_axis``/``add_axis`` hooks on the way in and out.
 ``transform_metadata`` applies exactly those hooks around a function *without*
@@ -13,12 +13,12 @@ slice with the metadata ``vmap`` would give it.
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> class Stack(nnx.Module):
   ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.ones((4, 3)), sharding_names=('layers', 'model'))
+  ...     self.w = nnx.Param(jnp.ones((4, 3)), out_sharding=('layers', 'model'))
   >>> @nnx.transform_metadata(in_axes=0, partition='layers')
   ... def names(m):
-  ...   return m.w.sharding_names
+  ...   return m.w.out_sharding
   >>> stack = Stack()
-  >>> names(stack), stack.w.sharding_names
+  >>> names(stack), stack.w.out_sharding
   (('model',), ('layers', 'model'))
 
 Like every transform, the function may update the objects it receives (values
@@ -38,7 +38,6 @@ from collections.abc import Callable
 from typing import Any
 
 from flaxgraph.graphlib.traversal import iter_graph
-from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
 from flaxgraph.transforms.lift_types import StateAxes
@@ -91,19 +90,18 @@ def _check_names(leaves: list[Any], axes: list[Any], partition: Any, roots: Any)
     for leaf, axis in zip(leaves, axes):
         if not (isinstance(leaf, Variable) and isinstance(axis, int)):
             continue
-        for key in SHARDING_KEYS:
-            names = leaf.get_metadata(key, None)
-            if not isinstance(names, tuple) or not -len(names) <= axis < len(names):
-                continue
-            if names[axis] != partition:
-                where = _where(leaf, roots)
-                raise ValueError(
-                    f"transform_metadata(partition={partition!r}) would remove axis {axis} "
-                    f"of the {type(leaf).__name__} at {where}, but its {key} {names!r} name "
-                    f"{names[axis]!r} there; putting the axis back would rename it to "
-                    f"{partition!r}.\nFix: pass partition={names[axis]!r}, or give this "
-                    "argument another in_axes (None leaves it alone)."
-                )
+        names = leaf.get_metadata("out_sharding", None)
+        if not isinstance(names, tuple) or not -len(names) <= axis < len(names):
+            continue
+        if names[axis] != partition:
+            where = _where(leaf, roots)
+            raise ValueError(
+                f"transform_metadata(partition={partition!r}) would remove axis {axis} "
+                f"of the {type(leaf).__name__} at {where}, but its out_sharding {names!r} "
+                f"names {names[axis]!r} there; putting the axis back would rename it to "
+                f"{partition!r}.\nFix: pass partition={names[axis]!r}, or give this "
+                "argument another in_axes (None leaves it alone)."
+            )
 
 
 def _where(target: Any, roots: Any) -> str:
@@ -155,10 +153,10 @@ def transform_metadata(
     Example::
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> w = nnx.Param(jnp.zeros((5, 2)), sharding_names=(None, 'data'))
+      >>> w = nnx.Param(jnp.zeros((5, 2)), out_sharding=(None, 'data'))
       >>> def grow(v):
-      ...   return nnx.Param(jnp.ones(3), sharding_names=('model',))
-      >>> nnx.transform_metadata(grow, in_axes=1, out_axes=1, partition='data')(w).sharding_names
+      ...   return nnx.Param(jnp.ones(3), out_sharding=('model',))
+      >>> nnx.transform_metadata(grow, in_axes=1, out_axes=1, partition='data')(w).out_sharding
       ('model', 'data')
 
     Source: Flax NNX 0.12 ``nnx.transform_metadata``.

@@ -10,8 +10,8 @@ Module method. Changes ``f`` makes to its arguments (new values, counters, new
 attributes) come back to the caller's objects, assembled with the arguments'
 ``in_specs``, as ``jit`` does.
 
-**Sharding metadata inside.** A Variable's ``sharding``/``sharding_names``
-metadata names mesh axes of the *global* array. Inside the body the mesh axes in
+**Sharding metadata inside.** A Variable's ``out_sharding``
+metadata (also where ``sharding=``/``sharding_names=`` are stored) names mesh axes of the *global* array. Inside the body the mesh axes in
 ``axis_names`` (all of them by default) are *manual*: the local array is not
 sharded over them and a sharding constraint may not name them. So inside ``f``
 those names read ``None`` (an entry naming several axes keeps the automatic ones),
@@ -35,7 +35,6 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.mesh_context import SHARDING_KEYS
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, kind_name
 from flaxgraph.transforms.calls import unbind
@@ -107,14 +106,12 @@ class LocalView:
             if not isinstance(leaf, Variable):
                 continue
             original = metadata_of(leaf)
-            local = None
-            for key in SHARDING_KEYS:
-                names = original.get(key)
-                if isinstance(names, tuple):
-                    new = _local_names(names, self.manual)
-                    if new != names:
-                        local = {**(local or original), key: new}
-            if local is not None:
+            names = original.get("out_sharding")
+            if not isinstance(names, tuple):
+                continue
+            new = _local_names(names, self.manual)
+            if new != names:
+                local = {**original, "out_sharding": new}
                 write_metadata(leaf, local)
                 self.saved[leaf] = (local, original)
 

@@ -5,7 +5,8 @@ inputs and add one to their outputs. A Variable's per-axis metadata must follow
 the array's rank, so on each such step the transform calls ``remove_axis_of`` /
 ``add_axis_of`` here with its ``transform_metadata`` mapping:
 
-* the sharding names (``out_sharding``, ``sharding``, ``sharding_names``) get
+* the sharding names (``out_sharding``, where ``sharding=``/``sharding_names=``
+  are stored too) get
   ``transform_metadata[PARTITION_NAME]`` inserted at (or removed from) the axis;
 * every other key of ``transform_metadata`` that names a tuple in the Variable's
   metadata gets that key's value inserted at (or removed from) the axis, e.g.
@@ -17,12 +18,12 @@ the array's rank, so on each such step the transform calls ``remove_axis_of`` /
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
-  >>> v = nnx.Param(jnp.ones((2, 3)), sharding_names=('a', 'b'), tags=('x', 'y'))
+  >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'), tags=('x', 'y'))
   >>> add_axis_of(v, 0, {nnx.PARTITION_NAME: 'layers', 'tags': 't'})
-  >>> v.sharding_names, v.tags
+  >>> v.out_sharding, v.tags
   (('layers', 'a', 'b'), ('t', 'x', 'y'))
   >>> remove_axis_of(v, 0, {nnx.PARTITION_NAME: 'layers', 'tags': 't'})
-  >>> v.sharding_names, v.tags
+  >>> v.out_sharding, v.tags
   (('a', 'b'), ('x', 'y'))
 
 An index counts from the front (``0`` is the first axis) or, when negative, from
@@ -39,8 +40,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
-from flaxgraph.mesh_context import SHARDING_KEYS
 
 # ``var`` below is an ``nnx.Variable``; it is not imported (variable.py imports this
 # module, and its ``add_axis``/``remove_axis`` hooks call ``insert_axis_metadata`` and
@@ -65,9 +64,9 @@ def _axis_keys(var: Any, transform_metadata: Mapping[str, Any]) -> dict[str, Any
     """``{metadata key: value to insert}`` of the tuples ``var`` keeps per axis."""
     stored = var._var_metadata
     name = transform_metadata.get(PARTITION_NAME)
-    keys = {k: name for k in SHARDING_KEYS if isinstance(stored.get(k), tuple)}
+    keys = {"out_sharding": name} if isinstance(stored.get("out_sharding"), tuple) else {}
     for k, v in transform_metadata.items():
-        if k != PARTITION_NAME and k not in SHARDING_KEYS and isinstance(stored.get(k), tuple):
+        if k not in (PARTITION_NAME, "out_sharding") and isinstance(stored.get(k), tuple):
             keys[k] = v
     return keys
 
@@ -144,13 +143,10 @@ def pad_stacked_axis(var: Any, index: int) -> None:
     if rank is None:
         return
     stored = var._var_metadata
-    changes = {
-        k: _inserted(stored[k], index, None)
-        for k in SHARDING_KEYS
-        if isinstance(stored.get(k), tuple) and len(stored[k]) <= rank
-    }
-    if changes:
-        object.__setattr__(var, "_var_metadata", {**stored, **changes})
+    names = stored.get("out_sharding")
+    if isinstance(names, tuple) and len(names) <= rank:
+        new = _inserted(names, index, None)
+        object.__setattr__(var, "_var_metadata", {**stored, "out_sharding": new})
 
 
 def drop_stacked_axis(var: Any, index: int) -> None:
@@ -162,10 +158,7 @@ def drop_stacked_axis(var: Any, index: int) -> None:
     if rank is None:
         return
     stored = var._var_metadata
-    changes = {}
-    for k in SHARDING_KEYS:
-        names = stored.get(k)
-        if isinstance(names, tuple) and len(names) == rank + 1 and names[index] is None:
-            changes[k] = _removed(names, index)
-    if changes:
-        object.__setattr__(var, "_var_metadata", {**stored, **changes})
+    names = stored.get("out_sharding")
+    if isinstance(names, tuple) and len(names) == rank + 1 and names[index] is None:
+        new = _removed(names, index)
+        object.__setattr__(var, "_var_metadata", {**stored, "out_sharding": new})

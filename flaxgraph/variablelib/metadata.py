@@ -3,12 +3,12 @@
 An initializer wrapped by ``with_metadata(init, **metadata)`` returns its value
 boxed in a ``VariableMetadata``; a Variable built from such a box unboxes the
 value and takes the metadata, so a layer that does ``Param(kernel_init(key,
-shape))`` gets, say, ``sharding=('data', None)`` without knowing about it::
+shape))`` gets, say, ``out_sharding=('data', None)`` without knowing about it::
 
   >>> import jax, flaxgraph as nnx
-  >>> init = nnx.with_metadata(nnx.initializers.ones, sharding=(None, 'model'))
+  >>> init = nnx.with_metadata(nnx.initializers.ones, out_sharding=(None, 'model'))
   >>> layer = nnx.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
-  >>> layer.kernel.sharding
+  >>> layer.kernel.out_sharding
   (None, 'model')
 
 Flax's ``VariableMetadata`` also carries value hooks (``on_set_value``…);
@@ -95,7 +95,7 @@ def with_metadata(initializer: F, **metadata: Any) -> F:
     Args:
       initializer: any callable returning the initial value, e.g. a
         ``jax.nn.initializers`` function ``(key, shape, dtype) -> Array``.
-      **metadata: the metadata (e.g. ``sharding=('data', None)``).
+      **metadata: the metadata (e.g. ``out_sharding=('data', None)``).
 
     Returns:
       A callable with ``initializer``'s signature (and name) that returns

@@ -16,8 +16,8 @@ it sees the change. Metadata is given as keyword arguments and read as
 attributes or with ``get_metadata``::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> w = nnx.Param(jnp.ones((3, 4)), sharding=('data', None))
-  >>> w.shape, w.sharding
+  >>> w = nnx.Param(jnp.ones((3, 4)), out_sharding=('data', None))
+  >>> w.shape, w.out_sharding
   ((3, 4), ('data', None))
   >>> w[...] += 1.0
   >>> float(w[0, 0])
@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -85,7 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxgraph.errors import TraceContextError, numbered_fixes
-from flaxgraph.mesh_context import place_at_creation
+from flaxgraph.mesh_context import place_at_creation, rename_sharding_keys
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
 from flaxgraph.variablelib import axes, boxes, refs
@@ -148,9 +149,12 @@ class Variable(Generic[A]):
         explicit ``ref=True``) asks for one, other values stay plain.
       mutable: ``False`` makes the Variable read-only. ``None``: ``True``.
       **metadata: arbitrary keyword metadata, readable as attributes
-        (``Param(x, sharding=('a', None)).sharding``). ``out_sharding`` (Flax
-        0.12's name), ``sharding`` and ``sharding_names`` are plain tuples of
-        mesh-axis names (or ``None``); no device mesh is needed to hold them.
+        (``Param(x, note=3).note``). ``out_sharding`` is a plain tuple of
+        mesh-axis names (or ``None``), one per dimension; no device mesh is needed to
+        hold it. As in Flax NNX 0.12, the deprecated older names ``sharding=``
+        and ``sharding_names=`` are stored as ``out_sharding`` with a
+        ``DeprecationWarning`` (so ``v.sharding`` is the value's own
+        ``jax.Array.sharding``).
         Created under an active mesh (``jax.set_mesh``) or with ``mesh=``
         metadata, the value is placed with that sharding at once unless eager
         sharding is off (see ``flaxgraph/mesh_context.py``).
@@ -221,6 +225,7 @@ class Variable(Generic[A]):
             # a metadata box (nnx.VariableMetadata, nnx.Partitioned…): its metadata joins
             metadata = {**value.variable_metadata(), **metadata}
             value = value.unbox()
+        rename_sharding_keys(metadata)  # `sharding=`/`sharding_names=` become out_sharding
         if metadata and not (refs.is_ref(value) or boxes.is_box(value)):
             # eager sharding: placed at creation
             value = place_at_creation(value, metadata, type(self).__name__)
@@ -549,7 +554,9 @@ class Variable(Generic[A]):
 
     def set_metadata(self, *args: Any, **kwargs: Any) -> None:
         """Sets metadata: ``set_metadata('name', value)``, ``set_metadata(name=value)``
-        or ``set_metadata(mapping)`` (replaces all metadata but the flags).
+        or ``set_metadata(mapping)`` (replaces all metadata but the flags). The older
+        names ``sharding`` and ``sharding_names`` are stored as ``out_sharding``, as
+        in Flax NNX 0.12.
 
         Raises:
           TypeError: other argument forms.
@@ -576,7 +583,7 @@ class Variable(Generic[A]):
                     f"set_metadata.\nFix: make a copy with the new flag: "
                     f"`nnx.with_vars(node, {key}={updates[key]!r})`."
                 )
-        updates = {k: v for k, v in updates.items() if k not in FLAG_KEYS}
+        updates = rename_sharding_keys({k: v for k, v in updates.items() if k not in FLAG_KEYS})
         flags = {k: old[k] for k in FLAG_KEYS if k in old}
         # A new dict each time: copies made by split/merge share no mutable state.
         metadata = {**updates, **flags} if replace else {**old, **updates}
@@ -625,22 +632,31 @@ class Variable(Generic[A]):
 
     @property
     def sharding_names(self) -> Any:
-        """The mesh-axis names of the value: the ``sharding_names`` metadata, else
-        ``out_sharding`` (Flax 0.12's name), else ``None``.
+        """The mesh-axis names of the value: the ``out_sharding`` metadata (where
+        ``sharding_names=`` and ``sharding=`` are stored too), else ``None``.
+
+        Warns:
+          DeprecationWarning: always; read ``out_sharding`` instead.
 
         Example::
 
+          >>> import warnings
           >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> nnx.Param(jnp.ones((2, 3)), out_sharding=('a', None)).sharding_names
+          >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', None))
+          >>> with warnings.catch_warnings():
+          ...   warnings.simplefilter('ignore', DeprecationWarning)
+          ...   v.sharding_names
           ('a', None)
 
         Source: Flax NNX 0.12 ``Variable.sharding_names`` (deprecated there in favour
-        of ``out_sharding``; flaxgraph also keeps a ``sharding_names`` metadata key).
+        of ``out_sharding``).
         """
-        metadata = self._var_metadata
-        if "sharding_names" in metadata:
-            return metadata["sharding_names"]
-        return metadata.get("out_sharding")
+        warnings.warn(
+            "Variable.sharding_names is deprecated; read out_sharding instead.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._var_metadata.get("out_sharding")
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: a Ref-backed Variable's value (its
@@ -701,7 +717,8 @@ class Variable(Generic[A]):
         new_value = self.raw_value if value is MISSING else value
         if isinstance(new_value, Variable):
             new_value = new_value.raw_value
-        return type(self)._from_parts(new_value, {**self._var_metadata, **metadata})
+        updated = {**self._var_metadata, **rename_sharding_keys(metadata)}
+        return type(self)._from_parts(new_value, updated)
 
     def copy(self: V, value: Any = MISSING, **updates: Any) -> V:
         """Returns a new Variable of the same kind with the same value and metadata
@@ -710,7 +727,7 @@ class Variable(Generic[A]):
         Args:
           value: a value for the copy instead of this Variable's.
           **updates: metadata to change in the copy, flags included
-            (``v.copy(ref=True)``, ``v.copy(hijax=False, sharding=...)``).
+            (``v.copy(ref=True)``, ``v.copy(hijax=False, out_sharding=...)``).
 
         Returns:
           A new Variable of ``type(self)``; this one is unchanged.
@@ -881,9 +898,9 @@ class Variable(Generic[A]):
         Example::
 
           >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> v = nnx.Param(jnp.ones((2, 3)), sharding=('a', 'b'))
+          >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))
           >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
-          >>> v.sharding
+          >>> v.out_sharding
           ('batch', 'a', 'b')
 
         Source: Flax NNX 0.12 ``Variable.add_axis(axis_index, axis_name)``.

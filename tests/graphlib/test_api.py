@@ -110,13 +110,13 @@ def test_split_plain_containers():
 
 
 def test_split_and_merge_a_variable_root():
-    v = nnx.Param(jnp.ones(2), sharding=("a",))
+    v = nnx.Param(jnp.ones(2), out_sharding=("a",))
     graphdef, state = nnx.split(v)
-    assert type(state) is nnx.Param and state is v and state.sharding == ("a",)
+    assert type(state) is nnx.Param and state is v and state.out_sharding == ("a",)
     out = nnx.merge(graphdef, state)
     assert out is v
     out = nnx.merge(graphdef, state, copy=True)
-    assert type(out) is nnx.Param and out is not v and out.sharding == ("a",)
+    assert type(out) is nnx.Param and out is not v and out.out_sharding == ("a",)
     np.testing.assert_array_equal(out.value, np.ones(2))
     graphdef, params, rest = nnx.split(v, nnx.BatchStat, ...)
     assert len(params) == 0 and type(rest) is nnx.Param
@@ -272,10 +272,10 @@ def test_update_from_several_states_and_partial():
 
 def test_update_with_variable_leaf_takes_metadata():
     m = Model()
-    nnx.update(m, {"mean": nnx.BatchStat(jnp.ones(3), sharding=("x",))})
-    assert m.mean.sharding == ("x",)
+    nnx.update(m, {"mean": nnx.BatchStat(jnp.ones(3), out_sharding=("x",))})
+    assert m.mean.out_sharding == ("x",)
     nnx.update(m, {"mean": jnp.zeros(3)})  # raw value keeps the metadata
-    assert m.mean.sharding == ("x",)
+    assert m.mean.out_sharding == ("x",)
 
 
 def test_update_adds_new_attributes():

@@ -74,8 +74,8 @@ def changed(edit) -> nnx.GraphDef:
             ".layers[0]: a Block in the first, a Node in the second",
         ),
         (
-            lambda m: setattr(m, "w", nnx.Param(jnp.ones(2), sharding=("a",))),
-            ".w: the Param's metadata differs ({} vs {'sharding': ('a',)})",
+            lambda m: setattr(m, "w", nnx.Param(jnp.ones(2), out_sharding=("a",))),
+            ".w: the Param's metadata differs ({} vs {'out_sharding': ('a',)})",
         ),
     ],
     ids=[

@@ -134,7 +134,7 @@ def test_different_values_same_graphdef():
         lambda m: setattr(m, "activation", "gelu"),
         lambda m: setattr(m, "extra", 1),
         lambda m: setattr(m, "w", nnx.BatchStat(m.w.value)),
-        lambda m: m.w.set_metadata("sharding", ("a", None)),
+        lambda m: m.w.set_metadata("out_sharding", ("a", None)),
         lambda m: setattr(m, "b", m.w),  # sharing changes structure
         lambda m: delattr(m, "b"),
     ],

@@ -62,12 +62,12 @@ def test_merge_reuses_the_states_variables_unless_copy(graph):
 
 def test_merge_recreate_variables_wraps_pure_values():
     m = Pair()
-    m.a.set_metadata(sharding=("x",))
+    m.a.set_metadata(out_sharding=("x",))
     graphdef, state = nnx.split(m)
     pure = nnx.as_pure(state)
     assert not any(isinstance(x, nnx.Variable) for x in jax.tree.leaves(pure))
     rebuilt = nnx.merge(graphdef, pure)
-    assert type(rebuilt.a) is nnx.Param and rebuilt.a.sharding == ("x",)
+    assert type(rebuilt.a) is nnx.Param and rebuilt.a.out_sharding == ("x",)
     assert type(rebuilt.stats) is nnx.BatchStat
     assert rebuilt.a.value is m.a.value
     raw = nnx.merge(graphdef, pure, recreate_variables=False)

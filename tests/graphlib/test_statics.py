@@ -185,7 +185,7 @@ class Sharded(nnx.Module):
     """A layer whose kernel carries list metadata, as configs often write it."""
 
     def __init__(self, rngs: nnx.Rngs):
-        self.kernel = nnx.Param(rngs.params.normal((2, 3)), sharding_names=["data", None])
+        self.kernel = nnx.Param(rngs.params.normal((2, 3)), out_sharding=["data", None])
 
     def __call__(self, x: Any) -> Any:
         return x @ self.kernel[...]
@@ -204,6 +204,6 @@ def test_list_metadata_runs_under_jit_and_grad_as_in_flax():
     expected_kernel = model.kernel[...] - 0.1 * 2 * x.T @ (x @ model.kernel[...])
     step(model, x)
     np.testing.assert_allclose(model.kernel[...], expected_kernel, rtol=1e-5)
-    assert model.kernel.get_metadata()["sharding_names"] == ["data", None]
+    assert model.kernel.get_metadata()["out_sharding"] == ["data", None]
     again = nnx.merge(*nnx.split(model))
-    assert again.kernel.get_metadata()["sharding_names"] == ["data", None]
+    assert again.kernel.get_metadata()["out_sharding"] == ["data", None]

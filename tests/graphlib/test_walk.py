@@ -218,18 +218,18 @@ def test_unhashable_static_error_names_the_path_from_a_root():
 
 
 def test_unhashable_metadata_splits_and_hashing_names_path():
-    # As in Flax: list metadata (sharding=["a", None]) splits and compares by ==;
+    # As in Flax: list metadata (out_sharding=["a", None]) splits and compares by ==;
     # only hashing the GraphDef itself needs it hashable, and names the Variable.
     m = Leaf()
     m.layers = [Leaf(), Leaf()]
-    m.layers[1].w.set_metadata(sharding=["a", None])
+    m.layers[1].w.set_metadata(out_sharding=["a", None])
     graphdef, _ = flatten_with_paths(m)
     assert graphdef == flatten_with_paths(m)[0]
-    m.layers[1].w.set_metadata(sharding=["b", None])
+    m.layers[1].w.set_metadata(out_sharding=["b", None])
     assert graphdef != flatten_with_paths(m)[0]
     with pytest.raises(
         nnx.StaticAttributeError,
-        match=r"metadata 'sharding' of the Param at node\.layers\[1\]\.w is a list",
+        match=r"metadata 'out_sharding' of the Param at node\.layers\[1\]\.w is a list",
     ):
         hash(graphdef)
 

@@ -27,11 +27,15 @@ def test_out_of_range_ids_are_nan():
 
 def test_dtype_and_metadata():
     embed = Embed(
-        5, 2, dtype=jnp.bfloat16, embedding_metadata={"sharding": ("vocab", None)}, rngs=nnx.Rngs(0)
+        5,
+        2,
+        dtype=jnp.bfloat16,
+        embedding_metadata={"out_sharding": ("vocab", None)},
+        rngs=nnx.Rngs(0),
     )
     assert embed.embedding.dtype == jnp.float32
     assert embed(jnp.array([1])).dtype == jnp.bfloat16
-    assert embed.embedding.sharding == ("vocab", None)
+    assert embed.embedding.out_sharding == ("vocab", None)
 
 
 def test_errors():

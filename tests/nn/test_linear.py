@@ -50,13 +50,13 @@ class TestLinear:
             3,
             kernel_init=jax.nn.initializers.ones,
             bias_init=jax.nn.initializers.constant(2.0),
-            kernel_metadata={"sharding": (None, "model")},
-            bias_metadata={"sharding": ("model",)},
+            kernel_metadata={"out_sharding": (None, "model")},
+            bias_metadata={"out_sharding": ("model",)},
             rngs=nnx.Rngs(0),
         )
         assert (layer.kernel.value == 1).all() and (layer.bias.value == 2).all()
-        assert layer.kernel.sharding == (None, "model")
-        assert layer.bias.sharding == ("model",)
+        assert layer.kernel.out_sharding == (None, "model")
+        assert layer.bias.out_sharding == ("model",)
 
     def test_with_partitioning(self):
         init = nnx.with_partitioning(jax.nn.initializers.lecun_normal(), ("data", "model"))

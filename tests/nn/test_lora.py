@@ -27,8 +27,8 @@ normal = jax.nn.initializers.normal(1.0)
 
 
 def test_lora_param_is_a_param():
-    p = LoRAParam(jnp.zeros((2, 3)), sharding=(None, "model"))
-    assert isinstance(p, nnx.Param) and p.sharding == (None, "model")
+    p = LoRAParam(jnp.zeros((2, 3)), out_sharding=(None, "model"))
+    assert isinstance(p, nnx.Param) and p.out_sharding == (None, "model")
     assert nnx.LoRAParam is LoRAParam
 
 
@@ -81,11 +81,11 @@ def test_lora_dtypes_and_metadata():
         4,
         param_dtype=jnp.bfloat16,
         lora_param_type=nnx.Param,
-        a_metadata={"sharding": (None, "r")},
+        a_metadata={"out_sharding": (None, "r")},
         rngs=nnx.Rngs(0),
     )
     assert type(layer.lora_a) is nnx.Param and layer.lora_a.value.dtype == jnp.bfloat16
-    assert layer.lora_a.sharding == (None, "r")
+    assert layer.lora_a.out_sharding == (None, "r")
     assert layer(rand(2, 3)).dtype == jnp.float32  # promoted with float32 inputs
     half = LoRA(3, 2, 4, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
     assert half(rand(2, 3)).dtype == jnp.bfloat16

@@ -73,7 +73,7 @@ def test_flatten_with_path_keys_are_pinned():
         ".params.count.value",
         ".params.key.value",
     ]
-    assert keys(nnx.Param(jnp.ones(1), sharding=("a",))) == [".value"]
+    assert keys(nnx.Param(jnp.ones(1), out_sharding=("a",))) == [".value"]
     opt = nnx.Optimizer(nnx.Linear(1, 1, rngs=nnx.Rngs(0)), optax.adam(0.1), wrt=nnx.Param)
     assert keys(opt) == [
         ".opt_state[0].count.value",
@@ -144,14 +144,14 @@ def test_unflattened_objects_keep_data_attributes():
 
 
 def test_variable_treedef_compares_metadata_by_value():
-    a = nnx.Param(jnp.ones(1), sharding=("x",), tag=1)
-    b = nnx.Param(jnp.zeros(1), tag=1, sharding=("x",))
-    c = nnx.Param(jnp.zeros(1), tag=2, sharding=("x",))
+    a = nnx.Param(jnp.ones(1), out_sharding=("x",), tag=1)
+    b = nnx.Param(jnp.zeros(1), tag=1, out_sharding=("x",))
+    c = nnx.Param(jnp.zeros(1), tag=2, out_sharding=("x",))
     assert jax.tree.structure(a) == jax.tree.structure(b)
     assert jax.tree.structure(a) != jax.tree.structure(c)
     assert hash(jax.tree.structure(a)) == hash(jax.tree.structure(b))
     rebuilt = jax.tree.map(lambda x: x + 1, a)
-    assert type(rebuilt) is nnx.Param and rebuilt.tag == 1 and rebuilt.sharding == ("x",)
+    assert type(rebuilt) is nnx.Param and rebuilt.tag == 1 and rebuilt.out_sharding == ("x",)
     rebuilt.tag = 5  # a new metadata dict: the original is untouched
     assert a.tag == 1
 

@@ -95,7 +95,7 @@ def _at(g: Any, path: tuple[Any, ...]) -> Any:
         pytest.param(lambda g: any(type(v) is Record for v in values_of(g)), id="record"),
         pytest.param(lambda g: any(type(v) is Block for v in nodes_of(g)[:-1]), id="block"),
         pytest.param(
-            lambda g: any("sharding" in v.get_metadata() for v in variables_of(g)),
+            lambda g: any("out_sharding" in v.get_metadata() for v in variables_of(g)),
             id="sharding-metadata",
         ),
         pytest.param(
@@ -247,7 +247,7 @@ def test_static_values_are_hashable(v: Any) -> None:
 @given(variables())
 def test_variables_metadata_matches_rank(v: nnx.Variable[Any]) -> None:
     assert isinstance(v, VARIABLE_KINDS)
-    sharding = v.get_metadata("sharding", None)
+    sharding = v.get_metadata("out_sharding", None)
     if sharding is not None:
         assert len(sharding) == v.value.ndim
 

@@ -21,7 +21,7 @@ from flaxgraph.training.metrics import Average, MultiMetric
 
 class Net(nnx.Module):
     def __init__(self) -> None:
-        self.w = nnx.Param(jnp.zeros((2, 3)), sharding=("data", None))
+        self.w = nnx.Param(jnp.zeros((2, 3)), out_sharding=("data", None))
         self.b = nnx.Param(jnp.zeros(3))
         self.stats = nnx.BatchStat(jnp.ones(3))
 
@@ -68,7 +68,7 @@ def test_params_keep_kinds_and_metadata_and_only_selects():
     w = ema.params["w"]
     assert type(w) is nnx.Param and type(ema.params["stats"]) is nnx.BatchStat
     assert w is not model.w and w.value is not model.w.value  # a copy, own buffers
-    assert w.sharding == ("data", None)
+    assert w.out_sharding == ("data", None)
     specs = nnx.get_partition_spec(nnx.state(ema))
     assert specs["params"]["w"].value == jax.sharding.PartitionSpec("data", None)
     only = EMA(model, 0.9, only=nnx.BatchStat)

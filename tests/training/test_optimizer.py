@@ -27,9 +27,9 @@ class Trainable(nnx.Param):
 class MLP(nnx.Module):
     def __init__(self, seed: int = 0):
         k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-        self.w1 = nnx.Param(jax.random.normal(k1, (3, 4)) * 0.5, sharding=(None, "model"))
-        self.b1 = nnx.Param(jnp.zeros(4), sharding=("model",))
-        self.w2 = Trainable(jax.random.normal(k2, (4, 2)) * 0.5, sharding=("model", None))
+        self.w1 = nnx.Param(jax.random.normal(k1, (3, 4)) * 0.5, out_sharding=(None, "model"))
+        self.b1 = nnx.Param(jnp.zeros(4), out_sharding=("model",))
+        self.w2 = Trainable(jax.random.normal(k2, (4, 2)) * 0.5, out_sharding=("model", None))
         self.b2 = Trainable(jax.random.normal(k3, (2,)) * 0.1)
         self.stats = nnx.BatchStat(jnp.arange(4.0))
         self.calls = nnx.Variable(jnp.array(0))
@@ -231,7 +231,7 @@ def test_batch_stats_and_other_state_are_untouched():
     assert model.name == name
     # and the parameters keep their kinds, metadata and dtypes
     assert type(model.w1) is nnx.Param and type(model.w2) is Trainable
-    assert model.w1.sharding == (None, "model")
+    assert model.w1.out_sharding == (None, "model")
     assert model.w1.value.dtype == jnp.float32
 
 
@@ -329,9 +329,9 @@ def test_opt_state_variables_copy_parameter_metadata():
     assert type(count) is OptArray and isinstance(count, OptState)
     for moments in (mu, nu):
         assert all(type(v) is OptVariable for v in moments.values())
-        assert moments["w1"].sharding == (None, "model")
-        assert moments["b1"].sharding == ("model",)
-        assert moments["w2"].sharding == ("model", None)
+        assert moments["w1"].out_sharding == (None, "model")
+        assert moments["b1"].out_sharding == ("model",)
+        assert moments["w2"].out_sharding == ("model", None)
         assert moments["w1"].source_type is nnx.Param
         assert moments["w2"].source_type is Trainable
     assert type(optimizer.step) is OptState
@@ -373,14 +373,14 @@ def test_named_shardings_place_the_optimizer_state():
 def test_factored_state_drops_sharding_of_other_shapes():
     class Wide(nnx.Module):
         def __init__(self):
-            self.w = nnx.Param(jnp.ones((8, 6)), sharding=("data", "model"))
+            self.w = nnx.Param(jnp.ones((8, 6)), out_sharding=("data", "model"))
 
     model = Wide()
     optimizer = Optimizer(model, optax.adafactor(1e-2, min_dim_size_to_factor=2), wrt=nnx.Param)
     found = {}
     for path, v in nnx.state(optimizer).flat_state():
         if isinstance(v, OptVariable):
-            found[path[-2]] = (v.value.shape, v.get_metadata("sharding", None))
+            found[path[-2]] = (v.value.shape, v.get_metadata("out_sharding", None))
     # adafactor's row and column statistics have rank 1: the parameter's names would not fit
     assert sorted(found["v_row"][0] + found["v_col"][0]) == [6, 8]
     assert found["v_row"][1] is None and found["v_col"][1] is None
@@ -456,7 +456,7 @@ def test_state_that_stores_the_params_does_not_share_their_buffers():
     stored = optimizer.opt_state[0]["anchor"]
     assert stored["w1"].value is not model.w1.value
     np.testing.assert_array_equal(stored["w1"].value, model.w1.value)
-    assert stored["w1"].sharding == model.w1.sharding
+    assert stored["w1"].out_sharding == model.w1.out_sharding
 
     def train_step(model: MLP, optimizer: Optimizer[MLP], x: jax.Array, y: jax.Array) -> None:
         optimizer.update(model, nnx.grad(model_loss)(model, x, y))

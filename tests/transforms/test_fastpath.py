@@ -51,7 +51,7 @@ MUTATIONS = {
     "append_to_list": lambda m: m.extra.append(nnx.Param(jnp.full(2, 10.0))),
     "add_dict_key": lambda m: m.cfg.__setitem__("b", 1),
     "replace_dict_value": lambda m: m.cfg.__setitem__("a", jnp.full(2, 5.0)),
-    "set_metadata": lambda m: m.w.set_metadata(sharding=("a", None)),
+    "set_metadata": lambda m: m.w.set_metadata(out_sharding=("a", None)),
     "swap_variable": lambda m: setattr(m, "w", nnx.Param(jnp.zeros((2, 2)))),
     "new_attribute": lambda m: setattr(m, "z", nnx.BatchStat(jnp.ones(1))),
     "delete_attribute": lambda m: delattr(m, "raw"),
@@ -222,7 +222,7 @@ DEEP_MUTATIONS = {
     "append_layer": lambda m: m.layers.append(Lin()),
     "swap_layer": lambda m: m.layers.__setitem__(30, Lin()),
     "swap_variable": lambda m: setattr(m.layers[35], "w", nnx.Param(jnp.zeros((2, 2)))),
-    "set_metadata": lambda m: m.layers[33].w.set_metadata(sharding=("a", None)),
+    "set_metadata": lambda m: m.layers[33].w.set_metadata(out_sharding=("a", None)),
     "replace_table_entry": lambda m: m.table.__setitem__("k20", nnx.Param(jnp.ones(2))),
     "set_raw_array": lambda m: setattr(m.layers[39], "raw", jnp.full(2, 3.0)),
 }

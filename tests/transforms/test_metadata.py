@@ -22,8 +22,8 @@ from flaxgraph.testing import (
 
 class Stack(nnx.Module):
     def __init__(self) -> None:
-        self.w = nnx.Param(jnp.ones((4, 3)), sharding_names=("layers", "model"))
-        self.b = nnx.BatchStat(jnp.zeros((4,)), sharding_names=("layers",))
+        self.w = nnx.Param(jnp.ones((4, 3)), out_sharding=("layers", "model"))
+        self.b = nnx.BatchStat(jnp.zeros((4,)), out_sharding=("layers",))
         self.plain = nnx.Param(jnp.ones((4,)))
 
 
@@ -34,18 +34,18 @@ class Stack(nnx.Module):
 def test_inside_the_axis_is_removed_and_afterwards_restored(names: list[Any], data: Any) -> None:
     axis = data.draw(st.integers(-len(names), len(names) - 1))
     names[axis] = "p"
-    v = nnx.Param(jnp.zeros((2,) * len(names)), sharding_names=tuple(names))
+    v = nnx.Param(jnp.zeros((2,) * len(names)), out_sharding=tuple(names))
     seen = []
-    nnx.transform_metadata(lambda x: seen.append(x.sharding_names), in_axes=axis, partition="p")(v)
+    nnx.transform_metadata(lambda x: seen.append(x.out_sharding), in_axes=axis, partition="p")(v)
     expected = list(names)
     del expected[axis]
     assert seen == [tuple(expected)]
-    assert v.sharding_names == tuple(names) and v.value.shape == (2,) * len(names)
+    assert v.out_sharding == tuple(names) and v.value.shape == (2,) * len(names)
 
 
 def test_same_metadata_inside_as_vmap_shows() -> None:
     def inside(m: Stack) -> Any:
-        return (m.w.sharding_names, m.b.sharding_names)
+        return (m.w.out_sharding, m.b.out_sharding)
 
     seen_vmap = []
     nnx.vmap(
@@ -57,7 +57,7 @@ def test_same_metadata_inside_as_vmap_shows() -> None:
 
 def test_in_axes_none_and_state_axes() -> None:
     stack = Stack()
-    f = lambda m: (m.w.sharding_names, m.b.sharding_names)
+    f = lambda m: (m.w.out_sharding, m.b.out_sharding)
     assert nnx.transform_metadata(f, in_axes=None, partition="layers")(stack) == (
         ("layers", "model"),
         ("layers",),
@@ -67,12 +67,12 @@ def test_in_axes_none_and_state_axes() -> None:
         ("layers",),
         ("layers",),
     )
-    assert stack.w.sharding_names == ("layers", "model")
+    assert stack.w.out_sharding == ("layers", "model")
 
 
 def test_per_argument_in_axes_and_keywords() -> None:
     def f(a: Stack, b: Stack) -> Any:
-        return a.w.sharding_names, b.w.sharding_names
+        return a.w.out_sharding, b.w.out_sharding
 
     g = nnx.transform_metadata(f, in_axes=(0, None), partition="layers")
     assert g(Stack(), Stack()) == (("model",), ("layers", "model"))
@@ -86,26 +86,26 @@ def test_updates_reach_the_caller_with_the_axis_back() -> None:
 
     def step(m: Stack) -> nnx.Param:
         m.w.value = m.w.value * 3
-        m.extra = nnx.Param(jnp.ones((4, 2)), sharding_names=("model",))
-        return nnx.Param(jnp.zeros((3, 5)), sharding_names=("out",))
+        m.extra = nnx.Param(jnp.ones((4, 2)), out_sharding=("model",))
+        return nnx.Param(jnp.zeros((3, 5)), out_sharding=("out",))
 
     out = nnx.transform_metadata(step, in_axes=0, out_axes=1, partition="layers")(stack)
     np.testing.assert_allclose(stack.w.value, 3 * np.ones((4, 3)))
-    assert stack.w.sharding_names == ("layers", "model")
-    assert stack.extra.sharding_names == ("layers", "model")  # got the in-axis on the way out
-    assert out.sharding_names == ("out", "layers")
+    assert stack.w.out_sharding == ("layers", "model")
+    assert stack.extra.out_sharding == ("layers", "model")  # got the in-axis on the way out
+    assert out.out_sharding == ("out", "layers")
 
 
 def test_returning_an_input_gives_the_callers_object() -> None:
     stack = Stack()
     out = nnx.transform_metadata(lambda m: m, partition="layers")(stack)
-    assert out is stack and stack.w.sharding_names == ("layers", "model")
+    assert out is stack and stack.w.out_sharding == ("layers", "model")
 
 
 def test_decorator_form() -> None:
     @nnx.transform_metadata(in_axes=1, partition="model")
     def names(m: Stack) -> Any:
-        return m.w.sharding_names
+        return m.w.out_sharding
 
     assert names(Stack()) == ("layers",)
 
@@ -119,7 +119,7 @@ def test_inconsistent_aliases_are_an_error_and_leave_the_object_alone() -> None:
     stack = Stack()
     with pytest.raises(nnx.InconsistentAliasingError, match=r"args\[0\]"):
         nnx.transform_metadata(lambda a, b: None, in_axes=(0, None), partition="p")(stack, stack)
-    assert stack.w.sharding_names == ("layers", "model")
+    assert stack.w.out_sharding == ("layers", "model")
 
 
 def test_same_names_inside_as_flax() -> None:
@@ -129,8 +129,8 @@ def test_same_names_inside_as_flax() -> None:
     flax_nnx.transform_metadata(
         lambda x: theirs.append(x.get_metadata()["out_sharding"]), in_axes=1, partition="model"
     )(v)
-    ours = nnx.transform_metadata(lambda x: x.sharding_names, in_axes=1, partition="model")(
-        nnx.Param(jnp.ones((4, 3)), sharding_names=("layers", "model"))
+    ours = nnx.transform_metadata(lambda x: x.out_sharding, in_axes=1, partition="model")(
+        nnx.Param(jnp.ones((4, 3)), out_sharding=("layers", "model"))
     )
     assert theirs == [ours]
 
@@ -139,7 +139,7 @@ def test_a_name_other_than_partition_at_the_axis_is_an_error_naming_the_path() -
     stack = Stack()
     with pytest.raises(ValueError, match=r"(?s)args\[0\]\.w.*'model'.*partition='model'"):
         nnx.transform_metadata(lambda m: m.w.value.sum(), in_axes=1, partition="layers")(stack)
-    assert stack.w.sharding_names == ("layers", "model")
+    assert stack.w.out_sharding == ("layers", "model")
 
 
 # -- differential: without axes, transform_metadata is an identity-like transform --------------
@@ -177,15 +177,15 @@ def test_vmap_around_transform_metadata_names_the_axis_once(graph: bool) -> None
 
 
 def test_carry_in_the_axes_counts_as_none_so_a_scans_axes_can_be_reused() -> None:
-    w = nnx.Param(jnp.ones((5, 3)), sharding=("layers", "d"))
+    w = nnx.Param(jnp.ones((5, 3)), out_sharding=("layers", "d"))
     seen = []
 
     @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
     @nnx.transform_metadata(in_axes=(0, nnx.Carry), out_axes=nnx.Carry, partition="layers")
     def body(w: Any, c: Any) -> Any:
-        seen.append(w.sharding)
+        seen.append(w.out_sharding)
         return c + w.value.sum()
 
     assert float(body(w, jnp.zeros(()))) == 15.0
     assert seen == [("d",)]
-    assert w.sharding == ("layers", "d")
+    assert w.out_sharding == ("layers", "d")

@@ -167,17 +167,17 @@ SCRIPT = textwrap.dedent(
 
     @check
     def axis_metadata():
-        m = Node(p=nnx.Param(jnp.ones((3, 8)), sharding=("model", "data")))
+        m = Node(p=nnx.Param(jnp.ones((3, 8)), out_sharding=("model", "data")))
         seen = []
 
         @nnx.pmap(in_axes=1, transform_metadata={nnx.PARTITION_NAME: "data"})
         def f(m):
-            seen.append((m.p.shape, m.p.sharding))
+            seen.append((m.p.shape, m.p.out_sharding))
             m.p.value = m.p.value * 2
 
         f(m)
         assert seen == [((3,), ("model",))], seen
-        assert m.p.shape == (3, 8) and m.p.sharding == ("model", "data")
+        assert m.p.shape == (3, 8) and m.p.out_sharding == ("model", "data")
         np.testing.assert_array_equal(m.p.value, np.full((3, 8), 2.0))
 
     @check

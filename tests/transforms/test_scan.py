@@ -217,7 +217,7 @@ def test_grad_through_scan_over_layers_equals_jax_grad_of_the_loop() -> None:
 
 def test_scan_collects_per_layer_outputs_and_metadata() -> None:
     stack = make_stack()
-    stack.w.set_metadata("sharding", ("layers", None, "model"))
+    stack.w.set_metadata("out_sharding", ("layers", None, "model"))
     x = jnp.ones((2, D))
     seen: list[Any] = []
 
@@ -227,13 +227,13 @@ def test_scan_collects_per_layer_outputs_and_metadata() -> None:
         transform_metadata={nnx.PARTITION_NAME: "layers"},
     )
     def forward(x: jax.Array, layer: Block) -> tuple[jax.Array, jax.Array]:
-        seen.append(layer.w.sharding)
+        seen.append(layer.w.out_sharding)
         y = layer(x)
         return y, y.sum()
 
     y, sums = forward(x, stack)
     assert seen == [(None, "model")]
-    assert stack.w.sharding == ("layers", None, "model")
+    assert stack.w.out_sharding == ("layers", None, "model")
     ref, expected_sums = x, []
     for i in range(LAYERS):
         ref = jnp.tanh(ref @ stack.w.value[i] + stack.b.value[i][None])

@@ -39,8 +39,8 @@ SCRIPT = textwrap.dedent(
 
     class MLP(nnx.Module):
         def __init__(self):
-            self.l1 = Node(kernel=nnx.Param(jnp.asarray(K1), sharding=(None, "model")))
-            self.l2 = Node(kernel=nnx.Param(jnp.asarray(K2), sharding=("model", None)))
+            self.l1 = Node(kernel=nnx.Param(jnp.asarray(K1), out_sharding=(None, "model")))
+            self.l2 = Node(kernel=nnx.Param(jnp.asarray(K2), out_sharding=("model", None)))
             self.calls = nnx.BatchStat(jnp.zeros((), jnp.int32))
 
         def __call__(self, x):
@@ -139,21 +139,21 @@ SCRIPT = textwrap.dedent(
     @check
     def sharding_names_show_the_local_view_inside_and_come_back():
         m = Node(
-            w=nnx.Param(jnp.ones((8, 4)), sharding=("data", "model")),
-            v=nnx.Param(jnp.ones((8, 4)), sharding_names=(("data", "model"), None)),
-            u=nnx.Param(jnp.ones(4), sharding=(None,), tag="a"),
+            w=nnx.Param(jnp.ones((8, 4)), out_sharding=("data", "model")),
+            v=nnx.Param(jnp.ones((8, 4)), out_sharding=(("data", "model"), None)),
+            u=nnx.Param(jnp.ones(4), out_sharding=(None,), tag="a"),
         )
         seen = {}
 
         def body(m):
-            seen.update(w=m.w.sharding, v=m.v.sharding_names, u=m.u.get_metadata(exclude_required=True))
+            seen.update(w=m.w.out_sharding, v=m.v.out_sharding, u=m.u.get_metadata(exclude_required=True))
             return None
 
         spec = nnx.StateSharding({nnx.PathContains("w"): P("data", "model"), ...: P()})
         nnx.shard_map(body, mesh=MESH, in_specs=(spec,), out_specs=P())(m)
         assert seen == {"w": (None, None), "v": (None, None),
-                        "u": {"sharding": (None,), "tag": "a"}}, seen
-        assert m.w.sharding == ("data", "model") and m.v.sharding_names == (("data", "model"), None)
+                        "u": {"out_sharding": (None,), "tag": "a"}}, seen
+        assert m.w.out_sharding == ("data", "model") and m.v.out_sharding == (("data", "model"), None)
         # partially manual: the automatic axis keeps its name
         seen.clear()
         nnx.shard_map(body, mesh=MESH, in_specs=(P(),), out_specs=P(), axis_names={"data"})(m)

@@ -220,17 +220,16 @@ MESH_XY = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("x", "y"))
 @given(
     names=st.lists(NAMES, min_size=1, max_size=3).map(tuple),
     manual=st.sampled_from([set(), {"x"}, {"y"}]),
-    key=st.sampled_from(["sharding", "sharding_names"]),
 )
 def test_sharding_names_inside_drop_the_manual_axes(
-    names: tuple[Any, ...], manual: set[str], key: str
+    names: tuple[Any, ...], manual: set[str]
 ) -> None:
-    v = nnx.Param(jnp.ones((1,) * len(names)), **{key: names})
+    v = nnx.Param(jnp.ones((1,) * len(names)), out_sharding=names)
     metadata = v._var_metadata
     seen = []
 
     def body(v: Any) -> Any:
-        seen.append(v.get_metadata(key, None))
+        seen.append(v.get_metadata("out_sharding", None))
         return jnp.zeros(())
 
     f = nnx.shard_map(body, mesh=MESH_XY, in_specs=(P(),), out_specs=P(), axis_names=manual)

@@ -1,6 +1,6 @@
 """A stacked, sharded model and its optimizer (flax#5112).
 
-The thread's script: a ``Linear`` with ``kernel_metadata={'sharding': ('a', None)}``
+The thread's script: a ``Linear`` with ``kernel_metadata={'out_sharding': ('a', None)}``
 created under ``nnx.vmap`` (or ``nnx.scan``) with ``split_rngs`` on a 2-device mesh,
 then ``nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)``. Flax NNX 0.12.8 keeps
 ``('a', None)`` on the rank-3 stacked kernel, and the optimizer raises "does not
@@ -31,11 +31,11 @@ SCRIPT = textwrap.dedent(
     MESH = jax.make_mesh((2,), ("a",), devices=jax.devices()[:2])
 
     def make(rngs):
-        return nnx.Linear(4, 4, kernel_metadata={"sharding": ("a", None)}, rngs=rngs)
+        return nnx.Linear(4, 4, kernel_metadata={"out_sharding": ("a", None)}, rngs=rngs)
 
     def check_stacked(model, first):
         assert model.kernel.shape == (3, 4, 4)
-        assert model.kernel.sharding == (first, "a", None), model.kernel.sharding
+        assert model.kernel.out_sharding == (first, "a", None), model.kernel.out_sharding
         assert model.kernel.value.sharding.spec == P(first, "a", None)
         specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
         assert specs["kernel"].value == P(first, "a", None)
@@ -71,7 +71,7 @@ SCRIPT = textwrap.dedent(
                 nnx.vmap(make, transform_metadata={nnx.PARTITION_NAME: "layers"})
             )
             model = create(nnx.Rngs(0))
-            assert model.kernel.sharding == ("layers", "a", None)
+            assert model.kernel.out_sharding == ("layers", "a", None)
             assert nnx.get_partition_spec(nnx.state(model))["kernel"].value == P("layers", "a", None)
             opt = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
             assert opt.opt_state[0].mu["kernel"].value.sharding.spec == P("layers", "a", None)
@@ -92,7 +92,7 @@ def test_optimizer_over_a_stacked_sharded_model() -> None:
 
 class Stack(nnx.Module):
     def __init__(self, w: jnp.ndarray, names: tuple[object, ...]):
-        self.w = nnx.Param(w, sharding_names=names)
+        self.w = nnx.Param(w, out_sharding=names)
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
@@ -103,7 +103,7 @@ def test_unnamed_stacked_axis_round_trips_through_vmap(axis: int) -> None:
     seen = []
 
     def f(m: Stack) -> jnp.ndarray:
-        seen.append(m.w.sharding_names)
+        seen.append(m.w.out_sharding)
         return m.w.value.sum()
 
     nnx.vmap(f, in_axes=axis)(stack)
@@ -112,15 +112,15 @@ def test_unnamed_stacked_axis_round_trips_through_vmap(axis: int) -> None:
     made = make(jnp.ones((2, 3, 5)))
     expected = list(("x", "y"))
     expected.insert(axis if axis >= 0 else 2, None)
-    assert made.w.sharding_names == tuple(expected)
+    assert made.w.out_sharding == tuple(expected)
     nnx.vmap(f, in_axes=axis)(made)
     assert seen[-1] == ("x", "y")  # the unnamed axis is removed inside
-    assert made.w.sharding_names == tuple(expected)  # and put back
+    assert made.w.out_sharding == tuple(expected)  # and put back
 
 
 def test_a_named_stacked_axis_is_left_alone_without_partition_name() -> None:
     stack = Stack(jnp.ones((2, 3)), ("layers", "y"))
     seen = []
-    nnx.vmap(lambda m: seen.append(m.w.sharding_names))(stack)
+    nnx.vmap(lambda m: seen.append(m.w.out_sharding))(stack)
     assert seen == [("layers", "y")]
-    assert stack.w.sharding_names == ("layers", "y")
+    assert stack.w.out_sharding == ("layers", "y")

@@ -17,7 +17,7 @@ import flaxgraph as nnx
 
 class Model(nnx.Module):
     def __init__(self, sharded: bool):
-        metadata = {"sharding": ("batch", None)} if sharded else {}
+        metadata = {"out_sharding": ("batch", None)} if sharded else {}
         self.stacked = nnx.Param(jnp.arange(6.0).reshape(3, 2), **metadata)
         self.w = nnx.Param(jnp.ones(2))
         self.count = nnx.BatchStat(jnp.zeros(()))

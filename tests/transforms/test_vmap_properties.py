@@ -17,7 +17,7 @@
    stacking axes 0 and -1 and with a broadcast (``None``) sub-state.
 3. **Axis metadata round trips**: ``add_axis`` then ``remove_axis`` (and the
    reverse, with the removed name) is the identity, for Variables with
-   ``sharding``/``sharding_names`` metadata and for ``Partitioned`` boxes.
+   ``out_sharding`` metadata and for ``Partitioned`` boxes.
 """
 
 from __future__ import annotations
@@ -393,20 +393,19 @@ NAMES = st.sampled_from(["data", "model", "layers", None])
 @given(
     names=st.lists(NAMES, max_size=4).map(tuple),
     new=NAMES,
-    key=st.sampled_from(["sharding", "sharding_names"]),
     data=st.data(),
 )
 def test_variable_add_axis_and_remove_axis_are_inverses(
-    names: tuple[Any, ...], new: Any, key: str, data: Any
+    names: tuple[Any, ...], new: Any, data: Any
 ) -> None:
     rank = len(names)
     params = {nnx.PARTITION_NAME: new}
-    v = nnx.Param(jnp.zeros((1,) * rank), **{key: names}, tag="t")
+    v = nnx.Param(jnp.zeros((1,) * rank), out_sharding=names, tag="t")
     before = v.get_metadata()
 
     index = data.draw(st.integers(-(rank + 1), rank), label="add index")
     v.add_axis(index, params)
-    grown = v.get_metadata(key)
+    grown = v.get_metadata("out_sharding")
     assert len(grown) == rank + 1
     assert grown[index] == new  # the name sits where the axis was added
     v.remove_axis(index, params)
@@ -416,7 +415,7 @@ def test_variable_add_axis_and_remove_axis_are_inverses(
         index = data.draw(st.integers(-rank, rank - 1), label="remove index")
         removed = names[index]
         v.remove_axis(index, {nnx.PARTITION_NAME: removed})
-        assert v.get_metadata(key) == names[: index % rank] + names[index % rank + 1 :]
+        assert v.get_metadata("out_sharding") == names[: index % rank] + names[index % rank + 1 :]
         v.add_axis(index, {nnx.PARTITION_NAME: removed})
         assert v.get_metadata() == before
 

@@ -32,11 +32,11 @@ def test_hooks_get_the_partition_name_and_other_keys_follow_the_axis() -> None:
 
     @nnx.vmap(in_axes=0, out_axes=0, transform_metadata=meta, axis_size=3)
     def make(_: Any) -> Any:
-        return Recording(jnp.ones((2, 4)), sharding=("a", "b"), nickname=("in", "out"))
+        return Recording(jnp.ones((2, 4)), out_sharding=("a", "b"), nickname=("in", "out"))
 
     v = make(jnp.arange(3))
     assert v.shape == (3, 2, 4)
-    assert v.sharding == ("layers", "a", "b")
+    assert v.out_sharding == ("layers", "a", "b")
     assert v.nickname == ("nick", "in", "out")
     assert Recording.calls == [("add", 0, "layers")]
 
@@ -44,25 +44,25 @@ def test_hooks_get_the_partition_name_and_other_keys_follow_the_axis() -> None:
 
     @nnx.vmap(in_axes=0, transform_metadata=meta)
     def inside(w: Any) -> None:
-        seen["sharding"], seen["nickname"] = w.sharding, w.nickname
+        seen["out_sharding"], seen["nickname"] = w.out_sharding, w.nickname
 
     inside(v)
-    assert seen == {"sharding": ("a", "b"), "nickname": ("in", "out")}
+    assert seen == {"out_sharding": ("a", "b"), "nickname": ("in", "out")}
     assert v.nickname == ("nick", "in", "out")  # back on the way out
     assert Recording.calls[1:] == [("remove", 0, "layers"), ("add", 0, "layers")]
 
 
 def test_a_name_given_to_the_base_hook_changes_no_metadata() -> None:
-    v = nnx.Param(jnp.ones((2, 3)), sharding=("a", "b"))
+    v = nnx.Param(jnp.ones((2, 3)), out_sharding=("a", "b"))
     v.add_axis(0, "layers")  # Flax's hook form: the transform already moved the names
     v.remove_axis(0, "layers")
-    assert v.sharding == ("a", "b")
+    assert v.out_sharding == ("a", "b")
 
 
 def test_insertion_past_the_end_pads_with_none() -> None:
-    v = nnx.Param(jnp.ones((2, 3, 4)), sharding=("a",))
+    v = nnx.Param(jnp.ones((2, 3, 4)), out_sharding=("a",))
     add_axis_of(v, 2, {nnx.PARTITION_NAME: "x"})
-    assert v.sharding == ("a", None, "x")
+    assert v.out_sharding == ("a", None, "x")
 
 
 @given(
@@ -75,13 +75,13 @@ def test_add_axis_of_and_remove_axis_of_are_inverses(
     names: tuple[Any, ...], tags: tuple[str, ...], new: Any, data: Any
 ) -> None:
     tags = tags[: len(names)]
-    v = nnx.Param(jnp.zeros((1,) * len(names)), sharding_names=names, tags=tags)
+    v = nnx.Param(jnp.zeros((1,) * len(names)), out_sharding=names, tags=tags)
     before = v.get_metadata()
     meta = {nnx.PARTITION_NAME: new, "tags": "t"}
     index = data.draw(st.integers(-(len(names) + 1), len(names)), label="index")
     add_axis_of(v, index, meta)
     if names:
-        assert v.sharding_names[index] == new
+        assert v.out_sharding[index] == new
         assert v.tags[index] == "t"
     remove_axis_of(v, index, meta)
     assert v.get_metadata() == before
@@ -91,16 +91,16 @@ def test_vmap_without_partition_name_leaves_new_variables_metadata_alone() -> No
     @nnx.vmap(in_axes=None, out_axes=0, axis_size=5)
     @nnx.transform_metadata(in_axes=None, out_axes=0, partition="c")
     def create() -> Any:
-        return nnx.Param(jnp.ones((2, 3)), sharding=("a", "b"))
+        return nnx.Param(jnp.ones((2, 3)), out_sharding=("a", "b"))
 
     v = create()
     assert v.shape == (5, 2, 3)
-    assert v.sharding == ("c", "a", "b")  # transform_metadata's axis, none from vmap
+    assert v.out_sharding == ("c", "a", "b")  # transform_metadata's axis, none from vmap
 
 
 def test_vmap_without_partition_name_leaves_a_mapped_inputs_metadata_alone() -> None:
-    v = nnx.Param(jnp.ones((4, 3)), sharding=("layers", "model"))
+    v = nnx.Param(jnp.ones((4, 3)), out_sharding=("layers", "model"))
     seen = []
-    nnx.vmap(lambda w: seen.append(w.sharding), in_axes=0)(v)
+    nnx.vmap(lambda w: seen.append(w.out_sharding), in_axes=0)(v)
     assert seen == [("layers", "model")]  # as in Flax: only PARTITION_NAME moves names
-    assert v.sharding == ("layers", "model")
+    assert v.out_sharding == ("layers", "model")

@@ -90,9 +90,10 @@ def test_small_members():
     p = nnx.Param(jnp.ones((2, 3)), out_sharding=("a", None))
     assert p.var_type is nnx.Param
     assert p.shape == (2, 3)
-    assert p.sharding_names == ("a", None)
-    assert nnx.Param(jnp.ones(1), sharding_names=("b",)).sharding_names == ("b",)
-    assert nnx.Param(1.0).sharding_names is None
+    with pytest.deprecated_call(match="sharding_names is deprecated"):  # as in Flax 0.12
+        assert p.sharding_names == ("a", None)
+    with pytest.deprecated_call(match="sharding_names is deprecated"):
+        assert nnx.Param(1.0).sharding_names is None
     assert p.create_value(5) == 5
     assert {"ref", "hijax"} <= nnx.Variable.required_metadata
     s = p.to_state()

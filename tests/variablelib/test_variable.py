@@ -4,6 +4,7 @@ import copy
 import operator
 import pickle
 import typing
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -270,10 +271,10 @@ def test_ellipsis_inplace():
 
 
 def test_metadata_from_kwargs_readable_as_attributes():
-    v = nnx.Param(jnp.ones((2, 2)), sharding=("a", None), note="x")
-    assert v.sharding == ("a", None)
+    v = nnx.Param(jnp.ones((2, 2)), out_sharding=("a", None), note="x")
+    assert v.out_sharding == ("a", None)
     assert v.note == "x"
-    assert v.get_metadata(exclude_required=True) == {"sharding": ("a", None), "note": "x"}
+    assert v.get_metadata(exclude_required=True) == {"out_sharding": ("a", None), "note": "x"}
     assert v.get_metadata("note") == "x"
     with pytest.raises(KeyError, match="absent"):
         v.get_metadata("absent")
@@ -384,11 +385,11 @@ def test_copy_is_independent():
 
 
 def test_copy_module_copy_deepcopy_and_pickle():
-    v = nnx.Param(jnp.arange(3.0), sharding=("a",))
+    v = nnx.Param(jnp.arange(3.0), out_sharding=("a",))
     for other in (copy.copy(v), copy.deepcopy(v), pickle.loads(pickle.dumps(v))):
         assert type(other) is nnx.Param and other is not v
         np.testing.assert_array_equal(other.value, np.arange(3.0))
-        assert other.get_metadata(exclude_required=True) == {"sharding": ("a",)}
+        assert other.get_metadata(exclude_required=True) == {"out_sharding": ("a",)}
         other.value = jnp.zeros(3)  # usable (trace recorded)
     np.testing.assert_array_equal(v.value, np.arange(3.0))
 
@@ -396,23 +397,60 @@ def test_copy_module_copy_deepcopy_and_pickle():
 # -- axis metadata --------------------------------------------------------------------------
 
 
-def test_add_and_remove_axis_update_sharding_names():
-    v = nnx.Param(jnp.ones((2, 3)), sharding=("a", "b"), sharding_names=("a", "b"))
+@pytest.mark.parametrize("key", ["sharding", "sharding_names"])
+def test_older_sharding_keys_are_stored_as_out_sharding_with_a_deprecation_warning(key):
+    # As in Flax 0.12 (variablelib's remapping of `sharding`/`sharding_names`): every
+    # way of giving metadata stores the names under out_sharding and warns.
+    match = f"{key!r} is deprecated"
+    with pytest.deprecated_call(match=match):
+        v = nnx.Param(jnp.ones((2, 3)), **{key: ("a", None)}, note=1)
+    assert v.get_metadata(exclude_required=True) == {"out_sharding": ("a", None), "note": 1}
+    # `.sharding` is no metadata now: it falls through to the array's own sharding
+    assert isinstance(v.sharding, jax.sharding.Sharding)
+    with pytest.deprecated_call(match=match):
+        v.set_metadata(key, (None, "b"))
+    assert v.out_sharding == (None, "b") and not v.has_metadata(key)
+    with pytest.deprecated_call(match=match):
+        v.set_metadata(**{key: ("c", None)})
+    assert v.out_sharding == ("c", None)
+    with pytest.deprecated_call(match=match):
+        v.set_metadata({key: ("d", None), "note": 2})
+    assert v.get_metadata(exclude_required=True) == {"out_sharding": ("d", None), "note": 2}
+    with pytest.deprecated_call(match=match):
+        w = v.replace(**{key: ("e", None)})
+    assert w.out_sharding == ("e", None) and v.out_sharding == ("d", None)
+    with pytest.deprecated_call(match=match):
+        init = nnx.with_metadata(jax.nn.initializers.ones, **{key: ("f", None)})
+        p = nnx.Param(init(jax.random.key(0), (2, 3)))
+    assert p.get_metadata(exclude_required=True) == {"out_sharding": ("f", None)}
+
+
+def test_out_sharding_warns_nothing_and_keeps_its_key():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = nnx.Param(jnp.ones((2, 3)), out_sharding=("a", None))
+        v.set_metadata(out_sharding=("b", None))
+        w = v.replace(out_sharding=("c", None)).copy(out_sharding=("d", None))
+    assert (v.out_sharding, w.out_sharding) == (("b", None), ("d", None))
+    assert set(w.get_metadata(exclude_required=True)) == {"out_sharding"}
+
+
+def test_add_and_remove_axis_update_out_sharding():
+    v = nnx.Param(jnp.ones((2, 3)), out_sharding=("a", "b"))
     v.add_axis(0, {nnx.PARTITION_NAME: "batch"})
-    assert v.sharding == ("batch", "a", "b")
-    assert v.sharding_names == ("batch", "a", "b")
+    assert v.out_sharding == ("batch", "a", "b")
     v.remove_axis(0, {nnx.PARTITION_NAME: "batch"})
-    assert v.sharding == ("a", "b")
+    assert v.out_sharding == ("a", "b")
 
 
 def test_add_axis_negative_index_and_no_name():
-    v = nnx.Param(jnp.ones((2, 3)), sharding=("a", "b"))
+    v = nnx.Param(jnp.ones((2, 3)), out_sharding=("a", "b"))
     v.add_axis(-1, {})
-    assert v.sharding == ("a", "b", None)
+    assert v.out_sharding == ("a", "b", None)
     v.remove_axis(-1, {})
-    assert v.sharding == ("a", "b")
+    assert v.out_sharding == ("a", "b")
     v.add_axis(1, {nnx.PARTITION_NAME: "m"})
-    assert v.sharding == ("a", "m", "b")
+    assert v.out_sharding == ("a", "m", "b")
 
 
 def test_axis_methods_ignore_missing_sharding():
@@ -484,11 +522,11 @@ def test_variable_created_inside_trace_is_mutable_there():
 
 
 def test_variable_is_a_pytree_with_metadata_static():
-    v = nnx.Param(jnp.ones(2), sharding=("a",))
+    v = nnx.Param(jnp.ones(2), out_sharding=("a",))
     leaves, treedef = jax.tree.flatten(v)
     assert len(leaves) == 1 and leaves[0] is v.value
     out = jax.tree.unflatten(treedef, [jnp.zeros(2)])
-    assert type(out) is nnx.Param and out.sharding == ("a",)
+    assert type(out) is nnx.Param and out.out_sharding == ("a",)
     ((path, _),) = jax.tree_util.tree_flatten_with_path(v)[0]
     assert jax.tree_util.keystr(path) == ".value"
 

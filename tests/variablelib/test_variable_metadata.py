@@ -27,20 +27,23 @@ def test_box_default_metadata_is_empty_and_not_shared():
 
 
 def test_with_metadata_wraps_initializer():
-    init = nnx.with_metadata(jax.nn.initializers.ones, sharding=("a", None), note=3)
+    init = nnx.with_metadata(jax.nn.initializers.ones, out_sharding=("a", None), note=3)
     assert init.__name__ == jax.nn.initializers.ones.__name__
     box = init(jax.random.key(0), (2, 3), jnp.float32)
     assert isinstance(box, nnx.VariableMetadata)
-    assert box.raw_value.shape == (2, 3) and box.metadata == {"sharding": ("a", None), "note": 3}
+    assert box.raw_value.shape == (2, 3) and box.metadata == {
+        "out_sharding": ("a", None),
+        "note": 3,
+    }
     p = nnx.Param(box)
-    assert p.sharding == ("a", None) and p.note == 3 and p.shape == (2, 3)
+    assert p.out_sharding == ("a", None) and p.note == 3 and p.shape == (2, 3)
 
 
 def test_with_metadata_through_a_layer():
-    init = nnx.with_metadata(nnx.initializers.lecun_normal(), sharding=(None, "model"))
+    init = nnx.with_metadata(nnx.initializers.lecun_normal(), out_sharding=(None, "model"))
     layer = nnx.Linear(4, 5, kernel_init=init, rngs=nnx.Rngs(0))
     plain = nnx.Linear(4, 5, rngs=nnx.Rngs(0))
-    assert layer.kernel.sharding == (None, "model")
+    assert layer.kernel.out_sharding == (None, "model")
     np.testing.assert_array_equal(layer.kernel[...], plain.kernel[...])
 
 
