@@ -23,8 +23,7 @@ from typing import Annotated, Any, TypeVar
 
 import jax
 
-from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.graphlib.registry import ARRAY, NODE, REGISTRY, VARIABLE
 
 DATA = "data"
 STATIC = "static"
@@ -251,11 +250,11 @@ def is_data(value: Any, /) -> bool:
 
     Source: Flax NNX 0.12 ``nnx.is_data``.
     """
-    return (
-        isinstance(value, (Variable, *ARRAY_TYPES))
-        or type(value) in GRAPH_NODE_IMPLS
-        or type(value) in DATA_TYPES
-    )
+    return REGISTRY.kind_of(value) in _DATA_KINDS or type(value) in DATA_TYPES
+
+
+_DATA_KINDS = frozenset({NODE, VARIABLE, ARRAY})
+"""The engine's kinds that are data by themselves: graph nodes, Variables, arrays."""
 
 
 def has_data(value: Any, /) -> list[Any]:

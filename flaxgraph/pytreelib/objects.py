@@ -43,11 +43,17 @@ import jax
 
 from flaxgraph.errors import TraceContextError
 from flaxgraph.graphlib.registry import (
-    ARRAY_TYPES,
-    GRAPH_NODE_IMPLS,
+    ARRAY,
+    DICT,
     MISSING,
+    NODE,
+    PYTREE,
+    REGISTRY,
+    SEQUENCE,
+    VARIABLE,
     DataLeaf,
     StaticLeaf,
+    flatten_pytree,
     pytree_children,
     register_graph_node_type,
 )
@@ -64,7 +70,6 @@ from flaxgraph.pytreelib.attribute_kinds import (
 from flaxgraph.pytreelib.tree_layout import Aux, Layout, is_stable
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace
-from flaxgraph.variablelib.variable import Variable
 
 
 class Pytree:
@@ -233,12 +238,17 @@ _set_trace = Pytree._obj_trace.__set__
 _set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
 _set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
 _set_layout = Pytree._obj_layout.__set__  # type: ignore[union-attr]
-_DATA_INSTANCES: tuple[type[Any], ...] = (Variable, Pytree, *ARRAY_TYPES)
 
 
 def same_structure(old: Any, new: Any) -> bool:
-    """True when replacing ``old`` by ``new`` leaves the graph structure unchanged."""
-    return old is new or (isinstance(old, ARRAY_TYPES) and isinstance(new, ARRAY_TYPES))
+    """True when replacing ``old`` by ``new`` leaves the graph structure unchanged
+    (the same object, or an array where there was one: the engine's ``ARRAY`` kind)."""
+    if old is new:
+        return True
+    kinds = REGISTRY.kinds
+    return (kinds.get(type(old)) or REGISTRY.classify(old)) is ARRAY and (
+        kinds.get(type(new)) or REGISTRY.classify(new)
+    ) is ARRAY
 
 
 def structure_version(obj: Pytree) -> int:
@@ -283,10 +293,11 @@ def _is_marked_leaf(value: Any) -> bool:
     (``nnx.data({'w': np.dtype('float32')})``, a State of dtypes…) is walked as any
     container is, so its arrays and Variables are State leaves and its other values
     stay static, as in Flax NNX 0.12's graph view."""
-    t = type(value)
-    if t is list or t is tuple or t is dict:
+    kind = REGISTRY.kind_of(value)
+    if kind is SEQUENCE or kind is DICT or kind is PYTREE or _is_data(value):
         return False
-    return not _is_data(value) and pytree_children(value) is None
+    # (a graph node of a type that is also a JAX pytree node is walked, not a leaf)
+    return kind is not NODE or pytree_children(value) is None
 
 
 def _is_opaque_data(value: Any) -> bool:
@@ -359,23 +370,30 @@ def _graph_del_child(obj: Pytree, key: Hashable) -> None:
 
 
 def _is_data(value: Any) -> bool:
-    if type(value) in DATA_TYPES or isinstance(value, _DATA_INSTANCES):
-        return True
+    """Whether ``value`` is data in the pytree view: an array, a Variable, a ``Pytree``
+    (an Object), a registered data type, or a list, tuple, dict or other pytree node
+    holding one. What a value is comes from the engine's classification."""
     t = type(value)
-    if t is list or t is tuple:
+    if t in DATA_TYPES:
+        return True
+    kind = REGISTRY.kinds.get(t) or REGISTRY.classify(value)
+    if kind is ARRAY or kind is VARIABLE:
+        return True
+    if kind is NODE:
+        return isinstance(value, Pytree)  # other registered node types are not data
+    if kind is SEQUENCE:
         for v in value:
             if _is_data(v):
                 return True
         return False
-    if t is dict:
+    if kind is DICT:
         for v in value.values():
             if _is_data(v):
                 return True
         return False
     # Other pytree nodes (named tuples such as optax states, States…) are data when
     # they hold data, as the graph view walks them too.
-    node = pytree_children(value) if t not in GRAPH_NODE_IMPLS else None
-    return node is not None and any(_is_data(v) for _, v in node[0])
+    return kind is PYTREE and any(_is_data(v) for _, v in flatten_pytree(value)[0])
 
 
 def _volatile_unchanged(d: dict[Any, Any], volatile: tuple[tuple[Any, bool], ...]) -> bool:

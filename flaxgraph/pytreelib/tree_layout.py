@@ -33,9 +33,17 @@ from typing import Any
 
 import jax
 
-from flaxgraph.graphlib.registry import ARRAY_TYPES, pytree_children
+from flaxgraph.graphlib.registry import (
+    ARRAY,
+    DICT,
+    NODE,
+    PYTREE,
+    REGISTRY,
+    SEQUENCE,
+    VARIABLE,
+    pytree_children,
+)
 from flaxgraph.pytreelib.attribute_kinds import DATA_TYPES
-from flaxgraph.variablelib.variable import Variable
 
 _STABLE_SCALARS = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
 
@@ -113,13 +121,17 @@ def is_stable(value: Any, pytree_type: type) -> bool:
     and tuples of those; not lists or dicts (mutable in place) nor other pytree
     nodes (they may hold such containers)."""
     t = type(value)
-    if t in _STABLE_SCALARS or isinstance(value, (Variable, pytree_type, *ARRAY_TYPES)):
+    if t in _STABLE_SCALARS:
+        return True
+    kind = REGISTRY.kind_of(value)  # the graph engine's classification
+    if kind is VARIABLE or kind is ARRAY or isinstance(value, pytree_type):
         return True
     if t is tuple:
         return all(is_stable(v, pytree_type) for v in value)
-    if t in (list, dict):
+    if kind is SEQUENCE or kind is DICT:
         return False
-    return pytree_children(value) is None
+    # (a graph node of a type that is also a JAX pytree node may hold containers)
+    return kind is not PYTREE and (kind is not NODE or pytree_children(value) is None)
 
 
 __all__ = ["Aux", "Layout", "is_stable"]
