@@ -10,7 +10,7 @@ Flax code calls ``state.map(f)``, ``state.raw_mapping``,
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flaxgraph.typing import PathParts
 
@@ -19,6 +19,13 @@ class StateMembers:
     """``State.map`` and ``State.raw_mapping``."""
 
     __slots__ = ()
+    if TYPE_CHECKING:  # what State (statelib/state.py) provides
+        _mapping: dict[Hashable, Any]
+
+        def flat_state(self) -> Iterable[tuple[PathParts, Any]]: ...
+
+        @classmethod
+        def from_flat_path(cls, flat: Iterable[tuple[PathParts, Any]]) -> Any: ...
 
     @property
     def raw_mapping(self) -> dict[Hashable, Any]:
@@ -34,7 +41,7 @@ class StateMembers:
 
         Source: Flax NNX 0.12 ``State.raw_mapping``.
         """
-        return self._mapping  # type: ignore[attr-defined]
+        return self._mapping
 
     def map(self, f: Callable[[PathParts, Any], Any]) -> Any:
         """A new State of the same class with every leaf replaced by ``f(path, leaf)``.
@@ -54,8 +61,8 @@ class StateMembers:
 
         Source: Flax NNX 0.12 ``State.map`` (the method form of ``nnx.map_state``).
         """
-        flat = self.flat_state()  # type: ignore[attr-defined]
-        return type(self).from_flat_path([(p, f(p, v)) for p, v in flat])  # type: ignore[attr-defined]
+        flat = self.flat_state()
+        return type(self).from_flat_path([(p, f(p, v)) for p, v in flat])
 
 
 class FlatStateMembers:
