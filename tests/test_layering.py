@@ -39,11 +39,31 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imported_names(module: str, file: Path) -> list[str]:
-    """The dotted names ``module`` imports, relative imports resolved."""
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks (imports for type
+    annotations only, which never run)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        test = getattr(node, "test", None)
+        if isinstance(node, ast.If) and (
+            (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        ):
+            for child in node.body:
+                inside.update(id(n) for n in ast.walk(child))
+    return inside
+
+
+def _imported_names(module: str, file: Path, runtime_only: bool = False) -> list[str]:
+    """The dotted names ``module`` imports, relative imports resolved (without the
+    type-only imports under ``if TYPE_CHECKING:`` if ``runtime_only``)."""
     is_package = file.name == "__init__.py"
     names = []
-    for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+    tree = ast.parse(file.read_text(encoding="utf-8"))
+    skip = _type_checking_only(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -57,10 +77,10 @@ def _imported_names(module: str, file: Path) -> list[str]:
     return names
 
 
-def _edges() -> dict[str, set[str]]:
+def _edges(runtime_only: bool = False) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {m: set() for m in MODULES}
     for module, file in MODULES.items():
-        for name in _imported_names(module, file):
+        for name in _imported_names(module, file, runtime_only):
             while name and name not in MODULES:
                 name = name.rpartition(".")[0]
             if name and name != module and not module.startswith(name + "."):
@@ -69,6 +89,9 @@ def _edges() -> dict[str, set[str]]:
 
 
 EDGES = _edges()
+# A circle of imports is one that runs: a type-only import back (``if TYPE_CHECKING:``,
+# e.g. a module annotated with the type of the module that calls it) is no circle.
+RUNTIME_EDGES = _edges(runtime_only=True)
 
 
 def _cycle_through(start: str) -> list[str] | None:
@@ -78,7 +101,7 @@ def _cycle_through(start: str) -> list[str] | None:
     while frontier:
         following = []
         for module in frontier:
-            for target in sorted(EDGES[module]):
+            for target in sorted(RUNTIME_EDGES[module]):
                 if target == start:
                     path = [module]
                     while path[-1] != start:
@@ -247,6 +270,19 @@ def test_a_lazy_import_inside_a_function_counts(tmp_path: Path) -> None:
         "def f():\n    from flaxgraph.visualization.show import display\n", encoding="utf-8"
     )
     assert "flaxgraph.visualization.show" in _imported_names("flaxgraph.m", file)
+
+
+def test_a_type_checking_import_is_no_circle_but_still_an_import(tmp_path: Path) -> None:
+    file = tmp_path / "m.py"
+    file.write_text(
+        "from typing import TYPE_CHECKING\nimport flaxgraph.errors\n"
+        "if TYPE_CHECKING:\n    from flaxgraph.transforms.fastpath import Plan\n",
+        encoding="utf-8",
+    )
+    assert "flaxgraph.transforms.fastpath.Plan" in _imported_names("flaxgraph.m", file)
+    runtime = _imported_names("flaxgraph.m", file, runtime_only=True)
+    assert "flaxgraph.errors" in runtime
+    assert "flaxgraph.transforms.fastpath.Plan" not in runtime
 
 
 def test_relative_imports_resolve(tmp_path: Path) -> None:

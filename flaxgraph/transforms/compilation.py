@@ -34,7 +34,12 @@ from flaxgraph.transforms.compiled import Compiled, JitFunctions, Lowered, Trace
 from flaxgraph.transforms.control import eval_shape
 from flaxgraph.transforms.lift import Call, Inner, InStatic, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
-from flaxgraph.transforms.prefix_groups import prefix_keys
+from flaxgraph.transforms.prefix_groups import (
+    DonatedKey,
+    donated_keys,
+    prefix_keys,
+    same_unless_donated,
+)
 from flaxgraph.transforms.transformed import P, R, StaticArgs, Transformed
 from flaxgraph.variablelib.closure_watch import watching
 
@@ -136,7 +141,7 @@ class JitWrapped(Transformed[P, R]):
         in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
         if UNSPECIFIED not in in_keys_sharding:  # keyword arguments get no in_sharding
             in_keys_sharding.append(UNSPECIFIED)
-        self.in_keys = [(s, d) for s in in_keys_sharding for d in (False, True)]
+        self.in_keys = donated_keys(in_keys_sharding)
         out_keys = prefix_keys(in_shardings, out_shardings, spec=SHARDING_SPEC) or [UNSPECIFIED]
         if UNSPECIFIED not in out_keys:
             out_keys.append(UNSPECIFIED)
@@ -145,14 +150,16 @@ class JitWrapped(Transformed[P, R]):
             fun,
             OUT_SHARDING_SPEC,
             out_keys,
-            same_prefix=_same_sharding,
+            same_prefix=same_unless_donated,
             record_kept=True,
             mode=mode,
         )
         self.jit_kwargs = options.jax_kwargs()
         if self.place:
-            self.jit_kwargs["in_shardings"] = tuple(_jax_sharding(s) for s, _ in self.in_keys)
-        self.jit_kwargs["donate_argnums"] = tuple(i for i, (_, d) in enumerate(self.in_keys) if d)
+            self.jit_kwargs["in_shardings"] = tuple(_jax_sharding(k.prefix) for k in self.in_keys)
+        self.jit_kwargs["donate_argnums"] = tuple(
+            i for i, k in enumerate(self.in_keys) if k.donated
+        )
         # One jax.jit per input structure, with the structure bound in and the
         # output structure recorded on the side (see compiled.py): JAX's per-call
         # work is then the arrays only, and equal structures (a new instance of the
@@ -201,11 +208,11 @@ class JitWrapped(Transformed[P, R]):
             positions = _donated_positions(args, self.donate_argnums, self.static_argnums)
             names = self.donate_argnames
             call.prefixes = [
-                (p, _is_donated(path, positions, names))
+                DonatedKey(p, _is_donated(path, positions, names))
                 for p, path in zip(call.prefixes, call.graphdef.leaf_paths)
             ]
         else:
-            call.prefixes = [(p, False) for p in call.prefixes]
+            call.prefixes = [DonatedKey(p, False) for p in call.prefixes]
         slots, groups = call.groups(self.in_keys)
         if self.place:
             _place(call, slots, groups, self.in_keys)
@@ -297,12 +304,6 @@ class Prepared(NamedTuple):
     entry: Compiled
     groups: Sequence[list[Any]]
     slots: Any
-
-
-def _same_sharding(in_key: Any, out_key: Any) -> bool:
-    """An unchanged input leaf is returned as is where its out-sharding is its
-    in-sharding (and it was not donated)."""
-    return not in_key[1] and in_key[0] == out_key
 
 
 @overload
@@ -452,7 +453,8 @@ def _place(call: Any, slots: Any, groups: Any, keys: Sequence[Any]) -> None:
     caller's leaves point to the placed arrays, so an object's Variables end up on the
     requested sharding even when ``fun`` leaves them unchanged (and are transferred
     once, not on every call)."""
-    for (sharding, _), group in zip(keys, groups):
+    for key, group in zip(keys, groups):
+        sharding = key.prefix
         if not isinstance(sharding, Sharding):
             continue
         for j, v in enumerate(group):

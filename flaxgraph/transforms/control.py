@@ -367,7 +367,7 @@ def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callab
             pure, Static(InStatic(call.graphdef, slots, None)), values
         )
         out: OutStatic = out_static.value
-        leaves = [out_values[b] for _, _, b in out.sources]
+        leaves = [out_values[s.position] for s in out.sources]
         output, _args, _kwargs = build_graph(out.graphdef, leaves)
         return output
 

@@ -217,9 +217,9 @@ def _updates_cotangent(
     """``updates_g``: per differentiable argument, a copy whose Variables changed by
     the function hold the cotangents of their new values, every other leaf ``None``."""
     by_path = {
-        path[1:]: out_groups_g[a][b]
-        for path, (tag, a, b) in zip(out_static.graphdef.leaf_paths, out_static.sources)
-        if tag == OUT and path[0] == 1
+        path[1:]: out_groups_g[s.index][s.position]
+        for path, s in zip(out_static.graphdef.leaf_paths, out_static.sources)
+        if s.origin == OUT and path[0] == 1
     }
     cotangent = {}
     for path, leaf in zip(call.graphdef.leaf_paths, call.leaves):

@@ -54,7 +54,7 @@ from flaxgraph.transforms.leaf_access import (
     leaf_reader,
     leaf_writer,
 )
-from flaxgraph.transforms.lift import IN, Call, OutStatic, write_back
+from flaxgraph.transforms.lift import IN, Call, LeafSource, OutStatic, leaf_values, write_back
 from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
 from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
@@ -269,9 +269,9 @@ class Plan:
             leaf_writer(path, leaf, args, kwargs) if self.in_place else None
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         ]
-        self.finishes: dict[Any, Any] = {}
-        self.last_out: Any = None
-        self.last_finish: Any = None
+        self.finishes: dict[FinishPlan, BoundFinish | None] = {}
+        self.last_out: OutStatic | None = None
+        self.last_finish: BoundFinish | None = None
         # run(args, kwargs, statics): the whole fast path for one call, generated
         # for this plan (see plan_code.py); MISS when the plan does not apply.
         self.run: Callable[..., Any] = miss_always
@@ -302,6 +302,66 @@ class Plan:
         return finish_fast(self, out_static, out_groups, values)
 
 
+class LeafWrite(NamedTuple):
+    """An out leaf that an input leaf receives: ``FinishPlan.writes``.
+
+    Attributes:
+      out_position: the leaf's position in the out GraphDef (``OutStatic.sources``).
+      in_position: the input leaf's position in the plan's leaves.
+    """
+
+    out_position: int
+    in_position: int
+
+
+class VariableWrites(NamedTuple):
+    """Input Variables whose new values all come from one output group, set with one
+    C-level ``map``: ``targets[k].raw_value = out_groups[group][positions[k]]``."""
+
+    targets: list[Variable]
+    positions: list[int]
+    group: int
+
+
+class OtherWrite(NamedTuple):
+    """A write that is not a plain Variable's value (an array attribute, a list item,
+    a box-backed Variable): ``write(value of source)``."""
+
+    source: LeafSource
+    write: Callable[[Any], None]
+
+
+class BoundFinish(NamedTuple):
+    """A ``FinishPlan`` bound to one plan's objects (``FinishPlan.bind``).
+
+    Attributes:
+      var_writes: the Variables' new values, grouped by output group.
+      other_writes: the other writes (array attributes, list items, boxes).
+      output: ``(in_values, out_groups) -> output`` (``FinishPlan.output_reader``).
+      installs: the new arrays of Ref-backed Variables (``RefInstall``), or ``None``.
+    """
+
+    var_writes: list[VariableWrites]
+    other_writes: list[OtherWrite]
+    output: Callable[[list[Any], Sequence[Sequence[Any]]], Any]
+    installs: RefInstall | None
+
+
+class LeafOwner(NamedTuple):
+    """Which input leaf an out leaf is (``_leaf_owners``).
+
+    Attributes:
+      kind: ``'var'`` (an input Variable, ``key`` its input node index), ``'path'``
+        (a leaf of the args/kwargs part, ``key`` its input path), ``'lost'`` (an
+        array attribute of an input object reached through the output) or
+        ``'new'``.
+      key: see ``kind`` (``None`` for ``'lost'`` and ``'new'``).
+    """
+
+    kind: str
+    key: Any = None
+
+
 class FinishPlan:
     """How to apply one ``OutStatic`` without rebuilding the graph: in terms of input
     leaf positions and input node indices, so it serves every input instance of
@@ -311,7 +371,7 @@ class FinishPlan:
 
     def __init__(self, out: OutStatic, plan: Plan):
         self.sources = out.sources
-        self.writes: list[tuple[int, int]] = []  # (out leaf position, input leaf position)
+        self.writes: list[LeafWrite] = []
         self.build: Callable[[list[Any], list[Any]], Any] | None = None
         self.n_out = 0
         self.single_leaf = False
@@ -334,104 +394,105 @@ class FinishPlan:
         # Which input leaf each out leaf is (by node index for Variables; by path for
         # raw attributes, valid because the inputs kept their structure).
         owners = _leaf_owners(out.graphdef.root, in_index)
-        for j, ((tag, _, _), owner) in enumerate(zip(out.sources, owners)):
-            if tag == IN:
+        for j, (source, owner) in enumerate(zip(out.sources, owners)):
+            if source.origin == IN:
                 continue
-            kind, ref = owner
-            if kind == "lost":
+            if owner.kind == "lost":
                 self.usable = False  # a changed array attribute of an input object
                 return  # reached through the output: leave it to the general path
-            if kind == "var":
-                pos = in_leaf_of_var.get(ref)
-            elif kind == "path":
-                pos = in_leaf_by_path.get(ref)
+            if owner.kind == "var":
+                pos = in_leaf_of_var.get(owner.key)
+            elif owner.kind == "path":
+                pos = in_leaf_by_path.get(owner.key)
             else:
                 pos = None
             if pos is not None:
-                self.writes.append((j, pos))
+                self.writes.append(LeafWrite(j, pos))
         self.build = output_builder
         self.n_out = compiler.position
         # The output is one array (a loss, a prediction): read it directly.
         self.single_leaf = type(cast(ContainerDef, out.graphdef.root).children[0]) is ArrayDef
 
-    def bind(self, plan: Plan) -> Any:
-        """The writes for one plan's objects: Variables grouped by output group (set
-        with one C-level ``map`` each), the other writes (array attributes), the
-        output reader and the Ref installs (``RefInstall`` or ``None``); ``None`` when
-        an output would hand out a Ref's own array (see ``ref_writes.py``)."""
-        by_group: dict[int, tuple[list[Any], list[int]]] = {}
+    def bind(self, plan: Plan) -> BoundFinish | None:
+        """The writes for one plan's objects (a ``BoundFinish``); ``None`` when an
+        output would hand out a Ref's own array (see ``ref_writes.py``)."""
+        by_group: dict[int, VariableWrites] = {}
         others = []
-        ref_variables = []
+        ref_variables: list[Variable] = []
+        ref_sources: list[LeafSource] = []
         writers = plan.writers
         refs_at = plan.ref_positions
         boxes_at = plan.box_positions
         if refs_at:
-            used = [s[:2] if s[0] == IN else s for s in self.sources[: self.n_out]]
-            used += [self.sources[j] for j, _ in self.writes]
-            if any(tag == IN and a in refs_at for tag, a, *_ in used):
+            # An unchanged input leaf is the same value wherever it is used.
+            used = [
+                LeafSource(IN, s.index) if s.origin == IN else s for s in self.sources[: self.n_out]
+            ]
+            used += [self.sources[w.out_position] for w in self.writes]
+            if any(s.origin == IN and s.index in refs_at for s in used):
                 return None
             shared = {s for s in used if used.count(s) > 1}
-        for j, pos in self.writes:
-            tag, a, b = self.sources[j]
+        for w in self.writes:
+            source = self.sources[w.out_position]
+            pos = w.in_position
             leaf = plan.leaves[pos]
+            changed = source.origin != IN
             if pos in boxes_at:
-                if tag != IN:  # a new content for the box (an unchanged one is kept)
-                    others.append((self.sources[j], writers[pos]))
-            elif isinstance(leaf, Variable) and tag != IN and pos not in refs_at:
-                targets, positions = by_group.setdefault(a, ([], []))
-                targets.append(leaf)
-                positions.append(b)
-            elif pos in refs_at and tag != IN and self.sources[j] not in shared:
-                ref_variables.append((cast(Variable, leaf), a, b))  # a Ref-backed Variable
+                if changed:  # a new content for the box (an unchanged one is kept)
+                    others.append(OtherWrite(source, writers[pos]))
+            elif isinstance(leaf, Variable) and changed and pos not in refs_at:
+                group = by_group.setdefault(source.index, VariableWrites([], [], source.index))
+                group.targets.append(leaf)
+                group.positions.append(source.position)
+            elif pos in refs_at and changed and source not in shared:
+                ref_variables.append(leaf)
+                ref_sources.append(source)
             elif writers[pos] is not None:
-                others.append((self.sources[j], writers[pos]))
-        var_writes = [(t, p, g) for g, (t, p) in by_group.items()]
-        installs = RefInstall(ref_variables) if ref_variables else None
-        return var_writes, others, self.output_reader(plan), installs
+                others.append(OtherWrite(source, writers[pos]))
+        installs = RefInstall(ref_variables, ref_sources) if ref_variables else None
+        return BoundFinish(list(by_group.values()), others, self.output_reader(plan), installs)
 
     def output_reader(self, plan: Plan) -> Callable[[list[Any], Sequence[Sequence[Any]]], Any]:
         """``(in_values, out_groups) -> output`` for one plan's objects."""
         build, nodes = self.build, plan.nodes
         assert build is not None
         if self.n_out == 1 and self.single_leaf:
-            return _LeafOutput(*self.sources[0])
+            return _LeafOutput(self.sources[0])
         sources = self.sources[: self.n_out]
 
         def output(in_values: list[Any], out_groups: Sequence[Sequence[Any]]) -> Any:
-            values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in sources]
-            return build(values, nodes)
+            return build(leaf_values(sources, in_values, out_groups), nodes)
 
         return output
 
 
 class _LeafOutput:
-    """An output that is one leaf: ``source`` = ``(tag, a, b)`` as in ``OutStatic``."""
+    """An output that is one leaf, taken from where ``source`` says."""
 
     __slots__ = ("source",)
 
-    def __init__(self, tag: int, a: int, b: int):
-        self.source = (tag, a, b)
+    def __init__(self, source: LeafSource):
+        self.source = source
 
     def __call__(self, in_values: list[Any], out_groups: Sequence[Sequence[Any]]) -> Any:
-        tag, a, b = self.source
-        return in_values[a] if tag == IN else out_groups[a][b]
+        s = self.source
+        return in_values[s.index] if s.origin == IN else out_groups[s.index][s.position]
 
 
-def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[tuple[str, Any]]:
-    """For each out leaf: ('var', input node index) for input Variables, ('path',
-    input path) for leaves in the args/kwargs part, ('new', None) otherwise."""
-    owners: list[tuple[str, Any]] = []
+def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[LeafOwner]:
+    """Which input leaf each out leaf is (see ``LeafOwner``)."""
+    owners: list[LeafOwner] = []
 
     def go(d: Any, path: tuple[Hashable, ...], in_input: bool) -> None:  # d: a Def
         t = type(d)
         if t is VariableDef:
             idx = in_index.get(d.index)
-            owners.append(("var", idx) if idx is not None else ("new", None))
+            owners.append(LeafOwner("var", idx) if idx is not None else LeafOwner("new"))
         elif t is ArrayDef:
             if path and path[0] in (1, 2):
-                owners.append(("path", (path[0] - 1, *path[1:])))
+                owners.append(LeafOwner("path", (path[0] - 1, *path[1:])))
             else:
-                owners.append(("lost", None) if in_input else ("new", None))
+                owners.append(LeafOwner("lost" if in_input else "new"))
         elif t is NodeDef:
             inside = in_input or d.index in in_index
             for k, c in d.attributes:
@@ -581,24 +642,22 @@ def finish_fast(
         if not fin.usable:
             if plan.ref_positions:
                 in_values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
-            values = [in_values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
-            return write_back(out, values, plan.nodes)
+            return write_back(out, leaf_values(out.sources, in_values, out_groups), plan.nodes)
         bound = plan.finishes.get(fin, _UNBOUND)
         if bound is _UNBOUND:
             bound = plan.finishes[fin] = fin.bind(plan)
             if plan.last_out is None and plan.in_place and bound is not None:
                 # The first write-back of this plan: written into its run function.
-                plan.run, plan.source = compile_run(plan, finish_fast, (out, bound))
+                plan.run, plan.source = compile_run(plan, finish_fast, out, bound)
         if bound is None:  # an output would hand out a Ref's own array
             values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
-            values = [values[a] if tag == IN else out_groups[a][b] for tag, a, b in out.sources]
-            return write_back(out, values, plan.nodes)
+            return write_back(out, leaf_values(out.sources, values, out_groups), plan.nodes)
         plan.last_out, plan.last_finish = out, bound
-    var_writes, other_writes, output, installs = bound
-    if installs is not None:
-        installs(out_groups)
-    for targets, positions, g in var_writes:
-        list(map(_set_raw, targets, map(out_groups[g].__getitem__, positions)))
-    for (tag, a, b), write in other_writes:
-        write(in_values[a] if tag == IN else out_groups[a][b])
-    return output(in_values, out_groups)
+    if bound.installs is not None:
+        bound.installs(out_groups)
+    for w in bound.var_writes:
+        list(map(_set_raw, w.targets, map(out_groups[w.group].__getitem__, w.positions)))
+    for other in bound.other_writes:
+        s = other.source
+        other.write(in_values[s.index] if s.origin == IN else out_groups[s.index][s.position])
+    return bound.output(in_values, out_groups)

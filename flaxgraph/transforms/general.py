@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 
@@ -92,6 +92,16 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
+class _Split(NamedTuple):
+    """One object of a tree split by ``_split_tree``: its nodes' reference indices
+    ``start`` to ``stop``, its GraphDef and leaf values."""
+
+    start: int
+    stop: int
+    graphdef: GraphDef
+    values: list[Any]
+
+
 def _is_split_node(x: Any) -> bool:
     return isinstance(x, SplitNode)
 
@@ -103,7 +113,7 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
     ref_index: RefMap[int] = RefMap()
     treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_node_or_variable)
-    splits: list[tuple[int, int, GraphDef, list[Any]] | None] = []
+    splits: list[_Split | None] = []
     for x in leaves:
         if not is_node_or_variable(x):
             splits.append(None)
@@ -111,7 +121,7 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
         start = len(ref_index)
         graphdef, pairs = flatten_with_paths(x, ref_index=ref_index)
         values = [v.raw_value if isinstance(v, Variable) else v for _, v in pairs]
-        splits.append((start, len(ref_index), graphdef, values))
+        splits.append(_Split(start, len(ref_index), graphdef, values))
     # The caller's objects among the nodes, by index here (each split adds a range).
     origin = (
         {i: origin_of[obj] for obj, i in ref_index.items() if obj in origin_of}
@@ -122,9 +132,9 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
         x
         if split is None
         else SplitNode(
-            split[2],
-            tuple((i, origin[i]) for i in range(split[0], split[1]) if i in origin),
-            split[3],
+            split.graphdef,
+            tuple((i, origin[i]) for i in range(split.start, split.stop) if i in origin),
+            split.values,
         )
         for x, split in zip(leaves, splits)
     ]

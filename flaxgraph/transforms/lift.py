@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 
@@ -66,14 +66,15 @@ from flaxgraph.variablelib.variable import Variable, metadata_of
 
 
 class Origin(enum.IntEnum):
-    """Where an output leaf's value comes from: the ``origin`` of an output source
-    ``(origin, a, b)`` (``OutStatic.sources``).
+    """Where an output leaf's value comes from: the ``origin`` of a ``LeafSource``
+    (``OutStatic.sources``).
 
-    * ``IN``: the leaf is unchanged; take the caller's input value ``values[a]``.
-    * ``OUT``: the leaf comes back from the JAX transform, ``out_groups[a][b]``.
-    * ``CARRY``: (``scan``) the leaf comes back in the loop's final carry, at ``a``.
-    * ``STACKED``: (``scan``) the leaf comes back stacked, ``ys[a]`` with its scan
-      axis moved to ``b``.
+    * ``IN``: the leaf is unchanged; take the caller's input value ``values[index]``.
+    * ``OUT``: the leaf comes back from the JAX transform,
+      ``out_groups[index][position]``.
+    * ``CARRY``: (``scan``) the leaf comes back in the loop's final carry, at ``index``.
+    * ``STACKED``: (``scan``) the leaf comes back stacked, ``ys[index]`` with its scan
+      axis moved to ``position``.
 
     An ``IntEnum``: comparing origins runs at C speed on the fast path.
     """
@@ -87,6 +88,33 @@ class Origin(enum.IntEnum):
 # The two origins every transform uses, as module constants (read on every call).
 IN = Origin.IN
 OUT = Origin.OUT
+
+
+class LeafSource(NamedTuple):
+    """Where one leaf of an out GraphDef gets its value (``OutStatic.sources``).
+
+    Attributes:
+      origin: an ``Origin``.
+      index: ``IN``: the input leaf's position; ``OUT``: the output group;
+        ``CARRY``: the position in the final carry; ``STACKED``: the position among
+        the stacked outputs.
+      position: ``OUT``: the position in the output group; ``STACKED``: the axis the
+        stacked axis moves to; ``0`` otherwise.
+    """
+
+    origin: Origin
+    index: int
+    position: int = 0
+
+
+def leaf_values(
+    sources: Sequence[LeafSource], in_values: Sequence[Any], out_groups: Sequence[Sequence[Any]]
+) -> list[Any]:
+    """The value of each leaf of ``sources`` (origins ``IN`` and ``OUT``): the input's
+    value or the one the JAX transform returned."""
+    return [
+        in_values[s.index] if s.origin == IN else out_groups[s.index][s.position] for s in sources
+    ]
 
 
 class Static:
@@ -171,7 +199,7 @@ class OutStatic(Frozen):
         self,
         graphdef: GraphDef,
         index_map: tuple[tuple[int, int], ...],
-        sources: tuple[tuple[int, int, int], ...],
+        sources: tuple[LeafSource, ...],
         inputs_kept: bool = False,
     ):
         object.__setattr__(self, "graphdef", graphdef)
@@ -181,6 +209,36 @@ class OutStatic(Frozen):
         # fast path may then write values in place instead of rebuilding the graph.
         object.__setattr__(self, "inputs_kept", inputs_kept)
         object.__setattr__(self, "plan", None)  # the fast path's compiled write-back
+
+
+class Resplit(NamedTuple):
+    """Step 4's walk (``Merged.resplit``).
+
+    Attributes:
+      graphdef: the GraphDef of ``(output, args, kwargs)``.
+      leaves: ``(path, leaf)`` per leaf, in walk order.
+      prefixes: each leaf's resolved out-prefix.
+      index_map: ``(out node index, input node index)`` per input node found again.
+    """
+
+    graphdef: GraphDef
+    leaves: list[tuple[PathParts, Any]]
+    prefixes: list[Any]
+    index_map: tuple[tuple[int, int], ...]
+
+
+class InnerResult(NamedTuple):
+    """What ``Inner.run`` returns from inside the JAX transform.
+
+    Attributes:
+      kept: the part of ``call``'s result returned as is (e.g. ``grad``'s loss).
+      out_static: the ``OutStatic`` of ``(output, args, kwargs)``.
+      out_groups: the leaves that come back through JAX, one list per output group.
+    """
+
+    kept: Any
+    out_static: OutStatic
+    out_groups: tuple[list[Any], ...]
 
 
 @dataclasses.dataclass
@@ -217,10 +275,9 @@ class Call:
 
     def finish(self, out_static: OutStatic, out_groups: Sequence[Sequence[Any]]) -> Any:
         """Step 5: updates the caller's objects in place and returns the output."""
-        values = [
-            self.values[a] if tag == IN else out_groups[a][b] for tag, a, b in out_static.sources
-        ]
-        return self.finish_values(out_static, values)
+        return self.finish_values(
+            out_static, leaf_values(out_static.sources, self.values, out_groups)
+        )
 
     def finish_values(self, out_static: OutStatic, values: list[Any]) -> Any:
         """Step 5 with the leaf values already gathered (in out-GraphDef order)."""
@@ -364,14 +421,9 @@ class Merged:
         inputs_out_prefix: tuple[Any, Any],
         out_prefix_tree: Any,
         on_output_leaf: Callable[[Any, Any], None] | None = None,
-    ) -> tuple[GraphDef, list[tuple[PathParts, Any]], list[Any], tuple[tuple[int, int], ...]]:
+    ) -> Resplit:
         """Step 4: one walk over ``(output, args, kwargs)`` (output first, so leaves an
-        output shares with an input are found at their output path).
-
-        Returns:
-          ``(graphdef, leaves, prefixes, index_map)`` where ``index_map`` pairs each
-          output node index with the input index of the same object.
-        """
+        output shares with an input are found at their output path)."""
         if not self.mode.updates:
             self.restore_structure()
         walk = _OutputWalk(
@@ -390,7 +442,7 @@ class Merged:
             for obj, out_i in walk.ref_index.items()
             if obj in self.in_index
         )
-        return graphdef, leaves, prefixes, index_map
+        return Resplit(graphdef, leaves, prefixes, index_map)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,7 +486,7 @@ class Inner:
         inputs_out_prefix: tuple[Any, Any],
         out_prefix_tree: Any,
         call: Callable[..., Any] | None = None,
-    ) -> tuple[Any, OutStatic, tuple[list[Any], ...]]:
+    ) -> InnerResult:
         """Merges the inputs, calls ``call(f, args, kwargs)`` (default ``f(*args,
         **kwargs)``), and re-splits ``(output_part, args, kwargs)``.
 
@@ -445,7 +497,7 @@ class Inner:
         ``output_part`` goes through the lift.
 
         Returns:
-          ``(kept, out_static, out_groups)``.
+          an ``InnerResult``.
         """
         merged = Merged(
             in_static,
@@ -470,7 +522,7 @@ class Inner:
                 in_static, merged, output, self.on_output_leaf
             )
             if fast is not None:
-                return kept, *fast
+                return InnerResult(kept, *fast)
         graphdef, leaves, prefixes, index_map = merged.resplit(
             output,
             self.out_spec,
@@ -485,10 +537,10 @@ class Inner:
         for (_, leaf), prefix in zip(leaves, prefixes):
             i = merged.unchanged_input(leaf)
             if i is not None and self.same_prefix(merged.prefixes[i], prefix):
-                sources.append((IN, i, 0))
+                sources.append(LeafSource(IN, i))
                 continue
             g = group_index(prefix, self.out_keys)
-            sources.append((OUT, g, len(out_groups[g])))
+            sources.append(LeafSource(OUT, g, len(out_groups[g])))
             if isinstance(leaf, Variable):
                 leaf = leaf.raw_value
             elif is_ref(leaf):  # a raw Ref leaves as its content (JAX returns no Refs)
@@ -497,7 +549,7 @@ class Inner:
         out_static = OutStatic(graphdef, index_map, tuple(sources), inputs_kept)
         if self.templates is not None:
             self.templates.record(in_static, merged, output, leaves, out_static, out_groups)
-        return kept, out_static, out_groups
+        return InnerResult(kept, out_static, out_groups)
 
 
 class _OutputWalk(PrefixWalk):

@@ -21,7 +21,15 @@ from typing import Any
 
 from flaxgraph.modes import Mode
 from flaxgraph.transforms.aliasing import PrefixSpec
-from flaxgraph.transforms.lift import IN, Call, Inner, InStatic, OutStatic, Static, split_inputs
+from flaxgraph.transforms.lift import (
+    Call,
+    Inner,
+    InStatic,
+    OutStatic,
+    Static,
+    leaf_values,
+    split_inputs,
+)
 
 SPEC = PrefixSpec("arguments", lambda p: p is None, None)
 
@@ -106,7 +114,7 @@ class LiftedCall:
         in_static: InStatic = static.value
         in_values = [groups[g][i] for g, i in in_static.slots]
         out_static: OutStatic = out[0].value
-        return [in_values[a] if tag == IN else out[1][a][b] for tag, a, b in out_static.sources]
+        return leaf_values(out_static.sources, in_values, out[1])
 
     @staticmethod
     def finish(call: Call, out: tuple[Static, Sequence[list[Any]]]) -> Any:

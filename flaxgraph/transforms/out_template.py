@@ -87,9 +87,10 @@ class OutTemplate:
         self.changed = [merged.unchanged_input(merged.leaves[i]) for i in self.variables]
         self.out_inputs = [merged.unchanged_input(x) for x in out_leaves]
         self.fetch: list[list[tuple[bool, int]]] = [[] for _ in range(n_groups)]
-        for j, ((path, leaf), (tag, g, _)) in enumerate(zip(walk_leaves, out_static.sources)):
-            if tag == IN:
+        for j, ((path, leaf), source) in enumerate(zip(walk_leaves, out_static.sources)):
+            if source.origin == IN:
                 continue
+            g = source.index
             if path[0] == 0:  # the output part: its arrays come first, in walk order
                 self.fetch[g].append((True, j))
             else:

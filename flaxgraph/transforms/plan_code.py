@@ -33,14 +33,18 @@ import itertools
 import keyword
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, same_item
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
 from flaxgraph.transforms.leaf_access import get_raw, get_ref_content, level_treedef
-from flaxgraph.transforms.lift import IN
+from flaxgraph.transforms.lift import IN, LeafSource, OutStatic
+from flaxgraph.transforms.ref_writes import RefInstall
 from flaxgraph.variablelib.variable import METADATA_SLOT, Variable, metadata_of
+
+if TYPE_CHECKING:  # fastpath.py makes plans with compile_run: a type-only import
+    from flaxgraph.transforms.fastpath import BoundFinish, Plan
 
 UNROLL = 24  # up to this many items of a kind get one comparison each
 MISS: Any = object()  # what run returns when the plan does not apply (None is an output)
@@ -68,27 +72,30 @@ class _Source:
 
 
 def compile_run(
-    plan: Any, finish: Callable[..., Any], finished: tuple[Any, Any] | None = None
+    plan: Plan,
+    finish: Callable[..., Any],
+    last_out: OutStatic | None = None,
+    bound: BoundFinish | None = None,
 ) -> tuple[Callable[..., Any], str]:
     """``(run, source)``: the fast path of ``plan`` as one generated function (see the
     module docstring); it returns ``MISS`` when the plan does not apply.
 
-    The write-back is ``finish(plan, out_static, out_groups, values)``, unless
-    ``finished = (out_static, (var_writes, other_writes, output))`` gives a bound
-    write-back (see ``FinishPlan.bind``): it is then written out too, for calls that
-    return that same ``out_static`` (the usual case: one per structure and shapes).
+    The write-back is ``finish(plan, out_static, out_groups, values)``, unless a
+    write-back ``bound`` to the plan's objects (``FinishPlan.bind``) is given for the
+    ``OutStatic`` ``last_out``: it is then written out too, for calls that return
+    that same ``OutStatic`` (the usual case: one per structure and shapes).
     """
     src = _Source(_namespace(plan, finish))
     _signature_checks(src, plan)
     _structure_checks(src, plan.snapshot)
     _leaf_reads(src, plan)
-    _call_and_finish(src, plan, finished)
+    _call_and_finish(src, plan, last_out if bound is not None else None, bound)
     source = "\n".join(src.lines) + "\n"
     exec(compile(source, f"<flaxgraph plan {id(plan):#x}>", "exec"), src.namespace)
     return src.namespace["run"], source
 
 
-def _namespace(plan: Any, finish: Callable[..., Any]) -> dict[str, Any]:
+def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
     """The names the generated function reads (every object enters through here)."""
     return {
         "MISS": MISS,
@@ -118,7 +125,7 @@ def _namespace(plan: Any, finish: Callable[..., Any]) -> dict[str, Any]:
     }
 
 
-def _signature_checks(src: _Source, plan: Any) -> None:
+def _signature_checks(src: _Source, plan: Plan) -> None:
     """The call's signature: the same objects, leaves of the same types."""
     const = src.const
     src.line(f"if len(args) != {plan.n_args}: return MISS")
@@ -177,7 +184,7 @@ def _structure_checks(src: _Source, snap: StructureSnapshot) -> None:
     _container_checks(src, snap)
 
 
-def _leaf_reads(src: _Source, plan: Any) -> None:
+def _leaf_reads(src: _Source, plan: Plan) -> None:
     """The leaves' current values, in the order the compiled function takes them."""
     const = src.const
     attrs = plan.attribute_parents
@@ -205,8 +212,11 @@ def _leaf_reads(src: _Source, plan: Any) -> None:
             src.line(f"values[{pos}] = {arg_at[pos]}")
 
 
-def _call_and_finish(src: _Source, plan: Any, finished: tuple[Any, Any] | None) -> None:
-    """The call of the compiled function and the write-back."""
+def _call_and_finish(
+    src: _Source, plan: Plan, last_out: OutStatic | None, bound: BoundFinish | None
+) -> None:
+    """The call of the compiled function and the write-back (``bound`` written out
+    for calls returning ``last_out``)."""
     const = src.const
     if plan.passthrough:
         groups = ", ".join(["values"] + ["[]"] * (len(plan.members) - 1))
@@ -216,8 +226,8 @@ def _call_and_finish(src: _Source, plan: Any, finished: tuple[Any, Any] | None) 
     if plan.compiled.with_static:
         src.line(f"out_static, out_groups = COMPILED({groups})")
         src.line("out = out_static.value")
-        if finished is not None:
-            src.namespace["LAST"] = finished[0]
+        if last_out is not None:
+            src.namespace["LAST"] = last_out
             src.line("if out is not LAST: return FINISH(PLAN, out, out_groups, values)")
     else:
         # The compiled function's traces all returned OUT (see compiled.py); a new
@@ -228,12 +238,12 @@ def _call_and_finish(src: _Source, plan: Any, finished: tuple[Any, Any] | None) 
         src.line("except CHANGED:")
         src.line("    return RETRY(PLAN, args, kwargs)")
         src.line("out = OUT")
-        if finished is not None and finished[0] is not plan.compiled.out_static:
-            finished = None
-    if finished is None:
+        if last_out is not plan.compiled.out_static:
+            bound = None
+    if last_out is None or bound is None:
         src.line("return FINISH(PLAN, out, out_groups, values)")
     else:
-        _write_back(src, finished[1])
+        _write_back(src, bound)
 
 
 def _read(getter: Any, target: Any, const: Callable[[Any], str]) -> str:
@@ -264,7 +274,7 @@ def _access(
     return text
 
 
-def _retry(plan: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _retry(plan: Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The call after the plan's compiled function switched to returning its
     ``OutStatic`` (see compiled.py): through ``plan.call``, which handles both, and
     no longer through the generated code."""
@@ -277,7 +287,7 @@ def miss_always(args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> 
     return MISS
 
 
-def _install_refs(src: _Source, installs: Any) -> None:
+def _install_refs(src: _Source, installs: RefInstall) -> None:
     """The lines installing the new arrays of Ref-backed Variables (a ``RefInstall``):
     written out when the Refs' boxes are reachable and there are few, else a call."""
     const = src.const
@@ -285,9 +295,9 @@ def _install_refs(src: _Source, installs: Any) -> None:
         src.line(f"{const(installs)}(out_groups)")
         return
     checks = []
-    for i, (g, b, shape, dtype) in enumerate(installs.checks):
-        src.line(f"r{i} = out_groups[{g}][{b}]")
-        checks.append(f"r{i}.shape != {const(shape)} or r{i}.dtype != {const(dtype)}")
+    for i, w in enumerate(installs.checks):
+        src.line(f"r{i} = out_groups[{w.group}][{w.position}]")
+        checks.append(f"r{i}.shape != {const(w.shape)} or r{i}.dtype != {const(w.dtype)}")
     # A value that does not fit: the RefInstall raises, naming the Variable (nothing
     # has been written yet).
     for i in range(0, len(checks), 4):
@@ -296,31 +306,35 @@ def _install_refs(src: _Source, installs: Any) -> None:
         src.line(f"{const(box)}._buf = r{i}")
 
 
-def _write_back(src: _Source, bound: Any) -> None:
+def _value_of(source: LeafSource) -> str:
+    """The expression of a leaf's value in the generated function."""
+    if source.origin == IN:
+        return f"values[{source.index}]"
+    return f"out_groups[{source.index}][{source.position}]"
+
+
+def _write_back(src: _Source, bound: BoundFinish) -> None:
     """The lines writing the outputs of a call that returned the ``OutStatic`` the
     write-back ``bound`` was made for."""
-    var_writes, other_writes, output, installs = bound
     const = src.const
-    if installs is not None:  # Ref-backed Variables: all checked, then installed
-        _install_refs(src, installs)
-    for targets, positions, g in var_writes:
-        if len(targets) <= UNROLL:
-            for t, p in zip(targets, positions):
-                src.line(f"_set_raw({const(t)}, out_groups[{g}][{p}])")
+    if bound.installs is not None:  # Ref-backed Variables: all checked, then installed
+        _install_refs(src, bound.installs)
+    for w in bound.var_writes:
+        if len(w.targets) <= UNROLL:
+            for t, p in zip(w.targets, w.positions):
+                src.line(f"_set_raw({const(t)}, out_groups[{w.group}][{p}])")
         else:
             src.line(
-                f"_list(_map(_set_raw, {const(targets)}, "
-                f"_map(out_groups[{g}].__getitem__, {const(positions)})))"
+                f"_list(_map(_set_raw, {const(w.targets)}, "
+                f"_map(out_groups[{w.group}].__getitem__, {const(w.positions)})))"
             )
-    for (tag, a, b), write in other_writes:
-        value = f"values[{a}]" if tag == IN else f"out_groups[{a}][{b}]"
-        src.line(f"{const(write)}({value})")
-    single = getattr(output, "source", None)  # a one-leaf output: where it comes from
+    for other in bound.other_writes:
+        src.line(f"{const(other.write)}({_value_of(other.source)})")
+    single = getattr(bound.output, "source", None)  # a one-leaf output: its source
     if single is not None:
-        tag, a, b = single
-        src.line(f"return values[{a}]" if tag == IN else f"return out_groups[{a}][{b}]")
+        src.line(f"return {_value_of(single)}")
     else:
-        src.line(f"return {const(output)}(values, out_groups)")
+        src.line(f"return {const(bound.output)}(values, out_groups)")
 
 
 def _item_check(src: _Source, access: str, key: Any) -> str:

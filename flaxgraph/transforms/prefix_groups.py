@@ -14,12 +14,31 @@ Source: ``docs/design.md``, "The five lift steps" (split out of ``lift.py``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.lift_types import object_prefix
 from flaxgraph.variablelib.variable import Variable
+
+
+class DonatedKey(NamedTuple):
+    """The group key of an input leaf for a transform that donates arguments
+    (``jit``, ``vmap``): its plain prefix and whether it is donated."""
+
+    prefix: Any
+    donated: bool
+
+
+def donated_keys(keys: Sequence[Any], donates: bool = True) -> list[DonatedKey]:
+    """Each key kept and (if ``donates``) donated, in that order."""
+    return [DonatedKey(k, d) for k in keys for d in ((False, True) if donates else (False,))]
+
+
+def same_unless_donated(in_key: DonatedKey, out_key: Any) -> bool:
+    """An unchanged input leaf is returned as is where its out-prefix is its
+    in-prefix and it was not donated (an ``Inner.same_prefix``)."""
+    return not in_key.donated and in_key.prefix == out_key
 
 
 def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:

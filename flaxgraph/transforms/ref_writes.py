@@ -27,8 +27,9 @@ Source: ``docs/design.md``, "The fast path"; JAX mutable array references (``jax
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+from flaxgraph.transforms.lift import LeafSource
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.variable import Variable
 
@@ -38,50 +39,60 @@ def read_ref(ref: Any) -> Any:
     return refs.peek(ref)
 
 
+class RefWrite(NamedTuple):
+    """A Ref-backed Variable that receives ``out_groups[group][position]``, which must
+    have the Ref's ``shape`` and ``dtype``."""
+
+    variable: Variable[Any]
+    ref: Any
+    group: int
+    position: int
+    shape: tuple[int, ...]
+    dtype: Any
+
+
 class RefInstall:
     """Installs the new values of a plan's Ref-backed Variables: ``(out_groups) ->
     None``, all shapes and dtypes checked before the first write.
 
     Attributes:
-      writes: ``(variable, ref, group, position, shape, dtype)`` per Variable.
+      checks: a ``RefWrite`` per Variable.
+      direct: the Refs' boxes whose array can be replaced directly (see
+        ``refs.install``), or ``None``.
     """
 
-    __slots__ = ("writes", "direct", "checks")
+    __slots__ = ("direct", "checks")
 
-    def __init__(self, variables: Sequence[tuple[Variable[Any], int, int]]):
-        self.writes = [
-            (v, v._var_ref, g, b, tuple(v._var_ref.shape), v._var_ref.dtype)
-            for v, g, b in variables
+    def __init__(self, variables: Sequence[Variable[Any]], sources: Sequence[LeafSource]):
+        """``variables[k]`` receives the value ``sources[k]`` (origin ``OUT``) names."""
+        self.checks = [
+            RefWrite(v, v._var_ref, s.index, s.position, tuple(v._var_ref.shape), v._var_ref.dtype)
+            for v, s in zip(variables, sources)
         ]
-        # (group, position, shape, dtype) per Variable: what each new value is read
-        # from and must match (one loop on every call, so kept flat).
-        self.checks = [(g, b, shape, dtype) for _, _, g, b, shape, dtype in self.writes]
-        # The Refs' boxes whose array can be replaced directly (see refs.install).
         self.direct = (
-            [v._var_ref._refs for v, _, _ in variables]
-            if all(refs.has_direct_content(v._var_ref) for v, _, _ in variables)
+            [v._var_ref._refs for v in variables]
+            if all(refs.has_direct_content(v._var_ref) for v in variables)
             else None
         )
 
     def __call__(self, out_groups: Sequence[Sequence[Any]]) -> None:
         """Raises ``ValueError`` (nothing written) if a value does not fit its Ref."""
         values: list[Any] = []
-        for g, b, shape, dtype in self.checks:
-            value = out_groups[g][b]
-            if value.shape != shape or value.dtype != dtype:
-                self._refuse(value, len(values))
+        for w in self.checks:
+            value = out_groups[w.group][w.position]
+            if value.shape != w.shape or value.dtype != w.dtype:
+                self._refuse(value, w)
             values.append(value)
         if self.direct is not None:
             for box, value in zip(self.direct, values):
                 box._buf = value
             return
-        for (_, ref, _, _, _, _), value in zip(self.writes, values):
-            refs.install(ref, value)
+        for w, value in zip(self.checks, values):
+            refs.install(w.ref, value)
 
-    def _refuse(self, value: Any, index: int) -> None:
-        v, ref = self.writes[index][:2]
-        v._check_fits(value)  # raises with the Variable's name
-        refs.check_fits(type(v).__name__, ref, value)
+    def _refuse(self, value: Any, write: RefWrite) -> None:
+        write.variable._check_fits(value)  # raises with the Variable's name
+        refs.check_fits(type(write.variable).__name__, write.ref, value)
 
 
 def copies_of_ref_values(in_values: list[Any], positions: frozenset[int], leaves: Any) -> list[Any]:

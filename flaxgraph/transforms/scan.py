@@ -57,6 +57,7 @@ from flaxgraph.transforms.lift import (
     IN,
     Frozen,
     InStatic,
+    LeafSource,
     Merged,
     Origin,
     OutStatic,
@@ -296,16 +297,16 @@ class _Scanner:
             value = leaf.raw_value if isinstance(leaf, Variable) else leaf
             if prefix is Carry:
                 state_paths.append(_as_input_path(path))
-                sources.append((Origin.CARRY, len(new_state_carry), 0))
+                sources.append(LeafSource(Origin.CARRY, len(new_state_carry)))
                 new_state_carry.append(value)
             elif prefix is None:
                 if unchanged is None:
                     unchanged = _discard_broadcast_change(merged, leaf, out_rest, path)
-                sources.append((IN, unchanged, 0))
+                sources.append(LeafSource(IN, unchanged))
             elif unchanged is not None and merged.prefixes[unchanged] == prefix:
-                sources.append((IN, unchanged, 0))
+                sources.append(LeafSource(IN, unchanged))
             else:
-                sources.append((Origin.STACKED, len(ys), prefix))
+                sources.append(LeafSource(Origin.STACKED, len(ys), prefix))
                 ys.append(value)
         if state_paths != expected_state_carry:
             raise CarryStructureError(
@@ -402,13 +403,14 @@ class _Scanner:
             final_carry_obj = build_graph(carry_graphdef, final_carry[:n_carry], reuse=variables)[0]
         state_final = final_carry[n_carry:]
         values = []
-        for tag, a, b in out_static.sources:
-            if tag == IN:
-                values.append(call.values[a])
-            elif tag == Origin.CARRY:
-                values.append(state_final[a])
+        for s in out_static.sources:
+            if s.origin == IN:
+                values.append(call.values[s.index])
+            elif s.origin == Origin.CARRY:
+                values.append(state_final[s.index])
             else:
-                values.append(jnp.moveaxis(ys[a], 0, b) if b != 0 else ys[a])
+                stacked = ys[s.index]
+                values.append(jnp.moveaxis(stacked, 0, s.position) if s.position else stacked)
         rest_out = call.finish_values(out_static, values)
         return _join_output(tuple(final_carry_obj), rest_out, self.out_axes)
 

@@ -28,7 +28,7 @@ import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import jax
 import numpy as np
@@ -92,6 +92,14 @@ def _local_names(names: tuple[Any, ...], manual: frozenset[Any]) -> tuple[Any, .
     return tuple(out)
 
 
+class SavedMetadata(NamedTuple):
+    """A Variable's metadata inside ``shard_map`` (``local``: manual axes' names read
+    ``None``) and outside it (``original``)."""
+
+    local: dict[str, Any]
+    original: dict[str, Any]
+
+
 class LocalView:
     """The metadata hooks of one shard_map trace: inside the body, a Variable's sharding
     names drop the manual axes; on the way out the original names come back (the
@@ -113,12 +121,12 @@ class LocalView:
             if new != names:
                 local = {**original, "out_sharding": new}
                 write_metadata(leaf, local)
-                self.saved[leaf] = (local, original)
+                self.saved[leaf] = SavedMetadata(local, original)
 
     def on_output_leaf(self, leaf: Any, prefix: Any) -> None:
         entry = self.saved.get(leaf) if isinstance(leaf, Variable) else None
-        if entry is not None and metadata_of(leaf) is entry[0]:
-            write_metadata(leaf, entry[1])
+        if entry is not None and metadata_of(leaf) is entry.local:
+            write_metadata(leaf, entry.original)
 
 
 def _spec_problem(
@@ -470,11 +478,12 @@ def _check_outputs(
         axis that is not in the mesh or not manual.
     """
     paths: Sequence[tuple[Hashable, ...]] = out_static.graphdef.leaf_paths
-    for path, (tag, g, i) in zip(paths, out_static.sources):
-        if tag != OUT:
+    for path, source in zip(paths, out_static.sources):
+        if source.origin != OUT:
             continue
-        spec = out_keys[g]
-        problem = _spec_problem(spec, out_groups[g][i], mesh, manual, whole=False)
+        spec = out_keys[source.index]
+        value = out_groups[source.index][source.position]
+        problem = _spec_problem(spec, value, mesh, manual, whole=False)
         if problem is not None:
             where = NamedRoots(("output", "args", "kwargs"), tuple(roots)).where(path)
             name = "out_specs" if path[0] == 0 else "in_specs"
@@ -512,8 +521,8 @@ def _note_groups(
             if f"out_specs[{g}]" in message:
                 paths = [
                     out_where.where(p)
-                    for p, (tag, h, _) in zip(leaf_paths, out_static.sources)
-                    if tag == OUT and h == g
+                    for p, s in zip(leaf_paths, out_static.sources)
+                    if s.origin == OUT and s.index == g
                 ]
                 lines.append(_group_line("out_specs", g, key, paths))
     if lines:

@@ -45,13 +45,19 @@ from flaxgraph.transforms.lift import (
     OUT,
     Inner,
     InStatic,
+    LeafSource,
     OutStatic,
     Static,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
 from flaxgraph.transforms.out_template import Templates
-from flaxgraph.transforms.prefix_groups import prefix_keys
+from flaxgraph.transforms.prefix_groups import (
+    DonatedKey,
+    donated_keys,
+    prefix_keys,
+    same_unless_donated,
+)
 from flaxgraph.transforms.rng_broadcast import RngWatch, warn_drawn, watch
 from flaxgraph.transforms.transformed import P, R, Transformed, Wrapped
 from flaxgraph.variablelib.axes import (
@@ -154,16 +160,14 @@ class Mapped(Transformed[P, R]):
         self.jax_kwargs = jax_kwargs
         in_keys = prefix_keys(in_axes, 0, spec=AXES_SPEC)
         self.out_keys = prefix_keys(in_axes, out_axes, 0, spec=AXES_SPEC)
-        self.in_keys = [
-            (k, d) for k in in_keys for d in ((False, True) if donate_argnums else (False,))
-        ]
+        self.in_keys = donated_keys(in_keys, bool(donate_argnums))
         self.by_closure = by_closure = jax_map is jax.vmap
         self.fast = by_closure
         self.configured()
-        self.closed_groups = [by_closure and k is None for k, _ in self.in_keys]
+        self.closed_groups = [by_closure and k.prefix is None for k in self.in_keys]
         self.interned: dict[OutStatic, OutStatic] = {}  # equal OutStatics -> one object
         self.templates = Templates()  # step 4 without the walk for repeated calls
-        donated = tuple(1 + i for i, (_, d) in enumerate(self.in_keys) if d)  # after the Static
+        donated = tuple(1 + i for i, k in enumerate(self.in_keys) if k.donated)  # after the Static
         extra = {"donate_argnums": donated} if donate_argnums else {}
         # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) has a
         # fast path that misreads ``(None, k, ...)`` as one axis per *leaf* whenever
@@ -172,7 +176,7 @@ class Mapped(Transformed[P, R]):
         if not by_closure:
             self.mapped = jax_map(
                 functools.partial(self.pure, None),
-                in_axes=(None, *((k,) for k, _ in self.in_keys)),
+                in_axes=(None, *((k.prefix,) for k in self.in_keys)),
                 out_axes=(None, tuple(self.out_keys)),
                 **extra,
                 **jax_kwargs,
@@ -184,7 +188,7 @@ class Mapped(Transformed[P, R]):
             # jax.vmap handles the mapped arrays only.
             self.current = threading.local()
             passed_axes = tuple(
-                (k,) for (k, _), c in zip(self.in_keys, self.closed_groups) if not c
+                (k.prefix,) for k, c in zip(self.in_keys, self.closed_groups) if not c
             )
             self.mapped = jax_map(
                 self.pure_closed,
@@ -203,7 +207,7 @@ class Mapped(Transformed[P, R]):
             self.fun,
             OUT_AXES_SPEC,
             self.out_keys,
-            same_prefix=_same_axis,
+            same_prefix=same_unless_donated,
             on_inputs=on_inputs,
             on_output_leaf=metadata.on_output_leaf,
             record_kept=by_closure,
@@ -225,7 +229,7 @@ class Mapped(Transformed[P, R]):
         rngs: list[RngWatch | None] = [None]
 
         def on_inputs(leaves: list[Any], prefixes: list[Any]) -> None:
-            axes = [p[0] for p in prefixes]
+            axes = [p.prefix for p in prefixes]
             metadata.on_inputs(leaves, axes)
             rngs[0] = watch(in_static.graphdef.leaf_paths, leaves, axes)
 
@@ -288,11 +292,11 @@ class Mapped(Transformed[P, R]):
         if self.donate_argnums:
             positions = {i % len(args) for i in self.donate_argnums}
             call.prefixes = [
-                (p, path[0] == 0 and path[1] in positions)
+                DonatedKey(p, path[0] == 0 and path[1] in positions)
                 for p, path in zip(call.prefixes, call.graphdef.leaf_paths)
             ]
         else:
-            call.prefixes = [(p, False) for p in call.prefixes]
+            call.prefixes = [DonatedKey(p, False) for p in call.prefixes]
         slots, groups = call.groups(self.in_keys)
         in_static = InStatic(call.graphdef, slots, _CallPrefix(a_prefix, len(args)))
         entry = Traced(functools.partial(self.run_mapped, in_static))
@@ -307,7 +311,7 @@ class Mapped(Transformed[P, R]):
             better = mapped_input_error(
                 call.graphdef.leaf_paths,
                 call.values,
-                [p for p, _ in call.prefixes],
+                [p.prefix for p in call.prefixes],
                 NamedRoots(("args", "kwargs"), (args, kwargs)).where,
                 self.name,
                 self.jax_kwargs.get("axis_size"),
@@ -321,12 +325,6 @@ class Mapped(Transformed[P, R]):
             donated=bool(self.donate_argnums),
         )  # fmt: skip
         return result
-
-
-def _same_axis(in_key: Any, out_key: Any) -> bool:
-    """An unchanged input leaf is returned as is where its out axis is its in axis
-    (and it was not donated)."""
-    return not in_key[1] and in_key[0] == out_key
 
 
 def _mapped(
@@ -365,7 +363,7 @@ def _batched_broadcast_error(
         return None
     g, i, axis = (int(x) for x in match.groups())
     paths = out_static.graphdef.leaf_paths
-    found = [p for p, src in zip(paths, out_static.sources) if src == (OUT, g, i)]
+    found = [p for p, src in zip(paths, out_static.sources) if src == LeafSource(OUT, g, i)]
     if not found:
         return None
     path = found[0]
