@@ -71,18 +71,14 @@ class Origin(enum.IntEnum):
 
     * ``IN``: the leaf is unchanged; take the caller's input value ``values[index]``.
     * ``OUT``: the leaf comes back from the JAX transform,
-      ``out_groups[index][position]``.
-    * ``CARRY``: (``scan``) the leaf comes back in the loop's final carry, at ``index``.
-    * ``STACKED``: (``scan``) the leaf comes back stacked, ``ys[index]`` with its scan
-      axis moved to ``position``.
+      ``out_groups[index][position]`` (for ``scan``: in the final carry or stacked,
+      as the group's out-prefix says).
 
     An ``IntEnum``: comparing origins runs at C speed on the fast path.
     """
 
     IN = 0
     OUT = 1
-    CARRY = 2
-    STACKED = 3
 
 
 # The two origins every transform uses, as module constants (read on every call).
@@ -95,11 +91,8 @@ class LeafSource(NamedTuple):
 
     Attributes:
       origin: an ``Origin``.
-      index: ``IN``: the input leaf's position; ``OUT``: the output group;
-        ``CARRY``: the position in the final carry; ``STACKED``: the position among
-        the stacked outputs.
-      position: ``OUT``: the position in the output group; ``STACKED``: the axis the
-        stacked axis moves to; ``0`` otherwise.
+      index: ``IN``: the input leaf's position; ``OUT``: the output group.
+      position: ``OUT``: the position in the output group; ``0`` for ``IN``.
     """
 
     origin: Origin
@@ -523,7 +516,7 @@ class Inner:
             )
             if fast is not None:
                 return InnerResult(kept, *fast)
-        graphdef, leaves, prefixes, index_map = merged.resplit(
+        split = merged.resplit(
             output,
             self.out_spec,
             inputs_out_prefix,
@@ -534,9 +527,9 @@ class Inner:
         inputs_kept = self.record_kept and (not self.mode.updates or merged.structure_kept())
         out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
         sources = []
-        for (_, leaf), prefix in zip(leaves, prefixes):
-            i = merged.unchanged_input(leaf)
-            if i is not None and self.same_prefix(merged.prefixes[i], prefix):
+        for (path, leaf), prefix in zip(split.leaves, split.prefixes):
+            i = self.input_kept(merged, output, path, leaf, prefix)
+            if i is not None:
                 sources.append(LeafSource(IN, i))
                 continue
             g = group_index(prefix, self.out_keys)
@@ -546,10 +539,23 @@ class Inner:
             elif is_ref(leaf):  # a raw Ref leaves as its content (JAX returns no Refs)
                 leaf = leaf[...]
             out_groups[g].append(leaf)
-        out_static = OutStatic(graphdef, index_map, tuple(sources), inputs_kept)
+        out_static = OutStatic(split.graphdef, split.index_map, tuple(sources), inputs_kept)
         if self.templates is not None:
-            self.templates.record(in_static, merged, output, leaves, out_static, out_groups)
+            self.templates.record(in_static, merged, output, split.leaves, out_static, out_groups)
         return InnerResult(kept, out_static, out_groups)
+
+    def input_kept(
+        self, merged: Merged, output: Any, path: PathParts, leaf: Any, prefix: Any
+    ) -> int | None:
+        """The input position whose value the re-split ``leaf`` (at ``path``, with
+        out-prefix ``prefix``) takes on the way out, or ``None`` if it comes back
+        through the JAX transform: an input leaf the function did not change, where
+        ``same_prefix`` allows it. A transform may override it (``scan``'s carry
+        always comes back, its broadcast state never does)."""
+        i = merged.unchanged_input(leaf)
+        if i is not None and self.same_prefix(merged.prefixes[i], prefix):
+            return i
+        return None
 
 
 class _OutputWalk(PrefixWalk):

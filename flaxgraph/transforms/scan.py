@@ -55,16 +55,17 @@ from flaxgraph.transforms.control import CarryStructureError
 from flaxgraph.transforms.jax_errors import mapped_input_error
 from flaxgraph.transforms.lift import (
     IN,
+    OUT,
     Frozen,
+    Inner,
     InStatic,
-    LeafSource,
     Merged,
-    Origin,
     OutStatic,
     Static,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
+from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.rng_broadcast import warn_drawn, watch
 from flaxgraph.transforms.scan_axes import (
     Carry,
@@ -73,6 +74,7 @@ from flaxgraph.transforms.scan_axes import (
     validate_scan_axes,
 )
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
 
 __all__ = ["Carry", "scan"]
@@ -126,6 +128,15 @@ def _split_output(out: Any, out_axes: Any) -> tuple[tuple[Any, ...], Any, Any]:
         rest_axes = tuple(None if a is Carry else a for a in out_axes)
         return carry, rest, rest_axes
     return (), out, out_axes
+
+
+def _rest_axes(out_axes: Any) -> Any:
+    """The prefix of the output's non-carry part (see ``_split_output``)."""
+    if out_axes is Carry:
+        return None
+    if isinstance(out_axes, tuple):
+        return tuple(None if a is Carry else a for a in out_axes)
+    return out_axes
 
 
 def _join_output(carry: tuple[Any, ...], rest: Any, out_axes: Any) -> Any:
@@ -240,87 +251,75 @@ class _Scanner:
     def step(self, carry_in: Any, x: list[Any]) -> Any:
         """One step of ``jax.lax.scan`` (``self.body``, one bound method per
         ``nnx.scan`` so JAX's caches recognise it): the per-call structure arrives as
-        ``Static`` data in the carry."""
+        ``Static`` data in the carry. Steps 3 and 4 of the lift are ``Inner.run``'s
+        (``_ScanInner``); the carry is built, checked and returned around them."""
         static, carry, broadcast_values = carry_in
         info: _ScanInfo = static.value
-        carry_graphdef, in_static, prefixes = info.carry_graphdef, info.in_static, info.prefixes
-        positions, a_prefix, rest_prefix = info.positions, info.a_prefix, info.rest_prefix
-        kwargs_prefix = info.kwargs_prefix
-        expected_state_carry, n_carry = list(info.expected_state_carry), info.n_carry
+        n_carry = info.n_carry
         carry_index: dict[int, Any] = {}
-        carry_obj = build_graph(carry_graphdef, carry[:n_carry], index_ref=carry_index)[0]
-        groups = (carry[n_carry:], x, broadcast_values)
-        values = [groups[g][k] for g, k in in_static.slots]
-        merged = Merged(in_static, values, prefixes, mode=self.mode)
+        carry_obj = build_graph(info.carry_graphdef, carry[:n_carry], index_ref=carry_index)[0]
         metadata = AxisMetadata(self.transform_metadata)
-        metadata.on_inputs(merged.leaves, merged.prefixes)
-        full_args = list(merged.args)
-        for i, c in zip(positions, carry_obj):
-            full_args[i] = c
         params = metadata.params
-        full_args = map_boxes(a_prefix, full_args, lambda b, axis: b.remove_axis(axis, params))
-        rngs = watch(in_static.graphdef.leaf_paths, merged.leaves, merged.prefixes)
-        out = self.inner_f(*full_args, **merged.kwargs)
-        where = NamedRoots(("args", "kwargs"), (merged.args, merged.kwargs)).where
-        warn_drawn(rngs, where, "scan", "in_axes")  # flax#4195
-        out = map_boxes(self.out_axes, out, lambda b, axis: b.add_axis(axis, params))
-        out_carry, out_rest, rest_axes = _split_output(out, self.out_axes)
-        new_graphdef, new_carry, new_nodes = _flatten_carry(tuple(out_carry), self.mode.graph)
-        if new_graphdef != carry_graphdef:
-            diff = graphdef_diff(carry_graphdef, new_graphdef, roots=("carry",))
-            raise CarryStructureError(
-                f"The body of scan changed the structure of the carry: {diff} (first: "
-                "the carry passed in, second: the carry returned).\nThe carry keeps one "
-                "structure in every step.\nFix: return the carry with the same objects, "
-                "attributes and shapes it came in with."
+        seen: dict[str, Any] = {}  # what the hooks below see of the merged inputs
+
+        def on_inputs(leaves: list[Any], prefixes: list[Any]) -> None:
+            metadata.on_inputs(leaves, prefixes)
+            seen["rngs"] = watch(info.in_static.graphdef.leaf_paths, leaves, prefixes)
+
+        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+            seen["roots"] = (args, kwargs)
+            full_args = list(args)
+            for i, c in zip(info.positions, carry_obj):
+                full_args[i] = c
+            full_args = map_boxes(
+                info.a_prefix, full_args, lambda b, axis: b.remove_axis(axis, params)
             )
-        _check_carry_references(carry_index, new_nodes, tuple(out_carry), self.mode)
-        _check_carry_types(
-            carry_graphdef.leaf_paths,
-            carry[:n_carry],
-            new_carry,
-            NamedRoots(("carry",), (tuple(out_carry),)).where,
-        )
-        graphdef, leaves, prefixes, index_map = merged.resplit(
-            out_rest,
+            out = f(*full_args, **kwargs)
+            where = NamedRoots(("args", "kwargs"), (args, kwargs)).where
+            warn_drawn(seen["rngs"], where, "scan", "in_axes")  # flax#4195
+            out = map_boxes(self.out_axes, out, lambda b, axis: b.add_axis(axis, params))
+            out_carry, out_rest, _ = _split_output(out, self.out_axes)
+            new_carry = _new_carry(info, carry, carry_index, tuple(out_carry), self.mode)
+            return new_carry, out_rest
+
+        inner = _ScanInner(
+            self.inner_f,
             SCAN_OUT_SPEC,
-            (rest_prefix, kwargs_prefix),
-            rest_axes,
-            metadata.on_output_leaf,
+            info.out_keys,
+            on_inputs=on_inputs,
+            on_output_leaf=metadata.on_output_leaf,
+            mode=self.mode,
         )
-        new_state_carry: list[Any] = []
-        ys: list[Any] = []
-        sources: list[Any] = []
-        state_paths = []
-        for (path, leaf), prefix in zip(leaves, prefixes):
-            unchanged = merged.unchanged_input(leaf)
-            value = leaf.raw_value if isinstance(leaf, Variable) else leaf
-            if prefix is Carry:
-                state_paths.append(_as_input_path(path))
-                sources.append(LeafSource(Origin.CARRY, len(new_state_carry)))
-                new_state_carry.append(value)
-            elif prefix is None:
-                if unchanged is None:
-                    unchanged = _discard_broadcast_change(merged, leaf, out_rest, path)
-                sources.append(LeafSource(IN, unchanged))
-            elif unchanged is not None and merged.prefixes[unchanged] == prefix:
-                sources.append(LeafSource(IN, unchanged))
-            else:
-                sources.append(LeafSource(Origin.STACKED, len(ys), prefix))
-                ys.append(value)
-        if state_paths != expected_state_carry:
+        new_carry, out_static, out_groups = inner.run(
+            info.in_static,
+            (carry[n_carry:], x, broadcast_values),
+            info.prefixes,
+            (info.rest_prefix, info.kwargs_prefix),
+            info.rest_axes,
+            call,
+        )
+        carried = [k is Carry for k in info.out_keys]
+        state_paths = [
+            _as_input_path(path)
+            for path, s in zip(out_static.graphdef.leaf_paths, out_static.sources)
+            if s.origin == OUT and carried[s.index]
+        ]
+        if state_paths != list(info.expected_state_carry):
             raise CarryStructureError(
                 "The body of scan changed which sub-states are carried (StateAxes ... "
-                f"nnx.Carry): before {_fmt(expected_state_carry)}, after {_fmt(state_paths)}."
-                "\nFix: keep the carried Variables; create them before the scan."
+                f"nnx.Carry): before {_fmt(list(info.expected_state_carry))}, after "
+                f"{_fmt(state_paths)}.\nFix: keep the carried Variables; create them before "
+                "the scan."
             )
+        new_state_carry = [v for c, group in zip(carried, out_groups) if c for v in group]
         _check_carry_types(
-            expected_state_carry,
+            info.expected_state_carry,
             carry[n_carry:],
             new_state_carry,
-            NamedRoots(("args", "kwargs"), (merged.args, merged.kwargs)).where,
+            NamedRoots(("args", "kwargs"), seen["roots"]).where,
         )
-        out_static = OutStatic(graphdef, index_map, tuple(sources))
+        # The other groups come out stacked (one per scan axis).
+        ys = [[] if c else group for c, group in zip(carried, out_groups)]
         return (static, [*new_carry, *new_state_carry], broadcast_values), (Static(out_static), ys)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
@@ -362,6 +361,7 @@ class _Scanner:
         in_static = InStatic(call.graphdef, tuple(slots), None)
         broadcast_values = [call.values[i] for i in broadcast]
         expected_state_carry = [call.graphdef.leaf_paths[i] for i in state_carry]
+        rest_axes = _rest_axes(self.out_axes)
         info = _ScanInfo(
             carry_graphdef,
             in_static,
@@ -372,6 +372,8 @@ class _Scanner:
             tuple(expected_state_carry),
             len(carry_values),
             kwargs_prefix,
+            rest_axes,
+            tuple(prefix_keys(rest_prefix, kwargs_prefix, rest_axes, spec=SCAN_SPEC)),
         )
         n_carry = len(carry_values)
         init = (
@@ -403,16 +405,68 @@ class _Scanner:
             final_carry_obj = build_graph(carry_graphdef, final_carry[:n_carry], reuse=variables)[0]
         state_final = final_carry[n_carry:]
         values = []
+        out_keys = info.out_keys
         for s in out_static.sources:
             if s.origin == IN:
                 values.append(call.values[s.index])
-            elif s.origin == Origin.CARRY:
-                values.append(state_final[s.index])
+            elif out_keys[s.index] is Carry:  # the one carried group: the state carry
+                values.append(state_final[s.position])
             else:
-                stacked = ys[s.index]
-                values.append(jnp.moveaxis(stacked, 0, s.position) if s.position else stacked)
+                axis = out_keys[s.index]
+                stacked = ys[s.index][s.position]
+                values.append(jnp.moveaxis(stacked, 0, axis) if axis != 0 else stacked)
         rest_out = call.finish_values(out_static, values)
         return _join_output(tuple(final_carry_obj), rest_out, self.out_axes)
+
+
+def _new_carry(
+    info: _ScanInfo,
+    carry: list[Any],
+    carry_index: dict[int, Any],
+    out_carry: tuple[Any, ...],
+    mode: Mode,
+) -> list[Any]:
+    """The leaf values of the carry the body returned, checked against the carry it
+    received: the same structure, objects, shapes and dtypes.
+
+    Raises:
+      CarryStructureError: naming the first difference by its path.
+    """
+    carry_graphdef = info.carry_graphdef
+    new_graphdef, new_carry, new_nodes = _flatten_carry(out_carry, mode.graph)
+    if new_graphdef != carry_graphdef:
+        diff = graphdef_diff(carry_graphdef, new_graphdef, roots=("carry",))
+        raise CarryStructureError(
+            f"The body of scan changed the structure of the carry: {diff} (first: "
+            "the carry passed in, second: the carry returned).\nThe carry keeps one "
+            "structure in every step.\nFix: return the carry with the same objects, "
+            "attributes and shapes it came in with."
+        )
+    _check_carry_references(carry_index, new_nodes, out_carry, mode)
+    _check_carry_types(
+        carry_graphdef.leaf_paths,
+        carry[: info.n_carry],
+        new_carry,
+        NamedRoots(("carry",), (out_carry,)).where,
+    )
+    return new_carry
+
+
+class _ScanInner(Inner):
+    """``Inner`` for one step of the scan: carried state (``Carry``) always comes
+    back (it is the next step's carry), broadcast state (``None``) never does (a
+    change to it is discarded, ``_discard_broadcast_change``), and scanned state
+    comes back stacked unless unchanged on the same axis."""
+
+    def input_kept(
+        self, merged: Merged, output: Any, path: PathParts, leaf: Any, prefix: Any
+    ) -> int | None:
+        if prefix is Carry:
+            return None
+        i = merged.unchanged_input(leaf)
+        if prefix is None:
+            return i if i is not None else _discard_broadcast_change(merged, leaf, output, path)
+        return i if i is not None and merged.prefixes[i] == prefix else None
 
 
 class _ScanInfo(Frozen):
@@ -428,6 +482,8 @@ class _ScanInfo(Frozen):
         "expected_state_carry",
         "n_carry",
         "kwargs_prefix",
+        "rest_axes",
+        "out_keys",
     )
     _fields = __slots__
     carry_graphdef: GraphDef
@@ -439,6 +495,8 @@ class _ScanInfo(Frozen):
     expected_state_carry: tuple[Any, ...]
     n_carry: int
     kwargs_prefix: Any
+    rest_axes: Any
+    out_keys: tuple[Any, ...]
 
     def __init__(self, *values: Any):
         for name, value in zip(self._fields, values):
