@@ -33,7 +33,6 @@ Source: ``jax.custom_vjp``.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,11 +48,15 @@ from flaxgraph.transforms.calls import check_not_bound_method
 from flaxgraph.transforms.diff_argnums import DIFF_KEYS, DIFF_SPEC, Diff, output_inner
 from flaxgraph.transforms.lift import OUT, InStatic, OutStatic, Static, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
+from flaxgraph.transforms.transformed import P, R, Transformed
 from flaxgraph.variablelib.variable import Param, Variable
 
 
-class custom_vjp:
+class custom_vjp(Transformed[P, R]):
     """``jax.custom_vjp`` where arguments may be objects (see the module docstring).
+
+    A ``Transformed`` (``transforms/transformed.py``) without a fast path: as a
+    method it binds to its instance, and ``cache_info()`` counts its calls.
 
     Args:
       fun: the function.
@@ -81,9 +84,11 @@ class custom_vjp:
             return lambda f: cls(f, *args, **kwargs)
         return super().__new__(cls)
 
+    fast = False
+
     def __init__(
         self,
-        fun: Callable[..., Any],
+        fun: Callable[P, R],
         nondiff_argnums: Sequence[int] = (),
         *,
         graph: bool | None = None,
@@ -92,8 +97,7 @@ class custom_vjp:
         check_not_bound_method(fun, "custom_vjp")
         self.mode = resolve(graph, graph_updates)
         reject_lift_types(self.mode, "custom_vjp", "nondiff_argnums", nondiff_argnums, plain="ints")
-        functools.update_wrapper(self, fun)
-        self.fun = fun
+        super().__init__(fun)
         entries = (
             (nondiff_argnums,)
             if isinstance(nondiff_argnums, (int, DiffState))
@@ -109,12 +113,17 @@ class custom_vjp:
         rule ``bwd(*nondiff_args, residuals, g) -> cotangents``."""
         self.fwd, self.bwd = fwd, bwd
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        return self if obj is None else functools.partial(self, obj)
-
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if kwargs:
+            raise TypeError(
+                f"{self.fun.__name__}: nnx.custom_vjp functions take positional arguments "
+                f"only, got keyword arguments {sorted(kwargs)}.\nFix: pass them by position."
+            )
         if self.fwd is None or self.bwd is None:
             raise TypeError(f"{self.fun.__name__}: call defvjp(fwd, bwd) before calling it.")
+        self.plans.general_calls += 1
+        if self.bound:
+            args = (*self.bound, *args)  # type: ignore[assignment]
         n = len(args)
         nondiff = tuple(sorted(i % n for i in self.nondiff_argnums))
         diff_pos = [i for i in range(n) if i not in nondiff]

@@ -39,6 +39,7 @@ from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
 from flaxgraph.transforms.calls import decorator, normalize_argnums, unbind
 from flaxgraph.transforms.closure_reads import warn_reads
 from flaxgraph.transforms.compiled import Traced
+from flaxgraph.transforms.fastpath import CacheInfo
 from flaxgraph.transforms.general import resolve_kwargs
 from flaxgraph.transforms.jax_errors import mapped_input_error
 from flaxgraph.transforms.lift import (
@@ -59,7 +60,7 @@ from flaxgraph.transforms.prefix_groups import (
     same_unless_donated,
 )
 from flaxgraph.transforms.rng_broadcast import RngWatch, warn_drawn, watch
-from flaxgraph.transforms.transformed import P, R, Transformed, Wrapped
+from flaxgraph.transforms.transformed import P, R, Transformed
 from flaxgraph.variablelib.axes import (
     add_axis_of,
     drop_stacked_axis,
@@ -592,41 +593,80 @@ def _pmap_static(
     donate: tuple[int, ...],
     transform_metadata: Any,
     mode: Mode,
-) -> Callable[..., Any]:
+) -> StaticPmapped[Any, Any]:
     """pmap with static arguments: one pmapped function per distinct static value."""
-    cache: dict[Any, Callable[..., Any]] = {}
+    options = dict(axis_name=axis_name, devices=devices, backend=backend, axis_size=axis_size)
+    return StaticPmapped(f, statics, in_axes, out_axes, donate, transform_metadata, mode, options)
 
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+
+class StaticPmapped(Transformed[P, R]):
+    """What ``nnx.pmap`` returns with ``static_broadcasted_argnums``: one ``Mapped``
+    per distinct value of the static arguments (``jax.pmap`` compiles one function
+    per static value too), each with its own fast path; ``cache_info()`` adds up
+    theirs.
+
+    Attributes:
+      statics: the static argument positions (negative ones count from the end).
+      by_static: the ``Mapped`` of each static value seen.
+    """
+
+    fast = False
+
+    def __init__(
+        self,
+        fun: Callable[P, R],
+        statics: tuple[int, ...],
+        in_axes: Any,
+        out_axes: Any,
+        donate: tuple[int, ...],
+        transform_metadata: Any,
+        mode: Mode,
+        options: dict[str, Any],
+    ):
+        super().__init__(fun)
+        self.statics = statics
+        self.in_axes, self.out_axes, self.donate = in_axes, out_axes, donate
+        self.transform_metadata, self.mode, self.options = transform_metadata, mode, options
+        self.by_static: dict[Any, Mapped[Any, Any]] = {}
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self.bound:
+            args = (*self.bound, *args)  # type: ignore[assignment]
         n = len(args)
-        pos = sorted(i % n for i in statics)
+        pos = sorted(i % n for i in self.statics)
         key = tuple(args[i] for i in pos)
-        fn = cache.get(key)
-        if fn is None:
+        mapped = self.by_static.get(key)
+        if mapped is None:
+            mapped = self.by_static[key] = self.for_static(pos, key)
+        return mapped(*(a for i, a in enumerate(args) if i not in pos), **kwargs)  # type: ignore[no-any-return]
 
-            def with_statics(*dyn: Any, **kw: Any) -> Any:
-                full = list(dyn)
-                for i, v in zip(pos, key):
-                    full.insert(i, v)
-                return f(*full, **kw)
+    def for_static(self, pos: list[int], key: tuple[Any, ...]) -> Mapped[Any, Any]:
+        """The ``Mapped`` of the function with the static arguments at ``pos`` set to
+        ``key``."""
+        f = self.fun
 
-            axes = in_axes
-            if isinstance(axes, (tuple, list)):
-                axes = tuple(a for i, a in enumerate(axes) if i not in pos)
-            fn = cache[key] = _mapped(
-                jax.pmap,
-                with_statics,
-                axes,
-                out_axes,
-                transform_metadata,
-                donate_argnums=tuple(
-                    d - sum(1 for p in pos if p < d) for d in donate if d not in pos
-                ),
-                mode=mode,
-                axis_name=axis_name,
-                devices=devices,
-                backend=backend,
-                axis_size=axis_size,
-            )
-        return fn(*(a for i, a in enumerate(args) if i not in pos), **kwargs)
+        def with_statics(*dyn: Any, **kw: Any) -> Any:
+            full = list(dyn)
+            for i, v in zip(pos, key):
+                full.insert(i, v)
+            return f(*full, **kw)
 
-    return Wrapped(f, wrapper)
+        axes = self.in_axes
+        if isinstance(axes, (tuple, list)):
+            axes = tuple(a for i, a in enumerate(axes) if i not in pos)
+        donate = tuple(d - sum(1 for p in pos if p < d) for d in self.donate if d not in pos)
+        return _mapped(
+            jax.pmap,
+            with_statics,
+            axes,
+            self.out_axes,
+            self.transform_metadata,
+            donate_argnums=donate,
+            mode=self.mode,
+            **self.options,
+        )
+
+    def cache_info(self) -> CacheInfo:
+        """``CacheInfo(general_calls, plans)`` summed over the static values seen."""
+        infos = [m.cache_info() for m in self.by_static.values()]
+        return CacheInfo(sum(i.general_calls for i in infos), sum(i.plans for i in infos))

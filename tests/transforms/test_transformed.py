@@ -129,3 +129,45 @@ def test_decorator_forms(transform: object) -> None:
     plain = transform(step)  # type: ignore[operator]
     configured = transform()(step)  # type: ignore[operator]
     assert type(plain) is type(configured)
+
+
+def test_pmap_with_static_arguments_and_custom_vjp_are_transformed_objects() -> None:
+    # nnx.pmap with static_broadcasted_argnums (one pmapped function per static
+    # value) and nnx.custom_vjp return the same kind of object as nnx.jit: metadata,
+    # cache_info() and method binding included.
+    def scale(c: Counter, k: int, x: jax.Array) -> jax.Array:
+        """Scales x."""
+        c.count += 1
+        return k * x
+
+    pmapped = nnx.pmap(scale, in_axes=(None, None, 0), static_broadcasted_argnums=1)
+    assert isinstance(pmapped, Transformed) and pmapped.__doc__ == scale.__doc__
+    c, x = Counter(), jnp.ones((1, 2))
+    for k in (2, 2, 3):
+        assert float(pmapped(c, k, x).sum()) == 2 * k
+    assert int(c.count[...]) == 3
+    # Summed over the static values; pmap has no fast path of its own (every call
+    # goes through jax.pmap's cache), so every call counts.
+    assert pmapped.cache_info() == (3, 0)
+    assert len(pmapped.by_static) == 2  # one pmapped function per static value
+
+    @nnx.custom_vjp
+    def double(m: Counter, x: jax.Array) -> jax.Array:
+        return 2 * x * m.w[...]
+
+    double.defvjp(
+        lambda m, x: (double(m, x), (m.w[...], x)),
+        lambda res, g: (nnx.State({"w": nnx.Param(2 * res[1] * g)}), 2 * res[0] * g),
+    )
+    assert isinstance(double, Transformed) and double.__wrapped__ is double.fun
+
+    class Holder(nnx.Module):
+        def __init__(self) -> None:
+            self.w = nnx.Param(jnp.arange(3.0))
+
+        apply = double
+
+    h = Holder()
+    assert inspect.ismethod(h.apply) and h.apply.__self__ is h
+    assert jnp.allclose(h.apply(jnp.ones(3)), 2 * h.w[...])
+    assert double.cache_info().general_calls == 1
