@@ -76,25 +76,11 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
     trace = current_trace()
     built: dict[int, Any] = {}
 
-    def leaf_of(c: VariableDef, leaf: Any) -> Any:
-        """The value at a Variable's place (``c``, a ``VariableDef``) for a State leaf."""
-        if kind_of(leaf) is VARIABLE:
-            if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
-                raise _GiveUp
-            if copy:
-                leaf = c.type._from_parts(leaf.raw_value, metadata_of(leaf), trace)
-        elif type(leaf) in _MARKERS or isinstance(leaf, State):
-            raise _GiveUp
-        elif recreate:
-            leaf = c.type._from_parts(leaf, dict(c.metadata), trace)
-        built[c.index] = leaf
-        return leaf
-
     def child(k: Any, c: Any, mapping: dict[Any, Any]) -> tuple[Any, int]:  # c: a Def
         """``(value, entries of mapping used)`` of the definition ``c`` at key ``k``."""
         kind = type(c)
         if kind is VariableDef:
-            return leaf_of(c, mapping[k]), 1
+            return _leaf_of(c, mapping[k], copy, recreate, trace, built), 1
         if kind is StaticDef:
             value = c.key
             return (value.partial if type(value) is PartialKey else value), 0
@@ -134,7 +120,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
                 if type(leaf) is not c.type or (
                     leaf._var_ref is None and type(leaf.raw_value) in _MARKERS
                 ):
-                    leaf = leaf_of(c, leaf)
+                    leaf = _leaf_of(c, leaf, copy, recreate, trace, built)
                 else:
                     built[c.index] = leaf
                 items.append((k, leaf))
@@ -148,7 +134,6 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
         return obj
 
     def container(d: ContainerDef, mapping: dict[Any, Any]) -> Any:
-        t = d.type
         keys = d.keys
         values = []
         used = 0
@@ -168,13 +153,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
             values.append(value)
         if used != len(mapping):
             raise _GiveUp
-        if t is list:
-            return values
-        if t is tuple:
-            return tuple(values)
-        if t is dict:
-            return dict(zip(keys, values))
-        return d.treedef.unflatten(values)
+        return _container_of(d, values)
 
     try:
         if root_kind is NodeDef:
@@ -182,6 +161,36 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
         return container(root, state._mapping)
     except (_GiveUp, KeyError):
         return GAVE_UP
+
+
+def _leaf_of(
+    c: VariableDef, leaf: Any, copy: bool, recreate: bool, trace: Any, built: dict[int, Any]
+) -> Any:
+    """The value at a Variable's place (``c``, a ``VariableDef``) for a State leaf
+    (``merge_direct``'s ``copy`` and ``recreate``), recorded in ``built``."""
+    if REGISTRY.kind_of(leaf) is VARIABLE:
+        if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
+            raise _GiveUp
+        if copy:
+            leaf = c.type._from_parts(leaf.raw_value, metadata_of(leaf), trace)
+    elif type(leaf) in _MARKERS or isinstance(leaf, State):
+        raise _GiveUp
+    elif recreate:
+        leaf = c.type._from_parts(leaf, dict(c.metadata), trace)
+    built[c.index] = leaf
+    return leaf
+
+
+def _container_of(d: ContainerDef, values: list[Any]) -> Any:
+    """The container ``d`` describes, holding ``values``."""
+    t = d.type
+    if t is list:
+        return values
+    if t is tuple:
+        return tuple(values)
+    if t is dict:
+        return dict(zip(d.keys, values))
+    return d.treedef.unflatten(values)
 
 
 def join_states(states: tuple[Any, ...]) -> State | None:

@@ -22,6 +22,7 @@ documented behaviour; Vaswani et al., "Attention Is All You Need" (2017).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -45,6 +46,21 @@ Dtype = Any
 Initializer = Callable[..., Any]
 
 default_kernel_init = lecun_normal()
+
+
+def _check_heads(qkv_features: int, num_heads: int, num_kv_heads: int) -> None:
+    """Raises ``ValueError`` unless the features split evenly into heads and the
+    query heads into key/value heads."""
+    if qkv_features % num_heads:
+        raise ValueError(
+            f"MultiHeadAttention: qkv_features ({qkv_features}) must be divisible by "
+            f"num_heads ({num_heads})."
+        )
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"MultiHeadAttention: num_heads ({num_heads}) must be divisible by num_kv_heads "
+            f"({num_kv_heads})."
+        )
 
 
 class MultiHeadAttention(Module):
@@ -146,16 +162,7 @@ class MultiHeadAttention(Module):
         out_features = in_features if out_features is None else out_features
         in_kv_features = in_features if in_kv_features is None else in_kv_features
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if qkv_features % num_heads:
-            raise ValueError(
-                f"MultiHeadAttention: qkv_features ({qkv_features}) must be divisible by "
-                f"num_heads ({num_heads})."
-            )
-        if num_heads % num_kv_heads:
-            raise ValueError(
-                f"MultiHeadAttention: num_heads ({num_heads}) must be divisible by num_kv_heads "
-                f"({num_kv_heads})."
-            )
+        _check_heads(qkv_features, num_heads, num_kv_heads)
         self.num_heads = num_heads
         self.in_features = in_features
         self.qkv_features = qkv_features
@@ -174,70 +181,94 @@ class MultiHeadAttention(Module):
         self.decode = decode
         self.normalize_qk = normalize_qk
 
-        def projection(features: int, heads: int) -> LinearGeneral:
-            return LinearGeneral(
-                features,
-                (heads, self.head_dim),
-                dtype=dtype,
-                param_dtype=param_dtype,
-                kernel_init=kernel_init,
-                bias_init=bias_init,
-                use_bias=use_bias,
-                precision=precision,
-                promote_dtype=qkv_promote_dtype,
-                dot_general=qkv_dot_general,
-                dot_general_cls=qkv_dot_general_cls,
-                rngs=rngs,
-                kernel_metadata=kernel_metadata,
-                bias_metadata=bias_metadata,
-            )
-
-        self.query = projection(in_features, num_heads)
-        self.key = projection(in_kv_features, num_kv_heads)
-        self.value = projection(in_kv_features, num_kv_heads)
-        self.out = LinearGeneral(
-            (num_heads, self.head_dim),
-            out_features,
-            axis=(-2, -1),
-            dtype=dtype,
-            param_dtype=param_dtype,
-            kernel_init=out_kernel_init or kernel_init,
-            bias_init=out_bias_init or bias_init,
-            use_bias=use_bias,
-            precision=precision,
-            promote_dtype=out_promote_dtype,
-            dot_general=out_dot_general,
-            dot_general_cls=out_dot_general_cls,
-            rngs=rngs,
-            kernel_metadata=out_kernel_metadata,
-            bias_metadata=out_bias_metadata,
-        )
-        if normalize_qk:
-            self.query_ln: LayerNorm | None = LayerNorm(
-                self.head_dim,
-                use_bias=False,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                promote_dtype=ln_promote_dtype,
-                rngs=rngs,
-                scale_metadata=query_ln_scale_metadata,
-            )
-            self.key_ln: LayerNorm | None = LayerNorm(
-                self.head_dim,
-                use_bias=False,
-                dtype=dtype,
-                param_dtype=param_dtype,
-                promote_dtype=ln_promote_dtype,
-                rngs=rngs,
-                scale_metadata=key_ln_scale_metadata,
-            )
-        else:
-            self.query_ln = None
-            self.key_ln = None
+        self._make_sublayers(
+            rngs, kernel_init=kernel_init, bias_init=bias_init,
+            out_kernel_init=out_kernel_init, out_bias_init=out_bias_init,
+            qkv_promote_dtype=qkv_promote_dtype, out_promote_dtype=out_promote_dtype,
+            ln_promote_dtype=ln_promote_dtype, qkv_dot_general=qkv_dot_general,
+            out_dot_general=out_dot_general, qkv_dot_general_cls=qkv_dot_general_cls,
+            out_dot_general_cls=out_dot_general_cls, kernel_metadata=kernel_metadata,
+            out_kernel_metadata=out_kernel_metadata, bias_metadata=bias_metadata,
+            out_bias_metadata=out_bias_metadata,
+            query_ln_scale_metadata=query_ln_scale_metadata,
+            key_ln_scale_metadata=key_ln_scale_metadata,
+        )  # fmt: skip
         self.rngs = own_stream(rngs, "dropout") if keep_rngs and dropout_rate > 0.0 else None
         self.cached_key: Cache[jax.Array] | None = None
         self.cached_value: Cache[jax.Array] | None = None
         self.cache_index: Cache[jax.Array] | None = None
+
+    def _make_sublayers(
+        self,
+        rngs: Rngs,
+        *,
+        kernel_init: Initializer,
+        bias_init: Initializer,
+        out_kernel_init: Initializer | None,
+        out_bias_init: Initializer | None,
+        qkv_promote_dtype: Callable[..., Any],
+        out_promote_dtype: Callable[..., Any],
+        ln_promote_dtype: Callable[..., Any],
+        qkv_dot_general: Callable[..., jax.Array] | None,
+        out_dot_general: Callable[..., jax.Array] | None,
+        qkv_dot_general_cls: Any,
+        out_dot_general_cls: Any,
+        kernel_metadata: Mapping[str, Any],
+        out_kernel_metadata: Mapping[str, Any],
+        bias_metadata: Mapping[str, Any],
+        out_bias_metadata: Mapping[str, Any],
+        query_ln_scale_metadata: Mapping[str, Any],
+        key_ln_scale_metadata: Mapping[str, Any],
+    ) -> None:
+        """The query, key, value and output projections and the optional query/key
+        LayerNorms (``__init__``'s arguments of the same names)."""
+        # What the four projections share.
+        common: dict[str, Any] = dict(
+            dtype=self.dtype, param_dtype=self.param_dtype, use_bias=self.use_bias,
+            precision=self.precision, rngs=rngs,
+        )  # fmt: skip
+        projection = functools.partial(
+            LinearGeneral,
+            kernel_init=kernel_init,
+            bias_init=bias_init,
+            promote_dtype=qkv_promote_dtype,
+            dot_general=qkv_dot_general,
+            dot_general_cls=qkv_dot_general_cls,
+            kernel_metadata=kernel_metadata,
+            bias_metadata=bias_metadata,
+            **common,
+        )
+        self.query = projection(self.in_features, (self.num_heads, self.head_dim))
+        self.key = projection(self.in_kv_features, (self.num_kv_heads, self.head_dim))
+        self.value = projection(self.in_kv_features, (self.num_kv_heads, self.head_dim))
+        self.out = LinearGeneral(
+            (self.num_heads, self.head_dim),
+            self.out_features,
+            axis=(-2, -1),
+            kernel_init=out_kernel_init or kernel_init,
+            bias_init=out_bias_init or bias_init,
+            promote_dtype=out_promote_dtype,
+            dot_general=out_dot_general,
+            dot_general_cls=out_dot_general_cls,
+            kernel_metadata=out_kernel_metadata,
+            bias_metadata=out_bias_metadata,
+            **common,
+        )
+        if self.normalize_qk:
+            norm = functools.partial(
+                LayerNorm,
+                self.head_dim,
+                use_bias=False,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                promote_dtype=ln_promote_dtype,
+                rngs=rngs,
+            )
+            self.query_ln: LayerNorm | None = norm(scale_metadata=query_ln_scale_metadata)
+            self.key_ln: LayerNorm | None = norm(scale_metadata=key_ln_scale_metadata)
+        else:
+            self.query_ln = None
+            self.key_ln = None
 
     def set_view(
         self,
