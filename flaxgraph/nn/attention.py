@@ -238,9 +238,16 @@ class MultiHeadAttention(Module):
             bias_metadata=bias_metadata,
             **common,
         )
-        self.query = projection(self.in_features, (self.num_heads, self.head_dim))
-        self.key = projection(self.in_kv_features, (self.num_kv_heads, self.head_dim))
-        self.value = projection(self.in_kv_features, (self.num_kv_heads, self.head_dim))
+        head_dim = self.head_dim
+        self.query = projection(
+            in_features=self.in_features, out_features=(self.num_heads, head_dim)
+        )
+        self.key = projection(
+            in_features=self.in_kv_features, out_features=(self.num_kv_heads, head_dim)
+        )
+        self.value = projection(
+            in_features=self.in_kv_features, out_features=(self.num_kv_heads, head_dim)
+        )
         self.out = LinearGeneral(
             (self.num_heads, self.head_dim),
             self.out_features,

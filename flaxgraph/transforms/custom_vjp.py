@@ -133,7 +133,7 @@ class custom_vjp(Transformed[P, R]):
         filters = {i % n: f for i, f in self.diff_filters.items()}
 
         def full(dargs: tuple[Any, ...]) -> tuple[Any, ...]:
-            out = [None] * n
+            out: list[Any] = [None] * n
             for i, v in zip(nondiff, fixed):
                 out[i] = v
             for i, v in zip(diff_pos, dargs):
@@ -226,7 +226,7 @@ def _updates_cotangent(
     """``updates_g``: per differentiable argument, a copy whose Variables changed by
     the function hold the cotangents of their new values, every other leaf ``None``."""
     by_path = {
-        path[1:]: out_groups_g[s.index][s.position]
+        path[1:]: out_groups_g[s.at][s.position]
         for path, s in zip(out_static.graphdef.leaf_paths, out_static.sources)
         if s.origin == OUT and path[0] == 1
     }

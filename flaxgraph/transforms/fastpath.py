@@ -61,7 +61,6 @@ from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backe
 
 _SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
-_UNBOUND = object()
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _get_raw = operator.attrgetter("raw_value")
 
@@ -426,10 +425,10 @@ class FinishPlan:
         if refs_at:
             # An unchanged input leaf is the same value wherever it is used.
             used = [
-                LeafSource(IN, s.index) if s.origin == IN else s for s in self.sources[: self.n_out]
+                LeafSource(IN, s.at) if s.origin == IN else s for s in self.sources[: self.n_out]
             ]
             used += [self.sources[w.out_position] for w in self.writes]
-            if any(s.origin == IN and s.index in refs_at for s in used):
+            if any(s.origin == IN and s.at in refs_at for s in used):
                 return None
             shared = {s for s in used if used.count(s) > 1}
         for w in self.writes:
@@ -437,18 +436,19 @@ class FinishPlan:
             pos = w.in_position
             leaf = plan.leaves[pos]
             changed = source.origin != IN
+            write = writers[pos]
             if pos in boxes_at:
-                if changed:  # a new content for the box (an unchanged one is kept)
-                    others.append(OtherWrite(source, writers[pos]))
+                if changed and write is not None:  # a new content for the box
+                    others.append(OtherWrite(source, write))
             elif isinstance(leaf, Variable) and changed and pos not in refs_at:
-                group = by_group.setdefault(source.index, VariableWrites([], [], source.index))
+                group = by_group.setdefault(source.at, VariableWrites([], [], source.at))
                 group.targets.append(leaf)
                 group.positions.append(source.position)
-            elif pos in refs_at and changed and source not in shared:
+            elif pos in refs_at and changed and source not in shared and leaf is not None:
                 ref_variables.append(leaf)
                 ref_sources.append(source)
-            elif writers[pos] is not None:
-                others.append(OtherWrite(source, writers[pos]))
+            elif write is not None:
+                others.append(OtherWrite(source, write))
         installs = RefInstall(ref_variables, ref_sources) if ref_variables else None
         return BoundFinish(list(by_group.values()), others, self.output_reader(plan), installs)
 
@@ -476,7 +476,7 @@ class _LeafOutput:
 
     def __call__(self, in_values: list[Any], out_groups: Sequence[Sequence[Any]]) -> Any:
         s = self.source
-        return in_values[s.index] if s.origin == IN else out_groups[s.index][s.position]
+        return in_values[s.at] if s.origin == IN else out_groups[s.at][s.position]
 
 
 def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[LeafOwner]:
@@ -632,6 +632,7 @@ def finish_fast(
 ) -> Any:
     """Applies ``out`` to the plan's objects and returns the output; falls back to the
     general write-back when the function changed the inputs' structure."""
+    bound: BoundFinish | None
     if out is plan.last_out:
         bound = plan.last_finish
     else:
@@ -643,21 +644,23 @@ def finish_fast(
             if plan.ref_positions:
                 in_values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
             return write_back(out, leaf_values(out.sources, in_values, out_groups), plan.nodes)
-        bound = plan.finishes.get(fin, _UNBOUND)
-        if bound is _UNBOUND:
+        if fin in plan.finishes:
+            bound = plan.finishes[fin]
+        else:
             bound = plan.finishes[fin] = fin.bind(plan)
             if plan.last_out is None and plan.in_place and bound is not None:
                 # The first write-back of this plan: written into its run function.
                 plan.run, plan.source = compile_run(plan, finish_fast, out, bound)
-        if bound is None:  # an output would hand out a Ref's own array
-            values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
-            return write_back(out, leaf_values(out.sources, values, out_groups), plan.nodes)
-        plan.last_out, plan.last_finish = out, bound
+        if bound is not None:
+            plan.last_out, plan.last_finish = out, bound
+    if bound is None:  # an output would hand out a Ref's own array
+        values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
+        return write_back(out, leaf_values(out.sources, values, out_groups), plan.nodes)
     if bound.installs is not None:
         bound.installs(out_groups)
     for w in bound.var_writes:
         list(map(_set_raw, w.targets, map(out_groups[w.group].__getitem__, w.positions)))
     for other in bound.other_writes:
         s = other.source
-        other.write(in_values[s.index] if s.origin == IN else out_groups[s.index][s.position])
+        other.write(in_values[s.at] if s.origin == IN else out_groups[s.at][s.position])
     return bound.output(in_values, out_groups)

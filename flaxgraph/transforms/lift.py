@@ -69,9 +69,9 @@ class Origin(enum.IntEnum):
     """Where an output leaf's value comes from: the ``origin`` of a ``LeafSource``
     (``OutStatic.sources``).
 
-    * ``IN``: the leaf is unchanged; take the caller's input value ``values[index]``.
+    * ``IN``: the leaf is unchanged; take the caller's input value ``values[at]``.
     * ``OUT``: the leaf comes back from the JAX transform,
-      ``out_groups[index][position]`` (for ``scan``: in the final carry or stacked,
+      ``out_groups[at][position]`` (for ``scan``: in the final carry or stacked,
       as the group's out-prefix says).
 
     An ``IntEnum``: comparing origins runs at C speed on the fast path.
@@ -91,12 +91,12 @@ class LeafSource(NamedTuple):
 
     Attributes:
       origin: an ``Origin``.
-      index: ``IN``: the input leaf's position; ``OUT``: the output group.
+      at: ``IN``: the input leaf's position; ``OUT``: the output group.
       position: ``OUT``: the position in the output group; ``0`` for ``IN``.
     """
 
     origin: Origin
-    index: int
+    at: int
     position: int = 0
 
 
@@ -105,9 +105,7 @@ def leaf_values(
 ) -> list[Any]:
     """The value of each leaf of ``sources`` (origins ``IN`` and ``OUT``): the input's
     value or the one the JAX transform returned."""
-    return [
-        in_values[s.index] if s.origin == IN else out_groups[s.index][s.position] for s in sources
-    ]
+    return [in_values[s.at] if s.origin == IN else out_groups[s.at][s.position] for s in sources]
 
 
 class Static:

@@ -90,7 +90,7 @@ class OutTemplate:
         for j, ((path, leaf), source) in enumerate(zip(walk_leaves, out_static.sources)):
             if source.origin == IN:
                 continue
-            g = source.index
+            g = source.at
             if path[0] == 0:  # the output part: its arrays come first, in walk order
                 self.fetch[g].append((True, j))
             else:

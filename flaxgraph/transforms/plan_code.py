@@ -309,8 +309,8 @@ def _install_refs(src: _Source, installs: RefInstall) -> None:
 def _value_of(source: LeafSource) -> str:
     """The expression of a leaf's value in the generated function."""
     if source.origin == IN:
-        return f"values[{source.index}]"
-    return f"out_groups[{source.index}][{source.position}]"
+        return f"values[{source.at}]"
+    return f"out_groups[{source.at}][{source.position}]"
 
 
 def _write_back(src: _Source, bound: BoundFinish) -> None:

@@ -66,7 +66,7 @@ class RefInstall:
     def __init__(self, variables: Sequence[Variable[Any]], sources: Sequence[LeafSource]):
         """``variables[k]`` receives the value ``sources[k]`` (origin ``OUT``) names."""
         self.checks = [
-            RefWrite(v, v._var_ref, s.index, s.position, tuple(v._var_ref.shape), v._var_ref.dtype)
+            RefWrite(v, v._var_ref, s.at, s.position, tuple(v._var_ref.shape), v._var_ref.dtype)
             for v, s in zip(variables, sources)
         ]
         self.direct = (

@@ -302,7 +302,7 @@ class _Scanner:
         state_paths = [
             _as_input_path(path)
             for path, s in zip(out_static.graphdef.leaf_paths, out_static.sources)
-            if s.origin == OUT and carried[s.index]
+            if s.origin == OUT and carried[s.at]
         ]
         if state_paths != list(info.expected_state_carry):
             raise CarryStructureError(
@@ -408,12 +408,12 @@ class _Scanner:
         out_keys = info.out_keys
         for s in out_static.sources:
             if s.origin == IN:
-                values.append(call.values[s.index])
-            elif out_keys[s.index] is Carry:  # the one carried group: the state carry
+                values.append(call.values[s.at])
+            elif out_keys[s.at] is Carry:  # the one carried group: the state carry
                 values.append(state_final[s.position])
             else:
-                axis = out_keys[s.index]
-                stacked = ys[s.index][s.position]
+                axis = out_keys[s.at]
+                stacked = ys[s.at][s.position]
                 values.append(jnp.moveaxis(stacked, 0, axis) if axis != 0 else stacked)
         rest_out = call.finish_values(out_static, values)
         return _join_output(tuple(final_carry_obj), rest_out, self.out_axes)

@@ -481,8 +481,8 @@ def _check_outputs(
     for path, source in zip(paths, out_static.sources):
         if source.origin != OUT:
             continue
-        spec = out_keys[source.index]
-        value = out_groups[source.index][source.position]
+        spec = out_keys[source.at]
+        value = out_groups[source.at][source.position]
         problem = _spec_problem(spec, value, mesh, manual, whole=False)
         if problem is not None:
             where = NamedRoots(("output", "args", "kwargs"), tuple(roots)).where(path)
@@ -522,7 +522,7 @@ def _note_groups(
                 paths = [
                     out_where.where(p)
                     for p, s in zip(leaf_paths, out_static.sources)
-                    if s.origin == OUT and s.index == g
+                    if s.origin == OUT and s.at == g
                 ]
                 lines.append(_group_line("out_specs", g, key, paths))
     if lines:
