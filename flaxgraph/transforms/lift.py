@@ -182,7 +182,7 @@ class OutStatic(Frozen):
     _fields = ("graphdef", "index_map", "sources", "inputs_kept")
     graphdef: GraphDef
     index_map: tuple[tuple[int, int], ...]
-    sources: tuple[tuple[int, int, int], ...]
+    sources: tuple[LeafSource, ...]
     inputs_kept: bool
     plan: Any  # the fast path's compiled write-back (transforms/fastpath.py), or None
 

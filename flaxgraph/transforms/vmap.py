@@ -638,7 +638,7 @@ class StaticPmapped(Transformed[P, R]):
         mapped = self.by_static.get(key)
         if mapped is None:
             mapped = self.by_static[key] = self.for_static(pos, key)
-        return mapped(*(a for i, a in enumerate(args) if i not in pos), **kwargs)  # type: ignore[no-any-return]
+        return mapped(*(a for i, a in enumerate(args) if i not in pos), **kwargs)
 
     def for_static(self, pos: list[int], key: tuple[Any, ...]) -> Mapped[Any, Any]:
         """The ``Mapped`` of the function with the static arguments at ``pos`` set to
