@@ -154,6 +154,10 @@ STATIC = Kind.STATIC
 
 ARRAY_TYPES: tuple[type[Any], ...] = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
 PLAIN_STATIC = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
+
+STABLE_STATIC_MODULES = frozenset({"builtins", "types", "functools", "numpy", "jax", "jaxlib"})
+"""Top-level packages whose static types (functions, classes, dtypes, partials) users do not register
+as JAX pytrees later: their "static" kind is remembered like any other."""
 BUILTIN_CONTAINERS = frozenset({list, tuple, dict})
 _TRACER = jax.core.Tracer
 
@@ -199,7 +203,9 @@ class NodeRegistry:
         raw ``jax.Ref``, a ``DataLeaf``/``StaticLeaf`` mark, a JAX pytree node, and
         else a static value. Each test depends on the type alone (JAX's pytree
         registry and the array ABCs are keyed by type), so the answer holds for
-        every value of the type, except for a JAX Tracer, which stands for an array
+        every value of the type; a "static" answer for a class defined outside the
+        modules of ``STABLE_STATIC_MODULES`` is not remembered, since the class may
+        be registered as a JAX pytree later. A JAX Tracer stands for an array
         or a Ref: its kind depends on the type of its abstract value (``x.aval``) and
         is remembered per abstract-value type."""
         t = type(x)
@@ -239,6 +245,11 @@ class NodeRegistry:
             kind = STATIC
         kinds = self.kinds
         if issubclass(t, _TRACER):
+            return kind
+        if kind is STATIC and t.__module__.partition(".")[0] not in STABLE_STATIC_MODULES:
+            # A user's class may be registered with JAX as a pytree after a first value
+            # of it was met (``jax.tree_util.register_pytree_node`` tells nobody), so
+            # its "static" answer is decided afresh each time, as JAX's registry is.
             return kind
         if len(kinds) >= self.MAX_KINDS:
             kinds.clear()

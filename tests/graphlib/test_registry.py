@@ -8,6 +8,7 @@ Ref, a type registered after it was classified).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import warnings
 from typing import Any
@@ -153,6 +154,26 @@ def test_the_memory_of_kinds_is_bounded() -> None:
         MAX_KINDS = 3
 
     registry = Small()
-    made = [type(f"T{i}", (), {})() for i in range(10)]
-    assert [registry.kind_of(x) for x in made] == [Kind.STATIC] * 10
-    assert len(registry.kinds) <= 3
+    made = [collections.namedtuple(f"T{i}", "a")(1) for i in range(10)]
+    assert [registry.kind_of(x) for x in made] == [Kind.PYTREE] * 10
+    assert 0 < len(registry.kinds) <= 3
+
+
+def test_a_class_registered_as_a_jax_pytree_after_first_use_is_a_pytree() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Late:
+        a: Any
+
+    class Model(nnx.Module):
+        def __init__(self) -> None:
+            self.late = nnx.static(Late(2))
+
+    model = Model()
+    _, state = nnx.split(model)  # the engine meets Late as a static value
+    assert len(nnx.to_flat_state(state)) == 0
+    assert REGISTRY.kind_of(Late(1)) is Kind.STATIC
+    jax.tree_util.register_pytree_node(Late, lambda x: ((x.a,), None), lambda _, c: Late(*c))
+    assert REGISTRY.kind_of(Late(1)) is Kind.PYTREE
+    model.late = nnx.data(Late(jnp.ones(2)))
+    _, state = nnx.split(model)
+    assert [p for p, _ in nnx.to_flat_state(state)] == [("late", 0)]
