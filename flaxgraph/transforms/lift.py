@@ -509,11 +509,10 @@ class Inner:
             raise
         hooks_ran = False
         if self.templates is not None:
-            hooks_ran, fast = self.templates.try_step4(
-                in_static, merged, output, self.on_output_leaf
-            )
-            if fast is not None:
-                return InnerResult(kept, *fast)
+            match = self.templates.try_reuse_split(in_static, merged, output, self.on_output_leaf)
+            if match.out_static is not None:
+                return InnerResult(kept, match.out_static, match.out_groups)
+            hooks_ran = match.hooks_ran
         split = merged.resplit(
             output,
             self.out_spec,

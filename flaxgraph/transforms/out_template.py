@@ -21,13 +21,46 @@ Source: ``docs/design.md``, "The fast path".
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from flaxgraph.graphlib.registry import ARRAY_TYPES, is_hashable
 from flaxgraph.transforms.lift import IN, Merged, OutStatic
 from flaxgraph.variablelib.variable import Variable
 
 _ARRAY = "array"
+
+
+class Fetch(NamedTuple):
+    """Where one value of an output group comes from (``OutTemplate.fetch``).
+
+    Attributes:
+      from_output: ``True`` for an array of the function's output, ``False`` for an
+        input leaf's value.
+      at: the output array's position (walk order), or the input leaf's position
+        (``-1`` when the value was found in neither: the template is not used).
+    """
+
+    from_output: bool
+    at: int
+
+
+class TemplateMatch(NamedTuple):
+    """What ``try_template`` (``Templates.try_reuse_split``) found.
+
+    Attributes:
+      hooks_ran: whether the output hooks already ran on the input Variables (the
+        walk must then not run them again).
+      out_static: the template's ``OutStatic``, or ``None`` when the call does not
+        match (step 4 must then walk).
+      out_groups: the output groups read for a match (empty otherwise).
+    """
+
+    hooks_ran: bool
+    out_static: OutStatic | None
+    out_groups: tuple[list[Any], ...] = ()
+
+
+_NO_MATCH = TemplateMatch(False, None)
 
 
 def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
@@ -66,8 +99,7 @@ class OutTemplate:
       changed: for each of them, ``Merged.unchanged_input`` (its position, or ``None``
         when it changed).
       out_inputs: for each output array, the input position it is (or ``None``).
-      fetch: per output group, where each of its values comes from: ``(True, k)``
-        for output array ``k``, ``(False, i)`` for input leaf ``i``'s value.
+      fetch: per output group, a ``Fetch`` per value: where it comes from.
     """
 
     __slots__ = ("structure", "out_static", "variables", "changed", "out_inputs", "fetch")
@@ -86,24 +118,24 @@ class OutTemplate:
         self.variables = [i for i, v in enumerate(merged.leaves) if isinstance(v, Variable)]
         self.changed = [merged.unchanged_input(merged.leaves[i]) for i in self.variables]
         self.out_inputs = [merged.unchanged_input(x) for x in out_leaves]
-        self.fetch: list[list[tuple[bool, int]]] = [[] for _ in range(n_groups)]
+        self.fetch: list[list[Fetch]] = [[] for _ in range(n_groups)]
         for j, ((path, leaf), source) in enumerate(zip(walk_leaves, out_static.sources)):
             if source.origin == IN:
                 continue
             g = source.at
             if path[0] == 0:  # the output part: its arrays come first, in walk order
-                self.fetch[g].append((True, j))
+                self.fetch[g].append(Fetch(True, j))
             else:
                 i = merged.in_leaf.get(leaf) if isinstance(leaf, Variable) else None
                 if i is None:
                     i = merged.raw_in.get(id(leaf))
-                self.fetch[g].append((False, -1 if i is None else i))
+                self.fetch[g].append(Fetch(False, -1 if i is None else i))
 
     def reproduces(
         self, out_groups: Sequence[Sequence[Any]], merged: Merged, out_leaves: Sequence[Any]
     ) -> bool:
         """Whether ``read`` gives back exactly ``out_groups`` (same objects)."""
-        if any(i == -1 for group in self.fetch for _, i in group):
+        if any(f.at == -1 for group in self.fetch for f in group):
             return False
         got = self.read(merged, out_leaves)
         return len(got) == len(out_groups) and all(
@@ -129,6 +161,7 @@ class OutTemplate:
             leaf = leaves[k]
             return leaf.raw_value if isinstance(leaf, Variable) else leaf
 
+        # Unpacked in the loop (a tuple unpack is cheaper than two field reads).
         return tuple([value(o, k) for o, k in group] for group in self.fetch)
 
 
@@ -137,25 +170,23 @@ def try_template(
     merged: Merged,
     output: Any,
     on_output_leaf: Callable[[Any, Any], None] | None,
-) -> tuple[bool, Any]:
-    """Step 4 through ``template``: ``(hooks_ran, result)`` where ``result`` is
-    ``(out_static, out_groups)`` or ``None`` when the call does not match (then step
-    4 must walk; ``hooks_ran`` tells whether the output hooks already ran on the
-    input Variables, so that the walk does not run them again)."""
+) -> TemplateMatch:
+    """Step 4 (split again) through ``template`` instead of the walk: a
+    ``TemplateMatch`` (its ``out_static`` is ``None`` when the call does not match)."""
     if template is None:
-        return False, None
+        return _NO_MATCH
     out_leaves: list[Any] = []
     if plain_structure(output, out_leaves) != template.structure:
-        return False, None
+        return _NO_MATCH
     if [merged.unchanged_input(x) for x in out_leaves] != template.out_inputs:
-        return False, None
+        return _NO_MATCH
     if on_output_leaf is not None:
         for leaf, prefix in zip(merged.leaves, merged.prefixes):
             if isinstance(leaf, Variable):
                 on_output_leaf(leaf, prefix[0])
     if not template.matches(merged):
-        return True, None
-    return True, (template.out_static, template.read(merged, out_leaves))
+        return TemplateMatch(True, None)
+    return TemplateMatch(True, template.out_static, template.read(merged, out_leaves))
 
 
 class Templates:
@@ -167,16 +198,17 @@ class Templates:
     def __init__(self) -> None:
         self.by_input: dict[Any, OutTemplate] = {}
 
-    def try_step4(
+    def try_reuse_split(
         self,
         in_static: Any,
         merged: Merged,
         output: Any,
         on_output_leaf: Callable[[Any, Any], None] | None,
-    ) -> tuple[bool, Any]:
-        """See ``try_template``."""
+    ) -> TemplateMatch:
+        """Reuses the split (step 4's result) of an earlier call with the same input
+        structure when this call matches it; see ``try_template``."""
         if not is_hashable(in_static):  # e.g. in_axes holding a dict: no templates
-            return False, None
+            return _NO_MATCH
         return try_template(self.by_input.get(in_static), merged, output, on_output_leaf)
 
     def record(
