@@ -108,6 +108,19 @@ def leaf_values(
     return [in_values[s.at] if s.origin == IN else out_groups[s.at][s.position] for s in sources]
 
 
+class NodeMatch(NamedTuple):
+    """An input node found again in step 4's walk (``OutStatic.index_map``): step 5
+    updates the caller's node in place instead of building a new one.
+
+    Attributes:
+      out_index: the node's reference index in the out GraphDef.
+      in_index: its reference index among the inputs' nodes (``Call.nodes``).
+    """
+
+    out_index: int
+    in_index: int
+
+
 class Static:
     """A pytree with no leaves whose auxiliary data is ``value`` (hashable).
 
@@ -181,7 +194,7 @@ class OutStatic(Frozen):
     __slots__ = ("graphdef", "index_map", "sources", "inputs_kept", "plan")
     _fields = ("graphdef", "index_map", "sources", "inputs_kept")
     graphdef: GraphDef
-    index_map: tuple[tuple[int, int], ...]
+    index_map: tuple[NodeMatch, ...]
     sources: tuple[LeafSource, ...]
     inputs_kept: bool
     plan: Any  # the fast path's compiled write-back (transforms/fastpath.py), or None
@@ -189,7 +202,7 @@ class OutStatic(Frozen):
     def __init__(
         self,
         graphdef: GraphDef,
-        index_map: tuple[tuple[int, int], ...],
+        index_map: tuple[NodeMatch, ...],
         sources: tuple[LeafSource, ...],
         inputs_kept: bool = False,
     ):
@@ -209,13 +222,13 @@ class Resplit(NamedTuple):
       graphdef: the GraphDef of ``(output, args, kwargs)``.
       leaves: ``(path, leaf)`` per leaf, in walk order.
       prefixes: each leaf's resolved out-prefix.
-      index_map: ``(out node index, input node index)`` per input node found again.
+      index_map: a ``NodeMatch`` per input node found again.
     """
 
     graphdef: GraphDef
     leaves: list[tuple[PathParts, Any]]
     prefixes: list[Any]
-    index_map: tuple[tuple[int, int], ...]
+    index_map: tuple[NodeMatch, ...]
 
 
 class InnerResult(NamedTuple):
@@ -429,7 +442,7 @@ class Merged:
             (output, self.args, self.kwargs), (out_prefix_tree, args_prefix, kwargs_prefix)
         )
         index_map = tuple(
-            (out_i, self.in_index[obj])
+            NodeMatch(out_i, self.in_index[obj])
             for obj, out_i in walk.ref_index.items()
             if obj in self.in_index
         )

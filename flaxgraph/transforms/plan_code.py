@@ -137,8 +137,9 @@ def _signature_checks(src: _Source, plan: Plan) -> None:
     # Containers before their items, so each access below is safe once reached.
     conditions = []
     attrs = plan.attribute_parents
-    for root, keys, kind, expected in plan.arg_checks:
-        access = _access(root, keys, const, attrs)
+    for check in plan.arg_checks:
+        access = _access(check.root, check.keys, const, attrs)
+        kind, expected = check.kind, check.expected
         if kind == "is":
             conditions.append(f"{access} is not {const(expected)}")
         elif kind == "type":
@@ -188,7 +189,7 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
     """The leaves' current values, in the order the compiled function takes them."""
     const = src.const
     attrs = plan.attribute_parents
-    arg_at = {pos: _access(root, keys, const, attrs) for pos, root, keys in plan.arg_leaves}
+    arg_at = {a.position: _access(a.root, a.keys, const, attrs) for a in plan.arg_leaves}
     n_leaves = len(plan.getters)
     if plan.leaf_variables is not None and n_leaves <= 4 * UNROLL:
         variables = iter(plan.leaf_variables)
