@@ -44,6 +44,7 @@ from flaxgraph.transforms.diff_argnums import (
 from flaxgraph.transforms.lift import (
     Call,
     InStatic,
+    Slots,
     Static,
     split_inputs,
 )
@@ -139,7 +140,7 @@ def _vg_core(
 
     def pure(diff: list[Any], static: Static, rest: list[Any]) -> Any:
         in_static: InStatic = static.value
-        in_prefixes = [DIFF_KEYS[g] for g, _ in in_static.slots]
+        in_prefixes = [DIFF_KEYS[g] for g in in_static.slots.groups]
         value, out_static, out_groups = inner.run(
             in_static, (diff, rest), in_prefixes, (None, None), None, loss_call
         )
@@ -154,7 +155,7 @@ def _vg_core(
         static = Static(InStatic(call.graphdef, slots, None))
         (value, (out_static, out_groups)), grad_list = transformed(diff, static, rest)
         aux = call.finish(out_static.value, out_groups)
-        diff_index = [i for i, (g, _) in enumerate(slots) if g == 0]
+        diff_index = [i for i, g in enumerate(slots.groups) if g == 0]
         grads = dict(zip(diff_index, grad_list))
         trees = tuple(grad_tree(call, args, n, grads) for n in nums)
         single = isinstance(argnums, (int, DiffState))
@@ -375,7 +376,7 @@ def _primal_call(has_aux: bool) -> Callable[..., Any]:
 
 def _lift_diff_inputs(
     primals: tuple[Any, ...], mode: Mode
-) -> tuple[Call, Any, list[Any], list[Any], tuple[Any, ...]]:
+) -> tuple[Call, Any, list[Any], list[Any], Slots]:
     args_prefix = tuple((Diff(Param) if mode.updates else True) for _ in primals)
     call = split_inputs(primals, {}, (args_prefix, False), DIFF_SPEC, mode)
     slots, (diff, rest) = call.groups(DIFF_KEYS)
@@ -435,7 +436,7 @@ def vjp(
     grad_tree = _grad_tree if mode.updates else _grad_copy
 
     def pure(diff_values: list[Any]) -> Any:
-        in_prefixes = [DIFF_KEYS[g] for g, _ in slots]
+        in_prefixes = [DIFF_KEYS[g] for g in slots.groups]
         out, out_static, out_groups = inner.run(
             static.value,
             (diff_values, rest),
@@ -448,7 +449,7 @@ def vjp(
 
     out, jax_vjp_fn, (out_static, out_groups) = jax.vjp(pure, diff, has_aux=True)
     aux = call.finish(out_static.value, out_groups)
-    diff_index = [i for i, (g, _) in enumerate(slots) if g == 0]
+    diff_index = [i for i, g in enumerate(slots.groups) if g == 0]
 
     def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
         (grad_list,) = jax_vjp_fn(cotangent)
@@ -510,11 +511,11 @@ def jvp(
         raise ValueError(f"jvp got {len(primals)} primals but {len(tangents)} tangents.")
     call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
     inner = output_inner(f, mode)
-    diff_paths = [p for p, (g, _) in zip(call.graphdef.leaf_paths, slots) if g == 0]
+    diff_paths = [p for p, g in zip(call.graphdef.leaf_paths, slots.groups) if g == 0]
     tangent_list = [tangent_at(tangents, path, value) for path, value in zip(diff_paths, diff)]
 
     def pure(diff_values: list[Any]) -> Any:
-        in_prefixes = [DIFF_KEYS[g] for g, _ in slots]
+        in_prefixes = [DIFF_KEYS[g] for g in slots.groups]
         out, out_static, out_groups = inner.run(
             static.value,
             (diff_values, rest),

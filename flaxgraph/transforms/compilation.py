@@ -32,7 +32,7 @@ from flaxgraph.transforms.calls import (
 from flaxgraph.transforms.closure_reads import warn_reads
 from flaxgraph.transforms.compiled import Compiled, JitFunctions, Lowered, TracedJit
 from flaxgraph.transforms.control import eval_shape
-from flaxgraph.transforms.lift import Call, Inner, InStatic, split_inputs
+from flaxgraph.transforms.lift import Call, Inner, InStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import (
     DonatedKey,
@@ -171,7 +171,7 @@ class JitWrapped(Transformed[P, R]):
         groups of arrays into objects, calls ``fun`` and re-splits the result."""
         statics, n_args = in_static.extra
         args_prefix, kwargs_prefix = _split_prefix(self.sharding_prefix, n_args)
-        in_prefixes = [self.in_keys[g] for g, _ in in_static.slots]
+        in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
 
         def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
             full_args, full_kwargs = merge_static(args, kwargs, statics)
@@ -303,7 +303,7 @@ class Prepared(NamedTuple):
     call: Call
     entry: Compiled
     groups: Sequence[list[Any]]
-    slots: Any
+    slots: Slots
 
 
 @overload
@@ -448,7 +448,7 @@ def _make_jit(fun: Callable[P, R], *, options: JitOptions) -> JitWrapped[P, R]:
     return JitWrapped(inner_fun, bound, options)
 
 
-def _place(call: Any, slots: Any, groups: Any, keys: Sequence[Any]) -> None:
+def _place(call: Any, slots: Slots, groups: Any, keys: Sequence[Any]) -> None:
     """Puts concrete input arrays on their ``Sharding`` before the call and makes the
     caller's leaves point to the placed arrays, so an object's Variables end up on the
     requested sharding even when ``fun`` leaves them unchanged (and are transferred
@@ -464,7 +464,7 @@ def _place(call: Any, slots: Any, groups: Any, keys: Sequence[Any]) -> None:
                 and v.sharding != sharding
             ):
                 group[j] = jax.device_put(v, sharding)
-    call.values = [groups[g][j] for g, j in slots]
+    call.values = [groups[g][j] for g, j in zip(slots.groups, slots.positions)]
 
 
 def _jax_sharding(s: Any) -> Any:

@@ -145,8 +145,8 @@ class custom_vjp(Transformed[P, R]):
         call = split_inputs(diff_args, {}, (prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(DIFF_KEYS)
         static = InStatic(call.graphdef, slots, None)
-        in_prefixes = [DIFF_KEYS[g] for g, _ in slots]
-        diff_paths = [p for p, (g, _) in zip(call.graphdef.leaf_paths, slots) if g == 0]
+        in_prefixes = [DIFF_KEYS[g] for g in slots.groups]
+        diff_paths = [p for p, g in zip(call.graphdef.leaf_paths, slots.groups) if g == 0]
         fun, fwd, bwd = self.fun, self.fwd, self.bwd
 
         def run(f: Callable[..., Any], diff_values: list[Any], rest: list[Any]) -> Any:

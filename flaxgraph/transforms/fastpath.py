@@ -54,7 +54,15 @@ from flaxgraph.transforms.leaf_access import (
     leaf_reader,
     leaf_writer,
 )
-from flaxgraph.transforms.lift import IN, Call, LeafSource, OutStatic, leaf_values, write_back
+from flaxgraph.transforms.lift import (
+    IN,
+    Call,
+    LeafSource,
+    OutStatic,
+    Slots,
+    leaf_values,
+    write_back,
+)
 from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
 from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
@@ -212,7 +220,7 @@ class Plan:
         self,
         call: Call,
         compiled: Compiled,
-        slots: Sequence[tuple[int, int]],
+        slots: Slots,
         n_groups: int,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -227,7 +235,7 @@ class Plan:
         self.leaves = [leaf if isinstance(leaf, Variable) else None for leaf in call.leaves]
         self.compiled = compiled
         members: list[list[int]] = [[] for _ in range(n_groups)]
-        for i, (g, _) in enumerate(slots):
+        for i, g in enumerate(slots.groups):
             members[g].append(i)
         self.members = members
         # The call's signature: which arguments are objects (compared by identity)
@@ -288,7 +296,7 @@ class Plan:
             else None
         )
         self.passthrough = len(members) == 1 or (
-            sum(1 for m in members if m) == 1 and members[0] == list(range(len(slots)))
+            sum(1 for m in members if m) == 1 and members[0] == list(range(len(slots.groups)))
         )
         self.trace = current_trace()
         # How to store a new value in place for each input leaf (None: no place, e.g.

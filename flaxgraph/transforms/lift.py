@@ -108,6 +108,22 @@ def leaf_values(
     return [in_values[s.at] if s.origin == IN else out_groups[s.at][s.position] for s in sources]
 
 
+class Slots(NamedTuple):
+    """Where each input leaf sits in the groups handed to the JAX transform
+    (``InStatic.slots``): leaf ``i`` is ``groups[slots.groups[i]][slots.positions[i]]``.
+
+    Two parallel tuples rather than one record per leaf: built on every general call
+    at the cost of two tuples, and hashed as part of ``InStatic``.
+
+    Attributes:
+      groups: each leaf's group index (its prefix's position among the group keys).
+      positions: each leaf's position in its group.
+    """
+
+    groups: tuple[int, ...]
+    positions: tuple[int, ...]
+
+
 class NodeMatch(NamedTuple):
     """An input node found again in step 4's walk (``OutStatic.index_map``): step 5
     updates the caller's node in place instead of building a new one.
@@ -178,10 +194,10 @@ class InStatic(Frozen):
     __slots__ = ("graphdef", "slots", "extra")
     _fields = ("graphdef", "slots", "extra")
     graphdef: GraphDef
-    slots: tuple[tuple[int, int], ...]
+    slots: Slots
     extra: Any
 
-    def __init__(self, graphdef: GraphDef, slots: tuple[tuple[int, int], ...], extra: Any):
+    def __init__(self, graphdef: GraphDef, slots: Slots, extra: Any):
         object.__setattr__(self, "graphdef", graphdef)
         object.__setattr__(self, "slots", slots)
         object.__setattr__(self, "extra", extra)
@@ -265,17 +281,17 @@ class Call:
     nodes: list[Any]
     in_prefix: Any
 
-    def groups(
-        self, keys: Sequence[Any]
-    ) -> tuple[tuple[tuple[int, int], ...], tuple[list[Any], ...]]:
+    def groups(self, keys: Sequence[Any]) -> tuple[Slots, tuple[list[Any], ...]]:
         """Places each leaf value in the group of its prefix: ``(slots, groups)``."""
         groups: tuple[list[Any], ...] = tuple([] for _ in keys)
-        slots = []
+        in_group = []
+        positions = []
         for value, prefix in zip(self.values, self.prefixes):
             g = group_index(prefix, keys)
-            slots.append((g, len(groups[g])))
+            in_group.append(g)
+            positions.append(len(groups[g]))
             groups[g].append(value)
-        return tuple(slots), groups
+        return Slots(tuple(in_group), tuple(positions)), groups
 
     def finish(self, out_static: OutStatic, out_groups: Sequence[Sequence[Any]]) -> Any:
         """Step 5: updates the caller's objects in place and returns the output."""
@@ -505,7 +521,7 @@ class Inner:
         """
         merged = Merged(
             in_static,
-            [groups[g][i] for g, i in in_static.slots],
+            [groups[g][i] for g, i in zip(in_static.slots.groups, in_static.slots.positions)],
             in_prefixes,
             snapshot=self.record_kept,
             mode=self.mode,

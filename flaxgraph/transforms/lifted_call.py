@@ -100,7 +100,7 @@ class LiftedCall:
         """Steps 3-4 as a function of arrays: merge, call ``f``, re-split with
         ``out_prefix`` over the output. Returns ``(Static(OutStatic), out groups)``."""
         in_static: InStatic = static.value
-        in_prefixes = [self.keys[g] for g, _ in in_static.slots]
+        in_prefixes = [self.keys[g] for g in in_static.slots.groups]
         _, out_static, out_groups = self.inner.run(
             in_static, groups, in_prefixes, in_static.extra, out_prefix
         )
@@ -112,7 +112,9 @@ class LiftedCall:
     ) -> list[Any]:
         """Every leaf value of ``(output, args, kwargs)`` in out-GraphDef order."""
         in_static: InStatic = static.value
-        in_values = [groups[g][i] for g, i in in_static.slots]
+        in_values = [
+            groups[g][i] for g, i in zip(in_static.slots.groups, in_static.slots.positions)
+        ]
         out_static: OutStatic = out[0].value
         return leaf_values(out_static.sources, in_values, out[1])
 

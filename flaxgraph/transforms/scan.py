@@ -61,6 +61,7 @@ from flaxgraph.transforms.lift import (
     InStatic,
     Merged,
     OutStatic,
+    Slots,
     Static,
     split_inputs,
 )
@@ -354,11 +355,14 @@ class _Scanner:
             xs = [_to_front(call.values[i], call.prefixes[i]) for i in scanned]
         except ValueError as error:
             raise _input_error(call, rest_args, kwargs, self.length) or error from None
-        slots = [(0, 0)] * len(call.values)
+        slot_groups = [0] * len(call.values)
+        slot_positions = [0] * len(call.values)
         for g, members in enumerate((state_carry, scanned, broadcast)):
             for k, i in enumerate(members):
-                slots[i] = (g, k)
-        in_static = InStatic(call.graphdef, tuple(slots), None)
+                slot_groups[i] = g
+                slot_positions[i] = k
+        slots = Slots(tuple(slot_groups), tuple(slot_positions))
+        in_static = InStatic(call.graphdef, slots, None)
         broadcast_values = [call.values[i] for i in broadcast]
         expected_state_carry = [call.graphdef.leaf_paths[i] for i in state_carry]
         rest_axes = _rest_axes(self.out_axes)

@@ -39,7 +39,7 @@ from flaxgraph.modes import Mode, resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, kind_name
 from flaxgraph.transforms.calls import unbind
 from flaxgraph.transforms.compiled import Compiled, JitFunctions
-from flaxgraph.transforms.lift import OUT, Call, Inner, InStatic, OutStatic, split_inputs
+from flaxgraph.transforms.lift import OUT, Call, Inner, InStatic, OutStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.transformed import P, R, Transformed
@@ -242,7 +242,7 @@ class ShardMapped(Transformed[P, R]):
             roots.extend((out, args, kwargs))
             return None, out
 
-        in_prefixes = [self.in_keys[g] for g, _ in in_static.slots]
+        in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
         _, out_static, out_groups = inner.run(
             in_static, groups, in_prefixes, (args_prefix, _REPLICATED), self.out_specs, call
         )
@@ -497,7 +497,7 @@ def _note_groups(
     error: ValueError,
     args: tuple[Any, ...],
     call: Any,
-    slots: Sequence[tuple[int, int]],
+    slots: Slots,
     in_keys: Sequence[Any],
     out_keys: Sequence[Any],
     last_trace: list[Any],
@@ -511,7 +511,7 @@ def _note_groups(
     in_paths = call.graphdef.leaf_paths
     for g, key in enumerate(in_keys):
         if f"in_specs[{g}]" in message:
-            paths = [in_where.where(p) for p, (h, _) in zip(in_paths, slots) if h == g]
+            paths = [in_where.where(p) for p, h in zip(in_paths, slots.groups) if h == g]
             lines.append(_group_line("in_specs", g, key, paths))
     if last_trace:
         out_static, roots = last_trace

@@ -36,7 +36,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 from flaxgraph.transforms.calls import split_static
 from flaxgraph.transforms.fastpath import MISS, CacheInfo, Plan, PlanCache, plan_key, same_trace
-from flaxgraph.transforms.lift import Call, OutStatic
+from flaxgraph.transforms.lift import Call, OutStatic, Slots
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -151,7 +151,7 @@ class Transformed(Generic[P, R]):
         call: Call,
         out: OutStatic,
         compiled: Any,
-        slots: Any,
+        slots: Slots,
         n_groups: int,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],

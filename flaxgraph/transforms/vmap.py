@@ -225,7 +225,7 @@ class Mapped(Transformed[P, R]):
         in_static: InStatic = static.value
         a_prefix = in_static.extra.prefix
         metadata = AxisMetadata(self.transform_metadata)
-        in_prefixes = [self.in_keys[g] for g, _ in in_static.slots]
+        in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
         out_axes = self.out_axes
         rngs: list[RngWatch | None] = [None]
 
