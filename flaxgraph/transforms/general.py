@@ -55,10 +55,23 @@ from flaxgraph.variablelib.variable import Variable
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+class NodeOrigin(NamedTuple):
+    """A node of an output graph that is one of the caller's objects
+    (``SplitNode.origins``): merging outside reuses that object.
+
+    Attributes:
+      here: the node's reference index in the output graph.
+      caller: the caller's object's reference index in the input graph.
+    """
+
+    here: int
+    caller: int
+
+
 class SplitNode:
     """One graph node as a pytree: its leaf values (children) and, as static data,
-    its GraphDef and ``origins`` (pairs ``(index here, index of the caller's
-    object)`` for the nodes of this graph that are the caller's objects).
+    its GraphDef and ``origins`` (a ``NodeOrigin`` per node of this graph that is one
+    of the caller's objects).
 
     Attributes:
       graphdef: the node's GraphDef (indices shared by every SplitNode of one call).
@@ -68,7 +81,7 @@ class SplitNode:
 
     __slots__ = ("graphdef", "origins", "values")
 
-    def __init__(self, graphdef: GraphDef, origins: tuple[tuple[int, int], ...], values: list[Any]):
+    def __init__(self, graphdef: GraphDef, origins: tuple[NodeOrigin, ...], values: list[Any]):
         self.graphdef = graphdef
         self.origins = origins
         self.values = list(values)
@@ -133,7 +146,7 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
         if split is None
         else SplitNode(
             split.graphdef,
-            tuple((i, origin[i]) for i in range(split.start, split.stop) if i in origin),
+            tuple(NodeOrigin(i, origin[i]) for i in range(split.start, split.stop) if i in origin),
             split.values,
         )
         for x, split in zip(leaves, splits)
