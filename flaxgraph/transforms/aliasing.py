@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from flaxgraph.errors import FlaxgraphError, SharedReferenceError, numbered_fixes
 from flaxgraph.graphlib.graphdefs import GraphDef
@@ -323,12 +323,27 @@ def _unlisted_reference(x: Any, path: PathParts, ctx: Any) -> bool:
 _MAX_RECORDS = 10_000  # the diagnostic walk stops growing past this (huge shared DAGs)
 
 
+class Sighting(NamedTuple):
+    """One path along which ``AliasDiagnostics`` reached a leaf, with the prefix it
+    got there.
+
+    Attributes:
+      path: the path from the roots.
+      leaf: the leaf (a Variable, Ref or raw value).
+      prefix: the prefix resolved for it along ``path``.
+    """
+
+    path: PathParts
+    leaf: Any
+    prefix: Any
+
+
 class AliasDiagnostics(PrefixWalk):
     """Re-walks every alias to list each leaf's prefix along every path (errors only)."""
 
     def __init__(self, spec: PrefixSpec, roots: NamedRoots):
         super().__init__(spec, roots)
-        self.records: dict[Any, list[tuple[PathParts, Any, Any]]] = {}
+        self.records: dict[Any, list[Sighting]] = {}
         self.node_at: dict[PathParts, Any] = {}
         self.expanding: set[int] = set()  # nodes being re-walked (stops cycles)
 
@@ -347,7 +362,7 @@ class AliasDiagnostics(PrefixWalk):
                     break
             else:
                 key = ("path", path)
-        self.records.setdefault(key, []).append((path, leaf, prefix))
+        self.records.setdefault(key, []).append(Sighting(path, leaf, prefix))
 
     def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
         super().add_leaf(path, leaf, prefix)
@@ -377,18 +392,22 @@ class AliasDiagnostics(PrefixWalk):
     def check(self, value: Any, prefix: Any) -> None:
         self.run(value, prefix)
         wildcard = self.spec.wildcard
-        bad = [
-            r
-            for r in self.records.values()
-            if len({_hashable_key(p) for _, _, p in r if wildcard is None or p is not wildcard}) > 1
-        ]
+
+        def n_prefixes(record: list[Sighting]) -> int:
+            return len(
+                {_hashable_key(s.prefix) for s in record if s.prefix is not wildcard}
+                if wildcard is not None
+                else {_hashable_key(s.prefix) for s in record}
+            )
+
+        bad = [r for r in self.records.values() if n_prefixes(r) > 1]
         if not bad:
             return
         lines = []
         for record in bad:
-            leaf = record[0][1]
+            leaf = record[0].leaf
             lines.append(f"  {kind_name(leaf)}{_shape(leaf)}:")
-            lines.extend(f"    {self.where(path)}: {p!r}" for path, _, p in record)
+            lines.extend(f"    {self.where(s.path)}: {s.prefix!r}" for s in record)
         raise InconsistentAliasingError(
             "Inconsistent aliasing detected. The following nodes have different prefixes "
             f"({self.spec.name}): an object is reachable along several paths that give it "

@@ -107,7 +107,7 @@ class LocalView:
 
     def __init__(self, manual: frozenset[Any]):
         self.manual = manual
-        self.saved: RefMap[tuple[Any, Any]] = RefMap()  # var -> (local dict, original dict)
+        self.saved: RefMap[SavedMetadata] = RefMap()  # by Variable
 
     def on_inputs(self, leaves: list[Any], prefixes: list[Any]) -> None:
         for leaf in leaves:
