@@ -63,7 +63,7 @@ from flaxgraph.transforms.lift import (
     leaf_values,
     write_back,
 )
-from flaxgraph.transforms.plan_code import MISS, compile_run, miss_always
+from flaxgraph.transforms.plan_code import MISS, CheckKind, compile_run, miss_always
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
 from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
 
@@ -127,16 +127,14 @@ class ArgCheck(NamedTuple):
     Attributes:
       root: ``0`` below ``args``, ``1`` below ``kwargs``.
       keys: the path below the root (the argument's index or name first).
-      kind: ``'is'`` (the same object), ``'type'`` (a leaf of that type), ``'items'``
-        (a container of that type with those keys) or ``'pytree'`` (an attribute
-        pytree of that type and one-level structure).
-      expected: ``'is'``: the object; ``'type'``: the type; ``'items'``: ``(type,
-        keys or length)``; ``'pytree'``: ``(type, one-level treedef)``.
+      kind: a ``CheckKind``.
+      expected: ``IS``: the object; ``TYPE``: the type; ``ITEMS``: ``(type, keys or
+        length)``; ``PYTREE``: ``(type, one-level treedef)``.
     """
 
     root: int
     keys: tuple[Any, ...]
-    kind: str
+    kind: CheckKind
     expected: Any
 
 
@@ -161,19 +159,21 @@ def _signature(value: Any, root: int, keys: tuple[Any, ...], out: list[ArgCheck]
     t = type(value)
     found = None if t is dict or t is list or t is tuple else attribute_children(value)
     if t is dict or t is list or t is tuple:
-        out.append(ArgCheck(root, keys, "items", (t, tuple(value) if t is dict else len(value))))
+        out.append(
+            ArgCheck(root, keys, CheckKind.ITEMS, (t, tuple(value) if t is dict else len(value)))
+        )
         items = value.items() if t is dict else enumerate(value)
         for k, v in items:
             _signature(v, root, (*keys, k), out)
     elif found is not None:
         children, treedef = found
-        out.append(ArgCheck(root, keys, "pytree", (t, treedef)))
+        out.append(ArgCheck(root, keys, CheckKind.PYTREE, (t, treedef)))
         for k, v in children:
             _signature(v, root, (*keys, k), out)
     elif _part(value) == _LEAF:
-        out.append(ArgCheck(root, keys, "type", t))
+        out.append(ArgCheck(root, keys, CheckKind.TYPE, t))
     else:
-        out.append(ArgCheck(root, keys, "is", value))
+        out.append(ArgCheck(root, keys, CheckKind.IS, value))
 
 
 class Plan:
@@ -250,7 +250,9 @@ class Plan:
             _signature(v, 1, (k,), checks)
         self.arg_checks = tuple(checks)
         # Arguments' pytrees whose items are reached by attribute (see get_arg).
-        self.attribute_parents = frozenset((c.root, c.keys) for c in checks if c.kind == "pytree")
+        self.attribute_parents = frozenset(
+            (c.root, c.keys) for c in checks if c.kind is CheckKind.PYTREE
+        )
         # What to compare to know the structure is unchanged (see graphlib/snapshot.py).
         self.snapshot = StructureSnapshot(call.nodes)
         # Leaves inside tuples or pytrees (namedtuples, dataclasses…) reached through

@@ -29,6 +29,7 @@ Source: ``docs/design.md``, "The fast path" (the compiled per-structure plan).
 
 from __future__ import annotations
 
+import enum
 import itertools
 import keyword
 import operator
@@ -47,6 +48,18 @@ if TYPE_CHECKING:  # fastpath.py makes plans with compile_run: a type-only impor
     from flaxgraph.transforms.fastpath import BoundFinish, Plan
 
 UNROLL = 24  # up to this many items of a kind get one comparison each
+
+
+class CheckKind(enum.Enum):
+    """What an argument check of a plan compares (``fastpath.ArgCheck``; its
+    ``expected`` per kind is documented there)."""
+
+    IS = "is"  # the same object
+    TYPE = "type"  # a leaf of that type
+    ITEMS = "items"  # a list, tuple or dict of that type with those keys or length
+    PYTREE = "pytree"  # an attribute pytree of that type and one-level structure
+
+
 MISS: Any = object()  # what run returns when the plan does not apply (None is an output)
 
 
@@ -140,11 +153,11 @@ def _signature_checks(src: _Source, plan: Plan) -> None:
     for check in plan.arg_checks:
         access = _access(check.root, check.keys, const, attrs)
         kind, expected = check.kind, check.expected
-        if kind == "is":
+        if kind is CheckKind.IS:
             conditions.append(f"{access} is not {const(expected)}")
-        elif kind == "type":
+        elif kind is CheckKind.TYPE:
             conditions.append(f"type({access}) is not {const(expected)}")
-        elif kind == "pytree":
+        elif kind is CheckKind.PYTREE:
             t, treedef = expected
             conditions.append(f"type({access}) is not {const(t)}")
             conditions.append(f"_level({access}) != {const(treedef)}")
