@@ -29,6 +29,7 @@ Source: ``docs/design.md``, "The fast path".
 
 from __future__ import annotations
 
+import enum
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -386,18 +387,24 @@ class BoundFinish(NamedTuple):
     installs: RefInstall | None
 
 
+class OwnerKind(enum.Enum):
+    """What a ``LeafOwner`` says about an out leaf."""
+
+    VAR = "var"  # an input Variable: ``key`` is its input node index
+    PATH = "path"  # a leaf of the args/kwargs part: ``key`` is its input path
+    LOST = "lost"  # an array attribute of an input object reached through the output
+    NEW = "new"  # none of the inputs' leaves
+
+
 class LeafOwner(NamedTuple):
     """Which input leaf an out leaf is (``_leaf_owners``).
 
     Attributes:
-      kind: ``'var'`` (an input Variable, ``key`` its input node index), ``'path'``
-        (a leaf of the args/kwargs part, ``key`` its input path), ``'lost'`` (an
-        array attribute of an input object reached through the output) or
-        ``'new'``.
-      key: see ``kind`` (``None`` for ``'lost'`` and ``'new'``).
+      kind: an ``OwnerKind``.
+      key: see ``OwnerKind`` (``None`` for ``LOST`` and ``NEW``).
     """
 
-    kind: str
+    kind: OwnerKind
     key: Any = None
 
 
@@ -436,12 +443,12 @@ class FinishPlan:
         for j, (source, owner) in enumerate(zip(out.sources, owners)):
             if source.origin == IN:
                 continue
-            if owner.kind == "lost":
+            if owner.kind is OwnerKind.LOST:
                 self.usable = False  # a changed array attribute of an input object
                 return  # reached through the output: leave it to the general path
-            if owner.kind == "var":
+            if owner.kind is OwnerKind.VAR:
                 pos = in_leaf_of_var.get(owner.key)
-            elif owner.kind == "path":
+            elif owner.kind is OwnerKind.PATH:
                 pos = in_leaf_by_path.get(owner.key)
             else:
                 pos = None
@@ -527,12 +534,14 @@ def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[LeafOwner]:
         t = type(d)
         if t is VariableDef:
             idx = in_index.get(d.index)
-            owners.append(LeafOwner("var", idx) if idx is not None else LeafOwner("new"))
+            owners.append(
+                LeafOwner(OwnerKind.VAR, idx) if idx is not None else LeafOwner(OwnerKind.NEW)
+            )
         elif t is ArrayDef:
             if path and path[0] in (1, 2):
-                owners.append(LeafOwner("path", (path[0] - 1, *path[1:])))
+                owners.append(LeafOwner(OwnerKind.PATH, (path[0] - 1, *path[1:])))
             else:
-                owners.append(LeafOwner("lost" if in_input else "new"))
+                owners.append(LeafOwner(OwnerKind.LOST if in_input else OwnerKind.NEW))
         elif t is NodeDef:
             inside = in_input or d.index in in_index
             for k, c in d.attributes:
