@@ -441,17 +441,22 @@ class FinishPlan:
         # raw attributes, valid because the inputs kept their structure).
         owners = _leaf_owners(out.graphdef.root, in_index)
         for j, (source, owner) in enumerate(zip(out.sources, owners)):
-            if source.origin == IN:
-                continue
-            if owner.kind is OwnerKind.LOST:
-                self.usable = False  # a changed array attribute of an input object
-                return  # reached through the output: leave it to the general path
             if owner.kind is OwnerKind.VAR:
                 pos = in_leaf_of_var.get(owner.key)
             elif owner.kind is OwnerKind.PATH:
                 pos = in_leaf_by_path.get(owner.key)
             else:
                 pos = None
+            if source.origin == IN:
+                if pos is not None and pos != source.at:
+                    # An input leaf moved to another place (two attributes swapped):
+                    # the general path writes it there.
+                    self.usable = False
+                    return
+                continue
+            if owner.kind is OwnerKind.LOST:
+                self.usable = False  # a changed array attribute of an input object
+                return  # reached through the output: leave it to the general path
             if pos is not None:
                 self.writes.append(LeafWrite(j, pos))
         self.build = output_builder

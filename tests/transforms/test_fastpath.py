@@ -497,3 +497,30 @@ def test_a_nested_transform_adding_a_node_to_an_empty_object_misses_the_plan(inn
     depth = lambda m: 0 if not hasattr(m, "a") else 1 + depth(m.a)
     assert depth(model) == depth(eager) == 3
     assert f.cache_info().general_calls == 3
+
+
+@pytest.mark.parametrize("inner", ["jit", "vmap"])
+@pytest.mark.parametrize("held", ["array", "variable"])
+def test_swapped_attributes_are_swapped_on_every_call(inner, held):
+    # Two attributes exchanging their input values: each output leaf is an input leaf
+    # from another place, which the write-back must move there on every call.
+    wrap = nnx.Param if held == "variable" else (lambda x: x)
+    node = nnx.Module()
+    node.a, node.b = wrap(jnp.array(0.0)), wrap(jnp.array(0.25))
+    eager = nnx.clone(node)
+
+    def swap(root):
+        root.a, root.b = root.b, root.a
+
+    if inner == "vmap":
+        step = nnx.vmap(swap, in_axes=None, out_axes=None, axis_size=2)
+    else:
+        step = nnx.jit(swap)
+    outer = nnx.jit(lambda root: step(root))
+    for _ in range(3):
+        outer(node)
+        swap(eager)
+        assert (float(node.a[...]), float(node.b[...])) == (
+            float(eager.a[...]),
+            float(eager.b[...]),
+        )
