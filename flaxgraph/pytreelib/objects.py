@@ -227,12 +227,21 @@ def _check_no_data_in_static(obj: Pytree, name: str, value: Any, why: str) -> No
     )
 
 
-def _init_slots(obj: Pytree, kinds: tuple[tuple[str, str], ...], trace: object = None) -> None:
+def _init_slots(
+    obj: Pytree, kinds: tuple[tuple[str, str], ...], trace: object = None, version: int = 0
+) -> None:
     _set_trace(obj, current_trace() if trace is None else trace)
-    _set_version(obj, 0)
+    _set_version(obj, version)
     _set_kinds(obj, kinds)
     _set_layout(obj, None)
 
+
+BUILDING = -1
+"""The structure version of an object the engine creates empty (``merge``) until its
+first attributes arrive: filling it is not a change of structure, while an existing
+object (version 0 or more) given its first attributes is one. A filled object keeps
+-1 until its first change of structure (which moves it to 0); one built with no
+attributes is at 0 at once. Versions only move forward."""
 
 _set_trace = Pytree._obj_trace.__set__
 _set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
@@ -320,11 +329,15 @@ def _graph_set_items(obj: Pytree, items: list[tuple[Hashable, Any]], kinds: Hash
         if kinds != obj._obj_kinds:
             _set_kinds(obj, kinds)
             _set_layout(obj, None)
-        # The two cannot be told apart, and for the second (a transform writing
-        # back the first attributes of an empty object) this is a change of
-        # structure that the fast path's snapshots see through the version alone.
-        if items or kinds:
-            object.__setattr__(obj, "_obj_version", obj._obj_version + 1)
+        version = obj._obj_version
+        if version != BUILDING:
+            # An existing object given its first attributes (a transform writing
+            # back into an empty object): a change of structure that the fast
+            # path's snapshots see through the version alone.
+            if items or kinds:
+                _set_version(obj, version + 1)
+        elif not items:
+            _set_version(obj, 0)  # built empty: from now on an existing object
         return
     if _items_change_structure(obj, items, kinds):
         d.clear()
@@ -336,7 +349,7 @@ def _graph_set_items(obj: Pytree, items: list[tuple[Hashable, Any]], kinds: Hash
 def _graph_create_empty(cls: type) -> Any:
     def create(kinds: Hashable, trace: object = None) -> Pytree:
         obj: Pytree = object.__new__(cls)
-        _init_slots(obj, kinds, trace)  # type: ignore[arg-type]
+        _init_slots(obj, kinds, trace, BUILDING)  # type: ignore[arg-type]
         return obj
 
     return create

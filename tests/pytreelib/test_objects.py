@@ -313,6 +313,24 @@ def test_structure_version_moves_when_a_transform_writes_new_attributes_back(sta
     assert structure_version(obj) != v0
 
 
+@pytest.mark.parametrize("built", ["empty", "with_attribute"])
+def test_structure_version_moves_for_an_object_merge_built(built):
+    # merge fills the objects it creates without moving their version; an object
+    # it built empty, later given its first attribute by a write-back, still moves.
+    source = nnx.Pytree()
+    if built == "with_attribute":
+        source.n = 1
+    obj = nnx.merge(*nnx.split(source))
+    v0 = structure_version(obj)
+
+    def add(o):
+        o.w = nnx.Param(jnp.ones(2))
+
+    nnx.jit(add)(obj)
+    assert isinstance(obj.w, nnx.Param)
+    assert structure_version(obj) != v0
+
+
 # -- copy / pickle ------------------------------------------------------------------------------
 
 
