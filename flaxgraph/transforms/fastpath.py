@@ -64,7 +64,15 @@ from flaxgraph.transforms.lift import (
     leaf_values,
     write_back,
 )
-from flaxgraph.transforms.plan_code import MISS, CheckKind, compile_run, miss_always
+from flaxgraph.transforms.plan_code import (
+    MISS,
+    BoundFinish,
+    CheckKind,
+    OtherWrite,
+    VariableWrites,
+    compile_run,
+    miss_always,
+)
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
 from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
 
@@ -352,39 +360,6 @@ class LeafWrite(NamedTuple):
 
     out_position: int
     in_position: int
-
-
-class VariableWrites(NamedTuple):
-    """Input Variables whose new values all come from one output group, set with one
-    C-level ``map``: ``targets[k].raw_value = out_groups[group][positions[k]]``."""
-
-    targets: list[Variable]
-    positions: list[int]
-    group: int
-
-
-class OtherWrite(NamedTuple):
-    """A write that is not a plain Variable's value (an array attribute, a list item,
-    a box-backed Variable): ``write(value of source)``."""
-
-    source: LeafSource
-    write: Callable[[Any], None]
-
-
-class BoundFinish(NamedTuple):
-    """A ``FinishPlan`` bound to one plan's objects (``FinishPlan.bind``).
-
-    Attributes:
-      var_writes: the Variables' new values, grouped by output group.
-      other_writes: the other writes (array attributes, list items, boxes).
-      output: ``(in_values, out_groups) -> output`` (``FinishPlan.output_reader``).
-      installs: the new arrays of Ref-backed Variables (``RefInstall``), or ``None``.
-    """
-
-    var_writes: list[VariableWrites]
-    other_writes: list[OtherWrite]
-    output: Callable[[list[Any], Sequence[Sequence[Any]]], Any]
-    installs: RefInstall | None
 
 
 class OwnerKind(enum.Enum):

@@ -33,8 +33,8 @@ import enum
 import itertools
 import keyword
 import operator
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, same_item
 from flaxgraph.tracing import trace_ctx
@@ -44,10 +44,63 @@ from flaxgraph.transforms.lift import IN, LeafSource, OutStatic
 from flaxgraph.transforms.ref_writes import RefInstall
 from flaxgraph.variablelib.variable import METADATA_SLOT, Variable, metadata_of
 
-if TYPE_CHECKING:  # fastpath.py makes plans with compile_run: a type-only import
-    from flaxgraph.transforms.fastpath import BoundFinish, Plan
-
 UNROLL = 24  # up to this many items of a kind get one comparison each
+
+
+class Plan(Protocol):
+    """What the generated function reads of a fast-path plan (``fastpath.Plan``, which
+    imports this module, so it is named here by the members used)."""
+
+    snapshot: StructureSnapshot
+    trace: Any
+    compiled: Any
+    members: Any
+    getters: Any
+    targets: Any
+    arg_checks: Any
+    arg_leaves: Any
+    attribute_parents: Any
+    leaf_variables: Any
+    kwarg_names: Any
+    n_args: int
+    statics: Any
+    passthrough: Any
+    run: Callable[..., Any]
+
+    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+
+class VariableWrites(NamedTuple):
+    """Input Variables whose new values all come from one output group, set with one
+    C-level ``map``: ``targets[k].raw_value = out_groups[group][positions[k]]``."""
+
+    targets: list[Variable]
+    positions: list[int]
+    group: int
+
+
+class OtherWrite(NamedTuple):
+    """A write that is not a plain Variable's value (an array attribute, a list item,
+    a box-backed Variable): ``write(value of source)``."""
+
+    source: LeafSource
+    write: Callable[[Any], None]
+
+
+class BoundFinish(NamedTuple):
+    """A ``FinishPlan`` bound to one plan's objects (``FinishPlan.bind``).
+
+    Attributes:
+      var_writes: the Variables' new values, grouped by output group.
+      other_writes: the other writes (array attributes, list items, boxes).
+      output: ``(in_values, out_groups) -> output`` (``FinishPlan.output_reader``).
+      installs: the new arrays of Ref-backed Variables (``RefInstall``), or ``None``.
+    """
+
+    var_writes: list[VariableWrites]
+    other_writes: list[OtherWrite]
+    output: Callable[[list[Any], Sequence[Sequence[Any]]], Any]
+    installs: RefInstall | None
 
 
 class CheckKind(enum.Enum):
