@@ -1,0 +1,531 @@
+"""Every public name of every ``flax.nnx`` module exists at the same dotted path in flaxgraph.
+
+Real Flax code imports from Flax's submodules, not only from ``flax.nnx``
+(``from flax.nnx.nn.linear import default_embed_init``, ``flax.nnx.transforms.iteration.
+StateAxes``). This test reads the source of the installed Flax NNX 0.12.8 package (every
+``.py`` file under ``flax/nnx``, ``bridge`` included) with :mod:`ast`, without importing it,
+and checks that flaxgraph's module of the same dotted name exists and has each name.
+
+What counts as a public name of a module ``flax.nnx.X`` (the policy, decided once here):
+
+- a ``class`` or ``def`` in the module's body, or a name bound by an assignment there
+  (constants, type aliases, module-level instances such as ``default_embed_init``);
+- also the same definitions inside an ``if``/``else`` or ``try`` at module level
+  (``flax.nnx.compat`` defines its graph-mode partials under ``if not TYPE_CHECKING``,
+  ``flax.nnx`` its ``VariableState`` alias under ``if TYPE_CHECKING``);
+- excluded: names starting with ``_``, every ``import``/``from ... import`` (a re-export is
+  the other module's name, counted there), ``from m import *`` (so ``flax.nnx.graph``, a
+  star re-export of ``graphlib``, has no names of its own but must exist as a module), and
+  type variables (``TypeVar``/``ParamSpec``/``TypeVarTuple`` assignments);
+- ``__all__`` adds nothing: where a module lists an imported name in ``__all__``
+  (``flax.nnx.nn.activations`` lists JAX's activation functions) the name is a re-export.
+
+The module of the same dotted name is found as :func:`flaxgraph.install_as_flax_nnx` finds
+it: ``flax.nnx.a.b`` is the module ``flaxgraph.a.b``, or where flaxgraph keeps the module
+under another file name, the module-valued attribute ``b`` of ``flaxgraph.a``.
+
+Issue 29 counts 450 names with its own reading; the literal module bodies alone give 514 here,
+and the definitions under module-level ``if``/``try`` bring 42 more (34 of them the
+``compat`` partials). The test prints the figures it measured.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import types
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+flax = pytest.importorskip("flax", reason="the module map is read from Flax NNX's source")
+
+FLAX_NNX = Path(flax.__file__).resolve().parent / "nnx"
+TYPE_VARIABLE_MAKERS = frozenset({"TypeVar", "ParamSpec", "TypeVarTuple"})
+
+# The names still missing, by dotted Flax module; it only shrinks, and is empty when the
+# module map is complete (issue 29). A name listed here that flaxgraph has fails the test.
+STILL_MISSING: dict[str, frozenset[str]] = {
+    "flax.nnx.bridge.module": frozenset(
+        {
+            "ModuleBase",
+            "ModuleContext",
+            "ModuleMeta",
+            "ModuleStackEntry",
+            "ModuleState",
+            "current_module",
+            "has_setup",
+        }
+    ),
+    "flax.nnx.bridge.variables": frozenset({"get_col_name"}),
+    "flax.nnx.bridge.wrappers": frozenset({"current_linen_module", "linen_rngs_dict"}),
+    "flax.nnx.compat": frozenset({"backup_keys", "iter_modules"}),
+    "flax.nnx.deprecations": frozenset({"deprecated"}),
+    "flax.nnx.extract": frozenset(
+        {
+            "ExtractIndex",
+            "GraphDefState",
+            "Index",
+            "KeepFn",
+            "KeyPath",
+            "Leaf",
+            "Mask",
+            "Opaque",
+            "OrderedDict",
+            "Prefix",
+            "PrefixMapping",
+            "Updates",
+            "apply_updates",
+            "broadcast_prefix",
+            "broadcast_prefix2",
+            "broadcast_prefix_map",
+            "check_consistent_aliasing",
+            "check_consistent_aliasing2",
+            "check_no_aliases",
+            "check_prefix",
+            "check_same_variables",
+            "copy_var_structure",
+            "extract",
+            "filter_kwargs",
+            "find",
+            "from_tree2",
+            "get_updates",
+            "insert",
+            "labeled",
+            "mask_at",
+            "replace_at",
+            "slice_at",
+            "snapshot",
+            "to_masked",
+            "to_tree2",
+            "treemap_copy_args",
+            "update_carry_variables",
+            "variable_changed",
+        }
+    ),
+    "flax.nnx.filterlib": frozenset({"FilterLiteral", "HasTag", "PathIn", "ellipsis"}),
+    "flax.nnx.graphlib": frozenset(
+        {
+            "ArrayRefDef",
+            "AttrType",
+            "DataElem",
+            "GRAPH_CONTEXT",
+            "GRAPH_REGISTRY",
+            "GenericPytree",
+            "GraphContext",
+            "GraphFlatState",
+            "Index",
+            "IndexesPytreeDef",
+            "LEAF_ATTR",
+            "LeafAttr",
+            "LeafType",
+            "NODE_ATTR",
+            "NO_UPDATE",
+            "Names",
+            "NodeAttr",
+            "NodeDefType",
+            "NodeImpl",
+            "NodeImplBase",
+            "PYTREE_NODE_IMPL",
+            "PYTREE_REGISTRY",
+            "PythonRefMap",
+            "PytreeNodeImpl",
+            "REPEATED",
+            "Repeated",
+            "Static",
+            "StaticCache",
+            "StaticElem",
+            "UpdateContextManager",
+            "cached_partial",
+            "get_node_impl",
+            "get_node_impl_for_type",
+            "globals",
+            "graph_pop",
+            "is_node",
+            "is_node_leaf",
+            "is_node_module",
+            "is_node_type",
+            "is_pytree_node",
+            "jax_to_nnx_path",
+            "register_pytree_node_type",
+            "static_cache",
+        }
+    ),
+    "flax.nnx.helpers": frozenset({"ModuleDefApply", "TrainState", "has_keyword_arg"}),
+    "flax.nnx.ids": frozenset({"UUIDManager"}),
+    "flax.nnx.module": frozenset(
+        {
+            "ModuleMeta",
+            "StateMapping",
+            "capture",
+            "first_from",
+            "iter_children",
+            "iter_module_children",
+            "tuple_init",
+            "tuple_reduce",
+            "view",
+            "view_info",
+            "with_attributes",
+        }
+    ),
+    "flax.nnx.nn.attention": frozenset(
+        {"Array", "dot_product_attention_weights", "make_attention_mask", "make_causal_mask"}
+    ),
+    "flax.nnx.nn.initializers": frozenset({"DtypeLikeInexact"}),
+    "flax.nnx.nn.linear": frozenset(
+        {
+            "Array",
+            "Axis",
+            "Conv",
+            "ConvTranspose",
+            "Embed",
+            "Size",
+            "canonicalize_padding",
+            "default_embed_init",
+        }
+    ),
+    "flax.nnx.nn.lora": frozenset({"Array", "Axis", "Size"}),
+    "flax.nnx.nn.normalization": frozenset({"SpectralNorm", "WeightNorm"}),
+    "flax.nnx.nn.recurrent": frozenset(
+        {
+            "Array",
+            "Bidirectional",
+            "Carry",
+            "Output",
+            "RNN",
+            "RNNBase",
+            "default_bias_init",
+            "flip_sequences",
+        }
+    ),
+    "flax.nnx.proxy_caller": frozenset(
+        {"ApplyCaller", "CallableProxy", "DelayedAccessor", "GetAttr", "GetItem"}
+    ),
+    "flax.nnx.pytreelib": frozenset(
+        {
+            "ArrayRepr",
+            "AttributeStatus",
+            "BUILDING_DOCS",
+            "DATA_REGISTRY",
+            "DataAnnotation",
+            "MutableArrayRepr",
+            "OBJECT_CONTEXT",
+            "ObjectContext",
+            "ObjectMeta",
+            "PytreeMeta",
+            "PytreeState",
+            "StaticAnnotation",
+            "VariableRepr",
+        }
+    ),
+    "flax.nnx.reprlib": frozenset(
+        {
+            "Attr",
+            "COLOR",
+            "Color",
+            "MappingReprMixin",
+            "NO_COLOR",
+            "Object",
+            "PrettyMapping",
+            "PrettySequence",
+            "REPR_CONTEXT",
+            "ReprContext",
+            "Representable",
+            "SequenceReprMixin",
+            "colorized",
+            "get_repr",
+            "supports_color",
+        }
+    ),
+    "flax.nnx.rnglib": frozenset(
+        {
+            "AxesValue",
+            "Counts",
+            "KeylessInitializer",
+            "NotKey",
+            "OutShardingType",
+            "RngValue",
+            "SplitBackups",
+            "SplitPattern",
+            "StreamBackup",
+            "backup_keys",
+        }
+    ),
+    "flax.nnx.spmd": frozenset(
+        {"abstract_with_sharding", "add_axis", "as_abstract", "get_abstract_model", "remove_axis"}
+    ),
+    "flax.nnx.statelib": frozenset(
+        {"ExtractValueFn", "NestedStateRepr", "SetValueFn", "create_path_filters"}
+    ),
+    "flax.nnx.summary": frozenset(
+        {
+            "ArrayRepr",
+            "NodeStats",
+            "NoneDumper",
+            "ObjectInfo",
+            "SimpleObjectRepr",
+            "SizeBytes",
+            "in_ipython",
+        }
+    ),
+    "flax.nnx.tracers": frozenset({"TraceState", "current_jax_trace"}),
+    "flax.nnx.training.optimizer": frozenset({"MISSING", "to_opt_state"}),
+    "flax.nnx.transforms.autodiff": frozenset(
+        {
+            "AxisName",
+            "BwdFn",
+            "CustomVjp",
+            "CustomVjpFnWrapper",
+            "FwdFn",
+            "GradFn",
+            "SimpleBwdFn",
+            "SimpleCustomVjp",
+            "SimpleCustomVjpFn",
+            "SimpleFwdFn",
+            "SimpleGradFn",
+            "SimpleJvpFn",
+            "SimpleRematFn",
+            "SimpleVjpFn",
+            "custom_vjp",
+        }
+    ),
+    "flax.nnx.transforms.compilation": frozenset(
+        {
+            "AxisName",
+            "JitFn",
+            "ShardMapFn",
+            "SimpleCompiled",
+            "SimpleJitFn",
+            "SimpleJitPartialFn",
+            "SimpleJitPartialWrapped",
+            "SimpleJitWrapped",
+            "SimpleLowered",
+            "SimplePartialCompiled",
+            "SimplePartialLowered",
+            "SimplePartialTraced",
+            "SimpleShardMapFn",
+            "SimpleTraced",
+            "Specs",
+            "Stage",
+            "Traced",
+            "jit_partial",
+            "shard_map",
+        }
+    ),
+    "flax.nnx.transforms.iteration": frozenset(
+        {
+            "AxisFn",
+            "AxisName",
+            "Broadcasted",
+            "Carry",
+            "ForiLoopBodyFn",
+            "Index",
+            "Leaves",
+            "PmapFn",
+            "ScanFn",
+            "SimpleForiLoopBodyFn",
+            "SimplePmapFn",
+            "SimpleScanFn",
+            "SimpleVmapFn",
+            "SimpleWhileLoopBodyFn",
+            "SimpleWhileLoopCondFn",
+            "StateAxes",
+            "VmapFn",
+            "WhileLoopBodyFn",
+            "WhileLoopCondFn",
+            "fori_loop",
+            "pmap",
+            "scan",
+            "transform_metadata",
+            "vmap",
+            "while_loop",
+        }
+    ),
+    "flax.nnx.transforms.transforms": frozenset(
+        {
+            "AxisName",
+            "CheckifyFn",
+            "Index",
+            "Leaves",
+            "LiftedModule",
+            "SimpleCheckifyFn",
+            "SimpleCondFn",
+            "SimpleEvalShapeFn",
+            "SimpleMakeJaxprFn",
+            "ValueMetadata",
+            "checkify",
+            "cond",
+            "eval_shape",
+            "make_jaxpr",
+            "resolve_kwargs",
+            "switch",
+        }
+    ),
+    "flax.nnx.variablelib": frozenset(
+        {
+            "AbstractVariable",
+            "AddAxisHook",
+            "AxisIndex",
+            "AxisName",
+            "CreateValueHook",
+            "GetValueHook",
+            "GetVariable",
+            "HijaxVariableMeta",
+            "Leaf",
+            "NewVariable",
+            "PyTreeDef",
+            "RemoveAxisHook",
+            "SetValueHook",
+            "SetVariable",
+            "VARIABLE_CONTEXT",
+            "VariableContext",
+            "VariableEffect",
+            "VariableMeta",
+            "VariableQDD",
+            "VariableTypeCache",
+            "get_variable_p",
+            "is_array_ref",
+            "new_variable_p",
+            "set_variable_p",
+            "variable_effect",
+        }
+    ),
+    "flax.nnx.visualization": frozenset({"in_ipython", "render_object_constructor"}),
+}
+
+
+class FlaxModule(NamedTuple):
+    """One module of Flax NNX's source and the public names it defines."""
+
+    dotted: str  # 'flax.nnx.transforms.iteration'
+    relative: str  # 'transforms.iteration' ('' for flax.nnx itself)
+    names: frozenset[str]
+
+
+def _is_type_variable(value: ast.expr | None) -> bool:
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    return name in TYPE_VARIABLE_MAKERS
+
+
+def _defined_names(body: list[ast.stmt]) -> Iterator[str]:
+    for statement in body:
+        if isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield statement.name
+        elif isinstance(statement, ast.Assign) and not _is_type_variable(statement.value):
+            for target in statement.targets:
+                yield from (n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            if not _is_type_variable(statement.value):
+                yield statement.target.id
+        elif isinstance(statement, ast.If):
+            yield from _defined_names(statement.body)
+            yield from _defined_names(statement.orelse)
+        elif isinstance(statement, ast.Try):
+            yield from _defined_names(statement.body)
+            for handler in statement.handlers:
+                yield from _defined_names(handler.body)
+            yield from _defined_names(statement.orelse)
+            yield from _defined_names(statement.finalbody)
+
+
+def flax_modules() -> list[FlaxModule]:
+    """Every module of the installed ``flax/nnx`` package with the public names it defines."""
+    modules = []
+    for path in sorted(FLAX_NNX.rglob("*.py")):
+        parts = path.relative_to(FLAX_NNX).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = frozenset(n for n in _defined_names(tree.body) if not n.startswith("_"))
+        relative = ".".join(parts)
+        dotted = "flax.nnx" + (f".{relative}" if relative else "")
+        modules.append(FlaxModule(dotted, relative, names))
+    return modules
+
+
+def flaxgraph_module(relative: str) -> types.ModuleType | None:
+    """flaxgraph's module for ``flax.nnx.<relative>``, as the drop-in finds it, or ``None``."""
+    module = importlib.import_module("flaxgraph")
+    for part in relative.split(".") if relative else []:
+        target = f"{module.__name__}.{part}"
+        try:
+            module = importlib.import_module(target)
+            continue
+        except ModuleNotFoundError as error:
+            if error.name != target:
+                raise
+        value = getattr(module, part, None)
+        if not isinstance(value, types.ModuleType):
+            return None
+        module = value
+    return module
+
+
+class MapReport(NamedTuple):
+    total: int
+    found: int
+    missing_modules: list[str]
+    missing_names: dict[str, list[str]]  # dotted Flax module -> names flaxgraph's lacks
+
+
+def measure() -> MapReport:
+    total = found = 0
+    missing_modules: list[str] = []
+    missing_names: dict[str, list[str]] = {}
+    for flax_module in flax_modules():
+        total += len(flax_module.names)
+        module = flaxgraph_module(flax_module.relative)
+        if module is None:
+            missing_modules.append(flax_module.dotted)
+            lacking = sorted(flax_module.names)
+        else:
+            with warnings.catch_warnings():  # a deprecated alias warns when read
+                warnings.simplefilter("ignore", DeprecationWarning)
+                lacking = sorted(n for n in flax_module.names if not hasattr(module, n))
+        found += len(flax_module.names) - len(lacking)
+        if lacking:
+            missing_names[flax_module.dotted] = lacking
+    return MapReport(total, found, missing_modules, missing_names)
+
+
+def test_the_walk_reads_the_names_real_code_imports() -> None:
+    by_name = {m.dotted: m.names for m in flax_modules()}
+    assert "default_embed_init" in by_name["flax.nnx.nn.linear"]
+    assert {"view", "capture"} <= by_name["flax.nnx.module"]
+    assert "get_abstract_model" in by_name["flax.nnx.spmd"]
+    assert "StateAxes" in by_name["flax.nnx.transforms.iteration"]
+    assert "jit" in by_name["flax.nnx.compat"]  # defined under `if not TYPE_CHECKING`
+    assert "A" not in by_name["flax.nnx.variablelib"]  # a TypeVar
+    assert "relu" not in by_name["flax.nnx.nn.activations"]  # imported from JAX
+    assert by_name["flax.nnx.graph"] == frozenset()  # a star re-export of graphlib
+    assert "flax.nnx.bridge.wrappers" in by_name
+
+
+def test_every_flax_nnx_module_and_public_name_exists_in_flaxgraph() -> None:
+    report = measure()
+    print(
+        f"flax.nnx module map: {report.found}/{report.total} names found, "
+        f"{len(report.missing_modules)} modules missing"
+    )
+    unexpected = {
+        module: [n for n in names if n not in STILL_MISSING.get(module, frozenset())]
+        for module, names in report.missing_names.items()
+    }
+    unexpected = {module: names for module, names in unexpected.items() if names}
+    stale = {
+        module: sorted(n for n in names if n not in report.missing_names.get(module, []))
+        for module, names in STILL_MISSING.items()
+    }
+    stale = {module: names for module, names in stale.items() if names}
+    lines = [f"  {module}: {', '.join(names)}" for module, names in sorted(unexpected.items())]
+    assert not unexpected, (
+        f"flaxgraph lacks {sum(map(len, unexpected.values()))} public names of Flax NNX 0.12.8 "
+        f"(modules missing: {', '.join(report.missing_modules) or 'none'}):\n" + "\n".join(lines)
+    )
+    assert not stale, f"now provided, remove them from STILL_MISSING: {stale}"
