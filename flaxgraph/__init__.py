@@ -54,7 +54,6 @@ from flaxgraph.filterlib import Nothing as Nothing
 from flaxgraph.filterlib import OfType as OfType
 from flaxgraph.filterlib import PathContains as PathContains
 from flaxgraph.filterlib import WithTag as WithTag
-from flaxgraph.graphlib.calls import call as call
 from flaxgraph.graphlib.contexts import MergeContext as MergeContext
 from flaxgraph.graphlib.contexts import SplitContext as SplitContext
 from flaxgraph.graphlib.contexts import UpdateContext as UpdateContext
@@ -62,6 +61,11 @@ from flaxgraph.graphlib.contexts import current_update_context as current_update
 from flaxgraph.graphlib.contexts import merge_context as merge_context
 from flaxgraph.graphlib.contexts import split_context as split_context
 from flaxgraph.graphlib.contexts import update_context as update_context
+from flaxgraph.graphlib.descendants import find_duplicates as find_duplicates
+from flaxgraph.graphlib.descendants import iter_children as iter_children
+from flaxgraph.graphlib.descendants import iter_graph as iter_graph
+from flaxgraph.graphlib.descendants import iter_module_children as iter_module_children
+from flaxgraph.graphlib.descendants import recursive_map as recursive_map
 from flaxgraph.graphlib.diff import graphdef_diff as graphdef_diff
 from flaxgraph.graphlib.functional import as_pure as as_pure
 from flaxgraph.graphlib.functional import flatten as flatten
@@ -74,6 +78,7 @@ from flaxgraph.graphlib.graph_state import PureState as PureState
 from flaxgraph.graphlib.graphdefs import GraphDef as GraphDef
 from flaxgraph.graphlib.inplace import pop as pop
 from flaxgraph.graphlib.inplace import update as update
+from flaxgraph.graphlib.pure_methods import call as call
 from flaxgraph.graphlib.registry import register_graph_node_type as register_graph_node_type
 from flaxgraph.graphlib.split_merge import clone as clone
 from flaxgraph.graphlib.split_merge import graphdef as graphdef
@@ -81,11 +86,6 @@ from flaxgraph.graphlib.split_merge import merge as merge
 from flaxgraph.graphlib.split_merge import split as split
 from flaxgraph.graphlib.split_merge import state as state
 from flaxgraph.graphlib.split_merge import variables as variables
-from flaxgraph.graphlib.traversal import find_duplicates as find_duplicates
-from flaxgraph.graphlib.traversal import iter_children as iter_children
-from flaxgraph.graphlib.traversal import iter_graph as iter_graph
-from flaxgraph.graphlib.traversal import iter_module_children as iter_module_children
-from flaxgraph.graphlib.traversal import recursive_map as recursive_map
 from flaxgraph.graphlib.variable_views import set_metadata as set_metadata
 from flaxgraph.graphlib.variable_views import vars_as as vars_as
 from flaxgraph.graphlib.variable_views import with_vars as with_vars
@@ -246,7 +246,7 @@ from flaxgraph.transforms.lift_types import DiffState as DiffState
 from flaxgraph.transforms.lift_types import StateAxes as StateAxes
 from flaxgraph.transforms.lift_types import StateSharding as StateSharding
 from flaxgraph.transforms.make_jaxpr import make_jaxpr as make_jaxpr
-from flaxgraph.transforms.metadata import transform_metadata as transform_metadata
+from flaxgraph.transforms.metadata_hooks import transform_metadata as transform_metadata
 from flaxgraph.transforms.partial import cached_partial as cached_partial
 from flaxgraph.transforms.partial import jit_partial as jit_partial
 from flaxgraph.transforms.rng_broadcast import RngBroadcastWarning as RngBroadcastWarning
@@ -258,8 +258,8 @@ from flaxgraph.transforms.vmap import pmap as pmap
 from flaxgraph.transforms.vmap import vmap as vmap
 from flaxgraph.variablelib.defaults import VarDefaults as VarDefaults
 from flaxgraph.variablelib.defaults import var_defaults as var_defaults
-from flaxgraph.variablelib.metadata import VariableMetadata as VariableMetadata
-from flaxgraph.variablelib.metadata import with_metadata as with_metadata
+from flaxgraph.variablelib.initial_metadata import VariableMetadata as VariableMetadata
+from flaxgraph.variablelib.initial_metadata import with_metadata as with_metadata
 from flaxgraph.variablelib.names import register_variable_name as register_variable_name
 from flaxgraph.variablelib.names import variable_name_from_type as variable_name_from_type
 from flaxgraph.variablelib.names import variable_type_from_name as variable_type_from_name

@@ -29,9 +29,9 @@ from typing import Any
 
 from flaxgraph import abstract as _abstract
 from flaxgraph import views as _views
+from flaxgraph.graphlib import descendants as _descendants
 from flaxgraph.graphlib import functional as _functional
 from flaxgraph.graphlib import split_merge as _split_merge
-from flaxgraph.graphlib import traversal as _traversal
 from flaxgraph.rnglib.splitting import fork_rngs as _fork_rngs
 from flaxgraph.rnglib.splitting import reseed as _reseed
 from flaxgraph.rnglib.splitting import split_rngs as _split_rngs
@@ -89,9 +89,9 @@ state = _fixed(_split_merge.state)
 graphdef = _fixed(_split_merge.graphdef)
 clone = _fixed(_split_merge.clone)
 flatten = _fixed(_functional.flatten)
-iter_graph = _fixed(_traversal.iter_graph)
-iter_children = _fixed(_traversal.iter_children)
-recursive_map = _fixed(_traversal.recursive_map)
+iter_graph = _fixed(_descendants.iter_graph)
+iter_children = _fixed(_descendants.iter_children)
+recursive_map = _fixed(_descendants.recursive_map)
 checkify = _fixed(_checkify.checkify)
 view = _fixed(_views.view)
 view_info = _fixed(_views.view_info)

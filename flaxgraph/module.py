@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import jax.numpy as jnp
 
 from flaxgraph.filterlib import Filter, to_predicate
-from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Perturbation, Variable

@@ -47,9 +47,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.pytreelib.objects import Object, Pytree, static
 from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream

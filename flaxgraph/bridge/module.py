@@ -38,18 +38,18 @@ from flaxgraph.bridge.context import MODULE_CONTEXT as MODULE_CONTEXT
 from flaxgraph.bridge.context import auto_name, current_context, entered
 from flaxgraph.bridge.linen_in_nnx import set_initializing
 from flaxgraph.bridge.variables import is_vanilla_variable, to_linen_var, to_nnx_var
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.inplace import update
 from flaxgraph.graphlib.registry import register_graph_node_type
 from flaxgraph.graphlib.split_merge import clone
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.module import Module as NNXModule
 from flaxgraph.pytreelib import objects
 from flaxgraph.pytreelib.attribute_kinds import class_kinds
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.metadata import VariableMetadata
+from flaxgraph.variablelib.initial_metadata import VariableMetadata
 from flaxgraph.variablelib.names import variable_name_from_type, variable_type_from_name
 from flaxgraph.variablelib.variable import Param, Variable
 

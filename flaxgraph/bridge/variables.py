@@ -32,7 +32,7 @@ from flax.core import meta
 
 from flaxgraph import spmd, traversals
 from flaxgraph.mesh_context import rename_sharding_keys
-from flaxgraph.variablelib.metadata import VariableMetadata
+from flaxgraph.variablelib.initial_metadata import VariableMetadata
 from flaxgraph.variablelib.names import variable_name_from_type, variable_type_from_name
 from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
 

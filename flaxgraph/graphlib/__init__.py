@@ -16,7 +16,6 @@ This package is Flax NNX's ``graphlib`` module map: ``nnx.graphlib.RefMap``,
 ``nnx.graphlib.flatten`` and the rest resolve here.
 """
 
-from flaxgraph.graphlib.calls import call as call
 from flaxgraph.graphlib.contexts import MergeContext as MergeContext
 from flaxgraph.graphlib.contexts import SplitContext as SplitContext
 from flaxgraph.graphlib.contexts import UpdateContext as UpdateContext
@@ -24,6 +23,11 @@ from flaxgraph.graphlib.contexts import current_update_context as current_update
 from flaxgraph.graphlib.contexts import merge_context as merge_context
 from flaxgraph.graphlib.contexts import split_context as split_context
 from flaxgraph.graphlib.contexts import update_context as update_context
+from flaxgraph.graphlib.descendants import find_duplicates as find_duplicates
+from flaxgraph.graphlib.descendants import iter_children as iter_children
+from flaxgraph.graphlib.descendants import iter_graph as iter_graph
+from flaxgraph.graphlib.descendants import iter_module_children as iter_module_children
+from flaxgraph.graphlib.descendants import recursive_map as recursive_map
 from flaxgraph.graphlib.diff import graphdef_diff as graphdef_diff
 from flaxgraph.graphlib.functional import as_pure as as_pure
 from flaxgraph.graphlib.functional import flatten as flatten
@@ -40,6 +44,7 @@ from flaxgraph.graphlib.graphdefs import TreeNodeDef as TreeNodeDef
 from flaxgraph.graphlib.graphdefs import VariableDef as VariableDef
 from flaxgraph.graphlib.inplace import pop as pop
 from flaxgraph.graphlib.inplace import update as update
+from flaxgraph.graphlib.pure_methods import call as call
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput as ArrayRefOutput
 from flaxgraph.graphlib.ref_outputs import NoUpdate as NoUpdate
 from flaxgraph.graphlib.refmap import IndexMap as IndexMap
@@ -55,11 +60,6 @@ from flaxgraph.graphlib.split_merge import merge as merge
 from flaxgraph.graphlib.split_merge import split as split
 from flaxgraph.graphlib.split_merge import state as state
 from flaxgraph.graphlib.split_merge import variables as variables
-from flaxgraph.graphlib.traversal import find_duplicates as find_duplicates
-from flaxgraph.graphlib.traversal import iter_children as iter_children
-from flaxgraph.graphlib.traversal import iter_graph as iter_graph
-from flaxgraph.graphlib.traversal import iter_module_children as iter_module_children
-from flaxgraph.graphlib.traversal import recursive_map as recursive_map
 from flaxgraph.graphlib.variable_views import set_metadata as set_metadata
 from flaxgraph.graphlib.variable_views import vars_as as vars_as
 from flaxgraph.graphlib.variable_views import with_vars as with_vars

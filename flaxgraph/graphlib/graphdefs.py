@@ -532,7 +532,7 @@ class GraphDef(Generic[N]):
 
     if TYPE_CHECKING:
         # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``)
-        # is attached by flaxgraph/graphlib/calls.py, the layer above, next to the
+        # is attached by flaxgraph/graphlib/pure_methods.py, the layer above, next to the
         # `call` it runs; declared here for type checkers.
         def apply(self, state: Any, *states: Any) -> Any: ...
 

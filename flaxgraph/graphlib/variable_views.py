@@ -28,9 +28,9 @@ from typing import Any, TypeVar
 
 from flaxgraph.filterlib import Filter, to_predicate
 from flaxgraph.graphlib.build import build_graph
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.graphlib.walk import Walk
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import FLAG_KEYS, Variable

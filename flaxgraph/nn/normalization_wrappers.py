@@ -43,7 +43,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from flaxgraph.filterlib import Filter, PathContains, to_predicate
-from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.nn.common import canonicalize_tuple
 from flaxgraph.nn.dtypes import canonicalize_dtype, promote_dtype

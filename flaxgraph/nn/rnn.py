@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.filterlib import All, Filter
-from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.module import Module
 from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import check_last_dim, check_min_rank

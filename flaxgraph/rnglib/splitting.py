@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.filterlib import to_predicate
-from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.rnglib.broadcast_mark import BROADCAST, BROADCAST_MARK, MarkBackups, mark

@@ -31,8 +31,8 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from flaxgraph.filterlib import to_predicate
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.paths import path_str
-from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.rnglib.rngs import RngStream, rule_list

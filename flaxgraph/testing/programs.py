@@ -52,8 +52,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.registry import get_graph_node_impl, is_graph_node
-from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.testing.nodes import Node
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import BatchStat, Param, Variable

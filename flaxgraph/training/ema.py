@@ -46,9 +46,9 @@ from typing import Any, TypeVar
 import jax.numpy as jnp
 
 from flaxgraph.filterlib import Filter
+from flaxgraph.graphlib.descendants import iter_graph, recursive_map
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.split_merge import merge, split
-from flaxgraph.graphlib.traversal import iter_graph, recursive_map
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.statelib import State
 from flaxgraph.training._params import (

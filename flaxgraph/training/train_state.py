@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, dataclass_transform
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.graphlib.calls import CallProxy
 from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.pure_methods import CallProxy
 from flaxgraph.statelib import State
 from flaxgraph.training.pickling import unwrap, wrap
 

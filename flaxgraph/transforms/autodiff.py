@@ -24,7 +24,7 @@ from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.statelib import State
-from flaxgraph.transforms.calls import (
+from flaxgraph.transforms.calling_conventions import (
     check_not_bound_method,
     decorator,
     merge_static,

@@ -33,9 +33,9 @@ from typing import Any
 from jax.experimental import checkify as checkify_lib
 
 from flaxgraph.modes import resolve
-from flaxgraph.transforms.calls import unbind
-from flaxgraph.transforms.lifted_call import LiftedCall
+from flaxgraph.transforms.calling_conventions import unbind
 from flaxgraph.transforms.transformed import Wrapped
+from flaxgraph.transforms.unprefixed import LiftedCall
 
 
 def checkify(

@@ -37,9 +37,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.paths import path_str
-from flaxgraph.graphlib.traversal import iter_graph
-from flaxgraph.transforms.call_site import warn_at_caller
+from flaxgraph.transforms.caller_warnings import warn_at_caller
 from flaxgraph.variablelib.variable import Variable
 
 _MAX_LISTED = 8

@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec, Sharding
 
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.transforms.aliasing import PrefixSpec
-from flaxgraph.transforms.calls import (
+from flaxgraph.transforms.calling_conventions import (
     infer_argnums_and_argnames,
     merge_static,
     normalize_argnames,

@@ -33,7 +33,7 @@ from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
-from flaxgraph.transforms.calls import decorator, unbind
+from flaxgraph.transforms.calling_conventions import decorator, unbind
 from flaxgraph.transforms.lift import Call, Inner, InStatic, OutStatic, Static, split_inputs
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.variablelib.variable import Variable

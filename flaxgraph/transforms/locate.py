@@ -40,7 +40,7 @@ def locate_module(error: BaseException, args: Any, kwargs: Any) -> None:
 
 
 def _find_path(target: Any, root: Any) -> PathParts | None:
-    from flaxgraph.graphlib.traversal import iter_graph
+    from flaxgraph.graphlib.descendants import iter_graph
 
     for path, value in iter_graph(root):
         if value is target:

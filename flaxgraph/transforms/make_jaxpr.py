@@ -34,9 +34,14 @@ import jax
 from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve
-from flaxgraph.transforms.calls import merge_static, normalize_argnums, split_static, unbind
-from flaxgraph.transforms.lifted_call import LiftedCall
+from flaxgraph.transforms.calling_conventions import (
+    merge_static,
+    normalize_argnums,
+    split_static,
+    unbind,
+)
 from flaxgraph.transforms.transformed import Wrapped
+from flaxgraph.transforms.unprefixed import LiftedCall
 from flaxgraph.variablelib.variable import Variable
 
 

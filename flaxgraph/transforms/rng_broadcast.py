@@ -45,7 +45,7 @@ from typing import Any
 
 from flaxgraph.rnglib.broadcast_mark import BROADCAST_MARK
 from flaxgraph.rnglib.rngs import RngCount, RngKey
-from flaxgraph.transforms.call_site import warn_at_caller
+from flaxgraph.transforms.caller_warnings import warn_at_caller
 from flaxgraph.variablelib.variable import metadata_of
 
 

@@ -41,15 +41,15 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.graphlib.build import build_graph
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.diff import graphdef_diff
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.registry import is_node_or_variable
-from flaxgraph.graphlib.traversal import iter_graph
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.rnglib.rngs import RngState
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
-from flaxgraph.transforms.calls import decorator, unbind
+from flaxgraph.transforms.calling_conventions import decorator, unbind
 from flaxgraph.transforms.compilation import jit
 from flaxgraph.transforms.control import CarryStructureError
 from flaxgraph.transforms.jax_errors import mapped_input_error

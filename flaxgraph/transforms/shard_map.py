@@ -37,7 +37,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, kind_name
-from flaxgraph.transforms.calls import unbind
+from flaxgraph.transforms.calling_conventions import unbind
 from flaxgraph.transforms.compiled import Compiled, JitFunctions
 from flaxgraph.transforms.lift import OUT, Call, Inner, InStatic, OutStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types

@@ -34,7 +34,7 @@ import types
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from flaxgraph.transforms.calls import split_static
+from flaxgraph.transforms.calling_conventions import split_static
 from flaxgraph.transforms.fastpath import MISS, CacheInfo, Plan, PlanCache, plan_key, same_trace
 from flaxgraph.transforms.lift import Call, OutStatic, Slots
 

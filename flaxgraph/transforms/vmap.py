@@ -36,7 +36,7 @@ import jax
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
-from flaxgraph.transforms.calls import decorator, normalize_argnums, unbind
+from flaxgraph.transforms.calling_conventions import decorator, normalize_argnums, unbind
 from flaxgraph.transforms.closure_reads import warn_reads
 from flaxgraph.transforms.compiled import Traced
 from flaxgraph.transforms.fastpath import CacheInfo

@@ -16,8 +16,8 @@ from flaxgraph.variablelib.defaults import VarDefaults as VarDefaults
 from flaxgraph.variablelib.defaults import VarDefaultsContext as VarDefaultsContext
 from flaxgraph.variablelib.defaults import var_defaults as var_defaults
 from flaxgraph.variablelib.hijax import HijaxVariable as HijaxVariable
-from flaxgraph.variablelib.metadata import VariableMetadata as VariableMetadata
-from flaxgraph.variablelib.metadata import with_metadata as with_metadata
+from flaxgraph.variablelib.initial_metadata import VariableMetadata as VariableMetadata
+from flaxgraph.variablelib.initial_metadata import with_metadata as with_metadata
 from flaxgraph.variablelib.names import register_variable_name as register_variable_name
 from flaxgraph.variablelib.names import variable_name_from_type as variable_name_from_type
 from flaxgraph.variablelib.names import variable_type_from_name as variable_type_from_name

@@ -1,4 +1,4 @@
-"""Tests of the graph API (flaxgraph/graphlib/split_merge.py, update.py, traversal.py, call.py,
+"""Tests of the graph API (flaxgraph/graphlib/split_merge.py, update.py, descendants.py, pure_methods.py,
 contexts.py): split, merge, update, state, graphdef, clone, pop, iter_graph, recursive_map,
 find_duplicates, call and the split/merge contexts."""
 

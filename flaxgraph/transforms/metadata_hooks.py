@@ -37,14 +37,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from flaxgraph.graphlib.traversal import iter_graph
+from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
 from flaxgraph.transforms.lift_types import StateAxes
-from flaxgraph.transforms.lifted_call import LiftedCall
 from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.scan_axes import Carry
 from flaxgraph.transforms.transformed import Wrapped
+from flaxgraph.transforms.unprefixed import LiftedCall
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix, is_axis
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 

@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/graphlib/traversal.py in graph and tree mode: iter_graph,
+"""Tests of flaxgraph/graphlib/descendants.py in graph and tree mode: iter_graph,
 iter_children, iter_module_children, find_duplicates(only=), recursive_map
 (the older cases are in test_api.py)."""
 

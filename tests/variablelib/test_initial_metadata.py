@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/variablelib/metadata.py: ``VariableMetadata`` and ``with_metadata``."""
+"""Tests of flaxgraph/variablelib/initial_metadata.py: ``VariableMetadata`` and ``with_metadata``."""
 
 import jax
 import jax.numpy as jnp

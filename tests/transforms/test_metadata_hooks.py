@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/transforms/metadata.py: ``transform_metadata``."""
+"""Tests of flaxgraph/transforms/metadata_hooks.py: ``transform_metadata``."""
 
 from __future__ import annotations
 

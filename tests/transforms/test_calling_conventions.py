@@ -1,5 +1,5 @@
 """The shape of a transformed callable: decorators, methods, static arguments
-(``flaxgraph/transforms/calls.py``)."""
+(``flaxgraph/transforms/calling_conventions.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import flaxgraph as nnx
 from flaxgraph.testing import Node
-from flaxgraph.transforms.calls import (
+from flaxgraph.transforms.calling_conventions import (
     decorator,
     merge_static,
     normalize_argnames,
@@ -145,7 +145,7 @@ def test_an_object_can_be_a_static_argument():
 
 
 def test_infer_argnums_and_argnames_as_jax_jit():
-    from flaxgraph.transforms.calls import infer_argnums_and_argnames
+    from flaxgraph.transforms.calling_conventions import infer_argnums_and_argnames
 
     def f(x, n, /, *, k=1):
         return x
@@ -172,7 +172,7 @@ def test_inferred_argnames_give_back_the_argnums(n_params, data):
     # parameters' names in the same order.
     import inspect
 
-    from flaxgraph.transforms.calls import infer_argnums_and_argnames
+    from flaxgraph.transforms.calling_conventions import infer_argnums_and_argnames
 
     names = [f"p{i}" for i in range(n_params)]
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
