@@ -59,10 +59,11 @@ bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
 	$(BIN)/python -m benchmarks.pytree
 	$(BIN)/python -m benchmarks.tunix_peft
 
-lint: $(STAMP)  ## ruff (lint and format) and the mypy type check of flaxgraph/ (configured in pyproject.toml)
+lint: $(STAMP)  ## ruff (lint and format), the mypy type check of flaxgraph/ (configured in pyproject.toml), and the code counts that only go down (tests/code_counts.py)
 	$(BIN)/ruff check flaxgraph tests benchmarks guides
 	$(BIN)/ruff format --check flaxgraph tests benchmarks
 	$(BIN)/python -m mypy
+	$(BIN)/python tests/code_counts.py
 
 clean:
 	rm -rf $(VENV) .venv-clients .pytest_cache .hypothesis .mypy_cache
