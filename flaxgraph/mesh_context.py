@@ -32,6 +32,7 @@ eager sharding"; meshes and placement from ``jax.sharding``.
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -178,8 +179,9 @@ def logical_axis_rules(rules: Sequence[tuple[str, str | tuple[str, ...] | None]]
 
     Args:
       rules: ``(logical_name, mesh_axes)`` pairs; ``mesh_axes`` is a mesh-axis name,
-        a tuple of them, or ``None`` (replicated). The first rule for a name wins;
-        names without a rule are used unchanged. Inner blocks replace outer rules.
+        a tuple of them, or ``None`` (replicated). The last rule for a name wins
+        (Flax 0.12.8 reads the rules into a dict); names without a rule are used
+        unchanged. Inner blocks replace outer rules, Linen's rule blocks included.
 
     Raises:
       TypeError: a rule is not a ``(str, str | tuple | None)`` pair.
@@ -207,12 +209,34 @@ def logical_axis_rules(rules: Sequence[tuple[str, str | tuple[str, ...] | None]]
                 f"mesh_axes a str, a tuple of str or None; got {rule!r}."
             )
         checked.append((rule[0], rule[1]))
-    with LOGICAL_AXIS_RULES.scoped(tuple(checked)):
+    shared = _flax_core_spmd()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(LOGICAL_AXIS_RULES.scoped(tuple(checked)))
+        if shared is not None:  # one store with Linen's rules, as in Flax
+            stack.enter_context(shared.logical_axis_rules(tuple(checked)))
         yield
 
 
+def _flax_core_spmd() -> Any:
+    """Flax's ``flax.core.spmd`` module if the program has imported it (Linen and
+    ``flax.core`` code set logical axis rules there: ``flax.linen.partitioning.axis_rules``,
+    ``flax.linen.logical_axis_rules``), else ``None``; never imports it."""
+    return sys.modules.get("flax.core.spmd")
+
+
 def get_logical_axis_rules() -> Rules:
-    """The logical axis rules in effect (``()`` outside ``logical_axis_rules``)."""
+    """The logical axis rules in effect (``()`` outside any rules block).
+
+    As in Flax NNX 0.12, ``nnx.logical_axis_rules`` and Linen's rule blocks
+    (``flax.linen.partitioning.axis_rules``, which set ``flax.core.spmd``'s rules)
+    are one setting: when the program has imported ``flax.core``, the innermost
+    block of either kind is in effect.
+    """
+    shared = _flax_core_spmd()
+    if shared is not None:
+        rules = shared.get_logical_axis_rules()
+        if rules:
+            return tuple((logical, mesh_axes) for logical, mesh_axes in rules)
     return LOGICAL_AXIS_RULES.get()
 
 
@@ -225,12 +249,12 @@ def resolve_names(names: Sequence[Any], local_rules: Any = ()) -> tuple[Any, ...
       ValueError: a local rule maps a logical name to other axes than the active
         rules do ("Inconsistent logical axis annotations").
     """
-    rules = LOGICAL_AXIS_RULES.get()
+    rules = get_logical_axis_rules()
     if not rules and not local_rules:
         return tuple(names)
     table: dict[str, Any] = {}
     for logical, mesh_axes in rules:
-        table.setdefault(logical, mesh_axes)
+        table[logical] = mesh_axes  # the last rule for a name wins, as in Flax 0.12.8
     for logical, mesh_axes in local_rules or ():
         if logical in table and table[logical] != mesh_axes:
             raise ValueError(
@@ -273,6 +297,15 @@ def _axes_in(entry: Any) -> tuple[Any, ...]:
     return entry if isinstance(entry, tuple) else (entry,)
 
 
+def _trimmed(spec: PartitionSpec) -> tuple[Any, ...]:
+    """``spec`` without its trailing ``None`` entries (JAX drops them: ``P('a', None)``
+    places a rank-1 value as ``P('a')`` does)."""
+    entries = tuple(spec)
+    while entries and entries[-1] is None:
+        entries = entries[:-1]
+    return entries
+
+
 def check_spec(
     spec: PartitionSpec,
     mesh: Any,
@@ -280,8 +313,9 @@ def check_spec(
     where: str,
 ) -> None:
     """Raises ``ShardingSpecError`` when ``spec`` names an axis ``mesh`` lacks or has
-    more entries than ``shape`` has dimensions (``shape`` None: rank not checked).
-    A shorter spec is fine: as in JAX, the missing trailing entries are ``None``.
+    more entries than ``shape`` has dimensions, trailing ``None`` entries aside
+    (``shape`` None: rank not checked). A shorter spec is fine: as in JAX, the
+    missing trailing entries are ``None``.
     ``where`` names the Variable (its path, or its kind and shape)."""
     if mesh is not None:
         axis_names = tuple(mesh.axis_names)
@@ -294,7 +328,7 @@ def check_spec(
                 f"{axis_names}.\nFix: name only mesh axes in the Variable's out_sharding, "
                 "or map logical names to mesh axes with nnx.logical_axis_rules([...])."
             )
-    if shape is not None and len(spec) > len(shape):
+    if shape is not None and len(_trimmed(spec)) > len(shape):
         raise ShardingSpecError(
             f"The sharding of {where} is {spec} with {len(spec)} entries, but its value has "
             f"shape {tuple(shape)} (rank {len(shape)}).\nFix: give at most one name (or "

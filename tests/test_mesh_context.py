@@ -17,13 +17,15 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import nnx as flax_nnx
+from flax.linen import partitioning as linen_partitioning
 from helpers import assert_checks_passed, run_device_checks
 from hypothesis import given
 from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
 import flaxgraph as nnx
-from flaxgraph.mesh_context import resolve_names
+from flaxgraph.mesh_context import get_logical_axis_rules, resolve_names
 
 # -- flags ---------------------------------------------------------------------------------
 
@@ -66,18 +68,47 @@ MESH_AXES = st.one_of(st.none(), st.sampled_from(["data", "model"]), st.just(("d
     rules=st.lists(st.tuples(LOGICAL, MESH_AXES), max_size=6),
     names=st.lists(st.one_of(st.none(), LOGICAL, st.sampled_from(["data", "x"])), max_size=4),
 )
-def test_logical_names_resolve_by_the_first_rule_and_others_pass_through(
+def test_logical_names_resolve_by_the_last_rule_and_others_pass_through(
     rules: list[tuple[str, object]], names: list[object]
 ) -> None:
-    table: dict[str, object] = {}
-    for logical, axes in rules:
-        table.setdefault(logical, axes)
+    table = dict(rules)  # Flax 0.12.8 reads the rules into a dict: the last rule wins
     expected = tuple(table.get(n, n) if isinstance(n, str) else n for n in names)
     with nnx.logical_axis_rules(rules):
         assert resolve_names(names) == expected
         w = nnx.Param(jnp.ones((1,) * len(names)), out_sharding=tuple(names))
         assert nnx.get_partition_spec(w).value == P(*expected)
     assert resolve_names(names) == tuple(names)
+    # the same rules and names on the real Flax 0.12.8
+    with flax_nnx.logical_axis_rules(rules):
+        w_flax = flax_nnx.Param(
+            jnp.ones((1,) * len(names)), out_sharding=tuple(names), eager_sharding=False
+        )
+        assert flax_nnx.get_partition_spec(w_flax).get_value() == P(*expected)
+
+
+def test_linen_axis_rules_and_nnx_rules_are_one_setting() -> None:
+    # Flax keeps one store of logical axis rules: Linen's ``partitioning.axis_rules``
+    # blocks apply to new NNX Variables, and the innermost block of either kind wins.
+    mesh = jax.make_mesh((1, 1), ("fsdp", "stage"))
+    rules = (("embed", "fsdp"), ("embed", "stage"))
+    for lib in (nnx, flax_nnx):
+        with jax.set_mesh(mesh), linen_partitioning.axis_rules(rules):
+            w = lib.Param(jnp.zeros((3,)), out_sharding=("embed",))
+            assert w.get_value().sharding.spec == P("stage"), lib
+            with lib.logical_axis_rules([("embed", "fsdp")]):
+                inner = lib.Param(jnp.zeros((3,)), out_sharding=("embed",))
+                assert inner.get_value().sharding.spec == P("fsdp"), lib
+        with linen_partitioning.axis_rules(rules):
+            assert get_logical_axis_rules() == rules
+
+
+def test_trailing_none_entries_past_the_rank_are_accepted_as_in_flax() -> None:
+    mesh = jax.make_mesh((1,), ("data",))
+    for lib in (nnx, flax_nnx):
+        w = lib.Param(jnp.zeros((3,)), out_sharding=("data", None), mesh=mesh)
+        assert w.get_value().sharding.spec == P("data"), lib
+    with pytest.raises(nnx.ShardingSpecError, match="rank 1"):
+        nnx.Param(jnp.zeros((3,)), out_sharding=("data", "data"), mesh=mesh)
 
 
 def test_inner_rules_replace_outer_rules() -> None:

@@ -49,7 +49,10 @@ def own_stream(rngs: Rngs | RngStream | None, collection: str) -> RngStream | No
 
 
 def draw_key(
-    owner: str, rngs: Rngs | RngStream | jax.Array | None, own: RngStream | None, collection: str
+    owner: str,
+    rngs: Rngs | RngStream | jax.Array | None,
+    own: Rngs | RngStream | jax.Array | None,
+    collection: str,
 ) -> jax.Array:
     """A key from the call's ``rngs`` (a Rngs, a stream or a key) or else from the
     layer's own stream.
@@ -57,14 +60,15 @@ def draw_key(
     Raises:
       ValueError: neither is available.
     """
-    if isinstance(rngs, Rngs):
-        return rngs[collection]()
-    if isinstance(rngs, RngStream):
-        return rngs()
-    if rngs is not None:
-        return jnp.asarray(rngs)
-    if own is not None:
-        return own()
+    # The call's rngs first, else the layer's own (an RngStream, or an Rngs kept
+    # whole by a subclass); an Rngs gives the ``collection`` stream (or its default).
+    source = rngs if rngs is not None else own
+    if isinstance(source, Rngs):
+        return source[collection]()
+    if isinstance(source, RngStream):
+        return source()
+    if source is not None:
+        return jnp.asarray(source)
     raise ValueError(
         f"`deterministic` is False, but no `rngs` argument was provided to {owner}, "
         "and it has no random stream of its own to draw keys from. Fix: pass "

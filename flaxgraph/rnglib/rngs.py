@@ -60,8 +60,14 @@ def as_key(seed: Any) -> jax.Array:
         ) from None
     if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
         return seed
-    if seed.dtype == jnp.uint32 and seed.shape[-1:] == (2,):
-        return jax.random.wrap_key_data(seed)
+    if seed.dtype == jnp.uint32 and seed.ndim >= 1:
+        # Raw key data of the default PRNG implementation (``jax_default_prng_impl``):
+        # ``uint32[2]`` for threefry2x32, ``uint32[4]`` for rbg and unsafe_rbg; a
+        # trailing shape that is not the implementation's is seeds, handled below.
+        try:
+            return jax.random.wrap_key_data(seed)
+        except (TypeError, ValueError):
+            pass
     if jnp.issubdtype(seed.dtype, jnp.integer):
         return jax.random.key(seed) if seed.ndim == 0 else jax.vmap(jax.random.key)(seed)
     raise TypeError(
@@ -74,8 +80,10 @@ class RngStream(Pytree, RandomSamplers):
     """One named stream of random keys.
 
     Args:
-      key: an int seed, a typed key (``jax.random.key``), a raw ``uint32[2]`` key,
-        or an array of any of these (one stream per element, e.g. for ``vmap``).
+      key: an int seed, a typed key (``jax.random.key``), raw key data of the
+        default PRNG implementation (``uint32[2]`` under threefry2x32, ``uint32[4]``
+        under rbg and unsafe_rbg: one key of shape ``()``, as ``jax.random.wrap_key_data``
+        makes), or an array of any of these (one stream per element, e.g. for ``vmap``).
       tag: the stream's name, stored as the Variables' ``tag`` metadata.
 
     Calling the stream returns a new key (``fold_in(key, count)``) and increments
