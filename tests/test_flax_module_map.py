@@ -171,36 +171,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "with_attributes",
         }
     ),
-    "flax.nnx.nn.attention": frozenset(
-        {"Array", "dot_product_attention_weights", "make_attention_mask", "make_causal_mask"}
-    ),
-    "flax.nnx.nn.initializers": frozenset({"DtypeLikeInexact"}),
-    "flax.nnx.nn.linear": frozenset(
-        {
-            "Array",
-            "Axis",
-            "Conv",
-            "ConvTranspose",
-            "Embed",
-            "Size",
-            "canonicalize_padding",
-            "default_embed_init",
-        }
-    ),
-    "flax.nnx.nn.lora": frozenset({"Array", "Axis", "Size"}),
-    "flax.nnx.nn.normalization": frozenset({"SpectralNorm", "WeightNorm"}),
-    "flax.nnx.nn.recurrent": frozenset(
-        {
-            "Array",
-            "Bidirectional",
-            "Carry",
-            "Output",
-            "RNN",
-            "RNNBase",
-            "default_bias_init",
-            "flip_sequences",
-        }
-    ),
     "flax.nnx.proxy_caller": frozenset(
         {"ApplyCaller", "CallableProxy", "DelayedAccessor", "GetAttr", "GetItem"}
     ),

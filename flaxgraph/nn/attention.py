@@ -31,7 +31,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from flaxgraph.module import Module
-from flaxgraph.nn.attention_ops import combine_masks, dot_product_attention
+from flaxgraph.nn.attention_ops import (
+    combine_masks,
+    dot_product_attention,
+    dot_product_attention_weights,
+    make_attention_mask,
+    make_causal_mask,
+)
 from flaxgraph.nn.common import EMPTY_METADATA, first_from
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim, describe, shape_error
@@ -44,6 +50,7 @@ from flaxgraph.variablelib.variable import Cache
 
 Dtype = Any
 Initializer = Callable[..., Any]
+Array = jax.Array
 
 default_kernel_init = lecun_normal()
 
@@ -440,4 +447,12 @@ class MultiHeadAttention(Module):
         return self.out(x, out_sharding=out_sharding)
 
 
-__all__ = ["MultiHeadAttention"]
+__all__ = [
+    "Array",
+    "MultiHeadAttention",
+    "combine_masks",
+    "dot_product_attention",
+    "dot_product_attention_weights",
+    "make_attention_mask",
+    "make_causal_mask",
+]

@@ -52,9 +52,54 @@ Dtype = Any
 Initializer = Callable[..., Any]
 PaddingLike = str | int | Sequence[int | tuple[int, int]]
 Padding = str | tuple[tuple[int, int], ...]
+LaxPadding = str | Sequence[tuple[int, int]]
 
 
-def canonicalize_padding(padding: PaddingLike, rank: int) -> Padding:
+def canonicalize_padding(padding: PaddingLike, rank: int) -> LaxPadding:
+    """``padding`` in a form ``jax.lax.conv_general_dilated`` accepts.
+
+    Args:
+      padding: a string (``'SAME'``, ``'VALID'``, ``'CIRCULAR'``…, returned as it is),
+        an int ``p`` (``(p, p)`` on every spatial axis), or a sequence of ``rank``
+        entries, each an int ``p`` or a ``(low, high)`` tuple.
+      rank: the number of spatial axes.
+
+    Returns:
+      The string, or a list of ``rank`` ``(low, high)`` tuples of ints.
+
+    Raises:
+      ValueError: ``padding`` is none of these (a sequence of another length, an entry
+        that is neither an int nor a pair tuple).
+
+    Example::
+
+      >>> from flaxgraph.nn.linear import canonicalize_padding
+      >>> canonicalize_padding(1, 2), canonicalize_padding([0, (1, 2)], 2)
+      ([(1, 1), (1, 1)], [(0, 0), (1, 2)])
+
+    Source: Flax NNX ``flax.nnx.nn.linear.canonicalize_padding`` (0.12). ``Conv`` and
+    ``ConvTranspose`` keep a hashable form of their padding instead (tuples, the
+    string upper-cased, one entry repeated on every axis).
+    """
+    if isinstance(padding, str):
+        return padding
+    if isinstance(padding, int):
+        return [(padding, padding)] * rank
+    if isinstance(padding, Sequence) and len(padding) == rank:
+        pairs = [
+            (entry, entry) if isinstance(entry, int) else entry
+            for entry in padding
+            if isinstance(entry, int) or (isinstance(entry, tuple) and len(entry) == 2)
+        ]
+        if len(pairs) == rank:
+            return pairs
+    raise ValueError(
+        f"Invalid padding {padding!r}: expected a string, an int, or a sequence of {rank} "
+        f"entries (one per spatial axis), each an int or a (low, high) tuple."
+    )
+
+
+def _padding_pairs(padding: PaddingLike, rank: int) -> Padding:
     """A hashable form of ``padding``: an upper-case string, or one ``(low, high)``
     pair per spatial axis.
 
@@ -229,7 +274,7 @@ class Conv(_ConvBase):
                 f"Conv: in_features ({in_features}) and out_features ({out_features}) must be "
                 f"divisible by feature_group_count ({feature_group_count})."
             )
-        self.padding = canonicalize_padding(padding, n)
+        self.padding = _padding_pairs(padding, n)
         if self.padding == "CAUSAL" and n != 1:
             raise ValueError(
                 f"Conv: 'CAUSAL' padding needs a 1-D kernel, got kernel_size {kernel_size}."
@@ -368,7 +413,7 @@ class ConvTranspose(_ConvBase):
     ):
         kernel_size = canonicalize_tuple(kernel_size, "kernel_size")
         n = len(kernel_size)
-        self.padding = canonicalize_padding(padding, n)
+        self.padding = _padding_pairs(padding, n)
         if self.padding == "CAUSAL":
             raise ValueError("ConvTranspose: 'CAUSAL' padding is only supported by Conv.")
         features = (out_features, in_features) if transpose_kernel else (in_features, out_features)

@@ -41,6 +41,8 @@ from jax.nn.initializers import xavier_normal as xavier_normal
 from jax.nn.initializers import xavier_uniform as xavier_uniform
 from jax.nn.initializers import zeros as zeros
 
+DtypeLikeInexact = Any  # an inexact (floating or complex) dtype, as Flax names it
+
 
 def zeros_init() -> Callable[..., Any]:
     """Returns the ``zeros`` initializer."""

@@ -10,6 +10,11 @@ All three multiply their inputs by a ``kernel`` Param and add an optional
   attention), optionally with batch axes that get their own kernels.
 * ``Einsum(einsum_str, kernel_shape)``: ``y = einsum(einsum_str, x, kernel) + bias``.
 
+As Flax's ``flax.nnx.nn.linear``, this module also gives ``Conv``,
+``ConvTranspose`` and ``canonicalize_padding`` (from ``flaxgraph.nn.conv``),
+``Embed`` and ``default_embed_init`` (from ``flaxgraph.nn.embed``), and the type
+names ``Array``, ``Axis`` and ``Size``.
+
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.nn import Linear
   >>> layer = Linear(3, 4, rngs=nnx.Rngs(0))
@@ -42,7 +47,12 @@ from flaxgraph.nn.common import (
     make_reshaped_param,
     op_options,
 )
+from flaxgraph.nn.conv import Conv as Conv
+from flaxgraph.nn.conv import ConvTranspose as ConvTranspose
+from flaxgraph.nn.conv import canonicalize_padding as canonicalize_padding
 from flaxgraph.nn.dtypes import promote_dtype
+from flaxgraph.nn.embed import Embed as Embed
+from flaxgraph.nn.embed import default_embed_init as default_embed_init
 from flaxgraph.nn.errors import check_last_dim, normalize_axis, shape_error
 from flaxgraph.nn.initializers import lecun_normal, zeros
 from flaxgraph.rnglib.rngs import Rngs
@@ -52,6 +62,9 @@ default_bias_init = zeros
 
 Dtype = Any
 Initializer = Callable[..., Any]
+Array = jax.Array
+Axis = int  # an axis index
+Size = int  # an axis length
 
 
 class Linear(Module):

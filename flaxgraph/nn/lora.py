@@ -40,6 +40,9 @@ from flaxgraph.variablelib.variable import Param
 
 Dtype = Any
 Initializer = Callable[..., Any]
+Array = jax.Array
+Axis = int  # an axis index
+Size = int  # an axis length
 
 default_a_initializer = he_uniform()
 default_b_initializer = zeros
@@ -223,4 +226,13 @@ class LoRALinear(Linear):
         return y + self.lora(x)
 
 
-__all__ = ["LoRA", "LoRALinear", "LoRAParam"]
+__all__ = [
+    "Array",
+    "Axis",
+    "LoRA",
+    "LoRALinear",
+    "LoRAParam",
+    "Size",
+    "default_a_initializer",
+    "default_b_initializer",
+]

@@ -13,6 +13,9 @@ Each standardizes its inputs over some axes and applies a learned per-feature
   keeps running averages in ``BatchStat`` Variables ``mean`` and ``var`` for
   evaluation (``use_running_average=True``, what ``Module.eval()`` sets).
 
+As Flax's ``flax.nnx.nn.normalization``, this module also gives the wrappers
+``SpectralNorm`` and ``WeightNorm`` (defined in ``flaxgraph.nn.normalization_wrappers``).
+
 Statistics are computed in at least ``float32``; ``var`` is ``E[x²] - E[x]²``
 (clipped at 0) with ``use_fast_variance`` (the default) and ``E[(x - E[x])²]``
 otherwise. With ``axis_name`` the statistics are averaged across that named
@@ -44,6 +47,8 @@ from flaxgraph.nn.dtypes import promote_dtype, stats_dtype
 from flaxgraph.nn.errors import check_min_rank, normalize_axis
 from flaxgraph.nn.initializers import ones, zeros
 from flaxgraph.nn.norm_base import NormBase, affine, moments, standardize
+from flaxgraph.nn.normalization_wrappers import SpectralNorm as SpectralNorm
+from flaxgraph.nn.normalization_wrappers import WeightNorm as WeightNorm
 from flaxgraph.rnglib.rngs import Rngs
 from flaxgraph.variablelib.variable import BatchStat, is_ref_backed
 

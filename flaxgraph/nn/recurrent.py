@@ -2,8 +2,13 @@
 
 A cell maps ``(carry, x_t) -> (new_carry, y_t)`` for one time step;
 ``cell.initialize_carry(input_shape)`` builds the initial carry for inputs of
-shape ``(*batch, features)``. ``nnx.RNN(cell)`` (``flaxgraph.nn.rnn``) runs a
-cell over the time axis.
+shape ``(*batch, features)``. ``nnx.RNN(cell)`` runs a cell over the time axis.
+
+As Flax's ``flax.nnx.nn.recurrent``, this module also gives ``RNNCellBase``,
+``RNN``, ``Bidirectional``, ``RNNBase`` and ``flip_sequences`` (defined in
+``flaxgraph.nn.cell_base`` and ``flaxgraph.nn.rnn``), the initializers
+``default_kernel_init``/``default_bias_init``/``modified_orthogonal`` and the type
+names ``Array``, ``Carry`` and ``Output``.
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> cell = nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0))
@@ -20,24 +25,27 @@ Hochreiter & Schmidhuber 1997, Cho et al. 2014.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.module import Module
+from flaxgraph.nn.cell_base import RNNCellBase
 from flaxgraph.nn.common import EMPTY_METADATA
 from flaxgraph.nn.dtypes import promote_dtype
-from flaxgraph.nn.errors import LayerShapeError, check_last_dim, describe
 from flaxgraph.nn.initializers import lecun_normal, orthogonal, zeros
 from flaxgraph.nn.linear import Linear
-from flaxgraph.nn.stochastic import own_stream
+from flaxgraph.nn.rnn import RNN, Bidirectional, RNNBase, flip_sequences
 from flaxgraph.rnglib.rngs import Rngs, RngStream
 
 Dtype = Any
 Initializer = Callable[..., Any]
+Array = jax.Array
+Output = Any  # what a cell or an RNN returns for one step or a sequence (any pytree)
+Carry = Any  # the state a cell passes from one step to the next (any pytree)
 
 default_kernel_init = lecun_normal()
+default_bias_init = zeros
 
 
 def modified_orthogonal(
@@ -71,77 +79,6 @@ def modified_orthogonal(
 
 
 default_recurrent_kernel_init = orthogonal()
-
-
-class RNNCellBase(Module):
-    """Base class of recurrent cells.
-
-    Subclasses define ``__call__(carry, inputs) -> (new_carry, outputs)`` and
-    ``initialize_carry(input_shape, rngs=None)``, and have ``in_features`` and
-    ``hidden_features`` attributes.
-    """
-
-    _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "hidden_features")
-    if TYPE_CHECKING:  # what the subclasses define
-
-        def __call__(self, carry: Any, inputs: jax.Array) -> tuple[Any, jax.Array]: ...
-
-        def initialize_carry(
-            self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None = None
-        ) -> Any: ...
-
-    @property
-    def num_feature_axes(self) -> int:
-        """How many trailing axes of an input are features (1)."""
-        return 1
-
-    def _init_carry_part(
-        self,
-        input_shape: tuple[int, ...],
-        rngs: Rngs | RngStream | None,
-        carry_init: Initializer | None,
-    ) -> jax.Array:
-        batch = tuple(input_shape)[: len(input_shape) - self.num_feature_axes]
-        init = carry_init if carry_init is not None else self.carry_init
-        if isinstance(rngs, Rngs):
-            key = rngs["carry"]()
-        elif isinstance(rngs, RngStream):
-            key = rngs()
-        elif self.rngs is not None:
-            key = self.rngs()
-        else:
-            key = jax.random.key(0)  # the default zeros init ignores it
-        return init(key, (*batch, self.hidden_features), self.param_dtype)
-
-    def _check(self, h: jax.Array, inputs: jax.Array) -> None:
-        check_last_dim(self, inputs, self.in_features)
-        if h.shape[-1] != self.hidden_features or h.shape[:-1] != inputs.shape[:-1]:
-            raise LayerShapeError(
-                f"{describe(self)} expected a carry of shape {(*inputs.shape[:-1], self.hidden_features)} "
-                f"for inputs of shape {tuple(inputs.shape)}, got shape {tuple(h.shape)}.",
-                self,
-            )
-
-    def _store_common(
-        self,
-        in_features: int,
-        hidden_features: int,
-        gate_fn: Callable[..., Any],
-        activation_fn: Callable[..., Any],
-        dtype: Any,
-        param_dtype: Any,
-        carry_init: Initializer | None,
-        keep_rngs: bool,
-        rngs: Rngs,
-    ) -> None:
-        self.in_features = in_features
-        self.hidden_features = hidden_features
-        self.gate_fn = gate_fn
-        self.activation_fn = activation_fn
-        self.dtype = dtype
-        self.param_dtype = param_dtype
-        self.carry_init = zeros if carry_init is None else carry_init
-        self.rngs = own_stream(rngs, "carry") if keep_rngs else None
 
 
 class LSTMCell(RNNCellBase):
@@ -583,3 +520,23 @@ class SimpleCell(RNNCellBase):
     ) -> jax.Array:
         """The initial ``h`` of shape ``(*batch, hidden_features)``."""
         return self._init_carry_part(input_shape, rngs, carry_init)
+
+
+__all__ = [
+    "RNN",
+    "Array",
+    "Bidirectional",
+    "Carry",
+    "GRUCell",
+    "LSTMCell",
+    "OptimizedLSTMCell",
+    "Output",
+    "RNNBase",
+    "RNNCellBase",
+    "SimpleCell",
+    "default_bias_init",
+    "default_kernel_init",
+    "default_recurrent_kernel_init",
+    "flip_sequences",
+    "modified_orthogonal",
+]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -28,9 +28,9 @@ import jax.numpy as jnp
 from flaxgraph.filterlib import All, Filter
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.module import Module
+from flaxgraph.nn.cell_base import RNNCellBase
 from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import check_last_dim, check_min_rank
-from flaxgraph.nn.recurrent import RNNCellBase
 from flaxgraph.nn.stochastic import own_stream
 from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
 from flaxgraph.rnglib.splitting import split_rngs
@@ -41,19 +41,82 @@ Carry_ = Any
 
 
 def flip_sequences(
-    inputs: jax.Array, seq_lengths: jax.Array | None, num_batch_dims: int
+    inputs: jax.Array,
+    seq_lengths: jax.Array | None,
+    num_batch_dims: int,
+    time_major: bool,
 ) -> jax.Array:
-    """Reverses time-major ``inputs`` ``(time, *batch, *features)`` along time; with
-    ``seq_lengths`` (shape ``batch``) only the first ``seq_lengths[b]`` steps of
-    each sequence are reversed, the padding stays in place."""
+    """Reverses each sequence of ``inputs`` along the time axis, its padding kept last.
+
+    Without ``seq_lengths`` the whole time axis is reversed. With ``seq_lengths``, the
+    first ``seq_lengths[b]`` steps of sequence ``b`` are reversed and stay first, and
+    the padding steps after them are reversed among themselves and stay last, so a
+    right-padded batch stays right-padded. Applying it twice gives ``inputs`` back.
+
+    Args:
+      inputs: an array of shape ``(time, *batch, *features)`` if ``time_major``, else
+        ``(*batch, time, *features)``; any dtype.
+      seq_lengths: ``None``, or an integer array of shape ``batch`` (each in
+        ``[0, time]``): how many steps of each sequence are real.
+      num_batch_dims: how many batch axes ``inputs`` has (``len(batch)``).
+      time_major: whether time is the first axis (else it follows the batch axes).
+
+    Returns:
+      An array of the shape and dtype of ``inputs``.
+
+    Raises:
+      TypeError: (from JAX) ``seq_lengths`` does not broadcast against the batch axes.
+
+    Example::
+
+      >>> import jax.numpy as jnp
+      >>> from flaxgraph.nn.recurrent import flip_sequences
+      >>> inputs = jnp.array([[1, 0, 0], [2, 3, 0], [4, 5, 6]])
+      >>> flip_sequences(inputs, jnp.array([1, 2, 3]), 1, False).tolist()
+      [[1, 0, 0], [3, 2, 0], [6, 5, 4]]
+
+    Source: Flax NNX ``flax.nnx.nn.recurrent.flip_sequences`` (0.12), the helper
+    that prepares the backward direction of a bidirectional RNN.
+    """
+    time_axis = 0 if time_major else num_batch_dims
     if seq_lengths is None:
-        return jnp.flip(inputs, axis=0)
-    steps = inputs.shape[0]
-    t = jnp.reshape(jnp.arange(steps), (steps,) + (1,) * num_batch_dims)
-    lengths = jnp.asarray(seq_lengths)[None]
-    idx = jnp.where(t < lengths, lengths - 1 - t, t)
-    idx = jnp.reshape(idx, idx.shape + (1,) * (inputs.ndim - idx.ndim))
-    return jnp.take_along_axis(inputs, idx, axis=0)
+        return jnp.flip(inputs, axis=time_axis)
+    steps = inputs.shape[time_axis]
+    # index t of the output reads step (len - 1 - t) mod steps: the real steps
+    # [0, len) reversed in place, the padding [len, steps) reversed in place.
+    index_shape = [1] * (num_batch_dims + 1)
+    index_shape[time_axis] = steps
+    backwards = jnp.reshape(jnp.arange(steps - 1, -1, -1), index_shape)
+    lengths = jnp.expand_dims(jnp.asarray(seq_lengths), axis=time_axis)
+    index = (backwards + lengths) % steps
+    index = jnp.reshape(index, index.shape + (1,) * (inputs.ndim - index.ndim))
+    return jnp.take_along_axis(inputs, index, axis=time_axis)
+
+
+class RNNBase(Protocol):
+    """What runs a cell over a sequence, as ``Bidirectional`` calls it: ``RNN``, or
+    any callable with this keyword signature (a type for annotations; nothing checks
+    it at run time).
+
+    Call: ``inputs`` (``(*batch, time, *features)``, or time first with
+    ``time_major``) and the keyword arguments of ``RNN.__call__``; returns the
+    outputs, or ``(carry, outputs)`` with ``return_carry``.
+
+    Source: Flax NNX ``flax.nnx.nn.recurrent.RNNBase`` (0.12).
+    """
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        initial_carry: Any | None = None,
+        rngs: Rngs | RngStream | None = None,
+        seq_lengths: jax.Array | None = None,
+        return_carry: bool | None = None,
+        time_major: bool | None = None,
+        reverse: bool | None = None,
+        keep_order: bool | None = None,
+    ) -> Any: ...
 
 
 def _keep_where(valid: jax.Array, new: Any, old: Any) -> Any:
@@ -187,7 +250,7 @@ class RNN(Module):
                 tuple(x.shape[1:]), rngs if rngs is not None else self.rngs
             )
         if reverse:
-            x = flip_sequences(x, seq_lengths, n_batch)
+            x = flip_sequences(x, seq_lengths, n_batch, time_major=True)
         steps = jnp.arange(x.shape[0])
 
         state_axes = self.state_axes
@@ -209,7 +272,7 @@ class RNN(Module):
             run = split_rngs(splits=1, only=self.broadcast_rngs, squeeze=True)(run)
         carry, ys = run(self.cell, initial_carry, x, steps, seq_lengths)
         if reverse and keep_order:
-            ys = flip_sequences(ys, seq_lengths, n_batch)
+            ys = flip_sequences(ys, seq_lengths, n_batch, time_major=True)
         ys = jnp.moveaxis(ys, 0, time_axis)
         return (carry, ys) if return_carry else ys
 
@@ -260,8 +323,8 @@ class Bidirectional(Module):
 
     def __init__(
         self,
-        forward_rnn: RNN,
-        backward_rnn: RNN,
+        forward_rnn: RNNBase,
+        backward_rnn: RNNBase,
         *,
         merge_fn: Callable[[jax.Array, jax.Array], jax.Array] = _concatenate,
         time_major: bool = False,

@@ -45,6 +45,7 @@ from flaxgraph.errors import TraceContextError
 from flaxgraph.graphlib.registry import (
     ARRAY,
     DICT,
+    MISSING,
     NODE,
     PYTREE,
     REGISTRY,
@@ -69,7 +70,6 @@ from flaxgraph.pytreelib.attribute_kinds import (
 from flaxgraph.pytreelib.tree_layout import Aux, Layout, is_stable
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace
-from flaxgraph.typing import MISSING
 
 
 class Pytree:

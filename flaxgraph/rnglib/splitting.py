@@ -32,7 +32,6 @@ from flaxgraph.rnglib.rngs import (
     first_match,
     rule_list,
 )
-from flaxgraph.typing import MISSING
 
 
 def reseed(
@@ -233,13 +232,23 @@ def _apply_mode(
             return _in_place(target, rules, only, make)
         return _copied(target, rules, only, make, mode.graph)
 
-    if node is MISSING:
+    if node is _MISSING:
         return _rng_decorator(apply, mode.updates)
     return apply(node)
 
 
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING: Any = _Missing()
+
+
 def split_rngs(
-    node: Any = MISSING,
+    node: Any = _MISSING,
     /,
     *,
     splits: int | tuple[int, ...],
@@ -312,7 +321,7 @@ def split_rngs(
 
 
 def fork_rngs(
-    node: Any = MISSING,
+    node: Any = _MISSING,
     /,
     *,
     split: Any = None,

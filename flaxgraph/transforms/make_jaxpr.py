@@ -42,12 +42,18 @@ from flaxgraph.transforms.calling_conventions import (
 )
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.transforms.unprefixed import LiftedCall
-from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.variable import Variable
 
 
+class _Missing:
+    __slots__ = ()
+
+
+_MISSING: Any = _Missing()
+
+
 def make_jaxpr(
-    f: Callable[..., Any] = MISSING,
+    f: Callable[..., Any] = _MISSING,
     *,
     graph: bool | None = None,
     graph_updates: bool | None = None,
@@ -87,7 +93,7 @@ def make_jaxpr(
 
     Source: Flax NNX 0.12 ``nnx.make_jaxpr``.
     """
-    if f is MISSING:
+    if f is _MISSING:
         return functools.partial(
             make_jaxpr, graph=graph, graph_updates=graph_updates, static_argnums=static_argnums
         )

@@ -46,7 +46,6 @@ from flaxgraph.transforms.scan_axes import Carry
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.transforms.unprefixed import LiftedCall
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix, is_axis
-from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
@@ -59,6 +58,13 @@ def _is_meta_axis(p: Any) -> bool:
 _FIX = "give an int, None or nnx.Carry for the whole object, or nnx.StateAxes({filter: axis, ...})."
 META_AXES_SPEC = PrefixSpec("in_axes", _is_meta_axis, StateAxes, _FIX)
 META_OUT_AXES_SPEC = PrefixSpec("out_axes", _is_meta_axis, StateAxes, _FIX)
+
+
+class _Missing:
+    __slots__ = ()
+
+
+_MISSING: Any = _Missing()
 
 
 def _positional(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -106,7 +112,7 @@ def _where(target: Any, roots: Any) -> str:
 
 
 def transform_metadata(
-    f: Callable[..., Any] = MISSING,
+    f: Callable[..., Any] = _MISSING,
     *,
     in_axes: Any = 0,
     out_axes: Any = 0,
@@ -155,7 +161,7 @@ def transform_metadata(
 
     Source: Flax NNX 0.12 ``nnx.transform_metadata``.
     """
-    if f is MISSING:
+    if f is _MISSING:
         return functools.partial(
             transform_metadata, in_axes=in_axes, out_axes=out_axes, partition=partition, graph=graph
         )

@@ -1,0 +1,99 @@
+"""``RNNCellBase``: what every recurrent cell shares (``flaxgraph.nn.recurrent``'s cells
+derive from it; ``flaxgraph.nn.rnn``'s ``RNN`` runs any of them).
+
+A cell maps ``(carry, x_t) -> (new_carry, y_t)``; ``initialize_carry(input_shape)``
+builds its first carry. This file holds the base alone so that both the cells and the
+``RNN`` that runs them import it, and ``flaxgraph.nn.recurrent`` can re-export ``RNN``
+as Flax's module of that name does, with no import circle.
+
+Source: Flax NNX ``flax.nnx.nn.recurrent.RNNCellBase`` (0.12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import jax
+
+from flaxgraph.module import Module
+from flaxgraph.nn.errors import LayerShapeError, check_last_dim, describe
+from flaxgraph.nn.initializers import zeros
+from flaxgraph.nn.stochastic import own_stream
+from flaxgraph.rnglib.rngs import Rngs, RngStream
+
+Initializer = Callable[..., Any]
+
+
+class RNNCellBase(Module):
+    """Base class of recurrent cells.
+
+    Subclasses define ``__call__(carry, inputs) -> (new_carry, outputs)`` and
+    ``initialize_carry(input_shape, rngs=None)``, and have ``in_features`` and
+    ``hidden_features`` attributes.
+    """
+
+    _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "hidden_features")
+    if TYPE_CHECKING:  # what the subclasses define
+
+        def __call__(self, carry: Any, inputs: jax.Array) -> tuple[Any, jax.Array]: ...
+
+        def initialize_carry(
+            self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None = None
+        ) -> Any: ...
+
+    @property
+    def num_feature_axes(self) -> int:
+        """How many trailing axes of an input are features (1)."""
+        return 1
+
+    def _init_carry_part(
+        self,
+        input_shape: tuple[int, ...],
+        rngs: Rngs | RngStream | None,
+        carry_init: Initializer | None,
+    ) -> jax.Array:
+        batch = tuple(input_shape)[: len(input_shape) - self.num_feature_axes]
+        init = carry_init if carry_init is not None else self.carry_init
+        if isinstance(rngs, Rngs):
+            key = rngs["carry"]()
+        elif isinstance(rngs, RngStream):
+            key = rngs()
+        elif self.rngs is not None:
+            key = self.rngs()
+        else:
+            key = jax.random.key(0)  # the default zeros init ignores it
+        return init(key, (*batch, self.hidden_features), self.param_dtype)
+
+    def _check(self, h: jax.Array, inputs: jax.Array) -> None:
+        check_last_dim(self, inputs, self.in_features)
+        if h.shape[-1] != self.hidden_features or h.shape[:-1] != inputs.shape[:-1]:
+            raise LayerShapeError(
+                f"{describe(self)} expected a carry of shape {(*inputs.shape[:-1], self.hidden_features)} "
+                f"for inputs of shape {tuple(inputs.shape)}, got shape {tuple(h.shape)}.",
+                self,
+            )
+
+    def _store_common(
+        self,
+        in_features: int,
+        hidden_features: int,
+        gate_fn: Callable[..., Any],
+        activation_fn: Callable[..., Any],
+        dtype: Any,
+        param_dtype: Any,
+        carry_init: Initializer | None,
+        keep_rngs: bool,
+        rngs: Rngs,
+    ) -> None:
+        self.in_features = in_features
+        self.hidden_features = hidden_features
+        self.gate_fn = gate_fn
+        self.activation_fn = activation_fn
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.carry_init = zeros if carry_init is None else carry_init
+        self.rngs = own_stream(rngs, "carry") if keep_rngs else None
+
+
+__all__ = ["RNNCellBase"]

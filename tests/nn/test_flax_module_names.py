@@ -1,0 +1,156 @@
+"""The names Flax NNX 0.12.8 defines in ``flax.nnx.nn.<module>`` exist in
+``flaxgraph.nn.<module>`` and behave as Flax's: each is compared with the real
+``flax.nnx`` in the same process (Flax is installed for ``make conformance``)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import flaxgraph as nnx
+from flaxgraph.nn import (
+    attention,
+    conv,
+    embed,
+    initializers,
+    linear,
+    lora,
+    normalization,
+    recurrent,
+    rnn,
+)
+
+flax_nnx = pytest.importorskip("flax.nnx")
+from flax.nnx.nn import linear as flax_linear  # noqa: E402
+from flax.nnx.nn import recurrent as flax_recurrent  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "home"),
+    [
+        (linear, "Conv", conv.Conv),
+        (linear, "ConvTranspose", conv.ConvTranspose),
+        (linear, "Embed", embed.Embed),
+        (linear, "default_embed_init", embed.default_embed_init),
+        (linear, "canonicalize_padding", conv.canonicalize_padding),
+        (normalization, "WeightNorm", nnx.WeightNorm),
+        (normalization, "SpectralNorm", nnx.SpectralNorm),
+        (recurrent, "RNN", nnx.RNN),
+        (recurrent, "Bidirectional", nnx.Bidirectional),
+        (recurrent, "RNNCellBase", nnx.RNNCellBase),
+        (recurrent, "flip_sequences", rnn.flip_sequences),
+        (attention, "make_causal_mask", nnx.make_causal_mask),
+        (attention, "make_attention_mask", nnx.make_attention_mask),
+        (attention, "dot_product_attention_weights", nnx.dot_product_attention_weights),
+        (linear, "Array", jax.Array),
+        (lora, "Array", jax.Array),
+        (recurrent, "Array", jax.Array),
+        (attention, "Array", jax.Array),
+    ],
+)
+def test_the_name_is_flaxgraphs_own_object(module, name, home):
+    # The module of Flax's name gives the one object flaxgraph defines elsewhere.
+    assert getattr(module, name) is home
+
+
+@pytest.mark.parametrize(
+    "padding",
+    ["SAME", "same", "VALID", "CIRCULAR", 0, 2, [1, 2], (0, (1, 2)), [(1, 1), (0, 3)]],
+)
+def test_canonicalize_padding_equals_flax(padding):
+    assert linear.canonicalize_padding(padding, 2) == flax_linear.canonicalize_padding(padding, 2)
+
+
+@pytest.mark.parametrize("padding", [[1], [1, 2, 3], [(1, 2, 3), 0], [[1, 2], 0], [1.5, 0]])
+def test_canonicalize_padding_rejects_what_flax_rejects(padding):
+    with pytest.raises(ValueError, match="Invalid padding"):
+        flax_linear.canonicalize_padding(padding, 2)
+    with pytest.raises(ValueError, match=r"Invalid padding .* sequence of 2 entries"):
+        linear.canonicalize_padding(padding, 2)
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        (linear.default_embed_init, flax_linear.default_embed_init),
+        (recurrent.default_bias_init, flax_recurrent.default_bias_init),
+        (recurrent.default_kernel_init, flax_recurrent.default_kernel_init),
+    ],
+)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_initializers_draw_what_flax_draws(ours, theirs, dtype):
+    key = jax.random.key(3)
+    np.testing.assert_array_equal(ours(key, (7, 5), dtype), theirs(key, (7, 5), dtype))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    time_major=st.booleans(),
+    batch=st.lists(st.integers(1, 3), min_size=1, max_size=2),
+    steps=st.integers(1, 5),
+    features=st.sampled_from([(), (2,)]),
+    with_lengths=st.booleans(),
+)
+def test_flip_sequences_equals_flax(data, time_major, batch, steps, features, with_lengths):
+    shape = ((steps, *batch) if time_major else (*batch, steps)) + features
+    x = jnp.arange(np.prod(shape), dtype=jnp.int32).reshape(shape)
+    lengths = None
+    if with_lengths:
+        n = int(np.prod(batch))
+        values = data.draw(st.lists(st.integers(0, steps), min_size=n, max_size=n))
+        lengths = jnp.asarray(values, dtype=jnp.int32).reshape(batch)
+    ours = recurrent.flip_sequences(x, lengths, len(batch), time_major)
+    theirs = flax_recurrent.flip_sequences(x, lengths, len(batch), time_major)
+    np.testing.assert_array_equal(ours, theirs)
+    # an involution: flipping twice gives the inputs back
+    np.testing.assert_array_equal(
+        recurrent.flip_sequences(ours, lengths, len(batch), time_major), x
+    )
+
+
+def _copy_params(source, target):
+    """Writes ``source``'s Param values into the Params at the same paths of ``target``."""
+    values = {path: v.get_value() for path, v in nnx.iter_graph(source) if isinstance(v, nnx.Param)}
+    for path, v in flax_nnx.iter_graph(target):
+        if isinstance(v, flax_nnx.Param):
+            v.set_value(values[path])
+
+
+@pytest.mark.parametrize("keep_order", [False, True])
+def test_reversed_rnn_with_lengths_equals_flax(keep_order):
+    # The real steps and the final carry; on the padding steps the outputs differ on
+    # purpose: flaxgraph's RNN holds the carry there, Flax's runs the cell on.
+    cell = nnx.GRUCell(3, 4, rngs=nnx.Rngs(0))
+    flax_cell = flax_nnx.GRUCell(3, 4, rngs=flax_nnx.Rngs(0))
+    _copy_params(cell, flax_cell)
+    x = jax.random.normal(jax.random.key(1), (2, 5, 3))
+    lengths = jnp.array([2, 5])
+    options = {"reverse": True, "keep_order": keep_order, "return_carry": True}
+    carry, ours = nnx.RNN(cell, **options)(x, seq_lengths=lengths)
+    flax_carry, theirs = flax_nnx.RNN(flax_cell, **options)(x, seq_lengths=lengths)
+    np.testing.assert_allclose(carry, flax_carry, rtol=1e-5, atol=1e-6)
+    real = (jnp.arange(5)[None, :] < lengths[:, None])[..., None]
+    np.testing.assert_allclose(ours * real, theirs * real, rtol=1e-5, atol=1e-6)
+
+
+def test_type_names_are_flaxs():
+    assert (linear.Axis, linear.Size, lora.Axis, lora.Size) == (int, int, int, int)
+    assert initializers.DtypeLikeInexact is flax_nnx.nn.initializers.DtypeLikeInexact
+    assert recurrent.Carry is flax_recurrent.Carry and recurrent.Output is flax_recurrent.Output
+
+
+def test_bidirectional_accepts_any_rnn_base():
+    # RNNBase is the call signature Bidirectional needs: a plain callable works.
+    class Mirror:
+        def __call__(self, inputs, *, return_carry=None, reverse=None, **kwargs):
+            out = jnp.flip(inputs, axis=-2) if reverse else inputs
+            return (None, out) if return_carry else out
+
+    x = jnp.arange(6.0).reshape(1, 3, 2)
+    both = nnx.Bidirectional(Mirror(), Mirror(), rngs=False)(x)
+    np.testing.assert_array_equal(both, jnp.concatenate([x, jnp.flip(x, axis=-2)], axis=-1))
