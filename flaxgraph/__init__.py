@@ -8,22 +8,26 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from flaxgraph import compat as compat
+from flaxgraph import deprecations as deprecations
 from flaxgraph import extract as extract
 from flaxgraph import filterlib as filterlib
-from flaxgraph import graphlib as graph  # Flax keeps ``nnx.graph`` as graphlib's old name
+from flaxgraph import graph as graph  # Flax keeps ``nnx.graph``, graphlib's old name
 from flaxgraph import graphlib as graphlib
 from flaxgraph import helpers as helpers
 from flaxgraph import ids as ids
 from flaxgraph import modes as modes
 from flaxgraph import module as module
 from flaxgraph import nn as nn
+from flaxgraph import proxy_caller as proxy_caller
 from flaxgraph import pytreelib as object  # as in Flax: ``nnx.object`` is pytreelib
 from flaxgraph import pytreelib as pytreelib
+from flaxgraph import reprlib as reprlib
 from flaxgraph import rnglib as rnglib
 from flaxgraph import spmd as spmd
 from flaxgraph import statelib as statelib
 from flaxgraph import summary as summary
 from flaxgraph import testing as testing
+from flaxgraph import tracers as tracers
 from flaxgraph import transforms as transforms
 from flaxgraph import traversals as traversals
 from flaxgraph import variablelib as variablelib

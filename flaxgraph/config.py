@@ -96,6 +96,7 @@ FLAX_CONFIG_NAMES: tuple[tuple[str, str, str], ...] = (
     ("nnx_graph_mode", "flaxgraph.modes", "GRAPH"),
     ("nnx_graph_updates", "flaxgraph.modes", "GRAPH_UPDATES"),
     ("flax_always_shard_variable", "flaxgraph.mesh_context", "EAGER_SHARDING"),
+    ("flax_max_repr_depth", "flaxgraph.reprlib", "MAX_REPR_DEPTH"),
 )
 """The Flax configuration names ``update``/``_read`` know: name, module, ``Flag``.
 The flags live in the modules that use them; they are looked up when asked for, so

@@ -97,7 +97,7 @@ class FlaxNnxFinder(importlib.abc.MetaPathFinder):
 
     ``flax.nnx`` is the module ``flaxgraph``; ``flax.nnx.a.b`` is the module of that name inside
     flaxgraph (``flaxgraph.a.b``), or, where flaxgraph keeps a module under another file name
-    as Flax does (``flax.nnx.graph`` is ``flaxgraph.graphlib``, ``flax.nnx.object`` is
+    as Flax does (``flax.nnx.object`` is
     ``flaxgraph.pytreelib``), the module-valued attribute of that name. Anything else raises
     ``ModuleNotFoundError`` naming the ``flax.nnx…`` module: the real Flax NNX module is never
     loaded in its place. ``flax`` itself is found by the other finders and loaded as usual; it

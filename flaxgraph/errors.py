@@ -53,6 +53,13 @@ class ScopeParamNotFoundError(FlaxgraphError, ValueError):
     bridge raises a subclass that is also Linen's ``flax.errors.ScopeParamNotFoundError``."""
 
 
+class FlaxInternalError(FlaxgraphError, NotImplementedError):
+    """A Flax-internal class or function that has no counterpart in flaxgraph's design was
+    used (a tree-mode ``Simple*`` wrapper, a hijax primitive, a Flax-private context). The
+    message names it and what to use instead; ``guides/from_flax.md`` ("Flax-internal names
+    at their dotted paths") lists every such name with its reason."""
+
+
 class IdentityHashWarning(UserWarning):
     """A static attribute hashes by identity, so every new instance of the model gets
     a different GraphDef and recompiles the transforms that take it."""

@@ -25,16 +25,9 @@ class FlaxOnlyName(NamedTuple):
     where: str = TABLE  # where guides/from_flax.md lists it
 
 
-FLAX_ONLY_NAMES: dict[str, FlaxOnlyName] = {
-    "deprecations": FlaxOnlyName("Flax NNX 0.12.8", "an internal module of Flax"),
-    "proxy_caller": FlaxOnlyName(
-        "Flax NNX 0.12.8", "an internal module of Flax; `nnx.call` is top-level"
-    ),
-    "reprlib": FlaxOnlyName(
-        "Flax NNX 0.12.8", "an internal module of Flax; display is `nnx.display`"
-    ),
-    "tracers": FlaxOnlyName("Flax NNX 0.12.8", "an internal module of Flax"),
-}
+FLAX_ONLY_NAMES: dict[str, FlaxOnlyName] = {}
+"""Top-level ``flax.nnx`` names of some Flax release that flaxgraph does not provide, with
+what they are (none for Flax NNX 0.12.8: every one of its names is provided)."""
 
 
 def missing_name_error(module: str, name: str) -> AttributeError:
@@ -50,10 +43,10 @@ def missing_name_error(module: str, name: str) -> AttributeError:
 
     Example:
       >>> import flaxgraph
-      >>> flaxgraph.tracers
+      >>> flaxgraph.no_such_name
       Traceback (most recent call last):
         ...
-      AttributeError: module 'flaxgraph' has no attribute 'tracers': Flax NNX 0.12.8 has ...
+      AttributeError: module 'flaxgraph' has no attribute 'no_such_name': flaxgraph provides ...
     """
     known = FLAX_ONLY_NAMES.get(name) if module == "flaxgraph" else None
     if known is not None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import types
 import warnings
 from collections.abc import Iterator
@@ -63,7 +64,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
     "flax.nnx.bridge.variables": frozenset({"get_col_name"}),
     "flax.nnx.bridge.wrappers": frozenset({"current_linen_module", "linen_rngs_dict"}),
     "flax.nnx.compat": frozenset({"backup_keys", "iter_modules"}),
-    "flax.nnx.deprecations": frozenset({"deprecated"}),
     "flax.nnx.extract": frozenset(
         {
             "ExtractIndex",
@@ -171,9 +171,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "with_attributes",
         }
     ),
-    "flax.nnx.proxy_caller": frozenset(
-        {"ApplyCaller", "CallableProxy", "DelayedAccessor", "GetAttr", "GetItem"}
-    ),
     "flax.nnx.pytreelib": frozenset(
         {
             "ArrayRepr",
@@ -189,25 +186,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "PytreeState",
             "StaticAnnotation",
             "VariableRepr",
-        }
-    ),
-    "flax.nnx.reprlib": frozenset(
-        {
-            "Attr",
-            "COLOR",
-            "Color",
-            "MappingReprMixin",
-            "NO_COLOR",
-            "Object",
-            "PrettyMapping",
-            "PrettySequence",
-            "REPR_CONTEXT",
-            "ReprContext",
-            "Representable",
-            "SequenceReprMixin",
-            "colorized",
-            "get_repr",
-            "supports_color",
         }
     ),
     "flax.nnx.rnglib": frozenset(
@@ -241,7 +219,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "in_ipython",
         }
     ),
-    "flax.nnx.tracers": frozenset({"TraceState", "current_jax_trace"}),
     "flax.nnx.training.optimizer": frozenset({"MISSING", "to_opt_state"}),
     "flax.nnx.transforms.autodiff": frozenset(
         {
@@ -283,55 +260,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "Traced",
             "jit_partial",
             "shard_map",
-        }
-    ),
-    "flax.nnx.transforms.iteration": frozenset(
-        {
-            "AxisFn",
-            "AxisName",
-            "Broadcasted",
-            "Carry",
-            "ForiLoopBodyFn",
-            "Index",
-            "Leaves",
-            "PmapFn",
-            "ScanFn",
-            "SimpleForiLoopBodyFn",
-            "SimplePmapFn",
-            "SimpleScanFn",
-            "SimpleVmapFn",
-            "SimpleWhileLoopBodyFn",
-            "SimpleWhileLoopCondFn",
-            "StateAxes",
-            "VmapFn",
-            "WhileLoopBodyFn",
-            "WhileLoopCondFn",
-            "fori_loop",
-            "pmap",
-            "scan",
-            "transform_metadata",
-            "vmap",
-            "while_loop",
-        }
-    ),
-    "flax.nnx.transforms.transforms": frozenset(
-        {
-            "AxisName",
-            "CheckifyFn",
-            "Index",
-            "Leaves",
-            "LiftedModule",
-            "SimpleCheckifyFn",
-            "SimpleCondFn",
-            "SimpleEvalShapeFn",
-            "SimpleMakeJaxprFn",
-            "ValueMetadata",
-            "checkify",
-            "cond",
-            "eval_shape",
-            "make_jaxpr",
-            "resolve_kwargs",
-            "switch",
         }
     ),
     "flax.nnx.variablelib": frozenset(
@@ -499,3 +427,60 @@ def test_every_flax_nnx_module_and_public_name_exists_in_flaxgraph() -> None:
         f"(modules missing: {', '.join(report.missing_modules) or 'none'}):\n" + "\n".join(lines)
     )
     assert not stale, f"now provided, remove them from STILL_MISSING: {stale}"
+
+
+GUIDE = Path(__file__).resolve().parent.parent / "guides" / "from_flax.md"
+INTERNAL_ROW = re.compile(
+    r"^\| `(flax\.nnx\.[A-Za-z0-9_.]+)` \| (raises|alias of `[^`]+`) \| (.+) \|$"
+)
+
+
+def internal_rows() -> dict[str, str]:
+    """The guide's table of Flax-internal names: Flax name -> 'raises' or 'alias of `x`'."""
+    text = GUIDE.read_text(encoding="utf-8")
+    start = text.index("<!-- flax-internal names")
+    end = text.index("<!-- end of flax-internal names -->")
+    rows = {}
+    for line in text[start:end].splitlines():
+        match = INTERNAL_ROW.match(line)
+        if match:
+            assert match[3].strip(), f"{match[1]} has no reason in the guide"
+            rows[match[1]] = match[2]
+    return rows
+
+
+def _flaxgraph_value(dotted: str) -> object:
+    module_path, _, name = dotted.rpartition(".")
+    module = flaxgraph_module(module_path.removeprefix("flax.nnx").lstrip("."))
+    assert module is not None, dotted
+    return getattr(module, name)
+
+
+def test_the_guide_lists_every_flax_internal_stand_in_and_alias() -> None:
+    from flaxgraph.errors import FlaxInternalError
+    from flaxgraph.stand_ins import stands_for
+
+    rows = internal_rows()
+    stand_ins = set()
+    for flax_module in flax_modules():
+        module = flaxgraph_module(flax_module.relative)
+        for name in flax_module.names if module is not None else ():
+            with warnings.catch_warnings():  # a deprecated alias warns when read
+                warnings.simplefilter("ignore", DeprecationWarning)
+                value = getattr(module, name, None)
+            if stands_for(value) is not None:
+                assert stands_for(value) == f"{flax_module.dotted}.{name}"
+                stand_ins.add(stands_for(value))
+    listed_raising = {name for name, status in rows.items() if status == "raises"}
+    assert stand_ins == listed_raising, (
+        f"stand-ins not in the guide: {sorted(stand_ins - listed_raising)}; listed as raising "
+        f"but not stand-ins: {sorted(listed_raising - stand_ins)}"
+    )
+    for dotted, status in rows.items():
+        value = _flaxgraph_value(dotted)
+        if status == "raises":
+            with pytest.raises(FlaxInternalError, match=re.escape(dotted)):
+                value()  # type: ignore[operator]
+        else:
+            target = status.removeprefix("alias of `").removesuffix("`")
+            assert value is _flaxgraph_value(target.replace("nnx.", "flax.nnx.", 1)), dotted

@@ -1,0 +1,127 @@
+"""Stand-ins for Flax-internal names that have no counterpart in flaxgraph's design.
+
+Flax NNX's modules define, next to their API, the machinery of Flax's own implementation:
+the callable wrappers its transforms build around a user's function (``JitFn``,
+``SimpleVmapFn``…), its hijax primitives (``variablelib.get_variable_p``), its private
+contexts. flaxgraph's engine and lifting machine work differently (``docs/design.md``), so
+these have nothing to stand for. Code that only *names* them (``import``, an annotation, an
+``isinstance`` check) still works at the same dotted path; code that *uses* one gets a
+:class:`~flaxgraph.errors.FlaxInternalError` that names it and says what to use instead.
+``guides/from_flax.md`` ("Flax-internal names at their dotted paths") lists each with its
+reason.
+
+Example::
+
+  >>> from flaxgraph.stand_ins import internal_class
+  >>> JitFn = internal_class("flax.nnx.transforms.compilation.JitFn", "nnx.jit")
+  >>> isinstance(object(), JitFn)
+  False
+  >>> JitFn(lambda x: x)
+  Traceback (most recent call last):
+    ...
+  flaxgraph.errors.FlaxInternalError: flax.nnx.transforms.compilation.JitFn is ...
+
+Source: the module map of Flax NNX 0.12.8 (its public source, read for the names only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from flaxgraph.errors import FlaxInternalError
+
+__all__ = ["internal_class", "internal_function", "internal_error", "stands_for"]
+
+
+def stands_for(value: object) -> str | None:
+    """The Flax name a stand-in made here stands for, or ``None`` for any other value.
+
+    Example::
+
+      >>> from flaxgraph.transforms.iteration import VmapFn, vmap
+      >>> stands_for(VmapFn), stands_for(vmap)
+      ('flax.nnx.transforms.iteration.VmapFn', None)
+    """
+    return getattr(value, "__flax_internal__", None) if callable(value) else None
+
+
+def internal_error(dotted: str, instead: str) -> FlaxInternalError:
+    """The error for using the Flax-internal name ``dotted``.
+
+    Args:
+      dotted: the full Flax name, e.g. ``'flax.nnx.transforms.compilation.JitFn'``.
+      instead: what to use in flaxgraph, e.g. ``'nnx.jit'``.
+
+    Returns:
+      A :class:`~flaxgraph.errors.FlaxInternalError` (a ``NotImplementedError``) whose
+      message names ``dotted``, says it is Flax-internal machinery, and names ``instead``.
+    """
+    return FlaxInternalError(
+        f"{dotted} is Flax-internal machinery with no counterpart in flaxgraph's design "
+        f"(guides/from_flax.md, 'Flax-internal names at their dotted paths'); use {instead} "
+        "instead."
+    )
+
+
+def _flaxgraph_module(dotted: str) -> str:
+    """``'flax.nnx.a.B'`` -> ``'flaxgraph.a'``: the module that holds the stand-in."""
+    return "flaxgraph" + dotted.rpartition(".")[0].removeprefix("flax.nnx")
+
+
+def internal_class(dotted: str, instead: str) -> type[Any]:
+    """A class standing for the Flax-internal class ``dotted``: nameable, never built.
+
+    Args:
+      dotted: the full Flax name (``'flax.nnx.transforms.iteration.SimpleVmapFn'``); the
+        class gets its last part as ``__name__`` and flaxgraph's module of the same dotted
+        name as ``__module__``.
+      instead: what to use in flaxgraph.
+
+    Returns:
+      A class that can be imported, subscripted in annotations (``JitFn[int]``) and used in
+      ``isinstance`` (no flaxgraph object is an instance), whose construction raises
+      :class:`~flaxgraph.errors.FlaxInternalError`.
+    """
+    name = dotted.rpartition(".")[2]
+
+    def __new__(cls: type[Any], *args: Any, **kwargs: Any) -> NoReturn:
+        raise internal_error(dotted, instead)
+
+    def __class_getitem__(cls: type[Any], item: Any) -> type[Any]:
+        return cls
+
+    namespace = {
+        "__new__": __new__,
+        "__class_getitem__": classmethod(__class_getitem__),
+        "__doc__": f"Stands for Flax's ``{dotted}``, which flaxgraph does not need; "
+        f"use {instead}. Constructing it raises ``FlaxInternalError``.",
+        "__slots__": (),
+        "__module__": _flaxgraph_module(dotted),
+        "__flax_internal__": dotted,
+    }
+    return type(name, (), namespace)
+
+
+def internal_function(dotted: str, instead: str) -> Callable[..., NoReturn]:
+    """A function standing for the Flax-internal function ``dotted``: calling it raises.
+
+    Args:
+      dotted: the full Flax name.
+      instead: what to use in flaxgraph.
+
+    Returns:
+      A function named as Flax's whose call raises :class:`~flaxgraph.errors.FlaxInternalError`.
+    """
+
+    def stand_in(*args: Any, **kwargs: Any) -> NoReturn:
+        raise internal_error(dotted, instead)
+
+    stand_in.__name__ = stand_in.__qualname__ = dotted.rpartition(".")[2]
+    stand_in.__module__ = _flaxgraph_module(dotted)
+    stand_in.__flax_internal__ = dotted  # type: ignore[attr-defined]
+    stand_in.__doc__ = (
+        f"Stands for Flax's ``{dotted}``, which flaxgraph does not need; use {instead}. "
+        "Calling it raises ``FlaxInternalError``."
+    )
+    return stand_in

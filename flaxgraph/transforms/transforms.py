@@ -1,0 +1,181 @@
+"""Flax NNX's ``transforms.transforms``: the other transforms at Flax's path, and their helpers.
+
+``eval_shape``, ``checkify``, ``make_jaxpr``, ``cond`` and ``switch`` are the objects of
+``nnx.eval_shape``… (defined in ``control.py``, ``checkify.py``, ``make_jaxpr.py``).
+:func:`resolve_kwargs`, :class:`LiftedModule` and :class:`ValueMetadata` are Flax's helpers,
+written here with Flax's behaviour. The wrappers Flax builds around a user's function
+(``CheckifyFn``, the tree-mode ``Simple*`` classes) are stand-ins
+(:mod:`flaxgraph.stand_ins`).
+
+Source: Flax NNX 0.12.8 ``flax.nnx.transforms.transforms`` (its module map, behaviour read
+from its public source).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar, overload
+
+import jax
+
+from flaxgraph.module import Module
+from flaxgraph.proxy_caller import CallableProxy, DelayedAccessor
+from flaxgraph.stand_ins import internal_class
+from flaxgraph.transforms.checkify import checkify
+from flaxgraph.transforms.control import cond, eval_shape, switch
+from flaxgraph.transforms.general import resolve_kwargs as _bind_positions
+from flaxgraph.transforms.make_jaxpr import make_jaxpr
+from flaxgraph.variablelib import Variable
+
+__all__ = [
+    "AxisName",
+    "CheckifyFn",
+    "Index",
+    "Leaves",
+    "LiftedModule",
+    "SimpleCheckifyFn",
+    "SimpleCondFn",
+    "SimpleEvalShapeFn",
+    "SimpleMakeJaxprFn",
+    "ValueMetadata",
+    "checkify",
+    "cond",
+    "eval_shape",
+    "make_jaxpr",
+    "resolve_kwargs",
+    "switch",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M", bound=Module)
+
+AxisName = Hashable
+"""A mesh or mapped axis name."""
+Leaves = list[Any]
+"""A list of pytree leaves."""
+Index = int
+"""A position (an axis, an argument)."""
+
+
+@overload
+def resolve_kwargs(
+    fun: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, ...]: ...
+@overload
+def resolve_kwargs() -> Callable[[F], F]: ...
+def resolve_kwargs(
+    fun: Callable[..., Any] | None = None,
+    args: tuple[Any, ...] | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """Binds a call's keyword arguments to their positions (defaults filled in).
+
+    Args:
+      fun: the function called; omit all three arguments for the decorator form, whose
+        wrapper calls the decorated function with positional arguments only.
+      args, kwargs: the call's arguments (both required when ``fun`` is given).
+
+    Returns:
+      The tuple of every argument by position (``fun``'s defaults included); or, with no
+      arguments, a decorator.
+
+    Raises:
+      ValueError: ``fun`` is given without ``args`` or ``kwargs``.
+      TypeError: the arguments do not fit ``fun``'s signature, or an argument (or a
+        default) can only be passed by keyword: keyword-only parameters cannot be resolved
+        to positions. A ``functools.partial`` counts as ``(*args, **kwargs)``, so any
+        keyword argument to it raises.
+
+    Example::
+
+      >>> from flaxgraph.transforms.transforms import resolve_kwargs
+      >>> resolve_kwargs(lambda a, b, c=3: None, (1,), {'b': 2})
+      (1, 2, 3)
+    """
+    if fun is None:
+
+        def decorator(f: F) -> F:
+            @functools.wraps(f)
+            def positional(*call_args: Any, **call_kwargs: Any) -> Any:
+                return f(*resolve_kwargs(f, call_args, call_kwargs))
+
+            return positional  # type: ignore[return-value]
+
+        return decorator
+    if args is None:
+        raise ValueError("resolve_kwargs: args must be provided")
+    if kwargs is None:
+        raise ValueError("resolve_kwargs: kwargs must be provided")
+    if isinstance(fun, functools.partial):  # a partial's own signature is opaque
+
+        def fun(*args: Any, **kwargs: Any) -> None:
+            return None
+
+    positional, rest = _bind_positions(fun, args, kwargs)
+    if rest:
+        raise TypeError(
+            f"keyword arguments could not be resolved to positions: {sorted(rest)} are "
+            "keyword-only (or a **kwargs) in the function's signature"
+        )
+    return positional
+
+
+class LiftedModule(Module, Generic[M]):
+    """Base of a Module that runs a wrapped submodule through a transform.
+
+    A subclass defines ``_submodule`` (a property: the wrapped Module) and
+    ``_call(accessor, *args, **kwargs)`` (runs the method ``accessor`` selects on it).
+    Calling the LiftedModule calls ``__call__``; ``lifted.call.method(...)`` reaches any
+    other method through a :class:`~flaxgraph.proxy_caller.CallableProxy`, through as many
+    nested LiftedModules as there are.
+    """
+
+    def _call(self, accessor: DelayedAccessor, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define _call")
+
+    @property
+    def _submodule(self) -> M:
+        raise NotImplementedError(f"{type(self).__name__} must define _submodule")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call(*args, **kwargs)
+
+    @property
+    def call(self) -> Any:
+        """A proxy: ``self.call.method(*args)`` runs ``method`` of the innermost submodule."""
+        module: Any = self
+
+        def check_and_call(accessor: DelayedAccessor, *args: Any, **kwargs: Any) -> Any:
+            return self._call(accessor, *args, **kwargs)
+
+        proxy: Any = CallableProxy(check_and_call)
+        while isinstance(module._submodule, LiftedModule):
+            module = module._submodule
+            proxy = proxy.call
+        return proxy
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueMetadata:
+    """A Variable's type, value and metadata as a pytree whose one leaf is ``value``
+    (metadata items, sorted, and the type are static)."""
+
+    var_type: type[Variable[Any]]
+    value: Any
+    metadata: dict[str, Any]
+
+
+jax.tree_util.register_pytree_node(
+    ValueMetadata,
+    lambda v: ((v.value,), (v.var_type, tuple(sorted(v.metadata.items())))),
+    lambda aux, children: ValueMetadata(aux[0], children[0], dict(aux[1])),
+)
+
+_FN = "flax.nnx.transforms.transforms."
+CheckifyFn = internal_class(_FN + "CheckifyFn", "nnx.checkify")
+SimpleCheckifyFn = internal_class(_FN + "SimpleCheckifyFn", "nnx.checkify(..., graph=False)")
+SimpleCondFn = internal_class(_FN + "SimpleCondFn", "nnx.cond(..., graph=False)")
+SimpleEvalShapeFn = internal_class(_FN + "SimpleEvalShapeFn", "nnx.eval_shape(..., graph=False)")
+SimpleMakeJaxprFn = internal_class(_FN + "SimpleMakeJaxprFn", "nnx.make_jaxpr(..., graph=False)")

@@ -1,0 +1,243 @@
+"""Flax NNX's small modules at their paths behave as Flax's: ``reprlib``, ``tracers``,
+``proxy_caller``, ``deprecations``, ``transforms.transforms.resolve_kwargs``, and the
+stand-ins for Flax-internal names. Where Flax is installed the same inputs run on both."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import flaxgraph as nnx
+from flaxgraph import deprecations, proxy_caller, reprlib, tracers
+from flaxgraph.errors import FlaxInternalError
+from flaxgraph.transforms import iteration
+from flaxgraph.transforms import transforms as fg_transforms
+
+flax_nnx = pytest.importorskip("flax.nnx")
+from flax.nnx import reprlib as flax_reprlib  # noqa: E402
+from flax.nnx.transforms import transforms as flax_transforms  # noqa: E402
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.floats(-2, 2), st.text(max_size=3)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=2), inner, max_size=2),
+    ),
+    max_leaves=6,
+)
+
+
+def _point_class(lib: Any) -> type:
+    class Point(lib.Representable):
+        def __init__(self, attrs: dict[str, Any], same_line: bool, inner: Any = None):
+            self.attrs, self.same_line, self.inner = attrs, same_line, inner
+
+        def __nnx_repr__(self):
+            yield lib.Object(type=type(self), same_line=self.same_line, comment=" # c")
+            for key, value in self.attrs.items():
+                yield lib.Attr(key, value)
+            if self.inner is not None:
+                yield lib.Attr("inner", self.inner)
+
+    return Point
+
+
+@given(
+    attrs=st.dictionaries(st.sampled_from("abc"), values, max_size=3),
+    same_line=st.booleans(),
+    nested=st.booleans(),
+)
+def test_reprlib_renders_as_flax_does(attrs: dict[str, Any], same_line: bool, nested: bool) -> None:
+    ours, theirs = _point_class(reprlib), _point_class(flax_reprlib)
+    inner_ours = ours(attrs, not same_line) if nested else None
+    inner_theirs = theirs(attrs, not same_line) if nested else None
+    assert repr(ours(attrs, same_line, inner_ours)) == repr(theirs(attrs, same_line, inner_theirs))
+    mapping = {"x": attrs, "y": 1}
+    assert repr(reprlib.PrettyMapping(mapping)) == repr(flax_reprlib.PrettyMapping(mapping))
+    seq = list(attrs.values())
+    assert repr(reprlib.PrettySequence(seq)) == repr(flax_reprlib.PrettySequence(seq))
+    colors = (reprlib.COLOR, flax_reprlib.COLOR)
+    reprlib.REPR_CONTEXT.current_color, flax_reprlib.REPR_CONTEXT.current_color = colors
+    assert reprlib.colorized(attrs) == flax_reprlib.colorized(attrs)
+
+
+def test_reprlib_depth_limit_is_the_flax_configuration() -> None:
+    Point = _point_class(reprlib)
+    deep = Point({"a": 1}, False, Point({"b": 2}, False))
+    nnx.config.update("flax_max_repr_depth", 1)
+    try:
+        assert repr(deep).endswith("inner=Point(...)\n)")
+    finally:
+        nnx.config.update("flax_max_repr_depth", None)
+    assert "b=2" in repr(deep)
+
+
+def test_reprlib_refuses_a_malformed_stream() -> None:
+    class Bad(reprlib.Representable):
+        def __nnx_repr__(self):
+            yield reprlib.Attr("a", 1)
+
+    with pytest.raises(TypeError, match=r"must yield a reprlib\.Object first"):
+        repr(Bad())
+    with pytest.raises(TypeError, match="not representable"):
+        reprlib.get_repr(1)  # type: ignore[arg-type]
+
+
+def test_trace_state_is_valid_only_in_its_own_trace() -> None:
+    outer = tracers.TraceState()
+    assert outer.is_valid() and outer == tracers.TraceState()
+    seen = {}
+
+    @jax.jit
+    def f(x):
+        inner = tracers.TraceState()
+        seen["outer"], seen["inner"], seen["equal"] = (
+            outer.is_valid(),
+            inner.is_valid(),
+            inner == outer,
+        )
+        return x
+
+    f(1.0)
+    assert seen == {"outer": False, "inner": True, "equal": False}
+    assert pickle.loads(pickle.dumps(outer)) == outer
+    assert jax.tree.leaves(outer) == []
+    assert jax.tree.map(lambda x: x, outer) == outer
+    assert "jax_trace=" in repr(outer)
+
+
+def test_proxy_caller_records_and_replays_lookups() -> None:
+    accessor = proxy_caller.DelayedAccessor().layers[1].bias
+    model = nnx.List([nnx.Linear(2, 2, rngs=nnx.Rngs(0)), nnx.Linear(2, 3, rngs=nnx.Rngs(1))])
+    assert accessor(nnx.Dict(layers=model)) is model[1].bias
+    assert accessor == proxy_caller.DelayedAccessor(
+        (proxy_caller.GetAttr("layers"), proxy_caller.GetItem(1), proxy_caller.GetAttr("bias"))
+    )
+    assert jax.tree.leaves(accessor) == [] and hash(accessor) == hash(accessor)
+    calls = []
+    proxy = proxy_caller.CallableProxy(lambda acc, *a, **k: calls.append((acc, a, k)) or "out")
+    assert proxy.a["b"](1, c=2) == "out"
+    assert calls == [(proxy_caller.DelayedAccessor().a["b"], (1,), {"c": 2})]
+
+
+def test_deprecated_warns_and_delegates_as_flax_does() -> None:
+    from flax.nnx.deprecations import deprecated as flax_deprecated
+
+    def new(x, y=1):
+        """Adds."""
+        return x + y
+
+    for make in (deprecations.deprecated, flax_deprecated):
+        old = make(new)
+        with pytest.warns(DeprecationWarning, match="Use .*new instead") as caught:
+            assert old(2, y=3) == 5
+        assert caught[0].filename == __file__
+        assert old.__name__ == "new" and old.__doc__.endswith("Adds.")
+    assert deprecations.deprecated(new).__doc__ == flax_deprecated(new).__doc__
+
+
+def _fn_positional(a, b, c=3):
+    return None
+
+
+def _fn_keyword_only(a, *, b=2):
+    return None
+
+
+@pytest.mark.parametrize(
+    "fun, args, kwargs",
+    [
+        (_fn_positional, (1,), {"b": 2}),
+        (_fn_positional, (1, 2, 4), {}),
+        (_fn_positional, (), {"a": 1, "b": 2, "c": 5}),
+        (_fn_keyword_only, (1,), {}),
+        (_fn_positional, (1,), {}),
+        (functools.partial(_fn_positional, 1), (2,), {}),
+        (functools.partial(_fn_positional, 1), (), {"b": 2}),
+    ],
+)
+def test_resolve_kwargs_matches_flax(fun: Any, args: tuple, kwargs: dict) -> None:
+    def outcome(resolve: Any) -> Any:
+        try:
+            return resolve(fun, args, kwargs)
+        except (TypeError, ValueError) as error:
+            return type(error)
+
+    assert outcome(fg_transforms.resolve_kwargs) == outcome(flax_transforms.resolve_kwargs)
+
+
+def test_resolve_kwargs_decorator_calls_with_positions() -> None:
+    @fg_transforms.resolve_kwargs()
+    def f(*args):
+        return args
+
+    assert f(1) == (1,)
+
+    @fg_transforms.resolve_kwargs()
+    def g(a, b=2):
+        return (a, b)
+
+    assert g(b=5, a=1) == (1, 5)
+
+
+def test_lifted_module_calls_through_nested_lifts() -> None:
+    class Lift(fg_transforms.LiftedModule):
+        def __init__(self, inner):
+            self.inner = inner
+
+        @property
+        def _submodule(self):
+            return self.inner
+
+        def _call(self, accessor, *args):
+            return accessor(self.inner)(*args)
+
+    class Doubler(nnx.Module):
+        def __call__(self, x):
+            return x + 1
+
+        def double(self, x):
+            return 2 * x
+
+    lifted = Lift(Lift(Doubler()))
+    assert lifted(1) == 2 and lifted.call.double(3) == 6
+
+
+def test_value_metadata_is_a_pytree_with_one_leaf() -> None:
+    vm = fg_transforms.ValueMetadata(nnx.Param, jnp.ones(2), {"b": 1, "a": 2})
+    leaves, treedef = jax.tree.flatten(vm)
+    assert len(leaves) == 1 and jax.tree.unflatten(treedef, leaves) == vm
+
+
+def test_broadcasted_is_a_pytree_node_of_its_data() -> None:
+    b = iteration.Broadcasted({"a": jnp.ones(2), "b": 3})
+    assert len(jax.tree.leaves(b)) == 2
+    assert jax.tree.map(lambda x: x * 2, b).data["b"] == 6
+
+
+@pytest.mark.parametrize("name", ["VmapFn", "SimpleScanFn", "WhileLoopCondFn"])
+def test_a_stand_in_can_be_named_but_not_built(name: str) -> None:
+    stand_in = getattr(iteration, name)
+    assert stand_in.__name__ == name and stand_in.__module__ == "flaxgraph.transforms.iteration"
+    assert not isinstance(nnx.vmap(lambda x: x), stand_in)
+    assert stand_in[int] is stand_in
+    with pytest.raises(
+        FlaxInternalError, match=rf"flax\.nnx\.transforms\.iteration\.{name} .* use nnx\."
+    ):
+        stand_in(lambda x: x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(FlaxInternalError("x"), NotImplementedError)
