@@ -12,6 +12,7 @@ private modules (``jax._src.core``, the same value its
 
 from __future__ import annotations
 
+import jax
 from jax._src import core as _jax_core
 
 trace_ctx = _jax_core.trace_ctx
@@ -30,3 +31,72 @@ def current_trace() -> object:
 def is_top_level() -> bool:
     """Whether no JAX transform is tracing (code runs eagerly, outside jit/grad/vmap)."""
     return trace_ctx.is_top_level()
+
+
+class TraceState:
+    """The JAX trace an object or a Variable was created in, as Flax NNX exposes it
+    to subclasses (``Variable._trace_state``, ``Pytree._pytree__state.trace_state``).
+
+    Made with no argument, it records the current trace. ``is_valid()`` tells whether
+    the current trace is still that one (a mutation is allowed); two states are equal
+    when they record the same trace. A pickled state records, once unpickled, the
+    trace it is unpickled in.
+
+    Example::
+
+      >>> import jax
+      >>> from flaxgraph.tracing import TraceState
+      >>> outside = TraceState()
+      >>> outside.is_valid()
+      True
+      >>> jax.jit(lambda x: (x, outside.is_valid())[0])(1) is not None
+      True
+
+    Source: Flax NNX 0.12 ``flax.nnx.tracers.TraceState``.
+    """
+
+    __slots__ = ("_jax_trace",)
+
+    def __init__(self) -> None:
+        self._jax_trace = current_trace()
+
+    @classmethod
+    def of(cls, token: object) -> TraceState:
+        """The state recording the trace whose token (``current_trace()``) is ``token``."""
+        state = object.__new__(cls)
+        state._jax_trace = token
+        return state
+
+    @property
+    def jax_trace(self) -> object:
+        """The recorded trace's token (see ``current_trace``)."""
+        return self._jax_trace
+
+    def is_valid(self) -> bool:
+        """Whether the current JAX trace is the recorded one."""
+        return self._jax_trace == current_trace()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TraceState) and self._jax_trace == other._jax_trace
+
+    def __hash__(self) -> int:
+        return hash(self._jax_trace)
+
+    def __repr__(self) -> str:
+        return f"TraceState(jax_trace={self._jax_trace!r})"
+
+    def __getstate__(self) -> dict[str, object]:
+        return {}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self._jax_trace = current_trace()
+
+
+def current_jax_trace() -> object:
+    """The current JAX trace's token (Flax NNX's ``tracers.current_jax_trace``; the
+    same value as ``current_trace()``)."""
+    return current_trace()
+
+
+# A JAX pytree with no leaves, as in Flax: rebuilt in the trace that unflattens it.
+jax.tree_util.register_pytree_node(TraceState, lambda s: ((), None), lambda _a, _c: TraceState())

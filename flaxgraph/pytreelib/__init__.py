@@ -21,3 +21,4 @@ from flaxgraph.pytreelib.declarations import check_pytree as check_pytree
 from flaxgraph.pytreelib.declarations import dataclass as dataclass
 from flaxgraph.pytreelib.objects import Object as Object
 from flaxgraph.pytreelib.objects import Pytree as Pytree
+from flaxgraph.pytreelib.pytree_state import PytreeState as PytreeState

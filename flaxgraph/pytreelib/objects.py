@@ -67,6 +67,7 @@ from flaxgraph.pytreelib.attribute_kinds import (
     has_data,
     static,
 )
+from flaxgraph.pytreelib.pytree_state import PytreeState
 from flaxgraph.pytreelib.tree_layout import Aux, Layout, is_stable
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace
@@ -125,14 +126,56 @@ class Pytree:
     # -- mutation guard and structure version ----------------------------------------
     def _check_trace(self, what: str) -> None:
         if self._obj_trace != current_trace():
-            raise TraceContextError(
-                f"Cannot {what} of this {type(self).__name__}: it was created outside the "
-                "current JAX transform and was captured by closure (Cannot mutate "
-                f"{type(self).__name__!r} from different trace level), so the change would "
-                "leak a tracer.\nFix: pass the object as an argument of the transformed "
-                "function (e.g. `nnx.jit(f)(model, x)` instead of using `model` from the "
-                "enclosing scope)."
+            self._check_valid_context(
+                lambda: (
+                    f"Cannot {what} of this {type(self).__name__}: it was created outside "
+                    "the current JAX transform and was captured by closure (Cannot mutate "
+                    f"{type(self).__name__!r} from different trace level), so the change "
+                    "would leak a tracer.\nFix: pass the object as an argument of the "
+                    "transformed function (e.g. `nnx.jit(f)(model, x)` instead of using "
+                    "`model` from the enclosing scope)."
+                )
             )
+
+    def _check_valid_context(self, error_msg: Callable[[], str]) -> None:
+        """The hook every mutation goes through when it comes from another JAX trace
+        than the object's: raises ``TraceContextError(error_msg())``. A subclass may
+        override it (to allow mutations in a context of its own, then call
+        ``super()._check_valid_context(error_msg)``), as Flax 0.12's hook of that name.
+        """
+        if self._obj_trace != current_trace():
+            raise TraceContextError(error_msg())
+
+    # -- what Flax's Pytree exposes to subclasses ---------------------------------------
+    @property
+    def _pytree__state(self) -> PytreeState:
+        """The trace the object was created in, as Flax 0.12's ``_pytree__state``
+        (``.trace_state.is_valid()``); assigning one moves the object to its trace."""
+        return PytreeState.of_trace(self._obj_trace)
+
+    @_pytree__state.setter
+    def _pytree__state(self, state: PytreeState) -> None:
+        _set_trace(self, state.trace_state.jax_trace)
+
+    @property
+    def _object__state(self) -> PytreeState:
+        """Flax's older name of ``_pytree__state``."""
+        return self._pytree__state
+
+    @property
+    def _pytree__nodes(self) -> dict[Any, bool]:
+        """Each attribute's name and whether it is data (a pytree child), as Flax
+        0.12's ``_pytree__nodes`` (a read-only copy: mark with ``nnx.data``/``nnx.static``)."""
+        forced = dict(self._obj_kinds)
+        return {
+            name: (forced[name] == DATA) if name in forced else _is_data(value)
+            for name, value in self.__dict__.items()
+        }
+
+    @property
+    def _pytree__is_pytree(self) -> bool:
+        """Whether the class is a JAX pytree (``pytree=True``, Flax's class flag)."""
+        return self._obj_is_pytree
 
     def _check_write(self, items: list[tuple[Hashable, Any]], kinds: Any) -> None:
         """Raises if writing ``items`` (an in-place update) would mutate this object
@@ -145,6 +188,9 @@ class Pytree:
             self._check_trace("update the attributes")
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SUBCLASS_SLOTS:
+            object.__setattr__(self, name, value)
+            return
         self._check_trace(f"set attribute {name!r}")
         if type(value) is Marked:
             if value.kind == STATIC and self._obj_is_pytree:
@@ -193,6 +239,10 @@ class Pytree:
         attributes, kinds = state
         _init_slots(self, kinds)
         self.__dict__.update(attributes)
+
+
+_SUBCLASS_SLOTS = frozenset({"_pytree__state"})
+"""Flax's slot names a subclass may assign (properties here, not attributes)."""
 
 
 def _check_no_data_in_static(obj: Pytree, name: str, value: Any, why: str) -> None:

@@ -79,7 +79,7 @@ import math
 import operator
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -88,7 +88,7 @@ import numpy as np
 from flaxgraph.errors import TraceContextError, numbered_fixes
 from flaxgraph.mesh_context import place_at_creation, rename_sharding_keys
 from flaxgraph.renderers import RENDERERS
-from flaxgraph.tracing import TRACE_STATE, current_trace, is_top_level
+from flaxgraph.tracing import TRACE_STATE, TraceState, current_trace, is_top_level
 from flaxgraph.variablelib import axes, boxes, refs
 from flaxgraph.variablelib.closure_watch import note_read
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
@@ -111,6 +111,8 @@ MISSING: Any = _Missing()
 """The "no argument given" default of Variable methods."""
 
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
+# Flax's slot names a subclass may assign (``self._trace_state = ...``): properties here.
+_SUBCLASS_SLOTS = frozenset({"_trace_state", "_raw_value"})
 # Answered by the storage when a Ref-backed Variable has no such metadata (``shape`` is
 # a property of its own: the one place it is resolved).
 _REF_ATTRIBUTES = frozenset({"dtype", "ndim", "size", "sharding"})
@@ -226,6 +228,12 @@ class Variable(Generic[A]):
             metadata = {**value.variable_metadata(), **metadata}
             value = value.unbox()
         rename_sharding_keys(metadata)  # `sharding=`/`sharding_names=` become out_sharding
+        if self._var_custom_create:
+            # Flax 0.12 calls the hook with the Variable's metadata and value in place
+            object.__setattr__(self, "_var_metadata", metadata)
+            object.__setattr__(self, "_var_ref", None)
+            object.__setattr__(self, "raw_value", value)
+            value = self.create_value(value)
         if metadata and not (refs.is_ref(value) or boxes.is_box(value)):
             # eager sharding: placed at creation
             value = place_at_creation(value, metadata, type(self).__name__)
@@ -300,8 +308,15 @@ class Variable(Generic[A]):
             write_slot(obj, value)
         return obj
 
+    #: Whether the class overrides ``get_value`` (then ``.value`` and the array
+    #: protocols read through it) or ``create_value`` (then ``__init__`` calls it).
+    _var_custom_get: ClassVar[bool] = False
+    _var_custom_create: ClassVar[bool] = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls._var_custom_get = cls.get_value is not Variable.get_value
+        cls._var_custom_create = cls.create_value is not Variable.create_value
         _register_variable_pytree(cls)
 
     # -- trace and write guards -------------------------------------------------------
@@ -363,7 +378,11 @@ class Variable(Generic[A]):
     # -- the value --------------------------------------------------------------------
     @property
     def value(self) -> A:
-        """The held value (read and write; writing checks the trace, see the class)."""
+        """The held value (read and write; writing checks the trace, see the class).
+        A subclass that overrides ``get_value``/``set_value`` is read and written
+        through them, as in Flax 0.12."""
+        if self._var_custom_get:
+            return self.get_value()
         if self._var_trace is not TRACE_STATE.value:
             note_read(self)  # a read by closure inside a transform (closure_watch.py)
         return self.raw_value
@@ -374,6 +393,8 @@ class Variable(Generic[A]):
         self.set_value(value)
 
     def _read_value(self) -> A:
+        if self._var_custom_get:
+            return self.get_value()
         if self._var_trace is not TRACE_STATE.value:
             note_read(self)
         return self.raw_value
@@ -464,9 +485,10 @@ class Variable(Generic[A]):
     def create_value(self, value: Any) -> Any:
         """The hook a subclass may override to transform a value; returns ``value``.
 
-        Flax calls it once at construction. flaxgraph's ``Variable.__init__`` does not
-        call it (override ``__init__`` or ``set_value`` in a subclass instead); it is
-        here so that code calling it explicitly works.
+        ``Variable.__init__`` calls a subclass's override once, with the Variable's
+        metadata in place, before eager sharding places the value (as Flax 0.12
+        does); merge, copies and unflattening do not call it (the value is already
+        made).
 
         Example::
 
@@ -658,6 +680,41 @@ class Variable(Generic[A]):
         )
         return self._var_metadata.get("out_sharding")
 
+    # -- what Flax's Variable exposes to subclasses -------------------------------------
+    @property
+    def _trace_state(self) -> TraceState:
+        """The trace the Variable was created in (Flax 0.12's ``Variable._trace_state``;
+        ``is_valid()`` tells whether it may be written here)."""
+        return TraceState.of(self._var_trace)
+
+    @_trace_state.setter
+    def _trace_state(self, state: TraceState) -> None:
+        _set_trace(self, state.jax_trace)
+
+    @property
+    def _raw_value(self) -> Any:
+        """The storage (Flax 0.12's ``Variable._raw_value``: ``get_raw_value()``)."""
+        return self.get_raw_value()
+
+    @_raw_value.setter
+    def _raw_value(self, value: Any) -> None:
+        _install(self, value)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state Flax 0.12's ``Variable.__getstate__`` returns (for subclasses that
+        extend it); pickling itself goes through ``__reduce__``."""
+        return {
+            "_raw_value": self.get_raw_value(),
+            "_trace_state": self._trace_state,
+            "_var_metadata": self._var_metadata,
+        }
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        _set_trace(self, current_trace())
+        write_metadata(self, dict(state["_var_metadata"]))
+        _set_ref(self, None)
+        _install(self, state["_raw_value"])
+
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: a Ref-backed Variable's value (its
         # raw_value slot is empty), then metadata, then the value's attributes.
@@ -687,6 +744,8 @@ class Variable(Generic[A]):
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "value":
             self.set_value(value)
+        elif name in _SUBCLASS_SLOTS:
+            object.__setattr__(self, name, value)
         elif name in _INTERNAL:
             raise AttributeError(f"{name} of a Variable is set through `.value` only")
         else:
