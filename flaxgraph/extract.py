@@ -35,11 +35,11 @@ from flaxgraph.graphlib.contexts import MergeContext, SplitContext, merge_contex
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import MISSING, is_node_or_variable
+from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import State
-from flaxgraph.typing import PathParts
+from flaxgraph.typing import MISSING, PathParts
 from flaxgraph.variablelib.variable import Variable
 
 # Flax's name in ``nnx.extract``: a graph node or a Variable (what ``to_tree`` splits).

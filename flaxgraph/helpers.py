@@ -14,7 +14,8 @@ from typing import Any, overload
 
 from flaxgraph.module import Module
 from flaxgraph.pytreelib.attribute_kinds import Marked
-from flaxgraph.pytreelib.objects import MISSING, same_structure
+from flaxgraph.pytreelib.objects import same_structure
+from flaxgraph.typing import MISSING
 
 
 class List(Module, MutableSequence[Any]):

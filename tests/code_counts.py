@@ -54,12 +54,12 @@ ALLOWED_DUPLICATE_CLASSES = {
 }
 
 LIMITS = {
-    "duplicate_class_names": 5,
+    "duplicate_class_names": 4,
     "record_setattr": 11,
     "object_setattr": 24,
-    "duplicate_private_constants": 5,
+    "duplicate_private_constants": 4,
     "zip_filled_records": 1,
-    "bare_any": 932,
+    "bare_any": 928,
     "registry_table_reads": 33,
     "isinstance_variable": 127,
     "module_docstrings": 0,
@@ -315,11 +315,26 @@ def over_limit(found: dict[str, list[Site]]) -> dict[str, tuple[int, int]]:
     }
 
 
+def lower_limits(counts: dict[str, int], file: Path = Path(__file__)) -> None:
+    """Rewrites ``LIMITS`` in ``file`` so that each limit is ``min(limit, count)``."""
+    text = file.read_text(encoding="utf-8")
+    for name, count in counts.items():
+        if count < LIMITS[name]:
+            text = text.replace(f'    "{name}": {LIMITS[name]},', f'    "{name}": {count},', 1)
+            LIMITS[name] = count
+    file.write_text(text, encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--sites", choices=sorted(COUNTS), action="append", default=[])
+    parser.add_argument(
+        "--lower", action="store_true", help="lower each limit in this file to its count"
+    )
     args = parser.parse_args(argv)
     found = count_all()
+    if args.lower:
+        lower_limits({name: len(sites) for name, sites in found.items()})
     for name, sites in found.items():
         mark = "  OVER" if len(sites) > LIMITS[name] else ""
         print(f"{name:30} {len(sites):5} (limit {LIMITS[name]}){mark}")

@@ -30,8 +30,9 @@ from flaxgraph.graphlib.graphdefs import (
     VariableDef,
 )
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate, unwrap_ref_output
-from flaxgraph.graphlib.registry import MISSING, REGISTRY, VARIABLE
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.tracing import current_trace
+from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.refs import is_ref, new_ref
 from flaxgraph.variablelib.variable import Variable, metadata_of, write_metadata, write_value
 

@@ -20,7 +20,6 @@ from flaxgraph.graphlib.paths import keys_str, path_str
 from flaxgraph.graphlib.registry import (
     ARRAY,
     DICT,
-    MISSING,
     NODE,
     PYTREE,
     REGISTRY,
@@ -33,7 +32,7 @@ from flaxgraph.graphlib.registry import (
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
-from flaxgraph.typing import PathParts
+from flaxgraph.typing import MISSING, PathParts
 from flaxgraph.variablelib.variable import (
     Variable,
     metadata_of,

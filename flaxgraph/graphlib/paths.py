@@ -14,13 +14,13 @@ from typing import Any
 
 from flaxgraph.graphlib.registry import (
     DICT,
-    MISSING,
     NODE,
     PYTREE,
     REGISTRY,
     SEQUENCE,
     flatten_pytree,
 )
+from flaxgraph.typing import MISSING
 
 
 def path_str(root_name: str, root: Any, keys: Sequence[Hashable]) -> str:

@@ -71,17 +71,6 @@ class GraphNodeImpl:
     del_child: Callable[[Any, Key], None]
 
 
-class _Missing:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-"""Returned by ``GraphNodeImpl.get_child`` for a key the node does not have."""
-
-
 class DataLeaf:
     """Marks a child that a node's ``flatten`` wants in the State even though it is
     not an array (``nnx.data(3)``)."""

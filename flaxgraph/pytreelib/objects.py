@@ -45,7 +45,6 @@ from flaxgraph.errors import TraceContextError
 from flaxgraph.graphlib.registry import (
     ARRAY,
     DICT,
-    MISSING,
     NODE,
     PYTREE,
     REGISTRY,
@@ -71,6 +70,7 @@ from flaxgraph.pytreelib.pytree_state import PytreeState
 from flaxgraph.pytreelib.tree_layout import Aux, Layout, is_stable
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, current_trace
+from flaxgraph.typing import MISSING
 
 
 class Pytree:

@@ -32,6 +32,7 @@ from flaxgraph.rnglib.rngs import (
     first_match,
     rule_list,
 )
+from flaxgraph.typing import MISSING
 
 
 def reseed(
@@ -232,23 +233,13 @@ def _apply_mode(
             return _in_place(target, rules, only, make)
         return _copied(target, rules, only, make, mode.graph)
 
-    if node is _MISSING:
+    if node is MISSING:
         return _rng_decorator(apply, mode.updates)
     return apply(node)
 
 
-class _Missing:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-_MISSING: Any = _Missing()
-
-
 def split_rngs(
-    node: Any = _MISSING,
+    node: Any = MISSING,
     /,
     *,
     splits: int | tuple[int, ...],
@@ -321,7 +312,7 @@ def split_rngs(
 
 
 def fork_rngs(
-    node: Any = _MISSING,
+    node: Any = MISSING,
     /,
     *,
     split: Any = None,

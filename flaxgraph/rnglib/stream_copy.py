@@ -36,16 +36,7 @@ from flaxgraph.graphlib.paths import path_str
 from flaxgraph.modes import resolve
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.rnglib.rngs import RngStream, rule_list
-
-
-class _Missing:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
+from flaxgraph.typing import MISSING
 
 _CATCH_ALL = (Ellipsis, True)
 

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graphlib.build import build_graph
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, MISSING
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.statelib import State
@@ -50,7 +50,7 @@ from flaxgraph.transforms.lift import (
 )
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import Wrapped
-from flaxgraph.typing import PathParts
+from flaxgraph.typing import MISSING, PathParts
 from flaxgraph.variablelib.variable import Param, Variable
 
 

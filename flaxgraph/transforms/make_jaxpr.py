@@ -42,18 +42,12 @@ from flaxgraph.transforms.calling_conventions import (
 )
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.transforms.unprefixed import LiftedCall
+from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.variable import Variable
 
 
-class _Missing:
-    __slots__ = ()
-
-
-_MISSING: Any = _Missing()
-
-
 def make_jaxpr(
-    f: Callable[..., Any] = _MISSING,
+    f: Callable[..., Any] = MISSING,
     *,
     graph: bool | None = None,
     graph_updates: bool | None = None,
@@ -93,7 +87,7 @@ def make_jaxpr(
 
     Source: Flax NNX 0.12 ``nnx.make_jaxpr``.
     """
-    if f is _MISSING:
+    if f is MISSING:
         return functools.partial(
             make_jaxpr, graph=graph, graph_updates=graph_updates, static_argnums=static_argnums
         )

@@ -46,6 +46,7 @@ from flaxgraph.transforms.scan_axes import Carry
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.transforms.unprefixed import LiftedCall
 from flaxgraph.transforms.vmap import AxisMetadata, args_prefix, is_axis
+from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
@@ -58,13 +59,6 @@ def _is_meta_axis(p: Any) -> bool:
 _FIX = "give an int, None or nnx.Carry for the whole object, or nnx.StateAxes({filter: axis, ...})."
 META_AXES_SPEC = PrefixSpec("in_axes", _is_meta_axis, StateAxes, _FIX)
 META_OUT_AXES_SPEC = PrefixSpec("out_axes", _is_meta_axis, StateAxes, _FIX)
-
-
-class _Missing:
-    __slots__ = ()
-
-
-_MISSING: Any = _Missing()
 
 
 def _positional(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -112,7 +106,7 @@ def _where(target: Any, roots: Any) -> str:
 
 
 def transform_metadata(
-    f: Callable[..., Any] = _MISSING,
+    f: Callable[..., Any] = MISSING,
     *,
     in_axes: Any = 0,
     out_axes: Any = 0,
@@ -161,7 +155,7 @@ def transform_metadata(
 
     Source: Flax NNX 0.12 ``nnx.transform_metadata``.
     """
-    if f is _MISSING:
+    if f is MISSING:
         return functools.partial(
             transform_metadata, in_axes=in_axes, out_axes=out_axes, partition=partition, graph=graph
         )

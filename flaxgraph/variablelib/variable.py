@@ -89,6 +89,7 @@ from flaxgraph.errors import TraceContextError, numbered_fixes
 from flaxgraph.mesh_context import place_at_creation, rename_sharding_keys
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.tracing import TRACE_STATE, TraceState, current_trace, is_top_level
+from flaxgraph.typing import MISSING
 from flaxgraph.variablelib import axes, boxes, refs
 from flaxgraph.variablelib.closure_watch import note_read
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
@@ -101,14 +102,6 @@ PARTITION_NAME = axes.PARTITION_NAME
 FLAG_KEYS = ("ref", "hijax", "mutable")
 """Metadata names reserved for the construction flags (set them with ``with_vars``)."""
 
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-"""The "no argument given" default of Variable methods."""
 
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
 # Flax's slot names a subclass may assign (``self._trace_state = ...``): properties here.
