@@ -65,6 +65,10 @@ class IdentityHashWarning(UserWarning):
     a different GraphDef and recompiles the transforms that take it."""
 
 
+MAX_LISTED = 10
+"""How many items (paths, inputs, names) a message lists before "... and N more"."""
+
+
 def numbered_fixes(fixes: Sequence[str]) -> str:
     """Formats fixes as ``  1. …`` lines, the closing part of most messages."""
     return "\n".join(f"  {i}. {fix}" for i, fix in enumerate(fixes, 1))

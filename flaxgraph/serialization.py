@@ -45,12 +45,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from flaxgraph.errors import GraphStructureError
+from flaxgraph.errors import MAX_LISTED, GraphStructureError
 from flaxgraph.graphlib.paths import keys_str
 
 __all__ = ["check_checkpoint", "load_state", "save_state"]
-
-_MAX_LISTED = 10
 
 
 def _orbax() -> Any:
@@ -154,7 +152,7 @@ def check_checkpoint(checkpoint: Any, target: Any, *, name: str | None = None) -
     extra = [p for p in stored if p not in expected]
     problems += [f"unexpected {_variable_path(p)} (the target has no place for it)" for p in extra]
     if problems:
-        listed = problems[:_MAX_LISTED]
+        listed = problems[:MAX_LISTED]
         more = len(problems) - len(listed)
         raise GraphStructureError(
             f"The checkpoint {where!r} does not match the target State: "

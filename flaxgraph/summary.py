@@ -60,7 +60,7 @@ __all__ = ["CallInfo", "filter_rng_streams", "tabulate"]
 
 
 _TAG = "_tabulate_path"
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_NO_OPTIONS: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,9 +410,9 @@ def tabulate(
     depth: int | None = None,
     method: str = "__call__",
     row_filter: Callable[[CallInfo], bool] = filter_rng_streams,
-    table_kwargs: Mapping[str, Any] = _EMPTY,
-    column_kwargs: Mapping[str, Any] = _EMPTY,
-    console_kwargs: Mapping[str, Any] = _EMPTY,
+    table_kwargs: Mapping[str, Any] = _NO_OPTIONS,
+    column_kwargs: Mapping[str, Any] = _NO_OPTIONS,
+    console_kwargs: Mapping[str, Any] = _NO_OPTIONS,
     compute_flops: bool = False,
     compute_vjp_flops: bool = False,
     **input_kwargs: Any,

@@ -57,7 +57,7 @@ LIMITS = {
     "duplicate_class_names": 4,
     "record_setattr": 11,
     "object_setattr": 24,
-    "duplicate_private_constants": 4,
+    "duplicate_private_constants": 0,
     "zip_filled_records": 1,
     "bare_any": 928,
     "registry_table_reads": 33,

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.errors import GraphStructureError, numbered_fixes
+from flaxgraph.errors import MAX_LISTED, GraphStructureError, numbered_fixes
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.registry import is_graph_node
 from flaxgraph.graphlib.split_merge import state as graph_state
@@ -24,7 +24,6 @@ from flaxgraph.variablelib.variable import Variable
 
 Pairs = Sequence[tuple[PathParts, Any]]
 
-_MAX_LISTED = 20
 
 OPTIMIZER_SHARDING = "optimizer_sharding"
 """Parameter metadata naming the sharding of the optimizer state that mirrors it."""
@@ -126,8 +125,8 @@ def values_at(
 def _listing(paths: list[str]) -> str:
     if not paths:
         return "none"
-    shown = ", ".join(paths[:_MAX_LISTED])
-    return shown + (f" (and {len(paths) - _MAX_LISTED} more)" if len(paths) > _MAX_LISTED else "")
+    shown = ", ".join(paths[:MAX_LISTED])
+    return shown + (f" (and {len(paths) - MAX_LISTED} more)" if len(paths) > MAX_LISTED else "")
 
 
 def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:

@@ -37,12 +37,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from flaxgraph.errors import MAX_LISTED
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.transforms.caller_warnings import warn_at_caller
 from flaxgraph.variablelib.variable import Variable
-
-_MAX_LISTED = 8
 
 
 class ClosureReadWarning(UserWarning):
@@ -101,9 +100,9 @@ def warn_reads(read: list[Variable[Any]], f: Callable[..., Any], name: str) -> N
         return
     roots = _captured(f)
     names = sorted({_name(v, roots) for v in read})
-    listed = ", ".join(names[:_MAX_LISTED])
-    if len(names) > _MAX_LISTED:
-        listed += f" and {len(names) - _MAX_LISTED} more"
+    listed = ", ".join(names[:MAX_LISTED])
+    if len(names) > MAX_LISTED:
+        listed += f" and {len(names) - MAX_LISTED} more"
     warn_at_caller(
         f"nnx.{name}: the function read {listed} by closure (not as arguments): their "
         "current values are compiled in as constants, so later changes to them are not "

@@ -46,6 +46,7 @@ from flaxgraph.graphlib.graphdefs import (
 )
 from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS, is_hashable
 from flaxgraph.graphlib.snapshot import StructureSnapshot
+from flaxgraph.graphlib.walk import SCALARS
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.leaf_access import (
@@ -76,7 +77,6 @@ from flaxgraph.transforms.plan_code import (
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
 from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
 
-_SCALARS = frozenset({int, float, bool, complex})
 _LEAF = object()
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _get_raw = operator.attrgetter("raw_value")
@@ -107,7 +107,7 @@ def _part(a: Any, objects: bool = True) -> Any:
     t = type(a)
     if t in GRAPH_NODE_IMPLS or isinstance(a, Variable):
         return id(a) if objects else None
-    if isinstance(a, ARRAY_TYPES) or t in _SCALARS:
+    if isinstance(a, ARRAY_TYPES) or t in SCALARS:
         return _LEAF
     if a is None or t is str:
         return (t, a)

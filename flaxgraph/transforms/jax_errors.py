@@ -41,9 +41,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from flaxgraph.errors import MAX_LISTED
 from flaxgraph.typing import PathParts
-
-_MAX_LISTED = 6  # inputs listed per size before "... and N more"
 
 
 class MappedInput(NamedTuple):
@@ -132,9 +131,9 @@ def _sizes_error(
     ]
     for size, members in sorted(by_size.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"  size {size}:")
-        lines.extend(_describe(m) for m in members[:_MAX_LISTED])
-        if len(members) > _MAX_LISTED:
-            lines.append(f"    ... and {len(members) - _MAX_LISTED} more")
+        lines.extend(_describe(m) for m in members[:MAX_LISTED])
+        if len(members) > MAX_LISTED:
+            lines.append(f"    ... and {len(members) - MAX_LISTED} more")
     roots: dict[str, set[int]] = {}
     for item in items:
         roots.setdefault(item.root, set()).add(item.shape[item.axis])

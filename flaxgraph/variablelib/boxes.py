@@ -44,6 +44,7 @@ import numpy as np
 
 from flaxgraph.errors import TraceContextError
 from flaxgraph.tracing import is_top_level
+from flaxgraph.variablelib.refs import ARRAY_SCALARS
 
 _Box: Any  # None when the installed JAX lacks them
 _BoxTy: Any
@@ -74,7 +75,6 @@ UNAVAILABLE_REASON = (
 )
 
 _Tracer = jax.core.Tracer
-_SCALARS = (bool, int, float, complex, np.generic)
 
 
 def is_box(value: Any) -> bool:
@@ -92,13 +92,13 @@ def fits(value: Any) -> bool:
     """Whether a hijax Variable keeps ``value`` in a box: a container pytree (not an
     array, a number or ``None``) whose leaves are all arrays, numbers or tracers.
     ``{}`` and ``[]`` fit (a box may start empty and gain entries)."""
-    if not AVAILABLE or value is None or isinstance(value, (jax.Array, np.ndarray, *_SCALARS)):
+    if not AVAILABLE or value is None or isinstance(value, (jax.Array, np.ndarray, *ARRAY_SCALARS)):
         return False
     treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(value)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         return False  # the value is a leaf itself (a string, an object…)
-    return all(isinstance(x, (jax.Array, np.ndarray, *_SCALARS)) for x in leaves)
+    return all(isinstance(x, (jax.Array, np.ndarray, *ARRAY_SCALARS)) for x in leaves)
 
 
 def can_hold(value: Any) -> bool:

@@ -27,8 +27,10 @@ import numpy as np
 
 from flaxgraph.errors import TraceContextError
 
-_SCALARS = (bool, int, float, complex, np.generic)
-_REF_TYPE = jax.Ref  # the concrete class; `type(x) is` skips its slow instance check
+ARRAY_SCALARS = (bool, int, float, complex, np.generic)
+"""Scalar types a Ref or a hijax box holds as they hold an array."""
+REF_TYPE = jax.Ref
+"""The concrete Ref class: ``type(x) is REF_TYPE`` skips its slow instance check."""
 _Tracer = jax.core.Tracer
 
 
@@ -37,7 +39,7 @@ def can_hold(value: Any) -> bool:
     ``jax.Array``, a NumPy array or scalar, or a Python number."""
     if isinstance(value, _Tracer):
         return False
-    return isinstance(value, (jax.Array, np.ndarray, *_SCALARS))
+    return isinstance(value, (jax.Array, np.ndarray, *ARRAY_SCALARS))
 
 
 def new_ref(value: Any) -> Any:
@@ -51,7 +53,7 @@ def is_ref(value: Any) -> bool:
     Faster than ``isinstance(value, jax.Ref)``, whose instance check looks up the
     abstract value of every object (microseconds, on every Variable built)."""
     t = type(value)
-    if t is _REF_TYPE:
+    if t is REF_TYPE:
         return True
     return issubclass(t, _Tracer) and isinstance(value.aval, jax.ref.AbstractRef)
 
@@ -122,13 +124,13 @@ def write(kind: str, ref: Any, index: Any, value: Any, captured: bool) -> None:
 def has_direct_content(ref: Any) -> bool:
     """Whether ``ref``'s array is reachable as ``ref._refs._buf`` (what ``peek`` and
     ``install`` use when it is)."""
-    return type(ref) is _REF_TYPE and hasattr(getattr(ref, "_refs", None), "_buf")
+    return type(ref) is REF_TYPE and hasattr(getattr(ref, "_refs", None), "_buf")
 
 
 def peek(ref: Any) -> Any:
     """The Ref's current array, not copied: only to hand straight to a compiled call
     (the array is the Ref's own and changes when the Ref is written)."""
-    if type(ref) is _REF_TYPE:
+    if type(ref) is REF_TYPE:
         try:
             return ref._refs._buf
         except AttributeError:  # another JAX: the public (copying) read
@@ -139,7 +141,7 @@ def peek(ref: Any) -> Any:
 def install(ref: Any, value: Any) -> None:
     """Makes ``value`` (an array of the Ref's shape and dtype that nothing else holds,
     e.g. an output of a compiled call written nowhere else) the Ref's content."""
-    if type(ref) is _REF_TYPE:
+    if type(ref) is REF_TYPE:
         refs_box = ref._refs
         if hasattr(refs_box, "_buf"):
             refs_box._buf = value

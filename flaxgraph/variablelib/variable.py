@@ -93,6 +93,7 @@ from flaxgraph.typing import MISSING
 from flaxgraph.variablelib import axes, boxes, refs
 from flaxgraph.variablelib.closure_watch import note_read
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
+from flaxgraph.variablelib.refs import REF_TYPE
 
 A = TypeVar("A")
 V = TypeVar("V", bound="Variable[Any]")
@@ -282,7 +283,7 @@ class Variable(Generic[A]):
         _set_trace(obj, current_trace() if trace is None else trace)
         write_metadata(obj, metadata)
         t = type(value)  # a Ref or a box (concrete or traced) is the storage itself
-        if t is _REF_TYPE or t is _BOX_TYPE or (issubclass(t, _Tracer) and _traced_storage(value)):
+        if t is REF_TYPE or t is _BOX_TYPE or (issubclass(t, _Tracer) and _traced_storage(value)):
             _set_ref(obj, value)
         elif (
             metadata
@@ -1303,7 +1304,6 @@ def _value_summary(value: Any) -> str:
 
 
 _VALUE_KEY = jax.tree_util.GetAttrKey("value")
-_REF_TYPE = jax.Ref
 _BOX_TYPE = boxes.BOX_TYPE
 _Tracer = jax.core.Tracer
 
@@ -1345,7 +1345,7 @@ def _register_variable_pytree(cls: type[Variable[Any]]) -> None:
         if (
             "ref" in metadata
             or "hijax" in metadata
-            or t is _REF_TYPE
+            or t is REF_TYPE
             or (issubclass(t, _Tracer) and refs.is_ref(value))
         ):
             return from_parts(value, metadata)
