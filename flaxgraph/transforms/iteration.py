@@ -88,22 +88,22 @@ class Broadcasted:
     data: Any
 
 
-_FN = "flax.nnx.transforms.iteration."
-VmapFn = internal_class(_FN + "VmapFn", "nnx.vmap")
-PmapFn = internal_class(_FN + "PmapFn", "nnx.pmap")
-ScanFn = internal_class(_FN + "ScanFn", "nnx.scan")
-WhileLoopCondFn = internal_class(_FN + "WhileLoopCondFn", "nnx.while_loop")
-WhileLoopBodyFn = internal_class(_FN + "WhileLoopBodyFn", "nnx.while_loop")
-ForiLoopBodyFn = internal_class(_FN + "ForiLoopBodyFn", "nnx.fori_loop")
-SimpleVmapFn = internal_class(_FN + "SimpleVmapFn", "nnx.vmap(..., graph=False)")
-SimplePmapFn = internal_class(_FN + "SimplePmapFn", "nnx.pmap(..., graph=False)")
-SimpleScanFn = internal_class(_FN + "SimpleScanFn", "nnx.scan(..., graph=False)")
+_ITERATION_MODULE = "flax.nnx.transforms.iteration."
+VmapFn = internal_class(_ITERATION_MODULE + "VmapFn", "nnx.vmap")
+PmapFn = internal_class(_ITERATION_MODULE + "PmapFn", "nnx.pmap")
+ScanFn = internal_class(_ITERATION_MODULE + "ScanFn", "nnx.scan")
+WhileLoopCondFn = internal_class(_ITERATION_MODULE + "WhileLoopCondFn", "nnx.while_loop")
+WhileLoopBodyFn = internal_class(_ITERATION_MODULE + "WhileLoopBodyFn", "nnx.while_loop")
+ForiLoopBodyFn = internal_class(_ITERATION_MODULE + "ForiLoopBodyFn", "nnx.fori_loop")
+SimpleVmapFn = internal_class(_ITERATION_MODULE + "SimpleVmapFn", "nnx.vmap(..., graph=False)")
+SimplePmapFn = internal_class(_ITERATION_MODULE + "SimplePmapFn", "nnx.pmap(..., graph=False)")
+SimpleScanFn = internal_class(_ITERATION_MODULE + "SimpleScanFn", "nnx.scan(..., graph=False)")
 SimpleWhileLoopCondFn = internal_class(
-    _FN + "SimpleWhileLoopCondFn", "nnx.while_loop(..., graph=False)"
+    _ITERATION_MODULE + "SimpleWhileLoopCondFn", "nnx.while_loop(..., graph=False)"
 )
 SimpleWhileLoopBodyFn = internal_class(
-    _FN + "SimpleWhileLoopBodyFn", "nnx.while_loop(..., graph=False)"
+    _ITERATION_MODULE + "SimpleWhileLoopBodyFn", "nnx.while_loop(..., graph=False)"
 )
 SimpleForiLoopBodyFn = internal_class(
-    _FN + "SimpleForiLoopBodyFn", "nnx.fori_loop(..., graph=False)"
+    _ITERATION_MODULE + "SimpleForiLoopBodyFn", "nnx.fori_loop(..., graph=False)"
 )

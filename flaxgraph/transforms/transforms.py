@@ -173,9 +173,15 @@ jax.tree_util.register_pytree_node(
     lambda aux, children: ValueMetadata(aux[0], children[0], dict(aux[1])),
 )
 
-_FN = "flax.nnx.transforms.transforms."
-CheckifyFn = internal_class(_FN + "CheckifyFn", "nnx.checkify")
-SimpleCheckifyFn = internal_class(_FN + "SimpleCheckifyFn", "nnx.checkify(..., graph=False)")
-SimpleCondFn = internal_class(_FN + "SimpleCondFn", "nnx.cond(..., graph=False)")
-SimpleEvalShapeFn = internal_class(_FN + "SimpleEvalShapeFn", "nnx.eval_shape(..., graph=False)")
-SimpleMakeJaxprFn = internal_class(_FN + "SimpleMakeJaxprFn", "nnx.make_jaxpr(..., graph=False)")
+_TRANSFORMS_MODULE = "flax.nnx.transforms.transforms."
+CheckifyFn = internal_class(_TRANSFORMS_MODULE + "CheckifyFn", "nnx.checkify")
+SimpleCheckifyFn = internal_class(
+    _TRANSFORMS_MODULE + "SimpleCheckifyFn", "nnx.checkify(..., graph=False)"
+)
+SimpleCondFn = internal_class(_TRANSFORMS_MODULE + "SimpleCondFn", "nnx.cond(..., graph=False)")
+SimpleEvalShapeFn = internal_class(
+    _TRANSFORMS_MODULE + "SimpleEvalShapeFn", "nnx.eval_shape(..., graph=False)"
+)
+SimpleMakeJaxprFn = internal_class(
+    _TRANSFORMS_MODULE + "SimpleMakeJaxprFn", "nnx.make_jaxpr(..., graph=False)"
+)
