@@ -188,7 +188,7 @@ class Pytree:
             self._check_trace("update the attributes")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SUBCLASS_SLOTS:
+        if name in _FLAX_PYTREE_SLOTS:
             object.__setattr__(self, name, value)
             return
         self._check_trace(f"set attribute {name!r}")
@@ -241,7 +241,7 @@ class Pytree:
         self.__dict__.update(attributes)
 
 
-_SUBCLASS_SLOTS = frozenset({"_pytree__state"})
+_FLAX_PYTREE_SLOTS = frozenset({"_pytree__state"})
 """Flax's slot names a subclass may assign (properties here, not attributes)."""
 
 

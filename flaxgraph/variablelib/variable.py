@@ -106,7 +106,7 @@ FLAG_KEYS = ("ref", "hijax", "mutable")
 
 _INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
 # Flax's slot names a subclass may assign (``self._trace_state = ...``): properties here.
-_SUBCLASS_SLOTS = frozenset({"_trace_state", "_raw_value"})
+_FLAX_VARIABLE_SLOTS = frozenset({"_trace_state", "_raw_value"})
 # Answered by the storage when a Ref-backed Variable has no such metadata (``shape`` is
 # a property of its own: the one place it is resolved).
 _REF_ATTRIBUTES = frozenset({"dtype", "ndim", "size", "sharding"})
@@ -738,7 +738,7 @@ class Variable(Generic[A]):
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "value":
             self.set_value(value)
-        elif name in _SUBCLASS_SLOTS:
+        elif name in _FLAX_VARIABLE_SLOTS:
             object.__setattr__(self, name, value)
         elif name in _INTERNAL:
             raise AttributeError(f"{name} of a Variable is set through `.value` only")
