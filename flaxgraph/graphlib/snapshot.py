@@ -103,17 +103,41 @@ class ArrayItem(NamedTuple):
     type: type
 
 
+class TupleItem(NamedTuple):
+    """What a snapshot keeps of a tuple item of a list or dict: its items' keys (a
+    tuple is a value: the fast path rebuilds one around a new array, so it is
+    compared item by item, not by identity)."""
+
+    items: tuple[Any, ...]
+
+
 def item_key(x: Any) -> Any:
     """What a snapshot compares for an item of a list or dict: an ``ArrayItem`` for
-    an array (Tracers included), the item itself (by identity) otherwise."""
-    return ArrayItem(type(x)) if REGISTRY.kind_of(x) is ARRAY else x
+    an array (Tracers included), a ``TupleItem`` for a plain tuple, the item itself
+    (by identity) otherwise."""
+    kind = REGISTRY.kind_of(x)
+    if kind is ARRAY:
+        return ArrayItem(type(x))
+    if type(x) is tuple:
+        return TupleItem(tuple(map(item_key, x)))
+    return x
 
 
 def same_item(x: Any, key: Any) -> bool:
     """Whether the item ``x`` still matches its snapshot ``key`` (``item_key``): the
-    same object, or an array where there was one (as for an Object's array
-    attributes, ``pytreelib/objects.py``)."""
-    return x is key or (type(key) is ArrayItem and REGISTRY.kind_of(x) is ARRAY)
+    same object, an array where there was one (as for an Object's array
+    attributes, ``pytreelib/objects.py``), or a tuple whose items match."""
+    if x is key:
+        return True
+    t = type(key)
+    if t is ArrayItem:
+        return REGISTRY.kind_of(x) is ARRAY
+    return (
+        t is TupleItem
+        and type(x) is tuple
+        and len(x) == len(key.items)
+        and all(map(same_item, x, key.items))
+    )
 
 
 def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:

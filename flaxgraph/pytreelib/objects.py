@@ -301,13 +301,21 @@ _set_layout = Pytree._obj_layout.__set__  # type: ignore[union-attr]
 
 def same_structure(old: Any, new: Any) -> bool:
     """True when replacing ``old`` by ``new`` leaves the graph structure unchanged
-    (the same object, or an array where there was one: the engine's ``ARRAY`` kind)."""
+    (the same object, an array where there was one: the engine's ``ARRAY`` kind, or
+    a plain tuple of the same length whose items are each unchanged in this sense:
+    ``self.a = (self.a[0] + 1, None)`` is a new value, as for an array attribute;
+    ``graphlib/snapshot.py`` compares tuples the same way)."""
     if old is new:
         return True
     kinds = REGISTRY.kinds
-    return (kinds.get(type(old)) or REGISTRY.classify(old)) is ARRAY and (
-        kinds.get(type(new)) or REGISTRY.classify(new)
-    ) is ARRAY
+    if (kinds.get(type(old)) or REGISTRY.classify(old)) is ARRAY:
+        return (kinds.get(type(new)) or REGISTRY.classify(new)) is ARRAY
+    return (
+        type(old) is tuple
+        and type(new) is tuple
+        and len(old) == len(new)
+        and all(map(same_structure, old, new))
+    )
 
 
 def structure_version(obj: Pytree) -> int:

@@ -264,9 +264,11 @@ class Plan:
         )
         # What to compare to know the structure is unchanged (see graphlib/snapshot.py).
         self.snapshot = StructureSnapshot(call.nodes)
-        # Leaves inside tuples or pytrees (namedtuples, dataclasses…) reached through
-        # an object can be neither read by key nor written in place: such graphs take
-        # the general path (the arguments' own containers are read on every call).
+        # Leaves inside pytrees other than lists, tuples and dicts (namedtuples,
+        # dataclasses…) reached through an object can be neither read by key nor
+        # written in place: such graphs take the general path (the arguments' own
+        # containers are read on every call). A leaf in a tuple is read through the
+        # tuple's holder and written by rebuilding the tuple (leaf_access.LeafPlace).
         # Ref-backed Variables are read and written through their Refs
         # (ref_writes.py), box-backed ones (hijax Variables holding pytrees) through
         # their boxes (a copy of the content in, the new content set), unless

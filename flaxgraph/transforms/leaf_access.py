@@ -7,10 +7,11 @@ Source: ``docs/design.md``, "The fast path" (split out of ``fastpath.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple, cast
 
 import jax
 
@@ -99,37 +100,63 @@ def leaf_reader(
         return get_raw, leaf
     if _in_arg_containers(path, args, kwargs):
         return _identity, None
-    parent = _resolve((args, kwargs), path[:-1])
-    getter = operator.itemgetter(path[-1])
-    if type(parent) in GRAPH_NODE_IMPLS:
-        return getter, parent.__dict__
-    return getter, parent
+    place = leaf_place(path, args, kwargs)
+    if place is None:
+        raise ValueError(f"the leaf at {path} has no place to be read from")
+    if place.in_tuple:
+        return TupleItemGetter(place.key, place.in_tuple), place.holder
+    return operator.itemgetter(place.key), place.holder
 
 
 def is_in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether the raw leaf at ``path`` is an argument, sits in the arguments' lists,
-    tuples and dicts, or is an entry of an Object, list or dict reached through
-    Objects, lists, tuples and dicts only."""
-    if _in_arg_containers(path, args, kwargs):
-        return True
-    node: Any = (args, kwargs)
-    for key in path[:-1]:
-        impl = GRAPH_NODE_IMPLS.get(type(node))
+    tuples and dicts, or has a ``LeafPlace``: an entry of an Object, list or dict
+    reached through Objects, lists, tuples and dicts only, possibly inside tuples held
+    there (``Node(a=(array, None))``: the tuple is rebuilt around a new value, see
+    ``leaf_writer``)."""
+    return _in_arg_containers(path, args, kwargs) or leaf_place(path, args, kwargs) is not None
+
+
+class LeafPlace(NamedTuple):
+    """Where a raw leaf of the graph lives: ``holder[key]`` is the leaf itself, or a
+    tuple (of tuples…) holding it at ``in_tuple``.
+
+    Attributes:
+      holder: a mutable mapping or list: an Object's ``__dict__`` (written without a
+        structure-version change: a new value is no new structure), a list, a dict.
+      key: the leaf's (or its outermost tuple's) key in ``holder``.
+      in_tuple: the keys from that tuple down to the leaf (empty: no tuple).
+    """
+
+    holder: Any
+    key: Hashable
+    in_tuple: tuple[int, ...]
+
+
+def leaf_place(
+    path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> LeafPlace | None:
+    """The ``LeafPlace`` of the raw leaf at ``path`` (reached through Objects, lists,
+    tuples and dicts only), or ``None`` when it has none (a leaf inside another pytree,
+    or inside tuples only)."""
+    node: Any = (args, kwargs)[path[0]]  # type: ignore[call-overload]
+    place: LeafPlace | None = None
+    for key in path[1:]:
+        t = type(node)
+        impl = GRAPH_NODE_IMPLS.get(t)
         if impl is not None:
+            place = LeafPlace(node.__dict__, key, ())
             node = impl.get_child(node, key)
-        elif type(node) in (list, tuple, dict):
+        elif t is list or t is dict:
+            place = LeafPlace(node, key, ())
+            node = node[key]
+        elif t is tuple:  # the arguments' tuple, or a tuple inside a holder
+            if place is not None:
+                place = LeafPlace(place.holder, place.key, (*place.in_tuple, cast(int, key)))
             node = node[key]
         else:
-            return False
-    return type(node) in GRAPH_NODE_IMPLS or type(node) in (list, dict)
-
-
-def _resolve(root: Any, path: Sequence[Hashable]) -> Any:
-    node = root
-    for key in path:
-        impl = GRAPH_NODE_IMPLS.get(type(node))
-        node = impl.get_child(node, key) if impl is not None else node[key]
-    return node
+            return None
+    return place
 
 
 def leaf_writer(
@@ -143,10 +170,38 @@ def leaf_writer(
         return functools.partial(_set_raw, leaf)
     if _in_arg_containers(path, args, kwargs):
         return None  # the caller's containers are not written (as on the general path)
-    parent = _resolve((args, kwargs), path[:-1])
-    key = path[-1]
-    if type(parent) in GRAPH_NODE_IMPLS:
-        return functools.partial(parent.__dict__.__setitem__, key)
-    if type(parent) in (list, dict):
-        return functools.partial(parent.__setitem__, key)
-    return None
+    place = leaf_place(path, args, kwargs)
+    if place is None:
+        return None
+    if place.in_tuple:
+        return functools.partial(_write_in_tuple, place.holder, place.key, place.in_tuple)
+    return functools.partial(place.holder.__setitem__, place.key)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TupleItemGetter:
+    """Reads a leaf held in a tuple (of tuples…) at ``holder[key]``:
+    ``holder[key][in_tuple[0]][in_tuple[1]]...`` (the tuple itself is replaced on
+    every write, so the plan reads through its mutable holder)."""
+
+    key: Hashable
+    in_tuple: tuple[int, ...]
+
+    def __call__(self, holder: Any) -> Any:
+        x = holder[self.key]
+        for i in self.in_tuple:
+            x = x[i]
+        return x
+
+
+def _replaced(t: tuple[Any, ...], in_tuple: tuple[int, ...], value: Any) -> tuple[Any, ...]:
+    """``t`` with the item at ``in_tuple`` (keys down nested tuples) set to ``value``."""
+    i, rest = in_tuple[0], in_tuple[1:]
+    item = _replaced(t[i], rest, value) if rest else value
+    return (*t[:i], item, *t[i + 1 :])
+
+
+def _write_in_tuple(holder: Any, key: Hashable, in_tuple: tuple[int, ...], value: Any) -> None:
+    """Stores ``value`` in the tuple at ``holder[key]`` by rebuilding that tuple (a
+    new array value: no new structure, so an Object's structure version stays)."""
+    holder[key] = _replaced(holder[key], in_tuple, value)

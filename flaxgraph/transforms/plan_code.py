@@ -36,7 +36,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, same_item
+from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, TupleItem, same_item
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
 from flaxgraph.transforms.leaf_access import get_raw, get_ref_content, level_treedef
@@ -409,6 +409,8 @@ def _item_check(src: _Source, access: str, key: Any) -> str:
     snapshot ``key`` (graphlib/snapshot.py: arrays by type, the rest by identity)."""
     if type(key) is ArrayItem:
         return f"type({access}) is not {src.const(key.type)}"
+    if type(key) is TupleItem:
+        return f"not _same({access}, {src.const(key)})"
     return f"{access} is not {src.const(key)}"
 
 
