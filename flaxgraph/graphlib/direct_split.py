@@ -31,7 +31,6 @@ from flaxgraph.graphlib.graphdefs import (
     NodeDef,
     NodeRef,
     StaticDef,
-    VariableDef,
 )
 from flaxgraph.graphlib.registry import (
     ARRAY,
@@ -47,13 +46,11 @@ from flaxgraph.graphlib.registry import (
     VARIABLE,
     flatten_pytree,
 )
-from flaxgraph.graphlib.walk import SCALARS, made_per_instance
+from flaxgraph.graphlib.walk import SCALARS, made_per_instance, variable_def
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.variable import metadata_of
 
 # The records' C-speed constructors (field values in field order, see graphdefs.py).
 _node_def = NodeDef.from_fields
-_variable_def = VariableDef.from_fields
 _node_ref = NodeRef.from_fields
 _container_def = ContainerDef.from_fields
 _static_def = StaticDef.from_fields
@@ -63,12 +60,6 @@ _ROOT = object()
 
 class _GiveUp(Exception):
     """The direct walk met a value only the general walk handles (with its path)."""
-
-
-def _metadata_key(metadata: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """A Variable's non-empty metadata as the GraphDef holds it (sorted items, which
-    may be unhashable, see ``walk.Walk._frozen_metadata``)."""
-    return tuple(sorted(metadata.items()))
 
 
 def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
@@ -120,13 +111,11 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
                 vt = type(v)  # (a type not classified yet is left to visit)
                 if kind_of_type(vt) is VARIABLE:
                     v_id = id(v)
-                    if v_id not in seen:  # inline: the common case
-                        md = metadata_of(v)
-                        md_key = _metadata_key(md) if md else ()
+                    if v_id not in seen:  # the common case, without a visit call
                         i = seen[v_id] = len(kept)
                         kept.append(v)
                         sub[k] = v
-                        pairs.append((k, _variable_def((vt, i, md_key))))
+                        pairs.append((k, variable_def(vt, i, v)))
                         continue
                 pairs.append((k, visit(v, k, sub)))
             if sub:
@@ -140,10 +129,8 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
                 return _node_ref((t, index))
             index = seen[id(x)] = len(kept)
             kept.append(x)
-            var_metadata = metadata_of(x)
-            metadata_key = _metadata_key(var_metadata) if var_metadata else ()
             out[key] = x
-            return _variable_def((t, index, metadata_key))
+            return variable_def(t, index, x)
         if kind is SEQUENCE:
             sub = {}
             children = tuple([visit(v, k, sub) for k, v in enumerate(x)])

@@ -184,7 +184,7 @@ class Walk:
             index = len(self.ref_index)
             self.ref_index[x] = index
             self.add_leaf(path, x, self.enter_node(x, path, prefix))
-            return VariableDef(t, index, self._frozen_metadata(x, path))
+            return variable_def(t, index, x)
         if kind is SEQUENCE or kind is DICT:
             keys: Sequence[Hashable] = tuple(x) if kind is DICT else range(len(x))
             values = [x[k] for k in keys] if kind is DICT else x
@@ -295,17 +295,6 @@ class Walk:
                 )
             )
 
-    def _frozen_metadata(self, v: Variable[Any], path: PathParts) -> tuple[tuple[str, Any], ...]:
-        """A Variable's metadata as its ``VariableDef`` holds it: the sorted items.
-        An unhashable value (``out_sharding=["data", None]``) is kept, as in Flax: the
-        GraphDef compares it with ``==`` and the transforms' cache keys work without
-        hashing it (``graphdefs.lenient_hash``); only ``hash(graphdef)`` needs it
-        hashable, and then names the Variable's path."""
-        metadata = metadata_of(v)
-        if not metadata:
-            return ()
-        return tuple(sorted(metadata.items()))
-
     def _check_hashable(self, x: Any, path: PathParts) -> None:
         """Warns when a static value hashes by identity and is made per model (every
         model would get its own GraphDef, so jit would recompile). An unhashable
@@ -328,6 +317,24 @@ class Walk:
 
 
 SCALARS = frozenset({int, float, bool, complex})
+
+_variable_def = VariableDef.from_fields  # the record's C-speed constructor (graphdefs.py)
+
+
+def variable_def(t: type, index: int, variable: Variable[Any]) -> VariableDef:
+    """The split rule of a Variable seen for the first time, written once for every
+    walk (``Walk.visit`` and the direct walk, ``direct_split.split_direct``): its
+    record holds its type ``t``, its new reference ``index`` and its metadata
+    *frozen*, i.e. the sorted items of its metadata dict (``()`` for none); the walk
+    puts the Variable itself into the State, and a later sighting is a ``NodeRef`` to
+    ``index``.
+
+    An unhashable metadata value (``out_sharding=["data", None]``) is kept, as in
+    Flax: the GraphDef compares it with ``==`` and the transforms' cache keys work
+    without hashing it (``graphdefs.lenient_hash``); only ``hash(graphdef)`` needs it
+    hashable, and then names the Variable's path."""
+    metadata = metadata_of(variable)
+    return _variable_def((t, index, tuple(sorted(metadata.items())) if metadata else ()))
 
 
 def not_a_pytree_error(t: type, where: str) -> ValueError:
