@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from typing import Any, NamedTuple, cast
 
 import jax
@@ -128,7 +128,7 @@ class LeafPlace(NamedTuple):
       in_tuple: the keys from that tuple down to the leaf (empty: no tuple).
     """
 
-    holder: Any
+    holder: MutableMapping[Hashable, object] | list[object]
     key: Hashable
     in_tuple: tuple[int, ...]
 
@@ -187,21 +187,29 @@ class TupleItemGetter:
     key: Hashable
     in_tuple: tuple[int, ...]
 
-    def __call__(self, holder: Any) -> Any:
-        x = holder[self.key]
+    def __call__(self, holder: Mapping[Hashable, object] | list[object]) -> object:
+        x = holder[self.key]  # type: ignore[call-overload]
         for i in self.in_tuple:
-            x = x[i]
+            x = cast(tuple[object, ...], x)[i]
         return x
 
 
-def _replaced(t: tuple[Any, ...], in_tuple: tuple[int, ...], value: Any) -> tuple[Any, ...]:
+def _replaced(
+    t: tuple[object, ...], in_tuple: tuple[int, ...], value: object
+) -> tuple[object, ...]:
     """``t`` with the item at ``in_tuple`` (keys down nested tuples) set to ``value``."""
     i, rest = in_tuple[0], in_tuple[1:]
-    item = _replaced(t[i], rest, value) if rest else value
+    item = _replaced(cast(tuple[object, ...], t[i]), rest, value) if rest else value
     return (*t[:i], item, *t[i + 1 :])
 
 
-def _write_in_tuple(holder: Any, key: Hashable, in_tuple: tuple[int, ...], value: Any) -> None:
+def _write_in_tuple(
+    holder: MutableMapping[Hashable, object] | list[object],
+    key: Hashable,
+    in_tuple: tuple[int, ...],
+    value: object,
+) -> None:
     """Stores ``value`` in the tuple at ``holder[key]`` by rebuilding that tuple (a
     new array value: no new structure, so an Object's structure version stays)."""
-    holder[key] = _replaced(holder[key], in_tuple, value)
+    old = cast(tuple[object, ...], holder[key])  # type: ignore[call-overload]
+    holder[key] = _replaced(old, in_tuple, value)  # type: ignore[call-overload]
