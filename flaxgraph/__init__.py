@@ -102,9 +102,9 @@ from flaxgraph.mesh_context import use_eager_sharding as use_eager_sharding
 from flaxgraph.mesh_context import using_eager_sharding as using_eager_sharding
 from flaxgraph.modes import set_graph_mode as set_graph_mode
 from flaxgraph.modes import set_graph_updates as set_graph_updates
-from flaxgraph.module import M as M
-from flaxgraph.module import Module as Module
-from flaxgraph.module import iter_modules as iter_modules
+from flaxgraph.module_class import M as M
+from flaxgraph.module_class import Module as Module
+from flaxgraph.module_class import iter_modules as iter_modules
 from flaxgraph.nn import initializers as initializers
 from flaxgraph.nn.activations import PReLU as PReLU
 from flaxgraph.nn.activations import celu as celu
@@ -239,6 +239,7 @@ from flaxgraph.transforms.autodiff import vjp as vjp
 from flaxgraph.transforms.checkify import checkify as checkify
 from flaxgraph.transforms.closure_reads import ClosureReadWarning as ClosureReadWarning
 from flaxgraph.transforms.compilation import jit as jit
+from flaxgraph.transforms.compilation import jit_partial as jit_partial
 from flaxgraph.transforms.control import CarryStructureError as CarryStructureError
 from flaxgraph.transforms.control import cond as cond
 from flaxgraph.transforms.control import eval_shape as eval_shape
@@ -252,7 +253,6 @@ from flaxgraph.transforms.lift_types import StateSharding as StateSharding
 from flaxgraph.transforms.make_jaxpr import make_jaxpr as make_jaxpr
 from flaxgraph.transforms.metadata_hooks import transform_metadata as transform_metadata
 from flaxgraph.transforms.partial import cached_partial as cached_partial
-from flaxgraph.transforms.partial import jit_partial as jit_partial
 from flaxgraph.transforms.rng_broadcast import RngBroadcastWarning as RngBroadcastWarning
 from flaxgraph.transforms.scan import BroadcastChangeWarning as BroadcastChangeWarning
 from flaxgraph.transforms.scan import Carry as Carry

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from flaxgraph.config import Flag
-from flaxgraph.module import CAPTURES, Module
+from flaxgraph.module_class import CAPTURES, Module
 from flaxgraph.rnglib.rngs import Rngs, RngStream
 from flaxgraph.statelib import State
 from flaxgraph.typing import PathParts
@@ -59,7 +59,7 @@ METHOD_OUTPUTS: Flag[Any] = Flag("capture_method_outputs", None)
 in the thread running the capture (``None`` outside)."""
 
 _PATCH_LOCK = threading.Lock()
-_BASE_MODULES = ("flaxgraph.module", "flaxgraph.pytreelib.objects")
+_BASE_MODULES = ("flaxgraph.module_class", "flaxgraph.pytreelib.objects")
 
 
 def _captured_modules(module: Module) -> list[tuple[PathParts, Module]]:

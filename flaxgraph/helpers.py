@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, MutableSequence
 from typing import Any, overload
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.pytreelib.attribute_kinds import Marked
 from flaxgraph.pytreelib.objects import same_structure
 from flaxgraph.typing import MISSING

@@ -50,7 +50,7 @@ import numpy as np
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.pytreelib.objects import Object, Pytree, static
 from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
 from flaxgraph.typing import PathParts

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from flaxgraph.filterlib import Filter, to_predicate
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.modes import resolve_graph
-from flaxgraph.module import Module, has_attribute
+from flaxgraph.module_class import Module, has_attribute
 from flaxgraph.node_copy import check_tree, copy_nodes
 from flaxgraph.typing import PathParts
 

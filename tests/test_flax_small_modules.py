@@ -241,3 +241,66 @@ def test_a_stand_in_can_be_named_but_not_built(name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert isinstance(FlaxInternalError("x"), NotImplementedError)
+
+
+def test_the_ahead_of_time_stages_are_flaxs_classes_at_flaxs_path() -> None:
+    from flaxgraph.transforms import compilation
+
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    jitted = nnx.jit(lambda m, x: m(x))
+    traced = jitted.trace(model, jnp.ones(2))
+    lowered = traced.lower()
+    compiled = lowered.compile()
+    assert isinstance(traced, compilation.Traced) and isinstance(compiled, compilation.Compiled)
+    assert isinstance(lowered, compilation.Lowered)
+    assert all(isinstance(s, compilation.Stage) for s in (traced, lowered, compiled))
+    assert not isinstance(jitted, compilation.Stage)
+    assert compilation.jit_partial is nnx.jit_partial and compilation.shard_map is nnx.shard_map
+    assert isinstance(nnx.custom_vjp(lambda x: x), nnx.transforms.autodiff.CustomVjp)
+
+
+def test_module_path_has_flaxs_helpers() -> None:
+    from flaxgraph import module
+
+    assert module.view is nnx.view and module.capture is nnx.capture
+    assert module.iter_children is nnx.iter_children and module.Module is nnx.Module
+    assert module.tuple_reduce(module.tuple_init(), 1) == (1,)
+    assert module.first_from(None, 0, error_msg="x") == 0
+    with pytest.raises(ValueError, match="nothing given"):
+        module.first_from(None, None, error_msg="nothing given")
+
+    import abc
+
+    class Meta(module.ModuleMeta, abc.ABCMeta):
+        pass
+
+    class Abstract(nnx.Module, metaclass=Meta):
+        @abc.abstractmethod
+        def f(self): ...
+
+    with pytest.raises(TypeError, match="abstract"):
+        Abstract()
+
+
+def test_flaxs_annotation_strings_declare_data_and_static() -> None:
+    import typing
+
+    from flaxgraph import pytreelib
+
+    def init(self):
+        self.n, self.arr = 3, 2.5
+
+    annotations = {  # evaluated, as without `from __future__ import annotations`
+        "n": typing.Annotated[int, pytreelib.DataAnnotation],
+        "arr": typing.Annotated[Any, pytreelib.StaticAnnotation],
+    }
+    Foo = type("Foo", (nnx.Pytree,), {"__annotations__": annotations, "__init__": init})
+    assert jax.tree.leaves(Foo()) == [3]
+    assert pytreelib.DATA_REGISTRY is pytreelib.attribute_kinds.DATA_TYPES
+    shape = jnp.ones((2, 3))
+    assert repr(pytreelib.ArrayRepr.from_array(shape)) == repr(
+        flax_nnx.pytreelib.ArrayRepr.from_array(shape)
+    )
+    assert repr(pytreelib.MutableArrayRepr.from_array(shape)) == repr(
+        flax_nnx.pytreelib.MutableArrayRepr.from_array(shape)
+    )

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.split_merge import split
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.rnglib.rngs import Rngs
 from flaxgraph.statelib import State
 

@@ -14,7 +14,7 @@ from flaxgraph.bridge.context import auto_name, current_context
 from flaxgraph.bridge.linen_in_nnx import ToNNX, set_initializing
 from flaxgraph.graphlib.inplace import update
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.transforms.compilation import jit
 from flaxgraph.transforms.control import eval_shape

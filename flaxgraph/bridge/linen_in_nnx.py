@@ -34,7 +34,7 @@ from flaxgraph.bridge.context import current_module
 from flaxgraph.bridge.variables import linen_vars_to_nnx_attrs, nnx_attrs_to_linen_vars
 from flaxgraph.errors import ScopeParamNotFoundError
 from flaxgraph.graphlib.descendants import iter_graph
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.rnglib.rngs import Rngs
 
 F = TypeVar("F")

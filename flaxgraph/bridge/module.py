@@ -43,7 +43,7 @@ from flaxgraph.graphlib.inplace import update
 from flaxgraph.graphlib.registry import register_graph_node_type
 from flaxgraph.graphlib.split_merge import clone
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.module import Module as NNXModule
+from flaxgraph.module_class import Module as NNXModule
 from flaxgraph.pytreelib import objects
 from flaxgraph.pytreelib.attribute_kinds import class_kinds
 from flaxgraph.pytreelib.objects import Pytree

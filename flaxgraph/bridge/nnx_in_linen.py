@@ -32,7 +32,7 @@ from flaxgraph import traversals
 from flaxgraph.bridge.variables import to_linen_var
 from flaxgraph.filterlib import Not
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.variablelib.names import variable_name_from_type
 from flaxgraph.variablelib.variable import Variable

@@ -41,7 +41,7 @@ from jax.nn import standardize as standardize
 from jax.nn import swish as swish
 from jax.nn import tanh as tanh
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.common import EMPTY_METADATA
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.variablelib.variable import Param

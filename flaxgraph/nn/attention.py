@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.attention_ops import (
     combine_masks,
     dot_product_attention,

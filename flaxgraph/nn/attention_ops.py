@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.common import broadcast_right
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import LayerShapeError, describe

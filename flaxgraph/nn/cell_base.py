@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.errors import LayerShapeError, check_last_dim, describe
 from flaxgraph.nn.initializers import zeros
 from flaxgraph.nn.stochastic import own_stream

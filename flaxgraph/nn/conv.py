@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.common import (
     EMPTY_METADATA,
     broadcast_right,

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.common import EMPTY_METADATA, make_param, op_options
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import LayerDtypeError, check_last_dim, describe

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.common import EMPTY_METADATA
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.common import make_param
 from flaxgraph.nn.dtypes import canonicalize_dtype, stats_dtype
 from flaxgraph.nn.errors import normalize_axis, shape_error

@@ -44,7 +44,7 @@ from jax import lax
 
 from flaxgraph.filterlib import Filter, PathContains, to_predicate
 from flaxgraph.graphlib.descendants import iter_graph
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.common import canonicalize_tuple
 from flaxgraph.nn.dtypes import canonicalize_dtype, promote_dtype
 from flaxgraph.nn.errors import LayerInputError, describe

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from flaxgraph.filterlib import All, Filter
 from flaxgraph.graphlib.descendants import iter_graph
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.cell_base import RNNCellBase
 from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import check_last_dim, check_min_rank

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.nn.common import first_from
 from flaxgraph.nn.errors import describe, normalize_axis
 from flaxgraph.rnglib.rngs import Rngs, RngStream

@@ -19,7 +19,7 @@ import dataclasses
 import re
 import typing
 import warnings
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 import jax
 
@@ -129,6 +129,13 @@ class _AnnotationMarker:
         return f"nnx.{self.kind}"
 
 
+DataAnnotation = "__data__"
+"""Flax's marker string: ``typing.Annotated[T, DataAnnotation]`` declares data, as
+``nnx.Data[T]`` does."""
+StaticAnnotation = "__static__"
+"""Flax's marker string: ``typing.Annotated[T, StaticAnnotation]`` declares static."""
+FLAX_ANNOTATIONS = {DataAnnotation: DATA, StaticAnnotation: STATIC}
+
 _DATA_MARKER = _AnnotationMarker(DATA)
 _STATIC_MARKER = _AnnotationMarker(STATIC)
 
@@ -200,6 +207,8 @@ def class_kinds(cls: type) -> tuple[tuple[str, str], ...]:
                 for marker in ann.__metadata__:
                     if isinstance(marker, _AnnotationMarker):
                         kinds[name] = marker.kind
+                    elif marker in FLAX_ANNOTATIONS:  # typing.Annotated[T, DataAnnotation]
+                        kinds[name] = FLAX_ANNOTATIONS[marker]
         for name, value in vars(klass).items():
             if isinstance(value, dataclasses.Field) and _KIND_KEY in value.metadata:
                 kinds[name] = value.metadata[_KIND_KEY]
@@ -211,6 +220,18 @@ def class_kinds(cls: type) -> tuple[tuple[str, str], ...]:
 
 DATA_TYPES: set[type] = set()
 """Types ``register_data_type`` declared data (a registry, like JAX's pytree registry)."""
+
+
+DATA_REGISTRY = DATA_TYPES
+"""Flax's name of :data:`DATA_TYPES`."""
+
+
+class AttributeStatus(NamedTuple):
+    """Whether an attribute is data, and whether that was declared (``nnx.data``/
+    ``nnx.static``, an annotation) rather than inferred from its value."""
+
+    is_data: bool
+    explicit: bool
 
 
 def register_data_type(type_: T, /) -> T:

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.filterlib import to_predicate
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.rnglib.samplers import RandomSamplers
 from flaxgraph.variablelib.variable import Variable

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.variablelib.variable import Variable
 

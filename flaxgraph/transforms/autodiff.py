@@ -14,7 +14,7 @@ Source: ``jax.grad`` & co.; ``DiffState`` per the
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import jax
@@ -23,6 +23,7 @@ from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import DEFAULT, Mode, resolve
+from flaxgraph.stand_ins import internal_class
 from flaxgraph.statelib import State
 from flaxgraph.transforms.calling_conventions import (
     check_not_bound_method,
@@ -32,6 +33,7 @@ from flaxgraph.transforms.calling_conventions import (
     split_static,
     unbind,
 )
+from flaxgraph.transforms.custom_vjp import custom_vjp
 from flaxgraph.transforms.diff_argnums import (
     AUX_SPEC,
     DIFF_KEYS,
@@ -40,6 +42,7 @@ from flaxgraph.transforms.diff_argnums import (
     check_argnums,
     diff_prefix,
     output_inner,
+    tangent_at,
 )
 from flaxgraph.transforms.lift import (
     Call,
@@ -50,7 +53,7 @@ from flaxgraph.transforms.lift import (
 )
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import Wrapped
-from flaxgraph.typing import MISSING, PathParts
+from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Param, Variable
 
 
@@ -533,23 +536,23 @@ def jvp(
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
 
 
-def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> Any:
-    """The tangent (or cotangent) of the primal leaf at ``path`` ((0, argnum, *rest)) in
-    per-argument trees of States, containers or objects; zero if absent."""
-    node: Any = tangents[path[1]]  # type: ignore[call-overload]  # path[1] is the argnum
-    for key in path[2:]:
-        if isinstance(node, State) or type(node) in (dict, list, tuple):
-            try:
-                node = node[key]
-            except (KeyError, IndexError):
-                node = None
-        elif type(node) in GRAPH_NODE_IMPLS:  # attributes, and int keys (nnx.List items)
-            child = GRAPH_NODE_IMPLS[type(node)].get_child(node, key)
-            node = None if child is MISSING else child
-        else:
-            node = None
-        if node is None:
-            break
-    if node is None:
-        return jax.numpy.zeros_like(primal_value)
-    return node.raw_value if isinstance(node, Variable) else node
+# -- Flax's names at ``flax.nnx.transforms.autodiff`` --------------------------------------
+# custom_vjp lives in its own file; Flax's CustomVjp (the object nnx.custom_vjp returns)
+# is flaxgraph's custom_vjp class itself. The function wrappers are stand-ins.
+
+AxisName = Hashable
+"""A mesh or mapped axis name."""
+CustomVjp = custom_vjp
+SimpleCustomVjp = custom_vjp
+_FN = "flax.nnx.transforms.autodiff."
+GradFn = internal_class(_FN + "GradFn", "nnx.grad")
+FwdFn = internal_class(_FN + "FwdFn", "nnx.custom_vjp(...).defvjp")
+BwdFn = internal_class(_FN + "BwdFn", "nnx.custom_vjp(...).defvjp")
+CustomVjpFnWrapper = internal_class(_FN + "CustomVjpFnWrapper", "nnx.custom_vjp")
+SimpleGradFn = internal_class(_FN + "SimpleGradFn", "nnx.grad(..., graph=False)")
+SimpleVjpFn = internal_class(_FN + "SimpleVjpFn", "nnx.vjp(..., graph=False)")
+SimpleJvpFn = internal_class(_FN + "SimpleJvpFn", "nnx.jvp(..., graph=False)")
+SimpleRematFn = internal_class(_FN + "SimpleRematFn", "nnx.remat(..., graph=False)")
+SimpleCustomVjpFn = internal_class(_FN + "SimpleCustomVjpFn", "nnx.custom_vjp(..., graph=False)")
+SimpleFwdFn = internal_class(_FN + "SimpleFwdFn", "nnx.custom_vjp(..., graph=False).defvjp")
+SimpleBwdFn = internal_class(_FN + "SimpleBwdFn", "nnx.custom_vjp(..., graph=False).defvjp")

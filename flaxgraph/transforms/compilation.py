@@ -13,14 +13,17 @@ Source: ``jax.jit`` plus the "JAX-style NNX Transforms" FLIP flax#4107 and Flax 
 
 from __future__ import annotations
 
+import abc
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, overload
 
 import jax
 from jax.sharding import PartitionSpec, Sharding
 
+from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import Mode, resolve
+from flaxgraph.stand_ins import internal_class
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calling_conventions import (
     infer_argnums_and_argnames,
@@ -30,7 +33,8 @@ from flaxgraph.transforms.calling_conventions import (
     unbind,
 )
 from flaxgraph.transforms.closure_reads import warn_reads
-from flaxgraph.transforms.compiled import Compiled, JitFunctions, Lowered, TracedJit
+from flaxgraph.transforms.compiled import AotCompiled, JitFunctions, Lowered, TracedJit
+from flaxgraph.transforms.compiled import Compiled as CompiledEntry
 from flaxgraph.transforms.control import eval_shape
 from flaxgraph.transforms.lift import Call, Inner, InStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
@@ -40,6 +44,7 @@ from flaxgraph.transforms.prefix_groups import (
     prefix_keys,
     same_unless_donated,
 )
+from flaxgraph.transforms.shard_map import shard_map as shard_map
 from flaxgraph.transforms.transformed import P, R, StaticArgs, Transformed
 from flaxgraph.variablelib.closure_watch import watching
 
@@ -166,7 +171,9 @@ class JitWrapped(Transformed[P, R]):
         # same model) share the compiled code.
         self.jitted_fn = JitFunctions()
 
-    def pure(self, in_static: InStatic, entry: Compiled, with_static: bool, *groups: Any) -> Any:
+    def pure(
+        self, in_static: InStatic, entry: CompiledEntry, with_static: bool, *groups: Any
+    ) -> Any:
         """The function ``jax.jit`` compiles for one input structure: merges the
         groups of arrays into objects, calls ``fun`` and re-splits the result."""
         statics, n_args = in_static.extra
@@ -185,7 +192,7 @@ class JitWrapped(Transformed[P, R]):
         )
         return entry.record(out_static, out_groups, with_static)
 
-    def make_jit(self, in_static: InStatic, entry: Compiled, with_static: bool) -> Any:
+    def make_jit(self, in_static: InStatic, entry: CompiledEntry, with_static: bool) -> Any:
         """The ``jax.jit`` of ``pure`` for one input structure."""
         kwargs = dict(self.jit_kwargs)
         # The updated state of an input keeps its in_sharding (as in Flax NNX 0.12):
@@ -301,7 +308,7 @@ class Prepared(NamedTuple):
     function of their structure, the groups of arrays and each leaf's slot."""
 
     call: Call
-    entry: Compiled
+    entry: CompiledEntry
     groups: Sequence[list[Any]]
     slots: Slots
 
@@ -489,3 +496,117 @@ def _donated_positions(
 def _is_donated(path: Any, positions: set[int], names: tuple[str, ...]) -> bool:
     root, key = path[0], path[1] if len(path) > 1 else None
     return (root == 0 and key in positions) or (root == 1 and key in names)
+
+
+def jit_partial(
+    fun: Callable[..., Any],
+    *partial_args: Any,
+    in_shardings: Any = UNSPECIFIED,
+    out_shardings: Any = UNSPECIFIED,
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Iterable[str] | None = None,
+    donate_argnums: int | Sequence[int] | None = None,
+    donate_argnames: str | Iterable[str] | None = None,
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    inline: bool = False,
+    graph: bool | None = None,
+    graph_updates: bool | None = None,
+) -> Transformed[..., Any]:
+    """``nnx.jit(fun)`` with its first positional arguments bound to ``partial_args``.
+
+    Args:
+      fun: the function to compile; ``partial_args`` are its first positional
+        arguments.
+      *partial_args: the arguments to bind (objects: a model, an optimizer…). Their
+        Variables may change value between calls without recompiling, and every
+        update ``fun`` makes to them is written back after each call.
+      in_shardings, out_shardings, static_argnums, static_argnames, donate_argnums,
+        donate_argnames, keep_unused, device, backend, inline, graph, graph_updates:
+        as in ``nnx.jit``; positions count ``fun``'s arguments, bound ones included
+        (a tuple of ``in_shardings`` starts with the bound arguments' entries).
+
+    Returns:
+      A function of the remaining arguments; ``.cache_info()`` as ``nnx.jit``'s.
+
+    Raises:
+      SharedReferenceError (``ValueError``): in tree mode, a Variable is reachable
+        twice among ``partial_args`` (raised here, naming the paths).
+      As ``nnx.jit`` (at the first call for errors about the other arguments).
+
+    Example::
+
+      >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+      >>> def train_step(model, optimizer, x, y):
+      ...   loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
+      ...   optimizer.update(model, grads)
+      ...   return loss
+      >>> step = nnx.jit_partial(train_step, model, optimizer, graph=False)
+      >>> losses = [float(step(jnp.ones((4, 2)), jnp.zeros((4, 3)))) for _ in range(3)]
+      >>> losses[0] > losses[1] > losses[2], step.cache_info().general_calls
+      (True, 1)
+
+    Source: Flax NNX 0.12 ``nnx.jit_partial``.
+    """
+    if not resolve(graph, graph_updates).graph:
+        # Tree mode: a Variable shared among the bound objects is an error now, not
+        # at the first call (as Flax NNX 0.12).
+        flatten_with_paths(partial_args, root_name="args", graph=False)
+    jitted = jit(
+        fun,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=static_argnums,
+        static_argnames=static_argnames,
+        donate_argnums=donate_argnums,
+        donate_argnames=donate_argnames,
+        keep_unused=keep_unused,
+        device=device,
+        backend=backend,
+        inline=inline,
+        graph=graph,
+        graph_updates=graph_updates,
+    )
+    return jitted.partial(*partial_args)
+
+
+# -- Flax's names at ``flax.nnx.transforms.compilation`` -----------------------------------
+
+AxisName = Hashable
+"""A mesh axis name."""
+Specs = Any
+"""A pytree of ``PartitionSpec`` (``shard_map``'s ``in_specs``/``out_specs``)."""
+
+Compiled = AotCompiled
+"""What ``nnx.jit(f).lower(*args).compile()`` returns."""
+Traced = TracedJit
+"""What ``nnx.jit(f).trace(*args)`` returns."""
+
+
+class Stage(abc.ABC):  # noqa: B024 (a virtual base: nothing to implement)
+    """The stages of ahead-of-time compilation, as in Flax: :data:`Traced`, ``Lowered`` and
+    :data:`Compiled` are its (virtual) subclasses, so ``isinstance(x, Stage)`` holds for
+    each. Each forwards JAX's ``in_tree``, ``in_avals``, ``donate_argnums`` and ``args_info``
+    of the stage it wraps."""
+
+
+Stage.register(AotCompiled)
+Stage.register(Lowered)
+Stage.register(TracedJit)
+
+# Tree mode (graph=False) returns the same classes as graph mode.
+SimpleJitWrapped = JitWrapped
+SimpleJitPartialWrapped = JitWrapped
+SimpleCompiled = SimplePartialCompiled = AotCompiled
+SimpleLowered = SimplePartialLowered = Lowered
+SimpleTraced = SimplePartialTraced = TracedJit
+
+_FN = "flax.nnx.transforms.compilation."
+JitFn = internal_class(_FN + "JitFn", "nnx.jit")
+ShardMapFn = internal_class(_FN + "ShardMapFn", "nnx.shard_map")
+SimpleJitFn = internal_class(_FN + "SimpleJitFn", "nnx.jit(..., graph=False)")
+SimpleJitPartialFn = internal_class(_FN + "SimpleJitPartialFn", "nnx.jit_partial(..., graph=False)")
+SimpleShardMapFn = internal_class(_FN + "SimpleShardMapFn", "nnx.shard_map(..., graph=False)")

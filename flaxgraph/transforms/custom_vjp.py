@@ -43,9 +43,14 @@ import numpy as np
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve
-from flaxgraph.transforms.autodiff import tangent_at
 from flaxgraph.transforms.calling_conventions import check_not_bound_method
-from flaxgraph.transforms.diff_argnums import DIFF_KEYS, DIFF_SPEC, Diff, output_inner
+from flaxgraph.transforms.diff_argnums import (
+    DIFF_KEYS,
+    DIFF_SPEC,
+    Diff,
+    output_inner,
+    tangent_at,
+)
 from flaxgraph.transforms.lift import OUT, InStatic, OutStatic, Static, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import P, R, Transformed

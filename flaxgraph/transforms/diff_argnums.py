@@ -16,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
+
 from flaxgraph.filterlib import Filter
-from flaxgraph.graphlib.registry import is_node_or_variable
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, is_node_or_variable
 from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.lift import Inner
 from flaxgraph.transforms.lift_types import DiffState, PrefixMapping
+from flaxgraph.typing import MISSING, PathParts
 from flaxgraph.variablelib.variable import Param, Variable
 
 
@@ -131,3 +134,25 @@ def check_argnums(argnums: Any, transform: str) -> None:
                 f"nnx.{transform}: argnums entries must be ints or nnx.DiffState, but "
                 f"{where} is a {type(item).__name__}."
             )
+
+
+def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> Any:
+    """The tangent (or cotangent) of the primal leaf at ``path`` ((0, argnum, *rest)) in
+    per-argument trees of States, containers or objects; zero if absent."""
+    node: Any = tangents[path[1]]  # type: ignore[call-overload]  # path[1] is the argnum
+    for key in path[2:]:
+        if isinstance(node, State) or type(node) in (dict, list, tuple):
+            try:
+                node = node[key]
+            except (KeyError, IndexError):
+                node = None
+        elif type(node) in GRAPH_NODE_IMPLS:  # attributes, and int keys (nnx.List items)
+            child = GRAPH_NODE_IMPLS[type(node)].get_child(node, key)
+            node = None if child is MISSING else child
+        else:
+            node = None
+        if node is None:
+            break
+    if node is None:
+        return jax.numpy.zeros_like(primal_value)
+    return node.raw_value if isinstance(node, Variable) else node

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar, overload
 
 import jax
 
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.proxy_caller import CallableProxy, DelayedAccessor
 from flaxgraph.stand_ins import internal_class
 from flaxgraph.transforms.checkify import checkify
