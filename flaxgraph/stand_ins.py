@@ -13,7 +13,7 @@ reason.
 Example::
 
   >>> from flaxgraph.stand_ins import internal_class
-  >>> JitFn = internal_class("flax.nnx.transforms.compilation.JitFn", "nnx.jit")
+  >>> JitFn = internal_class("flaxgraph.transforms.compilation", "JitFn", "nnx.jit")
   >>> isinstance(object(), JitFn)
   False
   >>> JitFn(lambda x: x)
@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 
 from flaxgraph.errors import FlaxInternalError
 
-__all__ = ["internal_class", "internal_function", "internal_error", "stands_for"]
+__all__ = ["flax_name", "internal_class", "internal_function", "internal_error", "stands_for"]
 
 
 def stands_for(value: object) -> str | None:
@@ -64,18 +64,19 @@ def internal_error(dotted: str, instead: str) -> FlaxInternalError:
     )
 
 
-def _flaxgraph_module(dotted: str) -> str:
-    """``'flax.nnx.a.B'`` -> ``'flaxgraph.a'``: the module that holds the stand-in."""
-    return "flaxgraph" + dotted.rpartition(".")[0].removeprefix("flax.nnx")
+def flax_name(module: str, name: str) -> str:
+    """``('flaxgraph.a', 'B')`` -> ``'flax.nnx.a.B'``: the Flax name of ``module.name``."""
+    return "flax.nnx" + module.removeprefix("flaxgraph") + "." + name
 
 
-def internal_class(dotted: str, instead: str) -> type[Any]:
+def internal_class(module: str, name: str, instead: str) -> type[Any]:
     """A class standing for the Flax-internal class ``dotted``: nameable, never built.
 
     Args:
-      dotted: the full Flax name (``'flax.nnx.transforms.iteration.SimpleVmapFn'``); the
-        class gets its last part as ``__name__`` and flaxgraph's module of the same dotted
-        name as ``__module__``.
+      module: the flaxgraph module that defines the stand-in (its ``__name__``, e.g.
+        ``'flaxgraph.transforms.iteration'``); the Flax name is the same dotted path under
+        ``flax.nnx``.
+      name: the class name (``'SimpleVmapFn'``).
       instead: what to use in flaxgraph.
 
     Returns:
@@ -83,7 +84,7 @@ def internal_class(dotted: str, instead: str) -> type[Any]:
       ``isinstance`` (no flaxgraph object is an instance), whose construction raises
       :class:`~flaxgraph.errors.FlaxInternalError`.
     """
-    name = dotted.rpartition(".")[2]
+    dotted = flax_name(module, name)
 
     def __new__(cls: type[Any], *args: Any, **kwargs: Any) -> NoReturn:
         raise internal_error(dotted, instead)
@@ -97,28 +98,31 @@ def internal_class(dotted: str, instead: str) -> type[Any]:
         "__doc__": f"Stands for Flax's ``{dotted}``, which flaxgraph does not need; "
         f"use {instead}. Constructing it raises ``FlaxInternalError``.",
         "__slots__": (),
-        "__module__": _flaxgraph_module(dotted),
+        "__module__": module,
         "__flax_internal__": dotted,
     }
     return type(name, (), namespace)
 
 
-def internal_function(dotted: str, instead: str) -> Callable[..., NoReturn]:
+def internal_function(module: str, name: str, instead: str) -> Callable[..., NoReturn]:
     """A function standing for the Flax-internal function ``dotted``: calling it raises.
 
     Args:
-      dotted: the full Flax name.
+      module: the flaxgraph module that defines the stand-in (its ``__name__``).
+      name: the function name.
       instead: what to use in flaxgraph.
 
     Returns:
       A function named as Flax's whose call raises :class:`~flaxgraph.errors.FlaxInternalError`.
     """
 
+    dotted = flax_name(module, name)
+
     def stand_in(*args: Any, **kwargs: Any) -> NoReturn:
         raise internal_error(dotted, instead)
 
-    stand_in.__name__ = stand_in.__qualname__ = dotted.rpartition(".")[2]
-    stand_in.__module__ = _flaxgraph_module(dotted)
+    stand_in.__name__ = stand_in.__qualname__ = name
+    stand_in.__module__ = module
     stand_in.__flax_internal__ = dotted  # type: ignore[attr-defined]
     stand_in.__doc__ = (
         f"Stands for Flax's ``{dotted}``, which flaxgraph does not need; use {instead}. "

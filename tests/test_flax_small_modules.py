@@ -114,9 +114,11 @@ def test_trace_state_is_valid_only_in_its_own_trace() -> None:
     f(1.0)
     assert seen == {"outer": False, "inner": True, "equal": False}
     assert pickle.loads(pickle.dumps(outer)) == outer
-    assert jax.tree.leaves(outer) == []
-    assert jax.tree.map(lambda x: x, outer) == outer
     assert "jax_trace=" in repr(outer)
+    assert jax.tree.leaves(outer) == [] and jax.tree.map(lambda x: x, outer) == outer
+    from flaxgraph import tracing
+
+    assert tracers.TraceState is tracing.TraceState
 
 
 def test_proxy_caller_records_and_replays_lookups() -> None:

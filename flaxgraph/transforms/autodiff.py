@@ -544,15 +544,16 @@ AxisName = Hashable
 """A mesh or mapped axis name."""
 CustomVjp = custom_vjp
 SimpleCustomVjp = custom_vjp
-_FN = "flax.nnx.transforms.autodiff."
-GradFn = internal_class(_FN + "GradFn", "nnx.grad")
-FwdFn = internal_class(_FN + "FwdFn", "nnx.custom_vjp(...).defvjp")
-BwdFn = internal_class(_FN + "BwdFn", "nnx.custom_vjp(...).defvjp")
-CustomVjpFnWrapper = internal_class(_FN + "CustomVjpFnWrapper", "nnx.custom_vjp")
-SimpleGradFn = internal_class(_FN + "SimpleGradFn", "nnx.grad(..., graph=False)")
-SimpleVjpFn = internal_class(_FN + "SimpleVjpFn", "nnx.vjp(..., graph=False)")
-SimpleJvpFn = internal_class(_FN + "SimpleJvpFn", "nnx.jvp(..., graph=False)")
-SimpleRematFn = internal_class(_FN + "SimpleRematFn", "nnx.remat(..., graph=False)")
-SimpleCustomVjpFn = internal_class(_FN + "SimpleCustomVjpFn", "nnx.custom_vjp(..., graph=False)")
-SimpleFwdFn = internal_class(_FN + "SimpleFwdFn", "nnx.custom_vjp(..., graph=False).defvjp")
-SimpleBwdFn = internal_class(_FN + "SimpleBwdFn", "nnx.custom_vjp(..., graph=False).defvjp")
+GradFn = internal_class(__name__, "GradFn", "nnx.grad")
+FwdFn = internal_class(__name__, "FwdFn", "nnx.custom_vjp(...).defvjp")
+BwdFn = internal_class(__name__, "BwdFn", "nnx.custom_vjp(...).defvjp")
+CustomVjpFnWrapper = internal_class(__name__, "CustomVjpFnWrapper", "nnx.custom_vjp")
+SimpleGradFn = internal_class(__name__, "SimpleGradFn", "nnx.grad(..., graph=False)")
+SimpleVjpFn = internal_class(__name__, "SimpleVjpFn", "nnx.vjp(..., graph=False)")
+SimpleJvpFn = internal_class(__name__, "SimpleJvpFn", "nnx.jvp(..., graph=False)")
+SimpleRematFn = internal_class(__name__, "SimpleRematFn", "nnx.remat(..., graph=False)")
+SimpleCustomVjpFn = internal_class(
+    __name__, "SimpleCustomVjpFn", "nnx.custom_vjp(..., graph=False)"
+)
+SimpleFwdFn = internal_class(__name__, "SimpleFwdFn", "nnx.custom_vjp(..., graph=False).defvjp")
+SimpleBwdFn = internal_class(__name__, "SimpleBwdFn", "nnx.custom_vjp(..., graph=False).defvjp")

@@ -604,9 +604,10 @@ SimpleCompiled = SimplePartialCompiled = AotCompiled
 SimpleLowered = SimplePartialLowered = Lowered
 SimpleTraced = SimplePartialTraced = TracedJit
 
-_FN = "flax.nnx.transforms.compilation."
-JitFn = internal_class(_FN + "JitFn", "nnx.jit")
-ShardMapFn = internal_class(_FN + "ShardMapFn", "nnx.shard_map")
-SimpleJitFn = internal_class(_FN + "SimpleJitFn", "nnx.jit(..., graph=False)")
-SimpleJitPartialFn = internal_class(_FN + "SimpleJitPartialFn", "nnx.jit_partial(..., graph=False)")
-SimpleShardMapFn = internal_class(_FN + "SimpleShardMapFn", "nnx.shard_map(..., graph=False)")
+JitFn = internal_class(__name__, "JitFn", "nnx.jit")
+ShardMapFn = internal_class(__name__, "ShardMapFn", "nnx.shard_map")
+SimpleJitFn = internal_class(__name__, "SimpleJitFn", "nnx.jit(..., graph=False)")
+SimpleJitPartialFn = internal_class(
+    __name__, "SimpleJitPartialFn", "nnx.jit_partial(..., graph=False)"
+)
+SimpleShardMapFn = internal_class(__name__, "SimpleShardMapFn", "nnx.shard_map(..., graph=False)")

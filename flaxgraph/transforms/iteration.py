@@ -88,22 +88,21 @@ class Broadcasted:
     data: Any
 
 
-_ITERATION_MODULE = "flax.nnx.transforms.iteration."
-VmapFn = internal_class(_ITERATION_MODULE + "VmapFn", "nnx.vmap")
-PmapFn = internal_class(_ITERATION_MODULE + "PmapFn", "nnx.pmap")
-ScanFn = internal_class(_ITERATION_MODULE + "ScanFn", "nnx.scan")
-WhileLoopCondFn = internal_class(_ITERATION_MODULE + "WhileLoopCondFn", "nnx.while_loop")
-WhileLoopBodyFn = internal_class(_ITERATION_MODULE + "WhileLoopBodyFn", "nnx.while_loop")
-ForiLoopBodyFn = internal_class(_ITERATION_MODULE + "ForiLoopBodyFn", "nnx.fori_loop")
-SimpleVmapFn = internal_class(_ITERATION_MODULE + "SimpleVmapFn", "nnx.vmap(..., graph=False)")
-SimplePmapFn = internal_class(_ITERATION_MODULE + "SimplePmapFn", "nnx.pmap(..., graph=False)")
-SimpleScanFn = internal_class(_ITERATION_MODULE + "SimpleScanFn", "nnx.scan(..., graph=False)")
+VmapFn = internal_class(__name__, "VmapFn", "nnx.vmap")
+PmapFn = internal_class(__name__, "PmapFn", "nnx.pmap")
+ScanFn = internal_class(__name__, "ScanFn", "nnx.scan")
+WhileLoopCondFn = internal_class(__name__, "WhileLoopCondFn", "nnx.while_loop")
+WhileLoopBodyFn = internal_class(__name__, "WhileLoopBodyFn", "nnx.while_loop")
+ForiLoopBodyFn = internal_class(__name__, "ForiLoopBodyFn", "nnx.fori_loop")
+SimpleVmapFn = internal_class(__name__, "SimpleVmapFn", "nnx.vmap(..., graph=False)")
+SimplePmapFn = internal_class(__name__, "SimplePmapFn", "nnx.pmap(..., graph=False)")
+SimpleScanFn = internal_class(__name__, "SimpleScanFn", "nnx.scan(..., graph=False)")
 SimpleWhileLoopCondFn = internal_class(
-    _ITERATION_MODULE + "SimpleWhileLoopCondFn", "nnx.while_loop(..., graph=False)"
+    __name__, "SimpleWhileLoopCondFn", "nnx.while_loop(..., graph=False)"
 )
 SimpleWhileLoopBodyFn = internal_class(
-    _ITERATION_MODULE + "SimpleWhileLoopBodyFn", "nnx.while_loop(..., graph=False)"
+    __name__, "SimpleWhileLoopBodyFn", "nnx.while_loop(..., graph=False)"
 )
 SimpleForiLoopBodyFn = internal_class(
-    _ITERATION_MODULE + "SimpleForiLoopBodyFn", "nnx.fori_loop(..., graph=False)"
+    __name__, "SimpleForiLoopBodyFn", "nnx.fori_loop(..., graph=False)"
 )

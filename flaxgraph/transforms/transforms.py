@@ -173,15 +173,12 @@ jax.tree_util.register_pytree_node(
     lambda aux, children: ValueMetadata(aux[0], children[0], dict(aux[1])),
 )
 
-_TRANSFORMS_MODULE = "flax.nnx.transforms.transforms."
-CheckifyFn = internal_class(_TRANSFORMS_MODULE + "CheckifyFn", "nnx.checkify")
-SimpleCheckifyFn = internal_class(
-    _TRANSFORMS_MODULE + "SimpleCheckifyFn", "nnx.checkify(..., graph=False)"
-)
-SimpleCondFn = internal_class(_TRANSFORMS_MODULE + "SimpleCondFn", "nnx.cond(..., graph=False)")
+CheckifyFn = internal_class(__name__, "CheckifyFn", "nnx.checkify")
+SimpleCheckifyFn = internal_class(__name__, "SimpleCheckifyFn", "nnx.checkify(..., graph=False)")
+SimpleCondFn = internal_class(__name__, "SimpleCondFn", "nnx.cond(..., graph=False)")
 SimpleEvalShapeFn = internal_class(
-    _TRANSFORMS_MODULE + "SimpleEvalShapeFn", "nnx.eval_shape(..., graph=False)"
+    __name__, "SimpleEvalShapeFn", "nnx.eval_shape(..., graph=False)"
 )
 SimpleMakeJaxprFn = internal_class(
-    _TRANSFORMS_MODULE + "SimpleMakeJaxprFn", "nnx.make_jaxpr(..., graph=False)"
+    __name__, "SimpleMakeJaxprFn", "nnx.make_jaxpr(..., graph=False)"
 )
