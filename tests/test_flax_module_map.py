@@ -156,20 +156,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
     ),
     "flax.nnx.helpers": frozenset({"ModuleDefApply", "TrainState", "has_keyword_arg"}),
     "flax.nnx.ids": frozenset({"UUIDManager"}),
-    "flax.nnx.rnglib": frozenset(
-        {
-            "AxesValue",
-            "Counts",
-            "KeylessInitializer",
-            "NotKey",
-            "OutShardingType",
-            "RngValue",
-            "SplitBackups",
-            "SplitPattern",
-            "StreamBackup",
-            "backup_keys",
-        }
-    ),
     "flax.nnx.spmd": frozenset(
         {"abstract_with_sharding", "add_axis", "as_abstract", "get_abstract_model", "remove_axis"}
     ),
@@ -187,7 +173,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "in_ipython",
         }
     ),
-    "flax.nnx.training.optimizer": frozenset({"MISSING", "to_opt_state"}),
     "flax.nnx.variablelib": frozenset(
         {
             "AbstractVariable",

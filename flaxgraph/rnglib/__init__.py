@@ -4,7 +4,10 @@
 split, merge and cross transforms like any state); ``samplers`` their
 ``jax.random``-style methods; ``splitting`` the functions that split, fork,
 reseed and restore them around ``vmap``/``scan``; ``stream_copy`` defines
-``with_rngs`` (a copy of a graph with new streams, sharing everything else).
+``with_rngs`` (a copy of a graph with new streams, sharing everything else);
+``type_names`` the type aliases, the ``NotKey`` filter and the
+``KeylessInitializer`` protocol Flax's ``rnglib`` defines. ``SplitBackups`` is Flax's
+name of ``RngBackups``.
 
 This package is Flax NNX's ``rnglib`` module map.
 """
@@ -15,8 +18,19 @@ from flaxgraph.rnglib.rngs import Rngs as Rngs
 from flaxgraph.rnglib.rngs import RngState as RngState
 from flaxgraph.rnglib.rngs import RngStream as RngStream
 from flaxgraph.rnglib.splitting import RngBackups as RngBackups
+from flaxgraph.rnglib.splitting import backup_keys as backup_keys
 from flaxgraph.rnglib.splitting import fork_rngs as fork_rngs
 from flaxgraph.rnglib.splitting import reseed as reseed
 from flaxgraph.rnglib.splitting import restore_rngs as restore_rngs
 from flaxgraph.rnglib.splitting import split_rngs as split_rngs
 from flaxgraph.rnglib.stream_copy import with_rngs as with_rngs
+from flaxgraph.rnglib.type_names import AxesValue as AxesValue
+from flaxgraph.rnglib.type_names import Counts as Counts
+from flaxgraph.rnglib.type_names import KeylessInitializer as KeylessInitializer
+from flaxgraph.rnglib.type_names import NotKey as NotKey
+from flaxgraph.rnglib.type_names import OutShardingType as OutShardingType
+from flaxgraph.rnglib.type_names import RngValue as RngValue
+from flaxgraph.rnglib.type_names import SplitPattern as SplitPattern
+from flaxgraph.rnglib.type_names import StreamBackup as StreamBackup
+
+SplitBackups = RngBackups  # Flax's name of what split_rngs/fork_rngs return in place

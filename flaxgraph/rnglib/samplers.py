@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 
@@ -51,8 +51,25 @@ INITIALIZERS: tuple[str, ...] = (
 ``uniform``, ``truncated_normal`` and ``orthogonal`` are not among them: those names
 are the ``jax.random`` samplers."""
 
-KeylessInitializer = Callable[..., jax.Array]
-"""``init(shape, dtype=..., ...)``: an initializer whose key comes from a stream."""
+
+@runtime_checkable
+class KeylessInitializer(Protocol):
+    """An initializer whose key comes from a stream: ``init(shape, dtype=None,
+    out_sharding=None)`` returns an array of ``shape`` and ``dtype``, placed with
+    ``out_sharding`` (a ``NamedSharding``/``PartitionSpec``) where given.
+
+    The initializer methods return one (``rngs.params.lecun_normal()``). A type for
+    annotations and ``isinstance`` (any callable passes; nothing checks its signature).
+
+    Source: Flax NNX 0.12 ``flax.nnx.rnglib.KeylessInitializer``.
+    """
+
+    def __call__(
+        self,
+        shape: tuple[int, ...],
+        dtype: Any | None = None,
+        out_sharding: jax.sharding.NamedSharding | jax.sharding.PartitionSpec | None = None,
+    ) -> jax.Array: ...
 
 
 def _signature_without_key(fn: Callable[..., Any]) -> inspect.Signature | None:

@@ -11,7 +11,7 @@ Source: Flax NNX 0.12 ``nnx.split_rngs``, ``nnx.fork_rngs``, ``nnx.reseed``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
@@ -110,13 +110,18 @@ class RngBackups:
     """What ``split_rngs``/``fork_rngs`` replaced, to put back with ``restore()``.
 
     Use it as a context manager (``with nnx.split_rngs(model, splits=4): ...``) or
-    call ``restore_rngs(backups)``.
+    call ``restore_rngs(backups)``. Iterating gives ``(stream, key, count)`` for each
+    replaced stream, as Flax's ``SplitBackups`` (``flaxgraph.rnglib.SplitBackups`` is
+    this class).
     """
 
     __slots__ = ("entries",)
 
     def __init__(self, entries: list[tuple[RngStream, Any, Any]]):
         self.entries = entries
+
+    def __iter__(self) -> Iterator[tuple[RngStream, Any, Any]]:
+        return iter(self.entries)
 
     def restore(self) -> None:
         """Puts back every replaced key and count."""
@@ -131,9 +136,78 @@ class RngBackups:
         self.restore()
 
 
-def restore_rngs(backups: RngBackups) -> None:
-    """Puts back the keys that ``split_rngs``/``fork_rngs`` replaced."""
-    backups.restore()
+def restore_rngs(backups: RngBackups | MarkBackups | Iterable[tuple[Any, ...]], /) -> None:
+    """Puts back the keys that ``split_rngs``/``fork_rngs`` replaced, or the keys
+    ``backup_keys`` saved.
+
+    Args:
+      backups: what ``split_rngs``/``fork_rngs`` returned in place, or any iterable
+        of ``(stream, key)`` (``backup_keys``'s list: the key alone is put back) and
+        ``(stream, key, count)`` tuples.
+
+    Raises:
+      ValueError: an entry is not such a tuple.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(0)
+      >>> saved = nnx.rnglib.backup_keys(rngs)
+      >>> backups = nnx.split_rngs(rngs, splits=4)
+      >>> rngs.default.key.shape
+      (4,)
+      >>> nnx.restore_rngs(backups); rngs.default.key.shape
+      ()
+
+    Source: Flax NNX 0.12 ``nnx.restore_rngs``.
+    """
+    if isinstance(backups, (RngBackups, MarkBackups)):
+        backups.restore()
+        return
+    for entry in backups:
+        if not (isinstance(entry, tuple) and len(entry) in (2, 3)):
+            raise ValueError(
+                f"restore_rngs expected (stream, key) or (stream, key, count) tuples, got "
+                f"{entry!r}.\nFix: pass what split_rngs/fork_rngs or backup_keys returned."
+            )
+        entry[0].key.value = entry[1]
+        if len(entry) == 3:
+            entry[0].count.value = entry[2]
+
+
+def backup_keys(node: Any, /, *, graph: bool | None = None) -> list[tuple[RngStream, Any]]:
+    """The current key of every ``RngStream`` of ``node``, to put back with
+    ``restore_rngs`` after code that replaces them.
+
+    Args:
+      node: any graph (a Module, an ``Rngs``, containers of them).
+      graph: ``False`` walks ``node`` in tree mode (a shared Variable is an error);
+        ``None`` follows ``nnx.set_graph_mode``.
+
+    Returns:
+      A list of ``(stream, key)`` pairs, one per stream (each once), in walk order; the
+      key is the stream's key array (a typed key array of any shape).
+
+    Raises:
+      SharedReferenceError: tree mode and a Variable reachable twice.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(params=0, dropout=1)
+      >>> saved = nnx.rnglib.backup_keys(rngs)
+      >>> nnx.reseed(rngs, params=5)
+      >>> nnx.restore_rngs(saved)
+      >>> bool((nnx.Rngs(params=0).params.key.value == rngs.params.key.value).all())
+      True
+
+    Source: Flax NNX 0.12 ``flax.nnx.rnglib.backup_keys``.
+    """
+    return [
+        (stream, stream.key.value)
+        for _, stream in iter_graph(node, graph=graph)
+        if isinstance(stream, RngStream)
+    ]
 
 
 def _selected(node: Any, rules: list[tuple[Any, Any, Any]], only: Any) -> list[Any]:

@@ -64,9 +64,11 @@ from flaxgraph.graphlib.inplace import update as graph_update
 from flaxgraph.pytreelib.objects import Pytree, static
 from flaxgraph.statelib import State
 from flaxgraph.training._params import (
+    OPTIMIZER_SHARDING,
     as_flat,
     filter_str,
     freeze_filter,
+    is_variable,
     pure_state,
     raw,
     unbox,
@@ -77,11 +79,20 @@ from flaxgraph.training._params import (
     wrt_pairs,
 )
 from flaxgraph.training.pickling import unwrap, wrap
+from flaxgraph.typing import MISSING as MISSING
 from flaxgraph.variablelib.variable import Param, Variable
 
 A = TypeVar("A")
 
-__all__ = ["ModelAndOptimizer", "OptArray", "OptState", "OptVariable", "Optimizer"]
+__all__ = [
+    "MISSING",
+    "ModelAndOptimizer",
+    "OptArray",
+    "OptState",
+    "OptVariable",
+    "Optimizer",
+    "to_opt_state",
+]
 
 
 if TYPE_CHECKING:
@@ -113,6 +124,44 @@ class OptVariable(OptState[A]):
 
     Source: Flax NNX ``nnx.OptVariable``.
     """
+
+
+def to_opt_state(tree: Any) -> Any:
+    """``tree`` with each leaf wrapped in an optimizer-state Variable.
+
+    A Variable becomes an ``OptVariable`` holding its value and a copy of its metadata
+    (an ``optimizer_sharding`` entry becomes the ``out_sharding``, as for the state an
+    ``Optimizer`` builds); any other leaf ``x`` becomes ``OptArray(x)``. Containers
+    (dicts, tuples, optax states, ``nnx.State``) keep their structure. The input is not
+    changed.
+
+    Args:
+      tree: a pytree whose leaves are arrays (any shape and dtype) or Variables.
+
+    Returns:
+      A pytree of the same structure whose leaves are ``OptVariable``/``OptArray``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.training.optimizer import to_opt_state
+      >>> state = to_opt_state({'w': nnx.Param(jnp.ones(2), out_sharding=('a',)),
+      ...                       'count': jnp.zeros(())})
+      >>> type(state['w']).__name__, state['w'].out_sharding, type(state['count']).__name__
+      ('OptVariable', ('a',), 'OptArray')
+
+    Source: Flax NNX ``flax.nnx.training.optimizer.to_opt_state`` (0.12).
+    """
+
+    def wrap_leaf(x: Any) -> OptState[Any]:
+        if not is_variable(x):
+            return OptArray(x)
+        metadata = x.get_metadata()
+        if OPTIMIZER_SHARDING in metadata:
+            metadata["out_sharding"] = metadata.pop(OPTIMIZER_SHARDING)
+        return OptVariable(x.get_value(), **metadata)
+
+    return jax.tree.map(wrap_leaf, tree, is_leaf=is_variable)
 
 
 M = TypeVar("M")
