@@ -30,7 +30,6 @@ Source: ``docs/design.md``, "The fast path".
 from __future__ import annotations
 
 import enum
-import operator
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, cast
@@ -44,14 +43,13 @@ from flaxgraph.graphlib.graphdefs import (
     StaticDef,
     VariableDef,
 )
-from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS, is_hashable
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, is_hashable
 from flaxgraph.graphlib.snapshot import StructureSnapshot
-from flaxgraph.graphlib.walk import SCALARS
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.leaf_access import (
     attribute_children,
-    get_arg,
+    is_argument_leaf,
     is_in_place,
     leaf_reader,
     leaf_writer,
@@ -79,7 +77,6 @@ from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backe
 
 _LEAF = object()
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
-_get_raw = operator.attrgetter("raw_value")
 
 
 def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -107,7 +104,7 @@ def _part(a: Any, objects: bool = True) -> Any:
     t = type(a)
     if t in GRAPH_NODE_IMPLS or isinstance(a, Variable):
         return id(a) if objects else None
-    if isinstance(a, ARRAY_TYPES) or t in SCALARS:
+    if is_argument_leaf(a):
         return _LEAF
     if a is None or t is str:
         return (t, a)
@@ -192,8 +189,8 @@ class Plan:
     plan (``plan_code.py``): it checks that the call has this plan's arguments (the
     same objects, leaves of the same types) and that their structure is unchanged,
     reads the leaves, calls the compiled function and finishes; it returns ``MISS``
-    (having done nothing) when the plan does not apply. ``valid`` and ``call`` are
-    the same two halves for a plan found by key.
+    (having done nothing) when the plan does not apply. It is the only form of the
+    plan's checks and reads: a plan found by key runs it too.
     """
 
     __slots__ = (
@@ -258,7 +255,7 @@ class Plan:
         for k, v in kwargs.items():
             _signature(v, 1, (k,), checks)
         self.arg_checks = tuple(checks)
-        # Arguments' pytrees whose items are reached by attribute (see get_arg).
+        # Arguments' pytrees whose items are reached by attribute (plan_code._access).
         self.attribute_parents = frozenset(
             (c.root, c.keys) for c in checks if c.kind is CheckKind.PYTREE
         )
@@ -327,29 +324,6 @@ class Plan:
         self.source = ""
         if self.in_place:
             self.run, self.source = compile_run(self, finish_fast)
-
-    def valid(self) -> bool:
-        """Whether the arguments still have the structure this plan was made for."""
-        return current_trace() is self.trace and self.snapshot.unchanged()
-
-    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Reads the leaves, calls the compiled function and finishes (no checks)."""
-        # Each ArgLeaf unpacked in the loop (cheaper than three field reads).
-        if self.leaf_variables is not None:
-            values = list(map(_get_raw, self.leaf_variables))
-            for pos, root, keys in self.arg_leaves:
-                values.insert(pos, get_arg(args, kwargs, root, keys))
-        else:
-            values = list(map(operator.call, self.getters, self.targets))
-            for pos, root, keys in self.arg_leaves:
-                values[pos] = get_arg(args, kwargs, root, keys)
-        if self.passthrough:
-            groups = [values] + [[] for _ in self.members[1:]]
-        else:
-            get = values.__getitem__
-            groups = [list(map(get, m)) for m in self.members]
-        out_static, out_groups = self.compiled.call(groups)
-        return finish_fast(self, out_static, out_groups, values)
 
 
 class LeafWrite(NamedTuple):
@@ -479,7 +453,12 @@ class FinishPlan:
             elif write is not None:
                 others.append(OtherWrite(source, write))
         installs = RefInstall(ref_variables, ref_sources) if ref_variables else None
-        return BoundFinish(list(by_group.values()), others, self.output_reader(plan), installs)
+        return BoundFinish(
+            var_writes=list(by_group.values()),
+            other_writes=others,
+            output=self.output_reader(plan),
+            installs=installs,
+        ).with_apply()
 
     def output_reader(self, plan: Plan) -> Callable[[list[Any], Sequence[Sequence[Any]]], Any]:
         """``(in_values, out_groups) -> output`` for one plan's objects."""
@@ -619,22 +598,18 @@ class PlanCache:
 
     def run_by_key(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
         """The call through the plan cached for these arguments' key, or ``MISS``
-        (transforms try ``recent.run`` first, inline, which needs no key)."""
+        (transforms try ``recent.run`` first, inline, which needs no key). The plan's
+        generated ``run`` checks the structure itself: the key only finds it."""
         key = plan_key(args, kwargs)
         if key is None:
             return MISS
-        plan = self.get((key, statics))
+        plan = self.plans.get((key, statics))
         if plan is None:
             return MISS
-        self.recent = plan
-        return plan.call(args, kwargs)
-
-    def get(self, key: Any) -> Plan | None:
-        """The valid plan for ``key``, if any."""
-        plan = self.plans.get(key)
-        if plan is not None and plan.valid():
-            return plan
-        return None
+        result = plan.run(args, kwargs, statics)
+        if result is not MISS:
+            self.recent = plan
+        return result
 
     def put(self, key: Any, plan: Plan) -> None:
         """Adds ``plan`` (most recent first), dropping the oldest beyond ``size``."""
@@ -687,11 +662,5 @@ def finish_fast(
     if bound is None:  # an output would hand out a Ref's own array
         values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
         return write_back(out, leaf_values(out.sources, values, out_groups), plan.nodes)
-    if bound.installs is not None:
-        bound.installs(out_groups)
-    for w in bound.var_writes:
-        list(map(_set_raw, w.targets, map(out_groups[w.group].__getitem__, w.positions)))
-    for other in bound.other_writes:
-        s = other.source
-        other.write(in_values[s.at] if s.origin == IN else out_groups[s.at][s.position])
-    return bound.output(in_values, out_groups)
+    assert bound.apply is not None  # (FinishPlan.bind generates it)
+    return bound.apply(in_values, out_groups)

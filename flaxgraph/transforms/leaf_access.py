@@ -15,7 +15,8 @@ from typing import Any, NamedTuple, cast
 
 import jax
 
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, PLAIN_STATIC
+from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS, PLAIN_STATIC
+from flaxgraph.graphlib.walk import SCALARS
 from flaxgraph.transforms.ref_writes import read_ref
 from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
@@ -54,6 +55,14 @@ def attribute_children(x: Any) -> tuple[list[tuple[str, Any]], Any] | None:
     return children, treedef
 
 
+def is_argument_leaf(x: object) -> bool:
+    """Whether an argument's value counts as a leaf for the fast path's key and its
+    checks: an array (JAX, NumPy) or a Python scalar. Any leaf may stand where
+    another was (the plan's compiled function is a ``jax.jit``, which retraces
+    when a leaf's type calls for it)."""
+    return isinstance(x, ARRAY_TYPES) or type(x) in SCALARS
+
+
 def level_treedef(x: Any) -> Any:
     """The structure of one level of the pytree ``x`` (its children as leaves)."""
     return jax.tree_util.tree_structure(x, is_leaf=lambda y: y is not x)
@@ -63,13 +72,6 @@ def child_of(node: Any, key: Any) -> Any:
     """An argument container's item: by key in lists, tuples and dicts, by attribute in
     the pytrees ``attribute_children`` accepts."""
     return node[key] if type(node) in _BUILTIN else getattr(node, key)
-
-
-def get_arg(args: tuple[Any, ...], kwargs: dict[str, Any], root: int, keys: Any) -> Any:
-    x: Any = args if root == 0 else kwargs
-    for k in keys:
-        x = child_of(x, k)
-    return x
 
 
 def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bool:

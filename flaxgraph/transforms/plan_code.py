@@ -39,7 +39,12 @@ from typing import Any, NamedTuple, Protocol
 from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, TupleItem, same_item
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
-from flaxgraph.transforms.leaf_access import get_raw, get_ref_content, level_treedef
+from flaxgraph.transforms.leaf_access import (
+    get_raw,
+    get_ref_content,
+    is_argument_leaf,
+    level_treedef,
+)
 from flaxgraph.transforms.lift import IN, LeafSource, OutStatic
 from flaxgraph.transforms.ref_writes import RefInstall
 from flaxgraph.variablelib.variable import METADATA_SLOT, Variable, metadata_of
@@ -66,8 +71,9 @@ class Plan(Protocol):
     statics: Any
     passthrough: Any
     run: Callable[..., Any]
-
-    def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+    source: str
+    last_out: OutStatic | None
+    last_finish: BoundFinish | None
 
 
 class VariableWrites(NamedTuple):
@@ -95,12 +101,24 @@ class BoundFinish(NamedTuple):
       other_writes: the other writes (array attributes, list items, boxes).
       output: ``(in_values, out_groups) -> output`` (``FinishPlan.output_reader``).
       installs: the new arrays of Ref-backed Variables (``RefInstall``), or ``None``.
+      apply: ``(in_values, out_groups) -> output``: all of the above, generated
+        from the one write-back template (``_write_back``, which a plan's ``run``
+        also inlines); ``None`` until ``with_apply``.
     """
 
     var_writes: list[VariableWrites]
     other_writes: list[OtherWrite]
     output: Callable[[list[Any], Sequence[Sequence[Any]]], Any]
     installs: RefInstall | None
+    apply: Callable[[list[Any], Sequence[Sequence[Any]]], Any] | None = None
+
+    def with_apply(self) -> BoundFinish:
+        """This write-back with its ``apply`` function generated."""
+        src = _Source(_namespace_of_write_back(), "def apply(values, out_groups):")
+        _write_back(src, self)
+        source = "\n".join(src.lines) + "\n"
+        exec(compile(source, f"<flaxgraph write-back {id(self):#x}>", "exec"), src.namespace)
+        return self._replace(apply=src.namespace["apply"])
 
 
 class CheckKind(enum.Enum):
@@ -119,8 +137,8 @@ MISS: Any = object()  # what run returns when the plan does not apply (None is a
 class _Source:
     """The lines of the generated function and the objects they name."""
 
-    def __init__(self, namespace: dict[str, Any]):
-        self.lines = ["def run(args, kwargs, statics):"]
+    def __init__(self, namespace: dict[str, Any], header: str = "def run(args, kwargs, statics):"):
+        self.lines = [header]
         self.namespace = namespace
 
     def const(self, value: Any) -> str:
@@ -181,6 +199,7 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "_values": dict.values,
         "_is": operator.is_,
         "_level": level_treedef,
+        "_leaf": is_argument_leaf,
         "_getattr": getattr,
         "_same": same_item,
         "_call": operator.call,
@@ -189,6 +208,11 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "_getr": operator.attrgetter("raw_value"),
         "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
     }
+
+
+def _namespace_of_write_back() -> dict[str, Any]:
+    """The names a generated write-back reads besides its objects."""
+    return {"_list": list, "_map": map, "_set_raw": Variable.raw_value.__set__}  # type: ignore[attr-defined]
 
 
 def _signature_checks(src: _Source, plan: Plan) -> None:
@@ -209,7 +233,8 @@ def _signature_checks(src: _Source, plan: Plan) -> None:
         if kind is CheckKind.IS:
             conditions.append(f"{access} is not {const(expected)}")
         elif kind is CheckKind.TYPE:
-            conditions.append(f"type({access}) is not {const(expected)}")
+            # Another leaf type (a NumPy array for a jax.Array) is still a leaf.
+            conditions.append(f"(type({access}) is not {const(expected)} and not _leaf({access}))")
         elif kind is CheckKind.PYTREE:
             t, treedef = expected
             conditions.append(f"type({access}) is not {const(t)}")
@@ -303,7 +328,7 @@ def _call_and_finish(
         src.line("try:")
         src.line(f"    out_groups = COMPILED({groups})")
         src.line("except CHANGED:")
-        src.line("    return RETRY(PLAN, args, kwargs)")
+        src.line("    return RETRY(PLAN, FINISH, args, kwargs, statics)")
         src.line("out = OUT")
         if last_out is not plan.compiled.out_static:
             bound = None
@@ -341,12 +366,20 @@ def _access(
     return text
 
 
-def _retry(plan: Plan, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _retry(
+    plan: Plan,
+    finish: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    statics: Any,
+) -> Any:
     """The call after the plan's compiled function switched to returning its
-    ``OutStatic`` (see compiled.py): through ``plan.call``, which handles both, and
-    no longer through the generated code."""
-    plan.run = miss_always
-    return plan.call(args, kwargs)
+    ``OutStatic`` (see compiled.py): the plan's function is generated again for
+    that form, and runs the call (nothing was done yet)."""
+    if not plan.compiled.with_static:
+        plan.compiled.switch()
+    plan.run, plan.source = compile_run(plan, finish, plan.last_out, plan.last_finish)
+    return plan.run(args, kwargs, statics)
 
 
 def miss_always(args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
