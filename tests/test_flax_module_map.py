@@ -173,35 +173,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "in_ipython",
         }
     ),
-    "flax.nnx.variablelib": frozenset(
-        {
-            "AbstractVariable",
-            "AddAxisHook",
-            "AxisIndex",
-            "AxisName",
-            "CreateValueHook",
-            "GetValueHook",
-            "GetVariable",
-            "HijaxVariableMeta",
-            "Leaf",
-            "NewVariable",
-            "PyTreeDef",
-            "RemoveAxisHook",
-            "SetValueHook",
-            "SetVariable",
-            "VARIABLE_CONTEXT",
-            "VariableContext",
-            "VariableEffect",
-            "VariableMeta",
-            "VariableQDD",
-            "VariableTypeCache",
-            "get_variable_p",
-            "is_array_ref",
-            "new_variable_p",
-            "set_variable_p",
-            "variable_effect",
-        }
-    ),
     "flax.nnx.visualization": frozenset({"in_ipython", "render_object_constructor"}),
 }
 

@@ -14,6 +14,7 @@ Source: Flax NNX 0.12 ``nnx.register_variable_name``,
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from flaxgraph.variablelib.variable import (
@@ -29,6 +30,11 @@ from flaxgraph.variablelib.variable import (
 # `register_variable_name`.
 _NAME_TO_TYPE: dict[str, type[Variable[Any]]] = {}
 _TYPE_TO_NAME: dict[type[Variable[Any]], str] = {}
+
+VariableTypeCache = MappingProxyType(_NAME_TO_TYPE)
+"""The registry as Flax names it: collection name -> Variable kind, a read-only live view
+(register with ``register_variable_name``). Source: Flax NNX 0.12.8
+``flax.nnx.variablelib.VariableTypeCache`` (a dict there)."""
 
 
 def register_variable_name(
