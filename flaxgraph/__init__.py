@@ -173,6 +173,12 @@ from flaxgraph.nn.recurrent import SimpleCell as SimpleCell
 from flaxgraph.nn.rnn import RNN as RNN
 from flaxgraph.nn.rnn import Bidirectional as Bidirectional
 from flaxgraph.nn.stochastic import Dropout as Dropout
+from flaxgraph.partitioning import AxisMetadata as AxisMetadata
+from flaxgraph.partitioning import Partitioned as Partitioned
+from flaxgraph.partitioning import get_named_sharding as get_named_sharding
+from flaxgraph.partitioning import get_partition_spec as get_partition_spec
+from flaxgraph.partitioning import with_partitioning as with_partitioning
+from flaxgraph.partitioning import with_sharding_constraint as with_sharding_constraint
 from flaxgraph.pytreelib.attribute_kinds import Data as Data
 from flaxgraph.pytreelib.attribute_kinds import Static as Static
 from flaxgraph.pytreelib.attribute_kinds import data as data
@@ -199,12 +205,6 @@ from flaxgraph.rnglib.stream_copy import with_rngs as with_rngs
 from flaxgraph.serialization import check_checkpoint as check_checkpoint
 from flaxgraph.serialization import load_state as load_state
 from flaxgraph.serialization import save_state as save_state
-from flaxgraph.spmd import AxisMetadata as AxisMetadata
-from flaxgraph.spmd import Partitioned as Partitioned
-from flaxgraph.spmd import get_named_sharding as get_named_sharding
-from flaxgraph.spmd import get_partition_spec as get_partition_spec
-from flaxgraph.spmd import with_partitioning as with_partitioning
-from flaxgraph.spmd import with_sharding_constraint as with_sharding_constraint
 from flaxgraph.statelib import FlatState as FlatState
 from flaxgraph.statelib import State as State
 from flaxgraph.statelib import filter_state as filter_state

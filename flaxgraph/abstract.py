@@ -32,7 +32,7 @@ from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.mesh_context import active_mesh, check_spec, names_of, use_eager_sharding
-from flaxgraph.spmd import get_named_sharding, leaf_where, spec_of
+from flaxgraph.partitioning import get_named_sharding, leaf_where, spec_of
 from flaxgraph.statelib import State
 from flaxgraph.transforms.control import eval_shape
 from flaxgraph.variablelib.variable import Variable, metadata_of

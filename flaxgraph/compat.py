@@ -32,6 +32,7 @@ from flaxgraph import views as _views
 from flaxgraph.graphlib import descendants as _descendants
 from flaxgraph.graphlib import functional as _functional
 from flaxgraph.graphlib import split_merge as _split_merge
+from flaxgraph.module_class import iter_modules as _iter_modules
 from flaxgraph.rnglib.splitting import fork_rngs as _fork_rngs
 from flaxgraph.rnglib.splitting import reseed as _reseed
 from flaxgraph.rnglib.splitting import split_rngs as _split_rngs
@@ -91,6 +92,7 @@ clone = _fixed(_split_merge.clone)
 flatten = _fixed(_functional.flatten)
 iter_graph = _fixed(_descendants.iter_graph)
 iter_children = _fixed(_descendants.iter_children)
+iter_modules = _fixed(_iter_modules)
 recursive_map = _fixed(_descendants.recursive_map)
 checkify = _fixed(_checkify.checkify)
 view = _fixed(_views.view)

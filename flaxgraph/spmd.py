@@ -1,387 +1,58 @@
-"""Axis metadata and sharding helpers (SPMD).
+"""Flax NNX's ``nnx.spmd``: sharding helpers, abstract models and the axis helpers of transforms.
 
-Variables carry sharding *names* as plain metadata: ``nnx.Param(x,
-out_sharding=('data', None))`` (the deprecated ``sharding=``/``sharding_names=`` are
-stored there too). Transforms that add or remove an
-axis (``vmap``, ``pmap``, ``scan``) keep those names in step with the value's
-rank through ``Variable.add_axis``/``remove_axis`` and their
-``transform_metadata`` (``{nnx.PARTITION_NAME: 'layers'}``).
+Sharding names, boxes and ``PartitionSpec``/``NamedSharding`` conversions are defined in
+:mod:`flaxgraph.partitioning`; ``get_abstract_model``, ``as_abstract`` and
+``abstract_with_sharding`` in :mod:`flaxgraph.abstract` (they run ``nnx.eval_shape``, so they
+sit above the transforms). This module gathers them at Flax's path
+(``from flax.nnx.spmd import get_abstract_model``) with ``add_axis`` and ``remove_axis``
+(defined in :mod:`flaxgraph.variablelib.tree_axes`), what a transform does to the Variables of a
+tree when it adds or removes an axis.
 
-This file also provides the *box* protocol of the "Axis Metadata" FLIP
-flax#2434: an ``AxisMetadata`` box wraps a value with metadata that follows
-added and removed axes; ``Partitioned(value, names)`` is the sharding box and
-``with_partitioning(init_fn, names)`` wraps an initializer so it returns one. A
-boxed initial value becomes a Variable with that metadata
-(``nnx.Param(Partitioned(x, ('a', None)))`` has ``out_sharding == ('a', None)``).
+Example::
 
-From metadata to shardings: ``get_partition_spec(state)`` maps every Variable to a
-``PartitionSpec`` of its names, ``get_named_sharding(state, mesh)`` to a
-``NamedSharding``, and ``with_sharding_constraint`` applies either inside ``jit``.
+  >>> import jax.numpy as jnp, flaxgraph as nnx
+  >>> from flaxgraph import spmd
+  >>> state = {'w': nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))}
+  >>> _ = spmd.add_axis(state, 0, {nnx.PARTITION_NAME: 'layers'})
+  >>> state['w'].out_sharding
+  ('layers', 'a', 'b')
+  >>> _ = spmd.remove_axis(state, 0, {nnx.PARTITION_NAME: 'layers'})
+  >>> state['w'].out_sharding
+  ('a', 'b')
 
-Source: the "Axis Metadata" FLIP flax#2434; Flax NNX's "Transformations" guide
-("Axis metadata"); Flax NNX ``nnx.spmd``; shardings from ``jax.sharding``.
+Source: Flax NNX 0.12.8 ``flax.nnx.spmd`` (its module map; ``add_axis``/``remove_axis``
+behaviour read from its public source); the "Axis Metadata" FLIP flax#2434.
 """
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
-
-import jax
-from jax.sharding import NamedSharding, PartitionSpec
-
-from flaxgraph.graphlib.paths import keys_str
-from flaxgraph.graphlib.registry import is_node_or_variable
-from flaxgraph.mesh_context import check_spec, names_of, resolve_names
-from flaxgraph.variablelib.variable import PARTITION_NAME, Variable, metadata_of
-
-B = TypeVar("B", bound="AxisMetadata")
+from flaxgraph.abstract import abstract_with_sharding, as_abstract, get_abstract_model
+from flaxgraph.partitioning import (
+    PARTITION_NAME,
+    AxisMetadata,
+    Partitioned,
+    get_named_sharding,
+    get_partition_spec,
+    get_var_pspec,
+    map_boxes,
+    with_partitioning,
+    with_sharding_constraint,
+)
+from flaxgraph.variablelib.tree_axes import add_axis, remove_axis
 
 __all__ = [
     "PARTITION_NAME",
     "AxisMetadata",
     "Partitioned",
+    "abstract_with_sharding",
+    "add_axis",
+    "as_abstract",
+    "get_abstract_model",
     "get_named_sharding",
     "get_partition_spec",
     "get_var_pspec",
     "map_boxes",
+    "remove_axis",
     "with_partitioning",
     "with_sharding_constraint",
 ]
-
-
-class AxisMetadata(metaclass=abc.ABCMeta):
-    """A box holding a value plus metadata that follows axes added or removed by
-    transforms. Subclasses are registered as pytrees whose leaves are the value's.
-
-    ``add_axis`` and ``remove_axis`` return new boxes and are inverses:
-    ``box.add_axis(i, p).remove_axis(i, p) == box``.
-
-    Source: the "Axis Metadata" FLIP flax#2434.
-    """
-
-    @abc.abstractmethod
-    def unbox(self) -> Any:
-        """The wrapped value (not recursively unboxed)."""
-
-    @abc.abstractmethod
-    def add_axis(self: B, index: int, params: Mapping[str, Any]) -> B:
-        """A box for the value with a new axis at ``index``."""
-
-    @abc.abstractmethod
-    def remove_axis(self: B, index: int, params: Mapping[str, Any]) -> B:
-        """A box for the value with the axis at ``index`` removed."""
-
-    def variable_metadata(self) -> dict[str, Any]:
-        """Metadata a Variable created from this box receives (default none)."""
-        return {}
-
-
-class Partitioned(AxisMetadata):
-    """A value with one mesh-axis name (or ``None``) per dimension.
-
-    Args:
-      value: the array.
-      names: a tuple of axis names, one per dimension of ``value``.
-      metadata: more metadata for the Variable made from it (e.g. ``mesh``).
-
-    A Variable created from it has ``out_sharding == names`` (and ``metadata``). Under ``vmap``/``scan`` a
-    ``Partitioned`` in the arguments or outputs gains or loses the transform's
-    ``transform_metadata[PARTITION_NAME]`` at the mapped axis.
-
-    Source: the "Axis Metadata" FLIP flax#2434 (``Partitioned``).
-    """
-
-    __slots__ = ("value", "names", "metadata")
-
-    def __init__(
-        self,
-        value: Any,
-        names: tuple[str | tuple[str, ...] | None, ...],
-        metadata: Mapping[str, Any] | None = None,
-    ):
-        self.value = value
-        self.names = tuple(names)
-        self.metadata = dict(metadata or {})
-
-    def unbox(self) -> Any:
-        return self.value
-
-    def add_axis(self, index: int, params: Mapping[str, Any]) -> Partitioned:
-        names = list(self.names)
-        names.insert(index if index >= 0 else len(names) + 1 + index, params.get(PARTITION_NAME))
-        return Partitioned(self.value, tuple(names), self.metadata)
-
-    def remove_axis(self, index: int, params: Mapping[str, Any]) -> Partitioned:
-        names = list(self.names)
-        removed = names.pop(index)
-        expected = params.get(PARTITION_NAME)
-        if expected is not None and removed != expected:
-            raise ValueError(
-                f"Partitioned.remove_axis({index}) removes the axis named {removed!r}, but "
-                f"the transform's PARTITION_NAME is {expected!r}."
-            )
-        return Partitioned(self.value, tuple(names), self.metadata)
-
-    def variable_metadata(self) -> dict[str, Any]:
-        return {**self.metadata, "out_sharding": self.names}
-
-    def get_partition_spec(self) -> PartitionSpec:
-        return PartitionSpec(*self.names)
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Partitioned)
-            and self.names == other.names
-            and self.metadata == other.metadata
-            and self.value is other.value
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        shape = getattr(self.value, "shape", None)
-        return f"Partitioned(value={'shape ' + str(shape) if shape is not None else self.value!r}, names={self.names})"
-
-
-def _aux(p: Partitioned) -> Any:
-    return p.names, tuple(sorted(p.metadata.items()))
-
-
-def _unflatten_partitioned(aux: Any, children: Any) -> Partitioned:
-    return Partitioned(children[0], aux[0], dict(aux[1]))
-
-
-jax.tree_util.register_pytree_with_keys(
-    Partitioned,
-    lambda p: (((jax.tree_util.GetAttrKey("value"), p.value),), _aux(p)),
-    _unflatten_partitioned,
-    lambda p: ((p.value,), _aux(p)),
-)
-
-
-def with_partitioning(
-    initializer: Callable[..., Any],
-    sharding: tuple[str | tuple[str, ...] | None, ...],
-    mesh: Any = None,
-    **metadata: Any,
-) -> Callable[..., Partitioned]:
-    """Wraps an initializer (e.g. ``jax.nn.initializers.lecun_normal()``) so that it
-    returns ``Partitioned(value, sharding)``; a Variable made from it carries the
-    names as its ``out_sharding`` metadata (as in Flax NNX 0.12), plus ``mesh`` (if given: the Variable is then placed on
-    that mesh at creation, see ``use_eager_sharding``) and ``metadata``.
-
-    Example::
-
-      >>> import jax, flaxgraph as nnx
-      >>> init = nnx.with_partitioning(jax.nn.initializers.ones, (None, 'model'))
-      >>> nnx.Param(init(jax.random.key(0), (2, 4))).out_sharding
-      (None, 'model')
-
-    Source: the "Axis Metadata" FLIP flax#2434 (``with_partitioning``).
-    """
-
-    extra = {**metadata, **({"mesh": mesh} if mesh is not None else {})}
-
-    def init(*args: Any, **kwargs: Any) -> Partitioned:
-        return Partitioned(initializer(*args, **kwargs), sharding, extra)
-
-    return init
-
-
-def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
-    return names_of(metadata_of(v))
-
-
-def spec_of(leaf: Any) -> PartitionSpec:
-    if isinstance(leaf, Variable):
-        names = _names(leaf)
-        if names is None:
-            return PartitionSpec()
-        local = metadata_of(leaf).get("sharding_rules") or ()
-        return PartitionSpec(*resolve_names(names, local))
-    if isinstance(leaf, Partitioned):
-        return PartitionSpec(*resolve_names(leaf.names, leaf.metadata.get("sharding_rules", ())))
-    return PartitionSpec()
-
-
-def _has_names(leaf: Any) -> bool:
-    return isinstance(leaf, Partitioned) or (
-        isinstance(leaf, Variable) and _names(leaf) is not None
-    )
-
-
-def _is_box(x: Any) -> bool:
-    return isinstance(x, (Variable, Partitioned))
-
-
-def leaf_where(keypath: tuple[Any, ...], leaf: Any) -> str:
-    keys = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in keypath]
-    kind = type(leaf).__name__
-    return f"the {kind} at {keys_str(keys)!r}"
-
-
-def get_var_pspec(v: Variable[Any]) -> PartitionSpec | None:
-    """The ``PartitionSpec`` of one Variable: its sharding names (``out_sharding``…)
-    with logical names mapped by the active ``nnx.logical_axis_rules`` and its own
-    ``sharding_rules``; ``PartitionSpec()`` (replicated) for a Variable without names
-    whose value has a shape; ``None`` for one whose value has none (a string, a
-    callable…).
-
-    Args:
-      v: a Variable.
-
-    Returns:
-      A ``jax.sharding.PartitionSpec`` with one entry per named dimension, or ``None``.
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> w = nnx.Param(jnp.ones((2, 4)), out_sharding=('embed', 'mlp'))
-      >>> with nnx.logical_axis_rules([('mlp', 'model')]):
-      ...   print(nnx.spmd.get_var_pspec(w))
-      P('embed', 'model')
-      >>> nnx.spmd.get_var_pspec(nnx.Param(jnp.ones(3))), nnx.spmd.get_var_pspec(nnx.Variable('x'))
-      (P(), None)
-
-    Source: Flax NNX 0.12 ``nnx.spmd.get_var_pspec``.
-    """
-    if _names(v):
-        return spec_of(v)
-    return PartitionSpec() if hasattr(v, "shape") else None
-
-
-def get_partition_spec(tree: Any) -> Any:
-    """Replaces every leaf of ``tree`` (a State, or any pytree holding Variables or
-    ``Partitioned`` boxes) by its ``PartitionSpec``: a Variable's sharding names
-    (``out_sharding``) with logical
-    names mapped by the active ``nnx.logical_axis_rules``; ``PartitionSpec()``
-    (replicated) for leaves without names. Variables stay boxed: the result has the
-    same structure, with PartitionSpecs as values.
-
-    Args:
-      tree: a State / pytree; leaves of any shape.
-
-    Returns:
-      ``tree`` with ``PartitionSpec`` values (Variables keep kind and metadata).
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=(None, 'model'))})
-      >>> nnx.get_partition_spec(s)['w'].value
-      P(None, 'model')
-
-    Source: Flax NNX ``nnx.get_partition_spec``.
-    """
-
-    def spec(leaf: Any) -> Any:
-        s = spec_of(leaf)
-        return leaf.replace(s) if isinstance(leaf, Variable) else s
-
-    return jax.tree.map(spec, tree, is_leaf=_is_box)
-
-
-def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
-    """Like ``get_partition_spec`` but with ``NamedSharding(mesh, spec)`` values,
-    each spec checked against ``mesh`` and the leaf's rank.
-
-    Args:
-      tree: a State / pytree of Variables, ``Partitioned`` boxes or arrays (or
-        ``jax.ShapeDtypeStruct`` values, e.g. from ``nnx.eval_shape``).
-      mesh: a ``jax.sharding.Mesh`` (or ``AbstractMesh``).
-
-    Returns:
-      ``tree`` with ``NamedSharding`` values.
-
-    Raises:
-      ShardingSpecError (a ``ValueError``): a spec names an axis ``mesh`` lacks, or
-        has more entries than the value has dimensions; the message names the
-        Variable's path, the spec, and the mesh axes or the shape.
-
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> mesh = jax.make_mesh((1,), ('model',))
-      >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=(None, 'model'))})
-      >>> nnx.get_named_sharding(s, mesh)['w'].value.spec
-      P(None, 'model')
-      >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=('data', None))})
-      >>> nnx.get_named_sharding(s, mesh)
-      Traceback (most recent call last):
-      ...
-      flaxgraph.mesh_context.ShardingSpecError: The sharding of the Param at 'w' is P('data', None), which names the axis 'data' that the mesh lacks: the mesh axes are ('model',).
-      ...
-
-    Source: Flax NNX ``nnx.get_named_sharding``.
-    """
-
-    def sharding(keypath: tuple[Any, ...], leaf: Any) -> Any:
-        spec = spec_of(leaf)
-        value = leaf.raw_value if isinstance(leaf, Variable) else leaf
-        value = value.value if isinstance(value, Partitioned) else value
-        shape = getattr(value, "shape", None)
-        if shape is not None and not _has_names(leaf):
-            shape = None  # PartitionSpec() (replicated) fits every rank
-        check_spec(spec, mesh, None if shape is None else tuple(shape), leaf_where(keypath, leaf))
-        s = NamedSharding(mesh, spec)
-        return leaf.replace(s) if isinstance(leaf, Variable) else s
-
-    return jax.tree_util.tree_map_with_path(sharding, tree, is_leaf=_is_box)
-
-
-def with_sharding_constraint(tree: Any, shardings: Any) -> Any:
-    """``jax.lax.with_sharding_constraint`` for trees holding Variables and States.
-
-    Args:
-      tree: arrays, Variables, States, or a pytree of them.
-      shardings: a Sharding/PartitionSpec for all leaves, or a tree of the same
-        structure as ``tree`` (e.g. from ``get_partition_spec``/``get_named_sharding``,
-        Variables holding shardings are unboxed).
-
-    Returns:
-      ``tree`` with each array constrained (Variables are rebuilt with the new value).
-
-    Source: ``jax.lax.with_sharding_constraint``.
-    """
-    is_var = lambda x: isinstance(x, Variable)
-    if isinstance(shardings, (jax.sharding.Sharding, PartitionSpec)):
-        return jax.tree.map(lambda v: _constrain(v, shardings), tree, is_leaf=is_var)
-    return jax.tree.map(
-        lambda v, s: _constrain(v, s.raw_value if isinstance(s, Variable) else s),
-        tree,
-        shardings,
-        is_leaf=is_var,
-    )
-
-
-def _constrain(v: Any, sharding: Any) -> Any:
-    if isinstance(v, Variable):
-        return v.replace(jax.lax.with_sharding_constraint(v.raw_value, sharding))
-    return jax.lax.with_sharding_constraint(v, sharding)
-
-
-def map_boxes(prefix: Any, tree: Any, fn: Callable[[AxisMetadata, Any], AxisMetadata]) -> Any:
-    """Applies ``fn(box, axis)`` to every ``AxisMetadata`` box in ``tree``, where ``axis``
-    is the entry of the prefix tree ``prefix`` (e.g. ``in_axes``) above the box.
-    Non-int prefixes (lift types, None) leave boxes alone."""
-    if isinstance(prefix, int) and not isinstance(prefix, bool):
-        # Objects and Variables are leaves here: rebuilding them as pytrees would hand
-        # the function copies, and its changes would be lost (vmap over ``__init__``).
-        is_leaf = lambda x: isinstance(x, AxisMetadata) or is_node_or_variable(x)
-        if not any(isinstance(x, AxisMetadata) for x in jax.tree.leaves(tree, is_leaf=is_leaf)):
-            return tree
-        return jax.tree.map(
-            lambda x: fn(x, prefix) if isinstance(x, AxisMetadata) else x, tree, is_leaf=is_leaf
-        )
-    if (
-        isinstance(prefix, (tuple, list))
-        and isinstance(tree, (tuple, list))
-        and len(prefix) == len(tree)
-    ):
-        mapped = [map_boxes(p, t, fn) for p, t in zip(prefix, tree)]
-        return mapped if isinstance(tree, list) else tuple(mapped)
-    if isinstance(prefix, dict) and isinstance(tree, dict):
-        return {k: map_boxes(prefix.get(k), v, fn) for k, v in tree.items()}
-    return tree

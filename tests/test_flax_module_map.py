@@ -63,7 +63,7 @@ STILL_MISSING: dict[str, frozenset[str]] = {
     ),
     "flax.nnx.bridge.variables": frozenset({"get_col_name"}),
     "flax.nnx.bridge.wrappers": frozenset({"current_linen_module", "linen_rngs_dict"}),
-    "flax.nnx.compat": frozenset({"backup_keys", "iter_modules"}),
+    "flax.nnx.compat": frozenset({"backup_keys"}),
     "flax.nnx.extract": frozenset(
         {
             "ExtractIndex",
@@ -156,9 +156,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
     ),
     "flax.nnx.helpers": frozenset({"ModuleDefApply", "TrainState", "has_keyword_arg"}),
     "flax.nnx.ids": frozenset({"UUIDManager"}),
-    "flax.nnx.spmd": frozenset(
-        {"abstract_with_sharding", "add_axis", "as_abstract", "get_abstract_model", "remove_axis"}
-    ),
     "flax.nnx.statelib": frozenset(
         {"ExtractValueFn", "NestedStateRepr", "SetValueFn", "create_path_filters"}
     ),

@@ -306,3 +306,35 @@ def test_flaxs_annotation_strings_declare_data_and_static() -> None:
     assert repr(pytreelib.MutableArrayRepr.from_array(shape)) == repr(
         flax_nnx.pytreelib.MutableArrayRepr.from_array(shape)
     )
+
+
+def test_spmd_path_has_the_abstract_models_and_the_tree_axis_helpers() -> None:
+    from flaxgraph import spmd
+
+    assert spmd.get_abstract_model is nnx.get_abstract_model
+    assert spmd.as_abstract is nnx.as_abstract
+    seen = []
+
+    class Tracked(nnx.Param):
+        def add_axis(self, axis_index, axis_name):
+            seen.append(("add", axis_index, axis_name))
+
+        def remove_axis(self, axis_index, axis_name):
+            seen.append(("remove", axis_index, axis_name))
+
+    state = nnx.State({"w": Tracked(jnp.ones((2, 3)), out_sharding=("a", "b")), "x": 1})
+    assert spmd.add_axis(state, 1, {nnx.PARTITION_NAME: "layers"}) is state
+    assert state["w"].out_sharding == ("a", "layers", "b")
+    spmd.remove_axis(state, 1, {nnx.PARTITION_NAME: "layers"})
+    assert state["w"].out_sharding == ("a", "b")
+    assert seen == [("add", 1, "layers"), ("remove", 1, "layers")]
+
+
+def test_compat_iter_modules_walks_in_graph_mode() -> None:
+    class Pair(nnx.Module):
+        def __init__(self):
+            self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+            self.b = self.a
+
+    paths = [p for p, _ in nnx.compat.iter_modules(Pair())]
+    assert paths == [p for p, _ in nnx.iter_modules(Pair(), graph=True)]

@@ -46,8 +46,8 @@ from flaxgraph.graphlib.diff import graphdef_diff
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.modes import Mode, resolve
+from flaxgraph.partitioning import map_boxes
 from flaxgraph.rnglib.rngs import RngState
-from flaxgraph.spmd import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calling_conventions import decorator, unbind
 from flaxgraph.transforms.compilation import jit

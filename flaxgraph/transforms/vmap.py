@@ -34,7 +34,7 @@ from typing import Any, overload
 import jax
 
 from flaxgraph.modes import DEFAULT, Mode, resolve
-from flaxgraph.spmd import map_boxes
+from flaxgraph.partitioning import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
 from flaxgraph.transforms.calling_conventions import decorator, normalize_argnums, unbind
 from flaxgraph.transforms.closure_reads import warn_reads
