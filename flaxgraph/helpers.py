@@ -14,7 +14,11 @@ from typing import Any, overload
 
 from flaxgraph.module_class import Module
 from flaxgraph.pytreelib.attribute_kinds import Marked
-from flaxgraph.pytreelib.objects import same_structure
+from flaxgraph.pytreelib.objects import (
+    mark_structure_changed,
+    same_structure,
+    set_attribute_kinds,
+)
 from flaxgraph.typing import MISSING
 
 
@@ -85,7 +89,7 @@ class List(Module, MutableSequence[Any]):
         old = self.__dict__.get(index, MISSING)
         self.__dict__[index] = value
         if not same_structure(old, value):  # an array for an array: a new value only
-            object.__setattr__(self, "_obj_version", self._obj_version + 1)
+            mark_structure_changed(self)
         if kind is not None or any(n == index for n, _ in self._obj_kinds):
             self._set_kinds([(n, k) for n, k in self._obj_kinds if n != index], index, kind)
 
@@ -94,8 +98,7 @@ class List(Module, MutableSequence[Any]):
             kinds.append((index, kind))
         new = tuple(sorted(kinds, key=lambda nk: (type(nk[0]).__name__, nk[0])))
         if new != self._obj_kinds:
-            object.__setattr__(self, "_obj_kinds", new)
-            object.__setattr__(self, "_obj_version", self._obj_version + 1)
+            set_attribute_kinds(self, new)
 
     def _entries(self) -> list[tuple[Any, str | None]]:
         kinds = {n: k for n, k in self._obj_kinds if isinstance(n, int)}
@@ -108,7 +111,7 @@ class List(Module, MutableSequence[Any]):
         for k in [k for k in d if isinstance(k, int)]:
             del d[k]
         d.update((i, v) for i, (v, _) in enumerate(entries))
-        object.__setattr__(self, "_obj_version", self._obj_version + 1)
+        mark_structure_changed(self)
         kinds = [(n, k) for n, k in self._obj_kinds if not isinstance(n, int)]
         kinds += [(i, k) for i, (_, k) in enumerate(entries) if k is not None]
         self._set_kinds(kinds)

@@ -467,11 +467,16 @@ def _resolve_method(module: Module, method: Callable[..., Any] | str) -> Callabl
     return method
 
 
+# The slot's own setter: marking setup done is bookkeeping of the bridge, not an
+# attribute assignment the object model should see (no structure change, no trace check).
+_mark_setup_done = Module._bridge_setup_done.__set__  # type: ignore[attr-defined]
+
+
 def _maybe_setup(module: Module) -> None:
     if hasattr(module, "setup") and not getattr(module, "_bridge_setup_done", False):
         with entered(module, in_compact=False):
             module.setup()
-        object.__setattr__(module, "_bridge_setup_done", True)
+        _mark_setup_done(module, True)
 
 
 def _bind(parent: Module, module: Module) -> None:

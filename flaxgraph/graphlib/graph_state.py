@@ -84,7 +84,7 @@ class GraphState(MutableMapping[Hashable, Any]):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in GraphState.__slots__:
-            object.__setattr__(self, name, value)
+            super().__setattr__(name, value)
         else:
             self._state[name] = value
 

@@ -287,6 +287,19 @@ def _preorder(d: Def, out: list[Def]) -> None:
 N = TypeVar("N")  # the type of the root value (``GraphDef[Model]``)
 
 
+class DerivedValues:
+    """What a ``GraphDef`` derives from its root on first use: the path of every
+    leaf (``None`` until asked, when split's direct walk made none) and the hash
+    (``None`` until hashed). A cache cell the GraphDef holds; the GraphDef itself
+    never changes once made."""
+
+    __slots__ = ("leaf_paths", "hash")
+
+    def __init__(self, leaf_paths: tuple[tuple[Hashable, ...], ...] | None) -> None:
+        self.leaf_paths = leaf_paths
+        self.hash: int | None = None
+
+
 class GraphDef(Generic[N]):
     """The structure of a graph: a root definition plus the paths of its State leaves.
 
@@ -317,11 +330,10 @@ class GraphDef(Generic[N]):
     Source: Flax NNX ``GraphDef`` (split/merge design).
     """
 
-    __slots__ = ("root", "_leaf_paths", "tree", "_hash")
+    __slots__ = ("root", "tree", "derived")
     root: Def
-    _leaf_paths: tuple[tuple[Hashable, ...], ...] | None
     tree: bool
-    _hash: int | None
+    derived: DerivedValues
 
     def __init__(
         self,
@@ -330,20 +342,18 @@ class GraphDef(Generic[N]):
         tree: bool = False,
     ):
         object.__setattr__(self, "root", root)
-        # ``None``: derived from ``root`` on first use (split's direct walk makes no paths)
-        object.__setattr__(self, "_leaf_paths", leaf_paths)
         object.__setattr__(self, "tree", tree)
-        object.__setattr__(self, "_hash", None)  # computed on first use (see __hash__)
+        object.__setattr__(self, "derived", DerivedValues(leaf_paths))
 
     @property
     def leaf_paths(self) -> tuple[tuple[Hashable, ...], ...]:
         """The path of every State leaf, in the order ``merge`` consumes them."""
-        paths = self._leaf_paths
+        derived = self.derived
+        paths = derived.leaf_paths
         if paths is None:
             found: list[tuple[Hashable, ...]] = []
             _leaf_paths_of(self.root, (), found)
-            paths = tuple(found)
-            object.__setattr__(self, "_leaf_paths", paths)
+            paths = derived.leaf_paths = tuple(found)
         return paths
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -360,13 +370,13 @@ class GraphDef(Generic[N]):
             split/merge never do, and flaxgraph's transforms key on
             ``lenient_hash`` and ``==``, as JAX compares a treedef's aux data.
         """
-        h = self._hash
+        derived = self.derived
+        h = derived.hash
         if h is None:
             try:
-                h = hash(self.root)
+                h = derived.hash = hash(self.root)
             except TypeError:
                 raise self.unhashable_error("node") from None
-            object.__setattr__(self, "_hash", h)
         return h
 
     def __eq__(self, other: object) -> bool:
@@ -374,7 +384,7 @@ class GraphDef(Generic[N]):
             return True
         if type(other) is not GraphDef:
             return False
-        h, g = self._hash, other._hash
+        h, g = self.derived.hash, other.derived.hash
         return (h is None or g is None or h == g) and self.root == other.root
 
     def unhashable_error(self, root_name: str, roots: tuple[str, ...] = ()) -> TypeError:

@@ -323,6 +323,19 @@ def structure_version(obj: Pytree) -> int:
     return obj._obj_version
 
 
+def mark_structure_changed(obj: Pytree) -> None:
+    """Moves ``obj``'s structure version forward: a subclass that stores children its
+    own way (``nnx.List`` items) calls it when it adds, removes or replaces one."""
+    _set_version(obj, obj._obj_version + 1)
+
+
+def set_attribute_kinds(obj: Pytree, kinds: tuple[tuple[Hashable, str], ...]) -> None:
+    """Replaces ``obj``'s forced attribute kinds (``nnx.data``/``nnx.static`` marks,
+    sorted ``(name, kind)`` pairs) and marks the structure changed."""
+    _set_kinds(obj, kinds)
+    _set_version(obj, obj._obj_version + 1)
+
+
 # -- graph view --------------------------------------------------------------------------
 
 

@@ -103,7 +103,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("_mapping", "_state_keys"):
-            object.__setattr__(self, name, value)
+            super().__setattr__(name, value)
         else:
             self[name] = value
 

@@ -45,10 +45,10 @@ from flaxgraph.transforms.diff_argnums import (
     tangent_at,
 )
 from flaxgraph.transforms.lift import (
+    AuxValue,
     Call,
     InStatic,
     Slots,
-    Static,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
@@ -141,13 +141,13 @@ def _vg_core(
             return out
         return out, None
 
-    def pure(diff: list[Any], static: Static, rest: list[Any]) -> Any:
+    def pure(diff: list[Any], static: AuxValue, rest: list[Any]) -> Any:
         in_static: InStatic = static.value
         in_prefixes = [DIFF_KEYS[g] for g in in_static.slots.groups]
         value, out_static, out_groups = inner.run(
             in_static, (diff, rest), in_prefixes, (None, None), None, loss_call
         )
-        return value, (Static(out_static), out_groups)
+        return value, (AuxValue(out_static), out_groups)
 
     transformed = jax_transform(pure)
 
@@ -155,7 +155,7 @@ def _vg_core(
         args_prefix, nums = diff_prefix(argnums, len(args), mode, args)
         call = split_inputs(args, kwargs, (args_prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(DIFF_KEYS)
-        static = Static(InStatic(call.graphdef, slots, None))
+        static = AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=None))
         (value, (out_static, out_groups)), grad_list = transformed(diff, static, rest)
         aux = call.finish(out_static.value, out_groups)
         diff_index = [i for i, g in enumerate(slots.groups) if g == 0]
@@ -332,7 +332,7 @@ def remat(
     nums = normalize_argnums(static_argnums)
     inner = output_inner(inner_f, mode)
 
-    def pure(static: Static, values: list[Any]) -> Any:
+    def pure(static: AuxValue, values: list[Any]) -> Any:
         in_static: InStatic = static.value
         statics = in_static.extra
 
@@ -343,7 +343,7 @@ def remat(
         _, out_static, out_groups = inner.run(
             in_static, (values,), [None] * len(values), (None, None), None, call
         )
-        return Static(out_static), out_groups
+        return AuxValue(out_static), out_groups
 
     checkpointed = jax.checkpoint(pure, prevent_cse=prevent_cse, policy=policy)
 
@@ -355,7 +355,7 @@ def remat(
         call = split_inputs(dyn_args, dyn_kwargs, (None, None), AUX_SPEC, mode)
         slots, (values,) = call.groups([None])
         out_static, out_groups = checkpointed(
-            Static(InStatic(call.graphdef, slots, statics)), values
+            AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=statics)), values
         )
         return call.finish(out_static.value, out_groups)
 
@@ -383,7 +383,13 @@ def _lift_diff_inputs(
     args_prefix = tuple((Diff(Param) if mode.updates else True) for _ in primals)
     call = split_inputs(primals, {}, (args_prefix, False), DIFF_SPEC, mode)
     slots, (diff, rest) = call.groups(DIFF_KEYS)
-    return call, Static(InStatic(call.graphdef, slots, None)), diff, rest, slots
+    return (
+        call,
+        AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=None)),
+        diff,
+        rest,
+        slots,
+    )
 
 
 def vjp(
@@ -448,7 +454,7 @@ def vjp(
             None,
             _primal_call(has_aux),
         )
-        return out, (Static(out_static), out_groups)
+        return out, (AuxValue(out_static), out_groups)
 
     out, jax_vjp_fn, (out_static, out_groups) = jax.vjp(pure, diff, has_aux=True)
     aux = call.finish(out_static.value, out_groups)
@@ -527,7 +533,7 @@ def jvp(
             None,
             _primal_call(has_aux),
         )
-        return out, (Static(out_static), out_groups)
+        return out, (AuxValue(out_static), out_groups)
 
     out, tangent_out, (out_static, out_groups) = jax.jvp(
         pure, (diff,), (tangent_list,), has_aux=True

@@ -224,7 +224,9 @@ class JitWrapped(Transformed[P, R]):
         if self.place:
             _place(call, slots, groups, self.in_keys)
         # The prefix trees may hold lists and dicts (unhashable): pure rebuilds them.
-        in_static = InStatic(call.graphdef, slots, (statics, len(dyn_args)))
+        in_static = InStatic.make(
+            graphdef=call.graphdef, slots=slots, extra=(statics, len(dyn_args))
+        )
         entry = self.jitted_fn.get(in_static, self.make_jit)
         return Prepared(call, entry, groups, slots)
 

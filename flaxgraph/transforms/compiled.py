@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flaxgraph.transforms.lift import OutStatic, Static
+from flaxgraph.transforms.lift import AuxValue, OutStatic
 
 
 class OutStaticChanged(Exception):
@@ -36,7 +36,7 @@ class Compiled:
     Attributes:
       fn: the current ``jax.jit`` function of the arrays (its groups).
       out_static: the ``OutStatic`` every trace of the first function produced.
-      with_static: whether ``fn`` returns ``(Static(out_static), out_groups)``
+      with_static: whether ``fn`` returns ``(AuxValue(out_static), out_groups)``
         (after a disagreement) rather than ``out_groups``.
     """
 
@@ -58,7 +58,7 @@ class Compiled:
             different from the recorded one.
         """
         if with_static:
-            return Static(out_static), out_groups
+            return AuxValue(out_static), out_groups
         if self.out_static is None:
             self.out_static = out_static
         elif self.out_static != out_static:
@@ -143,7 +143,7 @@ class JitFunctions:
 
 class Traced:
     """``Compiled``'s interface for a transform that traces on every call (eager
-    ``vmap``): ``fn(*groups)`` returns ``(Static(out_static), out_groups)``."""
+    ``vmap``): ``fn(*groups)`` returns ``(AuxValue(out_static), out_groups)``."""
 
     __slots__ = ("fn",)
     with_static = True

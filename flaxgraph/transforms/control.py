@@ -34,7 +34,7 @@ from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calling_conventions import decorator, unbind
-from flaxgraph.transforms.lift import Call, Inner, InStatic, OutStatic, Static, split_inputs
+from flaxgraph.transforms.lift import AuxValue, Call, Inner, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.variablelib.variable import Variable
 
@@ -70,13 +70,13 @@ def _make_branch(fun: Callable[..., Any], mode: Mode) -> Callable[..., Any]:
     all branches return the same structure when they leave the objects alike."""
     inner = Inner(fun, _SPEC, [None], same_prefix=_never, mode=mode)
 
-    def pure(operand: tuple[Static, list[Any]]) -> Any:
+    def pure(operand: tuple[AuxValue, list[Any]]) -> Any:
         static, values = operand
         in_static: InStatic = static.value
         _, out_static, (out_values,) = inner.run(
             in_static, (values,), [None] * len(values), (None, None), None
         )
-        return Static(out_static), out_values
+        return AuxValue(out_static), out_values
 
     return pure
 
@@ -113,7 +113,7 @@ def _lifted_branches(
 ) -> Any:
     call = split_inputs(operands, {}, (None, None), _SPEC, mode)
     slots, (values,) = call.groups([None])
-    operand = (Static(InStatic(call.graphdef, slots, None)), values)
+    operand = (AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=None)), values)
     pures = [_branch(b, mode) for b in branches]
     try:
         out_static, out_values = select(index_or_pred, pures, operand)
@@ -249,12 +249,12 @@ def _split_carry(
     return [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves]
 
 
-def _start(init_val: Any, mode: Mode) -> tuple[Call, tuple[Static, list[Any]]]:
+def _start(init_val: Any, mode: Mode) -> tuple[Call, tuple[AuxValue, list[Any]]]:
     call = split_inputs((init_val,), {}, (None, None), _SPEC, mode)
-    return call, (Static(call.graphdef), call.values)
+    return call, (AuxValue(call.graphdef), call.values)
 
 
-def _finish(call: Call, carry: tuple[Static, list[Any]], mode: Mode) -> Any:
+def _finish(call: Call, carry: tuple[AuxValue, list[Any]], mode: Mode) -> Any:
     # As in Flax NNX 0.12: with graph updates the returned carry is the caller's
     # objects; without, its graph nodes are new but its Variables are the caller's.
     reuse = {i: n for i, n in enumerate(call.nodes) if mode.updates or isinstance(n, Variable)}
@@ -263,7 +263,7 @@ def _finish(call: Call, carry: tuple[Static, list[Any]], mode: Mode) -> Any:
 
 
 def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
-    def cond(carry: tuple[Static, list[Any]]) -> Any:
+    def cond(carry: tuple[AuxValue, list[Any]]) -> Any:
         static, values = carry
         return cond_fun(_merge_carry(static.value, values)[0])
 
@@ -271,7 +271,7 @@ def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
 
 
 def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..., Any]:
-    def body(carry: tuple[Static, list[Any]]) -> Any:
+    def body(carry: tuple[AuxValue, list[Any]]) -> Any:
         static, values = carry
         val, given = _merge_carry(static.value, values)
         val = body_fun(val)
@@ -281,7 +281,7 @@ def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..
 
 
 def _make_fori_body(body_fun: Callable[[Any, Any], Any], graph: bool) -> Callable[..., Any]:
-    def body(i: Any, carry: tuple[Static, list[Any]]) -> Any:
+    def body(i: Any, carry: tuple[AuxValue, list[Any]]) -> Any:
         static, values = carry
         val, given = _merge_carry(static.value, values)
         val = body_fun(i, val)
@@ -352,19 +352,19 @@ def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callab
     inner_f, bound = unbind(f, "eval_shape")
     inner = Inner(inner_f, _SPEC, [None], same_prefix=_never, mode=mode)
 
-    def pure(static: Static, values: list[Any]) -> Any:
+    def pure(static: AuxValue, values: list[Any]) -> Any:
         in_static: InStatic = static.value
         _, out_static, (out_values,) = inner.run(
             in_static, (values,), [None] * len(values), (None, None), None
         )
-        return Static(out_static), out_values
+        return AuxValue(out_static), out_values
 
     @functools.wraps(inner_f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         call = split_inputs(args, kwargs, (None, None), _SPEC, mode)
         slots, (values,) = call.groups([None])
         out_static, out_values = jax.eval_shape(
-            pure, Static(InStatic(call.graphdef, slots, None)), values
+            pure, AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=None)), values
         )
         out: OutStatic = out_static.value
         leaves = [out_values[s.position] for s in out.sources]

@@ -51,7 +51,7 @@ from flaxgraph.transforms.diff_argnums import (
     output_inner,
     tangent_at,
 )
-from flaxgraph.transforms.lift import OUT, InStatic, OutStatic, Static, split_inputs
+from flaxgraph.transforms.lift import OUT, AuxValue, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import P, R, Transformed
 from flaxgraph.variablelib.variable import Param, Variable
@@ -149,7 +149,7 @@ class custom_vjp(Transformed[P, R]):
         prefix = tuple((Diff(filters.get(i, Param)) if mode.updates else True) for i in diff_pos)
         call = split_inputs(diff_args, {}, (prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(DIFF_KEYS)
-        static = InStatic(call.graphdef, slots, None)
+        static = InStatic.make(graphdef=call.graphdef, slots=slots, extra=None)
         in_prefixes = [DIFF_KEYS[g] for g in slots.groups]
         diff_paths = [p for p, g in zip(call.graphdef.leaf_paths, slots.groups) if g == 0]
         fun, fwd, bwd = self.fun, self.fwd, self.bwd
@@ -164,7 +164,7 @@ class custom_vjp(Transformed[P, R]):
             result, out_static, out_groups = inner.run(
                 static, (diff_values, rest), in_prefixes, (None, None), None, call_fn
             )
-            return result, (Static(out_static), out_groups)
+            return result, (AuxValue(out_static), out_groups)
 
         # The non-differentiated leaves are an argument too (their cotangent is zero):
         # closed over, they could be tracers of an outer transform, which

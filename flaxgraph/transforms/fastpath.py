@@ -642,10 +642,9 @@ def finish_fast(
     if out is plan.last_out:
         bound = plan.last_finish
     else:
-        fin = out.plan
+        fin = out.finish.plan
         if fin is None:
-            fin = FinishPlan(out, plan)
-            object.__setattr__(out, "plan", fin)
+            fin = out.finish.plan = FinishPlan(out, plan)
         if not fin.usable:
             if plan.ref_positions:
                 in_values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)

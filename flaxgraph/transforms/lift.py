@@ -10,8 +10,8 @@ semantics. Every transform goes through the same five steps:
    prefix per leaf and checking consistent aliasing (``aliasing.PrefixWalk``).
    Leaves are grouped by prefix, so the prefix tree handed to JAX is just one
    plain prefix per group.
-2. **The JAX transform** runs ``Call.pure``, a function of ``(Static, groups)``
-   only. The GraphDef travels as pytree *auxiliary data* (``Static``), so JAX's
+2. **The JAX transform** runs ``Call.pure``, a function of ``(AuxValue, groups)``
+   only. The GraphDef travels as pytree *auxiliary data* (``AuxValue``), so JAX's
    own caches key on the graph structure: same structure, no retrace.
 3. **Inside, merge** the leaves into fresh objects in the inner trace and call the
    user's function.
@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import jax
 
@@ -63,6 +63,12 @@ from flaxgraph.transforms.prefix_groups import group_index, same_prefix
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable, metadata_of
+
+if TYPE_CHECKING:
+    from flaxgraph.transforms.fastpath import FinishPlan
+
+T = TypeVar("T")
+E = TypeVar("E", bound=Hashable)
 
 
 class Origin(enum.IntEnum):
@@ -137,7 +143,7 @@ class NodeMatch(NamedTuple):
     in_index: int
 
 
-class Static:
+class AuxValue(Generic[T]):
     """A pytree with no leaves whose auxiliary data is ``value`` (hashable).
 
     JAX keeps auxiliary data in the treedef, which is part of every transform's
@@ -147,88 +153,121 @@ class Static:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: Any):
+    def __init__(self, value: T):
         self.value = value
 
     def __repr__(self) -> str:
-        return f"Static({self.value!r})"
+        return f"AuxValue({self.value!r})"
 
 
-jax.tree_util.register_pytree_node(Static, lambda s: ((), s.value), lambda aux, _: Static(aux))
+jax.tree_util.register_pytree_node(AuxValue, lambda s: ((), s.value), lambda aux, _: AuxValue(aux))
 
 
-class Frozen:
-    """Base of the hashable records that travel as ``Static`` aux data."""
+def key_hash(*fields: object) -> int:
+    """The hash of a record that travels as ``AuxValue`` aux data, computed once when
+    it is made. An unhashable field (a non-frozen dataclass config) is hashed without
+    its value, as in Flax (JAX compares aux data with ``==``, so the key still works)."""
+    try:
+        return hash(fields)
+    except TypeError:
+        return lenient_hash(fields)
 
-    __slots__ = ("_hash",)
-    _hash: int  # set on first hash
-    _fields: tuple[str, ...] = ()
 
-    def _key(self) -> tuple[Any, ...]:
+class HashedRecord:
+    """Base of the frozen records that travel as ``AuxValue`` aux data: hashed once,
+    when made (``key_hash``, given by the record's ``make``), and compared by that
+    hash first, then by the fields named in ``_fields``."""
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()
+    key_hash: int
+
+    def _key(self) -> tuple[object, ...]:
         return tuple(getattr(self, f) for f in self._fields)
 
     def __hash__(self) -> int:
-        try:
-            return self._hash
-        except AttributeError:
-            try:
-                h = hash(self._key())
-            except TypeError:
-                # An unhashable static attribute (a non-frozen dataclass config): as in
-                # Flax (JAX compares aux data with ``==``), the key still works, hashed
-                # without it and compared by ``==``.
-                h = lenient_hash(self._key())
-            object.__setattr__(self, "_hash", h)
-            return h
+        return self.key_hash
 
     def __eq__(self, other: object) -> bool:
         return self is other or (
-            type(other) is type(self) and hash(self) == hash(other) and self._key() == other._key()
+            type(other) is type(self)
+            and isinstance(other, HashedRecord)
+            and self.key_hash == other.key_hash
+            and self._key() == other._key()
         )
 
 
-class InStatic(Frozen):
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class InStatic(HashedRecord, Generic[E]):
     """What the pure function needs besides arrays: the input GraphDef, where each
-    leaf sits in the groups, and any transform-specific static data."""
+    leaf sits in the groups, and any transform-specific static data (``extra``, of
+    the transform's own type ``E``). Made by ``InStatic.make``, which computes
+    ``key_hash``."""
 
-    __slots__ = ("graphdef", "slots", "extra")
-    _fields = ("graphdef", "slots", "extra")
+    _fields: ClassVar[tuple[str, ...]] = ("graphdef", "slots", "extra")
     graphdef: GraphDef
     slots: Slots
-    extra: Any
+    extra: E
+    key_hash: int = dataclasses.field(repr=False)
 
-    def __init__(self, graphdef: GraphDef, slots: Slots, extra: Any):
-        object.__setattr__(self, "graphdef", graphdef)
-        object.__setattr__(self, "slots", slots)
-        object.__setattr__(self, "extra", extra)
+    @classmethod
+    def make(cls, *, graphdef: GraphDef, slots: Slots, extra: E) -> InStatic[E]:
+        return cls(
+            graphdef=graphdef,
+            slots=slots,
+            extra=extra,
+            key_hash=key_hash(graphdef, slots, extra),
+        )
 
 
-class OutStatic(Frozen):
+class FinishCache:
+    """The fast path's compiled write-back of one ``OutStatic`` (``plan``, a
+    ``fastpath.FinishPlan``), made on first use: a cache cell the record holds, not a
+    field of its value (it joins neither its hash nor its equality)."""
+
+    __slots__ = ("plan",)
+
+    def __init__(self) -> None:
+        self.plan: FinishPlan | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class OutStatic(HashedRecord):
     """What comes back besides arrays: the GraphDef of ``(output, args, kwargs)``,
-    which of its nodes are the inputs' nodes, and where each leaf comes from."""
+    which of its nodes are the inputs' nodes, and where each leaf comes from. Made
+    by ``OutStatic.make``, which computes ``key_hash``.
 
-    __slots__ = ("graphdef", "index_map", "sources", "inputs_kept", "plan")
-    _fields = ("graphdef", "index_map", "sources", "inputs_kept")
+    Attributes:
+      inputs_kept: True when the inputs' graph kept its structure (only values
+        changed): the fast path may then write values in place instead of
+        rebuilding the graph.
+      finish: the fast path's compiled write-back, filled on first use.
+    """
+
+    _fields: ClassVar[tuple[str, ...]] = ("graphdef", "index_map", "sources", "inputs_kept")
     graphdef: GraphDef
     index_map: tuple[NodeMatch, ...]
     sources: tuple[LeafSource, ...]
     inputs_kept: bool
-    plan: Any  # the fast path's compiled write-back (transforms/fastpath.py), or None
+    key_hash: int = dataclasses.field(repr=False)
+    finish: FinishCache = dataclasses.field(default_factory=FinishCache, repr=False)
 
-    def __init__(
-        self,
+    @classmethod
+    def make(
+        cls,
+        *,
         graphdef: GraphDef,
         index_map: tuple[NodeMatch, ...],
         sources: tuple[LeafSource, ...],
         inputs_kept: bool = False,
-    ):
-        object.__setattr__(self, "graphdef", graphdef)
-        object.__setattr__(self, "index_map", index_map)
-        object.__setattr__(self, "sources", sources)
-        # True when the inputs' graph kept its structure (only values changed): the
-        # fast path may then write values in place instead of rebuilding the graph.
-        object.__setattr__(self, "inputs_kept", inputs_kept)
-        object.__setattr__(self, "plan", None)  # the fast path's compiled write-back
+    ) -> OutStatic:
+        return cls(
+            graphdef=graphdef,
+            index_map=index_map,
+            sources=sources,
+            inputs_kept=inputs_kept,
+            key_hash=key_hash(graphdef, index_map, sources, inputs_kept),
+        )
 
 
 class Resplit(NamedTuple):
@@ -565,7 +604,12 @@ class Inner:
             elif is_ref(leaf):  # a raw Ref leaves as its content (JAX returns no Refs)
                 leaf = leaf[...]
             out_groups[g].append(leaf)
-        out_static = OutStatic(split.graphdef, split.index_map, tuple(sources), inputs_kept)
+        out_static = OutStatic.make(
+            graphdef=split.graphdef,
+            index_map=split.index_map,
+            sources=tuple(sources),
+            inputs_kept=inputs_kept,
+        )
         if self.templates is not None:
             self.templates.record(in_static, merged, output, split.leaves, out_static, out_groups)
         return InnerResult(kept, out_static, out_groups)

@@ -45,7 +45,7 @@ from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.scan_axes import Carry
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.transforms.unprefixed import LiftedCall
-from flaxgraph.transforms.vmap import AxisMetadata, args_prefix, is_axis
+from flaxgraph.transforms.vmap import AxisHooks, args_prefix, is_axis
 from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
@@ -166,7 +166,7 @@ def transform_metadata(
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = _positional(f, args, kwargs)
-        metadata = AxisMetadata(params)
+        metadata = AxisHooks(params)
         lifted = LiftedCall(
             f,
             mode,

@@ -32,10 +32,11 @@ Source: ``jax.lax.scan``; Carry and StateAxes per the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -56,13 +57,14 @@ from flaxgraph.transforms.jax_errors import mapped_input_error
 from flaxgraph.transforms.lift import (
     IN,
     OUT,
-    Frozen,
+    AuxValue,
+    HashedRecord,
     Inner,
     InStatic,
     Merged,
     OutStatic,
     Slots,
-    Static,
+    key_hash,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
@@ -74,7 +76,7 @@ from flaxgraph.transforms.scan_axes import (
     resolve_positions,
     validate_scan_axes,
 )
-from flaxgraph.transforms.vmap import AxisMetadata, args_prefix
+from flaxgraph.transforms.vmap import AxisHooks, args_prefix
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable
 
@@ -252,14 +254,14 @@ class _Scanner:
     def step(self, carry_in: Any, x: list[Any]) -> Any:
         """One step of ``jax.lax.scan`` (``self.body``, one bound method per
         ``nnx.scan`` so JAX's caches recognise it): the per-call structure arrives as
-        ``Static`` data in the carry. Steps 3 and 4 of the lift are ``Inner.run``'s
+        ``AuxValue`` data in the carry. Steps 3 and 4 of the lift are ``Inner.run``'s
         (``_ScanInner``); the carry is built, checked and returned around them."""
         static, carry, broadcast_values = carry_in
-        info: _ScanInfo = static.value
+        info: ScanInfo = static.value
         n_carry = info.n_carry
         carry_index: dict[int, Any] = {}
         carry_obj = build_graph(info.carry_graphdef, carry[:n_carry], index_ref=carry_index)[0]
-        metadata = AxisMetadata(self.transform_metadata)
+        metadata = AxisHooks(self.transform_metadata)
         params = metadata.params
         seen: dict[str, Any] = {}  # what the hooks below see of the merged inputs
 
@@ -321,7 +323,10 @@ class _Scanner:
         )
         # The other groups come out stacked (one per scan axis).
         ys = [[] if c else group for c, group in zip(carried, out_groups)]
-        return (static, [*new_carry, *new_state_carry], broadcast_values), (Static(out_static), ys)
+        return (static, [*new_carry, *new_state_carry], broadcast_values), (
+            AuxValue(out_static),
+            ys,
+        )
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """One call of the scanned function: splits the carry, the scanned and the
@@ -362,26 +367,26 @@ class _Scanner:
                 slot_groups[i] = g
                 slot_positions[i] = k
         slots = Slots(tuple(slot_groups), tuple(slot_positions))
-        in_static = InStatic(call.graphdef, slots, None)
+        in_static = InStatic.make(graphdef=call.graphdef, slots=slots, extra=None)
         broadcast_values = [call.values[i] for i in broadcast]
         expected_state_carry = [call.graphdef.leaf_paths[i] for i in state_carry]
         rest_axes = _rest_axes(self.out_axes)
-        info = _ScanInfo(
-            carry_graphdef,
-            in_static,
-            tuple(call.prefixes),
-            positions,
-            a_prefix,
-            rest_prefix,
-            tuple(expected_state_carry),
-            len(carry_values),
-            kwargs_prefix,
-            rest_axes,
-            tuple(prefix_keys(rest_prefix, kwargs_prefix, rest_axes, spec=SCAN_SPEC)),
+        info = ScanInfo.make(
+            carry_graphdef=carry_graphdef,
+            in_static=in_static,
+            prefixes=tuple(call.prefixes),
+            positions=positions,
+            a_prefix=a_prefix,
+            rest_prefix=rest_prefix,
+            expected_state_carry=tuple(expected_state_carry),
+            n_carry=len(carry_values),
+            kwargs_prefix=kwargs_prefix,
+            rest_axes=rest_axes,
+            out_keys=tuple(prefix_keys(rest_prefix, kwargs_prefix, rest_axes, spec=SCAN_SPEC)),
         )
         n_carry = len(carry_values)
         init = (
-            Static(info),
+            AuxValue(info),
             [*carry_values, *(call.values[i] for i in state_carry)],
             broadcast_values,
         )
@@ -424,7 +429,7 @@ class _Scanner:
 
 
 def _new_carry(
-    info: _ScanInfo,
+    info: ScanInfo,
     carry: list[Any],
     carry_index: dict[int, Any],
     out_carry: tuple[Any, ...],
@@ -473,10 +478,26 @@ class _ScanInner(Inner):
         return i if i is not None and merged.prefixes[i] == prefix else None
 
 
-class _ScanInfo(Frozen):
-    """The per-call structure a scan body needs (hashable: it joins JAX's cache key)."""
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class ScanInfo(HashedRecord):
+    """The per-call structure a scan body needs (hashable: it joins JAX's cache key).
+    Made by ``ScanInfo.make``, which computes ``key_hash``.
 
-    __slots__ = (
+    Attributes:
+      carry_graphdef: the GraphDef of the carry argument.
+      in_static: the rest of the inputs (``lift.InStatic``).
+      prefixes: each input leaf's resolved prefix.
+      positions: where the carry and the scanned arguments sit among the arguments.
+      a_prefix: the positional arguments' prefix (``in_axes`` without the carry).
+      rest_prefix: the ``(args, kwargs)`` prefix of the non-carry inputs.
+      expected_state_carry: the paths of the carried state leaves, in order.
+      n_carry: how many leaves the carry argument has.
+      kwargs_prefix: the keyword arguments' prefix.
+      rest_axes: ``out_axes`` without the carry.
+      out_keys: the output groups' prefixes.
+    """
+
+    _fields: ClassVar[tuple[str, ...]] = (
         "carry_graphdef",
         "in_static",
         "prefixes",
@@ -489,22 +510,61 @@ class _ScanInfo(Frozen):
         "rest_axes",
         "out_keys",
     )
-    _fields = __slots__
     carry_graphdef: GraphDef
     in_static: InStatic
-    prefixes: Sequence[Any]
+    prefixes: tuple[Any, ...]
     positions: Any
     a_prefix: Any
     rest_prefix: Any
-    expected_state_carry: tuple[Any, ...]
+    expected_state_carry: tuple[PathParts, ...]
     n_carry: int
     kwargs_prefix: Any
     rest_axes: Any
     out_keys: tuple[Any, ...]
+    key_hash: int = dataclasses.field(repr=False)
 
-    def __init__(self, *values: Any):
-        for name, value in zip(self._fields, values):
-            object.__setattr__(self, name, value)
+    @classmethod
+    def make(
+        cls,
+        *,
+        carry_graphdef: GraphDef,
+        in_static: InStatic,
+        prefixes: tuple[Any, ...],
+        positions: Any,
+        a_prefix: Any,
+        rest_prefix: Any,
+        expected_state_carry: tuple[PathParts, ...],
+        n_carry: int,
+        kwargs_prefix: Any,
+        rest_axes: Any,
+        out_keys: tuple[Any, ...],
+    ) -> ScanInfo:
+        return cls(
+            carry_graphdef=carry_graphdef,
+            in_static=in_static,
+            prefixes=prefixes,
+            positions=positions,
+            a_prefix=a_prefix,
+            rest_prefix=rest_prefix,
+            expected_state_carry=expected_state_carry,
+            n_carry=n_carry,
+            kwargs_prefix=kwargs_prefix,
+            rest_axes=rest_axes,
+            out_keys=out_keys,
+            key_hash=key_hash(
+                carry_graphdef,
+                in_static,
+                prefixes,
+                positions,
+                a_prefix,
+                rest_prefix,
+                expected_state_carry,
+                n_carry,
+                kwargs_prefix,
+                rest_axes,
+                out_keys,
+            ),
+        )
 
 
 def _input_error(call: Any, args: Any, kwargs: Any, length: int | None) -> ValueError | None:

@@ -291,7 +291,7 @@ class ShardMapped(Transformed[P, R]):
                 )
         slots, groups = call.groups(self.in_keys)
         # The spec trees may hold lists and dicts (unhashable): pure rebuilds them.
-        in_static = InStatic(call.graphdef, slots, len(args))
+        in_static = InStatic.make(graphdef=call.graphdef, slots=slots, extra=len(args))
         return call, self.jitted_fn.get(in_static, self.make_jit), groups, slots
 
     def call_general(

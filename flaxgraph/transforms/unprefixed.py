@@ -4,7 +4,7 @@
 These transforms treat every leaf alike (there is no ``in_axes``-like prefix), so
 they share one small use of the lifting machine (``lift.py``), the one
 ``eval_shape`` in ``control.py`` makes: split the inputs (step 1), run a pure
-function of ``(Static, values)`` under the JAX transform (steps 2 to 4), then
+function of ``(AuxValue, values)`` under the JAX transform (steps 2 to 4), then
 write the updates back and build the output (step 5).
 
 This file is also the one place where these transforms hand their traversal
@@ -22,11 +22,11 @@ from typing import Any
 from flaxgraph.modes import Mode
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.lift import (
+    AuxValue,
     Call,
     Inner,
     InStatic,
     OutStatic,
-    Static,
     leaf_values,
     split_inputs,
 )
@@ -80,7 +80,7 @@ class LiftedCall:
 
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any = (None, None)
-    ) -> tuple[Call, Static, tuple[list[Any], ...]]:
+    ) -> tuple[Call, AuxValue, tuple[list[Any], ...]]:
         """Step 1: ``(call, static, groups)``; ``pure(static, groups)`` runs the call.
 
         ``in_prefix`` is the ``(args, kwargs)`` prefix pair; it is applied to the
@@ -92,23 +92,27 @@ class LiftedCall:
         """
         call = split_inputs(args, kwargs, in_prefix, self.in_spec, self.mode)
         slots, groups = call.groups(self.keys)
-        return call, Static(InStatic(call.graphdef, slots, in_prefix)), groups
+        return (
+            call,
+            AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=in_prefix)),
+            groups,
+        )
 
     def pure(
-        self, static: Static, groups: Sequence[list[Any]], out_prefix: Any = None
-    ) -> tuple[Static, tuple[list[Any], ...]]:
+        self, static: AuxValue, groups: Sequence[list[Any]], out_prefix: Any = None
+    ) -> tuple[AuxValue, tuple[list[Any], ...]]:
         """Steps 3-4 as a function of arrays: merge, call ``f``, re-split with
-        ``out_prefix`` over the output. Returns ``(Static(OutStatic), out groups)``."""
+        ``out_prefix`` over the output. Returns ``(AuxValue(OutStatic), out groups)``."""
         in_static: InStatic = static.value
         in_prefixes = [self.keys[g] for g in in_static.slots.groups]
         _, out_static, out_groups = self.inner.run(
             in_static, groups, in_prefixes, in_static.extra, out_prefix
         )
-        return Static(out_static), out_groups
+        return AuxValue(out_static), out_groups
 
     @staticmethod
     def out_leaves(
-        static: Static, groups: Sequence[list[Any]], out: tuple[Static, Sequence[list[Any]]]
+        static: AuxValue, groups: Sequence[list[Any]], out: tuple[AuxValue, Sequence[list[Any]]]
     ) -> list[Any]:
         """Every leaf value of ``(output, args, kwargs)`` in out-GraphDef order."""
         in_static: InStatic = static.value
@@ -119,7 +123,7 @@ class LiftedCall:
         return leaf_values(out_static.sources, in_values, out[1])
 
     @staticmethod
-    def finish(call: Call, out: tuple[Static, Sequence[list[Any]]]) -> Any:
+    def finish(call: Call, out: tuple[AuxValue, Sequence[list[Any]]]) -> Any:
         """Step 5: updates the caller's objects and returns the output."""
         out_static, out_groups = out
         return call.finish(out_static.value, out_groups)

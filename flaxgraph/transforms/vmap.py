@@ -44,11 +44,11 @@ from flaxgraph.transforms.general import resolve_kwargs
 from flaxgraph.transforms.jax_errors import mapped_input_error
 from flaxgraph.transforms.lift import (
     OUT,
+    AuxValue,
     Inner,
     InStatic,
     LeafSource,
     OutStatic,
-    Static,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
@@ -98,7 +98,7 @@ def args_prefix(in_axes: Any, n_args: int, name: str = "in_axes") -> Any:
     return in_axes
 
 
-class AxisMetadata:
+class AxisHooks:
     """The metadata hooks of one mapped call. As in Flax, they act only when
     ``transform_metadata`` names a partition (``nnx.PARTITION_NAME``, possibly
     ``None``): without one, the Variables' metadata is left to the user (e.g. to
@@ -168,12 +168,14 @@ class Mapped(Transformed[P, R]):
         self.closed_groups = [by_closure and k.prefix is None for k in self.in_keys]
         self.interned: dict[OutStatic, OutStatic] = {}  # equal OutStatics -> one object
         self.templates = Templates()  # step 4 without the walk for repeated calls
-        donated = tuple(1 + i for i, k in enumerate(self.in_keys) if k.donated)  # after the Static
+        donated = tuple(
+            1 + i for i, k in enumerate(self.in_keys) if k.donated
+        )  # after the AuxValue
         extra = {"donate_argnums": donated} if donate_argnums else {}
         # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) has a
         # fast path that misreads ``(None, k, ...)`` as one axis per *leaf* whenever
         # the number of leaves happens to equal the number of arguments (the
-        # leafless Static counts as an argument), silently broadcasting a mapped leaf.
+        # leafless AuxValue counts as an argument), silently broadcasting a mapped leaf.
         if not by_closure:
             self.mapped = jax_map(
                 functools.partial(self.pure, None),
@@ -200,7 +202,7 @@ class Mapped(Transformed[P, R]):
             )
 
     def make_inner(
-        self, metadata: AxisMetadata, on_inputs: Callable[[list[Any], list[Any]], None]
+        self, metadata: AxisHooks, on_inputs: Callable[[list[Any], list[Any]], None]
     ) -> Inner:
         """Steps 3-4 of the lift for one trace, with the axis-metadata hooks."""
         by_closure = self.by_closure
@@ -216,7 +218,7 @@ class Mapped(Transformed[P, R]):
             mode=self.mode,
         )
 
-    def pure(self, closed: Sequence[Any] | None, static: Static, *boxed: tuple[list[Any]]) -> Any:
+    def pure(self, closed: Sequence[Any] | None, static: AuxValue, *boxed: tuple[list[Any]]) -> Any:
         """The function ``jax_map`` maps: merges the groups of arrays into objects,
         moves the axis metadata, calls ``fun`` and re-splits the result."""
         passed = iter(boxed)
@@ -224,7 +226,7 @@ class Mapped(Transformed[P, R]):
                   for i, c in enumerate(self.closed_groups)]  # fmt: skip
         in_static: InStatic = static.value
         a_prefix = in_static.extra.prefix
-        metadata = AxisMetadata(self.transform_metadata)
+        metadata = AxisHooks(self.transform_metadata)
         in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
         out_axes = self.out_axes
         rngs: list[RngWatch | None] = [None]
@@ -256,7 +258,7 @@ class Mapped(Transformed[P, R]):
             if len(self.interned) > 64:
                 self.interned.clear()
             out_static = self.interned.setdefault(out_static, out_static)
-        return Static(out_static), out_groups
+        return AuxValue(out_static), out_groups
 
     def pure_closed(self, *boxed: tuple[list[Any]]) -> Any:
         """``pure`` for eager ``vmap``: the structure and broadcast groups come from
@@ -267,8 +269,8 @@ class Mapped(Transformed[P, R]):
         return out_groups
 
     def run_mapped(self, in_static: InStatic, *groups: list[Any]) -> Any:
-        """``(Static(out_static), out_groups)`` for one call."""
-        static = Static(in_static)
+        """``(AuxValue(out_static), out_groups)`` for one call."""
+        static = AuxValue(in_static)
         if not self.by_closure:
             return self.mapped(static, *((g,) for g in groups))
         current = self.current
@@ -299,13 +301,15 @@ class Mapped(Transformed[P, R]):
         else:
             call.prefixes = [DonatedKey(p, False) for p in call.prefixes]
         slots, groups = call.groups(self.in_keys)
-        in_static = InStatic(call.graphdef, slots, _CallPrefix(a_prefix, len(args)))
+        in_static = InStatic.make(
+            graphdef=call.graphdef, slots=slots, extra=_CallPrefix(a_prefix, len(args))
+        )
         entry = Traced(functools.partial(self.run_mapped, in_static))
         try:
             out, out_groups = entry.call(groups)
         except ValueError as error:
             if self.by_closure:
-                last = getattr(self.current, "out", None)  # Static(OutStatic) of this trace
+                last = getattr(self.current, "out", None)  # AuxValue(OutStatic) of this trace
                 better = _batched_broadcast_error(error, getattr(last, "value", None), self.name)
                 if better is not None:
                     raise better from None
