@@ -372,7 +372,10 @@ def _is_marked_leaf(value: Any) -> bool:
     value that is neither data nor a container (``nnx.data(3)``). A marked container
     (``nnx.data({'w': np.dtype('float32')})``, a State of dtypes…) is walked as any
     container is, so its arrays and Variables are State leaves and its other values
-    stay static, as in Flax NNX 0.12's graph view."""
+    stay static, as in Flax NNX 0.12's graph view. ``None`` is JAX's empty pytree, so
+    ``nnx.data(None)`` is no leaf (static, as in Flax)."""
+    if value is None:
+        return False
     kind = REGISTRY.kind_of(value)
     if kind is SEQUENCE or kind is DICT or kind is PYTREE or _is_data(value):
         return False

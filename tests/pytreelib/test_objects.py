@@ -243,6 +243,21 @@ def test_markers_in_graph_view():
     assert jax.tree.leaves(new) == [4]  # kinds survive the merge
 
 
+def test_data_marked_none_is_no_state_leaf():
+    # found by the differential oracle (tests/oracle): None is JAX's empty pytree, so
+    # Flax NNX 0.12.8 has no State leaf for `nnx.data(None)`; neither do we.
+    class Marked(nnx.Module):
+        def __init__(self):
+            self.head = nnx.data(None)
+            self.w = nnx.Param(jnp.ones(1))
+
+    m = Marked()
+    graphdef, state = nnx.split(m)
+    assert list(state.to_pure_dict()) == ["w"]
+    assert nnx.merge(graphdef, state).head is None
+    assert jax.tree.leaves(m) == [m.w.value]
+
+
 def test_static_marker_on_unhashable_value_is_rejected_where_the_graphdef_is_hashed():
     class Marked(nnx.Pytree):
         def __init__(self):
