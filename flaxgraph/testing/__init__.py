@@ -52,6 +52,7 @@ from flaxgraph.testing.programs import apply_mutations as apply_mutations
 
 if _TYPE_CHECKING:
     from flaxgraph.testing.strategies import arrays as arrays
+    from flaxgraph.testing.strategies import attribute_values as attribute_values
     from flaxgraph.testing.strategies import filters as filters
     from flaxgraph.testing.strategies import graphs as graphs
     from flaxgraph.testing.strategies import modes as modes
@@ -61,6 +62,7 @@ if _TYPE_CHECKING:
 
 _STRATEGIES = (
     "arrays",
+    "attribute_values",
     "filters",
     "graphs",
     "modes",
