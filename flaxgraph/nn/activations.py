@@ -44,6 +44,9 @@ from jax.nn import tanh as tanh
 from flaxgraph.module_class import Module
 from flaxgraph.nn.common import EMPTY_METADATA
 from flaxgraph.nn.dtypes import promote_dtype
+from flaxgraph.typing import Array as Array
+from flaxgraph.typing import Dtype as Dtype
+from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
 from flaxgraph.variablelib.variable import Param
 
 

@@ -46,6 +46,10 @@ from flaxgraph.nn.linear import LinearGeneral
 from flaxgraph.nn.normalization import LayerNorm
 from flaxgraph.nn.stochastic import draw_key, own_stream
 from flaxgraph.rnglib.rngs import Rngs, RngStream
+from flaxgraph.typing import DotGeneralT as DotGeneralT
+from flaxgraph.typing import PrecisionLike as PrecisionLike
+from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
+from flaxgraph.typing import Shape as Shape
 from flaxgraph.variablelib.variable import Cache
 
 Dtype = Any
@@ -455,4 +459,8 @@ __all__ = [
     "dot_product_attention_weights",
     "make_attention_mask",
     "make_causal_mask",
+    "DotGeneralT",
+    "PrecisionLike",
+    "PromoteDtypeFn",
+    "Shape",
 ]

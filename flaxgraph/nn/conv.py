@@ -44,15 +44,14 @@ from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim, check_min_rank
 from flaxgraph.nn.initializers import lecun_normal, zeros
 from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.typing import LaxPadding, PaddingLike
 
 default_kernel_init = lecun_normal()
 default_bias_init = zeros
 
 Dtype = Any
 Initializer = Callable[..., Any]
-PaddingLike = str | int | Sequence[int | tuple[int, int]]
 Padding = str | tuple[tuple[int, int], ...]
-LaxPadding = str | Sequence[tuple[int, int]]
 
 
 def canonicalize_padding(padding: PaddingLike, rank: int) -> LaxPadding:

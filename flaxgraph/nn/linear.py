@@ -56,6 +56,14 @@ from flaxgraph.nn.embed import default_embed_init as default_embed_init
 from flaxgraph.nn.errors import check_last_dim, normalize_axis, shape_error
 from flaxgraph.nn.initializers import lecun_normal, zeros
 from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.typing import ConvGeneralDilatedT as ConvGeneralDilatedT
+from flaxgraph.typing import DotGeneralT as DotGeneralT
+from flaxgraph.typing import EinsumT as EinsumT
+from flaxgraph.typing import LaxPadding as LaxPadding
+from flaxgraph.typing import PaddingLike as PaddingLike
+from flaxgraph.typing import PrecisionLike as PrecisionLike
+from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
+from flaxgraph.typing import Shape as Shape
 
 default_kernel_init = lecun_normal()
 default_bias_init = zeros

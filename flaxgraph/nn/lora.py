@@ -36,6 +36,7 @@ from flaxgraph.nn.errors import check_last_dim
 from flaxgraph.nn.initializers import he_uniform, zeros
 from flaxgraph.nn.linear import Linear
 from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
 from flaxgraph.variablelib.variable import Param
 
 Dtype = Any
@@ -235,4 +236,5 @@ __all__ = [
     "Size",
     "default_a_initializer",
     "default_b_initializer",
+    "PromoteDtypeFn",
 ]

@@ -50,6 +50,8 @@ from flaxgraph.nn.norm_base import NormBase, affine, moments, standardize
 from flaxgraph.nn.normalization_wrappers import SpectralNorm as SpectralNorm
 from flaxgraph.nn.normalization_wrappers import WeightNorm as WeightNorm
 from flaxgraph.rnglib.rngs import Rngs
+from flaxgraph.typing import Array as Array
+from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
 from flaxgraph.variablelib.variable import BatchStat, is_ref_backed
 
 Dtype = Any

@@ -37,6 +37,8 @@ from flaxgraph.nn.initializers import lecun_normal, orthogonal, zeros
 from flaxgraph.nn.linear import Linear
 from flaxgraph.nn.rnn import RNN, Bidirectional, RNNBase, flip_sequences
 from flaxgraph.rnglib.rngs import Rngs, RngStream
+from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
+from flaxgraph.typing import Shape as Shape
 
 Dtype = Any
 Initializer = Callable[..., Any]
@@ -539,4 +541,6 @@ __all__ = [
     "default_recurrent_kernel_init",
     "flip_sequences",
     "modified_orthogonal",
+    "PromoteDtypeFn",
+    "Shape",
 ]

@@ -154,3 +154,40 @@ def test_bidirectional_accepts_any_rnn_base():
     x = jnp.arange(6.0).reshape(1, 3, 2)
     both = nnx.Bidirectional(Mirror(), Mirror(), rngs=False)(x)
     np.testing.assert_array_equal(both, jnp.concatenate([x, jnp.flip(x, axis=-2)], axis=-1))
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("linear", "PrecisionLike"),
+        ("linear", "PaddingLike"),
+        ("linear", "LaxPadding"),
+        ("linear", "Shape"),
+        ("linear", "DotGeneralT"),
+        ("linear", "ConvGeneralDilatedT"),
+        ("linear", "EinsumT"),
+        ("attention", "PrecisionLike"),
+        ("activations", "Array"),
+        ("activations", "Dtype"),
+        ("normalization", "Array"),
+        ("recurrent", "Shape"),
+    ],
+)
+def test_imported_type_names_are_flax_s(module, name):
+    # Names Flax's module imports from flax.typing, importable from ours as from Flax's.
+    import importlib
+    import typing
+
+    ours = getattr(importlib.import_module(f"flaxgraph.nn.{module}"), name)
+    theirs = getattr(importlib.import_module(f"flax.nnx.nn.{module}"), name)
+    assert set(typing.get_args(ours)) == set(typing.get_args(theirs)), name
+    assert typing.get_origin(ours) in (typing.get_origin(theirs), type(ours)), name
+
+
+@pytest.mark.parametrize("module", ["activations", "attention", "linear", "lora", "normalization"])
+def test_promote_dtype_fn_names_flaxgraph_s_protocol(module):
+    import importlib
+
+    from flaxgraph.typing import PromoteDtypeFn
+
+    assert importlib.import_module(f"flaxgraph.nn.{module}").PromoteDtypeFn is (PromoteDtypeFn)
