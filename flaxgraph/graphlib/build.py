@@ -178,10 +178,7 @@ class _Build:
             if marker is NoUpdate or marker is ArrayRefOutput:  # see ref_outputs.py
                 return self._ref_output(d, value, metadata, variable)
             if variable is None:
-                if self.plain or not (not self.copy if leaf_is_variable else not self.recreate):
-                    variable = d.type._from_parts(value, metadata, self.trace)
-                else:
-                    variable = leaf  # the State's own Variable, or a raw value kept raw
+                variable = variable_for(d, leaf, self.copy, self.recreate, self.trace)
             else:
                 if type(variable) is not d.type:
                     raise GraphStructureError(
@@ -222,18 +219,36 @@ class _Build:
         if t is StaticDef:
             return d.value
         if t is ContainerDef:
-            children = [self.build(c) for c in d.children]
-            if d.type is list:
-                return children
-            if d.type is tuple:
-                return tuple(children)
-            if d.type is dict:
-                return dict(zip(d.keys, children))
-            return d.treedef.unflatten(children)
+            return container_of(d, [self.build(c) for c in d.children])
         raise TypeError(f"Unknown GraphDef entry {d!r}")
 
     def _ref_output(self, d: Any, value: Any, metadata: Any, variable: Any) -> Any:
         return _ref_output_variable(self, d, value, metadata, variable)
+
+
+def variable_for(d: VariableDef, leaf: Any, copy: bool, recreate: bool, trace: Any) -> Any:
+    """The merge rule of a Variable's place (``d``) that no existing Variable takes,
+    for every build (``build_graph`` and the direct walk, ``direct_merge``): a
+    Variable leaf gives a new Variable of ``d``'s kind with the leaf's value and
+    metadata if ``copy``, else is put there itself; a raw leaf gives a new Variable
+    with ``d``'s metadata if ``recreate``, else stays raw. ``trace`` is the JAX trace
+    the new Variable belongs to."""
+    if REGISTRY.kind_of(leaf) is VARIABLE:
+        return d.type._from_parts(leaf.raw_value, metadata_of(leaf), trace) if copy else leaf
+    return d.type._from_parts(leaf, dict(d.metadata), trace) if recreate else leaf
+
+
+def container_of(d: ContainerDef, values: list[Any]) -> Any:
+    """The merge rule of a container: the list, tuple, dict or other pytree ``d``
+    describes, holding ``values`` (in ``d``'s order), for every build."""
+    t = d.type
+    if t is list:
+        return values
+    if t is tuple:
+        return tuple(values)
+    if t is dict:
+        return dict(zip(d.keys, values))
+    return d.treedef.unflatten(values)
 
 
 def _ref_output_variable(

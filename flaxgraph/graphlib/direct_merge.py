@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flaxgraph.graphlib.build import container_of, variable_for
+from flaxgraph.graphlib.direct_split import GiveUp
 from flaxgraph.graphlib.graphdefs import (
     ArrayDef,
     ContainerDef,
@@ -36,17 +38,12 @@ from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.statics import PartialKey
 from flaxgraph.statelib import State
 from flaxgraph.tracing import current_trace
-from flaxgraph.variablelib.variable import metadata_of
 
 GAVE_UP: Any = object()
 """What ``merge_direct`` returns when the general path must build the graph."""
 
 _MARKERS = (NoUpdate, ArrayRefOutput)
 _EMPTY: dict[Any, Any] = {}
-
-
-class _GiveUp(Exception):
-    """The State does not fit the GraphDef, or holds what only the general path builds."""
 
 
 def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any:
@@ -88,12 +85,12 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
             return built[c.index], 0
         if kind is ArrayDef:
             if c.index is not None:  # a raw jax.Ref
-                raise _GiveUp
+                raise GiveUp
             leaf = mapping[k]
             if kind_of(leaf) is VARIABLE:
                 leaf = leaf.raw_value
             elif isinstance(leaf, State):
-                raise _GiveUp
+                raise GiveUp
             return leaf, 1
         sub = mapping.get(k, None)
         used = 0
@@ -103,7 +100,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
             used = 1
             sub = sub._mapping
         else:
-            raise _GiveUp
+            raise GiveUp
         return (node(c, sub) if kind is NodeDef else container(c, sub)), used
 
     def node(d: NodeDef, mapping: dict[Any, Any]) -> Any:
@@ -129,7 +126,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
                 used += n
                 items.append((k, value))
         if used != len(mapping):
-            raise _GiveUp  # the State has entries the GraphDef has no place for
+            raise GiveUp  # the State has entries the GraphDef has no place for
         impl.set_items(obj, items, metadata)
         return obj
 
@@ -144,7 +141,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
                     values.append(node(c, _EMPTY))
                     continue
                 if type(sub) is not State:
-                    raise _GiveUp
+                    raise GiveUp
                 used += 1
                 values.append(node(c, sub._mapping))
                 continue
@@ -152,14 +149,14 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
             used += n
             values.append(value)
         if used != len(mapping):
-            raise _GiveUp
-        return _container_of(d, values)
+            raise GiveUp
+        return container_of(d, values)
 
     try:
         if root_kind is NodeDef:
             return node(root, state._mapping)
         return container(root, state._mapping)
-    except (_GiveUp, KeyError):
+    except (GiveUp, KeyError):
         return GAVE_UP
 
 
@@ -170,27 +167,11 @@ def _leaf_of(
     (``merge_direct``'s ``copy`` and ``recreate``), recorded in ``built``."""
     if REGISTRY.kind_of(leaf) is VARIABLE:
         if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
-            raise _GiveUp
-        if copy:
-            leaf = c.type._from_parts(leaf.raw_value, metadata_of(leaf), trace)
+            raise GiveUp
     elif type(leaf) in _MARKERS or isinstance(leaf, State):
-        raise _GiveUp
-    elif recreate:
-        leaf = c.type._from_parts(leaf, dict(c.metadata), trace)
-    built[c.index] = leaf
+        raise GiveUp
+    leaf = built[c.index] = variable_for(c, leaf, copy, recreate, trace)
     return leaf
-
-
-def _container_of(d: ContainerDef, values: list[Any]) -> Any:
-    """The container ``d`` describes, holding ``values``."""
-    t = d.type
-    if t is list:
-        return values
-    if t is tuple:
-        return tuple(values)
-    if t is dict:
-        return dict(zip(d.keys, values))
-    return d.treedef.unflatten(values)
 
 
 def join_states(states: tuple[Any, ...]) -> State | None:

@@ -58,8 +58,10 @@ _state = State._wrap  # a State around a dict, without checks
 _ROOT = object()
 
 
-class _GiveUp(Exception):
-    """The direct walk met a value only the general walk handles (with its path)."""
+class GiveUp(Exception):
+    """A direct walk (``split_direct``, ``direct_merge.merge_direct``) met what only
+    the general walk handles (and reports with its path); raised and caught inside
+    the direct walk, never seen by a caller."""
 
 
 def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
@@ -98,10 +100,10 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
             index = seen.get(x_id)
             if index is not None:
                 if not graph:  # tree mode: a cycle, shared Variables, or harmless
-                    raise _GiveUp
+                    raise GiveUp
                 return _node_ref((t, index))
             if not graph and getattr(t, "_obj_is_pytree", True) is False:
-                raise _GiveUp
+                raise GiveUp
             index = seen[x_id] = len(kept)
             kept.append(x)
             items, metadata = impls[t].flatten(x)
@@ -125,7 +127,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
             index = seen.get(id(x))
             if index is not None:
                 if not graph:  # tree mode: a shared Variable is an error
-                    raise _GiveUp
+                    raise GiveUp
                 return _node_ref((t, index))
             index = seen[id(x)] = len(kept)
             kept.append(x)
@@ -162,15 +164,15 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
         if kind is STATIC_LEAF:
             x = x.value
         elif kind is REF:
-            raise _GiveUp
+            raise GiveUp
         if made_per_instance(x):  # the general walk warns, naming the path
-            raise _GiveUp
+            raise GiveUp
         return StaticDef(x)
 
     root: dict[Any, Any] = {}
     try:
         root_def = visit(node, _ROOT, root)
-    except _GiveUp:
+    except GiveUp:
         return None
     state = root[_ROOT] if root else _state({})
     return GraphDef(root_def, None, not graph), state

@@ -1,40 +1,48 @@
-"""A fast-path plan as straight-line Python: the per-call checks and reads of one
-``Plan`` written out as a function, so that a repeated call costs a few attribute
-reads and comparisons instead of loops over the plan's lists.
+"""A fast-path plan as straight-line Python: the per-call checks, reads and write-back
+of one ``Plan`` written out as a function, so that a repeated call costs a few
+attribute reads and comparisons instead of loops over the plan's lists.
 
-For a model of two Linear layers called as ``step(model, x)`` the generated
-function reads like::
+For a model of two layers called as ``step(model, x)``, which updates the first
+layer's bias, the generated function reads (``python -m flaxgraph.transforms.explain``)::
 
   def run(args, kwargs, statics):
       if len(args) != 2: return MISS
       if statics is not S and statics != S: return MISS
       if kwargs: return MISS
-      if args[0] is not C1: return MISS            # the same model object
-      if type(args[1]) is not C2: return MISS      # x is still an array
+      if args[0] is not model_1 or (type(args[1]) is not arrayimpl_type_2 and ...): return MISS
       if _ctx.trace._weakref is not TRACE: return MISS
-      if C3._obj_version != 0 or C4._obj_version != 0 or ...: return MISS
-      if (C6.<METADATA_SLOT> is not C7 or ...) and _list(_map(_getm, VARS)) != METAS: return MISS
-      if len(C8) != 2 or C8[0] is not C9 or C8[1] is not C10: return MISS
-      values = [C11.raw_value, C12.raw_value, ..., args[1]]
-      out_static, out_groups = COMPILED(values, [])
-      return FINISH(PLAN, out_static.value, out_groups, values)
+      if model_1._obj_version != 1 or list_3._obj_version != 2 or ...: return MISS
+      if (param_8._var_metadata is not metadata_9 or ...) and _list(...) != ...: return MISS
+      values = [param_8.raw_value, param_10.raw_value, ..., args[1]]
+      try:
+          out_groups = COMPILED(values, [])
+      except CHANGED:
+          return RETRY(PLAN, FINISH, args, kwargs, statics)
+      out = OUT
+      _set_raw(param_8, out_groups[0][1])
+      return out_groups[0][0]
 
-Large graphs (more than ``UNROLL`` items of a kind) use C-level ``map`` calls
-instead of one comparison per item. The source is kept on the plan
-(``plan.source``) for debugging. Only identifiers made here and integer literals
-enter the source; every object is reached through the function's namespace.
+One template per step, each a function below: the call's signature
+(``_signature_checks``), the structure (``_structure_checks``, the comparisons of
+``graphlib/snapshot.py``), the leaf reads (``_leaf_reads``), the call
+(``_call_and_finish``) and the write-back (``_write_back``, also compiled alone as
+``BoundFinish.apply`` by ``with_apply``). Large graphs (more than ``UNROLL`` items of a
+kind) use C-level ``map`` calls instead of one comparison per item. Every object enters
+through the function's namespace under a name saying what it is (its type or role in
+snake case and a number, ``_Source.const``); the upper-case and underscored names are
+the fixed ones (``FixedNames``). Only such names and integer literals enter the source.
+The source is kept on the plan (``plan.source``; ``cache_info(verbose=True)``).
 
 Source: ``docs/design.md``, "The fast path" (the compiled per-structure plan).
 """
 
 from __future__ import annotations
 
-import enum
 import itertools
 import keyword
 import operator
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, TypedDict
 
 from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, TupleItem, same_item
 from flaxgraph.tracing import trace_ctx
@@ -46,92 +54,11 @@ from flaxgraph.transforms.leaf_access import (
     level_treedef,
 )
 from flaxgraph.transforms.lift import IN, LeafSource, OutStatic
+from flaxgraph.transforms.plan import MISS, BoundFinish, CheckKind, Plan
 from flaxgraph.transforms.ref_writes import RefInstall
 from flaxgraph.variablelib.variable import METADATA_SLOT, Variable, metadata_of
 
 UNROLL = 24  # up to this many items of a kind get one comparison each
-
-
-class Plan(Protocol):
-    """What the generated function reads of a fast-path plan (``fastpath.Plan``, which
-    imports this module, so it is named here by the members used)."""
-
-    snapshot: StructureSnapshot
-    trace: Any
-    compiled: Any
-    members: Any
-    getters: Any
-    targets: Any
-    arg_checks: Any
-    arg_leaves: Any
-    attribute_parents: Any
-    leaf_variables: Any
-    kwarg_names: Any
-    n_args: int
-    statics: Any
-    passthrough: Any
-    run: Callable[..., Any]
-    source: str
-    last_out: OutStatic | None
-    last_finish: BoundFinish | None
-
-
-class VariableWrites(NamedTuple):
-    """Input Variables whose new values all come from one output group, set with one
-    C-level ``map``: ``targets[k].raw_value = out_groups[group][positions[k]]``."""
-
-    targets: list[Variable]
-    positions: list[int]
-    group: int
-
-
-class OtherWrite(NamedTuple):
-    """A write that is not a plain Variable's value (an array attribute, a list item,
-    a box-backed Variable): ``write(value of source)``."""
-
-    source: LeafSource
-    write: Callable[[Any], None]
-
-
-class BoundFinish(NamedTuple):
-    """A ``FinishPlan`` bound to one plan's objects (``FinishPlan.bind``).
-
-    Attributes:
-      var_writes: the Variables' new values, grouped by output group.
-      other_writes: the other writes (array attributes, list items, boxes).
-      output: ``(in_values, out_groups) -> output`` (``FinishPlan.output_reader``).
-      installs: the new arrays of Ref-backed Variables (``RefInstall``), or ``None``.
-      apply: ``(in_values, out_groups) -> output``: all of the above, generated
-        from the one write-back template (``_write_back``, which a plan's ``run``
-        also inlines); ``None`` until ``with_apply``.
-    """
-
-    var_writes: list[VariableWrites]
-    other_writes: list[OtherWrite]
-    output: Callable[[list[Any], Sequence[Sequence[Any]]], Any]
-    installs: RefInstall | None
-    apply: Callable[[list[Any], Sequence[Sequence[Any]]], Any] | None = None
-
-    def with_apply(self) -> BoundFinish:
-        """This write-back with its ``apply`` function generated."""
-        src = _Source(_namespace_of_write_back(), "def apply(values, out_groups):")
-        _write_back(src, self)
-        source = "\n".join(src.lines) + "\n"
-        exec(compile(source, f"<flaxgraph write-back {id(self):#x}>", "exec"), src.namespace)
-        return self._replace(apply=src.namespace["apply"])
-
-
-class CheckKind(enum.Enum):
-    """What an argument check of a plan compares (``fastpath.ArgCheck``; its
-    ``expected`` per kind is documented there)."""
-
-    IS = "is"  # the same object
-    TYPE = "type"  # a leaf of that type
-    ITEMS = "items"  # a list, tuple or dict of that type with those keys or length
-    PYTREE = "pytree"  # an attribute pytree of that type and one-level structure
-
-
-MISS: Any = object()  # what run returns when the plan does not apply (None is an output)
 
 
 class _Source:
@@ -140,10 +67,18 @@ class _Source:
     def __init__(self, namespace: dict[str, Any], header: str = "def run(args, kwargs, statics):"):
         self.lines = [header]
         self.namespace = namespace
+        self.names: dict[int, str] = {}  # id of a constant -> its name
 
-    def const(self, value: Any) -> str:
-        name = f"C{len(self.namespace)}"
-        self.namespace[name] = value
+    def const(self, value: Any, role: str | None = None) -> str:
+        """A name for ``value`` in the function's namespace: its ``role`` (or its
+        type's name) in snake case and a number (``linear_3``, ``param_7``,
+        ``arrayimpl_type_9``, ``versions_2``), so the source reads like the code a
+        maintainer would write."""
+        name = self.names.get(id(value))
+        if name is None:  # one name per object (the namespace keeps it alive)
+            name = f"{_snake(role or _role_of(value))}_{len(self.names) + 1}"
+            self.names[id(value)] = name
+            self.namespace[name] = value
         return name
 
     def miss_if(self, conditions: list[str]) -> None:
@@ -153,6 +88,20 @@ class _Source:
 
     def line(self, text: str) -> None:
         self.lines.append(f"    {text}")
+
+
+def _role_of(value: Any) -> str:
+    """What a constant of the generated code is called by default: a class by its
+    name and ``type``, anything else by its type's name."""
+    if isinstance(value, type):
+        return f"{value.__name__}_type"
+    return type(value).__name__
+
+
+def _snake(name: str) -> str:
+    """``name`` as a lower-case identifier (``ArrayImpl`` -> ``arrayimpl``)."""
+    text = "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_") or "k"
+    return f"k_{text}" if text[0].isdigit() or keyword.iskeyword(text) else text
 
 
 def compile_run(
@@ -179,9 +128,41 @@ def compile_run(
     return src.namespace["run"], source
 
 
+class FixedNames(TypedDict):
+    """The names every generated ``run`` may read besides its constants (which
+    ``_Source.const`` adds, in snake case with a number)."""
+
+    MISS: object
+    S: object
+    TRACE: object
+    PLAN: Plan
+    COMPILED: Callable[..., Any]
+    CHANGED: type[Exception]
+    RETRY: Callable[..., Any]
+    FINISH: Callable[..., Any]
+    _ctx: object
+    _list: type[list[Any]]
+    _map: type[map[Any]]
+    _all: Callable[[Iterable[object]], bool]
+    _tuple: type[tuple[Any, ...]]
+    _chain: type[itertools.chain[Any]]
+    _values: Callable[[dict[Any, Any]], Any]
+    _is: Callable[[object, object], bool]
+    _level: Callable[[object], object]
+    _leaf: Callable[[object], bool]
+    _getattr: Callable[..., Any]
+    _same: Callable[[object, object], bool]
+    _call: Callable[..., Any]
+    _getv: Callable[[object], int]
+    _getm: Callable[[Variable[Any]], dict[str, Any]]
+    _getr: Callable[[Variable[Any]], Any]
+    _set_raw: Callable[[Variable[Any], object], None]
+
+
 def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
-    """The names the generated function reads (every object enters through here)."""
-    return {
+    """The names the generated function reads (every object enters through here):
+    the ``FixedNames``, then the constants."""
+    names: FixedNames = {
         "MISS": MISS,
         "S": plan.statics,
         "TRACE": plan.trace,
@@ -208,6 +189,48 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "_getr": operator.attrgetter("raw_value"),
         "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
     }
+    return dict(names)
+
+
+def compile_structure_check(snap: StructureSnapshot) -> tuple[Callable[[], Any], str]:
+    """``(check, source)``: the structure checks of ``snap`` alone, exactly as a plan's
+    ``run`` has them (``_structure_checks``): ``check()`` returns ``MISS`` when the
+    structure changed, else ``None``. ``StructureSnapshot.unchanged`` is the same test
+    interpreted (the lifting machine's snapshots, made per trace, use it);
+    ``tests/transforms/test_plan_code.py`` runs both on generated graphs and
+    mutations."""
+    src = _Source(_fixed_checks(), "def check():")
+    _structure_checks(src, snap)
+    src.line("return None")
+    source = "\n".join(src.lines) + "\n"
+    exec(compile(source, f"<flaxgraph structure check {id(snap):#x}>", "exec"), src.namespace)
+    return src.namespace["check"], source
+
+
+def _fixed_checks() -> dict[str, Any]:
+    """The fixed names the structure checks read (a part of ``FixedNames``)."""
+    return {
+        "MISS": MISS,
+        "_list": list,
+        "_map": map,
+        "_all": all,
+        "_tuple": tuple,
+        "_chain": itertools.chain,
+        "_values": dict.values,
+        "_same": same_item,
+        "_getv": operator.attrgetter("_obj_version"),
+        "_getm": metadata_of,
+    }
+
+
+def with_apply(bound: BoundFinish) -> BoundFinish:
+    """``bound`` with its ``apply`` function generated from the write-back template
+    (``_write_back``, the same lines a plan's ``run`` inlines)."""
+    src = _Source(_namespace_of_write_back(), "def apply(values, out_groups):")
+    _write_back(src, bound)
+    source = "\n".join(src.lines) + "\n"
+    exec(compile(source, f"<flaxgraph write-back {id(bound):#x}>", "exec"), src.namespace)
+    return bound._replace(apply=src.namespace["apply"])
 
 
 def _namespace_of_write_back() -> dict[str, Any]:
@@ -223,7 +246,7 @@ def _signature_checks(src: _Source, plan: Plan) -> None:
     if not plan.kwarg_names:
         src.line("if kwargs: return MISS")
     else:
-        src.line(f"if kwargs.keys() != {const(plan.kwarg_names)}: return MISS")
+        src.line(f"if kwargs.keys() != {const(plan.kwarg_names, 'kwarg_names')}: return MISS")
     # Containers before their items, so each access below is safe once reached.
     conditions = []
     attrs = plan.attribute_parents
@@ -238,12 +261,12 @@ def _signature_checks(src: _Source, plan: Plan) -> None:
         elif kind is CheckKind.PYTREE:
             t, treedef = expected
             conditions.append(f"type({access}) is not {const(t)}")
-            conditions.append(f"_level({access}) != {const(treedef)}")
+            conditions.append(f"_level({access}) != {const(treedef, 'treedef')}")
         else:
             t, items = expected
             conditions.append(f"type({access}) is not {const(t)}")
             if t is dict:
-                conditions.append(f"_tuple({access}) != {const(items)}")
+                conditions.append(f"_tuple({access}) != {const(items, 'keys')}")
             else:
                 conditions.append(f"len({access}) != {items}")
     src.miss_if(conditions)
@@ -259,15 +282,15 @@ def _structure_checks(src: _Source, snap: StructureSnapshot) -> None:
             [f"{const(o)}._obj_version != {v}" for o, v in zip(snap.objects, snap.versions)]
         )
     else:
-        objs, versions = const(snap.objects), const(snap.versions)
+        objs, versions = const(snap.objects, "objects"), const(snap.versions, "versions")
         src.line(f"if _list(_map(_getv, {objs})) != {versions}: return MISS")
     if snap.variables:
-        full = f"_list(_map(_getm, {const(snap.variables)})) != {const(snap.metadata)}"
+        full = f"_list(_map(_getm, {const(snap.variables, 'variables')})) != {const(snap.metadata, 'metadata')}"
         if len(snap.variables) <= UNROLL:
             # Identity is the common case; an equal replacement dict is still the same
             # structure (the full comparison decides).
             quick = " or ".join(
-                f"{const(v)}.{METADATA_SLOT} is not {const(m)}"
+                f"{const(v)}.{METADATA_SLOT} is not {const(m, 'metadata')}"
                 for v, m in zip(snap.variables, snap.metadata)
             )
             src.line(f"if ({quick}) and {full}: return MISS")
@@ -289,7 +312,7 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
         ]
         src.line(f"values = [{', '.join(items)}]")
     elif plan.leaf_variables is not None:
-        src.line(f"values = _list(_map(_getr, {const(plan.leaf_variables)}))")
+        src.line(f"values = _list(_map(_getr, {const(plan.leaf_variables, 'variables')}))")
         for pos in sorted(arg_at):
             src.line(f"values.insert({pos}, {arg_at[pos]})")
     elif n_leaves <= 4 * UNROLL:  # e.g. Ref-backed Variables: each read written out
@@ -299,7 +322,9 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
         ]
         src.line(f"values = [{', '.join(items)}]")
     else:
-        src.line(f"values = _list(_map(_call, {const(plan.getters)}, {const(plan.targets)}))")
+        src.line(
+            f"values = _list(_map(_call, {const(plan.getters, 'getters')}, {const(plan.targets, 'targets')}))"
+        )
         for pos in sorted(arg_at):
             src.line(f"values[{pos}] = {arg_at[pos]}")
 
@@ -314,7 +339,7 @@ def _call_and_finish(
         groups = ", ".join(["values"] + ["[]"] * (len(plan.members) - 1))
     else:
         src.line("get = values.__getitem__")
-        groups = ", ".join(f"_list(_map(get, {const(m)}))" for m in plan.members)
+        groups = ", ".join(f"_list(_map(get, {const(m, 'positions')}))" for m in plan.members)
     if plan.compiled.with_static:
         src.line(f"out_static, out_groups = COMPILED({groups})")
         src.line("out = out_static.value")
@@ -382,17 +407,12 @@ def _retry(
     return plan.run(args, kwargs, statics)
 
 
-def miss_always(args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
-    """A ``run`` for a plan without generated code: never applies."""
-    return MISS
-
-
 def _install_refs(src: _Source, installs: RefInstall) -> None:
     """The lines installing the new arrays of Ref-backed Variables (a ``RefInstall``):
     written out when the Refs' boxes are reachable and there are few, else a call."""
     const = src.const
     if installs.direct is None or len(installs.checks) > UNROLL:
-        src.line(f"{const(installs)}(out_groups)")
+        src.line(f"{const(installs, 'ref_installs')}(out_groups)")
         return
     checks = []
     for i, w in enumerate(installs.checks):
@@ -401,7 +421,9 @@ def _install_refs(src: _Source, installs: RefInstall) -> None:
     # A value that does not fit: the RefInstall raises, naming the Variable (nothing
     # has been written yet).
     for i in range(0, len(checks), 4):
-        src.line(f"if {' or '.join(checks[i : i + 4])}: {const(installs)}(out_groups)")
+        src.line(
+            f"if {' or '.join(checks[i : i + 4])}: {const(installs, 'ref_installs')}(out_groups)"
+        )
     for i, box in enumerate(installs.direct):
         src.line(f"{const(box)}._buf = r{i}")
 
@@ -425,16 +447,16 @@ def _write_back(src: _Source, bound: BoundFinish) -> None:
                 src.line(f"_set_raw({const(t)}, out_groups[{w.group}][{p}])")
         else:
             src.line(
-                f"_list(_map(_set_raw, {const(w.targets)}, "
-                f"_map(out_groups[{w.group}].__getitem__, {const(w.positions)})))"
+                f"_list(_map(_set_raw, {const(w.targets, 'targets')}, "
+                f"_map(out_groups[{w.group}].__getitem__, {const(w.positions, 'positions')})))"
             )
     for other in bound.other_writes:
-        src.line(f"{const(other.write)}({_value_of(other.source)})")
+        src.line(f"{const(other.write, 'write')}({_value_of(other.source)})")
     single = getattr(bound.output, "source", None)  # a one-leaf output: its source
     if single is not None:
         src.line(f"return {_value_of(single)}")
     else:
-        src.line(f"return {const(bound.output)}(values, out_groups)")
+        src.line(f"return {const(bound.output, 'output')}(values, out_groups)")
 
 
 def _item_check(src: _Source, access: str, key: Any) -> str:
@@ -462,17 +484,17 @@ def _container_checks(src: _Source, snap: StructureSnapshot) -> None:
                 src.miss_if(
                     [
                         f"len({name}) != {len(items)}",
-                        f"not _all(_map(_same, {name}, {const(items)}))",
+                        f"not _all(_map(_same, {name}, {const(items, 'item_keys')}))",
                     ]
                 )
     else:  # many lists: their lengths, then all their items in one pass
         lengths = [len(items) for items in snap.list_items]
         all_items = [x for list_items in snap.list_items for x in list_items]
-        lists = const(snap.lists)
+        lists = const(snap.lists, "lists")
         src.miss_if(
             [
-                f"_list(_map(len, {lists})) != {const(lengths)}",
-                f"not _all(_map(_same, _chain(*{lists}), {const(all_items)}))",
+                f"_list(_map(len, {lists})) != {const(lengths, 'lengths')}",
+                f"not _all(_map(_same, _chain(*{lists}), {const(all_items, 'item_keys')}))",
             ]
         )
     if len(snap.dicts) <= UNROLL:
@@ -481,19 +503,19 @@ def _container_checks(src: _Source, snap: StructureSnapshot) -> None:
             src.miss_if(
                 [
                     f"len({name}) != {len(keys)}",
-                    f"_tuple({name}) != {const(keys)}",
-                    f"not _all(_map(_same, {name}.values(), {const(values)}))",
+                    f"_tuple({name}) != {const(keys, 'keys')}",
+                    f"not _all(_map(_same, {name}.values(), {const(values, 'item_keys')}))",
                 ]
             )
     else:  # many dicts: their keys, then all their values in one pass
         all_keys = [k for dict_keys, _ in snap.dict_items for k in dict_keys]
         all_values = [v for _, dict_values in snap.dict_items for v in dict_values]
-        dicts = const(snap.dicts)
+        dicts = const(snap.dicts, "dicts")
         lengths = [len(dict_keys) for dict_keys, _ in snap.dict_items]
         src.miss_if(
             [
-                f"_list(_map(len, {dicts})) != {const(lengths)}",
-                f"_list(_chain(*{dicts})) != {const(all_keys)}",
-                f"not _all(_map(_same, _chain(*_map(_values, {dicts})), {const(all_values)}))",
+                f"_list(_map(len, {dicts})) != {const(lengths, 'lengths')}",
+                f"_list(_chain(*{dicts})) != {const(all_keys, 'keys')}",
+                f"not _all(_map(_same, _chain(*_map(_values, {dicts})), {const(all_values, 'item_keys')}))",
             ]
         )

@@ -35,8 +35,9 @@ from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from flaxgraph.transforms.calling_conventions import split_static
-from flaxgraph.transforms.fastpath import MISS, CacheInfo, Plan, PlanCache, plan_key, same_trace
+from flaxgraph.transforms.fastpath import CacheInfo, PlanCache, same_trace
 from flaxgraph.transforms.lift import Call, OutStatic, Slots
+from flaxgraph.transforms.plan import MISS, Plan, plan_key
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -179,9 +180,14 @@ class Transformed(Generic[P, R]):
         bound.configured()
         return bound
 
-    def cache_info(self) -> CacheInfo:
+    def cache_info(self, verbose: bool = False) -> CacheInfo:
         """``CacheInfo(general_calls, plans)``: how many calls took the general path
-        (see ``fastpath.CacheInfo``)."""
+        (see ``fastpath.CacheInfo``). With ``verbose=True`` it also prints the
+        generated source of each cached plan (what a repeated call runs; see
+        ``flaxgraph.transforms.explain``)."""
+        if verbose:
+            for i, source in enumerate(self.plans.sources()):
+                print(f"# plan {i + 1} of {len(self.plans.plans)}\n{source}")
         return self.plans.info()
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:

@@ -670,7 +670,8 @@ class StaticPmapped(Transformed[P, R]):
             **self.options,
         )
 
-    def cache_info(self) -> CacheInfo:
-        """``CacheInfo(general_calls, plans)`` summed over the static values seen."""
-        infos = [m.cache_info() for m in self.by_static.values()]
+    def cache_info(self, verbose: bool = False) -> CacheInfo:
+        """``CacheInfo(general_calls, plans)`` summed over the static values seen
+        (``verbose``: each one's plans printed, see ``Transformed.cache_info``)."""
+        infos = [m.cache_info(verbose) for m in self.by_static.values()]
         return CacheInfo(sum(i.general_calls for i in infos), sum(i.plans for i in infos))

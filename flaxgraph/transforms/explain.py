@@ -1,0 +1,118 @@
+"""What a repeated call of a transformed function runs: the generated source of its
+fast-path plan, for a maintainer reading or debugging the fast path.
+
+``explain(f, *args, **kwargs)`` returns the source of the plan ``f`` (an ``nnx.jit``,
+``nnx.vmap``… function) uses for these arguments, making it with one call if ``f``
+has none yet. ``f.cache_info(verbose=True)`` prints the source of every cached
+plan. ``python -m flaxgraph.transforms.explain [--layers N]`` prints the plan of a
+small training step, e.g.::
+
+  def run(args, kwargs, statics):
+      if len(args) != 2: return MISS
+      ...
+      if args[0] is not mlp_1 or (type(args[1]) is not arrayimpl_type_2 and ...): return MISS
+      if mlp_1._obj_version != 1 or list_3._obj_version != 2 or ...: return MISS
+      values = [param_8.raw_value, param_10.raw_value, ..., args[1]]
+      ...
+      _set_raw(param_8, out_groups[0][1])
+      return out_groups[0][0]
+
+Every name ending in a number is an object of the plan (an object checked by
+identity, a Variable read or written, a type); the upper-case names are the fixed
+ones (``plan_code.FixedNames``). ``guides/performance.md`` shows how to read it.
+
+Source: ``docs/design.md``, "The fast path".
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+
+from flaxgraph.helpers import List
+from flaxgraph.module import Module
+from flaxgraph.transforms.compilation import jit
+from flaxgraph.transforms.plan import plan_key
+from flaxgraph.variablelib.variable import Param
+
+
+def explain(f: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+    """The generated source of the fast-path plan ``f`` runs for these arguments.
+
+    Args:
+      f: a transformed function (``nnx.jit(...)``, ``nnx.vmap(...)``…) with a fast
+        path (its ``plans``).
+      *args, **kwargs: the arguments of a call; until ``f`` has a plan for them
+        whose write-back is written out (which takes a call on the general path and
+        one on the fast path), ``f(*args, **kwargs)`` is called, at most twice (its
+        effects happen).
+
+    Returns:
+      The plan's Python source (a ``def run(args, kwargs, statics):``).
+
+    Raises:
+      TypeError: ``f`` has no fast path (a transform without plans).
+      ValueError: the arguments do not qualify for the fast path (no plan is made
+        for them, e.g. a pytree argument other than a list, tuple, dict or
+        dataclass), so every call takes the general path.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.transforms.explain import explain
+      >>> f = nnx.jit(lambda m, x: m.w * x)
+      >>> class M(nnx.Module):
+      ...   def __init__(self): self.w = nnx.Param(jnp.ones(2))
+      >>> print(explain(f, M(), jnp.ones(2)).splitlines()[0])
+      def run(args, kwargs, statics):
+    """
+    plans = getattr(f, "plans", None)
+    if plans is None:
+        raise TypeError(f"{f!r} has no fast path to explain (it keeps no plans).")
+    key = plan_key(args, kwargs)
+    for attempt in range(3):
+        found = [p for (k, _), p in plans.plans.items() if k == key and p.source]
+        # A plan's write-back is written into its source by its first fast call.
+        if found and (found[0].last_out is not None or attempt == 2):
+            return str(found[0].source)
+        if attempt < 2:
+            f(*args, **kwargs)
+    raise ValueError(
+        "These arguments take the general path on every call (no fast-path plan is made "
+        "for them), so there is no plan source to show.\nFix: pass objects, arrays, and "
+        "lists, tuples, dicts or dataclasses of them (see guides/performance.md)."
+    )
+
+
+class _Layer(Module):
+    def __init__(self, width: int):
+        self.kernel = Param(jnp.eye(width))
+        self.bias = Param(jnp.zeros(width))
+
+
+class _Model(Module):
+    def __init__(self, layers: int, width: int):
+        self.layers = List([_Layer(width) for _ in range(layers)])
+
+
+def _step(model: _Model, x: Any) -> Any:
+    for layer in model.layers:
+        x = x @ layer.kernel[...] + layer.bias[...]
+        layer.bias[...] = layer.bias[...] + 0.1
+    return x.sum()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m flaxgraph.transforms.explain``: prints the plan of a small step."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2, help="layers of the demo model")
+    options = parser.parse_args(argv)
+    print(explain(jit(_step), _Model(options.layers, 4), jnp.ones(4)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,335 @@
+"""A fast-path plan: what a repeated call with the same argument structure needs,
+and the records it is made of.
+
+A ``Plan`` is made by a transform's general path after a call (``transformed.py``)
+and kept by the function's ``PlanCache`` (``fastpath.py``), which generates its
+``run`` function (``plan_code.py``): the plan's checks, reads, call and write-back
+as straight-line code. This module holds the plan and its records only, so that the
+code generator and the cache both name the one ``Plan``.
+
+Source: ``docs/design.md``, "The fast path".
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, NamedTuple, cast
+
+from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, is_hashable
+from flaxgraph.graphlib.snapshot import StructureSnapshot
+from flaxgraph.tracing import current_trace
+from flaxgraph.transforms.compiled import Compiled
+from flaxgraph.transforms.leaf_access import (
+    attribute_children,
+    is_argument_leaf,
+    is_in_place,
+    leaf_reader,
+    leaf_writer,
+)
+from flaxgraph.transforms.lift import Call, LeafSource, OutStatic, Slots
+from flaxgraph.transforms.ref_writes import RefInstall
+from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
+
+_LEAF = object()
+
+
+class VariableWrites(NamedTuple):
+    """Input Variables whose new values all come from one output group, set with one
+    C-level ``map``: ``targets[k].raw_value = out_groups[group][positions[k]]``."""
+
+    targets: list[Variable]
+    positions: list[int]
+    group: int
+
+
+class OtherWrite(NamedTuple):
+    """A write that is not a plain Variable's value (an array attribute, a list item,
+    a box-backed Variable): ``write(value of source)``."""
+
+    source: LeafSource
+    write: Callable[[Any], None]
+
+
+class BoundFinish(NamedTuple):
+    """A ``FinishPlan`` bound to one plan's objects (``FinishPlan.bind``).
+
+    Attributes:
+      var_writes: the Variables' new values, grouped by output group.
+      other_writes: the other writes (array attributes, list items, boxes).
+      output: ``(in_values, out_groups) -> output`` (``FinishPlan.output_reader``).
+      installs: the new arrays of Ref-backed Variables (``RefInstall``), or ``None``.
+      apply: ``(in_values, out_groups) -> output``: all of the above, generated
+        from the one write-back template (``_write_back``, which a plan's ``run``
+        also inlines); ``None`` until ``plan_code.with_apply``.
+    """
+
+    var_writes: list[VariableWrites]
+    other_writes: list[OtherWrite]
+    output: Callable[[list[Any], Sequence[Sequence[Any]]], Any]
+    installs: RefInstall | None
+    apply: Callable[[list[Any], Sequence[Sequence[Any]]], Any] | None = None
+
+
+class CheckKind(enum.Enum):
+    """What an argument check of a plan compares (``ArgCheck``; its
+    ``expected`` per kind is documented there)."""
+
+    IS = "is"  # the same object
+    TYPE = "type"  # a leaf of that type
+    ITEMS = "items"  # a list, tuple or dict of that type with those keys or length
+    PYTREE = "pytree"  # an attribute pytree of that type and one-level structure
+
+
+MISS: Any = object()  # what run returns when the plan does not apply (None is an output)
+
+
+def miss_always(args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
+    """A ``run`` for a plan without generated code: never applies."""
+    return MISS
+
+
+def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A cache key for the arguments' structure, or ``None`` if they do not qualify for
+    the fast path. Objects count by identity, leaves by kind, and lists, tuples and
+    dicts (a ``batch`` dict of arrays, rebuilt on every call) by their items, as do
+    pytrees whose children are attributes (a ``flax.struct.dataclass`` batch, a
+    namedtuple) and which hold no object, with their structure (static fields
+    included); other pytrees as arguments take the general path."""
+    parts: list[Any] = []
+    for a in args:
+        part = _part(a)
+        if part is None:
+            return None
+        parts.append(part)
+    for k in sorted(kwargs):
+        part = _part(kwargs[k])
+        if part is None:
+            return None
+        parts.append((k, part))
+    return tuple(parts)
+
+
+def _part(a: Any, objects: bool = True) -> Any:
+    t = type(a)
+    if t in GRAPH_NODE_IMPLS or isinstance(a, Variable):
+        return id(a) if objects else None
+    if is_argument_leaf(a):
+        return _LEAF
+    if a is None or t is str:
+        return (t, a)
+    if t is dict or t is list or t is tuple:
+        items = a.items() if t is dict else enumerate(a)
+        parts = tuple((k, _part(v, objects)) for k, v in items)
+        if any(p is None for _, p in parts):
+            return None
+        return (t, parts)
+    found = attribute_children(a)
+    if found is not None:
+        children, treedef = found
+        if not is_hashable(treedef):  # unhashable static fields: no key
+            return None
+        parts = tuple((k, _part(v, False)) for k, v in children)
+        if any(p is None for _, p in parts):
+            return None
+        return (t, treedef, parts)
+    return None
+
+
+class ArgCheck(NamedTuple):
+    """One check that a call's argument still has the plan's structure
+    (``Plan.arg_checks``).
+
+    Attributes:
+      root: ``0`` below ``args``, ``1`` below ``kwargs``.
+      keys: the path below the root (the argument's index or name first).
+      kind: a ``CheckKind``.
+      expected: ``IS``: the object; ``TYPE``: the type; ``ITEMS``: ``(type, keys or
+        length)``; ``PYTREE``: ``(type, one-level treedef)``.
+    """
+
+    root: int
+    keys: tuple[Any, ...]
+    kind: CheckKind
+    expected: Any
+
+
+class ArgLeaf(NamedTuple):
+    """An input leaf that is an argument's own value (``Plan.arg_leaves``): read from
+    the call's arguments on every call.
+
+    Attributes:
+      position: the leaf's position among the input leaves.
+      root: ``0`` below ``args``, ``1`` below ``kwargs``.
+      keys: the path below the root.
+    """
+
+    position: int
+    root: int
+    keys: tuple[Hashable, ...]
+
+
+def _signature(value: Any, root: int, keys: tuple[Any, ...], out: list[ArgCheck]) -> None:
+    """Appends the ``ArgCheck``s that an argument ``value`` (at ``keys`` below the
+    ``root``) still has its structure, containers before their items."""
+    t = type(value)
+    found = None if t is dict or t is list or t is tuple else attribute_children(value)
+    if t is dict or t is list or t is tuple:
+        out.append(
+            ArgCheck(root, keys, CheckKind.ITEMS, (t, tuple(value) if t is dict else len(value)))
+        )
+        items = value.items() if t is dict else enumerate(value)
+        for k, v in items:
+            _signature(v, root, (*keys, k), out)
+    elif found is not None:
+        children, treedef = found
+        out.append(ArgCheck(root, keys, CheckKind.PYTREE, (t, treedef)))
+        for k, v in children:
+            _signature(v, root, (*keys, k), out)
+    elif _part(value) == _LEAF:
+        out.append(ArgCheck(root, keys, CheckKind.TYPE, t))
+    else:
+        out.append(ArgCheck(root, keys, CheckKind.IS, value))
+
+
+class Plan:
+    """What a repeated call with the same argument structure needs (see module doc).
+
+    ``plan.run(args, kwargs, statics)`` is the whole fast path, generated for the
+    plan (``plan_code.py``): it checks that the call has this plan's arguments (the
+    same objects, leaves of the same types) and that their structure is unchanged,
+    reads the leaves, calls the compiled function and finishes; it returns ``MISS``
+    (having done nothing) when the plan does not apply. It is the only form of the
+    plan's checks and reads: a plan found by key runs it too.
+    """
+
+    __slots__ = (
+        "graphdef",
+        "nodes",
+        "snapshot",
+        "leaves",
+        "compiled",
+        "members",
+        "getters",
+        "targets",
+        "arg_leaves",
+        "passthrough",
+        "trace",
+        "writers",
+        "finishes",
+        "in_place",
+        "n_args",
+        "statics",
+        "kwarg_names",
+        "arg_checks",
+        "attribute_parents",
+        "leaf_variables",
+        "last_out",
+        "last_finish",
+        "run",
+        "source",
+        "ref_positions",
+        "box_positions",
+    )
+
+    def __init__(
+        self,
+        call: Call,
+        compiled: Compiled,
+        slots: Slots,
+        n_groups: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        statics: Any = (),
+        *,
+        donated: bool = False,
+    ):
+        # Only what later calls need: no reference to the first call's values or to
+        # its arguments' own arrays.
+        self.graphdef = call.graphdef
+        self.nodes = call.nodes
+        self.leaves = [leaf if isinstance(leaf, Variable) else None for leaf in call.leaves]
+        self.compiled = compiled
+        members: list[list[int]] = [[] for _ in range(n_groups)]
+        for i, g in enumerate(slots.groups):
+            members[g].append(i)
+        self.members = members
+        # The call's signature: which arguments are objects (compared by identity)
+        # and which are leaves (compared by type).
+        self.n_args = len(args)
+        self.statics = statics
+        self.kwarg_names = frozenset(kwargs)
+        checks: list[ArgCheck] = []
+        for i, a in enumerate(args):
+            _signature(a, 0, (i,), checks)
+        for k, v in kwargs.items():
+            _signature(v, 1, (k,), checks)
+        self.arg_checks = tuple(checks)
+        # Arguments' pytrees whose items are reached by attribute (plan_code._access).
+        self.attribute_parents = frozenset(
+            (c.root, c.keys) for c in checks if c.kind is CheckKind.PYTREE
+        )
+        # What to compare to know the structure is unchanged (see graphlib/snapshot.py).
+        self.snapshot = StructureSnapshot(call.nodes)
+        # Leaves inside pytrees other than lists, tuples and dicts (namedtuples,
+        # dataclasses…) reached through an object can be neither read by key nor
+        # written in place: such graphs take the general path (the arguments' own
+        # containers are read on every call). A leaf in a tuple is read through the
+        # tuple's holder and written by rebuilding the tuple (leaf_access.LeafPlace).
+        # Ref-backed Variables are read and written through their Refs
+        # (ref_writes.py), box-backed ones (hijax Variables holding pytrees) through
+        # their boxes (a copy of the content in, the new content set), unless
+        # arguments are donated.
+        stored = [
+            pos
+            for pos, leaf in enumerate(call.leaves)
+            if isinstance(leaf, Variable) and is_ref_backed(leaf)
+        ]
+        self.box_positions = frozenset(p for p in stored if is_box_backed(call.leaves[p]))
+        self.ref_positions = frozenset(stored) - self.box_positions
+        self.in_place = (
+            self.snapshot.versioned
+            and not (donated and stored)
+            and all(
+                isinstance(leaf, Variable) or is_in_place(path, args, kwargs)
+                for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
+            )
+        )
+        # Reading a leaf is one C call: getter(target). Arguments' own leaves (x, y…)
+        # change every call; their positions are filled in per call.
+        self.getters: list[Any] = []
+        self.targets: list[Any] = []
+        self.arg_leaves: list[ArgLeaf] = []
+        if self.in_place:
+            for pos, (path, leaf) in enumerate(zip(call.graphdef.leaf_paths, call.leaves)):
+                getter, target = leaf_reader(path, leaf, args, kwargs)
+                self.getters.append(getter)
+                self.targets.append(target)
+                if target is None:
+                    self.arg_leaves.append(ArgLeaf(pos, cast(int, path[0]), tuple(path[1:])))
+        # The common case: every leaf is a Variable or an argument. Then reading is
+        # one map over the Variables plus an insert per argument leaf.
+        n_vars = sum(1 for leaf in call.leaves if isinstance(leaf, Variable))
+        self.leaf_variables = (
+            [leaf for leaf in call.leaves if isinstance(leaf, Variable)]
+            if n_vars + len(self.arg_leaves) == len(call.leaves) and not stored
+            else None
+        )
+        self.passthrough = len(members) == 1 or (
+            sum(1 for m in members if m) == 1 and members[0] == list(range(len(slots.groups)))
+        )
+        self.trace = current_trace()
+        # How to store a new value in place for each input leaf (None: no place, e.g.
+        # an argument's own array).
+        self.writers = [
+            leaf_writer(path, leaf, args, kwargs) if self.in_place else None
+            for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
+        ]
+        self.finishes: dict[Hashable, BoundFinish | None] = {}  # by fastpath.FinishPlan
+        self.last_out: OutStatic | None = None
+        self.last_finish: BoundFinish | None = None
+        # run(args, kwargs, statics): the whole fast path for one call, generated
+        # for this plan (see plan_code.py); MISS when the plan does not apply.
+        # (``PlanCache.put`` generates it for a plan it keeps, see plan_code.py.)
+        self.run: Callable[..., Any] = miss_always
+        self.source = ""
