@@ -191,3 +191,50 @@ def test_promote_dtype_fn_names_flaxgraph_s_protocol(module):
     from flaxgraph.typing import PromoteDtypeFn
 
     assert importlib.import_module(f"flaxgraph.nn.{module}").PromoteDtypeFn is (PromoteDtypeFn)
+
+
+def test_a_language_model_s_flax_imports_run_on_flaxgraph_through_the_drop_in():
+    # Issue 29's example: `from flax.nnx.nn.linear import default_embed_init` failed at
+    # import under flaxgraph.install_as_flax_nnx(). A fresh interpreter, as the drop-in binds
+    # the whole process.
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent(
+        """
+        import sys
+        import jax, jax.numpy as jnp
+        import flaxgraph
+        flaxgraph.install_as_flax_nnx()
+        from flax import nnx
+        from flax.nnx.nn.linear import default_embed_init, Conv, Embed, PrecisionLike
+        from flax.nnx.nn.recurrent import RNN, flip_sequences
+        from flax.nnx.nn.normalization import WeightNorm
+        from flax.nnx.rnglib import backup_keys, NotKey
+        from flax.nnx.training.optimizer import to_opt_state
+        from flax.nnx.variablelib import is_array_ref, VariableTypeCache
+
+        class LM(nnx.Module):
+            def __init__(self, rngs):
+                self.embed = Embed(11, 4, embedding_init=default_embed_init, rngs=rngs)
+                self.conv = Conv(4, 4, kernel_size=(3,), rngs=rngs)
+
+            def __call__(self, ids):
+                return self.embed.attend(self.conv(self.embed(ids)))
+
+        model = LM(nnx.Rngs(0))
+        assert nnx.jit(lambda m, x: m(x))(model, jnp.ones((2, 5), jnp.int32)).shape == (2, 5, 11)
+        assert Conv is flaxgraph.Conv and VariableTypeCache["params"] is flaxgraph.Param
+        assert not [m for m in sys.modules.values()
+                    if getattr(m, "__file__", "") and "/flax/nnx/" in m.__file__]
+        """
+    )
+    repo = Path(__file__).resolve().parent.parent.parent
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(repo)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
