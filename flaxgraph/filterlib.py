@@ -13,6 +13,7 @@ filter                  matches
 a type, ``OfType(t)``   values that are instances of ``t`` (``Param``, ``jax.Array``)
 a string, ``WithTag``   values whose ``tag`` attribute equals the string
 ``PathContains(k)``     leaves whose path contains the key ``k``
+``PathIn(p, q)``        leaves at exactly one of the paths ``p``, ``q``
 ``Any(a, b)``, tuple    leaves matched by at least one of the filters
 ``All(a, b)``           leaves matched by every filter
 ``Not(a)``              leaves ``a`` does not match
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 from typing import Any as _AnyType
 
 from flaxgraph.errors import InvalidFilterError
@@ -35,6 +37,20 @@ from flaxgraph.typing import Key, PathParts
 
 Predicate = Callable[[PathParts, _AnyType], bool]
 Filter = _AnyType  # type | str | Predicate | bool | Ellipsis | None | tuple[Filter, ...]
+
+if TYPE_CHECKING:
+    from builtins import ellipsis as ellipsis
+else:
+    ellipsis = _AnyType  # the type of ``...`` (a name for type checkers only, as in Flax)
+
+FilterLiteral = type | str | Predicate | bool | ellipsis | None
+"""A filter that is not a tuple or list of filters."""
+
+
+class HasTag(Protocol):
+    """A value with a ``tag`` attribute (what a string filter, ``WithTag``, reads)."""
+
+    tag: str
 
 
 def to_predicate(filter: Filter) -> Predicate:
@@ -139,6 +155,33 @@ class PathContains:
         if self.exact:
             return self.key in path
         return any(str(self.key) in str(part) for part in path)
+
+
+class PathIn:
+    """Matches leaves whose path is one of ``paths`` (each a tuple of keys), exactly.
+
+    Example::
+
+      >>> from flaxgraph.filterlib import PathIn
+      >>> f = PathIn(('a', 'kernel'), ('b',))
+      >>> f(('a', 'kernel'), None), f(('a',), None), f == PathIn(('b',), ('a', 'kernel'))
+      (True, False, True)
+    """
+
+    def __init__(self, *paths: PathParts) -> None:
+        self.paths = frozenset(paths)
+
+    def __call__(self, path: PathParts, value: object) -> bool:
+        return path in self.paths
+
+    def __repr__(self) -> str:
+        return f"PathIn({','.join(map(repr, self.paths))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PathIn) and self.paths == other.paths
+
+    def __hash__(self) -> int:
+        return hash(self.paths)
 
 
 class Any:

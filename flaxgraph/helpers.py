@@ -1,4 +1,5 @@
-"""Containers that are Modules: ``List``, ``Dict`` and ``Sequential``.
+"""Containers that are Modules: ``List``, ``Dict`` and ``Sequential`` (and, at Flax's ``nnx.helpers``
+path, ``TrainState``, ``ModuleDefApply`` and ``has_keyword_arg``).
 
 Plain lists and dicts work as attributes too (the graph engine walks them by
 value). These containers are graph nodes themselves, so they keep reference
@@ -9,16 +10,21 @@ Source: Flax NNX ``nnx.List``, ``nnx.Dict``, ``nnx.Sequential``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, MutableSequence
-from typing import Any, overload
+from typing import Any, Generic, Protocol, TypeVar, overload
 
+from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.module_class import Module
+from flaxgraph.proxy_caller import ApplyCaller
 from flaxgraph.pytreelib.attribute_kinds import Marked
 from flaxgraph.pytreelib.objects import (
     mark_structure_changed,
     same_structure,
     set_attribute_kinds,
 )
+from flaxgraph.statelib import State
+from flaxgraph.training.train_state import TrainState as TrainState
 from flaxgraph.typing import MISSING
 
 
@@ -277,3 +283,39 @@ class Sequential(Module):
         for i, f in enumerate(self.layers):
             output = f(*args, **kwargs) if i == 0 else f(output)
         return output
+
+
+M = TypeVar("M", bound=Module)
+
+
+class ModuleDefApply(Protocol, Generic[M]):
+    """The type of ``graphdef.apply``: called with States, it returns a proxy whose method
+    call gives ``(output, (state, graphdef))``."""
+
+    def __call__(self, state: State, *states: State) -> ApplyCaller[tuple[State, GraphDef[M]]]: ...
+
+
+def has_keyword_arg(func: Callable[..., Any], name: str) -> bool:
+    """Whether ``func`` takes an argument ``name`` by keyword (keyword-only or
+    positional-or-keyword).
+
+    Args:
+      func: any callable with a signature.
+      name: the parameter name.
+
+    Returns:
+      ``True`` if ``func(..., name=...)`` names a parameter of ``func`` (``**kwargs`` does not
+      count).
+
+    Raises:
+      ValueError, TypeError: ``func`` has no signature (``inspect.signature``).
+
+    Example::
+
+      >>> has_keyword_arg(lambda x, *, rngs: x, 'rngs'), has_keyword_arg(lambda **kw: 0, 'rngs')
+      (True, False)
+    """
+    return any(
+        p.name == name and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in inspect.signature(func).parameters.values()
+    )

@@ -62,4 +62,22 @@ def uuid() -> UUID:
     return UUID()
 
 
-__all__ = ["UUID", "uuid"]
+class UUIDManager:
+    """Flax's maker of unique ids: ``UUIDManager()()`` is a new :class:`UUID`. flaxgraph's
+    ids need no shared counter, so every manager (and :func:`uuid`) makes ids unique
+    across all of them.
+
+    Example::
+
+      >>> make = UUIDManager()
+      >>> make() != make()
+      True
+    """
+
+    __slots__ = ()
+
+    def __call__(self) -> UUID:
+        return UUID()
+
+
+__all__ = ["UUID", "UUIDManager", "uuid"]

@@ -56,6 +56,7 @@ __all__ = [
     "SequenceReprMixin",
     "colorized",
     "get_repr",
+    "ipython_running",
     "supports_color",
     "MAX_REPR_DEPTH",
 ]
@@ -63,6 +64,17 @@ __all__ = [
 MAX_REPR_DEPTH: Flag[int | None] = Flag("max_repr_depth", None)
 """How deep :func:`get_repr` nests before writing ``...`` (``None``: no limit); the Flax
 configuration ``flax_max_repr_depth``."""
+
+
+def ipython_running() -> bool:
+    """Whether this process runs inside IPython (a shell or a Jupyter kernel).
+
+    Returns:
+      ``True`` if IPython is imported and has a running shell (IPython is never imported
+      for this check).
+    """
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and ipython.get_ipython() is not None
 
 
 def supports_color() -> bool:
@@ -73,12 +85,7 @@ def supports_color() -> bool:
       ``True`` when ``sys.stdout`` is a TTY on a platform with ANSI colours, or when IPython
       is running.
     """
-    try:
-        from IPython import get_ipython  # type: ignore[attr-defined,unused-ignore]
-
-        in_ipython = get_ipython() is not None
-    except ImportError:
-        in_ipython = False
+    in_ipython = ipython_running()
     ansi_platform = sys.platform != "win32" or "ANSICON" in os.environ
     tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
     return (ansi_platform and tty) or in_ipython

@@ -41,7 +41,7 @@ import math
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,11 +52,23 @@ from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.module_class import Module
 from flaxgraph.pytreelib.objects import Object, Pytree, static
+from flaxgraph.reprlib import ipython_running
 from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
-from flaxgraph.typing import PathParts
+from flaxgraph.typing import Key, PathParts
 from flaxgraph.variablelib.variable import Variable
 
-__all__ = ["CallInfo", "filter_rng_streams", "tabulate"]
+__all__ = [
+    "ArrayRepr",
+    "CallInfo",
+    "NodeStats",
+    "NoneDumper",
+    "ObjectInfo",
+    "SimpleObjectRepr",
+    "SizeBytes",
+    "filter_rng_streams",
+    "in_ipython",
+    "tabulate",
+]
 
 
 _TAG = "_tabulate_path"
@@ -564,3 +576,105 @@ def tabulate(
 
 def _flops_repr(flops: int | None) -> str:
     return "" if flops is None else str(flops)
+
+
+# -- Flax's records at ``flax.nnx.summary`` -----------------------------------------------
+
+in_ipython = ipython_running()
+"""Whether this process runs inside IPython (decided at import, as in Flax)."""
+
+
+@dataclasses.dataclass
+class SizeBytes:
+    """A count of array elements and their bytes; adds up, false when empty.
+
+    ``repr`` is ``'9 [dim](36 B)[/dim]'`` (rich markup, as Flax's table cells).
+    """
+
+    size: int
+    bytes: int
+
+    @classmethod
+    def from_array(cls, x: Any) -> SizeBytes:
+        """The size of one array (anything with ``shape`` and ``dtype``)."""
+        size = math.prod(x.shape)
+        return cls(size, size * np.dtype(x.dtype).itemsize)
+
+    @classmethod
+    def from_any(cls, x: Any) -> SizeBytes:
+        """The total size of the arrays among ``x``'s pytree leaves."""
+        total = cls(0, 0)
+        for leaf in jax.tree.leaves(x):
+            if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+                total = total + cls.from_array(leaf)
+        return total
+
+    def __add__(self, other: SizeBytes) -> SizeBytes:
+        return type(self)(self.size + other.size, self.bytes + other.bytes)
+
+    def __bool__(self) -> bool:
+        return bool(self.size)
+
+    def __repr__(self) -> str:
+        return f"{self.size:,} [dim]({_bytes_repr(self.bytes)})[/dim]"
+
+
+class ObjectInfo(NamedTuple):
+    """One object's row data: its path, sizes per Variable type, Variables per type."""
+
+    path: PathParts
+    stats: dict[type[Variable[Any]], SizeBytes]
+    variable_groups: dict[type[Variable[Any]], dict[Key, Variable[Any]]]
+
+
+NodeStats = dict[int, ObjectInfo | None]
+"""Per object id, its :class:`ObjectInfo` (``None`` while being computed)."""
+
+
+@dataclasses.dataclass
+class ArrayRepr:
+    """An array shown by dtype and shape in a table cell: ``'[dim]float32[/dim][2,3]'``."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+    @classmethod
+    def from_array(cls, x: Any) -> ArrayRepr:
+        """The record of ``x`` (a JAX or NumPy array)."""
+        return cls(jnp.shape(x), jnp.result_type(x))
+
+    def __str__(self) -> str:
+        return f"[dim]{self.dtype}[/dim][{','.join(str(d) for d in self.shape)}]"
+
+
+class SimpleObjectRepr:
+    """An object shown by its type only: ``'Linear(...)'``."""
+
+    def __init__(self, obj: Any) -> None:
+        self.type = type(obj)
+
+    def __repr__(self) -> str:
+        return f"{self.type.__name__}(...)"
+
+    __str__ = __repr__
+
+
+try:
+    import yaml  # type: ignore[import-untyped,unused-ignore]
+except ImportError:  # pragma: no cover - PyYAML comes with Flax, not with flaxgraph
+
+    class NoneDumper:
+        """Flax's YAML dumper writing ``None`` as ``'None'``; needs PyYAML."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise ModuleNotFoundError("summary.NoneDumper needs PyYAML: pip install pyyaml")
+
+else:
+
+    class NoneDumper(yaml.SafeDumper):  # type: ignore[no-redef,misc,unused-ignore]
+        """A YAML ``SafeDumper`` that writes ``None`` as the string ``'None'`` (Flax's
+        tables dump call arguments with it)."""
+
+    NoneDumper.add_representer(  # type: ignore[attr-defined]
+        type(None), lambda dumper, _: dumper.represent_scalar("tag:yaml.org,2002:str", "None")
+    )

@@ -45,7 +45,7 @@ def _src(module: str, code: str) -> Source:
         (
             "duplicate_class_names",  # Flax's own two Modules are allowed
             [
-                _src("module.py", "class Module: pass"),
+                _src("module_class.py", "class Module: pass"),
                 _src("bridge/module.py", "class Module: pass"),
             ],
             0,

@@ -106,7 +106,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "variable_changed",
         }
     ),
-    "flax.nnx.filterlib": frozenset({"FilterLiteral", "HasTag", "PathIn", "ellipsis"}),
     "flax.nnx.graphlib": frozenset(
         {
             "ArrayRefDef",
@@ -154,23 +153,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
             "static_cache",
         }
     ),
-    "flax.nnx.helpers": frozenset({"ModuleDefApply", "TrainState", "has_keyword_arg"}),
-    "flax.nnx.ids": frozenset({"UUIDManager"}),
-    "flax.nnx.statelib": frozenset(
-        {"ExtractValueFn", "NestedStateRepr", "SetValueFn", "create_path_filters"}
-    ),
-    "flax.nnx.summary": frozenset(
-        {
-            "ArrayRepr",
-            "NodeStats",
-            "NoneDumper",
-            "ObjectInfo",
-            "SimpleObjectRepr",
-            "SizeBytes",
-            "in_ipython",
-        }
-    ),
-    "flax.nnx.visualization": frozenset({"in_ipython", "render_object_constructor"}),
 }
 
 

@@ -338,3 +338,42 @@ def test_compat_iter_modules_walks_in_graph_mode() -> None:
 
     paths = [p for p, _ in nnx.compat.iter_modules(Pair())]
     assert paths == [p for p, _ in nnx.iter_modules(Pair(), graph=True)]
+
+
+paths = st.lists(
+    st.tuples(st.sampled_from(["a", "b", 0, 1]), st.sampled_from(["k", "bias", 2])), max_size=4
+)
+
+
+@given(paths=paths, probe=st.tuples(st.sampled_from(["a", "b", 0]), st.sampled_from(["k", 2])))
+def test_path_in_matches_as_flaxs(paths: list, probe: tuple) -> None:
+    ours, theirs = nnx.filterlib.PathIn(*paths), flax_nnx.filterlib.PathIn(*paths)
+    assert ours(probe, None) == theirs(probe, None)
+    assert ours == nnx.filterlib.PathIn(*reversed(paths)) and hash(ours) == hash(
+        nnx.filterlib.PathIn(*paths)
+    )
+    assert nnx.filterlib.to_predicate(ours)(probe, None) == theirs(probe, None)
+
+
+@given(st.dictionaries(st.sampled_from("abc"), st.integers(0, 2), min_size=1))
+def test_create_path_filters_as_flaxs(values: dict) -> None:
+    ours = nnx.statelib.create_path_filters(nnx.State({"x": dict(values), "y": 1}))
+    theirs = flax_nnx.statelib.create_path_filters(flax_nnx.State({"x": dict(values), "y": 1}))
+    assert {v: f.paths for f, v in ours.items()} == {v: f.paths for f, v in theirs.items()}
+
+
+def test_helpers_ids_and_summary_records() -> None:
+    from flax.nnx import helpers as flax_helpers
+
+    for fn in (lambda x, *, rngs: x, lambda rngs: 0, lambda **kw: 0, lambda *, other: 0):
+        assert nnx.helpers.has_keyword_arg(fn, "rngs") == flax_helpers.has_keyword_arg(fn, "rngs")
+    assert nnx.helpers.TrainState is nnx.TrainState
+    make = nnx.ids.UUIDManager()
+    assert make() != make() and isinstance(make(), nnx.ids.UUID)
+    size = nnx.summary.SizeBytes.from_any({"a": jnp.ones((2, 3)), "b": 1})
+    assert (size.size, size.bytes, bool(nnx.summary.SizeBytes(0, 0))) == (6, 24, False)
+    assert repr(size) == repr(flax_nnx.summary.SizeBytes.from_any({"a": jnp.ones((2, 3))}))
+    assert repr(nnx.summary.SimpleObjectRepr(nnx.Rngs(0))) == "Rngs(...)"
+    assert isinstance(nnx.summary.in_ipython, bool) and isinstance(
+        nnx.visualization.in_ipython, bool
+    )

@@ -8,6 +8,10 @@ State as a JAX pytree. See ``README.md`` in this folder.
 This package is Flax NNX's ``statelib`` module map (``nnx.statelib.State``...).
 """
 
+from flaxgraph.statelib.path_filters import ExtractValueFn as ExtractValueFn
+from flaxgraph.statelib.path_filters import NestedStateRepr as NestedStateRepr
+from flaxgraph.statelib.path_filters import SetValueFn as SetValueFn
+from flaxgraph.statelib.path_filters import create_path_filters as create_path_filters
 from flaxgraph.statelib.state import FlatState as FlatState
 from flaxgraph.statelib.state import State as State
 from flaxgraph.statelib.state import diff as diff
@@ -25,6 +29,10 @@ from flaxgraph.statelib.state import to_pure_dict as to_pure_dict
 from flaxgraph.statelib.state import unmatched_message as unmatched_message
 
 __all__ = [
+    "ExtractValueFn",
+    "NestedStateRepr",
+    "SetValueFn",
+    "create_path_filters",
     "State",
     "diff",
     "FlatState",

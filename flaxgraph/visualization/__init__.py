@@ -5,4 +5,8 @@ through which the core's ``__repr__`` and notebook hooks reach it. This package 
 Flax NNX's ``visualization`` module map (``nnx.display``).
 """
 
+from flaxgraph.visualization.constructor import in_ipython as in_ipython
+from flaxgraph.visualization.constructor import (
+    render_object_constructor as render_object_constructor,
+)
 from flaxgraph.visualization.show import display as display
