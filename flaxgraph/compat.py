@@ -33,6 +33,7 @@ from flaxgraph.graphlib import descendants as _descendants
 from flaxgraph.graphlib import functional as _functional
 from flaxgraph.graphlib import split_merge as _split_merge
 from flaxgraph.module_class import iter_modules as _iter_modules
+from flaxgraph.rnglib.splitting import backup_keys as _backup_keys
 from flaxgraph.rnglib.splitting import fork_rngs as _fork_rngs
 from flaxgraph.rnglib.splitting import reseed as _reseed
 from flaxgraph.rnglib.splitting import split_rngs as _split_rngs
@@ -85,6 +86,7 @@ cached_partial = _fixed(_partial.cached_partial)
 split_rngs = _fixed(_split_rngs)
 fork_rngs = _fixed(_fork_rngs)
 reseed = _fixed(_reseed)
+backup_keys = _fixed(_backup_keys)
 split = _fixed(_split_merge.split)
 state = _fixed(_split_merge.state)
 graphdef = _fixed(_split_merge.graphdef)

@@ -63,7 +63,6 @@ STILL_MISSING: dict[str, frozenset[str]] = {
     ),
     "flax.nnx.bridge.variables": frozenset({"get_col_name"}),
     "flax.nnx.bridge.wrappers": frozenset({"current_linen_module", "linen_rngs_dict"}),
-    "flax.nnx.compat": frozenset({"backup_keys"}),
     "flax.nnx.extract": frozenset(
         {
             "ExtractIndex",
