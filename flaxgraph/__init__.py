@@ -37,6 +37,9 @@ from flaxgraph.abstract import as_abstract as as_abstract
 from flaxgraph.abstract import get_abstract_model as get_abstract_model
 from flaxgraph.capturing import capture as capture
 from flaxgraph.config import Flag as Flag
+from flaxgraph.containers import Dict as Dict
+from flaxgraph.containers import List as List
+from flaxgraph.containers import Sequential as Sequential
 from flaxgraph.drop_in import install_as_flax_nnx as install_as_flax_nnx
 from flaxgraph.errors import FlaxgraphError as FlaxgraphError
 from flaxgraph.errors import GraphStructureError as GraphStructureError
@@ -93,9 +96,6 @@ from flaxgraph.graphlib.split_merge import variables as variables
 from flaxgraph.graphlib.variable_views import set_metadata as set_metadata
 from flaxgraph.graphlib.variable_views import vars_as as vars_as
 from flaxgraph.graphlib.variable_views import with_vars as with_vars
-from flaxgraph.helpers import Dict as Dict
-from flaxgraph.helpers import List as List
-from flaxgraph.helpers import Sequential as Sequential
 from flaxgraph.mesh_context import ShardingSpecError as ShardingSpecError
 from flaxgraph.mesh_context import logical_axis_rules as logical_axis_rules
 from flaxgraph.mesh_context import use_eager_sharding as use_eager_sharding

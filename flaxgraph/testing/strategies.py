@@ -41,9 +41,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flaxgraph.containers import Dict, List
 from flaxgraph.filterlib import All, Not, PathContains, WithTag
 from flaxgraph.filterlib import Any as AnyOf
-from flaxgraph.helpers import Dict, List
 from flaxgraph.pytreelib.objects import data, static
 from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.testing import values

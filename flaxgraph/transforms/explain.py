@@ -32,7 +32,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from flaxgraph.helpers import List
+from flaxgraph.containers import List
 from flaxgraph.module import Module
 from flaxgraph.transforms.compilation import jit
 from flaxgraph.transforms.plan import plan_key
