@@ -9,10 +9,11 @@ The graph engine sorts every value it meets into one of five kinds:
 * **containers**: ``list``, ``tuple``, ``dict`` and any other JAX pytree node
   (named tuples, optax states…). They are walked through by value, like JAX
   walks pytrees; two attributes holding the same list get two lists back.
-* **array leaves**: ``jax.Array``, ``np.ndarray``, numpy scalars and
-  ``jax.ShapeDtypeStruct``: they go into the ``State``.
-* **static values**: everything else (ints, strings, functions, ``None``…). They
-  are stored in the ``GraphDef`` and so must be hashable.
+* **array leaves**: ``jax.Array``, ``np.ndarray`` and ``jax.ShapeDtypeStruct``:
+  they go into the ``State``.
+* **static values**: everything else (ints, strings, NumPy scalars such as
+  ``np.float64(0.1)``, functions, ``None``…). They are stored in the ``GraphDef``
+  and so must be hashable.
 
 Graph-node types are registered with a ``GraphNodeImpl`` telling the engine how
 to list a node's children, build an empty node and fill it. ``Object`` registers
@@ -100,10 +101,11 @@ class Kind(enum.IntEnum):
     * ``VARIABLE``: a ``Variable``: a node whose value is one State leaf.
     * ``SEQUENCE``: exactly a ``list`` or ``tuple``, walked by position.
     * ``DICT``: exactly a ``dict``, walked by key.
-    * ``ARRAY``: an array leaf (``jax.Array`` and Tracers, ``np.ndarray``, numpy
-      scalars, ``jax.ShapeDtypeStruct``): it goes into the State.
+    * ``ARRAY``: an array leaf (``jax.Array`` and Tracers, ``np.ndarray``,
+      ``jax.ShapeDtypeStruct``): it goes into the State.
     * ``CONSTANT``: an ``int``, ``float``, ``str``, ``bool``, ``complex``,
-      ``bytes``, ``None`` or ``...``: always static, never walked.
+      ``bytes``, ``None``, ``...`` or a NumPy scalar (``np.float64(0.1)``, static
+      as in Flax NNX 0.12.8): always static, never walked.
     * ``REF``: a raw ``jax.Ref``: state with an identity.
     * ``DATA_LEAF``, ``STATIC_LEAF``: the ``DataLeaf``/``StaticLeaf`` marks a node's
       ``flatten`` puts around a child (``nnx.data``, ``nnx.static``).
@@ -142,6 +144,9 @@ PYTREE = Kind.PYTREE
 STATIC = Kind.STATIC
 
 ARRAY_TYPES: tuple[type[Any], ...] = (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
+"""The types of array-like values: what a transform traces when it meets one as an
+argument or output leaf (a NumPy scalar included, as JAX does). ``classify`` tests
+``np.generic`` first: held by an object, a NumPy scalar is static."""
 PLAIN_STATIC = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
 
 STABLE_STATIC_MODULES = frozenset({"builtins", "types", "functools", "numpy", "jax", "jaxlib"})
@@ -188,7 +193,8 @@ class NodeRegistry:
     def classify(self, x: Any) -> Kind:
         """Decides the kind of ``x`` and remembers it for ``type(x)``. The first
         test that holds wins, in ``Kind``'s order: a registered node type (exact
-        type), a Variable, a list or tuple, a dict, an array, a plain constant, a
+        type), a Variable, a list or tuple, a dict, a NumPy scalar (a constant), an
+        array, a plain constant, a
         raw ``jax.Ref``, a ``DataLeaf``/``StaticLeaf`` mark, a JAX pytree node, and
         else a static value. Each test depends on the type alone (JAX's pytree
         registry and the array ABCs are keyed by type), so the answer holds for
@@ -218,6 +224,12 @@ class NodeRegistry:
             kind = SEQUENCE
         elif t is dict:
             kind = DICT
+        elif isinstance(x, np.generic):
+            # A NumPy scalar (np.float64(0.1), np.int32(3), np.bool_(True)) is static, as
+            # in Flax NNX 0.12.8: code branches on it in Python (a drop-path rate from
+            # np.linspace). Passed to a transform as an argument it is traced, as any
+            # pytree leaf is (the transforms do not ask the graph engine about those).
+            kind = CONSTANT
         elif isinstance(x, ARRAY_TYPES):
             kind = ARRAY
         elif t in PLAIN_STATIC:

@@ -17,6 +17,7 @@ and check consistent aliasing in the same single pass.
 
 from __future__ import annotations
 
+import copy
 import functools
 import types
 import warnings
@@ -368,7 +369,15 @@ def made_per_instance(x: Any) -> bool:
         return "<lambda>" in x.__qualname__ or "<locals>" in x.__qualname__
     if type(x).__hash__ is not object.__hash__ or callable(x):
         return False
-    return not isinstance(x, (types.ModuleType, type))
+    if isinstance(x, (types.ModuleType, type)):
+        return False
+    # A type implemented in C may compare by value without showing it in its
+    # ``__hash__`` attribute (``jax.sharding.PartitionSpec``): a copy tells.
+    try:
+        twin = copy.copy(x)
+        return twin is not x and not bool(twin == x)
+    except Exception:
+        return True
 
 
 def _is_scalar(x: Any) -> bool:

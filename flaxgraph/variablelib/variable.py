@@ -84,6 +84,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from flaxgraph.errors import TraceContextError, numbered_fixes
 from flaxgraph.mesh_context import place_at_creation, rename_sharding_keys
@@ -722,6 +723,10 @@ class Variable(Generic[A]):
         metadata = object.__getattribute__(self, "_var_metadata")
         if name in metadata:
             return metadata[name]
+        if name == "sharding":
+            names = _sharding_names(metadata)
+            if names is not None:
+                return names
         if name in _PROPERTIES:
             # A property of Variable raised AttributeError (``shape`` of a value that
             # has none): its answer stands, the name is not looked up a second way.
@@ -1198,6 +1203,29 @@ def _fills_array(v: Any, value: Any) -> bool:
         return np.broadcast_shapes(shape, tuple(ref.shape)) == tuple(ref.shape)
     except ValueError:
         return False
+
+
+def _sharding_names(metadata: Mapping[str, Any]) -> Any:
+    """``v.sharding`` of a Variable with sharding names: the names, with a
+    ``DeprecationWarning`` (as Flax 0.12.8's ``sharding_names`` gives them), or ``None``
+    when the Variable has none (then ``v.sharding`` is its value's placement).
+
+    The "Axis Metadata" FLIP (flax#2434) and Flax NNX's "Transformations" guide read the
+    names a Variable was given (``nnx.Param(x, sharding=('a', 'b', None))``) back as
+    ``.sharding``; Flax 0.12.8 stores them as ``out_sharding`` and answers ``.sharding``
+    with the array's placement instead. A ``NamedSharding`` given as ``out_sharding`` is
+    a placement, not names: ``None``."""
+    names = metadata.get("out_sharding")
+    if not isinstance(names, (tuple, PartitionSpec)):
+        return None
+    warnings.warn(
+        "Variable.sharding is deprecated for reading a Variable's sharding names; read "
+        "out_sharding instead (v.out_sharding), or v.get_value().sharding for the "
+        "array's placement.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return names
 
 
 def _install(var: Any, value: Any) -> None:

@@ -360,31 +360,4 @@ def test_consistent_aliasing_between_inputs_and_outputs() -> None:
 # -- Axis metadata ---------------------------------------------------------------------------------
 
 
-class ShardedWeights(nnx.Module):
-    def __init__(self, array: jax.Array, out_sharding: tuple[str | None, ...]):
-        self.param = nnx.Param(array, out_sharding=out_sharding)
-
-
-def test_axis_metadata_inside_and_outside_vmap() -> None:
-    m = ShardedWeights(jnp.ones((3, 4, 5)), out_sharding=("a", "b", None))
-    seen: dict[str, Any] = {}
-
-    @nnx.vmap(in_axes=1, transform_metadata={nnx.PARTITION_NAME: "b"})
-    def f(m: ShardedWeights) -> None:
-        seen["shape"], seen["out_sharding"] = m.param.shape, m.param.out_sharding
-
-    f(m)
-    assert seen == {"shape": (3, 5), "out_sharding": ("a", None)}
-    assert m.param.shape == (3, 4, 5)
-    assert m.param.out_sharding == ("a", "b", None)
-
-
-def test_axis_metadata_for_modules_created_inside_vmap() -> None:
-    @nnx.vmap(out_axes=1, axis_size=4, transform_metadata={nnx.PARTITION_NAME: "b"})
-    def init_vmap() -> ShardedWeights:
-        return ShardedWeights(jnp.ones((3, 5)), out_sharding=("a", None))
-
-    m = init_vmap()
-    assert m.param.shape == (3, 4, 5)
-    assert m.param.out_sharding == ("a", "b", None)
-    np.testing.assert_array_equal(m.param.value, np.ones((3, 4, 5)))
+# The guide's "Axis metadata" examples, verbatim: tests/transforms/test_guide_axis_metadata.py
