@@ -12,7 +12,7 @@ Source: Flax NNX ``flax.nnx.nn.recurrent.RNNCellBase`` (0.12).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import jax
 
@@ -34,13 +34,34 @@ class RNNCellBase(Module):
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "hidden_features")
-    if TYPE_CHECKING:  # what the subclasses define
 
-        def __call__(self, carry: Any, inputs: jax.Array) -> tuple[Any, jax.Array]: ...
+    def __call__(self, carry: Any, inputs: jax.Array) -> tuple[Any, jax.Array]:
+        """One step: ``(carry, inputs) -> (new_carry, outputs)``; ``inputs`` has shape
+        ``(*batch, in_features)``.
 
-        def initialize_carry(
-            self, input_shape: tuple[int, ...], rngs: Rngs | RngStream | None = None
-        ) -> Any: ...
+        Raises:
+          NotImplementedError: a subclass must define it (as Flax's base class says).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} derives from RNNCellBase and must define "
+            "__call__(self, carry, inputs) -> (new_carry, outputs)."
+        )
+
+    def initialize_carry(
+        self,
+        input_shape: tuple[int, ...],
+        rngs: Rngs | RngStream | None = None,
+        carry_init: Initializer | None = None,
+    ) -> Any:
+        """The first carry for inputs of shape ``input_shape`` (``(*batch, in_features)``).
+
+        Raises:
+          NotImplementedError: a subclass must define it (as Flax's base class says).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} derives from RNNCellBase and must define "
+            "initialize_carry(self, input_shape, rngs=None, carry_init=None)."
+        )
 
     @property
     def num_feature_axes(self) -> int:

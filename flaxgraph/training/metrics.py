@@ -232,6 +232,15 @@ class Statistics(NamedTuple):
     standard_error_of_mean: jax.Array
     standard_deviation: jax.Array
 
+    def replace(self, **changes: jax.Array) -> Statistics:
+        """A copy with the given fields changed (``stats.replace(mean=m)``), as Flax's
+        ``Statistics`` (a ``flax.struct`` dataclass) has.
+
+        Raises:
+          ValueError: a keyword names no field.
+        """
+        return self._replace(**changes)
+
 
 class Welford(Metric):
     """Running mean, standard deviation and standard error of the mean of every

@@ -238,3 +238,17 @@ def test_a_language_model_s_flax_imports_run_on_flaxgraph_through_the_drop_in():
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_rnn_cell_base_says_what_a_subclass_must_define():
+    class Half(nnx.RNNCellBase):
+        def __init__(self):
+            self.in_features = self.hidden_features = 2
+
+    cell = Half()
+    with pytest.raises(NotImplementedError, match=r"Half .* must define initialize_carry"):
+        cell.initialize_carry((1, 2))
+    with pytest.raises(NotImplementedError, match=r"Half .* must define __call__"):
+        cell(jnp.zeros((1, 2)), jnp.zeros((1, 2)))
+    with pytest.raises(NotImplementedError):  # as Flax's base class
+        flax_recurrent.RNNCellBase().initialize_carry((1, 2))

@@ -65,3 +65,20 @@ def test_to_opt_state_keeps_an_optax_state_s_structure():
 
 def test_missing_is_flaxgraph_s_sentinel():
     assert optimizer.MISSING is MISSING
+
+
+def test_statistics_replace_as_flax_s():
+    from flax.nnx.training import metrics as flax_metrics
+
+    from flaxgraph.training import metrics
+
+    ours = metrics.Statistics(jnp.array(1.0), jnp.array(2.0), jnp.array(3.0))
+    theirs = flax_metrics.Statistics(jnp.array(1.0), jnp.array(2.0), jnp.array(3.0))
+    changed, f_changed = ours.replace(mean=jnp.array(5.0)), theirs.replace(mean=jnp.array(5.0))
+    assert [float(x) for x in changed] == [
+        float(getattr(f_changed, f))
+        for f in ("mean", "standard_error_of_mean", "standard_deviation")
+    ]
+    assert float(ours.mean) == 1.0  # a copy
+    with pytest.raises(ValueError):
+        ours.replace(median=jnp.array(0.0))
