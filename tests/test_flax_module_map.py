@@ -50,19 +50,6 @@ TYPE_VARIABLE_MAKERS = frozenset({"TypeVar", "ParamSpec", "TypeVarTuple"})
 # The names still missing, by dotted Flax module; it only shrinks, and is empty when the
 # module map is complete (issue 29). A name listed here that flaxgraph has fails the test.
 STILL_MISSING: dict[str, frozenset[str]] = {
-    "flax.nnx.bridge.module": frozenset(
-        {
-            "ModuleBase",
-            "ModuleContext",
-            "ModuleMeta",
-            "ModuleStackEntry",
-            "ModuleState",
-            "current_module",
-            "has_setup",
-        }
-    ),
-    "flax.nnx.bridge.variables": frozenset({"get_col_name"}),
-    "flax.nnx.bridge.wrappers": frozenset({"current_linen_module", "linen_rngs_dict"}),
     "flax.nnx.extract": frozenset(
         {
             "ExtractIndex",

@@ -377,3 +377,42 @@ def test_helpers_ids_and_summary_records() -> None:
     assert isinstance(nnx.summary.in_ipython, bool) and isinstance(
         nnx.visualization.in_ipython, bool
     )
+
+
+def test_bridge_names_at_flaxs_paths() -> None:
+    from flax import linen
+
+    from flaxgraph import bridge
+    from flaxgraph.bridge import module as bridge_module
+    from flaxgraph.bridge import variables as bridge_variables
+    from flaxgraph.bridge import wrappers
+
+    assert isinstance(bridge.Module, bridge_module.ModuleMeta)
+    assert issubclass(bridge.Module, bridge_module.ModuleBase)
+    assert bridge_module.current_module() is None
+    seen = []
+
+    class Outer(bridge.Module):
+        @bridge.compact
+        def __call__(self, x):
+            seen.append(bridge_module.current_module())
+            return x
+
+    outer = Outer()
+    outer(1)
+    assert seen == [outer]
+    assert bridge_module.has_setup(type("S", (), {"setup": lambda self: None})())
+    keypath = jax.tree_util.tree_flatten_with_path({"batch_stats": {"m": 1}})[0][0][0]
+    assert bridge_variables.get_col_name(keypath) == "batch_stats"
+    found = {}
+
+    class Probe(linen.Module):
+        @linen.compact
+        def __call__(self, x):
+            found["module"] = wrappers.current_linen_module()
+            found["rngs"] = sorted(wrappers.linen_rngs_dict(self, add_default=True))
+            return x
+
+    Probe().init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, 1)
+    assert isinstance(found["module"], Probe) and found["rngs"] == ["default", "dropout", "params"]
+    assert wrappers.current_linen_module() is None

@@ -106,7 +106,11 @@ class LinenVariableNotFoundError(ScopeParamNotFoundError, flax_errors.ScopeParam
         return str(self.args[0])
 
 
-def _current_linen_module() -> linen.Module | None:
+def current_linen_module() -> linen.Module | None:
+    """The Linen module whose method is running (innermost), or ``None`` outside Linen.
+
+    Source: Flax NNX 0.12.8 ``nnx.bridge.wrappers.current_linen_module``.
+    """
     stack = linen.module._context.module_stack  # Linen's own module stack
     return stack[-1] if stack and stack[-1] is not None else None
 
@@ -275,7 +279,7 @@ def _mutable_of_context() -> Any:
     bridge_module = current_module()
     if bridge_module is not None and bridge_module.scope is not None:
         return bridge_module.scope.mutable
-    linen_module = _current_linen_module()
+    linen_module = current_linen_module()
     if linen_module is not None and linen_module.scope is not None:
         return linen_module.scope.mutable
     return False

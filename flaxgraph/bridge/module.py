@@ -25,7 +25,7 @@ import enum
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import jax
 import numpy as np
@@ -35,7 +35,10 @@ from flax.core import FrozenDict, meta
 
 from flaxgraph import traversals
 from flaxgraph.bridge.context import MODULE_CONTEXT as MODULE_CONTEXT
+from flaxgraph.bridge.context import ModuleContext as ModuleContext
+from flaxgraph.bridge.context import ModuleStackEntry as ModuleStackEntry
 from flaxgraph.bridge.context import auto_name, current_context, entered
+from flaxgraph.bridge.context import current_module as current_module
 from flaxgraph.bridge.linen_in_nnx import set_initializing
 from flaxgraph.bridge.variables import is_vanilla_variable, to_linen_var, to_nnx_var
 from flaxgraph.graphlib.descendants import iter_graph
@@ -45,7 +48,7 @@ from flaxgraph.graphlib.split_merge import clone
 from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.module_class import Module as NNXModule
 from flaxgraph.pytreelib import objects
-from flaxgraph.pytreelib.attribute_kinds import class_kinds
+from flaxgraph.pytreelib.attribute_kinds import class_kinds, register_data_type
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.statelib import State
@@ -56,7 +59,21 @@ from flaxgraph.variablelib.variable import Param, Variable
 A = TypeVar("A")
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["MODULE_CONTEXT", "AttrPriority", "Module", "Scope", "compact"]
+__all__ = [
+    "MODULE_CONTEXT",
+    "AttrPriority",
+    "Module",
+    "ModuleBase",
+    "ModuleContext",
+    "ModuleMeta",
+    "ModuleStackEntry",
+    "ModuleState",
+    "Scope",
+    "compact",
+    "current_context",
+    "current_module",
+    "has_setup",
+]
 
 
 class Scope(Pytree):
@@ -90,8 +107,9 @@ class AttrPriority(enum.IntEnum):
     LOW = 100
 
 
-class _BridgeModuleMeta(type):
-    """Creating a bridge Module inside another's ``setup``/compact method attaches it."""
+class ModuleMeta(type):
+    """The metaclass of ``bridge.Module``: creating a bridge Module inside another's
+    ``setup``/compact method attaches it."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         entry = current_context()
@@ -137,8 +155,34 @@ def _keep_substate(node: Any, key: Any, sub: State) -> None:
     Pytree.__setattr__(node, key, sub)  # hidden (see __getattribute__) until the child exists
 
 
+class ModuleBase:
+    """Flax's base of ``bridge.Module`` (declares ``scope`` and ``attr_priorities``)."""
+
+    if TYPE_CHECKING:
+        scope: Scope | None
+
+
+class ModuleState(State):
+    """A State a bridge Module keeps; registered as a data type (``nnx.register_data_type``),
+    as in Flax."""
+
+
+register_data_type(ModuleState)
+
+
+def has_setup(x: Any) -> bool:
+    """Whether ``x`` defines ``setup`` (a Linen-style bridge Module does).
+
+    Example::
+
+      >>> has_setup(object())
+      False
+    """
+    return hasattr(x, "setup")
+
+
 @tpe.dataclass_transform(field_specifiers=(dataclasses.field,))
-class Module(NNXModule, metaclass=_BridgeModuleMeta):
+class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
     """Base class of Linen-style flaxgraph modules (see the module docstring).
 
     Subclasses are dataclasses: declare fields as in Linen (``features: int``).

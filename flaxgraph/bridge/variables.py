@@ -23,7 +23,7 @@ the "Axis Metadata" FLIP flax#2434 (the box protocol).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import jax
@@ -40,6 +40,7 @@ A = TypeVar("A")
 
 __all__ = [
     "NNXMeta",
+    "get_col_name",
     "is_vanilla_variable",
     "linen_vars_to_nnx_attrs",
     "nnx_attrs_to_linen_vars",
@@ -143,6 +144,31 @@ def to_linen_var(var: Variable[Any]) -> Any:
     if is_vanilla_variable(var):
         return var.get_value()
     return NNXMeta(type(var), var.get_value(), metadata)
+
+
+def get_col_name(keypath: Sequence[Any]) -> str:
+    """The Linen collection name at the head of a Linen variable's key path
+    (``jax.tree_util`` path of a ``{collection: {...}}`` tree).
+
+    Args:
+      keypath: a key path whose first entry is a ``jax.tree_util.DictKey``.
+
+    Returns:
+      ``str(keypath[0].key)``, e.g. ``'params'``.
+
+    Raises:
+      TypeError: the first entry is not a ``DictKey``.
+
+    Example::
+
+      >>> import jax
+      >>> path, _ = jax.tree_util.tree_flatten_with_path({'params': {'w': 1}})[0][0]
+      >>> get_col_name(path)
+      'params'
+    """
+    if not isinstance(keypath[0], jax.tree_util.DictKey):
+        raise TypeError(f"get_col_name: the key path must start with a DictKey, got {keypath[0]!r}")
+    return str(keypath[0].key)
 
 
 def to_nnx_var(col: str, x: Any) -> Variable[Any]:
