@@ -54,6 +54,8 @@ ALLOWED_DUPLICATE_CLASSES = {
     # Flax NNX's ``nnx.pytreelib.ArrayRepr`` (a reprlib record) and ``nnx.summary.ArrayRepr``
     # (a table cell) are two classes.
     "ArrayRepr": {"pytreelib/flax_records.py", "summary.py"},
+    # Flax NNX's ``nnx.module.ModuleMeta`` and ``nnx.bridge.module.ModuleMeta``.
+    "ModuleMeta": {"module.py", "bridge/module.py"},
     # Flax NNX's ``nnx.Object`` (pytreelib) and ``nnx.reprlib.Object`` (a repr record).
     "Object": {"pytreelib/objects.py", "reprlib.py"},
 }
