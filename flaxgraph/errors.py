@@ -37,6 +37,17 @@ class StaticAttributeError(FlaxgraphError, TypeError):
     """A static attribute cannot live in a GraphDef (it is unhashable)."""
 
 
+class UnclassifiableValueError(FlaxgraphError, TypeError):
+    """flaxgraph cannot tell whether a value is data or static: JAX's pytree registry
+    fails to flatten it. The message names the value's type (and, raised on
+    assignment, the attribute) and how to mark it (``nnx.static(...)``/``nnx.data(...)``);
+    ``value`` is the value."""
+
+    def __init__(self, message: str, value: object = None):
+        super().__init__(message)
+        self.value = value
+
+
 class InvalidFilterError(FlaxgraphError, TypeError):
     """A value cannot be used as a filter."""
 

@@ -168,9 +168,11 @@ class NodeRegistry:
         its ``get`` for the length of a walk.
       tracer_kinds: abstract-value type -> ``Kind`` (``ARRAY`` or ``REF``) for JAX
         Tracers, whose kind depends on what they stand for, not on their type.
+      unflattenable: the types met registered as JAX pytrees whose flatten raised
+        on a value (taken as static; see ``find_unflattenable``).
     """
 
-    __slots__ = ("impls", "kinds", "tracer_kinds")
+    __slots__ = ("impls", "kinds", "tracer_kinds", "unflattenable")
 
     # A program that makes classes on the fly (one per call) would otherwise keep
     # every one of them alive through ``kinds``; past this many entries it starts over.
@@ -180,6 +182,7 @@ class NodeRegistry:
         self.impls: dict[type, GraphNodeImpl] = {}
         self.kinds: dict[type, Kind] = {}
         self.tracer_kinds: dict[type, Kind] = {}
+        self.unflattenable: set[type] = set()
 
     def register(self, impl: GraphNodeImpl) -> None:
         """Makes ``impl.type`` a graph node (replacing an earlier registration)."""
@@ -189,6 +192,16 @@ class NodeRegistry:
     def kind_of(self, x: Any) -> Kind:
         """The ``Kind`` of ``x`` (remembered per ``type(x)``)."""
         return self.kinds.get(type(x)) or self.classify(x)
+
+    def _flattens(self, x: Any) -> bool:
+        """Whether ``x`` is a JAX pytree node (it has children). A value whose type is
+        registered with JAX but whose flatten raises is taken as static (the walks
+        never fail on it) and its type noted in ``unflattenable``."""
+        try:
+            return pytree_children(x) is not None
+        except Exception:
+            self.unflattenable.add(type(x))
+            return False
 
     def classify(self, x: Any) -> Kind:
         """Decides the kind of ``x`` and remembers it for ``type(x)``. The first
@@ -240,7 +253,7 @@ class NodeRegistry:
             kind = DATA_LEAF
         elif t is StaticLeaf:
             kind = STATIC_LEAF
-        elif pytree_children(x) is not None:
+        elif self._flattens(x):
             kind = PYTREE
         else:
             kind = STATIC
@@ -313,13 +326,57 @@ def is_array_leaf(x: Any) -> bool:
 def pytree_children(x: Any) -> tuple[list[tuple[Key, Any]], Any] | None:
     """One level of a non-builtin pytree node: ``([(key, child)], treedef)``, or
     ``None`` if ``x`` is a pytree leaf (then it is a static value)."""
-    if type(x) in PLAIN_STATIC:
-        return None
+    if type(x) in PLAIN_STATIC or jax.tree_util.all_leaves((x,)):
+        return None  # (all_leaves asks JAX's registry alone: no flatten, ~0.2 µs)
     treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     with_path, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if jax.tree_util.treedef_is_leaf(treedef) and treedef.num_leaves == 1:
         return None
     return [(_key_of(path[0]), child) for path, child in with_path], treedef
+
+
+def find_unflattenable(x: Any) -> tuple[tuple[Key, ...], Any, Exception] | None:
+    """The first value in ``x`` (``x`` itself, or an item of the plain lists, tuples
+    and dicts it is made of) whose type is registered as a JAX pytree but whose
+    flatten raises: ``(path below x, value, JAX's error)``; ``None`` if there is none.
+
+    Such a value is neither walkable data nor known to be static; the walks take it
+    as static (``classify``), an attribute assignment refuses it
+    (``UnclassifiableValueError``). Costs one remembered-kind lookup per value."""
+    t = type(x)
+    items: Iterable[tuple[Key, Any]]
+    if t is list or t is tuple:
+        items = enumerate(x)
+    elif t is dict:
+        items = x.items()
+    else:
+        kind = REGISTRY.kinds.get(t) or REGISTRY.classify(x)
+        if kind is not STATIC or t not in REGISTRY.unflattenable:
+            return None
+        try:
+            pytree_children(x)
+        except Exception as error:
+            return (), x, error
+        return None
+    for key, item in items:
+        found = find_unflattenable(item)
+        if found is not None:
+            return (key, *found[0]), found[1], found[2]
+    return None
+
+
+def unclassifiable_message(type_name: str, error: BaseException, where: str) -> str:
+    """The message of ``UnclassifiableValueError``: what (the type and JAX's error),
+    where, and how to mark the value."""
+    return (
+        f"Cannot tell whether {where} (a {type_name}) is data or static: its type is a "
+        f"JAX pytree whose flatten raised {type(error).__name__}: {error}.\nFix: mark it "
+        "when assigning it:\n"
+        "  1. `obj.attr = nnx.static(value)`: kept whole in the GraphDef (it must be "
+        "hashable);\n"
+        "  2. `obj.attr = nnx.data(value)`: one State leaf, passed to JAX as it is;\n"
+        "  3. or fix the type's pytree registration (jax.tree_util.register_pytree_node)."
+    )
 
 
 def children_of(x: Any) -> list[tuple[Key, Any]]:
@@ -377,5 +434,6 @@ def is_hashable(x: Any) -> bool:
 
 
 def is_plain_static(x: Any) -> bool:
-    """True for ints, floats, strings, bools, ``None``… (always static, never walked)."""
+    """True for ints, floats, strings, bools, ``None``, NumPy scalars… (always static,
+    never walked)."""
     return REGISTRY.kind_of(x) is CONSTANT

@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from flaxgraph.errors import TraceContextError
+from flaxgraph.errors import TraceContextError, UnclassifiableValueError
 from flaxgraph.graphlib.registry import (
     ARRAY,
+    BUILTIN_CONTAINERS,
     DICT,
     NODE,
     PYTREE,
@@ -52,9 +53,11 @@ from flaxgraph.graphlib.registry import (
     VARIABLE,
     DataLeaf,
     StaticLeaf,
+    find_unflattenable,
     flatten_pytree,
     pytree_children,
     register_graph_node_type,
+    unclassifiable_message,
 )
 from flaxgraph.pytreelib.attribute_kinds import (
     DATA,
@@ -197,11 +200,15 @@ class Pytree:
                 _check_no_data_in_static(self, name, value.value, "marked")
             self._set_kind(name, value.kind)
             value = value.value
-        elif self._obj_kinds and self._obj_is_pytree:
-            kind = dict(self._obj_kinds).get(name)
-            if kind == STATIC:
-                declared = dict(type(self)._obj_class_kinds).get(name) == STATIC
-                _check_no_data_in_static(self, name, value, "declared" if declared else "kept")
+        else:
+            if self._obj_kinds and self._obj_is_pytree:
+                kind = dict(self._obj_kinds).get(name)
+                if kind == STATIC:
+                    declared = dict(type(self)._obj_class_kinds).get(name) == STATIC
+                    _check_no_data_in_static(self, name, value, "declared" if declared else "kept")
+            if type(value) not in _KNOWN_KINDS or type(value) in BUILTIN_CONTAINERS:
+                # a type whose kind is not remembered (a user's), or a plain container
+                _check_classifiable(self, name, value)
         old = self.__dict__.get(name, MISSING)
         if not same_structure(old, value):
             object.__setattr__(self, "_obj_version", self._obj_version + 1)
@@ -243,6 +250,25 @@ class Pytree:
 
 _FLAX_PYTREE_SLOTS = frozenset({"_pytree__state"})
 """Flax's slot names a subclass may assign (properties here, not attributes)."""
+
+
+_KNOWN_KINDS = REGISTRY.kinds  # type -> Kind, for the types whose kind is remembered
+
+
+def _check_classifiable(obj: Pytree, name: str, value: Any) -> None:
+    """Raises ``UnclassifiableValueError`` naming the attribute (``Class.name`` and the
+    item's index) when the engine cannot tell whether ``value`` is data or static (a
+    JAX pytree whose flatten fails, see ``find_unflattenable``), unless the attribute's
+    kind is marked or declared (``nnx.static``/``nnx.data``): then it is never
+    flattened. Flax 0.12 fails on such a value at assignment too."""
+    found = find_unflattenable(value)
+    if found is None or any(n == name for n, _ in obj._obj_kinds):
+        return
+    keys, bad, error = found
+    where = f"the value assigned to {type(obj).__name__}.{name}" + "".join(f"[{k!r}]" for k in keys)
+    raise UnclassifiableValueError(
+        unclassifiable_message(type(bad).__name__, error, where), bad
+    ) from error
 
 
 def _check_no_data_in_static(obj: Pytree, name: str, value: Any, why: str) -> None:

@@ -254,3 +254,37 @@ def test_convnext_drop_path_runs_under_jit_grad_and_a_train_step_as_in_flax() ->
         )
     np.testing.assert_allclose(results[0][:2], results[1][:2], rtol=1e-6)
     np.testing.assert_allclose(results[0][2], results[1][2], rtol=1e-6)
+
+
+def test_the_fast_path_follows_numpy_scalar_attributes_as_flax() -> None:
+    # Repeated nnx.jit calls (the fast path's cached plan), a NumPy scalar replaced
+    # between calls, and one written inside the function: the same values as Flax.
+    results = []
+    for lib in (nnx, flax_nnx):
+
+        class Holder(lib.Module):  # type: ignore[name-defined,misc]
+            def __init__(self) -> None:
+                self.a = np.float64(0.1)
+                self.w = lib.Param(jnp.ones(1))
+
+        m = Holder()
+
+        @lib.jit
+        def scale(h: Any) -> jax.Array:
+            return h.w[...] * h.a
+
+        @lib.jit
+        def double(h: Any) -> jax.Array:
+            h.a = h.a * 2  # a static attribute written inside the transform
+            return h.w[...]
+
+        seen = [float(scale(m)[0]) for _ in range(3)]
+        m.a = np.float64(0.2)
+        seen += [float(scale(m)[0]) for _ in range(2)]
+        m.a = np.float32(0.3)
+        seen.append(float(scale(m)[0]))
+        double(m)
+        double(m)
+        seen.append(float(m.a))
+        results.append((seen, type(m.a)))
+    assert results[0] == results[1]
