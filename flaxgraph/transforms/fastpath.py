@@ -5,7 +5,7 @@ A lifted call normally walks the argument graph (resolving prefixes, checking
 aliasing, building a GraphDef), hands JAX a freshly built key, and rebuilds the
 graph from what comes back. When a function is called again and again on the
 same objects (a training loop), all of that is the same every time except the
-array values. A ``Plan`` remembers it, per argument structure:
+array values. A ``Plan`` (``plan.py``) remembers it, per argument structure:
 
 * the compiled function of the input structure (``compiled.py``: one ``jax.jit``
   per structure, which JAX calls with the arrays only);
@@ -16,8 +16,9 @@ array values. A ``Plan`` remembers it, per argument structure:
   Variable's metadata dict (replaced by any metadata change), every list and dict
   inside the graph (same length and same elements), and the JAX trace.
 
-All of a call's checks and reads are written out as one generated function per
-plan (``plan_code.py``), which the transform tries first on every call.
+All of a call's checks, reads and write-back are written out as one generated
+function per plan (``plan_code.py``, made when ``PlanCache.put`` keeps the plan),
+which the transform tries first on every call; it is their only form.
 
 After the call, the ``OutStatic`` of the structure carries a compiled write-back plan
 (``FinishPlan``): which Variables and attributes received new values, and how to
