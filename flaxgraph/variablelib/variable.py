@@ -95,6 +95,7 @@ from flaxgraph.variablelib import axes, boxes, refs
 from flaxgraph.variablelib.closure_watch import note_read
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS
 from flaxgraph.variablelib.refs import REF_TYPE
+from flaxgraph.variablelib.value_hooks import HOOKS, install_value_hooks
 
 A = TypeVar("A")
 V = TypeVar("V", bound="Variable[Any]")
@@ -223,6 +224,8 @@ class Variable(Generic[A]):
             metadata = {**value.variable_metadata(), **metadata}
             value = value.unbox()
         rename_sharding_keys(metadata)  # `sharding=`/`sharding_names=` become out_sharding
+        if metadata and not _METADATA_HOOKS.isdisjoint(metadata):
+            raise TypeError(_metadata_hook_message(type(self).__name__, metadata))
         if self._var_custom_create:
             # Flax 0.12 calls the hook with the Variable's metadata and value in place
             object.__setattr__(self, "_var_metadata", metadata)
@@ -310,6 +313,7 @@ class Variable(Generic[A]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        install_value_hooks(cls)  # Flax's on_get_value/on_set_value/on_create_value
         cls._var_custom_get = cls.get_value is not Variable.get_value
         cls._var_custom_create = cls.create_value is not Variable.create_value
         _register_variable_pytree(cls)
@@ -1203,6 +1207,20 @@ def _fills_array(v: Any, value: Any) -> bool:
         return np.broadcast_shapes(shape, tuple(ref.shape)) == tuple(ref.shape)
     except ValueError:
         return False
+
+
+_METADATA_HOOKS = frozenset((*HOOKS, "on_add_axis", "on_remove_axis"))
+
+
+def _metadata_hook_message(kind: str, metadata: Mapping[str, Any]) -> str:
+    """Why a value hook given as metadata is refused, and the two ways that work."""
+    hook = sorted(_METADATA_HOOKS.intersection(metadata))[0]
+    return (
+        f"{kind}(..., {hook}=...): flaxgraph takes no value hooks as metadata (Flax NNX "
+        "0.12 deprecates them).\nFix: subclass the Variable and either override the "
+        "method (get_value / set_value / create_value / add_axis / remove_axis), or "
+        f"define {hook}(self, value) on the subclass (applied as Flax applies it)."
+    )
 
 
 def _sharding_names(metadata: Mapping[str, Any]) -> Any:

@@ -206,3 +206,56 @@ def test_a_framework_variable_keeps_its_value_and_names_after_split_merge(lib: A
     back.v.value = jnp.ones(2)
     np.testing.assert_array_equal(np.asarray(back.v.value), [1.0, 1.0])
     assert back.v._trace_state.is_valid()
+
+
+def _hooked_variable(lib: Any) -> Any:
+    """Flax's class-level value hooks (deprecated there): stores twice the value."""
+
+    class Hooked(lib.Variable):
+        def on_get_value(self, value: Any) -> Any:
+            return value / 2
+
+        def on_set_value(self, value: Any) -> Any:
+            return value * 2
+
+        def on_create_value(self, value: Any) -> Any:
+            return value * 2
+
+    return Hooked
+
+
+@pytest.mark.filterwarnings("ignore:Variable hooks are deprecated")  # both warn, as Flax
+@pytest.mark.parametrize("lib", LIBS)
+def test_class_level_value_hooks_as_in_flax(lib: Any) -> None:
+    Hooked = _hooked_variable(lib)
+
+    class Holder(lib.Module):
+        def __init__(self) -> None:
+            self.v = Hooked(jnp.arange(3.0))
+
+    m = Holder()
+    np.testing.assert_array_equal(m.v.get_raw_value(), [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(m.v[...], [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(m.v.get_value(), [0.0, 1.0, 2.0])
+    m.v[...] = jnp.ones(3)
+    np.testing.assert_array_equal(m.v.get_raw_value(), [2.0, 2.0, 2.0])
+    back = lib.merge(*lib.split(m))
+    np.testing.assert_array_equal(back.v[...], [1.0, 1.0, 1.0])
+
+    class Twice(Hooked):  # a subclass redefining one hook replaces it
+        def on_get_value(self, value: Any) -> Any:
+            return value / 4
+
+    np.testing.assert_array_equal(Twice(jnp.ones(1) * 4)[...], [2.0])
+
+
+def test_value_hooks_as_metadata_are_refused_with_the_fix() -> None:
+    with pytest.raises(TypeError, match="define on_get_value"):
+        nnx.Param(jnp.ones(1), on_get_value=lambda v, x: x)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_constructing_a_hooked_variable_warns_as_flax(lib: Any) -> None:
+    Hooked = _hooked_variable(lib)
+    with pytest.warns(UserWarning, match="Variable hooks are deprecated"):
+        Hooked(jnp.ones(1))

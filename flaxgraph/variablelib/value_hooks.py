@@ -1,0 +1,79 @@
+"""Flax's class-level value hooks of a Variable subclass: ``on_get_value``,
+``on_set_value`` and ``on_create_value``.
+
+A Variable subclass may define ``on_get_value(self, value)`` (applied to every read,
+after indexing), ``on_set_value(self, value)`` (applied to every written value, before
+it is stored) and ``on_create_value(self, value)`` (applied once at construction,
+before ``create_value``). Flax NNX 0.12 applies such methods (deprecated there in
+favour of overriding ``get_value``/``set_value``/``create_value``); flaxgraph installs
+them as those overrides, once per class that defines them, so reads and writes of
+Variables without hooks cost nothing more. Constructing such a Variable warns, with
+Flax's ``UserWarning`` text.
+
+Hooks given as metadata (``nnx.Param(x, on_get_value=f)``, ``VariableMetadata``'s hook
+fields) are refused with a ``TypeError`` instead (guides/from_flax.md).
+
+Source: Flax NNX 0.12 ``Variable.__init__``/``get_value``/``set_value``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+HOOKS = ("on_get_value", "on_set_value", "on_create_value")
+"""The hook method names, in Flax's spelling."""
+
+
+def install_value_hooks(cls: type) -> None:
+    """Wraps ``cls.get_value``/``set_value``/``create_value`` to apply the hooks ``cls``
+    defines in its own body; the wrapper calls ``self.on_...`` so a subclass that
+    redefines the hook replaces it (it is not applied twice)."""
+    defined = [name for name in HOOKS if callable(vars(cls).get(name))]
+    if not defined:
+        return
+    if "on_get_value" in defined and not _wrapped(cls, "get_value"):
+        base_get = cls.get_value  # type: ignore[attr-defined]
+
+        def get_value(self: Any, **kwargs: Any) -> Any:
+            return self.on_get_value(base_get(self, **kwargs))
+
+        _install(cls, "get_value", get_value, base_get)
+    if "on_set_value" in defined and not _wrapped(cls, "set_value"):
+        base_set = cls.set_value  # type: ignore[attr-defined]
+
+        def set_value(self: Any, value: Any, **kwargs: Any) -> None:
+            base_set(self, self.on_set_value(value), **kwargs)
+
+        _install(cls, "set_value", set_value, base_set)
+    if not _wrapped(cls, "create_value"):  # construction warns, as in Flax
+        base_create = cls.create_value  # type: ignore[attr-defined]
+
+        def create_value(self: Any, value: Any) -> Any:
+            warnings.warn(DEPRECATION, UserWarning, stacklevel=3)
+            hook = getattr(self, "on_create_value", None)
+            return base_create(self, value if hook is None else hook(value))
+
+        _install(cls, "create_value", create_value, base_create)
+
+
+DEPRECATION = (
+    "Variable hooks are deprecated. Create your own Variable type and overload "
+    "`get_value` and `set_value` instead."
+)
+"""The warning Flax NNX 0.12 gives when a Variable with value hooks is constructed."""
+
+
+_MARK = "__flaxgraph_value_hook__"
+
+
+def _wrapped(cls: type, name: str) -> bool:
+    return getattr(getattr(cls, name), _MARK, False)
+
+
+def _install(cls: type, name: str, wrapper: Any, base: Any) -> None:
+    wrapper.__name__ = name
+    wrapper.__qualname__ = f"{cls.__qualname__}.{name}"
+    wrapper.__doc__ = base.__doc__
+    setattr(wrapper, _MARK, True)
+    setattr(cls, name, wrapper)
