@@ -31,7 +31,14 @@ from typing import Any, NoReturn
 
 from flaxgraph.errors import FlaxInternalError
 
-__all__ = ["flax_name", "internal_class", "internal_function", "internal_error", "stands_for"]
+__all__ = [
+    "flax_name",
+    "internal_class",
+    "internal_error",
+    "internal_function",
+    "internal_object",
+    "stands_for",
+]
 
 
 def stands_for(value: object) -> str | None:
@@ -43,7 +50,12 @@ def stands_for(value: object) -> str | None:
       >>> stands_for(VmapFn), stands_for(vmap)
       ('flax.nnx.transforms.iteration.VmapFn', None)
     """
-    return getattr(value, "__flax_internal__", None) if callable(value) else None
+    dotted = getattr(
+        type(value) if not isinstance(value, type) else value, "__flax_internal__", None
+    )
+    if dotted is None and callable(value):
+        dotted = getattr(value, "__flax_internal__", None)
+    return dotted if isinstance(dotted, str) else None
 
 
 def internal_error(dotted: str, instead: str) -> FlaxInternalError:
@@ -129,3 +141,42 @@ def internal_function(module: str, name: str, instead: str) -> Callable[..., NoR
         "Calling it raises ``FlaxInternalError``."
     )
     return stand_in
+
+
+def internal_object(module: str, name: str, instead: str) -> Any:
+    """An object standing for the Flax-internal module-level object ``name`` (a context, a
+    registry): it can be imported, and reading any attribute of it, or calling it, raises.
+
+    Args:
+      module: the flaxgraph module that defines the stand-in (its ``__name__``).
+      name: the object's name (``'GRAPH_CONTEXT'``).
+      instead: what to use in flaxgraph.
+
+    Returns:
+      An instance of a fresh class whose attribute reads (other than Python's ``__dunder__``
+      protocol lookups) and calls raise :class:`~flaxgraph.errors.FlaxInternalError`.
+    """
+    dotted = flax_name(module, name)
+
+    def __getattr__(self: Any, attr: str) -> NoReturn:
+        if attr.startswith("__"):  # introspection (copy, inspect, doctest) sees a plain object
+            raise AttributeError(attr)
+        raise internal_error(dotted, instead)
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+        raise internal_error(dotted, instead)
+
+    def __repr__(self: Any) -> str:
+        return f"<stand-in for {dotted}>"
+
+    namespace = {
+        "__getattr__": __getattr__,
+        "__call__": __call__,
+        "__repr__": __repr__,
+        "__doc__": f"Stands for Flax's ``{dotted}``, which flaxgraph does not need; use "
+        f"{instead}. Reading its attributes or calling it raises ``FlaxInternalError``.",
+        "__slots__": (),
+        "__module__": module,
+        "__flax_internal__": dotted,
+    }
+    return type(name, (), namespace)()

@@ -56,6 +56,9 @@ ALLOWED_DUPLICATE_CLASSES = {
     "ArrayRepr": {"pytreelib/flax_records.py", "summary.py"},
     # Flax NNX's ``nnx.module.ModuleMeta`` and ``nnx.bridge.module.ModuleMeta``.
     "ModuleMeta": {"module.py", "bridge/module.py"},
+    # Flax NNX's ``nnx.graphlib.Static`` (a static pytree box) and ``nnx.Static`` (an
+    # attribute annotation) are two classes.
+    "Static": {"graphlib/flax_names.py", "pytreelib/attribute_kinds.py"},
     # Flax NNX's ``nnx.Object`` (pytreelib) and ``nnx.reprlib.Object`` (a repr record).
     "Object": {"pytreelib/objects.py", "reprlib.py"},
 }

@@ -416,3 +416,53 @@ def test_bridge_names_at_flaxs_paths() -> None:
     Probe().init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, 1)
     assert isinstance(found["module"], Probe) and found["rngs"] == ["default", "dropout", "params"]
     assert wrappers.current_linen_module() is None
+
+
+def test_graphlib_registered_pytree_node_type_is_walked_by_value() -> None:
+    from flaxgraph import graphlib
+
+    class Pair:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    graphlib.register_pytree_node_type(
+        Pair,
+        lambda p: ([("a", p.a), ("b", p.b)], None),
+        lambda children, _: Pair(*(v for _, v in children)),
+    )
+    with pytest.raises(ValueError, match="already registered"):
+        graphlib.register_pytree_node_type(Pair, lambda p: ([], None), lambda c, a: Pair(0, 0))
+    assert graphlib.is_node_type(Pair) and graphlib.is_pytree_node(Pair(1, 2))
+    model = nnx.Dict(pair=Pair(nnx.Param(jnp.ones(2)), 3))
+    _, state = nnx.split(model)
+    assert [p for p, _ in state.flat_state()] == [("pair", "a")]
+    assert graphlib.get_node_impl(Pair(1, 2)) is graphlib.PYTREE_REGISTRY[Pair]
+    assert graphlib.get_node_impl(nnx.Param(1)) is None
+    assert graphlib.get_node_impl(model) is graphlib.GRAPH_REGISTRY[nnx.Dict]
+
+
+def test_graphlib_helpers_match_flax() -> None:
+    from flax.nnx import graphlib as flax_graphlib
+
+    from flaxgraph import graphlib
+
+    for tree in ({"a": [0, {"b": 1}]}, (1, [2, 3]), {"x": {"y": (4,)}}):
+        ours = [
+            graphlib.jax_to_nnx_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]
+        ]
+        theirs = [
+            flax_graphlib.jax_to_nnx_path(p)
+            for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]
+        ]
+        assert ours == theirs
+    children, aux = graphlib.PYTREE_NODE_IMPL.flatten({"b": 1, "a": 2})
+    assert children == [("a", 2), ("b", 1)]
+    assert graphlib.PYTREE_NODE_IMPL.unflatten(children, aux) == {"b": 1, "a": 2}
+    assert jax.tree.leaves(graphlib.Static(3)) == [] and graphlib.Static(3) == graphlib.Static(3)
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    (params,) = graphlib.graph_pop(model, (nnx.Param,))
+    assert set(params) == {"kernel", "bias"} and not hasattr(model, "kernel")
+    step = graphlib.cached_partial(nnx.jit(lambda m, x: m(x)), nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
+    assert step(jnp.ones(2)).shape == (2,)
+    assert graphlib.cached_partial(lambda a, b: a + b, 1)(2) == 3
+    assert nnx.graph.is_node is graphlib.is_node  # the old module name re-exports them
