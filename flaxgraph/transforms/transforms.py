@@ -61,15 +61,15 @@ Index = int
 
 @overload
 def resolve_kwargs(
-    fun: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Any, ...]: ...
+    fun: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[object, ...]: ...
 @overload
 def resolve_kwargs() -> Callable[[F], F]: ...
 def resolve_kwargs(
-    fun: Callable[..., Any] | None = None,
-    args: tuple[Any, ...] | None = None,
-    kwargs: dict[str, Any] | None = None,
-) -> Any:
+    fun: Callable[..., object] | None = None,
+    args: tuple[object, ...] | None = None,
+    kwargs: dict[str, object] | None = None,
+) -> object:
     """Binds a call's keyword arguments to their positions (defaults filled in).
 
     Args:
@@ -98,7 +98,7 @@ def resolve_kwargs(
 
         def decorator(f: F) -> F:
             @functools.wraps(f)
-            def positional(*call_args: Any, **call_kwargs: Any) -> Any:
+            def positional(*call_args: object, **call_kwargs: object) -> object:
                 return f(*resolve_kwargs(f, call_args, call_kwargs))
 
             return positional  # type: ignore[return-value]
@@ -110,7 +110,7 @@ def resolve_kwargs(
         raise ValueError("resolve_kwargs: kwargs must be provided")
     if isinstance(fun, functools.partial):  # a partial's own signature is opaque
 
-        def fun(*args: Any, **kwargs: Any) -> None:
+        def fun(*args: object, **kwargs: object) -> None:
             return None
 
     positional, rest = _bind_positions(fun, args, kwargs)
@@ -132,14 +132,14 @@ class LiftedModule(Module, Generic[M]):
     nested LiftedModules as there are.
     """
 
-    def _call(self, accessor: DelayedAccessor, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, accessor: DelayedAccessor, *args: object, **kwargs: object) -> object:
         raise NotImplementedError(f"{type(self).__name__} must define _call")
 
     @property
     def _submodule(self) -> M:
         raise NotImplementedError(f"{type(self).__name__} must define _submodule")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         return self.call(*args, **kwargs)
 
     @property
@@ -147,7 +147,7 @@ class LiftedModule(Module, Generic[M]):
         """A proxy: ``self.call.method(*args)`` runs ``method`` of the innermost submodule."""
         module: Any = self
 
-        def check_and_call(accessor: DelayedAccessor, *args: Any, **kwargs: Any) -> Any:
+        def check_and_call(accessor: DelayedAccessor, *args: object, **kwargs: object) -> object:
             return self._call(accessor, *args, **kwargs)
 
         proxy: Any = CallableProxy(check_and_call)
@@ -162,9 +162,9 @@ class ValueMetadata:
     """A Variable's type, value and metadata as a pytree whose one leaf is ``value``
     (metadata items, sorted, and the type are static)."""
 
-    var_type: type[Variable[Any]]
-    value: Any
-    metadata: dict[str, Any]
+    var_type: type[Variable[object]]
+    value: object
+    metadata: dict[str, object]
 
 
 jax.tree_util.register_pytree_node(
