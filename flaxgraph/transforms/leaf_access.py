@@ -15,7 +15,14 @@ from typing import Any, NamedTuple, cast
 
 import jax
 
-from flaxgraph.graphlib.registry import ARRAY_TYPES, GRAPH_NODE_IMPLS, PLAIN_STATIC
+from flaxgraph.graphlib.registry import (
+    ARRAY_TYPES,
+    GRAPH_NODE_IMPLS,
+    NODE,
+    PLAIN_STATIC,
+    REGISTRY,
+    VARIABLE,
+)
 from flaxgraph.graphlib.walk import SCALARS
 from flaxgraph.transforms.ref_writes import read_ref
 from flaxgraph.variablelib.boxes import read as read_box
@@ -41,7 +48,10 @@ def attribute_children(x: Any) -> tuple[list[tuple[str, Any]], Any] | None:
     ``None`` for anything else (leaves, builtin containers, graph nodes, pytrees keyed
     otherwise)."""
     t = type(x)
-    if t in PLAIN_STATIC or t in _BUILTIN or t in GRAPH_NODE_IMPLS or isinstance(x, Variable):
+    if t in PLAIN_STATIC or t in _BUILTIN:
+        return None
+    kind = REGISTRY.kind_of(x)
+    if kind is NODE or kind is VARIABLE:
         return None
     with_path, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if jax.tree_util.treedef_is_leaf(treedef):

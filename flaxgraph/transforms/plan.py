@@ -16,7 +16,7 @@ import enum
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, is_hashable
+from flaxgraph.graphlib.registry import NODE, REGISTRY, VARIABLE, is_hashable
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
@@ -111,8 +111,11 @@ def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] |
 
 
 def _part(a: Any, objects: bool = True) -> Any:
+    """What ``plan_key`` keeps of one argument (see there), by the engine's
+    classification (``REGISTRY.kind_of``) for objects."""
     t = type(a)
-    if t in GRAPH_NODE_IMPLS or isinstance(a, Variable):
+    kind = REGISTRY.kind_of(a)
+    if kind is NODE or kind is VARIABLE:
         return id(a) if objects else None
     if is_argument_leaf(a):
         return _LEAF
