@@ -49,50 +49,7 @@ TYPE_VARIABLE_MAKERS = frozenset({"TypeVar", "ParamSpec", "TypeVarTuple"})
 
 # The names still missing, by dotted Flax module; it only shrinks, and is empty when the
 # module map is complete (issue 29). A name listed here that flaxgraph has fails the test.
-STILL_MISSING: dict[str, frozenset[str]] = {
-    "flax.nnx.extract": frozenset(
-        {
-            "ExtractIndex",
-            "GraphDefState",
-            "Index",
-            "KeepFn",
-            "KeyPath",
-            "Leaf",
-            "Mask",
-            "Opaque",
-            "OrderedDict",
-            "Prefix",
-            "PrefixMapping",
-            "Updates",
-            "apply_updates",
-            "broadcast_prefix",
-            "broadcast_prefix2",
-            "broadcast_prefix_map",
-            "check_consistent_aliasing",
-            "check_consistent_aliasing2",
-            "check_no_aliases",
-            "check_prefix",
-            "check_same_variables",
-            "copy_var_structure",
-            "extract",
-            "filter_kwargs",
-            "find",
-            "from_tree2",
-            "get_updates",
-            "insert",
-            "labeled",
-            "mask_at",
-            "replace_at",
-            "slice_at",
-            "snapshot",
-            "to_masked",
-            "to_tree2",
-            "treemap_copy_args",
-            "update_carry_variables",
-            "variable_changed",
-        }
-    ),
-}
+STILL_MISSING: dict[str, frozenset[str]] = {}
 
 
 class FlaxModule(NamedTuple):

@@ -466,3 +466,61 @@ def test_graphlib_helpers_match_flax() -> None:
     assert step(jnp.ones(2)).shape == (2,)
     assert graphlib.cached_partial(lambda a, b: a + b, 1)(2) == 3
     assert nnx.graph.is_node is graphlib.is_node  # the old module name re-exports them
+
+
+small_trees = st.recursive(
+    st.integers(0, 3),
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(tuple),
+        st.dictionaries(st.sampled_from("ab"), inner, min_size=1, max_size=2),
+    ),
+    max_leaves=5,
+)
+
+
+@given(tree=small_trees, index=st.integers(0, 2), value=st.integers())
+def test_extract_tree_helpers_match_flax(tree: Any, index: int, value: int) -> None:
+    from flax.nnx import extract as flax_extract
+
+    from flaxgraph import extract
+
+    t = tuple(range(3))
+    for name in ("mask_at", "slice_at"):
+        assert repr(getattr(extract, name)(t, index)) == repr(getattr(flax_extract, name)(t, index))
+    assert extract.replace_at(t, index, value) == flax_extract.replace_at(t, index, value)
+    assert extract.find(t, index) == flax_extract.find(t, index)
+    assert extract.broadcast_prefix(0, tree) == flax_extract.broadcast_prefix(0, tree)
+    assert extract.broadcast_prefix2(tree, tree) == flax_extract.broadcast_prefix2(tree, tree)
+    plus = lambda path, p, leaf: (p, leaf + 1)
+    assert extract.broadcast_prefix_map(plus, 7, tree) == flax_extract.broadcast_prefix_map(
+        plus, 7, tree
+    )
+    odd = lambda path, p, leaf: leaf % 2 == 1
+    ours, taken = extract.extract(odd, 0, tree)
+    theirs, flax_taken = flax_extract.extract(odd, 0, tree)
+    assert taken == flax_taken and extract.insert(ours, taken) == tree
+    assert repr(jax.tree.structure(ours)) == repr(jax.tree.structure(theirs))
+
+
+def test_extract_records_and_variable_helpers() -> None:
+    from flaxgraph import extract
+
+    t = extract.labeled(a=1, b=2)
+    assert (t["b"], t[0], t.keys()) == (2, 1, ("a", "b"))
+    assert type(extract.labeled(a=0, b=0)) is type(t)
+    d = extract.OrderedDict(b=1, a=2)
+    assert jax.tree.leaves(d) == [1, 2] and jax.tree.map(lambda x: x, d) == d
+    assert extract.Opaque(1) == extract.Opaque(2) and hash(extract.Opaque(1)) == 0
+    v = nnx.Param(jnp.ones(2))
+    current, copied = extract.snapshot([v])
+    assert current[0] is v and copied[0] is not v
+    assert not extract.variable_changed(v, v) and not extract.variable_changed(copied[0], v)
+    assert extract.variable_changed(jax.tree.map(lambda x: x + 1, v), v)
+    w = nnx.Param(jnp.zeros(2))
+    assert extract.update_carry_variables([v], [w])[0] is v and float(v[...].sum()) == 0.0
+    with pytest.raises(ValueError, match="identity must be preserved"):
+        extract.check_same_variables([v], [w], "fori_loop")
+    assert extract.filter_kwargs(lambda a, *, b: 0, a=1, b=2, c=3) == {"a": 1, "b": 2}
+    assert isinstance(nnx.StateAxes({nnx.Param: 0}), extract.PrefixMapping)
+    with pytest.raises(FlaxInternalError, match="check_prefix"):
+        extract.check_prefix(1, 2)

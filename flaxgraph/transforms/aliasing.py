@@ -41,7 +41,7 @@ from flaxgraph.graphlib.walk import Walk, variable_paths
 from flaxgraph.statelib import State
 from flaxgraph.transforms.lift_types import (
     NO_MATCH,
-    PrefixMapping,
+    LiftType,
     StatePrefix,
     is_graph_prefix,
     is_node_states,
@@ -87,7 +87,7 @@ class PrefixSpec:
 class _MapCtx:
     """Inside an object that received a lift type: resolve leaves by filter."""
 
-    mapping: PrefixMapping
+    mapping: LiftType
     base: int  # length of the object's path; leaf paths are taken relative to it
 
 
@@ -186,7 +186,7 @@ class PrefixWalk(Walk):
             return prefix
         if self.spec.is_leaf(ctx):
             return ctx
-        if isinstance(ctx, PrefixMapping) and ctx.distributes:
+        if isinstance(ctx, LiftType) and ctx.distributes:
             return ctx.leaf_prefix
         raise PrefixError(
             f"{self.spec.name} gives {_describe(ctx)} for the {kind_name(leaf)} leaf at "
@@ -245,9 +245,9 @@ class PrefixWalk(Walk):
     ) -> Sequence[Any] | None:
         if isinstance(prefix, _MapCtx) or self.spec.is_leaf(prefix):
             return None
-        if isinstance(prefix, PrefixMapping) and prefix.distributes:
+        if isinstance(prefix, LiftType) and prefix.distributes:
             return None
-        if isinstance(prefix, PrefixMapping):
+        if isinstance(prefix, LiftType):
             raise PrefixError(
                 f"{type(prefix).__name__} can only be used for an object (a Module, Object or "
                 f"Variable), but {self.spec.name} gives it for the {type(x).__name__} at "

@@ -24,12 +24,12 @@ from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.lift import Inner
-from flaxgraph.transforms.lift_types import DiffState, PrefixMapping
+from flaxgraph.transforms.lift_types import DiffState, LiftType
 from flaxgraph.typing import MISSING, PathParts
 from flaxgraph.variablelib.variable import Param, Variable
 
 
-class Diff(PrefixMapping):
+class Diff(LiftType):
     """``{filter: True, ...: False}``; for raw leaves outside objects: True."""
 
     __slots__ = ()

@@ -27,11 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from flaxgraph import extract
 from flaxgraph.filterlib import Filter, Predicate, to_predicate
 from flaxgraph.typing import PathParts
 
 
-class PrefixMapping:
+class LiftType:
     """Base of lift types: an ordered mapping filter -> prefix.
 
     Args:
@@ -73,7 +74,7 @@ class PrefixMapping:
         Raises:
           ValueError: no filter matches it.
 
-        Source: Flax NNX 0.12 ``PrefixMapping.map_prefix``.
+        Source: Flax NNX 0.12 ``PrefixMapping.map_prefix`` (``nnx.extract.PrefixMapping``).
         """
         prefix = self.prefix_of(tuple(path), variable)
         if prefix is NO_MATCH:
@@ -100,6 +101,9 @@ class PrefixMapping:
     def __repr__(self) -> str:
         body = ", ".join(f"{_filter_repr(f)}: {p!r}" for f, p in self.items())
         return f"{type(self).__name__}({{{body}}})"
+
+
+extract.PrefixMapping.register(LiftType)  # Flax's base: isinstance(StateAxes(...), it)
 
 
 class _AtPath:
@@ -143,7 +147,7 @@ class _NoMatch:
 NO_MATCH: Any = _NoMatch()
 
 
-class StateAxes(PrefixMapping):
+class StateAxes(LiftType):
     """Per-filter axes for one object in ``vmap``/``pmap``/``scan`` ``in_axes``/``out_axes``.
 
     Values are ints (the mapped axis), ``None`` (broadcast), or, in ``scan``,
@@ -237,7 +241,7 @@ class StateAxes(PrefixMapping):
         return any(f == key for f in self.filters)
 
 
-class StateSharding(PrefixMapping):
+class StateSharding(LiftType):
     """Per-filter shardings for one object in ``jit``'s ``in_shardings``/``out_shardings``.
 
     Values are ``jax.sharding.Sharding`` instances, ``PartitionSpec`` (with a mesh
@@ -445,7 +449,7 @@ def _prefix_entries(t: Any, path: tuple[Any, ...]) -> Iterable[tuple[tuple[Any, 
     """The entries of a prefix tree that a check looks at, with their paths."""
     from flaxgraph.variablelib.variable import Variable
 
-    if isinstance(t, (PrefixMapping, DiffState, Variable)) or is_graph_prefix(t):
+    if isinstance(t, (LiftType, DiffState, Variable)) or is_graph_prefix(t):
         yield path, t
     elif isinstance(t, (tuple, list)):
         for i, x in enumerate(t):

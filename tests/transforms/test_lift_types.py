@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 import flaxgraph as nnx
 from flaxgraph.testing import Block, Node
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
-from flaxgraph.transforms.lift_types import NO_MATCH, PrefixMapping
+from flaxgraph.transforms.lift_types import NO_MATCH, LiftType
 
 MESH = Mesh(np.array(jax.devices()[:1]), ("x",))
 S0 = NamedSharding(MESH, P())
@@ -71,8 +71,8 @@ def test_diff_state_value_semantics():
 
 
 def test_lift_types_are_prefix_mappings():
-    assert issubclass(nnx.StateAxes, PrefixMapping) and issubclass(nnx.StateSharding, PrefixMapping)
-    assert not PrefixMapping.distributes
+    assert issubclass(nnx.StateAxes, LiftType) and issubclass(nnx.StateSharding, LiftType)
+    assert not LiftType.distributes
 
 
 # -- prefix resolution by the lifting machine -------------------------------------------------
