@@ -38,7 +38,7 @@ from flaxgraph.variablelib.variable import Variable, metadata_of, write_metadata
 
 
 def build_graph(
-    graphdef: GraphDef,
+    graphdef: GraphDef[Any],
     leaves: Sequence[Any],
     *,
     index_ref: dict[int, Any] | None = None,

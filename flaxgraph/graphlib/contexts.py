@@ -80,7 +80,7 @@ class UpdateContext:
         _UPDATE_CONTEXTS.push((*_UPDATE_CONTEXTS.get(), (self.tag, self)))
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _UPDATE_CONTEXTS.pop()
         self.outer_index_ref = None
         self.inner_ref_outer_index = None
@@ -99,11 +99,11 @@ class _UpdateContextManager(contextlib.ContextDecorator):
         self.contexts.append(ctx)
         return ctx.__enter__()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.contexts.pop().__exit__(*exc)
 
 
-def update_context(tag: Hashable) -> Any:
+def update_context(tag: Hashable) -> object:
     """Opens an ``UpdateContext`` for ``tag``: a context manager, or a decorator that
     opens a fresh one for each call (see the module docstring).
 
@@ -202,7 +202,7 @@ class SplitContext:
         self.ref_index: RefMap[int] = RefMap() if ref_index is None else ref_index
         self.is_inner = is_inner
 
-    def split(self, node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+    def split(self, node: object, *filters: Filter, graph: bool | None = None) -> Any:
         """Like ``nnx.split``, sharing this context's reference index with earlier calls.
 
         Inside a transform (step 3 of an update context) a Ref-backed Variable's
@@ -212,7 +212,7 @@ class SplitContext:
         graphdef, leaves = self._flatten(node, graph)
         return (graphdef, *states_from_leaves(node, leaves, filters, strict=True))
 
-    def flatten(self, node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+    def flatten(self, node: object, *filters: Filter, graph: bool | None = None) -> Any:
         """Like ``split``, with flat States: ``(graphdef, flat_state, ...)``.
 
         Returns:
@@ -232,7 +232,7 @@ class SplitContext:
         states = states_from_leaves(node, leaves, filters, strict=True)
         return (graphdef, *(FlatState(_flat_pairs(s)) for s in states))
 
-    def _flatten(self, node: Any, graph: bool | None) -> Any:
+    def _flatten(self, node: object, graph: bool | None) -> Any:
         graphdef, leaves = flatten_with_paths(
             node, ref_index=self.ref_index, graph=resolve_graph(graph)
         )
@@ -242,7 +242,7 @@ class SplitContext:
             leaves = mark_ref_outputs(leaves, uctx.inner_ref_outer_index)
         return graphdef, leaves
 
-    def _renumbered(self, graphdef: GraphDef, uctx: UpdateContext) -> GraphDef:
+    def _renumbered(self, graphdef: GraphDef[Any], uctx: UpdateContext) -> GraphDef[Any]:
         # Nodes that came in through the inner merge get their outer index; new nodes
         # get indices past every outer one.
         inner = uctx.inner_ref_outer_index
@@ -250,7 +250,7 @@ class SplitContext:
         return renumber(graphdef, self.ref_index, inner, 1 + max(uctx.outer_index_ref or (-1,)))
 
 
-def _flat_pairs(state: Any) -> list[tuple[Any, Any]]:
+def _flat_pairs(state: object) -> list[tuple[Any, Any]]:
     """``(path, leaf)`` pairs of a split's State (or of a root leaf, its own state)."""
     if isinstance(state, State):
         return list(state.flat_state())
@@ -292,9 +292,9 @@ class MergeContext:
 
     def merge(
         self,
-        graphdef: Any,
+        graphdef: object,
         /,
-        *states: Any,
+        *states: object,
         copy: bool = False,
         recreate_variables: bool = True,
     ) -> Any:

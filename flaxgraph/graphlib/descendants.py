@@ -25,7 +25,7 @@ from flaxgraph.modes import resolve_graph
 from flaxgraph.typing import PathParts
 
 
-def _check_tree(node: Any, graph: bool | None, what: str) -> bool:
+def _check_tree(node: object, graph: bool | None, what: str) -> bool:
     """Resolves ``graph``; in tree mode, raises if a Variable is reachable twice."""
     if resolve_graph(graph):
         return True
@@ -33,7 +33,7 @@ def _check_tree(node: Any, graph: bool | None, what: str) -> bool:
     return False
 
 
-def iter_graph(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[PathParts, Any]]:
+def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[PathParts, Any]]:
     """Yields ``(path, value)`` for every value in the graph, children before parents.
 
     Every graph node, Variable, container, array and static value is yielded. In
@@ -65,7 +65,7 @@ def iter_graph(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[Pat
         yield from _iter(node, (), RefMap[bool](), False)
 
 
-def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[Hashable, Any]]:
+def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[Hashable, Any]]:
     """Yields ``(key, child)`` for the direct children of ``node`` that are graph nodes
     or Variables (not arrays, static values, or what sits inside lists and dicts).
 
@@ -94,7 +94,7 @@ def iter_children(node: Any, /, *, graph: bool | None = None) -> Iterator[tuple[
 
 
 def iter_module_children(
-    node: Any, /, *, graph: bool | None = None
+    node: object, /, *, graph: bool | None = None
 ) -> Iterator[tuple[Hashable, Any]]:
     """Yields ``(key, child)`` for the direct children of ``node`` that are graph
     nodes (Objects, Modules, registered node types), not Variables.
@@ -120,7 +120,7 @@ def iter_module_children(
 
 
 def _iter(
-    x: Any, path: PathParts, seen: RefMap[bool], graph: bool
+    x: object, path: PathParts, seen: RefMap[bool], graph: bool
 ) -> Iterator[tuple[PathParts, Any]]:
     node = REGISTRY.kind_of(x) <= VARIABLE  # a graph node or a Variable: identity matters
     if node:
@@ -134,7 +134,7 @@ def _iter(
     yield path, x
 
 
-def find_duplicates(node: Any, /, *, only: Filter = ...) -> list[list[PathParts]]:
+def find_duplicates(node: object, /, *, only: Filter = ...) -> list[list[PathParts]]:
     """Returns, for every node or Variable reachable along more than one path, all
     its paths (shortest first). An empty list means the graph has no sharing.
 
@@ -160,7 +160,7 @@ def find_duplicates(node: Any, /, *, only: Filter = ...) -> list[list[PathParts]
     """
     paths = RefMap[list[PathParts]]()
 
-    def walk(x: Any, path: PathParts) -> None:
+    def walk(x: object, path: PathParts) -> None:
         if REGISTRY.kind_of(x) <= VARIABLE:  # a graph node or a Variable
             if x in paths:
                 paths[x].append(path)
@@ -204,7 +204,7 @@ def recursive_map(
     _check_tree(node, graph, "node")
     done = RefMap[Any]()
 
-    def go(x: Any, path: PathParts) -> Any:
+    def go(x: Any, path: PathParts) -> object:
         kind = REGISTRY.kind_of(x)
         if kind is NODE:
             impl = REGISTRY.impls[type(x)]

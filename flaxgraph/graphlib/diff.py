@@ -24,7 +24,7 @@ from flaxgraph.graphlib.graphdefs import (
 
 
 def graphdef_diff(
-    a: GraphDef, b: GraphDef, root: str = "", roots: tuple[str, ...] | None = None
+    a: GraphDef[Any], b: GraphDef[Any], root: str = "", roots: tuple[str, ...] | None = None
 ) -> str | None:
     """Describes the first difference between two GraphDefs, or ``None`` if equal.
 
@@ -62,7 +62,7 @@ def graphdef_diff(
     return _diff(ra, rb, root) or "the GraphDefs differ (leaf order)"
 
 
-def _name(d: Any) -> str:
+def _name(d: object) -> str:
     if isinstance(d, NodeDef):
         return f"a {d.type.__name__}"
     if isinstance(d, VariableDef):

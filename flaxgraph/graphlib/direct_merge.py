@@ -190,7 +190,8 @@ def join_states(states: tuple[Any, ...]) -> State | None:
     if any(type(s) is not State for s in states):
         return None
     if len(states) == 1:
-        return states[0]
+        typed: State | None = states[0]
+        return typed
     owned: set[int] = set()
 
     def join(dst: dict[Any, Any], src: dict[Any, Any]) -> bool:

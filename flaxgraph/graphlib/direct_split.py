@@ -64,7 +64,7 @@ class GiveUp(Exception):
     the direct walk, never seen by a caller."""
 
 
-def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef, Any] | None:
+def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | None:
     """``(graphdef, state)`` of ``node``, or ``None`` if the general walk must do it (a
     Python scalar at the root, a raw ``jax.Ref``, a static value that warrants a
     warning; in tree mode also any object reached twice and any ``pytree=False``

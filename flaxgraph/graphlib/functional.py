@@ -35,14 +35,14 @@ from flaxgraph.variablelib.variable import Variable
 
 
 def flatten(
-    node: Any,
+    node: object,
     /,
     *,
     with_paths: bool = True,
     ref_index: RefMap[int] | None = None,
     ref_outer_index: RefMap[int] | None = None,
     graph: bool | None = None,
-) -> tuple[GraphDef, FlatState | list[Any]]:
+) -> tuple[GraphDef[Any], FlatState | list[Any]]:
     """Splits ``node`` into its GraphDef and its leaves in flat form.
 
     Args:
@@ -92,7 +92,7 @@ def flatten(
 
 
 def unflatten(
-    graphdef: GraphDef,
+    graphdef: GraphDef[Any],
     state: State | FlatState | Sequence[Any],
     /,
     *,
@@ -171,7 +171,7 @@ def unflatten(
     )
 
 
-def unpack(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+def unpack(node: object, *filters: Filter, graph: bool | None = None) -> object:
     """Splits ``node`` like ``split`` but returns ``GraphState``s (each State bundled
     with the GraphDef), so ``nnx.merge(*graph_states)`` needs nothing else.
 
@@ -203,7 +203,7 @@ def unpack(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
 
 def map(
     f: Callable[[PathParts, Any], Any],
-    node: Any,
+    node: object,
     /,
     *,
     graph: bool | None = None,
@@ -235,13 +235,13 @@ def map(
     """
     graphdef, state = split(node, graph=graph)
     if isinstance(state, State):
-        new_state: Any = map_state(f, state)
+        new_state: object = map_state(f, state)
     else:  # the root is itself a leaf
         new_state = f((), state)
     return merge(graphdef, new_state, recreate_variables=recreate_variables)
 
 
-def as_pure(tree: Any) -> Any:
+def as_pure(tree: object) -> object:
     """Returns ``tree`` with every Variable replaced by its raw value.
 
     Args:

@@ -41,12 +41,12 @@ class GraphState(MutableMapping[Hashable, Any]):
 
     __slots__ = ("_graphdef", "_state")
 
-    def __init__(self, _graphdef: GraphDef, _state: Any):
+    def __init__(self, _graphdef: GraphDef[Any], _state: Any):
         self._graphdef = _graphdef
         self._state = _state
 
     @property
-    def graphdef(self) -> GraphDef:
+    def graphdef(self) -> GraphDef[Any]:
         """The structure."""
         return self._graphdef
 
@@ -55,7 +55,7 @@ class GraphState(MutableMapping[Hashable, Any]):
         """The State."""
         return self._state
 
-    def __getitem__(self, key: Hashable) -> Any:
+    def __getitem__(self, key: Hashable) -> object:
         return self._state[key]
 
     def __setitem__(self, key: Hashable, value: Any) -> None:
@@ -70,7 +70,7 @@ class GraphState(MutableMapping[Hashable, Any]):
     def __len__(self) -> int:
         return len(self._state) if isinstance(self._state, State) else 0
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         # Only reached for names that are not slots/methods: read the State's key.
         if name.startswith("__"):
             raise AttributeError(name)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 # ``tests/graphlib/test_graphdefs.py``.
 
 
-def _short(x: Any) -> str:
+def _short(x: object) -> str:
     if isinstance(x, type):
         return x.__name__
     return repr(x)
@@ -60,7 +60,7 @@ def _def_repr(self: Any) -> str:
     return f"{type(self).__name__}({fields})"
 
 
-def _immutable(self: Any, name: str, value: Any) -> None:
+def _immutable(self: object, name: str, value: object) -> None:
     raise AttributeError(f"{type(self).__name__} is immutable")
 
 
@@ -88,7 +88,7 @@ class NodeDef(NamedTuple):
     def __repr__(self) -> str:
         return _def_repr(self)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         _immutable(self, name, value)
 
 
@@ -114,7 +114,7 @@ class VariableDef(NamedTuple):
     def __repr__(self) -> str:
         return _def_repr(self)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         _immutable(self, name, value)
 
 
@@ -133,7 +133,7 @@ class NodeRef(NamedTuple):
     def __repr__(self) -> str:
         return _def_repr(self)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         _immutable(self, name, value)
 
 
@@ -162,7 +162,7 @@ class ContainerDef(NamedTuple):
     def __repr__(self) -> str:
         return _def_repr(self)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         _immutable(self, name, value)
 
 
@@ -182,7 +182,7 @@ class ArrayDef(NamedTuple):
     def __repr__(self) -> str:
         return "ArrayDef()" if self.index is None else f"ArrayDef(index={self.index})"
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         _immutable(self, name, value)
 
 
@@ -207,7 +207,7 @@ class StaticDef(_StaticFields):
 
     __slots__ = ()
 
-    def __new__(cls, value: Any) -> StaticDef:
+    def __new__(cls, value: object) -> StaticDef:
         return tuple.__new__(cls, (type(value), structural(value)))
 
     @classmethod
@@ -228,7 +228,7 @@ class StaticDef(_StaticFields):
     def __repr__(self) -> str:
         return f"StaticDef(value={self.value!r})"
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         _immutable(self, name, value)
 
 
@@ -258,7 +258,7 @@ class TreeNodeDef(NamedTuple):
     def __repr__(self) -> str:
         return _def_repr(self)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         _immutable(self, name, value)
 
 
@@ -356,7 +356,7 @@ class GraphDef(Generic[N]):
             paths = derived.leaf_paths = tuple(found)
         return paths
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("GraphDef is immutable")
 
     def __hash__(self) -> int:
@@ -442,10 +442,10 @@ class GraphDef(Generic[N]):
     def __repr__(self) -> str:
         return RENDERERS.text("graphdef", self)
 
-    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+    def __treescope_repr__(self, path: object, subtree_renderer: object) -> object:
         return RENDERERS.treescope("graphdef", self, path, subtree_renderer)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, Any]:
         return RENDERERS.mimebundle(self, include, exclude)
 
     # -- Flax NNX 0.12 members ----------------------------------------------------
@@ -480,7 +480,7 @@ class GraphDef(Generic[N]):
                 pairs.extend(zip(d.keys, d.children))
         return tuple(pairs)
 
-    def with_no_outer_index(self) -> GraphDef:
+    def with_no_outer_index(self) -> GraphDef[Any]:
         """This GraphDef without references to an enclosing walk; returns ``self``.
 
         flaxgraph's GraphDef has no "outer index" (Flax keeps one per node to link
@@ -498,7 +498,7 @@ class GraphDef(Generic[N]):
         """
         return self
 
-    def with_same_outer_index(self) -> GraphDef:
+    def with_same_outer_index(self) -> GraphDef[Any]:
         """This GraphDef with each node's outer index equal to its index; returns
         ``self`` (flaxgraph's GraphDef has no outer index, see
         ``with_no_outer_index``).
@@ -514,7 +514,7 @@ class GraphDef(Generic[N]):
         """
         return self
 
-    def with_matching_outer_index(self, other: GraphDef) -> GraphDef:
+    def with_matching_outer_index(self, other: GraphDef[Any]) -> GraphDef[Any]:
         """This GraphDef with ``other``'s outer indices; returns ``self``
         (flaxgraph's GraphDef has no outer index, see ``with_no_outer_index``).
 
@@ -544,10 +544,10 @@ class GraphDef(Generic[N]):
         # `apply` (``graphdef.apply(state).method(*args)``, Flax NNX ``GraphDef.apply``)
         # is attached by flaxgraph/graphlib/pure_methods.py, the layer above, next to the
         # `call` it runs; declared here for type checkers.
-        def apply(self, state: Any, *states: Any) -> Any: ...
+        def apply(self, state: object, *states: object) -> object: ...
 
 
-def lenient_hash(x: Any) -> int:
+def lenient_hash(x: object) -> int:
     """``hash(x)``, except that an unhashable static value (a non-frozen dataclass
     config) inside a GraphDef or tuple of definitions counts by its type only.
 
@@ -633,7 +633,9 @@ def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
     return d
 
 
-def renumber(graphdef: GraphDef, ref_index: Any, outer_index: Any, offset: int) -> GraphDef:
+def renumber(
+    graphdef: GraphDef[Any], ref_index: Any, outer_index: Any, offset: int
+) -> GraphDef[Any]:
     """``graphdef`` with its reference indices moved into another index space.
 
     Args:

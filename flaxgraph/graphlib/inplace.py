@@ -42,7 +42,7 @@ from flaxgraph.variablelib.variable import (
 )
 
 
-def _get_child(node: Any, key: Hashable) -> Any:
+def _get_child(node: Any, key: Hashable) -> object:
     kind = REGISTRY.kind_of(node)
     if kind is NODE:
         return REGISTRY.impls[type(node)].get_child(node, key)
@@ -55,7 +55,7 @@ def _get_child(node: Any, key: Hashable) -> Any:
     return MISSING
 
 
-def _check_node_trace(node: Any, what: str) -> None:
+def _check_node_trace(node: object, what: str) -> None:
     # Checked while planning, so a node from another trace fails before any write.
     check = getattr(node, "_check_trace", None)
     if check is not None:
@@ -76,7 +76,7 @@ def _setter(node: Any, key: Hashable, where: Callable[[], str]) -> Callable[[Any
     )
 
 
-def update(node: Any, state: Any, /, *states: Any) -> None:
+def update(node: object, state: object, /, *states: object) -> None:
     """Writes the values of State(s) into ``node`` in place.
 
     For every leaf of the States, the Variable at the same path in ``node`` gets the
@@ -144,7 +144,7 @@ class _Writes:
         self.ref_writes: list[tuple[Variable[Any], Any]] = []
         self.others: list[Callable[[], None]] = []
 
-    def variable(self, target: Variable[Any], leaf: Any, trace: object) -> None:
+    def variable(self, target: Variable[Any], leaf: object, trace: object) -> None:
         """Plans writing the State leaf ``leaf`` (a Variable or a raw value) into ``target``."""
         if target._var_trace is not trace:
             target._check_update()
@@ -273,13 +273,13 @@ def _path_of(linked: Any) -> PathParts:
     return tuple(reversed(keys))
 
 
-def _is_static_value(x: Any) -> bool:
+def _is_static_value(x: object) -> bool:
     """A plain value (an int, a string…) that a State leaf may overwrite, as Flax 0.12's
     ``update`` does: not a graph node and not a container of them."""
     return REGISTRY.kind_of(x) not in _WALKED
 
 
-def _is_data_child(node: Any, key: Hashable) -> bool:
+def _is_data_child(node: object, key: Hashable) -> bool:
     """Whether ``node`` puts its child ``key`` in the State although it is no array
     (an attribute marked ``nnx.data(3)``). Only reached on the rare path."""
     return REGISTRY.kind_of(node) is NODE and any(
@@ -287,7 +287,7 @@ def _is_data_child(node: Any, key: Hashable) -> bool:
     )
 
 
-def pop(node: Any, *filters: Filter) -> Any:
+def pop(node: object, *filters: Filter) -> Any:
     """Removes the leaves matching ``filters`` from ``node`` and returns them as State(s).
 
     Returns:

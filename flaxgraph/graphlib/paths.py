@@ -23,7 +23,7 @@ from flaxgraph.graphlib.registry import (
 from flaxgraph.typing import MISSING
 
 
-def path_str(root_name: str, root: Any, keys: Sequence[Hashable]) -> str:
+def path_str(root_name: str, root: object, keys: Sequence[Hashable]) -> str:
     """Formats ``keys`` from ``root`` as Python would write it, e.g. ``args[0]['a'].kernel``.
 
     Args:
@@ -32,7 +32,7 @@ def path_str(root_name: str, root: Any, keys: Sequence[Hashable]) -> str:
       keys: the path.
     """
     out = [root_name]
-    node: Any = root
+    node: object = root
     for key in keys:
         if REGISTRY.kind_of(node) is NODE:
             out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
@@ -49,7 +49,7 @@ def keys_str(keys: Sequence[Hashable]) -> str:
     return "/".join(str(k) for k in keys) if keys else "<root>"
 
 
-def _child(node: Any, key: Hashable) -> Any:
+def _child(node: Any, key: Hashable) -> object:
     try:
         kind = REGISTRY.kind_of(node)
         if kind is SEQUENCE or kind is DICT:

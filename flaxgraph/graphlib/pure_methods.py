@@ -17,7 +17,7 @@ class CallProxy:
 
     def __init__(
         self,
-        graphdef: GraphDef,
+        graphdef: GraphDef[Any],
         states: tuple[Any, ...],
         path: tuple[tuple[bool, Any], ...],
         copy: bool = False,
@@ -30,11 +30,11 @@ class CallProxy:
     def __getattr__(self, name: str) -> CallProxy:
         return CallProxy(self._graphdef, self._states, (*self._path, (False, name)), self._copy)
 
-    def __getitem__(self, key: Any) -> CallProxy:
+    def __getitem__(self, key: object) -> CallProxy:
         # ``nnx.call(dict_state)['b'].method()``: an item of the merged graph.
         return CallProxy(self._graphdef, self._states, (*self._path, (True, key)), self._copy)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, tuple[GraphDef, State]]:
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, tuple[GraphDef[Any], State]]:
         node = merge(self._graphdef, *self._states, copy=self._copy)
         method: Any = node
         for is_item, key in self._path:
@@ -68,7 +68,7 @@ def call(graphdef_state: tuple[Any, ...], /) -> Any:
     return CallProxy(graphdef, tuple(states), ())
 
 
-def _graphdef_apply(self: GraphDef, state: Any, *states: Any) -> Any:
+def _graphdef_apply(self: GraphDef[Any], state: object, *states: object) -> object:
     """Returns a proxy: ``graphdef.apply(state).method(*args)`` merges, calls the
     method, and returns ``(output, (graphdef, state))`` after the call.
 

@@ -52,7 +52,7 @@ class ArrayRefOutput:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: Any):
+    def __init__(self, value: object):
         self.value = value
 
     def __repr__(self) -> str:
@@ -85,6 +85,6 @@ def mark_ref_outputs(leaves: list[tuple[Any, Any]], came_in: Any) -> list[tuple[
     return out
 
 
-def unwrap_ref_output(value: Any) -> Any:
+def unwrap_ref_output(value: object) -> object:
     """``value`` without an ``ArrayRefOutput`` box (the content)."""
     return value.value if type(value) is ArrayRefOutput else value

@@ -45,19 +45,19 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
         """
         return cls.from_pairs((x, i) for i, x in indexmap.items())  # type: ignore[misc, return-value]
 
-    def __getitem__(self, key: Any) -> V:
+    def __getitem__(self, key: object) -> V:
         return self._items[id(key)][1]
 
-    def __setitem__(self, key: Any, value: V) -> None:
+    def __setitem__(self, key: object, value: V) -> None:
         self._items[id(key)] = (key, value)
 
-    def __delitem__(self, key: Any) -> None:
+    def __delitem__(self, key: object) -> None:
         del self._items[id(key)]
 
     def __contains__(self, key: object) -> bool:
         return id(key) in self._items
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def get(self, key: object, default: object = None) -> Any:
         item = self._items.get(id(key))
         return default if item is None else item[1]
 

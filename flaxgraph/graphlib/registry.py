@@ -78,7 +78,7 @@ class DataLeaf:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: Any):
+    def __init__(self, value: object):
         self.value = value
 
 
@@ -88,7 +88,7 @@ class StaticLeaf:
 
     __slots__ = ("value",)
 
-    def __init__(self, value: Any):
+    def __init__(self, value: object):
         self.value = value
 
 
@@ -189,7 +189,7 @@ class NodeRegistry:
         self.impls[impl.type] = impl
         self.kinds.pop(impl.type, None)
 
-    def kind_of(self, x: Any) -> Kind:
+    def kind_of(self, x: object) -> Kind:
         """The ``Kind`` of ``x`` (remembered per ``type(x)``)."""
         return self.kinds.get(type(x)) or self.classify(x)
 
@@ -295,7 +295,7 @@ def register_graph_node_type(
     if len(inspect.signature(create_empty).parameters) < 2:
         user_create = create_empty
 
-        def create_empty(metadata: Hashable, trace: object = None) -> Any:
+        def create_empty(metadata: Hashable, trace: object = None) -> object:
             return user_create(metadata)
 
     REGISTRY.register(
@@ -303,27 +303,27 @@ def register_graph_node_type(
     )
 
 
-def get_graph_node_impl(x: Any) -> GraphNodeImpl | None:
+def get_graph_node_impl(x: object) -> GraphNodeImpl | None:
     """Returns the impl registered for ``type(x)`` exactly, or ``None``."""
     return REGISTRY.impls.get(type(x))
 
 
-def is_graph_node(x: Any) -> bool:
+def is_graph_node(x: object) -> bool:
     """True for registered graph nodes (Objects, Modules…), not Variables."""
     return REGISTRY.kind_of(x) is NODE
 
 
-def is_node_or_variable(x: Any) -> bool:
+def is_node_or_variable(x: object) -> bool:
     """True for values whose identity the engine tracks: graph nodes and Variables."""
     return REGISTRY.kind_of(x) <= VARIABLE
 
 
-def is_array_leaf(x: Any) -> bool:
+def is_array_leaf(x: object) -> bool:
     """True for values stored in a State as raw leaves (arrays and array-likes)."""
     return REGISTRY.kind_of(x) is ARRAY
 
 
-def pytree_children(x: Any) -> tuple[list[tuple[Key, Any]], Any] | None:
+def pytree_children(x: object) -> tuple[list[tuple[Key, Any]], Any] | None:
     """One level of a non-builtin pytree node: ``([(key, child)], treedef)``, or
     ``None`` if ``x`` is a pytree leaf (then it is a static value)."""
     if type(x) in PLAIN_STATIC or jax.tree_util.all_leaves((x,)):
@@ -396,7 +396,7 @@ def children_of(x: Any) -> list[tuple[Key, Any]]:
     return []
 
 
-def flatten_pytree(x: Any) -> tuple[list[tuple[Key, Any]], Any]:
+def flatten_pytree(x: object) -> tuple[list[tuple[Key, Any]], Any]:
     """One level of the pytree node ``x``: ``([(key, child), ...], treedef)``; the
     inverse of ``unflatten_pytree``. (Flax NNX 0.12's private ``graphlib``
     helper; aux data such as ``struct.field(pytree_node=False)`` stays in ``treedef``.)
@@ -412,19 +412,20 @@ def flatten_pytree(x: Any) -> tuple[list[tuple[Key, Any]], Any]:
     return found
 
 
-def unflatten_pytree(children: list[tuple[Key, Any]], treedef: Any) -> Any:
+def unflatten_pytree(children: list[tuple[Key, Any]], treedef: Any) -> object:
     """Rebuilds the node ``flatten_pytree`` took apart, from ``(key, child)`` pairs."""
     return treedef.unflatten([child for _, child in children])
 
 
-def _key_of(entry: Any) -> Key:
+def _key_of(entry: object) -> Key:
     for attr in ("name", "key", "idx"):
         if hasattr(entry, attr):
-            return getattr(entry, attr)
+            typed: Hashable = getattr(entry, attr)
+            return typed
     return str(entry)
 
 
-def is_hashable(x: Any) -> bool:
+def is_hashable(x: object) -> bool:
     """Whether ``hash(x)`` works (what a static value or a cache key needs)."""
     try:
         hash(x)

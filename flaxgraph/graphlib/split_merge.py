@@ -43,7 +43,7 @@ from flaxgraph.variablelib.variable import Variable
 
 
 def states_from_leaves(
-    node: Any, leaves: list[tuple[PathParts, Any]], filters: tuple[Filter, ...], strict: bool
+    node: object, leaves: list[tuple[PathParts, Any]], filters: tuple[Filter, ...], strict: bool
 ) -> list[State]:
     # The States hold the graph's own Variables (as in NNX 0.12): writing through a
     # State writes the graph.
@@ -63,7 +63,7 @@ def _as_state(pairs: Sequence[tuple[PathParts, Any]]) -> Any:
     return State.from_flat_path(pairs)
 
 
-def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+def split(node: object, *filters: Filter, graph: bool | None = None) -> Any:
     """Splits a graph into its structure and its state.
 
     Args:
@@ -106,7 +106,7 @@ def split(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     return (graphdef, *states)
 
 
-def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+def state(node: object, *filters: Filter, graph: bool | None = None) -> Any:
     """Returns the State of ``node``: all of it, or one State per filter.
 
     Args:
@@ -136,7 +136,7 @@ def state(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     return states[0] if len(states) == 1 else tuple(states)
 
 
-def variables(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
+def variables(node: object, *filters: Filter, graph: bool | None = None) -> Any:
     """The State of ``node``'s Variables (one per filter): ``nnx.state`` under Flax 0.12's name.
 
     Args:
@@ -162,7 +162,7 @@ def variables(node: Any, *filters: Filter, graph: bool | None = None) -> Any:
     return state(node, *filters, graph=graph)
 
 
-def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
+def graphdef(node: object, /, *, graph: bool | None = None) -> GraphDef[Any]:
     """Returns the GraphDef of ``node`` (its structure, no state).
 
     Args:
@@ -187,8 +187,8 @@ def graphdef(node: Any, /, *, graph: bool | None = None) -> GraphDef:
 
 
 def _split_states(
-    node: Any, graph: bool, filters: tuple[Filter, ...], strict: bool
-) -> tuple[GraphDef, list[Any]]:
+    node: object, graph: bool, filters: tuple[Filter, ...], strict: bool
+) -> tuple[GraphDef[Any], list[Any]]:
     """The GraphDef and one State per filter (one State without filters): the direct
     walk (``direct_split.py``) where it applies, else the general walk, which raises
     and warns naming paths."""
@@ -201,7 +201,7 @@ def _split_states(
 
 
 def _filtered_states(
-    node: Any, state: Any, filters: tuple[Filter, ...], strict: bool
+    node: object, state: object, filters: tuple[Filter, ...], strict: bool
 ) -> list[State]:
     """One State per filter from the State ``split_direct`` made (first match wins)."""
     if type(state) is not State:  # the root itself is the leaf
@@ -216,7 +216,7 @@ def _filtered_states(
 _first = operator.itemgetter(0)
 
 
-def _leaf_list(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
+def _leaf_list(graphdef: GraphDef[Any], states: tuple[Any, ...]) -> list[Any]:
     """The leaves given as one list (``jax.tree.leaves(state)``), in the GraphDef's order."""
     if len(states) != 1:
         raise TypeError(
@@ -235,7 +235,7 @@ def _leaf_list(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
     return list(leaves)
 
 
-def ordered_leaves(graphdef: GraphDef, states: tuple[Any, ...]) -> list[Any]:
+def ordered_leaves(graphdef: GraphDef[Any], states: tuple[Any, ...]) -> list[Any]:
     if states and type(states[0]) is list:
         return _leaf_list(graphdef, states)
     if len(states) == 1 and isinstance(states[0], State):
@@ -308,7 +308,9 @@ def _all_flat(states: tuple[Any, ...]) -> Iterator[tuple[PathParts, Any]]:
             yield from (s if isinstance(s, State) else State(s)).flat_state()
 
 
-def graphdef_and_states(first: Any, states: tuple[Any, ...]) -> tuple[GraphDef, tuple[Any, ...]]:
+def graphdef_and_states(
+    first: object, states: tuple[Any, ...]
+) -> tuple[GraphDef[Any], tuple[Any, ...]]:
     if isinstance(first, GraphState):
         for i, s in enumerate(states, start=1):
             if not isinstance(s, GraphState):
@@ -336,9 +338,9 @@ def graphdef_and_states(first: Any, states: tuple[Any, ...]) -> tuple[GraphDef, 
 
 
 def merge(
-    graphdef: GraphDef | GraphState,
+    graphdef: GraphDef[Any] | GraphState,
     /,
-    *states: Any,
+    *states: object,
     copy: bool = False,
     recreate_variables: bool = True,
 ) -> Any:
@@ -405,12 +407,12 @@ def merge(
     )
 
 
-def _copy_array(x: Any) -> Any:
+def _copy_array(x: Any) -> object:
     return x.copy() if REGISTRY.kind_of(x) is ARRAY else x
 
 
 def clone(
-    node: Any, variables: bool = True, *, arrays: bool = False, graph: bool | None = None
+    node: object, variables: bool = True, *, arrays: bool = False, graph: bool | None = None
 ) -> Any:
     """Returns a copy of ``node``'s graph: new objects with the same structure.
 

@@ -67,18 +67,18 @@ class PartialKey:
         return repr(self.partial)
 
 
-def structural(x: Any) -> Any:
+def structural(x: object) -> object:
     """``x`` as it is compared inside a GraphDef: a ``PartialKey`` for a partial."""
     return PartialKey(x) if isinstance(x, functools.partial) else x
 
 
-def unwrap(x: Any) -> Any:
+def unwrap(x: object) -> object:
     """The value a static definition stands for (the partial of a ``PartialKey``)."""
     return x.partial if type(x) is PartialKey else x
 
 
 def unhashable_static_error(
-    where: str, value: Any, what: str = "static attribute"
+    where: str, value: object, what: str = "static attribute"
 ) -> StaticAttributeError:
     """The error for an unhashable static value met where a GraphDef is hashed (a jit
     cache key), naming its path ``where`` and the fixes."""
@@ -97,7 +97,7 @@ def unhashable_static_error(
     )
 
 
-def is_unhashable(x: Any) -> bool:
+def is_unhashable(x: object) -> bool:
     """Whether ``hash(x)`` fails."""
     try:
         hash(x)

@@ -45,12 +45,12 @@ class _AliasWalk(Walk):
         super().__init__(RefMap())
         self.aliases: RefMap[list[PathParts]] = RefMap()
 
-    def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+    def on_alias(self, x: object, path: PathParts, prefix: object) -> None:
         if isinstance(x, Variable):
             self.aliases.setdefault(x, []).append(path)
 
 
-def _check_flag(name: str, value: Any) -> None:
+def _check_flag(name: str, value: object) -> None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"with_vars({name}=...) takes True, False or None, got {value!r}.")
 
@@ -135,7 +135,8 @@ def with_vars(
     for _, leaf, flags in changes:
         replaced[leaf] = leaf._with_flags(*flags)
     if isinstance(node, Variable):
-        return replaced.get(node, node)
+        typed: A = replaced.get(node, node)
+        return typed
     new_leaves = [
         replaced.get(leaf, leaf) if isinstance(leaf, Variable) else leaf for _, leaf in leaves
     ]
@@ -145,7 +146,8 @@ def with_vars(
         for (_, leaf), new in zip(leaves, new_leaves)
         if isinstance(leaf, Variable)
     }
-    return build_graph(graphdef, new_leaves, reuse=reuse)
+    typed = build_graph(graphdef, new_leaves, reuse=reuse)
+    return typed
 
 
 def vars_as(
@@ -180,7 +182,7 @@ def vars_as(
     )
 
 
-def set_metadata(node: Any, /, *, only: Filter = Variable, **metadata: Any) -> None:
+def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object) -> None:
     """Sets ``metadata`` on every Variable of ``node`` that ``only`` selects, in place.
 
     Args:

@@ -71,7 +71,7 @@ def flatten_with_paths(
     root_name: str = "node",
     error_root: Any = None,
     graph: bool = True,
-) -> tuple[GraphDef, list[tuple[PathParts, Any]]]:
+) -> tuple[GraphDef[Any], list[tuple[PathParts, Any]]]:
     """Walks ``node`` and returns its GraphDef and its leaves with their paths.
 
     Args:
@@ -127,7 +127,9 @@ class Walk:
         self.graph = graph
         self.walk_root: Any = None
 
-    def run(self, node: Any, prefix: Any = None) -> tuple[GraphDef, list[tuple[PathParts, Any]]]:
+    def run(
+        self, node: Any, prefix: Any = None
+    ) -> tuple[GraphDef[Any], list[tuple[PathParts, Any]]]:
         if self.error_root is None:
             self.error_root = node
         self.walk_root = node
@@ -367,7 +369,8 @@ def made_per_instance(x: Any) -> bool:
         return any(made_per_instance(v) for v in (x.func, *x.args, *x.keywords.values()))
     if isinstance(x, types.FunctionType):
         return "<lambda>" in x.__qualname__ or "<locals>" in x.__qualname__
-    if type(x).__hash__ is not object.__hash__ or callable(x):
+    own_hash: object = type(x).__hash__
+    if own_hash is not object.__hash__ or callable(x):
         return False
     if isinstance(x, (types.ModuleType, type)):
         return False

@@ -25,7 +25,7 @@ class StateMembers:
         def flat_state(self) -> Iterable[tuple[PathParts, Any]]: ...
 
         @classmethod
-        def from_flat_path(cls, flat: Iterable[tuple[PathParts, Any]]) -> Any: ...
+        def from_flat_path(cls, flat: Iterable[tuple[PathParts, Any]]) -> object: ...
 
     @property
     def raw_mapping(self) -> dict[Hashable, Any]:
@@ -71,7 +71,7 @@ class FlatStateMembers:
     __slots__ = ()
 
     @classmethod
-    def from_sorted_keys_values(cls, keys: Iterable[PathParts], values: Iterable[Any], /) -> Any:
+    def from_sorted_keys_values(cls, keys: Iterable[PathParts], values: Iterable[Any], /) -> object:
         """A FlatState pairing ``keys[i]`` with ``values[i]``, in the given order.
 
         Args:

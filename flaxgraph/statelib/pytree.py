@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 
-class _Keys(tuple):
+class _Keys(tuple[Any, ...]):
     """A State's keys as its treedef's aux data (equal to the plain tuple), with the
     JAX keys of its children (``DictKey``), made once per key set."""
 
@@ -46,9 +46,10 @@ def state_pytree_functions(
             cached = _Keys(keys)
             cached.dict_keys = tuple(map(jax.tree_util.DictKey, keys))
             set_keys(state, cached)
-        return cached
+        typed: _Keys = cached
+        return typed
 
-    def flatten_with_keys(state: Any) -> Any:
+    def flatten_with_keys(state: Any) -> object:
         keys = keys_of(state)
         return list(zip(keys.dict_keys, state._mapping.values())), keys
 

@@ -55,7 +55,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
     """
 
     __slots__ = ("_mapping", "_state_keys")
-    __class_getitem__: Any = classmethod(types.GenericAlias)
+    __class_getitem__: object = classmethod(types.GenericAlias)
 
     def __init__(self, mapping: Mapping[Key, Any] | Iterable[tuple[Key, Any]] = (), /):
         items = mapping.items() if isinstance(mapping, Mapping) else mapping
@@ -73,7 +73,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
         return state
 
     # -- mapping protocol -----------------------------------------------------------
-    def __getitem__(self, key: Key) -> Any:
+    def __getitem__(self, key: Key) -> object:
         return self._mapping[key]
 
     def __setitem__(self, key: Key, value: Any) -> None:
@@ -91,7 +91,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
     def __contains__(self, key: object) -> bool:
         return key in self._mapping
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__"):
             raise AttributeError(name)
         try:
@@ -111,7 +111,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
     def __repr__(self) -> str:
         return RENDERERS.text("state", self)
 
-    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> object:
         return RENDERERS.treescope("state", self, path, subtree_renderer)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
@@ -252,7 +252,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
 _MISSING = object()
 
 
-def _match_key(node: Any, key: Any) -> Any:
+def _match_key(node: Any, key: Any) -> object:
     if not isinstance(node, State):
         return _MISSING
     if key in node._mapping:
@@ -262,7 +262,7 @@ def _match_key(node: Any, key: Any) -> Any:
     return _MISSING
 
 
-def _default_replace(leaf: Any, value: Any) -> Any:
+def _default_replace(leaf: Any, value: Any) -> object:
     return leaf.replace(value) if isinstance(leaf, Variable) else value
 
 
@@ -303,7 +303,7 @@ def map_state(f: Callable[[PathParts, Any], Any], state: State) -> State:
     return State.from_flat_path((p, f(p, v)) for p, v in state.flat_state())
 
 
-class FlatState(FlatStateMembers, tuple):
+class FlatState(FlatStateMembers, tuple[Any, ...]):
     """A State in flat form: a tuple of ``(path, leaf)`` pairs, in walk order."""
 
     __slots__ = ()
@@ -397,7 +397,8 @@ def from_flat_state(
     Source: Flax NNX 0.12 ``nnx.from_flat_state``.
     """
     pairs = flat_state.items() if isinstance(flat_state, Mapping) else flat_state
-    return cls.from_flat_path(pairs)  # type: ignore[attr-defined]
+    typed: State = cls.from_flat_path(pairs)  # type: ignore[attr-defined]
+    return typed
 
 
 def diff(state: State, other: State) -> State:
@@ -427,7 +428,7 @@ def diff(state: State, other: State) -> State:
     return State.from_flat_path((p, v) for p, v in state.flat_state() if p not in known)
 
 
-def filter_state(state: State, first: Filter, /, *filters: Filter) -> Any:
+def filter_state(state: State, first: Filter, /, *filters: Filter) -> object:
     """``state.filter(first, *filters)``: the sub-state each filter matches (leaves
     matching none are dropped); one State for one filter, else a tuple.
 
@@ -443,7 +444,7 @@ def filter_state(state: State, first: Filter, /, *filters: Filter) -> Any:
     return state.filter(first, *filters)
 
 
-def split_state(state: State, first: Filter, /, *filters: Filter) -> Any:
+def split_state(state: State, first: Filter, /, *filters: Filter) -> object:
     """``state.split(first, *filters)``: partitions the leaves (first match wins).
 
     Raises:
@@ -461,7 +462,9 @@ def split_state(state: State, first: Filter, /, *filters: Filter) -> Any:
     return state.split(first, *filters)
 
 
-def merge_state(state: Mapping[Key, Any], /, *states: Mapping[Key, Any], cls: type = State) -> Any:
+def merge_state(
+    state: Mapping[Key, Any], /, *states: Mapping[Key, Any], cls: type = State
+) -> object:
     """Deep-merges States (or nested mappings) into a new one; later ones win on equal
     paths.
 

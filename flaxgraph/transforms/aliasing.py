@@ -78,7 +78,7 @@ class PrefixSpec:
     is_leaf: Callable[[Any], bool]
     lift_type: type | None = None
     fix: str = ""
-    wildcard: Any = None
+    wildcard: object = None
     """A plain prefix that means "no constraint" (``jit``'s unspecified sharding): it
     is consistent with any other prefix an alias receives. ``None`` if there is none."""
 
@@ -134,7 +134,7 @@ class PrefixWalk(Walk):
         return self.roots.values, True
 
     # -- prefix semantics ------------------------------------------------------------------
-    def _context(self, node: Any, path: PathParts, prefix: Any) -> Any:
+    def _context(self, node: Any, path: PathParts, prefix: Any) -> object:
         """The prefix context an object gets from ``prefix`` (checked)."""
         if isinstance(prefix, _MapCtx) or self.spec.is_leaf(prefix):
             return prefix
@@ -169,7 +169,7 @@ class PrefixWalk(Walk):
             + (f"\nFix: {self.spec.fix}" if self.spec.fix else "")
         )
 
-    def _leaf_prefix(self, path: PathParts, leaf: Any, ctx: Any) -> Any:
+    def _leaf_prefix(self, path: PathParts, leaf: object, ctx: object) -> object:
         if isinstance(ctx, _MapCtx):
             prefix = ctx.mapping.prefix_of(path[ctx.base :], leaf)
             if prefix is NO_MATCH:
@@ -194,13 +194,13 @@ class PrefixWalk(Walk):
             + (f"\nFix: {self.spec.fix}" if self.spec.fix else "")
         )
 
-    def _context_key(self, x: Any, path: PathParts, ctx: Any) -> Any:
+    def _context_key(self, x: object, path: PathParts, ctx: object) -> object:
         if isinstance(ctx, _MapCtx):
             return ("map", ctx.mapping, path[ctx.base :])
         return ("leaf", ctx)
 
     # -- Walk hooks ------------------------------------------------------------------------
-    def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+    def enter_node(self, node: object, path: PathParts, prefix: object) -> Any:
         ctx = self._context(node, path, prefix)
         if isinstance(node, Variable):
             resolved = self._leaf_prefix(path, node, ctx)
@@ -209,11 +209,11 @@ class PrefixWalk(Walk):
         self.contexts[node] = self._context_key(node, path, ctx)
         return ctx
 
-    def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+    def on_alias(self, x: object, path: PathParts, prefix: object) -> None:
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
         if is_ref(x):  # a raw jax.Ref reached again: a leaf, its prefix must agree
-            key: Any = ("leaf", self._leaf_prefix(path, x, prefix))
+            key: object = ("leaf", self._leaf_prefix(path, x, prefix))
             if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
                 self.conflict = True
             return
@@ -228,7 +228,7 @@ class PrefixWalk(Walk):
         if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
             self.conflict = True
 
-    def _alias_prefix(self, path: PathParts, x: Variable[Any], ctx: Any) -> Any:
+    def _alias_prefix(self, path: PathParts, x: Variable[Any], ctx: Any) -> object:
         """The prefix a later sighting of the Variable ``x`` receives, or ``NO_MATCH``
         when it carries none of its own (it then keeps its first prefix)."""
         if not _unlisted_reference(x, path, ctx):
@@ -241,7 +241,7 @@ class PrefixWalk(Walk):
         return wildcard is not None and key[0] == "leaf" and key[1] is wildcard
 
     def child_prefixes(
-        self, x: Any, path: PathParts, prefix: Any, keys: Sequence[Hashable]
+        self, x: object, path: PathParts, prefix: object, keys: Sequence[Hashable]
     ) -> Sequence[Any] | None:
         if isinstance(prefix, _MapCtx) or self.spec.is_leaf(prefix):
             return None
@@ -284,7 +284,7 @@ class PrefixWalk(Walk):
             + (f"\nFix: {self.spec.fix}" if self.spec.fix else "")
         )
 
-    def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+    def add_leaf(self, path: PathParts, leaf: object, prefix: object) -> None:
         if not isinstance(leaf, Variable):
             prefix = self._leaf_prefix(path, leaf, prefix)
             if self.graph and is_ref(leaf):
@@ -293,8 +293,8 @@ class PrefixWalk(Walk):
         self.leaf_prefixes.append(prefix)
 
     def run_checked(
-        self, value: Any, prefix: Any
-    ) -> tuple[GraphDef, list[tuple[PathParts, Any]], list[Any]]:
+        self, value: object, prefix: object
+    ) -> tuple[GraphDef[Any], list[tuple[PathParts, Any]], list[Any]]:
         """``run`` plus the aliasing check; returns ``(graphdef, leaves, leaf_prefixes)``.
 
         Raises:
@@ -307,7 +307,7 @@ class PrefixWalk(Walk):
         return graphdef, leaves, self.leaf_prefixes
 
 
-def _unlisted_reference(x: Any, path: PathParts, ctx: Any) -> bool:
+def _unlisted_reference(x: object, path: PathParts, ctx: object) -> bool:
     """Whether the alias ``x`` is a Variable that an ``nnx.prefix(..., graph=True)``
     prefix of its object does not list (the prefix was built with ``x`` as a
     reference, seen before): it then takes the prefix of its first sighting."""
@@ -335,7 +335,7 @@ class Sighting(NamedTuple):
 
     path: PathParts
     leaf: Any
-    prefix: Any
+    prefix: object
 
 
 class AliasDiagnostics(PrefixWalk):
@@ -347,13 +347,13 @@ class AliasDiagnostics(PrefixWalk):
         self.node_at: dict[PathParts, Any] = {}
         self.expanding: set[int] = set()  # nodes being re-walked (stops cycles)
 
-    def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+    def enter_node(self, node: object, path: PathParts, prefix: object) -> Any:
         self.node_at[path] = node
         return super().enter_node(node, path, prefix)
 
-    def _record(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+    def _record(self, path: PathParts, leaf: object, prefix: object) -> None:
         if isinstance(leaf, Variable) or is_ref(leaf):
-            key: Any = ("var", id(leaf))
+            key: object = ("var", id(leaf))
         else:
             for cut in range(len(path) - 1, -1, -1):
                 owner = self.node_at.get(path[:cut])
@@ -364,11 +364,11 @@ class AliasDiagnostics(PrefixWalk):
                 key = ("path", path)
         self.records.setdefault(key, []).append(Sighting(path, leaf, prefix))
 
-    def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+    def add_leaf(self, path: PathParts, leaf: object, prefix: object) -> None:
         super().add_leaf(path, leaf, prefix)
         self._record(path, leaf, self.leaf_prefixes[-1])
 
-    def on_alias(self, x: Any, path: PathParts, prefix: Any) -> None:
+    def on_alias(self, x: object, path: PathParts, prefix: object) -> None:
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
         if is_ref(x):  # a raw jax.Ref reached again: recorded like a Variable alias
@@ -389,7 +389,7 @@ class AliasDiagnostics(PrefixWalk):
             self.visit(v, (*path, k), ctx, True)
         self.expanding.discard(id(x))
 
-    def check(self, value: Any, prefix: Any) -> None:
+    def check(self, value: object, prefix: object) -> None:
         self.run(value, prefix)
         wildcard = self.spec.wildcard
 
@@ -426,14 +426,14 @@ class AliasDiagnostics(PrefixWalk):
         )
 
 
-def kind_name(leaf: Any) -> str:
+def kind_name(leaf: object) -> str:
     """How messages name a leaf: its Variable kind, or ``array`` for raw arrays."""
     if isinstance(leaf, Variable):
         return type(leaf).__name__
     return "array" if hasattr(leaf, "shape") and hasattr(leaf, "dtype") else type(leaf).__name__
 
 
-def _hashable_key(p: Any) -> Any:
+def _hashable_key(p: object) -> object:
     try:
         hash(p)
         return p
@@ -441,13 +441,13 @@ def _hashable_key(p: Any) -> Any:
         return repr(p)
 
 
-def _shape(leaf: Any) -> str:
+def _shape(leaf: object) -> str:
     value = leaf.raw_value if isinstance(leaf, Variable) else leaf
     shape = getattr(value, "shape", None)
     return f" of shape {tuple(shape)}" if shape is not None else ""
 
 
-def _describe(prefix: Any) -> str:
+def _describe(prefix: object) -> str:
     if isinstance(prefix, (tuple, list, dict)):
         return f"a {type(prefix).__name__} {prefix!r}"
     return repr(prefix)

@@ -57,7 +57,7 @@ from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Param, Variable
 
 
-def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> Any:
+def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> object:
     """The gradient of argument ``argnum``: its structure down to objects, each object
     replaced by a State of its differentiated leaves (paths relative to it)."""
     by_path = {
@@ -66,7 +66,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
         if i in grads
     }
 
-    def build(x: Any, path: PathParts) -> Any:
+    def build(x: Any, path: PathParts) -> object:
         if type(x) in GRAPH_NODE_IMPLS:
             n = len(path)
             pairs = [
@@ -96,7 +96,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
     return build(args[argnum], (0, argnum))
 
 
-def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> Any:
+def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> object:
     """The gradient of argument ``argnum`` without graph updates (as ``jax.grad`` on a
     pytree): a new copy of the argument whose Variables and arrays hold the gradients."""
     by_var = {
@@ -115,7 +115,7 @@ def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
     return build_graph(graphdef, values)
 
 
-def _grad_leaf(leaf: Any, g: Any) -> Any:
+def _grad_leaf(leaf: object, g: object) -> object:
     return leaf.replace(g) if isinstance(leaf, Variable) else g
 
 
@@ -130,7 +130,7 @@ def _vg_core(
     inner = output_inner(f, mode)
     grad_tree = _grad_tree if mode.updates else _grad_copy
 
-    def loss_call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    def loss_call(fn: Callable[..., Any], args: Any, kwargs: Any) -> object:
         out = fn(*args, **kwargs)
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
@@ -141,8 +141,8 @@ def _vg_core(
             return out
         return out, None
 
-    def pure(diff: list[Any], static: AuxValue, rest: list[Any]) -> Any:
-        in_static: InStatic = static.value
+    def pure(diff: list[Any], static: AuxValue[Any], rest: list[Any]) -> Any:
+        in_static: InStatic[Any] = static.value
         in_prefixes = [DIFF_KEYS[g] for g in in_static.slots.groups]
         value, out_static, out_groups = inner.run(
             in_static, (diff, rest), in_prefixes, (None, None), None, loss_call
@@ -237,7 +237,7 @@ def value_and_grad(
     )
 
     @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         (value, aux), grads = core(*args, **kwargs)
         return ((value, aux) if has_aux else value), grads
 
@@ -285,14 +285,14 @@ def grad(
         graph_updates=graph_updates,
     )
 
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         value, grads = vg(*args, **kwargs)
         return (grads, value[1]) if has_aux else grads
 
     return Wrapped(vg.fun, wrapper)
 
 
-def _shift(argnums: Any, by: int) -> Any:
+def _shift(argnums: Any, by: int) -> object:
     if not by:
         return argnums
     # negative argnums count from the end, which `self` does not change
@@ -332,8 +332,8 @@ def remat(
     nums = normalize_argnums(static_argnums)
     inner = output_inner(inner_f, mode)
 
-    def pure(static: AuxValue, values: list[Any]) -> Any:
-        in_static: InStatic = static.value
+    def pure(static: AuxValue[Any], values: list[Any]) -> Any:
+        in_static: InStatic[Any] = static.value
         statics = in_static.extra
 
         def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
@@ -348,7 +348,7 @@ def remat(
     checkpointed = jax.checkpoint(pure, prevent_cse=prevent_cse, policy=policy)
 
     @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> object:
         dyn_args, dyn_kwargs, statics = split_static(
             args, kwargs, tuple(n + len(bound) if n >= 0 else n for n in nums), ()
         )
@@ -394,7 +394,7 @@ def _lift_diff_inputs(
 
 def vjp(
     f: Callable[..., Any] | None = None,
-    *primals: Any,
+    *primals: object,
     has_aux: bool = False,
     reduce_axes: Sequence[Any] = (),
     graph: bool | None = None,
@@ -460,7 +460,7 @@ def vjp(
     aux = call.finish(out_static.value, out_groups)
     diff_index = [i for i, g in enumerate(slots.groups) if g == 0]
 
-    def vjp_fn(cotangent: Any) -> tuple[Any, ...]:
+    def vjp_fn(cotangent: object) -> tuple[Any, ...]:
         (grad_list,) = jax_vjp_fn(cotangent)
         grads = dict(zip(diff_index, grad_list))
         return tuple(grad_tree(call, primals, i, grads) for i in range(len(primals)))
@@ -476,7 +476,7 @@ def jvp(
     *,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> Any:
+) -> object:
     """``jax.jvp`` where primals may be objects.
 
     Args:

@@ -23,7 +23,7 @@ def decorator(transform: Callable[..., Any]) -> Callable[..., Any]:
     """Lets ``transform(f, **kw)`` also be used as ``@transform`` and ``@transform(**kw)``."""
 
     @functools.wraps(transform)
-    def wrapper(f: Any = None, /, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(f: object = None, /, *args: object, **kwargs: object) -> object:
         if f is None:
             return lambda g: transform(g, *args, **kwargs)
         return transform(f, *args, **kwargs)
@@ -31,7 +31,7 @@ def decorator(transform: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _bound_graph_method(f: Any) -> Any:
+def _bound_graph_method(f: object) -> Any:
     """The bound method of a graph object inside ``f`` (through ``functools.partial``
     layers), or ``None``."""
     while isinstance(f, functools.partial):
@@ -41,7 +41,7 @@ def _bound_graph_method(f: Any) -> Any:
     return None
 
 
-def check_not_bound_method(f: Any, transform: str) -> None:
+def check_not_bound_method(f: object, transform: str) -> None:
     """Refuses a bound method of a graph object (``model.method``), also inside a
     ``functools.partial``, as every Flax NNX 0.12 transform does.
 

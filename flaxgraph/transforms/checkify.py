@@ -80,7 +80,7 @@ def checkify(
     checked = checkify_lib.checkify(lifted.pure, errors=errors)
 
     @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    def wrapper(*args: object, **kwargs: object) -> tuple[Any, Any]:
         call, static, groups = lifted.split(args, kwargs)
         error, out = checked(static, groups)
         return error, LiftedCall.finish(call, out)

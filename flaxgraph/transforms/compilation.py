@@ -57,7 +57,7 @@ class _Unspecified:
 UNSPECIFIED: Any = _Unspecified()
 
 
-def _is_sharding(p: Any) -> bool:
+def _is_sharding(p: object) -> bool:
     return p is None or p is UNSPECIFIED or isinstance(p, (Sharding, PartitionSpec))
 
 
@@ -73,7 +73,7 @@ OUT_SHARDING_SPEC = PrefixSpec(
 )
 
 
-def _split_prefix(prefix: Any, n_args: int) -> tuple[Any, Any]:
+def _split_prefix(prefix: object, n_args: int) -> tuple[Any, Any]:
     """A user prefix over the positional arguments -> ``(args_prefix, kwargs_prefix)``."""
     if isinstance(prefix, (tuple, list)) and not _is_sharding(prefix):
         if len(prefix) != n_args:
@@ -172,7 +172,7 @@ class JitWrapped(Transformed[P, R]):
         self.jitted_fn = JitFunctions()
 
     def pure(
-        self, in_static: InStatic, entry: CompiledEntry, with_static: bool, *groups: Any
+        self, in_static: InStatic[Any], entry: CompiledEntry, with_static: bool, *groups: Any
     ) -> Any:
         """The function ``jax.jit`` compiles for one input structure: merges the
         groups of arrays into objects, calls ``fun`` and re-splits the result."""
@@ -192,7 +192,7 @@ class JitWrapped(Transformed[P, R]):
         )
         return entry.record(out_static, out_groups, with_static)
 
-    def make_jit(self, in_static: InStatic, entry: CompiledEntry, with_static: bool) -> Any:
+    def make_jit(self, in_static: InStatic[Any], entry: CompiledEntry, with_static: bool) -> object:
         """The ``jax.jit`` of ``pure`` for one input structure."""
         kwargs = dict(self.jit_kwargs)
         # The updated state of an input keeps its in_sharding (as in Flax NNX 0.12):
@@ -237,7 +237,7 @@ class JitWrapped(Transformed[P, R]):
         dyn_args: tuple[Any, ...],
         dyn_kwargs: dict[str, Any],
         statics: tuple[Any, ...],
-    ) -> Any:
+    ) -> object:
         call, entry, groups, slots = self.prepare(args, kwargs)
         out, out_groups = entry.call(groups)
         result = call.finish(out, out_groups)
@@ -247,7 +247,7 @@ class JitWrapped(Transformed[P, R]):
         )  # fmt: skip
         return result
 
-    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+    def lower(self, *args: object, **kwargs: object) -> Lowered:
         """``jax.jit(...).lower`` of the compiled function for these arguments (the
         same as a call's); its ``compile()`` takes the same arguments and updates
         the objects as a call does (see ``compiled.Lowered``)."""
@@ -255,19 +255,19 @@ class JitWrapped(Transformed[P, R]):
         _, entry, groups, _ = self.prepare(full, kwargs)
         return Lowered(entry.lower(groups), entry, self.prepare, self.bound)
 
-    def trace(self, *args: Any, **kwargs: Any) -> TracedJit:
+    def trace(self, *args: object, **kwargs: object) -> TracedJit:
         """``jax.jit(...).trace`` of the compiled function for these arguments:
         its ``jaxpr``, ``out_info``…, and ``lower()`` (as ``lower(*args)``)."""
         full = (*self.bound, *args)
         _, entry, groups, _ = self.prepare(full, kwargs)
         return TracedJit(entry.trace(groups), entry, self.prepare, self.bound)
 
-    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+    def eval_shape(self, *args: object, **kwargs: object) -> Any:
         """The output for these arguments with ``jax.ShapeDtypeStruct`` leaves
         (objects included); nothing runs and the arguments are left unchanged.
         Source: ``jax.jit(...).eval_shape``."""
 
-        def run(*args: Any, **kwargs: Any) -> Any:
+        def run(*args: object, **kwargs: object) -> Any:
             call, entry, groups, _ = self.prepare(args, kwargs)
             out, out_groups = entry.call(groups)
             return call.finish(out, out_groups)
@@ -282,14 +282,14 @@ class JitOptions(NamedTuple):
     """The options of one ``nnx.jit`` (see ``jit``)."""
 
     mode: Mode
-    in_shardings: Any
-    out_shardings: Any
+    in_shardings: object
+    out_shardings: object
     static_argnums: int | Sequence[int] | None
     static_argnames: str | Iterable[str] | None
     donate_argnums: int | Sequence[int] | None
     donate_argnames: str | Iterable[str] | None
     keep_unused: bool
-    device: Any
+    device: object
     backend: str | None
     inline: bool
     compiler_options: dict[str, Any] | None
@@ -358,14 +358,14 @@ def jit(
 def jit(
     fun: Callable[P, R] | None = None,
     *,
-    in_shardings: Any = UNSPECIFIED,
-    out_shardings: Any = UNSPECIFIED,
+    in_shardings: object = UNSPECIFIED,
+    out_shardings: object = UNSPECIFIED,
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Iterable[str] | None = None,
     donate_argnums: int | Sequence[int] | None = None,
     donate_argnames: str | Iterable[str] | None = None,
     keep_unused: bool = False,
-    device: Any = None,
+    device: object = None,
     backend: str | None = None,
     inline: bool = False,
     compiler_options: dict[str, Any] | None = None,
@@ -476,7 +476,7 @@ def _place(call: Any, slots: Slots, groups: Any, keys: Sequence[Any]) -> None:
     call.values = [groups[g][j] for g, j in zip(slots.groups, slots.positions)]
 
 
-def _jax_sharding(s: Any) -> Any:
+def _jax_sharding(s: object) -> object:
     return None if s is UNSPECIFIED else s
 
 
@@ -502,15 +502,15 @@ def _is_donated(path: Any, positions: set[int], names: tuple[str, ...]) -> bool:
 
 def jit_partial(
     fun: Callable[..., Any],
-    *partial_args: Any,
-    in_shardings: Any = UNSPECIFIED,
-    out_shardings: Any = UNSPECIFIED,
+    *partial_args: object,
+    in_shardings: object = UNSPECIFIED,
+    out_shardings: object = UNSPECIFIED,
     static_argnums: int | Sequence[int] | None = None,
     static_argnames: str | Iterable[str] | None = None,
     donate_argnums: int | Sequence[int] | None = None,
     donate_argnames: str | Iterable[str] | None = None,
     keep_unused: bool = False,
-    device: Any = None,
+    device: object = None,
     backend: str | None = None,
     inline: bool = False,
     graph: bool | None = None,

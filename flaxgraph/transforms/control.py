@@ -45,11 +45,11 @@ class CarryStructureError(FlaxgraphError, ValueError):
     """A branch or loop body changed the structure of the objects it carries."""
 
 
-def _never(a: Any, b: Any) -> bool:
+def _never(a: object, b: object) -> bool:
     return False
 
 
-def memoized(fun: Any, name: str, make: Callable[[Any], Any]) -> Any:
+def memoized(fun: object, name: str, make: Callable[[Any], Any]) -> Any:
     """``make(fun)``, remembered on ``fun`` itself when it is a plain function.
 
     JAX recognises a function it has seen before (and reuses its traced program
@@ -70,9 +70,9 @@ def _make_branch(fun: Callable[..., Any], mode: Mode) -> Callable[..., Any]:
     all branches return the same structure when they leave the objects alike."""
     inner = Inner(fun, _SPEC, [None], same_prefix=_never, mode=mode)
 
-    def pure(operand: tuple[AuxValue, list[Any]]) -> Any:
+    def pure(operand: tuple[AuxValue[Any], list[Any]]) -> Any:
         static, values = operand
-        in_static: InStatic = static.value
+        in_static: InStatic[Any] = static.value
         _, out_static, (out_values,) = inner.run(
             in_static, (values,), [None] * len(values), (None, None), None
         )
@@ -82,9 +82,10 @@ def _make_branch(fun: Callable[..., Any], mode: Mode) -> Callable[..., Any]:
 
 
 def _branch(fun: Callable[..., Any], mode: Mode) -> Callable[..., Any]:
-    return memoized(
+    typed: Callable[..., Any] = memoized(
         fun, f"_flaxgraph_branch_{mode.graph}_{mode.updates}", lambda f: _make_branch(f, mode)
     )
+    return typed
 
 
 def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureError | None:
@@ -105,12 +106,12 @@ def _structure_error(what: str, statics: Sequence[OutStatic]) -> CarryStructureE
 
 def _lifted_branches(
     kind: str,
-    index_or_pred: Any,
+    index_or_pred: object,
     branches: Sequence[Callable[..., Any]],
     operands: tuple[Any, ...],
     select: Callable[..., Any],
     mode: Mode,
-) -> Any:
+) -> object:
     call = split_inputs(operands, {}, (None, None), _SPEC, mode)
     slots, (values,) = call.groups([None])
     operand = (AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=None)), values)
@@ -131,10 +132,10 @@ def _lifted_branches(
 
 
 def cond(
-    pred: Any,
+    pred: object,
     true_fun: Callable[..., Any],
     false_fun: Callable[..., Any],
-    *operands: Any,
+    *operands: object,
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Any:
@@ -168,12 +169,12 @@ def cond(
 
 
 def switch(
-    index: Any,
+    index: object,
     branches: Sequence[Callable[..., Any]],
-    *operands: Any,
+    *operands: object,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> Any:
+) -> object:
     """``jax.lax.switch`` whose operands may be objects (see ``cond``).
 
     Source: ``jax.lax.switch``.
@@ -188,7 +189,7 @@ def switch(
     )
 
 
-def _merge_carry(graphdef: GraphDef, values: list[Any]) -> tuple[Any, list[Any]]:
+def _merge_carry(graphdef: GraphDef[Any], values: list[Any]) -> tuple[Any, list[Any]]:
     """The carry built from ``values``, and its leaf objects (Variables) in leaf order."""
     sink: list[Any] = []
     (val,), _ = build_graph(graphdef, values, leaf_sink=sink)
@@ -196,7 +197,7 @@ def _merge_carry(graphdef: GraphDef, values: list[Any]) -> tuple[Any, list[Any]]
 
 
 def _check_same_variables(
-    leaves: list[tuple[Any, Any]], given: list[Any], val: Any, what: str
+    leaves: list[tuple[Any, Any]], given: list[Any], val: object, what: str
 ) -> None:
     """Raises if the carry returned by a loop body holds another Variable where the
     carry it received had one (the loop carries one set of references)."""
@@ -213,7 +214,11 @@ def _check_same_variables(
 
 
 def _split_carry(
-    graphdef: GraphDef, val: Any, what: str, graph: bool = True, given: list[Any] | None = None
+    graphdef: GraphDef[Any],
+    val: object,
+    what: str,
+    graph: bool = True,
+    given: list[Any] | None = None,
 ) -> list[Any]:
     """The carry's leaves after an iteration, checked to keep ``graphdef``'s structure
     (and, with ``given``, the Variables the iteration received)."""
@@ -249,12 +254,12 @@ def _split_carry(
     return [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves]
 
 
-def _start(init_val: Any, mode: Mode) -> tuple[Call, tuple[AuxValue, list[Any]]]:
+def _start(init_val: object, mode: Mode) -> tuple[Call, tuple[AuxValue[Any], list[Any]]]:
     call = split_inputs((init_val,), {}, (None, None), _SPEC, mode)
     return call, (AuxValue(call.graphdef), call.values)
 
 
-def _finish(call: Call, carry: tuple[AuxValue, list[Any]], mode: Mode) -> Any:
+def _finish(call: Call, carry: tuple[AuxValue[Any], list[Any]], mode: Mode) -> Any:
     # As in Flax NNX 0.12: with graph updates the returned carry is the caller's
     # objects; without, its graph nodes are new but its Variables are the caller's.
     reuse = {i: n for i, n in enumerate(call.nodes) if mode.updates or isinstance(n, Variable)}
@@ -263,7 +268,7 @@ def _finish(call: Call, carry: tuple[AuxValue, list[Any]], mode: Mode) -> Any:
 
 
 def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
-    def cond(carry: tuple[AuxValue, list[Any]]) -> Any:
+    def cond(carry: tuple[AuxValue[Any], list[Any]]) -> Any:
         static, values = carry
         return cond_fun(_merge_carry(static.value, values)[0])
 
@@ -271,7 +276,7 @@ def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
 
 
 def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..., Any]:
-    def body(carry: tuple[AuxValue, list[Any]]) -> Any:
+    def body(carry: tuple[AuxValue[Any], list[Any]]) -> Any:
         static, values = carry
         val, given = _merge_carry(static.value, values)
         val = body_fun(val)
@@ -281,7 +286,7 @@ def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..
 
 
 def _make_fori_body(body_fun: Callable[[Any, Any], Any], graph: bool) -> Callable[..., Any]:
-    def body(i: Any, carry: tuple[AuxValue, list[Any]]) -> Any:
+    def body(i: object, carry: tuple[AuxValue[Any], list[Any]]) -> Any:
         static, values = carry
         val, given = _merge_carry(static.value, values)
         val = body_fun(i, val)
@@ -293,7 +298,7 @@ def _make_fori_body(body_fun: Callable[[Any, Any], Any], graph: bool) -> Callabl
 def while_loop(
     cond_fun: Callable[[Any], Any],
     body_fun: Callable[[Any], Any],
-    init_val: Any,
+    init_val: object,
     *,
     graph: bool | None = None,
     graph_updates: bool | None = None,
@@ -326,15 +331,15 @@ def while_loop(
 
 
 def fori_loop(
-    lower: Any,
-    upper: Any,
+    lower: object,
+    upper: object,
     body_fun: Callable[[Any, Any], Any],
-    init_val: Any,
+    init_val: object,
     *,
     unroll: int | bool | None = None,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-) -> Any:
+) -> object:
     """``jax.lax.fori_loop`` whose carry may contain objects (see ``while_loop``).
 
     Source: ``jax.lax.fori_loop``.
@@ -352,15 +357,15 @@ def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callab
     inner_f, bound = unbind(f, "eval_shape")
     inner = Inner(inner_f, _SPEC, [None], same_prefix=_never, mode=mode)
 
-    def pure(static: AuxValue, values: list[Any]) -> Any:
-        in_static: InStatic = static.value
+    def pure(static: AuxValue[Any], values: list[Any]) -> Any:
+        in_static: InStatic[Any] = static.value
         _, out_static, (out_values,) = inner.run(
             in_static, (values,), [None] * len(values), (None, None), None
         )
         return AuxValue(out_static), out_values
 
     @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         call = split_inputs(args, kwargs, (None, None), _SPEC, mode)
         slots, (values,) = call.groups([None])
         out_static, out_values = jax.eval_shape(
@@ -376,10 +381,10 @@ def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callab
 
 def eval_shape(
     f: Callable[..., Any],
-    *args: Any,
+    *args: object,
     graph: bool | None = None,
     graph_updates: bool | None = None,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> Any:
     """Evaluates ``f(*args, **kwargs)`` abstractly: outputs (objects included) come back
     with ``jax.ShapeDtypeStruct`` values; nothing is computed or allocated and the

@@ -158,7 +158,7 @@ class custom_vjp(Transformed[P, R]):
             """Merges, calls ``f``, re-splits; returns ``(f's result, lifted updates)``."""
             inner = output_inner(f, mode)
 
-            def call_fn(fn: Callable[..., Any], a: Any, kw: Any) -> Any:
+            def call_fn(fn: Callable[..., Any], a: Any, kw: Any) -> object:
                 return fn(*full(a), **kw), None
 
             result, out_static, out_groups = inner.run(
@@ -205,7 +205,8 @@ class custom_vjp(Transformed[P, R]):
         primal.defvjp(primal_fwd, primal_bwd)
         (out_static, out_groups), output = primal(diff, rest)
         call.finish(out_static.value, out_groups)
-        return output
+        typed: R = output
+        return typed
 
 
 def _zero_cotangent(x: Any) -> Any:

@@ -40,7 +40,7 @@ class Diff(LiftType):
         super().__init__([(filter, True), (..., False)])
 
 
-def _is_bool(p: Any) -> bool:
+def _is_bool(p: object) -> bool:
     return isinstance(p, bool)
 
 
@@ -49,7 +49,7 @@ AUX_SPEC = PrefixSpec("outputs", lambda p: p is None, None)
 DIFF_KEYS = (True, False)
 
 
-def _always(a: Any, b: Any) -> bool:
+def _always(a: object, b: object) -> bool:
     return True
 
 
@@ -111,7 +111,7 @@ def diff_prefix(
     return tuple(prefixes), tuple(nums)
 
 
-def check_argnums(argnums: Any, transform: str) -> None:
+def check_argnums(argnums: object, transform: str) -> None:
     """Decoration-time check of ``argnums``: ints, ``DiffState``s or a sequence of them.
 
     Raises:

@@ -160,7 +160,7 @@ class FinishPlan:
         output would hand out a Ref's own array (see ``ref_writes.py``)."""
         by_group: dict[int, VariableWrites] = {}
         others = []
-        ref_variables: list[Variable] = []
+        ref_variables: list[Variable[Any]] = []
         ref_sources: list[LeafSource] = []
         writers = plan.writers
         refs_at = plan.ref_positions

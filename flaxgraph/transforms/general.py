@@ -81,7 +81,7 @@ class SplitNode:
 
     __slots__ = ("graphdef", "origins", "values")
 
-    def __init__(self, graphdef: GraphDef, origins: tuple[NodeOrigin, ...], values: list[Any]):
+    def __init__(self, graphdef: GraphDef[Any], origins: tuple[NodeOrigin, ...], values: list[Any]):
         self.graphdef = graphdef
         self.origins = origins
         self.values = list(values)
@@ -111,20 +111,20 @@ class _Split(NamedTuple):
 
     start: int
     stop: int
-    graphdef: GraphDef
+    graphdef: GraphDef[Any]
     values: list[Any]
 
 
-def _is_split_node(x: Any) -> bool:
+def _is_split_node(x: object) -> bool:
     return isinstance(x, SplitNode)
 
 
-def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[int]]:
+def _split_tree(tree: object, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[int]]:
     """``tree`` with every graph node replaced by a ``SplitNode`` (one index space).
 
     Returns the new tree and the identity map object -> index."""
     ref_index: RefMap[int] = RefMap()
-    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
+    treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_node_or_variable)
     splits: list[_Split | None] = []
     for x in leaves:
@@ -154,11 +154,11 @@ def _split_tree(tree: Any, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[i
     return treedef.unflatten(out), ref_index
 
 
-def _merge_tree(tree: Any, reuse: dict[int, Any] | None) -> tuple[Any, dict[int, Any]]:
+def _merge_tree(tree: object, reuse: dict[int, Any] | None) -> tuple[Any, dict[int, Any]]:
     """The inverse of ``_split_tree``: rebuilds the objects (one index space);
     ``reuse`` maps indices to existing objects to update in place."""
     index_ref: dict[int, Any] = {}
-    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
+    treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_split_node)
     out = [
         build_graph(x.graphdef, x.values, index_ref=index_ref, reuse=reuse)
@@ -193,7 +193,7 @@ def split_inputs(f: F) -> F:
     """
 
     @functools.wraps(f)
-    def split_inputs_wrapper(*args: Any) -> Any:
+    def split_inputs_wrapper(*args: object) -> object:
         pure_args, ref_index = _split_tree(args, None)
         result = f(*pure_args)
         if not (isinstance(result, tuple) and len(result) == 2):
@@ -234,7 +234,7 @@ def merge_inputs(f: F) -> F:
     """
 
     @functools.wraps(f)
-    def merge_inputs_wrapper(*pure_args: Any) -> tuple[Any, Any]:
+    def merge_inputs_wrapper(*pure_args: object) -> tuple[Any, Any]:
         args, index_ref = _merge_tree(pure_args, None)
         origin_of = RefMap.from_pairs((obj, i) for i, obj in index_ref.items())
         out = f(*args)

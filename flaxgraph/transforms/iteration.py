@@ -85,7 +85,7 @@ class Broadcasted:
       [1, 2]
     """
 
-    data: Any
+    data: object
 
 
 VmapFn = internal_class(__name__, "VmapFn", "nnx.vmap")

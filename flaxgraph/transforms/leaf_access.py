@@ -34,14 +34,14 @@ get_raw = operator.attrgetter("raw_value")
 get_ref_content = operator.attrgetter("_refs._buf")
 
 
-def _identity(x: Any) -> Any:
+def _identity(x: object) -> object:
     return x
 
 
 _BUILTIN = (list, tuple, dict)
 
 
-def attribute_children(x: Any) -> tuple[list[tuple[str, Any]], Any] | None:
+def attribute_children(x: object) -> tuple[list[tuple[str, Any]], Any] | None:
     """One level of a pytree node whose children are its attributes (a dataclass
     registered with JAX, ``flax.struct.dataclass``, a namedtuple): ``([(name, child)],
     treedef)`` with ``treedef`` the level's structure (static fields included), or
@@ -73,22 +73,22 @@ def is_argument_leaf(x: object) -> bool:
     return isinstance(x, ARRAY_TYPES) or type(x) in SCALARS
 
 
-def level_treedef(x: Any) -> Any:
+def level_treedef(x: object) -> object:
     """The structure of one level of the pytree ``x`` (its children as leaves)."""
     return jax.tree_util.tree_structure(x, is_leaf=lambda y: y is not x)
 
 
-def child_of(node: Any, key: Any) -> Any:
+def child_of(node: Any, key: Any) -> object:
     """An argument container's item: by key in lists, tuples and dicts, by attribute in
     the pytrees ``attribute_children`` accepts."""
     return node[key] if type(node) in _BUILTIN else getattr(node, key)
 
 
-def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bool:
+def _in_arg_containers(path: tuple[Hashable, ...], args: object, kwargs: object) -> bool:
     """Whether the leaf at ``path`` is an argument or sits in lists, tuples, dicts and
     attribute pytrees (dataclasses, namedtuples) of the arguments (no object in
     between): it changes with every call's arguments."""
-    node: Any = (args, kwargs)[path[0]]  # type: ignore[call-overload]
+    node: object = (args, kwargs)[path[0]]  # type: ignore[call-overload]
     for key in path[1:-1]:
         node = child_of(node, key)
         if type(node) not in _BUILTIN and attribute_children(node) is None:
@@ -97,7 +97,7 @@ def _in_arg_containers(path: tuple[Hashable, ...], args: Any, kwargs: Any) -> bo
 
 
 def leaf_reader(
-    path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    path: tuple[Hashable, ...], leaf: object, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[Callable[[Any], Any], Any]:
     """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
     argument's own leaf gets target ``None`` (read from the call's arguments)."""
@@ -172,7 +172,7 @@ def leaf_place(
 
 
 def leaf_writer(
-    path: tuple[Hashable, ...], leaf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    path: tuple[Hashable, ...], leaf: object, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Callable[[Any], None] | None:
     """How to store a new value for an input leaf in place (None: an argument leaf,
     which has no place to be stored)."""

@@ -205,13 +205,13 @@ class InStatic(HashedRecord, Generic[E]):
     ``key_hash``."""
 
     _fields: ClassVar[tuple[str, ...]] = ("graphdef", "slots", "extra")
-    graphdef: GraphDef
+    graphdef: GraphDef[Any]
     slots: Slots
     extra: E
     key_hash: int = dataclasses.field(repr=False)
 
     @classmethod
-    def make(cls, *, graphdef: GraphDef, slots: Slots, extra: E) -> InStatic[E]:
+    def make(cls, *, graphdef: GraphDef[Any], slots: Slots, extra: E) -> InStatic[E]:
         return cls(
             graphdef=graphdef,
             slots=slots,
@@ -245,7 +245,7 @@ class OutStatic(HashedRecord):
     """
 
     _fields: ClassVar[tuple[str, ...]] = ("graphdef", "index_map", "sources", "inputs_kept")
-    graphdef: GraphDef
+    graphdef: GraphDef[Any]
     index_map: tuple[NodeMatch, ...]
     sources: tuple[LeafSource, ...]
     inputs_kept: bool
@@ -256,7 +256,7 @@ class OutStatic(HashedRecord):
     def make(
         cls,
         *,
-        graphdef: GraphDef,
+        graphdef: GraphDef[Any],
         index_map: tuple[NodeMatch, ...],
         sources: tuple[LeafSource, ...],
         inputs_kept: bool = False,
@@ -280,7 +280,7 @@ class Resplit(NamedTuple):
       index_map: a ``NodeMatch`` per input node found again.
     """
 
-    graphdef: GraphDef
+    graphdef: GraphDef[Any]
     leaves: list[tuple[PathParts, Any]]
     prefixes: list[Any]
     index_map: tuple[NodeMatch, ...]
@@ -313,12 +313,12 @@ class Call:
       in_prefix: the prefix tree used for the inputs (reused for them on output).
     """
 
-    graphdef: GraphDef
+    graphdef: GraphDef[Any]
     leaves: list[Any]
     values: list[Any]
     prefixes: list[Any]
     nodes: list[Any]
-    in_prefix: Any
+    in_prefix: object
 
     def groups(self, keys: Sequence[Any]) -> tuple[Slots, tuple[list[Any], ...]]:
         """Places each leaf value in the group of its prefix: ``(slots, groups)``."""
@@ -343,7 +343,7 @@ class Call:
         return write_back(out_static, values, self.nodes)
 
 
-def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -> Any:
+def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -> object:
     """Step 5: updates the input objects ``nodes`` (by input reference index) in place
     from ``out_static`` and the out leaves ``values``; returns the output."""
     reuse = {out_i: nodes[in_i] for out_i, in_i in out_static.index_map}
@@ -354,7 +354,7 @@ def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -
 def split_inputs(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    in_prefix: Any,
+    in_prefix: object,
     spec: PrefixSpec,
     mode: Mode = DEFAULT,
 ) -> Call:
@@ -403,7 +403,7 @@ class Merged:
 
     def __init__(
         self,
-        in_static: InStatic,
+        in_static: InStatic[Any],
         values: list[Any],
         prefixes: Sequence[Any],
         snapshot: bool = False,
@@ -435,7 +435,7 @@ class Merged:
             StructureSnapshot(index_ref.values()) if snapshot or not mode.updates else None
         )
 
-    def unchanged_input(self, leaf: Any) -> int | None:
+    def unchanged_input(self, leaf: object) -> int | None:
         """The input position of ``leaf`` if it is an input leaf whose value (and
         metadata) did not change inside the function, else ``None``."""
         if isinstance(leaf, Variable):
@@ -445,7 +445,8 @@ class Merged:
                 and leaf.raw_value is self.values[i]
                 and metadata_of(leaf) is self.metadata[i]
             ):
-                return i
+                typed: int | None = i
+                return typed
             return None
         i = self.raw_in.get(id(leaf))
         return i if i is not None and self.leaves[i] is leaf else None
@@ -475,10 +476,10 @@ class Merged:
 
     def resplit(
         self,
-        output: Any,
+        output: object,
         spec: PrefixSpec,
         inputs_out_prefix: tuple[Any, Any],
-        out_prefix_tree: Any,
+        out_prefix_tree: object,
         on_output_leaf: Callable[[Any, Any], None] | None = None,
     ) -> Resplit:
         """Step 4: one walk over ``(output, args, kwargs)`` (output first, so leaves an
@@ -539,11 +540,11 @@ class Inner:
 
     def run(
         self,
-        in_static: InStatic,
+        in_static: InStatic[Any],
         groups: Sequence[Sequence[Any]],
         in_prefixes: Sequence[Any],
         inputs_out_prefix: tuple[Any, Any],
-        out_prefix_tree: Any,
+        out_prefix_tree: object,
         call: Callable[..., Any] | None = None,
     ) -> InnerResult:
         """Merges the inputs, calls ``call(f, args, kwargs)`` (default ``f(*args,
@@ -615,7 +616,7 @@ class Inner:
         return InnerResult(kept, out_static, out_groups)
 
     def input_kept(
-        self, merged: Merged, output: Any, path: PathParts, leaf: Any, prefix: Any
+        self, merged: Merged, output: object, path: PathParts, leaf: object, prefix: object
     ) -> int | None:
         """The input position whose value the re-split ``leaf`` (at ``path``, with
         out-prefix ``prefix``) takes on the way out, or ``None`` if it comes back
@@ -645,7 +646,7 @@ class _OutputWalk(PrefixWalk):
         self.trace = current_trace()
         self.mode = mode
 
-    def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
+    def enter_node(self, node: object, path: PathParts, prefix: object) -> Any:
         if not self.mode.updates and path and path[0] == 0 and node in self.in_index:
             self.returned_input()
         if node not in self.in_index:
@@ -667,7 +668,7 @@ class _OutputWalk(PrefixWalk):
                 )
         return super().enter_node(node, path, prefix)
 
-    def add_leaf(self, path: PathParts, leaf: Any, prefix: Any) -> None:
+    def add_leaf(self, path: PathParts, leaf: object, prefix: object) -> None:
         super().add_leaf(path, leaf, prefix)
         if self.on_leaf is not None and isinstance(leaf, Variable):
             self.on_leaf(leaf, self.leaf_prefixes[-1])

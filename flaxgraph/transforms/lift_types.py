@@ -48,7 +48,7 @@ class LiftType:
     distributes = False
     """If True the mapping may stand for a whole pytree: each object inside gets it
     and each raw leaf outside objects gets ``leaf_prefix`` (used by ``grad``)."""
-    leaf_prefix: Any = None
+    leaf_prefix: object = None
 
     def __init__(self, filter_prefixes: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]], /):
         if hasattr(filter_prefixes, "flat_state"):  # a State: one entry per path
@@ -61,14 +61,14 @@ class LiftType:
         self.prefixes = tuple(p for _, p in items)
         self.predicates: tuple[Predicate, ...] = tuple(to_predicate(f) for f in self.filters)
 
-    def prefix_of(self, path: PathParts, value: Any) -> Any:
+    def prefix_of(self, path: PathParts, value: object) -> object:
         """The prefix of the leaf at ``path`` (relative to the object), or ``_NO_MATCH``."""
         for predicate, prefix in zip(self.predicates, self.prefixes):
             if predicate(path, value):
                 return prefix
         return NO_MATCH
 
-    def map_prefix(self, path: PathParts, variable: Any) -> Any:
+    def map_prefix(self, path: PathParts, variable: object) -> object:
         """The prefix of the Variable ``variable`` at ``path`` (relative to the object).
 
         Raises:
@@ -114,7 +114,7 @@ class _AtPath:
     def __init__(self, path: PathParts):
         self.path = tuple(path)
 
-    def __call__(self, path: PathParts, value: Any) -> bool:
+    def __call__(self, path: PathParts, value: object) -> bool:
         return tuple(path) == self.path
 
     def __eq__(self, other: object) -> bool:
@@ -127,7 +127,7 @@ class _AtPath:
         return "/".join(map(str, self.path)) or "<root>"
 
 
-def unbox_value(v: Any) -> Any:
+def unbox_value(v: object) -> object:
     return getattr(v, "raw_value", v)
 
 
@@ -205,7 +205,7 @@ class StateAxes(LiftType):
         """
         return self.prefixes
 
-    def get(self, key: Filter, default: Any = None) -> Any:
+    def get(self, key: Filter, default: object = None) -> Any:
         """The axis given for the filter ``key`` (compared by equality, not by what
         it matches), or ``default``.
 
@@ -223,7 +223,7 @@ class StateAxes(LiftType):
                 return axis
         return default
 
-    def __getitem__(self, key: Filter) -> Any:
+    def __getitem__(self, key: Filter) -> object:
         axis = self.get(key, NO_MATCH)
         if axis is NO_MATCH:
             raise KeyError(
@@ -285,7 +285,7 @@ class DiffState:
     def __repr__(self) -> str:
         return f"DiffState({self.argnum}, {_filter_repr(self.filter)})"
 
-    def map_prefix(self, path: PathParts, variable: Any) -> bool:
+    def map_prefix(self, path: PathParts, variable: object) -> bool:
         """Whether the Variable ``variable`` at ``path`` (relative to the argument) is
         differentiated: ``filter`` matches it.
 
@@ -342,7 +342,7 @@ class StatePrefix:
     def prefixes(self) -> tuple[Any, ...]:
         return tuple(self.by_path.values())
 
-    def prefix_of(self, path: PathParts, value: Any) -> Any:
+    def prefix_of(self, path: PathParts, value: object) -> object:
         return self.by_path.get(path, NO_MATCH)
 
     def __eq__(self, other: object) -> bool:
@@ -355,14 +355,14 @@ class StatePrefix:
         return f"State prefix with {len(self.by_path)} leaves"
 
 
-def is_node_states(x: Any) -> bool:
+def is_node_states(x: object) -> bool:
     """Whether ``x`` is an ``nnx.extract.NodeStates`` (``nnx.prefix``'s graph-mode result)."""
     from flaxgraph.extract import NodeStates
 
     return isinstance(x, NodeStates)
 
 
-def is_graph_prefix(x: Any) -> bool:
+def is_graph_prefix(x: object) -> bool:
     """Whether the prefix ``x`` is a graph node (a Module, Rngs, Object…)."""
     from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
 
@@ -424,7 +424,7 @@ def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple
 
 
 def reject_lift_types(
-    mode: Any, transform: str, argument: str, *trees: Any, plain: str = "a plain prefix"
+    mode: object, transform: str, argument: str, *trees: object, plain: str = "a plain prefix"
 ) -> None:
     """Checks prefix trees (``in_axes``, ``argnums``…) when a transform is created.
 
@@ -445,7 +445,7 @@ def reject_lift_types(
             _check_entry(mode, transform, argument, where, found, plain)
 
 
-def _prefix_entries(t: Any, path: tuple[Any, ...]) -> Iterable[tuple[tuple[Any, ...], Any]]:
+def _prefix_entries(t: object, path: tuple[Any, ...]) -> Iterable[tuple[tuple[Any, ...], Any]]:
     """The entries of a prefix tree that a check looks at, with their paths."""
     from flaxgraph.variablelib.variable import Variable
 

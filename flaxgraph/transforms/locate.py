@@ -11,15 +11,13 @@ fix).
 
 from __future__ import annotations
 
-from typing import Any
-
 from flaxgraph.transforms.aliasing import NamedRoots
 from flaxgraph.typing import PathParts
 
 _LOCATED = "_flaxgraph_location_note"
 
 
-def locate_module(error: BaseException, args: Any, kwargs: Any) -> None:
+def locate_module(error: BaseException, args: object, kwargs: object) -> None:
     """If ``error`` names a module (an ``error.module`` attribute, as layers' shape
     errors have), notes the module's path from the transformed function's arguments
     on the exception. Nested transforms keep the outermost path: the one the user
@@ -39,7 +37,7 @@ def locate_module(error: BaseException, args: Any, kwargs: Any) -> None:
     setattr(error, _LOCATED, note)
 
 
-def _find_path(target: Any, root: Any) -> PathParts | None:
+def _find_path(target: object, root: object) -> PathParts | None:
     from flaxgraph.graphlib.descendants import iter_graph
 
     for path, value in iter_graph(root):

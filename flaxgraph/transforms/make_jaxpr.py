@@ -52,7 +52,7 @@ def make_jaxpr(
     graph: bool | None = None,
     graph_updates: bool | None = None,
     static_argnums: int | Sequence[int] = (),
-) -> Any:
+) -> object:
     """Returns a function that gives the ``jax.core.ClosedJaxpr`` of ``f(*args, **kwargs)``.
 
     Args:
@@ -104,11 +104,11 @@ def make_jaxpr(
     offset = len(bound)
 
     @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         nums = tuple(i + offset if i >= 0 else i for i in argnums)
         dyn_args, dyn_kwargs, statics = split_static(args, kwargs, nums, ())
 
-        def with_statics(*a: Any, **k: Any) -> Any:
+        def with_statics(*a: object, **k: object) -> object:
             full_args, full_kwargs = merge_static(a, k, statics)
             return inner_f(*full_args, **full_kwargs)
 

@@ -50,7 +50,7 @@ from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
-def _is_meta_axis(p: Any) -> bool:
+def _is_meta_axis(p: object) -> bool:
     """An int, ``None``, or ``nnx.Carry`` (as ``scan`` takes it: no axis, like ``None``),
     so one prefix serves ``transform_metadata`` and the ``scan`` around it."""
     return is_axis(p) or p is Carry
@@ -73,7 +73,7 @@ def _positional(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     return bound.args, bound.kwargs
 
 
-def _check_names(leaves: list[Any], axes: list[Any], partition: Any, roots: Any) -> None:
+def _check_names(leaves: list[Any], axes: list[Any], partition: object, roots: object) -> None:
     """Every Variable under an int axis must name ``partition`` at that axis, so that
     ``add_axis`` restores exactly what ``remove_axis`` took away.
 
@@ -108,8 +108,8 @@ def _where(target: Any, roots: Any) -> str:
 def transform_metadata(
     f: Callable[..., Any] = MISSING,
     *,
-    in_axes: Any = 0,
-    out_axes: Any = 0,
+    in_axes: object = 0,
+    out_axes: object = 0,
     partition: str | None,
     graph: bool | None = None,
 ) -> Any:
@@ -164,7 +164,7 @@ def transform_metadata(
     keys = prefix_keys(in_axes, out_axes, 0, None, spec=META_AXES_SPEC)
     kwargs_axis = in_axes if is_axis(in_axes) else None
 
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         args, kwargs = _positional(f, args, kwargs)
         metadata = AxisHooks(params)
         lifted = LiftedCall(

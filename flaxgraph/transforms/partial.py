@@ -23,7 +23,7 @@ from flaxgraph.transforms.transformed import Transformed, Wrapped
 
 def cached_partial(
     f: Callable[..., Any],
-    *cached_args: Any,
+    *cached_args: object,
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Transformed[..., Any]:

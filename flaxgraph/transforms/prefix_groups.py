@@ -26,7 +26,7 @@ class DonatedKey(NamedTuple):
     """The group key of an input leaf for a transform that donates arguments
     (``jit``, ``vmap``): its plain prefix and whether it is donated."""
 
-    prefix: Any
+    prefix: object
     donated: bool
 
 
@@ -35,22 +35,22 @@ def donated_keys(keys: Sequence[Any], donates: bool = True) -> list[DonatedKey]:
     return [DonatedKey(k, d) for k in keys for d in ((False, True) if donates else (False,))]
 
 
-def same_unless_donated(in_key: DonatedKey, out_key: Any) -> bool:
+def same_unless_donated(in_key: DonatedKey, out_key: object) -> bool:
     """An unchanged input leaf is returned as is where its out-prefix is its
     in-prefix and it was not donated (an ``Inner.same_prefix``)."""
     return not in_key.donated and in_key.prefix == out_key
 
 
-def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
+def prefix_keys(*trees: object, spec: PrefixSpec) -> list[Any]:
     """The distinct plain prefixes found in prefix trees (lift types included), in
     order of first appearance: the groups a transform's leaves can fall into."""
     keys: list[Any] = []
 
-    def add(p: Any) -> None:
+    def add(p: object) -> None:
         if not any(same_prefix(p, k) for k in keys):
             keys.append(p)
 
-    def go(t: Any) -> None:
+    def go(t: object) -> None:
         if spec.is_leaf(t):
             add(t)
         elif isinstance(t, State):
@@ -78,12 +78,12 @@ def prefix_keys(*trees: Any, spec: PrefixSpec) -> list[Any]:
     return keys
 
 
-def same_prefix(a: Any, b: Any) -> bool:
+def same_prefix(a: object, b: object) -> bool:
     """Whether two prefixes are the same group: the same object, or equal and of one type."""
     return a is b or (type(a) is type(b) and a == b)
 
 
-def group_index(prefix: Any, keys: Sequence[Any]) -> int:
+def group_index(prefix: object, keys: Sequence[Any]) -> int:
     """The position of ``prefix`` among the group keys ``keys``.
 
     Raises:

@@ -34,7 +34,7 @@ from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.variable import Variable
 
 
-def read_ref(ref: Any) -> Any:
+def read_ref(ref: object) -> object:
     """The plan's reader of a Ref-backed Variable's value (its Ref is the target)."""
     return refs.peek(ref)
 
@@ -90,7 +90,7 @@ class RefInstall:
         for w, value in zip(self.checks, values):
             refs.install(w.ref, value)
 
-    def _refuse(self, value: Any, write: RefWrite) -> None:
+    def _refuse(self, value: object, write: RefWrite) -> None:
         write.variable._check_fits(value)  # raises with the Variable's name
         refs.check_fits(type(write.variable).__name__, write.ref, value)
 

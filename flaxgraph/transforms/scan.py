@@ -83,7 +83,7 @@ from flaxgraph.variablelib.variable import Variable
 __all__ = ["Carry", "scan"]
 
 
-def _is_scan_prefix(p: Any) -> bool:
+def _is_scan_prefix(p: object) -> bool:
     return p is None or p is Carry or (isinstance(p, int) and not isinstance(p, bool))
 
 
@@ -97,7 +97,7 @@ SCAN_OUT_SPEC = PrefixSpec("out_axes", _is_scan_prefix, StateAxes, SCAN_SPEC.fix
 _PLAIN = PrefixSpec("carry", lambda p: p is None, None)
 
 
-def _carry_positions(prefix: Any, n: int) -> tuple[int, ...]:
+def _carry_positions(prefix: object, n: int) -> tuple[int, ...]:
     if prefix is Carry:
         return tuple(range(n))
     if isinstance(prefix, tuple):
@@ -105,7 +105,7 @@ def _carry_positions(prefix: Any, n: int) -> tuple[int, ...]:
     return ()
 
 
-def _flatten_carry(value: Any, graph: bool = True) -> tuple[GraphDef, list[Any], list[Any]]:
+def _flatten_carry(value: object, graph: bool = True) -> tuple[GraphDef[Any], list[Any], list[Any]]:
     walk = PrefixWalk(_PLAIN, NamedRoots(("carry",), (value,)), graph=graph)
     graphdef, leaves, _ = walk.run_checked((value,), (None,))
     return (
@@ -115,7 +115,7 @@ def _flatten_carry(value: Any, graph: bool = True) -> tuple[GraphDef, list[Any],
     )
 
 
-def _split_output(out: Any, out_axes: Any) -> tuple[tuple[Any, ...], Any, Any]:
+def _split_output(out: object, out_axes: object) -> tuple[tuple[Any, ...], Any, Any]:
     """Output -> (carry entries, the rest with None at carry places, rest's prefix)."""
     if out_axes is Carry:
         return (out,), None, None
@@ -133,7 +133,7 @@ def _split_output(out: Any, out_axes: Any) -> tuple[tuple[Any, ...], Any, Any]:
     return (), out, out_axes
 
 
-def _rest_axes(out_axes: Any) -> Any:
+def _rest_axes(out_axes: object) -> Any:
     """The prefix of the output's non-carry part (see ``_split_output``)."""
     if out_axes is Carry:
         return None
@@ -159,8 +159,8 @@ def scan(
     reverse: bool = False,
     unroll: int | bool = 1,
     _split_transpose: bool = False,
-    in_axes: Any = (Carry, 0),
-    out_axes: Any = (Carry, 0),
+    in_axes: object = (Carry, 0),
+    out_axes: object = (Carry, 0),
     transform_metadata: Mapping[str, Any] = {},
     graph: bool | None = None,
     graph_updates: bool | None = None,
@@ -218,7 +218,7 @@ def scan(
     # A function wrapping f (``__wrapped__``): what nnx.jit traces and reports on
     # (its name, and the closure it reads, see closure_reads.py).
     @functools.wraps(inner_f)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(*args: object, **kwargs: object) -> Any:
         return scanner.run(*args, **kwargs)
 
     # The call runs compiled, as one nnx.jit of the whole scan (fast path included):
@@ -241,8 +241,8 @@ class _Scanner:
         reverse: bool,
         unroll: int | bool,
         _split_transpose: bool,
-        in_axes: Any,
-        out_axes: Any,
+        in_axes: object,
+        out_axes: object,
         transform_metadata: Mapping[str, Any],
     ):
         self.inner_f, self.mode, self.length, self.reverse = inner_f, mode, length, reverse
@@ -328,7 +328,7 @@ class _Scanner:
             ys,
         )
 
-    def run(self, *args: Any, **kwargs: Any) -> Any:
+    def run(self, *args: object, **kwargs: object) -> Any:
         """One call of the scanned function: splits the carry, the scanned and the
         broadcast state, runs ``jax.lax.scan`` of ``self.body`` and writes back."""
         args, kwargs = resolve_positions(self.inner_f, self.in_axes, args, kwargs)
@@ -468,7 +468,7 @@ class _ScanInner(Inner):
     comes back stacked unless unchanged on the same axis."""
 
     def input_kept(
-        self, merged: Merged, output: Any, path: PathParts, leaf: Any, prefix: Any
+        self, merged: Merged, output: object, path: PathParts, leaf: object, prefix: object
     ) -> int | None:
         if prefix is Carry:
             return None
@@ -510,8 +510,8 @@ class ScanInfo(HashedRecord):
         "rest_axes",
         "out_keys",
     )
-    carry_graphdef: GraphDef
-    in_static: InStatic
+    carry_graphdef: GraphDef[Any]
+    in_static: InStatic[Any]
     prefixes: tuple[Any, ...]
     positions: Any
     a_prefix: Any
@@ -527,16 +527,16 @@ class ScanInfo(HashedRecord):
     def make(
         cls,
         *,
-        carry_graphdef: GraphDef,
-        in_static: InStatic,
+        carry_graphdef: GraphDef[Any],
+        in_static: InStatic[Any],
         prefixes: tuple[Any, ...],
-        positions: Any,
-        a_prefix: Any,
-        rest_prefix: Any,
+        positions: object,
+        a_prefix: object,
+        rest_prefix: object,
         expected_state_carry: tuple[PathParts, ...],
         n_carry: int,
-        kwargs_prefix: Any,
-        rest_axes: Any,
+        kwargs_prefix: object,
+        rest_axes: object,
         out_keys: tuple[Any, ...],
     ) -> ScanInfo:
         return cls(
@@ -579,7 +579,7 @@ def _input_error(call: Any, args: Any, kwargs: Any, length: int | None) -> Value
     )
 
 
-def _broadcast_as_carry(prefix: Any, args: tuple[Any, ...]) -> Any:
+def _broadcast_as_carry(prefix: object, args: tuple[Any, ...]) -> Any:
     """``prefix`` (over the non-carry arguments) with ``None`` (broadcast) made
     ``Carry`` for every argument that holds objects."""
     if isinstance(prefix, tuple):
@@ -609,7 +609,7 @@ def _check_carry_types(
             )
 
 
-def _discard_broadcast_change(merged: Merged, leaf: Any, out_rest: Any, path: Any) -> int:
+def _discard_broadcast_change(merged: Merged, leaf: object, out_rest: object, path: object) -> int:
     """The input position of a broadcast (``None``) Variable the body changed: as in
     Flax NNX 0.12 every step sees the value given and the change is discarded. For
     RNG state (broadcast keys: one dropout mask for all steps) that is the point;
@@ -632,7 +632,8 @@ def _discard_broadcast_change(merged: Merged, leaf: Any, out_rest: Any, path: An
             BroadcastChangeWarning,
             stacklevel=2,
         )
-    return i
+    typed: int = i
+    return typed
 
 
 class BroadcastChangeWarning(UserWarning):

@@ -41,14 +41,14 @@ Carry: Any = _CarryMarker()
 """Marks the carried argument/output (or sub-state, inside ``StateAxes``) of ``scan``."""
 
 
-def _entries(axes: Any) -> list[tuple[str, Any]]:
+def _entries(axes: object) -> list[tuple[str, Any]]:
     """The top-level entries of ``axes`` with their paths (``[1]``), or ``axes`` itself."""
     if isinstance(axes, (tuple, list)):
         return [(f"[{i}]", a) for i, a in enumerate(axes)]
     return [("", axes)]
 
 
-def _nested_carry(axes: Any, path: str = "") -> str | None:
+def _nested_carry(axes: object, path: str = "") -> str | None:
     """The path of a ``Carry`` nested below the top level of ``axes`` (None if none)."""
     if isinstance(axes, (tuple, list)):
         for i, a in enumerate(axes):
@@ -65,7 +65,7 @@ def _nested_carry(axes: Any, path: str = "") -> str | None:
     return None
 
 
-def _carry_count(axes: Any, name: str) -> int:
+def _carry_count(axes: object, name: str) -> int:
     nested = _nested_carry(axes)
     if nested is not None:
         raise ValueError(
@@ -85,7 +85,7 @@ def _carry_count(axes: Any, name: str) -> int:
     return count
 
 
-def validate_scan_axes(in_axes: Any, out_axes: Any) -> None:
+def validate_scan_axes(in_axes: object, out_axes: object) -> None:
     """Checks ``scan``'s ``in_axes`` and ``out_axes`` on their own.
 
     Raises:
@@ -124,7 +124,7 @@ def validate_scan_axes(in_axes: Any, out_axes: Any) -> None:
                     )
 
 
-def check_argument_count(in_axes: Any, n_args: int) -> None:
+def check_argument_count(in_axes: object, n_args: int) -> None:
     """``in_axes=Carry`` carries the one argument of the function.
 
     Raises:
@@ -139,7 +139,7 @@ def check_argument_count(in_axes: Any, n_args: int) -> None:
 
 
 def resolve_positions(
-    f: Callable[..., Any], in_axes: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    f: Callable[..., Any], in_axes: object, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Binds keyword arguments (and defaults) to their positions when ``in_axes`` has
     entries for them (more entries than positional arguments): ``in_axes`` is per

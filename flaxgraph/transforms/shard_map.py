@@ -45,10 +45,10 @@ from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.transformed import P, R, Transformed
 from flaxgraph.variablelib.variable import Variable, metadata_of, write_metadata
 
-_REPLICATED = PartitionSpec()
+_REPLICATED = PartitionSpec()  # type: ignore[no-untyped-call]
 
 
-def _is_spec(p: Any) -> bool:
+def _is_spec(p: object) -> bool:
     return p is None or isinstance(p, PartitionSpec)
 
 
@@ -62,7 +62,7 @@ SPECS_SPEC = PrefixSpec(
 OUT_SPECS_SPEC = PrefixSpec("out_specs", _is_spec, StateSharding, SPECS_SPEC.fix)
 
 
-def _args_prefix(in_specs: Any, n_args: int) -> Any:
+def _args_prefix(in_specs: object, n_args: int) -> object:
     """``in_specs`` over the positional arguments: one entry per argument, or one spec
     for all of them."""
     if isinstance(in_specs, (tuple, list)):
@@ -221,7 +221,9 @@ class ShardMapped(Transformed[P, R]):
         self.jitted_fn = JitFunctions()
         self.last_trace: list[Any] = []  # the current call's last trace: (out_static, roots)
 
-    def pure(self, in_static: InStatic, entry: Compiled, with_static: bool, *groups: Any) -> Any:
+    def pure(
+        self, in_static: InStatic[Any], entry: Compiled, with_static: bool, *groups: Any
+    ) -> Any:
         """The per-shard function: merges the groups of local arrays into objects
         (with the local view of their sharding names), calls ``fun``, re-splits."""
         args_prefix = _args_prefix(self.in_specs, in_static.extra)
@@ -250,7 +252,7 @@ class ShardMapped(Transformed[P, R]):
         self.last_trace[:] = (out_static, tuple(roots))  # for notes on JAX's errors
         return entry.record(out_static, out_groups, with_static)
 
-    def make_jit(self, in_static: InStatic, entry: Compiled, with_static: bool) -> Any:
+    def make_jit(self, in_static: InStatic[Any], entry: Compiled, with_static: bool) -> object:
         """``jax.jit`` of ``jax.shard_map`` of ``pure`` for one input structure."""
         mesh = self.mesh
         out_group_specs = tuple(_jax_spec(k) for k in self.out_keys)
@@ -301,7 +303,7 @@ class ShardMapped(Transformed[P, R]):
         dyn_args: tuple[Any, ...],
         dyn_kwargs: dict[str, Any],
         statics: tuple[Any, ...],
-    ) -> Any:
+    ) -> object:
         if kwargs:
             raise TypeError(
                 f"shard_map takes positional arguments only (in_specs is a prefix of "
@@ -354,9 +356,9 @@ def shard_map(
 def shard_map(
     f: Callable[P, R] | None = None,
     *,
-    mesh: Any,
-    in_specs: Any,
-    out_specs: Any,
+    mesh: object,
+    in_specs: object,
+    out_specs: object,
     axis_names: AbstractSet[Any] = frozenset(),
     check_vma: bool = True,
     graph: bool | None = None,
@@ -468,7 +470,7 @@ def _check_outputs(
     out_groups: Sequence[Sequence[Any]],
     out_keys: Sequence[Any],
     roots: list[Any],
-    mesh: Any,
+    mesh: object,
     manual: frozenset[Any],
 ) -> None:
     """Checks each returned (per-shard) leaf against its spec, naming its path.
@@ -532,6 +534,6 @@ def _note_groups(
         )
 
 
-def _group_line(name: str, g: int, key: Any, paths: list[str]) -> str:
+def _group_line(name: str, g: int, key: object, paths: list[str]) -> str:
     shown = ", ".join(paths[:6]) + (f" and {len(paths) - 6} more" if len(paths) > 6 else "")
     return f"  {name}[{g}] (spec {key!r}): {shown}"

@@ -34,7 +34,7 @@ from flaxgraph.transforms.lift import (
 SPEC = PrefixSpec("arguments", lambda p: p is None, None)
 
 
-def _never(a: Any, b: Any) -> bool:
+def _never(a: object, b: object) -> bool:
     return False
 
 
@@ -79,8 +79,8 @@ class LiftedCall:
         )
 
     def split(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: Any = (None, None)
-    ) -> tuple[Call, AuxValue, tuple[list[Any], ...]]:
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: object = (None, None)
+    ) -> tuple[Call, AuxValue[Any], tuple[list[Any], ...]]:
         """Step 1: ``(call, static, groups)``; ``pure(static, groups)`` runs the call.
 
         ``in_prefix`` is the ``(args, kwargs)`` prefix pair; it is applied to the
@@ -99,11 +99,11 @@ class LiftedCall:
         )
 
     def pure(
-        self, static: AuxValue, groups: Sequence[list[Any]], out_prefix: Any = None
-    ) -> tuple[AuxValue, tuple[list[Any], ...]]:
+        self, static: AuxValue[Any], groups: Sequence[list[Any]], out_prefix: object = None
+    ) -> tuple[AuxValue[Any], tuple[list[Any], ...]]:
         """Steps 3-4 as a function of arrays: merge, call ``f``, re-split with
         ``out_prefix`` over the output. Returns ``(AuxValue(OutStatic), out groups)``."""
-        in_static: InStatic = static.value
+        in_static: InStatic[Any] = static.value
         in_prefixes = [self.keys[g] for g in in_static.slots.groups]
         _, out_static, out_groups = self.inner.run(
             in_static, groups, in_prefixes, in_static.extra, out_prefix
@@ -112,10 +112,12 @@ class LiftedCall:
 
     @staticmethod
     def out_leaves(
-        static: AuxValue, groups: Sequence[list[Any]], out: tuple[AuxValue, Sequence[list[Any]]]
+        static: AuxValue[Any],
+        groups: Sequence[list[Any]],
+        out: tuple[AuxValue[Any], Sequence[list[Any]]],
     ) -> list[Any]:
         """Every leaf value of ``(output, args, kwargs)`` in out-GraphDef order."""
-        in_static: InStatic = static.value
+        in_static: InStatic[Any] = static.value
         in_values = [
             groups[g][i] for g, i in zip(in_static.slots.groups, in_static.slots.positions)
         ]
@@ -123,7 +125,7 @@ class LiftedCall:
         return leaf_values(out_static.sources, in_values, out[1])
 
     @staticmethod
-    def finish(call: Call, out: tuple[AuxValue, Sequence[list[Any]]]) -> Any:
+    def finish(call: Call, out: tuple[AuxValue[Any], Sequence[list[Any]]]) -> Any:
         """Step 5: updates the caller's objects and returns the output."""
         out_static, out_groups = out
         return call.finish(out_static.value, out_groups)

@@ -71,7 +71,7 @@ from flaxgraph.variablelib.closure_watch import watching
 from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
 
 
-def is_axis(p: Any) -> bool:
+def is_axis(p: object) -> bool:
     return p is None or (isinstance(p, int) and not isinstance(p, bool))
 
 
@@ -84,7 +84,7 @@ AXES_SPEC = PrefixSpec(
 OUT_AXES_SPEC = PrefixSpec("out_axes", is_axis, StateAxes, AXES_SPEC.fix)
 
 
-def args_prefix(in_axes: Any, n_args: int, name: str = "in_axes") -> Any:
+def args_prefix(in_axes: object, n_args: int, name: str = "in_axes") -> Any:
     """``in_axes`` over the positional arguments (a leaf prefix or one entry per argument)."""
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
@@ -116,7 +116,7 @@ class AxisHooks:
                 else:
                     drop_stacked_axis(leaf, axis)
 
-    def on_output_leaf(self, leaf: Any, axis: Any) -> None:
+    def on_output_leaf(self, leaf: object, axis: object) -> None:
         if isinstance(leaf, Variable) and isinstance(axis, int):
             if self.active:
                 add_axis_of(leaf, axis, self.params)
@@ -218,13 +218,15 @@ class Mapped(Transformed[P, R]):
             mode=self.mode,
         )
 
-    def pure(self, closed: Sequence[Any] | None, static: AuxValue, *boxed: tuple[list[Any]]) -> Any:
+    def pure(
+        self, closed: Sequence[Any] | None, static: AuxValue[Any], *boxed: tuple[list[Any]]
+    ) -> Any:
         """The function ``jax_map`` maps: merges the groups of arrays into objects,
         moves the axis metadata, calls ``fun`` and re-splits the result."""
         passed = iter(boxed)
         groups = [closed[i] if closed is not None and c else next(passed)[0]
                   for i, c in enumerate(self.closed_groups)]  # fmt: skip
-        in_static: InStatic = static.value
+        in_static: InStatic[Any] = static.value
         a_prefix = in_static.extra.prefix
         metadata = AxisHooks(self.transform_metadata)
         in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
@@ -260,7 +262,7 @@ class Mapped(Transformed[P, R]):
             out_static = self.interned.setdefault(out_static, out_static)
         return AuxValue(out_static), out_groups
 
-    def pure_closed(self, *boxed: tuple[list[Any]]) -> Any:
+    def pure_closed(self, *boxed: tuple[list[Any]]) -> object:
         """``pure`` for eager ``vmap``: the structure and broadcast groups come from
         ``current`` (set by ``run_mapped``), the OutStatic goes back there."""
         current = self.current
@@ -268,7 +270,7 @@ class Mapped(Transformed[P, R]):
         current.out = out
         return out_groups
 
-    def run_mapped(self, in_static: InStatic, *groups: list[Any]) -> Any:
+    def run_mapped(self, in_static: InStatic[Any], *groups: list[Any]) -> object:
         """``(AuxValue(out_static), out_groups)`` for one call."""
         static = AuxValue(in_static)
         if not self.by_closure:
@@ -286,7 +288,7 @@ class Mapped(Transformed[P, R]):
         dyn_args: tuple[Any, ...],
         dyn_kwargs: dict[str, Any],
         statics: tuple[Any, ...],
-    ) -> Any:
+    ) -> object:
         axes = _shift_axes(self.in_axes, len(self.bound))
         if isinstance(axes, (tuple, list)) and len(axes) > len(args) and kwargs:
             args, kwargs = resolve_kwargs(self.fun, args, kwargs)
@@ -335,12 +337,12 @@ class Mapped(Transformed[P, R]):
 def _mapped(
     jax_map: Callable[..., Any],
     f: Callable[..., Any],
-    in_axes: Any,
-    out_axes: Any,
+    in_axes: object,
+    out_axes: object,
     transform_metadata: Mapping[str, Any],
     donate_argnums: tuple[int, ...] = (),
     mode: Mode = DEFAULT,
-    **jax_kwargs: Any,
+    **jax_kwargs: object,
 ) -> Mapped[Any, Any]:
     """vmap and pmap share everything but the JAX transform."""
     name = "vmap" if jax_map is jax.vmap else "pmap"
@@ -394,7 +396,7 @@ class _CallPrefix:
 
     __slots__ = ("n_args", "prefix")
 
-    def __init__(self, prefix: Any, n_args: int):
+    def __init__(self, prefix: object, n_args: int):
         self.prefix, self.n_args = prefix, n_args
 
     def __hash__(self) -> int:
@@ -404,7 +406,7 @@ class _CallPrefix:
         return isinstance(other, _CallPrefix) and other.n_args == self.n_args
 
 
-def _shift_axes(in_axes: Any, n_bound: int) -> Any:
+def _shift_axes(in_axes: object, n_bound: int) -> object:
     """With a bound instance (``nnx.vmap(model)``), an ``in_axes`` tuple covers the
     user's arguments only; the instance itself is mapped on axis 0."""
     if n_bound and isinstance(in_axes, (tuple, list)):
@@ -445,11 +447,11 @@ def vmap(
 def vmap(
     f: Callable[P, R] | None = None,
     *,
-    in_axes: Any = 0,
-    out_axes: Any = 0,
-    axis_name: Any = None,
+    in_axes: object = 0,
+    out_axes: object = 0,
+    axis_name: object = None,
     axis_size: int | None = None,
-    spmd_axis_name: Any = None,
+    spmd_axis_name: object = None,
     transform_metadata: Mapping[str, Any] = {},
     graph: bool | None = None,
     graph_updates: bool | None = None,
@@ -528,10 +530,10 @@ def vmap(
 @decorator
 def pmap(
     f: Callable[..., Any],
-    axis_name: Any = None,
+    axis_name: object = None,
     *,
-    in_axes: Any = 0,
-    out_axes: Any = 0,
+    in_axes: object = 0,
+    out_axes: object = 0,
     static_broadcasted_argnums: int | Iterable[int] = (),
     devices: Sequence[Any] | None = None,
     backend: str | None = None,
@@ -588,14 +590,14 @@ def pmap(
 def _pmap_static(
     f: Callable[..., Any],
     statics: tuple[int, ...],
-    axis_name: Any,
-    in_axes: Any,
-    out_axes: Any,
-    devices: Any,
-    backend: Any,
-    axis_size: Any,
+    axis_name: object,
+    in_axes: object,
+    out_axes: object,
+    devices: object,
+    backend: object,
+    axis_size: object,
     donate: tuple[int, ...],
-    transform_metadata: Any,
+    transform_metadata: object,
     mode: Mode,
 ) -> StaticPmapped[Any, Any]:
     """pmap with static arguments: one pmapped function per distinct static value."""
@@ -642,14 +644,15 @@ class StaticPmapped(Transformed[P, R]):
         mapped = self.by_static.get(key)
         if mapped is None:
             mapped = self.by_static[key] = self.for_static(pos, key)
-        return mapped(*(a for i, a in enumerate(args) if i not in pos), **kwargs)
+        typed: R = mapped(*(a for i, a in enumerate(args) if i not in pos), **kwargs)
+        return typed
 
     def for_static(self, pos: list[int], key: tuple[Any, ...]) -> Mapped[Any, Any]:
         """The ``Mapped`` of the function with the static arguments at ``pos`` set to
         ``key``."""
         f = self.fun
 
-        def with_statics(*dyn: Any, **kw: Any) -> Any:
+        def with_statics(*dyn: Any, **kw: Any) -> object:
             full = list(dyn)
             for i, v in zip(pos, key):
                 full.insert(i, v)

@@ -49,7 +49,7 @@ PARTITION_NAME = "partition_name"
 """Key of ``transform_metadata`` naming the mesh axis a vmap/scan axis maps to."""
 
 
-def _inserted(names: tuple[Any, ...], index: int, value: Any) -> tuple[Any, ...]:
+def _inserted(names: tuple[Any, ...], index: int, value: object) -> tuple[Any, ...]:
     idx = index if index >= 0 else len(names) + 1 + index
     padded = names + (None,) * max(0, idx - len(names))
     return (*padded[:idx], value, *padded[idx:])

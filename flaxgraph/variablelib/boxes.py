@@ -77,7 +77,7 @@ UNAVAILABLE_REASON = (
 _Tracer = jax.core.Tracer
 
 
-def is_box(value: Any) -> bool:
+def is_box(value: object) -> bool:
     """Whether ``value`` is a box (a concrete one, or a traced one inside a JAX
     transform). Cheap for everything else: one type check for non-tracers."""
     if not AVAILABLE:
@@ -88,37 +88,37 @@ def is_box(value: Any) -> bool:
     return issubclass(t, _Tracer) and isinstance(getattr(value, "aval", None), _BoxTy)
 
 
-def fits(value: Any) -> bool:
+def fits(value: object) -> bool:
     """Whether a hijax Variable keeps ``value`` in a box: a container pytree (not an
     array, a number or ``None``) whose leaves are all arrays, numbers or tracers.
     ``{}`` and ``[]`` fit (a box may start empty and gain entries)."""
     if not AVAILABLE or value is None or isinstance(value, (jax.Array, np.ndarray, *ARRAY_SCALARS)):
         return False
-    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
+    treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(value)
     if treedef.num_nodes == 1 and treedef.num_leaves == 1:
         return False  # the value is a leaf itself (a string, an object…)
     return all(isinstance(x, (jax.Array, np.ndarray, *ARRAY_SCALARS)) for x in leaves)
 
 
-def can_hold(value: Any) -> bool:
+def can_hold(value: object) -> bool:
     """Whether a *concrete* box can be made for ``value`` now: it ``fits`` and
     holds no tracer (inside a transform the Variable holds the value directly)."""
     return fits(value) and not any(isinstance(x, _Tracer) for x in jax.tree_util.tree_leaves(value))
 
 
-def new_box(value: Any) -> Any:
+def new_box(value: object) -> Any:
     """A new box holding ``value`` (see ``can_hold``); Python and NumPy numbers
     become JAX arrays, as in a ``jax.Ref``."""
     assert _Box is not None
     return _Box(jax.tree_util.tree_map(_as_array, value))
 
 
-def _as_array(x: Any) -> Any:
+def _as_array(x: object) -> object:
     return x if isinstance(x, jax.Array) else jnp.asarray(x)
 
 
-def _traced(x: Any) -> Any:
+def _traced(x: object) -> object:
     # JAX 0.10 loses a constant written into a box inside a trace (reading it back
     # in the same trace fails to lower): a concrete array, or a tracer standing for a
     # literal (``jnp.array(2)`` under jit). An identity operation makes it a value
@@ -127,7 +127,7 @@ def _traced(x: Any) -> Any:
         _Literal is None or type(getattr(x, "val", None)) is not _Literal
     ):
         return x
-    return jax.lax.optimization_barrier(x)
+    return jax.lax.optimization_barrier(x)  # type: ignore[no-untyped-call]
 
 
 def read(box: Any) -> Any:
@@ -145,7 +145,7 @@ def describe(kind: str, box: Any) -> str:
     return f"{kind}(box of {content})"
 
 
-def no_storage_message(kind: str, value: Any, hijax: bool) -> str:
+def no_storage_message(kind: str, value: object, hijax: bool) -> str:
     """Why ``Variable(value, ref=True/hijax=True)`` cannot store ``value``, and the fix."""
     what = type(value).__name__
     if hijax and not AVAILABLE and value is not None and not isinstance(value, str):

@@ -55,7 +55,8 @@ class VarDefaults(Mapping[str, bool]):
     def __getitem__(self, key: str) -> bool:
         if key not in ("hijax", "ref"):
             raise KeyError(key)
-        return getattr(self, key)
+        typed: bool = getattr(self, key)
+        return typed
 
     def __iter__(self) -> Iterator[str]:
         return iter(("hijax", "ref"))
@@ -121,7 +122,7 @@ class VarDefaultsContext:
         changes = self.changes
 
         @functools.wraps(fn)
-        def with_var_defaults(*args: Any, **kwargs: Any) -> Any:
+        def with_var_defaults(*args: object, **kwargs: object) -> object:
             with VAR_DEFAULTS.scoped(dataclasses.replace(VAR_DEFAULTS.get(), **changes)):
                 return fn(*args, **kwargs)
 

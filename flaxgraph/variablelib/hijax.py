@@ -25,7 +25,7 @@ from flaxgraph.variablelib.variable import Variable
 
 
 class _HijaxCheck(type):
-    def __instancecheck__(cls, obj: Any) -> bool:
+    def __instancecheck__(cls, obj: object) -> bool:
         return isinstance(obj, Variable) and obj.hijax
 
     def __subclasscheck__(cls, sub: type) -> bool:
@@ -41,7 +41,7 @@ class HijaxVariable(metaclass=_HijaxCheck):
         or under ``nnx.var_defaults(hijax=True)``.
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: object, **kwargs: object) -> Any:
         raise TypeError(
             "flaxgraph has no separate HijaxVariable class: a hijax Variable keeps its own "
             "kind.\nFix: write nnx.Param(value, hijax=True) (or nnx.Variable(..., hijax=True))."

@@ -89,7 +89,7 @@ class VariableMetadata(Generic[A]):
         return self.raw_value
 
 
-def with_metadata(initializer: F, **metadata: Any) -> F:
+def with_metadata(initializer: F, **metadata: object) -> F:
     """Wraps ``initializer`` so its result carries ``metadata`` into the Variable.
 
     Args:
@@ -121,7 +121,7 @@ def with_metadata(initializer: F, **metadata: Any) -> F:
         raise TypeError(_hook_message(f"with_metadata got the value hook {hooks[0]!r}"))
 
     @functools.wraps(initializer)
-    def wrapped(*args: Any, **kwargs: Any) -> VariableMetadata[Any]:
+    def wrapped(*args: object, **kwargs: object) -> VariableMetadata[Any]:
         return VariableMetadata(initializer(*args, **kwargs), metadata=dict(metadata))
 
     return wrapped  # type: ignore[return-value]

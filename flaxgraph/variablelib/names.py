@@ -39,7 +39,7 @@ VariableTypeCache = MappingProxyType(_NAME_TO_TYPE)
 
 def register_variable_name(
     name: str, typ: type[Variable[Any]] | None = None, *, overwrite: bool = False
-) -> Any:
+) -> object:
     """Associates the collection name ``name`` (e.g. ``'params'``) with a Variable kind.
 
     Args:

@@ -34,7 +34,7 @@ REF_TYPE = jax.Ref
 _Tracer = jax.core.Tracer
 
 
-def can_hold(value: Any) -> bool:
+def can_hold(value: object) -> bool:
     """Whether ``value`` can become a Ref's content here: a concrete (non-traced)
     ``jax.Array``, a NumPy array or scalar, or a Python number."""
     if isinstance(value, _Tracer):
@@ -42,7 +42,7 @@ def can_hold(value: Any) -> bool:
     return isinstance(value, (jax.Array, np.ndarray, *ARRAY_SCALARS))
 
 
-def new_ref(value: Any) -> Any:
+def new_ref(value: object) -> Any:
     """A new ``jax.Ref`` holding ``value`` (see ``can_hold``)."""
     return jax.new_ref(value)
 
@@ -121,13 +121,13 @@ def write(kind: str, ref: Any, index: Any, value: Any, captured: bool) -> None:
 # two functions use it where this JAX has it; elsewhere they fall back to `ref[...]`.
 
 
-def has_direct_content(ref: Any) -> bool:
+def has_direct_content(ref: object) -> bool:
     """Whether ``ref``'s array is reachable as ``ref._refs._buf`` (what ``peek`` and
     ``install`` use when it is)."""
     return type(ref) is REF_TYPE and hasattr(getattr(ref, "_refs", None), "_buf")
 
 
-def peek(ref: Any) -> Any:
+def peek(ref: Any) -> object:
     """The Ref's current array, not copied: only to hand straight to a compiled call
     (the array is the Ref's own and changes when the Ref is written)."""
     if type(ref) is REF_TYPE:

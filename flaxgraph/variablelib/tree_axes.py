@@ -29,7 +29,7 @@ __all__ = ["add_axis", "remove_axis"]
 A = TypeVar("A")
 
 
-def _is_variable(x: Any) -> bool:
+def _is_variable(x: object) -> bool:
     return isinstance(x, Variable)
 
 

@@ -114,7 +114,7 @@ _FLAX_VARIABLE_SLOTS = frozenset({"_trace_state", "_raw_value"})
 _REF_ATTRIBUTES = frozenset({"dtype", "ndim", "size", "sharding"})
 
 
-def _flag(name: str, value: Any) -> bool | None:
+def _flag(name: str, value: object) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
@@ -280,7 +280,9 @@ class Variable(Generic[A]):
 
     # construction without __init__ (used by merge, copies, pytree unflatten)
     @classmethod
-    def _from_parts(cls: type[V], value: Any, metadata: dict[str, Any], trace: object = None) -> V:
+    def _from_parts(
+        cls: type[V], value: object, metadata: dict[str, Any], trace: object = None
+    ) -> V:
         # ``metadata`` may be shared: a Variable's metadata dict is never mutated in
         # place (every change installs a new dict), so copies can share it.
         obj = object.__new__(cls)
@@ -311,7 +313,7 @@ class Variable(Generic[A]):
     _var_custom_get: ClassVar[bool] = False
     _var_custom_create: ClassVar[bool] = False
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         install_value_hooks(cls)  # Flax's on_get_value/on_set_value/on_create_value
         cls._var_custom_get = cls.get_value is not Variable.get_value
@@ -359,7 +361,7 @@ class Variable(Generic[A]):
                 "`nnx.with_vars(node, mutable=True)`."
             )
 
-    def _check_fits(self, value: Any) -> None:
+    def _check_fits(self, value: object) -> None:
         """Raises ``ValueError`` if ``value`` cannot replace the value (a Ref-backed
         Variable keeps its shape and dtype); used before any write is made."""
         ref = self._var_ref
@@ -384,7 +386,8 @@ class Variable(Generic[A]):
             return self.get_value()
         if self._var_trace is not TRACE_STATE.value:
             note_read(self)  # a read by closure inside a transform (closure_watch.py)
-        return self.raw_value
+        typed: A = self.raw_value
+        return typed
 
     @value.setter
     def value(self, value: A) -> None:
@@ -396,23 +399,28 @@ class Variable(Generic[A]):
             return self.get_value()
         if self._var_trace is not TRACE_STATE.value:
             note_read(self)
-        return self.raw_value
+        typed: A = self.raw_value
+        return typed
 
-    def get_value(self, *, index: Any = MISSING) -> A:
+    def get_value(self, *, index: object = MISSING) -> A:
         """Returns the value, or ``value[index]`` (same as ``v[...]`` / ``v[index]``)."""
         if self._var_trace is not TRACE_STATE.value:
             note_read(self)  # a read by closure inside a transform (closure_watch.py)
         if index is MISSING:
-            return self.raw_value
+            typed: A = self.raw_value
+            return typed
         ref = self._var_ref
         if ref is not None and refs.is_ref(ref):
-            return ref[index]
+            typed = ref[index]
+            return typed
         value = self.raw_value
         if index is Ellipsis and "hijax" in self._var_metadata and boxes.fits(value):
-            return value  # a hijax pytree (in its box, or its copy inside a transform)
-        return value[index]
+            typed = value  # a hijax pytree (in its box, or its copy inside a transform)
+            return typed
+        typed = value[index]
+        return typed
 
-    def set_value(self, value: A, *, index: Any = MISSING) -> None:
+    def set_value(self, value: A, *, index: object = MISSING) -> None:
         """Replaces the value (``v[...] = value``), or ``value[index]`` only.
 
         Raises:
@@ -453,7 +461,7 @@ class Variable(Generic[A]):
         ref = self._var_ref
         return self.raw_value if ref is None else ref
 
-    def set_raw_value(self, value: Any, *, _unsafe_bypass_check: bool = False) -> None:
+    def set_raw_value(self, value: object, *, _unsafe_bypass_check: bool = False) -> None:
         """Replaces the storage: the value, or (given a ``jax.Ref``) the Ref itself.
 
         Unlike ``set_value`` this does not check shape/dtype against a Ref-backed
@@ -481,7 +489,7 @@ class Variable(Generic[A]):
             self._check_trace("set the raw value")
         _install(self, value)
 
-    def create_value(self, value: Any) -> Any:
+    def create_value(self, value: object) -> Any:
         """The hook a subclass may override to transform a value; returns ``value``.
 
         ``Variable.__init__`` calls a subclass's override once, with the Variable's
@@ -499,7 +507,7 @@ class Variable(Generic[A]):
         """
         return value
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         """Calls the value (a Variable holding a callable proxies the call, as in
         Flax NNX 0.12).
 
@@ -521,7 +529,7 @@ class Variable(Generic[A]):
     # by split/merge can share it. The flags live in the same dict (only where set)
     # but are changed by ``nnx.with_vars`` copies only.
     def get_metadata(
-        self, name: str | None = None, default: Any = MISSING, *, exclude_required: bool = False
+        self, name: str | None = None, default: object = MISSING, *, exclude_required: bool = False
     ) -> Any:
         """Returns the metadata dict (a copy), or one entry.
 
@@ -648,8 +656,10 @@ class Variable(Generic[A]):
         """
         metadata = self._var_metadata
         if "shape" in metadata:
-            return metadata["shape"]
-        return self.get_raw_value().shape
+            typed: tuple[int, ...] = metadata["shape"]
+            return typed
+        typed = self.get_raw_value().shape
+        return typed
 
     @property
     def sharding_names(self) -> Any:
@@ -696,7 +706,7 @@ class Variable(Generic[A]):
         return self.get_raw_value()
 
     @_raw_value.setter
-    def _raw_value(self, value: Any) -> None:
+    def _raw_value(self, value: object) -> None:
         _install(self, value)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -761,7 +771,7 @@ class Variable(Generic[A]):
     # Every copy is a new Variable of the same kind, this one left unchanged; a
     # Ref-backed Variable's copy made outside any transform gets a Ref of its own (see
     # ``_from_parts``), a box-backed one a box of its own.
-    def replace(self: V, value: Any = MISSING, **metadata: Any) -> V:
+    def replace(self: V, value: object = MISSING, **metadata: object) -> V:
         """Returns a new Variable of the same kind with ``value`` and/or metadata replaced.
 
         The flags are kept (a Ref-backed Variable's copy gets its own Ref); ``self``
@@ -782,7 +792,7 @@ class Variable(Generic[A]):
         updated = {**self._var_metadata, **rename_sharding_keys(metadata)}
         return type(self)._from_parts(new_value, updated)
 
-    def copy(self: V, value: Any = MISSING, **updates: Any) -> V:
+    def copy(self: V, value: object = MISSING, **updates: object) -> V:
         """Returns a new Variable of the same kind with the same value and metadata
         (a Ref-backed Variable's copy gets its own Ref).
 
@@ -813,7 +823,7 @@ class Variable(Generic[A]):
         return type(self)(value, **{**flags, **metadata, **updates})
 
     @classmethod
-    def from_metadata(cls: type[V], value: Any, metadata: Mapping[str, Any]) -> V:
+    def from_metadata(cls: type[V], value: object, metadata: Mapping[str, Any]) -> V:
         """A new Variable of this kind holding ``value``, with ``metadata`` (a dict as
         ``get_metadata()`` returns it; the flags ``hijax``/``ref`` in it apply).
 
@@ -866,7 +876,7 @@ class Variable(Generic[A]):
         """
         return self.copy()
 
-    def copy_from(self, other: Any) -> None:
+    def copy_from(self, other: object) -> None:
         """Makes this Variable hold ``other``'s value and metadata (in place).
 
         The flags of ``self`` (``ref``, ``hijax``, ``mutable``) are kept; a Ref-backed
@@ -900,7 +910,7 @@ class Variable(Generic[A]):
             return
         self._transfer(other)
 
-    def update_from_state(self, variable_state: Any) -> None:
+    def update_from_state(self, variable_state: object) -> None:
         """Makes this Variable hold ``variable_state``'s value and metadata (in place),
         keeping this Variable's own flags (``ref``, ``hijax``, ``mutable``).
 
@@ -941,7 +951,7 @@ class Variable(Generic[A]):
         return (type(self)._from_parts, (self.raw_value, dict(self._var_metadata)))
 
     # -- axis hooks (flaxgraph/variablelib/axes.py does the transform's side) ---------
-    def add_axis(self, axis_index: int, axis_name: Any) -> None:
+    def add_axis(self, axis_index: int, axis_name: object) -> None:
         """The hook a transform calls after adding an axis at ``axis_index`` (``vmap``'s
         ``out_axes``, ``scan``'s stacked outputs), once the per-axis metadata
         (sharding names…) already has it (``flaxgraph/variablelib/axes.py``).
@@ -970,7 +980,7 @@ class Variable(Generic[A]):
         if isinstance(axis_name, Mapping):
             axes.insert_axis_metadata(self, axis_index, axis_name)
 
-    def remove_axis(self, axis_index: int, axis_name: Any) -> None:
+    def remove_axis(self, axis_index: int, axis_name: object) -> None:
         """The hook a transform calls after removing the axis at ``axis_index``
         (inverse of ``add_axis``; a mapping as ``axis_name`` removes the axis from
         the metadata, as a transform does).
@@ -990,7 +1000,7 @@ class Variable(Generic[A]):
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self._read_value(), dtype=dtype)
 
-    def __getitem__(self, key: Any) -> Any:
+    def __getitem__(self, key: object) -> Any:
         # Through get_value, so a subclass that overrides it is honoured (Flax 0.12).
         return self.get_value(index=key)
 
@@ -1019,7 +1029,7 @@ class Variable(Generic[A]):
         del value[key]
         self.set_value(value)
 
-    def __contains__(self, item: Any) -> bool:
+    def __contains__(self, item: object) -> bool:
         return item in self.raw_value
 
     def __len__(self) -> int:
@@ -1092,10 +1102,10 @@ class Variable(Generic[A]):
     def __repr__(self) -> str:
         return RENDERERS.text("variable", self)
 
-    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+    def __treescope_repr__(self, path: object, subtree_renderer: object) -> Any:
         return RENDERERS.treescope("variable", self, path, subtree_renderer)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, Any]:
         return RENDERERS.mimebundle(self, include, exclude)
 
 
@@ -1112,15 +1122,15 @@ that has none), ``__getattr__`` does not look the name up a second way."""
 
 
 def _make_binary(op: Callable[[Any, Any], Any]) -> tuple[Callable[..., Any], ...]:
-    def forward(self: Variable[Any], other: Any) -> Any:
+    def forward(self: Variable[Any], other: object) -> Any:
         if isinstance(other, Variable):
             other = other._read_value()
         return op(self._read_value(), other)
 
-    def reflected(self: Variable[Any], other: Any) -> Any:
+    def reflected(self: Variable[Any], other: object) -> Any:
         return op(other, self._read_value())
 
-    def inplace(self: Variable[Any], other: Any) -> Variable[Any]:
+    def inplace(self: Variable[Any], other: object) -> Variable[Any]:
         if isinstance(other, Variable):
             other = other.raw_value
         self.set_value(op(self.raw_value, other))
@@ -1341,7 +1351,7 @@ def _updated(current: Any, index: Any, value: Any, v: Variable[Any]) -> Any:
 _COPIED_CONTAINERS = (dict, list)
 
 
-def _value_summary(value: Any) -> str:
+def _value_summary(value: object) -> str:
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
@@ -1354,7 +1364,7 @@ _BOX_TYPE = boxes.BOX_TYPE
 _Tracer = jax.core.Tracer
 
 
-def _traced_storage(value: Any) -> bool:
+def _traced_storage(value: object) -> bool:
     """Whether the tracer ``value`` is a traced Ref or box."""
     return refs.is_ref(value) or boxes.is_box(value)
 
