@@ -46,6 +46,7 @@ from flaxgraph.graphlib.registry import (
     STATIC_LEAF,
     VARIABLE,
     is_node_or_variable,
+    node_impl,
 )
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
@@ -101,7 +102,7 @@ def copy_nodes(
         if kind is NODE:
             if x in done:
                 return done[x]
-            impl = REGISTRY.impls[type(x)]
+            impl = node_impl(x)
             items, metadata = impl.flatten(x)
             new = impl.create_empty(metadata, trace)
             done[x] = new  # a cycle back to x links to the copy

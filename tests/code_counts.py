@@ -29,7 +29,7 @@ The counts (issue 31: records, names, classification):
   other modules ask its public functions.
 * ``isinstance_variable``: ``isinstance(x, ...Variable...)`` outside ``variablelib/``.
 * ``module_docstrings``: modules whose docstring is missing or whose first line is
-  empty (a module's first docstring line says what it holds).
+  empty or a mere word or two (a module's first docstring line says what it holds).
 """
 
 from __future__ import annotations
@@ -287,13 +287,18 @@ def isinstance_variable(srcs: list[Source]) -> list[Site]:
     return found
 
 
+MIN_FIRST_LINE_WORDS = 4  # "Exceptions raised by flaxgraph", not "Helpers."
+
+
 def module_docstrings(srcs: list[Source]) -> list[Site]:
-    """Modules with no docstring, or whose docstring's first line is empty."""
+    """Modules with no docstring, or whose docstring's first line has fewer than
+    ``MIN_FIRST_LINE_WORDS`` words (it should say what the module holds)."""
     found = []
     for src in srcs:
         doc = ast.get_docstring(src.tree, clean=False)
-        if doc is None or not doc.split("\n", 1)[0].strip():
-            found.append(Site(src.module, 1, "no first docstring line"))
+        first = "" if doc is None else doc.split("\n", 1)[0].strip()
+        if len(first.split()) < MIN_FIRST_LINE_WORDS:
+            found.append(Site(src.module, 1, f"first docstring line: {first!r}"))
     return found
 
 

@@ -133,8 +133,9 @@ def _src(module: str, code: str) -> Source:
                 _src("a.py", "x = 1"),
                 _src("b.py", '"""\nLate first line."""'),
                 _src("c.py", '"""Holds c."""'),
+                _src("d.py", '"""The records of the graph engine."""'),
             ],
-            2,
+            3,
         ),
     ],
 )

@@ -19,6 +19,7 @@ from flaxgraph.graphlib.registry import (
     SEQUENCE,
     VARIABLE,
     children_of,
+    node_impl,
 )
 from flaxgraph.graphlib.walk import flatten_with_paths, not_a_pytree_error
 from flaxgraph.modes import resolve_graph
@@ -207,7 +208,7 @@ def recursive_map(
     def go(x: Any, path: PathParts) -> object:
         kind = REGISTRY.kind_of(x)
         if kind is NODE:
-            impl = REGISTRY.impls[type(x)]
+            impl = node_impl(x)
             if x in done:
                 return done[x]
             done[x] = x  # a cycle back to x sees x itself

@@ -28,6 +28,7 @@ from flaxgraph.graphlib.registry import (
     DataLeaf,
     flatten_pytree,
     is_array_leaf,
+    node_impl,
 )
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.statelib import State, partition
@@ -45,7 +46,7 @@ from flaxgraph.variablelib.variable import (
 def _get_child(node: Any, key: Hashable) -> object:
     kind = REGISTRY.kind_of(node)
     if kind is NODE:
-        return REGISTRY.impls[type(node)].get_child(node, key)
+        return node_impl(node).get_child(node, key)
     if kind is DICT:
         return node.get(key, MISSING)
     if kind is SEQUENCE:
@@ -64,7 +65,7 @@ def _check_node_trace(node: object, what: str) -> None:
 
 def _setter(node: Any, key: Hashable, where: Callable[[], str]) -> Callable[[Any], None]:
     if REGISTRY.kind_of(node) is NODE:
-        impl = REGISTRY.impls[type(node)]
+        impl = node_impl(node)
         _check_node_trace(node, "update")
         return lambda value: impl.set_child(node, key, value)
     if type(node) in (dict, list):
@@ -180,13 +181,13 @@ def _plan_update(
 ) -> None:
     # ``prefix`` is the path to ``node`` as a linked pair ``(parent_prefix, key)`` (``()``
     # at the root): cheap to extend, made into a tuple only for an error message.
-    kinds = REGISTRY.kinds  # the engine's classification, remembered per type
+    kinds = REGISTRY.kind_cache()  # the engine's classification, remembered per type
     t = type(node)
     try:
         kind = kinds[t]
     except KeyError:
         kind = REGISTRY.classify(node)
-    get_child = REGISTRY.impls[t].get_child if kind is NODE else _get_child
+    get_child = node_impl(node).get_child if kind is NODE else _get_child
     lookup = None
     if kind is DICT:
         lookup = node.get
@@ -283,7 +284,7 @@ def _is_data_child(node: object, key: Hashable) -> bool:
     """Whether ``node`` puts its child ``key`` in the State although it is no array
     (an attribute marked ``nnx.data(3)``). Only reached on the rare path."""
     return REGISTRY.kind_of(node) is NODE and any(
-        k == key and type(v) is DataLeaf for k, v in REGISTRY.impls[type(node)].flatten(node)[0]
+        k == key and type(v) is DataLeaf for k, v in node_impl(node).flatten(node)[0]
     )
 
 
@@ -332,7 +333,7 @@ def _remover(parent: Any, path: PathParts, root: Any) -> Callable[[], None]:
     key = path[-1]
     kind = REGISTRY.kind_of(parent)
     if kind is NODE:
-        impl = REGISTRY.impls[type(parent)]
+        impl = node_impl(parent)
         _check_node_trace(parent, "pop a leaf")
         return lambda: impl.del_child(parent, key)
     if kind is DICT:

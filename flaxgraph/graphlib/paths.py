@@ -19,6 +19,7 @@ from flaxgraph.graphlib.registry import (
     REGISTRY,
     SEQUENCE,
     flatten_pytree,
+    node_impl,
 )
 from flaxgraph.typing import MISSING
 
@@ -36,7 +37,7 @@ def path_str(root_name: str, root: object, keys: Sequence[Hashable]) -> str:
     for key in keys:
         if REGISTRY.kind_of(node) is NODE:
             out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
-            node = REGISTRY.impls[type(node)].get_child(node, key)
+            node = node_impl(node).get_child(node, key)
             node = None if node is MISSING else node
         else:
             out.append(f"[{key!r}]")

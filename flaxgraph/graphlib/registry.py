@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import jax
@@ -189,6 +189,19 @@ class NodeRegistry:
         self.impls[impl.type] = impl
         self.kinds.pop(impl.type, None)
 
+    def kind_cache(self) -> Mapping[type, Kind]:
+        """The kinds decided so far, by type (read-only), for a walker's inner loop:
+        ``cache.get(type(x)) or REGISTRY.classify(x)`` is ``kind_of(x)`` without a
+        method call per value. The mapping is never replaced, so a walker may hold it
+        for the length of a walk."""
+        return self.kinds
+
+    def node_impls(self) -> Mapping[type, GraphNodeImpl]:
+        """The registered graph-node types and their impls (read-only), for a walker's
+        inner loop (``impls[type(x)]`` without a call per node); elsewhere use
+        ``node_impl(x)`` or ``get_graph_node_impl(x)``."""
+        return self.impls
+
     def kind_of(self, x: object) -> Kind:
         """The ``Kind`` of ``x`` (remembered per ``type(x)``)."""
         return self.kinds.get(type(x)) or self.classify(x)
@@ -301,6 +314,15 @@ def register_graph_node_type(
     REGISTRY.register(
         GraphNodeImpl(type, flatten, create_empty, set_items, get_child, set_child, del_child)
     )
+
+
+def node_impl(node: object) -> GraphNodeImpl:
+    """The ``GraphNodeImpl`` of the graph node ``node`` (its kind is ``NODE``).
+
+    Raises:
+      KeyError: ``type(node)`` is not a registered graph-node type.
+    """
+    return REGISTRY.impls[type(node)]
 
 
 def get_graph_node_impl(x: object) -> GraphNodeImpl | None:

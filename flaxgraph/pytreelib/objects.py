@@ -333,7 +333,7 @@ def same_structure(old: Any, new: Any) -> bool:
     ``graphlib/snapshot.py`` compares tuples the same way)."""
     if old is new:
         return True
-    kinds = REGISTRY.kinds
+    kinds = REGISTRY.kind_cache()
     if (kinds.get(type(old)) or REGISTRY.classify(old)) is ARRAY:
         return (kinds.get(type(new)) or REGISTRY.classify(new)) is ARRAY
     return (
@@ -489,7 +489,7 @@ def _is_data(value: Any) -> bool:
     t = type(value)
     if t in DATA_TYPES:
         return True
-    kind = REGISTRY.kinds.get(t) or REGISTRY.classify(value)
+    kind = REGISTRY.kind_of(value)
     if kind is ARRAY or kind is VARIABLE:
         return True
     if kind is NODE:

@@ -50,6 +50,7 @@ from flaxgraph.graphlib.registry import (
     STATIC_LEAF,
     VARIABLE,
     flatten_pytree,
+    node_impl,
 )
 from flaxgraph.variablelib.variable import metadata_of
 
@@ -211,7 +212,7 @@ def _compare_one(
 
 
 def _push_node_children(path: str, x: Any, y: Any, stack: list[tuple[str, Any, Any]]) -> str | None:
-    impl = REGISTRY.impls[type(x)]  # x is a graph node (its kind is NODE)
+    impl = node_impl(x)  # x is a graph node (its kind is NODE)
     x_items, x_meta = impl.flatten(x)
     y_items, y_meta = impl.flatten(y)
     x_items, y_items = list(x_items), list(y_items)

@@ -36,7 +36,7 @@ from flaxgraph.errors import FlaxgraphError, SharedReferenceError, numbered_fixe
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
+from flaxgraph.graphlib.registry import node_impl
 from flaxgraph.graphlib.walk import Walk, variable_paths
 from flaxgraph.statelib import State
 from flaxgraph.transforms.lift_types import (
@@ -384,7 +384,7 @@ class AliasDiagnostics(PrefixWalk):
             return
         self.expanding.add(id(x))
         self.node_at[path] = x
-        items, _ = GRAPH_NODE_IMPLS[type(x)].flatten(x)
+        items, _ = node_impl(x).flatten(x)
         for k, v in items:
             self.visit(v, (*path, k), ctx, True)
         self.expanding.discard(id(x))

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 
 from flaxgraph.filterlib import Filter
-from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS, is_node_or_variable
+from flaxgraph.graphlib.registry import is_graph_node, is_node_or_variable, node_impl
 from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
@@ -146,8 +146,8 @@ def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) ->
                 node = node[key]
             except (KeyError, IndexError):
                 node = None
-        elif type(node) in GRAPH_NODE_IMPLS:  # attributes, and int keys (nnx.List items)
-            child = GRAPH_NODE_IMPLS[type(node)].get_child(node, key)
+        elif is_graph_node(node):  # attributes, and int keys (nnx.List items)
+            child = node_impl(node).get_child(node, key)
             node = None if child is MISSING else child
         else:
             node = None

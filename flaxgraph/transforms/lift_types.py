@@ -364,9 +364,9 @@ def is_node_states(x: object) -> bool:
 
 def is_graph_prefix(x: object) -> bool:
     """Whether the prefix ``x`` is a graph node (a Module, Rngs, Object…)."""
-    from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
+    from flaxgraph.graphlib.registry import is_graph_node
 
-    return type(x) in GRAPH_NODE_IMPLS
+    return is_graph_node(x)
 
 
 def is_reference_prefix(x: Any) -> bool:
@@ -406,10 +406,10 @@ def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
 def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple[PathParts, Any]]:
     """``(path, value)`` of every non-node value in a prefix object (tree mode);
     Variables are unboxed unless ``unbox`` is False."""
-    from flaxgraph.graphlib.registry import GRAPH_NODE_IMPLS
+    from flaxgraph.graphlib.registry import get_graph_node_impl
     from flaxgraph.variablelib.variable import Variable
 
-    impl = GRAPH_NODE_IMPLS.get(type(x))
+    impl = get_graph_node_impl(x)
     if impl is not None:
         items, _ = impl.flatten(x)
     elif type(x) in (list, tuple):

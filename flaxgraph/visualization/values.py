@@ -34,6 +34,7 @@ from flaxgraph.graphlib.registry import (
     VARIABLE,
     Kind,
     flatten_pytree,
+    node_impl,
 )
 from flaxgraph.rnglib.rngs import RngState
 from flaxgraph.statelib import State
@@ -265,7 +266,7 @@ def attr_path(key: Hashable) -> str:
 
 def node_items(x: Any) -> list[tuple[Hashable, Any]]:
     items = []
-    for key, value in REGISTRY.impls[type(x)].flatten(x)[0]:
+    for key, value in node_impl(x).flatten(x)[0]:
         if kind_of(value) is DATA_LEAF:
             value = value.value
         items.append((key, value))
