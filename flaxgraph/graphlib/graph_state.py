@@ -105,7 +105,9 @@ class GraphState(MutableMapping[Hashable, Any]):
 # GraphDef in the aux data, so paths into ``unpack(m)`` equal paths into ``state(m)``.
 
 
-def _flatten_with_keys(gs: GraphState) -> Any:
+def _flatten_with_keys(
+    gs: GraphState,
+) -> tuple[tuple[tuple[object, object], ...], tuple[GraphDef[Any], tuple[Hashable, ...] | None]]:
     state = gs._state
     if isinstance(state, State):
         keys = tuple(state._mapping)
@@ -114,7 +116,9 @@ def _flatten_with_keys(gs: GraphState) -> Any:
     return ((jax.tree_util.GetAttrKey("_state"), state),), (gs._graphdef, None)
 
 
-def _flatten(gs: GraphState) -> Any:
+def _flatten(
+    gs: GraphState,
+) -> tuple[tuple[object, ...], tuple[GraphDef[Any], tuple[Hashable, ...] | None]]:
     state = gs._state
     if isinstance(state, State):
         return tuple(state._mapping.values()), (gs._graphdef, tuple(state._mapping))

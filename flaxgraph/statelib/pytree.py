@@ -12,7 +12,7 @@ Source: Flax NNX 0.12 ``nnx.State`` (a pytree, registered with keys).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 import jax
@@ -53,7 +53,7 @@ def state_pytree_functions(
         keys = keys_of(state)
         return list(zip(keys.dict_keys, state._mapping.values())), keys
 
-    def flatten(state: Any) -> Any:
+    def flatten(state: Any) -> tuple[tuple[object, ...], tuple[Hashable, ...]]:
         # keys_of inlined for the common case (the cached keys still hold).
         mapping = state._mapping
         keys = tuple(mapping)

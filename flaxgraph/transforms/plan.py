@@ -38,7 +38,7 @@ class VariableWrites(NamedTuple):
     """Input Variables whose new values all come from one output group, set with one
     C-level ``map``: ``targets[k].raw_value = out_groups[group][positions[k]]``."""
 
-    targets: list[Variable]
+    targets: list[Variable[Any]]
     positions: list[int]
     group: int
 

@@ -101,10 +101,11 @@ class Transformed(Generic[P, R]):
         if self.plain:  # the common case, inline: a few attribute reads per call
             plan = self.plans.recent
             if plan is not None:
-                result = plan.run(args, kwargs, ())
+                result: R = plan.run(args, kwargs, ())
                 if result is not MISS:
                     return result
-        return self.call_with(args, kwargs)
+        general: R = self.call_with(args, kwargs)
+        return general
 
     def call_with(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``__call__`` in full: bound and static arguments, then the fast path (if
@@ -170,7 +171,7 @@ class Transformed(Generic[P, R]):
         plan = Plan(call, compiled, slots, n_groups, args, kwargs, statics, donated=donated)
         self.plans.put((key, statics), plan)
 
-    def partial(self, *args: Any) -> Transformed[..., R]:
+    def partial(self, *args: object) -> Transformed[..., R]:
         """This transformed function with ``args`` bound after ``bound`` (what
         ``nnx.cached_partial``/``nnx.jit_partial`` return). It shares the compiled
         functions and fast-path plans of this one: argument positions (static,
@@ -190,7 +191,7 @@ class Transformed(Generic[P, R]):
                 print(f"# plan {i + 1} of {len(self.plans.plans)}\n{source}")
         return self.plans.info()
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+    def __get__(self, obj: object, objtype: object = None) -> Any:
         """As a method: bound to ``obj`` the way a function is."""
         if obj is None:
             return self
@@ -213,6 +214,7 @@ class Wrapped(Transformed[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         self.plans.general_calls += 1
-        if self.bound:
-            return self.run(*self.bound, *args, **kwargs)
-        return self.run(*args, **kwargs)
+        result: R = (
+            self.run(*self.bound, *args, **kwargs) if self.bound else self.run(*args, **kwargs)
+        )
+        return result

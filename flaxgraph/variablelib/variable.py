@@ -78,7 +78,7 @@ from __future__ import annotations
 import math
 import operator
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 import jax
@@ -945,7 +945,7 @@ class Variable(Generic[A]):
         _install(self, other.raw_value)  # first: it may raise (Ref shape/dtype)
         object.__setattr__(self, "_var_metadata", metadata)
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[Callable[..., Variable[A]], tuple[object, dict[str, object]]]:
         # copy.copy/deepcopy/pickle: rebuild through _from_parts (the trace token is
         # neither copyable nor picklable; the copy belongs to the trace it is made in).
         return (type(self)._from_parts, (self.raw_value, dict(self._var_metadata)))
@@ -1035,7 +1035,7 @@ class Variable(Generic[A]):
     def __len__(self) -> int:
         return len(self.raw_value)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.raw_value)
 
     def __bool__(self) -> bool:
@@ -1102,7 +1102,7 @@ class Variable(Generic[A]):
     def __repr__(self) -> str:
         return RENDERERS.text("variable", self)
 
-    def __treescope_repr__(self, path: object, subtree_renderer: object) -> Any:
+    def __treescope_repr__(self, path: object, subtree_renderer: object) -> object:
         return RENDERERS.treescope("variable", self, path, subtree_renderer)
 
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, Any]:
