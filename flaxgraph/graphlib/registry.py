@@ -206,7 +206,7 @@ class NodeRegistry:
         """The ``Kind`` of ``x`` (remembered per ``type(x)``)."""
         return self.kinds.get(type(x)) or self.classify(x)
 
-    def _flattens(self, x: Any) -> bool:
+    def _flattens(self, x: object) -> bool:
         """Whether ``x`` is a JAX pytree node (it has children). A value whose type is
         registered with JAX but whose flatten raises is taken as static (the walks
         never fail on it) and its type noted in ``unflattenable``."""
@@ -216,7 +216,7 @@ class NodeRegistry:
             self.unflattenable.add(type(x))
             return False
 
-    def classify(self, x: Any) -> Kind:
+    def classify(self, x: object) -> Kind:
         """Decides the kind of ``x`` and remembers it for ``type(x)``. The first
         test that holds wins, in ``Kind``'s order: a registered node type (exact
         type), a Variable, a list or tuple, a dict, a NumPy scalar (a constant), an
@@ -350,7 +350,7 @@ def pytree_children(x: object) -> tuple[list[tuple[Key, Any]], Any] | None:
     ``None`` if ``x`` is a pytree leaf (then it is a static value)."""
     if type(x) in PLAIN_STATIC or jax.tree_util.all_leaves((x,)):
         return None  # (all_leaves asks JAX's registry alone: no flatten, ~0.2 µs)
-    treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
+    treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
     with_path, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if jax.tree_util.treedef_is_leaf(treedef) and treedef.num_leaves == 1:
         return None
@@ -456,7 +456,7 @@ def is_hashable(x: object) -> bool:
     return True
 
 
-def is_plain_static(x: Any) -> bool:
+def is_plain_static(x: object) -> bool:
     """True for ints, floats, strings, bools, ``None``, NumPy scalars… (always static,
     never walked)."""
     return REGISTRY.kind_of(x) is CONSTANT

@@ -252,7 +252,7 @@ _FLAX_PYTREE_SLOTS = frozenset({"_pytree__state"})
 """Flax's slot names a subclass may assign (properties here, not attributes)."""
 
 
-_KNOWN_KINDS = REGISTRY.kinds  # type -> Kind, for the types whose kind is remembered
+_KNOWN_KINDS = REGISTRY.kind_cache()  # type -> Kind, for the types whose kind is remembered
 
 
 def _check_classifiable(obj: Pytree, name: str, value: Any) -> None:

@@ -68,7 +68,7 @@ class NestedStateRepr(reprlib.Representable):
                 repr(key), NestedStateRepr(value) if isinstance(value, State) else value
             )
 
-    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> Any:
+    def __treescope_repr__(self, path: object, subtree_renderer: Callable[..., object]) -> object:
         children = {
             k: NestedStateRepr(v) if isinstance(v, State) else v for k, v in self.state.items()
         }
