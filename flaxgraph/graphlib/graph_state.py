@@ -10,7 +10,7 @@ Source: Flax NNX 0.12 ``nnx.GraphState`` / ``nnx.unpack``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, MutableMapping
+from collections.abc import Hashable, Iterable, Iterator, MutableMapping
 from typing import Any, TypeVar
 
 import jax
@@ -125,7 +125,9 @@ def _flatten(
     return (state,), (gs._graphdef, None)
 
 
-def _unflatten(aux: Any, children: Any) -> GraphState:
+def _unflatten(
+    aux: tuple[GraphDef[Any], tuple[Hashable, ...] | None], children: Iterable[Any]
+) -> GraphState:
     graphdef, keys = aux
     if keys is None:
         (state,) = children

@@ -142,7 +142,7 @@ class Transformed(Generic[P, R]):
         dyn_args: tuple[Any, ...],
         dyn_kwargs: dict[str, Any],
         statics: tuple[Any, ...],
-    ) -> Any:
+    ) -> object:
         """The transform's general path for one call (``args``/``kwargs`` in full,
         ``dyn_args``/``dyn_kwargs`` without the static ones); it may call ``remember``
         to let the next calls take the fast path."""
@@ -191,7 +191,7 @@ class Transformed(Generic[P, R]):
                 print(f"# plan {i + 1} of {len(self.plans.plans)}\n{source}")
         return self.plans.info()
 
-    def __get__(self, obj: object, objtype: object = None) -> Any:
+    def __get__(self, obj: object, objtype: object = None) -> object:
         """As a method: bound to ``obj`` the way a function is."""
         if obj is None:
             return self

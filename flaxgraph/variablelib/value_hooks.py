@@ -19,6 +19,7 @@ Source: Flax NNX 0.12 ``Variable.__init__``/``get_value``/``set_value``.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 HOOKS = ("on_get_value", "on_set_value", "on_create_value")
@@ -35,21 +36,21 @@ def install_value_hooks(cls: type) -> None:
     if "on_get_value" in defined and not _wrapped(cls, "get_value"):
         base_get = cls.get_value  # type: ignore[attr-defined]
 
-        def get_value(self: Any, **kwargs: Any) -> Any:
+        def get_value(self: Any, **kwargs: object) -> object:
             return self.on_get_value(base_get(self, **kwargs))
 
         _install(cls, "get_value", get_value, base_get)
     if "on_set_value" in defined and not _wrapped(cls, "set_value"):
         base_set = cls.set_value  # type: ignore[attr-defined]
 
-        def set_value(self: Any, value: Any, **kwargs: Any) -> None:
+        def set_value(self: Any, value: object, **kwargs: object) -> None:
             base_set(self, self.on_set_value(value), **kwargs)
 
         _install(cls, "set_value", set_value, base_set)
     if not _wrapped(cls, "create_value"):  # construction warns, as in Flax
         base_create = cls.create_value  # type: ignore[attr-defined]
 
-        def create_value(self: Any, value: Any) -> Any:
+        def create_value(self: Any, value: object) -> object:
             warnings.warn(DEPRECATION, UserWarning, stacklevel=3)
             hook = getattr(self, "on_create_value", None)
             return base_create(self, value if hook is None else hook(value))
@@ -71,7 +72,9 @@ def _wrapped(cls: type, name: str) -> bool:
     return getattr(getattr(cls, name), _MARK, False)
 
 
-def _install(cls: type, name: str, wrapper: Any, base: Any) -> None:
+def _install(
+    cls: type, name: str, wrapper: Callable[..., object], base: Callable[..., object]
+) -> None:
     wrapper.__name__ = name
     wrapper.__qualname__ = f"{cls.__qualname__}.{name}"
     wrapper.__doc__ = base.__doc__
