@@ -69,7 +69,7 @@ LIMITS = {
     "object_setattr": 3,
     "duplicate_private_constants": 0,
     "zip_filled_records": 0,
-    "bare_any": 462,
+    "bare_any": 461,
     "registry_table_reads": 8,
     "isinstance_variable": 127,
     "module_docstrings": 0,

@@ -181,7 +181,7 @@ class PytreeNodeImpl(NodeImplBase):
 NodeImpl = Union[GraphNodeImpl, PytreeNodeImpl]
 """A graph node's or a pytree node's implementation."""
 
-GRAPH_REGISTRY = REGISTRY.impls
+GRAPH_REGISTRY = REGISTRY.node_impls()
 """The graph node types and their ``GraphNodeImpl`` (``register_graph_node_type`` fills it)."""
 
 PYTREE_REGISTRY: dict[type, PytreeNodeImpl] = {}
