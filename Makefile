@@ -23,7 +23,7 @@ conformance: $(STAMP)  ## Flax 0.12.8's own tests/nnx against flaxgraph, checked
 
 CLIENTS_SRC ?= ../shared/clients/src
 CLIENTS_SUBSET ?= all
-clients: $(STAMP)  ## Tunix's and qwix's own tests on flaxgraph (flax.nnx bound by the drop-in), checked against tests/clients/expectations.txt
+clients: $(STAMP)  ## Tunix's, qwix's and MaxText's own tests on flaxgraph (flax.nnx bound by the drop-in), checked against tests/clients/expectations.txt, and MaxText's trainer against real Flax
 	CLIENTS_SRC=$(CLIENTS_SRC) $(BIN)/python tests/clients/run_clients.py --subset $(CLIENTS_SUBSET) $(CLIENTS_ARGS)
 
 clients-ci: $(STAMP)  ## the bounded subset of `make clients` that CI runs (under 15 minutes on 2 cores)

@@ -90,3 +90,52 @@ def test_the_checked_in_files_are_consistent_with_the_selection() -> None:
         if entry.category == "flax":
             assert baseline.get(test) != "passed", f"{test} passes on Flax per the baseline"
     assert set(CI) <= names and all(e.reason for e in EXCLUDED)
+
+
+def test_every_selected_file_has_a_client_with_an_environment() -> None:
+    from environments import CLIENTS, ENVIRONMENTS
+
+    for file in ALL:
+        assert CLIENTS[file.client].environment in ENVIRONMENTS, file.name
+    assert ENVIRONMENTS["maxtext"].python == (3, 12) and ENVIRONMENTS["maxtext"].constraints is None
+
+
+def test_the_interpreter_variable_wins_and_a_wrong_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from environments import find_python
+
+    here = tuple(sys.version_info[:2])
+    variable = f"PYTHON{here[0]}{here[1]}"
+    monkeypatch.setenv(variable, sys.executable)
+    assert find_python(here) == sys.executable
+    monkeypatch.setenv(variable, "/nonexistent/python")
+    with pytest.raises(SystemExit, match=variable):
+        find_python(here)
+
+
+def test_a_missing_interpreter_is_a_clear_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from environments import find_python
+
+    monkeypatch.delenv("PYTHON29", raising=False)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    with pytest.raises(SystemExit, match=r"need a Python 2\.9 interpreter"):
+        find_python((2, 9))
+
+
+def test_the_pyenv_versions_folder_is_searched_newest_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from environments import find_python
+
+    for patch, works in (("9.9.1", True), ("9.9.10", True), ("9.9.11", False), ("9.9.2", True)):
+        python = tmp_path / "versions" / patch / "bin" / "python9.9"
+        python.parent.mkdir(parents=True)
+        python.write_text(f"#!/bin/sh\necho {'9 9' if works else 'broken'}\n")
+        python.chmod(0o755)
+    monkeypatch.delenv("PYTHON99", raising=False)
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert find_python((9, 9)) == str(tmp_path / "versions" / "9.9.10" / "bin" / "python9.9")

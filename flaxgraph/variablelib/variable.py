@@ -1038,8 +1038,8 @@ class Variable(Generic[A]):
     def __iter__(self) -> Iterator[Any]:
         return iter(self.raw_value)
 
-    def __bool__(self) -> bool:
-        return bool(self.raw_value)
+    # No __bool__, as in Flax 0.12.8: Python takes a Variable's truth from __len__ (the
+    # value's length), so an array with several elements is true and a scalar raises TypeError.
 
     def __int__(self) -> int:
         return int(self.raw_value)

@@ -1,12 +1,13 @@
 """The two checked-in files ``make clients`` judges a run by.
 
-``expectations.txt`` lists each Tunix/qwix test expected *not* to pass on flaxgraph:
+``expectations.txt`` lists each Tunix/qwix/MaxText test expected *not* to pass on flaxgraph:
 ``<test id> | <category>: <reason>``, the id being ``<client>/<pytest node id>`` (e.g.
 ``qwix/tests/_src/providers/ptq_test.py::PtqTest::test_x``; a file-level id stands for a
 collection error), ``#`` starting a comment. The categories:
 
 * ``flax``: fails on real Flax 0.12.8 too (the reason quotes Flax's first error line);
-* ``env``: needs the network, a GPU/TPU or a heavy extra not in the clients' environment;
+* ``env``: needs the network, a GPU/TPU, a heavy extra not in the clients' environment, or a file
+  the client's source archive lacks (MaxText's: the 7 blobs ``CLIENTS_SRC/COMMITS`` names);
 * ``deviation``: a deliberate flaxgraph difference that is better for users, shown by a test
   of flaxgraph's own (``guides/from_flax.md``);
 * ``gap``: a known gap of flaxgraph being fixed; never a deliberate difference.

@@ -1,23 +1,31 @@
-"""``make clients``: Tunix's and qwix's own test suites on flaxgraph, as a contract.
+"""``make clients``: Tunix's, qwix's and MaxText's own test suites on flaxgraph, as a contract.
 
-Tunix (google/tunix) and qwix (google/qwix) are written against Flax NNX. This runner
+Tunix (google/tunix), qwix (google/qwix) and MaxText (AI-Hypercomputer/maxtext) are written
+against Flax NNX. This runner
 
-1. builds a separate environment, ``.venv-clients`` (``--venv``): jax/jaxlib 0.10.2, flax 0.12.8
-   and the clients' test dependencies pinned (``requirements.txt``, ``constraints.txt``),
-   Tunix and qwix installed ``--no-deps`` from the source archives in ``CLIENTS_SRC``
-   (``--src``; default ``../shared/clients/src`` from the repository root: ``tunix.tar.gz``,
-   ``qwix.tar.gz``; neither project publishes its tests to the package index), flaxgraph
-   from this checkout (``--no-deps``, editable);
+1. builds their environments (``environments.py``): ``.venv-clients`` for Tunix and qwix
+   (jax/jaxlib 0.10.2, flax 0.12.8 and their test dependencies pinned: ``requirements.txt``,
+   ``constraints.txt``) and ``.venv-clients-maxtext`` for MaxText on Python 3.12 (its decoupled,
+   no-Google-Cloud closure pinned in ``maxtext-requirements.txt``, installed ``--no-deps``); each
+   client's source tree unpacked once from its archive in ``CLIENTS_SRC`` (``--src``; default
+   ``../shared/clients/src`` from the repository root: ``tunix.tar.gz``, ``qwix.tar.gz``,
+   ``maxtext.tar.gz``; none of the projects publishes its tests to the package index) and
+   installed ``--no-deps``, flaxgraph from this checkout (``--no-deps``, editable);
 2. runs each selected test file (``selection.py``) in its own pytest process, ``--jobs`` at a
-   time, with a per-test and a per-file timeout, and ``flax.nnx`` bound to flaxgraph by the
-   drop-in (``pytest -p flaxgraph.pytest_plugin --flax-nnx=flaxgraph``); ``client_outcomes.py``
-   records each test's outcome and proves the binding (no module of the real ``flax/nnx``
-   was loaded);
+   time, with a per-test and a per-file timeout, with the client's own pytest configuration and
+   ``flax.nnx`` bound to flaxgraph by the drop-in (``pytest -p flaxgraph.pytest_plugin
+   --flax-nnx=flaxgraph``); MaxText's with ``DECOUPLE_GCLOUD=TRUE``; all with
+   ``JAX_PLATFORMS=cpu``; ``client_outcomes.py`` records each test's outcome and proves the
+   binding (no module of the real ``flax/nnx`` was loaded);
 3. compares with ``expectations.txt`` (tests expected not to pass, each with a category and
    a reason) and ``flax_baseline.txt`` (each test's outcome on real Flax 0.12.8), prints a
    per-file table (tests passing on Flax, of those passing on flaxgraph, the share) and exits
    1 on a test that fails but is not listed, on a listed test that passes, and on a file
-   whose binding is not proven.
+   whose binding is not proven;
+4. when MaxText's files are judged (and no ``--only``; ``--trainer on|off`` overrides), runs
+   MaxText's trainer end to end on real Flax and on flaxgraph (``maxtext_trainer.py``: the same
+   per-step losses, a checkpoint written at step 2 and restored, the same checkpoint) and
+   exits 1 on a difference.
 
 ``--baseline`` runs the same files on the real Flax (no binding) and compares with
 ``flax_baseline.txt``; ``--write`` then rewrites the baseline (after a baseline run) or the
@@ -28,30 +36,28 @@ for the files that ran.
 Usage::
 
     python tests/clients/run_clients.py [--subset all|ci] [--only NAME ...] [--jobs 2]
-        [--baseline] [--write] [--venv .venv-clients] [--src DIR] [--list]
+        [--baseline] [--write] [--src DIR] [--trainer auto|on|off] [--list]
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
+import maxtext_trainer  # noqa: E402
+from environments import CLIENTS, ENVIRONMENTS, REPO, build  # noqa: E402
 from expectations import (  # noqa: E402
     CATEGORIES,
     Expectation,
@@ -76,68 +82,14 @@ class FileRun(NamedTuple):
     note: str
 
 
-def sha16(*paths: Path) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def pip(venv: Path, *args: str) -> None:
-    cmd = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
-    done = subprocess.run([*cmd, *args], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"clients: pip {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-
-
-def build_env(venv: Path, src: Path) -> dict[str, Path]:
-    """The clients' environment (built or brought up to date) and their source trees.
-
-    Raises:
-      SystemExit: the archives are not in ``src``, or an install failed.
-    """
-    archives = {name: src / f"{name}.tar.gz" for name in ("tunix", "qwix")}
-    missing = [str(path) for path in archives.values() if not path.is_file()]
-    if missing:
-        raise SystemExit(
-            f"clients: the client source archives are missing: {', '.join(missing)}.\n"
-            "`make clients` needs tunix.tar.gz and qwix.tar.gz (the projects' source trees with "
-            "their tests) in CLIENTS_SRC (default ../shared/clients/src, beside the repository);"
-            " set CLIENTS_SRC=/path/to/dir."
-        )
-    if not (venv / "bin" / "python").exists():
-        print(f"clients: creating {venv}", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    requirements, constraints = HERE / "requirements.txt", HERE / "constraints.txt"
-    stamp, want = venv / ".requirements", sha16(requirements, constraints)
-    if not stamp.exists() or stamp.read_text() != want:
-        print("clients: installing the pinned dependencies (requirements.txt)", flush=True)
-        pip(venv, "install", "-r", str(requirements), "-c", str(constraints))
-        stamp.write_text(want)
-    roots = {}
-    for name, archive in archives.items():
-        root, want = venv / "src" / name, f"{name} {sha16(archive)}"
-        marker = root / ".archive"
-        if not marker.exists() or marker.read_text() != want:
-            print(f"clients: unpacking {archive}", flush=True)
-            shutil.rmtree(root, ignore_errors=True)
-            root.mkdir(parents=True)
-            with tarfile.open(archive) as tar:
-                tar.extractall(root, filter="data")
-            pip(venv, "install", "--no-deps", "-e", str(root))
-            marker.write_text(want)
-        roots[name] = root
-    stamp, want = venv / ".flaxgraph", f"{REPO} {sha16(REPO / 'pyproject.toml')}"
-    if not stamp.exists() or stamp.read_text() != want:
-        pip(venv, "install", "--no-deps", "-e", str(REPO))
-        stamp.write_text(want)
-    return roots
-
-
 def run_file(
     file: TestFile, venv: Path, root: Path, flaxgraph: bool, test_timeout: int, timeout: int
 ) -> FileRun:
-    """Runs one test file in its own pytest process and reads back its outcomes."""
+    """Runs one test file in its own pytest process and reads back its outcomes.
+
+    ``venv`` is the file's environment, ``root`` its client's source tree (the working folder).
+    """
+    client = CLIENTS[file.client]
     logs = OUTPUTS / ("flaxgraph" if flaxgraph else "flax")
     logs.mkdir(parents=True, exist_ok=True)
     stem = file.name.replace("/", "_")
@@ -154,6 +106,7 @@ def run_file(
         "PYTHONPATH": str(HERE),
         "PYTHONPYCACHEPREFIX": str(venv / "pycache"),
         "CLIENT_OUTCOMES": str(results),
+        **dict(client.variables),
     }
     env.pop("XLA_FLAGS", None)
     cmd = [
@@ -173,7 +126,7 @@ def run_file(
         # inside the checkout, whose pyproject.toml would otherwise be found first)
         f"--rootdir={root}",
         "-c",
-        str(root / "pyproject.toml"),
+        str(root / client.pytest_config),
         file.path,
     ]
     start, status = time.time(), "ran"
@@ -221,6 +174,17 @@ def run_file(
     if status != "ran" and not outcomes:  # died before any test reported: the file fails
         outcomes[file.name] = ("error", note or f"{status} (exit {returncode}); see {log}")
     return FileRun(file, status, seconds, outcomes, note)
+
+
+def python_version(venv: Path) -> tuple[int, int]:
+    """The (major, minor) version of the venv's interpreter."""
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sys; print(*sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return int(out[0]), int(out[1])
 
 
 class Verdict(NamedTuple):
@@ -320,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--baseline", action="store_true", help="run on the real Flax")
     parser.add_argument("--write", action="store_true", help="rewrite the baseline/expectations")
-    parser.add_argument("--venv", type=Path, default=REPO / ".venv-clients")
     parser.add_argument(
         "--src",
         type=Path,
@@ -329,6 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-timeout", type=int, default=900, help="seconds per test")
     parser.add_argument("--timeout", type=int, default=2400, help="seconds per file")
     parser.add_argument("--list", action="store_true", help="print the selection and exit")
+    parser.add_argument(
+        "--trainer",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="MaxText's trainer on both libraries (maxtext_trainer.py); auto: when MaxText files "
+        "are judged without --only",
+    )
     args = parser.parse_args(argv)
     names = SUBSETS[args.subset]
     files = [f for f in ALL if f.name in names]
@@ -342,18 +312,21 @@ def main(argv: list[str] | None = None) -> int:
         for e in EXCLUDED:
             print("excluded", f"{e.client}: {e.files}\n         -> {e.reason}")
         return 0
-    src = args.src if args.src.is_absolute() else (REPO / args.src)
-    roots = build_env(args.venv.resolve(), src.resolve())
-    version = subprocess.run(
-        [str(args.venv / "bin" / "python"), "-c", "import sys; print(*sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    too_new = [f for f in files if tuple(map(int, version)) < f.min_python]
-    for f in too_new:
-        print(f"clients: skipping {f.name}: needs Python >= {f.min_python}, the venv has {version}")
-    files = [f for f in files if f not in too_new]
+    src = (args.src if args.src.is_absolute() else (REPO / args.src)).resolve()
+    venvs, roots, skipped = {}, {}, []
+    for environment in ENVIRONMENTS.values():
+        clients = [c for c in CLIENTS.values() if c.environment == environment.name]
+        if any(CLIENTS[f.client] in clients for f in files):
+            roots.update(build(environment, clients, src))
+            venvs.update({c.name: (REPO / environment.venv).resolve() for c in clients})
+    for f in files:
+        version = python_version(venvs[f.client])
+        if version < f.min_python:
+            print(
+                f"clients: skipping {f.name}: needs Python >= {f.min_python}, its venv has {version}"
+            )
+            skipped.append(f)
+    files = [f for f in files if f not in skipped]
     expectations = parse_expectations(EXPECTATIONS.read_text(encoding="utf-8"))
     baseline = parse_baseline(BASELINE.read_text(encoding="utf-8")) if BASELINE.exists() else {}
     side = "real Flax 0.12.8" if args.baseline else "flaxgraph (flax.nnx bound by the drop-in)"
@@ -365,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             pool.submit(
                 run_file,
                 f,
-                args.venv.resolve(),
+                venvs[f.client],
                 roots[f.client],
                 not args.baseline,
                 args.test_timeout,
@@ -401,6 +374,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clients: wrote {EXPECTATIONS} ({len(new)} entries)")
         return 0
     verdict = judge(runs, expectations, baseline)
+    trainer = []
+    wanted = any(f.client == "maxtext" for f in files) and not args.only
+    if args.trainer == "on" or (args.trainer == "auto" and wanted):
+        print("clients: MaxText's trainer on real Flax and on flaxgraph", flush=True)
+        if "maxtext" not in roots:
+            roots.update(build(ENVIRONMENTS["maxtext"], [CLIENTS["maxtext"]], src))
+        trainer = maxtext_trainer.check(
+            (REPO / ENVIRONMENTS["maxtext"].venv).resolve(), roots["maxtext"]
+        )
+        print(f"clients: {time.time() - start:.0f} s in all, with the trainer")
+    for problem in trainer:
+        print(f"TRAINER: {problem}")
     for test, outcome, message in verdict.unexpected:
         print(f"UNEXPECTED {outcome}: {test}\n    {message}")
     for test in verdict.now_passing:
@@ -411,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"BINDING NOT PROVEN: {line}")
     counts = Counter(e.category for t, e in expectations.items())
     print("expectations: " + ", ".join(f"{counts[c]} {c}" for c in CATEGORIES))
-    ok = not (verdict.unexpected or verdict.now_passing or verdict.not_run or verdict.bad_files)
+    ok = not (
+        verdict.unexpected or verdict.now_passing or verdict.not_run or verdict.bad_files or trainer
+    )
     print("clients: OK" if ok else "clients: FAILED (see above)")
     return 0 if ok else 1
 
