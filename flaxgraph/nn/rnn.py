@@ -3,8 +3,9 @@
 ``RNN(cell)`` runs a cell (``flaxgraph.nn.recurrent``: ``LSTMCell``,
 ``GRUCell``, ...) over the time axis with flaxgraph's ``nnx.scan`` (one compiled
 step, not a Python loop), carrying the cell's own state too (e.g. a dropout
-stream inside the cell advances every step). ``seq_lengths`` stops each
-sequence's carry at its length; ``Bidirectional`` runs a forward and a backward
+stream inside the cell advances every step). With ``seq_lengths`` the cell
+runs on through the padding and the final carry is each sequence's carry at its
+length, as in Flax; ``Bidirectional`` runs a forward and a backward
 ``RNN`` and merges their outputs.
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
@@ -127,6 +128,16 @@ def _keep_where(valid: jax.Array, new: Any, old: Any) -> Any:
     return jax.tree.map(select, new, old)
 
 
+def _last_step(seq_lengths: jax.Array, steps: int) -> jax.Array:
+    """The step whose carry is each sequence's final carry: ``seq_lengths - 1``
+    read as an index into ``steps`` steps (a length of 0 names the last step, a
+    length past the end is clamped to it), as Flax NNX 0.12.8's ``RNN`` picks it
+    from the history of carries."""
+    index = jnp.asarray(seq_lengths) - 1
+    index = jnp.where(index < 0, index + steps, index)
+    return jnp.clip(index, 0, steps - 1)
+
+
 def carry_stream(owner: str, rngs: Rngs | RngStream | bool) -> RngStream | None:
     """The stream an ``RNN``/``Bidirectional`` keeps for ``initialize_carry``:
     ``True`` a ``'carry'`` stream seeded with 0, ``False`` none, an ``Rngs`` a fork
@@ -175,9 +186,12 @@ class RNN(Module):
         none.
 
     Call: ``inputs``; optional ``initial_carry`` (default
-    ``cell.initialize_carry`` with ``rngs``), ``seq_lengths`` (shape ``batch``: the
-    carry stops changing after each sequence's length; ``reverse`` flips only the
-    valid steps), and per-call ``return_carry``, ``time_major``, ``reverse``,
+    ``cell.initialize_carry`` with ``rngs``), ``seq_lengths`` (an integer array of
+    shape ``batch``: the cell still runs on every step, padding included, so the
+    outputs are those of the whole sequence; the returned final carry of sequence
+    ``b`` is the carry after its step ``seq_lengths[b] - 1``, the last step for a
+    length of 0; ``reverse`` flips the real steps and the padding each among
+    themselves, see ``flip_sequences``), and per-call ``return_carry``, ``time_major``, ``reverse``,
     ``keep_order``. Returns the stacked outputs ``(*batch, time, hidden)`` (or
     time-major), and the final carry first with ``return_carry``.
 
@@ -259,18 +273,29 @@ class RNN(Module):
                 {All(RngState, self.broadcast_rngs): None, **dict(state_axes.items())}
             )
 
+        # The cell runs on through the padding steps (their outputs are the cell's, as
+        # in Flax); with seq_lengths and return_carry the final carry of each sequence
+        # is the carry after its last real step, kept aside as the scan passes it.
+        last = None
+        if seq_lengths is not None and return_carry:
+            last = _last_step(seq_lengths, x.shape[0])
+
         @scan(in_axes=(state_axes, Carry, 0, 0, None), out_axes=(Carry, 0), unroll=self.unroll)
-        def run(cell: RNNCellBase, carry: Any, x_t: jax.Array, t: jax.Array, lengths: Any) -> Any:
+        def run(cell: RNNCellBase, carries: Any, x_t: jax.Array, t: jax.Array, last: Any) -> Any:
+            carry, picked = carries
             with _kept_as_is(cell, state_axes if self.broadcast_rngs is not None else None):
-                new_carry, y = cell(carry, x_t)
-            if lengths is not None:
-                new_carry = _keep_where(t < lengths, new_carry, carry)
-            return new_carry, y
+                carry, y = cell(carry, x_t)
+            if last is not None:
+                picked = _keep_where(t == last, carry, picked)
+            return (carry, picked), y
 
         if self.broadcast_rngs is not None:
             # one fresh key per call for the broadcast streams, shared by every step
             run = split_rngs(splits=1, only=self.broadcast_rngs, squeeze=True)(run)
-        carry, ys = run(self.cell, initial_carry, x, steps, seq_lengths)
+        picked = initial_carry if last is not None else None
+        (carry, picked), ys = run(self.cell, (initial_carry, picked), x, steps, last)
+        if last is not None:
+            carry = picked
         if reverse and keep_order:
             ys = flip_sequences(ys, seq_lengths, n_batch, time_major=True)
         ys = jnp.moveaxis(ys, 0, time_axis)

@@ -121,21 +121,55 @@ def _copy_params(source, target):
             v.set_value(values[path])
 
 
-@pytest.mark.parametrize("keep_order", [False, True])
-def test_reversed_rnn_with_lengths_equals_flax(keep_order):
-    # The real steps and the final carry; on the padding steps the outputs differ on
-    # purpose: flaxgraph's RNN holds the carry there, Flax's runs the cell on.
-    cell = nnx.GRUCell(3, 4, rngs=nnx.Rngs(0))
-    flax_cell = flax_nnx.GRUCell(3, 4, rngs=flax_nnx.Rngs(0))
+def _rnn_pair(cell_type: str, time_major: bool):
+    cls, flax_cls = getattr(nnx, cell_type), getattr(flax_nnx, cell_type)
+    cell, flax_cell = cls(3, 4, rngs=nnx.Rngs(0)), flax_cls(3, 4, rngs=flax_nnx.Rngs(0))
     _copy_params(cell, flax_cell)
+    return nnx.RNN(cell, time_major=time_major), flax_nnx.RNN(flax_cell, time_major=time_major)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    lengths=st.integers(1, 4).flatmap(
+        lambda batch: st.tuples(
+            st.integers(1, 6), st.lists(st.integers(0, 6), min_size=batch, max_size=batch)
+        )
+    ),
+    cell_type=st.sampled_from(["GRUCell", "LSTMCell", "SimpleCell"]),
+    time_major=st.booleans(),
+    reverse=st.booleans(),
+    keep_order=st.booleans(),
+)
+def test_rnn_with_seq_lengths_equals_flax_on_every_step(
+    lengths, cell_type, time_major, reverse, keep_order
+):
+    # Flax NNX 0.12.8 runs the cell on through the padding steps and returns, as the
+    # final carry, the carry after each sequence's step length - 1 (the last step
+    # for a length of 0): every output and the carry are compared.
+    steps, seq = lengths
+    seq_lengths = jnp.minimum(jnp.array(seq), steps)
+    ours, theirs = _rnn_pair(cell_type, time_major)
+    shape = (steps, len(seq), 3) if time_major else (len(seq), steps, 3)
+    x = jax.random.normal(jax.random.key(steps), shape)
+    options = {"seq_lengths": seq_lengths, "reverse": reverse, "keep_order": keep_order}
+    carry, ys = ours(x, return_carry=True, **options)
+    flax_carry, flax_ys = theirs(x, return_carry=True, **options)
+    np.testing.assert_allclose(ys, flax_ys, rtol=1e-5, atol=1e-6)
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), carry, flax_carry
+    )
+    np.testing.assert_allclose(ours(x, **options), theirs(x, **options), rtol=1e-5, atol=1e-6)
+
+
+def test_rnn_padding_steps_run_the_cell():
+    # The outputs past a sequence's length are the cell run on through the padding,
+    # as in Flax, not the cell applied to a held carry.
+    ours, theirs = _rnn_pair("GRUCell", False)
     x = jax.random.normal(jax.random.key(1), (2, 5, 3))
     lengths = jnp.array([2, 5])
-    options = {"reverse": True, "keep_order": keep_order, "return_carry": True}
-    carry, ours = nnx.RNN(cell, **options)(x, seq_lengths=lengths)
-    flax_carry, theirs = flax_nnx.RNN(flax_cell, **options)(x, seq_lengths=lengths)
-    np.testing.assert_allclose(carry, flax_carry, rtol=1e-5, atol=1e-6)
-    real = (jnp.arange(5)[None, :] < lengths[:, None])[..., None]
-    np.testing.assert_allclose(ours * real, theirs * real, rtol=1e-5, atol=1e-6)
+    whole = ours(x)
+    np.testing.assert_allclose(ours(x, seq_lengths=lengths), whole, rtol=1e-6)
+    np.testing.assert_allclose(theirs(x, seq_lengths=lengths), whole, rtol=1e-5, atol=1e-6)
 
 
 def test_type_names_are_flaxs():
