@@ -12,7 +12,7 @@ layer's bias, the generated function reads (``python -m flaxgraph.transforms.exp
       if args[0] is not model_1 or (type(args[1]) is not arrayimpl_type_2 and ...): return MISS
       if _ctx.trace._weakref is not TRACE: return MISS
       if model_1._obj_version != 1 or list_3._obj_version != 2 or ...: return MISS
-      if (param_8._var_metadata is not metadata_9 or ...) and _list(...) != ...: return MISS
+      if (param_8.<METADATA_SLOT> is not metadata_9 or ...) and _list(...) != ...: return MISS
       values = [param_8.raw_value, param_10.raw_value, ..., args[1]]
       try:
           out_groups = COMPILED(values, [])
