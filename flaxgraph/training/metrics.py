@@ -322,13 +322,20 @@ class Welford(Metric):
         return Statistics(self.mean.value, std / jnp.sqrt(n), std)
 
 
+def _as_float_text(value: object) -> str:
+    try:
+        return repr(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "0.5"
+
+
 class Accuracy(Average):
     """The fraction of correct predictions so far.
 
     Args:
       threshold: ``None`` for multi-class classification: ``logits`` has shape
         ``(..., num_classes)``, ``labels`` shape ``(...)`` of integers, and the
-        prediction is ``argmax(logits, -1)``. A number for binary classification:
+        prediction is ``argmax(logits, -1)``. A ``float`` for binary classification:
         ``logits`` and ``labels`` have the same shape, labels are integers (0/1) or
         bools, the prediction is ``logits >= threshold`` and a label counts as
         positive when it is ``> 0``.
@@ -341,6 +348,9 @@ class Accuracy(Average):
     before any update).
 
     Raises:
+      TypeError: ``threshold`` is neither ``None`` nor a ``float`` (an ``int`` such
+        as ``1``, a bool or a ``np.float32`` is refused, as in Flax; ``np.float64``
+        is a ``float``).
       ValueError: from ``update``: the ranks do not fit (``logits.ndim ==
         labels.ndim + 1`` without threshold, equal ranks with one), the labels
         are not integers (or bools, with a threshold), or ``mask`` does not
@@ -365,6 +375,13 @@ class Accuracy(Average):
     """
 
     def __init__(self, threshold: float | None = None, argname: str = "values"):
+        if threshold is not None and not isinstance(threshold, float):
+            raise TypeError(
+                f"Expected threshold to be a float, got {type(threshold)}: "
+                f"Accuracy(threshold={threshold!r}). Pass a Python float (e.g. "
+                f"threshold={_as_float_text(threshold)}) for binary classification, or "
+                "None for multi-class."
+            )
         super().__init__(argname)
         self.threshold = threshold
 

@@ -470,3 +470,23 @@ def test_binary_accuracy_threshold_is_inclusive_and_labels_positive_above_zero()
     acc = metrics.Accuracy(threshold=0.5)
     acc.update(logits=jnp.array([0.5, 0.4, 0.9]), labels=jnp.array([1, 0, 2]))
     assert float(acc.compute()) == 1.0
+
+
+@pytest.mark.parametrize(
+    "threshold", [None, 0.5, np.float64(0.25), 1, 0, True, np.float32(0.5), np.int32(1), "0.5"]
+)
+def test_accuracy_threshold_type_is_checked_as_flax(threshold: Any):
+    # Flax NNX 0.12.8 accepts None or an instance of float, and raises TypeError
+    # with the same first sentence for anything else.
+    pytest.importorskip("flax")
+    from flax import nnx as flax_nnx
+
+    try:
+        flax_nnx.metrics.Accuracy(threshold=threshold)
+    except TypeError as flax_error:
+        with pytest.raises(TypeError) as ours:
+            Accuracy(threshold=threshold)
+        assert str(ours.value).startswith(str(flax_error))
+        assert "Pass a Python float" in str(ours.value)
+    else:
+        assert Accuracy(threshold=threshold).threshold == threshold
