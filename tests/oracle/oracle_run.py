@@ -207,6 +207,13 @@ def _split_merge(library: Library, program: Program) -> Any:
     return {"split": flat_state(library, state), "merged": observe(library, program, merged)}
 
 
+def _split_filters(library: Library, program: Program) -> Any:
+    nnx = library.nnx
+    root = build(library, program)
+    _, params, rngs, rest = nnx.split(root, nnx.Param, nnx.RngState, ...)
+    return [flat_state(library, s) for s in (params, rngs, rest)]
+
+
 def _update(library: Library, program: Program) -> Any:
     nnx = library.nnx
     root = build(library, program)
@@ -296,6 +303,7 @@ def _pytree(library: Library, program: Program) -> Any:
 OPERATIONS: dict[str, Callable[[Library, Program], Any]] = {
     "construct": _construct,
     "split_merge": _split_merge,
+    "split_filters": _split_filters,
     "update": _update,
     "hash": _hash,
     "jit": _jit,
