@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 
-.PHONY: install test conformance clients clients-ci browser guides-html docs demo demo-distributed bench bench-quick lint clean
+.PHONY: install test oracle conformance clients clients-ci browser guides-html docs demo demo-distributed bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ install: $(STAMP)  ## create .venv and install flaxgraph (editable) with test, d
 
 test: $(STAMP) browser  ## run the whole suite, guides included
 	$(BIN)/python -m pytest -n 2 --hypothesis-profile=$(HYPOTHESIS_PROFILE) $(PYTEST_ARGS)
+
+oracle: $(STAMP)  ## the differential oracle (real Flax NNX 0.12.8 vs flaxgraph) on 2,000 generated programs (make test runs a bounded number)
+	ORACLE_EXAMPLES=$(or $(ORACLE_EXAMPLES),2000) $(BIN)/python -m pytest -p no:randomly -n 2 tests/oracle
 
 conformance: $(STAMP)  ## Flax 0.12.8's own tests/nnx against flaxgraph, checked against tests/conformance/deviations.txt
 	$(BIN)/python tests/conformance/run_flax_tests.py

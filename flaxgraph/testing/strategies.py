@@ -33,6 +33,7 @@ bit. This module needs ``hypothesis`` (a test-only dependency); importing
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -622,6 +623,18 @@ def attribute_values(*, max_depth: int = 2) -> SearchStrategy[Any]:
 
     Source: flaxgraph.
     """
+    return _attribute_values(max_depth)
+
+
+@st.composite
+def _attribute_values(draw: Any, max_depth: int) -> Any:
+    # A composite around the cached strategy: its repr stays short (the nested
+    # strategy's own repr is tens of kilobytes, and hypothesis warns when it prints it).
+    return draw(_attribute_values_strategy(max_depth))
+
+
+@functools.cache
+def _attribute_values_strategy(max_depth: int) -> SearchStrategy[Any]:
     scalars = st.one_of(
         st.builds(values.PyScalar, st.none() | st.booleans() | st.integers(-3, 3)),
         st.builds(values.PyScalar, st.sampled_from((0.0, 0.25, 1.5, -2.0, 1e-9, 1j, "ab", ""))),
@@ -659,7 +672,7 @@ def attribute_values(*, max_depth: int = 2) -> SearchStrategy[Any]:
     base = st.one_of(scalars, arrays_, keys, others)
     if max_depth <= 0:
         return base
-    inner = attribute_values(max_depth=max_depth - 1)
+    inner = _attribute_values(max_depth - 1)
     names = st.sampled_from(("width", "name", "k"))
     return st.one_of(
         base,

@@ -25,6 +25,7 @@ assignment order) run under one ``jax_default_prng_impl``. An attribute is one o
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import hypothesis.strategies as st
@@ -187,6 +188,14 @@ def _rngs(draw: Any) -> RngsItem:
     )
 
 
+@st.composite
+def _item(draw: Any, depth: int) -> Item:
+    # A composite around the cached strategy: a short repr (hypothesis warns when it
+    # prints a strategy's repr of tens of kilobytes)
+    return draw(_items(depth))
+
+
+@functools.cache
 def _items(depth: int) -> st.SearchStrategy[Item]:
     leaves: list[st.SearchStrategy[Any]] = [
         st.builds(Raw, attribute_values(max_depth=2)),
@@ -213,7 +222,7 @@ def _items(depth: int) -> st.SearchStrategy[Item]:
 
 def _nodes(depth: int, kinds: tuple[str, ...]) -> st.SearchStrategy[NodeSpec]:
     attrs = st.lists(
-        st.tuples(st.sampled_from(NAMES), _items(depth)),
+        st.tuples(st.sampled_from(NAMES), _item(depth)),
         max_size=3,
         unique_by=lambda kv: kv[0],
     ).map(tuple)
