@@ -120,3 +120,18 @@ def test_dropout_subclass_draws_the_same_mask_as_flax() -> None:
 
         masks.append(np.asarray(KeepAllDropout(lib.Rngs(params=0, dropout=1))(jnp.ones(16))))
     np.testing.assert_array_equal(masks[0], masks[1])
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_a_traced_raw_key_makes_one_key(prng_impl: str, lib: Any) -> None:
+    # A trainer passes its raw key data as an argument of the function it eval_shapes.
+    raw = jax.random.key_data(jax.random.key(0))
+
+    def draw(k: jax.Array) -> jax.Array:
+        return jax.random.fold_in(lib.Rngs(params=k).params(), 3)
+
+    out = jax.eval_shape(draw, raw)
+    assert out.shape == ()
+    assert jnp.issubdtype(out.dtype, jax.dtypes.prng_key)
+    model = lib.eval_shape(lambda k: lib.Linear(2, 3, rngs=lib.Rngs(params=k)), raw)
+    assert model.kernel.get_value().shape == (2, 3)
