@@ -11,7 +11,9 @@ Source: Flax NNX 0.12 ``nnx.split_rngs``, ``nnx.fork_rngs``, ``nnx.reseed``,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import jax
@@ -106,28 +108,45 @@ def reseed(
 # -- splitting streams around a transform ----------------------------------------------
 
 
+@partial(jax.tree_util.register_dataclass, data_fields=["backups"], meta_fields=[])
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class RngBackups:
     """What ``split_rngs``/``fork_rngs`` replaced, to put back with ``restore()``.
 
-    Use it as a context manager (``with nnx.split_rngs(model, splits=4): ...``) or
-    call ``restore_rngs(backups)``. Iterating gives ``(stream, key, count)`` for each
-    replaced stream, as Flax's ``SplitBackups`` (``flaxgraph.rnglib.SplitBackups`` is
-    this class).
+    A frozen record (and a JAX pytree) with one field, ``backups``: a list of
+    ``(stream, key, count)`` (or ``(stream, key)``) tuples, one per replaced stream.
+    Build it as Flax does, ``SplitBackups(backups=[...])`` (or positionally), and
+    change it with ``replace(backups=...)``. Use it as a context manager (``with
+    nnx.split_rngs(model, splits=4): ...``) or call ``restore_rngs(backups)``.
+    Iterating gives the tuples, as Flax's ``SplitBackups``
+    (``flaxgraph.rnglib.SplitBackups`` is this class). Equality is identity.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> rngs = nnx.Rngs(0)
+      >>> backups = nnx.split_rngs(rngs, splits=2)
+      >>> [stream is rngs.default for stream, _, _ in backups.backups]
+      [True]
+      >>> backups.restore(); rngs.default.key.shape
+      ()
+
+    Source: Flax NNX 0.12 ``flax.nnx.rnglib.SplitBackups`` (a ``flax.struct``
+    record with a ``backups`` field).
     """
 
-    __slots__ = ("entries",)
+    backups: list[tuple[Any, ...]]
 
-    def __init__(self, entries: list[tuple[RngStream, Any, Any]]):
-        self.entries = entries
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.backups)
 
-    def __iter__(self) -> Iterator[tuple[RngStream, Any, Any]]:
-        return iter(self.entries)
+    def replace(self, **changes: Any) -> RngBackups:
+        """A copy with the given fields (only ``backups``) changed."""
+        return dataclasses.replace(self, **changes)
 
     def restore(self) -> None:
-        """Puts back every replaced key and count."""
-        for stream, key, count in self.entries:
-            stream.key.value = key
-            stream.count.value = count
+        """Puts back every replaced key (and count, when the entry has one)."""
+        restore_rngs(self.backups)
 
     def __enter__(self) -> RngBackups:
         return self

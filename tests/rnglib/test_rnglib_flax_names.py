@@ -4,7 +4,10 @@ same process)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -61,6 +64,29 @@ def test_split_backups_iterate_as_flax_s_and_restore_from_a_list():
     # Flax's SplitBackups yields the same (stream, key, count) triples
     f_entries = list(flax_nnx.split_rngs(flax_nnx.Rngs(params=0), splits=4))
     assert [len(e) for e in f_entries] == [3]
+
+
+@pytest.mark.parametrize("lib", ["flaxgraph", "flax"])
+def test_split_backups_is_a_record_built_as_flax_s(lib):
+    # The same program runs on both: SplitBackups(backups=...), .backups, .replace,
+    # dataclasses.fields, a pytree of the streams and saved arrays, restore on exit.
+    mod, rl = (nnx, rnglib) if lib == "flaxgraph" else (flax_nnx, flax_rnglib)
+    rngs = mod.Rngs(params=0, dropout=1)
+    backups = mod.split_rngs(rngs, splits=4)
+    assert [f.name for f in dataclasses.fields(backups)] == ["backups"]
+    assert [s for s, _, _ in backups.backups] == [rngs.dropout, rngs.params]
+    only_params = backups.replace(backups=[e for e in backups.backups if e[0] is rngs.params])
+    assert isinstance(only_params, rl.SplitBackups) and len(list(backups)) == 2
+    saved = [np.asarray(x) for x in jax.tree.leaves(backups) if x.dtype == jnp.uint32]
+    assert len(saved) == 4  # each stream's split count and its saved count
+    with rl.SplitBackups(backups=only_params.backups):
+        pass
+    assert rngs.params.key.shape == () and rngs.dropout.key.shape == (4,)
+    with rl.SplitBackups(backups=[(rngs.dropout, backups.backups[0][1])]):  # key only
+        pass
+    assert rngs.dropout.key.shape == () and rngs.dropout.count.shape == (4,)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        backups.backups = []
 
 
 def test_restore_rngs_rejects_what_it_cannot_restore():
