@@ -64,14 +64,14 @@ ALLOWED_DUPLICATE_CLASSES = {
 }
 
 LIMITS = {
-    "duplicate_class_names": 1,
+    "duplicate_class_names": 0,
     "record_setattr": 0,
     "object_setattr": 3,
     "duplicate_private_constants": 0,
     "zip_filled_records": 0,
     "bare_any": 461,
     "registry_table_reads": 8,
-    "isinstance_variable": 127,
+    "isinstance_variable": 125,
     "module_docstrings": 0,
 }
 

@@ -15,7 +15,7 @@ description         builds
 ``KeyValue``        a PRNG key: typed (``jax.random.key``) or raw (``PRNGKey``)
 ``DTypeValue``      a dtype object (``np.dtype('float32')``) or a scalar type
                     (``jnp.float32``, ``np.int8``)
-``EnumValue``       a member of the enum ``Color``
+``EnumValue``       a member of the enum ``SampleColor``
 ``FunctionValue``   a module-level function (``jax.nn.relu``, ``jnp.tanh``, ``double``)
 ``PartialValue``    a ``functools.partial`` of such a function with scalar arguments
 ``ConfigValue``     a dataclass ``FrozenConfig`` or ``MutableConfig``
@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 
-class Color(enum.Enum):
+class SampleColor(enum.Enum):
     """The enum whose members ``EnumValue`` builds."""
 
     RED = 1
@@ -180,12 +180,12 @@ class DTypeValue:
 
 @dataclasses.dataclass(frozen=True)
 class EnumValue:
-    """The member ``Color[name]``."""
+    """The member ``SampleColor[name]``."""
 
     name: str
 
     def build(self) -> Any:
-        return Color[self.name]
+        return SampleColor[self.name]
 
 
 @dataclasses.dataclass(frozen=True)
