@@ -52,6 +52,18 @@ class Flag(Generic[T]):
         stack = getattr(self._local, "stack", None)
         return stack[-1] if stack else self._value
 
+    def global_value(self) -> T:
+        """The global value, whatever ``scoped`` overrides are in force."""
+        return self._value
+
+    def stack(self) -> list[T]:
+        """This thread's stack of scoped overrides (innermost last), the list itself:
+        a caller that pushes and pops on it directly owns that balance."""
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
     def set_globally(self, value: T) -> None:
         """Sets the value for the rest of the program (outside ``scoped`` blocks)."""
         self._value = value
@@ -67,10 +79,7 @@ class Flag(Generic[T]):
 
     def push(self, value: T) -> None:
         """Starts a scoped override in this thread (``pop`` ends it)."""
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        stack.append(value)
+        self.stack().append(value)
 
     def pop(self) -> None:
         """Ends this thread's innermost scoped override."""

@@ -32,10 +32,11 @@ eager sharding"; meshes and placement from ``jax.sharding``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import jax
 from jax.experimental.layout import Format
@@ -105,6 +106,8 @@ def rename_sharding_keys(metadata: dict[str, Any], stacklevel: int = 3) -> dict[
 
 
 Rules = tuple[tuple[str, Any], ...]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # The two scoped settings of this file (see the module docstring).
 EAGER_SHARDING: Flag[bool] = Flag("eager_sharding", True)
@@ -119,8 +122,17 @@ class ShardingSpecError(ValueError):
 
 class use_eager_sharding:
     """Sets whether new Variables with sharding metadata are placed on the active mesh
-    at creation. Takes effect at once (for the rest of the program) and, used as a
-    context manager, restores the previous setting on exit.
+    at creation. Takes effect at once (for the rest of the program, in this thread)
+    and, used as a context manager, restores the previous setting on exit; used as a
+    decorator (``@nnx.use_eager_sharding(False)``), it holds only during each call.
+
+    As Flax's configuration contexts, the setting is a per-thread stack over a
+    default: ``get_default()`` is the configured default
+    (``flax_always_shard_variable``, ``True`` unless changed with
+    ``nnx.config.update``), ``get_stack()`` the stack itself (a plain call replaces
+    its top, or pushes onto an empty one; a ``with`` block pushes and pops), and
+    ``current_value()`` its top, else the default (what ``using_eager_sharding()``
+    returns).
 
     Args:
       value: ``True`` (the default setting) or ``False``.
@@ -132,30 +144,73 @@ class use_eager_sharding:
 
       >>> import flaxgraph as nnx
       >>> with nnx.use_eager_sharding(False):
-      ...   nnx.using_eager_sharding()
-      False
-      >>> nnx.using_eager_sharding()
+      ...   nnx.using_eager_sharding(), nnx.use_eager_sharding.get_default()
+      (False, True)
+      >>> nnx.use_eager_sharding.current_value()
       True
 
-    Source: Flax NNX 0.12 ``nnx.use_eager_sharding``.
+    Source: Flax NNX 0.12 ``nnx.use_eager_sharding`` (``flax.typing``'s
+    configuration context: ``get_default``, ``get_stack``, ``current_value``).
     """
 
-    __slots__ = ("_previous",)
+    __slots__ = ("prev_value", "new_value")
 
     def __init__(self, value: bool):
         if not isinstance(value, bool):
             raise TypeError(f"use_eager_sharding takes a bool, got {value!r}.")
-        self._previous = EAGER_SHARDING.get()
-        EAGER_SHARDING.set_globally(value)
+        stack = self.get_stack()
+        self.prev_value: bool | None = stack[-1] if stack else None
+        if stack:
+            stack[-1] = value
+        else:
+            stack.append(value)
+        self.new_value = value
+
+    @classmethod
+    def get_default(cls) -> bool:
+        """The setting outside every ``use_eager_sharding``: the configured
+        ``flax_always_shard_variable``."""
+        return EAGER_SHARDING.global_value()
+
+    @classmethod
+    def get_stack(cls) -> list[bool]:
+        """This thread's stack of settings (innermost last), the list itself."""
+        return EAGER_SHARDING.stack()
+
+    @classmethod
+    def current_value(cls) -> bool:
+        """The setting in force here: the top of the stack, else the default."""
+        return EAGER_SHARDING.get()
 
     def __enter__(self) -> use_eager_sharding:
+        # keep the replaced setting under this block's, so the exit's pop restores it
+        if self.prev_value is not None:
+            self.get_stack().insert(-1, self.prev_value)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        EAGER_SHARDING.set_globally(self._previous)
+        self.get_stack().pop()
+
+    def __call__(self, f: Callable[P, R]) -> Callable[P, R]:
+        # as a decorator the construction's change is undone; each call pushes it
+        stack = self.get_stack()
+        stack.pop()
+        if self.prev_value is not None:
+            stack.append(self.prev_value)
+        value = self.new_value
+
+        @functools.wraps(f)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            EAGER_SHARDING.push(value)
+            try:
+                return f(*args, **kwargs)
+            finally:
+                EAGER_SHARDING.pop()
+
+        return wrapper
 
     def __repr__(self) -> str:
-        return f"use_eager_sharding(previous={self._previous})"
+        return f"use_eager_sharding({self.new_value})"
 
 
 def using_eager_sharding() -> bool:

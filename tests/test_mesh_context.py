@@ -13,6 +13,8 @@ training step equal to the same step on one device.
 from __future__ import annotations
 
 import textwrap
+import threading
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -38,12 +40,47 @@ def test_use_eager_sharding_sets_at_once_and_restores_as_a_context_manager() -> 
             assert nnx.using_eager_sharding() is True
         assert nnx.using_eager_sharding() is False
     assert nnx.using_eager_sharding() is True
-    nnx.use_eager_sharding(False)  # not as a context manager: global
+    nnx.use_eager_sharding(False)  # not as a context manager: for the rest of the thread
     try:
         assert nnx.using_eager_sharding() is False
     finally:
         nnx.use_eager_sharding(True)
     assert nnx.using_eager_sharding() is True
+
+
+def _eager_sharding_program(lib: Any) -> list[Any]:
+    """Every way of setting eager sharding, with what Flax's class methods see."""
+    u = lib.use_eager_sharding
+    seen: list[Any] = [(u.get_default(), list(u.get_stack()), u.current_value())]
+    lib.use_eager_sharding(False)
+    seen.append((u.get_default(), list(u.get_stack()), u.current_value()))
+    with lib.use_eager_sharding(True):
+        seen.append((list(u.get_stack()), u.current_value()))
+        with lib.use_eager_sharding(False):
+            seen.append((list(u.get_stack()), u.current_value(), lib.using_eager_sharding()))
+        seen.append((list(u.get_stack()), u.current_value()))
+
+    @lib.use_eager_sharding(True)
+    def decorated() -> Any:
+        return list(u.get_stack()), u.current_value(), lib.using_eager_sharding()
+
+    seen += [(list(u.get_stack()), u.current_value()), decorated(), list(u.get_stack())]
+    other: list[Any] = []  # another thread has its own stack
+    thread = threading.Thread(target=lambda: other.append((list(u.get_stack()), u.current_value())))
+    thread.start()
+    thread.join()
+    lib.use_eager_sharding(True)
+    seen += [other, (list(u.get_stack()), u.current_value())]
+    u.get_stack().clear()
+    return seen
+
+
+def test_use_eager_sharding_class_methods_behave_as_flax_s() -> None:
+    flax_nnx.use_eager_sharding.get_stack().clear()
+    nnx.use_eager_sharding.get_stack().clear()
+    ours, theirs = _eager_sharding_program(nnx), _eager_sharding_program(flax_nnx)
+    assert ours == theirs
+    assert ours[1] == (True, [False], False)  # a plain call: default kept, stack top set
 
 
 def test_use_eager_sharding_rejects_non_bools() -> None:
