@@ -30,7 +30,9 @@ Chan et al.'s parallel variance update.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, TypeVar
+import dataclasses
+from functools import partial
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -222,10 +224,25 @@ class Average(Metric):
         return self.total.value / self.count.value
 
 
-class Statistics(NamedTuple):
-    """What ``Welford.compute`` returns: three ``float32`` scalars.
+@partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["mean", "standard_error_of_mean", "standard_deviation"],
+    meta_fields=[],
+)
+@dataclasses.dataclass(frozen=True, slots=True)
+class Statistics:
+    """What ``Welford.compute`` returns: three ``float32`` scalars, in a frozen
+    dataclass that is a JAX pytree (so ``dataclasses.asdict`` and ``jax.tree``
+    functions work on it, and ``nnx.jit`` can return it), as Flax's.
 
-    Source: Flax NNX ``nnx.metrics.Statistics``.
+    Example::
+
+      >>> import dataclasses, jax.numpy as jnp, flaxgraph as nnx
+      >>> stats = nnx.metrics.Statistics(jnp.float32(1), jnp.float32(0), jnp.float32(0))
+      >>> sorted(dataclasses.asdict(stats.replace(mean=jnp.float32(2))))
+      ['mean', 'standard_deviation', 'standard_error_of_mean']
+
+    Source: Flax NNX ``nnx.metrics.Statistics`` (a ``flax.struct`` dataclass).
     """
 
     mean: jax.Array
@@ -233,13 +250,12 @@ class Statistics(NamedTuple):
     standard_deviation: jax.Array
 
     def replace(self, **changes: jax.Array) -> Statistics:
-        """A copy with the given fields changed (``stats.replace(mean=m)``), as Flax's
-        ``Statistics`` (a ``flax.struct`` dataclass) has.
+        """A copy with the given fields changed (``stats.replace(mean=m)``), as Flax's.
 
         Raises:
-          ValueError: a keyword names no field.
+          TypeError: a keyword names no field.
         """
-        return self._replace(**changes)
+        return dataclasses.replace(self, **changes)
 
 
 class Welford(Metric):

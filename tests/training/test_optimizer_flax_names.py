@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -67,18 +70,29 @@ def test_missing_is_flaxgraph_s_sentinel():
     assert optimizer.MISSING is MISSING
 
 
-def test_statistics_replace_as_flax_s():
+def test_statistics_is_a_dataclass_as_flax_s():
     from flax.nnx.training import metrics as flax_metrics
 
     from flaxgraph.training import metrics
 
-    ours = metrics.Statistics(jnp.array(1.0), jnp.array(2.0), jnp.array(3.0))
-    theirs = flax_metrics.Statistics(jnp.array(1.0), jnp.array(2.0), jnp.array(3.0))
-    changed, f_changed = ours.replace(mean=jnp.array(5.0)), theirs.replace(mean=jnp.array(5.0))
-    assert [float(x) for x in changed] == [
-        float(getattr(f_changed, f))
-        for f in ("mean", "standard_error_of_mean", "standard_deviation")
-    ]
-    assert float(ours.mean) == 1.0  # a copy
-    with pytest.raises(ValueError):
-        ours.replace(median=jnp.array(0.0))
+    def program(stats_type: Any, jit: Any) -> list[Any]:
+        stats = stats_type(jnp.array(1.0), jnp.array(2.0), jnp.array(3.0))
+        changed = stats.replace(mean=jnp.array(5.0))
+        seen: list[Any] = [
+            {k: float(v) for k, v in dataclasses.asdict(changed).items()},
+            float(stats.mean),  # replace made a copy
+            [float(x) for x in jax.tree.leaves(stats)],
+            float(
+                jit(lambda s: s.replace(standard_deviation=s.mean * 2))(stats).standard_deviation
+            ),
+        ]
+        for bad in (lambda: stats.replace(median=jnp.array(0.0)), lambda: list(stats)):
+            with pytest.raises(TypeError):
+                bad()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            stats.mean = jnp.array(0.0)
+        return seen
+
+    ours = program(metrics.Statistics, nnx.jit)
+    assert ours == program(flax_metrics.Statistics, jax.jit)
+    assert ours[0] == {"mean": 5.0, "standard_error_of_mean": 2.0, "standard_deviation": 3.0}
