@@ -737,7 +737,11 @@ class Variable(Generic[A]):
         metadata = object.__getattribute__(self, "_var_metadata")
         if name in metadata:
             return metadata[name]
-        if name == "sharding":
+        if name == "sharding" and isinstance(self.raw_value, jax.Array):
+            # Names only for an array value (the guide's read); any other value (a
+            # NamedSharding held as a value, a ShapeDtypeStruct) answers as in Flax 0.12.8,
+            # from the value: MaxText reads getattr(v, "sharding", None) of Variables
+            # holding NamedShardings and expects None.
             names = _sharding_names(metadata)
             if names is not None:
                 return names
