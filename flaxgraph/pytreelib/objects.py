@@ -102,6 +102,7 @@ class Pytree:
         "_obj_version",
         "_obj_kinds",
         "_obj_layout",
+        "_obj_flags",
         "__dict__",
         "__weakref__",
     )
@@ -111,6 +112,7 @@ class Pytree:
         _obj_version: int
         _obj_kinds: tuple[tuple[Hashable, str], ...]
         _obj_layout: tuple[int, Layout] | None  # (structure version, layout)
+        _obj_flags: PytreeState  # set on the first read of ``_pytree__state``
     _obj_class_kinds: tuple[tuple[str, str], ...] = ()
     _obj_is_pytree = True
 
@@ -153,12 +155,23 @@ class Pytree:
     @property
     def _pytree__state(self) -> PytreeState:
         """The trace the object was created in, as Flax 0.12's ``_pytree__state``
-        (``.trace_state.is_valid()``); assigning one moves the object to its trace."""
-        return PytreeState.of_trace(self._obj_trace)
+        (``.trace_state.is_valid()``); assigning one moves the object to its trace.
+
+        The same ``PytreeState`` is returned on every read (made on the first), so flags a
+        caller sets on it (``_initializing``, ``_is_setup``, as Flax's Linen bridge does)
+        stay; its ``trace_state`` always names the object's current trace."""
+        state: PytreeState | None = getattr(self, "_obj_flags", None)
+        if state is None:
+            state = PytreeState.of_trace(self._obj_trace)
+            _set_flags(self, state)
+        elif state.trace_state.jax_trace is not self._obj_trace:
+            state.retrace(self._obj_trace)
+        return state
 
     @_pytree__state.setter
     def _pytree__state(self, state: PytreeState) -> None:
         _set_trace(self, state.trace_state.jax_trace)
+        _set_flags(self, state)
 
     @property
     def _object__state(self) -> PytreeState:
@@ -323,6 +336,7 @@ _set_trace = Pytree._obj_trace.__set__
 _set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
 _set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
 _set_layout = Pytree._obj_layout.__set__  # type: ignore[union-attr]
+_set_flags = Pytree._obj_flags.__set__  # type: ignore[attr-defined]
 
 
 def same_structure(old: Any, new: Any) -> bool:

@@ -51,6 +51,11 @@ class PytreeState:
         state._trace_state = TraceState.of(token)
         return state
 
+    def retrace(self, token: object) -> None:
+        """Names the trace whose token is ``token`` (the object moved to another trace);
+        the flags stay."""
+        self._trace_state = TraceState.of(token)
+
     @property
     def trace_state(self) -> TraceState:
         """The trace the object was created in."""

@@ -259,3 +259,16 @@ def test_constructing_a_hooked_variable_warns_as_flax(lib: Any) -> None:
     Hooked = _hooked_variable(lib)
     with pytest.warns(UserWarning, match="Variable hooks are deprecated"):
         Hooked(jnp.ones(1))
+
+
+def test_pytree_state_flags_persist_between_reads_as_in_flax():
+    # A Linen bridge marks every node as initializing through `_pytree__state._initializing`
+    # and reads `.initializing` later: the flag must stay on the object, in both libraries.
+    from flax import nnx as flax_nnx
+
+    for lib in (flax_nnx, nnx):
+        module = lib.Module()
+        assert module._pytree__state.initializing is False, lib.__name__
+        module._pytree__state._initializing = True
+        assert module._pytree__state.initializing is True, lib.__name__
+        assert module._pytree__state.trace_state.is_valid(), lib.__name__
