@@ -401,6 +401,7 @@ GROUPS = (
             "testing.arrays",
             "testing.variables",
             "testing.static_values",
+            "testing.attribute_values",
             "testing.filters",
             "testing.mutations",
             "testing.modes",
