@@ -737,11 +737,11 @@ class Variable(Generic[A]):
         metadata = object.__getattribute__(self, "_var_metadata")
         if name in metadata:
             return metadata[name]
-        if name == "sharding" and isinstance(self.raw_value, jax.Array):
-            # Names only for an array value (the guide's read); any other value (a
-            # NamedSharding held as a value, a ShapeDtypeStruct) answers as in Flax 0.12.8,
-            # from the value: MaxText reads getattr(v, "sharding", None) of Variables
-            # holding NamedShardings and expects None.
+        if name == "sharding" and _placed_by_no_mesh(self.raw_value):
+            # Names only for an array value that no mesh placed (the guide's read: a
+            # Param made outside a mesh, or a tracer inside nnx.vmap); an array a mesh
+            # placed answers with its NamedSharding and any other value (a NamedSharding
+            # held as a value, a ShapeDtypeStruct) from the value, as in Flax 0.12.8.
             names = _sharding_names(metadata)
             if names is not None:
                 return names
@@ -1237,6 +1237,19 @@ def _metadata_hook_message(kind: str, metadata: Mapping[str, Any]) -> str:
     )
 
 
+def _placed_by_no_mesh(value: object) -> bool:
+    """True for an array whose placement says nothing of mesh axes: a single-device
+    array, or a tracer with no sharding (inside ``vmap``). An array a mesh placed (its
+    ``sharding`` a ``NamedSharding``) and any non-array value: False."""
+    if not isinstance(value, jax.Array):
+        return False
+    try:
+        placement = value.sharding
+    except Exception:  # a tracer of a transform that tracks no placement
+        return True
+    return not isinstance(placement, jax.sharding.NamedSharding)
+
+
 def _sharding_names(metadata: Mapping[str, Any]) -> Any:
     """``v.sharding`` of a Variable with sharding names: the names, with a
     ``DeprecationWarning`` (as Flax 0.12.8's ``sharding_names`` gives them), or ``None``
@@ -1246,7 +1259,9 @@ def _sharding_names(metadata: Mapping[str, Any]) -> Any:
     names a Variable was given (``nnx.Param(x, sharding=('a', 'b', None))``) back as
     ``.sharding``; Flax 0.12.8 stores them as ``out_sharding`` and answers ``.sharding``
     with the array's placement instead. A ``NamedSharding`` given as ``out_sharding`` is
-    a placement, not names: ``None``."""
+    a placement, not names: ``None``. An array a mesh placed answers with its
+    ``NamedSharding`` (Flax 0.12.8's answer), so code written for Flax 0.12.8 under a
+    mesh reads the placement it expects."""
     names = metadata.get("out_sharding")
     if not isinstance(names, (tuple, PartitionSpec)):
         return None

@@ -8,7 +8,10 @@ value as Flax 0.12.8 does: a ``NamedSharding`` has no ``sharding`` attribute, so
 Differential against real ``flax.nnx``.
 """
 
+import warnings
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx as flax_nnx
@@ -26,3 +29,19 @@ def test_a_variable_holding_a_named_sharding_has_no_sharding_attribute(names):
             v = lib.Variable(NamedSharding(mesh, PartitionSpec("x")), out_sharding=names)
         answers.append(getattr(v, "sharding", None))
     assert answers == [None, None]
+
+
+def test_an_array_a_mesh_placed_answers_sharding_with_its_placement_as_in_flax():
+    # Flax 0.12.8 code under a mesh reads `v.sharding.spec`: with eager sharding the value
+    # is placed by a NamedSharding, and both libraries answer with it (no warning).
+    mesh = jax.make_mesh((1,), ("model",))
+    answers = []
+    for lib in (flax_nnx, nnx):
+        with jax.set_mesh(mesh), warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            v = lib.Param(jnp.ones((2, 4)), out_sharding=(None, "model"))
+            answers.append(v.sharding)
+    flax_answer, flaxgraph_answer = answers
+    assert isinstance(flax_answer, jax.sharding.NamedSharding)
+    assert isinstance(flaxgraph_answer, jax.sharding.NamedSharding)
+    assert flaxgraph_answer.spec == flax_answer.spec
