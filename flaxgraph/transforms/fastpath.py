@@ -389,7 +389,7 @@ def finish_fast(
     if out is plan.last_out:
         bound = plan.last_finish
     else:
-        fin = out.finish.plan
+        fin = cast("FinishPlan | None", out.finish.plan)
         if fin is None:
             fin = out.finish.plan = FinishPlan(out, plan)
         if not fin.usable:

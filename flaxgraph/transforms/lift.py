@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import jax
 
@@ -63,9 +63,6 @@ from flaxgraph.transforms.prefix_groups import group_index, same_prefix
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
 from flaxgraph.variablelib.variable import Variable, metadata_of
-
-if TYPE_CHECKING:
-    from flaxgraph.transforms.fastpath import FinishPlan
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Hashable)
@@ -228,7 +225,7 @@ class FinishCache:
     __slots__ = ("plan",)
 
     def __init__(self) -> None:
-        self.plan: FinishPlan | None = None
+        self.plan: object = None  # a fastpath.FinishPlan (fastpath imports this module)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
