@@ -33,7 +33,7 @@ import dataclasses
 import enum
 import inspect
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -357,10 +357,18 @@ def pytree_children(x: object) -> tuple[list[tuple[Key, Any]], Any] | None:
     return [(_key_of(path[0]), child) for path, child in with_path], treedef
 
 
-def find_unflattenable(x: Any) -> tuple[tuple[Key, ...], Any, Exception] | None:
+class Unflattenable(NamedTuple):
+    """A value registered as a JAX pytree whose flatten raises, and where it is."""
+
+    keys: tuple[Key, ...]  # the path below the value searched
+    value: object
+    error: Exception  # JAX's error from flattening it
+
+
+def find_unflattenable(x: Any) -> Unflattenable | None:
     """The first value in ``x`` (``x`` itself, or an item of the plain lists, tuples
     and dicts it is made of) whose type is registered as a JAX pytree but whose
-    flatten raises: ``(path below x, value, JAX's error)``; ``None`` if there is none.
+    flatten raises, as an ``Unflattenable`` record; ``None`` if there is none.
 
     Such a value is neither walkable data nor known to be static; the walks take it
     as static (``classify``), an attribute assignment refuses it
@@ -378,12 +386,12 @@ def find_unflattenable(x: Any) -> tuple[tuple[Key, ...], Any, Exception] | None:
         try:
             pytree_children(x)
         except Exception as error:
-            return (), x, error
+            return Unflattenable(keys=(), value=x, error=error)
         return None
     for key, item in items:
         found = find_unflattenable(item)
         if found is not None:
-            return (key, *found[0]), found[1], found[2]
+            return found._replace(keys=(key, *found.keys))
     return None
 
 

@@ -277,11 +277,12 @@ def _check_classifiable(obj: Pytree, name: str, value: Any) -> None:
     found = find_unflattenable(value)
     if found is None or any(n == name for n, _ in obj._obj_kinds):
         return
-    keys, bad, error = found
-    where = f"the value assigned to {type(obj).__name__}.{name}" + "".join(f"[{k!r}]" for k in keys)
+    where = f"the value assigned to {type(obj).__name__}.{name}" + "".join(
+        f"[{k!r}]" for k in found.keys
+    )
     raise UnclassifiableValueError(
-        unclassifiable_message(type(bad).__name__, error, where), bad
-    ) from error
+        unclassifiable_message(type(found.value).__name__, found.error, where), found.value
+    ) from found.error
 
 
 def _check_no_data_in_static(obj: Pytree, name: str, value: Any, why: str) -> None:
