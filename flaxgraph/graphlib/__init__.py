@@ -64,6 +64,7 @@ from flaxgraph.graphlib.flax_names import cached_partial as cached_partial
 from flaxgraph.graphlib.flax_names import get_node_impl as get_node_impl
 from flaxgraph.graphlib.flax_names import get_node_impl_for_type as get_node_impl_for_type
 from flaxgraph.graphlib.flax_names import graph_pop as graph_pop
+from flaxgraph.graphlib.flax_names import is_graph_node as is_graph_node
 from flaxgraph.graphlib.flax_names import is_node as is_node
 from flaxgraph.graphlib.flax_names import is_node_leaf as is_node_leaf
 from flaxgraph.graphlib.flax_names import is_node_module as is_node_module
@@ -94,7 +95,6 @@ from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
 from flaxgraph.graphlib.registry import GraphNodeImpl as GraphNodeImpl
 from flaxgraph.graphlib.registry import flatten_pytree as _flatten_pytree  # noqa: F401 (Flax's name)
-from flaxgraph.graphlib.registry import is_graph_node as is_graph_node
 from flaxgraph.graphlib.registry import register_graph_node_type as register_graph_node_type
 from flaxgraph.graphlib.registry import unflatten_pytree as _unflatten_pytree  # noqa: F401 (Flax's name)
 from flaxgraph.graphlib.split_merge import clone as clone

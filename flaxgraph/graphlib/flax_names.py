@@ -5,8 +5,13 @@ which flaxgraph defines in the files of this package), the records and registrie
 engine. This file gives each of those names a meaning in flaxgraph's engine:
 
 * the questions a value can be asked (:func:`is_node`, :func:`is_pytree_node`,
-  :func:`is_node_type`, :func:`get_node_impl`…) answered by flaxgraph's one classification
-  (``registry.REGISTRY``), so they agree with ``split``;
+  :func:`is_graph_node`, :func:`is_node_type`, :func:`get_node_impl`…), answered as Flax
+  answers them (``None`` is an empty pytree node, a Variable a graph node and no node),
+  from the registered graph node types and JAX's pytree registry; the engine itself
+  decides with its own classification (``registry.REGISTRY.kind_of``), which agrees with
+  these wherever ``split``'s results can tell;
+* Flax's pytree registry (:data:`PYTREE_REGISTRY`: ``list``, ``tuple``, ``dict``,
+  ``State``, ``NoneType``);
 * :func:`register_pytree_node_type`, which makes a container type walked by value (a JAX
   pytree node with keys), and its registry :data:`PYTREE_REGISTRY`;
 * Flax's small records and markers (``NodeAttr``, ``Static``, ``DataElem``…) and type
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar, Union
 
 import jax
@@ -34,12 +39,8 @@ from flaxgraph.graphlib.inplace import pop
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
-    DICT,
-    NODE,
-    PYTREE,
     REF,
     REGISTRY,
-    SEQUENCE,
     VARIABLE,
     GraphNodeImpl,
     flatten_pytree,
@@ -184,8 +185,54 @@ NodeImpl = Union[GraphNodeImpl, PytreeNodeImpl]
 GRAPH_REGISTRY = REGISTRY.node_impls()
 """The graph node types and their ``GraphNodeImpl`` (``register_graph_node_type`` fills it)."""
 
-PYTREE_REGISTRY: dict[type, PytreeNodeImpl] = {}
-"""The container types :func:`register_pytree_node_type` registered."""
+
+def _by_position(seq: Sequence[object]) -> tuple[list[tuple[Key, object]], None]:
+    return list(enumerate(seq)), None
+
+
+def _by_sorted_key(mapping: Mapping[Key, object]) -> tuple[list[tuple[Key, object]], None]:
+    return sorted(mapping.items()), None
+
+
+def _set_item(container: MutableMapping[Key, object], key: Key, value: object) -> None:
+    container[key] = value
+
+
+def _pop_item(container: MutableMapping[Key, object], key: Key) -> object:
+    return container.pop(key)
+
+
+def _builtin_pytree_impls() -> dict[type, PytreeNodeImpl]:
+    """The container types Flax's graph functions know from the start, each with Flax's
+    flatten (lists and tuples by position, dicts and States by sorted key, ``None`` with
+    no children) and unflatten."""
+    return {
+        list: PytreeNodeImpl(
+            list, _by_position, lambda nodes, _: [v for _, v in nodes], _set_item, None
+        ),
+        tuple: PytreeNodeImpl(
+            tuple, _by_position, lambda nodes, _: tuple(v for _, v in nodes), None, None
+        ),
+        dict: PytreeNodeImpl(
+            dict, _by_sorted_key, lambda nodes, _: dict(nodes), _set_item, _pop_item
+        ),
+        State: PytreeNodeImpl(
+            State,
+            lambda state: _by_sorted_key(state.raw_mapping),
+            lambda nodes, _: State(dict(nodes)),
+            _set_item,
+            _pop_item,
+        ),
+        type(None): PytreeNodeImpl(
+            type(None), lambda _: ([], None), lambda nodes, _: None, None, None
+        ),
+    }
+
+
+PYTREE_REGISTRY: dict[type, PytreeNodeImpl] = _builtin_pytree_impls()
+"""The container types with their own ``PytreeNodeImpl``: ``list``, ``tuple``, ``dict``,
+``State`` and ``NoneType`` (as in Flax NNX 0.12.8), and those
+:func:`register_pytree_node_type` registered."""
 
 PythonRefMap = RefMap
 """Flax's name of the pure-Python ``RefMap`` (flaxgraph has only that one)."""
@@ -297,10 +344,85 @@ def register_pytree_node_type(
     jax.tree_util.register_pytree_with_keys(type, flatten_with_keys, unflatten_keys)
 
 
+def _is_variable(x: object) -> bool:
+    return REGISTRY.kind_of(x) is VARIABLE
+
+
+def _is_jax_pytree_node(x: object) -> bool:
+    """Whether JAX's registry makes ``x`` a pytree node (``None``, lists, tuples, named
+    tuples, dicts, registered classes and dataclasses, ``pytree=True`` Objects), asked of
+    the registry alone (no flatten)."""
+    return isinstance(x, tuple) or not jax.tree_util.all_leaves((x,))
+
+
+def is_pytree_node(x: object, *, check_graph_registry: bool = True) -> bool:
+    """Whether ``x`` is a JAX pytree node that is neither a Variable nor (by default) a
+    graph node: ``None``, a list, tuple (named tuples and other tuple subclasses included),
+    dict, ``State``, a class registered with JAX (``register_pytree_node``,
+    ``register_dataclass``, ``register_static``) or with :func:`register_pytree_node_type`.
+
+    Args:
+      x: any value.
+      check_graph_registry: when true (the default) a graph node (an Object, a Module,
+        ``Rngs``, ``nnx.List``…) is no pytree node; when false, a graph node whose class
+        is also a JAX pytree (``pytree=True``, the default) is one.
+
+    Returns:
+      ``bool``; ``False`` for Variables, arrays, scalars, strings, plain objects.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> is_pytree_node(None), is_pytree_node([1]), is_pytree_node(nnx.Param(1))
+      (True, True, False)
+      >>> m = nnx.Dict(a=1)
+      >>> is_pytree_node(m), is_pytree_node(m, check_graph_registry=False)
+      (False, True)
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_pytree_node`` (same answers;
+    tests/graphlib/test_flax_node_questions.py compares them).
+    """
+    if check_graph_registry and type(x) in GRAPH_REGISTRY:
+        return False
+    return not _is_variable(x) and _is_jax_pytree_node(x)
+
+
 def is_node(x: object) -> bool:
-    """Whether ``x`` has children the graph walks: a graph node or a container (list, tuple,
-    dict, pytree node); ``False`` for a Variable and for leaves."""
-    return REGISTRY.kind_of(x) in (NODE, SEQUENCE, DICT, PYTREE)
+    """Whether ``x`` has children Flax's graph functions visit: a graph node (an Object, a
+    Module, ``Rngs``, ``nnx.List``…) or a pytree node (:func:`is_pytree_node`, ``None``
+    included); ``False`` for a Variable and for leaves.
+
+    This is Flax's question, not flaxgraph's classification: ``split`` holds ``None`` in
+    the GraphDef as a constant, which Flax's walk reaches as an empty pytree; both end in
+    the GraphDef and the State is the same.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> [is_node(v) for v in (nnx.Dict(), [1], None, nnx.Param(1), 3)]
+      [True, True, True, False, False]
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_node`` (same answers).
+    """
+    if _is_variable(x):
+        return False
+    return type(x) in GRAPH_REGISTRY or is_pytree_node(x)
+
+
+def is_graph_node(x: object) -> bool:
+    """Whether ``x`` is a reference-semantics node of Flax's graph: a graph node (an
+    Object, a Module, ``Rngs``…), a Variable or a raw ``jax.Ref``. The usual
+    ``is_leaf=`` of a ``jax.tree`` function that stops at Modules and Variables.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> [is_graph_node(v) for v in (nnx.Dict(), nnx.Param(1), [1], jnp.ones(1))]
+      [True, True, False, False]
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_graph_node`` (same answers).
+    """
+    return type(x) in GRAPH_REGISTRY or REGISTRY.kind_of(x) in (VARIABLE, REF)
 
 
 def is_node_module(x: object) -> bool:
@@ -308,42 +430,52 @@ def is_node_module(x: object) -> bool:
     return type(x) in GRAPH_REGISTRY
 
 
-def is_pytree_node(x: object, *, check_graph_registry: bool = True) -> bool:
-    """Whether ``x`` is walked by value (a list, tuple, dict or JAX pytree node).
-
-    Args:
-      x: any value.
-      check_graph_registry: accepted for Flax compatibility: a graph node is never a pytree
-        node in flaxgraph's classification, with or without the check.
-    """
-    del check_graph_registry
-    return REGISTRY.kind_of(x) in (SEQUENCE, DICT, PYTREE)
-
-
 def is_node_type(x: type) -> bool:
-    """Whether instances of ``x`` are nodes: a registered graph node type, a type given to
-    :func:`register_pytree_node_type`, or :class:`GenericPytree`."""
+    """Whether instances of ``x`` are nodes: a registered graph node type, a type in
+    :data:`PYTREE_REGISTRY` (``list``, ``tuple``, ``dict``, ``State``, ``NoneType`` and
+    those given to :func:`register_pytree_node_type`), or :class:`GenericPytree`."""
     return x in GRAPH_REGISTRY or x in PYTREE_REGISTRY or x is GenericPytree
 
 
 def is_node_leaf(x: object) -> bool:
-    """Whether ``x`` is a State leaf: a Variable, an array, a ``jax.Ref``, an
-    ``ArrayRefOutput`` or ``NoUpdate``."""
+    """Whether ``x`` is a State leaf: a Variable, an array (NumPy or JAX, key arrays and
+    tracers included), a ``jax.Ref``, an ``ArrayRefOutput`` or ``NoUpdate``.
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_node_leaf`` (same answers).
+    """
     if isinstance(x, (ArrayRefOutput, NoUpdate, jax.Array, np.ndarray)):
         return True
     return REGISTRY.kind_of(x) in (VARIABLE, REF)
 
 
 def get_node_impl(x: object) -> GraphNodeImpl | PytreeNodeImpl | None:
-    """The implementation that walks ``x``: its ``GraphNodeImpl`` for a graph node, its
-    ``PytreeNodeImpl`` for a registered or any JAX pytree node, ``None`` for a Variable or a
-    leaf."""
-    kind = REGISTRY.kind_of(x)
-    if kind is NODE:
-        return GRAPH_REGISTRY[type(x)]
-    if kind in (SEQUENCE, DICT, PYTREE):
-        return PYTREE_REGISTRY.get(type(x), PYTREE_NODE_IMPL)
-    return None
+    """The implementation Flax's graph functions walk ``x`` with.
+
+    Returns:
+      ``None`` for a Variable; the graph node type's ``GraphNodeImpl`` (flaxgraph's,
+      see ``GRAPH_REGISTRY``) for a graph node; the :data:`PYTREE_REGISTRY` entry of
+      ``type(x)`` (``list``, ``tuple``, ``dict``, ``State``, ``NoneType`` or a type given
+      to :func:`register_pytree_node_type`); :data:`PYTREE_NODE_IMPL` for any other pytree
+      node (:func:`is_pytree_node`); ``None`` for a leaf.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> get_node_impl([1]).type, get_node_impl(None).type, get_node_impl(3)
+      (<class 'list'>, <class 'NoneType'>, None)
+      >>> get_node_impl([1, 2]).flatten([1, 2])
+      ([(0, 1), (1, 2)], None)
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.get_node_impl`` (same answers).
+    """
+    if _is_variable(x):
+        return None
+    node_type = type(x)
+    if node_type in GRAPH_REGISTRY:
+        return GRAPH_REGISTRY[node_type]
+    if node_type in PYTREE_REGISTRY:
+        return PYTREE_REGISTRY[node_type]
+    return PYTREE_NODE_IMPL if _is_jax_pytree_node(x) else None
 
 
 def get_node_impl_for_type(x: type) -> GraphNodeImpl | PytreeNodeImpl | None:
