@@ -17,7 +17,9 @@ views of it exist:
   field specifiers of ``nnx.dataclass``), to override the automatic choice.
   ``class Foo(nnx.Pytree, pytree=False)`` opts out of the pytree view;
   ``nnx.Object`` is exactly that (a graph node that JAX sees as one leaf), as in
-  Flax NNX 0.12. ``Module`` derives from ``Pytree``.
+  Flax NNX 0.12. Such a class classifies each attribute by its value alone:
+  ``nnx.data``/``nnx.static`` marks and declared kinds are dropped, as in Flax
+  NNX 0.12.8. ``Module`` derives from ``Pytree``.
 
 An Object records the JAX trace it was created in; assigning or deleting an
 attribute from another trace raises ``TraceContextError``. That is what stops a
@@ -125,7 +127,8 @@ class Pytree:
         super().__init_subclass__(**kwargs)
         if pytree is not None:
             cls._obj_is_pytree = bool(pytree)
-        cls._obj_class_kinds = class_kinds(cls)
+        # (a pytree=False class ignores declared kinds too, as its marks: Flax NNX 0.12.8)
+        cls._obj_class_kinds = class_kinds(cls) if cls._obj_is_pytree else ()
         _register(cls)
 
     # -- mutation guard and structure version ----------------------------------------
@@ -208,12 +211,17 @@ class Pytree:
             object.__setattr__(self, name, value)
             return
         self._check_trace(f"set attribute {name!r}")
-        if type(value) is Marked:
-            if value.kind == STATIC and self._obj_is_pytree:
+        if type(value) is Marked and self._obj_is_pytree:
+            if value.kind == STATIC:
                 _check_no_data_in_static(self, name, value.value, "marked")
             self._set_kind(name, value.kind)
             value = value.value
         else:
+            if type(value) is Marked:
+                # A pytree=False object classifies every attribute by its value: the
+                # mark is dropped, as in Flax NNX 0.12.8 (its non-pytree objects keep
+                # no record of data and static attributes).
+                value = value.value
             if self._obj_kinds and self._obj_is_pytree:
                 kind = dict(self._obj_kinds).get(name)
                 if kind == STATIC:

@@ -174,15 +174,6 @@ def _mapped_non_array_data(program: Program, op: str, flax: Any, ours: Any) -> b
     )
 
 
-def _opaque_marks(spec: NodeSpec) -> bool:
-    here = spec.kind == "opaque" and any(isinstance(i, Marked) for _, i in spec.attrs)
-    return here or any(isinstance(i, Sub) and _opaque_marks(i.node) for _, i in spec.attrs)
-
-
-def _marks_in_non_pytree(program: Program, op: str, flax: Any, ours: Any) -> bool:
-    return _opaque_marks(program.root)
-
-
 def _loosen(value: Any) -> Any:
     """Plain data with the leaf types forgotten: a Python scalar and a 0-d array are
     ``('scalar', value)``, a NumPy and a JAX array ``('array', dtype, shape, values)``."""
@@ -235,12 +226,6 @@ DEVIATIONS = (
         _mapped_non_array_data,
         _one("a", Marked("data", values.EnumValue("RED"))),
         "vmap",
-    ),
-    Deviation(
-        "marks-in-non-pytree-objects",
-        _marks_in_non_pytree,
-        _one("a", Marked("data", values.PyScalar(1.5)), "opaque"),
-        "construct",
     ),
     Deviation(
         "jit-keeps-unchanged-leaves",

@@ -409,3 +409,30 @@ def test_object_matches_flax_class_relations():
     for lib in (nnx, fnnx):
         assert issubclass(lib.Object, lib.Pytree)
         assert not issubclass(lib.Module, lib.Object) and issubclass(lib.Module, lib.Pytree)
+
+
+def test_marks_in_a_pytree_false_object_are_dropped_as_in_flax():
+    """A ``pytree=False`` object classifies each attribute by its value, marks dropped:
+    ``nnx.data(1.5)`` stays static (a Python float inside ``nnx.jit``), a list marked
+    ``nnx.static`` holding an array is walked. Compared with the real Flax NNX 0.12.8."""
+    fnnx = pytest.importorskip("flax.nnx")
+
+    def observe(lib):
+        class Opaque(lib.Module, pytree=False):
+            def __init__(self):
+                self.scale = lib.data(1.5)
+                self.arrays = lib.static([jnp.ones(2)])
+                self.name = lib.data("x")
+
+        model = Opaque()
+        graphdef, state = lib.split(model)
+        paths = sorted(tuple(map(str, path)) for path, _ in lib.to_flat_state(state))
+
+        @lib.jit
+        def read(m):
+            return m.arrays[0] * 2 if isinstance(m.scale, float) and m.scale > 1 else m.arrays[0]
+
+        merged = lib.merge(graphdef, state)
+        return paths, merged.scale, merged.name, np.asarray(read(model)).tolist()
+
+    assert observe(nnx) == observe(fnnx) == ([("arrays", "0")], 1.5, "x", [2.0, 2.0])
