@@ -125,6 +125,7 @@ GROUPS = (
             "Cache",
             "Intermediate",
             "Perturbation",
+            "variablelib.is_variable",
             "VariableMetadata",
             "with_metadata",
             "var_defaults",

@@ -29,13 +29,13 @@ import jax
 from jax.sharding import NamedSharding
 
 from flaxgraph.graphlib.graphdefs import GraphDef
-from flaxgraph.graphlib.registry import is_node_or_variable
+from flaxgraph.graphlib.registry import is_graph_node
 from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.mesh_context import active_mesh, check_spec, names_of, use_eager_sharding
 from flaxgraph.partitioning import get_named_sharding, leaf_where, spec_of
 from flaxgraph.statelib import State
 from flaxgraph.transforms.control import eval_shape
-from flaxgraph.variablelib.variable import Variable, metadata_of
+from flaxgraph.variablelib.variable import is_variable, metadata_of
 
 A = TypeVar("A")
 
@@ -91,7 +91,7 @@ def get_abstract_model(
         ),
         state,
         shardings,
-        is_leaf=lambda x: isinstance(x, Variable),
+        is_leaf=is_variable,
     )
     return graphdef, abstract
 
@@ -132,7 +132,7 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
     del graph
 
     def attach(keypath: tuple[Any, ...], leaf: Any) -> Any:
-        if not isinstance(leaf, Variable):
+        if not is_variable(leaf):
             return leaf
         value = leaf.raw_value
         if not isinstance(value, jax.ShapeDtypeStruct) or value.sharding is not None:
@@ -148,11 +148,9 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
         return leaf.replace(jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding))
 
     def over_state(state: Any) -> Any:
-        return jax.tree_util.tree_map_with_path(
-            attach, state, is_leaf=lambda x: isinstance(x, Variable)
-        )
+        return jax.tree_util.tree_map_with_path(attach, state, is_leaf=is_variable)
 
-    if is_node_or_variable(tree) and not isinstance(tree, Variable):
+    if is_graph_node(tree):
         graphdef, state = split(tree)
         return merge(graphdef, over_state(state))
     return over_state(tree)

@@ -52,7 +52,7 @@ from flaxgraph.module_class import CAPTURES, Module
 from flaxgraph.rnglib.rngs import Rngs, RngStream
 from flaxgraph.statelib import State
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 METHOD_OUTPUTS: Flag[Any] = Flag("capture_method_outputs", None)
 """The Variable kind ``capture(method_outputs=...)`` records method outputs with,
@@ -75,7 +75,7 @@ def _initial(init: Any) -> dict[PathParts, list[tuple[str, Variable[Any]]]]:
     grouped: dict[PathParts, list[tuple[str, Variable[Any]]]] = {}
     flat = state.flat_state()
     for path, leaf in zip(flat.paths, flat.leaves):
-        if not isinstance(leaf, Variable):
+        if not is_variable(leaf):
             raise TypeError(
                 f"capture(init=...): the value at {'/'.join(map(str, path))} is a "
                 f"{type(leaf).__name__}, expected a Variable (e.g. nnx.Perturbation); pass "

@@ -39,14 +39,14 @@ from flaxgraph.graphlib.contexts import MergeContext, SplitContext, merge_contex
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_or_variable
+from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.reprlib import MappingReprMixin
 from flaxgraph.stand_ins import internal_class, internal_function
 from flaxgraph.statelib import State
 from flaxgraph.typing import MISSING, PathParts
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 _A = TypeVar("_A")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -432,9 +432,7 @@ def prefix(
     if not resolve_graph(graph):
         flatten_with_paths(node, graph=False)  # sharing is an error in tree mode
         treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
-        pairs, treedef = jax.tree_util.tree_flatten_with_path(
-            node, is_leaf=lambda x: isinstance(x, Variable)
-        )
+        pairs, treedef = jax.tree_util.tree_flatten_with_path(node, is_leaf=is_variable)
         return treedef.unflatten([fn(tuple(_key(e) for e in p), x) for p, x in pairs])
 
     def on_states(path: PathParts, leaf: Any) -> Any:
@@ -468,10 +466,6 @@ Leaf = Any
 """A pytree leaf."""
 KeepFn = Callable[[PathParts, Any, Variable[Any], Variable[Any]], bool]
 """``(path, prefix, new, old) -> keep?``: which Variable updates a transform keeps."""
-
-
-def _is_variable(x: object) -> bool:
-    return REGISTRY.kind_of(x) is VARIABLE
 
 
 def _is_graph_leaf(x: object) -> bool:  # a node or a Variable stops a jax.tree walk
@@ -712,7 +706,7 @@ def insert(tree: Any, extracted: list[Any]) -> Any:
 
 def copy_var_structure(tree: _A) -> _A:
     """A copy of ``tree``'s containers that keeps its Variables (the same objects)."""
-    return jax.tree.map(lambda x: x, tree, is_leaf=_is_variable)
+    return jax.tree.map(lambda x: x, tree, is_leaf=is_variable)
 
 
 def snapshot(args: _A) -> tuple[_A, _A]:
@@ -749,12 +743,12 @@ def check_same_variables(inputs: Any, outputs: Any, transform_name: str = "") ->
     """
 
     def check(in_leaf: Any, out_leaf: Any) -> None:
-        if _is_variable(in_leaf) and in_leaf is not out_leaf:
+        if is_variable(in_leaf) and in_leaf is not out_leaf:
             raise ValueError(
                 f"{transform_name} Variable identity must be preserved across iterations."
             )
 
-    jax.tree.map(check, inputs, outputs, is_leaf=lambda x: isinstance(x, Mask) or _is_variable(x))
+    jax.tree.map(check, inputs, outputs, is_leaf=lambda x: isinstance(x, Mask) or is_variable(x))
 
 
 def update_carry_variables(init_val: Any, val_out: Any) -> Any:
@@ -762,12 +756,12 @@ def update_carry_variables(init_val: Any, val_out: Any) -> Any:
     the same place of ``val_out`` (``update_from_state``)."""
 
     def update(in_leaf: Any, out_leaf: Any) -> Any:
-        if _is_variable(in_leaf):
+        if is_variable(in_leaf):
             in_leaf.update_from_state(out_leaf)
             return in_leaf
         return out_leaf
 
-    return jax.tree.map(update, init_val, val_out, is_leaf=_is_variable)
+    return jax.tree.map(update, init_val, val_out, is_leaf=is_variable)
 
 
 def filter_kwargs(f: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from flaxgraph.filterlib import Filter, to_predicate
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Perturbation, Variable
+from flaxgraph.variablelib.variable import Perturbation, Variable, is_variable
 
 M = TypeVar("M", bound="Module")
 
@@ -123,7 +123,7 @@ class Module(Pytree):
         elif isinstance(current, variable_type):
             current.value = reduce_fn(current.value, value)
         else:
-            if isinstance(current, Variable):
+            if is_variable(current):
                 expected = f"to be of type '{variable_type.__name__}'"
                 fix = f"sow under another name, or pass variable_type={type(current).__name__}"
             else:

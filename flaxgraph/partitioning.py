@@ -35,7 +35,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from flaxgraph.graphlib.paths import keys_str
 from flaxgraph.graphlib.registry import is_node_or_variable
 from flaxgraph.mesh_context import check_spec, names_of, resolve_names
-from flaxgraph.variablelib.variable import PARTITION_NAME, Variable, metadata_of
+from flaxgraph.variablelib.variable import PARTITION_NAME, Variable, is_variable, metadata_of
 
 B = TypeVar("B", bound="AxisMetadata")
 
@@ -196,7 +196,7 @@ def _names(v: Variable[Any]) -> tuple[Any, ...] | None:
 
 
 def spec_of(leaf: Any) -> PartitionSpec:
-    if isinstance(leaf, Variable):
+    if is_variable(leaf):
         names = _names(leaf)
         if names is None:
             return PartitionSpec()
@@ -208,13 +208,11 @@ def spec_of(leaf: Any) -> PartitionSpec:
 
 
 def _has_names(leaf: Any) -> bool:
-    return isinstance(leaf, Partitioned) or (
-        isinstance(leaf, Variable) and _names(leaf) is not None
-    )
+    return isinstance(leaf, Partitioned) or (is_variable(leaf) and _names(leaf) is not None)
 
 
 def _is_box(x: Any) -> bool:
-    return isinstance(x, (Variable, Partitioned))
+    return is_variable(x) or isinstance(x, Partitioned)
 
 
 def leaf_where(keypath: tuple[Any, ...], leaf: Any) -> str:
@@ -279,7 +277,7 @@ def get_partition_spec(tree: Any) -> Any:
 
     def spec(leaf: Any) -> Any:
         s = spec_of(leaf)
-        return leaf.replace(s) if isinstance(leaf, Variable) else s
+        return leaf.replace(s) if is_variable(leaf) else s
 
     return jax.tree.map(spec, tree, is_leaf=_is_box)
 
@@ -320,14 +318,14 @@ def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
 
     def sharding(keypath: tuple[Any, ...], leaf: Any) -> Any:
         spec = spec_of(leaf)
-        value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+        value = leaf.raw_value if is_variable(leaf) else leaf
         value = value.value if isinstance(value, Partitioned) else value
         shape = getattr(value, "shape", None)
         if shape is not None and not _has_names(leaf):
             shape = None  # PartitionSpec() (replicated) fits every rank
         check_spec(spec, mesh, None if shape is None else tuple(shape), leaf_where(keypath, leaf))
         s = NamedSharding(mesh, spec)
-        return leaf.replace(s) if isinstance(leaf, Variable) else s
+        return leaf.replace(s) if is_variable(leaf) else s
 
     return jax.tree_util.tree_map_with_path(sharding, tree, is_leaf=_is_box)
 
@@ -346,19 +344,18 @@ def with_sharding_constraint(tree: Any, shardings: Any) -> Any:
 
     Source: ``jax.lax.with_sharding_constraint``.
     """
-    is_var = lambda x: isinstance(x, Variable)
     if isinstance(shardings, (jax.sharding.Sharding, PartitionSpec)):
-        return jax.tree.map(lambda v: _constrain(v, shardings), tree, is_leaf=is_var)
+        return jax.tree.map(lambda v: _constrain(v, shardings), tree, is_leaf=is_variable)
     return jax.tree.map(
-        lambda v, s: _constrain(v, s.raw_value if isinstance(s, Variable) else s),
+        lambda v, s: _constrain(v, s.raw_value if is_variable(s) else s),
         tree,
         shardings,
-        is_leaf=is_var,
+        is_leaf=is_variable,
     )
 
 
 def _constrain(v: Any, sharding: Any) -> Any:
-    if isinstance(v, Variable):
+    if is_variable(v):
         return v.replace(jax.lax.with_sharding_constraint(v.raw_value, sharding))
     return jax.lax.with_sharding_constraint(v, sharding)
 

@@ -55,7 +55,7 @@ from flaxgraph.pytreelib.objects import Object, Pytree, static
 from flaxgraph.reprlib import ipython_running
 from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
 from flaxgraph.typing import Key, PathParts
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 __all__ = [
     "ArrayRepr",
@@ -328,7 +328,7 @@ def _array_repr(x: Any) -> str:
 def _value_repr(x: Any) -> str:
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return _array_repr(x)
-    if isinstance(x, Variable):
+    if is_variable(x):
         return f"{type(x).__name__}({_value_repr(x.raw_value)})"
     if isinstance(x, (list, tuple)):
         inner = ", ".join(_value_repr(v) for v in x)
@@ -380,7 +380,7 @@ def _kind(var: Any) -> str:
     grouped as ``RngState``, as in Flax."""
     if isinstance(var, RngState):
         return RngState.__name__
-    return type(var).__name__ if isinstance(var, Variable) else "Array"
+    return type(var).__name__ if is_variable(var) else "Array"
 
 
 def _metadata_repr(value: Any) -> str:
@@ -399,14 +399,14 @@ def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]
     flat = graph_state(node).flat_state() if isinstance(node, Pytree) else []
     for path, var in flat:
         kind = _kind(var)
-        value = var.raw_value if isinstance(var, Variable) else var
+        value = var.raw_value if is_variable(var) else var
         size, nbytes = _size_bytes(value)
         s, b = totals.get(kind, (0, 0))
         totals[kind] = (s + size, b + nbytes)
         if not any(path[: len(p)] == p for p in sub_objects):
             name = "/".join(str(k) for k in path)
             text = _array_repr(value) if hasattr(value, "dtype") else type(value).__name__
-            metadata = var.get_metadata(exclude_required=True) if isinstance(var, Variable) else {}
+            metadata = var.get_metadata(exclude_required=True) if is_variable(var) else {}
             if metadata:  # as Flax: the value and each metadata entry, indented
                 lines = [f"{name}:", f"  value: {text}"]
                 lines += [f"  {k}: {_metadata_repr(v)}" for k, v in metadata.items()]

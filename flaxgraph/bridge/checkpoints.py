@@ -22,7 +22,7 @@ from flaxgraph import traversals
 from flaxgraph.bridge.variables import to_linen_var, to_nnx_var
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.names import variable_name_from_type
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 __all__ = ["linen_params_to_state", "state_to_linen_params"]
 
@@ -132,7 +132,7 @@ def state_to_linen_params(
         else traversals.flatten_mapping(state).items()
     )
     for path, var in flat:
-        if not isinstance(var, Variable) or isinstance(var, RngState):
+        if not is_variable(var) or isinstance(var, RngState):
             continue
         col = variable_name_from_type(type(var), allow_register=True)
         leaf = to_linen_var(var) if boxed else var.get_value()

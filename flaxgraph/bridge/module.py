@@ -54,7 +54,7 @@ from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.statelib import State
 from flaxgraph.variablelib.initial_metadata import VariableMetadata
 from flaxgraph.variablelib.names import variable_name_from_type, variable_type_from_name
-from flaxgraph.variablelib.variable import Param, Variable
+from flaxgraph.variablelib.variable import Param, Variable, is_variable
 
 A = TypeVar("A")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -308,7 +308,7 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
             )
         if hasattr(self, name):
             existing = getattr(self, name)
-            if isinstance(existing, Variable):
+            if is_variable(existing):
                 if not isinstance(existing, Param):
                     raise ValueError(
                         f"Expected '{name}' to be a Param, got {type(existing).__name__}"
@@ -352,7 +352,7 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
             raise ValueError("Expected 'init_fn' to be a callable, got None")
         if hasattr(self, name):
             existing = getattr(self, name)
-            if isinstance(existing, Variable):
+            if is_variable(existing):
                 return existing
             if init_fn is None:
                 raise ValueError("Expected 'init_fn' to be a callable, got None")
@@ -365,7 +365,7 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
     def _get_variables(self) -> dict[str, Any]:
         collections: dict[str, dict[tuple[Any, ...], Any]] = {}
         for path, var in traversals.flatten_mapping(graph_state(self, graph=True)).items():
-            if isinstance(var, RngState) or not isinstance(var, Variable):
+            if isinstance(var, RngState) or not is_variable(var):
                 continue  # Linen keeps no RNG state
             try:
                 collection = variable_name_from_type(type(var))

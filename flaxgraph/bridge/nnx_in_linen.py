@@ -35,7 +35,7 @@ from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.module_class import Module
 from flaxgraph.rnglib.rngs import Rngs, RngState
 from flaxgraph.variablelib.names import variable_name_from_type
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 __all__ = ["ToLinen", "to_linen", "to_linen_class"]
 
@@ -131,7 +131,7 @@ class ToLinen(linen.Module):
             warnings.warn(f"Found unknown module paths in incoming state:{listed}", stacklevel=3)
         for path, value in incoming.items():
             var = current.get(path)
-            if isinstance(var, Variable):
+            if is_variable(var):
                 var.set_value(value)
 
     def _store(self, module: Module) -> None:

@@ -34,7 +34,7 @@ from flaxgraph import spmd, traversals
 from flaxgraph.mesh_context import rename_sharding_keys
 from flaxgraph.variablelib.initial_metadata import VariableMetadata
 from flaxgraph.variablelib.names import variable_name_from_type, variable_type_from_name
-from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
+from flaxgraph.variablelib.variable import FLAG_KEYS, Variable, is_variable
 
 A = TypeVar("A")
 
@@ -242,7 +242,7 @@ def nnx_attrs_to_linen_vars(
     """
     out: dict[tuple[Any, ...], Any] = {}
     for path, var in traversals.flatten_mapping(attrs).items():
-        if not isinstance(var, Variable):
+        if not is_variable(var):
             raise ValueError(
                 f"Cannot give the value at {'/'.join(map(str, path))} a Linen collection: it "
                 f"is a {type(var).__name__}, not an nnx.Variable.\nFix: wrap it in a Variable "

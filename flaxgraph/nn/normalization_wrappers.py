@@ -51,7 +51,7 @@ from flaxgraph.nn.errors import LayerInputError, describe
 from flaxgraph.nn.initializers import normal, ones
 from flaxgraph.rnglib.rngs import Rngs
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import BatchStat, Param, Variable
+from flaxgraph.variablelib.variable import BatchStat, Param, is_variable
 
 Dtype = Any
 Initializer = Callable[..., Any]
@@ -70,7 +70,7 @@ def _variables(layer: Module, predicate: Callable[[PathParts, Any], bool]) -> li
     found = [
         (path, value)
         for path, value in iter_graph(layer)
-        if isinstance(value, Variable) and predicate(path, value)
+        if is_variable(value) and predicate(path, value)
     ]
     return sorted(found, key=lambda item: _path_order(item[0]))
 

@@ -53,10 +53,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxgraph.graphlib.descendants import iter_graph
-from flaxgraph.graphlib.registry import get_graph_node_impl, is_graph_node
+from flaxgraph.graphlib.registry import REGISTRY, Kind, get_graph_node_impl
 from flaxgraph.testing.nodes import Node
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import BatchStat, Param, Variable
+from flaxgraph.variablelib.variable import BatchStat, Param, is_variable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,9 +201,10 @@ def _objects(root: Any) -> tuple[list[tuple[PathParts, Any]], list[tuple[PathPar
     """Graph nodes and Variables of ``root`` with their first paths, in iter_graph order."""
     nodes, variables = [], []
     for path, value in iter_graph(root):
-        if is_graph_node(value):
+        kind = REGISTRY.kind_of(value)
+        if kind is Kind.NODE:
             nodes.append((path, value))
-        elif isinstance(value, Variable):
+        elif kind is Kind.VARIABLE:
             variables.append((path, value))
     return nodes, variables
 
@@ -318,7 +319,7 @@ def _share_attribute(root: Any, step: ShareAttribute) -> str:
     holder_path, holder = _pick(nodes, step.node)
     sources = nodes + variables
     if not step.allow_cycle:
-        sources = [(p, s) for p, s in sources if isinstance(s, Variable) or not _reaches(s, holder)]
+        sources = [(p, s) for p, s in sources if is_variable(s) or not _reaches(s, holder)]
     if not sources:
         return "skip ShareAttribute: every candidate would close a cycle"
     source_path, source = _pick(sources, step.source)

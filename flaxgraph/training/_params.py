@@ -20,7 +20,7 @@ from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.mesh_context import place_at_creation
 from flaxgraph.statelib import State
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 Pairs = Sequence[tuple[PathParts, Any]]
 
@@ -64,7 +64,7 @@ def wrt_pairs(model: Any, wrt: Any, graph: bool | None = None) -> Pairs:
 
 def raw(leaf: Any) -> Any:
     """The value of a Variable, or the leaf itself."""
-    return leaf.raw_value if isinstance(leaf, Variable) else leaf
+    return leaf.raw_value if is_variable(leaf) else leaf
 
 
 def pure_state(paths: Sequence[PathParts], values: Sequence[Any]) -> State:
@@ -161,7 +161,7 @@ def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
     factored optimizer state such as adafactor's row statistics has another rank,
     and the parameter's names would not fit it).
     """
-    if not isinstance(source, Variable):
+    if not is_variable(source):
         return kind(value)
     metadata = source._stored_metadata()
     own_names = metadata.pop(OPTIMIZER_SHARDING, None)
@@ -201,10 +201,6 @@ def wrap_mirroring(
         return other(x)
 
     return jax.tree.map(wrap, tree, is_leaf=like_params)
-
-
-def is_variable(x: Any) -> bool:
-    return isinstance(x, Variable)
 
 
 def unbox(tree: Any) -> Any:

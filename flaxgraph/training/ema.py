@@ -61,7 +61,7 @@ from flaxgraph.training._params import (
     wrt_pairs,
 )
 from flaxgraph.training.pickling import unwrap, wrap
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 A = TypeVar("A")
 
@@ -218,11 +218,11 @@ class EMA(Pytree):
         """
         self._values_of(model, "apply_to")
         averages = dict(self.params.flat_state())
-        originals = {p: v for p, v in iter_graph(model) if isinstance(v, Variable)}
+        originals = {p: v for p, v in iter_graph(model) if is_variable(v)}
         copy = merge(*split(model))
 
         def use(path: Any, x: Any) -> Any:
-            if isinstance(x, Variable):
+            if is_variable(x):
                 return averages.get(path, originals.get(path, x))
             return x
 
@@ -231,6 +231,6 @@ class EMA(Pytree):
 
 def _copy_of(var: Any, value: Any) -> Variable[Any]:
     """A new Variable of ``var``'s kind and metadata holding ``value``."""
-    if isinstance(var, Variable):
+    if is_variable(var):
         return type(var)._from_parts(value, var._stored_metadata())
     return Variable(value)

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from flaxgraph.filterlib import Filter
 from flaxgraph.graphlib.split_merge import split as graph_split
 from flaxgraph.pytreelib.objects import Pytree
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 A = TypeVar("A")
 
@@ -128,7 +128,7 @@ def _argument(kwargs: dict[str, Any], argname: str, metric: str) -> jax.Array:
             f"with the argument name you pass ({metric}(argname='loss'))."
         )
     value = kwargs[argname]
-    return jnp.asarray(value.raw_value if isinstance(value, Variable) else value)
+    return jnp.asarray(value.raw_value if is_variable(value) else value)
 
 
 def _mask(mask: Any, shape: tuple[int, ...], metric: str, what: str) -> jax.Array | None:
@@ -136,7 +136,7 @@ def _mask(mask: Any, shape: tuple[int, ...], metric: str, what: str) -> jax.Arra
     ``shape``: nonzero entries select."""
     if mask is None:
         return None
-    mask = jnp.asarray(mask.raw_value if isinstance(mask, Variable) else mask)
+    mask = jnp.asarray(mask.raw_value if is_variable(mask) else mask)
     try:
         return jnp.broadcast_to(mask != 0, shape)
     except ValueError:
@@ -411,8 +411,8 @@ class Accuracy(Average):
         Raises:
           ValueError: the shapes of ``logits``, ``labels`` or ``mask`` do not fit.
         """
-        logits = jnp.asarray(logits.raw_value if isinstance(logits, Variable) else logits)
-        labels = jnp.asarray(labels.raw_value if isinstance(labels, Variable) else labels)
+        logits = jnp.asarray(logits.raw_value if is_variable(logits) else logits)
+        labels = jnp.asarray(labels.raw_value if is_variable(labels) else labels)
         if self.threshold is None:
             if logits.shape[:-1] != labels.shape:
                 raise ValueError(

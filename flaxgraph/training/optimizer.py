@@ -68,7 +68,6 @@ from flaxgraph.training._params import (
     as_flat,
     filter_str,
     freeze_filter,
-    is_variable,
     pure_state,
     raw,
     unbox,
@@ -80,7 +79,7 @@ from flaxgraph.training._params import (
 )
 from flaxgraph.training.pickling import unwrap, wrap
 from flaxgraph.typing import MISSING as MISSING
-from flaxgraph.variablelib.variable import Param, Variable
+from flaxgraph.variablelib.variable import Param, Variable, is_variable
 
 A = TypeVar("A")
 

@@ -54,6 +54,7 @@ from flaxgraph.variablelib.variable import Intermediate as Intermediate
 from flaxgraph.variablelib.variable import Param as Param
 from flaxgraph.variablelib.variable import Perturbation as Perturbation
 from flaxgraph.variablelib.variable import Variable as Variable
+from flaxgraph.variablelib.variable import is_variable as is_variable
 
 # Flax 0.12 keeps the pre-0.12 name of a Variable's state as an alias of Variable.
 VariableState = Variable

@@ -22,15 +22,11 @@ from typing import Any, TypeVar
 import jax
 
 from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import is_variable
 
 __all__ = ["add_axis", "remove_axis"]
 
 A = TypeVar("A")
-
-
-def _is_variable(x: object) -> bool:
-    return isinstance(x, Variable)
 
 
 def add_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
@@ -48,8 +44,8 @@ def add_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
     Returns:
       ``tree`` (the same Variables, changed).
     """
-    for leaf in jax.tree.leaves(tree, is_leaf=_is_variable):
-        if isinstance(leaf, Variable):
+    for leaf in jax.tree.leaves(tree, is_leaf=is_variable):
+        if is_variable(leaf):
             add_axis_of(leaf, index, transform_metadata)
     return tree
 
@@ -71,7 +67,7 @@ def remove_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A
       ValueError: a Variable's sharding names hold another name than the partition name at
         ``index`` (as Flax).
     """
-    for leaf in jax.tree.leaves(tree, is_leaf=_is_variable):
-        if isinstance(leaf, Variable):
+    for leaf in jax.tree.leaves(tree, is_leaf=is_variable):
+        if is_variable(leaf):
             remove_axis_of(leaf, index, transform_metadata)
     return tree

@@ -79,7 +79,7 @@ import math
 import operator
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeGuard, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -1337,6 +1337,36 @@ def write_value(v: Variable[Any], value: Any) -> None:
     else:  # a box
         value = boxes.read(value) if boxes.is_box(value) else value
         boxes.write(type(v).__name__, ref, value, v._var_trace != current_trace())
+
+
+def is_variable(x: object) -> TypeGuard[Variable[Any]]:
+    """Whether ``x`` is a Variable: of any kind (``Param``, ``BatchStat``, a user's
+    ``class Count(nnx.Variable)``), under its old name ``VariableState`` too, whatever it
+    holds (an array, a ``jax.ShapeDtypeStruct``, a ``jax.Ref``, a pytree). A raw
+    ``jax.Ref`` or array is not one. Type checkers narrow ``x`` to ``Variable`` where it
+    answers ``True``.
+
+    Args:
+      x: any value.
+
+    Returns:
+      ``True`` if ``x`` is an instance of ``Variable`` or of a subclass.
+
+    Example::
+
+      >>> import flaxgraph as nnx, jax.numpy as jnp
+      >>> from flaxgraph.variablelib import is_variable
+      >>> is_variable(nnx.Param(jnp.ones(2))), is_variable(jnp.ones(2))
+      (True, False)
+
+    This is the filters' and checks' question. A walk over a graph asks the engine's
+    classification instead, ``REGISTRY.kind_of(x) is Kind.VARIABLE``
+    (``docs/design.md``, "What a value is"), which answers the same for every Variable
+    whose type is not registered as a graph node.
+
+    Source: Flax NNX 0.12's ``nnx.Variable`` (the type every kind subclasses).
+    """
+    return isinstance(x, Variable)
 
 
 def is_ref_backed(v: Variable[Any]) -> bool:
