@@ -71,7 +71,7 @@ LIMITS = {
     "zip_filled_records": 0,
     "bare_any": 461,
     "registry_table_reads": 8,
-    "isinstance_variable": 86,
+    "isinstance_variable": 67,
     "module_docstrings": 0,
 }
 

@@ -31,7 +31,7 @@ from flaxgraph.graphlib.walk import flatten_with_paths as _walk
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, map_state
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import is_variable
 
 
 def flatten(
@@ -259,9 +259,9 @@ def as_pure(tree: object) -> object:
     Source: Flax NNX 0.12 ``nnx.as_pure`` (alias ``nnx.pure``).
     """
     return jax.tree.map(
-        lambda x: x.raw_value if isinstance(x, Variable) else x,
+        lambda x: x.raw_value if is_variable(x) else x,
         tree,
-        is_leaf=lambda x: isinstance(x, Variable),
+        is_leaf=is_variable,
     )
 
 

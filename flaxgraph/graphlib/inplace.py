@@ -36,6 +36,7 @@ from flaxgraph.tracing import current_trace
 from flaxgraph.typing import MISSING, PathParts
 from flaxgraph.variablelib.variable import (
     Variable,
+    is_variable,
     metadata_of,
     write_metadata,
     write_slot,
@@ -113,8 +114,8 @@ def update(node: object, state: object, /, *states: object) -> None:
     for s in (state, *states):
         if not isinstance(s, State):
             s = State(s) if isinstance(s, Mapping) else s
-        if isinstance(s, Variable):
-            if not isinstance(node, Variable):
+        if is_variable(s):
+            if not is_variable(node):
                 raise GraphStructureError(
                     f"update got a {type(s).__name__} for a {type(node).__name__}; pass a State."
                 )
@@ -149,7 +150,7 @@ class _Writes:
         """Plans writing the State leaf ``leaf`` (a Variable or a raw value) into ``target``."""
         if target._var_trace is not trace:
             target._check_update()
-        if isinstance(leaf, Variable):
+        if is_variable(leaf):  # (a TypeGuard: the engine's kind for a State leaf)
             value, metadata = leaf.raw_value, metadata_of(leaf)
         else:
             value, metadata = leaf, metadata_of(target)
@@ -248,7 +249,7 @@ def _plan_update(
             or _is_data_child(node, key)
             or _is_static_value(current)
         ):
-            new_value = leaf.copy() if isinstance(leaf, Variable) else leaf
+            new_value = leaf.copy() if REGISTRY.kind_of(leaf) is VARIABLE else leaf
             set_fn = _setter(node, key, functools.partial(path_str, "node", root, path))
             writes.others.append(functools.partial(set_fn, new_value))
         else:

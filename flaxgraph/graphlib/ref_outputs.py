@@ -22,7 +22,8 @@ from typing import Any
 
 import jax
 
-from flaxgraph.variablelib.variable import Variable, is_ref_backed, metadata_of
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
+from flaxgraph.variablelib.variable import is_ref_backed, metadata_of
 
 
 class NoUpdate:
@@ -78,7 +79,7 @@ def mark_ref_outputs(leaves: list[tuple[Any, Any]], came_in: Any) -> list[tuple[
     from the caller) or ``ArrayRefOutput`` of its content (created inside)."""
     out = []
     for path, leaf in leaves:
-        if isinstance(leaf, Variable) and is_ref_backed(leaf):
+        if REGISTRY.kind_of(leaf) is VARIABLE and is_ref_backed(leaf):
             value = NO_UPDATE if leaf in came_in else ArrayRefOutput(leaf.raw_value)
             leaf = type(leaf)._from_parts(value, metadata_of(leaf), leaf._var_trace)
         out.append((path, leaf))

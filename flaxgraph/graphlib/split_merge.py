@@ -34,12 +34,11 @@ from flaxgraph.graphlib.direct_split import partition_state, split_direct
 from flaxgraph.graphlib.graph_state import GraphState
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import keys_str, path_str
-from flaxgraph.graphlib.registry import ARRAY, REGISTRY
+from flaxgraph.graphlib.registry import ARRAY, REGISTRY, VARIABLE
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State, partition, unmatched_message
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Variable
 
 
 def states_from_leaves(
@@ -455,8 +454,9 @@ def clone(
     if not variables:
         return build_graph(graphdef, [v for _, v in leaves], copy_variables=False)
     if arrays:
+        kind_of = REGISTRY.kind_of
         copied = [
-            v.replace(_copy_array(v.raw_value)) if isinstance(v, Variable) else _copy_array(v)
+            v.replace(_copy_array(v.raw_value)) if kind_of(v) is VARIABLE else _copy_array(v)
             for _, v in leaves
         ]
         return build_graph(graphdef, copied, copy_variables=False)

@@ -31,6 +31,7 @@ from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.walk import Walk
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
@@ -46,7 +47,7 @@ class _AliasWalk(Walk):
         self.aliases: RefMap[list[PathParts]] = RefMap()
 
     def on_alias(self, x: object, path: PathParts, prefix: object) -> None:
-        if isinstance(x, Variable):
+        if REGISTRY.kind_of(x) is VARIABLE:
             self.aliases.setdefault(x, []).append(path)
 
 
@@ -108,11 +109,11 @@ def with_vars(
     predicate = to_predicate(only)
     walk = _AliasWalk()
     graphdef, leaves = walk.run(node)
-    if isinstance(node, Variable) and not leaves:
+    if REGISTRY.kind_of(node) is VARIABLE and not leaves:
         leaves = [((), node)]
     changes: list[tuple[PathParts, Variable[Any], tuple[bool, bool, bool]]] = []
     for path, leaf in leaves:
-        if not isinstance(leaf, Variable) or not predicate(path, leaf):
+        if REGISTRY.kind_of(leaf) is not VARIABLE or not predicate(path, leaf):
             continue
         flags = (
             leaf.ref if ref is None else ref,
@@ -134,17 +135,18 @@ def with_vars(
     replaced = RefMap[Any]()
     for _, leaf, flags in changes:
         replaced[leaf] = leaf._with_flags(*flags)
-    if isinstance(node, Variable):
+    if REGISTRY.kind_of(node) is VARIABLE:
         typed: A = replaced.get(node, node)
         return typed
     new_leaves = [
-        replaced.get(leaf, leaf) if isinstance(leaf, Variable) else leaf for _, leaf in leaves
+        replaced.get(leaf, leaf) if REGISTRY.kind_of(leaf) is VARIABLE else leaf
+        for _, leaf in leaves
     ]
     # Every Variable (kept or new) is put in place as the object itself.
     reuse = {
         walk.ref_index[leaf]: new
         for (_, leaf), new in zip(leaves, new_leaves)
-        if isinstance(leaf, Variable)
+        if REGISTRY.kind_of(leaf) is VARIABLE
     }
     typed = build_graph(graphdef, new_leaves, reuse=reuse)
     return typed
@@ -216,7 +218,9 @@ def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object
             f"`nnx.with_vars(node, {flags[0]}=...)`."
         )
     predicate = to_predicate(only)
-    targets = [v for p, v in iter_graph(node) if isinstance(v, Variable) and predicate(p, v)]
+    targets = [
+        v for p, v in iter_graph(node) if REGISTRY.kind_of(v) is VARIABLE and predicate(p, v)
+    ]
     for v in targets:  # check every target before writing any
         v._check_trace("set metadata")
     for v in targets:

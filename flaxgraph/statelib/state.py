@@ -33,7 +33,7 @@ from flaxgraph.renderers import RENDERERS
 from flaxgraph.statelib.members import FlatStateMembers, StateMembers
 from flaxgraph.statelib.pytree import state_pytree_functions
 from flaxgraph.typing import Key, PathParts
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 
 class State(StateMembers, MutableMapping[Key, Any]):
@@ -203,9 +203,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
     def to_pure_dict(self) -> dict[Key, Any]:
         """Returns nested plain dicts of raw values (Variables unboxed); for checkpoints."""
         return {
-            k: v.to_pure_dict()
-            if isinstance(v, State)
-            else (v.raw_value if isinstance(v, Variable) else v)
+            k: v.to_pure_dict() if isinstance(v, State) else (v.raw_value if is_variable(v) else v)
             for k, v in self._mapping.items()
         }
 
@@ -263,12 +261,12 @@ def _match_key(node: Any, key: Any) -> object:
 
 
 def _default_replace(leaf: Any, value: Any) -> object:
-    return leaf.replace(value) if isinstance(leaf, Variable) else value
+    return leaf.replace(value) if is_variable(leaf) else value
 
 
 def _pure_items(d: Mapping[Any, Any], prefix: PathParts) -> Iterator[tuple[PathParts, Any]]:
     for k, v in d.items():
-        if isinstance(v, Mapping) and not isinstance(v, Variable):
+        if isinstance(v, Mapping) and not is_variable(v):
             yield from _pure_items(v, (*prefix, k))
         else:
             yield (*prefix, k), v
@@ -535,7 +533,7 @@ def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
     """
     return {
         (int(k) if isinstance(k, str) and k.isdigit() else k): (
-            restore_int_paths(v) if isinstance(v, Mapping) and not isinstance(v, Variable) else v
+            restore_int_paths(v) if isinstance(v, Mapping) and not is_variable(v) else v
         )
         for k, v in pure_dict.items()
     }
