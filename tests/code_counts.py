@@ -70,7 +70,7 @@ LIMITS = {
     "duplicate_private_constants": 0,
     "zip_filled_records": 0,
     "bare_any": 461,
-    "registry_table_reads": 8,
+    "registry_table_reads": 0,
     "isinstance_variable": 67,
     "module_docstrings": 0,
 }

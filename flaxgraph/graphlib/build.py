@@ -112,6 +112,7 @@ class _Build:
         "copy",
         "recreate",
         "new_refs",
+        "impls",
     )
 
     def __init__(
@@ -132,6 +133,7 @@ class _Build:
         self.copy = True
         self.recreate = True
         self.new_refs = False
+        self.impls = REGISTRY.node_impls()  # node type -> GraphNodeImpl, one read per node
 
     def next_leaf(self) -> Any:
         leaf = self.leaves[self.position]
@@ -141,7 +143,7 @@ class _Build:
     def build(self, d: Any) -> Any:  # a Def, dispatched on type(d) below
         t = type(d)
         if t is NodeDef:
-            impl = REGISTRY.impls[d.type]
+            impl = self.impls[d.type]
             node = self.reuse.get(d.index)
             if node is None:
                 node = impl.create_empty(d.metadata, self.trace)

@@ -68,7 +68,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
     root_kind = type(root)
     if root_kind is not NodeDef and root_kind is not ContainerDef:
         return GAVE_UP
-    impls = REGISTRY.impls
+    impls = REGISTRY.node_impls()
     kind_of = REGISTRY.kind_of  # the engine's classification, for the State's leaves
     trace = current_trace()
     built: dict[int, Any] = {}

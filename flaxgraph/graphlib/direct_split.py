@@ -82,8 +82,8 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | N
     """
     if type(node) in SCALARS:
         return None
-    impls = REGISTRY.impls
-    kinds = REGISTRY.kinds  # the engine's classification (registry.py), per type
+    impls = REGISTRY.node_impls()
+    kinds = REGISTRY.kind_cache()  # the engine's classification (registry.py), per type
     classify = REGISTRY.classify
     kind_of_type = kinds.get
     seen: dict[int, int] = {}

@@ -59,6 +59,7 @@ from flaxgraph.graphlib.registry import (
     children_of,
     flatten_pytree,
     is_plain_static,
+    node_impl,
 )
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable, metadata_of
@@ -126,6 +127,10 @@ class Walk:
         self.error_root = error_root
         self.graph = graph
         self.walk_root: Any = None
+        # The registry's classification and node impls, held for the walk's inner loop.
+        self.kinds = REGISTRY.kind_cache()
+        self.classify = REGISTRY.classify
+        self.impls = REGISTRY.node_impls()
 
     def run(
         self, node: Any, prefix: Any = None
@@ -161,7 +166,7 @@ class Walk:
     # -- the walk ----------------------------------------------------------------------------
     def visit(self, x: Any, path: PathParts, prefix: Any, in_node: bool) -> Def:
         t = type(x)
-        kind = REGISTRY.kinds.get(t) or REGISTRY.classify(x)
+        kind = self.kinds.get(t) or self.classify(x)
         if kind is NODE:
             index = self.ref_index.get(x)
             if index is not None:
@@ -174,7 +179,7 @@ class Walk:
             index = len(self.ref_index)
             self.ref_index[x] = index
             prefix = self.enter_node(x, path, prefix)
-            items, metadata = REGISTRY.impls[t].flatten(x)
+            items, metadata = self.impls[t].flatten(x)
             attributes = tuple((k, self.visit(v, (*path, k), prefix, True)) for k, v in items)
             return NodeDef(t, index, metadata, attributes)
         if kind is VARIABLE:
@@ -396,7 +401,7 @@ def _ancestor_depth(root: Any, path: PathParts, x: Any) -> int | None:
             return depth
         kind = REGISTRY.kind_of(current)
         if kind is NODE:
-            current = REGISTRY.impls[type(current)].get_child(current, key)
+            current = node_impl(current).get_child(current, key)
         elif kind is SEQUENCE or kind is DICT:
             current = current[key]
         elif kind is PYTREE:

@@ -14,10 +14,11 @@ from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from typing import Any, NamedTuple, cast
 
 import jax
+import numpy as np
 
 from flaxgraph.graphlib.registry import (
-    ARRAY_TYPES,
-    GRAPH_NODE_IMPLS,
+    ARRAY,
+    CONSTANT,
     NODE,
     PLAIN_STATIC,
     REGISTRY,
@@ -69,8 +70,11 @@ def is_argument_leaf(x: object) -> bool:
     """Whether an argument's value counts as a leaf for the fast path's key and its
     checks: an array (JAX, NumPy) or a Python scalar. Any leaf may stand where
     another was (the plan's compiled function is a ``jax.jit``, which retraces
-    when a leaf's type calls for it)."""
-    return isinstance(x, ARRAY_TYPES) or type(x) in SCALARS
+    when a leaf's type calls for it). Asks the engine's classification: an ``ARRAY``
+    (``registry.ARRAY_TYPES``), or a ``CONSTANT`` that is a number (an int, float,
+    bool or complex, exactly, or a NumPy scalar; not a string, ``None``…)."""
+    kind = REGISTRY.kind_of(x)
+    return kind is ARRAY or (kind is CONSTANT and (type(x) in SCALARS or isinstance(x, np.generic)))
 
 
 def level_treedef(x: object) -> object:
@@ -153,9 +157,10 @@ def leaf_place(
     or inside tuples only)."""
     node: Any = (args, kwargs)[path[0]]  # type: ignore[call-overload]
     place: LeafPlace | None = None
+    impls = REGISTRY.node_impls()
     for key in path[1:]:
         t = type(node)
-        impl = GRAPH_NODE_IMPLS.get(t)
+        impl = impls.get(t)
         if impl is not None:
             place = LeafPlace(node.__dict__, key, ())
             node = impl.get_child(node, key)
