@@ -38,7 +38,7 @@ class Missing:
 
 MISSING: Final[Any] = Missing()
 """The package's one sentinel: the default of a parameter that was not given, and what
-``GraphNodeImpl.get_child`` returns for a key a node lacks. Test it with ``is``. Typed
+``NodeTypeImpl.get_child`` returns for a key a node lacks. Test it with ``is``. Typed
 ``Any`` so that it can stand as the default of a parameter of any type."""
 
 # -- the layers' argument types ---------------------------------------------------------

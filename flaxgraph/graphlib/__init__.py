@@ -11,7 +11,8 @@ directly, and merge's joint walk of GraphDef and State; both hand anything unusu
 ``walk``/``build``), ``split_merge``, ``inplace`` (update/pop), ``contexts``, ``functional`` (the
 ``flatten``/``unflatten`` pair of plain JAX code), ``traversal``, ``calls``,
 ``variable_views``, ``diff``, ``snapshot`` (structure snapshots for the fast path),
-``flax_names`` (Flax's engine records, registries and predicates at Flax's path).
+``flax_names`` (Flax's engine records and markers at Flax's path), ``node_registries``
+(Flax's node registries and the questions asked of them: ``is_node``, ``get_node_impl``…).
 
 This package is Flax NNX's ``graphlib`` module map: ``nnx.graphlib.RefMap``,
 ``nnx.graphlib.flatten`` and the rest resolve here.
@@ -31,12 +32,10 @@ from flaxgraph.graphlib.descendants import iter_module_children as iter_module_c
 from flaxgraph.graphlib.descendants import recursive_map as recursive_map
 from flaxgraph.graphlib.diff import graphdef_diff as graphdef_diff
 from flaxgraph.graphlib.flax_names import GRAPH_CONTEXT as GRAPH_CONTEXT
-from flaxgraph.graphlib.flax_names import GRAPH_REGISTRY as GRAPH_REGISTRY
 from flaxgraph.graphlib.flax_names import LEAF_ATTR as LEAF_ATTR
 from flaxgraph.graphlib.flax_names import NO_UPDATE as NO_UPDATE
 from flaxgraph.graphlib.flax_names import NODE_ATTR as NODE_ATTR
 from flaxgraph.graphlib.flax_names import PYTREE_NODE_IMPL as PYTREE_NODE_IMPL
-from flaxgraph.graphlib.flax_names import PYTREE_REGISTRY as PYTREE_REGISTRY
 from flaxgraph.graphlib.flax_names import REPEATED as REPEATED
 from flaxgraph.graphlib.flax_names import ArrayRefDef as ArrayRefDef
 from flaxgraph.graphlib.flax_names import AttrType as AttrType
@@ -51,7 +50,6 @@ from flaxgraph.graphlib.flax_names import LeafType as LeafType
 from flaxgraph.graphlib.flax_names import Names as Names
 from flaxgraph.graphlib.flax_names import NodeAttr as NodeAttr
 from flaxgraph.graphlib.flax_names import NodeDefType as NodeDefType
-from flaxgraph.graphlib.flax_names import NodeImpl as NodeImpl
 from flaxgraph.graphlib.flax_names import NodeImplBase as NodeImplBase
 from flaxgraph.graphlib.flax_names import PythonRefMap as PythonRefMap
 from flaxgraph.graphlib.flax_names import PytreeNodeImpl as PytreeNodeImpl
@@ -61,17 +59,8 @@ from flaxgraph.graphlib.flax_names import StaticCache as StaticCache
 from flaxgraph.graphlib.flax_names import StaticElem as StaticElem
 from flaxgraph.graphlib.flax_names import UpdateContextManager as UpdateContextManager
 from flaxgraph.graphlib.flax_names import cached_partial as cached_partial
-from flaxgraph.graphlib.flax_names import get_node_impl as get_node_impl
-from flaxgraph.graphlib.flax_names import get_node_impl_for_type as get_node_impl_for_type
 from flaxgraph.graphlib.flax_names import graph_pop as graph_pop
-from flaxgraph.graphlib.flax_names import is_graph_node as is_graph_node
-from flaxgraph.graphlib.flax_names import is_node as is_node
-from flaxgraph.graphlib.flax_names import is_node_leaf as is_node_leaf
-from flaxgraph.graphlib.flax_names import is_node_module as is_node_module
-from flaxgraph.graphlib.flax_names import is_node_type as is_node_type
-from flaxgraph.graphlib.flax_names import is_pytree_node as is_pytree_node
 from flaxgraph.graphlib.flax_names import jax_to_nnx_path as jax_to_nnx_path
-from flaxgraph.graphlib.flax_names import register_pytree_node_type as register_pytree_node_type
 from flaxgraph.graphlib.flax_names import static_cache as static_cache
 from flaxgraph.graphlib.functional import as_pure as as_pure
 from flaxgraph.graphlib.functional import flatten as flatten
@@ -88,14 +77,28 @@ from flaxgraph.graphlib.graphdefs import TreeNodeDef as TreeNodeDef
 from flaxgraph.graphlib.graphdefs import VariableDef as VariableDef
 from flaxgraph.graphlib.inplace import pop as pop
 from flaxgraph.graphlib.inplace import update as update
+from flaxgraph.graphlib.node_registries import GRAPH_REGISTRY as GRAPH_REGISTRY
+from flaxgraph.graphlib.node_registries import PYTREE_REGISTRY as PYTREE_REGISTRY
+from flaxgraph.graphlib.node_registries import GraphNodeImpl as GraphNodeImpl
+from flaxgraph.graphlib.node_registries import NodeImpl as NodeImpl
+from flaxgraph.graphlib.node_registries import get_node_impl as get_node_impl
+from flaxgraph.graphlib.node_registries import get_node_impl_for_type as get_node_impl_for_type
+from flaxgraph.graphlib.node_registries import is_graph_node as is_graph_node
+from flaxgraph.graphlib.node_registries import is_node as is_node
+from flaxgraph.graphlib.node_registries import is_node_leaf as is_node_leaf
+from flaxgraph.graphlib.node_registries import is_node_module as is_node_module
+from flaxgraph.graphlib.node_registries import is_node_type as is_node_type
+from flaxgraph.graphlib.node_registries import is_pytree_node as is_pytree_node
+from flaxgraph.graphlib.node_registries import register_graph_node_type as register_graph_node_type
+from flaxgraph.graphlib.node_registries import (
+    register_pytree_node_type as register_pytree_node_type,
+)
 from flaxgraph.graphlib.pure_methods import call as call
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput as ArrayRefOutput
 from flaxgraph.graphlib.ref_outputs import NoUpdate as NoUpdate
 from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
-from flaxgraph.graphlib.registry import GraphNodeImpl as GraphNodeImpl
 from flaxgraph.graphlib.registry import flatten_pytree as _flatten_pytree  # noqa: F401 (Flax's name)
-from flaxgraph.graphlib.registry import register_graph_node_type as register_graph_node_type
 from flaxgraph.graphlib.registry import unflatten_pytree as _unflatten_pytree  # noqa: F401 (Flax's name)
 from flaxgraph.graphlib.split_merge import clone as clone
 from flaxgraph.graphlib.split_merge import graphdef as graphdef

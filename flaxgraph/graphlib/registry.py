@@ -15,7 +15,7 @@ The graph engine sorts every value it meets into one of five kinds:
   ``np.float64(0.1)``, functions, ``None``…). They are stored in the ``GraphDef``
   and so must be hashable.
 
-Graph-node types are registered with a ``GraphNodeImpl`` telling the engine how
+Graph-node types are registered with a ``NodeTypeImpl`` telling the engine how
 to list a node's children, build an empty node and fill it. ``Object`` registers
 itself (and every subclass) this way, which keeps this layer free of any import
 from the object model.
@@ -44,7 +44,7 @@ from flaxgraph.variablelib.variable import Variable
 
 
 @dataclasses.dataclass(frozen=True)
-class GraphNodeImpl:
+class NodeTypeImpl:
     """How the engine handles one graph-node type.
 
     Attributes:
@@ -160,7 +160,7 @@ class NodeRegistry:
     """The graph-node types and the kind of every type met so far.
 
     Attributes:
-      impls: node type -> its ``GraphNodeImpl``, written only by
+      impls: node type -> its ``NodeTypeImpl``, written only by
         ``register_graph_node_type`` (like JAX's pytree registry).
       kinds: type -> ``Kind``, filled by ``classify`` the first time a value of the
         type is met; registering a node type forgets that type's entry. The dict
@@ -179,12 +179,12 @@ class NodeRegistry:
     MAX_KINDS = 4096
 
     def __init__(self) -> None:
-        self.impls: dict[type, GraphNodeImpl] = {}
+        self.impls: dict[type, NodeTypeImpl] = {}
         self.kinds: dict[type, Kind] = {}
         self.tracer_kinds: dict[type, Kind] = {}
         self.unflattenable: set[type] = set()
 
-    def register(self, impl: GraphNodeImpl) -> None:
+    def register(self, impl: NodeTypeImpl) -> None:
         """Makes ``impl.type`` a graph node (replacing an earlier registration)."""
         self.impls[impl.type] = impl
         self.kinds.pop(impl.type, None)
@@ -196,7 +196,7 @@ class NodeRegistry:
         for the length of a walk."""
         return self.kinds
 
-    def node_impls(self) -> Mapping[type, GraphNodeImpl]:
+    def node_impls(self) -> Mapping[type, NodeTypeImpl]:
         """The registered graph-node types and their impls (read-only), for a walker's
         inner loop (``impls[type(x)]`` without a call per node); elsewhere use
         ``node_impl(x)`` or ``get_graph_node_impl(x)``."""
@@ -287,8 +287,8 @@ class NodeRegistry:
 REGISTRY = NodeRegistry()
 """The engine's one registry: node types and the kind of each type met."""
 
-GRAPH_NODE_IMPLS: dict[type, GraphNodeImpl] = REGISTRY.impls
-"""``REGISTRY.impls``: node type -> ``GraphNodeImpl`` (read-only for callers)."""
+GRAPH_NODE_IMPLS: dict[type, NodeTypeImpl] = REGISTRY.impls
+"""``REGISTRY.impls``: node type -> ``NodeTypeImpl`` (read-only for callers)."""
 
 
 def register_graph_node_type(
@@ -300,7 +300,7 @@ def register_graph_node_type(
     set_child: Callable[[Any, Key, Any], None],
     del_child: Callable[[Any, Key], None],
 ) -> None:
-    """Registers ``type`` as a reference-semantics graph node (see ``GraphNodeImpl``).
+    """Registers ``type`` as a reference-semantics graph node (see ``NodeTypeImpl``).
 
     ``Object`` and its subclasses are registered automatically; use this for other
     mutable classes that should keep reference semantics through transforms.
@@ -312,12 +312,12 @@ def register_graph_node_type(
             return user_create(metadata)
 
     REGISTRY.register(
-        GraphNodeImpl(type, flatten, create_empty, set_items, get_child, set_child, del_child)
+        NodeTypeImpl(type, flatten, create_empty, set_items, get_child, set_child, del_child)
     )
 
 
-def node_impl(node: object) -> GraphNodeImpl:
-    """The ``GraphNodeImpl`` of the graph node ``node`` (its kind is ``NODE``).
+def node_impl(node: object) -> NodeTypeImpl:
+    """The ``NodeTypeImpl`` of the graph node ``node`` (its kind is ``NODE``).
 
     Raises:
       KeyError: ``type(node)`` is not a registered graph-node type.
@@ -325,7 +325,7 @@ def node_impl(node: object) -> GraphNodeImpl:
     return REGISTRY.impls[type(node)]
 
 
-def get_graph_node_impl(x: object) -> GraphNodeImpl | None:
+def get_graph_node_impl(x: object) -> NodeTypeImpl | None:
     """Returns the impl registered for ``type(x)`` exactly, or ``None``."""
     return REGISTRY.impls.get(type(x))
 

@@ -9,8 +9,10 @@ custom pytrees, ``jax.Ref`` — and, as a property, every value of the oracle's
 
 The answers must be equal. A returned implementation cannot be the same object, so what a
 caller can observe of it is compared: whether there is one, its class name, the name of its
-``.type``, and for a pytree node's implementation what its ``flatten`` gives and that its
-``unflatten`` rebuilds the value.
+``.type``, for a pytree node's implementation what its ``flatten`` gives and that its
+``unflatten`` rebuilds the value, and for a graph node's the children its ``node_dict``
+lists. A type registered with Flax's ``register_graph_node_type`` functions is split,
+merged and updated the same way by both libraries.
 """
 
 from __future__ import annotations
@@ -165,6 +167,12 @@ def _impl_view(impl: Any, value: Any) -> Any:
         view["children"] = canonical([child for _, child in children])
         view["roundtrip"] = canonical(impl.unflatten(children, aux)) == canonical(value)
         view["can set/pop"] = (impl.set_key is not None, impl.pop_key is not None)
+    else:  # a graph node's: its children by key, Flax's `_pytree__` bookkeeping left out
+        view["children"] = {
+            key: type(child).__name__
+            for key, child in impl.node_dict(value).items()
+            if not (isinstance(key, str) and key.startswith("_"))
+        }
     return view
 
 
@@ -222,3 +230,87 @@ def test_every_attribute_value_is_answered_as_flax(description: Description) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert answers(graph, description.build()) == answers(flax_graph, description.build())
+
+
+class Bag:
+    """A user's graph node type, registered with Flax's functions in both libraries."""
+
+    def __init__(self, **children: Any) -> None:
+        vars(self).update(children)
+
+
+def _pop_child(bag: Bag, key: str) -> Any:
+    return vars(bag).pop(key)
+
+
+def _init_children(bag: Bag, children: Any) -> None:
+    vars(bag).update(children)
+
+
+BAG_FUNCTIONS = dict(
+    flatten=lambda bag: (sorted(vars(bag).items()), type(bag)),
+    set_key=setattr,
+    pop_key=_pop_child,
+    create_empty=lambda bag_type: bag_type(),
+    clear=lambda bag: vars(bag).clear(),
+    init=_init_children,
+)
+
+
+def _bag_outcome(lib: Any, module: Any, bag_type: type) -> Any:
+    bag = bag_type(w=lib.Param(jnp.ones(2)), n=3, shared=None)
+    bag.shared = bag.w  # a shared Variable stays shared through split/merge
+    graphdef, state = lib.split(bag)
+    leaves = [(tuple(path), np.asarray(leaf).tolist()) for path, leaf in lib.to_flat_state(state)]
+    copy = lib.merge(graphdef, state)
+    state["shared"] = jnp.zeros(2)
+    lib.update(bag, state)
+
+    @lib.jit
+    def step(b: Any) -> Any:
+        b.w.value = b.w.value + 1
+        b.n = b.n + 1  # a static child changed inside the transform
+        return b.shared.value.sum()
+
+    total = float(step(bag))
+    impl = module.get_node_impl(bag)
+    return (
+        total,
+        bag.n,
+        leaves,
+        copy.n,
+        copy.shared is copy.w,
+        np.asarray(bag.w.get_value()).tolist(),
+        type(impl).__name__,
+        sorted(impl.node_dict(bag)),
+        module.is_node(bag) and module.is_graph_node(bag) and not module.is_pytree_node(bag),
+    )
+
+
+def test_a_type_registered_with_flax_functions_is_walked_as_in_flax() -> None:
+    theirs_type = type("Bag", (Bag,), {})
+    ours_type = type("Bag", (Bag,), {})
+    flax_graph.register_graph_node_type(theirs_type, **BAG_FUNCTIONS)
+    graph.register_graph_node_type(ours_type, **BAG_FUNCTIONS)
+    with pytest.raises(ValueError, match="already registered"):
+        graph.register_graph_node_type(ours_type, **BAG_FUNCTIONS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = _bag_outcome(flax_nnx, flax_graph, theirs_type)
+        ours = _bag_outcome(nnx, graph, ours_type)
+    assert ours == theirs
+    assert ours[:3] == (2.0, 4, [(("shared",), [1.0, 1.0])]) and ours[5] == [1.0, 1.0]
+
+
+def test_graph_node_impl_of_an_object_works_as_flax_describes() -> None:
+    model = nnx.Dict(w=nnx.Param(jnp.ones(2)), n=3)
+    impl = graph.get_node_impl(model)
+    assert impl is graph.GRAPH_REGISTRY[nnx.Dict] and isinstance(impl, graph.GraphNodeImpl)
+    children, aux = impl.flatten(model)
+    empty = impl.create_empty(aux)
+    impl.init(empty, children)
+    assert impl.node_dict(empty) == impl.node_dict(model)
+    impl.set_key(empty, "m", 4)
+    assert impl.pop_key(empty, "m") == 4 and "m" not in impl.node_dict(empty)
+    impl.clear(empty)
+    assert impl.node_dict(empty) == {}

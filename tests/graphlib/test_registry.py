@@ -28,9 +28,9 @@ from flaxgraph.graphlib.graphdefs import (
 )
 from flaxgraph.graphlib.registry import (
     REGISTRY,
-    GraphNodeImpl,
     Kind,
     NodeRegistry,
+    NodeTypeImpl,
     children_of,
 )
 from flaxgraph.graphlib.walk import flatten_with_paths
@@ -130,7 +130,7 @@ class Box:
         self.items: dict[str, Any] = {}
 
 
-BOX_IMPL = GraphNodeImpl(
+BOX_IMPL = NodeTypeImpl(
     Box,
     lambda b: (sorted(b.items.items()), None),
     lambda metadata, trace=None: Box(),

@@ -1,0 +1,506 @@
+"""Flax's node registries and the questions asked of them, at Flax's path.
+
+Flax NNX's ``graphlib`` keeps two tables (``GRAPH_REGISTRY``: the graph node types,
+``PYTREE_REGISTRY``: container types with their own flatten) and answers, from them and
+JAX's pytree registry, what a value is to its graph functions (:func:`is_node`,
+:func:`is_pytree_node`, :func:`is_graph_node`, :func:`get_node_impl`…). This file gives
+the same answers from flaxgraph's engine (``registry.REGISTRY`` holds the graph node
+types) so code written against ``flax.nnx.graph`` runs unchanged:
+
+* :class:`GraphNodeImpl` is Flax's record of a graph node type (``flatten``,
+  ``set_key``, ``pop_key``, ``create_empty``, ``clear``, ``init``, ``node_dict``);
+  :data:`GRAPH_REGISTRY` shows every type the engine knows through one, made from the
+  engine's record (``registry.GraphNodeImpl``) and kept;
+* :func:`register_graph_node_type` takes Flax's functions and registers the type with
+  the engine in terms of them;
+* the engine itself keeps deciding with its own classification
+  (``registry.REGISTRY.kind_of``), which agrees with these answers wherever ``split``'s
+  results can tell (``None`` is a constant to it and an empty pytree to Flax: both end in
+  the GraphDef).
+
+tests/graphlib/test_flax_node_questions.py asks the real ``flax.nnx.graph`` and this
+module the same questions.
+
+Source: Flax NNX 0.12.8 ``flax.nnx.graphlib`` (behaviour read from its public source).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import (
+    Callable,
+    Hashable,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
+from typing import Any, Union
+
+import jax
+import numpy as np
+
+from flaxgraph.graphlib.flax_names import (
+    PYTREE_NODE_IMPL,
+    DataElem,
+    GenericPytree,
+    NodeImplBase,
+    PytreeNodeImpl,
+    StaticElem,
+)
+from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate
+from flaxgraph.graphlib.registry import REF, REGISTRY, VARIABLE, DataLeaf, StaticLeaf
+from flaxgraph.graphlib.registry import NodeTypeImpl as EngineNodeImpl
+from flaxgraph.graphlib.registry import register_graph_node_type as register_with_engine
+from flaxgraph.statelib import State
+from flaxgraph.typing import MISSING, Key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GraphNodeImpl(NodeImplBase):
+    """How Flax's graph functions handle one graph node type.
+
+    Attributes:
+      type: the node's class.
+      flatten: ``node -> ([(key, child), ...], aux)``, sorted by key; a child may be
+        wrapped in ``DataElem``/``StaticElem`` (an ``nnx.data``/``nnx.static`` mark).
+      set_key: ``(node, key, value) -> None``: adds or replaces one child.
+      pop_key: ``(node, key) -> child``: removes one child and returns it.
+      create_empty: ``aux -> node``: a new node with no children, ``__init__`` not called.
+      clear: ``node -> None``: removes every child.
+      init: ``(node, [(key, child), ...]) -> None``: gives an empty node its children.
+
+    ``node_dict(node)`` (from ``NodeImplBase``) is ``{key: child}``, marks unwrapped.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph import graph
+      >>> m = nnx.Dict(w=nnx.Param(jnp.ones(2)), n=3)
+      >>> impl = graph.get_node_impl(m)
+      >>> isinstance(impl, graph.GraphNodeImpl), sorted(impl.node_dict(m))
+      (True, ['n', 'w'])
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.GraphNodeImpl`` (its fields; an Object's
+    ``flatten`` lists its attributes only, where Flax's also lists its ``_pytree__``
+    bookkeeping and wraps every attribute in a mark).
+    """
+
+    set_key: Callable[[Any, Key, Any], None]
+    pop_key: Callable[[Any, Key], Any]
+    create_empty: Callable[[Any], Any]
+    clear: Callable[[Any], None]
+    init: Callable[[Any, Iterable[tuple[Key, Any]]], None]
+
+
+NodeImpl = Union[GraphNodeImpl, PytreeNodeImpl]
+"""A graph node's or a pytree node's implementation."""
+
+
+def _as_elem(child: object) -> object:
+    """An engine mark (``DataLeaf``/``StaticLeaf``) as Flax's (``DataElem``/``StaticElem``)."""
+    if type(child) is DataLeaf:
+        return DataElem(child.value)
+    if type(child) is StaticLeaf:
+        return StaticElem(child.value)
+    return child
+
+
+def _as_mark(child: object) -> object:
+    """Flax's mark (``DataElem``/``StaticElem``) as the engine's."""
+    if type(child) is DataElem:
+        return DataLeaf(child.value)
+    if type(child) is StaticElem:
+        return StaticLeaf(child.value)
+    return child
+
+
+def _unmarked(child: object) -> object:
+    return child.value if isinstance(child, DataElem | StaticElem) else child
+
+
+def _flax_shaped(engine: EngineNodeImpl) -> GraphNodeImpl:
+    """Flax's record of the engine's node type ``engine.type``, each function made of the
+    engine's (``set_items`` with the node's own aux for ``clear`` and ``init``)."""
+
+    def flatten(node: object) -> tuple[list[tuple[Key, object]], Hashable]:
+        children, aux = engine.flatten(node)
+        return [(key, _as_elem(child)) for key, child in children], aux
+
+    def pop_key(node: object, key: Key) -> object:
+        child = engine.get_child(node, key)
+        if child is MISSING:
+            raise AttributeError(f"{type(node).__name__} has no child {key!r} to pop")
+        engine.del_child(node, key)
+        return child
+
+    def clear(node: object) -> None:
+        engine.set_items(node, [], engine.flatten(node)[1])
+
+    def init(node: object, children: Iterable[tuple[Key, object]]) -> None:
+        items = [(key, _unmarked(child)) for key, child in children]
+        engine.set_items(node, items, engine.flatten(node)[1])
+
+    return GraphNodeImpl(
+        type=engine.type,
+        flatten=flatten,
+        set_key=engine.set_child,
+        pop_key=pop_key,
+        create_empty=lambda aux: engine.create_empty(aux, None),
+        clear=clear,
+        init=init,
+    )
+
+
+class GraphRegistry(Mapping[type, GraphNodeImpl]):
+    """Flax's ``GRAPH_REGISTRY`` (graph node type -> :class:`GraphNodeImpl`), read-only, over
+    the engine's table: every type the engine knows (Objects, Modules, ``Rngs``,
+    ``nnx.List``… and the types given to :func:`register_graph_node_type` of either
+    signature), each ``GraphNodeImpl`` made once per engine registration and kept."""
+
+    def __init__(self, engine: Mapping[type, EngineNodeImpl]) -> None:
+        self._engine = engine
+        self._shaped: dict[type, tuple[EngineNodeImpl, GraphNodeImpl]] = {}
+
+    def __getitem__(self, node_type: type) -> GraphNodeImpl:
+        engine = self._engine[node_type]
+        known = self._shaped.get(node_type)
+        if known is None or known[0] is not engine:
+            known = (engine, _flax_shaped(engine))
+            self._shaped[node_type] = known
+        return known[1]
+
+    def __contains__(self, node_type: object) -> bool:
+        return node_type in self._engine
+
+    def __iter__(self) -> Iterator[type]:
+        return iter(self._engine)
+
+    def __len__(self) -> int:
+        return len(self._engine)
+
+    def keep(self, impl: GraphNodeImpl) -> None:
+        """Answers ``impl`` itself for ``impl.type`` (registered with the engine just now)."""
+        self._shaped[impl.type] = (self._engine[impl.type], impl)
+
+
+GRAPH_REGISTRY = GraphRegistry(REGISTRY.node_impls())
+"""The graph node types and their Flax-shaped ``GraphNodeImpl``."""
+
+
+def register_graph_node_type(
+    type: type,
+    flatten: Callable[[Any], tuple[Sequence[tuple[Key, Any]], Any]],
+    set_key: Callable[[Any, Key, Any], None],
+    pop_key: Callable[[Any, Key], Any],
+    create_empty: Callable[[Any], Any],
+    clear: Callable[[Any], None],
+    init: Callable[[Any, Iterable[tuple[Key, Any]]], None],
+) -> None:
+    """Makes ``type`` a reference-semantics graph node, with Flax's functions (see
+    :class:`GraphNodeImpl`): ``split``, ``merge``, ``update`` and the transforms walk it, a
+    shared instance stays shared.
+
+    The engine builds a node with ``create_empty(aux)`` then ``init(node, children)``, and
+    rewrites an existing one's children with ``clear(node)`` then ``init``; it reads one
+    child from ``flatten``. ``flaxgraph.register_graph_node_type`` (top level, not in Flax)
+    takes the engine's own functions instead.
+
+    Args:
+      type: the node class.
+      flatten: ``node -> ([(key, child), ...], aux)``; ``aux`` must be hashable; a child
+        wrapped in ``DataElem``/``StaticElem`` is data/static whatever its value.
+      set_key, pop_key, create_empty, clear, init: as :class:`GraphNodeImpl`'s fields.
+
+    Raises:
+      ValueError: ``type`` is already a graph node type.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph import graph
+      >>> class Bag:
+      ...   def __init__(self, **kw): self.__dict__.update(kw)
+      >>> graph.register_graph_node_type(
+      ...   Bag, flatten=lambda b: (sorted(vars(b).items()), None),
+      ...   set_key=setattr, pop_key=lambda b, k: vars(b).pop(k),
+      ...   create_empty=lambda _: Bag(), clear=lambda b: vars(b).clear(),
+      ...   init=lambda b, items: vars(b).update(items))
+      >>> bag = Bag(w=nnx.Param(jnp.ones(2)), n=3)
+      >>> graphdef, state = nnx.split(bag)
+      >>> sorted(state), nnx.merge(graphdef, state).n
+      (['w'], 3)
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.register_graph_node_type``.
+    """
+    if type in GRAPH_REGISTRY:
+        raise ValueError(f"Node type {type} is already registered.")
+    impl = GraphNodeImpl(type, flatten, set_key, pop_key, create_empty, clear, init)
+
+    def engine_flatten(node: object) -> tuple[list[tuple[Key, object]], Hashable]:
+        children, aux = flatten(node)
+        return [(key, _as_mark(child)) for key, child in children], aux
+
+    def engine_create(aux: Hashable, trace: object = None) -> object:
+        del trace  # (Flax's create_empty takes the aux alone)
+        return create_empty(aux)
+
+    def set_items(node: object, items: list[tuple[Key, object]], aux: Hashable) -> None:
+        del aux
+        clear(node)
+        init(node, items)
+
+    def get_child(node: object, key: Key) -> object:
+        return impl.node_dict(node).get(key, MISSING)
+
+    def del_child(node: object, key: Key) -> None:
+        pop_key(node, key)
+
+    register_with_engine(
+        type, engine_flatten, engine_create, set_items, get_child, set_key, del_child
+    )
+    GRAPH_REGISTRY.keep(impl)
+
+
+def _by_position(seq: Sequence[object]) -> tuple[list[tuple[Key, object]], None]:
+    return list(enumerate(seq)), None
+
+
+def _by_sorted_key(mapping: Mapping[Key, object]) -> tuple[list[tuple[Key, object]], None]:
+    return sorted(mapping.items()), None
+
+
+def _set_item(container: MutableMapping[Key, object], key: Key, value: object) -> None:
+    container[key] = value
+
+
+def _pop_item(container: MutableMapping[Key, object], key: Key) -> object:
+    return container.pop(key)
+
+
+def _builtin_pytree_impls() -> dict[type, PytreeNodeImpl]:
+    """The container types Flax's graph functions know from the start, each with Flax's
+    flatten (lists and tuples by position, dicts and States by sorted key, ``None`` with
+    no children) and unflatten."""
+    return {
+        list: PytreeNodeImpl(
+            list, _by_position, lambda nodes, _: [v for _, v in nodes], _set_item, None
+        ),
+        tuple: PytreeNodeImpl(
+            tuple, _by_position, lambda nodes, _: tuple(v for _, v in nodes), None, None
+        ),
+        dict: PytreeNodeImpl(
+            dict, _by_sorted_key, lambda nodes, _: dict(nodes), _set_item, _pop_item
+        ),
+        State: PytreeNodeImpl(
+            State,
+            lambda state: _by_sorted_key(state.raw_mapping),
+            lambda nodes, _: State(dict(nodes)),
+            _set_item,
+            _pop_item,
+        ),
+        type(None): PytreeNodeImpl(
+            type(None), lambda _: ([], None), lambda nodes, _: None, None, None
+        ),
+    }
+
+
+PYTREE_REGISTRY: dict[type, PytreeNodeImpl] = _builtin_pytree_impls()
+"""The container types with their own ``PytreeNodeImpl``: ``list``, ``tuple``, ``dict``,
+``State`` and ``NoneType`` (as in Flax NNX 0.12.8), and those
+:func:`register_pytree_node_type` registered."""
+
+
+def register_pytree_node_type(
+    type: type,
+    flatten: Callable[[Any], tuple[Sequence[tuple[Key, Any]], Any]],
+    unflatten: Callable[[Sequence[tuple[Key, Any]], Any], Any],
+    *,
+    set_key: Callable[[Any, Key, Any], None] | None = None,
+    pop_key: Callable[[Any, Key], Any] | None = None,
+) -> None:
+    """Makes ``type`` a container walked by value: a JAX pytree node whose children have
+    the keys ``flatten`` gives, so ``split`` paths, ``jax.tree`` functions and transforms
+    see its children.
+
+    Args:
+      type: the container class.
+      flatten: ``node -> ([(key, child), ...], aux)``; ``aux`` must be hashable.
+      unflatten: ``([(key, child), ...], aux) -> node``.
+      set_key, pop_key: Flax's optional in-place setters, kept in :data:`PYTREE_REGISTRY`.
+
+    Raises:
+      ValueError: ``type`` is already registered.
+
+    Example::
+
+      >>> import jax, flaxgraph as nnx
+      >>> class Pair:
+      ...   def __init__(self, a, b): self.a, self.b = a, b
+      >>> register_pytree_node_type(
+      ...   Pair, lambda p: ([('a', p.a), ('b', p.b)], None),
+      ...   lambda children, _: Pair(*(v for _, v in children)))
+      >>> jax.tree.leaves(Pair(1, 2))
+      [1, 2]
+    """
+    if type in PYTREE_REGISTRY:
+        raise ValueError(f"Node type {type} is already registered.")
+    PYTREE_REGISTRY[type] = PytreeNodeImpl(type, flatten, unflatten, set_key, pop_key)
+
+    def flatten_with_keys(
+        node: object,
+    ) -> tuple[list[tuple[object, object]], tuple[tuple[Key, ...], object]]:
+        children, aux = flatten(node)
+        keys = tuple(k for k, _ in children)
+        return [(jax.tree_util.DictKey(k), v) for k, v in children], (keys, aux)
+
+    def unflatten_keys(
+        keys_aux: tuple[tuple[Key, ...], object], values: Iterable[object]
+    ) -> object:
+        keys, aux = keys_aux
+        return unflatten(list(zip(keys, values, strict=True)), aux)
+
+    jax.tree_util.register_pytree_with_keys(type, flatten_with_keys, unflatten_keys)
+
+
+def _is_variable(x: object) -> bool:
+    return REGISTRY.kind_of(x) is VARIABLE
+
+
+def _is_jax_pytree_node(x: object) -> bool:
+    """Whether JAX's registry makes ``x`` a pytree node (``None``, lists, tuples, named
+    tuples, dicts, registered classes and dataclasses, ``pytree=True`` Objects), asked of
+    the registry alone (no flatten)."""
+    return isinstance(x, tuple) or not jax.tree_util.all_leaves((x,))
+
+
+def is_pytree_node(x: object, *, check_graph_registry: bool = True) -> bool:
+    """Whether ``x`` is a JAX pytree node that is neither a Variable nor (by default) a
+    graph node: ``None``, a list, tuple (named tuples and other tuple subclasses included),
+    dict, ``State``, a class registered with JAX (``register_pytree_node``,
+    ``register_dataclass``, ``register_static``) or with :func:`register_pytree_node_type`.
+
+    Args:
+      x: any value.
+      check_graph_registry: when true (the default) a graph node (an Object, a Module,
+        ``Rngs``, ``nnx.List``…) is no pytree node; when false, a graph node whose class
+        is also a JAX pytree (``pytree=True``, the default) is one.
+
+    Returns:
+      ``bool``; ``False`` for Variables, arrays, scalars, strings, plain objects.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> is_pytree_node(None), is_pytree_node([1]), is_pytree_node(nnx.Param(1))
+      (True, True, False)
+      >>> m = nnx.Dict(a=1)
+      >>> is_pytree_node(m), is_pytree_node(m, check_graph_registry=False)
+      (False, True)
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_pytree_node`` (same answers;
+    tests/graphlib/test_flax_node_questions.py compares them).
+    """
+    if check_graph_registry and type(x) in GRAPH_REGISTRY:
+        return False
+    return not _is_variable(x) and _is_jax_pytree_node(x)
+
+
+def is_node(x: object) -> bool:
+    """Whether ``x`` has children Flax's graph functions visit: a graph node (an Object, a
+    Module, ``Rngs``, ``nnx.List``…) or a pytree node (:func:`is_pytree_node`, ``None``
+    included); ``False`` for a Variable and for leaves.
+
+    This is Flax's question, not flaxgraph's classification: ``split`` holds ``None`` in
+    the GraphDef as a constant, which Flax's walk reaches as an empty pytree; both end in
+    the GraphDef and the State is the same.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> [is_node(v) for v in (nnx.Dict(), [1], None, nnx.Param(1), 3)]
+      [True, True, True, False, False]
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_node`` (same answers).
+    """
+    if _is_variable(x):
+        return False
+    return type(x) in GRAPH_REGISTRY or is_pytree_node(x)
+
+
+def is_graph_node(x: object) -> bool:
+    """Whether ``x`` is a reference-semantics node of Flax's graph: a graph node (an
+    Object, a Module, ``Rngs``…), a Variable or a raw ``jax.Ref``. The usual
+    ``is_leaf=`` of a ``jax.tree`` function that stops at Modules and Variables.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> [is_graph_node(v) for v in (nnx.Dict(), nnx.Param(1), [1], jnp.ones(1))]
+      [True, True, False, False]
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_graph_node`` (same answers).
+    """
+    return type(x) in GRAPH_REGISTRY or REGISTRY.kind_of(x) in (VARIABLE, REF)
+
+
+def is_node_module(x: object) -> bool:
+    """Whether ``type(x)`` is a registered graph node type (an Object, a Module…)."""
+    return type(x) in GRAPH_REGISTRY
+
+
+def is_node_type(x: type) -> bool:
+    """Whether instances of ``x`` are nodes: a registered graph node type, a type in
+    :data:`PYTREE_REGISTRY` (``list``, ``tuple``, ``dict``, ``State``, ``NoneType`` and
+    those given to :func:`register_pytree_node_type`), or :class:`GenericPytree`."""
+    return x in GRAPH_REGISTRY or x in PYTREE_REGISTRY or x is GenericPytree
+
+
+def is_node_leaf(x: object) -> bool:
+    """Whether ``x`` is a State leaf: a Variable, an array (NumPy or JAX, key arrays and
+    tracers included), a ``jax.Ref``, an ``ArrayRefOutput`` or ``NoUpdate``.
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_node_leaf`` (same answers).
+    """
+    if isinstance(x, (ArrayRefOutput, NoUpdate, jax.Array, np.ndarray)):
+        return True
+    return REGISTRY.kind_of(x) in (VARIABLE, REF)
+
+
+def get_node_impl(x: object) -> GraphNodeImpl | PytreeNodeImpl | None:
+    """The implementation Flax's graph functions walk ``x`` with.
+
+    Returns:
+      ``None`` for a Variable; the graph node type's ``GraphNodeImpl`` (flaxgraph's,
+      see ``GRAPH_REGISTRY``) for a graph node; the :data:`PYTREE_REGISTRY` entry of
+      ``type(x)`` (``list``, ``tuple``, ``dict``, ``State``, ``NoneType`` or a type given
+      to :func:`register_pytree_node_type`); :data:`PYTREE_NODE_IMPL` for any other pytree
+      node (:func:`is_pytree_node`); ``None`` for a leaf.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> get_node_impl([1]).type, get_node_impl(None).type, get_node_impl(3)
+      (<class 'list'>, <class 'NoneType'>, None)
+      >>> get_node_impl([1, 2]).flatten([1, 2])
+      ([(0, 1), (1, 2)], None)
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.get_node_impl`` (same answers).
+    """
+    if _is_variable(x):
+        return None
+    node_type = type(x)
+    if node_type in GRAPH_REGISTRY:
+        return GRAPH_REGISTRY[node_type]
+    if node_type in PYTREE_REGISTRY:
+        return PYTREE_REGISTRY[node_type]
+    return PYTREE_NODE_IMPL if _is_jax_pytree_node(x) else None
+
+
+def get_node_impl_for_type(x: type) -> GraphNodeImpl | PytreeNodeImpl | None:
+    """The implementation registered for the type ``x`` (``PYTREE_NODE_IMPL`` for
+    :class:`GenericPytree`), or ``None``."""
+    if x is GenericPytree:
+        return PYTREE_NODE_IMPL
+    return PYTREE_REGISTRY.get(x) or GRAPH_REGISTRY.get(x)
