@@ -36,7 +36,7 @@ from flaxgraph.errors import FlaxgraphError, SharedReferenceError, numbered_fixe
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import node_impl
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, node_impl
 from flaxgraph.graphlib.walk import Walk, variable_paths
 from flaxgraph.statelib import State
 from flaxgraph.transforms.lift_types import (
@@ -51,7 +51,7 @@ from flaxgraph.transforms.lift_types import (
 )
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 
 class InconsistentAliasingError(FlaxgraphError, ValueError):
@@ -202,7 +202,7 @@ class PrefixWalk(Walk):
     # -- Walk hooks ------------------------------------------------------------------------
     def enter_node(self, node: object, path: PathParts, prefix: object) -> Any:
         ctx = self._context(node, path, prefix)
-        if isinstance(node, Variable):
+        if REGISTRY.kind_of(node) is VARIABLE:
             resolved = self._leaf_prefix(path, node, ctx)
             self.contexts[node] = ("leaf", resolved)
             return resolved
@@ -218,7 +218,7 @@ class PrefixWalk(Walk):
                 self.conflict = True
             return
         ctx = self._context(x, path, prefix)
-        if isinstance(x, Variable):
+        if is_variable(x):  # (the TypeGuard narrows x for _alias_prefix)
             resolved = self._alias_prefix(path, x, ctx)
             if resolved is NO_MATCH:
                 return
@@ -285,7 +285,7 @@ class PrefixWalk(Walk):
         )
 
     def add_leaf(self, path: PathParts, leaf: object, prefix: object) -> None:
-        if not isinstance(leaf, Variable):
+        if REGISTRY.kind_of(leaf) is not VARIABLE:
             prefix = self._leaf_prefix(path, leaf, prefix)
             if self.graph and is_ref(leaf):
                 self.contexts[leaf] = ("leaf", prefix)
@@ -312,7 +312,7 @@ def _unlisted_reference(x: object, path: PathParts, ctx: object) -> bool:
     prefix of its object does not list (the prefix was built with ``x`` as a
     reference, seen before): it then takes the prefix of its first sighting."""
     return (
-        isinstance(x, Variable)
+        REGISTRY.kind_of(x) is VARIABLE
         and isinstance(ctx, _MapCtx)
         and isinstance(ctx.mapping, StatePrefix)
         and is_node_states(ctx.mapping.state)
@@ -352,7 +352,7 @@ class AliasDiagnostics(PrefixWalk):
         return super().enter_node(node, path, prefix)
 
     def _record(self, path: PathParts, leaf: object, prefix: object) -> None:
-        if isinstance(leaf, Variable) or is_ref(leaf):
+        if REGISTRY.kind_of(leaf) is VARIABLE or is_ref(leaf):
             key: object = ("var", id(leaf))
         else:
             for cut in range(len(path) - 1, -1, -1):
@@ -375,7 +375,7 @@ class AliasDiagnostics(PrefixWalk):
             self._record(path, x, self._leaf_prefix(path, x, prefix))
             return
         ctx = self._context(x, path, prefix)
-        if isinstance(x, Variable):
+        if is_variable(x):  # (the TypeGuard narrows x for _alias_prefix)
             resolved = self._alias_prefix(path, x, ctx)
             if resolved is not NO_MATCH:
                 self._record(path, x, resolved)
@@ -428,7 +428,7 @@ class AliasDiagnostics(PrefixWalk):
 
 def kind_name(leaf: object) -> str:
     """How messages name a leaf: its Variable kind, or ``array`` for raw arrays."""
-    if isinstance(leaf, Variable):
+    if is_variable(leaf):
         return type(leaf).__name__
     return "array" if hasattr(leaf, "shape") and hasattr(leaf, "dtype") else type(leaf).__name__
 
@@ -442,7 +442,7 @@ def _hashable_key(p: object) -> object:
 
 
 def _shape(leaf: object) -> str:
-    value = leaf.raw_value if isinstance(leaf, Variable) else leaf
+    value = leaf.raw_value if is_variable(leaf) else leaf
     shape = getattr(value, "shape", None)
     return f" of shape {tuple(shape)}" if shape is not None else ""
 

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graphlib.build import build_graph
-from flaxgraph.graphlib.registry import is_graph_node
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_graph_node
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.stand_ins import internal_class
@@ -54,7 +54,7 @@ from flaxgraph.transforms.lift import (
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Param, Variable
+from flaxgraph.variablelib.variable import Param, is_variable
 
 
 def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> object:
@@ -73,7 +73,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
                 (p[n:], _grad_leaf(leaf, g)) for p, (leaf, g) in by_path.items() if p[:n] == path
             ]
             return State.from_flat_path(pairs)
-        if isinstance(x, Variable):
+        if REGISTRY.kind_of(x) is VARIABLE:
             # a Variable seen earlier along another path, or not differentiated: an
             # empty State, as Flax NNX 0.12 gives (nnx.update with it is a no-op)
             item = by_path.get(path)
@@ -100,7 +100,9 @@ def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
     """The gradient of argument ``argnum`` without graph updates (as ``jax.grad`` on a
     pytree): a new copy of the argument whose Variables and arrays hold the gradients."""
     by_var = {
-        id(call.leaves[i]): g for i, g in grads.items() if isinstance(call.leaves[i], Variable)
+        id(call.leaves[i]): g
+        for i, g in grads.items()
+        if REGISTRY.kind_of(call.leaves[i]) is VARIABLE
     }
     by_path = {
         call.graphdef.leaf_paths[i][2:]: g
@@ -109,14 +111,14 @@ def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
     }
     graphdef, leaves = flatten_with_paths(args[argnum])
     values = [
-        leaf.replace(by_var[id(leaf)]) if isinstance(leaf, Variable) else by_path[path]
+        leaf.replace(by_var[id(leaf)]) if REGISTRY.kind_of(leaf) is VARIABLE else by_path[path]
         for path, leaf in leaves
     ]
     return build_graph(graphdef, values)
 
 
 def _grad_leaf(leaf: object, g: object) -> object:
-    return leaf.replace(g) if isinstance(leaf, Variable) else g
+    return leaf.replace(g) if is_variable(leaf) else g
 
 
 def _vg_core(

@@ -41,7 +41,7 @@ from flaxgraph.errors import MAX_LISTED
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.paths import path_str
 from flaxgraph.transforms.caller_warnings import warn_at_caller
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 
 class ClosureReadWarning(UserWarning):
@@ -79,7 +79,8 @@ def _name(var: Variable[Any], roots: list[tuple[str, Any]]) -> str:
         if value is var:
             return name
         if (
-            isinstance(value, (Variable, type))
+            is_variable(value)
+            or isinstance(value, type)
             or inspect.ismodule(value)
             or inspect.isroutine(value)
         ):

@@ -30,13 +30,13 @@ from flaxgraph.errors import FlaxgraphError, TraceContextError
 from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.diff import graphdef_diff
 from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calling_conventions import decorator, unbind
 from flaxgraph.transforms.lift import AuxValue, Call, Inner, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.transformed import Wrapped
-from flaxgraph.variablelib.variable import Variable
 
 _SPEC = PrefixSpec("operands", lambda p: p is None, None)
 
@@ -202,7 +202,7 @@ def _check_same_variables(
     """Raises if the carry returned by a loop body holds another Variable where the
     carry it received had one (the loop carries one set of references)."""
     for (path, leaf), before in zip(leaves, given):
-        if isinstance(before, Variable) and leaf is not before:
+        if REGISTRY.kind_of(before) is VARIABLE and leaf is not before:
             raise CarryStructureError(
                 f"The {what} replaced the {type(before).__name__} at "
                 f"{NamedRoots(('carry',), (val,)).where((0, *path[2:]))} with a new object; a loop carry must have the same "
@@ -229,7 +229,9 @@ def _split_carry(
     trace = current_trace()
     for node in walk.ref_index:
         created = (
-            node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", trace)
+            node._var_trace
+            if REGISTRY.kind_of(node) is VARIABLE
+            else getattr(node, "_obj_trace", trace)
         )
         if created != trace:
             raise TraceContextError(
@@ -251,7 +253,7 @@ def _split_carry(
             "iteration.\nFix: create attributes before the loop, and return the carry "
             "with the same objects and shapes."
         )
-    return [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves]
+    return [leaf.raw_value if REGISTRY.kind_of(leaf) is VARIABLE else leaf for _, leaf in leaves]
 
 
 def _start(init_val: object, mode: Mode) -> tuple[Call, tuple[AuxValue[Any], list[Any]]]:
@@ -262,7 +264,9 @@ def _start(init_val: object, mode: Mode) -> tuple[Call, tuple[AuxValue[Any], lis
 def _finish(call: Call, carry: tuple[AuxValue[Any], list[Any]], mode: Mode) -> Any:
     # As in Flax NNX 0.12: with graph updates the returned carry is the caller's
     # objects; without, its graph nodes are new but its Variables are the caller's.
-    reuse = {i: n for i, n in enumerate(call.nodes) if mode.updates or isinstance(n, Variable)}
+    reuse = {
+        i: n for i, n in enumerate(call.nodes) if mode.updates or REGISTRY.kind_of(n) is VARIABLE
+    }
     (val,), _ = build_graph(call.graphdef, carry[1], reuse=reuse)
     return val
 

@@ -41,6 +41,7 @@ import jax
 import numpy as np
 
 from flaxgraph.graphlib.paths import path_str
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.calling_conventions import check_not_bound_method
@@ -54,7 +55,7 @@ from flaxgraph.transforms.diff_argnums import (
 from flaxgraph.transforms.lift import OUT, AuxValue, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import P, R, Transformed
-from flaxgraph.variablelib.variable import Param, Variable
+from flaxgraph.variablelib.variable import Param, is_variable
 
 
 class custom_vjp(Transformed[P, R]):
@@ -238,17 +239,15 @@ def _updates_cotangent(
     }
     cotangent = {}
     for path, leaf in zip(call.graphdef.leaf_paths, call.leaves):
-        if isinstance(leaf, Variable) and path[1:] in by_path:
+        if REGISTRY.kind_of(leaf) is VARIABLE and path[1:] in by_path:
             cotangent[id(leaf)] = by_path[path[1:]]
     return tuple(
         jax.tree.map(
             lambda v: (
-                v.replace(cotangent[id(v)])
-                if isinstance(v, Variable) and id(v) in cotangent
-                else None
+                v.replace(cotangent[id(v)]) if is_variable(v) and id(v) in cotangent else None
             ),
             arg,
-            is_leaf=lambda x: isinstance(x, Variable),
+            is_leaf=lambda x: is_variable(x),
         )
         for arg in diff_args
     )
@@ -269,12 +268,12 @@ def _check_no_shared_variables(
     for i in nondiff:
         _, leaves = flatten_with_paths(args[i], root_name=f"args[{i}]")
         for path, leaf in leaves:
-            if isinstance(leaf, Variable):
+            if REGISTRY.kind_of(leaf) is VARIABLE:
                 seen.setdefault(id(leaf), path_str(f"args[{i}]", args[i], path))
     for i in diff_pos:
         _, leaves = flatten_with_paths(args[i], root_name=f"args[{i}]")
         for path, leaf in leaves:
-            if isinstance(leaf, Variable) and id(leaf) in seen:
+            if REGISTRY.kind_of(leaf) is VARIABLE and id(leaf) in seen:
                 raise ValueError(
                     f"Duplicate {type(leaf).__name__} in custom_vjp: the same Variable is "
                     f"at {seen[id(leaf)]} (a nondiff argument, passed as is) and at "

@@ -19,14 +19,20 @@ from typing import Any
 import jax
 
 from flaxgraph.filterlib import Filter
-from flaxgraph.graphlib.registry import is_graph_node, is_node_or_variable, node_impl
+from flaxgraph.graphlib.registry import (
+    REGISTRY,
+    VARIABLE,
+    is_graph_node,
+    is_node_or_variable,
+    node_impl,
+)
 from flaxgraph.modes import DEFAULT, Mode
 from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.lift import Inner
 from flaxgraph.transforms.lift_types import DiffState, LiftType
 from flaxgraph.typing import MISSING, PathParts
-from flaxgraph.variablelib.variable import Param, Variable
+from flaxgraph.variablelib.variable import Param, is_variable
 
 
 class Diff(LiftType):
@@ -64,7 +70,7 @@ def _int_prefix(arg: Any) -> Any:
     """The prefix of an int argnum in graph-updates mode: an object's ``Param``
     Variables; a Variable or ``State`` reached through containers only (not inside an
     object) is differentiated whole, as Flax NNX 0.12 does for pytree leaves."""
-    if isinstance(arg, (State, Variable)):
+    if isinstance(arg, State) or is_variable(arg):
         return True
     if type(arg) in (list, tuple):
         return type(arg)(_int_prefix(a) for a in arg)
@@ -155,4 +161,4 @@ def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) ->
             break
     if node is None:
         return jax.numpy.zeros_like(primal_value)
-    return node.raw_value if isinstance(node, Variable) else node
+    return node.raw_value if REGISTRY.kind_of(node) is VARIABLE else node

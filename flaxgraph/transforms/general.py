@@ -48,9 +48,8 @@ import jax
 from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import is_node_or_variable
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_or_variable
 from flaxgraph.graphlib.walk import flatten_with_paths
-from flaxgraph.variablelib.variable import Variable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,7 +132,7 @@ def _split_tree(tree: object, origin_of: RefMap[int] | None) -> tuple[Any, RefMa
             continue
         start = len(ref_index)
         graphdef, pairs = flatten_with_paths(x, ref_index=ref_index)
-        values = [v.raw_value if isinstance(v, Variable) else v for _, v in pairs]
+        values = [v.raw_value if REGISTRY.kind_of(v) is VARIABLE else v for _, v in pairs]
         splits.append(_Split(start, len(ref_index), graphdef, values))
     # The caller's objects among the nodes, by index here (each split adds a range).
     origin = (

@@ -53,6 +53,7 @@ from flaxgraph.errors import SharedReferenceError, TraceContextError
 from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.graphdefs import GraphDef, lenient_hash
 from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.graphlib.walk import shared_variables_message
 from flaxgraph.modes import DEFAULT, Mode
@@ -62,7 +63,7 @@ from flaxgraph.transforms.locate import locate_module
 from flaxgraph.transforms.prefix_groups import group_index, same_prefix
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
-from flaxgraph.variablelib.variable import Variable, metadata_of
+from flaxgraph.variablelib.variable import is_variable, metadata_of
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Hashable)
@@ -375,7 +376,11 @@ def split_inputs(
     except SharedReferenceError as error:
         raise with_duplicates_line(error, (args, kwargs), None) from None
     leaf_objs = [leaf for _, leaf in leaves]
-    values = [leaf.raw_value if isinstance(leaf, Variable) else leaf for leaf in leaf_objs]
+    kinds, classify = REGISTRY.kind_cache(), REGISTRY.classify
+    values = [
+        leaf.raw_value if (kinds.get(type(leaf)) or classify(leaf)) is VARIABLE else leaf
+        for leaf in leaf_objs
+    ]
     return Call(graphdef, leaf_objs, values, prefixes, list(walk.ref_index), in_prefix)
 
 
@@ -417,14 +422,15 @@ class Merged:
         self.prefixes = list(prefixes)
         self.leaves = sink
         self.in_index = RefMap.from_pairs((obj, idx) for idx, obj in index_ref.items())
-        is_variable = [isinstance(leaf, Variable) for leaf in sink]
+        kinds, classify = REGISTRY.kind_cache(), REGISTRY.classify
+        variable_at = [(kinds.get(type(leaf)) or classify(leaf)) is VARIABLE for leaf in sink]
         self.in_leaf = RefMap.from_pairs(
-            (leaf, i) for i, (leaf, v) in enumerate(zip(sink, is_variable)) if v
+            (leaf, i) for i, (leaf, v) in enumerate(zip(sink, variable_at)) if v
         )
         self.metadata: list[Any] = [
-            metadata_of(leaf) if v else None for leaf, v in zip(sink, is_variable)
+            metadata_of(leaf) if v else None for leaf, v in zip(sink, variable_at)
         ]
-        self.raw_in = {id(x): i for i, (x, v) in enumerate(zip(sink, is_variable)) if not v}
+        self.raw_in = {id(x): i for i, (x, v) in enumerate(zip(sink, variable_at)) if not v}
         # Taken before the function runs, to tell afterwards whether it changed the
         # inputs' structure (graphlib/snapshot.py).
         # Without graph updates, to tell whether the structure must be put back.
@@ -435,7 +441,7 @@ class Merged:
     def unchanged_input(self, leaf: object) -> int | None:
         """The input position of ``leaf`` if it is an input leaf whose value (and
         metadata) did not change inside the function, else ``None``."""
-        if isinstance(leaf, Variable):
+        if is_variable(leaf):
             i = self.in_leaf.get(leaf)
             if (
                 i is not None
@@ -459,13 +465,15 @@ class Merged:
         (attributes the function added, deleted or replaced), keeping the new values
         of the input Variables; raw array attributes get their input values back."""
         assert self.snapshot is not None
+        kinds, classify = REGISTRY.kind_cache(), REGISTRY.classify
         if self.snapshot.unchanged() and not any(
-            len(path) > 2 and not isinstance(leaf, Variable)  # a raw attribute may have changed
+            # a raw attribute may have changed
+            len(path) > 2 and (kinds.get(type(leaf)) or classify(leaf)) is not VARIABLE
             for path, leaf in zip(self.in_static.graphdef.leaf_paths, self.leaves)
         ):
             return
         leaves = [
-            leaf if isinstance(leaf, Variable) else value
+            leaf if (kinds.get(type(leaf)) or classify(leaf)) is VARIABLE else value
             for leaf, value in zip(self.leaves, self.values)
         ]
         reuse = {i: obj for obj, i in self.in_index.items()}
@@ -597,7 +605,7 @@ class Inner:
                 continue
             g = group_index(prefix, self.out_keys)
             sources.append(LeafSource(OUT, g, len(out_groups[g])))
-            if isinstance(leaf, Variable):
+            if REGISTRY.kind_of(leaf) is VARIABLE:
                 leaf = leaf.raw_value
             elif is_ref(leaf):  # a raw Ref leaves as its content (JAX returns no Refs)
                 leaf = leaf[...]
@@ -647,9 +655,7 @@ class _OutputWalk(PrefixWalk):
         if not self.mode.updates and path and path[0] == 0 and node in self.in_index:
             self.returned_input()
         if node not in self.in_index:
-            created = (
-                node._var_trace if isinstance(node, Variable) else getattr(node, "_obj_trace", None)
-            )
+            created = node._var_trace if is_variable(node) else getattr(node, "_obj_trace", None)
             if created is not None and created != self.trace:
                 phrase = (
                     "Cannot extract graph node from different trace level"
@@ -667,7 +673,7 @@ class _OutputWalk(PrefixWalk):
 
     def add_leaf(self, path: PathParts, leaf: object, prefix: object) -> None:
         super().add_leaf(path, leaf, prefix)
-        if self.on_leaf is not None and isinstance(leaf, Variable):
+        if self.on_leaf is not None and REGISTRY.kind_of(leaf) is VARIABLE:
             self.on_leaf(leaf, self.leaf_prefixes[-1])
 
     def returned_input(self) -> None:

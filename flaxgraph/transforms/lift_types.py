@@ -325,13 +325,11 @@ class StatePrefix:
         by_path: dict[PathParts, Any] | None = None,
         rule: Callable[[PathParts, Any], Any] | None = None,
     ):
-        from flaxgraph.variablelib.variable import Variable
+        from flaxgraph.variablelib.variable import is_variable
 
         self.state = state
         if by_path is None:
-            by_path = {
-                p: (v.raw_value if isinstance(v, Variable) else v) for p, v in state.flat_state()
-            }
+            by_path = {p: (v.raw_value if is_variable(v) else v) for p, v in state.flat_state()}
         self.by_path = by_path
         self.rule = rule
         """``nnx.prefix``'s rule ``(path in the object, leaf) -> prefix`` for this
@@ -406,8 +404,7 @@ def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
 def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple[PathParts, Any]]:
     """``(path, value)`` of every non-node value in a prefix object (tree mode);
     Variables are unboxed unless ``unbox`` is False."""
-    from flaxgraph.graphlib.registry import get_graph_node_impl
-    from flaxgraph.variablelib.variable import Variable
+    from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, get_graph_node_impl
 
     impl = get_graph_node_impl(x)
     if impl is not None:
@@ -417,7 +414,7 @@ def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple
     elif type(x) is dict:
         items = list(x.items())
     else:
-        yield path, (x.raw_value if unbox and isinstance(x, Variable) else x)
+        yield path, (x.raw_value if unbox and REGISTRY.kind_of(x) is VARIABLE else x)
         return
     for k, v in items:
         yield from _object_paths(v, (*path, k), unbox)
@@ -447,9 +444,9 @@ def reject_lift_types(
 
 def _prefix_entries(t: object, path: tuple[Any, ...]) -> Iterable[tuple[tuple[Any, ...], Any]]:
     """The entries of a prefix tree that a check looks at, with their paths."""
-    from flaxgraph.variablelib.variable import Variable
+    from flaxgraph.variablelib.variable import is_variable
 
-    if isinstance(t, (LiftType, DiffState, Variable)) or is_graph_prefix(t):
+    if isinstance(t, (LiftType, DiffState)) or is_variable(t) or is_graph_prefix(t):
         yield path, t
     elif isinstance(t, (tuple, list)):
         for i, x in enumerate(t):
@@ -462,10 +459,10 @@ def _prefix_entries(t: object, path: tuple[Any, ...]) -> Iterable[tuple[tuple[An
 def _check_entry(
     mode: Any, transform: str, argument: str, where: str, found: Any, plain: str
 ) -> None:
-    from flaxgraph.variablelib.variable import Variable
+    from flaxgraph.variablelib.variable import is_variable
 
     kind = type(found).__name__
-    if isinstance(found, Variable):
+    if is_variable(found):
         raise ValueError(
             f"{where} (in `{argument}` of nnx.{transform}) is a Variable of type {kind}. "
             "Variables prefixes are not supported: a prefix is not a Variable but the "
@@ -475,7 +472,7 @@ def _check_entry(
     if is_graph_prefix(found):
         if not mode.graph:  # tree mode: an object-shaped prefix (nnx.prefix(..., graph=False))
             for sub, value in _object_paths(found, (), unbox=False):
-                if isinstance(value, Variable):
+                if is_variable(value):
                     inner = where + "".join(f".{k}" for k in sub)
                     _check_entry(mode, transform, argument, inner, value, plain)
             return

@@ -32,6 +32,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graphlib.build import build_graph
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.calling_conventions import (
@@ -43,7 +44,6 @@ from flaxgraph.transforms.calling_conventions import (
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.transforms.unprefixed import LiftedCall
 from flaxgraph.typing import MISSING
-from flaxgraph.variablelib.variable import Variable
 
 
 def make_jaxpr(
@@ -120,7 +120,7 @@ def make_jaxpr(
             leaves = LiftedCall.out_leaves(static, groups, out)
             output, _args, _kwargs = build_graph(out[0].value.graphdef, leaves)
             _, out_leaves = flatten_with_paths(output, root_name="output")
-            return [v.raw_value if isinstance(v, Variable) else v for _, v in out_leaves]
+            return [v.raw_value if REGISTRY.kind_of(v) is VARIABLE else v for _, v in out_leaves]
 
         return jax.make_jaxpr(pure)(groups)
 

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flaxgraph.graphlib.descendants import iter_graph
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
 from flaxgraph.transforms.lift_types import StateAxes
@@ -47,7 +48,7 @@ from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.transforms.unprefixed import LiftedCall
 from flaxgraph.transforms.vmap import AxisHooks, args_prefix, is_axis
 from flaxgraph.typing import MISSING
-from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
+from flaxgraph.variablelib.variable import PARTITION_NAME
 
 
 def _is_meta_axis(p: object) -> bool:
@@ -82,7 +83,7 @@ def _check_names(leaves: list[Any], axes: list[Any], partition: object, roots: o
         message names its path.
     """
     for leaf, axis in zip(leaves, axes):
-        if not (isinstance(leaf, Variable) and isinstance(axis, int)):
+        if not (REGISTRY.kind_of(leaf) is VARIABLE and isinstance(axis, int)):
             continue
         names = leaf.get_metadata("out_sharding", None)
         if not isinstance(names, tuple) or not -len(names) <= axis < len(names):

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from flaxgraph.statelib import State
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.lift_types import object_prefix
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import is_variable
 
 
 class DonatedKey(NamedTuple):
@@ -55,7 +55,7 @@ def prefix_keys(*trees: object, spec: PrefixSpec) -> list[Any]:
             add(t)
         elif isinstance(t, State):
             for leaf in t.flat_state().leaves:
-                go(leaf.raw_value if isinstance(leaf, Variable) else leaf)
+                go(leaf.raw_value if is_variable(leaf) else leaf)
         elif spec.lift_type is not None and isinstance(t, spec.lift_type):
             for p in t.prefixes:  # type: ignore[attr-defined]
                 go(p)

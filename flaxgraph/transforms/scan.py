@@ -45,7 +45,7 @@ from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.diff import graphdef_diff
 from flaxgraph.graphlib.graphdefs import GraphDef
-from flaxgraph.graphlib.registry import is_node_or_variable
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_or_variable
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.partitioning import map_boxes
 from flaxgraph.rnglib.rngs import RngState
@@ -78,7 +78,6 @@ from flaxgraph.transforms.scan_axes import (
 )
 from flaxgraph.transforms.vmap import AxisHooks, args_prefix
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Variable
 
 __all__ = ["Carry", "scan"]
 
@@ -110,7 +109,7 @@ def _flatten_carry(value: object, graph: bool = True) -> tuple[GraphDef[Any], li
     graphdef, leaves, _ = walk.run_checked((value,), (None,))
     return (
         graphdef,
-        [leaf.raw_value if isinstance(leaf, Variable) else leaf for _, leaf in leaves],
+        [leaf.raw_value if REGISTRY.kind_of(leaf) is VARIABLE else leaf for _, leaf in leaves],
         list(walk.ref_index),
     )
 
@@ -410,7 +409,7 @@ class _Scanner:
             carry_graphdef, final_carry[:n_carry], reuse=dict(enumerate(carry_nodes))
         )[0]
         if not self.mode.updates:  # as in Flax NNX 0.12: new graph nodes, the caller's Variables
-            variables = {i: n for i, n in enumerate(carry_nodes) if isinstance(n, Variable)}
+            variables = {i: n for i, n in enumerate(carry_nodes) if REGISTRY.kind_of(n) is VARIABLE}
             final_carry_obj = build_graph(carry_graphdef, final_carry[:n_carry], reuse=variables)[0]
         state_final = final_carry[n_carry:]
         values = []
@@ -615,7 +614,7 @@ def _discard_broadcast_change(merged: Merged, leaf: object, out_rest: object, pa
     RNG state (broadcast keys: one dropout mask for all steps) that is the point;
     for other state it is announced with a warning. A changed raw (non-Variable)
     leaf cannot be matched to an input and raises ``CarryStructureError``."""
-    i = merged.in_leaf.get(leaf) if isinstance(leaf, Variable) else None
+    i = merged.in_leaf.get(leaf) if REGISTRY.kind_of(leaf) is VARIABLE else None
     where = _where(merged, out_rest, path)
     if i is None:
         raise CarryStructureError(
@@ -647,7 +646,7 @@ def _check_carry_references(
     new Variable always; with graph updates, a new graph node too)."""
     for i, node in enumerate(returned):
         before = given.get(i)
-        if node is before or not (mode.updates or isinstance(node, Variable)):
+        if node is before or not (mode.updates or REGISTRY.kind_of(node) is VARIABLE):
             continue
         if not is_node_or_variable(node):
             continue

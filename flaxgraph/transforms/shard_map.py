@@ -35,6 +35,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from flaxgraph.graphlib.refmap import RefMap
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixError, PrefixSpec, kind_name
 from flaxgraph.transforms.calling_conventions import unbind
@@ -43,7 +44,7 @@ from flaxgraph.transforms.lift import OUT, Call, Inner, InStatic, OutStatic, Slo
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import prefix_keys
 from flaxgraph.transforms.transformed import P, R, Transformed
-from flaxgraph.variablelib.variable import Variable, metadata_of, write_metadata
+from flaxgraph.variablelib.variable import metadata_of, write_metadata
 
 _REPLICATED = PartitionSpec()  # type: ignore[no-untyped-call]
 
@@ -111,7 +112,7 @@ class LocalView:
 
     def on_inputs(self, leaves: list[Any], prefixes: list[Any]) -> None:
         for leaf in leaves:
-            if not isinstance(leaf, Variable):
+            if REGISTRY.kind_of(leaf) is not VARIABLE:
                 continue
             original = metadata_of(leaf)
             names = original.get("out_sharding")
@@ -124,7 +125,7 @@ class LocalView:
                 self.saved[leaf] = SavedMetadata(local, original)
 
     def on_output_leaf(self, leaf: Any, prefix: Any) -> None:
-        entry = self.saved.get(leaf) if isinstance(leaf, Variable) else None
+        entry = self.saved.get(leaf) if REGISTRY.kind_of(leaf) is VARIABLE else None
         if entry is not None and metadata_of(leaf) is entry.local:
             write_metadata(leaf, entry.original)
 
@@ -454,7 +455,7 @@ def _place_inputs(call: Any, mesh: Any) -> None:
     if not isinstance(mesh, jax.sharding.Mesh):
         return  # an AbstractMesh has no devices to place on
     for leaf, spec in zip(call.leaves, call.prefixes):
-        if not isinstance(leaf, Variable):
+        if REGISTRY.kind_of(leaf) is not VARIABLE:
             continue
         value = leaf.get_raw_value()
         if (

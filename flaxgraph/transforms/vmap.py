@@ -33,6 +33,7 @@ from typing import Any, overload
 
 import jax
 
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.partitioning import map_boxes
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec
@@ -68,7 +69,7 @@ from flaxgraph.variablelib.axes import (
     remove_axis_of,
 )
 from flaxgraph.variablelib.closure_watch import watching
-from flaxgraph.variablelib.variable import PARTITION_NAME, Variable
+from flaxgraph.variablelib.variable import PARTITION_NAME
 
 
 def is_axis(p: object) -> bool:
@@ -110,14 +111,14 @@ class AxisHooks:
 
     def on_inputs(self, leaves: list[Any], prefixes: list[Any]) -> None:
         for leaf, axis in zip(leaves, prefixes):
-            if isinstance(leaf, Variable) and isinstance(axis, int):
+            if REGISTRY.kind_of(leaf) is VARIABLE and isinstance(axis, int):
                 if self.active:
                     remove_axis_of(leaf, axis, self.params)
                 else:
                     drop_stacked_axis(leaf, axis)
 
     def on_output_leaf(self, leaf: object, axis: object) -> None:
-        if isinstance(leaf, Variable) and isinstance(axis, int):
+        if REGISTRY.kind_of(leaf) is VARIABLE and isinstance(axis, int):
             if self.active:
                 add_axis_of(leaf, axis, self.params)
             else:
