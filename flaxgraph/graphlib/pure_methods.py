@@ -34,7 +34,7 @@ class CallProxy:
         # ``nnx.call(dict_state)['b'].method()``: an item of the merged graph.
         return CallProxy(self._graphdef, self._states, (*self._path, (True, key)), self._copy)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, tuple[GraphDef[Any], State]]:
+    def __call__(self, *args: object, **kwargs: object) -> tuple[Any, tuple[GraphDef[Any], State]]:
         node = merge(self._graphdef, *self._states, copy=self._copy)
         method: Any = node
         for is_item, key in self._path:

@@ -76,7 +76,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
     def __getitem__(self, key: Key) -> object:
         return self._mapping[key]
 
-    def __setitem__(self, key: Key, value: Any) -> None:
+    def __setitem__(self, key: Key, value: object) -> None:
         self._mapping[key] = State(value) if type(value) is dict else value
 
     def __delitem__(self, key: Key) -> None:
@@ -101,7 +101,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
                 f"State has no key {name!r}; keys are {list(self._mapping)}"
             ) from None
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name in ("_mapping", "_state_keys"):
             super().__setattr__(name, value)
         else:
@@ -111,10 +111,10 @@ class State(StateMembers, MutableMapping[Key, Any]):
     def __repr__(self) -> str:
         return RENDERERS.text("state", self)
 
-    def __treescope_repr__(self, path: Any, subtree_renderer: Any) -> object:
+    def __treescope_repr__(self, path: object, subtree_renderer: object) -> object:
         return RENDERERS.treescope("state", self, path, subtree_renderer)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, Any]:
         return RENDERERS.mimebundle(self, include, exclude)
 
     # -- flat form ------------------------------------------------------------------------
@@ -250,7 +250,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
 _MISSING = object()
 
 
-def _match_key(node: Any, key: Any) -> object:
+def _match_key(node: object, key: object) -> object:
     if not isinstance(node, State):
         return _MISSING
     if key in node._mapping:
@@ -260,7 +260,7 @@ def _match_key(node: Any, key: Any) -> object:
     return _MISSING
 
 
-def _default_replace(leaf: Any, value: Any) -> object:
+def _default_replace(leaf: object, value: object) -> object:
     return leaf.replace(value) if is_variable(leaf) else value
 
 
@@ -349,7 +349,7 @@ def partition(
     return [FlatState(b) for b in buckets], rest
 
 
-def unmatched_message(where: str, leaf: Any) -> str:
+def unmatched_message(where: str, leaf: object) -> str:
     """The message of ``UnmatchedLeafError`` for ``leaf`` at ``where``."""
     kind = type(leaf).__name__
     return (

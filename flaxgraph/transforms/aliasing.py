@@ -134,7 +134,7 @@ class PrefixWalk(Walk):
         return self.roots.values, True
 
     # -- prefix semantics ------------------------------------------------------------------
-    def _context(self, node: Any, path: PathParts, prefix: Any) -> object:
+    def _context(self, node: object, path: PathParts, prefix: object) -> object:
         """The prefix context an object gets from ``prefix`` (checked)."""
         if isinstance(prefix, _MapCtx) or self.spec.is_leaf(prefix):
             return prefix

@@ -153,7 +153,7 @@ def _vg_core(
 
     transformed = jax_transform(pure)
 
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(*args: object, **kwargs: object) -> Any:
         args_prefix, nums = diff_prefix(argnums, len(args), mode, args)
         call = split_inputs(args, kwargs, (args_prefix, False), DIFF_SPEC, mode)
         slots, (diff, rest) = call.groups(DIFF_KEYS)
@@ -350,7 +350,7 @@ def remat(
     checkpointed = jax.checkpoint(pure, prevent_cse=prevent_cse, policy=policy)
 
     @functools.wraps(inner_f)
-    def wrapper(*args: Any, **kwargs: Any) -> object:
+    def wrapper(*args: object, **kwargs: object) -> object:
         dyn_args, dyn_kwargs, statics = split_static(
             args, kwargs, tuple(n + len(bound) if n >= 0 else n for n in nums), ()
         )

@@ -39,7 +39,7 @@ from flaxgraph.transforms.plan import plan_key
 from flaxgraph.variablelib.variable import Param
 
 
-def explain(f: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+def explain(f: Callable[..., Any], *args: object, **kwargs: object) -> str:
     """The generated source of the fast-path plan ``f`` runs for these arguments.
 
     Args:

@@ -598,7 +598,7 @@ def _pmap_static(
     backend: object,
     axis_size: object,
     donate: tuple[int, ...],
-    transform_metadata: object,
+    transform_metadata: Mapping[str, Any],
     mode: Mode,
 ) -> StaticPmapped[Any, Any]:
     """pmap with static arguments: one pmapped function per distinct static value."""
@@ -626,7 +626,7 @@ class StaticPmapped(Transformed[P, R]):
         in_axes: Any,
         out_axes: Any,
         donate: tuple[int, ...],
-        transform_metadata: Any,
+        transform_metadata: Mapping[str, Any],
         mode: Mode,
         options: dict[str, Any],
     ):

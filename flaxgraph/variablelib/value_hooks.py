@@ -50,7 +50,7 @@ def install_value_hooks(cls: type) -> None:
     if not _wrapped(cls, "create_value"):  # construction warns, as in Flax
         base_create = cls.create_value  # type: ignore[attr-defined]
 
-        def create_value(self: Any, value: object) -> object:
+        def create_value(self: object, value: object) -> object:
             warnings.warn(DEPRECATION, UserWarning, stacklevel=3)
             hook = getattr(self, "on_create_value", None)
             return base_create(self, value if hook is None else hook(value))

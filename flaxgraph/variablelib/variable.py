@@ -1024,7 +1024,7 @@ class Variable(Generic[A]):
             # as in Flax 0.12.
             self.set_value(value, index=key)
 
-    def __delitem__(self, key: Any) -> None:
+    def __delitem__(self, key: object) -> None:
         # ``del v[key]`` on a dict/list value: the value without the entry is written
         # back with set_value (a box-backed Variable's box gets the smaller pytree).
         value: Any = self.get_value()
