@@ -56,6 +56,12 @@ _container_def = ContainerDef.from_fields
 _static_def = StaticDef.from_fields
 _state = State._wrap  # a State around a dict, without checks
 _ROOT = object()
+# The engine's classification (registry.py) and node impls, read through the registry's
+# accessors once: the mappings are never replaced, so the walk's inner loop indexes them.
+_KINDS = REGISTRY.kind_cache()
+_kind_of_type = _KINDS.get
+_classify = REGISTRY.classify
+_IMPLS = REGISTRY.node_impls()
 
 
 class GiveUp(Exception):
@@ -82,19 +88,17 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | N
     """
     if type(node) in SCALARS:
         return None
-    impls = REGISTRY.node_impls()
-    kinds = REGISTRY.kind_cache()  # the engine's classification (registry.py), per type
-    classify = REGISTRY.classify
-    kind_of_type = kinds.get
+    # ``seen``: id -> reference index of every node and Variable met. The ids stay unique
+    # while the walk runs: a Variable is held by the State being filled, a node by ``kept``.
     seen: dict[int, int] = {}
-    kept: list[Any] = []  # keeps every walked object alive, so that ids stay unique
+    kept: list[Any] = []
 
     def visit(x: Any, key: Any, out: dict[Any, Any]) -> Any:
         t = type(x)
         try:
-            kind = kinds[t]
+            kind = _KINDS[t]
         except KeyError:
-            kind = classify(x)
+            kind = _classify(x)
         if kind is NODE:
             x_id = id(x)
             index = seen.get(x_id)
@@ -104,18 +108,17 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | N
                 return _node_ref((t, index))
             if not graph and getattr(t, "_obj_is_pytree", True) is False:
                 raise GiveUp
-            index = seen[x_id] = len(kept)
+            index = seen[x_id] = len(seen)
             kept.append(x)
-            items, metadata = impls[t].flatten(x)
+            items, metadata = _IMPLS[t].flatten(x)
             sub: dict[Any, Any] = {}
             pairs: list[tuple[Any, Any]] = []
             for k, v in items:
                 vt = type(v)  # (a type not classified yet is left to visit)
-                if kind_of_type(vt) is VARIABLE:
+                if _kind_of_type(vt) is VARIABLE:
                     v_id = id(v)
                     if v_id not in seen:  # the common case, without a visit call
-                        i = seen[v_id] = len(kept)
-                        kept.append(v)
+                        i = seen[v_id] = len(seen)
                         sub[k] = v
                         pairs.append((k, variable_def(vt, i, v)))
                         continue
@@ -129,8 +132,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | N
                 if not graph:  # tree mode: a shared Variable is an error
                     raise GiveUp
                 return _node_ref((t, index))
-            index = seen[id(x)] = len(kept)
-            kept.append(x)
+            index = seen[id(x)] = len(seen)
             out[key] = x
             return variable_def(t, index, x)
         if kind is SEQUENCE:

@@ -26,6 +26,8 @@ from flaxgraph.graphlib.registry import (
     SEQUENCE,
     VARIABLE,
     DataLeaf,
+    GraphNodeImpl,
+    Kind,
     flatten_pytree,
     is_array_leaf,
     node_impl,
@@ -179,16 +181,19 @@ def _plan_update(
     root: Any,
     writes: _Writes,
     trace: object,
+    kinds: Mapping[type, Kind] = REGISTRY.kind_cache(),
+    impls: Mapping[type, GraphNodeImpl] = REGISTRY.node_impls(),
 ) -> None:
     # ``prefix`` is the path to ``node`` as a linked pair ``(parent_prefix, key)`` (``()``
     # at the root): cheap to extend, made into a tuple only for an error message.
-    kinds = REGISTRY.kind_cache()  # the engine's classification, remembered per type
+    # ``kinds`` and ``impls``: the engine's classification, remembered per type, and the
+    # node impls, read through their accessors once (the mappings are never replaced).
     t = type(node)
     try:
         kind = kinds[t]
     except KeyError:
         kind = REGISTRY.classify(node)
-    get_child = node_impl(node).get_child if kind is NODE else _get_child
+    get_child = impls[t].get_child if kind is NODE else _get_child
     lookup = None
     if kind is DICT:
         lookup = node.get
