@@ -359,7 +359,7 @@ def fori_loop(
 @decorator
 def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callable[..., Any]:
     inner_f, bound = unbind(f, "eval_shape")
-    inner = Inner(inner_f, _SPEC, [None], same_prefix=_never, mode=mode)
+    inner = Inner(inner_f, _SPEC, [None], same_prefix=_never, mode=mode, captured_out=True)
 
     def pure(static: AuxValue[Any], values: list[Any]) -> Any:
         in_static: InStatic[Any] = static.value

@@ -486,9 +486,11 @@ class Merged:
         inputs_out_prefix: tuple[Any, Any],
         out_prefix_tree: object,
         on_output_leaf: Callable[[Any, Any], None] | None = None,
+        captured_out: bool = False,
     ) -> Resplit:
         """Step 4: one walk over ``(output, args, kwargs)`` (output first, so leaves an
-        output shares with an input are found at their output path)."""
+        output shares with an input are found at their output path). ``captured_out``:
+        the output may hold objects the function captured (see ``Inner``)."""
         if not self.mode.updates:
             self.restore_structure()
         walk = _OutputWalk(
@@ -497,6 +499,7 @@ class Merged:
             self.in_index,
             on_output_leaf,
             self.mode,
+            captured_out,
         )
         args_prefix, kwargs_prefix = inputs_out_prefix
         graphdef, leaves, prefixes = walk.run_checked(
@@ -531,6 +534,10 @@ class Inner:
       templates: an ``out_template.Templates`` (with ``record_kept``): step 4 without
         the walk for calls matching an earlier one (transforms that trace every call).
       mode: the traversal mode (``flaxgraph.modes``).
+      captured_out: whether the output may hold objects created outside the transform
+        (captured by closure). Only where the caller gets a new abstract copy, never
+        the object: ``eval_shape``, as in Flax NNX 0.12.8, whose ``nnx.eval_shape``
+        returns ``ShapeDtypeStruct`` copies of captured modules and Variables.
     """
 
     f: Callable[..., Any]
@@ -542,6 +549,7 @@ class Inner:
     record_kept: bool = False
     templates: Any = None
     mode: Mode = DEFAULT
+    captured_out: bool = False
 
     def run(
         self,
@@ -593,6 +601,7 @@ class Inner:
             inputs_out_prefix,
             out_prefix_tree,
             None if hooks_ran else self.on_output_leaf,
+            self.captured_out,
         )
         # Without graph updates the inputs' structure was put back (resplit).
         inputs_kept = self.record_kept and (not self.mode.updates or merged.structure_kept())
@@ -644,17 +653,19 @@ class _OutputWalk(PrefixWalk):
         in_index: RefMap[int],
         on_leaf: Callable[[Any, Any], None] | None,
         mode: Mode = DEFAULT,
+        captured_out: bool = False,
     ):
         super().__init__(spec, roots, graph=mode.graph)
         self.in_index = in_index
         self.on_leaf = on_leaf
         self.trace = current_trace()
         self.mode = mode
+        self.captured_out = captured_out
 
     def enter_node(self, node: object, path: PathParts, prefix: object) -> Any:
         if not self.mode.updates and path and path[0] == 0 and node in self.in_index:
             self.returned_input()
-        if node not in self.in_index:
+        if node not in self.in_index and not self.captured_out:
             created = node._var_trace if is_variable(node) else getattr(node, "_obj_trace", None)
             if created is not None and created != self.trace:
                 phrase = (

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx as flax_nnx
 from helpers import assert_unchanged, snapshot
 
 import flaxgraph as nnx
@@ -332,10 +333,63 @@ def test_eval_shape_keeps_sharing_in_its_output():
     assert out.x is out.y and out.v is out.x.p
 
 
-def test_eval_shape_returning_a_captured_object_raises():
-    captured = make()
-    with pytest.raises(nnx.TraceContextError, match=re.escape("at output")):
-        nnx.eval_shape(lambda: captured)
+class _Table(nnx.Variable):
+    pass
+
+
+class _FlaxTable(flax_nnx.Variable):
+    pass
+
+
+def _captured_model(lib: Any, table: type) -> Any:
+    """A module with a Linear, a Variable of a user's type and a Cache, built by ``lib``."""
+
+    class Holder(lib.Module):
+        def __init__(self) -> None:
+            self.linear = lib.Linear(2, 3, rngs=lib.Rngs(0))
+            self.table = table(jnp.arange(6.0).reshape(3, 2))
+            self.cache = lib.Cache(jnp.zeros((2,)))
+
+    return Holder()
+
+
+def _abstract(out: Any) -> list[tuple[str, Any]]:
+    """(path, leaf type name, leaf) for each leaf of an eval_shape result."""
+    leaves = jax.tree_util.tree_leaves_with_path(out)
+    return [(jax.tree_util.keystr(path), type(leaf).__name__, leaf) for path, leaf in leaves]
+
+
+@pytest.mark.parametrize(
+    "pick",
+    [
+        lambda lib, m: m,
+        lambda lib, m: lib.state(m),
+        lambda lib, m: lib.state(m, lib.Cache),
+        lambda lib, m: m.cache,
+        lambda lib, m: {"model": lib.state(m), "n": 1},
+    ],
+    ids=["module", "state", "filtered-state", "variable", "nested"],
+)
+@pytest.mark.parametrize(
+    "flags",
+    [{}, {"graph_updates": False}, {"graph": False}],
+    ids=["graph", "no-updates", "tree"],
+)
+def test_eval_shape_returns_a_shape_copy_of_a_captured_object_as_flax_does(pick, flags):
+    """Flax NNX 0.12.8's ``eval_shape`` checks no trace level on its output: a module,
+    State or Variable captured by closure comes back as a shape-only copy (the caller's
+    object keeps its arrays), unlike ``jit``, which refuses to return it."""
+    results = []
+    for lib, table in ((flax_nnx, _FlaxTable), (nnx, _Table)):
+        model = _captured_model(lib, table)
+        captured = pick(lib, model)
+        out = lib.eval_shape(lambda captured=captured: captured, **flags)
+        assert out is not captured and type(out).__name__ == type(captured).__name__
+        assert all(isinstance(v, jax.Array) for v in jax.tree.leaves(lib.state(model)))
+        results.append(_abstract(out))
+        with pytest.raises(ValueError, match=r"different trace level|captured Variable"):
+            lib.jit(lambda captured=captured: captured, **flags)()
+    assert results[0] == results[1]
 
 
 # -- exception safety ---------------------------------------------------------------------
