@@ -26,8 +26,8 @@ from flaxgraph.graphlib.registry import (
     SEQUENCE,
     VARIABLE,
     DataLeaf,
-    GraphNodeImpl,
     Kind,
+    NodeTypeImpl,
     flatten_pytree,
     is_array_leaf,
     node_impl,
@@ -182,7 +182,7 @@ def _plan_update(
     writes: _Writes,
     trace: object,
     kinds: Mapping[type, Kind] = REGISTRY.kind_cache(),
-    impls: Mapping[type, GraphNodeImpl] = REGISTRY.node_impls(),
+    impls: Mapping[type, NodeTypeImpl] = REGISTRY.node_impls(),
 ) -> None:
     # ``prefix`` is the path to ``node`` as a linked pair ``(parent_prefix, key)`` (``()``
     # at the root): cheap to extend, made into a tuple only for an error message.
