@@ -180,7 +180,7 @@ def find_duplicates(node: object, /, *, only: Filter = ...) -> list[list[PathPar
 
 
 def recursive_map(
-    f: Callable[[PathParts, Any], Any], node: Any, /, *, graph: bool | None = None
+    f: Callable[[PathParts, Any], Any], node: object, /, *, graph: bool | None = None
 ) -> Any:
     """Applies ``f(path, value)`` to every graph node and Variable, children first,
     replacing each by what ``f`` returns; returns ``f((), node)``.

@@ -58,7 +58,7 @@ class GraphState(MutableMapping[Hashable, Any]):
     def __getitem__(self, key: Hashable) -> object:
         return self._state[key]
 
-    def __setitem__(self, key: Hashable, value: Any) -> None:
+    def __setitem__(self, key: Hashable, value: object) -> None:
         self._state[key] = value
 
     def __delitem__(self, key: Hashable) -> None:
@@ -82,7 +82,7 @@ class GraphState(MutableMapping[Hashable, Any]):
             f"{sorted(map(str, self))}."
         )
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         if name in GraphState.__slots__:
             super().__setattr__(name, value)
         else:

@@ -177,8 +177,8 @@ class _Writes:
 def _plan_update(
     node: Any,
     state: State,
-    prefix: Any,
-    root: Any,
+    prefix: object,
+    root: object,
     writes: _Writes,
     trace: object,
     kinds: Mapping[type, Kind] = REGISTRY.kind_cache(),
@@ -335,7 +335,7 @@ def pop(node: object, *filters: Filter) -> Any:
     return states[0] if len(states) == 1 else tuple(states)
 
 
-def _remover(parent: Any, path: PathParts, root: Any) -> Callable[[], None]:
+def _remover(parent: Any, path: PathParts, root: object) -> Callable[[], None]:
     key = path[-1]
     kind = REGISTRY.kind_of(parent)
     if kind is NODE:

@@ -60,7 +60,7 @@ class ArrayRefOutput:
         return f"ArrayRefOutput({self.value!r})"
 
 
-def _unflatten_ref_output(_: Any, children: Any) -> ArrayRefOutput:
+def _unflatten_ref_output(_: object, children: Any) -> ArrayRefOutput:
     return ArrayRefOutput(children[0])
 
 

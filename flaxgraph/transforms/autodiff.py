@@ -123,7 +123,7 @@ def _grad_leaf(leaf: object, g: object) -> object:
 
 def _vg_core(
     f: Callable[..., Any],
-    argnums: Any,
+    argnums: object,
     has_aux: bool,
     jax_transform: Callable[..., Any],
     mode: Mode = DEFAULT,

@@ -457,7 +457,7 @@ def _prefix_entries(t: object, path: tuple[Any, ...]) -> Iterable[tuple[tuple[An
 
 
 def _check_entry(
-    mode: Any, transform: str, argument: str, where: str, found: Any, plain: str
+    mode: Any, transform: str, argument: str, where: str, found: object, plain: str
 ) -> None:
     from flaxgraph.variablelib.variable import is_variable
 

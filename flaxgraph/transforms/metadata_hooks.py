@@ -99,7 +99,7 @@ def _check_names(leaves: list[Any], axes: list[Any], partition: object, roots: o
             )
 
 
-def _where(target: Any, roots: Any) -> str:
+def _where(target: object, roots: Any) -> str:
     for path, value in iter_graph(roots):
         if value is target:
             return NamedRoots(("args", "kwargs"), roots).where(path)

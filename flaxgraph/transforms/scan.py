@@ -141,7 +141,7 @@ def _rest_axes(out_axes: object) -> Any:
     return out_axes
 
 
-def _join_output(carry: tuple[Any, ...], rest: Any, out_axes: Any) -> Any:
+def _join_output(carry: tuple[Any, ...], rest: Any, out_axes: object) -> Any:
     if out_axes is Carry:
         return carry[0]
     if isinstance(out_axes, tuple):
@@ -566,7 +566,7 @@ class ScanInfo(HashedRecord):
         )
 
 
-def _input_error(call: Any, args: Any, kwargs: Any, length: int | None) -> ValueError | None:
+def _input_error(call: Any, args: object, kwargs: object, length: int | None) -> ValueError | None:
     """The scanned inputs that make the scan fail, by path (``transforms/jax_errors.py``)."""
     return mapped_input_error(
         call.graphdef.leaf_paths,
@@ -672,7 +672,7 @@ def _check_disjoint(carry_nodes: list[Any], rest_nodes: list[Any]) -> None:
         )
 
 
-def _where(merged: Merged, out_rest: Any, path: Any) -> str:
+def _where(merged: Merged, out_rest: object, path: Any) -> str:
     return NamedRoots(("output", "args", "kwargs"), (out_rest, merged.args, merged.kwargs)).where(
         path
     )

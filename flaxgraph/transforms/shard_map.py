@@ -124,14 +124,14 @@ class LocalView:
                 write_metadata(leaf, local)
                 self.saved[leaf] = SavedMetadata(local, original)
 
-    def on_output_leaf(self, leaf: Any, prefix: Any) -> None:
+    def on_output_leaf(self, leaf: Any, prefix: object) -> None:
         entry = self.saved.get(leaf) if REGISTRY.kind_of(leaf) is VARIABLE else None
         if entry is not None and metadata_of(leaf) is entry.local:
             write_metadata(leaf, entry.original)
 
 
 def _spec_problem(
-    spec: Any, value: Any, mesh: Any, manual: frozenset[Any], whole: bool
+    spec: Any, value: object, mesh: Any, manual: frozenset[Any], whole: bool
 ) -> str | None:
     """What is wrong with ``spec`` for ``value`` (``None`` if nothing); ``whole`` also
     checks that each sharded dimension divides evenly (inputs only)."""
@@ -200,8 +200,8 @@ class ShardMapped(Transformed[P, R]):
         fun: Callable[P, R],
         bound: tuple[Any, ...],
         mesh: Any,
-        in_specs: Any,
-        out_specs: Any,
+        in_specs: object,
+        out_specs: object,
         axis_names: AbstractSet[Any],
         check_vma: bool,
         mode: Mode,
@@ -240,7 +240,7 @@ class ShardMapped(Transformed[P, R]):
         )
         roots: list[Any] = []
 
-        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        def call(fn: Callable[..., Any], args: Any, kwargs: object) -> Any:
             out = fn(*args)
             roots.extend((out, args, kwargs))
             return None, out
@@ -447,7 +447,7 @@ def shard_map(
     return make if f is None else make(f)
 
 
-def _place_inputs(call: Any, mesh: Any) -> None:
+def _place_inputs(call: Any, mesh: object) -> None:
     """With graph updates the arguments' state comes back as ``jax.shard_map``
     returns it: every array assembled over ``mesh`` with its ``in_specs`` (a
     ``NamedSharding``). Leaves ``f`` left unchanged are not returned by the call, so

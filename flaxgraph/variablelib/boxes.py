@@ -162,7 +162,7 @@ def no_storage_message(kind: str, value: object, hijax: bool) -> str:
     )
 
 
-def _set(box: Any, value: Any) -> None:
+def _set(box: Any, value: object) -> None:
     """``box.set(value)``, keeping a traced box's record of its structure right.
 
     JAX 0.10 records a traced box's structure (its leaves' types and tree) when it
@@ -181,7 +181,7 @@ def _set(box: Any, value: Any) -> None:
         record.update(state)
 
 
-def write(kind: str, box: Any, value: Any, captured: bool) -> None:
+def write(kind: str, box: Any, value: object, captured: bool) -> None:
     """Replaces the box's content by ``value``; ``captured`` says the Variable
     belongs to an outer trace.
 

@@ -82,7 +82,7 @@ def check_fits(kind: str, ref: Any, value: Any) -> None:
         )
 
 
-def write(kind: str, ref: Any, index: Any, value: Any, captured: bool) -> None:
+def write(kind: str, ref: Any, index: object, value: object, captured: bool) -> None:
     """``ref[index] = value``; ``captured`` says the Variable belongs to an outer trace.
 
     Raises:
@@ -138,7 +138,7 @@ def peek(ref: Any) -> object:
     return ref[...]
 
 
-def install(ref: Any, value: Any) -> None:
+def install(ref: Any, value: object) -> None:
     """Makes ``value`` (an array of the Ref's shape and dtype that nothing else holds,
     e.g. an output of a compiled call written nowhere else) the Ref's content."""
     if type(ref) is REF_TYPE:

@@ -581,7 +581,7 @@ class Variable(Generic[A]):
         """Whether the metadata has an entry ``name``."""
         return name in self._var_metadata
 
-    def set_metadata(self, *args: Any, **kwargs: Any) -> None:
+    def set_metadata(self, *args: Any, **kwargs: object) -> None:
         """Sets metadata: ``set_metadata('name', value)``, ``set_metadata(name=value)``
         or ``set_metadata(mapping)`` (replaces all metadata but the flags). The older
         names ``sharding`` and ``sharding_names`` are stored as ``out_sharding``, as
@@ -1001,14 +1001,14 @@ class Variable(Generic[A]):
     def __jax_array__(self) -> Any:
         return self._read_value()
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: Any = None, copy: object = None) -> np.ndarray:
         return np.asarray(self._read_value(), dtype=dtype)
 
     def __getitem__(self, key: object) -> Any:
         # Through get_value, so a subclass that overrides it is honoured (Flax 0.12).
         return self.get_value(index=key)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: object, value: Any) -> None:
         storage = self._var_ref
         if key is Ellipsis and storage is not None:
             # A hijax Variable takes any value of the same dtype kind in Flax; here its
@@ -1275,7 +1275,7 @@ def _sharding_names(metadata: Mapping[str, Any]) -> Any:
     return names
 
 
-def _install(var: Any, value: Any) -> None:
+def _install(var: Any, value: object) -> None:
     """Puts ``value`` into ``var``'s storage (a Ref replaces the Ref or the slot; a
     box-backed Variable's box gets the new content)."""
     ref = var._var_ref
@@ -1384,7 +1384,7 @@ def is_box_backed(v: Variable[Any]) -> bool:
     return ref is not None and boxes.is_box(ref)
 
 
-def _updated(current: Any, index: Any, value: Any, v: Variable[Any]) -> Any:
+def _updated(current: Any, index: object, value: object, v: Variable[Any]) -> Any:
     """``current`` with ``current[index] = value``: functional for JAX arrays, a new
     container for dicts and lists (so a changed value is a new object: the
     transforms tell unchanged values by identity; Flax's ``get_value`` hands out
