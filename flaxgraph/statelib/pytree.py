@@ -66,7 +66,7 @@ def state_pytree_functions(
         return tuple(mapping.values()), keys_of(state)
 
     def unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> Any:
-        state: Any = new(state_cls)
+        state: object = new(state_cls)
         set_mapping(state, dict(zip(keys, children)))
         set_keys(state, keys if type(keys) is _Keys else None)
         return state

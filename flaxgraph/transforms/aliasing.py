@@ -334,7 +334,7 @@ class Sighting(NamedTuple):
     """
 
     path: PathParts
-    leaf: Any
+    leaf: object
     prefix: object
 
 

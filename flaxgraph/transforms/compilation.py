@@ -54,7 +54,7 @@ class _Unspecified:
         return "UNSPECIFIED"
 
 
-UNSPECIFIED: Any = _Unspecified()
+UNSPECIFIED: object = _Unspecified()
 
 
 def _is_sharding(p: object) -> bool:
@@ -319,14 +319,14 @@ class Prepared(NamedTuple):
 def jit(
     fun: Callable[P, R],
     *,
-    in_shardings: Any = ...,
-    out_shardings: Any = ...,
+    in_shardings: object = ...,
+    out_shardings: object = ...,
     static_argnums: int | Sequence[int] | None = ...,
     static_argnames: str | Iterable[str] | None = ...,
     donate_argnums: int | Sequence[int] | None = ...,
     donate_argnames: str | Iterable[str] | None = ...,
     keep_unused: bool = ...,
-    device: Any = ...,
+    device: object = ...,
     backend: str | None = ...,
     inline: bool = ...,
     compiler_options: dict[str, Any] | None = ...,
@@ -339,14 +339,14 @@ def jit(
 def jit(
     fun: None = None,
     *,
-    in_shardings: Any = ...,
-    out_shardings: Any = ...,
+    in_shardings: object = ...,
+    out_shardings: object = ...,
     static_argnums: int | Sequence[int] | None = ...,
     static_argnames: str | Iterable[str] | None = ...,
     donate_argnums: int | Sequence[int] | None = ...,
     donate_argnames: str | Iterable[str] | None = ...,
     keep_unused: bool = ...,
-    device: Any = ...,
+    device: object = ...,
     backend: str | None = ...,
     inline: bool = ...,
     compiler_options: dict[str, Any] | None = ...,

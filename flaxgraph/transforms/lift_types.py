@@ -144,7 +144,7 @@ class _NoMatch:
         return "NO_MATCH"
 
 
-NO_MATCH: Any = _NoMatch()
+NO_MATCH: object = _NoMatch()
 
 
 class StateAxes(LiftType):

@@ -44,11 +44,11 @@ class RefWrite(NamedTuple):
     have the Ref's ``shape`` and ``dtype``."""
 
     variable: Variable[Any]
-    ref: Any
+    ref: object
     group: int
     position: int
     shape: tuple[int, ...]
-    dtype: Any
+    dtype: object
 
 
 class RefInstall:

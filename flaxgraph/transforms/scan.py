@@ -513,12 +513,12 @@ class ScanInfo(HashedRecord):
     in_static: InStatic[Any]
     prefixes: tuple[Any, ...]
     positions: Any
-    a_prefix: Any
-    rest_prefix: Any
+    a_prefix: object
+    rest_prefix: object
     expected_state_carry: tuple[PathParts, ...]
     n_carry: int
-    kwargs_prefix: Any
-    rest_axes: Any
+    kwargs_prefix: object
+    rest_axes: object
     out_keys: tuple[Any, ...]
     key_hash: int = dataclasses.field(repr=False)
 

@@ -37,7 +37,7 @@ class _CarryMarker:
         return (_CarryMarker, ())
 
 
-Carry: Any = _CarryMarker()
+Carry: object = _CarryMarker()
 """Marks the carried argument/output (or sub-state, inside ``StateAxes``) of ``scan``."""
 
 

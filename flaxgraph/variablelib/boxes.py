@@ -49,7 +49,7 @@ from flaxgraph.variablelib.refs import ARRAY_SCALARS
 _Box: Any  # None when the installed JAX lacks them
 _BoxTy: Any
 _BoxTypeState: Any
-_Literal: Any
+_Literal: object
 try:  # private in JAX 0.10: feature-detected, see the module docstring
     from jax._src.hijax import Box as _Box
     from jax._src.hijax import BoxTy as _BoxTy
