@@ -63,7 +63,7 @@ from flaxgraph.transforms.plan import (
 )
 from flaxgraph.transforms.plan_code import compile_run, with_apply
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, is_variable
 
 
 class LeafWrite(NamedTuple):
@@ -118,9 +118,7 @@ class FinishPlan:
         in_index = dict(out.index_map)  # out node index -> input node index
         node_index = {id(n): i for i, n in enumerate(plan.nodes)}
         in_leaf_of_var = {
-            node_index[id(leaf)]: pos
-            for pos, leaf in enumerate(plan.leaves)
-            if isinstance(leaf, Variable)
+            node_index[id(leaf)]: pos for pos, leaf in enumerate(plan.leaves) if is_variable(leaf)
         }
         in_leaf_by_path = {p: i for i, p in enumerate(plan.graphdef.leaf_paths)}
         compiler = _OutputCompiler(in_index)
@@ -183,7 +181,7 @@ class FinishPlan:
             if pos in boxes_at:
                 if changed and write is not None:  # a new content for the box
                     others.append(OtherWrite(source, write))
-            elif isinstance(leaf, Variable) and changed and pos not in refs_at:
+            elif is_variable(leaf) and changed and pos not in refs_at:
                 group = by_group.setdefault(source.at, VariableWrites([], [], source.at))
                 group.targets.append(leaf)
                 group.positions.append(source.position)
@@ -374,7 +372,7 @@ def same_trace(call: Call) -> bool:
     made for such calls, so a plan hit needs no per-object trace check)."""
     trace = current_trace()
     for n in call.nodes:
-        created = n._var_trace if isinstance(n, Variable) else getattr(n, "_obj_trace", trace)
+        created = n._var_trace if is_variable(n) else getattr(n, "_obj_trace", trace)
         if created != trace:
             return False
     return True

@@ -28,7 +28,13 @@ from flaxgraph.graphlib.walk import SCALARS
 from flaxgraph.transforms.ref_writes import read_ref
 from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
-from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed, write_value
+from flaxgraph.variablelib.variable import (
+    Variable,
+    is_box_backed,
+    is_ref_backed,
+    is_variable,
+    write_value,
+)
 
 _set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
 get_raw = operator.attrgetter("raw_value")
@@ -105,7 +111,7 @@ def leaf_reader(
 ) -> tuple[Callable[[Any], Any], Any]:
     """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
     argument's own leaf gets target ``None`` (read from the call's arguments)."""
-    if isinstance(leaf, Variable):
+    if is_variable(leaf):
         if is_box_backed(leaf):  # a fresh container holding the box's arrays
             return read_box, leaf._var_ref
         if is_ref_backed(leaf):
@@ -181,7 +187,7 @@ def leaf_writer(
 ) -> Callable[[Any], None] | None:
     """How to store a new value for an input leaf in place (None: an argument leaf,
     which has no place to be stored)."""
-    if isinstance(leaf, Variable):
+    if is_variable(leaf):
         if is_ref_backed(leaf):  # into the Ref (checked first by the lift) or the box
             return functools.partial(write_value, leaf)
         return functools.partial(_set_raw, leaf)

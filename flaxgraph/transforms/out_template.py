@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from flaxgraph.graphlib.registry import ARRAY_TYPES, is_hashable
 from flaxgraph.transforms.lift import IN, Merged, OutStatic
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import is_variable
 
 _ARRAY = "array"
 
@@ -115,7 +115,7 @@ class OutTemplate:
     ):
         self.structure = structure
         self.out_static = out_static
-        self.variables = [i for i, v in enumerate(merged.leaves) if isinstance(v, Variable)]
+        self.variables = [i for i, v in enumerate(merged.leaves) if is_variable(v)]
         self.changed = [merged.unchanged_input(merged.leaves[i]) for i in self.variables]
         self.out_inputs = [merged.unchanged_input(x) for x in out_leaves]
         self.fetch: list[list[Fetch]] = [[] for _ in range(n_groups)]
@@ -126,7 +126,7 @@ class OutTemplate:
             if path[0] == 0:  # the output part: its arrays come first, in walk order
                 self.fetch[g].append(Fetch(True, j))
             else:
-                i = merged.in_leaf.get(leaf) if isinstance(leaf, Variable) else None
+                i = merged.in_leaf.get(leaf) if is_variable(leaf) else None
                 if i is None:
                     i = merged.raw_in.get(id(leaf))
                 self.fetch[g].append(Fetch(False, -1 if i is None else i))
@@ -159,7 +159,7 @@ class OutTemplate:
             if from_output:
                 return out_leaves[k]
             leaf = leaves[k]
-            return leaf.raw_value if isinstance(leaf, Variable) else leaf
+            return leaf.raw_value if is_variable(leaf) else leaf
 
         # Unpacked in the loop (a tuple unpack is cheaper than two field reads).
         return tuple([value(o, k) for o, k in group] for group in self.fetch)
@@ -182,7 +182,7 @@ def try_template(
         return _NO_MATCH
     if on_output_leaf is not None:
         for leaf, prefix in zip(merged.leaves, merged.prefixes):
-            if isinstance(leaf, Variable):
+            if is_variable(leaf):
                 on_output_leaf(leaf, prefix[0])
     if not template.matches(merged):
         return TemplateMatch(True, None)
@@ -226,7 +226,7 @@ class Templates:
         # Raw arrays inside objects could be replaced without a structural change:
         # only arguments' own arrays may be raw leaves.
         if any(
-            len(path) > 2 and not isinstance(leaf, Variable)
+            len(path) > 2 and not is_variable(leaf)
             for path, leaf in zip(in_static.graphdef.leaf_paths, merged.leaves)
         ):
             return

@@ -29,7 +29,7 @@ from flaxgraph.transforms.leaf_access import (
 )
 from flaxgraph.transforms.lift import Call, LeafSource, OutStatic, Slots
 from flaxgraph.transforms.ref_writes import RefInstall
-from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed
+from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed, is_variable
 
 _LEAF = object()
 
@@ -251,7 +251,7 @@ class Plan:
         # its arguments' own arrays.
         self.graphdef = call.graphdef
         self.nodes = call.nodes
-        self.leaves = [leaf if isinstance(leaf, Variable) else None for leaf in call.leaves]
+        self.leaves = [leaf if is_variable(leaf) else None for leaf in call.leaves]
         self.compiled = compiled
         members: list[list[int]] = [[] for _ in range(n_groups)]
         for i, g in enumerate(slots.groups):
@@ -284,9 +284,7 @@ class Plan:
         # their boxes (a copy of the content in, the new content set), unless
         # arguments are donated.
         stored = [
-            pos
-            for pos, leaf in enumerate(call.leaves)
-            if isinstance(leaf, Variable) and is_ref_backed(leaf)
+            pos for pos, leaf in enumerate(call.leaves) if is_variable(leaf) and is_ref_backed(leaf)
         ]
         self.box_positions = frozenset(p for p in stored if is_box_backed(call.leaves[p]))
         self.ref_positions = frozenset(stored) - self.box_positions
@@ -294,7 +292,7 @@ class Plan:
             self.snapshot.versioned
             and not (donated and stored)
             and all(
-                isinstance(leaf, Variable) or is_in_place(path, args, kwargs)
+                is_variable(leaf) or is_in_place(path, args, kwargs)
                 for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
             )
         )
@@ -312,9 +310,9 @@ class Plan:
                     self.arg_leaves.append(ArgLeaf(pos, cast(int, path[0]), tuple(path[1:])))
         # The common case: every leaf is a Variable or an argument. Then reading is
         # one map over the Variables plus an insert per argument leaf.
-        n_vars = sum(1 for leaf in call.leaves if isinstance(leaf, Variable))
+        n_vars = sum(1 for leaf in call.leaves if is_variable(leaf))
         self.leaf_variables = (
-            [leaf for leaf in call.leaves if isinstance(leaf, Variable)]
+            [leaf for leaf in call.leaves if is_variable(leaf)]
             if n_vars + len(self.arg_leaves) == len(call.leaves) and not stored
             else None
         )
