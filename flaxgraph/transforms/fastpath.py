@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
+from flaxgraph.graphlib.build import container_of
 from flaxgraph.graphlib.graphdefs import (
     ArrayDef,
     ContainerDef,
@@ -282,15 +283,8 @@ class _OutputCompiler:
             return lambda values, nodes: value
         if t is ContainerDef:
             builders = [self.compile(c) for c in d.children]
-            if d.type is tuple:
-                return lambda values, nodes: tuple(b(values, nodes) for b in builders)
-            if d.type is list:
-                return lambda values, nodes: [b(values, nodes) for b in builders]
-            if d.type is dict:
-                keys = d.keys
-                return lambda values, nodes: dict(zip(keys, (b(values, nodes) for b in builders)))
-            treedef = d.treedef
-            return lambda values, nodes: treedef.unflatten([b(values, nodes) for b in builders])
+            # The container rule of every build (``build.container_of``).
+            return lambda values, nodes: container_of(d, [b(values, nodes) for b in builders])
         raise TypeError(f"Unknown GraphDef entry {d!r}")
 
 
