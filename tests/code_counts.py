@@ -83,7 +83,7 @@ LIMITS = {
     "zip_filled_records": 0,
     "bare_any": 370,
     "registry_table_reads": 0,
-    "isinstance_variable": 17,
+    "isinstance_variable": 2,
     "module_docstrings": 0,
 }
 
