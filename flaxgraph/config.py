@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
@@ -99,6 +100,66 @@ class Flag(Generic[T]):
         return f"Flag({self.name!r}, {self.get()!r})"
 
 
+class FlaxConfigFlag(Flag[T]):
+    """A ``Flag`` whose global value is one setting with Flax's own configuration object
+    (``flax.config``) once the program has imported real Flax: read from and written to
+    ``flax.config`` under ``flax_name`` then, its own value otherwise. Scoped overrides
+    stay this flag's, per thread.
+
+    Under the drop-in ``flax.config`` is the real Flax's (only ``flax.nnx`` is bound), and
+    a program that calls ``flax.config.update('flax_always_shard_variable', False)``
+    expects NNX to follow it, as Flax NNX 0.12.8 reads its defaults from ``flax.config``.
+    Never imports Flax.
+
+    Args:
+      name: the flag's name.
+      default: the global value while real Flax is not imported.
+      flax_name: the option's name in ``flax.config``.
+
+    Example::
+
+      >>> shard = FlaxConfigFlag('eager_sharding', True, 'flax_always_shard_variable')
+      >>> with shard.scoped(False):
+      ...   shard.get()
+      False
+
+    Source: Flax 0.12 ``flax.configurations`` (``flax.config``).
+    """
+
+    __slots__ = ("flax_name",)
+
+    def __init__(self, name: str, default: T, flax_name: str):
+        super().__init__(name, default)
+        self.flax_name = flax_name
+
+    def _flax_config(self) -> Any:
+        """``flax.config`` if real Flax is imported and knows this option, else ``None``."""
+        module = sys.modules.get("flax.configurations")
+        config = getattr(module, "config", None)
+        return config if config is not None and hasattr(config, self.flax_name) else None
+
+    def get(self) -> T:
+        stack = getattr(self._local, "stack", None)
+        return stack[-1] if stack else self.global_value()
+
+    def global_value(self) -> T:
+        config = self._flax_config()
+        return self._value if config is None else getattr(config, self.flax_name)
+
+    def set_globally(self, value: T) -> None:
+        self._value = value
+        config = self._flax_config()
+        if config is not None:
+            config.update(self.flax_name, value)
+
+    def set_current(self, value: T) -> None:
+        stack = getattr(self._local, "stack", None)
+        if stack:
+            stack[-1] = value
+        else:
+            self.set_globally(value)
+
+
 # -- Flax-style named configuration ----------------------------------------------------
 
 FLAX_CONFIG_NAMES: tuple[tuple[str, str, str], ...] = (
@@ -130,6 +191,10 @@ def update(name: str, value: Any, /) -> None:
     Args:
       name: one of ``FLAX_CONFIG_NAMES`` (``'nnx_graph_mode'``, ...).
       value: the new value.
+
+    ``flax_always_shard_variable`` is one setting with real Flax's ``flax.config`` once
+    the program has imported Flax (``FlaxConfigFlag``: either ``update`` changes it); the
+    other options are flaxgraph's own.
 
     Raises:
       LookupError: ``name`` is not a known option (as ``flax.config.update``).

@@ -42,7 +42,7 @@ import jax
 from jax.experimental.layout import Format
 from jax.sharding import NamedSharding, PartitionSpec
 
-from flaxgraph.config import Flag
+from flaxgraph.config import Flag, FlaxConfigFlag
 
 __all__ = [
     "OLD_SHARDING_KEYS",
@@ -110,7 +110,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 # The two scoped settings of this file (see the module docstring).
-EAGER_SHARDING: Flag[bool] = Flag("eager_sharding", True)
+# eager sharding's default is one setting with flax.config's when real Flax is imported
+EAGER_SHARDING: Flag[bool] = FlaxConfigFlag("eager_sharding", True, "flax_always_shard_variable")
 LOGICAL_AXIS_RULES: Flag[Rules] = Flag("logical_axis_rules", ())
 
 
@@ -129,7 +130,8 @@ class use_eager_sharding:
     As Flax's configuration contexts, the setting is a per-thread stack over a
     default: ``get_default()`` is the configured default
     (``flax_always_shard_variable``, ``True`` unless changed with
-    ``nnx.config.update``), ``get_stack()`` the stack itself (a plain call replaces
+    ``nnx.config.update``, or with ``flax.config.update`` once real Flax is imported:
+    one setting, as in Flax), ``get_stack()`` the stack itself (a plain call replaces
     its top, or pushes onto an empty one; a ``with`` block pushes and pops), and
     ``current_value()`` its top, else the default (what ``using_eager_sharding()``
     returns).

@@ -16,6 +16,7 @@ import textwrap
 import threading
 from typing import Any
 
+import flax
 import jax
 import jax.numpy as jnp
 import pytest
@@ -81,6 +82,42 @@ def test_use_eager_sharding_class_methods_behave_as_flax_s() -> None:
     ours, theirs = _eager_sharding_program(nnx), _eager_sharding_program(flax_nnx)
     assert ours == theirs
     assert ours[1] == (True, [False], False)  # a plain call: default kept, stack top set
+
+
+def _flax_config_program(lib: Any) -> list[Any]:
+    """Eager sharding's default set through Flax's configuration object, as a program that
+    ran under the drop-in would (only ``flax.nnx`` is bound; ``flax.config`` is Flax's)."""
+    mesh = jax.make_mesh((1,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    u = lib.use_eager_sharding
+    seen: list[Any] = []
+    for value in (False, True):
+        flax.config.update("flax_always_shard_variable", value)
+        seen.append((u.get_default(), u.current_value(), lib.using_eager_sharding()))
+        with jax.set_mesh(mesh):  # a name the mesh lacks fails only when placed eagerly
+            try:
+                lib.Param(jnp.ones((2, 4)), out_sharding=("vocab", None))
+                seen.append("created")
+            except ValueError:
+                seen.append("refused")
+            with lib.use_eager_sharding(not value):  # a block still overrides the default
+                seen.append(lib.using_eager_sharding())
+    return seen
+
+
+def test_flax_config_sets_the_eager_sharding_default_as_in_flax() -> None:
+    """Flax NNX 0.12.8 reads eager sharding's default from ``flax.config``
+    (``flax_always_shard_variable``): flaxgraph follows the same setting once Flax is
+    imported, and its own ``config.update`` writes it there."""
+    try:
+        ours, theirs = _flax_config_program(nnx), _flax_config_program(flax_nnx)
+        assert ours == theirs
+        assert ours[:2] == [(False, False, False), "created"]
+        nnx.config.update("flax_always_shard_variable", False)
+        assert flax.config.flax_always_shard_variable is False
+        assert flax_nnx.using_eager_sharding() is False and nnx.using_eager_sharding() is False
+    finally:
+        flax.config.update("flax_always_shard_variable", True)
+    assert nnx.using_eager_sharding() is True
 
 
 def test_use_eager_sharding_rejects_non_bools() -> None:
