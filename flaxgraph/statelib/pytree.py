@@ -65,7 +65,7 @@ def state_pytree_functions(
             return tuple(mapping.values()), cached
         return tuple(mapping.values()), keys_of(state)
 
-    def unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> Any:
+    def unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> object:
         state: object = new(state_cls)
         set_mapping(state, dict(zip(keys, children)))
         set_keys(state, keys if type(keys) is _Keys else None)

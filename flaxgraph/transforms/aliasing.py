@@ -200,7 +200,7 @@ class PrefixWalk(Walk):
         return ("leaf", ctx)
 
     # -- Walk hooks ------------------------------------------------------------------------
-    def enter_node(self, node: object, path: PathParts, prefix: object) -> Any:
+    def enter_node(self, node: object, path: PathParts, prefix: object) -> object:
         ctx = self._context(node, path, prefix)
         if REGISTRY.kind_of(node) is VARIABLE:
             resolved = self._leaf_prefix(path, node, ctx)
@@ -347,7 +347,7 @@ class AliasDiagnostics(PrefixWalk):
         self.node_at: dict[PathParts, Any] = {}
         self.expanding: set[int] = set()  # nodes being re-walked (stops cycles)
 
-    def enter_node(self, node: object, path: PathParts, prefix: object) -> Any:
+    def enter_node(self, node: object, path: PathParts, prefix: object) -> object:
         self.node_at[path] = node
         return super().enter_node(node, path, prefix)
 

@@ -143,7 +143,7 @@ def _vg_core(
             return out
         return out, None
 
-    def pure(diff: list[Any], static: AuxValue[Any], rest: list[Any]) -> Any:
+    def pure(diff: list[Any], static: AuxValue[Any], rest: list[Any]) -> object:
         in_static: InStatic[Any] = static.value
         in_prefixes = [DIFF_KEYS[g] for g in in_static.slots.groups]
         value, out_static, out_groups = inner.run(
@@ -334,11 +334,11 @@ def remat(
     nums = normalize_argnums(static_argnums)
     inner = output_inner(inner_f, mode)
 
-    def pure(static: AuxValue[Any], values: list[Any]) -> Any:
+    def pure(static: AuxValue[Any], values: list[Any]) -> object:
         in_static: InStatic[Any] = static.value
         statics = in_static.extra
 
-        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> object:
             full_args, full_kwargs = merge_static(args, kwargs, statics)
             return None, fn(*full_args, **full_kwargs)
 
@@ -368,7 +368,7 @@ checkpoint = remat
 
 
 def _primal_call(has_aux: bool) -> Callable[..., Any]:
-    def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> object:
         out = fn(*args, **kwargs)
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
@@ -525,7 +525,7 @@ def jvp(
     diff_paths = [p for p, g in zip(call.graphdef.leaf_paths, slots.groups) if g == 0]
     tangent_list = [tangent_at(tangents, path, value) for path, value in zip(diff_paths, diff)]
 
-    def pure(diff_values: list[Any]) -> Any:
+    def pure(diff_values: list[Any]) -> object:
         in_prefixes = [DIFF_KEYS[g] for g in slots.groups]
         out, out_static, out_groups = inner.run(
             static.value,

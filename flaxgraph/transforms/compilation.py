@@ -173,14 +173,14 @@ class JitWrapped(Transformed[P, R]):
 
     def pure(
         self, in_static: InStatic[Any], entry: CompiledEntry, with_static: bool, *groups: Any
-    ) -> Any:
+    ) -> object:
         """The function ``jax.jit`` compiles for one input structure: merges the
         groups of arrays into objects, calls ``fun`` and re-splits the result."""
         statics, n_args = in_static.extra
         args_prefix, kwargs_prefix = _split_prefix(self.sharding_prefix, n_args)
         in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
 
-        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> object:
             full_args, full_kwargs = merge_static(args, kwargs, statics)
             with watching() as read:  # captured Variables read while tracing
                 out = f(*full_args, **full_kwargs)
@@ -267,7 +267,7 @@ class JitWrapped(Transformed[P, R]):
         (objects included); nothing runs and the arguments are left unchanged.
         Source: ``jax.jit(...).eval_shape``."""
 
-        def run(*args: object, **kwargs: object) -> Any:
+        def run(*args: object, **kwargs: object) -> object:
             call, entry, groups, _ = self.prepare(args, kwargs)
             out, out_groups = entry.call(groups)
             return call.finish(out, out_groups)

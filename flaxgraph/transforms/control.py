@@ -70,7 +70,7 @@ def _make_branch(fun: Callable[..., Any], mode: Mode) -> Callable[..., Any]:
     all branches return the same structure when they leave the objects alike."""
     inner = Inner(fun, _SPEC, [None], same_prefix=_never, mode=mode)
 
-    def pure(operand: tuple[AuxValue[Any], list[Any]]) -> Any:
+    def pure(operand: tuple[AuxValue[Any], list[Any]]) -> object:
         static, values = operand
         in_static: InStatic[Any] = static.value
         _, out_static, (out_values,) = inner.run(
@@ -261,7 +261,7 @@ def _start(init_val: object, mode: Mode) -> tuple[Call, tuple[AuxValue[Any], lis
     return call, (AuxValue(call.graphdef), call.values)
 
 
-def _finish(call: Call, carry: tuple[AuxValue[Any], list[Any]], mode: Mode) -> Any:
+def _finish(call: Call, carry: tuple[AuxValue[Any], list[Any]], mode: Mode) -> object:
     # As in Flax NNX 0.12: with graph updates the returned carry is the caller's
     # objects; without, its graph nodes are new but its Variables are the caller's.
     reuse = {
@@ -272,7 +272,7 @@ def _finish(call: Call, carry: tuple[AuxValue[Any], list[Any]], mode: Mode) -> A
 
 
 def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
-    def cond(carry: tuple[AuxValue[Any], list[Any]]) -> Any:
+    def cond(carry: tuple[AuxValue[Any], list[Any]]) -> object:
         static, values = carry
         return cond_fun(_merge_carry(static.value, values)[0])
 
@@ -280,7 +280,7 @@ def _make_cond(cond_fun: Callable[[Any], Any]) -> Callable[..., Any]:
 
 
 def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..., Any]:
-    def body(carry: tuple[AuxValue[Any], list[Any]]) -> Any:
+    def body(carry: tuple[AuxValue[Any], list[Any]]) -> object:
         static, values = carry
         val, given = _merge_carry(static.value, values)
         val = body_fun(val)
@@ -290,7 +290,7 @@ def _make_while_body(body_fun: Callable[[Any], Any], graph: bool) -> Callable[..
 
 
 def _make_fori_body(body_fun: Callable[[Any, Any], Any], graph: bool) -> Callable[..., Any]:
-    def body(i: object, carry: tuple[AuxValue[Any], list[Any]]) -> Any:
+    def body(i: object, carry: tuple[AuxValue[Any], list[Any]]) -> object:
         static, values = carry
         val, given = _merge_carry(static.value, values)
         val = body_fun(i, val)
@@ -361,7 +361,7 @@ def _eval_shape_transform(f: Callable[..., Any], mode: Mode = DEFAULT) -> Callab
     inner_f, bound = unbind(f, "eval_shape")
     inner = Inner(inner_f, _SPEC, [None], same_prefix=_never, mode=mode, captured_out=True)
 
-    def pure(static: AuxValue[Any], values: list[Any]) -> Any:
+    def pure(static: AuxValue[Any], values: list[Any]) -> object:
         in_static: InStatic[Any] = static.value
         _, out_static, (out_values,) = inner.run(
             in_static, (values,), [None] * len(values), (None, None), None

@@ -210,7 +210,7 @@ class custom_vjp(Transformed[P, R]):
         return typed
 
 
-def _zero_cotangent(x: Any) -> Any:
+def _zero_cotangent(x: Any) -> object:
     """The zero cotangent of ``x`` (``float0`` for integer and boolean arrays)."""
     dtype = jax.numpy.result_type(x)
     if jax.numpy.issubdtype(dtype, jax.numpy.inexact):

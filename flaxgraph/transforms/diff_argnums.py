@@ -142,7 +142,7 @@ def check_argnums(argnums: object, transform: str) -> None:
             )
 
 
-def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> Any:
+def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> object:
     """The tangent (or cotangent) of the primal leaf at ``path`` ((0, argnum, *rest)) in
     per-argument trees of States, containers or objects; zero if absent."""
     node: Any = tangents[path[1]]  # type: ignore[call-overload]  # path[1] is the argnum

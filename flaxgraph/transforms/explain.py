@@ -98,7 +98,7 @@ class _Model(Module):
         self.layers = List([_Layer(width) for _ in range(layers)])
 
 
-def _step(model: _Model, x: Any) -> Any:
+def _step(model: _Model, x: Any) -> object:
     for layer in model.layers:
         x = x @ layer.kernel[...] + layer.bias[...]
         layer.bias[...] = layer.bias[...] + 0.1

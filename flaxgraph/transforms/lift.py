@@ -330,13 +330,13 @@ class Call:
             groups[g].append(value)
         return Slots(tuple(in_group), tuple(positions)), groups
 
-    def finish(self, out_static: OutStatic, out_groups: Sequence[Sequence[Any]]) -> Any:
+    def finish(self, out_static: OutStatic, out_groups: Sequence[Sequence[Any]]) -> object:
         """Step 5: updates the caller's objects in place and returns the output."""
         return self.finish_values(
             out_static, leaf_values(out_static.sources, self.values, out_groups)
         )
 
-    def finish_values(self, out_static: OutStatic, values: list[Any]) -> Any:
+    def finish_values(self, out_static: OutStatic, values: list[Any]) -> object:
         """Step 5 with the leaf values already gathered (in out-GraphDef order)."""
         return write_back(out_static, values, self.nodes)
 
@@ -662,7 +662,7 @@ class _OutputWalk(PrefixWalk):
         self.mode = mode
         self.captured_out = captured_out
 
-    def enter_node(self, node: object, path: PathParts, prefix: object) -> Any:
+    def enter_node(self, node: object, path: PathParts, prefix: object) -> object:
         if not self.mode.updates and path and path[0] == 0 and node in self.in_index:
             self.returned_input()
         if node not in self.in_index and not self.captured_out:

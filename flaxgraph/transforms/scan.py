@@ -132,7 +132,7 @@ def _split_output(out: object, out_axes: object) -> tuple[tuple[Any, ...], Any, 
     return (), out, out_axes
 
 
-def _rest_axes(out_axes: object) -> Any:
+def _rest_axes(out_axes: object) -> object:
     """The prefix of the output's non-carry part (see ``_split_output``)."""
     if out_axes is Carry:
         return None
@@ -141,7 +141,7 @@ def _rest_axes(out_axes: object) -> Any:
     return out_axes
 
 
-def _join_output(carry: tuple[Any, ...], rest: Any, out_axes: object) -> Any:
+def _join_output(carry: tuple[Any, ...], rest: Any, out_axes: object) -> object:
     if out_axes is Carry:
         return carry[0]
     if isinstance(out_axes, tuple):
@@ -268,7 +268,7 @@ class _Scanner:
             metadata.on_inputs(leaves, prefixes)
             seen["rngs"] = watch(info.in_static.graphdef.leaf_paths, leaves, prefixes)
 
-        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> object:
             seen["roots"] = (args, kwargs)
             full_args = list(args)
             for i, c in zip(info.positions, carry_obj):
@@ -327,7 +327,7 @@ class _Scanner:
             ys,
         )
 
-    def run(self, *args: object, **kwargs: object) -> Any:
+    def run(self, *args: object, **kwargs: object) -> object:
         """One call of the scanned function: splits the carry, the scanned and the
         broadcast state, runs ``jax.lax.scan`` of ``self.body`` and writes back."""
         args, kwargs = resolve_positions(self.inner_f, self.in_axes, args, kwargs)
@@ -578,7 +578,7 @@ def _input_error(call: Any, args: object, kwargs: object, length: int | None) ->
     )
 
 
-def _broadcast_as_carry(prefix: object, args: tuple[Any, ...]) -> Any:
+def _broadcast_as_carry(prefix: object, args: tuple[Any, ...]) -> object:
     """``prefix`` (over the non-carry arguments) with ``None`` (broadcast) made
     ``Carry`` for every argument that holds objects."""
     if isinstance(prefix, tuple):
@@ -678,7 +678,7 @@ def _where(merged: Merged, out_rest: object, path: Any) -> str:
     )
 
 
-def _as_input_path(path: Any) -> Any:
+def _as_input_path(path: Any) -> object:
     """An out-walk path (roots output, args, kwargs) as an input path (args, kwargs)."""
     root = {1: 0, 2: 1}.get(path[0])
     return path if root is None else (root, *path[1:])
@@ -688,7 +688,7 @@ def _fmt(paths: list[Any]) -> str:
     return "[" + ", ".join("/".join(map(str, p[1:])) for p in paths) + "]"
 
 
-def _to_front(x: Any, axis: int) -> Any:
+def _to_front(x: Any, axis: int) -> object:
     """``x`` with ``axis`` moved to the front (as is when it already is: no copy)."""
     if axis == 0 or axis == -getattr(x, "ndim", 0):
         return x

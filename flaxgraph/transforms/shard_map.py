@@ -224,7 +224,7 @@ class ShardMapped(Transformed[P, R]):
 
     def pure(
         self, in_static: InStatic[Any], entry: Compiled, with_static: bool, *groups: Any
-    ) -> Any:
+    ) -> object:
         """The per-shard function: merges the groups of local arrays into objects
         (with the local view of their sharding names), calls ``fun``, re-splits."""
         args_prefix = _args_prefix(self.in_specs, in_static.extra)
@@ -240,7 +240,7 @@ class ShardMapped(Transformed[P, R]):
         )
         roots: list[Any] = []
 
-        def call(fn: Callable[..., Any], args: Any, kwargs: object) -> Any:
+        def call(fn: Callable[..., Any], args: Any, kwargs: object) -> object:
             out = fn(*args)
             roots.extend((out, args, kwargs))
             return None, out
@@ -259,7 +259,7 @@ class ShardMapped(Transformed[P, R]):
         out_group_specs = tuple(_jax_spec(k) for k in self.out_keys)
         bound_pure = functools.partial(self.pure, in_static, entry, with_static)
 
-        def body(*groups: list[Any]) -> Any:
+        def body(*groups: list[Any]) -> object:
             return bound_pure(*groups)
 
         # JAX's messages name the function: name it after the user's.

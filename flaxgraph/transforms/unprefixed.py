@@ -125,7 +125,7 @@ class LiftedCall:
         return leaf_values(out_static.sources, in_values, out[1])
 
     @staticmethod
-    def finish(call: Call, out: tuple[AuxValue[Any], Sequence[list[Any]]]) -> Any:
+    def finish(call: Call, out: tuple[AuxValue[Any], Sequence[list[Any]]]) -> object:
         """Step 5: updates the caller's objects and returns the output."""
         out_static, out_groups = out
         return call.finish(out_static.value, out_groups)

@@ -85,7 +85,7 @@ AXES_SPEC = PrefixSpec(
 OUT_AXES_SPEC = PrefixSpec("out_axes", is_axis, StateAxes, AXES_SPEC.fix)
 
 
-def args_prefix(in_axes: object, n_args: int, name: str = "in_axes") -> Any:
+def args_prefix(in_axes: object, n_args: int, name: str = "in_axes") -> object:
     """``in_axes`` over the positional arguments (a leaf prefix or one entry per argument)."""
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
@@ -239,7 +239,7 @@ class Mapped(Transformed[P, R]):
             metadata.on_inputs(leaves, axes)
             rngs[0] = watch(in_static.graphdef.leaf_paths, leaves, axes)
 
-        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> object:
             params = metadata.params
             args = map_boxes(a_prefix, args, lambda b, axis: b.remove_axis(axis, params))
             if self.by_closure:
