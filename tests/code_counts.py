@@ -27,19 +27,23 @@ The counts (issue 31: records, names, classification):
 * ``zip_filled_records``: a constructor taking ``*values`` that ``zip``s them onto
   field names (``zip`` stops at the shorter side: a missing field is silently unset).
 * ``bare_any``: annotations that are exactly ``Any`` in ``graphlib/``, ``statelib/``,
-  ``variablelib/`` and ``transforms/``.
+  ``variablelib/`` and ``transforms/``. A value only passed on is ``object``. What
+  stays is arbitrary or reached through untyped code: what a user's function returns
+  and what the public transforms and State methods give back (Flax types them
+  ``Any``, and ``object`` would make users' type checkers refuse every use), pytrees
+  and JAX values read by attribute (a ``PyTreeDef``, a ``jax.Ref``, boxes: JAX ships
+  no stubs for them), and Variables inside ``variablelib``'s own helpers, which
+  cannot import ``Variable`` for typing without an import circle.
 * ``registry_table_reads``: reads of the node registry's tables (``REGISTRY.kinds``,
   ``.impls``, ``.tracer_kinds``, ``GRAPH_NODE_IMPLS``) outside ``graphlib/registry.py``;
   other modules ask its public functions.
 * ``isinstance_variable``: ``isinstance(x, ...Variable...)`` outside ``variablelib/``.
-  A walk asks ``REGISTRY.kind_of`` (or its kind cache), other code the public
-  predicate ``variablelib.is_variable`` (a ``TypeGuard``). What stays: the
-  classification's own test (``graphlib/registry.py``), a measured hot loop
-  (``statelib/state.py``'s ``_flatten_into``: the call costs 3-9 % of a
-  ``flat_state``), and the transforms' fast path (``fastpath.py``, ``plan.py``,
-  ``leaf_access.py``, ``out_template.py``), whose per-call loops the engine's
-  owner converts. ``issubclass`` and ``isinstance(x, Param)`` (a kind, not the
-  question "is it a Variable") are not counted.
+  A walk (the fast path's included) asks ``REGISTRY.kind_of`` or its kind cache,
+  other code the public predicate ``variablelib.is_variable`` (a ``TypeGuard``).
+  What stays: the classification's own test (``graphlib/registry.py``) and a
+  measured hot loop (``statelib/state.py``'s ``_flatten_into``: the call costs
+  3-9 % of a ``flat_state``). ``issubclass`` and ``isinstance(x, Param)`` (a kind,
+  not the question "is it a Variable") are not counted.
 * ``module_docstrings``: modules whose docstring is missing or whose first line is
   empty or a mere word or two (a module's first docstring line says what it holds).
 """
