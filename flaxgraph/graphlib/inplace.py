@@ -38,8 +38,10 @@ from flaxgraph.tracing import current_trace
 from flaxgraph.typing import MISSING, PathParts
 from flaxgraph.variablelib.variable import (
     Variable,
+    is_ref_backed,
     is_variable,
     metadata_of,
+    trace_of,
     write_metadata,
     write_slot,
     write_value,
@@ -150,13 +152,13 @@ class _Writes:
 
     def variable(self, target: Variable[Any], leaf: object, trace: object) -> None:
         """Plans writing the State leaf ``leaf`` (a Variable or a raw value) into ``target``."""
-        if target._var_trace is not trace:
+        if trace_of(target) is not trace:
             target._check_update()
         if is_variable(leaf):  # (a TypeGuard: the engine's kind for a State leaf)
             value, metadata = leaf.raw_value, metadata_of(leaf)
         else:
             value, metadata = leaf, metadata_of(target)
-        if target._var_ref is not None:
+        if is_ref_backed(target):
             target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
             self.ref_writes.append((target, value))
         else:
@@ -167,7 +169,9 @@ class _Writes:
     def apply(self) -> None:
         for target, value in self.ref_writes:
             write_value(target, value)
-        plain = [t for t in self.targets if t._var_ref is None] if self.ref_writes else self.targets
+        plain = (
+            [t for t in self.targets if not is_ref_backed(t)] if self.ref_writes else self.targets
+        )
         deque(map(write_slot, plain, self.values), maxlen=0)
         deque(map(write_metadata, self.targets, self.metadata), maxlen=0)
         for write in self.others:

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
-from flaxgraph.variablelib.variable import is_ref_backed, metadata_of
+from flaxgraph.variablelib.variable import is_ref_backed, metadata_of, trace_of
 
 
 class NoUpdate:
@@ -81,7 +81,7 @@ def mark_ref_outputs(leaves: list[tuple[Any, Any]], came_in: Any) -> list[tuple[
     for path, leaf in leaves:
         if REGISTRY.kind_of(leaf) is VARIABLE and is_ref_backed(leaf):
             value = NO_UPDATE if leaf in came_in else ArrayRefOutput(leaf.raw_value)
-            leaf = type(leaf)._from_parts(value, metadata_of(leaf), leaf._var_trace)
+            leaf = type(leaf)._from_parts(value, metadata_of(leaf), trace_of(leaf))
         out.append((path, leaf))
     return out
 

@@ -37,6 +37,7 @@ from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calling_conventions import decorator, unbind
 from flaxgraph.transforms.lift import AuxValue, Call, Inner, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.transformed import Wrapped
+from flaxgraph.variablelib.variable import trace_of
 
 _SPEC = PrefixSpec("operands", lambda p: p is None, None)
 
@@ -229,7 +230,7 @@ def _split_carry(
     trace = current_trace()
     for node in walk.ref_index:
         created = (
-            node._var_trace
+            trace_of(node)
             if REGISTRY.kind_of(node) is VARIABLE
             else getattr(node, "_obj_trace", trace)
         )

@@ -63,7 +63,7 @@ from flaxgraph.transforms.locate import locate_module
 from flaxgraph.transforms.prefix_groups import group_index, same_prefix
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
-from flaxgraph.variablelib.variable import is_variable, metadata_of
+from flaxgraph.variablelib.variable import is_variable, metadata_of, trace_of
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Hashable)
@@ -666,7 +666,7 @@ class _OutputWalk(PrefixWalk):
         if not self.mode.updates and path and path[0] == 0 and node in self.in_index:
             self.returned_input()
         if node not in self.in_index and not self.captured_out:
-            created = node._var_trace if is_variable(node) else getattr(node, "_obj_trace", None)
+            created = trace_of(node) if is_variable(node) else getattr(node, "_obj_trace", None)
             if created is not None and created != self.trace:
                 phrase = (
                     "Cannot extract graph node from different trace level"

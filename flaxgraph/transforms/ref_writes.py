@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from flaxgraph.transforms.lift import LeafSource
 from flaxgraph.variablelib import refs
-from flaxgraph.variablelib.variable import Variable
+from flaxgraph.variablelib.variable import Variable, storage_of
 
 
 def read_ref(ref: object) -> object:
@@ -66,12 +66,13 @@ class RefInstall:
     def __init__(self, variables: Sequence[Variable[Any]], sources: Sequence[LeafSource]):
         """``variables[k]`` receives the value ``sources[k]`` (origin ``OUT``) names."""
         self.checks = [
-            RefWrite(v, v._var_ref, s.at, s.position, tuple(v._var_ref.shape), v._var_ref.dtype)
+            RefWrite(v, ref, s.at, s.position, tuple(ref.shape), ref.dtype)
             for v, s in zip(variables, sources)
+            for ref in (storage_of(v),)
         ]
         self.direct = (
-            [v._var_ref._refs for v in variables]
-            if all(refs.has_direct_content(v._var_ref) for v in variables)
+            [storage_of(v)._refs for v in variables]
+            if all(refs.has_direct_content(storage_of(v)) for v in variables)
             else None
         )
 
@@ -100,5 +101,5 @@ def copies_of_ref_values(in_values: list[Any], positions: frozenset[int], leaves
     copies, for a write-back that may hand them out."""
     out = list(in_values)
     for pos in positions:
-        out[pos] = leaves[pos]._var_ref[...]
+        out[pos] = storage_of(leaves[pos])[...]
     return out

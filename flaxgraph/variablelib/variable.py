@@ -1321,6 +1321,16 @@ validated first. C-level, like ``metadata_of``."""
 write_slot = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_ref = Variable._var_ref.__set__  # type: ignore[attr-defined]
 
+trace_of: Callable[[Variable[Any]], object] = operator.attrgetter("_var_trace")
+"""``trace_of(v)``: the JAX trace the Variable ``v`` was created in (compared by
+identity with ``current_trace()``: a Variable of another trace is written only through
+a transform's write-back). C-level, like ``metadata_of``."""
+
+storage_of: Callable[[Variable[Any]], Any] = operator.attrgetter("_var_ref")
+"""``storage_of(v)``: the ``jax.Ref`` (or, for a hijax Variable holding a pytree, the
+box) that keeps a Ref-backed Variable's value, or ``None`` for a plain Variable, whose
+value is in its slot (``is_ref_backed``). C-level, like ``metadata_of``."""
+
 
 def write_value(v: Variable[Any], value: Any) -> None:
     """Stores ``value`` without the user-facing checks (graph updates, transforms'
