@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import jax
+
 from flaxgraph.transforms.lift import LeafSource
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.variable import Variable, storage_of
@@ -44,7 +46,7 @@ class RefWrite(NamedTuple):
     have the Ref's ``shape`` and ``dtype``."""
 
     variable: Variable[Any]
-    ref: object
+    ref: jax.Ref
     group: int
     position: int
     shape: tuple[int, ...]

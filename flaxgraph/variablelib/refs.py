@@ -58,12 +58,12 @@ def is_ref(value: Any) -> bool:
     return issubclass(t, _Tracer) and isinstance(value.aval, jax.ref.AbstractRef)
 
 
-def describe(kind: str, ref: Any) -> str:
+def describe(kind: str, ref: jax.Ref) -> str:
     """``"Param(shape=(3,), dtype=float32)"``: how messages name a Ref-backed Variable."""
     return f"{kind}(shape={tuple(ref.shape)}, dtype={ref.dtype})"
 
 
-def check_fits(kind: str, ref: Any, value: Any) -> None:
+def check_fits(kind: str, ref: jax.Ref, value: Any) -> None:
     """Raises ``ValueError`` if ``value`` cannot be written into ``ref`` as a whole.
 
     Raises:
@@ -82,7 +82,7 @@ def check_fits(kind: str, ref: Any, value: Any) -> None:
         )
 
 
-def write(kind: str, ref: Any, index: object, value: object, captured: bool) -> None:
+def write(kind: str, ref: jax.Ref, index: object, value: object, captured: bool) -> None:
     """``ref[index] = value``; ``captured`` says the Variable belongs to an outer trace.
 
     Raises:
