@@ -49,11 +49,16 @@ class Client(NamedTuple):
     environment: str  # an Environment's name
     top: str  # the folder inside the archive that holds the tree ("" for the archive's root)
     pytest_config: str  # the client's pytest configuration file, relative to its tree
-    variables: tuple[tuple[str, str], ...] = ()  # set for each of its test processes
+    # set for each of its test processes; "{root}" in a value stands for its source tree
+    variables: tuple[tuple[str, str], ...] = ()
 
     @property
     def archive(self) -> str:
         return f"{self.name}.tar.gz"
+
+    def environ(self, root: Path) -> dict[str, str]:
+        """Its variables, with ``{root}`` replaced by the path of its unpacked source tree."""
+        return {name: value.replace("{root}", str(root)) for name, value in self.variables}
 
 
 ENVIRONMENTS = {
@@ -71,7 +76,15 @@ CLIENTS = {
         "maxtext",
         "maxtext",
         "pytest.ini",
-        (("DECOUPLE_GCLOUD", "TRUE"), ("LOCAL_GCLOUD_PROJECT", "local-maxtext-project")),
+        (
+            ("DECOUPLE_GCLOUD", "TRUE"),
+            ("LOCAL_GCLOUD_PROJECT", "local-maxtext-project"),
+            # MaxText finds its repository root by a `.git` beside `src/` (maxtext/utils/
+            # globals.py), which an unpacked archive lacks; this variable is its own override
+            # (without it, files that read `<root>/src/maxtext/configs/base.yml` or the
+            # tokenizer assets look in `src/maxtext/src/maxtext/`)
+            ("MAXTEXT_REPO_ROOT", "{root}"),
+        ),
     ),
 }
 

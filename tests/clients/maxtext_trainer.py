@@ -99,7 +99,7 @@ def train(
     metrics, log = out / f"{name}.jsonl", out / f"{name}.log"
     metrics.unlink(missing_ok=True)
     args = [*args, f"base_output_directory={out}", f"metrics_file={metrics}"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", **dict(CLIENTS["maxtext"].variables)}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **CLIENTS["maxtext"].environ(root)}
     env.pop("XLA_FLAGS", None)
     start = time.time()
     with log.open("w", encoding="utf-8") as sink:

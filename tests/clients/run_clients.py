@@ -14,7 +14,8 @@ against Flax NNX. This runner
 2. runs each selected test file (``selection.py``) in its own pytest process, ``--jobs`` at a
    time, with a per-test and a per-file timeout, with the client's own pytest configuration and
    ``flax.nnx`` bound to flaxgraph by the drop-in (``pytest -p flaxgraph.pytest_plugin
-   --flax-nnx=flaxgraph``); MaxText's with ``DECOUPLE_GCLOUD=TRUE``; all with
+   --flax-nnx=flaxgraph``); MaxText's with ``DECOUPLE_GCLOUD=TRUE`` and ``MAXTEXT_REPO_ROOT``
+   (its tree, which has no ``.git`` to find it by); all with
    ``JAX_PLATFORMS=cpu``; ``client_outcomes.py`` records each test's outcome and proves the
    binding (no module of the real ``flax/nnx`` was loaded);
 3. compares with ``expectations.txt`` (tests expected not to pass, each with a category and
@@ -106,7 +107,7 @@ def run_file(
         "PYTHONPATH": str(HERE),
         "PYTHONPYCACHEPREFIX": str(venv / "pycache"),
         "CLIENT_OUTCOMES": str(results),
-        **dict(client.variables),
+        **client.environ(root),
     }
     env.pop("XLA_FLAGS", None)
     cmd = [
