@@ -23,7 +23,7 @@ static argument of ``jax.jit`` and a cache key; its hash is computed once.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar, Union
 
 import jax
@@ -404,7 +404,7 @@ class GraphDef(Generic[N]):
         )
         return unhashable_static_error(where, value, what)
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[type[GraphDef[Any]], tuple[object, ...]]:
         return (GraphDef, (self.root, self.leaf_paths, self.tree))
 
     @property
@@ -634,7 +634,10 @@ def _renumbered(d: Def, mapping: dict[int, int]) -> Def:
 
 
 def renumber(
-    graphdef: GraphDef[Any], ref_index: Any, outer_index: Any, offset: int
+    graphdef: GraphDef[Any],
+    ref_index: Mapping[object, int],
+    outer_index: Mapping[object, int],
+    offset: int,
 ) -> GraphDef[Any]:
     """``graphdef`` with its reference indices moved into another index space.
 

@@ -18,6 +18,7 @@ Source: Flax NNX 0.12 ``graphlib.NoUpdate`` and ``graphlib.ArrayRefOutput``.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 import jax
@@ -73,7 +74,9 @@ jax.tree_util.register_pytree_with_keys(
 )
 
 
-def mark_ref_outputs(leaves: list[tuple[Any, Any]], came_in: Any) -> list[tuple[Any, Any]]:
+def mark_ref_outputs(
+    leaves: list[tuple[Any, Any]], came_in: Container[object]
+) -> list[tuple[Any, Any]]:
     """The ``(path, leaf)`` pairs of an inner split with each Ref-backed Variable
     replaced by a copy holding ``NO_UPDATE`` (if ``came_in`` holds it: it came
     from the caller) or ``ArrayRefOutput`` of its content (created inside)."""

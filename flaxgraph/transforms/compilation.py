@@ -457,7 +457,7 @@ def _make_jit(fun: Callable[P, R], *, options: JitOptions) -> JitWrapped[P, R]:
     return JitWrapped(inner_fun, bound, options)
 
 
-def _place(call: Any, slots: Slots, groups: Any, keys: Sequence[Any]) -> None:
+def _place(call: Call, slots: Slots, groups: Any, keys: Sequence[Any]) -> None:
     """Puts concrete input arrays on their ``Sharding`` before the call and makes the
     caller's leaves point to the placed arrays, so an object's Variables end up on the
     requested sharding even when ``fun`` leaves them unchanged (and are transferred

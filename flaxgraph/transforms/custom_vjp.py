@@ -52,7 +52,7 @@ from flaxgraph.transforms.diff_argnums import (
     output_inner,
     tangent_at,
 )
-from flaxgraph.transforms.lift import OUT, AuxValue, InStatic, OutStatic, split_inputs
+from flaxgraph.transforms.lift import OUT, AuxValue, Call, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import P, R, Transformed
 from flaxgraph.variablelib.variable import Param, is_variable
@@ -228,7 +228,7 @@ def _declares(f: Callable[..., Any], name: str) -> bool:
 
 
 def _updates_cotangent(
-    call: Any, diff_args: tuple[Any, ...], out_static: OutStatic, out_groups_g: Any
+    call: Call, diff_args: tuple[Any, ...], out_static: OutStatic, out_groups_g: Any
 ) -> tuple[Any, ...]:
     """``updates_g``: per differentiable argument, a copy whose Variables changed by
     the function hold the cotangents of their new values, every other leaf ``None``."""

@@ -29,6 +29,7 @@ from typing import Any
 
 from flaxgraph import extract
 from flaxgraph.filterlib import Filter, Predicate, to_predicate
+from flaxgraph.modes import Mode
 from flaxgraph.typing import PathParts
 
 
@@ -421,7 +422,7 @@ def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple
 
 
 def reject_lift_types(
-    mode: object, transform: str, argument: str, *trees: object, plain: str = "a plain prefix"
+    mode: Mode, transform: str, argument: str, *trees: object, plain: str = "a plain prefix"
 ) -> None:
     """Checks prefix trees (``in_axes``, ``argnums``…) when a transform is created.
 
@@ -457,7 +458,7 @@ def _prefix_entries(t: object, path: tuple[Any, ...]) -> Iterable[tuple[tuple[An
 
 
 def _check_entry(
-    mode: Any, transform: str, argument: str, where: str, found: object, plain: str
+    mode: Mode, transform: str, argument: str, where: str, found: object, plain: str
 ) -> None:
     from flaxgraph.variablelib.variable import is_variable
 

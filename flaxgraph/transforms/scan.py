@@ -58,6 +58,7 @@ from flaxgraph.transforms.lift import (
     IN,
     OUT,
     AuxValue,
+    Call,
     HashedRecord,
     Inner,
     InStatic,
@@ -566,7 +567,7 @@ class ScanInfo(HashedRecord):
         )
 
 
-def _input_error(call: Any, args: object, kwargs: object, length: int | None) -> ValueError | None:
+def _input_error(call: Call, args: object, kwargs: object, length: int | None) -> ValueError | None:
     """The scanned inputs that make the scan fail, by path (``transforms/jax_errors.py``)."""
     return mapped_input_error(
         call.graphdef.leaf_paths,

@@ -447,7 +447,7 @@ def shard_map(
     return make if f is None else make(f)
 
 
-def _place_inputs(call: Any, mesh: object) -> None:
+def _place_inputs(call: Call, mesh: object) -> None:
     """With graph updates the arguments' state comes back as ``jax.shard_map``
     returns it: every array assembled over ``mesh`` with its ``in_specs`` (a
     ``NamedSharding``). Leaves ``f`` left unchanged are not returned by the call, so
@@ -499,7 +499,7 @@ def _check_outputs(
 def _note_groups(
     error: ValueError,
     args: tuple[Any, ...],
-    call: Any,
+    call: Call,
     slots: Slots,
     in_keys: Sequence[Any],
     out_keys: Sequence[Any],
