@@ -132,7 +132,7 @@ def _vg_core(
     inner = output_inner(f, mode)
     grad_tree = _grad_tree if mode.updates else _grad_copy
 
-    def loss_call(fn: Callable[..., Any], args: Any, kwargs: Any) -> object:
+    def loss_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         out = fn(*args, **kwargs)
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
@@ -338,7 +338,7 @@ def remat(
         in_static: InStatic[Any] = static.value
         statics = in_static.extra
 
-        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> object:
+        def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
             full_args, full_kwargs = merge_static(args, kwargs, statics)
             return None, fn(*full_args, **full_kwargs)
 
@@ -368,7 +368,7 @@ checkpoint = remat
 
 
 def _primal_call(has_aux: bool) -> Callable[..., Any]:
-    def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> object:
+    def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         out = fn(*args, **kwargs)
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):

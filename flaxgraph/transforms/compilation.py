@@ -180,7 +180,7 @@ class JitWrapped(Transformed[P, R]):
         args_prefix, kwargs_prefix = _split_prefix(self.sharding_prefix, n_args)
         in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
 
-        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> object:
+        def call(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
             full_args, full_kwargs = merge_static(args, kwargs, statics)
             with watching() as read:  # captured Variables read while tracing
                 out = f(*full_args, **full_kwargs)

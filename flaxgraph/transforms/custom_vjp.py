@@ -159,7 +159,7 @@ class custom_vjp(Transformed[P, R]):
             """Merges, calls ``f``, re-splits; returns ``(f's result, lifted updates)``."""
             inner = output_inner(f, mode)
 
-            def call_fn(fn: Callable[..., Any], a: Any, kw: Any) -> object:
+            def call_fn(fn: Callable[..., Any], a: tuple[Any, ...], kw: dict[str, Any]) -> object:
                 return fn(*full(a), **kw), None
 
             result, out_static, out_groups = inner.run(

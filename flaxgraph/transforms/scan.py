@@ -269,7 +269,7 @@ class _Scanner:
             metadata.on_inputs(leaves, prefixes)
             seen["rngs"] = watch(info.in_static.graphdef.leaf_paths, leaves, prefixes)
 
-        def call(f: Callable[..., Any], args: Any, kwargs: Any) -> object:
+        def call(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
             seen["roots"] = (args, kwargs)
             full_args = list(args)
             for i, c in zip(info.positions, carry_obj):

@@ -240,7 +240,7 @@ class ShardMapped(Transformed[P, R]):
         )
         roots: list[Any] = []
 
-        def call(fn: Callable[..., Any], args: Any, kwargs: object) -> object:
+        def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: object) -> object:
             out = fn(*args)
             roots.extend((out, args, kwargs))
             return None, out

@@ -239,7 +239,7 @@ class Mapped(Transformed[P, R]):
             metadata.on_inputs(leaves, axes)
             rngs[0] = watch(in_static.graphdef.leaf_paths, leaves, axes)
 
-        def call(fn: Callable[..., Any], args: Any, kwargs: Any) -> object:
+        def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
             params = metadata.params
             args = map_boxes(a_prefix, args, lambda b, axis: b.remove_axis(axis, params))
             if self.by_closure:
