@@ -47,6 +47,8 @@ from flaxgraph.transforms.transformed import P, R, Transformed
 from flaxgraph.variablelib.variable import metadata_of, write_metadata
 
 _REPLICATED = PartitionSpec()  # type: ignore[no-untyped-call]
+MeshLike = jax.sharding.Mesh | jax.sharding.AbstractMesh
+"""A mesh ``shard_map`` maps over: a concrete ``Mesh`` or an ``AbstractMesh``."""
 
 
 def _is_spec(p: object) -> bool:
@@ -77,7 +79,7 @@ def _args_prefix(in_specs: object, n_args: int) -> object:
     return in_specs
 
 
-def _jax_spec(p: Any) -> PartitionSpec:
+def _jax_spec(p: PartitionSpec | None) -> PartitionSpec:
     return _REPLICATED if p is None else p
 
 
@@ -131,7 +133,7 @@ class LocalView:
 
 
 def _spec_problem(
-    spec: Any, value: object, mesh: Any, manual: frozenset[Any], whole: bool
+    spec: Any, value: object, mesh: MeshLike, manual: frozenset[Any], whole: bool
 ) -> str | None:
     """What is wrong with ``spec`` for ``value`` (``None`` if nothing); ``whole`` also
     checks that each sharded dimension divides evenly (inputs only)."""
@@ -199,7 +201,7 @@ class ShardMapped(Transformed[P, R]):
         self,
         fun: Callable[P, R],
         bound: tuple[Any, ...],
-        mesh: Any,
+        mesh: MeshLike,
         in_specs: object,
         out_specs: object,
         axis_names: AbstractSet[Any],
@@ -330,7 +332,7 @@ class ShardMapped(Transformed[P, R]):
 def shard_map(
     f: Callable[P, R],
     *,
-    mesh: object,
+    mesh: MeshLike,
     in_specs: object,
     out_specs: object,
     axis_names: AbstractSet[Any] = ...,
@@ -344,7 +346,7 @@ def shard_map(
 def shard_map(
     f: None = None,
     *,
-    mesh: object,
+    mesh: MeshLike,
     in_specs: object,
     out_specs: object,
     axis_names: AbstractSet[Any] = ...,
@@ -357,7 +359,7 @@ def shard_map(
 def shard_map(
     f: Callable[P, R] | None = None,
     *,
-    mesh: object,
+    mesh: MeshLike,
     in_specs: object,
     out_specs: object,
     axis_names: AbstractSet[Any] = frozenset(),
@@ -447,7 +449,7 @@ def shard_map(
     return make if f is None else make(f)
 
 
-def _place_inputs(call: Call, mesh: object) -> None:
+def _place_inputs(call: Call, mesh: MeshLike) -> None:
     """With graph updates the arguments' state comes back as ``jax.shard_map``
     returns it: every array assembled over ``mesh`` with its ``in_specs`` (a
     ``NamedSharding``). Leaves ``f`` left unchanged are not returned by the call, so
@@ -471,7 +473,7 @@ def _check_outputs(
     out_groups: Sequence[Sequence[Any]],
     out_keys: Sequence[Any],
     roots: list[Any],
-    mesh: object,
+    mesh: MeshLike,
     manual: frozenset[Any],
 ) -> None:
     """Checks each returned (per-shard) leaf against its spec, naming its path.

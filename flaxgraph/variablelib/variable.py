@@ -1204,7 +1204,7 @@ _install_operators(Variable)
 
 
 # -- module-level helpers of the class ---------------------------------------------------
-def _fills_array(v: Any, value: Any) -> bool:
+def _fills_array(v: Variable[Any], value: Any) -> bool:
     """Whether ``v[...] = value`` writes into the Variable's array (broadcast, shape
     and dtype kept, as NumPy's ``a[...] = x``) instead of replacing the value: a plain
     Variable holding a JAX array and a ``value`` that is no array, or a Ref-backed
@@ -1275,7 +1275,7 @@ def _sharding_names(metadata: Mapping[str, Any]) -> Any:
     return names
 
 
-def _install(var: Any, value: object) -> None:
+def _install(var: Variable[Any], value: object) -> None:
     """Puts ``value`` into ``var``'s storage (a Ref replaces the Ref or the slot; a
     box-backed Variable's box gets the new content)."""
     ref = var._var_ref
