@@ -126,7 +126,6 @@ MAXTEXT_MORE = [
     "decoder_layer_model_mode_test.py",
     "gemma4_small_test.py",
     "generate_param_only_checkpoint_nnx_test.py",
-    "gpt3_test.py",
     "grpo_nnx_test.py",
     "layerwise_quantization_nnx_test.py",
     "llama_test.py",
@@ -274,6 +273,13 @@ EXCLUDED = [
         "imports flax.nnx, but each of its 7 tests compares with the Hugging Face PyTorch Gemma 4 "
         "and skips itself without torch/transformers, which the decoupled environment leaves out: "
         "all 7 skip on real Flax and on flaxgraph (measured 2026-11-28, 40 s each)",
+    ),
+    Exclusion(
+        "maxtext",
+        "tests/unit/gpt3_test.py",
+        "builds a GPT-3 model, but both its tests are marked tpu_only (one also skipped for "
+        "numerical differences on jax>0.5.0): both skip on real Flax and on flaxgraph "
+        "(measured 2026-11-28, 45-70 s each)",
     ),
     Exclusion(
         "maxtext",
