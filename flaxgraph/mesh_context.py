@@ -398,11 +398,13 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
     sharding is on, the metadata holds names, and a mesh is known (``mesh`` metadata,
     else the active mesh); otherwise ``value`` unchanged. ``kind`` is the Variable's
     class name, used in errors."""
-    if not EAGER_SHARDING.get() or metadata.get("eager_sharding") is False:
+    given = metadata.get("out_sharding")
+    if given is None or metadata.get("eager_sharding") is False:  # nothing to place
         return value
     if not hasattr(value, "shape") or isinstance(value, jax.ShapeDtypeStruct):
         return value
-    given = metadata.get("out_sharding")
+    if not EAGER_SHARDING.get():  # read last: its default may be flax.config's
+        return value
     if isinstance(given, NamedSharding):  # a full sharding: its own mesh and spec
         check_spec(given.spec, given.mesh, tuple(value.shape), f"a new {kind}")
         if isinstance(value, jax.core.Tracer):
