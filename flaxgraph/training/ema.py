@@ -232,5 +232,5 @@ class EMA(Pytree):
 def _copy_of(var: Any, value: Any) -> Variable[Any]:
     """A new Variable of ``var``'s kind and metadata holding ``value``."""
     if is_variable(var):
-        return type(var)._from_parts(value, var._stored_metadata())
+        return var.replace(value)  # (value is a raw array: replace keeps kind and metadata)
     return Variable(value)
