@@ -57,8 +57,22 @@ def _flatten(item: Item) -> list[Item]:
 
 
 def _raw_values(program: Program) -> list[values.Description]:
-    """The values of the program's unmarked attributes."""
-    return [item.value for item in _items(program.root) if isinstance(item, Raw)]
+    """The values of the program's unmarked attributes, and of the marked attributes of
+    its ``pytree=False`` nodes (both libraries drop the marks there: each value is
+    classified as if unmarked)."""
+    out = [item.value for item in _items(program.root) if isinstance(item, Raw)]
+    return out + _opaque_marked_values(program.root)
+
+
+def _opaque_marked_values(root: NodeSpec) -> list[values.Description]:
+    nodes = [root, *(i.node for i in _items(root) if isinstance(i, Sub))]
+    return [
+        item.value
+        for node in nodes
+        if node.kind == "opaque"
+        for _, item in node.attrs
+        if isinstance(item, Marked)
+    ]
 
 
 def _plain_container_with_arrays(d: values.Description) -> bool:
