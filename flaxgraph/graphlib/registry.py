@@ -9,8 +9,11 @@ The graph engine sorts every value it meets into one of five kinds:
 * **containers**: ``list``, ``tuple``, ``dict`` and any other JAX pytree node
   (named tuples, optax states…). They are walked through by value, like JAX
   walks pytrees; two attributes holding the same list get two lists back.
-* **array leaves**: ``jax.Array``, ``np.ndarray`` and ``jax.ShapeDtypeStruct``:
-  they go into the ``State``.
+* **array leaves**: ``jax.Array`` and ``np.ndarray``: they go into the ``State``.
+  A raw ``jax.ShapeDtypeStruct`` (one not held by a Variable) is static, as in
+  Flax NNX 0.12.8, whose graph flatten makes only arrays leaves: ``nnx.split`` of
+  an abstract pytree (``nnx.eval_shape`` of a function returning a Linen
+  ``TrainState``) gives an empty State on both libraries.
 * **static values**: everything else (ints, strings, NumPy scalars such as
   ``np.float64(0.1)``, functions, ``None``…). They are stored in the ``GraphDef``
   and so must be hashable.
@@ -101,8 +104,9 @@ class Kind(enum.IntEnum):
     * ``VARIABLE``: a ``Variable``: a node whose value is one State leaf.
     * ``SEQUENCE``: exactly a ``list`` or ``tuple``, walked by position.
     * ``DICT``: exactly a ``dict``, walked by key.
-    * ``ARRAY``: an array leaf (``jax.Array`` and Tracers, ``np.ndarray``,
-      ``jax.ShapeDtypeStruct``): it goes into the State.
+    * ``ARRAY``: an array leaf (``jax.Array`` and Tracers, ``np.ndarray``): it
+      goes into the State. A raw ``jax.ShapeDtypeStruct`` is ``STATIC``, as in
+      Flax NNX 0.12.8 (a Variable holding one still has it as its State leaf).
     * ``CONSTANT``: an ``int``, ``float``, ``str``, ``bool``, ``complex``,
       ``bytes``, ``None``, ``...`` or a NumPy scalar (``np.float64(0.1)``, static
       as in Flax NNX 0.12.8): always static, never walked.
@@ -256,7 +260,9 @@ class NodeRegistry:
             # np.linspace). Passed to a transform as an argument it is traced, as any
             # pytree leaf is (the transforms do not ask the graph engine about those).
             kind = CONSTANT
-        elif isinstance(x, ARRAY_TYPES):
+        elif isinstance(x, ARRAY_TYPES) and t is not jax.ShapeDtypeStruct:
+            # A raw ShapeDtypeStruct is static, as in Flax NNX 0.12.8 (only arrays
+            # are State leaves there); transforms still trace it as an argument.
             kind = ARRAY
         elif t in PLAIN_STATIC:
             kind = CONSTANT

@@ -178,7 +178,9 @@ def _compare_one(
         # (compared with the node); compare what they hold.
         stack.append((path, _unmark(x), _unmark(y)))
         return None
-    x_array, y_array = kx is ARRAY, ky is ARRAY
+    # A ShapeDtypeStruct (static to the engine) is compared as an array: shape and dtype.
+    x_array = kx is ARRAY or type(x) is jax.ShapeDtypeStruct
+    y_array = ky is ARRAY or type(y) is jax.ShapeDtypeStruct
     if x_array or y_array:
         if not (x_array and y_array):
             return f"types differ: {_type_name(x)} != {_type_name(y)}"

@@ -206,7 +206,11 @@ def _array_leaves(x: Any) -> list[Any]:
 
 def kind_of(x: Any) -> Kind | None:
     """The engine's ``Kind`` of ``x``, or ``None`` for a registered pytree whose
-    flatten fails (display then shows it as a leaf)."""
+    flatten fails (display then shows it as a leaf). A ``jax.ShapeDtypeStruct`` is
+    shown and sized as an array (``ARRAY``), as Flax's display does, though the
+    graph engine keeps a raw one static."""
+    if type(x) is jax.ShapeDtypeStruct:
+        return ARRAY
     try:
         return REGISTRY.kind_of(x)
     except Exception:

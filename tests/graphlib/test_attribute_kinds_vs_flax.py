@@ -150,10 +150,6 @@ DELIBERATE: dict[str, dict[str, Any]] = {
     "dict of ints": {"hash": "ok"},
     "list of NumPy scalars": {"hash": "ok"},
     "nested containers": {"hash": "ok"},
-    # A raw jax.ShapeDtypeStruct is an array leaf (State), whatever the attribute held
-    # before: the kind comes from the value, and the raw array attributes of an abstract
-    # model (nnx.eval_shape) stay in its State, as Flax's do.
-    "ShapeDtypeStruct": {"leaves": 1, "is_data": True, "inside jit": ("Tracer",)},
 }
 
 
@@ -288,3 +284,29 @@ def test_the_fast_path_follows_numpy_scalar_attributes_as_flax() -> None:
         seen.append(float(m.a))
         results.append((seen, type(m.a)))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: [s, 1],
+        lambda s: {"a": s, "b": (s,)},
+        lambda s: (s, None),
+        lambda s: optax.ScaleByAdamState(count=s, mu=s, nu=s),
+    ],
+    ids=["list", "dict", "tuple", "pytree"],
+)
+def test_raw_shape_dtype_structs_in_containers_are_static_as_in_flax(make):
+    # Flax NNX 0.12.8's graph flatten makes only arrays State leaves: a raw
+    # ShapeDtypeStruct in a list, dict, tuple or JAX pytree (e.g. an abstract Linen
+    # TrainState from nnx.eval_shape) is static, and its State is empty on both.
+    s = jax.ShapeDtypeStruct((2, 3), jnp.float32)
+    results = []
+    for lib in (flax_nnx, nnx):
+        graphdef, state = lib.split(make(s))
+        hash(graphdef)
+        leaves = jax.tree.leaves(state)
+        rebuilt = lib.merge(graphdef, state)
+        results.append((len(leaves), jax.tree.structure(rebuilt), jax.tree.leaves(rebuilt)))
+    assert results[0] == results[1]
+    assert results[1][0] == 0

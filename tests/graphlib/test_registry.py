@@ -97,7 +97,7 @@ def test_kinds_of_common_values() -> None:
         (nnx.State({}), Kind.PYTREE),
         (jnp.ones(2), Kind.ARRAY),
         (jnp.float32(1), Kind.ARRAY),
-        (jax.ShapeDtypeStruct((2,), jnp.float32), Kind.ARRAY),
+        (jax.ShapeDtypeStruct((2,), jnp.float32), Kind.STATIC),
         (3, Kind.CONSTANT),
         (None, Kind.CONSTANT),
         ("a", Kind.CONSTANT),

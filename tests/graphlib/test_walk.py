@@ -111,9 +111,7 @@ def test_pytree_containers_keep_their_treedef():
     assert ("point", "x") in [p for p, _ in leaves]
 
 
-@pytest.mark.parametrize(
-    "array", [jnp.ones(2), np.ones(2), np.array(1.0), jax.ShapeDtypeStruct((2,), jnp.float32)]
-)
+@pytest.mark.parametrize("array", [jnp.ones(2), np.ones(2), np.array(1.0)])
 def test_array_like_leaves(array):
     m = Leaf()
     m.x = array
@@ -125,7 +123,21 @@ def test_array_like_leaves(array):
 
 @pytest.mark.parametrize(
     "value",
-    [1, 2.5, "s", True, None, ..., b"x", 1j, len, jnp.float32, np.float32(1.0), np.int32(3)],
+    [
+        1,
+        2.5,
+        "s",
+        True,
+        None,
+        ...,
+        b"x",
+        1j,
+        len,
+        jnp.float32,
+        np.float32(1.0),
+        np.int32(3),
+        jax.ShapeDtypeStruct((2,), jnp.float32),
+    ],
 )
 def test_static_values_go_into_the_graphdef(value):
     m = Leaf()
