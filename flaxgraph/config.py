@@ -194,9 +194,10 @@ def update(name: str, value: Any, /) -> None:
       name: one of ``FLAX_CONFIG_NAMES`` (``'nnx_graph_mode'``, ...).
       value: the new value.
 
-    ``flax_always_shard_variable`` is one setting with real Flax's ``flax.config`` once
-    the program has imported Flax (``FlaxConfigFlag``: either ``update`` changes it); the
-    other options are flaxgraph's own.
+    Each option is one setting with real Flax's ``flax.config`` once the program has
+    imported Flax (``FlaxConfigFlag``: either ``update`` changes it, so a program run
+    through the drop-in that calls ``flax.config.update('nnx_graph_mode', False)`` gets
+    tree mode by default, as with Flax NNX).
 
     Raises:
       LookupError: ``name`` is not a known option (as ``flax.config.update``).

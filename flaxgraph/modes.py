@@ -32,13 +32,13 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
-from flaxgraph.config import Flag
+from flaxgraph.config import Flag, FlaxConfigFlag
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-GRAPH = Flag("graph", True)
+GRAPH = FlaxConfigFlag("graph", True, "nnx_graph_mode")
 """The default of every ``graph=None`` argument (``set_graph_mode`` changes it)."""
-GRAPH_UPDATES = Flag("graph_updates", True)
+GRAPH_UPDATES = FlaxConfigFlag("graph_updates", True, "nnx_graph_updates")
 """The default of every ``graph_updates=None`` argument (``set_graph_updates``)."""
 
 
@@ -93,13 +93,13 @@ class _Setting:
         if not isinstance(value, bool):
             raise TypeError(f"{flag.name} must be True or False, got {value!r}.")
         self.flag, self.value = flag, value
-        self.previous = flag._value
+        self.previous = flag.global_value()
         self.active = True
         flag.set_globally(value)
 
     def _scope(self) -> None:
         # The global change becomes a scoped one: undo it if nobody changed it since.
-        if self.active and self.flag._value is self.value:
+        if self.active and self.flag.global_value() is self.value:
             self.flag.set_globally(self.previous)
         self.active = False
 

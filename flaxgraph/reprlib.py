@@ -39,7 +39,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from flaxgraph.config import Flag
+from flaxgraph.config import FlaxConfigFlag
 
 __all__ = [
     "Attr",
@@ -61,7 +61,9 @@ __all__ = [
     "MAX_REPR_DEPTH",
 ]
 
-MAX_REPR_DEPTH: Flag[int | None] = Flag("max_repr_depth", None)
+MAX_REPR_DEPTH: FlaxConfigFlag[int | None] = FlaxConfigFlag(
+    "max_repr_depth", None, "flax_max_repr_depth"
+)
 """How deep :func:`get_repr` nests before writing ``...`` (``None``: no limit); the Flax
 configuration ``flax_max_repr_depth``."""
 
