@@ -143,10 +143,8 @@ class FlaxConfigFlag(Flag[T]):
         return stack[-1] if stack else self.global_value()
 
     def global_value(self) -> T:
-        module = sys.modules.get("flax.configurations")
-        if module is None:
-            return self._value
-        return getattr(getattr(module, "config", None), self.flax_name, self._value)
+        config = self._flax_config()
+        return self._value if config is None else getattr(config, self.flax_name)
 
     def set_globally(self, value: T) -> None:
         self._value = value

@@ -1,7 +1,5 @@
 """Tests of flaxgraph/config.py: the scoped Flag."""
 
-from typing import Any
-
 import pytest
 
 import flaxgraph as nnx
@@ -107,40 +105,22 @@ def test_flax_named_update_and_read():
         config._read("nope")
 
 
-def _graph_mode_program(lib: Any) -> list[Any]:
-    """What a program sees of the graph-mode defaults and the repr depth after setting
-    them through ``flax.config`` (as code run through the drop-in does)."""
-    import flax
-
-    seen: list[Any] = []
-    for graph, updates in ((False, True), (True, False), (True, True)):
-        flax.config.update("nnx_graph_mode", graph)
-        flax.config.update("nnx_graph_updates", updates)
-        seen.append(_modes_of(lib))
-    return seen
-
-
-def _modes_of(lib: Any) -> tuple[bool, bool]:
-    if lib.__name__.startswith("flaxgraph"):
-        from flaxgraph import modes
-
-        return modes.GRAPH.get(), modes.GRAPH_UPDATES.get()
-    import flax
-
-    return flax.config.nnx_graph_mode, flax.config.nnx_graph_updates
-
-
 def test_flax_config_sets_the_graph_mode_defaults_as_in_flax() -> None:
     """Flax NNX 0.12.8 reads its graph-mode defaults and repr depth from ``flax.config``
     (``nnx_graph_mode``, ``nnx_graph_updates``, ``flax_max_repr_depth``); flaxgraph
     follows the same settings once Flax is imported, and its own setters write there."""
     import flax
-    from flax import nnx as flax_nnx
 
     from flaxgraph import modes, reprlib
 
     try:
-        assert _graph_mode_program(nnx) == _graph_mode_program(flax_nnx)
+        for graph, updates in ((False, True), (True, False), (True, True)):
+            flax.config.update("nnx_graph_mode", graph)
+            flax.config.update("nnx_graph_updates", updates)
+            # What a transform made now uses, and what Flax reads from the same settings.
+            assert modes.resolve(None, None) == modes.Mode(graph, graph and updates)
+            assert (flax.config.nnx_graph_mode, flax.config.nnx_graph_updates) == (graph, updates)
+        flax.config.update("nnx_graph_updates", True)
         flax.config.update("nnx_graph_mode", False)
         # A transform made now defaults to tree mode, as Flax's would.
         assert modes.resolve(None, None) == modes.Mode(False, False)
