@@ -1,19 +1,20 @@
-"""The environments ``make clients`` runs the clients' tests in, and how each is built.
+"""The environments the client contract runs in, and how each is built.
 
-Two virtual environments, each built from files of this repository and the package index only:
+Two virtual environments, each built from files of this repository and the package registry only;
+every client is installed by name and version (its release pinned in the requirements file), never
+from an archive or a source tree:
 
-* ``.venv-clients`` (Tunix and qwix) on the interpreter running the harness: ``requirements.txt``
-  installed with its dependencies under ``constraints.txt``;
+* ``.venv-clients`` (Tunix and qwix) on the interpreter running the harness:
+  ``requirements.txt``, the pinned closure of what the scenarios import, ``google-tunix`` and
+  ``qwix`` among it, installed ``--no-deps`` (Tunix's declared dependencies include heavy ones the
+  scenarios never import, such as tensorflow_datasets, numba and kagglehub);
 * ``.venv-clients-maxtext`` (MaxText) on Python 3.12, which MaxText requires:
-  ``maxtext-requirements.txt``, the whole closure pinned, installed ``--no-deps`` (MaxText's own
-  decoupled requirements with each ``>=`` taken as ``==``, which is what its documented
-  ``--resolution=lowest`` install picks, and jax/jaxlib/flax pinned as for the other clients;
-  ``--no-deps`` keeps the Google Cloud clients out).
+  ``maxtext-requirements.txt``, the whole closure pinned, ``maxtext`` among it, installed
+  ``--no-deps`` too.
 
-Each client's source tree (with its tests, which no project publishes to the package index) is
-unpacked once from its archive in ``CLIENTS_SRC`` into ``<venv>/src/`` and installed there
-``--no-deps``; flaxgraph is installed from this checkout ``--no-deps``, editable. Stamps in the
-venv hold a hash of what each step installed from, so a second run only checks them.
+flaxgraph is installed from this checkout ``--no-deps``, editable. Stamps in the venv hold a hash
+of what each step installed from, so a second run only checks them. After installing, ``build``
+checks that each client's installed version is the one its requirements file pins.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,39 +38,36 @@ class Environment(NamedTuple):
     name: str
     venv: str  # relative to the repository
     python: tuple[int, int] | None  # the interpreter it needs; None: the one running the harness
-    requirements: str  # in tests/clients/
-    constraints: str | None  # in tests/clients/; None: requirements is the closure (--no-deps)
+    requirements: str  # in tests/clients/: the pinned closure, installed --no-deps
 
 
 class Client(NamedTuple):
-    """A library whose own tests run on flaxgraph, and where its tree comes from."""
+    """A library built on Flax NNX whose released code the contract drives on flaxgraph."""
 
     name: str
     environment: str  # an Environment's name
-    top: str  # the folder inside the archive that holds the tree ("" for the archive's root)
-    pytest_config: str  # the client's pytest configuration file, relative to its tree
-    # set for each of its test processes; "{root}" in a value stands for its source tree
+    distribution: str  # its name on the package registry; its version is pinned in requirements
+    pytest_config: str  # its pytest configuration file, relative to a checkout of its repository
+    # set for each of its processes; "{root}" in a value stands for a checkout of its repository
     variables: tuple[tuple[str, str], ...] = ()
 
-    @property
-    def archive(self) -> str:
-        return f"{self.name}.tar.gz"
-
-    def environ(self, root: Path) -> dict[str, str]:
-        """Its variables, with ``{root}`` replaced by the path of its unpacked source tree."""
-        return {name: value.replace("{root}", str(root)) for name, value in self.variables}
+    def environ(self, root: Path | None = None) -> dict[str, str]:
+        """Its variables, ``{root}`` replaced by ``root``; without a root, those naming it are left out."""
+        return {
+            name: value.replace("{root}", str(root))
+            for name, value in self.variables
+            if root is not None or "{root}" not in value
+        }
 
 
 ENVIRONMENTS = {
-    "clients": Environment("clients", ".venv-clients", None, "requirements.txt", "constraints.txt"),
-    "maxtext": Environment(
-        "maxtext", ".venv-clients-maxtext", (3, 12), "maxtext-requirements.txt", None
-    ),
+    "clients": Environment("clients", ".venv-clients", None, "requirements.txt"),
+    "maxtext": Environment("maxtext", ".venv-clients-maxtext", (3, 12), "maxtext-requirements.txt"),
 }
 
 CLIENTS = {
-    "tunix": Client("tunix", "clients", "", "pyproject.toml"),
-    "qwix": Client("qwix", "clients", "", "pyproject.toml"),
+    "tunix": Client("tunix", "clients", "google-tunix", "pyproject.toml"),
+    "qwix": Client("qwix", "clients", "qwix", "pyproject.toml"),
     "maxtext": Client(
         "maxtext",
         "maxtext",
@@ -79,10 +76,9 @@ CLIENTS = {
         (
             ("DECOUPLE_GCLOUD", "TRUE"),
             ("LOCAL_GCLOUD_PROJECT", "local-maxtext-project"),
+            # with a checkout of MaxText's repository (the opt-in tool for its own test files):
             # MaxText finds its repository root by a `.git` beside `src/` (maxtext/utils/
-            # globals.py), which an unpacked archive lacks; this variable is its own override
-            # (without it, files that read `<root>/src/maxtext/configs/base.yml` or the
-            # tokenizer assets look in `src/maxtext/src/maxtext/`)
+            # globals.py); this variable is its own override
             ("MAXTEXT_REPO_ROOT", "{root}"),
         ),
     ),
@@ -141,7 +137,7 @@ def find_python(version: tuple[int, int]) -> str:
         if candidate and _version_of(candidate) == version:
             return candidate
     raise SystemExit(
-        f"clients: MaxText's tests need a Python {want} interpreter and none was found "
+        f"clients: MaxText's releases need a Python {want} interpreter and none was found "
         f"({variable} unset, no working python{want} on PATH, none in {pyenv}). Install one "
         f"(e.g. `pyenv install {want}`) or set {variable}=/path/to/python{want}."
     )
@@ -154,61 +150,72 @@ def pip(venv: Path, *args: str) -> None:
         raise SystemExit(f"clients: pip {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
-def _unpack(client: Client, archive: Path, venv: Path, isolated: bool) -> Path:
-    """The client's tree under ``venv/src``, unpacked from ``archive`` and installed once.
-
-    ``isolated``: build it in pip's isolated build environment; else with the venv's own
-    build backend (MaxText's, hatchling, is part of its pinned closure).
-    """
-    where = venv / "src" / client.name
-    root, want = where / client.top if client.top else where, f"{client.name} {sha16(archive)}"
-    marker = where / ".archive"
-    if not marker.exists() or marker.read_text() != want:
-        print(f"clients: unpacking {archive}", flush=True)
-        shutil.rmtree(where, ignore_errors=True)
-        where.mkdir(parents=True)
-        with tarfile.open(archive) as tar:
-            tar.extractall(where, filter="data")
-        isolation = [] if isolated else ["--no-build-isolation"]
-        pip(venv, "install", "--no-deps", *isolation, "-e", str(root))
-        marker.write_text(want)
-    return root
-
-
-def build(environment: Environment, clients: list[Client], src: Path) -> dict[str, Path]:
-    """Builds (or brings up to date) ``environment`` and returns its clients' source trees.
+def pinned_version(environment: Environment, distribution: str) -> str:
+    """The version ``environment``'s requirements file pins for ``distribution`` (``name==X``).
 
     Raises:
-      SystemExit: an archive is not in ``src``, no interpreter was found, or an install failed.
+      SystemExit: the file does not pin it.
     """
-    archives = {c.name: src / c.archive for c in clients}
-    missing = [str(path) for path in archives.values() if not path.is_file()]
-    if missing:
-        raise SystemExit(
-            f"clients: the client source archives are missing: {', '.join(missing)}.\n"
-            "`make clients` needs the clients' source trees with their tests "
-            f"({', '.join(c.archive for c in clients)}) in CLIENTS_SRC (default "
-            "../shared/clients/src, beside the repository); set CLIENTS_SRC=/path/to/dir."
-        )
+    requirements = HERE / environment.requirements
+    want = re.sub(r"[-_.]+", "-", distribution).lower()
+    for line in requirements.read_text().splitlines():
+        if match := re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)", line):
+            if re.sub(r"[-_.]+", "-", match[1]).lower() == want:
+                return match[2]
+    raise SystemExit(
+        f"clients: {requirements} does not pin {distribution} (a line `{distribution}==X.Y.Z`); "
+        "every client is installed by name and version from the package registry."
+    )
+
+
+def installed_version(venv: Path, distribution: str) -> str | None:
+    """The version of ``distribution`` installed in ``venv``, or None."""
+    done = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m, sys\n"
+            "try: print(m.version(sys.argv[1]))\n"
+            "except m.PackageNotFoundError: pass",
+            distribution,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.stdout.strip() or None
+
+
+def build(environment: Environment) -> Path:
+    """Builds (or brings up to date) ``environment``; returns its venv's folder.
+
+    Raises:
+      SystemExit: no interpreter was found, an install failed, or a client's installed release is
+        not the version its requirements file pins.
+    """
     venv = (REPO / environment.venv).resolve()
     if not (venv / "bin" / "python").exists():
         python = find_python(environment.python) if environment.python else sys.executable
         print(f"clients: creating {venv} with {python}", flush=True)
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
     requirements = HERE / environment.requirements
-    pinned = [requirements] + ([HERE / environment.constraints] if environment.constraints else [])
-    stamp, want = venv / ".requirements", sha16(*pinned)
+    clients = [c for c in CLIENTS.values() if c.environment == environment.name]
+    releases = {c.distribution: pinned_version(environment, c.distribution) for c in clients}
+    stamp, want = venv / ".requirements", sha16(requirements)
     if not stamp.exists() or stamp.read_text() != want:
-        print(f"clients: installing the pinned dependencies ({requirements.name})", flush=True)
-        if environment.constraints:
-            pip(venv, "install", "-r", str(requirements), "-c", str(pinned[1]))
-        else:
-            pip(venv, "install", "--no-deps", "-r", str(requirements))
+        named = ", ".join(f"{name}=={version}" for name, version in releases.items())
+        print(f"clients: installing {requirements.name} --no-deps ({named})", flush=True)
+        pip(venv, "install", "--no-deps", "-r", str(requirements))
         stamp.write_text(want)
-    isolated = environment.constraints is not None
-    roots = {c.name: _unpack(c, archives[c.name], venv, isolated) for c in clients}
+    for distribution, version in releases.items():
+        found = installed_version(venv, distribution)
+        if found != version:
+            raise SystemExit(
+                f"clients: {venv} has {distribution} {found or 'not installed'}, but "
+                f"{requirements.name} pins {version}; delete {venv} to rebuild it."
+            )
     stamp, want = venv / ".flaxgraph", f"{REPO} {sha16(REPO / 'pyproject.toml')}"
     if not stamp.exists() or stamp.read_text() != want:
         pip(venv, "install", "--no-deps", "-e", str(REPO))
         stamp.write_text(want)
-    return roots
+    return venv
