@@ -1,10 +1,10 @@
 """MaxText's own trainer per step: real Flax NNX against flaxgraph, the first step timed apart.
 
-Unmodified MaxText (its tree and Python 3.12 environment as ``make clients`` builds them,
-``.venv-clients-maxtext``; ``python tests/clients/maxtext_trainer.py`` builds them too) runs
+MaxText's release (installed in ``.venv-clients-maxtext`` as ``make clients`` builds it;
+``python tests/clients/maxtext_trainer.py`` builds it too) runs
 ``maxtext.trainers.pre_train.train`` with the tiny decoupled configuration of
 ``tests/clients/maxtext_trainer.py`` (2 decoder layers, embedding 64, vocabulary 256, sequence 64,
-synthetic data, no checkpointing) for ``--steps`` steps; real Flax as ``python -m
+synthetic data, scanned layers, no checkpointing) for ``--steps`` steps; real Flax as ``python -m
 maxtext.trainers.pre_train.train``, flaxgraph as ``python -m flaxgraph.run -m ...``.
 
 ``flax.nnx`` is bound for a whole process, so each side is a process of its own: in every round
@@ -44,19 +44,31 @@ SIDES = ("flax", "flaxgraph")
 
 
 def one_run(
-    venv: Path, root: Path, side: str, steps: int, warmup: int, out: Path
+    venv: Path, found: maxtext_trainer.Package, side: str, steps: int, warmup: int, out: Path
 ) -> dict[str, Any]:
     """One trainer process: step 0's time and the median of the steady steps."""
-    args = [*maxtext_trainer.TINY, "enable_checkpointing=False", f"steps={steps}", "run_name=bench"]
-    run = maxtext_trainer.train(venv, root, side, out / side, "bench", args, timeout=1800)
-    if run.returncode != 0 or sorted(run.step_seconds) != list(range(steps)):
+    where = out / side
+    metrics = where / "bench.jsonl"
+    program = maxtext_trainer.trainer_program(
+        found,
+        True,
+        "enable_checkpointing=False",
+        f"steps={steps}",
+        "run_name=bench",
+        f"base_output_directory={where}",
+        f"metrics_file={metrics}",
+    )
+    run = maxtext_trainer.launch(venv, side, program, where, "bench")
+    step_seconds = maxtext_trainer.metrics_of(metrics, "perf/step_time_seconds")
+    losses = maxtext_trainer.losses_of(metrics)
+    if run.returncode != 0 or sorted(step_seconds) != list(range(steps)):
         raise SystemExit(f"the {side} trainer failed (exit {run.returncode}); see {run.log}")
-    steady = [run.step_seconds[s] for s in range(warmup, steps)]
+    steady = [step_seconds[s] for s in range(warmup, steps)]
     return {
-        "first_step_s": run.step_seconds[0],
+        "first_step_s": step_seconds[0],
         "steady_step_ms": 1e3 * statistics.median(steady),
         "process_s": run.seconds,
-        "losses": [run.losses[s] for s in range(steps)],
+        "losses": [losses[s] for s in range(steps)],
     }
 
 
@@ -68,12 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.repeat or (1 if args.quick else 3)
     steps = args.steps or (10 if args.quick else 40)
     venv = (REPO / ENVIRONMENTS["maxtext"].venv).resolve()
-    root = venv / "src" / "maxtext" / "maxtext"
-    if not (venv / "bin" / "python").exists() or not root.is_dir():
+    if not (venv / "bin" / "python").exists():
         raise SystemExit(
-            f"{venv} with MaxText's tree is missing: build it with `make clients` or "
+            f"{venv} is missing: build it with `make clients` or "
             "`python tests/clients/maxtext_trainer.py` first."
         )
+    found = maxtext_trainer.package(venv)
     warning = busy_warning()
     if warning:
         print(warning)
@@ -82,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="maxtext_bench_") as tmp:
         for r in range(rounds):
             for side in SIDES if r % 2 == 0 else SIDES[::-1]:
-                result = one_run(venv, root, side, steps, args.warmup, Path(tmp) / str(r))
+                result = one_run(venv, found, side, steps, args.warmup, Path(tmp) / str(r))
                 results[side].append(result)
                 print(
                     f"round {r}: {side}: step 0 {result['first_step_s']:.2f} s, steady "

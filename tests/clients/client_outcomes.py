@@ -1,12 +1,13 @@
-"""A pytest plugin for ``make clients``: each test's outcome, one JSON line as soon as it is known.
+"""A pytest plugin for ``own_tests.py``: each test's outcome, one JSON line as soon as it is known.
 
 Loaded with ``-p client_outcomes`` (``tests/clients`` on ``PYTHONPATH``); it appends to the
 file named by ``CLIENT_OUTCOMES``: ``{"event": "start", "id": ...}`` when a test starts, then
 ``{"id": ..., "outcome": "passed" | "failed" | "error" | "skipped", "message": ...}`` (the worst
 of its setup, call and teardown), so a process killed on timeout still tells what finished and
 which test it died in. At the end it writes ``{"event": "binding", ...}``: what ``flax.nnx`` was
-in the process and every module loaded from the real ``flax/nnx`` directory, so a run can
-prove which library it measured.
+in the process, every module loaded from the real ``flax/nnx`` directory, and the file the
+client's package (``CLIENT_PACKAGE``, e.g. ``tunix``) was imported from, so a run can prove
+which library it measured and that it ran the installed release, not a checkout's source.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class Recorder:
             for name, module in list(sys.modules.items())
             if real_dir and (getattr(module, "__file__", None) or "").startswith(real_dir)
         )
+        package = sys.modules.get(os.environ.get("CLIENT_PACKAGE") or "")
+        record["client_module"] = getattr(package, "__file__", None)
         self._write(record)
 
 

@@ -1,4 +1,4 @@
-"""The two checked-in files ``make clients`` judges a run by.
+"""The two checked-in files ``own_tests.py`` (the opt-in tool) judges a run by.
 
 ``expectations.txt`` lists each Tunix/qwix/MaxText test expected *not* to pass on flaxgraph:
 ``<test id> | <category>: <reason>``, the id being ``<client>/<pytest node id>`` (e.g.
@@ -7,13 +7,14 @@ collection error), ``#`` starting a comment. The categories:
 
 * ``flax``: fails on real Flax 0.12.8 too (the reason quotes Flax's first error line);
 * ``env``: needs the network, a GPU/TPU, a heavy extra not in the clients' environment, or a file
-  the client's source archive lacks (MaxText's: the 7 blobs ``CLIENTS_SRC/COMMITS`` names);
+  the recorded source tree lacked;
 * ``deviation``: a deliberate flaxgraph difference that is better for users, shown by a test
   of flaxgraph's own (``guides/from_flax.md``);
 * ``gap``: a known gap of flaxgraph being fixed; never a deliberate difference.
 
 ``flax_baseline.txt`` lists each test's outcome on real Flax 0.12.8 (``<test id> | passed``),
-from ``run_clients.py --baseline --write``: the per-file shares are computed against it.
+from ``own_tests.py CHECKOUT --baseline --write``: the per-file shares are computed against it.
+Both were recorded on particular client commits (their headers say which).
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
-"""Which Tunix, qwix and MaxText test files ``make clients`` runs, which it leaves out and why.
+"""Which Tunix, qwix and MaxText test files ``own_tests.py`` runs from a checkout, and why not others.
 
 Tunix (google/tunix), qwix (google/qwix) and MaxText (AI-Hypercomputer/maxtext) are written
-against Flax NNX (``from flax import nnx``); their own test suites, run with ``flax.nnx`` bound to
-flaxgraph, are the second contract next to Flax's own ``tests/nnx``. The selection is every test
-file of theirs that uses ``flax.nnx`` (for MaxText, whose default model path is pure NNX, also every
-``tests/unit`` file that builds and runs a model) and runs on CPU without the network;
-``EXCLUDED`` lists the rest with the reason. ``CI`` is the bounded subset ``.ci/run`` runs (one
-file per area: PEFT/LoRA training, DPO, GRPO, sampling, qwix LoRA and PTQ; MaxText's NNX wrappers,
-sharding, train state and utilities).
+against Flax NNX (``from flax import nnx``); their own test suites, run from a checkout the user
+names with ``flax.nnx`` bound to flaxgraph, are an opt-in witness next to the client contract.
+The selection is every test file of theirs that uses ``flax.nnx`` (for MaxText, whose default
+model path is pure NNX, also every ``tests/unit`` file that builds and runs a model) and runs on
+CPU without the network; ``EXCLUDED`` lists the rest with the reason. ``QUICK`` is a short subset
+(one file per area: PEFT/LoRA training, DPO, GRPO, qwix LoRA and PTQ; MaxText's NNX wrappers,
+scan, sharding, train state and gradient accumulation), ``--subset quick``. The paths are those
+of the client commits ``flax_baseline.txt`` was recorded on; a file another checkout lacks is
+reported and not run.
 """
 
 from __future__ import annotations
@@ -155,11 +157,11 @@ MAXTEXT = [
 
 ALL = [*TUNIX, *QWIX, *MAXTEXT]
 
-# The bounded subset for CI (.ci/run): one file per area, chosen for coverage per second.
+# A short subset (--subset quick): one file per area, chosen for coverage per second.
 # GRPO is covered through DAPO, its variant on the same learner, and sampling by the
 # differential tests of `make test`: grpo_learner_test.py and sampler_test.py alone run for
 # 20 to 30 minutes each on 2 busy cores.
-CI = [
+QUICK = [
     "tunix/tests/sft/dpo/dpo_trainer_test.py",
     "tunix/tests/rl/grpo/dapo_learner_test.py",
     "tunix/tests/distillation/strategies/feature_projection_test.py",
@@ -167,8 +169,7 @@ CI = [
     "qwix/tests/_src/providers/ptq_test.py",
     "qwix/tests/_src/utils/flax_util_test.py",
     # MaxText: its Linen<->NNX wrappers, the scanned layer stack, logical sharding, the NNX train
-    # state and gradient accumulation (about 40-60 s each at load 12); run_clients.py adds
-    # MaxText's trainer end to end (maxtext_trainer.py) to any run that judges MaxText files.
+    # state and gradient accumulation (about 40-60 s each at load 12)
     "maxtext/tests/unit/nnx_wrappers_test.py",
     "maxtext/tests/unit/nnx_scan_test.py",
     "maxtext/tests/unit/sharding_nnx_test.py",
@@ -176,7 +177,7 @@ CI = [
     "maxtext/tests/unit/gradient_accumulation_nnx_test.py",
 ]
 
-SUBSETS = {"all": [f.name for f in ALL], "ci": CI}
+SUBSETS = {"all": [f.name for f in ALL], "quick": QUICK}
 
 EXCLUDED = [
     Exclusion(
@@ -291,6 +292,7 @@ EXCLUDED = [
         "maxtext",
         "tests/integration/*, tests/end_to_end/*, tests/post_training/*, tests/inference/*",
         "multi-host / accelerator / network runs (GCS buckets, Hugging Face checkpoints); the "
-        "trainer end to end is tests/clients/maxtext_trainer.py instead",
+        "trainer and the inference engine end to end are the contract's MaxText scenarios "
+        "(tests/clients/maxtext_trainer.py)",
     ),
 ]

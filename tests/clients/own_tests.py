@@ -1,32 +1,37 @@
-"""``make clients``: Tunix's, qwix's and MaxText's own test suites on flaxgraph, as a contract.
+"""An opt-in tool: a client's own test files, from a checkout you name, on flaxgraph.
 
 Tunix (google/tunix), qwix (google/qwix) and MaxText (AI-Hypercomputer/maxtext) are written
-against Flax NNX. This runner
+against Flax NNX; their own test suites are a second witness, next to the client contract
+(``make clients``), that flaxgraph can stand in for Flax NNX. None of the three publishes its
+tests to the package registry, so this tool takes a checkout of one of their repositories that
+you make yourself, anywhere you like, and passes as the one required argument. Nothing in
+``make test``, ``.ci/run`` or the documentation needs it. It
 
-1. builds their environments (``environments.py``): ``.venv-clients`` for Tunix and qwix
-   (jax/jaxlib 0.10.2, flax 0.12.8 and their test dependencies pinned: ``requirements.txt``,
-   ``constraints.txt``) and ``.venv-clients-maxtext`` for MaxText on Python 3.12 (its decoupled,
-   no-Google-Cloud closure pinned in ``maxtext-requirements.txt``, installed ``--no-deps``); each
-   client's source tree unpacked once from its archive in ``CLIENTS_SRC`` (``--src``; default
-   ``../shared/clients/src`` from the repository root: ``tunix.tar.gz``, ``qwix.tar.gz``,
-   ``maxtext.tar.gz``; none of the projects publishes its tests to the package index) and
-   installed ``--no-deps``, flaxgraph from this checkout (``--no-deps``, editable);
-2. runs each selected test file (``selection.py``) in its own pytest process, ``--jobs`` at a
-   time, with a per-test and a per-file timeout, with the client's own pytest configuration and
-   ``flax.nnx`` bound to flaxgraph by the drop-in (``pytest -p flaxgraph.pytest_plugin
-   --flax-nnx=flaxgraph``); MaxText's with ``DECOUPLE_GCLOUD=TRUE`` and ``MAXTEXT_REPO_ROOT``
-   (its tree, which has no ``.git`` to find it by); all with
-   ``JAX_PLATFORMS=cpu``; ``client_outcomes.py`` records each test's outcome and proves the
-   binding (no module of the real ``flax/nnx`` was loaded);
-3. compares with ``expectations.txt`` (tests expected not to pass, each with a category and
-   a reason) and ``flax_baseline.txt`` (each test's outcome on real Flax 0.12.8), prints a
-   per-file table (tests passing on Flax, of those passing on flaxgraph, the share) and exits
-   1 on a test that fails but is not listed, on a listed test that passes, and on a file
-   whose binding is not proven;
-4. when MaxText's files are judged (and no ``--only``; ``--trainer on|off`` overrides), runs
-   MaxText's trainer end to end on real Flax and on flaxgraph (``maxtext_trainer.py``: the same
-   per-step losses, a checkpoint written at step 2 and restored, the same checkpoint) and
-   exits 1 on a difference.
+1. reads which client the checkout is and its version from the checkout's own metadata
+   (``pyproject.toml``: ``[project] name`` and ``version``; a dynamic version from the file
+   ``[tool.hatch.version] path`` or ``[tool.setuptools.dynamic] version.attr`` names, or the
+   package's ``__init__.py``; ``--release`` when the checkout does not name a published one);
+2. installs that client from the package registry at that release (``environments.py``): the
+   contract's environment when it is the release the contract pins, else a venv of its own,
+   ``<venv>-<client>-<version>``, with the same pinned closure and that release in its place;
+   the checkout itself is never installed or imported;
+3. runs each selected test file of the checkout (``selection.py``) in its own pytest process,
+   ``--jobs`` at a time, with a per-test and a per-file timeout, with the client's own pytest
+   configuration (``--import-mode=append`` and no ``pythonpath``, so the installed release, not
+   the checkout's source, is what ``import <client>`` finds; the checkout's test helpers and data
+   stay importable and readable), ``flax.nnx`` bound to flaxgraph by the drop-in (``pytest -p
+   flaxgraph.pytest_plugin --flax-nnx=flaxgraph``) or, with ``--baseline``, the real Flax;
+   MaxText's with ``DECOUPLE_GCLOUD=TRUE`` and ``MAXTEXT_REPO_ROOT`` naming the checkout; all with
+   ``JAX_PLATFORMS=cpu``; ``client_outcomes.py`` records each test's outcome and proves both the
+   binding (no module of the real ``flax/nnx`` was loaded) and the release (the client's package
+   was imported from the venv, not from the checkout);
+4. compares with ``expectations.txt`` (tests expected not to pass, each with a category and a
+   reason) and ``flax_baseline.txt`` (each test's outcome on real Flax 0.12.8), prints a per-file
+   table (tests passing on Flax, of those passing on flaxgraph, the share) and exits 1 on a test
+   that fails but is not listed, on a listed test that passes, and on a file whose binding or
+   release is not proven. Both files were recorded on particular commits of the clients (their
+   headers say which); a checkout of another commit may differ from them in tests that were
+   added, renamed or changed.
 
 ``--baseline`` runs the same files on the real Flax (no binding) and compares with
 ``flax_baseline.txt``; ``--write`` then rewrites the baseline (after a baseline run) or the
@@ -36,8 +41,8 @@ for the files that ran.
 
 Usage::
 
-    python tests/clients/run_clients.py [--subset all|ci] [--only NAME ...] [--jobs 2]
-        [--baseline] [--write] [--src DIR] [--trainer auto|on|off] [--list]
+    python tests/clients/own_tests.py CHECKOUT [--release X.Y.Z] [--subset all|quick]
+        [--only NAME ...] [--jobs 2] [--baseline] [--write] [--list]
 """
 
 from __future__ import annotations
@@ -46,10 +51,12 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
@@ -57,8 +64,14 @@ from typing import NamedTuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import maxtext_trainer  # noqa: E402
-from environments import CLIENTS, ENVIRONMENTS, REPO, build  # noqa: E402
+from environments import (  # noqa: E402
+    CLIENTS,
+    ENVIRONMENTS,
+    REPO,
+    Client,
+    build,
+    pinned_version,
+)
 from expectations import (  # noqa: E402
     CATEGORIES,
     Expectation,
@@ -70,14 +83,126 @@ from selection import ALL, EXCLUDED, SUBSETS, TestFile  # noqa: E402
 
 EXPECTATIONS = HERE / "expectations.txt"
 BASELINE = HERE / "flax_baseline.txt"
-OUTPUTS = REPO / "outputs" / "clients"
+OUTPUTS = REPO / "outputs" / "clients" / "own_tests"
+
+
+class Checkout(NamedTuple):
+    """A checkout of a client's repository, as its own metadata describes it."""
+
+    root: Path
+    client: Client
+    version: str  # the release it corresponds to
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _version_in(path: Path) -> str | None:
+    """The ``__version__ = "X"`` assigned in ``path``, if any."""
+    if not path.is_file():
+        return None
+    found = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", path.read_text(), re.M)
+    return found[1] if found else None
+
+
+def identify(root: Path, release: str | None = None) -> Checkout:
+    """Which client ``root`` is a checkout of, and the release it corresponds to.
+
+    The client is the distribution ``[project] name`` of ``root/pyproject.toml`` names (one of
+    ``environments.CLIENTS``' distributions); the version is ``release`` when given, else
+    ``[project] version`` (a placeholder ``0.0.0`` does not count), else the ``__version__`` of
+    the file ``[tool.hatch.version] path`` names, of the module ``[tool.setuptools.dynamic]
+    version.attr`` names, or of ``<package>/__init__.py`` / ``src/<package>/__init__.py``.
+
+    Raises:
+      SystemExit: ``root`` is not a folder with a ``pyproject.toml``, names no client of the
+        contract, or its metadata gives no version (pass ``--release``).
+    """
+    metadata = root / "pyproject.toml"
+    if not metadata.is_file():
+        raise SystemExit(
+            f"own_tests: {root} has no pyproject.toml; pass the root of a checkout of Tunix, qwix "
+            "or MaxText (e.g. `git clone https://github.com/google/qwix`)."
+        )
+    table = tomllib.loads(metadata.read_text())
+    project, tool = table.get("project", {}), table.get("tool", {})
+    by_distribution = {_normal(c.distribution): c for c in CLIENTS.values()}
+    client = by_distribution.get(_normal(str(project.get("name", ""))))
+    if client is None:
+        raise SystemExit(
+            f"own_tests: {metadata} names the project {project.get('name')!r}, which is none of "
+            f"the contract's clients ({', '.join(sorted(by_distribution))})."
+        )
+    version = release
+    if version is None and project.get("version") not in (None, "0.0.0"):
+        version = str(project["version"])
+    if version is None:
+        candidates = []
+        if hatch := tool.get("hatch", {}).get("version", {}).get("path"):
+            candidates.append(root / hatch)
+        attr = tool.get("setuptools", {}).get("dynamic", {}).get("version", {}).get("attr")
+        if attr:
+            module = attr.rsplit(".", 1)[0].replace(".", "/")
+            candidates += [root / f"{module}.py", root / module / "__init__.py"]
+            candidates += [root / "src" / f"{module}.py", root / "src" / module / "__init__.py"]
+        for top in (root, root / "src"):
+            candidates += [top / client.name / "__init__.py", top / "MaxText" / "__init__.py"]
+        version = next((v for v in map(_version_in, candidates) if v), None)
+    if version is None:
+        raise SystemExit(
+            f"own_tests: {metadata} gives no release version (the static one is missing or the "
+            "placeholder 0.0.0, and no __version__ was found); pass the release the checkout "
+            "corresponds to with --release X.Y.Z."
+        )
+    return Checkout(root, client, version)
+
+
+def with_release(requirements: str, distribution: str, version: str) -> str:
+    """``requirements`` (a pinned closure) with ``distribution==version`` in place of its pin.
+
+    Raises:
+      ValueError: ``requirements`` does not pin ``distribution``.
+    """
+    lines, found = [], False
+    for line in requirements.splitlines():
+        name = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==", line)
+        if name and _normal(name[1]) == _normal(distribution):
+            line, found = f"{distribution}=={version}", True
+        lines.append(line)
+    if not found:
+        raise ValueError(f"the requirements pin no {distribution} (a line `{distribution}==X`)")
+    return "\n".join(lines) + "\n"
+
+
+def release_environment(client: Client, version: str) -> Path:
+    """A venv with ``client``'s release ``version`` from the package registry; built if needed.
+
+    The contract's environment when it pins that release; else ``<its venv>-<client>-<version>``,
+    built from the same pinned closure with ``<distribution>==<version>`` in place of the pin.
+
+    Raises:
+      SystemExit: the release is not on the registry, or another install failed.
+    """
+    environment = ENVIRONMENTS[client.environment]
+    pinned = pinned_version(environment, client.distribution)
+    if version == pinned:
+        return build(environment)
+    venv = (REPO / f"{environment.venv}-{client.name}-{version}").resolve()
+    venv.mkdir(parents=True, exist_ok=True)
+    requirements = venv / "requirements.txt"
+    text = with_release((HERE / environment.requirements).read_text(), client.distribution, version)
+    if not requirements.exists() or requirements.read_text() != text:
+        requirements.write_text(text)
+    print(f"own_tests: {client.distribution} {version} (the contract pins {pinned}) in {venv}")
+    return build(environment._replace(venv=str(venv), requirements=str(requirements)))
 
 
 class FileRun(NamedTuple):
     """What one test file's process reported."""
 
     file: TestFile
-    status: str  # "ran", "timeout", "crashed", "binding-not-proven"
+    status: str  # "ran", "timeout", "crashed", "not-proven"
     seconds: float
     outcomes: dict[str, tuple[str, str]]  # test id -> (outcome, message)
     note: str
@@ -88,7 +213,8 @@ def run_file(
 ) -> FileRun:
     """Runs one test file in its own pytest process and reads back its outcomes.
 
-    ``venv`` is the file's environment, ``root`` its client's source tree (the working folder).
+    ``venv`` holds the client's release, ``root`` is the user's checkout (the working folder,
+    where the test file is read from).
     """
     client = CLIENTS[file.client]
     logs = OUTPUTS / ("flaxgraph" if flaxgraph else "flax")
@@ -107,6 +233,7 @@ def run_file(
         "PYTHONPATH": str(HERE),
         "PYTHONPYCACHEPREFIX": str(venv / "pycache"),
         "CLIENT_OUTCOMES": str(results),
+        "CLIENT_PACKAGE": client.name,
         **client.environ(root),
     }
     env.pop("XLA_FLAGS", None)
@@ -128,6 +255,11 @@ def run_file(
         f"--rootdir={root}",
         "-c",
         str(root / client.pytest_config),
+        # the release in the venv, never the checkout's source: the test files' folders go to
+        # the end of sys.path, and the configuration's own `pythonpath` (Tunix's ".") is unset
+        "--import-mode=append",
+        "-o",
+        "pythonpath=",
         file.path,
     ]
     start, status = time.time(), "ran"
@@ -165,16 +297,30 @@ def run_file(
     if status == "ran":
         if binding is None:
             status, note = "crashed", f"exit {returncode} before the session ended; see {log}"
-        elif flaxgraph and (
-            binding["real_flax_nnx_modules"] or binding["flax.nnx"] not in (None, "flaxgraph")
-        ):
-            status = "binding-not-proven"
-            note = f"flax.nnx was {binding['flax.nnx']}, real modules loaded: " + ", ".join(
-                binding["real_flax_nnx_modules"][:3]
-            )
+        elif problem := unproven(binding, flaxgraph, venv):
+            status, note = "not-proven", problem
     if status != "ran" and not outcomes:  # died before any test reported: the file fails
         outcomes[file.name] = ("error", note or f"{status} (exit {returncode}); see {log}")
     return FileRun(file, status, seconds, outcomes, note)
+
+
+def unproven(binding: dict[str, object], flaxgraph: bool, venv: Path) -> str:
+    """What a file's binding record fails to prove; empty when it proves everything.
+
+    Proven must be: on flaxgraph, that ``flax.nnx`` was flaxgraph and no module of the real
+    ``flax/nnx`` was loaded; on both libraries, that the client's package was imported from
+    ``venv`` (the release), not from the checkout.
+    """
+    problems = []
+    real = list(binding.get("real_flax_nnx_modules") or [])  # type: ignore[call-overload]
+    if flaxgraph and (real or binding.get("flax.nnx") not in (None, "flaxgraph")):
+        problems.append(
+            f"flax.nnx was {binding.get('flax.nnx')}, real modules loaded: " + ", ".join(real[:3])
+        )
+    where = str(binding.get("client_module") or "")
+    if not where.startswith(str(venv) + os.sep):
+        problems.append(f"the client's package came from {where or 'nowhere'}, not from {venv}")
+    return "; ".join(problems)
 
 
 def python_version(venv: Path) -> tuple[int, int]:
@@ -194,7 +340,7 @@ class Verdict(NamedTuple):
     unexpected: list[tuple[str, str, str]]  # (test id, outcome, message): not listed, not passing
     now_passing: list[str]  # listed, but passed
     not_run: list[str]  # listed, but neither run nor in the baseline
-    bad_files: list[str]  # binding not proven
+    bad_files: list[str]  # binding or release not proven
 
 
 def judge(
@@ -205,7 +351,7 @@ def judge(
     unexpected, now_passing, not_run, bad_files = [], [], [], []
     for run in runs:
         prefix = run.file.name + "::"
-        if run.status == "binding-not-proven":
+        if run.status == "not-proven":
             bad_files.append(f"{run.file.name}: {run.note}")
         ids = {t for t in baseline if t.startswith(prefix)} | set(run.outcomes)
         for test in sorted(ids):
@@ -278,73 +424,65 @@ def rewrite_expectations(
     return out
 
 
+def selected(checkout: Checkout, subset: str, only: list[str] | None) -> list[TestFile]:
+    """The selected test files of ``checkout``'s client, ``subset`` and ``only`` applied."""
+    names = set(SUBSETS[subset])
+    files = [f for f in ALL if f.client == checkout.client.name and f.name in names]
+    return [f for f in files if not only or any(o in f.name for o in only)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "checkout", type=Path, help="the root of your own checkout of Tunix, qwix or MaxText"
+    )
+    parser.add_argument(
+        "--release", help="the client's release the checkout corresponds to (default: read it)"
+    )
     parser.add_argument("--subset", choices=sorted(SUBSETS), default="all")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="files whose name contains NAME")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--baseline", action="store_true", help="run on the real Flax")
     parser.add_argument("--write", action="store_true", help="rewrite the baseline/expectations")
-    parser.add_argument(
-        "--src",
-        type=Path,
-        default=Path(os.environ.get("CLIENTS_SRC") or REPO.parent / "shared" / "clients" / "src"),
-    )
     parser.add_argument("--test-timeout", type=int, default=900, help="seconds per test")
     parser.add_argument("--timeout", type=int, default=2400, help="seconds per file")
     parser.add_argument("--list", action="store_true", help="print the selection and exit")
-    parser.add_argument(
-        "--trainer",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="MaxText's trainer on both libraries (maxtext_trainer.py); auto: when MaxText files "
-        "are judged without --only",
-    )
     args = parser.parse_args(argv)
-    names = SUBSETS[args.subset]
-    files = [f for f in ALL if f.name in names]
-    if args.only:
-        files = [f for f in files if any(o in f.name for o in args.only)]
+    root = args.checkout.expanduser().resolve()
+    if not root.is_dir():
+        raise SystemExit(f"own_tests: {args.checkout} is not a folder; pass your checkout's root.")
+    checkout = identify(root, args.release)
+    client = checkout.client
+    print(f"own_tests: {root} is {client.distribution} {checkout.version}", flush=True)
+    files = selected(checkout, args.subset, args.only)
+    absent = [f for f in files if not (root / f.path).is_file()]
+    for f in absent:
+        print(f"own_tests: {f.path} is not in this checkout; not run")
+    files = [f for f in files if f not in absent]
     if args.list:
         for f in files:
-            print(
-                "run     ", f.name, "" if f.min_python == (3, 11) else f"(Python >= {f.min_python})"
-            )
+            need = "" if f.min_python == (3, 11) else f"(Python >= {f.min_python})"
+            print("run     ", f.name, need)
         for e in EXCLUDED:
-            print("excluded", f"{e.client}: {e.files}\n         -> {e.reason}")
+            if e.client == client.name:
+                print("excluded", f"{e.client}: {e.files}\n         -> {e.reason}")
         return 0
-    src = (args.src if args.src.is_absolute() else (REPO / args.src)).resolve()
-    venvs, roots, skipped = {}, {}, []
-    for environment in ENVIRONMENTS.values():
-        clients = [c for c in CLIENTS.values() if c.environment == environment.name]
-        if any(CLIENTS[f.client] in clients for f in files):
-            roots.update(build(environment, clients, src))
-            venvs.update({c.name: (REPO / environment.venv).resolve() for c in clients})
-    for f in files:
-        version = python_version(venvs[f.client])
-        if version < f.min_python:
-            print(
-                f"clients: skipping {f.name}: needs Python >= {f.min_python}, its venv has {version}"
-            )
-            skipped.append(f)
-    files = [f for f in files if f not in skipped]
+    venv = release_environment(client, checkout.version)
+    version = python_version(venv)
+    for f in [f for f in files if version < f.min_python]:
+        print(
+            f"own_tests: skipping {f.name}: needs Python >= {f.min_python}, its venv has {version}"
+        )
+    files = [f for f in files if version >= f.min_python]
     expectations = parse_expectations(EXPECTATIONS.read_text(encoding="utf-8"))
     baseline = parse_baseline(BASELINE.read_text(encoding="utf-8")) if BASELINE.exists() else {}
     side = "real Flax 0.12.8" if args.baseline else "flaxgraph (flax.nnx bound by the drop-in)"
-    print(f"clients: {len(files)} test files on {side}, {args.jobs} at a time", flush=True)
+    print(f"own_tests: {len(files)} test files on {side}, {args.jobs} at a time", flush=True)
     start = time.time()
     runs: list[FileRun] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = [
-            pool.submit(
-                run_file,
-                f,
-                venvs[f.client],
-                roots[f.client],
-                not args.baseline,
-                args.test_timeout,
-                args.timeout,
-            )
+            pool.submit(run_file, f, venv, root, not args.baseline, args.test_timeout, args.timeout)
             for f in files
         ]
         for future in concurrent.futures.as_completed(futures):
@@ -361,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(record, indent=0)
     )
     print(table(runs, expectations, baseline))
-    print(f"clients: {time.time() - start:.0f} s in all")
+    print(f"own_tests: {time.time() - start:.0f} s in all")
     if args.baseline:
         return baseline_report(runs, baseline, args.write)
     if args.write:
@@ -372,21 +510,9 @@ def main(argv: list[str] | None = None) -> int:
                 flax_outcomes.update({t: tuple(v) for t, v in entry["outcomes"].items()})
         new = rewrite_expectations(runs, expectations, flax_outcomes, baseline)
         EXPECTATIONS.write_text(format_expectations(EXPECTATIONS.read_text(), new))
-        print(f"clients: wrote {EXPECTATIONS} ({len(new)} entries)")
+        print(f"own_tests: wrote {EXPECTATIONS} ({len(new)} entries)")
         return 0
     verdict = judge(runs, expectations, baseline)
-    trainer = []
-    wanted = any(f.client == "maxtext" for f in files) and not args.only
-    if args.trainer == "on" or (args.trainer == "auto" and wanted):
-        print("clients: MaxText's trainer on real Flax and on flaxgraph", flush=True)
-        if "maxtext" not in roots:
-            roots.update(build(ENVIRONMENTS["maxtext"], [CLIENTS["maxtext"]], src))
-        trainer = maxtext_trainer.check(
-            (REPO / ENVIRONMENTS["maxtext"].venv).resolve(), roots["maxtext"]
-        )
-        print(f"clients: {time.time() - start:.0f} s in all, with the trainer")
-    for problem in trainer:
-        print(f"TRAINER: {problem}")
     for test, outcome, message in verdict.unexpected:
         print(f"UNEXPECTED {outcome}: {test}\n    {message}")
     for test in verdict.now_passing:
@@ -394,13 +520,11 @@ def main(argv: list[str] | None = None) -> int:
     for test in verdict.not_run:
         print(f"LISTED BUT NOT RUN: {test} (no such test: remove or correct it)")
     for line in verdict.bad_files:
-        print(f"BINDING NOT PROVEN: {line}")
+        print(f"NOT PROVEN: {line}")
     counts = Counter(e.category for t, e in expectations.items())
     print("expectations: " + ", ".join(f"{counts[c]} {c}" for c in CATEGORIES))
-    ok = not (
-        verdict.unexpected or verdict.now_passing or verdict.not_run or verdict.bad_files or trainer
-    )
-    print("clients: OK" if ok else "clients: FAILED (see above)")
+    ok = not (verdict.unexpected or verdict.now_passing or verdict.not_run or verdict.bad_files)
+    print("own_tests: OK" if ok else "own_tests: FAILED (see above)")
     return 0 if ok else 1
 
 
@@ -414,7 +538,7 @@ def baseline_report(runs: list[FileRun], baseline: dict[str, str], write: bool) 
         header = [ln for ln in BASELINE.read_text().splitlines() if ln.startswith("#")]
         body = [f"{t} | {o}" for t, o in sorted(new.items())]
         BASELINE.write_text("\n".join([*header, *body]) + "\n")
-        print(f"clients: wrote {BASELINE} ({len(new)} tests)")
+        print(f"own_tests: wrote {BASELINE} ({len(new)} tests)")
         return 0
     changed = [
         (t, baseline.get(t), o)
@@ -423,7 +547,7 @@ def baseline_report(runs: list[FileRun], baseline: dict[str, str], write: bool) 
     ]
     for test, before, now in changed:
         print(f"BASELINE CHANGED: {test}: {before} -> {now}")
-    print("clients: baseline reproduced" if not changed else "clients: baseline differs")
+    print("own_tests: baseline reproduced" if not changed else "own_tests: baseline differs")
     return 1 if changed else 0
 
 
