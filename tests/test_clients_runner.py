@@ -12,6 +12,7 @@ of it without the network or a client installed.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -212,6 +213,19 @@ def test_a_checkout_is_identified_by_its_own_metadata(
     checkout = own_tests.identify(write_project(tmp_path / "c", pyproject, files))
     assert (checkout.client.name, checkout.version) == (client, version)
     assert own_tests.identify(checkout.root, release="9.9.9").version == "9.9.9"
+
+
+def test_a_release_tag_on_the_checkouts_head_names_its_version(tmp_path: Path) -> None:
+    root = write_project(
+        tmp_path / "q",
+        '[project]\nname = "qwix"\ndynamic = ["version"]\n',
+        {"qwix/version.py": '__version__ = "0.1.6"\n'},
+    )
+    assert own_tests.identify(root).version == "0.1.6"
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "x"], ["tag", "v0.1.8"]):
+        subprocess.run([*git, *args], check=True, capture_output=True, timeout=60)
+    assert own_tests.identify(root).version == "0.1.8"
 
 
 def test_a_checkout_that_is_no_client_or_names_no_release_is_refused(tmp_path: Path) -> None:

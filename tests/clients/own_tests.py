@@ -8,9 +8,9 @@ you make yourself, anywhere you like, and passes as the one required argument. N
 ``make test``, ``.ci/run`` or the documentation needs it. It
 
 1. reads which client the checkout is and its version from the checkout's own metadata
-   (``pyproject.toml``: ``[project] name`` and ``version``; a dynamic version from the file
-   ``[tool.hatch.version] path`` or ``[tool.setuptools.dynamic] version.attr`` names, or the
-   package's ``__init__.py``; ``--release`` when the checkout does not name a published one);
+   (``pyproject.toml``: ``[project] name`` and ``version``; else a release tag on its git HEAD;
+   else the ``__version__`` its version file gives: :func:`identify`); ``--release`` names the
+   release when the checkout does not, or overrides what it says;
 2. installs that client from the package registry at that release (``environments.py``): the
    contract's environment when it is the release the contract pins, else a venv of its own,
    ``<venv>-<client>-<version>``, with the same pinned closure and that release in its place;
@@ -99,25 +99,44 @@ def _normal(name: str) -> str:
 
 
 def _version_in(path: Path) -> str | None:
-    """The ``__version__ = "X"`` assigned in ``path``, if any."""
+    """The ``__version__ = "X"`` (or ``__version__: str = "X"``) assigned in ``path``, if any."""
     if not path.is_file():
         return None
-    found = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", path.read_text(), re.M)
+    pattern = r"^__version__\s*(?::\s*\w+\s*)?=\s*[\"']([^\"']+)[\"']"
+    found = re.search(pattern, path.read_text(), re.M)
     return found[1] if found else None
+
+
+def _release_tag(root: Path) -> str | None:
+    """The release tag (``X.Y.Z`` or ``vX.Y.Z``) on the checkout's HEAD commit, if it is a git one."""
+    if not (root / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "tag", "--points-at", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    tags = [t.removeprefix("v") for t in done.stdout.split() if re.fullmatch(r"v?\d+(\.\d+)+", t)]
+    return max(tags, key=lambda t: tuple(int(p) for p in t.split(".")), default=None)
 
 
 def identify(root: Path, release: str | None = None) -> Checkout:
     """Which client ``root`` is a checkout of, and the release it corresponds to.
 
     The client is the distribution ``[project] name`` of ``root/pyproject.toml`` names (one of
-    ``environments.CLIENTS``' distributions); the version is ``release`` when given, else
-    ``[project] version`` (a placeholder ``0.0.0`` does not count), else the ``__version__`` of
-    the file ``[tool.hatch.version] path`` names, of the module ``[tool.setuptools.dynamic]
-    version.attr`` names, or of ``<package>/__init__.py`` / ``src/<package>/__init__.py``.
+    ``environments.CLIENTS``' distributions). The version is, the first that gives one:
+    ``release``; ``[project] version`` (the placeholder ``0.0.0`` does not count); a release tag
+    (``X.Y.Z`` or ``vX.Y.Z``) on the checkout's git HEAD; the ``__version__`` of the file
+    ``[tool.hatch.version] path`` names, of the module ``[tool.setuptools.dynamic] version.attr``
+    names, or of ``<package>/__init__.py`` / ``<package>/version.py`` (under ``src/`` too).
 
     Raises:
       SystemExit: ``root`` is not a folder with a ``pyproject.toml``, names no client of the
-        contract, or its metadata gives no version (pass ``--release``).
+        contract, or gives no version (pass ``--release``).
     """
     metadata = root / "pyproject.toml"
     if not metadata.is_file():
@@ -138,6 +157,8 @@ def identify(root: Path, release: str | None = None) -> Checkout:
     if version is None and project.get("version") not in (None, "0.0.0"):
         version = str(project["version"])
     if version is None:
+        version = _release_tag(root)
+    if version is None:
         candidates = []
         if hatch := tool.get("hatch", {}).get("version", {}).get("path"):
             candidates.append(root / hatch)
@@ -147,13 +168,14 @@ def identify(root: Path, release: str | None = None) -> Checkout:
             candidates += [root / f"{module}.py", root / module / "__init__.py"]
             candidates += [root / "src" / f"{module}.py", root / "src" / module / "__init__.py"]
         for top in (root, root / "src"):
-            candidates += [top / client.name / "__init__.py", top / "MaxText" / "__init__.py"]
+            for package in (client.name, "MaxText"):
+                candidates += [top / package / "__init__.py", top / package / "version.py"]
         version = next((v for v in map(_version_in, candidates) if v), None)
     if version is None:
         raise SystemExit(
-            f"own_tests: {metadata} gives no release version (the static one is missing or the "
-            "placeholder 0.0.0, and no __version__ was found); pass the release the checkout "
-            "corresponds to with --release X.Y.Z."
+            f"own_tests: {root} gives no release version (no static [project] version but the "
+            "placeholder 0.0.0, no release tag on its HEAD, no __version__); pass the release "
+            "the checkout corresponds to with --release X.Y.Z."
         )
     return Checkout(root, client, version)
 
