@@ -24,13 +24,12 @@ oracle: $(STAMP)  ## the differential oracle (real Flax NNX 0.12.8 vs flaxgraph)
 conformance: $(STAMP)  ## Flax 0.12.8's own tests/nnx against flaxgraph, checked against tests/conformance/deviations.txt
 	$(BIN)/python tests/conformance/run_flax_tests.py
 
-CLIENTS_SRC ?= ../shared/clients/src
 CLIENTS_SUBSET ?= all
-clients: $(STAMP)  ## Tunix's, qwix's and MaxText's own tests on flaxgraph (flax.nnx bound by the drop-in), checked against tests/clients/expectations.txt, and MaxText's trainer against real Flax
-	CLIENTS_SRC=$(CLIENTS_SRC) $(BIN)/python tests/clients/run_clients.py --subset $(CLIENTS_SUBSET) $(CLIENTS_ARGS)
+clients: $(STAMP)  ## the client contract: released Tunix, qwix and MaxText (from the package registry) drive flax.nnx once on real Flax and once on flaxgraph (the drop-in); every scenario's numbers and checkpoint trees must agree (tests/clients/contract.py)
+	$(BIN)/python tests/clients/contract.py --subset $(CLIENTS_SUBSET) $(CLIENTS_ARGS)
 
-clients-ci: $(STAMP)  ## the bounded subset of `make clients` that CI runs (MaxText adds about 15 minutes at load 14: building its venv 9, its 5 files 1.6, the trainer about 4)
-	CLIENTS_SRC=$(CLIENTS_SRC) $(BIN)/python tests/clients/run_clients.py --subset ci $(CLIENTS_ARGS)
+clients-ci: $(STAMP)  ## the bounded subset of `make clients` that CI runs: every client, under 15 minutes on 2 cores including building its environments
+	$(BIN)/python tests/clients/contract.py --subset ci $(CLIENTS_ARGS)
 
 # Headless Chromium (Debian package) for tests/test_guides_browser.py. Installed with
 # apt-get when missing and possible (root); otherwise that test is skipped with a reason.
@@ -69,4 +68,4 @@ lint: $(STAMP)  ## ruff (lint and format), the mypy type check of flaxgraph/ (co
 	$(BIN)/python tests/code_counts.py
 
 clean:
-	rm -rf $(VENV) .venv-clients .pytest_cache .hypothesis .mypy_cache
+	rm -rf $(VENV) .venv-clients .venv-clients-maxtext .pytest_cache .hypothesis .mypy_cache
