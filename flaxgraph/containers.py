@@ -13,13 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, MutableSequence
 from typing import Any, overload
 
+from flaxgraph.graphlib.snapshot import same_structure
 from flaxgraph.module_class import Module
 from flaxgraph.pytreelib.attribute_kinds import Marked
-from flaxgraph.pytreelib.objects import (
-    mark_structure_changed,
-    same_structure,
-    set_attribute_kinds,
-)
+from flaxgraph.pytreelib.objects import mark_structure_changed, set_attribute_kinds
 from flaxgraph.typing import MISSING
 
 

@@ -257,8 +257,9 @@ class NodeRegistry:
         elif isinstance(x, np.generic):
             # A NumPy scalar (np.float64(0.1), np.int32(3), np.bool_(True)) is static, as
             # in Flax NNX 0.12.8: code branches on it in Python (a drop-path rate from
-            # np.linspace). Passed to a transform as an argument it is traced, as any
-            # pytree leaf is (the transforms do not ask the graph engine about those).
+            # np.linspace). Passed to a transform as an argument (or in a list, tuple or
+            # dict argument) a NumPy number is traced, as in JAX and Flax: the walk's
+            # one rule for a constant's role there is walk.traced_constant.
             kind = CONSTANT
         elif isinstance(x, ARRAY_TYPES) and t is not jax.ShapeDtypeStruct:
             # A raw ShapeDtypeStruct is static, as in Flax NNX 0.12.8 (only arrays

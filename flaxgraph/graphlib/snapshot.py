@@ -125,8 +125,15 @@ def item_key(x: Any) -> Any:
 
 def same_item(x: Any, key: Any) -> bool:
     """Whether the item ``x`` still matches its snapshot ``key`` (``item_key``): the
-    same object, an array where there was one (as for an Object's array
-    attributes, ``pytreelib/objects.py``), or a tuple whose items match."""
+    same object, an array where there was one (an ``ARRAY`` of the engine's
+    classification, of any array type), or a tuple whose items match.
+
+    This is the one rule of "is this change structural": ``same_structure`` (an
+    Object's attribute assignment, ``pytreelib/objects.py``, ``nnx.List`` items) asks
+    it with the old value's key, ``StructureSnapshot.unchanged`` with the snapshot's
+    keys, and the fast path's generated checks (``transforms/plan_code.py``
+    ``_item_check``) call it wherever their quick test (the same array type) does
+    not already say "unchanged"."""
     if x is key:
         return True
     t = type(key)
@@ -138,6 +145,15 @@ def same_item(x: Any, key: Any) -> bool:
         and len(x) == len(key.items)
         and all(map(same_item, x, key.items))
     )
+
+
+def same_structure(old: object, new: object) -> bool:
+    """True when replacing ``old`` by ``new`` leaves the graph structure unchanged:
+    ``same_item(new, item_key(old))`` (the same object, an array where there was one,
+    or a plain tuple of the same length whose items are each unchanged in this
+    sense: ``self.a = (self.a[0] + 1, None)`` is a new value, as for an array
+    attribute)."""
+    return old is new or same_item(new, item_key(old))
 
 
 def _collect_containers(x: Any, lists: list[Any], dicts: list[Any]) -> None:

@@ -24,6 +24,8 @@ import warnings
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+import numpy as np
+
 from flaxgraph.errors import (
     IdentityHashWarning,
     SharedReferenceError,
@@ -210,7 +212,7 @@ class Walk:
             self.add_leaf(path, x, prefix)
             return ARRAY_DEF
         if kind is CONSTANT:
-            if self.dynamic_leaves and not in_node and t in SCALARS:
+            if self.dynamic_leaves and not in_node and traced_constant(x):
                 self.add_leaf(path, x, prefix)  # a JAX leaf in a transform's arguments
                 return ARRAY_DEF
             return StaticDef(x)
@@ -325,6 +327,34 @@ class Walk:
 
 
 SCALARS = frozenset({int, float, bool, complex})
+
+_NUMPY_NUMBERS = (np.number, np.bool_)
+
+
+def traced_constant(x: object) -> bool:
+    """Whether the constant ``x`` (a value ``REGISTRY.kind_of`` calls ``CONSTANT``) is
+    a leaf where a walk with ``dynamic_leaves`` meets it outside every graph node (a
+    transform's argument, an item of a list, tuple or dict argument, an output): a
+    Python number (``int``, ``float``, ``bool``, ``complex``, exactly) or a NumPy
+    number or bool (``np.float32(1.0)``, ``np.int64(3)``, ``np.bool_(True)``), which
+    ``jax.jit`` and Flax NNX 0.12.8's transforms trace. Held by a graph node the same
+    value is static, as in Flax (#29). Strings, ``None`` and ``np.str_`` stay static
+    everywhere. This is the one rule of a constant's role: the general walk
+    (``Walk.visit``) and the fast path's argument checks (``transforms/plan_code.py``)
+    both ask it."""
+    return type(x) in SCALARS or isinstance(x, _NUMPY_NUMBERS)
+
+
+def argument_leaf(x: object) -> bool:
+    """Whether the general walk makes ``x`` a leaf where it meets it outside every
+    graph node in a transform's arguments *and* any such leaf may stand for another
+    one (the fast path's argument checks accept it in place of a leaf of another
+    type: the plan's compiled function is a ``jax.jit``, which retraces when a
+    leaf's type calls for it): an ``ARRAY`` of the engine's classification
+    (``registry.ARRAY_TYPES``) or a constant ``traced_constant`` traces."""
+    kind = REGISTRY.kind_of(x)
+    return kind is ARRAY or (kind is CONSTANT and traced_constant(x))
+
 
 _variable_def = VariableDef.from_fields  # the record's C-speed constructor (graphdefs.py)
 

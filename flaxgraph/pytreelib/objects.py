@@ -61,6 +61,7 @@ from flaxgraph.graphlib.registry import (
     register_graph_node_type,
     unclassifiable_message,
 )
+from flaxgraph.graphlib.snapshot import same_structure
 from flaxgraph.pytreelib.attribute_kinds import (
     DATA,
     DATA_TYPES,
@@ -346,25 +347,6 @@ _set_version = Pytree._obj_version.__set__  # type: ignore[attr-defined]
 _set_kinds = Pytree._obj_kinds.__set__  # type: ignore[attr-defined]
 _set_layout = Pytree._obj_layout.__set__  # type: ignore[union-attr]
 _set_flags = Pytree._obj_flags.__set__  # type: ignore[attr-defined]
-
-
-def same_structure(old: Any, new: Any) -> bool:
-    """True when replacing ``old`` by ``new`` leaves the graph structure unchanged
-    (the same object, an array where there was one: the engine's ``ARRAY`` kind, or
-    a plain tuple of the same length whose items are each unchanged in this sense:
-    ``self.a = (self.a[0] + 1, None)`` is a new value, as for an array attribute;
-    ``graphlib/snapshot.py`` compares tuples the same way)."""
-    if old is new:
-        return True
-    kinds = REGISTRY.kind_cache()
-    if (kinds.get(type(old)) or REGISTRY.classify(old)) is ARRAY:
-        return (kinds.get(type(new)) or REGISTRY.classify(new)) is ARRAY
-    return (
-        type(old) is tuple
-        and type(new) is tuple
-        and len(old) == len(new)
-        and all(map(same_structure, old, new))
-    )
 
 
 def structure_version(obj: Pytree) -> int:

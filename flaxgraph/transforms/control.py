@@ -35,9 +35,16 @@ from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.aliasing import NamedRoots, PrefixSpec, PrefixWalk
 from flaxgraph.transforms.calling_conventions import decorator, unbind
-from flaxgraph.transforms.lift import AuxValue, Call, Inner, InStatic, OutStatic, split_inputs
+from flaxgraph.transforms.lift import (
+    AuxValue,
+    Call,
+    Inner,
+    InStatic,
+    OutStatic,
+    created_outside,
+    split_inputs,
+)
 from flaxgraph.transforms.transformed import Wrapped
-from flaxgraph.variablelib.variable import trace_of
 
 _SPEC = PrefixSpec("operands", lambda p: p is None, None)
 
@@ -229,12 +236,7 @@ def _split_carry(
         _check_same_variables(leaves, given, val, what)
     trace = current_trace()
     for node in walk.ref_index:
-        created = (
-            trace_of(node)
-            if REGISTRY.kind_of(node) is VARIABLE
-            else getattr(node, "_obj_trace", trace)
-        )
-        if created != trace:
+        if created_outside(node, trace):
             raise TraceContextError(
                 f"The {what} returned a {type(node).__name__} that was created outside the "
                 "loop and captured by closure; the carry must be built from the objects "

@@ -51,6 +51,7 @@ from flaxgraph.transforms.lift import (
     Call,
     LeafSource,
     OutStatic,
+    created_outside,
     leaf_values,
     write_back,
 )
@@ -365,11 +366,7 @@ def same_trace(call: Call) -> bool:
     """Whether every input object was created in the current trace (plans are only
     made for such calls, so a plan hit needs no per-object trace check)."""
     trace = current_trace()
-    for n in call.nodes:
-        created = n._var_trace if is_variable(n) else getattr(n, "_obj_trace", trace)
-        if created != trace:
-            return False
-    return True
+    return not any(created_outside(n, trace) for n in call.nodes)
 
 
 def finish_fast(

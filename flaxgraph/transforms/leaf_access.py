@@ -14,17 +14,13 @@ from collections.abc import Callable, Hashable, Mapping, MutableMapping
 from typing import Any, NamedTuple, cast
 
 import jax
-import numpy as np
 
 from flaxgraph.graphlib.registry import (
-    ARRAY,
-    CONSTANT,
     NODE,
     PLAIN_STATIC,
     REGISTRY,
     VARIABLE,
 )
-from flaxgraph.graphlib.walk import SCALARS
 from flaxgraph.transforms.ref_writes import read_ref
 from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
@@ -70,17 +66,6 @@ def attribute_children(x: object) -> tuple[list[tuple[str, Any]], Any] | None:
             return None
         children.append((entry.name, child))
     return children, treedef
-
-
-def is_argument_leaf(x: object) -> bool:
-    """Whether an argument's value counts as a leaf for the fast path's key and its
-    checks: an array (JAX, NumPy) or a Python scalar. Any leaf may stand where
-    another was (the plan's compiled function is a ``jax.jit``, which retraces
-    when a leaf's type calls for it). Asks the engine's classification: an ``ARRAY``
-    (``registry.ARRAY_TYPES``), or a ``CONSTANT`` that is a number (an int, float,
-    bool or complex, exactly, or a NumPy scalar; not a string, ``None``…)."""
-    kind = REGISTRY.kind_of(x)
-    return kind is ARRAY or (kind is CONSTANT and (type(x) in SCALARS or isinstance(x, np.generic)))
 
 
 def level_treedef(x: object) -> object:

@@ -341,6 +341,17 @@ class Call:
         return write_back(out_static, values, self.nodes)
 
 
+def created_outside(node: object, trace: object) -> bool:
+    """Whether the graph node or Variable ``node`` was created in a trace other than
+    ``trace`` (captured by closure from outside a transform). The one test of
+    "created in this trace": the lift's inner split (a captured object may not be
+    returned), the loops' carry check (``control.py``) and the fast path's plan
+    recording (``fastpath.same_trace``) ask it. An object that records no trace (a
+    registered graph-node type other than ``Object``) counts as created here."""
+    created = trace_of(node) if is_variable(node) else getattr(node, "_obj_trace", None)
+    return created is not None and created != trace
+
+
 def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -> object:
     """Step 5: updates the input objects ``nodes`` (by input reference index) in place
     from ``out_static`` and the out leaves ``values``; returns the output."""
@@ -666,8 +677,7 @@ class _OutputWalk(PrefixWalk):
         if not self.mode.updates and path and path[0] == 0 and node in self.in_index:
             self.returned_input()
         if node not in self.in_index and not self.captured_out:
-            created = trace_of(node) if is_variable(node) else getattr(node, "_obj_trace", None)
-            if created is not None and created != self.trace:
+            if created_outside(node, self.trace):
                 phrase = (
                     "Cannot extract graph node from different trace level"
                     if self.mode.updates

@@ -16,13 +16,22 @@ import enum
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, cast
 
+from flaxgraph.graphlib.graphdefs import (
+    ArrayDef,
+    ContainerDef,
+    Def,
+    NodeDef,
+    NodeRef,
+    StaticDef,
+    VariableDef,
+)
 from flaxgraph.graphlib.registry import NODE, REGISTRY, VARIABLE, is_hashable
 from flaxgraph.graphlib.snapshot import StructureSnapshot
+from flaxgraph.graphlib.walk import argument_leaf
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.leaf_access import (
     attribute_children,
-    is_argument_leaf,
     is_in_place,
     leaf_reader,
     leaf_writer,
@@ -117,7 +126,7 @@ def _part(a: Any, objects: bool = True) -> Any:
     kind = REGISTRY.kind_of(a)
     if kind is NODE or kind is VARIABLE:
         return id(a) if objects else None
-    if is_argument_leaf(a):
+    if argument_leaf(a):
         return _LEAF
     if a is None or t is str:
         return (t, a)
@@ -172,27 +181,72 @@ class ArgLeaf(NamedTuple):
     keys: tuple[Hashable, ...]
 
 
-def _signature(value: Any, root: int, keys: tuple[Any, ...], out: list[ArgCheck]) -> None:
-    """Appends the ``ArgCheck``s that an argument ``value`` (at ``keys`` below the
-    ``root``) still has its structure, containers before their items."""
-    t = type(value)
-    found = None if t is dict or t is list or t is tuple else attribute_children(value)
-    if t is dict or t is list or t is tuple:
-        out.append(
-            ArgCheck(root, keys, CheckKind.ITEMS, (t, tuple(value) if t is dict else len(value)))
+def recorded_checks(call: Call) -> tuple[ArgCheck, ...] | None:
+    r"""The ``ArgCheck``\ s of a plan, read from what the general walk recorded of the
+    call's arguments (``call.graphdef``, whose root holds ``(args, kwargs)``), not
+    decided again: a container the walk recorded (a list, tuple or dict; an attribute
+    pytree with its one-level treedef) is checked for its type and keys, then its
+    items; a leaf the walk made (an argument array, a traced Python or NumPy
+    number, ``walk.traced_constant``) for its type, or for being another leaf of the
+    walk's rule; a static value, a graph node and a Variable for identity (the
+    object the walk saw). Containers come before their items, so each access of the
+    generated code is safe once reached. ``None`` when the record holds what a plan
+    cannot check (a raw ``jax.Ref``, an ``nnx.data``/``nnx.static`` mark, an object
+    inside an attribute pytree).
+    """
+    root = call.graphdef.root
+    if type(root) is not ContainerDef or len(root.children) != 2:
+        return None
+    leaf_at = dict(zip(call.graphdef.leaf_paths, call.leaves))
+    out: list[ArgCheck] = []
+    for r, part in enumerate(root.children):
+        if type(part) is not ContainerDef:
+            return None
+        for key, child in zip(part.keys, part.children):
+            if not _record(child, r, (key,), leaf_at, call.nodes, out, True):
+                return None
+    return tuple(out)
+
+
+def _record(
+    d: Def,
+    root: int,
+    keys: tuple[Hashable, ...],
+    leaf_at: dict[tuple[Hashable, ...], object],
+    nodes: Sequence[Any],
+    out: list[ArgCheck],
+    objects: bool,
+) -> bool:
+    """Appends the checks of the recorded definition ``d`` at ``keys`` (see
+    ``recorded_checks``); False when it cannot be checked."""
+    if isinstance(d, ContainerDef):
+        if d.treedef is None:
+            expected = (d.type, d.keys if d.type is dict else len(d.keys))
+            out.append(ArgCheck(root, keys, CheckKind.ITEMS, expected))
+        else:
+            if not all(type(k) is str and k.isidentifier() for k in d.keys):
+                return False  # read by attribute in the generated code
+            out.append(ArgCheck(root, keys, CheckKind.PYTREE, (d.type, d.treedef)))
+            objects = False
+        return all(
+            _record(c, root, (*keys, k), leaf_at, nodes, out, objects)
+            for k, c in zip(d.keys, d.children)
         )
-        items = value.items() if t is dict else enumerate(value)
-        for k, v in items:
-            _signature(v, root, (*keys, k), out)
-    elif found is not None:
-        children, treedef = found
-        out.append(ArgCheck(root, keys, CheckKind.PYTREE, (t, treedef)))
-        for k, v in children:
-            _signature(v, root, (*keys, k), out)
-    elif _part(value) == _LEAF:
-        out.append(ArgCheck(root, keys, CheckKind.TYPE, t))
-    else:
-        out.append(ArgCheck(root, keys, CheckKind.IS, value))
+    if isinstance(d, ArrayDef):
+        if d.index is not None:  # a raw jax.Ref
+            return False
+        leaf = leaf_at.get((root, *keys), _LEAF)
+        if leaf is _LEAF:  # an nnx.data mark: its value is the leaf
+            return False
+        out.append(ArgCheck(root, keys, CheckKind.TYPE, type(leaf)))
+        return True
+    if isinstance(d, StaticDef):
+        out.append(ArgCheck(root, keys, CheckKind.IS, d.value))
+        return True
+    if objects and isinstance(d, NodeDef | VariableDef | NodeRef):
+        out.append(ArgCheck(root, keys, CheckKind.IS, nodes[d.index]))
+        return True
+    return False
 
 
 class Plan:
@@ -262,12 +316,9 @@ class Plan:
         self.n_args = len(args)
         self.statics = statics
         self.kwarg_names = frozenset(kwargs)
-        checks: list[ArgCheck] = []
-        for i, a in enumerate(args):
-            _signature(a, 0, (i,), checks)
-        for k, v in kwargs.items():
-            _signature(v, 1, (k,), checks)
-        self.arg_checks = tuple(checks)
+        recorded = recorded_checks(call)
+        checks = recorded if recorded is not None else ()
+        self.arg_checks = checks
         # Arguments' pytrees whose items are reached by attribute (plan_code._access).
         self.attribute_parents = frozenset(
             (c.root, c.keys) for c in checks if c.kind is CheckKind.PYTREE
@@ -289,7 +340,8 @@ class Plan:
         self.box_positions = frozenset(p for p in stored if is_box_backed(call.leaves[p]))
         self.ref_positions = frozenset(stored) - self.box_positions
         self.in_place = (
-            self.snapshot.versioned
+            recorded is not None
+            and self.snapshot.versioned
             and not (donated and stored)
             and all(
                 is_variable(leaf) or is_in_place(path, args, kwargs)

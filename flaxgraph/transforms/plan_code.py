@@ -44,13 +44,15 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any, TypedDict
 
+import jax
+
 from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, TupleItem, same_item
+from flaxgraph.graphlib.walk import argument_leaf
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
 from flaxgraph.transforms.leaf_access import (
     get_raw,
     get_ref_content,
-    is_argument_leaf,
     level_treedef,
 )
 from flaxgraph.transforms.lift import IN, LeafSource, OutStatic
@@ -180,7 +182,7 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "_values": dict.values,
         "_is": operator.is_,
         "_level": level_treedef,
-        "_leaf": is_argument_leaf,
+        "_leaf": argument_leaf,
         "_getattr": getattr,
         "_same": same_item,
         "_call": operator.call,
@@ -256,8 +258,15 @@ def _signature_checks(src: _Source, plan: Plan) -> None:
         if kind is CheckKind.IS:
             conditions.append(f"{access} is not {const(expected)}")
         elif kind is CheckKind.TYPE:
-            # Another leaf type (a NumPy array for a jax.Array) is still a leaf.
-            conditions.append(f"(type({access}) is not {const(expected)} and not _leaf({access}))")
+            # Another leaf type (a NumPy array for a jax.Array) is still a leaf: the
+            # walk's rule decides (walk.argument_leaf). A Tracer's kind depends on its
+            # aval (an array or a jax.Ref), so the rule always decides for one.
+            if issubclass(expected, jax.core.Tracer):
+                conditions.append(f"not _leaf({access})")
+            else:
+                conditions.append(
+                    f"(type({access}) is not {const(expected)} and not _leaf({access}))"
+                )
         elif kind is CheckKind.PYTREE:
             t, treedef = expected
             conditions.append(f"type({access}) is not {const(t)}")
@@ -463,7 +472,12 @@ def _item_check(src: _Source, access: str, key: Any) -> str:
     """The condition that the list or dict item at ``access`` no longer matches its
     snapshot ``key`` (graphlib/snapshot.py: arrays by type, the rest by identity)."""
     if type(key) is ArrayItem:
-        return f"type({access}) is not {src.const(key.type)}"
+        # The quick test (the same array type) says "unchanged" alone; any other type
+        # asks the rule itself (snapshot.same_item: another array is no new
+        # structure). A Tracer's kind depends on its aval, so it always asks.
+        if issubclass(key.type, jax.core.Tracer):
+            return f"not _same({access}, {src.const(key)})"
+        return f"(type({access}) is not {src.const(key.type)} and not _same({access}, {src.const(key)}))"
     if type(key) is TupleItem:
         return f"not _same({access}, {src.const(key)})"
     return f"{access} is not {src.const(key)}"

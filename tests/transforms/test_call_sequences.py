@@ -1,0 +1,73 @@
+"""Correct numbers by construction (#36): every public transform, called again and
+again with values that change, repeat and change type at every place a value can
+be, returns what its general path, the eager call and real Flax NNX 0.12.8 return,
+and leaves the model as they leave it (``call_sequences.py`` says how).
+
+The property runs per transform: 2 sequences each at the ``ci`` profile, half the
+profile's examples (100 per transform, 2,200 in all) at ``dev``.
+``test_the_property_fails_when_the_check_is_type_only`` proves it can fail: with
+the plan's generated argument checks mutated (in this test only, by replacing the
+code generator's function for the duration of the test) to compare a static
+argument's type instead of the value the general walk recorded, the property's
+body reports stale calls. (On the issue's start commit, 9ca6d0d, it fails on a NumPy scalar
+argument: the general walk made it static, the plan read it as a leaf.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from call_sequences import TRANSFORMS, Sequence, run_sequence, sequences
+from hypothesis import given, settings
+
+from flaxgraph.graphlib.registry import is_node_or_variable
+from flaxgraph.testing.values import PyScalar
+from flaxgraph.transforms import plan_code
+from flaxgraph.transforms.plan import CheckKind
+
+_PROFILE = settings().max_examples
+_EXAMPLES = 2 if _PROFILE < 100 else _PROFILE // 2
+_JIT = next(t for t in TRANSFORMS if t.name == "jit")
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS, ids=[t.name for t in TRANSFORMS])
+def test_a_call_sequence_computes_what_the_general_path_eager_call_and_flax_compute(transform):
+    @settings(max_examples=_EXAMPLES)
+    @given(sequences())
+    def check(seq: Sequence) -> None:
+        problems = run_sequence(transform, seq)
+        assert not problems, "\n".join(problems)
+
+    check()
+
+
+def _type_only(generate: Any) -> Any:
+    """The argument-check generator with every identity check of a static value made
+    a type check: the deliberate mutation (a check that tests only the type)."""
+
+    def mutated(src: Any, plan: Any) -> None:
+        kept = plan.arg_checks
+        plan.arg_checks = tuple(
+            c._replace(kind=CheckKind.TYPE, expected=type(c.expected))
+            if c.kind is CheckKind.IS and not is_node_or_variable(c.expected)
+            else c
+            for c in kept
+        )
+        try:
+            generate(src, plan)
+        finally:
+            plan.arg_checks = kept
+
+    return mutated
+
+
+def test_the_property_fails_when_the_check_is_type_only(monkeypatch):
+    monkeypatch.setattr(plan_code, "_signature_checks", _type_only(plan_code._signature_checks))
+    # A string argument is static (as in jax.jit's static arguments): another string
+    # in its place must retrace, and a type check lets the plan replay instead.
+    values = (PyScalar("ab"), PyScalar(""), PyScalar("ab"), PyScalar(""))
+    assert run_sequence(_JIT, Sequence("positional", values))
+    # The same inside a dict argument and as a keyword argument.
+    assert run_sequence(_JIT, Sequence("dict_arg", values))
+    assert run_sequence(_JIT, Sequence("keyword", values))
