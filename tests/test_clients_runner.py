@@ -58,6 +58,18 @@ def test_a_baseline_test_that_did_not_run_is_unexpected_unless_listed() -> None:
     assert not verdict.now_passing and not verdict.not_run
 
 
+def test_a_recorded_test_a_clean_checkout_lacks_is_absent_not_failed() -> None:
+    verdict = own_tests.judge(
+        [run({A: ("passed", "")})], {C: Expectation("gap", "z")}, {A: "passed", B: "passed"}
+    )
+    assert verdict.absent == [B, C]
+    assert not verdict.unexpected and not verdict.not_run
+    crashed = own_tests.FileRun(FILE, "crashed", 1.0, {A: ("passed", "")}, "crashed in x")
+    verdict = own_tests.judge([crashed], {C: Expectation("gap", "z")}, {B: "passed"})
+    assert verdict.unexpected == [(B, "missing", "crashed in x")] and verdict.not_run == [C]
+    assert not verdict.absent
+
+
 def test_a_skip_is_unexpected_only_where_flax_passes() -> None:
     outcomes = {A: ("skipped", ""), B: ("skipped", "")}
     verdict = own_tests.judge([run(outcomes)], {}, {A: "passed", B: "skipped"})
@@ -66,7 +78,7 @@ def test_a_skip_is_unexpected_only_where_flax_passes() -> None:
 
 def test_a_listed_test_that_no_longer_exists_is_reported() -> None:
     verdict = own_tests.judge([run({A: ("passed", "")})], {C: Expectation("flax", "z")}, {})
-    assert verdict.not_run == [C]
+    assert verdict.absent == [C] and not verdict.not_run and not verdict.unexpected
 
 
 def test_rewriting_keeps_reasons_drops_passes_and_sorts_new_failures() -> None:

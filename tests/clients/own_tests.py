@@ -14,12 +14,13 @@ you make yourself, anywhere you like, and passes as the one required argument. N
 2. installs that client from the package registry at that release (``environments.py``): the
    contract's environment when it is the release the contract pins, else a venv of its own,
    ``<venv>-<client>-<version>``, with the same pinned closure and that release in its place;
-   the checkout itself is never installed or imported;
+   plus the test runner (``own-tests-requirements.txt`` for Tunix and qwix; MaxText's closure
+   holds its own); the checkout itself is never installed or imported;
 3. runs each selected test file of the checkout (``selection.py``) in its own pytest process,
    ``--jobs`` at a time, with a per-test and a per-file timeout, with the client's own pytest
-   configuration (``--import-mode=append`` and no ``pythonpath``, so the installed release, not
-   the checkout's source, is what ``import <client>`` finds; the checkout's test helpers and data
-   stay importable and readable), ``flax.nnx`` bound to flaxgraph by the drop-in (``pytest -p
+   configuration (``python -P``, ``--import-mode=append`` and no ``pythonpath``, so the installed
+   release, not the checkout's source, is what ``import <client>`` finds; the checkout's test
+   helpers and data stay importable and readable), ``flax.nnx`` bound to flaxgraph by the drop-in (``pytest -p
    flaxgraph.pytest_plugin --flax-nnx=flaxgraph``) or, with ``--baseline``, the real Flax;
    MaxText's with ``DECOUPLE_GCLOUD=TRUE`` and ``MAXTEXT_REPO_ROOT`` naming the checkout; all with
    ``JAX_PLATFORMS=cpu``; ``client_outcomes.py`` records each test's outcome and proves both the
@@ -31,7 +32,8 @@ you make yourself, anywhere you like, and passes as the one required argument. N
    that fails but is not listed, on a listed test that passes, and on a file whose binding or
    release is not proven. Both files were recorded on particular commits of the clients (their
    headers say which); a checkout of another commit may differ from them in tests that were
-   added, renamed or changed.
+   added, renamed or changed: a recorded test that a cleanly collected file of the checkout
+   does not have is reported as not in this checkout, not as a failure.
 
 ``--baseline`` runs the same files on the real Flax (no binding) and compares with
 ``flax_baseline.txt``; ``--write`` then rewrites the baseline (after a baseline run) or the
@@ -71,6 +73,8 @@ from environments import (  # noqa: E402
     Client,
     build,
     pinned_version,
+    pip,
+    sha16,
 )
 from expectations import (  # noqa: E402
     CATEGORIES,
@@ -84,6 +88,8 @@ from selection import ALL, EXCLUDED, SUBSETS, TestFile  # noqa: E402
 EXPECTATIONS = HERE / "expectations.txt"
 BASELINE = HERE / "flax_baseline.txt"
 OUTPUTS = REPO / "outputs" / "clients" / "own_tests"
+# per environment: what this tool adds to it (the test runner and test-only dependencies)
+TEST_TOOLS = {"clients": "own-tests-requirements.txt"}
 
 
 class Checkout(NamedTuple):
@@ -202,6 +208,7 @@ def release_environment(client: Client, version: str) -> Path:
 
     The contract's environment when it pins that release; else ``<its venv>-<client>-<version>``,
     built from the same pinned closure with ``<distribution>==<version>`` in place of the pin.
+    Then the environment's test tools (``TEST_TOOLS``) are installed on top, ``--no-deps``.
 
     Raises:
       SystemExit: the release is not on the registry, or another install failed.
@@ -209,15 +216,24 @@ def release_environment(client: Client, version: str) -> Path:
     environment = ENVIRONMENTS[client.environment]
     pinned = pinned_version(environment, client.distribution)
     if version == pinned:
-        return build(environment)
-    venv = (REPO / f"{environment.venv}-{client.name}-{version}").resolve()
-    venv.mkdir(parents=True, exist_ok=True)
-    requirements = venv / "requirements.txt"
-    text = with_release((HERE / environment.requirements).read_text(), client.distribution, version)
-    if not requirements.exists() or requirements.read_text() != text:
-        requirements.write_text(text)
-    print(f"own_tests: {client.distribution} {version} (the contract pins {pinned}) in {venv}")
-    return build(environment._replace(venv=str(venv), requirements=str(requirements)))
+        venv = build(environment)
+    else:
+        venv = (REPO / f"{environment.venv}-{client.name}-{version}").resolve()
+        venv.mkdir(parents=True, exist_ok=True)
+        requirements = venv / "requirements.txt"
+        closure = (HERE / environment.requirements).read_text()
+        text = with_release(closure, client.distribution, version)
+        if not requirements.exists() or requirements.read_text() != text:
+            requirements.write_text(text)
+        print(f"own_tests: {client.distribution} {version} (the contract pins {pinned}) in {venv}")
+        venv = build(environment._replace(venv=str(venv), requirements=str(requirements)))
+    if tools := TEST_TOOLS.get(environment.name):
+        stamp, want = venv / ".own-tests", sha16(HERE / tools)
+        if not stamp.exists() or stamp.read_text() != want:
+            print(f"own_tests: installing {tools} --no-deps into {venv}", flush=True)
+            pip(venv, "install", "--no-deps", "-r", str(HERE / tools))
+            stamp.write_text(want)
+    return venv
 
 
 class FileRun(NamedTuple):
@@ -261,6 +277,9 @@ def run_file(
     env.pop("XLA_FLAGS", None)
     cmd = [
         str(venv / "bin" / "python"),
+        # -P: the working folder (the checkout) does not go first on sys.path, as `python -m`
+        # would put it, so `import <client>` finds the release in the venv
+        "-P",
         "-m",
         "pytest",
         "-q",
@@ -363,6 +382,9 @@ class Verdict(NamedTuple):
     now_passing: list[str]  # listed, but passed
     not_run: list[str]  # listed, but neither run nor in the baseline
     bad_files: list[str]  # binding or release not proven
+    # recorded (baseline or listed) but not in the checkout, whose file ran cleanly: the checkout
+    # is another commit than the one recorded; reported, not a failure
+    absent: list[str]
 
 
 def judge(
@@ -370,16 +392,19 @@ def judge(
     expectations: dict[str, Expectation],
     baseline: dict[str, str],
 ) -> Verdict:
-    unexpected, now_passing, not_run, bad_files = [], [], [], []
+    unexpected, now_passing, not_run, bad_files, absent = [], [], [], [], []
     for run in runs:
         prefix = run.file.name + "::"
+        clean = run.status == "ran" and not run.note  # no collection error, no crash
         if run.status == "not-proven":
             bad_files.append(f"{run.file.name}: {run.note}")
         ids = {t for t in baseline if t.startswith(prefix)} | set(run.outcomes)
         for test in sorted(ids):
             outcome, message = run.outcomes.get(test, ("missing", run.note or "not collected"))
             listed = test in expectations
-            if outcome == "passed" and listed:
+            if outcome == "missing" and clean:
+                absent.append(test)
+            elif outcome == "passed" and listed:
                 now_passing.append(test)
             elif outcome == "skipped" and not listed and baseline.get(test) != "passed":
                 continue
@@ -387,8 +412,8 @@ def judge(
                 unexpected.append((test, outcome, message))
         for test in expectations:
             if test.startswith(prefix) and test not in ids:
-                not_run.append(test)
-    return Verdict(unexpected, now_passing, not_run, bad_files)
+                (absent if clean else not_run).append(test)
+    return Verdict(unexpected, now_passing, not_run, bad_files, absent)
 
 
 def table(
@@ -543,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"LISTED BUT NOT RUN: {test} (no such test: remove or correct it)")
     for line in verdict.bad_files:
         print(f"NOT PROVEN: {line}")
+    for test in verdict.absent:
+        print(f"not in this checkout (recorded on another commit): {test}")
     counts = Counter(e.category for t, e in expectations.items())
     print("expectations: " + ", ".join(f"{counts[c]} {c}" for c in CATEGORIES))
     ok = not (verdict.unexpected or verdict.now_passing or verdict.not_run or verdict.bad_files)
