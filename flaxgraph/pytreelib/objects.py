@@ -106,6 +106,7 @@ class Pytree:
         "_obj_kinds",
         "_obj_layout",
         "_obj_flags",
+        "_obj_plans",
         "__dict__",
         "__weakref__",
     )
@@ -116,6 +117,7 @@ class Pytree:
         _obj_kinds: tuple[tuple[Hashable, str], ...]
         _obj_layout: tuple[int, Layout] | None  # (structure version, layout)
         _obj_flags: PytreeState  # set on the first read of ``_pytree__state``
+        _obj_plans: list[Any]  # the fast-path plans it holds (transforms/plan_owners.py)
     _obj_class_kinds: tuple[tuple[str, str], ...] = ()
     _obj_is_pytree = True
 

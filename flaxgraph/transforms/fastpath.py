@@ -31,6 +31,8 @@ Source: ``docs/design.md``, "The fast path".
 from __future__ import annotations
 
 import enum
+import itertools
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple, cast
@@ -64,6 +66,7 @@ from flaxgraph.transforms.plan import (
     plan_key,
 )
 from flaxgraph.transforms.plan_code import compile_run, with_apply
+from flaxgraph.transforms.plan_owners import can_own, disown, own
 from flaxgraph.transforms.ref_writes import RefInstall, copies_of_ref_values
 from flaxgraph.variablelib.variable import Variable, is_variable
 
@@ -316,16 +319,31 @@ class CacheInfo(NamedTuple):
 
 
 class PlanCache:
-    """The plans of one transformed function, most recent first (at most ``size``;
-    a plan keeps its objects alive, so the cache stays small)."""
+    """The plans of one transformed function, most recent first (at most ``size``).
 
-    __slots__ = ("plans", "size", "recent", "general_calls")
+    The cache holds a plan weakly when the objects it was made for hold it
+    (``plan_owners.py``): a model the user drops is collected with its plans, and its
+    entry here reads ``None``. ``recent`` and the entries are ``() -> Plan | None``
+    (a ``weakref``, or a plain getter for a plan the cache holds itself).
+    """
+
+    __slots__ = ("entries", "size", "recent", "general_calls")
 
     def __init__(self, size: int = 4):
-        self.plans: OrderedDict[Any, Plan] = OrderedDict()
+        self.entries: OrderedDict[Any, Callable[[], Plan | None]] = OrderedDict()
         self.size = size
-        self.recent: Plan | None = None  # tried first, before computing a key
+        self.recent: Callable[[], Plan | None] = _NO_PLAN  # tried first, before a key
         self.general_calls = 0  # counted by the transform on its general path
+
+    @property
+    def plans(self) -> OrderedDict[Any, Plan]:
+        """The live plans by key, most recent first."""
+        live: OrderedDict[Any, Plan] = OrderedDict()
+        for key, ref in self.entries.items():
+            plan = ref()
+            if plan is not None:
+                live[key] = plan
+        return live
 
     def info(self) -> CacheInfo:
         """The counts a transformed function's ``cache_info()`` reports."""
@@ -337,29 +355,49 @@ class PlanCache:
 
     def run_by_key(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
         """The call through the plan cached for these arguments' key, or ``MISS``
-        (transforms try ``recent.run`` first, inline, which needs no key). The plan's
+        (transforms try ``recent().run`` first, inline, which needs no key). The plan's
         generated ``run`` checks the structure itself: the key only finds it."""
         key = plan_key(args, kwargs)
         if key is None:
             return MISS
-        plan = self.plans.get((key, statics))
+        ref = self.entries.get((key, statics))
+        plan = ref() if ref is not None else None
         if plan is None:
             return MISS
         result = plan.run(args, kwargs, statics)
         if result is not MISS:
-            self.recent = plan
+            self.recent = cast("Callable[[], Plan | None]", ref)
         return result
 
     def put(self, key: Any, plan: Plan) -> None:
-        """Adds ``plan`` (most recent first), dropping the oldest beyond ``size``."""
+        """Adds ``plan`` (most recent first), dropping dead entries and the oldest
+        beyond ``size``; the objects of a plan it replaces or drops let go of it."""
         if not plan.in_place:
             return
         plan.run, plan.source = compile_run(plan, finish_fast)
-        self.plans[key] = plan
-        self.plans.move_to_end(key, last=False)
-        while len(self.plans) > self.size:
-            self.plans.popitem()
-        self.recent = plan
+        ref: Callable[[], Plan | None]
+        if can_own(plan):
+            own(plan)
+            ref = weakref.ref(plan)
+        else:  # objects that cannot hold it: the cache does
+            ref = itertools.repeat(plan).__next__
+        old = self.entries.pop(key, None)
+        old_plan = old() if old is not None else None
+        if old_plan is not None and old_plan is not plan:
+            disown(old_plan)
+        self.entries[key] = ref
+        self.entries.move_to_end(key, last=False)
+        for dead in [k for k, r in self.entries.items() if r() is None]:
+            del self.entries[dead]
+        while len(self.entries) > self.size:
+            _, dropped = self.entries.popitem()
+            dropped_plan = dropped()
+            if dropped_plan is not None:
+                disown(dropped_plan)
+        self.recent = ref
+
+
+_NO_PLAN: Callable[[], None] = type(None)  # ``recent`` before any plan: returns None
 
 
 def same_trace(call: Call) -> bool:

@@ -287,6 +287,7 @@ class Plan:
         "source",
         "ref_positions",
         "box_positions",
+        "__weakref__",  # the PlanCache holds plans weakly (plan_owners.py)
     )
 
     def __init__(

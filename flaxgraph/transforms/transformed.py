@@ -99,7 +99,7 @@ class Transformed(Generic[P, R]):
         """Calls the transformed function: the fast path when a recent call had the
         same argument structure, else the transform's general path."""
         if self.plain:  # the common case, inline: a few attribute reads per call
-            plan = self.plans.recent
+            plan = self.plans.recent()
             if plan is not None:
                 result: R = plan.run(args, kwargs, ())
                 if result is not MISS:
@@ -118,7 +118,7 @@ class Transformed(Generic[P, R]):
             dyn_args, dyn_kwargs, statics = args, kwargs, ()
         if self.fast:
             plans = self.plans
-            plan = plans.recent
+            plan = plans.recent()
             if plan is not None:
                 result = plan.run(dyn_args, dyn_kwargs, statics)
                 if result is not MISS:

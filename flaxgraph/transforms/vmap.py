@@ -279,8 +279,12 @@ class Mapped(Transformed[P, R]):
         current = self.current
         current.closed = [g if c else None for g, c in zip(groups, self.closed_groups)]
         current.static = static
-        out_groups = self.mapped(*((g,) for g, c in zip(groups, self.closed_groups) if not c))
-        return current.out, out_groups
+        try:
+            out_groups = self.mapped(*((g,) for g, c in zip(groups, self.closed_groups) if not c))
+            out = current.out
+        finally:  # nothing of this call stays behind (the arrays are the caller's)
+            current.closed = current.static = current.out = None
+        return out, out_groups
 
     def call_general(
         self,

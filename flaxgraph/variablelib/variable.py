@@ -197,7 +197,9 @@ class Variable(Generic[A]):
     # container, numbers; the Python operators are installed right after the class);
     # kind and flags; identity and display.
 
-    __slots__ = ("raw_value", "_var_metadata", "_var_trace", "_var_ref")
+    # ``_var_plans``: the fast-path plans it holds, unset until one does
+    # (``transforms/plan_owners.py``); no copy, pickle or graph walk reads it.
+    __slots__ = ("raw_value", "_var_metadata", "_var_trace", "_var_ref", "_var_plans")
 
     #: The metadata keys every Variable answers for through its flags; they are
     #: left out of ``get_metadata(exclude_required=True)``.
