@@ -238,6 +238,8 @@ def test_a_release_tag_on_the_checkouts_head_names_its_version(tmp_path: Path) -
     for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "x"], ["tag", "v0.1.8"]):
         subprocess.run([*git, *args], check=True, capture_output=True, timeout=60)
     assert own_tests.identify(root).version == "0.1.8"
+    subprocess.run([*git, "tag", "qwix-v0.1.9"], check=True, capture_output=True, timeout=60)
+    assert own_tests.identify(root).version == "0.1.9"
 
 
 def test_a_checkout_that_is_no_client_or_names_no_release_is_refused(tmp_path: Path) -> None:

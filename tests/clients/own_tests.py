@@ -22,7 +22,8 @@ you make yourself, anywhere you like, and passes as the one required argument. N
    release, not the checkout's source, is what ``import <client>`` finds; the checkout's test
    helpers and data stay importable and readable), ``flax.nnx`` bound to flaxgraph by the drop-in (``pytest -p
    flaxgraph.pytest_plugin --flax-nnx=flaxgraph``) or, with ``--baseline``, the real Flax;
-   MaxText's with ``DECOUPLE_GCLOUD=TRUE`` and ``MAXTEXT_REPO_ROOT`` naming the checkout; all with
+   MaxText's with ``DECOUPLE_GCLOUD=TRUE``, ``MAXTEXT_REPO_ROOT`` naming the checkout (for its
+   tests' data) and ``MAXTEXT_ASSETS_ROOT`` the release's assets; all with
    ``JAX_PLATFORMS=cpu``; ``client_outcomes.py`` records each test's outcome and proves both the
    binding (no module of the real ``flax/nnx`` was loaded) and the release (the client's package
    was imported from the venv, not from the checkout);
@@ -66,6 +67,7 @@ from typing import NamedTuple
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import maxtext_trainer  # noqa: E402
 from environments import (  # noqa: E402
     CLIENTS,
     ENVIRONMENTS,
@@ -114,7 +116,7 @@ def _version_in(path: Path) -> str | None:
 
 
 def _release_tag(root: Path) -> str | None:
-    """The release tag (``X.Y.Z`` or ``vX.Y.Z``) on the checkout's HEAD commit, if it is a git one."""
+    """The release on the checkout's HEAD commit, from a tag ``X.Y.Z``, ``vX.Y.Z`` or ``<name>-vX.Y.Z``."""
     if not (root / ".git").exists():
         return None
     try:
@@ -126,7 +128,9 @@ def _release_tag(root: Path) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    tags = [t.removeprefix("v") for t in done.stdout.split() if re.fullmatch(r"v?\d+(\.\d+)+", t)]
+    # X.Y.Z, vX.Y.Z, or <name>-vX.Y.Z as MaxText tags its releases (maxtext-v0.2.4)
+    pattern = re.compile(r"(?:[A-Za-z][\w.]*-)?v?(\d+(?:\.\d+)+)")
+    tags = [m[1] for t in done.stdout.split() if (m := pattern.fullmatch(t))]
     return max(tags, key=lambda t: tuple(int(p) for p in t.split(".")), default=None)
 
 
@@ -136,7 +140,7 @@ def identify(root: Path, release: str | None = None) -> Checkout:
     The client is the distribution ``[project] name`` of ``root/pyproject.toml`` names (one of
     ``environments.CLIENTS``' distributions). The version is, the first that gives one:
     ``release``; ``[project] version`` (the placeholder ``0.0.0`` does not count); a release tag
-    (``X.Y.Z`` or ``vX.Y.Z``) on the checkout's git HEAD; the ``__version__`` of the file
+    (``X.Y.Z``, ``vX.Y.Z`` or ``<name>-vX.Y.Z``) on the checkout's git HEAD; the ``__version__`` of the file
     ``[tool.hatch.version] path`` names, of the module ``[tool.setuptools.dynamic] version.attr``
     names, or of ``<package>/__init__.py`` / ``<package>/version.py`` (under ``src/`` too).
 
@@ -247,12 +251,18 @@ class FileRun(NamedTuple):
 
 
 def run_file(
-    file: TestFile, venv: Path, root: Path, flaxgraph: bool, test_timeout: int, timeout: int
+    file: TestFile,
+    venv: Path,
+    root: Path,
+    flaxgraph: bool,
+    test_timeout: int,
+    timeout: int,
+    variables: dict[str, str] | None = None,
 ) -> FileRun:
     """Runs one test file in its own pytest process and reads back its outcomes.
 
     ``venv`` holds the client's release, ``root`` is the user's checkout (the working folder,
-    where the test file is read from).
+    where the test file is read from); ``variables`` are set for the process on top.
     """
     client = CLIENTS[file.client]
     logs = OUTPUTS / ("flaxgraph" if flaxgraph else "flax")
@@ -273,6 +283,7 @@ def run_file(
         "CLIENT_OUTCOMES": str(results),
         "CLIENT_PACKAGE": client.name,
         **client.environ(root),
+        **(variables or {}),
     }
     env.pop("XLA_FLAGS", None)
     cmd = [
@@ -515,6 +526,11 @@ def main(argv: list[str] | None = None) -> int:
                 print("excluded", f"{e.client}: {e.files}\n         -> {e.reason}")
         return 0
     venv = release_environment(client, checkout.version)
+    variables = {}
+    if client.name == "maxtext":
+        # MaxText's assets (tokenizers) from the release too: by default it looks for them under
+        # MAXTEXT_REPO_ROOT (the checkout, for its tests' own data in tests/assets)
+        variables["MAXTEXT_ASSETS_ROOT"] = str(maxtext_trainer.package(venv).tokenizer.parents[1])
     version = python_version(venv)
     for f in [f for f in files if version < f.min_python]:
         print(
