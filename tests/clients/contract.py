@@ -159,13 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         for client in members:
             if client == "maxtext":
                 outcomes[client] = check_maxtext(venv, args.subset)
-                continue
-            names = scenario_names(client, "all" if args.only else args.subset)
-            if args.only:
-                names = [name for name in names if name in args.only.split(",")]
-            outcomes[client] = check_programs(venv, client, names, args.mutation) if names else []
-    for client, rows in outcomes.items():
-        print_table(client, rows)
+            else:
+                names = scenario_names(client, "all" if args.only else args.subset)
+                if args.only:
+                    names = [name for name in names if name in args.only.split(",")]
+                outcomes[client] = (
+                    check_programs(venv, client, names, args.mutation) if names else []
+                )
+            print_table(client, outcomes[client])
     failed = [o for rows in outcomes.values() for o in rows if not o.agreed]
     total = sum(len(rows) for rows in outcomes.values())
     verdict = "OK" if not failed else f"FAILED ({len(failed)} of {total} scenarios disagree)"

@@ -40,21 +40,33 @@ def _nodes(args: tuple[Any, ...], kwargs: dict[str, Any], nnx: Any) -> list[Any]
     return found
 
 
-def _restoring(transformed: Callable[..., Any], nnx: Any) -> Callable[..., Any]:
-    """``transformed``, but the graph nodes it is called with are restored after each call."""
+class _Restoring:
+    """``transformed``, but the graph nodes it is called with are restored after each call.
 
-    @functools.wraps(transformed)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    Any other attribute (``jitted_fn``, ``lower``, ...) is the transformed function's own, and it
+    binds as a method as a function does, so a client sees the transform it asked for.
+    """
+
+    def __init__(self, transformed: Callable[..., Any], nnx: Any) -> None:
+        self.transformed, self.nnx = transformed, nnx
+        functools.update_wrapper(self, transformed)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        nnx = self.nnx
         nodes = _nodes(args, kwargs, nnx)
         before = [nnx.to_pure_dict(nnx.state(node)) for node in nodes]
-        out = transformed(*args, **kwargs)
+        out = self.transformed(*args, **kwargs)
         for node, values in zip(nodes, before, strict=True):
             state = nnx.state(node)
             nnx.replace_by_pure_dict(state, values)
             nnx.update(node, state)
         return out
 
-    return call
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self if instance is None else functools.partial(self, instance)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["transformed"], name)
 
 
 def _wrap(transform: Callable[..., Any], nnx: Any) -> Callable[..., Any]:
@@ -63,7 +75,7 @@ def _wrap(transform: Callable[..., Any], nnx: Any) -> Callable[..., Any]:
         if fun is None or not callable(fun):  # used as @nnx.jit(...) with options
             extra = () if fun is None else (fun,)
             return lambda f: wrapped(f, *extra, *args, **kwargs)
-        return _restoring(transform(fun, *args, **kwargs), nnx)
+        return _Restoring(transform(fun, *args, **kwargs), nnx)
 
     return wrapped
 
