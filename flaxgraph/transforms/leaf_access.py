@@ -73,29 +73,17 @@ def level_treedef(x: object) -> object:
     return jax.tree_util.tree_structure(x, is_leaf=lambda y: y is not x)
 
 
-def child_of(node: Any, key: Any) -> object:
-    """An argument container's item: by key in lists, tuples and dicts, by attribute in
-    the pytrees ``attribute_children`` accepts."""
-    return node[key] if type(node) in _BUILTIN else getattr(node, key)
-
-
-def _in_arg_containers(path: tuple[Hashable, ...], args: object, kwargs: object) -> bool:
-    """Whether the leaf at ``path`` is an argument or sits in lists, tuples, dicts and
-    attribute pytrees (dataclasses, namedtuples) of the arguments (no object in
-    between): it changes with every call's arguments."""
-    node: object = (args, kwargs)[path[0]]  # type: ignore[call-overload]
-    for key in path[1:-1]:
-        node = child_of(node, key)
-        if type(node) not in _BUILTIN and attribute_children(node) is None:
-            return False
-    return True
-
-
 def leaf_reader(
-    path: tuple[Hashable, ...], leaf: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    path: tuple[Hashable, ...],
+    leaf: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    in_arguments: bool,
 ) -> tuple[Callable[[Any], Any], Any]:
     """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
-    argument's own leaf gets target ``None`` (read from the call's arguments)."""
+    argument's own leaf (``in_arguments``: the general walk recorded it in the
+    arguments' containers, no object in between, ``plan.argument_leaf_paths``) gets
+    target ``None`` (read from the call's arguments)."""
     if is_variable(leaf):
         if is_box_backed(leaf):  # a fresh container holding the box's arrays
             return read_box, leaf._var_ref
@@ -105,7 +93,7 @@ def leaf_reader(
                 return get_ref_content, ref
             return read_ref, ref
         return get_raw, leaf
-    if _in_arg_containers(path, args, kwargs):
+    if in_arguments:
         return _identity, None
     place = leaf_place(path, args, kwargs)
     if place is None:
@@ -115,13 +103,15 @@ def leaf_reader(
     return operator.itemgetter(place.key), place.holder
 
 
-def is_in_place(path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def is_in_place(
+    path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any], in_arguments: bool
+) -> bool:
     """Whether the raw leaf at ``path`` is an argument, sits in the arguments' lists,
     tuples and dicts, or has a ``LeafPlace``: an entry of an Object, list or dict
     reached through Objects, lists, tuples and dicts only, possibly inside tuples held
     there (``Node(a=(array, None))``: the tuple is rebuilt around a new value, see
     ``leaf_writer``)."""
-    return _in_arg_containers(path, args, kwargs) or leaf_place(path, args, kwargs) is not None
+    return in_arguments or leaf_place(path, args, kwargs) is not None
 
 
 class LeafPlace(NamedTuple):
@@ -168,7 +158,11 @@ def leaf_place(
 
 
 def leaf_writer(
-    path: tuple[Hashable, ...], leaf: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    path: tuple[Hashable, ...],
+    leaf: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    in_arguments: bool,
 ) -> Callable[[Any], None] | None:
     """How to store a new value for an input leaf in place (None: an argument leaf,
     which has no place to be stored)."""
@@ -176,7 +170,7 @@ def leaf_writer(
         if is_ref_backed(leaf):  # into the Ref (checked first by the lift) or the box
             return functools.partial(write_value, leaf)
         return functools.partial(_set_raw, leaf)
-    if _in_arg_containers(path, args, kwargs):
+    if in_arguments:
         return None  # the caller's containers are not written (as on the general path)
     place = leaf_place(path, args, kwargs)
     if place is None:

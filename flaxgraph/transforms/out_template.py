@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
-from flaxgraph.graphlib.registry import ARRAY_TYPES, is_hashable
+from flaxgraph.graphlib.registry import is_hashable
+from flaxgraph.graphlib.walk import argument_leaf
 from flaxgraph.transforms.lift import IN, Merged, OutStatic
 from flaxgraph.variablelib.variable import is_variable
 
@@ -64,8 +65,11 @@ _NO_MATCH = TemplateMatch(False, None)
 
 
 def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
-    """The structure of ``x`` if it is made of arrays in lists, tuples and dicts
-    (its arrays appended to ``leaves`` in walk order), else ``None``."""
+    """The structure of ``x`` if it is made of leaves in lists, tuples and dicts
+    (its leaves appended to ``leaves`` in walk order), else ``None``. A leaf is what
+    the general walk makes one at an output's place (``walk.argument_leaf``: an
+    array, a traced Python or NumPy number), so the template and the walk cannot
+    disagree on an output's role."""
     t = type(x)
     if t is list or t is tuple:
         keys = []
@@ -83,7 +87,7 @@ def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
                 return None
             keys.append(k)
         return (t, tuple(x), tuple(keys))
-    if isinstance(x, ARRAY_TYPES):
+    if argument_leaf(x):
         leaves.append(x)
         return _ARRAY
     return None

@@ -20,6 +20,7 @@ from flaxgraph.graphlib.graphdefs import (
     ArrayDef,
     ContainerDef,
     Def,
+    GraphDef,
     NodeDef,
     NodeRef,
     StaticDef,
@@ -208,6 +209,21 @@ def recorded_checks(call: Call) -> tuple[ArgCheck, ...] | None:
     return tuple(out)
 
 
+def argument_leaf_paths(graphdef: GraphDef[Any]) -> frozenset[tuple[Hashable, ...]]:
+    """The paths of the leaves the general walk recorded in the arguments' own
+    containers (lists, tuples, dicts, attribute pytrees; no graph node in between):
+    they change with every call's arguments and are read from them."""
+    found: set[tuple[Hashable, ...]] = set()
+    todo: list[tuple[Def, tuple[Hashable, ...]]] = [(graphdef.root, ())]
+    while todo:
+        d, path = todo.pop()
+        if isinstance(d, ContainerDef):
+            todo.extend((c, (*path, k)) for k, c in zip(d.keys, d.children))
+        elif isinstance(d, ArrayDef) and len(path) > 1:
+            found.add(path)
+    return frozenset(found)
+
+
 def _record(
     d: Def,
     root: int,
@@ -340,12 +356,13 @@ class Plan:
         ]
         self.box_positions = frozenset(p for p in stored if is_box_backed(call.leaves[p]))
         self.ref_positions = frozenset(stored) - self.box_positions
+        in_args = argument_leaf_paths(call.graphdef)
         self.in_place = (
             recorded is not None
             and self.snapshot.versioned
             and not (donated and stored)
             and all(
-                is_variable(leaf) or is_in_place(path, args, kwargs)
+                is_variable(leaf) or is_in_place(path, args, kwargs, path in in_args)
                 for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
             )
         )
@@ -356,7 +373,7 @@ class Plan:
         self.arg_leaves: list[ArgLeaf] = []
         if self.in_place:
             for pos, (path, leaf) in enumerate(zip(call.graphdef.leaf_paths, call.leaves)):
-                getter, target = leaf_reader(path, leaf, args, kwargs)
+                getter, target = leaf_reader(path, leaf, args, kwargs, path in in_args)
                 self.getters.append(getter)
                 self.targets.append(target)
                 if target is None:
@@ -376,7 +393,7 @@ class Plan:
         # How to store a new value in place for each input leaf (None: no place, e.g.
         # an argument's own array).
         self.writers = [
-            leaf_writer(path, leaf, args, kwargs) if self.in_place else None
+            leaf_writer(path, leaf, args, kwargs, path in in_args) if self.in_place else None
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         ]
         self.finishes: dict[Hashable, BoundFinish | None] = {}  # by fastpath.FinishPlan
