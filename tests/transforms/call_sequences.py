@@ -564,7 +564,12 @@ def run_sequence(transform: Transform, seq: Sequence) -> list[str]:
         if eager_runs:
             e_args, e_kwargs = put(eager, place, description.build())
             ref = outcome(eager, lambda: eager_f(eager.model, *e_args, **e_kwargs))
-            if ref.error is None and got.error is None:
+            if got.error is not None:
+                # The transform refused what the eager call takes (a dtype argument
+                # JAX cannot trace; the general path decides whether that is right):
+                # the eager model has moved on, so it is compared no further.
+                eager_runs = False
+            elif ref.error is None:
                 if not (same(got.result, ref.result) and same(got.state, ref.state)):
                     problems.append(
                         f"{where}: {got.result} (state {got.state}), the eager call gives "
