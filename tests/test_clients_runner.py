@@ -305,3 +305,19 @@ def test_maxtexts_metrics_and_restore_line_are_read(tmp_path: Path) -> None:
     assert maxtext_trainer.restored_step(log) == 2
     log.write_text("no restore here\n")
     assert maxtext_trainer.restored_step(log) is None
+
+
+def test_maxtexts_own_test_tools_complete_its_closure_without_overlap() -> None:
+    def pins(name: str) -> dict[str, str]:
+        out = {}
+        for line in (CLIENTS / name).read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                dist, version = line.split(";")[0].strip().split("==")
+                out[dist.lower()] = version
+        return out
+
+    contract, tools = pins("maxtext-requirements.txt"), pins("maxtext-own-tests-requirements.txt")
+    assert not contract.keys() & tools.keys()
+    assert contract["maxtext"] == "0.2.4" and "pytest" in tools and "pytest-timeout" in tools
+    assert (contract["jax"], contract["jaxlib"], contract["flax"]) == ("0.10.2", "0.10.2", "0.12.8")
+    assert set(own_tests.TEST_TOOLS) == {"clients", "maxtext"}

@@ -14,8 +14,9 @@ you make yourself, anywhere you like, and passes as the one required argument. N
 2. installs that client from the package registry at that release (``environments.py``): the
    contract's environment when it is the release the contract pins, else a venv of its own,
    ``<venv>-<client>-<version>``, with the same pinned closure and that release in its place;
-   plus the test runner (``own-tests-requirements.txt`` for Tunix and qwix; MaxText's closure
-   holds its own); the checkout itself is never installed or imported;
+   plus the test runner and test-only dependencies (``own-tests-requirements.txt`` for Tunix and
+   qwix, ``maxtext-own-tests-requirements.txt`` for MaxText); the checkout itself is never
+   installed or imported;
 3. runs each selected test file of the checkout (``selection.py``) in its own pytest process,
    ``--jobs`` at a time, with a per-test and a per-file timeout, with the client's own pytest
    configuration (``python -P``, ``--import-mode=append`` and no ``pythonpath``, so the installed
@@ -91,7 +92,10 @@ EXPECTATIONS = HERE / "expectations.txt"
 BASELINE = HERE / "flax_baseline.txt"
 OUTPUTS = REPO / "outputs" / "clients" / "own_tests"
 # per environment: what this tool adds to it (the test runner and test-only dependencies)
-TEST_TOOLS = {"clients": "own-tests-requirements.txt"}
+TEST_TOOLS = {
+    "clients": "own-tests-requirements.txt",
+    "maxtext": "maxtext-own-tests-requirements.txt",
+}
 
 
 class Checkout(NamedTuple):
