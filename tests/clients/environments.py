@@ -205,7 +205,10 @@ def build(environment: Environment) -> Path:
     if not stamp.exists() or stamp.read_text() != want:
         named = ", ".join(f"{name}=={version}" for name, version in releases.items())
         print(f"clients: installing {requirements.name} --no-deps ({named})", flush=True)
-        pip(venv, "install", "--no-deps", "-r", str(requirements))
+        # --no-compile: no bytecode for the whole closure up front (tensorflow, transformers, ...);
+        # Python compiles what a run imports, once. Measured for tensorflow + transformers alone
+        # from a warm cache: 6.5 min with compiling, 2.6 min without (load 12-20, 2 cores).
+        pip(venv, "install", "--no-deps", "--no-compile", "-r", str(requirements))
         stamp.write_text(want)
     for distribution, version in releases.items():
         found = installed_version(venv, distribution)
