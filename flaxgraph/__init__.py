@@ -85,8 +85,10 @@ from flaxgraph.graphlib.graph_state import PureState as PureState
 from flaxgraph.graphlib.graphdefs import GraphDef as GraphDef
 from flaxgraph.graphlib.inplace import pop as pop
 from flaxgraph.graphlib.inplace import update as update
+from flaxgraph.graphlib.node_registries import (
+    register_graph_node_type as register_graph_node_type,
+)
 from flaxgraph.graphlib.pure_methods import call as call
-from flaxgraph.graphlib.registry import register_graph_node_type as register_graph_node_type
 from flaxgraph.graphlib.split_merge import clone as clone
 from flaxgraph.graphlib.split_merge import graphdef as graphdef
 from flaxgraph.graphlib.split_merge import merge as merge

@@ -29,7 +29,7 @@ import jax
 from jax.sharding import NamedSharding
 
 from flaxgraph.graphlib.graphdefs import GraphDef
-from flaxgraph.graphlib.registry import is_graph_node
+from flaxgraph.graphlib.registry import is_node_module
 from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.mesh_context import active_mesh, check_spec, names_of, use_eager_sharding
 from flaxgraph.partitioning import get_named_sharding, leaf_where, spec_of
@@ -150,7 +150,7 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
     def over_state(state: Any) -> Any:
         return jax.tree_util.tree_map_with_path(attach, state, is_leaf=is_variable)
 
-    if is_graph_node(tree):
+    if is_node_module(tree):
         graphdef, state = split(tree)
         return merge(graphdef, over_state(state))
     return over_state(tree)

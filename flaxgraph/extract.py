@@ -51,9 +51,6 @@ from flaxgraph.variablelib.variable import Variable, is_variable
 _A = TypeVar("_A")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-# Flax's name in ``nnx.extract``: a graph node or a Variable (what ``to_tree`` splits).
-is_graph_node = is_node_or_variable
-
 
 class NodeStates:
     """A graph node as a pytree: its GraphDef (static, may be ``None``), its
@@ -181,7 +178,9 @@ def clear_non_graph_nodes(tree: Any) -> Any:
 
     Source: Flax NNX 0.12 ``nnx.extract.clear_non_graph_nodes``.
     """
-    return jax.tree.map(lambda x: x if is_graph_node(x) else None, tree, is_leaf=is_graph_node)
+    return jax.tree.map(
+        lambda x: x if is_node_or_variable(x) else None, tree, is_leaf=is_node_or_variable
+    )
 
 
 def default_split_fn(ctx: SplitContext, path: PathParts, prefix: Any, leaf: Any) -> Any:
@@ -273,11 +272,11 @@ def to_tree(
 
     Source: Flax NNX 0.12 ``nnx.to_tree``.
     """
-    leaves, treedef = _leaves_with_prefixes(tree, prefix, is_graph_node)
+    leaves, treedef = _leaves_with_prefixes(tree, prefix, is_node_or_variable)
     if check_aliasing and prefix is not MISSING:
         seen = RefMap[tuple[PathParts, Any]]()
         for path, p, x in leaves:
-            if not is_graph_node(x):
+            if not is_node_or_variable(x):
                 continue
             if x in seen and seen[x][1] != p:
                 first, q = seen[x]
@@ -290,7 +289,7 @@ def to_tree(
             seen.setdefault(x, (path, p))
     with split_context(ctxtag) as ctx:
         out = [
-            split_fn(ctx, path, p, x) if map_non_graph_nodes or is_graph_node(x) else x
+            split_fn(ctx, path, p, x) if map_non_graph_nodes or is_node_or_variable(x) else x
             for path, p, x in leaves
         ]
     return treedef.unflatten(out)
@@ -857,7 +856,6 @@ __all__ = [
     "clear_non_graph_nodes",
     "default_split_fn",
     "from_tree",
-    "is_graph_node",
     "is_tree_node",
     "merge_tree_node",
     "prefix",

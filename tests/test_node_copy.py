@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 
 import flaxgraph as nnx
-from flaxgraph.graphlib.registry import is_graph_node
+from flaxgraph.graphlib.registry import is_node_module
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.testing import Node, assert_graphs_equal, graphs
 
@@ -20,7 +20,7 @@ def objects(root: Any) -> tuple[set[int], set[int]]:
     for _, value in nnx.iter_graph(root):
         if isinstance(value, nnx.Variable):
             variables.add(id(value))
-        elif is_graph_node(value):
+        elif is_node_module(value):
             nodes.add(id(value))
     return nodes, variables
 

@@ -43,7 +43,7 @@ from flaxgraph.bridge.linen_in_nnx import set_initializing
 from flaxgraph.bridge.variables import is_vanilla_variable, to_linen_var, to_nnx_var
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.inplace import update
-from flaxgraph.graphlib.registry import register_graph_node_type
+from flaxgraph.graphlib.registry import register_node_type
 from flaxgraph.graphlib.split_merge import clone
 from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.module_class import Module as NNXModule
@@ -222,7 +222,7 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
         cls.__hash__ = object.__hash__  # type: ignore[method-assign]
         cls._obj_class_kinds = class_kinds(cls)
         impl = objects._graph_create_empty(cls)
-        register_graph_node_type(
+        register_node_type(
             cls,
             _priority_flatten,
             impl,

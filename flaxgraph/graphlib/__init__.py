@@ -86,7 +86,6 @@ from flaxgraph.graphlib.node_registries import get_node_impl_for_type as get_nod
 from flaxgraph.graphlib.node_registries import is_graph_node as is_graph_node
 from flaxgraph.graphlib.node_registries import is_node as is_node
 from flaxgraph.graphlib.node_registries import is_node_leaf as is_node_leaf
-from flaxgraph.graphlib.node_registries import is_node_module as is_node_module
 from flaxgraph.graphlib.node_registries import is_node_type as is_node_type
 from flaxgraph.graphlib.node_registries import is_pytree_node as is_pytree_node
 from flaxgraph.graphlib.node_registries import register_graph_node_type as register_graph_node_type
@@ -99,6 +98,7 @@ from flaxgraph.graphlib.ref_outputs import NoUpdate as NoUpdate
 from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
 from flaxgraph.graphlib.registry import flatten_pytree as _flatten_pytree  # noqa: F401 (Flax's name)
+from flaxgraph.graphlib.registry import is_node_module as is_node_module
 from flaxgraph.graphlib.registry import unflatten_pytree as _unflatten_pytree  # noqa: F401 (Flax's name)
 from flaxgraph.graphlib.split_merge import clone as clone
 from flaxgraph.graphlib.split_merge import graphdef as graphdef

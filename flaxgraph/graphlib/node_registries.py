@@ -8,11 +8,14 @@ the same answers from flaxgraph's engine (``registry.REGISTRY`` holds the graph 
 types) so code written against ``flax.nnx.graph`` runs unchanged:
 
 * :class:`GraphNodeImpl` is Flax's record of a graph node type (``flatten``,
-  ``set_key``, ``pop_key``, ``create_empty``, ``clear``, ``init``, ``node_dict``);
-  :data:`GRAPH_REGISTRY` shows every type the engine knows through one, made from the
-  engine's record (``registry.GraphNodeImpl``) and kept;
-* :func:`register_graph_node_type` takes Flax's functions and registers the type with
-  the engine in terms of them;
+  ``set_key``, ``pop_key``, ``create_empty``, ``clear``, ``init``, ``node_dict``), a
+  *view* of the engine's one record of the type (``registry.NodeTypeImpl``, in
+  ``registry.REGISTRY``): :data:`GRAPH_REGISTRY` shows every type the engine knows
+  through its view (:func:`flax_view`); nothing else is stored;
+* :func:`register_graph_node_type` (also ``nnx.register_graph_node_type``) takes Flax's
+  functions and registers the type with the engine (``registry.register_node_type``)
+  in terms of them; the view of that registration is the ``GraphNodeImpl`` of the
+  functions given;
 * the engine itself keeps deciding with its own classification
   (``registry.REGISTRY.kind_of``), which agrees with these answers wherever ``split``'s
   results can tell (``None`` is a constant to it and an empty pytree to Flax: both end in
@@ -50,9 +53,15 @@ from flaxgraph.graphlib.flax_names import (
     StaticElem,
 )
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate
-from flaxgraph.graphlib.registry import REF, REGISTRY, VARIABLE, DataLeaf, StaticLeaf
-from flaxgraph.graphlib.registry import NodeTypeImpl as EngineNodeImpl
-from flaxgraph.graphlib.registry import register_graph_node_type as register_with_engine
+from flaxgraph.graphlib.registry import (
+    REF,
+    REGISTRY,
+    VARIABLE,
+    DataLeaf,
+    NodeTypeImpl,
+    StaticLeaf,
+    register_node_type,
+)
 from flaxgraph.statelib import State
 from flaxgraph.typing import MISSING, Key
 
@@ -120,9 +129,45 @@ def _unmarked(child: object) -> object:
     return child.value if isinstance(child, DataElem | StaticElem) else child
 
 
-def _flax_shaped(engine: EngineNodeImpl) -> GraphNodeImpl:
-    """Flax's record of the engine's node type ``engine.type``, each function made of the
-    engine's (``set_items`` with the node's own aux for ``clear`` and ``init``)."""
+class _FromFlax:
+    """The engine's functions (``NodeTypeImpl``'s) of a type registered with Flax's
+    (:func:`register_graph_node_type`), each in terms of the ``GraphNodeImpl`` given:
+    a node is built with ``create_empty(aux)`` then ``init``, its children rewritten
+    with ``clear`` then ``init``, one child read from ``node_dict``."""
+
+    __slots__ = ("impl",)
+
+    def __init__(self, impl: GraphNodeImpl):
+        self.impl = impl
+
+    def flatten(self, node: object) -> tuple[list[tuple[Key, object]], Hashable]:
+        children, aux = self.impl.flatten(node)
+        return [(key, _as_mark(child)) for key, child in children], aux
+
+    def create_empty(self, aux: Hashable, trace: object = None) -> object:
+        del trace  # (Flax's create_empty takes the aux alone)
+        return self.impl.create_empty(aux)
+
+    def set_items(self, node: object, items: list[tuple[Key, object]], aux: Hashable) -> None:
+        del aux
+        self.impl.clear(node)
+        self.impl.init(node, items)
+
+    def get_child(self, node: object, key: Key) -> object:
+        return self.impl.node_dict(node).get(key, MISSING)
+
+    def del_child(self, node: object, key: Key) -> None:
+        self.impl.pop_key(node, key)
+
+
+def flax_view(engine: NodeTypeImpl) -> GraphNodeImpl:
+    """Flax's record of the engine's node type ``engine.type``: the ``GraphNodeImpl``
+    given to :func:`register_graph_node_type` for a type registered that way, else one
+    whose functions are made of the engine's (``set_items`` with the node's own aux for
+    ``clear`` and ``init``)."""
+    source = getattr(engine.flatten, "__self__", None)
+    if type(source) is _FromFlax:
+        return source.impl
 
     def flatten(node: object) -> tuple[list[tuple[Key, object]], Hashable]:
         children, aux = engine.flatten(node)
@@ -154,21 +199,22 @@ def _flax_shaped(engine: EngineNodeImpl) -> GraphNodeImpl:
 
 
 class GraphRegistry(Mapping[type, GraphNodeImpl]):
-    """Flax's ``GRAPH_REGISTRY`` (graph node type -> :class:`GraphNodeImpl`), read-only, over
-    the engine's table: every type the engine knows (Objects, Modules, ``Rngs``,
-    ``nnx.List``… and the types given to :func:`register_graph_node_type` of either
-    signature), each ``GraphNodeImpl`` made once per engine registration and kept."""
+    """Flax's ``GRAPH_REGISTRY`` (graph node type -> :class:`GraphNodeImpl`), read-only: a
+    view of the engine's table (``registry.REGISTRY``), the same types (Objects,
+    Modules, ``Rngs``, ``nnx.List``… and those given to
+    :func:`register_graph_node_type`), each answered by :func:`flax_view` of the
+    engine's record, made once per engine registration."""
 
-    def __init__(self, engine: Mapping[type, EngineNodeImpl]) -> None:
+    def __init__(self, engine: Mapping[type, NodeTypeImpl]) -> None:
         self._engine = engine
-        self._shaped: dict[type, tuple[EngineNodeImpl, GraphNodeImpl]] = {}
+        self._views: dict[type, tuple[NodeTypeImpl, GraphNodeImpl]] = {}
 
     def __getitem__(self, node_type: type) -> GraphNodeImpl:
         engine = self._engine[node_type]
-        known = self._shaped.get(node_type)
+        known = self._views.get(node_type)
         if known is None or known[0] is not engine:
-            known = (engine, _flax_shaped(engine))
-            self._shaped[node_type] = known
+            known = (engine, flax_view(engine))
+            self._views[node_type] = known
         return known[1]
 
     def __contains__(self, node_type: object) -> bool:
@@ -180,13 +226,9 @@ class GraphRegistry(Mapping[type, GraphNodeImpl]):
     def __len__(self) -> int:
         return len(self._engine)
 
-    def keep(self, impl: GraphNodeImpl) -> None:
-        """Answers ``impl`` itself for ``impl.type`` (registered with the engine just now)."""
-        self._shaped[impl.type] = (self._engine[impl.type], impl)
-
 
 GRAPH_REGISTRY = GraphRegistry(REGISTRY.node_impls())
-"""The graph node types and their Flax-shaped ``GraphNodeImpl``."""
+"""The graph node types and their Flax-shaped ``GraphNodeImpl`` (a view of the engine's)."""
 
 
 def register_graph_node_type(
@@ -204,8 +246,11 @@ def register_graph_node_type(
 
     The engine builds a node with ``create_empty(aux)`` then ``init(node, children)``, and
     rewrites an existing one's children with ``clear(node)`` then ``init``; it reads one
-    child from ``flatten``. ``flaxgraph.register_graph_node_type`` (top level, not in Flax)
-    takes the engine's own functions instead.
+    child from ``flatten``. flaxgraph has this one function at both
+    ``nnx.graphlib.register_graph_node_type`` (Flax's path) and
+    ``nnx.register_graph_node_type`` (flaxgraph's top level; Flax NNX 0.12.8 has it at
+    ``graphlib`` only). :data:`GRAPH_REGISTRY` then answers the ``GraphNodeImpl`` of these
+    functions for ``type``.
 
     Args:
       type: the node class.
@@ -219,10 +264,9 @@ def register_graph_node_type(
     Example::
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph import graph
       >>> class Bag:
       ...   def __init__(self, **kw): self.__dict__.update(kw)
-      >>> graph.register_graph_node_type(
+      >>> nnx.register_graph_node_type(
       ...   Bag, flatten=lambda b: (sorted(vars(b).items()), None),
       ...   set_key=setattr, pop_key=lambda b, k: vars(b).pop(k),
       ...   create_empty=lambda _: Bag(), clear=lambda b: vars(b).clear(),
@@ -236,31 +280,16 @@ def register_graph_node_type(
     """
     if type in GRAPH_REGISTRY:
         raise ValueError(f"Node type {type} is already registered.")
-    impl = GraphNodeImpl(type, flatten, set_key, pop_key, create_empty, clear, init)
-
-    def engine_flatten(node: object) -> tuple[list[tuple[Key, object]], Hashable]:
-        children, aux = flatten(node)
-        return [(key, _as_mark(child)) for key, child in children], aux
-
-    def engine_create(aux: Hashable, trace: object = None) -> object:
-        del trace  # (Flax's create_empty takes the aux alone)
-        return create_empty(aux)
-
-    def set_items(node: object, items: list[tuple[Key, object]], aux: Hashable) -> None:
-        del aux
-        clear(node)
-        init(node, items)
-
-    def get_child(node: object, key: Key) -> object:
-        return impl.node_dict(node).get(key, MISSING)
-
-    def del_child(node: object, key: Key) -> None:
-        pop_key(node, key)
-
-    register_with_engine(
-        type, engine_flatten, engine_create, set_items, get_child, set_key, del_child
+    engine = _FromFlax(GraphNodeImpl(type, flatten, set_key, pop_key, create_empty, clear, init))
+    register_node_type(
+        type,
+        engine.flatten,
+        engine.create_empty,
+        engine.set_items,
+        engine.get_child,
+        set_key,
+        engine.del_child,
     )
-    GRAPH_REGISTRY.keep(impl)
 
 
 def _by_position(seq: Sequence[object]) -> tuple[list[tuple[Key, object]], None]:
@@ -443,11 +472,6 @@ def is_graph_node(x: object) -> bool:
     Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_graph_node`` (same answers).
     """
     return type(x) in GRAPH_REGISTRY or REGISTRY.kind_of(x) in (VARIABLE, REF)
-
-
-def is_node_module(x: object) -> bool:
-    """Whether ``type(x)`` is a registered graph node type (an Object, a Module…)."""
-    return type(x) in GRAPH_REGISTRY
 
 
 def is_node_type(x: type) -> bool:

@@ -3,7 +3,8 @@
 The graph engine sorts every value it meets into one of five kinds:
 
 * **graph nodes**: reference-semantics objects (``Object``/``Module`` and any type
-  registered with ``register_graph_node_type``). Identity matters: a node seen
+  registered with ``register_node_type``, or with Flax's ``register_graph_node_type``,
+  ``node_registries.py``, which calls it). Identity matters: a node seen
   twice is stored once and referenced afterwards (shared references, cycles).
 * **Variables**: nodes whose value is a state leaf; identity matters too.
 * **containers**: ``list``, ``tuple``, ``dict`` and any other JAX pytree node
@@ -19,9 +20,10 @@ The graph engine sorts every value it meets into one of five kinds:
   and so must be hashable.
 
 Graph-node types are registered with a ``NodeTypeImpl`` telling the engine how
-to list a node's children, build an empty node and fill it. ``Object`` registers
-itself (and every subclass) this way, which keeps this layer free of any import
-from the object model.
+to list a node's children, build an empty node and fill it: the engine's one record
+of a node type (Flax's ``GraphNodeImpl``, ``node_registries.py``, is a view of it).
+``Object`` registers itself (and every subclass) this way, which keeps this layer
+free of any import from the object model.
 
 ``REGISTRY.kind_of(x)`` is the one place that decides which kind a value is (a
 ``Kind``); every walker of the engine (split and its direct walk, the structure
@@ -165,7 +167,7 @@ class NodeRegistry:
 
     Attributes:
       impls: node type -> its ``NodeTypeImpl``, written only by
-        ``register_graph_node_type`` (like JAX's pytree registry).
+        ``register_node_type`` (like JAX's pytree registry).
       kinds: type -> ``Kind``, filled by ``classify`` the first time a value of the
         type is met; registering a node type forgets that type's entry. The dict
         is never replaced, only updated, so a walker may keep a reference to it or
@@ -298,7 +300,7 @@ GRAPH_NODE_IMPLS: dict[type, NodeTypeImpl] = REGISTRY.impls
 """``REGISTRY.impls``: node type -> ``NodeTypeImpl`` (read-only for callers)."""
 
 
-def register_graph_node_type(
+def register_node_type(
     type: type,
     flatten: Callable[[Any], tuple[Iterable[tuple[Key, Any]], Hashable]],
     create_empty: Callable[[Hashable], Any],
@@ -306,11 +308,15 @@ def register_graph_node_type(
     get_child: Callable[[Any, Key], Any],
     set_child: Callable[[Any, Key, Any], None],
     del_child: Callable[[Any, Key], None],
-) -> None:
-    """Registers ``type`` as a reference-semantics graph node (see ``NodeTypeImpl``).
+) -> NodeTypeImpl:
+    """Registers ``type`` as a reference-semantics graph node with the engine's own
+    functions (see ``NodeTypeImpl``), replacing an earlier registration, and returns
+    its record.
 
-    ``Object`` and its subclasses are registered automatically; use this for other
-    mutable classes that should keep reference semantics through transforms.
+    ``Object`` and its subclasses register themselves this way. The public way to
+    register another type is Flax's ``register_graph_node_type``
+    (``nnx.register_graph_node_type``, ``nnx.graphlib.register_graph_node_type``),
+    which calls this one.
     """
     if len(inspect.signature(create_empty).parameters) < 2:
         user_create = create_empty
@@ -318,9 +324,9 @@ def register_graph_node_type(
         def create_empty(metadata: Hashable, trace: object = None) -> object:
             return user_create(metadata)
 
-    REGISTRY.register(
-        NodeTypeImpl(type, flatten, create_empty, set_items, get_child, set_child, del_child)
-    )
+    impl = NodeTypeImpl(type, flatten, create_empty, set_items, get_child, set_child, del_child)
+    REGISTRY.register(impl)
+    return impl
 
 
 def node_impl(node: object) -> NodeTypeImpl:
@@ -337,8 +343,20 @@ def get_graph_node_impl(x: object) -> NodeTypeImpl | None:
     return REGISTRY.impls.get(type(x))
 
 
-def is_graph_node(x: object) -> bool:
-    """True for registered graph nodes (Objects, Modules…), not Variables."""
+def is_node_module(x: object) -> bool:
+    """Whether ``type(x)`` is a registered graph node type (an Object, a Module,
+    ``Rngs``…; not a Variable): the values whose kind is ``NODE``. The engine's
+    question, under Flax's name for it (``nnx.graphlib.is_node_module``);
+    ``nnx.graphlib.is_graph_node`` also says yes to Variables and Refs, and
+    ``is_node_or_variable`` to Variables.
+
+    Example::
+
+      >>> import flaxgraph as nnx
+      >>> is_node_module(nnx.Dict()), is_node_module(nnx.Param(1)), is_node_module([1])
+      (True, False, False)
+
+    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_node_module`` (same answers)."""
     return REGISTRY.kind_of(x) is NODE
 
 

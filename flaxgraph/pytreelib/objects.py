@@ -58,7 +58,7 @@ from flaxgraph.graphlib.registry import (
     find_unflattenable,
     flatten_pytree,
     pytree_children,
-    register_graph_node_type,
+    register_node_type,
     unclassifiable_message,
 )
 from flaxgraph.graphlib.snapshot import same_structure
@@ -612,7 +612,7 @@ def _pytree_unflatten(cls: type) -> Callable[[Any, Iterable[Any]], Pytree]:
 
 
 def _register(cls: type) -> None:
-    register_graph_node_type(
+    register_node_type(
         cls,
         _graph_flatten,
         _graph_create_empty(cls),

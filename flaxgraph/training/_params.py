@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from flaxgraph.errors import MAX_LISTED, GraphStructureError, numbered_fixes
 from flaxgraph.graphlib.paths import keys_str
-from flaxgraph.graphlib.registry import is_graph_node
+from flaxgraph.graphlib.registry import is_node_module
 from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.mesh_context import place_at_creation
 from flaxgraph.statelib import State
@@ -85,7 +85,7 @@ def as_flat(tree: Any, what: str, wrt: Any = None) -> dict[PathParts, Any]:
         return dict(tree.flat_state())
     if isinstance(tree, Mapping):
         return dict(State(tree).flat_state())
-    if wrt is not None and is_graph_node(tree):
+    if wrt is not None and is_node_module(tree):
         return dict(wrt_pairs(tree, wrt))
     raise TypeError(
         f"{what} must be an nnx.State (as returned by nnx.grad), a nested mapping or, in "

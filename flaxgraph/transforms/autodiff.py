@@ -20,7 +20,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graphlib.build import build_graph
-from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_graph_node
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_module
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.stand_ins import internal_class
@@ -67,7 +67,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
     }
 
     def build(x: Any, path: PathParts) -> object:
-        if is_graph_node(x):
+        if is_node_module(x):
             n = len(path)
             pairs = [
                 (p[n:], _grad_leaf(leaf, g)) for p, (leaf, g) in by_path.items() if p[:n] == path

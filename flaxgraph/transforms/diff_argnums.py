@@ -22,7 +22,7 @@ from flaxgraph.filterlib import Filter
 from flaxgraph.graphlib.registry import (
     REGISTRY,
     VARIABLE,
-    is_graph_node,
+    is_node_module,
     is_node_or_variable,
     node_impl,
 )
@@ -152,7 +152,7 @@ def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) ->
                 node = node[key]
             except (KeyError, IndexError):
                 node = None
-        elif is_graph_node(node):  # attributes, and int keys (nnx.List items)
+        elif is_node_module(node):  # attributes, and int keys (nnx.List items)
             child = node_impl(node).get_child(node, key)
             node = None if child is MISSING else child
         else:

@@ -363,9 +363,9 @@ def is_node_states(x: object) -> bool:
 
 def is_graph_prefix(x: object) -> bool:
     """Whether the prefix ``x`` is a graph node (a Module, Rngs, Object…)."""
-    from flaxgraph.graphlib.registry import is_graph_node
+    from flaxgraph.graphlib.registry import is_node_module
 
-    return is_graph_node(x)
+    return is_node_module(x)
 
 
 def is_reference_prefix(x: Any) -> bool:

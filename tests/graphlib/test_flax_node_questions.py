@@ -34,6 +34,8 @@ from hypothesis import given
 
 import flaxgraph as nnx
 from flaxgraph import graph
+from flaxgraph.graphlib.node_registries import flax_view
+from flaxgraph.graphlib.registry import NODE, REGISTRY
 from flaxgraph.testing.strategies import attribute_values
 from flaxgraph.testing.values import Description, canonical
 
@@ -314,3 +316,33 @@ def test_graph_node_impl_of_an_object_works_as_flax_describes() -> None:
     assert impl.pop_key(empty, "m") == 4 and "m" not in impl.node_dict(empty)
     impl.clear(empty)
     assert impl.node_dict(empty) == {}
+
+
+def test_one_register_graph_node_type_and_its_record_is_a_view() -> None:
+    # One function at both of flaxgraph's paths (Flax NNX 0.12.8 has it at graphlib only).
+    assert nnx.register_graph_node_type is graph.register_graph_node_type
+    assert not hasattr(flax_nnx, "register_graph_node_type")
+    theirs_type = type("Bag", (Bag,), {})
+    ours_type = type("Bag", (Bag,), {})
+    flax_graph.register_graph_node_type(theirs_type, **BAG_FUNCTIONS)
+    nnx.register_graph_node_type(ours_type, **BAG_FUNCTIONS)
+    # The Flax record of a type registered with Flax's functions holds those functions,
+    # in both libraries; flaxgraph's is the view of the engine's one record of the type.
+    for module, node_type in ((flax_graph, theirs_type), (graph, ours_type)):
+        impl = module.GRAPH_REGISTRY[node_type]
+        assert [getattr(impl, name) for name in BAG_FUNCTIONS] == list(BAG_FUNCTIONS.values())
+    engine = REGISTRY.node_impls()[ours_type]
+    assert graph.GRAPH_REGISTRY[ours_type] is flax_view(engine)
+    assert ours_type in graph.GRAPH_REGISTRY and len(graph.GRAPH_REGISTRY) == len(
+        REGISTRY.node_impls()
+    )
+
+
+def test_is_node_module_is_the_engines_node_kind() -> None:
+    # One meaning, one name: graphlib.is_node_module is the engine's NODE kind.
+    def values(lib: Any) -> list[Any]:
+        return [lib.Dict(), lib.Param(1), [1], None, lib.Rngs(0), jnp.ones(1), 3]
+
+    ours = [graph.is_node_module(v) for v in values(nnx)]
+    assert ours == [flax_graph.is_node_module(v) for v in values(flax_nnx)]
+    assert ours == [REGISTRY.kind_of(v) is NODE for v in values(nnx)]

@@ -42,7 +42,7 @@ from flaxgraph.graphlib.registry import (
     DataLeaf,
     StaticLeaf,
     get_graph_node_impl,
-    is_graph_node,
+    is_node_module,
     is_node_or_variable,
 )
 from flaxgraph.testing import assert_graphs_equal
@@ -170,7 +170,7 @@ def map_leaves(root: Any, fn: Callable[[Any], Any]) -> Any:
     for _, v in list(nnx.iter_graph(copy)):
         if isinstance(v, nnx.Variable):
             v.value = map_arrays(v.raw_value)
-        elif is_graph_node(v):
+        elif is_node_module(v):
             impl = get_graph_node_impl(v)
             assert impl is not None
             for key, child in list(impl.flatten(v)[0]):

@@ -259,14 +259,14 @@ def test_graph_nodes_of_other_registered_types_take_the_general_path():
         def __init__(self):
             self.items = {}
 
-    nnx.register_graph_node_type(
+    nnx.register_graph_node_type(  # Flax's signature (nnx.graphlib's, the same function)
         Box,
-        lambda b: (sorted(b.items.items()), None),
-        lambda metadata: Box(),
-        lambda b, items, metadata: b.items.update(items),
-        lambda b, k: b.items[k],
-        lambda b, k, v: b.items.__setitem__(k, v),
-        lambda b, k: b.items.pop(k),
+        flatten=lambda b: (sorted(b.items.items()), None),
+        set_key=lambda b, k, v: b.items.__setitem__(k, v),
+        pop_key=lambda b, k: b.items.pop(k),
+        create_empty=lambda aux: Box(),
+        clear=lambda b: b.items.clear(),
+        init=lambda b, items: b.items.update(items),
     )
     box = Box()
     box.items["w"] = nnx.Param(jnp.ones(2))
