@@ -28,7 +28,7 @@ CLIENTS_SUBSET ?= all
 clients: $(STAMP)  ## the client contract: released Tunix, qwix and MaxText (from the package registry) drive flax.nnx once on real Flax and once on flaxgraph (the drop-in); every scenario's numbers and checkpoint trees must agree (tests/clients/contract.py)
 	$(BIN)/python tests/clients/contract.py --subset $(CLIENTS_SUBSET) $(CLIENTS_ARGS)
 
-clients-ci: $(STAMP)  ## the bounded subset of `make clients` that CI runs: every client, under 15 minutes on 2 cores including building its environments
+clients-ci: $(STAMP)  ## the bounded subset of `make clients` that CI runs: every client (Tunix 5 scenarios, qwix 2, MaxText 2), about 10 CPU-minutes plus building the environments
 	$(BIN)/python tests/clients/contract.py --subset ci $(CLIENTS_ARGS)
 
 # Headless Chromium (Debian package) for tests/test_guides_browser.py. Installed with

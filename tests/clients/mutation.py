@@ -7,7 +7,8 @@ pre-call values again, so an update a transform should write back to the caller'
 optimizer step, a batch-norm statistic, an RNG count) is lost. Nothing in flaxgraph is edited: the
 three names are wrapped on the ``flaxgraph`` module before any client imports them, and the
 wrapper uses only public API (``nnx.state``, ``nnx.to_pure_dict``, ``nnx.replace_by_pure_dict``,
-``nnx.update``), so it does not depend on how the transforms are implemented.
+``nnx.update``), so it does not depend on how the transforms are implemented; ``nnx.cached_partial``
+of such a function stays the transform's own (Tunix reads its ``jitted_fn``) and restores too.
 
 Example::
 
@@ -40,6 +41,12 @@ def _nodes(args: tuple[Any, ...], kwargs: dict[str, Any], nnx: Any) -> list[Any]
     return found
 
 
+def _copied(tree: Any) -> Any:
+    import jax
+
+    return jax.tree.map(lambda a: a.copy() if isinstance(a, jax.Array) else a, tree)
+
+
 class _Restoring:
     """``transformed``, but the graph nodes it is called with are restored after each call.
 
@@ -47,14 +54,17 @@ class _Restoring:
     binds as a method as a function does, so a client sees the transform it asked for.
     """
 
-    def __init__(self, transformed: Callable[..., Any], nnx: Any) -> None:
-        self.transformed, self.nnx = transformed, nnx
+    def __init__(
+        self, transformed: Callable[..., Any], nnx: Any, bound: tuple[Any, ...] = ()
+    ) -> None:
+        self.transformed, self.nnx, self.bound = transformed, nnx, bound
         functools.update_wrapper(self, transformed)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         nnx = self.nnx
-        nodes = _nodes(args, kwargs, nnx)
-        before = [nnx.to_pure_dict(nnx.state(node)) for node in nodes]
+        nodes = _nodes((*self.bound, *args), kwargs, nnx)
+        # copies: the call may donate the arguments' buffers (Tunix donates its optimizer's)
+        before = [_copied(nnx.to_pure_dict(nnx.state(node))) for node in nodes]
         out = self.transformed(*args, **kwargs)
         for node, values in zip(nodes, before, strict=True):
             state = nnx.state(node)
@@ -80,6 +90,19 @@ def _wrap(transform: Callable[..., Any], nnx: Any) -> Callable[..., Any]:
     return wrapped
 
 
+def _wrap_cached_partial(cached_partial: Callable[..., Any], nnx: Any) -> Callable[..., Any]:
+    """``nnx.cached_partial`` of a wrapped transform: the transform's own, still restoring (the
+    bound graph nodes too)."""
+
+    @functools.wraps(cached_partial)
+    def wrapped(fun: Any, *args: Any) -> Any:
+        if isinstance(fun, _Restoring):
+            return _Restoring(cached_partial(fun.transformed, *args), nnx, args)
+        return cached_partial(fun, *args)
+
+    return wrapped
+
+
 def apply(name: str, nnx: Any) -> None:
     """Applies mutation ``name`` to the module ``nnx`` (flaxgraph) in this process.
 
@@ -90,3 +113,4 @@ def apply(name: str, nnx: Any) -> None:
         raise ValueError(f"unknown mutation {name!r}; choose one of {', '.join(MUTATIONS)}")
     for transform in ("jit", "grad", "value_and_grad"):
         setattr(nnx, transform, _wrap(getattr(nnx, transform), nnx))
+    nnx.cached_partial = _wrap_cached_partial(nnx.cached_partial, nnx)
