@@ -1,5 +1,5 @@
-"""The benchmarks run: ``python -m benchmarks.graph --quick`` and ``python -m
-benchmarks.transforms --quick`` complete and print their tables. Only the output's
+"""The benchmarks run: ``python -m benchmarks.graph --quick``, ``python -m
+benchmarks.transforms --quick`` and the others complete and print their tables. Only the output's
 shape is checked, never the timings. The comparators (Flax NNX, Equinox) are
 optional: one run of each hides them to check they are skipped."""
 
@@ -210,3 +210,57 @@ def test_baseline_benchmark_quick_runs(tmp_path: Path) -> None:
     records = json.loads(out.read_text())["records"]
     assert [(r["workload"], r["layers"]) for r in records] == [("forward", 1), ("eager", 1)]
     assert all(r["ratio"] > 0 for r in records)
+
+
+# -- benchmarks.first_step ------------------------------------------------------------------
+
+FIRST_STEP_WITHOUT_FLAX = (
+    "import sys; sys.modules['flax'] = None; sys.modules['flax.nnx'] = None; "
+    "from benchmarks.first_step import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def _run_first_step(tmp_path: Path, prefix: list[str], cases: list[str]) -> tuple[str, dict]:
+    out = tmp_path / "first_step.json"
+    proc = subprocess.run(
+        [sys.executable, *prefix, "--quick", "--cases", *cases, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, json.loads(out.read_text())
+
+
+def _check_first_step(stdout: str, results: dict, labels: list[str], libraries: set[str]) -> None:
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("case "))
+    assert set(lines[header + 1].replace(" ", "")) == {"-"}
+    rows = [line.split() for line in lines[header + 2 : header + 2 + len(labels)]]
+    assert [" ".join(r[:2]) for r in rows] == labels
+    assert results["benchmark"] == "first_step"
+    for summary in results["results"]:
+        for library in libraries:
+            stages = summary[library]["seconds"]
+            assert set(stages) == {"trace", "lower", "compile", "run"}
+            assert all(t > 0 for t in stages.values())
+            assert summary[library]["stablehlo_ops"] > 0
+        assert ("ratios" in summary) == ("flax" in libraries)
+    assert [s["case"] for s in results["results"]] == labels
+
+
+def test_first_step_benchmark_quick_runs(tmp_path: Path) -> None:
+    """Both libraries, each case in its own processes: the same first loss on both."""
+    pytest.importorskip("flax.nnx")
+    stdout, results = _run_first_step(tmp_path, ["-m", "benchmarks.first_step"], ["blocks"])
+    _check_first_step(stdout, results, ["blocks 2"], {"flax", "flaxgraph"})
+    for summary in results["results"]:
+        assert summary["same_loss"], summary
+        assert all(r > 0 for r in summary["ratios"].values())
+
+
+def test_first_step_benchmark_quick_skips_missing_flax(tmp_path: Path) -> None:
+    stdout, results = _run_first_step(tmp_path, ["-c", FIRST_STEP_WITHOUT_FLAX], ["ensemble"])
+    assert "Flax NNX skipped" in stdout
+    _check_first_step(stdout, results, ["ensemble 2"], {"flaxgraph"})
