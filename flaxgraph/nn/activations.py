@@ -91,10 +91,41 @@ class PReLU(Module):
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
         x = jnp.asarray(inputs)
-        slope = self.negative_slope.value
+        slope = self.negative_slope[...]
         if self.dtype is None:
             # as Linen and Flax NNX: without a dtype the slope follows the inputs' dtype
             slope = jnp.asarray(slope, x.dtype)
         else:
             x, slope = self.promote_dtype((x, slope), dtype=self.dtype)
         return jnp.where(x >= 0, x, slope * x)
+
+
+# the names Flax NNX 0.12.8's ``flax.nnx.nn.activations`` lists in its ``__all__``
+__all__ = [
+    "celu",
+    "elu",
+    "gelu",
+    "glu",
+    "hard_sigmoid",
+    "hard_silu",
+    "hard_swish",
+    "hard_tanh",
+    "leaky_relu",
+    "log_sigmoid",
+    "log_softmax",
+    "logsumexp",
+    "one_hot",
+    "relu",
+    "identity",
+    "relu6",
+    "selu",
+    "sigmoid",
+    "silu",
+    "soft_sign",
+    "softmax",
+    "softplus",
+    "standardize",
+    "swish",
+    "tanh",
+    "PReLU",
+]

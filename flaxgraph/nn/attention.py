@@ -59,6 +59,29 @@ Array = jax.Array
 default_kernel_init = lecun_normal()
 
 
+def _validate_qkv_shapes(query: jax.Array, key: jax.Array, value: jax.Array | None = None) -> None:
+    """Raises ``ValueError`` unless ``query``, ``key`` (and ``value``) have one rank
+    and the same batch axes (all but the last three), as Flax NNX 0.12.8's
+    ``flax.nnx.nn.attention._validate_qkv_shapes``.
+
+    Example::
+
+      >>> import jax.numpy as jnp
+      >>> _validate_qkv_shapes(jnp.ones((2, 3, 4, 5)), jnp.ones((2, 6, 4, 5)))
+    """
+    arrays = [query, key] + ([] if value is None else [value])
+    names = "q, k" if value is None else "q, k, v"
+    if len({a.ndim for a in arrays}) != 1:
+        ranks = ", ".join(str(a.ndim) for a in arrays)
+        raise ValueError(f"{names} must have same rank, but got {ranks}.")
+    if any(a.shape[:-3] != query.shape[:-3] for a in arrays):
+        shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
+        raise ValueError(
+            f"{names} batch dims must match (the axes before the last three), but got "
+            f"shapes {shapes}."
+        )
+
+
 def _check_heads(qkv_features: int, num_heads: int, num_kv_heads: int) -> None:
     """Raises ``ValueError`` unless the features split evenly into heads and the
     query heads into key/value heads."""
@@ -72,6 +95,37 @@ def _check_heads(qkv_features: int, num_heads: int, num_kv_heads: int) -> None:
             f"MultiHeadAttention: num_heads ({num_heads}) must be divisible by num_kv_heads "
             f"({num_kv_heads})."
         )
+
+
+def _decode_step(
+    module: Any, inputs_k: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None
+) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """One autoregressive step of ``module`` (a ``MultiHeadAttention``): writes
+    ``key``/``value`` into its caches at ``cache_index``, advances the index and
+    returns the caches with ``mask`` restricted to the filled positions."""
+    if module.cached_key is None or module.cached_value is None or module.cache_index is None:
+        raise ValueError(
+            f"{describe(module)}: decoding needs a cache; call .init_cache(input_shape) first."
+        )
+    *batch, max_length, heads, depth = module.cached_key.shape
+    if tuple(key.shape) != (*batch, 1, heads, depth):
+        raise shape_error(
+            module,
+            f"one decoding step: inputs of shape {(*batch, 1, inputs_k.shape[-1])} "
+            f"matching the cache {tuple(module.cached_key.shape)}",
+            inputs_k.shape,
+        )
+    index = module.cache_index[...]
+    zero = jnp.zeros((), index.dtype)
+    start = (zero,) * len(batch) + (index, zero, zero)
+    cached_key, cached_value = module.cached_key[...], module.cached_value[...]
+    key = lax.dynamic_update_slice(cached_key, key.astype(cached_key.dtype), start)
+    value = lax.dynamic_update_slice(cached_value, value.astype(cached_value.dtype), start)
+    module.cached_key[...] = key
+    module.cached_value[...] = value
+    module.cache_index[...] += 1
+    filled = jnp.broadcast_to(jnp.arange(max_length) <= index, (*batch, 1, 1, max_length))
+    return key, value, combine_masks(mask, filled)
 
 
 class MultiHeadAttention(Module):
@@ -349,36 +403,6 @@ class MultiHeadAttention(Module):
         self.cached_value = Cache(jnp.zeros(shape, dtype))
         self.cache_index = Cache(jnp.array(0, dtype=jnp.int32))
 
-    def _decode_step(
-        self, inputs_k: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None
-    ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
-        if self.cached_key is None or self.cached_value is None or self.cache_index is None:
-            raise ValueError(
-                f"{describe(self)}: decoding needs a cache; call .init_cache(input_shape) first."
-            )
-        *batch, max_length, heads, depth = self.cached_key.shape
-        if tuple(key.shape) != (*batch, 1, heads, depth):
-            raise shape_error(
-                self,
-                f"one decoding step: inputs of shape {(*batch, 1, inputs_k.shape[-1])} "
-                f"matching the cache {tuple(self.cached_key.shape)}",
-                inputs_k.shape,
-            )
-        index = self.cache_index.value
-        zero = jnp.zeros((), index.dtype)
-        start = (zero,) * len(batch) + (index, zero, zero)
-        key = lax.dynamic_update_slice(
-            self.cached_key.value, key.astype(self.cached_key.value.dtype), start
-        )
-        value = lax.dynamic_update_slice(
-            self.cached_value.value, value.astype(self.cached_value.value.dtype), start
-        )
-        self.cached_key.value = key
-        self.cached_value.value = value
-        self.cache_index.value = index + 1
-        filled = jnp.broadcast_to(jnp.arange(max_length) <= index, (*batch, 1, 1, max_length))
-        return key, value, combine_masks(mask, filled)
-
     def __call__(
         self,
         inputs_q: jax.Array,
@@ -405,18 +429,17 @@ class MultiHeadAttention(Module):
             inputs_v = inputs_k
         inputs_q, inputs_k, inputs_v = map(jnp.asarray, (inputs_q, inputs_k, inputs_v))
         check_last_dim(self, inputs_q, self.in_features, "queries")
-        check_last_dim(self, inputs_k, self.in_kv_features, "keys")
-        check_last_dim(self, inputs_v, self.in_kv_features, "values")
 
         query = self.query(inputs_q, out_sharding=qkv_sharding)
         key = self.key(inputs_k, out_sharding=qkv_sharding)
         value = self.value(inputs_v, out_sharding=qkv_sharding)
-        if self.query_ln is not None and self.key_ln is not None:
+        if self.normalize_qk:
+            assert self.query_ln is not None and self.key_ln is not None
             query = self.query_ln(query)
             key = self.key_ln(key)
 
         if first_from(decode, self.decode, False, error_msg=""):
-            key, value, mask = self._decode_step(inputs_k, key, value, mask)
+            key, value, mask = _decode_step(self, inputs_k, key, value, mask)
 
         dropout_rng = None
         if self.dropout_rate > 0.0:
@@ -433,7 +456,6 @@ class MultiHeadAttention(Module):
 
         # with num_kv_heads < num_heads, attention_fn receives the key/value heads
         # as they are (grouped-query attention), as in Flax NNX
-        extra = {"is_causal": True} if is_causal else {}
         x = self.attention_fn(
             query,
             key,
@@ -446,7 +468,7 @@ class MultiHeadAttention(Module):
             dtype=self.dtype,
             precision=self.precision,
             module=self if sow_weights else None,
-            **extra,
+            is_causal=is_causal,
         )
         return self.out(x, out_sharding=out_sharding)
 

@@ -22,6 +22,7 @@ Need" (2017).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -130,31 +131,28 @@ def dot_product_attention_weights(
     query, key = promote_dtype((jnp.asarray(query), jnp.asarray(key)), dtype=dtype)
     _check_qkv(query, key, None, module)
     dtype = query.dtype
-    query = query / jnp.sqrt(query.shape[-1]).astype(dtype)
     q_heads, kv_heads = query.shape[-2], key.shape[-2]
-    if kv_heads == q_heads:
-        weights = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision)
-    else:  # grouped-query attention: each key head serves q_heads // kv_heads query heads
-        weights = jnp.einsum(
-            "...qhgd,...khd->...hgqk", _grouped(query, kv_heads), key, precision=precision
-        )
+    grouped = kv_heads != q_heads
+    if grouped:  # grouped-query attention: each key head serves q_heads // kv_heads query heads
+        query = _grouped(query, kv_heads)
+        key = jnp.expand_dims(key, -2)
+    query = query / jnp.sqrt(query.shape[-1]).astype(dtype)
+    # grouped: the key's inserted size-1 axis ``z`` is summed away inside the einsum
+    spec = "...qhgd,...khzd->...hgqk" if grouped else "...qhd,...khd->...hqk"
+    weights = jnp.einsum(spec, query, key, precision=precision)
+    if grouped:
         weights = jnp.reshape(weights, (*weights.shape[:-4], q_heads, *weights.shape[-2:]))
     if bias is not None:
-        weights = weights + broadcast_right(jnp.asarray(bias), weights.ndim).astype(dtype)
-    if is_causal:
-        q_len, kv_len = weights.shape[-2:]
-        causal = jnp.tril(jnp.ones((q_len, kv_len), dtype=bool))
-        mask = (
-            causal
-            if mask is None
-            else jnp.logical_and(
-                broadcast_right(jnp.asarray(mask, bool), weights.ndim),
-                broadcast_right(causal, weights.ndim),
-            )
-        )
-    if mask is not None:
-        mask = broadcast_right(jnp.asarray(mask), weights.ndim)
-        weights = jnp.where(mask, weights, jnp.finfo(dtype).min)
+        weights = weights + broadcast_right(jnp.asarray(bias), weights.ndim)
+    if mask is not None or is_causal:
+        masks = [] if mask is None else [broadcast_right(jnp.asarray(mask), weights.ndim)]
+        if is_causal:
+            q_len, kv_len = weights.shape[-2:]
+            causal = jnp.tril(jnp.ones((q_len, kv_len), dtype=dtype))
+            masks.append(jnp.broadcast_to(causal, masks[0].shape if masks else weights.shape))
+        combined = combine_masks(*masks, dtype=dtype)
+        assert combined is not None  # at least one mask
+        weights = jnp.where(combined, weights, jnp.finfo(dtype).min)
     weights = jax.nn.softmax(weights).astype(dtype)
     if module is not None:
         module.sow(Intermediate, "attention_weights", weights)
@@ -168,8 +166,8 @@ def dot_product_attention_weights(
         shape = (
             (1,) * (weights.ndim - 2) + weights.shape[-2:] if broadcast_dropout else weights.shape
         )
-        keep_mask = jnp.broadcast_to(jax.random.bernoulli(dropout_rng, keep, shape), weights.shape)
-        weights = weights * (keep_mask.astype(dtype) / jnp.asarray(keep, dtype))
+        kept = jax.random.bernoulli(dropout_rng, keep, shape)
+        weights = weights * (kept.astype(dtype) / jnp.asarray(keep, dtype))
     return weights
 
 
@@ -200,6 +198,11 @@ def dot_product_attention(
       dtype, precision, module, promote_dtype, is_causal: as in
         ``dot_product_attention_weights``.
 
+    Without dropout (``dropout_rate == 0``) and without ``module``, the result is
+    ``jax.nn.dot_product_attention``'s (batch axes flattened to one), which takes no
+    ``precision``, as in Flax NNX 0.12.8; otherwise the weights of
+    ``dot_product_attention_weights`` contract with ``value`` in an ``einsum``.
+
     Returns:
       ``(*batch, q_length, num_heads, v_depth)``.
 
@@ -218,6 +221,11 @@ def dot_product_attention(
         (jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)), dtype=dtype
     )
     _check_qkv(query, key, value, module)
+    if dropout_rate == 0.0 and module is None and value.shape[-1] == query.shape[-1]:
+        # no dropout and no sown weights: JAX's fused attention (which takes no
+        # precision), on rank-4 arrays, as Flax NNX does. (It needs one depth for
+        # queries and values, where Flax's raises; other depths take the einsums.)
+        return _fused_attention(query, key, value, bias, mask, is_causal)
     weights = dot_product_attention_weights(
         query,
         key,
@@ -237,8 +245,34 @@ def dot_product_attention(
     if v_heads == q_heads:
         return jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)
     grouped = jnp.reshape(weights, (*weights.shape[:-3], v_heads, -1, *weights.shape[-2:]))
-    out = jnp.einsum("...hgqk,...khd->...qhgd", grouped, value, precision=precision)
+    value = jnp.expand_dims(value, -2)
+    out = jnp.einsum("...hgqk,...khzd->...qhgd", grouped, value, precision=precision)
     return jnp.reshape(out, (*out.shape[:-3], q_heads, out.shape[-1]))
+
+
+def _fused_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    bias: jax.Array | None,
+    mask: jax.Array | None,
+    is_causal: bool,
+) -> jax.Array:
+    """``jax.nn.dot_product_attention`` of arrays with any number of batch axes
+    (flattened to one, and back), the mask as booleans."""
+    shape = query.shape
+    if len(shape) > 4:
+
+        def flat(x: jax.Array) -> jax.Array:
+            return jnp.reshape(x, (math.prod(x.shape[:-3]), *x.shape[-3:]))
+
+        query, key, value = flat(query), flat(key), flat(value)
+        bias = None if bias is None else flat(jnp.asarray(bias))
+        mask = None if mask is None else flat(jnp.asarray(mask))
+    if mask is not None:
+        mask = jnp.asarray(mask).astype(jnp.bool_)
+    out = jax.nn.dot_product_attention(query, key, value, bias, mask, is_causal=is_causal)
+    return jnp.reshape(out, shape) if len(shape) > 4 else out
 
 
 def make_attention_mask(

@@ -128,6 +128,19 @@ def _padding_pairs(padding: PaddingLike, rank: int) -> Padding:
     return tuple(pairs)
 
 
+def _conv_dimension_numbers(input_shape: Sequence[int]) -> lax.ConvDimensionNumbers:
+    """The dimension numbers of a channels-last convolution of inputs of shape
+    ``input_shape`` ``(batch, *spatial, features)`` with ``(*spatial, in, out)``
+    kernels (Flax NNX 0.12.8's ``flax.nnx.nn.linear._conv_dimension_numbers``).
+
+    Example::
+
+      >>> _conv_dimension_numbers((8, 5, 5, 3)).lhs_spec
+      (0, 3, 1, 2)
+    """
+    return _dimension_numbers(len(input_shape) - 2)
+
+
 def _dimension_numbers(n_spatial: int) -> lax.ConvDimensionNumbers:
     """Channels-last inputs/outputs, ``(*spatial, in, out)`` kernels."""
     lhs = (0, n_spatial + 1, *range(1, n_spatial + 1))
@@ -186,10 +199,10 @@ class _ConvBase(Module):
         )
 
     def _operands(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None]:
-        kernel = self.kernel.value
+        kernel = self.kernel[...]
         if self.mask is not None:
             kernel = kernel * self.mask
-        bias = None if self.bias is None else self.bias.value
+        bias = self.bias[...] if self.bias is not None else None
         return self.promote_dtype((x, kernel, bias), dtype=self.dtype)
 
     def _extra(self, out_sharding: Any = None) -> dict[str, Any]:

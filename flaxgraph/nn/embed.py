@@ -96,7 +96,7 @@ class Embed(Module):
                 f"{tuple(ids.shape)}). Cast them with .astype(jnp.int32).",
                 self,
             )
-        (embedding,) = self.promote_dtype((self.embedding.value,), dtype=self.dtype, inexact=False)
+        (embedding,) = self.promote_dtype((self.embedding[...],), dtype=self.dtype, inexact=False)
         if self.num_embeddings == 1:
             # a one-row table is broadcast whatever the ids (as Flax and Linen do)
             return jnp.broadcast_to(embedding, (*ids.shape, self.features))
@@ -119,5 +119,5 @@ class Embed(Module):
         """
         q = jnp.asarray(query)
         check_last_dim(self, q, self.features, "a query")
-        q, embedding = self.promote_dtype((q, self.embedding.value), dtype=self.dtype)
+        q, embedding = self.promote_dtype((q, self.embedding[...]), dtype=self.dtype)
         return jnp.dot(q, embedding.T, **op_options(out_sharding=out_sharding))

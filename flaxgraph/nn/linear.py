@@ -31,7 +31,7 @@ public signatures and documented behaviour.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import jax
@@ -49,6 +49,7 @@ from flaxgraph.nn.common import (
 )
 from flaxgraph.nn.conv import Conv as Conv
 from flaxgraph.nn.conv import ConvTranspose as ConvTranspose
+from flaxgraph.nn.conv import _conv_dimension_numbers as _conv_dimension_numbers
 from flaxgraph.nn.conv import canonicalize_padding as canonicalize_padding
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.embed import Embed as Embed
@@ -73,6 +74,33 @@ Initializer = Callable[..., Any]
 Array = jax.Array
 Axis = int  # an axis index
 Size = int  # an axis length
+
+
+def _normalize_axes(axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    """``axes`` made non-negative for rank ``ndim`` and sorted (Flax NNX 0.12.8's
+    ``flax.nnx.nn.linear._normalize_axes``; no range check).
+
+    Example::
+
+      >>> _normalize_axes((-1, 0), 3)
+      (0, 2)
+    """
+    return tuple(sorted(axis + ndim if axis < 0 else axis for axis in axes))
+
+
+def _canonicalize_tuple(x: Sequence[int] | int) -> tuple[int, ...]:
+    """An iterable as a tuple, anything else as a 1-tuple (Flax NNX 0.12.8's
+    ``flax.nnx.nn.linear._canonicalize_tuple``; the layers' checked form is
+    ``flaxgraph.nn.common.canonicalize_tuple``).
+
+    Example::
+
+      >>> _canonicalize_tuple(3), _canonicalize_tuple([1, 2])
+      ((3,), (1, 2))
+    """
+    if isinstance(x, Iterable):
+        return tuple(x)
+    return (x,)
 
 
 class Linear(Module):
@@ -155,9 +183,10 @@ class Linear(Module):
     def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         x = jnp.asarray(inputs)
         # The kernel's own size: inside shard_map it is the local shard of in_features.
-        check_last_dim(self, x, self.kernel.shape[0])
-        bias = None if self.bias is None else self.bias.value
-        x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
+        kernel = self.kernel[...]
+        check_last_dim(self, x, kernel.shape[0])
+        bias = self.bias[...] if self.bias is not None else None
+        x, kernel, bias = self.promote_dtype((x, kernel, bias), dtype=self.dtype)
         extra = op_options(self.preferred_element_type, out_sharding)
         y = self.dot_general(
             x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=self.precision, **extra
@@ -311,8 +340,9 @@ class LinearGeneral(Module):
                     self, f"inputs with size {size} at batch axis {given_axis}", x.shape
                 )
         n_batch = len(batch_dims)
-        bias = None if self.bias is None else self.bias.value
-        x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
+        kernel = self.kernel[...]
+        bias = self.bias[...] if self.bias is not None else None
+        x, kernel, bias = self.promote_dtype((x, kernel, bias), dtype=self.dtype)
         contract = tuple(range(n_batch, n_batch + len(axes)))
         dimension_numbers = ((axes, contract), (batch_dims, tuple(range(n_batch))))
         dot_general = self.dot_general or lax.dot_general
@@ -437,11 +467,12 @@ class Einsum(Module):
         einsum_str = self.einsum_str if einsum_str is None else einsum_str
         lhs, rhs, _ = _parse_einsum(einsum_str)
         x = jnp.asarray(inputs)
-        kernel_sizes = _letter_sizes(rhs, tuple(self.kernel.shape))
+        kernel = self.kernel[...]
+        kernel_sizes = _letter_sizes(rhs, tuple(kernel.shape))
         if kernel_sizes is None:
             raise ValueError(
                 f"{einsum_str!r}: the kernel operand {rhs!r} does not match the kernel shape "
-                f"{tuple(self.kernel.shape)}."
+                f"{tuple(kernel.shape)}."
             )
         input_sizes = _letter_sizes(lhs, tuple(x.shape))
         if input_sizes is None:
@@ -454,8 +485,8 @@ class Einsum(Module):
                     f"(shared with the kernel)",
                     x.shape,
                 )
-        bias = None if self.bias is None else self.bias.value
-        x, kernel, bias = self.promote_dtype((x, self.kernel.value, bias), dtype=self.dtype)
+        bias = self.bias[...] if self.bias is not None else None
+        x, kernel, bias = self.promote_dtype((x, kernel, bias), dtype=self.dtype)
         extra = op_options(self.preferred_element_type, out_sharding)
         y = self.einsum_op(einsum_str, x, kernel, precision=self.precision, **extra)
         if bias is not None:

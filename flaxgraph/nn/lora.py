@@ -24,7 +24,7 @@ Low-Rank Adaptation of Large Language Models" (2021).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +44,7 @@ Initializer = Callable[..., Any]
 Array = jax.Array
 Axis = int  # an axis index
 Size = int  # an axis length
+A = TypeVar("A")
 
 default_a_initializer = he_uniform()
 default_b_initializer = zeros
@@ -146,13 +147,13 @@ class LoRA(Module):
 
     def __call__(self, x: jax.Array, **kwargs: Any) -> jax.Array:
         inputs = jnp.asarray(x)
-        check_last_dim(self, inputs, self.in_features)
-        h, a, b = self.promote_dtype(
-            (inputs, self.lora_a.value, self.lora_b.value), dtype=self.dtype
-        )
+        lora_a, lora_b = self.lora_a[...], self.lora_b[...]
+        check_last_dim(self, inputs, lora_a.shape[0])
+        h, a, b = self.promote_dtype((inputs, lora_a, lora_b), dtype=self.dtype)
         out = (h @ a) @ b
         if self.base_module is not None:
-            out = self.base_module(x, **kwargs) + out
+            # the base layer gets the promoted inputs, as in Flax NNX
+            out = out + self.base_module(h, **kwargs)
         return out
 
 

@@ -1,28 +1,31 @@
-"""What the normalization layers share: moments, standardization, the affine
-step and the ``scale``/``bias`` Params.
+"""What the normalization layers share: the statistics, the normalization step
+and the ``scale``/``bias`` Params.
 
-* ``moments(x, axes, ...)``: mean and variance over ``axes`` in at least
-  ``float32`` (``E[x²] - E[x]²`` clipped at 0 with ``use_fast_variance``,
-  ``E[(x - E[x])²]`` otherwise), optionally masked and averaged across a named
+* ``_compute_stats(x, axes, dtype, ...)``: mean and variance over ``axes`` in at
+  least ``float32`` (``E[|x|²] - |E[x]|²`` clipped at 0 with ``use_fast_variance``,
+  ``E[|x - E[x]|²]`` otherwise), optionally masked and averaged across a named
   axis (``jax.lax.pmean``).
-* ``standardize``: ``(x - mean) * rsqrt(var + epsilon)``.
-* ``affine``: ``y * scale + bias`` with the Params reshaped to the feature axes.
+* ``_normalize``: ``(x - mean) * (rsqrt(var + epsilon) * scale) + bias``.
+* ``_canonicalize_axes``, ``_abs_sq``, ``_l2_normalize`` (``WeightNorm``'s).
 * ``NormBase``: creates ``scale``/``bias`` and checks the feature axes' size.
 
-  >>> import jax.numpy as jnp
-  >>> from flaxgraph.nn.norm_base import moments
-  >>> mean, var = moments(jnp.array([[1.0, 3.0]]), (1,), axis_name=None,
-  ...                     axis_index_groups=None, use_fast_variance=False, mask=None)
-  >>> mean, var
-  (Array([[2.]], dtype=float32), Array([[1.]], dtype=float32))
+The private helpers have the names, signatures and arithmetic of Flax NNX
+0.12.8's module-level helpers of ``flax.nnx.nn.normalization`` (re-exported by
+``flaxgraph.nn.normalization``), so the layers give Flax's bits.
 
-Source: Flax NNX normalization layers (0.12), documented behaviour.
+  >>> import jax.numpy as jnp
+  >>> from flaxgraph.nn.normalization import _compute_stats
+  >>> mean, var = _compute_stats(jnp.array([[1.0, 3.0]]), 1, None, use_fast_variance=False)
+  >>> mean, var
+  (Array([2.], dtype=float32), Array([1.], dtype=float32))
+
+Source: Flax NNX normalization layers and their helpers (0.12), documented behaviour.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
@@ -31,81 +34,114 @@ from jax import lax
 
 from flaxgraph.module_class import Module
 from flaxgraph.nn.common import make_param
-from flaxgraph.nn.dtypes import canonicalize_dtype, stats_dtype
+from flaxgraph.nn.dtypes import canonicalize_dtype
 from flaxgraph.nn.errors import normalize_axis, shape_error
 from flaxgraph.rnglib.rngs import Rngs
 
 Initializer = Callable[..., Any]
 
 
-def moments(
+# The helpers below carry the names and signatures of Flax NNX 0.12.8's module-level
+# helpers of ``flax.nnx.nn.normalization`` (third-party code imports them from there),
+# and compute the same arithmetic in the same order, so the layers built on them give
+# Flax's bits. ``flaxgraph.nn.normalization`` re-exports them.
+
+
+def _canonicalize_axes(rank: int, axes: Any) -> tuple[int, ...]:
+    """``axes`` (an int or an iterable of ints, negative counted from ``rank``) as a
+    tuple of distinct non-negative axes."""
+    given = axes if isinstance(axes, Iterable) else (axes,)
+    return tuple({axis + rank if axis < 0 else axis for axis in given})
+
+
+def _abs_sq(x: jax.Array) -> jax.Array:
+    """``|x|²`` elementwise (real² + imag² for complex ``x``)."""
+    if jnp.iscomplexobj(x):
+        return lax.square(lax.real(x)) + lax.square(lax.imag(x))
+    return lax.square(x)
+
+
+def _compute_stats(
     x: jax.Array,
-    axes: tuple[int, ...],
-    *,
-    axis_name: Any,
-    axis_index_groups: Any,
-    use_fast_variance: bool,
-    mask: jax.Array | None,
+    axes: Any,
+    dtype: Any,
+    axis_name: str | None = None,
+    axis_index_groups: Any = None,
     use_mean: bool = True,
+    use_fast_variance: bool = True,
+    mask: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """``(mean, var)`` of ``x`` over ``axes`` (kept as size-1 axes), in at least
-    ``float32``, averaged across ``axis_name`` if given. Without ``use_mean`` the
-    mean is 0 and ``var`` is ``E[x²]``."""
-    x = x.astype(stats_dtype(x.dtype))
+    """``(mean, var)`` of ``x`` over ``axes`` (the reduced axes dropped), computed
+    in ``dtype`` promoted to at least ``float32`` (``x``'s dtype when ``dtype`` is
+    None), restricted to ``mask`` and averaged across ``axis_name`` (one
+    ``lax.pmean`` of the stacked statistics) if given.
 
-    def pmean(values: Any) -> Any:
+    ``use_fast_variance``: ``var = max(0, E[|x|²] - |E[x]|²)``; otherwise
+    ``E[|x - E[x]|²]``. Without ``use_mean`` the mean is zeros and ``var`` is ``E[|x|²]``.
+    """
+    compute = jnp.promote_types(jnp.result_type(x) if dtype is None else dtype, jnp.float32)
+    x = jnp.asarray(x, compute)
+    reduced = _canonicalize_axes(x.ndim, axes)
+
+    def averaged(*values: jax.Array) -> tuple[jax.Array, ...]:
+        means = tuple(v.mean(reduced, where=mask) for v in values)
         if axis_name is None:
-            return values
-        return lax.pmean(values, axis_name, axis_index_groups=axis_index_groups)
-
-    # The means drop the reduced axes and are reshaped to ``x``'s shape with 1 on
-    # them afterwards: a mean with ``keepdims`` expands by a ``broadcast_in_dim``,
-    # whose transpose in the gradient is one more sum, over a size-1 axis.
-    reduced = {a % x.ndim for a in axes}
-    stats_shape = tuple(1 if a in reduced else n for a, n in enumerate(x.shape))
-
-    def mean_of(v: jax.Array) -> jax.Array:
-        return jnp.mean(v, axes, where=mask)
-
-    def kept(v: jax.Array) -> jax.Array:
-        return jnp.reshape(v, stats_shape)
+            return means
+        if len(means) == 1:
+            return (lax.pmean(means[0], axis_name, axis_index_groups=axis_index_groups),)
+        stacked = lax.pmean(
+            jnp.stack(means, axis=0), axis_name, axis_index_groups=axis_index_groups
+        )
+        return tuple(stacked[i] for i in range(len(means)))
 
     if not use_mean:
-        mean_sq = pmean(mean_of(jnp.square(x)))
-        return kept(jnp.zeros_like(mean_sq)), kept(mean_sq)
+        (var,) = averaged(_abs_sq(x))
+        return jnp.zeros_like(var), var
     if use_fast_variance:
-        # ``x²`` is formed before either mean (the order Flax NNX uses). The order of
-        # the forward operations is the order in which the gradient's terms for ``x``
-        # are summed; in this order XLA fuses a deep stack of unscanned normalized
-        # blocks without duplicating the backward chain into each layer's fusion
-        # (compile time linear in depth, not quadratic), and the gradient's rounding is
-        # Flax's.
-        squares = jnp.square(x)
-        mean, mean_sq = pmean((mean_of(x), mean_of(squares)))
-        return kept(mean), kept(jnp.maximum(0.0, mean_sq - jnp.square(mean)))
-    mean = kept(pmean(mean_of(x)))
-    return mean, kept(pmean(mean_of(jnp.square(x - mean))))
+        mean, mean_sq = averaged(x, _abs_sq(x))
+        return mean, jnp.maximum(0.0, mean_sq - _abs_sq(mean))
+    (mean,) = averaged(x)
+    (var,) = averaged(_abs_sq(x - jnp.expand_dims(mean, reduced)))
+    return mean, var
 
 
-def standardize(x: jax.Array, mean: jax.Array, var: jax.Array, epsilon: float) -> jax.Array:
-    """``(x - mean) * rsqrt(var + epsilon)`` in the statistics' dtype."""
-    return (x.astype(mean.dtype) - mean) * lax.rsqrt(var + epsilon)
-
-
-def affine(
-    y: jax.Array,
+def _normalize(
+    x: jax.Array,
+    mean: jax.Array,
+    var: jax.Array,
     scale: jax.Array | None,
     bias: jax.Array | None,
-    feature_shape: tuple[int, ...],
+    reduction_axes: Any,
+    feature_axes: Any,
     dtype: Any,
+    epsilon: float,
 ) -> jax.Array:
-    """``y * scale + bias`` with the parameters reshaped to ``feature_shape`` (the
-    inputs' shape with 1 on non-feature axes), cast to ``dtype``."""
+    """``(x - mean) * (rsqrt(var + epsilon) * scale) + bias``, the statistics
+    reshaped to ``x``'s shape with 1 on ``reduction_axes`` and ``scale``/``bias`` to
+    1 off ``feature_axes``, cast to ``dtype`` (default: promoted from ``x``,
+    ``scale`` and ``bias``)."""
+    reduced = _canonicalize_axes(x.ndim, reduction_axes)
+    features = _canonicalize_axes(x.ndim, feature_axes)
+    stats_shape = tuple(1 if a in reduced else n for a, n in enumerate(x.shape))
+    feature_shape = tuple(n if a in features else 1 for a, n in enumerate(x.shape))
+    y = x - mean.reshape(stats_shape)
+    multiplier = lax.rsqrt(var.reshape(stats_shape) + epsilon)
+    present = [x]
     if scale is not None:
-        y = y * jnp.reshape(scale, feature_shape).astype(y.dtype)
+        scale = scale.reshape(feature_shape)
+        multiplier = multiplier * scale
+        present.append(scale)
+    y = y * multiplier
     if bias is not None:
-        y = y + jnp.reshape(bias, feature_shape).astype(y.dtype)
-    return y.astype(dtype)
+        bias = bias.reshape(feature_shape)
+        y = y + bias
+        present.append(bias)
+    return jnp.asarray(y, canonicalize_dtype(*present, dtype=dtype))
+
+
+def _l2_normalize(x: jax.Array, axis: Any = None, eps: float = 1e-12) -> jax.Array:
+    """``x / sqrt(sum(x²) over axis + eps)`` (``axis=None``: over every entry)."""
+    return x * lax.rsqrt((x * x).sum(axis=axis, keepdims=True) + eps)
 
 
 class NormBase(Module):
@@ -142,30 +178,33 @@ class NormBase(Module):
             else None
         )
 
-    def _params(self, x: jax.Array) -> tuple[jax.Array | None, jax.Array | None, Any]:
-        scale = None if self.scale is None else self.scale.value
-        bias = None if self.bias is None else self.bias.value
-        x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
-        return scale, bias, canonicalize_dtype(x, scale, bias, dtype=self.dtype)
 
-    def _feature_axes(
-        self, x: jax.Array, axes: tuple[int, ...]
-    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Normalized feature axes and the broadcast shape of the parameters.
-
-        Raises:
-          LayerShapeError: the feature axes do not hold ``num_features`` entries.
-        """
-        feature_axes = tuple(sorted({normalize_axis(self, a, x.ndim, x.shape) for a in axes}))
-        if math.prod(x.shape[a] for a in feature_axes) != self.num_features:
-            where = (
-                "last dimension"
-                if feature_axes == (x.ndim - 1,)
-                else f"feature axes {axes} of total size"
-            )
-            raise shape_error(self, f"inputs with {where} {self.num_features}", x.shape)
-        shape = tuple(x.shape[a] if a in feature_axes else 1 for a in range(x.ndim))
-        return feature_axes, shape
+def _check_axes(module: Any, x: jax.Array, axes: Any) -> None:
+    """Raises ``LayerShapeError`` if an axis of ``axes`` is out of range for ``x``."""
+    for axis in axes if isinstance(axes, Iterable) else (axes,):
+        normalize_axis(module, axis, x.ndim, x.shape)
 
 
-__all__ = ["NormBase", "affine", "moments", "standardize"]
+def _check_features(module: Any, x: jax.Array, axes: Any, *params: jax.Array | None) -> None:
+    """Raises ``LayerShapeError`` unless the sizes of ``x``'s ``axes`` multiply to
+    the size of the first parameter given (``scale``, ``bias`` or a statistic);
+    with none there is nothing to check against.
+
+    The expected size is read from the arrays the call already holds, so the
+    check reads no attribute Flax's ``__call__`` does not read (a function, not a
+    method, so a stand-in ``self`` needs no flaxgraph method)."""
+    sizes = [p.size for p in params if p is not None]
+    if not sizes:
+        return
+    given = axes if isinstance(axes, Iterable) else (axes,)
+    features = sorted({normalize_axis(module, a, x.ndim, x.shape) for a in given})
+    if math.prod(x.shape[a] for a in features) != sizes[0]:
+        where = (
+            "last dimension"
+            if features == [x.ndim - 1]
+            else f"feature axes {tuple(given)} of total size"
+        )
+        raise shape_error(module, f"inputs with {where} {sizes[0]}", x.shape)
+
+
+__all__ = ["NormBase"]

@@ -43,16 +43,22 @@ import jax
 import jax.numpy as jnp
 
 from flaxgraph.nn.common import EMPTY_METADATA, canonicalize_tuple, first_from
-from flaxgraph.nn.dtypes import promote_dtype, stats_dtype
-from flaxgraph.nn.errors import check_min_rank, normalize_axis
+from flaxgraph.nn.dtypes import promote_dtype
+from flaxgraph.nn.errors import check_min_rank
 from flaxgraph.nn.initializers import ones, zeros
-from flaxgraph.nn.norm_base import NormBase, affine, moments, standardize
+from flaxgraph.nn.norm_base import NormBase as NormBase
+from flaxgraph.nn.norm_base import _abs_sq as _abs_sq
+from flaxgraph.nn.norm_base import _canonicalize_axes as _canonicalize_axes
+from flaxgraph.nn.norm_base import _check_axes, _check_features
+from flaxgraph.nn.norm_base import _compute_stats as _compute_stats
+from flaxgraph.nn.norm_base import _l2_normalize as _l2_normalize
+from flaxgraph.nn.norm_base import _normalize as _normalize
 from flaxgraph.nn.normalization_wrappers import SpectralNorm as SpectralNorm
 from flaxgraph.nn.normalization_wrappers import WeightNorm as WeightNorm
 from flaxgraph.rnglib.rngs import Rngs
 from flaxgraph.typing import Array as Array
 from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
-from flaxgraph.variablelib.variable import BatchStat, is_ref_backed
+from flaxgraph.variablelib.variable import BatchStat
 
 Dtype = Any
 Initializer = Callable[..., Any]
@@ -140,25 +146,26 @@ class LayerNorm(NormBase):
         self.use_fast_variance = use_fast_variance
         self.promote_dtype = promote_dtype
 
-    def _use_mean(self) -> bool:
-        return True
-
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         x = jnp.asarray(x)
-        _, feature_shape = self._feature_axes(x, self.feature_axes)
-        axes = tuple(normalize_axis(self, a, x.ndim, x.shape) for a in self.reduction_axes)
-        mean, var = moments(
+        scale = self.scale[...] if self.scale else None
+        bias = self.bias[...] if self.bias else None
+        _check_features(self, x, self.feature_axes, scale, bias)
+        _check_axes(self, x, self.reduction_axes)
+        x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
+        mean, var = _compute_stats(
             x,
-            axes,
-            axis_name=self.axis_name,
-            axis_index_groups=self.axis_index_groups,
+            self.reduction_axes,
+            self.dtype,
+            self.axis_name,
+            self.axis_index_groups,
             use_fast_variance=self.use_fast_variance,
             mask=mask,
-            use_mean=self._use_mean(),
         )
-        scale, bias, dtype = self._params(x)
-        y = standardize(x, mean, var, self.epsilon)
-        return affine(y, scale, bias, feature_shape, dtype)
+        return _normalize(
+            x, mean, var, scale, bias, self.reduction_axes, self.feature_axes, self.dtype,
+            self.epsilon,
+        )  # fmt: skip
 
 
 class RMSNorm(LayerNorm):
@@ -218,12 +225,27 @@ class RMSNorm(LayerNorm):
             scale_metadata=scale_metadata,
         )
 
-    def _use_mean(self) -> bool:
-        return False
-
     def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
         # as Flax NNX's RMSNorm, ``mask`` may also be given positionally
-        return super().__call__(x, mask=mask)
+        x = jnp.asarray(x)
+        scale = self.scale[...] if self.scale else None
+        _check_features(self, x, self.feature_axes, scale)
+        _check_axes(self, x, self.reduction_axes)
+        x, scale = self.promote_dtype((x, scale), dtype=self.dtype)
+        mean, var = _compute_stats(
+            x,
+            self.reduction_axes,
+            self.dtype,
+            self.axis_name,
+            self.axis_index_groups,
+            use_mean=False,
+            use_fast_variance=self.use_fast_variance,
+            mask=mask,
+        )
+        return _normalize(
+            x, mean, var, scale, None, self.reduction_axes, self.feature_axes, self.dtype,
+            self.epsilon,
+        )  # fmt: skip
 
 
 class GroupNorm(NormBase):
@@ -314,6 +336,7 @@ class GroupNorm(NormBase):
         self.num_features = num_features
         self.num_groups = num_groups
         self.group_size = num_features // num_groups
+        self.feature_axis = -1
         self.epsilon = epsilon
         self.dtype = dtype
         self.param_dtype = param_dtype
@@ -329,37 +352,40 @@ class GroupNorm(NormBase):
 
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         x = jnp.asarray(x)
-        _, feature_shape = self._feature_axes(x, (-1,))
-        ndim = x.ndim
-        if self.reduction_axes is None:
-            axes = (*range(1, ndim - 1), ndim - 1)
+        if self.reduction_axes is not None:
+            reduction_axes = self.reduction_axes
         else:
-            axes = tuple(normalize_axis(self, a, ndim, x.shape) for a in self.reduction_axes)
-            if ndim - 1 not in axes:
-                raise ValueError(
-                    f"GroupNorm: reduction_axes {self.reduction_axes} must include the feature "
-                    "(last) axis."
-                )
-        grouped_shape = (*x.shape[:-1], self.num_groups, self.group_size)
-        grouped = jnp.reshape(x, grouped_shape)
-        # the mask broadcasts against ``x``: only its last axis is split into groups
-        grouped_mask = (
-            None
-            if mask is None
-            else jnp.reshape(mask, (*jnp.shape(mask)[:-1], self.num_groups, self.group_size))
-        )
-        group_axes = (*(a for a in axes if a != ndim - 1), ndim)
-        mean, var = moments(
-            grouped,
-            group_axes,
-            axis_name=self.axis_name,
-            axis_index_groups=self.axis_index_groups,
+            reduction_axes = (*range(1, x.ndim - 1), -1)
+        _check_axes(self, x, reduction_axes)
+        reduction_axes = _canonicalize_axes(x.ndim, reduction_axes)
+        if x.ndim - 1 not in reduction_axes:
+            raise ValueError(
+                f"GroupNorm: reduction_axes {self.reduction_axes} must include the feature "
+                "(last) axis."
+            )
+        group_shape = (*x.shape[:-1], self.num_groups, self.group_size)
+        if mask is not None:
+            mask = mask.reshape((*mask.shape[:-1], self.num_groups, self.group_size))
+        scale = self.scale[...] if self.scale else None
+        bias = self.bias[...] if self.bias else None
+        _check_features(self, x, (self.feature_axis,), scale, bias)
+        x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
+        mean, var = _compute_stats(
+            x.reshape(group_shape),
+            [*reduction_axes[:-1], -1],
+            self.dtype,
+            self.axis_name,
+            self.axis_index_groups,
             use_fast_variance=self.use_fast_variance,
-            mask=grouped_mask,
+            mask=mask,
         )
-        y = jnp.reshape(standardize(grouped, mean, var, self.epsilon), x.shape)
-        scale, bias, dtype = self._params(x)
-        return affine(y, scale, bias, feature_shape, dtype)
+        # the statistics come per (batch, group): each group's repeated over its features
+        mean = jnp.repeat(mean, self.group_size, axis=1)
+        var = jnp.repeat(var, self.group_size, axis=1)
+        return _normalize(
+            x, mean, var, scale, bias, reduction_axes[:-1], (self.feature_axis,), self.dtype,
+            self.epsilon,
+        )  # fmt: skip
 
 
 class InstanceNorm(NormBase):
@@ -446,19 +472,30 @@ class InstanceNorm(NormBase):
     def __call__(self, x: jax.Array, *, mask: jax.Array | None = None) -> jax.Array:
         x = jnp.asarray(x)
         check_min_rank(self, x, 2, "batch, ..., features")
-        feature_axes, feature_shape = self._feature_axes(x, self.feature_axes)
-        axes = tuple(a for a in range(1, x.ndim) if a not in feature_axes)
-        mean, var = moments(
+        _check_axes(self, x, self.feature_axes)
+        feature_axes = _canonicalize_axes(x.ndim, self.feature_axes)
+        if 0 in feature_axes:
+            raise ValueError(
+                f"InstanceNorm: feature_axes {self.feature_axes} include the leading axis, "
+                "which is the batch axis; give feature axes after it."
+            )
+        reduction_axes = [i for i in range(1, x.ndim) if i not in feature_axes]
+        scale = self.scale[...] if self.scale else None
+        bias = self.bias[...] if self.bias else None
+        _check_features(self, x, feature_axes, scale, bias)
+        x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
+        mean, var = _compute_stats(
             x,
-            axes,
-            axis_name=self.axis_name,
-            axis_index_groups=self.axis_index_groups,
+            reduction_axes,
+            self.dtype,
+            self.axis_name,
+            self.axis_index_groups,
             use_fast_variance=self.use_fast_variance,
             mask=mask,
         )
-        scale, bias, dtype = self._params(x)
-        y = standardize(x, mean, var, self.epsilon)
-        return affine(y, scale, bias, feature_shape, dtype)
+        return _normalize(
+            x, mean, var, scale, bias, reduction_axes, feature_axes, self.dtype, self.epsilon
+        )
 
 
 class BatchNorm(NormBase):
@@ -569,39 +606,36 @@ class BatchNorm(NormBase):
         mask: jax.Array | None = None,
     ) -> jax.Array:
         x = jnp.asarray(x)
-        (feature_axis,), feature_shape = self._feature_axes(x, (self.axis,))
         use_running_average = first_from(
             use_running_average,
             self.use_running_average,
             error_msg="BatchNorm: use_running_average is None on the layer and in the call; "
             "pass use_running_average=True/False or call .train()/.eval().",
         )
-        if use_running_average:
-            mean = jnp.reshape(self.mean.value, feature_shape)
-            var = jnp.reshape(self.var.value, feature_shape)
-        else:
-            axes = tuple(a for a in range(x.ndim) if a != feature_axis)
-            mean, var = moments(
+        _check_axes(self, x, (self.axis,))
+        feature_axes = _canonicalize_axes(x.ndim, self.axis)
+        reduction_axes = tuple(i for i in range(x.ndim) if i not in feature_axes)
+        scale = self.scale[...] if self.scale is not None else None
+        bias = self.bias[...] if self.bias is not None else None
+        _check_features(self, x, feature_axes, self.mean[...])
+        x, mean, var, scale, bias = self.promote_dtype(
+            (x, self.mean[...], self.var[...], scale, bias), dtype=self.dtype
+        )
+        if not use_running_average:
+            mean, var = _compute_stats(
                 x,
-                axes,
+                reduction_axes,
+                dtype=self.dtype,
                 axis_name=self.axis_name,
                 axis_index_groups=self.axis_index_groups,
                 use_fast_variance=self.use_fast_variance,
                 mask=mask,
             )
-            m = self.momentum
-            stat_dtype = self.mean.value.dtype
-            # Ref-backed statistics are written in place, also under a grad the Ref is
-            # not an argument of: they carry no gradient (as in Flax NNX 0.12).
-            if is_ref_backed(self.mean) or is_ref_backed(self.var):
-                mean, var = jax.lax.stop_gradient(mean), jax.lax.stop_gradient(var)
-            self.mean.value = (m * self.mean.value + (1 - m) * jnp.reshape(mean, (-1,))).astype(
-                stat_dtype
-            )
-            self.var.value = (m * self.var.value + (1 - m) * jnp.reshape(var, (-1,))).astype(
-                stat_dtype
-            )
-        scale, bias, dtype = self._params(x)
-        compute = stats_dtype(x.dtype)
-        y = standardize(x, mean.astype(compute), var.astype(compute), self.epsilon)
-        return affine(y, scale, bias, feature_shape, dtype)
+            # the running statistics carry no gradient (as in Flax NNX 0.12, wherever
+            # the Variables can be written)
+            stop = jax.lax.stop_gradient
+            self.mean[...] = stop(self.momentum * self.mean[...] + (1 - self.momentum) * mean)
+            self.var[...] = stop(self.momentum * self.var[...] + (1 - self.momentum) * var)
+        return _normalize(
+            x, mean, var, scale, bias, reduction_axes, feature_axes, self.dtype, self.epsilon
+        )

@@ -25,7 +25,7 @@ Hochreiter & Schmidhuber 1997, Cho et al. 2014.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -36,10 +36,14 @@ from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.initializers import lecun_normal, orthogonal, zeros
 from flaxgraph.nn.linear import Linear
 from flaxgraph.nn.rnn import RNN, Bidirectional, RNNBase, flip_sequences
+from flaxgraph.nn.rnn import _concatenate as _concatenate
+from flaxgraph.nn.rnn import _expand_dims_like as _expand_dims_like
+from flaxgraph.nn.rnn import _select_last_carry as _select_last_carry
 from flaxgraph.rnglib.rngs import Rngs, RngStream
 from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
 from flaxgraph.typing import Shape as Shape
 
+A = TypeVar("A")
 Dtype = Any
 Initializer = Callable[..., Any]
 Array = jax.Array

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -39,6 +39,9 @@ from flaxgraph.transforms.lift_types import StateAxes
 from flaxgraph.transforms.scan import Carry, scan
 
 Carry_ = Any
+
+
+A = TypeVar("A")
 
 
 def flip_sequences(
@@ -323,7 +326,25 @@ def _kept_as_is(cell: Module, state_axes: StateAxes | None) -> Iterator[None]:
 
 
 def _concatenate(a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a`` and ``b`` joined on their last axis (``Bidirectional``'s default merge)."""
     return jnp.concatenate([a, b], axis=-1)
+
+
+def _select_last_carry(sequence: A, seq_lengths: jax.Array) -> A:
+    """From each time-major array of ``sequence`` (``(time, batch, ...)``), the entry
+    at time ``seq_lengths[b] - 1`` for each batch element ``b`` (Flax NNX 0.12.8's
+    ``flax.nnx.nn.recurrent._select_last_carry``)."""
+    last = seq_lengths - 1
+
+    def pick(x: jax.Array) -> jax.Array:
+        return x[last, jnp.arange(x.shape[1])]
+
+    return jax.tree.map(pick, sequence)
+
+
+def _expand_dims_like(x: jax.Array, target: jax.Array) -> jax.Array:
+    """``x`` with trailing size-1 axes up to ``target``'s rank."""
+    return x.reshape(list(x.shape) + [1] * (target.ndim - x.ndim))
 
 
 class Bidirectional(Module):
