@@ -161,6 +161,16 @@ def _flatten_batch(
     return jnp.reshape(x, (-1, *x.shape[x.ndim - n_spatial - 1 :])), batch_shape
 
 
+def _operands(module: Any, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """The inputs, the (masked) kernel and the bias of a convolution ``module``,
+    promoted (a function, not a method: a stand-in ``self`` needs no flaxgraph method)."""
+    kernel = module.kernel[...]
+    if module.mask is not None:
+        kernel = kernel * module.mask
+    bias = module.bias[...] if module.bias is not None else None
+    return module.promote_dtype((x, kernel, bias), dtype=module.dtype)
+
+
 def _restore_batch(y: jax.Array, batch_shape: tuple[int, ...] | None) -> jax.Array:
     if batch_shape is None:
         return y[0]
@@ -197,16 +207,6 @@ class _ConvBase(Module):
             if use_bias
             else None
         )
-
-    def _operands(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None]:
-        kernel = self.kernel[...]
-        if self.mask is not None:
-            kernel = kernel * self.mask
-        bias = self.bias[...] if self.bias is not None else None
-        return self.promote_dtype((x, kernel, bias), dtype=self.dtype)
-
-    def _extra(self, out_sharding: Any = None) -> dict[str, Any]:
-        return op_options(self.preferred_element_type, out_sharding)
 
 
 class Conv(_ConvBase):
@@ -335,7 +335,7 @@ class Conv(_ConvBase):
             padding = "VALID"
         elif padding == "CAUSAL":
             padding = ((dilated[0] - 1, 0),)
-        x, kernel, bias = self._operands(x)
+        x, kernel, bias = _operands(self, x)
         y = self.conv_general_dilated(
             x,
             kernel,
@@ -346,7 +346,7 @@ class Conv(_ConvBase):
             dimension_numbers=_dimension_numbers(n),
             feature_group_count=self.feature_group_count,
             precision=self.precision,
-            **self._extra(out_sharding),
+            **op_options(self.preferred_element_type, out_sharding),
         )
         if bias is not None:
             y = y + broadcast_right(bias, y.ndim)
@@ -466,7 +466,7 @@ class ConvTranspose(_ConvBase):
         x, batch_shape = _flatten_batch(self, x, n, self.in_features)
         circular = self.padding == "CIRCULAR"
         in_spatial = x.shape[1 : n + 1]
-        x, kernel, bias = self._operands(x)
+        x, kernel, bias = _operands(self, x)
         y = lax.conv_transpose(
             x,
             kernel,
@@ -476,7 +476,7 @@ class ConvTranspose(_ConvBase):
             dimension_numbers=_dimension_numbers(n),
             transpose_kernel=self.transpose_kernel,
             precision=self.precision,
-            **self._extra(),
+            **op_options(self.preferred_element_type),
         )
         if circular:
             for i in range(n):

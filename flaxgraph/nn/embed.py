@@ -97,9 +97,9 @@ class Embed(Module):
                 self,
             )
         (embedding,) = self.promote_dtype((self.embedding[...],), dtype=self.dtype, inexact=False)
-        if self.num_embeddings == 1:
+        if embedding.shape[0] == 1:
             # a one-row table is broadcast whatever the ids (as Flax and Linen do)
-            return jnp.broadcast_to(embedding, (*ids.shape, self.features))
+            return jnp.broadcast_to(embedding, (*ids.shape, embedding.shape[1]))
         if out_sharding is None:
             return jnp.take(embedding, ids, axis=0, mode="fill")
         return embedding.at[ids].get(mode="fill", out_sharding=out_sharding)
@@ -118,6 +118,7 @@ class Embed(Module):
           LayerShapeError: the query's last axis is not ``features``.
         """
         q = jnp.asarray(query)
-        check_last_dim(self, q, self.features, "a query")
-        q, embedding = self.promote_dtype((q, self.embedding[...]), dtype=self.dtype)
+        table = self.embedding[...]
+        check_last_dim(self, q, table.shape[-1], "a query")
+        q, embedding = self.promote_dtype((q, table), dtype=self.dtype)
         return jnp.dot(q, embedding.T, **op_options(out_sharding=out_sharding))

@@ -36,7 +36,29 @@ parity = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(parity)
 
 SKIPPED = ("RNN[", "Bidirectional[", "LoRALinear[", "MHA[sow]")
-CASES = [c for c in parity.CASES if not c.name.startswith(SKIPPED)]
+# What flaxgraph's __call__ still reads beyond Flax's (issue 38, item 2, left): each
+# family's cases are expected to fail (not strictly: a fixed case passes unnoticed
+# until its family is removed here).
+KNOWN_GAPS = {
+    "LinearGeneral[": "reads self.in_features for its shape check",
+    "ConvTranspose": "reads self.in_features for its shape check",
+    "WeightNorm[": "Flax's scales are plain arrays, flaxgraph's Params",
+    "SpectralNorm[": "reads its own helper methods (self._selects...)",
+    "Dropout[": "reads self.rng_collection",
+    "LSTMCell[": "reads self._check (carry shape check)",
+    "OptimizedLSTMCell[": "reads self._check (carry shape check)",
+    "GRUCell[": "reads self._check (carry shape check)",
+    "SimpleCell[": "reads self._check (carry shape check)",
+}
+
+
+def _param(case: Any) -> Any:
+    gap = next((why for prefix, why in KNOWN_GAPS.items() if case.name.startswith(prefix)), None)
+    marks = [pytest.mark.xfail(reason=gap, strict=False)] if gap else []
+    return pytest.param(case, id=case.name, marks=marks)
+
+
+CASES = [_param(c) for c in parity.CASES if not c.name.startswith(SKIPPED)]
 
 
 class _RecordingVariable:
@@ -167,7 +189,7 @@ def _bound_call(case: Any, layer_type: type, stand_in: Any) -> Any:
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", CASES)
 def test_call_reads_what_flax_reads(case: Any) -> None:
     dtype = parity.DTYPES["float32"]
     flax_layer, (floats, others, kinds) = parity._run(flax_nnx, case, dtype, "eager", 11)

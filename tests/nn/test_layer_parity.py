@@ -127,7 +127,7 @@ def _cases() -> list[Case]:
         add(f"ConvTranspose1d[{tag}]", _mk("ConvTranspose", 4, 6, (3,), **kw), normal(2, 7, 4))
     for tag, kw in [
         ("causal", {"padding": "CAUSAL"}),
-        ("input-dilation", {"input_dilation": 2}),
+        ("input-dilation", {"input_dilation": 2, "padding": 1}),
         ("groups", {"feature_group_count": 2}),
         ("groups-strides", {"feature_group_count": 2, "strides": 2, "padding": "VALID"}),
     ]:
@@ -345,7 +345,10 @@ def _randomize_and_copy(flax_layer: Any, our_layer: Any, seed: int) -> None:
     assert sorted(map(str, ours)) == sorted(map(str, theirs)), "the layers' state paths differ"
     for path, variable in theirs.items():
         assert type(ours[path]).__name__ == type(variable).__name__, path
-        ours[path].set_value(_get(variable))
+        if isinstance(variable, jax.Array):  # a plain array attribute (a Conv's mask)
+            _compare(variable, ours[path], f"the array attribute {path}")
+        else:
+            ours[path].set_value(_get(variable))
 
 
 def _step(lib: Any, case: Case):
@@ -420,13 +423,25 @@ FULL_IN_CI = {"Linear[]", "LayerNorm[]", "BatchNorm[train,]", "MHA[]", "MHA[gqa]
 BOUNDED = bool(os.environ.get("CI")) and not os.environ.get("LAYER_PARITY_FULL")
 
 
+# Known differences left (strict: a case that starts to pass fails until removed here).
+KNOWN_DIFFERENCES = {
+    "WeightNorm[Linear]": "Flax keeps WeightNorm's scales as plain arrays (nnx.data), not "
+    "Params: nnx.grad does not train them there; flaxgraph's are Params",
+    "WeightNorm[feature-axes]": "the same: Flax's WeightNorm scales are not Params",
+}
+
+
 def _runs() -> list[Any]:
     runs = []
     for i, case in enumerate(CASES):
         for j, (dtype, mode) in enumerate(COMBINATIONS):
             if BOUNDED and case.name not in FULL_IN_CI and j != i % len(COMBINATIONS):
                 continue
-            runs.append(pytest.param(case, dtype, mode, id=f"{case.name}-{dtype}-{mode}"))
+            known = KNOWN_DIFFERENCES.get(case.name)
+            marks = [pytest.mark.xfail(reason=known, strict=True)] if known else []
+            runs.append(
+                pytest.param(case, dtype, mode, id=f"{case.name}-{dtype}-{mode}", marks=marks)
+            )
     return runs
 
 
