@@ -22,9 +22,9 @@ where Flax returns a result (an argument JAX cannot trace, a dtype given to ``re
 raises in both, while the eager call returns).
 
 One difference is deliberate and not compared: for a value read from a closure, an
-eager flaxgraph ``shard_map`` compiles once per argument structure, as ``jit`` does,
-so it reads the closure when it traces; Flax NNX 0.12.8's eager ``shard_map`` traces
-on every call (``Transform.closure_as_flax``).
+eager flaxgraph ``shard_map`` or ``pmap`` compiles once per argument structure, as
+``jit`` (and ``jax.pmap``) do, so it reads the closure when it traces; Flax NNX
+0.12.8's eager ``shard_map`` and ``pmap`` trace on every call (``Transform.closure_as_flax``).
 
 Source: issue #36 ("Tests that would have caught it"); ``docs/design.md``,
 "The fast path".
@@ -405,7 +405,9 @@ TRANSFORMS: tuple[Transform, ...] = (
     Transform("jvp", _jvp, bakes=False),
     Transform("vmap", functools.partial(_batched, transform="vmap"), mutate=False),
     Transform("jit_vmap", functools.partial(_batched, transform="vmap", nested=True), mutate=False),
-    Transform("pmap", functools.partial(_batched, transform="pmap"), mutate=False),
+    Transform(
+        "pmap", functools.partial(_batched, transform="pmap"), mutate=False, closure_as_flax=False
+    ),
     Transform("scan", _scan, mutate=False),
     Transform("fori_loop", _fori),
     Transform("while_loop", _while),
