@@ -281,9 +281,10 @@ class Mapped(Transformed[P, R]):
         current.static = static
         try:
             out_groups = self.mapped(*((g,) for g, c in zip(groups, self.closed_groups) if not c))
-            out = current.out
-        finally:  # nothing of this call stays behind (the arrays are the caller's)
-            current.closed = current.static = current.out = None
+        finally:  # none of this call's arrays stay behind (they are the caller's)
+            current.closed = current.static = None
+        # the OutStatic (no arrays) stays on a failed call, for call_general's error message
+        out, current.out = current.out, None
         return out, out_groups
 
     def call_general(
@@ -317,6 +318,7 @@ class Mapped(Transformed[P, R]):
         except ValueError as error:
             if self.by_closure:
                 last = getattr(self.current, "out", None)  # AuxValue(OutStatic) of this trace
+                self.current.out = None
                 better = _batched_broadcast_error(error, getattr(last, "value", None), self.name)
                 if better is not None:
                     raise better from None
