@@ -128,14 +128,14 @@ def _padding_pairs(padding: PaddingLike, rank: int) -> Padding:
     return tuple(pairs)
 
 
-def _conv_dimension_numbers(input_shape: Sequence[int]) -> lax.ConvDimensionNumbers:
+def conv_dimension_numbers(input_shape: Sequence[int]) -> lax.ConvDimensionNumbers:
     """The dimension numbers of a channels-last convolution of inputs of shape
     ``input_shape`` ``(batch, *spatial, features)`` with ``(*spatial, in, out)``
     kernels (Flax NNX 0.12.8's ``flax.nnx.nn.linear._conv_dimension_numbers``).
 
     Example::
 
-      >>> _conv_dimension_numbers((8, 5, 5, 3)).lhs_spec
+      >>> conv_dimension_numbers((8, 5, 5, 3)).lhs_spec
       (0, 3, 1, 2)
     """
     return _dimension_numbers(len(input_shape) - 2)

@@ -49,8 +49,8 @@ from flaxgraph.nn.common import (
 )
 from flaxgraph.nn.conv import Conv as Conv
 from flaxgraph.nn.conv import ConvTranspose as ConvTranspose
-from flaxgraph.nn.conv import _conv_dimension_numbers as _conv_dimension_numbers
 from flaxgraph.nn.conv import canonicalize_padding as canonicalize_padding
+from flaxgraph.nn.conv import conv_dimension_numbers as _conv_dimension_numbers  # noqa: F401 (Flax's path)
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.embed import Embed as Embed
 from flaxgraph.nn.embed import default_embed_init as default_embed_init

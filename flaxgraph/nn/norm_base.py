@@ -1,12 +1,12 @@
 """What the normalization layers share: the statistics, the normalization step
 and the ``scale``/``bias`` Params.
 
-* ``_compute_stats(x, axes, dtype, ...)``: mean and variance over ``axes`` in at
+* ``compute_stats(x, axes, dtype, ...)``: mean and variance over ``axes`` in at
   least ``float32`` (``E[|x|²] - |E[x]|²`` clipped at 0 with ``use_fast_variance``,
   ``E[|x - E[x]|²]`` otherwise), optionally masked and averaged across a named
   axis (``jax.lax.pmean``).
-* ``_normalize``: ``(x - mean) * (rsqrt(var + epsilon) * scale) + bias``.
-* ``_canonicalize_axes``, ``_abs_sq``, ``_l2_normalize`` (``WeightNorm``'s).
+* ``normalize_stats``: ``(x - mean) * (rsqrt(var + epsilon) * scale) + bias``.
+* ``canonicalize_axes``, ``abs_sq``, ``l2_normalize_array`` (``WeightNorm``'s).
 * ``NormBase``: creates ``scale``/``bias`` and checks the feature axes' size.
 
 The private helpers have the names, signatures and arithmetic of Flax NNX
@@ -14,8 +14,8 @@ The private helpers have the names, signatures and arithmetic of Flax NNX
 ``flaxgraph.nn.normalization``), so the layers give Flax's bits.
 
   >>> import jax.numpy as jnp
-  >>> from flaxgraph.nn.normalization import _compute_stats
-  >>> mean, var = _compute_stats(jnp.array([[1.0, 3.0]]), 1, None, use_fast_variance=False)
+  >>> from flaxgraph.nn.normalization import compute_stats
+  >>> mean, var = compute_stats(jnp.array([[1.0, 3.0]]), 1, None, use_fast_variance=False)
   >>> mean, var
   (Array([2.], dtype=float32), Array([1.], dtype=float32))
 
@@ -47,21 +47,21 @@ Initializer = Callable[..., Any]
 # Flax's bits. ``flaxgraph.nn.normalization`` re-exports them.
 
 
-def _canonicalize_axes(rank: int, axes: Any) -> tuple[int, ...]:
+def canonicalize_axes(rank: int, axes: Any) -> tuple[int, ...]:
     """``axes`` (an int or an iterable of ints, negative counted from ``rank``) as a
     tuple of distinct non-negative axes."""
     given = axes if isinstance(axes, Iterable) else (axes,)
     return tuple({axis + rank if axis < 0 else axis for axis in given})
 
 
-def _abs_sq(x: jax.Array) -> jax.Array:
+def abs_sq(x: jax.Array) -> jax.Array:
     """``|x|²`` elementwise (real² + imag² for complex ``x``)."""
     if jnp.iscomplexobj(x):
         return lax.square(lax.real(x)) + lax.square(lax.imag(x))
     return lax.square(x)
 
 
-def _compute_stats(
+def compute_stats(
     x: jax.Array,
     axes: Any,
     dtype: Any,
@@ -81,7 +81,7 @@ def _compute_stats(
     """
     compute = jnp.promote_types(jnp.result_type(x) if dtype is None else dtype, jnp.float32)
     x = jnp.asarray(x, compute)
-    reduced = _canonicalize_axes(x.ndim, axes)
+    reduced = canonicalize_axes(x.ndim, axes)
 
     def averaged(*values: jax.Array) -> tuple[jax.Array, ...]:
         means = tuple(v.mean(reduced, where=mask) for v in values)
@@ -95,17 +95,17 @@ def _compute_stats(
         return tuple(stacked[i] for i in range(len(means)))
 
     if not use_mean:
-        (var,) = averaged(_abs_sq(x))
+        (var,) = averaged(abs_sq(x))
         return jnp.zeros_like(var), var
     if use_fast_variance:
-        mean, mean_sq = averaged(x, _abs_sq(x))
-        return mean, jnp.maximum(0.0, mean_sq - _abs_sq(mean))
+        mean, mean_sq = averaged(x, abs_sq(x))
+        return mean, jnp.maximum(0.0, mean_sq - abs_sq(mean))
     (mean,) = averaged(x)
-    (var,) = averaged(_abs_sq(x - jnp.expand_dims(mean, reduced)))
+    (var,) = averaged(abs_sq(x - jnp.expand_dims(mean, reduced)))
     return mean, var
 
 
-def _normalize(
+def normalize_stats(
     x: jax.Array,
     mean: jax.Array,
     var: jax.Array,
@@ -120,8 +120,8 @@ def _normalize(
     reshaped to ``x``'s shape with 1 on ``reduction_axes`` and ``scale``/``bias`` to
     1 off ``feature_axes``, cast to ``dtype`` (default: promoted from ``x``,
     ``scale`` and ``bias``)."""
-    reduced = _canonicalize_axes(x.ndim, reduction_axes)
-    features = _canonicalize_axes(x.ndim, feature_axes)
+    reduced = canonicalize_axes(x.ndim, reduction_axes)
+    features = canonicalize_axes(x.ndim, feature_axes)
     stats_shape = tuple(1 if a in reduced else n for a, n in enumerate(x.shape))
     feature_shape = tuple(n if a in features else 1 for a, n in enumerate(x.shape))
     y = x - mean.reshape(stats_shape)
@@ -139,7 +139,7 @@ def _normalize(
     return jnp.asarray(y, canonicalize_dtype(*present, dtype=dtype))
 
 
-def _l2_normalize(x: jax.Array, axis: Any = None, eps: float = 1e-12) -> jax.Array:
+def l2_normalize_array(x: jax.Array, axis: Any = None, eps: float = 1e-12) -> jax.Array:
     """``x / sqrt(sum(x²) over axis + eps)`` (``axis=None``: over every entry)."""
     return x * lax.rsqrt((x * x).sum(axis=axis, keepdims=True) + eps)
 
@@ -179,13 +179,13 @@ class NormBase(Module):
         )
 
 
-def _check_axes(module: Any, x: jax.Array, axes: Any) -> None:
+def check_axes(module: Any, x: jax.Array, axes: Any) -> None:
     """Raises ``LayerShapeError`` if an axis of ``axes`` is out of range for ``x``."""
     for axis in axes if isinstance(axes, Iterable) else (axes,):
         normalize_axis(module, axis, x.ndim, x.shape)
 
 
-def _check_features(module: Any, x: jax.Array, axes: Any, *params: jax.Array | None) -> None:
+def check_features(module: Any, x: jax.Array, axes: Any, *params: jax.Array | None) -> None:
     """Raises ``LayerShapeError`` unless the sizes of ``x``'s ``axes`` multiply to
     the size of the first parameter given (``scale``, ``bias`` or a statistic);
     with none there is nothing to check against.

@@ -47,12 +47,13 @@ from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_min_rank
 from flaxgraph.nn.initializers import ones, zeros
 from flaxgraph.nn.norm_base import NormBase as NormBase
-from flaxgraph.nn.norm_base import _abs_sq as _abs_sq
-from flaxgraph.nn.norm_base import _canonicalize_axes as _canonicalize_axes
-from flaxgraph.nn.norm_base import _check_axes, _check_features
-from flaxgraph.nn.norm_base import _compute_stats as _compute_stats
-from flaxgraph.nn.norm_base import _l2_normalize as _l2_normalize
-from flaxgraph.nn.norm_base import _normalize as _normalize
+from flaxgraph.nn.norm_base import abs_sq as _abs_sq  # noqa: F401 (Flax's path)
+from flaxgraph.nn.norm_base import canonicalize_axes as _canonicalize_axes
+from flaxgraph.nn.norm_base import check_axes as _check_axes
+from flaxgraph.nn.norm_base import check_features as _check_features
+from flaxgraph.nn.norm_base import compute_stats as _compute_stats
+from flaxgraph.nn.norm_base import l2_normalize_array as _l2_normalize  # noqa: F401 (Flax's path)
+from flaxgraph.nn.norm_base import normalize_stats as _normalize
 from flaxgraph.nn.normalization_wrappers import SpectralNorm as SpectralNorm
 from flaxgraph.nn.normalization_wrappers import WeightNorm as WeightNorm
 from flaxgraph.rnglib.rngs import Rngs

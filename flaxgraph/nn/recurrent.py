@@ -36,9 +36,9 @@ from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.initializers import lecun_normal, orthogonal, zeros
 from flaxgraph.nn.linear import Linear
 from flaxgraph.nn.rnn import RNN, Bidirectional, RNNBase, flip_sequences
-from flaxgraph.nn.rnn import _concatenate as _concatenate
-from flaxgraph.nn.rnn import _expand_dims_like as _expand_dims_like
-from flaxgraph.nn.rnn import _select_last_carry as _select_last_carry
+from flaxgraph.nn.rnn import concat_last_axis as _concatenate  # noqa: F401 (Flax's path)
+from flaxgraph.nn.rnn import expand_dims_like as _expand_dims_like  # noqa: F401 (Flax's path)
+from flaxgraph.nn.rnn import select_last_carry as _select_last_carry  # noqa: F401 (Flax's path)
 from flaxgraph.rnglib.rngs import Rngs, RngStream
 from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
 from flaxgraph.typing import Shape as Shape

@@ -325,12 +325,12 @@ def _kept_as_is(cell: Module, state_axes: StateAxes | None) -> Iterator[None]:
             v.value = raw
 
 
-def _concatenate(a: jax.Array, b: jax.Array) -> jax.Array:
+def concat_last_axis(a: jax.Array, b: jax.Array) -> jax.Array:
     """``a`` and ``b`` joined on their last axis (``Bidirectional``'s default merge)."""
     return jnp.concatenate([a, b], axis=-1)
 
 
-def _select_last_carry(sequence: A, seq_lengths: jax.Array) -> A:
+def select_last_carry(sequence: A, seq_lengths: jax.Array) -> A:
     """From each time-major array of ``sequence`` (``(time, batch, ...)``), the entry
     at time ``seq_lengths[b] - 1`` for each batch element ``b`` (Flax NNX 0.12.8's
     ``flax.nnx.nn.recurrent._select_last_carry``)."""
@@ -342,7 +342,7 @@ def _select_last_carry(sequence: A, seq_lengths: jax.Array) -> A:
     return jax.tree.map(pick, sequence)
 
 
-def _expand_dims_like(x: jax.Array, target: jax.Array) -> jax.Array:
+def expand_dims_like(x: jax.Array, target: jax.Array) -> jax.Array:
     """``x`` with trailing size-1 axes up to ``target``'s rank."""
     return x.reshape(list(x.shape) + [1] * (target.ndim - x.ndim))
 
@@ -372,7 +372,7 @@ class Bidirectional(Module):
         forward_rnn: RNNBase,
         backward_rnn: RNNBase,
         *,
-        merge_fn: Callable[[jax.Array, jax.Array], jax.Array] = _concatenate,
+        merge_fn: Callable[[jax.Array, jax.Array], jax.Array] = concat_last_axis,
         time_major: bool = False,
         return_carry: bool = False,
         rngs: Rngs | RngStream | bool = True,
