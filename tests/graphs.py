@@ -247,7 +247,8 @@ def corpus_params() -> list[Any]:
 def has_cycle(root: Any) -> bool:
     """Whether some graph node of ``root`` can reach itself (through attributes,
     lists, tuples and dicts)."""
-    from flaxgraph.graphlib.registry import get_graph_node_impl, is_graph_node
+    from flaxgraph.graphlib.registry import get_graph_node_impl
+    from flaxgraph.graphlib.registry import is_node_module as is_graph_node
 
     def direct_nodes(x: Any) -> list[Any]:
         impl = get_graph_node_impl(x)

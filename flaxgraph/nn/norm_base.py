@@ -9,12 +9,13 @@ and the ``scale``/``bias`` Params.
 * ``canonicalize_axes``, ``abs_sq``, ``l2_normalize_array`` (``WeightNorm``'s).
 * ``NormBase``: creates ``scale``/``bias`` and checks the feature axes' size.
 
-The private helpers have the names, signatures and arithmetic of Flax NNX
-0.12.8's module-level helpers of ``flax.nnx.nn.normalization`` (re-exported by
-``flaxgraph.nn.normalization``), so the layers give Flax's bits.
+The helpers have the signatures and arithmetic of Flax NNX 0.12.8's private
+module-level helpers of ``flax.nnx.nn.normalization`` (bound there under Flax's
+names, e.g. ``flaxgraph.nn.normalization._compute_stats``), so the layers give
+Flax's bits.
 
   >>> import jax.numpy as jnp
-  >>> from flaxgraph.nn.normalization import compute_stats
+  >>> from flaxgraph.nn.norm_base import compute_stats
   >>> mean, var = compute_stats(jnp.array([[1.0, 3.0]]), 1, None, use_fast_variance=False)
   >>> mean, var
   (Array([2.], dtype=float32), Array([1.], dtype=float32))

@@ -443,8 +443,10 @@ class GRUCell(RNNCellBase):
 
 
 class SimpleCell(RNNCellBase):
-    """Elman cell: ``h' = activation_fn(dense_i(x) + dense_h(h))`` (plus ``h`` with
-    ``residual=True``); ``dense_i`` has a bias, ``dense_h`` none.
+    """Elman cell: ``h' = activation_fn(dense_i(x) + dense_h(h))``, or
+    ``activation_fn(dense_i(x) + dense_h(h) + h)`` with ``residual=True`` (the
+    residual goes inside the activation, as in Flax NNX); ``dense_i`` has a bias,
+    ``dense_h`` none.
 
     Args: as ``GRUCell`` (no ``gate_fn``), plus ``residual``; ``dtype`` defaults
     to ``float32`` here (as in Flax NNX), not to the promoted dtype.
@@ -513,9 +515,10 @@ class SimpleCell(RNNCellBase):
 
     def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
         self._check(carry, inputs)
-        new_h = self.activation_fn(self.dense_i(inputs) + self.dense_h(carry))
+        pre = self.dense_i(inputs) + self.dense_h(carry)
         if self.residual:
-            new_h = new_h + carry
+            pre = pre + carry
+        new_h = self.activation_fn(pre)
         return new_h, new_h
 
     def initialize_carry(

@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from environments import CLIENTS, ENVIRONMENTS, REPO, build  # noqa: E402
-from outcomes import ScenarioOutcome  # noqa: E402
+from scenario_outcomes import ScenarioOutcome  # noqa: E402
 
 OUTPUTS = REPO / "outputs" / "clients" / "maxtext"
 RTOL = 1e-5

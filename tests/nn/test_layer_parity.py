@@ -450,7 +450,14 @@ def _runs() -> list[Any]:
 def test_layer_gives_flax_bits(case: Case, dtype: str, mode: str) -> None:
     dt = DTYPES[dtype]
     seed = 11
-    flax_layer, (floats, others, kinds) = _run(flax_nnx, case, dt, mode, seed)
+    try:
+        flax_layer, (floats, others, kinds) = _run(flax_nnx, case, dt, mode, seed)
+    except Exception as flax_error:  # e.g. an orthogonal init in bfloat16: no CPU QR for it
+        # Where Flax's layer cannot be built or run, flaxgraph's fails the same way.
+        with pytest.raises(type(flax_error)) as ours_error:
+            _run(flaxgraph, case, dt, mode, seed)
+        assert str(ours_error.value) == str(flax_error)
+        return
     our_layer, _ = _run(flaxgraph, case, dt, mode, seed)
     _randomize_and_copy(flax_layer, our_layer, seed)
     results = {}

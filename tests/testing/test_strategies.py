@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 
 import flaxgraph as nnx
 import flaxgraph.testing as fgt
-from flaxgraph.graphlib.registry import is_graph_node
+from flaxgraph.graphlib.registry import is_node_module as is_graph_node
 from flaxgraph.testing import (
     Block,
     CustomVariable,
