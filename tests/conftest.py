@@ -32,3 +32,22 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Ends the run with the number of call sequences the differential property of
+    ``tests/transforms/test_call_sequences.py`` ran (its tests record it as the
+    ``call_sequences`` user property; the count travels with the report, so it is
+    right under pytest-xdist too)."""
+    total = distinct = tests = 0
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            props = dict(getattr(report, "user_properties", ()))
+            if "call_sequences" in props and report.when == "call":
+                tests += 1
+                total += props["call_sequences"]
+                distinct += props["distinct_call_sequences"]
+    if tests:
+        terminalreporter.write_line(
+            f"call sequences run: {total} ({distinct} distinct) in {tests} tests"
+        )

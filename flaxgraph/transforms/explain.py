@@ -35,7 +35,6 @@ import jax.numpy as jnp
 from flaxgraph.containers import List
 from flaxgraph.module import Module
 from flaxgraph.transforms.compilation import jit
-from flaxgraph.transforms.plan import plan_key
 from flaxgraph.variablelib.variable import Param
 
 
@@ -45,10 +44,11 @@ def explain(f: Callable[..., Any], *args: object, **kwargs: object) -> str:
     Args:
       f: a transformed function (``nnx.jit(...)``, ``nnx.vmap(...)``…) with a fast
         path (its ``plans``).
-      *args, **kwargs: the arguments of a call; until ``f`` has a plan for them
-        whose write-back is written out (which takes a call on the general path and
-        one on the fast path), ``f(*args, **kwargs)`` is called, at most twice (its
-        effects happen).
+      *args, **kwargs: the arguments of a call. ``f(*args, **kwargs)`` is called
+        (its effects happen) until a call takes the fast path through a plan whose
+        write-back is written out (a call on the general path makes the plan, the
+        next one writes it): once when ``f`` has that plan already, at most twice.
+        The plan shown is the one that served the last call.
 
     Returns:
       The plan's Python source (a ``def run(args, kwargs, statics):``).
@@ -72,14 +72,15 @@ def explain(f: Callable[..., Any], *args: object, **kwargs: object) -> str:
     plans = getattr(f, "plans", None)
     if plans is None:
         raise TypeError(f"{f!r} has no fast path to explain (it keeps no plans).")
-    key = plan_key(args, kwargs)
-    for attempt in range(3):
-        found = [p for (k, _), p in plans.plans.items() if k == key and p.source]
-        # A plan's write-back is written into its source by its first fast call.
-        if found and (found[0].last_out is not None or attempt == 2):
-            return str(found[0].source)
-        if attempt < 2:
-            f(*args, **kwargs)
+    for attempt in range(2):
+        # The plan that served a fast call is the cache's most recent one. A plan's
+        # write-back is written into its source by its first fast call.
+        general = plans.general_calls
+        f(*args, **kwargs)
+        plan = plans.recent()
+        if plans.general_calls == general and plan is not None and plan.source:
+            if plan.last_out is not None or attempt == 1:
+                return str(plan.source)
     raise ValueError(
         "These arguments take the general path on every call (no fast-path plan is made "
         "for them), so there is no plan source to show.\nFix: pass objects, arrays, and "

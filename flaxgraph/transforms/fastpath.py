@@ -63,7 +63,6 @@ from flaxgraph.transforms.plan import (
     OtherWrite,
     Plan,
     VariableWrites,
-    plan_key,
 )
 from flaxgraph.transforms.plan_code import compile_run, with_apply
 from flaxgraph.transforms.plan_owners import can_own, disown, own
@@ -353,21 +352,24 @@ class PlanCache:
         """The generated source of every cached plan, most recent first."""
         return [plan.source for plan in self.plans.values()]
 
-    def run_by_key(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
-        """The call through the plan cached for these arguments' key, or ``MISS``
-        (transforms try ``recent().run`` first, inline, which needs no key). The plan's
-        generated ``run`` checks the structure itself: the key only finds it."""
-        key = plan_key(args, kwargs)
-        if key is None:
-            return MISS
-        ref = self.entries.get((key, statics))
-        plan = ref() if ref is not None else None
-        if plan is None:
-            return MISS
-        result = plan.run(args, kwargs, statics)
-        if result is not MISS:
-            self.recent = cast("Callable[[], Plan | None]", ref)
-        return result
+    def run_any(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
+        """The call through the first cached plan that applies to it, most recent
+        first, or ``MISS`` (transforms try ``recent().run`` first, inline). Each plan's
+        generated ``run`` checks the call against what the general walk recorded and
+        returns ``MISS`` at its first failed check, so no key is computed from the
+        arguments: which plan applies is decided by the record alone."""
+        recent = self.recent
+        for ref in self.entries.values():
+            if ref is recent:
+                continue  # (tried already)
+            plan = ref()
+            if plan is None:
+                continue
+            result = plan.run(args, kwargs, statics)
+            if result is not MISS:
+                self.recent = ref
+                return result
+        return MISS
 
     def put(self, key: Any, plan: Plan) -> None:
         """Adds ``plan`` (most recent first), dropping dead entries and the oldest

@@ -15,12 +15,8 @@ from typing import Any, NamedTuple, cast
 
 import jax
 
-from flaxgraph.graphlib.registry import (
-    NODE,
-    PLAIN_STATIC,
-    REGISTRY,
-    VARIABLE,
-)
+from flaxgraph.graphlib.graphdefs import ContainerDef, Def, NodeDef
+from flaxgraph.graphlib.registry import REGISTRY
 from flaxgraph.transforms.ref_writes import read_ref
 from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
@@ -41,33 +37,6 @@ def _identity(x: object) -> object:
     return x
 
 
-_BUILTIN = (list, tuple, dict)
-
-
-def attribute_children(x: object) -> tuple[list[tuple[str, Any]], Any] | None:
-    """One level of a pytree node whose children are its attributes (a dataclass
-    registered with JAX, ``flax.struct.dataclass``, a namedtuple): ``([(name, child)],
-    treedef)`` with ``treedef`` the level's structure (static fields included), or
-    ``None`` for anything else (leaves, builtin containers, graph nodes, pytrees keyed
-    otherwise)."""
-    t = type(x)
-    if t in PLAIN_STATIC or t in _BUILTIN:
-        return None
-    kind = REGISTRY.kind_of(x)
-    if kind is NODE or kind is VARIABLE:
-        return None
-    with_path, treedef = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
-    if jax.tree_util.treedef_is_leaf(treedef):
-        return None
-    children = []
-    for path, child in with_path:
-        entry = path[0]
-        if type(entry) is not jax.tree_util.GetAttrKey or getattr(x, entry.name) is not child:
-            return None
-        children.append((entry.name, child))
-    return children, treedef
-
-
 def level_treedef(x: object) -> object:
     """The structure of one level of the pytree ``x`` (its children as leaves)."""
     return jax.tree_util.tree_structure(x, is_leaf=lambda y: y is not x)
@@ -75,6 +44,7 @@ def level_treedef(x: object) -> object:
 
 def leaf_reader(
     path: tuple[Hashable, ...],
+    root: Def,
     leaf: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -95,7 +65,7 @@ def leaf_reader(
         return get_raw, leaf
     if in_arguments:
         return _identity, None
-    place = leaf_place(path, args, kwargs)
+    place = leaf_place(path, root, args, kwargs)
     if place is None:
         raise ValueError(f"the leaf at {path} has no place to be read from")
     if place.in_tuple:
@@ -104,14 +74,18 @@ def leaf_reader(
 
 
 def is_in_place(
-    path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any], in_arguments: bool
+    path: tuple[Hashable, ...],
+    root: Def,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    in_arguments: bool,
 ) -> bool:
     """Whether the raw leaf at ``path`` is an argument, sits in the arguments' lists,
     tuples and dicts, or has a ``LeafPlace``: an entry of an Object, list or dict
     reached through Objects, lists, tuples and dicts only, possibly inside tuples held
     there (``Node(a=(array, None))``: the tuple is rebuilt around a new value, see
     ``leaf_writer``)."""
-    return in_arguments or leaf_place(path, args, kwargs) is not None
+    return in_arguments or leaf_place(path, root, args, kwargs) is not None
 
 
 class LeafPlace(NamedTuple):
@@ -131,27 +105,37 @@ class LeafPlace(NamedTuple):
 
 
 def leaf_place(
-    path: tuple[Hashable, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    path: tuple[Hashable, ...], root: Def, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> LeafPlace | None:
-    """The ``LeafPlace`` of the raw leaf at ``path`` (reached through Objects, lists,
-    tuples and dicts only), or ``None`` when it has none (a leaf inside another pytree,
-    or inside tuples only)."""
-    node: Any = (args, kwargs)[path[0]]  # type: ignore[call-overload]
+    """The ``LeafPlace`` of the raw leaf at ``path``, or ``None`` when it has none (a
+    leaf inside another pytree, or inside tuples only). What each step of the path
+    passes through is read from the general walk's record (``root``, the call's
+    GraphDef root over ``(args, kwargs)``), not classified again: an object the walk
+    recorded (a ``NodeDef``) holds the leaf in its ``__dict__``, a list or dict it
+    recorded is the holder itself, a tuple is looked through (the arguments' tuple,
+    or a tuple in a holder); any other pytree it recorded gives no place."""
+    node: Any = (args, kwargs)
+    d: Def = root
     place: LeafPlace | None = None
     impls = REGISTRY.node_impls()
-    for key in path[1:]:
-        t = type(node)
-        impl = impls.get(t)
-        if impl is not None:
+    for key in path:
+        if type(d) is NodeDef:
+            impl = impls.get(d.type)
+            if impl is None:
+                return None
             place = LeafPlace(node.__dict__, key, ())
             node = impl.get_child(node, key)
-        elif t is list or t is dict:
-            place = LeafPlace(node, key, ())
+            d = dict(d.attributes)[key]
+        elif type(d) is ContainerDef and d.treedef is None:
+            if d.type is list or d.type is dict:
+                place = LeafPlace(node, key, ())
+            elif d.type is tuple:
+                if place is not None:
+                    place = LeafPlace(place.holder, place.key, (*place.in_tuple, cast(int, key)))
+            else:
+                return None
             node = node[key]
-        elif t is tuple:  # the arguments' tuple, or a tuple inside a holder
-            if place is not None:
-                place = LeafPlace(place.holder, place.key, (*place.in_tuple, cast(int, key)))
-            node = node[key]
+            d = d.children[d.keys.index(key)]
         else:
             return None
     return place
@@ -159,6 +143,7 @@ def leaf_place(
 
 def leaf_writer(
     path: tuple[Hashable, ...],
+    root: Def,
     leaf: object,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -172,7 +157,7 @@ def leaf_writer(
         return functools.partial(_set_raw, leaf)
     if in_arguments:
         return None  # the caller's containers are not written (as on the general path)
-    place = leaf_place(path, args, kwargs)
+    place = leaf_place(path, root, args, kwargs)
     if place is None:
         return None
     if place.in_tuple:

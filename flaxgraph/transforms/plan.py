@@ -26,13 +26,11 @@ from flaxgraph.graphlib.graphdefs import (
     StaticDef,
     VariableDef,
 )
-from flaxgraph.graphlib.registry import NODE, REGISTRY, VARIABLE, is_hashable
+from flaxgraph.graphlib.registry import is_hashable
 from flaxgraph.graphlib.snapshot import StructureSnapshot
-from flaxgraph.graphlib.walk import argument_leaf
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
 from flaxgraph.transforms.leaf_access import (
-    attribute_children,
     is_in_place,
     leaf_reader,
     leaf_writer,
@@ -99,54 +97,22 @@ def miss_always(args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> 
     return MISS
 
 
-def plan_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
-    """A cache key for the arguments' structure, or ``None`` if they do not qualify for
-    the fast path. Objects count by identity, leaves by kind, and lists, tuples and
-    dicts (a ``batch`` dict of arrays, rebuilt on every call) by their items, as do
-    pytrees whose children are attributes (a ``flax.struct.dataclass`` batch, a
-    namedtuple) and which hold no object, with their structure (static fields
-    included); other pytrees as arguments take the general path."""
-    parts: list[Any] = []
-    for a in args:
-        part = _part(a)
-        if part is None:
-            return None
-        parts.append(part)
-    for k in sorted(kwargs):
-        part = _part(kwargs[k])
-        if part is None:
-            return None
-        parts.append((k, part))
-    return tuple(parts)
-
-
-def _part(a: Any, objects: bool = True) -> Any:
-    """What ``plan_key`` keeps of one argument (see there), by the engine's
-    classification (``REGISTRY.kind_of``) for objects."""
-    t = type(a)
-    kind = REGISTRY.kind_of(a)
-    if kind is NODE or kind is VARIABLE:
-        return id(a) if objects else None
-    if argument_leaf(a):
-        return _LEAF
-    if a is None or t is str:
-        return (t, a)
-    if t is dict or t is list or t is tuple:
-        items = a.items() if t is dict else enumerate(a)
-        parts = tuple((k, _part(v, objects)) for k, v in items)
-        if any(p is None for _, p in parts):
-            return None
-        return (t, parts)
-    found = attribute_children(a)
-    if found is not None:
-        children, treedef = found
-        if not is_hashable(treedef):  # unhashable static fields: no key
-            return None
-        parts = tuple((k, _part(v, False)) for k, v in children)
-        if any(p is None for _, p in parts):
-            return None
-        return (t, treedef, parts)
-    return None
+def record_key(checks: Sequence[ArgCheck], statics: Any) -> Hashable:
+    """The ``PlanCache`` key of a plan: its recorded argument checks (objects by
+    identity) with the static arguments, so that a new plan for the same arguments
+    (after a structural change) replaces the old one. It is read from the record the
+    general walk made (``recorded_checks``), never from a call's arguments: finding
+    the plan that applies to a call is the plans' own ``run`` (each checks
+    everything itself), tried in turn (``PlanCache.run_any``). An unhashable record
+    (unhashable static fields of a pytree) gives a key of its own."""
+    key = (
+        tuple(
+            (c.root, c.keys, c.kind, id(c.expected) if c.kind is CheckKind.IS else c.expected)
+            for c in checks
+        ),
+        statics,
+    )
+    return key if is_hashable(key) else object()
 
 
 class ArgCheck(NamedTuple):
@@ -362,7 +328,8 @@ class Plan:
             and self.snapshot.versioned
             and not (donated and stored)
             and all(
-                is_variable(leaf) or is_in_place(path, args, kwargs, path in in_args)
+                is_variable(leaf)
+                or is_in_place(path, call.graphdef.root, args, kwargs, path in in_args)
                 for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
             )
         )
@@ -373,7 +340,9 @@ class Plan:
         self.arg_leaves: list[ArgLeaf] = []
         if self.in_place:
             for pos, (path, leaf) in enumerate(zip(call.graphdef.leaf_paths, call.leaves)):
-                getter, target = leaf_reader(path, leaf, args, kwargs, path in in_args)
+                getter, target = leaf_reader(
+                    path, call.graphdef.root, leaf, args, kwargs, path in in_args
+                )
                 self.getters.append(getter)
                 self.targets.append(target)
                 if target is None:
@@ -393,7 +362,11 @@ class Plan:
         # How to store a new value in place for each input leaf (None: no place, e.g.
         # an argument's own array).
         self.writers = [
-            leaf_writer(path, leaf, args, kwargs, path in in_args) if self.in_place else None
+            (
+                leaf_writer(path, call.graphdef.root, leaf, args, kwargs, path in in_args)
+                if self.in_place
+                else None
+            )
             for path, leaf in zip(call.graphdef.leaf_paths, call.leaves)
         ]
         self.finishes: dict[Hashable, BoundFinish | None] = {}  # by fastpath.FinishPlan

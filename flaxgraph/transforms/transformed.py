@@ -37,7 +37,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from flaxgraph.transforms.calling_conventions import split_static
 from flaxgraph.transforms.fastpath import CacheInfo, PlanCache, same_trace
 from flaxgraph.transforms.lift import Call, OutStatic, Slots
-from flaxgraph.transforms.plan import MISS, Plan, plan_key
+from flaxgraph.transforms.plan import MISS, Plan, record_key
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -123,7 +123,7 @@ class Transformed(Generic[P, R]):
                 result = plan.run(dyn_args, dyn_kwargs, statics)
                 if result is not MISS:
                     return result
-            result = plans.run_by_key(dyn_args, dyn_kwargs, statics)
+            result = plans.run_any(dyn_args, dyn_kwargs, statics)
             if result is not MISS:
                 return result
         self.plans.general_calls += 1
@@ -165,11 +165,8 @@ class Transformed(Generic[P, R]):
         structure (``out.inputs_kept``) on objects of the current trace."""
         if not (self.fast and out.inputs_kept and same_trace(call)):
             return
-        key = plan_key(args, kwargs)
-        if key is None:
-            return
         plan = Plan(call, compiled, slots, n_groups, args, kwargs, statics, donated=donated)
-        self.plans.put((key, statics), plan)
+        self.plans.put(record_key(plan.arg_checks, statics), plan)
 
     def partial(self, *args: object) -> Transformed[..., R]:
         """This transformed function with ``args`` bound after ``bound`` (what

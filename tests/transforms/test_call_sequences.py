@@ -4,7 +4,10 @@ be, returns what its general path, the eager call and real Flax NNX 0.12.8 retur
 and leaves the model as they leave it (``call_sequences.py`` says how).
 
 The property runs per transform: 2 sequences each at the ``ci`` profile, half the
-profile's examples (100 per transform, 2,200 in all) at ``dev``.
+profile's examples (100 per transform, 2,200 in all) at ``dev``;
+``CALL_SEQUENCES=N`` sets N sequences per transform. Each test records how many
+sequences it ran (the ``call_sequences`` user property), and the run ends with
+their total (``tests/conftest.py``, "call sequences run").
 ``test_the_property_fails_when_the_check_is_type_only`` proves it can fail: with
 the plan's generated argument checks mutated (in this test only, by replacing the
 code generator's function for the duration of the test) to compare a static
@@ -15,6 +18,7 @@ argument: the general walk made it static, the plan read it as a leaf.)
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -27,19 +31,29 @@ from flaxgraph.transforms import plan_code
 from flaxgraph.transforms.plan import CheckKind
 
 _PROFILE = settings().max_examples
-_EXAMPLES = 2 if _PROFILE < 100 else _PROFILE // 2
+_EXAMPLES = int(os.environ.get("CALL_SEQUENCES", 2 if _PROFILE < 100 else _PROFILE // 2))
 _JIT = next(t for t in TRANSFORMS if t.name == "jit")
 
 
 @pytest.mark.parametrize("transform", TRANSFORMS, ids=[t.name for t in TRANSFORMS])
-def test_a_call_sequence_computes_what_the_general_path_eager_call_and_flax_compute(transform):
+def test_a_call_sequence_computes_what_the_general_path_eager_call_and_flax_compute(
+    transform, record_property
+):
+    ran: list[Sequence] = []
+
     @settings(max_examples=_EXAMPLES)
     @given(sequences())
     def check(seq: Sequence) -> None:
+        ran.append(seq)
         problems = run_sequence(transform, seq)
         assert not problems, "\n".join(problems)
 
-    check()
+    try:
+        check()
+    finally:
+        # Every sequence hypothesis ran, shrinking included; distinct ones apart.
+        record_property("call_sequences", len(ran))
+        record_property("distinct_call_sequences", len(set(map(repr, ran))))
 
 
 def _type_only(generate: Any) -> Any:

@@ -141,7 +141,7 @@ def test_exception_on_the_fast_path_leaves_objects_unchanged():
     assert before is not None
 
 
-def test_static_argnums_are_part_of_the_plan_key():
+def test_static_argnums_are_part_of_the_plans_record():
     @nnx.jit(static_argnums=2)
     def g(m, x, scale):
         m.w.value = m.w.value * scale
@@ -524,3 +524,37 @@ def test_swapped_attributes_are_swapped_on_every_call(inner, held):
             float(eager.a[...]),
             float(eager.b[...]),
         )
+
+
+def test_alternating_argument_structures_each_keep_their_plan():
+    # No key is computed from a call's arguments: a call that misses the most recent
+    # plan tries the others (PlanCache.run_any), each deciding by its own record.
+    # Three structures alternating take the general path once each, and every call
+    # computes what the eager call does.
+    f = nnx.jit(lambda m, v: m.w[...].sum() + jax.tree.reduce(lambda a, b: a + b.sum(), v, 0.0))
+    m = Lin()
+    calls = [jnp.ones(2), (jnp.ones(2), jnp.full(3, 2.0)), {"a": jnp.full(1, 5.0)}]
+    for round in range(3):
+        for i, v in enumerate(calls):
+            v = jax.tree.map(lambda a: a * (round + 1), v)
+            expected = m.w[...].sum() + jax.tree.reduce(lambda a, b: a + b.sum(), v, 0.0)
+            assert float(f(m, v)) == pytest.approx(float(expected)), (round, i)
+    assert f.cache_info() == (3, 3)
+
+
+def test_a_pytree_argument_with_an_unhashable_static_field_has_a_plan():
+    # Its record cannot be a dict key (plan.record_key gives it a key of its own); the
+    # plan is made and replayed all the same, and a new static value misses it.
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class Batch:
+        x: jax.Array
+        names: list = dataclasses.field(metadata={"static": True})
+
+    f = nnx.jit(lambda m, b: m.w[...].sum() * len(b.names) + b.x.sum())
+    m = Lin()
+    for n in (1.0, 2.0, 3.0):
+        assert float(f(m, Batch(jnp.full(2, n), ["a"]))) == pytest.approx(4.0 + 2 * n)
+    assert f.cache_info() == (1, 1)
+    assert float(f(m, Batch(jnp.ones(2), ["a", "b"]))) == pytest.approx(10.0)
+    assert f.cache_info().general_calls == 2
