@@ -66,34 +66,36 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
         if i in grads
     }
 
-    def build(x: Any, path: PathParts) -> object:
-        if is_node_module(x):
-            n = len(path)
-            pairs = [
-                (p[n:], _grad_leaf(leaf, g)) for p, (leaf, g) in by_path.items() if p[:n] == path
-            ]
-            return State.from_flat_path(pairs)
-        if REGISTRY.kind_of(x) is VARIABLE:
-            # a Variable seen earlier along another path, or not differentiated: an
-            # empty State, as Flax NNX 0.12 gives (nnx.update with it is a no-op)
-            item = by_path.get(path)
-            return State({}) if item is None else _grad_leaf(*item)
-        if type(x) in (list, tuple):
-            return type(x)(build(v, (*path, i)) for i, v in enumerate(x))
-        if type(x) is dict:
-            return {k: build(v, (*path, k)) for k, v in x.items()}
+    return _grad_build(args[argnum], (0, argnum), by_path)
+
+
+def _grad_build(x: Any, path: PathParts, by_path: dict[Any, tuple[Any, Any]]) -> object:
+    """``_grad_tree`` below ``x`` at ``path`` (a module-level recursion: a recursive
+    closure would hold the call's Variables in a reference cycle until the garbage
+    collector ran)."""
+    if is_node_module(x):
+        n = len(path)
+        pairs = [(p[n:], _grad_leaf(leaf, g)) for p, (leaf, g) in by_path.items() if p[:n] == path]
+        return State.from_flat_path(pairs)
+    if REGISTRY.kind_of(x) is VARIABLE:
+        # a Variable seen earlier along another path, or not differentiated: an
+        # empty State, as Flax NNX 0.12 gives (nnx.update with it is a no-op)
         item = by_path.get(path)
-        if item is not None:
-            return item[1]
-        children = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
-        if children[0] and not jax.tree_util.treedef_is_leaf(children[1]):
-            from flaxgraph.graphlib.registry import pytree_children
+        return State({}) if item is None else _grad_leaf(*item)
+    if type(x) in (list, tuple):
+        return type(x)(_grad_build(v, (*path, i), by_path) for i, v in enumerate(x))
+    if type(x) is dict:
+        return {k: _grad_build(v, (*path, k), by_path) for k, v in x.items()}
+    item = by_path.get(path)
+    if item is not None:
+        return item[1]
+    children = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
+    if children[0] and not jax.tree_util.treedef_is_leaf(children[1]):
+        from flaxgraph.graphlib.registry import pytree_children
 
-            items, treedef = pytree_children(x)  # type: ignore[misc]
-            return treedef.unflatten([build(v, (*path, k)) for k, v in items])
-        return None
-
-    return build(args[argnum], (0, argnum))
+        items, treedef = pytree_children(x)  # type: ignore[misc]
+        return treedef.unflatten([_grad_build(v, (*path, k), by_path) for k, v in items])
+    return None
 
 
 def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> object:

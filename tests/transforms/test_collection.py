@@ -229,3 +229,61 @@ def test_a_held_model_is_seen() -> None:
     assert len(_alive(refs)) == len(refs)
     del keep
     assert _alive(refs) == []
+
+
+# -- without the garbage collector ----------------------------------------------------------
+
+# The transforms that keep fast-path plans (``PlanCache``): the model and its plans form
+# a cycle (plan_owners.py), which only the collector frees (test_a_model_is_collected_after_del);
+# docs/design.md, "Who keeps a plan alive", says why it is not broken.
+_PLANNED = {
+    "jit",
+    "vmap",
+    "scan",
+    "shard_map",
+    "jit(grad)",
+    "jit(vmap)",
+    "jit(remat)",
+    "jit(cond)",
+    "jit(scan)",
+    "vmap(jit)",
+}
+
+
+@pytest.fixture
+def no_collector():
+    """The garbage collector off for the test (reference counting alone frees)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _watch_freed(model: nnx.Module) -> tuple[list[weakref.ref[Any]], list[int]]:
+    """Weak references to the model, its Variables and arrays, with a callback that
+    counts each one freed (the callback runs when reference counting frees it)."""
+    freed: list[int] = []
+    refs: list[weakref.ref[Any]] = [weakref.ref(model, lambda _: freed.append(0))]
+    for _, v in nnx.iter_graph(model):
+        if isinstance(v, nnx.Variable):
+            refs.append(weakref.ref(v, lambda _: freed.append(1)))
+            refs.append(weakref.ref(v.get_value(), lambda _: freed.append(2)))
+    return refs, freed
+
+
+@pytest.mark.parametrize("name", sorted(set(_transforms()) - _PLANNED))
+def test_without_plans_del_frees_the_model_at_once(name: str, no_collector: None) -> None:
+    # A transform that keeps no plan holds nothing of the call: ``del model`` frees the
+    # model, its Variables and their arrays by reference counting, with no collection
+    # (grad, value_and_grad, vjp and custom_vjp kept the Variables in a recursive
+    # closure's cycle until the collector ran).
+    run = _transforms()[name]()
+    for _ in range(2):
+        model = _model()
+        run(model, X)
+        run(model, X)
+        refs, freed = _watch_freed(model)
+        del model
+        assert len(freed) == len(refs), [r() for r in refs if r() is not None]
