@@ -313,19 +313,6 @@ class MultiHeadAttention(Module):
         self.value = projection(
             in_features=self.in_kv_features, out_features=(self.num_kv_heads, head_dim)
         )
-        self.out = LinearGeneral(
-            (self.num_heads, self.head_dim),
-            self.out_features,
-            axis=(-2, -1),
-            kernel_init=out_kernel_init or kernel_init,
-            bias_init=out_bias_init or bias_init,
-            promote_dtype=out_promote_dtype,
-            dot_general=out_dot_general,
-            dot_general_cls=out_dot_general_cls,
-            kernel_metadata=out_kernel_metadata,
-            bias_metadata=out_bias_metadata,
-            **common,
-        )
         if self.normalize_qk:
             norm = functools.partial(
                 LayerNorm,
@@ -341,6 +328,20 @@ class MultiHeadAttention(Module):
         else:
             self.query_ln = None
             self.key_ln = None
+        # after the LayerNorms, as Flax's (their keys come first from rngs)
+        self.out = LinearGeneral(
+            (self.num_heads, self.head_dim),
+            self.out_features,
+            axis=(-2, -1),
+            kernel_init=out_kernel_init or kernel_init,
+            bias_init=out_bias_init or bias_init,
+            promote_dtype=out_promote_dtype,
+            dot_general=out_dot_general,
+            dot_general_cls=out_dot_general_cls,
+            kernel_metadata=out_kernel_metadata,
+            bias_metadata=out_bias_metadata,
+            **common,
+        )
 
     def set_view(
         self,

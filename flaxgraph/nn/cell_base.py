@@ -17,12 +17,29 @@ from typing import Any, ClassVar
 import jax
 
 from flaxgraph.module_class import Module
-from flaxgraph.nn.errors import LayerShapeError, check_last_dim, describe
+from flaxgraph.nn.errors import LayerShapeError, describe
 from flaxgraph.nn.initializers import zeros
 from flaxgraph.nn.stochastic import own_stream
 from flaxgraph.rnglib.rngs import Rngs, RngStream
 
 Initializer = Callable[..., Any]
+
+
+def check_carry(cell: Any, inputs: jax.Array, *parts: jax.Array) -> None:
+    """Raises ``LayerShapeError`` unless each carry part has the inputs' batch shape
+    and all parts one shape. It reads the arrays' shapes only, nothing of ``cell``
+    beyond its description (so a stand-in ``self`` works, as with Flax's cells); the
+    feature sizes are checked by the cell's ``Linear`` projections."""
+    batch = tuple(inputs.shape[:-1])
+    first = tuple(parts[0].shape)
+    for part in parts:
+        shape = tuple(part.shape)
+        if shape[:-1] != batch or shape != first:
+            raise LayerShapeError(
+                f"{describe(cell)} expected a carry of shape {(*batch, first[-1])} "
+                f"for inputs of shape {tuple(inputs.shape)}, got shape {shape}.",
+                cell,
+            )
 
 
 class RNNCellBase(Module):
@@ -85,15 +102,6 @@ class RNNCellBase(Module):
         else:
             key = jax.random.key(0)  # the default zeros init ignores it
         return init(key, (*batch, self.hidden_features), self.param_dtype)
-
-    def _check(self, h: jax.Array, inputs: jax.Array) -> None:
-        check_last_dim(self, inputs, self.in_features)
-        if h.shape[-1] != self.hidden_features or h.shape[:-1] != inputs.shape[:-1]:
-            raise LayerShapeError(
-                f"{describe(self)} expected a carry of shape {(*inputs.shape[:-1], self.hidden_features)} "
-                f"for inputs of shape {tuple(inputs.shape)}, got shape {tuple(h.shape)}.",
-                self,
-            )
 
     def _store_common(
         self,

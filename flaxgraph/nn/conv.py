@@ -463,7 +463,10 @@ class ConvTranspose(_ConvBase):
     def __call__(self, inputs: jax.Array) -> jax.Array:
         x = jnp.asarray(inputs)
         n = len(self.kernel_size)
-        x, batch_shape = _flatten_batch(self, x, n, self.in_features)
+        # The features check reads the kernel's shape (as Flax's, no self.in_features).
+        kernel_shape = self.kernel[...].shape
+        in_features = kernel_shape[-1] if self.transpose_kernel else kernel_shape[-2]
+        x, batch_shape = _flatten_batch(self, x, n, in_features)
         circular = self.padding == "CIRCULAR"
         in_spatial = x.shape[1 : n + 1]
         x, kernel, bias = _operands(self, x)

@@ -219,11 +219,13 @@ class LinearGeneral(Module):
       use_bias, dtype, param_dtype, precision, kernel_init, bias_init,
       promote_dtype, preferred_element_type, rngs, kernel_metadata, bias_metadata:
         as in ``Linear``. The initializers see a 2-D view
-        ``(prod(in_features), prod(out_features))`` of the kernel (per batch
-        index), so fan-in/fan-out are those of the whole contraction.
+        ``(prod(batch sizes) * prod(in_features), prod(out_features))`` of the
+        kernel and a 1-D view of the bias, as in Flax (so with ``batch_axis`` the
+        fan-in counts the batch too).
       dot_general: the contraction function (default ``jax.lax.dot_general``).
-      dot_general_cls: a class (or factory) called with no arguments to make
-        ``dot_general`` (default none; give at most one of the two).
+      dot_general_cls: a class (or factory) called with no arguments at each call
+        to make the contraction; it takes precedence over ``dot_general``, as in
+        Flax (default none).
 
     Call: ``inputs`` whose axes ``axis`` have sizes ``in_features`` (and an optional
     ``out_sharding``, as in ``Linear``); returns
@@ -281,31 +283,24 @@ class LinearGeneral(Module):
         n_in, n_out = math.prod(self.in_features), math.prod(self.out_features)
         kernel_shape = batch_shape + self.in_features + self.out_features
 
-        key = rngs.params()
-        if batch_shape:
-            # one independent 2-D initialization per batch index
-            def init(k: jax.Array, shape: tuple[int, ...], dtype: Any) -> Any:
-                keys = jax.random.split(k, math.prod(batch_shape))
-                return jax.vmap(lambda kk: kernel_init(kk, (n_in, n_out), dtype))(keys)
-
-            self.kernel = make_reshaped_param(
-                init,
-                key,
-                (math.prod(batch_shape), n_in, n_out),
-                kernel_shape,
-                param_dtype,
-                kernel_metadata,
-            )
-        else:
-            self.kernel = make_reshaped_param(
-                kernel_init, key, (n_in, n_out), kernel_shape, param_dtype, kernel_metadata
-            )
+        # As Flax's: one initialization of the 2-D view (prod(batch) * prod(in), prod(out))
+        # (with batch axes, fan-in counts them too), the bias from a 1-D view.
+        n_batch = math.prod(batch_shape)
+        self.kernel = make_reshaped_param(
+            kernel_init,
+            rngs.params(),
+            (n_batch * n_in, n_out),
+            kernel_shape,
+            param_dtype,
+            kernel_metadata,
+        )
+        bias_shape = batch_shape + self.out_features
         self.bias = (
             make_reshaped_param(
                 bias_init,
                 rngs.params(),
-                (*batch_shape, n_out),
-                batch_shape + self.out_features,
+                (math.prod(bias_shape),),
+                bias_shape,
                 param_dtype,
                 bias_metadata,
             )
@@ -317,35 +312,40 @@ class LinearGeneral(Module):
         self.param_dtype = param_dtype
         self.precision = precision
         self.promote_dtype = promote_dtype
-        if dot_general is not None and dot_general_cls is not None:
-            raise ValueError("LinearGeneral: give at most one of dot_general and dot_general_cls.")
-        self.dot_general = dot_general_cls() if dot_general_cls is not None else dot_general
+        self.dot_general = dot_general
+        self.dot_general_cls = dot_general_cls
         self.preferred_element_type = preferred_element_type
 
     def __call__(self, inputs: jax.Array, out_sharding: Any = None) -> jax.Array:
         x = jnp.asarray(inputs)
         ndim = x.ndim
+        # Flax's batch_axis is a mapping, flaxgraph's sorted (axis, size) pairs: both work.
+        batch_axis = tuple(sorted(dict(self.batch_axis).items()))
         axes = tuple(normalize_axis(self, a, ndim, x.shape) for a in self.axis)
         batch_dims = tuple(
-            normalize_axis(self, a, ndim, x.shape, "batch axis") for a, _ in self.batch_axis
+            normalize_axis(self, a, ndim, x.shape, "batch axis") for a, _ in batch_axis
         )
-        sizes = tuple(x.shape[a] for a in axes)
-        if sizes != self.in_features:
-            raise shape_error(
-                self, f"inputs with sizes {self.in_features} at axes {self.axis}", x.shape
-            )
-        for (given_axis, size), a in zip(self.batch_axis, batch_dims):
+        n_batch = len(batch_dims)
+        kernel = self.kernel[...]
+        bias = self.bias[...] if self.bias is not None else None
+        # The check reads the kernel's shape (kernel[...] is read anyway), not self's.
+        expected = tuple(kernel.shape[n_batch : n_batch + len(axes)])
+        if tuple(x.shape[a] for a in axes) != expected:
+            raise shape_error(self, f"inputs with sizes {expected} at axes {self.axis}", x.shape)
+        for (given_axis, size), a in zip(batch_axis, batch_dims):
             if x.shape[a] != size:
                 raise shape_error(
                     self, f"inputs with size {size} at batch axis {given_axis}", x.shape
                 )
-        n_batch = len(batch_dims)
-        kernel = self.kernel[...]
-        bias = self.bias[...] if self.bias is not None else None
         x, kernel, bias = self.promote_dtype((x, kernel, bias), dtype=self.dtype)
         contract = tuple(range(n_batch, n_batch + len(axes)))
         dimension_numbers = ((axes, contract), (batch_dims, tuple(range(n_batch))))
-        dot_general = self.dot_general or lax.dot_general
+        if self.dot_general_cls is not None:  # a fresh instance per call, as Flax's
+            dot_general = self.dot_general_cls()
+        elif self.dot_general is not None:
+            dot_general = self.dot_general
+        else:
+            dot_general = lax.dot_general
         extra = op_options(self.preferred_element_type, out_sharding)
         y = dot_general(x, kernel, dimension_numbers, precision=self.precision, **extra)
         if bias is not None:

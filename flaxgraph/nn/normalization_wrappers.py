@@ -12,13 +12,18 @@ calls the layer:
   ``Module.train()`` sets, or ``update_stats=True`` at the call).
 * ``WeightNorm``: every Variable matched by ``variable_filter`` (default: the
   ``kernel``) is divided by its L2 norm over the non-feature axes and multiplied
-  by a learned ``scale`` (``Param``s in the dict ``scales``, keyed by the path).
+  by a ``scale`` (plain float32 arrays in the dict ``scales``, keyed by the path,
+  as Flax NNX keeps them: not Params, so not trained unless made Params).
 
 As in Flax NNX, the normalized value is *written into the wrapped layer's
 Variable* (after a call, ``layer_instance.kernel`` holds the normalized kernel;
 gradients flow through the normalization to the value it was computed from).
-If the wrapped layer raises, its Variables are restored: a failed call changes
-nothing.
+If the wrapped layer raises, its Variables are restored (and ``SpectralNorm``'s
+statistics are not updated): a failed call changes nothing.
+
+Each ``__call__`` reads what Flax's reads of ``self`` (``layer_instance`` and the
+method ``_weightnorm_inplace`` / ``_spectral_normalize_inplace``, plus
+``use_running_average``), so Flax-style code calling it on a stand-in works.
 
   >>> import jax.numpy as jnp, numpy as np, flaxgraph as nnx
   >>> layer = nnx.WeightNorm(nnx.Linear(3, 2, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
@@ -38,7 +43,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -49,6 +53,8 @@ from flaxgraph.nn.common import canonicalize_tuple
 from flaxgraph.nn.dtypes import canonicalize_dtype, promote_dtype
 from flaxgraph.nn.errors import LayerInputError, describe
 from flaxgraph.nn.initializers import normal, ones
+from flaxgraph.nn.norm_base import canonicalize_axes, l2_normalize_array
+from flaxgraph.pytreelib.attribute_kinds import data
 from flaxgraph.rnglib.rngs import Rngs
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import BatchStat, Param, is_variable
@@ -75,9 +81,8 @@ def _variables(layer: Module, predicate: Callable[[PathParts, Any], bool]) -> li
     return sorted(found, key=lambda item: _path_order(item[0]))
 
 
-def _l2_normalize(v: jax.Array, epsilon: float) -> jax.Array:
-    """``v / sqrt(sum(v²) + epsilon)`` over all of ``v``."""
-    return v * lax.rsqrt(jnp.sum(jnp.square(v)) + epsilon)
+def _is_param(path: PathParts, value: Any) -> bool:
+    return isinstance(value, Param)
 
 
 @contextmanager
@@ -180,6 +185,8 @@ class SpectralNorm(Module):
         batch_stats: dict[PathParts, BatchStat[Any]] = {}
         init_u = normal(stddev=1e-2)
         for path, param in _variables(layer_instance, self._selects):
+            if n_steps < 1:  # as Flax's: no power iteration, no statistics
+                break
             ndim = param.value.ndim
             if ndim > 2 and error_on_non_matrix:
                 raise ValueError(
@@ -188,8 +195,9 @@ class SpectralNorm(Module):
                     "pass error_on_non_matrix=False to flatten its leading axes into one."
                 )
             n = param.value.shape[-1]
-            batch_stats[(*path, "u")] = BatchStat(init_u(rngs.params(), (1, n), param_dtype))
-            batch_stats[(*path, "sigma")] = BatchStat(jnp.ones((), param_dtype))
+            key = rngs.params()  # one key for both, as Flax's
+            batch_stats[(*path, "u")] = BatchStat(init_u(key, (1, n), param_dtype))
+            batch_stats[(*path, "sigma")] = BatchStat(ones(key, (), param_dtype))
         self.layer_instance: Any = layer_instance  # any Module, called like one
         self.n_steps = n_steps
         self.epsilon = epsilon
@@ -203,22 +211,51 @@ class SpectralNorm(Module):
     def _selects(path: PathParts, value: Any) -> bool:
         return isinstance(value, Param) and jnp.ndim(value.value) > 1
 
-    def _normalized(self, w: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """``(w / sigma, new u, sigma)`` by ``n_steps`` of power iteration.
+    def _spectral_normalize_inplace(
+        self, path: PathParts, param: Any, update_stats: bool
+    ) -> Callable[[], None] | None:
+        """Writes ``w / sigma`` into ``param`` (``sigma`` by ``n_steps`` of power
+        iteration from the stored ``u``); with ``update_stats``, returns the function
+        that writes the new ``u`` and ``sigma`` into ``batch_stats`` (Flax's method of
+        that name writes them at once; ``__call__`` does after the wrapped layer
+        succeeds, so a failed call changes nothing).
 
-        The iteration runs in the stored dtypes (as Linen and Flax NNX do); only
-        the normalized weight is cast to ``dtype`` (default: promoted from
-        ``w``, ``u``, ``v`` and ``sigma``). A zero ``sigma`` leaves ``w`` as is.
+        The iteration runs in the stored dtypes; the normalized weight is rounded
+        to ``dtype`` (default: promoted from ``w``, ``u``, ``v`` and ``sigma``) and
+        written in the Variable's own dtype, as Flax's. A zero ``sigma`` leaves
+        ``w`` as is.
         """
-        w2 = jnp.reshape(w, (-1, w.shape[-1]))
+        w = param[...]
+        if w.ndim <= 1 or self.n_steps < 1:
+            return None
+        w2 = jnp.reshape(w, (-1, w.shape[-1])) if w.ndim > 2 else w
+        u_path, sigma_path = (*path, "u"), (*path, "sigma")
+        if u_path not in self.batch_stats or sigma_path not in self.batch_stats:
+            raise RuntimeError(
+                f"SpectralNorm: no batch statistics for the Param layer_instance."
+                f"{'.'.join(map(str, path))}; the wrapped layer's Params changed after "
+                "construction. Build a new SpectralNorm around the changed layer."
+            )
+        u = self.batch_stats[u_path][...]
         v = u
         for _ in range(self.n_steps):
-            v = _l2_normalize(u @ w2.T, self.epsilon)
-            u = _l2_normalize(v @ w2, self.epsilon)
+            v = l2_normalize_array(jnp.matmul(u, w2.T), eps=self.epsilon)
+            u = l2_normalize_array(jnp.matmul(v, w2), eps=self.epsilon)
         u, v = lax.stop_gradient(u), lax.stop_gradient(v)
-        sigma = jnp.reshape(v @ w2 @ u.T, ())
-        w_new = w / jnp.where(sigma != 0, sigma, 1)
-        return w_new.astype(canonicalize_dtype(w, u, v, sigma, dtype=self.dtype)), u, sigma
+        sigma = jnp.matmul(jnp.matmul(v, w2), u.T)[0, 0]
+        w_new = jnp.reshape(w2 / jnp.where(sigma != 0, sigma, 1), w.shape)
+        # Flax's ``variable[...] = value`` keeps the Variable's dtype (a cast); so here
+        w_new = jnp.asarray(w_new, canonicalize_dtype(w_new, u, v, sigma, dtype=self.dtype))
+        param[...] = w_new.astype(w.dtype)
+        if not update_stats:
+            return None
+        u_stat, sigma_stat = self.batch_stats[u_path], self.batch_stats[sigma_path]
+
+        def commit() -> None:
+            u_stat[...] = u.astype(u_stat[...].dtype)
+            sigma_stat[...] = sigma.astype(sigma_stat[...].dtype)
+
+        return commit
 
     def __call__(self, x: Any, update_stats: bool | None = None) -> Any:
         if update_stats is None:
@@ -228,27 +265,18 @@ class SpectralNorm(Module):
                     "given; pass update_stats=True/False or call .train()/.eval()."
                 )
             update_stats = not self.use_running_average
-        targets = [
-            (path, param)
-            for path, param in _variables(self.layer_instance, self._selects)
-            if (*path, "u") in self.batch_stats
-        ]
-        updates = []
-        for path, param in targets:
-            u_stat = self.batch_stats[(*path, "u")]
-            w_new, u, sigma = self._normalized(param.value, u_stat.value)
-            updates.append((param, w_new.astype(param.value.dtype), path, u, sigma))
-        params = [param for param, *_ in updates]
-        with _restoring(self, params):
-            for param, w_new, *_ in updates:
-                param.value = w_new
+        # Reads layer_instance and the method only (as Flax's); restores the wrapped
+        # layer's Params if it raises.
+        targets = _variables(self.layer_instance, _is_param)
+        with _restoring(self, [v for _, v in targets]):
+            commits = [
+                self._spectral_normalize_inplace(path, param, update_stats=update_stats)
+                for path, param in targets
+            ]
             y = self.layer_instance(x)
-        if update_stats:
-            for _, _, path, u, sigma in updates:
-                u_stat = self.batch_stats[(*path, "u")]
-                sigma_stat = self.batch_stats[(*path, "sigma")]
-                u_stat.value = u.astype(u_stat.value.dtype)
-                sigma_stat.value = sigma.astype(sigma_stat.value.dtype)
+        for commit in commits:
+            if commit is not None:
+                commit()
         return y
 
 
@@ -269,14 +297,18 @@ class WeightNorm(Module):
       layer_instance: the layer to wrap.
       feature_axes: the axes that keep separate norms (default ``-1``, the output
         features of a ``Linear``/``Conv`` kernel); ``None`` for a single norm.
-      use_scale: learn ``scale`` (default True); otherwise ``scales`` is None.
-      scale_init: the scales' initializer (default ``ones``).
+      use_scale: multiply by ``scale`` (default True); otherwise ``scales`` is None.
+      scale_init: the scales' initializer, called as Flax's does,
+        ``scale_init(rngs['params'], shape)``: the stream (not a key, and it does
+        not advance) and no dtype, so the default ``ones`` gives float32 scales
+        and an initializer that needs a key fails, in both libraries (assign
+        ``layer.scales[path]`` after construction instead).
       epsilon: added inside the square root (default ``1e-12``).
-      dtype: the dtype the normalized value is rounded to (default: promoted
-        from the Variable and the scale); the norm itself is computed in the
-        Variable's dtype, and the result is stored back in the Variable's own
-        dtype.
-      param_dtype: the scales' dtype (default ``float32``).
+      dtype: the dtype of the normalized value written into the Variable
+        (default: promoted from the Variable and the scale); the norm itself is
+        computed in the Variable's dtype.
+      param_dtype: kept as an attribute for Flax's signature (the scales'
+        dtype is ``scale_init``'s default, as in Flax).
       variable_filter: which Variables of the layer to normalize (default
         ``nnx.PathContains('kernel')``, exact key match).
       promote_dtype: the dtype promotion function (kept as an attribute for
@@ -284,7 +316,10 @@ class WeightNorm(Module):
       rngs: an ``nnx.Rngs`` (its ``params`` stream seeds ``scale_init``).
 
     Attributes:
-      scales: ``{variable_path: Param}`` (``None`` without ``use_scale``).
+      scales: ``{variable_path: array}`` (``None`` without ``use_scale``), plain
+        arrays as in Flax: ``nnx.grad``/``nnx.Optimizer(wrt=nnx.Param)`` leave
+        them fixed. To train them, make them Params:
+        ``layer.scales = {p: nnx.Param(v) for p, v in layer.scales.items()}``.
 
     Call: ``x`` and any further arguments, passed to the wrapped layer; returns
     its output.
@@ -303,11 +338,9 @@ class WeightNorm(Module):
       >>> layer.scales[('kernel',)].shape, layer(jnp.ones((1, 5, 5, 3))).shape
       ((8,), (1, 5, 5, 8))
 
-    Source: Flax NNX ``nnx.WeightNorm`` (0.12): signature, ``scales`` layout,
-    behaviour; Salimans & Kingma (2016). Deliberate differences: the scales are
-    ``Param`` Variables (trained by an ``nnx.Optimizer(wrt=nnx.Param)``; Flax
-    keeps plain arrays), ``scale_init`` receives a key and ``param_dtype``, and
-    the normalized value keeps the Variable's dtype.
+    Source: Flax NNX ``nnx.WeightNorm`` (0.12): signature, ``scales`` layout
+    (plain arrays), dtypes, behaviour; Salimans & Kingma (2016). Difference: a
+    failing wrapped layer is restored and the error names the wrapper.
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("layer_instance",)
@@ -336,19 +369,25 @@ class WeightNorm(Module):
         self.param_dtype = param_dtype
         self.variable_filter = variable_filter
         self.promote_dtype = promote_dtype
-        scales: dict[PathParts, Param[Any]] = {}
-        for path, var in _variables(layer_instance, to_predicate(variable_filter)):
-            features = self._features(path, jnp.ndim(var.value))
-            if use_scale:
-                shape = tuple(var.value.shape[a] for a in features)
-                scales[path] = Param(scale_init(rngs.params(), shape, param_dtype))
-        self.scales = scales if use_scale else None
+        self.scale_init = scale_init
+        # As Flax's: plain arrays (no Params), from scale_init(rngs['params'], shape)
+        # (the stream itself, no dtype: the default ones are float32), for every
+        # Param the filter selects.
+        scales: dict[PathParts, Any] | None = None
+        if use_scale:
+            scales = {}
+            predicate = to_predicate(variable_filter)
+            for path, var in _variables(layer_instance, _is_param):
+                if predicate(path, var):
+                    features = self._features(path, jnp.ndim(var.value))
+                    shape = tuple(var.value.shape[a] for a in features)
+                    scales[path] = scale_init(rngs["params"], shape)
+        self.scales = data(scales)
 
     def _features(self, path: PathParts, ndim: int) -> tuple[int, ...]:
         """The normalized feature axes of a rank-``ndim`` Variable at ``path``."""
         if self.feature_axes is None:
             return ()
-        out = []
         for a in self.feature_axes:
             if not -ndim <= a < ndim:
                 raise ValueError(
@@ -356,31 +395,46 @@ class WeightNorm(Module):
                     f"Variable layer_instance.{'.'.join(map(str, path))}; give feature_axes "
                     "valid for every Variable variable_filter selects."
                 )
-            out.append(a % ndim)
-        return tuple(sorted(set(out)))
+        return canonicalize_axes(ndim, self.feature_axes)
 
-    def _normalized(self, path: PathParts, w: jax.Array) -> jax.Array:
+    def _weightnorm_inplace(self, path: PathParts, param: Any) -> None:
+        """Writes the normalized value into ``param`` if ``variable_filter`` selects it
+        (Flax's method of that name): the norm in the Variable's dtype, times the
+        scale, the result in ``dtype`` (default: promoted from the Variable and the
+        scale) as Flax's."""
+        if not to_predicate(self.variable_filter)(path, param):
+            return
+        w = param[...]
         features = self._features(path, w.ndim)
-        scale = None if self.scales is None else self.scales[path].value
-        # as Linen and Flax NNX: the norm is taken in the Variable's own dtype and
-        # only the result is cast to ``dtype`` (default: promoted from both)
         reduce = tuple(a for a in range(w.ndim) if a not in features)
-        y = w * lax.rsqrt(jnp.sum(w * w, reduce, keepdims=True) + self.epsilon)
-        if scale is not None:
-            shape = tuple(w.shape[a] if a in features else 1 for a in range(w.ndim))
-            y = y * jnp.reshape(scale, shape)
-        return y.astype(canonicalize_dtype(w, scale, dtype=self.dtype))
+        y = l2_normalize_array(w, axis=reduce, eps=self.epsilon)
+        operands = [w]
+        if self.use_scale:
+            if self.scales is None or path not in self.scales:
+                raise RuntimeError(
+                    f"WeightNorm: no scale for the Variable layer_instance."
+                    f"{'.'.join(map(str, path))}; the wrapped layer's Variables changed "
+                    "after construction. Build a new WeightNorm around the changed layer."
+                )
+            scale = self.scales[path]
+            if is_variable(scale):  # scales made Params by the user, to train them
+                scale = scale[...]
+            if len(features) < w.ndim:
+                shape = [1] * w.ndim
+                for a in features:
+                    shape[a] = w.shape[a]
+                scale = jnp.reshape(scale, shape)
+            y = y * scale
+            operands.append(scale)
+        param.set_value(jnp.asarray(y, canonicalize_dtype(*operands, dtype=self.dtype)))
 
     def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        predicate = to_predicate(self.variable_filter)
-        targets = _variables(self.layer_instance, predicate)
-        if self.scales is not None:
-            targets = [(p, v) for p, v in targets if p in self.scales]
-        new_values = [self._normalized(p, v.value).astype(v.value.dtype) for p, v in targets]
-        variables = [v for _, v in targets]
-        with _restoring(self, variables):
-            for v, value in zip(variables, new_values):
-                v.value = value
+        # Reads layer_instance and the method only (as Flax's); restores the wrapped
+        # layer's Variables if it raises.
+        targets = _variables(self.layer_instance, lambda path, value: True)
+        with _restoring(self, [v for _, v in targets]):
+            for path, variable in targets:
+                self._weightnorm_inplace(path, variable)
             return self.layer_instance(x, *args, **kwargs)
 
 

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
-from flaxgraph.nn.cell_base import RNNCellBase
+from flaxgraph.nn.cell_base import RNNCellBase, check_carry
 from flaxgraph.nn.common import EMPTY_METADATA
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.initializers import lecun_normal, orthogonal, zeros
@@ -190,8 +190,7 @@ class LSTMCell(RNNCellBase):
         self, carry: tuple[jax.Array, jax.Array], inputs: jax.Array
     ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
         c, h = carry
-        self._check(h, inputs)
-        self._check(c, inputs)
+        check_carry(self, inputs, c, h)
         i = self.gate_fn(self.ii(inputs) + self.hi(h))
         f = self.gate_fn(self.if_(inputs) + self.hf(h))
         g = self.activation_fn(self.ig(inputs) + self.hg(h))
@@ -321,8 +320,7 @@ class OptimizedLSTMCell(RNNCellBase):
         self, carry: tuple[jax.Array, jax.Array], inputs: jax.Array
     ) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
         c, h = carry
-        self._check(h, inputs)
-        self._check(c, inputs)
+        check_carry(self, inputs, c, h)
         z = self.dense_i(inputs) + self.dense_h(h)
         i, f, g, o = jnp.split(z, 4, axis=-1)
         new_c = self.gate_fn(f) * c + self.gate_fn(i) * self.activation_fn(g)
@@ -422,7 +420,7 @@ class GRUCell(RNNCellBase):
 
     def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
         h = carry
-        self._check(h, inputs)
+        check_carry(self, inputs, h)
         x_r, x_z, x_n = jnp.split(self.dense_i(inputs), 3, axis=-1)
         h_r, h_z, h_n = jnp.split(self.dense_h(h), 3, axis=-1)
         r = self.gate_fn(x_r + h_r)
@@ -514,7 +512,7 @@ class SimpleCell(RNNCellBase):
         )
 
     def __call__(self, carry: jax.Array, inputs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        self._check(carry, inputs)
+        check_carry(self, inputs, carry)
         pre = self.dense_i(inputs) + self.dense_h(carry)
         if self.residual:
             pre = pre + carry

@@ -21,7 +21,7 @@ Srivastava et al., "Dropout" (2014). Masks from ``jax.random.bernoulli``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import jax
@@ -52,7 +52,7 @@ def draw_key(
     owner: str,
     rngs: Rngs | RngStream | jax.Array | None,
     own: Rngs | RngStream | jax.Array | None,
-    collection: str,
+    collection: str | Callable[[], str],
 ) -> jax.Array:
     """A key from the call's ``rngs`` (a Rngs, a stream or a key) or else from the
     layer's own stream.
@@ -62,13 +62,17 @@ def draw_key(
     """
     # The call's rngs first, else the layer's own (an RngStream, or an Rngs kept
     # whole by a subclass); an Rngs gives the ``collection`` stream (or its default).
+    # ``collection`` may be a function giving the name: it is read only for an Rngs
+    # (a layer's rng_collection attribute, read only there, as Flax's Dropout does).
     source = rngs if rngs is not None else own
     if isinstance(source, Rngs):
-        return source[collection]()
+        return source[collection if isinstance(collection, str) else collection()]()
     if isinstance(source, RngStream):
         return source()
     if source is not None:
         return jnp.asarray(source)
+    if not isinstance(collection, str):
+        collection = collection()
     raise ValueError(
         f"`deterministic` is False, but no `rngs` argument was provided to {owner}, "
         "and it has no random stream of its own to draw keys from. Fix: pass "
@@ -151,7 +155,7 @@ class Dropout(Module):
             return x
         if self.rate == 1.0:
             return jnp.zeros_like(x)
-        key = draw_key(describe(self), rngs, self.rngs, self.rng_collection)
+        key = draw_key(describe(self), rngs, self.rngs, lambda: self.rng_collection)
         keep = 1.0 - self.rate
         mask_shape = list(x.shape)
         for dim in self.broadcast_dims:

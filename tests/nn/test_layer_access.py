@@ -36,25 +36,13 @@ parity = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(parity)
 
 SKIPPED = ("RNN[", "Bidirectional[", "LoRALinear[", "MHA[sow]")
-# What flaxgraph's __call__ still reads beyond Flax's (issue 38, item 2, left): each
-# family's cases are expected to fail (not strictly: a fixed case passes unnoticed
-# until its family is removed here).
-KNOWN_GAPS = {
-    "LinearGeneral[": "reads self.in_features for its shape check",
-    "ConvTranspose": "reads self.in_features for its shape check",
-    "WeightNorm[": "Flax's scales are plain arrays, flaxgraph's Params",
-    "SpectralNorm[": "reads its own helper methods (self._selects...)",
-    "Dropout[": "reads self.rng_collection",
-    "LSTMCell[": "reads self._check (carry shape check)",
-    "OptimizedLSTMCell[": "reads self._check (carry shape check)",
-    "GRUCell[": "reads self._check (carry shape check)",
-    "SimpleCell[": "reads self._check (carry shape check)",
-}
+# What flaxgraph's __call__ still reads beyond Flax's: nothing (each case is strict).
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _param(case: Any) -> Any:
     gap = next((why for prefix, why in KNOWN_GAPS.items() if case.name.startswith(prefix)), None)
-    marks = [pytest.mark.xfail(reason=gap, strict=False)] if gap else []
+    marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
     return pytest.param(case, id=case.name, marks=marks)
 
 
@@ -186,6 +174,8 @@ def _bound_call(case: Any, layer_type: type, stand_in: Any) -> Any:
     """``case.call`` with the layer's class methods applied to ``stand_in``."""
 
     class Bound:
+        library = flaxgraph if layer_type.__module__.startswith("flaxgraph") else flax_nnx
+
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             return layer_type.__call__(stand_in, *args, **kwargs)
 

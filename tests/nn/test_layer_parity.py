@@ -5,8 +5,8 @@ Each case builds one layer with the same constructor arguments on both libraries
 written into Flax's layer, then copied path by path, with its RNG state, into
 flaxgraph's), and runs the same step on both: a plain call, then ``grad`` of
 ``sum(outputs * w)`` (``w`` a fixed random array per output) with respect to the
-layer's Params and to its floating inputs. The outputs, the gradients and the
-layer's state after the step (batch statistics, caches, RNG counts) must be equal
+layer's Params and to its floating inputs. The initial state (same seeds), the
+outputs, the gradients and the layer's state after the step (batch statistics, caches, RNG counts) must be equal
 bit for bit (``assert_array_equal`` on the raw bits), in float32 and bfloat16,
 eagerly and under each library's own ``nnx.jit``.
 
@@ -95,6 +95,11 @@ def _cases() -> list[Case]:
     add("LinearGeneral[out-tuple]", _mk("LinearGeneral", 4, (2, 3)), normal(2, 4))
     add("LinearGeneral[axis-1,-1]", _mk("LinearGeneral", (3, 4), 2, axis=(1, -1)), normal(2, 3, 4))
     add(
+        "LinearGeneral[batch-axis,out-tuple]",
+        _mk("LinearGeneral", 4, (2, 3), axis=-1, batch_axis={0: 2}),
+        normal(2, 3, 4),
+    )
+    add(
         "LinearGeneral[batch-axis]",
         _mk("LinearGeneral", 4, 3, axis=-1, batch_axis={0: 2}),
         normal(2, 3, 4),
@@ -130,9 +135,12 @@ def _cases() -> list[Case]:
         ("input-dilation", {"input_dilation": 2, "padding": 1}),
         ("groups", {"feature_group_count": 2}),
         ("groups-strides", {"feature_group_count": 2, "strides": 2, "padding": "VALID"}),
+        ("same-lower", {"padding": "SAME_LOWER"}),
     ]:
         add(f"Conv1d[{tag}]", _mk("Conv", 4, 6, (3,), **kw), normal(2, 7, 4))
     add("Conv2d[]", _mk("Conv", 2, 3, (2, 3), strides=(1, 2)), normal(2, 5, 6, 2))
+    add("Conv2d[groups,dilation]", _mk("Conv", 4, 6, (3, 3), feature_group_count=2, kernel_dilation=(1, 2), strides=(2, 1)), normal(2, 7, 8, 4))  # fmt: skip
+    add("ConvTranspose1d[dilation,strides]", _mk("ConvTranspose", 4, 6, (3,), kernel_dilation=2, strides=2), normal(2, 7, 4))  # fmt: skip
     add("Conv2d[no-batch]", _mk("Conv", 2, 3, (3, 3)), normal(5, 6, 2))
     add("Conv2d[batch-2]", _mk("Conv", 2, 3, (3, 3)), normal(2, 2, 5, 6, 2))
     add("Conv1d[int-kernel]", _mk("Conv", 4, 6, 3), normal(2, 7, 4))
@@ -167,6 +175,7 @@ def _cases() -> list[Case]:
     add("LayerNorm[feature-axes]", _mk("LayerNorm", 3, reduction_axes=-1, feature_axes=-2), normal(2, 3, 4))  # fmt: skip
     add("LayerNorm[mask]", _mk("LayerNorm", 4), _with_mask((2, 3, 4)), call=lambda m, x, k: m(x, mask=k))  # fmt: skip
     add("RMSNorm[reduction-axes]", _mk("RMSNorm", 4, reduction_axes=(1, 2)), normal(2, 3, 4))
+    add("RMSNorm[feature-axes]", _mk("RMSNorm", 3, reduction_axes=-1, feature_axes=-2), normal(2, 3, 4))  # fmt: skip
     add("RMSNorm[mask]", _mk("RMSNorm", 4), _with_mask((2, 3, 4)), call=lambda m, x, k: m(x, mask=k))  # fmt: skip
     add("GroupNorm[group-size]", _mk("GroupNorm", 6, num_groups=None, group_size=2), normal(2, 3, 6))  # fmt: skip
     add("GroupNorm[one-group]", _mk("GroupNorm", 6, num_groups=1), normal(2, 3, 6))
@@ -183,6 +192,11 @@ def _cases() -> list[Case]:
     add("WeightNorm[Linear]", lambda nn, d: nn.WeightNorm(nn.Linear(4, 3, param_dtype=d, rngs=nn.Rngs(0)), param_dtype=d, rngs=nn.Rngs(1)), normal(2, 4))  # fmt: skip
     add("WeightNorm[Conv,no-scale]", lambda nn, d: nn.WeightNorm(nn.Conv(2, 3, (3,), param_dtype=d, rngs=nn.Rngs(0)), use_scale=False, param_dtype=d, rngs=nn.Rngs(1)), normal(2, 5, 2))  # fmt: skip
     add("WeightNorm[feature-axes]", lambda nn, d: nn.WeightNorm(nn.Linear(4, 3, param_dtype=d, rngs=nn.Rngs(0)), feature_axes=0, param_dtype=d, rngs=nn.Rngs(1)), normal(2, 4))  # fmt: skip
+    add("WeightNorm[dtype]", lambda nn, d: nn.WeightNorm(nn.Linear(4, 3, param_dtype=d, rngs=nn.Rngs(0)), dtype=jnp.bfloat16, param_dtype=d, rngs=nn.Rngs(1)), normal(2, 4))  # fmt: skip
+    add("WeightNorm[no-feature-axes]", lambda nn, d: nn.WeightNorm(nn.Conv(2, 3, (3,), param_dtype=d, rngs=nn.Rngs(0)), feature_axes=None, param_dtype=d, rngs=nn.Rngs(1)), normal(2, 5, 2))  # fmt: skip
+    add("SpectralNorm[dtype]", lambda nn, d: nn.SpectralNorm(nn.Linear(4, 3, param_dtype=d, rngs=nn.Rngs(0)), dtype=jnp.bfloat16, param_dtype=d, rngs=nn.Rngs(1)), normal(2, 4), call=lambda m, x: m(x, update_stats=True))  # fmt: skip
+    add("SpectralNorm[Conv]", lambda nn, d: nn.SpectralNorm(nn.Conv(2, 3, (3,), param_dtype=d, rngs=nn.Rngs(0)), n_steps=2, param_dtype=d, rngs=nn.Rngs(1)), normal(2, 5, 2), call=lambda m, x: m(x, update_stats=True))  # fmt: skip
+    add("SpectralNorm[no-steps]", lambda nn, d: nn.SpectralNorm(nn.Linear(4, 3, param_dtype=d, rngs=nn.Rngs(0)), n_steps=0, param_dtype=d, rngs=nn.Rngs(1)), normal(2, 4), call=lambda m, x: m(x, update_stats=True))  # fmt: skip
     add("SpectralNorm[Linear]", lambda nn, d: nn.SpectralNorm(nn.Linear(4, 3, param_dtype=d, rngs=nn.Rngs(0)), param_dtype=d, rngs=nn.Rngs(1)), normal(2, 4), call=lambda m, x: m(x, update_stats=True))  # fmt: skip
     add("SpectralNorm[eval,steps]", lambda nn, d: nn.SpectralNorm(nn.Linear(4, 3, param_dtype=d, rngs=nn.Rngs(0)), n_steps=3, param_dtype=d, rngs=nn.Rngs(1)), normal(2, 4), call=lambda m, x: m(x, update_stats=False))  # fmt: skip
 
@@ -249,6 +263,10 @@ def _cases() -> list[Case]:
 
 
 def _lib_of(module: Any) -> Any:
+    """The library of a layer (or of a caller's stand-in naming it as ``library``)."""
+    library = getattr(module, "library", None)
+    if library is not None:
+        return library
     return flaxgraph if type(module).__module__.startswith("flaxgraph") else flax_nnx
 
 
@@ -426,11 +444,8 @@ BOUNDED = bool(os.environ.get("CI")) and not os.environ.get("LAYER_PARITY_FULL")
 
 
 # Known differences left (strict: a case that starts to pass fails until removed here).
-KNOWN_DIFFERENCES = {
-    "WeightNorm[Linear]": "Flax keeps WeightNorm's scales as plain arrays (nnx.data), not "
-    "Params: nnx.grad does not train them there; flaxgraph's are Params",
-    "WeightNorm[feature-axes]": "the same: Flax's WeightNorm scales are not Params",
-}
+# None: WeightNorm keeps its scales as plain arrays, as Flax's (guides/from_flax.md).
+KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
 def in_ci_sample(cases: Sequence[Case]) -> list[bool]:
@@ -476,6 +491,10 @@ def test_layer_gives_flax_bits(case: Case, dtype: str, mode: str) -> None:
         assert str(ours_error.value) == str(flax_error)
         return
     our_layer, _ = _run(flaxgraph, case, dt, mode, seed)
+    # the same initialization from the same seeds (Params, statistics, RNG state)
+    ours_initial = {str(p): v for p, v in _flat(flaxgraph, our_layer).items()}
+    for path, value in _flat(flax_nnx, flax_layer).items():
+        _compare(value, ours_initial.get(str(path)), f"initial {path}")
     _randomize_and_copy(flax_layer, our_layer, seed)
     results = {}
     for name, lib, layer in (("flax", flax_nnx, flax_layer), ("flaxgraph", flaxgraph, our_layer)):

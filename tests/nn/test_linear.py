@@ -271,12 +271,16 @@ def test_linear_general_dot_general_cls():
         def __call__(self, *args, **kwargs):
             return jax.lax.dot_general(*args, **kwargs)
 
-    layer = LinearGeneral(3, 4, dot_general_cls=Dot, rngs=nnx.Rngs(0))
-    assert len(made) == 1 and layer.dot_general is made[0]
+    # As Flax's: one instance per call, and the class wins over dot_general.
+    def never(*args, **kwargs):
+        raise AssertionError("dot_general used although dot_general_cls is given")
+
+    layer = LinearGeneral(3, 4, dot_general=never, dot_general_cls=Dot, rngs=nnx.Rngs(0))
+    assert made == [] and layer.dot_general is never and layer.dot_general_cls is Dot
     x = rand(2, 3)
     close(layer(x), x @ layer.kernel.value + layer.bias.value[None])
-    with pytest.raises(ValueError, match="at most one of dot_general and dot_general_cls"):
-        LinearGeneral(3, 4, dot_general=jax.lax.dot_general, dot_general_cls=Dot, rngs=nnx.Rngs(0))
+    close(layer(x), x @ layer.kernel.value + layer.bias.value[None])
+    assert len(made) == 2
 
 
 def test_einsum_bias_shape_may_be_an_int():

@@ -240,7 +240,9 @@ class TestWeightNorm:
         lin = Linear(8, 4, rngs=nnx.Rngs(0))
         layer = WeightNorm(lin, rngs=nnx.Rngs(1))
         assert set(layer.scales) == {("kernel",)}
-        assert isinstance(layer.scales[("kernel",)], nnx.Param)
+        # as Flax's: plain float32 arrays, not Params
+        assert isinstance(layer.scales[("kernel",)], jax.Array)
+        assert layer.scales[("kernel",)].dtype == jnp.float32
         y = layer(rand(5, 8))
         assert y.shape == (5, 4)
         close(np.linalg.norm(np.asarray(lin.kernel.value), axis=0), np.ones(4))
@@ -256,10 +258,12 @@ class TestWeightNorm:
             conv,
             feature_axes=feature_axes,
             epsilon=eps,
-            scale_init=jax.nn.initializers.normal(1.0),
             rngs=nnx.Rngs(seed + 1),
         )
-        scale = layer.scales[("kernel",)].value
+        # scale_init gets Flax's arguments (the stream, no dtype): set random scales
+        shape = layer.scales[("kernel",)].shape
+        scale = jax.random.normal(jax.random.key(seed), shape)
+        layer.scales[("kernel",)] = scale
         w0 = np.asarray(conv.kernel.value)
         expected_shape = (
             ()
@@ -306,18 +310,22 @@ class TestWeightNorm:
         np.testing.assert_array_equal(np.asarray(lin.kernel.value), w0)
         close(lin.bias.value, b0 / np.linalg.norm(b0))
 
-    def test_scales_train_with_an_optimizer_filter(self):
+    def test_scales_are_not_trained_unless_made_params(self):
         layer = WeightNorm(Linear(3, 2, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
         x = rand(4, 3)
+        grads = nnx.grad(lambda m: jnp.sum(m(x) ** 2))(layer)
+        assert "scales" not in grads  # as Flax's: plain arrays get no gradient
+        # the opt-in (guides/from_flax.md): scales made Params train
+        layer.scales = {path: nnx.Param(v) for path, v in layer.scales.items()}
         grads = nnx.grad(lambda m: jnp.sum(m(x) ** 2))(layer)
         g = grads["scales"][("kernel",)].value
         assert g.shape == (2,) and bool(jnp.any(g != 0))
 
-    def test_dtype_keeps_the_variable_dtype(self):
+    def test_dtype_is_the_written_dtype(self):
         lin = Linear(3, 2, rngs=nnx.Rngs(0))
         layer = WeightNorm(lin, dtype=jnp.bfloat16, rngs=nnx.Rngs(1))
         layer(rand(2, 3))
-        assert lin.kernel.value.dtype == jnp.float32
+        assert lin.kernel.value.dtype == jnp.bfloat16  # as Flax's
 
     def test_forwards_call_arguments(self):
         layer = WeightNorm(nnx.Einsum("ab,bc->ac", (3, 4), rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
@@ -375,17 +383,24 @@ def test_spectral_norm_iterates_in_the_stored_dtype():
     lin = nnx.Linear(5, 4, rngs=nnx.Rngs(0))
     kernel = lin.kernel.value
     layer = nnx.SpectralNorm(lin, dtype=jnp.float16, rngs=nnx.Rngs(1))
-    u = layer.batch_stats[("kernel", "u")].value
-    w_new, _, sigma = layer._normalized(kernel, u)
-    assert w_new.dtype == jnp.float16 and sigma.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(w_new), np.asarray((kernel / sigma).astype(jnp.float16)))
+    u0 = layer.batch_stats[("kernel", "u")].value
+    layer(jnp.ones((2, 5)))
+    sigma = layer.batch_stats[("kernel", "sigma")].value
+    # the kernel keeps its dtype, rounded through float16 (as Flax's)
+    assert lin.kernel.value.dtype == jnp.float32 and sigma.dtype == jnp.float32
+    _, _, sigma_ref = power_iteration(kernel, u0, 1, 1e-12)
+    close(sigma, sigma_ref)
+    want = (kernel / sigma).astype(jnp.float16).astype(jnp.float32)
+    np.testing.assert_array_equal(np.asarray(lin.kernel.value), np.asarray(want))
 
 
 def test_weight_norm_rounds_only_the_result_to_dtype():
     lin = nnx.Linear(8, 4, rngs=nnx.Rngs(0))
     kernel = lin.kernel.value
     layer = nnx.WeightNorm(lin, dtype=jnp.float16, rngs=nnx.Rngs(1))
-    got = layer._normalized(("kernel",), kernel)
+    layer(jnp.ones((2, 8)))
     want = kernel * jax.lax.rsqrt(jnp.sum(kernel * kernel, 0, keepdims=True) + 1e-12)
-    assert got.dtype == jnp.float16
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want.astype(jnp.float16)))
+    assert lin.kernel.value.dtype == jnp.float16
+    np.testing.assert_array_equal(
+        np.asarray(lin.kernel.value), np.asarray(want.astype(jnp.float16))
+    )
