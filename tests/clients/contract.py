@@ -44,8 +44,8 @@ sys.path.insert(0, str(HERE))
 
 from agreement import agree  # noqa: E402
 from environments import CLIENTS, ENVIRONMENTS, build  # noqa: E402
-from scenario_outcomes import ScenarioOutcome  # noqa: E402
 from programs import CLIENT_MODULES  # noqa: E402
+from scenario_outcomes import ScenarioOutcome  # noqa: E402
 
 SIDE_TIMEOUT = 1800  # seconds for one side of one client's scenarios
 SIDES = ("flax", "flaxgraph")
