@@ -60,6 +60,7 @@ bench: $(STAMP)  ## benchmarks side by side with jax.jit, Flax NNX and Equinox
 	$(BIN)/python -m benchmarks.transforms
 	$(BIN)/python -m benchmarks.pytree
 	$(BIN)/python -m benchmarks.tunix_peft
+	$(BIN)/python -m benchmarks.memory
 
 lint: $(STAMP)  ## ruff (lint and format), the mypy type check of flaxgraph/ (configured in pyproject.toml), and the code counts that only go down (tests/code_counts.py)
 	$(BIN)/ruff check flaxgraph tests benchmarks guides

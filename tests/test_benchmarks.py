@@ -264,3 +264,25 @@ def test_first_step_benchmark_quick_skips_missing_flax(tmp_path: Path) -> None:
     stdout, results = _run_first_step(tmp_path, ["-c", FIRST_STEP_WITHOUT_FLAX], ["ensemble"])
     assert "Flax NNX skipped" in stdout
     _check_first_step(stdout, results, ["ensemble 2"], {"flaxgraph"})
+
+
+# -- benchmarks.memory ----------------------------------------------------------------------
+
+
+def test_memory_benchmark_quick_runs(tmp_path: Path) -> None:
+    """The smallest train step on every contender: the table, and the aliasing it shows
+    (flaxgraph's default and the floor alias the whole state, Flax's default nothing)."""
+    pytest.importorskip("flax.nnx")
+    out = tmp_path / "memory.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.memory", "--quick", "--cases", "adam",
+         "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "aliased/state" in proc.stdout
+    records = {r["contender"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(records) == {"flaxgraph", "flax", "flax_donate", "floor"}
+    assert all(r["case"] == "adam" and r["peak_rss_kb"] > 0 for r in records.values())
+    assert records["flaxgraph"]["alias"] >= 0.95 * records["flaxgraph"]["state"]
+    assert records["flax"]["alias"] == 0

@@ -24,6 +24,7 @@ from jax.sharding import PartitionSpec, Sharding
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.stand_ins import internal_class
+from flaxgraph.tracing import is_top_level
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calling_conventions import (
     infer_argnums_and_argnames,
@@ -36,6 +37,7 @@ from flaxgraph.transforms.closure_reads import warn_reads
 from flaxgraph.transforms.compiled import AotCompiled, JitFunctions, Lowered, TracedJit
 from flaxgraph.transforms.compiled import Compiled as CompiledEntry
 from flaxgraph.transforms.control import eval_shape
+from flaxgraph.transforms.donation import DONATE_VARIABLES, AutoDonation, auto_donation
 from flaxgraph.transforms.lift import Call, Inner, InStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import (
@@ -138,9 +140,18 @@ class JitWrapped(Transformed[P, R]):
         if self.static_argnums or self.static_argnames:
             self.static = StaticArgs(self.static_argnums, self.static_argnames)
         self.donated = bool(self.donate_argnums or self.donate_argnames)
+        # Automatic donation of the arrays only their Variables hold (donation.py).
+        self.donate_variables = (
+            DONATE_VARIABLES.get()
+            if options.donate_variables is None
+            else bool(options.donate_variables)
+        )
         # Placing the inputs on their shardings is a per-call step: no fast path.
         self.place = in_shardings is not UNSPECIFIED
         self.fast = not self.place
+        # Placing re-puts arrays per call: automatic donation is left to calls
+        # without in_shardings (an explicit donation still applies).
+        self.donate_variables = self.donate_variables and not self.place
         self.configured()
 
         in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
@@ -214,12 +225,17 @@ class JitWrapped(Transformed[P, R]):
         if self.donated:
             positions = _donated_positions(args, self.donate_argnums, self.static_argnums)
             names = self.donate_argnames
-            call.prefixes = [
-                DonatedKey(p, _is_donated(path, positions, names))
-                for p, path in zip(call.prefixes, call.graphdef.leaf_paths)
-            ]
+            donated = [_is_donated(path, positions, names) for path in call.graphdef.leaf_paths]
         else:
-            call.prefixes = [DonatedKey(p, False) for p in call.prefixes]
+            donated = [False] * len(call.prefixes)
+        auto = None
+        if self.donate_variables and is_top_level():
+            # Before any other list holds the leaf values (donation.BASELINE).
+            auto = auto_donation(call.leaves, call.values, donated)
+            if auto is not None:
+                for i, free in zip(auto.positions, auto.mask):
+                    donated[i] = free
+        call.prefixes = [DonatedKey(p, d) for p, d in zip(call.prefixes, donated)]
         slots, groups = call.groups(self.in_keys)
         if self.place:
             _place(call, slots, groups, self.in_keys)
@@ -228,7 +244,7 @@ class JitWrapped(Transformed[P, R]):
             graphdef=call.graphdef, slots=slots, extra=(statics, len(dyn_args))
         )
         entry = self.jitted_fn.get(in_static, self.make_jit)
-        return Prepared(call, entry, groups, slots)
+        return Prepared(call, entry, groups, slots, auto)
 
     def call_general(
         self,
@@ -238,12 +254,12 @@ class JitWrapped(Transformed[P, R]):
         dyn_kwargs: dict[str, Any],
         statics: tuple[Any, ...],
     ) -> object:
-        call, entry, groups, slots = self.prepare(args, kwargs)
+        call, entry, groups, slots, auto = self.prepare(args, kwargs)
         out, out_groups = entry.call(groups)
         result = call.finish(out, out_groups)
         self.remember(
             call, out, entry, slots, len(self.in_keys), dyn_args, dyn_kwargs, statics,
-            donated=self.donated,
+            donated=self.donated, auto=auto,
         )  # fmt: skip
         return result
 
@@ -252,14 +268,14 @@ class JitWrapped(Transformed[P, R]):
         same as a call's); its ``compile()`` takes the same arguments and updates
         the objects as a call does (see ``compiled.Lowered``)."""
         full = (*self.bound, *args)
-        _, entry, groups, _ = self.prepare(full, kwargs)
+        _, entry, groups, _, _ = self.prepare(full, kwargs)
         return Lowered(entry.lower(groups), entry, self.prepare, self.bound)
 
     def trace(self, *args: object, **kwargs: object) -> TracedJit:
         """``jax.jit(...).trace`` of the compiled function for these arguments:
         its ``jaxpr``, ``out_info``…, and ``lower()`` (as ``lower(*args)``)."""
         full = (*self.bound, *args)
-        _, entry, groups, _ = self.prepare(full, kwargs)
+        _, entry, groups, _, _ = self.prepare(full, kwargs)
         return TracedJit(entry.trace(groups), entry, self.prepare, self.bound)
 
     def eval_shape(self, *args: object, **kwargs: object) -> Any:
@@ -268,7 +284,7 @@ class JitWrapped(Transformed[P, R]):
         Source: ``jax.jit(...).eval_shape``."""
 
         def run(*args: object, **kwargs: object) -> object:
-            call, entry, groups, _ = self.prepare(args, kwargs)
+            call, entry, groups, _, _ = self.prepare(args, kwargs)
             out, out_groups = entry.call(groups)
             return call.finish(out, out_groups)
 
@@ -293,6 +309,7 @@ class JitOptions(NamedTuple):
     backend: str | None
     inline: bool
     compiler_options: dict[str, Any] | None
+    donate_variables: bool | None = None
 
     def jax_kwargs(self) -> dict[str, Any]:
         """The options passed to ``jax.jit`` as they are."""
@@ -313,6 +330,7 @@ class Prepared(NamedTuple):
     entry: CompiledEntry
     groups: Sequence[list[Any]]
     slots: Slots
+    auto: AutoDonation | None
 
 
 @overload
@@ -332,6 +350,7 @@ def jit(
     compiler_options: dict[str, Any] | None = ...,
     graph: bool | None = ...,
     graph_updates: bool | None = ...,
+    donate_variables: bool | None = ...,
 ) -> JitWrapped[P, R]: ...
 
 
@@ -352,6 +371,7 @@ def jit(
     compiler_options: dict[str, Any] | None = ...,
     graph: bool | None = ...,
     graph_updates: bool | None = ...,
+    donate_variables: bool | None = ...,
 ) -> Callable[[Callable[P, R]], JitWrapped[P, R]]: ...
 
 
@@ -371,6 +391,7 @@ def jit(
     compiler_options: dict[str, Any] | None = None,
     graph: bool | None = None,
     graph_updates: bool | None = None,
+    donate_variables: bool | None = None,
 ) -> JitWrapped[P, R] | Callable[[Callable[P, R]], JitWrapped[P, R]]:
     """Compiles ``fun``, which may take and return objects, with ``jax.jit``.
 
@@ -388,8 +409,15 @@ def jit(
         inferred from ``fun``'s signature, so a static argument may be passed by
         position or by keyword (likewise for donation).
       donate_argnums, donate_argnames: arguments whose buffers may be reused for the
-        outputs; objects' Variables get their new values, so donated objects stay
-        usable.
+        outputs, as in ``jax.jit`` (donated even if something else holds them);
+        objects' Variables get their new values, so donated objects stay usable.
+      donate_variables: donate, besides, the array of every Variable in the
+        arguments that nothing but its Variable holds (see "Donation" below).
+        ``False`` turns this off; ``None``: the default,
+        ``flaxgraph.transforms.donation.DONATE_VARIABLES`` (``True``; ``with
+        DONATE_VARIABLES.scoped(False):`` around the ``nnx.jit`` call that creates the
+        function turns it off there). Not in Flax NNX 0.12.8, which donates nothing
+        unless told.
       keep_unused, device, backend, inline, compiler_options: as in ``jax.jit``.
       graph: ``False`` for tree mode (objects as plain pytrees; a shared Variable
         is an error); ``None``: the default (``nnx.set_graph_mode``).
@@ -417,6 +445,23 @@ def jit(
         returns an input object. The message lists the paths.
       ValueError: a ``StateSharding`` is given with ``graph=False`` or
         ``graph_updates=False`` (when ``jit`` is created).
+
+    Donation: by default a call donates to XLA the buffer of each Variable array
+    whose only holder in Python is its Variable (a CPython reference count against
+    the exact count the call path itself makes): the old array is unreachable once
+    the call returns, so nobody can observe the donation, and a train step keeps no
+    second copy of the parameters and optimizer state. An array held elsewhere (``old
+    = model.w[...]``, a pure dict or a ``State`` copy the user kept, ``nnx.clone`` or
+    ``nnx.split``/``merge`` sharing it, a closure, the same array in two Variables or
+    also passed as an argument) is not donated and stays readable. A donated
+    Variable the function does not change comes back as a pass-through output (XLA
+    aliases it, no copy). Which arrays are donated is part of what selects the
+    compiled program: a call whose partition differs from the last one's compiles
+    once for it (then both are cached). A call under an outer trace, a Ref-backed
+    Variable, and calls with ``in_shardings`` donate only what is donated
+    explicitly. A failure while tracing donates nothing; a failure while XLA runs
+    the program (as with ``jax.jit(donate_argnums=...)``) may leave donated
+    Variables holding deleted arrays.
 
     Compilation is cached on the graph structure (GraphDef) and the arrays'
     shapes: a new object with the same structure reuses the compiled code; a
@@ -446,6 +491,7 @@ def jit(
     options = JitOptions(
         mode, in_shardings, out_shardings, static_argnums, static_argnames, donate_argnums,
         donate_argnames, keep_unused, device, backend, inline, compiler_options,
+        donate_variables,
     )  # fmt: skip
     if fun is None:
         return functools.partial(_make_jit, options=options)
@@ -515,6 +561,7 @@ def jit_partial(
     inline: bool = False,
     graph: bool | None = None,
     graph_updates: bool | None = None,
+    donate_variables: bool | None = None,
 ) -> Transformed[..., Any]:
     """``nnx.jit(fun)`` with its first positional arguments bound to ``partial_args``.
 
@@ -525,8 +572,8 @@ def jit_partial(
         Variables may change value between calls without recompiling, and every
         update ``fun`` makes to them is written back after each call.
       in_shardings, out_shardings, static_argnums, static_argnames, donate_argnums,
-        donate_argnames, keep_unused, device, backend, inline, graph, graph_updates:
-        as in ``nnx.jit``; positions count ``fun``'s arguments, bound ones included
+        donate_argnames, keep_unused, device, backend, inline, graph, graph_updates,
+        donate_variables: as in ``nnx.jit``; positions count ``fun``'s arguments, bound ones included
         (a tuple of ``in_shardings`` starts with the bound arguments' entries).
 
     Returns:
@@ -571,6 +618,7 @@ def jit_partial(
         inline=inline,
         graph=graph,
         graph_updates=graph_updates,
+        donate_variables=donate_variables,
     )
     return jitted.partial(*partial_args)
 

@@ -234,7 +234,15 @@ class AotCompiled:
         self.prefix = prefix
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        call, _, groups, _ = self.prepare((*self.prefix, *args), kwargs)
+        call, entry, groups = self.prepare((*self.prefix, *args), kwargs)[:3]
+        if entry is not self.entry:
+            raise ValueError(
+                "This compiled function was lowered for arguments of another structure or "
+                "donation: since lower(), an array of a Variable gained or lost a holder other "
+                "than its Variable (nnx.jit donates the arrays only their Variables hold), or "
+                "the objects changed structure. Lower again for these arguments, or create the "
+                "nnx.jit with donate_variables=False."
+            )
         out = self.compiled(*groups)
         if self.entry.with_static:
             static, out_groups = out

@@ -30,6 +30,7 @@ from flaxgraph.graphlib.registry import is_hashable
 from flaxgraph.graphlib.snapshot import StructureSnapshot
 from flaxgraph.tracing import current_trace
 from flaxgraph.transforms.compiled import Compiled
+from flaxgraph.transforms.donation import AutoDonation
 from flaxgraph.transforms.leaf_access import (
     is_in_place,
     leaf_reader,
@@ -269,6 +270,7 @@ class Plan:
         "source",
         "ref_positions",
         "box_positions",
+        "auto",
         "__weakref__",  # the PlanCache holds plans weakly (plan_owners.py)
     )
 
@@ -283,7 +285,11 @@ class Plan:
         statics: Any = (),
         *,
         donated: bool = False,
+        auto: AutoDonation | None = None,
     ):
+        # The automatic donation the compiled function was made for: each call
+        # checks its mask again (a different one takes the general path).
+        self.auto = auto
         # Only what later calls need: no reference to the first call's values or to
         # its arguments' own arrays.
         self.graphdef = call.graphdef

@@ -50,6 +50,7 @@ from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, TupleItem,
 from flaxgraph.graphlib.walk import argument_leaf
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
+from flaxgraph.transforms.donation import unheld
 from flaxgraph.transforms.leaf_access import (
     get_raw,
     get_ref_content,
@@ -124,6 +125,7 @@ def compile_run(
     _signature_checks(src, plan)
     _structure_checks(src, plan.snapshot)
     _leaf_reads(src, plan)
+    _donation_check(src, plan)
     _call_and_finish(src, plan, last_out if bound is not None else None, bound)
     source = "\n".join(src.lines) + "\n"
     exec(compile(source, f"<flaxgraph plan {id(plan):#x}>", "exec"), src.namespace)
@@ -159,6 +161,7 @@ class FixedNames(TypedDict):
     _getm: Callable[[Variable[Any]], dict[str, Any]]
     _getr: Callable[[Variable[Any]], Any]
     _set_raw: Callable[[Variable[Any], object], None]
+    _unheld: Callable[[list[Any], Any], list[bool]]
 
 
 def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
@@ -190,6 +193,7 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "_getm": metadata_of,
         "_getr": operator.attrgetter("raw_value"),
         "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
+        "_unheld": unheld,
     }
     return dict(names)
 
@@ -336,6 +340,16 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
         )
         for pos in sorted(arg_at):
             src.line(f"values[{pos}] = {arg_at[pos]}")
+
+
+def _donation_check(src: _Source, plan: Plan) -> None:
+    """The automatic donation's mask (``donation.py``): the same candidates donated
+    as when the plan was recorded, else the general path decides again."""
+    if plan.auto is None:
+        return
+    positions = src.const(plan.auto.positions, "donation_candidates")
+    mask = src.const(plan.auto.mask, "donation_mask")
+    src.line(f"if _unheld(values, {positions}) != {mask}: return MISS")
 
 
 def _call_and_finish(

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from flaxgraph.transforms.calling_conventions import split_static
+from flaxgraph.transforms.donation import AutoDonation
 from flaxgraph.transforms.fastpath import CacheInfo, PlanCache, same_trace
 from flaxgraph.transforms.lift import Call, OutStatic, Slots
 from flaxgraph.transforms.plan import MISS, Plan, record_key
@@ -160,12 +161,15 @@ class Transformed(Generic[P, R]):
         statics: tuple[Any, ...] = (),
         *,
         donated: bool = False,
+        auto: AutoDonation | None = None,
     ) -> None:
         """Records the fast-path plan of a general call that kept its inputs'
         structure (``out.inputs_kept``) on objects of the current trace."""
         if not (self.fast and out.inputs_kept and same_trace(call)):
             return
-        plan = Plan(call, compiled, slots, n_groups, args, kwargs, statics, donated=donated)
+        plan = Plan(
+            call, compiled, slots, n_groups, args, kwargs, statics, donated=donated, auto=auto
+        )
         self.plans.put(record_key(plan.arg_checks, statics), plan)
 
     def partial(self, *args: object) -> Transformed[..., R]:
