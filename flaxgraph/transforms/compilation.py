@@ -37,7 +37,13 @@ from flaxgraph.transforms.closure_reads import warn_reads
 from flaxgraph.transforms.compiled import AotCompiled, JitFunctions, Lowered, TracedJit
 from flaxgraph.transforms.compiled import Compiled as CompiledEntry
 from flaxgraph.transforms.control import eval_shape
-from flaxgraph.transforms.donation import DONATE_VARIABLES, AutoDonation, auto_donation
+from flaxgraph.transforms.donation import (
+    DONATE_VARIABLES,
+    AutoDonation,
+    ReadOnlyDonated,
+    auto_donation,
+    check_written,
+)
 from flaxgraph.transforms.lift import Call, Inner, InStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import (
@@ -181,13 +187,16 @@ class JitWrapped(Transformed[P, R]):
         # work is then the arrays only, and equal structures (a new instance of the
         # same model) share the compiled code.
         self.jitted_fn = JitFunctions()
+        # Per input GraphDef: the leaves a trace left unchanged (never donated
+        # automatically: a donated read-only Variable would be a pass-through output).
+        self.read_only: dict[Any, frozenset[int]] = {}
 
     def pure(
         self, in_static: InStatic[Any], entry: CompiledEntry, with_static: bool, *groups: Any
     ) -> object:
         """The function ``jax.jit`` compiles for one input structure: merges the
         groups of arrays into objects, calls ``fun`` and re-splits the result."""
-        statics, n_args = in_static.extra
+        statics, n_args, auto_donated = in_static.extra
         args_prefix, kwargs_prefix = _split_prefix(self.sharding_prefix, n_args)
         in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
 
@@ -201,6 +210,10 @@ class JitWrapped(Transformed[P, R]):
         _, out_static, out_groups = self.inner.run(
             in_static, groups, in_prefixes, (args_prefix, kwargs_prefix), self.out_shardings, call
         )
+        if auto_donated:
+            # A Variable donated automatically and left unchanged would come back as a
+            # pass-through output: keep it instead (nothing is compiled yet).
+            check_written(in_static.slots, groups, out_groups, auto_donated)
         return entry.record(out_static, out_groups, with_static)
 
     def make_jit(self, in_static: InStatic[Any], entry: CompiledEntry, with_static: bool) -> object:
@@ -230,18 +243,27 @@ class JitWrapped(Transformed[P, R]):
             donated = [False] * len(call.prefixes)
         auto = None
         if self.donate_variables and is_top_level():
+            read_only = self.read_only.get(call.graphdef)
+            excluded = (
+                donated
+                if read_only is None
+                else [d or i in read_only for i, d in enumerate(donated)]
+            )
             # Before any other list holds the leaf values (donation.BASELINE).
-            auto = auto_donation(call.leaves, call.values, donated)
+            auto = auto_donation(call.leaves, call.values, excluded)
             if auto is not None:
                 for i, free in zip(auto.positions, auto.mask):
                     donated[i] = free
+        auto_donated = (
+            () if auto is None else tuple(i for i, free in zip(auto.positions, auto.mask) if free)
+        )
         call.prefixes = [DonatedKey(p, d) for p, d in zip(call.prefixes, donated)]
         slots, groups = call.groups(self.in_keys)
         if self.place:
             _place(call, slots, groups, self.in_keys)
         # The prefix trees may hold lists and dicts (unhashable): pure rebuilds them.
         in_static = InStatic.make(
-            graphdef=call.graphdef, slots=slots, extra=(statics, len(dyn_args))
+            graphdef=call.graphdef, slots=slots, extra=(statics, len(dyn_args), auto_donated)
         )
         entry = self.jitted_fn.get(in_static, self.make_jit)
         return Prepared(call, entry, groups, slots, auto)
@@ -254,8 +276,13 @@ class JitWrapped(Transformed[P, R]):
         dyn_kwargs: dict[str, Any],
         statics: tuple[Any, ...],
     ) -> object:
-        call, entry, groups, slots, auto = self.prepare(args, kwargs)
-        out, out_groups = entry.call(groups)
+        while True:
+            call, entry, groups, slots, auto = self.prepare(args, kwargs)
+            try:
+                out, out_groups = entry.call(groups)
+                break
+            except ReadOnlyDonated as error:  # traced, not compiled: prepare again
+                self.learn_read_only(call, error)
         result = call.finish(out, out_groups)
         self.remember(
             call, out, entry, slots, len(self.in_keys), dyn_args, dyn_kwargs, statics,
@@ -268,15 +295,29 @@ class JitWrapped(Transformed[P, R]):
         same as a call's); its ``compile()`` takes the same arguments and updates
         the objects as a call does (see ``compiled.Lowered``)."""
         full = (*self.bound, *args)
-        _, entry, groups, _, _ = self.prepare(full, kwargs)
-        return Lowered(entry.lower(groups), entry, self.prepare, self.bound)
+        while True:
+            call, entry, groups, _, _ = self.prepare(full, kwargs)
+            try:
+                return Lowered(entry.lower(groups), entry, self.prepare, self.bound)
+            except ReadOnlyDonated as error:
+                self.learn_read_only(call, error)
+
+    def learn_read_only(self, call: Call, error: ReadOnlyDonated) -> None:
+        """Records the leaves a trace found unchanged: never donated automatically
+        again for this input structure (``donation.ReadOnlyDonated``)."""
+        known = self.read_only.get(call.graphdef, frozenset())
+        self.read_only[call.graphdef] = known | error.positions
 
     def trace(self, *args: object, **kwargs: object) -> TracedJit:
         """``jax.jit(...).trace`` of the compiled function for these arguments:
         its ``jaxpr``, ``out_info``…, and ``lower()`` (as ``lower(*args)``)."""
         full = (*self.bound, *args)
-        _, entry, groups, _, _ = self.prepare(full, kwargs)
-        return TracedJit(entry.trace(groups), entry, self.prepare, self.bound)
+        while True:
+            call, entry, groups, _, _ = self.prepare(full, kwargs)
+            try:
+                return TracedJit(entry.trace(groups), entry, self.prepare, self.bound)
+            except ReadOnlyDonated as error:
+                self.learn_read_only(call, error)
 
     def eval_shape(self, *args: object, **kwargs: object) -> Any:
         """The output for these arguments with ``jax.ShapeDtypeStruct`` leaves

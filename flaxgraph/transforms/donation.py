@@ -116,7 +116,40 @@ def auto_donation(
     return AutoDonation(positions, unheld(values, positions))
 
 
+class ReadOnlyDonated(Exception):
+    """Raised inside a trace (before anything is compiled) when Variables donated
+    automatically came back unchanged: ``positions`` are their leaf positions. An
+    internal signal, caught by ``nnx.jit``, which keeps them from then on (a donated
+    read-only Variable would cost a pass-through output of its whole buffer)."""
+
+    def __init__(self, positions: frozenset[int]):
+        super().__init__(positions)
+        self.positions = positions
+
+
+def check_written(
+    slots: Any,
+    groups: Sequence[Sequence[Any]],
+    out_groups: Sequence[Sequence[Any]],
+    donated: Sequence[int],
+) -> None:
+    """In a trace: raises ``ReadOnlyDonated`` if an input leaf at a position in
+    ``donated`` is among the outputs unchanged (the very input value).
+
+    Raises:
+      ReadOnlyDonated: such leaves exist (their positions).
+    """
+    out_ids = {id(v) for group in out_groups for v in group}
+    same = frozenset(
+        i for i in donated if id(groups[slots.groups[i]][slots.positions[i]]) in out_ids
+    )
+    if same:
+        raise ReadOnlyDonated(same)
+
+
 __all__ = [
+    "ReadOnlyDonated",
+    "check_written",
     "BASELINE",
     "DONATE_VARIABLES",
     "AutoDonation",
