@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 import jax
 
 from flaxgraph.config import Flag
+from flaxgraph.transforms.lift import Slots
 from flaxgraph.variablelib.variable import is_variable
 
 DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", True)
@@ -128,7 +129,7 @@ class ReadOnlyDonated(Exception):
 
 
 def check_written(
-    slots: Any,
+    slots: Slots,
     groups: Sequence[Sequence[Any]],
     out_groups: Sequence[Sequence[Any]],
     donated: Sequence[int],
