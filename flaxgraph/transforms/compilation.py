@@ -494,9 +494,9 @@ def jit(
     second copy of the parameters and optimizer state. An array held elsewhere (``old
     = model.w[...]``, a pure dict or a ``State`` copy the user kept, ``nnx.clone`` or
     ``nnx.split``/``merge`` sharing it, a closure, the same array in two Variables or
-    also passed as an argument) is not donated and stays readable. A donated
-    Variable the function does not change comes back as a pass-through output (XLA
-    aliases it, no copy). Which arrays are donated is part of what selects the
+    also passed as an argument) is not donated and stays readable. A Variable the
+    function leaves unchanged is not donated either (found while tracing the first
+    call of a structure: one more trace, no more compile). Which arrays are donated is part of what selects the
     compiled program: a call whose partition differs from the last one's compiles
     once for it (then both are cached). A call under an outer trace, a Ref-backed
     Variable, and calls with ``in_shardings`` donate only what is donated
