@@ -454,11 +454,10 @@ def jit(
         objects' Variables get their new values, so donated objects stay usable.
       donate_variables: donate, besides, the array of every Variable in the
         arguments that nothing but its Variable holds (see "Donation" below).
-        ``False`` turns this off; ``None``: the default,
-        ``flaxgraph.transforms.donation.DONATE_VARIABLES`` (``True``; ``with
-        DONATE_VARIABLES.scoped(False):`` around the ``nnx.jit`` call that creates the
-        function turns it off there). Not in Flax NNX 0.12.8, which donates nothing
-        unless told.
+        ``None``: the default, ``flaxgraph.transforms.donation.DONATE_VARIABLES``
+        (``False`` for now; ``with DONATE_VARIABLES.scoped(True):`` around the
+        ``nnx.jit`` call that creates the function turns it on there). Not in Flax
+        NNX 0.12.8, which donates nothing unless told.
       keep_unused, device, backend, inline, compiler_options: as in ``jax.jit``.
       graph: ``False`` for tree mode (objects as plain pytrees; a shared Variable
         is an error); ``None``: the default (``nnx.set_graph_mode``).
@@ -487,7 +486,7 @@ def jit(
       ValueError: a ``StateSharding`` is given with ``graph=False`` or
         ``graph_updates=False`` (when ``jit`` is created).
 
-    Donation: by default a call donates to XLA the buffer of each Variable array
+    Donation: with ``donate_variables=True`` a call donates to XLA the buffer of each Variable array
     whose only holder in Python is its Variable (a CPython reference count against
     the exact count the call path itself makes): the old array is unreachable once
     the call returns, so nobody can observe the donation, and a train step keeps no

@@ -36,10 +36,12 @@ from flaxgraph.config import Flag
 from flaxgraph.transforms.lift import Slots
 from flaxgraph.variablelib.variable import is_variable
 
-DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", True)
+DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", False)
 """The default of ``nnx.jit(..., donate_variables=None)``: whether ``nnx.jit``
-donates the arrays only their Variables hold. ``DONATE_VARIABLES.scoped(False)``
-turns it off for a block (read when ``nnx.jit`` is created, as ``graph=None``)."""
+donates the arrays only their Variables hold. ``False`` for now (the first call
+of a structure with read-only Variables traces twice, which user code counting
+traces can see); ``DONATE_VARIABLES.set_globally(True)`` or ``.scoped(True)`` turns
+it on (read when ``nnx.jit`` is created, as ``graph=None``)."""
 
 _getrefcount = sys.getrefcount
 _Tracer = jax.core.Tracer

@@ -71,7 +71,7 @@ def test_baseline_counts_the_variable_and_the_values_list_only():
 
 def test_default_train_step_aliases_params_and_optimizer_state():
     model, optimizer = make()
-    step = nnx.jit(train_step)
+    step = nnx.jit(train_step, donate_variables=True)
     total = state_bytes(model, optimizer)
     stats = step.lower(model, optimizer, X, Y).compile().memory_analysis()
     assert stats.alias_size_in_bytes >= 0.95 * total
@@ -81,7 +81,7 @@ def test_default_train_step_aliases_params_and_optimizer_state():
 
 def test_steady_loop_compiles_once_and_takes_the_fast_path():
     model, optimizer = make()
-    step = nnx.jit(train_step)
+    step = nnx.jit(train_step, donate_variables=True)
     for _ in range(5):
         step(model, optimizer, X, Y)
     assert step.jitted_fn._cache_size() == 1
@@ -91,7 +91,10 @@ def test_steady_loop_compiles_once_and_takes_the_fast_path():
 def test_results_equal_the_non_donating_call_bit_for_bit():
     a, opt_a = make(3)
     b, opt_b = make(3)
-    donating, plain = nnx.jit(train_step), nnx.jit(train_step, donate_variables=False)
+    donating, plain = (
+        nnx.jit(train_step, donate_variables=True),
+        nnx.jit(train_step, donate_variables=False),
+    )
     for i in range(4):
         la = donating(a, opt_a, X * i, Y)
         lb = plain(b, opt_b, X * i, Y)
@@ -128,7 +131,7 @@ def test_a_held_reference_keeps_its_array_readable(holder: str, calls: int):
         return train_step(m, o, x, y) + sum(jnp.sum(r) for r in rest)
 
     before = [np.asarray(a) for a in jax.tree.leaves(kept() if callable(kept) else kept)]
-    jitted = nnx.jit(step)
+    jitted = nnx.jit(step, donate_variables=True)
     for _ in range(calls):
         jitted(model, optimizer, X, Y, *extra)
     after = jax.tree.leaves(kept() if callable(kept) else kept)
@@ -142,7 +145,7 @@ def test_a_held_reference_keeps_its_array_readable(holder: str, calls: int):
 def test_a_kept_state_stays_readable(how: str):
     model, optimizer = make()
     state = nnx.state(model) if how == "state" else nnx.split(model)[1]
-    step = nnx.jit(train_step)
+    step = nnx.jit(train_step, donate_variables=True)
     step(model, optimizer, X, Y)
     # The State holds the model's Variables, which hold the new arrays.
     for a, b in zip(jax.tree.leaves(state), arrays(model)):
@@ -151,7 +154,7 @@ def test_a_kept_state_stays_readable(how: str):
 
 def test_a_clone_still_trains_and_donation_resumes():
     model, optimizer = make()
-    step = nnx.jit(train_step)
+    step = nnx.jit(train_step, donate_variables=True)
     step(model, optimizer, X, Y)
     target = nnx.clone(model)  # shares the arrays (as Flax's clone)
     before = [np.asarray(a) for a in arrays(target)]
@@ -174,7 +177,7 @@ def test_the_same_array_in_two_variables_is_not_donated():
 
     m = Two(jnp.ones((3,)))
 
-    @nnx.jit
+    @nnx.jit(donate_variables=True)
     def f(m):
         m.a[...] = m.a[...] * 2
 
@@ -186,7 +189,7 @@ def test_a_failing_trace_leaves_the_objects_as_they_were():
     model, optimizer = make()
     before = [np.asarray(a) for a in arrays((model, optimizer))]
 
-    @nnx.jit
+    @nnx.jit(donate_variables=True)
     def bad(m, o, x):
         train_step(m, o, x, Y)
         raise RuntimeError("boom")
@@ -201,7 +204,7 @@ def test_a_failing_trace_leaves_the_objects_as_they_were():
 
 def test_read_only_variables_stay_readable_through_a_forward_pass():
     model, _ = make()
-    forward = nnx.jit(lambda m, x: m(x))
+    forward = nnx.jit(lambda m, x: m(x), donate_variables=True)
     out = [forward(model, X) for _ in range(3)]
     assert all(np.array_equal(out[0], o) for o in out)
     assert not any(a.is_deleted() for a in arrays(model))
@@ -210,7 +213,7 @@ def test_read_only_variables_stay_readable_through_a_forward_pass():
 
 def test_inside_a_trace_nothing_is_donated():
     model, optimizer = make()
-    inner = nnx.jit(train_step)
+    inner = nnx.jit(train_step, donate_variables=True)
 
     @jax.jit
     def outer(x):
