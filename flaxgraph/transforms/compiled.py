@@ -234,15 +234,9 @@ class AotCompiled:
         self.prefix = prefix
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        call, entry, groups = self.prepare((*self.prefix, *args), kwargs)[:3]
-        if entry is not self.entry:
-            raise ValueError(
-                "This compiled function was lowered for arguments of another structure or "
-                "donation: since lower(), an array of a Variable gained or lost a holder other "
-                "than its Variable (nnx.jit donates the arrays only their Variables hold), or "
-                "the objects changed structure. Lower again for these arguments, or create the "
-                "nnx.jit with donate_variables=False."
-            )
+        # Arguments of another structure or donation partition than lower()'s: JAX's
+        # TypeError names the mismatch before anything runs (nothing is donated).
+        call, _, groups = self.prepare((*self.prefix, *args), kwargs)[:3]
         out = self.compiled(*groups)
         if self.entry.with_static:
             static, out_groups = out
