@@ -5,7 +5,7 @@ Makefile passes ``ci`` when ``$CI`` is set and ``dev`` otherwise; a plain
 ``pytest`` run uses ``ci`` when ``$CI`` is set, else ``dev``):
 
 * ``dev``: thorough, 200 examples per property;
-* ``ci``: bounded, 25 examples per property, no ``too_slow`` health check.
+* ``ci``: bounded, 15 examples per property, no ``too_slow`` health check.
 
 Both turn the per-example deadline off: the first example of a test compiles
 with ``jax.jit``, which would trip any fixed deadline.
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.register_profile(
     "ci",
-    max_examples=25,
+    max_examples=15,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
     print_blob=True,
