@@ -23,17 +23,23 @@ WITHOUT_FLAX = (
 )
 
 
-def _run(tmp_path: Path, *prefix: str) -> tuple[str, dict]:
-    out = tmp_path / "graph.json"
+def _benchmark(tmp_path: Path, *args: str) -> tuple[str, dict]:
+    """Runs ``python *args --json FILE`` from the repository root (hard timeout) and
+    returns its stdout and the JSON results it wrote."""
+    out = tmp_path / "results.json"
     proc = subprocess.run(
-        [sys.executable, *prefix, "--quick", "--json", str(out)],
+        [sys.executable, *args, "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout, json.loads(out.read_text())
+
+
+def _run(tmp_path: Path, *prefix: str) -> tuple[str, dict]:
+    return _benchmark(tmp_path, *prefix, "--quick")
 
 
 def _check_table(stdout: str, results: dict) -> None:
@@ -116,16 +122,7 @@ def _check_transform_tables(stdout: str, results: dict, contenders: set[str]) ->
 
 
 def _run_transforms(tmp_path: Path, *prefix: str) -> tuple[str, dict]:
-    out = tmp_path / "transforms.json"
-    proc = subprocess.run(
-        [sys.executable, *prefix, "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout, json.loads(out.read_text())
+    return _benchmark(tmp_path, *prefix, "--quick")
 
 
 def test_transforms_benchmark_quick_runs(tmp_path: Path) -> None:
@@ -178,36 +175,25 @@ def _check_pytree_tables(stdout: str, results: dict, names: set[str]) -> None:
 
 @pytest.mark.parametrize("comparators", [True, False])
 def test_pytree_benchmark_quick_runs(tmp_path: Path, comparators: bool) -> None:
-    out = tmp_path / "pytree.json"
     if comparators:
         pytest.importorskip("flax.nnx")
         pytest.importorskip("equinox")
         prefix = ["-m", "benchmarks.pytree"]
     else:
         prefix = ["-c", PYTREE_WITHOUT_COMPARATORS]
-    proc = subprocess.run(
-        [sys.executable, *prefix, "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stdout, results = _benchmark(tmp_path, *prefix, "--quick")
     names = {"flaxgraph", "nnx", "eqx"} if comparators else {"flaxgraph"}
-    _check_pytree_tables(proc.stdout, json.loads(out.read_text()), names)
+    _check_pytree_tables(stdout, results, names)
 
 
 def test_baseline_benchmark_quick_runs(tmp_path: Path) -> None:
     """This checkout against itself (a renamed copy), two workloads."""
-    out = tmp_path / "baseline.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.baseline", str(ROOT), "--quick", "--layers", "1",
-         "--workloads", "forward", "eager", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    stdout, results = _benchmark(
+        tmp_path, "-m", "benchmarks.baseline", str(ROOT), "--quick", "--layers", "1",
+        "--workloads", "forward", "eager",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "this / baseline" in proc.stdout
-    records = json.loads(out.read_text())["records"]
+    assert "this / baseline" in stdout
+    records = results["records"]
     assert [(r["workload"], r["layers"]) for r in records] == [("forward", 1), ("eager", 1)]
     assert all(r["ratio"] > 0 for r in records)
 
@@ -221,16 +207,7 @@ FIRST_STEP_WITHOUT_FLAX = (
 
 
 def _run_first_step(tmp_path: Path, prefix: list[str], cases: list[str]) -> tuple[str, dict]:
-    out = tmp_path / "first_step.json"
-    proc = subprocess.run(
-        [sys.executable, *prefix, "--quick", "--cases", *cases, "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout, json.loads(out.read_text())
+    return _benchmark(tmp_path, *prefix, "--quick", "--cases", *cases)
 
 
 def _check_first_step(stdout: str, results: dict, labels: list[str], libraries: set[str]) -> None:
@@ -271,17 +248,12 @@ def test_first_step_benchmark_quick_skips_missing_flax(tmp_path: Path) -> None:
 
 def test_memory_benchmark_quick_runs(tmp_path: Path) -> None:
     """The smallest train step on every contender: the table, and the aliasing it shows
-    (flaxgraph's default and the floor alias the whole state, Flax's default nothing)."""
+    (flaxgraph with ``donate_variables=True`` and the floor alias the whole state, Flax's
+    default nothing)."""
     pytest.importorskip("flax.nnx")
-    out = tmp_path / "memory.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.memory", "--quick", "--cases", "adam",
-         "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "aliased/state" in proc.stdout
-    records = {r["contender"]: r for r in json.loads(out.read_text())["results"]}
+    stdout, results = _benchmark(tmp_path, "-m", "benchmarks.memory", "--quick", "--cases", "adam")
+    assert "aliased/state" in stdout
+    records = {r["contender"]: r for r in results["results"]}
     assert set(records) == {"flaxgraph", "flax", "flax_donate", "floor"}
     assert all(r["case"] == "adam" and r["peak_rss_kb"] > 0 for r in records.values())
     assert records["flaxgraph"]["alias"] >= 0.95 * records["flaxgraph"]["state"]
