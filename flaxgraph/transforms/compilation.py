@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, overload
 
 import jax
+from jax.extend.core import jaxpr_as_fun
 from jax.sharding import PartitionSpec, Sharding
 
 from flaxgraph.graphlib.walk import flatten_with_paths
@@ -40,9 +41,13 @@ from flaxgraph.transforms.control import eval_shape
 from flaxgraph.transforms.donation import (
     DONATE_VARIABLES,
     AutoDonation,
+    JitExtra,
     ReadOnlyDonated,
     auto_donation,
-    check_written,
+    copy_held,
+    copy_repeats,
+    kept_inputs,
+    regroup,
 )
 from flaxgraph.transforms.lift import Call, Inner, InStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
@@ -187,18 +192,19 @@ class JitWrapped(Transformed[P, R]):
         # work is then the arrays only, and equal structures (a new instance of the
         # same model) share the compiled code.
         self.jitted_fn = JitFunctions()
-        # Per input GraphDef: the leaves a trace left unchanged (never donated
-        # automatically: a donated read-only Variable would be a pass-through output).
-        self.read_only: dict[Any, frozenset[int]] = {}
+        # Per input structure without automatic donation: the leaves its traces
+        # left unchanged (never donated automatically: XLA deletes a donated buffer).
+        self.read_only: dict[InStatic[JitExtra], frozenset[int]] = {}
 
     def pure(
-        self, in_static: InStatic[Any], entry: CompiledEntry, with_static: bool, *groups: Any
+        self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool, *groups: Any
     ) -> object:
         """The function ``jax.jit`` compiles for one input structure: merges the
         groups of arrays into objects, calls ``fun`` and re-splits the result."""
-        statics, n_args, auto_donated = in_static.extra
-        args_prefix, kwargs_prefix = _split_prefix(self.sharding_prefix, n_args)
+        extra = in_static.extra
+        args_prefix, kwargs_prefix = _split_prefix(self.sharding_prefix, extra.n_args)
         in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
+        statics = extra.statics
 
         def call(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
             full_args, full_kwargs = merge_static(args, kwargs, statics)
@@ -210,21 +216,67 @@ class JitWrapped(Transformed[P, R]):
         _, out_static, out_groups = self.inner.run(
             in_static, groups, in_prefixes, (args_prefix, kwargs_prefix), self.out_shardings, call
         )
-        if auto_donated:
-            # A Variable donated automatically and left unchanged would come back as a
-            # pass-through output: keep it instead (nothing is compiled yet).
-            check_written(in_static.slots, groups, out_groups, auto_donated)
+        if self.donate_variables:
+            # The leaves this trace left unchanged (donation.kept_inputs): never
+            # donated automatically for this input GraphDef.
+            self.note_read_only(in_static, kept_inputs(out_static))
         return entry.record(out_static, out_groups, with_static)
 
-    def make_jit(self, in_static: InStatic[Any], entry: CompiledEntry, with_static: bool) -> object:
-        """The ``jax.jit`` of ``pure`` for one input structure."""
+    def replay(
+        self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool, *groups: Any
+    ) -> object:
+        """The function ``jax.jit`` compiles for a partition with automatically
+        donated leaves: the program of the same call without them (the ``pure`` of
+        ``in_static.extra.undonated``, traced once and cached by JAX), re-bound from
+        its jaxpr. ``fun`` is not traced again: donating changes no number.
+
+        Raises:
+          ReadOnlyDonated: (while tracing, before anything is compiled) an
+            automatically donated leaf comes back unchanged for these shapes.
+        """
+        extra = in_static.extra
+        undonated = extra.undonated
+        assert undonated is not None
+        base = self.jitted_fn.get(undonated, self.make_jit)
+        base_groups = regroup(groups, in_static.slots, undonated.slots, len(self.in_keys))
+        traced = base.trace(base_groups)
+        out = jax.tree.unflatten(
+            jax.tree.structure(traced.out_info),
+            jaxpr_as_fun(traced.jaxpr)(*jax.tree.leaves(base_groups)),
+        )
+        if base.with_static:
+            static, out_groups = out
+            out_static = static.value
+        else:
+            out_static, out_groups = base.out_static, out
+        read_only = kept_inputs(out_static).intersection(extra.auto_donated)
+        if read_only:
+            self.note_read_only(undonated, read_only)
+            raise ReadOnlyDonated(read_only)
+        return entry.record(out_static, out_groups, with_static)
+
+    def note_read_only(self, in_static: InStatic[JitExtra], positions: frozenset[int]) -> None:
+        """Adds ``positions`` to the leaves never donated automatically for calls of
+        ``in_static`` (their structure without automatic donation)."""
+        known = self.read_only.get(in_static)
+        self.read_only[in_static] = positions if known is None else known | positions
+
+    def make_jit(
+        self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool
+    ) -> object:
+        """The ``jax.jit`` of ``pure`` (of ``replay`` for a partition with leaves
+        donated automatically) for one input structure."""
         kwargs = dict(self.jit_kwargs)
         # The updated state of an input keeps its in_sharding (as in Flax NNX 0.12):
         # the output groups of kept inputs are keyed by it.
         if self.out_shardings is not UNSPECIFIED or self.place:
             shardings = tuple(_jax_sharding(s) for s in self.out_keys)
             kwargs["out_shardings"] = (None, shardings) if with_static else shardings
-        return jax.jit(functools.partial(self.pure, in_static, entry, with_static), **kwargs)
+        if in_static.extra.undonated is None:
+            return jax.jit(functools.partial(self.pure, in_static, entry, with_static), **kwargs)
+        fn = functools.partial(self.replay, in_static, entry, with_static)
+        fn.__name__ = "pure"  # type: ignore[attr-defined]  # the same program's name in JAX
+        return jax.jit(fn, **kwargs)
 
     def prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
         """Splits the arguments (step 1 of the lift) and finds the compiled function
@@ -241,32 +293,58 @@ class JitWrapped(Transformed[P, R]):
             donated = [_is_donated(path, positions, names) for path in call.graphdef.leaf_paths]
         else:
             donated = [False] * len(call.prefixes)
-        auto = None
+        auto = undonated = None
         if self.donate_variables and is_top_level():
-            read_only = self.read_only.get(call.graphdef)
-            excluded = (
-                donated
-                if read_only is None
-                else [d or i in read_only for i, d in enumerate(donated)]
-            )
+            undonated = self.undonated_static(call, donated, statics, len(dyn_args))
+            read_only = self.read_only.get(undonated)
+            if read_only is None:
+                # The first call of this structure: trace it as it is (the trace a
+                # call without donation makes, cached for it) to learn which leaves
+                # it leaves unchanged (pure's note_read_only).
+                self.first_trace(call, donated, undonated)
+                read_only = self.read_only.get(undonated, frozenset())
+            excluded = [d or i in read_only for i, d in enumerate(donated)]
             # Before any other list holds the leaf values (donation.BASELINE).
             auto = auto_donation(call.leaves, call.values, excluded)
-            if auto is not None:
-                for i, free in zip(auto.positions, auto.mask):
-                    donated[i] = free
-        auto_donated = (
-            () if auto is None else tuple(i for i, free in zip(auto.positions, auto.mask) if free)
-        )
+        if auto is not None:
+            copy_held(call.values, auto.positions, auto.mask)
+            for i in auto.positions:
+                donated[i] = True
+            extra = JitExtra(statics, len(dyn_args), auto.positions, undonated)
+        else:
+            extra = JitExtra(statics, len(dyn_args), (), None)
+        if self.donated:
+            copy_repeats(call.values, [i for i, d in enumerate(donated) if d])
         call.prefixes = [DonatedKey(p, d) for p, d in zip(call.prefixes, donated)]
         slots, groups = call.groups(self.in_keys)
         if self.place:
             _place(call, slots, groups, self.in_keys)
         # The prefix trees may hold lists and dicts (unhashable): pure rebuilds them.
-        in_static = InStatic.make(
-            graphdef=call.graphdef, slots=slots, extra=(statics, len(dyn_args), auto_donated)
-        )
+        in_static = InStatic.make(graphdef=call.graphdef, slots=slots, extra=extra)
         entry = self.jitted_fn.get(in_static, self.make_jit)
         return Prepared(call, entry, groups, slots, auto)
+
+    def undonated_static(
+        self, call: Call, donated: list[bool], statics: tuple[Any, ...], n_args: int
+    ) -> InStatic[JitExtra]:
+        """The ``InStatic`` of this call with only its explicit donation (``donated``)."""
+        prefixes = [DonatedKey(p, d) for p, d in zip(call.prefixes, donated)]
+        slots = call.slots_for(prefixes, self.in_keys)
+        return InStatic.make(
+            graphdef=call.graphdef, slots=slots, extra=JitExtra(statics, n_args, (), None)
+        )
+
+    def first_trace(self, call: Call, donated: list[bool], in_static: InStatic[JitExtra]) -> None:
+        """Traces (does not compile) the call without automatic donation: ``pure``
+        notes the leaves it leaves unchanged, and JAX keeps the trace for the
+        compiled program (``replay``)."""
+        prefixes = call.prefixes
+        call.prefixes = [DonatedKey(p, d) for p, d in zip(prefixes, donated)]
+        try:
+            _, groups = call.groups(self.in_keys)
+        finally:
+            call.prefixes = prefixes
+        self.jitted_fn.get(in_static, self.make_jit).trace(groups)
 
     def call_general(
         self,
@@ -281,8 +359,8 @@ class JitWrapped(Transformed[P, R]):
             try:
                 out, out_groups = entry.call(groups)
                 break
-            except ReadOnlyDonated as error:  # traced, not compiled: prepare again
-                self.learn_read_only(call, error)
+            except ReadOnlyDonated:  # traced, not compiled (replay noted it): again
+                continue
         result = call.finish(out, out_groups)
         self.remember(
             call, out, entry, slots, len(self.in_keys), dyn_args, dyn_kwargs, statics,
@@ -296,28 +374,24 @@ class JitWrapped(Transformed[P, R]):
         the objects as a call does (see ``compiled.Lowered``)."""
         full = (*self.bound, *args)
         while True:
-            call, entry, groups, _, _ = self.prepare(full, kwargs)
+            prepared = self.prepare(full, kwargs)
+            entry = prepared.entry
             try:
-                return Lowered(entry.lower(groups), entry, self.prepare, self.bound)
-            except ReadOnlyDonated as error:
-                self.learn_read_only(call, error)
-
-    def learn_read_only(self, call: Call, error: ReadOnlyDonated) -> None:
-        """Records the leaves a trace found unchanged: never donated automatically
-        again for this input structure (``donation.ReadOnlyDonated``)."""
-        known = self.read_only.get(call.graphdef, frozenset())
-        self.read_only[call.graphdef] = known | error.positions
+                return Lowered(entry.lower(prepared.groups), entry, self.prepare, self.bound)
+            except ReadOnlyDonated:  # replay noted the read-only leaves: again
+                continue
 
     def trace(self, *args: object, **kwargs: object) -> TracedJit:
         """``jax.jit(...).trace`` of the compiled function for these arguments:
         its ``jaxpr``, ``out_info``…, and ``lower()`` (as ``lower(*args)``)."""
         full = (*self.bound, *args)
         while True:
-            call, entry, groups, _, _ = self.prepare(full, kwargs)
+            prepared = self.prepare(full, kwargs)
+            entry = prepared.entry
             try:
-                return TracedJit(entry.trace(groups), entry, self.prepare, self.bound)
-            except ReadOnlyDonated as error:
-                self.learn_read_only(call, error)
+                return TracedJit(entry.trace(prepared.groups), entry, self.prepare, self.bound)
+            except ReadOnlyDonated:  # replay noted the read-only leaves: again
+                continue
 
     def eval_shape(self, *args: object, **kwargs: object) -> Any:
         """The output for these arguments with ``jax.ShapeDtypeStruct`` leaves
@@ -455,9 +529,9 @@ def jit(
       donate_variables: donate, besides, the array of every Variable in the
         arguments that nothing but its Variable holds (see "Donation" below).
         ``None``: the default, ``flaxgraph.transforms.donation.DONATE_VARIABLES``
-        (``False`` for now; ``with DONATE_VARIABLES.scoped(True):`` around the
-        ``nnx.jit`` call that creates the function turns it on there). Not in Flax
-        NNX 0.12.8, which donates nothing unless told.
+        (``True``; ``False`` turns the automatic part off, as does ``with
+        DONATE_VARIABLES.scoped(False):`` around the ``nnx.jit`` call that creates
+        the function). Not in Flax NNX 0.12.8, which donates nothing unless told.
       keep_unused, device, backend, inline, compiler_options: as in ``jax.jit``.
       graph: ``False`` for tree mode (objects as plain pytrees; a shared Variable
         is an error); ``None``: the default (``nnx.set_graph_mode``).
@@ -486,7 +560,7 @@ def jit(
       ValueError: a ``StateSharding`` is given with ``graph=False`` or
         ``graph_updates=False`` (when ``jit`` is created).
 
-    Donation: with ``donate_variables=True`` a call donates to XLA the buffer of each Variable array
+    Donation: by default a call donates to XLA the buffer of each Variable array
     whose only holder in Python is its Variable (a CPython reference count against
     the exact count the call path itself makes): the old array is unreachable once
     the call returns, so nobody can observe the donation, and a train step keeps no
@@ -494,8 +568,9 @@ def jit(
     = model.w[...]``, a pure dict or a ``State`` copy the user kept, ``nnx.clone`` or
     ``nnx.split``/``merge`` sharing it, a closure, the same array in two Variables or
     also passed as an argument) is not donated and stays readable. A Variable the
-    function leaves unchanged is not donated either (found while tracing the first
-    call of a structure: one more trace, no more compile). Which arrays are donated is part of what selects the
+    function leaves unchanged is not donated either (found by the first call's trace,
+    whose program, re-bound from its jaxpr, is what a donating partition compiles:
+    ``fun`` is traced once). Which arrays are donated is part of what selects the
     compiled program: a call whose partition differs from the last one's compiles
     once for it (then both are cached). A call under an outer trace, a Ref-backed
     Variable, and calls with ``in_shardings`` donate only what is donated

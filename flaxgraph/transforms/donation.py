@@ -33,15 +33,14 @@ from typing import Any, NamedTuple
 import jax
 
 from flaxgraph.config import Flag
-from flaxgraph.transforms.lift import Slots
+from flaxgraph.transforms.lift import IN, InStatic, OutStatic, Slots
 from flaxgraph.variablelib.variable import is_variable
 
-DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", False)
+DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", True)
 """The default of ``nnx.jit(..., donate_variables=None)``: whether ``nnx.jit``
-donates the arrays only their Variables hold. ``False`` for now (the first call
-of a structure with read-only Variables traces twice, which user code counting
-traces can see); ``DONATE_VARIABLES.set_globally(True)`` or ``.scoped(True)`` turns
-it on (read when ``nnx.jit`` is created, as ``graph=None``)."""
+donates the arrays only their Variables hold (``True``);
+``DONATE_VARIABLES.set_globally(False)`` or ``.scoped(False)`` turns it off (read
+when ``nnx.jit`` is created, as ``graph=None``)."""
 
 _getrefcount = sys.getrefcount
 _Tracer = jax.core.Tracer
@@ -95,12 +94,13 @@ def candidates(
 
 
 class AutoDonation(NamedTuple):
-    """One call's automatic donation (recorded by a fast-path plan, which re-checks
-    it on every call: a different mask takes the general path).
+    """One call's automatic donation (recorded by a fast-path plan, whose generated
+    ``run`` copies the candidates held elsewhere on every call, as ``copy_held``).
 
     Attributes:
-      positions: the candidate leaves (``candidates``).
-      mask: for each candidate, whether it is donated (``unheld``).
+      positions: the leaves donated (``candidates`` the function writes).
+      mask: for each, whether only its Variable holds its array (``unheld``); a held
+        one is donated as a copy (``copy_held``).
     """
 
     positions: tuple[int, ...]
@@ -119,44 +119,95 @@ def auto_donation(
     return AutoDonation(positions, unheld(values, positions))
 
 
+def copy_held(values: list[Any], positions: Sequence[int], mask: Sequence[bool]) -> None:
+    """Replaces, in ``values``, each donated array something else holds (``mask``
+    False) by a copy: XLA gets the copy's buffer, the holder keeps its array, and
+    which leaves are donated (the compiled program) does not change with who holds
+    what."""
+    for p, free in zip(positions, mask):
+        if not free:
+            values[p] = values[p].copy()
+
+
+def has_repeats(values: list[Any], positions: Sequence[int]) -> bool:
+    """Whether one array is at two of ``positions`` (two Variables sharing it, as
+    after ``nnx.clone``): JAX refuses to donate a buffer twice."""
+    return len(set(map(id, map(values.__getitem__, positions)))) != len(positions)
+
+
+def copy_repeats(values: list[Any], positions: Sequence[int]) -> None:
+    """Replaces, in ``values``, each later occurrence of an array already at an
+    earlier one of ``positions`` by a copy (a concrete ``jax.Array`` only), so each
+    donated buffer is donated once (flax#5461: explicit donation after
+    ``target = nnx.clone(online)``)."""
+    seen: set[int] = set()
+    for p in positions:
+        value = values[p]
+        if id(value) in seen:
+            if isinstance(value, jax.Array) and not isinstance(value, _Tracer):
+                values[p] = value.copy()
+        else:
+            seen.add(id(value))
+
+
+class JitExtra(NamedTuple):
+    """What ``nnx.jit``'s compiled function of one input structure needs besides
+    the GraphDef and the slots (``InStatic.extra``).
+
+    Attributes:
+      statics: the static arguments' values.
+      n_args: how many positional arguments are dynamic.
+      auto_donated: the leaves donated automatically (their positions).
+      undonated: with ``auto_donated``, the ``InStatic`` of the same call without
+        them: its traced program is the one compiled (``JitWrapped.replay``).
+    """
+
+    statics: tuple[Any, ...]
+    n_args: int
+    auto_donated: tuple[int, ...]
+    undonated: InStatic[JitExtra] | None
+
+
 class ReadOnlyDonated(Exception):
     """Raised inside a trace (before anything is compiled) when Variables donated
-    automatically came back unchanged: ``positions`` are their leaf positions. An
-    internal signal, caught by ``nnx.jit``, which keeps them from then on (a donated
-    read-only Variable would cost a pass-through output of its whole buffer)."""
+    automatically come back unchanged: ``positions`` are their leaf positions. An
+    internal signal, caught by ``nnx.jit``, which keeps them from then on (XLA
+    deletes a donated buffer, and an unchanged Variable keeps its array)."""
 
     def __init__(self, positions: frozenset[int]):
         super().__init__(positions)
         self.positions = positions
 
 
-def check_written(
-    slots: Slots,
-    groups: Sequence[Sequence[Any]],
-    out_groups: Sequence[Sequence[Any]],
-    donated: Sequence[int],
-) -> None:
-    """In a trace: raises ``ReadOnlyDonated`` if an input leaf at a position in
-    ``donated`` is among the outputs unchanged (the very input value).
+def kept_inputs(out_static: OutStatic) -> frozenset[int]:
+    """The input leaves a trace left unchanged: the output leaves whose value is
+    the input's (``LeafSource`` of origin ``IN``), never donated automatically."""
+    return frozenset(s.at for s in out_static.sources if s.origin == IN)
 
-    Raises:
-      ReadOnlyDonated: such leaves exist (their positions).
-    """
-    out_ids = {id(v) for group in out_groups for v in group}
-    same = frozenset(
-        i for i in donated if id(groups[slots.groups[i]][slots.positions[i]]) in out_ids
-    )
-    if same:
-        raise ReadOnlyDonated(same)
+
+def regroup(
+    groups: Sequence[Sequence[Any]], slots: Slots, to: Slots, n_groups: int
+) -> tuple[list[Any], ...]:
+    """The leaves of ``groups`` (placed by ``slots``) placed by ``to`` instead: the
+    same leaves, in another partition into groups (another donation)."""
+    out: tuple[list[Any], ...] = tuple([] for _ in range(n_groups))
+    for g, p, h in zip(slots.groups, slots.positions, to.groups):
+        out[h].append(groups[g][p])
+    return out
 
 
 __all__ = [
+    "JitExtra",
     "ReadOnlyDonated",
-    "check_written",
+    "kept_inputs",
+    "regroup",
     "BASELINE",
     "DONATE_VARIABLES",
     "AutoDonation",
     "auto_donation",
+    "copy_held",
+    "copy_repeats",
+    "has_repeats",
     "holder_counts",
     "unheld",
 ]

@@ -330,6 +330,18 @@ class Call:
             groups[g].append(value)
         return Slots(tuple(in_group), tuple(positions)), groups
 
+    def slots_for(self, prefixes: Sequence[Any], keys: Sequence[Any]) -> Slots:
+        """The slots ``groups`` would give with ``prefixes`` in place of the call's."""
+        sizes = [0] * len(keys)
+        in_group = []
+        positions = []
+        for prefix in prefixes:
+            g = group_index(prefix, keys)
+            in_group.append(g)
+            positions.append(sizes[g])
+            sizes[g] += 1
+        return Slots(tuple(in_group), tuple(positions))
+
     def finish(self, out_static: OutStatic, out_groups: Sequence[Sequence[Any]]) -> object:
         """Step 5: updates the caller's objects in place and returns the output."""
         return self.finish_values(

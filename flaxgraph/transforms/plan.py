@@ -37,6 +37,7 @@ from flaxgraph.transforms.leaf_access import (
     leaf_writer,
 )
 from flaxgraph.transforms.lift import Call, LeafSource, OutStatic, Slots
+from flaxgraph.transforms.prefix_groups import DonatedKey
 from flaxgraph.transforms.ref_writes import RefInstall
 from flaxgraph.variablelib.variable import Variable, is_box_backed, is_ref_backed, is_variable
 
@@ -271,6 +272,7 @@ class Plan:
         "ref_positions",
         "box_positions",
         "auto",
+        "repeat_positions",
         "__weakref__",  # the PlanCache holds plans weakly (plan_owners.py)
     )
 
@@ -288,8 +290,20 @@ class Plan:
         auto: AutoDonation | None = None,
     ):
         # The automatic donation the compiled function was made for: each call
-        # checks its mask again (a different one takes the general path).
+        # donates a copy of a candidate something else holds (donation.copy_held).
         self.auto = auto
+        # Explicitly donated leaves: each call donates a copy of an array met twice
+        # among them (donation.copy_repeats).
+        auto_positions = frozenset(auto.positions) if auto is not None else frozenset()
+        self.repeat_positions = (
+            tuple(
+                i
+                for i, p in enumerate(call.prefixes)
+                if isinstance(p, DonatedKey) and p.donated and i not in auto_positions
+            )
+            if donated
+            else ()
+        )
         # Only what later calls need: no reference to the first call's values or to
         # its arguments' own arrays.
         self.graphdef = call.graphdef

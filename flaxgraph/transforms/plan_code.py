@@ -50,7 +50,7 @@ from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, TupleItem,
 from flaxgraph.graphlib.walk import argument_leaf
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
-from flaxgraph.transforms.donation import unheld
+from flaxgraph.transforms.donation import copy_held, copy_repeats, has_repeats, unheld
 from flaxgraph.transforms.leaf_access import (
     get_raw,
     get_ref_content,
@@ -162,6 +162,9 @@ class FixedNames(TypedDict):
     _getr: Callable[[Variable[Any]], Any]
     _set_raw: Callable[[Variable[Any], object], None]
     _unheld: Callable[[list[Any], Any], list[bool]]
+    _copy_held: Callable[[list[Any], Any, Any], None]
+    _repeats: Callable[[list[Any], Any], bool]
+    _copy_repeats: Callable[[list[Any], Any], None]
 
 
 def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
@@ -194,6 +197,9 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "_getr": operator.attrgetter("raw_value"),
         "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
         "_unheld": unheld,
+        "_copy_held": copy_held,
+        "_repeats": has_repeats,
+        "_copy_repeats": copy_repeats,
     }
     return dict(names)
 
@@ -343,13 +349,17 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
 
 
 def _donation_check(src: _Source, plan: Plan) -> None:
-    """The automatic donation's mask (``donation.py``): the same candidates donated
-    as when the plan was recorded, else the general path decides again."""
-    if plan.auto is None:
-        return
-    positions = src.const(plan.auto.positions, "donation_candidates")
-    mask = src.const(plan.auto.mask, "donation_mask")
-    src.line(f"if _unheld(values, {positions}) != {mask}: return MISS")
+    """The donation's copies (``donation.py``): a candidate for automatic donation
+    that something else holds, and an explicitly donated array met twice, are
+    donated as copies, so the compiled program stays the recorded one."""
+    if plan.auto is not None:
+        positions = src.const(plan.auto.positions, "donation_candidates")
+        unheld_all = src.const([True] * len(plan.auto.positions), "all_unheld")
+        src.line(f"mask = _unheld(values, {positions})")
+        src.line(f"if mask != {unheld_all}: _copy_held(values, {positions}, mask)")
+    if plan.repeat_positions:
+        positions = src.const(plan.repeat_positions, "donated_positions")
+        src.line(f"if _repeats(values, {positions}): _copy_repeats(values, {positions})")
 
 
 def _call_and_finish(

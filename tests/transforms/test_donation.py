@@ -1,6 +1,7 @@
-"""Automatic donation in ``nnx.jit`` (``flaxgraph/transforms/donation.py``): the
-arrays only their Variables hold are donated; any other holder keeps its array
-readable; a train step aliases its parameters and optimizer state."""
+"""Automatic donation in ``nnx.jit`` (``flaxgraph/transforms/donation.py``), on by
+default: the arrays a step writes are donated; one another holder also holds is
+donated as a copy, so the holder's array stays readable; a train step aliases its
+parameters and optimizer state; the function is traced and compiled once."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_baseline_counts_the_variable_and_the_values_list_only():
 
 def test_default_train_step_aliases_params_and_optimizer_state():
     model, optimizer = make()
-    step = nnx.jit(train_step, donate_variables=True)
+    step = nnx.jit(train_step)  # no annotation
     total = state_bytes(model, optimizer)
     stats = step.lower(model, optimizer, X, Y).compile().memory_analysis()
     assert stats.alias_size_in_bytes >= 0.95 * total
@@ -81,7 +82,7 @@ def test_default_train_step_aliases_params_and_optimizer_state():
 
 def test_steady_loop_compiles_once_and_takes_the_fast_path():
     model, optimizer = make()
-    step = nnx.jit(train_step, donate_variables=True)
+    step = nnx.jit(train_step)
     for _ in range(5):
         step(model, optimizer, X, Y)
     assert step.jitted_fn._cache_size() == 1
@@ -154,11 +155,11 @@ def test_a_kept_state_stays_readable(how: str):
 
 def test_a_clone_still_trains_and_donation_resumes():
     model, optimizer = make()
-    step = nnx.jit(train_step, donate_variables=True)
+    step = nnx.jit(train_step)
     step(model, optimizer, X, Y)
     target = nnx.clone(model)  # shares the arrays (as Flax's clone)
     before = [np.asarray(a) for a in arrays(target)]
-    target_opt = nnx.Optimizer(target, optax.adam(1e-2), wrt=nnx.Param)
+    target_opt = nnx.Optimizer(target, optimizer.tx, wrt=nnx.Param)  # the same structure
     losses = [float(step(target, target_opt, X, Y)) for _ in range(3)]
     assert losses[0] > losses[-1]
     # The online model kept its (shared) arrays readable, unchanged.
@@ -167,6 +168,63 @@ def test_a_clone_still_trains_and_donation_resumes():
     step(model, optimizer, X, Y)
     stats = step.lower(model, optimizer, X, Y).compile().memory_analysis()
     assert stats.alias_size_in_bytes >= 0.95 * state_bytes(model, optimizer)
+    # Copies, not another partition: one executable for every call above.
+    assert step.jitted_fn._cache_size() == 1
+
+
+def test_traced_once_and_compiled_once_whoever_holds_the_arrays():
+    model, optimizer = make()
+    traces = []
+
+    @nnx.jit
+    def step(m, o, x, y):
+        traces.append(None)
+        return train_step(m, o, x, y)
+
+    held = []
+    for i in range(6):
+        if i % 2:
+            held.append(model.layers[0].kernel[...])  # a holder gained every other step
+        step(model, optimizer, X, Y)
+    assert len(traces) == 1
+    assert step.jitted_fn._cache_size() == 1
+    assert step.cache_info().general_calls == 1
+    assert not any(a.is_deleted() for a in held)
+    stats = step.lower(model, optimizer, X, Y).compile().memory_analysis()
+    assert stats.alias_size_in_bytes >= 0.95 * state_bytes(model, optimizer)
+    assert len(traces) == 1  # lower() re-uses the trace too
+
+
+class Pair(nnx.Module):
+    def __init__(self) -> None:
+        self.online = MLP((4, 8, 3))
+        self.target = nnx.clone(self.online)  # the same arrays in two models
+
+
+def pair_step(t: Pair, x: jax.Array, y: jax.Array) -> jax.Array:
+    def loss_fn(m: MLP) -> jax.Array:
+        return jnp.mean((m(x) - y) ** 2) + jnp.mean(t.target(x))
+
+    loss, grads = nnx.value_and_grad(loss_fn)(t.online)
+    params = nnx.state(t.online, nnx.Param)
+    nnx.update(t.online, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads))
+    return loss
+
+
+@pytest.mark.parametrize("auto", [True, False])
+def test_explicit_donation_after_a_clone(auto: bool):
+    # flax#5461: "Attempt to donate the same buffer twice" on Flax and on jax.jit.
+    a, b = Pair(), Pair()
+    donating = nnx.jit(pair_step, donate_argnames="t", donate_variables=auto)
+    plain = nnx.jit(pair_step, donate_variables=False)
+    for i in range(4):
+        if i == 2:  # a hard target update outside the step: shared arrays again
+            nnx.update(a.target, nnx.state(a.online))
+            nnx.update(b.target, nnx.state(b.online))
+        assert np.array_equal(donating(a, X * i, Y), plain(b, X * i, Y))
+    for u, v in zip(arrays(a), arrays(b)):
+        assert not u.is_deleted() and np.array_equal(u, v)
+    assert donating.jitted_fn._cache_size() == 1
 
 
 def test_the_same_array_in_two_variables_is_not_donated():
@@ -204,7 +262,7 @@ def test_a_failing_trace_leaves_the_objects_as_they_were():
 
 def test_read_only_variables_stay_readable_through_a_forward_pass():
     model, _ = make()
-    forward = nnx.jit(lambda m, x: m(x), donate_variables=True)
+    forward = nnx.jit(lambda m, x: m(x))
     out = [forward(model, X) for _ in range(3)]
     assert all(np.array_equal(out[0], o) for o in out)
     assert not any(a.is_deleted() for a in arrays(model))
