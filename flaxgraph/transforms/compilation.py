@@ -19,7 +19,6 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, NamedTuple, overload
 
 import jax
-from jax.extend.core import jaxpr_as_fun
 from jax.sharding import PartitionSpec, Sharding
 
 from flaxgraph.graphlib.walk import flatten_with_paths
@@ -227,8 +226,9 @@ class JitWrapped(Transformed[P, R]):
     ) -> object:
         """The function ``jax.jit`` compiles for a partition with automatically
         donated leaves: the program of the same call without them (the ``pure`` of
-        ``in_static.extra.undonated``, traced once and cached by JAX), re-bound from
-        its jaxpr. ``fun`` is not traced again: donating changes no number.
+        ``in_static.extra.undonated``, traced once and cached by JAX), called with
+        the groups regrouped (one nested jit equation, which XLA inlines). ``fun`` is
+        not traced again: donating changes no number.
 
         Raises:
           ReadOnlyDonated: (while tracing, before anything is compiled) an
@@ -239,16 +239,9 @@ class JitWrapped(Transformed[P, R]):
         assert undonated is not None
         base = self.jitted_fn.get(undonated, self.make_jit)
         base_groups = regroup(groups, in_static.slots, undonated.slots, len(self.in_keys))
-        traced = base.trace(base_groups)
-        out = jax.tree.unflatten(
-            jax.tree.structure(traced.out_info),
-            jaxpr_as_fun(traced.jaxpr)(*jax.tree.leaves(base_groups)),
-        )
-        if base.with_static:
-            static, out_groups = out
-            out_static = static.value
-        else:
-            out_static, out_groups = base.out_static, out
+        # A call of the undonated program inside this trace: one jit equation (JAX
+        # keeps its trace; XLA inlines it), so this trace costs nothing to speak of.
+        out_static, out_groups = base.call(base_groups)
         read_only = kept_inputs(out_static).intersection(extra.auto_donated)
         if read_only:
             self.note_read_only(undonated, read_only)
@@ -561,18 +554,18 @@ def jit(
         ``graph_updates=False`` (when ``jit`` is created).
 
     Donation: by default a call donates to XLA the buffer of each Variable array
-    whose only holder in Python is its Variable (a CPython reference count against
-    the exact count the call path itself makes): the old array is unreachable once
-    the call returns, so nobody can observe the donation, and a train step keeps no
-    second copy of the parameters and optimizer state. An array held elsewhere (``old
-    = model.w[...]``, a pure dict or a ``State`` copy the user kept, ``nnx.clone`` or
-    ``nnx.split``/``merge`` sharing it, a closure, the same array in two Variables or
-    also passed as an argument) is not donated and stays readable. A Variable the
-    function leaves unchanged is not donated either (found by the first call's trace,
-    whose program, re-bound from its jaxpr, is what a donating partition compiles:
-    ``fun`` is traced once). Which arrays are donated is part of what selects the
-    compiled program: a call whose partition differs from the last one's compiles
-    once for it (then both are cached). A call under an outer trace, a Ref-backed
+    ``fun`` writes: the old array is unreachable once the call returns, so nobody can
+    observe the donation, and a train step keeps no second copy of the parameters
+    and optimizer state. An array held elsewhere (``old = model.w[...]``, a pure
+    dict or a ``State`` copy the user kept, ``nnx.clone`` or ``nnx.split``/``merge``
+    sharing it, a closure, the same array in two Variables or also passed as an
+    argument; found by a CPython reference count against the exact count the call
+    path itself makes) is donated as a copy and stays readable, so who holds what
+    never changes the compiled program. A Variable ``fun`` leaves unchanged is not
+    donated (found by the first call's trace, whose program, called inside the
+    donating one, is what it compiles: ``fun`` is traced once). With
+    ``donate_argnums``/``donate_argnames``, an array met twice among the donated
+    leaves is donated once (flax#5461). A call under an outer trace, a Ref-backed
     Variable, and calls with ``in_shardings`` donate only what is donated
     explicitly. A failure while tracing donates nothing; a failure while XLA runs
     the program (as with ``jax.jit(donate_argnums=...)``) may leave donated
