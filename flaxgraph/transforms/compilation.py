@@ -522,9 +522,11 @@ def jit(
       donate_variables: donate, besides, the array of every Variable in the
         arguments that nothing but its Variable holds (see "Donation" below).
         ``None``: the default, ``flaxgraph.transforms.donation.DONATE_VARIABLES``
-        (``True``; ``False`` turns the automatic part off, as does ``with
-        DONATE_VARIABLES.scoped(False):`` around the ``nnx.jit`` call that creates
-        the function). Not in Flax NNX 0.12.8, which donates nothing unless told.
+        (``False``: another ``jax.Array`` object on the same buffer, such as
+        ``jax.device_put(x, x.sharding)`` returns, is out of the reference count's
+        sight and would be deleted; ``with DONATE_VARIABLES.scoped(True):`` around
+        the ``nnx.jit`` call that creates the function turns it on there). Not in
+        Flax NNX 0.12.8, which donates nothing unless told.
       keep_unused, device, backend, inline, compiler_options: as in ``jax.jit``.
       graph: ``False`` for tree mode (objects as plain pytrees; a shared Variable
         is an error); ``None``: the default (``nnx.set_graph_mode``).
@@ -553,15 +555,17 @@ def jit(
       ValueError: a ``StateSharding`` is given with ``graph=False`` or
         ``graph_updates=False`` (when ``jit`` is created).
 
-    Donation: by default a call donates to XLA the buffer of each Variable array
-    ``fun`` writes: the old array is unreachable once the call returns, so nobody can
+    Donation: with ``donate_variables=True`` a call donates to XLA the buffer of each
+    Variable array ``fun`` writes: the old array is unreachable once the call returns, so nobody can
     observe the donation, and a train step keeps no second copy of the parameters
     and optimizer state. An array held elsewhere (``old = model.w[...]``, a pure
     dict or a ``State`` copy the user kept, ``nnx.clone`` or ``nnx.split``/``merge``
     sharing it, a closure, the same array in two Variables or also passed as an
     argument; found by a CPython reference count against the exact count the call
     path itself makes) is donated as a copy and stays readable, so who holds what
-    never changes the compiled program. A Variable ``fun`` leaves unchanged is not
+    never changes the compiled program. Not seen: another ``jax.Array`` object on
+    the same buffer (``jax.device_put`` to the array's own sharding returns one),
+    which is why it is off by default. A Variable ``fun`` leaves unchanged is not
     donated (found by the first call's trace, whose program, called inside the
     donating one, is what it compiles: ``fun`` is traced once). With
     ``donate_argnums``/``donate_argnames``, an array met twice among the donated

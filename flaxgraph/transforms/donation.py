@@ -4,10 +4,13 @@ A call of ``nnx.jit(f)(model, ...)`` replaces the array of every Variable it
 updates. If nothing but the Variable holds the old array, no Python code can
 reach it once the call returns, so XLA may reuse its buffer for the output
 (``jax.jit``'s ``donate_argnums``): the train step then needs no second copy
-of the parameters and optimizer state. A buffer anything else holds (the user's
+of the parameters and optimizer state. An array anything else holds (the user's
 ``old = m.w[...]``, a ``State`` or pure dict they kept, a clone sharing arrays,
 a closure, the same array in two Variables or also passed as an argument) is
-kept, so no user ever sees a deleted array.
+donated as a copy, so that holder never sees a deleted array. One holder is out
+of a reference count's sight: another ``jax.Array`` object on the same buffer
+(``jax.device_put`` to the array's own sharding makes one), which is why this is
+off unless asked for (``DONATE_VARIABLES``).
 
 "Nothing else holds it" is CPython's reference count: a Variable's array read
 into the call's list of leaf values (``Call.values``, or the fast path's
@@ -21,7 +24,7 @@ Tracer (an ``nnx.jit`` inside a trace never donates), not a Ref- or box-backed
 Variable (its storage is the array), not a NumPy array or Python number.
 
 Source: ``jax.jit`` (``donate_argnums``, buffer donation); ``docs/design.md``,
-"Donation by default".
+"Automatic donation".
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ from flaxgraph.config import Flag
 from flaxgraph.transforms.lift import IN, InStatic, OutStatic, Slots
 from flaxgraph.variablelib.variable import is_variable
 
-DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", True)
+DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", False)
 """The default of ``nnx.jit(..., donate_variables=None)``: whether ``nnx.jit``
-donates the arrays only their Variables hold (``True``);
-``DONATE_VARIABLES.set_globally(False)`` or ``.scoped(False)`` turns it off (read
-when ``nnx.jit`` is created, as ``graph=None``)."""
+donates the arrays the function writes. ``False``: a reference count sees every
+Python holder of an array object, but not another ``jax.Array`` object on the same
+buffer (``jax.device_put(x, x.sharding)`` returns one; Tunix's weight sync between
+its trainer and its rollout model makes them), whose array donation would delete.
+``DONATE_VARIABLES.set_globally(True)`` or ``.scoped(True)`` turns it on where no
+such alias exists (read when ``nnx.jit`` is created, as ``graph=None``)."""
 
 _getrefcount = sys.getrefcount
 _Tracer = jax.core.Tracer
