@@ -1,20 +1,22 @@
 """The display tree: what a value shows, walked once, for the text ``repr`` and treescope.
 
-``DisplayWalk.tree`` walks an Object, Variable or State depth-first in attribute order, like
-``split``, and returns a tree of records: a ``Bracketed`` per node, Variable, State or
-container holding nodes (its opening, closing, children, per-kind counts and their
+``DisplayWalk.tree`` walks an Object, Variable or State depth-first in attribute
+order, like ``split``, into a tree of records: a ``Bracketed`` per node, Variable, State
+or container holding nodes (opening, closing, children, per-kind counts and their
 comment), a ``Child`` per line inside it (its heading ``name=``, ``'key': `` or none,
-and its path), a ``Reference`` for a node or Variable met a second time (a shared
-reference or a cycle, with the path where it was first met), a ``FoldedRun`` for two or more
+and its path), a ``Reference`` for a node or Variable met again (a shared reference or
+a cycle, with the path where it was first met), a ``FoldedRun`` for two or more
 consecutive, structurally identical sub-modules of a list shown once (``folding.py``)
 and a ``Leaf`` for any other value. Every Variable is in the tree, and counted, once; a
 node's counts are those of what is shown inside it, so the root's are those of the
-whole graph. ``definition_tree`` does the same for a ``GraphDef``.
+whole graph. The cost is linear in the size of the graph times the nesting depth of
+lists (folding walks each child of a list once more on its own). ``definition_tree``
+does the same for a ``GraphDef``.
 
 ``text.py`` and ``treescope_html.py`` only format these trees. treescope draws most
-containers itself, so a treescope walk (``fold_everywhere=False``) folds only the runs
+containers itself, so a treescope walk (``fold_everywhere=False``) folds only where
 treescope lets flaxgraph draw: the children of an ``nnx.List`` and of a plain list or
-tuple of sub-modules directly inside a node.
+tuple of sub-modules directly inside a node, Variable or such list.
 
 Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
 "Transformations" guide).
@@ -35,11 +37,13 @@ from flaxgraph.graphlib.graphdefs import (
 )
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
+    DATA_LEAF,
     DICT,
     PYTREE,
     SEQUENCE,
     VARIABLE,
     is_node_or_variable,
+    node_impl,
 )
 from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.statelib import State
@@ -48,21 +52,64 @@ from flaxgraph.visualization import folding
 from flaxgraph.visualization.values import (
     Totals,
     add_totals,
-    attr_head,
-    attr_path,
-    dict_head,
-    holds_nodes,
-    item_path,
     kind_of,
-    no_head,
-    node_items,
-    positional,
     pytree_level,
     safe_repr,
     size_text,
     totals_text,
     variable_totals,
 )
+
+# -- what a value's children are, and their headings and paths --------------------------------
+
+
+def holds_nodes(x: Any) -> bool:
+    """True if ``x`` is, or is a container holding, a node, Variable or State."""
+    kind = kind_of(x)
+    if kind is None:
+        return False
+    if kind <= VARIABLE or isinstance(x, State):  # a graph node, a Variable, a State
+        return True
+    if kind is SEQUENCE or kind is DICT:
+        return any(holds_nodes(c) for c in (x.values() if kind is DICT else x))
+    return kind is PYTREE and any(holds_nodes(c) for _, c in pytree_level(x) or ())
+
+
+def attr_path(key: Hashable) -> str:
+    return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
+
+
+def node_items(x: Any) -> list[tuple[Hashable, Any]]:
+    items = []
+    for key, value in node_impl(x).flatten(x)[0]:
+        if kind_of(value) is DATA_LEAF:
+            value = value.value
+        items.append((key, value))
+    return items
+
+
+def positional(items: Sequence[tuple[Hashable, Any]]) -> bool:
+    """Nodes keyed 0, 1, … (``nnx.List``) print like a list."""
+    return bool(items) and all(type(k) is int for k, _ in items)
+
+
+def no_head(key: Hashable) -> str:
+    return ""
+
+
+def attr_head(key: Hashable) -> str:
+    return f"{key}=" if isinstance(key, str) else f"[{key!r}]="
+
+
+def dict_head(key: Hashable) -> str:
+    return f"{key!r}: "
+
+
+def item_path(key: Hashable) -> str:
+    return f"[{key!r}]"
+
+
+# -- the records -------------------------------------------------------------------------------
 
 
 class Leaf(NamedTuple):
@@ -123,6 +170,11 @@ def totals_of(tree: Tree) -> Totals:
 class DisplayWalk:
     """One walk of a display: the nodes met so far and how runs are folded.
 
+    ``tree(x, path)`` returns the display tree of ``x`` (``path``: where ``x`` is, ``''``
+    at the root, ``None`` when not tracked); ``blocks`` keeps each node's and Variable's
+    ``Bracketed`` (treescope formats it when its hook is called) and ``seen`` where it
+    was first met.
+
     Args:
       fold: fold runs of identical sub-modules (``nnx.display(obj, fold=False)``: no).
       fingerprint: the text compared to tell identical sub-modules (the plain-text
@@ -131,6 +183,26 @@ class DisplayWalk:
         flaxgraph draw the list.
       shapes_only: show every array by shape and dtype.
       outside: the nodes shown around a probed value (noted as met, never walked).
+
+    Raises:
+      Nothing for graphs of Objects, Variables, arrays and containers (a pytree whose
+      flatten fails is a ``Leaf``).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.visualization.text import tree_text
+      >>> class Pair(nnx.Module):
+      ...   def __init__(self):
+      ...     self.a = self.b = nnx.Param(jnp.ones(2))
+      >>> tree = DisplayWalk(fold=True, fingerprint=tree_text).tree(Pair(), "")
+      >>> tree.comment, [c.head for c in tree.children]
+      ('Param: 2 (8 B)', ['a=', 'b='])
+      >>> tree.children[1].tree
+      Reference(type_name='Param', where='.a', outside=False)
+
+    Source: the output format of Flax NNX ``repr``/``nnx.display``; folding as
+    PyTorch's module ``repr`` (``folding.py``).
     """
 
     def __init__(
@@ -308,7 +380,29 @@ class Definition(NamedTuple):
 
 
 def definition_tree(d: Any) -> Definition:
-    """The display tree of a GraphDef (or one of its definitions)."""
+    """The display tree of a GraphDef (or one of its definitions).
+
+    Args:
+      d: a ``GraphDef``, or a ``NodeDef``, ``VariableDef``, ``NodeRef``,
+        ``ContainerDef``, ``StaticDef`` or other definition inside one.
+
+    Returns:
+      ``Definition(text, children)``: ``children`` is ``None`` for a definition shown
+      on one line, else the ``(heading, definition)`` lines between ``text + ','`` and
+      ``)``. Never raises (a static value whose ``repr`` raises is shown with
+      ``object.__repr__``).
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Scale(nnx.Module):
+      ...   def __init__(self):
+      ...     self.w = nnx.Param(jnp.ones(2))
+      >>> definition_tree(nnx.graphdef(Scale())).children[0][1].children
+      [('w=', Definition(text='VariableDef(Param, index=1)', children=None))]
+
+    Source: flaxgraph's own GraphDef format (Flax NNX prints nested dataclasses).
+    """
     if isinstance(d, GraphDef):
         return Definition(
             f"GraphDef(num_leaves={d.num_leaves}", [("root=", definition_tree(d.root))]

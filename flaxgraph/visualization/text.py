@@ -16,16 +16,11 @@ Variable kind::
     )
   )
 
-The walk is depth-first in attribute order, like ``split``. A node or Variable
-met a second time (a shared reference or a cycle) is printed as a reference to
-the path where it was first printed, ``Linear(...)  # same as .a``, so every
-Variable is printed, and counted, once. A node's counts are those of what is
-printed inside it, which makes the root's counts those of the whole graph.
-A run of two or more consecutive, structurally identical sub-modules of a list
-prints once, ``24 x Block( # [0:24], Param: 24 x 1,234 = 29,616 (118.5 KB)``, its
-arrays by shape (``folding.py``; ``nnx.display(obj, fold=False)`` prints them all).
-Everything is computed in one walk, plus one per list level for the folding, so the
-cost is linear in the size of the graph times the nesting depth of lists. ``flaxgraph/visualization/show.py`` registers these functions as the ``repr`` of the
+A node or Variable met a second time (a shared reference or a cycle) prints as
+``Linear(...)  # same as .a``, and a run of identical sub-modules of a list prints once,
+``24 x Block( # [0:24], Param: 24 x 1,234 = 29,616 (118.5 KB)``. This module only
+formats: what is shown, where and with which counts is the display tree that
+``display_tree.py`` walks. ``show.py`` registers these functions as the ``repr`` of the
 core classes.
 
 Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
@@ -111,7 +106,25 @@ class _Lines:
 
 
 def tree_text(t: Tree) -> str:
-    """The plain text of a display tree (also what folding compares)."""
+    """The plain text of a display tree (also what folding compares).
+
+    Args:
+      t: a tree from ``display_tree.DisplayWalk.tree``.
+
+    Returns:
+      The lines of ``repr``: ``indent + heading + value``, a node's counts after
+      ``" # "`` on its first line, a reference's ``# same as .path`` after its code.
+      Never raises.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.visualization.display_tree import DisplayWalk
+      >>> print(tree_text(DisplayWalk(fold=True, fingerprint=tree_text).tree([1], "")))
+      [1]
+
+    Source: the output format of Flax NNX ``repr``.
+    """
     lines = _Lines()
     lines.tree(t, "", "")
     return lines.text()

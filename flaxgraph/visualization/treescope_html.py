@@ -3,11 +3,12 @@
 treescope renders a value by calling its ``__treescope_repr__(path,
 subtree_renderer)`` hook; the hooks of ``Object``, ``Variable``, ``State`` and
 ``GraphDef`` call the functions here (``flaxgraph/visualization/show.py`` registers them in
-``flaxgraph/renderers.py``). They draw the same tree as the plain-text ``repr`` of
-``text.py`` (both share ``values.py``): per-kind counts in each
-node's first-line comment, and a node met again (shared reference or cycle) drawn
-as a reference to where it was first drawn. ``to_html`` turns any of them into the
-HTML document a notebook shows when the object is a cell's last expression.
+``flaxgraph/renderers.py``). They format the display tree of ``display_tree.py``, the
+tree the plain-text ``repr`` of ``text.py`` formats: per-kind counts in each node's
+first-line comment, a node met again (shared reference or cycle) drawn as a reference
+to where it was first drawn, runs of identical sub-modules folded. ``to_html`` turns
+any of them into the HTML document a notebook shows when the object is a cell's last
+expression.
 
 Source: treescope's ``repr_lib``/``rendering_parts`` API; the Flax NNX display format.
 """
