@@ -60,8 +60,6 @@ from flaxgraph.visualization.values import (
     variable_totals,
 )
 
-# -- what a value's children are, and their headings and paths --------------------------------
-
 
 def holds_nodes(x: Any) -> bool:
     """True if ``x`` is, or is a container holding, a node, Variable or State."""
@@ -88,11 +86,6 @@ def node_items(x: Any) -> list[tuple[Hashable, Any]]:
     return items
 
 
-def positional(items: Sequence[tuple[Hashable, Any]]) -> bool:
-    """Nodes keyed 0, 1, … (``nnx.List``) print like a list."""
-    return bool(items) and all(type(k) is int for k, _ in items)
-
-
 def no_head(key: Hashable) -> str:
     return ""
 
@@ -107,9 +100,6 @@ def dict_head(key: Hashable) -> str:
 
 def item_path(key: Hashable) -> str:
     return f"[{key!r}]"
-
-
-# -- the records -------------------------------------------------------------------------------
 
 
 class Leaf(NamedTuple):
@@ -268,7 +258,7 @@ class DisplayWalk:
     def _node(self, x: Any, path: str | None) -> Bracketed:
         items = node_items(x)
         name = type(x).__name__
-        if positional(items):
+        if items and all(type(k) is int for k, _ in items):  # nnx.List: like a list
             return self._block(x, items, path, (f"{name}([", "])"), no_head, attr_path, kind="node")
         return self._block(x, items, path, (f"{name}(", ")"), attr_head, attr_path, kind="node")
 

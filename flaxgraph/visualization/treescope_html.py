@@ -38,13 +38,10 @@ from flaxgraph.visualization.display_tree import (
 from flaxgraph.visualization.text import tree_text
 from flaxgraph.visualization.values import ROOT, array_repr, kind_of
 
-# -- treescope ---------------------------------------------------------------------------------
-#
-# treescope renders a value by calling `__treescope_repr__(path, subtree_renderer)` on it,
-# and the hook renders its children through `subtree_renderer`. The first flaxgraph hook
-# of a rendering walks its value (display_tree.py) and keeps the walk until it returns;
-# each hook then formats the Bracketed the walk made for its node, or a reference to where
-# the node was first met (a shared reference or cycle): `Linear(...)  # same as .a`.
+# treescope calls `__treescope_repr__(path, subtree_renderer)` on a value, and the hook
+# renders its children through `subtree_renderer`. The first flaxgraph hook of a rendering
+# walks its value (display_tree.py); each hook then formats the Bracketed the walk made for
+# its node, or a reference to where the node was first met: `Linear(...)  # same as .a`.
 
 
 @contextlib.contextmanager
@@ -67,12 +64,6 @@ _WALK: contextvars.ContextVar[DisplayWalk | None] = contextvars.ContextVar(
 )
 
 
-def _occurrence(walk: DisplayWalk, x: Any) -> Bracketed | Reference:
-    """``x``'s Bracketed where it is first met (once), else a reference to that place."""
-    block = walk.blocks.pop(x, None)
-    return block if block is not None else Reference(type(x).__name__, walk.seen[x])
-
-
 def _reference(r: Reference, path: str | None) -> Any:
     from treescope import rendering_parts as rp
 
@@ -89,32 +80,32 @@ def _render_hooked(x: Any, path: str | None, subtree_renderer: Any) -> Any:
     with _walk() as (walk, _):
         if x not in walk.seen:  # a rendering starts here
             walk.tree(x, path)
-        found = _occurrence(walk, x)
-        if isinstance(found, Reference):
-            return _reference(found, path)
-        return _render_block(walk, found, path, subtree_renderer)
+        block = walk.blocks.pop(x, None)  # x's Bracketed where it is first met, once
+        if block is None:
+            return _reference(Reference(type(x).__name__, walk.seen[x]), path)
+        return _render_block(walk, block, path, subtree_renderer)
 
 
 def _render_lines(walk: DisplayWalk, b: Bracketed, subtree_renderer: Any) -> list[Any]:
     """The children of a Bracketed, one line each (a reference if met before)."""
     from treescope import rendering_parts as rp
 
-    lines = []
-    for i, child in enumerate(b.children):
-        rendering = _render_child(walk, child, subtree_renderer)
-        if not b.keyed:
-            lines.append(rendering)
-            continue
-        if i < len(b.children) - 1:
-            comma = rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
-        else:
-            comma = rp.fold_condition(expanded=rp.text(","))
-        lines.append(
-            rp.build_full_line_with_annotations(
-                rp.siblings_with_annotations(child.head, rendering), comma
-            )
-        )
-    return lines
+    renderings = [_render_child(walk, child, subtree_renderer) for child in b.children]
+    if not b.keyed:
+        return renderings
+    last, n = rp.fold_condition(expanded=rp.text(",")), len(renderings)
+    return [
+        _line(c.head, r, last, i == n - 1) for i, (c, r) in enumerate(zip(b.children, renderings))
+    ]
+
+
+def _line(head: str, rendering: Any, last_comma: Any, is_last: bool) -> Any:
+    """``head`` then ``rendering`` as one line of a block, then a comma (``last_comma``
+    after the last line)."""
+    from treescope import rendering_parts as rp
+
+    comma = last_comma if is_last else rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
+    return rp.build_full_line_with_annotations(rp.siblings_with_annotations(head, rendering), comma)
 
 
 def _render_child(walk: DisplayWalk, child: Child, subtree_renderer: Any) -> Any:
@@ -326,15 +317,11 @@ def graphdef_treescope_repr(graphdef: GraphDef, path: str | None, subtree_render
     def render(d: Definition, path: str | None) -> Any:
         if d.children is None:
             return rp.build_one_line_tree_node(d.text, path)
-        lines = []
-        for i, (head, child) in enumerate(d.children):
-            comma = (
-                rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
-                if i < len(d.children) - 1
-                else rp.empty_part()
-            )
-            line = rp.siblings_with_annotations(head, render(child, None))
-            lines.append(rp.build_full_line_with_annotations(line, comma))
+        n = len(d.children)
+        lines = [
+            _line(head, render(child, None), rp.empty_part(), i == n - 1)
+            for i, (head, child) in enumerate(d.children)
+        ]
         return rp.build_foldable_tree_node_from_children(
             prefix=rp.siblings(d.text, ",", rp.fold_condition(collapsed=rp.text(" "))),
             children=lines,
