@@ -58,7 +58,7 @@ class Probe(NamedTuple):
     """One sub-module rendered on its own, with arrays by shape."""
 
     text: str  # the rendering: equal texts, structurally identical
-    seen: RefMap[str]  # every node and Variable inside, by its path from the sub-module
+    seen: RefMap[str | None]  # every node and Variable inside, by its path from the sub-module
     totals: Totals  # its counts per Variable kind
     met_outside: bool  # it reaches a node rendered before it (not walked)
 
@@ -168,4 +168,4 @@ def register_members(
         key = items[k][0]
         base = path_of(key)
         for node, rel in probes[k].seen.items():  # type: ignore[union-attr]
-            seen[node] = None if base is None else base + rel
+            seen[node] = None if base is None or rel is None else base + rel

@@ -6,11 +6,13 @@ registry ``flaxgraph.renderers.RENDERERS``, which this module fills when it is
 imported (``import flaxgraph`` does). The pieces, one concept per file:
 
 * ``values.py``: counts of elements and bytes per Variable kind, array
-  summaries, the walk's helpers;
-* ``text.py``: the plain-text ``repr`` (an indented tree, counts in the
-  first-line comments, shared references as ``# same as .path``);
-* ``treescope_html.py``: the same tree for treescope, and the HTML a notebook
-  shows when an Object, Variable, State, GraphDef or Rngs ends a cell;
+  summaries;
+* ``display_tree.py``: the one walk of what is shown (children, counts, shared
+  references as ``# same as .path``, folded runs), as records;
+* ``text.py``: that tree formatted as the plain-text ``repr`` (an indented tree,
+  counts in the first-line comments);
+* ``treescope_html.py``: the same tree formatted for treescope, and the HTML a
+  notebook shows when an Object, Variable, State, GraphDef or Rngs ends a cell;
 * ``folding.py``: runs of identical sub-modules shown once (``24 x Block(...)``);
 * this module: the registration and ``display``.
 

@@ -16,16 +16,11 @@ Variable kind::
     )
   )
 
-The walk is depth-first in attribute order, like ``split``. A node or Variable
-met a second time (a shared reference or a cycle) is printed as a reference to
-the path where it was first printed, ``Linear(...)  # same as .a``, so every
-Variable is printed, and counted, once. A node's counts are those of what is
-printed inside it, which makes the root's counts those of the whole graph.
-A run of two or more consecutive, structurally identical sub-modules of a list
-prints once, ``24 x Block( # [0:24], Param: 24 x 1,234 = 29,616 (118.5 KB)``, its
-arrays by shape (``folding.py``; ``nnx.display(obj, fold=False)`` prints them all).
-Everything is computed in one walk, plus one per list level for the folding, so the
-cost is linear in the size of the graph times the nesting depth of lists. ``flaxgraph/visualization/show.py`` registers these functions as the ``repr`` of the
+A node or Variable met a second time (a shared reference or a cycle) prints as
+``Linear(...)  # same as .a``, and a run of identical sub-modules of a list prints once,
+``24 x Block( # [0:24], Param: 24 x 1,234 = 29,616 (118.5 KB)``. This module only
+formats: what is shown, where and with which counts is the display tree that
+``display_tree.py`` walks. ``show.py`` registers these functions as the ``repr`` of the
 core classes.
 
 Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
@@ -34,80 +29,33 @@ Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from flaxgraph.graphlib.graphdefs import (
-    ContainerDef,
-    GraphDef,
-    NodeDef,
-    NodeRef,
-    StaticDef,
-    VariableDef,
-)
-from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.registry import (
-    DICT,
-    PYTREE,
-    SEQUENCE,
-    STATIC_LEAF,
-    VARIABLE,
-    is_node_or_variable,
-)
+from flaxgraph.graphlib.graphdefs import GraphDef
+from flaxgraph.graphlib.registry import STATIC_LEAF
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.variable import Variable, metadata_of
+from flaxgraph.variablelib.variable import Variable
 from flaxgraph.visualization import folding
-from flaxgraph.visualization.values import (
-    INDENT,
-    ROOT,
-    Totals,
-    add_totals,
-    attr_head,
-    attr_path,
-    dict_head,
-    holds_nodes,
-    item_path,
-    kind_of,
-    no_head,
-    node_items,
-    plain_repr,
-    positional,
-    pytree_level,
-    safe_repr,
-    size_text,
-    totals_text,
-    variable_totals,
+from flaxgraph.visualization.display_tree import (
+    Bracketed,
+    Definition,
+    DisplayWalk,
+    FoldedRun,
+    Leaf,
+    Reference,
+    Tree,
+    definition_tree,
 )
+from flaxgraph.visualization.values import INDENT, ROOT, kind_of, plain_repr, safe_repr
 
-# -- plain text ------------------------------------------------------------------------------
 
+class _Lines:
+    """Lines of text, each kept as code plus an optional trailing comment, so the
+    comma a parent appends after a child lands before the child's comment."""
 
-class _TextPrinter:
-    """Writes one value as lines of text in a single depth-first walk.
-
-    Each line is kept as code plus an optional trailing comment, so the comma a
-    parent appends after a child lands before the child's comment. A node's
-    header comment (its counts) is patched into its first line once its children
-    are written.
-    """
-
-    def __init__(
-        self,
-        *,
-        fold: bool = True,
-        shapes_only: bool = False,
-        outside: tuple[RefMap[Any], ...] = (),
-    ) -> None:
+    def __init__(self) -> None:
         self.code: list[str] = []
         self.comments: list[str] = []
-        self.seen: RefMap[str] = RefMap()
-        # A probe (folding.py) renders one child of a list on its own: `outside` holds
-        # what the printers around it have rendered (ancestors included), which it
-        # only notes as met (a reference out of the child), never walks into.
-        self.outside = outside
-        self.met_outside = False
-        self.fold = fold  # runs of identical sub-modules as one `N x Type(...)` (folding.py)
-        self.shapes_only = shapes_only  # every array by shape and dtype
 
     def text(self) -> str:
         return "\n".join(
@@ -115,176 +63,75 @@ class _TextPrinter:
             for code, comment in zip(self.code, self.comments, strict=True)
         )
 
-    def _line(self, code: str, comment: str = "") -> None:
+    def add(self, code: str, comment: str = "") -> None:
         self.code.append(code)
         self.comments.append(comment)
 
-    def _leaf(self, indent: str, head: str, text: str) -> None:
+    def leaf(self, indent: str, head: str, text: str) -> None:
         """Writes ``text`` after ``head``; its continuation lines stay under its start."""
         first, *rest = text.split("\n")
-        self._line(indent + head + first)
+        self.add(indent + head + first)
         pad = " " * (len(indent) + len(head))
         for line in rest:
-            self._line(pad + line if line.strip() else "")
+            self.add(pad + line if line.strip() else "")
 
-    def value(self, x: Any, indent: str, head: str, path: str) -> Totals:
-        """Writes ``x`` on a new line as ``indent + head + <x>``; returns the counts
-        of the Variables printed for the first time inside it."""
-        kind = kind_of(x)
-        if kind is not None and kind <= VARIABLE:  # a graph node or a Variable
-            if self.outside and self._outside(x):
-                self.met_outside = True
-                self._line(f"{indent}{head}{type(x).__name__}(...)", "outside")
-                return {}
-            where = self.seen.get(x)
-            if where is not None:
-                self._line(f"{indent}{head}{type(x).__name__}(...)", f"same as {where or ROOT}")
-                return {}
-            self.seen[x] = path
-            if kind is VARIABLE:
-                return self._variable(x, indent, head, path)
-            return self._node(x, indent, head, path)
-        if kind is STATIC_LEAF:
-            self._leaf(indent, head, safe_repr(x.value))
-            return {}
-        if isinstance(x, State):
-            items = list(x.items())
-            return self._block(items, indent, head, path, "State({", "})", dict_head, item_path)[1]
-        if (kind is SEQUENCE or kind is DICT) and holds_nodes(x):
-            if kind is DICT:
-                return self._block(
-                    list(x.items()), indent, head, path, "{", "}", dict_head, item_path
-                )[1]
-            open_, close = ("[", "]") if type(x) is list else ("(", ")")
-            items = list(enumerate(x))
-            return self._block(
-                items,
-                indent,
-                head,
-                path,
-                open_,
-                close,
-                no_head,
-                item_path,
-                trailing_comma=type(x) is tuple and len(x) == 1,
-            )[1]
-        if kind is PYTREE and holds_nodes(x):
-            items = pytree_level(x) or []
-            keyed = all(isinstance(k, str) for k, _ in items)
-            open_ = f"{type(x).__name__}("
-            child_head = attr_head if keyed else no_head
-            return self._block(items, indent, head, path, open_, ")", child_head, attr_path)[1]
-        self._leaf(indent, head, plain_repr(x, summarize=self.shapes_only))
-        return {}
-
-    def _block(
-        self,
-        items: Sequence[tuple[Hashable, Any]],
-        indent: str,
-        head: str,
-        path: str,
-        open_: str,
-        close: str,
-        child_head: Callable[[Hashable], str],
-        child_path: Callable[[Hashable], str],
-        trailing_comma: bool = False,
-    ) -> tuple[int, Totals]:
-        """Writes ``open_``, one child per line, ``close``; returns the index of the
-        opening line and the summed counts of the children."""
-        start = len(self.code)
-        if not items:
-            self._line(f"{indent}{head}{open_}{close}")
-            return start, {}
-        self._line(f"{indent}{head}{open_}")
-        inner = indent + INDENT
-        totals: Totals = {}
-        if self.fold and child_head is no_head and len(items) >= folding.MIN_RUN:
-            segments, probes = folding.plan(items, self._probe)
+    def tree(self, t: Tree, indent: str, head: str, comment: str | None = None) -> None:
+        """Writes ``t`` on a new line as ``indent + head + <t>`` (``comment``: the
+        first line's comment instead of the tree's own)."""
+        if isinstance(t, Leaf):
+            x = t.value
+            text = safe_repr(x.value) if kind_of(x) is STATIC_LEAF else plain_repr(x, t.summarize)
+            self.leaf(indent, head, text)
+        elif isinstance(t, Reference):
+            where = "outside" if t.outside else f"same as {t.where or ROOT}"
+            self.add(f"{indent}{head}{t.type_name}(...)", where)
+        elif isinstance(t, FoldedRun):
+            self.tree(t.first, indent, f"{head}{t.length} x ", t.comment)
         else:
-            segments, probes = [folding.Segment(i, None) for i in range(len(items))], []
-        for n, (i, run) in enumerate(segments):
-            key, child = items[i]
-            if run is None:
-                add_totals(
-                    totals, self.value(child, inner, child_head(key), path + child_path(key))
-                )
-            else:
-                add_totals(totals, self._run(items, run, probes, inner, path, child_path))
-            if n < len(segments) - 1 or trailing_comma:
-                self.code[-1] += ","
-        self._line(indent + close)
-        return start, totals
+            self.block(t, indent, head, t.comment if comment is None else comment)
 
-    def _probe(self, x: Any) -> folding.Probe | None:
-        if not holds_nodes(x) or (is_node_or_variable(x) and (x in self.seen or self._outside(x))):
-            return None
-        return probe(x, (self.seen, *self.outside))
-
-    def _outside(self, x: Any) -> bool:
-        return any(x in seen for seen in self.outside)
-
-    def _run(
-        self,
-        items: Sequence[tuple[Hashable, Any]],
-        run: folding.Run,
-        probes: list[folding.Probe | None],
-        indent: str,
-        path: str,
-        child_path: Callable[[Hashable], str],
-    ) -> Totals:
-        """Writes a folded run: its first member, arrays by shape, headed ``N x``."""
-        key, first = items[run.start]
+    def block(self, b: Bracketed, indent: str, head: str, comment: str) -> None:
         start = len(self.code)
-        shapes_only, self.shapes_only = self.shapes_only, True
-        try:
-            self.value(first, indent, f"{run.stop - run.start} x ", path + child_path(key))
-        finally:
-            self.shapes_only = shapes_only
-        keys = [k for k, _ in items]
-        self.code[start] = (
-            self.code[start].split(" # ", 1)[0] + " # " + folding.run_comment(keys, run)
-        )
-        folding.register_members(items, run, probes, self.seen, lambda k: path + child_path(k))
-        return run.total
-
-    def _node(self, x: Any, indent: str, head: str, path: str) -> Totals:
-        items = node_items(x)
-        name = type(x).__name__
-        if positional(items):
-            start, totals = self._block(
-                items, indent, head, path, f"{name}([", "])", no_head, attr_path
-            )
+        if not b.children:
+            self.add(f"{indent}{head}{b.opening}{b.closing}")
         else:
-            start, totals = self._block(
-                items, indent, head, path, f"{name}(", ")", attr_head, attr_path
-            )
-        if totals:
-            self.code[start] += f" # {totals_text(totals)}"
-        return totals
-
-    def _variable(self, v: Variable[Any], indent: str, head: str, path: str) -> Totals:
-        fields = [("value", v.raw_value), *sorted(metadata_of(v).items())]
-        open_ = f"{type(v).__name__}("
-        start, _ = self._block(fields, indent, head, path, open_, ")", attr_head, attr_path)
-        totals = variable_totals(v)
-        if totals:
-            ((n, b),) = totals.values()
-            self.code[start] += f" # {size_text(n, b)}"
-        return totals
+            self.add(f"{indent}{head}{b.opening}")
+            for n, child in enumerate(b.children):
+                self.tree(child.tree, indent + INDENT, child.head)
+                if n < len(b.children) - 1 or b.trailing_comma:
+                    self.code[-1] += ","
+            self.add(indent + b.closing)
+        if comment:
+            self.code[start] += f" # {comment}"
 
 
-def probe(x: Any, outside: tuple[RefMap[Any], ...]) -> folding.Probe:
-    """``x`` rendered on its own with every array by shape (what folding compares);
-    the nodes in ``outside`` (rendered around it) are noted, not walked."""
-    printer = _TextPrinter(fold=True, shapes_only=True, outside=outside)
-    totals = printer.value(x, "", "", "")
-    return folding.Probe(printer.text(), printer.seen, totals, printer.met_outside)
+def tree_text(t: Tree) -> str:
+    """The plain text of a display tree (also what folding compares).
+
+    Args:
+      t: a tree from ``display_tree.DisplayWalk.tree``.
+
+    Returns:
+      The lines of ``repr``: ``indent + heading + value``, a node's counts after
+      ``" # "`` on its first line, a reference's ``# same as .path`` after its code.
+      Never raises.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.visualization.display_tree import DisplayWalk
+      >>> print(tree_text(DisplayWalk(fold=True, fingerprint=tree_text).tree([1], "")))
+      [1]
+
+    Source: the output format of Flax NNX ``repr``.
+    """
+    lines = _Lines()
+    lines.tree(t, "", "")
+    return lines.text()
 
 
 def _render_text(x: Any) -> str:
-    printer = _TextPrinter(fold=folding.fold_enabled())
-    printer.value(x, "", "", "")
-    return printer.text()
+    return tree_text(DisplayWalk(fold=folding.fold_enabled(), fingerprint=tree_text).tree(x, ""))
 
 
 def object_repr(obj: Any) -> str:
@@ -405,53 +252,18 @@ def graphdef_repr(graphdef: GraphDef) -> str:
     Source: flaxgraph's own format (Flax NNX prints its GraphDef as nested
     dataclasses).
     """
-    lines: list[str] = []
+    lines = _Lines()
 
-    def leaf(indent: str, head: str, text: str) -> None:
-        first, *rest = text.split("\n")
-        lines.append(indent + head + first)
-        pad = " " * (len(indent) + len(head))
-        lines.extend(pad + line if line.strip() else "" for line in rest)
-
-    def block(indent: str, head: str, open_: str, children: list[tuple[str, Any]]) -> None:
-        lines.append(indent + head + open_)
-        for i, (child_head, child) in enumerate(children):
+    def go(d: Definition, indent: str, head: str) -> None:
+        if d.children is None:
+            lines.leaf(indent, head, d.text)
+            return
+        lines.add(indent + head + d.text + ",")
+        for i, (child_head, child) in enumerate(d.children):
             go(child, indent + INDENT, child_head)
-            if i < len(children) - 1:
-                lines[-1] += ","
-        lines.append(indent + ")")
+            if i < len(d.children) - 1:
+                lines.code[-1] += ","
+        lines.add(indent + ")")
 
-    def go(d: Any, indent: str, head: str) -> None:
-        text, children = def_parts(d)
-        if children is None:
-            leaf(indent, head, text)
-        else:
-            block(indent, head, text + ",", children)
-
-    block("", "", f"GraphDef(num_leaves={graphdef.num_leaves},", [("root=", graphdef.root)])
-    return "\n".join(lines)
-
-
-def def_parts(d: Any) -> tuple[str, list[tuple[str, Any]] | None]:
-    """One GraphDef definition as ``(text, children)``: ``children`` is ``None`` for
-    a definition shown on one line (``text`` is then all of it), else the
-    ``(head, child definition)`` lines that go between ``text + ','`` and ``)``."""
-    if isinstance(d, NodeDef):
-        meta = f", metadata={d.metadata!r}" if d.metadata else ""
-        opening = f"NodeDef({d.type.__name__}, index={d.index}{meta}"
-        if not d.attributes:
-            return opening + ")", None
-        return opening, [(attr_head(k), c) for k, c in d.attributes]
-    if isinstance(d, VariableDef):
-        meta = f", metadata={dict(d.metadata)!r}" if d.metadata else ""
-        return f"VariableDef({d.type.__name__}, index={d.index}{meta})", None
-    if isinstance(d, NodeRef):
-        return f"NodeRef({d.type.__name__}, index={d.index})", None
-    if isinstance(d, StaticDef):
-        return f"StaticDef({safe_repr(d.value)})", None
-    if isinstance(d, ContainerDef):
-        if not d.children:
-            return f"ContainerDef({d.type.__name__}, [])", None
-        children = [(f"{k!r}: ", c) for k, c in zip(d.keys, d.children, strict=True)]
-        return f"ContainerDef({d.type.__name__}", children
-    return safe_repr(d), None
+    go(definition_tree(graphdef), "", "")
+    return lines.text()

@@ -3,11 +3,12 @@
 treescope renders a value by calling its ``__treescope_repr__(path,
 subtree_renderer)`` hook; the hooks of ``Object``, ``Variable``, ``State`` and
 ``GraphDef`` call the functions here (``flaxgraph/visualization/show.py`` registers them in
-``flaxgraph/renderers.py``). They draw the same tree as the plain-text ``repr`` of
-``text.py`` (both share ``values.py``): per-kind counts in each
-node's first-line comment, and a node met again (shared reference or cycle) drawn
-as a reference to where it was first drawn. ``to_html`` turns any of them into the
-HTML document a notebook shows when the object is a cell's last expression.
+``flaxgraph/renderers.py``). They format the display tree of ``display_tree.py``, the
+tree the plain-text ``repr`` of ``text.py`` formats: per-kind counts in each node's
+first-line comment, a node met again (shared reference or cycle) drawn as a reference
+to where it was first drawn, runs of identical sub-modules folded. ``to_html`` turns
+any of them into the HTML document a notebook shows when the object is a cell's last
+expression.
 
 Source: treescope's ``repr_lib``/``rendering_parts`` API; the Flax NNX display format.
 """
@@ -16,254 +17,168 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from flaxgraph.graphlib.graphdefs import GraphDef
-from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import ARRAY, is_node_or_variable
-from flaxgraph.pytreelib.objects import Pytree
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.variable import Variable, metadata_of
+from flaxgraph.variablelib.variable import Variable
 from flaxgraph.visualization import folding
-from flaxgraph.visualization.text import def_parts, probe
-from flaxgraph.visualization.values import (
-    ROOT,
-    Totals,
-    add_totals,
-    array_repr,
-    attr_head,
-    attr_path,
-    holds_nodes,
-    kind_of,
-    node_items,
-    positional,
-    size_text,
-    totals_text,
-    variable_totals,
+from flaxgraph.visualization.display_tree import (
+    Bracketed,
+    Child,
+    Definition,
+    DisplayWalk,
+    FoldedRun,
+    Leaf,
+    Reference,
+    definition_tree,
 )
+from flaxgraph.visualization.text import tree_text
+from flaxgraph.visualization.values import ROOT, array_repr, kind_of
 
-# -- treescope ---------------------------------------------------------------------------------
-#
-# treescope renders a value by calling `__treescope_repr__(path, subtree_renderer)` on it,
-# and the hook renders its children through `subtree_renderer`. The first flaxgraph hook
-# of a rendering opens a session that lasts until it returns: it remembers where each node
-# and Variable was first rendered, so a later sighting (shared reference or cycle) renders as
-# `Linear(...)  # same as .a`, and it sums, per node, the counts of what is rendered inside it.
-
-
-class _Session:
-    def __init__(self) -> None:
-        self.seen: RefMap[str | None] = RefMap()
-        self.totals: list[Totals] = []  # one accumulator per node being rendered
-        self.fold = folding.fold_enabled()  # runs of identical sub-modules folded
-        self.shapes_only = False  # inside a folded run: arrays by shape and dtype
-        self.folded = False  # a run was folded in the node being rendered (expand it)
-
-
-_SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar(
-    "flaxgraph_treescope_session", default=None
-)
+# treescope calls `__treescope_repr__(path, subtree_renderer)` on a value, and the hook
+# renders its children through `subtree_renderer`. The first flaxgraph hook of a rendering
+# walks its value (display_tree.py); each hook then formats the Bracketed the walk made for
+# its node, or a reference to where the node was first met: `Linear(...)  # same as .a`.
 
 
 @contextlib.contextmanager
-def _session() -> Iterator[_Session]:
-    session = _SESSION.get()
-    if session is not None:
-        yield session
+def _walk() -> Iterator[tuple[DisplayWalk, bool]]:
+    """The walk of the rendering under way, and whether it starts here."""
+    walk = _WALK.get()
+    if walk is not None:
+        yield walk, False
         return
-    session = _Session()
-    token = _SESSION.set(session)
+    walk = DisplayWalk(fold=folding.fold_enabled(), fingerprint=tree_text, fold_everywhere=False)
+    token = _WALK.set(walk)
     try:
-        yield session
+        yield walk, True
     finally:
-        _SESSION.reset(token)
+        _WALK.reset(token)
 
 
-def _reference(x: Any, where: str | None, path: str | None) -> Any:
+_WALK: contextvars.ContextVar[DisplayWalk | None] = contextvars.ContextVar(
+    "flaxgraph_treescope_walk", default=None
+)
+
+
+def _reference(r: Reference, path: str | None) -> Any:
     from treescope import rendering_parts as rp
 
-    target = "an earlier occurrence" if where is None else (where or ROOT)
+    target = "an earlier occurrence" if r.where is None else (r.where or ROOT)
     line = rp.siblings_with_annotations(
-        f"{type(x).__name__}(...)",
+        f"{r.type_name}(...)",
         extra_annotations=[rp.comment_color(rp.text(f"  # same as {target}"))],
     )
     return rp.build_one_line_tree_node(line, path)
 
 
-def _render_children(
-    session: _Session,
-    items: Sequence[tuple[Hashable, Any]],
-    path: str | None,
-    subtree_renderer: Any,
-    keyed: bool,
-) -> list[Any]:
-    """Renders each child (a reference if already rendered) as one line of a node."""
+def _render_hooked(x: Any, path: str | None, subtree_renderer: Any) -> Any:
+    """A node or Variable's hook: its Bracketed, or a reference if met before."""
+    with _walk() as (walk, _):
+        if x not in walk.seen:  # a rendering starts here
+            walk.tree(x, path)
+        block = walk.blocks.pop(x, None)  # x's Bracketed where it is first met, once
+        if block is None:
+            return _reference(Reference(type(x).__name__, walk.seen[x]), path)
+        return _render_block(walk, block, path, subtree_renderer)
+
+
+def _render_lines(walk: DisplayWalk, b: Bracketed, subtree_renderer: Any) -> list[Any]:
+    """The children of a Bracketed, one line each (a reference if met before)."""
     from treescope import rendering_parts as rp
 
-    if not keyed and session.fold and len(items) >= folding.MIN_RUN:
-        return _render_positional(session, items, path, subtree_renderer)
-    lines = []
-    for i, (key, value) in enumerate(items):
-        child_path = None if path is None else path + attr_path(key)
-        rendering = _render_child(session, value, child_path, subtree_renderer)
-        if not keyed:
-            lines.append(rendering)
-            continue
-        if i < len(items) - 1:
-            comma = rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
-        else:
-            comma = rp.fold_condition(expanded=rp.text(","))
-        lines.append(
-            rp.build_full_line_with_annotations(
-                rp.siblings_with_annotations(attr_head(key), rendering), comma
-            )
-        )
-    return lines
+    renderings = [_render_child(walk, child, subtree_renderer) for child in b.children]
+    if not b.keyed:
+        return renderings
+    last, n = rp.fold_condition(expanded=rp.text(",")), len(renderings)
+    return [
+        _line(c.head, r, last, i == n - 1) for i, (c, r) in enumerate(zip(b.children, renderings))
+    ]
 
 
-def _render_child(session: _Session, value: Any, path: str | None, subtree_renderer: Any) -> Any:
+def _line(head: str, rendering: Any, last_comma: Any, is_last: bool) -> Any:
+    """``head`` then ``rendering`` as one line of a block, then a comma (``last_comma``
+    after the last line)."""
     from treescope import rendering_parts as rp
 
-    if is_node_or_variable(value) and value in session.seen:
-        return _reference(value, session.seen[value], path)
-    if session.shapes_only and kind_of(value) is ARRAY:
-        return rp.build_one_line_tree_node(array_repr(value, summarize=True), path)
-    if (
-        session.fold
-        and type(value) in (list, tuple)
-        and len(value) >= folding.MIN_RUN
-        and any(isinstance(v, Pytree) for v in value)
-    ):
+    comma = last_comma if is_last else rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
+    return rp.build_full_line_with_annotations(rp.siblings_with_annotations(head, rendering), comma)
+
+
+def _render_child(walk: DisplayWalk, child: Child, subtree_renderer: Any) -> Any:
+    from treescope import rendering_parts as rp
+
+    t, path = child.tree, child.path
+    if isinstance(t, Reference):
+        return _reference(t, path)
+    if isinstance(t, FoldedRun):
+        walk.blocks.pop(t.first.value, None)  # drawn here
+        return _render_block(walk, t.first, path, subtree_renderer, t)
+    if isinstance(t, Leaf) and t.summarize and kind_of(t.value) is ARRAY:
+        return rp.build_one_line_tree_node(array_repr(t.value, summarize=True), path)
+    if isinstance(t, Bracketed) and t.kind == "sequence":
         # a plain list of sub-modules: drawn here (not by treescope) to fold its runs
-        outer, session.folded = session.folded, False
-        lines = _render_positional(session, list(enumerate(value)), path, subtree_renderer)
-        folded, session.folded = session.folded, outer or session.folded
-        open_, close = ("[", "]") if type(value) is list else ("(", ")")
         return rp.build_foldable_tree_node_from_children(
-            prefix=open_,
-            children=lines,
-            suffix=close,
+            prefix=t.opening,
+            children=[_render_child(walk, c, subtree_renderer) for c in t.children],
+            suffix=t.closing,
             comma_separated=True,
-            force_trailing_comma=type(value) is tuple and len(value) == 1,
+            force_trailing_comma=t.trailing_comma,
             path=path,
-            expand_state=rp.ExpandState.EXPANDED if folded else rp.ExpandState.WEAKLY_COLLAPSED,
+            expand_state=rp.ExpandState.EXPANDED if t.has_run else rp.ExpandState.WEAKLY_COLLAPSED,
         )
-    return subtree_renderer(value, path=path)
+    return subtree_renderer(t.value, path=path)
 
 
-def _render_positional(
-    session: _Session,
-    items: Sequence[tuple[Hashable, Any]],
+def _render_block(
+    walk: DisplayWalk,
+    b: Bracketed,
     path: str | None,
     subtree_renderer: Any,
-) -> list[Any]:
-    """The children of a list-like node, runs of identical sub-modules folded into
-    one collapsed ``N x Type(...)`` entry (expand it to see the first member)."""
-
-    def path_of(key: Hashable) -> str | None:
-        return None if path is None else path + attr_path(key)
-
-    def probe_of(x: Any) -> folding.Probe | None:
-        if not holds_nodes(x) or (is_node_or_variable(x) and x in session.seen):
-            return None
-        return probe(x, (session.seen,))
-
-    segments, probes = folding.plan(items, probe_of)
-    keys = [k for k, _ in items]
-    lines = []
-    for i, run in segments:
-        key, value = items[i]
-        if run is None:
-            lines.append(_render_child(session, value, path_of(key), subtree_renderer))
-            continue
-        shapes_only, session.shapes_only = session.shapes_only, True
-        try:
-            lines.append(
-                _render_node(
-                    value,
-                    node_items(value),
-                    path_of(key),
-                    subtree_renderer,
-                    totals_text,
-                    fold=(f"{run.stop - run.start} x ", folding.run_comment(keys, run)),
-                )
-            )
-        finally:
-            session.shapes_only = shapes_only
-        folding.register_members(items, run, probes, session.seen, path_of)
-        session.folded = True
-        if session.totals:
-            each_after_first: Totals = {}
-            for kind, (n, b) in run.total.items():
-                e = run.each.get(kind, [0, 0])
-                each_after_first[kind] = [n - e[0], b - e[1]]
-            add_totals(session.totals[-1], each_after_first)
-    return lines
-
-
-def _render_node(
-    x: Any,
-    items: Sequence[tuple[Hashable, Any]],
-    path: str | None,
-    subtree_renderer: Any,
-    comment: Callable[[Totals], str],
-    own_totals: Totals | None = None,
-    fold: tuple[str, str] | None = None,
+    run: FoldedRun | None = None,
 ) -> Any:
+    """A node or Variable: ``Type(`` with its counts, its children, ``)``; in a ``run``,
+    ``N x Type(...)`` collapsed with the run's comment (expanded: its first member)."""
     from treescope import rendering_parts as rp
 
-    with _session() as session:
-        if x in session.seen:
-            return _reference(x, session.seen[x], path)
-        session.seen[x] = path
-        keyed = not positional(items)
-        session.totals.append({})
-        outer, session.folded = session.folded, False
-        try:
-            children = _render_children(session, items, path, subtree_renderer, keyed)
-        finally:
-            totals = session.totals.pop()
-            folded, session.folded = session.folded, outer or session.folded
-        if own_totals is not None:
-            totals = own_totals
-        if session.totals:
-            add_totals(session.totals[-1], totals)
-        open_, close = ("(", ")") if keyed else ("([", "])")
-        prefix = rp.siblings(
-            rp.roundtrip_condition(roundtrip=rp.text("<")),
-            fold[0] if fold is not None else "",
-            rp.maybe_qualified_type_name(type(x)),
-            open_,
-        )
-        suffix = rp.siblings(close, rp.roundtrip_condition(roundtrip=rp.text(">")))
-        text = fold[1] if fold is not None else comment(totals) if totals else ""
-        if fold is None:
-            return rp.build_foldable_tree_node_from_children(
-                prefix=prefix,
-                children=children,
-                suffix=suffix,
-                comma_separated=not keyed,
-                path=path,
-                first_line_annotation=rp.comment_color(rp.text(f" # {text}")) if text else None,
-                # a folded run inside: expanded, so that its counts show
-                expand_state=rp.ExpandState.EXPANDED if folded else rp.ExpandState.WEAKLY_COLLAPSED,
-            )
-        # A folded run starts collapsed, `N x Type(...),  # counts`; expanded, it shows
-        # its first member, the counts after its closing line.
-        lines = [
-            rp.fold_condition(expanded=rp.build_full_line_with_annotations(c)) for c in children
-        ]
-        node = rp.build_foldable_tree_node_from_children(
+    children = _render_lines(walk, b, subtree_renderer)
+    open_, close = ("(", ")") if b.keyed else ("([", "])")
+    prefix = rp.siblings(
+        rp.roundtrip_condition(roundtrip=rp.text("<")),
+        f"{run.length} x " if run is not None else "",
+        rp.maybe_qualified_type_name(type(b.value)),
+        open_,
+    )
+    suffix = rp.siblings(close, rp.roundtrip_condition(roundtrip=rp.text(">")))
+    if run is None:
+        return rp.build_foldable_tree_node_from_children(
             prefix=prefix,
-            children=[*lines, rp.fold_condition(collapsed=rp.text("..."))],
+            children=children,
             suffix=suffix,
+            comma_separated=not b.keyed,
             path=path,
-            expand_state=rp.ExpandState.COLLAPSED,
+            first_line_annotation=rp.comment_color(rp.text(f" # {b.comment}"))
+            if b.comment
+            else None,
+            # a folded run inside: expanded, so that its counts show
+            expand_state=rp.ExpandState.EXPANDED if b.has_run else rp.ExpandState.WEAKLY_COLLAPSED,
         )
-        return rp.siblings_with_annotations(
-            node, extra_annotations=[rp.comment_color(rp.text(f"  # {text}"))]
-        )
+    # A folded run starts collapsed, `N x Type(...),  # counts`; expanded, it shows
+    # its first member, the counts after its closing line.
+    lines = [rp.fold_condition(expanded=rp.build_full_line_with_annotations(c)) for c in children]
+    node = rp.build_foldable_tree_node_from_children(
+        prefix=prefix,
+        children=[*lines, rp.fold_condition(collapsed=rp.text("..."))],
+        suffix=suffix,
+        path=path,
+        expand_state=rp.ExpandState.COLLAPSED,
+    )
+    return rp.siblings_with_annotations(
+        node, extra_annotations=[rp.comment_color(rp.text(f"  # {run.comment}"))]
+    )
 
 
 def object_treescope_repr(obj: Any, path: str | None, subtree_renderer: Any) -> Any:
@@ -300,7 +215,7 @@ def object_treescope_repr(obj: Any, path: str | None, subtree_renderer: Any) -> 
     treescope's public ``rendering_parts`` API (``repr_lib`` has no first-line
     comment).
     """
-    return _render_node(obj, node_items(obj), path, subtree_renderer, totals_text)
+    return _render_hooked(obj, path, subtree_renderer)
 
 
 def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer: Any) -> Any:
@@ -326,14 +241,7 @@ def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer
 
     Source: Flax NNX renders Variables in treescope the same way.
     """
-    fields = [("value", v.raw_value), *sorted(metadata_of(v).items())]
-    totals = variable_totals(v)
-
-    def comment(t: Totals) -> str:
-        ((n, b),) = t.values()
-        return size_text(n, b)
-
-    return _render_node(v, fields, path, subtree_renderer, comment, own_totals=totals)
+    return _render_hooked(v, path, subtree_renderer)
 
 
 def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) -> Any:
@@ -361,11 +269,13 @@ def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) 
     """
     from treescope import repr_lib
 
-    with _session() as session:
+    with _walk() as (walk, starts):
+        if starts:
+            walk.tree(state, path)
 
         def render(value: Any, path: str | None = None) -> Any:
-            if is_node_or_variable(value) and value in session.seen:
-                return _reference(value, session.seen[value], path)
+            if is_node_or_variable(value) and value in walk.seen and value not in walk.blocks:
+                return _reference(Reference(type(value).__name__, walk.seen[value]), path)
             return subtree_renderer(value, path=path)
 
         return repr_lib.render_dictionary_wrapper(
@@ -404,30 +314,22 @@ def graphdef_treescope_repr(graphdef: GraphDef, path: str | None, subtree_render
     """
     from treescope import rendering_parts as rp
 
-    def block(opening: str, children: list[tuple[str, Any]], path: str | None) -> Any:
-        lines = []
-        for i, (head, child) in enumerate(children):
-            comma = (
-                rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
-                if i < len(children) - 1
-                else rp.empty_part()
-            )
-            line = rp.siblings_with_annotations(head, render(child, None))
-            lines.append(rp.build_full_line_with_annotations(line, comma))
+    def render(d: Definition, path: str | None) -> Any:
+        if d.children is None:
+            return rp.build_one_line_tree_node(d.text, path)
+        n = len(d.children)
+        lines = [
+            _line(head, render(child, None), rp.empty_part(), i == n - 1)
+            for i, (head, child) in enumerate(d.children)
+        ]
         return rp.build_foldable_tree_node_from_children(
-            prefix=rp.siblings(opening, ",", rp.fold_condition(collapsed=rp.text(" "))),
+            prefix=rp.siblings(d.text, ",", rp.fold_condition(collapsed=rp.text(" "))),
             children=lines,
             suffix=")",
             path=path,
         )
 
-    def render(d: Any, path: str | None) -> Any:
-        text, children = def_parts(d)
-        if children is None:
-            return rp.build_one_line_tree_node(text, path)
-        return block(text, children, path)
-
-    return block(f"GraphDef(num_leaves={graphdef.num_leaves}", [("root=", graphdef.root)], path)
+    return render(definition_tree(graphdef), path)
 
 
 def to_html(obj: Any) -> str:

@@ -1,14 +1,12 @@
 """What display shows of a value: sizes and counts per Variable kind, array summaries.
 
-The plain-text ``repr`` (``text.py``) and the treescope rendering
-(``treescope_html.py``) draw the same tree; this module holds what they share:
+What the display tree (``display_tree.py``) and its two formats (``text.py``,
+``treescope_html.py``) show of values:
 
 * counts: the number of elements and bytes of each Variable, summed per Variable
   kind (``Param: 6 (24 B)``), with random state counted as one kind ``RngState``;
 * values: arrays of at most 10 elements in full, larger ones, tracers and
-  ``jax.ShapeDtypeStruct`` values by shape and dtype (``array_repr``);
-* the walk: which values are graph nodes, which containers hold nodes, and the
-  ``.name`` / ``[key]`` path of a child.
+  ``jax.ShapeDtypeStruct`` values by shape and dtype (``array_repr``).
 
 Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
 "Transformations" guide).
@@ -17,7 +15,7 @@ Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
 from __future__ import annotations
 
 import types
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from typing import Any
 
 import jax
@@ -26,18 +24,13 @@ import numpy as np
 from flaxgraph.graphlib.registry import (
     ARRAY,
     CONSTANT,
-    DATA_LEAF,
     DICT,
     PYTREE,
     REGISTRY,
-    SEQUENCE,
-    VARIABLE,
     Kind,
     flatten_pytree,
-    node_impl,
 )
 from flaxgraph.rnglib.rngs import RngState
-from flaxgraph.statelib import State
 from flaxgraph.variablelib.variable import Variable
 
 _FULL_ARRAY_MAX = 10
@@ -250,49 +243,3 @@ def plain_repr(x: Any, summarize: bool = False) -> str:
             ]
             return _join_inline(f"{t.__name__}(", parts, ")")
     return safe_repr(x)
-
-
-def holds_nodes(x: Any) -> bool:
-    """True if ``x`` is, or is a container holding, a node, Variable or State."""
-    kind = kind_of(x)
-    if kind is None:
-        return False
-    if kind <= VARIABLE or isinstance(x, State):  # a graph node, a Variable, a State
-        return True
-    if kind is SEQUENCE or kind is DICT:
-        return any(holds_nodes(c) for c in (x.values() if kind is DICT else x))
-    return kind is PYTREE and any(holds_nodes(c) for _, c in pytree_level(x) or ())
-
-
-def attr_path(key: Hashable) -> str:
-    return f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
-
-
-def node_items(x: Any) -> list[tuple[Hashable, Any]]:
-    items = []
-    for key, value in node_impl(x).flatten(x)[0]:
-        if kind_of(value) is DATA_LEAF:
-            value = value.value
-        items.append((key, value))
-    return items
-
-
-def positional(items: Sequence[tuple[Hashable, Any]]) -> bool:
-    """Nodes keyed 0, 1, … (``nnx.List``) print like a list."""
-    return bool(items) and all(type(k) is int for k, _ in items)
-
-
-def no_head(key: Hashable) -> str:
-    return ""
-
-
-def attr_head(key: Hashable) -> str:
-    return f"{key}=" if isinstance(key, str) else f"[{key!r}]="
-
-
-def dict_head(key: Hashable) -> str:
-    return f"{key!r}: "
-
-
-def item_path(key: Hashable) -> str:
-    return f"[{key!r}]"
