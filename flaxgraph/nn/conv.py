@@ -353,14 +353,23 @@ class Conv(_ConvBase):
         return _restore_batch(y, batch_shape)
 
 
-def _circular_fold(y: jax.Array, axis: int, period: int, offset: int) -> jax.Array:
-    """Sums ``y`` along ``axis`` onto ``period`` positions: element ``j`` lands on
-    ``(j - offset) mod period``."""
-    length = y.shape[axis]
-    targets = (jnp.arange(length) - offset) % period
-    moved = jnp.moveaxis(y, axis, 0)
-    folded = jax.ops.segment_sum(moved, targets, num_segments=period)
-    return jnp.moveaxis(folded, 0, axis)
+def _circular_wrap(y: jax.Array, periods: Sequence[int], transpose_kernel: bool) -> jax.Array:
+    """Wraps ``y`` periodically onto ``periods`` positions along each spatial axis
+    (``y``'s axes 1 to ``len(periods)``): zero-pads each axis to a whole number of
+    periods (the odd element on the right with ``transpose_kernel``, else on the
+    left), then sums the periods, one axis after another. The same operations in
+    the same order as Flax NNX 0.12.8's ``ConvTranspose``, so the bits agree under
+    ``jit`` too (a scatter-add computes the same sums in another order)."""
+    pads = [(0, 0)]
+    for size, period in zip(y.shape[1:-1], periods):
+        diff = -(size - period) % (2 * period)
+        small, large = diff // 2, (diff + 1) // 2
+        pads.append((small, large) if transpose_kernel else (large, small))
+    pads.append((0, 0))
+    y = jnp.pad(y, pads)
+    for axis, period in enumerate(periods, start=1):
+        y = y.reshape(y.shape[:axis] + (-1, period) + y.shape[axis + 1 :]).sum(axis=axis)
+    return y
 
 
 class ConvTranspose(_ConvBase):
@@ -482,10 +491,8 @@ class ConvTranspose(_ConvBase):
             **op_options(self.preferred_element_type),
         )
         if circular:
-            for i in range(n):
-                period = in_spatial[i] * self.strides[i]
-                offset = (y.shape[i + 1] - period) // 2
-                y = _circular_fold(y, i + 1, period, offset)
+            periods = [size * stride for size, stride in zip(in_spatial, self.strides)]
+            y = _circular_wrap(y, periods, self.transpose_kernel)
         if bias is not None:
             y = y + broadcast_right(bias, y.ndim)
         return _restore_batch(y, batch_shape)
