@@ -368,7 +368,7 @@ def _circular_wrap(y: jax.Array, periods: Sequence[int], transpose_kernel: bool)
     pads.append((0, 0))
     y = jnp.pad(y, pads)
     for axis, period in enumerate(periods, start=1):
-        y = y.reshape(y.shape[:axis] + (-1, period) + y.shape[axis + 1 :]).sum(axis=axis)
+        y = y.reshape((*y.shape[:axis], -1, period, *y.shape[axis + 1 :])).sum(axis=axis)
     return y
 
 
