@@ -331,12 +331,8 @@ class JitWrapped(Transformed[P, R]):
         """Traces (does not compile) the call without automatic donation: ``pure``
         notes the leaves it leaves unchanged, and JAX keeps the trace for the
         compiled program (``replay``)."""
-        prefixes = call.prefixes
-        call.prefixes = [DonatedKey(p, d) for p, d in zip(prefixes, donated)]
-        try:
-            _, groups = call.groups(self.in_keys)
-        finally:
-            call.prefixes = prefixes
+        prefixes = [DonatedKey(p, d) for p, d in zip(call.prefixes, donated)]
+        _, groups = call.groups(self.in_keys, prefixes)
         self.jitted_fn.get(in_static, self.make_jit).trace(groups)
 
     def call_general(

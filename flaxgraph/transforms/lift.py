@@ -318,20 +318,20 @@ class Call:
     nodes: list[Any]
     in_prefix: object
 
-    def groups(self, keys: Sequence[Any]) -> tuple[Slots, tuple[list[Any], ...]]:
-        """Places each leaf value in the group of its prefix: ``(slots, groups)``."""
+    def groups(
+        self, keys: Sequence[Any], prefixes: Sequence[Any] | None = None
+    ) -> tuple[Slots, tuple[list[Any], ...]]:
+        """Places each leaf value in the group of its prefix (the call's own
+        ``prefixes`` unless others are given): ``(slots, groups)``."""
+        slots = self.slots_for(self.prefixes if prefixes is None else prefixes, keys)
         groups: tuple[list[Any], ...] = tuple([] for _ in keys)
-        in_group = []
-        positions = []
-        for value, prefix in zip(self.values, self.prefixes):
-            g = group_index(prefix, keys)
-            in_group.append(g)
-            positions.append(len(groups[g]))
+        for value, g in zip(self.values, slots.groups):
             groups[g].append(value)
-        return Slots(tuple(in_group), tuple(positions)), groups
+        return slots, groups
 
     def slots_for(self, prefixes: Sequence[Any], keys: Sequence[Any]) -> Slots:
-        """The slots ``groups`` would give with ``prefixes`` in place of the call's."""
+        """Where each leaf sits in the groups of ``keys`` for the prefixes
+        ``prefixes`` (one per leaf), without placing the values."""
         sizes = [0] * len(keys)
         in_group = []
         positions = []

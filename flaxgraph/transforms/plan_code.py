@@ -125,7 +125,7 @@ def compile_run(
     _signature_checks(src, plan)
     _structure_checks(src, plan.snapshot)
     _leaf_reads(src, plan)
-    _donation_check(src, plan)
+    _donation_copies(src, plan)
     _call_and_finish(src, plan, last_out if bound is not None else None, bound)
     source = "\n".join(src.lines) + "\n"
     exec(compile(source, f"<flaxgraph plan {id(plan):#x}>", "exec"), src.namespace)
@@ -348,7 +348,7 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
             src.line(f"values[{pos}] = {arg_at[pos]}")
 
 
-def _donation_check(src: _Source, plan: Plan) -> None:
+def _donation_copies(src: _Source, plan: Plan) -> None:
     """The donation's copies (``donation.py``): a candidate for automatic donation
     that something else holds, and an explicitly donated array met twice, are
     donated as copies, so the compiled program stays the recorded one."""
