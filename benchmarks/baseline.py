@@ -7,7 +7,9 @@ second copy of flaxgraph, from another checkout (e.g. ``/work/main``, or a
 ``flaxgraph_baseline`` (a copy of its package with its imports renamed), and
 times the ``benchmarks/transforms.py`` workloads with both, interleaved (see
 ``common.py``), plus an eager forward pass (every layer reads its Params
-outside any transform). The ratio column is this checkout over the baseline,
+outside any transform), the train step on a model of Ref-backed Variables
+(``ref_train``) and the engine's own ``split``, ``merge`` and ``update`` of the
+model (per call; divide by the graph's objects for a per-object cost). The ratio column is this checkout over the baseline,
 per round (``paired_ratio``): 1.00 is no change. Samples count this process's CPU
 time (``time.process_time``), steadier than wall time on a machine other
 processes keep busy. Read the ratios against an A/A run (the checkout against a
@@ -34,10 +36,27 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import jax
+
 import flaxgraph
 from benchmarks import common, transforms
 
-WORKLOADS = ("train", "forward", "vmap", "vmap_jit", "scan", "scan_jit", "eager")
+WORKLOADS = (
+    "train",
+    "forward",
+    "vmap",
+    "vmap_jit",
+    "scan",
+    "scan_jit",
+    "eager",
+    "ref_train",
+    "split",
+    "merge",
+    "update",
+)
+ENGINE = ("split", "merge", "update")
+"""The engine's own calls on the model, outside any transform: ``split(model)``,
+``merge(graphdef, state)`` and ``update(model, state)``."""
 _NAME = re.compile(r"\bflaxgraph\b")
 
 
@@ -57,10 +76,33 @@ def load_baseline(checkout: Path) -> ModuleType:
 def runner(lib: ModuleType, workload: str, num_layers: int) -> Any:
     """The zero-argument call of ``workload`` with ``lib``, blocking on its result."""
     arrays, data = transforms.make_arrays(num_layers), transforms.inputs()
+    _, mlp_cls = transforms.nnx_style_classes(lib)
     if workload == "eager":
-        _, mlp_cls = transforms.nnx_style_classes(lib)
         model, x = mlp_cls(arrays), data["x"]
         return lambda: model(x).block_until_ready()
+    if workload in ENGINE:
+        model = mlp_cls(arrays)
+        graphdef, state = lib.split(model)
+        if workload == "split":
+            return lambda: lib.split(model)
+        if workload == "merge":
+            return lambda: lib.merge(graphdef, state)
+        return lambda: lib.update(model, state)
+    if workload == "ref_train":  # Ref-backed Variables: the fast path installs new arrays
+        with lib.var_defaults(ref=True):
+            model = mlp_cls(arrays)
+        x = data["x"]
+
+        @lib.jit
+        def step(m: Any, x: Any) -> Any:
+            def loss(m: Any) -> Any:
+                return (m(x) ** 2).mean()
+
+            value, grads = lib.value_and_grad(loss)(m)
+            lib.update(m, jax.tree.map(lambda p, g: p - 0.1 * g, lib.state(m, lib.Param), grads))
+            return value
+
+        return lambda: step(model, x).block_until_ready()
     return transforms.blocking(transforms.nnx_style(lib, workload, arrays, data))
 
 

@@ -31,10 +31,11 @@ from flaxgraph.graphlib.graphdefs import (
 )
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate, unwrap_ref_output
 from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
+from flaxgraph.graphlib.writes import Writes
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.refs import is_ref, new_ref
-from flaxgraph.variablelib.variable import Variable, metadata_of, write_metadata, write_value
+from flaxgraph.variablelib.variable import metadata_of
 
 
 def build_graph(
@@ -58,8 +59,9 @@ def build_graph(
         (``merge_context``); objects already in it are used for their NodeRefs.
       reuse: reference index -> existing object to update in place instead of
         creating a new one (the Variable or node must be of the same type). Writes
-        to reused objects are validated first and applied together at the end, so
-        an error leaves them untouched; values that did not change are not written.
+        to reused objects are validated first and applied together at the end (one
+        ``graphlib.writes.Writes``), so an error leaves them untouched; values that
+        did not change are not written.
       leaf_sink: if given, receives the built leaf objects (Variables, or raw values)
         in leaf order, for callers that post-process them.
       copy_variables: ``True`` (the default): a Variable leaf gives a new Variable
@@ -94,8 +96,7 @@ def build_graph(
         builder.copy, builder.recreate = copy_variables, recreate_variables
     builder.new_refs = new_refs
     root = builder.build(graphdef.root)
-    for write in builder.writes:
-        write()
+    builder.writes.apply(builder.trace)
     return root
 
 
@@ -126,7 +127,7 @@ class _Build:
         self.position = 0
         self.index_ref = index_ref
         self.reuse = reuse
-        self.writes: list[Any] = []
+        self.writes = Writes()
         self.sink = sink
         self.trace = current_trace()
         self.plain = True  # the defaults: every Variable is built anew
@@ -160,13 +161,13 @@ class _Build:
             # where their items are the same objects (the caller's references to them
             # stay valid, and an Object's structure version does not move).
             items = [
-                (k, _same_container(_child_or_missing(impl, node, k), self.build(child)))
+                (k, _old_if_identical(_child_or_missing(impl, node, k), self.build(child)))
                 for k, child in d.attributes
             ]
             check = getattr(node, "_check_write", None)
             if check is not None:
                 check(items, d.metadata)
-            self.writes.append(lambda: impl.set_items(node, items, d.metadata))
+            self.writes.other(lambda: impl.set_items(node, items, d.metadata))
             return node
         if t is VariableDef:
             leaf = self.next_leaf()
@@ -191,9 +192,7 @@ class _Build:
                 if value is not variable.raw_value or (
                     metadata is not current and metadata != current
                 ):
-                    variable._check_update()
-                    variable._check_fits(value)  # a Ref keeps its shape and dtype
-                    self.writes.append(_variable_write(variable, value, metadata))
+                    self.writes.variable(variable, value, metadata)
             self.index_ref[d.index] = variable
             if self.sink is not None:
                 self.sink.append(variable)
@@ -267,25 +266,19 @@ def _ref_output_variable(
             )
         variable = d.type._from_parts(unwrap_ref_output(value), metadata, build.trace)
     elif type(value) is ArrayRefOutput:
-        variable._check_fits(value.value)
-        build.writes.append(_variable_write(variable, value.value, metadata))
+        build.writes.variable(variable, value.value, metadata)
     build.index_ref[d.index] = variable
     if build.sink is not None:
         build.sink.append(variable)
     return variable
 
 
-def _variable_write(variable: Variable[Any], value: Any, metadata: dict[str, Any]) -> Any:
-    def write() -> None:
-        write_value(variable, value)  # into the Ref of a Ref-backed Variable
-        write_metadata(variable, metadata)
-
-    return write
-
-
-def _same_container(old: Any, new: Any) -> Any:
-    """``old`` if it is a list/dict/tuple holding the same objects as ``new``
-    (recursively through such containers), else ``new``."""
+def _old_if_identical(old: Any, new: Any) -> Any:
+    """``old`` if it is a list/dict/tuple holding the very same objects as ``new``
+    (recursively through such containers), else ``new``: the write-back keeps the
+    caller's container objects where nothing in them was replaced. An identity rule,
+    not the structural-change rule (``snapshot.same_item``, for which a new array in
+    an old place is no new structure)."""
     t = type(new)
     if type(old) is not t or old is new:
         return new
@@ -293,7 +286,7 @@ def _same_container(old: Any, new: Any) -> Any:
         if len(old) != len(new):
             return new
         for a, b in zip(old, new):
-            if a is not b and _same_container(a, b) is b:
+            if a is not b and _old_if_identical(a, b) is b:
                 return new
         return old
     if t is dict:
@@ -301,7 +294,7 @@ def _same_container(old: Any, new: Any) -> Any:
             return new
         for k, b in new.items():
             a = old[k]
-            if a is not b and _same_container(a, b) is b:
+            if a is not b and _old_if_identical(a, b) is b:
                 return new
         return old
     return new

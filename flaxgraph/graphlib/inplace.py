@@ -10,7 +10,6 @@ Source: Flax NNX ``nnx.update``, ``nnx.pop`` (0.12).
 from __future__ import annotations
 
 import functools
-from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -33,18 +32,14 @@ from flaxgraph.graphlib.registry import (
     node_impl,
 )
 from flaxgraph.graphlib.walk import flatten_with_paths
+from flaxgraph.graphlib.writes import Writes
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import MISSING, PathParts
 from flaxgraph.variablelib.variable import (
     Variable,
-    is_ref_backed,
     is_variable,
     metadata_of,
-    trace_of,
-    write_metadata,
-    write_slot,
-    write_value,
 )
 
 
@@ -114,7 +109,7 @@ def update(node: object, state: object, /, *states: object) -> None:
     Source: Flax NNX 0.12 ``nnx.update``.
     """
     trace = current_trace()
-    writes = _Writes()
+    writes = Writes()
     for s in (state, *states):
         if not isinstance(s, State):
             s = State(s) if isinstance(s, Mapping) else s
@@ -123,59 +118,14 @@ def update(node: object, state: object, /, *states: object) -> None:
                 raise GraphStructureError(
                     f"update got a {type(s).__name__} for a {type(node).__name__}; pass a State."
                 )
-            writes.variable(node, s, trace)
+            _write_leaf(writes, node, s, trace)
             continue
         if not isinstance(s, State):
             raise TypeError(
                 f"update expects States (or nested dicts) after the node, got a {type(s).__name__}."
             )
         _plan_update(node, s, (), node, writes, trace)
-    writes.apply()  # everything was checked: either every leaf is updated or none is
-
-
-class _Writes:
-    """The writes ``update`` plans, applied together once every leaf was checked.
-
-    Plain Variables are written by two C-level passes (value slots, then metadata);
-    Ref-backed ones write into their Ref; other writes (raw array attributes, new
-    attributes) are callables run last.
-    """
-
-    __slots__ = ("targets", "values", "metadata", "ref_writes", "others")
-
-    def __init__(self) -> None:
-        self.targets: list[Variable[Any]] = []
-        self.values: list[Any] = []
-        self.metadata: list[Any] = []
-        self.ref_writes: list[tuple[Variable[Any], Any]] = []
-        self.others: list[Callable[[], None]] = []
-
-    def variable(self, target: Variable[Any], leaf: object, trace: object) -> None:
-        """Plans writing the State leaf ``leaf`` (a Variable or a raw value) into ``target``."""
-        if trace_of(target) is not trace:
-            target._check_update()
-        if is_variable(leaf):  # (a TypeGuard: the engine's kind for a State leaf)
-            value, metadata = leaf.raw_value, metadata_of(leaf)
-        else:
-            value, metadata = leaf, metadata_of(target)
-        if is_ref_backed(target):
-            target._check_fits(value)  # a Ref-backed target keeps its shape and dtype
-            self.ref_writes.append((target, value))
-        else:
-            self.values.append(value)
-        self.targets.append(target)
-        self.metadata.append(metadata)
-
-    def apply(self) -> None:
-        for target, value in self.ref_writes:
-            write_value(target, value)
-        plain = (
-            [t for t in self.targets if not is_ref_backed(t)] if self.ref_writes else self.targets
-        )
-        deque(map(write_slot, plain, self.values), maxlen=0)
-        deque(map(write_metadata, self.targets, self.metadata), maxlen=0)
-        for write in self.others:
-            write()
+    writes.apply(trace)  # checks everything first: either every leaf is updated or none is
 
 
 def _plan_update(
@@ -183,7 +133,7 @@ def _plan_update(
     state: State,
     prefix: object,
     root: object,
-    writes: _Writes,
+    writes: Writes,
     trace: object,
     kinds: Mapping[type, Kind] = REGISTRY.kind_cache(),
     impls: Mapping[type, NodeTypeImpl] = REGISTRY.node_impls(),
@@ -203,6 +153,7 @@ def _plan_update(
         lookup = node.get
     elif kind is SEQUENCE:
         lookup = dict(enumerate(node)).get
+    # the batch's own lists, appended to directly (what ``Writes.variable`` does)
     targets, values, metadata = writes.targets, writes.values, writes.metadata
     for key, leaf in state._mapping.items():
         current = MISSING if lookup is None else lookup(key, MISSING)
@@ -220,15 +171,12 @@ def _plan_update(
                 leaf_type is current_type
                 or (kinds.get(leaf_type) or REGISTRY.classify(leaf)) is VARIABLE
             ):
-                if current._var_ref is None and current._var_trace is trace:
-                    targets.append(current)  # the common case, inline
-                    values.append(leaf.raw_value)
-                    metadata.append(metadata_of(leaf))
-                else:
-                    writes.variable(current, leaf, trace)
+                targets.append(current)
+                values.append(leaf.raw_value)
+                metadata.append(metadata_of(leaf))
                 continue
             if type(leaf) is not State and not isinstance(leaf, State):
-                writes.variable(current, leaf, trace)
+                writes.variable(current, leaf, metadata_of(current))  # a raw value
                 continue
         elif type(leaf) is State and (
             current_kind is NODE or current_kind is SEQUENCE or current_kind is DICT
@@ -241,7 +189,7 @@ def _plan_update(
             if current is MISSING and keep is not None:
                 # a node that creates children lazily (bridge.Module) keeps the
                 # sub-state until the child is created
-                writes.others.append(functools.partial(keep, node, key, leaf))
+                writes.other(functools.partial(keep, node, key, leaf))
                 continue
             if current is MISSING or current_kind is VARIABLE or current_kind is ARRAY:
                 raise GraphStructureError(
@@ -260,7 +208,7 @@ def _plan_update(
         ):
             new_value = leaf.copy() if REGISTRY.kind_of(leaf) is VARIABLE else leaf
             set_fn = _setter(node, key, functools.partial(path_str, "node", root, path))
-            writes.others.append(functools.partial(set_fn, new_value))
+            writes.other(functools.partial(set_fn, new_value))
         else:
             raise GraphStructureError(
                 f"The State has a leaf "
@@ -269,6 +217,15 @@ def _plan_update(
                 f"({path_str('node', root, path)}).\nFix: update with a State split from a "
                 "graph of the same structure."
             )
+
+
+def _write_leaf(writes: Writes, target: Variable[Any], leaf: object, trace: object) -> None:
+    """Adds writing the State leaf ``leaf`` (a Variable, or a raw value keeping
+    ``target``'s metadata) into the Variable ``target``."""
+    if is_variable(leaf):
+        writes.variable(target, leaf.raw_value, metadata_of(leaf))
+    else:
+        writes.variable(target, leaf, metadata_of(target))
 
 
 _WALKED = frozenset({NODE, VARIABLE, SEQUENCE, DICT, PYTREE})

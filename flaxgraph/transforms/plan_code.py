@@ -58,7 +58,6 @@ from flaxgraph.transforms.leaf_access import (
 )
 from flaxgraph.transforms.lift import IN, LeafSource, OutStatic
 from flaxgraph.transforms.plan import MISS, BoundFinish, CheckKind, Plan
-from flaxgraph.transforms.ref_writes import RefInstall
 from flaxgraph.variablelib.variable import METADATA_SLOT, Variable, metadata_of
 
 UNROLL = 24  # up to this many items of a kind get one comparison each
@@ -440,27 +439,6 @@ def _retry(
     return plan.run(args, kwargs, statics)
 
 
-def _install_refs(src: _Source, installs: RefInstall) -> None:
-    """The lines installing the new arrays of Ref-backed Variables (a ``RefInstall``):
-    written out when the Refs' boxes are reachable and there are few, else a call."""
-    const = src.const
-    if installs.direct is None or len(installs.checks) > UNROLL:
-        src.line(f"{const(installs, 'ref_installs')}(out_groups)")
-        return
-    checks = []
-    for i, w in enumerate(installs.checks):
-        src.line(f"r{i} = out_groups[{w.group}][{w.position}]")
-        checks.append(f"r{i}.shape != {const(w.shape)} or r{i}.dtype != {const(w.dtype)}")
-    # A value that does not fit: the RefInstall raises, naming the Variable (nothing
-    # has been written yet).
-    for i in range(0, len(checks), 4):
-        src.line(
-            f"if {' or '.join(checks[i : i + 4])}: {const(installs, 'ref_installs')}(out_groups)"
-        )
-    for i, box in enumerate(installs.direct):
-        src.line(f"{const(box)}._buf = r{i}")
-
-
 def _value_of(source: LeafSource) -> str:
     """The expression of a leaf's value in the generated function."""
     if source.origin == IN:
@@ -473,7 +451,7 @@ def _write_back(src: _Source, bound: BoundFinish) -> None:
     write-back ``bound`` was made for."""
     const = src.const
     if bound.installs is not None:  # Ref-backed Variables: all checked, then installed
-        _install_refs(src, bound.installs)
+        src.line(f"{const(bound.installs, 'ref_installs')}(out_groups)")
     for w in bound.var_writes:
         if len(w.targets) <= UNROLL:
             for t, p in zip(w.targets, w.positions):

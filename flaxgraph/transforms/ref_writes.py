@@ -9,10 +9,10 @@ call. A fast-path plan (``fastpath.py``) instead
 
 * reads the Ref's current array without a copy (``refs.peek``) and hands it straight
   to the compiled call, which does not keep it;
-* after the call, checks every new value's shape and dtype against its Ref (before
-  writing anything, so a mismatch leaves the model as it was) and installs each new
-  array as its Ref's content (``refs.install``): the compiled call made that array
-  for this Variable alone.
+* after the call, installs each new array as its Ref's content through the engine's
+  one write-back (``graphlib.writes.Writes.install``: every shape and dtype checked
+  before anything is written, so a mismatch leaves the model as it was): the
+  compiled call made that array for this Variable alone.
 
 Where an array would end up in two places (the same output also returned to the
 caller or written into another Variable), the plan writes a copy with the public
@@ -29,8 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-import jax
-
+from flaxgraph.graphlib.writes import Writes
 from flaxgraph.transforms.lift import LeafSource
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.variable import Variable, storage_of
@@ -43,10 +42,9 @@ def read_ref(ref: object) -> object:
 
 class RefWrite(NamedTuple):
     """A Ref-backed Variable that receives ``out_groups[group][position]``, which must
-    have the Ref's ``shape`` and ``dtype``."""
+    have the Ref's ``shape`` and ``dtype`` (recorded when the plan was made)."""
 
     variable: Variable[Any]
-    ref: jax.Ref
     group: int
     position: int
     shape: tuple[int, ...]
@@ -55,47 +53,29 @@ class RefWrite(NamedTuple):
 
 class RefInstall:
     """Installs the new values of a plan's Ref-backed Variables: ``(out_groups) ->
-    None``, all shapes and dtypes checked before the first write.
+    None``, through the engine's one write-back (``graphlib.writes.Writes``: every
+    shape and dtype is checked before the first write).
 
     Attributes:
-      checks: a ``RefWrite`` per Variable.
-      direct: the Refs' boxes whose array can be replaced directly (see
-        ``refs.install``), or ``None``.
+      writes: a ``RefWrite`` per Variable.
     """
 
-    __slots__ = ("direct", "checks")
+    __slots__ = ("writes",)
 
     def __init__(self, variables: Sequence[Variable[Any]], sources: Sequence[LeafSource]):
         """``variables[k]`` receives the value ``sources[k]`` (origin ``OUT``) names."""
-        self.checks = [
-            RefWrite(v, ref, s.at, s.position, tuple(ref.shape), ref.dtype)
+        self.writes = [
+            RefWrite(v, s.at, s.position, tuple(ref.shape), ref.dtype)
             for v, s in zip(variables, sources)
             for ref in (storage_of(v),)
         ]
-        self.direct = (
-            [storage_of(v)._refs for v in variables]
-            if all(refs.has_direct_content(storage_of(v)) for v in variables)
-            else None
-        )
 
     def __call__(self, out_groups: Sequence[Sequence[Any]]) -> None:
         """Raises ``ValueError`` (nothing written) if a value does not fit its Ref."""
-        values: list[Any] = []
-        for w in self.checks:
-            value = out_groups[w.group][w.position]
-            if value.shape != w.shape or value.dtype != w.dtype:
-                self._refuse(value, w)
-            values.append(value)
-        if self.direct is not None:
-            for box, value in zip(self.direct, values):
-                box._buf = value
-            return
-        for w, value in zip(self.checks, values):
-            refs.install(w.ref, value)
-
-    def _refuse(self, value: object, write: RefWrite) -> None:
-        write.variable._check_fits(value)  # raises with the Variable's name
-        refs.check_fits(type(write.variable).__name__, write.ref, value)
+        writes = Writes()
+        for w in self.writes:
+            writes.install(w.variable, out_groups[w.group][w.position], w.shape, w.dtype)
+        writes.apply(None)  # (no Variable write: the trace is not asked)
 
 
 def copies_of_ref_values(in_values: list[Any], positions: frozenset[int], leaves: Any) -> list[Any]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flaxgraph as nnx
 
@@ -58,3 +60,50 @@ def test_a_structure_error_deep_in_the_state_names_its_path_and_writes_nothing()
     with pytest.raises(nnx.GraphStructureError, match=r"layers/2/plain"):
         nnx.update(m, state)
     assert float(m.layers[1].plain[0]) == 1.0
+
+
+@settings(deadline=None)
+@given(
+    refs=st.lists(st.booleans(), min_size=1, max_size=6),
+    misfit=st.one_of(st.none(), st.integers(0, 5)),
+    through_jit=st.booleans(),
+)
+def test_the_one_write_back_writes_all_or_nothing(
+    refs: list[bool], misfit: int | None, through_jit: bool
+) -> None:
+    """``update`` and a transform's write-back add every write to one
+    ``graphlib.writes.Writes``: whatever the mix of plain and Ref-backed Variables, a
+    value that does not fit one Ref leaves every Variable as it was; otherwise every
+    Variable holds its new value, in the same Variable object."""
+    variables = nnx.List([nnx.Param(jnp.full(2, float(i)), ref=r) for i, r in enumerate(refs)])
+    before = list(variables)
+    bad = misfit if misfit is not None and misfit < len(refs) and refs[misfit] else None
+
+    def new_value(i: int) -> jax.Array:
+        return jnp.ones(3) if i == bad else jnp.full(2, 10.0 + i)
+
+    if through_jit:
+        if bad is not None:  # a Ref cannot change shape inside a trace either (JAX
+            return  # refuses the write: tests/transforms/test_ref_writes.py)
+
+        @nnx.jit
+        def write(vs: nnx.List, step: jax.Array) -> None:
+            for i, v in enumerate(vs):
+                v[...] = jnp.full(2, 10.0 + i) * step
+
+        write(variables, jnp.float32(0.5))  # the general write-back (build_graph)
+        write(variables, jnp.float32(1.0))  # the plan's (RefInstall and slot writes)
+        assert write.cache_info().general_calls == 1
+    else:
+        state = nnx.state(variables)
+        for i in range(len(refs)):
+            state[i] = nnx.Param(new_value(i))
+        if bad is not None:
+            with pytest.raises(ValueError, match="Ref-backed"):
+                nnx.update(variables, state)
+        else:
+            nnx.update(variables, state)
+    assert all(a is b for a, b in zip(before, variables, strict=True))
+    for i, v in enumerate(variables):
+        expected = float(i) if bad is not None else 10.0 + i
+        assert v[...].shape == (2,) and float(v[...][0]) == expected

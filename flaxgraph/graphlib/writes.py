@@ -1,0 +1,118 @@
+"""The one write-back: writes into existing objects, all checked before the first
+one is made, applied together by ``Writes.apply``.
+
+Every in-place change the engine makes to a caller's objects goes through a
+``Writes``: ``update`` (``inplace.py``), ``build_graph(reuse=...)`` (``build.py``: merge
+into existing objects, the transforms' general write-back) and the transforms' fast
+path for Ref-backed Variables (``transforms/ref_writes.py``); the fast path's plain
+Variables are written by the same slot setter (``write_slot``). Nothing is written
+before every write is checked, so an error leaves every object as it was. See
+``docs/design.md``, "The fast path".
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import deque
+from collections.abc import Callable
+from itertools import repeat
+from typing import Any
+
+from flaxgraph.variablelib import refs
+from flaxgraph.variablelib.variable import (
+    Variable,
+    storage_of,
+    trace_of,
+    write_metadata,
+    write_slot,
+    write_value,
+)
+
+
+class Writes:
+    """A batch of writes into existing objects, checked and made by ``apply``.
+
+    Attributes:
+      targets, values, metadata: Variables with their new values and metadata dicts
+        (``variable``; appending to the three lists directly is the same).
+      installs: ``(Variable, array, shape, dtype)``: a compiled call's new array that
+        nothing else holds, to become a Ref-backed Variable's content (``install``).
+      others: callables run last (node children, raw array attributes, new
+        attributes), checked by whoever added them.
+    """
+
+    __slots__ = ("targets", "values", "metadata", "installs", "others")
+
+    def __init__(self) -> None:
+        self.targets: list[Variable[Any]] = []
+        self.values: list[object] = []
+        self.metadata: list[dict[str, Any]] = []
+        self.installs: list[tuple[Variable[Any], Any, tuple[int, ...], object]] = []
+        self.others: list[Callable[[], None]] = []
+
+    def variable(self, target: Variable[Any], value: object, metadata: dict[str, Any]) -> None:
+        """Adds writing ``value`` and ``metadata`` into the existing Variable ``target``
+        (into its Ref or box if it is Ref-backed)."""
+        self.targets.append(target)
+        self.values.append(value)
+        self.metadata.append(metadata)
+
+    def install(
+        self, target: Variable[Any], value: Any, shape: tuple[int, ...], dtype: object
+    ) -> None:
+        """Adds making ``value`` (a new array a compiled call made for ``target`` alone)
+        the content of the Ref-backed ``target``'s Ref, whose ``shape`` and ``dtype``
+        the caller recorded; metadata is unchanged."""
+        self.installs.append((target, value, shape, dtype))
+
+    def other(self, write: Callable[[], None]) -> None:
+        """Adds ``write`` (checked by the caller), run after the Variables' writes."""
+        self.others.append(write)
+
+    def apply(self, trace: object) -> None:
+        """Checks every write, then makes them all (``trace``: the current JAX trace).
+
+        Raises:
+          TraceContextError (a ``ValueError``): a plain target Variable belongs to
+            another trace.
+          ValueError: a value does not have its Ref-backed target's shape and dtype.
+        In both cases nothing is written.
+        """
+        targets, values = self.targets, self.values
+        stored = list(map(storage_of, targets))
+        if all(map(operator.is_, stored, repeat(None))):  # all plain (the common case)
+            if not all(map(operator.is_, map(trace_of, targets), repeat(trace))):
+                for target in targets:
+                    if trace_of(target) is not trace:
+                        target._check_update()
+            ref_writes: list[tuple[Variable[Any], object]] = []
+        else:
+            targets, values, ref_writes = self._sorted(stored, trace)
+        for target, value, shape, dtype in self.installs:
+            if value.shape != shape or value.dtype != dtype:
+                target._check_fits(value)  # raises, naming the Variable
+        for target, value, _, _ in self.installs:
+            refs.install(storage_of(target), value)
+        for target, value in ref_writes:
+            write_value(target, value)
+        deque(map(write_slot, targets, values), maxlen=0)
+        deque(map(write_metadata, self.targets, self.metadata), maxlen=0)
+        for write in self.others:
+            write()
+
+    def _sorted(
+        self, stored: list[object], trace: object
+    ) -> tuple[list[Any], list[object], list[Any]]:
+        """Checks the Variable writes one by one: ``(plain targets, their values,
+        (Ref-backed target, value) pairs)``, the latter written into their storage."""
+        plain_targets, plain_values, ref_writes = [], [], []
+        for target, value, storage in zip(self.targets, self.values, stored):
+            if storage is None:
+                if trace_of(target) is not trace:
+                    target._check_update()
+                plain_targets.append(target)
+                plain_values.append(value)
+            else:
+                target._check_fits(value)  # a Ref keeps its shape and dtype
+                ref_writes.append((target, value))
+        return plain_targets, plain_values, ref_writes
