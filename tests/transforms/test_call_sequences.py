@@ -26,7 +26,7 @@ from call_sequences import TRANSFORMS, Sequence, run_sequence, sequences
 from hypothesis import given, settings
 
 from flaxgraph.graphlib.registry import is_node_or_variable
-from flaxgraph.testing.values import PyScalar
+from flaxgraph.testing.values import NpScalar, PyScalar
 from flaxgraph.transforms import plan_code
 from flaxgraph.transforms.plan import CheckKind
 
@@ -85,3 +85,14 @@ def test_the_property_fails_when_the_check_is_type_only(monkeypatch):
     # The same inside a dict argument and as a keyword argument.
     assert run_sequence(_JIT, Sequence("dict_arg", values))
     assert run_sequence(_JIT, Sequence("keyword", values))
+
+
+def test_the_start_commits_stale_replay_is_caught_and_gone():
+    """The issue's own case: NumPy scalar arguments that change. On the issue's start
+    commit (9ca6d0d) this sequence's calls 1-3 replay call 0's result (run with
+    ``PYTHONPATH`` at a worktree of that commit, ``run_sequence`` returns nine
+    problems for each of the three places: calls 1-3 against the general path, the
+    eager call and Flax); here it returns none."""
+    values = tuple(NpScalar("float32", v) for v in (1.0, 2.0, 3.0, 2.0))
+    for place in ("positional", "keyword", "dict_arg"):
+        assert run_sequence(_JIT, Sequence(place, values)) == [], place
