@@ -1,22 +1,7 @@
 """``capture``: collect what a call sows (and taps with ``perturb``) without changing the model.
 
 How the capture slots work and cross transforms is in ``docs/design.md``, section
-"Capture"::
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> class Block(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.full(2, 3.0))
-  ...   def __call__(self, x):
-  ...     y = x * self.w
-  ...     self.sow(nnx.Intermediate, 'y', y)
-  ...     return y.sum()
-  >>> block = Block()
-  >>> out, sown = nnx.capture(block, nnx.Intermediate)(jnp.ones(2))
-  >>> sown['y'].value
-  (Array([3., 3.], dtype=float32),)
-  >>> 'y' in vars(block)
-  False
+"Capture".
 
 Source: Flax NNX 0.12 ``nnx.capture`` (and ``Module.sow``/``Module.perturb``).
 """
@@ -157,12 +142,15 @@ def capture(
 ) -> Any:
     """Wraps ``fn`` to return what it sows (and perturbs) next to its output.
 
+    The model is left as it was.
+
     Args:
       fn: a Module (its ``__call__``), a bound method of one, or a function whose first
         positional argument is the Module. A Variable kind here makes ``capture`` a
         decorator factory: ``@nnx.capture(nnx.Intermediate)``.
       *var_types: the Variable kinds to capture and return, one State each.
-      init: a State of starting values by module path and name (as returned); its kinds
+      init: a State of starting values by module path and name (as returned), e.g.
+        ``nnx.Perturbation`` values whose gradient is that of an intermediate; its kinds
         are captured too (returned only if listed).
       method_outputs: a Variable kind: also sow every public method's (and
         ``__call__``'s) output under the method's name.
@@ -178,21 +166,19 @@ def capture(
       TraceContextError (``ValueError``): the module was captured by closure inside a
         transform.
 
-    Example (gradient with respect to an intermediate)::
+    Example::
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Model(nnx.Module):
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Block(nnx.Module):
       ...   def __call__(self, x):
-      ...     h = self.perturb('h', x * 2.0)
-      ...     return (h ** 2).sum()
-      >>> model, x = Model(), jnp.arange(3.0)
-      >>> _, perts = nnx.capture(model, nnx.Perturbation)(x)   # zeros, by path
-      >>> def loss(model, perts):
-      ...   out, _ = nnx.capture(model, nnx.Perturbation, init=perts)(x)
-      ...   return out
-      >>> grad = nnx.grad(loss, argnums=nnx.DiffState(1, nnx.Perturbation))
-      >>> grad(model, perts)['h'].value   # d/dh sum(h**2) = 2h = 4x
-      Array([0., 4., 8.], dtype=float32)
+      ...     self.sow(nnx.Intermediate, 'y', x * 3)
+      ...     return x.sum()
+      >>> block = Block()
+      >>> out, sown = nnx.capture(block, nnx.Intermediate)(jnp.ones(2))
+      >>> sown['y'].value
+      (Array([3., 3.], dtype=float32),)
+      >>> 'y' in vars(block)
+      False
     """
     if isinstance(fn, type) and issubclass(fn, Variable):
         kinds = (fn, *var_types)

@@ -1,21 +1,10 @@
 """Graphs inside pytrees: ``to_tree``/``from_tree`` and ``prefix`` (``nnx.extract``).
 
-``to_tree`` replaces every graph node and Variable of a pytree by a ``NodeStates`` (its
-GraphDef and State), all split in one ``split_context`` so a node met twice is stored
-once; ``from_tree`` merges them back in one ``merge_context``, restoring the sharing::
-
-  >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-  >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-  >>> pure = nnx.to_tree((m, {'again': m}))
-  >>> type(pure[0]).__name__, len(jax.tree.leaves(pure))      # m stored once
-  ('NodeStates', 2)
-  >>> a, b = nnx.from_tree(jax.jit(lambda t: t)(pure))
-  >>> b['again'] is a
-  True
-
-The tail of the module holds Flax's small tree helpers at their ``flax.nnx.extract``
-paths; Flax's tree-mode write-back and aliasing checks are stand-ins (the lifting
-machine does that work).
+``to_tree`` turns the graph nodes of a pytree into ``NodeStates`` split in one context
+(a node met twice is stored once), so the tree can pass through plain JAX functions;
+``from_tree`` merges them back, restoring the sharing. The module's tail holds Flax's
+small tree helpers at their ``flax.nnx.extract`` paths; Flax's tree-mode write-back and
+aliasing checks are stand-ins (the lifting machine does that work).
 
 Source: Flax NNX 0.12 ``nnx.extract`` (``to_tree``, ``from_tree``, ``NodeStates``,
 ``prefix`` and the tree helpers).
@@ -245,9 +234,12 @@ def to_tree(
 
       >>> import jax, flaxgraph as nnx
       >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> tree = nnx.to_tree({'a': m, 'b': m, 'n': 1})
-      >>> [type(tree[k]).__name__ for k in 'ab'], len(jax.tree.leaves(tree))
-      (['NodeStates', 'NodeStates'], 3)
+      >>> pure = nnx.to_tree((m, {'again': m}))
+      >>> type(pure[0]).__name__, len(jax.tree.leaves(pure))      # m stored once
+      ('NodeStates', 2)
+      >>> a, b = nnx.from_tree(jax.jit(lambda t: t)(pure))
+      >>> b['again'] is a
+      True
     """
     leaves, treedef = _leaves_with_prefixes(tree, prefix, is_node_or_variable)
     if check_aliasing and prefix is not MISSING:

@@ -48,23 +48,8 @@ OLD_SHARDING_KEYS = ("sharding", "sharding_names")
 
 
 def rename_sharding_keys(metadata: dict[str, Any], stacklevel: int = 3) -> dict[str, Any]:
-    """Renames the keys ``sharding``/``sharding_names`` of ``metadata`` to ``out_sharding``, in
-    place, and returns it.
-
-    Args:
-      metadata: the dict to rename in place (the caller owns it).
-      stacklevel: the warning's ``stacklevel`` from this function (the user's line).
-
-    Warns:
-      DeprecationWarning: one per older key found.
-
-    Example::
-
-      >>> import warnings
-      >>> with warnings.catch_warnings():
-      ...   warnings.simplefilter('ignore', DeprecationWarning)
-      ...   rename_sharding_keys({'sharding': ('a', None), 'note': 1})
-      {'note': 1, 'out_sharding': ('a', None)}
+    """Renames ``sharding``/``sharding_names`` of ``metadata`` to ``out_sharding`` in place, with
+    a ``DeprecationWarning`` per key at ``stacklevel``; returns ``metadata``.
     """
     for key in OLD_SHARDING_KEYS:
         if key in metadata:
@@ -99,14 +84,9 @@ class ShardingSpecError(ValueError):
 class use_eager_sharding:
     """Sets whether new Variables with sharding metadata are placed on the active mesh.
 
-    Takes effect at once (in this thread); as a context manager it restores the previous
-    setting on exit, as a decorator it holds only during each call. As Flax's configuration
-    contexts: ``get_default()`` (the ``flax_always_shard_variable`` config, shared with
-    ``flax.config`` once Flax is imported), ``get_stack()`` (this thread's stack) and
+    At once (this thread); as a context manager until its exit, as a decorator during each
+    call. As Flax's configuration contexts it has ``get_default()``, ``get_stack()`` and
     ``current_value()``.
-
-    Args:
-      value: ``True`` or ``False``.
 
     Raises:
       TypeError: ``value`` is not a bool.
@@ -117,8 +97,6 @@ class use_eager_sharding:
       >>> with nnx.use_eager_sharding(False):
       ...   nnx.using_eager_sharding(), nnx.use_eager_sharding.get_default()
       (False, True)
-      >>> nnx.use_eager_sharding.current_value()
-      True
     """
 
     __slots__ = ("prev_value", "new_value")

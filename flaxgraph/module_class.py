@@ -1,10 +1,7 @@
 """Module: an Object with the conveniences of a neural-network layer (the class; Flax's
 ``nnx.module`` path, with ``view``, ``capture`` and the rest, is :mod:`flaxgraph.module`).
 
-``Module`` adds to ``Object`` what layers need: walking sub-modules
-(``iter_modules``, ``iter_children``), collecting intermediate values
-(``sow``), reading gradients of activations (``perturb``), and switching
-modes on every sub-module at once (``set_attributes``, ``train``, ``eval``).
+It adds walks over sub-modules, ``sow``, ``perturb`` and mode switches::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> class Block(nnx.Module):

@@ -1,18 +1,10 @@
 """Views: a copy of a model with other modes, sharing the model's Variables.
 
 Unlike ``model.eval()`` (in place), a view's settings never leak into the model, and
-training the model updates the view. ``view`` calls each selected module's
-``set_view`` with the keywords it accepts (define it on your modules with keywords
-defaulting to ``None``, "leave as is", documented under ``Args:``); ``view_info`` lists
-them; ``with_attributes`` is the copying ``Module.set_attributes``::
-
-  >>> import flaxgraph as nnx
-  >>> block = nnx.Sequential(nnx.Linear(2, 4, rngs=nnx.Rngs(0)), nnx.Dropout(0.5))
-  >>> eval_block = nnx.view(block, deterministic=True)
-  >>> eval_block.layers[1].deterministic, block.layers[1].deterministic
-  (True, False)
-  >>> eval_block.layers[0].kernel is block.layers[0].kernel
-  True
+training the model updates the view. ``view`` calls each selected module's ``set_view``
+with the keywords it accepts (define it on your modules with keywords defaulting to
+``None``, "leave as is", documented under ``Args:``); ``view_info`` lists them;
+``with_attributes`` is the copying ``Module.set_attributes``.
 
 Source: Flax NNX 0.12 ``nnx.view``, ``nnx.view_info``, ``nnx.with_attributes``.
 """
@@ -77,6 +69,11 @@ def view(
 
       >>> import flaxgraph as nnx
       >>> model = nnx.Sequential(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), nnx.Dropout(0.1))
+      >>> evaluated = nnx.view(model, deterministic=True)
+      >>> evaluated.layers[1].deterministic, model.layers[1].deterministic
+      (True, False)
+      >>> evaluated.layers[0].kernel is model.layers[0].kernel
+      True
       >>> nnx.view(model, only=nnx.Linear, deterministic=True)
       Traceback (most recent call last):
         ...

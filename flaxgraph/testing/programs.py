@@ -49,10 +49,10 @@ class AddAttribute:
     Attributes:
       node: selector among the graph nodes.
       name: the attribute name.
-      kind: one of ``ADD_KINDS``: ``'param'`` (a ``Param`` of 2 float32s equal to
-        ``seed``), ``'batch_stat'`` (2 int32s), ``'array'`` (int32 ``[seed, seed + 1]``),
-        ``'static'`` (the int ``seed``) or ``'node'`` (a ``Node`` holding one such Param).
-      seed: the number the new value is made from.
+      kind: one of ``ADD_KINDS``: ``'param'`` (a ``Param`` of 2 float32s equal to ``n``),
+        ``'batch_stat'`` (2 int32s), ``'array'`` (int32 ``[n, n + 1]``), ``'static'``
+        (the int ``n``) or ``'node'`` (a ``Node`` holding one such Param).
+      seed: the number ``n`` the new value is made from.
     """
 
     node: int
