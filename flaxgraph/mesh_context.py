@@ -1,16 +1,13 @@
 """The active device mesh, logical axis rules, and eager sharding of new Variables.
 
-Sharding names live in a Variable's ``out_sharding`` metadata, one entry per dimension.
-``nnx.logical_axis_rules`` maps logical names to mesh axes; eager sharding places a new
-Variable with names on the active (or its ``mesh=``) mesh at creation. How the two
-combine, and where flaxgraph differs from Flax, is in ``docs/design.md``, section
-"Axis metadata".
+Sharding names live in a Variable's ``out_sharding`` metadata, one entry per dimension;
+how the rules and eager sharding turn them into placements, and where flaxgraph differs
+from Flax, is in ``docs/design.md``, section "Axis metadata".
 
-Source: Flax NNX 0.12 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding``,
-``nnx.logical_axis_rules`` (checked against Flax 0.12.8: inner rules replace outer ones,
-unknown names pass through, the last rule for a name wins), the deprecation of
-``sharding``/``sharding_names`` in favour of ``out_sharding``, and the FLIP "Variable
-eager sharding"; meshes and placement from ``jax.sharding``.
+Source: Flax NNX 0.12 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding`` and
+``nnx.logical_axis_rules`` (checked against Flax 0.12.8), its deprecation of
+``sharding``/``sharding_names`` for ``out_sharding``, the FLIP "Variable eager sharding";
+``jax.sharding``.
 """
 
 from __future__ import annotations

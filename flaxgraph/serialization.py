@@ -1,12 +1,9 @@
 """Checkpoints through orbax-checkpoint, with path-naming checks before a restore.
 
-A ``State`` is a pytree of arrays, so orbax saves ``nnx.state(model)`` as it is (typed
-PRNG keys included, as orbax 0.12 stores them: ``tests/test_serialization.py`` pins
-it), and restores onto a mesh from an abstract target. ``save_state``/``load_state``
-are thin conveniences over ``ocp.StandardCheckpointer``; ``check_checkpoint`` names each
-mismatched Variable before anything is read. How to use orbax directly (and
-``CheckpointManager``) is in ``guides/distributed.md``, "Checkpoints with orbax".
-Needs ``pip install flaxgraph[checkpoint]``.
+orbax saves ``nnx.state(model)`` as it is (a pytree of arrays; typed PRNG keys as orbax
+0.12 stores them, pinned by ``tests/test_serialization.py``). ``save_state``/``load_state``
+are thin conveniences over ``ocp.StandardCheckpointer``; using orbax directly is in
+``guides/distributed.md``, "Checkpoints with orbax". Needs ``flaxgraph[checkpoint]``.
 
 Source: Flax NNX 0.12 checkpointing guide (orbax ``StandardCheckpointer`` on
 ``nnx.state``); orbax-checkpoint 0.12 API (``save``, ``restore``, ``metadata``).
