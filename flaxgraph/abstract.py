@@ -1,23 +1,12 @@
 """Abstract models with shardings: build a model's structure without allocating it.
 
-``nnx.get_abstract_model(init_fn, mesh)`` runs ``init_fn`` abstractly (under
-``nnx.eval_shape``, with ``mesh`` set) and returns ``(graphdef, abstract_state)``:
-every Variable of the State holds a ``jax.ShapeDtypeStruct`` that carries the
-``NamedSharding`` its sharding names ask for. That State is the target of a
-sharded restore (orbax reads, on each process, only the shards that process's
-devices hold) and gives ``jit``'s ``out_shardings`` for a sharded initialisation::
+The abstract State is the target of a sharded restore (each process reads only its
+shards) and gives ``jit``'s ``out_shardings``; see ``guides/distributed.md``, "Abstract
+models".
 
-  graphdef, abstract_state = nnx.get_abstract_model(lambda: Model(nnx.Rngs(0)), mesh)
-  state = checkpointer.restore(path, abstract_state)
-  model = nnx.merge(graphdef, state)
-
-``nnx.as_abstract(tree)`` attaches those shardings to the abstract Variables of an
-object or State already built with ``nnx.eval_shape`` (the mesh is the Variable's
-``mesh`` metadata, else the active one).
-
-Source: Flax NNX 0.12 ``nnx.get_abstract_model``, ``nnx.as_abstract`` and the
-deprecated ``nnx.abstract_with_sharding`` (behaviour checked against the installed
-Flax 0.12.8); ``jax.eval_shape``, ``jax.sharding``.
+Source: Flax NNX 0.12 ``nnx.get_abstract_model``, ``nnx.as_abstract`` and the deprecated
+``nnx.abstract_with_sharding`` (checked against Flax 0.12.8); ``jax.eval_shape``,
+``jax.sharding``.
 """
 
 from __future__ import annotations
@@ -48,23 +37,19 @@ def get_abstract_model(
     """The structure and abstract, sharded State of the model ``init_fn()`` builds.
 
     Args:
-      init_fn: a function of no arguments returning a model (``lambda:
-        Model(nnx.Rngs(0))``). It runs abstractly: nothing is computed or allocated.
-      mesh: the ``jax.sharding.Mesh`` the State's shardings refer to; it is set
-        (``jax.set_mesh``) while ``init_fn`` runs.
-      graph: accepted for Flax compatibility (traversal mode); the result is the
-        same in both modes for a model without shared Variables.
+      init_fn: a function of no arguments returning a model; it runs abstractly (under
+        ``nnx.eval_shape``, with ``mesh`` set), nothing is computed or allocated.
+      mesh: the ``jax.sharding.Mesh`` the shardings refer to.
+      graph: accepted for Flax compatibility (same result without shared Variables).
 
     Returns:
-      ``(graphdef, abstract_state)``: ``abstract_state`` is an ``nnx.State`` whose
-      Variables hold ``jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh,
-      spec))``, ``spec`` from the Variable's sharding names (mapped by the active
-      ``nnx.logical_axis_rules``; ``PartitionSpec()`` when it has none).
+      ``(graphdef, abstract_state)``: each Variable holds ``jax.ShapeDtypeStruct(shape,
+      dtype, sharding=NamedSharding(mesh, spec))``, ``spec`` from its sharding names under
+      the active logical axis rules (``P()`` without names).
 
     Raises:
-      ShardingSpecError (a ``ValueError``): a Variable's names include an axis the
-        mesh lacks, or their number is not the value's rank; the message names the
-        Variable's path, the spec and the mesh axes or shape.
+      ShardingSpecError (a ``ValueError``): a name the mesh lacks, or more names than the
+        value's rank; the message names the Variable's path.
 
     Example::
 
@@ -75,8 +60,6 @@ def get_abstract_model(
       ...                      kernel_metadata={'out_sharding': (None, 'model')}), mesh)
       >>> abstract['kernel'].value.shape, abstract['kernel'].value.sharding.spec
       ((2, 4), P(None, 'model'))
-
-    Source: Flax NNX 0.12 ``nnx.get_abstract_model``.
     """
     del graph
     # Eager placement is off while tracing: the shardings are checked and attached
@@ -97,24 +80,20 @@ def get_abstract_model(
 
 
 def as_abstract(tree: A, graph: bool | None = None) -> A:
-    """Attaches a ``NamedSharding`` to every abstract Variable of ``tree`` that has
-    sharding names and no sharding yet.
+    """Attaches a ``NamedSharding`` to every abstract Variable of ``tree`` that has sharding
+    names and no sharding yet.
 
     Args:
-      tree: an object (``nnx.Module``…) or a State / pytree of Variables whose values
-        are ``jax.ShapeDtypeStruct`` (from ``nnx.eval_shape``). Other values are left
-        as they are.
-      graph: accepted for Flax compatibility (traversal mode).
+      tree: an object or a State/pytree of Variables holding ``jax.ShapeDtypeStruct``
+        (from ``nnx.eval_shape``); other values stay.
+      graph: accepted for Flax compatibility.
 
     Returns:
-      A new tree of the same structure (objects are rebuilt; ``tree`` is unchanged)
-      whose abstract values carry ``NamedSharding(mesh, spec)``: ``mesh`` is the
-      Variable's ``mesh`` metadata, else the mesh set with ``jax.set_mesh``; without
-      either the value is left unsharded.
+      A new tree (``tree`` is unchanged); the mesh is the Variable's ``mesh`` metadata,
+      else the one of ``jax.set_mesh``; without either the value stays unsharded.
 
     Raises:
-      ShardingSpecError (a ``ValueError``): a spec names an axis the mesh lacks or
-        does not match the value's rank (the message names the Variable's path).
+      ShardingSpecError (a ``ValueError``): as ``get_abstract_model``.
 
     Example::
 
@@ -126,8 +105,6 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
       ...   abstract = nnx.as_abstract(abstract)
       >>> abstract.kernel.value.sharding.spec
       P(None, 'model')
-
-    Source: Flax NNX 0.12 ``nnx.as_abstract``.
     """
     del graph
 
@@ -157,14 +134,5 @@ def as_abstract(tree: A, graph: bool | None = None) -> A:
 
 
 def abstract_with_sharding(tree: A, graph: bool | None = None) -> A:
-    """The older name of ``as_abstract`` (deprecated in Flax 0.12; same behaviour).
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> nnx.abstract_with_sharding is not nnx.as_abstract
-      True
-
-    Source: Flax NNX 0.12 ``nnx.abstract_with_sharding``.
-    """
+    """The older name of ``as_abstract`` (deprecated in Flax 0.12; same behaviour)."""
     return as_abstract(tree, graph)

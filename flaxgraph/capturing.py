@@ -1,40 +1,7 @@
 """``capture``: collect what a call sows (and taps with ``perturb``) without changing the model.
 
-``Module.sow`` normally stores intermediates as attributes of the module, to be
-popped afterwards. ``nnx.capture(fn, nnx.Intermediate)`` instead returns them
-next to ``fn``'s output, as a ``State`` organised by module path, and leaves the
-model exactly as it was::
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> class Block(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.full(2, 3.0))
-  ...   def __call__(self, x):
-  ...     y = x * self.w
-  ...     self.sow(nnx.Intermediate, 'y', y)
-  ...     return y.sum()
-  >>> block = Block()
-  >>> out, sown = nnx.capture(block, nnx.Intermediate)(jnp.ones(2))
-  >>> sown['y'].value
-  (Array([3., 3.], dtype=float32),)
-  >>> 'y' in vars(block)
-  False
-
-How it works: for the duration of the call every module reachable from the
-captured module holds one Variable per captured kind (attribute
-``_flaxgraph_captures``, see ``flaxgraph/module.py``) whose value maps sown names
-to values; ``sow`` and ``perturb`` write there. Being ordinary state, it crosses
-``nnx.jit``, ``nnx.grad``... inside ``fn``. Afterwards it is removed and turned
-into the returned States. Sows of kinds that are not captured are dropped.
-
-``method_outputs=nnx.Intermediate`` also sows the output of every public method
-(and ``__call__``) of every captured module under the method's name. The
-methods are wrapped on their classes for the duration of the call (the wrappers
-only act for the thread and the modules of this capture); a method reached
-through ``super()`` is not recorded twice.
-
-``init=`` gives starting values (a ``State`` like the one returned), e.g.
-perturbations whose gradient is the gradient with respect to an intermediate.
+How the capture slots work and cross transforms is in ``docs/design.md``, section
+"Capture".
 
 Source: Flax NNX 0.12 ``nnx.capture`` (and ``Module.sow``/``Module.perturb``).
 """
@@ -55,8 +22,9 @@ from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import Variable, is_variable
 
 METHOD_OUTPUTS: Flag[Any] = Flag("capture_method_outputs", None)
-"""The Variable kind ``capture(method_outputs=...)`` records method outputs with,
-in the thread running the capture (``None`` outside)."""
+"""The kind ``capture(method_outputs=...)`` sows method outputs with, in the capturing
+thread (``None`` outside).
+"""
 
 _PATCH_LOCK = threading.Lock()
 _BASE_MODULES = ("flaxgraph.module_class", "flaxgraph.pytreelib.objects")
@@ -109,8 +77,9 @@ def _capturing_wrapper(name: str, method: Callable[..., Any]) -> Callable[..., A
 
 
 def _methods(cls: type) -> list[tuple[type, str]]:
-    """``(defining class, name)`` of the public methods and ``__call__`` of ``cls``,
-    excluding those of flaxgraph's base classes."""
+    """``(defining class, name)`` of the public methods and ``__call__`` of ``cls``, below
+    flaxgraph's base classes.
+    """
     found = []
     for name in dir(cls):
         if name.startswith("_") and name != "__call__":
@@ -173,48 +142,43 @@ def capture(
 ) -> Any:
     """Wraps ``fn`` to return what it sows (and perturbs) next to its output.
 
+    The model is left as it was.
+
     Args:
-      fn: a Module (its ``__call__`` is captured), a bound method of a Module, or
-        a function whose first positional argument is the Module. A Variable kind
-        here instead makes ``capture`` a decorator factory:
-        ``@nnx.capture(nnx.Intermediate)``.
-      *var_types: the Variable kinds to capture and return (e.g.
-        ``nnx.Intermediate``, ``nnx.Perturbation``), one State each.
-      init: a State of initial values by module path and name (as returned);
-        its kinds are captured too (returned only if listed in ``var_types``).
-      method_outputs: a Variable kind: also sow every public method's output
-        (and ``__call__``'s) under the method's name. Returned if it is among
-        ``var_types``.
+      fn: a Module (its ``__call__``), a bound method of one, or a function whose first
+        positional argument is the Module. A Variable kind here makes ``capture`` a
+        decorator factory: ``@nnx.capture(nnx.Intermediate)``.
+      *var_types: the Variable kinds to capture and return, one State each.
+      init: a State of starting values by module path and name (as returned), e.g.
+        ``nnx.Perturbation`` values whose gradient is that of an intermediate; its kinds
+        are captured too (returned only if listed).
+      method_outputs: a Variable kind: also sow every public method's (and
+        ``__call__``'s) output under the method's name.
 
     Returns:
       A function with ``fn``'s arguments returning ``fn``'s output alone (no
-      ``var_types``), ``(output, state)`` (one), or ``(output, *states)``. Each
-      State maps module paths to ``{name: Variable}`` of that kind; modules that
-      sowed nothing are absent.
+      ``var_types``), or ``(output, *states)``; each State maps module paths to
+      ``{name: Variable}`` (modules that sowed nothing are absent).
 
     Raises:
-      TypeError: ``fn`` is a plain function and its first argument is not a
-        Module; or ``init`` holds something other than Variables.
-      TraceContextError (``ValueError``): the module was captured by closure
-        inside a transform (it cannot be given capture slots from there).
+      TypeError: ``fn`` is a plain function whose first argument is not a Module; or
+        ``init`` holds something other than Variables.
+      TraceContextError (``ValueError``): the module was captured by closure inside a
+        transform.
 
-    Example (gradient with respect to an intermediate)::
+    Example::
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Model(nnx.Module):
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class Block(nnx.Module):
       ...   def __call__(self, x):
-      ...     h = self.perturb('h', x * 2.0)
-      ...     return (h ** 2).sum()
-      >>> model, x = Model(), jnp.arange(3.0)
-      >>> _, perts = nnx.capture(model, nnx.Perturbation)(x)   # zeros, by path
-      >>> def loss(model, perts):
-      ...   out, _ = nnx.capture(model, nnx.Perturbation, init=perts)(x)
-      ...   return out
-      >>> grad = nnx.grad(loss, argnums=nnx.DiffState(1, nnx.Perturbation))
-      >>> grad(model, perts)['h'].value   # d/dh sum(h**2) = 2h = 4x
-      Array([0., 4., 8.], dtype=float32)
-
-    Source: Flax NNX 0.12 ``nnx.capture``.
+      ...     self.sow(nnx.Intermediate, 'y', x * 3)
+      ...     return x.sum()
+      >>> block = Block()
+      >>> out, sown = nnx.capture(block, nnx.Intermediate)(jnp.ones(2))
+      >>> sown['y'].value
+      (Array([3., 3.], dtype=float32),)
+      >>> 'y' in vars(block)
+      False
     """
     if isinstance(fn, type) and issubclass(fn, Variable):
         kinds = (fn, *var_types)

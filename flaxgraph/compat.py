@@ -1,12 +1,8 @@
 """``nnx.compat``: the transforms and graph functions with graph mode and graph updates
 fixed on, whatever ``set_graph_mode``/``set_graph_updates`` say.
 
-This is Flax NNX 0.12's legacy spelling for code written before traversal modes:
-``nnx.compat.jit(f)`` is ``nnx.jit(f, graph=True, graph_updates=True)`` and
-``nnx.compat.split(m)`` is ``nnx.split(m, graph=True)``. Each function here passes
-``graph=True`` (and ``graph_updates=True`` where the function takes it) unless the
-call gives them explicitly; everything else is the function of the same name in
-``flaxgraph``.
+Each passes ``graph=True`` (and ``graph_updates=True`` where taken) unless the call gives
+them; otherwise it is the function of the same name in ``flaxgraph``.
 
 Example::
 
@@ -49,8 +45,7 @@ from flaxgraph.transforms.custom_vjp import custom_vjp as _custom_vjp
 
 
 def _fixed(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with ``graph=True`` (and ``graph_updates=True``) as fixed defaults, for
-    the ones of the two it takes."""
+    """``fn`` with ``graph=True`` (and ``graph_updates=True``) as defaults, where it takes them."""
     try:
         params = inspect.signature(fn.__init__ if isinstance(fn, type) else fn).parameters  # type: ignore[misc]
     except (TypeError, ValueError):  # pragma: no cover - builtins

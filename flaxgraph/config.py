@@ -1,14 +1,11 @@
 """Scoped configuration flags: one small class, global default plus ``with`` override.
 
-A ``Flag`` holds a value that can be read (``flag.get()``), set for the rest of
-the program (``flag.set_globally(v)``) or overridden for a block
-(``with flag.scoped(v): ...``). This is the only mutable state flaxgraph keeps
-at module level; each flag is explicit and documented where it is defined.
+The only mutable state flaxgraph keeps at module level. As JAX's configuration, the
+global value is shared by all threads and a ``scoped`` override holds only in the
+thread that entered it.
 
-Thread safety follows JAX's own configuration: the global value is shared by all
-threads, while a ``scoped`` override holds only in the thread that entered it
-(as ``with jax.enable_x64():`` does), so concurrent threads can use different
-overrides.
+Source: Flax 0.12 ``flax.config`` (``update``, ``_read``, the option names); JAX's
+configuration contexts (``jax.enable_x64``) for the thread rules.
 """
 
 from __future__ import annotations
@@ -25,10 +22,6 @@ T = TypeVar("T")
 
 class Flag(Generic[T]):
     """A named configuration value with a global default and scoped overrides.
-
-    Args:
-      name: the flag's name, used in ``repr`` and error messages.
-      default: the initial global value.
 
     Example::
 
@@ -48,8 +41,7 @@ class Flag(Generic[T]):
         self._local = threading.local()  # this thread's stack of scoped overrides
 
     def get(self) -> T:
-        """The current value (this thread's innermost ``scoped`` override, else the
-        global one)."""
+        """The current value: this thread's innermost ``scoped`` override, else the global one."""
         stack = getattr(self._local, "stack", None)
         return stack[-1] if stack else self._value
 
@@ -58,8 +50,7 @@ class Flag(Generic[T]):
         return self._value
 
     def stack(self) -> list[T]:
-        """This thread's stack of scoped overrides (innermost last), the list itself:
-        a caller that pushes and pops on it directly owns that balance."""
+        """This thread's stack of overrides, the list itself (a caller pushing on it pops it)."""
         stack = getattr(self._local, "stack", None)
         if stack is None:
             stack = self._local.stack = []
@@ -70,8 +61,7 @@ class Flag(Generic[T]):
         self._value = value
 
     def set_current(self, value: T) -> None:
-        """Replaces the value in force here: this thread's innermost ``scoped``
-        override if there is one, else the global value."""
+        """Replaces this thread's innermost override if there is one, else the global value."""
         stack = getattr(self._local, "stack", None)
         if stack:
             stack[-1] = value
@@ -88,8 +78,7 @@ class Flag(Generic[T]):
 
     @contextlib.contextmanager
     def scoped(self, value: T) -> Iterator[None]:
-        """A context manager: the flag holds ``value`` inside the ``with`` block only
-        (in this thread)."""
+        """The flag holds ``value`` inside the ``with`` block only (in this thread)."""
         self.push(value)
         try:
             yield
@@ -101,20 +90,8 @@ class Flag(Generic[T]):
 
 
 class FlaxConfigFlag(Flag[T]):
-    """A ``Flag`` whose global value is one setting with Flax's own configuration object
-    (``flax.config``) once the program has imported real Flax: read from and written to
-    ``flax.config`` under ``flax_name`` then, its own value otherwise. Scoped overrides
-    stay this flag's, per thread.
-
-    Under the drop-in ``flax.config`` is the real Flax's (only ``flax.nnx`` is bound), and
-    a program that calls ``flax.config.update('flax_always_shard_variable', False)``
-    expects NNX to follow it, as Flax NNX 0.12.8 reads its defaults from ``flax.config``.
-    Never imports Flax.
-
-    Args:
-      name: the flag's name.
-      default: the global value while real Flax is not imported.
-      flax_name: the option's name in ``flax.config``.
+    """A ``Flag`` whose global value is ``flax.config``'s ``flax_name`` once real Flax is
+    imported (its own value otherwise); scoped overrides stay this flag's. Never imports Flax.
 
     Example::
 
@@ -122,8 +99,6 @@ class FlaxConfigFlag(Flag[T]):
       >>> with shard.scoped(False):
       ...   shard.get()
       False
-
-    Source: Flax 0.12 ``flax.configurations`` (``flax.config``).
     """
 
     __slots__ = ("flax_name",)
@@ -168,9 +143,9 @@ FLAX_CONFIG_NAMES: tuple[tuple[str, str, str], ...] = (
     ("flax_always_shard_variable", "flaxgraph.mesh_context", "EAGER_SHARDING"),
     ("flax_max_repr_depth", "flaxgraph.reprlib", "MAX_REPR_DEPTH"),
 )
-"""The Flax configuration names ``update``/``_read`` know: name, module, ``Flag``.
-The flags live in the modules that use them; they are looked up when asked for, so
-this ground-floor module imports nothing above it."""
+"""The Flax configuration names ``update``/``_read`` know: name, module, ``Flag`` (looked up
+when asked for, so this ground-floor module imports nothing above it).
+"""
 
 
 def _flag_named(name: str) -> Flag[Any]:
@@ -185,20 +160,16 @@ def _flag_named(name: str) -> Flag[Any]:
 
 
 def update(name: str, value: Any, /) -> None:
-    """Sets a configuration value by its Flax name, for the rest of the program
-    (``flax.config.update`` as Flax NNX's own code and tests use it).
+    """Sets a configuration value by its Flax name, for the rest of the program.
+
+    One setting with ``flax.config`` once Flax is imported (either ``update`` changes it).
 
     Args:
       name: one of ``FLAX_CONFIG_NAMES`` (``'nnx_graph_mode'``, ...).
       value: the new value.
 
-    Each option is one setting with real Flax's ``flax.config`` once the program has
-    imported Flax (``FlaxConfigFlag``: either ``update`` changes it, so a program run
-    through the drop-in that calls ``flax.config.update('nnx_graph_mode', False)`` gets
-    tree mode by default, as with Flax NNX).
-
     Raises:
-      LookupError: ``name`` is not a known option (as ``flax.config.update``).
+      LookupError: ``name`` is not a known option.
 
     Example::
 
@@ -206,18 +177,10 @@ def update(name: str, value: Any, /) -> None:
       >>> config.update('nnx_graph_mode', False); config._read('nnx_graph_mode')
       False
       >>> config.update('nnx_graph_mode', True)
-
-    Source: Flax 0.12 ``flax.config.update``.
     """
     _flag_named(name).set_current(value)
 
 
 def _read(name: str) -> Any:
-    """The current value of a configuration option by its Flax name (``update``).
-
-    Raises:
-      LookupError: ``name`` is not a known option.
-
-    Source: Flax 0.12 ``flax.config._read``.
-    """
+    """The current value of an option by its Flax name; ``LookupError`` if unknown."""
     return _flag_named(name).get()

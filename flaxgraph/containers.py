@@ -1,11 +1,10 @@
 """Containers that are Modules: ``List``, ``Dict`` and ``Sequential`` (Flax's ``nnx.helpers``
 path, with ``TrainState`` beside them, is :mod:`flaxgraph.helpers`).
 
-Plain lists and dicts work as attributes too (the graph engine walks them by
-value). These containers are graph nodes themselves, so they keep reference
-semantics: two modules holding the same ``nnx.List`` share it.
+Unlike plain lists and dicts (walked by value), these are graph nodes, so two modules
+holding one ``nnx.List`` share it.
 
-Source: Flax NNX ``nnx.List``, ``nnx.Dict``, ``nnx.Sequential``.
+Source: Flax NNX 0.12 ``nnx.List``, ``nnx.Dict`` (a ``MutableMapping``), ``nnx.Sequential``.
 """
 
 from __future__ import annotations
@@ -23,10 +22,8 @@ from flaxgraph.typing import MISSING
 class List(Module, MutableSequence[Any]):
     """A list that is a Module: ``nnx.List([Linear(...), Linear(...)])``.
 
-    Items are stored as attributes named ``0``, ``1``, … (their State keys are ints).
-    It is a full ``MutableSequence`` (``insert``, slices, ``del``, ``index``…), and an
-    item given as ``nnx.data(x)`` / ``nnx.static(x)`` is a pytree leaf / aux data
-    whatever its type, as an attribute would be.
+    Items are attributes ``0``, ``1``, … (int State keys); a full ``MutableSequence``; an item
+    given as ``nnx.data(x)``/``nnx.static(x)`` is marked as an attribute would be.
 
     Example::
 
@@ -35,8 +32,6 @@ class List(Module, MutableSequence[Any]):
       >>> ls.insert(1, 5); del ls[0]; ls[1:] = [7, 8]
       >>> list(ls)
       [5, 7, 8]
-
-    Source: Flax NNX 0.12 ``nnx.List``.
     """
 
     def __init__(self, items: Iterable[Any] = ()):
@@ -124,11 +119,8 @@ class List(Module, MutableSequence[Any]):
             self.append(v)
 
     def pop(self, index: int = -1) -> Any:
-        """Removes and returns the item at ``index`` (default the last); later items
-        move down one index, like ``list.pop``.
-
-        Raises:
-          IndexError: the list is empty or ``index`` is out of range.
+        """Removes and returns the item at ``index`` (default the last), like ``list.pop``;
+        ``IndexError`` if out of range.
         """
         entries = self._entries()
         value, _ = entries.pop(index)
@@ -148,10 +140,8 @@ def _entry(value: Any) -> tuple[Any, str | None]:
 class Dict(Module, MutableMapping[str, Any]):
     """A dict with string keys that is a Module: ``nnx.Dict(encoder=..., decoder=...)``.
 
-    As in Flax, it is a ``collections.abc.MutableMapping`` (code that checks
-    ``isinstance(x, Mapping)`` treats it as a mapping; ``keys()``, ``values()`` and
-    ``items()`` are views; ``==`` compares the entries) and, as a Module, hashes by
-    identity. Iteration is in sorted-key order.
+    A ``MutableMapping`` (views, ``==`` by entries) that hashes by identity, as a Module;
+    iterates in sorted-key order.
 
     Example::
 
@@ -159,8 +149,8 @@ class Dict(Module, MutableMapping[str, Any]):
       >>> d = nnx.Dict(b=2, a=1)
       >>> isinstance(d, collections.abc.Mapping), list(d.keys()), d == {'a': 1, 'b': 2}
       (True, ['a', 'b'], True)
-
-    Source: Flax NNX 0.12 ``nnx.Dict``.
+      >>> d.popitem(), len(d)
+      (('a', 1), 1)
     """
 
     __hash__ = Module.__hash__  # Mapping's __eq__ would otherwise make it unhashable
@@ -198,11 +188,7 @@ class Dict(Module, MutableMapping[str, Any]):
         return self.__dict__[key]
 
     def pop(self, key: str, *default: Any) -> Any:
-        """Removes ``key`` and returns its value (``default`` if given and missing).
-
-        Raises:
-          KeyError: ``key`` is missing and no default was given.
-        """
+        """Removes ``key`` and returns its value (``default`` if given); ``KeyError`` if missing."""
         if key not in self.__dict__:
             if default:
                 return default[0]
@@ -217,47 +203,21 @@ class Dict(Module, MutableMapping[str, Any]):
             self[k] = v
 
     def popitem(self) -> tuple[str, Any]:
-        """Removes the first entry in iteration (sorted-key) order and returns it as
-        ``(key, value)``, as ``MutableMapping.popitem`` does.
-
-        Raises:
-          KeyError: the Dict is empty.
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> d = nnx.Dict(b=2, a=1)
-          >>> d.popitem(), len(d)
-          (('a', 1), 1)
-
-        Source: Flax NNX 0.12 ``nnx.Dict`` (a ``MutableMapping``).
-        """
+        """Removes and returns the first ``(key, value)`` in sorted-key order; ``KeyError`` if empty."""
         if not self.__dict__:
             raise KeyError("popitem(): the nnx.Dict is empty")
         key = next(iter(self))
         return key, self.pop(key)
 
     def clear(self) -> None:
-        """Removes every entry (the Dict stays the same object).
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> d = nnx.Dict(a=1, b=2)
-          >>> d.clear()
-          >>> len(d)
-          0
-
-        Source: Flax NNX 0.12 ``nnx.Dict`` (a ``MutableMapping``).
-        """
+        """Removes every entry (the Dict stays the same object)."""
         for key in list(self):
             del self[key]
 
 
 class Sequential(Module):
-    """Calls its layers in order: ``Sequential(f, g)(x) == g(f(x))``.
-
-    Extra arguments and keyword arguments go to the first layer only.
+    """Calls its layers in order: ``Sequential(f, g)(x) == g(f(x))``; extra arguments go to the
+    first layer only.
     """
 
     def __init__(self, *fns: Callable[..., Any]):

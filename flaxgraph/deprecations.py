@@ -19,25 +19,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 def deprecated(new_fn: F) -> F:
     """A deprecated alias of ``new_fn``: every call warns, then calls ``new_fn``.
 
-    Args:
-      new_fn: the function callers should use now.
-
-    Returns:
-      A function with ``new_fn``'s name, signature and docstring (a ``.. deprecated::`` note
-      naming ``new_fn.__qualname__`` prepended) that emits a ``DeprecationWarning`` (pointing
-      at its caller) on every call and returns ``new_fn(*args, **kwargs)``.
+    Returns a function with ``new_fn``'s name, signature and docstring (a ``.. deprecated::``
+    note prepended) that emits a ``DeprecationWarning`` at its caller on every call.
 
     Example::
 
       >>> import warnings
       >>> from flaxgraph.deprecations import deprecated
-      >>> def double(x):
-      ...   return 2 * x
-      >>> old_double = deprecated(double)
+      >>> old_abs = deprecated(abs)
       >>> with warnings.catch_warnings(record=True) as caught:
       ...   warnings.simplefilter('always')
-      ...   old_double(3), caught[0].category.__name__
-      (6, 'DeprecationWarning')
+      ...   old_abs(-3), caught[0].category.__name__
+      (3, 'DeprecationWarning')
     """
 
     @functools.wraps(new_fn)

@@ -1,26 +1,13 @@
 """Run unmodified Flax NNX code on flaxgraph: bind ``flax.nnx`` to flaxgraph for a whole process.
 
-Third-party libraries (and their tests) write ``from flax import nnx``; their users cannot edit
-that line. :func:`install_as_flax_nnx` adds a finder to Python's import system (``sys.meta_path``,
-PEP 451) that answers for ``flax.nnx`` and every ``flax.nnx.<sub>``, so that each of
+:func:`install_as_flax_nnx` adds a ``sys.meta_path`` finder (PEP 451) that answers for
+``flax.nnx`` and every ``flax.nnx.<sub>`` with flaxgraph's module of the same dotted name;
+the rest of Flax (Linen, ``flax.struct``…) stays the real Flax, and no module of the real
+``flax/nnx`` is loaded. The same binding without editing the program:
+``python -m flaxgraph.run`` and the pytest plugin; see ``guides/tunix.md``.
 
-.. code-block:: python
-
-    from flax import nnx                  # nnx is flaxgraph
-    import flax.nnx as nnx                # nnx is flaxgraph
-    from flax.nnx import Linear           # flaxgraph.Linear
-    import flax.nnx.nn.linear             # the module flaxgraph.nn.linear
-    from flax.nnx.statelib import State   # flaxgraph.statelib.State
-    import flax; flax.nnx.Module          # flaxgraph.Module
-
-gives flaxgraph's object of the same dotted name, while every other piece of Flax (``flax.linen``,
-``flax.core``, ``flax.struct``, ``flax.traverse_util``, ``flax.training``…) stays the real Flax.
-Nothing on disk is edited and no module of the real ``flax/nnx`` directory is ever loaded.
-
-It is the counterpart of ``sklearnex.patch_sklearn()`` for scikit-learn; the same binding is
-available without touching the program as ``python -m flaxgraph.run script.py`` (see
-:mod:`flaxgraph.run`) and for a test suite as ``pytest -p flaxgraph.pytest_plugin
---flax-nnx=flaxgraph`` (see :mod:`flaxgraph.pytest_plugin`).
+Source: Python's import system (PEP 451 meta-path finders, PEP 562 module
+``__getattr__``); the module map of Flax NNX 0.12.8.
 """
 
 from __future__ import annotations
@@ -95,13 +82,10 @@ def _add_lazy_nnx_attribute(flax: types.ModuleType) -> None:
 class FlaxNnxFinder(importlib.abc.MetaPathFinder):
     """The ``sys.meta_path`` finder that resolves ``flax.nnx…`` to flaxgraph's modules.
 
-    ``flax.nnx`` is the module ``flaxgraph``; ``flax.nnx.a.b`` is the module of that name inside
-    flaxgraph (``flaxgraph.a.b``), or, where flaxgraph keeps a module under another file name
-    as Flax does (``flax.nnx.object`` is
-    ``flaxgraph.pytreelib``), the module-valued attribute of that name. Anything else raises
-    ``ModuleNotFoundError`` naming the ``flax.nnx…`` module: the real Flax NNX module is never
-    loaded in its place. ``flax`` itself is found by the other finders and loaded as usual; it
-    only gains the ``nnx`` attribute.
+    ``flax.nnx.a.b`` is ``flaxgraph.a.b``, or the module-valued attribute of that name where
+    flaxgraph keeps it under another file (``flax.nnx.object`` is ``flaxgraph.pytreelib``);
+    anything else raises ``ModuleNotFoundError``. ``flax`` itself loads as usual and gains
+    the ``nnx`` attribute.
     """
 
     def find_spec(
@@ -164,11 +148,7 @@ def _bound_module(fullname: str) -> types.ModuleType:
 
 
 def is_installed() -> bool:
-    """Whether :func:`install_as_flax_nnx` bound ``flax.nnx`` to flaxgraph in this process.
-
-    Returns:
-      ``True`` once the binding is in ``sys.meta_path``.
-    """
+    """Whether :func:`install_as_flax_nnx` bound ``flax.nnx`` in this process."""
     return any(isinstance(finder, FlaxNnxFinder) for finder in sys.meta_path)
 
 
@@ -185,37 +165,22 @@ def _real_flax_nnx_modules() -> list[str]:
 def install_as_flax_nnx() -> None:
     """Bind ``flax.nnx`` and every ``flax.nnx.<submodule>`` to flaxgraph for this process.
 
-    Call it before the library that uses Flax NNX is imported (first thing in the program);
-    from then on ``from flax import nnx`` anywhere gives ``flaxgraph``, ``flax.nnx.a.b`` the
-    module ``flaxgraph.a.b``, and the rest of ``flax`` (Linen, ``flax.struct``,
-    ``flax.traverse_util``, ``flax.training``…) stays the real Flax, which must be installed.
-    Calling it again does nothing. Flax NNX 0.12.8 names flaxgraph does not provide raise
-    ``AttributeError`` (or ``ModuleNotFoundError`` for a module) naming the name and where
-    ``guides/from_flax.md`` lists it.
-
-    Example (a script; ``tunix`` stands for any library written against ``flax.nnx``):
+    Call it first thing, before the library that uses Flax NNX is imported; calling it
+    again does nothing. Flax NNX 0.12.8 names flaxgraph lacks raise ``AttributeError`` (or
+    ``ModuleNotFoundError``) naming where ``guides/from_flax.md`` lists them.
 
     .. code-block:: python
 
         import flaxgraph
 
         flaxgraph.install_as_flax_nnx()
-
         from flax import nnx   # flaxgraph
         import tunix           # its ``from flax import nnx`` is flaxgraph too
 
-        assert nnx is flaxgraph
-
-    The same without editing the script: ``python -m flaxgraph.run script.py args...``.
-
     Raises:
-      RuntimeError: the real ``flax.nnx`` (or one of its submodules, named in the message) was
-        already imported, so objects of both libraries would mix. Nothing is changed then.
-      ModuleNotFoundError: Flax is not installed (``pip install flax==0.12.8``); nothing is
-        changed.
-
-    The mechanism is Python's import system: a meta-path finder (PEP 451, PEP 562 for the
-    ``flax.nnx`` attribute of the package).
+      RuntimeError: the real ``flax.nnx`` (or a submodule, named) was already imported;
+        nothing is changed.
+      ModuleNotFoundError: Flax is not installed; nothing is changed.
     """
     if is_installed():
         return

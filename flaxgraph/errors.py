@@ -1,10 +1,7 @@
 """Exceptions raised by flaxgraph and the helpers that word their messages.
 
-Every exception subclasses the standard ``ValueError`` or ``TypeError``, so an
-``except ValueError`` written for plain JAX code still catches it. A message
-says *what* was wrong, *where* (a path from the root the user passed, such as
-``args[1][0].linear.kernel``), and *how to fix it*, with numbered options when
-there are several.
+Each subclasses ``ValueError`` or ``TypeError``; how a message says what, where and the
+fix is in ``docs/design.md``, section "Errors".
 """
 
 from __future__ import annotations
@@ -17,11 +14,8 @@ class FlaxgraphError(Exception):
 
 
 class TraceContextError(FlaxgraphError, ValueError):
-    """An Object or Variable was mutated from a JAX trace other than its own.
-
-    Raised when code inside a transform (``jax.jit``, ``flaxgraph.jit``, …)
-    mutates an object that was created outside it and captured by closure: the
-    new value would be a tracer that leaks out of the transform.
+    """An Object or Variable created outside a transform was mutated inside it (the new value
+    would be a tracer that leaks out).
     """
 
 
@@ -38,10 +32,11 @@ class StaticAttributeError(FlaxgraphError, TypeError):
 
 
 class UnclassifiableValueError(FlaxgraphError, TypeError):
-    """flaxgraph cannot tell whether a value is data or static: JAX's pytree registry
-    fails to flatten it. The message names the value's type (and, raised on
-    assignment, the attribute) and how to mark it (``nnx.static(...)``/``nnx.data(...)``);
-    ``value`` is the value."""
+    """JAX's pytree registry fails to flatten a value, so it is neither data nor static.
+
+    The message names the value's type (and, on assignment, the attribute) and how to mark
+    it (``nnx.static(...)``/``nnx.data(...)``); ``value`` is the value.
+    """
 
     def __init__(self, message: str, value: object = None):
         super().__init__(message)
@@ -53,27 +48,27 @@ class InvalidFilterError(FlaxgraphError, TypeError):
 
 
 class SharedReferenceError(FlaxgraphError, ValueError):
-    """Tree mode (``graph=False``) met a Variable reachable along several paths, or a
-    ``graph_updates=False`` transform met a Variable both among its inputs and its
-    outputs; pytrees cannot share. The message lists every path of the Variable."""
+    """Tree mode met a Variable reachable along several paths, or a ``graph_updates=False``
+    transform met one among both its inputs and outputs; the message lists every path.
+    """
 
 
 class ScopeParamNotFoundError(FlaxgraphError, ValueError):
-    """A wrapped Linen module (``nnx.bridge.ToNNX``) needed a variable that
-    ``lazy_init`` did not create (it ran another method, or another input). The
-    bridge raises a subclass that is also Linen's ``flax.errors.ScopeParamNotFoundError``."""
+    """A wrapped Linen module (``nnx.bridge.ToNNX``) needed a variable ``lazy_init`` did not
+    create; the bridge raises a subclass that is also Linen's error of this name.
+    """
 
 
 class FlaxInternalError(FlaxgraphError, NotImplementedError):
-    """A Flax-internal class or function that has no counterpart in flaxgraph's design was
-    used (a tree-mode ``Simple*`` wrapper, a hijax primitive, a Flax-private context). The
-    message names it and what to use instead; ``guides/from_flax.md`` ("Flax-internal names
-    at their dotted paths") lists every such name with its reason."""
+    """A Flax-internal name with no counterpart in flaxgraph was used; the message names what to
+    use instead (``guides/from_flax.md``, "Flax-internal names at their dotted paths").
+    """
 
 
 class IdentityHashWarning(UserWarning):
-    """A static attribute hashes by identity, so every new instance of the model gets
-    a different GraphDef and recompiles the transforms that take it."""
+    """A static attribute hashes by identity, so each new model instance gets a new GraphDef
+    and recompiles.
+    """
 
 
 MAX_LISTED = 10

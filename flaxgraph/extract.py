@@ -1,25 +1,13 @@
 """Graphs inside pytrees: ``to_tree``/``from_tree`` and ``prefix`` (``nnx.extract``).
 
-A pytree that holds graph nodes (a tuple of arguments, a dict with a model in it)
-is not a pure pytree: JAX would copy shared objects. ``to_tree`` replaces every
-graph node (and Variable) in it by a ``NodeStates`` (the node's GraphDef and
-State, a pytree whose leaves are the State's), splitting all of them in one
-``split_context`` so a node met twice becomes a reference the second time.
-``from_tree`` merges them back in one ``merge_context``, restoring the sharing.
-This is how a hand-written transform passes objects through plain JAX
-functions::
-
-  >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-  >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-  >>> pure = nnx.to_tree((m, {'again': m}))
-  >>> type(pure[0]).__name__, len(jax.tree.leaves(pure))      # m stored once
-  ('NodeStates', 2)
-  >>> a, b = nnx.from_tree(jax.jit(lambda t: t)(pure))
-  >>> b['again'] is a
-  True
+``to_tree`` turns the graph nodes of a pytree into ``NodeStates`` split in one context
+(a node met twice is stored once), so the tree can pass through plain JAX functions;
+``from_tree`` merges them back, restoring the sharing. The module's tail holds Flax's
+small tree helpers at their ``flax.nnx.extract`` paths; Flax's tree-mode write-back and
+aliasing checks are stand-ins (the lifting machine does that work).
 
 Source: Flax NNX 0.12 ``nnx.extract`` (``to_tree``, ``from_tree``, ``NodeStates``,
-``prefix``).
+``prefix`` and the tree helpers).
 """
 
 from __future__ import annotations
@@ -53,14 +41,11 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class NodeStates:
-    """A graph node as a pytree: its GraphDef (static, may be ``None``), its
-    State(s) (the children) and static ``metadata``.
+    """A graph node as a pytree: its GraphDef (static, may be ``None``), States (the children)
+    and static ``metadata``.
 
-    Attributes:
-      graphdef: the GraphDef (``ValueError`` if there is none).
-      states: the States, a tuple.
-      state: the only State (``ValueError`` if there are several).
-      metadata: anything static (e.g. the prefix the node was split with).
+    ``graphdef`` raises ``ValueError`` if there is none, ``state`` if there is not exactly
+    one State.
 
     Example::
 
@@ -68,8 +53,6 @@ class NodeStates:
       >>> ns = nnx.extract.NodeStates.from_split(*nnx.split(nnx.Linear(1, 1, rngs=nnx.Rngs(0))))
       >>> type(nnx.merge(ns.graphdef, ns.state)).__name__, len(jax.tree.leaves(ns))
       ('Linear', 2)
-
-    Source: Flax NNX 0.12 ``nnx.extract.NodeStates``.
     """
 
     __slots__ = ("_graphdef", "states", "metadata")
@@ -153,20 +136,11 @@ jax.tree_util.register_pytree_with_keys(
 
 
 TreeState = NodeStates
-"""Flax 0.12's name for a graph node turned into a tree (its GraphDef and State), as
-``nnx.prefix(node, ..., graph=True)`` returns it: here that is a ``NodeStates``
-(``.graphdef``, ``.state``)."""
+"""Flax 0.12's name for a node turned into a tree (``nnx.prefix(..., graph=True)``): ``NodeStates``."""
 
 
 def clear_non_graph_nodes(tree: Any) -> Any:
-    """``tree`` with every leaf that is neither a graph node nor a Variable replaced
-    by ``None`` (graph nodes and Variables are kept as they are, not walked into).
-
-    Args:
-      tree: any pytree.
-
-    Returns:
-      A pytree of the same structure holding only the graph nodes and Variables.
+    """``tree`` with every leaf that is not a graph node or Variable replaced by ``None``.
 
     Example::
 
@@ -175,8 +149,6 @@ def clear_non_graph_nodes(tree: Any) -> Any:
       >>> out = nnx.extract.clear_non_graph_nodes((v, jnp.ones(3), 'x'))
       >>> out[0] is v, out[1], out[2]
       (True, None, None)
-
-    Source: Flax NNX 0.12 ``nnx.extract.clear_non_graph_nodes``.
     """
     return jax.tree.map(
         lambda x: x if is_node_or_variable(x) else None, tree, is_leaf=is_node_or_variable
@@ -210,8 +182,7 @@ def _key(entry: Any) -> Hashable:
 def _leaves_with_prefixes(
     tree: Any, prefix: Any, is_leaf: Callable[[Any], bool]
 ) -> tuple[list[tuple[PathParts, Any, Any]], Any]:
-    """The leaves of ``tree`` (graph nodes are leaves) with their paths and the prefix
-    value each one receives, and the treedef to rebuild ``tree``."""
+    """The leaves of ``tree`` with their paths and prefix values, and the treedef."""
     pairs, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)
     paths = [tuple(_key(e) for e in p) for p, _ in pairs]
     if prefix is MISSING:
@@ -241,36 +212,34 @@ def to_tree(
     ctxtag: Hashable | None = None,
     check_aliasing: bool = True,
 ) -> Any:
-    """Replaces every graph node and Variable in ``tree`` by ``split_fn``'s result
-    (by default a ``NodeStates``), splitting all of them in one ``split_context``.
+    """Replaces every graph node and Variable in ``tree`` by ``split_fn``'s result (by default a
+    ``NodeStates``), all split in one ``split_context``.
 
     Args:
       tree: any pytree holding graph nodes.
-      prefix: optional prefix tree (as ``in_axes``); each node's prefix value is
-        passed to ``split_fn``.
+      prefix: optional prefix tree (as ``in_axes``); each node's value goes to ``split_fn``.
       split_fn: ``(ctx, path, prefix, node) -> replacement``.
       map_non_graph_nodes: also call ``split_fn`` on the other leaves.
       ctxtag: the tag of an active ``update_context`` to take part in.
-      check_aliasing: with a ``prefix``, a node reachable along two paths must get
-        the same prefix value on both.
+      check_aliasing: with a ``prefix``, a node on two paths must get one prefix value.
 
     Returns:
-      ``tree`` with graph nodes replaced (a pure pytree with the default
-      ``split_fn``).
+      ``tree`` with graph nodes replaced (a pure pytree with the default ``split_fn``).
 
     Raises:
-      ValueError: ``prefix`` does not fit ``tree``, or (``check_aliasing``) one node
-        receives two different prefix values; the message names both paths.
+      ValueError: ``prefix`` does not fit ``tree``, or (``check_aliasing``) one node gets
+        two prefix values; the message names both paths.
 
     Example::
 
       >>> import jax, flaxgraph as nnx
       >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> tree = nnx.to_tree({'a': m, 'b': m, 'n': 1})
-      >>> [type(tree[k]).__name__ for k in 'ab'], len(jax.tree.leaves(tree))
-      (['NodeStates', 'NodeStates'], 3)
-
-    Source: Flax NNX 0.12 ``nnx.to_tree``.
+      >>> pure = nnx.to_tree((m, {'again': m}))
+      >>> type(pure[0]).__name__, len(jax.tree.leaves(pure))      # m stored once
+      ('NodeStates', 2)
+      >>> a, b = nnx.from_tree(jax.jit(lambda t: t)(pure))
+      >>> b['again'] is a
+      True
     """
     leaves, treedef = _leaves_with_prefixes(tree, prefix, is_node_or_variable)
     if check_aliasing and prefix is not MISSING:
@@ -307,12 +276,11 @@ def from_tree(
     is_inner: bool | None = None,
     ctxtag: Hashable | None = None,
 ) -> Any:
-    """The inverse of ``to_tree``: merges every ``NodeStates`` in ``tree`` in one
-    ``merge_context``, so references between them are restored.
+    """The inverse of ``to_tree``: merges every ``NodeStates`` in ``tree`` in one ``merge_context``.
 
     Args:
       tree: a pytree from ``to_tree`` (possibly transformed by JAX).
-      prefix: optional prefix tree; each node's prefix value is passed to ``merge_fn``.
+      prefix: optional prefix tree; each node's prefix value goes to ``merge_fn``.
       merge_fn: ``(ctx, path, prefix, leaf) -> object``.
       is_node_leaf: which leaves ``merge_fn`` is called on.
       is_leaf: where flattening ``tree`` stops.
@@ -321,7 +289,7 @@ def from_tree(
       ctxtag: the tag of an active ``update_context``.
 
     Returns:
-      ``tree`` with the objects rebuilt.
+      ``tree`` with the objects rebuilt, references between them restored.
 
     Example::
 
@@ -330,8 +298,6 @@ def from_tree(
       >>> back = nnx.from_tree(nnx.to_tree({'a': m, 'b': m}))
       >>> back['a'] is back['b'], back['a'] is m, back['a'].kernel is m.kernel
       (True, False, True)
-
-    Source: Flax NNX 0.12 ``nnx.from_tree``.
     """
     leaves, treedef = _leaves_with_prefixes(tree, prefix, is_leaf)
     with merge_context(ctxtag, is_inner) as ctx:
@@ -366,17 +332,9 @@ def _prefix_fn(filter_map: Mapping[Filter, Any] | Callable[..., Any]) -> Callabl
 
 @dataclasses.dataclass(frozen=True)
 class PrefixRule:
-    """``NodeStates.metadata`` of the objects in an ``nnx.prefix(..., graph=True)``
-    result: the rule that made the prefixes and where the object stood.
-
-    A Variable shared with an earlier object appears in the later object's States
-    only as a reference, without a prefix; the transforms ask ``rule`` for the
-    prefix it has at this position, to check that every alias of the Variable gets
-    the same one (Flax NNX 0.12 keeps ``prefix_fn`` in its ``TreeState`` for this).
-
-    Attributes:
-      fn: ``(path, leaf) -> prefix``, as given to (or built by) ``nnx.prefix``.
-      path: the object's path in the tree given to ``nnx.prefix``.
+    """``NodeStates.metadata`` in an ``nnx.prefix(..., graph=True)`` result: the prefix rule
+    ``fn`` and the object's ``path``, so transforms can ask the prefix of a Variable that
+    appears only as a reference (to check its aliases agree).
     """
 
     fn: Callable[[PathParts, Any], Any] = dataclasses.field(compare=False, repr=False)
@@ -394,15 +352,12 @@ def prefix(
     *,
     graph: bool | None = None,
 ) -> Any:
-    """Replaces every leaf of ``node`` by a prefix value (e.g. an axis), computed by
-    ``filter_map(path, leaf)`` or by the first filter of a ``{filter: value}``
-    mapping that matches (a ``ValueError`` if none does).
+    """Replaces every leaf of ``node`` by a prefix value (e.g. an axis).
 
-    In tree mode the result has ``node``'s pytree structure (Variables are leaves).
-    In graph mode ``node`` is first turned into a tree with ``to_tree`` and the
-    States inside its ``NodeStates`` get the prefix values, so the result matches
-    ``to_tree(node)`` (pass all the graph nodes of one transform together, as a
-    tuple, so shared references are numbered as the transform numbers them).
+    The value is ``filter_map(path, leaf)``, or that of the first matching filter of a
+    ``{filter: value}`` mapping. In graph mode the result is ``to_tree(node)`` with prefix
+    values in its ``NodeStates``' States (pass all graph nodes of one transform together, so
+    shared references are numbered as the transform numbers them).
 
     Args:
       node: a graph or a pytree holding graphs.
@@ -410,8 +365,12 @@ def prefix(
       graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
 
     Returns:
-      Tree mode: ``node``'s pytree with prefix values for leaves. Graph mode:
-      ``to_tree(node)`` with prefix values in its ``NodeStates`` (``TreeState``).
+      Tree mode: ``node``'s pytree (Variables are leaves) of prefix values. Graph mode:
+      ``to_tree(node)`` with prefix values (``TreeState``).
+
+    Raises:
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
+      ValueError: with a mapping, no filter matches a leaf (the message names its path).
 
     Example::
 
@@ -419,13 +378,6 @@ def prefix(
       >>> d = {'a': nnx.Param(jnp.array(2)), 'b': nnx.BatchStat(jnp.arange(5))}
       >>> nnx.prefix(d, {nnx.Param: None, nnx.BatchStat: 0}, graph=False)
       {'a': None, 'b': 0}
-
-    Raises:
-      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
-      ValueError: with a mapping, no filter matches a leaf ("No filter matched";
-        the message names its path).
-
-    Source: Flax NNX 0.12 ``nnx.prefix``.
     """
     fn = _prefix_fn(filter_map)
     if not resolve_graph(graph):
@@ -450,10 +402,7 @@ def prefix(
     return treedef.unflatten([on_states(tuple(_key(e) for e in p), x) for p, x in pairs])
 
 
-# -- Flax's tree helpers at ``flax.nnx.extract`` --------------------------------------------
-# The small pure helpers Flax's transforms use on their argument trees, written with Flax's
-# behaviour; the pieces of Flax's own tree-mode machinery (update tracking, its aliasing
-# checks) are stand-ins: flaxgraph's lifting machine does that work itself.
+# -- Flax's tree helpers at ``flax.nnx.extract`` (see the module docstring) --------------------
 
 Index = int
 """A position in a tuple of arguments."""
@@ -493,8 +442,7 @@ def _labeled_class(keys: tuple[str, ...]) -> type:
 
 
 def labeled(**kwargs: Any) -> Any:
-    """A named tuple of ``kwargs`` (one class per set of names) that also reads by name
-    (``t['a']``) and has ``keys()``.
+    """A named tuple of ``kwargs`` that also reads by name (``t['a']``) and has ``keys()``.
 
     Example::
 
@@ -506,8 +454,7 @@ def labeled(**kwargs: Any) -> Any:
 
 
 class PrefixMapping(abc.ABC):
-    """Base of the lift types (``StateAxes``, ``StateSharding``, ``DiffState``): a prefix
-    given per Variable. flaxgraph's lift types are its registered subclasses."""
+    """Base of the lift types (``StateAxes``, ``StateSharding``, ``DiffState``): a prefix per Variable."""
 
     @abc.abstractmethod
     def map_prefix(self, path: PathParts, variable: Variable[Any], /) -> Any:
@@ -522,16 +469,8 @@ def broadcast_prefix(
 ) -> list[Any]:
     """Each leaf of ``prefix_tree`` repeated once per leaf of ``full_tree`` under it.
 
-    Args:
-      prefix_tree: a tree prefix of ``full_tree`` (objects and Variables are leaves).
-      full_tree: the full tree.
-      prefix_is_leaf, tree_is_leaf: extra leaf predicates for the two trees.
-
-    Returns:
-      The list of prefix leaves, one per leaf of ``full_tree``.
-
-    Raises:
-      ValueError: ``prefix_tree`` is not a prefix of ``full_tree``.
+    Objects and Variables are leaves; ``prefix_is_leaf``/``tree_is_leaf`` add leaf
+    predicates. Raises ``ValueError`` if ``prefix_tree`` is not a prefix of ``full_tree``.
     """
     result: list[Any] = []
 
@@ -553,8 +492,7 @@ def broadcast_prefix2(
     is_leaf: Callable[[Any], bool] | None = None,
     prefix_leaf: Callable[[Any], bool] | None = None,
 ) -> tuple[list[KeyPath], list[Any]]:
-    """As :func:`broadcast_prefix`, with the prefix leaves' key paths: ``(paths, leaves)``,
-    one entry per leaf of ``full_tree``."""
+    """As :func:`broadcast_prefix`, with the prefix leaves' key paths: ``(paths, leaves)``."""
     leaf_of_prefix: Callable[[Any], bool] | None = prefix_leaf
     if prefix_leaf is not None and is_leaf is not None:
         leaf_of_prefix = lambda x: prefix_leaf(x) or is_leaf(x)
@@ -580,9 +518,7 @@ def broadcast_prefix_map(
     is_leaf: Callable[[Any], bool] | None = None,
     prefix_leaf: Callable[[Any], bool] | None = None,
 ) -> Any:
-    """``full_tree`` with each leaf replaced by ``f(path, prefix_leaf, leaf, *rest_leaves)``,
-    where ``prefix_leaf`` is the ``prefix_tree`` leaf above it and ``rest`` are trees of
-    ``full_tree``'s structure."""
+    """``full_tree`` with each leaf replaced by ``f(path, prefix_leaf, leaf, *rest_leaves)``."""
     _, prefix_leaves = broadcast_prefix2(
         prefix_tree, full_tree, is_leaf=is_leaf, prefix_leaf=prefix_leaf
     )
@@ -607,8 +543,7 @@ class GraphDefState:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Opaque(Generic[_A]):
-    """Holds ``value`` where it must not take part in comparisons: every two ``Opaque`` of
-    one type are equal, with the hash 0 (a function kept as static aux data)."""
+    """Holds ``value`` out of comparisons: all ``Opaque`` of one type are equal, hash 0."""
 
     value: _A
 
@@ -624,8 +559,7 @@ class Mask(NamedTuple):
 
 
 def mask_at(t: tuple[Any, ...], index: int | None) -> tuple[Any, tuple[Any, ...]]:
-    """``(t[index], t with Mask() at index)``; ``(None, t)`` if ``index`` is ``None`` or
-    ``t`` is not a tuple.
+    """``(t[index], t with Mask() at index)``; ``(None, t)`` if ``index`` is ``None`` or ``t`` no tuple.
 
     Example::
 
@@ -654,8 +588,7 @@ def replace_at(t: tuple[Any, ...], index: int | None, value: Any) -> tuple[Any, 
 
 
 def find(t: tuple[Any, ...], value: Any) -> int | None:
-    """The first position of ``value`` in the tuple ``t`` (``==``), or ``None`` (also when
-    ``t`` is not a tuple)."""
+    """The first position of ``value`` in the tuple ``t`` (``==``), or ``None``."""
     if not isinstance(t, tuple):
         return None
     return next((i for i, x in enumerate(t) if x == value), None)
@@ -679,9 +612,8 @@ def extract(
 ) -> tuple[Any, list[Any]]:
     """Takes out of ``tree`` the leaves for which ``f(path, prefix_leaf, leaf)`` holds.
 
-    Returns:
-      ``(tree with ExtractIndex(i) in their place, [the leaves taken, in order])``;
-      :func:`insert` puts them back.
+    Returns ``(tree with ExtractIndex(i) in their place, [the leaves taken])``;
+    :func:`insert` puts them back.
     """
     taken: list[Any] = []
 
@@ -714,8 +646,7 @@ def snapshot(args: _A) -> tuple[_A, _A]:
 
 
 def variable_changed(post: Variable[Any], pre: Variable[Any]) -> bool:
-    """Whether ``post`` differs from ``pre``: another pytree structure (type, metadata) or a
-    leaf that is not the same object."""
+    """Whether ``post`` differs from ``pre`` in pytree structure or in the identity of a leaf."""
     post_def: Any  # a PyTreeDef
     post_leaves, post_def = jax.tree.flatten(post)
     pre_leaves, pre_def = jax.tree.flatten(pre)
@@ -734,11 +665,8 @@ def treemap_copy_args(f: _F) -> _F:
 
 
 def check_same_variables(inputs: Any, outputs: Any, transform_name: str = "") -> None:
-    """Raises unless every Variable of ``inputs`` is the same object at the same place of
-    ``outputs`` (a loop's carry keeps its Variables).
-
-    Raises:
-      ValueError: a Variable was replaced.
+    """Raises ``ValueError`` unless every Variable of ``inputs`` is the same object at the same
+    place of ``outputs``.
     """
 
     def check(in_leaf: Any, out_leaf: Any) -> None:
@@ -751,8 +679,7 @@ def check_same_variables(inputs: Any, outputs: Any, transform_name: str = "") ->
 
 
 def update_carry_variables(init_val: Any, val_out: Any) -> Any:
-    """``val_out`` with each Variable of ``init_val`` kept and updated from the Variable at
-    the same place of ``val_out`` (``update_from_state``)."""
+    """``val_out`` with each Variable of ``init_val`` kept, updated from the one at its place."""
 
     def update(in_leaf: Any, out_leaf: Any) -> Any:
         if is_variable(in_leaf):
@@ -783,8 +710,7 @@ def filter_kwargs(f: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
 
 
 def to_masked(tree: Any, all_updates: Iterable[Mapping[Any, Any]]) -> Any:
-    """``tree`` with each leaf replaced by the update at its key path (``None`` where no
-    update has it); later updates win."""
+    """``tree`` with each leaf replaced by the update at its key path (``None`` if none; later wins)."""
     combined: dict[Any, Any] = {}
     for updates in all_updates:
         combined.update(updates)

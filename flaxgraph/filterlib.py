@@ -1,11 +1,8 @@
 """Filters: a small language for selecting parts of a graph's state.
 
-A *filter* is anything ``to_predicate`` turns into a predicate
-``(path, value) -> bool``, where ``path`` is the tuple of keys from the root to
-a leaf (``('linear', 'kernel')``) and ``value`` is the leaf: a ``Variable`` or a
-raw array. Filters select which sub-state ``split``, ``state`` and ``pop``
-return, and which part of an object a lift type (``StateAxes``, ``DiffState``,
-``StateSharding``) applies to.
+``to_predicate`` turns a filter into ``(path, value) -> bool`` (``path``: the keys from
+the root to a leaf; ``value``: a Variable or raw array). Filters select what ``split``,
+``state`` and ``pop`` return, and where a lift type applies.
 
 ======================  =========================================================
 filter                  matches
@@ -54,18 +51,10 @@ class HasTag(Protocol):
 
 
 def to_predicate(filter: Filter) -> Predicate:
-    """Turns a filter into a predicate ``(path, value) -> bool``.
-
-    Args:
-      filter: a type, a string tag, ``...``, ``True``/``False``, ``None``, a
-        tuple or list of filters (any-of), or a callable predicate.
-
-    Returns:
-      A predicate taking ``(path: tuple[Key, ...], value)`` and returning a bool.
+    """Turns a filter (one of the module table's forms) into a predicate ``(path, value) -> bool``.
 
     Raises:
-      InvalidFilterError (a ``TypeError``): if ``filter`` is none of the above,
-        e.g. an int.
+      InvalidFilterError (a ``TypeError``): ``filter`` is none of them, e.g. an int.
 
     Example::
 
@@ -99,12 +88,10 @@ def filters_to_predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
 
 
 def partition_predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
-    """``filters_to_predicates`` for filters that partition a state (``split``,
-    ``State.split``): first match wins, so a catch-all (``...`` or ``True``) before
-    another filter would leave that filter nothing.
+    """``filters_to_predicates`` for filters that partition a state (first match wins).
 
     Raises:
-      ValueError: a catch-all is followed by a filter that is not one.
+      ValueError: a catch-all (``...``/``True``) is followed by a filter that is not one.
     """
     for i, f in enumerate(filters):
         if (f is Ellipsis or f is True) and any(
@@ -120,10 +107,7 @@ def partition_predicates(filters: tuple[Filter, ...]) -> tuple[Predicate, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class OfType:
-    """Matches values that are instances of ``type``; for a Variable, its kind.
-
-    Example: ``OfType(nnx.Param)`` matches ``Param`` and its subclasses.
-    """
+    """Matches values that are instances of ``type`` (for a Variable, its kind and subclasses)."""
 
     type: type
 
@@ -158,7 +142,7 @@ class PathContains:
 
 
 class PathIn:
-    """Matches leaves whose path is one of ``paths`` (each a tuple of keys), exactly.
+    """Matches leaves whose path is exactly one of ``paths`` (each a tuple of keys).
 
     Example::
 

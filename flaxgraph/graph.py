@@ -1,9 +1,5 @@
 """``nnx.graph``: Flax's older name of :mod:`flaxgraph.graphlib`, re-exporting its names.
 
-Flax NNX keeps ``flax.nnx.graph`` for code written before the module became ``graphlib``
-(``from flax.nnx.graph import GraphDef, split``); every public name of
-:mod:`flaxgraph.graphlib` is here, the same object.
-
 Example::
 
   >>> from flaxgraph import graph, graphlib

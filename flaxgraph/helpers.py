@@ -1,12 +1,9 @@
 """Flax NNX's ``nnx.helpers``: ``List``, ``Dict``, ``Sequential`` and ``TrainState``, with Flax's
 small helpers.
 
-The containers are defined in :mod:`flaxgraph.containers`, ``TrainState`` in
-:mod:`flaxgraph.training.train_state`; this module is Flax's path to them
-(``from flax.nnx.helpers import Sequential``).
+Defined in :mod:`flaxgraph.containers` and :mod:`flaxgraph.training.train_state`.
 
-Source: Flax NNX 0.12.8 ``flax.nnx.helpers`` (its module map, behaviour read from its public
-source).
+Source: Flax NNX 0.12.8 ``flax.nnx.helpers``.
 """
 
 from __future__ import annotations
@@ -29,26 +26,15 @@ M = TypeVar("M", bound=Module)
 
 
 class ModuleDefApply(Protocol, Generic[M]):
-    """The type of ``graphdef.apply``: called with States, it returns a proxy whose method
-    call gives ``(output, (state, graphdef))``."""
+    """The type of ``graphdef.apply``: its proxy's method call gives ``(output, (state, graphdef))``."""
 
     def __call__(self, state: State, *states: State) -> ApplyCaller[tuple[State, GraphDef[M]]]: ...
 
 
 def has_keyword_arg(func: Callable[..., Any], name: str) -> bool:
-    """Whether ``func`` takes an argument ``name`` by keyword (keyword-only or
-    positional-or-keyword).
+    """Whether ``func`` has a parameter ``name`` passable by keyword (``**kwargs`` does not count).
 
-    Args:
-      func: any callable with a signature.
-      name: the parameter name.
-
-    Returns:
-      ``True`` if ``func(..., name=...)`` names a parameter of ``func`` (``**kwargs`` does not
-      count).
-
-    Raises:
-      ValueError, TypeError: ``func`` has no signature (``inspect.signature``).
+    Raises ``ValueError``/``TypeError`` if ``func`` has no signature.
 
     Example::
 

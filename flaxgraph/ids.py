@@ -1,12 +1,10 @@
 """Unique ids for objects: ``nnx.ids.uuid()``.
 
-A ``UUID`` is equal only to itself and hashable, and a copy (``copy.copy``,
-``copy.deepcopy``) is a *new* id, so an id copied along with an object never
-identifies two objects. Unlike ``id(x)``, a UUID is never recycled while it is alive.
-It holds a private token object instead of a global counter, so there is no shared
-mutable state (and nothing to lock across threads).
+A ``UUID`` is equal only to itself, a copy is a new id, and, unlike ``id(x)``, it is
+never recycled while alive; it holds a private token, so there is no shared counter
+(nothing to lock across threads).
 
-Source: Flax NNX 0.12 ``flax.nnx.ids`` (``uuid``, ``UUID``).
+Source: Flax NNX 0.12 ``flax.nnx.ids`` (``uuid``, ``UUID``, ``UUIDManager``).
 """
 
 from __future__ import annotations
@@ -47,32 +45,18 @@ class UUID:
 
 
 def uuid() -> UUID:
-    """Returns a new unique id.
-
-    Returns:
-      A ``UUID`` equal only to itself.
+    """Returns a new unique id (a ``UUID`` equal only to itself).
 
     Example::
 
       >>> uuid() != uuid()
       True
-
-    Source: Flax NNX 0.12 ``nnx.ids.uuid``.
     """
     return UUID()
 
 
 class UUIDManager:
-    """Flax's maker of unique ids: ``UUIDManager()()`` is a new :class:`UUID`. flaxgraph's
-    ids need no shared counter, so every manager (and :func:`uuid`) makes ids unique
-    across all of them.
-
-    Example::
-
-      >>> make = UUIDManager()
-      >>> make() != make()
-      True
-    """
+    """Flax's maker of unique ids: ``UUIDManager()()`` is a new :class:`UUID`."""
 
     __slots__ = ()
 

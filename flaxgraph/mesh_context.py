@@ -1,32 +1,13 @@
 """The active device mesh, logical axis rules, and eager sharding of new Variables.
 
-Sharding names live in a Variable's metadata under ``out_sharding`` (given under
-the older names ``sharding`` / ``sharding_names``, deprecated in Flax NNX 0.12, they
-are stored there too, with a ``DeprecationWarning``): a tuple with one entry per
-dimension of the value, each a mesh-axis name, a tuple of names, or ``None`` (replicated). Two
-scoped settings turn those names into placements:
+Sharding names live in a Variable's ``out_sharding`` metadata, one entry per dimension;
+how the rules and eager sharding turn them into placements, and where flaxgraph differs
+from Flax, is in ``docs/design.md``, section "Axis metadata".
 
-* **Logical axis rules** (``with nnx.logical_axis_rules([('batch', 'data'),
-  ('hidden', 'model')]):``) map *logical* names chosen by the model's author to
-  the mesh axes of the machine it runs on. A name without a rule is used as is.
-  An inner ``with`` replaces the outer rules for its block.
-* **Eager sharding** (on by default; ``nnx.use_eager_sharding(False)`` turns it
-  off): a Variable *created* while a mesh is active (``with jax.set_mesh(mesh):``)
-  or with ``mesh=`` metadata, and whose metadata holds sharding names, is placed
-  on that mesh at once (``jax.device_put`` with its ``NamedSharding``; inside a
-  trace, a sharding constraint). No ``jit`` is needed to shard a model at
-  creation. Without a mesh the names are only metadata, as before (Flax 0.12
-  raises in that case instead; flaxgraph keeps names usable without a mesh).
-
-Errors: a name that is not an axis of the mesh, or a tuple of names whose
-length is not the value's rank, raises ``ShardingSpecError`` (a ``ValueError``)
-naming the Variable (its path where one is known), the spec and the mesh or
-shape.
-
-Source: Flax NNX 0.12 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding``,
-``nnx.logical_axis_rules`` (behaviour checked against the installed Flax 0.12.8:
-inner rules replace outer ones, unknown names pass through) and the FLIP "Variable
-eager sharding"; meshes and placement from ``jax.sharding``.
+Source: Flax NNX 0.12 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding`` and
+``nnx.logical_axis_rules`` (checked against Flax 0.12.8), its deprecation of
+``sharding``/``sharding_names`` for ``out_sharding``, the FLIP "Variable eager sharding";
+``jax.sharding``.
 """
 
 from __future__ import annotations
@@ -64,34 +45,8 @@ OLD_SHARDING_KEYS = ("sharding", "sharding_names")
 
 
 def rename_sharding_keys(metadata: dict[str, Any], stacklevel: int = 3) -> dict[str, Any]:
-    """Renames the older sharding keys ``sharding`` and ``sharding_names`` of a
-    metadata dict (which the caller owns) to ``out_sharding``, in place, and returns it.
-
-    As Flax NNX 0.12 does, the names given as ``Param(x, sharding=...)``,
-    ``sharding_names=...`` or ``set_metadata(sharding=...)`` are stored under
-    ``out_sharding`` (so code that reads ``get_metadata()['out_sharding']`` finds
-    them whichever name built the Variable), with a ``DeprecationWarning`` per
-    older key.
-
-    Args:
-      metadata: the dict to rename in place.
-      stacklevel: the warning's ``stacklevel`` (counted from this function), so that
-        it points at the user's line.
-
-    Warns:
-      DeprecationWarning: ``metadata`` holds ``sharding`` or ``sharding_names``; pass
-        ``out_sharding=`` instead.
-
-    Example::
-
-      >>> import warnings
-      >>> with warnings.catch_warnings():
-      ...   warnings.simplefilter('ignore', DeprecationWarning)
-      ...   rename_sharding_keys({'sharding': ('a', None), 'note': 1})
-      {'note': 1, 'out_sharding': ('a', None)}
-
-    Source: Flax NNX 0.12 ``Variable.__init__``/``set_metadata`` (the deprecation of
-    ``sharding``/``sharding_names`` in favour of ``out_sharding``).
+    """Renames ``sharding``/``sharding_names`` of ``metadata`` to ``out_sharding`` in place, with
+    a ``DeprecationWarning`` per key at ``stacklevel``; returns ``metadata``.
     """
     for key in OLD_SHARDING_KEYS:
         if key in metadata:
@@ -116,28 +71,19 @@ LOGICAL_AXIS_RULES: Flag[Rules] = Flag("logical_axis_rules", ())
 
 
 class ShardingSpecError(ValueError):
-    """A sharding spec does not fit its mesh (an unknown axis name) or its value (a
-    rank mismatch). The message names the Variable's path (where known), the spec,
-    and the mesh axes or the value's shape."""
+    """A sharding spec names an axis its mesh lacks, or has more entries than its value's rank.
+
+    The message names the Variable's path (where known), the spec, and the mesh axes or
+    the value's shape.
+    """
 
 
 class use_eager_sharding:
-    """Sets whether new Variables with sharding metadata are placed on the active mesh
-    at creation. Takes effect at once (for the rest of the program, in this thread)
-    and, used as a context manager, restores the previous setting on exit; used as a
-    decorator (``@nnx.use_eager_sharding(False)``), it holds only during each call.
+    """Sets whether new Variables with sharding metadata are placed on the active mesh.
 
-    As Flax's configuration contexts, the setting is a per-thread stack over a
-    default: ``get_default()`` is the configured default
-    (``flax_always_shard_variable``, ``True`` unless changed with
-    ``nnx.config.update``, or with ``flax.config.update`` once real Flax is imported:
-    one setting, as in Flax), ``get_stack()`` the stack itself (a plain call replaces
-    its top, or pushes onto an empty one; a ``with`` block pushes and pops), and
-    ``current_value()`` its top, else the default (what ``using_eager_sharding()``
-    returns).
-
-    Args:
-      value: ``True`` (the default setting) or ``False``.
+    At once (this thread); as a context manager until its exit, as a decorator during each
+    call. As Flax's configuration contexts it has ``get_default()``, ``get_stack()`` and
+    ``current_value()``.
 
     Raises:
       TypeError: ``value`` is not a bool.
@@ -148,11 +94,6 @@ class use_eager_sharding:
       >>> with nnx.use_eager_sharding(False):
       ...   nnx.using_eager_sharding(), nnx.use_eager_sharding.get_default()
       (False, True)
-      >>> nnx.use_eager_sharding.current_value()
-      True
-
-    Source: Flax NNX 0.12 ``nnx.use_eager_sharding`` (``flax.typing``'s
-    configuration context: ``get_default``, ``get_stack``, ``current_value``).
     """
 
     __slots__ = ("prev_value", "new_value")
@@ -170,8 +111,7 @@ class use_eager_sharding:
 
     @classmethod
     def get_default(cls) -> bool:
-        """The setting outside every ``use_eager_sharding``: the configured
-        ``flax_always_shard_variable``."""
+        """The setting outside every ``use_eager_sharding`` (``flax_always_shard_variable``)."""
         return EAGER_SHARDING.global_value()
 
     @classmethod
@@ -216,16 +156,13 @@ class use_eager_sharding:
 
 
 def using_eager_sharding() -> bool:
-    """Whether new Variables with sharding metadata are placed on the active mesh at
-    creation (``True`` unless turned off with ``nnx.use_eager_sharding(False)``).
+    """Whether new Variables with sharding metadata are placed on the active mesh at creation.
 
     Example::
 
       >>> import flaxgraph as nnx
       >>> nnx.using_eager_sharding()
       True
-
-    Source: Flax NNX 0.12 ``nnx.using_eager_sharding``.
     """
     return EAGER_SHARDING.get()
 
@@ -235,10 +172,9 @@ def logical_axis_rules(rules: Sequence[tuple[str, str | tuple[str, ...] | None]]
     """Maps logical axis names to mesh axes inside the ``with`` block.
 
     Args:
-      rules: ``(logical_name, mesh_axes)`` pairs; ``mesh_axes`` is a mesh-axis name,
-        a tuple of them, or ``None`` (replicated). The last rule for a name wins
-        (Flax 0.12.8 reads the rules into a dict); names without a rule are used
-        unchanged. Inner blocks replace outer rules, Linen's rule blocks included.
+      rules: ``(logical_name, mesh_axes)`` pairs, ``mesh_axes`` a mesh-axis name, a tuple
+        of them or ``None``. The last rule for a name wins; names without a rule stay.
+        Inner blocks replace outer rules, Linen's rule blocks included.
 
     Raises:
       TypeError: a rule is not a ``(str, str | tuple | None)`` pair.
@@ -250,8 +186,6 @@ def logical_axis_rules(rules: Sequence[tuple[str, str | tuple[str, ...] | None]]
       >>> with nnx.logical_axis_rules([('embed', None), ('mlp', 'model')]):
       ...   nnx.get_partition_spec(w).value
       P(None, 'model')
-
-    Source: Flax 0.12 ``nnx.logical_axis_rules`` (``flax.core.spmd``).
     """
     checked = []
     for rule in rules:
@@ -275,20 +209,12 @@ def logical_axis_rules(rules: Sequence[tuple[str, str | tuple[str, ...] | None]]
 
 
 def _flax_core_spmd() -> Any:
-    """Flax's ``flax.core.spmd`` module if the program has imported it (Linen and
-    ``flax.core`` code set logical axis rules there: ``flax.linen.partitioning.axis_rules``,
-    ``flax.linen.logical_axis_rules``), else ``None``; never imports it."""
+    """``flax.core.spmd`` if the program imported it (Linen sets its rules there), else ``None``."""
     return sys.modules.get("flax.core.spmd")
 
 
 def get_logical_axis_rules() -> Rules:
-    """The logical axis rules in effect (``()`` outside any rules block).
-
-    As in Flax NNX 0.12, ``nnx.logical_axis_rules`` and Linen's rule blocks
-    (``flax.linen.partitioning.axis_rules``, which set ``flax.core.spmd``'s rules)
-    are one setting: when the program has imported ``flax.core``, the innermost
-    block of either kind is in effect.
-    """
+    """The logical axis rules in effect (``()`` outside any block), Linen's blocks included."""
     shared = _flax_core_spmd()
     if shared is not None:
         rules = shared.get_logical_axis_rules()
@@ -298,13 +224,11 @@ def get_logical_axis_rules() -> Rules:
 
 
 def resolve_names(names: Sequence[Any], local_rules: Any = ()) -> tuple[Any, ...]:
-    """``names`` with every logical name replaced by its mesh axes under the active
-    rules plus ``local_rules`` (a Variable's own ``sharding_rules`` metadata); a name
-    without a rule, and ``None``, stay.
+    """``names`` with each logical name replaced by its mesh axes under the active rules plus
+    ``local_rules`` (a Variable's ``sharding_rules``).
 
     Raises:
-      ValueError: a local rule maps a logical name to other axes than the active
-        rules do ("Inconsistent logical axis annotations").
+      ValueError: a local rule disagrees with the active rules for a name.
     """
     rules = get_logical_axis_rules()
     if not rules and not local_rules:
@@ -332,15 +256,13 @@ def resolve_names(names: Sequence[Any], local_rules: Any = ()) -> tuple[Any, ...
 
 
 def names_of(metadata: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """The sharding names in a Variable's metadata (``out_sharding``), or ``None``.
-    A ``PartitionSpec`` counts as a tuple."""
+    """The sharding names in ``out_sharding`` metadata (a ``PartitionSpec`` too), or ``None``."""
     names = metadata.get("out_sharding")
     return tuple(names) if isinstance(names, (tuple, PartitionSpec)) else None
 
 
 def active_mesh() -> Any:
-    """The mesh set by ``jax.set_mesh``: the concrete ``Mesh`` outside ``jit``, the
-    ``AbstractMesh`` while tracing; ``None`` when no mesh is set."""
+    """The mesh of ``jax.set_mesh`` (abstract while tracing), or ``None``."""
     try:
         mesh: Any = jax.sharding.get_mesh()
     except ValueError:  # inside a trace only the abstract mesh is available
@@ -355,8 +277,7 @@ def _axes_in(entry: Any) -> tuple[Any, ...]:
 
 
 def _trimmed(spec: PartitionSpec) -> tuple[Any, ...]:
-    """``spec`` without its trailing ``None`` entries (JAX drops them: ``P('a', None)``
-    places a rank-1 value as ``P('a')`` does)."""
+    """``spec`` without trailing ``None`` entries (JAX drops them)."""
     entries = tuple(spec)
     while entries and entries[-1] is None:
         entries = entries[:-1]
@@ -369,11 +290,9 @@ def check_spec(
     shape: tuple[int, ...] | None,
     where: str,
 ) -> None:
-    """Raises ``ShardingSpecError`` when ``spec`` names an axis ``mesh`` lacks or has
-    more entries than ``shape`` has dimensions, trailing ``None`` entries aside
-    (``shape`` None: rank not checked). A shorter spec is fine: as in JAX, the
-    missing trailing entries are ``None``.
-    ``where`` names the Variable (its path, or its kind and shape)."""
+    """Raises ``ShardingSpecError`` when ``spec`` names an axis ``mesh`` lacks, or has more
+    non-trailing-``None`` entries than ``shape`` has dimensions; ``where`` names the Variable.
+    """
     if mesh is not None:
         axis_names = tuple(mesh.axis_names)
         missing = [a for e in spec for a in _axes_in(e) if a not in axis_names]
@@ -394,10 +313,9 @@ def check_spec(
 
 
 def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any:
-    """The Variable-creation hook: ``value`` placed with its sharding when eager
-    sharding is on, the metadata holds names, and a mesh is known (``mesh`` metadata,
-    else the active mesh); otherwise ``value`` unchanged. ``kind`` is the Variable's
-    class name, used in errors."""
+    """The Variable-creation hook: ``value`` placed with its sharding when eager sharding is on
+    and a mesh is known, else unchanged (``kind`` is for errors).
+    """
     given = metadata.get("out_sharding")
     if given is None or metadata.get("eager_sharding") is False:  # nothing to place
         return value

@@ -1,11 +1,10 @@
 """What flaxgraph says when code reaches for a Flax NNX name it does not provide.
 
-flaxgraph provides the public names of Flax NNX 0.12.8 (``guides/from_flax.md``, section
-"Every public name of flax.nnx 0.12.8", lists each with its status). A program written for
-Flax, often run through :func:`flaxgraph.install_as_flax_nnx`, may still reach for a name
-flaxgraph lacks: a Flax-internal module, or a name of another Flax release. The
-``AttributeError`` then names the name, the Flax version that has it and where the migration
-table lists it, instead of Python's bare "has no attribute".
+The ``AttributeError`` names the name, the Flax version that has it and where
+``guides/from_flax.md`` ("Every public name of flax.nnx 0.12.8") lists it, instead of
+Python's bare "has no attribute".
+
+Source: the public names of Flax NNX 0.12.8 (``guides/from_flax.md``).
 """
 
 from __future__ import annotations
@@ -26,20 +25,12 @@ class FlaxOnlyName(NamedTuple):
 
 
 FLAX_ONLY_NAMES: dict[str, FlaxOnlyName] = {}
-"""Top-level ``flax.nnx`` names of some Flax release that flaxgraph does not provide, with
-what they are (none for Flax NNX 0.12.8: every one of its names is provided)."""
+"""Top-level ``flax.nnx`` names of some Flax release that flaxgraph lacks (none of 0.12.8's)."""
 
 
 def missing_name_error(module: str, name: str) -> AttributeError:
-    """The ``AttributeError`` for ``module.name`` (``module`` is ``'flaxgraph'``).
-
-    Args:
-      module: the dotted name of the flaxgraph module that lacks ``name``.
-      name: the attribute that was looked up.
-
-    Returns:
-      An ``AttributeError`` (with ``.name`` and ``.obj`` unset) whose message names ``name``,
-      the Flax releases that have it, and the migration table (``guides/from_flax.md``).
+    """The ``AttributeError`` for ``module.name``, naming ``name``, the Flax releases that have it
+    and the migration table.
 
     Example:
       >>> import flaxgraph

@@ -1,26 +1,10 @@
 """Traversal modes: graph mode, tree mode, and whether transforms propagate graph updates.
 
-Flax NNX 0.12 has three ways to walk an object and lift it through a transform:
-
-* ``graph=True, graph_updates=True`` (the default): objects are graphs. Shared
-  references and cycles are allowed, and every change a transformed function makes
-  to its arguments (Variable values, new or deleted attributes, new shared
-  references) is written back to the caller's objects.
-* ``graph=True, graph_updates=False``: objects are still walked as graphs (sharing
-  is fine), but only Variable *values* come back; attribute and structural changes
-  made inside stay inside, and returning an input Variable as an output is an error.
-  Lift types (``StateAxes``, ``DiffState``, ``StateSharding``) are not accepted.
-* ``graph=False`` (**tree mode**): objects are plain pytrees. A Variable reachable
-  along two paths is an error, updates are as with ``graph_updates=False``, and a
-  Variable may appear only once among the inputs and outputs together.
-
-``graph=None``/``graph_updates=None`` on a transform or graph function take the
-current defaults, read once when the transform is created (as Flax does):
-``set_graph_mode(False)`` / ``set_graph_updates(False)`` change them, globally
-when called as a statement, for a block with ``with``, or for every call of a
-function when used as a decorator. Global settings are shared by all threads;
-``with`` blocks and decorated functions override them in their own thread only,
-as JAX's configuration contexts do.
+The three modes and what each lets back are in ``docs/design.md``, section "Traversal
+modes". ``graph=None``/``graph_updates=None`` take the defaults when the transform is
+created; ``set_graph_mode``/``set_graph_updates`` change them globally (a statement),
+for a block (``with``) or for each call (a decorator), the last two in this thread only,
+as JAX's configuration contexts.
 
 Source: Flax NNX 0.12 ``nnx.set_graph_mode``, ``nnx.set_graph_updates`` and the
 ``graph``/``graph_updates`` arguments of its transforms.
@@ -43,12 +27,8 @@ GRAPH_UPDATES = FlaxConfigFlag("graph_updates", True, "nnx_graph_updates")
 
 
 class Mode(NamedTuple):
-    """A resolved traversal mode.
-
-    Attributes:
-      graph: objects are walked as graphs (sharing allowed) rather than as trees.
-      updates: structural changes made inside a transform reach the caller
-        (always ``False`` in tree mode).
+    """A resolved traversal mode: ``graph`` (walked as graphs) and ``updates`` (structural
+    changes reach the caller; always ``False`` in tree mode).
     """
 
     graph: bool
@@ -71,21 +51,16 @@ def resolve_graph(graph: bool | None) -> bool:
 
 
 def resolve(graph: bool | None, graph_updates: bool | None) -> Mode:
-    """The mode of a transform created with these arguments (``None``: the defaults).
-
-    Tree mode (``graph=False``) never propagates structural updates, whatever
-    ``graph_updates`` says.
-    """
+    """The mode of a transform created with these arguments (``None``: the defaults)."""
     g = resolve_graph(graph)
     updates = GRAPH_UPDATES.get() if graph_updates is None else bool(graph_updates)
     return Mode(g, g and updates)
 
 
 class _Setting:
-    """What ``set_graph_mode``/``set_graph_updates`` return: the setting is already in
-    force (globally); entering it as a context manager, or applying it to a function
-    as a decorator, turns it into an override of this thread for the block or for each
-    call of the function, and the global value goes back to what it was."""
+    """What ``set_graph_mode``/``set_graph_updates`` return: in force globally at once; as a
+    context manager or decorator it becomes this thread's override instead.
+    """
 
     __slots__ = ("flag", "value", "previous", "active")
 
@@ -130,13 +105,10 @@ def set_graph_mode(value: bool, /) -> Any:
     """Sets the default ``graph`` mode of transforms and graph functions.
 
     Args:
-      value: ``True`` for graph mode (shared references allowed), ``False`` for tree
-        mode (objects are plain pytrees).
+      value: ``True`` for graph mode, ``False`` for tree mode.
 
     Returns:
-      A setting object: the new default holds from now on; used as ``with
-      nnx.set_graph_mode(False):`` it holds in that block only, and used as a
-      decorator, during each call of the decorated function (in the calling thread).
+      A setting usable as a statement, ``with`` block or decorator (see the module).
 
     Raises:
       TypeError: ``value`` is not a bool.
@@ -149,27 +121,13 @@ def set_graph_mode(value: bool, /) -> Any:
       False
       >>> nnx.modes.GRAPH.get()
       True
-
-    Transforms read the default when they are created (``nnx.jit(f)``), not when
-    they are called.
-
-    Source: Flax NNX 0.12 ``nnx.set_graph_mode``.
     """
     return _Setting(GRAPH, value)
 
 
 def set_graph_updates(value: bool, /) -> Any:
-    """Sets the default ``graph_updates`` of transforms (see ``set_graph_mode``).
-
-    Args:
-      value: ``True``: structural changes made inside a transform reach the caller;
-        ``False``: only Variable values do.
-
-    Returns:
-      A setting object usable as a statement, context manager or decorator.
-
-    Raises:
-      TypeError: ``value`` is not a bool.
+    """Sets the default ``graph_updates`` of transforms (``False``: only Variable values come
+    back); returns a setting as ``set_graph_mode``, raises ``TypeError`` for a non-bool.
 
     Example::
 
@@ -179,7 +137,5 @@ def set_graph_updates(value: bool, /) -> Any:
       ...   return nnx.modes.resolve(None, None)
       >>> mode()
       Mode(graph=True, updates=False)
-
-    Source: Flax NNX 0.12 ``nnx.set_graph_updates``.
     """
     return _Setting(GRAPH_UPDATES, value)

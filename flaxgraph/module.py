@@ -1,10 +1,8 @@
 """Flax NNX's ``nnx.module``: ``Module`` and the functions Flax keeps beside it.
 
-The class is defined in :mod:`flaxgraph.module_class`, ``view``/``view_info``/
-``with_attributes`` in :mod:`flaxgraph.views`, ``capture`` in :mod:`flaxgraph.capturing`,
-``iter_children``/``iter_module_children`` in :mod:`flaxgraph.graphlib.descendants`; this module
-gathers them at Flax's path (``from flax.nnx.module import view, capture``), with Flax's small
-helpers.
+Defined in :mod:`flaxgraph.module_class`, :mod:`flaxgraph.views`,
+:mod:`flaxgraph.capturing` and :mod:`flaxgraph.graphlib.descendants`; gathered here at
+Flax's path, with Flax's small helpers.
 
 Example::
 
@@ -15,8 +13,7 @@ Example::
   >>> first_from(None, 3, 4, error_msg='none given')
   3
 
-Source: Flax NNX 0.12.8 ``flax.nnx.module`` (its module map, behaviour read from its public
-source).
+Source: Flax NNX 0.12.8 ``flax.nnx.module``.
 """
 
 from __future__ import annotations
@@ -55,40 +52,23 @@ StateMapping = Mapping[PathParts, Any]
 
 
 class ModuleMeta(PytreeMeta):
-    """Flax's metaclass of ``Module``. flaxgraph's ``Module`` needs no metaclass (its
-    metaclass is ``type``), so this exists for code that derives its own metaclass from
-    Flax's (``class Meta(ModuleMeta, abc.ABCMeta)``) and uses it with a ``Module``."""
+    """Flax's metaclass of ``Module`` (flaxgraph's is ``type``), for code that derives its own
+    metaclass from it.
+    """
 
 
 def tuple_reduce(xs: tuple[Any, ...], x: Any) -> tuple[Any, ...]:
-    """``xs + (x,)``: the reduce function that ``Module.sow`` uses by default.
-
-    Example::
-
-      >>> tuple_reduce((1,), 2)
-      (1, 2)
-    """
+    """``xs + (x,)``: ``Module.sow``'s default reduce function."""
     return (*xs, x)
 
 
 def tuple_init() -> tuple[()]:
-    """``()``: the initial value that ``Module.sow`` uses by default."""
+    """``()``: ``Module.sow``'s default initial value."""
     return ()
 
 
 def first_from(*args: A | None, error_msg: str) -> A:
-    """The first argument that is not ``None``.
-
-    Args:
-      *args: candidates, in order of preference (e.g. a call argument, then an attribute).
-      error_msg: the message of the error raised when every candidate is ``None``.
-
-    Returns:
-      The first non-``None`` argument.
-
-    Raises:
-      ValueError: every argument is ``None`` (message: ``error_msg``).
-    """
+    """The first argument that is not ``None``; ``ValueError(error_msg)`` if all are."""
     for arg in args:
         if arg is not None:
             return arg

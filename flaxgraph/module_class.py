@@ -1,10 +1,7 @@
 """Module: an Object with the conveniences of a neural-network layer (the class; Flax's
 ``nnx.module`` path, with ``view``, ``capture`` and the rest, is :mod:`flaxgraph.module`).
 
-``Module`` adds to ``Object`` what layers need: walking sub-modules
-(``iter_modules``, ``iter_children``), collecting intermediate values
-(``sow``), reading gradients of activations (``perturb``), and switching
-modes on every sub-module at once (``set_attributes``, ``train``, ``eval``).
+It adds walks over sub-modules, ``sow``, ``perturb`` and mode switches::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> class Block(nnx.Module):
@@ -21,7 +18,7 @@ modes on every sub-module at once (``set_attributes``, ``train``, ``eval``).
   >>> block.eval().deterministic
   True
 
-Source: Flax NNX ``nnx.Module`` (0.12).
+Source: Flax NNX 0.12 ``nnx.Module`` (its methods) and ``nnx.iter_modules``.
 """
 
 from __future__ import annotations
@@ -51,17 +48,18 @@ def has_attribute(module: Any, name: str) -> bool:
 
 
 CAPTURES = "_flaxgraph_captures"
-"""The attribute ``nnx.capture`` gives each module during a call: a tuple of one
-Variable per captured kind, whose value maps names to what was sown (see
-``flaxgraph/capturing.py``). It is ordinary data, so it crosses transforms."""
+"""The attribute ``nnx.capture`` gives each module during a call: one Variable per captured
+kind, mapping names to what was sown (``capturing.py``); plain data, so it crosses
+transforms.
+"""
 
 _NOT_CAPTURED: Any = object()
 
 
 def _capture_slot(module: Any, variable_type: type) -> Any:
-    """``None`` outside ``nnx.capture``; else the capture's Variable of exactly
-    ``variable_type``, or ``_NOT_CAPTURED`` if that kind is not captured (the
-    value is then dropped, as in Flax)."""
+    """``None`` outside ``nnx.capture``; else the capture's Variable of ``variable_type``, or
+    ``_NOT_CAPTURED`` (the value is dropped, as in Flax).
+    """
     slots = module.__dict__.get(CAPTURES)
     if slots is None:
         return None
@@ -72,10 +70,7 @@ def _capture_slot(module: Any, variable_type: type) -> Any:
 
 
 class Module(Pytree):
-    """Base class of layers and models (see the module docstring).
-
-    Source: Flax NNX ``nnx.Module``.
-    """
+    """Base class of layers and models (see the module docstring)."""
 
     def iter_modules(self, *, graph: bool | None = None) -> Iterator[tuple[PathParts, Module]]:
         """``nnx.iter_modules(self, graph=graph)``."""
@@ -159,19 +154,18 @@ class Module(Pytree):
         graph: bool | None = None,
         **attributes: Any,
     ) -> None:
-        """Sets ``attributes`` on every sub-module (this one included) that has them
-        and matches ``filters`` (all modules if none are given).
+        """Sets ``attributes`` on every sub-module (this one included) that has them and matches
+        ``filters`` (all modules if none are given).
 
         Args:
           *filters: which modules to change (``nnx.Linear``, a path filter...).
           raise_if_not_found: raise if an attribute exists on no selected module.
-          graph: traversal mode of the walk over sub-modules (``None``: the
-            ``nnx.set_graph_mode`` default; ``False``: tree mode).
+          graph: traversal mode of the walk (``None``: ``nnx.set_graph_mode``'s default).
           **attributes: ``name=value`` to set.
 
         Raises:
-          ValueError: ``raise_if_not_found`` and some attribute was found on no
-            selected module; nothing is changed then.
+          ValueError: ``raise_if_not_found`` and an attribute was found on no selected
+            module; nothing is changed then.
 
         Example::
 
@@ -180,8 +174,6 @@ class Module(Pytree):
           >>> model.set_attributes(deterministic=True)
           >>> model.layers[1].deterministic
           True
-
-        Source: Flax NNX 0.12 ``Module.set_attributes``.
         """
         predicates = [to_predicate(f) for f in filters]
         writes: list[tuple[Module, str, Any]] = []
@@ -223,14 +215,14 @@ class Module(Pytree):
 def iter_modules(
     module: Any, /, *, graph: bool | None = None
 ) -> Iterator[tuple[PathParts, Module]]:
-    """Yields ``(path, module)`` for ``module`` and every sub-module, children first;
-    the root comes last with path ``()``.
+    """Yields ``(path, module)`` for ``module`` and every sub-module, children first, the root
+    last with path ``()``.
 
     Args:
       module: a Module (or any graph holding Modules).
       graph: graph mode (each shared module once, at its first path) or tree mode
-        (``False``: a Variable reachable along two paths raises
-        ``SharedReferenceError``); ``None``: ``nnx.set_graph_mode``'s default.
+        (``False``: a shared Variable raises ``SharedReferenceError``); ``None``:
+        ``nnx.set_graph_mode``'s default.
 
     Example::
 
@@ -240,8 +232,6 @@ def iter_modules(
       ...     self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0)); self.b = self.a
       >>> [p for p, _ in nnx.iter_modules(Pair())]
       [('a',), ()]
-
-    Source: Flax NNX 0.12 ``nnx.iter_modules``.
     """
     for path, value in iter_graph(module, graph=graph):
         if isinstance(value, Module):

@@ -1,19 +1,9 @@
 """Copying a graph's objects while sharing its Variables.
 
-Several functions of Flax NNX 0.12 return "a new node" that differs from the
-original in a few objects and shares everything else's *state*:
-``nnx.with_rngs`` (new random streams), ``nnx.view``/``nnx.with_attributes``
-(other static attributes), ``split_rngs``/``fork_rngs`` with
-``graph_updates=False``. They all need the same thing: a copy of every graph node
-(``Object``, ``Module``, registered node types) and of the lists, tuples and dicts
-holding them, in which every ``Variable`` is the *same* Variable as in the
-original. Changing a Variable's value through the copy changes the original;
-changing an attribute of a copied object does not.
-
-``copy_nodes`` makes that copy and lets a callback replace or edit each copied
-node (children first). Sharing and cycles are kept in graph mode; in tree mode
-(``graph=False``) a Variable reachable along two paths is an error that lists
-every path.
+``nnx.with_rngs``, ``nnx.view``/``nnx.with_attributes`` and ``split_rngs``/``fork_rngs``
+with ``graph_updates=False`` return "a new node": every graph node and container copied,
+every Variable the original's (changing a value through the copy changes the original;
+changing an attribute does not)::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.node_copy import copy_nodes
@@ -55,11 +45,8 @@ from flaxgraph.typing import PathParts
 
 
 def check_tree(node: Any, graph: bool, root_name: str = "node") -> None:
-    """In tree mode (``graph=False``), raises if a Variable is reachable twice.
-
-    Raises:
-      SharedReferenceError (a ``ValueError``): ``graph`` is false and a Variable of
-        ``node`` is reachable along several paths; the message lists them.
+    """In tree mode (``graph=False``), raises ``SharedReferenceError`` (listing the paths) if a
+    Variable of ``node`` is reachable twice.
     """
     if not graph:
         flatten_with_paths(node, root_name=root_name, graph=False)
@@ -75,21 +62,17 @@ def copy_nodes(
     """A copy of ``node``'s graph nodes and containers that shares its Variables.
 
     Args:
-      node: any value: a graph node, a Variable, a list/tuple/dict or pytree of them.
-      f: called as ``f(path, copy)`` on every copied graph node, children first
-        (the root last, with path ``()``); it may edit the copy in place and
-        returns the node to use in its place (usually the copy itself).
-      graph: ``False`` for tree mode (``None``: the current default,
-        ``nnx.set_graph_mode``).
+      node: a graph node, a Variable, or a container or pytree of them.
+      f: called as ``f(path, copy)`` on every copied node, children first (the root last,
+        path ``()``); returns the node to use in its place (usually the copy).
+      graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
       root_name: how error messages name ``node``.
 
     Returns:
-      The copy. Variables, arrays and static values are the original ones; each
-      graph node reachable along several paths is copied once (graph mode).
+      The copy; a node reachable along several paths is copied once (graph mode).
 
     Raises:
-      SharedReferenceError (a ``ValueError``): tree mode and a Variable reachable
-        along several paths.
+      SharedReferenceError (a ``ValueError``): tree mode and a shared Variable.
     """
     check_tree(node, resolve_graph(graph), root_name)
     done = RefMap[Any]()

@@ -1,26 +1,13 @@
-"""Axis metadata and sharding helpers (SPMD; Flax's ``nnx.spmd`` path, with the abstract-model
-functions beside these, is :mod:`flaxgraph.spmd`).
+"""Axis metadata and sharding helpers (SPMD); Flax's ``nnx.spmd`` path is :mod:`flaxgraph.spmd`.
 
-Variables carry sharding *names* as plain metadata: ``nnx.Param(x,
-out_sharding=('data', None))`` (the deprecated ``sharding=``/``sharding_names=`` are
-stored there too). Transforms that add or remove an
-axis (``vmap``, ``pmap``, ``scan``) keep those names in step with the value's
-rank through ``Variable.add_axis``/``remove_axis`` and their
-``transform_metadata`` (``{nnx.PARTITION_NAME: 'layers'}``).
+The ``AxisMetadata`` box protocol (``Partitioned``, ``with_partitioning``) and the
+functions that turn a Variable's sharding names into ``PartitionSpec`` and
+``NamedSharding`` values. How names follow added and removed axes is in ``docs/design.md``,
+section "Axis metadata".
 
-This file also provides the *box* protocol of the "Axis Metadata" FLIP
-flax#2434: an ``AxisMetadata`` box wraps a value with metadata that follows
-added and removed axes; ``Partitioned(value, names)`` is the sharding box and
-``with_partitioning(init_fn, names)`` wraps an initializer so it returns one. A
-boxed initial value becomes a Variable with that metadata
-(``nnx.Param(Partitioned(x, ('a', None)))`` has ``out_sharding == ('a', None)``).
-
-From metadata to shardings: ``get_partition_spec(state)`` maps every Variable to a
-``PartitionSpec`` of its names, ``get_named_sharding(state, mesh)`` to a
-``NamedSharding``, and ``with_sharding_constraint`` applies either inside ``jit``.
-
-Source: the "Axis Metadata" FLIP flax#2434; Flax NNX's "Transformations" guide
-("Axis metadata"); Flax NNX ``nnx.spmd``; shardings from ``jax.sharding``.
+Source: the "Axis Metadata" FLIP flax#2434; Flax NNX's "Transformations" guide ("Axis
+metadata") and ``nnx.spmd`` (``get_partition_spec``, ``get_named_sharding``,
+``get_var_pspec``); ``jax.sharding`` and ``jax.lax.with_sharding_constraint``.
 """
 
 from __future__ import annotations
@@ -53,13 +40,10 @@ __all__ = [
 
 
 class AxisMetadata(metaclass=abc.ABCMeta):
-    """A box holding a value plus metadata that follows axes added or removed by
-    transforms. Subclasses are registered as pytrees whose leaves are the value's.
+    """A box holding a value plus metadata that follows axes added or removed by transforms.
 
-    ``add_axis`` and ``remove_axis`` return new boxes and are inverses:
-    ``box.add_axis(i, p).remove_axis(i, p) == box``.
-
-    Source: the "Axis Metadata" FLIP flax#2434.
+    Subclasses are pytrees whose leaves are the value's; ``add_axis`` and ``remove_axis``
+    return new boxes and are inverses.
     """
 
     @abc.abstractmethod
@@ -82,16 +66,9 @@ class AxisMetadata(metaclass=abc.ABCMeta):
 class Partitioned(AxisMetadata):
     """A value with one mesh-axis name (or ``None``) per dimension.
 
-    Args:
-      value: the array.
-      names: a tuple of axis names, one per dimension of ``value``.
-      metadata: more metadata for the Variable made from it (e.g. ``mesh``).
-
-    A Variable created from it has ``out_sharding == names`` (and ``metadata``). Under ``vmap``/``scan`` a
-    ``Partitioned`` in the arguments or outputs gains or loses the transform's
+    A Variable created from it has ``out_sharding == names`` (and ``metadata``, e.g.
+    ``mesh``); under ``vmap``/``scan`` it gains or loses
     ``transform_metadata[PARTITION_NAME]`` at the mapped axis.
-
-    Source: the "Axis Metadata" FLIP flax#2434 (``Partitioned``).
     """
 
     __slots__ = ("value", "names", "metadata")
@@ -168,10 +145,8 @@ def with_partitioning(
     mesh: Any = None,
     **metadata: Any,
 ) -> Callable[..., Partitioned]:
-    """Wraps an initializer (e.g. ``jax.nn.initializers.lecun_normal()``) so that it
-    returns ``Partitioned(value, sharding)``; a Variable made from it carries the
-    names as its ``out_sharding`` metadata (as in Flax NNX 0.12), plus ``mesh`` (if given: the Variable is then placed on
-    that mesh at creation, see ``use_eager_sharding``) and ``metadata``.
+    """Wraps an initializer so it returns ``Partitioned(value, sharding)`` (plus ``mesh``, which
+    places the Variable at creation, and ``metadata``).
 
     Example::
 
@@ -179,8 +154,6 @@ def with_partitioning(
       >>> init = nnx.with_partitioning(jax.nn.initializers.ones, (None, 'model'))
       >>> nnx.Param(init(jax.random.key(0), (2, 4))).out_sharding
       (None, 'model')
-
-    Source: the "Axis Metadata" FLIP flax#2434 (``with_partitioning``).
     """
 
     extra = {**metadata, **({"mesh": mesh} if mesh is not None else {})}
@@ -222,17 +195,8 @@ def leaf_where(keypath: tuple[Any, ...], leaf: Any) -> str:
 
 
 def get_var_pspec(v: Variable[Any]) -> PartitionSpec | None:
-    """The ``PartitionSpec`` of one Variable: its sharding names (``out_sharding``…)
-    with logical names mapped by the active ``nnx.logical_axis_rules`` and its own
-    ``sharding_rules``; ``PartitionSpec()`` (replicated) for a Variable without names
-    whose value has a shape; ``None`` for one whose value has none (a string, a
-    callable…).
-
-    Args:
-      v: a Variable.
-
-    Returns:
-      A ``jax.sharding.PartitionSpec`` with one entry per named dimension, or ``None``.
+    """The ``PartitionSpec`` of one Variable: its names under the active logical axis rules and
+    its own ``sharding_rules``; ``P()`` without names, ``None`` if its value has no shape.
 
     Example::
 
@@ -243,8 +207,6 @@ def get_var_pspec(v: Variable[Any]) -> PartitionSpec | None:
       P('embed', 'model')
       >>> nnx.spmd.get_var_pspec(nnx.Param(jnp.ones(3))), nnx.spmd.get_var_pspec(nnx.Variable('x'))
       (P(), None)
-
-    Source: Flax NNX 0.12 ``nnx.spmd.get_var_pspec``.
     """
     if _names(v):
         return spec_of(v)
@@ -252,18 +214,8 @@ def get_var_pspec(v: Variable[Any]) -> PartitionSpec | None:
 
 
 def get_partition_spec(tree: Any) -> Any:
-    """Replaces every leaf of ``tree`` (a State, or any pytree holding Variables or
-    ``Partitioned`` boxes) by its ``PartitionSpec``: a Variable's sharding names
-    (``out_sharding``) with logical
-    names mapped by the active ``nnx.logical_axis_rules``; ``PartitionSpec()``
-    (replicated) for leaves without names. Variables stay boxed: the result has the
-    same structure, with PartitionSpecs as values.
-
-    Args:
-      tree: a State / pytree; leaves of any shape.
-
-    Returns:
-      ``tree`` with ``PartitionSpec`` values (Variables keep kind and metadata).
+    """``tree`` (a State or pytree of Variables and ``Partitioned``) with each leaf's
+    ``PartitionSpec`` as its value (``P()`` without names); Variables stay boxed.
 
     Example::
 
@@ -271,8 +223,6 @@ def get_partition_spec(tree: Any) -> Any:
       >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=(None, 'model'))})
       >>> nnx.get_partition_spec(s)['w'].value
       P(None, 'model')
-
-    Source: Flax NNX ``nnx.get_partition_spec``.
     """
 
     def spec(leaf: Any) -> Any:
@@ -283,21 +233,16 @@ def get_partition_spec(tree: Any) -> Any:
 
 
 def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
-    """Like ``get_partition_spec`` but with ``NamedSharding(mesh, spec)`` values,
-    each spec checked against ``mesh`` and the leaf's rank.
+    """As ``get_partition_spec`` with ``NamedSharding(mesh, spec)`` values, each checked.
 
     Args:
-      tree: a State / pytree of Variables, ``Partitioned`` boxes or arrays (or
-        ``jax.ShapeDtypeStruct`` values, e.g. from ``nnx.eval_shape``).
+      tree: a State or pytree of Variables, ``Partitioned`` boxes or arrays (or
+        ``jax.ShapeDtypeStruct``).
       mesh: a ``jax.sharding.Mesh`` (or ``AbstractMesh``).
 
-    Returns:
-      ``tree`` with ``NamedSharding`` values.
-
     Raises:
-      ShardingSpecError (a ``ValueError``): a spec names an axis ``mesh`` lacks, or
-        has more entries than the value has dimensions; the message names the
-        Variable's path, the spec, and the mesh axes or the shape.
+      ShardingSpecError (a ``ValueError``): a spec names an axis ``mesh`` lacks, or has
+        more entries than the value has dimensions.
 
     Example::
 
@@ -306,14 +251,6 @@ def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
       >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=(None, 'model'))})
       >>> nnx.get_named_sharding(s, mesh)['w'].value.spec
       P(None, 'model')
-      >>> s = nnx.State({'w': nnx.Param(jnp.ones((2, 4)), out_sharding=('data', None))})
-      >>> nnx.get_named_sharding(s, mesh)
-      Traceback (most recent call last):
-      ...
-      flaxgraph.mesh_context.ShardingSpecError: The sharding of the Param at 'w' is P('data', None), which names the axis 'data' that the mesh lacks: the mesh axes are ('model',).
-      ...
-
-    Source: Flax NNX ``nnx.get_named_sharding``.
     """
 
     def sharding(keypath: tuple[Any, ...], leaf: Any) -> Any:
@@ -333,16 +270,9 @@ def get_named_sharding(tree: Any, mesh: jax.sharding.Mesh) -> Any:
 def with_sharding_constraint(tree: Any, shardings: Any) -> Any:
     """``jax.lax.with_sharding_constraint`` for trees holding Variables and States.
 
-    Args:
-      tree: arrays, Variables, States, or a pytree of them.
-      shardings: a Sharding/PartitionSpec for all leaves, or a tree of the same
-        structure as ``tree`` (e.g. from ``get_partition_spec``/``get_named_sharding``,
-        Variables holding shardings are unboxed).
-
-    Returns:
-      ``tree`` with each array constrained (Variables are rebuilt with the new value).
-
-    Source: ``jax.lax.with_sharding_constraint``.
+    ``shardings`` is one Sharding/PartitionSpec for all leaves, or a tree of ``tree``'s
+    structure (Variables holding shardings are unboxed). Variables come back rebuilt with
+    the constrained value.
     """
     if isinstance(shardings, (jax.sharding.Sharding, PartitionSpec)):
         return jax.tree.map(lambda v: _constrain(v, shardings), tree, is_leaf=is_variable)
@@ -361,9 +291,9 @@ def _constrain(v: Any, sharding: Any) -> Any:
 
 
 def map_boxes(prefix: Any, tree: Any, fn: Callable[[AxisMetadata, Any], AxisMetadata]) -> Any:
-    """Applies ``fn(box, axis)`` to every ``AxisMetadata`` box in ``tree``, where ``axis``
-    is the entry of the prefix tree ``prefix`` (e.g. ``in_axes``) above the box.
-    Non-int prefixes (lift types, None) leave boxes alone."""
+    """Applies ``fn(box, axis)`` to every ``AxisMetadata`` box in ``tree``, ``axis`` the int
+    entry of ``prefix`` above it (other prefixes leave boxes alone).
+    """
     if isinstance(prefix, int) and not isinstance(prefix, bool):
         # Objects and Variables are leaves here: rebuilding them as pytrees would hand
         # the function copies, and its changes would be lost (vmap over ``__init__``).

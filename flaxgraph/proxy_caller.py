@@ -1,10 +1,8 @@
 """Flax NNX's ``proxy_caller``: record attribute and item accesses, replay them later.
 
-``DelayedAccessor()`` records ``.name`` and ``[key]`` lookups without doing them; calling it
-on an object replays them. :class:`CallableProxy` pairs such a recording with a function
-that receives it first: ``proxy.layer[0].method(x)`` calls ``fn(accessor, x)`` where
-``accessor`` replays ``.layer[0].method``. This is how a "call a method of a pure graph"
-API (``nnx.call``, ``GraphDef.apply``) takes the method path from ordinary Python syntax.
+``proxy.layer[0].method(x)`` calls ``fn(accessor, x)``, ``accessor`` replaying
+``.layer[0].method``: how ``nnx.call`` and ``GraphDef.apply`` take a method path from
+Python syntax.
 
 Example::
 
@@ -16,7 +14,7 @@ Example::
   >>> proxy.conjugate()
   (2-0j)
 
-Source: Flax NNX 0.12.8 ``flax.nnx.proxy_caller`` (behaviour read from its public source).
+Source: Flax NNX 0.12.8 ``flax.nnx.proxy_caller``.
 """
 
 from __future__ import annotations
@@ -47,12 +45,9 @@ class GetAttr:
 
 @dataclasses.dataclass(frozen=True)
 class DelayedAccessor:
-    """A path of recorded lookups; ``accessor(x)`` replays them on ``x``.
+    """A path of recorded lookups (``actions``); ``accessor(x)`` replays them on ``x``.
 
-    Attributes:
-      actions: the lookups in order, each a :class:`GetItem` or :class:`GetAttr`.
-
-    Hashable and static under JAX transforms (a pytree with no leaves).
+    Hashable and static under JAX transforms.
     """
 
     actions: tuple[GetItem | GetAttr, ...] = ()
@@ -79,13 +74,7 @@ class _AccessorCall(Protocol):
 
 
 class CallableProxy:
-    """Records lookups, then calls ``callable(accessor, *args, **kwargs)`` when called.
-
-    Args:
-      callable: receives the :class:`DelayedAccessor` of the lookups made on the proxy,
-        then the call's arguments.
-      accessor: the lookups recorded so far (default: none).
-    """
+    """Records lookups, then calls ``callable(accessor, *args, **kwargs)`` when called."""
 
     def __init__(self, callable: _AccessorCall, accessor: DelayedAccessor | None = None) -> None:
         self._callable = callable
@@ -104,8 +93,7 @@ class CallableProxy:
 
 
 class ApplyCaller(Protocol, Generic[A]):
-    """The type of a proxy whose lookups chain and whose call returns ``(output, A)``
-    (what ``nnx.call(...)`` returns: ``A`` is the new ``(GraphDef, State)``)."""
+    """The type of a proxy whose call returns ``(output, A)``, as ``nnx.call(...)`` does."""
 
     def __getattr__(self, name: str, /) -> ApplyCaller[A]: ...
 

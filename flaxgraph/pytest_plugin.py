@@ -4,15 +4,13 @@ Usage, for any project whose tests write ``from flax import nnx``::
 
     pytest -p flaxgraph.pytest_plugin --flax-nnx=flaxgraph tests/
 
-The option ``--flax-nnx`` takes ``flaxgraph`` (bind ``flax.nnx`` to flaxgraph with
-:func:`flaxgraph.install_as_flax_nnx` before any conftest or test module is imported) or
-``flax`` (the default: nothing is bound, the real Flax runs, e.g. to record a baseline with the
-same command line). The report header says which one ran. With pytest-xdist every worker loads
-the plugin and binds the same way.
+``--flax-nnx=flaxgraph`` binds with :func:`flaxgraph.install_as_flax_nnx` before any
+conftest is imported (every xdist worker too); ``flax`` (the default) binds nothing, for
+a baseline with the same command line. The report header says which ran; if the real
+``flax.nnx`` was imported first, the run stops with ``install_as_flax_nnx``'s
+``RuntimeError``.
 
-Errors: if the real ``flax.nnx`` was imported before the plugin could bind it (by another
-plugin), the run stops with the ``RuntimeError`` of :func:`~flaxgraph.install_as_flax_nnx`
-naming the module.
+Source: pytest's plugin hooks (``pytest_load_initial_conftests``); ``guides/tunix.md``.
 """
 
 from __future__ import annotations

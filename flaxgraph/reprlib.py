@@ -1,13 +1,10 @@
 """Flax NNX's ``reprlib``: a class describes its ``repr`` as a stream of parts.
 
-A class that subclasses :class:`Representable` and defines ``__nnx_repr__`` gets a
-``repr`` (plain) and a ``str`` (coloured where the terminal supports it) built from what the
-method yields: first one :class:`Object` (the type name, brackets, separators), then one
-:class:`Attr` per attribute. Values inside are rendered by :func:`colorized`, which recurses
-into lists, tuples, dicts, sets and other ``Representable`` values and indents nested
-output.
-
-Example::
+A :class:`Representable` subclass's ``__nnx_repr__`` yields one :class:`Object`, then
+one :class:`Attr` per attribute; ``repr`` renders them plain, ``str`` coloured. Nesting
+stops at the Flax configuration ``flax_max_repr_depth``. flaxgraph's own classes render
+through ``flaxgraph.visualization``; this is the protocol for code written against
+``flax.nnx.reprlib``::
 
   >>> from flaxgraph import reprlib
   >>> class Point(reprlib.Representable):
@@ -23,11 +20,7 @@ Example::
     y=[2.5, 'b']
   )
 
-flaxgraph's own classes render through ``flaxgraph.visualization`` (``nnx.display``); this
-module is the protocol Flax code written against ``flax.nnx.reprlib`` uses. The nesting
-limit is the Flax configuration ``flax_max_repr_depth`` (``flaxgraph.config.update``).
-
-Source: Flax NNX 0.12.8 ``flax.nnx.reprlib`` (the protocol, read for its behaviour).
+Source: Flax NNX 0.12.8 ``flax.nnx.reprlib``.
 """
 
 from __future__ import annotations
@@ -64,29 +57,17 @@ __all__ = [
 MAX_REPR_DEPTH: FlaxConfigFlag[int | None] = FlaxConfigFlag(
     "max_repr_depth", None, "flax_max_repr_depth"
 )
-"""How deep :func:`get_repr` nests before writing ``...`` (``None``: no limit); the Flax
-configuration ``flax_max_repr_depth``."""
+"""How deep :func:`get_repr` nests before writing ``...`` (``None``: no limit)."""
 
 
 def ipython_running() -> bool:
-    """Whether this process runs inside IPython (a shell or a Jupyter kernel).
-
-    Returns:
-      ``True`` if IPython is imported and has a running shell (IPython is never imported
-      for this check).
-    """
+    """Whether IPython is imported and has a running shell (never imports IPython)."""
     ipython = sys.modules.get("IPython")
     return ipython is not None and ipython.get_ipython() is not None
 
 
 def supports_color() -> bool:
-    """Whether output may be coloured: a terminal that is not a plain Windows console, or
-    a running IPython.
-
-    Returns:
-      ``True`` when ``sys.stdout`` is a TTY on a platform with ANSI colours, or when IPython
-      is running.
-    """
+    """Whether output may be coloured: a TTY on an ANSI platform, or a running IPython."""
     in_ipython = ipython_running()
     ansi_platform = sys.platform != "win32" or "ANSICON" in os.environ
     tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
@@ -134,8 +115,9 @@ COLOR = (
     if supports_color()
     else NO_COLOR
 )
-"""The colours ``str`` uses: a dark-theme palette where :func:`supports_color`, else
-:data:`NO_COLOR` (decided once, at import)."""
+"""The colours ``str`` uses: a dark-theme palette where :func:`supports_color` at import,
+else :data:`NO_COLOR`.
+"""
 
 
 @dataclasses.dataclass
@@ -147,7 +129,7 @@ class ReprContext(threading.local):
 
 
 REPR_CONTEXT = ReprContext()
-"""This thread's :class:`ReprContext` (a ``threading.local``: each thread sees its own)."""
+"""This thread's :class:`ReprContext`."""
 
 
 @dataclasses.dataclass
@@ -155,12 +137,12 @@ class Object:
     """The header :meth:`Representable.__nnx_repr__` yields first.
 
     Attributes:
-      type: the name written before the brackets (a class gives its ``__name__``).
+      type: the name before the brackets (a class gives its ``__name__``).
       start, end: the brackets.
       kv_sep: between an attribute's key and value.
       indent: the indentation of each attribute line.
-      empty_repr: what goes between the brackets when there are no attributes.
-      comment: written after the opening bracket when attributes follow on new lines.
+      empty_repr: between the brackets when there are no attributes.
+      comment: after the opening bracket when attributes follow on new lines.
       same_line: all attributes on one line, separated by ``', '``.
     """
 
@@ -181,13 +163,8 @@ class Object:
 
 @dataclasses.dataclass
 class Attr:
-    """One attribute :meth:`Representable.__nnx_repr__` yields after the :class:`Object`.
-
-    Attributes:
-      key: the attribute's name (coloured unless ``use_raw_key``).
-      value: its value (rendered by :func:`colorized` unless ``use_raw_value``, then taken
-        as the text to write).
-      start, end: text around the whole ``key=value``.
+    """One attribute part: ``key`` (coloured unless ``use_raw_key``), ``value`` (through
+    :func:`colorized` unless ``use_raw_value``), ``start``/``end`` around ``key=value``.
     """
 
     key: str
@@ -199,19 +176,12 @@ class Attr:
 
 
 class Representable:
-    """Base of classes whose ``repr``/``str`` come from ``__nnx_repr__``.
-
-    ``repr(x)`` renders without colours; ``str(x)`` with :data:`REPR_CONTEXT`'s colours.
-    """
+    """Base of classes whose ``repr`` (plain) and ``str`` (coloured) come from ``__nnx_repr__``."""
 
     __slots__ = ()
 
     def __nnx_repr__(self) -> Iterator[Object | Attr]:
-        """Yields one :class:`Object`, then :class:`Attr` parts. Subclasses define it.
-
-        Raises:
-          NotImplementedError: the subclass did not define it.
-        """
+        """Yields one :class:`Object`, then :class:`Attr` parts; raises ``NotImplementedError`` here."""
         raise NotImplementedError(f"{type(self).__name__} does not define __nnx_repr__")
 
     def __repr__(self) -> str:
@@ -231,15 +201,8 @@ def _bracketed(c: Color, open_: str, items: list[str], close: str) -> str:
 
 
 def colorized(x: Any, /) -> str:
-    """The text of one value in the current colours.
-
-    Args:
-      x: any value. Lists, tuples, dicts and sets are rendered element by element, types
-        by their name, ``bool``/``int``/``float``/``str``/``None`` in their colour,
-        :class:`Representable` values by :func:`get_repr`, anything else by ``repr``.
-
-    Returns:
-      The rendered text (``str``).
+    """The text of one value in the current colours (containers element by element,
+    :class:`Representable` values by :func:`get_repr`, others by ``repr``).
     """
     c = REPR_CONTEXT.current_color
     if isinstance(x, list):
@@ -286,12 +249,7 @@ def _attr_text(attr: Any, header: Object, c: Color) -> str:
 def get_repr(obj: Representable) -> str:
     """Renders ``obj`` from its ``__nnx_repr__`` in the current colours.
 
-    Args:
-      obj: a :class:`Representable`.
-
-    Returns:
-      ``Type(`` + the attributes, one per line and indented (or on one line with
-      ``same_line``), + ``)``; past :data:`MAX_REPR_DEPTH` levels the attributes are ``...``.
+    Past :data:`MAX_REPR_DEPTH` levels the attributes are ``...``.
 
     Raises:
       TypeError: ``obj`` is not a ``Representable``, or its ``__nnx_repr__`` does not yield

@@ -5,13 +5,9 @@ Usage::
     python -m flaxgraph.run script.py [args...]
     python -m flaxgraph.run -m package.module [args...]
 
-Like ``python script.py`` / ``python -m package.module`` (``sys.argv``, ``sys.path[0]``,
-``__name__ == "__main__"`` and the exit status are those the plain interpreter gives), with
-``flax.nnx`` bound to flaxgraph first (:func:`flaxgraph.install_as_flax_nnx`), so every
-``from flax import nnx`` in the program and in the libraries it imports is flaxgraph. It plays
-the part ``python -m sklearnex script.py`` plays for scikit-learn.
-
-Example::
+As ``python script.py`` / ``python -m package.module`` (``sys.argv``, ``sys.path[0]``,
+``__main__``, exit status, errors), with ``flax.nnx`` bound to flaxgraph first
+(:func:`flaxgraph.install_as_flax_nnx`)::
 
     $ cat train.py
     from flax import nnx
@@ -19,9 +15,7 @@ Example::
     $ python -m flaxgraph.run train.py
     flaxgraph
 
-Errors: a missing script or module is reported as the interpreter reports it (exit status 2
-for a script that does not exist, as ``python`` does); an exception in the program propagates
-with its traceback.
+Source: Python's ``runpy`` (``run_path``, ``run_module``); ``guides/tunix.md``.
 """
 
 from __future__ import annotations
@@ -44,12 +38,11 @@ def main(argv: list[str] | None = None) -> None:
     """Bind ``flax.nnx`` to flaxgraph, then run the script or module ``argv`` names.
 
     Args:
-      argv: ``["script.py", *args]`` or ``["-m", "module", *args]``; ``sys.argv[1:]`` when
-        ``None``.
+      argv: ``["script.py", *args]`` or ``["-m", "module", *args]`` (default ``sys.argv[1:]``).
 
     Raises:
-      SystemExit: with the program's own status; 0 after ``-h``; 2 for a bad command line or
-        a script that does not exist.
+      SystemExit: the program's own status; 0 after ``-h``; 2 for a bad command line or a
+        missing script.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["-h"], ["--help"]):

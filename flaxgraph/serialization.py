@@ -1,39 +1,12 @@
 """Checkpoints through orbax-checkpoint, with path-naming checks before a restore.
 
-A ``State`` is a JAX pytree whose leaves are arrays (each Variable flattens to its
-value, its kind and metadata being static), so orbax-checkpoint saves and
-restores ``nnx.state(model)`` as it is, with no filtering or conversion: the
-State of a model holding ``Rngs`` and of an ``Optimizer`` included. Typed PRNG
-key arrays (``jax.random.key``, held by ``RngKey`` Variables) are handled by
-orbax itself (0.12: stored as their ``uint32`` key data, restored as typed keys
-of the same implementation); ``tests/test_serialization.py`` pins that.
-
-Use orbax directly::
-
-  import orbax.checkpoint as ocp
-  with ocp.StandardCheckpointer() as ckpt:
-      ckpt.save(path, nnx.state(model))          # every process writes its shards
-  with ocp.StandardCheckpointer() as ckpt:
-      state = ckpt.restore(path, nnx.state(fresh_model))   # or an abstract State
-  nnx.update(fresh_model, state)
-
-or ``ocp.CheckpointManager`` with ``ocp.args.StandardSave(state)`` /
-``ocp.args.StandardRestore(target)`` for numbered steps. A restore *target* may
-be abstract: ``nnx.get_abstract_model(init_fn, mesh)`` gives a State of
-``jax.ShapeDtypeStruct``\\ s with their ``NamedSharding``; orbax then restores
-straight onto the mesh, each process reading only the shards its devices hold.
-
-This file adds two thin conveniences over ``ocp.StandardCheckpointer``:
-``save_state(directory, state)`` and ``load_state(directory, target)``, and the
-check they run before reading, ``check_checkpoint(checkpoint, target)`` (usable
-with a ``CheckpointManager``'s ``item_metadata(step)`` too): orbax's own messages
-for a mismatch name neither the Variable nor both values, and the check does,
-before anything is read, so nothing is half-restored.
-
-orbax-checkpoint is an optional dependency: ``pip install flaxgraph[checkpoint]``.
+orbax saves ``nnx.state(model)`` as it is (a pytree of arrays; typed PRNG keys as orbax
+0.12 stores them, pinned by ``tests/test_serialization.py``). ``save_state``/``load_state``
+are thin conveniences over ``ocp.StandardCheckpointer``; using orbax directly is in
+``guides/distributed.md``, "Checkpoints with orbax". Needs ``flaxgraph[checkpoint]``.
 
 Source: Flax NNX 0.12 checkpointing guide (orbax ``StandardCheckpointer`` on
-``nnx.state``); orbax-checkpoint 0.12 API.
+``nnx.state``); orbax-checkpoint 0.12 API (``save``, ``restore``, ``metadata``).
 """
 
 from __future__ import annotations
@@ -70,8 +43,7 @@ def _key_name(k: Any) -> Hashable:
 
 
 def _flat(tree: Any) -> dict[tuple[str, ...], Any]:
-    """``{path of str keys: leaf}``; Variables contribute their value's leaves (the
-    ``value`` key of their flattening is kept so both sides agree)."""
+    """``{path of str keys: leaf}`` of a pytree (a Variable's ``value`` key kept)."""
     pairs, _ = jax.tree_util.tree_flatten_with_path(tree)
     return {tuple(str(_key_name(k)) for k in path): leaf for path, leaf in pairs}
 
@@ -108,19 +80,15 @@ def check_checkpoint(checkpoint: Any, target: Any, *, name: str | None = None) -
     """Checks that a checkpoint holds exactly the paths, shapes and dtypes of ``target``.
 
     Args:
-      checkpoint: a checkpoint directory written by orbax's ``StandardCheckpointer``
-        (or ``save_state``), or the metadata orbax gives for one
-        (``StandardCheckpointer().metadata(path)``,
+      checkpoint: a checkpoint directory (``StandardCheckpointer``/``save_state``), or
+        orbax's metadata for one (``StandardCheckpointer().metadata(path)``,
         ``CheckpointManager.item_metadata(step)``, or its ``.tree``).
-      target: the State (or pytree) that will receive it, concrete or abstract
-        (``jax.ShapeDtypeStruct`` values); leaves of any shape and dtype, typed PRNG
-        keys included.
+      target: the State (or pytree) that will receive it, concrete or abstract.
       name: how the checkpoint is called in the message (default: the directory).
 
     Raises:
-      GraphStructureError (a ``ValueError``): a path of ``target`` is missing from
-        the checkpoint, the checkpoint has a path ``target`` lacks, or a shape or
-        dtype differs; the message lists each Variable's path with both values
+      GraphStructureError (a ``ValueError``): a path is missing on either side, or a shape
+        or dtype differs; the message lists each path with both values
         (``l/kernel: stored float32[3, 4], expected float32[4, 4]``).
 
     Example::
@@ -133,8 +101,6 @@ def check_checkpoint(checkpoint: Any, target: Any, *, name: str | None = None) -
       ...
       flaxgraph.errors.GraphStructureError: The checkpoint '...ckpt' does not match the target State: w: stored float32[3], expected float32[4].
       ...
-
-    Source: flaxgraph (orbax's own check raises without naming the Variable).
     """
     where = name or (
         os.fspath(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else "checkpoint"
@@ -171,19 +137,17 @@ def _abstract(leaf: Any) -> Any:
 
 
 def save_state(directory: str | os.PathLike[str], state: Any, *, force: bool = False) -> None:
-    """Writes ``state`` to the checkpoint directory ``directory`` with orbax
-    (``ocp.StandardCheckpointer().save``; a thin convenience, the format is orbax's).
+    """Writes ``state`` to the checkpoint directory ``directory`` with orbax's ``save``.
 
     Args:
       directory: the directory to create (made absolute, as orbax requires).
-      state: a State (``nnx.state(model)``…) or any pytree of arrays; typed PRNG keys
-        and sharded arrays included (under ``jax.distributed`` every process calls
-        this and writes its own shards).
+      state: a State or any pytree of arrays, sharded ones included (under
+        ``jax.distributed`` every process calls this and writes its shards).
       force: overwrite an existing directory.
 
     Raises:
       ValueError: ``directory`` exists and ``force`` is False (from orbax).
-      ImportError: orbax-checkpoint is not installed (``flaxgraph[checkpoint]``).
+      ImportError: orbax-checkpoint is not installed.
 
     Example::
 
@@ -192,8 +156,6 @@ def save_state(directory: str | os.PathLike[str], state: Any, *, force: bool = F
       >>> nnx.save_state(path, nnx.State({'w': nnx.Param(jnp.ones(3))}))
       >>> nnx.load_state(path, nnx.State({'w': nnx.Param(jnp.zeros(3))}))['w'].value
       Array([1., 1., 1.], dtype=float32)
-
-    Source: orbax-checkpoint ``StandardCheckpointer.save``.
     """
     ocp = _orbax()
     with ocp.StandardCheckpointer() as ckpt:
@@ -202,39 +164,22 @@ def save_state(directory: str | os.PathLike[str], state: Any, *, force: bool = F
 
 
 def load_state(directory: str | os.PathLike[str], target: Any) -> Any:
-    """Reads the checkpoint ``directory`` into a new State with the structure of
-    ``target``, after ``check_checkpoint`` (a thin convenience over
-    ``ocp.StandardCheckpointer().restore``).
+    """Reads the checkpoint ``directory`` into a new State like ``target``, after
+    ``check_checkpoint``.
 
     Args:
-      directory: a checkpoint written by ``save_state`` or orbax's
-        ``StandardCheckpointer``.
-      target: the State giving paths, Variable kinds, metadata, shapes, dtypes and
-        shardings: concrete (``nnx.state(fresh_model)``; its arrays' shardings are
-        used) or abstract (``nnx.get_abstract_model(init_fn, mesh)[1]``: restored
-        straight onto the mesh, each process reading only its shards).
+      directory: a checkpoint written by ``save_state`` or ``StandardCheckpointer``.
+      target: the State giving paths, kinds, metadata, shapes, dtypes and shardings:
+        concrete, or abstract (``nnx.get_abstract_model(init_fn, mesh)[1]``: restored
+        straight onto the mesh, each process reading its shards).
 
     Returns:
-      A new State like ``target`` holding the restored ``jax.Array``\\ s; ``target``
-      is not modified. Put it into a model with ``nnx.update(model, state)``.
+      A new State (``target`` is unchanged); ``nnx.update(model, state)`` puts it in.
 
     Raises:
-      GraphStructureError (a ``ValueError``): paths, shapes or dtypes disagree (see
-        ``check_checkpoint``); nothing is read.
+      GraphStructureError (a ``ValueError``): paths, shapes or dtypes disagree; nothing
+        is read.
       ImportError: orbax-checkpoint is not installed.
-
-    Example::
-
-      >>> import tempfile, os, jax.numpy as jnp, flaxgraph as nnx
-      >>> path = os.path.join(tempfile.mkdtemp(), 'ckpt')
-      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> nnx.save_state(path, nnx.state(model))
-      >>> fresh = nnx.Linear(2, 3, rngs=nnx.Rngs(1))
-      >>> nnx.update(fresh, nnx.load_state(path, nnx.state(fresh)))
-      >>> bool((fresh.kernel.value == model.kernel.value).all())
-      True
-
-    Source: orbax-checkpoint ``StandardCheckpointer.restore``.
     """
     ocp = _orbax()
     path = os.path.abspath(os.fspath(directory))

@@ -1,12 +1,8 @@
 """Flax NNX's ``nnx.spmd``: sharding helpers, abstract models and the axis helpers of transforms.
 
-Sharding names, boxes and ``PartitionSpec``/``NamedSharding`` conversions are defined in
-:mod:`flaxgraph.partitioning`; ``get_abstract_model``, ``as_abstract`` and
-``abstract_with_sharding`` in :mod:`flaxgraph.abstract` (they run ``nnx.eval_shape``, so they
-sit above the transforms). This module gathers them at Flax's path
-(``from flax.nnx.spmd import get_abstract_model``) with ``add_axis`` and ``remove_axis``
-(defined in :mod:`flaxgraph.variablelib.tree_axes`), what a transform does to the Variables of a
-tree when it adds or removes an axis.
+Gathers :mod:`flaxgraph.partitioning`, :mod:`flaxgraph.abstract` and ``add_axis``/
+``remove_axis`` (:mod:`flaxgraph.variablelib.tree_axes`: what a transform does to a
+tree's Variables when it adds or removes an axis) at Flax's path.
 
 Example::
 
@@ -16,12 +12,8 @@ Example::
   >>> _ = spmd.add_axis(state, 0, {nnx.PARTITION_NAME: 'layers'})
   >>> state['w'].out_sharding
   ('layers', 'a', 'b')
-  >>> _ = spmd.remove_axis(state, 0, {nnx.PARTITION_NAME: 'layers'})
-  >>> state['w'].out_sharding
-  ('a', 'b')
 
-Source: Flax NNX 0.12.8 ``flax.nnx.spmd`` (its module map; ``add_axis``/``remove_axis``
-behaviour read from its public source); the "Axis Metadata" FLIP flax#2434.
+Source: Flax NNX 0.12.8 ``flax.nnx.spmd``; the "Axis Metadata" FLIP flax#2434.
 """
 
 from __future__ import annotations

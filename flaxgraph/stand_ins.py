@@ -1,14 +1,11 @@
 """Stand-ins for Flax-internal names that have no counterpart in flaxgraph's design.
 
-Flax NNX's modules define, next to their API, the machinery of Flax's own implementation:
-the callable wrappers its transforms build around a user's function (``JitFn``,
-``SimpleVmapFn``…), its hijax primitives (``variablelib.get_variable_p``), its private
-contexts. flaxgraph's engine and lifting machine work differently (``docs/design.md``), so
-these have nothing to stand for. Code that only *names* them (``import``, an annotation, an
-``isinstance`` check) still works at the same dotted path; code that *uses* one gets a
-:class:`~flaxgraph.errors.FlaxInternalError` that names it and says what to use instead.
-``guides/from_flax.md`` ("Flax-internal names at their dotted paths") lists each with its
-reason.
+Flax NNX's modules also define its own machinery (the wrappers its transforms build,
+``JitFn``…; its hijax primitives; private contexts). Code that only *names* one
+(``import``, an annotation, ``isinstance``) works at the same dotted path; code that
+*uses* one gets a :class:`~flaxgraph.errors.FlaxInternalError` saying what to use
+instead. ``guides/from_flax.md``, "Flax-internal names at their dotted paths", lists
+each with its reason.
 
 Example::
 
@@ -59,15 +56,8 @@ def stands_for(value: object) -> str | None:
 
 
 def internal_error(dotted: str, instead: str) -> FlaxInternalError:
-    """The error for using the Flax-internal name ``dotted``.
-
-    Args:
-      dotted: the full Flax name, e.g. ``'flax.nnx.transforms.compilation.JitFn'``.
-      instead: what to use in flaxgraph, e.g. ``'nnx.jit'``.
-
-    Returns:
-      A :class:`~flaxgraph.errors.FlaxInternalError` (a ``NotImplementedError``) whose
-      message names ``dotted``, says it is Flax-internal machinery, and names ``instead``.
+    """The :class:`~flaxgraph.errors.FlaxInternalError` for using the Flax name ``dotted``,
+    naming ``instead``.
     """
     return FlaxInternalError(
         f"{dotted} is Flax-internal machinery with no counterpart in flaxgraph's design "
@@ -82,19 +72,9 @@ def flax_name(module: str, name: str) -> str:
 
 
 def internal_class(module: str, name: str, instead: str) -> type[Any]:
-    """A class standing for the Flax-internal class ``dotted``: nameable, never built.
-
-    Args:
-      module: the flaxgraph module that defines the stand-in (its ``__name__``, e.g.
-        ``'flaxgraph.transforms.iteration'``); the Flax name is the same dotted path under
-        ``flax.nnx``.
-      name: the class name (``'SimpleVmapFn'``).
-      instead: what to use in flaxgraph.
-
-    Returns:
-      A class that can be imported, subscripted in annotations (``JitFn[int]``) and used in
-      ``isinstance`` (no flaxgraph object is an instance), whose construction raises
-      :class:`~flaxgraph.errors.FlaxInternalError`.
+    """A class standing for Flax's ``module.name`` (``module`` is the flaxgraph module's
+    ``__name__``): importable, subscriptable, usable in ``isinstance``; constructing it
+    raises :class:`~flaxgraph.errors.FlaxInternalError` naming ``instead``.
     """
     dotted = flax_name(module, name)
 
@@ -117,15 +97,8 @@ def internal_class(module: str, name: str, instead: str) -> type[Any]:
 
 
 def internal_function(module: str, name: str, instead: str) -> Callable[..., NoReturn]:
-    """A function standing for the Flax-internal function ``dotted``: calling it raises.
-
-    Args:
-      module: the flaxgraph module that defines the stand-in (its ``__name__``).
-      name: the function name.
-      instead: what to use in flaxgraph.
-
-    Returns:
-      A function named as Flax's whose call raises :class:`~flaxgraph.errors.FlaxInternalError`.
+    """A function standing for Flax's ``module.name``; calling it raises
+    :class:`~flaxgraph.errors.FlaxInternalError` naming ``instead``.
     """
 
     dotted = flax_name(module, name)
@@ -144,17 +117,9 @@ def internal_function(module: str, name: str, instead: str) -> Callable[..., NoR
 
 
 def internal_object(module: str, name: str, instead: str) -> Any:
-    """An object standing for the Flax-internal module-level object ``name`` (a context, a
-    registry): it can be imported, and reading any attribute of it, or calling it, raises.
-
-    Args:
-      module: the flaxgraph module that defines the stand-in (its ``__name__``).
-      name: the object's name (``'GRAPH_CONTEXT'``).
-      instead: what to use in flaxgraph.
-
-    Returns:
-      An instance of a fresh class whose attribute reads (other than Python's ``__dunder__``
-      protocol lookups) and calls raise :class:`~flaxgraph.errors.FlaxInternalError`.
+    """An object standing for Flax's module-level ``module.name`` (a context, a registry):
+    importable; reading an attribute (other than ``__dunder__`` lookups) or calling it raises
+    :class:`~flaxgraph.errors.FlaxInternalError`.
     """
     dotted = flax_name(module, name)
 

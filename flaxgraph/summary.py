@@ -1,33 +1,14 @@
 """tabulate: a table of a model's sub-modules, their inputs and outputs, and their
 state, computed without running the model.
 
-``nnx.tabulate(model, *inputs)`` calls ``model`` (or another ``method``) on the
-inputs *abstractly*, under ``jax.eval_shape``: no FLOP is spent and no array is
-allocated, so it works on models too big for the machine, and on inputs given as
-``jax.ShapeDtypeStruct``. During that run every method of every object in the
-graph is wrapped, so each distinct call (object, method and input shapes) is
-recorded once with the shapes of its inputs and outputs, also when the call
-happens inside ``nnx.vmap``/``nnx.scan`` (the object's path travels in the graph
-as a static attribute of a copy of the model; the caller's model is not changed).
-The model's code runs once: with ``compute_flops`` each call is lowered by one
-``jax.jit`` whose trace is then reused.
-
-The table has one row per recorded call: its path (with the method's name when
-it is not ``__call__``), type, inputs and outputs, then one column per Variable
-kind with the number of elements and bytes of the object's whole sub-graph (its
-own Variables are listed by name, shape and dtype, and their metadata if any).
-Shared Variables and sub-modules count once, at their first path. The last row
-and the caption give the totals::
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> model = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
-  >>> table = nnx.tabulate(model, jnp.ones((2, 3)), console_kwargs={'force_terminal': False})
-  >>> print(table.splitlines()[-1].strip())
-  Total Parameters: 16 (64 B)
+The model runs once under ``jax.eval_shape`` on a copy whose objects carry their paths,
+with every method wrapped, so each distinct call is recorded once, inside ``nnx.vmap``
+or ``nnx.scan`` too; with ``compute_flops`` each call is lowered by one ``jax.jit``
+whose trace is then reused.
 
 Source: Flax NNX ``nnx.tabulate`` (0.12.8: signature, columns, ``row_filter``,
-``CallInfo``, ``filter_rng_streams``); ``rich.table`` renders; FLOPs from
-``jax.jit(...).lower(...).cost_analysis()``.
+``CallInfo``, ``filter_rng_streams``, the ``flax.nnx.summary`` records); ``rich.table``
+renders; FLOPs from ``jax.jit(...).lower(...).cost_analysis()``.
 """
 
 from __future__ import annotations
@@ -83,17 +64,13 @@ class CallInfo:
       call_order: the call's rank among the recorded calls (0 for the first).
       object_id: ``id`` of the called object in the caller's model.
       type: the object's class.
-      path: the object's path in the model (a tuple of attribute names and
-        indices; ``()`` for the model itself), followed by the method's name
-        when it is not ``__call__`` (as in Flax).
+      path: the object's path in the model (``()`` for the model), then the method's
+        name when it is not ``__call__``.
       inputs_repr: the inputs, rendered (shapes and dtypes).
       outputs: the outputs, with ``jax.ShapeDtypeStruct`` in place of arrays.
       flops: the forward pass's FLOPs (``compute_flops``), else ``None``.
-      vjp_flops: the FLOPs of the forward and backward pass
-        (``compute_vjp_flops``), else ``None``.
-      method: the name of the called method (``'__call__'``…).
-
-    Source: Flax NNX ``nnx.summary.CallInfo`` (plus ``method``).
+      vjp_flops: the forward and backward pass's FLOPs (``compute_vjp_flops``), else ``None``.
+      method: the name of the called method (``'__call__'``…; not in Flax).
     """
 
     call_order: int
@@ -108,24 +85,14 @@ class CallInfo:
 
 
 def filter_rng_streams(row: CallInfo) -> bool:
-    """The default ``row_filter``: hides calls of random streams (``nnx.Rngs``,
-    ``RngStream``), which are plumbing rather than layers.
-
-    Args:
-      row: the row's ``CallInfo``.
-
-    Returns:
-      False for a random stream, True otherwise.
+    """The default ``row_filter``: False for calls of random streams (``nnx.Rngs``, ``RngStream``).
 
     Example::
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> import flaxgraph as nnx
       >>> info = nnx.summary.CallInfo(0, 0, nnx.RngStream, ('rngs',), '', None, None, None)
       >>> nnx.summary.filter_rng_streams(info)
       False
-
-    Source: Flax NNX ``nnx.summary.filter_rng_streams`` (which hides
-    ``RngStream`` rows).
     """
     return not issubclass(row.type, (RngStream, Rngs))
 
@@ -196,11 +163,10 @@ def _measured_call(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """Calls ``fn(obj, *args, **kwargs)`` through one ``jax.jit`` that is lowered
-    first, so XLA's cost analysis gives its FLOPs; the call then hits the jit
-    cache, so the body (and the calls nested in it) is traced once. A call that
-    cannot be lowered on its own (non-array outputs, a transform's context) runs
-    as is, without FLOPs."""
+    """Calls ``fn`` through one ``jax.jit`` lowered first (for XLA's FLOPs; the call then hits
+    the jit cache, so its body is traced once); a call that cannot be lowered on its own
+    runs as is, without FLOPs.
+    """
     graphdef, state = split(obj)
     leaves, treedef = jax.tree.flatten((args, kwargs))
     arrays = [x for x in leaves if _is_array(x)]
@@ -240,8 +206,7 @@ def _cost(lowered: Any) -> int | None:
 
 
 def _methods(cls: type) -> Iterator[tuple[type, str]]:
-    """``(defining class, name)`` of ``__call__`` and the public methods of ``cls``,
-    except those of the ``Object``/``Module`` base classes."""
+    """``(defining class, name)`` of ``__call__`` and the public methods of ``cls`` below ``Object``."""
     seen: set[str] = set()
     for klass in cls.__mro__:
         if klass in (Object, Pytree, Module, object):
@@ -256,8 +221,7 @@ def _methods(cls: type) -> Iterator[tuple[type, str]]:
 
 @contextlib.contextmanager
 def _patched(recorder: _Recorder, classes: list[type]) -> Iterator[None]:
-    """Wraps the methods of ``classes`` for the duration of the ``with`` block; the
-    originals are restored even if the block raises."""
+    """Wraps the methods of ``classes`` within the block; restores them even if it raises."""
     originals: dict[tuple[type, str], Any] = {}
     for cls in classes:
         for klass, name in _methods(cls):
@@ -284,8 +248,7 @@ def _abstract_run(
     compute_flops: bool,
     compute_vjp_flops: bool,
 ) -> _Recorder:
-    """Calls ``obj.method(*args, **kwargs)`` under ``jax.eval_shape`` on a tagged copy
-    of ``obj`` and returns what was recorded."""
+    """Calls ``obj.method`` under ``jax.eval_shape`` on a tagged copy; returns the recorder."""
     recorder = _Recorder(uuid.uuid4().hex, compute_flops, compute_vjp_flops)
     copy = merge(*split(obj))
     classes: list[type] = []
@@ -376,8 +339,7 @@ def _count_repr(size: int, nbytes: int) -> str:
 
 
 def _kind(var: Any) -> str:
-    """The column of a Variable: its class name; ``RngKey``/``RngCount`` are
-    grouped as ``RngState``, as in Flax."""
+    """The column of a Variable: its class name (``RngState`` for random state, as in Flax)."""
     if isinstance(var, RngState):
         return RngState.__name__
     return type(var).__name__ if is_variable(var) else "Array"
@@ -390,9 +352,9 @@ def _metadata_repr(value: Any) -> str:
 
 
 def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]:
-    """Per Variable kind: ``(elements, bytes)`` of the node's whole sub-graph (shared
-    Variables once), and the node's own Variables (not inside a sub-object) as
-    ``name: dtype[shape]`` lines."""
+    """Per Variable kind ``(elements, bytes)`` of the node's sub-graph (shared ones once), and
+    its own Variables as ``name: dtype[shape]`` lines.
+    """
     totals: dict[str, tuple[int, int]] = {}
     own: dict[str, list[str]] = {}
     sub_objects = [p for p, v in iter_graph(node) if isinstance(v, Pytree) and p]
@@ -431,80 +393,49 @@ def tabulate(
 ) -> str:
     """A table summarising ``obj``'s sub-modules, their inputs, outputs and state.
 
-    ``obj.method(*input_args, **input_kwargs)`` runs abstractly (``jax.eval_shape``)
-    on a copy of ``obj``: nothing is computed or allocated and ``obj`` is not
-    changed (layers that update state, e.g. ``BatchNorm`` in training mode, update
-    the copy only).
+    ``obj.method(*input_args, **input_kwargs)`` runs abstractly (``jax.eval_shape``) on a copy
+    of ``obj``: nothing is computed or allocated, and ``obj`` is not changed. One row per
+    distinct call; shared Variables and sub-modules count once, at their first path.
 
     Args:
-      obj: the model (an ``nnx.Module``/``Object``; its Variables may hold arrays or
-        ``jax.ShapeDtypeStruct``, e.g. a model built with ``nnx.eval_shape``).
-      *input_args, **input_kwargs: the arguments of the call. Arrays may be given
-        as ``jax.ShapeDtypeStruct``; other values are passed as they are.
-      depth: the deepest path length shown (``0``: the model's row only); ``None``
-        shows every called object. Counts always cover the whole sub-graph.
-      method: the name of the method of ``obj`` to call (``'__call__'``); a row's
-        path ends with the method's name when it is not ``__call__``.
-      row_filter: keeps the rows for which it returns True; it receives a
-        ``CallInfo``. By default ``filter_rng_streams`` (hides random streams).
+      obj: the model (its Variables may hold ``jax.ShapeDtypeStruct``, e.g. from
+        ``nnx.eval_shape``).
+      *input_args, **input_kwargs: the call's arguments (arrays may be
+        ``jax.ShapeDtypeStruct``).
+      depth: the deepest path length shown (``0``: the model's row only; ``None``: all).
+        Counts always cover the whole sub-graph.
+      method: the name of the method of ``obj`` to call.
+      row_filter: keeps the rows whose ``CallInfo`` it returns True for (default
+        ``filter_rng_streams``).
       table_kwargs: extra arguments of ``rich.table.Table``.
       column_kwargs: extra arguments of ``rich.table.Table.add_column``.
-      console_kwargs: extra arguments of ``rich.console.Console``; by default
-        the console is as wide as the table,
-        ``force_terminal=True`` (colours, as Flax) and ``force_jupyter=False`` (the
-        text is always returned; Flax renders into the notebook itself). Pass
-        ``{'force_terminal': False}`` for plain text.
-      compute_flops: adds a ``flops`` column: each row's call lowered on its own
-        (not compiled, not run) and measured by XLA's cost analysis.
-      compute_vjp_flops: adds a ``vjp_flops`` column: the same for the forward
-        and backward pass (``jax.vjp`` with cotangents of ones). Calls that cannot
-        be lowered on their own (made inside ``vmap``/``scan``) show no FLOPs.
+      console_kwargs: extra arguments of ``rich.console.Console``; by default as wide as
+        the table, ``force_terminal=True`` (colours, as Flax) and ``force_jupyter=False``
+        (the text is always returned). ``{'force_terminal': False}`` gives plain text.
+      compute_flops: adds a ``flops`` column (each call lowered, not run, and measured by
+        XLA's cost analysis).
+      compute_vjp_flops: adds a ``vjp_flops`` column (forward and backward pass). Calls
+        that cannot be lowered on their own (inside ``vmap``/``scan``) show no FLOPs.
 
     Returns:
-      The table as a string (with ANSI colour codes unless
-      ``force_terminal=False``): columns ``path``, ``type``, ``inputs``,
-      ``outputs``, the FLOPs columns if asked for, then one per Variable kind
-      (sorted by name; ``RngKey`` and ``RngCount`` together as ``RngState``) with
-      ``elements (bytes)``; a ``Total`` row and a caption
-      ``Total Parameters: elements (bytes)`` over every kind.
+      The table as a string: columns ``path``, ``type``, ``inputs``, ``outputs``, the FLOPs
+      columns, then one per Variable kind (sorted; ``RngState`` for random state) with
+      ``elements (bytes)`` and the object's own Variables; a ``Total`` row and a caption
+      ``Total Parameters: elements (bytes)``.
 
     Raises:
       AttributeError: ``obj`` has no method ``method``.
-      Any error of the call itself (wrong input shapes…), raised by ``obj``'s code.
+      Any error of the call itself, raised by ``obj``'s code.
 
     Example::
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class MLP(nnx.Module):
-      ...   def __init__(self, rngs):
-      ...     self.hidden = nnx.Linear(2, 8, rngs=rngs)
-      ...     self.out = nnx.Linear(8, 1, rngs=rngs)
-      ...   def __call__(self, x):
-      ...     return self.out(nnx.relu(self.hidden(x)))
-      >>> print(nnx.tabulate(MLP(nnx.Rngs(0)), jnp.ones((4, 2)),
-      ...                    console_kwargs={'force_terminal': False}))
-                                      MLP Summary
-      ┏━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━┓
-      ┃ path   ┃ type   ┃ inputs       ┃ outputs      ┃ Param                ┃
-      ┡━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━┩
-      │        │ MLP    │ float32[4,2] │ float32[4,1] │ 33 (132 B)           │
-      ├────────┼────────┼──────────────┼──────────────┼──────────────────────┤
-      │ hidden │ Linear │ float32[4,2] │ float32[4,8] │ bias: float32[8]     │
-      │        │        │              │              │ kernel: float32[2,8] │
-      │        │        │              │              │                      │
-      │        │        │              │              │ 24 (96 B)            │
-      ├────────┼────────┼──────────────┼──────────────┼──────────────────────┤
-      │ out    │ Linear │ float32[4,8] │ float32[4,1] │ bias: float32[1]     │
-      │        │        │              │              │ kernel: float32[8,1] │
-      │        │        │              │              │                      │
-      │        │        │              │              │ 9 (36 B)             │
-      ├────────┼────────┼──────────────┼──────────────┼──────────────────────┤
-      │        │        │              │        Total │ 33 (132 B)           │
-      └────────┴────────┴──────────────┴──────────────┴──────────────────────┘
-      <BLANKLINE>
-                               Total Parameters: 33 (132 B)
-
-    Source: Flax NNX ``nnx.tabulate`` (0.12.8).
+      >>> model = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+      >>> table = nnx.tabulate(model, jnp.ones((2, 3)), console_kwargs={'force_terminal': False})
+      >>> print(table.splitlines()[2])
+      ┃ path ┃ type   ┃ inputs       ┃ outputs      ┃ Param                ┃
+      >>> print(table.splitlines()[-1].strip())
+      Total Parameters: 16 (64 B)
     """
     from rich.console import Console
     from rich.table import Table
@@ -586,9 +517,8 @@ in_ipython = ipython_running()
 
 @dataclasses.dataclass
 class SizeBytes:
-    """A count of array elements and their bytes; adds up, false when empty.
-
-    ``repr`` is ``'9 [dim](36 B)[/dim]'`` (rich markup, as Flax's table cells).
+    """A count of array elements and their bytes; adds up, false when empty; ``repr``
+    ``'9 [dim](36 B)[/dim]'`` (rich markup).
     """
 
     size: int

@@ -1,13 +1,13 @@
 """Which JAX trace is active: the token Objects and Variables record at creation.
 
-An object created outside a transform must not be mutated inside it (the new
-value would be a tracer that leaks out). Each Object and Variable records the
-trace that was active when it was created; a mutation compares that record with
-the current trace. The token is the weak reference JAX's current trace keeps to
-itself: the same object for as long as the trace lives (so comparisons are
-cheap), and it does not keep the trace alive. JAX exposes it only through
-private modules (``jax._src.core``, the same value its
-``get_opaque_trace_state`` wraps); this file is the one place that touches them.
+A mutation compares the trace an object was created in with the current one (a value
+set from inside a transform would leak a tracer). The token is the weak reference
+JAX's current trace keeps to itself (the same object while the trace lives, cheap to
+compare, not keeping it alive); JAX exposes it only in ``jax._src.core``, and this file
+is the one place that touches it.
+
+Source: Flax NNX 0.12 ``flax.nnx.tracers`` (``TraceState``, ``current_jax_trace``);
+JAX's ``get_opaque_trace_state`` wraps the same value.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from jax._src import core as _jax_core
 trace_ctx = _jax_core.trace_ctx
 
 TRACE_STATE = _jax_core.trace_state
-"""JAX's thread-local config holding the current trace's weak reference:
-``TRACE_STATE.value`` is ``current_trace()`` without a Python call (JAX sets it with
-the trace, see ``TracingContext.set_trace``); for per-object hot paths (unflatten)."""
+"""JAX's thread-local holding the current trace's weak reference: ``TRACE_STATE.value`` is
+``current_trace()`` without a call, for per-object hot paths (unflatten).
+"""
 
 
 def current_trace() -> object:
@@ -34,25 +34,17 @@ def is_top_level() -> bool:
 
 
 class TraceState:
-    """The JAX trace an object or a Variable was created in, as Flax NNX exposes it
-    to subclasses (``Variable._trace_state``, ``Pytree._pytree__state.trace_state``).
+    """The JAX trace an object or Variable was created in (``Variable._trace_state``).
 
-    Made with no argument, it records the current trace. ``is_valid()`` tells whether
-    the current trace is still that one (a mutation is allowed); two states are equal
-    when they record the same trace. A pickled state records, once unpickled, the
+    Made with no argument it records the current trace; ``is_valid()`` tells whether that
+    is still the current one; equal when they record one trace; unpickled, it records the
     trace it is unpickled in.
 
     Example::
 
-      >>> import jax
       >>> from flaxgraph.tracing import TraceState
-      >>> outside = TraceState()
-      >>> outside.is_valid()
+      >>> TraceState().is_valid()
       True
-      >>> jax.jit(lambda x: (x, outside.is_valid())[0])(1) is not None
-      True
-
-    Source: Flax NNX 0.12 ``flax.nnx.tracers.TraceState``.
     """
 
     __slots__ = ("_jax_trace",)
@@ -62,7 +54,7 @@ class TraceState:
 
     @classmethod
     def of(cls, token: object) -> TraceState:
-        """The state recording the trace whose token (``current_trace()``) is ``token``."""
+        """The state recording the trace whose ``current_trace()`` token is ``token``."""
         state = object.__new__(cls)
         state._jax_trace = token
         return state
@@ -93,8 +85,7 @@ class TraceState:
 
 
 def current_jax_trace() -> object:
-    """The current JAX trace's token (Flax NNX's ``tracers.current_jax_trace``; the
-    same value as ``current_trace()``)."""
+    """The current JAX trace's token (Flax's ``tracers.current_jax_trace``; ``current_trace()``)."""
     return current_trace()
 
 

@@ -1,9 +1,6 @@
 """Nested mappings <-> flat mappings keyed by paths (``flatten_mapping``/``unflatten_mapping``).
 
-A parameter dict such as ``{'dense': {'kernel': k, 'bias': b}}`` is often easier
-to filter, rename or compare as ``{('dense', 'kernel'): k, ('dense', 'bias'): b}``
-(or ``{'dense/kernel': k, ...}`` with ``sep='/'``). Any ``Mapping`` is walked
-(plain dicts, ``State``, Flax's ``FrozenDict``); everything else is a leaf.
+Any ``Mapping`` is walked (dicts, ``State``, Flax's ``FrozenDict``); anything else is a leaf.
 
 Source: Flax NNX 0.12 ``nnx.traversals``.
 """
@@ -40,12 +37,8 @@ def flatten_mapping(
       xs: a nested ``Mapping``; its non-mapping values are the leaves.
       keep_empty_nodes: keep an empty sub-mapping as the leaf ``empty_node``
         (``unflatten_mapping`` turns it back into ``{}``); by default it is dropped.
-      is_leaf: ``is_leaf(path, mapping) -> bool``; a sub-mapping for which it is
-        true is kept whole as a leaf.
+      is_leaf: ``is_leaf(path, mapping) -> bool``: keep that sub-mapping whole as a leaf.
       sep: join each path's keys (as ``str``) with ``sep``; ``None``: tuple keys.
-
-    Returns:
-      ``{path: leaf}`` with ``path`` a tuple of keys (or a joined string).
 
     Raises:
       TypeError: ``xs`` is not a ``Mapping``.
@@ -57,8 +50,6 @@ def flatten_mapping(
       {('a',): 1, ('b', 'c'): 2}
       >>> traversals.flatten_mapping({'a': 1, 'b': {'c': 2}}, sep='/')
       {'a': 1, 'b/c': 2}
-
-    Source: Flax NNX 0.12 ``nnx.traversals.flatten_mapping``.
     """
     if not isinstance(xs, Mapping):
         raise TypeError(f"flatten_mapping expects a Mapping, got {type(xs).__name__}.")
@@ -84,22 +75,14 @@ def flatten_mapping(
 def flatten_to_sequence(
     xs: Mapping[Any, Any], /, *, is_leaf: IsLeafCallable | None = None
 ) -> list[tuple[Any, Any]]:
-    """The ``(path, leaf)`` pairs of a nested mapping, in insertion order.
-
-    Args:
-      xs: a nested ``Mapping``.
-      is_leaf: as in ``flatten_mapping``.
-
-    Returns:
-      A list of ``(tuple_path, leaf)``; empty sub-mappings are dropped.
+    """The ``(tuple_path, leaf)`` pairs of a nested mapping, in insertion order (empty
+    sub-mappings dropped; ``is_leaf`` as in ``flatten_mapping``).
 
     Example::
 
       >>> from flaxgraph import traversals
       >>> traversals.flatten_to_sequence({'a': {'b': 1}})
       [(('a', 'b'), 1)]
-
-    Source: Flax NNX 0.12 ``nnx.traversals.flatten_to_sequence``.
     """
     return list(flatten_mapping(xs, is_leaf=is_leaf).items())
 
@@ -107,27 +90,19 @@ def flatten_to_sequence(
 def unflatten_mapping(
     xs: Mapping[Any, Any] | Iterable[tuple[Any, Any]], /, *, sep: str | None = None
 ) -> dict[Any, Any]:
-    """Rebuilds a nested dict from ``{path: leaf}`` (the inverse of ``flatten_mapping``).
+    """Rebuilds a nested dict from ``{path: leaf}`` (or pairs), the inverse of ``flatten_mapping``.
 
-    Args:
-      xs: a mapping (or iterable of pairs) from tuple paths, or ``sep``-joined
-        string paths, to leaves. An ``empty_node`` leaf becomes ``{}``.
-      sep: the separator string paths were joined with; ``None``: tuple paths.
-
-    Returns:
-      A nested ``dict``.
+    ``sep``: the separator string paths were joined with (``None``: tuple paths); an
+    ``empty_node`` leaf becomes ``{}``.
 
     Raises:
-      ValueError: one path is a prefix of another (a leaf and a sub-dict at the
-        same place), naming the path.
+      ValueError: one path is a prefix of another, naming the path.
 
     Example::
 
       >>> from flaxgraph import traversals
       >>> traversals.unflatten_mapping({('a',): 1, ('b', 'c'): 2})
       {'a': 1, 'b': {'c': 2}}
-
-    Source: Flax NNX 0.12 ``nnx.traversals.unflatten_mapping``.
     """
     items = xs.items() if isinstance(xs, Mapping) else xs
     result: dict[Hashable, Any] = {}

@@ -1,14 +1,8 @@
 """Type aliases shared by the whole package (the names of Flax's ``flax.typing``).
 
-* ``Key``: one step of a path into a graph or a State (an attribute name, a list
-  index, a dict key).
-* ``PathParts``: a path, the keys from the root to a value, e.g.
-  ``('layers', 0, 'kernel')``.
-* ``MISSING`` (of type ``Missing``): the sentinel for "not given" and "not there".
-* The layers' argument types, for annotations (``flaxgraph.nn``'s modules re-export them
-  where Flax's do): ``Array``, ``Dtype``, ``Shape``, ``Initializer``, ``PrecisionLike``,
-  ``DotGeneralT``, ``ConvGeneralDilatedT``, ``EinsumT``, ``PaddingLike``, ``LaxPadding``
-  and the ``PromoteDtypeFn`` protocol (``flaxgraph.nn.dtypes.promote_dtype`` is one).
+``Key`` is one step of a path (attribute name, index, dict key), ``PathParts`` a path
+(``('layers', 0, 'kernel')``), ``MISSING`` the "not given" sentinel; the rest are the
+layers' argument types.
 
 Source: Flax's ``flax.typing`` (the same names).
 """
@@ -37,9 +31,9 @@ class Missing:
 
 
 MISSING: Final[Any] = Missing()
-"""The package's one sentinel: the default of a parameter that was not given, and what
-``NodeTypeImpl.get_child`` returns for a key a node lacks. Test it with ``is``. Typed
-``Any`` so that it can stand as the default of a parameter of any type."""
+"""The package's one "not given / not there" sentinel (test it with ``is``; typed ``Any`` to
+default a parameter of any type).
+"""
 
 # -- the layers' argument types ---------------------------------------------------------
 
@@ -60,11 +54,8 @@ TupleArg = TypeVar("TupleArg", bound=tuple[Any, ...])
 
 
 class PromoteDtypeFn(Protocol):
-    """A dtype promotion function, as layers take one (``promote_dtype=``):
-    ``fn(args, /, *, dtype=None, inexact=True)`` returns the tuple ``args`` with its arrays
-    cast to one dtype (``dtype``, else their common one; inexact if ``inexact``).
-
-    Source: Flax's ``flax.typing.PromoteDtypeFn``.
+    """A dtype promotion function (``promote_dtype=``): ``fn(args, /, *, dtype=None,
+    inexact=True)`` returns ``args`` with its arrays cast to one dtype.
     """
 
     def __call__(

@@ -1,35 +1,10 @@
 """Views: a copy of a model with other modes, sharing the model's Variables.
 
-``model.eval()`` switches a model to evaluation mode *in place*; a training loop
-that also evaluates must switch back. A **view** is the alternative: a copy of
-the model's objects with other settings whose Variables are the model's own, so
-training the model updates the view too, and the view's settings never leak
-into the model::
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> class Block(nnx.Module):
-  ...   def __init__(self, rngs):
-  ...     self.linear = nnx.Linear(2, 4, rngs=rngs)
-  ...     self.dropout = nnx.Dropout(0.5, rngs=rngs)
-  ...     self.bn = nnx.BatchNorm(4, rngs=rngs)
-  >>> block = Block(nnx.Rngs(0))
-  >>> eval_block = nnx.view(block, deterministic=True, use_running_average=True)
-  >>> eval_block.dropout.deterministic, block.dropout.deterministic
-  (True, False)
-  >>> eval_block.linear.kernel is block.linear.kernel
-  True
-
-* ``view(node, **kwargs)`` calls each selected module's ``set_view`` method with
-  the keyword arguments it accepts; ``set_view`` is how a layer declares the
-  modes it has (``Dropout``: ``deterministic``; ``BatchNorm``:
-  ``use_running_average``; ``MultiHeadAttention``: ``deterministic``,
-  ``decode``, ``batch_size``, ``max_length``). Define it on your own modules
-  the same way: keyword arguments defaulting to ``None`` (meaning "leave as
-  is"), documented in an ``Args:`` section.
-* ``view_info(node)`` lists those arguments per module class, with their
-  documentation.
-* ``with_attributes(node, **attributes)`` sets plain attributes on every
-  selected module that has them (the copying ``Module.set_attributes``).
+Unlike ``model.eval()`` (in place), a view's settings never leak into the model, and
+training the model updates the view. ``view`` calls each selected module's ``set_view``
+with the keywords it accepts (define it on your modules with keywords defaulting to
+``None``, "leave as is", documented under ``Args:``); ``view_info`` lists them;
+``with_attributes`` is the copying ``Module.set_attributes``.
 
 Source: Flax NNX 0.12 ``nnx.view``, ``nnx.view_info``, ``nnx.with_attributes``.
 """
@@ -76,36 +51,33 @@ def view(
 
     Args:
       node: a module (or any value holding modules).
-      only: a filter selecting the modules to configure (by type, tag, path…);
-        default: all.
-      raise_if_not_found: raise if some keyword is accepted by no selected
-        module's ``set_view``.
-      graph: ``False`` for tree mode (a Variable reachable twice is an error;
-        ``None``: ``nnx.set_graph_mode``'s default).
-      **kwargs: the view's settings; each module's ``set_view`` receives those
-        its signature accepts (all of them if it takes ``**kwargs``; it then
-        returns the ones it did not use, as a dict).
+      only: a filter selecting the modules to configure (default: all).
+      raise_if_not_found: raise if some keyword is accepted by no selected ``set_view``.
+      graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
+      **kwargs: the settings; each ``set_view`` receives those its signature accepts (all
+        if it takes ``**kwargs``, and then returns the unused ones as a dict).
 
     Returns:
-      The copy: same structure, graph nodes copied, Variables and arrays shared.
+      The copy: graph nodes copied, Variables and arrays shared.
 
     Raises:
-      ValueError: ``raise_if_not_found`` and some keyword was used by no module;
-        the message lists the modules that have ``set_view`` and what they accept.
+      ValueError: ``raise_if_not_found`` and a keyword was used by no module; the message
+        lists the modules that have ``set_view`` and what they accept.
       SharedReferenceError (``ValueError``): tree mode and a shared Variable.
 
     Example::
 
       >>> import flaxgraph as nnx
       >>> model = nnx.Sequential(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), nnx.Dropout(0.1))
-      >>> nnx.view(model, deterministic=True).layers[1].deterministic
+      >>> evaluated = nnx.view(model, deterministic=True)
+      >>> evaluated.layers[1].deterministic, model.layers[1].deterministic
+      (True, False)
+      >>> evaluated.layers[0].kernel is model.layers[0].kernel
       True
       >>> nnx.view(model, only=nnx.Linear, deterministic=True)
       Traceback (most recent call last):
         ...
       ValueError: Unused keys found in nnx.view: ['deterministic']: no selected module's ...
-
-    Source: Flax NNX 0.12 ``nnx.view``.
     """
     only_p = to_predicate(only)
     used: set[str] = set()
@@ -147,22 +119,16 @@ def with_attributes(
 ) -> A:
     """Returns a copy of ``node`` with ``attributes`` set on every selected module that has them.
 
-    The copying counterpart of ``Module.set_attributes``: ``node`` is unchanged,
-    the copy shares its Variables.
-
     Args:
-      node: a module (or any value holding modules).
+      node: a module (or any value holding modules); unchanged, the copy shares its
+        Variables.
       only: a filter selecting the modules (default: all).
       raise_if_not_found: raise if some attribute exists on no selected module.
       graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
       **attributes: ``name=value`` to set.
 
-    Returns:
-      The copy.
-
     Raises:
-      ValueError: ``raise_if_not_found`` and an attribute was found on no selected
-        module (the message names them).
+      ValueError: ``raise_if_not_found`` and an attribute was found on no selected module.
       SharedReferenceError (``ValueError``): tree mode and a shared Variable.
 
     Example::
@@ -172,8 +138,6 @@ def with_attributes(
       >>> new = nnx.with_attributes(drop, deterministic=True)
       >>> new.deterministic, drop.deterministic
       (True, False)
-
-    Source: Flax NNX 0.12 ``nnx.with_attributes``.
     """
     only_p = to_predicate(only)
     found: set[str] = set()
@@ -200,20 +164,10 @@ def with_attributes(
 def view_info(node: Any, /, *, only: Filter = ..., graph: bool | None = None) -> str:
     """Describes the ``view`` arguments of every module class in ``node``.
 
-    Args:
-      node: a module (or any value holding modules).
-      only: a filter selecting the modules (default: all).
-      graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
-
-    Returns:
-      One block per module class that has a ``set_view`` (sorted by class name):
-      the class name, then for each argument ``name: annotation = default`` and
-      its description from the ``Args:`` section of ``set_view``'s docstring
-      (indented). A ``set_view`` without a docstring is shown as its signature.
-      An empty string if no module has one.
-
-    Raises:
-      SharedReferenceError (``ValueError``): tree mode and a shared Variable.
+    Returns one block per module class with a ``set_view`` (sorted by name): each argument
+    as ``name: annotation = default`` with its ``Args:`` description (a ``set_view`` without
+    a docstring shows its signature); ``''`` if none. Arguments ``only`` and ``graph`` as
+    ``view``; raises ``SharedReferenceError`` as ``view``.
 
     Example::
 
@@ -222,8 +176,6 @@ def view_info(node: Any, /, *, only: Filter = ..., graph: bool | None = None) ->
       Dropout:
         deterministic: bool | None = None
           if True, disables dropout masking.
-
-    Source: Flax NNX 0.12 ``nnx.view_info``.
     """
     check_tree(node, resolve_graph(graph))
     only_p = to_predicate(only)

@@ -1,6 +1,8 @@
 """Testing tools for object graphs: generators, an isomorphism check, mutation programs.
 
-Use them to write property tests of your own models and graph code::
+Strategies (``graphs``, ``arrays``, ``variables``, ``static_values``, ``filters``,
+``mutations``, ``modes``, ``attribute_values``) need ``hypothesis`` and import it on first
+access; ``import flaxgraph`` does not. What each module holds is in the package README.
 
   from hypothesis import given
   import flaxgraph as nnx
@@ -9,26 +11,6 @@ Use them to write property tests of your own models and graph code::
   @given(graphs())
   def test_clone_is_isomorphic(model):
       assert_graphs_equal(nnx.clone(model), model)
-
-What is here:
-
-* **strategies** (need ``hypothesis``): ``graphs()`` (random object graphs
-  with shared Variables and sub-nodes, cycles, containers, mixed Variable kinds,
-  metadata, static attributes), ``arrays()``, ``variables()``,
-  ``static_values()``, ``filters()``, ``mutations()`` (mutation programs) and
-  ``modes()`` (the three traversal modes, as transform keyword arguments);
-* **comparison**: ``graphs_equal(a, b)`` and ``assert_graphs_equal(a, b)`` check
-  that two graphs are isomorphic: same types, static values, array values,
-  Variable metadata and sharing pattern (cycles included);
-* **mutation programs**: plain-data steps (``SetValue``, ``AddAttribute``,
-  ``DeleteAttribute``, ``ShareAttribute``, ``SwapAttributes``) and
-  ``apply_mutations(root, steps)``, deterministic given the graph, for
-  differential tests (eager vs. inside a transform);
-* **generic types** graphs are built from: ``Node``, ``Block`` (Modules),
-  ``Record`` (a Pytree that is not a Module), ``CustomVariable`` (a Variable kind).
-
-``hypothesis`` is a test-only dependency: ``import flaxgraph`` does not import
-it; the strategies import it when first accessed (``flaxgraph.testing.graphs``).
 """
 
 import importlib as _importlib

@@ -1,25 +1,9 @@
 """Graph isomorphism: are two object graphs the same up to object identity?
 
-``a == b`` says nothing useful about two object graphs: Objects compare by
-identity, and a graph that merely *copies* a shared Variable looks equal, value
-by value, to one that shares it, yet behaves differently (updating one alias
-updates the other only when they are shared). ``graphs_equal(a, b)`` walks both
-graphs in lockstep and checks that they are *isomorphic*:
-
-* the same types everywhere (node classes, Variable kinds, container types);
-* the same static values (``3 != 3.0 != True`` here, as in a GraphDef);
-* equal arrays (shape, dtype and values; NaN equals NaN) and equal Variable
-  metadata;
-* the same sharing pattern: while walking, each node or Variable of ``a`` is
-  paired with the one of ``b`` found at the same place, and the pairing must be
-  one-to-one. Two paths reaching one object in ``a`` must reach one object in
-  ``b`` and vice versa; this is also what makes cycles terminate.
-
-Containers (lists, tuples, dicts, other pytrees) are compared by value, the way
-the graph engine walks them; dicts compare as Python dicts do, regardless of
-key order. Array leaves compare by value whatever their class (a NumPy array
-equals the JAX array ``jax.jit`` turns it into); typed PRNG key arrays compare
-by key data.
+Two graphs are isomorphic when types, static values (``3 != 3.0 != True``, as in a
+GraphDef), array values (NaN equals NaN; NumPy equals JAX; keys by key data), Variable
+metadata and the sharing pattern agree: the objects met at the same places pair up one
+to one, which also ends cycles. Containers compare by value, as the engine walks them.
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.testing import Node, graphs_equal
@@ -28,6 +12,8 @@ by key data.
   >>> copied = Node(a=w, b=nnx.Param(jnp.ones(2)))
   >>> graphs_equal(shared, nnx.clone(shared)), graphs_equal(shared, copied)
   (True, False)
+
+Source: ``docs/design.md``, section "Tests" ("transformed == eager" properties).
 """
 
 from __future__ import annotations
@@ -59,25 +45,19 @@ def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) ->
     """Describes the first difference between two graphs, or returns ``None``.
 
     Args:
-      a, b: any values: graph nodes, Variables, containers holding them, arrays,
-        static values. Array values must be concrete (not tracers).
-      rtol, atol: tolerances for array values (``np.allclose``); both zero (the
-        default) means exact equality.
+      a, b: any values holding graphs; arrays must be concrete (not tracers).
+      rtol, atol: tolerances for array values (``np.allclose``); zero means exact.
 
     Returns:
-      ``None`` if ``a`` and ``b`` are isomorphic (see the module docstring), else
-      one line naming the place (``a.layers[0].kernel`` / ``b.layers[0].kernel``)
-      and what differs there.
+      ``None`` if ``a`` and ``b`` are isomorphic, else one line naming the place
+      (``a.layers[0].kernel`` / ``b.layers[0].kernel``) and what differs there.
 
     Example::
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
       >>> from flaxgraph.testing import Node
       >>> from flaxgraph.testing.compare import graph_difference
       >>> graph_difference(Node(n=1), Node(n=2))
       'at a.n / b.n: static values differ: 1 != 2'
-
-    Source: flaxgraph (written for its property tests).
     """
     a_seen = RefMap[tuple[Any, str]]()  # object of a -> (its partner in b, first path)
     b_seen = RefMap[tuple[Any, str]]()
@@ -91,15 +71,7 @@ def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) ->
 
 
 def graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> bool:
-    """True when ``a`` and ``b`` are isomorphic graphs (see the module docstring).
-
-    Args:
-      a, b: graphs (or any values holding them); arrays must be concrete.
-      rtol, atol: tolerances for array values; zero (the default) means exact.
-
-    Returns:
-      Whether types, static values, array values, Variable metadata and the
-      sharing pattern (including cycles) all agree.
+    """Whether ``a`` and ``b`` are isomorphic graphs; arguments as ``graph_difference``.
 
     Example::
 
@@ -108,24 +80,15 @@ def graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> boo
       >>> a = Node(w=nnx.Param(jnp.ones(2))); a.me = a          # a cycle
       >>> graphs_equal(a, nnx.merge(*nnx.split(a)))
       True
-
-    Source: flaxgraph.
     """
     return graph_difference(a, b, rtol=rtol, atol=atol) is None
 
 
 def assert_graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> None:
-    """Asserts that ``a`` and ``b`` are isomorphic graphs (see ``graphs_equal``).
-
-    Args:
-      a, b: graphs (or any values holding them); arrays must be concrete.
-      rtol, atol: tolerances for array values; zero (the default) means exact.
+    """Asserts that ``a`` and ``b`` are isomorphic graphs; arguments as ``graph_difference``.
 
     Raises:
-      AssertionError: the graphs differ; the message names the first place
-        (``a.child.w / b.child.w``) and what differs there (type, static value,
-        array values, metadata, or which objects are aliased in one graph and not
-        in the other).
+      AssertionError: the graphs differ; the message is ``graph_difference``'s line.
 
     Example::
 
@@ -133,8 +96,6 @@ def assert_graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0)
       >>> from flaxgraph.testing import Node, assert_graphs_equal
       >>> m = Node(w=nnx.Param(jnp.ones(2)))
       >>> assert_graphs_equal(m, nnx.clone(m))
-
-    Source: flaxgraph.
     """
     problem = graph_difference(a, b, rtol=rtol, atol=atol)
     if problem is not None:

@@ -1,18 +1,7 @@
 """Generic node and Variable types that generated graphs are built from.
 
-Generated graphs need node *types* as much as node instances: the graph engine
-stores a node's type in the GraphDef, and a bug that confuses two types only
-shows up when a graph holds more than one. These classes are deliberately
-featureless containers of attributes, so that every behaviour a test sees
-comes from the graph engine, not from the class:
-
-* ``Node``: a ``Module`` whose attributes are given as keyword arguments;
-* ``Block``: a subclass of ``Node`` (a second Module type with a base class);
-* ``Record``: a plain ``Pytree`` that is not a ``Module``;
-* ``CustomVariable``: a user-defined Variable kind, next to the built-in
-  ``Param``, ``BatchStat``, ``Cache``…
-
-They are ordinary public classes, usable in hand-written tests too::
+Featureless attribute holders, so every behaviour a test sees comes from the graph
+engine; two Module types because the GraphDef records each node's type::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.testing import Node, CustomVariable
@@ -20,6 +9,8 @@ They are ordinary public classes, usable in hand-written tests too::
   >>> root = Node(a=shared, b=shared, child=Node(n=CustomVariable(jnp.zeros(3))))
   >>> root.a is root.b
   True
+
+Source: ``docs/design.md``, section "Tests".
 """
 
 from __future__ import annotations
@@ -34,17 +25,12 @@ from flaxgraph.variablelib.variable import Variable
 class Node(Module):
     """A generic Module: ``Node(**attributes)`` sets each keyword as an attribute.
 
-    Args:
-      **attributes: attribute name -> value (any value an Object attribute may hold).
-
     Example::
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
       >>> from flaxgraph.testing import Node
       >>> Node(w=nnx.Param(jnp.ones(2)), name='n').name
       'n'
-
-    Source: flaxgraph (test helper).
     """
 
     def __init__(self, **attributes: Any):
@@ -53,20 +39,11 @@ class Node(Module):
 
 
 class Block(Node):
-    """A second generic Module type (a subclass of ``Node``); same constructor.
-
-    Source: flaxgraph (test helper).
-    """
+    """A second generic Module type (a subclass of ``Node``); same constructor."""
 
 
 class Record(Pytree):
-    """A generic plain ``Object`` (not a ``Module``): ``Record(**attributes)``.
-
-    Args:
-      **attributes: attribute name -> value.
-
-    Source: flaxgraph (test helper).
-    """
+    """A generic plain ``Object`` (not a ``Module``): ``Record(**attributes)``."""
 
     def __init__(self, **attributes: Any):
         for name, value in attributes.items():
@@ -74,10 +51,7 @@ class Record(Pytree):
 
 
 class CustomVariable(Variable[Any]):
-    """A user-defined Variable kind, as ``class Count(nnx.Variable): pass`` would be.
-
-    Source: flaxgraph (test helper).
-    """
+    """A user-defined Variable kind, as ``class Count(nnx.Variable): pass`` would be."""
 
 
 __all__ = ["Node", "Block", "Record", "CustomVariable"]

@@ -1,46 +1,11 @@
 """Mutation programs: small, plain-data edits applied to any object graph.
 
-A *mutation program* is a list of steps, each a frozen dataclass of ints and
-strings. ``apply_mutations(root, steps)`` runs the steps in order on a graph, in
-place. Steps do not name objects directly (a program is generated before the
-graph it runs on exists, and must run equally on a copy): they hold *selectors*,
-integers that pick, modulo the number of candidates, one of the graph's nodes,
-Variables or attributes in a fixed order:
+Steps hold *selectors*, integers that pick (modulo the number of candidates) a node or
+Variable in ``nnx.iter_graph`` order, or an attribute in sorted name order, so one
+program makes the same edits on a graph and on its copy inside a trace. A step with no
+candidate does nothing. See the package README, "programs.py".
 
-* nodes and Variables are numbered in ``nnx.iter_graph`` order (children before
-  parents, each shared object once, at its first path);
-* a node's attributes are its string-keyed children in sorted order.
-
-So a program is deterministic given the graph's structure: applied to a graph
-and to a clone of it (or to the copy a transform merges inside a trace), it
-makes the same edits at the same paths. That is what differential tests need::
-
-  eager = nnx.clone(model); apply_mutations(eager, steps)
-  @nnx.jit
-  def f(m): apply_mutations(m, steps)
-  f(model)
-  assert_graphs_equal(model, eager)
-
-A step with no candidate (no numeric Variable to set, a node with no attribute
-to delete) does nothing. ``apply_mutations`` returns one line per step saying
-what it did, by path, for failure reports.
-
-==========================  ===================================================
-step                        effect
-==========================  ===================================================
-``SetValue``                ``v.value = v.value * scale + shift`` on a Variable
-                            with an integer or floating array value
-``AddAttribute``            ``node.<name> = <new value>`` (a new Param,
-                            BatchStat, raw array, static int or sub-node);
-                            replaces the attribute (and its ``nnx.data`` /
-                            ``nnx.static`` mark) if it exists
-``DeleteAttribute``         ``del node.<name>``
-``ShareAttribute``          ``node.<name> = <an existing node or Variable>``:
-                            makes two places share one object, possibly making
-                            a cycle (unless ``allow_cycle=False``)
-``SwapAttributes``          swaps the values of two attributes of one node
-                            (attributes without a data/static mark)
-==========================  ===================================================
+Source: ``docs/design.md``, section "Tests" (differential tests, "transformed == eager").
 """
 
 from __future__ import annotations
@@ -64,10 +29,8 @@ class SetValue:
     """Sets ``v.value = v.value * scale + shift`` on one numeric Variable.
 
     Attributes:
-      variable: selector among the Variables whose value is an integer or
-        floating array (``nnx.iter_graph`` order).
-      scale, shift: small non-negative ints (kept exact in float32 and valid for
-        unsigned dtypes).
+      variable: selector among the Variables with an integer or floating array value.
+      scale, shift: small non-negative ints (exact in float32, valid for unsigned dtypes).
     """
 
     variable: int
@@ -81,16 +44,15 @@ ADD_KINDS = ("param", "batch_stat", "array", "static", "node")
 
 @dataclasses.dataclass(frozen=True)
 class AddAttribute:
-    """Sets ``node.<name>`` to a new value (replacing any existing attribute).
+    """Sets ``node.<name>`` to a new value, replacing any attribute (and its data/static mark).
 
     Attributes:
       node: selector among the graph nodes.
       name: the attribute name.
-      kind: one of ``ADD_KINDS``: ``'param'`` (a new ``Param`` of 2 float32s
-        equal to ``seed``), ``'batch_stat'`` (a ``BatchStat`` of 2 int32s),
-        ``'array'`` (a raw int32 array ``[seed, seed + 1]``), ``'static'`` (the
-        int ``seed``) or ``'node'`` (a new ``Node`` holding one such Param).
-      seed: the number the new value is made from.
+      kind: one of ``ADD_KINDS``: ``'param'`` (a ``Param`` of 2 float32s equal to ``n``),
+        ``'batch_stat'`` (2 int32s), ``'array'`` (int32 ``[n, n + 1]``), ``'static'``
+        (the int ``n``) or ``'node'`` (a ``Node`` holding one such Param).
+      seed: the number ``n`` the new value is made from.
     """
 
     node: int
@@ -120,8 +82,7 @@ class ShareAttribute:
       source: selector among the graph's nodes, then its Variables (one list).
       node: selector among the graph nodes: the node that gets the attribute.
       name: the attribute name.
-      allow_cycle: if False, sources from which ``node`` is reachable (which
-        would close a cycle) are left out of the candidates.
+      allow_cycle: if False, sources from which ``node`` is reachable are left out.
     """
 
     source: int
@@ -132,13 +93,12 @@ class ShareAttribute:
 
 @dataclasses.dataclass(frozen=True)
 class SwapAttributes:
-    """Swaps the values of two string-keyed attributes of one node.
+    """Swaps the values of two unmarked string-keyed attributes of one node.
 
     Attributes:
-      node: selector among the graph nodes (those with at least two attributes).
-      first, second: selectors among the node's string attribute names that
-        carry no ``nnx.data``/``nnx.static`` mark, sorted; when they pick the same
-        name, the next name is used for ``second``.
+      node: selector among the graph nodes with at least two such attributes.
+      first, second: selectors among those names, sorted; if both pick the same name,
+        ``second`` takes the next one.
     """
 
     node: int
@@ -152,23 +112,17 @@ MutationStep = SetValue | AddAttribute | DeleteAttribute | ShareAttribute | Swap
 def apply_mutations(root: Any, steps: Sequence[MutationStep]) -> list[str]:
     """Applies a mutation program to the graph ``root``, in place.
 
-    Each step picks its targets among the graph's current nodes, Variables and
-    attributes (see the module docstring), so the result depends only on the
-    graph's structure and values: the same program on two isomorphic graphs
-    gives two isomorphic graphs, eagerly or inside a JAX trace.
-
     Args:
       root: a graph node (or any value holding graph nodes).
       steps: the program, e.g. drawn from ``flaxgraph.testing.mutations()``.
 
     Returns:
-      One line per step describing what it did, with paths from ``root``
-      (``"set root.child.w = value * 2 + 1"``, ``"skip: no numeric Variable"``).
+      One line per step saying what it did, by path from ``root``.
 
     Raises:
       TypeError: a step is not one of the step classes.
-      TraceContextError (a ``ValueError``): the graph was created outside the
-        current JAX trace (as for any mutation).
+      TraceContextError (a ``ValueError``): the graph was created outside the current
+        JAX trace.
 
     Example::
 
@@ -179,8 +133,6 @@ def apply_mutations(root: Any, steps: Sequence[MutationStep]) -> list[str]:
       ['set root.w = value * 2 + 1', 'delete root.n']
       >>> m.w.value
       Array([3., 3.], dtype=float32)
-
-    Source: flaxgraph.
     """
     log = []
     for step in steps:
@@ -216,17 +168,14 @@ def _attribute_names(node: Any) -> list[str]:
 
 
 def _marked_names(node: Any) -> set[str]:
-    """Attributes marked ``nnx.data``/``nnx.static``: the mark stays with the name.
-
-    Read from the Object's marks, not from its current values: inside a trace a
-    ``nnx.data(3)`` attribute holds an array, which needs no mark to be data.
+    """Attributes marked ``nnx.data``/``nnx.static``, read from the marks (in a trace a
+    ``nnx.data(3)`` attribute holds an array).
     """
     return {name for name, _ in getattr(node, "_obj_kinds", ())}
 
 
 def _set_unmarked(node: Any, name: str, value: Any) -> None:
-    """``node.<name> = value``, first dropping a data/static mark the name carries
-    (a static mark on a new array would make the graph unsplittable)."""
+    """``node.<name> = value``, first dropping the name's data/static mark."""
     impl = get_graph_node_impl(node)
     assert impl is not None
     if name in _marked_names(node):

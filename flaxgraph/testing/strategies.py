@@ -1,34 +1,10 @@
 """Hypothesis strategies that generate object graphs and programs that edit them.
 
-A property test states something that must hold for *every* graph, and
-hypothesis searches for a graph where it does not, then shrinks it to a small
-one. The strategies here generate the graphs that break graph code in practice:
-
-* nested nodes of several types: ``Node`` and ``Block`` Modules, a plain
-  ``Record`` Object, ``nnx.List`` and ``nnx.Dict``, ``nnx.Rngs``;
-* **shared** Variables and shared sub-nodes (two attributes, one object);
-* **cycles**: a node holding one of its ancestors (or itself);
-* lists, tuples and dicts holding nodes, Variables, arrays and static values;
-* mixed Variable kinds (``Param``, ``BatchStat``, ``Cache``, ``Intermediate``
-  holding a tuple as ``sow`` does, ``CustomVariable``, plain ``Variable``) with
-  metadata (a ``sharding`` tuple matching the rank, a ``tag``);
-* raw array attributes and static attributes (ints, bools, strings, floats,
-  ``None``, tuples); optionally attributes marked ``nnx.data``/``nnx.static``.
-
-Example (a property of your own code)::
-
-  from hypothesis import given
-  import flaxgraph as nnx
-  from flaxgraph.testing import graphs, assert_graphs_equal
-
-  @given(graphs())
-  def test_my_checkpointing_round_trips(model):
-      assert_graphs_equal(restore(save(model)), model)
-
-Array values are multiples of 0.25 between -4 and 4 (integers for int32), so
-arithmetic on them is exact and eager results equal ``jit`` results bit for
-bit. This module needs ``hypothesis`` (a test-only dependency); importing
+What the graphs contain (sharing, cycles, containers, mixed Variable kinds, metadata) and
+why array values are exact is in the package README. Needs ``hypothesis``; importing
 ``flaxgraph`` does not import it.
+
+Source: ``docs/design.md``, section "Tests"; hypothesis's strategies API.
 """
 
 from __future__ import annotations
@@ -95,12 +71,10 @@ def arrays(
     """A strategy of small JAX arrays with exactly representable values.
 
     Args:
-      dtypes: the dtypes to draw from; float dtypes get multiples of 0.25 in
-        ``[-4, 4]``, integer dtypes integers in ``[-16, 16]`` (``[0, 16]`` when
-        unsigned), bool dtypes booleans.
-      max_rank: the largest number of dimensions (0 gives scalars only).
-      max_side, min_side: the range of each dimension's size (``min_side=0``
-        allows empty arrays).
+      dtypes: the dtypes to draw from; floats get multiples of 0.25 in ``[-4, 4]``,
+        integers ``[-16, 16]`` (``[0, 16]`` unsigned), bools booleans.
+      max_rank: the largest number of dimensions (0: scalars only).
+      max_side, min_side: the range of each dimension's size (0 allows empty arrays).
 
     Returns:
       A hypothesis strategy of ``jax.Array``.
@@ -117,8 +91,6 @@ def arrays(
       ... def test(x):
       ...     assert x.ndim <= 1
       >>> test()
-
-    Source: flaxgraph.
     """
     if max_rank < 0 or min_side > max_side:
         raise ValueError(
@@ -146,12 +118,7 @@ def arrays(
 
 
 def static_values() -> SearchStrategy[Any]:
-    """A strategy of hashable static attribute values.
-
-    Returns:
-      A strategy of ``None``, bools, small ints, finite floats, short strings and
-      tuples of those (types matter: a GraphDef tells ``1``, ``1.0`` and ``True``
-      apart).
+    """A strategy of hashable static values: ``None``, bools, small ints, floats, short strings, tuples.
 
     Example::
 
@@ -160,10 +127,8 @@ def static_values() -> SearchStrategy[Any]:
       >>> @settings(max_examples=10)
       ... @given(static_values())
       ... def test(v):
-      ...     hash(v)  # static values are hashable
+      ...     hash(v)
       >>> test()
-
-    Source: flaxgraph.
     """
     scalars = st.one_of(
         st.none(),
@@ -181,17 +146,17 @@ def variables(
     metadata: bool = True,
     values: SearchStrategy[Any] | None = None,
 ) -> SearchStrategy[Variable[Any]]:
-    """A strategy of Variables of mixed kinds, with metadata.
+    """A strategy of new Variables of mixed kinds, with metadata.
 
     Args:
-      kinds: the Variable classes to draw from. An ``Intermediate`` sometimes
-        holds a tuple of arrays, as ``Module.sow`` makes.
-      metadata: whether to draw metadata: a ``sharding`` tuple (one mesh-axis
-        name or ``None`` per dimension of the value) and/or a ``tag`` string.
+      kinds: the Variable classes to draw from (an ``Intermediate`` sometimes holds a
+        tuple, as ``Module.sow`` makes).
+      metadata: whether to draw a ``sharding`` tuple (one entry per dimension) and/or a
+        ``tag``.
       values: the strategy of values (default ``arrays()``).
 
     Returns:
-      A hypothesis strategy of new Variables (each drawn Variable is a new object).
+      A hypothesis strategy of Variables.
 
     Example::
 
@@ -203,8 +168,6 @@ def variables(
       ... def test(v):
       ...     assert isinstance(v, nnx.Param)
       >>> test()
-
-    Source: flaxgraph.
     """
     value_strategy = arrays() if values is None else values
 
@@ -229,16 +192,10 @@ def variables(
 
 
 def filters() -> SearchStrategy[Any]:
-    """A strategy of filters over generated graphs' leaves.
+    """A strategy of filters (anything ``nnx.filterlib.to_predicate`` takes) over generated graphs.
 
-    Draws Variable kinds (``Param``, ``BatchStat``, ``Cache``, ``Intermediate``,
-    ``CustomVariable``, ``Variable``, ``RngState``), ``jax.Array`` (raw array
-    leaves), tags (``'a'``, ``WithTag('b')``), ``PathContains`` on generated
-    attribute names, ``...`` and ``None``, combined with ``Not``, ``All``, ``Any``
-    and tuples.
-
-    Returns:
-      A hypothesis strategy of filters (anything ``nnx.filterlib.to_predicate`` takes).
+    Draws Variable kinds, ``jax.Array``, tags, ``PathContains``, ``...`` and ``None``,
+    combined with ``Not``, ``All``, ``Any`` and tuples.
 
     Example::
 
@@ -250,8 +207,6 @@ def filters() -> SearchStrategy[Any]:
       ... def test(f):
       ...     assert callable(nnx.filterlib.to_predicate(f))
       >>> test()
-
-    Source: flaxgraph.
     """
     base = st.sampled_from(
         [
@@ -300,31 +255,25 @@ def graphs(
 ) -> SearchStrategy[Node]:
     """A strategy of object graphs: a root ``Node`` or ``Block`` Module and all it holds.
 
-    The graph is built depth-first. Each attribute (or list item, or container
-    entry) is one of: a static value, a raw array, a new Variable, a new
-    sub-node, a container (list, tuple, dict) of such values, an ``nnx.Rngs``, a
-    Variable or node made earlier (sharing), or a node still being built, that
-    is an ancestor (a cycle). Containers are never shared: the graph engine walks
-    them by value.
+    Each attribute is a static value, an array, a new Variable or sub-node, a container, an
+    ``nnx.Rngs``, an earlier Variable or node (sharing) or an ancestor (a cycle). Containers
+    are never shared (the engine walks them by value).
 
     Args:
-      max_nodes: the most graph nodes a graph has (the root included).
+      max_nodes: the most graph nodes (the root included).
       max_depth: the deepest nesting of nodes and containers below the root.
       max_attributes: the most attributes per node (and items per container).
       sharing: allow a Variable or node to be referenced from several places.
       cycles: allow a node to hold one of its ancestors (or itself).
       containers: allow lists, tuples and dicts.
-      rngs: allow ``nnx.Rngs`` sub-modules (typed PRNG key leaves).
+      rngs: allow ``nnx.Rngs`` sub-modules.
       metadata: give Variables metadata (see ``variables``).
-      marks: also make attributes marked ``nnx.data(<Python int or float>)`` (a
-        State leaf that is no array; ``jax.jit`` returns it as an array) and
-        ``nnx.static(<static value>)``.
+      marks: also make ``nnx.data(<int or float>)`` and ``nnx.static(<value>)`` attributes.
       variable_kinds: the Variable kinds to use.
-      node_types: the sub-node types to use; ``List``/``Dict`` hold items/keys,
-        other types are built with no arguments and get attributes set.
+      node_types: the sub-node types to use.
 
     Returns:
-      A hypothesis strategy of root Modules (``Node`` or ``Block``).
+      A hypothesis strategy of root Modules.
 
     Raises:
       ValueError: ``max_nodes < 1``, ``max_depth < 0`` or ``max_attributes < 0``.
@@ -337,10 +286,8 @@ def graphs(
       >>> @settings(max_examples=10)
       ... @given(graphs(sharing=False, cycles=False))
       ... def test(model):
-      ...     assert nnx.find_duplicates(model) == []  # a tree: nothing shared
+      ...     assert nnx.find_duplicates(model) == []
       >>> test()
-
-    Source: flaxgraph.
     """
     if max_nodes < 1 or max_depth < 0 or max_attributes < 0:
         raise ValueError(
@@ -376,12 +323,7 @@ MODES: tuple[dict[str, bool], ...] = (
 
 
 def modes() -> SearchStrategy[dict[str, bool]]:
-    """A strategy of traversal modes, as keyword arguments for a transform.
-
-    Returns:
-      A hypothesis strategy drawing one of ``MODES``: ``{'graph': True,
-      'graph_updates': True}`` (the default), ``{'graph': True, 'graph_updates':
-      False}`` or ``{'graph': False, 'graph_updates': False}`` (tree mode).
+    """A strategy drawing one of ``MODES`` (the traversal modes as transform keyword arguments).
 
     Example::
 
@@ -395,40 +337,33 @@ def modes() -> SearchStrategy[dict[str, bool]]:
       ...         v[...] += 1
       ...     v = nnx.Variable(jnp.zeros(()))
       ...     nnx.jit(add_one, **mode)(v)
-      ...     assert v[...] == 1  # values come back in every mode
+      ...     assert v[...] == 1
       >>> test()
 
-    Source: Flax NNX 0.12 ``graph``/``graph_updates``.
+    Source: Flax NNX 0.12 ``graph``/``graph_updates`` transform arguments.
     """
     return st.sampled_from(MODES)
 
 
 def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list[MutationStep]]:
-    """A strategy of mutation programs for ``apply_mutations``.
+    """A strategy of mutation programs (lists of ``flaxgraph.testing.programs`` steps).
 
     Args:
       max_steps: the most steps in a program (programs may be empty).
-      cycles: if False, ``ShareAttribute`` steps have ``allow_cycle=False``, so
-        applying the program to an acyclic graph keeps it acyclic.
+      cycles: if False, ``ShareAttribute`` steps never make a cycle.
 
     Returns:
-      A hypothesis strategy of lists of steps (``SetValue``, ``AddAttribute``,
-      ``DeleteAttribute``, ``ShareAttribute``, ``SwapAttributes``); see
-      ``flaxgraph.testing.programs`` for what each does.
+      A hypothesis strategy of lists of steps for ``apply_mutations``.
 
     Example::
 
-      >>> import flaxgraph as nnx
       >>> from hypothesis import given, settings
       >>> from flaxgraph.testing import graphs, mutations, apply_mutations
       >>> @settings(max_examples=10)
       ... @given(graphs(), mutations(max_steps=2))
       ... def test(model, steps):
-      ...     log = apply_mutations(model, steps)
-      ...     assert len(log) == len(steps)
+      ...     assert len(apply_mutations(model, steps)) == len(steps)
       >>> test()
-
-    Source: flaxgraph.
     """
     selector = st.integers(0, 255)
     small = st.integers(0, 3)
@@ -594,18 +529,14 @@ __all__ = [
 
 
 def attribute_values(*, max_depth: int = 2) -> SearchStrategy[Any]:
-    """A strategy of attribute value *descriptions* (``flaxgraph.testing.values``).
+    """A strategy of attribute value descriptions (``flaxgraph.testing.values``).
 
-    Each drawn description builds a new, equal value on every ``build()``: Python
-    and NumPy scalars, NumPy and JAX arrays, typed and raw PRNG keys, dtypes and
-    scalar types, enum members, functions and ``functools.partial``\\ s, frozen and
-    mutable dataclass configs, ``PartitionSpec``\\ s, and plain lists, tuples and
-    dicts of these (nested up to ``max_depth``). For differential tests that
-    run one program on two libraries, or on a graph and its copy.
+    Draws scalars, arrays, PRNG keys, dtypes, enums, functions, partials, dataclass
+    configs, ``PartitionSpec``\\ s and containers of these; each ``build()`` makes a new,
+    equal value.
 
     Args:
-      max_depth: how deep containers (and configs, partials) nest; 0 draws no
-        container.
+      max_depth: how deep containers, configs and partials nest (0: none).
 
     Returns:
       A hypothesis strategy of ``flaxgraph.testing.values.Description``.
@@ -620,8 +551,6 @@ def attribute_values(*, max_depth: int = 2) -> SearchStrategy[Any]:
       ... def test(d):
       ...     assert canonical(d.build()) == canonical(d.build())
       >>> test()
-
-    Source: flaxgraph.
     """
     return _attribute_values(max_depth)
 

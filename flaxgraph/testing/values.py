@@ -1,32 +1,8 @@
 """Attribute values as plain data: descriptions that build the same value again and again.
 
-A differential test runs one program on two libraries (or twice on one), so it
-cannot hold the values themselves: an array or a ``functools.partial`` made once
-would be shared between the runs, and a run that mutates it would change the
-other. It holds a *description* instead, a frozen dataclass of plain data whose
-``build()`` makes a new value each time, equal to the last one:
-
-==================  ==================================================================
-description         builds
-==================  ==================================================================
-``PyScalar``        a Python ``None``, bool, int, float, complex or str
-``NpScalar``        a NumPy scalar (``np.float64(0.5)``, ``np.int32(3)``, ``np.bool_``)
-``ArrayValue``      a NumPy or JAX array of a given dtype and shape
-``KeyValue``        a PRNG key: typed (``jax.random.key``) or raw (``PRNGKey``)
-``DTypeValue``      a dtype object (``np.dtype('float32')``) or a scalar type
-                    (``jnp.float32``, ``np.int8``)
-``EnumValue``       a member of the enum ``SampleColor``
-``FunctionValue``   a module-level function (``jax.nn.relu``, ``jnp.tanh``, ``double``)
-``PartialValue``    a ``functools.partial`` of such a function with scalar arguments
-``ConfigValue``     a dataclass ``FrozenConfig`` or ``MutableConfig``
-``SpecValue``       a ``jax.sharding.PartitionSpec``
-``SeqValue``        a plain list or tuple of descriptions
-``MapValue``        a plain dict of descriptions, string keys
-==================  ==================================================================
-
-``attribute_values()`` is a hypothesis strategy of descriptions and
-``canonical(value)`` turns a built value into plain, comparable data (the same
-for equal values from any run), for comparing results::
+Each description is a frozen dataclass whose ``build()`` makes a new value, equal to the
+last one (a value made once would be shared, and mutated, between two runs of a
+differential test); ``canonical(value)`` turns a built value into comparable data::
 
   >>> from flaxgraph.testing.values import ArrayValue, SeqValue, canonical
   >>> d = SeqValue("list", (ArrayValue("jax", "float32", (2,), 1),))
@@ -34,7 +10,7 @@ for equal values from any run), for comparing results::
   >>> a[0] is b[0], canonical(a) == canonical(b)
   (False, True)
 
-Source: flaxgraph.
+Source: ``docs/design.md``, section "Tests".
 """
 
 from __future__ import annotations
@@ -126,7 +102,7 @@ class ArrayValue:
     """An array ``start + arange(size)`` of ``dtype`` and ``shape``, NumPy or JAX.
 
     Attributes:
-      kind: ``'numpy'`` (``np.ndarray``) or ``'jax'`` (``jax.Array``).
+      kind: ``'numpy'`` or ``'jax'``.
       dtype: ``'float32'``, ``'int32'``, ``'bool'``… (bool arrays alternate from ``start``).
       shape: a tuple of small ints.
       start: the first element.
@@ -147,14 +123,8 @@ class ArrayValue:
 
 @dataclasses.dataclass(frozen=True)
 class KeyValue:
-    """A PRNG key from the number ``number``.
-
-    Attributes:
-      kind: ``'typed'`` (``jax.random.key``, a key-dtype array) or ``'raw'``
-        (``jax.random.PRNGKey``, a ``uint32`` array of the default implementation).
-      impl: for typed keys, the implementation name (``'threefry2x32'``,
-        ``'rbg'``, ``'unsafe_rbg'``) or ``None`` for the default.
-      number: the key's number.
+    """A PRNG key from ``number``: ``kind='typed'`` (``jax.random.key`` with ``impl``, ``None``
+    for the default) or ``'raw'`` (``jax.random.PRNGKey``).
     """
 
     kind: str
@@ -299,17 +269,9 @@ def contains(description: Description, kinds: tuple[type, ...]) -> bool:
 def canonical(value: Any) -> Any:
     """Plain, comparable data for a built value (equal for equal values of any run).
 
-    Arrays become ``('numpy' | 'jax', dtype, shape, values)``, typed keys
-    ``('key', impl, key data)``, NumPy scalars ``('np', dtype, value)``, Python
-    scalars ``(type name, value)``; containers, dataclasses, partials,
-    PartitionSpecs, enums, dtypes and functions their parts. Any other value
-    becomes ``('object', type name)``.
-
-    Args:
-      value: any value built from a description (or holding such values).
-
-    Returns:
-      Nested tuples of strings, numbers and lists.
+    Arrays become ``(kind, dtype, shape, values)``, typed keys ``('key', impl, data)``,
+    scalars ``(type, value)``, containers, dataclasses, partials and the like their parts,
+    any other value ``('object', type name)``.
 
     Raises:
       jax.errors.ConcretizationTypeError: ``value`` holds a tracer.

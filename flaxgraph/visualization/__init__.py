@@ -1,8 +1,6 @@
-"""How flaxgraph objects look: plain-text ``repr`` and treescope (see ``show``).
+"""How flaxgraph objects look: text ``repr`` and treescope (Flax's ``nnx.visualization`` path).
 
-Above the core: importing this package fills ``flaxgraph.renderers.RENDERERS``,
-through which the core's ``__repr__`` and notebook hooks reach it. This package is
-Flax NNX's ``visualization`` module map (``nnx.display``).
+Importing it fills ``flaxgraph.renderers.RENDERERS`` (see the package README).
 """
 
 from flaxgraph.visualization.constructor import in_ipython as in_ipython

@@ -1,11 +1,6 @@
-"""Flax's ``nnx.visualization`` helpers for user classes: ``render_object_constructor`` and
-``in_ipython``.
+"""Flax's ``nnx.visualization`` helpers: ``render_object_constructor`` and ``in_ipython``.
 
-``render_object_constructor`` is what a ``__treescope_repr__`` returns to show an object as
-``Foo(bar=1, baz=2)`` in treescope, one foldable line per attribute.
-
-Source: Flax NNX 0.12.8 ``flax.nnx.visualization`` (behaviour read from its public source);
-treescope's public ``rendering_parts`` API.
+Source: Flax NNX 0.12.8 ``flax.nnx.visualization``; treescope's ``rendering_parts`` API.
 """
 
 from __future__ import annotations
@@ -35,10 +30,10 @@ def render_object_constructor(
 
     Args:
       object_type: the object's type (its name heads the rendering).
-      attributes: ``{name: value}``, each shown as ``name=<value>``; the names must be the
-        object's attributes (treescope's paths use them).
-      path: the object's path (``__treescope_repr__``'s ``path``), or ``None``.
-      subtree_renderer: renders each value (``__treescope_repr__``'s ``subtree_renderer``).
+      attributes: ``{name: value}``, each shown as ``name=<value>`` (the object's
+        attribute names: treescope's paths use them).
+      path: ``__treescope_repr__``'s ``path``, or ``None``.
+      subtree_renderer: ``__treescope_repr__``'s ``subtree_renderer``.
       roundtrippable: whether the text evaluates back to an equal object; if not, it is
         wrapped in ``<...>`` in treescope's round-trip mode.
       color: a background color, or ``None``.

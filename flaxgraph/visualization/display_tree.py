@@ -1,25 +1,12 @@
 """The display tree: what a value shows, walked once, for the text ``repr`` and treescope.
 
-``DisplayWalk.tree`` walks an Object, Variable or State depth-first in attribute
-order, like ``split``, into a tree of records: a ``Bracketed`` per node, Variable, State
-or container holding nodes (opening, closing, children, per-kind counts and their
-comment), a ``Child`` per line inside it (its heading ``name=``, ``'key': `` or none,
-and its path), a ``Reference`` for a node or Variable met again (a shared reference or
-a cycle, with the path where it was first met), a ``FoldedRun`` for two or more
-consecutive, structurally identical sub-modules of a list shown once (``folding.py``)
-and a ``Leaf`` for any other value. Every Variable is in the tree, and counted, once; a
-node's counts are those of what is shown inside it, so the root's are those of the
-whole graph. The cost is linear in the size of the graph times the nesting depth of
-lists (folding walks each child of a list once more on its own). ``definition_tree``
-does the same for a ``GraphDef``.
-
-``text.py`` and ``treescope_html.py`` only format these trees. treescope draws most
-containers itself, so a treescope walk (``fold_everywhere=False``) folds only where
-treescope lets flaxgraph draw: the children of an ``nnx.List`` and of a plain list or
-tuple of sub-modules directly inside a node, Variable or such list.
+``DisplayWalk.tree`` walks an Object, Variable or State in ``split``'s attribute order
+into ``Bracketed``/``Child``/``Reference``/``FoldedRun``/``Leaf`` records, counting each
+Variable once; ``definition_tree`` does the same for a ``GraphDef``. The records, the
+cost and where treescope folds are in the package README.
 
 Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
-"Transformations" guide).
+"Transformations" guide); the GraphDef format is flaxgraph's own.
 """
 
 from __future__ import annotations
@@ -62,7 +49,7 @@ from flaxgraph.visualization.values import (
 
 
 def holds_nodes(x: Any) -> bool:
-    """True if ``x`` is, or is a container holding, a node, Variable or State."""
+    """Whether ``x`` is, or is a container holding, a node, Variable or State."""
     kind = kind_of(x)
     if kind is None:
         return False
@@ -160,23 +147,18 @@ def totals_of(tree: Tree) -> Totals:
 class DisplayWalk:
     """One walk of a display: the nodes met so far and how runs are folded.
 
-    ``tree(x, path)`` returns the display tree of ``x`` (``path``: where ``x`` is, ``''``
-    at the root, ``None`` when not tracked); ``blocks`` keeps each node's and Variable's
-    ``Bracketed`` (treescope formats it when its hook is called) and ``seen`` where it
-    was first met.
+    ``tree(x, path)`` returns the display tree of ``x`` (``path``: ``''`` at the root,
+    ``None`` when not tracked); ``blocks`` keeps each node's and Variable's ``Bracketed``
+    for treescope's hooks, ``seen`` where each was first met. Never raises for graphs of
+    Objects, Variables, arrays and containers.
 
     Args:
-      fold: fold runs of identical sub-modules (``nnx.display(obj, fold=False)``: no).
-      fingerprint: the text compared to tell identical sub-modules (the plain-text
-        rendering of a tree, ``text.tree_text``).
+      fold: fold runs of identical sub-modules.
+      fingerprint: the text compared to tell identical sub-modules (``text.tree_text``).
       fold_everywhere: fold in every list (text); ``False``: only where treescope lets
         flaxgraph draw the list.
       shapes_only: show every array by shape and dtype.
       outside: the nodes shown around a probed value (noted as met, never walked).
-
-    Raises:
-      Nothing for graphs of Objects, Variables, arrays and containers (a pytree whose
-      flatten fails is a ``Leaf``).
 
     Example::
 
@@ -190,9 +172,6 @@ class DisplayWalk:
       ('Param: 2 (8 B)', ['a=', 'b='])
       >>> tree.children[1].tree
       Reference(type_name='Param', where='.a', outside=False)
-
-    Source: the output format of Flax NNX ``repr``/``nnx.display``; folding as
-    PyTorch's module ``repr`` (``folding.py``).
     """
 
     def __init__(
@@ -214,8 +193,7 @@ class DisplayWalk:
         self.blocks: RefMap[Bracketed] = RefMap()  # the Bracketed of each node and Variable
 
     def tree(self, x: Any, path: str | None, drawn_parent: bool = False) -> Tree:
-        """The display tree of ``x`` at ``path``; ``drawn_parent``: the parent is a node,
-        Variable or list that treescope lets flaxgraph draw."""
+        """The display tree of ``x`` at ``path``; ``drawn_parent``: treescope lets us draw the parent."""
         kind = kind_of(x)
         if kind is not None and kind <= VARIABLE:  # a graph node or a Variable
             if self.outside and self._outside(x):
@@ -370,17 +348,10 @@ class Definition(NamedTuple):
 
 
 def definition_tree(d: Any) -> Definition:
-    """The display tree of a GraphDef (or one of its definitions).
+    """The display tree of a GraphDef (or a definition inside one); never raises.
 
-    Args:
-      d: a ``GraphDef``, or a ``NodeDef``, ``VariableDef``, ``NodeRef``,
-        ``ContainerDef``, ``StaticDef`` or other definition inside one.
-
-    Returns:
-      ``Definition(text, children)``: ``children`` is ``None`` for a definition shown
-      on one line, else the ``(heading, definition)`` lines between ``text + ','`` and
-      ``)``. Never raises (a static value whose ``repr`` raises is shown with
-      ``object.__repr__``).
+    Returns ``Definition(text, children)``: ``children`` is ``None`` for a one-line
+    definition, else the ``(heading, definition)`` lines between ``text + ','`` and ``)``.
 
     Example::
 
@@ -390,8 +361,6 @@ def definition_tree(d: Any) -> Definition:
       ...     self.w = nnx.Param(jnp.ones(2))
       >>> definition_tree(nnx.graphdef(Scale())).children[0][1].children
       [('w=', Definition(text='VariableDef(Param, index=1)', children=None))]
-
-    Source: flaxgraph's own GraphDef format (Flax NNX prints nested dataclasses).
     """
     if isinstance(d, GraphDef):
         return Definition(

@@ -1,22 +1,7 @@
 """Folding runs of structurally identical sub-modules in display (``24 x Block(...)``).
 
-A model with many identical blocks in a list (``nnx.List``, a plain list or tuple)
-would print every block in full; display shows a run of two or more consecutive,
-structurally identical Objects once instead, as PyTorch's module ``repr`` does for
-repeated layers (``(0-23): 24 x Block(...)``)::
-
-  24 x Block( # [0:24], Param: 24 x 1,234 = 29,616 (118.5 KB)
-
-The block shown is the run's first, with its arrays by shape and dtype (their values
-differ along the run). Two Objects are *structurally identical* when their renderings
-with arrays shown by shape are the same text: same types, attribute names, static
-values, Variable kinds, shapes, dtypes and metadata, same sharing inside. An Object
-that shares a node or Variable with anything rendered before it (an earlier child
-of the list included) is never folded, so every Variable is still counted once and a later
-reference to a folded one still says where it is (``# same as .blocks[7].kernel``).
-In treescope a run starts collapsed, ``24 x Block(...),  # [0:24], …``, and expands to
-its first member.
-``nnx.display(obj, fold=False)`` shows everything.
+What is folded, when two sub-modules are identical, and why sharing prevents folding
+is in the package README, "folding".
 
 Source: PyTorch's ``torch.nn.Module.__repr__`` (repeated ``ModuleList`` items folded
 as ``N x Layer``, pytorch#90452); the Flax NNX display format otherwise.
@@ -87,14 +72,12 @@ def plan(
 
     Args:
       items: the children, ``(key, value)`` in display order.
-      probe: renders one child on its own (``Probe``), noting the nodes rendered
-        before it reaches without walking into them; ``None`` for a child that holds
-        no node or is itself one rendered before.
+      probe: renders one child on its own (``Probe``), or ``None`` for a child holding no
+        node or met before.
 
     Returns:
-      The segments in order, and each child's probe (``None`` for a child that
-      cannot be folded: not an Object, or sharing a node or Variable with what was
-      rendered before the list or with an earlier child).
+      The segments in order, and each child's probe (``None`` for a child that cannot be
+      folded: not an Object, or sharing a node with what was rendered before it).
     """
     probes: list[Probe | None] = []
     earlier: set[int] = set()  # the nodes of the children before
@@ -162,8 +145,7 @@ def register_members(
     seen: RefMap[Any],
     path_of: Callable[[Hashable], str | None],
 ) -> None:
-    """Records the nodes of the run's members after the first (which is rendered) at
-    their paths, so a later reference to one of them says where it is."""
+    """Records the nodes of the run's members after the first at their paths (for later references)."""
     for k in range(run.start + 1, run.stop):
         key = items[k][0]
         base = path_of(key)

@@ -1,14 +1,22 @@
 """treescope rendering of Objects, Variables, States and GraphDefs (notebooks).
 
-treescope renders a value by calling its ``__treescope_repr__(path,
-subtree_renderer)`` hook; the hooks of ``Object``, ``Variable``, ``State`` and
-``GraphDef`` call the functions here (``flaxgraph/visualization/show.py`` registers them in
-``flaxgraph/renderers.py``). They format the display tree of ``display_tree.py``, the
-tree the plain-text ``repr`` of ``text.py`` formats: per-kind counts in each node's
-first-line comment, a node met again (shared reference or cycle) drawn as a reference
-to where it was first drawn, runs of identical sub-modules folded. ``to_html`` turns
-any of them into the HTML document a notebook shows when the object is a cell's last
-expression.
+The core's ``__treescope_repr__`` hooks call these functions (``show.py`` registers
+them); they only format the tree ``display_tree.py`` walks, the one ``text.py``
+formats (see the package README). ``to_html`` gives the HTML a notebook shows::
+
+  >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
+  >>> class Scale(nnx.Module):
+  ...   def __init__(self):
+  ...     self.w = nnx.Param(jnp.ones(30))
+  >>> treescope.render_to_text(Scale()).splitlines()[:2]
+  ['Scale( # Param: 30 (120 B)', '  w=Param( # 30 (120 B)']
+  >>> print(treescope.render_to_text(nnx.graphdef(Scale())))
+  GraphDef(num_leaves=1,
+    root=NodeDef(Scale, index=0, w=VariableDef(Param, index=1))
+  )
+
+Short renderings fit on one line and then show no comment (treescope shows first-line
+comments only on expanded nodes).
 
 Source: treescope's ``repr_lib``/``rendering_parts`` API; the Flax NNX display format.
 """
@@ -100,8 +108,7 @@ def _render_lines(walk: DisplayWalk, b: Bracketed, subtree_renderer: Any) -> lis
 
 
 def _line(head: str, rendering: Any, last_comma: Any, is_last: bool) -> Any:
-    """``head`` then ``rendering`` as one line of a block, then a comma (``last_comma``
-    after the last line)."""
+    """``head`` then ``rendering`` as one line of a block, then a comma (``last_comma`` last)."""
     from treescope import rendering_parts as rp
 
     comma = last_comma if is_last else rp.siblings(",", rp.fold_condition(collapsed=rp.text(" ")))
@@ -140,8 +147,7 @@ def _render_block(
     subtree_renderer: Any,
     run: FoldedRun | None = None,
 ) -> Any:
-    """A node or Variable: ``Type(`` with its counts, its children, ``)``; in a ``run``,
-    ``N x Type(...)`` collapsed with the run's comment (expanded: its first member)."""
+    """A node or Variable as ``Type(`` counts, children, ``)``; in a ``run``, ``N x Type(...)``."""
     from treescope import rendering_parts as rp
 
     children = _render_lines(walk, b, subtree_renderer)
@@ -182,91 +188,17 @@ def _render_block(
 
 
 def object_treescope_repr(obj: Any, path: str | None, subtree_renderer: Any) -> Any:
-    """Renders an Object for treescope (the body of ``Object.__treescope_repr__``).
-
-    Args:
-      obj: a graph node.
-      path: the path treescope gives the node (``None`` when it tracks none).
-      subtree_renderer: treescope's renderer for the children.
-
-    Returns:
-      A treescope rendering: ``TypeName(`` with the per-kind counts as a comment on
-      its first line, one ``name=value`` line per attribute, ``)``. A node or
-      Variable already rendered in the same rendering shows as ``TypeName(...)  #
-      same as .path``, which also ends cycles.
-
-    Raises:
-      Whatever ``subtree_renderer`` raises for a child (treescope catches it when
-      asked to ignore exceptions).
-
-    Example::
-
-      >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
-      >>> class Scale(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(30))
-      >>> treescope.render_to_text(Scale()).splitlines()[:2]
-      ['Scale( # Param: 30 (120 B)', '  w=Param( # 30 (120 B)']
-
-    Short renderings fit on one line and then show no comment (treescope shows
-    first-line comments only on expanded nodes).
-
-    Source: Flax NNX renders Objects in treescope the same way; built with
-    treescope's public ``rendering_parts`` API (``repr_lib`` has no first-line
-    comment).
-    """
+    """Renders an Object for treescope (the body of ``Object.__treescope_repr__``)."""
     return _render_hooked(obj, path, subtree_renderer)
 
 
 def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer: Any) -> Any:
-    """Renders a Variable for treescope (the body of ``Variable.__treescope_repr__``).
-
-    Args:
-      v: a Variable.
-      path: the path treescope gives it (``None`` when it tracks none).
-      subtree_renderer: treescope's renderer for its value and metadata.
-
-    Returns:
-      A treescope rendering ``Kind( # n (bytes)`` with ``value=`` and one line per
-      metadata entry; a reference if the Variable was already rendered.
-
-    Raises:
-      Whatever ``subtree_renderer`` raises for the value.
-
-    Example::
-
-      >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
-      >>> treescope.render_to_text(nnx.Param(jnp.ones(30))).splitlines()[0]
-      'Param( # 30 (120 B)'
-
-    Source: Flax NNX renders Variables in treescope the same way.
-    """
+    """Renders a Variable for treescope (the body of ``Variable.__treescope_repr__``)."""
     return _render_hooked(v, path, subtree_renderer)
 
 
 def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) -> Any:
-    """Renders a State for treescope as ``State({key: value, ...})``.
-
-    Args:
-      state: a State.
-      path: the path treescope gives it.
-      subtree_renderer: treescope's renderer for the entries.
-
-    Returns:
-      A treescope rendering in treescope's wrapped-dictionary format; Variables
-      inside render with their counts, a Variable met twice as a reference.
-
-    Raises:
-      Whatever ``subtree_renderer`` raises for an entry.
-
-    Example::
-
-      >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
-      >>> treescope.render_to_text(nnx.State({'w': nnx.Param(jnp.ones(2))})).splitlines()[0]
-      'State({'
-
-    Source: Flax NNX ``State`` rendering; uses ``treescope.repr_lib``.
-    """
+    """Renders a State for treescope as ``State({key: value, ...})``."""
     from treescope import repr_lib
 
     with _walk() as (walk, starts):
@@ -288,30 +220,7 @@ def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) 
 
 
 def graphdef_treescope_repr(graphdef: GraphDef, path: str | None, subtree_renderer: Any) -> Any:
-    """Renders a GraphDef for treescope: the tree of the plain-text ``repr``, foldable.
-
-    Args:
-      graphdef: a ``GraphDef``.
-      path: the path treescope gives it.
-      subtree_renderer: unused (definitions are rendered here); part of the hook.
-
-    Returns:
-      A treescope rendering ``GraphDef(num_leaves=n, root=NodeDef(Type, index=i, ...))``
-      whose definitions fold like the text ``repr``'s blocks.
-
-    Example::
-
-      >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
-      >>> class Scale(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(2))
-      >>> print(treescope.render_to_text(nnx.graphdef(Scale())))
-      GraphDef(num_leaves=1,
-        root=NodeDef(Scale, index=0, w=VariableDef(Param, index=1))
-      )
-
-    Source: flaxgraph's own GraphDef format (``visualization.text.graphdef_repr``).
-    """
+    """Renders a GraphDef for treescope: the tree of the plain-text ``repr``, foldable."""
     from treescope import rendering_parts as rp
 
     def render(d: Definition, path: str | None) -> Any:
@@ -335,23 +244,11 @@ def graphdef_treescope_repr(graphdef: GraphDef, path: str | None, subtree_render
 def to_html(obj: Any) -> str:
     """The treescope HTML document of ``obj`` (what a notebook cell shows).
 
-    Args:
-      obj: an Object, Variable, State or GraphDef (any value treescope renders).
-
-    Returns:
-      A self-contained HTML fragment with treescope's scripts and the compressed
-      rendering; arrays are summarised by treescope (shape, dtype, statistics).
-
-    Raises:
-      Nothing of its own: a child that fails to render is shown as an error.
-
     Example::
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
       >>> "treescope" in to_html(nnx.Param(jnp.ones(2)))
       True
-
-    Source: treescope's ``render_to_html``.
     """
     import treescope
 

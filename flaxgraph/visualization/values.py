@@ -1,12 +1,7 @@
 """What display shows of a value: sizes and counts per Variable kind, array summaries.
 
-What the display tree (``display_tree.py``) and its two formats (``text.py``,
-``treescope_html.py``) show of values:
-
-* counts: the number of elements and bytes of each Variable, summed per Variable
-  kind (``Param: 6 (24 B)``), with random state counted as one kind ``RngState``;
-* values: arrays of at most 10 elements in full, larger ones, tracers and
-  ``jax.ShapeDtypeStruct`` values by shape and dtype (``array_repr``).
+Counts are elements and bytes per Variable kind (``Param: 6 (24 B)``; random state is
+one kind, ``RngState``); arrays of at most 10 elements show in full, others by shape.
 
 Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
 "Transformations" guide).
@@ -117,30 +112,19 @@ def _is_tracer(x: Any) -> bool:
 
 
 def array_repr(value: Any, *, summarize: bool = False) -> str:
-    """Formats an array: in full when small and concrete, else by shape and dtype.
+    """Formats an array: its own ``repr`` when concrete with at most 10 elements, else by shape.
 
-    Args:
-      value: a ``jax.Array``, tracer, ``np.ndarray``, numpy scalar or
-        ``jax.ShapeDtypeStruct``.
-      summarize: ``True`` shows every array by shape and dtype, small ones too (a
-        folded run's arrays, whose values differ along the run).
-
-    Returns:
-      The array's own ``repr`` (possibly several lines) when it is concrete and has
-      at most 10 elements; otherwise ``Array(shape=(…), dtype=…)`` (``Tracer(…)``,
-      ``ShapeDtypeStruct(…)``, ``np.ndarray(…)`` for those types). Key arrays and
-      other extended dtypes are always summarized. Never raises for these types.
+    ``summarize=True`` shows every array by shape and dtype (a folded run's arrays). Tracers,
+    ``ShapeDtypeStruct`` values and key arrays are always summarized. Never raises.
 
     Example::
 
-      >>> import jax, jax.numpy as jnp
+      >>> import jax.numpy as jnp
       >>> from flaxgraph.visualization.values import array_repr
       >>> array_repr(jnp.zeros((20, 3)))
       'Array(shape=(20, 3), dtype=float32)'
       >>> array_repr(jnp.arange(3))
       'Array([0, 1, 2], dtype=int32)'
-
-    Source: Flax NNX prints Variable values the same way (Flax NNX's "Transformations" guide).
     """
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
@@ -198,10 +182,9 @@ def _array_leaves(x: Any) -> list[Any]:
 
 
 def kind_of(x: Any) -> Kind | None:
-    """The engine's ``Kind`` of ``x``, or ``None`` for a registered pytree whose
-    flatten fails (display then shows it as a leaf). A ``jax.ShapeDtypeStruct`` is
-    shown and sized as an array (``ARRAY``), as Flax's display does, though the
-    graph engine keeps a raw one static."""
+    """The engine's ``Kind`` of ``x`` (``ARRAY`` for a ``jax.ShapeDtypeStruct``, as Flax's
+    display sizes it), or ``None`` for a pytree whose flatten fails.
+    """
     if type(x) is jax.ShapeDtypeStruct:
         return ARRAY
     try:
@@ -221,8 +204,7 @@ def pytree_level(x: Any) -> list[tuple[Hashable, Any]] | None:
 
 
 def plain_repr(x: Any, summarize: bool = False) -> str:
-    """A value holding no graph node or Variable, with its arrays through ``array_repr``
-    (``summarize``: every array by shape and dtype)."""
+    """A value holding no node or Variable, arrays through ``array_repr``."""
     kind = kind_of(x)
     if kind is ARRAY:
         return array_repr(x, summarize=summarize)
