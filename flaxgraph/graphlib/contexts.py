@@ -42,10 +42,10 @@ class UpdateContext:
       outer_index_ref: reference index -> the caller's object, from step (1).
       inner_ref_outer_index: inner object -> its outer index, from step (2).
 
-      >>> import flaxgraph as nnx
-      >>> with nnx.update_context('tag') as ctx:
-      ...   print(ctx, ctx.outer_index_ref)
-      UpdateContext(tag='tag') None
+    >>> import flaxgraph as nnx
+    >>> with nnx.update_context('tag') as ctx:
+    ...   print(ctx, ctx.outer_index_ref)
+    UpdateContext(tag='tag') None
     """
 
     def __init__(self, tag: Hashable):
@@ -92,25 +92,25 @@ def update_context(tag: Hashable) -> object:
       tag: any hashable; ``split_context(tag)``, ``merge_context(tag)`` and
         ``current_update_context(tag)`` find the context by it.
 
-      >>> import jax, flaxgraph as nnx
-      >>> class Foo(nnx.Module): pass
-      >>> m1 = Foo()
-      >>> with nnx.update_context('example'):
-      ...   with nnx.split_context('example') as ctx:
-      ...     graphdef, state = ctx.split(m1)
-      ...   @jax.jit
-      ...   def f(graphdef, state):
-      ...     with nnx.merge_context('example', inner=True) as ctx:
-      ...       m2 = ctx.merge(graphdef, state)
-      ...     m2.a = 1
-      ...     m2.ref = m2                      # a new cycle
-      ...     with nnx.split_context('example') as ctx:
-      ...       return ctx.split(m2)
-      ...   graphdef_out, state_out = f(graphdef, state)
-      ...   with nnx.merge_context('example', inner=False) as ctx:
-      ...     m3 = ctx.merge(graphdef_out, state_out)
-      >>> m3 is m1, m1.a, m1.ref is m1
-      (True, 1, True)
+    >>> import jax, flaxgraph as nnx
+    >>> class Foo(nnx.Module): pass
+    >>> m1 = Foo()
+    >>> with nnx.update_context('example'):
+    ...   with nnx.split_context('example') as ctx:
+    ...     graphdef, state = ctx.split(m1)
+    ...   @jax.jit
+    ...   def f(graphdef, state):
+    ...     with nnx.merge_context('example', inner=True) as ctx:
+    ...       m2 = ctx.merge(graphdef, state)
+    ...     m2.a = 1
+    ...     m2.ref = m2                      # a new cycle
+    ...     with nnx.split_context('example') as ctx:
+    ...       return ctx.split(m2)
+    ...   graphdef_out, state_out = f(graphdef, state)
+    ...   with nnx.merge_context('example', inner=False) as ctx:
+    ...     m3 = ctx.merge(graphdef_out, state_out)
+    >>> m3 is m1, m1.a, m1.ref is m1
+    (True, 1, True)
     """
     return _UpdateContextManager(tag)
 
@@ -130,10 +130,10 @@ def current_update_context(tag: Hashable) -> UpdateContext:
     Raises:
       ValueError: no ``update_context(tag)`` is active in this thread.
 
-      >>> import flaxgraph as nnx
-      >>> with nnx.update_context('t') as ctx:
-      ...   nnx.current_update_context('t') is ctx
-      True
+    >>> import flaxgraph as nnx
+    >>> with nnx.update_context('t') as ctx:
+    ...   nnx.current_update_context('t') is ctx
+    True
     """
     ctx = _find(tag)
     if ctx is None:
@@ -152,12 +152,12 @@ class SplitContext:
       ref_index: object -> reference index, shared by this context's splits.
       is_inner: whether it runs inside the transform (step 3) rather than outside (step 1).
 
-      >>> import flaxgraph as nnx
-      >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
-      >>> ctx = nnx.SplitContext()
-      >>> (_, s1), (_, s2) = ctx.split(layer), ctx.split([layer])
-      >>> len(s1), len(s2)          # the second split refers to the first
-      (2, 0)
+    >>> import flaxgraph as nnx
+    >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+    >>> ctx = nnx.SplitContext()
+    >>> (_, s1), (_, s2) = ctx.split(layer), ctx.split([layer])
+    >>> len(s1), len(s2)          # the second split refers to the first
+    (2, 0)
     """
 
     def __init__(
@@ -224,14 +224,14 @@ class MergeContext:
       index_ref: reference index -> object, shared by this context's merges.
       is_inner: whether it runs inside the transform (step 2) rather than outside (step 4).
 
-      >>> import flaxgraph as nnx
-      >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
-      >>> split_ctx = nnx.SplitContext()
-      >>> (g1, s1), (g2, s2) = split_ctx.split(layer), split_ctx.split([layer])
-      >>> merge_ctx = nnx.MergeContext()
-      >>> a, (b,) = merge_ctx.merge(g1, s1), merge_ctx.merge(g2, s2)
-      >>> a is b
-      True
+    >>> import flaxgraph as nnx
+    >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+    >>> split_ctx = nnx.SplitContext()
+    >>> (g1, s1), (g2, s2) = split_ctx.split(layer), split_ctx.split([layer])
+    >>> merge_ctx = nnx.MergeContext()
+    >>> a, (b,) = merge_ctx.merge(g1, s1), merge_ctx.merge(g2, s2)
+    >>> a is b
+    True
     """
 
     def __init__(
@@ -279,18 +279,18 @@ def split_context(ctxtag: Hashable | None = None) -> Iterator[SplitContext]:
 
     On exit the context's ``ref_index`` and ``ctxtag`` are deleted (as in Flax).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> shared = nnx.Param(jnp.ones(2))
-      >>> a, b = nnx.Dict(w=shared), nnx.Dict(w=shared)
-      >>> with nnx.split_context() as ctx:
-      ...   ga, sa = ctx.split(a)
-      ...   gb, sb = ctx.split(b)             # w is a reference to a's
-      >>> len(sb)
-      0
-      >>> with nnx.merge_context() as ctx:
-      ...   a2, b2 = ctx.merge(ga, sa), ctx.merge(gb, sb)
-      >>> a2['w'] is b2['w']
-      True
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> shared = nnx.Param(jnp.ones(2))
+    >>> a, b = nnx.Dict(w=shared), nnx.Dict(w=shared)
+    >>> with nnx.split_context() as ctx:
+    ...   ga, sa = ctx.split(a)
+    ...   gb, sb = ctx.split(b)             # w is a reference to a's
+    >>> len(sb)
+    0
+    >>> with nnx.merge_context() as ctx:
+    ...   a2, b2 = ctx.merge(ga, sa), ctx.merge(gb, sb)
+    >>> a2['w'] is b2['w']
+    True
     """
     uctx = _find(ctxtag)
     # Inside the transform (step 3) exactly when the inner merge (step 2) has run.

@@ -51,10 +51,10 @@ def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared
         (raised when iteration starts).
 
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> [p for p, v in nnx.iter_graph(m) if isinstance(v, nnx.Variable)]
-      [('bias',), ('kernel',)]
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> [p for p, v in nnx.iter_graph(m) if isinstance(v, nnx.Variable)]
+    [('bias',), ('kernel',)]
     """
     if _check_tree(node, graph, "node"):
         yield from _iter(node, (), RefMap[bool](), True)
@@ -71,10 +71,10 @@ def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tup
       graph: graph or tree mode; direct children are the same in both (two keys
         holding the same object are both yielded).
 
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> [k for k, _ in nnx.iter_children(m)]
-      ['bias', 'kernel']
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> [k for k, _ in nnx.iter_children(m)]
+    ['bias', 'kernel']
 
     Raises:
       ValueError: tree mode and ``node``'s class has ``pytree=False``.
@@ -96,12 +96,12 @@ def iter_module_children(
       node: a graph node.
       graph: graph or tree mode (the same direct children in both).
 
-      >>> import flaxgraph as nnx
-      >>> class Pair(nnx.Module):
-      ...   def __init__(self):
-      ...     self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0)); self.b = self.a
-      >>> [k for k, _ in nnx.iter_module_children(Pair())]
-      ['a', 'b']
+    >>> import flaxgraph as nnx
+    >>> class Pair(nnx.Module):
+    ...   def __init__(self):
+    ...     self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0)); self.b = self.a
+    >>> [k for k, _ in nnx.iter_module_children(Pair())]
+    ['a', 'b']
     """
     for key, child in children_of(node):
         if REGISTRY.kind_of(child) is NODE:
@@ -136,12 +136,12 @@ def find_duplicates(node: object, /, *, only: Filter = ...) -> list[list[PathPar
       One list of paths per shared node or Variable, in walk order. What sits below
       a shared node is not reported again.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Tied(nnx.Module):
-      ...   def __init__(self):
-      ...     self.a = nnx.Param(jnp.ones(1)); self.b = self.a
-      >>> nnx.find_duplicates(Tied()), nnx.find_duplicates(Tied(), only=nnx.BatchStat)
-      ([[('a',), ('b',)]], [])
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class Tied(nnx.Module):
+    ...   def __init__(self):
+    ...     self.a = nnx.Param(jnp.ones(1)); self.b = self.a
+    >>> nnx.find_duplicates(Tied()), nnx.find_duplicates(Tied(), only=nnx.BatchStat)
+    ([[('a',), ('b',)]], [])
     """
     paths = RefMap[list[PathParts]]()
 

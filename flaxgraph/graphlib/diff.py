@@ -31,11 +31,11 @@ def graphdef_diff(
     Returns:
       A one-line description, or ``None``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.graphlib.diff import graphdef_diff
-      >>> m = nnx.Module(); g1 = nnx.graphdef(m); m.w = nnx.Param(jnp.ones(1))
-      >>> graphdef_diff(g1, nnx.graphdef(m))
-      '.w: missing in the first, a Param in the second'
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.graphlib.diff import graphdef_diff
+    >>> m = nnx.Module(); g1 = nnx.graphdef(m); m.w = nnx.Param(jnp.ones(1))
+    >>> graphdef_diff(g1, nnx.graphdef(m))
+    '.w: missing in the first, a Param in the second'
     """
     if a == b:
         return None

@@ -162,10 +162,10 @@ def jax_to_nnx_path(jax_path: tuple[Any, ...], /) -> PathParts:
     Raises:
       ValueError: a ``DictKey``'s key is not hashable.
 
-      >>> import jax
-      >>> path = jax.tree_util.tree_flatten_with_path({'a': [0, 1]})[0][1][0]
-      >>> jax_to_nnx_path(path)
-      ('a', 1)
+    >>> import jax
+    >>> path = jax.tree_util.tree_flatten_with_path({'a': [0, 1]})[0][1][0]
+    >>> jax_to_nnx_path(path)
+    ('a', 1)
     """
     parts: list[Key] = []
     for entry in jax_path:

@@ -52,13 +52,13 @@ def flatten(
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
       StaticAttributeError (a ``TypeError``): an unhashable static attribute.
 
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> graphdef, flat = nnx.flatten(m)
-      >>> flat.paths
-      (('bias',), ('kernel',))
-      >>> nnx.unflatten(graphdef, flat).kernel is m.kernel
-      True
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> graphdef, flat = nnx.flatten(m)
+    >>> flat.paths
+    (('bias',), ('kernel',))
+    >>> nnx.unflatten(graphdef, flat).kernel is m.kernel
+    True
     """
     ref_index = RefMap() if ref_index is None else ref_index
     graphdef, leaves = _walk(node, ref_index=ref_index, graph=resolve_graph(graph))
@@ -106,19 +106,19 @@ def unflatten(
 
     Updating the caller's objects in place, as a transform does:
 
-      >>> import flaxgraph as nnx
-      >>> from flaxgraph.graphlib.refmap import RefMap
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> outer = RefMap()                                   # object -> outer index
-      >>> graphdef, flat = nnx.flatten(m, ref_index=outer)
-      >>> index_ref = {}                                     # outer index -> inner object
-      >>> inner = nnx.unflatten(graphdef, flat, index_ref=index_ref, copy_variables=True)
-      >>> inner.tag = 'changed'                              # a structural change
-      >>> inner_to_outer = RefMap.from_pairs((x, i) for i, x in index_ref.items())
-      >>> g2, flat2 = nnx.flatten(inner, ref_outer_index=inner_to_outer)
-      >>> back = nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()})
-      >>> back is m, m.tag
-      (True, 'changed')
+    >>> import flaxgraph as nnx
+    >>> from flaxgraph.graphlib.refmap import RefMap
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> outer = RefMap()                                   # object -> outer index
+    >>> graphdef, flat = nnx.flatten(m, ref_index=outer)
+    >>> index_ref = {}                                     # outer index -> inner object
+    >>> inner = nnx.unflatten(graphdef, flat, index_ref=index_ref, copy_variables=True)
+    >>> inner.tag = 'changed'                              # a structural change
+    >>> inner_to_outer = RefMap.from_pairs((x, i) for i, x in index_ref.items())
+    >>> g2, flat2 = nnx.flatten(inner, ref_outer_index=inner_to_outer)
+    >>> back = nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()})
+    >>> back is m, m.tag
+    (True, 'changed')
     """
     if isinstance(state, (State, Mapping)):
         leaves: Sequence[Any] = ordered_leaves(graphdef, (state,))
@@ -155,11 +155,11 @@ def unpack(node: object, *filters: Filter, graph: bool | None = None) -> object:
     Raises:
       UnmatchedLeafError, SharedReferenceError: as ``split``.
 
-      >>> import flaxgraph as nnx
-      >>> m = nnx.BatchNorm(2, rngs=nnx.Rngs(0))
-      >>> params, stats = nnx.unpack(m, nnx.Param, nnx.BatchStat)
-      >>> type(nnx.merge(params, stats)).__name__
-      'BatchNorm'
+    >>> import flaxgraph as nnx
+    >>> m = nnx.BatchNorm(2, rngs=nnx.Rngs(0))
+    >>> params, stats = nnx.unpack(m, nnx.Param, nnx.BatchStat)
+    >>> type(nnx.merge(params, stats)).__name__
+    'BatchNorm'
     """
     graphdef, *states = split(node, *filters, graph=graph)
     packed = [GraphState(graphdef, s) for s in states]
@@ -185,11 +185,11 @@ def map(
     Returns:
       A new graph; a Variable ``f`` returns unchanged is shared with ``node``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> zeros = nnx.map(lambda path, v: v.replace(jnp.zeros_like(v.value)), m)
-      >>> float(abs(zeros.kernel.value).sum()), zeros is m
-      (0.0, False)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> zeros = nnx.map(lambda path, v: v.replace(jnp.zeros_like(v.value)), m)
+    >>> float(abs(zeros.kernel.value).sum()), zeros is m
+    (0.0, False)
     """
     graphdef, state = split(node, graph=graph)
     if isinstance(state, State):

@@ -23,13 +23,13 @@ class GraphState(MutableMapping[Hashable, Any]):
       _graphdef: the structure (``GraphDef``).
       _state: the State (or a Variable/array for a graph whose root is a leaf).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class M(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(2))
-      >>> gs = nnx.unpack(M())
-      >>> list(gs), type(nnx.merge(gs)).__name__
-      (['w'], 'M')
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class M(nnx.Module):
+    ...   def __init__(self):
+    ...     self.w = nnx.Param(jnp.ones(2))
+    >>> gs = nnx.unpack(M())
+    >>> list(gs), type(nnx.merge(gs)).__name__
+    (['w'], 'M')
     """
 
     __slots__ = ("_graphdef", "_state")

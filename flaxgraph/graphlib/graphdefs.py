@@ -399,10 +399,10 @@ class GraphDef(Generic[N]):
         One pair per attribute of each ``NodeDef`` and item of each container; Flax lists
         ``(key, attribute kind)`` flat, flaxgraph gives the attribute's own definition.
 
-          >>> import flaxgraph as nnx
-          >>> graphdef, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
-          >>> [k for k, _ in graphdef.attributes][:2]
-          ['bias', 'dot_general']
+        >>> import flaxgraph as nnx
+        >>> graphdef, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+        >>> [k for k, _ in graphdef.attributes][:2]
+        ['bias', 'dot_general']
         """
         out: list[Def] = []
         _preorder(self.root, out)
@@ -443,10 +443,10 @@ class GraphDef(Generic[N]):
         Raises:
           TypeError: ``other`` is not a GraphDef.
 
-          >>> import flaxgraph as nnx
-          >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
-          >>> graphdef.with_matching_outer_index(graphdef) is graphdef
-          True
+        >>> import flaxgraph as nnx
+        >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
+        >>> graphdef.with_matching_outer_index(graphdef) is graphdef
+        True
         """
         if not isinstance(other, GraphDef):
             raise TypeError(
@@ -468,16 +468,16 @@ def lenient_hash(x: object) -> int:
     It agrees with ``==`` (as JAX compares a treedef's aux data), so a transform's cache
     key may hold a model with an unhashable config; ``GraphDef.__hash__`` still raises.
 
-      >>> import dataclasses, flaxgraph as nnx
-      >>> @dataclasses.dataclass
-      ... class Config:
-      ...     width: int = 4
-      >>> def graphdef(config):
-      ...     return nnx.graphdef(nnx.Dict(config=nnx.static(config)))
-      >>> lenient_hash(graphdef(Config())) == lenient_hash(graphdef(Config(3)))
-      True
-      >>> graphdef(Config()) == graphdef(Config(3))
-      False
+    >>> import dataclasses, flaxgraph as nnx
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     width: int = 4
+    >>> def graphdef(config):
+    ...     return nnx.graphdef(nnx.Dict(config=nnx.static(config)))
+    >>> lenient_hash(graphdef(Config())) == lenient_hash(graphdef(Config(3)))
+    True
+    >>> graphdef(Config()) == graphdef(Config(3))
+    False
     """
     try:
         return hash(x)

@@ -62,12 +62,12 @@ class GraphNodeImpl(NodeImplBase):
     ``node_dict(node)`` is ``{key: child}``, marks unwrapped. An Object's ``flatten``
     lists its attributes only (Flax's also lists ``_pytree__`` bookkeeping).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph import graph
-      >>> m = nnx.Dict(w=nnx.Param(jnp.ones(2)), n=3)
-      >>> impl = graph.get_node_impl(m)
-      >>> isinstance(impl, graph.GraphNodeImpl), sorted(impl.node_dict(m))
-      (True, ['n', 'w'])
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph import graph
+    >>> m = nnx.Dict(w=nnx.Param(jnp.ones(2)), n=3)
+    >>> impl = graph.get_node_impl(m)
+    >>> isinstance(impl, graph.GraphNodeImpl), sorted(impl.node_dict(m))
+    (True, ['n', 'w'])
     """
 
     set_key: Callable[[Any, Key, Any], None]
@@ -218,18 +218,18 @@ def register_graph_node_type(
     Raises:
       ValueError: ``type`` is already a graph node type.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Bag:
-      ...   def __init__(self, **kw): self.__dict__.update(kw)
-      >>> nnx.register_graph_node_type(
-      ...   Bag, flatten=lambda b: (sorted(vars(b).items()), None),
-      ...   set_key=setattr, pop_key=lambda b, k: vars(b).pop(k),
-      ...   create_empty=lambda _: Bag(), clear=lambda b: vars(b).clear(),
-      ...   init=lambda b, items: vars(b).update(items))
-      >>> bag = Bag(w=nnx.Param(jnp.ones(2)), n=3)
-      >>> graphdef, state = nnx.split(bag)
-      >>> sorted(state), nnx.merge(graphdef, state).n
-      (['w'], 3)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class Bag:
+    ...   def __init__(self, **kw): self.__dict__.update(kw)
+    >>> nnx.register_graph_node_type(
+    ...   Bag, flatten=lambda b: (sorted(vars(b).items()), None),
+    ...   set_key=setattr, pop_key=lambda b, k: vars(b).pop(k),
+    ...   create_empty=lambda _: Bag(), clear=lambda b: vars(b).clear(),
+    ...   init=lambda b, items: vars(b).update(items))
+    >>> bag = Bag(w=nnx.Param(jnp.ones(2)), n=3)
+    >>> graphdef, state = nnx.split(bag)
+    >>> sorted(state), nnx.merge(graphdef, state).n
+    (['w'], 3)
     """
     if type in GRAPH_REGISTRY:
         raise ValueError(f"Node type {type} is already registered.")
@@ -309,14 +309,14 @@ def register_pytree_node_type(
     Raises:
       ValueError: ``type`` is already registered.
 
-      >>> import jax, flaxgraph as nnx
-      >>> class Pair:
-      ...   def __init__(self, a, b): self.a, self.b = a, b
-      >>> register_pytree_node_type(
-      ...   Pair, lambda p: ([('a', p.a), ('b', p.b)], None),
-      ...   lambda children, _: Pair(*(v for _, v in children)))
-      >>> jax.tree.leaves(Pair(1, 2))
-      [1, 2]
+    >>> import jax, flaxgraph as nnx
+    >>> class Pair:
+    ...   def __init__(self, a, b): self.a, self.b = a, b
+    >>> register_pytree_node_type(
+    ...   Pair, lambda p: ([('a', p.a), ('b', p.b)], None),
+    ...   lambda children, _: Pair(*(v for _, v in children)))
+    >>> jax.tree.leaves(Pair(1, 2))
+    [1, 2]
     """
     if type in PYTREE_REGISTRY:
         raise ValueError(f"Node type {type} is already registered.")
@@ -358,12 +358,12 @@ def is_pytree_node(x: object, *, check_graph_registry: bool = True) -> bool:
     Returns:
       ``True`` for ``None``, lists, tuples, dicts, ``State`` and registered pytree classes.
 
-      >>> import flaxgraph as nnx
-      >>> is_pytree_node(None), is_pytree_node([1]), is_pytree_node(nnx.Param(1))
-      (True, True, False)
-      >>> m = nnx.Dict(a=1)
-      >>> is_pytree_node(m), is_pytree_node(m, check_graph_registry=False)
-      (False, True)
+    >>> import flaxgraph as nnx
+    >>> is_pytree_node(None), is_pytree_node([1]), is_pytree_node(nnx.Param(1))
+    (True, True, False)
+    >>> m = nnx.Dict(a=1)
+    >>> is_pytree_node(m), is_pytree_node(m, check_graph_registry=False)
+    (False, True)
     """
     if check_graph_registry and type(x) in GRAPH_REGISTRY:
         return False
@@ -375,9 +375,9 @@ def is_node(x: object) -> bool:
 
     ``False`` for a Variable and for leaves; ``None`` is a node (an empty pytree to Flax).
 
-      >>> import flaxgraph as nnx
-      >>> [is_node(v) for v in (nnx.Dict(), [1], None, nnx.Param(1), 3)]
-      [True, True, True, False, False]
+    >>> import flaxgraph as nnx
+    >>> [is_node(v) for v in (nnx.Dict(), [1], None, nnx.Param(1), 3)]
+    [True, True, True, False, False]
     """
     if _is_variable(x):
         return False
@@ -414,11 +414,11 @@ def get_node_impl(x: object) -> GraphNodeImpl | PytreeNodeImpl | None:
       ``type(x)``; :data:`PYTREE_NODE_IMPL` for another pytree node; ``None`` for a
       Variable or a leaf.
 
-      >>> import flaxgraph as nnx
-      >>> get_node_impl([1]).type, get_node_impl(None).type, get_node_impl(3)
-      (<class 'list'>, <class 'NoneType'>, None)
-      >>> get_node_impl([1, 2]).flatten([1, 2])
-      ([(0, 1), (1, 2)], None)
+    >>> import flaxgraph as nnx
+    >>> get_node_impl([1]).type, get_node_impl(None).type, get_node_impl(3)
+    (<class 'list'>, <class 'NoneType'>, None)
+    >>> get_node_impl([1, 2]).flatten([1, 2])
+    ([(0, 1), (1, 2)], None)
     """
     if _is_variable(x):
         return None

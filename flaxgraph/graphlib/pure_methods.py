@@ -51,11 +51,11 @@ def call(graphdef_state: tuple[Any, ...], /) -> Any:
     the output with the new ``(graphdef, state)``. Outside a transform the call also writes
     the given State's Variables (``merge`` reuses them).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
-      >>> y, (graphdef2, state2) = nnx.call((graphdef, state))(jnp.ones(2))
-      >>> y.shape, graphdef2 == graphdef
-      ((3,), True)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+    >>> y, (graphdef2, state2) = nnx.call((graphdef, state))(jnp.ones(2))
+    >>> y.shape, graphdef2 == graphdef
+    ((3,), True)
     """
     graphdef, *states = graphdef_state
     return CallProxy(graphdef, tuple(states), ())

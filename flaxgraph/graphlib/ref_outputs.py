@@ -6,9 +6,9 @@ leaves. One created inside: ``ArrayRefOutput(value)``, one leaf, from which step
 builds a new Ref-backed Variable. Source: Flax NNX 0.12 ``graphlib.NoUpdate`` and
 ``graphlib.ArrayRefOutput``.
 
-  >>> import jax, flaxgraph as nnx
-  >>> len(jax.tree.leaves(nnx.graphlib.NoUpdate())), jax.tree.leaves(nnx.graphlib.ArrayRefOutput(1.0))
-  (0, [1.0])
+>>> import jax, flaxgraph as nnx
+>>> len(jax.tree.leaves(nnx.graphlib.NoUpdate())), jax.tree.leaves(nnx.graphlib.ArrayRefOutput(1.0))
+(0, [1.0])
 """
 
 from __future__ import annotations

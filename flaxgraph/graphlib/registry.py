@@ -269,9 +269,9 @@ def get_graph_node_impl(x: object) -> NodeTypeImpl | None:
 def is_node_module(x: object) -> bool:
     """Whether ``x``'s kind is ``NODE`` (a registered graph node type; not a Variable).
 
-      >>> import flaxgraph as nnx
-      >>> is_node_module(nnx.Dict()), is_node_module(nnx.Param(1)), is_node_module([1])
-      (True, False, False)
+    >>> import flaxgraph as nnx
+    >>> is_node_module(nnx.Dict()), is_node_module(nnx.Param(1)), is_node_module([1])
+    (True, False, False)
 
     Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_node_module`` (same answers).
     """

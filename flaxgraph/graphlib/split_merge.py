@@ -4,17 +4,17 @@ How the walks work: ``docs/design.md``, "split, merge, update".
 Source: Flax NNX 0.12 graph API (``nnx.split``, ``merge``, ``state``, ``variables``,
 ``graphdef``, ``clone``).
 
-  >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-  >>> class Pair(nnx.Module):
-  ...   def __init__(self):
-  ...     self.a = nnx.Param(jnp.zeros(2))
-  ...     self.b = self.a                      # a shared reference
-  >>> graphdef, state = nnx.split(Pair())
-  >>> jax.tree.map(jnp.shape, state.to_pure_dict())   # stored once
-  {'a': (2,)}
-  >>> m = nnx.merge(graphdef, state)
-  >>> m.a is m.b
-  True
+>>> import jax, jax.numpy as jnp, flaxgraph as nnx
+>>> class Pair(nnx.Module):
+...   def __init__(self):
+...     self.a = nnx.Param(jnp.zeros(2))
+...     self.b = self.a                      # a shared reference
+>>> graphdef, state = nnx.split(Pair())
+>>> jax.tree.map(jnp.shape, state.to_pure_dict())   # stored once
+{'a': (2,)}
+>>> m = nnx.merge(graphdef, state)
+>>> m.a is m.b
+True
 """
 
 from __future__ import annotations
@@ -81,14 +81,14 @@ def split(node: object, *filters: Filter, graph: bool | None = None) -> Any:
 
     An unhashable static is fine: only ``hash(graphdef)`` raises ``StaticAttributeError``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class M(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(3)); self.n = nnx.BatchStat(jnp.zeros(3))
-      >>> m = M()
-      >>> graphdef, params, rest = nnx.split(m, nnx.Param, ...)
-      >>> list(params), list(rest), params['w'] is m.w
-      (['w'], ['n'], True)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class M(nnx.Module):
+    ...   def __init__(self):
+    ...     self.w = nnx.Param(jnp.ones(3)); self.n = nnx.BatchStat(jnp.zeros(3))
+    >>> m = M()
+    >>> graphdef, params, rest = nnx.split(m, nnx.Param, ...)
+    >>> list(params), list(rest), params['w'] is m.w
+    (['w'], ['n'], True)
     """
     graphdef, states = _split_states(node, resolve_graph(graph), filters, strict=True)
     return (graphdef, *states)
@@ -108,10 +108,10 @@ def state(node: object, *filters: Filter, graph: bool | None = None) -> Any:
     Raises:
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> nnx.state(m, nnx.Param)['bias'] is m.bias
-      True
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> nnx.state(m, nnx.Param)['bias'] is m.bias
+    True
     """
     states = _split_states(node, resolve_graph(graph), filters, strict=False)[1]
     return states[0] if len(states) == 1 else tuple(states)
@@ -134,10 +134,10 @@ def graphdef(node: object, /, *, graph: bool | None = None) -> GraphDef[Any]:
     Raises:
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
 
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> nnx.graphdef(m) == nnx.split(m)[0]
-      True
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> nnx.graphdef(m) == nnx.split(m)[0]
+    True
     """
     graph = resolve_graph(graph)
     found = split_direct(node, graph)
@@ -321,15 +321,15 @@ def merge(
       TypeError: the first argument is no GraphDef/GraphState, a state is not a mapping
         (and the root is not a leaf), or a list comes with other states.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> graphdef, state = nnx.split(m)
-      >>> m2 = nnx.merge(graphdef, state)
-      >>> m2 is m, m2.kernel is m.kernel, nnx.merge(graphdef, state, copy=True).kernel is m.kernel
-      (False, True, False)
-      >>> m3 = nnx.merge(graphdef, jax.tree.leaves(state))  # a list of leaves: new Params
-      >>> type(m3.kernel).__name__, bool((m3.kernel[...] == m.kernel[...]).all())
-      ('Param', True)
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> graphdef, state = nnx.split(m)
+    >>> m2 = nnx.merge(graphdef, state)
+    >>> m2 is m, m2.kernel is m.kernel, nnx.merge(graphdef, state, copy=True).kernel is m.kernel
+    (False, True, False)
+    >>> m3 = nnx.merge(graphdef, jax.tree.leaves(state))  # a list of leaves: new Params
+    >>> type(m3.kernel).__name__, bool((m3.kernel[...] == m.kernel[...]).all())
+    ('Param', True)
     """
     graphdef, all_states = graphdef_and_states(graphdef, states)
     if not all_states and graphdef.leaf_paths:
@@ -370,10 +370,10 @@ def clone(
       ValueError: ``arrays=True`` with ``variables=False``.
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> nnx.clone(m).kernel is m.kernel, nnx.clone(m, variables=False).kernel is m.kernel
-      (False, True)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> nnx.clone(m).kernel is m.kernel, nnx.clone(m, variables=False).kernel is m.kernel
+    (False, True)
     """
     if arrays and not variables:
         raise ValueError(

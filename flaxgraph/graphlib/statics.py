@@ -20,11 +20,11 @@ class PartialKey:
     Attributes:
       partial: the partial itself (what ``merge`` puts back).
 
-      >>> import functools, operator
-      >>> a = PartialKey(functools.partial(operator.add, 1))
-      >>> b = PartialKey(functools.partial(operator.add, 1))
-      >>> a == b, hash(a) == hash(b)
-      (True, True)
+    >>> import functools, operator
+    >>> a = PartialKey(functools.partial(operator.add, 1))
+    >>> b = PartialKey(functools.partial(operator.add, 1))
+    >>> a == b, hash(a) == hash(b)
+    (True, True)
     """
 
     __slots__ = ("partial", "_key")

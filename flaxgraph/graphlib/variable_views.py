@@ -70,15 +70,15 @@ def with_vars(
       TypeError: a flag is not a ``bool``/``None``; ``ref`` for a value that is no array
         or number, or ``hijax`` for one that is no array, number or pytree of arrays.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> frozen = nnx.with_vars(layer, mutable=False, only=nnx.Param)
-      >>> grads = jax.grad(lambda m: m(jnp.ones((1, 2))).sum())(frozen)
-      >>> grads.kernel.shape
-      (2, 3)
-      >>> r = nnx.with_vars(layer, ref=True, only=nnx.Param)
-      >>> r.kernel.ref, layer.kernel.ref
-      (True, False)
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> frozen = nnx.with_vars(layer, mutable=False, only=nnx.Param)
+    >>> grads = jax.grad(lambda m: m(jnp.ones((1, 2))).sum())(frozen)
+    >>> grads.kernel.shape
+    (2, 3)
+    >>> r = nnx.with_vars(layer, ref=True, only=nnx.Param)
+    >>> r.kernel.ref, layer.kernel.ref
+    (True, False)
     """
     for name, value in (("hijax", hijax), ("ref", ref), ("mutable", mutable)):
         _check_flag(name, value)
@@ -172,14 +172,14 @@ def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object
       TraceContextError (a ``ValueError``): a selected Variable belongs to another JAX
         trace; nothing is changed then.
 
-      >>> import flaxgraph as nnx
-      >>> class Foo(nnx.Module):
-      ...   def __init__(self):
-      ...     self.param = nnx.Param(0.0); self.variable = nnx.Variable(0.0)
-      >>> node = Foo()
-      >>> nnx.set_metadata(node, differentiable=False, only=nnx.Param)
-      >>> node.param.get_metadata('differentiable'), node.variable.has_metadata('differentiable')
-      (False, False)
+    >>> import flaxgraph as nnx
+    >>> class Foo(nnx.Module):
+    ...   def __init__(self):
+    ...     self.param = nnx.Param(0.0); self.variable = nnx.Variable(0.0)
+    >>> node = Foo()
+    >>> nnx.set_metadata(node, differentiable=False, only=nnx.Param)
+    >>> node.param.get_metadata('differentiable'), node.variable.has_metadata('differentiable')
+    (False, False)
     """
     flags = [k for k in FLAG_KEYS if k in metadata]
     if flags:

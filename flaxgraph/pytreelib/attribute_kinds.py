@@ -60,12 +60,12 @@ def data(value: Any = _NO_VALUE, /, **kwargs: Any) -> Any:
     Raises:
       TypeError: a value and keyword arguments together.
 
-      >>> import jax, flaxgraph as nnx
-      >>> class Foo(nnx.Pytree):
-      ...   def __init__(self):
-      ...     self.count = nnx.data(42); self.name = 'foo'
-      >>> jax.tree.leaves(Foo())
-      [42]
+    >>> import jax, flaxgraph as nnx
+    >>> class Foo(nnx.Pytree):
+    ...   def __init__(self):
+    ...     self.count = nnx.data(42); self.name = 'foo'
+    >>> jax.tree.leaves(Foo())
+    [42]
     """
     return _mark(DATA, value, kwargs)
 
@@ -76,13 +76,13 @@ def static(value: Any = _NO_VALUE, /, **kwargs: Any) -> Any:
     Raises:
       TypeError: a value and keyword arguments together.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> @nnx.dataclass
-      ... class Conf(nnx.Pytree):
-      ...   w: jax.Array
-      ...   n: int = nnx.static(default=3)
-      >>> jax.tree.leaves(Conf(jnp.ones(1)))
-      [Array([1.], dtype=float32)]
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> @nnx.dataclass
+    ... class Conf(nnx.Pytree):
+    ...   w: jax.Array
+    ...   n: int = nnx.static(default=3)
+    >>> jax.tree.leaves(Conf(jnp.ones(1)))
+    [Array([1.], dtype=float32)]
     """
     return _mark(STATIC, value, kwargs)
 
@@ -210,9 +210,9 @@ def is_data(value: Any, /) -> bool:
 
     Containers are not data types (see ``has_data``).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.is_data(jnp.ones(1)), nnx.is_data(nnx.Param(1)), nnx.is_data([jnp.ones(1)])
-      (True, True, False)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.is_data(jnp.ones(1)), nnx.is_data(nnx.Param(1)), nnx.is_data([jnp.ones(1)])
+    (True, True, False)
     """
     return REGISTRY.kind_of(value) in _DATA_KINDS or type(value) in DATA_TYPES
 

@@ -24,16 +24,16 @@ def check_pytree(pytree: Any) -> None:
       TypeError: ``pytree`` is not a ``Pytree``.
       ValueError: a static attribute holds data; the message names it and the fixes.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Bad(nnx.Pytree):
-      ...   table: list = nnx.static()
-      >>> bad = Bad()
-      >>> vars(bad).update(table=[jnp.ones(1)])
-      >>> try:
-      ...   nnx.check_pytree(bad)
-      ... except ValueError as e:
-      ...   print(str(e).splitlines()[0])
-      The static attribute Bad.table holds data (ArrayImpl).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class Bad(nnx.Pytree):
+    ...   table: list = nnx.static()
+    >>> bad = Bad()
+    >>> vars(bad).update(table=[jnp.ones(1)])
+    >>> try:
+    ...   nnx.check_pytree(bad)
+    ... except ValueError as e:
+    ...   print(str(e).splitlines()[0])
+    The static attribute Bad.table holds data (ArrayImpl).
     """
     if not isinstance(pytree, Pytree):
         raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(pytree).__name__}.")
@@ -87,14 +87,14 @@ def dataclass(
     Raises:
       TypeError: ``cls`` is not a ``Pytree`` subclass.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> @nnx.dataclass
-      ... class Point(nnx.Pytree):
-      ...   x: jax.Array
-      ...   label: str = nnx.static(default='p')
-      ...   steps: int = nnx.data(default=0)
-      >>> jax.tree.leaves(Point(jnp.zeros(2)))      # attributes in name order
-      [0, Array([0., 0.], dtype=float32)]
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> @nnx.dataclass
+    ... class Point(nnx.Pytree):
+    ...   x: jax.Array
+    ...   label: str = nnx.static(default='p')
+    ...   steps: int = nnx.data(default=0)
+    >>> jax.tree.leaves(Point(jnp.zeros(2)))      # attributes in name order
+    [0, Array([0., 0.], dtype=float32)]
     """
     options = dict(zip(_DATACLASS_OPTIONS, (init, eq, order, unsafe_hash, match_args)))
     options.update(kw_only=kw_only, slots=slots, weakref_slot=weakref_slot)

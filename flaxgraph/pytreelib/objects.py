@@ -59,12 +59,12 @@ class Pytree:
       TraceContextError (a ``ValueError``): an attribute is assigned or deleted from a
         JAX trace other than the object's.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Scale(nnx.Pytree):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(2)); self.name = 'scale'
-      >>> jax.tree.leaves(Scale())
-      [Array([1., 1.], dtype=float32)]
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> class Scale(nnx.Pytree):
+    ...   def __init__(self):
+    ...     self.w = nnx.Param(jnp.ones(2)); self.name = 'scale'
+    >>> jax.tree.leaves(Scale())
+    [Array([1., 1.], dtype=float32)]
     """
 
     __slots__ = (
@@ -577,13 +577,13 @@ class Object(Pytree, pytree=False):
 
     Graph functions and transforms see them as usual; plain JAX sees one leaf.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Counter(nnx.Object):
-      ...   def __init__(self):
-      ...     self.n = nnx.Variable(jnp.array(0))
-      >>> c = Counter()
-      >>> jax.tree.leaves(c) == [c], list(nnx.state(c))
-      (True, ['n'])
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> class Counter(nnx.Object):
+    ...   def __init__(self):
+    ...     self.n = nnx.Variable(jnp.array(0))
+    >>> c = Counter()
+    >>> jax.tree.leaves(c) == [c], list(nnx.state(c))
+    (True, ['n'])
     """
 
 

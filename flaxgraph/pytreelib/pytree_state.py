@@ -18,10 +18,10 @@ class PytreeState:
       initializing: whether the object is being initialized (Flax's Linen bridge).
       is_setup: whether a bridged module's ``setup`` has run (idem).
 
-      >>> import flaxgraph as nnx
-      >>> state = nnx.pytreelib.PytreeState()
-      >>> state.trace_state.is_valid(), state.initializing, state.is_setup
-      (True, False, False)
+    >>> import flaxgraph as nnx
+    >>> state = nnx.pytreelib.PytreeState()
+    >>> state.trace_state.is_valid(), state.initializing, state.is_setup
+    (True, False, False)
     """
 
     __slots__ = ("_trace_state", "_initializing", "_is_setup")

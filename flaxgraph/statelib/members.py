@@ -41,9 +41,9 @@ class StateMembers:
         Args:
           f: ``(path, leaf) -> new leaf`` (a leaf is a Variable or a raw value).
 
-          >>> import flaxgraph as nnx
-          >>> nnx.State({'a': 1, 'b': {'c': 2}}).map(lambda p, v: v * 10).to_pure_dict()
-          {'a': 10, 'b': {'c': 20}}
+        >>> import flaxgraph as nnx
+        >>> nnx.State({'a': 1, 'b': {'c': 2}}).map(lambda p, v: v * 10).to_pure_dict()
+        {'a': 10, 'b': {'c': 20}}
         """
         flat = self.flat_state()
         return type(self).from_flat_path([(p, f(p, v)) for p, v in flat])
@@ -61,9 +61,9 @@ class FlatStateMembers:
         Raises:
           ValueError: ``keys`` and ``values`` have different lengths.
 
-          >>> import flaxgraph as nnx
-          >>> nnx.FlatState.from_sorted_keys_values((('a',), ('b',)), [1, 2]).leaves
-          (1, 2)
+        >>> import flaxgraph as nnx
+        >>> nnx.FlatState.from_sorted_keys_values((('a',), ('b',)), [1, 2]).leaves
+        (1, 2)
         """
         keys, values = tuple(keys), tuple(values)
         if len(keys) != len(values):
@@ -80,10 +80,10 @@ class FlatStateMembers:
         A single FlatState comes back as is; on a repeated path the last leaf wins (Flax keeps
         all duplicates).
 
-          >>> import flaxgraph as nnx
-          >>> a = nnx.FlatState([(('b',), 2)])
-          >>> nnx.FlatState.merge(a, [(('a',), 1), (('b',), 3)]).leaves
-          (1, 3)
+        >>> import flaxgraph as nnx
+        >>> a = nnx.FlatState([(('b',), 2)])
+        >>> nnx.FlatState.merge(a, [(('a',), 1), (('b',), 3)]).leaves
+        (1, 3)
         """
         if not flat_states and isinstance(flat_state, cls):
             return flat_state

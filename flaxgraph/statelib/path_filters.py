@@ -31,11 +31,11 @@ def create_path_filters(state: State) -> dict[PathIn, Any]:
     Raises:
       TypeError: a value is not hashable.
 
-      >>> import flaxgraph as nnx
-      >>> from flaxgraph.statelib import create_path_filters
-      >>> filters = create_path_filters(nnx.State({'a': 0, 'b': {'c': 0, 'd': 1}}))
-      >>> sorted((sorted(f.paths), v) for f, v in filters.items())
-      [([('a',), ('b', 'c')], 0), ([('b', 'd')], 1)]
+    >>> import flaxgraph as nnx
+    >>> from flaxgraph.statelib import create_path_filters
+    >>> filters = create_path_filters(nnx.State({'a': 0, 'b': {'c': 0, 'd': 1}}))
+    >>> sorted((sorted(f.paths), v) for f, v in filters.items())
+    [([('a',), ('b', 'c')], 0), ([('b', 'd')], 1)]
     """
     paths_of: dict[Any, set[PathParts]] = {}
     for path, value in to_flat_state(State(to_pure_dict(state))):  # Variables as values

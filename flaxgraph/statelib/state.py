@@ -33,10 +33,10 @@ class State(StateMembers, MutableMapping[Key, Any]):
     Args:
       mapping: a (nested) mapping; nested plain dicts become States.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> s = nnx.State({'linear': {'kernel': nnx.Param(jnp.ones((2, 3)))}})
-      >>> jax.tree.map(jnp.shape, s.to_pure_dict())
-      {'linear': {'kernel': (2, 3)}}
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> s = nnx.State({'linear': {'kernel': nnx.Param(jnp.ones((2, 3)))}})
+    >>> jax.tree.map(jnp.shape, s.to_pure_dict())
+    {'linear': {'kernel': (2, 3)}}
 
     ``State[K, V]`` is a valid annotation (it has no effect at run time).
     """
@@ -362,9 +362,9 @@ def from_flat_state(
       GraphStructureError (a ``ValueError``): a path is empty, or is both a leaf and
         a sub-state.
 
-      >>> import flaxgraph as nnx
-      >>> nnx.from_flat_state([(('a', 0), 1)]).to_pure_dict()
-      {'a': {0: 1}}
+    >>> import flaxgraph as nnx
+    >>> nnx.from_flat_state([(('a', 0), 1)]).to_pure_dict()
+    {'a': {0: 1}}
     """
     pairs = flat_state.items() if isinstance(flat_state, Mapping) else flat_state
     typed: State = cls.from_flat_path(pairs)  # type: ignore[attr-defined]
@@ -381,10 +381,10 @@ def diff(state: State, other: State) -> State:
     Returns:
       A State of those leaves (``state`` itself if ``other`` is empty).
 
-      >>> import flaxgraph as nnx
-      >>> a = nnx.State({'x': 1, 'y': {'z': 2}})
-      >>> nnx.statelib.diff(a, nnx.State({'x': 5})).to_pure_dict()
-      {'y': {'z': 2}}
+    >>> import flaxgraph as nnx
+    >>> a = nnx.State({'x': 1, 'y': {'z': 2}})
+    >>> nnx.statelib.diff(a, nnx.State({'x': 5})).to_pure_dict()
+    {'y': {'z': 2}}
     """
     if not other:
         return state
@@ -396,10 +396,10 @@ def filter_state(state: State, first: Filter, /, *filters: Filter) -> object:
     """``state.filter(first, *filters)``: the sub-state each filter matches (leaves
     matching none are dropped); one State for one filter, else a tuple.
 
-      >>> import flaxgraph as nnx
-      >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
-      >>> list(nnx.filter_state(s, nnx.Param))
-      ['a']
+    >>> import flaxgraph as nnx
+    >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
+    >>> list(nnx.filter_state(s, nnx.Param))
+    ['a']
     """
     return state.filter(first, *filters)
 
@@ -410,10 +410,10 @@ def split_state(state: State, first: Filter, /, *filters: Filter) -> object:
     Raises:
       UnmatchedLeafError (a ``ValueError``): a leaf matches no filter (end with ``...``).
 
-      >>> import flaxgraph as nnx
-      >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
-      >>> [list(x) for x in nnx.split_state(s, nnx.Param, nnx.BatchStat)]
-      [['a'], ['b']]
+    >>> import flaxgraph as nnx
+    >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
+    >>> [list(x) for x in nnx.split_state(s, nnx.Param, nnx.BatchStat)]
+    [['a'], ['b']]
     """
     return state.split(first, *filters)
 
@@ -424,9 +424,9 @@ def merge_state(
     """Deep-merges States (or nested mappings) into a new one; later ones win on equal
     paths.
 
-      >>> import flaxgraph as nnx
-      >>> nnx.merge_state(nnx.State({'a': {'b': 1}}), {'a': {'c': 2}}).to_pure_dict()
-      {'a': {'b': 1, 'c': 2}}
+    >>> import flaxgraph as nnx
+    >>> nnx.merge_state(nnx.State({'a': {'b': 1}}), {'a': {'c': 2}}).to_pure_dict()
+    {'a': {'b': 1, 'c': 2}}
     """
     merged = State.merge(state, *states)
     return merged if cls is State else cls.from_flat_path(merged.flat_state())  # type: ignore[attr-defined]
@@ -436,9 +436,9 @@ def to_pure_dict(state: State, extract_fn: Callable[[Any], Any] | None = None) -
     """Nested plain dicts of raw values: ``state.to_pure_dict()``, or with every leaf
     passed through ``extract_fn`` (default: a Variable gives its raw value).
 
-      >>> import flaxgraph as nnx
-      >>> nnx.to_pure_dict(nnx.State({'w': nnx.Param(1)}), lambda v: v.raw_value * 10)
-      {'w': 10}
+    >>> import flaxgraph as nnx
+    >>> nnx.to_pure_dict(nnx.State({'w': nnx.Param(1)}), lambda v: v.raw_value * 10)
+    {'w': 10}
     """
     if extract_fn is None:
         return state.to_pure_dict()
@@ -457,10 +457,10 @@ def replace_by_pure_dict(
       GraphStructureError (a ``ValueError``): ``pure_dict`` does not fit ``state``;
         nothing is replaced then.
 
-      >>> import flaxgraph as nnx
-      >>> s = nnx.State({'w': nnx.Param(1)})
-      >>> nnx.replace_by_pure_dict(s, {'w': 2}); s['w'].value
-      2
+    >>> import flaxgraph as nnx
+    >>> s = nnx.State({'w': nnx.Param(1)})
+    >>> nnx.replace_by_pure_dict(s, {'w': 2}); s['w'].value
+    2
     """
     state.replace_by_pure_dict(pure_dict, replace_fn)
 
@@ -469,9 +469,9 @@ def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
     """Returns ``pure_dict`` with every string key made of digits turned into an int
     (list indices come back as strings from JSON and some checkpoint formats).
 
-      >>> import flaxgraph as nnx
-      >>> nnx.restore_int_paths({'layers': {'0': 1, '1': {'2': 3}}, 'w': 4})
-      {'layers': {0: 1, 1: {2: 3}}, 'w': 4}
+    >>> import flaxgraph as nnx
+    >>> nnx.restore_int_paths({'layers': {'0': 1, '1': {'2': 3}}, 'w': 4})
+    {'layers': {0: 1, 1: {2: 3}}, 'w': 4}
     """
     return {
         (int(k) if isinstance(k, str) and k.isdigit() else k): (

@@ -4,15 +4,15 @@ The rule: the package README, "Axis metadata through transforms". Source: Flax N
 0.12 ``nnx.spmd.add_axis``/``remove_axis`` and ``Variable.add_axis``/``remove_axis``;
 the "Axis Metadata" FLIP (flax#2434).
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
-  >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'), tags=('x', 'y'))
-  >>> add_axis_of(v, 0, {nnx.PARTITION_NAME: 'layers', 'tags': 't'})
-  >>> v.out_sharding, v.tags
-  (('layers', 'a', 'b'), ('t', 'x', 'y'))
-  >>> remove_axis_of(v, 0, {nnx.PARTITION_NAME: 'layers', 'tags': 't'})
-  >>> v.out_sharding, v.tags
-  (('a', 'b'), ('x', 'y'))
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> from flaxgraph.variablelib.axes import add_axis_of, remove_axis_of
+>>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'), tags=('x', 'y'))
+>>> add_axis_of(v, 0, {nnx.PARTITION_NAME: 'layers', 'tags': 't'})
+>>> v.out_sharding, v.tags
+(('layers', 'a', 'b'), ('t', 'x', 'y'))
+>>> remove_axis_of(v, 0, {nnx.PARTITION_NAME: 'layers', 'tags': 't'})
+>>> v.out_sharding, v.tags
+(('a', 'b'), ('x', 'y'))
 """
 
 from __future__ import annotations

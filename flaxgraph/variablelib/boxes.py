@@ -4,12 +4,12 @@ Why a box and the JAX 0.10 faults worked around here: the package README, "Box
 storage". Source: JAX's hijax box (``jax._src.hijax.Box``, JAX 0.10), as Flax NNX 0.12
 uses it for hijax Variables holding pytrees (the "Hijax" guide).
 
-  >>> import jax, jax.numpy as jnp
-  >>> from flaxgraph.variablelib import boxes
-  >>> b = boxes.new_box({'a': jnp.array(0)})
-  >>> jax.jit(lambda b: b.set({**b.get(), 's': jnp.ones(2).sum()}))(b)
-  >>> sorted(boxes.read(b))
-  ['a', 's']
+>>> import jax, jax.numpy as jnp
+>>> from flaxgraph.variablelib import boxes
+>>> b = boxes.new_box({'a': jnp.array(0)})
+>>> jax.jit(lambda b: b.set({**b.get(), 's': jnp.ones(2).sum()}))(b)
+>>> sorted(boxes.read(b))
+['a', 's']
 """
 
 from __future__ import annotations

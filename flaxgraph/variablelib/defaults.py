@@ -117,14 +117,14 @@ def var_defaults(
     Raises:
       TypeError: ``hijax`` or ``ref`` is not a ``bool`` or ``None``.
 
-      >>> import flaxgraph as nnx
-      >>> nnx.var_defaults()
-      VarDefaults(hijax=False, ref=False)
-      >>> with nnx.var_defaults(ref=True):
-      ...   nnx.Param(1.0).ref
-      True
-      >>> nnx.var_defaults().ref
-      False
+    >>> import flaxgraph as nnx
+    >>> nnx.var_defaults()
+    VarDefaults(hijax=False, ref=False)
+    >>> with nnx.var_defaults(ref=True):
+    ...   nnx.Param(1.0).ref
+    True
+    >>> nnx.var_defaults().ref
+    False
     """
     for name, value in (("hijax", hijax), ("ref", ref)):
         if value is not None and not isinstance(value, bool):

@@ -4,12 +4,12 @@ A flaxgraph hijax Variable keeps its own kind (a ``Param`` stays a ``Param``), s
 ``isinstance(v, HijaxVariable)`` is ``v.hijax``. Source: Flax NNX 0.12
 ``nnx.variablelib.HijaxVariable``.
 
-  >>> import flaxgraph as nnx
-  >>> from flaxgraph.variablelib import HijaxVariable
-  >>> isinstance(nnx.Param(1.0, hijax=True), HijaxVariable)
-  True
-  >>> isinstance(nnx.Param(1.0), HijaxVariable)
-  False
+>>> import flaxgraph as nnx
+>>> from flaxgraph.variablelib import HijaxVariable
+>>> isinstance(nnx.Param(1.0, hijax=True), HijaxVariable)
+True
+>>> isinstance(nnx.Param(1.0), HijaxVariable)
+False
 """
 
 from __future__ import annotations

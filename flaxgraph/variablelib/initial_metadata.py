@@ -5,11 +5,11 @@ metadata, so a layer gets, say, ``out_sharding`` from its initializer. Flax's va
 hooks are refused (flaxgraph Variables have none; subclass the Variable instead).
 Source: Flax NNX 0.12 ``nnx.with_metadata`` and ``nnx.VariableMetadata``.
 
-  >>> import jax, flaxgraph as nnx
-  >>> init = nnx.with_metadata(nnx.initializers.ones, out_sharding=(None, 'model'))
-  >>> layer = nnx.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
-  >>> layer.kernel.out_sharding
-  (None, 'model')
+>>> import jax, flaxgraph as nnx
+>>> init = nnx.with_metadata(nnx.initializers.ones, out_sharding=(None, 'model'))
+>>> layer = nnx.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
+>>> layer.kernel.out_sharding
+(None, 'model')
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ class VariableMetadata(Generic[A]):
     Raises:
       TypeError: a non-empty value hook; the message shows the subclass to write instead.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> box = nnx.VariableMetadata(jnp.zeros(2), metadata={'note': 'bias'})
-      >>> p = nnx.Param(box)
-      >>> p.get_metadata('note'), p.shape
-      ('bias', (2,))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> box = nnx.VariableMetadata(jnp.zeros(2), metadata={'note': 'bias'})
+    >>> p = nnx.Param(box)
+    >>> p.get_metadata('note'), p.shape
+    ('bias', (2,))
     """
 
     raw_value: A
@@ -83,10 +83,10 @@ def with_metadata(initializer: F, **metadata: object) -> F:
     Raises:
       TypeError: a Flax value hook (``on_set_value``…) is given.
 
-      >>> import jax, flaxgraph as nnx
-      >>> init = nnx.with_metadata(jax.nn.initializers.zeros, note='hi')
-      >>> nnx.Param(init(jax.random.key(0), (2, 3))).note
-      'hi'
+    >>> import jax, flaxgraph as nnx
+    >>> init = nnx.with_metadata(jax.nn.initializers.zeros, note='hi')
+    >>> nnx.Param(init(jax.random.key(0), (2, 3))).note
+    'hi'
     """
     hooks = [k for k in _HOOKS if k in metadata]
     if hooks:

@@ -3,9 +3,9 @@
 Source: Flax NNX 0.12 ``nnx.register_variable_name``, ``variable_name_from_type``,
 ``variable_type_from_name``.
 
-  >>> import flaxgraph as nnx
-  >>> nnx.variable_name_from_type(nnx.BatchStat), nnx.variable_type_from_name('params')
-  ('batch_stats', <class 'flaxgraph.variablelib.variable.Param'>)
+>>> import flaxgraph as nnx
+>>> nnx.variable_name_from_type(nnx.BatchStat), nnx.variable_type_from_name('params')
+('batch_stats', <class 'flaxgraph.variablelib.variable.Param'>)
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ def register_variable_name(
     Raises:
       ValueError: ``name`` is registered to another kind and ``overwrite`` is False.
 
-      >>> import flaxgraph as nnx
-      >>> @nnx.register_variable_name('counts_doc')
-      ... class Count(nnx.Variable): pass
-      >>> nnx.variable_type_from_name('counts_doc') is Count
-      True
+    >>> import flaxgraph as nnx
+    >>> @nnx.register_variable_name('counts_doc')
+    ... class Count(nnx.Variable): pass
+    >>> nnx.variable_type_from_name('counts_doc') is Count
+    True
     """
     if typ is None:
         return lambda cls: register_variable_name(name, cls, overwrite=overwrite)

@@ -3,11 +3,11 @@
 One Variable at a time is :mod:`flaxgraph.variablelib.axes`. Source: Flax NNX 0.12.8
 ``flax.nnx.spmd.add_axis``/``remove_axis``.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> from flaxgraph.variablelib.tree_axes import add_axis, remove_axis
-  >>> state = {'w': nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))}
-  >>> add_axis(state, 0, {nnx.PARTITION_NAME: 'layers'})['w'].out_sharding
-  ('layers', 'a', 'b')
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> from flaxgraph.variablelib.tree_axes import add_axis, remove_axis
+>>> state = {'w': nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))}
+>>> add_axis(state, 0, {nnx.PARTITION_NAME: 'layers'})['w'].out_sharding
+('layers', 'a', 'b')
 """
 
 from __future__ import annotations
