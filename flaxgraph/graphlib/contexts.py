@@ -252,7 +252,7 @@ class MergeContext:
         copy: bool = False,
         recreate_variables: bool = True,
     ) -> Any:
-        """Like ``nnx.merge``, resolving references merged earlier here; step (4) updates the caller's objects."""
+        """Like ``nnx.merge``, sharing this context's index; at step (4) it updates the caller."""
         graphdef, all_states = graphdef_and_states(graphdef, states)
         leaves = ordered_leaves(graphdef, all_states)
         uctx = _find(self.ctxtag)

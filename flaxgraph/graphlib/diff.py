@@ -21,7 +21,7 @@ from flaxgraph.graphlib.graphdefs import (
 def graphdef_diff(
     a: GraphDef[Any], b: GraphDef[Any], root: str = "", roots: tuple[str, ...] | None = None
 ) -> str | None:
-    """Describes the first difference between two GraphDefs (why a transform retraced), or ``None`` if equal.
+    """Describes the first difference between two GraphDefs, or ``None`` if they are equal.
 
     Args:
       a, b: the GraphDefs to compare.

@@ -144,7 +144,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
 def _leaf_of(
     c: VariableDef, leaf: Any, copy: bool, recreate: bool, trace: Any, built: dict[int, Any]
 ) -> Any:
-    """The value at a Variable's place ``c`` for a State leaf (``copy``/``recreate``), recorded in ``built``."""
+    """The value at a Variable's place ``c`` for a State leaf, recorded in ``built``."""
     if REGISTRY.kind_of(leaf) is VARIABLE:
         if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
             raise GiveUp

@@ -1,4 +1,4 @@
-"""The direct walk of ``split``: an object graph to ``(GraphDef, State)`` in one pass, without paths.
+"""The direct walk of ``split``: an object graph to ``(GraphDef, State)`` in one pass.
 
 It fills the nested State's dicts as it goes and leaves ``GraphDef.leaf_paths`` to be
 derived on demand; on anything needing a path or care it gives up without side
@@ -56,7 +56,7 @@ class GiveUp(Exception):
 
 
 def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | None:
-    """``(graphdef, state)`` of ``node``, equal to the general walk's, or ``None`` if that walk must do it.
+    """``(graphdef, state)`` of ``node``, as the general walk makes them, or ``None`` to run it.
 
     ``None`` for a Python scalar root, a raw ``jax.Ref``, a static that warrants a warning,
     and in tree mode any object reached twice or ``pytree=False`` object.
@@ -166,7 +166,7 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | N
 def partition_state(
     state: State, predicates: Sequence[Callable[[tuple[Hashable, ...], Any], bool]]
 ) -> tuple[list[State], list[tuple[tuple[Hashable, ...], Any]]]:
-    """Sorts a nested ``state``'s leaves into one State per predicate (first match wins), without flattening.
+    """Sorts a nested ``state``'s leaves into one State per predicate (first match wins).
 
     Args:
       state: a nested State (e.g. from ``split_direct``).

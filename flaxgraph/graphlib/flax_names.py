@@ -103,7 +103,7 @@ class StaticElem:
 
 @dataclasses.dataclass(frozen=True)
 class ArrayRefDef:
-    """Flax's record of a raw ``jax.Ref`` in a GraphDef, with Flax's fields (flaxgraph's GraphDefs do not use it)."""
+    """Flax's record of a raw ``jax.Ref`` in a GraphDef, with Flax's fields (unused here)."""
 
     index: int
     outer_index: int | None
@@ -124,7 +124,7 @@ class GenericPytree:
 
 
 class IndexesPytreeDef(NamedTuple):
-    """The aux data of :data:`PYTREE_NODE_IMPL`'s flatten: each key's original position and the treedef."""
+    """The aux data of :data:`PYTREE_NODE_IMPL`'s flatten: keys' original positions, the treedef."""
 
     key_index: Mapping[Key, int]
     treedef: object
@@ -157,7 +157,7 @@ PythonRefMap = RefMap
 
 
 def jax_to_nnx_path(jax_path: tuple[Any, ...], /) -> PathParts:
-    """A JAX key path as a flaxgraph path (``SequenceKey(i)`` -> ``i``, ``DictKey(k)`` -> ``k``…, else ``str``).
+    """A JAX key path as a flaxgraph path (``SequenceKey(i)`` -> ``i``, ``DictKey(k)`` -> ``k``…).
 
     Raises:
       ValueError: a ``DictKey``'s key is not hashable.

@@ -144,7 +144,7 @@ def unflatten(
 
 
 def unpack(node: object, *filters: Filter, graph: bool | None = None) -> object:
-    """``split`` returning ``GraphState``s (each State with the GraphDef), so ``merge(*them)`` suffices.
+    """``split`` returning ``GraphState``s (State and GraphDef), so ``merge(*them)`` suffices.
 
     Args:
       node, *filters, graph: as ``split``.

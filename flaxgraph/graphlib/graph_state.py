@@ -15,7 +15,7 @@ from flaxgraph.statelib import State
 
 
 class GraphState(MutableMapping[Hashable, Any]):
-    """A ``State`` with the ``GraphDef`` it was split with: a mutable mapping over the State, and a pytree.
+    """A ``State`` with its ``GraphDef``: a mutable mapping over the State, and a pytree.
 
     The State's leaves are the children, the GraphDef static aux data.
 

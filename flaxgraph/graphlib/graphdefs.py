@@ -415,7 +415,7 @@ class GraphDef(Generic[N]):
         return tuple(pairs)
 
     def with_no_outer_index(self) -> GraphDef[Any]:
-        """Returns ``self``: flaxgraph's GraphDef has no outer index (``renumber`` renumbers instead).
+        """Returns ``self``: flaxgraph's GraphDef has no outer index (``renumber`` instead).
 
         >>> import flaxgraph as nnx
         >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
@@ -493,7 +493,7 @@ def lenient_hash(x: object) -> int:
 def _find_unhashable(
     d: Def, steps: tuple[tuple[Hashable, bool], ...]
 ) -> tuple[tuple[tuple[Hashable, bool], ...], Any, str] | None:
-    """``(steps, value, what)`` of the first unhashable static below ``d``; a step is ``(key, is_attribute)``."""
+    """``(steps, value, what)`` of the first unhashable static below ``d`` (steps: key, is_attr)."""
     if type(d) is StaticDef:
         return (steps, d.value, "static attribute") if is_unhashable(d.key) else None
     if type(d) is VariableDef:

@@ -132,7 +132,7 @@ class _FromFlax:
 
 
 def flax_view(engine: NodeTypeImpl) -> GraphNodeImpl:
-    """Flax's ``GraphNodeImpl`` of the engine's node type: the one registered, else one made of the engine's functions."""
+    """Flax's ``GraphNodeImpl`` of an engine node type: the one registered, or one of its own."""
     source = getattr(engine.flatten, "__self__", None)
     if type(source) is _FromFlax:
         return source.impl
@@ -167,7 +167,7 @@ def flax_view(engine: NodeTypeImpl) -> GraphNodeImpl:
 
 
 class GraphRegistry(Mapping[type, GraphNodeImpl]):
-    """Flax's ``GRAPH_REGISTRY``: a read-only view of the engine's node types, each as a ``GraphNodeImpl``."""
+    """Flax's ``GRAPH_REGISTRY``: a read-only ``GraphNodeImpl`` view of the engine's node types."""
 
     def __init__(self, engine: Mapping[type, NodeTypeImpl]) -> None:
         self._engine = engine
@@ -395,12 +395,12 @@ def is_graph_node(x: object) -> bool:
 
 
 def is_node_type(x: type) -> bool:
-    """Whether ``x`` is a graph node type, a :data:`PYTREE_REGISTRY` type or :class:`GenericPytree`."""
+    """Whether ``x`` is a graph node type, a :data:`PYTREE_REGISTRY` type or ``GenericPytree``."""
     return x in GRAPH_REGISTRY or x in PYTREE_REGISTRY or x is GenericPytree
 
 
 def is_node_leaf(x: object) -> bool:
-    """Whether ``x`` is a State leaf: a Variable, an array, a ``jax.Ref``, ``ArrayRefOutput`` or ``NoUpdate``."""
+    """Whether ``x`` is a State leaf: a Variable, array, Ref, ``ArrayRefOutput`` or ``NoUpdate``."""
     if isinstance(x, (ArrayRefOutput, NoUpdate, jax.Array, np.ndarray)):
         return True
     return REGISTRY.kind_of(x) in (VARIABLE, REF)
@@ -431,7 +431,7 @@ def get_node_impl(x: object) -> GraphNodeImpl | PytreeNodeImpl | None:
 
 
 def get_node_impl_for_type(x: type) -> GraphNodeImpl | PytreeNodeImpl | None:
-    """The implementation registered for the type ``x`` (``PYTREE_NODE_IMPL`` for :class:`GenericPytree`), or ``None``."""
+    """The impl registered for the type ``x`` (``PYTREE_NODE_IMPL`` for ``GenericPytree``)."""
     if x is GenericPytree:
         return PYTREE_NODE_IMPL
     return PYTREE_REGISTRY.get(x) or GRAPH_REGISTRY.get(x)

@@ -1,4 +1,4 @@
-"""Readable paths into graphs for error messages (``model.layers[0].kernel``), built only on error."""
+"""Readable paths into graphs for error messages (``model.layers[0].kernel``), made on error."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def call(graphdef_state: tuple[Any, ...], /) -> Any:
 
 
 def _graphdef_apply(self: GraphDef[Any], state: object, *states: object) -> object:
-    """``graphdef.apply(state).method(*args)``: as ``call``, returning ``(output, (graphdef, state))``."""
+    """``graphdef.apply(state).method(*args)``: as ``call``, returning the new pair too."""
     return call((self, state, *states))
 
 

@@ -72,7 +72,10 @@ jax.tree_util.register_pytree_with_keys(
 def mark_ref_outputs(
     leaves: list[tuple[Any, Any]], came_in: Container[object]
 ) -> list[tuple[Any, Any]]:
-    """An inner split's pairs with each Ref-backed Variable copied to hold ``NO_UPDATE`` (from ``came_in``) or ``ArrayRefOutput``."""
+    """An inner split's pairs, each Ref-backed Variable holding ``NO_UPDATE`` or ``ArrayRefOutput``.
+
+    ``NO_UPDATE`` for one in ``came_in`` (from the caller), ``ArrayRefOutput`` for one made inside.
+    """
     out = []
     for path, leaf in leaves:
         if REGISTRY.kind_of(leaf) is VARIABLE and is_ref_backed(leaf):

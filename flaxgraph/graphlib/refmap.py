@@ -68,7 +68,7 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
 
 
 class IndexMap(dict[int, Any]):
-    """Reference index -> object, the inverse of a ``RefMap`` of indices (``unflatten``'s ``index_ref``).
+    """Reference index -> object, the inverse of a ``RefMap`` of indices (``index_ref``).
 
     >>> a = []
     >>> IndexMap.from_refmap(RefMap([(a, 0)]))[0] is a

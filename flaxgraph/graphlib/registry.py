@@ -48,7 +48,7 @@ class NodeTypeImpl:
 
 
 class DataLeaf:
-    """Marks a child a node's ``flatten`` puts in the State though it is no array (``nnx.data(3)``)."""
+    """Marks a child a node's ``flatten`` puts in the State though it is no array (``nnx.data``)."""
 
     __slots__ = ("value",)
 
@@ -57,7 +57,7 @@ class DataLeaf:
 
 
 class StaticLeaf:
-    """Marks a child a node's ``flatten`` keeps in the GraphDef though it would be walked (``nnx.static``)."""
+    """Marks a child a node's ``flatten`` keeps in the GraphDef (``nnx.static``)."""
 
     __slots__ = ("value",)
 
@@ -66,7 +66,7 @@ class StaticLeaf:
 
 
 class Kind(enum.IntEnum):
-    """What a value is to the graph engine (``NodeRegistry.kind_of``), in the order ``classify`` tests.
+    """What a value is to the graph engine (``NodeRegistry.kind_of``), in ``classify``'s order.
 
     ``NODE`` (a registered graph node), ``VARIABLE``, ``SEQUENCE`` (exactly a list or
     tuple), ``DICT`` (exactly a dict), ``ARRAY`` (``jax.Array``, Tracers, ``np.ndarray``;
@@ -157,7 +157,7 @@ class NodeRegistry:
         return self.kinds.get(type(x)) or self.classify(x)
 
     def _flattens(self, x: object) -> bool:
-        """Whether ``x`` is a JAX pytree node; a raising flatten makes it static (noted in ``unflattenable``)."""
+        """Whether ``x`` is a JAX pytree node (not if its flatten raises: see ``unflattenable``)."""
         try:
             return pytree_children(x) is not None
         except Exception:
@@ -165,7 +165,7 @@ class NodeRegistry:
             return False
 
     def classify(self, x: object) -> Kind:
-        """Decides the kind of ``x`` (first test in ``Kind``'s order wins) and remembers it per type.
+        """Decides the kind of ``x`` (first test in ``Kind``'s order wins), remembered per type.
 
         Exceptions: ``docs/design.md``, "What a value is" (Tracers by abstract-value type;
         ``STATIC`` remembered only for ``STABLE_STATIC_MODULES`` types).
@@ -236,7 +236,7 @@ def register_node_type(
     set_child: Callable[[Any, Key, Any], None],
     del_child: Callable[[Any, Key], None],
 ) -> NodeTypeImpl:
-    """Registers ``type`` as a graph node with the engine's functions (``NodeTypeImpl``); returns the record.
+    """Registers ``type`` as a graph node with the engine's functions; returns its ``NodeTypeImpl``.
 
     It replaces an earlier registration. Users register with
     ``nnx.register_graph_node_type``, which calls this.
@@ -289,7 +289,7 @@ def is_array_leaf(x: object) -> bool:
 
 
 def pytree_children(x: object) -> tuple[list[tuple[Key, Any]], Any] | None:
-    """One level of a non-builtin pytree node, ``([(key, child)], treedef)``, or ``None`` for a leaf."""
+    """One level of a non-builtin pytree node, ``([(key, child)], treedef)``; None for a leaf."""
     if type(x) in PLAIN_STATIC or jax.tree_util.all_leaves((x,)):
         return None  # (all_leaves asks JAX's registry alone: no flatten, ~0.2 µs)
     treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
@@ -308,7 +308,7 @@ class Unflattenable(NamedTuple):
 
 
 def find_unflattenable(x: Any) -> Unflattenable | None:
-    """The first value in ``x`` (or its plain lists, tuples, dicts) whose pytree flatten raises, or ``None``.
+    """The first value in ``x`` (or its plain containers) whose pytree flatten raises, or ``None``.
 
     The walks take such a value as static; an attribute assignment refuses it
     (``UnclassifiableValueError``).
@@ -336,7 +336,7 @@ def find_unflattenable(x: Any) -> Unflattenable | None:
 
 
 def unclassifiable_message(type_name: str, error: BaseException, where: str) -> str:
-    """The message of ``UnclassifiableValueError``: the type, JAX's error, where, and how to mark it."""
+    """The message of ``UnclassifiableValueError``: type, JAX's error, where, how to mark it."""
     return (
         f"Cannot tell whether {where} (a {type_name}) is data or static: its type is a "
         f"JAX pytree whose flatten raised {type(error).__name__}: {error}.\nFix: mark it "

@@ -91,7 +91,7 @@ class TupleItem(NamedTuple):
 
 
 def item_key(x: Any) -> Any:
-    """What a snapshot compares for a list or dict item: ``ArrayItem``, ``TupleItem``, or the item (by identity)."""
+    """A snapshot's key for a list or dict item: ``ArrayItem``, ``TupleItem`` or the item itself."""
     kind = REGISTRY.kind_of(x)
     if kind is ARRAY:
         return ArrayItem(type(x))
@@ -101,7 +101,7 @@ def item_key(x: Any) -> Any:
 
 
 def same_item(x: Any, key: Any) -> bool:
-    """Whether ``x`` still matches its snapshot ``key``: the same object, an array for an array, or matching tuple items.
+    """Whether ``x`` still matches ``key``: the same object, an array for an array, or tuple items.
 
     The one rule of "is this change structural", asked by ``same_structure``,
     ``StructureSnapshot.unchanged`` and the fast path's generated checks.

@@ -147,7 +147,7 @@ def graphdef(node: object, /, *, graph: bool | None = None) -> GraphDef[Any]:
 def _split_states(
     node: object, graph: bool, filters: tuple[Filter, ...], strict: bool
 ) -> tuple[GraphDef[Any], list[Any]]:
-    """The GraphDef and one State per filter: the direct walk where it applies, else the general walk."""
+    """The GraphDef and one State per filter, by the direct walk where it applies."""
     found = split_direct(node, graph)
     if found is None:
         graphdef, leaves = flatten_with_paths(node, graph=graph)

@@ -1,4 +1,4 @@
-"""Static values in a GraphDef: structural ``functools.partial`` keys and the unhashable-static error.
+"""Static values in a GraphDef: structural ``functools.partial`` keys, the unhashable error.
 
 A partial compares by identity, so ``self.pool = partial(nnx.avg_pool, ...)`` would
 give every model its own GraphDef (and jit compilation); the GraphDef stores a
@@ -15,7 +15,7 @@ from flaxgraph.errors import StaticAttributeError, numbered_fixes
 
 
 class PartialKey:
-    """A ``functools.partial`` as a GraphDef sees it: compared and hashed by function, arguments and keywords.
+    """A ``functools.partial`` as a GraphDef sees it: compared by function, arguments, keywords.
 
     Attributes:
       partial: the partial itself (what ``merge`` puts back).
@@ -62,7 +62,7 @@ def unwrap(x: object) -> object:
 def unhashable_static_error(
     where: str, value: object, what: str = "static attribute"
 ) -> StaticAttributeError:
-    """The error for an unhashable static met where a GraphDef is hashed, naming its path ``where`` and the fixes."""
+    """The error for an unhashable static where a GraphDef is hashed: its path ``where``, fixes."""
     return StaticAttributeError(
         f"The {what} at {where} is a {type(value).__name__}, which is unhashable, so "
         "the GraphDef holding it cannot be hashed (a dict key, jax.jit's "

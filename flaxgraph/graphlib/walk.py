@@ -238,7 +238,7 @@ class Walk:
         return path_str(self.root_name, self.error_root, path)
 
     def diagnostic_root(self) -> tuple[Any, bool]:
-        """``(root, wrapped)``: what error diagnostics re-walk, and whether it is a tuple of roots."""
+        """``(root, wrapped)``: what diagnostics re-walk, and whether it is a tuple of roots."""
         return self.error_root, False
 
     def tree_alias(self, x: Any, path: PathParts = ()) -> None:
@@ -307,7 +307,7 @@ _NUMPY_NUMBERS = (np.number, np.bool_)
 
 
 def traced_constant(x: object) -> bool:
-    """Whether the ``CONSTANT`` ``x`` is a leaf outside every graph node in a ``dynamic_leaves`` walk.
+    """Whether the ``CONSTANT`` ``x`` is a leaf outside every graph node (``dynamic_leaves``).
 
     True for exactly ``int``, ``float``, ``bool``, ``complex`` and NumPy numbers and bools
     (which ``jax.jit`` traces); held by a node they stay static (#29). The one rule, asked
@@ -418,7 +418,7 @@ def _holds_variable(node: Any) -> bool:
 
 
 def variable_paths(root: Any, wrapped: bool = False) -> dict[int, list[tuple[Any, PathParts]]]:
-    """Every path of every Variable reachable from ``root``: ``id(variable) -> [(variable, path), ...]``.
+    """Every path of every Variable below ``root``: ``id(variable) -> [(variable, path), ...]``.
 
     With ``wrapped``, ``root`` is a tuple of named roots and paths start with the position.
     """

@@ -1,4 +1,4 @@
-"""Data and static attributes: ``nnx.data``/``nnx.static`` marks, ``nnx.Data``/``nnx.Static``, data types.
+"""Data and static attributes: the ``nnx.data``/``nnx.static`` marks and the data types.
 
 The rule: the package README, "Data or static". Source: Flax NNX 0.12 ``nnx.data``,
 ``static``, ``Data``, ``Static``, ``is_data``, ``has_data``, ``register_data_type``.
@@ -136,7 +136,7 @@ class Data:
 
 
 class Static:
-    """``x: nnx.Static[T]`` marks a class attribute as static; deprecated for ``x: T = nnx.static()``."""
+    """``x: nnx.Static[T]`` marks a class attribute static; deprecated for ``nnx.static()``."""
 
     def __class_getitem__(cls, item: Any) -> Any:
         _deprecated("Static")

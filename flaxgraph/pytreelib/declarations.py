@@ -15,7 +15,7 @@ T = TypeVar("T")
 
 
 def check_pytree(pytree: Any) -> None:
-    """Checks that no static-marked attribute of ``pytree`` holds data (arrays, Variables, graph nodes).
+    """Checks that no static-marked attribute of ``pytree`` holds data (arrays, Variables, nodes).
 
     Assignment already refuses such values; this catches attributes stored without
     ``__setattr__`` (``vars(obj).update(...)``).
@@ -77,7 +77,7 @@ def dataclass(
     slots: bool = False,
     weakref_slot: bool = False,
 ) -> Any:
-    """``dataclasses.dataclass`` for ``Pytree`` subclasses; ``nnx.data()``/``nnx.static()`` fields get that kind.
+    """``dataclasses.dataclass`` for ``Pytree`` subclasses; ``nnx.data()``/``nnx.static()`` fields.
 
     Args:
       cls: the class (``None`` when used as ``@nnx.dataclass(...)``).

@@ -1,4 +1,4 @@
-"""Flax's ``pytreelib`` names flaxgraph's object model does not need (``PytreeMeta``, repr records…).
+"""Flax's ``pytreelib`` names flaxgraph's object model does not need (``PytreeMeta``, records).
 
 They keep code naming them working, with Flax's behaviour where they have one (the
 records render as Flax's). Source: Flax NNX 0.12.8 ``flax.nnx.pytreelib``.
@@ -31,7 +31,7 @@ BUILDING_DOCS = "FLAX_DOC_BUILD" in os.environ
 
 
 class PytreeMeta(type):
-    """Flax's metaclass of ``Pytree``; flaxgraph's is ``type``, so a metaclass derived from this works."""
+    """Flax's metaclass of ``Pytree`` (flaxgraph's is ``type``); a metaclass may derive from it."""
 
 
 ObjectMeta = PytreeMeta

@@ -116,7 +116,7 @@ class Pytree:
             )
 
     def _check_valid_context(self, error_msg: Callable[[], str]) -> None:
-        """Raises ``TraceContextError(error_msg())`` from another trace; Flax 0.12's overridable hook."""
+        """Raises ``TraceContextError(error_msg())`` from another trace (Flax 0.12's hook)."""
         if self._obj_trace != current_trace():
             raise TraceContextError(error_msg())
 
@@ -252,7 +252,7 @@ def _check_classifiable(obj: Pytree, name: str, value: Any) -> None:
 
 
 def _check_no_data_in_static(obj: Pytree, name: str, value: Any, why: str) -> None:
-    """Raises if ``value``, for the static attribute ``name``, holds arrays, Variables or objects."""
+    """Raises if ``value``, for the static attribute ``name``, holds arrays, Variables, objects."""
     if not _is_data(value):
         return
     cls = type(obj).__name__
@@ -315,7 +315,7 @@ def mark_structure_changed(obj: Pytree) -> None:
 
 
 def set_attribute_kinds(obj: Pytree, kinds: tuple[tuple[Hashable, str], ...]) -> None:
-    """Replaces ``obj``'s forced attribute kinds (sorted ``(name, kind)`` pairs); marks the structure changed."""
+    """Replaces ``obj``'s forced attribute kinds (sorted ``(name, kind)``); structure changed."""
     _set_kinds(obj, kinds)
     _set_version(obj, obj._obj_version + 1)
 
@@ -352,7 +352,7 @@ def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
 
 
 def _is_marked_leaf(value: Any) -> bool:
-    """Whether an ``nnx.data``-marked value is one State leaf: neither data nor a container (nor ``None``)."""
+    """Whether an ``nnx.data``-marked value is one State leaf (no data, container or ``None``)."""
     if value is None:
         return False
     kind = REGISTRY.kind_of(value)

@@ -1,4 +1,4 @@
-"""The cached pytree view of a ``Pytree`` (``Layout``, ``Aux``), at the cost of JAX's own containers.
+"""The cached pytree view of a ``Pytree`` (``Layout``, ``Aux``), as cheap as JAX's containers.
 
 Why and when a layout is valid: the package README, "The cached pytree view". Source:
 the per-class field layouts of ``jax.tree_util.register_dataclass``; the data/static
@@ -29,7 +29,7 @@ _STABLE_SCALARS = frozenset({int, float, str, bool, complex, bytes, type(None), 
 
 
 class Aux(tuple):
-    """The aux data of a flattened ``Pytree``: ``(names, statics, kinds)`` plus its ``build`` recipe.
+    """The aux data of a flattened ``Pytree``: ``(names, statics, kinds)`` and a ``build`` recipe.
 
     ``build`` is ``(names, statics, kinds, (0, layout))``, what ``unflatten`` needs ready-made.
     """
@@ -94,7 +94,7 @@ def _attr_key(name: Any) -> Any:
 
 
 def is_stable(value: Any, pytree_type: type) -> bool:
-    """Whether ``value``'s data-ness can change only by assignment (not lists, dicts or pytree nodes holding them)."""
+    """Whether ``value``'s data-ness changes only on assignment (no lists, dicts, pytrees)."""
     t = type(value)
     if t in _STABLE_SCALARS:
         return True

@@ -75,7 +75,7 @@ class FlatStateMembers:
 
     @classmethod
     def merge(cls, flat_state: Iterable[tuple[PathParts, Any]], /, *flat_states: Any) -> Any:
-        """One FlatState with the pairs of all arguments (FlatStates or ``(path, leaf)`` iterables), sorted by path.
+        """One FlatState of the pairs of all arguments (FlatStates or pairs), sorted by path.
 
         A single FlatState comes back as is; on a repeated path the last leaf wins (Flax keeps
         all duplicates).

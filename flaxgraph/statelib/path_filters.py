@@ -1,4 +1,4 @@
-"""Flax's small ``statelib`` helpers: ``create_path_filters``, ``NestedStateRepr``, the value-function types.
+"""Flax's small ``statelib`` helpers: ``create_path_filters``, ``NestedStateRepr``, types.
 
 Source: Flax NNX 0.12.8 ``flax.nnx.statelib`` (its public source).
 """
@@ -24,7 +24,7 @@ SetValueFn = Callable[[V, Any], V]
 
 
 def create_path_filters(state: State) -> dict[PathIn, Any]:
-    """One ``PathIn`` filter per distinct value of ``state`` (a Variable counts as its value), mapped to it.
+    """One ``PathIn`` filter per distinct value of ``state`` (Variables by value), mapped to it.
 
     The form ``StateSharding``/``StateAxes`` take.
 

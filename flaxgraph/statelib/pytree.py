@@ -21,7 +21,7 @@ class _Keys(tuple[Any, ...]):
 def state_pytree_functions(
     state_cls: type,
 ) -> tuple[Callable[[Any], Any], Callable[[Any, Iterable[Any]], Any], Callable[[Any], Any]]:
-    """``(flatten_with_keys, unflatten, flatten)`` registering ``state_cls`` as a pytree with keys."""
+    """``(flatten_with_keys, unflatten, flatten)`` registering ``state_cls`` as a keyed pytree."""
     set_mapping = state_cls._mapping.__set__  # type: ignore[attr-defined]
     set_keys = state_cls._state_keys.__set__  # type: ignore[attr-defined]
     new = object.__new__

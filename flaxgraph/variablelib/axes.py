@@ -71,7 +71,7 @@ def drop_axis_metadata(var: Any, index: int, transform_metadata: Mapping[str, An
 
 
 def add_axis_of(var: Any, index: int, transform_metadata: Mapping[str, Any]) -> None:
-    """Adds the axis ``index`` to ``var``'s per-axis metadata (in place), then calls ``var.add_axis``.
+    """Adds the axis ``index`` to ``var``'s per-axis metadata, then calls ``var.add_axis``.
 
     Args:
       var: the Variable.
@@ -101,7 +101,7 @@ def _rank(var: Any) -> int | None:
 
 
 def pad_stacked_axis(var: Any, index: int) -> None:
-    """Without a partition name: ``None`` at ``index`` in sharding names not covering the stacked rank.
+    """No partition name: ``None`` at ``index`` in sharding names short of the stacked rank.
 
     ``var`` holds the unstacked value. Source: flax#5112.
     """
@@ -116,7 +116,7 @@ def pad_stacked_axis(var: Any, index: int) -> None:
 
 
 def drop_stacked_axis(var: Any, index: int) -> None:
-    """The inverse of ``pad_stacked_axis``: names of the stacked rank lose a ``None`` at ``index``."""
+    """The inverse of ``pad_stacked_axis``: stacked-rank names lose a ``None`` at ``index``."""
     rank = _rank(var)
     if rank is None:
         return

@@ -66,7 +66,7 @@ def is_box(value: object) -> bool:
 
 
 def fits(value: object) -> bool:
-    """Whether a hijax Variable keeps ``value`` in a box: a container pytree of arrays or numbers (``{}`` too)."""
+    """Whether a hijax Variable keeps ``value`` in a box: a container pytree of arrays, ``{}``."""
     if not AVAILABLE or value is None or isinstance(value, (jax.Array, np.ndarray, *ARRAY_SCALARS)):
         return False
     treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
@@ -133,7 +133,7 @@ def no_storage_message(kind: str, value: object, hijax: bool) -> str:
 
 
 def _set(box: Any, value: object) -> None:
-    """``box.set(value)``, then the traced box's structure record fixed if JAX 0.10's cache left it stale.
+    """``box.set(value)``, fixing the traced box's structure record if JAX 0.10 left it stale.
 
     JAX caches the abstract ``set``: structures A, B, then A again leave the record at B.
     """
@@ -148,7 +148,7 @@ def _set(box: Any, value: object) -> None:
 
 
 def write(kind: str, box: Any, value: object, captured: bool) -> None:
-    """Replaces the box's content by ``value``; ``captured``: the Variable belongs to an outer trace.
+    """Replaces the box's content by ``value``; ``captured``: the Variable is of an outer trace.
 
     Raises:
       TraceContextError (a ``ValueError``): JAX refused the write (under ``grad``/``vmap``

@@ -27,7 +27,7 @@ _WATCHES = _Watches()
 
 @contextmanager
 def watching() -> Iterator[list[Any]]:
-    """Records into the yielded list (once each, in read order) the concrete Variables of another trace read in the block."""
+    """Records into the yielded list, once each, the concrete Variables of another trace read."""
     found: list[Any] = []
     _WATCHES.stack.append(found)
     try:

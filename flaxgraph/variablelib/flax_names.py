@@ -34,7 +34,7 @@ Leaf = Any
 
 
 def is_array_ref(x: object) -> bool:
-    """Whether ``x`` is a ``jax.Ref``, concrete or traced (a Ref-backed Variable's storage); never raises.
+    """Whether ``x`` is a ``jax.Ref``, concrete or traced (a Ref-backed Variable's storage).
 
     >>> import jax, jax.numpy as jnp, flaxgraph as nnx
     >>> from flaxgraph.variablelib import is_array_ref
@@ -50,7 +50,7 @@ def is_array_ref(x: object) -> bool:
 
 
 class VariableMeta(type):
-    """Flax's metaclass of ``Variable``; flaxgraph's is ``type``, so a user's metaclass may derive from this."""
+    """Flax's metaclass of ``Variable`` (flaxgraph's is ``type``), for metaclasses to derive."""
 
 
 HijaxVariableMeta = type(HijaxVariable)
@@ -59,7 +59,7 @@ HijaxVariableMeta = type(HijaxVariable)
 
 @dataclasses.dataclass
 class VariableContext(threading.local):
-    """Flax's per-thread stacks of ``var_defaults`` settings (not read: ``defaults.py`` keeps its own scope)."""
+    """Flax's per-thread stacks of ``var_defaults`` settings (not read by ``defaults.py``)."""
 
     variable_hijax_stack: list[bool] = dataclasses.field(default_factory=list)
     variable_ref_stack: list[bool] = dataclasses.field(default_factory=list)

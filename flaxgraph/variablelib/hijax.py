@@ -1,4 +1,4 @@
-"""``HijaxVariable``: Flax's name for a Variable made with ``hijax=True``, here an ``isinstance`` check.
+"""``HijaxVariable``: Flax's class of ``hijax=True`` Variables, here an ``isinstance`` check.
 
 A flaxgraph hijax Variable keeps its own kind (a ``Param`` stays a ``Param``), so
 ``isinstance(v, HijaxVariable)`` is ``v.hijax``. Source: Flax NNX 0.12
@@ -28,7 +28,7 @@ class _HijaxCheck(type):
 
 
 class HijaxVariable(metaclass=_HijaxCheck):
-    """``isinstance(v, HijaxVariable)``: ``v`` is a Variable made with ``hijax=True``; not instantiable.
+    """``isinstance(v, HijaxVariable)``: ``v`` was made with ``hijax=True``. Not instantiable.
 
     Raises:
       TypeError: on instantiation (write ``Param(x, hijax=True)``).

@@ -1,4 +1,4 @@
-"""Collection names of Variable kinds (``'params'`` <-> ``Param``): one registry, built-ins registered.
+"""Collection names of Variable kinds (``'params'`` <-> ``Param``), in one registry.
 
 Source: Flax NNX 0.12 ``nnx.register_variable_name``, ``variable_name_from_type``,
 ``variable_type_from_name``.

@@ -22,7 +22,7 @@ _Tracer = jax.core.Tracer
 
 
 def can_hold(value: object) -> bool:
-    """Whether ``value`` can become a Ref's content: a concrete array, NumPy scalar or Python number."""
+    """Whether ``value`` can be a Ref's content: a concrete array, NumPy scalar or number."""
     if isinstance(value, _Tracer):
         return False
     return isinstance(value, (jax.Array, np.ndarray, *ARRAY_SCALARS))
@@ -110,7 +110,7 @@ def peek(ref: Any) -> object:
 
 
 def install(ref: Any, value: object) -> None:
-    """Makes ``value`` (an array of the Ref's shape and dtype nothing else holds) the Ref's content."""
+    """Makes ``value`` (an array of the Ref's shape and dtype, held nowhere else) the content."""
     if type(ref) is REF_TYPE:
         refs_box = ref._refs
         if hasattr(refs_box, "_buf"):

@@ -43,7 +43,7 @@ def add_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
 
 
 def remove_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
-    """Removes the axis at ``index`` from every Variable of ``tree``; the inverse of :func:`add_axis`.
+    """Removes the axis ``index`` from every Variable of ``tree``; the inverse of ``add_axis``.
 
     Args:
       tree: a pytree of Variables, changed in place.

@@ -1,4 +1,4 @@
-"""Flax's class-level value hooks of a Variable subclass: ``on_get_value``, ``on_set_value``, ``on_create_value``.
+"""Flax's class-level value hooks of a Variable subclass (``on_get_value`` and the others).
 
 A subclass defining them gets them installed once as its ``get_value``/``set_value``/
 ``create_value`` (so Variables without hooks pay nothing); constructing one warns with
