@@ -145,19 +145,12 @@ def current_update_context(tag: Hashable) -> UpdateContext:
 
 
 class SplitContext:
-    """Splits several graphs with one reference index (see ``split_context``).
+    """Splits several graphs with one reference index (example: ``split_context``).
 
     Attributes:
       ctxtag: the update context's tag, or ``None``.
       ref_index: object -> reference index, shared by this context's splits.
       is_inner: whether it runs inside the transform (step 3) rather than outside (step 1).
-
-    >>> import flaxgraph as nnx
-    >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
-    >>> ctx = nnx.SplitContext()
-    >>> (_, s1), (_, s2) = ctx.split(layer), ctx.split([layer])
-    >>> len(s1), len(s2)          # the second split refers to the first
-    (2, 0)
     """
 
     def __init__(
@@ -217,21 +210,12 @@ def _flat_pairs(state: object) -> list[tuple[Any, Any]]:
 
 
 class MergeContext:
-    """Merges several GraphDefs with one reference index (see ``merge_context``).
+    """Merges several GraphDefs with one reference index (example: ``split_context``).
 
     Attributes:
       ctxtag: the update context's tag, or ``None``.
       index_ref: reference index -> object, shared by this context's merges.
       is_inner: whether it runs inside the transform (step 2) rather than outside (step 4).
-
-    >>> import flaxgraph as nnx
-    >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
-    >>> split_ctx = nnx.SplitContext()
-    >>> (g1, s1), (g2, s2) = split_ctx.split(layer), split_ctx.split([layer])
-    >>> merge_ctx = nnx.MergeContext()
-    >>> a, (b,) = merge_ctx.merge(g1, s1), merge_ctx.merge(g2, s2)
-    >>> a is b
-    True
     """
 
     def __init__(

@@ -425,13 +425,7 @@ class GraphDef(Generic[N]):
         return self
 
     def with_same_outer_index(self) -> GraphDef[Any]:
-        """Returns ``self`` (no outer index, see ``with_no_outer_index``).
-
-        >>> import flaxgraph as nnx
-        >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
-        >>> graphdef.with_same_outer_index() == graphdef
-        True
-        """
+        """Returns ``self`` (no outer index, see ``with_no_outer_index``)."""
         return self
 
     def with_matching_outer_index(self, other: GraphDef[Any]) -> GraphDef[Any]:

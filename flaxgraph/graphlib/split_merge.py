@@ -3,18 +3,6 @@
 How the walks work: ``docs/design.md``, "split, merge, update".
 Source: Flax NNX 0.12 graph API (``nnx.split``, ``merge``, ``state``, ``variables``,
 ``graphdef``, ``clone``).
-
->>> import jax, jax.numpy as jnp, flaxgraph as nnx
->>> class Pair(nnx.Module):
-...   def __init__(self):
-...     self.a = nnx.Param(jnp.zeros(2))
-...     self.b = self.a                      # a shared reference
->>> graphdef, state = nnx.split(Pair())
->>> jax.tree.map(jnp.shape, state.to_pure_dict())   # stored once
-{'a': (2,)}
->>> m = nnx.merge(graphdef, state)
->>> m.a is m.b
-True
 """
 
 from __future__ import annotations
@@ -323,10 +311,13 @@ def merge(
 
     >>> import jax, jax.numpy as jnp, flaxgraph as nnx
     >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> m.shared = m.kernel
     >>> graphdef, state = nnx.split(m)
     >>> m2 = nnx.merge(graphdef, state)
-    >>> m2 is m, m2.kernel is m.kernel, nnx.merge(graphdef, state, copy=True).kernel is m.kernel
-    (False, True, False)
+    >>> m2 is m, m2.kernel is m.kernel, m2.shared is m2.kernel
+    (False, True, True)
+    >>> nnx.merge(graphdef, state, copy=True).kernel is m.kernel
+    False
     >>> m3 = nnx.merge(graphdef, jax.tree.leaves(state))  # a list of leaves: new Params
     >>> type(m3.kernel).__name__, bool((m3.kernel[...] == m.kernel[...]).all())
     ('Param', True)
