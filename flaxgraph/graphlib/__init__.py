@@ -1,21 +1,7 @@
 """The graph engine: object graphs <-> (GraphDef, State).
 
-``split`` walks a graph of Objects, Variables and containers (shared references and
-cycles included) into an immutable, hashable ``GraphDef`` and ``State``s; ``merge``
-rebuilds objects from them; ``update`` writes a State back in place. One concept per
-file: ``registry`` (node types), ``refmap`` (identity maps, ``IndexMap``), ``graphdefs``
-(the frozen structure, ``nodes``), ``statics`` (static values: structural partials,
-the unhashable-static error), ``walk``/``build`` (the depth-first flatten and its inverse),
-``direct_split``/``direct_merge`` (split's one-pass walk that fills the nested State
-directly, and merge's joint walk of GraphDef and State; both hand anything unusual to
-``walk``/``build``), ``split_merge``, ``inplace`` (update/pop), ``contexts``, ``functional`` (the
-``flatten``/``unflatten`` pair of plain JAX code), ``traversal``, ``calls``,
-``variable_views``, ``diff``, ``snapshot`` (structure snapshots for the fast path),
-``flax_names`` (Flax's engine records and markers at Flax's path), ``node_registries``
-(Flax's node registries and the questions asked of them: ``is_node``, ``get_node_impl``…).
-
-This package is Flax NNX's ``graphlib`` module map: ``nnx.graphlib.RefMap``,
-``nnx.graphlib.flatten`` and the rest resolve here.
+The package README says how the files are cut; ``docs/design.md``, "The graph engine",
+is the overview. This package is Flax NNX's ``graphlib`` module map.
 """
 
 from flaxgraph.graphlib.contexts import MergeContext as MergeContext

@@ -1,21 +1,8 @@
-"""Split, merge and update contexts: several graphs split (or merged) with one
-reference index, and in-place updates across a transform boundary.
+"""Split, merge and update contexts: several splits or merges sharing one reference index.
 
-* ``split_context()``: successive ``ctx.split`` calls share one reference index,
-  so a node seen in an earlier split is a reference in later GraphDefs;
-  ``merge_context()`` resolves such references across ``ctx.merge`` calls.
-* ``update_context(tag)``: the bookkeeping that lets a hand-written transform
-  update its inputs in place, structure included. Inside it, four calls happen:
-  (1) ``split_context(tag)`` outside the transform, (2) ``merge_context(tag,
-  inner=True)`` inside, (3) ``split_context(tag)`` inside, (4)
-  ``merge_context(tag, inner=False)`` outside. Step (3) numbers every node that
-  came in through (2) with its index from (1), so step (4) updates the caller's
-  objects in place (new attributes, deleted ones, new references, Variable
-  values) instead of building new ones. The numbering travels in the GraphDef,
-  so a cached ``jax.jit`` call (where (2) and (3) do not run) works too.
-
-Source: Flax NNX 0.12 ``nnx.split_context``, ``nnx.merge_context``,
-``nnx.update_context``, ``nnx.current_update_context``.
+The four steps of an update context: the package README, "Update contexts".
+Source: Flax NNX 0.12 ``nnx.split_context``, ``merge_context``, ``update_context``,
+``current_update_context`` and their context classes.
 """
 
 from __future__ import annotations
@@ -47,7 +34,7 @@ _UPDATE_CONTEXTS: Flag[tuple[tuple[Hashable, UpdateContext], ...]] = Flag("updat
 
 
 class UpdateContext:
-    """The bookkeeping of one ``update_context(tag)`` (see the module docstring).
+    """The bookkeeping of one ``update_context(tag)``.
 
     Attributes:
       tag: the tag it was opened with.
@@ -55,14 +42,10 @@ class UpdateContext:
       outer_index_ref: reference index -> the caller's object, from step (1).
       inner_ref_outer_index: inner object -> its outer index, from step (2).
 
-    Example (the full protocol is in ``update_context``)::
-
-      >>> import flaxgraph as nnx
-      >>> with nnx.update_context('tag') as ctx:
-      ...   print(ctx, ctx.outer_index_ref)
-      UpdateContext(tag='tag') None
-
-    Source: Flax NNX 0.12 ``nnx.UpdateContext``.
+    >>> import flaxgraph as nnx
+    >>> with nnx.update_context('tag') as ctx:
+    ...   print(ctx, ctx.outer_index_ref)
+    UpdateContext(tag='tag') None
     """
 
     def __init__(self, tag: Hashable):
@@ -72,8 +55,7 @@ class UpdateContext:
         self.inner_ref_outer_index: RefMap[int] | None = None
 
     def is_inner(self, inner: bool | None) -> bool:
-        """Whether a split/merge happens inside the transform: ``inner`` if given, else
-        whether the current JAX trace differs from the one the context was opened in."""
+        """``inner`` if given, else whether the current JAX trace differs from the opening one."""
         return current_trace() is not self.trace if inner is None else bool(inner)
 
     def __enter__(self) -> UpdateContext:
@@ -104,36 +86,31 @@ class _UpdateContextManager(contextlib.ContextDecorator):
 
 
 def update_context(tag: Hashable) -> object:
-    """Opens an ``UpdateContext`` for ``tag``: a context manager, or a decorator that
-    opens a fresh one for each call (see the module docstring).
+    """Opens an ``UpdateContext`` for ``tag``: a context manager, or a decorator (one per call).
 
     Args:
-      tag: any hashable; ``split_context(tag)``/``merge_context(tag)`` and
+      tag: any hashable; ``split_context(tag)``, ``merge_context(tag)`` and
         ``current_update_context(tag)`` find the context by it.
 
-    Example::
-
-      >>> import jax, flaxgraph as nnx
-      >>> class Foo(nnx.Module): pass
-      >>> m1 = Foo()
-      >>> with nnx.update_context('example'):
-      ...   with nnx.split_context('example') as ctx:
-      ...     graphdef, state = ctx.split(m1)
-      ...   @jax.jit
-      ...   def f(graphdef, state):
-      ...     with nnx.merge_context('example', inner=True) as ctx:
-      ...       m2 = ctx.merge(graphdef, state)
-      ...     m2.a = 1
-      ...     m2.ref = m2                      # a new cycle
-      ...     with nnx.split_context('example') as ctx:
-      ...       return ctx.split(m2)
-      ...   graphdef_out, state_out = f(graphdef, state)
-      ...   with nnx.merge_context('example', inner=False) as ctx:
-      ...     m3 = ctx.merge(graphdef_out, state_out)
-      >>> m3 is m1, m1.a, m1.ref is m1
-      (True, 1, True)
-
-    Source: Flax NNX 0.12 ``nnx.update_context``.
+    >>> import jax, flaxgraph as nnx
+    >>> class Foo(nnx.Module): pass
+    >>> m1 = Foo()
+    >>> with nnx.update_context('example'):
+    ...   with nnx.split_context('example') as ctx:
+    ...     graphdef, state = ctx.split(m1)
+    ...   @jax.jit
+    ...   def f(graphdef, state):
+    ...     with nnx.merge_context('example', inner=True) as ctx:
+    ...       m2 = ctx.merge(graphdef, state)
+    ...     m2.a = 1
+    ...     m2.ref = m2                      # a new cycle
+    ...     with nnx.split_context('example') as ctx:
+    ...       return ctx.split(m2)
+    ...   graphdef_out, state_out = f(graphdef, state)
+    ...   with nnx.merge_context('example', inner=False) as ctx:
+    ...     m3 = ctx.merge(graphdef_out, state_out)
+    >>> m3 is m1, m1.a, m1.ref is m1
+    (True, 1, True)
     """
     return _UpdateContextManager(tag)
 
@@ -148,19 +125,15 @@ def _find(tag: Hashable | None) -> UpdateContext | None:
 
 
 def current_update_context(tag: Hashable) -> UpdateContext:
-    """Returns the innermost active ``UpdateContext`` opened with ``tag``.
+    """The innermost active ``UpdateContext`` opened with ``tag``.
 
     Raises:
       ValueError: no ``update_context(tag)`` is active in this thread.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> with nnx.update_context('t') as ctx:
-      ...   nnx.current_update_context('t') is ctx
-      True
-
-    Source: Flax NNX 0.12 ``nnx.current_update_context``.
+    >>> import flaxgraph as nnx
+    >>> with nnx.update_context('t') as ctx:
+    ...   nnx.current_update_context('t') is ctx
+    True
     """
     ctx = _find(tag)
     if ctx is None:
@@ -172,24 +145,12 @@ def current_update_context(tag: Hashable) -> UpdateContext:
 
 
 class SplitContext:
-    """Splits several graphs with one reference index (see ``split_context``).
+    """Splits several graphs with one reference index (example: ``split_context``).
 
     Attributes:
       ctxtag: the update context's tag, or ``None``.
       ref_index: object -> reference index, shared by this context's splits.
-      is_inner: whether this split runs inside the transform (step 3 of an update
-        context) rather than outside (step 1).
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
-      >>> ctx = nnx.SplitContext()
-      >>> (_, s1), (_, s2) = ctx.split(layer), ctx.split([layer])
-      >>> len(s1), len(s2)          # the second split refers to the first
-      (2, 0)
-
-    Source: Flax NNX 0.12 ``nnx.SplitContext``.
+      is_inner: whether it runs inside the transform (step 3) rather than outside (step 1).
     """
 
     def __init__(
@@ -205,28 +166,19 @@ class SplitContext:
     def split(self, node: object, *filters: Filter, graph: bool | None = None) -> Any:
         """Like ``nnx.split``, sharing this context's reference index with earlier calls.
 
-        Inside a transform (step 3 of an update context) a Ref-backed Variable's
-        entry holds ``graphlib.NoUpdate`` if it came from the caller (its Ref was
-        written in place) and ``graphlib.ArrayRefOutput`` if it was created inside.
+        At step (3) a Ref-backed Variable's entry is ``graphlib.NoUpdate`` if it came from the
+        caller and ``graphlib.ArrayRefOutput`` if it was created inside.
         """
         graphdef, leaves = self._flatten(node, graph)
         return (graphdef, *states_from_leaves(node, leaves, filters, strict=True))
 
     def flatten(self, node: object, *filters: Filter, graph: bool | None = None) -> Any:
-        """Like ``split``, with flat States: ``(graphdef, flat_state, ...)``.
+        """Like ``split``, returning the GraphDef then one ``FlatState`` per filter (one without).
 
-        Returns:
-          The GraphDef, then one ``FlatState`` (``(path, leaf)`` pairs, a pytree)
-          per filter, or one for everything without filters.
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> graphdef, flat = nnx.SplitContext().flatten(nnx.Linear(1, 1, rngs=nnx.Rngs(0)))
-          >>> sorted(p for p, _ in flat)
-          [('bias',), ('kernel',)]
-
-        Source: Flax NNX 0.12 ``SplitContext.flatten``.
+        >>> import flaxgraph as nnx
+        >>> graphdef, flat = nnx.SplitContext().flatten(nnx.Linear(1, 1, rngs=nnx.Rngs(0)))
+        >>> sorted(p for p, _ in flat)
+        [('bias',), ('kernel',)]
         """
         graphdef, leaves = self._flatten(node, graph)
         states = states_from_leaves(node, leaves, filters, strict=True)
@@ -251,33 +203,19 @@ class SplitContext:
 
 
 def _flat_pairs(state: object) -> list[tuple[Any, Any]]:
-    """``(path, leaf)`` pairs of a split's State (or of a root leaf, its own state)."""
+    """``(path, leaf)`` pairs of a split's State (a root leaf is its own state)."""
     if isinstance(state, State):
         return list(state.flat_state())
     return [((), state)]
 
 
 class MergeContext:
-    """Merges several GraphDefs with one reference index (see ``merge_context``).
+    """Merges several GraphDefs with one reference index (example: ``split_context``).
 
     Attributes:
       ctxtag: the update context's tag, or ``None``.
       index_ref: reference index -> object, shared by this context's merges.
-      is_inner: whether this merge runs inside the transform (step 2 of an update
-        context) rather than outside (step 4, which updates the caller's objects).
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> layer = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
-      >>> split_ctx = nnx.SplitContext()
-      >>> (g1, s1), (g2, s2) = split_ctx.split(layer), split_ctx.split([layer])
-      >>> merge_ctx = nnx.MergeContext()
-      >>> a, (b,) = merge_ctx.merge(g1, s1), merge_ctx.merge(g2, s2)
-      >>> a is b
-      True
-
-    Source: Flax NNX 0.12 ``nnx.MergeContext``.
+      is_inner: whether it runs inside the transform (step 2) rather than outside (step 4).
     """
 
     def __init__(
@@ -298,8 +236,7 @@ class MergeContext:
         copy: bool = False,
         recreate_variables: bool = True,
     ) -> Any:
-        """Like ``nnx.merge``, resolving references to nodes merged earlier in this
-        context; at step (4) of an update context, updates the caller's objects."""
+        """Like ``nnx.merge``, sharing this context's index; at step (4) it updates the caller."""
         graphdef, all_states = graphdef_and_states(graphdef, states)
         leaves = ordered_leaves(graphdef, all_states)
         uctx = _find(self.ctxtag)
@@ -318,33 +255,26 @@ class MergeContext:
 
 @contextlib.contextmanager
 def split_context(ctxtag: Hashable | None = None) -> Iterator[SplitContext]:
-    """Context in which ``ctx.split`` calls share one reference index: a node seen in
-    an earlier split becomes a reference in later GraphDefs.
+    """A context whose ``ctx.split`` calls share one reference index (``SplitContext``).
 
     Args:
-      ctxtag: the tag of an active ``update_context`` this split takes part in
-        (step 3, inside the transform, if the inner merge of step 2 has run in that
-        context; else step 1, outside), or ``None``.
+      ctxtag: the tag of an active ``update_context`` (step 3 if its inner merge has
+        run, else step 1), or ``None``.
 
-    Example::
+    On exit the context's ``ref_index`` and ``ctxtag`` are deleted (as in Flax).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> shared = nnx.Param(jnp.ones(2))
-      >>> a, b = nnx.Dict(w=shared), nnx.Dict(w=shared)
-      >>> with nnx.split_context() as ctx:
-      ...   ga, sa = ctx.split(a)
-      ...   gb, sb = ctx.split(b)             # w is a reference to a's
-      >>> len(sb)
-      0
-      >>> with nnx.merge_context() as ctx:
-      ...   a2, b2 = ctx.merge(ga, sa), ctx.merge(gb, sb)
-      >>> a2['w'] is b2['w']
-      True
-
-    On exit the context's ``ref_index`` and ``ctxtag`` are deleted (as in Flax), so
-    the context no longer keeps the split objects alive.
-
-    Source: Flax NNX 0.12 ``nnx.split_context``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> shared = nnx.Param(jnp.ones(2))
+    >>> a, b = nnx.Dict(w=shared), nnx.Dict(w=shared)
+    >>> with nnx.split_context() as ctx:
+    ...   ga, sa = ctx.split(a)
+    ...   gb, sb = ctx.split(b)             # w is a reference to a's
+    >>> len(sb)
+    0
+    >>> with nnx.merge_context() as ctx:
+    ...   a2, b2 = ctx.merge(ga, sa), ctx.merge(gb, sb)
+    >>> a2['w'] is b2['w']
+    True
     """
     uctx = _find(ctxtag)
     # Inside the transform (step 3) exactly when the inner merge (step 2) has run.
@@ -364,20 +294,14 @@ def split_context(ctxtag: Hashable | None = None) -> Iterator[SplitContext]:
 def merge_context(
     ctxtag: Hashable | None = None, inner: bool | None = None
 ) -> Iterator[MergeContext]:
-    """Context in which ``ctx.merge`` calls share one reference index (see
-    ``split_context``).
+    """A context whose ``ctx.merge`` calls share one reference index (``MergeContext``).
 
     Args:
       ctxtag: the tag of an active ``update_context``, or ``None``.
-      inner: whether this merge runs inside the transform (step 2) or outside
-        (step 4); ``None``: inside when the current JAX trace differs from the one
-        the update context was opened in.
+      inner: inside the transform (step 2) or outside (step 4); ``None``: inside when the
+        current JAX trace differs from the update context's.
 
-    Example: see ``split_context``.
-
-    On exit the context's ``index_ref`` and ``ctxtag`` are deleted (as in Flax).
-
-    Source: Flax NNX 0.12 ``nnx.merge_context``.
+    On exit the context's ``index_ref`` and ``ctxtag`` are deleted. Example: ``split_context``.
     """
     uctx = _find(ctxtag)
     ctx = MergeContext(ctxtag, is_inner=None if uctx is None else uctx.is_inner(inner))

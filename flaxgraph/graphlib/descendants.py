@@ -1,8 +1,7 @@
-"""Walking and rewriting graphs: ``iter_graph``, ``iter_children``,
-``iter_module_children``, ``find_duplicates``, ``recursive_map``.
+"""Walking and rewriting graphs: ``iter_graph``, ``iter_children``, ``iter_module_children``,
+``find_duplicates``, ``recursive_map``.
 
-Source: Flax NNX 0.12 ``nnx.iter_graph``, ``nnx.iter_children``,
-``nnx.iter_module_children``, ``nnx.find_duplicates``, ``nnx.recursive_map``.
+Source: Flax NNX 0.12 functions of those names.
 """
 
 from __future__ import annotations
@@ -35,30 +34,19 @@ def _check_tree(node: object, graph: bool | None, what: str) -> bool:
 
 
 def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[PathParts, Any]]:
-    """Yields ``(path, value)`` for every value in the graph, children before parents.
+    """Yields ``(path, value)`` for every value in the graph, children first, root last (``()``).
 
-    Every graph node, Variable, container, array and static value is yielded. In
-    graph mode a node or Variable reachable along several paths is yielded once,
-    at its first path; in tree mode (``graph=False``) a shared Variable is an error
-    and a shared node without Variables is yielded at every path. The root comes
-    last with path ``()``.
-
-    Args:
-      node: a graph.
-      graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
+    Graph mode yields a shared node or Variable once, at its first path; tree mode
+    (``graph=False``) yields a shared node without Variables at every path.
 
     Raises:
-      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared
-        (raised when iteration starts).
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared (raised
+        when iteration starts).
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> [p for p, v in nnx.iter_graph(m) if isinstance(v, nnx.Variable)]
-      [('bias',), ('kernel',)]
-
-    Source: Flax NNX 0.12 ``nnx.iter_graph``.
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> [p for p, v in nnx.iter_graph(m) if isinstance(v, nnx.Variable)]
+    [('bias',), ('kernel',)]
     """
     if _check_tree(node, graph, "node"):
         yield from _iter(node, (), RefMap[bool](), True)
@@ -67,25 +55,17 @@ def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[
 
 
 def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[Hashable, Any]]:
-    """Yields ``(key, child)`` for the direct children of ``node`` that are graph nodes
-    or Variables (not arrays, static values, or what sits inside lists and dicts).
+    """Yields ``(key, child)`` for the direct children of ``node`` that are nodes or Variables.
 
-    Args:
-      node: a graph node.
-      graph: graph or tree mode; direct children are the same in both (two keys
-        holding the same object are both yielded).
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> [k for k, _ in nnx.iter_children(m)]
-      ['bias', 'kernel']
+    The same in both modes; two keys holding one object both yield.
 
     Raises:
       ValueError: tree mode and ``node``'s class has ``pytree=False``.
 
-    Source: Flax NNX 0.12 ``nnx.iter_children``.
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> [k for k, _ in nnx.iter_children(m)]
+    ['bias', 'kernel']
     """
     if not resolve_graph(graph) and getattr(type(node), "_obj_is_pytree", True) is False:
         raise not_a_pytree_error(type(node), "node")
@@ -97,23 +77,14 @@ def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tup
 def iter_module_children(
     node: object, /, *, graph: bool | None = None
 ) -> Iterator[tuple[Hashable, Any]]:
-    """Yields ``(key, child)`` for the direct children of ``node`` that are graph
-    nodes (Objects, Modules, registered node types), not Variables.
+    """Yields ``(key, child)`` for the direct children of ``node`` that are graph nodes.
 
-    Args:
-      node: a graph node.
-      graph: graph or tree mode (the same direct children in both).
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> class Pair(nnx.Module):
-      ...   def __init__(self):
-      ...     self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0)); self.b = self.a
-      >>> [k for k, _ in nnx.iter_module_children(Pair())]
-      ['a', 'b']
-
-    Source: Flax NNX 0.12 ``nnx.iter_module_children``.
+    >>> import flaxgraph as nnx
+    >>> class Pair(nnx.Module):
+    ...   def __init__(self):
+    ...     self.a = nnx.Linear(1, 1, rngs=nnx.Rngs(0)); self.b = self.a
+    >>> [k for k, _ in nnx.iter_module_children(Pair())]
+    ['a', 'b']
     """
     for key, child in children_of(node):
         if REGISTRY.kind_of(child) is NODE:
@@ -136,28 +107,23 @@ def _iter(
 
 
 def find_duplicates(node: object, /, *, only: Filter = ...) -> list[list[PathParts]]:
-    """Returns, for every node or Variable reachable along more than one path, all
-    its paths (shortest first). An empty list means the graph has no sharing.
+    """Every path (shortest first) of each node or Variable reachable along several paths.
 
     Args:
       node: a graph.
-      only: report only the shared values this filter matches (matched on the
-        value and its first path); default: all.
+      only: report only the shared values this filter matches (on the value and its
+        first path); default: all.
 
     Returns:
-      One list of paths per shared node or Variable, in walk order. What sits below
-      a shared node is not reported again.
+      One list of paths per shared value, in walk order (``[]``: no sharing); what sits
+      below a shared node is not reported again.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Tied(nnx.Module):
-      ...   def __init__(self):
-      ...     self.a = nnx.Param(jnp.ones(1)); self.b = self.a
-      >>> nnx.find_duplicates(Tied()), nnx.find_duplicates(Tied(), only=nnx.BatchStat)
-      ([[('a',), ('b',)]], [])
-
-    Source: Flax NNX 0.12 ``nnx.find_duplicates``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class Tied(nnx.Module):
+    ...   def __init__(self):
+    ...     self.a = nnx.Param(jnp.ones(1)); self.b = self.a
+    >>> nnx.find_duplicates(Tied()), nnx.find_duplicates(Tied(), only=nnx.BatchStat)
+    ([[('a',), ('b',)]], [])
     """
     paths = RefMap[list[PathParts]]()
 
@@ -182,25 +148,21 @@ def find_duplicates(node: object, /, *, only: Filter = ...) -> list[list[PathPar
 def recursive_map(
     f: Callable[[PathParts, Any], Any], node: object, /, *, graph: bool | None = None
 ) -> Any:
-    """Applies ``f(path, value)`` to every graph node and Variable, children first,
-    replacing each by what ``f`` returns; returns ``f((), node)``.
+    """Replaces each graph node and Variable, children first, by ``f(path, value)``.
 
-    A node reachable along several paths is mapped once and the result reused, so
-    sharing survives. Containers are rebuilt around mapped children; arrays and
-    static values are passed through untouched.
+    A shared node is mapped once (sharing survives); containers are rebuilt around mapped
+    children; arrays and statics pass through.
 
     Args:
-      f: the function; gets the path and the (already rebuilt) value.
+      f: gets the path and the (already rebuilt) value; ``f((), node)`` is returned.
       node: a graph; its nodes are changed in place (children replaced).
-      graph: graph or tree mode; in tree mode a Variable reachable along two paths
-        raises ``SharedReferenceError`` before anything is changed.
+      graph: in tree mode a Variable reachable along two paths raises
+        ``SharedReferenceError`` before anything changes.
 
     Example (replace every Linear by a wrapper)::
 
       new_model = nnx.recursive_map(
           lambda path, x: Wrapped(x) if isinstance(x, nnx.Linear) else x, model)
-
-    Source: Flax NNX 0.12 ``nnx.recursive_map``.
     """
     _check_tree(node, graph, "node")
     done = RefMap[Any]()

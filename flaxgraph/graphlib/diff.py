@@ -1,11 +1,6 @@
-"""Why two GraphDefs differ: the first differing path, in words.
+"""``graphdef_diff``: the first path where two GraphDefs differ, in words.
 
-A transform retraces, or a loop rejects its carry, when a GraphDef changes.
-``graphdef_diff(a, b)`` walks both definitions in step and describes the first
-place they part, e.g. ``.layers[1].bias: present in the first, missing in the
-second``. It returns ``None`` for equal GraphDefs.
-
-Source: the spirit of JAX's ``tree_util`` equality errors (name the key path).
+Source: JAX's ``tree_util`` equality errors (name the key path).
 """
 
 from __future__ import annotations
@@ -26,25 +21,21 @@ from flaxgraph.graphlib.graphdefs import (
 def graphdef_diff(
     a: GraphDef[Any], b: GraphDef[Any], root: str = "", roots: tuple[str, ...] | None = None
 ) -> str | None:
-    """Describes the first difference between two GraphDefs, or ``None`` if equal.
+    """Describes the first difference between two GraphDefs, or ``None`` if they are equal.
 
     Args:
       a, b: the GraphDefs to compare.
       root: a name to prefix paths with (``'args[0]'``…).
-      roots: names for the entries of a root tuple (``('args', 'kwargs',
-        'output')``), used instead of ``root`` when both roots are such tuples.
+      roots: names for the entries of root tuples (``('args', 'kwargs', 'output')``).
 
     Returns:
-      A one-line description such as ``".bias: a Param in the first, missing in the
-      second"``, or ``None``.
+      A one-line description, or ``None``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.graphlib.diff import graphdef_diff
-      >>> m = nnx.Module(); g1 = nnx.graphdef(m); m.w = nnx.Param(jnp.ones(1))
-      >>> graphdef_diff(g1, nnx.graphdef(m))
-      '.w: missing in the first, a Param in the second'
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.graphlib.diff import graphdef_diff
+    >>> m = nnx.Module(); g1 = nnx.graphdef(m); m.w = nnx.Param(jnp.ones(1))
+    >>> graphdef_diff(g1, nnx.graphdef(m))
+    '.w: missing in the first, a Param in the second'
     """
     if a == b:
         return None

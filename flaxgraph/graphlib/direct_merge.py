@@ -1,22 +1,9 @@
-"""The direct build of ``merge``: a GraphDef and one nested State to new objects, walking
-both together.
+"""The direct build of ``merge``: a GraphDef and one nested State walked together into new objects.
 
-``build.unflatten`` is the general inverse of the walk: it takes the leaves in the
-GraphDef's order, so ``merge`` first flattens the State into ``(path, leaf)`` pairs
-and matches them with ``GraphDef.leaf_paths``. When ``merge`` gets a single ``State``
-(what ``split`` returns), that detour is not needed: this build reads each node's
-children straight from the sub-state at the same place (a Variable's leaf under its
-attribute name, a sub-graph's leaves in the sub-state of that name) and counts the
-entries it used, so a State with a missing, misplaced or extra leaf is still noticed.
-
-It handles nodes, Variables, raw arrays, containers and static values; on anything
-else (a raw ``jax.Ref``, a transform's write-back markers) or on a State that does
-not fit, it gives up, and ``merge`` runs the general path, which builds or reports the
-error with its paths. Giving up has no side effect: the objects made so far are new,
-and the State is only read.
-
-Source: Flax NNX 0.12 ``nnx.merge``; the joint walk of GraphDef and State is
-flaxgraph's.
+It reads each node's children straight from the sub-state at the same place and counts
+the entries used, so a misfit State is still noticed; on anything unusual it gives up
+without side effects (the package README, "The fast copies"). Source: Flax NNX 0.12
+``nnx.merge`` (what it builds).
 """
 
 from __future__ import annotations
@@ -51,18 +38,12 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
 
     Args:
       graphdef: a GraphDef whose root is a graph node or a container.
-      state: a ``State`` whose nesting follows the graph (what ``split`` returns).
-      copy: a Variable leaf gives a new Variable with its value and metadata;
-        else the leaf becomes the graph's Variable itself (``nnx.merge``'s
-        ``copy``).
-      recreate: a raw leaf at a Variable's place becomes a new Variable of the
-        GraphDef's kind and metadata; else the raw value is put there.
+      state: a ``State`` nested as the graph (what ``split`` returns).
+      copy: as ``nnx.merge``'s ``copy``.
+      recreate: as ``nnx.merge``'s ``recreate_variables``.
 
     Returns:
-      The new root (``__init__`` is not called; shared references and cycles are
-      restored), or ``GAVE_UP``.
-
-    Source: Flax NNX 0.12 ``nnx.merge`` (what it builds).
+      The new root (``__init__`` not called; sharing and cycles restored), or ``GAVE_UP``.
     """
     root = graphdef.root
     root_kind = type(root)
@@ -163,8 +144,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
 def _leaf_of(
     c: VariableDef, leaf: Any, copy: bool, recreate: bool, trace: Any, built: dict[int, Any]
 ) -> Any:
-    """The value at a Variable's place (``c``, a ``VariableDef``) for a State leaf
-    (``merge_direct``'s ``copy`` and ``recreate``), recorded in ``built``."""
+    """The value at a Variable's place ``c`` for a State leaf, recorded in ``built``."""
     if REGISTRY.kind_of(leaf) is VARIABLE:
         if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
             raise GiveUp
@@ -175,17 +155,10 @@ def _leaf_of(
 
 
 def join_states(states: tuple[Any, ...]) -> State | None:
-    """The nested union of several States (``split``'s filtered States), or ``None``
-    if one is not a ``State`` or a path is in two of them (the general path of
-    ``merge`` then reports it). The States given are not modified: a sub-state that
-    receives entries of another State is copied first.
+    """The nested union of ``merge``'s States (the first itself if alone), or ``None`` on a misfit.
 
-    Args:
-      states: the States given to ``merge``.
-
-    Returns:
-      A State holding every leaf of ``states`` at its path (the first State itself
-      if there is only one).
+    ``None`` if one is not a ``State`` or a path is in two of them; the States given are
+    not modified (a sub-state receiving entries is copied first).
     """
     if any(type(s) is not State for s in states):
         return None

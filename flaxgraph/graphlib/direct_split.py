@@ -1,22 +1,9 @@
-"""The direct walk of ``split``: an object graph to ``(GraphDef, State)`` in one pass,
-without paths.
+"""The direct walk of ``split``: an object graph to ``(GraphDef, State)`` in one pass.
 
-``walk.Walk`` is the general depth-first flatten: it carries hooks and prefixes for
-the transforms and records every leaf with its path, and ``split`` then builds the
-nested ``State`` from those paths. For a plain graph-mode ``split``/``state``/
-``graphdef`` none of that is needed: this walk fills the nested State's dicts while it
-goes (each node hands its children the dict of its own sub-state) and leaves the
-GraphDef's leaf paths to be derived when someone asks for them (``GraphDef.leaf_paths``).
-It makes the same GraphDef and the same State as the general walk.
-
-It handles the values that make up models (graph nodes, Variables, lists, tuples,
-dicts, other pytrees, arrays, static values); on anything that needs a path (an error,
-a warning) or special care (a raw ``jax.Ref``) it gives up, and ``split`` runs the
-general walk, which reports it with its path. Giving up has no side effect: the walk
-only reads the graph.
-
-Source: Flax NNX 0.12 ``nnx.split`` (its graph-mode flatten); the direct construction
-of the State is flaxgraph's.
+It fills the nested State's dicts as it goes and leaves ``GraphDef.leaf_paths`` to be
+derived on demand; on anything needing a path or care it gives up without side
+effects (the package README, "The fast copies"). Source: Flax NNX 0.12 ``nnx.split``
+(its graph-mode flatten).
 """
 
 from __future__ import annotations
@@ -65,26 +52,22 @@ _IMPLS = REGISTRY.node_impls()
 
 
 class GiveUp(Exception):
-    """A direct walk (``split_direct``, ``direct_merge.merge_direct``) met what only
-    the general walk handles (and reports with its path); raised and caught inside
-    the direct walk, never seen by a caller."""
+    """Raised inside a direct walk on what only the general walk handles; never seen by a caller."""
 
 
 def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | None:
-    """``(graphdef, state)`` of ``node``, or ``None`` if the general walk must do it (a
-    Python scalar at the root, a raw ``jax.Ref``, a static value that warrants a
-    warning; in tree mode also any object reached twice and any ``pytree=False``
-    object, which the general walk checks or rejects).
+    """``(graphdef, state)`` of ``node``, as the general walk makes them, or ``None`` to run it.
+
+    ``None`` for a Python scalar root, a raw ``jax.Ref``, a static that warrants a warning,
+    and in tree mode any object reached twice or ``pytree=False`` object.
 
     Args:
       node: the root (a graph node, a Variable, a container, an array).
-      graph: ``False`` for tree mode (the GraphDef is marked ``tree``).
+      graph: ``False`` for tree mode.
 
     Returns:
-      The GraphDef (its ``leaf_paths`` derived on first use) and the State, equal to
-      ``walk.flatten_with_paths`` followed by ``State.from_flat_path``: a nested State holding
-      the graph's own Variables and raw arrays, or the leaf itself when the root is a
-      Variable or an array.
+      The GraphDef and a nested State of the graph's own Variables and arrays (the leaf
+      itself when the root is a Variable or an array).
     """
     if type(node) in SCALARS:
         return None
@@ -183,17 +166,15 @@ def split_direct(node: Any, graph: bool = True) -> tuple[GraphDef[Any], Any] | N
 def partition_state(
     state: State, predicates: Sequence[Callable[[tuple[Hashable, ...], Any], bool]]
 ) -> tuple[list[State], list[tuple[tuple[Hashable, ...], Any]]]:
-    """Sorts the leaves of a nested ``state`` into one nested State per predicate (the
-    first that accepts ``(path, leaf)`` wins), without flattening it.
+    """Sorts a nested ``state``'s leaves into one State per predicate (first match wins).
 
     Args:
       state: a nested State (e.g. from ``split_direct``).
-      predicates: ``(path, leaf) -> bool`` functions (``filterlib``'s).
+      predicates: ``(path, leaf) -> bool`` functions.
 
     Returns:
-      ``(states, rest)``: one State per predicate, keys in ``state``'s order and only
-      sub-states that hold a leaf, as ``State.from_flat_path`` of the matching pairs
-      makes them; and the ``(path, leaf)`` pairs no predicate accepts.
+      ``(states, rest)``: one State per predicate (as ``State.from_flat_path`` would make
+      them) and the ``(path, leaf)`` pairs no predicate accepts.
     """
     numbered = list(enumerate(predicates))
     rest: list[tuple[tuple[Hashable, ...], Any]] = []

@@ -1,20 +1,9 @@
-"""Flax's ``graphlib`` names that belong to its own engine, at Flax's path.
+"""Flax's ``graphlib`` names for its own engine's records, markers and caches, at Flax's path.
 
-Flax NNX's ``graphlib`` module holds, besides the API (``split``, ``merge``, ``GraphDef``…,
-which flaxgraph defines in the files of this package), the records and registries of its
-engine. This file gives each of those names a meaning in flaxgraph's engine:
-
-* Flax's records of node implementations (``NodeImplBase``, ``PytreeNodeImpl``) and
-  :data:`PYTREE_NODE_IMPL`, the one of any JAX pytree node (the registries and the
-  questions asked of them are in ``node_registries``);
-* Flax's small records and markers (``NodeAttr``, ``Static``, ``DataElem``…) and type
-  aliases (``LeafType``, ``NodeDefType``…);
-* the state of Flax's own caching (``GRAPH_CONTEXT``, ``static_cache``, ``StaticCache``…),
-  which flaxgraph does not have (its transforms cache by the fast path), as stand-ins
-  (:mod:`flaxgraph.stand_ins`).
-
-Source: Flax NNX 0.12.8 ``flax.nnx.graphlib`` (its module map, behaviour read from its public
-source).
+Node-impl records (``NodeImplBase``, ``PytreeNodeImpl``, ``PYTREE_NODE_IMPL``), small
+markers and type aliases; Flax's caching state (``GRAPH_CONTEXT``, ``StaticCache``…)
+as stand-ins (:mod:`flaxgraph.stand_ins`). Source: Flax NNX 0.12.8
+``flax.nnx.graphlib`` (its module map and public source).
 """
 
 from __future__ import annotations
@@ -84,13 +73,11 @@ LEAF_ATTR = LeafAttr()
 @jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True, slots=True)
 class Static(Generic[A]):
-    """A pytree with no leaves holding ``value`` as static data (``value`` must be hashable).
+    """A pytree with no leaves holding ``value`` (hashable) as static data.
 
-    Example::
-
-      >>> import jax
-      >>> jax.tree.leaves(Static(3)), jax.tree.map(lambda x: x, Static(3)) == Static(3)
-      ([], True)
+    >>> import jax
+    >>> jax.tree.leaves(Static(3)), jax.tree.map(lambda x: x, Static(3)) == Static(3)
+    ([], True)
     """
 
     value: A
@@ -116,8 +103,7 @@ class StaticElem:
 
 @dataclasses.dataclass(frozen=True)
 class ArrayRefDef:
-    """Flax's definition record of a raw ``jax.Ref`` in a GraphDef. flaxgraph's GraphDefs
-    do not use it (a raw Ref is a leaf of its own kind); it exists with Flax's fields."""
+    """Flax's record of a raw ``jax.Ref`` in a GraphDef, with Flax's fields (unused here)."""
 
     index: int
     outer_index: int | None
@@ -134,13 +120,11 @@ NodeDefType = Union[NodeDef, NodeRef, VariableDef, ArrayRefDef, TreeNodeDef]
 
 
 class GenericPytree:
-    """Stands for "any JAX pytree node" where a node type is asked for
-    (``get_node_impl_for_type(GenericPytree)``)."""
+    """Stands for "any JAX pytree node" where a node type is asked for."""
 
 
 class IndexesPytreeDef(NamedTuple):
-    """The aux data of :data:`PYTREE_NODE_IMPL`'s flatten: each key's original position and
-    the JAX treedef."""
+    """The aux data of :data:`PYTREE_NODE_IMPL`'s flatten: keys' original positions, the treedef."""
 
     key_index: Mapping[Key, int]
     treedef: object
@@ -173,18 +157,15 @@ PythonRefMap = RefMap
 
 
 def jax_to_nnx_path(jax_path: tuple[Any, ...], /) -> PathParts:
-    """A JAX key path as a flaxgraph path: ``SequenceKey(i)`` -> ``i``, ``DictKey(k)`` and
-    ``FlattenedIndexKey(k)`` -> ``k``, ``GetAttrKey(n)`` -> ``n``, anything else its ``str``.
+    """A JAX key path as a flaxgraph path (``SequenceKey(i)`` -> ``i``, ``DictKey(k)`` -> ``k``…).
 
     Raises:
       ValueError: a ``DictKey``'s key is not hashable.
 
-    Example::
-
-      >>> import jax
-      >>> path = jax.tree_util.tree_flatten_with_path({'a': [0, 1]})[0][1][0]
-      >>> jax_to_nnx_path(path)
-      ('a', 1)
+    >>> import jax
+    >>> path = jax.tree_util.tree_flatten_with_path({'a': [0, 1]})[0][1][0]
+    >>> jax_to_nnx_path(path)
+    ('a', 1)
     """
     parts: list[Key] = []
     for entry in jax_path:
@@ -227,11 +208,7 @@ PYTREE_NODE_IMPL = PytreeNodeImpl(
 
 
 def graph_pop(node: object, filters: tuple[object, ...]) -> tuple[State, ...]:
-    """``nnx.pop(node, *filters)`` as a tuple of States, one per filter.
-
-    Raises:
-      As ``nnx.pop``.
-    """
+    """``nnx.pop(node, *filters)`` as a tuple of States, one per filter; raises as ``nnx.pop``."""
     popped = pop(node, *filters)
     return popped if isinstance(popped, tuple) else (popped,)
 
@@ -239,10 +216,9 @@ def graph_pop(node: object, filters: tuple[object, ...]) -> tuple[State, ...]:
 def cached_partial(f: Callable[..., Any], *cached_args: object, **options: object) -> Any:
     """``f`` with its first arguments bound to ``cached_args`` (``nnx.cached_partial``).
 
-    A flaxgraph-transformed ``f`` binds them keeping its compiled functions and fast-path
-    plans (its ``partial`` method), so the bound objects' traversal is cached; any other
-    callable is bound with ``functools.partial``. ``graph``/``graph_updates`` are accepted
-    for Flax compatibility (the mode of ``f`` applies).
+    A flaxgraph-transformed ``f`` binds them with its ``partial`` method (keeping its
+    compiled functions and plans); another callable with ``functools.partial``.
+    ``graph``/``graph_updates`` are accepted and ignored (the mode of ``f`` applies).
     """
     del options
     bind = getattr(f, "partial", None)

@@ -1,17 +1,7 @@
-"""Functional helpers over split/merge: ``flatten``/``unflatten``, ``unpack``, ``map``,
-``as_pure``.
+"""``flatten``/``unflatten``, ``unpack``, ``map`` and ``as_pure``: thin layers over split/merge.
 
-These are thin layers over ``split``/``merge``:
-
-* ``flatten(node)`` is ``split`` with the State in flat form (a ``FlatState`` of
-  ``(path, leaf)`` pairs); ``unflatten`` is its inverse.
-* ``unpack(node)`` bundles the GraphDef with each State (``GraphState``).
-* ``map(f, node)`` rebuilds ``node`` with every state leaf replaced by
-  ``f(path, leaf)``.
-* ``as_pure(tree)`` replaces every Variable in a pytree by its raw value.
-
-Source: Flax NNX 0.12 ``nnx.flatten``, ``nnx.unflatten``, ``nnx.unpack``,
-``nnx.map``, ``nnx.as_pure``/``nnx.pure``.
+Source: Flax NNX 0.12 ``nnx.flatten``, ``unflatten``, ``unpack``, ``map``, ``as_pure``
+(``pure``).
 """
 
 from __future__ import annotations
@@ -47,37 +37,28 @@ def flatten(
 
     Args:
       node: a graph (Object/Module, Variable, containers of them).
-      with_paths: ``True``: the leaves come as a ``FlatState`` of ``(path, leaf)``
-        pairs; ``False``: as a plain list of leaves.
-      ref_index: identity map node -> reference index to share between calls (as
-        ``split_context`` does); a fresh one if ``None``.
-      ref_outer_index: identity map object -> its index in another (outer) split,
-        e.g. of the caller's graph outside a transform: the GraphDef then numbers
-        those objects with their outer indices (and new ones past them), so
-        ``unflatten(..., outer_index_outer_ref=...)`` can update the caller's
-        objects in place. This is what ``update_context`` does.
+      with_paths: ``True``: a ``FlatState`` of ``(path, leaf)`` pairs; ``False``: a list.
+      ref_index: node -> reference index, shared between calls; fresh if ``None``.
+      ref_outer_index: object -> its index in an outer split: those objects keep their
+        outer indices (new ones go past them), so ``unflatten(...,
+        outer_index_outer_ref=...)`` updates them in place (the README's "Update contexts").
       graph: graph or tree mode (``None``: ``nnx.set_graph_mode``'s default).
 
     Returns:
-      ``(graphdef, leaves)``, leaves in the order ``unflatten`` consumes them (graph
-      mode: walk order; tree mode: sorted by path, as in Flax); a leaf is the
-      graph's own Variable object or a raw array.
+      ``(graphdef, leaves)`` in the order ``unflatten`` consumes them (walk order; tree
+      mode: sorted by path); a leaf is the graph's own Variable or a raw array.
 
     Raises:
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
       StaticAttributeError (a ``TypeError``): an unhashable static attribute.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> graphdef, flat = nnx.flatten(m)
-      >>> flat.paths
-      (('bias',), ('kernel',))
-      >>> nnx.unflatten(graphdef, flat).kernel is m.kernel
-      True
-
-    Source: Flax NNX 0.12 ``nnx.flatten``.
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> graphdef, flat = nnx.flatten(m)
+    >>> flat.paths
+    (('bias',), ('kernel',))
+    >>> nnx.unflatten(graphdef, flat).kernel is m.kernel
+    True
     """
     ref_index = RefMap() if ref_index is None else ref_index
     graphdef, leaves = _walk(node, ref_index=ref_index, graph=resolve_graph(graph))
@@ -105,48 +86,39 @@ def unflatten(
 
     Args:
       graphdef: the structure.
-      state: a ``State`` (leaves matched by path), a ``FlatState`` or a list of
-        leaves in the GraphDef's order (``flatten(..., with_paths=False)``).
-      index_ref: reference index -> object map shared between calls
-        (``merge_context``).
-      outer_index_outer_ref: reference index -> existing object: the objects at
-        those indices are updated in place (values, attributes, structure) instead
-        of being built anew, so references held elsewhere stay valid; use with a
-        GraphDef from ``flatten(..., ref_outer_index=...)``. Nothing is written if
+      state: a ``State`` (matched by path), a ``FlatState`` or a list of leaves in the
+        GraphDef's order.
+      index_ref: reference index -> object, shared between calls (``merge_context``).
+      outer_index_outer_ref: reference index -> existing object, updated in place
+        (values, attributes, structure) instead of built anew; nothing is written if
         the leaves do not fit.
-      copy_variables: ``False``: Variable leaves are used as they are (the result
-        shares them); ``True``: new Variables with the same value and metadata.
-      recreate_variables: a raw value at a Variable's place becomes a new Variable
-        of the recorded kind (``True``) or is put there as is (``False``).
+      copy_variables: ``True``: new Variables with the same value and metadata.
+      recreate_variables: a raw value at a Variable's place becomes a Variable of the
+        recorded kind (``True``) or stays raw.
 
     Returns:
-      The root of the new graph.
+      The root of the graph.
 
     Raises:
-      GraphStructureError (a ``ValueError``): the leaves do not fit the GraphDef
-        (wrong count, missing or extra paths), or an object to update has another
-        type than the GraphDef says.
-      TraceContextError (a ``ValueError``): an object to update must change but
-        belongs to another JAX trace.
+      GraphStructureError (a ``ValueError``): the leaves do not fit the GraphDef, or an
+        object to update has another type than the GraphDef says.
+      TraceContextError (a ``ValueError``): an object to update belongs to another trace.
 
-    Example (update the caller's objects in place, as a transform does)::
+    Updating the caller's objects in place, as a transform does:
 
-      >>> import flaxgraph as nnx
-      >>> from flaxgraph.graphlib.refmap import RefMap
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> outer = RefMap()                                   # object -> outer index
-      >>> graphdef, flat = nnx.flatten(m, ref_index=outer)
-      >>> index_ref = {}                                     # outer index -> inner object
-      >>> inner = nnx.unflatten(graphdef, flat, index_ref=index_ref, copy_variables=True)
-      >>> inner.tag = 'changed'                              # a structural change
-      >>> inner_to_outer = RefMap.from_pairs((x, i) for i, x in index_ref.items())
-      >>> g2, flat2 = nnx.flatten(inner, ref_outer_index=inner_to_outer)
-      >>> back = nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()})
-      >>> back is m, m.tag
-      (True, 'changed')
-
-
-    Source: Flax NNX 0.12 ``nnx.unflatten``.
+    >>> import flaxgraph as nnx
+    >>> from flaxgraph.graphlib.refmap import RefMap
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> outer = RefMap()                                   # object -> outer index
+    >>> graphdef, flat = nnx.flatten(m, ref_index=outer)
+    >>> index_ref = {}                                     # outer index -> inner object
+    >>> inner = nnx.unflatten(graphdef, flat, index_ref=index_ref, copy_variables=True)
+    >>> inner.tag = 'changed'                              # a structural change
+    >>> inner_to_outer = RefMap.from_pairs((x, i) for i, x in index_ref.items())
+    >>> g2, flat2 = nnx.flatten(inner, ref_outer_index=inner_to_outer)
+    >>> back = nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()})
+    >>> back is m, m.tag
+    (True, 'changed')
     """
     if isinstance(state, (State, Mapping)):
         leaves: Sequence[Any] = ordered_leaves(graphdef, (state,))
@@ -172,13 +144,10 @@ def unflatten(
 
 
 def unpack(node: object, *filters: Filter, graph: bool | None = None) -> object:
-    """Splits ``node`` like ``split`` but returns ``GraphState``s (each State bundled
-    with the GraphDef), so ``nnx.merge(*graph_states)`` needs nothing else.
+    """``split`` returning ``GraphState``s (State and GraphDef), so ``merge(*them)`` suffices.
 
     Args:
-      node: a graph.
-      *filters: optional filters (every leaf must match one, as in ``split``).
-      graph: graph or tree mode (see ``split``).
+      node, *filters, graph: as ``split``.
 
     Returns:
       One ``GraphState`` for zero or one filter, else a tuple of them.
@@ -186,15 +155,11 @@ def unpack(node: object, *filters: Filter, graph: bool | None = None) -> object:
     Raises:
       UnmatchedLeafError, SharedReferenceError: as ``split``.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> m = nnx.BatchNorm(2, rngs=nnx.Rngs(0))
-      >>> params, stats = nnx.unpack(m, nnx.Param, nnx.BatchStat)
-      >>> type(nnx.merge(params, stats)).__name__
-      'BatchNorm'
-
-    Source: Flax NNX 0.12 ``nnx.unpack``.
+    >>> import flaxgraph as nnx
+    >>> m = nnx.BatchNorm(2, rngs=nnx.Rngs(0))
+    >>> params, stats = nnx.unpack(m, nnx.Param, nnx.BatchStat)
+    >>> type(nnx.merge(params, stats)).__name__
+    'BatchNorm'
     """
     graphdef, *states = split(node, *filters, graph=graph)
     packed = [GraphState(graphdef, s) for s in states]
@@ -209,29 +174,22 @@ def map(
     graph: bool | None = None,
     recreate_variables: bool = True,
 ) -> Any:
-    """Returns a new graph like ``node`` with every state leaf replaced by ``f(path, leaf)``.
+    """A new graph like ``node`` with every state leaf replaced by ``f(path, leaf)``.
 
     Args:
-      f: called with each leaf's path and the leaf (the graph's own Variable, or a
-        raw array); returns the new leaf.
-      node: a graph.
-      graph: graph or tree mode (see ``split``).
-      recreate_variables: when ``f`` returns a raw value for a Variable, wrap it in a
-        new Variable of the same kind and metadata (``True``) or keep it raw.
+      f: ``(path, leaf) -> new leaf``; ``leaf`` is the graph's own Variable or an array.
+      node, graph: as ``split``.
+      recreate_variables: a raw value returned for a Variable is wrapped in a Variable
+        of the same kind and metadata (``True``) or kept raw.
 
     Returns:
-      A new graph (``node`` is not changed unless ``f`` mutates the Variables it
-      gets; a Variable ``f`` returns unchanged is shared with ``node``).
+      A new graph; a Variable ``f`` returns unchanged is shared with ``node``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> zeros = nnx.map(lambda path, v: v.replace(jnp.zeros_like(v.value)), m)
-      >>> float(abs(zeros.kernel.value).sum()), zeros is m
-      (0.0, False)
-
-    Source: Flax NNX 0.12 ``nnx.map``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> zeros = nnx.map(lambda path, v: v.replace(jnp.zeros_like(v.value)), m)
+    >>> float(abs(zeros.kernel.value).sum()), zeros is m
+    (0.0, False)
     """
     graphdef, state = split(node, graph=graph)
     if isinstance(state, State):
@@ -242,21 +200,11 @@ def map(
 
 
 def as_pure(tree: object) -> object:
-    """Returns ``tree`` with every Variable replaced by its raw value.
+    """``tree`` (any pytree) with every Variable replaced by its raw value; States stay States.
 
-    Args:
-      tree: any pytree (States, dicts, lists, a single Variable…).
-
-    Returns:
-      The same pytree structure without Variable boxes (``State``s stay States).
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.as_pure({'w': nnx.Param(jnp.ones(2)), 'n': 3})
-      {'n': 3, 'w': Array([1., 1.], dtype=float32)}
-
-    Source: Flax NNX 0.12 ``nnx.as_pure`` (alias ``nnx.pure``).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.as_pure({'w': nnx.Param(jnp.ones(2)), 'n': 3})
+    {'n': 3, 'w': Array([1., 1.], dtype=float32)}
     """
     return jax.tree.map(
         lambda x: x.raw_value if is_variable(x) else x,

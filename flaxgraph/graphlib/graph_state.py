@@ -1,9 +1,4 @@
-"""GraphState: a State bundled with its GraphDef (what ``nnx.unpack`` returns).
-
-A ``GraphState`` is a mutable mapping that reads and writes its State (so it can
-stand in for one) and also carries the GraphDef, so ``nnx.merge(graph_state)``
-needs nothing else. It is a JAX pytree: the State's leaves are its children and
-the GraphDef is static aux data, so it passes through ``jax.jit`` unchanged.
+"""``GraphState``: a State bundled with its GraphDef (what ``nnx.unpack`` returns).
 
 Source: Flax NNX 0.12 ``nnx.GraphState`` / ``nnx.unpack``.
 """
@@ -20,23 +15,21 @@ from flaxgraph.statelib import State
 
 
 class GraphState(MutableMapping[Hashable, Any]):
-    """A ``State`` together with the ``GraphDef`` it was split with.
+    """A ``State`` with its ``GraphDef``: a mutable mapping over the State, and a pytree.
+
+    The State's leaves are the children, the GraphDef static aux data.
 
     Args:
       _graphdef: the structure (``GraphDef``).
       _state: the State (or a Variable/array for a graph whose root is a leaf).
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class M(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(2))
-      >>> gs = nnx.unpack(M())
-      >>> list(gs), type(nnx.merge(gs)).__name__
-      (['w'], 'M')
-
-    Source: Flax NNX 0.12 ``nnx.GraphState``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class M(nnx.Module):
+    ...   def __init__(self):
+    ...     self.w = nnx.Param(jnp.ones(2))
+    >>> gs = nnx.unpack(M())
+    >>> list(gs), type(nnx.merge(gs)).__name__
+    (['w'], 'M')
     """
 
     __slots__ = ("_graphdef", "_state")

@@ -1,24 +1,7 @@
-"""GraphDef: the frozen, hashable description of a graph's structure.
+"""GraphDef and its records: the frozen, hashable description of a graph's structure.
 
-``split`` turns an object graph into a ``GraphDef`` (everything but the state
-leaves) and a ``State`` (the leaves). A GraphDef is a tree of small immutable
-definitions, one per value met in a depth-first walk:
-
-=================  ======================================================
-definition         stands for
-=================  ======================================================
-``NodeDef``        a graph node (an Object) seen for the first time: its
-                   type, reference index, metadata and children by key
-``VariableDef``    a Variable seen for the first time: kind, index, metadata;
-                   its value is the next leaf of the State
-``NodeRef``        a node or Variable seen before: the index to reuse
-``ContainerDef``   a list, tuple, dict or other pytree node, walked by value
-``ArrayDef``       a raw array leaf; its value is the next leaf of the State
-``StaticDef``      a static value (int, str, function…), stored here
-=================  ======================================================
-
-Two GraphDefs are equal when the structures are equal, so a GraphDef can be a
-static argument of ``jax.jit`` and a cache key; its hash is computed once.
+The records and why they compare as they do: ``docs/design.md``, "Records: the GraphDef".
+Source: Flax NNX ``GraphDef`` (the split/merge design of flax#4107).
 """
 
 from __future__ import annotations
@@ -39,14 +22,8 @@ from flaxgraph.renderers import RENDERERS
 if TYPE_CHECKING:
     from flaxgraph.variablelib.variable import Variable
 
-# Each definition is a NamedTuple read by field name: building, hashing and comparing
-# definitions run at C speed (tuple construction, hash and equality). Code tells the
-# kinds apart by ``type(d) is NodeDef`` etc. Two definitions of different kinds never
-# compare equal: the kinds differ in arity (ArrayDef 1, NodeRef and StaticDef 2,
-# VariableDef 3, NodeDef and ContainerDef 4) or in a field's type (a NodeDef's
-# ``index`` is an int, a ContainerDef's ``keys`` a tuple; a NodeRef's ``type`` is a
-# graph node or Variable type, which a static value never has), see
-# ``tests/graphlib/test_graphdefs.py``.
+# Records are NamedTuples (C-speed build, hash, ==); kinds never compare equal (arity or
+# field types differ): docs/design.md, "Records: the GraphDef".
 
 
 def _short(x: object) -> str:
@@ -65,7 +42,7 @@ def _immutable(self: object, name: str, value: object) -> None:
 
 
 class NodeDef(NamedTuple):
-    """A graph node seen for the first time (index ``index`` in this GraphDef).
+    """A graph node seen for the first time (reference index ``index``).
 
     Attributes:
       type: the node's class (a registered graph node type).
@@ -81,8 +58,7 @@ class NodeDef(NamedTuple):
 
     @classmethod
     def from_fields(cls, fields: Iterable[Any], /) -> Self:
-        """The record from its field values in field order, without checks (the
-        direct walks' constructor; ``tuple.__new__`` itself at run time, see below)."""
+        """The record from its field values in field order, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
 
     def __repr__(self) -> str:
@@ -107,8 +83,7 @@ class VariableDef(NamedTuple):
 
     @classmethod
     def from_fields(cls, fields: Iterable[Any], /) -> Self:
-        """The record from its field values in field order, without checks (the
-        direct walks' constructor; ``tuple.__new__`` itself at run time, see below)."""
+        """The record from its field values in field order, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
 
     def __repr__(self) -> str:
@@ -126,8 +101,7 @@ class NodeRef(NamedTuple):
 
     @classmethod
     def from_fields(cls, fields: Iterable[Any], /) -> Self:
-        """The record from its field values in field order, without checks (the
-        direct walks' constructor; ``tuple.__new__`` itself at run time, see below)."""
+        """The record from its field values in field order, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
 
     def __repr__(self) -> str:
@@ -138,14 +112,13 @@ class NodeRef(NamedTuple):
 
 
 class ContainerDef(NamedTuple):
-    """A list/tuple/dict (``type``) or another pytree node (``treedef``), by value.
+    """A list, tuple or dict (``type``) or another pytree node (``treedef``), walked by value.
 
     Attributes:
       type: the container's class.
-      keys: the children's keys (list/tuple positions, dict keys, pytree keys).
+      keys: the children's keys (positions, dict keys, pytree keys).
       children: one definition per key.
-      treedef: the ``jax`` treedef rebuilding a pytree node, ``None`` for a list,
-        tuple or dict.
+      treedef: the ``jax`` treedef of a pytree node, ``None`` for a list, tuple or dict.
     """
 
     type: type
@@ -155,8 +128,7 @@ class ContainerDef(NamedTuple):
 
     @classmethod
     def from_fields(cls, fields: Iterable[Any], /) -> Self:
-        """The record from its field values in field order, without checks (the
-        direct walks' constructor; ``tuple.__new__`` itself at run time, see below)."""
+        """The record from its field values in field order, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
 
     def __repr__(self) -> str:
@@ -169,12 +141,9 @@ class ContainerDef(NamedTuple):
 class ArrayDef(NamedTuple):
     """A raw array leaf; its value is the next State leaf.
 
-    A raw ``jax.Ref`` is a leaf with an identity: its first sighting is an
-    ``ArrayDef`` carrying its reference ``index`` (later sightings are
-    ``NodeRef``s to it), so a Ref shared along two paths stays one Ref.
-
     Attributes:
-      index: the reference index of a raw ``jax.Ref`` leaf, ``None`` for an array.
+      index: the reference index of a raw ``jax.Ref`` leaf (a Ref shared along two
+        paths stays one Ref; later sightings are ``NodeRef``s), ``None`` for an array.
     """
 
     index: int | None = None  # type: ignore[assignment]  # a field named like tuple.index
@@ -192,17 +161,12 @@ class _StaticFields(NamedTuple):
 
 
 class StaticDef(_StaticFields):
-    """A static value kept in the GraphDef (hashable where the GraphDef is a cache key).
-
-    ``StaticDef(value)`` stores the value's type and its structural form: ``1 ==
-    True == 1.0`` in Python, but a GraphDef must tell them apart. A
-    ``functools.partial`` is stored as a ``PartialKey`` (compared by function and
-    arguments, see ``statics.py``); ``value`` gives the partial back.
+    """A static value kept in the GraphDef: ``StaticDef(value)``.
 
     Attributes:
-      value_type: ``type(value)``.
-      key: the structural form of the value (the value itself for a plain static,
-        a ``PartialKey`` for a partial).
+      value_type: ``type(value)`` (so ``1``, ``True`` and ``1.0`` differ).
+      key: the value's structural form: the value itself, or a ``PartialKey`` for a
+        ``functools.partial`` (``statics.py``).
     """
 
     __slots__ = ()
@@ -212,9 +176,7 @@ class StaticDef(_StaticFields):
 
     @classmethod
     def from_fields(cls, fields: Iterable[Any], /) -> Self:
-        """The record from ``(value_type, key)`` (for a plain static such as an int, a
-        str or None, the key is the value itself), without checks (the direct walks'
-        constructor; ``tuple.__new__`` itself at run time, see below)."""
+        """The record from ``(value_type, key)``, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
 
     @property
@@ -245,10 +207,10 @@ ARRAY_DEF = ArrayDef()
 class TreeNodeDef(NamedTuple):
     """The whole structure of a tree-mode (``graph=False``) split, as one definition.
 
-    A tree-mode graph has no sharing, so its structure is a single tree: ``treedef``
-    is the root definition and ``path_index`` pairs each State leaf's path with its
-    position in the flat leaves, sorted by path. ``GraphDef.nodes`` of a tree-mode
-    GraphDef is ``(TreeNodeDef(...),)``.
+    Attributes:
+      type: the root's type.
+      treedef: the root definition.
+      path_index: each State leaf's path with its position in the flat leaves, sorted by path.
     """
 
     type: type
@@ -288,10 +250,7 @@ N = TypeVar("N")  # the type of the root value (``GraphDef[Model]``)
 
 
 class DerivedValues:
-    """What a ``GraphDef`` derives from its root on first use: the path of every
-    leaf (``None`` until asked, when split's direct walk made none) and the hash
-    (``None`` until hashed). A cache cell the GraphDef holds; the GraphDef itself
-    never changes once made."""
+    """The cache cell of a ``GraphDef``: its leaf paths and hash, computed on first use."""
 
     __slots__ = ("leaf_paths", "hash")
 
@@ -303,11 +262,8 @@ class DerivedValues:
 class GraphDef(Generic[N]):
     """The structure of a graph: a root definition plus the paths of its State leaves.
 
-    Immutable, hashable (hash computed once) and equal to any GraphDef of the same
-    structure, so it can be passed as a static argument to ``jax.jit``. It is also
-    a JAX pytree with no leaves (the whole structure is static aux data), so
-    ``graphdef, state = nnx.split(model)`` can be passed straight to ``jax.jit``,
-    ``jax.vmap`` or ``jax.lax.scan`` as an ordinary argument::
+    Immutable, hashable and equal to any GraphDef of the same structure, so it can be a
+    static argument of ``jax.jit``; also a pytree with no leaves::
 
       >>> import jax, jax.numpy as jnp, flaxgraph as nnx
       >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
@@ -316,18 +272,13 @@ class GraphDef(Generic[N]):
       >>> jax.jit(lambda g, s, x: nnx.merge(g, s)(x))(graphdef, state, jnp.ones(2)).shape
       (3,)
 
-    ``GraphDef[Model]`` is a valid annotation (as ``State[...]`` and
-    ``nnx.PureState[Model]``); it has no effect at run time.
+    ``GraphDef[Model]`` is a valid annotation with no effect at run time.
 
     Attributes:
       root: the definition of the root value.
-      leaf_paths: the path of every State leaf, in the order ``merge`` consumes
-        them (derived from ``root``; kept to match States by path quickly).
-      tree: whether the GraphDef comes from a tree-mode (``graph=False``) split; it
-        only changes how ``nodes`` presents it: a tree-shaped graph has the same
-        structure in both modes, so the two GraphDefs compare (and hash) equal.
-
-    Source: Flax NNX ``GraphDef`` (split/merge design).
+      leaf_paths: the path of every State leaf, in the order ``merge`` consumes them.
+      tree: whether it comes from a tree-mode (``graph=False``) split; only ``nodes``
+        shows it (equality and hash ignore it).
     """
 
     __slots__ = ("root", "tree", "derived")
@@ -363,12 +314,8 @@ class GraphDef(Generic[N]):
         """The structural hash, computed once.
 
         Raises:
-          StaticAttributeError (a ``TypeError``): a static attribute is unhashable
-            (a non-frozen dataclass config): the message names its path, as
-            Flax's ``GraphDef`` raises. Only code that uses the GraphDef itself as
-            a cache key (a dict key, ``jax.jit``'s ``static_argnums``) hashes it;
-            split/merge never do, and flaxgraph's transforms key on
-            ``lenient_hash`` and ``==``, as JAX compares a treedef's aux data.
+          StaticAttributeError (a ``TypeError``): a static attribute is unhashable; the
+            message names its path. Transforms key on ``lenient_hash`` and ``==`` instead.
         """
         derived = self.derived
         h = derived.hash
@@ -388,10 +335,9 @@ class GraphDef(Generic[N]):
         return (h is None or g is None or h == g) and self.root == other.root
 
     def unhashable_error(self, root_name: str, roots: tuple[str, ...] = ()) -> TypeError:
-        """The ``StaticAttributeError`` naming the first unhashable static value, its
-        path formatted from ``root_name``, or, when the root is a tuple of named roots
-        (a transform's ``(args, kwargs)``), from ``roots[i]``; a plain ``TypeError`` if
-        every static value hashes (then something else failed)."""
+        """The ``StaticAttributeError`` naming the first unhashable static, its path rooted at
+        ``root_name`` (or ``roots[i]`` for a tuple of named roots); a plain ``TypeError`` if none.
+        """
         found = _find_unhashable(self.root, ())
         if found is None:
             return TypeError(f"GraphDef of a {self.type.__name__} is unhashable.")
@@ -409,13 +355,10 @@ class GraphDef(Generic[N]):
 
     @property
     def nodes(self) -> tuple[Any, ...]:
-        """The definitions of the GraphDef in depth-first order (Flax's ``nodes``).
+        """The definitions in depth-first order (Flax's ``nodes``); tree mode: one ``TreeNodeDef``.
 
-        Graph mode: ``nodes[0]`` is the root's definition (a ``NodeDef`` for an
-        object seen first here, a ``NodeRef`` for one an enclosing
-        ``split_context`` saw before, a ``VariableDef`` for a Variable), followed by
-        the definitions of everything below it. Tree mode: a single
-        ``TreeNodeDef``. Computed on each access (introspection, not a hot path).
+        In graph mode ``nodes[0]`` is the root's definition (a ``NodeRef`` if an enclosing
+        ``split_context`` saw it before). Computed on each access.
         """
         if self.tree:
             order = sorted(range(len(self.leaf_paths)), key=lambda i: _path_key(self.leaf_paths[i]))
@@ -453,22 +396,13 @@ class GraphDef(Generic[N]):
     def attributes(self) -> tuple[tuple[Hashable, Def], ...]:
         """Every ``(key, definition)`` pair of the GraphDef, depth-first.
 
-        One pair per attribute of each ``NodeDef`` and per item of each container
-        (list/dict/tuple/pytree), in the order ``nodes`` lists their owners; the
-        definition is a ``NodeDef``/``VariableDef``/``NodeRef``/``ContainerDef``/
-        ``ArrayDef``/``StaticDef``. A tree-mode GraphDef lists its single tree.
-        Computed on each access (introspection, not a hot path).
+        One pair per attribute of each ``NodeDef`` and item of each container; Flax lists
+        ``(key, attribute kind)`` flat, flaxgraph gives the attribute's own definition.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> graphdef, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
-          >>> [k for k, _ in graphdef.attributes][:2]
-          ['bias', 'dot_general']
-
-        Source: Flax NNX 0.12 ``GraphDef.attributes`` (there a flat list of
-        ``(key, attribute kind)``; flaxgraph's definitions are nested, so each pair
-        holds the attribute's own definition).
+        >>> import flaxgraph as nnx
+        >>> graphdef, _ = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+        >>> [k for k, _ in graphdef.attributes][:2]
+        ['bias', 'dot_general']
         """
         out: list[Def] = []
         _preorder(self.root, out)
@@ -481,57 +415,32 @@ class GraphDef(Generic[N]):
         return tuple(pairs)
 
     def with_no_outer_index(self) -> GraphDef[Any]:
-        """This GraphDef without references to an enclosing walk; returns ``self``.
+        """Returns ``self``: flaxgraph's GraphDef has no outer index (``renumber`` instead).
 
-        flaxgraph's GraphDef has no "outer index" (Flax keeps one per node to link
-        a GraphDef split inside a transform to the caller's objects): flaxgraph
-        renumbers the indices instead (``renumber``), so there is nothing to drop.
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
-          >>> graphdef.with_no_outer_index() is graphdef
-          True
-
-        Source: Flax NNX 0.12 ``GraphDef.with_no_outer_index``.
+        >>> import flaxgraph as nnx
+        >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
+        >>> graphdef.with_no_outer_index() is graphdef
+        True
         """
         return self
 
     def with_same_outer_index(self) -> GraphDef[Any]:
-        """This GraphDef with each node's outer index equal to its index; returns
-        ``self`` (flaxgraph's GraphDef has no outer index, see
-        ``with_no_outer_index``).
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
-          >>> graphdef.with_same_outer_index() == graphdef
-          True
-
-        Source: Flax NNX 0.12 ``GraphDef.with_same_outer_index``.
-        """
+        """Returns ``self`` (no outer index, see ``with_no_outer_index``)."""
         return self
 
     def with_matching_outer_index(self, other: GraphDef[Any]) -> GraphDef[Any]:
-        """This GraphDef with ``other``'s outer indices; returns ``self``
-        (flaxgraph's GraphDef has no outer index, see ``with_no_outer_index``).
+        """Returns ``self`` (no outer index, see ``with_no_outer_index``).
 
         Args:
-          other: a GraphDef (of the same structure, in Flax).
+          other: a GraphDef.
 
         Raises:
           TypeError: ``other`` is not a GraphDef.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
-          >>> graphdef.with_matching_outer_index(graphdef) is graphdef
-          True
-
-        Source: Flax NNX 0.12 ``GraphDef.with_matching_outer_index``.
+        >>> import flaxgraph as nnx
+        >>> graphdef, _ = nnx.split(nnx.Dict(a=1))
+        >>> graphdef.with_matching_outer_index(graphdef) is graphdef
+        True
         """
         if not isinstance(other, GraphDef):
             raise TypeError(
@@ -548,28 +457,21 @@ class GraphDef(Generic[N]):
 
 
 def lenient_hash(x: object) -> int:
-    """``hash(x)``, except that an unhashable static value (a non-frozen dataclass
-    config) inside a GraphDef or tuple of definitions counts by its type only.
+    """``hash(x)``, except that an unhashable static inside a GraphDef or tuple counts by type.
 
-    A transform's cache key holds GraphDefs. JAX's treedefs hash a pytree's
-    auxiliary data without hashing custom values and compare them with ``==``, so
-    Flax's ``nnx.jit`` runs a model holding an unhashable config: two keys are the
-    same compilation when they compare equal. This hash agrees with that equality
-    (equal keys hold values of the same types), so a key with an unhashable static
-    can sit in a dict; ``GraphDef.__hash__`` itself still raises, as Flax's does.
+    It agrees with ``==`` (as JAX compares a treedef's aux data), so a transform's cache
+    key may hold a model with an unhashable config; ``GraphDef.__hash__`` still raises.
 
-    Example::
-
-      >>> import dataclasses, flaxgraph as nnx
-      >>> @dataclasses.dataclass
-      ... class Config:
-      ...     width: int = 4
-      >>> def graphdef(config):
-      ...     return nnx.graphdef(nnx.Dict(config=nnx.static(config)))
-      >>> lenient_hash(graphdef(Config())) == lenient_hash(graphdef(Config(3)))
-      True
-      >>> graphdef(Config()) == graphdef(Config(3))
-      False
+    >>> import dataclasses, flaxgraph as nnx
+    >>> @dataclasses.dataclass
+    ... class Config:
+    ...     width: int = 4
+    >>> def graphdef(config):
+    ...     return nnx.graphdef(nnx.Dict(config=nnx.static(config)))
+    >>> lenient_hash(graphdef(Config())) == lenient_hash(graphdef(Config(3)))
+    True
+    >>> graphdef(Config()) == graphdef(Config(3))
+    False
     """
     try:
         return hash(x)
@@ -585,8 +487,7 @@ def lenient_hash(x: object) -> int:
 def _find_unhashable(
     d: Def, steps: tuple[tuple[Hashable, bool], ...]
 ) -> tuple[tuple[tuple[Hashable, bool], ...], Any, str] | None:
-    """``(steps, value, what)`` of the first unhashable static value below ``d``; each
-    step is ``(key, is_attribute)``."""
+    """``(steps, value, what)`` of the first unhashable static below ``d`` (steps: key, is_attr)."""
     if type(d) is StaticDef:
         return (steps, d.value, "static attribute") if is_unhashable(d.key) else None
     if type(d) is VariableDef:
@@ -644,14 +545,11 @@ def renumber(
     Args:
       graphdef: from a walk that numbered its objects with ``ref_index``.
       ref_index: object -> index in ``graphdef`` (identity-keyed, a ``RefMap``).
-      outer_index: object -> the index it should get instead (identity-keyed);
-        objects not in it get ``offset + their index``.
-      offset: the first index free in the other space (past every outer index).
+      outer_index: object -> the index it gets instead; others get ``offset + index``.
+      offset: the first free index in the other space.
 
     Returns:
-      The renumbered GraphDef (same structure and leaf paths). Used so that a graph
-      split inside a transform refers to the caller's objects by the caller's
-      indices (``update_context``, ``flatten(..., ref_outer_index=...)``).
+      The renumbered GraphDef (same structure and leaf paths).
     """
     mapping = {i: outer_index[x] if x in outer_index else offset + i for x, i in ref_index.items()}
     return GraphDef(_renumbered(graphdef.root, mapping), graphdef.leaf_paths, graphdef.tree)

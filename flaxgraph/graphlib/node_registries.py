@@ -1,30 +1,9 @@
-"""Flax's node registries and the questions asked of them, at Flax's path.
+"""Flax's node registries and the questions asked of them (``is_node``, ``get_node_impl``…).
 
-Flax NNX's ``graphlib`` keeps two tables (``GRAPH_REGISTRY``: the graph node types,
-``PYTREE_REGISTRY``: container types with their own flatten) and answers, from them and
-JAX's pytree registry, what a value is to its graph functions (:func:`is_node`,
-:func:`is_pytree_node`, :func:`is_graph_node`, :func:`get_node_impl`…). This file gives
-the same answers from flaxgraph's engine (``registry.REGISTRY`` holds the graph node
-types) so code written against ``flax.nnx.graph`` runs unchanged:
-
-* :class:`GraphNodeImpl` is Flax's record of a graph node type (``flatten``,
-  ``set_key``, ``pop_key``, ``create_empty``, ``clear``, ``init``, ``node_dict``), a
-  *view* of the engine's one record of the type (``registry.NodeTypeImpl``, in
-  ``registry.REGISTRY``): :data:`GRAPH_REGISTRY` shows every type the engine knows
-  through its view (:func:`flax_view`); nothing else is stored;
-* :func:`register_graph_node_type` (also ``nnx.register_graph_node_type``) takes Flax's
-  functions and registers the type with the engine (``registry.register_node_type``)
-  in terms of them; the view of that registration is the ``GraphNodeImpl`` of the
-  functions given;
-* the engine itself keeps deciding with its own classification
-  (``registry.REGISTRY.kind_of``), which agrees with these answers wherever ``split``'s
-  results can tell (``None`` is a constant to it and an empty pytree to Flax: both end in
-  the GraphDef).
-
-tests/graphlib/test_flax_node_questions.py asks the real ``flax.nnx.graph`` and this
-module the same questions.
-
-Source: Flax NNX 0.12.8 ``flax.nnx.graphlib`` (behaviour read from its public source).
+The answers come from the engine's registry (``GraphNodeImpl`` is a view of its
+``NodeTypeImpl``): ``docs/design.md``, "What a value is". They match Flax's
+(tests/graphlib/test_flax_node_questions.py asks both).
+Source: Flax NNX 0.12.8 ``flax.nnx.graphlib`` (its public source).
 """
 
 from __future__ import annotations
@@ -80,20 +59,15 @@ class GraphNodeImpl(NodeImplBase):
       clear: ``node -> None``: removes every child.
       init: ``(node, [(key, child), ...]) -> None``: gives an empty node its children.
 
-    ``node_dict(node)`` (from ``NodeImplBase``) is ``{key: child}``, marks unwrapped.
+    ``node_dict(node)`` is ``{key: child}``, marks unwrapped. An Object's ``flatten``
+    lists its attributes only (Flax's also lists ``_pytree__`` bookkeeping).
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph import graph
-      >>> m = nnx.Dict(w=nnx.Param(jnp.ones(2)), n=3)
-      >>> impl = graph.get_node_impl(m)
-      >>> isinstance(impl, graph.GraphNodeImpl), sorted(impl.node_dict(m))
-      (True, ['n', 'w'])
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.GraphNodeImpl`` (its fields; an Object's
-    ``flatten`` lists its attributes only, where Flax's also lists its ``_pytree__``
-    bookkeeping and wraps every attribute in a mark).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph import graph
+    >>> m = nnx.Dict(w=nnx.Param(jnp.ones(2)), n=3)
+    >>> impl = graph.get_node_impl(m)
+    >>> isinstance(impl, graph.GraphNodeImpl), sorted(impl.node_dict(m))
+    (True, ['n', 'w'])
     """
 
     set_key: Callable[[Any, Key, Any], None]
@@ -130,10 +104,7 @@ def _unmarked(child: object) -> object:
 
 
 class _FromFlax:
-    """The engine's functions (``NodeTypeImpl``'s) of a type registered with Flax's
-    (:func:`register_graph_node_type`), each in terms of the ``GraphNodeImpl`` given:
-    a node is built with ``create_empty(aux)`` then ``init``, its children rewritten
-    with ``clear`` then ``init``, one child read from ``node_dict``."""
+    """The engine's ``NodeTypeImpl`` functions of a type registered with Flax's functions."""
 
     __slots__ = ("impl",)
 
@@ -161,10 +132,7 @@ class _FromFlax:
 
 
 def flax_view(engine: NodeTypeImpl) -> GraphNodeImpl:
-    """Flax's record of the engine's node type ``engine.type``: the ``GraphNodeImpl``
-    given to :func:`register_graph_node_type` for a type registered that way, else one
-    whose functions are made of the engine's (``set_items`` with the node's own aux for
-    ``clear`` and ``init``)."""
+    """Flax's ``GraphNodeImpl`` of an engine node type: the one registered, or one of its own."""
     source = getattr(engine.flatten, "__self__", None)
     if type(source) is _FromFlax:
         return source.impl
@@ -199,11 +167,7 @@ def flax_view(engine: NodeTypeImpl) -> GraphNodeImpl:
 
 
 class GraphRegistry(Mapping[type, GraphNodeImpl]):
-    """Flax's ``GRAPH_REGISTRY`` (graph node type -> :class:`GraphNodeImpl`), read-only: a
-    view of the engine's table (``registry.REGISTRY``), the same types (Objects,
-    Modules, ``Rngs``, ``nnx.List``… and those given to
-    :func:`register_graph_node_type`), each answered by :func:`flax_view` of the
-    engine's record, made once per engine registration."""
+    """Flax's ``GRAPH_REGISTRY``: a read-only ``GraphNodeImpl`` view of the engine's node types."""
 
     def __init__(self, engine: Mapping[type, NodeTypeImpl]) -> None:
         self._engine = engine
@@ -240,17 +204,10 @@ def register_graph_node_type(
     clear: Callable[[Any], None],
     init: Callable[[Any, Iterable[tuple[Key, Any]]], None],
 ) -> None:
-    """Makes ``type`` a reference-semantics graph node, with Flax's functions (see
-    :class:`GraphNodeImpl`): ``split``, ``merge``, ``update`` and the transforms walk it, a
-    shared instance stays shared.
+    """Makes ``type`` a reference-semantics graph node, with Flax's functions.
 
-    The engine builds a node with ``create_empty(aux)`` then ``init(node, children)``, and
-    rewrites an existing one's children with ``clear(node)`` then ``init``; it reads one
-    child from ``flatten``. flaxgraph has this one function at both
-    ``nnx.graphlib.register_graph_node_type`` (Flax's path) and
-    ``nnx.register_graph_node_type`` (flaxgraph's top level; Flax NNX 0.12.8 has it at
-    ``graphlib`` only). :data:`GRAPH_REGISTRY` then answers the ``GraphNodeImpl`` of these
-    functions for ``type``.
+    ``split``, ``merge``, ``update`` and the transforms walk it; a shared instance stays
+    shared. Also at ``nnx.register_graph_node_type``.
 
     Args:
       type: the node class.
@@ -261,22 +218,18 @@ def register_graph_node_type(
     Raises:
       ValueError: ``type`` is already a graph node type.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Bag:
-      ...   def __init__(self, **kw): self.__dict__.update(kw)
-      >>> nnx.register_graph_node_type(
-      ...   Bag, flatten=lambda b: (sorted(vars(b).items()), None),
-      ...   set_key=setattr, pop_key=lambda b, k: vars(b).pop(k),
-      ...   create_empty=lambda _: Bag(), clear=lambda b: vars(b).clear(),
-      ...   init=lambda b, items: vars(b).update(items))
-      >>> bag = Bag(w=nnx.Param(jnp.ones(2)), n=3)
-      >>> graphdef, state = nnx.split(bag)
-      >>> sorted(state), nnx.merge(graphdef, state).n
-      (['w'], 3)
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.register_graph_node_type``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class Bag:
+    ...   def __init__(self, **kw): self.__dict__.update(kw)
+    >>> nnx.register_graph_node_type(
+    ...   Bag, flatten=lambda b: (sorted(vars(b).items()), None),
+    ...   set_key=setattr, pop_key=lambda b, k: vars(b).pop(k),
+    ...   create_empty=lambda _: Bag(), clear=lambda b: vars(b).clear(),
+    ...   init=lambda b, items: vars(b).update(items))
+    >>> bag = Bag(w=nnx.Param(jnp.ones(2)), n=3)
+    >>> graphdef, state = nnx.split(bag)
+    >>> sorted(state), nnx.merge(graphdef, state).n
+    (['w'], 3)
     """
     if type in GRAPH_REGISTRY:
         raise ValueError(f"Node type {type} is already registered.")
@@ -309,9 +262,7 @@ def _pop_item(container: MutableMapping[Key, object], key: Key) -> object:
 
 
 def _builtin_pytree_impls() -> dict[type, PytreeNodeImpl]:
-    """The container types Flax's graph functions know from the start, each with Flax's
-    flatten (lists and tuples by position, dicts and States by sorted key, ``None`` with
-    no children) and unflatten."""
+    """Flax's built-in container impls: list, tuple, dict, State, NoneType."""
     return {
         list: PytreeNodeImpl(
             list, _by_position, lambda nodes, _: [v for _, v in nodes], _set_item, None
@@ -336,9 +287,7 @@ def _builtin_pytree_impls() -> dict[type, PytreeNodeImpl]:
 
 
 PYTREE_REGISTRY: dict[type, PytreeNodeImpl] = _builtin_pytree_impls()
-"""The container types with their own ``PytreeNodeImpl``: ``list``, ``tuple``, ``dict``,
-``State`` and ``NoneType`` (as in Flax NNX 0.12.8), and those
-:func:`register_pytree_node_type` registered."""
+"""The container types with their own ``PytreeNodeImpl`` (Flax's five and those registered)."""
 
 
 def register_pytree_node_type(
@@ -349,9 +298,7 @@ def register_pytree_node_type(
     set_key: Callable[[Any, Key, Any], None] | None = None,
     pop_key: Callable[[Any, Key], Any] | None = None,
 ) -> None:
-    """Makes ``type`` a container walked by value: a JAX pytree node whose children have
-    the keys ``flatten`` gives, so ``split`` paths, ``jax.tree`` functions and transforms
-    see its children.
+    """Makes ``type`` a container walked by value: a JAX pytree node keyed by ``flatten``'s keys.
 
     Args:
       type: the container class.
@@ -362,16 +309,14 @@ def register_pytree_node_type(
     Raises:
       ValueError: ``type`` is already registered.
 
-    Example::
-
-      >>> import jax, flaxgraph as nnx
-      >>> class Pair:
-      ...   def __init__(self, a, b): self.a, self.b = a, b
-      >>> register_pytree_node_type(
-      ...   Pair, lambda p: ([('a', p.a), ('b', p.b)], None),
-      ...   lambda children, _: Pair(*(v for _, v in children)))
-      >>> jax.tree.leaves(Pair(1, 2))
-      [1, 2]
+    >>> import jax, flaxgraph as nnx
+    >>> class Pair:
+    ...   def __init__(self, a, b): self.a, self.b = a, b
+    >>> register_pytree_node_type(
+    ...   Pair, lambda p: ([('a', p.a), ('b', p.b)], None),
+    ...   lambda children, _: Pair(*(v for _, v in children)))
+    >>> jax.tree.leaves(Pair(1, 2))
+    [1, 2]
     """
     if type in PYTREE_REGISTRY:
         raise ValueError(f"Node type {type} is already registered.")
@@ -398,38 +343,27 @@ def _is_variable(x: object) -> bool:
 
 
 def _is_jax_pytree_node(x: object) -> bool:
-    """Whether JAX's registry makes ``x`` a pytree node (``None``, lists, tuples, named
-    tuples, dicts, registered classes and dataclasses, ``pytree=True`` Objects), asked of
-    the registry alone (no flatten)."""
+    """Whether JAX's registry makes ``x`` a pytree node (asked without flattening)."""
     return isinstance(x, tuple) or not jax.tree_util.all_leaves((x,))
 
 
 def is_pytree_node(x: object, *, check_graph_registry: bool = True) -> bool:
-    """Whether ``x`` is a JAX pytree node that is neither a Variable nor (by default) a
-    graph node: ``None``, a list, tuple (named tuples and other tuple subclasses included),
-    dict, ``State``, a class registered with JAX (``register_pytree_node``,
-    ``register_dataclass``, ``register_static``) or with :func:`register_pytree_node_type`.
+    """Whether ``x`` is a JAX pytree node other than a Variable or (by default) a graph node.
 
     Args:
       x: any value.
-      check_graph_registry: when true (the default) a graph node (an Object, a Module,
-        ``Rngs``, ``nnx.List``…) is no pytree node; when false, a graph node whose class
-        is also a JAX pytree (``pytree=True``, the default) is one.
+      check_graph_registry: if false, a graph node whose class is also a JAX pytree
+        (``pytree=True``) counts as one.
 
     Returns:
-      ``bool``; ``False`` for Variables, arrays, scalars, strings, plain objects.
+      ``True`` for ``None``, lists, tuples, dicts, ``State`` and registered pytree classes.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> is_pytree_node(None), is_pytree_node([1]), is_pytree_node(nnx.Param(1))
-      (True, True, False)
-      >>> m = nnx.Dict(a=1)
-      >>> is_pytree_node(m), is_pytree_node(m, check_graph_registry=False)
-      (False, True)
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_pytree_node`` (same answers;
-    tests/graphlib/test_flax_node_questions.py compares them).
+    >>> import flaxgraph as nnx
+    >>> is_pytree_node(None), is_pytree_node([1]), is_pytree_node(nnx.Param(1))
+    (True, True, False)
+    >>> m = nnx.Dict(a=1)
+    >>> is_pytree_node(m), is_pytree_node(m, check_graph_registry=False)
+    (False, True)
     """
     if check_graph_registry and type(x) in GRAPH_REGISTRY:
         return False
@@ -437,21 +371,13 @@ def is_pytree_node(x: object, *, check_graph_registry: bool = True) -> bool:
 
 
 def is_node(x: object) -> bool:
-    """Whether ``x`` has children Flax's graph functions visit: a graph node (an Object, a
-    Module, ``Rngs``, ``nnx.List``…) or a pytree node (:func:`is_pytree_node`, ``None``
-    included); ``False`` for a Variable and for leaves.
+    """Whether ``x`` has children Flax's graph functions visit: a graph node or a pytree node.
 
-    This is Flax's question, not flaxgraph's classification: ``split`` holds ``None`` in
-    the GraphDef as a constant, which Flax's walk reaches as an empty pytree; both end in
-    the GraphDef and the State is the same.
+    ``False`` for a Variable and for leaves; ``None`` is a node (an empty pytree to Flax).
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> [is_node(v) for v in (nnx.Dict(), [1], None, nnx.Param(1), 3)]
-      [True, True, True, False, False]
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_node`` (same answers).
+    >>> import flaxgraph as nnx
+    >>> [is_node(v) for v in (nnx.Dict(), [1], None, nnx.Param(1), 3)]
+    [True, True, True, False, False]
     """
     if _is_variable(x):
         return False
@@ -459,34 +385,22 @@ def is_node(x: object) -> bool:
 
 
 def is_graph_node(x: object) -> bool:
-    """Whether ``x`` is a reference-semantics node of Flax's graph: a graph node (an
-    Object, a Module, ``Rngs``…), a Variable or a raw ``jax.Ref``. The usual
-    ``is_leaf=`` of a ``jax.tree`` function that stops at Modules and Variables.
+    """Whether ``x`` is a graph node, a Variable or a raw ``jax.Ref`` (a usual ``is_leaf=``).
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> [is_graph_node(v) for v in (nnx.Dict(), nnx.Param(1), [1], jnp.ones(1))]
-      [True, True, False, False]
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_graph_node`` (same answers).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> [is_graph_node(v) for v in (nnx.Dict(), nnx.Param(1), [1], jnp.ones(1))]
+    [True, True, False, False]
     """
     return type(x) in GRAPH_REGISTRY or REGISTRY.kind_of(x) in (VARIABLE, REF)
 
 
 def is_node_type(x: type) -> bool:
-    """Whether instances of ``x`` are nodes: a registered graph node type, a type in
-    :data:`PYTREE_REGISTRY` (``list``, ``tuple``, ``dict``, ``State``, ``NoneType`` and
-    those given to :func:`register_pytree_node_type`), or :class:`GenericPytree`."""
+    """Whether ``x`` is a graph node type, a :data:`PYTREE_REGISTRY` type or ``GenericPytree``."""
     return x in GRAPH_REGISTRY or x in PYTREE_REGISTRY or x is GenericPytree
 
 
 def is_node_leaf(x: object) -> bool:
-    """Whether ``x`` is a State leaf: a Variable, an array (NumPy or JAX, key arrays and
-    tracers included), a ``jax.Ref``, an ``ArrayRefOutput`` or ``NoUpdate``.
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.is_node_leaf`` (same answers).
-    """
+    """Whether ``x`` is a State leaf: a Variable, array, Ref, ``ArrayRefOutput`` or ``NoUpdate``."""
     if isinstance(x, (ArrayRefOutput, NoUpdate, jax.Array, np.ndarray)):
         return True
     return REGISTRY.kind_of(x) in (VARIABLE, REF)
@@ -496,21 +410,15 @@ def get_node_impl(x: object) -> GraphNodeImpl | PytreeNodeImpl | None:
     """The implementation Flax's graph functions walk ``x`` with.
 
     Returns:
-      ``None`` for a Variable; the graph node type's ``GraphNodeImpl`` (flaxgraph's,
-      see ``GRAPH_REGISTRY``) for a graph node; the :data:`PYTREE_REGISTRY` entry of
-      ``type(x)`` (``list``, ``tuple``, ``dict``, ``State``, ``NoneType`` or a type given
-      to :func:`register_pytree_node_type`); :data:`PYTREE_NODE_IMPL` for any other pytree
-      node (:func:`is_pytree_node`); ``None`` for a leaf.
+      The ``GraphNodeImpl`` of a graph node; the :data:`PYTREE_REGISTRY` entry of
+      ``type(x)``; :data:`PYTREE_NODE_IMPL` for another pytree node; ``None`` for a
+      Variable or a leaf.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> get_node_impl([1]).type, get_node_impl(None).type, get_node_impl(3)
-      (<class 'list'>, <class 'NoneType'>, None)
-      >>> get_node_impl([1, 2]).flatten([1, 2])
-      ([(0, 1), (1, 2)], None)
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.graphlib.get_node_impl`` (same answers).
+    >>> import flaxgraph as nnx
+    >>> get_node_impl([1]).type, get_node_impl(None).type, get_node_impl(3)
+    (<class 'list'>, <class 'NoneType'>, None)
+    >>> get_node_impl([1, 2]).flatten([1, 2])
+    ([(0, 1), (1, 2)], None)
     """
     if _is_variable(x):
         return None
@@ -523,8 +431,7 @@ def get_node_impl(x: object) -> GraphNodeImpl | PytreeNodeImpl | None:
 
 
 def get_node_impl_for_type(x: type) -> GraphNodeImpl | PytreeNodeImpl | None:
-    """The implementation registered for the type ``x`` (``PYTREE_NODE_IMPL`` for
-    :class:`GenericPytree`), or ``None``."""
+    """The impl registered for the type ``x`` (``PYTREE_NODE_IMPL`` for ``GenericPytree``)."""
     if x is GenericPytree:
         return PYTREE_NODE_IMPL
     return PYTREE_REGISTRY.get(x) or GRAPH_REGISTRY.get(x)

@@ -1,11 +1,4 @@
-"""Human-readable paths into graphs, for error messages.
-
-State paths are tuples of keys (``('layers', 0, 'kernel')``). Error messages
-show them the way Python would reach the value from a named root:
-``model.layers[0].kernel`` or ``args[1][0].param``: attributes of graph nodes
-with a dot, items of containers with brackets. Formatting re-walks the graph,
-so it costs nothing until an error is raised.
-"""
+"""Readable paths into graphs for error messages (``model.layers[0].kernel``), made on error."""
 
 from __future__ import annotations
 
@@ -25,7 +18,7 @@ from flaxgraph.typing import MISSING
 
 
 def path_str(root_name: str, root: object, keys: Sequence[Hashable]) -> str:
-    """Formats ``keys`` from ``root`` as Python would write it, e.g. ``args[0]['a'].kernel``.
+    """Formats ``keys`` from ``root`` as Python would reach it, e.g. ``args[0]['a'].kernel``.
 
     Args:
       root_name: how to call the root (``'model'``, ``'args'``, ``'output'``).

@@ -1,6 +1,6 @@
-"""Functional method calls: ``nnx.call((graphdef, state)).method(x)``.
+"""Functional method calls: ``nnx.call((graphdef, state)).method(x)`` and ``GraphDef.apply``.
 
-Source: Flax NNX ``nnx.call`` (0.12).
+Source: Flax NNX 0.12 ``nnx.call`` and ``GraphDef.apply``.
 """
 
 from __future__ import annotations
@@ -46,34 +46,23 @@ class CallProxy:
 def call(graphdef_state: tuple[Any, ...], /) -> Any:
     """Functional method calls: ``out, (graphdef, state) = nnx.call((graphdef, state)).method(x)``.
 
-    The proxy merges the graph, calls the method (``__call__`` when called directly;
-    attributes and items lead to it: ``nnx.call(state)['encoder'].method(x)``),
-    splits the graph again and returns the output with the new ``(graphdef, state)``,
-    so state updates made by the method are returned, not lost.
+    The proxy merges, calls the method (``__call__`` when called directly; attributes and
+    items lead to it: ``nnx.call(state)['encoder'].method(x)``), splits again and returns
+    the output with the new ``(graphdef, state)``. Outside a transform the call also writes
+    the given State's Variables (``merge`` reuses them).
 
-    The merged model holds the State's own Variables (``merge`` reuses them), so
-    outside a JAX transform the call also writes the given State's Variables.
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
-      >>> y, (graphdef2, state2) = nnx.call((graphdef, state))(jnp.ones(2))
-      >>> y.shape, graphdef2 == graphdef
-      ((3,), True)
-
-    Source: Flax NNX 0.12 ``nnx.call``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> graphdef, state = nnx.split(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+    >>> y, (graphdef2, state2) = nnx.call((graphdef, state))(jnp.ones(2))
+    >>> y.shape, graphdef2 == graphdef
+    ((3,), True)
     """
     graphdef, *states = graphdef_state
     return CallProxy(graphdef, tuple(states), ())
 
 
 def _graphdef_apply(self: GraphDef[Any], state: object, *states: object) -> object:
-    """Returns a proxy: ``graphdef.apply(state).method(*args)`` merges, calls the
-    method, and returns ``(output, (graphdef, state))`` after the call.
-
-    Source: Flax NNX ``GraphDef.apply``.
-    """
+    """``graphdef.apply(state).method(*args)``: as ``call``, returning the new pair too."""
     return call((self, state, *states))
 
 

@@ -1,19 +1,14 @@
 """What an inner split says about Ref-backed Variables: ``NoUpdate`` and ``ArrayRefOutput``.
 
-Inside a transform built on ``update_context`` (step 3, the inner split), a
-Ref-backed Variable needs no value on the way out when it came in from the
-caller: its writes went into the caller's own ``jax.Ref`` already. Its State
-entry then holds ``NoUpdate`` (a pytree with no leaves), and the outer merge
-(step 4) leaves the caller's Variable as it is. A Ref-backed Variable created
-inside has no Ref outside; its entry holds ``ArrayRefOutput(value)`` (a pytree
-with the current content as its one leaf), and the outer merge builds a new
-Variable with a new Ref holding that value.
+At step (3) of an update context (the package README), a Ref-backed Variable from the
+caller needs no value out (its writes went into the caller's Ref): ``NoUpdate``, no
+leaves. One created inside: ``ArrayRefOutput(value)``, one leaf, from which step (4)
+builds a new Ref-backed Variable. Source: Flax NNX 0.12 ``graphlib.NoUpdate`` and
+``graphlib.ArrayRefOutput``.
 
-  >>> import jax, flaxgraph as nnx
-  >>> len(jax.tree.leaves(nnx.graphlib.NoUpdate())), jax.tree.leaves(nnx.graphlib.ArrayRefOutput(1.0))
-  (0, [1.0])
-
-Source: Flax NNX 0.12 ``graphlib.NoUpdate`` and ``graphlib.ArrayRefOutput``.
+>>> import jax, flaxgraph as nnx
+>>> len(jax.tree.leaves(nnx.graphlib.NoUpdate())), jax.tree.leaves(nnx.graphlib.ArrayRefOutput(1.0))
+(0, [1.0])
 """
 
 from __future__ import annotations
@@ -49,7 +44,7 @@ class ArrayRefOutput:
     """The content of a Ref-backed Variable created inside a transform.
 
     Attributes:
-      value: the Ref's content (an array of the Ref's shape and dtype).
+      value: the Ref's content (an array of its shape and dtype).
     """
 
     __slots__ = ("value",)
@@ -77,9 +72,10 @@ jax.tree_util.register_pytree_with_keys(
 def mark_ref_outputs(
     leaves: list[tuple[Any, Any]], came_in: Container[object]
 ) -> list[tuple[Any, Any]]:
-    """The ``(path, leaf)`` pairs of an inner split with each Ref-backed Variable
-    replaced by a copy holding ``NO_UPDATE`` (if ``came_in`` holds it: it came
-    from the caller) or ``ArrayRefOutput`` of its content (created inside)."""
+    """An inner split's pairs, each Ref-backed Variable holding ``NO_UPDATE`` or ``ArrayRefOutput``.
+
+    ``NO_UPDATE`` for one in ``came_in`` (from the caller), ``ArrayRefOutput`` for one made inside.
+    """
     out = []
     for path, leaf in leaves:
         if REGISTRY.kind_of(leaf) is VARIABLE and is_ref_backed(leaf):

@@ -1,8 +1,7 @@
-"""Identity-keyed maps that keep their keys alive.
+"""Identity-keyed maps that keep their keys alive (``RefMap``, ``IndexMap``).
 
-``id(x)`` is only unique while ``x`` is alive: a temporary object freed during a
-walk can hand its id to the next one. A ``RefMap`` stores the object next to its
-value, so every key it holds stays alive for as long as the map does.
+``id(x)`` is unique only while ``x`` lives, so a ``RefMap`` holds its key objects.
+Source: Flax NNX 0.12 ``graphlib.RefMap`` and ``graphlib.IndexMap``.
 """
 
 from __future__ import annotations
@@ -39,10 +38,7 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
 
     @classmethod
     def from_indexmap(cls, indexmap: Mapping[int, Any]) -> RefMap[int]:
-        """The inverse of an ``IndexMap`` (index -> object): object -> index.
-
-        Source: Flax NNX 0.12 ``graphlib.RefMap.from_indexmap``.
-        """
+        """The inverse of an ``IndexMap``: object -> index."""
         return cls.from_pairs((x, i) for i, x in indexmap.items())  # type: ignore[misc, return-value]
 
     def __getitem__(self, key: object) -> V:
@@ -72,16 +68,11 @@ class RefMap(MutableMapping[Any, V], Generic[V]):
 
 
 class IndexMap(dict[int, Any]):
-    """Reference index -> object, the inverse of a ``RefMap`` of indices; what
-    ``unflatten(..., index_ref=...)`` fills and ``outer_index_outer_ref`` reads.
+    """Reference index -> object, the inverse of a ``RefMap`` of indices (``index_ref``).
 
-    Example::
-
-      >>> a = []
-      >>> IndexMap.from_refmap(RefMap([(a, 0)]))[0] is a
-      True
-
-    Source: Flax NNX 0.12 ``graphlib.IndexMap``.
+    >>> a = []
+    >>> IndexMap.from_refmap(RefMap([(a, 0)]))[0] is a
+    True
     """
 
     @staticmethod

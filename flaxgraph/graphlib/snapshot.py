@@ -1,22 +1,8 @@
-"""A structure snapshot: enough of a graph's state to tell, later and without a walk,
-whether its structure (its GraphDef) is still the same.
+"""Structure snapshots: whether a graph's GraphDef is still the same, told without a walk.
 
-The structure of a graph changes only through
-
-* a structural assignment on an Object (a new, deleted or replaced node or static
-  attribute), which bumps the Object's *structure version* (``objects.py``);
-* a Variable's metadata, which is replaced, never mutated in place
-  (``variables.py``);
-* a list or dict inside the graph gaining, losing or replacing an item (an
-  array item replaced by another array of the same type is a new value, not a
-  new structure, as for an array attribute of an Object).
-
-So comparing every Object's version, every Variable's metadata and every list's and
-dict's items with the snapshot is the same as comparing GraphDefs, at the cost of a
-few C-level passes. A graph holding nodes of other registered types (which keep no
-version) is never considered unchanged.
-
-Source: ``docs/design.md``, "The fast path" (structure versions).
+What is compared and why it suffices: ``docs/design.md``, "The fast path" (structure
+versions, metadata dicts, list and dict items). A graph holding nodes that keep no
+version is never unchanged.
 """
 
 from __future__ import annotations
@@ -33,14 +19,12 @@ _is = operator.is_
 
 
 class StructureSnapshot:
-    """The structure of the graph made of ``nodes`` (its Objects and Variables, e.g. a
-    walk's reference index), as it is now.
+    """The structure of the graph made of ``nodes`` (its Objects and Variables), as it is now.
 
     Attributes:
       objects, versions: the Objects and their structure versions.
       variables, metadata: the Variables and their metadata dicts.
-      lists, list_items: the lists inside the Objects (nested in lists, tuples and
-        dicts) and their items (an ``ArrayItem`` for an array item).
+      lists, list_items: the lists inside the Objects and their items' keys (``item_key``).
       dicts, dict_items: the same for dicts: ``(keys, values)``.
       versioned: whether every graph node keeps a structure version.
     """
@@ -76,8 +60,7 @@ class StructureSnapshot:
         self.dict_items = [(tuple(d), tuple(map(item_key, d.values()))) for d in dicts]
 
     def unchanged(self) -> bool:
-        """Whether the graph still has the snapshot's structure (a Variable's metadata
-        may have been replaced by an equal dict: the GraphDef is the same)."""
+        """Whether the graph still has the snapshot's structure."""
         if not self.versioned:
             return False
         if list(map(_get_version, self.objects)) != self.versions:
@@ -96,25 +79,19 @@ class StructureSnapshot:
 
 
 class ArrayItem(NamedTuple):
-    """What a snapshot keeps of an array item of a list or dict: its type (another
-    array in its place keeps the structure; the fast path's generated checks
-    expect this type)."""
+    """A snapshot's key for an array item: its type (another array there keeps the structure)."""
 
     type: type
 
 
 class TupleItem(NamedTuple):
-    """What a snapshot keeps of a tuple item of a list or dict: its items' keys (a
-    tuple is a value: the fast path rebuilds one around a new array, so it is
-    compared item by item, not by identity)."""
+    """A snapshot's key for a tuple item: its items' keys (a tuple is compared item by item)."""
 
     items: tuple[Any, ...]
 
 
 def item_key(x: Any) -> Any:
-    """What a snapshot compares for an item of a list or dict: an ``ArrayItem`` for
-    an array (Tracers included), a ``TupleItem`` for a plain tuple, the item itself
-    (by identity) otherwise."""
+    """A snapshot's key for a list or dict item: ``ArrayItem``, ``TupleItem`` or the item itself."""
     kind = REGISTRY.kind_of(x)
     if kind is ARRAY:
         return ArrayItem(type(x))
@@ -124,16 +101,11 @@ def item_key(x: Any) -> Any:
 
 
 def same_item(x: Any, key: Any) -> bool:
-    """Whether the item ``x`` still matches its snapshot ``key`` (``item_key``): the
-    same object, an array where there was one (an ``ARRAY`` of the engine's
-    classification, of any array type), or a tuple whose items match.
+    """Whether ``x`` still matches ``key``: the same object, an array for an array, or tuple items.
 
-    This is the one rule of "is this change structural": ``same_structure`` (an
-    Object's attribute assignment, ``pytreelib/objects.py``, ``nnx.List`` items) asks
-    it with the old value's key, ``StructureSnapshot.unchanged`` with the snapshot's
-    keys, and the fast path's generated checks (``transforms/plan_code.py``
-    ``_item_check``) call it wherever their quick test (the same array type) does
-    not already say "unchanged"."""
+    The one rule of "is this change structural", asked by ``same_structure``,
+    ``StructureSnapshot.unchanged`` and the fast path's generated checks.
+    """
     if x is key:
         return True
     t = type(key)
@@ -148,11 +120,7 @@ def same_item(x: Any, key: Any) -> bool:
 
 
 def same_structure(old: object, new: object) -> bool:
-    """True when replacing ``old`` by ``new`` leaves the graph structure unchanged:
-    ``same_item(new, item_key(old))`` (the same object, an array where there was one,
-    or a plain tuple of the same length whose items are each unchanged in this
-    sense: ``self.a = (self.a[0] + 1, None)`` is a new value, as for an array
-    attribute)."""
+    """Whether replacing ``old`` by ``new`` leaves the graph structure unchanged (``same_item``)."""
     return old is new or same_item(new, item_key(old))
 
 

@@ -1,23 +1,8 @@
 """Split and merge: an object graph to ``(graphdef, state)`` and back.
 
-``split(node)`` returns ``(graphdef, state)``: the frozen structure and the
-leaves. ``merge(graphdef, state)`` builds new objects from them, restoring
-shared references and cycles::
-
-  >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-  >>> class Pair(nnx.Module):
-  ...   def __init__(self):
-  ...     self.a = nnx.Param(jnp.zeros(2))
-  ...     self.b = self.a                      # a shared reference
-  >>> graphdef, state = nnx.split(Pair())
-  >>> jax.tree.map(jnp.shape, state.to_pure_dict())   # stored once
-  {'a': (2,)}
-  >>> m = nnx.merge(graphdef, state)
-  >>> m.a is m.b
-  True
-
-Source: Flax NNX graph API (``nnx.split``, ``nnx.merge``, ``nnx.state``, ``nnx.graphdef``,
-``nnx.clone``, 0.12).
+How the walks work: ``docs/design.md``, "split, merge, update".
+Source: Flax NNX 0.12 graph API (``nnx.split``, ``merge``, ``state``, ``variables``,
+``graphdef``, ``clone``).
 """
 
 from __future__ import annotations
@@ -67,118 +52,80 @@ def split(node: object, *filters: Filter, graph: bool | None = None) -> Any:
 
     Args:
       node: an Object/Module, Variable, or list/dict/tuple holding them.
-      *filters: optional filters; one State is returned per filter, each leaf going
-        to the first filter that matches it.
-      graph: ``True`` walks ``node`` as a graph (shared references and cycles are
-        kept as references), ``False`` as a tree (a Variable reachable along two
-        paths is an error); ``None`` takes the default (``nnx.set_graph_mode``).
+      *filters: one State per filter; each leaf goes to the first filter it matches.
+      graph: ``True`` walks a graph (shared references and cycles kept), ``False`` a
+        tree; ``None`` takes the default (``nnx.set_graph_mode``).
 
     Returns:
       ``(graphdef, state)`` without filters, else ``(graphdef, state_1, …, state_n)``.
-      Each State holds the graph's own Variable objects (writing a Variable through
-      the State writes the graph) and its raw array leaves; a shared Variable
-      appears once, at its first path.
+      The States hold the graph's own Variables; a shared Variable appears once, at its
+      first path.
 
     Raises:
-      UnmatchedLeafError (a ``ValueError``): a leaf matches none of the filters
-        (end them with ``...`` to collect the rest); the message names its path.
+      UnmatchedLeafError (a ``ValueError``): a leaf matches no filter (end them with
+        ``...``); the message names its path.
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is reachable
         along several paths; the message lists every path.
 
-    An unhashable static attribute or Variable metadata is fine, as in Flax: only
-    ``hash(graphdef)`` raises ``StaticAttributeError`` then, naming its path.
+    An unhashable static is fine: only ``hash(graphdef)`` raises ``StaticAttributeError``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class M(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(3)); self.n = nnx.BatchStat(jnp.zeros(3))
-      >>> m = M()
-      >>> graphdef, params, rest = nnx.split(m, nnx.Param, ...)
-      >>> list(params), list(rest), params['w'] is m.w
-      (['w'], ['n'], True)
-
-    Source: Flax NNX 0.12 ``nnx.split``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class M(nnx.Module):
+    ...   def __init__(self):
+    ...     self.w = nnx.Param(jnp.ones(3)); self.n = nnx.BatchStat(jnp.zeros(3))
+    >>> m = M()
+    >>> graphdef, params, rest = nnx.split(m, nnx.Param, ...)
+    >>> list(params), list(rest), params['w'] is m.w
+    (['w'], ['n'], True)
     """
     graphdef, states = _split_states(node, resolve_graph(graph), filters, strict=True)
     return (graphdef, *states)
 
 
 def state(node: object, *filters: Filter, graph: bool | None = None) -> Any:
-    """Returns the State of ``node``: all of it, or one State per filter.
+    """The State of ``node``: all of it, or one State per filter.
 
     Args:
-      node: a graph (see ``split``).
+      node, graph: as ``split``.
       *filters: optional filters (first match wins).
-      graph: graph or tree mode (see ``split``).
 
     Returns:
-      With zero or one filter a single State, else a tuple of States. Leaves that
-      match no filter are left out (unlike ``split``, no error). The States hold
-      the graph's own Variables: ``nnx.state(m)['w'] is m.w``.
+      With zero or one filter a single State, else a tuple of States holding the graph's
+      own Variables. Leaves matching no filter are left out (no error).
 
     Raises:
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> s = nnx.state(m, nnx.Param)
-      >>> s['bias'] is m.bias
-      True
-
-    Source: Flax NNX 0.12 ``nnx.state``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> nnx.state(m, nnx.Param)['bias'] is m.bias
+    True
     """
     states = _split_states(node, resolve_graph(graph), filters, strict=False)[1]
     return states[0] if len(states) == 1 else tuple(states)
 
 
 def variables(node: object, *filters: Filter, graph: bool | None = None) -> Any:
-    """The State of ``node``'s Variables (one per filter): ``nnx.state`` under Flax 0.12's name.
+    """``state(node, *filters, graph=graph)`` under Flax 0.12's name; raises as ``state``.
 
-    Args:
-      node: a graph node (Module, Object…).
-      *filters: optional filters; one State per filter.
-      graph: ``False`` for tree mode; ``None``: the default mode.
-
-    Returns:
-      ``state(node, *filters, graph=graph)``: States holding ``node``'s own Variables.
-
-    Raises:
-      As ``state``.
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> sorted(nnx.variables(m, nnx.Param))
-      ['bias', 'kernel']
-
-    Source: Flax NNX 0.12 ``nnx.variables``.
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> sorted(nnx.variables(m, nnx.Param))
+    ['bias', 'kernel']
     """
     return state(node, *filters, graph=graph)
 
 
 def graphdef(node: object, /, *, graph: bool | None = None) -> GraphDef[Any]:
-    """Returns the GraphDef of ``node`` (its structure, no state).
-
-    Args:
-      node: a graph (see ``split``).
-      graph: graph or tree mode (see ``split``).
+    """The GraphDef of ``node`` (its structure, no state); ``node`` and ``graph`` as ``split``.
 
     Raises:
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> nnx.graphdef(m) == nnx.split(m)[0]
-      True
-
-    Source: Flax NNX 0.12 ``nnx.graphdef``.
+    >>> import flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> nnx.graphdef(m) == nnx.split(m)[0]
+    True
     """
     graph = resolve_graph(graph)
     found = split_direct(node, graph)
@@ -188,9 +135,7 @@ def graphdef(node: object, /, *, graph: bool | None = None) -> GraphDef[Any]:
 def _split_states(
     node: object, graph: bool, filters: tuple[Filter, ...], strict: bool
 ) -> tuple[GraphDef[Any], list[Any]]:
-    """The GraphDef and one State per filter (one State without filters): the direct
-    walk (``direct_split.py``) where it applies, else the general walk, which raises
-    and warns naming paths."""
+    """The GraphDef and one State per filter, by the direct walk where it applies."""
     found = split_direct(node, graph)
     if found is None:
         graphdef, leaves = flatten_with_paths(node, graph=graph)
@@ -346,45 +291,36 @@ def merge(
     """Builds new objects from a GraphDef and its State(s); the inverse of ``split``.
 
     Args:
-      graphdef: the structure, from ``split`` (or a ``GraphState`` from ``unpack``,
-        which carries its GraphDef).
-      *states: the States from the same ``split`` (any order; nested dicts of
-        Variables or arrays, ``FlatState``s and GraphStates work too), matched by
-        path; or one list, the leaves of the whole state in the order of
-        ``jax.tree.leaves(state)`` (the GraphDef's order); or, when the GraphDef's
-        root is itself a leaf, that leaf (a Variable, an array, any value).
-      copy: ``False`` (default): the new objects hold the States' own Variable
-        objects, so writing a Variable of the result writes the State. ``True``:
-        they hold new Variables with the same values and metadata.
-      recreate_variables: a raw value (not a Variable) at a Variable's place, as in
-        a pure State (``nnx.as_pure``), becomes a new Variable of the kind and
-        metadata the GraphDef records (``True``, default) or is put there as is.
+      graphdef: from ``split`` (or a ``GraphState`` from ``unpack``).
+      *states: the States of the same ``split``, matched by path (nested dicts,
+        ``FlatState``s and GraphStates too); or one list, ``jax.tree.leaves(state)``; or,
+        when the root is a leaf, that leaf.
+      copy: ``False``: the result holds the States' own Variables; ``True``: new
+        Variables with the same values and metadata.
+      recreate_variables: a raw value at a Variable's place (a pure State) becomes a
+        Variable of the recorded kind and metadata (``True``) or is put there as is.
 
     Returns:
-      New objects (``__init__`` is not called); shared references and cycles are
-      restored.
+      New objects (``__init__`` not called), shared references and cycles restored.
 
     Raises:
-      GraphStructureError (a ``ValueError``): a leaf the GraphDef needs is missing
-        from the States, or a State has a leaf the GraphDef has no place for; the
-        message names the paths.
-      GraphStructureError: a list of leaves of the wrong length.
-      TypeError: the first argument is no GraphDef/GraphState, a state is not a
-        mapping (and the root is not a leaf), or a list comes with other states.
+      GraphStructureError (a ``ValueError``): a leaf is missing, has no place, or a list
+        of leaves has the wrong length; the message names the paths.
+      TypeError: the first argument is no GraphDef/GraphState, a state is not a mapping
+        (and the root is not a leaf), or a list comes with other states.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> graphdef, state = nnx.split(m)
-      >>> m2 = nnx.merge(graphdef, state)
-      >>> m2 is m, m2.kernel is m.kernel, nnx.merge(graphdef, state, copy=True).kernel is m.kernel
-      (False, True, False)
-      >>> m3 = nnx.merge(graphdef, jax.tree.leaves(state))  # a list of leaves: new Params
-      >>> type(m3.kernel).__name__, bool((m3.kernel[...] == m.kernel[...]).all())
-      ('Param', True)
-
-    Source: Flax NNX 0.12 ``nnx.merge``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> m.shared = m.kernel
+    >>> graphdef, state = nnx.split(m)
+    >>> m2 = nnx.merge(graphdef, state)
+    >>> m2 is m, m2.kernel is m.kernel, m2.shared is m2.kernel
+    (False, True, True)
+    >>> nnx.merge(graphdef, state, copy=True).kernel is m.kernel
+    False
+    >>> m3 = nnx.merge(graphdef, jax.tree.leaves(state))  # a list of leaves: new Params
+    >>> type(m3.kernel).__name__, bool((m3.kernel[...] == m.kernel[...]).all())
+    ('Param', True)
     """
     graphdef, all_states = graphdef_and_states(graphdef, states)
     if not all_states and graphdef.leaf_paths:
@@ -413,31 +349,22 @@ def _copy_array(x: Any) -> object:
 def clone(
     node: object, variables: bool = True, *, arrays: bool = False, graph: bool | None = None
 ) -> Any:
-    """Returns a copy of ``node``'s graph: new objects with the same structure.
+    """A copy of ``node``'s graph: new objects, same structure, shared references kept.
 
     Args:
-      node: a graph (see ``split``).
-      variables: ``True``: the copy gets new Variables (same values and metadata),
-        independent of ``node``'s; ``False``: it holds ``node``'s Variable objects.
-      arrays: also copy the arrays (so not even buffers are shared); needs
-        ``variables=True``.
-      graph: graph or tree mode (see ``split``).
-
-    Returns:
-      The copy; shared references and cycles are kept.
+      node, graph: as ``split``.
+      variables: ``True``: new Variables (same values and metadata); ``False``: the
+        copy holds ``node``'s Variables.
+      arrays: also copy the arrays (no buffer shared); needs ``variables=True``.
 
     Raises:
       ValueError: ``arrays=True`` with ``variables=False``.
       SharedReferenceError (a ``ValueError``): tree mode and a Variable is shared.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> nnx.clone(m).kernel is m.kernel, nnx.clone(m, variables=False).kernel is m.kernel
-      (False, True)
-
-    Source: Flax NNX 0.12 ``nnx.clone``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> nnx.clone(m).kernel is m.kernel, nnx.clone(m, variables=False).kernel is m.kernel
+    (False, True)
     """
     if arrays and not variables:
         raise ValueError(

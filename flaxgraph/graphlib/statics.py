@@ -1,23 +1,9 @@
-"""Static values in a GraphDef: structural ``functools.partial`` keys and the error for
-an unhashable static value.
+"""Static values in a GraphDef: structural ``functools.partial`` keys, the unhashable error.
 
-A static attribute (an int, a string, a config object, a function) is stored in the
-``GraphDef``, and a GraphDef is a jit cache key, so two models built the same way
-should give equal GraphDefs. ``functools.partial`` compares by identity, so Flax's
-CNN tutorial pattern ``self.avg_pool = partial(nnx.avg_pool, window_shape=(2, 2))``
-would give every model a new GraphDef (and every ``nnx.jit`` call on a new model a
-new compilation). The GraphDef therefore stores a partial as a ``PartialKey``, which
-compares and hashes by function, arguments and keywords (recursively), and gives the
-partial itself back when the graph is rebuilt.
-
-An unhashable static value (a non-frozen dataclass config) is fine in a GraphDef for
-``split``/``merge`` and the transforms (whose cache keys compare it with ``==``, as
-JAX compares a treedef's auxiliary data; see ``graphdefs.lenient_hash``); only
-hashing the GraphDef itself needs it hashable. ``unhashable_static_error`` then
-names the value's path and the fix.
-
-Source: Flax NNX 0.12 (static attributes live in the GraphDef); the structural
-partial key is flaxgraph's.
+A partial compares by identity, so ``self.pool = partial(nnx.avg_pool, ...)`` would
+give every model its own GraphDef (and jit compilation); the GraphDef stores a
+``PartialKey`` instead. Unhashable statics: ``docs/design.md``, "Records: the GraphDef".
+Source: Flax NNX 0.12 (static attributes live in the GraphDef).
 """
 
 from __future__ import annotations
@@ -29,20 +15,16 @@ from flaxgraph.errors import StaticAttributeError, numbered_fixes
 
 
 class PartialKey:
-    """A ``functools.partial`` as a GraphDef sees it: equal to another PartialKey of
-    a partial with the same function, arguments and keywords (nested partials
-    compared the same way), hashable when those are.
+    """A ``functools.partial`` as a GraphDef sees it: compared by function, arguments, keywords.
 
     Attributes:
       partial: the partial itself (what ``merge`` puts back).
 
-    Example::
-
-      >>> import functools, operator
-      >>> a = PartialKey(functools.partial(operator.add, 1))
-      >>> b = PartialKey(functools.partial(operator.add, 1))
-      >>> a == b, hash(a) == hash(b)
-      (True, True)
+    >>> import functools, operator
+    >>> a = PartialKey(functools.partial(operator.add, 1))
+    >>> b = PartialKey(functools.partial(operator.add, 1))
+    >>> a == b, hash(a) == hash(b)
+    (True, True)
     """
 
     __slots__ = ("partial", "_key")
@@ -80,8 +62,7 @@ def unwrap(x: object) -> object:
 def unhashable_static_error(
     where: str, value: object, what: str = "static attribute"
 ) -> StaticAttributeError:
-    """The error for an unhashable static value met where a GraphDef is hashed (a jit
-    cache key), naming its path ``where`` and the fixes."""
+    """The error for an unhashable static where a GraphDef is hashed: its path ``where``, fixes."""
     return StaticAttributeError(
         f"The {what} at {where} is a {type(value).__name__}, which is unhashable, so "
         "the GraphDef holding it cannot be hashed (a dict key, jax.jit's "

@@ -1,22 +1,4 @@
-"""Graph-wide Variable settings: ``with_vars`` (and its old name ``vars_as``) and
-``set_metadata``.
-
-``with_vars(node, ref=True)`` returns a copy of the graph in which the selected
-Variables are Ref-backed (or plain with ``ref=False``, read-only with
-``mutable=False``…); ``set_metadata(node, **metadata)`` writes metadata into the
-selected Variables of a graph in place::
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> class M(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.ones(2)); self.n = nnx.BatchStat(jnp.zeros(2))
-  >>> m = M()
-  >>> r = nnx.with_vars(m, ref=True, only=nnx.Param)
-  >>> r.w.ref, r.n is m.n, m.w.ref
-  (True, True, False)
-  >>> nnx.set_metadata(m, note='frozen', only=nnx.Param)
-  >>> m.w.note
-  'frozen'
+"""Graph-wide Variable settings: ``with_vars`` (old name ``vars_as``) and ``set_metadata``.
 
 Source: Flax NNX 0.12 ``nnx.with_vars``, ``nnx.vars_as``, ``nnx.set_metadata``.
 """
@@ -66,43 +48,37 @@ def with_vars(
     only: Filter = ...,
     allow_duplicates: bool = False,
 ) -> A:
-    """Returns a copy of ``node`` whose selected Variables have the given flags.
+    """A copy of ``node`` whose selected Variables have the given flags; ``node`` is unchanged.
 
-    Graph nodes (Modules, lists, dicts…) are new objects; a selected Variable
-    whose flags change becomes a new Variable of the same kind, value (same shape
-    and dtype) and metadata (a new ``jax.Ref`` for ``ref=True``/``hijax=True``,
-    holding the current value; ``ref=False`` holds the Ref's current content);
-    every other Variable is the *same* object as in ``node``. ``node`` itself is
-    not changed.
+    Graph nodes are new objects; a selected Variable whose flags change becomes a new
+    Variable of the same kind, value and metadata (a new ``jax.Ref`` for ``ref``/``hijax``
+    holding the current value); every other Variable is the same object as in ``node``.
 
     Args:
       node: a graph (Module, Variable, list/dict of them…).
-      hijax, ref, mutable: the new flags (see ``nnx.Variable``); ``None`` keeps
-        each Variable's own.
-      only: a filter selecting the Variables to change (default: all).
-      allow_duplicates: a selected Variable reachable along several paths is an
-        error unless this is True; then its one new copy is shared at all paths.
+      hijax, ref, mutable: the new flags (see ``nnx.Variable``); ``None`` keeps each one's.
+      only: a filter selecting the Variables (default: all).
+      allow_duplicates: allow a selected Variable reachable along several paths (its one
+        new copy is shared at all of them).
 
     Returns:
       The new graph (same structure as ``node``).
 
     Raises:
-      ValueError: a selected Variable is shared (several paths) and
-        ``allow_duplicates`` is False; the message lists the paths.
-      TypeError: a flag is not a ``bool``/``None``; ``ref`` asked for a Variable
-        whose value is not an array or number, or ``hijax`` for one whose value is
-        not an array, a number or a pytree of arrays (kept in JAX's box).
+      ValueError: a selected Variable is shared and ``allow_duplicates`` is False; the
+        message lists the paths.
+      TypeError: a flag is not a ``bool``/``None``; ``ref`` for a value that is no array
+        or number, or ``hijax`` for one that is no array, number or pytree of arrays.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> frozen = nnx.with_vars(layer, mutable=False, only=nnx.Param)
-      >>> grads = jax.grad(lambda m: m(jnp.ones((1, 2))).sum())(frozen)
-      >>> grads.kernel.shape
-      (2, 3)
-
-    Source: Flax NNX 0.12 ``nnx.with_vars``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> frozen = nnx.with_vars(layer, mutable=False, only=nnx.Param)
+    >>> grads = jax.grad(lambda m: m(jnp.ones((1, 2))).sum())(frozen)
+    >>> grads.kernel.shape
+    (2, 3)
+    >>> r = nnx.with_vars(layer, ref=True, only=nnx.Param)
+    >>> r.kernel.ref, layer.kernel.ref
+    (True, False)
     """
     for name, value in (("hijax", hijax), ("ref", ref), ("mutable", mutable)):
         _check_flag(name, value)
@@ -166,8 +142,6 @@ def vars_as(
 
     Warns:
       DeprecationWarning: always; call ``nnx.with_vars`` instead.
-
-    Source: Flax NNX 0.12 ``nnx.vars_as`` (deprecated there for ``with_vars``).
     """
     warnings.warn(
         "nnx.vars_as is deprecated; use nnx.with_vars (same arguments).",
@@ -190,26 +164,22 @@ def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object
     Args:
       node: a graph (Module, Variable, list/dict of them…).
       only: a filter selecting the Variables (default: all Variables).
-      **metadata: the entries to set (added to, or replacing, each Variable's).
+      **metadata: the entries to add or replace.
 
     Raises:
-      ValueError: an entry is a flag (``ref``, ``hijax``, ``mutable``): use
-        ``nnx.with_vars``. Nothing is changed then.
-      TraceContextError (a ``ValueError``): a selected Variable was created in
-        another JAX trace (captured by closure); nothing is changed then.
+      ValueError: an entry is a flag (``ref``, ``hijax``, ``mutable``; use
+        ``nnx.with_vars``). Nothing is changed then.
+      TraceContextError (a ``ValueError``): a selected Variable belongs to another JAX
+        trace; nothing is changed then.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> class Foo(nnx.Module):
-      ...   def __init__(self):
-      ...     self.param = nnx.Param(0.0); self.variable = nnx.Variable(0.0)
-      >>> node = Foo()
-      >>> nnx.set_metadata(node, differentiable=False, only=nnx.Param)
-      >>> node.param.get_metadata('differentiable'), node.variable.has_metadata('differentiable')
-      (False, False)
-
-    Source: Flax NNX 0.12 ``nnx.set_metadata``.
+    >>> import flaxgraph as nnx
+    >>> class Foo(nnx.Module):
+    ...   def __init__(self):
+    ...     self.param = nnx.Param(0.0); self.variable = nnx.Variable(0.0)
+    >>> node = Foo()
+    >>> nnx.set_metadata(node, differentiable=False, only=nnx.Param)
+    >>> node.param.get_metadata('differentiable'), node.variable.has_metadata('differentiable')
+    (False, False)
     """
     flags = [k for k in FLAG_KEYS if k in metadata]
     if flags:

@@ -1,18 +1,7 @@
-"""Flatten: object graph -> (GraphDef, leaves), detecting sharing and cycles.
+"""The general walk: object graph -> (GraphDef, leaves with paths), sharing and cycles kept.
 
-The walk is depth-first. Each graph node and Variable gets a reference index
-the first time it is seen and becomes a ``NodeRef`` on every later sighting, so
-shared references and cycles are stored once; in graph mode a raw ``jax.Ref``
-leaf is tracked the same way (one State leaf, ``NodeRef``s for later sightings).
-Containers (lists, dicts, tuples,
-other pytrees) are walked by value. Array leaves and Variables are appended,
-with their paths, to the leaf list in walk order; static values go into the
-GraphDef and must be hashable.
-
-``Walk`` carries a *prefix* down the walk and calls a few hooks (``enter_node``,
-``child_prefixes``, ``add_leaf``, ``on_alias``) that do nothing here; the
-transforms' lifting machine subclasses it to resolve ``in_axes``-like prefixes
-and check consistent aliasing in the same single pass.
+How it numbers nodes and what its hooks are for: ``docs/design.md``, "split, merge,
+update", and the package README, "One classification, one walk, one build".
 """
 
 from __future__ import annotations
@@ -79,38 +68,32 @@ def flatten_with_paths(
 
     Args:
       node: any graph node, Variable, container or leaf.
-      ref_index: identity map node -> reference index, shared between calls to
-        give several graphs one index space (``split_context``); new nodes get
-        ``len(ref_index)`` as index. A fresh map is used if ``None``.
+      ref_index: node -> reference index, shared between calls (``split_context``); new
+        nodes get ``len(ref_index)``. Fresh if ``None``.
       root_name: how error messages name the root (``node``, ``args``…).
-      error_root: the value paths in error messages are walked from (default
-        ``node``).
-      graph: ``False`` for tree mode: a Variable reachable along two paths raises
-        ``SharedReferenceError`` (see ``flaxgraph.modes``).
+      error_root: the value error paths are walked from (default ``node``).
+      graph: ``False`` for tree mode.
 
     Returns:
-      ``(graphdef, leaves)`` where ``leaves`` is a list of ``(path, leaf)`` in walk
-      order; a leaf is the Variable object itself (not a copy) or a raw array.
+      ``(graphdef, leaves)``, ``leaves`` a list of ``(path, leaf)`` in walk order; a leaf
+      is the Variable itself or a raw array.
 
     Raises:
-      (An unhashable static attribute or Variable metadata is allowed, as in Flax:
-      only ``hash(graphdef)`` raises then, naming its path.)
-      SharedReferenceError (a ``ValueError``): with ``graph=False``, a Variable is
-        reachable along several paths; the message lists them all.
+      SharedReferenceError (a ``ValueError``): tree mode and a Variable is reachable
+        along several paths; the message lists them all.
     """
     walk = Walk(RefMap() if ref_index is None else ref_index, root_name, error_root, graph)
     return walk.run(node)
 
 
 class Walk:
-    """One depth-first walk of a graph; see the module docstring.
+    """One depth-first walk of a graph; subclassed by the lifting machine through its hooks.
 
     Attributes:
       ref_index: node/Variable -> reference index.
       leaves: ``(path, leaf)`` pairs appended in walk order.
-      dynamic_leaves: if True, plain Python scalars that are not inside a graph
-        node are leaves (as JAX treats them in a transform's arguments) instead of
-        static values.
+      dynamic_leaves: Python and NumPy numbers outside every graph node are leaves
+        (``traced_constant``), as in a transform's arguments.
       graph: ``False`` for tree mode, where a Variable reached twice is an error.
     """
 
@@ -149,8 +132,7 @@ class Walk:
 
     # -- hooks (no-ops for a plain split) ---------------------------------------------
     def enter_node(self, node: Any, path: PathParts, prefix: Any) -> Any:
-        """Called on the first sighting of a node or Variable; returns the prefix its
-        children (or, for a Variable, its value) receive."""
+        """Called on a node's or Variable's first sighting; returns the prefix its children get."""
         return prefix
 
     def child_prefixes(
@@ -256,15 +238,11 @@ class Walk:
         return path_str(self.root_name, self.error_root, path)
 
     def diagnostic_root(self) -> tuple[Any, bool]:
-        """``(root, wrapped)``: what error diagnostics re-walk, and whether it is a
-        tuple of named roots (paths then start with the root's position)."""
+        """``(root, wrapped)``: what diagnostics re-walk, and whether it is a tuple of roots."""
         return self.error_root, False
 
     def tree_alias(self, x: Any, path: PathParts = ()) -> None:
-        """Tree mode met ``x`` again at ``path``: an error if ``x`` is an ancestor of
-        ``path`` (a cycle: a tree has none) or if a Variable is thereby reachable twice
-        (a shared object without Variables is harmless: pytrees may repeat leaves-free
-        nodes)."""
+        """Tree mode met ``x`` again: an error for a cycle or a Variable reachable twice."""
         depth = _ancestor_depth(self.walk_root, path, x)
         if depth is not None:
             raise SharedReferenceError(
@@ -306,10 +284,7 @@ class Walk:
             )
 
     def _check_hashable(self, x: Any, path: PathParts) -> None:
-        """Warns when a static value hashes by identity and is made per model (every
-        model would get its own GraphDef, so jit would recompile). An unhashable
-        value is fine here: only hashing the GraphDef (a jit cache key) needs it
-        hashable, and ``GraphDef.__hash__`` then names its path."""
+        """Warns when a static hashes by identity and is made per model (jit would recompile)."""
         if made_per_instance(x):
             warnings.warn(
                 f"The static attribute at {self.where(path)} is a {type(x).__name__} that "
@@ -332,26 +307,20 @@ _NUMPY_NUMBERS = (np.number, np.bool_)
 
 
 def traced_constant(x: object) -> bool:
-    """Whether the constant ``x`` (a value ``REGISTRY.kind_of`` calls ``CONSTANT``) is
-    a leaf where a walk with ``dynamic_leaves`` meets it outside every graph node (a
-    transform's argument, an item of a list, tuple or dict argument, an output): a
-    Python number (``int``, ``float``, ``bool``, ``complex``, exactly) or a NumPy
-    number or bool (``np.float32(1.0)``, ``np.int64(3)``, ``np.bool_(True)``), which
-    ``jax.jit`` and Flax NNX 0.12.8's transforms trace. Held by a graph node the same
-    value is static, as in Flax (#29). Strings, ``None`` and ``np.str_`` stay static
-    everywhere. This is the one rule of a constant's role: the general walk
-    (``Walk.visit``) and the fast path's argument checks (``transforms/plan_code.py``)
-    both ask it."""
+    """Whether the ``CONSTANT`` ``x`` is a leaf outside every graph node (``dynamic_leaves``).
+
+    True for exactly ``int``, ``float``, ``bool``, ``complex`` and NumPy numbers and bools
+    (which ``jax.jit`` traces); held by a node they stay static (#29). The one rule, asked
+    by ``Walk.visit`` and ``transforms/plan_code.py``: ``docs/design.md``, "What a value is".
+    """
     return type(x) in SCALARS or isinstance(x, _NUMPY_NUMBERS)
 
 
 def argument_leaf(x: object) -> bool:
-    """Whether the general walk makes ``x`` a leaf where it meets it outside every
-    graph node in a transform's arguments *and* any such leaf may stand for another
-    one (the fast path's argument checks accept it in place of a leaf of another
-    type: the plan's compiled function is a ``jax.jit``, which retraces when a
-    leaf's type calls for it): an ``ARRAY`` of the engine's classification
-    (``registry.ARRAY_TYPES``) or a constant ``traced_constant`` traces."""
+    """Whether ``x`` is an argument leaf that may stand for a leaf of another type on the fast path.
+
+    An ``ARRAY`` (``registry.ARRAY_TYPES``) or a constant ``traced_constant`` traces.
+    """
     kind = REGISTRY.kind_of(x)
     return kind is ARRAY or (kind is CONSTANT and traced_constant(x))
 
@@ -360,24 +329,17 @@ _variable_def = VariableDef.from_fields  # the record's C-speed constructor (gra
 
 
 def variable_def(t: type, index: int, variable: Variable[Any]) -> VariableDef:
-    """The split rule of a Variable seen for the first time, written once for every
-    walk (``Walk.visit`` and the direct walk, ``direct_split.split_direct``): its
-    record holds its type ``t``, its new reference ``index`` and its metadata
-    *frozen*, i.e. the sorted items of its metadata dict (``()`` for none); the walk
-    puts the Variable itself into the State, and a later sighting is a ``NodeRef`` to
-    ``index``.
+    """The record of a Variable seen first (type ``t``, ``index``, its sorted metadata items).
 
-    An unhashable metadata value (``out_sharding=["data", None]``) is kept, as in
-    Flax: the GraphDef compares it with ``==`` and the transforms' cache keys work
-    without hashing it (``graphdefs.lenient_hash``); only ``hash(graphdef)`` needs it
-    hashable, and then names the Variable's path."""
+    Shared by ``Walk.visit`` and ``direct_split.split_direct``; unhashable metadata is
+    kept (only ``hash(graphdef)`` raises).
+    """
     metadata = metadata_of(variable)
     return _variable_def((t, index, tuple(sorted(metadata.items())) if metadata else ()))
 
 
 def not_a_pytree_error(t: type, where: str) -> ValueError:
-    """Tree mode met an instance of a ``Pytree`` class declared with ``pytree=False``
-    (e.g. an ``nnx.Object``): JAX cannot flatten_with_paths it, so tree mode cannot walk it."""
+    """The error for tree mode meeting a ``pytree=False`` object, which JAX cannot flatten."""
     return ValueError(
         f"Tree mode (graph=False) cannot walk the {t.__name__} at {where}: its class has "
         f"pytree=False, so it is no JAX pytree. Found at path: {where}.\n"
@@ -391,13 +353,11 @@ def not_a_pytree_error(t: type, where: str) -> ValueError:
 
 
 def made_per_instance(x: Any) -> bool:
-    """Whether a static value compares by identity *and* is likely created afresh for
-    each model (so two equal models get unequal GraphDefs): plain objects without
-    ``__eq__``, lambdas and nested functions (closures such as initializers made by
-    ``lecun_normal()``), and a ``functools.partial`` of such a value (a partial itself
-    compares by function and arguments in a GraphDef). Module-level functions, classes,
-    modules and JAX's function wrappers are identity-hashed too but are singletons,
-    and so are ``None`` and ``...`` (reached here as ``nnx.static(None)``)."""
+    """Whether a static compares by identity and is likely made afresh per model.
+
+    Plain objects without ``__eq__``, lambdas, closures and partials of them; module-level
+    functions, classes, modules, ``None`` and ``...`` are singletons and do not count.
+    """
     if is_plain_static(x):
         return False
     if isinstance(x, functools.partial):  # compared structurally (graphlib/statics.py)
@@ -423,8 +383,7 @@ def _is_scalar(x: Any) -> bool:
 
 
 def _ancestor_depth(root: Any, path: PathParts, x: Any) -> int | None:
-    """The length of the prefix of ``path`` (walked from ``root``) that leads to ``x``,
-    if ``x`` is met on the way (then reaching ``x`` at ``path`` closes a cycle)."""
+    """The length of ``path``'s prefix leading to ``x``, if ``x`` is on it (a cycle)."""
     current = root
     for depth, key in enumerate(path):
         if current is x:
@@ -459,9 +418,10 @@ def _holds_variable(node: Any) -> bool:
 
 
 def variable_paths(root: Any, wrapped: bool = False) -> dict[int, list[tuple[Any, PathParts]]]:
-    """Every path of every Variable reachable from ``root`` (through shared nodes
-    too, cycles cut): ``id(variable) -> [(variable, path), ...]``. With ``wrapped``,
-    ``root`` is a tuple of named roots and paths start with the root's position."""
+    """Every path of every Variable below ``root``: ``id(variable) -> [(variable, path), ...]``.
+
+    With ``wrapped``, ``root`` is a tuple of named roots and paths start with the position.
+    """
     found: dict[int, list[tuple[Any, PathParts]]] = {}
     on_path: set[int] = set()
 
@@ -497,9 +457,9 @@ def shared_variables_message(
     fixes: Sequence[str] = (),
     select: Any = None,
 ) -> str:
-    """The message of a ``SharedReferenceError``: every Variable reachable along
-    several paths (those whose list of paths ``select`` accepts, if given), each path
-    formatted by ``where``."""
+    """The ``SharedReferenceError`` message: each Variable reachable along several paths (those
+    ``select`` accepts), each path formatted by ``where``.
+    """
     lines = []
     kinds: list[str] = []
     for entries in variable_paths(root, wrapped).values():

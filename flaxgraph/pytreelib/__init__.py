@@ -1,13 +1,7 @@
 """Pytree/Object: the reference-semantics base class, a graph node *and* a JAX pytree.
 
-``objects`` defines ``Pytree``/``Object`` (attributes split into data and static,
-the trace an object was created in, the structure version the fast path checks);
-``tree_layout`` the cached pytree view; ``declarations`` ``check_pytree`` and
-``dataclass``; ``attribute_kinds`` the ``data``/``static`` markers and the data-type
-registry.
-
-This package is Flax NNX's ``pytreelib`` module map (``nnx.object`` is an alias,
-as in Flax).
+The package README maps the files; this package is Flax NNX's ``pytreelib`` module map
+(``nnx.object`` is an alias, as in Flax).
 """
 
 from flaxgraph.pytreelib.attribute_kinds import DATA_REGISTRY as DATA_REGISTRY

@@ -1,16 +1,7 @@
-"""Data and static attributes: ``nnx.data``/``nnx.static`` markers and field
-specifiers, the deprecated ``nnx.Data[T]``/``nnx.Static[T]`` annotations, and the
-data types (``is_data``, ``has_data``, ``register_data_type``).
+"""Data and static attributes: the ``nnx.data``/``nnx.static`` marks and the data types.
 
-A ``Pytree`` attribute is *data* (a pytree child, a State leaf) or *static* (part
-of the pytree's aux data and of the GraphDef). The choice is automatic (arrays,
-Variables, graph nodes, registered data types and containers holding them are
-data) unless an attribute is marked: on assignment (``self.n = nnx.data(3)``) or
-at class level (``n: int = nnx.data()``, also the field specifiers of
-``nnx.dataclass``).
-
-Source: Flax NNX 0.12 ``nnx.data``, ``nnx.static``, ``nnx.Data``, ``nnx.Static``,
-``nnx.is_data``, ``nnx.has_data``, ``nnx.register_data_type``.
+The rule: the package README, "Data or static". Source: Flax NNX 0.12 ``nnx.data``,
+``static``, ``Data``, ``Static``, ``is_data``, ``has_data``, ``register_data_type``.
 """
 
 from __future__ import annotations
@@ -60,61 +51,38 @@ def _mark(kind: str, value: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def data(value: Any = _NO_VALUE, /, **kwargs: Any) -> Any:
-    """Marks an attribute as data: a pytree child and a State leaf even if it is not
-    an array.
+    """Marks an attribute as data: a pytree child and a State leaf even if it is not an array.
 
-    In the graph view (``split``, ``state``, the transforms) a marked value that is
-    not a container is one State leaf (``nnx.data(0)``); a marked container (a list,
-    dict, tuple, State or other pytree node) is walked as any container is: its
-    arrays, Variables and objects are State leaves and its other values (dtypes,
-    strings, ints) stay static, as in Flax NNX 0.12's graph view. In the pytree view
-    (``jax.tree.leaves(obj)``) the whole value is a child.
-
-    Two uses:
-
-    * on assignment, ``self.step = nnx.data(0)``: returns a marker that the
-      assignment unwraps (the attribute holds ``0``);
-    * as a class-level field specifier, ``step: int = nnx.data(default=0)`` or
-      ``layers: list = nnx.data()``: returns a ``dataclasses.field`` (keyword
-      arguments go to it) that marks the attribute for every instance; works with
-      ``nnx.dataclass`` and in plain Pytree classes.
+    On assignment (``self.step = nnx.data(0)``) it returns a mark the assignment unwraps;
+    without a value (``step: int = nnx.data(default=0)``) a ``dataclasses.field`` taking
+    the keyword arguments. A marked container is still walked in the graph view.
 
     Raises:
       TypeError: a value and keyword arguments together.
 
-    Example::
-
-      >>> import jax, flaxgraph as nnx
-      >>> class Foo(nnx.Pytree):
-      ...   def __init__(self):
-      ...     self.count = nnx.data(42); self.name = 'foo'
-      >>> jax.tree.leaves(Foo())
-      [42]
-
-    Source: Flax NNX 0.12 ``nnx.data``.
+    >>> import jax, flaxgraph as nnx
+    >>> class Foo(nnx.Pytree):
+    ...   def __init__(self):
+    ...     self.count = nnx.data(42); self.name = 'foo'
+    >>> jax.tree.leaves(Foo())
+    [42]
     """
     return _mark(DATA, value, kwargs)
 
 
 def static(value: Any = _NO_VALUE, /, **kwargs: Any) -> Any:
-    """Marks an attribute as static: it goes into the pytree's static part and the
-    GraphDef (so it must be hashable). Same two uses as ``data``: on assignment
-    (``self.n = nnx.static(3)``) or as a field specifier (``n: int = nnx.static(default=3)``).
+    """Marks an attribute as static (pytree aux data and GraphDef, so hashable); used as ``data``.
 
     Raises:
       TypeError: a value and keyword arguments together.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> @nnx.dataclass
-      ... class Conf(nnx.Pytree):
-      ...   w: jax.Array
-      ...   n: int = nnx.static(default=3)
-      >>> jax.tree.leaves(Conf(jnp.ones(1)))
-      [Array([1.], dtype=float32)]
-
-    Source: Flax NNX 0.12 ``nnx.static``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> @nnx.dataclass
+    ... class Conf(nnx.Pytree):
+    ...   w: jax.Array
+    ...   n: int = nnx.static(default=3)
+    >>> jax.tree.leaves(Conf(jnp.ones(1)))
+    [Array([1.], dtype=float32)]
     """
     return _mark(STATIC, value, kwargs)
 
@@ -130,8 +98,7 @@ class _AnnotationMarker:
 
 
 DataAnnotation = "__data__"
-"""Flax's marker string: ``typing.Annotated[T, DataAnnotation]`` declares data, as
-``nnx.Data[T]`` does."""
+"""Flax's marker string: ``typing.Annotated[T, DataAnnotation]`` declares data."""
 StaticAnnotation = "__static__"
 """Flax's marker string: ``typing.Annotated[T, StaticAnnotation]`` declares static."""
 FLAX_ANNOTATIONS = {DataAnnotation: DATA, StaticAnnotation: STATIC}
@@ -150,22 +117,17 @@ def _deprecated(name: str) -> None:
 
 
 class Data:
-    """``x: nnx.Data[T]`` marks a class attribute as data for every instance.
-    Deprecated (emits ``DeprecationWarning``): write ``x: T = nnx.data()``.
+    """``x: nnx.Data[T]`` marks a class attribute as data; deprecated for ``x: T = nnx.data()``.
 
-    Example::
-
-      >>> import warnings, jax, flaxgraph as nnx
-      >>> with warnings.catch_warnings(record=True) as caught:
-      ...   warnings.simplefilter('always')
-      ...   class Foo(nnx.Pytree):
-      ...     n: nnx.Data[int]
-      ...     def __init__(self):
-      ...       self.n = 3
-      >>> jax.tree.leaves(Foo()), caught[0].category.__name__
-      ([3], 'DeprecationWarning')
-
-    Source: Flax NNX 0.12 ``nnx.Data``.
+    >>> import warnings, jax, flaxgraph as nnx
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...   warnings.simplefilter('always')
+    ...   class Foo(nnx.Pytree):
+    ...     n: nnx.Data[int]
+    ...     def __init__(self):
+    ...       self.n = 3
+    >>> jax.tree.leaves(Foo()), caught[0].category.__name__
+    ([3], 'DeprecationWarning')
     """
 
     def __class_getitem__(cls, item: Any) -> Any:
@@ -174,13 +136,7 @@ class Data:
 
 
 class Static:
-    """``x: nnx.Static[T]`` marks a class attribute as static for every instance.
-    Deprecated (emits ``DeprecationWarning``): write ``x: T = nnx.static()``.
-
-    Example: as ``Data``, with the attribute kept out of the leaves.
-
-    Source: Flax NNX 0.12 ``nnx.Static``.
-    """
+    """``x: nnx.Static[T]`` marks a class attribute static; deprecated for ``nnx.static()``."""
 
     def __class_getitem__(cls, item: Any) -> Any:
         _deprecated("Static")
@@ -191,9 +147,7 @@ _STRING_MARK = re.compile(r"(?:^|[\s\[.,])(Data|Static)\[")
 
 
 def class_kinds(cls: type) -> tuple[tuple[str, str], ...]:
-    """The attribute kinds a class declares: ``nnx.data()``/``nnx.static()`` fields
-    and (deprecated) ``nnx.Data[...]``/``nnx.Static[...]`` annotations, base classes
-    first."""
+    """The ``(name, kind)`` pairs a class declares (fields and annotations), base classes first."""
     kinds: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         for name, ann in vars(klass).get("__annotations__", {}).items():
@@ -227,49 +181,38 @@ DATA_REGISTRY = DATA_TYPES
 
 
 class AttributeStatus(NamedTuple):
-    """Whether an attribute is data, and whether that was declared (``nnx.data``/
-    ``nnx.static``, an annotation) rather than inferred from its value."""
+    """Whether an attribute is data, and whether that was declared rather than inferred."""
 
     is_data: bool
     explicit: bool
 
 
 def register_data_type(type_: T, /) -> T:
-    """Declares ``type_`` data: a value of this type assigned to a Pytree attribute is
-    a pytree child and a State leaf without ``nnx.data(...)``. Usable as a decorator.
+    """Declares ``type_`` data (no ``nnx.data`` needed for its values); usable as a decorator.
 
-    Example::
-
-      >>> import dataclasses, jax, flaxgraph as nnx
-      >>> @nnx.register_data_type
-      ... @dataclasses.dataclass(frozen=True)
-      ... class Tag:
-      ...   value: int
-      >>> class Foo(nnx.Pytree):
-      ...   def __init__(self):
-      ...     self.tag = Tag(1); self.name = 'foo'
-      >>> nnx.is_data(Tag(1)), jax.tree.leaves(Foo())
-      (True, [Tag(value=1)])
-
-    Source: Flax NNX 0.12 ``nnx.register_data_type``.
+    >>> import dataclasses, jax, flaxgraph as nnx
+    >>> @nnx.register_data_type
+    ... @dataclasses.dataclass(frozen=True)
+    ... class Tag:
+    ...   value: int
+    >>> class Foo(nnx.Pytree):
+    ...   def __init__(self):
+    ...     self.tag = Tag(1); self.name = 'foo'
+    >>> nnx.is_data(Tag(1)), jax.tree.leaves(Foo())
+    (True, [Tag(value=1)])
     """
     DATA_TYPES.add(type_)  # type: ignore[arg-type]
     return type_
 
 
 def is_data(value: Any, /) -> bool:
-    """Whether ``value`` is of a data type: an array (JAX or NumPy), a Variable, a
-    graph node (``Pytree``, ``Module``, ``Rngs``…, registered node types) or a type
-    given to ``register_data_type``. Containers are not data types themselves (see
-    ``has_data``), though an attribute holding a list of arrays is data.
+    """Whether ``value`` is of a data type: an array, a Variable, a graph node or a registered type.
 
-    Example::
+    Containers are not data types (see ``has_data``).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.is_data(jnp.ones(1)), nnx.is_data(nnx.Param(1)), nnx.is_data([jnp.ones(1)])
-      (True, True, False)
-
-    Source: Flax NNX 0.12 ``nnx.is_data``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.is_data(jnp.ones(1)), nnx.is_data(nnx.Param(1)), nnx.is_data([jnp.ones(1)])
+    (True, True, False)
     """
     return REGISTRY.kind_of(value) in _DATA_KINDS or type(value) in DATA_TYPES
 
@@ -279,15 +222,10 @@ _DATA_KINDS = frozenset({NODE, VARIABLE, ARRAY})
 
 
 def has_data(value: Any, /) -> list[Any]:
-    """Returns the data values (``is_data``) found in the pytree ``value``, in
-    pytree order; empty if it holds none.
+    """The data values (``is_data``) in the pytree ``value``, in pytree order.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.has_data({'a': jnp.zeros(1), 'b': 'x'}), nnx.has_data((1, 2))
-      ([Array([0.], dtype=float32)], [])
-
-    Source: Flax NNX 0.12 ``nnx.has_data``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.has_data({'a': jnp.zeros(1), 'b': 'x'}), nnx.has_data((1, 2))
+    ([Array([0.], dtype=float32)], [])
     """
     return [x for x in jax.tree.leaves(value, is_leaf=is_data) if is_data(x)]

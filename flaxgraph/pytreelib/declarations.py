@@ -1,15 +1,4 @@
-"""Declaring and checking ``Pytree`` classes: ``nnx.dataclass`` (dataclass fields
-whose kind ``nnx.data()``/``nnx.static()`` declare) and ``nnx.check_pytree`` (no
-static attribute holds data).
-
-  >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-  >>> @nnx.dataclass
-  ... class Pair(nnx.Pytree):
-  ...   a: jax.Array
-  ...   name: str = nnx.static(default='pair')
-  >>> nnx.check_pytree(Pair(jnp.ones(1)))
-  >>> jax.tree.leaves(Pair(jnp.ones(1)))
-  [Array([1.], dtype=float32)]
+"""``nnx.dataclass`` and ``nnx.check_pytree``: declaring and checking ``Pytree`` classes.
 
 Source: Flax NNX 0.12 ``nnx.dataclass`` and ``nnx.check_pytree``.
 """
@@ -26,32 +15,25 @@ T = TypeVar("T")
 
 
 def check_pytree(pytree: Any) -> None:
-    """Checks that no attribute of ``pytree`` marked static (``nnx.static``) holds data
-    (arrays, Variables, graph nodes), which would silently be baked into the
-    GraphDef and the pytree's static part.
+    """Checks that no static-marked attribute of ``pytree`` holds data (arrays, Variables, nodes).
 
-    Assignment already refuses such values (as in Flax NNX 0.12); this check is for
-    attributes stored without ``__setattr__`` (``vars(obj).update(...)``).
+    Assignment already refuses such values; this catches attributes stored without
+    ``__setattr__`` (``vars(obj).update(...)``).
 
     Raises:
       TypeError: ``pytree`` is not a ``Pytree``.
-      ValueError: a static attribute holds data; the message names the attribute,
-        the data types found and the fixes.
+      ValueError: a static attribute holds data; the message names it and the fixes.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Bad(nnx.Pytree):
-      ...   table: list = nnx.static()
-      >>> bad = Bad()
-      >>> vars(bad).update(table=[jnp.ones(1)])
-      >>> try:
-      ...   nnx.check_pytree(bad)
-      ... except ValueError as e:
-      ...   print(str(e).splitlines()[0])
-      The static attribute Bad.table holds data (ArrayImpl).
-
-    Source: Flax NNX 0.12 ``nnx.check_pytree``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class Bad(nnx.Pytree):
+    ...   table: list = nnx.static()
+    >>> bad = Bad()
+    >>> vars(bad).update(table=[jnp.ones(1)])
+    >>> try:
+    ...   nnx.check_pytree(bad)
+    ... except ValueError as e:
+    ...   print(str(e).splitlines()[0])
+    The static attribute Bad.table holds data (ArrayImpl).
     """
     if not isinstance(pytree, Pytree):
         raise TypeError(f"check_pytree expects an nnx.Pytree, got a {type(pytree).__name__}.")
@@ -95,29 +77,24 @@ def dataclass(
     slots: bool = False,
     weakref_slot: bool = False,
 ) -> Any:
-    """``dataclasses.dataclass`` for ``Pytree`` subclasses: fields declared with
-    ``nnx.data()``/``nnx.static()`` get that kind, other fields the automatic one.
+    """``dataclasses.dataclass`` for ``Pytree`` subclasses; ``nnx.data()``/``nnx.static()`` fields.
 
     Args:
-      cls: the class (or ``None`` when used as ``@nnx.dataclass(...)``).
-      init, eq, order, unsafe_hash, match_args, kw_only, slots, weakref_slot: as
-        for ``dataclasses.dataclass``.
+      cls: the class (``None`` when used as ``@nnx.dataclass(...)``).
+      init, eq, order, unsafe_hash, match_args, kw_only, slots, weakref_slot: as for
+        ``dataclasses.dataclass``.
 
     Raises:
       TypeError: ``cls`` is not a ``Pytree`` subclass.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> @nnx.dataclass
-      ... class Point(nnx.Pytree):
-      ...   x: jax.Array
-      ...   label: str = nnx.static(default='p')
-      ...   steps: int = nnx.data(default=0)
-      >>> jax.tree.leaves(Point(jnp.zeros(2)))      # attributes in name order
-      [0, Array([0., 0.], dtype=float32)]
-
-    Source: Flax NNX 0.12 ``nnx.dataclass``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> @nnx.dataclass
+    ... class Point(nnx.Pytree):
+    ...   x: jax.Array
+    ...   label: str = nnx.static(default='p')
+    ...   steps: int = nnx.data(default=0)
+    >>> jax.tree.leaves(Point(jnp.zeros(2)))      # attributes in name order
+    [0, Array([0., 0.], dtype=float32)]
     """
     options = dict(zip(_DATACLASS_OPTIONS, (init, eq, order, unsafe_hash, match_args)))
     options.update(kw_only=kw_only, slots=slots, weakref_slot=weakref_slot)

@@ -1,13 +1,7 @@
-"""Flax's ``pytreelib`` names that flaxgraph's object model does not need, at Flax's path.
+"""Flax's ``pytreelib`` names flaxgraph's object model does not need (``PytreeMeta``, records).
 
-Flax NNX builds its ``Pytree`` class with a metaclass (``PytreeMeta``) and renders shapes
-through small records (``ArrayRepr``…) kept in a per-thread context (``OBJECT_CONTEXT``).
-flaxgraph's ``Pytree`` needs no metaclass and displays through :mod:`flaxgraph.visualization`;
-these names exist so that code naming them keeps working, with Flax's behaviour where they
-have one of their own (the records render as Flax's do).
-
-Source: Flax NNX 0.12.8 ``flax.nnx.pytreelib`` (its module map, behaviour read from its
-public source).
+They keep code naming them working, with Flax's behaviour where they have one (the
+records render as Flax's). Source: Flax NNX 0.12.8 ``flax.nnx.pytreelib``.
 """
 
 from __future__ import annotations
@@ -37,9 +31,7 @@ BUILDING_DOCS = "FLAX_DOC_BUILD" in os.environ
 
 
 class PytreeMeta(type):
-    """Flax's metaclass of ``Pytree``. flaxgraph's ``Pytree`` needs none (its metaclass is
-    ``type``); a metaclass derived from this one (``class Meta(PytreeMeta, abc.ABCMeta)``)
-    still works for a subclass of ``nnx.Pytree`` or ``nnx.Module``."""
+    """Flax's metaclass of ``Pytree`` (flaxgraph's is ``type``); a metaclass may derive from it."""
 
 
 ObjectMeta = PytreeMeta

@@ -1,39 +1,8 @@
-"""Pytree and Object: the reference-semantics base classes (graph nodes).
+"""``Pytree`` and ``Object``: the reference-semantics base classes (graph nodes).
 
-A ``Pytree`` is an ordinary mutable Python object: assign any attribute
-(arrays, Variables, sub-objects, lists and dicts of them, plain values). Two
-views of it exist:
-
-* **Graph view** (reference semantics). ``split``/``merge`` and flaxgraph's
-  transforms see an Object as a graph node: shared references and cycles are
-  kept, and updates made inside a transform come back to the same object.
-* **Pytree view** (value semantics). Every Pytree class is registered as a JAX
-  pytree: *data* attributes (arrays, Variables, sub-objects, containers holding
-  any of them) are children, everything else is static. So ``jax.tree.map`` and
-  plain ``jax.jit`` accept Objects, copying them like any pytree (shared
-  references become copies; cycles are not supported in this view). Wrap a value
-  in ``nnx.data(...)`` or ``nnx.static(...)`` when assigning it, or declare the
-  field with ``x: int = nnx.data()`` / ``nnx.static()`` at class level (also the
-  field specifiers of ``nnx.dataclass``), to override the automatic choice.
-  ``class Foo(nnx.Pytree, pytree=False)`` opts out of the pytree view;
-  ``nnx.Object`` is exactly that (a graph node that JAX sees as one leaf), as in
-  Flax NNX 0.12. Such a class classifies each attribute by its value alone:
-  ``nnx.data``/``nnx.static`` marks and declared kinds are dropped, as in Flax
-  NNX 0.12.8. ``Module`` derives from ``Pytree``.
-
-An Object records the JAX trace it was created in; assigning or deleting an
-attribute from another trace raises ``TraceContextError``. That is what stops a
-transform from silently leaking tracers into an object captured by closure.
-
-Each Object also keeps a *structure version* that changes whenever an
-assignment changes the graph's structure (a new or deleted attribute, another
-sub-object, a static value) but not when an array or a Variable's value
-changes. Transforms use it to reuse cached GraphDefs.
-
-Source: Flax NNX 0.12 ``nnx.Pytree``/``nnx.Object``, ``nnx.data``/``nnx.static``,
-``nnx.dataclass``, ``nnx.is_data``/``nnx.has_data``/``nnx.register_data_type``,
-``nnx.check_pytree``; the data/static split of
-the "Understanding PAX" tutorial.
+The two views, the trace record and the structure version: the package README and
+``docs/design.md``, "Objects are pytrees too". Source: Flax NNX 0.12 ``nnx.Pytree``,
+``nnx.Object``; the data/static split of the "Understanding PAX" tutorial.
 """
 
 from __future__ import annotations
@@ -80,24 +49,22 @@ from flaxgraph.typing import MISSING
 
 
 class Pytree:
-    """Base class of reference-semantics objects that are also JAX pytrees (see the
-    module docstring). ``class Foo(nnx.Pytree, pytree=False)`` makes a graph node
-    that JAX treats as a single leaf; subclasses inherit the choice.
+    """Base class of reference-semantics objects that are also JAX pytrees.
+
+    ``class Foo(nnx.Pytree, pytree=False)`` makes a graph node JAX sees as one leaf
+    (marks and declared kinds are then dropped, as in Flax NNX 0.12.8); subclasses
+    inherit the choice.
 
     Raises:
-      TraceContextError (a ``ValueError``): an attribute is assigned or deleted
-        from a JAX trace other than the one the object was created in.
+      TraceContextError (a ``ValueError``): an attribute is assigned or deleted from a
+        JAX trace other than the object's.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Scale(nnx.Pytree):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(2)); self.name = 'scale'
-      >>> jax.tree.leaves(Scale())
-      [Array([1., 1.], dtype=float32)]
-
-    Source: Flax NNX 0.12 ``nnx.Pytree``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> class Scale(nnx.Pytree):
+    ...   def __init__(self):
+    ...     self.w = nnx.Param(jnp.ones(2)); self.name = 'scale'
+    >>> jax.tree.leaves(Scale())
+    [Array([1., 1.], dtype=float32)]
     """
 
     __slots__ = (
@@ -149,23 +116,17 @@ class Pytree:
             )
 
     def _check_valid_context(self, error_msg: Callable[[], str]) -> None:
-        """The hook every mutation goes through when it comes from another JAX trace
-        than the object's: raises ``TraceContextError(error_msg())``. A subclass may
-        override it (to allow mutations in a context of its own, then call
-        ``super()._check_valid_context(error_msg)``), as Flax 0.12's hook of that name.
-        """
+        """Raises ``TraceContextError(error_msg())`` from another trace (Flax 0.12's hook)."""
         if self._obj_trace != current_trace():
             raise TraceContextError(error_msg())
 
     # -- what Flax's Pytree exposes to subclasses ---------------------------------------
     @property
     def _pytree__state(self) -> PytreeState:
-        """The trace the object was created in, as Flax 0.12's ``_pytree__state``
-        (``.trace_state.is_valid()``); assigning one moves the object to its trace.
+        """The object's ``PytreeState`` (Flax 0.12's ``_pytree__state``), the same on every read.
 
-        The same ``PytreeState`` is returned on every read (made on the first), so flags a
-        caller sets on it (``_initializing``, ``_is_setup``, as Flax's Linen bridge does)
-        stay; its ``trace_state`` always names the object's current trace."""
+        Assigning one moves the object to its trace; its ``trace_state`` names the current one.
+        """
         state: PytreeState | None = getattr(self, "_obj_flags", None)
         if state is None:
             state = PytreeState.of_trace(self._obj_trace)
@@ -186,8 +147,7 @@ class Pytree:
 
     @property
     def _pytree__nodes(self) -> dict[Any, bool]:
-        """Each attribute's name and whether it is data (a pytree child), as Flax
-        0.12's ``_pytree__nodes`` (a read-only copy: mark with ``nnx.data``/``nnx.static``)."""
+        """Each attribute's name and whether it is data (Flax 0.12's ``_pytree__nodes``, a copy)."""
         forced = dict(self._obj_kinds)
         return {
             name: (forced[name] == DATA) if name in forced else _is_data(value)
@@ -200,8 +160,7 @@ class Pytree:
         return self._obj_is_pytree
 
     def _check_write(self, items: list[tuple[Hashable, Any]], kinds: Any) -> None:
-        """Raises if writing ``items`` (an in-place update) would mutate this object
-        from another trace; used by the graph engine before it writes anything."""
+        """Raises if writing ``items`` in place would mutate this object from another trace."""
         d = self.__dict__
         if self._obj_trace != current_trace() and (
             _items_change_structure(self, items, kinds)
@@ -221,9 +180,7 @@ class Pytree:
             value = value.value
         else:
             if type(value) is Marked:
-                # A pytree=False object classifies every attribute by its value: the
-                # mark is dropped, as in Flax NNX 0.12.8 (its non-pytree objects keep
-                # no record of data and static attributes).
+                # pytree=False: the mark is dropped, as in Flax NNX 0.12.8.
                 value = value.value
             if self._obj_kinds and self._obj_is_pytree:
                 kind = dict(self._obj_kinds).get(name)
@@ -280,11 +237,9 @@ _KNOWN_KINDS = REGISTRY.kind_cache()  # type -> Kind, for the types whose kind i
 
 
 def _check_classifiable(obj: Pytree, name: str, value: Any) -> None:
-    """Raises ``UnclassifiableValueError`` naming the attribute (``Class.name`` and the
-    item's index) when the engine cannot tell whether ``value`` is data or static (a
-    JAX pytree whose flatten fails, see ``find_unflattenable``), unless the attribute's
-    kind is marked or declared (``nnx.static``/``nnx.data``): then it is never
-    flattened. Flax 0.12 fails on such a value at assignment too."""
+    """Raises ``UnclassifiableValueError`` (naming the attribute) for a value whose pytree
+    flatten fails, unless the attribute's kind is marked or declared.
+    """
     found = find_unflattenable(value)
     if found is None or any(n == name for n, _ in obj._obj_kinds):
         return
@@ -297,9 +252,7 @@ def _check_classifiable(obj: Pytree, name: str, value: Any) -> None:
 
 
 def _check_no_data_in_static(obj: Pytree, name: str, value: Any, why: str) -> None:
-    """Raises if ``value``, about to be stored in the static attribute ``name``, holds
-    data (arrays, Variables, objects): static attributes go into the GraphDef and
-    the pytree's aux data, where data would be frozen (and unhashable)."""
+    """Raises if ``value``, for the static attribute ``name``, holds arrays, Variables, objects."""
     if not _is_data(value):
         return
     cls = type(obj).__name__
@@ -352,19 +305,17 @@ _set_flags = Pytree._obj_flags.__set__  # type: ignore[attr-defined]
 
 
 def structure_version(obj: Pytree) -> int:
-    """The structure version of ``obj`` (see the module docstring)."""
+    """The structure version of ``obj`` (the package README)."""
     return obj._obj_version
 
 
 def mark_structure_changed(obj: Pytree) -> None:
-    """Moves ``obj``'s structure version forward: a subclass that stores children its
-    own way (``nnx.List`` items) calls it when it adds, removes or replaces one."""
+    """Moves ``obj``'s structure version forward (for a subclass storing children its own way)."""
     _set_version(obj, obj._obj_version + 1)
 
 
 def set_attribute_kinds(obj: Pytree, kinds: tuple[tuple[Hashable, str], ...]) -> None:
-    """Replaces ``obj``'s forced attribute kinds (``nnx.data``/``nnx.static`` marks,
-    sorted ``(name, kind)`` pairs) and marks the structure changed."""
+    """Replaces ``obj``'s forced attribute kinds (sorted ``(name, kind)``); structure changed."""
     _set_kinds(obj, kinds)
     _set_version(obj, obj._obj_version + 1)
 
@@ -401,12 +352,7 @@ def _graph_flatten(obj: Pytree) -> tuple[list[tuple[str, Any]], Hashable]:
 
 
 def _is_marked_leaf(value: Any) -> bool:
-    """Whether an ``nnx.data``-marked value is one State leaf in the graph view: a
-    value that is neither data nor a container (``nnx.data(3)``). A marked container
-    (``nnx.data({'w': np.dtype('float32')})``, a State of dtypes…) is walked as any
-    container is, so its arrays and Variables are State leaves and its other values
-    stay static, as in Flax NNX 0.12's graph view. ``None`` is JAX's empty pytree, so
-    ``nnx.data(None)`` is no leaf (static, as in Flax)."""
+    """Whether an ``nnx.data``-marked value is one State leaf (no data, container or ``None``)."""
     if value is None:
         return False
     kind = REGISTRY.kind_of(value)
@@ -490,9 +436,7 @@ def _graph_del_child(obj: Pytree, key: Hashable) -> None:
 
 
 def _is_data(value: Any) -> bool:
-    """Whether ``value`` is data in the pytree view: an array, a Variable, a ``Pytree``
-    (an Object), a registered data type, or a list, tuple, dict or other pytree node
-    holding one. What a value is comes from the engine's classification."""
+    """Whether ``value`` is data in the pytree view (the package README, "Data or static")."""
     t = type(value)
     if t in DATA_TYPES:
         return True
@@ -524,8 +468,7 @@ def _volatile_unchanged(d: dict[Any, Any], volatile: tuple[tuple[Any, bool], ...
 
 
 def _valid_layout(obj: Pytree) -> Layout | None:
-    """The cached layout if it is still valid (see ``tree_layout.py``), else None.
-    (The same test is inlined in the flatten functions, the hot path.)"""
+    """The cached layout if still valid, else None (inlined in the flatten functions)."""
     cached = obj._obj_layout
     if cached is not None and cached[0] == obj._obj_version:
         layout: Layout = cached[1]
@@ -540,8 +483,7 @@ def _valid_layout(obj: Pytree) -> Layout | None:
 
 
 def _layout(obj: Pytree) -> Layout:
-    """The object's pytree ``Layout``: the cached one while it is valid (see
-    ``flaxgraph/pytreelib/tree_layout.py``), else a new one."""
+    """The object's pytree ``Layout``: the cached one while valid, else a new one."""
     layout = _valid_layout(obj)
     if layout is not None:
         return layout
@@ -631,22 +573,17 @@ _register(Pytree)
 
 
 class Object(Pytree, pytree=False):
-    """Base class of reference-semantics objects that are *not* pytrees: graph nodes
-    (``split``, ``merge`` and the transforms see them as usual) that plain JAX
-    functions treat as a single leaf. Subclass ``Pytree`` (as ``Module`` does) for
-    objects that plain ``jax.tree`` functions should look into.
+    """Base class of reference-semantics objects that are *not* pytrees (``pytree=False``).
 
-    Example::
+    Graph functions and transforms see them as usual; plain JAX sees one leaf.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Counter(nnx.Object):
-      ...   def __init__(self):
-      ...     self.n = nnx.Variable(jnp.array(0))
-      >>> c = Counter()
-      >>> jax.tree.leaves(c) == [c], list(nnx.state(c))
-      (True, ['n'])
-
-    Source: Flax NNX 0.12 ``nnx.Object`` (a ``Pytree`` subclass with ``pytree=False``).
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> class Counter(nnx.Object):
+    ...   def __init__(self):
+    ...     self.n = nnx.Variable(jnp.array(0))
+    >>> c = Counter()
+    >>> jax.tree.leaves(c) == [c], list(nnx.state(c))
+    (True, ['n'])
     """
 
 

@@ -1,16 +1,7 @@
-"""``PytreeState``: what Flax NNX's ``Pytree`` exposes to subclasses as ``_pytree__state``.
+"""``PytreeState``: the record Flax's ``Pytree`` exposes to subclasses as ``_pytree__state``.
 
-Flax keeps, on every ``Pytree``, a small record of the JAX trace the object was created
-in and two flags its Linen bridge sets (``initializing``, ``is_setup``). Frameworks that
-build on ``nnx.Module`` make one (``nnx.pytreelib.PytreeState()``) or read
-``obj._pytree__state.trace_state.is_valid()``. flaxgraph's objects keep their trace in
-their own slot; ``Pytree._pytree__state`` answers with a ``PytreeState`` built from it.
-
-Like Flax's, a ``PytreeState`` is a JAX pytree with no leaves (its flags are the aux
-data), so an object that holds one as an attribute flattens, splits and merges as
-before; unflattening makes a new state for the trace that unflattens it.
-
-Source: Flax NNX 0.12 ``flax.nnx.pytreelib.PytreeState``.
+Built from the object's own trace slot; a JAX pytree with no leaves (the flags are the
+aux data). Source: Flax NNX 0.12 ``flax.nnx.pytreelib.PytreeState``.
 """
 
 from __future__ import annotations
@@ -27,14 +18,10 @@ class PytreeState:
       initializing: whether the object is being initialized (Flax's Linen bridge).
       is_setup: whether a bridged module's ``setup`` has run (idem).
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> state = nnx.pytreelib.PytreeState()
-      >>> state.trace_state.is_valid(), state.initializing, state.is_setup
-      (True, False, False)
-
-    Source: Flax NNX 0.12 ``flax.nnx.pytreelib.PytreeState``.
+    >>> import flaxgraph as nnx
+    >>> state = nnx.pytreelib.PytreeState()
+    >>> state.trace_state.is_valid(), state.initializing, state.is_setup
+    (True, False, False)
     """
 
     __slots__ = ("_trace_state", "_initializing", "_is_setup")
@@ -52,8 +39,7 @@ class PytreeState:
         return state
 
     def retrace(self, token: object) -> None:
-        """Names the trace whose token is ``token`` (the object moved to another trace);
-        the flags stay."""
+        """Names the trace whose token is ``token`` (the object moved); the flags stay."""
         self._trace_state = TraceState.of(token)
 
     @property

@@ -1,28 +1,8 @@
-"""The pytree view of a ``Pytree`` at the cost of JAX's own containers.
+"""The cached pytree view of a ``Pytree`` (``Layout``, ``Aux``), as cheap as JAX's containers.
 
-Flattening a ``Pytree`` (``jax.tree.flatten(module)``, ``jax.jit(f)(module)``)
-decides, per attribute, whether it is a child (data) or part of the treedef
-(static), in name order (see ``flaxgraph/pytreelib/objects.py``). Deciding that
-walks every attribute's value; doing it on every flatten is what made flattening
-a Module cost several times what flattening a dict costs.
-
-The decision is therefore kept on the object as a ``Layout``: the children's names,
-their JAX keys, a C-level getter for their values and the treedef's aux data. It is
-valid while the object's *structure version* is unchanged (any assignment that
-could change which attributes are data bumps it: a new, deleted or swapped
-attribute, a new kind), the attribute count is the same and no data type was
-registered since. Values whose data-ness can change *without* an assignment (a
-plain list or dict mutated in place, other pytree nodes holding such containers)
-are *volatile*: their data-ness is decided again on every flatten (and the layout
-made again if it changed).
-
-The aux data is an ``Aux``: a tuple ``(names, statics, kinds)`` as before (equal to
-the plain tuple, so treedefs compare as they did) that also carries its ``Layout``,
-so ``jax.tree.unflatten`` gives the objects it builds a valid layout at once and the
-next flatten of those objects is a lookup.
-
-Source: the field layouts of ``jax.tree_util.register_dataclass`` (fields decided
-per class, not per call); data/static semantics of Flax NNX 0.12 ``nnx.Pytree``.
+Why and when a layout is valid: the package README, "The cached pytree view". Source:
+the per-class field layouts of ``jax.tree_util.register_dataclass``; the data/static
+semantics of Flax NNX 0.12 ``nnx.Pytree``.
 """
 
 from __future__ import annotations
@@ -49,11 +29,10 @@ _STABLE_SCALARS = frozenset({int, float, str, bool, complex, bytes, type(None), 
 
 
 class Aux(tuple):
-    """The aux data of a flattened ``Pytree``: ``(names, statics, kinds)``, equal to
-    the same plain tuple, plus what ``unflatten`` needs ready-made (``build``: a
-    plain tuple ``(names, statics, kinds, fresh)``, where ``fresh`` is ``(0,
-    layout)``, the layout an object unflattened from it caches at structure
-    version 0)."""
+    """The aux data of a flattened ``Pytree``: ``(names, statics, kinds)`` and a ``build`` recipe.
+
+    ``build`` is ``(names, statics, kinds, (0, layout))``, what ``unflatten`` needs ready-made.
+    """
 
     build: tuple[Any, ...] | None = None
 
@@ -64,7 +43,7 @@ class Aux(tuple):
 
 
 class Layout:
-    """How one structure of a ``Pytree`` flattens (see the module docstring).
+    """How one structure of a ``Pytree`` flattens.
 
     Attributes:
       kinds: the object's ``_obj_kinds`` when the layout was made.
@@ -74,8 +53,7 @@ class Layout:
       keys: the children's JAX keys (``GetAttrKey``, ``SequenceKey`` for int names).
       get: ``__dict__ -> tuple of the children's values`` (C-level where possible).
       aux: the treedef's aux data (an ``Aux`` pointing back to this layout).
-      volatile: ``(name, is_data)`` of the attributes whose data-ness can change
-        without an assignment: checked again on every flatten.
+      volatile: ``(name, is_data)`` of the attributes checked again on every flatten.
     """
 
     __slots__ = ("kinds", "size", "n_types", "names", "keys", "get", "aux", "volatile")
@@ -116,10 +94,7 @@ def _attr_key(name: Any) -> Any:
 
 
 def is_stable(value: Any, pytree_type: type) -> bool:
-    """Whether ``value``'s data-ness can only change by assigning the attribute:
-    arrays, Variables, graph objects, JAX leaves (plain scalars, functions, dtypes…)
-    and tuples of those; not lists or dicts (mutable in place) nor other pytree
-    nodes (they may hold such containers)."""
+    """Whether ``value``'s data-ness changes only on assignment (no lists, dicts, pytrees)."""
     t = type(value)
     if t in _STABLE_SCALARS:
         return True

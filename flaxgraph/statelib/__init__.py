@@ -1,11 +1,6 @@
 """States: the leaves of a graph as a nested mapping that is a JAX pytree.
 
-``State`` and ``FlatState`` (``state``) with the functions over them (filter, split,
-merge, ``to_pure_dict``/``replace_by_pure_dict``, ``map_state``); ``members`` holds Flax
-NNX 0.12's extra members of both classes, ``pytree`` the functions that register a
-State as a JAX pytree. See ``README.md`` in this folder.
-
-This package is Flax NNX's ``statelib`` module map (``nnx.statelib.State``...).
+The package README maps the files; this package is Flax NNX's ``statelib`` module map.
 """
 
 from flaxgraph.statelib.path_filters import ExtractValueFn as ExtractValueFn

@@ -1,10 +1,7 @@
-"""Flax NNX 0.12 members of ``State`` and ``FlatState``, as mixins.
+"""Flax NNX 0.12's further members of ``State`` and ``FlatState``, as mixins over the core methods.
 
-Flax code calls ``state.map(f)``, ``state.raw_mapping``,
-``FlatState.from_sorted_keys_values(keys, values)`` and
-``FlatState.merge(a, b)``. They are written here on top of the core methods of
-``statelib/state.py`` (``flat_state``, ``from_flat_path``, the tuple of pairs), which
-``State`` and ``FlatState`` inherit from these mixins.
+Source: Flax NNX 0.12 ``State.map``, ``State.raw_mapping``,
+``FlatState.from_sorted_keys_values``, ``FlatState.merge``.
 """
 
 from __future__ import annotations
@@ -29,17 +26,12 @@ class StateMembers:
 
     @property
     def raw_mapping(self) -> dict[Hashable, Any]:
-        """The State's own top-level dict (key -> nested State or leaf); not a copy,
-        so writing into it writes into the State.
+        """The State's own top-level dict (not a copy: writing into it writes the State).
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> s = nnx.State({'a': 1, 'b': {'c': 2}})
-          >>> type(s.raw_mapping).__name__, list(s.raw_mapping)
-          ('dict', ['a', 'b'])
-
-        Source: Flax NNX 0.12 ``State.raw_mapping``.
+        >>> import flaxgraph as nnx
+        >>> s = nnx.State({'a': 1, 'b': {'c': 2}})
+        >>> type(s.raw_mapping).__name__, list(s.raw_mapping)
+        ('dict', ['a', 'b'])
         """
         return self._mapping
 
@@ -47,19 +39,11 @@ class StateMembers:
         """A new State of the same class with every leaf replaced by ``f(path, leaf)``.
 
         Args:
-          f: called with the leaf's path (a tuple of keys) and the leaf (a Variable
-            or raw value); returns the new leaf.
+          f: ``(path, leaf) -> new leaf`` (a leaf is a Variable or a raw value).
 
-        Returns:
-          A new State; ``self`` is unchanged.
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.State({'a': 1, 'b': {'c': 2}}).map(lambda p, v: v * 10).to_pure_dict()
-          {'a': 10, 'b': {'c': 20}}
-
-        Source: Flax NNX 0.12 ``State.map`` (the method form of ``nnx.map_state``).
+        >>> import flaxgraph as nnx
+        >>> nnx.State({'a': 1, 'b': {'c': 2}}).map(lambda p, v: v * 10).to_pure_dict()
+        {'a': 10, 'b': {'c': 20}}
         """
         flat = self.flat_state()
         return type(self).from_flat_path([(p, f(p, v)) for p, v in flat])
@@ -72,22 +56,14 @@ class FlatStateMembers:
 
     @classmethod
     def from_sorted_keys_values(cls, keys: Iterable[PathParts], values: Iterable[Any], /) -> object:
-        """A FlatState pairing ``keys[i]`` with ``values[i]``, in the given order.
-
-        Args:
-          keys: the paths (tuples of keys), already in the order wanted.
-          values: the leaves, one per path.
+        """A FlatState pairing ``keys[i]`` (paths, in the order wanted) with ``values[i]``.
 
         Raises:
           ValueError: ``keys`` and ``values`` have different lengths.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.FlatState.from_sorted_keys_values((('a',), ('b',)), [1, 2]).leaves
-          (1, 2)
-
-        Source: Flax NNX 0.12 ``FlatState.from_sorted_keys_values``.
+        >>> import flaxgraph as nnx
+        >>> nnx.FlatState.from_sorted_keys_values((('a',), ('b',)), [1, 2]).leaves
+        (1, 2)
         """
         keys, values = tuple(keys), tuple(values)
         if len(keys) != len(values):
@@ -99,23 +75,15 @@ class FlatStateMembers:
 
     @classmethod
     def merge(cls, flat_state: Iterable[tuple[PathParts, Any]], /, *flat_states: Any) -> Any:
-        """One FlatState with the pairs of all arguments, sorted by path.
+        """One FlatState of the pairs of all arguments (FlatStates or pairs), sorted by path.
 
-        A single FlatState is returned as is. A path present in several arguments
-        keeps the leaf of the last one (as ``nnx.merge_state``), so the result is a
-        valid State in flat form.
+        A single FlatState comes back as is; on a repeated path the last leaf wins (Flax keeps
+        all duplicates).
 
-        Args:
-          flat_state, *flat_states: FlatStates or iterables of ``(path, leaf)``.
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> a = nnx.FlatState([(('b',), 2)])
-          >>> nnx.FlatState.merge(a, [(('a',), 1), (('b',), 3)]).leaves
-          (1, 3)
-
-        Source: Flax NNX 0.12 ``FlatState.merge`` (there duplicates are all kept).
+        >>> import flaxgraph as nnx
+        >>> a = nnx.FlatState([(('b',), 2)])
+        >>> nnx.FlatState.merge(a, [(('a',), 1), (('b',), 3)]).leaves
+        (1, 3)
         """
         if not flat_states and isinstance(flat_state, cls):
             return flat_state

@@ -1,11 +1,6 @@
-"""Flax's small ``statelib`` helpers: a filter per distinct value, the nested ``repr`` record,
-and the value-function types.
+"""Flax's small ``statelib`` helpers: ``create_path_filters``, ``NestedStateRepr``, types.
 
-:func:`create_path_filters` groups a State's leaves by value: every distinct value gets a
-``PathIn`` filter of the paths that hold it (the form ``StateSharding``/``StateAxes`` take).
-
-Source: Flax NNX 0.12.8 ``flax.nnx.statelib`` (``create_path_filters``, ``NestedStateRepr``,
-``ExtractValueFn``, ``SetValueFn``; behaviour read from its public source).
+Source: Flax NNX 0.12.8 ``flax.nnx.statelib`` (its public source).
 """
 
 from __future__ import annotations
@@ -29,25 +24,18 @@ SetValueFn = Callable[[V, Any], V]
 
 
 def create_path_filters(state: State) -> dict[PathIn, Any]:
-    """One ``PathIn`` filter per distinct value of ``state``, mapped to that value.
+    """One ``PathIn`` filter per distinct value of ``state`` (Variables by value), mapped to it.
 
-    Args:
-      state: a State whose leaves (a Variable counts as its value) are hashable, e.g. a
-        State of ``PartitionSpec`` or axis numbers.
-
-    Returns:
-      ``{PathIn(*paths holding v): v}`` for every distinct value ``v``.
+    The form ``StateSharding``/``StateAxes`` take.
 
     Raises:
       TypeError: a value is not hashable.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> from flaxgraph.statelib import create_path_filters
-      >>> filters = create_path_filters(nnx.State({'a': 0, 'b': {'c': 0, 'd': 1}}))
-      >>> sorted((sorted(f.paths), v) for f, v in filters.items())
-      [([('a',), ('b', 'c')], 0), ([('b', 'd')], 1)]
+    >>> import flaxgraph as nnx
+    >>> from flaxgraph.statelib import create_path_filters
+    >>> filters = create_path_filters(nnx.State({'a': 0, 'b': {'c': 0, 'd': 1}}))
+    >>> sorted((sorted(f.paths), v) for f, v in filters.items())
+    [([('a',), ('b', 'c')], 0), ([('b', 'd')], 1)]
     """
     paths_of: dict[Any, set[PathParts]] = {}
     for path, value in to_flat_state(State(to_pure_dict(state))):  # Variables as values

@@ -1,13 +1,7 @@
-"""A ``State`` as a JAX pytree: its entries are the children, its keys the aux data.
+"""A ``State`` as a JAX pytree: its entries are the children, its cached keys tuple the aux data.
 
-Flattening a State (``jax.tree.flatten(state)``, ``jax.jit(f)(graphdef, state)``)
-runs once per nested State on every call, so the treedef's aux data is the keys
-tuple the State keeps between calls (a ``_Keys``, equal to the plain tuple, that
-also carries the ``DictKey`` of every entry for ``tree_flatten_with_path``); a
-State made by ``jax.tree.unflatten`` starts with its treedef's. The keys paths are
-``['layers'][0]['kernel'].value`` as for a dict of Variables.
-
-Source: Flax NNX 0.12 ``nnx.State`` (a pytree, registered with keys).
+Why the keys are cached: the package README. Source: Flax NNX 0.12 ``nnx.State`` (a
+pytree registered with keys).
 """
 
 from __future__ import annotations
@@ -19,8 +13,7 @@ import jax
 
 
 class _Keys(tuple[Any, ...]):
-    """A State's keys as its treedef's aux data (equal to the plain tuple), with the
-    JAX keys of its children (``DictKey``), made once per key set."""
+    """A State's keys as aux data (equal to the plain tuple), with its children's ``DictKey``s."""
 
     dict_keys: tuple[Any, ...] = ()
 
@@ -28,9 +21,7 @@ class _Keys(tuple[Any, ...]):
 def state_pytree_functions(
     state_cls: type,
 ) -> tuple[Callable[[Any], Any], Callable[[Any, Iterable[Any]], Any], Callable[[Any], Any]]:
-    """``(flatten_with_keys, unflatten, flatten)`` for ``jax.tree_util.
-    register_pytree_with_keys`` of ``state_cls`` (``statelib.State``: entries in its
-    ``_mapping`` dict, cached keys in its ``_state_keys`` slot)."""
+    """``(flatten_with_keys, unflatten, flatten)`` registering ``state_cls`` as a keyed pytree."""
     set_mapping = state_cls._mapping.__set__  # type: ignore[attr-defined]
     set_keys = state_cls._state_keys.__set__  # type: ignore[attr-defined]
     new = object.__new__

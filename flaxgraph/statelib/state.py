@@ -1,16 +1,7 @@
-"""State: the leaves of a graph as a nested mapping that is a JAX pytree.
+"""``State`` and ``FlatState``: a graph's leaves as a nested mapping that is a JAX pytree.
 
-``split`` returns a ``State``: a nested mapping from path keys (attribute names,
-dict keys, list indices) to leaves, each leaf a ``Variable`` (the graph's own
-Variable object) or a raw array. A State is a pytree, so
-``jax.tree.map(jnp.shape, state)`` and ``jax.jit(f)(state)`` work, and the
-Variable boxes are kept. Sub-states are States: ``state['linear']['kernel']``
-or ``state.linear.kernel``.
-
-The flat form, ``FlatState``, is a sequence of ``(path, leaf)`` pairs;
-``State.flat_state()`` and ``State.from_flat_path`` convert between the two.
-
-Source: Flax NNX ``nnx.State`` (0.12).
+The package README says what a State holds. Source: Flax NNX 0.12 ``nnx.State`` and
+the module-level functions of ``nnx.statelib``.
 """
 
 from __future__ import annotations
@@ -42,16 +33,12 @@ class State(StateMembers, MutableMapping[Key, Any]):
     Args:
       mapping: a (nested) mapping; nested plain dicts become States.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> s = nnx.State({'linear': {'kernel': nnx.Param(jnp.ones((2, 3)))}})
-      >>> jax.tree.map(jnp.shape, s.to_pure_dict())
-      {'linear': {'kernel': (2, 3)}}
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> s = nnx.State({'linear': {'kernel': nnx.Param(jnp.ones((2, 3)))}})
+    >>> jax.tree.map(jnp.shape, s.to_pure_dict())
+    {'linear': {'kernel': (2, 3)}}
 
     ``State[K, V]`` is a valid annotation (it has no effect at run time).
-
-    Source: Flax NNX ``nnx.State``.
     """
 
     __slots__ = ("_mapping", "_state_keys")
@@ -126,14 +113,10 @@ class State(StateMembers, MutableMapping[Key, Any]):
 
     @classmethod
     def from_flat_path(cls, flat: Iterable[tuple[PathParts, Any]]) -> State:
-        """Builds a nested State from ``(path, leaf)`` pairs (a FlatState or any iterable).
-
-        Pairs in depth-first order (as ``split`` and ``flat_state`` give them) are
-        built fastest: consecutive paths share their prefix.
+        """Builds a nested State from ``(path, leaf)`` pairs (fastest in depth-first order).
 
         Raises:
-          GraphStructureError: if one path is a prefix of another (a leaf and a
-            sub-state at the same place), or a path is empty.
+          GraphStructureError: one path is a prefix of another, or a path is empty.
         """
         root = cls._wrap({})
         prev: tuple[Key, ...] = ()
@@ -212,16 +195,15 @@ class State(StateMembers, MutableMapping[Key, Any]):
         pure_dict: Mapping[Any, Any],
         replace_fn: Callable[[Any, Any], Any] | None = None,
     ) -> None:
-        """Replaces, in place, the values of this State's leaves by those of ``pure_dict``.
+        """Replaces, in place, this State's leaf values by those of ``pure_dict``.
 
-        ``pure_dict`` has the shape ``to_pure_dict`` returns; string keys such as
-        ``'0'`` (what a JSON round trip leaves of list indices) match int keys.
-        ``replace_fn(leaf, value)`` builds the new leaf (default: a Variable gets the
-        value via ``replace``, a raw leaf becomes the value).
+        ``pure_dict`` is shaped as ``to_pure_dict`` returns; digit-string keys (``'0'``) match
+        int keys. ``replace_fn(leaf, value)`` builds the new leaf (default: a Variable's
+        ``replace``, a raw leaf becomes the value).
 
         Raises:
-          GraphStructureError: ``pure_dict`` has a path this State does not have, or
-            a leaf where this State has a sub-state. Nothing is replaced then.
+          GraphStructureError: ``pure_dict`` has a path this State lacks, or a leaf where this
+            State has a sub-state. Nothing is replaced then.
         """
         replace_fn = replace_fn or _default_replace
         writes: list[tuple[State, Key, Any]] = []
@@ -291,12 +273,10 @@ def _wrap_nested(d: dict[Key, Any]) -> State:
 def map_state(f: Callable[[PathParts, Any], Any], state: State) -> State:
     """Returns a new State with every leaf replaced by ``f(path, leaf)``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> s = nnx.State({'w': nnx.Param(jnp.ones(2))})
-      >>> nnx.map_state(lambda p, v: v.replace(v.value * 2), s)['w'].value
-      Array([2., 2.], dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> s = nnx.State({'w': nnx.Param(jnp.ones(2))})
+    >>> nnx.map_state(lambda p, v: v.replace(v.value * 2), s)['w'].value
+    Array([2., 2.], dtype=float32)
     """
     return State.from_flat_path((p, f(p, v)) for p, v in state.flat_state())
 
@@ -366,13 +346,9 @@ def unmatched_message(where: str, leaf: object) -> str:
 def to_flat_state(state: State) -> FlatState:
     """Returns ``state`` in flat form: a ``FlatState`` of ``(path, leaf)`` pairs.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> nnx.to_flat_state(nnx.State({'a': {'b': 1}, 'c': 2})).paths
-      (('a', 'b'), ('c',))
-
-    Source: Flax NNX 0.12 ``nnx.to_flat_state``.
+    >>> import flaxgraph as nnx
+    >>> nnx.to_flat_state(nnx.State({'a': {'b': 1}, 'c': 2})).paths
+    (('a', 'b'), ('c',))
     """
     return state.flat_state()
 
@@ -386,13 +362,9 @@ def from_flat_state(
       GraphStructureError (a ``ValueError``): a path is empty, or is both a leaf and
         a sub-state.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> nnx.from_flat_state([(('a', 0), 1)]).to_pure_dict()
-      {'a': {0: 1}}
-
-    Source: Flax NNX 0.12 ``nnx.from_flat_state``.
+    >>> import flaxgraph as nnx
+    >>> nnx.from_flat_state([(('a', 0), 1)]).to_pure_dict()
+    {'a': {0: 1}}
     """
     pairs = flat_state.items() if isinstance(flat_state, Mapping) else flat_state
     typed: State = cls.from_flat_path(pairs)  # type: ignore[attr-defined]
@@ -400,25 +372,19 @@ def from_flat_state(
 
 
 def diff(state: State, other: State) -> State:
-    """The leaves of ``state`` whose paths ``other`` lacks (a structural difference;
-    values are not compared).
+    """The leaves of ``state`` at paths ``other`` lacks (values are not compared).
 
     Args:
       state: a State.
       other: another State (e.g. of a smaller model).
 
     Returns:
-      A State with the leaves at paths of ``state`` missing from ``other``
-      (``state`` itself if ``other`` is empty).
+      A State of those leaves (``state`` itself if ``other`` is empty).
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> a = nnx.State({'x': 1, 'y': {'z': 2}})
-      >>> nnx.statelib.diff(a, nnx.State({'x': 5})).to_pure_dict()
-      {'y': {'z': 2}}
-
-    Source: Flax NNX 0.12 ``nnx.statelib.diff``.
+    >>> import flaxgraph as nnx
+    >>> a = nnx.State({'x': 1, 'y': {'z': 2}})
+    >>> nnx.statelib.diff(a, nnx.State({'x': 5})).to_pure_dict()
+    {'y': {'z': 2}}
     """
     if not other:
         return state
@@ -430,14 +396,10 @@ def filter_state(state: State, first: Filter, /, *filters: Filter) -> object:
     """``state.filter(first, *filters)``: the sub-state each filter matches (leaves
     matching none are dropped); one State for one filter, else a tuple.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
-      >>> list(nnx.filter_state(s, nnx.Param))
-      ['a']
-
-    Source: Flax NNX 0.12 ``nnx.filter_state``.
+    >>> import flaxgraph as nnx
+    >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
+    >>> list(nnx.filter_state(s, nnx.Param))
+    ['a']
     """
     return state.filter(first, *filters)
 
@@ -448,14 +410,10 @@ def split_state(state: State, first: Filter, /, *filters: Filter) -> object:
     Raises:
       UnmatchedLeafError (a ``ValueError``): a leaf matches no filter (end with ``...``).
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
-      >>> [list(x) for x in nnx.split_state(s, nnx.Param, nnx.BatchStat)]
-      [['a'], ['b']]
-
-    Source: Flax NNX 0.12 ``nnx.split_state``.
+    >>> import flaxgraph as nnx
+    >>> s = nnx.State({'a': nnx.Param(1), 'b': nnx.BatchStat(2)})
+    >>> [list(x) for x in nnx.split_state(s, nnx.Param, nnx.BatchStat)]
+    [['a'], ['b']]
     """
     return state.split(first, *filters)
 
@@ -466,13 +424,9 @@ def merge_state(
     """Deep-merges States (or nested mappings) into a new one; later ones win on equal
     paths.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> nnx.merge_state(nnx.State({'a': {'b': 1}}), {'a': {'c': 2}}).to_pure_dict()
-      {'a': {'b': 1, 'c': 2}}
-
-    Source: Flax NNX 0.12 ``nnx.merge_state``.
+    >>> import flaxgraph as nnx
+    >>> nnx.merge_state(nnx.State({'a': {'b': 1}}), {'a': {'c': 2}}).to_pure_dict()
+    {'a': {'b': 1, 'c': 2}}
     """
     merged = State.merge(state, *states)
     return merged if cls is State else cls.from_flat_path(merged.flat_state())  # type: ignore[attr-defined]
@@ -482,13 +436,9 @@ def to_pure_dict(state: State, extract_fn: Callable[[Any], Any] | None = None) -
     """Nested plain dicts of raw values: ``state.to_pure_dict()``, or with every leaf
     passed through ``extract_fn`` (default: a Variable gives its raw value).
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> nnx.to_pure_dict(nnx.State({'w': nnx.Param(1)}), lambda v: v.raw_value * 10)
-      {'w': 10}
-
-    Source: Flax NNX 0.12 ``nnx.to_pure_dict``.
+    >>> import flaxgraph as nnx
+    >>> nnx.to_pure_dict(nnx.State({'w': nnx.Param(1)}), lambda v: v.raw_value * 10)
+    {'w': 10}
     """
     if extract_fn is None:
         return state.to_pure_dict()
@@ -507,14 +457,10 @@ def replace_by_pure_dict(
       GraphStructureError (a ``ValueError``): ``pure_dict`` does not fit ``state``;
         nothing is replaced then.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> s = nnx.State({'w': nnx.Param(1)})
-      >>> nnx.replace_by_pure_dict(s, {'w': 2}); s['w'].value
-      2
-
-    Source: Flax NNX 0.12 ``nnx.replace_by_pure_dict``.
+    >>> import flaxgraph as nnx
+    >>> s = nnx.State({'w': nnx.Param(1)})
+    >>> nnx.replace_by_pure_dict(s, {'w': 2}); s['w'].value
+    2
     """
     state.replace_by_pure_dict(pure_dict, replace_fn)
 
@@ -523,13 +469,9 @@ def restore_int_paths(pure_dict: Mapping[Any, Any]) -> dict[Any, Any]:
     """Returns ``pure_dict`` with every string key made of digits turned into an int
     (list indices come back as strings from JSON and some checkpoint formats).
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> nnx.restore_int_paths({'layers': {'0': 1, '1': {'2': 3}}, 'w': 4})
-      {'layers': {0: 1, 1: {2: 3}}, 'w': 4}
-
-    Source: Flax NNX 0.12 ``nnx.restore_int_paths``.
+    >>> import flaxgraph as nnx
+    >>> nnx.restore_int_paths({'layers': {'0': 1, '1': {'2': 3}}, 'w': 4})
+    {'layers': {0: 1, 1: {2: 3}}, 'w': 4}
     """
     return {
         (int(k) if isinstance(k, str) and k.isdigit() else k): (

@@ -1,14 +1,6 @@
 """Variables: the leaves of the object graph that hold arrays, with their kinds and metadata.
 
-``Variable`` (``variable``) holds one value (an array, or any pytree) plus metadata
-(``sharding``, hooks, flags) and supports in-place operators; ``Param``,
-``BatchStat``, ``Cache``, ``Intermediate`` and ``Perturbation`` are its kinds. Values
-may live in a ``jax.Ref`` (``refs``) or a box (``boxes``); ``axes`` carries per-axis
-metadata through transforms; ``defaults`` the ``var_defaults`` scope; ``metadata`` ``VariableMetadata``;
-``names`` the map between Linen collection names and Variable types; ``flax_names`` the
-names Flax's ``variablelib`` gives its own machinery (hook types, hijax primitives).
-
-This package is Flax NNX's ``variablelib`` module map.
+The package README maps the files; this package is Flax NNX's ``variablelib`` module map.
 """
 
 from flaxgraph.mesh_context import use_eager_sharding as use_eager_sharding

@@ -1,37 +1,15 @@
 """Box storage for hijax Variables whose value is a pytree (a dict, a list…).
 
-A ``jax.Ref`` holds one array of a fixed shape and dtype, so a ``hijax=True``
-Variable holding ``{'a': x, 'b': y}`` (or an empty ``{}`` to be filled later)
-cannot live in one. JAX has a mutable *box* type for this: ``Box(value)`` holds
-any pytree of arrays, ``box.get()`` reads it and ``box.set(new)`` replaces it,
-structure included. Plain ``jax.jit`` accepts a box as an argument, reads and
-replaces its content inside the trace and writes the result back into the
-caller's box when the call returns; ``jax.lax.scan`` bodies may write a box they
-close over. A hijax Variable with a pytree value keeps that value in a box the
-way an array-valued one keeps it in a Ref (see ``flaxgraph/variablelib/variable.py``).
+Why a box and the JAX 0.10 faults worked around here: the package README, "Box
+storage". Source: JAX's hijax box (``jax._src.hijax.Box``, JAX 0.10), as Flax NNX 0.12
+uses it for hijax Variables holding pytrees (the "Hijax" guide).
 
-JAX 0.10 does not export the box publicly (it lives in ``jax._src.hijax``);
-this file is the one place in flaxgraph that touches it, and it is feature-
-detected: where this JAX lacks it, ``AVAILABLE`` is ``False``, ``fits`` refuses
-every value, and a ``hijax=True`` Variable with a pytree value raises the
-``TypeError`` it always did, saying why.
-
-Two faults of JAX 0.10's box under raw ``jax.jit`` are worked around in ``write``
-(both also hit a bare box): a box whose structure returns to one it had earlier
-in the same trace (keys ``{a}``, ``{b}``, then ``{a}`` again) and a constant
-written into a box then read back in the same trace both fail to lower inside JAX.
-(Inside ``nnx.jit`` the Variable holds its pytree directly and meets neither.)
-
-  >>> import jax, jax.numpy as jnp
-  >>> from flaxgraph.variablelib import boxes
-  >>> b = boxes.new_box({'a': jnp.array(0)})
-  >>> jax.jit(lambda b: b.set({**b.get(), 's': jnp.ones(2).sum()}))(b)
-  >>> sorted(boxes.read(b))
-  ['a', 's']
-
-Source: JAX's hijax box (``jax._src.hijax.Box``, JAX 0.10), as Flax NNX 0.12
-uses it for hijax Variables holding pytrees ("Hijax" guide; the tests
-``test_pytree_value`` and ``test_hijax_dynamic_structure``).
+>>> import jax, jax.numpy as jnp
+>>> from flaxgraph.variablelib import boxes
+>>> b = boxes.new_box({'a': jnp.array(0)})
+>>> jax.jit(lambda b: b.set({**b.get(), 's': jnp.ones(2).sum()}))(b)
+>>> sorted(boxes.read(b))
+['a', 's']
 """
 
 from __future__ import annotations
@@ -78,8 +56,7 @@ _Tracer = jax.core.Tracer
 
 
 def is_box(value: object) -> bool:
-    """Whether ``value`` is a box (a concrete one, or a traced one inside a JAX
-    transform). Cheap for everything else: one type check for non-tracers."""
+    """Whether ``value`` is a box, concrete or traced (one type check for non-tracers)."""
     if not AVAILABLE:
         return False
     t = type(value)
@@ -89,9 +66,7 @@ def is_box(value: object) -> bool:
 
 
 def fits(value: object) -> bool:
-    """Whether a hijax Variable keeps ``value`` in a box: a container pytree (not an
-    array, a number or ``None``) whose leaves are all arrays, numbers or tracers.
-    ``{}`` and ``[]`` fit (a box may start empty and gain entries)."""
+    """Whether a hijax Variable keeps ``value`` in a box: a container pytree of arrays, ``{}``."""
     if not AVAILABLE or value is None or isinstance(value, (jax.Array, np.ndarray, *ARRAY_SCALARS)):
         return False
     treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
@@ -102,14 +77,12 @@ def fits(value: object) -> bool:
 
 
 def can_hold(value: object) -> bool:
-    """Whether a *concrete* box can be made for ``value`` now: it ``fits`` and
-    holds no tracer (inside a transform the Variable holds the value directly)."""
+    """Whether a concrete box can be made for ``value`` now: it ``fits`` and holds no tracer."""
     return fits(value) and not any(isinstance(x, _Tracer) for x in jax.tree_util.tree_leaves(value))
 
 
 def new_box(value: object) -> Any:
-    """A new box holding ``value`` (see ``can_hold``); Python and NumPy numbers
-    become JAX arrays, as in a ``jax.Ref``."""
+    """A new box holding ``value``; Python and NumPy numbers become JAX arrays."""
     assert _Box is not None
     return _Box(jax.tree_util.tree_map(_as_array, value))
 
@@ -119,10 +92,8 @@ def _as_array(x: object) -> object:
 
 
 def _traced(x: object) -> object:
-    # JAX 0.10 loses a constant written into a box inside a trace (reading it back
-    # in the same trace fails to lower): a concrete array, or a tracer standing for a
-    # literal (``jnp.array(2)`` under jit). An identity operation makes it a value
-    # the trace computes.
+    # JAX 0.10 loses a constant (or a literal's tracer) written into a box in a trace:
+    # an identity operation makes it a value the trace computes.
     if isinstance(x, _Tracer) and (
         _Literal is None or type(getattr(x, "val", None)) is not _Literal
     ):
@@ -131,8 +102,7 @@ def _traced(x: object) -> object:
 
 
 def read(box: Any) -> Any:
-    """The box's content: a fresh container each call (mutating it does not change
-    the box; write with ``write``)."""
+    """The box's content, a fresh container each call (write with ``write``)."""
     return box.get()
 
 
@@ -163,14 +133,10 @@ def no_storage_message(kind: str, value: object, hijax: bool) -> str:
 
 
 def _set(box: Any, value: object) -> None:
-    """``box.set(value)``, keeping a traced box's record of its structure right.
+    """``box.set(value)``, fixing the traced box's structure record if JAX 0.10 left it stale.
 
-    JAX 0.10 records a traced box's structure (its leaves' types and tree) when it
-    evaluates ``box.set`` abstractly, and caches that evaluation: a set repeating an
-    earlier one of the same trace (structures A, B, then A again) hits the cache and
-    leaves the record at B, so the trace then reads the box wrongly and fails to
-    lower. After the set, the record is made what the evaluation records; nothing
-    changes where it already is (every other case)."""
+    JAX caches the abstract ``set``: structures A, B, then A again leave the record at B.
+    """
     box.set(value)
     record = getattr(box, "mutable_qdd", None)  # only on a box traced as an argument
     if record is None or _BoxTypeState is None:
@@ -182,12 +148,11 @@ def _set(box: Any, value: object) -> None:
 
 
 def write(kind: str, box: Any, value: object, captured: bool) -> None:
-    """Replaces the box's content by ``value``; ``captured`` says the Variable
-    belongs to an outer trace.
+    """Replaces the box's content by ``value``; ``captured``: the Variable is of an outer trace.
 
     Raises:
-      TraceContextError (a ``ValueError``): JAX refused the write (a value written
-        under ``grad``/``vmap`` into a box created outside that transform).
+      TraceContextError (a ``ValueError``): JAX refused the write (under ``grad``/``vmap``
+        into a box created outside that transform).
       TypeError: ``value`` holds something that is not a JAX value (a string…).
     """
     value = jax.tree_util.tree_map(_as_array, value)

@@ -1,31 +1,7 @@
-"""Defaults for new Variables: whether they keep their value in a ``jax.Ref``.
+"""Defaults for new Variables: whether they keep their value in a ``jax.Ref`` (``var_defaults``).
 
-``nnx.var_defaults`` reads or changes two defaults that ``Variable(value)``
-uses when ``ref=`` / ``hijax=`` are not given:
-
-* ``ref``: the value lives in a JAX mutable array reference (``jax.new_ref``);
-* ``hijax``: the Variable is marked ``hijax`` (in flaxgraph it is Ref-backed
-  too, or box-backed for a pytree value such as a dict, see
-  ``flaxgraph/variablelib/variable.py``; a default ``ref=True`` does not apply to
-  such a value).
-
-Called with no argument it returns the current ``VarDefaults``. Called with
-arguments it sets them for the rest of the program *and* returns a context
-manager that restores the previous defaults on exit, which is also a decorator
-that applies the defaults only while the decorated function runs::
-
-  >>> import flaxgraph as nnx
-  >>> nnx.var_defaults()
-  VarDefaults(hijax=False, ref=False)
-  >>> with nnx.var_defaults(ref=True):
-  ...   nnx.Param(1.0).ref
-  True
-  >>> nnx.var_defaults().ref
-  False
-
-The defaults are one scoped flag (``flaxgraph/config.py``), not a module global.
-
-Source: Flax NNX 0.12 ``nnx.var_defaults`` (the "Hijax" guide).
+The defaults are one scoped flag (``flaxgraph/config.py``). Source: Flax NNX 0.12
+``nnx.var_defaults`` (the "Hijax" guide).
 """
 
 from __future__ import annotations
@@ -45,8 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 class VarDefaults(Mapping[str, bool]):
     """The defaults new Variables use for ``hijax`` and ``ref`` (both ``bool``).
 
-    Read them as attributes (``d.hijax``) or as a read-only mapping
-    (``d['ref']``, ``dict(d)``, ``**d``), as in Flax NNX 0.12.
+    Read as attributes (``d.hijax``) or as a read-only mapping (``d['ref']``, ``**d``).
     """
 
     hijax: bool
@@ -70,17 +45,11 @@ VAR_DEFAULTS: Flag[VarDefaults] = Flag("var_defaults", VarDefaults(hijax=False, 
 
 
 class VarDefaultsContext:
-    """What ``var_defaults(...)`` returns when it changes the defaults.
+    """What ``var_defaults(...)`` returns when it changes the defaults (already changed).
 
-    The change has already happened when this object exists. Three ways to use it:
-
-    * as a statement, the new defaults hold for the rest of the program;
-    * in a ``with`` block, the defaults in force before the call come back when
-      the block ends;
-    * as a decorator (``@nnx.var_defaults(hijax=True)``), the call's change is
-      undone at once and re-applied around every call of the decorated function.
-
-    Attribute access (``.hijax``, ``.ref``) reads the new defaults.
+    Left alone, the new defaults hold for the rest of the program; as a ``with`` block the
+    previous ones come back at its end; as a decorator the change is undone at once and
+    re-applied around every call. ``.hijax`` and ``.ref`` read the new defaults.
     """
 
     __slots__ = ("previous", "current", "changes")
@@ -110,8 +79,7 @@ class VarDefaultsContext:
         VAR_DEFAULTS.set_current(self.previous)
 
     def __call__(self, fn: F) -> F:
-        """Decorator use: ``fn`` runs with the given defaults; outside it they are
-        as before the ``var_defaults(...)`` call."""
+        """Decorator use: ``fn`` runs with the given defaults."""
         VAR_DEFAULTS.set_current(self.previous)
         if not callable(fn):
             raise TypeError(
@@ -139,27 +107,24 @@ def var_defaults(
 
     Args:
       hijax: new default for ``hijax`` (``None``: unchanged).
-      ref: new default for ``ref`` (``None``: unchanged).
+      ref: new default for ``ref`` (``None``: unchanged); a pytree value is box-backed
+        under ``hijax`` and not affected by ``ref``.
 
     Returns:
-      With no argument, the current ``VarDefaults(hijax, ref)``. Otherwise a
-      ``VarDefaultsContext``: the new defaults are already in force; ``with`` it to
-      restore the previous ones at the end of the block, or use it as a decorator
-      (``@nnx.var_defaults(hijax=True)``) to apply them only while the decorated
-      function runs.
+      With no argument, the current ``VarDefaults``; otherwise a ``VarDefaultsContext``
+      (the new defaults are in force: a ``with`` block or a decorator scopes them).
 
     Raises:
-      TypeError: if ``hijax`` or ``ref`` is not a ``bool`` or ``None``.
+      TypeError: ``hijax`` or ``ref`` is not a ``bool`` or ``None``.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> _ = nnx.var_defaults(ref=True)      # for the rest of the program
-      >>> nnx.Variable(0.0).ref
-      True
-      >>> _ = nnx.var_defaults(ref=False)
-
-    Source: Flax NNX 0.12 ``nnx.var_defaults``.
+    >>> import flaxgraph as nnx
+    >>> nnx.var_defaults()
+    VarDefaults(hijax=False, ref=False)
+    >>> with nnx.var_defaults(ref=True):
+    ...   nnx.Param(1.0).ref
+    True
+    >>> nnx.var_defaults().ref
+    False
     """
     for name, value in (("hijax", hijax), ("ref", ref)):
         if value is not None and not isinstance(value, bool):

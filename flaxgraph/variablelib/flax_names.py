@@ -1,30 +1,11 @@
-"""The names Flax NNX's ``variablelib`` module defines for its own machinery, at the same path.
+"""The names Flax NNX's ``variablelib`` defines for its own machinery, at the same path.
 
-Flax 0.12.8's ``flax.nnx.variablelib`` defines, next to ``Variable`` and its kinds, the
-type names of its value and axis hooks, a per-thread context of its ``var_defaults``
-stacks, and the hijax machinery behind ``Variable(..., hijax=True)`` (JAX primitives, an
-abstract value, an effect). flaxgraph's hijax Variables are Ref-backed Variables that keep
-their kind (``hijax.py``), so that machinery has nothing to stand for. Here:
-
-* the type names are Flax's (``GetValueHook``, ``AddAxisHook``, ``AxisName``…);
-* ``is_array_ref`` is Flax's check, on flaxgraph's Ref test;
-* ``VariableMeta`` and ``HijaxVariableMeta`` are metaclasses a user's metaclass can derive
-  from (``Variable``'s own metaclass is ``type``); ``VariableContext`` is a record with
-  Flax's fields that flaxgraph does not read (``var_defaults`` keeps its own scope);
-* the hijax primitives, their abstract value and effect are stand-ins
-  (:mod:`flaxgraph.stand_ins`): importable and nameable, raising
-  :class:`~flaxgraph.errors.FlaxInternalError` when built or called.
-
-``guides/from_flax.md`` ("Flax-internal names at their dotted paths") lists each with its
-reason.
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> from flaxgraph.variablelib import is_array_ref
-  >>> is_array_ref(nnx.Param(jnp.ones(2), ref=True).get_raw_value()), is_array_ref(jnp.ones(2))
-  (True, False)
-
-Source: Flax NNX 0.12.8 ``flax.nnx.variablelib`` (its module map; behaviour read from its
-public source).
+Flax's hook type names, ``is_array_ref``, metaclasses a user's metaclass may derive
+from, a ``VariableContext`` record flaxgraph does not read, and stand-ins
+(:mod:`flaxgraph.stand_ins`) for the hijax primitives, which raise
+:class:`~flaxgraph.errors.FlaxInternalError` when built or called. Reasons:
+``guides/from_flax.md``, "Flax-internal names at their dotted paths".
+Source: Flax NNX 0.12.8 ``flax.nnx.variablelib`` (its module map and public source).
 """
 
 from __future__ import annotations
@@ -53,24 +34,14 @@ Leaf = Any
 
 
 def is_array_ref(x: object) -> bool:
-    """Whether ``x`` is a JAX array reference (``jax.Ref``), concrete or traced.
+    """Whether ``x`` is a ``jax.Ref``, concrete or traced (a Ref-backed Variable's storage).
 
-    Args:
-      x: any value.
-
-    Returns:
-      ``True`` for a ``jax.Ref`` (``jax.new_ref(...)``, the storage of a Variable made
-      with ``ref=True``/``hijax=True``) and for a tracer of one; ``False`` otherwise
-      (arrays, NumPy arrays, Variables, Python values). Never raises.
-
-    Example::
-
-      >>> import jax, jax.numpy as jnp
-      >>> from flaxgraph.variablelib import is_array_ref
-      >>> is_array_ref(jax.new_ref(jnp.zeros(3))), is_array_ref(jnp.zeros(3))
-      (True, False)
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.variablelib.is_array_ref``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.variablelib import is_array_ref
+    >>> is_array_ref(jax.new_ref(jnp.zeros(3))), is_array_ref(jnp.zeros(3))
+    (True, False)
+    >>> is_array_ref(nnx.Param(jnp.ones(2), ref=True).get_raw_value())
+    True
     """
     return is_ref(x)
 
@@ -79,11 +50,7 @@ def is_array_ref(x: object) -> bool:
 
 
 class VariableMeta(type):
-    """Flax's metaclass of ``Variable``. flaxgraph's ``Variable`` needs none (its metaclass is
-    ``type``), so a user's metaclass derived from this one works with ``Variable`` subclasses.
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.variablelib.VariableMeta``.
-    """
+    """Flax's metaclass of ``Variable`` (flaxgraph's is ``type``), for metaclasses to derive."""
 
 
 HijaxVariableMeta = type(HijaxVariable)
@@ -92,13 +59,7 @@ HijaxVariableMeta = type(HijaxVariable)
 
 @dataclasses.dataclass
 class VariableContext(threading.local):
-    """Flax's per-thread stacks of ``var_defaults`` settings, with Flax's fields.
-
-    flaxgraph's ``var_defaults`` keeps its own scope (``defaults.py``) and does not read
-    this record; it exists for code that names it.
-
-    Source: Flax NNX 0.12.8 ``flax.nnx.variablelib.VariableContext``.
-    """
+    """Flax's per-thread stacks of ``var_defaults`` settings (not read by ``defaults.py``)."""
 
     variable_hijax_stack: list[bool] = dataclasses.field(default_factory=list)
     variable_ref_stack: list[bool] = dataclasses.field(default_factory=list)

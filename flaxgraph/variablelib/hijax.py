@@ -1,20 +1,15 @@
-"""``HijaxVariable``: the name Flax NNX 0.12 gives a Variable made with ``hijax=True``.
+"""``HijaxVariable``: Flax's class of ``hijax=True`` Variables, here an ``isinstance`` check.
 
-In Flax a hijax Variable is an instance of a separate class. In flaxgraph it keeps
-its own kind (a ``Param`` stays a ``Param``) and carries the ``hijax`` flag; its
-value lives in a ``jax.Ref``, or for a pytree value (a dict…) in JAX's mutable box
-(see ``flaxgraph/variablelib/variable.py`` and ``boxes.py``). So
-``HijaxVariable`` here is a *check*, not a class to build from:
-``isinstance(v, HijaxVariable)`` is ``v.hijax``::
+A flaxgraph hijax Variable keeps its own kind (a ``Param`` stays a ``Param``), so
+``isinstance(v, HijaxVariable)`` is ``v.hijax``. Source: Flax NNX 0.12
+``nnx.variablelib.HijaxVariable``.
 
-  >>> import flaxgraph as nnx
-  >>> from flaxgraph.variablelib import HijaxVariable
-  >>> isinstance(nnx.Param(1.0, hijax=True), HijaxVariable)
-  True
-  >>> isinstance(nnx.Param(1.0), HijaxVariable)
-  False
-
-Source: Flax NNX 0.12 ``nnx.variablelib.HijaxVariable``.
+>>> import flaxgraph as nnx
+>>> from flaxgraph.variablelib import HijaxVariable
+>>> isinstance(nnx.Param(1.0, hijax=True), HijaxVariable)
+True
+>>> isinstance(nnx.Param(1.0), HijaxVariable)
+False
 """
 
 from __future__ import annotations
@@ -33,12 +28,10 @@ class _HijaxCheck(type):
 
 
 class HijaxVariable(metaclass=_HijaxCheck):
-    """``isinstance(v, HijaxVariable)``: ``v`` is a Variable made with ``hijax=True``
-    (see the module docstring). Not instantiable.
+    """``isinstance(v, HijaxVariable)``: ``v`` was made with ``hijax=True``. Not instantiable.
 
     Raises:
-      TypeError: on instantiation; make a hijax Variable with ``Param(x, hijax=True)``
-        or under ``nnx.var_defaults(hijax=True)``.
+      TypeError: on instantiation (write ``Param(x, hijax=True)``).
     """
 
     def __new__(cls, *args: object, **kwargs: object) -> Any:

@@ -1,22 +1,15 @@
 """Metadata that travels with an initial value: ``VariableMetadata`` and ``with_metadata``.
 
-An initializer wrapped by ``with_metadata(init, **metadata)`` returns its value
-boxed in a ``VariableMetadata``; a Variable built from such a box unboxes the
-value and takes the metadata, so a layer that does ``Param(kernel_init(key,
-shape))`` gets, say, ``out_sharding=('data', None)`` without knowing about it::
-
-  >>> import jax, flaxgraph as nnx
-  >>> init = nnx.with_metadata(nnx.initializers.ones, out_sharding=(None, 'model'))
-  >>> layer = nnx.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
-  >>> layer.kernel.out_sharding
-  (None, 'model')
-
-Flax's ``VariableMetadata`` also carries value hooks (``on_set_value``…);
-flaxgraph Variables have no hooks: the box has the hook fields (always empty),
-and both it and ``with_metadata`` reject a hook with a ``TypeError`` that shows
-the Variable subclass to write instead.
-
+A Variable built from a ``VariableMetadata`` box unboxes the value and takes the
+metadata, so a layer gets, say, ``out_sharding`` from its initializer. Flax's value
+hooks are refused (flaxgraph Variables have none; subclass the Variable instead).
 Source: Flax NNX 0.12 ``nnx.with_metadata`` and ``nnx.VariableMetadata``.
+
+>>> import jax, flaxgraph as nnx
+>>> init = nnx.with_metadata(nnx.initializers.ones, out_sharding=(None, 'model'))
+>>> layer = nnx.Linear(2, 3, kernel_init=init, rngs=nnx.Rngs(0))
+>>> layer.kernel.out_sharding
+(None, 'model')
 """
 
 from __future__ import annotations
@@ -34,36 +27,23 @@ _HOOKS = ("on_set_value", "on_get_value", "on_create_value", "on_add_axis", "on_
 
 @dataclasses.dataclass
 class VariableMetadata(Generic[A]):
-    """A value boxed with the metadata a Variable made from it should get.
+    """A value boxed with the metadata a Variable made from it gets.
 
     Args:
-      raw_value: the value (any pytree; usually a ``jax.Array`` of any shape/dtype).
-      metadata: a mapping of metadata names to values.
-
-    ``Variable(box, **more)`` holds ``box.raw_value`` with metadata
-    ``{**box.metadata, **more}`` (the keywords win).
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> box = nnx.VariableMetadata(jnp.zeros(2), metadata={'note': 'bias'})
-      >>> p = nnx.Param(box)
-      >>> p.get_metadata('note'), p.shape
-      ('bias', (2,))
-
-    The value-hook fields of Flax (``on_set_value``, ``on_get_value``,
-    ``on_create_value``, ``on_add_axis``, ``on_remove_axis``, tuples of
-    ``hook(variable, value)`` callables) exist with the same names, order and
-    default ``()``, so Flax code that reads or passes them empty works; a
-    non-empty one raises, as in ``with_metadata``: flaxgraph Variables have no
-    value hooks (Flax 0.12 deprecates them too, in favour of a Variable subclass).
+      raw_value: the value (any pytree; usually a ``jax.Array``).
+      metadata: metadata names to values; ``Variable(box, **more)`` gets
+        ``{**box.metadata, **more}``.
+      on_set_value, on_get_value, on_create_value, on_add_axis, on_remove_axis: Flax's
+        hook fields, accepted only empty (``()``).
 
     Raises:
-      TypeError: a value hook is given (non-empty); the message names it and shows
-        the subclass to write instead.
+      TypeError: a non-empty value hook; the message shows the subclass to write instead.
 
-    Source: Flax NNX 0.12 ``nnx.VariableMetadata`` (its hook fields are always empty
-    here).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> box = nnx.VariableMetadata(jnp.zeros(2), metadata={'note': 'bias'})
+    >>> p = nnx.Param(box)
+    >>> p.get_metadata('note'), p.shape
+    ('bias', (2,))
     """
 
     raw_value: A
@@ -93,28 +73,20 @@ def with_metadata(initializer: F, **metadata: object) -> F:
     """Wraps ``initializer`` so its result carries ``metadata`` into the Variable.
 
     Args:
-      initializer: any callable returning the initial value, e.g. a
-        ``jax.nn.initializers`` function ``(key, shape, dtype) -> Array``.
+      initializer: a callable returning the initial value, e.g. ``(key, shape, dtype) -> Array``.
       **metadata: the metadata (e.g. ``out_sharding=('data', None)``).
 
     Returns:
-      A callable with ``initializer``'s signature (and name) that returns
-      ``VariableMetadata(initializer(...), metadata)``; a Variable built from it
-      unboxes the value (same shape and dtype as ``initializer``'s).
+      A callable with ``initializer``'s signature and name returning
+      ``VariableMetadata(initializer(...), metadata)``.
 
     Raises:
-      TypeError: a Flax value hook (``on_set_value``, ``on_get_value``,
-        ``on_create_value``, ``on_add_axis``, ``on_remove_axis``) is given:
-        flaxgraph Variables have no hooks (subclass ``Variable`` instead).
+      TypeError: a Flax value hook (``on_set_value``…) is given.
 
-    Example::
-
-      >>> import jax, flaxgraph as nnx
-      >>> init = nnx.with_metadata(jax.nn.initializers.zeros, note='hi')
-      >>> nnx.Param(init(jax.random.key(0), (2, 3))).note
-      'hi'
-
-    Source: Flax NNX 0.12 ``nnx.with_metadata``.
+    >>> import jax, flaxgraph as nnx
+    >>> init = nnx.with_metadata(jax.nn.initializers.zeros, note='hi')
+    >>> nnx.Param(init(jax.random.key(0), (2, 3))).note
+    'hi'
     """
     hooks = [k for k in _HOOKS if k in metadata]
     if hooks:

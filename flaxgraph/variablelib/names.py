@@ -1,15 +1,11 @@
-"""Collection names of Variable kinds: ``'params'`` <-> ``Param`` and so on.
+"""Collection names of Variable kinds (``'params'`` <-> ``Param``), in one registry.
 
-Linen-style code and checkpoints name a Variable kind by a collection name. This
-file holds the one registry between the two (like JAX's pytree registry, written
-only through ``register_variable_name``) and registers the built-in kinds::
+Source: Flax NNX 0.12 ``nnx.register_variable_name``, ``variable_name_from_type``,
+``variable_type_from_name``.
 
-  >>> import flaxgraph as nnx
-  >>> nnx.variable_name_from_type(nnx.BatchStat), nnx.variable_type_from_name('params')
-  ('batch_stats', <class 'flaxgraph.variablelib.variable.Param'>)
-
-Source: Flax NNX 0.12 ``nnx.register_variable_name``,
-``nnx.variable_name_from_type``, ``nnx.variable_type_from_name``.
+>>> import flaxgraph as nnx
+>>> nnx.variable_name_from_type(nnx.BatchStat), nnx.variable_type_from_name('params')
+('batch_stats', <class 'flaxgraph.variablelib.variable.Param'>)
 """
 
 from __future__ import annotations
@@ -26,15 +22,12 @@ from flaxgraph.variablelib.variable import (
     Variable,
 )
 
-# The one registry of this file, like JAX's pytree registry: written only through
-# `register_variable_name`.
+# Written only through `register_variable_name`.
 _NAME_TO_TYPE: dict[str, type[Variable[Any]]] = {}
 _TYPE_TO_NAME: dict[type[Variable[Any]], str] = {}
 
 VariableTypeCache = MappingProxyType(_NAME_TO_TYPE)
-"""The registry as Flax names it: collection name -> Variable kind, a read-only live view
-(register with ``register_variable_name``). Source: Flax NNX 0.12.8
-``flax.nnx.variablelib.VariableTypeCache`` (a dict there)."""
+"""Flax's ``VariableTypeCache``: collection name -> Variable kind, a read-only live view."""
 
 
 def register_variable_name(
@@ -44,26 +37,20 @@ def register_variable_name(
 
     Args:
       name: a Linen-style collection name.
-      typ: the Variable kind; omitted, a class decorator is returned
-        (``@nnx.register_variable_name('counts')``).
+      typ: the Variable kind; omitted, a class decorator is returned.
       overwrite: replace an existing registration of ``name``.
 
     Returns:
-      ``typ`` (or, without ``typ``, a decorator that registers and returns its class).
+      ``typ`` (or a decorator that registers and returns its class).
 
     Raises:
-      ValueError: if ``name`` is already registered to another kind and
-        ``overwrite`` is False.
+      ValueError: ``name`` is registered to another kind and ``overwrite`` is False.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> @nnx.register_variable_name('counts_doc')
-      ... class Count(nnx.Variable): pass
-      >>> nnx.variable_type_from_name('counts_doc') is Count
-      True
-
-    Source: Flax NNX 0.12 ``nnx.register_variable_name`` (also a decorator).
+    >>> import flaxgraph as nnx
+    >>> @nnx.register_variable_name('counts_doc')
+    ... class Count(nnx.Variable): pass
+    >>> nnx.variable_type_from_name('counts_doc') is Count
+    True
     """
     if typ is None:
         return lambda cls: register_variable_name(name, cls, overwrite=overwrite)
@@ -102,18 +89,15 @@ def variable_type_from_name(
     base: type[Variable[Any]] = Variable,
     allow_register: bool = False,
 ) -> type[Variable[Any]]:
-    """Returns the Variable kind registered under ``name`` (``'params'`` -> ``Param``).
+    """The Variable kind registered under ``name`` (``'params'`` -> ``Param``).
 
     Args:
       name: a Linen-style collection name.
       base: the base class of a kind created with ``allow_register``.
-      allow_register: create (and register) a new kind if none has that name.
+      allow_register: create and register a new ``base`` subclass if none has that name.
 
     Raises:
-      ValueError: if no kind is registered under ``name`` and ``allow_register`` is
-        False; with ``allow_register=True`` a new ``base`` subclass is created.
-
-    Source: Flax NNX 0.12 ``nnx.variable_type_from_name``.
+      ValueError: no kind is registered under ``name`` and ``allow_register`` is False.
     """
     if name in _NAME_TO_TYPE:
         return _NAME_TO_TYPE[name]

@@ -1,21 +1,8 @@
 """Ref storage for Variables: JAX mutable array references (``jax.Ref``).
 
-A Variable made with ``ref=True`` (or ``hijax=True``) keeps its value in a
-``jax.Ref`` (``jax.new_ref``) instead of holding the array itself: writing
-``v[...] = x`` stores ``x`` *into* the Ref, so every holder of that Ref sees the
-change, and raw JAX transforms that accept Refs (``jax.jit``, ``jax.lax.scan``
-bodies closing over them) carry the writes out. A Ref has a fixed shape and
-dtype; it holds one array (a ``hijax=True`` Variable holding a pytree uses a box
-instead, see ``boxes.py``).
-
-This file holds what the Variable class needs to use a Ref: which values can be
-put in one, the shape/dtype check before a write (so an error comes before any
-write and names the Variable), and the write itself, which turns JAX's refusal
-to write a traced value into a Ref the trace does not own (inside ``jax.grad``,
-``jax.vmap``) into a ``TraceContextError`` that says what to do.
-
-Source: JAX mutable array references (``jax.new_ref``, ``jax.Ref``; JAX 0.7+),
-as Flax NNX 0.12 uses them for ``Variable(..., ref=True)``.
+What it holds and why: the package README, "Ref storage and captured reads".
+Source: JAX mutable array references (``jax.new_ref``, ``jax.Ref``), as Flax NNX 0.12
+uses them for ``Variable(..., ref=True)``.
 """
 
 from __future__ import annotations
@@ -35,8 +22,7 @@ _Tracer = jax.core.Tracer
 
 
 def can_hold(value: object) -> bool:
-    """Whether ``value`` can become a Ref's content here: a concrete (non-traced)
-    ``jax.Array``, a NumPy array or scalar, or a Python number."""
+    """Whether ``value`` can be a Ref's content: a concrete array, NumPy scalar or number."""
     if isinstance(value, _Tracer):
         return False
     return isinstance(value, (jax.Array, np.ndarray, *ARRAY_SCALARS))
@@ -48,10 +34,7 @@ def new_ref(value: object) -> Any:
 
 
 def is_ref(value: Any) -> bool:
-    """Whether ``value`` is a ``jax.Ref`` (a concrete one or a traced one).
-
-    Faster than ``isinstance(value, jax.Ref)``, whose instance check looks up the
-    abstract value of every object (microseconds, on every Variable built)."""
+    """Whether ``value`` is a ``jax.Ref``, concrete or traced (faster than ``isinstance``)."""
     t = type(value)
     if t is REF_TYPE:
         return True
@@ -64,11 +47,7 @@ def describe(kind: str, ref: jax.Ref) -> str:
 
 
 def check_fits(kind: str, ref: jax.Ref, value: Any) -> None:
-    """Raises ``ValueError`` if ``value`` cannot be written into ``ref`` as a whole.
-
-    Raises:
-      ValueError: the shape or dtype of ``value`` differs from the Ref's.
-    """
+    """Raises ``ValueError`` if the shape or dtype of ``value`` differs from ``ref``'s."""
     shape = tuple(np.shape(value))
     dtype = jax.dtypes.result_type(value)
     if shape != tuple(ref.shape) or dtype != ref.dtype:
@@ -83,11 +62,11 @@ def check_fits(kind: str, ref: jax.Ref, value: Any) -> None:
 
 
 def write(kind: str, ref: jax.Ref, index: object, value: object, captured: bool) -> None:
-    """``ref[index] = value``; ``captured`` says the Variable belongs to an outer trace.
+    """``ref[index] = value``; ``captured``: the Variable belongs to an outer trace.
 
     Raises:
-      TraceContextError (a ``ValueError``): JAX refused the write (a traced value
-        from ``grad``/``vmap`` written into a Ref created outside that transform).
+      TraceContextError (a ``ValueError``): JAX refused the write (a traced value from
+        ``grad``/``vmap`` into a Ref created outside that transform).
     """
     if not captured:
         ref[index] = value
@@ -96,8 +75,7 @@ def write(kind: str, ref: jax.Ref, index: object, value: object, captured: bool)
     try:
         ref[index] = value
     except Exception as error:  # JAX raises a plain Exception here
-        # Under grad JAX has already written the primal value when it refuses the
-        # tangent: put the old content back so that nothing is half-updated.
+        # Under grad JAX wrote the primal before refusing the tangent: put it back.
         try:
             ref[index] = old
         except Exception:  # under vmap nothing was written
@@ -113,23 +91,16 @@ def write(kind: str, ref: jax.Ref, index: object, value: object, captured: bool)
 
 
 # -- the transforms' fast path ------------------------------------------------------------
-# A Ref's content read or written with `ref[...]` outside any trace is one eagerly
-# dispatched JAX operation each (hundreds of microseconds). A transform's fast path
-# only needs the current array, to pass it straight to a compiled call, and to
-# replace it by an array the compiled call produced for it alone: JAX keeps that
-# array as the Ref's `_refs._buf` (its compiled calls update it the same way). These
-# two functions use it where this JAX has it; elsewhere they fall back to `ref[...]`.
+# An eager `ref[...]` costs hundreds of microseconds; JAX keeps the array as `_refs._buf`.
 
 
 def has_direct_content(ref: object) -> bool:
-    """Whether ``ref``'s array is reachable as ``ref._refs._buf`` (what ``peek`` and
-    ``install`` use when it is)."""
+    """Whether ``ref``'s array is reachable as ``ref._refs._buf`` (for ``peek`` and ``install``)."""
     return type(ref) is REF_TYPE and hasattr(getattr(ref, "_refs", None), "_buf")
 
 
 def peek(ref: Any) -> object:
-    """The Ref's current array, not copied: only to hand straight to a compiled call
-    (the array is the Ref's own and changes when the Ref is written)."""
+    """The Ref's current array, not copied: only to hand straight to a compiled call."""
     if type(ref) is REF_TYPE:
         try:
             return ref._refs._buf
@@ -139,8 +110,7 @@ def peek(ref: Any) -> object:
 
 
 def install(ref: Any, value: object) -> None:
-    """Makes ``value`` (an array of the Ref's shape and dtype that nothing else holds,
-    e.g. an output of a compiled call written nowhere else) the Ref's content."""
+    """Makes ``value`` (an array of the Ref's shape and dtype, held nowhere else) the content."""
     if type(ref) is REF_TYPE:
         refs_box = ref._refs
         if hasattr(refs_box, "_buf"):

@@ -1,17 +1,13 @@
-"""``add_axis``/``remove_axis`` over a whole tree: what a transform does to every Variable of
-its inputs or outputs when it adds or removes an axis (Flax's ``nnx.spmd.add_axis``/
-``remove_axis``; one Variable at a time is :mod:`flaxgraph.variablelib.axes`).
+"""``add_axis``/``remove_axis`` over every Variable of a tree (Flax's ``nnx.spmd`` functions).
 
-Example::
+One Variable at a time is :mod:`flaxgraph.variablelib.axes`. Source: Flax NNX 0.12.8
+``flax.nnx.spmd.add_axis``/``remove_axis``.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> from flaxgraph.variablelib.tree_axes import add_axis, remove_axis
-  >>> state = {'w': nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))}
-  >>> add_axis(state, 0, {nnx.PARTITION_NAME: 'layers'})['w'].out_sharding
-  ('layers', 'a', 'b')
-
-Source: Flax NNX 0.12.8 ``flax.nnx.spmd.add_axis``/``remove_axis`` (behaviour read from its
-public source).
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> from flaxgraph.variablelib.tree_axes import add_axis, remove_axis
+>>> state = {'w': nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))}
+>>> add_axis(state, 0, {nnx.PARTITION_NAME: 'layers'})['w'].out_sharding
+('layers', 'a', 'b')
 """
 
 from __future__ import annotations
@@ -30,16 +26,12 @@ A = TypeVar("A")
 
 
 def add_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
-    """Adds an axis at ``index`` to every Variable of ``tree``, as ``vmap``/``scan`` do to
-    their outputs: the per-axis metadata (``out_sharding`` and each tuple-valued metadata
-    key named in ``transform_metadata``) gets the new entry, then each Variable's
-    ``add_axis(index, transform_metadata[PARTITION_NAME])`` hook runs.
+    """Adds an axis at ``index`` to every Variable of ``tree`` (``axes.add_axis_of``), in place.
 
     Args:
-      tree: a pytree whose Variables (a State, a dict of Variables…) change in place.
+      tree: a pytree of Variables (a State, a dict…).
       index: the position of the new axis.
-      transform_metadata: ``{nnx.PARTITION_NAME: name, ...}``; the name (or ``None``) goes
-        into ``out_sharding`` at ``index``.
+      transform_metadata: ``{nnx.PARTITION_NAME: name, ...}``.
 
     Returns:
       ``tree`` (the same Variables, changed).
@@ -51,21 +43,19 @@ def add_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
 
 
 def remove_axis(tree: A, index: int, transform_metadata: Mapping[Any, Any]) -> A:
-    """Removes the axis at ``index`` from every Variable of ``tree`` (the inverse of
-    :func:`add_axis`): the per-axis metadata loses the entry, then each Variable's
-    ``remove_axis`` hook runs.
+    """Removes the axis ``index`` from every Variable of ``tree``; the inverse of ``add_axis``.
 
     Args:
-      tree: a pytree whose Variables change in place.
+      tree: a pytree of Variables, changed in place.
       index: the position of the removed axis.
-      transform_metadata: ``{nnx.PARTITION_NAME: name, ...}``, as given to ``add_axis``.
+      transform_metadata: as given to ``add_axis``.
 
     Returns:
       ``tree`` (the same Variables, changed).
 
     Raises:
-      ValueError: a Variable's sharding names hold another name than the partition name at
-        ``index`` (as Flax).
+      ValueError: a Variable's sharding names hold another name than the partition name
+        at ``index`` (as Flax).
     """
     for leaf in jax.tree.leaves(tree, is_leaf=is_variable):
         if is_variable(leaf):

@@ -1,18 +1,8 @@
-"""Flax's class-level value hooks of a Variable subclass: ``on_get_value``,
-``on_set_value`` and ``on_create_value``.
+"""Flax's class-level value hooks of a Variable subclass (``on_get_value`` and the others).
 
-A Variable subclass may define ``on_get_value(self, value)`` (applied to every read,
-after indexing), ``on_set_value(self, value)`` (applied to every written value, before
-it is stored) and ``on_create_value(self, value)`` (applied once at construction,
-before ``create_value``). Flax NNX 0.12 applies such methods (deprecated there in
-favour of overriding ``get_value``/``set_value``/``create_value``); flaxgraph installs
-them as those overrides, once per class that defines them, so reads and writes of
-Variables without hooks cost nothing more. Constructing such a Variable warns, with
-Flax's ``UserWarning`` text.
-
-Hooks given as metadata (``nnx.Param(x, on_get_value=f)``, ``VariableMetadata``'s hook
-fields) are refused with a ``TypeError`` instead (guides/from_flax.md).
-
+A subclass defining them gets them installed once as its ``get_value``/``set_value``/
+``create_value`` (so Variables without hooks pay nothing); constructing one warns with
+Flax's ``UserWarning``. Hooks given as metadata are refused (``TypeError``).
 Source: Flax NNX 0.12 ``Variable.__init__``/``get_value``/``set_value``.
 """
 
@@ -27,9 +17,10 @@ HOOKS = ("on_get_value", "on_set_value", "on_create_value")
 
 
 def install_value_hooks(cls: type) -> None:
-    """Wraps ``cls.get_value``/``set_value``/``create_value`` to apply the hooks ``cls``
-    defines in its own body; the wrapper calls ``self.on_...`` so a subclass that
-    redefines the hook replaces it (it is not applied twice)."""
+    """Wraps ``cls``'s ``get_value``/``set_value``/``create_value`` to apply the hooks it defines.
+
+    The wrapper calls ``self.on_...``, so a subclass redefining a hook replaces it.
+    """
     defined = [name for name in HOOKS if callable(vars(cls).get(name))]
     if not defined:
         return
