@@ -1,13 +1,8 @@
 """JAX's errors about mapped and scanned inputs, told with the user's paths.
 
-``jax.vmap`` and ``jax.lax.scan`` see flaxgraph's groups of leaves, not the
-user's arguments, so their errors name internal positions: "inconsistent sizes
-... axis 0 of argument boxed[0][1]", "scan got values with different leading
-axis sizes: 3, 4", "axis 1 is out of bounds for array of dimension 1". When a
-mapped or scanned call fails, ``mapped_input_error`` looks at the call's own
-inputs (paths, values, axes) and, if they explain the failure, returns a
-``ValueError`` that names each input by its path from the arguments with its
-size and says what to change:
+``jax.vmap`` and ``jax.lax.scan`` see flaxgraph's groups of leaves, so their errors
+name internal positions; on the error path only, ``mapped_input_error`` names
+each input by its path with its size:
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
@@ -24,14 +19,8 @@ size and says what to change:
   size 8:
     args[1]: axis 0 has size 8 (float32[8,2])
 
-It runs only on the error path (when JAX has already raised), so calls that
-succeed pay nothing for it. If the inputs do not explain the error (it came
-from the user's function), ``None`` is returned and JAX's error stands.
-
-Source: JAX's ``vmap``/``scan`` input checks (``jax.vmap``: "vmap got
-inconsistent sizes for array axes to be mapped"; ``jax.lax.scan``: "scan got
-values with different leading axis sizes"); the path naming of flaxgraph's
-aliasing errors (``transforms/aliasing.py``).
+Source: JAX's ``vmap``/``scan`` input checks ("vmap got inconsistent sizes for array
+axes to be mapped", "scan got values with different leading axis sizes").
 """
 
 from __future__ import annotations
@@ -94,7 +83,7 @@ def _describe(item: MappedInput) -> str:
 
 
 def _rank_error(items: list[MappedInput], name: str, axis_word: str) -> ValueError | None:
-    """The first input whose axis does not fit its rank."""
+    """The first input whose axis does not fit its rank, as an error."""
     for item in items:
         rank = len(item.shape)
         if -rank <= item.axis < rank:
@@ -113,7 +102,7 @@ def _rank_error(items: list[MappedInput], name: str, axis_word: str) -> ValueErr
 def _sizes_error(
     items: list[MappedInput], name: str, axis_word: str, given: int | None
 ) -> ValueError | None:
-    """Inputs whose mapped axes disagree in size (with each other or with ``given``)."""
+    """Inputs whose mapped axes disagree in size (with each other or ``given``), as an error."""
     by_size: dict[int, list[MappedInput]] = {}
     for item in items:
         by_size.setdefault(item.shape[item.axis], []).append(item)
@@ -164,20 +153,19 @@ def mapped_input_error(
     name: str,
     given: int | None = None,
 ) -> ValueError | None:
-    """A ``ValueError`` naming the inputs that make a ``vmap``/``pmap``/``scan`` call
-    fail, or ``None`` when the inputs are consistent (the error is someone else's).
+    """A ``ValueError`` naming the inputs that make a mapped call fail, or ``None`` if consistent.
 
     Args:
       paths: each leaf's path (``GraphDef.leaf_paths`` of ``(args, kwargs)``).
-      values: each leaf's value (arrays; other values count as rank 0).
+      values: each leaf's value (non-arrays count as rank 0).
       axes: each leaf's axis (an int is mapped; anything else is skipped).
       where: renders a path (``NamedRoots.where``).
       name: the transform (``'vmap'``, ``'pmap'``, ``'scan'``).
       given: ``axis_size`` / ``length`` when the user gave one.
 
     Returns:
-      The error to raise instead (rank mismatch first, then inconsistent sizes),
-      or ``None``.
+      The error to raise instead (rank mismatch first, then sizes), or ``None``
+      (the error came from the user's function).
     """
     items = collect(paths, values, axes, where)
     axis_word = "in_axes"
