@@ -1,12 +1,12 @@
 """The shape of a transformed callable: decorators, static arguments, methods.
 
-Every flaxgraph transform works as ``nnx.jit(f, **options)``, as ``@nnx.jit``
-and as ``@nnx.jit(**options)``, on functions and on methods (``@nnx.jit def
-__call__(self, x)``: the instance is simply the first argument). Given a Module
-instance, the object becomes the first argument, so ``nnx.jit(model)(x)`` is
-``nnx.jit(type(model).__call__)(model, x)``. A bound method of a graph object
-(``nnx.jit(model.method)``) is refused, as in Flax NNX 0.12: its ``self`` would
-be hidden from the transform; the error shows the two spellings that work.
+Every transform works as ``nnx.jit(f, **options)``, ``@nnx.jit`` and
+``@nnx.jit(**options)``, on functions and methods; a Module instance becomes the
+first argument (``nnx.jit(model)(x)``); a bound method of a graph object is
+refused, as in Flax NNX 0.12.
+
+Source: Flax NNX 0.12's transforms (bound methods refused); ``jax.jit``
+(``static_argnums``/``static_argnames`` completed from the signature).
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ def decorator(transform: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _bound_graph_method(f: object) -> Any:
-    """The bound method of a graph object inside ``f`` (through ``functools.partial``
-    layers), or ``None``."""
+    """The bound method of a graph object inside ``f`` (through partials), or ``None``."""
     while isinstance(f, functools.partial):
         f = f.func
     if inspect.ismethod(f) and is_node_or_variable(f.__self__):
@@ -42,12 +41,10 @@ def _bound_graph_method(f: object) -> Any:
 
 
 def check_not_bound_method(f: object, transform: str) -> None:
-    """Refuses a bound method of a graph object (``model.method``), also inside a
-    ``functools.partial``, as every Flax NNX 0.12 transform does.
+    """Refuses a bound method of a graph object (``model.method``), also inside a partial.
 
     Raises:
-      ValueError: ``f`` is such a bound method; the message names it and shows the
-        decorator form and the unbound-method call.
+      ValueError: naming it, with the decorator form and the unbound-method call.
     """
     method = _bound_graph_method(f)
     if method is None:
@@ -65,12 +62,10 @@ def check_not_bound_method(f: object, transform: str) -> None:
 
 
 def unbind(f: Any, transform: str = "transform") -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """Splits a Module instance into ``(type(f).__call__, (f,))``; other callables
-    come back as ``(f, ())``.
+    """Splits a Module instance into ``(type(f).__call__, (f,))``; others come back as ``(f, ())``.
 
     Raises:
-      ValueError: ``f`` is a bound method of a graph object (see
-        ``check_not_bound_method``); ``transform`` names the transform in the message.
+      ValueError: ``f`` is a bound method of a graph object.
     """
     check_not_bound_method(f, transform)
     if is_node_or_variable(f) and callable(f):
@@ -99,11 +94,10 @@ def normalize_argnames(argnames: str | Iterable[str] | None) -> tuple[str, ...]:
 def infer_argnums_and_argnames(
     fun: Callable[..., Any], argnums: tuple[int, ...], argnames: tuple[str, ...]
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Completes ``(argnums, argnames)`` from ``fun``'s signature as ``jax.jit`` does:
-    given only argnums, the names of those positional-or-keyword parameters join
-    argnames; given only argnames, their positions join argnums (so a static or
-    donated argument may be passed either way). Given both, or when the signature
-    is unavailable, they are returned unchanged.
+    """Completes ``(argnums, argnames)`` from ``fun``'s signature as ``jax.jit`` does.
+
+    Given only one, the other gets the matching positional-or-keyword parameters;
+    given both, or without a signature, they are returned unchanged.
 
     Example::
 
@@ -140,8 +134,7 @@ def split_static(
     static_argnums: tuple[int, ...],
     static_argnames: tuple[str, ...],
 ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]:
-    """Removes static arguments: ``(dynamic_args, dynamic_kwargs, statics)`` where
-    ``statics`` is hashable (it joins the cache key).
+    """Removes static arguments: ``(dynamic_args, dynamic_kwargs, statics)``, ``statics`` hashable.
 
     Raises:
       TypeError: a static argument is unhashable.

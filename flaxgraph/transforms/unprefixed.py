@@ -1,15 +1,7 @@
-"""One lifted call for transforms without prefixes: ``make_jaxpr``, ``checkify``,
-``transform_metadata``.
+"""One lifted call for transforms without prefixes: ``make_jaxpr``, ``checkify``, ``transform_metadata``.
 
-These transforms treat every leaf alike (there is no ``in_axes``-like prefix), so
-they share one small use of the lifting machine (``lift.py``), the one
-``eval_shape`` in ``control.py`` makes: split the inputs (step 1), run a pure
-function of ``(AuxValue, values)`` under the JAX transform (steps 2 to 4), then
-write the updates back and build the output (step 5).
-
-This file is also the one place where these transforms hand their traversal
-mode (``graph=``/``graph_updates=``, resolved with ``flaxgraph.modes.resolve``)
-to the lifting machine: see ``LiftedCall.__init__`` and ``LiftedCall.split``.
+Every leaf is treated alike, so they share one small use of the lifting machine
+(``docs/design.md``, "The five lift steps"), and hand it their traversal mode here.
 
 Source: the "JAX-style NNX Transforms" FLIP flax#4107.
 """
@@ -39,9 +31,7 @@ def _never(a: object, b: object) -> bool:
 
 
 class LiftedCall:
-    """Steps 1, 3-4 and 5 of one transform of ``f`` whose JAX transform sees the
-    inputs as groups of leaves (one group per distinct prefix; a single group for
-    the prefix-less transforms).
+    """Steps 1, 3-4 and 5 of one transform of ``f`` whose JAX transform sees groups of leaves.
 
     Attributes:
       f: the user's function (unbound).
@@ -83,12 +73,11 @@ class LiftedCall:
     ) -> tuple[Call, AuxValue[Any], tuple[list[Any], ...]]:
         """Step 1: ``(call, static, groups)``; ``pure(static, groups)`` runs the call.
 
-        ``in_prefix`` is the ``(args, kwargs)`` prefix pair; it is applied to the
-        inputs on the way out too.
+        ``in_prefix`` is the ``(args, kwargs)`` prefix pair, applied on the way out too.
 
         Raises:
-          PrefixError, SharedReferenceError, InconsistentAliasingError (all
-            ``ValueError``): see ``lift.split_inputs``.
+          PrefixError, SharedReferenceError, InconsistentAliasingError (``ValueError``):
+            see ``lift.split_inputs``.
         """
         call = split_inputs(args, kwargs, in_prefix, self.in_spec, self.mode)
         slots, groups = call.groups(self.keys)
@@ -101,8 +90,7 @@ class LiftedCall:
     def pure(
         self, static: AuxValue[Any], groups: Sequence[list[Any]], out_prefix: object = None
     ) -> tuple[AuxValue[Any], tuple[list[Any], ...]]:
-        """Steps 3-4 as a function of arrays: merge, call ``f``, re-split with
-        ``out_prefix`` over the output. Returns ``(AuxValue(OutStatic), out groups)``."""
+        """Steps 3-4 as a function of arrays: ``(AuxValue(OutStatic), out groups)``."""
         in_static: InStatic[Any] = static.value
         in_prefixes = [self.keys[g] for g in in_static.slots.groups]
         _, out_static, out_groups = self.inner.run(
