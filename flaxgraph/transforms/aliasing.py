@@ -49,12 +49,8 @@ class PrefixError(FlaxgraphError, ValueError):
 class PrefixSpec:
     """What counts as a prefix for one transform argument (e.g. vmap's ``in_axes``).
 
-    Attributes:
-      name: the argument's name, for messages (``'in_axes'``).
-      is_leaf: predicate for plain prefixes (ints and None for ``in_axes``).
-      lift_type: the lift type accepted at objects (``StateAxes``…), or ``None``.
-      fix: a hint appended to prefix errors.
-      wildcard: a plain prefix meaning "no constraint", consistent with any other.
+    ``is_leaf`` accepts plain prefixes, ``lift_type`` is accepted at objects, ``fix`` is
+    appended to errors; ``wildcard`` is consistent with any prefix.
     """
 
     name: str
@@ -300,13 +296,7 @@ _MAX_RECORDS = 10_000  # the diagnostic walk stops growing past this (huge share
 
 
 class Sighting(NamedTuple):
-    """One path along which ``AliasDiagnostics`` reached a leaf, with its prefix there.
-
-    Attributes:
-      path: the path from the roots.
-      leaf: the leaf (a Variable, Ref or raw value).
-      prefix: the prefix resolved for it along ``path``.
-    """
+    """One path along which ``AliasDiagnostics`` reached a leaf, with the prefix it got there."""
 
     path: PathParts
     leaf: object
@@ -431,7 +421,7 @@ def _describe(prefix: object) -> str:
 def with_duplicates_line(
     error: SharedReferenceError, roots: tuple[Any, ...], select: Callable[[Any], bool] | None
 ) -> SharedReferenceError:
-    """``error`` with a last line naming the Variables reachable twice as Flax does (``Duplicate Param``)."""
+    """``error`` with a last line naming Variables reached twice (Flax's ``Duplicate Param``)."""
     kinds: list[str] = []
     for entries in variable_paths(roots, True).values():
         paths = [p for _, p in entries]

@@ -67,7 +67,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
 
 
 def _grad_build(x: Any, path: PathParts, by_path: dict[Any, tuple[Any, Any]]) -> object:
-    """``_grad_tree`` below ``x`` (module-level: a recursive closure would make a reference cycle)."""
+    """``_grad_tree`` below ``x`` (module-level: a recursive closure makes a cycle)."""
     if is_node_module(x):
         n = len(path)
         pairs = [(p[n:], _grad_leaf(leaf, g)) for p, (leaf, g) in by_path.items() if p[:n] == path]

@@ -41,11 +41,7 @@ def _bound_graph_method(f: object) -> Any:
 
 
 def check_not_bound_method(f: object, transform: str) -> None:
-    """Refuses a bound method of a graph object (``model.method``), also inside a partial.
-
-    Raises:
-      ValueError: naming it, with the decorator form and the unbound-method call.
-    """
+    """Raises ``ValueError`` for a bound method of a graph object, also inside a partial."""
     method = _bound_graph_method(f)
     if method is None:
         return
@@ -62,11 +58,7 @@ def check_not_bound_method(f: object, transform: str) -> None:
 
 
 def unbind(f: Any, transform: str = "transform") -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """Splits a Module instance into ``(type(f).__call__, (f,))``; others come back as ``(f, ())``.
-
-    Raises:
-      ValueError: ``f`` is a bound method of a graph object.
-    """
+    """``(type(f).__call__, (f,))`` for a Module instance, else ``(f, ())``."""
     check_not_bound_method(f, transform)
     if is_node_or_variable(f) and callable(f):
         return type(f).__call__, (f,)
@@ -134,11 +126,7 @@ def split_static(
     static_argnums: tuple[int, ...],
     static_argnames: tuple[str, ...],
 ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]:
-    """Removes static arguments: ``(dynamic_args, dynamic_kwargs, statics)``, ``statics`` hashable.
-
-    Raises:
-      TypeError: a static argument is unhashable.
-    """
+    """``(dynamic_args, dynamic_kwargs, statics)``; ``TypeError`` if a static one is unhashable."""
     if not static_argnums and not static_argnames:
         return args, kwargs, ()
     n = len(args)

@@ -21,7 +21,7 @@ from flaxgraph.variablelib.variable import Variable, is_variable
 
 
 class ClosureReadWarning(UserWarning):
-    """A compiled function read a Variable it captured by closure: its value is a compiled-in constant.
+    """A compiled function read a Variable it captured by closure: its value is a constant.
 
     Issued by ``nnx.jit``, ``pmap`` and ``scan`` once per call site, naming the
     Variables by their path from the closure; not for Ref-backed Variables, nor under

@@ -217,7 +217,7 @@ class JitWrapped(Transformed[P, R]):
     def replay(
         self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool, *groups: Any
     ) -> object:
-        """The function compiled when leaves are donated automatically: the undonated program, regrouped.
+        """The function compiled with automatic donation: the undonated program, regrouped.
 
         See ``docs/design.md``, "Automatic donation" ("One trace").
 
@@ -246,7 +246,7 @@ class JitWrapped(Transformed[P, R]):
     def make_jit(
         self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool
     ) -> object:
-        """The ``jax.jit`` of ``pure`` (``replay`` with automatic donation) for one input structure."""
+        """The ``jax.jit`` of ``pure`` (``replay`` when donating) for one input structure."""
         kwargs = dict(self.jit_kwargs)
         # The updated state of an input keeps its in_sharding (as in Flax NNX 0.12):
         # the output groups of kept inputs are keyed by it.
@@ -343,7 +343,7 @@ class JitWrapped(Transformed[P, R]):
         return result
 
     def lower(self, *args: object, **kwargs: object) -> Lowered:
-        """``jax.jit(...).lower`` for these arguments; its ``compile()`` is called like this function."""
+        """``jax.jit(...).lower`` for these arguments; ``compile()`` is called as this is."""
         full = (*self.bound, *args)
         while True:
             prepared = self.prepare(full, kwargs)

@@ -19,16 +19,14 @@ from flaxgraph.transforms.lift import AuxValue, OutStatic
 
 
 class OutStaticChanged(Exception):
-    """Raised inside a trace whose ``OutStatic`` differs from the recorded one (caught by ``Compiled.call``)."""
+    """Raised in a trace whose ``OutStatic`` differs from the recorded one (``Compiled.call``)."""
 
 
 class Compiled:
     """The compiled function of one input structure.
 
-    Attributes:
-      fn: the current ``jax.jit`` function of the groups of arrays.
-      out_static: the ``OutStatic`` every trace of the first function produced.
-      with_static: whether ``fn`` returns ``(AuxValue(out_static), out_groups)``.
+    ``fn`` is the current ``jax.jit``; ``with_static`` says whether it returns the
+    ``OutStatic`` through JAX rather than the recorded ``out_static``.
     """
 
     __slots__ = ("fn", "out_static", "with_static", "_make")
@@ -90,7 +88,7 @@ class Compiled:
 
 
 class JitFunctions:
-    """The ``jax.jit`` functions of one ``nnx.jit`` (its ``jitted_fn``): a ``Compiled`` per input structure.
+    """The ``jax.jit`` functions of one ``nnx.jit`` (``jitted_fn``): a ``Compiled`` per structure.
 
     ``_cache_size()``, as ``jax.jit``'s, counts the executables of every structure.
     """
@@ -141,7 +139,7 @@ class Traced:
 
 
 class Lowered:
-    """``nnx.jit(f).lower(*args)``: JAX's ``Lowered``, whose ``compile()`` takes and updates objects.
+    """``nnx.jit(f).lower(*args)``: JAX's ``Lowered``; ``compile()`` takes and updates objects.
 
     Every other attribute (``as_text()``, ``cost_analysis()``…) is JAX's.
     """
@@ -166,7 +164,7 @@ class Lowered:
 
 
 class TracedJit:
-    """``nnx.jit(f).trace(*args)``: JAX's ``Traced`` (``jaxpr``, ``out_info``…); ``lower()`` gives a ``Lowered``."""
+    """``nnx.jit(f).trace(*args)``: JAX's ``Traced``; its ``lower()`` gives a ``Lowered``."""
 
     __slots__ = ("traced", "entry", "prepare", "prefix")
 

@@ -220,7 +220,7 @@ def _declares(f: Callable[..., Any], name: str) -> bool:
 def _updates_cotangent(
     call: Call, diff_args: tuple[Any, ...], out_static: OutStatic, out_groups_g: Any
 ) -> tuple[Any, ...]:
-    """``updates_g``: per differentiable argument, a copy holding its changed Variables' cotangents."""
+    """``updates_g``: per argument, a copy holding its changed Variables' cotangents."""
     by_path = {
         path[1:]: out_groups_g[s.at][s.position]
         for path, s in zip(out_static.graphdef.leaf_paths, out_static.sources)

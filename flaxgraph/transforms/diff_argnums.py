@@ -1,4 +1,4 @@
-"""What ``argnums`` of ``grad`` (and the differentiable arguments of ``vjp``, ``jvp``, ``custom_vjp``) select.
+"""What ``argnums`` of ``grad`` (and ``vjp``, ``jvp``, ``custom_vjp``) select.
 
 With graph updates an int argnum differentiates an object's ``Param`` Variables
 and a Variable or ``State`` outside objects whole; without, every array of the

@@ -26,25 +26,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class NodeOrigin(NamedTuple):
-    """A node of an output graph that is one of the caller's objects (``SplitNode.origins``).
-
-    Attributes:
-      here: the node's reference index in the output graph.
-      caller: the caller's object's reference index in the input graph.
-    """
+    """An output node that is a caller's object: its index ``here``, the caller's ``caller``."""
 
     here: int
     caller: int
 
 
 class SplitNode:
-    """One graph node as a pytree: its leaf values as children, its GraphDef as static data.
+    """One graph node as a pytree: leaf ``values`` as children; ``graphdef``, ``origins`` static.
 
-    Attributes:
-      graphdef: the node's GraphDef (indices shared by every SplitNode of one call).
-      origins: a ``NodeOrigin`` per node that is one of the caller's objects (empty
-        on the way in).
-      values: the leaf values, in ``graphdef.leaf_paths`` order.
+    ``origins`` has a ``NodeOrigin`` per node that is one of the caller's objects.
     """
 
     __slots__ = ("graphdef", "origins", "values")
@@ -87,7 +78,7 @@ def _is_split_node(x: object) -> bool:
 
 
 def _split_tree(tree: object, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[int]]:
-    """``tree`` with every graph node a ``SplitNode`` (one index space), and the map object -> index."""
+    """``tree`` with every graph node a ``SplitNode``, and the map object -> index."""
     ref_index: RefMap[int] = RefMap()
     treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_node_or_variable)

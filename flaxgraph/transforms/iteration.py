@@ -70,7 +70,7 @@ AxisFn = Callable[[State | Variable[Any], int, Mapping[Any, Any]], State | Varia
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Broadcasted:
-    """A pytree node holding ``data`` that a ``scan`` broadcasts to every step (its leaves are children).
+    """A pytree node holding ``data`` a ``scan`` broadcasts to every step (leaves as children).
 
     Example::
 

@@ -153,19 +153,10 @@ def mapped_input_error(
     name: str,
     given: int | None = None,
 ) -> ValueError | None:
-    """A ``ValueError`` naming the inputs that make a mapped call fail, or ``None`` if consistent.
+    """A ``ValueError`` naming the inputs that make a mapped call fail, or ``None``.
 
-    Args:
-      paths: each leaf's path (``GraphDef.leaf_paths`` of ``(args, kwargs)``).
-      values: each leaf's value (non-arrays count as rank 0).
-      axes: each leaf's axis (an int is mapped; anything else is skipped).
-      where: renders a path (``NamedRoots.where``).
-      name: the transform (``'vmap'``, ``'pmap'``, ``'scan'``).
-      given: ``axis_size`` / ``length`` when the user gave one.
-
-    Returns:
-      The error to raise instead (rank mismatch first, then sizes), or ``None``
-      (the error came from the user's function).
+    ``axes`` holds each leaf's axis (non-ints skipped); ``given`` is ``axis_size``/``length``
+    if given. ``None`` means the inputs are consistent and JAX's error stands.
     """
     items = collect(paths, values, axes, where)
     axis_word = "in_axes"

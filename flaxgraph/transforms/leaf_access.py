@@ -50,11 +50,7 @@ def leaf_reader(
     kwargs: dict[str, Any],
     in_arguments: bool,
 ) -> tuple[Callable[[Any], Any], Any]:
-    """``(getter, target)`` with ``getter(target)`` the leaf's current value.
-
-    An argument's own leaf (``in_arguments``, ``plan.argument_leaf_paths``) gets
-    target ``None``: it is read from the call's arguments.
-    """
+    """``(getter, target)``: ``getter(target)`` is the leaf's value (``None``: in the arguments)."""
     if is_variable(leaf):
         if is_box_backed(leaf):  # a fresh container holding the box's arrays
             return read_box, leaf._var_ref
@@ -86,13 +82,9 @@ def is_in_place(
 
 
 class LeafPlace(NamedTuple):
-    """Where a raw leaf of the graph lives: ``holder[key]``, or inside tuples there at ``in_tuple``.
+    """Where a raw leaf lives: ``holder[key]`` (a ``__dict__``, list or dict), then ``in_tuple``.
 
-    Attributes:
-      holder: an Object's ``__dict__`` (written without a structure-version change),
-        a list or a dict.
-      key: the leaf's (or its outermost tuple's) key in ``holder``.
-      in_tuple: the keys from that tuple down to the leaf (empty: no tuple).
+    Writing an Object's ``__dict__`` this way changes no structure version.
     """
 
     holder: MutableMapping[Hashable, object] | list[object]
@@ -103,11 +95,7 @@ class LeafPlace(NamedTuple):
 def leaf_place(
     path: tuple[Hashable, ...], root: Def, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> LeafPlace | None:
-    """The ``LeafPlace`` of the raw leaf at ``path``, or ``None`` (inside another pytree).
-
-    Each step is read from the walk's recorded Defs (``root``): a ``NodeDef`` holds
-    the leaf in its ``__dict__``, a list or dict is the holder, a tuple is looked through.
-    """
+    """The ``LeafPlace`` of the raw leaf at ``path`` (from the recorded Defs), or ``None``."""
     node: Any = (args, kwargs)
     d: Def = root
     place: LeafPlace | None = None

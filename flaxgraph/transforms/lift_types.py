@@ -236,11 +236,7 @@ class DiffState:
 
 
 class StatePrefix:
-    """A ``State`` used as a prefix at an object: each leaf takes the value at its own path.
-
-    What ``nnx.get_named_sharding``, ``nnx.get_partition_spec`` and ``nnx.prefix`` give
-    (via ``object_prefix``); Variables are unboxed.
-    """
+    """A ``State`` or ``nnx.prefix`` result at an object: each leaf takes the value at its path."""
 
     __slots__ = ("state", "by_path", "rule")
 
@@ -257,7 +253,7 @@ class StatePrefix:
             by_path = {p: (v.raw_value if is_variable(v) else v) for p, v in state.flat_state()}
         self.by_path = by_path
         self.rule = rule
-        """``nnx.prefix``'s rule ``(path, leaf) -> prefix``, for a shared Variable seen as a reference."""
+        """``nnx.prefix``'s rule ``(path, leaf) -> prefix``, for a Variable seen as a reference."""
 
     @property
     def prefixes(self) -> tuple[Any, ...]:
@@ -298,11 +294,7 @@ def is_reference_prefix(x: Any) -> bool:
 
 
 def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
-    """The per-path prefix an object receives from ``prefix``, or ``None`` if not object-shaped.
-
-    Object-shaped: a ``NodeStates`` (``nnx.prefix(..., graph=True)``), or in tree mode
-    a graph node (``nnx.prefix(..., graph=False)``, a copy holding prefix values).
-    """
+    """The per-path prefix from ``prefix`` (``NodeStates``, or a tree-mode copy), else ``None``."""
     if is_node_states(prefix):
         by_path: dict[PathParts, Any] = {}
         for s in prefix.states:
@@ -317,7 +309,7 @@ def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
 
 
 def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple[PathParts, Any]]:
-    """``(path, value)`` of every non-node value in a prefix object (Variables unboxed if ``unbox``)."""
+    """``(path, value)`` of every non-node value in a prefix object (unboxed if ``unbox``)."""
     from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, get_graph_node_impl
 
     impl = get_graph_node_impl(x)
@@ -339,12 +331,9 @@ def reject_lift_types(
 ) -> None:
     """Checks prefix trees (``in_axes``, ``argnums``…) when a transform is created.
 
-    ``plain`` says what to give instead of a rejected entry (``'an int or None'``).
-
     Raises:
-      ValueError: a tree holds a ``Variable``; or, in graph mode, a graph node; or a
-        lift type while ``mode`` has no graph updates. The message names the entry's
-        path and what to use instead.
+      ValueError: a Variable; in graph mode a graph node; a lift type without graph
+        updates. The message names the entry and says what to give (``plain``).
     """
     for tree in trees:
         for path, found in _prefix_entries(tree, (argument,)):

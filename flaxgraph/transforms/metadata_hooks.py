@@ -51,7 +51,7 @@ def _positional(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
 
 
 def _check_names(leaves: list[Any], axes: list[Any], partition: object, roots: object) -> None:
-    """Checks every Variable under an int axis names ``partition`` there (a round trip renames nothing).
+    """Checks every Variable under an int axis names ``partition`` at that axis.
 
     Raises:
       ValueError: another name at the axis; the message names the path.

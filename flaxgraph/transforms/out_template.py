@@ -21,25 +21,14 @@ _ARRAY = "array"
 
 
 class Fetch(NamedTuple):
-    """Where one value of an output group comes from.
-
-    Attributes:
-      from_output: ``True`` for an array of the output, ``False`` for an input leaf.
-      at: the output array's or input leaf's position (``-1``: found in neither).
-    """
+    """Where an output group's value comes from: output array or input leaf ``at`` (-1: none)."""
 
     from_output: bool
     at: int
 
 
 class TemplateMatch(NamedTuple):
-    """What ``try_template`` found.
-
-    Attributes:
-      hooks_ran: whether the output hooks already ran on the input Variables.
-      out_static: the template's ``OutStatic``, or ``None`` when the call does not match.
-      out_groups: the output groups read for a match.
-    """
+    """``try_template``'s result (``out_static`` ``None``: the call does not match)."""
 
     hooks_ran: bool
     out_static: OutStatic | None
@@ -50,11 +39,7 @@ _NO_MATCH = TemplateMatch(False, None)
 
 
 def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
-    """The structure of ``x`` made of leaves in lists, tuples and dicts, else ``None``.
-
-    Its leaves (``walk.argument_leaf``, as the general walk decides) are appended to
-    ``leaves`` in walk order.
-    """
+    """``x``'s structure of ``walk.argument_leaf`` leaves in lists, tuples, dicts, or ``None``."""
     t = type(x)
     if t is list or t is tuple:
         keys = []
@@ -79,16 +64,7 @@ def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
 
 
 class OutTemplate:
-    """One call's step-4 result, reusable by matching calls.
-
-    Attributes:
-      structure: the output's ``plain_structure``.
-      out_static: the call's ``OutStatic``.
-      variables: input leaf positions of the Variables.
-      changed: for each, ``Merged.unchanged_input`` (``None`` when it changed).
-      out_inputs: for each output array, the input position it is (or ``None``).
-      fetch: per output group, a ``Fetch`` per value.
-    """
+    """One call's step-4 result (``OutStatic``, where each value comes from), for matching calls."""
 
     __slots__ = ("structure", "out_static", "variables", "changed", "out_inputs", "fetch")
 

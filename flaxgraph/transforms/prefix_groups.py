@@ -32,12 +32,12 @@ def donated_keys(keys: Sequence[Any], donates: bool = True) -> list[DonatedKey]:
 
 
 def same_unless_donated(in_key: DonatedKey, out_key: object) -> bool:
-    """An ``Inner.same_prefix``: an unchanged leaf is returned as is unless donated or re-prefixed."""
+    """An ``Inner.same_prefix``: unchanged leaves return as is unless donated or re-prefixed."""
     return not in_key.donated and in_key.prefix == out_key
 
 
 def prefix_keys(*trees: object, spec: PrefixSpec) -> list[Any]:
-    """The distinct plain prefixes in prefix trees (lift types, States included), in first-seen order."""
+    """The distinct plain prefixes in prefix trees (lift types, States too), first seen first."""
     keys: list[Any] = []
 
     def add(p: object) -> None:

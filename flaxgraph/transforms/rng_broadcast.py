@@ -19,7 +19,7 @@ from flaxgraph.variablelib.variable import metadata_of
 
 
 class RngBroadcastWarning(UserWarning):
-    """A broadcast random stream was drawn inside ``vmap``/``scan``: every instance got the same numbers.
+    """A broadcast random stream was drawn in ``vmap``/``scan``: each instance got the same numbers.
 
     Issued once per call site through ``warnings`` (so ``simplefilter`` applies); no
     warning for a stream split with ``nnx.split_rngs``, mapped with ``StateAxes``, or
@@ -84,7 +84,7 @@ def watch(
     prefixes: Sequence[Any],
     broadcast: Callable[[Any], bool] = lambda p: p is None,
 ) -> RngWatch | None:
-    """An ``RngWatch`` over the broadcast streams among ``leaves``, or ``None`` if there are none."""
+    """An ``RngWatch`` over the broadcast streams among ``leaves``, or ``None`` if none."""
     if not any(type(leaf) is RngCount for leaf in leaves):
         return None
     found = RngWatch(paths, leaves, broadcast, prefixes)

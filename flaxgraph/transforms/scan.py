@@ -238,7 +238,7 @@ class _Scanner:
         self.body = self.step  # one bound method, so JAX's caches recognise it
 
     def step(self, carry_in: Any, x: list[Any]) -> Any:
-        """One step of ``jax.lax.scan``: lift steps 3-4 (``_ScanInner``) with the carry around them."""
+        """One step of ``jax.lax.scan``: lift steps 3-4 (``_ScanInner``) with the carry."""
         static, carry, broadcast_values = carry_in
         info: ScanInfo = static.value
         n_carry = info.n_carry
@@ -312,7 +312,7 @@ class _Scanner:
         )
 
     def run(self, *args: object, **kwargs: object) -> object:
-        """One call: splits carry, scanned and broadcast state, runs ``jax.lax.scan``, writes back."""
+        """One call: splits carry, scanned and broadcast state, scans, writes back."""
         args, kwargs = resolve_positions(self.inner_f, self.in_axes, args, kwargs)
         check_argument_count(self.in_axes, len(args))
         n = len(args)
@@ -458,22 +458,9 @@ class _ScanInner(Inner):
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class ScanInfo(HashedRecord):
-    """The per-call structure a scan body needs (hashable: it joins JAX's cache key).
+    """The per-call structure a scan body needs, hashable (it joins JAX's cache key).
 
-    Made by ``ScanInfo.make``, which computes ``key_hash``.
-
-    Attributes:
-      carry_graphdef: the GraphDef of the carry argument.
-      in_static: the rest of the inputs (``lift.InStatic``).
-      prefixes: each input leaf's resolved prefix.
-      positions: where the carry arguments sit among the arguments.
-      a_prefix: the positional arguments' prefix.
-      rest_prefix: the ``(args, kwargs)`` prefix of the non-carry inputs.
-      expected_state_carry: the paths of the carried state leaves, in order.
-      n_carry: how many leaves the carry argument has.
-      kwargs_prefix: the keyword arguments' prefix.
-      rest_axes: ``out_axes`` without the carry.
-      out_keys: the output groups' prefixes.
+    Made by ``ScanInfo.make``, which computes ``key_hash``; the fields are ``run``'s locals.
     """
 
     _fields: ClassVar[tuple[str, ...]] = (

@@ -119,7 +119,7 @@ class LocalView:
 def _spec_problem(
     spec: Any, value: object, mesh: MeshLike, manual: frozenset[Any], whole: bool
 ) -> str | None:
-    """What is wrong with ``spec`` for ``value``, or ``None``; ``whole`` also checks divisibility."""
+    """What is wrong with ``spec`` for ``value``, or ``None`` (``whole``: also divisibility)."""
     if spec is None:
         return None
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
@@ -170,14 +170,7 @@ def _shape_problem(
 
 
 class ShardMapped(Transformed[P, R]):
-    """What ``nnx.shard_map`` returns: ``fun`` run per shard, in one ``jax.jit`` per input structure.
-
-    Attributes:
-      fun: the function run on each shard.
-      mesh, in_specs, out_specs, axis_names: as given to ``nnx.shard_map``.
-      manual: the mesh axes ``fun`` is manual over.
-      mode: the traversal mode.
-    """
+    """What ``nnx.shard_map`` returns: ``fun`` per shard, in one ``jax.jit`` per input structure."""
 
     def __init__(
         self,
@@ -261,7 +254,7 @@ class ShardMapped(Transformed[P, R]):
         return jax.jit(mapped, out_shardings=(None, shardings) if with_static else shardings)
 
     def prepare(self, args: tuple[Any, ...]) -> tuple[Call, Compiled, Any, Any]:
-        """Splits the arguments (lift step 1), checks each leaf's spec, finds the compiled function."""
+        """Splits the arguments (lift step 1), checks each spec, finds the compiled function."""
         a_prefix = _args_prefix(self.in_specs, len(args))
         call = split_inputs(args, {}, (a_prefix, _REPLICATED), SPECS_SPEC, self.mode)
         roots = NamedRoots(("args", "kwargs"), (args, {}))

@@ -28,12 +28,7 @@ _WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__", "__
 
 
 class StaticArgs:
-    """Which arguments a transform treats as compile-time constants.
-
-    Attributes:
-      argnums: positions (negative ones count from the end).
-      argnames: keyword names.
-    """
+    """Which arguments a transform treats as compile-time constants (``argnums``, ``argnames``)."""
 
     __slots__ = ("argnums", "argnames")
 
@@ -55,13 +50,8 @@ class StaticArgs:
 class Transformed(Generic[P, R]):
     """A transformed function, called like the function it wraps.
 
-    Attributes:
-      fun: the function transformed (for a Module instance, its class's ``__call__``).
-      bound: arguments prepended to every call (``(model,)`` for ``nnx.jit(model)``).
-      plans: the fast-path plans of this function (``fastpath.PlanCache``).
-      fast: whether calls try the fast path at all.
-      static: the static arguments, or ``None``.
-      plain: ``fast`` without bound or static arguments.
+    ``fun`` is the wrapped function, ``bound`` the arguments prepended to every call
+    (``(model,)`` for ``nnx.jit(model)``), ``plans`` its ``PlanCache``.
     """
 
     fast: bool = True
@@ -77,7 +67,7 @@ class Transformed(Generic[P, R]):
         self.configured()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Calls the transformed function: the fast path if a plan matches, else the general path."""
+        """Calls the function: the fast path if a plan matches, else the general path."""
         if self.plain:  # the common case, inline: a few attribute reads per call
             plan = self.plans.recent()
             if plan is not None:
@@ -146,7 +136,7 @@ class Transformed(Generic[P, R]):
         self.plans.put(record_key(plan.arg_checks, statics), plan)
 
     def partial(self, *args: object) -> Transformed[..., R]:
-        """This function with ``args`` bound after ``bound``, sharing its compiled functions and plans.
+        """This function with ``args`` bound after ``bound``, sharing its compiled code and plans.
 
         What ``nnx.cached_partial``/``nnx.jit_partial`` return; argument positions count
         the bound arguments.

@@ -1,4 +1,4 @@
-"""One lifted call for transforms without prefixes: ``make_jaxpr``, ``checkify``, ``transform_metadata``.
+"""One lifted call for transforms without prefixes (``make_jaxpr``, ``checkify``…).
 
 Every leaf is treated alike, so they share one small use of the lifting machine
 (``docs/design.md``, "The five lift steps"), and hand it their traversal mode here.
@@ -31,15 +31,7 @@ def _never(a: object, b: object) -> bool:
 
 
 class LiftedCall:
-    """Steps 1, 3-4 and 5 of one transform of ``f`` whose JAX transform sees groups of leaves.
-
-    Attributes:
-      f: the user's function (unbound).
-      mode: the resolved traversal mode of the transform.
-      in_spec: what counts as a prefix of the inputs (default: only ``None``).
-      keys: the groups' prefixes (inputs and outputs).
-      inner: steps 3-4 (``lift.Inner``).
-    """
+    """Steps 1, 3-4 and 5 of one transform of ``f`` whose JAX transform sees groups of leaves."""
 
     __slots__ = ("f", "mode", "in_spec", "keys", "inner")
 

@@ -112,13 +112,7 @@ class AxisHooks:
 class Mapped(Transformed[P, R]):
     """What ``nnx.vmap`` and ``nnx.pmap`` return (they differ only in the JAX transform).
 
-    Eager ``vmap`` passes broadcast groups (axis ``None``) by closure, so
-    ``jax.vmap`` sees the mapped arrays only; ``pmap`` passes everything.
-
-    Attributes:
-      fun: the function mapped.
-      in_axes, out_axes, transform_metadata: as given to the transform.
-      mode: the traversal mode.
+    Eager ``vmap`` passes broadcast groups by closure, so ``jax.vmap`` maps arrays only.
     """
 
     def __init__(
@@ -576,14 +570,7 @@ def _pmap_static(
 
 
 class StaticPmapped(Transformed[P, R]):
-    """What ``nnx.pmap`` returns with ``static_broadcasted_argnums``: a ``Mapped`` per static value.
-
-    ``cache_info()`` adds up theirs.
-
-    Attributes:
-      statics: the static argument positions (negative ones count from the end).
-      by_static: the ``Mapped`` of each static value seen.
-    """
+    """What ``nnx.pmap`` returns with static arguments: a ``Mapped`` per value (``by_static``)."""
 
     fast = False
 
