@@ -180,10 +180,8 @@ class JitWrapped(Transformed[P, R]):
         self.jit_kwargs["donate_argnums"] = tuple(
             i for i, k in enumerate(self.in_keys) if k.donated
         )
-        # One jax.jit per input structure, with the structure bound in and the
-        # output structure recorded on the side (see compiled.py): JAX's per-call
-        # work is then the arrays only, and equal structures (a new instance of the
-        # same model) share the compiled code.
+        # One jax.jit per input structure, the output structure on the side
+        # (compiled.py): JAX's per-call work is the arrays only.
         self.jitted_fn = JitFunctions()
         # Per input structure without automatic donation: the leaves its traces
         # left unchanged (never donated automatically: XLA deletes a donated buffer).
@@ -278,9 +276,8 @@ class JitWrapped(Transformed[P, R]):
             undonated = self.undonated_static(call, donated, statics, len(dyn_args))
             read_only = self.read_only.get(undonated)
             if read_only is None:
-                # The first call of this structure: trace it as it is (the trace a
-                # call without donation makes, cached for it) to learn which leaves
-                # it leaves unchanged (pure's note_read_only).
+                # First call of this structure: trace it undonated (cached) to learn
+                # which leaves it leaves unchanged (pure's note_read_only).
                 self.first_trace(call, donated, undonated)
                 read_only = self.read_only.get(undonated, frozenset())
             excluded = [d or i in read_only for i, d in enumerate(donated)]
@@ -482,19 +479,15 @@ def jit(
     """Compiles ``fun``, which may take and return objects, with ``jax.jit``.
 
     Args:
-      fun: the function (or method, or Module instance) to compile; a bound method
-        of a Module raises ``ValueError``: decorate the method or pass
-        ``MyClass.method`` and the instance.
+      fun: the function (or method, or Module instance) to compile.
       in_shardings: as in ``jax.jit``, a prefix over the positional arguments
         (static ones excluded); at an object, a Sharding for all its state or
         ``StateSharding({filter: sharding, ...})``. The updated state of an input
         object leaves with its in_sharding.
       out_shardings: the same over the output.
-      static_argnums, static_argnames: compile-time constant arguments (hashable);
-        given one, the other is inferred from ``fun``'s signature, as in ``jax.jit``
-        (likewise for donation).
-      donate_argnums, donate_argnames: arguments whose buffers may be reused, as in
-        ``jax.jit``; donated objects stay usable (their Variables get new values).
+      static_argnums, static_argnames: compile-time constant arguments (hashable),
+        each inferred from the other as in ``jax.jit`` (likewise for donation).
+      donate_argnums, donate_argnames: as in ``jax.jit``; donated objects stay usable.
       donate_variables: also donate the array of every Variable ``fun`` writes that
         only its Variable holds (an array held elsewhere is donated as a copy).
         ``None``: ``flaxgraph.transforms.donation.DONATE_VARIABLES`` (off). See
@@ -519,8 +512,9 @@ def jit(
       PrefixError (``ValueError``): ``in_shardings``/``out_shardings`` do not fit.
       SharedReferenceError (``ValueError``): in tree mode, a Variable reachable
         twice; without graph updates, ``fun`` returns an input object.
-      ValueError: a ``StateSharding`` with ``graph=False`` or ``graph_updates=False``
-        (when ``jit`` is created).
+      ValueError: (when created) ``fun`` is a bound method of a Module, or the
+        shardings hold a Variable, a graph node, or a ``StateSharding`` without
+        graph updates.
 
     Example::
 

@@ -209,20 +209,10 @@ def merge_inputs(f: F) -> F:
 def resolve_kwargs(
     f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Moves keyword arguments to their positions in ``f``'s signature (defaults filled in).
+    """``(args, kwargs)`` of a call of ``f`` with keyword arguments moved to their positions.
 
-    So a per-position prefix (``in_axes``) covers them.
-
-    Args:
-      f: the function called.
-      args, kwargs: the call's arguments.
-
-    Returns:
-      ``(args, kwargs)``: ``kwargs`` keeps the keyword-only ones (and ``**kwargs``).
-      Unchanged if ``f`` has no signature.
-
-    Raises:
-      TypeError: the arguments do not fit ``f``'s signature.
+    Defaults are filled in; ``kwargs`` keeps the keyword-only ones; unchanged if
+    ``f`` has no signature. Raises ``TypeError`` if the arguments do not fit ``f``.
 
     Example::
 

@@ -122,11 +122,6 @@ def transform_metadata(
       ...   return nnx.Param(jnp.ones(3), out_sharding=('model',))
       >>> nnx.transform_metadata(grow, in_axes=1, out_axes=1, partition='data')(w).out_sharding
       ('model', 'data')
-      >>> @nnx.transform_metadata(in_axes=0, partition='layers')
-      ... def names(v):
-      ...   return v.out_sharding
-      >>> names(nnx.Param(jnp.ones((4, 3)), out_sharding=('layers', 'model')))
-      ('model',)
     """
     if f is MISSING:
         return functools.partial(

@@ -208,10 +208,8 @@ def scan(
     def run(*args: object, **kwargs: object) -> Any:
         return scanner.run(*args, **kwargs)
 
-    # The call runs compiled, as one nnx.jit of the whole scan (fast path included):
-    # jax.lax.scan traces its body either way, so this changes no behaviour, only the
-    # per-call cost of the steps around the loop. Under ``jax.disable_jit()`` it runs
-    # eagerly, as jax.lax.scan does.
+    # One nnx.jit of the whole scan (fast path included): jax.lax.scan traces its body
+    # anyway, so only the per-call cost changes (eager under ``jax.disable_jit()``).
     jitted = jit(run, graph=True, graph_updates=True)
     return jitted.partial(*bound) if bound else jitted
 

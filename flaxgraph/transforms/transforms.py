@@ -68,13 +68,8 @@ def resolve_kwargs(
 ) -> object:
     """Binds a call's keyword arguments to their positions (defaults filled in).
 
-    Args:
-      fun: the function called; omit all three for the decorator form (its wrapper
-        calls the function with positional arguments only).
-      args, kwargs: the call's arguments (both required when ``fun`` is given).
-
-    Returns:
-      Every argument by position (defaults included); with no arguments, a decorator.
+    Returns every argument of ``fun(*args, **kwargs)`` by position; with no
+    arguments, a decorator whose wrapper calls the function positionally.
 
     Raises:
       ValueError: ``fun`` is given without ``args`` or ``kwargs``.
