@@ -1,12 +1,8 @@
 """Prefix resolution and the consistent-aliasing check, in one graph walk (``PrefixWalk``).
 
-Every leaf gets the prefix that applies where it stands; a node reached along
-several paths must get the same prefix along each, and only when it does not does
-``AliasDiagnostics`` re-walk to list every alias by its path. See ``docs/design.md``,
-"The five lift steps" (step 1) and "Errors".
+See ``docs/design.md``, "The five lift steps" (step 1) and "Errors".
 
-Source: the "JAX-style NNX Transforms" FLIP flax#4107 ("Consistent aliasing"); paths
-from the arguments as in JAX's ``tree_util`` errors.
+Source: the "JAX-style NNX Transforms" FLIP flax#4107 ("Consistent aliasing").
 """
 
 from __future__ import annotations
@@ -47,11 +43,7 @@ class PrefixError(FlaxgraphError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PrefixSpec:
-    """What counts as a prefix for one transform argument (e.g. vmap's ``in_axes``).
-
-    ``is_leaf`` accepts plain prefixes, ``lift_type`` is accepted at objects, ``fix`` is
-    appended to errors; ``wildcard`` is consistent with any prefix.
-    """
+    """What counts as a prefix for one transform argument (``in_axes``…)."""
 
     name: str
     is_leaf: Callable[[Any], bool]
@@ -269,7 +261,7 @@ class PrefixWalk(Walk):
     def run_checked(
         self, value: object, prefix: object
     ) -> tuple[GraphDef[Any], list[tuple[PathParts, Any]], list[Any]]:
-        """``run`` plus the aliasing check; returns ``(graphdef, leaves, leaf_prefixes)``.
+        """``run`` plus the aliasing check: ``(graphdef, leaves, leaf_prefixes)``.
 
         Raises:
           PrefixError: the prefix tree does not fit the value.

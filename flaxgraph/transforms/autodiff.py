@@ -1,9 +1,5 @@
 """Autodiff of functions of objects: ``grad``, ``value_and_grad``, ``vjp``, ``jvp``, ``remat``.
 
-An object argument's ``Param`` Variables are differentiated by default
-(``DiffState`` picks another sub-state); state that is not differentiated is still
-updated in place.
-
 Source: ``jax.grad``, ``jax.value_and_grad``, ``jax.vjp``, ``jax.jvp``,
 ``jax.checkpoint``; ``DiffState`` per the "JAX-style NNX Transforms" FLIP flax#4107;
 the decorator forms of ``vjp``/``jvp``: Flax NNX 0.12.

@@ -22,10 +22,7 @@ def _internal(filename: str) -> bool:
 
 
 def warn_at_caller(message: str, category: type[Warning]) -> None:
-    """``warnings.warn`` attributed to the first frame outside flaxgraph, JAX and generated code.
-
-    So the default filter shows it once per call site of the transform.
-    """
+    """``warnings.warn`` attributed to the first frame outside flaxgraph and JAX."""
     frame = sys._getframe(1)
     while frame is not None and _internal(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]

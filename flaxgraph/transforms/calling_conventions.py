@@ -1,10 +1,5 @@
 """The shape of a transformed callable: decorators, static arguments, methods.
 
-Every transform works as ``nnx.jit(f, **options)``, ``@nnx.jit`` and
-``@nnx.jit(**options)``, on functions and methods; a Module instance becomes the
-first argument (``nnx.jit(model)(x)``); a bound method of a graph object is
-refused, as in Flax NNX 0.12.
-
 Source: Flax NNX 0.12's transforms (bound methods refused); ``jax.jit``
 (``static_argnums``/``static_argnames`` completed from the signature).
 """
@@ -87,9 +82,6 @@ def infer_argnums_and_argnames(
     fun: Callable[..., Any], argnums: tuple[int, ...], argnames: tuple[str, ...]
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """Completes ``(argnums, argnames)`` from ``fun``'s signature as ``jax.jit`` does.
-
-    Given only one, the other gets the matching positional-or-keyword parameters;
-    given both, or without a signature, they are returned unchanged.
 
     Example::
 

@@ -1,7 +1,6 @@
 """A warning when a compiled function reads a Variable it captured by closure.
 
-Checked while tracing only (the per-read cost is one identity test,
-``variablelib/closure_watch.py``); see the package README, "Closure reads".
+See the package README, "Closure reads".
 
 Source: ``jax.jit`` closures (JAX's "Sharp bits").
 """

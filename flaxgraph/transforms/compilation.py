@@ -1,8 +1,6 @@
 """``jit`` and ``jit_partial``: compile a function of objects, keeping reference semantics.
 
-Every change the function makes to its argument objects (values, RNG counters, new
-attributes, shared references) is written back to the caller's objects; the lift is
-described in ``docs/design.md``, "The five lift steps" and "The fast path".
+See ``docs/design.md``, "The five lift steps" and "The fast path".
 
 Source: ``jax.jit``; the "JAX-style NNX Transforms" FLIP flax#4107; Flax NNX 0.12
 ``nnx.jit``, ``nnx.jit_partial`` and ``flax.nnx.transforms.compilation``.
@@ -217,10 +215,7 @@ class JitWrapped(Transformed[P, R]):
     ) -> object:
         """The function compiled with automatic donation: the undonated program, regrouped.
 
-        See ``docs/design.md``, "Automatic donation" ("One trace").
-
-        Raises:
-          ReadOnlyDonated: (while tracing) an automatically donated leaf comes back unchanged.
+        Raises ``ReadOnlyDonated`` (while tracing) if a donated leaf comes back unchanged.
         """
         extra = in_static.extra
         undonated = extra.undonated
@@ -362,10 +357,7 @@ class JitWrapped(Transformed[P, R]):
                 continue
 
     def eval_shape(self, *args: object, **kwargs: object) -> Any:
-        """The output for these arguments with ``jax.ShapeDtypeStruct`` leaves; nothing runs.
-
-        The arguments are left unchanged (``jax.jit(...).eval_shape``).
-        """
+        """The output for these arguments with ``jax.ShapeDtypeStruct`` leaves; nothing runs."""
 
         def run(*args: object, **kwargs: object) -> object:
             call, entry, groups, _, _ = self.prepare(args, kwargs)
@@ -675,10 +667,7 @@ Traced = TracedJit
 
 
 class Stage(abc.ABC):  # noqa: B024 (a virtual base: nothing to implement)
-    """The stages of ahead-of-time compilation: ``Traced``, ``Lowered`` and ``Compiled``.
-
-    They are its virtual subclasses, so ``isinstance(x, Stage)`` holds for each.
-    """
+    """The stages of ahead-of-time compilation (``Traced``, ``Lowered``, ``Compiled``)."""
 
 
 Stage.register(AotCompiled)

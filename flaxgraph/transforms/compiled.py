@@ -1,13 +1,10 @@
 """One input structure's compiled function, with the output structure recorded on the side.
 
-Each input structure has its own ``jax.jit``, whose traces record their
-``OutStatic`` here and return arrays only; if a trace ever disagrees (the output
-structure depends on the input shapes), that structure switches for good to a
-``jax.jit`` returning the ``OutStatic`` through JAX. See ``docs/design.md``, "The fast
-path".
+The ``OutStatic`` returns through JAX only once a trace disagrees with the recorded
+one; see ``docs/design.md``, "The fast path".
 
-Source: ``jax.jit`` and its stages (``lower``, ``trace``, ``jax.stages.Compiled``);
-Flax NNX 0.12 ``nnx.jit(...).jitted_fn``, ``lower`` and ``trace``.
+Source: ``jax.jit`` and its stages; Flax NNX 0.12 ``nnx.jit(...).jitted_fn``,
+``lower`` and ``trace``.
 """
 
 from __future__ import annotations
@@ -23,11 +20,7 @@ class OutStaticChanged(Exception):
 
 
 class Compiled:
-    """The compiled function of one input structure.
-
-    ``fn`` is the current ``jax.jit``; ``with_static`` says whether it returns the
-    ``OutStatic`` through JAX rather than the recorded ``out_static``.
-    """
+    """The compiled ``fn`` of one input structure (``with_static``: ``OutStatic`` through JAX)."""
 
     __slots__ = ("fn", "out_static", "with_static", "_make")
 
@@ -39,11 +32,7 @@ class Compiled:
         self.fn: Any = make(self, False)  # a jax.jit function (lower, trace, _cache_size)
 
     def record(self, out_static: OutStatic, out_groups: Any, with_static: bool) -> Any:
-        """What a trace of the function made with ``with_static`` returns.
-
-        Raises:
-          OutStaticChanged: a trace of the first function disagrees with the recorded ``OutStatic``.
-        """
+        """What a trace returns; ``OutStaticChanged`` if it disagrees with the recorded one."""
         if with_static:
             return AuxValue(out_static), out_groups
         if self.out_static is None:
@@ -187,8 +176,7 @@ class TracedJit:
 class AotCompiled:
     """A compiled executable of ``nnx.jit``, called with objects and writing their updates back.
 
-    The arguments must have the structure given to ``lower`` (else JAX's
-    ``TypeError``); every other attribute is JAX's ``Compiled``'s.
+    The arguments must have ``lower``'s structure (else JAX's ``TypeError``).
     """
 
     __slots__ = ("compiled", "entry", "prepare", "prefix")

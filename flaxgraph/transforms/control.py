@@ -1,9 +1,5 @@
 """Control flow and shape evaluation over objects: cond, switch, loops, eval_shape.
 
-Changes a branch or loop body makes to the objects are written back; their
-structure must be the same out of every branch and iteration, since JAX compiles
-one program for all of them.
-
 Source: ``jax.lax.cond``, ``jax.lax.switch``, ``jax.lax.while_loop``,
 ``jax.lax.fori_loop``, ``jax.eval_shape``; lifting per the "JAX-style NNX
 Transforms" FLIP flax#4107; the loops' returned carry: Flax NNX 0.12.
@@ -50,11 +46,7 @@ def _never(a: object, b: object) -> bool:
 
 
 def memoized(fun: object, name: str, make: Callable[[Any], Any]) -> Any:
-    """``make(fun)``, remembered on ``fun`` itself when it is a plain function.
-
-    JAX reuses a traced program by the function's identity: a wrapper made per call
-    would recompile every eager ``cond`` or loop.
-    """
+    """``make(fun)``, kept on a plain ``fun`` so JAX's caches see one wrapper per function."""
     cache = getattr(fun, "__dict__", None)
     if cache is None or not isinstance(fun, types.FunctionType):
         return make(fun)

@@ -245,11 +245,7 @@ def _updates_cotangent(
 def _check_no_shared_variables(
     args: tuple[Any, ...], nondiff: tuple[int, ...], diff_pos: list[int]
 ) -> None:
-    """Checks no Variable is reachable from both a non-differentiable and a differentiable argument.
-
-    Raises:
-      ValueError: naming both paths (Flax NNX 0.12's "Duplicate" Variable).
-    """
+    """``ValueError`` (both paths) for a Variable of a diff and a non-diff argument."""
     if not nondiff:
         return
     seen: dict[int, str] = {}

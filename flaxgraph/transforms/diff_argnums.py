@@ -1,9 +1,5 @@
 """What ``argnums`` of ``grad`` (and ``vjp``, ``jvp``, ``custom_vjp``) select.
 
-With graph updates an int argnum differentiates an object's ``Param`` Variables
-and a Variable or ``State`` outside objects whole; without, every array of the
-argument, as ``jax.grad`` on a pytree.
-
 Source: ``jax.grad``'s argnums; ``DiffState`` per the "JAX-style NNX Transforms"
 FLIP flax#4107; Flax NNX 0.12 ``nnx.grad``.
 """
@@ -62,7 +58,7 @@ def output_inner(f: Callable[..., Any], mode: Mode) -> Inner:
 
 
 def _int_prefix(arg: Any) -> Any:
-    """The prefix of an int argnum with graph updates (see the module docstring)."""
+    """An int argnum's prefix with graph updates (see the module docstring)."""
     if isinstance(arg, State) or is_variable(arg):
         return True
     if type(arg) in (list, tuple):
@@ -106,12 +102,7 @@ def diff_prefix(
 
 
 def check_argnums(argnums: object, transform: str) -> None:
-    """Decoration-time check of ``argnums``: ints, ``DiffState``s or a sequence of them.
-
-    Raises:
-      ValueError: ``argnums`` is (or holds) an object.
-      TypeError: another kind of entry.
-    """
+    """Checks ``argnums`` holds ints or ``DiffState``s (``ValueError`` for an object)."""
     items = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
     for i, item in enumerate(items):
         where = "argnums" if items is not argnums else f"argnums[{i}]"

@@ -1,8 +1,5 @@
 """Carry objects through plain JAX transforms by hand: ``split_inputs`` / ``merge_inputs``.
 
-The lift's steps 1 and 5 outside a plain JAX function that takes functions
-(``jax.jit``, ``jax.vmap``, ``jax.lax.cond``…), steps 3 and 4 inside it.
-
 Source: Flax NNX 0.12 ``nnx.transforms.general`` (``split_inputs``, ``merge_inputs``,
 ``resolve_kwargs``).
 """
@@ -33,10 +30,7 @@ class NodeOrigin(NamedTuple):
 
 
 class SplitNode:
-    """One graph node as a pytree: leaf ``values`` as children; ``graphdef``, ``origins`` static.
-
-    ``origins`` has a ``NodeOrigin`` per node that is one of the caller's objects.
-    """
+    """One graph node as a pytree: leaf ``values`` as children; ``graphdef``, ``origins`` static."""
 
     __slots__ = ("graphdef", "origins", "values")
 

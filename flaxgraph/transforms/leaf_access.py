@@ -1,8 +1,6 @@
-"""How a fast-path plan reads and stores each input leaf.
+"""How a fast-path plan reads and stores each input leaf, from the general walk's record.
 
-Variables (plain, Ref- or box-backed), array attributes of Objects, items of lists
-and dicts in the graph, and the arguments' own leaves; each place is read from the
-general walk's record (``docs/design.md``, "The recorded plan").
+See ``docs/design.md``, "The recorded plan".
 """
 
 from __future__ import annotations
@@ -82,10 +80,7 @@ def is_in_place(
 
 
 class LeafPlace(NamedTuple):
-    """Where a raw leaf lives: ``holder[key]`` (a ``__dict__``, list or dict), then ``in_tuple``.
-
-    Writing an Object's ``__dict__`` this way changes no structure version.
-    """
+    """Where a raw leaf lives: ``holder[key]`` (a ``__dict__``, list or dict), then ``in_tuple``."""
 
     holder: MutableMapping[Hashable, object] | list[object]
     key: Hashable

@@ -1,8 +1,6 @@
 """Lift types: ``StateAxes``, ``StateSharding`` and ``DiffState``, a prefix per sub-state.
 
-At an object's position in a prefix tree (``in_axes``, ``in_shardings``,
-``argnums``), a lift type maps filters to prefixes; each leaf takes the prefix of
-the first filter it matches (see the package README, "Lift types").
+See the package README, "Lift types".
 
 Source: the "JAX-style NNX Transforms" FLIP flax#4107; Flax NNX's "Transformations"
 guide ("Lift types"); Flax NNX 0.12 ``StateAxes``, ``DiffState``, ``nnx.prefix``.
@@ -53,11 +51,7 @@ class LiftType:
         return NO_MATCH
 
     def map_prefix(self, path: PathParts, variable: object) -> object:
-        """The prefix of the Variable ``variable`` at ``path`` (relative to the object).
-
-        Raises:
-          ValueError: no filter matches it.
-        """
+        """The prefix of the Variable at ``path``; ``ValueError`` if no filter matches it."""
         prefix = self.prefix_of(tuple(path), variable)
         if prefix is NO_MATCH:
             raise ValueError(

@@ -12,10 +12,7 @@ _LOCATED = "_flaxgraph_location_note"
 
 
 def locate_module(error: BaseException, args: object, kwargs: object) -> None:
-    """Notes on ``error`` the path of ``error.module`` from the transformed function's arguments.
-
-    Nested transforms keep the outermost path (``The module is at args[0].layers[1].``).
-    """
+    """Notes on ``error`` the path of ``error.module`` from the arguments (the outermost one)."""
     module = getattr(error, "module", None)
     if module is None:
         return

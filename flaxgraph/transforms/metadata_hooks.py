@@ -1,9 +1,6 @@
 """``transform_metadata``: a Variable's axis metadata as seen inside a mapped function.
 
-It applies the ``remove_axis``/``add_axis`` hooks of ``vmap`` and ``scan`` without
-mapping anything (see ``docs/design.md``, "Axis metadata"): for user-written
-mappings (a loop over layers, ``jax.lax.map``) that present each slice as ``vmap``
-would.
+See ``docs/design.md``, "Axis metadata".
 
 Source: Flax NNX 0.12 ``nnx.transform_metadata``.
 """
@@ -51,11 +48,7 @@ def _positional(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
 
 
 def _check_names(leaves: list[Any], axes: list[Any], partition: object, roots: object) -> None:
-    """Checks every Variable under an int axis names ``partition`` at that axis.
-
-    Raises:
-      ValueError: another name at the axis; the message names the path.
-    """
+    """``ValueError`` (naming the path) if a Variable under an int axis names another partition."""
     for leaf, axis in zip(leaves, axes):
         if not (REGISTRY.kind_of(leaf) is VARIABLE and isinstance(axis, int)):
             continue

@@ -1,10 +1,7 @@
 """Step 4 without the walk, for a transform that traces on every call (eager vmap).
 
-An ``OutTemplate`` remembers one call's ``OutStatic`` per input structure, for an
-output of arrays in lists, tuples and dicts; a later call with the same output
-containers, unchanged input structure and the same changed Variables reuses it.
-A template is kept only if it reproduces the call it was made from. See
-``docs/design.md``, "The fast path".
+A template, kept only if it reproduces its call, gives a matching call the same
+``OutStatic``; see ``docs/design.md``, "The fast path".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """``cached_partial``: a transformed function with some arguments bound once.
 
-(``jit_partial`` is in ``compilation.py``, where Flax keeps it.) The fast path
-already skips re-walking repeated arguments, so binding is all this does; unlike
-Flax, a call that changes the bound objects' structure is no error (the next call
-plans again).
+The fast path already skips re-walking repeated arguments, so binding is all it
+does (``jit_partial`` is in ``compilation.py``, where Flax keeps it).
 
 Source: Flax NNX 0.12 ``nnx.cached_partial``.
 """

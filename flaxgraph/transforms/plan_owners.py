@@ -1,9 +1,6 @@
 """Who keeps a fast-path plan alive: the objects it was made for, not the transform.
 
-Each root a plan checks by identity holds it in a slot of its own (at most
-``PER_OBJECT``); the ``PlanCache`` holds it weakly, so a dropped model and its plans
-are one cycle the collector frees. See ``docs/design.md``, "The fast path" ("Who
-keeps a plan alive").
+See ``docs/design.md``, "The fast path" ("Who keeps a plan alive").
 
 Source: Equinox's ``filter_jit`` cache, keyed weakly by the function.
 """

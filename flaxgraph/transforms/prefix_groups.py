@@ -78,11 +78,7 @@ def same_prefix(a: object, b: object) -> bool:
 
 
 def group_index(prefix: object, keys: Sequence[Any]) -> int:
-    """The position of ``prefix`` among the group keys ``keys``.
-
-    Raises:
-      ValueError: ``prefix`` is not one of them (an internal error).
-    """
+    """The position of ``prefix`` among ``keys``; ``ValueError`` if absent (an internal error)."""
     for i, k in enumerate(keys):
         if same_prefix(prefix, k):
             return i

@@ -1,10 +1,8 @@
 """A warning when a broadcast random stream is drawn inside ``vmap`` or ``scan``.
 
-Checked while the transform traces, never on the fast path; see the package
-README, "Broadcast random streams".
+See the package README, "Broadcast random streams".
 
-Source: flax#4195 ("the same random numbers across vmap/scan"); Flax NNX's
-"Randomness" guide (``split_rngs``, ``StateAxes`` over ``RngState``).
+Source: flax#4195; Flax NNX's "Randomness" guide (``split_rngs``, ``StateAxes``).
 """
 
 from __future__ import annotations
@@ -44,10 +42,7 @@ class RngBroadcastWarning(UserWarning):
 
 
 class RngWatch:
-    """The random streams of one traced call whose key and count are both broadcast.
-
-    A count whose value changed during the call (``drawn``) was drawn from.
-    """
+    """The random streams of one traced call whose key and count are both broadcast."""
 
     __slots__ = ("counts",)
 

@@ -1,8 +1,4 @@
-"""``scan`` over objects, with ``Carry`` and ``StateAxes``.
-
-``in_axes`` marks each argument (or, with ``StateAxes``, each sub-state) as carried
-(``nnx.Carry``), scanned along an axis or broadcast (``None``); see the package
-README, "scan".
+"""``scan`` over objects, with ``Carry`` and ``StateAxes``; see the package README, "scan".
 
 Source: ``jax.lax.scan``; ``Carry`` and ``StateAxes`` per the "JAX-style NNX
 Transforms" FLIP flax#4107 and Flax NNX's "Transformations" guide.
@@ -415,11 +411,7 @@ def _new_carry(
     out_carry: tuple[Any, ...],
     mode: Mode,
 ) -> list[Any]:
-    """The leaf values of the carry the body returned, checked against the carry it received.
-
-    Raises:
-      CarryStructureError: naming the first difference by its path.
-    """
+    """The returned carry's leaf values, checked against the given one (``CarryStructureError``)."""
     carry_graphdef = info.carry_graphdef
     new_graphdef, new_carry, new_nodes = _flatten_carry(out_carry, mode.graph)
     if new_graphdef != carry_graphdef:
@@ -456,10 +448,7 @@ class _ScanInner(Inner):
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class ScanInfo(HashedRecord):
-    """The per-call structure a scan body needs, hashable (it joins JAX's cache key).
-
-    Made by ``ScanInfo.make``, which computes ``key_hash``; the fields are ``run``'s locals.
-    """
+    """The per-call structure a scan body needs, hashable (``make`` computes ``key_hash``)."""
 
     _fields: ClassVar[tuple[str, ...]] = (
         "carry_graphdef",
@@ -572,11 +561,7 @@ def _check_carry_types(
 
 
 def _discard_broadcast_change(merged: Merged, leaf: object, out_rest: object, path: object) -> int:
-    """The input position of a broadcast Variable the body changed (the change is discarded).
-
-    Warns ``BroadcastChangeWarning`` unless it is RNG state; a changed raw leaf raises
-    ``CarryStructureError``.
-    """
+    """The input position of a changed broadcast Variable; warns, or raises for a raw leaf."""
     i = merged.in_leaf.get(leaf) if REGISTRY.kind_of(leaf) is VARIABLE else None
     where = _where(merged, out_rest, path)
     if i is None:

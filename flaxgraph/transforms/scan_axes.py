@@ -1,7 +1,4 @@
-"""The ``Carry`` marker and the checks of ``scan``'s ``in_axes``/``out_axes``.
-
-They run when ``scan`` is applied and when it is called, before anything is
-traced, so a misuse leaves the caller's objects untouched.
+"""The ``Carry`` marker and the checks of ``scan``'s ``in_axes``/``out_axes``, before any trace.
 
 Source: Flax NNX 0.12 ``nnx.scan`` (``Carry``; its checks, whose error phrases are kept).
 """
@@ -119,11 +116,7 @@ def validate_scan_axes(in_axes: object, out_axes: object) -> None:
 
 
 def check_argument_count(in_axes: object, n_args: int) -> None:
-    """``in_axes=Carry`` carries the one argument of the function.
-
-    Raises:
-      ValueError: the call has another number of positional arguments.
-    """
+    """Raises ``ValueError`` if ``in_axes=Carry`` and the call has not exactly one argument."""
     if in_axes is Carry and n_args != 1:
         raise ValueError(
             "When in_axes=Carry, the function must take exactly one argument, got "

@@ -1,10 +1,8 @@
 """``shard_map``: run a function of objects once per device, on each device's shard.
 
-Inside the body, Variables' sharding names read ``None`` for the manual mesh axes
-(see ``docs/design.md``, "Axis metadata").
-
-Source: ``jax.shard_map``; Flax NNX 0.12 ``nnx.shard_map`` (signature, specs,
-``StateSharding``); lifting per the "JAX-style NNX Transforms" FLIP flax#4107.
+Source: ``jax.shard_map``; Flax NNX 0.12 ``nnx.shard_map``; lifting per the
+"JAX-style NNX Transforms" FLIP flax#4107; the local sharding names: ``docs/design.md``,
+"Axis metadata".
 """
 
 from __future__ import annotations
@@ -87,10 +85,7 @@ class SavedMetadata(NamedTuple):
 
 
 class LocalView:
-    """The metadata hooks of one shard_map trace: manual axes' names dropped inside.
-
-    On the way out the very same original dict comes back, so an untouched Variable is unchanged.
-    """
+    """The metadata hooks of one shard_map trace: manual axes' names dropped inside."""
 
     def __init__(self, manual: frozenset[Any]):
         self.manual = manual
@@ -429,11 +424,7 @@ def _check_outputs(
     mesh: MeshLike,
     manual: frozenset[Any],
 ) -> None:
-    """Checks each returned per-shard leaf against its spec.
-
-    Raises:
-      PrefixError: a spec does not fit (rank, unknown or non-manual axis), naming the path.
-    """
+    """Checks each returned per-shard leaf against its spec (``PrefixError`` naming the path)."""
     paths: Sequence[tuple[Hashable, ...]] = out_static.graphdef.leaf_paths
     for path, source in zip(paths, out_static.sources):
         if source.origin != OUT:

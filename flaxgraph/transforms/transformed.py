@@ -1,8 +1,6 @@
 """The object every flaxgraph transform returns: ``Transformed``, and ``Wrapped``.
 
-What all transforms share is written here once (the call with its fast path,
-``cache_info``, ``__get__``, the wrapped function's metadata, ``ParamSpec``
-typing); see ``docs/design.md``, "The five lift steps" ("One transform object").
+See ``docs/design.md``, "The five lift steps" ("One transform object").
 
 Source: Flax NNX 0.12 ``nnx.jit``'s ``JitWrapped``; ``typing.ParamSpec``.
 """
@@ -39,20 +37,12 @@ class StaticArgs:
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]:
-        """``(dynamic_args, dynamic_kwargs, statics)``.
-
-        Raises:
-          TypeError: a static argument is unhashable.
-        """
+        """``(dynamic_args, dynamic_kwargs, statics)``; ``TypeError`` if a static is unhashable."""
         return split_static(args, kwargs, self.argnums, self.argnames)
 
 
 class Transformed(Generic[P, R]):
-    """A transformed function, called like the function it wraps.
-
-    ``fun`` is the wrapped function, ``bound`` the arguments prepended to every call
-    (``(model,)`` for ``nnx.jit(model)``), ``plans`` its ``PlanCache``.
-    """
+    """A transformed function: ``fun`` called with ``bound`` first, through its ``plans``."""
 
     fast: bool = True
     static: StaticArgs | None = None
@@ -136,22 +126,14 @@ class Transformed(Generic[P, R]):
         self.plans.put(record_key(plan.arg_checks, statics), plan)
 
     def partial(self, *args: object) -> Transformed[..., R]:
-        """This function with ``args`` bound after ``bound``, sharing its compiled code and plans.
-
-        What ``nnx.cached_partial``/``nnx.jit_partial`` return; argument positions count
-        the bound arguments.
-        """
+        """This function with ``args`` bound after ``bound``, sharing compiled code and plans."""
         bound = copy.copy(self)
         bound.bound = (*self.bound, *args)
         bound.configured()
         return bound
 
     def cache_info(self, verbose: bool = False) -> CacheInfo:
-        """``CacheInfo(general_calls, plans)``: how many calls took the general path.
-
-        With ``verbose=True`` it also prints each plan's generated source (see
-        ``flaxgraph.transforms.explain``).
-        """
+        """``CacheInfo(general_calls, plans)``; ``verbose`` also prints each plan's source."""
         if verbose:
             for i, source in enumerate(self.plans.sources()):
                 print(f"# plan {i + 1} of {len(self.plans.plans)}\n{source}")

@@ -1,8 +1,6 @@
 """Flax NNX's ``transforms.transforms``: the other transforms at Flax's path, and their helpers.
 
-``resolve_kwargs``, ``LiftedModule`` and ``ValueMetadata`` are Flax's helpers with
-Flax's behaviour; ``CheckifyFn`` and the tree-mode ``Simple*`` classes are stand-ins
-(``flaxgraph.stand_ins``).
+``CheckifyFn`` and the tree-mode ``Simple*`` classes are stand-ins (``flaxgraph.stand_ins``).
 
 Source: Flax NNX 0.12.8 ``flax.nnx.transforms.transforms``.
 """

@@ -1,8 +1,5 @@
 """One lifted call for transforms without prefixes (``make_jaxpr``, ``checkify``…).
 
-Every leaf is treated alike, so they share one small use of the lifting machine
-(``docs/design.md``, "The five lift steps"), and hand it their traversal mode here.
-
 Source: the "JAX-style NNX Transforms" FLIP flax#4107.
 """
 
@@ -63,14 +60,7 @@ class LiftedCall:
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: object = (None, None)
     ) -> tuple[Call, AuxValue[Any], tuple[list[Any], ...]]:
-        """Step 1: ``(call, static, groups)``; ``pure(static, groups)`` runs the call.
-
-        ``in_prefix`` is the ``(args, kwargs)`` prefix pair, applied on the way out too.
-
-        Raises:
-          PrefixError, SharedReferenceError, InconsistentAliasingError (``ValueError``):
-            see ``lift.split_inputs``.
-        """
+        """Step 1: ``(call, static, groups)``; raises as ``lift.split_inputs`` does."""
         call = split_inputs(args, kwargs, in_prefix, self.in_spec, self.mode)
         slots, groups = call.groups(self.keys)
         return (

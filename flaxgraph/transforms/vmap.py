@@ -1,7 +1,6 @@
 """``vmap`` and ``pmap`` over objects, with ``StateAxes`` and axis metadata.
 
-Mapped Variables lose the mapped axis from their metadata on the way in and get
-it back on the way out (see ``docs/design.md``, "Axis metadata").
+See ``docs/design.md``, "Axis metadata".
 
 Source: ``jax.vmap``, ``jax.pmap``; the "JAX-style NNX Transforms" FLIP flax#4107 and
 Flax NNX's "Transformations" guide; the "Axis Metadata" FLIP flax#2434.
@@ -84,10 +83,7 @@ def args_prefix(in_axes: object, n_args: int, name: str = "in_axes") -> object:
 
 
 class AxisHooks:
-    """The metadata hooks of one mapped call.
-
-    As in Flax, they act only when ``transform_metadata`` names ``nnx.PARTITION_NAME``.
-    """
+    """The metadata hooks of one mapped call (active if ``transform_metadata`` has a partition)."""
 
     def __init__(self, transform_metadata: Mapping[str, Any]):
         self.params = dict(transform_metadata)
@@ -110,10 +106,7 @@ class AxisHooks:
 
 
 class Mapped(Transformed[P, R]):
-    """What ``nnx.vmap`` and ``nnx.pmap`` return (they differ only in the JAX transform).
-
-    Eager ``vmap`` passes broadcast groups by closure, so ``jax.vmap`` maps arrays only.
-    """
+    """What ``nnx.vmap`` and ``nnx.pmap`` return (eager ``vmap``: broadcast groups by closure)."""
 
     def __init__(
         self,
@@ -366,10 +359,7 @@ def _batched_broadcast_error(
 
 
 class _CallPrefix:
-    """The per-argument ``in_axes`` of one call, as static data of the mapped function.
-
-    Hashed by the number of arguments: a prefix may be unhashable.
-    """
+    """One call's per-argument ``in_axes`` as static data, hashed by its argument count."""
 
     __slots__ = ("n_args", "prefix")
 
