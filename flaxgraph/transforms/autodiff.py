@@ -186,10 +186,9 @@ def value_and_grad(
         argument, the gradient is a copy of the argument, and ``DiffState`` is refused.
 
     Returns:
-      A function returning ``(value, grads)`` (``((value, aux), grads)`` with
-      ``has_aux``): one entry per argnum (a single one for an int or a DiffState),
-      the argument's structure with objects replaced by ``State``s of their
-      gradients. Changes ``f`` makes to its arguments are applied.
+      A function returning ``(value, grads)`` (``((value, aux), grads)``): one entry
+      per argnum (one alone for an int or a DiffState), the argument's structure
+      with objects as ``State``s of their gradients. ``f``'s changes are applied.
 
     Raises:
       InconsistentAliasingError: one Variable is differentiated along one path and

@@ -25,9 +25,6 @@ def checkify(
 ) -> Callable[..., tuple[Any, Any]]:
     """Returns ``g(*args, **kwargs) -> (error, output)``: ``f`` with its checks made functional.
 
-    ``f``'s updates to its argument objects reach the caller's (a failed check does
-    not undo them).
-
     Args:
       f: a function of objects and arrays (or a Module instance; a bound method of
         one raises ``ValueError``).
@@ -37,8 +34,8 @@ def checkify(
       graph_updates: ``False``: only Variable values come back (``None``: the default).
 
     Returns:
-      ``g`` returning ``(checkify.Error, output)``; ``error.throw()`` raises a failed
-      check outside ``jit``, ``error.get()`` is its message or ``None``.
+      ``g`` returning ``(checkify.Error, output)`` (``error.get()``: the message or
+      ``None``); updates to the argument objects reach the caller's even on failure.
 
     Raises:
       TraceContextError (``ValueError``): ``f`` returns or stores a captured object.

@@ -95,18 +95,10 @@ def _split_prefix(prefix: object, n_args: int) -> tuple[Any, Any]:
 class JitWrapped(Transformed[P, R]):
     """What ``nnx.jit`` returns: ``fun`` compiled with ``jax.jit``, called like ``fun``.
 
-    Besides the call: ``lower``, ``trace`` and ``eval_shape`` (``jax.jit``'s, on the
-    same arguments as a call), ``cache_info()`` (see ``Transformed``); as a method it
-    binds to its instance.
-
-    Attributes:
-      fun: the function compiled.
-      in_shardings, out_shardings: as given to ``nnx.jit``.
-      static_argnums, static_argnames, donate_argnums, donate_argnames: as given,
-        completed from ``fun``'s signature as ``jax.jit`` does.
-      jitted_fn: the ``jax.jit`` functions, one per input structure
-        (``compiled.JitFunctions``).
-      mode: the traversal mode (``flaxgraph.modes.Mode``).
+    Besides the call: ``lower``, ``trace``, ``eval_shape`` (``jax.jit``'s, on a call's
+    arguments) and ``cache_info()``; as a method it binds to its instance. ``fun``,
+    the shardings, static and donated arguments (completed as ``jax.jit`` does) and
+    ``mode`` are as given; ``jitted_fn`` is the ``jax.jit`` per input structure.
     """
 
     def __init__(

@@ -34,13 +34,10 @@ from flaxgraph.variablelib.variable import Param, is_variable
 class custom_vjp(Transformed[P, R]):
     """``jax.custom_vjp`` where arguments may be objects; a ``Transformed`` without a fast path.
 
-    An object's differentiable part is its ``Param`` Variables. ``bwd`` receives
-    ``(*nondiff_args, residuals, output_cotangent)`` as in JAX (in every mode) and
-    returns, per differentiable argument, a ``State`` of cotangents for an object
-    (missing entries are zero) or an array. If ``bwd`` declares a parameter
-    ``updates_g``, it also gets the cotangents of the changes the function made to
-    its arguments' Variables (per argument, a copy whose changed Variables hold
-    them, other leaves ``None``). Residuals may contain objects (as pytrees).
+    ``bwd(*nondiff_args, residuals, g)`` returns per argument a ``State`` of its
+    Params' cotangents (missing ones are zero) or an array; a ``bwd`` declaring
+    ``updates_g`` also gets, per argument, a copy whose changed Variables hold the
+    cotangents of their changes. Residuals may contain objects (as pytrees).
 
     Args:
       fun: the function (also usable as ``@nnx.custom_vjp`` and
@@ -53,9 +50,8 @@ class custom_vjp(Transformed[P, R]):
 
     Raises:
       ValueError: ``bwd`` returns the wrong number of cotangents; ``fun`` is a bound
-        method of a Module; a ``DiffState`` in ``nondiff_argnums`` without graph
-        updates; a Variable is reachable from a differentiable and a
-        non-differentiable argument (the message names both paths).
+        method; a ``DiffState`` without graph updates; a Variable is reached from a
+        differentiable and a non-differentiable argument (naming both paths).
 
     Example::
 

@@ -26,9 +26,8 @@ def explain(f: Callable[..., Any], *args: object, **kwargs: object) -> str:
 
     Args:
       f: a transformed function with a fast path (``nnx.jit(...)``, ``nnx.vmap(...)``…).
-      *args, **kwargs: the arguments of a call. ``f`` is called with them (its
-        effects happen) once or twice, until a fast call runs a plan whose
-        write-back is written out; the plan of the last call is shown.
+      *args, **kwargs: a call's arguments; ``f`` is called with them (effects
+        included) once or twice, until a fast call shows its plan.
 
     Returns:
       The plan's Python source (a ``def run(args, kwargs, statics):``).

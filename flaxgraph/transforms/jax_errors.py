@@ -10,13 +10,8 @@ each input by its path with its size:
   ...   nnx.vmap(lambda m, x: m(x), in_axes=(0, 0))(model, jnp.ones((8, 2)))
   ... except ValueError as e:
   ...   lines = str(e).splitlines()
-  >>> for line in lines[1:7]:
-  ...   print(line)
-  size 3:
+  >>> print(lines[2]); print(lines[6])
     args[0].bias: axis 0 has size 3 (float32[3])
-  size 2:
-    args[0].kernel: axis 0 has size 2 (float32[2,3])
-  size 8:
     args[1]: axis 0 has size 8 (float32[8,2])
 
 Source: JAX's ``vmap``/``scan`` input checks ("vmap got inconsistent sizes for array

@@ -191,11 +191,8 @@ class StateSharding(LiftType):
 class DiffState:
     """Differentiate the sub-state ``filter`` selects in argument ``argnum``.
 
-    Used in ``argnums`` of ``grad``, ``value_and_grad``, ``vjp`` and ``custom_vjp``.
-
-    Args:
-      argnum: the position of the argument.
-      filter: which of its leaves are differentiated.
+    Used in ``argnums`` of ``grad``, ``value_and_grad``, ``vjp`` and ``custom_vjp``;
+    ``filter`` selects the leaves of the argument at position ``argnum``.
 
     Example::
 

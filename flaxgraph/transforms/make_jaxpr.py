@@ -35,9 +35,9 @@ def make_jaxpr(
 ) -> object:
     """Returns a function that gives the ``jax.core.ClosedJaxpr`` of ``f(*args, **kwargs)``.
 
-    The jaxpr's inputs are the arrays of ``(args, kwargs)`` in walk order (each
-    shared Variable once); its outputs the arrays of ``f``'s output. Changes to the
-    arguments are not outputs (as in Flax). Nothing runs; the arguments are unchanged.
+    Its inputs are the arrays of ``(args, kwargs)`` in walk order (a shared Variable
+    once), its outputs those of ``f``'s output, not the arguments' changes (as in
+    Flax). Nothing runs.
 
     Args:
       f: a function of objects and arrays (or a Module instance); omit it for a
@@ -64,9 +64,6 @@ def make_jaxpr(
       >>> jaxpr = nnx.make_jaxpr(lambda m, x: m.w * x)(Scale(), jnp.ones(3))
       >>> [v.aval.shape for v in jaxpr.jaxpr.invars], [v.aval.shape for v in jaxpr.jaxpr.outvars]
       ([(3,), (3,)], [(3,)])
-      >>> jaxpr = nnx.make_jaxpr(lambda x, n: x * n, static_argnums=1)(jnp.ones(2), 3)
-      >>> [eqn.primitive.name for eqn in jaxpr.eqns]
-      ['mul']
     """
     if f is MISSING:
         return functools.partial(

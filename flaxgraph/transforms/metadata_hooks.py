@@ -88,10 +88,8 @@ def transform_metadata(
 
     Args:
       f: the function; omit it for the decorator form.
-      in_axes: per positional argument (a tuple) or for all (an int, or ``None``
-        for no change); ``nnx.StateAxes`` per filter; ``nnx.Carry`` counts as
-        ``None``. Each Variable under an int axis gets ``remove_axis`` before ``f``
-        and ``add_axis`` after it. Keyword-only arguments take a single int/None.
+      in_axes: as ``vmap``'s (``nnx.Carry`` counts as ``None``): each Variable under
+        an int axis gets ``remove_axis`` before ``f`` and ``add_axis`` after it.
       out_axes: the same for Variables in the output (``add_axis`` only).
       partition: the mesh-axis name of the axis (``nnx.PARTITION_NAME`` in the
         hooks' parameters); required, may be ``None``.
@@ -101,9 +99,8 @@ def transform_metadata(
       The wrapped function (same arguments and output as ``f``), or a decorator.
 
     Raises:
-      ValueError: before anything runs, a Variable under an int axis names another
-        partition there (the message names its path); or a tuple ``in_axes`` has not
-        one entry per positional argument.
+      ValueError: (before anything runs) a Variable under an int axis names another
+        partition there, naming its path; or ``in_axes`` does not fit the arguments.
       PrefixError (``ValueError``): ``in_axes``/``out_axes`` is not a valid prefix.
       InconsistentAliasingError (``ValueError``): one object reached under two axes.
 

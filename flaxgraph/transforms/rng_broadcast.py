@@ -34,10 +34,6 @@ class RngBroadcastWarning(UserWarning):
       ...   _ = f(model, jnp.ones((4, 3)))
       >>> caught[0].category.__name__, 'args[0].rngs' in str(caught[0].message)
       ('RngBroadcastWarning', True)
-      >>> same = nnx.split_rngs(splits=nnx.BROADCAST)(f)   # intended: no warning
-      >>> with warnings.catch_warnings():
-      ...   warnings.simplefilter('error')
-      ...   _ = same(model, jnp.ones((4, 3)))
     """
 
 

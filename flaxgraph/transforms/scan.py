@@ -153,9 +153,8 @@ def scan(
         is an error.
       transform_metadata: as in ``vmap`` (e.g. ``{nnx.PARTITION_NAME: 'layers'}``).
       graph, graph_updates: the traversal mode (see ``jit``). Without graph
-        updates the carry comes back as new graph nodes holding the caller's
-        Variables, and a broadcast Variable the body changes is carried;
-        ``StateAxes`` needs graph updates.
+        updates the carry comes back as new nodes holding the caller's Variables,
+        changed broadcast Variables are carried, and ``StateAxes`` is refused.
 
     Returns:
       The scanned function: the final carry where ``out_axes`` has ``Carry``, the
@@ -164,13 +163,11 @@ def scan(
       ``nnx.jit`` of the whole scan (``cache_info()`` is ``jit``'s).
 
     Raises:
-      ValueError: when applied, ``Carry`` is nested, given twice or in only one of
-        ``in_axes``/``out_axes``, or ``out_axes`` broadcasts; when called,
-        ``in_axes=Carry`` with other than one argument, or the scanned sizes or
-        ranks disagree (the message names each input's path).
+      ValueError: when applied, ``Carry`` is nested, twice or on one side only, or
+        ``out_axes`` broadcasts; when called, ``in_axes=Carry`` with other than one
+        argument, or the scanned sizes or ranks disagree (naming each path).
       CarryStructureError (``ValueError``): the body changes the carry's structure,
-        shapes or dtypes, replaces a carried Variable/object, or changes a broadcast
-        non-Variable leaf; the message names the path.
+        shapes, dtypes or objects, or a broadcast raw leaf (naming the path).
       InconsistentAliasingError, PrefixError (``ValueError``): see ``vmap``.
 
     Warns:

@@ -353,24 +353,19 @@ def shard_map(
         needs graph updates.
 
     Returns:
-      A ``ShardMapped`` (given no ``f``, a decorator) of positional arguments only.
-      A call updates the argument objects in place (global arrays, as
-      ``NamedSharding``s with ``in_specs`` under graph updates) and returns ``f``'s
-      output assembled with ``out_specs``; an output that is an input object is the
-      caller's same object.
+      A ``ShardMapped`` of positional arguments only (given no ``f``, a decorator).
+      A call updates the argument objects in place (as ``NamedSharding``s with
+      ``in_specs`` under graph updates) and returns the output assembled with
+      ``out_specs``; an output that is an input object is the caller's.
 
     Raises:
-      PrefixError (``ValueError``): a spec does not fit its value (more entries than
-        dimensions, an axis missing from the mesh or not manual, a dimension the
-        devices do not divide; the message names the path), or the specs do not fit
-        the arguments' structure.
-      InconsistentAliasingError (``ValueError``): an object is reachable along paths
-        with different specs.
+      PrefixError (``ValueError``): a spec does not fit its value (rank, unknown or
+        non-manual axis, indivisible dimension; naming the path) or the arguments.
+      InconsistentAliasingError (``ValueError``): an object gets different specs.
       TraceContextError (``ValueError``): ``f`` mutates or returns a captured object.
       TypeError: keyword arguments were passed.
-      ValueError: an ``in_specs`` tuple has not one entry per positional argument, or
-        ``jax.shard_map`` rejects the call (a note lists the paths of the groups
-        its ``in_specs[i]``/``out_specs[i]`` name).
+      ValueError: ``in_specs`` has not one entry per argument, or ``jax.shard_map``
+        rejects the call (a note lists the paths of the groups it names).
 
     Example::
 

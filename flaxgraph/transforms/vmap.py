@@ -430,9 +430,8 @@ def vmap(
       in_axes: an int, ``None``, or one entry per positional argument; at an
         object, an int/None for all its state, ``StateAxes({filter: axis})``, or a
         per-Variable prefix matched by path (``nnx.prefix(obj, {filter: axis})`` or
-        a ``State`` of axes). Keyword arguments are mapped on axis 0; when
-        ``in_axes`` has more entries than positional arguments, keyword arguments
-        are first bound to their positions.
+        a ``State`` of axes). Keyword arguments are mapped on axis 0, or bound to
+        their positions when ``in_axes`` has entries for them.
       out_axes: the same over the output.
       axis_name, axis_size, spmd_axis_name: as in ``jax.vmap``; ``axis_size`` is
         required when nothing is mapped.
@@ -447,14 +446,11 @@ def vmap(
       caller's objects; ``cache_info()`` as ``jit``'s.
 
     Raises:
-      InconsistentAliasingError (``ValueError``): one object gets different axes
-        along different paths; the message lists every path.
+      InconsistentAliasingError (``ValueError``): one object gets different axes.
       PrefixError (``ValueError``): ``in_axes``/``out_axes`` do not fit the arguments.
-      ValueError: when created, ``in_axes``/``out_axes`` hold a Variable, a graph
-        node in graph mode, or a lift type without graph updates; when called, a
-        value broadcast with axis ``None`` came back batched, ``in_axes`` has not
-        one entry per positional argument, or the mapped sizes or ranks disagree
-        (JAX's error, naming each input's path).
+      ValueError: when created, the axes hold a Variable, a graph node, or a lift
+        type without graph updates; when called, a broadcast value came back
+        batched, or the entries, sizes or ranks do not fit (naming each path).
       TraceContextError (``ValueError``): a captured object is mutated or returned.
 
     Example::
