@@ -1,7 +1,6 @@
 """Prefix resolution and the consistent-aliasing check, in one graph walk (``PrefixWalk``).
 
 See ``docs/design.md``, "The five lift steps" (step 1) and "Errors".
-
 Source: the "JAX-style NNX Transforms" FLIP flax#4107 ("Consistent aliasing").
 """
 

@@ -390,10 +390,9 @@ def vjp(
       graph, graph_updates: the traversal mode (see ``grad``).
 
     Returns:
-      ``(output, vjp_fn)`` or ``(output, vjp_fn, aux)``; ``vjp_fn(cotangent)`` gives
-      one cotangent per primal (a ``State`` of Params for an object). Changes to the
-      primals are applied at once. Without primals, a function of them; without
-      ``f``, a decorator.
+      ``(output, vjp_fn)`` (plus ``aux``); ``vjp_fn(cotangent)`` gives one cotangent
+      per primal (a ``State`` of Params for an object); changes to the primals are
+      applied at once. Without primals, a function of them; without ``f``, a decorator.
 
     Raises:
       ValueError: ``f`` is a bound method of a Module.

@@ -1,7 +1,6 @@
 """A warning when a compiled function reads a Variable it captured by closure.
 
 See the package README, "Closure reads".
-
 Source: ``jax.jit`` closures (JAX's "Sharp bits").
 """
 

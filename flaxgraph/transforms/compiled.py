@@ -2,7 +2,6 @@
 
 The ``OutStatic`` returns through JAX only once a trace disagrees with the recorded
 one; see ``docs/design.md``, "The fast path".
-
 Source: ``jax.jit`` and its stages; Flax NNX 0.12 ``nnx.jit(...).jitted_fn``,
 ``lower`` and ``trace``.
 """

@@ -133,8 +133,8 @@ def cond(
 
     Args:
       pred: a boolean scalar.
-      true_fun, false_fun: called with ``*operands``; they may mutate the objects
-        among them (alike structurally) and return the same kind of output.
+      true_fun, false_fun: called with ``*operands``, may mutate the objects among
+        them (alike structurally), and return the same kind of output.
       *operands: the operands.
       graph, graph_updates: the traversal mode (see ``jit``).
 

@@ -34,8 +34,8 @@ from flaxgraph.variablelib.variable import Param, is_variable
 class custom_vjp(Transformed[P, R]):
     """``jax.custom_vjp`` where arguments may be objects; a ``Transformed`` without a fast path.
 
-    ``bwd(*nondiff_args, residuals, g)`` returns per argument a ``State`` of its
-    Params' cotangents (missing ones are zero) or an array; a ``bwd`` declaring
+    ``bwd(*nondiff_args, residuals, g)`` returns per differentiable argument a
+    ``State`` of its Params' cotangents (missing ones are zero) or an array; a ``bwd`` declaring
     ``updates_g`` also gets, per argument, a copy whose changed Variables hold the
     cotangents of their changes. Residuals may contain objects (as pytrees).
 

@@ -145,10 +145,7 @@ def split_inputs(f: F) -> F:
       >>> @general.merge_inputs
       ... def bump(c):
       ...   c.count[...] += 1
-      >>> @general.merge_inputs
-      ... def keep(c):
-      ...   pass
-      >>> general.split_inputs(jax.lax.cond)(True, bump, keep, counter)
+      >>> general.split_inputs(jax.jit(bump))(counter)
       >>> int(counter.count[...])
       1
     """

@@ -1,7 +1,6 @@
 """Lift types: ``StateAxes``, ``StateSharding`` and ``DiffState``, a prefix per sub-state.
 
 See the package README, "Lift types".
-
 Source: the "JAX-style NNX Transforms" FLIP flax#4107; Flax NNX's "Transformations"
 guide ("Lift types"); Flax NNX 0.12 ``StateAxes``, ``DiffState``, ``nnx.prefix``.
 """

@@ -1,7 +1,6 @@
 """``transform_metadata``: a Variable's axis metadata as seen inside a mapped function.
 
 See ``docs/design.md``, "Axis metadata".
-
 Source: Flax NNX 0.12 ``nnx.transform_metadata``.
 """
 
@@ -88,8 +87,9 @@ def transform_metadata(
 
     Args:
       f: the function; omit it for the decorator form.
-      in_axes: as ``vmap``'s (``nnx.Carry`` counts as ``None``): each Variable under
-        an int axis gets ``remove_axis`` before ``f`` and ``add_axis`` after it.
+      in_axes: as ``vmap``'s (``nnx.Carry`` counts as ``None``; keyword-only
+        arguments take a single int/None): each Variable under an int axis gets
+        ``remove_axis`` before ``f`` and ``add_axis`` after it.
       out_axes: the same for Variables in the output (``add_axis`` only).
       partition: the mesh-axis name of the axis (``nnx.PARTITION_NAME`` in the
         hooks' parameters); required, may be ``None``.

@@ -1,7 +1,6 @@
 """Who keeps a fast-path plan alive: the objects it was made for, not the transform.
 
 See ``docs/design.md``, "The fast path" ("Who keeps a plan alive").
-
 Source: Equinox's ``filter_jit`` cache, keyed weakly by the function.
 """
 

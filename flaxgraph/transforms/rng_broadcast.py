@@ -1,7 +1,6 @@
 """A warning when a broadcast random stream is drawn inside ``vmap`` or ``scan``.
 
 See the package README, "Broadcast random streams".
-
 Source: flax#4195; Flax NNX's "Randomness" guide (``split_rngs``, ``StateAxes``).
 """
 

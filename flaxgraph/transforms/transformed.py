@@ -1,7 +1,6 @@
 """The object every flaxgraph transform returns: ``Transformed``, and ``Wrapped``.
 
 See ``docs/design.md``, "The five lift steps" ("One transform object").
-
 Source: Flax NNX 0.12 ``nnx.jit``'s ``JitWrapped``; ``typing.ParamSpec``.
 """
 

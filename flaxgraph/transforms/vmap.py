@@ -1,7 +1,6 @@
 """``vmap`` and ``pmap`` over objects, with ``StateAxes`` and axis metadata.
 
 See ``docs/design.md``, "Axis metadata".
-
 Source: ``jax.vmap``, ``jax.pmap``; the "JAX-style NNX Transforms" FLIP flax#4107 and
 Flax NNX's "Transformations" guide; the "Axis Metadata" FLIP flax#2434.
 """
@@ -448,8 +447,8 @@ def vmap(
     Raises:
       InconsistentAliasingError (``ValueError``): one object gets different axes.
       PrefixError (``ValueError``): ``in_axes``/``out_axes`` do not fit the arguments.
-      ValueError: when created, the axes hold a Variable, a graph node, or a lift
-        type without graph updates; when called, a broadcast value came back
+      ValueError: when created, the axes hold a Variable, a graph node (graph
+        mode), or a lift type without graph updates; when called, a broadcast value came back
         batched, or the entries, sizes or ranks do not fit (naming each path).
       TraceContextError (``ValueError``): a captured object is mutated or returned.
 
