@@ -1,29 +1,7 @@
-"""Prefix resolution and the consistent-aliasing check, in one graph walk.
+"""Prefix resolution and the consistent-aliasing check, in one graph walk (``PrefixWalk``).
 
-A transform receives prefix trees over its arguments and outputs (``in_axes``,
-``in_shardings``, ``argnums``…). ``PrefixWalk`` flattens the arguments as one
-graph and gives every leaf the prefix that applies where it stands: a plain
-prefix is distributed over containers like JAX does and applies to all of an
-object's state; a lift type (``StateAxes``…) at an object gives each of its
-leaves the prefix of the first filter it matches.
-
-**Consistent aliasing.** A node reachable along several paths must receive the
-same prefix along each of them: transforming one object two ways at once has no
-meaning. The walk compares the prefix context of every alias with that of the
-first sighting; only when they differ does it run ``AliasDiagnostics``, a second
-walk that visits every alias and records each leaf's prefix along every path,
-so that the error lists *every* alias by its path from the arguments, e.g.::
-
-  Inconsistent aliasing detected. The following nodes have different prefixes:
-  the Param below is reachable along 5 paths
-  that give it different in_axes:
-    args[0]['a']['b'].param: 0
-    args[0]['c'].param: 0
-    args[1][0][0].param: 1
-    ...
-
-Source: the "JAX-style NNX Transforms" FLIP flax#4107
-("Consistent aliasing"); paths from the arguments as in JAX's ``tree_util`` errors.
+See ``docs/design.md``, "The five lift steps" (step 1) and "Errors".
+Source: the "JAX-style NNX Transforms" FLIP flax#4107 ("Consistent aliasing").
 """
 
 from __future__ import annotations
@@ -64,23 +42,14 @@ class PrefixError(FlaxgraphError, ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class PrefixSpec:
-    """What counts as a prefix for one transform argument (e.g. vmap's ``in_axes``).
-
-    Attributes:
-      name: the argument's name, for messages (``'in_axes'``).
-      is_leaf: predicate for plain prefixes (ints and None for ``in_axes``).
-      lift_type: the lift type accepted at objects (``StateAxes``…), or ``None``.
-      fix: a hint appended to prefix errors.
-      wildcard: see the attribute's docstring.
-    """
+    """What counts as a prefix for one transform argument (``in_axes``…)."""
 
     name: str
     is_leaf: Callable[[Any], bool]
     lift_type: type | None = None
     fix: str = ""
     wildcard: object = None
-    """A plain prefix that means "no constraint" (``jit``'s unspecified sharding): it
-    is consistent with any other prefix an alias receives. ``None`` if there is none."""
+    """``jit``'s unspecified sharding; ``None`` if there is none."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,10 +75,7 @@ class NamedRoots:
 
 
 class PrefixWalk(Walk):
-    """Flattens a tuple of roots, resolving one prefix per leaf and checking aliasing.
-
-    After ``run``: ``self.leaves`` and ``self.leaf_prefixes`` are aligned.
-    """
+    """Flattens a tuple of roots, resolving one prefix per leaf and checking aliasing."""
 
     dynamic_leaves = True
 
@@ -229,8 +195,7 @@ class PrefixWalk(Walk):
             self.conflict = True
 
     def _alias_prefix(self, path: PathParts, x: Variable[Any], ctx: Any) -> object:
-        """The prefix a later sighting of the Variable ``x`` receives, or ``NO_MATCH``
-        when it carries none of its own (it then keeps its first prefix)."""
+        """The prefix a later sighting of ``x`` receives, or ``NO_MATCH`` to keep its first."""
         if not _unlisted_reference(x, path, ctx):
             return self._leaf_prefix(path, x, ctx)
         rule = ctx.mapping.rule
@@ -295,7 +260,7 @@ class PrefixWalk(Walk):
     def run_checked(
         self, value: object, prefix: object
     ) -> tuple[GraphDef[Any], list[tuple[PathParts, Any]], list[Any]]:
-        """``run`` plus the aliasing check; returns ``(graphdef, leaves, leaf_prefixes)``.
+        """``run`` plus the aliasing check: ``(graphdef, leaves, leaf_prefixes)``.
 
         Raises:
           PrefixError: the prefix tree does not fit the value.
@@ -308,9 +273,7 @@ class PrefixWalk(Walk):
 
 
 def _unlisted_reference(x: object, path: PathParts, ctx: object) -> bool:
-    """Whether the alias ``x`` is a Variable that an ``nnx.prefix(..., graph=True)``
-    prefix of its object does not list (the prefix was built with ``x`` as a
-    reference, seen before): it then takes the prefix of its first sighting."""
+    """Whether the alias ``x`` is a Variable its ``nnx.prefix`` prefix lists only as a reference."""
     return (
         REGISTRY.kind_of(x) is VARIABLE
         and isinstance(ctx, _MapCtx)
@@ -324,14 +287,7 @@ _MAX_RECORDS = 10_000  # the diagnostic walk stops growing past this (huge share
 
 
 class Sighting(NamedTuple):
-    """One path along which ``AliasDiagnostics`` reached a leaf, with the prefix it
-    got there.
-
-    Attributes:
-      path: the path from the roots.
-      leaf: the leaf (a Variable, Ref or raw value).
-      prefix: the prefix resolved for it along ``path``.
-    """
+    """One path along which ``AliasDiagnostics`` reached a leaf, with the prefix it got there."""
 
     path: PathParts
     leaf: object
@@ -456,9 +412,7 @@ def _describe(prefix: object) -> str:
 def with_duplicates_line(
     error: SharedReferenceError, roots: tuple[Any, ...], select: Callable[[Any], bool] | None
 ) -> SharedReferenceError:
-    """``error`` with a last line naming the kinds of the Variables reachable twice
-    (``Duplicate Param``: the phrase Flax NNX 0.12 uses for Variable aliasing without
-    graph updates), so searches for Flax's wording find flaxgraph's message."""
+    """``error`` with a last line naming Variables reached twice (Flax's ``Duplicate Param``)."""
     kinds: list[str] = []
     for entries in variable_paths(roots, True).values():
         paths = [p for _, p in entries]

@@ -1,14 +1,8 @@
-"""Autodiff of functions of objects: grad, value_and_grad, vjp, jvp, remat.
+"""Autodiff of functions of objects: ``grad``, ``value_and_grad``, ``vjp``, ``jvp``, ``remat``.
 
-For an object argument, ``grad`` differentiates its ``Param`` Variables by
-default (``DiffState(argnum, filter)`` picks another sub-state) and returns the
-gradient as a ``State`` of that sub-state (Variables of the same kinds holding
-the gradients); raw array arguments get array gradients, as in ``jax.grad``.
-State that is not differentiated (``BatchStat``, RNG counters…) is still
-updated in place when the function changes it.
-
-Source: ``jax.grad`` & co.; ``DiffState`` per the
-"JAX-style NNX Transforms" FLIP flax#4107.
+Source: ``jax.grad``, ``jax.value_and_grad``, ``jax.vjp``, ``jax.jvp``,
+``jax.checkpoint``; ``DiffState`` per the "JAX-style NNX Transforms" FLIP flax#4107;
+the decorator forms of ``vjp``/``jvp``: Flax NNX 0.12.
 """
 
 from __future__ import annotations
@@ -58,8 +52,7 @@ from flaxgraph.variablelib.variable import Param, is_variable
 
 
 def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> object:
-    """The gradient of argument ``argnum``: its structure down to objects, each object
-    replaced by a State of its differentiated leaves (paths relative to it)."""
+    """The gradient of argument ``argnum``: its structure, each object a State of its gradients."""
     by_path = {
         path: (leaf, grads[i])
         for i, (path, leaf) in enumerate(zip(call.graphdef.leaf_paths, call.leaves))
@@ -70,9 +63,7 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
 
 
 def _grad_build(x: Any, path: PathParts, by_path: dict[Any, tuple[Any, Any]]) -> object:
-    """``_grad_tree`` below ``x`` at ``path`` (a module-level recursion: a recursive
-    closure would hold the call's Variables in a reference cycle until the garbage
-    collector ran)."""
+    """``_grad_tree`` below ``x`` (module-level: a recursive closure makes a cycle)."""
     if is_node_module(x):
         n = len(path)
         pairs = [(p[n:], _grad_leaf(leaf, g)) for p, (leaf, g) in by_path.items() if p[:n] == path]
@@ -99,8 +90,7 @@ def _grad_build(x: Any, path: PathParts, by_path: dict[Any, tuple[Any, Any]]) ->
 
 
 def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> object:
-    """The gradient of argument ``argnum`` without graph updates (as ``jax.grad`` on a
-    pytree): a new copy of the argument whose Variables and arrays hold the gradients."""
+    """The gradient of argument ``argnum`` without graph updates: a copy holding the gradients."""
     by_var = {
         id(call.leaves[i]): g
         for i, g in grads.items()
@@ -187,31 +177,24 @@ def value_and_grad(
 
     Args:
       f: a function returning a scalar (or ``(scalar, aux)`` with ``has_aux``).
-      argnums: which positional arguments to differentiate: ints, or
-        ``DiffState(argnum, filter)`` to choose an object's sub-state. For an
-        object given by int, its ``Param`` Variables are differentiated.
+      argnums: the positional arguments to differentiate: ints (an object's
+        ``Param`` Variables), or ``DiffState(argnum, filter)``.
       has_aux: ``f`` returns ``(value, aux)``; ``aux`` may contain objects.
       holomorphic, allow_int, reduce_axes: as in ``jax.value_and_grad``.
-      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
-        Without graph updates (and in tree mode), as ``jax.grad`` on a pytree, an
-        int argnum differentiates *every* array of the argument (so integer
-        Variables need ``allow_int``), the gradient is a new copy of the argument
-        holding the gradients, and ``DiffState`` is not accepted.
+      graph, graph_updates: the traversal mode (see ``jit``). Without graph updates,
+        as ``jax.grad`` on a pytree: an int argnum differentiates every array of the
+        argument, the gradient is a copy of the argument, and ``DiffState`` is refused.
 
     Returns:
-      A function returning ``(value, grads)`` (``((value, aux), grads)`` with
-      ``has_aux``): ``grads`` has one entry per argnum (a single one for an int or
-      a DiffState), each the argument's structure with objects replaced by
-      ``State``s of their differentiated leaves and arrays by array gradients
-      (without graph updates: a copy of the argument, see above).
-      Changes ``f`` makes to its arguments (e.g. BatchStat updates) are applied.
+      A function returning ``(value, grads)`` (``((value, aux), grads)``): one entry
+      per argnum (one alone for an int or a DiffState), the argument's structure
+      with objects as ``State``s of their gradients. ``f``'s changes are applied.
 
     Raises:
       InconsistentAliasingError: one Variable is differentiated along one path and
         not along another.
-      ValueError: ``f`` is a bound method of a Module, or ``argnums`` holds an object
-        (Flax NNX 0.12's "Graph nodes are not allowed as prefixes"); both when the
-        transform is created.
+      ValueError: (when created) ``f`` is a bound method of a Module, or ``argnums``
+        holds an object.
       TraceContextError: ``f`` mutates an object it captured by closure.
 
     Example::
@@ -222,8 +205,6 @@ def value_and_grad(
       >>> loss, grads = nnx.value_and_grad(lambda m: m.w.value ** 2)(W())
       >>> float(loss), float(grads['w'].value)
       (9.0, 6.0)
-
-    Source: ``jax.value_and_grad``; DiffState per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     mode = resolve(graph, graph_updates)
     check_argnums(argnums, "value_and_grad")
@@ -260,7 +241,7 @@ def grad(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
-    """``jax.grad`` for functions of objects (see ``value_and_grad``).
+    """``jax.grad`` for functions of objects (arguments and errors: see ``value_and_grad``).
 
     Returns:
       A function returning ``grads`` (``(grads, aux)`` with ``has_aux``).
@@ -272,8 +253,6 @@ def grad(
       ...   def __init__(self): self.w = nnx.Param(jnp.array(3.0))
       >>> float(nnx.grad(lambda m: m.w.value ** 2)(W())['w'].value)
       6.0
-
-    Source: ``jax.grad``; DiffState per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     check_not_bound_method(f, "grad")
     check_argnums(argnums, "grad")
@@ -317,19 +296,16 @@ def remat(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
-    """``jax.checkpoint`` (rematerialisation) for functions of objects.
-
-    Under differentiation, the intermediate values of ``f`` are recomputed in the
-    backward pass instead of stored. Objects are passed, updated and returned as
-    with every flaxgraph transform.
+    """``jax.checkpoint`` for functions of objects: intermediates are recomputed, not stored.
 
     Args:
       f: the function.
       prevent_cse, policy: as in ``jax.checkpoint``.
-      static_argnums: arguments that are compile-time constants (hashable).
-      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
+      static_argnums: compile-time constant arguments (hashable).
+      graph, graph_updates: the traversal mode (see ``jit``).
 
-    Source: ``jax.checkpoint``.
+    Returns:
+      ``f`` rematerialised; objects are passed, updated and returned as with ``jit``.
     """
     mode = resolve(graph, graph_updates)
     inner_f, bound = unbind(f, "remat")
@@ -404,28 +380,22 @@ def vjp(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Any:
-    """``jax.vjp`` where primals may be objects (their ``Param`` Variables and all raw
-    arrays are differentiated; without graph updates every array, see ``grad``).
+    """``jax.vjp`` where primals may be objects (their ``Param`` Variables and raw arrays).
 
     Args:
       f: the function.
       *primals: its arguments (objects allowed).
       has_aux: ``f`` returns ``(output, aux)``.
-      reduce_axes: accepted for compatibility (unused, as in JAX today).
-      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
+      reduce_axes: accepted for compatibility (unused).
+      graph, graph_updates: the traversal mode (see ``grad``).
 
     Returns:
-      ``(output, vjp_fn)`` or ``(output, vjp_fn, aux)``. ``vjp_fn(cotangent)`` returns
-      one cotangent per primal: a ``State`` of Params for an object (without graph
-      updates: a copy of the object holding the cotangents), an array for an array.
-      Changes ``f`` makes to the primals' objects are applied immediately.
-      Without primals, a function of the primals returning the same
-      (``nnx.vjp(f)(m, x)``); without ``f`` either, a decorator
-      (``@nnx.vjp(has_aux=True)``), as in Flax NNX 0.12.
+      ``(output, vjp_fn)`` (plus ``aux``); ``vjp_fn(cotangent)`` gives one cotangent
+      per primal (a ``State`` of Params for an object); changes to the primals are
+      applied at once. Without primals, a function of them; without ``f``, a decorator.
 
     Raises:
-      ValueError: ``f`` is a bound method of a Module (pass the unbound method
-        and the instance as a primal).
+      ValueError: ``f`` is a bound method of a Module.
 
     Example::
 
@@ -433,8 +403,6 @@ def vjp(
       >>> out, vjp_fn = nnx.vjp(lambda x: x ** 2, jnp.array(3.0))
       >>> float(out), float(vjp_fn(jnp.array(1.0))[0])
       (9.0, 6.0)
-
-    Source: ``jax.vjp``; the decorator forms: Flax NNX 0.12 ``nnx.vjp``.
     """
     del reduce_axes
     options: dict[str, Any] = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
@@ -486,17 +454,14 @@ def jvp(
     Args:
       f: the function.
       primals: the arguments (objects allowed).
-      tangents: one per primal: for an object, a ``State`` of its Params (as
-        ``grad`` returns; missing entries are zero) or an object of the same
-        structure; for an array, an array.
+      tangents: one per primal: for an object, a ``State`` of its Params (missing
+        entries are zero) or an object of the same structure; for an array, an array.
       has_aux: ``f`` returns ``(output, aux)``.
-      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
+      graph, graph_updates: the traversal mode (see ``jit``).
 
     Returns:
-      ``(output, output_tangent)`` (plus ``aux`` with ``has_aux``). Without
-      ``primals``/``tangents``, a function ``g(primals, tangents)`` returning the
-      same; without ``f`` either, a decorator (``@nnx.jvp(has_aux=True)``), as in
-      Flax NNX 0.12.
+      ``(output, output_tangent)`` (plus ``aux``). Without ``primals``/``tangents``,
+      a function ``g(primals, tangents)``; without ``f``, a decorator.
 
     Raises:
       ValueError: ``f`` is a bound method of a Module, or ``primals`` and
@@ -508,8 +473,6 @@ def jvp(
       >>> out, t = nnx.jvp(lambda x: x ** 2, (jnp.array(3.0),), (jnp.array(1.0),))
       >>> float(out), float(t)
       (9.0, 6.0)
-
-    Source: ``jax.jvp``; the decorator forms: Flax NNX 0.12 ``nnx.jvp``.
     """
     options: dict[str, Any] = dict(has_aux=has_aux, graph=graph, graph_updates=graph_updates)
     if f is None:

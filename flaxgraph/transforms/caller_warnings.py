@@ -1,10 +1,4 @@
-"""Warnings attributed to the user's call of a transformed function.
-
-A transform warns while it traces, deep inside flaxgraph and JAX; Python's
-``warnings`` attributes a warning to one frame and shows it once per location
-(with the default filter). ``warn_at_caller`` walks out of flaxgraph's and JAX's
-frames (and the fast path's generated code) to the first user frame, so a warning
-is shown once per call site and points at the line that called the transform.
+"""Warnings attributed to the user's call of a transformed function (``warn_at_caller``).
 
 Source: Python's ``warnings.warn_explicit`` (the registry and filters it uses).
 """
@@ -28,9 +22,7 @@ def _internal(filename: str) -> bool:
 
 
 def warn_at_caller(message: str, category: type[Warning]) -> None:
-    """``warnings.warn`` attributed to the first frame outside flaxgraph and JAX (the
-    user's call of the transformed function), so the default filter shows it once
-    per call site."""
+    """``warnings.warn`` attributed to the first frame outside flaxgraph and JAX."""
     frame = sys._getframe(1)
     while frame is not None and _internal(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]

@@ -1,12 +1,7 @@
 """The shape of a transformed callable: decorators, static arguments, methods.
 
-Every flaxgraph transform works as ``nnx.jit(f, **options)``, as ``@nnx.jit``
-and as ``@nnx.jit(**options)``, on functions and on methods (``@nnx.jit def
-__call__(self, x)``: the instance is simply the first argument). Given a Module
-instance, the object becomes the first argument, so ``nnx.jit(model)(x)`` is
-``nnx.jit(type(model).__call__)(model, x)``. A bound method of a graph object
-(``nnx.jit(model.method)``) is refused, as in Flax NNX 0.12: its ``self`` would
-be hidden from the transform; the error shows the two spellings that work.
+Source: Flax NNX 0.12's transforms (bound methods refused); ``jax.jit``
+(``static_argnums``/``static_argnames`` completed from the signature).
 """
 
 from __future__ import annotations
@@ -32,8 +27,7 @@ def decorator(transform: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _bound_graph_method(f: object) -> Any:
-    """The bound method of a graph object inside ``f`` (through ``functools.partial``
-    layers), or ``None``."""
+    """The bound method of a graph object inside ``f`` (through partials), or ``None``."""
     while isinstance(f, functools.partial):
         f = f.func
     if inspect.ismethod(f) and is_node_or_variable(f.__self__):
@@ -42,13 +36,7 @@ def _bound_graph_method(f: object) -> Any:
 
 
 def check_not_bound_method(f: object, transform: str) -> None:
-    """Refuses a bound method of a graph object (``model.method``), also inside a
-    ``functools.partial``, as every Flax NNX 0.12 transform does.
-
-    Raises:
-      ValueError: ``f`` is such a bound method; the message names it and shows the
-        decorator form and the unbound-method call.
-    """
+    """Raises ``ValueError`` for a bound method of a graph object, also inside a partial."""
     method = _bound_graph_method(f)
     if method is None:
         return
@@ -65,13 +53,7 @@ def check_not_bound_method(f: object, transform: str) -> None:
 
 
 def unbind(f: Any, transform: str = "transform") -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """Splits a Module instance into ``(type(f).__call__, (f,))``; other callables
-    come back as ``(f, ())``.
-
-    Raises:
-      ValueError: ``f`` is a bound method of a graph object (see
-        ``check_not_bound_method``); ``transform`` names the transform in the message.
-    """
+    """``(type(f).__call__, (f,))`` for a Module instance, else ``(f, ())``."""
     check_not_bound_method(f, transform)
     if is_node_or_variable(f) and callable(f):
         return type(f).__call__, (f,)
@@ -99,11 +81,7 @@ def normalize_argnames(argnames: str | Iterable[str] | None) -> tuple[str, ...]:
 def infer_argnums_and_argnames(
     fun: Callable[..., Any], argnums: tuple[int, ...], argnames: tuple[str, ...]
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Completes ``(argnums, argnames)`` from ``fun``'s signature as ``jax.jit`` does:
-    given only argnums, the names of those positional-or-keyword parameters join
-    argnames; given only argnames, their positions join argnums (so a static or
-    donated argument may be passed either way). Given both, or when the signature
-    is unavailable, they are returned unchanged.
+    """Completes ``(argnums, argnames)`` from ``fun``'s signature as ``jax.jit`` does.
 
     Example::
 
@@ -140,12 +118,7 @@ def split_static(
     static_argnums: tuple[int, ...],
     static_argnames: tuple[str, ...],
 ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]:
-    """Removes static arguments: ``(dynamic_args, dynamic_kwargs, statics)`` where
-    ``statics`` is hashable (it joins the cache key).
-
-    Raises:
-      TypeError: a static argument is unhashable.
-    """
+    """``(dynamic_args, dynamic_kwargs, statics)``; ``TypeError`` if a static one is unhashable."""
     if not static_argnums and not static_argnames:
         return args, kwargs, ()
     n = len(args)

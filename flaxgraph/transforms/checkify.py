@@ -1,26 +1,5 @@
 """``checkify`` over functions of objects: functional error checks that may update state.
 
-``jax.experimental.checkify`` turns the checks inside a function
-(``checkify.check``, and with ``errors=`` also NaN, division and index checks)
-into an ``Error`` value returned next to the output, so that they work under
-``jit``. ``nnx.checkify(f)`` does this for functions of objects: ``f`` may read
-and update the objects among its arguments, and the updates reach the caller's
-objects as with every flaxgraph transform (the error does not undo them).
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> from jax.experimental import checkify
-  >>> class Counter(nnx.Module):
-  ...   def __init__(self): self.n = nnx.BatchStat(jnp.array(0))
-  >>> def step(c, x):
-  ...   checkify.check(x > 0, 'x must be positive, got {}', x)
-  ...   c.n.value += 1
-  ...   return x * 2
-  >>> c = Counter()
-  >>> err, out = nnx.checkify(step)(c, jnp.array(-1.0))
-  >>> print(err.get()), int(c.n.value)
-  x must be positive, got -1.0 (`check` failed)
-  (None, 1)
-
 Source: Flax NNX 0.12 ``nnx.checkify``; ``jax.experimental.checkify.checkify``.
 """
 
@@ -47,32 +26,30 @@ def checkify(
     """Returns ``g(*args, **kwargs) -> (error, output)``: ``f`` with its checks made functional.
 
     Args:
-      f: a function of objects and arrays (a Module instance is accepted; a bound
-        method of one raises ``ValueError``, as in Flax NNX 0.12).
-      errors: the checks to enable (a frozenset of error kinds); default
-        ``checkify.user_checks`` (only explicit ``checkify.check`` calls), as in
-        Flax NNX 0.12.8 and JAX. E.g. ``checkify.float_checks`` adds NaN checks.
+      f: a function of objects and arrays (or a Module instance; a bound method of
+        one raises ``ValueError``).
+      errors: the checks to enable; default ``checkify.user_checks`` (explicit
+        ``checkify.check`` calls only); e.g. ``checkify.float_checks`` adds NaN checks.
       graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
-      graph_updates: ``False``: only Variable values come back, not structural
-        changes (``None``: ``nnx.set_graph_updates``'s default).
+      graph_updates: ``False``: only Variable values come back (``None``: the default).
 
     Returns:
-      ``g`` returning ``(checkify.Error, output)``. Call ``error.throw()`` to raise
-      a failed check outside ``jit``; ``error.get()`` is its message or ``None``.
+      ``g`` returning ``(checkify.Error, output)`` (``error.get()``: the message or
+      ``None``); updates to the argument objects reach the caller's even on failure.
 
     Raises:
-      TraceContextError (``ValueError``): ``f`` returns or stores an object it
-        captured by closure (as in every transform).
+      TraceContextError (``ValueError``): ``f`` returns or stores a captured object.
 
     Example::
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> import jax.numpy as jnp, flaxgraph as nnx
       >>> from jax.experimental import checkify
-      >>> err, out = nnx.checkify(jnp.log, errors=checkify.float_checks)(-1.0)
-      >>> err.get() is not None
-      True
-
-    Source: Flax NNX 0.12 ``nnx.checkify``.
+      >>> def f(x):
+      ...   checkify.check(x > 0, 'x must be positive, got {}', x)
+      ...   return x * 2
+      >>> err, out = nnx.checkify(f)(jnp.array(-1.0))
+      >>> print(err.get())
+      x must be positive, got -1.0 (`check` failed)
     """
     mode = resolve(graph, graph_updates)
     inner_f, bound = unbind(f, "checkify")

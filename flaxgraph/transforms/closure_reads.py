@@ -1,33 +1,7 @@
 """A warning when a compiled function reads a Variable it captured by closure.
 
-  >>> import warnings, jax.numpy as jnp, flaxgraph as nnx
-  >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-  >>> f = nnx.jit(lambda x: model(x))
-  >>> with warnings.catch_warnings(record=True) as caught:
-  ...   warnings.simplefilter('always')
-  ...   y = f(jnp.ones((1, 2)))
-  >>> print(str(caught[0].message).splitlines()[0])
-  nnx.jit: the function read model.bias, model.kernel by closure (not as arguments): their current values are compiled in as constants, so later changes to them are not seen by this compiled function.
-
-``model.kernel[...] = 0`` afterwards would not change ``f``'s result: JAX bakes
-the captured weights into the compiled code (Flax says nothing). flaxgraph
-already refuses closure *writes*; a closure *read* inside ``nnx.jit``,
-``nnx.pmap`` or ``nnx.scan`` (the transforms that compile and cache) warns with
-``nnx.ClosureReadWarning``, once per call site, naming the Variables by their
-path from the function's closure (``model.kernel``) and the fix: pass the model
-as an argument. Silence it with ``warnings.filterwarnings('ignore',
-category=nnx.ClosureReadWarning)`` where the constants are intended.
-
-Under transforms that trace on every call (eager ``vmap``, ``grad``) a captured
-Variable cannot go stale, so nothing is said there; nested inside ``jit`` it can,
-and it is reported. Ref-backed Variables are state JAX threads through, never
-constants, and are not reported.
-
-The check runs while the function is traced (the general path); the per-read
-cost is one identity test (``variablelib/closure_watch.py``), and cached calls
-(the fast path) do not read at all.
-
-Source: issue 24 (item 4); ``jax.jit`` closures (JAX's "Sharp bits").
+See the package README, "Closure reads".
+Source: ``jax.jit`` closures (JAX's "Sharp bits").
 """
 
 from __future__ import annotations
@@ -45,16 +19,27 @@ from flaxgraph.variablelib.variable import Variable, is_variable
 
 
 class ClosureReadWarning(UserWarning):
-    """A compiled function (``nnx.jit``, ``pmap``, ``scan``) read a Variable it
-    captured by closure: its value was compiled in as a constant, so later changes
-    are not seen. Pass the object as an argument; silence it with
-    ``warnings.filterwarnings('ignore', category=nnx.ClosureReadWarning)``."""
+    """A compiled function read a Variable it captured by closure: its value is a constant.
+
+    Issued by ``nnx.jit``, ``pmap`` and ``scan`` once per call site, naming the
+    Variables by their path from the closure; not for Ref-backed Variables, nor under
+    transforms that trace on every call. Fix: pass the object as an argument.
+
+    Example::
+
+      >>> import warnings, jax.numpy as jnp, flaxgraph as nnx
+      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> f = nnx.jit(lambda x: model(x))
+      >>> with warnings.catch_warnings(record=True) as caught:
+      ...   warnings.simplefilter('always')
+      ...   y = f(jnp.ones((1, 2)))
+      >>> print(str(caught[0].message).splitlines()[0])
+      nnx.jit: the function read model.bias, model.kernel by closure (not as arguments): their current values are compiled in as constants, so later changes to them are not seen by this compiled function.
+    """
 
 
 def _captured(f: Callable[..., Any], depth: int = 3) -> list[tuple[str, Any]]:
-    """``(name, value)`` of the objects ``f`` refers to by closure or as globals
-    (through ``functools.partial``, wrappers and bound methods, and the functions it
-    refers to, ``depth`` levels down)."""
+    """``(name, value)`` of what ``f`` refers to by closure or as globals, ``depth`` levels down."""
     while True:
         inner = getattr(f, "func", None) or getattr(f, "__wrapped__", None)
         if inner is None or inner is f:

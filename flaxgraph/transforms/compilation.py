@@ -1,14 +1,8 @@
-"""``jit``: compile a function of objects, keeping reference semantics.
+"""``jit`` and ``jit_partial``: compile a function of objects, keeping reference semantics.
 
-``nnx.jit(f)`` accepts Modules, Variables and Rngs anywhere in ``f``'s
-arguments and outputs, compiles once per graph structure, and writes every
-change ``f`` makes (values, RNG counters, new or deleted attributes, new shared
-references) back into the caller's objects. ``StateSharding`` in
-``in_shardings``/``out_shardings`` places each sub-state of an object on its
-own sharding.
-
-Source: ``jax.jit`` plus the "JAX-style NNX Transforms" FLIP flax#4107 and Flax NNX's
-"Transformations" guide.
+See ``docs/design.md``, "The five lift steps" and "The fast path".
+Source: ``jax.jit``; the "JAX-style NNX Transforms" FLIP flax#4107; Flax NNX 0.12
+``nnx.jit``, ``nnx.jit_partial`` and ``flax.nnx.transforms.compilation``.
 """
 
 from __future__ import annotations
@@ -100,21 +94,10 @@ def _split_prefix(prefix: object, n_args: int) -> tuple[Any, Any]:
 class JitWrapped(Transformed[P, R]):
     """What ``nnx.jit`` returns: ``fun`` compiled with ``jax.jit``, called like ``fun``.
 
-    Besides calling it: ``lower(*args)``, ``trace(*args)`` and ``eval_shape(*args)``
-    (as ``jax.jit``'s, on the same arguments as a call, objects included),
-    ``cache_info()`` (see ``Transformed``), and as a method it binds to its
-    instance. ``jitted_fn`` is the ``jax.jit`` functions behind it (one per input
-    structure, ``compiled.JitFunctions``).
-
-    Attributes:
-      fun: the function compiled.
-      in_shardings, out_shardings: as given to ``nnx.jit``.
-      static_argnums, static_argnames, donate_argnums, donate_argnames: as given,
-        completed from ``fun``'s signature as ``jax.jit`` does.
-      jitted_fn: the ``jax.jit`` functions (``compiled.JitFunctions``).
-      mode: the traversal mode (``flaxgraph.modes.Mode``).
-
-    Source: ``jax.jit``; Flax NNX 0.12 ``nnx.jit`` (its ``JitWrapped``).
+    Besides the call: ``lower``, ``trace``, ``eval_shape`` (``jax.jit``'s, on a call's
+    arguments) and ``cache_info()``; as a method it binds to its instance. ``fun``,
+    the shardings, static and donated arguments (completed as ``jax.jit`` does) and
+    ``mode`` are as given; ``jitted_fn`` is the ``jax.jit`` per input structure.
     """
 
     def __init__(
@@ -186,10 +169,8 @@ class JitWrapped(Transformed[P, R]):
         self.jit_kwargs["donate_argnums"] = tuple(
             i for i, k in enumerate(self.in_keys) if k.donated
         )
-        # One jax.jit per input structure, with the structure bound in and the
-        # output structure recorded on the side (see compiled.py): JAX's per-call
-        # work is then the arrays only, and equal structures (a new instance of the
-        # same model) share the compiled code.
+        # One jax.jit per input structure, the output structure on the side
+        # (compiled.py): JAX's per-call work is the arrays only.
         self.jitted_fn = JitFunctions()
         # Per input structure without automatic donation: the leaves its traces
         # left unchanged (never donated automatically: XLA deletes a donated buffer).
@@ -198,8 +179,7 @@ class JitWrapped(Transformed[P, R]):
     def pure(
         self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool, *groups: Any
     ) -> object:
-        """The function ``jax.jit`` compiles for one input structure: merges the
-        groups of arrays into objects, calls ``fun`` and re-splits the result."""
+        """The function ``jax.jit`` compiles for one input structure: merge, call ``fun``, split."""
         extra = in_static.extra
         args_prefix, kwargs_prefix = _split_prefix(self.sharding_prefix, extra.n_args)
         in_prefixes = [self.in_keys[g] for g in in_static.slots.groups]
@@ -224,15 +204,9 @@ class JitWrapped(Transformed[P, R]):
     def replay(
         self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool, *groups: Any
     ) -> object:
-        """The function ``jax.jit`` compiles for a partition with automatically
-        donated leaves: the program of the same call without them (the ``pure`` of
-        ``in_static.extra.undonated``, traced once and cached by JAX), called with
-        the groups regrouped (one nested jit equation, which XLA inlines). ``fun`` is
-        not traced again: donating changes no number.
+        """The function compiled with automatic donation: the undonated program, regrouped.
 
-        Raises:
-          ReadOnlyDonated: (while tracing, before anything is compiled) an
-            automatically donated leaf comes back unchanged for these shapes.
+        Raises ``ReadOnlyDonated`` (while tracing) if a donated leaf comes back unchanged.
         """
         extra = in_static.extra
         undonated = extra.undonated
@@ -249,16 +223,14 @@ class JitWrapped(Transformed[P, R]):
         return entry.record(out_static, out_groups, with_static)
 
     def note_read_only(self, in_static: InStatic[JitExtra], positions: frozenset[int]) -> None:
-        """Adds ``positions`` to the leaves never donated automatically for calls of
-        ``in_static`` (their structure without automatic donation)."""
+        """Adds ``positions`` to the leaves of ``in_static`` never donated automatically."""
         known = self.read_only.get(in_static)
         self.read_only[in_static] = positions if known is None else known | positions
 
     def make_jit(
         self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool
     ) -> object:
-        """The ``jax.jit`` of ``pure`` (of ``replay`` for a partition with leaves
-        donated automatically) for one input structure."""
+        """The ``jax.jit`` of ``pure`` (``replay`` when donating) for one input structure."""
         kwargs = dict(self.jit_kwargs)
         # The updated state of an input keeps its in_sharding (as in Flax NNX 0.12):
         # the output groups of kept inputs are keyed by it.
@@ -272,8 +244,7 @@ class JitWrapped(Transformed[P, R]):
         return jax.jit(fn, **kwargs)
 
     def prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prepared:
-        """Splits the arguments (step 1 of the lift) and finds the compiled function
-        of their structure."""
+        """Splits the arguments (lift step 1) and finds the compiled function of their structure."""
         if self.static is not None:
             dyn_args, dyn_kwargs, statics = self.static.split(args, kwargs)
         else:
@@ -291,9 +262,8 @@ class JitWrapped(Transformed[P, R]):
             undonated = self.undonated_static(call, donated, statics, len(dyn_args))
             read_only = self.read_only.get(undonated)
             if read_only is None:
-                # The first call of this structure: trace it as it is (the trace a
-                # call without donation makes, cached for it) to learn which leaves
-                # it leaves unchanged (pure's note_read_only).
+                # First call of this structure: trace it undonated (cached) to learn
+                # which leaves it leaves unchanged (pure's note_read_only).
                 self.first_trace(call, donated, undonated)
                 read_only = self.read_only.get(undonated, frozenset())
             excluded = [d or i in read_only for i, d in enumerate(donated)]
@@ -328,9 +298,7 @@ class JitWrapped(Transformed[P, R]):
         )
 
     def first_trace(self, call: Call, donated: list[bool], in_static: InStatic[JitExtra]) -> None:
-        """Traces (does not compile) the call without automatic donation: ``pure``
-        notes the leaves it leaves unchanged, and JAX keeps the trace for the
-        compiled program (``replay``)."""
+        """Traces the call without automatic donation, so ``pure`` notes the unchanged leaves."""
         prefixes = [DonatedKey(p, d) for p, d in zip(call.prefixes, donated)]
         _, groups = call.groups(self.in_keys, prefixes)
         self.jitted_fn.get(in_static, self.make_jit).trace(groups)
@@ -358,9 +326,7 @@ class JitWrapped(Transformed[P, R]):
         return result
 
     def lower(self, *args: object, **kwargs: object) -> Lowered:
-        """``jax.jit(...).lower`` of the compiled function for these arguments (the
-        same as a call's); its ``compile()`` takes the same arguments and updates
-        the objects as a call does (see ``compiled.Lowered``)."""
+        """``jax.jit(...).lower`` for these arguments; ``compile()`` is called as this is."""
         full = (*self.bound, *args)
         while True:
             prepared = self.prepare(full, kwargs)
@@ -371,8 +337,7 @@ class JitWrapped(Transformed[P, R]):
                 continue
 
     def trace(self, *args: object, **kwargs: object) -> TracedJit:
-        """``jax.jit(...).trace`` of the compiled function for these arguments:
-        its ``jaxpr``, ``out_info``…, and ``lower()`` (as ``lower(*args)``)."""
+        """``jax.jit(...).trace`` for these arguments: ``jaxpr``, ``out_info``, ``lower()``."""
         full = (*self.bound, *args)
         while True:
             prepared = self.prepare(full, kwargs)
@@ -383,9 +348,7 @@ class JitWrapped(Transformed[P, R]):
                 continue
 
     def eval_shape(self, *args: object, **kwargs: object) -> Any:
-        """The output for these arguments with ``jax.ShapeDtypeStruct`` leaves
-        (objects included); nothing runs and the arguments are left unchanged.
-        Source: ``jax.jit(...).eval_shape``."""
+        """The output for these arguments with ``jax.ShapeDtypeStruct`` leaves; nothing runs."""
 
         def run(*args: object, **kwargs: object) -> object:
             call, entry, groups, _, _ = self.prepare(args, kwargs)
@@ -427,8 +390,7 @@ class JitOptions(NamedTuple):
 
 
 class Prepared(NamedTuple):
-    """One call's arguments split for ``jax.jit``: the lift's ``Call``, the compiled
-    function of their structure, the groups of arrays and each leaf's slot."""
+    """One call split for ``jax.jit``: its ``Call``, compiled entry, groups and slots."""
 
     call: Call
     entry: CompiledEntry
@@ -500,82 +462,42 @@ def jit(
     """Compiles ``fun``, which may take and return objects, with ``jax.jit``.
 
     Args:
-      fun: the function (or method, or Module instance) to compile; a bound method
-        of a Module raises ``ValueError`` (as in Flax NNX 0.12): decorate the method
-        or pass ``MyClass.method`` and the instance.
+      fun: the function (or method, or Module instance) to compile.
       in_shardings: as in ``jax.jit``, a prefix over the positional arguments
         (static ones excluded); at an object, a Sharding for all its state or
-        ``StateSharding({filter: sharding, ...})``. Unspecified by default. The
-        updated state of an input object leaves with its in_sharding.
+        ``StateSharding({filter: sharding, ...})``. The updated state of an input
+        object leaves with its in_sharding.
       out_shardings: the same over the output.
-      static_argnums, static_argnames: arguments treated as compile-time constants
-        (must be hashable). As in ``jax.jit``, given only one of them the other is
-        inferred from ``fun``'s signature, so a static argument may be passed by
-        position or by keyword (likewise for donation).
-      donate_argnums, donate_argnames: arguments whose buffers may be reused for the
-        outputs, as in ``jax.jit`` (donated even if something else holds them);
-        objects' Variables get their new values, so donated objects stay usable.
-      donate_variables: donate, besides, the array of every Variable in the
-        arguments that nothing but its Variable holds (see "Donation" below).
-        ``None``: the default, ``flaxgraph.transforms.donation.DONATE_VARIABLES``
-        (``False``: another ``jax.Array`` object on the same buffer, such as
-        ``jax.device_put(x, x.sharding)`` returns, is out of the reference count's
-        sight and would be deleted; ``with DONATE_VARIABLES.scoped(True):`` around
-        the ``nnx.jit`` call that creates the function turns it on there). Not in
-        Flax NNX 0.12.8, which donates nothing unless told.
+      static_argnums, static_argnames: compile-time constant arguments (hashable),
+        each inferred from the other as in ``jax.jit`` (likewise for donation).
+      donate_argnums, donate_argnames: as in ``jax.jit``; donated objects stay usable.
+      donate_variables: also donate the array of every Variable ``fun`` writes that
+        only its Variable holds (an array held elsewhere is donated as a copy).
+        ``None``: ``flaxgraph.transforms.donation.DONATE_VARIABLES`` (off). See
+        ``docs/design.md``, "Automatic donation". Not in Flax NNX 0.12.8.
       keep_unused, device, backend, inline, compiler_options: as in ``jax.jit``.
-      graph: ``False`` for tree mode (objects as plain pytrees; a shared Variable
-        is an error); ``None``: the default (``nnx.set_graph_mode``).
-      graph_updates: ``False``: only Variable values come back to the caller, not
-        attribute or structural changes, and input objects may not be returned;
-        ``None``: the default (``nnx.set_graph_updates``). See ``flaxgraph.modes``.
+      graph: ``False`` for tree mode (a shared Variable is an error); ``None``: the
+        default (``nnx.set_graph_mode``).
+      graph_updates: ``False``: only Variable values come back, and input objects
+        may not be returned; ``None``: the default (``nnx.set_graph_updates``).
 
     Returns:
-      A ``JitWrapped`` with ``fun``'s signature (given no ``fun``: a decorator
-      making one). Calling it updates the objects passed to it in place (values
-      and structure) and returns ``fun``'s output; an output that is an input
-      object is the caller's same object. Its ``lower(*args)`` gives JAX's
-      lowering, whose ``compile()`` is a function of the same arguments (objects
-      included) that updates them the same way; ``trace(*args)`` and
-      ``eval_shape(*args)`` are ``jax.jit``'s on the same arguments.
+      A ``JitWrapped`` with ``fun``'s signature (given no ``fun``: a decorator making
+      one). A call updates the objects passed in place and returns ``fun``'s output;
+      an output that is an input object is the caller's same object. Compilation is
+      cached on the graph structure and the arrays' shapes (``cache_info()``).
 
     Raises:
       InconsistentAliasingError (``ValueError``): one object reaches ``fun`` along
         paths with different shardings; the message lists every path.
       TraceContextError (``ValueError``): ``fun`` mutates or returns an object it
-        captured by closure instead of receiving it as an argument.
+        captured by closure.
       PrefixError (``ValueError``): ``in_shardings``/``out_shardings`` do not fit.
-      SharedReferenceError (``ValueError``): in tree mode, a Variable is reachable
-        twice among the arguments or outputs; without graph updates, ``fun``
-        returns an input object. The message lists the paths.
-      ValueError: a ``StateSharding`` is given with ``graph=False`` or
-        ``graph_updates=False`` (when ``jit`` is created).
-
-    Donation: with ``donate_variables=True`` a call donates to XLA the buffer of each
-    Variable array ``fun`` writes: the old array is unreachable once the call returns, so nobody can
-    observe the donation, and a train step keeps no second copy of the parameters
-    and optimizer state. An array held elsewhere (``old = model.w[...]``, a pure
-    dict or a ``State`` copy the user kept, ``nnx.clone`` or ``nnx.split``/``merge``
-    sharing it, a closure, the same array in two Variables or also passed as an
-    argument; found by a CPython reference count against the exact count the call
-    path itself makes) is donated as a copy and stays readable, so who holds what
-    never changes the compiled program. Not seen: another ``jax.Array`` object on
-    the same buffer (``jax.device_put`` to the array's own sharding returns one),
-    which is why it is off by default. A Variable ``fun`` leaves unchanged is not
-    donated (found by the first call's trace, whose program, called inside the
-    donating one, is what it compiles: ``fun`` is traced once). With
-    ``donate_argnums``/``donate_argnames``, an array met twice among the donated
-    leaves is donated once (flax#5461). A call under an outer trace, a Ref-backed
-    Variable, and calls with ``in_shardings`` donate only what is donated
-    explicitly. A failure while tracing donates nothing; a failure while XLA runs
-    the program (as with ``jax.jit(donate_argnums=...)``) may leave donated
-    Variables holding deleted arrays.
-
-    Compilation is cached on the graph structure (GraphDef) and the arrays'
-    shapes: a new object with the same structure reuses the compiled code; a
-    structural change (a new attribute…) compiles again. Repeated calls on the same
-    objects take a fast path (see ``guides/performance.md``); the returned object's
-    ``cache_info()`` tells how many calls took the general path instead.
+      SharedReferenceError (``ValueError``): in tree mode, a Variable reachable
+        twice; without graph updates, ``fun`` returns an input object.
+      ValueError: (when created) ``fun`` is a bound method of a Module, or the
+        shardings hold a Variable, a graph node, or a ``StateSharding`` without
+        graph updates.
 
     Example::
 
@@ -589,8 +511,6 @@ def jit(
       >>> c = Counter(); _ = step(c, 1.0); _ = step(c, 2.0)
       >>> int(c.count.value)
       2
-
-    Source: ``jax.jit``; lifting per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     mode = resolve(graph, graph_updates)
     reject_lift_types(
@@ -612,10 +532,7 @@ def _make_jit(fun: Callable[P, R], *, options: JitOptions) -> JitWrapped[P, R]:
 
 
 def _place(call: Call, slots: Slots, groups: Any, keys: Sequence[Any]) -> None:
-    """Puts concrete input arrays on their ``Sharding`` before the call and makes the
-    caller's leaves point to the placed arrays, so an object's Variables end up on the
-    requested sharding even when ``fun`` leaves them unchanged (and are transferred
-    once, not on every call)."""
+    """Puts input arrays on their ``Sharding`` and points the caller's leaves at them."""
     for key, group in zip(keys, groups):
         sharding = key.prefix
         if not isinstance(sharding, Sharding):
@@ -674,39 +591,30 @@ def jit_partial(
     """``nnx.jit(fun)`` with its first positional arguments bound to ``partial_args``.
 
     Args:
-      fun: the function to compile; ``partial_args`` are its first positional
-        arguments.
-      *partial_args: the arguments to bind (objects: a model, an optimizer…). Their
-        Variables may change value between calls without recompiling, and every
-        update ``fun`` makes to them is written back after each call.
+      fun: the function to compile.
+      *partial_args: its first positional arguments (a model, an optimizer…);
+        ``fun``'s updates to them are written back after each call.
       in_shardings, out_shardings, static_argnums, static_argnames, donate_argnums,
         donate_argnames, keep_unused, device, backend, inline, graph, graph_updates,
-        donate_variables: as in ``nnx.jit``; positions count ``fun``'s arguments, bound ones included
-        (a tuple of ``in_shardings`` starts with the bound arguments' entries).
+        donate_variables: as in ``nnx.jit``; positions count the bound arguments too.
 
     Returns:
-      A function of the remaining arguments; ``.cache_info()`` as ``nnx.jit``'s.
+      A function of the remaining arguments, with ``cache_info()``.
 
     Raises:
-      SharedReferenceError (``ValueError``): in tree mode, a Variable is reachable
-        twice among ``partial_args`` (raised here, naming the paths).
-      As ``nnx.jit`` (at the first call for errors about the other arguments).
+      SharedReferenceError (``ValueError``): in tree mode, a Variable reachable twice
+        among ``partial_args`` (raised here).
+      As ``nnx.jit`` (at the first call for the other arguments).
 
     Example::
 
-      >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
-      >>> def train_step(model, optimizer, x, y):
-      ...   loss, grads = nnx.value_and_grad(lambda m: jnp.mean((m(x) - y) ** 2))(model)
-      ...   optimizer.update(model, grads)
-      ...   return loss
-      >>> step = nnx.jit_partial(train_step, model, optimizer, graph=False)
-      >>> losses = [float(step(jnp.ones((4, 2)), jnp.zeros((4, 3)))) for _ in range(3)]
-      >>> losses[0] > losses[1] > losses[2], step.cache_info().general_calls
-      (True, 1)
-
-    Source: Flax NNX 0.12 ``nnx.jit_partial``.
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> counter = nnx.Variable(jnp.array(0))
+      >>> def add(c, n):
+      ...   c[...] += n
+      >>> add_to = nnx.jit_partial(add, counter)
+      >>> add_to(2); add_to(3); int(counter[...]), add_to.cache_info().general_calls
+      (5, 1)
     """
     if not resolve(graph, graph_updates).graph:
         # Tree mode: a Variable shared among the bound objects is an error now, not
@@ -745,10 +653,7 @@ Traced = TracedJit
 
 
 class Stage(abc.ABC):  # noqa: B024 (a virtual base: nothing to implement)
-    """The stages of ahead-of-time compilation, as in Flax: :data:`Traced`, ``Lowered`` and
-    :data:`Compiled` are its (virtual) subclasses, so ``isinstance(x, Stage)`` holds for
-    each. Each forwards JAX's ``in_tree``, ``in_avals``, ``donate_argnums`` and ``args_info``
-    of the stage it wraps."""
+    """The stages of ahead-of-time compilation (``Traced``, ``Lowered``, ``Compiled``)."""
 
 
 Stage.register(AotCompiled)

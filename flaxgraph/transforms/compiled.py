@@ -1,20 +1,9 @@
-"""One input structure's compiled function, with the output structure on the side.
+"""One input structure's compiled function, with the output structure recorded on the side.
 
-A lifted function returns two things: arrays, and an ``OutStatic`` (the output's
-GraphDef and where each leaf goes). Returning the ``OutStatic`` through JAX as
-pytree auxiliary data costs a Python callback on every call, yet for a given
-input structure it is nearly always the same object: it can only change with the
-input shapes or dtypes (``if x.shape[0] > 1: self.cache = ...``).
-
-So each input structure gets a ``Compiled`` holding its own ``jax.jit``. Its traces
-record their ``OutStatic`` here (``record``) and return arrays only, as long as
-every trace agrees. A trace that disagrees raises ``OutStaticChanged`` before
-anything is compiled; ``call`` catches it and switches this structure, for good, to
-a second ``jax.jit`` whose traces return the ``OutStatic`` through JAX. The first
-function's compiled traces all agree with the recorded ``OutStatic``, so callers
-holding it (fast-path plans) stay correct.
-
-Source: ``docs/design.md``, "The fast path".
+The ``OutStatic`` returns through JAX only once a trace disagrees with the recorded
+one; see ``docs/design.md``, "The fast path".
+Source: ``jax.jit`` and its stages; Flax NNX 0.12 ``nnx.jit(...).jitted_fn``,
+``lower`` and ``trace``.
 """
 
 from __future__ import annotations
@@ -26,37 +15,23 @@ from flaxgraph.transforms.lift import AuxValue, OutStatic
 
 
 class OutStaticChanged(Exception):
-    """Raised inside a trace whose ``OutStatic`` differs from the recorded one (an
-    internal signal, always caught by ``Compiled.call``)."""
+    """Raised in a trace whose ``OutStatic`` differs from the recorded one (``Compiled.call``)."""
 
 
 class Compiled:
-    """The compiled function of one input structure (see the module docstring).
-
-    Attributes:
-      fn: the current ``jax.jit`` function of the arrays (its groups).
-      out_static: the ``OutStatic`` every trace of the first function produced.
-      with_static: whether ``fn`` returns ``(AuxValue(out_static), out_groups)``
-        (after a disagreement) rather than ``out_groups``.
-    """
+    """The compiled ``fn`` of one input structure (``with_static``: ``OutStatic`` through JAX)."""
 
     __slots__ = ("fn", "out_static", "with_static", "_make")
 
     def __init__(self, make: Callable[[Compiled, bool], Callable[..., Any]]):
-        """``make(self, with_static)`` builds the ``jax.jit`` function; its traces end
-        with ``return self.record(out_static, out_groups, with_static)``."""
+        """``make(self, with_static)`` builds the ``jax.jit``; its traces end with ``record``."""
         self._make = make
         self.out_static: OutStatic | None = None
         self.with_static = False
         self.fn: Any = make(self, False)  # a jax.jit function (lower, trace, _cache_size)
 
     def record(self, out_static: OutStatic, out_groups: Any, with_static: bool) -> Any:
-        """In a trace of the function made with ``with_static``: what it returns.
-
-        Raises:
-          OutStaticChanged: a trace of the first function produced an ``OutStatic``
-            different from the recorded one.
-        """
+        """What a trace returns; ``OutStaticChanged`` if it disagrees with the recorded one."""
         if with_static:
             return AuxValue(out_static), out_groups
         if self.out_static is None:
@@ -101,13 +76,9 @@ class Compiled:
 
 
 class JitFunctions:
-    """The ``jax.jit`` functions of one ``nnx.jit``: one ``Compiled`` per input
-    structure (``InStatic``). It is the transformed function's ``jitted_fn``: Flax
-    NNX's is one ``jax.jit`` function, flaxgraph has one per structure, so this
-    object answers for all of them (``_cache_size()``, as ``jax.jit``'s, counts
-    the compiled executables of every structure).
+    """The ``jax.jit`` functions of one ``nnx.jit`` (``jitted_fn``): a ``Compiled`` per structure.
 
-    Source: Flax NNX 0.12 ``nnx.jit(...).jitted_fn``; ``jax.jit``.
+    ``_cache_size()``, as ``jax.jit``'s, counts the executables of every structure.
     """
 
     __slots__ = ("entries",)
@@ -116,8 +87,7 @@ class JitFunctions:
         self.entries: dict[Any, Compiled] = {}
 
     def get(self, in_static: Any, make: Callable[[Any, Compiled, bool], Any]) -> Compiled:
-        """The ``Compiled`` of ``in_static``, made with ``make(in_static, entry,
-        with_static)`` the first time."""
+        """The ``Compiled`` of ``in_static``, made with ``make`` the first time."""
         entry = self.entries.get(in_static)
         if entry is None:
             entry = Compiled(lambda e, with_static: make(in_static, e, with_static))
@@ -125,8 +95,7 @@ class JitFunctions:
         return entry
 
     def _cache_size(self) -> int:
-        """How many executables ``jax.jit`` holds for this function, over all input
-        structures (the name of ``jax.jit``'s own method, which real code reads)."""
+        """How many executables ``jax.jit`` holds over all input structures."""
         return sum(entry.fn._cache_size() for entry in self.entries.values())
 
     def _clear_cache(self) -> None:
@@ -142,8 +111,7 @@ class JitFunctions:
 
 
 class Traced:
-    """``Compiled``'s interface for a transform that traces on every call (eager
-    ``vmap``): ``fn(*groups)`` returns ``(AuxValue(out_static), out_groups)``."""
+    """``Compiled``'s interface for a transform that traces on every call (eager ``vmap``)."""
 
     __slots__ = ("fn",)
     with_static = True
@@ -159,13 +127,9 @@ class Traced:
 
 
 class Lowered:
-    """``nnx.jit(f).lower(*args)``: JAX's ``Lowered`` for the arrays of these
-    arguments, whose ``compile()`` gives a function of the same arguments (objects
-    included) that writes updates back, as the jitted function does.
+    """``nnx.jit(f).lower(*args)``: JAX's ``Lowered``; ``compile()`` takes and updates objects.
 
     Every other attribute (``as_text()``, ``cost_analysis()``…) is JAX's.
-
-    Source: ``jax.jit(...).lower``; Flax NNX 0.12 ``nnx.jit(...).lower``.
     """
 
     __slots__ = ("lowered", "entry", "prepare", "prefix")
@@ -188,12 +152,7 @@ class Lowered:
 
 
 class TracedJit:
-    """``nnx.jit(f).trace(*args)``: JAX's ``Traced`` for the arrays of these
-    arguments (``jaxpr``, ``out_info``…), whose ``lower()`` gives a ``Lowered``
-    as ``nnx.jit(f).lower(*args)`` does.
-
-    Source: ``jax.jit(...).trace``; Flax NNX 0.12 ``nnx.jit(...).trace``.
-    """
+    """``nnx.jit(f).trace(*args)``: JAX's ``Traced``; its ``lower()`` gives a ``Lowered``."""
 
     __slots__ = ("traced", "entry", "prepare", "prefix")
 
@@ -214,13 +173,9 @@ class TracedJit:
 
 
 class AotCompiled:
-    """A compiled executable of ``nnx.jit``: ``compiled(*args, **kwargs)`` splits the
-    objects among the arguments, runs the executable on their arrays and writes the
-    updates back. The arguments must have the structure given to ``lower``
-    (otherwise JAX's ``TypeError`` names the mismatch). Every other attribute
-    (``as_text()``, ``cost_analysis()``…) is JAX's ``Compiled``'s.
+    """A compiled executable of ``nnx.jit``, called with objects and writing their updates back.
 
-    Source: ``jax.stages.Compiled``; Flax NNX 0.12 ``lower(...).compile()``.
+    The arguments must have ``lower``'s structure (else JAX's ``TypeError``).
     """
 
     __slots__ = ("compiled", "entry", "prepare", "prefix")

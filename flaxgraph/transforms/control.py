@@ -1,20 +1,8 @@
-"""Control flow and shape evaluation over objects: cond, switch, while_loop,
-fori_loop, eval_shape.
+"""Control flow and shape evaluation over objects: cond, switch, loops, eval_shape.
 
-Objects may be operands (``cond``/``switch``) or the loop carry
-(``while_loop``/``fori_loop``). Changes a branch or a loop body makes to them are
-written back to the caller's objects afterwards. The structure of the objects
-must come out of every branch, and every iteration, the same: JAX compiles one
-program for all of them. A branch or body that changes it (adds an attribute,
-shares a new reference…) raises ``CarryStructureError`` naming the first
-differing path.
-
-``eval_shape`` runs a function abstractly and returns its output with
-``jax.ShapeDtypeStruct`` in place of arrays; nothing is allocated and the
-arguments are not updated.
-
-Source: ``jax.lax.cond``/``switch``/``while_loop``/``fori_loop``,
-``jax.eval_shape``; lifting per the "JAX-style NNX Transforms" FLIP flax#4107.
+Source: ``jax.lax.cond``, ``jax.lax.switch``, ``jax.lax.while_loop``,
+``jax.lax.fori_loop``, ``jax.eval_shape``; lifting per the "JAX-style NNX
+Transforms" FLIP flax#4107; the loops' returned carry: Flax NNX 0.12.
 """
 
 from __future__ import annotations
@@ -58,12 +46,7 @@ def _never(a: object, b: object) -> bool:
 
 
 def memoized(fun: object, name: str, make: Callable[[Any], Any]) -> Any:
-    """``make(fun)``, remembered on ``fun`` itself when it is a plain function.
-
-    JAX recognises a function it has seen before (and reuses its traced program
-    and compiled code) by identity; a lifted wrapper built afresh for every call
-    would recompile every eager ``cond`` or loop. Storing the wrapper on the user's
-    function keeps one wrapper per function without any global cache."""
+    """``make(fun)``, kept on a plain ``fun`` so JAX's caches see one wrapper per function."""
     cache = getattr(fun, "__dict__", None)
     if cache is None or not isinstance(fun, types.FunctionType):
         return make(fun)
@@ -74,8 +57,7 @@ def memoized(fun: object, name: str, make: Callable[[Any], Any]) -> Any:
 
 
 def _make_branch(fun: Callable[..., Any], mode: Mode) -> Callable[..., Any]:
-    """A pure branch of ``cond``/``switch``: every leaf is returned (no shortcut), so
-    all branches return the same structure when they leave the objects alike."""
+    """A pure branch of ``cond``/``switch`` that returns every leaf, so branches agree."""
     inner = Inner(fun, _SPEC, [None], same_prefix=_never, mode=mode)
 
     def pure(operand: tuple[AuxValue[Any], list[Any]]) -> object:
@@ -151,20 +133,17 @@ def cond(
 
     Args:
       pred: a boolean scalar.
-      true_fun, false_fun: called with ``*operands``; they may mutate the objects
-        among them (the same way structurally) and return the same kind of output.
+      true_fun, false_fun: called with ``*operands``, may mutate the objects among
+        them (alike structurally), and return the same kind of output.
       *operands: the operands.
-      graph, graph_updates: the traversal mode (see ``nnx.jit``, ``flaxgraph.modes``).
+      graph, graph_updates: the traversal mode (see ``jit``).
 
     Returns:
-      The output of the branch taken; the operands' objects hold that branch's
-      changes.
+      The output of the branch taken; the operands' objects hold its changes.
 
     Raises:
       CarryStructureError (``ValueError``): the branches leave the objects with
         different structures; the message names the first differing path.
-
-    Source: ``jax.lax.cond``.
     """
     return _lifted_branches(
         "branches of cond",
@@ -183,10 +162,7 @@ def switch(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> object:
-    """``jax.lax.switch`` whose operands may be objects (see ``cond``).
-
-    Source: ``jax.lax.switch``.
-    """
+    """``jax.lax.switch`` whose operands may be objects (see ``cond``)."""
     return _lifted_branches(
         "branches of switch",
         index,
@@ -198,7 +174,7 @@ def switch(
 
 
 def _merge_carry(graphdef: GraphDef[Any], values: list[Any]) -> tuple[Any, list[Any]]:
-    """The carry built from ``values``, and its leaf objects (Variables) in leaf order."""
+    """The carry built from ``values``, and its Variables in leaf order."""
     sink: list[Any] = []
     (val,), _ = build_graph(graphdef, values, leaf_sink=sink)
     return val, sink
@@ -207,8 +183,7 @@ def _merge_carry(graphdef: GraphDef[Any], values: list[Any]) -> tuple[Any, list[
 def _check_same_variables(
     leaves: list[tuple[Any, Any]], given: list[Any], val: object, what: str
 ) -> None:
-    """Raises if the carry returned by a loop body holds another Variable where the
-    carry it received had one (the loop carries one set of references)."""
+    """Raises if a loop body's carry holds another Variable where it received one."""
     for (path, leaf), before in zip(leaves, given):
         if REGISTRY.kind_of(before) is VARIABLE and leaf is not before:
             raise CarryStructureError(
@@ -228,8 +203,7 @@ def _split_carry(
     graph: bool = True,
     given: list[Any] | None = None,
 ) -> list[Any]:
-    """The carry's leaves after an iteration, checked to keep ``graphdef``'s structure
-    (and, with ``given``, the Variables the iteration received)."""
+    """The carry's leaves after an iteration, checked to keep ``graphdef``'s structure."""
     walk = PrefixWalk(_SPEC, NamedRoots(("carry", "kwargs"), ((val,), {})), graph=graph)
     new_graphdef, leaves, _ = walk.run_checked(((val,), {}), (None, None))
     if given is not None and new_graphdef == graphdef:
@@ -312,19 +286,14 @@ def while_loop(
 ) -> Any:
     """``jax.lax.while_loop`` whose carry may contain objects.
 
-    ``body_fun`` may mutate the objects in the carry (values only) and returns the
-    carry; afterwards the caller's objects hold the final values and the returned
-    carry is built on the same objects (without graph updates, as in Flax NNX 0.12,
-    on new graph nodes holding the caller's Variables; ``graph``/``graph_updates``:
-    see ``nnx.jit``).
+    ``body_fun`` may change the carry's values and returns the carry; the caller's
+    objects then hold the final values and the returned carry is built on them
+    (without graph updates: new graph nodes holding the caller's Variables).
 
     Raises:
       CarryStructureError (``ValueError``): ``body_fun`` changes the carry's
-        structure, or replaces one of its Variables with a new one (Variable
-        identity must be preserved across iterations); the message names the path.
+        structure or replaces one of its Variables; the message names the path.
       TraceContextError (``ValueError``): ``body_fun`` returns an object it captured.
-
-    Source: ``jax.lax.while_loop``.
     """
     mode = resolve(graph, graph_updates)
     call, carry = _start(init_val, mode)
@@ -347,10 +316,7 @@ def fori_loop(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> object:
-    """``jax.lax.fori_loop`` whose carry may contain objects (see ``while_loop``).
-
-    Source: ``jax.lax.fori_loop``.
-    """
+    """``jax.lax.fori_loop`` whose carry may contain objects (see ``while_loop``)."""
     mode = resolve(graph, graph_updates)
     call, carry = _start(init_val, mode)
     body = memoized(
@@ -393,9 +359,9 @@ def eval_shape(
     graph_updates: bool | None = None,
     **kwargs: object,
 ) -> Any:
-    """Evaluates ``f(*args, **kwargs)`` abstractly: outputs (objects included) come back
-    with ``jax.ShapeDtypeStruct`` values; nothing is computed or allocated and the
-    arguments are left unchanged.
+    """``f(*args, **kwargs)`` evaluated abstractly: outputs with ``jax.ShapeDtypeStruct`` leaves.
+
+    Nothing is computed or allocated, and the arguments are left unchanged.
 
     Example::
 
@@ -404,7 +370,5 @@ def eval_shape(
       ...   def __init__(self): self.w = nnx.Param(jnp.ones((1000, 1000)))
       >>> nnx.eval_shape(lambda: W()).w.value
       ShapeDtypeStruct(shape=(1000, 1000), dtype=float32)
-
-    Source: ``jax.eval_shape``.
     """
     return _eval_shape_transform(f, resolve(graph, graph_updates))(*args, **kwargs)

@@ -1,34 +1,7 @@
 """``custom_vjp`` for functions of objects.
 
-Define a function, a forward rule and a backward rule as with
-``jax.custom_vjp``; objects may be arguments. Their differentiable part is
-their ``Param`` Variables; the backward rule returns, for an object argument, a
-``State`` of cotangents for those Params (missing entries count as zero), and
-an array for an array argument::
-
-  @nnx.custom_vjp
-  def f(m, x):
-    return jnp.sin(m.w.value) * x
-
-  def f_fwd(m, x):
-    return f(m, x), (jnp.cos(m.w.value), jnp.sin(m.w.value), x)
-
-  def f_bwd(res, g):
-    cos_w, sin_w, x = res
-    return nnx.State({'w': nnx.Param(cos_w * x * g)}), sin_w * g
-
-  f.defvjp(f_fwd, f_bwd)
-
-``bwd`` receives ``(*nondiff_args, residuals, output_cotangent)`` exactly as in
-JAX, and, if it declares a parameter named ``updates_g``, the cotangents of the
-changes the function made to its differentiable arguments' Variables (as Flax
-NNX 0.12 does without graph updates): per argument, a copy of it whose changed
-Variables hold their cotangents and whose other leaves are ``None``. (With graph
-updates Flax NNX passes ``(input_updates_cotangent, output_cotangent)`` as ``g``
-instead; flaxgraph keeps JAX's convention in every mode.) Residuals may contain
-objects: they travel as pytrees (value semantics).
-
-Source: ``jax.custom_vjp``.
+Source: ``jax.custom_vjp``; ``DiffState`` in ``nondiff_argnums`` and ``updates_g``:
+Flax NNX 0.12 ``nnx.custom_vjp``.
 """
 
 from __future__ import annotations
@@ -59,30 +32,43 @@ from flaxgraph.variablelib.variable import Param, is_variable
 
 
 class custom_vjp(Transformed[P, R]):
-    """``jax.custom_vjp`` where arguments may be objects (see the module docstring).
+    """``jax.custom_vjp`` where arguments may be objects; a ``Transformed`` without a fast path.
 
-    A ``Transformed`` (``transforms/transformed.py``) without a fast path: as a
-    method it binds to its instance, and ``cache_info()`` counts its calls.
+    ``bwd(*nondiff_args, residuals, g)`` returns per differentiable argument a
+    ``State`` of its Params' cotangents (missing ones are zero) or an array; a ``bwd`` declaring
+    ``updates_g`` also gets, per argument, a copy whose changed Variables hold the
+    cotangents of their changes. Residuals may contain objects (as pytrees).
 
     Args:
-      fun: the function.
-      nondiff_argnums: positions of arguments that are not differentiated; they are
-        passed to ``fwd`` and ``bwd`` unchanged (as in JAX) and must be hashable.
-        An ``nnx.DiffState(argnum, filter)`` entry instead keeps that argument
-        differentiable and picks its differentiable sub-state (default: its
-        ``Param`` Variables), as in Flax NNX 0.12; it needs graph updates.
-      graph, graph_updates: the traversal mode (see ``nnx.jit``, ``flaxgraph.modes``);
-        without graph updates every array of an object argument is differentiated.
-
-    Also usable as ``@nnx.custom_vjp`` and ``@nnx.custom_vjp(nondiff_argnums=...)``.
+      fun: the function (also usable as ``@nnx.custom_vjp`` and
+        ``@nnx.custom_vjp(nondiff_argnums=...)``).
+      nondiff_argnums: arguments not differentiated, passed to ``fwd`` and ``bwd``
+        unchanged (hashable); an ``nnx.DiffState(argnum, filter)`` entry instead
+        picks that argument's differentiable sub-state (needs graph updates).
+      graph, graph_updates: the traversal mode (see ``jit``); without graph updates
+        every array of an object argument is differentiated.
 
     Raises:
       ValueError: ``bwd`` returns the wrong number of cotangents; ``fun`` is a bound
-        method of a Module; a ``DiffState`` in ``nondiff_argnums`` without graph
-        updates; a Variable is reachable both from a differentiable and from a
-        non-differentiable argument (the message names both paths).
+        method; a ``DiffState`` without graph updates; a Variable is reached from a
+        differentiable and a non-differentiable argument (naming both paths).
 
-    Source: ``jax.custom_vjp``.
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> class W(nnx.Module):
+      ...   def __init__(self): self.w = nnx.Param(jnp.array(0.0))
+      >>> @nnx.custom_vjp
+      ... def f(m, x):
+      ...   return jnp.sin(m.w.value) * x
+      >>> def f_fwd(m, x):
+      ...   return f(m, x), (jnp.cos(m.w.value), jnp.sin(m.w.value), x)
+      >>> def f_bwd(res, g):
+      ...   cos_w, sin_w, x = res
+      ...   return nnx.State({'w': nnx.Param(cos_w * x * g)}), sin_w * g
+      >>> f.defvjp(f_fwd, f_bwd)
+      >>> float(nnx.grad(f)(W(), 2.0)['w'].value)
+      2.0
     """
 
     def __new__(cls, fun: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
@@ -230,8 +216,7 @@ def _declares(f: Callable[..., Any], name: str) -> bool:
 def _updates_cotangent(
     call: Call, diff_args: tuple[Any, ...], out_static: OutStatic, out_groups_g: Any
 ) -> tuple[Any, ...]:
-    """``updates_g``: per differentiable argument, a copy whose Variables changed by
-    the function hold the cotangents of their new values, every other leaf ``None``."""
+    """``updates_g``: per argument, a copy holding its changed Variables' cotangents."""
     by_path = {
         path[1:]: out_groups_g[s.at][s.position]
         for path, s in zip(out_static.graphdef.leaf_paths, out_static.sources)
@@ -256,12 +241,7 @@ def _updates_cotangent(
 def _check_no_shared_variables(
     args: tuple[Any, ...], nondiff: tuple[int, ...], diff_pos: list[int]
 ) -> None:
-    """A Variable reachable from a non-differentiable argument (passed as is) and
-    from a differentiable one (traced) would have two values inside ``fun``.
-
-    Raises:
-      ValueError: naming both paths (Flax NNX 0.12 calls it a "Duplicate" Variable).
-    """
+    """``ValueError`` (both paths) for a Variable of a diff and a non-diff argument."""
     if not nondiff:
         return
     seen: dict[int, str] = {}

@@ -1,14 +1,7 @@
-"""What ``argnums`` of ``grad`` (and the differentiable arguments of ``vjp``,
-``jvp`` and ``custom_vjp``) select: the prefix each argument gets.
+"""What ``argnums`` of ``grad`` (and ``vjp``, ``jvp``, ``custom_vjp``) select.
 
-In graph mode with graph updates an int argnum differentiates an object's
-``Param`` Variables (a ``DiffState(argnum, filter)`` another sub-state), while a
-Variable or ``State`` reached through containers only is differentiated whole,
-as Flax NNX 0.12 does for pytree leaves; without graph updates every array of
-the argument is, as ``jax.grad`` on a pytree.
-
-Source: ``jax.grad``'s argnums; DiffState per the
-"JAX-style NNX Transforms" FLIP flax#4107; Flax NNX 0.12 ``nnx.grad``.
+Source: ``jax.grad``'s argnums; ``DiffState`` per the "JAX-style NNX Transforms"
+FLIP flax#4107; Flax NNX 0.12 ``nnx.grad``.
 """
 
 from __future__ import annotations
@@ -60,16 +53,12 @@ def _always(a: object, b: object) -> bool:
 
 
 def output_inner(f: Callable[..., Any], mode: Mode) -> Inner:
-    """Steps 3-4 of the lift for a transform whose output has no prefix (one output
-    group) and returns an unchanged input leaf as is, whatever its input prefix:
-    ``grad``, ``remat``, ``vjp``, ``jvp``, ``custom_vjp``."""
+    """Steps 3-4 for a transform whose output has no prefix (``grad``, ``remat``, ``vjp``…)."""
     return Inner(f, AUX_SPEC, [None], same_prefix=_always, mode=mode)
 
 
 def _int_prefix(arg: Any) -> Any:
-    """The prefix of an int argnum in graph-updates mode: an object's ``Param``
-    Variables; a Variable or ``State`` reached through containers only (not inside an
-    object) is differentiated whole, as Flax NNX 0.12 does for pytree leaves."""
+    """An int argnum's prefix with graph updates (see the module docstring)."""
     if isinstance(arg, State) or is_variable(arg):
         return True
     if type(arg) in (list, tuple):
@@ -82,12 +71,7 @@ def _int_prefix(arg: Any) -> Any:
 def diff_prefix(
     argnums: Any, n_args: int, mode: Mode = DEFAULT, args: tuple[Any, ...] | None = None
 ) -> tuple[tuple[Any, ...], tuple[int, ...]]:
-    """``argnums`` (ints and DiffStates) -> per-argument prefixes and the argnums.
-
-    In graph mode with graph updates an int differentiates an object's ``Param``
-    Variables (and whole Variables and States outside objects, see ``_int_prefix``,
-    when ``args`` are given); otherwise (as ``jax.grad`` on a pytree) every array of
-    the argument."""
+    """``argnums`` (ints and DiffStates) -> per-argument prefixes and the argnums."""
     single = isinstance(argnums, (int, DiffState))
     items = (argnums,) if single else tuple(argnums)
     prefixes: list[Any] = [False] * n_args
@@ -118,13 +102,7 @@ def diff_prefix(
 
 
 def check_argnums(argnums: object, transform: str) -> None:
-    """Decoration-time check of ``argnums``: ints, ``DiffState``s or a sequence of them.
-
-    Raises:
-      ValueError: ``argnums`` is (or holds) an object: objects are arguments, not
-        prefixes (Flax NNX 0.12's "Graph nodes are not allowed as prefixes").
-      TypeError: another kind of entry.
-    """
+    """Checks ``argnums`` holds ints or ``DiffState``s (``ValueError`` for an object)."""
     items = argnums if isinstance(argnums, (tuple, list)) else (argnums,)
     for i, item in enumerate(items):
         where = "argnums" if items is not argnums else f"argnums[{i}]"
@@ -143,8 +121,7 @@ def check_argnums(argnums: object, transform: str) -> None:
 
 
 def tangent_at(tangents: tuple[Any, ...], path: PathParts, primal_value: Any) -> object:
-    """The tangent (or cotangent) of the primal leaf at ``path`` ((0, argnum, *rest)) in
-    per-argument trees of States, containers or objects; zero if absent."""
+    """The (co)tangent of the primal leaf at ``path`` in per-argument trees; zero if absent."""
     node: Any = tangents[path[1]]  # type: ignore[call-overload]  # path[1] is the argnum
     for key in path[2:]:
         if isinstance(node, State) or type(node) in (dict, list, tuple):

@@ -1,27 +1,10 @@
 """What a repeated call of a transformed function runs: the generated source of its
 fast-path plan, for a maintainer reading or debugging the fast path.
 
-``explain(f, *args, **kwargs)`` returns the source of the plan ``f`` (an ``nnx.jit``,
-``nnx.vmap``… function) uses for these arguments, making it with one call if ``f``
-has none yet. ``f.cache_info(verbose=True)`` prints the source of every cached
-plan. ``python -m flaxgraph.transforms.explain [--layers N]`` prints the plan of a
-small training step, e.g.::
-
-  def run(args, kwargs, statics):
-      if len(args) != 2: return MISS
-      ...
-      if args[0] is not mlp_1 or (type(args[1]) is not arrayimpl_type_2 and ...): return MISS
-      if mlp_1._obj_version != 1 or list_3._obj_version != 2 or ...: return MISS
-      values = [param_8.raw_value, param_10.raw_value, ..., args[1]]
-      ...
-      _set_raw(param_8, out_groups[0][1])
-      return out_groups[0][0]
-
-Every name ending in a number is an object of the plan (an object checked by
-identity, a Variable read or written, a type); the upper-case names are the fixed
-ones (``plan_code.FixedNames``). ``guides/performance.md`` shows how to read it.
-
-Source: ``docs/design.md``, "The fast path".
+``python -m flaxgraph.transforms.explain [--layers N]`` prints the plan of a small
+training step. Names ending in a number are the plan's objects; upper-case names
+are its fixed ones (``plan_code.FixedNames``). ``guides/performance.md`` shows how
+to read it; see ``docs/design.md``, "The fast path".
 """
 
 from __future__ import annotations
@@ -42,22 +25,17 @@ def explain(f: Callable[..., Any], *args: object, **kwargs: object) -> str:
     """The generated source of the fast-path plan ``f`` runs for these arguments.
 
     Args:
-      f: a transformed function (``nnx.jit(...)``, ``nnx.vmap(...)``…) with a fast
-        path (its ``plans``).
-      *args, **kwargs: the arguments of a call. ``f(*args, **kwargs)`` is called
-        (its effects happen) until a call takes the fast path through a plan whose
-        write-back is written out (a call on the general path makes the plan, the
-        next one writes it): once when ``f`` has that plan already, at most twice.
-        The plan shown is the one that served the last call.
+      f: a transformed function with a fast path (``nnx.jit(...)``, ``nnx.vmap(...)``…).
+      *args, **kwargs: a call's arguments; ``f`` is called with them (effects
+        included) once or twice, until a fast call shows its plan.
 
     Returns:
       The plan's Python source (a ``def run(args, kwargs, statics):``).
 
     Raises:
-      TypeError: ``f`` has no fast path (a transform without plans).
-      ValueError: the arguments do not qualify for the fast path (no plan is made
-        for them, e.g. a pytree argument other than a list, tuple, dict or
-        dataclass), so every call takes the general path.
+      TypeError: ``f`` has no fast path.
+      ValueError: the arguments do not qualify for the fast path (e.g. a pytree
+        argument other than a list, tuple, dict or dataclass).
 
     Example::
 

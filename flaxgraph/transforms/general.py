@@ -1,39 +1,7 @@
-"""Carry objects through *plain* JAX transforms: ``split_inputs`` / ``merge_inputs``.
+"""Carry objects through plain JAX transforms by hand: ``split_inputs`` / ``merge_inputs``.
 
-``nnx.jit``, ``nnx.vmap``… lift objects for you. When a JAX function that takes
-functions (``jax.jit``, ``jax.vmap``, ``jax.lax.cond``…) is to be used directly,
-two decorators do the lifting by hand, around it:
-
-* ``split_inputs(jax_fn)`` replaces every graph node (Module, Rngs, Variable…)
-  in the arguments by a ``SplitNode``, a pytree of its GraphDef (static) and its
-  leaf values, all split in one index space (shared references stay shared),
-  calls ``jax_fn`` and, from what comes back, updates the caller's objects in
-  place and rebuilds the output;
-* ``merge_inputs(f)``, the function ``jax_fn`` calls, rebuilds the objects
-  inside the trace, calls ``f`` and returns ``(args_out, out)``: the arguments
-  and the output split again, each node recording which caller object (by
-  index) it is, so changes travel back to exactly that object.
-
-So ``jax_fn`` must map ``merge_inputs``'s 2-tuple through: with ``jax.vmap`` give
-``out_axes=(in_axes, out_axes_of_f)``::
-
-  >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-  >>> from flaxgraph.transforms import general
-  >>> class Counter(nnx.Module):
-  ...   def __init__(self): self.count = nnx.BatchStat(jnp.array(0))
-  >>> counter = Counter()
-  >>> @general.merge_inputs
-  ... def bump(c):
-  ...   c.count[...] += 1
-  >>> @general.merge_inputs
-  ... def keep(c):
-  ...   pass
-  >>> general.split_inputs(jax.lax.cond)(True, bump, keep, counter)
-  >>> int(counter.count[...])
-  1
-
-Source: Flax NNX 0.12 ``nnx.transforms.general.split_inputs``/``merge_inputs``;
-the indices follow the lifting machine's step 5 (``lift.write_back``).
+Source: Flax NNX 0.12 ``nnx.transforms.general`` (``split_inputs``, ``merge_inputs``,
+``resolve_kwargs``).
 """
 
 from __future__ import annotations
@@ -55,28 +23,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class NodeOrigin(NamedTuple):
-    """A node of an output graph that is one of the caller's objects
-    (``SplitNode.origins``): merging outside reuses that object.
-
-    Attributes:
-      here: the node's reference index in the output graph.
-      caller: the caller's object's reference index in the input graph.
-    """
+    """An output node that is a caller's object: its index ``here``, the caller's ``caller``."""
 
     here: int
     caller: int
 
 
 class SplitNode:
-    """One graph node as a pytree: its leaf values (children) and, as static data,
-    its GraphDef and ``origins`` (a ``NodeOrigin`` per node of this graph that is one
-    of the caller's objects).
-
-    Attributes:
-      graphdef: the node's GraphDef (indices shared by every SplitNode of one call).
-      origins: see above (empty on the way in).
-      values: the leaf values, in ``graphdef.leaf_paths`` order.
-    """
+    """One graph node as a pytree: leaf ``values`` as children; ``graphdef``, ``origins`` static."""
 
     __slots__ = ("graphdef", "origins", "values")
 
@@ -105,8 +59,7 @@ jax.tree_util.register_pytree_with_keys(
 
 
 class _Split(NamedTuple):
-    """One object of a tree split by ``_split_tree``: its nodes' reference indices
-    ``start`` to ``stop``, its GraphDef and leaf values."""
+    """One object split by ``_split_tree``: its index range, GraphDef and leaf values."""
 
     start: int
     stop: int
@@ -119,9 +72,7 @@ def _is_split_node(x: object) -> bool:
 
 
 def _split_tree(tree: object, origin_of: RefMap[int] | None) -> tuple[Any, RefMap[int]]:
-    """``tree`` with every graph node replaced by a ``SplitNode`` (one index space).
-
-    Returns the new tree and the identity map object -> index."""
+    """``tree`` with every graph node a ``SplitNode``, and the map object -> index."""
     ref_index: RefMap[int] = RefMap()
     treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=is_node_or_variable)
@@ -154,8 +105,7 @@ def _split_tree(tree: object, origin_of: RefMap[int] | None) -> tuple[Any, RefMa
 
 
 def _merge_tree(tree: object, reuse: dict[int, Any] | None) -> tuple[Any, dict[int, Any]]:
-    """The inverse of ``_split_tree``: rebuilds the objects (one index space);
-    ``reuse`` maps indices to existing objects to update in place."""
+    """The inverse of ``_split_tree``; ``reuse`` maps indices to objects updated in place."""
     index_ref: dict[int, Any] = {}
     treedef: object  # a PyTreeDef (jaxlib ships no stub for it)
     leaves, treedef = jax.tree_util.tree_flatten(tree, is_leaf=_is_split_node)
@@ -169,26 +119,35 @@ def _merge_tree(tree: object, reuse: dict[int, Any] | None) -> tuple[Any, dict[i
 
 
 def split_inputs(f: F) -> F:
-    """Lets the JAX function ``f`` (``jax.jit``, ``jax.vmap(...)``, ``jax.lax.cond``…)
-    take graph nodes: they are split into ``SplitNode`` pytrees before ``f`` is
-    called, and the caller's objects are updated from what ``f`` returns.
+    """Lets the JAX function ``f`` take graph nodes, passed to it as ``SplitNode`` pytrees.
+
+    Shared references stay shared (one index space); from what ``f`` returns, the
+    caller's objects are updated in place and the output is rebuilt.
 
     Args:
       f: a JAX function whose function arguments are ``merge_inputs``-decorated, so it
-        returns ``(args_out, out)``.
+        returns ``(args_out, out)`` (with ``jax.vmap``: ``out_axes=(in_axes, ...)``).
 
     Returns:
-      A function of the same arguments as ``f`` that returns ``out`` (its objects
-      rebuilt; an object that is one of the arguments' is the caller's same object),
-      after writing every change to the arguments' objects back in place.
+      A function of ``f``'s arguments returning ``out`` (an object that is one of the
+      arguments' is the caller's same object), after writing every change back.
 
     Raises:
-      TypeError: ``f`` did not return the ``(args_out, out)`` pair of
-        ``merge_inputs``.
+      TypeError: ``f`` did not return the ``(args_out, out)`` pair of ``merge_inputs``.
 
-    Example: see the module docstring.
+    Example::
 
-    Source: Flax NNX 0.12 ``nnx.transforms.general.split_inputs``.
+      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+      >>> from flaxgraph.transforms import general
+      >>> class Counter(nnx.Module):
+      ...   def __init__(self): self.count = nnx.BatchStat(jnp.array(0))
+      >>> counter = Counter()
+      >>> @general.merge_inputs
+      ... def bump(c):
+      ...   c.count[...] += 1
+      >>> general.split_inputs(jax.jit(bump))(counter)
+      >>> int(counter.count[...])
+      1
     """
 
     @functools.wraps(f)
@@ -216,20 +175,15 @@ def split_inputs(f: F) -> F:
 
 
 def merge_inputs(f: F) -> F:
-    """The inner half of ``split_inputs``: rebuilds the objects from ``SplitNode``
-    arguments, calls ``f``, and returns ``(args_out, out)`` with the objects split
-    again (carrying every change, structural ones included).
+    """The inner half of ``split_inputs``: rebuilds the objects, calls ``f``, splits them again.
 
     Args:
       f: a function of objects.
 
     Returns:
-      A function of pure pytrees returning ``(args_out, out)``; map both through the
-      JAX transform (e.g. ``jax.vmap(..., out_axes=(in_axes, out_axes))``).
-
-    Example: see the module docstring.
-
-    Source: Flax NNX 0.12 ``nnx.transforms.general.merge_inputs``.
+      A function of pure pytrees returning ``(args_out, out)``, every change
+      (structural ones included) carried, each node marked with its caller object.
+      Example: see ``split_inputs``.
     """
 
     @functools.wraps(f)
@@ -246,28 +200,15 @@ def merge_inputs(f: F) -> F:
 def resolve_kwargs(
     f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Moves keyword arguments to their positions in ``f``'s signature (defaults
-    filled in), so that a per-position prefix (``in_axes``) covers them.
+    """``(args, kwargs)`` of a call of ``f`` with keyword arguments moved to their positions.
 
-    Args:
-      f: the function called.
-      args, kwargs: the call's arguments.
-
-    Returns:
-      ``(args, kwargs)``: every argument that has a position is in ``args``;
-      ``kwargs`` keeps the keyword-only ones (and ``**kwargs``). Unchanged if ``f``
-      has no signature.
-
-    Raises:
-      TypeError: the arguments do not fit ``f``'s signature.
+    Defaults are filled in; ``kwargs`` keeps the keyword-only ones; unchanged if
+    ``f`` has no signature. Raises ``TypeError`` if the arguments do not fit ``f``.
 
     Example::
 
       >>> resolve_kwargs(lambda a, b=2, *, c=3: None, (1,), {'c': 4})
       ((1, 2), {'c': 4})
-
-    Source: Flax NNX 0.12 ``resolve_kwargs`` (vmap/scan bind keyword arguments to
-    their positions before applying ``in_axes``).
     """
     try:
         signature = inspect.signature(f)

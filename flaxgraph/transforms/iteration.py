@@ -1,20 +1,15 @@
 """Flax NNX's ``transforms.iteration``: the mapping and looping transforms at Flax's path.
 
-``from flax.nnx.transforms.iteration import StateAxes, vmap, scan`` names the same objects as
-``nnx.StateAxes``, ``nnx.vmap``, ``nnx.scan``; flaxgraph defines them in ``vmap.py``,
-``scan.py``, ``control.py``, ``lift_types.py`` and ``metadata_hooks.py``. The callable
-wrappers Flax builds around a user's function (``VmapFn``, ``ScanFn``, the tree-mode
-``Simple*`` classes) are stand-ins (:mod:`flaxgraph.stand_ins`): flaxgraph's lifting machine
-does not wrap the function in such objects.
-
-Example::
+The names are the same objects as ``nnx.StateAxes``, ``nnx.vmap``, ``nnx.scan``…;
+the wrappers Flax builds around a user's function (``VmapFn``, ``ScanFn``, the
+tree-mode ``Simple*`` classes) are stand-ins (``flaxgraph.stand_ins``).
 
   >>> from flaxgraph.transforms.iteration import StateAxes, vmap
   >>> import flaxgraph as nnx
   >>> StateAxes is nnx.StateAxes and vmap is nnx.vmap
   True
 
-Source: Flax NNX 0.12.8 ``flax.nnx.transforms.iteration`` (its module map).
+Source: Flax NNX 0.12.8 ``flax.nnx.transforms.iteration``.
 """
 
 from __future__ import annotations
@@ -75,8 +70,7 @@ AxisFn = Callable[[State | Variable[Any], int, Mapping[Any, Any]], State | Varia
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Broadcasted:
-    """A pytree node holding ``data`` that a ``scan`` broadcasts to every step (its leaves
-    are children, as a ``flax.struct.PyTreeNode`` field is).
+    """A pytree node holding ``data`` a ``scan`` broadcasts to every step (leaves as children).
 
     Example::
 

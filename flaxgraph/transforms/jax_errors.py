@@ -1,13 +1,8 @@
 """JAX's errors about mapped and scanned inputs, told with the user's paths.
 
-``jax.vmap`` and ``jax.lax.scan`` see flaxgraph's groups of leaves, not the
-user's arguments, so their errors name internal positions: "inconsistent sizes
-... axis 0 of argument boxed[0][1]", "scan got values with different leading
-axis sizes: 3, 4", "axis 1 is out of bounds for array of dimension 1". When a
-mapped or scanned call fails, ``mapped_input_error`` looks at the call's own
-inputs (paths, values, axes) and, if they explain the failure, returns a
-``ValueError`` that names each input by its path from the arguments with its
-size and says what to change:
+``jax.vmap`` and ``jax.lax.scan`` see flaxgraph's groups of leaves, so their errors
+name internal positions; on the error path only, ``mapped_input_error`` names
+each input by its path with its size:
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
@@ -15,23 +10,12 @@ size and says what to change:
   ...   nnx.vmap(lambda m, x: m(x), in_axes=(0, 0))(model, jnp.ones((8, 2)))
   ... except ValueError as e:
   ...   lines = str(e).splitlines()
-  >>> for line in lines[1:7]:
-  ...   print(line)
-  size 3:
+  >>> print(lines[2]); print(lines[6])
     args[0].bias: axis 0 has size 3 (float32[3])
-  size 2:
-    args[0].kernel: axis 0 has size 2 (float32[2,3])
-  size 8:
     args[1]: axis 0 has size 8 (float32[8,2])
 
-It runs only on the error path (when JAX has already raised), so calls that
-succeed pay nothing for it. If the inputs do not explain the error (it came
-from the user's function), ``None`` is returned and JAX's error stands.
-
-Source: JAX's ``vmap``/``scan`` input checks (``jax.vmap``: "vmap got
-inconsistent sizes for array axes to be mapped"; ``jax.lax.scan``: "scan got
-values with different leading axis sizes"); the path naming of flaxgraph's
-aliasing errors (``transforms/aliasing.py``).
+Source: JAX's ``vmap``/``scan`` input checks ("vmap got inconsistent sizes for array
+axes to be mapped", "scan got values with different leading axis sizes").
 """
 
 from __future__ import annotations
@@ -94,7 +78,7 @@ def _describe(item: MappedInput) -> str:
 
 
 def _rank_error(items: list[MappedInput], name: str, axis_word: str) -> ValueError | None:
-    """The first input whose axis does not fit its rank."""
+    """The first input whose axis does not fit its rank, as an error."""
     for item in items:
         rank = len(item.shape)
         if -rank <= item.axis < rank:
@@ -113,7 +97,7 @@ def _rank_error(items: list[MappedInput], name: str, axis_word: str) -> ValueErr
 def _sizes_error(
     items: list[MappedInput], name: str, axis_word: str, given: int | None
 ) -> ValueError | None:
-    """Inputs whose mapped axes disagree in size (with each other or with ``given``)."""
+    """Inputs whose mapped axes disagree in size (with each other or ``given``), as an error."""
     by_size: dict[int, list[MappedInput]] = {}
     for item in items:
         by_size.setdefault(item.shape[item.axis], []).append(item)
@@ -164,20 +148,10 @@ def mapped_input_error(
     name: str,
     given: int | None = None,
 ) -> ValueError | None:
-    """A ``ValueError`` naming the inputs that make a ``vmap``/``pmap``/``scan`` call
-    fail, or ``None`` when the inputs are consistent (the error is someone else's).
+    """A ``ValueError`` naming the inputs that make a mapped call fail, or ``None``.
 
-    Args:
-      paths: each leaf's path (``GraphDef.leaf_paths`` of ``(args, kwargs)``).
-      values: each leaf's value (arrays; other values count as rank 0).
-      axes: each leaf's axis (an int is mapped; anything else is skipped).
-      where: renders a path (``NamedRoots.where``).
-      name: the transform (``'vmap'``, ``'pmap'``, ``'scan'``).
-      given: ``axis_size`` / ``length`` when the user gave one.
-
-    Returns:
-      The error to raise instead (rank mismatch first, then inconsistent sizes),
-      or ``None``.
+    ``axes`` holds each leaf's axis (non-ints skipped); ``given`` is ``axis_size``/``length``
+    if given. ``None`` means the inputs are consistent and JAX's error stands.
     """
     items = collect(paths, values, axes, where)
     axis_word = "in_axes"

@@ -1,8 +1,6 @@
-"""How a fast-path plan reaches each input leaf: where to read its current value
-and where to store a new one, for Variables (plain, Ref- or box-backed), array attributes
-of Objects, items of lists and dicts inside the graph, and the arguments' own leaves.
+"""How a fast-path plan reads and stores each input leaf, from the general walk's record.
 
-Source: ``docs/design.md``, "The fast path" (split out of ``fastpath.py``).
+See ``docs/design.md``, "The recorded plan".
 """
 
 from __future__ import annotations
@@ -50,10 +48,7 @@ def leaf_reader(
     kwargs: dict[str, Any],
     in_arguments: bool,
 ) -> tuple[Callable[[Any], Any], Any]:
-    """``(getter, target)`` with ``getter(target)`` the leaf's current value; an
-    argument's own leaf (``in_arguments``: the general walk recorded it in the
-    arguments' containers, no object in between, ``plan.argument_leaf_paths``) gets
-    target ``None`` (read from the call's arguments)."""
+    """``(getter, target)``: ``getter(target)`` is the leaf's value (``None``: in the arguments)."""
     if is_variable(leaf):
         if is_box_backed(leaf):  # a fresh container holding the box's arrays
             return read_box, leaf._var_ref
@@ -80,24 +75,12 @@ def is_in_place(
     kwargs: dict[str, Any],
     in_arguments: bool,
 ) -> bool:
-    """Whether the raw leaf at ``path`` is an argument, sits in the arguments' lists,
-    tuples and dicts, or has a ``LeafPlace``: an entry of an Object, list or dict
-    reached through Objects, lists, tuples and dicts only, possibly inside tuples held
-    there (``Node(a=(array, None))``: the tuple is rebuilt around a new value, see
-    ``leaf_writer``)."""
+    """Whether the raw leaf at ``path`` is an argument's own or has a ``LeafPlace``."""
     return in_arguments or leaf_place(path, root, args, kwargs) is not None
 
 
 class LeafPlace(NamedTuple):
-    """Where a raw leaf of the graph lives: ``holder[key]`` is the leaf itself, or a
-    tuple (of tuples…) holding it at ``in_tuple``.
-
-    Attributes:
-      holder: a mutable mapping or list: an Object's ``__dict__`` (written without a
-        structure-version change: a new value is no new structure), a list, a dict.
-      key: the leaf's (or its outermost tuple's) key in ``holder``.
-      in_tuple: the keys from that tuple down to the leaf (empty: no tuple).
-    """
+    """Where a raw leaf lives: ``holder[key]`` (a ``__dict__``, list or dict), then ``in_tuple``."""
 
     holder: MutableMapping[Hashable, object] | list[object]
     key: Hashable
@@ -107,13 +90,7 @@ class LeafPlace(NamedTuple):
 def leaf_place(
     path: tuple[Hashable, ...], root: Def, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> LeafPlace | None:
-    """The ``LeafPlace`` of the raw leaf at ``path``, or ``None`` when it has none (a
-    leaf inside another pytree, or inside tuples only). What each step of the path
-    passes through is read from the general walk's record (``root``, the call's
-    GraphDef root over ``(args, kwargs)``), not classified again: an object the walk
-    recorded (a ``NodeDef``) holds the leaf in its ``__dict__``, a list or dict it
-    recorded is the holder itself, a tuple is looked through (the arguments' tuple,
-    or a tuple in a holder); any other pytree it recorded gives no place."""
+    """The ``LeafPlace`` of the raw leaf at ``path`` (from the recorded Defs), or ``None``."""
     node: Any = (args, kwargs)
     d: Def = root
     place: LeafPlace | None = None
@@ -149,8 +126,7 @@ def leaf_writer(
     kwargs: dict[str, Any],
     in_arguments: bool,
 ) -> Callable[[Any], None] | None:
-    """How to store a new value for an input leaf in place (None: an argument leaf,
-    which has no place to be stored)."""
+    """How to store a new value for an input leaf in place (``None``: an argument's own leaf)."""
     if is_variable(leaf):
         if is_ref_backed(leaf):  # into the Ref (checked first by the lift) or the box
             return functools.partial(write_value, leaf)
@@ -167,9 +143,7 @@ def leaf_writer(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TupleItemGetter:
-    """Reads a leaf held in a tuple (of tuples…) at ``holder[key]``:
-    ``holder[key][in_tuple[0]][in_tuple[1]]...`` (the tuple itself is replaced on
-    every write, so the plan reads through its mutable holder)."""
+    """Reads a leaf held in tuples at ``holder[key]`` (the tuple is replaced on every write)."""
 
     key: Hashable
     in_tuple: tuple[int, ...]
@@ -196,7 +170,6 @@ def _write_in_tuple(
     in_tuple: tuple[int, ...],
     value: object,
 ) -> None:
-    """Stores ``value`` in the tuple at ``holder[key]`` by rebuilding that tuple (a
-    new array value: no new structure, so an Object's structure version stays)."""
+    """Stores ``value`` in the tuple at ``holder[key]`` by rebuilding that tuple."""
     old = cast(tuple[object, ...], holder[key])  # type: ignore[call-overload]
     holder[key] = _replaced(old, in_tuple, value)  # type: ignore[call-overload]

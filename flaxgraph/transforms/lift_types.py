@@ -1,25 +1,8 @@
-"""Lift types: how to transform the sub-states of one object.
+"""Lift types: ``StateAxes``, ``StateSharding`` and ``DiffState``, a prefix per sub-state.
 
-JAX transforms take *prefix* trees (``in_axes``, ``in_shardings``, ``argnums``)
-that say how to treat each part of the arguments. An object is one position in
-that tree, so a plain prefix (``0``, ``None``, a sharding) applies to all of its
-state. A *lift type* placed at an object's position instead maps filters to
-prefixes, one per sub-state:
-
-* ``StateAxes({nnx.Param: 0, nnx.BatchStat: None})`` in ``vmap``/``pmap``/``scan``
-  ``in_axes``/``out_axes``: Params mapped on axis 0, BatchStats broadcast.
-* ``StateSharding({nnx.Param: sharding, ...: None})`` in ``jit``'s
-  ``in_shardings``/``out_shardings``.
-* ``DiffState(argnum, filter)`` in ``grad``'s ``argnums``: differentiate the
-  sub-state of argument ``argnum`` that ``filter`` selects.
-
-Each leaf under the object takes the prefix of the first filter it matches
-(paths relative to the object); a leaf that matches none is an error. A lift
-type is sugar for "split by these filters and give each group a plain prefix",
-which is exactly how the lifting machine compiles it.
-
-Source: the "JAX-style NNX Transforms" FLIP flax#4107 and
-Flax NNX's "Transformations" guide ("Lift types").
+See the package README, "Lift types".
+Source: the "JAX-style NNX Transforms" FLIP flax#4107; Flax NNX's "Transformations"
+guide ("Lift types"); Flax NNX 0.12 ``StateAxes``, ``DiffState``, ``nnx.prefix``.
 """
 
 from __future__ import annotations
@@ -38,17 +21,14 @@ class LiftType:
 
     Args:
       filter_prefixes: a mapping (or iterable of pairs) from filters to prefixes, or
-        a ``State`` of prefixes (each leaf gets the prefix at its own path, as
-        ``StateSharding(nnx.get_named_sharding(state, mesh))`` in Flax NNX 0.12).
+        a ``State`` of prefixes (each leaf gets the prefix at its own path).
 
-    Equality and hash are by (type, filters, prefixes), so two equal lift types at
-    two aliases count as the same prefix.
+    Equal lift types (type, filters, prefixes) count as the same prefix at two aliases.
     """
 
     __slots__ = ("filters", "prefixes", "predicates")
     distributes = False
-    """If True the mapping may stand for a whole pytree: each object inside gets it
-    and each raw leaf outside objects gets ``leaf_prefix`` (used by ``grad``)."""
+    """If True, the mapping applies to every object of a pytree; raw leaves get ``leaf_prefix``."""
     leaf_prefix: object = None
 
     def __init__(self, filter_prefixes: Mapping[Filter, Any] | Iterable[tuple[Filter, Any]], /):
@@ -63,20 +43,14 @@ class LiftType:
         self.predicates: tuple[Predicate, ...] = tuple(to_predicate(f) for f in self.filters)
 
     def prefix_of(self, path: PathParts, value: object) -> object:
-        """The prefix of the leaf at ``path`` (relative to the object), or ``_NO_MATCH``."""
+        """The prefix of the leaf at ``path`` (relative to the object), or ``NO_MATCH``."""
         for predicate, prefix in zip(self.predicates, self.prefixes):
             if predicate(path, value):
                 return prefix
         return NO_MATCH
 
     def map_prefix(self, path: PathParts, variable: object) -> object:
-        """The prefix of the Variable ``variable`` at ``path`` (relative to the object).
-
-        Raises:
-          ValueError: no filter matches it.
-
-        Source: Flax NNX 0.12 ``PrefixMapping.map_prefix`` (``nnx.extract.PrefixMapping``).
-        """
+        """The prefix of the Variable at ``path``; ``ValueError`` if no filter matches it."""
         prefix = self.prefix_of(tuple(path), variable)
         if prefix is NO_MATCH:
             raise ValueError(
@@ -151,16 +125,15 @@ NO_MATCH: object = _NoMatch()
 class StateAxes(LiftType):
     """Per-filter axes for one object in ``vmap``/``pmap``/``scan`` ``in_axes``/``out_axes``.
 
-    Values are ints (the mapped axis), ``None`` (broadcast), or, in ``scan``,
-    ``nnx.Carry`` (carried state).
+    Values are ints (the mapped axis), ``None`` (broadcast) or, in ``scan``,
+    ``nnx.Carry``. It reads as a Mapping filter -> axis (compared by equality).
 
     Example::
 
-      state_axes = nnx.StateAxes({nnx.Param: 0, Count: None})
-      y = nnx.vmap(f, in_axes=(state_axes, 0))(weights, x)
-
-    Source: the "JAX-style NNX Transforms" FLIP flax#4107;
-    Flax NNX's "Transformations" guide.
+      >>> import flaxgraph as nnx
+      >>> sa = nnx.StateAxes({nnx.Param: 0, ...: None})
+      >>> sa.axes, sa.get(nnx.Param), sa.get(nnx.BatchStat, 'absent'), len(sa)
+      ((0, None), 0, 'absent', 2)
     """
 
     __slots__ = ()
@@ -168,57 +141,19 @@ class StateAxes(LiftType):
     # -- Flax NNX 0.12: a StateAxes is a read-only Mapping filter -> axis ----------
     @property
     def axes(self) -> tuple[Any, ...]:
-        """The axes (ints, ``None`` or ``nnx.Carry``), in filter order.
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.StateAxes({nnx.Param: 0, ...: None}).axes
-          (0, None)
-
-        Source: Flax NNX 0.12 ``StateAxes.axes``.
-        """
+        """The axes (ints, ``None`` or ``nnx.Carry``), in filter order."""
         return self.prefixes
 
     def keys(self) -> tuple[Filter, ...]:
-        """The filters, in order (``StateAxes`` reads as a Mapping filter -> axis).
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.StateAxes({nnx.Param: 0, ...: None}).keys()[0] is nnx.Param
-          True
-
-        Source: Flax NNX 0.12 ``StateAxes`` (a ``Mapping``).
-        """
+        """The filters, in order."""
         return self.filters
 
     def values(self) -> tuple[Any, ...]:
-        """The axes, in filter order (same as ``axes``).
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.StateAxes({nnx.Param: 0}).values()
-          (0,)
-
-        Source: Flax NNX 0.12 ``StateAxes`` (a ``Mapping``).
-        """
+        """The axes, in filter order (same as ``axes``)."""
         return self.prefixes
 
     def get(self, key: Filter, default: object = None) -> Any:
-        """The axis given for the filter ``key`` (compared by equality, not by what
-        it matches), or ``default``.
-
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> sa = nnx.StateAxes({nnx.Param: 0})
-          >>> sa.get(nnx.Param), sa.get(nnx.BatchStat, 'absent')
-          (0, 'absent')
-
-        Source: Flax NNX 0.12 ``StateAxes`` (a ``Mapping``).
-        """
+        """The axis given for the filter ``key`` (by equality), or ``default``."""
         for f, axis in zip(self.filters, self.prefixes):
             if f == key:
                 return axis
@@ -245,10 +180,8 @@ class StateAxes(LiftType):
 class StateSharding(LiftType):
     """Per-filter shardings for one object in ``jit``'s ``in_shardings``/``out_shardings``.
 
-    Values are ``jax.sharding.Sharding`` instances, ``PartitionSpec`` (with a mesh
-    in context) or ``None`` (let the compiler choose).
-
-    Source: Flax NNX's "Transformations" guide (the lift types table).
+    Values are ``jax.sharding.Sharding``, ``PartitionSpec`` (with a mesh in context)
+    or ``None`` (the compiler chooses).
     """
 
     __slots__ = ()
@@ -257,14 +190,15 @@ class StateSharding(LiftType):
 class DiffState:
     """Differentiate the sub-state ``filter`` selects in argument ``argnum``.
 
-    Used in ``argnums`` of ``grad``, ``value_and_grad``, ``vjp`` and ``custom_vjp``:
-    ``nnx.grad(loss_fn, argnums=nnx.DiffState(0, LoRAParam))``.
+    Used in ``argnums`` of ``grad``, ``value_and_grad``, ``vjp`` and ``custom_vjp``;
+    ``filter`` selects the leaves of the argument at position ``argnum``.
 
-    Args:
-      argnum: the position of the argument.
-      filter: which of its leaves are differentiated (default ``nnx.Param``).
+    Example::
 
-    Source: the "JAX-style NNX Transforms" FLIP flax#4107 (``DiffState``).
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> d = nnx.DiffState(0, nnx.Param)
+      >>> d.map_prefix(('w',), nnx.Param(jnp.ones(2))), d.map_prefix(('s',), nnx.BatchStat(1))
+      (True, False)
     """
 
     __slots__ = ("argnum", "filter")
@@ -287,36 +221,12 @@ class DiffState:
         return f"DiffState({self.argnum}, {_filter_repr(self.filter)})"
 
     def map_prefix(self, path: PathParts, variable: object) -> bool:
-        """Whether the Variable ``variable`` at ``path`` (relative to the argument) is
-        differentiated: ``filter`` matches it.
-
-        Args:
-          path: the Variable's path, a tuple of keys.
-          variable: the Variable (or value) found there.
-
-        Returns:
-          ``True`` if ``filter`` selects it, else ``False``.
-
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> d = nnx.DiffState(0, nnx.Param)
-          >>> d.map_prefix(('w',), nnx.Param(jnp.ones(2))), d.map_prefix(('s',), nnx.BatchStat(1))
-          (True, False)
-
-        Source: Flax NNX 0.12 ``DiffState.map_prefix``.
-        """
+        """Whether the Variable at ``path`` (relative to the argument) is differentiated."""
         return bool(to_predicate(self.filter)(tuple(path), variable))
 
 
 class StatePrefix:
-    """A ``State`` used as a prefix at an object: each leaf takes the value at its own
-    path (Variables are unboxed). This is what ``nnx.get_named_sharding(state, mesh)``
-    or ``nnx.get_partition_spec(state)`` produce, so they can be given directly as
-    ``jit``'s ``in_shardings``/``out_shardings`` for a model. ``nnx.prefix``'s results
-    (a ``NodeStates`` of prefixes in graph mode, a prefix-valued copy of the object in
-    tree mode) become one too (``object_prefix``).
-    """
+    """A ``State`` or ``nnx.prefix`` result at an object: each leaf takes the value at its path."""
 
     __slots__ = ("state", "by_path", "rule")
 
@@ -333,9 +243,7 @@ class StatePrefix:
             by_path = {p: (v.raw_value if is_variable(v) else v) for p, v in state.flat_state()}
         self.by_path = by_path
         self.rule = rule
-        """``nnx.prefix``'s rule ``(path in the object, leaf) -> prefix`` for this
-        object, when known: it gives the prefix of a shared Variable that the State
-        lists only as a reference (``None``: such an alias takes its first prefix)."""
+        """``nnx.prefix``'s rule ``(path, leaf) -> prefix``, for a Variable seen as a reference."""
 
     @property
     def prefixes(self) -> tuple[Any, ...]:
@@ -369,26 +277,14 @@ def is_graph_prefix(x: object) -> bool:
 
 
 def is_reference_prefix(x: Any) -> bool:
-    """Whether ``x`` is the ``NodeStates`` that ``nnx.prefix(..., graph=True)`` gives a
-    later sighting of a shared object (a reference, no state): that alias takes the
-    prefix of the first sighting."""
+    """Whether ``x`` is ``nnx.prefix``'s ``NodeStates`` for a later sighting of a shared object."""
     from flaxgraph.graphlib.graphdefs import NodeRef
 
     return is_node_states(x) and x._graphdef is not None and type(x._graphdef.root) is NodeRef
 
 
 def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
-    """The per-path prefix an object receives from ``prefix``, or ``None`` when
-    ``prefix`` is not an object-shaped prefix.
-
-    * a ``NodeStates`` (``nnx.prefix(model, {...}, graph=True)``): its States give each
-      Variable the value at the Variable's path in the object;
-    * in tree mode (``graph=False``), a graph node (``nnx.prefix(model, {...},
-      graph=False)``: a copy of the object with prefix values where its Variables
-      were): each Variable takes the value at its own path in the copy.
-
-    Source: Flax NNX 0.12 ``nnx.prefix`` and the transforms' prefix checks.
-    """
+    """The per-path prefix from ``prefix`` (``NodeStates``, or a tree-mode copy), else ``None``."""
     if is_node_states(prefix):
         by_path: dict[PathParts, Any] = {}
         for s in prefix.states:
@@ -403,8 +299,7 @@ def object_prefix(prefix: Any, graph: bool) -> StatePrefix | None:
 
 
 def _object_paths(x: Any, path: PathParts, unbox: bool = True) -> Iterable[tuple[PathParts, Any]]:
-    """``(path, value)`` of every non-node value in a prefix object (tree mode);
-    Variables are unboxed unless ``unbox`` is False."""
+    """``(path, value)`` of every non-node value in a prefix object (unboxed if ``unbox``)."""
     from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, get_graph_node_impl
 
     impl = get_graph_node_impl(x)
@@ -426,16 +321,9 @@ def reject_lift_types(
 ) -> None:
     """Checks prefix trees (``in_axes``, ``argnums``…) when a transform is created.
 
-    ``plain`` says what to give instead of a rejected entry (``'an int or None'``).
-
     Raises:
-      ValueError: a tree holds a ``Variable`` (a prefix stands for a whole Variable,
-        it is not one); or, in graph mode, a graph node (``nnx.prefix(..., graph=True)``
-        gives the object-shaped prefix there); or a ``StateAxes``, ``StateSharding`` or
-        ``DiffState`` while ``mode`` has no graph updates. Each message names the
-        entry's path in the tree and says what to use instead.
-
-    Source: Flax NNX 0.12 transforms' prefix checks (``check_prefix``).
+      ValueError: a Variable; in graph mode a graph node; a lift type without graph
+        updates. The message names the entry and says what to give (``plain``).
     """
     for tree in trees:
         for path, found in _prefix_entries(tree, (argument,)):

@@ -1,12 +1,6 @@
 """Where an error happened: the path of the module that raised, from the arguments.
 
-A layer's shape error names the layer (``error.module``); inside a transform the
-user wants to know *which* layer of their model it was. ``locate_module`` finds
-the module's path from the transformed function's arguments and notes it on the
-exception (``The module is at args[0].layers[1].``).
-
-Source: flaxgraph's error conventions (``docs/design.md``, "Errors": what, where,
-fix).
+See ``docs/design.md``, "Errors".
 """
 
 from __future__ import annotations
@@ -18,10 +12,7 @@ _LOCATED = "_flaxgraph_location_note"
 
 
 def locate_module(error: BaseException, args: object, kwargs: object) -> None:
-    """If ``error`` names a module (an ``error.module`` attribute, as layers' shape
-    errors have), notes the module's path from the transformed function's arguments
-    on the exception. Nested transforms keep the outermost path: the one the user
-    wrote."""
+    """Notes on ``error`` the path of ``error.module`` from the arguments (the outermost one)."""
     module = getattr(error, "module", None)
     if module is None:
         return

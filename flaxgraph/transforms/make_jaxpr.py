@@ -1,25 +1,5 @@
 """``make_jaxpr`` over functions of objects: the jaxpr a lifted call traces.
 
-``nnx.make_jaxpr(f)(*args)`` traces ``f`` the way every flaxgraph transform
-does (objects in the arguments are split into their arrays, merged into fresh
-objects inside the trace, ``f`` is called) and returns JAX's ``ClosedJaxpr``:
-
-* its **inputs** are the arrays of ``(args, kwargs)`` (Variables' values and
-  plain arrays), in the order the graph walk meets them, each shared Variable
-  once;
-* its **outputs** are the arrays of ``f``'s output (objects included), in walk
-  order. Changes ``f`` makes to its arguments are not outputs (as in Flax): the
-  jaxpr shows them as computations whose results are unused.
-
-Nothing is computed and the arguments are not changed.
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> class Scale(nnx.Module):
-  ...   def __init__(self): self.w = nnx.Param(jnp.ones(3))
-  >>> jaxpr = nnx.make_jaxpr(lambda m, x: m.w * x)(Scale(), jnp.ones(3))
-  >>> [v.aval.shape for v in jaxpr.jaxpr.invars], [v.aval.shape for v in jaxpr.jaxpr.outvars]
-  ([(3,), (3,)], [(3,)])
-
 Source: Flax NNX 0.12 ``nnx.make_jaxpr``; ``jax.make_jaxpr``.
 """
 
@@ -55,37 +35,35 @@ def make_jaxpr(
 ) -> object:
     """Returns a function that gives the ``jax.core.ClosedJaxpr`` of ``f(*args, **kwargs)``.
 
+    Its inputs are the arrays of ``(args, kwargs)`` in walk order (a shared Variable
+    once), its outputs those of ``f``'s output, not the arguments' changes (as in
+    Flax). Nothing runs.
+
     Args:
-      f: a function of objects and arrays (a Module instance is accepted; a bound
-        method of one raises ``ValueError``, as in Flax NNX 0.12). Omit it to use
-        ``make_jaxpr`` as a decorator factory: ``@nnx.make_jaxpr(static_argnums=1)``.
+      f: a function of objects and arrays (or a Module instance); omit it for a
+        decorator factory (``@nnx.make_jaxpr(static_argnums=1)``).
       graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
-      graph_updates: ``graph_updates=True`` given explicitly raises ``ValueError``
-        as in Flax 0.12.8: a jaxpr runs nothing, so no update can come back.
-        Left at ``None`` it follows ``nnx.set_graph_updates`` and works in every
-        mode (Flax raises there too when the default is ``True``).
-      static_argnums: positional arguments passed to ``f`` as Python values
-        rather than traced; they must be hashable.
+      graph_updates: ``True`` given explicitly raises (no update can come back);
+        ``None`` follows ``nnx.set_graph_updates`` and works in every mode.
+      static_argnums: positional arguments passed as Python values (hashable).
 
     Returns:
-      ``g(*args, **kwargs) -> ClosedJaxpr`` (see the module docstring for its
-      inputs and outputs), or a decorator when ``f`` is omitted.
+      ``g(*args, **kwargs) -> ClosedJaxpr``, or a decorator when ``f`` is omitted.
 
     Raises:
       ValueError: ``graph_updates=True`` was given explicitly; ``f`` is a bound
         method of a Module.
-      TypeError: a static argument is unhashable (the message names it).
-      TraceContextError (``ValueError``): ``f`` returns or stores an object it
-        captured by closure (as in every transform).
+      TypeError: a static argument is unhashable.
+      TraceContextError (``ValueError``): ``f`` returns or stores a captured object.
 
     Example::
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> jaxpr = nnx.make_jaxpr(lambda x, n: x * n, static_argnums=1)(jnp.ones(2), 3)
-      >>> [eqn.primitive.name for eqn in jaxpr.eqns]
-      ['mul']
-
-    Source: Flax NNX 0.12 ``nnx.make_jaxpr``.
+      >>> class Scale(nnx.Module):
+      ...   def __init__(self): self.w = nnx.Param(jnp.ones(3))
+      >>> jaxpr = nnx.make_jaxpr(lambda m, x: m.w * x)(Scale(), jnp.ones(3))
+      >>> [v.aval.shape for v in jaxpr.jaxpr.invars], [v.aval.shape for v in jaxpr.jaxpr.outvars]
+      ([(3,), (3,)], [(3,)])
     """
     if f is MISSING:
         return functools.partial(

@@ -1,33 +1,7 @@
 """``transform_metadata``: a Variable's axis metadata as seen inside a mapped function.
 
-``vmap`` and ``scan`` remove an axis from their inputs and add one to their
-outputs; a Variable's sharding metadata (``out_sharding=('layers', 'model')``)
-must follow, or it would name more axes than the array inside has. They call
-each Variable's ``remove_axis``/``add_axis`` hooks on the way in and out.
-``transform_metadata`` applies exactly those hooks around a function *without*
-mapping anything: the arrays keep their shapes, only the metadata changes
-inside, and comes back as it was. It is what a user-written mapping (a manual
-loop over layers, ``jax.lax.map``, a custom ``shard_map``) uses to present each
-slice with the metadata ``vmap`` would give it.
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> class Stack(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.ones((4, 3)), out_sharding=('layers', 'model'))
-  >>> @nnx.transform_metadata(in_axes=0, partition='layers')
-  ... def names(m):
-  ...   return m.w.out_sharding
-  >>> stack = Stack()
-  >>> names(stack), stack.w.out_sharding
-  (('model',), ('layers', 'model'))
-
-Like every transform, the function may update the objects it receives (values
-and structure); the updates reach the caller's objects, whose metadata get the
-axis back (``in_axes``). Variables in the output get ``add_axis`` with
-``out_axes``; an output that is an input object stays the caller's object.
-
-Source: Flax NNX 0.12 ``nnx.transform_metadata``; the axis-metadata hooks of
-``vmap``/``scan`` (the "JAX-style NNX Transforms" FLIP flax#4107).
+See ``docs/design.md``, "Axis metadata".
+Source: Flax NNX 0.12 ``nnx.transform_metadata``.
 """
 
 from __future__ import annotations
@@ -52,8 +26,7 @@ from flaxgraph.variablelib.variable import PARTITION_NAME
 
 
 def _is_meta_axis(p: object) -> bool:
-    """An int, ``None``, or ``nnx.Carry`` (as ``scan`` takes it: no axis, like ``None``),
-    so one prefix serves ``transform_metadata`` and the ``scan`` around it."""
+    """An int, ``None`` or ``nnx.Carry`` (no axis, as ``scan`` takes it)."""
     return is_axis(p) or p is Carry
 
 
@@ -63,8 +36,7 @@ META_OUT_AXES_SPEC = PrefixSpec("out_axes", _is_meta_axis, StateAxes, _FIX)
 
 
 def _positional(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Keyword arguments that could be positional become positional (as Flax does),
-    so a tuple ``in_axes`` covers them."""
+    """Keyword arguments that could be positional become positional (as Flax does)."""
     if not kwargs:
         return args, kwargs
     try:
@@ -75,13 +47,7 @@ def _positional(f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
 
 
 def _check_names(leaves: list[Any], axes: list[Any], partition: object, roots: object) -> None:
-    """Every Variable under an int axis must name ``partition`` at that axis, so that
-    ``add_axis`` restores exactly what ``remove_axis`` took away.
-
-    Raises:
-      ValueError: a Variable's sharding names hold another name at the axis; the
-        message names its path.
-    """
+    """``ValueError`` (naming the path) if a Variable under an int axis names another partition."""
     for leaf, axis in zip(leaves, axes):
         if not (REGISTRY.kind_of(leaf) is VARIABLE and isinstance(axis, int)):
             continue
@@ -116,34 +82,27 @@ def transform_metadata(
 ) -> Any:
     """Runs ``f`` with its Variables' axis metadata as a ``vmap`` over those axes would show it.
 
+    The arrays keep their shapes; updates to the objects reach the caller's, whose
+    metadata gets the axis back; an output that is an input object is the caller's.
+
     Args:
-      f: the function; omit it for the decorator form
-        (``@nnx.transform_metadata(partition='layers')``).
-      in_axes: per positional argument (a tuple) or for all of them (an int, or
-        ``None`` for no change), like ``vmap``'s; ``nnx.StateAxes`` selects axes per
-        filter; ``nnx.Carry`` counts as ``None`` (so the ``in_axes`` of a ``scan``
-        around it can be reused). Each Variable under an int axis gets ``remove_axis(axis, {PARTITION_NAME:
-        partition})`` before ``f`` and ``add_axis`` after it. Keyword-only
-        arguments take ``in_axes`` when it is a single int or ``None``, else none.
+      f: the function; omit it for the decorator form.
+      in_axes: as ``vmap``'s (``nnx.Carry`` counts as ``None``; keyword-only
+        arguments take a single int/None): each Variable under an int axis gets
+        ``remove_axis`` before ``f`` and ``add_axis`` after it.
       out_axes: the same for Variables in the output (``add_axis`` only).
-        ``nnx.Carry`` (as in the enclosing ``scan``'s axes) counts as ``None``.
-      partition: the mesh-axis name the mapped axis carries (``nnx.PARTITION_NAME``
-        in the hooks' parameters), e.g. ``'layers'``; required, may be ``None``.
+      partition: the mesh-axis name of the axis (``nnx.PARTITION_NAME`` in the
+        hooks' parameters); required, may be ``None``.
       graph: ``False`` for tree mode (``None``: ``nnx.set_graph_mode``'s default).
 
     Returns:
       The wrapped function (same arguments and output as ``f``), or a decorator.
 
     Raises:
-      ValueError: a Variable under an int axis whose sharding names hold a name
-        other than ``partition`` at that axis (the round trip would rename it; as
-        in Flax); the message names its path. Nothing has run then.
-      PrefixError (``ValueError``): ``in_axes``/``out_axes`` is not a valid prefix
-        (the message names where).
-      ValueError: a tuple ``in_axes`` whose length differs from the number of
-        positional arguments.
-      InconsistentAliasingError (``ValueError``): one object reached under two
-        different axes (the message lists every alias with its path).
+      ValueError: (before anything runs) a Variable under an int axis names another
+        partition there, naming its path; or ``in_axes`` does not fit the arguments.
+      PrefixError (``ValueError``): ``in_axes``/``out_axes`` is not a valid prefix.
+      InconsistentAliasingError (``ValueError``): one object reached under two axes.
 
     Example::
 
@@ -153,8 +112,6 @@ def transform_metadata(
       ...   return nnx.Param(jnp.ones(3), out_sharding=('model',))
       >>> nnx.transform_metadata(grow, in_axes=1, out_axes=1, partition='data')(w).out_sharding
       ('model', 'data')
-
-    Source: Flax NNX 0.12 ``nnx.transform_metadata``.
     """
     if f is MISSING:
         return functools.partial(

@@ -1,21 +1,7 @@
 """Step 4 without the walk, for a transform that traces on every call (eager vmap).
 
-``jax.vmap`` runs the function again on every call, so the lifting machine's step
-4 (one walk over ``(output, args, kwargs)`` building the ``OutStatic``) would run
-every call too, although a loop calls the function on the same objects with the
-same result structure each time. An ``OutTemplate`` remembers one call's result,
-for one input structure, when the output is made of arrays in lists, tuples and
-dicts only and the inputs kept their structure. A later call that matches it
-
-* the output has the same containers and arrays,
-* the inputs kept their structure (``graphlib/snapshot.py``),
-* the same input Variables changed, and the same output arrays are input arrays,
-
-produces the same ``OutStatic`` (the same object) and its output groups are read
-directly. A template is only made after checking that it reproduces the call it
-was made from, element for element.
-
-Source: ``docs/design.md``, "The fast path".
+A template, kept only if it reproduces its call, gives a matching call the same
+``OutStatic``; see ``docs/design.md``, "The fast path".
 """
 
 from __future__ import annotations
@@ -32,29 +18,14 @@ _ARRAY = "array"
 
 
 class Fetch(NamedTuple):
-    """Where one value of an output group comes from (``OutTemplate.fetch``).
-
-    Attributes:
-      from_output: ``True`` for an array of the function's output, ``False`` for an
-        input leaf's value.
-      at: the output array's position (walk order), or the input leaf's position
-        (``-1`` when the value was found in neither: the template is not used).
-    """
+    """Where an output group's value comes from: output array or input leaf ``at`` (-1: none)."""
 
     from_output: bool
     at: int
 
 
 class TemplateMatch(NamedTuple):
-    """What ``try_template`` (``Templates.try_reuse_split``) found.
-
-    Attributes:
-      hooks_ran: whether the output hooks already ran on the input Variables (the
-        walk must then not run them again).
-      out_static: the template's ``OutStatic``, or ``None`` when the call does not
-        match (step 4 must then walk).
-      out_groups: the output groups read for a match (empty otherwise).
-    """
+    """``try_template``'s result (``out_static`` ``None``: the call does not match)."""
 
     hooks_ran: bool
     out_static: OutStatic | None
@@ -65,11 +36,7 @@ _NO_MATCH = TemplateMatch(False, None)
 
 
 def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
-    """The structure of ``x`` if it is made of leaves in lists, tuples and dicts
-    (its leaves appended to ``leaves`` in walk order), else ``None``. A leaf is what
-    the general walk makes one at an output's place (``walk.argument_leaf``: an
-    array, a traced Python or NumPy number), so the template and the walk cannot
-    disagree on an output's role."""
+    """``x``'s structure of ``walk.argument_leaf`` leaves in lists, tuples, dicts, or ``None``."""
     t = type(x)
     if t is list or t is tuple:
         keys = []
@@ -94,17 +61,7 @@ def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
 
 
 class OutTemplate:
-    """One call's step-4 result, reusable by matching calls (see the module doc).
-
-    Attributes:
-      structure: the output's ``plain_structure``.
-      out_static: the call's ``OutStatic``.
-      variables: input leaf positions of the Variables, in order.
-      changed: for each of them, ``Merged.unchanged_input`` (its position, or ``None``
-        when it changed).
-      out_inputs: for each output array, the input position it is (or ``None``).
-      fetch: per output group, a ``Fetch`` per value: where it comes from.
-    """
+    """One call's step-4 result (``OutStatic``, where each value comes from), for matching calls."""
 
     __slots__ = ("structure", "out_static", "variables", "changed", "out_inputs", "fetch")
 
@@ -147,8 +104,7 @@ class OutTemplate:
         )
 
     def matches(self, merged: Merged) -> bool:
-        """After the output hooks ran: whether the inputs kept their structure and the
-        same Variables changed."""
+        """Whether the inputs kept their structure and the same Variables changed."""
         assert merged.snapshot is not None
         if not merged.snapshot.unchanged():
             return False
@@ -175,8 +131,7 @@ def try_template(
     output: Any,
     on_output_leaf: Callable[[Any, Any], None] | None,
 ) -> TemplateMatch:
-    """Step 4 (split again) through ``template`` instead of the walk: a
-    ``TemplateMatch`` (its ``out_static`` is ``None`` when the call does not match)."""
+    """Step 4 through ``template`` instead of the walk (``out_static`` ``None``: no match)."""
     if template is None:
         return _NO_MATCH
     out_leaves: list[Any] = []
@@ -194,8 +149,7 @@ def try_template(
 
 
 class Templates:
-    """The templates of one transform, by input structure (``InStatic``); what
-    ``Inner(templates=...)`` uses around step 4."""
+    """The templates of one transform, by input structure (``Inner(templates=...)``)."""
 
     __slots__ = ("by_input",)
 
@@ -209,8 +163,7 @@ class Templates:
         output: Any,
         on_output_leaf: Callable[[Any, Any], None] | None,
     ) -> TemplateMatch:
-        """Reuses the split (step 4's result) of an earlier call with the same input
-        structure when this call matches it; see ``try_template``."""
+        """The split of an earlier call with the same input structure, if this call matches."""
         if not is_hashable(in_static):  # e.g. in_axes holding a dict: no templates
             return _NO_MATCH
         return try_template(self.by_input.get(in_static), merged, output, on_output_leaf)

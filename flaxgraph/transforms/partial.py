@@ -1,16 +1,9 @@
-"""``cached_partial`` (and ``jit_partial``, kept in ``compilation.py`` where Flax keeps it): a
-transformed function with some arguments bound once (a model and its optimizer, typically).
+"""``cached_partial``: a transformed function with some arguments bound once.
 
-In Flax NNX these exist to skip re-walking the bound objects on every call. In
-flaxgraph every transform already keeps a fast-path plan per argument structure
-(``fastpath.py``): calling ``step(model, optimizer, x, y)`` again and again checks
-the structure snapshot of ``model`` and ``optimizer`` and reads their leaves without
-a graph walk. So binding is all these functions need to do; what they return still
-takes the fast path, writes every update back to the bound objects, and reports
-``cache_info()``. Unlike Flax's ``cached_partial``, a call that changes the bound
-objects' structure is not an error: the next call simply plans again.
+The fast path already skips re-walking repeated arguments, so binding is all it
+does (``jit_partial`` is in ``compilation.py``, where Flax keeps it).
 
-Source: Flax NNX 0.12 ``nnx.jit_partial`` and ``nnx.cached_partial``.
+Source: Flax NNX 0.12 ``nnx.cached_partial``.
 """
 
 from __future__ import annotations
@@ -27,19 +20,16 @@ def cached_partial(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Transformed[..., Any]:
-    """A transformed function ``f`` (``nnx.jit``, ``nnx.vmap``…) with its first
-    arguments bound to ``cached_args``.
+    """A transformed function ``f`` with its first arguments bound to ``cached_args``.
 
     Args:
       f: a flaxgraph-transformed function (or any function).
-      *cached_args: its first positional arguments (objects: model, optimizer…).
-      graph, graph_updates: accepted for Flax compatibility; the mode that applies
-        is the one ``f`` was created with.
+      *cached_args: its first positional arguments (a model, an optimizer…).
+      graph, graph_updates: accepted for Flax compatibility; ``f``'s own mode applies.
 
     Returns:
-      A function of the remaining arguments, equal to ``f(*cached_args, ...)``. The
-      bound objects' traversal is cached by ``f``'s own fast path (see the module
-      docstring); ``.cache_info()`` is ``f``'s when it has one.
+      A function of the remaining arguments, equal to ``f(*cached_args, ...)``,
+      sharing ``f``'s compiled functions, plans and ``cache_info()``.
 
     Example::
 
@@ -51,16 +41,13 @@ def cached_partial(
       >>> add_to_counter = nnx.cached_partial(add, counter)
       >>> add_to_counter(2); add_to_counter(3); int(counter[...])
       5
-
-    Source: Flax NNX 0.12 ``nnx.cached_partial``.
     """
     del graph, graph_updates  # f's own mode applies
     return _bound(f, cached_args)
 
 
 def _bound(f: Callable[..., Any], bound: tuple[Any, ...]) -> Transformed[..., Any]:
-    """``f`` with ``bound`` as its first arguments: for a transformed function, a
-    copy sharing its compiled functions and plans (``Transformed.partial``)."""
+    """``f`` with ``bound`` as its first arguments (``Transformed.partial`` for a transform)."""
     if isinstance(f, Transformed):
         return f.partial(*bound)
     return Wrapped(f, f, bound)

@@ -1,14 +1,11 @@
-"""The groups a transform's leaves fall into: the distinct plain prefixes of its
-prefix trees (``in_axes``/``out_axes``, shardings, ``in_specs``…), lift types
-(``StateAxes``, ``StateSharding``, ``DiffState``), object prefixes and States
-included, in order of first appearance; and a prefix's position among them.
+"""The groups a transform's leaves fall into: the distinct plain prefixes of its prefix trees.
 
   >>> from flaxgraph.transforms.aliasing import PrefixSpec
   >>> spec = PrefixSpec("in_axes", lambda x: x is None or isinstance(x, int))
   >>> prefix_keys((0, None, 0), 1, spec=spec)
   [0, None, 1]
 
-Source: ``docs/design.md``, "The five lift steps" (split out of ``lift.py``).
+See ``docs/design.md``, "The five lift steps" (step 1).
 """
 
 from __future__ import annotations
@@ -23,8 +20,7 @@ from flaxgraph.variablelib.variable import is_variable
 
 
 class DonatedKey(NamedTuple):
-    """The group key of an input leaf for a transform that donates arguments
-    (``jit``, ``vmap``): its plain prefix and whether it is donated."""
+    """The group key of an input leaf for a donating transform: its plain prefix, and donated."""
 
     prefix: object
     donated: bool
@@ -36,14 +32,12 @@ def donated_keys(keys: Sequence[Any], donates: bool = True) -> list[DonatedKey]:
 
 
 def same_unless_donated(in_key: DonatedKey, out_key: object) -> bool:
-    """An unchanged input leaf is returned as is where its out-prefix is its
-    in-prefix and it was not donated (an ``Inner.same_prefix``)."""
+    """An ``Inner.same_prefix``: unchanged leaves return as is unless donated or re-prefixed."""
     return not in_key.donated and in_key.prefix == out_key
 
 
 def prefix_keys(*trees: object, spec: PrefixSpec) -> list[Any]:
-    """The distinct plain prefixes found in prefix trees (lift types included), in
-    order of first appearance: the groups a transform's leaves can fall into."""
+    """The distinct plain prefixes in prefix trees (lift types, States too), first seen first."""
     keys: list[Any] = []
 
     def add(p: object) -> None:
@@ -84,11 +78,7 @@ def same_prefix(a: object, b: object) -> bool:
 
 
 def group_index(prefix: object, keys: Sequence[Any]) -> int:
-    """The position of ``prefix`` among the group keys ``keys``.
-
-    Raises:
-      ValueError: ``prefix`` is not one of them (an internal error).
-    """
+    """The position of ``prefix`` among ``keys``; ``ValueError`` if absent (an internal error)."""
     for i, k in enumerate(keys):
         if same_prefix(prefix, k):
             return i

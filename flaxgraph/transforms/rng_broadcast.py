@@ -1,41 +1,7 @@
 """A warning when a broadcast random stream is drawn inside ``vmap`` or ``scan``.
 
-``nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))`` over a model with ``Dropout``
-gives every row the same mask, and a broadcast ``Rngs`` drawn in every step of
-``nnx.scan`` gives every step the same mask: the stream's key and count are the
-same in every instance (or step), so is every key drawn from it (flax#4195).
-Flax says nothing. Here, when the function draws from a stream whose key and
-count are both broadcast, the transform warns with ``RngBroadcastWarning``,
-naming the stream's path from the arguments and the fix, once per call site
-(the line that calls the transformed function; Python's ``warnings`` registry
-of that module, so ``warnings.simplefilter('always'/'error'/'ignore',
-nnx.RngBroadcastWarning)`` work as for any warning).
-
-No warning where the randomness varies: a stream split with ``nnx.split_rngs``
-(its key mapped on an axis), a key mapped with ``StateAxes({nnx.RngState: 0,
-...})``, or, in ``scan``, a stream whose count is carried. When the same numbers
-are intended, say so with ``nnx.split_rngs(splits=nnx.BROADCAST, only=...)`` on
-the transformed function: the selected streams are marked as intentionally
-broadcast for the call and nothing is said.
-
-  >>> import warnings, jax.numpy as jnp, flaxgraph as nnx
-  >>> model = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
-  >>> f = nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))
-  >>> with warnings.catch_warnings(record=True) as caught:
-  ...   warnings.simplefilter('always')
-  ...   _ = f(model, jnp.ones((4, 3)))
-  >>> caught[0].category.__name__, 'args[0].rngs' in str(caught[0].message)
-  ('RngBroadcastWarning', True)
-  >>> same = nnx.split_rngs(splits=nnx.BROADCAST)(f)   # intended: no warning
-  >>> with warnings.catch_warnings():
-  ...   warnings.simplefilter('error')
-  ...   _ = same(model, jnp.ones((4, 3)))
-
-The check runs while the transform traces (the general path), never on the
-fast path of repeated calls.
-
-Source: flax#4195 ("the same random numbers across vmap/scan"); Flax NNX's
-"Randomness" guide (``split_rngs``, ``StateAxes`` over ``RngState``).
+See the package README, "Broadcast random streams".
+Source: flax#4195; Flax NNX's "Randomness" guide (``split_rngs``, ``StateAxes``).
 """
 
 from __future__ import annotations
@@ -50,18 +16,28 @@ from flaxgraph.variablelib.variable import metadata_of
 
 
 class RngBroadcastWarning(UserWarning):
-    """A broadcast random stream was drawn inside ``vmap``/``scan``: every instance
-    (or step) got the same random numbers (flax#4195). Turn it into an error with
-    ``warnings.simplefilter('error', nnx.RngBroadcastWarning)``; mark an intended
-    broadcast with ``nnx.split_rngs(splits=nnx.BROADCAST)``."""
+    """A broadcast random stream was drawn in ``vmap``/``scan``: each instance got the same numbers.
+
+    Issued once per call site through ``warnings`` (so ``simplefilter`` applies); no
+    warning for a stream split with ``nnx.split_rngs``, mapped with ``StateAxes``, or
+    carried in ``scan``, nor when marked intended with
+    ``nnx.split_rngs(splits=nnx.BROADCAST)``.
+
+    Example::
+
+      >>> import warnings, jax.numpy as jnp, flaxgraph as nnx
+      >>> model = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
+      >>> f = nnx.vmap(lambda m, x: m(x), in_axes=(None, 0))
+      >>> with warnings.catch_warnings(record=True) as caught:
+      ...   warnings.simplefilter('always')
+      ...   _ = f(model, jnp.ones((4, 3)))
+      >>> caught[0].category.__name__, 'args[0].rngs' in str(caught[0].message)
+      ('RngBroadcastWarning', True)
+    """
 
 
 class RngWatch:
-    """The random streams of one traced call whose key and count are both broadcast.
-
-    ``record`` runs on the merged inputs before the function, ``drawn`` after it:
-    a count whose value changed was drawn from.
-    """
+    """The random streams of one traced call whose key and count are both broadcast."""
 
     __slots__ = ("counts",)
 
@@ -98,8 +74,7 @@ def watch(
     prefixes: Sequence[Any],
     broadcast: Callable[[Any], bool] = lambda p: p is None,
 ) -> RngWatch | None:
-    """An ``RngWatch`` over the broadcast streams among ``leaves``, or ``None`` when
-    there are none (the common case costs one pass over the leaves, at trace time)."""
+    """An ``RngWatch`` over the broadcast streams among ``leaves``, or ``None`` if none."""
     if not any(type(leaf) is RngCount for leaf in leaves):
         return None
     found = RngWatch(paths, leaves, broadcast, prefixes)

@@ -1,33 +1,7 @@
-"""``scan`` over objects, with ``Carry`` and ``StateAxes``.
+"""``scan`` over objects, with ``Carry`` and ``StateAxes``; see the package README, "scan".
 
-``in_axes`` marks each positional argument as the carry (``nnx.Carry``), scanned
-along an axis (an int) or broadcast (``None``); ``out_axes`` marks the output the
-same way (but an output is never broadcast: ``None`` there is an error). Keyword
-arguments are bound to their positions when ``in_axes`` has entries for them. The default, ``in_axes=(Carry, 0)`` and ``out_axes=(Carry, 0)``, is
-``jax.lax.scan``'s ``f(carry, x) -> (carry, y)``. For an object,
-``StateAxes({filter: axis_or_Carry_or_None})`` decides per sub-state: stacked
-Params scanned on axis 0 while BatchStats or RNG counters are carried from one
-step to the next, for example. Scanning over a stack of layers made with
-``vmap`` over ``__init__`` ("scan over layers") is the typical use::
-
-  @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
-  def forward(x, layer):
-    return layer(x)
-
-  y = forward(x, stacked_layers)
-
-Rules: the carry keeps its structure and its objects (a body that changes the
-structure, or returns a new Variable or object in place of a carried one, raises
-``CarryStructureError`` naming the path); a change the body makes to a broadcast
-(``None``) Variable is discarded, as in Flax NNX 0.12, with a
-``BroadcastChangeWarning`` (for RNG state, a draw from a broadcast stream warns
-with ``RngBroadcastWarning`` instead: every step gets the same numbers,
-``transforms/rng_broadcast.py``); sub-states scanned on an axis
-come out stacked on that axis (unchanged ones are not stacked again). Axis
-metadata is updated as in ``vmap``.
-
-Source: ``jax.lax.scan``; Carry and StateAxes per the
-"JAX-style NNX Transforms" FLIP flax#4107 and Flax NNX's "Transformations" guide.
+Source: ``jax.lax.scan``; ``Carry`` and ``StateAxes`` per the "JAX-style NNX
+Transforms" FLIP flax#4107 and Flax NNX's "Transformations" guide.
 """
 
 from __future__ import annotations
@@ -165,45 +139,51 @@ def scan(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
-    """``jax.lax.scan`` for functions of objects (see the module docstring).
+    """``jax.lax.scan`` for functions of objects.
 
     Args:
-      f: the body; called once per step with the carry, slices of the scanned
+      f: the body, called once per step with the carry, slices of the scanned
         arguments and the broadcast ones.
       length: the number of steps (needed when nothing is scanned).
       reverse, unroll, _split_transpose: as in ``jax.lax.scan``.
       in_axes: per positional argument ``Carry``, an int axis, ``None`` or
-        ``StateAxes``; keyword arguments are broadcast.
-      out_axes: the same over the output; ``Carry`` marks the new carry.
+        ``StateAxes``; keyword arguments are broadcast unless ``in_axes`` has
+        entries for them. The default is ``jax.lax.scan``'s ``f(carry, x)``.
+      out_axes: the same over the output; ``Carry`` marks the new carry, ``None``
+        is an error.
       transform_metadata: as in ``vmap`` (e.g. ``{nnx.PARTITION_NAME: 'layers'}``).
-      graph, graph_updates: the traversal mode (see ``jit``, ``flaxgraph.modes``).
-        Without graph updates (as in Flax NNX 0.12) the carry comes back as new
-        graph nodes holding the caller's Variables (which get the final values), and
-        a broadcast (``None``) Variable that the body changes is carried from step
-        to step; ``StateAxes`` needs graph updates.
+      graph, graph_updates: the traversal mode (see ``jit``). Without graph
+        updates the carry comes back as new nodes holding the caller's Variables,
+        changed broadcast Variables are carried, and ``StateAxes`` is refused.
 
     Returns:
       The scanned function: the final carry where ``out_axes`` has ``Carry``, the
-      stacked outputs elsewhere. Carried and scanned state of the argument objects
-      is written back (stacked sub-states with their new values). Called outside a
-      trace, it runs as one compiled call (an ``nnx.jit`` of the whole scan: the body
-      is traced once per structure, as ``jax.lax.scan`` does; under
-      ``jax.disable_jit()`` it runs step by step); its ``cache_info()`` is ``jit``'s.
+      stacked outputs elsewhere. Carried and scanned state is written back; a
+      change to broadcast state is discarded. Outside a trace it runs as one
+      ``nnx.jit`` of the whole scan (``cache_info()`` is ``jit``'s).
 
     Raises:
-      ValueError: when applied, ``Carry`` is nested, given twice, or in only one of
-        ``in_axes``/``out_axes`` ("If one of in_axes or out_axes has Carry..."), or
-        ``out_axes`` broadcasts (``None``); when called, ``in_axes=Carry`` with other
-        than one argument; the scanned arrays' sizes disagree (with each other or
-        ``length``) or an axis does not fit an array's rank (the message names each
-        input's path and size: ``transforms/jax_errors.py``).
+      ValueError: when applied, ``Carry`` is nested, twice or on one side only, or
+        ``out_axes`` broadcasts; when called, ``in_axes=Carry`` with other than one
+        argument, or the scanned sizes or ranks disagree (naming each path).
       CarryStructureError (``ValueError``): the body changes the carry's structure,
-        replaces a carried Variable/object, or changes a broadcast non-Variable leaf;
-        the message names the path.
+        shapes, dtypes or objects, or a broadcast raw leaf (naming the path).
       InconsistentAliasingError, PrefixError (``ValueError``): see ``vmap``.
 
-    Source: ``jax.lax.scan``; the "JAX-style NNX Transforms" FLIP flax#4107;
-    Flax NNX's "Transformations" guide.
+    Warns:
+      BroadcastChangeWarning: the body changed a broadcast Variable (not RNG state).
+      RngBroadcastWarning: the body drew from a broadcast RNG stream.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=(nnx.Carry, 0))
+      ... def cumsum(total, x):
+      ...   total = total + x
+      ...   return total, total
+      >>> total, ys = cumsum(jnp.array(0.0), jnp.arange(4.0))
+      >>> float(total), ys.tolist()
+      (6.0, [0.0, 1.0, 3.0, 6.0])
     """
     mode = resolve(graph, graph_updates)
     reject_lift_types(mode, "scan", "in_axes", in_axes, out_axes, plain="nnx.Carry, an int or None")
@@ -221,17 +201,14 @@ def scan(
     def run(*args: object, **kwargs: object) -> Any:
         return scanner.run(*args, **kwargs)
 
-    # The call runs compiled, as one nnx.jit of the whole scan (fast path included):
-    # jax.lax.scan traces its body either way, so this changes no behaviour, only the
-    # per-call cost of the steps around the loop. Under ``jax.disable_jit()`` it runs
-    # eagerly, as jax.lax.scan does.
+    # One nnx.jit of the whole scan (fast path included): jax.lax.scan traces its body
+    # anyway, so only the per-call cost changes (eager under ``jax.disable_jit()``).
     jitted = jit(run, graph=True, graph_updates=True)
     return jitted.partial(*bound) if bound else jitted
 
 
 class _Scanner:
-    """The scanned function of one ``nnx.scan``: its options, the step JAX scans
-    (``step``) and the call around the loop (``run``)."""
+    """The scanned function of one ``nnx.scan``: its options, ``step`` and ``run``."""
 
     def __init__(
         self,
@@ -252,10 +229,7 @@ class _Scanner:
         self.body = self.step  # one bound method, so JAX's caches recognise it
 
     def step(self, carry_in: Any, x: list[Any]) -> Any:
-        """One step of ``jax.lax.scan`` (``self.body``, one bound method per
-        ``nnx.scan`` so JAX's caches recognise it): the per-call structure arrives as
-        ``AuxValue`` data in the carry. Steps 3 and 4 of the lift are ``Inner.run``'s
-        (``_ScanInner``); the carry is built, checked and returned around them."""
+        """One step of ``jax.lax.scan``: lift steps 3-4 (``_ScanInner``) with the carry."""
         static, carry, broadcast_values = carry_in
         info: ScanInfo = static.value
         n_carry = info.n_carry
@@ -329,8 +303,7 @@ class _Scanner:
         )
 
     def run(self, *args: object, **kwargs: object) -> object:
-        """One call of the scanned function: splits the carry, the scanned and the
-        broadcast state, runs ``jax.lax.scan`` of ``self.body`` and writes back."""
+        """One call: splits carry, scanned and broadcast state, scans, writes back."""
         args, kwargs = resolve_positions(self.inner_f, self.in_axes, args, kwargs)
         check_argument_count(self.in_axes, len(args))
         n = len(args)
@@ -435,12 +408,7 @@ def _new_carry(
     out_carry: tuple[Any, ...],
     mode: Mode,
 ) -> list[Any]:
-    """The leaf values of the carry the body returned, checked against the carry it
-    received: the same structure, objects, shapes and dtypes.
-
-    Raises:
-      CarryStructureError: naming the first difference by its path.
-    """
+    """The returned carry's leaf values, checked against the given one (``CarryStructureError``)."""
     carry_graphdef = info.carry_graphdef
     new_graphdef, new_carry, new_nodes = _flatten_carry(out_carry, mode.graph)
     if new_graphdef != carry_graphdef:
@@ -462,10 +430,7 @@ def _new_carry(
 
 
 class _ScanInner(Inner):
-    """``Inner`` for one step of the scan: carried state (``Carry``) always comes
-    back (it is the next step's carry), broadcast state (``None``) never does (a
-    change to it is discarded, ``_discard_broadcast_change``), and scanned state
-    comes back stacked unless unchanged on the same axis."""
+    """``Inner`` for a scan step: carried state always comes back, broadcast state never."""
 
     def input_kept(
         self, merged: Merged, output: object, path: PathParts, leaf: object, prefix: object
@@ -480,22 +445,7 @@ class _ScanInner(Inner):
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class ScanInfo(HashedRecord):
-    """The per-call structure a scan body needs (hashable: it joins JAX's cache key).
-    Made by ``ScanInfo.make``, which computes ``key_hash``.
-
-    Attributes:
-      carry_graphdef: the GraphDef of the carry argument.
-      in_static: the rest of the inputs (``lift.InStatic``).
-      prefixes: each input leaf's resolved prefix.
-      positions: where the carry and the scanned arguments sit among the arguments.
-      a_prefix: the positional arguments' prefix (``in_axes`` without the carry).
-      rest_prefix: the ``(args, kwargs)`` prefix of the non-carry inputs.
-      expected_state_carry: the paths of the carried state leaves, in order.
-      n_carry: how many leaves the carry argument has.
-      kwargs_prefix: the keyword arguments' prefix.
-      rest_axes: ``out_axes`` without the carry.
-      out_keys: the output groups' prefixes.
-    """
+    """The per-call structure a scan body needs, hashable (``make`` computes ``key_hash``)."""
 
     _fields: ClassVar[tuple[str, ...]] = (
         "carry_graphdef",
@@ -568,7 +518,7 @@ class ScanInfo(HashedRecord):
 
 
 def _input_error(call: Call, args: object, kwargs: object, length: int | None) -> ValueError | None:
-    """The scanned inputs that make the scan fail, by path (``transforms/jax_errors.py``)."""
+    """The scanned inputs that make the scan fail, by path."""
     return mapped_input_error(
         call.graphdef.leaf_paths,
         call.values,
@@ -580,8 +530,7 @@ def _input_error(call: Call, args: object, kwargs: object, length: int | None) -
 
 
 def _broadcast_as_carry(prefix: object, args: tuple[Any, ...]) -> object:
-    """``prefix`` (over the non-carry arguments) with ``None`` (broadcast) made
-    ``Carry`` for every argument that holds objects."""
+    """``prefix`` with ``None`` made ``Carry`` for every argument holding objects."""
     if isinstance(prefix, tuple):
         return tuple(Carry if p is None and a is not None else p for p, a in zip(prefix, args))
     return Carry if prefix is None else prefix
@@ -590,8 +539,7 @@ def _broadcast_as_carry(prefix: object, args: tuple[Any, ...]) -> object:
 def _check_carry_types(
     paths: Any, old: list[Any], new: list[Any], where: Callable[[Any], str]
 ) -> None:
-    """Raises ``CarryStructureError`` naming the first carried leaf whose shape or dtype
-    changed in the body (JAX's own error names only a flat position)."""
+    """Raises ``CarryStructureError`` naming the first carried leaf whose shape or dtype changed."""
     pairs = [
         (path, a, b)
         for path, a_tree, b_tree in zip(paths, old, new)  # a Variable may hold a pytree (sow)
@@ -610,11 +558,7 @@ def _check_carry_types(
 
 
 def _discard_broadcast_change(merged: Merged, leaf: object, out_rest: object, path: object) -> int:
-    """The input position of a broadcast (``None``) Variable the body changed: as in
-    Flax NNX 0.12 every step sees the value given and the change is discarded. For
-    RNG state (broadcast keys: one dropout mask for all steps) that is the point;
-    for other state it is announced with a warning. A changed raw (non-Variable)
-    leaf cannot be matched to an input and raises ``CarryStructureError``."""
+    """The input position of a changed broadcast Variable; warns, or raises for a raw leaf."""
     i = merged.in_leaf.get(leaf) if REGISTRY.kind_of(leaf) is VARIABLE else None
     where = _where(merged, out_rest, path)
     if i is None:
@@ -643,8 +587,7 @@ class BroadcastChangeWarning(UserWarning):
 def _check_carry_references(
     given: dict[int, Any], returned: list[Any], out_carry: tuple[Any, ...], mode: Mode
 ) -> None:
-    """Raises if the body returned a carry with other objects than it received (a
-    new Variable always; with graph updates, a new graph node too)."""
+    """Raises if the body returned other objects in the carry than it received."""
     for i, node in enumerate(returned):
         before = given.get(i)
         if node is before or not (mode.updates or REGISTRY.kind_of(node) is VARIABLE):
@@ -690,7 +633,7 @@ def _fmt(paths: list[Any]) -> str:
 
 
 def _to_front(x: Any, axis: int) -> object:
-    """``x`` with ``axis`` moved to the front (as is when it already is: no copy)."""
+    """``x`` with ``axis`` moved to the front (no copy when it already is)."""
     if axis == 0 or axis == -getattr(x, "ndim", 0):
         return x
     return jnp.moveaxis(x, axis, 0)

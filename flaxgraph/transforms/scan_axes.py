@@ -1,14 +1,6 @@
-"""The ``Carry`` marker and the checks of ``scan``'s ``in_axes``/``out_axes``.
+"""The ``Carry`` marker and the checks of ``scan``'s ``in_axes``/``out_axes``, before any trace.
 
-``scan`` carries at most one positional argument (``Carry`` at the top level of
-``in_axes``, or ``in_axes=Carry`` for a one-argument function) and returns the new
-carry at the matching place of ``out_axes``; every other output is stacked along
-an axis. These checks run when ``scan`` is applied (the axes alone) and when it is
-called (the axes against the arguments), before anything is traced, so a misuse
-leaves the caller's objects untouched.
-
-Source: Flax NNX 0.12 ``nnx.scan`` (``Carry``; its checks of ``in_axes`` and
-``out_axes``, whose error phrases are kept).
+Source: Flax NNX 0.12 ``nnx.scan`` (``Carry``; its checks, whose error phrases are kept).
 """
 
 from __future__ import annotations
@@ -89,9 +81,8 @@ def validate_scan_axes(in_axes: object, out_axes: object) -> None:
     """Checks ``scan``'s ``in_axes`` and ``out_axes`` on their own.
 
     Raises:
-      ValueError: ``Carry`` is nested or given more than once, only one of the two
-        has ``Carry``, or ``out_axes`` broadcasts (``None``) or carries (inside
-        ``StateAxes``) an output.
+      ValueError: ``Carry`` is nested or given twice, only one of the two has it, or
+        ``out_axes`` broadcasts or carries (inside ``StateAxes``) an output.
     """
     in_count = _carry_count(in_axes, "in_axes")
     out_count = _carry_count(out_axes, "out_axes")
@@ -125,11 +116,7 @@ def validate_scan_axes(in_axes: object, out_axes: object) -> None:
 
 
 def check_argument_count(in_axes: object, n_args: int) -> None:
-    """``in_axes=Carry`` carries the one argument of the function.
-
-    Raises:
-      ValueError: the call has another number of positional arguments.
-    """
+    """Raises ``ValueError`` if ``in_axes=Carry`` and the call has not exactly one argument."""
     if in_axes is Carry and n_args != 1:
         raise ValueError(
             "When in_axes=Carry, the function must take exactly one argument, got "
@@ -141,10 +128,7 @@ def check_argument_count(in_axes: object, n_args: int) -> None:
 def resolve_positions(
     f: Callable[..., Any], in_axes: object, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Binds keyword arguments (and defaults) to their positions when ``in_axes`` has
-    entries for them (more entries than positional arguments): ``in_axes`` is per
-    position, as in Flax NNX 0.12. Keyword-only arguments stay keywords
-    (broadcast). Unchanged when ``f`` has no signature."""
+    """Binds keyword arguments to their positions when ``in_axes`` has entries for them."""
     if not isinstance(in_axes, (tuple, list)) or len(in_axes) <= len(args):
         return args, kwargs
     try:

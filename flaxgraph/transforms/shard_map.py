@@ -1,25 +1,8 @@
 """``shard_map``: run a function of objects once per device, on each device's shard.
 
-``nnx.shard_map(f, mesh=..., in_specs=..., out_specs=...)`` is ``jax.shard_map``
-for functions that take and return Modules, Variables and Rngs. In the specs an
-object behaves like a pytree of its arrays: a ``PartitionSpec`` at an object
-applies to all of its state, and ``StateSharding({filter: PartitionSpec})`` gives
-each sub-state its own spec. Inside ``f`` every array is the local shard, so
-collectives (``jax.lax.psum``, ``all_gather``…) over the mesh axes work in any
-Module method. Changes ``f`` makes to its arguments (new values, counters, new
-attributes) come back to the caller's objects, assembled with the arguments'
-``in_specs``, as ``jit`` does.
-
-**Sharding metadata inside.** A Variable's ``out_sharding``
-metadata (also where ``sharding=``/``sharding_names=`` are stored) names mesh axes of the *global* array. Inside the body the mesh axes in
-``axis_names`` (all of them by default) are *manual*: the local array is not
-sharded over them and a sharding constraint may not name them. So inside ``f``
-those names read ``None`` (an entry naming several axes keeps the automatic ones),
-and on the way out the caller's names are restored. (Flax NNX 0.12 leaves the
-global names in place inside the body; flaxgraph shows the per-shard view, the
-same way ``vmap`` drops the name of the axis it removes.)
-
-Source: ``jax.shard_map``; the API and semantics of Flax NNX 0.12 ``nnx.shard_map``.
+Source: ``jax.shard_map``; Flax NNX 0.12 ``nnx.shard_map``; lifting per the
+"JAX-style NNX Transforms" FLIP flax#4107; the local sharding names: ``docs/design.md``,
+"Axis metadata".
 """
 
 from __future__ import annotations
@@ -66,8 +49,7 @@ OUT_SPECS_SPEC = PrefixSpec("out_specs", _is_spec, StateSharding, SPECS_SPEC.fix
 
 
 def _args_prefix(in_specs: object, n_args: int) -> object:
-    """``in_specs`` over the positional arguments: one entry per argument, or one spec
-    for all of them."""
+    """``in_specs`` over the positional arguments (one entry each, or one for all)."""
     if isinstance(in_specs, (tuple, list)):
         if len(in_specs) != n_args:
             raise ValueError(
@@ -96,17 +78,14 @@ def _local_names(names: tuple[Any, ...], manual: frozenset[Any]) -> tuple[Any, .
 
 
 class SavedMetadata(NamedTuple):
-    """A Variable's metadata inside ``shard_map`` (``local``: manual axes' names read
-    ``None``) and outside it (``original``)."""
+    """A Variable's metadata inside ``shard_map`` (``local``) and outside it (``original``)."""
 
     local: dict[str, Any]
     original: dict[str, Any]
 
 
 class LocalView:
-    """The metadata hooks of one shard_map trace: inside the body, a Variable's sharding
-    names drop the manual axes; on the way out the original names come back (the
-    very same metadata dict, so an untouched Variable counts as unchanged)."""
+    """The metadata hooks of one shard_map trace: manual axes' names dropped inside."""
 
     def __init__(self, manual: frozenset[Any]):
         self.manual = manual
@@ -135,8 +114,7 @@ class LocalView:
 def _spec_problem(
     spec: Any, value: object, mesh: MeshLike, manual: frozenset[Any], whole: bool
 ) -> str | None:
-    """What is wrong with ``spec`` for ``value`` (``None`` if nothing); ``whole`` also
-    checks that each sharded dimension divides evenly (inputs only)."""
+    """What is wrong with ``spec`` for ``value``, or ``None`` (``whole``: also divisibility)."""
     if spec is None:
         return None
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
@@ -187,15 +165,7 @@ def _shape_problem(
 
 
 class ShardMapped(Transformed[P, R]):
-    """What ``nnx.shard_map`` returns: ``fun`` run on each shard with
-    ``jax.shard_map`` (inside one ``jax.jit`` per input structure).
-
-    Attributes:
-      fun: the function run on each shard.
-      mesh, in_specs, out_specs, axis_names: as given to ``nnx.shard_map``.
-      manual: the mesh axes ``fun`` is manual over.
-      mode: the traversal mode.
-    """
+    """What ``nnx.shard_map`` returns: ``fun`` per shard, in one ``jax.jit`` per input structure."""
 
     def __init__(
         self,
@@ -227,8 +197,7 @@ class ShardMapped(Transformed[P, R]):
     def pure(
         self, in_static: InStatic[Any], entry: Compiled, with_static: bool, *groups: Any
     ) -> object:
-        """The per-shard function: merges the groups of local arrays into objects
-        (with the local view of their sharding names), calls ``fun``, re-splits."""
+        """The per-shard function: merge (local sharding names), call ``fun``, split."""
         args_prefix = _args_prefix(self.in_specs, in_static.extra)
         view = LocalView(self.manual)
         inner = Inner(
@@ -280,8 +249,7 @@ class ShardMapped(Transformed[P, R]):
         return jax.jit(mapped, out_shardings=(None, shardings) if with_static else shardings)
 
     def prepare(self, args: tuple[Any, ...]) -> tuple[Call, Compiled, Any, Any]:
-        """Splits the arguments (step 1 of the lift), checks each leaf against its
-        spec and finds the compiled function of their structure."""
+        """Splits the arguments (lift step 1), checks each spec, finds the compiled function."""
         a_prefix = _args_prefix(self.in_specs, len(args))
         call = split_inputs(args, {}, (a_prefix, _REPLICATED), SPECS_SPEC, self.mode)
         roots = NamedRoots(("args", "kwargs"), (args, {}))
@@ -371,54 +339,35 @@ def shard_map(
 
     Args:
       f: the function (or method, or Module instance) to run on each shard.
-      mesh: a ``jax.sharding.Mesh`` (or ``AbstractMesh``); its axis names can be
-        used in collectives inside ``f``.
-      in_specs: a prefix over the positional arguments (one entry per argument, or
-        one for all): ``PartitionSpec`` leaves (``None`` replicates, like ``P()``);
-        at an object, a ``PartitionSpec`` for all its state or
-        ``nnx.StateSharding({filter: PartitionSpec, ...})`` (or a ``State`` of
-        PartitionSpecs, e.g. from ``nnx.get_partition_spec``, or
-        ``nnx.prefix(obj, {filter: spec})``: per-Variable specs matched by path).
-        With graph updates the arguments' arrays come back as ``NamedSharding``s
-        over ``mesh`` with these specs. A spec of rank ``r``
-        for an array of rank ``n >= r`` splits dimension ``i`` over the mesh axes
-        named at ``spec[i]``: inside ``f`` that dimension is ``size / devices``.
-      out_specs: the same over the output: how the per-shard outputs are
-        concatenated (an axis not named must hold equal values on all its shards).
-        Objects the arguments reach are returned with their ``in_specs``.
-      axis_names: the mesh axes ``f`` is manual over (all of them if empty); the
-        others stay automatic.
-      check_vma: as in ``jax.shard_map`` (checks replication of unnamed out axes).
-      graph, graph_updates: the traversal mode (see ``nnx.jit`` and
-        ``flaxgraph.modes``); ``StateSharding`` needs graph updates.
+      mesh: a ``jax.sharding.Mesh`` (or ``AbstractMesh``).
+      in_specs: a prefix over the positional arguments (one entry each, or one for
+        all) of ``PartitionSpec`` (``None`` replicates); at an object, one spec for
+        all its state, ``nnx.StateSharding({filter: spec})``, a ``State`` of specs
+        (``nnx.get_partition_spec``) or ``nnx.prefix(obj, {filter: spec})``. Inside
+        ``f`` a dimension named at ``spec[i]`` has ``size / devices``.
+      out_specs: the same over the output (an axis not named must hold equal values
+        on all shards); objects the arguments reach come back with their ``in_specs``.
+      axis_names: the mesh axes ``f`` is manual over (all if empty).
+      check_vma: as in ``jax.shard_map``.
+      graph, graph_updates: the traversal mode (see ``jit``); ``StateSharding``
+        needs graph updates.
 
     Returns:
-      A ``ShardMapped`` (given no ``f``, a decorator making one): a function of the
-      positional arguments (keyword arguments are not allowed, as
-      in ``jax.shard_map``). Calling it updates the argument objects in place with
-      every change ``f`` made (the global arrays, assembled with ``in_specs``) and
-      returns ``f``'s output assembled with ``out_specs``; an output that is an input
-      object is the caller's same object. Inside ``f``, Variables' sharding names
-      drop the manual mesh axes (see the module docstring).
+      A ``ShardMapped`` of positional arguments only (given no ``f``, a decorator).
+      A call updates the argument objects in place (as ``NamedSharding``s with
+      ``in_specs`` under graph updates) and returns the output assembled with
+      ``out_specs``; an output that is an input object is the caller's.
 
     Raises:
-      PrefixError (``ValueError``): a spec does not fit its value; the message names
-        the value's path (``args[0].layer.kernel``): more spec entries than
-        dimensions, an axis the mesh lacks or that is not manual, or a dimension the
-        devices do not divide; or ``in_specs``/``out_specs`` do not fit the
-        arguments' structure.
-      InconsistentAliasingError (``ValueError``): an object is reachable along paths
-        with different specs; the message lists every path.
-      TraceContextError (``ValueError``): ``f`` mutates or returns an object it
-        captured by closure.
+      PrefixError (``ValueError``): a spec does not fit its value (rank, unknown or
+        non-manual axis, indivisible dimension; naming the path) or the arguments.
+      InconsistentAliasingError (``ValueError``): an object gets different specs.
+      TraceContextError (``ValueError``): ``f`` mutates or returns a captured object.
       TypeError: keyword arguments were passed.
-      ValueError: an ``in_specs`` tuple does not have one entry per positional
-        argument; or ``jax.shard_map`` rejects the call (e.g. ``check_vma`` finds an
-        output that varies along an axis its ``out_specs`` does not name). JAX's
-        messages speak of ``in_specs[i]``/``out_specs[i]``, the ``i``-th group of
-        leaves sharing one spec; a note on the error lists those leaves' paths.
+      ValueError: ``in_specs`` has not one entry per argument, or ``jax.shard_map``
+        rejects the call (a note lists the paths of the groups it names).
 
-    Example (one device: a 1-device mesh; with more, ``x`` is split by rows)::
+    Example::
 
       >>> import jax, jax.numpy as jnp, flaxgraph as nnx
       >>> from jax.sharding import PartitionSpec as P
@@ -433,9 +382,6 @@ def shard_map(
       ...                   out_specs=P())
       >>> float(f(model, jnp.arange(4.0))), int(model.calls.value)
       (6.0, 1)
-
-    Source: ``jax.shard_map``; Flax NNX 0.12 ``nnx.shard_map`` (signature, specs,
-    ``StateSharding``); lifting per the "JAX-style NNX Transforms" FLIP flax#4107.
     """
     mode = resolve(graph, graph_updates)
     reject_lift_types(
@@ -450,10 +396,7 @@ def shard_map(
 
 
 def _place_inputs(call: Call, mesh: MeshLike) -> None:
-    """With graph updates the arguments' state comes back as ``jax.shard_map``
-    returns it: every array assembled over ``mesh`` with its ``in_specs`` (a
-    ``NamedSharding``). Leaves ``f`` left unchanged are not returned by the call, so
-    those the caller holds elsewhere are put there here (same values)."""
+    """Puts the caller's unchanged input arrays on their ``NamedSharding`` over ``mesh``."""
     if not isinstance(mesh, jax.sharding.Mesh):
         return  # an AbstractMesh has no devices to place on
     for leaf, spec in zip(call.leaves, call.prefixes):
@@ -476,12 +419,7 @@ def _check_outputs(
     mesh: MeshLike,
     manual: frozenset[Any],
 ) -> None:
-    """Checks each returned (per-shard) leaf against its spec, naming its path.
-
-    Raises:
-      PrefixError: a spec has more entries than the local value's rank, or names an
-        axis that is not in the mesh or not manual.
-    """
+    """Checks each returned per-shard leaf against its spec (``PrefixError`` naming the path)."""
     paths: Sequence[tuple[Hashable, ...]] = out_static.graphdef.leaf_paths
     for path, source in zip(paths, out_static.sources):
         if source.origin != OUT:
@@ -507,9 +445,7 @@ def _note_groups(
     out_keys: Sequence[Any],
     last_trace: list[Any],
 ) -> None:
-    """JAX's errors name ``in_specs[i]``/``out_specs[i]`` of the call flaxgraph makes,
-    where entry ``i`` is the group of every leaf with the ``i``-th distinct spec: notes
-    on ``error`` which leaves (by path) each group it names holds."""
+    """Notes on JAX's ``error`` the paths of the leaves in each spec group it names."""
     message = str(error)
     lines = []
     in_where = NamedRoots(("args", "kwargs"), (args, {}))

@@ -1,29 +1,7 @@
-"""The object every flaxgraph transform returns: ``Transformed``.
+"""The object every flaxgraph transform returns: ``Transformed``, and ``Wrapped``.
 
-``nnx.jit(f)``, ``nnx.vmap(f)``, ``nnx.shard_map(f, ...)``… each return an instance
-of a subclass of ``Transformed``. What all of them share lives here, written once:
-
-* calling it: the instance bound by ``nnx.jit(model)`` is prepended, static
-  arguments are set aside, and the per-call fast path is tried (the plan of a
-  recent call with the same argument structure, see ``fastpath.py``) before the
-  transform's own general path (``call_general``), which records a new plan;
-* ``cache_info()``: how many calls took the general path;
-* the descriptor protocol (``__get__``), so a decorated method binds to its
-  instance as a function does (``model.method`` is a bound method of the
-  transformed function);
-* ``functools.update_wrapper`` metadata (``__name__``, ``__doc__``,
-  ``__wrapped__``…) of the wrapped function;
-* its type: ``Transformed[P, R]`` keeps the wrapped function's parameters and
-  return type for type checkers (``typing.ParamSpec``).
-
-A subclass holds what is specific to one transform: its JAX primitive, its
-prefixes and its output rule (``call_general``), and its own methods (``jit``'s
-``lower``, ``trace``, ``eval_shape``).
-
-Source: Flax NNX 0.12 ``nnx.jit``'s ``JitWrapped`` (a generic wrapper class with
-``__get__``, ``lower``, ``trace`` and ``eval_shape``) and Equinox's ``filter_jit``
-wrapper (one class per transform, typed with ``ParamSpec``); the fast path is
-described in ``guides/performance.md``.
+See ``docs/design.md``, "The five lift steps" ("One transform object").
+Source: Flax NNX 0.12 ``nnx.jit``'s ``JitWrapped``; ``typing.ParamSpec``.
 """
 
 from __future__ import annotations
@@ -47,12 +25,7 @@ _WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__", "__
 
 
 class StaticArgs:
-    """Which arguments a transform treats as compile-time constants.
-
-    Attributes:
-      argnums: positions (negative ones count from the end).
-      argnames: keyword names.
-    """
+    """Which arguments a transform treats as compile-time constants (``argnums``, ``argnames``)."""
 
     __slots__ = ("argnums", "argnames")
 
@@ -63,26 +36,12 @@ class StaticArgs:
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any], tuple[Any, ...]]:
-        """``(dynamic_args, dynamic_kwargs, statics)``; see ``calls.split_static``.
-
-        Raises:
-          TypeError: a static argument is unhashable.
-        """
+        """``(dynamic_args, dynamic_kwargs, statics)``; ``TypeError`` if a static is unhashable."""
         return split_static(args, kwargs, self.argnums, self.argnames)
 
 
 class Transformed(Generic[P, R]):
-    """A transformed function (see the module docstring).
-
-    Attributes:
-      fun: the function that was transformed (for a Module instance, its class's
-        ``__call__``; the instance is then in ``bound``).
-      bound: arguments prepended to every call (``(model,)`` for ``nnx.jit(model)``).
-      plans: the fast-path plans of this function (``fastpath.PlanCache``).
-      fast: whether calls try the fast path at all.
-      static: the static arguments, or ``None``.
-      plain: ``fast`` without bound or static arguments (see ``configured``).
-    """
+    """A transformed function: ``fun`` called with ``bound`` first, through its ``plans``."""
 
     fast: bool = True
     static: StaticArgs | None = None
@@ -97,8 +56,7 @@ class Transformed(Generic[P, R]):
         self.configured()
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Calls the transformed function: the fast path when a recent call had the
-        same argument structure, else the transform's general path."""
+        """Calls the function: the fast path if a plan matches, else the general path."""
         if self.plain:  # the common case, inline: a few attribute reads per call
             plan = self.plans.recent()
             if plan is not None:
@@ -109,8 +67,7 @@ class Transformed(Generic[P, R]):
         return general
 
     def call_with(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """``__call__`` in full: bound and static arguments, then the fast path (if
-        ``fast``), then the general path."""
+        """``__call__`` in full: bound and static arguments, the fast path, the general path."""
         if self.bound:
             args = (*self.bound, *args)
         if self.static is not None:
@@ -131,9 +88,7 @@ class Transformed(Generic[P, R]):
         return self.call_general(args, kwargs, dyn_args, dyn_kwargs, statics)
 
     def configured(self) -> None:
-        """Records whether calls need no more than the inline fast path
-        (``plain``: no bound or static arguments, fast path on); a subclass calls
-        it after setting ``fast``, ``static`` or ``bound``."""
+        """Sets ``plain``; a subclass calls it after setting ``fast``, ``static`` or ``bound``."""
         self.plain = self.fast and not self.bound and self.static is None
 
     def call_general(
@@ -144,9 +99,7 @@ class Transformed(Generic[P, R]):
         dyn_kwargs: dict[str, Any],
         statics: tuple[Any, ...],
     ) -> object:
-        """The transform's general path for one call (``args``/``kwargs`` in full,
-        ``dyn_args``/``dyn_kwargs`` without the static ones); it may call ``remember``
-        to let the next calls take the fast path."""
+        """The transform's general path for one call; it may ``remember`` a plan."""
         raise NotImplementedError
 
     def remember(
@@ -163,8 +116,7 @@ class Transformed(Generic[P, R]):
         donated: bool = False,
         auto: AutoDonation | None = None,
     ) -> None:
-        """Records the fast-path plan of a general call that kept its inputs'
-        structure (``out.inputs_kept``) on objects of the current trace."""
+        """Records the plan of a general call that kept its inputs' structure in this trace."""
         if not (self.fast and out.inputs_kept and same_trace(call)):
             return
         plan = Plan(
@@ -173,20 +125,14 @@ class Transformed(Generic[P, R]):
         self.plans.put(record_key(plan.arg_checks, statics), plan)
 
     def partial(self, *args: object) -> Transformed[..., R]:
-        """This transformed function with ``args`` bound after ``bound`` (what
-        ``nnx.cached_partial``/``nnx.jit_partial`` return). It shares the compiled
-        functions and fast-path plans of this one: argument positions (static,
-        donated) keep counting the bound arguments."""
+        """This function with ``args`` bound after ``bound``, sharing compiled code and plans."""
         bound = copy.copy(self)
         bound.bound = (*self.bound, *args)
         bound.configured()
         return bound
 
     def cache_info(self, verbose: bool = False) -> CacheInfo:
-        """``CacheInfo(general_calls, plans)``: how many calls took the general path
-        (see ``fastpath.CacheInfo``). With ``verbose=True`` it also prints the
-        generated source of each cached plan (what a repeated call runs; see
-        ``flaxgraph.transforms.explain``)."""
+        """``CacheInfo(general_calls, plans)``; ``verbose`` also prints each plan's source."""
         if verbose:
             for i, source in enumerate(self.plans.sources()):
                 print(f"# plan {i + 1} of {len(self.plans.plans)}\n{source}")
@@ -204,8 +150,7 @@ class Transformed(Generic[P, R]):
 
 
 class Wrapped(Transformed[P, R]):
-    """A transform without a fast path of its own, given as a function of the full
-    arguments (``grad``, ``remat``, ``make_jaxpr``…): ``run(*args, **kwargs)``."""
+    """A transform without a fast path, given as ``run(*args, **kwargs)`` (``grad``, ``remat``…)."""
 
     fast = False
 

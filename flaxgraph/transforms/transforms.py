@@ -1,14 +1,8 @@
 """Flax NNX's ``transforms.transforms``: the other transforms at Flax's path, and their helpers.
 
-``eval_shape``, ``checkify``, ``make_jaxpr``, ``cond`` and ``switch`` are the objects of
-``nnx.eval_shape``… (defined in ``control.py``, ``checkify.py``, ``make_jaxpr.py``).
-:func:`resolve_kwargs`, :class:`LiftedModule` and :class:`ValueMetadata` are Flax's helpers,
-written here with Flax's behaviour. The wrappers Flax builds around a user's function
-(``CheckifyFn``, the tree-mode ``Simple*`` classes) are stand-ins
-(:mod:`flaxgraph.stand_ins`).
+``CheckifyFn`` and the tree-mode ``Simple*`` classes are stand-ins (``flaxgraph.stand_ins``).
 
-Source: Flax NNX 0.12.8 ``flax.nnx.transforms.transforms`` (its module map, behaviour read
-from its public source).
+Source: Flax NNX 0.12.8 ``flax.nnx.transforms.transforms``.
 """
 
 from __future__ import annotations
@@ -72,21 +66,13 @@ def resolve_kwargs(
 ) -> object:
     """Binds a call's keyword arguments to their positions (defaults filled in).
 
-    Args:
-      fun: the function called; omit all three arguments for the decorator form, whose
-        wrapper calls the decorated function with positional arguments only.
-      args, kwargs: the call's arguments (both required when ``fun`` is given).
-
-    Returns:
-      The tuple of every argument by position (``fun``'s defaults included); or, with no
-      arguments, a decorator.
+    Returns every argument of ``fun(*args, **kwargs)`` by position; with no
+    arguments, a decorator whose wrapper calls the function positionally.
 
     Raises:
       ValueError: ``fun`` is given without ``args`` or ``kwargs``.
-      TypeError: the arguments do not fit ``fun``'s signature, or an argument (or a
-        default) can only be passed by keyword: keyword-only parameters cannot be resolved
-        to positions. A ``functools.partial`` counts as ``(*args, **kwargs)``, so any
-        keyword argument to it raises.
+      TypeError: the arguments do not fit ``fun``'s signature, or one is keyword-only
+        (any keyword argument to a ``functools.partial``).
 
     Example::
 
@@ -125,11 +111,9 @@ def resolve_kwargs(
 class LiftedModule(Module, Generic[M]):
     """Base of a Module that runs a wrapped submodule through a transform.
 
-    A subclass defines ``_submodule`` (a property: the wrapped Module) and
-    ``_call(accessor, *args, **kwargs)`` (runs the method ``accessor`` selects on it).
-    Calling the LiftedModule calls ``__call__``; ``lifted.call.method(...)`` reaches any
-    other method through a :class:`~flaxgraph.proxy_caller.CallableProxy`, through as many
-    nested LiftedModules as there are.
+    A subclass defines ``_submodule`` (a property) and ``_call(accessor, *args,
+    **kwargs)``; ``lifted.call.method(...)`` reaches any method of the innermost
+    submodule through a ``CallableProxy``.
     """
 
     def _call(self, accessor: DelayedAccessor, *args: object, **kwargs: object) -> object:
@@ -159,8 +143,7 @@ class LiftedModule(Module, Generic[M]):
 
 @dataclasses.dataclass(frozen=True)
 class ValueMetadata:
-    """A Variable's type, value and metadata as a pytree whose one leaf is ``value``
-    (metadata items, sorted, and the type are static)."""
+    """A Variable's type, value and metadata as a pytree whose one leaf is ``value``."""
 
     var_type: type[Variable[object]]
     value: object

@@ -1,15 +1,4 @@
-"""One lifted call for transforms without prefixes: ``make_jaxpr``, ``checkify``,
-``transform_metadata``.
-
-These transforms treat every leaf alike (there is no ``in_axes``-like prefix), so
-they share one small use of the lifting machine (``lift.py``), the one
-``eval_shape`` in ``control.py`` makes: split the inputs (step 1), run a pure
-function of ``(AuxValue, values)`` under the JAX transform (steps 2 to 4), then
-write the updates back and build the output (step 5).
-
-This file is also the one place where these transforms hand their traversal
-mode (``graph=``/``graph_updates=``, resolved with ``flaxgraph.modes.resolve``)
-to the lifting machine: see ``LiftedCall.__init__`` and ``LiftedCall.split``.
+"""One lifted call for transforms without prefixes (``make_jaxpr``, ``checkify``…).
 
 Source: the "JAX-style NNX Transforms" FLIP flax#4107.
 """
@@ -39,17 +28,7 @@ def _never(a: object, b: object) -> bool:
 
 
 class LiftedCall:
-    """Steps 1, 3-4 and 5 of one transform of ``f`` whose JAX transform sees the
-    inputs as groups of leaves (one group per distinct prefix; a single group for
-    the prefix-less transforms).
-
-    Attributes:
-      f: the user's function (unbound).
-      mode: the resolved traversal mode of the transform.
-      in_spec: what counts as a prefix of the inputs (default: only ``None``).
-      keys: the groups' prefixes (inputs and outputs).
-      inner: steps 3-4 (``lift.Inner``).
-    """
+    """Steps 1, 3-4 and 5 of one transform of ``f`` whose JAX transform sees groups of leaves."""
 
     __slots__ = ("f", "mode", "in_spec", "keys", "inner")
 
@@ -81,15 +60,7 @@ class LiftedCall:
     def split(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], in_prefix: object = (None, None)
     ) -> tuple[Call, AuxValue[Any], tuple[list[Any], ...]]:
-        """Step 1: ``(call, static, groups)``; ``pure(static, groups)`` runs the call.
-
-        ``in_prefix`` is the ``(args, kwargs)`` prefix pair; it is applied to the
-        inputs on the way out too.
-
-        Raises:
-          PrefixError, SharedReferenceError, InconsistentAliasingError (all
-            ``ValueError``): see ``lift.split_inputs``.
-        """
+        """Step 1: ``(call, static, groups)``; raises as ``lift.split_inputs`` does."""
         call = split_inputs(args, kwargs, in_prefix, self.in_spec, self.mode)
         slots, groups = call.groups(self.keys)
         return (
@@ -101,8 +72,7 @@ class LiftedCall:
     def pure(
         self, static: AuxValue[Any], groups: Sequence[list[Any]], out_prefix: object = None
     ) -> tuple[AuxValue[Any], tuple[list[Any], ...]]:
-        """Steps 3-4 as a function of arrays: merge, call ``f``, re-split with
-        ``out_prefix`` over the output. Returns ``(AuxValue(OutStatic), out groups)``."""
+        """Steps 3-4 as a function of arrays: ``(AuxValue(OutStatic), out groups)``."""
         in_static: InStatic[Any] = static.value
         in_prefixes = [self.keys[g] for g in in_static.slots.groups]
         _, out_static, out_groups = self.inner.run(

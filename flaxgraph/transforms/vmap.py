@@ -1,26 +1,8 @@
 """``vmap`` and ``pmap`` over objects, with ``StateAxes`` and axis metadata.
 
-In ``in_axes``/``out_axes`` an object behaves like a pytree of its arrays: an int
-maps all of its state on that axis, ``None`` broadcasts it, and
-``StateAxes({filter: axis, ...})`` gives each sub-state its own axis. Objects may
-be outputs (e.g. ``vmap`` over an initializer builds a stack of weights), and
-every change made inside comes back to the caller's objects.
-
-Axis metadata: every mapped Variable has the mapped axis removed from its
-metadata on the way in and added back on the way out
-(``flaxgraph/variablelib/axes.py``: the sharding names and the other per-axis
-metadata named in ``transform_metadata`` follow, then the Variable's
-``remove_axis(axis, partition_name)``/``add_axis`` hooks run), so inside the
-transform a Variable's ``sharding`` names match its value's rank. The name inserted on the way out is
-``transform_metadata[nnx.PARTITION_NAME]``. Without a partition name in
-``transform_metadata`` the stacked axis gets ``None`` in the sharding names
-(Flax leaves them alone, one entry short: flax#5112), so they always have the
-array's rank and an optimizer, ``get_partition_spec`` or eager sharding of the
-stacked model just work.
-
-Source: ``jax.vmap``/``jax.pmap``; StateAxes per the "JAX-style NNX Transforms" FLIP flax#4107
-and Flax NNX's "Transformations" guide; axis metadata per the "Axis Metadata" FLIP flax#2434 and
-Flax NNX's "Transformations" guide ("Axis metadata").
+See ``docs/design.md``, "Axis metadata".
+Source: ``jax.vmap``, ``jax.pmap``; the "JAX-style NNX Transforms" FLIP flax#4107 and
+Flax NNX's "Transformations" guide; the "Axis Metadata" FLIP flax#2434.
 """
 
 from __future__ import annotations
@@ -100,10 +82,7 @@ def args_prefix(in_axes: object, n_args: int, name: str = "in_axes") -> object:
 
 
 class AxisHooks:
-    """The metadata hooks of one mapped call. As in Flax, they act only when
-    ``transform_metadata`` names a partition (``nnx.PARTITION_NAME``, possibly
-    ``None``): without one, the Variables' metadata is left to the user (e.g. to
-    ``nnx.transform_metadata`` inside the function)."""
+    """The metadata hooks of one mapped call (active if ``transform_metadata`` has a partition)."""
 
     def __init__(self, transform_metadata: Mapping[str, Any]):
         self.params = dict(transform_metadata)
@@ -126,19 +105,7 @@ class AxisHooks:
 
 
 class Mapped(Transformed[P, R]):
-    """What ``nnx.vmap`` and ``nnx.pmap`` return (they share everything but the JAX
-    transform, ``jax_map``).
-
-    Eager ``vmap`` traces on every call and caches nothing, so groups broadcast to
-    every instance (axis ``None``) travel by closure instead of through
-    ``jax.vmap``, which then handles the mapped arrays only; such calls take the
-    fast path. ``pmap`` compiles and caches: everything is passed.
-
-    Attributes:
-      fun: the function mapped.
-      in_axes, out_axes, transform_metadata: as given to the transform.
-      mode: the traversal mode.
-    """
+    """What ``nnx.vmap`` and ``nnx.pmap`` return (eager ``vmap``: broadcast groups by closure)."""
 
     def __init__(
         self,
@@ -222,8 +189,7 @@ class Mapped(Transformed[P, R]):
     def pure(
         self, closed: Sequence[Any] | None, static: AuxValue[Any], *boxed: tuple[list[Any]]
     ) -> Any:
-        """The function ``jax_map`` maps: merges the groups of arrays into objects,
-        moves the axis metadata, calls ``fun`` and re-splits the result."""
+        """The function ``jax_map`` maps: merge, move the axis metadata, call ``fun``, split."""
         passed = iter(boxed)
         groups = [closed[i] if closed is not None and c else next(passed)[0]
                   for i, c in enumerate(self.closed_groups)]  # fmt: skip
@@ -264,8 +230,7 @@ class Mapped(Transformed[P, R]):
         return AuxValue(out_static), out_groups
 
     def pure_closed(self, *boxed: tuple[list[Any]]) -> object:
-        """``pure`` for eager ``vmap``: the structure and broadcast groups come from
-        ``current`` (set by ``run_mapped``), the OutStatic goes back there."""
+        """``pure`` for eager ``vmap``, reading and leaving its statics on ``current``."""
         current = self.current
         out, out_groups = self.pure(current.closed, current.static, *boxed)
         current.out = out
@@ -369,9 +334,7 @@ _BATCHED = re.compile(
 def _batched_broadcast_error(
     error: ValueError, out_static: OutStatic | None, name: str
 ) -> ValueError | None:
-    """JAX names a leaf that comes back batched where its axis is ``None`` by its
-    place among flaxgraph's groups (``out_axes[g][i]``); this error names its path
-    (``args[0]['broadcast']``) instead, and says why and what to do."""
+    """JAX's "batched where the axis is None" error, naming the leaf's path."""
     match = _BATCHED.search(str(error))
     if match is None or not isinstance(out_static, OutStatic):
         return None
@@ -395,11 +358,7 @@ def _batched_broadcast_error(
 
 
 class _CallPrefix:
-    """The per-argument ``in_axes`` of one call, as static data of the mapped function.
-
-    It is ``in_axes`` itself (fixed per transform) for a given number of positional
-    arguments, so that number is its identity: a prefix may hold unhashable values
-    (``nnx.prefix`` results), and jax.pmap hashes its static arguments."""
+    """One call's per-argument ``in_axes`` as static data, hashed by its argument count."""
 
     __slots__ = ("n_args", "prefix")
 
@@ -414,8 +373,7 @@ class _CallPrefix:
 
 
 def _shift_axes(in_axes: object, n_bound: int) -> object:
-    """With a bound instance (``nnx.vmap(model)``), an ``in_axes`` tuple covers the
-    user's arguments only; the instance itself is mapped on axis 0."""
+    """With a bound instance, ``in_axes`` gets axis 0 for the instance in front."""
     if n_bound and isinstance(in_axes, (tuple, list)):
         return (0, *in_axes)
     return in_axes
@@ -466,47 +424,35 @@ def vmap(
     """``jax.vmap`` for functions of objects.
 
     Args:
-      f: the function (or method: ``@nnx.vmap def __init__(self, seed)`` builds a
-        stack of weights in ``self``).
+      f: the function (or method: ``@nnx.vmap`` on ``__init__`` builds a stack of
+        weights in ``self``).
       in_axes: an int, ``None``, or one entry per positional argument; at an
         object, an int/None for all its state, ``StateAxes({filter: axis})``, or a
-        per-Variable prefix matched by path: ``nnx.prefix(obj, {filter: axis})`` (a
-        ``NodeStates`` in graph mode, a prefix-valued copy of the object in tree
-        mode) or a ``State`` of axes. Keyword arguments are mapped on axis 0, as in
-        JAX; when ``in_axes`` has more entries than positional arguments, keyword
-        arguments are first bound to their positions (defaults filled in), as in
-        Flax NNX 0.12.
-      out_axes: the same over the output (and objects in it).
+        per-Variable prefix matched by path (``nnx.prefix(obj, {filter: axis})`` or
+        a ``State`` of axes). Keyword arguments are mapped on axis 0, or bound to
+        their positions when ``in_axes`` has entries for them.
+      out_axes: the same over the output.
       axis_name, axis_size, spmd_axis_name: as in ``jax.vmap``; ``axis_size`` is
-        required when nothing is mapped (e.g. vmapping an initializer with no
-        arguments).
-      transform_metadata: parameters for the Variables' ``add_axis``/``remove_axis``
+        required when nothing is mapped.
+      transform_metadata: parameters of the Variables' ``add_axis``/``remove_axis``
         hooks, e.g. ``{nnx.PARTITION_NAME: 'batch'}``.
-      graph, graph_updates: the traversal mode (see ``jit`` and ``flaxgraph.modes``);
-        ``StateAxes`` needs the default graph mode with graph updates.
+      graph, graph_updates: the traversal mode (see ``jit``); ``StateAxes`` needs
+        graph updates.
 
     Returns:
-      The vectorized function (a ``Mapped``; given no ``f``, a decorator making
-      one); changes made to the arguments' objects are written
-      back (with the mapped axis), outputs aliasing inputs are the caller's objects.
-      Repeated calls on the same objects take a fast path (``guides/performance.md``);
-      its ``cache_info()`` tells how many calls took the general path instead.
+      The vectorized function (a ``Mapped``; given no ``f``, a decorator). Changes
+      to the arguments' objects are written back; outputs aliasing inputs are the
+      caller's objects; ``cache_info()`` as ``jit``'s.
 
     Raises:
-      InconsistentAliasingError (``ValueError``): one object gets different axes
-        along different paths (inputs or outputs); the message lists every path.
-      PrefixError (``ValueError``): ``in_axes``/``out_axes`` do not fit the
-        arguments (e.g. ``StateAxes`` given for a tuple).
-      ValueError: when created, ``in_axes``/``out_axes`` hold a Variable, a graph
-        node in graph mode, or a lift type without graph updates; when called, a
-        value broadcast with axis ``None`` came back batched (the message names its
-        path), or ``in_axes`` does not have one entry per positional argument; the
-        mapped arrays' sizes disagree or an axis does not fit an array's rank (JAX's
-        error, rewritten to name each input's path and size:
-        ``transforms/jax_errors.py``).
+      InconsistentAliasingError (``ValueError``): one object gets different axes.
+      PrefixError (``ValueError``): ``in_axes``/``out_axes`` do not fit the arguments.
+      ValueError: when created, the axes hold a Variable, a graph node (graph
+        mode), or a lift type without graph updates; when called, a broadcast value came back
+        batched, or the entries, sizes or ranks do not fit (naming each path).
       TraceContextError (``ValueError``): a captured object is mutated or returned.
 
-    Example (from Flax NNX's "Transformations" guide)::
+    Example::
 
       >>> import jax, jax.numpy as jnp, flaxgraph as nnx
       >>> class Weights(nnx.Module):
@@ -516,9 +462,6 @@ def vmap(
       >>> x = jnp.ones((10, 2))
       >>> nnx.vmap(lambda w, x: x @ w.kernel + w.bias, in_axes=0, out_axes=1)(weights, x).shape
       (3, 10)
-
-    Source: ``jax.vmap``; the "JAX-style NNX Transforms" FLIP flax#4107;
-    Flax NNX's "Transformations" guide.
     """
     make = functools.partial(
         _mapped,
@@ -550,18 +493,17 @@ def pmap(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Callable[..., Any]:
-    """``jax.pmap`` for functions of objects (see ``vmap``; the mapped axis runs on
-    devices).
+    """``jax.pmap`` for functions of objects (see ``vmap``; the mapped axis runs on devices).
 
     Args:
       f: the function.
       axis_name, in_axes, out_axes, devices, backend, axis_size: as in ``jax.pmap``.
-      static_broadcasted_argnums: arguments that are compile-time constants; they
-        must be hashable and contain no objects.
+      static_broadcasted_argnums: compile-time constant arguments (hashable, no objects).
       donate_argnums: arguments whose buffers may be reused.
       transform_metadata, graph, graph_updates: as in ``vmap``.
 
-    Source: ``jax.pmap``.
+    Returns:
+      The mapped function (a ``StaticPmapped`` with static arguments, else a ``Mapped``).
     """
     mode = resolve(graph, graph_updates)
     statics = normalize_argnums(static_broadcasted_argnums)
@@ -613,15 +555,7 @@ def _pmap_static(
 
 
 class StaticPmapped(Transformed[P, R]):
-    """What ``nnx.pmap`` returns with ``static_broadcasted_argnums``: one ``Mapped``
-    per distinct value of the static arguments (``jax.pmap`` compiles one function
-    per static value too), each with its own fast path; ``cache_info()`` adds up
-    theirs.
-
-    Attributes:
-      statics: the static argument positions (negative ones count from the end).
-      by_static: the ``Mapped`` of each static value seen.
-    """
+    """What ``nnx.pmap`` returns with static arguments: a ``Mapped`` per value (``by_static``)."""
 
     fast = False
 
@@ -655,8 +589,7 @@ class StaticPmapped(Transformed[P, R]):
         return typed
 
     def for_static(self, pos: list[int], key: tuple[Any, ...]) -> Mapped[Any, Any]:
-        """The ``Mapped`` of the function with the static arguments at ``pos`` set to
-        ``key``."""
+        """The ``Mapped`` of the function with the arguments at ``pos`` set to ``key``."""
         f = self.fun
 
         def with_statics(*dyn: Any, **kw: Any) -> object:
@@ -681,7 +614,6 @@ class StaticPmapped(Transformed[P, R]):
         )
 
     def cache_info(self, verbose: bool = False) -> CacheInfo:
-        """``CacheInfo(general_calls, plans)`` summed over the static values seen
-        (``verbose``: each one's plans printed, see ``Transformed.cache_info``)."""
+        """``CacheInfo(general_calls, plans)`` summed over the static values seen."""
         infos = [m.cache_info(verbose) for m in self.by_static.values()]
         return CacheInfo(sum(i.general_calls for i in infos), sum(i.plans for i in infos))
