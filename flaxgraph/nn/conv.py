@@ -111,8 +111,8 @@ def _padding_pairs(padding: PaddingLike, rank: int) -> Padding:
 def conv_dimension_numbers(input_shape: Sequence[int]) -> lax.ConvDimensionNumbers:
     """The dimension numbers of a channels-last convolution of inputs ``(batch, *spatial, features)``.
 
-      >>> conv_dimension_numbers((8, 5, 5, 3)).lhs_spec
-      (0, 3, 1, 2)
+    >>> conv_dimension_numbers((8, 5, 5, 3)).lhs_spec
+    (0, 3, 1, 2)
     """
     return _dimension_numbers(len(input_shape) - 2)
 
