@@ -410,7 +410,7 @@ class SimpleCell(RNNCellBase):
         recurrent_kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
         bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
-        # the recurrent kernel is drawn first, as in Flax NNX (same seed, same Params)
+        # the recurrent kernel is drawn first, as in Flax NNX (same key, same Params)
         self.dense_h = Linear(
             hidden_features,
             hidden_features,
