@@ -1,9 +1,4 @@
-"""Shared helpers of the training objects: a model's ``wrt`` sub-state as a pure
-pytree, path checks with messages that name every mismatching path, and Variables
-that mirror a parameter's metadata.
-
-Private: ``Optimizer`` and ``EMA`` use these; nothing here is public API.
-"""
+"""Shared private helpers of ``Optimizer`` and ``EMA``: ``wrt`` sub-states, path checks, mirror Variables."""
 
 from __future__ import annotations
 
@@ -46,11 +41,10 @@ def filter_str(wrt: Any) -> str:
 
 
 def wrt_pairs(model: Any, wrt: Any, graph: bool | None = None) -> Pairs:
-    """``(path, leaf)`` of ``model``'s sub-state selected by ``wrt``, in walk order
-    (``graph=False``: walked in tree mode, a shared Variable is an error).
+    """``(path, leaf)`` of ``model``'s ``wrt`` sub-state, in walk order (tree mode with ``graph=False``).
 
     Raises:
-      TypeError: ``model`` is itself a single Variable or array (no paths).
+      TypeError: ``model`` is a single Variable or array.
       SharedReferenceError: tree mode and a Variable reachable twice.
     """
     selected = graph_state(model, wrt, graph=graph)
@@ -68,15 +62,12 @@ def raw(leaf: Any) -> Any:
 
 
 def pure_state(paths: Sequence[PathParts], values: Sequence[Any]) -> State:
-    """A State of raw values at ``paths`` (in that order: equal paths give equal
-    pytree structures)."""
+    """A State of raw values at ``paths``, in that order."""
     return State.from_flat_path(zip(paths, values))
 
 
 def as_flat(tree: Any, what: str, wrt: Any = None) -> dict[PathParts, Any]:
-    """``{path: leaf}`` of a State or nested mapping (e.g. the grads of ``nnx.grad``),
-    or, given ``wrt``, of the ``wrt`` sub-state of a model-shaped graph node (the
-    grads of ``nnx.grad(..., graph=False)`` come back as a copy of the model).
+    """``{path: leaf}`` of a State or mapping, or, given ``wrt``, of a model-shaped node's ``wrt`` sub-state.
 
     Raises:
       TypeError: ``tree`` is not a State, mapping or (with ``wrt``) graph node.
@@ -103,9 +94,8 @@ def values_at(
     """The raw values of ``given`` at ``paths``, in that order.
 
     Raises:
-      GraphStructureError (a ``ValueError``): ``given`` lacks some of ``paths`` or has
-        others; the message starts with ``header``, lists both sets of paths, then
-        the numbered ``fixes``.
+      GraphStructureError (a ``ValueError``): ``given`` lacks some paths or has others
+        (``header``, both path sets, then the numbered ``fixes``).
     """
     if len(given) == len(paths):
         try:
@@ -130,12 +120,9 @@ def _listing(paths: list[str]) -> str:
 
 
 def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:
-    """``tree`` with every array leaf that is the same object as an earlier leaf, or
-    as one of ``others``, replaced by a copy.
+    """``tree`` with each array leaf already seen (or in ``others``) replaced by a copy.
 
-    ``jit`` with donation refuses two arguments backed by one buffer, so state kept
-    next to a model (an optax state that stores the parameters, an EMA's initial
-    average) must not share the model's arrays.
+    ``jit`` with donation refuses two arguments backed by one buffer.
     """
     seen = {id(x) for x in others}
 
@@ -149,17 +136,10 @@ def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:
 
 
 def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
-    """A ``kind`` Variable holding ``value`` with the metadata of ``source`` (the
-    parameter it mirrors) plus ``source_type``, the parameter's kind; the value is
-    placed by its sharding names as a new Variable's is (eager sharding).
+    """A ``kind`` Variable holding ``value`` with ``source``'s metadata plus ``source_type``, placed by its sharding.
 
-    A parameter's ``optimizer_sharding`` metadata, when present, becomes the
-    mirror's ``out_sharding`` instead of the parameter's own names (optimizer
-    state sharded differently from the parameters, e.g. ZeRO-style).
-
-    Sharding names are copied only when ``value`` has the parameter's shape (a
-    factored optimizer state such as adafactor's row statistics has another rank,
-    and the parameter's names would not fit it).
+    ``optimizer_sharding`` becomes ``out_sharding``; sharding names are copied only when the
+    shapes match (factored states).
     """
     if not is_variable(source):
         return kind(value)
@@ -181,12 +161,7 @@ def wrap_mirroring(
     kind: type[Variable[Any]],
     other: type[Variable[Any]],
 ) -> Any:
-    """Wraps every leaf of ``tree`` (e.g. an optax state) in a Variable.
-
-    Each sub-tree with the structure of ``params`` (optax's moments mirror the
-    parameters) has its leaves wrapped by ``mirror(kind, leaf, source)``, pairing
-    them with ``sources`` in order; every other leaf becomes ``other(leaf)``.
-    """
+    """Wraps each leaf of ``tree``: sub-trees shaped like ``params`` by ``mirror``, others by ``other``."""
     treedef: Any = jax.tree.structure(params)  # a PyTreeDef (jaxlib ships no stub for it)
 
     def like_params(x: Any) -> bool:
@@ -209,12 +184,10 @@ def unbox(tree: Any) -> Any:
 
 
 def write_leaves(tree: Any, new: Any, what: str) -> None:
-    """Sets, in place, the Variables of ``tree`` to the leaves of ``new``, which has
-    the structure of ``unbox(tree)``.
+    """Sets ``tree``'s Variables to the leaves of ``new`` (``unbox(tree)``'s structure), in place.
 
     Raises:
-      ValueError: ``new`` has another structure (e.g. a transformation changed the
-        shape of its state); the message shows both.
+      ValueError: ``new`` has another structure (the message shows both).
     """
     treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     variables, treedef = jax.tree.flatten(tree, is_leaf=is_variable)
