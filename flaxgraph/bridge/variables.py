@@ -1,24 +1,9 @@
 """Variables across the Linen boundary: collections, metadata boxes, ``NNXMeta``.
 
-Linen keeps variables in a dict of *collections* (``{'params': {...},
-'batch_stats': {...}}``) whose leaves are arrays or axis-metadata boxes
-(``nn.Partitioned``, ``nn.LogicallyPartitioned``); flaxgraph keeps them as typed
-``Variable`` objects with metadata. This file converts between the two, leaf by
-leaf and path for path:
+See the package README, "Variables across the boundary".
 
-* a collection name gives the Variable kind (``'params'`` -> ``Param``, others via
-  ``nnx.variable_type_from_name(name, allow_register=True)``) and back;
-* a Linen box becomes a Variable with the box's metadata (``names`` ->
-  ``out_sharding``, ``rules`` -> ``sharding_rules``) and remembers the box type, so
-  the box comes back intact;
-* a Variable with metadata of its own becomes an ``NNXMeta`` box on the Linen side.
-  ``NNXMeta.add_axis``/``remove_axis`` insert and remove the axis name in its
-  sharding metadata, so Linen's lifted ``nn.scan``/``nn.vmap`` with
-  ``metadata_params={nn.PARTITION_NAME: 'layers'}`` keep the names in step with
-  the stacked value (Flax 0.12.8's ``NNXMeta`` leaves them unchanged there).
-
-Source: Flax NNX 0.12 ``flax.nnx.bridge.variables`` (names and behaviour);
-the "Axis Metadata" FLIP flax#2434 (the box protocol).
+Source: Flax NNX 0.12 ``flax.nnx.bridge.variables`` (names and behaviour); the "Axis
+Metadata" FLIP flax#2434 (the box protocol).
 """
 
 from __future__ import annotations
@@ -52,8 +37,7 @@ __all__ = [
 
 
 def sort_variable_types(types: Iterable[type]) -> list[type]:
-    """Variable kinds sorted most-derived first (a subclass before its bases), so a
-    first-match lookup picks the most specific kind."""
+    """Variable kinds sorted most-derived first, so a first-match lookup picks the most specific."""
     depth = {t: sum(issubclass(p, Variable) for p in t.mro()) for t in types}
     return sorted(depth, key=lambda t: -depth[t])
 
@@ -66,20 +50,10 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
       value: the array (the box's only pytree leaf).
       metadata: the Variable's metadata (e.g. ``{'out_sharding': ('in', 'out')}``), static.
 
-    ``add_axis(i, {nn.PARTITION_NAME: 'layers'})`` returns a box whose sharding
-    names (``out_sharding``; a ``sharding``/``sharding_names`` entry is renamed to
-    it, as a Variable stores it) have ``'layers'``
-    inserted at ``i``; ``remove_axis`` is its inverse.
-
-    Example::
-
       >>> import jax.numpy as jnp, flaxgraph as nnx
       >>> box = nnx.bridge.NNXMeta(nnx.Param, jnp.ones((2, 3)), {'out_sharding': ('a', 'b')})
       >>> box.add_axis(0, {'partition_name': 'layers'}).metadata['out_sharding']
       ('layers', 'a', 'b')
-
-    Source: Flax NNX 0.12 ``nnx.bridge.NNXMeta`` (its ``add_axis``/``remove_axis``
-    do the axis bookkeeping here).
     """
 
     var_type: type[Variable[Any]] = struct.field(pytree_node=False)
@@ -101,8 +75,7 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
         return self.replace(metadata=metadata)
 
     def add_axis(self, index: int, params: dict[Any, Any]) -> NNXMeta[A]:
-        """The box with ``params[nn.PARTITION_NAME]`` (or ``None``) inserted at
-        ``index`` in its sharding names."""
+        """The box with ``params[nn.PARTITION_NAME]`` (or ``None``) inserted at ``index`` in its sharding names."""
         return self._moved_axis(index, params, add=True)
 
     def remove_axis(self, index: int, params: dict[Any, Any]) -> NNXMeta[A]:
@@ -119,8 +92,7 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
 
 
 def is_vanilla_variable(var: Variable[Any]) -> bool:
-    """True when ``var`` has no metadata beyond the construction flags (and empty
-    ``*_hooks``): Linen then holds its bare value."""
+    """True when ``var`` has no metadata beyond the construction flags: Linen then holds its bare value."""
     for key, value in var.get_metadata(exclude_required=True).items():
         if key in FLAG_KEYS or (key.endswith("_hooks") and value == ()):
             continue
@@ -129,12 +101,7 @@ def is_vanilla_variable(var: Variable[Any]) -> bool:
 
 
 def to_linen_var(var: Variable[Any]) -> Any:
-    """The Linen leaf of a Variable: its Linen box type rebuilt when it came from one
-    (``linen_meta_type`` metadata), else the bare value for a Variable without
-    metadata, else an ``NNXMeta`` box.
-
-    Source: Flax NNX 0.12 ``bridge.variables.to_linen_var``.
-    """
+    """The Linen leaf of a Variable: its original Linen box, else the bare value, else an ``NNXMeta``."""
     metadata = var.get_metadata(exclude_required=True)
     box_type = metadata.pop("linen_meta_type", None)
     if box_type is not None:
@@ -147,24 +114,10 @@ def to_linen_var(var: Variable[Any]) -> Any:
 
 
 def get_col_name(keypath: Sequence[Any]) -> str:
-    """The Linen collection name at the head of a Linen variable's key path
-    (``jax.tree_util`` path of a ``{collection: {...}}`` tree).
-
-    Args:
-      keypath: a key path whose first entry is a ``jax.tree_util.DictKey``.
-
-    Returns:
-      ``str(keypath[0].key)``, e.g. ``'params'``.
+    """The collection name at the head of a Linen variable's key path: ``str(keypath[0].key)``.
 
     Raises:
-      TypeError: the first entry is not a ``DictKey``.
-
-    Example::
-
-      >>> import jax
-      >>> path, _ = jax.tree_util.tree_flatten_with_path({'params': {'w': 1}})[0][0]
-      >>> get_col_name(path)
-      'params'
+      TypeError: the first entry is not a ``jax.tree_util.DictKey``.
     """
     if not isinstance(keypath[0], jax.tree_util.DictKey):
         raise TypeError(f"get_col_name: the key path must start with a DictKey, got {keypath[0]!r}")
@@ -176,8 +129,6 @@ def to_nnx_var(col: str, x: Any) -> Variable[Any]:
 
     Raises:
       TypeError: ``x`` is an ``NNXMeta`` of another kind than the collection's.
-
-    Source: Flax NNX 0.12 ``bridge.variables.to_nnx_var``.
     """
     kind = variable_type_from_name(col, allow_register=True)
     if isinstance(x, NNXMeta):
@@ -198,8 +149,7 @@ def to_nnx_var(col: str, x: Any) -> Variable[Any]:
 
 
 def linen_vars_to_nnx_attrs(variables: Mapping[str, Any]) -> dict[str, Any]:
-    """Linen variables (``{collection: nested dict}``) as one nested dict of Variables
-    keyed by path (the collection level removed).
+    """Linen variables ``{collection: nested dict}`` as one nested dict of Variables by path.
 
     Raises:
       ValueError: two collections hold a variable at the same path.
@@ -258,9 +208,7 @@ def with_partitioning(
     names: tuple[Any, ...],
     mesh: jax.sharding.Mesh | None = None,
 ) -> Callable[..., Any]:
-    """An initializer wrapper for bridge modules: like ``nn.with_partitioning``, the
-    result is an ``nn.Partitioned`` box on the Linen side (``variables['params']``)
-    and a Variable with ``out_sharding=names`` on the flaxgraph side.
+    """An initializer wrapper: an ``nn.Partitioned`` box on the Linen side, ``out_sharding=names`` on flaxgraph's.
 
     Args:
       fn: an initializer ``(key, shape, dtype) -> array``.
@@ -268,17 +216,13 @@ def with_partitioning(
       mesh: an optional mesh to place the value on at creation.
 
     Returns:
-      An initializer returning an ``nnx.VariableMetadata`` box that carries the names
-      and ``linen_meta_type=nn.Partitioned``.
-
-    Example::
+      An initializer returning an ``nnx.VariableMetadata`` box with the names and
+      ``linen_meta_type=nn.Partitioned``.
 
       >>> import jax, flaxgraph as nnx
       >>> init = nnx.bridge.with_partitioning(jax.nn.initializers.ones, ('in', 'out'))
       >>> nnx.Param(init(jax.random.key(0), (2, 3))).out_sharding
       ('in', 'out')
-
-    Source: Flax NNX 0.12 ``nnx.bridge.with_partitioning``.
     """
     metadata: dict[str, Any] = {"out_sharding": tuple(names), "linen_meta_type": meta.Partitioned}
     if mesh is not None:
