@@ -6,11 +6,6 @@ feature_group_count, out_features)``. Padding is ``'SAME'``, ``'VALID'``,
 ``'CIRCULAR'`` (periodic), ``'CAUSAL'`` (1-D, all on the left), an int ``p``, a
 sequence of ints, or of ``(low, high)`` pairs.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> conv = nnx.Conv(3, 8, kernel_size=(3, 3), rngs=nnx.Rngs(0))
-  >>> conv.kernel.shape, conv(jnp.ones((2, 16, 16, 3))).shape
-  ((3, 3, 3, 8), (2, 16, 16, 8))
-
 Source: Flax NNX ``nnx.Conv``/``nnx.ConvTranspose``/``canonicalize_padding`` (0.12):
 signatures and behaviour; ``jax.lax.conv_general_dilated``, ``jax.lax.conv_transpose``.
 """

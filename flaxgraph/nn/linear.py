@@ -1,17 +1,11 @@
 """Linear layers: ``Linear``, ``LinearGeneral`` and ``Einsum``.
 
-Each multiplies its inputs by a ``kernel`` Param (``jax.lax.dot_general`` /
-``jnp.einsum``) and adds an optional ``bias``. As Flax's module, it also gives
-``Conv``, ``ConvTranspose``, ``canonicalize_padding`` (from ``conv``), ``Embed``,
-``default_embed_init`` (from ``embed``) and the type names ``Array``, ``Axis``, ``Size``.
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> layer = nnx.nn.Linear(3, 4, rngs=nnx.Rngs(0))
-  >>> layer.kernel.shape, layer.bias.shape, layer(jnp.ones((2, 3))).shape
-  ((3, 4), (4,), (2, 4))
+As Flax's module, it also gives ``Conv``, ``ConvTranspose``, ``canonicalize_padding``
+(from ``conv``), ``Embed``, ``default_embed_init`` (from ``embed``) and the type names
+``Array``, ``Axis``, ``Size``.
 
 Source: Flax NNX ``nnx.Linear``, ``nnx.LinearGeneral``, ``nnx.Einsum`` (0.12):
-signatures and behaviour.
+signatures and behaviour; ``jax.lax.dot_general``, ``jnp.einsum``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Running a recurrent cell over a sequence: ``RNN`` and ``Bidirectional``.
 
-See the package README, "Recurrent layers".
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> rnn = nnx.RNN(nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0)))
-  >>> rnn(jnp.ones((2, 7, 3))).shape          # (batch, time, features)
-  (2, 7, 5)
-
-Source: Flax NNX ``nnx.RNN``, ``nnx.Bidirectional``, ``RNNBase``, ``flip_sequences``
-(0.12): signatures and behaviour; ``jax.lax.scan`` through ``nnx.scan``.
+See the package README, "Recurrent layers". Source: Flax NNX ``nnx.RNN``,
+``nnx.Bidirectional``, ``RNNBase``, ``flip_sequences`` (0.12); ``jax.lax.scan`` through
+``nnx.scan``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """EMA: an exponential moving average of Variables, as a Pytree.
 
-``ema.update(new)`` moves the average towards ``new``'s values:
-``average <- decay * average + (1 - decay) * value``. See the package README, "EMA".
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> class Model(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.zeros(2))
-  >>> model = Model()
-  >>> ema = nnx.EMA(model, decay=0.5)
-  >>> ema_model = ema.apply_to(model)
-  >>> model.w.value = jnp.ones(2)
-  >>> ema.update(model)
-  >>> ema.params['w'].value, ema_model.w.value
-  (Array([0.5, 0.5], dtype=float32), Array([0.5, 0.5], dtype=float32))
-
-Source: Flax NNX ``nnx.EMA`` (0.12.8: ``EMA(params, decay, *, only=...)``, ``params``,
-``update``, ``apply_to``); optax's ``incremental_update`` (Polyak-Ruppert averaging).
+See the package README, "EMA". Source: Flax NNX ``nnx.EMA`` (0.12.8: ``EMA(params,
+decay, *, only=...)``, ``params``, ``update``, ``apply_to``); optax's
+``incremental_update`` (Polyak-Ruppert averaging).
 """
 
 from __future__ import annotations
@@ -177,6 +163,18 @@ class EMA(Pytree):
         Raises:
           GraphStructureError (a ``ValueError``): the Variables of ``model`` selected by
             ``only`` are not at the averages' paths.
+
+          >>> import jax.numpy as jnp, flaxgraph as nnx
+          >>> class Model(nnx.Module):
+          ...   def __init__(self):
+          ...     self.w = nnx.Param(jnp.zeros(2))
+          >>> model = Model()
+          >>> ema = nnx.EMA(model, decay=0.5)
+          >>> ema_model = ema.apply_to(model)
+          >>> model.w.value = jnp.ones(2)
+          >>> ema.update(model)
+          >>> ema_model.w.value
+          Array([0.5, 0.5], dtype=float32)
         """
         self._values_of(model, "apply_to")
         averages = dict(self.params.flat_state())

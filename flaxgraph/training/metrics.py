@@ -4,16 +4,6 @@ A metric accumulates with ``update(**kwargs)`` (ignoring keywords it does not us
 reports with ``compute()`` and starts over with ``reset()``. See the package README,
 "Metrics".
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> metrics = nnx.MultiMetric(
-  ...     accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average('loss'))
-  >>> @nnx.jit
-  ... def eval_step(metrics, logits, labels, loss):
-  ...   metrics.update(logits=logits, labels=labels, loss=loss)
-  >>> eval_step(metrics, jnp.array([[0.1, 0.9], [0.8, 0.2]]), jnp.array([1, 1]), 0.5)
-  >>> {k: float(v) for k, v in metrics.compute().items()}
-  {'accuracy': 0.5, 'loss': 0.5}
-
 Source: Flax NNX ``nnx.metrics`` (``Metric``, ``MetricState``, ``Average``, ``Welford``,
 ``Statistics``, ``Accuracy``, ``MultiMetric``; 0.12); T. Chan, G. Golub, R. LeVeque,
 "Updating formulae and a pairwise algorithm for computing sample variances" (1979).
@@ -377,11 +367,14 @@ class MultiMetric(Metric):
         underscore; from ``update``, a ``mask`` dict names no metric (Flax ignores it).
 
       >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.MultiMetric(loss=nnx.metrics.Average('loss'),
-      ...                     grad_norm=nnx.metrics.Average('grad_norm'))
-      >>> m.update(loss=jnp.array(2.0), grad_norm=jnp.array(0.5))
-      >>> m.compute()
-      {'loss': Array(2., dtype=float32), 'grad_norm': Array(0.5, dtype=float32)}
+      >>> metrics = nnx.MultiMetric(
+      ...     accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average('loss'))
+      >>> @nnx.jit
+      ... def eval_step(metrics, logits, labels, loss):
+      ...   metrics.update(logits=logits, labels=labels, loss=loss)
+      >>> eval_step(metrics, jnp.array([[0.1, 0.9], [0.8, 0.2]]), jnp.array([1, 1]), 0.5)
+      >>> {k: float(v) for k, v in metrics.compute().items()}
+      {'accuracy': 0.5, 'loss': 0.5}
     """
 
     def __init__(self, **metrics: Metric):

@@ -1,22 +1,9 @@
 """Optimizer: an optax gradient transformation and its state, as an Object.
 
-``optimizer.update(model, grads)`` takes the gradients ``nnx.grad`` returns and writes
-the new parameters into ``model`` in place. See the package README, "Optimizer".
-
-  >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-  >>> class Model(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.ones(3))
-  >>> model = Model()
-  >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
-  >>> grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(model)
-  >>> _ = optimizer.update(model, grads)
-  >>> model.w.value, int(optimizer.step.value)
-  (Array([0.8, 0.8, 0.8], dtype=float32), 1)
-
-Source: Flax NNX ``nnx.Optimizer``, ``ModelAndOptimizer``, ``OptState``, ``OptArray``,
-``OptVariable``, ``to_opt_state`` (0.12: ``Optimizer`` is given the model in
-``update``, ``ModelAndOptimizer`` stores it); optax for all numerics.
+See the package README, "Optimizer". Source: Flax NNX ``nnx.Optimizer``,
+``ModelAndOptimizer``, ``OptState``, ``OptArray``, ``OptVariable``, ``to_opt_state``
+(0.12: ``Optimizer`` is given the model in ``update``, ``ModelAndOptimizer`` stores it);
+optax for all numerics.
 """
 
 from __future__ import annotations
