@@ -50,11 +50,11 @@ def linen_params_to_state(
     Raises:
       ValueError: two variables end up at the same path.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> linen_params = {'Dense_0': {'kernel': jnp.ones((2, 3)), 'bias': jnp.zeros(3)}}
-      >>> state = nnx.bridge.linen_params_to_state(linen_params, collection='params', renames={'Dense_0': 'fc'})
-      >>> sorted(state['fc']), type(state['fc']['kernel']).__name__
-      (['bias', 'kernel'], 'Param')
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> linen_params = {'Dense_0': {'kernel': jnp.ones((2, 3)), 'bias': jnp.zeros(3)}}
+    >>> state = nnx.bridge.linen_params_to_state(linen_params, collection='params', renames={'Dense_0': 'fc'})
+    >>> sorted(state['fc']), type(state['fc']['kernel']).__name__
+    (['bias', 'kernel'], 'Param')
     """
     collections = {collection: variables} if collection is not None else dict(variables)
     renames = dict(renames or {})
@@ -94,10 +94,10 @@ def state_to_linen_params(
       renames: path-prefix renames, flaxgraph attribute -> Linen name.
       boxed: keep metadata as Linen boxes (default: bare arrays).
 
-      >>> import flaxgraph as nnx
-      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> nnx.bridge.state_to_linen_params(nnx.state(model))['params']['kernel'].shape
-      (2, 3)
+    >>> import flaxgraph as nnx
+    >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> nnx.bridge.state_to_linen_params(nnx.state(model))['params']['kernel'].shape
+    (2, 3)
     """
     from flaxgraph.rnglib.rngs import RngState
 

@@ -52,11 +52,11 @@ def lazy_init(fn: Any, *args: Any, **kwargs: Any) -> Any:
     Raises:
       ValueError: ``fn`` is neither a Module nor a method of one.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flax import linen as nn
-      >>> model = nnx.bridge.lazy_init(nnx.bridge.ToNNX(nn.Dense(3), rngs=nnx.Rngs(0)), jnp.ones((1, 2)))
-      >>> model.kernel.shape
-      (2, 3)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flax import linen as nn
+    >>> model = nnx.bridge.lazy_init(nnx.bridge.ToNNX(nn.Dense(3), rngs=nnx.Rngs(0)), jnp.ones((1, 2)))
+    >>> model.kernel.shape
+    (2, 3)
     """
     if isinstance(fn, Module):
         module = fn
@@ -118,11 +118,11 @@ class ToNNX(Module):
       flax.errors.ScopeParamNotFoundError (from Linen): a call needs a variable that
         ``lazy_init`` did not create.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flax import linen as nn
-      >>> model = nnx.bridge.ToNNX(nn.Dense(4), rngs=nnx.Rngs(0)).lazy_init(jnp.ones((1, 3)))
-      >>> model(jnp.ones((2, 3))).shape, type(model.kernel).__name__
-      ((2, 4), 'Param')
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flax import linen as nn
+    >>> model = nnx.bridge.ToNNX(nn.Dense(4), rngs=nnx.Rngs(0)).lazy_init(jnp.ones((1, 3)))
+    >>> model(jnp.ones((2, 3))).shape, type(model.kernel).__name__
+    ((2, 4), 'Param')
     """
 
     if TYPE_CHECKING:

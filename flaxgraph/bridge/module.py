@@ -165,16 +165,16 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
         scope); ``param`` finds a non-Param Variable under that name.
       flax.errors.ScopeParamShapeError: a given value's shape differs from the initializer's.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Dense(nnx.bridge.Module):
-      ...   features: int
-      ...   @nnx.bridge.compact
-      ...   def __call__(self, x):
-      ...     w = self.param('w', nnx.initializers.lecun_normal(), (x.shape[-1], self.features))
-      ...     return x @ w
-      >>> variables = Dense(3).init(0, jnp.ones((1, 2)))
-      >>> variables['params']['w'].shape, Dense(3).apply(variables, jnp.ones((1, 2))).shape
-      ((2, 3), (1, 3))
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> class Dense(nnx.bridge.Module):
+    ...   features: int
+    ...   @nnx.bridge.compact
+    ...   def __call__(self, x):
+    ...     w = self.param('w', nnx.initializers.lecun_normal(), (x.shape[-1], self.features))
+    ...     return x @ w
+    >>> variables = Dense(3).init(0, jnp.ones((1, 2)))
+    >>> variables['params']['w'].shape, Dense(3).apply(variables, jnp.ones((1, 2))).shape
+    ((2, 3), (1, 3))
     """
 
     __slots__ = ("_bridge_setup_done",)

@@ -67,11 +67,11 @@ class ToLinen(linen.Module):
     ``nnx_method`` (default ``__call__``; also ``model.method_name(...)``); incoming
     variables the Module lacks are reported with a warning.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> model = nnx.bridge.ToLinen(nnx.Linear, args=(3, 4))
-      >>> y, variables = model.init_with_output(jax.random.key(0), jnp.ones((1, 3)))
-      >>> y.shape, variables['params']['kernel'].shape
-      ((1, 4), (3, 4))
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> model = nnx.bridge.ToLinen(nnx.Linear, args=(3, 4))
+    >>> y, variables = model.init_with_output(jax.random.key(0), jnp.ones((1, 3)))
+    >>> y.shape, variables['params']['kernel'].shape
+    ((1, 4), (3, 4))
     """
 
     nnx_class: Callable[..., Module]
@@ -167,10 +167,10 @@ def to_linen(
     Returns:
       A ``ToLinen`` Linen module.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> model = nnx.bridge.to_linen(nnx.Linear, 3, out_features=2)
-      >>> model.init(jax.random.key(0), jnp.ones((1, 3)))['params']['bias'].shape
-      (2,)
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> model = nnx.bridge.to_linen(nnx.Linear, 3, out_features=2)
+    >>> model.init(jax.random.key(0), jnp.ones((1, 3)))['params']['bias'].shape
+    (2,)
     """
     del abstract_init
     return ToLinen(
@@ -201,10 +201,10 @@ def to_linen_class(
     Returns:
       A ``ToLinen`` subclass; ``Cls(name=..., **module_kwargs)`` makes a Linen module.
 
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> LinenLinear = nnx.bridge.to_linen_class(nnx.Linear, in_features=3)
-      >>> LinenLinear(out_features=5).init(jax.random.key(0), jnp.ones((1, 3)))['params']['kernel'].shape
-      (3, 5)
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> LinenLinear = nnx.bridge.to_linen_class(nnx.Linear, in_features=3)
+    >>> LinenLinear(out_features=5).init(jax.random.key(0), jnp.ones((1, 3)))['params']['kernel'].shape
+    (3, 5)
     """
 
     class ToLinenPartial(ToLinen):

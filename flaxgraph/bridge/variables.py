@@ -50,10 +50,10 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
       value: the array (the box's only pytree leaf).
       metadata: the Variable's metadata (e.g. ``{'out_sharding': ('in', 'out')}``), static.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> box = nnx.bridge.NNXMeta(nnx.Param, jnp.ones((2, 3)), {'out_sharding': ('a', 'b')})
-      >>> box.add_axis(0, {'partition_name': 'layers'}).metadata['out_sharding']
-      ('layers', 'a', 'b')
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> box = nnx.bridge.NNXMeta(nnx.Param, jnp.ones((2, 3)), {'out_sharding': ('a', 'b')})
+    >>> box.add_axis(0, {'partition_name': 'layers'}).metadata['out_sharding']
+    ('layers', 'a', 'b')
     """
 
     var_type: type[Variable[Any]] = struct.field(pytree_node=False)
@@ -219,10 +219,10 @@ def with_partitioning(
       An initializer returning an ``nnx.VariableMetadata`` box with the names and
       ``linen_meta_type=nn.Partitioned``.
 
-      >>> import jax, flaxgraph as nnx
-      >>> init = nnx.bridge.with_partitioning(jax.nn.initializers.ones, ('in', 'out'))
-      >>> nnx.Param(init(jax.random.key(0), (2, 3))).out_sharding
-      ('in', 'out')
+    >>> import jax, flaxgraph as nnx
+    >>> init = nnx.bridge.with_partitioning(jax.nn.initializers.ones, ('in', 'out'))
+    >>> nnx.Param(init(jax.random.key(0), (2, 3))).out_sharding
+    ('in', 'out')
     """
     metadata: dict[str, Any] = {"out_sharding": tuple(names), "linen_meta_type": meta.Partitioned}
     if mesh is not None:

@@ -58,9 +58,9 @@ class PReLU(Module):
 
     Call: ``inputs`` of any shape; returns the same shape.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.PReLU(0.1)(jnp.array([-1.0, 2.0]))
-      Array([-0.1,  2. ], dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.PReLU(0.1)(jnp.array([-1.0, 2.0]))
+    Array([-0.1,  2. ], dtype=float32)
     """
 
     def __init__(

@@ -2,10 +2,10 @@
 
 See the package README, "Attention".
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> mha = nnx.MultiHeadAttention(num_heads=2, in_features=8, rngs=nnx.Rngs(0))
-  >>> mha(jnp.ones((3, 5, 8)), mask=nnx.make_causal_mask(jnp.ones((3, 5)))).shape
-  (3, 5, 8)
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> mha = nnx.MultiHeadAttention(num_heads=2, in_features=8, rngs=nnx.Rngs(0))
+>>> mha(jnp.ones((3, 5, 8)), mask=nnx.make_causal_mask(jnp.ones((3, 5)))).shape
+(3, 5, 8)
 
 Source: Flax NNX ``nnx.MultiHeadAttention`` (0.12): signature and behaviour; Vaswani et
 al., "Attention Is All You Need" (2017).
@@ -355,11 +355,11 @@ class MultiHeadAttention(Module):
             caches are ``(*batch, max_length, num_kv_heads, head_dim)``.
           dtype: the caches' dtype.
 
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> mha = nnx.MultiHeadAttention(2, 8, decode=True, rngs=nnx.Rngs(0))
-          >>> mha.init_cache((1, 4, 8))
-          >>> mha(jnp.ones((1, 1, 8))).shape, int(mha.cache_index.value)
-          ((1, 1, 8), 1)
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> mha = nnx.MultiHeadAttention(2, 8, decode=True, rngs=nnx.Rngs(0))
+        >>> mha.init_cache((1, 4, 8))
+        >>> mha(jnp.ones((1, 1, 8))).shape, int(mha.cache_index.value)
+        ((1, 1, 8), 1)
         """
         shape = (*tuple(input_shape)[:-1], self.num_kv_heads, self.head_dim)
         self.cached_key = Cache(jnp.zeros(shape, dtype))

@@ -3,11 +3,11 @@
 Arrays are ``(*batch, length, num_heads, depth)``; masks are boolean-like, broadcastable
 to the weights' ``(*batch, num_heads, q_length, kv_length)``.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> q = k = v = jnp.ones((2, 5, 3, 4))             # (batch, length, heads, depth)
-  >>> mask = nnx.make_causal_mask(jnp.ones((2, 5)))
-  >>> mask.shape, nnx.dot_product_attention(q, k, v, mask=mask).shape
-  ((2, 1, 5, 5), (2, 5, 3, 4))
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> q = k = v = jnp.ones((2, 5, 3, 4))             # (batch, length, heads, depth)
+>>> mask = nnx.make_causal_mask(jnp.ones((2, 5)))
+>>> mask.shape, nnx.dot_product_attention(q, k, v, mask=mask).shape
+((2, 1, 5, 5), (2, 5, 3, 4))
 
 Source: Flax NNX ``nnx.dot_product_attention``, ``dot_product_attention_weights``,
 ``make_attention_mask``, ``make_causal_mask``, ``combine_masks`` (0.12): signatures and
@@ -191,10 +191,10 @@ def dot_product_attention(
       LayerShapeError (a ``ValueError``): the arrays disagree on rank, batch, depth or
         length, or the key/value heads do not divide the query heads.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> q = k = v = jnp.ones((2, 4, 3, 8))
-      >>> nnx.dot_product_attention(q, k, v).shape
-      (2, 4, 3, 8)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> q = k = v = jnp.ones((2, 4, 3, 8))
+    >>> nnx.dot_product_attention(q, k, v).shape
+    (2, 4, 3, 8)
     """
     query, key, value = promote_dtype(
         (jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)), dtype=dtype
@@ -272,9 +272,9 @@ def make_attention_mask(
     Returns:
       ``(*[1] * extra_batch_dims, *batch, 1, q_length, kv_length)``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.make_attention_mask(jnp.array([1, 1, 0]), jnp.array([1, 0, 0])).shape
-      (1, 3, 3)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.make_attention_mask(jnp.array([1, 1, 0]), jnp.array([1, 0, 0])).shape
+    (1, 3, 3)
     """
     mask = pairwise_fn(jnp.expand_dims(query_input, -1), jnp.expand_dims(key_input, -2))
     mask = jnp.expand_dims(mask, -3)

@@ -29,9 +29,9 @@ def canonicalize_tuple(value: int | Sequence[int], name: str = "value") -> tuple
       TypeError: ``value`` is neither an int nor a sequence of ints (bools, floats and
         strings are not ints here).
 
-      >>> import numpy as np
-      >>> canonicalize_tuple(np.arange(2), "axis")
-      (0, 1)
+    >>> import numpy as np
+    >>> canonicalize_tuple(np.arange(2), "axis")
+    (0, 1)
     """
     if _is_int(value):
         return (operator.index(value),)  # type: ignore[arg-type]

@@ -56,9 +56,9 @@ def canonicalize_padding(padding: PaddingLike, rank: int) -> LaxPadding:
     Raises:
       ValueError: ``padding`` is none of these.
 
-      >>> from flaxgraph.nn.linear import canonicalize_padding
-      >>> canonicalize_padding(1, 2), canonicalize_padding([0, (1, 2)], 2)
-      ([(1, 1), (1, 1)], [(0, 0), (1, 2)])
+    >>> from flaxgraph.nn.linear import canonicalize_padding
+    >>> canonicalize_padding(1, 2), canonicalize_padding([0, (1, 2)], 2)
+    ([(1, 1), (1, 1)], [(0, 0), (1, 2)])
     """
     if isinstance(padding, str):
         return padding
@@ -205,11 +205,11 @@ class Conv(_ConvBase):
       LayerShapeError: fewer than ``len(kernel_size) + 1`` axes or a last axis other
         than ``in_features``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> conv = nnx.Conv(4, 4, 3, padding='CIRCULAR', feature_group_count=4,
-      ...                 rngs=nnx.Rngs(0))   # depthwise, periodic, 1-D
-      >>> conv.kernel.shape, conv(jnp.ones((10, 4))).shape
-      ((3, 1, 4), (10, 4))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> conv = nnx.Conv(4, 4, 3, padding='CIRCULAR', feature_group_count=4,
+    ...                 rngs=nnx.Rngs(0))   # depthwise, periodic, 1-D
+    >>> conv.kernel.shape, conv(jnp.ones((10, 4))).shape
+    ((3, 1, 4), (10, 4))
     """
 
     def __init__(
@@ -351,10 +351,10 @@ class ConvTranspose(_ConvBase):
       ValueError: at construction, ``'CAUSAL'``, a ``mask`` of another shape, bad ``padding``.
       LayerShapeError: as in ``Conv``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> up = nnx.ConvTranspose(3, 2, (2, 2), strides=2, rngs=nnx.Rngs(0))
-      >>> up(jnp.ones((1, 4, 4, 3))).shape
-      (1, 8, 8, 2)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> up = nnx.ConvTranspose(3, 2, (2, 2), strides=2, rngs=nnx.Rngs(0))
+    >>> up(jnp.ones((1, 4, 4, 3))).shape
+    (1, 8, 8, 2)
     """
 
     def __init__(

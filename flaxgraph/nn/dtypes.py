@@ -2,11 +2,11 @@
 
 See the package README, "Layer conventions".
 
-  >>> import jax.numpy as jnp
-  >>> from flaxgraph.nn.dtypes import promote_dtype
-  >>> x, w = promote_dtype((jnp.ones(2, jnp.bfloat16), jnp.ones(2)), dtype=None)
-  >>> x.dtype, w.dtype
-  (dtype('float32'), dtype('float32'))
+>>> import jax.numpy as jnp
+>>> from flaxgraph.nn.dtypes import promote_dtype
+>>> x, w = promote_dtype((jnp.ones(2, jnp.bfloat16), jnp.ones(2)), dtype=None)
+>>> x.dtype, w.dtype
+(dtype('float32'), dtype('float32'))
 
 Source: Flax NNX ``nnx.nn.dtypes.canonicalize_dtype``/``promote_dtype``;
 ``jax.numpy.result_type``.

@@ -1,9 +1,9 @@
 """``Embed``: a lookup table from integer ids to feature vectors.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> embed = nnx.Embed(10, 4, rngs=nnx.Rngs(0))
-  >>> embed(jnp.array([[1, 2, 3]])).shape, embed.attend(jnp.ones((2, 4))).shape
-  ((1, 3, 4), (2, 10))
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> embed = nnx.Embed(10, 4, rngs=nnx.Rngs(0))
+>>> embed(jnp.array([[1, 2, 3]])).shape, embed.attend(jnp.ones((2, 4))).shape
+((1, 3, 4), (2, 10))
 
 Source: Flax NNX ``nnx.Embed`` (0.12); the lookup is ``jnp.take``.
 """

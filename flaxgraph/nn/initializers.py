@@ -2,10 +2,10 @@
 
 An initializer is ``init(key, shape, dtype) -> jax.Array``.
 
-  >>> import jax
-  >>> from flaxgraph.nn import initializers
-  >>> initializers.lecun_normal()(jax.random.key(0), (3, 4)).shape
-  (3, 4)
+>>> import jax
+>>> from flaxgraph.nn import initializers
+>>> initializers.lecun_normal()(jax.random.key(0), (3, 4)).shape
+(3, 4)
 
 Source: ``jax.nn.initializers``; Flax NNX ``nnx.initializers``.
 """

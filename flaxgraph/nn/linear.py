@@ -92,11 +92,11 @@ class Linear(Module):
     Raises:
       LayerShapeError (a ``ValueError``): the inputs' last axis is not ``in_features``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.nn.Linear(2, 3, kernel_metadata={'out_sharding': (None, 'model')},
-      ...                       rngs=nnx.Rngs(0))
-      >>> layer.kernel.out_sharding, layer(jnp.ones((5, 2))).shape
-      ((None, 'model'), (5, 3))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.nn.Linear(2, 3, kernel_metadata={'out_sharding': (None, 'model')},
+    ...                       rngs=nnx.Rngs(0))
+    >>> layer.kernel.out_sharding, layer(jnp.ones((5, 2))).shape
+    ((None, 'model'), (5, 3))
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "out_features")
@@ -185,12 +185,12 @@ class LinearGeneral(Module):
       ValueError: at construction, ``axis`` and ``in_features`` differ in length.
       LayerShapeError: an input axis in ``axis``/``batch_axis`` is missing or mis-sized.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.nn.LinearGeneral(6, (2, 3), rngs=nnx.Rngs(0))(jnp.ones((4, 5, 6))).shape
-      (4, 5, 2, 3)
-      >>> out = nnx.nn.LinearGeneral((2, 3), 6, axis=(-2, -1), rngs=nnx.Rngs(0))
-      >>> out(jnp.ones((4, 5, 2, 3))).shape
-      (4, 5, 6)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.nn.LinearGeneral(6, (2, 3), rngs=nnx.Rngs(0))(jnp.ones((4, 5, 6))).shape
+    (4, 5, 2, 3)
+    >>> out = nnx.nn.LinearGeneral((2, 3), 6, axis=(-2, -1), rngs=nnx.Rngs(0))
+    >>> out(jnp.ones((4, 5, 2, 3))).shape
+    (4, 5, 6)
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "out_features", "axis")
@@ -342,10 +342,10 @@ class Einsum(Module):
       ValueError: a malformed equation, or a ``kernel_shape`` of the wrong rank.
       LayerShapeError: the inputs' rank does not match, or a shared axis has another size.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.nn.Einsum('nta,hab->nthb', (8, 2, 4), (8, 4), rngs=nnx.Rngs(0))
-      >>> layer(jnp.ones((16, 11, 2))).shape
-      (16, 11, 8, 4)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.nn.Einsum('nta,hab->nthb', (8, 2, 4), (8, 4), rngs=nnx.Rngs(0))
+    >>> layer(jnp.ones((16, 11, 2))).shape
+    (16, 11, 8, 4)
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("einsum_str", "kernel_shape", "bias_shape")

@@ -3,10 +3,10 @@
 An adapter adds ``x @ lora_a @ lora_b`` to a layer's output; ``lora_b`` starts at zero.
 See the package README, "LoRA".
 
-  >>> import flaxgraph as nnx
-  >>> layer = nnx.LoRALinear(3, 4, lora_rank=2, rngs=nnx.Rngs(0))
-  >>> sorted(nnx.state(layer, nnx.LoRAParam)['lora'].keys())
-  ['lora_a', 'lora_b']
+>>> import flaxgraph as nnx
+>>> layer = nnx.LoRALinear(3, 4, lora_rank=2, rngs=nnx.Rngs(0))
+>>> sorted(nnx.state(layer, nnx.LoRAParam)['lora'].keys())
+['lora_a', 'lora_b']
 
 Source: Flax NNX ``nnx.LoRA``, ``nnx.LoRALinear``, ``nnx.LoRAParam`` (0.12): signatures,
 parameter layout, initializers; Hu et al., "LoRA: Low-Rank Adaptation of Large Language
@@ -75,12 +75,12 @@ class LoRA(Module):
       LayerShapeError: the inputs' last axis is not ``in_features``.
       TypeError: ``base_module`` is not callable (at construction).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> base = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
-      >>> layer = nnx.LoRA(3, 2, 4, base_module=base, rngs=nnx.Rngs(1))
-      >>> x = jnp.ones((5, 3))
-      >>> bool(jnp.allclose(layer(x), base(x)))    # lora_b starts at zero
-      True
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> base = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+    >>> layer = nnx.LoRA(3, 2, 4, base_module=base, rngs=nnx.Rngs(1))
+    >>> x = jnp.ones((5, 3))
+    >>> bool(jnp.allclose(layer(x), base(x)))    # lora_b starts at zero
+    True
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "lora_rank", "out_features")
@@ -155,10 +155,10 @@ class LoRALinear(Linear):
     Raises:
       LayerShapeError: the inputs' last axis is not ``in_features``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.LoRALinear(3, 4, lora_rank=2, rngs=nnx.Rngs(0))
-      >>> layer.kernel.shape, layer.lora.lora_a.shape, layer(jnp.ones((16, 3))).shape
-      ((3, 4), (3, 2), (16, 4))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.LoRALinear(3, 4, lora_rank=2, rngs=nnx.Rngs(0))
+    >>> layer.kernel.shape, layer.lora.lora_a.shape, layer(jnp.ones((16, 3))).shape
+    ((3, 4), (3, 2), (16, 4))
     """
 
     def __init__(

@@ -4,10 +4,10 @@ The helpers have the signatures and arithmetic of Flax NNX 0.12.8's private help
 ``flax.nnx.nn.normalization`` (bound there under Flax's names), so the layers give
 Flax's bits.
 
-  >>> import jax.numpy as jnp
-  >>> from flaxgraph.nn.norm_base import compute_stats
-  >>> compute_stats(jnp.array([[1.0, 3.0]]), 1, None, use_fast_variance=False)
-  (Array([2.], dtype=float32), Array([1.], dtype=float32))
+>>> import jax.numpy as jnp
+>>> from flaxgraph.nn.norm_base import compute_stats
+>>> compute_stats(jnp.array([[1.0, 3.0]]), 1, None, use_fast_variance=False)
+(Array([2.], dtype=float32), Array([1.], dtype=float32))
 
 Source: Flax NNX normalization layers and their helpers (0.12).
 """

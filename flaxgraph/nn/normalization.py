@@ -5,11 +5,11 @@ Each computes ``(x - mean) / sqrt(var + epsilon) * scale + bias`` over its axes
 ``mask`` restricts them). As Flax's module, it also gives ``SpectralNorm`` and
 ``WeightNorm`` (from ``normalization_wrappers``). See the package README, "Normalization".
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> bn = nnx.BatchNorm(3, momentum=0.9, rngs=nnx.Rngs(0))
-  >>> y = bn(jnp.arange(6.0).reshape(2, 3))       # training: batch statistics
-  >>> bn.mean.value
-  Array([0.15, 0.25, 0.35], dtype=float32)
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> bn = nnx.BatchNorm(3, momentum=0.9, rngs=nnx.Rngs(0))
+>>> y = bn(jnp.arange(6.0).reshape(2, 3))       # training: batch statistics
+>>> bn.mean.value
+Array([0.15, 0.25, 0.35], dtype=float32)
 
 Source: Flax NNX ``nnx.LayerNorm``/``RMSNorm``/``GroupNorm``/``InstanceNorm``/
 ``BatchNorm`` (0.12); Ba et al. 2016, Zhang & Sennrich 2019, Wu & He 2018, Ulyanov et
@@ -74,10 +74,10 @@ class LayerNorm(NormBase):
       LayerShapeError: the feature axes do not hold ``num_features``, or an axis is out
         of range.
 
-      >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
-      >>> ln = nnx.LayerNorm(4, rngs=nnx.Rngs(0))
-      >>> print(np.asarray(ln(jnp.array([[1.0, 2.0, 3.0, 4.0]]))).round(3))
-      [[-1.342 -0.447  0.447  1.342]]
+    >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
+    >>> ln = nnx.LayerNorm(4, rngs=nnx.Rngs(0))
+    >>> print(np.asarray(ln(jnp.array([[1.0, 2.0, 3.0, 4.0]]))).round(3))
+    [[-1.342 -0.447  0.447  1.342]]
     """
 
     def __init__(
@@ -152,9 +152,9 @@ class RMSNorm(LayerNorm):
 
     Arguments, call and errors as ``LayerNorm`` (no bias).
 
-      >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
-      >>> print(np.asarray(nnx.RMSNorm(2, rngs=nnx.Rngs(0))(jnp.array([3.0, 4.0]))).round(3))
-      [0.849 1.131]
+    >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
+    >>> print(np.asarray(nnx.RMSNorm(2, rngs=nnx.Rngs(0))(jnp.array([3.0, 4.0]))).round(3))
+    [0.849 1.131]
     """
 
     def __init__(
@@ -236,10 +236,10 @@ class GroupNorm(NormBase):
         group count that does not divide ``num_features``.
       LayerShapeError: the last axis is not ``num_features``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> gn = nnx.GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0))
-      >>> gn(jnp.array([[1.0, 3.0, 10.0, 20.0]])).round(3)
-      Array([[-1., 1., -1., 1.]], dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> gn = nnx.GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0))
+    >>> gn(jnp.array([[1.0, 3.0, 10.0, 20.0]])).round(3)
+    Array([[-1., 1., -1., 1.]], dtype=float32)
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("num_features", "num_groups")
@@ -366,11 +366,11 @@ class InstanceNorm(NormBase):
       LayerShapeError: the feature axes do not hold ``num_features``, an axis is out of
         range, or ``x`` has no axis besides the batch axis.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> x = jnp.array([[[1.0, 10.0], [3.0, 30.0]]])     # (batch, length, channels)
-      >>> nnx.InstanceNorm(2, rngs=nnx.Rngs(0))(x).round(3)
-      Array([[[-1., -1.],
-              [ 1.,  1.]]], dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> x = jnp.array([[[1.0, 10.0], [3.0, 30.0]]])     # (batch, length, channels)
+    >>> nnx.InstanceNorm(2, rngs=nnx.Rngs(0))(x).round(3)
+    Array([[[-1., -1.],
+            [ 1.,  1.]]], dtype=float32)
     """
 
     def __init__(

@@ -102,15 +102,15 @@ class SpectralNorm(Module):
       LayerShapeError / LayerDtypeError: the wrapped layer rejects ``x`` (names this
         wrapper; the Variables are left unchanged).
 
-      >>> import jax.numpy as jnp, numpy as np, flaxgraph as nnx
-      >>> layer = nnx.SpectralNorm(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), n_steps=20,
-      ...                          rngs=nnx.Rngs(1))
-      >>> y = layer(jnp.ones((2, 4)))
-      >>> s = np.linalg.svd(np.asarray(layer.layer_instance.kernel.value))[1]
-      >>> round(float(s[0]), 4)
-      1.0
-      >>> sorted(layer.batch_stats)
-      [('kernel', 'sigma'), ('kernel', 'u')]
+    >>> import jax.numpy as jnp, numpy as np, flaxgraph as nnx
+    >>> layer = nnx.SpectralNorm(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), n_steps=20,
+    ...                          rngs=nnx.Rngs(1))
+    >>> y = layer(jnp.ones((2, 4)))
+    >>> s = np.linalg.svd(np.asarray(layer.layer_instance.kernel.value))[1]
+    >>> round(float(s[0]), 4)
+    1.0
+    >>> sorted(layer.batch_stats)
+    [('kernel', 'sigma'), ('kernel', 'u')]
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("layer_instance",)
@@ -246,10 +246,10 @@ class WeightNorm(Module):
       LayerShapeError / LayerDtypeError: the wrapped layer rejects its inputs (names this
         wrapper; the Variables are left unchanged).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.WeightNorm(nnx.Conv(3, 8, (3, 3), rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
-      >>> layer.scales[('kernel',)].shape, layer(jnp.ones((1, 5, 5, 3))).shape
-      ((8,), (1, 5, 5, 8))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.WeightNorm(nnx.Conv(3, 8, (3, 3), rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
+    >>> layer.scales[('kernel',)].shape, layer(jnp.ones((1, 5, 5, 3))).shape
+    ((8,), (1, 5, 5, 8))
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("layer_instance",)

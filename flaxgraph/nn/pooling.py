@@ -3,11 +3,11 @@
 Inputs are channels-last ``(*batch, *spatial, features)`` with ``len(window_shape)``
 spatial axes; each window is reduced per feature.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> x = jnp.arange(16.0).reshape(1, 4, 4, 1)
-  >>> nnx.max_pool(x, (2, 2), strides=(2, 2))[0, :, :, 0]
-  Array([[ 5.,  7.],
-         [13., 15.]], dtype=float32)
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> x = jnp.arange(16.0).reshape(1, 4, 4, 1)
+>>> nnx.max_pool(x, (2, 2), strides=(2, 2))[0, :, :, 0]
+Array([[ 5.,  7.],
+       [13., 15.]], dtype=float32)
 
 Source: Flax NNX ``nnx.avg_pool``/``max_pool``/``min_pool``/``pool`` (0.12);
 ``jax.lax.reduce_window``.

@@ -5,11 +5,11 @@ builds the carry for inputs ``(*batch, features)``. As Flax's module, it also gi
 ``RNNCellBase``, ``RNN``, ``Bidirectional``, ``RNNBase``, ``flip_sequences``, the
 initializers and the type names ``Array``, ``Carry``, ``Output``.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> cell = nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0))
-  >>> (c, h), y = cell(cell.initialize_carry((2, 3)), jnp.ones((2, 3)))
-  >>> c.shape, h.shape, y.shape
-  ((2, 5), (2, 5), (2, 5))
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> cell = nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0))
+>>> (c, h), y = cell(cell.initialize_carry((2, 3)), jnp.ones((2, 3)))
+>>> c.shape, h.shape, y.shape
+((2, 5), (2, 5), (2, 5))
 
 Source: Flax NNX ``nnx.LSTMCell``, ``OptimizedLSTMCell``, ``GRUCell``, ``SimpleCell``,
 ``modified_orthogonal`` (0.12): signatures, parameter layout, equations; Hochreiter &
@@ -61,10 +61,10 @@ def modified_orthogonal(
     Returns:
       An array of ``shape`` and ``dtype``.
 
-      >>> import jax, jax.numpy as jnp
-      >>> from flaxgraph.nn.recurrent import modified_orthogonal
-      >>> modified_orthogonal(jax.random.key(0), (3, 3), jnp.bfloat16).dtype
-      dtype(bfloat16)
+    >>> import jax, jax.numpy as jnp
+    >>> from flaxgraph.nn.recurrent import modified_orthogonal
+    >>> modified_orthogonal(jax.random.key(0), (3, 3), jnp.bfloat16).dtype
+    dtype(bfloat16)
     """
     return orthogonal()(key, tuple(shape), jnp.float32).astype(dtype)
 
@@ -202,10 +202,10 @@ class OptimizedLSTMCell(RNNCellBase):
     Raises:
       LayerShapeError: inputs or carry of the wrong shape.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> cell = nnx.OptimizedLSTMCell(3, 4, rngs=nnx.Rngs(0))
-      >>> cell.dense_i.kernel.shape, cell.dense_h.kernel.shape, cell.dense_h.bias.shape
-      ((3, 16), (4, 16), (16,))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> cell = nnx.OptimizedLSTMCell(3, 4, rngs=nnx.Rngs(0))
+    >>> cell.dense_i.kernel.shape, cell.dense_h.kernel.shape, cell.dense_h.bias.shape
+    ((3, 16), (4, 16), (16,))
     """
 
     def __init__(

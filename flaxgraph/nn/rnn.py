@@ -52,11 +52,11 @@ def flip_sequences(
     Raises:
       TypeError: (from JAX) ``seq_lengths`` does not broadcast against the batch axes.
 
-      >>> import jax.numpy as jnp
-      >>> from flaxgraph.nn.recurrent import flip_sequences
-      >>> inputs = jnp.array([[1, 0, 0], [2, 3, 0], [4, 5, 6]])
-      >>> flip_sequences(inputs, jnp.array([1, 2, 3]), 1, False).tolist()
-      [[1, 0, 0], [3, 2, 0], [6, 5, 4]]
+    >>> import jax.numpy as jnp
+    >>> from flaxgraph.nn.recurrent import flip_sequences
+    >>> inputs = jnp.array([[1, 0, 0], [2, 3, 0], [4, 5, 6]])
+    >>> flip_sequences(inputs, jnp.array([1, 2, 3]), 1, False).tolist()
+    [[1, 0, 0], [3, 2, 0], [6, 5, 4]]
     """
     time_axis = 0 if time_major else num_batch_dims
     if seq_lengths is None:
@@ -151,11 +151,11 @@ class RNN(Module):
       LayerShapeError: inputs without time and feature axes, or a feature axis that does
         not match the cell.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> rnn = nnx.RNN(nnx.GRUCell(2, 4, rngs=nnx.Rngs(0)), return_carry=True)
-      >>> carry, ys = rnn(jnp.ones((3, 6, 2)))
-      >>> carry.shape, ys.shape
-      ((3, 4), (3, 6, 4))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> rnn = nnx.RNN(nnx.GRUCell(2, 4, rngs=nnx.Rngs(0)), return_carry=True)
+    >>> carry, ys = rnn(jnp.ones((3, 6, 2)))
+    >>> carry.shape, ys.shape
+    ((3, 4), (3, 6, 4))
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("cell",)

@@ -3,13 +3,13 @@
 Kept elements are scaled by ``1 / (1 - rate)``; the layer keeps a fork of its stream,
 so each call draws a new mask. See the package README, "Dropout".
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> drop = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
-  >>> y = drop(jnp.ones(8))              # entries are 0. or 2.
-  >>> bool(((y == 0) | (y == 2)).all())
-  True
-  >>> bool((drop.eval()(jnp.ones(8)) == 1).all())   # eval(): identity
-  True
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> drop = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
+>>> y = drop(jnp.ones(8))              # entries are 0. or 2.
+>>> bool(((y == 0) | (y == 2)).all())
+True
+>>> bool((drop.eval()(jnp.ones(8)) == 1).all())   # eval(): identity
+True
 
 Source: Flax NNX ``nnx.Dropout`` (0.11+: a forked stream per layer); Srivastava et al.,
 "Dropout" (2014); masks from ``jax.random.bernoulli``.

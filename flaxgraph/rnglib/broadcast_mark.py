@@ -3,13 +3,13 @@
 While the call runs, the selected key Variables carry ``broadcast_rngs=True`` metadata
 and the transforms do not warn. See the package README, "Broadcast on purpose".
 
-  >>> import flaxgraph as nnx
-  >>> rngs = nnx.Rngs(dropout=0)
-  >>> with nnx.split_rngs(rngs, splits=nnx.BROADCAST):
-  ...   rngs.dropout.key.get_metadata('broadcast_rngs')
-  True
-  >>> rngs.dropout.key.get_metadata('broadcast_rngs', False)
-  False
+>>> import flaxgraph as nnx
+>>> rngs = nnx.Rngs(dropout=0)
+>>> with nnx.split_rngs(rngs, splits=nnx.BROADCAST):
+...   rngs.dropout.key.get_metadata('broadcast_rngs')
+True
+>>> rngs.dropout.key.get_metadata('broadcast_rngs', False)
+False
 
 Source: flax#4195; Flax NNX 0.12 ``nnx.split_rngs`` (whose ``splits`` this extends).
 """

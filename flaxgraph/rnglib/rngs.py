@@ -3,13 +3,13 @@
 Calling a stream returns ``fold_in(key, count)`` and increments ``count``; each
 Variable carries its stream's name as ``tag`` metadata. See the package README.
 
-  >>> import jax, flaxgraph as nnx
-  >>> rngs = nnx.Rngs(0, dropout=1)    # a 'default' stream and a 'dropout' stream
-  >>> k1, k2 = rngs.params(), rngs.params()   # no 'params' stream: uses 'default'
-  >>> bool((jax.random.key_data(k1) != jax.random.key_data(k2)).any())
-  True
-  >>> int(rngs.default.count.value)
-  2
+>>> import jax, flaxgraph as nnx
+>>> rngs = nnx.Rngs(0, dropout=1)    # a 'default' stream and a 'dropout' stream
+>>> k1, k2 = rngs.params(), rngs.params()   # no 'params' stream: uses 'default'
+>>> bool((jax.random.key_data(k1) != jax.random.key_data(k2)).any())
+True
+>>> int(rngs.default.count.value)
+2
 
 Source: Flax NNX ``nnx.Rngs``, ``RngStream``, ``RngState``/``RngKey``/``RngCount``
 (0.12), including ``fork``, ``split``, ``broadcast``.
@@ -169,11 +169,11 @@ class Rngs(Module, RandomSamplers):
         ``split`` (deprecated, with a ``DeprecationWarning``; use ``split()``): a shape splits
         every stream, ``{filter: shape or None}`` the streams its first match selects.
 
-          >>> import flaxgraph as nnx
-          >>> rngs = nnx.Rngs(params=1, dropout=2)
-          >>> new = rngs.fork()
-          >>> int(rngs.params.count.value), int(new.params.count.value)
-          (1, 0)
+        >>> import flaxgraph as nnx
+        >>> rngs = nnx.Rngs(params=1, dropout=2)
+        >>> new = rngs.fork()
+        >>> int(rngs.params.count.value), int(new.params.count.value)
+        (1, 0)
         """
         if split is not None:
             _warn_fork_split("Rngs")
@@ -193,10 +193,10 @@ class Rngs(Module, RandomSamplers):
           k: a shape for every stream, or ``{filter: shape or None}`` (first match wins;
             ``None`` or no match keeps the same ``RngStream``).
 
-          >>> import flaxgraph as nnx
-          >>> rngs = nnx.Rngs(params=1, dropout=2).split({'params': 5, ...: None})
-          >>> rngs.params.key.shape, rngs.dropout.key.shape
-          ((5,), ())
+        >>> import flaxgraph as nnx
+        >>> rngs = nnx.Rngs(params=1, dropout=2).split({'params': 5, ...: None})
+        >>> rngs.params.key.shape, rngs.dropout.key.shape
+        ((5,), ())
         """
         return self._per_stream(k, "split", RngStream.split)
 
@@ -207,9 +207,9 @@ class Rngs(Module, RandomSamplers):
           k: a shape for every stream, ``None`` (none), or ``{filter: shape or None}`` (first
             match wins; ``None`` or no match keeps the stream).
 
-          >>> import flaxgraph as nnx
-          >>> nnx.Rngs(0).broadcast(5).default.key.shape
-          (5,)
+        >>> import flaxgraph as nnx
+        >>> nnx.Rngs(0).broadcast(5).default.key.shape
+        (5,)
         """
         return self._per_stream(k, "broadcast", RngStream.broadcast)
 

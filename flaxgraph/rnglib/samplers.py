@@ -4,11 +4,11 @@ A method draws its key from the stream, the other arguments are ``jax.random``'s
 ``rngs.lecun_normal()`` returns an initializer without a key argument. See the package
 README, "Samplers".
 
-  >>> import jax, flaxgraph as nnx
-  >>> a = nnx.Rngs(0).normal((2, 3))
-  >>> b = jax.random.normal(nnx.Rngs(0)(), (2, 3))
-  >>> bool((a == b).all())
-  True
+>>> import jax, flaxgraph as nnx
+>>> a = nnx.Rngs(0).normal((2, 3))
+>>> b = jax.random.normal(nnx.Rngs(0)(), (2, 3))
+>>> bool((a == b).all())
+True
 
 Source: Flax NNX 0.12.8 ``RngStream``/``Rngs`` random helpers,
 ``flax.nnx.rnglib.KeylessInitializer``.

@@ -60,12 +60,12 @@ def reseed(
       ValueError: with ``'scalars_only'``, a stream's key has a shape (the message names
         its path and the fix); nothing is reset then.
 
-      >>> import jax, flaxgraph as nnx
-      >>> stream = nnx.Rngs(dropout=42).dropout.fork()   # as nnx.Dropout keeps it
-      >>> first = stream()
-      >>> nnx.reseed(stream, dropout=42)     # fold_in(key(42), 0) again, count 0
-      >>> bool((jax.random.key_data(stream()) == jax.random.key_data(first)).all())
-      True
+    >>> import jax, flaxgraph as nnx
+    >>> stream = nnx.Rngs(dropout=42).dropout.fork()   # as nnx.Dropout keeps it
+    >>> first = stream()
+    >>> nnx.reseed(stream, dropout=42)     # fold_in(key(42), 0) again, count 0
+    >>> bool((jax.random.key_data(stream()) == jax.random.key_data(first)).all())
+    True
     """
     if not (policy in ("scalars_only", "match_shape") or callable(policy)):
         raise ValueError(
@@ -108,13 +108,13 @@ class RngBackups:
     ``(stream, key)``) tuples, one per stream; built as Flax's ``SplitBackups(backups=[...])``
     (this class), iterated as its tuples, usable as a context manager. Equality is identity.
 
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(0)
-      >>> backups = nnx.split_rngs(rngs, splits=2)
-      >>> [stream is rngs.default for stream, _, _ in backups.backups]
-      [True]
-      >>> backups.restore(); rngs.default.key.shape
-      ()
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(0)
+    >>> backups = nnx.split_rngs(rngs, splits=2)
+    >>> [stream is rngs.default for stream, _, _ in backups.backups]
+    [True]
+    >>> backups.restore(); rngs.default.key.shape
+    ()
     """
 
     backups: list[tuple[Any, ...]]
@@ -147,13 +147,13 @@ def restore_rngs(backups: RngBackups | MarkBackups | Iterable[tuple[Any, ...]], 
     Raises:
       ValueError: an entry is not such a tuple.
 
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(0)
-      >>> backups = nnx.split_rngs(rngs, splits=4)
-      >>> rngs.default.key.shape
-      (4,)
-      >>> nnx.restore_rngs(backups); rngs.default.key.shape
-      ()
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(0)
+    >>> backups = nnx.split_rngs(rngs, splits=4)
+    >>> rngs.default.key.shape
+    (4,)
+    >>> nnx.restore_rngs(backups); rngs.default.key.shape
+    ()
     """
     if isinstance(backups, (RngBackups, MarkBackups)):
         backups.restore()
@@ -182,13 +182,13 @@ def backup_keys(node: Any, /, *, graph: bool | None = None) -> list[tuple[RngStr
     Raises:
       SharedReferenceError: tree mode and a Variable reachable twice.
 
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(params=0, dropout=1)
-      >>> saved = nnx.rnglib.backup_keys(rngs)
-      >>> nnx.reseed(rngs, params=5)
-      >>> nnx.restore_rngs(saved)
-      >>> bool((nnx.Rngs(params=0).params.key.value == rngs.params.key.value).all())
-      True
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1)
+    >>> saved = nnx.rnglib.backup_keys(rngs)
+    >>> nnx.reseed(rngs, params=5)
+    >>> nnx.restore_rngs(saved)
+    >>> bool((nnx.Rngs(params=0).params.key.value == rngs.params.key.value).all())
+    True
     """
     return [
         (stream, stream.key.value)
@@ -331,14 +331,14 @@ def split_rngs(
       SharedReferenceError (``ValueError``): tree mode and a Variable of ``node``
         reachable along several paths (the message lists them).
 
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(params=0, dropout=1)
-      >>> new = nnx.split_rngs(rngs, splits=5, only='params', graph_updates=False)
-      >>> new.params.key.shape, new.dropout.key.shape, rngs.params.key.shape
-      ((5,), (), ())
-      >>> with nnx.split_rngs(rngs, splits=3):
-      ...   rngs.dropout.key.shape
-      (3,)
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1)
+    >>> new = nnx.split_rngs(rngs, splits=5, only='params', graph_updates=False)
+    >>> new.params.key.shape, new.dropout.key.shape, rngs.params.key.shape
+    ((5,), (), ())
+    >>> with nnx.split_rngs(rngs, splits=3):
+    ...   rngs.dropout.key.shape
+    (3,)
     """
     if splits is BROADCAST:
         return _apply_mode(
@@ -377,11 +377,11 @@ def fork_rngs(
       TypeError: ``split`` is not a shape, ``None`` or a mapping of them.
       SharedReferenceError (``ValueError``): tree mode and shared Variables.
 
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(params=0, dropout=1)
-      >>> with nnx.fork_rngs(rngs, split={'params': 2}):
-      ...   rngs.params.key.shape, int(rngs.dropout.count.value)
-      ((2,), 0)
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1)
+    >>> with nnx.fork_rngs(rngs, split={'params': 2}):
+    ...   rngs.params.key.shape, int(rngs.dropout.count.value)
+    ((2,), 0)
     """
     rules = rule_list({...: None} if split is None else split, "split")
     return _apply_mode(node, rules, only, _fork_key, graph, graph_updates)

@@ -73,13 +73,13 @@ def with_rngs(
       TypeError: a ``split``/``broadcast`` shape is not an int or tuple of ints.
       SharedReferenceError (``ValueError``): tree mode and a Variable reachable twice.
 
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(params=0, dropout=1, noise=2)
-      >>> new = nnx.with_rngs(rngs, split={'params': 4, ...: (2, 4)})
-      >>> new.params.key.shape, new.noise.key.shape, rngs.params.key.shape
-      ((4,), (2, 4), ())
-      >>> nnx.with_rngs(rngs, broadcast=3, only='dropout').dropout.key.shape
-      (3,)
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1, noise=2)
+    >>> new = nnx.with_rngs(rngs, split={'params': 4, ...: (2, 4)})
+    >>> new.params.key.shape, new.noise.key.shape, rngs.params.key.shape
+    ((4,), (2, 4), ())
+    >>> nnx.with_rngs(rngs, broadcast=3, only='dropout').dropout.key.shape
+    (3,)
     """
     mode = resolve(graph, graph_updates)
     split_rules = rule_list(split, "split")

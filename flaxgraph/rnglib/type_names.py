@@ -1,9 +1,9 @@
 """The type names and the ``NotKey`` filter (the streams' counts) that Flax NNX's ``rnglib`` defines.
 
-  >>> import flaxgraph as nnx
-  >>> from flaxgraph.rnglib import NotKey
-  >>> [path for path, _ in nnx.state(nnx.Rngs(0), NotKey).flat_state()]
-  [('default', 'count')]
+>>> import flaxgraph as nnx
+>>> from flaxgraph.rnglib import NotKey
+>>> [path for path, _ in nnx.state(nnx.Rngs(0), NotKey).flat_state()]
+[('default', 'count')]
 
 Source: Flax NNX 0.12 ``flax.nnx.rnglib`` (module-level names).
 """

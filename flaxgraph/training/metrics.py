@@ -73,12 +73,12 @@ class Metric(Pytree):
 
         Raises ``ValueError`` as ``nnx.split`` does (a leaf no filter matches).
 
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> avg = nnx.metrics.Average()
-          >>> avg.update(values=jnp.array([1.0, 3.0]))
-          >>> graphdef, state = avg.split()
-          >>> nnx.merge(graphdef, state).compute()
-          Array(2., dtype=float32)
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> avg = nnx.metrics.Average()
+        >>> avg.update(values=jnp.array([1.0, 3.0]))
+        >>> graphdef, state = avg.split()
+        >>> nnx.merge(graphdef, state).compute()
+        Array(2., dtype=float32)
         """
         return graph_split(self, *filters)
 
@@ -124,12 +124,12 @@ class Average(Metric):
       TypeError: from ``update``, ``argname`` missing.
       ValueError: from ``update``, ``mask`` does not broadcast to the values.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> avg = nnx.metrics.Average()
-      >>> avg.update(values=jnp.array([1, 2, 3, 4]))
-      >>> avg.update(values=jnp.array([11, 50, 0, 0]), mask=jnp.array([1, 0, 0, 0]))
-      >>> avg.compute()
-      Array(4.2, dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> avg = nnx.metrics.Average()
+    >>> avg.update(values=jnp.array([1, 2, 3, 4]))
+    >>> avg.update(values=jnp.array([11, 50, 0, 0]), mask=jnp.array([1, 0, 0, 0]))
+    >>> avg.compute()
+    Array(4.2, dtype=float32)
     """
 
     def __init__(self, argname: str = "values"):
@@ -213,11 +213,11 @@ class Welford(Metric):
       TypeError: from ``update``, ``argname`` missing.
       ValueError: from ``update``, ``mask`` does not broadcast to the values.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> w = nnx.metrics.Welford()
-      >>> w.update(values=jnp.array([1.0, 2.0, 3.0, 4.0]))
-      >>> w.compute().standard_deviation
-      Array(1.118034, dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> w = nnx.metrics.Welford()
+    >>> w.update(values=jnp.array([1.0, 2.0, 3.0, 4.0]))
+    >>> w.compute().standard_deviation
+    Array(1.118034, dtype=float32)
     """
 
     def __init__(self, argname: str = "values"):
@@ -288,15 +288,15 @@ class Accuracy(Average):
       ValueError: from ``update``, ranks that do not fit, non-integer labels, or a
         ``mask`` that does not broadcast to the labels.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> acc = nnx.metrics.Accuracy()
-      >>> acc.update(logits=jnp.array([[0.9, 0.1], [0.3, 0.7]]), labels=jnp.array([0, 0]))
-      >>> acc.compute()
-      Array(0.5, dtype=float32)
-      >>> binary = nnx.metrics.Accuracy(threshold=0.5)
-      >>> binary.update(logits=jnp.array([0.2, 0.7, 0.9]), labels=jnp.array([0, 1, 0]))
-      >>> binary.compute()
-      Array(0.6666667, dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> acc = nnx.metrics.Accuracy()
+    >>> acc.update(logits=jnp.array([[0.9, 0.1], [0.3, 0.7]]), labels=jnp.array([0, 0]))
+    >>> acc.compute()
+    Array(0.5, dtype=float32)
+    >>> binary = nnx.metrics.Accuracy(threshold=0.5)
+    >>> binary.update(logits=jnp.array([0.2, 0.7, 0.9]), labels=jnp.array([0, 1, 0]))
+    >>> binary.compute()
+    Array(0.6666667, dtype=float32)
     """
 
     def __init__(self, threshold: float | None = None, argname: str = "values"):
@@ -366,15 +366,15 @@ class MultiMetric(Metric):
       ValueError: a name is taken by a ``MultiMetric`` attribute or starts with an
         underscore; from ``update``, a ``mask`` dict names no metric (Flax ignores it).
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> metrics = nnx.MultiMetric(
-      ...     accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average('loss'))
-      >>> @nnx.jit
-      ... def eval_step(metrics, logits, labels, loss):
-      ...   metrics.update(logits=logits, labels=labels, loss=loss)
-      >>> eval_step(metrics, jnp.array([[0.1, 0.9], [0.8, 0.2]]), jnp.array([1, 1]), 0.5)
-      >>> {k: float(v) for k, v in metrics.compute().items()}
-      {'accuracy': 0.5, 'loss': 0.5}
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> metrics = nnx.MultiMetric(
+    ...     accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average('loss'))
+    >>> @nnx.jit
+    ... def eval_step(metrics, logits, labels, loss):
+    ...   metrics.update(logits=logits, labels=labels, loss=loss)
+    >>> eval_step(metrics, jnp.array([[0.1, 0.9], [0.8, 0.2]]), jnp.array([1, 1]), 0.5)
+    >>> {k: float(v) for k, v in metrics.compute().items()}
+    {'accuracy': 0.5, 'loss': 0.5}
     """
 
     def __init__(self, **metrics: Metric):

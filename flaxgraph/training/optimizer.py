@@ -84,12 +84,12 @@ def to_opt_state(tree: Any) -> Any:
     Returns:
       A pytree of the same structure whose leaves are ``OptVariable``/``OptArray``.
 
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.training.optimizer import to_opt_state
-      >>> state = to_opt_state({'w': nnx.Param(jnp.ones(2), out_sharding=('a',)),
-      ...                       'count': jnp.zeros(())})
-      >>> type(state['w']).__name__, state['w'].out_sharding, type(state['count']).__name__
-      ('OptVariable', ('a',), 'OptArray')
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.training.optimizer import to_opt_state
+    >>> state = to_opt_state({'w': nnx.Param(jnp.ones(2), out_sharding=('a',)),
+    ...                       'count': jnp.zeros(())})
+    >>> type(state['w']).__name__, state['w'].out_sharding, type(state['count']).__name__
+    ('OptVariable', ('a',), 'OptArray')
     """
 
     def wrap_leaf(x: Any) -> OptState[Any]:
@@ -181,24 +181,24 @@ class Optimizer(Pytree, Generic[M]):
       pickle.PicklingError: (on ``pickle.dumps``) cloudpickle is not installed and ``tx``
         or ``wrt`` is a closure (every optax transformation is).
 
-      >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
-      >>> class Model(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones((2, 3)), out_sharding=(None, 'model'))
-      ...   def __call__(self, x):
-      ...     return x @ self.w
-      >>> model = Model()
-      >>> optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
-      >>> optimizer.opt_state[0].mu['w'].out_sharding     # metadata carried over
-      (None, 'model')
-      >>> @nnx.jit
-      ... def train_step(model, optimizer, x, y):
-      ...   loss, grads = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
-      ...   optimizer.update(model, grads)
-      ...   return loss
-      >>> loss = train_step(model, optimizer, jnp.ones((4, 2)), jnp.zeros((4, 3)))
-      >>> int(optimizer.step.value)
-      1
+    >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
+    >>> class Model(nnx.Module):
+    ...   def __init__(self):
+    ...     self.w = nnx.Param(jnp.ones((2, 3)), out_sharding=(None, 'model'))
+    ...   def __call__(self, x):
+    ...     return x @ self.w
+    >>> model = Model()
+    >>> optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    >>> optimizer.opt_state[0].mu['w'].out_sharding     # metadata carried over
+    (None, 'model')
+    >>> @nnx.jit
+    ... def train_step(model, optimizer, x, y):
+    ...   loss, grads = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
+    ...   optimizer.update(model, grads)
+    ...   return loss
+    >>> loss = train_step(model, optimizer, jnp.ones((4, 2)), jnp.zeros((4, 3)))
+    >>> int(optimizer.step.value)
+    1
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -278,14 +278,14 @@ class Optimizer(Pytree, Generic[M]):
           TypeError: ``grads`` is not a State, mapping or model-shaped object; or the call has
             the Flax 0.10 form ``update(grads)``, or ``model``/``grads`` by keyword.
 
-          >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-          >>> class Model(nnx.Module):
-          ...   def __init__(self):
-          ...     self.w = nnx.Param(jnp.array([1.0, -2.0]))
-          >>> model = Model()
-          >>> opt = nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
-          >>> opt.update(model, nnx.grad(lambda m: m.w.value.sum())(model))['w']
-          Array([-0.5, -0.5], dtype=float32)
+        >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+        >>> class Model(nnx.Module):
+        ...   def __init__(self):
+        ...     self.w = nnx.Param(jnp.array([1.0, -2.0]))
+        >>> model = Model()
+        >>> opt = nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
+        >>> opt.update(model, nnx.grad(lambda m: m.w.value.sum())(model))['w']
+        Array([-0.5, -0.5], dtype=float32)
         """
         pairs = wrt_pairs(model, self.wrt)
         paths = [p for p, _ in pairs]
@@ -340,18 +340,18 @@ class ModelAndOptimizer(Optimizer[M]):
     Raises:
       TypeError: as ``Optimizer``.
 
-      >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-      >>> class Model(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(2))
-      >>> state = nnx.ModelAndOptimizer(Model(), optax.sgd(0.5))
-      >>> @nnx.jit
-      ... def train_step(state):
-      ...   grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(state.model)
-      ...   state.update(grads)
-      >>> train_step(state)
-      >>> state.model.w.value, int(state.step.value)
-      (Array([0., 0.], dtype=float32), 1)
+    >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+    >>> class Model(nnx.Module):
+    ...   def __init__(self):
+    ...     self.w = nnx.Param(jnp.ones(2))
+    >>> state = nnx.ModelAndOptimizer(Model(), optax.sgd(0.5))
+    >>> @nnx.jit
+    ... def train_step(state):
+    ...   grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(state.model)
+    ...   state.update(grads)
+    >>> train_step(state)
+    >>> state.model.w.value, int(state.step.value)
+    (Array([0., 0.], dtype=float32), 1)
     """
 
     _wrt_required = False

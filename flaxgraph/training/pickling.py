@@ -28,11 +28,11 @@ class ByValue:
       pickle.PicklingError: (when pickled) cloudpickle is not installed and ``pickle``
         refuses the value; the message names ``what``.
 
-      >>> import pickle, optax
-      >>> from flaxgraph.training.pickling import ByValue
-      >>> tx = pickle.loads(pickle.dumps(ByValue(optax.sgd(0.1), 'tx')))
-      >>> tx.init({'w': 1.0})
-      (EmptyState(), EmptyState())
+    >>> import pickle, optax
+    >>> from flaxgraph.training.pickling import ByValue
+    >>> tx = pickle.loads(pickle.dumps(ByValue(optax.sgd(0.1), 'tx')))
+    >>> tx.init({'w': 1.0})
+    (EmptyState(), EmptyState())
     """
 
     __slots__ = ("value", "what")

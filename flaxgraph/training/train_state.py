@@ -2,23 +2,23 @@
 
 See the package README, "TrainState".
 
-  >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
-  >>> class Model(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.ones(2))
-  ...   def __call__(self, x):
-  ...     return (x * self.w).sum()
-  >>> graphdef, params = nnx.split(Model())
-  >>> state = nnx.TrainState.create(graphdef, params=params, tx=optax.sgd(0.5))
-  >>> @jax.jit
-  ... def train_step(state, x):
-  ...   def loss_fn(params):
-  ...     y, _ = state.apply(params)(x)
-  ...     return y
-  ...   return state.apply_gradients(jax.grad(loss_fn)(state.params))
-  >>> state = train_step(state, jnp.array([1.0, 2.0]))
-  >>> state.params['w'].value, int(state.step)
-  (Array([0.5, 0. ], dtype=float32), 1)
+>>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
+>>> class Model(nnx.Module):
+...   def __init__(self):
+...     self.w = nnx.Param(jnp.ones(2))
+...   def __call__(self, x):
+...     return (x * self.w).sum()
+>>> graphdef, params = nnx.split(Model())
+>>> state = nnx.TrainState.create(graphdef, params=params, tx=optax.sgd(0.5))
+>>> @jax.jit
+... def train_step(state, x):
+...   def loss_fn(params):
+...     y, _ = state.apply(params)(x)
+...     return y
+...   return state.apply_gradients(jax.grad(loss_fn)(state.params))
+>>> state = train_step(state, jnp.array([1.0, 2.0]))
+>>> state.params['w'].value, int(state.step)
+(Array([0.5, 0. ], dtype=float32), 1)
 
 Source: Flax NNX ``nnx.TrainState`` (0.12; a ``flax.struct.PyTreeNode`` there,
 ``jax.tree_util.register_dataclass`` here); optax for the numerics.
