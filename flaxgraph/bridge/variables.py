@@ -114,22 +114,14 @@ def to_linen_var(var: Variable[Any]) -> Any:
 
 
 def get_col_name(keypath: Sequence[Any]) -> str:
-    """The collection name at the head of a Linen variable's key path: ``str(keypath[0].key)``.
-
-    Raises:
-      TypeError: the first entry is not a ``jax.tree_util.DictKey``.
-    """
+    """The collection at the head of a Linen key path, ``str(keypath[0].key)``; ``TypeError`` unless a ``DictKey``."""
     if not isinstance(keypath[0], jax.tree_util.DictKey):
         raise TypeError(f"get_col_name: the key path must start with a DictKey, got {keypath[0]!r}")
     return str(keypath[0].key)
 
 
 def to_nnx_var(col: str, x: Any) -> Variable[Any]:
-    """The Variable for the Linen leaf ``x`` of collection ``col``.
-
-    Raises:
-      TypeError: ``x`` is an ``NNXMeta`` of another kind than the collection's.
-    """
+    """The Variable for the Linen leaf ``x`` of collection ``col``; ``TypeError`` for an ``NNXMeta`` of another kind."""
     kind = variable_type_from_name(col, allow_register=True)
     if isinstance(x, NNXMeta):
         if x.var_type is not kind and not issubclass(x.var_type, kind):
@@ -149,11 +141,8 @@ def to_nnx_var(col: str, x: Any) -> Variable[Any]:
 
 
 def linen_vars_to_nnx_attrs(variables: Mapping[str, Any]) -> dict[str, Any]:
-    """Linen variables ``{collection: nested dict}`` as one nested dict of Variables by path.
-
-    Raises:
-      ValueError: two collections hold a variable at the same path.
-    """
+    """Linen ``{collection: nested dict}`` as one nested dict of Variables by path; ``ValueError`` if two
+    collections share a path."""
     flat: dict[tuple[Any, ...], Variable[Any]] = {}
     where: dict[tuple[Any, ...], str] = {}
     for col, tree in variables.items():
@@ -185,11 +174,7 @@ def _flat_leaves(tree: Mapping[str, Any], prefix: tuple[Any, ...] = ()) -> list[
 def nnx_attrs_to_linen_vars(
     attrs: Mapping[str, Any], metadata_fn: Callable[[Variable[Any]], Any] | None = to_linen_var
 ) -> dict[str, Any]:
-    """A nested dict of Variables as Linen variables ``{collection: nested dict}``.
-
-    Raises:
-      ValueError: a leaf is not a Variable (its collection is unknown).
-    """
+    """A nested dict of Variables as Linen ``{collection: nested dict}``; ``ValueError`` for a non-Variable leaf."""
     out: dict[tuple[Any, ...], Any] = {}
     for path, var in traversals.flatten_mapping(attrs).items():
         if not is_variable(var):

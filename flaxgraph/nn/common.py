@@ -23,16 +23,8 @@ Initializer = Callable[..., Any]
 
 
 def canonicalize_tuple(value: int | Sequence[int], name: str = "value") -> tuple[int, ...]:
-    """``value`` as a tuple of Python ints (an int, NumPy ints and int arrays accepted).
-
-    Raises:
-      TypeError: ``value`` is neither an int nor a sequence of ints (bools, floats and
-        strings are not ints here).
-
-    >>> import numpy as np
-    >>> canonicalize_tuple(np.arange(2), "axis")
-    (0, 1)
-    """
+    """``value`` (an int, NumPy int or int array, or a sequence of ints) as a tuple of Python ints;
+    ``TypeError`` otherwise (bools, floats and strings are not ints)."""
     if _is_int(value):
         return (operator.index(value),)  # type: ignore[arg-type]
     try:
@@ -52,11 +44,7 @@ def _is_int(value: Any) -> bool:
 def expand_to(
     value: int | Sequence[int] | None, n: int, name: str, default: int = 1
 ) -> tuple[int, ...]:
-    """An int or ``None`` repeated ``n`` times, or a sequence of length ``n``, as a tuple.
-
-    Raises:
-      ValueError: a sequence whose length is not ``n``.
-    """
+    """An int or ``None`` repeated ``n`` times, or a length-``n`` sequence, as a tuple (``ValueError`` otherwise)."""
     if value is None:
         return (default,) * n
     if isinstance(value, int):
@@ -70,11 +58,7 @@ def expand_to(
 
 
 def first_from(*values: Any, error_msg: str) -> Any:
-    """The first value that is not ``None``.
-
-    Raises:
-      ValueError: with ``error_msg`` when every value is ``None``.
-    """
+    """The first value that is not ``None``; ``ValueError(error_msg)`` if all are."""
     for v in values:
         if v is not None:
             return v

@@ -60,11 +60,8 @@ def compute_stats(
     use_fast_variance: bool = True,
     mask: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """``(mean, var)`` of ``x`` over ``axes``, in ``dtype`` promoted to at least float32.
-
-    Restricted to ``mask``, averaged across ``axis_name`` if given; ``use_fast_variance``
-    gives ``max(0, E[|x|²] - |E[x]|²)``; without ``use_mean`` the mean is zeros.
-    """
+    """``(mean, var)`` of ``x`` over ``axes`` in at least float32, masked and averaged across ``axis_name``
+    if given (``use_fast_variance``: ``max(0, E[|x|²] - |E[x]|²)``; no ``use_mean``: mean 0)."""
     compute = jnp.promote_types(jnp.result_type(x) if dtype is None else dtype, jnp.float32)
     x = jnp.asarray(x, compute)
     reduced = canonicalize_axes(x.ndim, axes)
@@ -169,10 +166,7 @@ def check_axes(module: Any, x: jax.Array, axes: Any) -> None:
 
 
 def check_features(module: Any, x: jax.Array, axes: Any, *params: jax.Array | None) -> None:
-    """Raises ``LayerShapeError`` unless ``x``'s ``axes`` multiply to the first given parameter's size.
-
-    Reads only the arrays (a function, so a stand-in ``self`` works).
-    """
+    """Raises ``LayerShapeError`` unless ``x``'s ``axes`` multiply to the first given parameter's size."""
     sizes = [p.size for p in params if p is not None]
     if not sizes:
         return

@@ -110,11 +110,8 @@ def _last_step(seq_lengths: jax.Array, steps: int) -> jax.Array:
 
 
 def carry_stream(owner: str, rngs: Rngs | RngStream | bool) -> RngStream | None:
-    """The stream kept for ``initialize_carry``: ``True`` a ``'carry'`` stream from key 0, ``False`` none, an ``Rngs``/stream a fork.
-
-    Raises:
-      TypeError: ``rngs`` is none of these.
-    """
+    """The stream kept for ``initialize_carry``: ``True`` a ``'carry'`` stream from key 0, ``False`` none,
+    an ``Rngs``/stream a fork of it; ``TypeError`` for anything else."""
     if rngs is True:
         return RngStream(jax.random.key(0), tag="carry")
     if rngs is False or rngs is None:

@@ -50,11 +50,7 @@ def draw_key(
     own: Rngs | RngStream | jax.Array | None,
     collection: str | Callable[[], str],
 ) -> jax.Array:
-    """A key from the call's ``rngs`` (a Rngs, a stream or a key), else from the layer's stream.
-
-    Raises:
-      ValueError: neither is available.
-    """
+    """A key from the call's ``rngs`` (Rngs, stream or key), else the layer's stream; ``ValueError`` if neither."""
     # The call's rngs first, else the layer's own (an RngStream, or an Rngs kept
     # whole by a subclass); an Rngs gives the ``collection`` stream (or its default).
     # ``collection`` may be a function giving the name: it is read only for an Rngs

@@ -240,11 +240,8 @@ def _is_shape(k: Any) -> bool:
 
 
 def rule_list(spec: Any, what: str) -> list[tuple[Any, Any, Any]]:
-    """``spec`` (``None``, a shape, or ``{filter: value}``) as a list of ``(filter, predicate, value)``.
-
-    Raises:
-      TypeError: ``spec`` is none of these, or a value is not a shape or ``None``.
-    """
+    """``spec`` (``None``, a shape, or ``{filter: shape or None}``) as ``(filter, predicate, value)``
+    triples in order; ``TypeError`` for anything else."""
     if spec is None:
         return []
     if _is_shape(spec):

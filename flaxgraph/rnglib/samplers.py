@@ -122,13 +122,7 @@ def _initializer_method(name: str) -> Callable[..., KeylessInitializer]:
 
 
 class RandomSamplers:
-    """Mixin: ``SAMPLERS`` and ``INITIALIZERS`` as methods of a class whose instances return a key when called.
-
-    >>> import flaxgraph as nnx
-    >>> rngs = nnx.Rngs(0, params=1)
-    >>> rngs.params.uniform((2, 5)).shape, rngs.bernoulli(0.5, (3,)).dtype
-    ((2, 5), dtype('bool'))
-    """
+    """Mixin: ``SAMPLERS`` and ``INITIALIZERS`` as methods (``rngs.uniform((2, 5))``) of a class whose instances return a key when called."""
 
     __slots__ = ()
 

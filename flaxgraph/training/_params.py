@@ -41,12 +41,8 @@ def filter_str(wrt: Any) -> str:
 
 
 def wrt_pairs(model: Any, wrt: Any, graph: bool | None = None) -> Pairs:
-    """``(path, leaf)`` of ``model``'s ``wrt`` sub-state, in walk order (tree mode with ``graph=False``).
-
-    Raises:
-      TypeError: ``model`` is a single Variable or array.
-      SharedReferenceError: tree mode and a Variable reachable twice.
-    """
+    """``(path, leaf)`` of ``model``'s ``wrt`` sub-state in walk order; ``TypeError`` for a lone Variable or array,
+    ``SharedReferenceError`` for a Variable reachable twice in tree mode."""
     selected = graph_state(model, wrt, graph=graph)
     if not isinstance(selected, State):
         raise TypeError(
@@ -67,11 +63,8 @@ def pure_state(paths: Sequence[PathParts], values: Sequence[Any]) -> State:
 
 
 def as_flat(tree: Any, what: str, wrt: Any = None) -> dict[PathParts, Any]:
-    """``{path: leaf}`` of a State or mapping, or, given ``wrt``, of a model-shaped node's ``wrt`` sub-state.
-
-    Raises:
-      TypeError: ``tree`` is not a State, mapping or (with ``wrt``) graph node.
-    """
+    """``{path: leaf}`` of a State or mapping, or (given ``wrt``) of a model-shaped node's ``wrt``
+    sub-state; ``TypeError`` for anything else."""
     if isinstance(tree, State):
         return dict(tree.flat_state())
     if isinstance(tree, Mapping):
@@ -91,12 +84,8 @@ def values_at(
     header: str,
     fixes: Sequence[str],
 ) -> list[Any]:
-    """The raw values of ``given`` at ``paths``, in that order.
-
-    Raises:
-      GraphStructureError (a ``ValueError``): ``given`` lacks some paths or has others
-        (``header``, both path sets, then the numbered ``fixes``).
-    """
+    """The raw values of ``given`` at ``paths``, in order; ``GraphStructureError`` (``header``, both
+    path sets, the numbered ``fixes``) if its paths differ."""
     if len(given) == len(paths):
         try:
             return [raw(given[p]) for p in paths]
@@ -120,10 +109,7 @@ def _listing(paths: list[str]) -> str:
 
 
 def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:
-    """``tree`` with each array leaf already seen (or in ``others``) replaced by a copy.
-
-    ``jit`` with donation refuses two arguments backed by one buffer.
-    """
+    """``tree`` with each array leaf already seen (or in ``others``) copied: donation refuses shared buffers."""
     seen = {id(x) for x in others}
 
     def copy(x: Any) -> Any:
@@ -136,11 +122,8 @@ def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:
 
 
 def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
-    """A ``kind`` Variable holding ``value`` with ``source``'s metadata plus ``source_type``, placed by its sharding.
-
-    ``optimizer_sharding`` becomes ``out_sharding``; sharding names are copied only when the
-    shapes match (factored states).
-    """
+    """A ``kind`` Variable of ``value`` with ``source``'s metadata plus ``source_type``; ``optimizer_sharding``
+    becomes ``out_sharding``, and sharding names are copied only for equal shapes."""
     if not is_variable(source):
         return kind(value)
     metadata = source._stored_metadata()
@@ -184,11 +167,7 @@ def unbox(tree: Any) -> Any:
 
 
 def write_leaves(tree: Any, new: Any, what: str) -> None:
-    """Sets ``tree``'s Variables to the leaves of ``new`` (``unbox(tree)``'s structure), in place.
-
-    Raises:
-      ValueError: ``new`` has another structure (the message shows both).
-    """
+    """Sets ``tree``'s Variables to the leaves of ``new``, in place; ``ValueError`` showing both structures if they differ."""
     treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     variables, treedef = jax.tree.flatten(tree, is_leaf=is_variable)
     try:

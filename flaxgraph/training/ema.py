@@ -57,21 +57,13 @@ class EMA(Pytree):
       TypeError: ``params`` is a single Variable or array, or a selected Variable holds
         no numbers (a random key: use ``only=nnx.Param``).
 
-    >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-    >>> class Model(nnx.Module):
-    ...   def __init__(self):
-    ...     self.w = nnx.Param(jnp.ones(3))
-    >>> model = Model()
-    >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> model = nnx.Dict(w=nnx.Param(jnp.ones(2)))
     >>> ema = nnx.EMA(model, decay=0.5, only=nnx.Param)
-    >>> @nnx.jit
-    ... def train_step(model, optimizer, ema):
-    ...   grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(model)
-    ...   optimizer.update(model, grads)
-    ...   ema.update(model)
-    >>> train_step(model, optimizer, ema)
+    >>> model['w'].value = jnp.zeros(2)
+    >>> ema.update(model)
     >>> ema.params['w'].value
-    Array([0.9, 0.9, 0.9], dtype=float32)
+    Array([0.5, 0.5], dtype=float32)
     """
 
     def __init__(self, params: Any, decay: float, *, only: Filter = ..., graph: bool | None = None):
@@ -165,15 +157,12 @@ class EMA(Pytree):
             ``only`` are not at the averages' paths.
 
         >>> import jax.numpy as jnp, flaxgraph as nnx
-        >>> class Model(nnx.Module):
-        ...   def __init__(self):
-        ...     self.w = nnx.Param(jnp.zeros(2))
-        >>> model = Model()
+        >>> model = nnx.Dict(w=nnx.Param(jnp.zeros(2)))
         >>> ema = nnx.EMA(model, decay=0.5)
         >>> ema_model = ema.apply_to(model)
-        >>> model.w.value = jnp.ones(2)
+        >>> model['w'].value = jnp.ones(2)
         >>> ema.update(model)
-        >>> ema_model.w.value
+        >>> ema_model['w'].value
         Array([0.5, 0.5], dtype=float32)
         """
         self._values_of(model, "apply_to")

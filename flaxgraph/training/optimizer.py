@@ -181,22 +181,16 @@ class Optimizer(Pytree, Generic[M]):
       pickle.PicklingError: (on ``pickle.dumps``) cloudpickle is not installed and ``tx``
         or ``wrt`` is a closure (every optax transformation is).
 
-    >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
-    >>> class Model(nnx.Module):
-    ...   def __init__(self):
-    ...     self.w = nnx.Param(jnp.ones((2, 3)), out_sharding=(None, 'model'))
-    ...   def __call__(self, x):
-    ...     return x @ self.w
-    >>> model = Model()
+    >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+    >>> model = nnx.Dict(w=nnx.Param(jnp.ones((2, 3)), out_sharding=(None, 'model')))
     >>> optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
     >>> optimizer.opt_state[0].mu['w'].out_sharding     # metadata carried over
     (None, 'model')
     >>> @nnx.jit
-    ... def train_step(model, optimizer, x, y):
-    ...   loss, grads = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
+    ... def train_step(model, optimizer, x):
+    ...   grads = nnx.grad(lambda m: (x @ m['w'].value).sum())(model)
     ...   optimizer.update(model, grads)
-    ...   return loss
-    >>> loss = train_step(model, optimizer, jnp.ones((4, 2)), jnp.zeros((4, 3)))
+    >>> train_step(model, optimizer, jnp.ones((4, 2)))
     >>> int(optimizer.step.value)
     1
     """
@@ -279,12 +273,9 @@ class Optimizer(Pytree, Generic[M]):
             the Flax 0.10 form ``update(grads)``, or ``model``/``grads`` by keyword.
 
         >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-        >>> class Model(nnx.Module):
-        ...   def __init__(self):
-        ...     self.w = nnx.Param(jnp.array([1.0, -2.0]))
-        >>> model = Model()
+        >>> model = nnx.Dict(w=nnx.Param(jnp.array([1.0, -2.0])))
         >>> opt = nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
-        >>> opt.update(model, nnx.grad(lambda m: m.w.value.sum())(model))['w']
+        >>> opt.update(model, nnx.grad(lambda m: m['w'].value.sum())(model))['w']
         Array([-0.5, -0.5], dtype=float32)
         """
         pairs = wrt_pairs(model, self.wrt)
@@ -340,18 +331,11 @@ class ModelAndOptimizer(Optimizer[M]):
     Raises:
       TypeError: as ``Optimizer``.
 
-    >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-    >>> class Model(nnx.Module):
-    ...   def __init__(self):
-    ...     self.w = nnx.Param(jnp.ones(2))
-    >>> state = nnx.ModelAndOptimizer(Model(), optax.sgd(0.5))
-    >>> @nnx.jit
-    ... def train_step(state):
-    ...   grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(state.model)
-    ...   state.update(grads)
-    >>> train_step(state)
-    >>> state.model.w.value, int(state.step.value)
-    (Array([0., 0.], dtype=float32), 1)
+    >>> import optax, flaxgraph as nnx
+    >>> state = nnx.ModelAndOptimizer(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), optax.sgd(0.5))
+    >>> _ = state.update(nnx.grad(lambda m: m.kernel.value.sum())(state.model))
+    >>> int(state.step.value)
+    1
     """
 
     _wrt_required = False

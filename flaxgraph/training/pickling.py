@@ -15,23 +15,14 @@ __all__ = ["ByValue", "unwrap", "wrap"]
 
 
 class ByValue:
-    """A value that ``pickle`` serialises on its own with cloudpickle, and that a copy unwraps.
+    """A value (``what`` names it in errors) that ``pickle`` serialises on its own with cloudpickle; a copy unwraps it.
 
-    Args:
-      value: the value (an optax transformation, a filter…).
-      what: what it is, for the error message (``"Optimizer.tx"``).
-
-    ``pickle.loads`` gives the value itself (needing cloudpickle if pickled with it);
-    ``copy.copy``/``copy.deepcopy`` return the value itself (shared).
-
-    Raises:
-      pickle.PicklingError: (when pickled) cloudpickle is not installed and ``pickle``
-        refuses the value; the message names ``what``.
+    ``pickle.loads`` and ``copy.copy``/``deepcopy`` give the value itself. Pickling raises
+    ``pickle.PicklingError`` naming ``what`` if cloudpickle is missing and ``pickle`` refuses.
 
     >>> import pickle, optax
     >>> from flaxgraph.training.pickling import ByValue
-    >>> tx = pickle.loads(pickle.dumps(ByValue(optax.sgd(0.1), 'tx')))
-    >>> tx.init({'w': 1.0})
+    >>> pickle.loads(pickle.dumps(ByValue(optax.sgd(0.1), 'tx'))).init({'w': 1.0})
     (EmptyState(), EmptyState())
     """
 
