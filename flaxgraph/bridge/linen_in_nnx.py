@@ -1,8 +1,7 @@
 """``ToNNX`` and ``lazy_init``: a Linen module used as a flaxgraph Module.
 
-See the package README, "Linen inside flaxgraph".
-
-Source: Flax NNX 0.12 ``nnx.bridge.ToNNX``, ``lazy_init``, ``current_linen_module``.
+See the package README, "Linen inside flaxgraph". Source: Flax NNX 0.12
+``nnx.bridge.ToNNX``, ``lazy_init``, ``current_linen_module``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """``bridge.Module``: Linen-style modules (dataclass fields, ``setup``, ``@compact``, ``self.param``, ``init``/``apply``) on flaxgraph Modules.
 
-See the package README, "Linen-style modules".
-
-Source: Flax NNX 0.12 ``nnx.bridge.Module``, ``compact``, ``Scope``, ``AttrPriority``
-(the bridge guide's Linen-style modules).
+See the package README, "Linen-style modules". Source: Flax NNX 0.12
+``nnx.bridge.Module``, ``compact``, ``Scope``, ``AttrPriority`` (the bridge guide's
+Linen-style modules).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``ToLinen`` / ``to_linen`` / ``to_linen_class``: a flaxgraph Module used as a Linen module.
 
-See the package README, "flaxgraph inside Linen".
-
-Source: Flax NNX 0.12 ``nnx.bridge.ToLinen``, ``to_linen``, ``to_linen_class``.
+See the package README, "flaxgraph inside Linen". Source: Flax NNX 0.12
+``nnx.bridge.ToLinen``, ``to_linen``, ``to_linen_class``.
 """
 
 from __future__ import annotations

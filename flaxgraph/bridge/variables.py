@@ -1,9 +1,8 @@
 """Variables across the Linen boundary: collections, metadata boxes, ``NNXMeta``.
 
-See the package README, "Variables across the boundary".
-
-Source: Flax NNX 0.12 ``flax.nnx.bridge.variables`` (names and behaviour); the "Axis
-Metadata" FLIP flax#2434 (the box protocol).
+See the package README, "Variables across the boundary". Source: Flax NNX 0.12
+``flax.nnx.bridge.variables`` (names and behaviour); the "Axis Metadata" FLIP flax#2434
+(the box protocol).
 """
 
 from __future__ import annotations

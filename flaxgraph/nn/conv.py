@@ -192,8 +192,7 @@ class Conv(_ConvBase):
       feature_group_count: feature groups convolved separately (default 1).
       use_bias: add a ``bias`` Param ``(out_features,)`` (default True).
       mask: an optional array of the kernel's shape multiplied into the kernel.
-      dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-        preferred_element_type, rngs, kernel_metadata, bias_metadata: as in ``Linear``.
+      others: as in ``Linear``.
       conv_general_dilated: the convolution (default ``jax.lax.conv_general_dilated``).
 
     Call: ``inputs`` ``(*batch, *spatial, in_features)``, optional ``out_sharding``;
@@ -333,9 +332,7 @@ class ConvTranspose(_ConvBase):
     """An N-D transposed convolution (upsamples by ``strides``).
 
     Args:
-      in_features, out_features, kernel_size, use_bias, mask, dtype, param_dtype,
-        precision, kernel_init, bias_init, promote_dtype, preferred_element_type, rngs,
-        kernel_metadata, bias_metadata: as in ``Conv``.
+      others: as in ``Conv``.
       strides: an int or one per spatial axis (default 1).
       padding: ``'SAME'`` (size ``input * stride``), ``'VALID'`` (``(input - 1) * stride +
         dilated_kernel``), ``'CIRCULAR'`` (the ``'VALID'`` result wrapped onto ``input *

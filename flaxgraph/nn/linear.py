@@ -171,9 +171,8 @@ class LinearGeneral(Module):
       out_features: size(s) of the new output axes (an int or a tuple).
       axis: the input axes to contract (default ``-1``), one per ``in_features``.
       batch_axis: ``{input_axis: size}`` of axes with separate kernels (default none).
-      use_bias, dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-        preferred_element_type, rngs, kernel_metadata, bias_metadata: as in ``Linear``;
-        the initializers see the 2-D view ``(prod(batch) * prod(in), prod(out))``, as in Flax.
+      others: as in ``Linear``; the initializers see the 2-D view
+        ``(prod(batch) * prod(in), prod(out))``, as in Flax.
       dot_general: the contraction function (default ``jax.lax.dot_general``).
       dot_general_cls: a factory called at each call for the contraction; takes precedence
         over ``dot_general`` (default none).
@@ -331,8 +330,7 @@ class Einsum(Module):
       kernel_shape: the kernel's shape (one size per letter of the kernel operand).
       bias_shape: the bias's shape (an int for one axis), aligned with the output's
         trailing axes, or ``None`` for no bias.
-      dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-        preferred_element_type, rngs, kernel_metadata, bias_metadata: as in ``Linear``.
+      others: as in ``Linear``.
       einsum_op: the einsum function (default ``jnp.einsum``).
 
     Call: ``inputs`` matching the first operand; ``einsum_str`` overrides the constructor's;

@@ -1,16 +1,8 @@
 """Low-rank adaptation: ``LoRA``, ``LoRALinear`` and the ``LoRAParam`` Variable.
 
-An adapter adds ``x @ lora_a @ lora_b`` to a layer's output; ``lora_b`` starts at zero.
-See the package README, "LoRA".
-
->>> import flaxgraph as nnx
->>> layer = nnx.LoRALinear(3, 4, lora_rank=2, rngs=nnx.Rngs(0))
->>> sorted(nnx.state(layer, nnx.LoRAParam)['lora'].keys())
-['lora_a', 'lora_b']
-
-Source: Flax NNX ``nnx.LoRA``, ``nnx.LoRALinear``, ``nnx.LoRAParam`` (0.12): signatures,
-parameter layout, initializers; Hu et al., "LoRA: Low-Rank Adaptation of Large Language
-Models" (2021).
+See the package README, "LoRA". Source: Flax NNX ``nnx.LoRA``, ``nnx.LoRALinear``,
+``nnx.LoRAParam`` (0.12): signatures, parameter layout, initializers; Hu et al., "LoRA:
+Low-Rank Adaptation of Large Language Models" (2021).
 """
 
 from __future__ import annotations

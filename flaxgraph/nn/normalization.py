@@ -1,9 +1,7 @@
 """Normalization layers (``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``, ``BatchNorm``).
 
-Each computes ``(x - mean) / sqrt(var + epsilon) * scale + bias`` over its axes
-(statistics in at least float32; ``axis_name`` averages them with ``jax.lax.pmean``;
-``mask`` restricts them). As Flax's module, it also gives ``SpectralNorm`` and
-``WeightNorm`` (from ``normalization_wrappers``). See the package README, "Normalization".
+As Flax's module, it also gives ``SpectralNorm`` and ``WeightNorm`` (from
+``normalization_wrappers``). See the package README, "Normalization".
 
 >>> import jax.numpy as jnp, flaxgraph as nnx
 >>> bn = nnx.BatchNorm(3, momentum=0.9, rngs=nnx.Rngs(0))
@@ -225,9 +223,7 @@ class GroupNorm(NormBase):
       group_size: features per group, instead of ``num_groups`` (pass ``num_groups=None``).
       epsilon: added to the variance (default ``1e-6``).
       reduction_axes: further axes of the statistics (default: all but the first).
-      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-      axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
-      scale_metadata: as in ``LayerNorm``.
+      others: as in ``LayerNorm``.
 
     Call: ``x`` of shape ``(..., num_features)``, optional ``mask``; returns ``x``'s shape.
 
@@ -355,9 +351,7 @@ class InstanceNorm(NormBase):
       num_features: total size of the feature axes (the ``scale``/``bias`` size).
       epsilon: added to the variance (default ``1e-6``).
       feature_axes: axes of ``scale``/``bias``, not reduced (default ``-1``).
-      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-      axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
-      scale_metadata: as in ``LayerNorm``.
+      others: as in ``LayerNorm``.
 
     Call: ``x`` of rank >= 2 (batch first), optional boolean ``mask``; returns ``x``'s
     shape in the promoted dtype (or ``dtype``).
@@ -460,9 +454,7 @@ class BatchNorm(NormBase):
       momentum: decay of the running averages (default 0.99).
       epsilon: added to the variance (default ``1e-5``).
       axis_name, axis_index_groups: average the batch statistics across a named axis.
-      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init,
-      use_fast_variance, promote_dtype, rngs, bias_metadata, scale_metadata: as in
-      ``LayerNorm``.
+      others: as in ``LayerNorm``.
 
     Attributes:
       mean, var: float32 ``BatchStat`` of shape ``(num_features,)``, initially 0 and 1.

@@ -1,9 +1,7 @@
 """Recurrent cells: ``LSTMCell``, ``OptimizedLSTMCell``, ``GRUCell``, ``SimpleCell``.
 
-A cell maps ``(carry, x_t) -> (new_carry, y_t)``; ``cell.initialize_carry(input_shape)``
-builds the carry for inputs ``(*batch, features)``. As Flax's module, it also gives
-``RNNCellBase``, ``RNN``, ``Bidirectional``, ``RNNBase``, ``flip_sequences``, the
-initializers and the type names ``Array``, ``Carry``, ``Output``.
+As Flax's module, it also gives ``RNNCellBase``, ``RNN``, ``Bidirectional``, ``RNNBase``,
+``flip_sequences``, the initializers and the type names ``Array``, ``Carry``, ``Output``.
 
 >>> import jax.numpy as jnp, flaxgraph as nnx
 >>> cell = nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0))

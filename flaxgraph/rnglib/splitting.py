@@ -307,12 +307,9 @@ def split_rngs(
 ) -> Any:
     """Replaces the keys of the RNG streams in ``node`` by ``splits`` split keys.
 
-    Each selected stream draws one key (its count advances), splits it into ``splits`` and
-    holds them, with a count of that shape, until restored. In the default mode
-    (``graph=True, graph_updates=True``) ``node`` changes in place and ``RngBackups`` is
-    returned (or the decorator splits the arguments' streams around each call); with
-    ``graph_updates=False`` or ``graph=False`` a copy sharing the other Variables is
-    returned instead.
+    Each selected stream draws one key (its count advances) and holds ``splits`` keys split
+    from it, with a count of that shape; in place or on a copy, see the package README,
+    "Split, fork, restore".
 
     Args:
       node: the graph holding the streams; omit it for the decorator form.

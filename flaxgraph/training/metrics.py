@@ -284,7 +284,8 @@ class Accuracy(Average):
 
     Raises:
       TypeError: ``threshold`` is neither ``None`` nor a ``float`` (an int, bool or
-        ``np.float32`` is refused, as in Flax); from ``update``, ``logits``/``labels`` missing.
+        ``np.float32`` is refused, as in Flax; ``np.float64`` is a float); from
+        ``update``, ``logits``/``labels`` missing.
       ValueError: from ``update``, ranks that do not fit, non-integer labels, or a
         ``mask`` that does not broadcast to the labels.
 

@@ -1,9 +1,7 @@
 """Pickling the static callables of training objects (optax transformations, filters).
 
-See the package README, "Pickling".
-
-Source: the ``pickle`` protocol (``__reduce__``, ``__getstate__``/``__setstate__``,
-``__deepcopy__``); cloudpickle; flax#4247.
+See the package README, "Pickling". Source: the ``pickle`` protocol (``__reduce__``,
+``__getstate__``/``__setstate__``, ``__deepcopy__``); cloudpickle; flax#4247.
 """
 
 from __future__ import annotations

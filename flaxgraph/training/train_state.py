@@ -3,22 +3,14 @@
 See the package README, "TrainState".
 
 >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
->>> class Model(nnx.Module):
-...   def __init__(self):
-...     self.w = nnx.Param(jnp.ones(2))
-...   def __call__(self, x):
-...     return (x * self.w).sum()
->>> graphdef, params = nnx.split(Model())
+>>> graphdef, params = nnx.split(nnx.Linear(2, 1, rngs=nnx.Rngs(0)))
 >>> state = nnx.TrainState.create(graphdef, params=params, tx=optax.sgd(0.5))
 >>> @jax.jit
 ... def train_step(state, x):
-...   def loss_fn(params):
-...     y, _ = state.apply(params)(x)
-...     return y
+...   loss_fn = lambda params: state.apply(params)(x)[0].sum()
 ...   return state.apply_gradients(jax.grad(loss_fn)(state.params))
->>> state = train_step(state, jnp.array([1.0, 2.0]))
->>> state.params['w'].value, int(state.step)
-(Array([0.5, 0. ], dtype=float32), 1)
+>>> int(train_step(state, jnp.ones((1, 2))).step)
+1
 
 Source: Flax NNX ``nnx.TrainState`` (0.12; a ``flax.struct.PyTreeNode`` there,
 ``jax.tree_util.register_dataclass`` here); optax for the numerics.
