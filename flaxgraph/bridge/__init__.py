@@ -1,8 +1,7 @@
-"""Linen interop: Linen modules inside flaxgraph models and flaxgraph modules inside
-Linen models (``nnx.bridge``). Needs the optional ``flax`` package:
-``pip install 'flaxgraph[linen]'``. This package is the only place that imports flax.
+"""Linen interop: Linen modules inside flaxgraph models and flaxgraph modules inside Linen models.
 
-Source: Flax NNX 0.12 ``flax.nnx.bridge``.
+Needs ``pip install 'flaxgraph[linen]'``; see the package README. Source: Flax NNX 0.12
+``flax.nnx.bridge``.
 """
 
 try:

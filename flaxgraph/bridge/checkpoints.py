@@ -1,16 +1,7 @@
-"""Checkpoints across the boundary: a Linen ``params`` dict (as a Linen training
-script saves it) to a flaxgraph ``State`` and back, path for path.
+"""Checkpoints across the boundary: a Linen variables dict to a flaxgraph ``State`` and back, path for path.
 
-Linen names a parameter by its path in the ``params`` collection
-(``{'Dense_0': {'kernel': ...}}``); the flaxgraph port of the model names it by
-its attribute path (``model.Dense_0.kernel``, or a renamed ``model.fc1.kernel``).
-``linen_params_to_state`` builds a State in the layout of the port (optionally
-renaming path prefixes) that ``nnx.update(model, state)`` restores; the State's
-Variables are of the kinds the collections name and Linen boxes
-(``nn.Partitioned``) keep their sharding names.
-
-Source: Flax's Linen-to-NNX migration guide (checkpoint restoring) and
-``flax.nnx.bridge.variables``.
+See the package README, "Checkpoints". Source: Flax's Linen-to-NNX migration guide
+(restoring checkpoints); ``flax.nnx.bridge.variables``.
 """
 
 from __future__ import annotations
@@ -42,32 +33,26 @@ def linen_params_to_state(
     collection: str | None = None,
     renames: Mapping[Any, Any] | None = None,
 ) -> State:
-    """A State (path -> Variable) from Linen variables.
+    """A State (path -> Variable) from Linen variables, for ``nnx.update(model, state)``.
 
     Args:
-      variables: Linen's ``{collection: nested dict}`` (``model.init(...)`` or a
-        restored checkpoint), or one collection's nested dict with ``collection=``.
-      collection: the collection name when ``variables`` is one collection
-        (e.g. ``'params'``).
+      variables: Linen's ``{collection: nested dict}``, or one collection's dict with
+        ``collection=``.
+      collection: the collection name when ``variables`` is one collection.
       renames: path-prefix renames, Linen name -> flaxgraph attribute
         (``{'Dense_0': 'fc1', ('Block_0', 'Dense_0'): ('blocks', 0, 'fc')}``).
 
     Returns:
-      A ``State`` whose leaves are Variables of the collections' kinds (``Param``
-      for ``'params'``…), keyed by flaxgraph path: ``nnx.update(model, state)``.
+      A ``State`` of Variables of the collections' kinds, keyed by flaxgraph path.
 
     Raises:
       ValueError: two variables end up at the same path.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> linen_params = {'Dense_0': {'kernel': jnp.ones((2, 3)), 'bias': jnp.zeros(3)}}
-      >>> state = nnx.bridge.linen_params_to_state(linen_params, collection='params', renames={'Dense_0': 'fc'})
-      >>> sorted(state['fc']), type(state['fc']['kernel']).__name__
-      (['bias', 'kernel'], 'Param')
-
-    Source: Flax's Linen-to-NNX migration guide (restoring Linen checkpoints).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> linen_params = {'Dense_0': {'kernel': jnp.ones((2, 3)), 'bias': jnp.zeros(3)}}
+    >>> state = nnx.bridge.linen_params_to_state(linen_params, collection='params', renames={'Dense_0': 'fc'})
+    >>> sorted(state['fc']), type(state['fc']['kernel']).__name__
+    (['bias', 'kernel'], 'Param')
     """
     collections = {collection: variables} if collection is not None else dict(variables)
     renames = dict(renames or {})
@@ -100,27 +85,17 @@ def state_to_linen_params(
     renames: Mapping[Any, Any] | None = None,
     boxed: bool = False,
 ) -> dict[str, Any]:
-    """Linen variables ``{collection: nested dict}`` from a flaxgraph State.
+    """Linen variables ``{collection: nested dict}`` (RNG state left out) from a flaxgraph State.
 
     Args:
       state: ``nnx.state(model)`` (or any State of Variables).
-      renames: path-prefix renames, flaxgraph attribute -> Linen name (the inverse
-        of ``linen_params_to_state``'s).
-      boxed: keep metadata as Linen boxes (``nn.Partitioned``/``NNXMeta``); default
-        bare arrays, as ``model.init(...)['params']`` without partitioning holds.
+      renames: path-prefix renames, flaxgraph attribute -> Linen name.
+      boxed: keep metadata as Linen boxes (default: bare arrays).
 
-    Returns:
-      ``{'params': {...}, 'batch_stats': {...}, ...}`` (RNG state left out).
-
-    Example::
-
-      >>> import jax, flaxgraph as nnx
-      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> params = nnx.bridge.state_to_linen_params(nnx.state(model))['params']
-      >>> params['kernel'].shape
-      (2, 3)
-
-    Source: Flax NNX 0.12 ``bridge.variables.nnx_attrs_to_linen_vars``.
+    >>> import flaxgraph as nnx
+    >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> nnx.bridge.state_to_linen_params(nnx.state(model))['params']['kernel'].shape
+    (2, 3)
     """
     from flaxgraph.rnglib.rngs import RngState
 

@@ -1,9 +1,8 @@
 """The stack of bridge modules being called (``current_context``/``current_module``).
 
-A thread-local stack, pushed with ``entered(...)`` (a context manager) by
-``bridge.Module.apply``, ``setup`` and ``@bridge.compact`` methods; submodules
-created in a compact method are named and attached through it, and ``ToNNX``
-reads the enclosing module's mutable collections from it.
+A thread-local stack pushed by ``bridge.Module.apply``, ``setup`` and compact methods;
+compact methods attach submodules through it, and ``ToNNX`` reads the enclosing
+module's mutable collections from it.
 
 Source: Flax NNX 0.12 ``flax.nnx.bridge.module`` (``MODULE_CONTEXT``,
 ``current_context``, ``current_module``).
@@ -23,8 +22,7 @@ __all__ = ["MODULE_CONTEXT", "ModuleStackEntry", "current_context", "current_mod
 
 @dataclasses.dataclass
 class ModuleStackEntry:
-    """One bridge module being called: ``in_compact`` in a ``@bridge.compact`` method;
-    ``type_counter`` numbers auto-named submodules per class (``Dense_0``, ``Dense_1``)."""
+    """One bridge module being called: ``in_compact``, and ``type_counter`` for auto names."""
 
     module: Any
     in_compact: bool
@@ -57,34 +55,17 @@ def entered(module: Any, in_compact: bool) -> Iterator[ModuleStackEntry]:
 
 
 def current_context() -> ModuleStackEntry | None:
-    """The innermost bridge module call (``None`` outside any).
+    """The innermost bridge module call: a ``ModuleStackEntry`` (``.module``, ``.in_compact``) or ``None``.
 
-    Returns:
-      A ``ModuleStackEntry`` (``.module``, ``.in_compact``) or ``None``.
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> nnx.bridge.current_context() is None
-      True
-
-    Source: Flax NNX 0.12 ``nnx.bridge.current_context``.
+    >>> import flaxgraph as nnx
+    >>> nnx.bridge.current_context() is None
+    True
     """
     return MODULE_CONTEXT.module_stack[-1]
 
 
 def current_module() -> Any:
-    """The bridge module being called (``None`` outside any), e.g. to ask
-    ``current_module().is_initializing()`` from a plain flaxgraph submodule.
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> nnx.bridge.current_module() is None
-      True
-
-    Source: Flax NNX 0.12 ``nnx.bridge.current_module``.
-    """
+    """The bridge module being called (``None`` outside any), e.g. for ``is_initializing()``."""
     entry = MODULE_CONTEXT.module_stack[-1]
     return None if entry is None else entry.module
 

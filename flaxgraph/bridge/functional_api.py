@@ -32,8 +32,6 @@ class Functional(Generic[M]):
 
     Raises:
       ValueError: ``apply`` before ``init``.
-
-    Source: Flax NNX 0.12 ``nnx.bridge.Functional``.
     """
 
     module_type: type[M]
@@ -58,18 +56,13 @@ class Functional(Generic[M]):
 
 
 def functional(cls: type[M]) -> Callable[..., Functional[M]]:
-    """``functional(Cls)(*args, **kwargs)`` -> a ``Functional`` holding the class and args.
+    """``functional(Cls)(*args, **kwargs)`` -> a ``Functional`` holding the class and arguments.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> f = nnx.bridge.functional(nnx.Linear)(2, 3)
-      >>> state = f.init(rngs=nnx.Rngs(0))
-      >>> y, _ = f.apply(state)(jnp.ones((1, 2)))
-      >>> y.shape
-      (1, 3)
-
-    Source: Flax NNX 0.12 ``nnx.bridge.functional``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> f = nnx.bridge.functional(nnx.Linear)(2, 3)
+    >>> y, _ = f.apply(f.init(rngs=nnx.Rngs(0)))(jnp.ones((1, 2)))
+    >>> y.shape
+    (1, 3)
     """
 
     def construct(*args: Any, **kwargs: Any) -> Functional[M]:

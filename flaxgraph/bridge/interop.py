@@ -37,18 +37,15 @@ def nnx_in_bridge_mdl(factory: Callable[[Rngs], Module], name: str | None = None
     """A plain flaxgraph Module as a submodule of the bridge Module being called.
 
     Args:
-      factory: ``rngs -> Module``; called with the parent's RNG streams.
+      factory: ``rngs -> Module``, called with the parent's RNG streams.
       name: the attribute name in a compact method (default ``ClassName_<n>``); in
-        ``setup`` assign the result to an attribute yourself.
+        ``setup`` assign the result yourself.
 
     Returns:
-      The submodule. Outside ``init`` its Variables are then filled from the
-      variables passed to ``apply``.
+      The submodule; outside ``init`` its Variables are filled from ``apply``'s variables.
 
     Raises:
       ValueError: called outside a bridge Module's ``setup``/compact method.
-
-    Source: Flax NNX 0.12 ``nnx.bridge.nnx_in_bridge_mdl``.
     """
     entry = _parent("nnx_in_bridge_mdl")
     parent = entry.module
@@ -78,8 +75,6 @@ def linen_in_bridge_mdl(linen_module: linen.Module, name: str | None = None) -> 
 
     Raises:
       ValueError: called outside a bridge Module's ``setup``/compact method.
-
-    Source: Flax NNX 0.12 ``nnx.bridge.linen_in_bridge_mdl``.
     """
     entry = _parent("linen_in_bridge_mdl")
     parent = entry.module

@@ -1,21 +1,7 @@
 """``ToNNX`` and ``lazy_init``: a Linen module used as a flaxgraph Module.
 
-Linen modules create their variables from a sample input (``init``), so a
-``ToNNX`` wrapper starts empty: ``lazy_init(model, x)`` (or
-``ToNNX(...).lazy_init(x)``) runs one call in *initializing* mode, in which every
-``ToNNX`` inside ``model`` calls Linen's ``init_with_output`` and keeps the
-variables it returns as attributes of the wrapper, one flaxgraph Variable per
-Linen variable (``params`` -> ``Param``, ``batch_stats`` -> ``BatchStat``…).
-Later calls rebuild Linen's variable dict from those Variables and call
-``apply``; the collections made mutable (``mutable=`` or the enclosing bridge /
-Linen module's) are written back into the wrapper's Variables in place, so
-``nnx.jit``, ``nnx.grad``, ``nnx.vmap`` and ``nnx.scan`` see them as any other
-Variables.
-
-RNG streams come from the ``Rngs`` given to the wrapper (a fork of it): each call
-draws one key per stream (``default`` serves as Linen's ``params`` stream).
-
-Source: Flax NNX 0.12 ``nnx.bridge.ToNNX`` and ``nnx.bridge.lazy_init``.
+See the package README, "Linen inside flaxgraph". Source: Flax NNX 0.12
+``nnx.bridge.ToNNX``, ``lazy_init``, ``current_linen_module``.
 """
 
 from __future__ import annotations
@@ -45,8 +31,7 @@ _PREFIX = "to_nnx__"
 
 
 def set_initializing(node: Any, initializing: bool) -> None:
-    """Marks every lazily initialized module in ``node``'s graph (``ToNNX`` wrappers,
-    bridge Modules) as initializing or not."""
+    """Marks every lazily initialized module in ``node``'s graph as initializing or not."""
     for _, value in iter_graph(node, graph=True):
         setter = getattr(type(value), "_set_initializing", None)
         if setter is not None:
@@ -54,29 +39,23 @@ def set_initializing(node: Any, initializing: bool) -> None:
 
 
 def lazy_init(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Creates the variables of every ``ToNNX`` (and bridge Module) inside a module by
-    calling it once on sample inputs.
+    """Creates the variables of every ``ToNNX`` (and bridge Module) inside a module by calling it once.
 
     Args:
-      fn: a flaxgraph Module (called as ``fn(*args, **kwargs)``) or a bound method
-        of one (``lazy_init(model.encode, x)``).
-      *args, **kwargs: sample inputs (arrays of the shapes and dtypes of real inputs).
+      fn: a flaxgraph Module (called as ``fn(*args, **kwargs)``) or a bound method of one.
+      *args, **kwargs: sample inputs (of the real inputs' shapes and dtypes).
 
     Returns:
-      ``fn`` itself, so ``model = lazy_init(Model(...), x)`` reads naturally.
+      ``fn`` itself.
 
     Raises:
       ValueError: ``fn`` is neither a Module nor a method of one.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flax import linen as nn
-      >>> model = nnx.bridge.lazy_init(nnx.bridge.ToNNX(nn.Dense(3), rngs=nnx.Rngs(0)), jnp.ones((1, 2)))
-      >>> model.kernel.shape
-      (2, 3)
-
-    Source: Flax NNX 0.12 ``nnx.bridge.lazy_init``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flax import linen as nn
+    >>> model = nnx.bridge.lazy_init(nnx.bridge.ToNNX(nn.Dense(3), rngs=nnx.Rngs(0)), jnp.ones((1, 2)))
+    >>> model.kernel.shape
+    (2, 3)
     """
     if isinstance(fn, Module):
         module = fn
@@ -96,8 +75,7 @@ def lazy_init(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 class LinenVariableNotFoundError(ScopeParamNotFoundError, flax_errors.ScopeParamNotFoundError):
-    """``flaxgraph.errors.ScopeParamNotFoundError`` that is also Linen's: a ``ToNNX``
-    call needed a variable ``lazy_init`` did not create."""
+    """A ``ScopeParamNotFoundError`` that is also Linen's: a call needed a variable ``lazy_init`` did not create."""
 
     def __init__(self, message: str):
         Exception.__init__(self, message)
@@ -107,10 +85,7 @@ class LinenVariableNotFoundError(ScopeParamNotFoundError, flax_errors.ScopeParam
 
 
 def current_linen_module() -> linen.Module | None:
-    """The Linen module whose method is running (innermost), or ``None`` outside Linen.
-
-    Source: Flax NNX 0.12.8 ``nnx.bridge.wrappers.current_linen_module``.
-    """
+    """The innermost Linen module whose method is running, or ``None`` outside Linen."""
     stack = linen.module._context.module_stack  # Linen's own module stack
     return stack[-1] if stack and stack[-1] is not None else None
 
@@ -128,32 +103,25 @@ def _rng_keys(rngs: Rngs | jax.Array | None) -> dict[str, Any]:
 
 
 class ToNNX(Module):
-    """A Linen module as a flaxgraph Module (see the module docstring).
+    """A Linen module as a flaxgraph Module.
 
     Args:
       module: the Linen module instance (unbound).
-      rngs: an ``nnx.Rngs`` (the wrapper keeps a fork of it), a key (used as the
-        ``params`` stream) or ``None`` (no randomness).
+      rngs: an ``nnx.Rngs`` (a fork is kept), a key (the ``params`` stream) or ``None``.
 
-    Calling the wrapper: ``model(*args, rngs=None, method=None, mutable=None,
-    **kwargs)`` calls the Linen module's ``method`` (default ``__call__``; any
-    method is also reachable as ``model.method_name(...)``) and returns its output.
-    ``mutable`` is Linen's (collections to update); ``None`` takes the enclosing
-    bridge or Linen module's, else ``False``.
+    ``model(*args, rngs=None, method=None, mutable=None, **kwargs)`` calls the Linen
+    module's ``method`` (default ``__call__``; also ``model.method_name(...)``) and returns
+    its output; ``mutable=None`` takes the enclosing bridge or Linen module's, else ``False``.
 
     Raises:
-      flax.errors.ScopeParamNotFoundError (from Linen): a call needs a variable
-        that ``lazy_init`` did not create (e.g. it only ran another method).
+      flax.errors.ScopeParamNotFoundError (from Linen): a call needs a variable that
+        ``lazy_init`` did not create.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flax import linen as nn
-      >>> model = nnx.bridge.ToNNX(nn.Dense(4), rngs=nnx.Rngs(0)).lazy_init(jnp.ones((1, 3)))
-      >>> model(jnp.ones((2, 3))).shape, type(model.kernel).__name__
-      ((2, 4), 'Param')
-
-    Source: Flax NNX 0.12 ``nnx.bridge.ToNNX``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flax import linen as nn
+    >>> model = nnx.bridge.ToNNX(nn.Dense(4), rngs=nnx.Rngs(0)).lazy_init(jnp.ones((1, 3)))
+    >>> model(jnp.ones((2, 3))).shape, type(model.kernel).__name__
+    ((2, 4), 'Param')
     """
 
     if TYPE_CHECKING:
@@ -255,8 +223,7 @@ class ToNNX(Module):
         return out
 
     def _absorb(self, updates: Any) -> None:
-        """Writes Linen's returned collections into this wrapper: an existing Variable
-        of the same kind gets the new value in place, anything else is added."""
+        """Writes Linen's returned collections into this wrapper (existing Variables in place)."""
         new = traversals.flatten_mapping(linen_vars_to_nnx_attrs(updates))
         current = traversals.flatten_mapping(
             {k: v for k, v in vars(self).items() if not str(k).startswith(_PREFIX)}

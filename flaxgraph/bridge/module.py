@@ -1,21 +1,8 @@
-"""``bridge.Module``: Linen-style modules (dataclass fields, ``setup``, ``@compact``,
-``self.param``, ``init``/``apply``) that are flaxgraph Modules underneath.
+"""``bridge.Module``: Linen-style modules (dataclass fields, ``setup``, ``@compact``, ``self.param``, ``init``/``apply``) on flaxgraph Modules.
 
-A bridge Module is a dataclass and a flaxgraph ``Module``. Its variables and
-submodules are created lazily, as in Linen: by ``setup()`` or in a method wrapped
-in ``@bridge.compact`` (a submodule made there is attached under an automatic
-name, ``Dense_0``, or its ``name=``). ``init(rngs, *args)`` returns Linen's
-variable dict; ``apply(variables, *args, rngs=..., mutable=...)`` runs a clone of
-the module with those variables (submodules that do not exist yet keep their
-part of the state until they are created). Inside ``init``/``apply`` every bridge
-Module has a ``Scope`` (its RNG streams and mutable collections).
-
-As in Flax, a submodule reachable through several attributes is stored under the
-attribute of highest priority (``AttrPriority``; names given at creation come
-before other attributes, ties by name).
-
-Source: Flax NNX 0.12 ``nnx.bridge.Module``, ``compact``, ``Scope``,
-``AttrPriority`` (the bridge guide's Linen-style modules).
+See the package README, "Linen-style modules". Source: Flax NNX 0.12
+``nnx.bridge.Module``, ``compact``, ``Scope``, ``AttrPriority`` (the bridge guide's
+Linen-style modules).
 """
 
 from __future__ import annotations
@@ -82,8 +69,6 @@ class Scope(Pytree):
     Args:
       rngs: the ``nnx.Rngs`` the module draws keys from (``make_rng``).
       mutable: Linen's mutable-collection filter (``True``, ``False``, a name or names).
-
-    Source: Flax NNX 0.12 ``nnx.bridge.Scope``.
     """
 
     def __init__(self, rngs: Rngs, mutable: Any):
@@ -96,10 +81,7 @@ class Scope(Pytree):
 
 
 class AttrPriority(enum.IntEnum):
-    """Which attribute names a submodule reachable through several (lower first).
-
-    Source: Flax NNX 0.12 ``nnx.bridge.AttrPriority``.
-    """
+    """Which attribute names a submodule reachable through several (lower first)."""
 
     HIGH = 0
     INIT_PARENT = 20
@@ -108,8 +90,7 @@ class AttrPriority(enum.IntEnum):
 
 
 class ModuleMeta(type):
-    """The metaclass of ``bridge.Module``: creating a bridge Module inside another's
-    ``setup``/compact method attaches it."""
+    """The metaclass of ``bridge.Module``: a bridge Module created in another's ``setup``/compact method is attached."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         entry = current_context()
@@ -163,50 +144,36 @@ class ModuleBase:
 
 
 class ModuleState(State):
-    """A State a bridge Module keeps; registered as a data type (``nnx.register_data_type``),
-    as in Flax."""
+    """A State a bridge Module keeps; registered as a data type, as in Flax."""
 
 
 register_data_type(ModuleState)
 
 
 def has_setup(x: Any) -> bool:
-    """Whether ``x`` defines ``setup`` (a Linen-style bridge Module does).
-
-    Example::
-
-      >>> has_setup(object())
-      False
-    """
+    """Whether ``x`` defines ``setup`` (a Linen-style bridge Module does)."""
     return hasattr(x, "setup")
 
 
 @tpe.dataclass_transform(field_specifiers=(dataclasses.field,))
 class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
-    """Base class of Linen-style flaxgraph modules (see the module docstring).
-
-    Subclasses are dataclasses: declare fields as in Linen (``features: int``).
+    """Base class of Linen-style flaxgraph modules; subclasses are dataclasses (``features: int``).
 
     Raises:
-      ValueError: ``param``/``variable``/``make_rng`` outside ``init``/``apply``
-        (no scope); ``param`` finds a non-Param Variable under that name.
-      flax.errors.ScopeParamShapeError: a given value's shape differs from what the
-        initializer makes.
+      ValueError: ``param``/``variable``/``make_rng`` outside ``init``/``apply`` (no
+        scope); ``param`` finds a non-Param Variable under that name.
+      flax.errors.ScopeParamShapeError: a given value's shape differs from the initializer's.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> class Dense(nnx.bridge.Module):
-      ...   features: int
-      ...   @nnx.bridge.compact
-      ...   def __call__(self, x):
-      ...     w = self.param('w', nnx.initializers.lecun_normal(), (x.shape[-1], self.features))
-      ...     return x @ w
-      >>> variables = Dense(3).init(0, jnp.ones((1, 2)))
-      >>> variables['params']['w'].shape, Dense(3).apply(variables, jnp.ones((1, 2))).shape
-      ((2, 3), (1, 3))
-
-    Source: Flax NNX 0.12 ``nnx.bridge.Module``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> class Dense(nnx.bridge.Module):
+    ...   features: int
+    ...   @nnx.bridge.compact
+    ...   def __call__(self, x):
+    ...     w = self.param('w', nnx.initializers.lecun_normal(), (x.shape[-1], self.features))
+    ...     return x @ w
+    >>> variables = Dense(3).init(0, jnp.ones((1, 2)))
+    >>> variables['params']['w'].shape, Dense(3).apply(variables, jnp.ones((1, 2))).shape
+    ((2, 3), (1, 3))
     """
 
     __slots__ = ("_bridge_setup_done",)
@@ -272,11 +239,7 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
 
     # -- variables --------------------------------------------------------------------
     def make_rng(self, name: str = "default") -> jax.Array:
-        """A new key from the RNG stream ``name`` of the scope.
-
-        Raises:
-          ValueError: the module is not inside ``init``/``apply``.
-        """
+        """A new key from the scope's RNG stream ``name`` (``ValueError`` outside ``init``/``apply``)."""
         if self.__dict__.get("scope") is None:
             raise ValueError(
                 "Can't use RNGs on unbound modules: make_rng works inside init/apply (or "
@@ -292,8 +255,7 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
         unbox: bool = True,
         **init_kwargs: Any,
     ) -> Param[Any]:
-        """The ``Param`` ``name``: the existing one, or ``init_fn(make_rng('params'),
-        *init_args, **init_kwargs)`` on first use.
+        """The ``Param`` ``name``: the existing one, or ``init_fn(make_rng('params'), *init_args, **init_kwargs)``.
 
         Raises:
           ValueError: outside ``setup``/a compact method, or ``name`` holds another kind.
@@ -333,9 +295,9 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
         unbox: bool = True,
         **init_kwargs: Any,
     ) -> Variable[Any]:
-        """The Variable ``name`` of collection ``col`` (kind from
-        ``nnx.variable_type_from_name(col, allow_register=True)``), created with
-        ``init_fn(*init_args, **init_kwargs)`` on first use.
+        """The Variable ``name`` of collection ``col``, created with ``init_fn(*init_args, **init_kwargs)`` on first use.
+
+        The kind is ``nnx.variable_type_from_name(col, allow_register=True)``.
 
         Raises:
           ValueError: outside ``setup``/a compact method, or no ``init_fn`` to create it.
@@ -396,10 +358,9 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
         Args:
           variables: Linen's variable dict (``{'params': {...}, ...}``; boxes allowed).
           *args, **kwargs: the method's arguments.
-          rngs: a seed, a key, ``{stream: key}`` or an ``nnx.Rngs``.
+          rngs: an int, a key, ``{stream: key}`` or an ``nnx.Rngs``.
           method: a method name or function (default ``__call__``).
-          mutable: Linen's mutable collections; when not ``False`` the updated
-            variables are returned too.
+          mutable: Linen's mutable collections.
 
         Returns:
           The output, or ``(output, variables)`` when ``mutable`` is not ``False``.
@@ -533,14 +494,10 @@ def _bind(parent: Module, module: Module) -> None:
 
 
 def compact(f: F) -> F:
-    """Marks a bridge Module method as *compact*: submodules created in it are attached
-    under automatic names (``Dense_0``…) and its ``self.param`` calls create Params on
-    first use.
+    """Marks a bridge Module method as compact: submodules made in it are auto-named, ``self.param`` creates on first use.
 
     Raises:
       ValueError: the method is called on something that is not a bridge Module.
-
-    Source: Flax NNX 0.12 ``nnx.bridge.compact``.
     """
 
     @functools.wraps(f)

@@ -1,20 +1,7 @@
 """``ToLinen`` / ``to_linen`` / ``to_linen_class``: a flaxgraph Module used as a Linen module.
 
-A flaxgraph Module owns its state; a Linen module keeps it outside, in the
-variable dict passed to ``apply``. ``ToLinen`` bridges the two: each call builds
-the flaxgraph Module (``nnx_class(*args, **kwargs, rngs=...)``, the ``Rngs`` drawn
-from Linen's RNG streams), writes the incoming Linen variables into it, calls it,
-and stores its Variables back as Linen variables, one collection per Variable
-kind (``Param`` -> ``'params'``, ``BatchStat`` -> ``'batch_stats'``, unregistered
-kinds under their class name). RNG state stays inside (Linen has its own).
-
-A Variable with metadata (e.g. ``out_sharding``) becomes an ``NNXMeta`` box on
-the Linen side (``metadata_fn``), whose ``add_axis``/``remove_axis`` follow Linen's
-lifted ``nn.scan``/``nn.vmap`` (``metadata_params={nn.PARTITION_NAME: ...}``).
-Since the wrapper is an ordinary Linen module, it works under ``nn.jit``,
-``nn.remat``, ``nn.vmap`` and ``nn.scan``.
-
-Source: Flax NNX 0.12 ``nnx.bridge.ToLinen``, ``to_linen``, ``to_linen_class``.
+See the package README, "flaxgraph inside Linen". Source: Flax NNX 0.12
+``nnx.bridge.ToLinen``, ``to_linen``, ``to_linen_class``.
 """
 
 from __future__ import annotations
@@ -41,8 +28,7 @@ __all__ = ["ToLinen", "to_linen", "to_linen_class"]
 
 
 def linen_rngs_dict(linen_module: linen.Module, add_default: bool = False) -> dict[str, Any]:
-    """One new key from each RNG stream of the bound Linen module (plus a dummy
-    ``default`` stream when asked, for modules that draw keys at construction)."""
+    """One new key from each RNG stream of the bound Linen module (plus a dummy ``default`` if asked)."""
     keys: dict[str, Any] = {
         name: linen_module.make_rng(name) for name in cast(Any, linen_module.scope).rngs
     }
@@ -67,28 +53,24 @@ def _unbox(x: Any) -> Any:
 
 
 class ToLinen(linen.Module):
-    """A flaxgraph Module class as a Linen module (see the module docstring).
+    """A flaxgraph Module class as a Linen module.
 
     Attributes:
-      nnx_class: the flaxgraph Module class (or any callable returning a Module).
+      nnx_class: the flaxgraph Module class (or a callable returning a Module).
       args, kwargs: its constructor arguments (``rngs`` is added unless ``skip_rng``).
       skip_rng: construct the Module without ``rngs=``.
-      metadata_fn: Variable -> Linen leaf (default: the bare value, or an ``NNXMeta``
-        box when the Variable has metadata); ``None`` stores bare values.
+      metadata_fn: Variable -> Linen leaf (default: bare value, or ``NNXMeta`` with
+        metadata); ``None`` stores bare values.
 
-    Calling it: ``model.apply(variables, *args, nnx_method=None, **kwargs)`` calls the
-    Module's ``nnx_method`` (default ``__call__``; also ``model.method_name(...)``).
-    Incoming variables the Module does not have are reported with a warning.
+    ``model.apply(variables, *args, nnx_method=None, **kwargs)`` calls the Module's
+    ``nnx_method`` (default ``__call__``; also ``model.method_name(...)``); incoming
+    variables the Module lacks are reported with a warning.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> model = nnx.bridge.ToLinen(nnx.Linear, args=(3, 4))
-      >>> y, variables = model.init_with_output(jax.random.key(0), jnp.ones((1, 3)))
-      >>> y.shape, variables['params']['kernel'].shape
-      ((1, 4), (3, 4))
-
-    Source: Flax NNX 0.12 ``nnx.bridge.ToLinen``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> model = nnx.bridge.ToLinen(nnx.Linear, args=(3, 4))
+    >>> y, variables = model.init_with_output(jax.random.key(0), jnp.ones((1, 3)))
+    >>> y.shape, variables['params']['kernel'].shape
+    ((1, 4), (3, 4))
     """
 
     nnx_class: Callable[..., Module]
@@ -135,8 +117,7 @@ class ToLinen(linen.Module):
                 var.set_value(value)
 
     def _store(self, module: Module) -> None:
-        """Puts the Module's Variables (RNG state excepted) into Linen's mutable
-        collections, one collection per Variable kind."""
+        """Puts the Module's Variables (RNG state excepted) into Linen's collections, one per kind."""
         by_collection: dict[str, dict[tuple[Any, ...], Any]] = {}
         for path, var in traversals.flatten_mapping(graph_state(module, Not(RngState))).items():
             collection = variable_name_from_type(type(var), allow_register=True)
@@ -173,12 +154,11 @@ def to_linen(
     abstract_init: bool = True,
     **kwargs: Any,
 ) -> ToLinen:
-    """``ToLinen(nnx_class, args=args, kwargs=kwargs, ...)``: a flaxgraph Module class and
-    its constructor arguments as a Linen module.
+    """``ToLinen(nnx_class, args=args, kwargs=kwargs, ...)``: a Module class and its arguments as a Linen module.
 
     Args:
       nnx_class: the flaxgraph Module class.
-      *args, **kwargs: constructor arguments (``rngs`` is supplied from Linen's streams).
+      *args, **kwargs: constructor arguments (``rngs`` comes from Linen's streams).
       metadata_fn, skip_rng: as for ``ToLinen``.
       name: the Linen submodule name.
       abstract_init: accepted for Flax compatibility (no effect).
@@ -186,14 +166,10 @@ def to_linen(
     Returns:
       A ``ToLinen`` Linen module.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> model = nnx.bridge.to_linen(nnx.Linear, 3, out_features=2)
-      >>> model.init(jax.random.key(0), jnp.ones((1, 3)))['params']['bias'].shape
-      (2,)
-
-    Source: Flax NNX 0.12 ``nnx.bridge.to_linen``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> model = nnx.bridge.to_linen(nnx.Linear, 3, out_features=2)
+    >>> model.init(jax.random.key(0), jnp.ones((1, 3)))['params']['bias'].shape
+    (2,)
     """
     del abstract_init
     return ToLinen(
@@ -219,20 +195,15 @@ def to_linen_class(
     base_skip_rng: bool = False,
     **partial_kwargs: Any,
 ) -> type[ToLinen]:
-    """A Linen module *class* wrapping ``base_nnx_class``: its constructor takes the
-    flaxgraph Module's keyword arguments directly (they override ``partial_kwargs``).
+    """A Linen module class wrapping ``base_nnx_class``, taking its keyword arguments (over ``partial_kwargs``).
 
     Returns:
       A ``ToLinen`` subclass; ``Cls(name=..., **module_kwargs)`` makes a Linen module.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> LinenLinear = nnx.bridge.to_linen_class(nnx.Linear, in_features=3)
-      >>> LinenLinear(out_features=5).init(jax.random.key(0), jnp.ones((1, 3)))['params']['kernel'].shape
-      (3, 5)
-
-    Source: Flax NNX 0.12 ``nnx.bridge.to_linen_class``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> LinenLinear = nnx.bridge.to_linen_class(nnx.Linear, in_features=3)
+    >>> LinenLinear(out_features=5).init(jax.random.key(0), jnp.ones((1, 3)))['params']['kernel'].shape
+    (3, 5)
     """
 
     class ToLinenPartial(ToLinen):

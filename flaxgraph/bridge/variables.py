@@ -1,24 +1,8 @@
 """Variables across the Linen boundary: collections, metadata boxes, ``NNXMeta``.
 
-Linen keeps variables in a dict of *collections* (``{'params': {...},
-'batch_stats': {...}}``) whose leaves are arrays or axis-metadata boxes
-(``nn.Partitioned``, ``nn.LogicallyPartitioned``); flaxgraph keeps them as typed
-``Variable`` objects with metadata. This file converts between the two, leaf by
-leaf and path for path:
-
-* a collection name gives the Variable kind (``'params'`` -> ``Param``, others via
-  ``nnx.variable_type_from_name(name, allow_register=True)``) and back;
-* a Linen box becomes a Variable with the box's metadata (``names`` ->
-  ``out_sharding``, ``rules`` -> ``sharding_rules``) and remembers the box type, so
-  the box comes back intact;
-* a Variable with metadata of its own becomes an ``NNXMeta`` box on the Linen side.
-  ``NNXMeta.add_axis``/``remove_axis`` insert and remove the axis name in its
-  sharding metadata, so Linen's lifted ``nn.scan``/``nn.vmap`` with
-  ``metadata_params={nn.PARTITION_NAME: 'layers'}`` keep the names in step with
-  the stacked value (Flax 0.12.8's ``NNXMeta`` leaves them unchanged there).
-
-Source: Flax NNX 0.12 ``flax.nnx.bridge.variables`` (names and behaviour);
-the "Axis Metadata" FLIP flax#2434 (the box protocol).
+See the package README, "Variables across the boundary". Source: Flax NNX 0.12
+``flax.nnx.bridge.variables`` (names and behaviour); the "Axis Metadata" FLIP flax#2434
+(the box protocol).
 """
 
 from __future__ import annotations
@@ -52,8 +36,7 @@ __all__ = [
 
 
 def sort_variable_types(types: Iterable[type]) -> list[type]:
-    """Variable kinds sorted most-derived first (a subclass before its bases), so a
-    first-match lookup picks the most specific kind."""
+    """Variable kinds sorted most-derived first, so a first-match lookup picks the most specific."""
     depth = {t: sum(issubclass(p, Variable) for p in t.mro()) for t in types}
     return sorted(depth, key=lambda t: -depth[t])
 
@@ -66,20 +49,10 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
       value: the array (the box's only pytree leaf).
       metadata: the Variable's metadata (e.g. ``{'out_sharding': ('in', 'out')}``), static.
 
-    ``add_axis(i, {nn.PARTITION_NAME: 'layers'})`` returns a box whose sharding
-    names (``out_sharding``; a ``sharding``/``sharding_names`` entry is renamed to
-    it, as a Variable stores it) have ``'layers'``
-    inserted at ``i``; ``remove_axis`` is its inverse.
-
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> box = nnx.bridge.NNXMeta(nnx.Param, jnp.ones((2, 3)), {'out_sharding': ('a', 'b')})
-      >>> box.add_axis(0, {'partition_name': 'layers'}).metadata['out_sharding']
-      ('layers', 'a', 'b')
-
-    Source: Flax NNX 0.12 ``nnx.bridge.NNXMeta`` (its ``add_axis``/``remove_axis``
-    do the axis bookkeeping here).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> box = nnx.bridge.NNXMeta(nnx.Param, jnp.ones((2, 3)), {'out_sharding': ('a', 'b')})
+    >>> box.add_axis(0, {'partition_name': 'layers'}).metadata['out_sharding']
+    ('layers', 'a', 'b')
     """
 
     var_type: type[Variable[Any]] = struct.field(pytree_node=False)
@@ -101,8 +74,7 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
         return self.replace(metadata=metadata)
 
     def add_axis(self, index: int, params: dict[Any, Any]) -> NNXMeta[A]:
-        """The box with ``params[nn.PARTITION_NAME]`` (or ``None``) inserted at
-        ``index`` in its sharding names."""
+        """The box with ``params[nn.PARTITION_NAME]`` (or ``None``) inserted at ``index`` in its sharding names."""
         return self._moved_axis(index, params, add=True)
 
     def remove_axis(self, index: int, params: dict[Any, Any]) -> NNXMeta[A]:
@@ -119,8 +91,7 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
 
 
 def is_vanilla_variable(var: Variable[Any]) -> bool:
-    """True when ``var`` has no metadata beyond the construction flags (and empty
-    ``*_hooks``): Linen then holds its bare value."""
+    """True when ``var`` has no metadata beyond the construction flags: Linen then holds its bare value."""
     for key, value in var.get_metadata(exclude_required=True).items():
         if key in FLAG_KEYS or (key.endswith("_hooks") and value == ()):
             continue
@@ -129,12 +100,7 @@ def is_vanilla_variable(var: Variable[Any]) -> bool:
 
 
 def to_linen_var(var: Variable[Any]) -> Any:
-    """The Linen leaf of a Variable: its Linen box type rebuilt when it came from one
-    (``linen_meta_type`` metadata), else the bare value for a Variable without
-    metadata, else an ``NNXMeta`` box.
-
-    Source: Flax NNX 0.12 ``bridge.variables.to_linen_var``.
-    """
+    """The Linen leaf of a Variable: its original Linen box, else the bare value, else an ``NNXMeta``."""
     metadata = var.get_metadata(exclude_required=True)
     box_type = metadata.pop("linen_meta_type", None)
     if box_type is not None:
@@ -147,38 +113,14 @@ def to_linen_var(var: Variable[Any]) -> Any:
 
 
 def get_col_name(keypath: Sequence[Any]) -> str:
-    """The Linen collection name at the head of a Linen variable's key path
-    (``jax.tree_util`` path of a ``{collection: {...}}`` tree).
-
-    Args:
-      keypath: a key path whose first entry is a ``jax.tree_util.DictKey``.
-
-    Returns:
-      ``str(keypath[0].key)``, e.g. ``'params'``.
-
-    Raises:
-      TypeError: the first entry is not a ``DictKey``.
-
-    Example::
-
-      >>> import jax
-      >>> path, _ = jax.tree_util.tree_flatten_with_path({'params': {'w': 1}})[0][0]
-      >>> get_col_name(path)
-      'params'
-    """
+    """The collection at the head of a Linen key path, ``str(keypath[0].key)``; ``TypeError`` unless a ``DictKey``."""
     if not isinstance(keypath[0], jax.tree_util.DictKey):
         raise TypeError(f"get_col_name: the key path must start with a DictKey, got {keypath[0]!r}")
     return str(keypath[0].key)
 
 
 def to_nnx_var(col: str, x: Any) -> Variable[Any]:
-    """The Variable for the Linen leaf ``x`` of collection ``col``.
-
-    Raises:
-      TypeError: ``x`` is an ``NNXMeta`` of another kind than the collection's.
-
-    Source: Flax NNX 0.12 ``bridge.variables.to_nnx_var``.
-    """
+    """The Variable for the Linen leaf ``x`` of collection ``col``; ``TypeError`` for an ``NNXMeta`` of another kind."""
     kind = variable_type_from_name(col, allow_register=True)
     if isinstance(x, NNXMeta):
         if x.var_type is not kind and not issubclass(x.var_type, kind):
@@ -198,12 +140,8 @@ def to_nnx_var(col: str, x: Any) -> Variable[Any]:
 
 
 def linen_vars_to_nnx_attrs(variables: Mapping[str, Any]) -> dict[str, Any]:
-    """Linen variables (``{collection: nested dict}``) as one nested dict of Variables
-    keyed by path (the collection level removed).
-
-    Raises:
-      ValueError: two collections hold a variable at the same path.
-    """
+    """Linen ``{collection: nested dict}`` as one nested dict of Variables by path; ``ValueError`` if two
+    collections share a path."""
     flat: dict[tuple[Any, ...], Variable[Any]] = {}
     where: dict[tuple[Any, ...], str] = {}
     for col, tree in variables.items():
@@ -235,11 +173,7 @@ def _flat_leaves(tree: Mapping[str, Any], prefix: tuple[Any, ...] = ()) -> list[
 def nnx_attrs_to_linen_vars(
     attrs: Mapping[str, Any], metadata_fn: Callable[[Variable[Any]], Any] | None = to_linen_var
 ) -> dict[str, Any]:
-    """A nested dict of Variables as Linen variables ``{collection: nested dict}``.
-
-    Raises:
-      ValueError: a leaf is not a Variable (its collection is unknown).
-    """
+    """A nested dict of Variables as Linen ``{collection: nested dict}``; ``ValueError`` for a non-Variable leaf."""
     out: dict[tuple[Any, ...], Any] = {}
     for path, var in traversals.flatten_mapping(attrs).items():
         if not is_variable(var):
@@ -258,9 +192,7 @@ def with_partitioning(
     names: tuple[Any, ...],
     mesh: jax.sharding.Mesh | None = None,
 ) -> Callable[..., Any]:
-    """An initializer wrapper for bridge modules: like ``nn.with_partitioning``, the
-    result is an ``nn.Partitioned`` box on the Linen side (``variables['params']``)
-    and a Variable with ``out_sharding=names`` on the flaxgraph side.
+    """An initializer wrapper: an ``nn.Partitioned`` box on the Linen side, ``out_sharding=names`` on flaxgraph's.
 
     Args:
       fn: an initializer ``(key, shape, dtype) -> array``.
@@ -268,17 +200,13 @@ def with_partitioning(
       mesh: an optional mesh to place the value on at creation.
 
     Returns:
-      An initializer returning an ``nnx.VariableMetadata`` box that carries the names
-      and ``linen_meta_type=nn.Partitioned``.
+      An initializer returning an ``nnx.VariableMetadata`` box with the names and
+      ``linen_meta_type=nn.Partitioned``.
 
-    Example::
-
-      >>> import jax, flaxgraph as nnx
-      >>> init = nnx.bridge.with_partitioning(jax.nn.initializers.ones, ('in', 'out'))
-      >>> nnx.Param(init(jax.random.key(0), (2, 3))).out_sharding
-      ('in', 'out')
-
-    Source: Flax NNX 0.12 ``nnx.bridge.with_partitioning``.
+    >>> import jax, flaxgraph as nnx
+    >>> init = nnx.bridge.with_partitioning(jax.nn.initializers.ones, ('in', 'out'))
+    >>> nnx.Param(init(jax.random.key(0), (2, 3))).out_sharding
+    ('in', 'out')
     """
     metadata: dict[str, Any] = {"out_sharding": tuple(names), "linen_meta_type": meta.Partitioned}
     if mesh is not None:

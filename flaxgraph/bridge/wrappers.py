@@ -1,7 +1,4 @@
-"""The wrappers between Linen and flaxgraph, under Flax's module path
-(``flax.nnx.bridge.wrappers``): ``ToNNX``/``lazy_init`` (linen_in_nnx.py),
-``ToLinen``/``to_linen``/``to_linen_class`` (nnx_in_linen.py), ``functional``
-(functional_api.py).
+"""The Linen-flaxgraph wrappers under Flax's module path ``flax.nnx.bridge.wrappers``.
 
 Source: Flax NNX 0.12 ``flax.nnx.bridge.wrappers``.
 """

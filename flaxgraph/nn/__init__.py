@@ -1,13 +1,6 @@
-"""Neural-network layers: linear, embedding, convolution, normalization, dropout,
-attention and recurrent layers, weight-normalizing wrappers (``SpectralNorm``,
-``WeightNorm``), LoRA adapters, pooling, activation functions and initializers.
+"""Neural-network layers, pooling, activation functions and initializers.
 
-Every layer is an ``nnx.Module`` taking ``rngs=`` for its initializers; its
-parameters are ``Param`` Variables (running statistics ``BatchStat``, decoding
-caches ``Cache``, LoRA adapters ``LoRAParam``). Layers check their inputs and
-raise ``LayerShapeError`` (a ``ValueError``) naming themselves on a mismatch.
-
-Source: Flax NNX ``flax.nnx.nn`` (0.12) public API.
+See the package README (``flaxgraph/nn/README.md``). Source: Flax NNX ``flax.nnx.nn`` (0.12).
 """
 
 from flaxgraph.nn import initializers as initializers

@@ -1,10 +1,6 @@
-"""Activation functions: ``jax.nn``'s, re-exported, plus the ``PReLU`` layer.
+"""Activation functions: ``jax.nn``'s, re-exported as plain functions, plus the ``PReLU`` layer.
 
-``nnx.relu(x)`` is ``jax.nn.relu(x)``; these are plain functions, not modules,
-so ``nnx.Sequential(nnx.Linear(...), nnx.relu)`` works. ``PReLU`` is the one
-activation with a parameter (a learned negative slope).
-
-Source: ``jax.nn``; ``PReLU`` as in Flax NNX ``nnx.PReLU``.
+Source: ``jax.nn``; Flax NNX ``nnx.PReLU``.
 """
 
 from __future__ import annotations
@@ -55,22 +51,16 @@ class PReLU(Module):
 
     Args:
       negative_slope_init: the initial slope (a float).
-      dtype: the computation dtype (default: the inputs' dtype; the slope is cast
-        to it).
+      dtype: computation dtype (default: the inputs'; the slope is cast to it).
       param_dtype: the slope's dtype (default ``float32``).
       promote_dtype: the dtype promotion function.
       negative_slope_metadata: metadata for the ``negative_slope`` Param.
 
     Call: ``inputs`` of any shape; returns the same shape.
 
-    Example::
-
-      >>> import jax.numpy as jnp
-      >>> from flaxgraph.nn import PReLU
-      >>> PReLU(0.1)(jnp.array([-1.0, 2.0]))
-      Array([-0.1,  2. ], dtype=float32)
-
-    Source: Flax NNX ``nnx.PReLU`` (He et al., 2015).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.PReLU(0.1)(jnp.array([-1.0, 2.0]))
+    Array([-0.1,  2. ], dtype=float32)
     """
 
     def __init__(

@@ -1,23 +1,14 @@
 """Attention: ``MultiHeadAttention``, with an optional autoregressive cache.
 
-``MultiHeadAttention`` projects inputs to heads with ``LinearGeneral``, attends
-with ``dot_product_attention`` (``flaxgraph.nn.attention_ops``, where the masks
-live too), and projects back.
+See the package README, "Attention".
 
-Autoregressive decoding: construct (or set) ``decode=True`` and call
-``init_cache(input_shape)``; each call then takes one position
-(``(*batch, 1, features)``), writes its key and value into the ``Cache``
-Variables ``cached_key``/``cached_value`` at ``cache_index`` and attends to the
-positions filled so far, so step-by-step decoding equals full causal attention.
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> mha = nnx.MultiHeadAttention(num_heads=2, in_features=8, rngs=nnx.Rngs(0))
+>>> mha(jnp.ones((3, 5, 8)), mask=nnx.make_causal_mask(jnp.ones((3, 5)))).shape
+(3, 5, 8)
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> mha = nnx.MultiHeadAttention(num_heads=2, in_features=8, rngs=nnx.Rngs(0))
-  >>> x = jnp.ones((3, 5, 8))
-  >>> mha(x, mask=nnx.make_causal_mask(jnp.ones((3, 5)))).shape
-  (3, 5, 8)
-
-Source: Flax NNX ``nnx.MultiHeadAttention`` (0.12) public signature and
-documented behaviour; Vaswani et al., "Attention Is All You Need" (2017).
+Source: Flax NNX ``nnx.MultiHeadAttention`` (0.12): signature and behaviour; Vaswani et
+al., "Attention Is All You Need" (2017).
 """
 
 from __future__ import annotations
@@ -60,15 +51,7 @@ default_kernel_init = lecun_normal()
 
 
 def _validate_qkv_shapes(query: jax.Array, key: jax.Array, value: jax.Array | None = None) -> None:
-    """Raises ``ValueError`` unless ``query``, ``key`` (and ``value``) have one rank
-    and the same batch axes (all but the last three), as Flax NNX 0.12.8's
-    ``flax.nnx.nn.attention._validate_qkv_shapes``.
-
-    Example::
-
-      >>> import jax.numpy as jnp
-      >>> _validate_qkv_shapes(jnp.ones((2, 3, 4, 5)), jnp.ones((2, 6, 4, 5)))
-    """
+    """Raises ``ValueError`` unless ``query``, ``key`` (and ``value``) share rank and batch axes (Flax's private name)."""
     arrays = [query, key] + ([] if value is None else [value])
     names = "q, k" if value is None else "q, k, v"
     if len({a.ndim for a in arrays}) != 1:
@@ -83,8 +66,7 @@ def _validate_qkv_shapes(query: jax.Array, key: jax.Array, value: jax.Array | No
 
 
 def _check_heads(qkv_features: int, num_heads: int, num_kv_heads: int) -> None:
-    """Raises ``ValueError`` unless the features split evenly into heads and the
-    query heads into key/value heads."""
+    """Raises ``ValueError`` unless the features split into heads and query heads into key/value heads."""
     if qkv_features % num_heads:
         raise ValueError(
             f"MultiHeadAttention: qkv_features ({qkv_features}) must be divisible by "
@@ -100,9 +82,7 @@ def _check_heads(qkv_features: int, num_heads: int, num_kv_heads: int) -> None:
 def _decode_step(
     module: Any, inputs_k: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None
 ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
-    """One autoregressive step of ``module`` (a ``MultiHeadAttention``): writes
-    ``key``/``value`` into its caches at ``cache_index``, advances the index and
-    returns the caches with ``mask`` restricted to the filled positions."""
+    """One decoding step: writes ``key``/``value`` at ``cache_index``, advances it, returns caches and mask."""
     if module.cached_key is None or module.cached_value is None or module.cache_index is None:
         raise ValueError(
             f"{describe(module)}: decoding needs a cache; call .init_cache(input_shape) first."
@@ -134,52 +114,42 @@ class MultiHeadAttention(Module):
     Args:
       num_heads: the number of query heads.
       in_features: the queries' feature size.
-      qkv_features: the total size of the projected queries/keys/values over all
-        heads (default ``in_features``); must be divisible by ``num_heads``.
+      qkv_features: total projected size over all heads (default ``in_features``),
+        divisible by ``num_heads``.
       out_features: the output feature size (default ``in_features``).
-      num_kv_heads: the number of key/value heads (default ``num_heads``); fewer
-        heads share keys and values across groups of query heads (grouped-query
-        attention); must divide ``num_heads``.
+      num_kv_heads: key/value heads (default ``num_heads``; grouped-query attention),
+        dividing ``num_heads``.
       in_kv_features: the keys'/values' input feature size (default ``in_features``).
       dtype, param_dtype, precision: as in ``Linear``.
       broadcast_dropout: one attention-dropout mask for all batch elements and heads.
       dropout_rate: the attention-weights dropout rate (default 0).
-      deterministic: the default mode (no dropout); ``Module.eval()``/``train()``
-        set it; a call argument overrides it. Only consulted when ``dropout_rate > 0``.
-      kernel_init, bias_init: initializers of the query/key/value projections;
-        ``out_kernel_init``/``out_bias_init`` of the output one (default the same).
+      deterministic: the default mode (no dropout), set by ``Module.eval()``/``train()``.
+      kernel_init, bias_init: q/k/v projection initializers; ``out_kernel_init``/
+        ``out_bias_init`` the output's (default the same).
       use_bias: projections have biases.
       attention_fn: ``dot_product_attention`` or a function with its signature.
-      decode: the default decoding mode (see the module docstring).
-      normalize_qk: apply a ``LayerNorm`` (no bias) to queries and keys per head.
-      qkv_promote_dtype, out_promote_dtype, ln_promote_dtype: dtype promotion of
-        the projections and norms.
-      qkv_dot_general, out_dot_general: the contraction functions of the
-        query/key/value projections and of the output projection (default
-        ``jax.lax.dot_general``); ``qkv_dot_general_cls``/``out_dot_general_cls``:
-        classes instantiated with no arguments to make them instead.
-      rngs: an ``nnx.Rngs`` for the initializers; with ``keep_rngs`` and a dropout
-        rate, a fork of its ``dropout`` stream is kept as ``self.rngs``.
+      decode: the default decoding mode.
+      normalize_qk: a bias-free ``LayerNorm`` on queries and keys per head.
+      qkv_promote_dtype, out_promote_dtype, ln_promote_dtype: dtype promotion functions.
+      qkv_dot_general, out_dot_general: contraction functions of the projections;
+        ``qkv_dot_general_cls``/``out_dot_general_cls``: factories for them instead.
+      rngs: ``nnx.Rngs``; with ``keep_rngs`` and a dropout rate, a fork of ``dropout``
+        is kept as ``self.rngs``.
       kernel_metadata, bias_metadata, out_kernel_metadata, out_bias_metadata,
-      query_ln_scale_metadata, key_ln_scale_metadata: metadata of the Params.
+        query_ln_scale_metadata, key_ln_scale_metadata: Param metadata.
 
-    Call: ``inputs_q`` ``(*batch, q_length, in_features)``; ``inputs_k`` and
-    ``inputs_v`` ``(*batch, kv_length, in_kv_features)`` (default: ``inputs_q`` for
-    self-attention, and ``inputs_k`` for values); optional ``mask`` broadcastable
-    to ``(*batch, num_heads, q_length, kv_length)``, ``deterministic``, ``rngs``,
-    ``sow_weights`` (sow the weights as ``attention_weights``), ``decode``,
-    ``is_causal``, and ``qkv_sharding``/``out_sharding`` (the shardings of the
-    projected heads, ``(*batch, length, heads, head_dim)``, and of the output,
-    passed to the projections). Returns ``(*batch, q_length, out_features)``.
+    Call: ``inputs_q`` ``(*batch, q_length, in_features)``; ``inputs_k``/``inputs_v``
+    ``(*batch, kv_length, in_kv_features)`` (default ``inputs_q``, then ``inputs_k``);
+    optional ``mask`` broadcastable to ``(*batch, num_heads, q_length, kv_length)``,
+    ``deterministic``, ``rngs``, ``sow_weights`` (sown as ``attention_weights``),
+    ``decode``, ``is_causal``, ``qkv_sharding``/``out_sharding``. Returns
+    ``(*batch, q_length, out_features)``.
 
     Raises:
-      ValueError: at construction, indivisible feature/head counts; at call,
-        ``inputs_v`` without ``inputs_k``, decoding before ``init_cache``, or
-        dropout without random keys.
-      LayerShapeError: inputs with the wrong feature size, or a decoding step whose
-        shape does not match the cache.
-
-    Source: Flax NNX ``nnx.MultiHeadAttention``.
+      ValueError: at construction, indivisible feature/head counts; at call, ``inputs_v``
+        without ``inputs_k``, decoding before ``init_cache``, dropout without keys.
+      LayerShapeError: inputs with the wrong feature size, or a decoding step that does
+        not match the cache.
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("num_heads", "in_features", "qkv_features")
@@ -285,8 +255,7 @@ class MultiHeadAttention(Module):
         query_ln_scale_metadata: Mapping[str, Any],
         key_ln_scale_metadata: Mapping[str, Any],
     ) -> None:
-        """The query, key, value and output projections and the optional query/key
-        LayerNorms (``__init__``'s arguments of the same names)."""
+        """The q/k/v/output projections and the optional query/key LayerNorms."""
         # What the four projections share.
         common: dict[str, Any] = dict(
             dtype=self.dtype, param_dtype=self.param_dtype, use_bias=self.use_bias,
@@ -350,18 +319,17 @@ class MultiHeadAttention(Module):
         batch_size: int | tuple[int, ...] | None = None,
         max_length: int | None = None,
     ) -> None:
-        """Used by ``nnx.view`` to configure a copy of the layer.
+        """Configures a copy made by ``nnx.view``.
 
         Args:
-          deterministic: if True, the module is set to deterministic mode.
-          decode: if True, the module is set to decode mode (creating a zeroed
-            cache of ``batch_size`` sequences of ``max_length`` if it has none).
-          batch_size: the batch size (or batch shape) to use for the cache.
-          max_length: the max length to use for the cache.
+          deterministic: set the deterministic mode.
+          decode: set the decode mode (creating a zeroed cache of ``batch_size`` sequences of
+            ``max_length`` if there is none).
+          batch_size: the cache's batch size (or shape).
+          max_length: the cache's length.
 
         Raises:
-          TypeError: ``decode=True`` on a layer without a cache and ``batch_size``
-            or ``max_length`` missing.
+          TypeError: ``decode=True`` without a cache and without ``batch_size``/``max_length``.
         """
         if deterministic is not None:
             self.deterministic = deterministic
@@ -383,21 +351,15 @@ class MultiHeadAttention(Module):
         """Creates zeroed ``cached_key``/``cached_value`` and ``cache_index = 0``.
 
         Args:
-          input_shape: the shape of the full sequence ``(*batch, max_length,
-            in_features)``; the caches get ``(*batch, max_length, num_kv_heads,
-            head_dim)``.
+          input_shape: the full sequence's shape ``(*batch, max_length, in_features)``; the
+            caches are ``(*batch, max_length, num_kv_heads, head_dim)``.
           dtype: the caches' dtype.
 
-        Decoding more than ``max_length`` steps is not detected (the index is a
-        traced value): later steps overwrite the last position.
-
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> mha = nnx.MultiHeadAttention(2, 8, decode=True, rngs=nnx.Rngs(0))
-          >>> mha.init_cache((1, 4, 8))
-          >>> mha(jnp.ones((1, 1, 8))).shape, int(mha.cache_index.value)
-          ((1, 1, 8), 1)
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> mha = nnx.MultiHeadAttention(2, 8, decode=True, rngs=nnx.Rngs(0))
+        >>> mha.init_cache((1, 4, 8))
+        >>> mha(jnp.ones((1, 1, 8))).shape, int(mha.cache_index.value)
+        ((1, 1, 8), 1)
         """
         shape = (*tuple(input_shape)[:-1], self.num_kv_heads, self.head_dim)
         self.cached_key = Cache(jnp.zeros(shape, dtype))

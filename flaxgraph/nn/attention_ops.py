@@ -1,22 +1,17 @@
 """Attention functions: ``dot_product_attention`` and attention masks.
 
-``dot_product_attention(q, k, v)`` computes ``softmax(q kᵀ / sqrt(depth)) v`` per
-head, for arrays laid out ``(*batch, length, num_heads, depth)``. Masks are
-boolean-like arrays broadcastable to the weights' shape ``(*batch, num_heads,
-q_length, kv_length)``: ``make_attention_mask`` builds one from per-position
-values, ``make_causal_mask`` the lower-triangular one, ``combine_masks`` ANDs
-several. ``nnx.MultiHeadAttention`` (``flaxgraph.nn.attention``) uses them.
+Arrays are ``(*batch, length, num_heads, depth)``; masks are boolean-like, broadcastable
+to the weights' ``(*batch, num_heads, q_length, kv_length)``.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> q = k = v = jnp.ones((2, 5, 3, 4))             # (batch, length, heads, depth)
-  >>> mask = nnx.make_causal_mask(jnp.ones((2, 5)))
-  >>> mask.shape, nnx.dot_product_attention(q, k, v, mask=mask).shape
-  ((2, 1, 5, 5), (2, 5, 3, 4))
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> q = k = v = jnp.ones((2, 5, 3, 4))             # (batch, length, heads, depth)
+>>> mask = nnx.make_causal_mask(jnp.ones((2, 5)))
+>>> mask.shape, nnx.dot_product_attention(q, k, v, mask=mask).shape
+((2, 1, 5, 5), (2, 5, 3, 4))
 
-Source: Flax NNX ``nnx.dot_product_attention``, ``nnx.dot_product_attention_weights``,
-``nnx.make_attention_mask``, ``nnx.make_causal_mask``, ``nnx.combine_masks`` (0.12)
-public signatures and documented behaviour; Vaswani et al., "Attention Is All You
-Need" (2017).
+Source: Flax NNX ``nnx.dot_product_attention``, ``dot_product_attention_weights``,
+``make_attention_mask``, ``make_causal_mask``, ``combine_masks`` (0.12): signatures and
+behaviour; ``jax.nn.dot_product_attention``.
 """
 
 from __future__ import annotations
@@ -39,11 +34,7 @@ Dtype = Any
 
 
 def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None, module: Any) -> None:
-    """Raises ``LayerShapeError`` naming every disagreement of the three shapes.
-
-    The phrases of Flax's errors (``same rank``, ``batch dims must match``,
-    ``depths must match``, ``lengths must match``, ``must be a multiple``) are kept.
-    """
+    """Raises ``LayerShapeError`` naming every disagreement of the three shapes (Flax's phrases kept)."""
     who = describe(module) if module is not None else "dot_product_attention"
     shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}" + (
         "" if value is None else f", value {tuple(value.shape)}"
@@ -77,8 +68,7 @@ def _check_qkv(query: jax.Array, key: jax.Array, value: jax.Array | None, module
 
 
 def _grouped(x: jax.Array, groups: int) -> jax.Array:
-    """``(..., heads, d)`` -> ``(..., groups, heads // groups, d)``: query head ``i``
-    goes with key/value head ``i // (heads // groups)``, as in ``jax.nn``."""
+    """``(..., heads, d)`` -> ``(..., groups, heads // groups, d)``, grouped as in ``jax.nn``."""
     return jnp.reshape(x, (*x.shape[:-2], groups, x.shape[-2] // groups, x.shape[-1]))
 
 
@@ -101,31 +91,26 @@ def dot_product_attention_weights(
 
     Args:
       query: ``(*batch, q_length, num_heads, depth)``.
-      key: ``(*batch, kv_length, num_kv_heads, depth)``; ``num_heads`` must be
-        a multiple of ``num_kv_heads`` (grouped-query attention: query head ``i``
-        uses key head ``i // (num_heads // num_kv_heads)``).
-      bias: added to the logits; broadcastable to ``(*batch, num_heads, q_length,
-        kv_length)`` (lower-rank biases are aligned right).
-      mask: where false (0), the logit is replaced by the dtype's lowest value;
-        broadcastable like ``bias``.
-      broadcast_dropout: use one dropout mask for every batch element and head.
-      dropout_rng: the key for dropout (needed when it applies).
+      key: ``(*batch, kv_length, num_kv_heads, depth)``; query head ``i`` uses key head
+        ``i // (num_heads // num_kv_heads)``.
+      bias: added to the logits; broadcastable to the weights (aligned right).
+      mask: where false, the logit becomes the dtype's lowest value; broadcastable.
+      broadcast_dropout: one dropout mask for every batch element and head.
+      dropout_rng: the dropout key (needed when dropout applies).
       dropout_rate: the probability of dropping a weight.
       deterministic: no dropout.
-      dtype: the computation dtype (default: promoted from query and key).
+      dtype: computation dtype (default: promoted from query and key).
       precision: the ``einsum`` precision.
-      module: if given, the weights are sown into it as the ``Intermediate``
-        ``attention_weights``.
+      module: if given, the weights are sown into it as ``Intermediate`` ``attention_weights``.
       promote_dtype: the dtype promotion function.
-      is_causal: also mask key positions after the query position (top-left
-        aligned lower triangle, as ``jax.nn.dot_product_attention``).
+      is_causal: also mask keys after the query position (top-left lower triangle).
 
     Returns:
       ``(*batch, num_heads, q_length, kv_length)`` weights summing to 1 over the last axis.
 
     Raises:
-      LayerShapeError (a ``ValueError``): query and key disagree on rank, batch
-        or depth, or the key heads do not divide the query heads.
+      LayerShapeError (a ``ValueError``): query and key disagree on rank, batch or depth,
+        or the key heads do not divide the query heads.
       ValueError: dropout applies but ``dropout_rng`` is None.
     """
     query, key = promote_dtype((jnp.asarray(query), jnp.asarray(key)), dtype=dtype)
@@ -189,33 +174,27 @@ def dot_product_attention(
 ) -> jax.Array:
     """Scaled dot-product attention: ``softmax(q kᵀ / sqrt(depth)) v`` per head.
 
+    Without dropout and ``module`` it is ``jax.nn.dot_product_attention`` (no
+    ``precision``, as in Flax NNX 0.12.8); otherwise the weights contract with ``value``.
+
     Args:
       query: ``(*batch, q_length, num_heads, depth)``.
       key: ``(*batch, kv_length, num_kv_heads, depth)``.
-      value: ``(*batch, kv_length, num_kv_heads, v_depth)``; ``num_heads`` must
-        be a multiple of ``num_kv_heads`` (grouped-query attention).
-      bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic,
-      dtype, precision, module, promote_dtype, is_causal: as in
-        ``dot_product_attention_weights``.
-
-    Without dropout (``dropout_rate == 0``) and without ``module``, the result is
-    ``jax.nn.dot_product_attention``'s (batch axes flattened to one), which takes no
-    ``precision``, as in Flax NNX 0.12.8; otherwise the weights of
-    ``dot_product_attention_weights`` contract with ``value`` in an ``einsum``.
+      value: ``(*batch, kv_length, num_kv_heads, v_depth)``.
+      bias, mask, broadcast_dropout, dropout_rng, dropout_rate, deterministic, dtype,
+        precision, module, promote_dtype, is_causal: as in ``dot_product_attention_weights``.
 
     Returns:
       ``(*batch, q_length, num_heads, v_depth)``.
 
     Raises:
-      LayerShapeError (a ``ValueError``): the three arrays disagree on rank,
-        batch, depth or length, or the key/value heads do not divide the query heads.
+      LayerShapeError (a ``ValueError``): the arrays disagree on rank, batch, depth or
+        length, or the key/value heads do not divide the query heads.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> q = k = v = jnp.ones((2, 4, 3, 8))
-      >>> nnx.dot_product_attention(q, k, v).shape
-      (2, 4, 3, 8)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> q = k = v = jnp.ones((2, 4, 3, 8))
+    >>> nnx.dot_product_attention(q, k, v).shape
+    (2, 4, 3, 8)
     """
     query, key, value = promote_dtype(
         (jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)), dtype=dtype
@@ -258,8 +237,7 @@ def _fused_attention(
     mask: jax.Array | None,
     is_causal: bool,
 ) -> jax.Array:
-    """``jax.nn.dot_product_attention`` of arrays with any number of batch axes
-    (flattened to one, and back), the mask as booleans."""
+    """``jax.nn.dot_product_attention`` over any number of batch axes, the mask as booleans."""
     shape = query.shape
     if len(shape) > 4:
 
@@ -282,8 +260,7 @@ def make_attention_mask(
     extra_batch_dims: int = 0,
     dtype: Dtype = jnp.float32,
 ) -> jax.Array:
-    """An attention mask from per-position values: ``mask[..., 0, i, j] =
-    pairwise_fn(query_input[..., i], key_input[..., j])``.
+    """A mask from per-position values: ``mask[..., 0, i, j] = pairwise_fn(query_input[..., i], key_input[..., j])``.
 
     Args:
       query_input: ``(*batch, q_length)``, e.g. 1 for real tokens, 0 for padding.
@@ -295,11 +272,9 @@ def make_attention_mask(
     Returns:
       ``(*[1] * extra_batch_dims, *batch, 1, q_length, kv_length)``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> nnx.make_attention_mask(jnp.array([1, 1, 0]), jnp.array([1, 0, 0])).shape
-      (1, 3, 3)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.make_attention_mask(jnp.array([1, 1, 0]), jnp.array([1, 0, 0])).shape
+    (1, 3, 3)
     """
     mask = pairwise_fn(jnp.expand_dims(query_input, -1), jnp.expand_dims(key_input, -2))
     mask = jnp.expand_dims(mask, -3)

@@ -1,10 +1,4 @@
-"""``RNNCellBase``: what every recurrent cell shares (``flaxgraph.nn.recurrent``'s cells
-derive from it; ``flaxgraph.nn.rnn``'s ``RNN`` runs any of them).
-
-A cell maps ``(carry, x_t) -> (new_carry, y_t)``; ``initialize_carry(input_shape)``
-builds its first carry. This file holds the base alone so that both the cells and the
-``RNN`` that runs them import it, and ``flaxgraph.nn.recurrent`` can re-export ``RNN``
-as Flax's module of that name does, with no import circle.
+"""``RNNCellBase``: the base class of the recurrent cells, in its own file so cells and ``RNN`` both import it.
 
 Source: Flax NNX ``flax.nnx.nn.recurrent.RNNCellBase`` (0.12).
 """
@@ -26,10 +20,7 @@ Initializer = Callable[..., Any]
 
 
 def check_carry(cell: Any, inputs: jax.Array, *parts: jax.Array) -> None:
-    """Raises ``LayerShapeError`` unless each carry part has the inputs' batch shape
-    and all parts one shape. It reads the arrays' shapes only, nothing of ``cell``
-    beyond its description (so a stand-in ``self`` works, as with Flax's cells); the
-    feature sizes are checked by the cell's ``Linear`` projections."""
+    """Raises ``LayerShapeError`` unless each carry part has the inputs' batch shape and all one shape."""
     batch = tuple(inputs.shape[:-1])
     first = tuple(parts[0].shape)
     for part in parts:
@@ -45,19 +36,17 @@ def check_carry(cell: Any, inputs: jax.Array, *parts: jax.Array) -> None:
 class RNNCellBase(Module):
     """Base class of recurrent cells.
 
-    Subclasses define ``__call__(carry, inputs) -> (new_carry, outputs)`` and
-    ``initialize_carry(input_shape, rngs=None)``, and have ``in_features`` and
-    ``hidden_features`` attributes.
+    Subclasses define ``__call__(carry, inputs)`` and ``initialize_carry(input_shape,
+    rngs=None)`` and have ``in_features`` and ``hidden_features``.
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "hidden_features")
 
     def __call__(self, carry: Any, inputs: jax.Array) -> tuple[Any, jax.Array]:
-        """One step: ``(carry, inputs) -> (new_carry, outputs)``; ``inputs`` has shape
-        ``(*batch, in_features)``.
+        """One step: ``(carry, inputs (*batch, in_features)) -> (new_carry, outputs)``.
 
         Raises:
-          NotImplementedError: a subclass must define it (as Flax's base class says).
+          NotImplementedError: a subclass must define it.
         """
         raise NotImplementedError(
             f"{type(self).__name__} derives from RNNCellBase and must define "
@@ -73,7 +62,7 @@ class RNNCellBase(Module):
         """The first carry for inputs of shape ``input_shape`` (``(*batch, in_features)``).
 
         Raises:
-          NotImplementedError: a subclass must define it (as Flax's base class says).
+          NotImplementedError: a subclass must define it.
         """
         raise NotImplementedError(
             f"{type(self).__name__} derives from RNNCellBase and must define "

@@ -1,19 +1,6 @@
 """Argument helpers shared by the layers: tuples, mode flags, parameter creation.
 
-* ``canonicalize_tuple`` turns ``3`` or ``[3, 3]`` into ``(3,)`` / ``(3, 3)``:
-  configuration is stored as hashable tuples, since it becomes static
-  attributes of the layer (and part of its ``GraphDef``).
-* ``first_from`` resolves a mode flag such as ``deterministic``: the call
-  argument wins over the layer attribute (which ``Module.train()``/``eval()``
-  set), and ``None`` means "not given".
-* ``make_param`` calls an initializer with a key from ``rngs.params()`` and
-  wraps the result in a ``Param`` carrying the layer's ``*_metadata`` (an
-  initializer wrapped with ``nnx.with_partitioning`` adds its ``sharding``).
-  Initializers are used at construction only and are not kept on the layer:
-  most are closures (``lecun_normal()``), which as static attributes would give
-  every new model a different ``GraphDef`` (and a recompilation).
-
-Source: Flax NNX layer conventions (``kernel_metadata``, ``first_from``).
+See the package README, "Layer conventions".
 """
 
 from __future__ import annotations
@@ -36,23 +23,8 @@ Initializer = Callable[..., Any]
 
 
 def canonicalize_tuple(value: int | Sequence[int], name: str = "value") -> tuple[int, ...]:
-    """``value`` as a tuple of Python ints (an int becomes a 1-tuple).
-
-    Integer-like values count as ints (``operator.index``): a NumPy integer, or a
-    NumPy array of them such as ``np.arange(2)`` as ``LinearGeneral``'s ``axis``,
-    as Flax accepts; they are stored as Python ints so the layer's configuration
-    stays a static tuple.
-
-    Raises:
-      TypeError: ``value`` is neither an int nor a sequence of ints (a bool, a
-        float or a string is not an int here).
-
-    Example::
-
-      >>> import numpy as np
-      >>> canonicalize_tuple(np.arange(2), "axis")
-      (0, 1)
-    """
+    """``value`` (an int, NumPy int or int array, or a sequence of ints) as a tuple of Python ints;
+    ``TypeError`` otherwise (bools, floats and strings are not ints)."""
     if _is_int(value):
         return (operator.index(value),)  # type: ignore[arg-type]
     try:
@@ -72,11 +44,7 @@ def _is_int(value: Any) -> bool:
 def expand_to(
     value: int | Sequence[int] | None, n: int, name: str, default: int = 1
 ) -> tuple[int, ...]:
-    """An int or ``None`` repeated ``n`` times, or a sequence of length ``n``, as a tuple.
-
-    Raises:
-      ValueError: a sequence whose length is not ``n``.
-    """
+    """An int or ``None`` repeated ``n`` times, or a length-``n`` sequence, as a tuple (``ValueError`` otherwise)."""
     if value is None:
         return (default,) * n
     if isinstance(value, int):
@@ -90,11 +58,7 @@ def expand_to(
 
 
 def first_from(*values: Any, error_msg: str) -> Any:
-    """The first value that is not ``None``.
-
-    Raises:
-      ValueError: with ``error_msg`` when every value is ``None``.
-    """
+    """The first value that is not ``None``; ``ValueError(error_msg)`` if all are."""
     for v in values:
         if v is not None:
             return v
@@ -120,17 +84,14 @@ def make_reshaped_param(
     dtype: Any,
     metadata: Mapping[str, Any],
 ) -> Param[Any]:
-    """Like ``make_param`` but initializes with ``init_shape`` (e.g. a 2-D fan-in/fan-out
-    view of a multi-axis kernel) and reshapes to ``shape``; a boxed value (from
-    ``with_partitioning``) keeps its box and names."""
+    """``make_param`` initialized with ``init_shape`` (e.g. a 2-D view) and reshaped to ``shape``; boxes kept."""
     value = init(key, init_shape, dtype)
     value = jax.tree.map(lambda v: jnp.reshape(v, shape), value)
     return Param(value, **dict(metadata))
 
 
 def op_options(preferred_element_type: Any = None, out_sharding: Any = None) -> dict[str, Any]:
-    """The keyword arguments for a ``dot_general``/``einsum``/``conv`` call: only the
-    options that are set, so a custom product function without them still works."""
+    """The keyword arguments of a ``dot_general``/``einsum``/``conv`` call that are set, and only those."""
     options: dict[str, Any] = {}
     if preferred_element_type is not None:
         options["preferred_element_type"] = preferred_element_type
@@ -140,8 +101,7 @@ def op_options(preferred_element_type: Any = None, out_sharding: Any = None) -> 
 
 
 def broadcast_right(value: jax.Array, ndim: int) -> jax.Array:
-    """``value`` reshaped with leading 1s to rank ``ndim`` (explicit broadcasting;
-    the test suite runs with ``jax_numpy_rank_promotion='raise'``)."""
+    """``value`` reshaped with leading 1s to rank ``ndim`` (the tests raise on rank promotion)."""
     return jnp.reshape(value, (1,) * (ndim - value.ndim) + tuple(value.shape))
 
 

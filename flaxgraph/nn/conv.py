@@ -1,25 +1,13 @@
 """Convolutions: ``Conv`` and ``ConvTranspose`` over channels-last inputs.
 
-Inputs are laid out ``(*batch, *spatial, features)`` (``NHWC`` for images): the
-number of spatial axes is ``len(kernel_size)``; there may be no batch axis, or
-several (they are flattened for the convolution and restored). The kernel has
-shape ``(*kernel_size, in_features // feature_group_count, out_features)``.
+Inputs are ``(*batch, *spatial, features)`` with ``len(kernel_size)`` spatial axes and
+zero or more batch axes; the kernel is ``(*kernel_size, in_features //
+feature_group_count, out_features)``. Padding is ``'SAME'``, ``'VALID'``,
+``'CIRCULAR'`` (periodic), ``'CAUSAL'`` (1-D, all on the left), an int ``p``, a
+sequence of ints, or of ``(low, high)`` pairs.
 
-Padding is ``'SAME'``, ``'VALID'``, ``'CIRCULAR'`` (periodic: the input wraps
-around), ``'CAUSAL'`` (1-D only: all padding on the left, so an output never
-sees later inputs), an int ``p`` (``(p, p)`` on every spatial axis), a
-sequence of ints, or a sequence of ``(low, high)`` pairs.
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> conv = nnx.Conv(3, 8, kernel_size=(3, 3), rngs=nnx.Rngs(0))
-  >>> conv.kernel.shape, conv(jnp.ones((2, 16, 16, 3))).shape
-  ((3, 3, 3, 8), (2, 16, 16, 8))
-
-The convolutions are ``jax.lax.conv_general_dilated`` and
-``jax.lax.conv_transpose``.
-
-Source: Flax NNX ``nnx.Conv``/``nnx.ConvTranspose`` (0.12) public signatures and
-documented behaviour; padding semantics of ``jax.lax``.
+Source: Flax NNX ``nnx.Conv``/``nnx.ConvTranspose``/``canonicalize_padding`` (0.12):
+signatures and behaviour; ``jax.lax.conv_general_dilated``, ``jax.lax.conv_transpose``.
 """
 
 from __future__ import annotations
@@ -58,27 +46,19 @@ def canonicalize_padding(padding: PaddingLike, rank: int) -> LaxPadding:
     """``padding`` in a form ``jax.lax.conv_general_dilated`` accepts.
 
     Args:
-      padding: a string (``'SAME'``, ``'VALID'``, ``'CIRCULAR'``…, returned as it is),
-        an int ``p`` (``(p, p)`` on every spatial axis), or a sequence of ``rank``
-        entries, each an int ``p`` or a ``(low, high)`` tuple.
+      padding: a string (returned as is), an int ``p`` (``(p, p)`` on every axis), or
+        ``rank`` entries, each an int or a ``(low, high)`` tuple.
       rank: the number of spatial axes.
 
     Returns:
       The string, or a list of ``rank`` ``(low, high)`` tuples of ints.
 
     Raises:
-      ValueError: ``padding`` is none of these (a sequence of another length, an entry
-        that is neither an int nor a pair tuple).
+      ValueError: ``padding`` is none of these.
 
-    Example::
-
-      >>> from flaxgraph.nn.linear import canonicalize_padding
-      >>> canonicalize_padding(1, 2), canonicalize_padding([0, (1, 2)], 2)
-      ([(1, 1), (1, 1)], [(0, 0), (1, 2)])
-
-    Source: Flax NNX ``flax.nnx.nn.linear.canonicalize_padding`` (0.12). ``Conv`` and
-    ``ConvTranspose`` keep a hashable form of their padding instead (tuples, the
-    string upper-cased, one entry repeated on every axis).
+    >>> from flaxgraph.nn.linear import canonicalize_padding
+    >>> canonicalize_padding(1, 2), canonicalize_padding([0, (1, 2)], 2)
+    ([(1, 1), (1, 1)], [(0, 0), (1, 2)])
     """
     if isinstance(padding, str):
         return padding
@@ -99,12 +79,7 @@ def canonicalize_padding(padding: PaddingLike, rank: int) -> LaxPadding:
 
 
 def _padding_pairs(padding: PaddingLike, rank: int) -> Padding:
-    """A hashable form of ``padding``: an upper-case string, or one ``(low, high)``
-    pair per spatial axis.
-
-    Raises:
-      ValueError: a sequence whose length is neither 1 nor ``rank``, or a malformed entry.
-    """
+    """A hashable ``padding``: an upper-case string or one ``(low, high)`` per axis (ValueError if malformed)."""
     if isinstance(padding, str):
         return padding.upper()
     if isinstance(padding, int):
@@ -129,14 +104,10 @@ def _padding_pairs(padding: PaddingLike, rank: int) -> Padding:
 
 
 def conv_dimension_numbers(input_shape: Sequence[int]) -> lax.ConvDimensionNumbers:
-    """The dimension numbers of a channels-last convolution of inputs of shape
-    ``input_shape`` ``(batch, *spatial, features)`` with ``(*spatial, in, out)``
-    kernels (Flax NNX 0.12.8's ``flax.nnx.nn.linear._conv_dimension_numbers``).
+    """The dimension numbers of a channels-last convolution of inputs ``(batch, *spatial, features)``.
 
-    Example::
-
-      >>> conv_dimension_numbers((8, 5, 5, 3)).lhs_spec
-      (0, 3, 1, 2)
+    >>> conv_dimension_numbers((8, 5, 5, 3)).lhs_spec
+    (0, 3, 1, 2)
     """
     return _dimension_numbers(len(input_shape) - 2)
 
@@ -151,8 +122,7 @@ def _dimension_numbers(n_spatial: int) -> lax.ConvDimensionNumbers:
 def _flatten_batch(
     module: Any, x: jax.Array, n_spatial: int, in_features: int
 ) -> tuple[jax.Array, tuple[int, ...] | None]:
-    """Checks ``x`` and returns it as ``(batch, *spatial, features)`` with the batch
-    shape to restore (``None`` when ``x`` had no batch axis)."""
+    """Checks ``x``; returns it as ``(batch, *spatial, features)`` and the batch shape to restore (or None)."""
     check_min_rank(module, x, n_spatial + 1, f"*batch, {n_spatial} spatial axes, features")
     check_last_dim(module, x, in_features)
     if x.ndim == n_spatial + 1:
@@ -162,8 +132,7 @@ def _flatten_batch(
 
 
 def _operands(module: Any, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None]:
-    """The inputs, the (masked) kernel and the bias of a convolution ``module``,
-    promoted (a function, not a method: a stand-in ``self`` needs no flaxgraph method)."""
+    """The promoted inputs, (masked) kernel and bias of ``module`` (a function, so a stand-in ``self`` works)."""
     kernel = module.kernel[...]
     if module.mask is not None:
         kernel = kernel * module.mask
@@ -210,48 +179,36 @@ class _ConvBase(Module):
 
 
 class Conv(_ConvBase):
-    """An N-D convolution (cross-correlation, as in deep-learning libraries).
+    """An N-D convolution (cross-correlation).
 
     Args:
       in_features: the inputs' feature (last) axis size.
-      out_features: the number of output features (filters).
-      kernel_size: the window size, one int per spatial axis (an int means a 1-D
-        convolution).
+      out_features: the number of output features.
+      kernel_size: one int per spatial axis (an int: 1-D).
       strides: an int or one per spatial axis (default 1).
       padding: see the module docstring (default ``'SAME'``).
-      input_dilation: an int or one per spatial axis: spacing inserted between
-        input elements (``lhs_dilation`` of ``jax.lax``; default 1).
-      kernel_dilation: an int or one per spatial axis: spacing between kernel
-        elements (atrous convolution; default 1).
-      feature_group_count: split the features into this many groups convolved
-        separately (``in_features`` for a depthwise convolution; default 1).
-      use_bias: add a ``bias`` Param of shape ``(out_features,)`` (default True).
-      mask: an optional array of the kernel's shape multiplied into the kernel
-        (e.g. for masked/causal convolutions).
-      dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-      preferred_element_type, rngs, kernel_metadata, bias_metadata: as in ``Linear``.
+      input_dilation: an int or one per axis (``lhs_dilation``; default 1).
+      kernel_dilation: an int or one per axis (atrous; default 1).
+      feature_group_count: feature groups convolved separately (default 1).
+      use_bias: add a ``bias`` Param ``(out_features,)`` (default True).
+      mask: an optional array of the kernel's shape multiplied into the kernel.
+      others: as in ``Linear``.
       conv_general_dilated: the convolution (default ``jax.lax.conv_general_dilated``).
 
-    Call: ``inputs`` of shape ``(*batch, *spatial, in_features)`` and an optional
-    ``out_sharding`` (passed to ``conv_general_dilated``); returns
-    ``(*batch, *out_spatial, out_features)``.
+    Call: ``inputs`` ``(*batch, *spatial, in_features)``, optional ``out_sharding``;
+    returns ``(*batch, *out_spatial, out_features)``.
 
     Raises:
-      ValueError: at construction, ``in_features`` or ``out_features`` not
-        divisible by ``feature_group_count``, ``'CAUSAL'`` padding for a non-1-D
-        kernel, a ``mask`` of another shape than the kernel, or bad ``padding``.
-      LayerShapeError: inputs with fewer than ``len(kernel_size) + 1`` axes or a
-        last axis other than ``in_features``.
+      ValueError: at construction, features not divisible by ``feature_group_count``,
+        ``'CAUSAL'`` for a non-1-D kernel, a ``mask`` of another shape, bad ``padding``.
+      LayerShapeError: fewer than ``len(kernel_size) + 1`` axes or a last axis other
+        than ``in_features``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> conv = nnx.Conv(4, 4, 3, padding='CIRCULAR', feature_group_count=4,
-      ...                 rngs=nnx.Rngs(0))   # depthwise, periodic, 1-D
-      >>> conv.kernel.shape, conv(jnp.ones((10, 4))).shape
-      ((3, 1, 4), (10, 4))
-
-    Source: Flax NNX ``nnx.Conv``; ``jax.lax.conv_general_dilated``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> conv = nnx.Conv(4, 4, 3, padding='CIRCULAR', feature_group_count=4,
+    ...                 rngs=nnx.Rngs(0))   # depthwise, periodic, 1-D
+    >>> conv.kernel.shape, conv(jnp.ones((10, 4))).shape
+    ((3, 1, 4), (10, 4))
     """
 
     def __init__(
@@ -354,12 +311,11 @@ class Conv(_ConvBase):
 
 
 def _circular_wrap(y: jax.Array, periods: Sequence[int], transpose_kernel: bool) -> jax.Array:
-    """Wraps ``y`` periodically onto ``periods`` positions along each spatial axis
-    (``y``'s axes 1 to ``len(periods)``): zero-pads each axis to a whole number of
-    periods (the odd element on the right with ``transpose_kernel``, else on the
-    left), then sums the periods, one axis after another. The same operations in
-    the same order as Flax NNX 0.12.8's ``ConvTranspose``, so the bits agree under
-    ``jit`` too (a scatter-add computes the same sums in another order)."""
+    """Wraps ``y`` periodically onto ``periods`` positions along each spatial axis.
+
+    Pads each axis to whole periods, then sums them: Flax NNX 0.12.8's operations in its
+    order, so the bits agree under ``jit`` (a scatter-add sums in another order).
+    """
     pads = [(0, 0)]
     for size, period in zip(y.shape[1:-1], periods):
         diff = -(size - period) % (2 * period)
@@ -373,40 +329,29 @@ def _circular_wrap(y: jax.Array, periods: Sequence[int], transpose_kernel: bool)
 
 
 class ConvTranspose(_ConvBase):
-    """An N-D transposed convolution (the gradient of a strided convolution with
-    respect to its input; upsamples by ``strides``).
+    """An N-D transposed convolution (upsamples by ``strides``).
 
     Args:
-      in_features, out_features, kernel_size, use_bias, mask, dtype, param_dtype,
-      precision, kernel_init, bias_init, promote_dtype, preferred_element_type,
-      rngs, kernel_metadata, bias_metadata: as in ``Conv``.
-      strides: an int or one per spatial axis (default 1): the upsampling factor.
-      padding: ``'SAME'`` (output size ``input * stride``), ``'VALID'`` (output size
-        ``(input - 1) * stride + dilated_kernel``), ``'CIRCULAR'`` (output size
-        ``input * stride``, the ``'VALID'`` result wrapped around periodically and
-        centred: element ``j`` lands on ``(j - (valid_size - period) // 2) mod
-        period``), or explicit pairs as for ``jax.lax.conv_transpose``.
+      others: as in ``Conv``.
+      strides: an int or one per spatial axis (default 1).
+      padding: ``'SAME'`` (size ``input * stride``), ``'VALID'`` (``(input - 1) * stride +
+        dilated_kernel``), ``'CIRCULAR'`` (the ``'VALID'`` result wrapped onto ``input *
+        stride``, centred), or pairs as for ``jax.lax.conv_transpose``.
       kernel_dilation: an int or one per spatial axis (default 1).
-      transpose_kernel: flip the kernel spatially and swap its feature axes, so the
-        layer computes the exact transpose of a ``Conv`` with the same kernel; the
-        kernel then has shape ``(*kernel_size, out_features, in_features)``.
+      transpose_kernel: compute the exact transpose of a ``Conv`` with the same kernel,
+        then of shape ``(*kernel_size, out_features, in_features)``.
 
-    Call: ``inputs`` of shape ``(*batch, *spatial, in_features)``; returns
+    Call: ``inputs`` ``(*batch, *spatial, in_features)``; returns
     ``(*batch, *out_spatial, out_features)``.
 
     Raises:
-      ValueError: at construction, ``'CAUSAL'`` padding, a ``mask`` of another
-        shape than the kernel, or bad ``padding``.
+      ValueError: at construction, ``'CAUSAL'``, a ``mask`` of another shape, bad ``padding``.
       LayerShapeError: as in ``Conv``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> up = nnx.ConvTranspose(3, 2, (2, 2), strides=2, rngs=nnx.Rngs(0))
-      >>> up(jnp.ones((1, 4, 4, 3))).shape
-      (1, 8, 8, 2)
-
-    Source: Flax NNX ``nnx.ConvTranspose``; ``jax.lax.conv_transpose``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> up = nnx.ConvTranspose(3, 2, (2, 2), strides=2, rngs=nnx.Rngs(0))
+    >>> up(jnp.ones((1, 4, 4, 3))).shape
+    (1, 8, 8, 2)
     """
 
     def __init__(

@@ -1,20 +1,15 @@
 """Dtype rules shared by the layers: which dtype a computation runs in.
 
-A layer has a ``param_dtype`` (the dtype its parameters are created in) and a
-``dtype`` (the dtype it computes in). With ``dtype=None`` the computation dtype
-is the JAX promotion (``jnp.result_type``) of the inputs and the parameters,
-made inexact (``float32`` when everything is an integer), so a ``bfloat16``
-input meets ``float32`` parameters in ``float32``; a given ``dtype`` casts
-everything to it (``dtype=jnp.bfloat16`` for mixed precision).
+See the package README, "Layer conventions".
 
-  >>> import jax.numpy as jnp
-  >>> from flaxgraph.nn.dtypes import promote_dtype
-  >>> x, w = promote_dtype((jnp.ones(2, jnp.bfloat16), jnp.ones(2)), dtype=None)
-  >>> x.dtype, w.dtype
-  (dtype('float32'), dtype('float32'))
+>>> import jax.numpy as jnp
+>>> from flaxgraph.nn.dtypes import promote_dtype
+>>> x, w = promote_dtype((jnp.ones(2, jnp.bfloat16), jnp.ones(2)), dtype=None)
+>>> x.dtype, w.dtype
+(dtype('float32'), dtype('float32'))
 
-Source: Flax NNX ``nnx.nn.dtypes.canonicalize_dtype``/``promote_dtype``
-(documented behaviour); promotion from ``jax.numpy.result_type``.
+Source: Flax NNX ``nnx.nn.dtypes.canonicalize_dtype``/``promote_dtype``;
+``jax.numpy.result_type``.
 """
 
 from __future__ import annotations
@@ -32,10 +27,9 @@ def canonicalize_dtype(*args: Any, dtype: Dtype | None = None, inexact: bool = T
     """The dtype a computation over ``args`` runs in.
 
     Args:
-      *args: arrays (or scalars, or ``None``, which are skipped).
-      dtype: an explicit dtype; returned as is when given.
-      inexact: when ``dtype`` is None and the promoted dtype is an integer or
-        bool, promote it with ``float32``.
+      *args: arrays (or scalars; ``None`` skipped).
+      dtype: an explicit dtype, returned as is.
+      inexact: promote an integer or bool result with ``float32``.
 
     Returns:
       A numpy dtype.
@@ -54,10 +48,7 @@ def canonicalize_dtype(*args: Any, dtype: Dtype | None = None, inexact: bool = T
 
 
 def promote_dtype(args: T, /, *, dtype: Dtype | None = None, inexact: bool = True) -> T:
-    """Casts every array in the tuple ``args`` to ``canonicalize_dtype(*args, dtype=dtype)``.
-
-    ``None`` entries stay ``None``. Returns a tuple of the same length.
-    """
+    """Casts each array of the tuple ``args`` to ``canonicalize_dtype(*args, dtype=dtype)`` (``None`` stays)."""
     values = tuple(args)  # type: ignore[arg-type, var-annotated]
     target = canonicalize_dtype(*values, dtype=dtype, inexact=inexact)
     return tuple(None if a is None else jnp.asarray(a, target) for a in values)  # type: ignore[return-value]

@@ -1,14 +1,9 @@
 """``Embed``: a lookup table from integer ids to feature vectors.
 
-``Embed(num_embeddings, features)`` holds an ``embedding`` Param of shape
-``(num_embeddings, features)``; calling it on integer ids of any shape returns
-their rows, and ``attend(query)`` computes the logits ``query @ embedding.T``
-(for sharing the table with an output layer).
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> embed = nnx.Embed(10, 4, rngs=nnx.Rngs(0))
-  >>> embed(jnp.array([[1, 2, 3]])).shape, embed.attend(jnp.ones((2, 4))).shape
-  ((1, 3, 4), (2, 10))
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> embed = nnx.Embed(10, 4, rngs=nnx.Rngs(0))
+>>> embed(jnp.array([[1, 2, 3]])).shape, embed.attend(jnp.ones((2, 4))).shape
+((1, 3, 4), (2, 10))
 
 Source: Flax NNX ``nnx.Embed`` (0.12); the lookup is ``jnp.take``.
 """
@@ -34,31 +29,27 @@ Dtype = Any
 
 
 class Embed(Module):
-    """An embedding table.
+    """An embedding table: an ``embedding`` Param of shape ``(num_embeddings, features)``.
 
     Args:
       num_embeddings: the number of rows (the vocabulary size).
       features: the size of each embedding vector.
-      dtype: the dtype of the looked-up embeddings and of ``attend``'s computation
-        (default: the embedding's dtype, promoted with the query in ``attend``).
+      dtype: dtype of the looked-up rows and of ``attend`` (default: the table's, promoted
+        with the query in ``attend``).
       param_dtype: the table's dtype (default ``float32``).
-      embedding_init: initializer of the table (default
+      embedding_init: the table's initializer (default
         ``variance_scaling(1.0, 'fan_in', 'normal', out_axis=0)``).
       promote_dtype: the dtype promotion function.
-      rngs: an ``nnx.Rngs`` (its ``params`` stream seeds the initializer).
+      rngs: ``nnx.Rngs`` (its ``params`` stream).
       embedding_metadata: metadata of the ``embedding`` Param.
 
-    Call: integer ``inputs`` of any shape ``S`` (and an optional ``out_sharding``
-    for the gathered rows); returns ``S + (features,)``. An
-    id outside ``[0, num_embeddings)`` gives NaNs (``jnp.take``'s ``'fill'`` mode)
-    instead of a silently clamped row; a one-row table (``num_embeddings=1``) is
-    broadcast to every id, as in Flax and Linen.
+    Call: integer ``inputs`` of shape ``S`` (and ``out_sharding``); returns ``S +
+    (features,)``. An id outside ``[0, num_embeddings)`` gives NaNs (``jnp.take``'s
+    ``'fill'``); a one-row table is broadcast to every id, as in Flax.
 
     Raises:
       LayerDtypeError (a ``ValueError`` and ``TypeError``): non-integer inputs.
       LayerShapeError: in ``attend``, a query whose last axis is not ``features``.
-
-    Source: Flax NNX ``nnx.Embed``.
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("num_embeddings", "features")
@@ -105,17 +96,10 @@ class Embed(Module):
         return embedding.at[ids].get(mode="fill", out_sharding=out_sharding)
 
     def attend(self, query: jax.Array, out_sharding: Any = None) -> jax.Array:
-        """Logits of ``query`` against every embedding: ``query @ embedding.T``.
+        """Logits of ``query`` ``(..., features)`` against every row: ``(..., num_embeddings)``.
 
-        Args:
-          query: shape ``(..., features)``.
-          out_sharding: the output's sharding, passed to ``jnp.dot`` (default none).
-
-        Returns:
-          Shape ``(..., num_embeddings)``.
-
-        Raises:
-          LayerShapeError: the query's last axis is not ``features``.
+        ``out_sharding`` is passed to ``jnp.dot``. Raises ``LayerShapeError`` if the query's last
+        axis is not ``features``.
         """
         q = jnp.asarray(query)
         table = self.embedding[...]

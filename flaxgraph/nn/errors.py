@@ -1,18 +1,10 @@
 """Errors raised by layers when a call gets inputs of the wrong shape or dtype.
 
-A layer checks its inputs before computing anything and raises a
-``LayerShapeError`` (a ``ValueError``) or ``LayerDtypeError`` (a ``ValueError``
-and a ``TypeError``) whose message names the layer with its configuration,
-what it expected and what it got::
+The message names the layer with its configuration, what it expected and what it got;
+the layer is kept in ``module`` so a transform can add where it sits
+(``args[0].encoder``).
 
-  Linear(in_features=64, out_features=10) expected inputs with last dimension
-  64, got shape (8, 32).
-
-The exception keeps the layer in its ``module`` attribute, so a transform that
-catches it can add where the layer sits in its arguments (``args[0].encoder``).
-
-Source: flaxgraph's error style (``docs/design.md``, "Errors"); Flax NNX raises plain
-``ValueError``/``TypeError`` from JAX for the same mistakes.
+Source: ``docs/design.md``, "Errors".
 """
 
 from __future__ import annotations
@@ -26,8 +18,7 @@ class LayerInputError(FlaxgraphError, ValueError):
     """Base class of the errors a layer raises for bad call inputs.
 
     Attributes:
-      module: the layer that raised (``None`` when raised by a free function
-        such as ``dot_product_attention``).
+      module: the layer that raised (``None`` from a free function).
     """
 
     def __init__(self, message: str, module: Any = None):
@@ -38,23 +29,18 @@ class LayerInputError(FlaxgraphError, ValueError):
 class LayerShapeError(LayerInputError):
     """A layer was called on inputs whose shape does not fit its configuration.
 
-    Example::
-
-      >>> import jax.numpy as jnp
-      >>> from flaxgraph.nn import Linear, LayerShapeError
-      >>> import flaxgraph as nnx
-      >>> layer = Linear(64, 10, rngs=nnx.Rngs(0))
-      >>> try:
-      ...   layer(jnp.ones((8, 32)))
-      ... except LayerShapeError as e:
-      ...   print(e, e.module is layer)
-      Linear(in_features=64, out_features=10) expected inputs with last dimension 64, got shape (8, 32). True
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.Linear(64, 10, rngs=nnx.Rngs(0))
+    >>> try:
+    ...     layer(jnp.ones((8, 32)))
+    ... except nnx.nn.LayerShapeError as e:
+    ...     print(e, e.module is layer)
+    Linear(in_features=64, out_features=10) expected inputs with last dimension 64, got shape (8, 32). True
     """
 
 
 class LayerDtypeError(LayerInputError, TypeError):
-    """A layer was called on inputs of a dtype it cannot take (e.g. float
-    indices given to ``Embed``)."""
+    """A layer was called on inputs of a dtype it cannot take (e.g. float ids to ``Embed``)."""
 
 
 def describe(module: Any) -> str:
@@ -69,8 +55,7 @@ def describe(module: Any) -> str:
 
 
 def shape_error(module: Any, expected: str, shape: Any, who: str | None = None) -> LayerShapeError:
-    """A ``LayerShapeError`` with the message ``"<layer> expected <expected>, got shape
-    <shape>."``; ``who`` names the raiser when there is no layer (a function)."""
+    """A ``LayerShapeError`` "<layer> expected <expected>, got shape <shape>." (``who`` names a function)."""
     if who is None:
         who = describe(module) if module is not None else "this function"
     return LayerShapeError(f"{who} expected {expected}, got shape {tuple(shape)}.", module)
@@ -90,11 +75,7 @@ def check_min_rank(module: Any, x: Any, rank: int, layout: str, what: str = "inp
 
 
 def normalize_axis(module: Any, axis: int, ndim: int, shape: Any, what: str = "axis") -> int:
-    """``axis`` as a non-negative index into an array of rank ``ndim``.
-
-    Raises:
-      LayerShapeError: ``axis`` is out of range for that rank.
-    """
+    """``axis`` as a non-negative index for rank ``ndim`` (``LayerShapeError`` if out of range)."""
     if not -ndim <= axis < ndim:
         raise shape_error(module, f"inputs with a dimension at {what} {axis}", shape)
     return axis % ndim

@@ -1,18 +1,13 @@
-"""Parameter initializers: ``jax.nn.initializers``, re-exported.
+"""Parameter initializers: ``jax.nn.initializers``, re-exported, plus ``zeros_init``/``ones_init``.
 
-Use as ``nnx.initializers.lecun_normal()``. An initializer is a function
-``init(key, shape, dtype) -> jax.Array``; wrap one in ``nnx.with_partitioning``
-to attach sharding names. ``zeros_init()``/``ones_init()`` return the
-``zeros``/``ones`` initializers, for symmetry with the initializers that take
-arguments.
+An initializer is ``init(key, shape, dtype) -> jax.Array``.
 
-  >>> import jax
-  >>> from flaxgraph.nn import initializers
-  >>> initializers.lecun_normal()(jax.random.key(0), (3, 4)).shape
-  (3, 4)
+>>> import jax
+>>> from flaxgraph.nn import initializers
+>>> initializers.lecun_normal()(jax.random.key(0), (3, 4)).shape
+(3, 4)
 
-Source: ``jax.nn.initializers``; ``zeros_init``/``ones_init`` from Flax NNX
-``nnx.initializers``.
+Source: ``jax.nn.initializers``; Flax NNX ``nnx.initializers``.
 """
 
 from __future__ import annotations

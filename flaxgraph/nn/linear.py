@@ -1,31 +1,11 @@
 """Linear layers: ``Linear``, ``LinearGeneral`` and ``Einsum``.
 
-All three multiply their inputs by a ``kernel`` Param and add an optional
-``bias`` Param:
+As Flax's module, it also gives ``Conv``, ``ConvTranspose``, ``canonicalize_padding``
+(from ``conv``), ``Embed``, ``default_embed_init`` (from ``embed``) and the type names
+``Array``, ``Axis``, ``Size``.
 
-* ``Linear(in_features, out_features)``: ``y = x @ kernel + bias`` over the last
-  axis, kernel of shape ``(in_features, out_features)``.
-* ``LinearGeneral(in_features, out_features, axis=...)``: contracts several
-  input axes and produces several output axes (e.g. the per-head projections of
-  attention), optionally with batch axes that get their own kernels.
-* ``Einsum(einsum_str, kernel_shape)``: ``y = einsum(einsum_str, x, kernel) + bias``.
-
-As Flax's ``flax.nnx.nn.linear``, this module also gives ``Conv``,
-``ConvTranspose`` and ``canonicalize_padding`` (from ``flaxgraph.nn.conv``),
-``Embed`` and ``default_embed_init`` (from ``flaxgraph.nn.embed``), and the type
-names ``Array``, ``Axis`` and ``Size``.
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> from flaxgraph.nn import Linear
-  >>> layer = Linear(3, 4, rngs=nnx.Rngs(0))
-  >>> layer.kernel.shape, layer.bias.shape, layer(jnp.ones((2, 3))).shape
-  ((3, 4), (4,), (2, 4))
-
-The matrix products are ``jax.lax.dot_general`` / ``jnp.einsum``. Each layer
-checks its inputs and raises ``LayerShapeError`` naming itself on a mismatch.
-
-Source: Flax NNX ``nnx.Linear``, ``nnx.LinearGeneral``, ``nnx.Einsum`` (0.12)
-public signatures and documented behaviour.
+Source: Flax NNX ``nnx.Linear``, ``nnx.LinearGeneral``, ``nnx.Einsum`` (0.12):
+signatures and behaviour; ``jax.lax.dot_general``, ``jnp.einsum``.
 """
 
 from __future__ import annotations
@@ -77,27 +57,12 @@ Size = int  # an axis length
 
 
 def _normalize_axes(axes: tuple[int, ...], ndim: int) -> tuple[int, ...]:
-    """``axes`` made non-negative for rank ``ndim`` and sorted (Flax NNX 0.12.8's
-    ``flax.nnx.nn.linear._normalize_axes``; no range check).
-
-    Example::
-
-      >>> _normalize_axes((-1, 0), 3)
-      (0, 2)
-    """
+    """``axes`` made non-negative for rank ``ndim`` and sorted (Flax's private name; no range check)."""
     return tuple(sorted(axis + ndim if axis < 0 else axis for axis in axes))
 
 
 def _canonicalize_tuple(x: Sequence[int] | int) -> tuple[int, ...]:
-    """An iterable as a tuple, anything else as a 1-tuple (Flax NNX 0.12.8's
-    ``flax.nnx.nn.linear._canonicalize_tuple``; the layers' checked form is
-    ``flaxgraph.nn.common.canonicalize_tuple``).
-
-    Example::
-
-      >>> _canonicalize_tuple(3), _canonicalize_tuple([1, 2])
-      ((3,), (1, 2))
-    """
+    """An iterable as a tuple, anything else as a 1-tuple (Flax's private name)."""
     if isinstance(x, Iterable):
         return tuple(x)
     return (x,)
@@ -110,36 +75,28 @@ class Linear(Module):
       in_features: size of the inputs' last axis.
       out_features: size of the outputs' last axis.
       use_bias: add a ``bias`` Param of shape ``(out_features,)`` (default True).
-      dtype: the computation dtype (default: promoted from inputs and params).
-      param_dtype: the parameters' dtype (default ``float32``).
+      dtype: computation dtype (default: promoted from inputs and params).
+      param_dtype: parameters' dtype (default ``float32``).
       precision: ``jax.lax.Precision`` of the matrix product.
-      kernel_init: initializer of ``kernel`` (shape ``(in_features, out_features)``),
-        default ``lecun_normal()``.
-      bias_init: initializer of ``bias``, default ``zeros``.
+      kernel_init: ``kernel`` ``(in_features, out_features)`` initializer (``lecun_normal()``).
+      bias_init: ``bias`` initializer (``zeros``).
       dot_general: the matrix-product function (default ``jax.lax.dot_general``).
-      promote_dtype: the dtype promotion function (``flaxgraph.nn.dtypes.promote_dtype``).
+      promote_dtype: the dtype promotion function.
       preferred_element_type: passed to ``dot_general``.
-      rngs: an ``nnx.Rngs``; the ``params`` stream (or ``default``) seeds the
-        initializers.
-      kernel_metadata, bias_metadata: metadata given to the Params, e.g.
-        ``{'out_sharding': (None, 'model')}``.
+      rngs: ``nnx.Rngs``; ``params`` (or ``default``) draws the initializers' keys.
+      kernel_metadata, bias_metadata: Param metadata, e.g. ``{'out_sharding': (None, 'model')}``.
 
-    Call: ``inputs`` of shape ``(..., in_features)`` returns ``(..., out_features)``;
-    ``out_sharding`` (a ``PartitionSpec``/``NamedSharding``, default none) is passed
-    to ``dot_general`` to fix the output's sharding.
+    Call: ``inputs`` ``(..., in_features)`` returns ``(..., out_features)``; ``out_sharding``
+    (default none) is passed to ``dot_general``.
 
     Raises:
       LayerShapeError (a ``ValueError``): the inputs' last axis is not ``in_features``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.nn.Linear(2, 3, kernel_metadata={'out_sharding': (None, 'model')},
-      ...                       rngs=nnx.Rngs(0))
-      >>> layer.kernel.out_sharding, layer(jnp.ones((5, 2))).shape
-      ((None, 'model'), (5, 3))
-
-    Source: Flax NNX ``nnx.Linear``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.nn.Linear(2, 3, kernel_metadata={'out_sharding': (None, 'model')},
+    ...                       rngs=nnx.Rngs(0))
+    >>> layer.kernel.out_sharding, layer(jnp.ones((5, 2))).shape
+    ((None, 'model'), (5, 3))
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "out_features")
@@ -206,49 +163,33 @@ def _kernel_axes_check(n_in: int, axis: tuple[int, ...]) -> None:
 class LinearGeneral(Module):
     """A linear transformation contracting several axes into several output axes.
 
-    The kernel has shape ``batch_shape + in_features + out_features`` and the bias
-    ``batch_shape + out_features``. ``axis`` names the input axes contracted with
-    ``in_features`` (in order); ``batch_axis`` maps input axes to their sizes: each
-    index along them uses its own kernel slice.
+    The kernel is ``batch_shape + in_features + out_features``, the bias
+    ``batch_shape + out_features``; each index along a ``batch_axis`` has its own kernel slice.
 
     Args:
       in_features: size(s) of the contracted input axes (an int or a tuple).
       out_features: size(s) of the new output axes (an int or a tuple).
       axis: the input axes to contract (default ``-1``), one per ``in_features``.
       batch_axis: ``{input_axis: size}`` of axes with separate kernels (default none).
-      use_bias, dtype, param_dtype, precision, kernel_init, bias_init,
-      promote_dtype, preferred_element_type, rngs, kernel_metadata, bias_metadata:
-        as in ``Linear``. The initializers see a 2-D view
-        ``(prod(batch sizes) * prod(in_features), prod(out_features))`` of the
-        kernel and a 1-D view of the bias, as in Flax (so with ``batch_axis`` the
-        fan-in counts the batch too).
+      others: as in ``Linear``; the initializers see the 2-D view
+        ``(prod(batch) * prod(in), prod(out))``, as in Flax.
       dot_general: the contraction function (default ``jax.lax.dot_general``).
-      dot_general_cls: a class (or factory) called with no arguments at each call
-        to make the contraction; it takes precedence over ``dot_general``, as in
-        Flax (default none).
+      dot_general_cls: a factory called at each call for the contraction; takes precedence
+        over ``dot_general`` (default none).
 
-    Call: ``inputs`` whose axes ``axis`` have sizes ``in_features`` (and an optional
-    ``out_sharding``, as in ``Linear``); returns
-    ``batch axes + the other input axes (in order) + out_features``, the output
-    order of ``jax.lax.dot_general`` (with no batch axes: the remaining input axes
-    followed by ``out_features``).
+    Call: ``inputs`` whose ``axis`` have sizes ``in_features`` (and ``out_sharding``);
+    returns ``batch axes + other input axes + out_features`` (``dot_general``'s order).
 
     Raises:
       ValueError: at construction, ``axis`` and ``in_features`` differ in length.
-      LayerShapeError: an input axis in ``axis``/``batch_axis`` is missing or has
-        the wrong size.
+      LayerShapeError: an input axis in ``axis``/``batch_axis`` is missing or mis-sized.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.nn.LinearGeneral(6, (2, 3), rngs=nnx.Rngs(0))   # 2 heads of 3
-      >>> layer(jnp.ones((4, 5, 6))).shape
-      (4, 5, 2, 3)
-      >>> out = nnx.nn.LinearGeneral((2, 3), 6, axis=(-2, -1), rngs=nnx.Rngs(0))
-      >>> out(jnp.ones((4, 5, 2, 3))).shape
-      (4, 5, 6)
-
-    Source: Flax NNX ``nnx.LinearGeneral``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> nnx.nn.LinearGeneral(6, (2, 3), rngs=nnx.Rngs(0))(jnp.ones((4, 5, 6))).shape
+    (4, 5, 2, 3)
+    >>> out = nnx.nn.LinearGeneral((2, 3), 6, axis=(-2, -1), rngs=nnx.Rngs(0))
+    >>> out(jnp.ones((4, 5, 2, 3))).shape
+    (4, 5, 6)
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "out_features", "axis")
@@ -385,33 +326,24 @@ class Einsum(Module):
     """``y = einsum(einsum_str, inputs, kernel) + bias``.
 
     Args:
-      einsum_str: an equation with two operands and an explicit output,
-        ``'inputs,kernel->outputs'`` (e.g. ``'btd,dnh->btnh'``).
+      einsum_str: two operands and an explicit output, e.g. ``'btd,dnh->btnh'``.
       kernel_shape: the kernel's shape (one size per letter of the kernel operand).
-      bias_shape: the bias's shape (an int for one axis), or ``None`` for no bias. The bias is aligned
-        with the trailing axes of the output (numpy broadcasting), e.g. ``(n, h)``
-        for ``'btd,dnh->btnh'``.
-      dtype, param_dtype, precision, kernel_init, bias_init, promote_dtype,
-      preferred_element_type, rngs, kernel_metadata, bias_metadata: as in ``Linear``.
+      bias_shape: the bias's shape (an int for one axis), aligned with the output's
+        trailing axes, or ``None`` for no bias.
+      others: as in ``Linear``.
       einsum_op: the einsum function (default ``jnp.einsum``).
 
-    Call: ``inputs`` matching the equation's first operand; ``einsum_str`` at call
-    overrides the constructor's; ``out_sharding`` is passed to ``einsum_op``. Returns the equation's output.
+    Call: ``inputs`` matching the first operand; ``einsum_str`` overrides the constructor's;
+    ``out_sharding`` goes to ``einsum_op``. Returns the equation's output.
 
     Raises:
-      ValueError: a malformed equation, or a ``kernel_shape`` whose rank does not
-        match the kernel operand.
-      LayerShapeError: the inputs' rank does not match the first operand, or an
-        axis shared with the kernel has another size.
+      ValueError: a malformed equation, or a ``kernel_shape`` of the wrong rank.
+      LayerShapeError: the inputs' rank does not match, or a shared axis has another size.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.nn.Einsum('nta,hab->nthb', (8, 2, 4), (8, 4), rngs=nnx.Rngs(0))
-      >>> layer(jnp.ones((16, 11, 2))).shape
-      (16, 11, 8, 4)
-
-    Source: Flax NNX ``nnx.Einsum``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.nn.Einsum('nta,hab->nthb', (8, 2, 4), (8, 4), rngs=nnx.Rngs(0))
+    >>> layer(jnp.ones((16, 11, 2))).shape
+    (16, 11, 8, 4)
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("einsum_str", "kernel_shape", "bias_shape")

@@ -1,23 +1,7 @@
 """Low-rank adaptation: ``LoRA``, ``LoRALinear`` and the ``LoRAParam`` Variable.
 
-A LoRA adapter adds a trainable low-rank product to a layer's output::
-
-  y = base_module(x) + x @ lora_a @ lora_b
-
-with ``lora_a`` of shape ``(in_features, lora_rank)`` (``he_uniform`` init) and
-``lora_b`` of shape ``(lora_rank, out_features)`` (zeros, so the adapter starts
-as the identity change). The adapter matrices are ``LoRAParam`` Variables, a
-subclass of ``Param``: fine-tune only them with the filter ``nnx.LoRAParam``
-(e.g. ``nnx.Optimizer(model, tx, wrt=nnx.LoRAParam)`` or
-``nnx.grad(..., argnums=nnx.DiffState(0, nnx.LoRAParam))``).
-
-  >>> import flaxgraph as nnx
-  >>> layer = nnx.LoRALinear(3, 4, lora_rank=2, rngs=nnx.Rngs(0))
-  >>> sorted(nnx.state(layer, nnx.LoRAParam)['lora'].keys())
-  ['lora_a', 'lora_b']
-
-Source: Flax NNX ``nnx.LoRA``, ``nnx.LoRALinear``, ``nnx.LoRAParam`` (0.12)
-public signatures, parameter layout and initializers; Hu et al., "LoRA:
+See the package README, "LoRA". Source: Flax NNX ``nnx.LoRA``, ``nnx.LoRALinear``,
+``nnx.LoRAParam`` (0.12): signatures, parameter layout, initializers; Hu et al., "LoRA:
 Low-Rank Adaptation of Large Language Models" (2021).
 """
 
@@ -51,58 +35,44 @@ default_b_initializer = zeros
 
 
 class LoRAParam(Param[Any]):
-    """The Variable kind of LoRA adapter matrices: a ``Param`` subclass, so the
-    ``Param`` filter selects it too and the ``LoRAParam`` filter selects only it.
+    """The Variable kind of LoRA adapter matrices: a ``Param`` subclass.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> p = nnx.LoRAParam(jnp.zeros((3, 2)))
-      >>> isinstance(p, nnx.Param), p.shape
-      (True, (3, 2))
-
-    Source: Flax NNX ``nnx.LoRAParam`` (0.12).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> isinstance(nnx.LoRAParam(jnp.zeros((3, 2))), nnx.Param)
+    True
     """
 
 
 class LoRA(Module):
-    """A standalone LoRA adapter: ``y = x @ lora_a @ lora_b`` (plus
-    ``base_module(x)`` when given).
+    """A standalone LoRA adapter: ``y = x @ lora_a @ lora_b`` (plus ``base_module(x)`` if given).
 
     Args:
       in_features: size of the inputs' last axis.
       lora_rank: the rank of the adapter.
       out_features: size of the outputs' last axis.
-      base_module: a module (or callable) whose output on ``x`` the adapter adds
-        to (default none: the adapter alone).
-      dtype: the computation dtype (default: promoted from inputs and params).
-      param_dtype: the adapter matrices' dtype (default ``float32``).
-      a_initializer: initializer of ``lora_a`` (default ``he_uniform()``).
-      b_initializer: initializer of ``lora_b`` (default ``zeros``).
-      lora_param_type: the Variable type of the matrices (default ``LoRAParam``).
+      base_module: a callable whose output the adapter adds to (default none).
+      dtype: computation dtype (default: promoted from inputs and params).
+      param_dtype: the matrices' dtype (default ``float32``).
+      a_initializer: ``lora_a`` ``(in_features, lora_rank)`` initializer (``he_uniform()``).
+      b_initializer: ``lora_b`` ``(lora_rank, out_features)`` initializer (``zeros``).
+      lora_param_type: the matrices' Variable type (default ``LoRAParam``).
       promote_dtype: the dtype promotion function, applied to ``(x, lora_a, lora_b)``.
-      rngs: an ``nnx.Rngs``; its ``params`` stream seeds ``lora_a`` then ``lora_b``.
+      rngs: ``nnx.Rngs``; ``params`` draws ``lora_a`` then ``lora_b``.
       a_metadata, b_metadata: metadata of the two Variables.
 
-    Call: ``x`` of shape ``(..., in_features)``; further keyword arguments go to
-    ``base_module``. Returns ``(..., out_features)``.
+    Call: ``x`` ``(..., in_features)``; further keywords go to ``base_module``. Returns
+    ``(..., out_features)``.
 
     Raises:
       LayerShapeError: the inputs' last axis is not ``in_features``.
       TypeError: ``base_module`` is not callable (at construction).
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> base = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
-      >>> layer = nnx.LoRA(3, 2, 4, base_module=base, rngs=nnx.Rngs(1))
-      >>> layer.lora_a.shape, layer.lora_b.shape
-      ((3, 2), (2, 4))
-      >>> x = jnp.ones((5, 3))
-      >>> bool(jnp.allclose(layer(x), base(x)))    # lora_b starts at zero
-      True
-
-    Source: Flax NNX ``nnx.LoRA`` (0.12); Hu et al. (2021).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> base = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+    >>> layer = nnx.LoRA(3, 2, 4, base_module=base, rngs=nnx.Rngs(1))
+    >>> x = jnp.ones((5, 3))
+    >>> bool(jnp.allclose(layer(x), base(x)))    # lora_b starts at zero
+    True
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("in_features", "lora_rank", "out_features")
@@ -160,34 +130,27 @@ class LoRA(Module):
 class LoRALinear(Linear):
     """A ``Linear`` layer with a LoRA adapter: ``y = x @ kernel + bias + x @ A @ B``.
 
-    Its state is a ``Linear``'s (``kernel``, ``bias``) plus ``lora.lora_a`` and
-    ``lora.lora_b``, so a trained ``Linear``'s parameters load into it directly;
-    with the same ``rngs`` seed its ``kernel``/``bias`` equal a ``Linear``'s.
+    Its state is a ``Linear``'s plus ``lora.lora_a``/``lora.lora_b``.
 
     Args:
       in_features, out_features: as in ``Linear``.
       lora_rank: the adapter's rank (keyword).
       lora_dtype, lora_param_dtype, lora_promote_dtype: the adapter's ``dtype``,
-        ``param_dtype`` and ``promote_dtype`` (see ``LoRA``).
-      a_initializer, b_initializer, lora_param_type, a_metadata, b_metadata: as in
-        ``LoRA``.
-      rngs: an ``nnx.Rngs`` (the ``Linear`` Params are drawn first, then the adapter's).
-      **kwargs: the other ``Linear`` arguments (``use_bias``, ``dtype``, ``kernel_init``, ...).
+        ``param_dtype``, ``promote_dtype`` (see ``LoRA``).
+      a_initializer, b_initializer, lora_param_type, a_metadata, b_metadata: as in ``LoRA``.
+      rngs: ``nnx.Rngs`` (the ``Linear`` Params are drawn first, then the adapter's).
+      **kwargs: the other ``Linear`` arguments.
 
-    Call: ``x`` of shape ``(..., in_features)`` and optional ``out_sharding`` (for
-    the ``Linear`` part); returns ``(..., out_features)``.
+    Call: ``x`` ``(..., in_features)``, optional ``out_sharding`` (for the ``Linear``);
+    returns ``(..., out_features)``.
 
     Raises:
       LayerShapeError: the inputs' last axis is not ``in_features``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> layer = nnx.LoRALinear(3, 4, lora_rank=2, rngs=nnx.Rngs(0))
-      >>> layer.kernel.shape, layer.lora.lora_a.shape, layer(jnp.ones((16, 3))).shape
-      ((3, 4), (3, 2), (16, 4))
-
-    Source: Flax NNX ``nnx.LoRALinear`` (0.12); Hu et al. (2021).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.LoRALinear(3, 4, lora_rank=2, rngs=nnx.Rngs(0))
+    >>> layer.kernel.shape, layer.lora.lora_a.shape, layer(jnp.ones((16, 3))).shape
+    ((3, 4), (3, 2), (16, 4))
     """
 
     def __init__(

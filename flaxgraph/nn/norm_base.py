@@ -1,26 +1,15 @@
-"""What the normalization layers share: the statistics, the normalization step
-and the ``scale``/``bias`` Params.
+"""What the normalization layers share: the statistics, the normalization step and the Params.
 
-* ``compute_stats(x, axes, dtype, ...)``: mean and variance over ``axes`` in at
-  least ``float32`` (``E[|x|²] - |E[x]|²`` clipped at 0 with ``use_fast_variance``,
-  ``E[|x - E[x]|²]`` otherwise), optionally masked and averaged across a named
-  axis (``jax.lax.pmean``).
-* ``normalize_stats``: ``(x - mean) * (rsqrt(var + epsilon) * scale) + bias``.
-* ``canonicalize_axes``, ``abs_sq``, ``l2_normalize_array`` (``WeightNorm``'s).
-* ``NormBase``: creates ``scale``/``bias`` and checks the feature axes' size.
-
-The helpers have the signatures and arithmetic of Flax NNX 0.12.8's private
-module-level helpers of ``flax.nnx.nn.normalization`` (bound there under Flax's
-names, e.g. ``flaxgraph.nn.normalization._compute_stats``), so the layers give
+The helpers have the signatures and arithmetic of Flax NNX 0.12.8's private helpers of
+``flax.nnx.nn.normalization`` (bound there under Flax's names), so the layers give
 Flax's bits.
 
-  >>> import jax.numpy as jnp
-  >>> from flaxgraph.nn.norm_base import compute_stats
-  >>> mean, var = compute_stats(jnp.array([[1.0, 3.0]]), 1, None, use_fast_variance=False)
-  >>> mean, var
-  (Array([2.], dtype=float32), Array([1.], dtype=float32))
+>>> import jax.numpy as jnp
+>>> from flaxgraph.nn.norm_base import compute_stats
+>>> compute_stats(jnp.array([[1.0, 3.0]]), 1, None, use_fast_variance=False)
+(Array([2.], dtype=float32), Array([1.], dtype=float32))
 
-Source: Flax NNX normalization layers and their helpers (0.12), documented behaviour.
+Source: Flax NNX normalization layers and their helpers (0.12).
 """
 
 from __future__ import annotations
@@ -49,8 +38,7 @@ Initializer = Callable[..., Any]
 
 
 def canonicalize_axes(rank: int, axes: Any) -> tuple[int, ...]:
-    """``axes`` (an int or an iterable of ints, negative counted from ``rank``) as a
-    tuple of distinct non-negative axes."""
+    """``axes`` (an int or ints, negative from ``rank``) as a tuple of distinct non-negative axes."""
     given = axes if isinstance(axes, Iterable) else (axes,)
     return tuple({axis + rank if axis < 0 else axis for axis in given})
 
@@ -72,14 +60,8 @@ def compute_stats(
     use_fast_variance: bool = True,
     mask: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """``(mean, var)`` of ``x`` over ``axes`` (the reduced axes dropped), computed
-    in ``dtype`` promoted to at least ``float32`` (``x``'s dtype when ``dtype`` is
-    None), restricted to ``mask`` and averaged across ``axis_name`` (one
-    ``lax.pmean`` of the stacked statistics) if given.
-
-    ``use_fast_variance``: ``var = max(0, E[|x|²] - |E[x]|²)``; otherwise
-    ``E[|x - E[x]|²]``. Without ``use_mean`` the mean is zeros and ``var`` is ``E[|x|²]``.
-    """
+    """``(mean, var)`` of ``x`` over ``axes`` in at least float32, masked and averaged across ``axis_name``
+    if given (``use_fast_variance``: ``max(0, E[|x|²] - |E[x]|²)``; no ``use_mean``: mean 0)."""
     compute = jnp.promote_types(jnp.result_type(x) if dtype is None else dtype, jnp.float32)
     x = jnp.asarray(x, compute)
     reduced = canonicalize_axes(x.ndim, axes)
@@ -117,10 +99,7 @@ def normalize_stats(
     dtype: Any,
     epsilon: float,
 ) -> jax.Array:
-    """``(x - mean) * (rsqrt(var + epsilon) * scale) + bias``, the statistics
-    reshaped to ``x``'s shape with 1 on ``reduction_axes`` and ``scale``/``bias`` to
-    1 off ``feature_axes``, cast to ``dtype`` (default: promoted from ``x``,
-    ``scale`` and ``bias``)."""
+    """``(x - mean) * (rsqrt(var + epsilon) * scale) + bias``, broadcast and cast to ``dtype``."""
     reduced = canonicalize_axes(x.ndim, reduction_axes)
     features = canonicalize_axes(x.ndim, feature_axes)
     stats_shape = tuple(1 if a in reduced else n for a, n in enumerate(x.shape))
@@ -187,13 +166,7 @@ def check_axes(module: Any, x: jax.Array, axes: Any) -> None:
 
 
 def check_features(module: Any, x: jax.Array, axes: Any, *params: jax.Array | None) -> None:
-    """Raises ``LayerShapeError`` unless the sizes of ``x``'s ``axes`` multiply to
-    the size of the first parameter given (``scale``, ``bias`` or a statistic);
-    with none there is nothing to check against.
-
-    The expected size is read from the arrays the call already holds, so the
-    check reads no attribute Flax's ``__call__`` does not read (a function, not a
-    method, so a stand-in ``self`` needs no flaxgraph method)."""
+    """Raises ``LayerShapeError`` unless ``x``'s ``axes`` multiply to the first given parameter's size."""
     sizes = [p.size for p in params if p is not None]
     if not sizes:
         return

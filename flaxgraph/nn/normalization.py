@@ -1,37 +1,17 @@
 """Normalization layers (``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``InstanceNorm``, ``BatchNorm``).
 
-Each standardizes its inputs over some axes and applies a learned per-feature
-``scale`` (and, except ``RMSNorm``, ``bias``)::
+As Flax's module, it also gives ``SpectralNorm`` and ``WeightNorm`` (from
+``normalization_wrappers``). See the package README, "Normalization".
 
-  y = (x - mean) / sqrt(var + epsilon) * scale + bias
-
-* ``LayerNorm``: statistics over the feature axis of each example.
-* ``RMSNorm``: no mean: ``y = x / sqrt(mean(x**2) + epsilon) * scale``.
-* ``GroupNorm``: features split into groups; statistics per example and group.
-* ``InstanceNorm``: statistics per example and feature, over the other axes.
-* ``BatchNorm``: statistics over the batch (every axis but the feature axis);
-  keeps running averages in ``BatchStat`` Variables ``mean`` and ``var`` for
-  evaluation (``use_running_average=True``, what ``Module.eval()`` sets).
-
-As Flax's ``flax.nnx.nn.normalization``, this module also gives the wrappers
-``SpectralNorm`` and ``WeightNorm`` (defined in ``flaxgraph.nn.normalization_wrappers``).
-
-Statistics are computed in at least ``float32``; ``var`` is ``E[x²] - E[x]²``
-(clipped at 0) with ``use_fast_variance`` (the default) and ``E[(x - E[x])²]``
-otherwise. With ``axis_name`` the statistics are averaged across that named
-axis (``jax.lax.pmean``), for cross-device statistics under ``nnx.pmap`` or
-cross-example ones under ``nnx.vmap(..., axis_name=...)``. A ``mask`` (boolean,
-the inputs' shape) restricts the statistics to the selected entries.
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> bn = nnx.BatchNorm(3, momentum=0.9, rngs=nnx.Rngs(0))
-  >>> y = bn(jnp.arange(6.0).reshape(2, 3))       # training: batch statistics
-  >>> bn.mean.value
-  Array([0.15, 0.25, 0.35], dtype=float32)
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> bn = nnx.BatchNorm(3, momentum=0.9, rngs=nnx.Rngs(0))
+>>> y = bn(jnp.arange(6.0).reshape(2, 3))       # training: batch statistics
+>>> bn.mean.value
+Array([0.15, 0.25, 0.35], dtype=float32)
 
 Source: Flax NNX ``nnx.LayerNorm``/``RMSNorm``/``GroupNorm``/``InstanceNorm``/
-``BatchNorm`` (0.12) public signatures and documented behaviour; Ba et al. 2016,
-Zhang & Sennrich 2019, Wu & He 2018, Ulyanov et al. 2016, Ioffe & Szegedy 2015.
+``BatchNorm`` (0.12); Ba et al. 2016, Zhang & Sennrich 2019, Wu & He 2018, Ulyanov et
+al. 2016, Ioffe & Szegedy 2015.
 """
 
 from __future__ import annotations
@@ -70,36 +50,32 @@ class LayerNorm(NormBase):
     """Layer normalization: each example standardized over its feature axis.
 
     Args:
-      num_features: the size of the normalized features (the ``scale``/``bias`` size).
+      num_features: size of the normalized features (the ``scale``/``bias`` size).
       epsilon: added to the variance (default ``1e-6``).
-      dtype: the output dtype (default: promoted from inputs and params).
-      param_dtype: the parameters' dtype (default ``float32``).
+      dtype: output dtype (default: promoted from inputs and params).
+      param_dtype: parameters' dtype (default ``float32``).
       use_bias, use_scale: learn a ``bias``/``scale`` of shape ``(num_features,)``.
       bias_init, scale_init: their initializers (``zeros``/``ones``).
-      reduction_axes: the axes the statistics are computed over (default ``-1``).
-      feature_axes: the axes ``scale``/``bias`` run along (default ``-1``); their
-        sizes must multiply to ``num_features``.
+      reduction_axes: axes of the statistics (default ``-1``).
+      feature_axes: axes of ``scale``/``bias`` (default ``-1``); sizes multiply to
+        ``num_features``.
       axis_name, axis_index_groups: average the statistics across a named axis.
-      use_fast_variance: ``E[x²] - E[x]²`` (default) instead of ``E[(x - E[x])²]``.
+      use_fast_variance: ``E[x**2] - E[x]**2`` (default) instead of ``E[(x - E[x])**2]``.
       promote_dtype: the dtype promotion function.
-      rngs: an ``nnx.Rngs`` for the initializers.
+      rngs: ``nnx.Rngs`` for the initializers.
       bias_metadata, scale_metadata: metadata of the Params.
 
-    Call: ``x`` of any shape whose feature axes hold ``num_features`` entries, and
-    an optional boolean ``mask`` of ``x``'s shape; returns ``x``'s shape.
+    Call: ``x`` whose feature axes hold ``num_features`` entries, optional boolean
+    ``mask`` of ``x``'s shape; returns ``x``'s shape.
 
     Raises:
-      LayerShapeError: the feature axes do not hold ``num_features`` entries, or
-        an axis is out of range.
+      LayerShapeError: the feature axes do not hold ``num_features``, or an axis is out
+        of range.
 
-    Example::
-
-      >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
-      >>> ln = nnx.LayerNorm(4, rngs=nnx.Rngs(0))
-      >>> print(np.asarray(ln(jnp.array([[1.0, 2.0, 3.0, 4.0]]))).round(3))
-      [[-1.342 -0.447  0.447  1.342]]
-
-    Source: Flax NNX ``nnx.LayerNorm``; Ba et al., "Layer Normalization" (2016).
+    >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
+    >>> ln = nnx.LayerNorm(4, rngs=nnx.Rngs(0))
+    >>> print(np.asarray(ln(jnp.array([[1.0, 2.0, 3.0, 4.0]]))).round(3))
+    [[-1.342 -0.447  0.447  1.342]]
     """
 
     def __init__(
@@ -170,24 +146,13 @@ class LayerNorm(NormBase):
 
 
 class RMSNorm(LayerNorm):
-    """Root-mean-square normalization: ``y = x / sqrt(mean(x²) + epsilon) * scale``.
+    """Root-mean-square normalization: ``y = x / sqrt(mean(x**2) + epsilon) * scale``.
 
-    Args:
-      num_features, epsilon, dtype, param_dtype, use_scale, scale_init,
-      reduction_axes, feature_axes, axis_name, axis_index_groups,
-      use_fast_variance, promote_dtype, rngs, scale_metadata: as in ``LayerNorm``
-      (there is no bias).
+    Arguments, call and errors as ``LayerNorm`` (no bias).
 
-    Call, raises: as ``LayerNorm``.
-
-    Example::
-
-      >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
-      >>> print(np.asarray(nnx.RMSNorm(2, rngs=nnx.Rngs(0))(jnp.array([3.0, 4.0]))).round(3))
-      [0.849 1.131]
-
-    Source: Flax NNX ``nnx.RMSNorm``; Zhang & Sennrich, "Root Mean Square Layer
-    Normalization" (2019).
+    >>> import numpy as np, jax.numpy as jnp, flaxgraph as nnx
+    >>> print(np.asarray(nnx.RMSNorm(2, rngs=nnx.Rngs(0))(jnp.array([3.0, 4.0]))).round(3))
+    [0.849 1.131]
     """
 
     def __init__(
@@ -250,37 +215,27 @@ class RMSNorm(LayerNorm):
 
 
 class GroupNorm(NormBase):
-    """Group normalization: features split into groups, each example standardized
-    per group over the group's features and the other reduction axes.
+    """Group normalization: statistics per example and group of features.
 
     Args:
-      num_features: the size of the feature (last) axis.
-      num_groups: the number of groups (default 32); must divide ``num_features``.
-      group_size: the number of features per group, instead of ``num_groups``
-        (pass ``num_groups=None`` with it).
+      num_features: size of the feature (last) axis.
+      num_groups: number of groups (default 32); must divide ``num_features``.
+      group_size: features per group, instead of ``num_groups`` (pass ``num_groups=None``).
       epsilon: added to the variance (default ``1e-6``).
-      reduction_axes: the axes the statistics are computed over besides the
-        features of a group; default every axis but the first (the batch axis).
-      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-      axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
-      scale_metadata: as in ``LayerNorm``.
+      reduction_axes: further axes of the statistics (default: all but the first).
+      others: as in ``LayerNorm``.
 
-    Call: ``x`` of shape ``(..., num_features)`` and an optional ``mask``; returns
-    ``x``'s shape.
+    Call: ``x`` of shape ``(..., num_features)``, optional ``mask``; returns ``x``'s shape.
 
     Raises:
-      ValueError: at construction, both or neither of ``num_groups`` and
-        ``group_size``, or a group count that does not divide ``num_features``.
+      ValueError: at construction, both or neither of ``num_groups``/``group_size``, or a
+        group count that does not divide ``num_features``.
       LayerShapeError: the last axis is not ``num_features``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> gn = nnx.GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0))
-      >>> gn(jnp.array([[1.0, 3.0, 10.0, 20.0]])).round(3)
-      Array([[-1., 1., -1., 1.]], dtype=float32)
-
-    Source: Flax NNX ``nnx.GroupNorm``; Wu & He, "Group Normalization" (2018).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> gn = nnx.GroupNorm(4, num_groups=2, rngs=nnx.Rngs(0))
+    >>> gn(jnp.array([[1.0, 3.0, 10.0, 20.0]])).round(3)
+    Array([[-1., 1., -1., 1.]], dtype=float32)
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("num_features", "num_groups")
@@ -390,41 +345,26 @@ class GroupNorm(NormBase):
 
 
 class InstanceNorm(NormBase):
-    """Instance normalization: each example standardized per feature (channel) over
-    every other axis but the first (the batch axis).
-
-    For ``x`` of shape ``(batch, *spatial, features)`` and the default
-    ``feature_axes=-1``, the statistics run over the spatial axes, separately for
-    each example and channel; it equals ``LayerNorm(reduction_axes=spatial axes)``
-    and ``GroupNorm(num_groups=num_features)``.
+    """Instance normalization: statistics per example and feature, over every other axis but the batch's.
 
     Args:
-      num_features: the total size of the feature axes (the ``scale``/``bias`` size).
+      num_features: total size of the feature axes (the ``scale``/``bias`` size).
       epsilon: added to the variance (default ``1e-6``).
-      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init, axis_name,
-      axis_index_groups, use_fast_variance, promote_dtype, rngs, bias_metadata,
-      scale_metadata: as in ``LayerNorm``.
-      feature_axes: the axes ``scale``/``bias`` run along and that are not reduced
-        (default ``-1``); their sizes must multiply to ``num_features``.
+      feature_axes: axes of ``scale``/``bias``, not reduced (default ``-1``).
+      others: as in ``LayerNorm``.
 
-    Call: ``x`` of rank >= 2 (batch first) and an optional boolean ``mask`` of
-    ``x``'s shape; returns ``x``'s shape, in the promoted dtype (or ``dtype``).
+    Call: ``x`` of rank >= 2 (batch first), optional boolean ``mask``; returns ``x``'s
+    shape in the promoted dtype (or ``dtype``).
 
     Raises:
-      LayerShapeError: the feature axes do not hold ``num_features`` entries, an
-        axis is out of range, or ``x`` has no axis besides the batch axis.
+      LayerShapeError: the feature axes do not hold ``num_features``, an axis is out of
+        range, or ``x`` has no axis besides the batch axis.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> norm = nnx.InstanceNorm(2, rngs=nnx.Rngs(0))
-      >>> x = jnp.array([[[1.0, 10.0], [3.0, 30.0]]])     # (batch, length, channels)
-      >>> norm(x).round(3)
-      Array([[[-1., -1.],
-              [ 1.,  1.]]], dtype=float32)
-
-    Source: Flax NNX ``nnx.InstanceNorm`` (0.12); Ulyanov et al., "Instance
-    Normalization" (2016).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> x = jnp.array([[[1.0, 10.0], [3.0, 30.0]]])     # (batch, length, channels)
+    >>> nnx.InstanceNorm(2, rngs=nnx.Rngs(0))(x).round(3)
+    Array([[[-1., -1.],
+            [ 1.,  1.]]], dtype=float32)
     """
 
     def __init__(
@@ -502,40 +442,29 @@ class InstanceNorm(NormBase):
 class BatchNorm(NormBase):
     """Batch normalization with running statistics.
 
-    In training (``use_running_average=False``) the statistics are the batch's,
-    over every axis but ``axis``, and the running averages are updated::
-
-      mean <- momentum * mean + (1 - momentum) * batch_mean
-      var  <- momentum * var  + (1 - momentum) * batch_var
-
-    In evaluation (``use_running_average=True``) the running averages are used
-    and nothing is updated. ``Module.train()``/``eval()`` set the attribute
-    ``use_running_average``; a call argument overrides it.
+    Training (``use_running_average=False``) uses the batch's statistics over every axis
+    but ``axis`` and updates ``mean <- momentum * mean + (1 - momentum) * batch_mean``
+    (and ``var`` alike); evaluation uses the running averages. ``Module.train()``/``eval()``
+    set ``use_running_average``; a call argument overrides it.
 
     Args:
-      num_features: the size of the feature axis.
+      num_features: size of the feature axis.
       use_running_average: the default mode (default False: training).
       axis: the feature axis (default ``-1``).
-      momentum: the decay of the running averages (default 0.99).
+      momentum: decay of the running averages (default 0.99).
       epsilon: added to the variance (default ``1e-5``).
-      axis_name, axis_index_groups: average the batch statistics across a named
-        axis (``nnx.vmap``/``nnx.pmap`` ``axis_name``), as in data-parallel training.
-      dtype, param_dtype, use_bias, use_scale, bias_init, scale_init,
-      use_fast_variance, promote_dtype, rngs, bias_metadata, scale_metadata: as in
-        ``LayerNorm``.
+      axis_name, axis_index_groups: average the batch statistics across a named axis.
+      others: as in ``LayerNorm``.
 
     Attributes:
-      mean, var: ``BatchStat`` Variables of shape ``(num_features,)`` (float32),
-        initially zeros and ones.
+      mean, var: float32 ``BatchStat`` of shape ``(num_features,)``, initially 0 and 1.
 
-    Call: ``x`` with ``num_features`` entries on ``axis``, an optional
+    Call: ``x`` with ``num_features`` entries on ``axis``, optional
     ``use_running_average`` and ``mask``; returns ``x``'s shape.
 
     Raises:
       LayerShapeError: ``x.shape[axis]`` is not ``num_features``.
       ValueError: ``use_running_average`` is None both at call and on the layer.
-
-    Source: Flax NNX ``nnx.BatchNorm``; Ioffe & Szegedy, "Batch Normalization" (2015).
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("num_features", "axis")
@@ -590,12 +519,7 @@ class BatchNorm(NormBase):
         self.promote_dtype = promote_dtype
 
     def set_view(self, use_running_average: bool | None = None) -> None:
-        """Used by ``nnx.view`` to configure a copy of the layer.
-
-        Args:
-          use_running_average: if True, the stored batch statistics will be
-            used instead of computing the batch statistics on the input.
-        """
+        """Configures a copy made by ``nnx.view``: ``use_running_average`` sets the mode."""
         if use_running_average is not None:
             self.use_running_average = use_running_average
 

@@ -1,40 +1,12 @@
 """Weight-normalizing wrappers: ``SpectralNorm`` and ``WeightNorm``.
 
-Each wraps a layer (``layer_instance``) and, on every call, replaces some of
-that layer's Variables by a normalized version of their current value, then
-calls the layer:
+Each rewrites some of the wrapped layer's Variables to a normalized value before
+calling it; a failed call restores them. See the package README, "Weight-normalizing
+wrappers".
 
-* ``SpectralNorm``: every ``Param`` of rank >= 2 is divided by its largest
-  singular value ``sigma``, estimated by power iteration from a stored vector
-  ``u``. ``u`` and ``sigma`` are ``BatchStat`` Variables in the dict
-  ``batch_stats`` keyed by ``param_path + ('u',)`` / ``param_path + ('sigma',)``;
-  they are updated only in training mode (``use_running_average=False``, what
-  ``Module.train()`` sets, or ``update_stats=True`` at the call).
-* ``WeightNorm``: every Variable matched by ``variable_filter`` (default: the
-  ``kernel``) is divided by its L2 norm over the non-feature axes and multiplied
-  by a ``scale`` (plain float32 arrays in the dict ``scales``, keyed by the path,
-  as Flax NNX keeps them: not Params, so not trained unless made Params).
-
-As in Flax NNX, the normalized value is *written into the wrapped layer's
-Variable* (after a call, ``layer_instance.kernel`` holds the normalized kernel;
-gradients flow through the normalization to the value it was computed from).
-If the wrapped layer raises, its Variables are restored (and ``SpectralNorm``'s
-statistics are not updated): a failed call changes nothing.
-
-Each ``__call__`` reads what Flax's reads of ``self`` (``layer_instance`` and the
-method ``_weightnorm_inplace`` / ``_spectral_normalize_inplace``, plus
-``use_running_average``), so Flax-style code calling it on a stand-in works.
-
-  >>> import jax.numpy as jnp, numpy as np, flaxgraph as nnx
-  >>> layer = nnx.WeightNorm(nnx.Linear(3, 2, rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
-  >>> y = layer(jnp.ones((4, 3)))
-  >>> np.linalg.norm(np.asarray(layer.layer_instance.kernel.value), axis=0).round(5)
-  array([1., 1.], dtype=float32)
-
-Source: Flax NNX ``nnx.SpectralNorm``/``nnx.WeightNorm`` (0.12) public
-signatures, Variable layout and behaviour; Miyato et al., "Spectral
-Normalization for Generative Adversarial Networks" (2018); Salimans & Kingma,
-"Weight Normalization" (2016).
+Source: Flax NNX ``nnx.SpectralNorm``/``nnx.WeightNorm`` (0.12): signatures, Variable
+layout, behaviour; Miyato et al., "Spectral Normalization for Generative Adversarial
+Networks" (2018); Salimans & Kingma, "Weight Normalization" (2016).
 """
 
 from __future__ import annotations
@@ -71,8 +43,7 @@ def _path_order(path: PathParts) -> tuple[str, ...]:
 
 
 def _variables(layer: Module, predicate: Callable[[PathParts, Any], bool]) -> list[Any]:
-    """``(path, variable)`` of the layer's Variables that ``predicate`` selects,
-    sorted by path (the order of a flat ``nnx.state``)."""
+    """``(path, variable)`` of the layer's Variables that ``predicate`` selects, sorted by path."""
     found = [
         (path, value)
         for path, value in iter_graph(layer)
@@ -87,8 +58,7 @@ def _is_param(path: PathParts, value: Any) -> bool:
 
 @contextmanager
 def _restoring(wrapper: Module, variables: list[Any]) -> Iterator[None]:
-    """Restores ``variables``' values if the body raises; a ``LayerInputError``
-    from the wrapped layer is re-raised naming the wrapper too."""
+    """Restores ``variables`` if the body raises, re-raising a layer error naming the wrapper."""
     saved = [v.value for v in variables]
     try:
         yield
@@ -103,69 +73,44 @@ def _restoring(wrapper: Module, variables: list[Any]) -> Iterator[None]:
 
 
 class SpectralNorm(Module):
-    """Spectral normalization of a wrapped layer's weight matrices.
+    """Spectral normalization: each ``Param`` of rank >= 2 divided by its largest singular value.
 
-    Before each call of ``layer_instance``, every ``Param`` ``W`` of rank >= 2 is
-    viewed as a matrix ``W2`` of shape ``(prod(W.shape[:-1]), W.shape[-1])`` and
-    replaced by ``W / sigma``, with ``sigma`` the power-iteration estimate of its
-    largest singular value, starting from the stored ``u`` (shape
-    ``(1, W.shape[-1])``)::
-
-      repeat n_steps times:
-        v = l2_normalize(u @ W2.T)        # l2_normalize(a) = a / sqrt(sum(a²) + epsilon)
-        u = l2_normalize(v @ W2)
-      sigma = v @ W2 @ u.T                 # u, v are treated as constants for gradients
-
-    In training mode the new ``u`` and ``sigma`` are stored; in evaluation mode the
-    stored ``u`` is used and nothing is stored, so the output is deterministic.
-    Rank-0 and rank-1 Params (e.g. a bias) are left unchanged.
+    ``W`` is viewed as ``(prod(W.shape[:-1]), W.shape[-1])``; ``sigma`` is estimated by
+    ``n_steps`` of power iteration from the stored ``u`` (shape ``(1, W.shape[-1])``).
+    Training mode stores the new ``u``/``sigma``; evaluation mode only reads them.
+    Rank-0/1 Params are left unchanged.
 
     Args:
       layer_instance: the layer to wrap (any Module).
       n_steps: power-iteration steps per call (default 1).
-      epsilon: added inside the square root of the L2 normalization (default ``1e-12``).
-      dtype: the dtype the normalized value is rounded to (default: promoted
-        from the Param, ``u`` and ``sigma``); the power iteration runs in the
-        stored dtypes, as in Linen, and the result is stored back in the
-        Param's own dtype.
-      param_dtype: the dtype of ``u`` and ``sigma`` (default ``float32``).
-      error_on_non_matrix: raise for Params of rank > 2 instead of flattening
-        their leading axes.
-      update_stats: the initial mode: ``True`` (default) sets
-        ``use_running_average=False`` (training: the statistics are updated).
-      rngs: an ``nnx.Rngs``; its ``params`` stream draws each initial ``u``
-        (normal, stddev 0.01).
+      epsilon: added inside the L2 normalization's square root (default ``1e-12``).
+      dtype: dtype the normalized value is rounded to (default: promoted).
+      param_dtype: dtype of ``u`` and ``sigma`` (default ``float32``).
+      error_on_non_matrix: raise for Params of rank > 2 instead of flattening them.
+      update_stats: initial mode; ``True`` (default) sets ``use_running_average=False``.
+      rngs: ``nnx.Rngs``; ``params`` draws each initial ``u`` (normal, stddev 0.01).
 
     Attributes:
-      use_running_average: ``not update_stats``; ``Module.eval()`` sets it to
-        True (no updates) and ``Module.train()`` to False.
-      batch_stats: ``{param_path + ('u',): BatchStat (1, n), param_path +
-        ('sigma',): BatchStat ()}`` for each normalized Param.
+      use_running_average: ``not update_stats``; set by ``Module.eval()``/``train()``.
+      batch_stats: ``{path + ('u',): BatchStat (1, n), path + ('sigma',): BatchStat ()}``.
 
-    Call: ``x`` (and the wrapped layer's inputs); ``update_stats`` overrides the
-    mode for this call (``True``: store ``u``/``sigma``). Returns the wrapped
-    layer's output.
+    Call: ``x`` (and the wrapped layer's inputs), ``update_stats`` to override the mode;
+    returns the wrapped layer's output.
 
     Raises:
       ValueError: at construction, a Param of rank > 2 with ``error_on_non_matrix``.
-      LayerShapeError / LayerDtypeError: the wrapped layer rejects ``x``; the
-        message names this wrapper and the Variables are left unchanged.
+      LayerShapeError / LayerDtypeError: the wrapped layer rejects ``x`` (names this
+        wrapper; the Variables are left unchanged).
 
-    Example::
-
-      >>> import jax.numpy as jnp, numpy as np, flaxgraph as nnx
-      >>> layer = nnx.SpectralNorm(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), n_steps=20,
-      ...                          rngs=nnx.Rngs(1))
-      >>> y = layer(jnp.ones((2, 4)))                      # training: stats updated
-      >>> s = np.linalg.svd(np.asarray(layer.layer_instance.kernel.value))[1]
-      >>> round(float(s[0]), 4)
-      1.0
-      >>> sorted(layer.batch_stats)
-      [('kernel', 'sigma'), ('kernel', 'u')]
-
-    Source: Flax NNX ``nnx.SpectralNorm`` (0.12): signature, ``batch_stats``
-    layout, update rules; Miyato et al. (2018). Unlike Flax, a wrapped-layer
-    error restores the kernel and names the wrapper.
+    >>> import jax.numpy as jnp, numpy as np, flaxgraph as nnx
+    >>> layer = nnx.SpectralNorm(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), n_steps=20,
+    ...                          rngs=nnx.Rngs(1))
+    >>> y = layer(jnp.ones((2, 4)))
+    >>> s = np.linalg.svd(np.asarray(layer.layer_instance.kernel.value))[1]
+    >>> round(float(s[0]), 4)
+    1.0
+    >>> sorted(layer.batch_stats)
+    [('kernel', 'sigma'), ('kernel', 'u')]
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("layer_instance",)
@@ -214,17 +159,7 @@ class SpectralNorm(Module):
     def _spectral_normalize_inplace(
         self, path: PathParts, param: Any, update_stats: bool
     ) -> Callable[[], None] | None:
-        """Writes ``w / sigma`` into ``param`` (``sigma`` by ``n_steps`` of power
-        iteration from the stored ``u``); with ``update_stats``, returns the function
-        that writes the new ``u`` and ``sigma`` into ``batch_stats`` (Flax's method of
-        that name writes them at once; ``__call__`` does after the wrapped layer
-        succeeds, so a failed call changes nothing).
-
-        The iteration runs in the stored dtypes; the normalized weight is rounded
-        to ``dtype`` (default: promoted from ``w``, ``u``, ``v`` and ``sigma``) and
-        written in the Variable's own dtype, as Flax's. A zero ``sigma`` leaves
-        ``w`` as is.
-        """
+        """Writes ``w / sigma`` into ``param``; with ``update_stats``, returns the function that stores ``u``/``sigma``."""
         w = param[...]
         if w.ndim <= 1 or self.n_steps < 1:
             return None
@@ -281,66 +216,40 @@ class SpectralNorm(Module):
 
 
 class WeightNorm(Module):
-    """Weight normalization: selected Variables of a wrapped layer rescaled to unit
-    L2 norm per feature, times a learned scale.
+    """Weight normalization: selected Variables rescaled to unit L2 norm per feature, times a scale.
 
-    Before each call of ``layer_instance``, every Variable ``W`` matched by
-    ``variable_filter`` is replaced by::
-
-      W * scale / sqrt(sum(W², axes=non-feature axes) + epsilon)
-
-    with ``scale`` of shape ``tuple(W.shape[a] for a in feature_axes)`` (``()``
-    for ``feature_axes=None``: one norm over the whole array), broadcast along the
-    feature axes.
+    Each Variable ``W`` matched by ``variable_filter`` becomes
+    ``W * scale / sqrt(sum(W**2, non-feature axes) + epsilon)``, ``scale`` of shape
+    ``tuple(W.shape[a] for a in feature_axes)`` (``()`` for ``feature_axes=None``).
 
     Args:
       layer_instance: the layer to wrap.
-      feature_axes: the axes that keep separate norms (default ``-1``, the output
-        features of a ``Linear``/``Conv`` kernel); ``None`` for a single norm.
+      feature_axes: axes with separate norms (default ``-1``); ``None`` for one norm.
       use_scale: multiply by ``scale`` (default True); otherwise ``scales`` is None.
-      scale_init: the scales' initializer, called as Flax's does,
-        ``scale_init(rngs['params'], shape)``: the stream (not a key, and it does
-        not advance) and no dtype, so the default ``ones`` gives float32 scales
-        and an initializer that needs a key fails, in both libraries (assign
-        ``layer.scales[path]`` after construction instead).
+      scale_init: called as ``scale_init(rngs['params'], shape)`` (the stream, no dtype),
+        as Flax does; default ``ones`` (float32).
       epsilon: added inside the square root (default ``1e-12``).
-      dtype: the dtype of the normalized value written into the Variable
-        (default: promoted from the Variable and the scale); the norm itself is
-        computed in the Variable's dtype.
-      param_dtype: kept as an attribute for Flax's signature (the scales'
-        dtype is ``scale_init``'s default, as in Flax).
-      variable_filter: which Variables of the layer to normalize (default
-        ``nnx.PathContains('kernel')``, exact key match).
-      promote_dtype: the dtype promotion function (kept as an attribute for
-        Flax's signature; the normalization itself follows Linen's dtypes).
-      rngs: an ``nnx.Rngs`` (its ``params`` stream seeds ``scale_init``).
+      dtype: dtype of the value written (default: promoted from Variable and scale).
+      param_dtype: kept for Flax's signature.
+      variable_filter: Variables to normalize (default ``nnx.PathContains('kernel')``).
+      promote_dtype: kept for Flax's signature.
+      rngs: ``nnx.Rngs`` (its ``params`` stream goes to ``scale_init``).
 
     Attributes:
-      scales: ``{variable_path: array}`` (``None`` without ``use_scale``), plain
-        arrays as in Flax: ``nnx.grad``/``nnx.Optimizer(wrt=nnx.Param)`` leave
-        them fixed. To train them, make them Params:
-        ``layer.scales = {p: nnx.Param(v) for p, v in layer.scales.items()}``.
+      scales: ``{variable_path: array}`` (``None`` without ``use_scale``), plain arrays as
+        in Flax, so not trained unless made Params.
 
-    Call: ``x`` and any further arguments, passed to the wrapped layer; returns
-    its output.
+    Call: ``x`` and further arguments, passed to the wrapped layer; returns its output.
 
     Raises:
-      ValueError: at construction, a feature axis out of range for a selected
-        Variable.
-      LayerShapeError / LayerDtypeError: the wrapped layer rejects its inputs (the
-        message names this wrapper and the Variables are left unchanged).
+      ValueError: at construction, a feature axis out of range for a selected Variable.
+      LayerShapeError / LayerDtypeError: the wrapped layer rejects its inputs (names this
+        wrapper; the Variables are left unchanged).
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> conv = nnx.Conv(3, 8, (3, 3), rngs=nnx.Rngs(0))
-      >>> layer = nnx.WeightNorm(conv, rngs=nnx.Rngs(1))
-      >>> layer.scales[('kernel',)].shape, layer(jnp.ones((1, 5, 5, 3))).shape
-      ((8,), (1, 5, 5, 8))
-
-    Source: Flax NNX ``nnx.WeightNorm`` (0.12): signature, ``scales`` layout
-    (plain arrays), dtypes, behaviour; Salimans & Kingma (2016). Difference: a
-    failing wrapped layer is restored and the error names the wrapper.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> layer = nnx.WeightNorm(nnx.Conv(3, 8, (3, 3), rngs=nnx.Rngs(0)), rngs=nnx.Rngs(1))
+    >>> layer.scales[('kernel',)].shape, layer(jnp.ones((1, 5, 5, 3))).shape
+    ((8,), (1, 5, 5, 8))
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("layer_instance",)
@@ -398,10 +307,7 @@ class WeightNorm(Module):
         return canonicalize_axes(ndim, self.feature_axes)
 
     def _weightnorm_inplace(self, path: PathParts, param: Any) -> None:
-        """Writes the normalized value into ``param`` if ``variable_filter`` selects it
-        (Flax's method of that name): the norm in the Variable's dtype, times the
-        scale, the result in ``dtype`` (default: promoted from the Variable and the
-        scale) as Flax's."""
+        """Writes the normalized value into ``param`` if ``variable_filter`` selects it."""
         if not to_predicate(self.variable_filter)(path, param):
             return
         w = param[...]

@@ -1,18 +1,16 @@
-"""Pooling: ``avg_pool``, ``max_pool``, ``min_pool`` and the general ``pool``.
+"""Pooling functions: ``avg_pool``, ``max_pool``, ``min_pool`` and the general ``pool``.
 
-Functions, not modules (they have no parameters): use them directly or in a
-``functools.partial`` inside a model. Inputs are channels-last,
-``(*batch, *spatial, features)`` with ``len(window_shape)`` spatial axes (no
-batch axis is fine too); each window is reduced independently per feature.
+Inputs are channels-last ``(*batch, *spatial, features)`` with ``len(window_shape)``
+spatial axes; each window is reduced per feature.
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> x = jnp.arange(16.0).reshape(1, 4, 4, 1)
-  >>> nnx.max_pool(x, (2, 2), strides=(2, 2))[0, :, :, 0]
-  Array([[ 5.,  7.],
-         [13., 15.]], dtype=float32)
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> x = jnp.arange(16.0).reshape(1, 4, 4, 1)
+>>> nnx.max_pool(x, (2, 2), strides=(2, 2))[0, :, :, 0]
+Array([[ 5.,  7.],
+       [13., 15.]], dtype=float32)
 
-Source: Flax NNX ``nnx.avg_pool``/``max_pool``/``min_pool``/``pool`` (0.12)
-public signatures; the windows are ``jax.lax.reduce_window``.
+Source: Flax NNX ``nnx.avg_pool``/``max_pool``/``min_pool``/``pool`` (0.12);
+``jax.lax.reduce_window``.
 """
 
 from __future__ import annotations
@@ -90,10 +88,8 @@ def avg_pool(
 ) -> jax.Array:
     """The mean of every window.
 
-    Args: as ``pool``; ``count_include_pad``: divide by the full window size even
-    where it overlaps padding (default True), else by the number of real entries.
-
-    Returns: as ``pool``.
+    Args and returns as ``pool``; ``count_include_pad`` (default True) divides by the full
+    window size even over padding, else by the number of real entries.
     """
     x = jnp.asarray(inputs)
     summed = pool(x, 0.0, lax.add, window_shape, strides, padding)

@@ -1,25 +1,17 @@
 """Recurrent cells: ``LSTMCell``, ``OptimizedLSTMCell``, ``GRUCell``, ``SimpleCell``.
 
-A cell maps ``(carry, x_t) -> (new_carry, y_t)`` for one time step;
-``cell.initialize_carry(input_shape)`` builds the initial carry for inputs of
-shape ``(*batch, features)``. ``nnx.RNN(cell)`` runs a cell over the time axis.
+As Flax's module, it also gives ``RNNCellBase``, ``RNN``, ``Bidirectional``, ``RNNBase``,
+``flip_sequences``, the initializers and the type names ``Array``, ``Carry``, ``Output``.
 
-As Flax's ``flax.nnx.nn.recurrent``, this module also gives ``RNNCellBase``,
-``RNN``, ``Bidirectional``, ``RNNBase`` and ``flip_sequences`` (defined in
-``flaxgraph.nn.cell_base`` and ``flaxgraph.nn.rnn``), the initializers
-``default_kernel_init``/``default_bias_init``/``modified_orthogonal`` and the type
-names ``Array``, ``Carry`` and ``Output``.
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> cell = nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0))
+>>> (c, h), y = cell(cell.initialize_carry((2, 3)), jnp.ones((2, 3)))
+>>> c.shape, h.shape, y.shape
+((2, 5), (2, 5), (2, 5))
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> cell = nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0))
-  >>> carry = cell.initialize_carry((2, 3))
-  >>> (c, h), y = cell(carry, jnp.ones((2, 3)))
-  >>> c.shape, h.shape, y.shape
-  ((2, 5), (2, 5), (2, 5))
-
-Source: Flax NNX ``nnx.LSTMCell``, ``nnx.OptimizedLSTMCell``, ``nnx.GRUCell``,
-``nnx.SimpleCell`` (0.12) public signatures and documented equations;
-Hochreiter & Schmidhuber 1997, Cho et al. 2014.
+Source: Flax NNX ``nnx.LSTMCell``, ``OptimizedLSTMCell``, ``GRUCell``, ``SimpleCell``,
+``modified_orthogonal`` (0.12): signatures, parameter layout, equations; Hochreiter &
+Schmidhuber 1997, Cho et al. 2014.
 """
 
 from __future__ import annotations
@@ -57,9 +49,7 @@ default_bias_init = zeros
 def modified_orthogonal(
     key: jax.Array, shape: Sequence[int], dtype: Dtype = jnp.float32
 ) -> jax.Array:
-    """An orthogonal matrix computed in ``float32`` and cast to ``dtype``, so a
-    half-precision ``param_dtype`` gets the same (rounded) matrix as ``float32``
-    (the QR decomposition is not available in half precision).
+    """An orthogonal matrix computed in ``float32`` and cast to ``dtype`` (QR has no half precision).
 
     Args:
       key: a PRNG key.
@@ -69,17 +59,10 @@ def modified_orthogonal(
     Returns:
       An array of ``shape`` and ``dtype``.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp
-      >>> from flaxgraph.nn.recurrent import modified_orthogonal
-      >>> w = modified_orthogonal(jax.random.key(0), (3, 3), jnp.bfloat16)
-      >>> w.dtype, bool(jnp.allclose((w.astype(jnp.float32) @ w.T.astype(jnp.float32)),
-      ...                             jnp.eye(3), atol=2e-2))
-      (dtype(bfloat16), True)
-
-    Source: Flax NNX ``flax.nnx.nn.recurrent.modified_orthogonal`` (the default
-    ``recurrent_kernel_init`` of ``LSTMCell``).
+    >>> import jax, jax.numpy as jnp
+    >>> from flaxgraph.nn.recurrent import modified_orthogonal
+    >>> modified_orthogonal(jax.random.key(0), (3, 3), jnp.bfloat16).dtype
+    dtype(bfloat16)
     """
     return orthogonal()(key, tuple(shape), jnp.float32).astype(dtype)
 
@@ -90,24 +73,15 @@ default_recurrent_kernel_init = orthogonal()
 class LSTMCell(RNNCellBase):
     r"""Long short-term memory cell.
 
-    With input ``x``, carry ``(c, h)``::
-
-      i = gate_fn(ii(x) + hi(h))        # input gate
-      f = gate_fn(if_(x) + hf(h))       # forget gate
-      g = activation_fn(ig(x) + hg(h))  # candidate
-      o = gate_fn(io(x) + ho(h))        # output gate
-      c' = f * c + i * g
-      h' = o * activation_fn(c')
-
-    ``ii, if_, ig, io`` are ``Linear(in_features, hidden_features)`` without bias,
-    ``hi, hf, hg, ho`` are ``Linear(hidden_features, hidden_features)`` with bias.
+    With input ``x`` and carry ``(c, h)``: ``i, f, o = gate_fn(..)``, ``g = activation_fn(..)``
+    of ``Linear`` input projections ``ii, if_, ig, io`` (no bias) plus hidden ones
+    ``hi, hf, hg, ho`` (with bias); ``c' = f * c + i * g``, ``h' = o * activation_fn(c')``.
 
     Args:
       in_features, hidden_features: the input and hidden sizes.
       gate_fn: default ``sigmoid``; activation_fn: default ``tanh``.
-      kernel_init: the input kernels' initializer (default ``lecun_normal()``).
-      recurrent_kernel_init: the hidden kernels' (default ``modified_orthogonal``:
-        ``orthogonal()`` computed in float32, cast to ``param_dtype``).
+      kernel_init: input kernels' initializer (default ``lecun_normal()``).
+      recurrent_kernel_init: hidden kernels' (default ``modified_orthogonal``).
       bias_init: default ``zeros``.
       dtype, param_dtype, promote_dtype: as in ``Linear``.
       carry_init: the carry's initializer (default ``zeros``).
@@ -115,13 +89,11 @@ class LSTMCell(RNNCellBase):
       rngs: an ``nnx.Rngs``.
       kernel_metadata, recurrent_kernel_metadata, bias_metadata: Param metadata.
 
-    Call: ``carry = (c, h)`` each ``(*batch, hidden_features)`` and ``inputs``
+    Call: ``carry = (c, h)``, each ``(*batch, hidden_features)``, and ``inputs``
     ``(*batch, in_features)``; returns ``((c', h'), h')``.
 
     Raises:
       LayerShapeError: inputs or carry of the wrong shape.
-
-    Source: Flax NNX ``nnx.LSTMCell``.
     """
 
     def __init__(
@@ -205,58 +177,33 @@ class LSTMCell(RNNCellBase):
         rngs: Rngs | RngStream | None = None,
         carry_init: Initializer | None = None,
     ) -> tuple[jax.Array, jax.Array]:
-        """The initial ``(c, h)``, each ``(*batch, hidden_features)`` for inputs of
-        shape ``(*batch, in_features)``. Keys come from ``rngs`` (its ``carry``
-        stream), else the kept stream, else a fixed key (fine for the default
-        ``zeros``)."""
+        """The initial ``(c, h)``, each ``(*batch, hidden_features)``, for inputs ``(*batch, in_features)``.
+
+        Keys come from ``rngs`` (its ``carry`` stream), else the kept stream, else a fixed key.
+        """
         c = self._init_carry_part(input_shape, rngs, carry_init)
         h = self._init_carry_part(input_shape, rngs, carry_init)
         return c, h
 
 
 class OptimizedLSTMCell(RNNCellBase):
-    r"""An LSTM cell with its gate kernels concatenated: one matrix product for the
-    inputs and one for the carry per step (faster than ``LSTMCell`` for hidden
-    sizes up to about 2048).
+    r"""An LSTM cell with its gate kernels concatenated: one matrix product each for inputs and carry.
 
-    The equations are ``LSTMCell``'s. The Params are ``dense_i.kernel`` of shape
-    ``(in_features, 4 * hidden_features)`` (no bias), ``dense_h.kernel`` of shape
-    ``(hidden_features, 4 * hidden_features)`` and ``dense_h.bias`` of shape
-    ``(4 * hidden_features,)``; their four column blocks of ``hidden_features``
-    columns are the gates ``i, f, g, o`` in that order::
+    ``LSTMCell``'s equations on ``z = x @ dense_i.kernel + h @ dense_h.kernel + dense_h.bias``
+    split into ``i, f, g, o`` (in that order); ``dense_i.kernel`` is ``(in, 4 * hidden)``,
+    ``dense_h.kernel`` ``(hidden, 4 * hidden)``, each initialized as one matrix.
 
-      z = x @ dense_i.kernel + h @ dense_h.kernel + dense_h.bias
-      i, f, g, o = split(z, 4, axis=-1)
-      c' = gate_fn(f) * c + gate_fn(i) * activation_fn(g)
-      h' = gate_fn(o) * activation_fn(c')
+    Args: as ``LSTMCell``, with ``recurrent_kernel_init`` defaulting to ``orthogonal()``.
 
-    Each kernel is initialized as one matrix (``kernel_init`` sees
-    ``(in_features, 4 * hidden_features)``).
-
-    Args:
-      in_features, hidden_features, gate_fn, activation_fn, kernel_init,
-      bias_init, dtype, param_dtype, carry_init, promote_dtype, keep_rngs, rngs,
-      kernel_metadata, recurrent_kernel_metadata, bias_metadata: as ``LSTMCell``.
-      recurrent_kernel_init: default ``orthogonal()``.
-
-    Call: ``carry = (c, h)``, each ``(*batch, hidden_features)``, and ``inputs``
-    ``(*batch, in_features)``; returns ``((c', h'), h')`` in the promoted dtype.
+    Call: as ``LSTMCell``; returns ``((c', h'), h')`` in the promoted dtype.
 
     Raises:
       LayerShapeError: inputs or carry of the wrong shape.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> cell = nnx.OptimizedLSTMCell(3, 4, rngs=nnx.Rngs(0))
-      >>> cell.dense_i.kernel.shape, cell.dense_h.kernel.shape, cell.dense_h.bias.shape
-      ((3, 16), (4, 16), (16,))
-      >>> (c, h), y = cell(cell.initialize_carry((2, 3)), jnp.ones((2, 3)))
-      >>> y.shape
-      (2, 4)
-
-    Source: Flax NNX ``nnx.OptimizedLSTMCell`` (0.12): signature, parameter
-    layout and gate order.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> cell = nnx.OptimizedLSTMCell(3, 4, rngs=nnx.Rngs(0))
+    >>> cell.dense_i.kernel.shape, cell.dense_h.kernel.shape, cell.dense_h.bias.shape
+    ((3, 16), (4, 16), (16,))
     """
 
     def __init__(
@@ -342,24 +289,17 @@ class OptimizedLSTMCell(RNNCellBase):
 class GRUCell(RNNCellBase):
     r"""Gated recurrent unit cell.
 
-    With input ``x`` and carry ``h``, ``dense_i = Linear(in, 3 * hidden)`` (with
-    bias) and ``dense_h = Linear(hidden, 3 * hidden)`` (no bias), each output split
-    into ``(r, z, n)`` parts::
-
-      r = gate_fn(x_r + h_r)            # reset gate
-      z = gate_fn(x_z + h_z)            # update gate
-      n = activation_fn(x_n + r * h_n)  # candidate
-      h' = (1 - z) * n + z * h
+    ``dense_i = Linear(in, 3 * hidden)`` (with bias) and ``dense_h = Linear(hidden, 3 *
+    hidden)`` (no bias), each split into ``(r, z, n)``: ``r, z = gate_fn(x_* + h_*)``,
+    ``n = activation_fn(x_n + r * h_n)``, ``h' = (1 - z) * n + z * h``.
 
     Args: as ``LSTMCell``.
 
-    Call: ``carry`` ``(*batch, hidden_features)`` and ``inputs`` ``(*batch,
-    in_features)``; returns ``(h', h')``.
+    Call: ``carry`` ``(*batch, hidden_features)`` and ``inputs`` ``(*batch, in_features)``;
+    returns ``(h', h')``.
 
     Raises:
       LayerShapeError: inputs or carry of the wrong shape.
-
-    Source: Flax NNX ``nnx.GRUCell``; Cho et al. (2014).
     """
 
     def __init__(
@@ -435,23 +375,17 @@ class GRUCell(RNNCellBase):
         rngs: Rngs | RngStream | None = None,
         carry_init: Initializer | None = None,
     ) -> jax.Array:
-        """The initial ``h`` of shape ``(*batch, hidden_features)`` (keys as in
-        ``LSTMCell.initialize_carry``)."""
+        """The initial ``h``, ``(*batch, hidden_features)`` (keys as ``LSTMCell.initialize_carry``)."""
         return self._init_carry_part(input_shape, rngs, carry_init)
 
 
 class SimpleCell(RNNCellBase):
-    """Elman cell: ``h' = activation_fn(dense_i(x) + dense_h(h))``, or
-    ``activation_fn(dense_i(x) + dense_h(h) + h)`` with ``residual=True`` (the
-    residual goes inside the activation, as in Flax NNX); ``dense_i`` has a bias,
-    ``dense_h`` none.
+    """Elman cell: ``h' = activation_fn(dense_i(x) + dense_h(h) [+ h with residual])``.
 
-    Args: as ``GRUCell`` (no ``gate_fn``), plus ``residual``; ``dtype`` defaults
-    to ``float32`` here (as in Flax NNX), not to the promoted dtype.
+    Args: as ``GRUCell`` (no ``gate_fn``), plus ``residual``; ``dtype`` defaults to
+    ``float32``, as in Flax NNX.
 
     Call: as ``GRUCell``; returns ``(h', h')``.
-
-    Source: Flax NNX ``nnx.SimpleCell``.
     """
 
     def __init__(
@@ -474,7 +408,7 @@ class SimpleCell(RNNCellBase):
         recurrent_kernel_metadata: Mapping[str, Any] = EMPTY_METADATA,
         bias_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
-        # the recurrent kernel is drawn first, as in Flax NNX (same seed, same Params)
+        # the recurrent kernel is drawn first, as in Flax NNX (same key, same Params)
         self.dense_h = Linear(
             hidden_features,
             hidden_features,

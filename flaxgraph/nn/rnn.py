@@ -1,20 +1,8 @@
 """Running a recurrent cell over a sequence: ``RNN`` and ``Bidirectional``.
 
-``RNN(cell)`` runs a cell (``flaxgraph.nn.recurrent``: ``LSTMCell``,
-``GRUCell``, ...) over the time axis with flaxgraph's ``nnx.scan`` (one compiled
-step, not a Python loop), carrying the cell's own state too (e.g. a dropout
-stream inside the cell advances every step). With ``seq_lengths`` the cell
-runs on through the padding and the final carry is each sequence's carry at its
-length, as in Flax; ``Bidirectional`` runs a forward and a backward
-``RNN`` and merges their outputs.
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> rnn = nnx.RNN(nnx.LSTMCell(3, 5, rngs=nnx.Rngs(0)))
-  >>> rnn(jnp.ones((2, 7, 3))).shape          # (batch, time, features)
-  (2, 7, 5)
-
-Source: Flax NNX ``nnx.RNN``, ``nnx.Bidirectional`` (0.12) public signatures and
-documented behaviour.
+See the package README, "Recurrent layers". Source: Flax NNX ``nnx.RNN``,
+``nnx.Bidirectional``, ``RNNBase``, ``flip_sequences`` (0.12); ``jax.lax.scan`` through
+``nnx.scan``.
 """
 
 from __future__ import annotations
@@ -50,20 +38,13 @@ def flip_sequences(
     num_batch_dims: int,
     time_major: bool,
 ) -> jax.Array:
-    """Reverses each sequence of ``inputs`` along the time axis, its padding kept last.
-
-    Without ``seq_lengths`` the whole time axis is reversed. With ``seq_lengths``, the
-    first ``seq_lengths[b]`` steps of sequence ``b`` are reversed and stay first, and
-    the padding steps after them are reversed among themselves and stay last, so a
-    right-padded batch stays right-padded. Applying it twice gives ``inputs`` back.
+    """Reverses each sequence along the time axis, its padding kept last (an involution).
 
     Args:
-      inputs: an array of shape ``(time, *batch, *features)`` if ``time_major``, else
-        ``(*batch, time, *features)``; any dtype.
-      seq_lengths: ``None``, or an integer array of shape ``batch`` (each in
-        ``[0, time]``): how many steps of each sequence are real.
-      num_batch_dims: how many batch axes ``inputs`` has (``len(batch)``).
-      time_major: whether time is the first axis (else it follows the batch axes).
+      inputs: ``(time, *batch, *features)`` if ``time_major``, else ``(*batch, time, *features)``.
+      seq_lengths: ``None`` (reverse all), or integers of shape ``batch`` in ``[0, time]``.
+      num_batch_dims: how many batch axes ``inputs`` has.
+      time_major: whether time is the first axis.
 
     Returns:
       An array of the shape and dtype of ``inputs``.
@@ -71,16 +52,11 @@ def flip_sequences(
     Raises:
       TypeError: (from JAX) ``seq_lengths`` does not broadcast against the batch axes.
 
-    Example::
-
-      >>> import jax.numpy as jnp
-      >>> from flaxgraph.nn.recurrent import flip_sequences
-      >>> inputs = jnp.array([[1, 0, 0], [2, 3, 0], [4, 5, 6]])
-      >>> flip_sequences(inputs, jnp.array([1, 2, 3]), 1, False).tolist()
-      [[1, 0, 0], [3, 2, 0], [6, 5, 4]]
-
-    Source: Flax NNX ``flax.nnx.nn.recurrent.flip_sequences`` (0.12), the helper
-    that prepares the backward direction of a bidirectional RNN.
+    >>> import jax.numpy as jnp
+    >>> from flaxgraph.nn.recurrent import flip_sequences
+    >>> inputs = jnp.array([[1, 0, 0], [2, 3, 0], [4, 5, 6]])
+    >>> flip_sequences(inputs, jnp.array([1, 2, 3]), 1, False).tolist()
+    [[1, 0, 0], [3, 2, 0], [6, 5, 4]]
     """
     time_axis = 0 if time_major else num_batch_dims
     if seq_lengths is None:
@@ -98,15 +74,10 @@ def flip_sequences(
 
 
 class RNNBase(Protocol):
-    """What runs a cell over a sequence, as ``Bidirectional`` calls it: ``RNN``, or
-    any callable with this keyword signature (a type for annotations; nothing checks
-    it at run time).
+    """The type of what runs a cell over a sequence, as ``Bidirectional`` calls it (not checked).
 
-    Call: ``inputs`` (``(*batch, time, *features)``, or time first with
-    ``time_major``) and the keyword arguments of ``RNN.__call__``; returns the
-    outputs, or ``(carry, outputs)`` with ``return_carry``.
-
-    Source: Flax NNX ``flax.nnx.nn.recurrent.RNNBase`` (0.12).
+    Call: ``inputs`` and ``RNN.__call__``'s keywords; returns the outputs, or
+    ``(carry, outputs)`` with ``return_carry``.
     """
 
     def __call__(
@@ -132,23 +103,15 @@ def _keep_where(valid: jax.Array, new: Any, old: Any) -> Any:
 
 
 def _last_step(seq_lengths: jax.Array, steps: int) -> jax.Array:
-    """The step whose carry is each sequence's final carry: ``seq_lengths - 1``
-    read as an index into ``steps`` steps (a length of 0 names the last step, a
-    length past the end is clamped to it), as Flax NNX 0.12.8's ``RNN`` picks it
-    from the history of carries."""
+    """Index of each sequence's final carry: ``seq_lengths - 1``, 0 naming the last step, clamped."""
     index = jnp.asarray(seq_lengths) - 1
     index = jnp.where(index < 0, index + steps, index)
     return jnp.clip(index, 0, steps - 1)
 
 
 def carry_stream(owner: str, rngs: Rngs | RngStream | bool) -> RngStream | None:
-    """The stream an ``RNN``/``Bidirectional`` keeps for ``initialize_carry``:
-    ``True`` a ``'carry'`` stream seeded with 0, ``False`` none, an ``Rngs`` a fork
-    of its ``carry`` stream (else ``default``), a stream a fork of it.
-
-    Raises:
-      TypeError: ``rngs`` is none of these.
-    """
+    """The stream kept for ``initialize_carry``: ``True`` a ``'carry'`` stream from key 0, ``False`` none,
+    an ``Rngs``/stream a fork of it; ``TypeError`` for anything else."""
     if rngs is True:
         return RngStream(jax.random.key(0), tag="carry")
     if rngs is False or rngs is None:
@@ -165,52 +128,31 @@ class RNN(Module):
 
     Args:
       cell: an ``RNNCellBase`` (``LSTMCell``, ``GRUCell``, …).
-      time_major: inputs are ``(time, *batch, features)`` instead of the default
-        ``(*batch, time, features)``.
+      time_major: inputs are ``(time, *batch, features)``, not ``(*batch, time, features)``.
       return_carry: also return the final carry: ``(carry, outputs)``.
-      reverse: process the sequence from its end (the outputs are then in
-        processing order, the first output is for the last step).
+      reverse: process the sequence from its end (outputs in processing order).
       keep_order: with ``reverse``, put the outputs back in input order.
       unroll: steps unrolled per scan iteration (``jax.lax.scan``'s ``unroll``).
-      state_axes: how the cell's state crosses steps, ``{filter: nnx.Carry | None}``
-        (default ``{...: nnx.Carry}``: all of it is carried, so a dropout stream
-        inside the cell advances every step).
-      rngs: the stream kept for ``initialize_carry`` when a call gives no
-        ``rngs``: ``True`` (default) a ``'carry'`` stream seeded with 0, an
-        ``nnx.Rngs`` (or stream) a fork of its ``carry`` stream, ``False`` none
-        (the cell's own stream or a fixed key is used, enough for the default
-        zeros carry).
+      state_axes: ``{filter: nnx.Carry | None}`` for the cell's state (default all carried).
+      rngs: the stream kept for ``initialize_carry`` (see ``carry_stream``; default True).
+      broadcast_rngs: a filter of the cell's streams broadcast to every step: one key per
+        call, the same at each step (e.g. a recurrent dropout mask). Default none.
 
-      broadcast_rngs: a filter of RNG streams of the cell (e.g. the name
-        ``'recurrent_dropout'``) that are broadcast to every step instead of
-        carried: each call draws one fresh key from such a stream (its count
-        advances by one per call) and every step uses it, so e.g. a recurrent
-        dropout mask is the same at every step of a sequence. Default ``None``:
-        none.
-
-    Call: ``inputs``; optional ``initial_carry`` (default
-    ``cell.initialize_carry`` with ``rngs``), ``seq_lengths`` (an integer array of
-    shape ``batch``: the cell still runs on every step, padding included, so the
-    outputs are those of the whole sequence; the returned final carry of sequence
-    ``b`` is the carry after its step ``seq_lengths[b] - 1``, the last step for a
-    length of 0; ``reverse`` flips the real steps and the padding each among
-    themselves, see ``flip_sequences``), and per-call ``return_carry``, ``time_major``, ``reverse``,
-    ``keep_order``. Returns the stacked outputs ``(*batch, time, hidden)`` (or
-    time-major), and the final carry first with ``return_carry``.
+    Call: ``inputs``; optional ``initial_carry`` (default ``cell.initialize_carry``),
+    ``seq_lengths`` (integers of shape ``batch``: the final carry of sequence ``b`` is the
+    one after step ``seq_lengths[b] - 1``), and per-call ``return_carry``, ``time_major``,
+    ``reverse``, ``keep_order``. Returns the outputs ``(*batch, time, hidden)`` (or
+    time-major), preceded by the final carry with ``return_carry``.
 
     Raises:
-      LayerShapeError: inputs without time and feature axes, or a feature axis
-        that does not match the cell.
+      LayerShapeError: inputs without time and feature axes, or a feature axis that does
+        not match the cell.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> rnn = nnx.RNN(nnx.GRUCell(2, 4, rngs=nnx.Rngs(0)), return_carry=True)
-      >>> carry, ys = rnn(jnp.ones((3, 6, 2)))
-      >>> carry.shape, ys.shape
-      ((3, 4), (3, 6, 4))
-
-    Source: Flax NNX ``nnx.RNN``; ``jax.lax.scan`` through ``nnx.scan``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> rnn = nnx.RNN(nnx.GRUCell(2, 4, rngs=nnx.Rngs(0)), return_carry=True)
+    >>> carry, ys = rnn(jnp.ones((3, 6, 2)))
+    >>> carry.shape, ys.shape
+    ((3, 4), (3, 6, 4))
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("cell",)
@@ -307,9 +249,7 @@ class RNN(Module):
 
 @contextmanager
 def _kept_as_is(cell: Module, state_axes: StateAxes | None) -> Iterator[None]:
-    """Restores, after the block, the RNG state of ``cell`` that ``state_axes``
-    broadcasts (``None``): every step of the scan reads the same broadcast key
-    and count, so a broadcast stream gives the same keys at every step."""
+    """Restores, after the block, the RNG state of ``cell`` that ``state_axes`` broadcasts."""
     if state_axes is None:
         yield
         return
@@ -331,9 +271,7 @@ def concat_last_axis(a: jax.Array, b: jax.Array) -> jax.Array:
 
 
 def select_last_carry(sequence: A, seq_lengths: jax.Array) -> A:
-    """From each time-major array of ``sequence`` (``(time, batch, ...)``), the entry
-    at time ``seq_lengths[b] - 1`` for each batch element ``b`` (Flax NNX 0.12.8's
-    ``flax.nnx.nn.recurrent._select_last_carry``)."""
+    """From each time-major array of ``sequence``, the entry at time ``seq_lengths[b] - 1`` for each ``b``."""
     last = seq_lengths - 1
 
     def pick(x: jax.Array) -> jax.Array:
@@ -348,23 +286,17 @@ def expand_dims_like(x: jax.Array, target: jax.Array) -> jax.Array:
 
 
 class Bidirectional(Module):
-    """Runs a forward and a backward ``RNN`` over the same inputs and merges their
-    outputs (concatenated on the feature axis by default).
+    """Runs a forward and a backward ``RNN`` over the same inputs and merges their outputs.
 
     Args:
-      forward_rnn, backward_rnn: ``RNN`` modules (the backward one is called with
+      forward_rnn, backward_rnn: ``RNN`` modules (backward is called with
         ``reverse=True, keep_order=True``).
       merge_fn: combines the two outputs (default: concatenate features).
-      time_major, return_carry, rngs: as in ``RNN``; the kept stream is passed to
-        both RNNs when a call gives no ``rngs``.
+      time_major, return_carry, rngs: as in ``RNN`` (the kept stream goes to both).
 
-    Call: ``inputs`` and optional ``initial_carry`` (a pair), ``rngs``,
-    ``seq_lengths``, ``return_carry``, ``time_major``; returns the merged outputs,
-    and the pair of final carries first with ``return_carry``. ``reverse`` and
-    ``keep_order`` are accepted and ignored, as Flax NNX 0.12 does (the
-    directions are fixed: forward, and backward in input order).
-
-    Source: Flax NNX ``nnx.Bidirectional``.
+    Call: ``inputs``, optional ``initial_carry`` (a pair), ``rngs``, ``seq_lengths``,
+    ``return_carry``, ``time_major``; returns the merged outputs, preceded by the pair of
+    final carries with ``return_carry``. ``reverse``/``keep_order`` are ignored, as in Flax.
     """
 
     def __init__(

@@ -1,22 +1,18 @@
 """``Dropout``: randomly zeroes inputs in training, the identity in evaluation.
 
-Each element is kept with probability ``1 - rate`` and scaled by
-``1 / (1 - rate)`` so the expected output equals the input. The layer owns its
-random stream: given ``rngs=nnx.Rngs(...)`` it keeps a *fork* of the
-``rng_collection`` stream (``'dropout'``, or ``default``), so two layers built
-from one ``Rngs`` draw independent masks without sharing an object, and every
-call draws a new mask (the stream's counter advances).
+Kept elements are scaled by ``1 / (1 - rate)``; the layer keeps a fork of its stream,
+so each call draws a new mask. See the package README, "Dropout".
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> drop = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
-  >>> y = drop(jnp.ones(8))              # entries are 0. or 2.
-  >>> bool(((y == 0) | (y == 2)).all())
-  True
-  >>> bool((drop.eval()(jnp.ones(8)) == 1).all())   # eval(): identity
-  True
+>>> import jax.numpy as jnp, flaxgraph as nnx
+>>> drop = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))
+>>> y = drop(jnp.ones(8))              # entries are 0. or 2.
+>>> bool(((y == 0) | (y == 2)).all())
+True
+>>> bool((drop.eval()(jnp.ones(8)) == 1).all())   # eval(): identity
+True
 
-Source: Flax NNX ``nnx.Dropout`` (0.11+: a forked stream per layer);
-Srivastava et al., "Dropout" (2014). Masks from ``jax.random.bernoulli``.
+Source: Flax NNX ``nnx.Dropout`` (0.11+: a forked stream per layer); Srivastava et al.,
+"Dropout" (2014); masks from ``jax.random.bernoulli``.
 """
 
 from __future__ import annotations
@@ -54,12 +50,7 @@ def draw_key(
     own: Rngs | RngStream | jax.Array | None,
     collection: str | Callable[[], str],
 ) -> jax.Array:
-    """A key from the call's ``rngs`` (a Rngs, a stream or a key) or else from the
-    layer's own stream.
-
-    Raises:
-      ValueError: neither is available.
-    """
+    """A key from the call's ``rngs`` (Rngs, stream or key), else the layer's stream; ``ValueError`` if neither."""
     # The call's rngs first, else the layer's own (an RngStream, or an Rngs kept
     # whole by a subclass); an Rngs gives the ``collection`` stream (or its default).
     # ``collection`` may be a function giving the name: it is read only for an Rngs
@@ -86,27 +77,22 @@ class Dropout(Module):
 
     Args:
       rate: the probability of zeroing an element, in ``[0, 1]``.
-      broadcast_dims: axes along which the same mask is shared (e.g. ``(1,)`` to
-        drop whole time steps' features identically over time).
-      deterministic: the default mode: True is the identity (default False).
-        ``Module.eval()``/``train()`` set this attribute; a call argument overrides it.
-      rng_collection: the name of the stream to fork from ``rngs`` (default
-        ``'dropout'``; an ``Rngs`` without it uses its ``default`` stream).
-      rngs: an ``nnx.Rngs`` or ``nnx.RngStream`` whose stream is forked and kept as
-        ``self.rngs``; optional if keys are passed at call.
+      broadcast_dims: axes along which one mask is shared (e.g. ``(1,)`` for time).
+      deterministic: the default mode, True the identity (default False); set by
+        ``Module.eval()``/``train()``, overridden by a call argument.
+      rng_collection: the stream to fork from ``rngs`` (default ``'dropout'``, else
+        ``default``).
+      rngs: ``nnx.Rngs`` or ``nnx.RngStream``, forked and kept as ``self.rngs``; optional
+        if keys are passed at call.
 
-    Call: ``inputs`` of any shape and dtype; optional ``deterministic`` and
-    ``rngs`` (an ``Rngs``, a stream, or a key) overriding the layer's. Returns an
-    array of the inputs' shape and dtype (and, under a mesh with Explicit axes, of
-    their sharding: the mask is drawn sharded like the inputs).
+    Call: ``inputs`` of any shape and dtype; optional ``deterministic`` and ``rngs`` (an
+    ``Rngs``, a stream or a key). Returns the inputs' shape, dtype (and sharding, under
+    Explicit mesh axes).
 
     Raises:
-      ValueError: at construction, ``rate`` outside ``[0, 1]``; at call, random
-        keys are needed but no stream was given; or ``deterministic`` is None on
-        both the layer and the call.
+      ValueError: at construction, ``rate`` outside ``[0, 1]``; at call, keys needed but
+        no stream given, or ``deterministic`` None on both layer and call.
       LayerShapeError: a ``broadcast_dims`` axis is out of range for the inputs.
-
-    Source: Flax NNX ``nnx.Dropout``.
     """
 
     _describe_fields: ClassVar[tuple[str, ...]] = ("rate",)
@@ -129,11 +115,7 @@ class Dropout(Module):
         self.rngs = own_stream(rngs, rng_collection)
 
     def set_view(self, deterministic: bool | None = None) -> None:
-        """Used by ``nnx.view`` to configure a copy of the layer.
-
-        Args:
-          deterministic: if True, disables dropout masking.
-        """
+        """Configures a copy made by ``nnx.view``: ``deterministic=True`` disables masking."""
         if deterministic is not None:
             self.deterministic = deterministic
 
@@ -170,9 +152,7 @@ class Dropout(Module):
 
 
 def _explicit_shardings(x: jax.Array, mask_shape: list[int]) -> tuple[Any, Any]:
-    """Under a mesh with Explicit axes, the shardings of the inputs and of the mask
-    to draw (the inputs', unsharded along broadcast dimensions), so the mask is
-    sharded like the inputs; ``(None, None)`` otherwise (JAX chooses)."""
+    """Under Explicit mesh axes, the inputs' and the mask's shardings; ``(None, None)`` otherwise."""
     sharding = jax.typeof(x).sharding
     mesh = getattr(sharding, "mesh", None)
     if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:

@@ -1,15 +1,7 @@
 """Random streams as objects: ``Rngs``, ``RngStream`` and their key/count Variables.
 
-``rngs`` defines the streams (keys and counters are ordinary Variables, so they
-split, merge and cross transforms like any state); ``samplers`` their
-``jax.random``-style methods; ``splitting`` the functions that split, fork,
-reseed and restore them around ``vmap``/``scan``; ``stream_copy`` defines
-``with_rngs`` (a copy of a graph with new streams, sharing everything else);
-``type_names`` the type aliases, the ``NotKey`` filter and the
-``KeylessInitializer`` protocol Flax's ``rnglib`` defines. ``SplitBackups`` is Flax's
-name of ``RngBackups``.
-
-This package is Flax NNX's ``rnglib`` module map.
+Flax NNX's ``rnglib`` module map (``SplitBackups`` is ``RngBackups``); see the package
+README for what each file holds.
 """
 
 from flaxgraph.rnglib.rngs import RngCount as RngCount

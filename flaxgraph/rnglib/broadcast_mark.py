@@ -1,21 +1,15 @@
 """``nnx.BROADCAST``: ``split_rngs(splits=nnx.BROADCAST)`` marks a broadcast on purpose.
 
-Drawing from a broadcast random stream inside ``vmap``/``scan`` gives every
-instance (or step) the same numbers; the transforms warn about it
-(``nnx.RngBroadcastWarning``, ``flaxgraph/transforms/rng_broadcast.py``). Where
-that is what the user wants (one dropout mask shared by an ensemble, say),
-``nnx.split_rngs(splits=nnx.BROADCAST, only=...)`` on the transformed function
-keeps the selected streams' keys as they are and marks them, for the call, as
-broadcast on purpose: the key Variable carries ``broadcast_rngs=True`` in its
-metadata while the call runs, and the transforms say nothing.
+While the call runs, the selected key Variables carry ``broadcast_rngs=True`` metadata
+and the transforms do not warn. See the package README, "Broadcast on purpose".
 
-  >>> import flaxgraph as nnx
-  >>> rngs = nnx.Rngs(dropout=0)
-  >>> with nnx.split_rngs(rngs, splits=nnx.BROADCAST):
-  ...   rngs.dropout.key.get_metadata('broadcast_rngs')
-  True
-  >>> rngs.dropout.key.get_metadata('broadcast_rngs', False)
-  False
+>>> import flaxgraph as nnx
+>>> rngs = nnx.Rngs(dropout=0)
+>>> with nnx.split_rngs(rngs, splits=nnx.BROADCAST):
+...   rngs.dropout.key.get_metadata('broadcast_rngs')
+True
+>>> rngs.dropout.key.get_metadata('broadcast_rngs', False)
+False
 
 Source: flax#4195; Flax NNX 0.12 ``nnx.split_rngs`` (whose ``splits`` this extends).
 """
@@ -43,8 +37,7 @@ streams as broadcast on purpose inside ``vmap``/``scan``."""
 
 
 class MarkBackups:
-    """The key Variables ``split_rngs(splits=BROADCAST)`` marked, to unmark with
-    ``restore()`` (or as a context manager, like ``RngBackups``)."""
+    """The key Variables ``split_rngs(splits=BROADCAST)`` marked, to unmark with ``restore()`` or ``with``."""
 
     __slots__ = ("entries",)
 

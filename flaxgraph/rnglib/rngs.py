@@ -1,24 +1,18 @@
 """Random streams as ordinary state: ``Rngs``, ``RngStream`` and their Variables.
 
-An ``RngStream`` holds a JAX key (``RngKey``) and a counter (``RngCount``);
-calling it returns ``fold_in(key, count)`` and increments the counter, so every
-call gives a new key and the stream's state is just two Variables that split,
-jit and vmap like any other. ``Rngs`` groups named streams::
+Calling a stream returns ``fold_in(key, count)`` and increments ``count``; each
+Variable carries its stream's name as ``tag`` metadata. See the package README.
 
-  >>> import jax, flaxgraph as nnx
-  >>> rngs = nnx.Rngs(0, dropout=1)    # a 'default' stream and a 'dropout' stream
-  >>> k1, k2 = rngs.params(), rngs.params()   # no 'params' stream: uses 'default'
-  >>> bool((jax.random.key_data(k1) != jax.random.key_data(k2)).any())
-  True
-  >>> int(rngs.default.count.value)
-  2
+>>> import jax, flaxgraph as nnx
+>>> rngs = nnx.Rngs(0, dropout=1)    # a 'default' stream and a 'dropout' stream
+>>> k1, k2 = rngs.params(), rngs.params()   # no 'params' stream: uses 'default'
+>>> bool((jax.random.key_data(k1) != jax.random.key_data(k2)).any())
+True
+>>> int(rngs.default.count.value)
+2
 
-Keys are typed keys (``jax.random.key``). ``RngState`` is the base kind of
-``RngKey`` and ``RngCount``, for filters such as ``StateAxes({nnx.RngState: 0, ...})``.
-Each Variable carries its stream's name as ``tag`` metadata, so a string filter
-(``'dropout'``) selects one stream's state.
-
-Source: Flax NNX ``nnx.Rngs`` (0.12).
+Source: Flax NNX ``nnx.Rngs``, ``RngStream``, ``RngState``/``RngKey``/``RngCount``
+(0.12), including ``fork``, ``split``, ``broadcast``.
 """
 
 from __future__ import annotations
@@ -80,14 +74,10 @@ class RngStream(Pytree, RandomSamplers):
     """One named stream of random keys.
 
     Args:
-      key: an int seed, a typed key (``jax.random.key``), raw key data of the
-        default PRNG implementation (``uint32[2]`` under threefry2x32, ``uint32[4]``
-        under rbg and unsafe_rbg: one key of shape ``()``, as ``jax.random.wrap_key_data``
-        makes), or an array of any of these (one stream per element, e.g. for ``vmap``).
+      key: an int, a typed key (``jax.random.key``), raw key data of the default PRNG
+        implementation (one key of shape ``()``, as ``jax.random.wrap_key_data`` makes),
+        or an array of these (one stream per element, e.g. for ``vmap``).
       tag: the stream's name, stored as the Variables' ``tag`` metadata.
-
-    Calling the stream returns a new key (``fold_in(key, count)``) and increments
-    ``count``.
     """
 
     def __init__(self, key: Any, *, tag: str):
@@ -103,10 +93,10 @@ class RngStream(Pytree, RandomSamplers):
         return key
 
     def fork(self, *, split: int | tuple[int, ...] | None = None) -> RngStream:
-        """A new, independent stream seeded from this one (draws one key).
+        """A new, independent stream made from one key of this one.
 
-        ``split`` (deprecated, as in Flax NNX 0.12.8: use ``split(k)``) gives a stream
-        of ``split`` keys instead; it warns with a ``DeprecationWarning``.
+        ``split`` (deprecated, as in Flax NNX 0.12.8, with a ``DeprecationWarning``) gives a
+        stream of ``split`` keys; use ``split(k)``.
         """
         if split is not None:
             _warn_fork_split("RngStream")
@@ -114,37 +104,27 @@ class RngStream(Pytree, RandomSamplers):
         return RngStream(self(), tag=self.tag)
 
     def split(self, k: int | tuple[int, ...]) -> RngStream:
-        """A new stream of ``k`` independent keys (shape ``k + key.shape``), e.g. to
-        ``vmap`` over; draws one key from this stream.
-
-        Source: Flax NNX 0.12 ``RngStream.split``.
-        """
+        """A new stream of ``k`` independent keys (shape ``k + key.shape``); draws one key."""
         return RngStream(jax.random.split(self(), k), tag=self.tag)
 
     def broadcast(self, k: int | tuple[int, ...]) -> RngStream:
-        """A new stream whose key is one fresh key repeated to shape ``k + key.shape``
-        (every slice of a ``vmap`` over it then draws the *same* keys); draws one key.
-
-        Source: Flax NNX 0.12 ``RngStream.broadcast``.
-        """
+        """A new stream of one fresh key repeated to shape ``k + key.shape``; draws one key."""
         key = self()
         shape = (k,) if isinstance(k, int) else tuple(k)
         return RngStream(jnp.broadcast_to(key, shape + key.shape), tag=self.tag)
 
 
 class Rngs(Module, RandomSamplers):
-    """Named random streams (see the module docstring).
+    """Named random streams.
 
     Args:
-      default: the seed of the ``default`` stream, used by any stream name that has
-        no stream of its own; optional.
-      **streams: ``name=seed`` for each stream (``params=0, dropout=1``).
+      default: the key (or int) of the ``default`` stream, used by any name without a
+        stream of its own; optional.
+      **streams: ``name=key`` for each stream (``params=0, dropout=1``).
 
     Raises:
-      AttributeError: a stream is requested (``rngs.name``) that does not exist and
-        there is no ``default`` stream (``KeyError`` for ``rngs['name']``).
-
-    Source: Flax NNX ``nnx.Rngs``.
+      AttributeError: ``rngs.name`` for a missing stream without ``default``
+        (``KeyError`` for ``rngs['name']``).
     """
 
     def __init__(self, default: Any = None, /, **streams: Any):
@@ -186,18 +166,14 @@ class Rngs(Module, RandomSamplers):
     def fork(self, /, *, split: Any = None) -> Rngs:
         """A new Rngs whose streams are forked from these (each advances by one).
 
-        ``split`` (deprecated, as in Flax NNX 0.12.8, with a ``DeprecationWarning``;
-        use ``split()``): an int or shape splits every stream, a mapping ``{filter:
-        shape or None}`` the streams its first matching filter selects (``None``:
-        plain fork); streams no filter selects are forked.
+        ``split`` (deprecated, with a ``DeprecationWarning``; use ``split()``): a shape splits
+        every stream, ``{filter: shape or None}`` the streams its first match selects.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> rngs = nnx.Rngs(params=1, dropout=2)
-          >>> new = rngs.fork()
-          >>> int(rngs.params.count.value), int(new.params.count.value)
-          (1, 0)
+        >>> import flaxgraph as nnx
+        >>> rngs = nnx.Rngs(params=1, dropout=2)
+        >>> new = rngs.fork()
+        >>> int(rngs.params.count.value), int(new.params.count.value)
+        (1, 0)
         """
         if split is not None:
             _warn_fork_split("Rngs")
@@ -214,41 +190,26 @@ class Rngs(Module, RandomSamplers):
         """A new Rngs whose streams hold ``k`` keys each (``RngStream.split``).
 
         Args:
-          k: an int or shape for every stream, or a mapping ``{filter: shape or None}``
-            (first matching filter wins; ``None`` or no match: the stream is kept
-            as is, the same ``RngStream`` object).
+          k: a shape for every stream, or ``{filter: shape or None}`` (first match wins;
+            ``None`` or no match keeps the same ``RngStream``).
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> rngs = nnx.Rngs(params=1, dropout=2).split({'params': 5, ...: None})
-          >>> rngs.params.key.shape, rngs.dropout.key.shape
-          ((5,), ())
-
-        Source: Flax NNX 0.12 ``Rngs.split``.
+        >>> import flaxgraph as nnx
+        >>> rngs = nnx.Rngs(params=1, dropout=2).split({'params': 5, ...: None})
+        >>> rngs.params.key.shape, rngs.dropout.key.shape
+        ((5,), ())
         """
         return self._per_stream(k, "split", RngStream.split)
 
     def broadcast(self, k: Any) -> Rngs:
-        """A new Rngs whose selected streams hold one fresh key repeated to shape ``k``
-        (``RngStream.broadcast``): every slice of a ``vmap`` draws the same keys.
+        """A new Rngs whose selected streams hold one fresh key repeated to shape ``k``.
 
         Args:
-          k: an int or shape for every stream, ``None`` (nothing is broadcast), or a
-            mapping ``{filter: shape or None}`` (first matching filter wins; ``None``
-            or no match: the stream is kept as is).
+          k: a shape for every stream, ``None`` (none), or ``{filter: shape or None}`` (first
+            match wins; ``None`` or no match keeps the stream).
 
-        Example::
-
-          >>> import jax, flaxgraph as nnx
-          >>> rngs = nnx.Rngs(0).broadcast(5)
-          >>> rngs.default.key.shape
-          (5,)
-          >>> bool((jax.random.key_data(rngs.default.key.value[0])
-          ...       == jax.random.key_data(rngs.default.key.value[4])).all())
-          True
-
-        Source: Flax NNX 0.12 ``Rngs.broadcast``.
+        >>> import flaxgraph as nnx
+        >>> nnx.Rngs(0).broadcast(5).default.key.shape
+        (5,)
         """
         return self._per_stream(k, "broadcast", RngStream.broadcast)
 
@@ -279,12 +240,8 @@ def _is_shape(k: Any) -> bool:
 
 
 def rule_list(spec: Any, what: str) -> list[tuple[Any, Any, Any]]:
-    """``spec`` (``None``, a shape, or a mapping ``{filter: value}``) as a list of
-    ``(filter, predicate, value)`` in order.
-
-    Raises:
-      TypeError: ``spec`` is none of these, or a value is not a shape or ``None``.
-    """
+    """``spec`` (``None``, a shape, or ``{filter: shape or None}``) as ``(filter, predicate, value)``
+    triples in order; ``TypeError`` for anything else."""
     if spec is None:
         return []
     if _is_shape(spec):

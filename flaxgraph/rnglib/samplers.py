@@ -1,25 +1,17 @@
 """``jax.random`` samplers and keyed initializers as methods of a random stream.
 
-Every ``jax.random`` sampler takes a key first and the rest after it. A stream
-(``RngStream``, or ``Rngs`` through its ``default`` stream) offers each of them as
-a method that draws the key from the stream itself, so the two lines below are
-the same draw::
+A method draws its key from the stream, the other arguments are ``jax.random``'s;
+``rngs.lecun_normal()`` returns an initializer without a key argument. See the package
+README, "Samplers".
 
-  >>> import jax, flaxgraph as nnx
-  >>> a = nnx.Rngs(0).normal((2, 3))
-  >>> b = jax.random.normal(nnx.Rngs(0)(), (2, 3))
-  >>> bool((a == b).all())
-  True
+>>> import jax, flaxgraph as nnx
+>>> a = nnx.Rngs(0).normal((2, 3))
+>>> b = jax.random.normal(nnx.Rngs(0)(), (2, 3))
+>>> bool((a == b).all())
+True
 
-Likewise for ``jax.nn.initializers`` constructors that make key-taking
-initializers: ``rngs.lecun_normal()`` returns an initializer *without* a key
-argument, ``init(shape, dtype=...)``, which draws a key from the stream each time
-it is called.
-
-The methods are made generically from the lists below (one wrapper builder, no
-code per sampler); the arguments after the key are exactly ``jax.random``'s.
-
-Source: Flax NNX 0.12.8 ``RngStream``/``Rngs`` random helpers.
+Source: Flax NNX 0.12.8 ``RngStream``/``Rngs`` random helpers,
+``flax.nnx.rnglib.KeylessInitializer``.
 """
 
 from __future__ import annotations
@@ -54,14 +46,10 @@ are the ``jax.random`` samplers."""
 
 @runtime_checkable
 class KeylessInitializer(Protocol):
-    """An initializer whose key comes from a stream: ``init(shape, dtype=None,
-    out_sharding=None)`` returns an array of ``shape`` and ``dtype``, placed with
-    ``out_sharding`` (a ``NamedSharding``/``PartitionSpec``) where given.
+    """An initializer whose key comes from a stream: ``init(shape, dtype=None, out_sharding=None)``.
 
-    The initializer methods return one (``rngs.params.lecun_normal()``). A type for
-    annotations and ``isinstance`` (any callable passes; nothing checks its signature).
-
-    Source: Flax NNX 0.12 ``flax.nnx.rnglib.KeylessInitializer``.
+    Returns an array of ``shape`` and ``dtype``, placed by ``out_sharding`` if given. A type
+    for annotations (its signature is not checked).
     """
 
     def __call__(
@@ -134,20 +122,7 @@ def _initializer_method(name: str) -> Callable[..., KeylessInitializer]:
 
 
 class RandomSamplers:
-    """Mixin: the ``SAMPLERS`` and ``INITIALIZERS`` as methods of any class whose
-    instances return a fresh key when called (``RngStream``, ``Rngs``).
-
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(0, params=1)
-      >>> rngs.params.uniform((2, 5)).shape
-      (2, 5)
-      >>> rngs.bernoulli(0.5, (3,)).dtype
-      dtype('bool')
-
-    Source: Flax NNX 0.12.8 ``RngStream``/``Rngs`` random helpers.
-    """
+    """Mixin: ``SAMPLERS`` and ``INITIALIZERS`` as methods (``rngs.uniform((2, 5))``) of a class whose instances return a key when called."""
 
     __slots__ = ()
 

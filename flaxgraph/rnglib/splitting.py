@@ -1,12 +1,8 @@
-"""Splitting, forking, reseeding and restoring random streams around ``vmap``/``scan``.
+"""Splitting, forking, resetting and restoring random streams around ``vmap``/``scan``.
 
-``split_rngs`` and ``fork_rngs`` give every stream of a graph (or the ones a filter
-selects) a stack of keys (split) or a fresh independent key (fork), as a decorator
-or in place with ``restore_rngs`` to undo; ``reseed`` sets new seeds. The streams
-themselves are in ``rngs.py``.
-
-Source: Flax NNX 0.12 ``nnx.split_rngs``, ``nnx.fork_rngs``, ``nnx.reseed``,
-``nnx.restore_rngs``.
+See the package README. Source: Flax NNX 0.12 ``nnx.split_rngs``, ``nnx.fork_rngs``,
+``nnx.reseed``, ``nnx.restore_rngs``, ``flax.nnx.rnglib.backup_keys``/``SplitBackups``
+(Flax NNX's "Transformations" guide, "Random state").
 """
 
 from __future__ import annotations
@@ -45,36 +41,31 @@ def reseed(
     policy: str | Callable[[tuple[Any, ...], Any, tuple[int, ...]], Any] = "scalars_only",
     **stream_keys: Any,
 ) -> None:
-    """Resets the streams named in ``stream_keys`` everywhere in ``node``: count back
-    to zero and, as key, the next key of one fresh ``Rngs(name=seed)`` stream (the
-    first such stream in walk order gets ``fold_in(key(seed), 0)``, the second
-    ``fold_in(key(seed), 1)``...). The first is the key of a stream forked from a
-    new ``Rngs(name=seed)``, so a layer that keeps ``rngs.dropout.fork()``
-    (``nnx.Dropout``) repeats its draws, as in Flax NNX.
+    """Resets the streams named in ``stream_keys`` everywhere in ``node``: count 0, a new key.
+
+    The k-th such stream in walk order gets ``fold_in(key(value), k)``, the key of a stream
+    forked from a new ``Rngs(name=value)``, so a layer keeping ``rngs.dropout.fork()``
+    repeats its draws, as in Flax NNX.
 
     Args:
-      node: the object (Module, Rngs…) whose RNG streams to reseed.
-      graph: ``False`` walks ``node`` in tree mode (a shared Variable is an error);
-        ``None``: the default (``nnx.set_graph_mode``).
-      policy: what to do with a stream whose key is not a scalar (a stream split by
-        ``split_rngs``/``vmap``): ``'scalars_only'`` raises; ``'match_shape'`` splits
-        the new key to that shape; a callable ``(path, key, shape) -> new_key`` decides.
-      **stream_keys: stream name -> seed.
+      node: the object (Module, Rngs…) whose streams to reset.
+      graph: ``False`` walks in tree mode (a shared Variable is an error); ``None`` the
+        default.
+      policy: for a stream whose key is not a scalar: ``'scalars_only'`` raises,
+        ``'match_shape'`` splits the new key to that shape, a callable
+        ``(path, key, shape) -> new_key`` decides.
+      **stream_keys: stream name -> int.
 
     Raises:
-      ValueError: with ``'scalars_only'``, a stream's key has a shape; the message
-        names the stream's path and the fix. Nothing is reseeded then.
+      ValueError: with ``'scalars_only'``, a stream's key has a shape (the message names
+        its path and the fix); nothing is reset then.
 
-    Example::
-
-      >>> import jax, flaxgraph as nnx
-      >>> stream = nnx.Rngs(dropout=42).dropout.fork()   # as nnx.Dropout keeps it
-      >>> first = stream()
-      >>> nnx.reseed(stream, dropout=42)     # fold_in(key(42), 0) again, count 0
-      >>> bool((jax.random.key_data(stream()) == jax.random.key_data(first)).all())
-      True
-
-    Source: Flax NNX 0.12 ``nnx.reseed``.
+    >>> import jax, flaxgraph as nnx
+    >>> stream = nnx.Rngs(dropout=42).dropout.fork()   # as nnx.Dropout keeps it
+    >>> first = stream()
+    >>> nnx.reseed(stream, dropout=42)     # fold_in(key(42), 0) again, count 0
+    >>> bool((jax.random.key_data(stream()) == jax.random.key_data(first)).all())
+    True
     """
     if not (policy in ("scalars_only", "match_shape") or callable(policy)):
         raise ValueError(
@@ -113,26 +104,17 @@ def reseed(
 class RngBackups:
     """What ``split_rngs``/``fork_rngs`` replaced, to put back with ``restore()``.
 
-    A frozen record (and a JAX pytree) with one field, ``backups``: a list of
-    ``(stream, key, count)`` (or ``(stream, key)``) tuples, one per replaced stream.
-    Build it as Flax does, ``SplitBackups(backups=[...])`` (or positionally), and
-    change it with ``replace(backups=...)``. Use it as a context manager (``with
-    nnx.split_rngs(model, splits=4): ...``) or call ``restore_rngs(backups)``.
-    Iterating gives the tuples, as Flax's ``SplitBackups``
-    (``flaxgraph.rnglib.SplitBackups`` is this class). Equality is identity.
+    A frozen pytree record with one field, ``backups``: ``(stream, key, count)`` (or
+    ``(stream, key)``) tuples, one per stream; built as Flax's ``SplitBackups(backups=[...])``
+    (this class), iterated as its tuples, usable as a context manager. Equality is identity.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(0)
-      >>> backups = nnx.split_rngs(rngs, splits=2)
-      >>> [stream is rngs.default for stream, _, _ in backups.backups]
-      [True]
-      >>> backups.restore(); rngs.default.key.shape
-      ()
-
-    Source: Flax NNX 0.12 ``flax.nnx.rnglib.SplitBackups`` (a ``flax.struct``
-    record with a ``backups`` field).
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(0)
+    >>> backups = nnx.split_rngs(rngs, splits=2)
+    >>> [stream is rngs.default for stream, _, _ in backups.backups]
+    [True]
+    >>> backups.restore(); rngs.default.key.shape
+    ()
     """
 
     backups: list[tuple[Any, ...]]
@@ -156,29 +138,22 @@ class RngBackups:
 
 
 def restore_rngs(backups: RngBackups | MarkBackups | Iterable[tuple[Any, ...]], /) -> None:
-    """Puts back the keys that ``split_rngs``/``fork_rngs`` replaced, or the keys
-    ``backup_keys`` saved.
+    """Puts back the keys ``split_rngs``/``fork_rngs`` replaced, or those ``backup_keys`` saved.
 
     Args:
-      backups: what ``split_rngs``/``fork_rngs`` returned in place, or any iterable
-        of ``(stream, key)`` (``backup_keys``'s list: the key alone is put back) and
-        ``(stream, key, count)`` tuples.
+      backups: what ``split_rngs``/``fork_rngs`` returned, or an iterable of
+        ``(stream, key)`` and ``(stream, key, count)`` tuples.
 
     Raises:
       ValueError: an entry is not such a tuple.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(0)
-      >>> saved = nnx.rnglib.backup_keys(rngs)
-      >>> backups = nnx.split_rngs(rngs, splits=4)
-      >>> rngs.default.key.shape
-      (4,)
-      >>> nnx.restore_rngs(backups); rngs.default.key.shape
-      ()
-
-    Source: Flax NNX 0.12 ``nnx.restore_rngs``.
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(0)
+    >>> backups = nnx.split_rngs(rngs, splits=4)
+    >>> rngs.default.key.shape
+    (4,)
+    >>> nnx.restore_rngs(backups); rngs.default.key.shape
+    ()
     """
     if isinstance(backups, (RngBackups, MarkBackups)):
         backups.restore()
@@ -195,32 +170,25 @@ def restore_rngs(backups: RngBackups | MarkBackups | Iterable[tuple[Any, ...]], 
 
 
 def backup_keys(node: Any, /, *, graph: bool | None = None) -> list[tuple[RngStream, Any]]:
-    """The current key of every ``RngStream`` of ``node``, to put back with
-    ``restore_rngs`` after code that replaces them.
+    """The current key of every ``RngStream`` of ``node``, to put back with ``restore_rngs``.
 
     Args:
       node: any graph (a Module, an ``Rngs``, containers of them).
-      graph: ``False`` walks ``node`` in tree mode (a shared Variable is an error);
-        ``None`` follows ``nnx.set_graph_mode``.
+      graph: ``False`` walks in tree mode; ``None`` the default.
 
     Returns:
-      A list of ``(stream, key)`` pairs, one per stream (each once), in walk order; the
-      key is the stream's key array (a typed key array of any shape).
+      A list of ``(stream, key array)`` pairs, each stream once, in walk order.
 
     Raises:
       SharedReferenceError: tree mode and a Variable reachable twice.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(params=0, dropout=1)
-      >>> saved = nnx.rnglib.backup_keys(rngs)
-      >>> nnx.reseed(rngs, params=5)
-      >>> nnx.restore_rngs(saved)
-      >>> bool((nnx.Rngs(params=0).params.key.value == rngs.params.key.value).all())
-      True
-
-    Source: Flax NNX 0.12 ``flax.nnx.rnglib.backup_keys``.
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1)
+    >>> saved = nnx.rnglib.backup_keys(rngs)
+    >>> nnx.reseed(rngs, params=5)
+    >>> nnx.restore_rngs(saved)
+    >>> bool((nnx.Rngs(params=0).params.key.value == rngs.params.key.value).all())
+    True
     """
     return [
         (stream, stream.key.value)
@@ -230,9 +198,7 @@ def backup_keys(node: Any, /, *, graph: bool | None = None) -> list[tuple[RngStr
 
 
 def _selected(node: Any, rules: list[tuple[Any, Any, Any]], only: Any) -> list[Any]:
-    """``(path, stream, shape)`` for each stream of ``node`` (each once) that ``only``
-    selects and some rule matches (first matching rule wins). Filters see the
-    stream's key Variable at ``path + ('key',)``, as in Flax."""
+    """``(path, stream, shape)`` of each stream ``only`` selects and a rule matches (first rule wins)."""
     only_p = to_predicate(only)
     found = []
     for path, value in iter_graph(node):
@@ -248,8 +214,7 @@ def _selected(node: Any, rules: list[tuple[Any, Any, Any]], only: Any) -> list[A
 
 
 def _marked(key: Any, shape: Any) -> Any:
-    """The ``make`` of ``split_rngs(splits=BROADCAST)``: keys are kept, only marked
-    (``_in_place``/``_copied`` test for it before drawing)."""
+    """The ``make`` of ``split_rngs(splits=BROADCAST)``: keys are kept, only marked."""
     raise AssertionError("never called")  # pragma: no cover
 
 
@@ -269,8 +234,7 @@ def _in_place(
 
 
 def _copied(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any, graph: bool) -> Any:
-    """A copy of ``node`` (sharing its Variables) whose selected streams hold new key
-    and count Variables; the originals' counts advance by one draw."""
+    """A copy of ``node`` sharing its Variables whose selected streams are new; the originals advance."""
     # Copied streams share their key Variable with the original: find them by it.
     chosen = {id(s.key): (s.key, shape) for _, s, shape in _selected(node, rules, only)}
 
@@ -343,35 +307,18 @@ def split_rngs(
 ) -> Any:
     """Replaces the keys of the RNG streams in ``node`` by ``splits`` split keys.
 
-    Each selected stream draws one key (advancing its count, so every call splits
-    afresh), splits it into ``splits`` keys and holds them, with a count of the
-    same shape, until restored: vmapping or scanning over that axis then gives
-    every slice its own random stream. With ``squeeze=True`` (``splits`` must be
-    1) the split axis is dropped.
-
-    In the default mode (``graph=True, graph_updates=True``) the streams of
-    ``node`` are changed in place: the function form returns ``RngBackups``
-    (``nnx.restore_rngs(backups)`` or ``with nnx.split_rngs(...):`` puts the keys
-    back) and the decorator form (``@nnx.split_rngs(splits=10)`` over a transform)
-    splits the streams found in the arguments before each call and restores them
-    after. With ``graph_updates=False`` or ``graph=False``, ``node`` is left as it
-    is (except that each selected stream's count advances by the key it gave) and
-    a copy sharing its other Variables, holding the split streams, is returned
-    (the decorator passes such copies of the arguments).
+    Each selected stream draws one key (its count advances) and holds ``splits`` keys split
+    from it, with a count of that shape; in place or on a copy, see the package README,
+    "Split, fork, restore".
 
     Args:
-      node: the graph holding ``Rngs``/``RngStream``s; omit it for the decorator form.
-      splits: number (or shape) of keys; ``nnx.BROADCAST`` keeps the keys and marks
-        the selected streams as broadcast on purpose for the call, so ``vmap``/``scan``
-        do not warn (``nnx.RngBroadcastWarning``) when they are drawn from with
-        ``in_axes`` None (``flaxgraph/rnglib/broadcast_mark.py``).
-      only: a filter selecting streams (e.g. ``'dropout'`` for one stream by tag);
-        it sees each stream's key Variable at path ``(..., 'key')``.
+      node: the graph holding the streams; omit it for the decorator form.
+      splits: number (or shape) of keys; ``nnx.BROADCAST`` keeps the keys and marks the
+        streams as broadcast on purpose (no ``nnx.RngBroadcastWarning``).
+      only: a filter of streams; it sees each key Variable at ``(..., 'key')``.
       squeeze: drop the split axis (requires ``splits == 1``).
-      graph: ``False`` for tree mode (a Variable reachable twice is an error);
-        ``None``: ``nnx.set_graph_mode``'s default.
-      graph_updates: ``False`` to return a copy instead of changing ``node``;
-        ``None``: ``nnx.set_graph_updates``'s default.
+      graph: ``False`` for tree mode; ``None`` the default.
+      graph_updates: ``False`` to return a copy; ``None`` the default.
 
     Returns:
       ``RngBackups`` (in place), a copy of ``node`` (copy modes), or a decorator.
@@ -381,18 +328,14 @@ def split_rngs(
       SharedReferenceError (``ValueError``): tree mode and a Variable of ``node``
         reachable along several paths (the message lists them).
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(params=0, dropout=1)
-      >>> new = nnx.split_rngs(rngs, splits=5, only='params', graph_updates=False)
-      >>> new.params.key.shape, new.dropout.key.shape, rngs.params.key.shape
-      ((5,), (), ())
-      >>> with nnx.split_rngs(rngs, splits=3):
-      ...   rngs.dropout.key.shape
-      (3,)
-
-    Source: Flax NNX 0.12 ``nnx.split_rngs`` (Flax NNX's "Transformations" guide, "Random state").
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1)
+    >>> new = nnx.split_rngs(rngs, splits=5, only='params', graph_updates=False)
+    >>> new.params.key.shape, new.dropout.key.shape, rngs.params.key.shape
+    ((5,), (), ())
+    >>> with nnx.split_rngs(rngs, splits=3):
+    ...   rngs.dropout.key.shape
+    (3,)
     """
     if splits is BROADCAST:
         return _apply_mode(
@@ -419,12 +362,9 @@ def fork_rngs(
 
     Args:
       node: the graph holding the streams; omit it for the decorator form.
-      split: ``None`` (fork every stream), an int or shape (fork every stream
-        into that many keys), or a mapping ``{filter: shape or None}``: the streams
-        the first matching filter selects are forked (``None``) or split into that
-        shape; streams no filter selects are left alone.
-      only: a filter further restricting the streams (flaxgraph extension; Flax
-        0.12.8's ``fork_rngs`` has no ``only``).
+      split: ``None`` (fork every stream), a shape (split every stream), or
+        ``{filter: shape or None}`` (first match forks or splits; others left alone).
+      only: a filter further restricting the streams (not in Flax 0.12.8).
       graph, graph_updates: as in ``split_rngs``.
 
     Returns:
@@ -434,15 +374,11 @@ def fork_rngs(
       TypeError: ``split`` is not a shape, ``None`` or a mapping of them.
       SharedReferenceError (``ValueError``): tree mode and shared Variables.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(params=0, dropout=1)
-      >>> with nnx.fork_rngs(rngs, split={'params': 2}):
-      ...   rngs.params.key.shape, int(rngs.dropout.count.value)
-      ((2,), 0)
-
-    Source: Flax NNX 0.12 ``nnx.fork_rngs``.
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1)
+    >>> with nnx.fork_rngs(rngs, split={'params': 2}):
+    ...   rngs.params.key.shape, int(rngs.dropout.count.value)
+    ((2,), 0)
     """
     rules = rule_list({...: None} if split is None else split, "split")
     return _apply_mode(node, rules, only, _fork_key, graph, graph_updates)

@@ -1,27 +1,6 @@
 """``with_rngs``: a copy of a graph whose random streams are split, broadcast or forked.
 
-Before a ``vmap`` or ``scan`` every instance usually needs its own keys (split),
-sometimes the same keys (broadcast), and a fresh independent stream is often
-wanted for the rest (fork). ``with_rngs`` does all three at once and returns a
-copy of the graph holding the new streams; the other objects of the copy share
-the original's Variables, so nothing needs restoring afterwards::
-
-  >>> import flaxgraph as nnx
-  >>> rngs = nnx.Rngs(params=0, dropout=1)
-  >>> new = nnx.with_rngs(rngs, split={'params': 4}, fork=nnx.Not('params'))
-  >>> new.params.key.shape, new.dropout.key.shape
-  ((4,), ())
-  >>> rngs.params.key.shape        # the original keeps its key (its count advanced)
-  ()
-
-Each selected stream draws one key from the original stream (so its count
-advances, and calling ``with_rngs`` again gives different keys):
-
-* **split** ``k``: the new stream holds ``k`` independent keys (``RngStream.split``);
-* **broadcast** ``k``: one fresh key repeated to shape ``k`` (``RngStream.broadcast``);
-* **fork**: one fresh key (an independent stream of the same shape).
-
-Source: Flax NNX 0.12 ``nnx.with_rngs``.
+See the package README. Source: Flax NNX 0.12 ``nnx.with_rngs``.
 """
 
 from __future__ import annotations
@@ -66,51 +45,41 @@ def with_rngs(
 ) -> Any:
     """Returns a copy of ``node`` whose ``RngStream``s are split, broadcast or forked.
 
-    Args:
-      node: any value holding ``RngStream``s (an ``Rngs``, a module, a list or
-        dict of them…). Omit it for the decorator form: ``@nnx.with_rngs(split=4)``
-        passes such a copy of the decorated function's arguments.
-      split: an int or shape (split every stream into that many keys) or a mapping
-        ``{filter: shape}`` (first matching filter wins).
-      fork: a filter or a sequence of filters selecting streams to fork; ``...``
-        forks every stream no other rule selects.
-      broadcast: like ``split``, for streams whose one fresh key is repeated.
-      only: a filter restricting which streams are considered (default: all).
-      graph: ``False`` for tree mode: a Variable reachable along two paths is an
-        error (``None``: ``nnx.set_graph_mode``'s default).
-      graph_updates: accepted for Flax compatibility; the result is always a copy,
-        so the mode changes nothing here. (Flax 0.12.8 raises
-        ``NotImplementedError`` in its default mode ``graph=True,
-        graph_updates=True``; flaxgraph returns the copy in every mode.)
+    Each selected stream draws one key from the original (its count advances); the rest
+    of the copy shares the original's Variables, so nothing needs restoring.
 
-    Filters see ``(path, stream)`` with the stream's path from ``node``. A stream
-    selected by several rules takes ``split`` over ``broadcast`` over ``fork``,
-    unless two of the matching filters are specific (neither ``...`` nor
-    ``True``): that is an error. Streams no rule selects are copied unchanged
-    (sharing their key and count Variables).
+    Args:
+      node: any value holding ``RngStream``s. Omit it for the decorator form
+        (``@nnx.with_rngs(split=4)`` passes such copies of the arguments).
+      split: a shape (every stream) or ``{filter: shape}`` (first match wins): ``k``
+        independent keys.
+      fork: a filter or sequence of filters of streams to fork; ``...`` forks every
+        stream no other rule selects.
+      broadcast: like ``split``, one fresh key repeated.
+      only: a filter restricting the streams considered (default: all).
+      graph: ``False`` for tree mode (``None``: the default).
+      graph_updates: accepted for Flax compatibility; the result is always a copy (Flax
+        0.12.8 raises ``NotImplementedError`` in its default mode).
+
+    Filters see ``(path, stream)``. A stream selected by several rules takes ``split`` over
+    ``broadcast`` over ``fork``, unless two matching filters are specific (neither ``...``
+    nor ``True``): an error. Unselected streams are shared.
 
     Returns:
-      A copy of ``node`` (same structure; graph nodes copied, Variables shared
-      except the new streams'), or a decorator when ``node`` is omitted.
+      A copy of ``node`` (Variables shared except the new streams'), or a decorator.
 
     Raises:
-      ValueError: a stream matches specific filters of two rules; the message
-        names the stream's path and the filters.
+      ValueError: a stream matches specific filters of two rules (path and filters named).
       TypeError: a ``split``/``broadcast`` shape is not an int or tuple of ints.
-      SharedReferenceError (``ValueError``): tree mode and a Variable of ``node``
-        reachable along several paths.
+      SharedReferenceError (``ValueError``): tree mode and a Variable reachable twice.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> rngs = nnx.Rngs(params=0, dropout=1, noise=2)
-      >>> new = nnx.with_rngs(rngs, split={'params': 4, ...: (2, 4)})
-      >>> new.params.key.shape, new.noise.key.shape
-      ((4,), (2, 4))
-      >>> nnx.with_rngs(rngs, broadcast=3, only='dropout').dropout.key.shape
-      (3,)
-
-    Source: Flax NNX 0.12 ``nnx.with_rngs``.
+    >>> import flaxgraph as nnx
+    >>> rngs = nnx.Rngs(params=0, dropout=1, noise=2)
+    >>> new = nnx.with_rngs(rngs, split={'params': 4, ...: (2, 4)})
+    >>> new.params.key.shape, new.noise.key.shape, rngs.params.key.shape
+    ((4,), (2, 4), ())
+    >>> nnx.with_rngs(rngs, broadcast=3, only='dropout').dropout.key.shape
+    (3,)
     """
     mode = resolve(graph, graph_updates)
     split_rules = rule_list(split, "split")
@@ -148,8 +117,7 @@ def _with_rngs(
     graph: bool,
     arguments: bool = False,
 ) -> Any:
-    """``with_rngs`` on ``node`` (``arguments``: ``node`` is a call's ``(args, kwargs)``,
-    and messages name paths from ``args``/``kwargs``)."""
+    """``with_rngs`` on ``node``; with ``arguments``, messages name paths from ``args``/``kwargs``."""
     root_name = "(args, kwargs)" if arguments else "node"
 
     def where(path: tuple[Hashable, ...]) -> str:

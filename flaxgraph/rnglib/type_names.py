@@ -1,17 +1,9 @@
-"""The type names and the filter Flax NNX's ``rnglib`` module defines, for code that
-imports them from ``flax.nnx.rnglib``.
+"""The type names and the ``NotKey`` filter (the streams' counts) that Flax NNX's ``rnglib`` defines.
 
-``NotKey`` is a filter (the RNG state that is not a key: the streams' counts);
-``KeylessInitializer`` (defined in ``samplers.py``) is what the initializer methods of
-``Rngs``/``RngStream`` return (``rngs.params.lecun_normal()`` gives a function of
-``(shape, dtype)`` that draws its key from the stream); the others are type aliases
-for annotations.
-
-  >>> import flaxgraph as nnx
-  >>> from flaxgraph.rnglib import NotKey
-  >>> rngs = nnx.Rngs(0)
-  >>> [path for path, _ in nnx.state(rngs, NotKey).flat_state()]
-  [('default', 'count')]
+>>> import flaxgraph as nnx
+>>> from flaxgraph.rnglib import NotKey
+>>> [path for path, _ in nnx.state(nnx.Rngs(0), NotKey).flat_state()]
+[('default', 'count')]
 
 Source: Flax NNX 0.12 ``flax.nnx.rnglib`` (module-level names).
 """

@@ -1,9 +1,4 @@
-"""Shared helpers of the training objects: a model's ``wrt`` sub-state as a pure
-pytree, path checks with messages that name every mismatching path, and Variables
-that mirror a parameter's metadata.
-
-Private: ``Optimizer`` and ``EMA`` use these; nothing here is public API.
-"""
+"""Shared private helpers of ``Optimizer`` and ``EMA``: ``wrt`` sub-states, path checks, mirror Variables."""
 
 from __future__ import annotations
 
@@ -46,13 +41,8 @@ def filter_str(wrt: Any) -> str:
 
 
 def wrt_pairs(model: Any, wrt: Any, graph: bool | None = None) -> Pairs:
-    """``(path, leaf)`` of ``model``'s sub-state selected by ``wrt``, in walk order
-    (``graph=False``: walked in tree mode, a shared Variable is an error).
-
-    Raises:
-      TypeError: ``model`` is itself a single Variable or array (no paths).
-      SharedReferenceError: tree mode and a Variable reachable twice.
-    """
+    """``(path, leaf)`` of ``model``'s ``wrt`` sub-state in walk order; ``TypeError`` for a lone Variable or array,
+    ``SharedReferenceError`` for a Variable reachable twice in tree mode."""
     selected = graph_state(model, wrt, graph=graph)
     if not isinstance(selected, State):
         raise TypeError(
@@ -68,19 +58,13 @@ def raw(leaf: Any) -> Any:
 
 
 def pure_state(paths: Sequence[PathParts], values: Sequence[Any]) -> State:
-    """A State of raw values at ``paths`` (in that order: equal paths give equal
-    pytree structures)."""
+    """A State of raw values at ``paths``, in that order."""
     return State.from_flat_path(zip(paths, values))
 
 
 def as_flat(tree: Any, what: str, wrt: Any = None) -> dict[PathParts, Any]:
-    """``{path: leaf}`` of a State or nested mapping (e.g. the grads of ``nnx.grad``),
-    or, given ``wrt``, of the ``wrt`` sub-state of a model-shaped graph node (the
-    grads of ``nnx.grad(..., graph=False)`` come back as a copy of the model).
-
-    Raises:
-      TypeError: ``tree`` is not a State, mapping or (with ``wrt``) graph node.
-    """
+    """``{path: leaf}`` of a State or mapping, or (given ``wrt``) of a model-shaped node's ``wrt``
+    sub-state; ``TypeError`` for anything else."""
     if isinstance(tree, State):
         return dict(tree.flat_state())
     if isinstance(tree, Mapping):
@@ -100,13 +84,8 @@ def values_at(
     header: str,
     fixes: Sequence[str],
 ) -> list[Any]:
-    """The raw values of ``given`` at ``paths``, in that order.
-
-    Raises:
-      GraphStructureError (a ``ValueError``): ``given`` lacks some of ``paths`` or has
-        others; the message starts with ``header``, lists both sets of paths, then
-        the numbered ``fixes``.
-    """
+    """The raw values of ``given`` at ``paths``, in order; ``GraphStructureError`` (``header``, both
+    path sets, the numbered ``fixes``) if its paths differ."""
     if len(given) == len(paths):
         try:
             return [raw(given[p]) for p in paths]
@@ -130,13 +109,7 @@ def _listing(paths: list[str]) -> str:
 
 
 def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:
-    """``tree`` with every array leaf that is the same object as an earlier leaf, or
-    as one of ``others``, replaced by a copy.
-
-    ``jit`` with donation refuses two arguments backed by one buffer, so state kept
-    next to a model (an optax state that stores the parameters, an EMA's initial
-    average) must not share the model's arrays.
-    """
+    """``tree`` with each array leaf already seen (or in ``others``) copied: donation refuses shared buffers."""
     seen = {id(x) for x in others}
 
     def copy(x: Any) -> Any:
@@ -149,18 +122,8 @@ def unshare(tree: Any, others: Sequence[Any] = ()) -> Any:
 
 
 def mirror(kind: type[Variable[Any]], value: Any, source: Any) -> Variable[Any]:
-    """A ``kind`` Variable holding ``value`` with the metadata of ``source`` (the
-    parameter it mirrors) plus ``source_type``, the parameter's kind; the value is
-    placed by its sharding names as a new Variable's is (eager sharding).
-
-    A parameter's ``optimizer_sharding`` metadata, when present, becomes the
-    mirror's ``out_sharding`` instead of the parameter's own names (optimizer
-    state sharded differently from the parameters, e.g. ZeRO-style).
-
-    Sharding names are copied only when ``value`` has the parameter's shape (a
-    factored optimizer state such as adafactor's row statistics has another rank,
-    and the parameter's names would not fit it).
-    """
+    """A ``kind`` Variable of ``value`` with ``source``'s metadata plus ``source_type``; ``optimizer_sharding``
+    becomes ``out_sharding``, and sharding names are copied only for equal shapes."""
     if not is_variable(source):
         return kind(value)
     metadata = source._stored_metadata()
@@ -181,12 +144,7 @@ def wrap_mirroring(
     kind: type[Variable[Any]],
     other: type[Variable[Any]],
 ) -> Any:
-    """Wraps every leaf of ``tree`` (e.g. an optax state) in a Variable.
-
-    Each sub-tree with the structure of ``params`` (optax's moments mirror the
-    parameters) has its leaves wrapped by ``mirror(kind, leaf, source)``, pairing
-    them with ``sources`` in order; every other leaf becomes ``other(leaf)``.
-    """
+    """Wraps each leaf of ``tree``: sub-trees shaped like ``params`` by ``mirror``, others by ``other``."""
     treedef: Any = jax.tree.structure(params)  # a PyTreeDef (jaxlib ships no stub for it)
 
     def like_params(x: Any) -> bool:
@@ -209,13 +167,7 @@ def unbox(tree: Any) -> Any:
 
 
 def write_leaves(tree: Any, new: Any, what: str) -> None:
-    """Sets, in place, the Variables of ``tree`` to the leaves of ``new``, which has
-    the structure of ``unbox(tree)``.
-
-    Raises:
-      ValueError: ``new`` has another structure (e.g. a transformation changed the
-        shape of its state); the message shows both.
-    """
+    """Sets ``tree``'s Variables to the leaves of ``new``, in place; ``ValueError`` showing both structures if they differ."""
     treedef: Any  # a PyTreeDef (jaxlib ships no stub for it)
     variables, treedef = jax.tree.flatten(tree, is_leaf=is_variable)
     try:

@@ -1,42 +1,8 @@
 """EMA: an exponential moving average of Variables, as a Pytree.
 
-``EMA(params, decay)`` starts from a copy of the Variables of ``params`` (a model,
-or an ``nnx.State``) selected by ``only`` (all of them by default); each
-``ema.update(new)`` moves the average towards the current values of ``new``, an
-object of the same structure::
-
-  average <- decay * average + (1 - decay) * value
-
-The average is what is often evaluated instead of the last parameters (Polyak
-averaging). ``ema.params`` is an ``nnx.State`` of Variables of the averaged
-Variables' own kinds (``Param``…) and metadata; ``ema.apply_to(model)`` returns a
-model of ``model``'s structure that *uses* those Variables, so it follows every
-later ``update``::
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> class Model(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.zeros(2))
-  >>> model = Model()
-  >>> ema = nnx.EMA(model, decay=0.5)
-  >>> ema_model = ema.apply_to(model)
-  >>> model.w.value = jnp.ones(2)
-  >>> ema.update(model)
-  >>> ema.params['w'].value, ema_model.w.value
-  (Array([0.5, 0.5], dtype=float32), Array([0.5, 0.5], dtype=float32))
-
-An ``EMA`` passed to ``nnx.jit`` is updated inside the compiled step like any
-object, and since its Variables carry the averaged Variables' metadata (sharding
-names included) it shards like the model. The update is
-``optax.incremental_update``, cast back to each Variable's dtype.
-
-An ``EMA`` goes through ``pickle``, ``cloudpickle`` and ``copy.deepcopy``; pickled
-together with a model from ``apply_to``, that model still uses the EMA's Variables
-(a function ``only`` filter is pickled by value, with cloudpickle).
-
-Source: Flax NNX ``nnx.EMA`` (0.12.8: ``EMA(params, decay, *, only=...)``,
-``params``, ``update``, ``apply_to``); the update rule is optax's
-``incremental_update`` (Polyak-Ruppert averaging, ``optax.ema`` without debiasing).
+See the package README, "EMA". Source: Flax NNX ``nnx.EMA`` (0.12.8: ``EMA(params,
+decay, *, only=...)``, ``params``, ``update``, ``apply_to``); optax's
+``incremental_update`` (Polyak-Ruppert averaging).
 """
 
 from __future__ import annotations
@@ -69,51 +35,35 @@ __all__ = ["EMA"]
 
 
 class EMA(Pytree):
-    """An exponential moving average of the Variables of ``params`` selected by
-    ``only``.
+    """An exponential moving average of the Variables of ``params`` selected by ``only``.
 
     Args:
-      params: a model (an ``nnx.Module``/``Object`` or a container of them) or an
-        ``nnx.State``; read, not stored. The average starts as a copy of its
-        selected Variables.
+      params: a model (Module/Object or a container of them) or an ``nnx.State``; read,
+        not stored. The average starts as a copy of its selected Variables.
       decay: the weight of the old average, a float in [0, 1] (e.g. 0.999).
-      only: a filter selecting the averaged Variables (keyword-only; every
-        Variable by default, as in Flax; ``nnx.Param`` is the usual choice when the
-        model also holds random-number state).
-      graph: ``False`` selects them in tree mode (a shared Variable is an error);
-        ``None``: the default (``nnx.set_graph_mode``).
+      only: a filter of the averaged Variables (keyword-only; default every Variable, as
+        in Flax; ``nnx.Param`` when the model holds random state).
+      graph: ``False`` selects in tree mode (a shared Variable is an error); ``None`` the
+        default.
 
     Attributes:
       decay: the decay (a static float).
-      filter: the ``only`` filter (static; a list filter is stored as a tuple).
-      params: an ``nnx.State`` of new Variables, one per selected Variable (shared
-        Variables once), at its path, of its kind and metadata, holding the average.
+      filter: the ``only`` filter (static; a list is stored as a tuple).
+      params: an ``nnx.State`` of new Variables, one per selected Variable, at its path,
+        of its kind and metadata, holding the average.
 
     Raises:
       ValueError: ``decay`` is outside [0, 1] (Flax accepts any float).
-      TypeError: ``params`` is a single Variable or array rather than a model or
-        State, or a selected Variable holds no numbers (a random key: select the
-        parameters with ``only=nnx.Param``).
+      TypeError: ``params`` is a single Variable or array, or a selected Variable holds
+        no numbers (a random key: use ``only=nnx.Param``).
 
-    Example::
-
-      >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-      >>> class Model(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(3))
-      >>> model = Model()
-      >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
-      >>> ema = nnx.EMA(model, decay=0.5, only=nnx.Param)
-      >>> @nnx.jit
-      ... def train_step(model, optimizer, ema):
-      ...   grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(model)
-      ...   optimizer.update(model, grads)
-      ...   ema.update(model)
-      >>> train_step(model, optimizer, ema)
-      >>> ema.params['w'].value
-      Array([0.9, 0.9, 0.9], dtype=float32)
-
-    Source: see the module docstring.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> model = nnx.Dict(w=nnx.Param(jnp.ones(2)))
+    >>> ema = nnx.EMA(model, decay=0.5, only=nnx.Param)
+    >>> model['w'].value = jnp.zeros(2)
+    >>> ema.update(model)
+    >>> ema.params['w'].value
+    Array([0.5, 0.5], dtype=float32)
     """
 
     def __init__(self, params: Any, decay: float, *, only: Filter = ..., graph: bool | None = None):
@@ -169,20 +119,14 @@ class EMA(Pytree):
         return paths, values
 
     def update(self, updates: Any) -> None:
-        """Moves the averages towards the values of ``updates``, in place:
-        ``average = decay * average + (1 - decay) * value`` (``optax.incremental_update``,
-        cast back to the average's dtype).
+        """Moves the averages towards the values of ``updates``, in place (cast back to each dtype).
 
         Args:
-          updates: a model or ``nnx.State`` with the structure of the ``params`` the
-            EMA was built from (its Variables selected by ``only`` at the same paths).
+          updates: a model or ``nnx.State`` with the structure of the EMA's ``params``.
 
         Raises:
-          GraphStructureError (a ``ValueError``): the selected Variables of
-            ``updates`` are not at the averages' paths; the message lists the
-            missing and the new ones. Nothing is updated then.
-
-        Source: Flax NNX ``nnx.EMA.update``.
+          GraphStructureError (a ``ValueError``): the selected Variables of ``updates`` are not
+            at the averages' paths (the message lists missing and new ones); nothing is updated.
         """
         paths, values = self._values_of(updates, "update")
         variables = list(self.params.flat_state().leaves)
@@ -197,24 +141,29 @@ class EMA(Pytree):
             var.value = jnp.asarray(value).astype(var.raw_value.dtype)
 
     def apply_to(self, model: A) -> A:
-        """Returns a new model of ``model``'s structure whose averaged Variables are
-        the EMA's own (``ema.params``), so it reflects every later ``update``; its
-        other Variables are ``model``'s (shared, not copied). ``model`` itself is not
-        changed.
+        """A new model of ``model``'s structure using ``ema.params`` as its averaged Variables.
+
+        It follows every later ``update``; its other Variables are ``model``'s (shared);
+        ``model`` is not changed.
 
         Args:
-          model: an object with the structure of the ``params`` the EMA was built
-            from.
+          model: an object with the structure of the EMA's ``params``.
 
         Returns:
-          A new object of ``model``'s type; ``ema.apply_to(model).w is
-          ema.params['w']``.
+          A new object of ``model``'s type; ``ema.apply_to(model).w is ema.params['w']``.
 
         Raises:
-          GraphStructureError (a ``ValueError``): the Variables of ``model``
-            selected by ``only`` are not at the averages' paths.
+          GraphStructureError (a ``ValueError``): the Variables of ``model`` selected by
+            ``only`` are not at the averages' paths.
 
-        Source: Flax NNX ``nnx.EMA.apply_to``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> model = nnx.Dict(w=nnx.Param(jnp.zeros(2)))
+        >>> ema = nnx.EMA(model, decay=0.5)
+        >>> ema_model = ema.apply_to(model)
+        >>> model['w'].value = jnp.ones(2)
+        >>> ema.update(model)
+        >>> ema_model['w'].value
+        Array([0.5, 0.5], dtype=float32)
         """
         self._values_of(model, "apply_to")
         averages = dict(self.params.flat_state())

@@ -1,31 +1,12 @@
 """Metrics: running statistics of a training or evaluation loop, as Objects.
 
-A metric accumulates batches with ``update(**kwargs)``, reports with
-``compute()`` and starts over with ``reset()``. Its running state lives in
-``MetricState`` Variables, so a metric passed to ``nnx.jit`` is updated inside
-the compiled step and the new values come back to the caller's object::
+A metric accumulates with ``update(**kwargs)`` (ignoring keywords it does not use),
+reports with ``compute()`` and starts over with ``reset()``. See the package README,
+"Metrics".
 
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> metrics = nnx.MultiMetric(
-  ...     accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average('loss'))
-  >>> @nnx.jit
-  ... def eval_step(metrics, logits, labels, loss):
-  ...   metrics.update(logits=logits, labels=labels, loss=loss)
-  >>> eval_step(metrics, jnp.array([[0.1, 0.9], [0.8, 0.2]]), jnp.array([1, 1]), 0.5)
-  >>> {k: float(v) for k, v in metrics.compute().items()}
-  {'accuracy': 0.5, 'loss': 0.5}
-
-Every metric takes keyword arguments and ignores those it does not use, so one
-``MultiMetric.update`` call feeds metrics that read different arguments.
-Static attributes (argument names, metric names, thresholds) are hashable, so
-the metric's ``GraphDef`` is a valid ``jit`` cache key.
-
-Metrics go through ``pickle``, ``cloudpickle`` and ``copy.deepcopy`` (their state
-is Variables, their static attributes strings and numbers).
-
-Source: Flax NNX ``nnx.metrics`` (``Metric``, ``MetricState``, ``Average``,
-``Welford``, ``Statistics``, ``Accuracy``, ``MultiMetric``; 0.12); Welford's and
-Chan et al.'s parallel variance update.
+Source: Flax NNX ``nnx.metrics`` (``Metric``, ``MetricState``, ``Average``, ``Welford``,
+``Statistics``, ``Accuracy``, ``MultiMetric``; 0.12); T. Chan, G. Golub, R. LeVeque,
+"Updating formulae and a pairwise algorithm for computing sample variances" (1979).
 """
 
 from __future__ import annotations
@@ -56,23 +37,17 @@ __all__ = [
 
 
 class MetricState(Variable[A]):
-    """The kind of the Variables holding a metric's running state.
-
-    Source: Flax NNX ``nnx.metrics.MetricState``.
-    """
+    """The kind of the Variables holding a metric's running state."""
 
 
 class Metric(Pytree):
-    """Base class of metrics: subclasses implement ``update``, ``compute`` and
-    ``reset``, and keep their running state in ``MetricState`` Variables (values
-    replaced through ``.value``, so the updates propagate out of ``nnx.jit``).
+    """Base class of metrics: subclasses implement ``update``, ``compute`` and ``reset``.
+
+    Their running state is ``MetricState`` Variables (replaced through ``.value``).
 
     Raises:
-      NotImplementedError: ``Metric()`` itself, or a subclass without its own
-        ``__init__`` (it would have no state), is instantiated; or a subclass
-        method that is not implemented is called.
-
-    Source: Flax NNX ``nnx.metrics.Metric`` (0.12: ``__init__`` must be overridden).
+      NotImplementedError: ``Metric()`` itself or a subclass without its own ``__init__``
+        is instantiated, or an unimplemented method is called.
     """
 
     def __init__(self) -> None:
@@ -94,28 +69,16 @@ class Metric(Pytree):
         raise NotImplementedError(f"{type(self).__name__} must implement compute()")
 
     def split(self, *filters: Filter) -> tuple[Any, ...]:
-        """``nnx.split(self, *filters)``: the metric's ``GraphDef`` and its state.
+        """``nnx.split(self, *filters)``: the metric's ``GraphDef`` and its state(s).
 
-        Args:
-          *filters: as in ``nnx.split`` (none: one ``State`` with everything).
+        Raises ``ValueError`` as ``nnx.split`` does (a leaf no filter matches).
 
-        Returns:
-          ``(graphdef, state)`` or ``(graphdef, *states)``, one per filter;
-          ``nnx.merge`` rebuilds the metric.
-
-        Raises:
-          ValueError: as ``nnx.split`` (a leaf no filter matches).
-
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> avg = nnx.metrics.Average()
-          >>> avg.update(values=jnp.array([1.0, 3.0]))
-          >>> graphdef, state = avg.split()
-          >>> nnx.merge(graphdef, state).compute()
-          Array(2., dtype=float32)
-
-        Source: Flax NNX ``nnx.metrics.Metric.split`` (0.12).
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> avg = nnx.metrics.Average()
+        >>> avg.update(values=jnp.array([1.0, 3.0]))
+        >>> graphdef, state = avg.split()
+        >>> nnx.merge(graphdef, state).compute()
+        Array(2., dtype=float32)
         """
         return graph_split(self, *filters)
 
@@ -132,8 +95,7 @@ def _argument(kwargs: dict[str, Any], argname: str, metric: str) -> jax.Array:
 
 
 def _mask(mask: Any, shape: tuple[int, ...], metric: str, what: str) -> jax.Array | None:
-    """``mask`` (``None`` or an array broadcastable to ``shape``) as a bool array of
-    ``shape``: nonzero entries select."""
+    """``mask`` (``None`` or broadcastable to ``shape``) as a bool array of ``shape``."""
     if mask is None:
         return None
     mask = jnp.asarray(mask.raw_value if is_variable(mask) else mask)
@@ -151,33 +113,23 @@ class Average(Metric):
     """The mean of every value passed so far.
 
     Args:
-      argname: the keyword argument of ``update`` holding the values (default
-        ``'values'``).
+      argname: the ``update`` keyword holding the values (default ``'values'``).
 
-    ``update(mask=None, **{argname: values})`` takes a scalar or an array of any
-    shape (all its elements count, or those where ``mask``, broadcast to the
-    values' shape, is nonzero); ``compute()`` returns a ``float32`` scalar, ``nan``
-    before any update. State: ``total`` (``float32``) and ``count`` (``int32``).
+    ``update(mask=None, **{argname: values})``: a scalar or an array of any shape (each
+    element counts, or those where ``mask`` is nonzero); ``compute()`` returns a
+    ``float32`` scalar, ``nan`` before any update. State: ``total`` (float32), ``count``
+    (int32).
 
     Raises:
-      TypeError: from ``update``, when ``argname`` is not among its arguments.
-      ValueError: from ``update``, when ``mask`` does not broadcast to the values.
+      TypeError: from ``update``, ``argname`` missing.
+      ValueError: from ``update``, ``mask`` does not broadcast to the values.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> avg = nnx.metrics.Average()
-      >>> avg.update(values=jnp.array([1, 2, 3, 4]))
-      >>> avg.update(values=jnp.array([3, 2, 1, 0]))
-      >>> avg.compute()
-      Array(2., dtype=float32)
-      >>> avg.update(values=jnp.array([11, 50]), mask=jnp.array([True, False]))
-      >>> avg.compute()
-      Array(3., dtype=float32)
-
-    Source: Flax NNX ``nnx.metrics.Average`` (0.12, with ``mask``). Where Flax
-    counts ``mask.sum()`` elements, a mask broadcast along an axis counts here once
-    per element it selects, so the result stays the mean of the selected values.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> avg = nnx.metrics.Average()
+    >>> avg.update(values=jnp.array([1, 2, 3, 4]))
+    >>> avg.update(values=jnp.array([11, 50, 0, 0]), mask=jnp.array([1, 0, 0, 0]))
+    >>> avg.compute()
+    Array(4.2, dtype=float32)
     """
 
     def __init__(self, argname: str = "values"):
@@ -191,14 +143,11 @@ class Average(Metric):
         self.count.value = jnp.zeros_like(self.count.value)
 
     def update(self, mask: Any = None, **kwargs: Any) -> None:
-        """Adds ``values`` (the keyword named by ``argname``: an array of any shape, or a
-        scalar) to the running mean; every element counts once, or only those where
-        ``mask`` (broadcastable to the values' shape; nonzero selects) is set.
+        """Adds ``values`` (the ``argname`` keyword) to the running mean; with ``mask``, only where it is nonzero.
 
         Raises:
           TypeError: the keyword ``argname`` is missing.
-          ValueError: ``mask`` does not broadcast to the values' shape, or a mask
-            is given with a Python scalar value.
+          ValueError: ``mask`` does not broadcast to the values, or is given with a Python scalar.
         """
         raw = kwargs.get(self.argname)
         if mask is not None and isinstance(raw, (int, float)):
@@ -220,7 +169,7 @@ class Average(Metric):
         self.count.value = self.count.value + count
 
     def compute(self) -> jax.Array:
-        """The metric over every update since the last ``reset`` (see the class)."""
+        """The mean over every update since the last ``reset``."""
         return self.total.value / self.count.value
 
 
@@ -231,18 +180,12 @@ class Average(Metric):
 )
 @dataclasses.dataclass(frozen=True, slots=True)
 class Statistics:
-    """What ``Welford.compute`` returns: three ``float32`` scalars, in a frozen
-    dataclass that is a JAX pytree (so ``dataclasses.asdict`` and ``jax.tree``
-    functions work on it, and ``nnx.jit`` can return it), as Flax's.
+    """What ``Welford.compute`` returns: three float32 scalars in a frozen dataclass that is a JAX pytree.
 
-    Example::
-
-      >>> import dataclasses, jax.numpy as jnp, flaxgraph as nnx
-      >>> stats = nnx.metrics.Statistics(jnp.float32(1), jnp.float32(0), jnp.float32(0))
-      >>> sorted(dataclasses.asdict(stats.replace(mean=jnp.float32(2))))
-      ['mean', 'standard_deviation', 'standard_error_of_mean']
-
-    Source: Flax NNX ``nnx.metrics.Statistics`` (a ``flax.struct`` dataclass).
+    >>> import dataclasses, jax.numpy as jnp, flaxgraph as nnx
+    >>> stats = nnx.metrics.Statistics(jnp.float32(1), jnp.float32(0), jnp.float32(0))
+    >>> sorted(dataclasses.asdict(stats.replace(mean=jnp.float32(2))))
+    ['mean', 'standard_deviation', 'standard_error_of_mean']
     """
 
     mean: jax.Array
@@ -250,48 +193,31 @@ class Statistics:
     standard_deviation: jax.Array
 
     def replace(self, **changes: jax.Array) -> Statistics:
-        """A copy with the given fields changed (``stats.replace(mean=m)``), as Flax's.
-
-        Raises:
-          TypeError: a keyword names no field.
-        """
+        """A copy with the given fields changed (``TypeError`` for a keyword that names no field)."""
         return dataclasses.replace(self, **changes)
 
 
 class Welford(Metric):
-    """Running mean, standard deviation and standard error of the mean of every
-    value passed so far, numerically stable (no sum of squares).
+    """Running mean, standard deviation and standard error of the mean, numerically stable.
 
     Args:
-      argname: the keyword argument of ``update`` holding the values (default
-        ``'values'``).
+      argname: the ``update`` keyword holding the values (default ``'values'``).
 
-    ``update`` takes a scalar or an array of any shape; each batch is merged with
-    the parallel form of Welford's algorithm (Chan, Golub & LeVeque). ``compute()``
-    returns ``Statistics(mean, standard_error_of_mean, standard_deviation)`` of
-    ``float32`` scalars; the standard deviation is the population one (divided by
-    ``n``) and the standard error is ``standard_deviation / sqrt(n)``. Before any
-    update: mean ``0`` and ``nan`` for the others. State: ``count`` (``int32``),
-    ``mean`` and ``m2`` (sum of squared deviations, ``float32``).
-
-    ``update`` also takes an optional ``mask`` (broadcastable to the values; only
-    the selected values count). Flax 0.12's ``Welford`` ignores a mask; here it is
-    honoured, as ``Average``'s is.
+    ``update`` takes a scalar or an array (and an optional ``mask``, which Flax 0.12
+    ignores); batches merge by the parallel Welford update. ``compute()`` returns
+    ``Statistics(mean, standard_error_of_mean, standard_deviation)``: the population
+    deviation, ``standard_error = standard_deviation / sqrt(n)``; before any update mean 0
+    and ``nan``. State: ``count`` (int32), ``mean``, ``m2`` (float32).
 
     Raises:
-      TypeError: from ``update``, when ``argname`` is not among its arguments.
-      ValueError: from ``update``, when ``mask`` does not broadcast to the values.
+      TypeError: from ``update``, ``argname`` missing.
+      ValueError: from ``update``, ``mask`` does not broadcast to the values.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> w = nnx.metrics.Welford()
-      >>> w.update(values=jnp.array([1.0, 2.0, 3.0, 4.0]))
-      >>> w.compute().standard_deviation
-      Array(1.118034, dtype=float32)
-
-    Source: Flax NNX ``nnx.metrics.Welford``; T. Chan, G. Golub, R. LeVeque,
-    "Updating formulae and a pairwise algorithm for computing sample variances" (1979).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> w = nnx.metrics.Welford()
+    >>> w.update(values=jnp.array([1.0, 2.0, 3.0, 4.0]))
+    >>> w.compute().standard_deviation
+    Array(1.118034, dtype=float32)
     """
 
     def __init__(self, argname: str = "values"):
@@ -306,9 +232,7 @@ class Welford(Metric):
             v.value = jnp.zeros_like(v.value)
 
     def update(self, mask: Any = None, **kwargs: Any) -> None:
-        """Adds ``values`` (the keyword named by ``argname``: any shape, cast to float32)
-        to the running mean and variance (Welford's algorithm); with ``mask``, only
-        the values where it is nonzero.
+        """Adds ``values`` (the ``argname`` keyword, cast to float32); with ``mask``, only where it is nonzero.
 
         Raises:
           TypeError: the keyword ``argname`` is missing.
@@ -332,7 +256,7 @@ class Welford(Metric):
         self.count.value = self.count.value + n_b
 
     def compute(self) -> Statistics:
-        """The metric over every update since the last ``reset`` (see the class)."""
+        """The ``Statistics`` over every update since the last ``reset``."""
         n = self.count.value.astype(jnp.float32)
         std = jnp.sqrt(self.m2.value / n)
         return Statistics(self.mean.value, std / jnp.sqrt(n), std)
@@ -349,45 +273,31 @@ class Accuracy(Average):
     """The fraction of correct predictions so far.
 
     Args:
-      threshold: ``None`` for multi-class classification: ``logits`` has shape
-        ``(..., num_classes)``, ``labels`` shape ``(...)`` of integers, and the
-        prediction is ``argmax(logits, -1)``. A ``float`` for binary classification:
-        ``logits`` and ``labels`` have the same shape, labels are integers (0/1) or
-        bools, the prediction is ``logits >= threshold`` and a label counts as
-        positive when it is ``> 0``.
-      argname: the name under which the per-example correctness is averaged
-        (kept for Flax compatibility; ``update`` takes ``logits`` and ``labels``).
+      threshold: ``None``: multi-class, ``logits`` ``(..., num_classes)``, integer
+        ``labels`` ``(...)``, prediction ``argmax(logits, -1)``. A ``float``: binary,
+        ``logits`` and integer or bool ``labels`` of one shape, prediction
+        ``logits >= threshold``, positive label ``> 0``.
+      argname: kept for Flax compatibility (``update`` takes ``logits`` and ``labels``).
 
-    ``update(logits=..., labels=..., mask=None)`` ignores other keyword
-    arguments; ``mask`` (broadcastable to the labels' shape) selects the examples
-    that count. ``compute()`` returns a ``float32`` scalar in [0, 1] (``nan``
-    before any update).
+    ``update(logits=..., labels=..., mask=None)``; ``compute()`` returns a float32 scalar
+    in [0, 1] (``nan`` before any update).
 
     Raises:
-      TypeError: ``threshold`` is neither ``None`` nor a ``float`` (an ``int`` such
-        as ``1``, a bool or a ``np.float32`` is refused, as in Flax; ``np.float64``
-        is a ``float``).
-      ValueError: from ``update``: the ranks do not fit (``logits.ndim ==
-        labels.ndim + 1`` without threshold, equal ranks with one), the labels
-        are not integers (or bools, with a threshold), or ``mask`` does not
-        broadcast to the labels.
-      TypeError: from ``update``, when ``logits`` or ``labels`` is missing.
+      TypeError: ``threshold`` is neither ``None`` nor a ``float`` (an int, bool or
+        ``np.float32`` is refused, as in Flax; ``np.float64`` is a float); from
+        ``update``, ``logits``/``labels`` missing.
+      ValueError: from ``update``, ranks that do not fit, non-integer labels, or a
+        ``mask`` that does not broadcast to the labels.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> acc = nnx.metrics.Accuracy()
-      >>> acc.update(logits=jnp.array([[0.9, 0.1], [0.3, 0.7]]), labels=jnp.array([0, 0]))
-      >>> acc.compute()
-      Array(0.5, dtype=float32)
-      >>> binary = nnx.metrics.Accuracy(threshold=0.5)
-      >>> binary.update(logits=jnp.array([0.2, 0.7, 0.9]), labels=jnp.array([0, 1, 0]))
-      >>> binary.compute()
-      Array(0.6666667, dtype=float32)
-
-    Source: Flax NNX ``nnx.metrics.Accuracy`` (0.12, with ``mask``; Flax accepts
-    only ``int32`` labels, any integer dtype is accepted here, and bools with a
-    threshold).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> acc = nnx.metrics.Accuracy()
+    >>> acc.update(logits=jnp.array([[0.9, 0.1], [0.3, 0.7]]), labels=jnp.array([0, 0]))
+    >>> acc.compute()
+    Array(0.5, dtype=float32)
+    >>> binary = nnx.metrics.Accuracy(threshold=0.5)
+    >>> binary.update(logits=jnp.array([0.2, 0.7, 0.9]), labels=jnp.array([0, 1, 0]))
+    >>> binary.compute()
+    Array(0.6666667, dtype=float32)
     """
 
     def __init__(self, threshold: float | None = None, argname: str = "values"):
@@ -404,9 +314,7 @@ class Accuracy(Average):
     def update(  # type: ignore[override]
         self, *, logits: Any, labels: Any, mask: Any = None, **_: Any
     ) -> None:
-        """Adds a batch: ``logits`` of shape ``(..., num_classes)`` (or ``(...)`` with a
-        ``threshold``) and integer ``labels`` of shape ``(...)``; with ``mask``
-        (broadcastable to ``(...)``), only the examples where it is nonzero count.
+        """Adds a batch of ``logits`` and ``labels`` (see the class); with ``mask``, only where it is nonzero.
 
         Raises:
           ValueError: the shapes of ``logits``, ``labels`` or ``mask`` do not fit.
@@ -448,34 +356,26 @@ class MultiMetric(Metric):
     """Several metrics updated and computed together.
 
     Args:
-      **metrics: the metrics by name; each becomes an attribute
-        (``multi.accuracy``).
+      **metrics: the metrics by name; each becomes an attribute (``multi.accuracy``).
 
-    ``update(**kwargs)`` passes all keyword arguments to every metric (each reads
-    the ones it needs). A ``mask`` argument is passed to every metric when it is an
-    array, or per metric when it is a dict ``{name: mask}`` (metrics it does not
-    name get no mask); ``compute()`` returns ``{name: metric.compute()}`` in the
-    order given; ``reset()`` resets them all. The names are kept as a tuple (a
-    hashable static attribute), so a ``MultiMetric``'s GraphDef can key a ``jit``
-    cache.
+    ``update(**kwargs)`` passes every keyword to every metric; a ``mask`` array goes to
+    all, a ``{name: mask}`` dict to the metrics it names. ``compute()`` returns
+    ``{name: metric.compute()}`` in order; ``reset()`` resets them all.
 
     Raises:
       TypeError: a value is not a ``Metric``.
-      ValueError: a name is taken by a method or attribute of ``MultiMetric``
-        (``update``, ``compute``, ``reset``…) or starts with an underscore; from
-        ``update``, a ``mask`` dict names a metric that does not exist (Flax 0.12
-        ignores such names silently).
+      ValueError: a name is taken by a ``MultiMetric`` attribute or starts with an
+        underscore; from ``update``, a ``mask`` dict names no metric (Flax ignores it).
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.MultiMetric(loss=nnx.metrics.Average('loss'),
-      ...                     grad_norm=nnx.metrics.Average('grad_norm'))
-      >>> m.update(loss=jnp.array(2.0), grad_norm=jnp.array(0.5))
-      >>> m.compute()
-      {'loss': Array(2., dtype=float32), 'grad_norm': Array(0.5, dtype=float32)}
-
-    Source: Flax NNX ``nnx.MultiMetric`` (0.12).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> metrics = nnx.MultiMetric(
+    ...     accuracy=nnx.metrics.Accuracy(), loss=nnx.metrics.Average('loss'))
+    >>> @nnx.jit
+    ... def eval_step(metrics, logits, labels, loss):
+    ...   metrics.update(logits=logits, labels=labels, loss=loss)
+    >>> eval_step(metrics, jnp.array([[0.1, 0.9], [0.8, 0.2]]), jnp.array([1, 1]), 0.5)
+    >>> {k: float(v) for k, v in metrics.compute().items()}
+    {'accuracy': 0.5, 'loss': 0.5}
     """
 
     def __init__(self, **metrics: Metric):
@@ -500,8 +400,7 @@ class MultiMetric(Metric):
             getattr(self, name).reset()
 
     def update(self, **updates: Any) -> None:
-        """Passes the keyword arguments to every metric's ``update``; a ``mask`` dict
-        gives each named metric its own mask (see the class).
+        """Passes the keywords to every metric's ``update``; a ``mask`` dict gives each named metric its own.
 
         Raises:
           ValueError: a ``mask`` dict names no metric of this ``MultiMetric``.
@@ -523,5 +422,5 @@ class MultiMetric(Metric):
                 getattr(self, name).update(mask=metric_mask, **updates)
 
     def compute(self) -> dict[str, Any]:
-        """The metric over every update since the last ``reset`` (see the class)."""
+        """``{name: metric.compute()}`` for every metric, in order."""
         return {name: getattr(self, name).compute() for name in self._metric_names}

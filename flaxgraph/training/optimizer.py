@@ -1,52 +1,9 @@
 """Optimizer: an optax gradient transformation and its state, as an Object.
 
-``Optimizer(model, tx, wrt=nnx.Param)`` initialises ``tx`` (any
-``optax.GradientTransformation``) on the model's parameters and keeps its state.
-``optimizer.update(model, grads)`` takes the gradients ``nnx.grad`` returns and
-writes the new parameters into ``model`` in place::
-
-  >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-  >>> class Model(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.ones(3))
-  >>> model = Model()
-  >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
-  >>> grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(model)
-  >>> _ = optimizer.update(model, grads)
-  >>> model.w.value, int(optimizer.step.value)
-  (Array([0.8, 0.8, 0.8], dtype=float32), 1)
-
-The optimizer does not hold the model, so the two are separate arguments of a
-training step and both go through ``nnx.jit`` (and ``donate_argnums``) like any
-object. Its state lives in Variables of the kind ``OptState``: ``step`` is one,
-and every array of optax's state is wrapped in one. Arrays that mirror a
-parameter (adam's ``mu`` and ``nu``, momentum's trace…) are ``OptVariable``\\ s
-that copy the parameter's metadata, so sharding names carry over and
-``nnx.get_partition_spec(nnx.state(optimizer))`` shards the optimizer state like
-the model; other arrays (step counts, hyper-parameters) are ``OptArray``\\ s.
-A parameter created with ``optimizer_sharding=(...)`` metadata (e.g. through
-``kernel_metadata``) gives its mirrors that ``out_sharding`` instead, and under a
-mesh their arrays are placed so (optimizer state sharded apart from the model).
-
-Every computation is optax's: ``tx.init``, ``tx.update`` and
-``optax.apply_updates``, on plain pytrees of arrays (an ``nnx.State`` of the
-parameters' values).
-
-An optimizer goes through ``pickle``, ``cloudpickle`` and ``copy.deepcopy`` (Flax's
-fails on optax's closures, flax#4247): ``tx`` and ``wrt`` are pickled by value with
-cloudpickle (an optional dependency, needed to pickle optax's transformations: ``pip
-install cloudpickle``), a deep copy shares ``tx``; pickled together with its model (a
-``ModelAndOptimizer`` holding it, an ``nnx.EMA``…), the model comes back shared, and
-training resumed from the copy gives bitwise the results of uninterrupted training.
-
-``wrt`` is required, as in Flax 0.11+. ``nnx.ModelAndOptimizer(model, tx)`` is
-the variant that holds its model (``wrt`` defaults to ``nnx.Param`` there) and
-whose ``update`` takes only the gradients.
-
-Source: Flax NNX ``nnx.Optimizer``, ``nnx.ModelAndOptimizer``, ``nnx.OptState``,
-``nnx.OptArray``, ``nnx.OptVariable`` (0.12 behaviour: ``Optimizer`` is given the
-model in ``update``, ``ModelAndOptimizer`` stores it); optax for all optimizer
-numerics.
+See the package README, "Optimizer". Source: Flax NNX ``nnx.Optimizer``,
+``ModelAndOptimizer``, ``OptState``, ``OptArray``, ``OptVariable``, ``to_opt_state``
+(0.12: ``Optimizer`` is given the model in ``update``, ``ModelAndOptimizer`` stores it);
+optax for all numerics.
 """
 
 from __future__ import annotations
@@ -99,57 +56,40 @@ if TYPE_CHECKING:
 
 
 class OptState(Variable[A]):
-    """Any optimizer state: the step counter and, through its subclasses
-    ``OptArray``/``OptVariable``, every array of optax's state.
-
-    Source: Flax NNX ``nnx.OptState``.
-    """
+    """Any optimizer state: the step counter and, through ``OptArray``/``OptVariable``, optax's arrays."""
 
 
 class OptArray(OptState[A]):
-    """An array of optax's state that mirrors no parameter (a step count, a
-    hyper-parameter of ``optax.inject_hyperparams``…).
-
-    Source: Flax NNX ``nnx.OptArray``.
-    """
+    """An array of optax's state that mirrors no parameter (a step count, a hyper-parameter…)."""
 
 
 class OptVariable(OptState[A]):
     """An array of optax's state that mirrors a parameter (adam's moments…).
 
-    Its metadata is the parameter's (e.g. ``sharding``), plus ``source_type``, the
-    parameter's kind (``Param``…). Sharding names are dropped when the array's shape
-    differs from the parameter's (factored states).
-
-    Source: Flax NNX ``nnx.OptVariable``.
+    Its metadata is the parameter's plus ``source_type`` (the parameter's kind); sharding
+    names are dropped when the shape differs from the parameter's (factored states).
     """
 
 
 def to_opt_state(tree: Any) -> Any:
-    """``tree`` with each leaf wrapped in an optimizer-state Variable.
+    """``tree`` with each leaf wrapped in an optimizer-state Variable (the input is not changed).
 
-    A Variable becomes an ``OptVariable`` holding its value and a copy of its metadata
-    (an ``optimizer_sharding`` entry becomes the ``out_sharding``, as for the state an
-    ``Optimizer`` builds); any other leaf ``x`` becomes ``OptArray(x)``. Containers
-    (dicts, tuples, optax states, ``nnx.State``) keep their structure. The input is not
-    changed.
+    A Variable becomes an ``OptVariable`` with its value and a copy of its metadata (an
+    ``optimizer_sharding`` entry becomes ``out_sharding``); any other leaf becomes an
+    ``OptArray``.
 
     Args:
-      tree: a pytree whose leaves are arrays (any shape and dtype) or Variables.
+      tree: a pytree whose leaves are arrays or Variables.
 
     Returns:
       A pytree of the same structure whose leaves are ``OptVariable``/``OptArray``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.training.optimizer import to_opt_state
-      >>> state = to_opt_state({'w': nnx.Param(jnp.ones(2), out_sharding=('a',)),
-      ...                       'count': jnp.zeros(())})
-      >>> type(state['w']).__name__, state['w'].out_sharding, type(state['count']).__name__
-      ('OptVariable', ('a',), 'OptArray')
-
-    Source: Flax NNX ``flax.nnx.training.optimizer.to_opt_state`` (0.12).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.training.optimizer import to_opt_state
+    >>> state = to_opt_state({'w': nnx.Param(jnp.ones(2), out_sharding=('a',)),
+    ...                       'count': jnp.zeros(())})
+    >>> type(state['w']).__name__, state['w'].out_sharding, type(state['count']).__name__
+    ('OptVariable', ('a',), 'OptArray')
     """
 
     def wrap_leaf(x: Any) -> OptState[Any]:
@@ -168,10 +108,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _explains_old_calls(update: F) -> F:
-    """Wraps ``update`` so that a call with the wrong number of positional arguments
-    (the Flax 0.10 ``optimizer.update(grads)``, gradients by keyword…) raises a
-    ``TypeError`` saying what changed in Flax 0.11 and how to call it now. The
-    signature stays ``update``'s (``inspect.signature`` follows ``__wrapped__``)."""
+    """Wraps ``update`` so a call in the Flax 0.10 form raises a ``TypeError`` saying how to call it now."""
 
     @functools.wraps(update)
     def checked(self: Optimizer[Any], *args: Any, **kwargs: Any) -> Any:
@@ -222,59 +159,40 @@ def _wrong_update_call(opt: Optimizer[Any], args: tuple[Any, ...], kwargs: dict[
 
 
 class Optimizer(Pytree, Generic[M]):
-    """An optax gradient transformation and its state, for the ``wrt`` sub-state
-    of a model.
+    """An optax gradient transformation and its state, for the ``wrt`` sub-state of a model.
 
     Args:
-      model: the model (an ``nnx.Module``/``Object`` or a container of them) whose
-        parameters will be optimised. It is read, not stored.
+      model: the model (a Module/Object or a container of them); read, not stored.
       tx: an ``optax.GradientTransformation`` (``optax.adam(1e-3)``…).
-      wrt: a filter selecting the parameters (keyword-only and required, usually
-        ``nnx.Param``). ``update`` expects gradients of exactly this sub-state:
-        the filter given to ``nnx.grad`` (``nnx.DiffState(0, wrt)``), ``nnx.Param``
-        by default there.
+      wrt: a filter of the parameters (keyword-only, required, usually ``nnx.Param``);
+        ``update`` expects gradients of exactly this sub-state.
 
     Attributes:
-      step: an ``OptState`` Variable, a ``uint32`` scalar counting ``update`` calls.
-      tx: the optax transformation (a static attribute, compared by the identity
-        of its functions: ``nnx.jit`` reuses compiled code for a new Optimizer only if
-        it shares the ``tx`` object, so build ``tx`` once to train several models).
-      wrt: the filter (a static attribute; a list filter is stored as a tuple).
-      graph: ``False`` selects the ``wrt`` sub-state in tree mode (a shared Variable
-        is an error); ``None``: the default (``nnx.set_graph_mode``).
-      opt_state: ``tx.init(params)`` with every array wrapped in an ``OptArray``, or
-        an ``OptVariable`` copying the metadata of the parameter it mirrors. ``params``
-        is an ``nnx.State`` of the parameters' values (same paths, raw arrays).
+      step: an ``OptState``, a ``uint32`` scalar counting ``update`` calls.
+      tx: the optax transformation (static; ``nnx.jit`` reuses compiled code only for an
+        Optimizer sharing the same ``tx`` object).
+      wrt: the filter (static; a list is stored as a tuple).
+      graph: ``False`` selects ``wrt`` in tree mode; ``None`` the default.
+      opt_state: ``tx.init(params)``, arrays wrapped in ``OptArray``/``OptVariable``.
 
     Raises:
-      TypeError: ``wrt`` is missing (the message names ``nnx.ModelAndOptimizer``,
-        the variant with a default), or ``model`` is a single Variable or array
-        rather than a model.
-      pickle.PicklingError: (on ``pickle.dumps``) cloudpickle is not installed and
-        ``tx`` or ``wrt`` is a closure (every optax transformation is).
+      TypeError: ``wrt`` is missing (the message names ``nnx.ModelAndOptimizer``), or
+        ``model`` is a single Variable or array.
+      pickle.PicklingError: (on ``pickle.dumps``) cloudpickle is not installed and ``tx``
+        or ``wrt`` is a closure (every optax transformation is).
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
-      >>> class Model(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones((2, 3)), out_sharding=(None, 'model'))
-      ...   def __call__(self, x):
-      ...     return x @ self.w
-      >>> model = Model()
-      >>> optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
-      >>> optimizer.opt_state[0].mu['w'].out_sharding     # metadata carried over
-      (None, 'model')
-      >>> @nnx.jit
-      ... def train_step(model, optimizer, x, y):
-      ...   loss, grads = nnx.value_and_grad(lambda m: ((m(x) - y) ** 2).mean())(model)
-      ...   optimizer.update(model, grads)
-      ...   return loss
-      >>> loss = train_step(model, optimizer, jnp.ones((4, 2)), jnp.zeros((4, 3)))
-      >>> int(optimizer.step.value)
-      1
-
-    Source: Flax NNX ``nnx.Optimizer`` (0.12: ``wrt`` required, the model not stored).
+    >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+    >>> model = nnx.Dict(w=nnx.Param(jnp.ones((2, 3)), out_sharding=(None, 'model')))
+    >>> optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    >>> optimizer.opt_state[0].mu['w'].out_sharding     # metadata carried over
+    (None, 'model')
+    >>> @nnx.jit
+    ... def train_step(model, optimizer, x):
+    ...   grads = nnx.grad(lambda m: (x @ m['w'].value).sum())(model)
+    ...   optimizer.update(model, grads)
+    >>> train_step(model, optimizer, jnp.ones((4, 2)))
+    >>> int(optimizer.step.value)
+    1
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -333,52 +251,32 @@ class Optimizer(Pytree, Generic[M]):
 
     @_explains_old_calls
     def update(self, model: M, grads: Any, /, **kwargs: Any) -> State:
-        """Applies one optimizer step to ``model`` in place.
+        """Applies one optimizer step to ``model`` in place (``tx.update``, ``optax.apply_updates``).
 
-        Computes ``updates, new_opt_state = tx.update(grads, opt_state, params,
-        **kwargs)`` on plain arrays, then ``optax.apply_updates(params, updates)``;
-        writes the new parameters into ``model`` (``nnx.update``), the new state into
-        ``opt_state`` and increments ``step``. Works eagerly and inside ``nnx.jit``
-        (pass the model and the optimizer as arguments).
+        Writes the new parameters into ``model``, the new state into ``opt_state``, and
+        increments ``step``; eagerly or inside ``nnx.jit``.
 
         Args:
-          model: the model whose ``wrt`` sub-state is updated in place. Parameters
-            keep their kinds, metadata and dtypes (``optax.apply_updates`` casts
-            back); other state (``BatchStat``…) is not touched.
-          grads: the gradients: the ``nnx.State`` returned by ``nnx.grad`` for the
-            ``wrt`` sub-state (or a nested mapping with the same paths), leaves of
-            the parameters' shapes (Variables or arrays); or, as tree-mode
-            ``nnx.grad(..., graph=False)`` returns them, an object shaped like the
-            model (its ``wrt`` sub-state is used).
-          **kwargs: extra arguments of ``tx.update``, e.g. ``value=loss`` for
-            ``optax.contrib.reduce_on_plateau`` or ``value``/``grad``/``value_fn``
-            for ``optax.lbfgs`` (Variables are unboxed).
+          model: the model whose ``wrt`` sub-state is updated (kinds, metadata and dtypes
+            kept; other state untouched).
+          grads: the ``nnx.State`` ``nnx.grad`` returns for ``wrt`` (or a mapping with the
+            same paths), or a model-shaped object (tree-mode ``nnx.grad``).
+          **kwargs: extra arguments of ``tx.update`` (e.g. ``value=loss``); Variables unboxed.
 
         Returns:
           The updates applied: an ``nnx.State`` of arrays at the parameters' paths.
 
         Raises:
-          GraphStructureError (a ``ValueError``): the paths of ``grads`` are not those
-            of ``model``'s ``wrt`` sub-state; the message lists the missing and the
-            extra paths.
-          TypeError: ``grads`` is not a State, mapping or model-shaped object; or
-            ``update`` got one positional argument (the Flax 0.10 ``update(grads)``:
-            the message shows ``update(model, grads)`` and ``nnx.ModelAndOptimizer``)
-            or ``model``/``grads`` by keyword.
+          GraphStructureError (a ``ValueError``): the paths of ``grads`` are not those of the
+            ``wrt`` sub-state (the message lists missing and extra paths).
+          TypeError: ``grads`` is not a State, mapping or model-shaped object; or the call has
+            the Flax 0.10 form ``update(grads)``, or ``model``/``grads`` by keyword.
 
-        Example::
-
-          >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-          >>> class Model(nnx.Module):
-          ...   def __init__(self):
-          ...     self.w = nnx.Param(jnp.array([1.0, -2.0]))
-          >>> model = Model()
-          >>> opt = nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
-          >>> grads = nnx.grad(lambda m: m.w.value.sum())(model)
-          >>> opt.update(model, grads)['w']
-          Array([-0.5, -0.5], dtype=float32)
-
-        Source: Flax NNX ``nnx.Optimizer.update``; ``optax.apply_updates``.
+        >>> import jax.numpy as jnp, optax, flaxgraph as nnx
+        >>> model = nnx.Dict(w=nnx.Param(jnp.array([1.0, -2.0])))
+        >>> opt = nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
+        >>> opt.update(model, nnx.grad(lambda m: m['w'].value.sum())(model))['w']
+        Array([-0.5, -0.5], dtype=float32)
         """
         pairs = wrt_pairs(model, self.wrt)
         paths = [p for p, _ in pairs]
@@ -425,37 +323,19 @@ class ModelAndOptimizer(Optimizer[M]):
     """An ``Optimizer`` that holds its model: ``update(grads)`` needs no model.
 
     Args:
-      model: the model whose ``wrt`` sub-state is optimised; stored as
-        ``self.model`` (a reference: the caller's model is the one updated).
+      model: the model, stored as ``self.model`` (a reference, updated in place).
       tx: an ``optax.GradientTransformation``.
       wrt: the filter of the optimised Variables (default ``nnx.Param``).
       graph: as in ``Optimizer``.
 
-    Attributes:
-      model: the model. Everything else is ``Optimizer``'s (``step``, ``tx``,
-        ``wrt``, ``opt_state``). Passing the ``ModelAndOptimizer`` alone through
-        ``nnx.jit`` carries the model's updates too.
-
     Raises:
       TypeError: as ``Optimizer``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, optax, flaxgraph as nnx
-      >>> class Model(nnx.Module):
-      ...   def __init__(self):
-      ...     self.w = nnx.Param(jnp.ones(2))
-      >>> state = nnx.ModelAndOptimizer(Model(), optax.sgd(0.5))
-      >>> @nnx.jit
-      ... def train_step(state):
-      ...   grads = nnx.grad(lambda m: (m.w.value ** 2).sum())(state.model)
-      ...   state.update(grads)
-      >>> train_step(state)
-      >>> state.model.w.value, int(state.step.value)
-      (Array([0., 0.], dtype=float32), 1)
-
-    Source: Flax NNX ``nnx.ModelAndOptimizer`` (0.12, where it is marked as
-    deprecated in favour of ``Optimizer``; it emits no warning there or here).
+    >>> import optax, flaxgraph as nnx
+    >>> state = nnx.ModelAndOptimizer(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), optax.sgd(0.5))
+    >>> _ = state.update(nnx.grad(lambda m: m.kernel.value.sum())(state.model))
+    >>> int(state.step.value)
+    1
     """
 
     _wrt_required = False
@@ -474,11 +354,5 @@ class ModelAndOptimizer(Optimizer[M]):
 
     @_explains_old_calls
     def update(self, grads: Any, /, **kwargs: Any) -> State:  # type: ignore[override]
-        """Applies one optimizer step to ``self.model`` in place: ``Optimizer.update``
-        with the stored model (same arguments, result and errors otherwise; called as
-        ``Optimizer``'s ``update(model, grads)``, the ``TypeError`` says to drop the
-        model).
-
-        Source: Flax NNX ``nnx.ModelAndOptimizer.update``.
-        """
+        """``Optimizer.update`` on ``self.model`` (called as ``update(model, grads)``, the ``TypeError`` says to drop the model)."""
         return Optimizer.update.__wrapped__(self, self.model, grads, **kwargs)  # type: ignore[attr-defined]

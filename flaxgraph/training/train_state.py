@@ -1,39 +1,16 @@
 """TrainState: the functional training state of Flax NNX, an immutable pytree.
 
-Where ``nnx.Optimizer`` is an object updated in place, ``TrainState`` is a frozen
-dataclass that plain ``jax.jit``/``jax.grad`` code passes around by value: the
-model's structure (a ``GraphDef``), its parameters (an ``nnx.State``), the optax
-state, the step count and the optax transformation. ``apply_gradients`` returns
-a new ``TrainState``; ``apply`` calls the model rebuilt from the state::
+See the package README, "TrainState".
 
-  >>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
-  >>> class Model(nnx.Module):
-  ...   def __init__(self):
-  ...     self.w = nnx.Param(jnp.ones(2))
-  ...   def __call__(self, x):
-  ...     return (x * self.w).sum()
-  >>> graphdef, params = nnx.split(Model())
-  >>> state = nnx.TrainState.create(graphdef, params=params, tx=optax.sgd(0.5))
-  >>> @jax.jit
-  ... def train_step(state, x):
-  ...   def loss_fn(params):
-  ...     y, _ = state.apply(params)(x)
-  ...     return y
-  ...   return state.apply_gradients(jax.grad(loss_fn)(state.params))
-  >>> state = train_step(state, jnp.array([1.0, 2.0]))
-  >>> state.params['w'].value, int(state.step)
-  (Array([0.5, 0. ], dtype=float32), 1)
-
-Subclasses add fields as a dataclass does (``class MyState(nnx.TrainState):
-batch_stats: nnx.State``); ``create`` passes them through its keyword arguments.
-A field declared with ``dataclasses.field(metadata={'static': True})`` is static
-(part of the pytree structure, so it must be hashable), as ``graphdef`` and ``tx``
-are.
-
-A ``TrainState`` goes through ``pickle``, ``cloudpickle`` and ``copy.deepcopy``:
-``tx`` is pickled by value with cloudpickle (needed for optax's closures: ``pip
-install cloudpickle``; without it ``pickle.dumps`` raises ``pickle.PicklingError``),
-and training resumed from the copy continues exactly as uninterrupted training.
+>>> import jax, jax.numpy as jnp, optax, flaxgraph as nnx
+>>> graphdef, params = nnx.split(nnx.Linear(2, 1, rngs=nnx.Rngs(0)))
+>>> state = nnx.TrainState.create(graphdef, params=params, tx=optax.sgd(0.5))
+>>> @jax.jit
+... def train_step(state, x):
+...   loss_fn = lambda params: state.apply(params)(x)[0].sum()
+...   return state.apply_gradients(jax.grad(loss_fn)(state.params))
+>>> int(train_step(state, jnp.ones((1, 2))).step)
+1
 
 Source: Flax NNX ``nnx.TrainState`` (0.12; a ``flax.struct.PyTreeNode`` there,
 ``jax.tree_util.register_dataclass`` here); optax for the numerics.
@@ -65,8 +42,7 @@ _STATIC = {"static": True}
 
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 class _FrozenPytree:
-    """Makes every subclass a frozen dataclass registered as a JAX pytree; fields
-    whose metadata has ``static=True`` are static, the others are children."""
+    """Makes each subclass a frozen dataclass pytree; fields with ``static=True`` metadata are static."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -75,7 +51,7 @@ class _FrozenPytree:
 
 
 class TrainState(_FrozenPytree, Generic[M]):
-    """The state of a functional training loop (see the module docstring).
+    """The state of a functional training loop (example in the module docstring).
 
     Fields:
       graphdef: the model's ``GraphDef`` (static).
@@ -83,10 +59,6 @@ class TrainState(_FrozenPytree, Generic[M]):
       opt_state: ``tx.init(params)``.
       step: an integer array, the number of ``apply_gradients`` calls.
       tx: the ``optax.GradientTransformation`` (static).
-
-    Example: see the module docstring.
-
-    Source: Flax NNX ``nnx.TrainState``.
     """
 
     graphdef: GraphDef = dataclasses.field(metadata=_STATIC)
@@ -109,8 +81,7 @@ class TrainState(_FrozenPytree, Generic[M]):
 
         Args:
           graphdef: the model's structure (from ``nnx.split``).
-          params: the trained state (an ``nnx.State``, e.g. the ``nnx.Param`` part
-            of ``nnx.split(model, nnx.Param, ...)``).
+          params: the trained state (an ``nnx.State``).
           tx: an ``optax.GradientTransformation``.
           step: the initial step count (an int).
           **kwargs: the values of a subclass's own fields.
@@ -120,8 +91,6 @@ class TrainState(_FrozenPytree, Generic[M]):
 
         Raises:
           TypeError: a field of ``cls`` is missing from, or unknown to, ``kwargs``.
-
-        Source: Flax NNX ``nnx.TrainState.create``.
         """
         return cls(
             graphdef=graphdef,
@@ -147,20 +116,14 @@ class TrainState(_FrozenPytree, Generic[M]):
         """Calls the model rebuilt from ``graphdef`` and the given states.
 
         Args:
-          state, *states: ``nnx.State``\\ s, or names of this object's fields holding
-            one (``'params'``); together, all the state the ``graphdef`` needs.
+          state, *states: ``nnx.State`` objects, or names of fields holding one (``'params'``).
 
         Returns:
-          A proxy as ``nnx.call`` returns: ``state.apply('params', rest)(x)`` calls the
-          model, ``.apply(...).method(x)`` a method; either returns ``(output,
-          (graphdef, new_state))``. The model is merged with new Variables, so the
-          given States (and this immutable ``TrainState``) are never written, inside
-          a JAX transform or not.
+          A proxy as ``nnx.call`` returns: ``state.apply('params')(x)`` (or ``.method(x)``)
+          returns ``(output, (graphdef, new_state))``; the given States are never written.
 
         Raises:
           AttributeError: a name is not a field.
-
-        Source: Flax NNX ``nnx.TrainState.apply``.
         """
         resolved = [getattr(self, s) if isinstance(s, str) else s for s in (state, *states)]
         return CallProxy(self.graphdef, tuple(resolved), (), copy=True)
@@ -169,14 +132,11 @@ class TrainState(_FrozenPytree, Generic[M]):
         """One optimizer step: ``tx.update`` then ``optax.apply_updates``.
 
         Args:
-          grads: the gradients of ``params`` (same structure, e.g. from
-            ``jax.grad`` with respect to ``params``).
+          grads: the gradients of ``params`` (same structure).
           **kwargs: other fields to replace in the result (e.g. ``batch_stats``).
 
         Returns:
-          A new state with the updated ``params`` and ``opt_state`` and ``step + 1``.
-
-        Source: Flax NNX ``nnx.TrainState.apply_gradients``.
+          A new state with updated ``params`` and ``opt_state`` and ``step + 1``.
         """
         import optax  # optional dependency: only training needs it
 
