@@ -319,17 +319,18 @@ class MultiHeadAttention(Module):
         batch_size: int | tuple[int, ...] | None = None,
         max_length: int | None = None,
     ) -> None:
-        """Configures a copy made by ``nnx.view``.
+        """Used by ``nnx.view`` to configure a copy of the layer.
 
         Args:
-          deterministic: set the deterministic mode.
-          decode: set the decode mode (creating a zeroed cache of ``batch_size`` sequences of
-            ``max_length`` if there is none).
-          batch_size: the cache's batch size (or shape).
-          max_length: the cache's length.
+          deterministic: if True, the module is set to deterministic mode.
+          decode: if True, the module is set to decode mode (creating a zeroed
+            cache of ``batch_size`` sequences of ``max_length`` if it has none).
+          batch_size: the batch size (or batch shape) to use for the cache.
+          max_length: the max length to use for the cache.
 
         Raises:
-          TypeError: ``decode=True`` without a cache and without ``batch_size``/``max_length``.
+          TypeError: ``decode=True`` on a layer without a cache and ``batch_size``
+            or ``max_length`` missing.
         """
         if deterministic is not None:
             self.deterministic = deterministic

@@ -519,7 +519,12 @@ class BatchNorm(NormBase):
         self.promote_dtype = promote_dtype
 
     def set_view(self, use_running_average: bool | None = None) -> None:
-        """Configures a copy made by ``nnx.view``: ``use_running_average`` sets the mode."""
+        """Used by ``nnx.view`` to configure a copy of the layer.
+
+        Args:
+          use_running_average: if True, the stored batch statistics will be
+            used instead of computing the batch statistics on the input.
+        """
         if use_running_average is not None:
             self.use_running_average = use_running_average
 

@@ -115,7 +115,11 @@ class Dropout(Module):
         self.rngs = own_stream(rngs, rng_collection)
 
     def set_view(self, deterministic: bool | None = None) -> None:
-        """Configures a copy made by ``nnx.view``: ``deterministic=True`` disables masking."""
+        """Used by ``nnx.view`` to configure a copy of the layer.
+
+        Args:
+          deterministic: if True, disables dropout masking.
+        """
         if deterministic is not None:
             self.deterministic = deterministic
 
