@@ -118,7 +118,7 @@ def update(node: object, state: object, /, *states: object) -> None:
                 raise GraphStructureError(
                     f"update got a {type(s).__name__} for a {type(node).__name__}; pass a State."
                 )
-            _write_leaf(writes, node, s, trace)
+            _write_leaf(writes, node, s)
             continue
         if not isinstance(s, State):
             raise TypeError(
@@ -176,7 +176,7 @@ def _plan_update(
                 metadata.append(metadata_of(leaf))
                 continue
             if type(leaf) is not State and not isinstance(leaf, State):
-                writes.variable(current, leaf, metadata_of(current))  # a raw value
+                _write_leaf(writes, current, leaf)  # a raw value
                 continue
         elif type(leaf) is State and (
             current_kind is NODE or current_kind is SEQUENCE or current_kind is DICT
@@ -219,7 +219,7 @@ def _plan_update(
             )
 
 
-def _write_leaf(writes: Writes, target: Variable[Any], leaf: object, trace: object) -> None:
+def _write_leaf(writes: Writes, target: Variable[Any], leaf: object) -> None:
     """Adds writing the State leaf ``leaf`` (a Variable, or a raw value keeping
     ``target``'s metadata) into the Variable ``target``."""
     if is_variable(leaf):

@@ -7,7 +7,7 @@ into existing objects, the transforms' general write-back) and the transforms' f
 path for Ref-backed Variables (``transforms/ref_writes.py``); the fast path's plain
 Variables are written by the same slot setter (``write_slot``). Nothing is written
 before every write is checked, so an error leaves every object as it was. See
-``docs/design.md``, "The fast path".
+``docs/design.md``, "The recorded plan" (One write-back).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import operator
 from collections import deque
 from collections.abc import Callable
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.variable import (
@@ -29,14 +29,24 @@ from flaxgraph.variablelib.variable import (
 )
 
 
+class Install(NamedTuple):
+    """A compiled call's new array ``value`` for the Ref-backed ``target``, whose Ref
+    has the recorded ``shape`` and ``dtype``."""
+
+    target: Variable[Any]
+    value: Any
+    shape: tuple[int, ...]
+    dtype: object
+
+
 class Writes:
     """A batch of writes into existing objects, checked and made by ``apply``.
 
     Attributes:
       targets, values, metadata: Variables with their new values and metadata dicts
         (``variable``; appending to the three lists directly is the same).
-      installs: ``(Variable, array, shape, dtype)``: a compiled call's new array that
-        nothing else holds, to become a Ref-backed Variable's content (``install``).
+      installs: ``Install`` records: a compiled call's new array that nothing else
+        holds, to become a Ref-backed Variable's content (``install``).
       others: callables run last (node children, raw array attributes, new
         attributes), checked by whoever added them.
     """
@@ -47,7 +57,7 @@ class Writes:
         self.targets: list[Variable[Any]] = []
         self.values: list[object] = []
         self.metadata: list[dict[str, Any]] = []
-        self.installs: list[tuple[Variable[Any], Any, tuple[int, ...], object]] = []
+        self.installs: list[Install] = []
         self.others: list[Callable[[], None]] = []
 
     def variable(self, target: Variable[Any], value: object, metadata: dict[str, Any]) -> None:
@@ -63,7 +73,7 @@ class Writes:
         """Adds making ``value`` (a new array a compiled call made for ``target`` alone)
         the content of the Ref-backed ``target``'s Ref, whose ``shape`` and ``dtype``
         the caller recorded; metadata is unchanged."""
-        self.installs.append((target, value, shape, dtype))
+        self.installs.append(Install(target, value, shape, dtype))
 
     def other(self, write: Callable[[], None]) -> None:
         """Adds ``write`` (checked by the caller), run after the Variables' writes."""
@@ -80,19 +90,17 @@ class Writes:
         """
         targets, values = self.targets, self.values
         stored = list(map(storage_of, targets))
-        if all(map(operator.is_, stored, repeat(None))):  # all plain (the common case)
-            if not all(map(operator.is_, map(trace_of, targets), repeat(trace))):
-                for target in targets:
-                    if trace_of(target) is not trace:
-                        target._check_update()
+        if all(map(operator.is_, stored, repeat(None))) and all(
+            map(operator.is_, map(trace_of, targets), repeat(trace))
+        ):  # all plain and of this trace (the common case): checked in two C-level passes
             ref_writes: list[tuple[Variable[Any], object]] = []
         else:
             targets, values, ref_writes = self._sorted(stored, trace)
-        for target, value, shape, dtype in self.installs:
-            if value.shape != shape or value.dtype != dtype:
-                target._check_fits(value)  # raises, naming the Variable
-        for target, value, _, _ in self.installs:
-            refs.install(storage_of(target), value)
+        for w in self.installs:
+            if w.value.shape != w.shape or w.value.dtype != w.dtype:
+                w.target._check_fits(w.value)  # raises, naming the Variable
+        for w in self.installs:
+            refs.install(storage_of(w.target), w.value)
         for target, value in ref_writes:
             write_value(target, value)
         deque(map(write_slot, targets, values), maxlen=0)
