@@ -18,6 +18,8 @@ from collections.abc import Callable
 from itertools import repeat
 from typing import Any, NamedTuple
 
+import jax
+
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.variable import (
     Variable,
@@ -34,7 +36,7 @@ class Install(NamedTuple):
     has the recorded ``shape`` and ``dtype``."""
 
     target: Variable[Any]
-    value: Any
+    value: jax.Array
     shape: tuple[int, ...]
     dtype: object
 
@@ -68,7 +70,7 @@ class Writes:
         self.metadata.append(metadata)
 
     def install(
-        self, target: Variable[Any], value: Any, shape: tuple[int, ...], dtype: object
+        self, target: Variable[Any], value: jax.Array, shape: tuple[int, ...], dtype: object
     ) -> None:
         """Adds making ``value`` (a new array a compiled call made for ``target`` alone)
         the content of the Ref-backed ``target``'s Ref, whose ``shape`` and ``dtype``
