@@ -4,6 +4,7 @@ Write ``import flaxgraph as nnx``: the public names follow Flax NNX.
 """
 
 import builtins as _builtins
+import types as _types
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
@@ -11,19 +12,15 @@ from flaxgraph import compat as compat
 from flaxgraph import deprecations as deprecations
 from flaxgraph import extract as extract
 from flaxgraph import filterlib as filterlib
-from flaxgraph import graph as graph  # Flax keeps ``nnx.graph``, graphlib's old name
 from flaxgraph import graphlib as graphlib
-from flaxgraph import helpers as helpers
 from flaxgraph import ids as ids
 from flaxgraph import modes as modes
-from flaxgraph import module as module
 from flaxgraph import nn as nn
 from flaxgraph import proxy_caller as proxy_caller
 from flaxgraph import pytreelib as object  # as in Flax: ``nnx.object`` is pytreelib
 from flaxgraph import pytreelib as pytreelib
 from flaxgraph import reprlib as reprlib
 from flaxgraph import rnglib as rnglib
-from flaxgraph import spmd as spmd
 from flaxgraph import statelib as statelib
 from flaxgraph import summary as summary
 from flaxgraph import testing as testing
@@ -40,7 +37,6 @@ from flaxgraph.config import Flag as Flag
 from flaxgraph.containers import Dict as Dict
 from flaxgraph.containers import List as List
 from flaxgraph.containers import Sequential as Sequential
-from flaxgraph.drop_in import install_as_flax_nnx as install_as_flax_nnx
 from flaxgraph.errors import FlaxgraphError as FlaxgraphError
 from flaxgraph.errors import GraphStructureError as GraphStructureError
 from flaxgraph.errors import IdentityHashWarning as IdentityHashWarning
@@ -61,6 +57,11 @@ from flaxgraph.filterlib import Nothing as Nothing
 from flaxgraph.filterlib import OfType as OfType
 from flaxgraph.filterlib import PathContains as PathContains
 from flaxgraph.filterlib import WithTag as WithTag
+from flaxgraph.flax_surface import install as _install_flax_surface
+from flaxgraph.flax_surface.drop_in import install_as_flax_nnx as install_as_flax_nnx
+from flaxgraph.flax_surface.node_protocol import (
+    register_graph_node_type as register_graph_node_type,
+)
 from flaxgraph.graphlib.contexts import MergeContext as MergeContext
 from flaxgraph.graphlib.contexts import SplitContext as SplitContext
 from flaxgraph.graphlib.contexts import UpdateContext as UpdateContext
@@ -85,9 +86,6 @@ from flaxgraph.graphlib.graph_state import PureState as PureState
 from flaxgraph.graphlib.graphdefs import GraphDef as GraphDef
 from flaxgraph.graphlib.inplace import pop as pop
 from flaxgraph.graphlib.inplace import update as update
-from flaxgraph.graphlib.node_registries import (
-    register_graph_node_type as register_graph_node_type,
-)
 from flaxgraph.graphlib.pure_methods import call as call
 from flaxgraph.graphlib.split_merge import clone as clone
 from flaxgraph.graphlib.split_merge import graphdef as graphdef
@@ -282,6 +280,15 @@ from flaxgraph.views import view_info as view_info
 from flaxgraph.views import with_attributes as with_attributes
 from flaxgraph.visualization import display as display
 
+# Flax NNX's module map, one table in the layer above everything else: it adds Flax's
+# names to flaxgraph's modules and creates the modules that only gather names at Flax's
+# paths (flaxgraph/flax_surface/table.py).
+_install_flax_surface()
+graph: _types.ModuleType  # modules the table creates or aliases (typed for type checkers)
+helpers: _types.ModuleType
+module: _types.ModuleType
+spmd: _types.ModuleType
+
 
 def __getattr__(name: str) -> _builtins.object:  # ``object`` here is nnx.object
     # ``nnx.bridge`` (Linen interop) needs the optional ``flax`` package, so it is
@@ -305,7 +312,7 @@ def __getattr__(name: str) -> _builtins.object:  # ``object`` here is nnx.object
             stacklevel=2,
         )
         return Variable
-    from flaxgraph.missing_names import missing_name_error
+    from flaxgraph.flax_surface.missing_names import missing_name_error
 
     raise missing_name_error("flaxgraph", name)
 

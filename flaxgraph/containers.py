@@ -1,5 +1,5 @@
 """Containers that are Modules: ``List``, ``Dict`` and ``Sequential`` (Flax's ``nnx.helpers``
-path, with ``TrainState`` beside them, is :mod:`flaxgraph.helpers`).
+path gathers them with ``TrainState``).
 
 Unlike plain lists and dicts (walked by value), these are graph nodes, so two modules
 holding one ``nnx.List`` share it.

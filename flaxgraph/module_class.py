@@ -1,5 +1,5 @@
 """Module: an Object with the conveniences of a neural-network layer (the class; Flax's
-``nnx.module`` path, with ``view``, ``capture`` and the rest, is :mod:`flaxgraph.module`).
+``nnx.module`` path gathers it with ``view``, ``capture`` and the rest).
 
 It adds walks over sub-modules, ``sow``, ``perturb`` and mode switches::
 

@@ -1,4 +1,4 @@
-"""Axis metadata and sharding helpers (SPMD); Flax's ``nnx.spmd`` path is :mod:`flaxgraph.spmd`.
+"""Axis metadata and sharding helpers (SPMD), gathered with others in Flax's ``nnx.spmd``.
 
 The ``AxisMetadata`` box protocol (``Partitioned``, ``with_partitioning``) and the
 functions that turn a Variable's sharding names into ``PartitionSpec`` and

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from flaxgraph.drop_in import install_as_flax_nnx, is_installed
+from flaxgraph.flax_surface.drop_in import install_as_flax_nnx, is_installed
 
 CHOICES = ("flax", "flaxgraph")
 

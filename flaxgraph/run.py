@@ -24,7 +24,7 @@ import os
 import runpy
 import sys
 
-from flaxgraph.drop_in import install_as_flax_nnx
+from flaxgraph.flax_surface.drop_in import install_as_flax_nnx
 
 USAGE = """usage: python -m flaxgraph.run script.py [args...]
        python -m flaxgraph.run -m module [args...]

@@ -69,12 +69,12 @@ ALLOWED_DUPLICATE_CLASSES = {
     "Module": {"module_class.py", "bridge/module.py"},
     # Flax NNX's ``nnx.pytreelib.ArrayRepr`` (a reprlib record) and ``nnx.summary.ArrayRepr``
     # (a table cell) are two classes.
-    "ArrayRepr": {"pytreelib/flax_records.py", "summary.py"},
+    "ArrayRepr": {"flax_surface/pytreelib_records.py", "summary.py"},
     # Flax NNX's ``nnx.module.ModuleMeta`` and ``nnx.bridge.module.ModuleMeta``.
-    "ModuleMeta": {"module.py", "bridge/module.py"},
+    "ModuleMeta": {"flax_surface/module_records.py", "bridge/module.py"},
     # Flax NNX's ``nnx.graphlib.Static`` (a static pytree box) and ``nnx.Static`` (an
     # attribute annotation) are two classes.
-    "Static": {"graphlib/flax_names.py", "pytreelib/attribute_kinds.py"},
+    "Static": {"flax_surface/graphlib_records.py", "pytreelib/attribute_kinds.py"},
     # Flax NNX's ``nnx.Object`` (pytreelib) and ``nnx.reprlib.Object`` (a repr record).
     "Object": {"pytreelib/objects.py", "reprlib.py"},
 }

@@ -229,7 +229,7 @@ def _flaxgraph_value(dotted: str) -> object:
 
 def test_the_guide_lists_every_flax_internal_stand_in_and_alias() -> None:
     from flaxgraph.errors import FlaxInternalError
-    from flaxgraph.stand_ins import stands_for
+    from flaxgraph.flax_surface.stand_ins import stands_for
 
     rows = internal_rows()
     stand_ins = set()

@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/helpers.py: List, Dict and Sequential."""
+"""Tests of flaxgraph/containers.py (Flax's ``nnx.helpers`` path): List, Dict and Sequential."""
 
 from collections.abc import Mapping, MutableMapping
 

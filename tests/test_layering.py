@@ -11,6 +11,8 @@ package is not an edge (Python runs the parent first anyway).
   layers; each module imports only from its own layer and the layers before it. Every
   module of the package belongs to a layer, and every listed name exists.
 * No circle: no module reaches itself.
+* Flax's surface is the top layer: no module but the package root, ``run`` and
+  ``pytest_plugin`` imports ``flaxgraph/flax_surface/``.
 * Display sits above the core: only ``flaxgraph/visualization/show*.py`` and the package's
   ``__init__.py`` (which re-exports ``display``) import the display modules; the
   core reaches display code through ``flaxgraph/renderers.py``.
@@ -251,6 +253,32 @@ def test_only_display_and_the_package_import_display():
         "call RENDERERS (flaxgraph/renderers.py) instead; flaxgraph/visualization/show.py registers "
         "the renderers."
     )
+
+
+ENGINE = ("graphlib", "statelib", "variablelib", "transforms", "pytreelib")
+SURFACE_USERS = {"flaxgraph", "flaxgraph.run", "flaxgraph.pytest_plugin"}
+
+
+def _is_surface(module: str) -> bool:
+    return module == "flaxgraph.flax_surface" or module.startswith("flaxgraph.flax_surface.")
+
+
+def test_no_module_below_flax_s_surface_imports_it():
+    # Flax's module map sits on top: the engine and everything else define flaxgraph's own
+    # concepts and never reach Flax's records, node protocol or stand-ins.
+    offenders = {
+        module: sorted(t for t in targets if _is_surface(t))
+        for module, targets in EDGES.items()
+        if module not in SURFACE_USERS and not _is_surface(module)
+    }
+    offenders = {m: t for m, t in offenders.items() if t}
+    assert not offenders, (
+        f"Modules below flax_surface import it: {offenders}. Flax's names with no "
+        "counterpart in flaxgraph's design belong in flaxgraph/flax_surface/table.py."
+    )
+    engine = [m for m in MODULES if _unit(m) in ENGINE]
+    assert len(engine) > 50 and all(LAYER_OF[_unit(m)] < LAYER_OF["flax_surface"] for m in engine)
+    assert LAYER_OF["flax_surface"] == len(LAYERS) - 1, "flax_surface is the top layer"
 
 
 def test_the_core_reaches_display_through_the_registry():

@@ -1,4 +1,4 @@
-"""Tests of flaxgraph/module.py: iter_modules, iter_children, sow, perturb,
+"""Tests of flaxgraph/module_class.py (Flax's ``nnx.module`` path): iter_modules, iter_children, sow, perturb,
 set_attributes, train and eval."""
 
 import jax

@@ -14,7 +14,7 @@ import jax
 from flax import struct
 from flax.core import meta
 
-from flaxgraph import spmd, traversals
+from flaxgraph import partitioning, traversals
 from flaxgraph.mesh_context import rename_sharding_keys
 from flaxgraph.variablelib.initial_metadata import VariableMetadata
 from flaxgraph.variablelib.names import variable_name_from_type, variable_type_from_name
@@ -83,7 +83,7 @@ class NNXMeta(struct.PyTreeNode, meta.AxisMetadata, Generic[A]):
 
     def get_partition_spec(self) -> jax.sharding.PartitionSpec:
         """The ``PartitionSpec`` of the Variable this box stands for."""
-        return spmd.get_partition_spec(self.to_nnx_variable()).get_value()
+        return partitioning.get_partition_spec(self.to_nnx_variable()).get_value()
 
     def to_nnx_variable(self) -> Variable[Any]:
         """A new Variable of ``var_type`` with this value and metadata."""

@@ -17,37 +17,6 @@ from flaxgraph.graphlib.descendants import iter_graph as iter_graph
 from flaxgraph.graphlib.descendants import iter_module_children as iter_module_children
 from flaxgraph.graphlib.descendants import recursive_map as recursive_map
 from flaxgraph.graphlib.diff import graphdef_diff as graphdef_diff
-from flaxgraph.graphlib.flax_names import GRAPH_CONTEXT as GRAPH_CONTEXT
-from flaxgraph.graphlib.flax_names import LEAF_ATTR as LEAF_ATTR
-from flaxgraph.graphlib.flax_names import NO_UPDATE as NO_UPDATE
-from flaxgraph.graphlib.flax_names import NODE_ATTR as NODE_ATTR
-from flaxgraph.graphlib.flax_names import PYTREE_NODE_IMPL as PYTREE_NODE_IMPL
-from flaxgraph.graphlib.flax_names import REPEATED as REPEATED
-from flaxgraph.graphlib.flax_names import ArrayRefDef as ArrayRefDef
-from flaxgraph.graphlib.flax_names import AttrType as AttrType
-from flaxgraph.graphlib.flax_names import DataElem as DataElem
-from flaxgraph.graphlib.flax_names import GenericPytree as GenericPytree
-from flaxgraph.graphlib.flax_names import GraphContext as GraphContext
-from flaxgraph.graphlib.flax_names import GraphFlatState as GraphFlatState
-from flaxgraph.graphlib.flax_names import Index as Index
-from flaxgraph.graphlib.flax_names import IndexesPytreeDef as IndexesPytreeDef
-from flaxgraph.graphlib.flax_names import LeafAttr as LeafAttr
-from flaxgraph.graphlib.flax_names import LeafType as LeafType
-from flaxgraph.graphlib.flax_names import Names as Names
-from flaxgraph.graphlib.flax_names import NodeAttr as NodeAttr
-from flaxgraph.graphlib.flax_names import NodeDefType as NodeDefType
-from flaxgraph.graphlib.flax_names import NodeImplBase as NodeImplBase
-from flaxgraph.graphlib.flax_names import PythonRefMap as PythonRefMap
-from flaxgraph.graphlib.flax_names import PytreeNodeImpl as PytreeNodeImpl
-from flaxgraph.graphlib.flax_names import Repeated as Repeated
-from flaxgraph.graphlib.flax_names import Static as Static
-from flaxgraph.graphlib.flax_names import StaticCache as StaticCache
-from flaxgraph.graphlib.flax_names import StaticElem as StaticElem
-from flaxgraph.graphlib.flax_names import UpdateContextManager as UpdateContextManager
-from flaxgraph.graphlib.flax_names import cached_partial as cached_partial
-from flaxgraph.graphlib.flax_names import graph_pop as graph_pop
-from flaxgraph.graphlib.flax_names import jax_to_nnx_path as jax_to_nnx_path
-from flaxgraph.graphlib.flax_names import static_cache as static_cache
 from flaxgraph.graphlib.functional import as_pure as as_pure
 from flaxgraph.graphlib.functional import flatten as flatten
 from flaxgraph.graphlib.functional import map as map
@@ -63,29 +32,12 @@ from flaxgraph.graphlib.graphdefs import TreeNodeDef as TreeNodeDef
 from flaxgraph.graphlib.graphdefs import VariableDef as VariableDef
 from flaxgraph.graphlib.inplace import pop as pop
 from flaxgraph.graphlib.inplace import update as update
-from flaxgraph.graphlib.node_registries import GRAPH_REGISTRY as GRAPH_REGISTRY
-from flaxgraph.graphlib.node_registries import PYTREE_REGISTRY as PYTREE_REGISTRY
-from flaxgraph.graphlib.node_registries import GraphNodeImpl as GraphNodeImpl
-from flaxgraph.graphlib.node_registries import NodeImpl as NodeImpl
-from flaxgraph.graphlib.node_registries import get_node_impl as get_node_impl
-from flaxgraph.graphlib.node_registries import get_node_impl_for_type as get_node_impl_for_type
-from flaxgraph.graphlib.node_registries import is_graph_node as is_graph_node
-from flaxgraph.graphlib.node_registries import is_node as is_node
-from flaxgraph.graphlib.node_registries import is_node_leaf as is_node_leaf
-from flaxgraph.graphlib.node_registries import is_node_type as is_node_type
-from flaxgraph.graphlib.node_registries import is_pytree_node as is_pytree_node
-from flaxgraph.graphlib.node_registries import register_graph_node_type as register_graph_node_type
-from flaxgraph.graphlib.node_registries import (
-    register_pytree_node_type as register_pytree_node_type,
-)
 from flaxgraph.graphlib.pure_methods import call as call
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput as ArrayRefOutput
 from flaxgraph.graphlib.ref_outputs import NoUpdate as NoUpdate
 from flaxgraph.graphlib.refmap import IndexMap as IndexMap
 from flaxgraph.graphlib.refmap import RefMap as RefMap
-from flaxgraph.graphlib.registry import flatten_pytree as _flatten_pytree  # noqa: F401 (Flax's name)
 from flaxgraph.graphlib.registry import is_node_module as is_node_module
-from flaxgraph.graphlib.registry import unflatten_pytree as _unflatten_pytree  # noqa: F401 (Flax's name)
 from flaxgraph.graphlib.split_merge import clone as clone
 from flaxgraph.graphlib.split_merge import graphdef as graphdef
 from flaxgraph.graphlib.split_merge import merge as merge

@@ -4,7 +4,6 @@ The package README maps the files; this package is Flax NNX's ``pytreelib`` modu
 (``nnx.object`` is an alias, as in Flax).
 """
 
-from flaxgraph.pytreelib.attribute_kinds import DATA_REGISTRY as DATA_REGISTRY
 from flaxgraph.pytreelib.attribute_kinds import AttributeStatus as AttributeStatus
 from flaxgraph.pytreelib.attribute_kinds import Data as Data
 from flaxgraph.pytreelib.attribute_kinds import DataAnnotation as DataAnnotation
@@ -17,14 +16,6 @@ from flaxgraph.pytreelib.attribute_kinds import register_data_type as register_d
 from flaxgraph.pytreelib.attribute_kinds import static as static
 from flaxgraph.pytreelib.declarations import check_pytree as check_pytree
 from flaxgraph.pytreelib.declarations import dataclass as dataclass
-from flaxgraph.pytreelib.flax_records import BUILDING_DOCS as BUILDING_DOCS
-from flaxgraph.pytreelib.flax_records import OBJECT_CONTEXT as OBJECT_CONTEXT
-from flaxgraph.pytreelib.flax_records import ArrayRepr as ArrayRepr
-from flaxgraph.pytreelib.flax_records import MutableArrayRepr as MutableArrayRepr
-from flaxgraph.pytreelib.flax_records import ObjectContext as ObjectContext
-from flaxgraph.pytreelib.flax_records import ObjectMeta as ObjectMeta
-from flaxgraph.pytreelib.flax_records import PytreeMeta as PytreeMeta
-from flaxgraph.pytreelib.flax_records import VariableRepr as VariableRepr
 from flaxgraph.pytreelib.objects import Object as Object
 from flaxgraph.pytreelib.objects import Pytree as Pytree
 from flaxgraph.pytreelib.pytree_state import PytreeState as PytreeState

@@ -176,10 +176,6 @@ DATA_TYPES: set[type] = set()
 """Types ``register_data_type`` declared data (a registry, like JAX's pytree registry)."""
 
 
-DATA_REGISTRY = DATA_TYPES
-"""Flax's name of :data:`DATA_TYPES`."""
-
-
 class AttributeStatus(NamedTuple):
     """Whether an attribute is data, and whether that was declared rather than inferred."""
 

@@ -8,7 +8,7 @@ the decorator forms of ``vjp``/``jvp``: Flax NNX 0.12.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -17,7 +17,6 @@ from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_module
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import DEFAULT, Mode, resolve
-from flaxgraph.stand_ins import internal_class
 from flaxgraph.statelib import State
 from flaxgraph.transforms.calling_conventions import (
     check_not_bound_method,
@@ -27,7 +26,6 @@ from flaxgraph.transforms.calling_conventions import (
     split_static,
     unbind,
 )
-from flaxgraph.transforms.custom_vjp import custom_vjp
 from flaxgraph.transforms.diff_argnums import (
     AUX_SPEC,
     DIFF_KEYS,
@@ -507,26 +505,3 @@ def jvp(
     )
     aux = call.finish(out_static.value, out_groups)
     return (out, tangent_out, aux) if has_aux else (out, tangent_out)
-
-
-# -- Flax's names at ``flax.nnx.transforms.autodiff`` --------------------------------------
-# custom_vjp lives in its own file; Flax's CustomVjp (the object nnx.custom_vjp returns)
-# is flaxgraph's custom_vjp class itself. The function wrappers are stand-ins.
-
-AxisName = Hashable
-"""A mesh or mapped axis name."""
-CustomVjp = custom_vjp
-SimpleCustomVjp = custom_vjp
-GradFn = internal_class(__name__, "GradFn", "nnx.grad")
-FwdFn = internal_class(__name__, "FwdFn", "nnx.custom_vjp(...).defvjp")
-BwdFn = internal_class(__name__, "BwdFn", "nnx.custom_vjp(...).defvjp")
-CustomVjpFnWrapper = internal_class(__name__, "CustomVjpFnWrapper", "nnx.custom_vjp")
-SimpleGradFn = internal_class(__name__, "SimpleGradFn", "nnx.grad(..., graph=False)")
-SimpleVjpFn = internal_class(__name__, "SimpleVjpFn", "nnx.vjp(..., graph=False)")
-SimpleJvpFn = internal_class(__name__, "SimpleJvpFn", "nnx.jvp(..., graph=False)")
-SimpleRematFn = internal_class(__name__, "SimpleRematFn", "nnx.remat(..., graph=False)")
-SimpleCustomVjpFn = internal_class(
-    __name__, "SimpleCustomVjpFn", "nnx.custom_vjp(..., graph=False)"
-)
-SimpleFwdFn = internal_class(__name__, "SimpleFwdFn", "nnx.custom_vjp(..., graph=False).defvjp")
-SimpleBwdFn = internal_class(__name__, "SimpleBwdFn", "nnx.custom_vjp(..., graph=False).defvjp")

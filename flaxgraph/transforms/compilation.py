@@ -7,9 +7,8 @@ Source: ``jax.jit``; the "JAX-style NNX Transforms" FLIP flax#4107; Flax NNX 0.1
 
 from __future__ import annotations
 
-import abc
 import functools
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, overload
 
 import jax
@@ -17,7 +16,6 @@ from jax.sharding import PartitionSpec, Sharding
 
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import Mode, resolve
-from flaxgraph.stand_ins import internal_class
 from flaxgraph.tracing import is_top_level
 from flaxgraph.transforms.aliasing import PrefixSpec
 from flaxgraph.transforms.calling_conventions import (
@@ -28,8 +26,8 @@ from flaxgraph.transforms.calling_conventions import (
     unbind,
 )
 from flaxgraph.transforms.closure_reads import warn_reads
-from flaxgraph.transforms.compiled import AotCompiled, JitFunctions, Lowered, TracedJit
 from flaxgraph.transforms.compiled import Compiled as CompiledEntry
+from flaxgraph.transforms.compiled import JitFunctions, Lowered, TracedJit
 from flaxgraph.transforms.control import eval_shape
 from flaxgraph.transforms.donation import (
     DONATE_VARIABLES,
@@ -637,40 +635,3 @@ def jit_partial(
         donate_variables=donate_variables,
     )
     return jitted.partial(*partial_args)
-
-
-# -- Flax's names at ``flax.nnx.transforms.compilation`` -----------------------------------
-
-AxisName = Hashable
-"""A mesh axis name."""
-Specs = Any
-"""A pytree of ``PartitionSpec`` (``shard_map``'s ``in_specs``/``out_specs``)."""
-
-Compiled = AotCompiled
-"""What ``nnx.jit(f).lower(*args).compile()`` returns."""
-Traced = TracedJit
-"""What ``nnx.jit(f).trace(*args)`` returns."""
-
-
-class Stage(abc.ABC):  # noqa: B024 (a virtual base: nothing to implement)
-    """The stages of ahead-of-time compilation (``Traced``, ``Lowered``, ``Compiled``)."""
-
-
-Stage.register(AotCompiled)
-Stage.register(Lowered)
-Stage.register(TracedJit)
-
-# Tree mode (graph=False) returns the same classes as graph mode.
-SimpleJitWrapped = JitWrapped
-SimpleJitPartialWrapped = JitWrapped
-SimpleCompiled = SimplePartialCompiled = AotCompiled
-SimpleLowered = SimplePartialLowered = Lowered
-SimpleTraced = SimplePartialTraced = TracedJit
-
-JitFn = internal_class(__name__, "JitFn", "nnx.jit")
-ShardMapFn = internal_class(__name__, "ShardMapFn", "nnx.shard_map")
-SimpleJitFn = internal_class(__name__, "SimpleJitFn", "nnx.jit(..., graph=False)")
-SimpleJitPartialFn = internal_class(
-    __name__, "SimpleJitPartialFn", "nnx.jit_partial(..., graph=False)"
-)
-SimpleShardMapFn = internal_class(__name__, "SimpleShardMapFn", "nnx.shard_map(..., graph=False)")

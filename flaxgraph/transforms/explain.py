@@ -16,7 +16,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from flaxgraph.containers import List
-from flaxgraph.module import Module
+from flaxgraph.module_class import Module
 from flaxgraph.transforms.compilation import jit
 from flaxgraph.variablelib.variable import Param
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from flaxgraph import extract
 from flaxgraph.filterlib import Filter, Predicate, to_predicate
 from flaxgraph.modes import Mode
 from flaxgraph.typing import PathParts
@@ -76,9 +75,6 @@ class LiftType:
     def __repr__(self) -> str:
         body = ", ".join(f"{_filter_repr(f)}: {p!r}" for f, p in self.items())
         return f"{type(self).__name__}({{{body}}})"
-
-
-extract.PrefixMapping.register(LiftType)  # Flax's base: isinstance(StateAxes(...), it)
 
 
 class _AtPath:

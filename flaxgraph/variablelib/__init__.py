@@ -8,30 +8,6 @@ from flaxgraph.mesh_context import using_eager_sharding as using_eager_sharding
 from flaxgraph.variablelib.defaults import VarDefaults as VarDefaults
 from flaxgraph.variablelib.defaults import VarDefaultsContext as VarDefaultsContext
 from flaxgraph.variablelib.defaults import var_defaults as var_defaults
-from flaxgraph.variablelib.flax_names import VARIABLE_CONTEXT as VARIABLE_CONTEXT
-from flaxgraph.variablelib.flax_names import AbstractVariable as AbstractVariable
-from flaxgraph.variablelib.flax_names import AddAxisHook as AddAxisHook
-from flaxgraph.variablelib.flax_names import AxisIndex as AxisIndex
-from flaxgraph.variablelib.flax_names import AxisName as AxisName
-from flaxgraph.variablelib.flax_names import CreateValueHook as CreateValueHook
-from flaxgraph.variablelib.flax_names import GetValueHook as GetValueHook
-from flaxgraph.variablelib.flax_names import GetVariable as GetVariable
-from flaxgraph.variablelib.flax_names import HijaxVariableMeta as HijaxVariableMeta
-from flaxgraph.variablelib.flax_names import Leaf as Leaf
-from flaxgraph.variablelib.flax_names import NewVariable as NewVariable
-from flaxgraph.variablelib.flax_names import PyTreeDef as PyTreeDef
-from flaxgraph.variablelib.flax_names import RemoveAxisHook as RemoveAxisHook
-from flaxgraph.variablelib.flax_names import SetValueHook as SetValueHook
-from flaxgraph.variablelib.flax_names import SetVariable as SetVariable
-from flaxgraph.variablelib.flax_names import VariableContext as VariableContext
-from flaxgraph.variablelib.flax_names import VariableEffect as VariableEffect
-from flaxgraph.variablelib.flax_names import VariableMeta as VariableMeta
-from flaxgraph.variablelib.flax_names import VariableQDD as VariableQDD
-from flaxgraph.variablelib.flax_names import get_variable_p as get_variable_p
-from flaxgraph.variablelib.flax_names import is_array_ref as is_array_ref
-from flaxgraph.variablelib.flax_names import new_variable_p as new_variable_p
-from flaxgraph.variablelib.flax_names import set_variable_p as set_variable_p
-from flaxgraph.variablelib.flax_names import variable_effect as variable_effect
 from flaxgraph.variablelib.hijax import HijaxVariable as HijaxVariable
 from flaxgraph.variablelib.initial_metadata import VariableMetadata as VariableMetadata
 from flaxgraph.variablelib.initial_metadata import with_metadata as with_metadata
@@ -47,6 +23,3 @@ from flaxgraph.variablelib.variable import Param as Param
 from flaxgraph.variablelib.variable import Perturbation as Perturbation
 from flaxgraph.variablelib.variable import Variable as Variable
 from flaxgraph.variablelib.variable import is_variable as is_variable
-
-# Flax 0.12 keeps the pre-0.12 name of a Variable's state as an alias of Variable.
-VariableState = Variable

@@ -34,7 +34,7 @@ from hypothesis import given
 
 import flaxgraph as nnx
 from flaxgraph import graph
-from flaxgraph.graphlib.node_registries import flax_view
+from flaxgraph.flax_surface.node_protocol import flax_view
 from flaxgraph.graphlib.registry import NODE, REGISTRY
 from flaxgraph.testing.strategies import attribute_values
 from flaxgraph.testing.values import Description, canonical

@@ -1,56 +1,32 @@
-"""Flax NNX's ``transforms.transforms``: the other transforms at Flax's path, and their helpers.
+"""Flax's ``transforms`` helpers flaxgraph's lifting does not use, for ``table.py`` to place.
 
-``CheckifyFn`` and the tree-mode ``Simple*`` classes are stand-ins (``flaxgraph.stand_ins``).
-
-Source: Flax NNX 0.12.8 ``flax.nnx.transforms.transforms``.
+``resolve_kwargs``, ``LiftedModule`` and ``ValueMetadata`` (``transforms.transforms``),
+``Broadcasted`` and ``AxisFn`` (``transforms.iteration``), ``Stage`` (``transforms.compilation``).
+Source: Flax NNX 0.12.8 ``flax.nnx.transforms`` (its public source).
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar, overload
 
 import jax
 
 from flaxgraph.module_class import Module
 from flaxgraph.proxy_caller import CallableProxy, DelayedAccessor
-from flaxgraph.stand_ins import internal_class
-from flaxgraph.transforms.checkify import checkify
-from flaxgraph.transforms.control import cond, eval_shape, switch
+from flaxgraph.statelib import State
+from flaxgraph.transforms.compiled import AotCompiled, Lowered, TracedJit
 from flaxgraph.transforms.general import resolve_kwargs as _bind_positions
-from flaxgraph.transforms.make_jaxpr import make_jaxpr
 from flaxgraph.variablelib import Variable
-
-__all__ = [
-    "AxisName",
-    "CheckifyFn",
-    "Index",
-    "Leaves",
-    "LiftedModule",
-    "SimpleCheckifyFn",
-    "SimpleCondFn",
-    "SimpleEvalShapeFn",
-    "SimpleMakeJaxprFn",
-    "ValueMetadata",
-    "checkify",
-    "cond",
-    "eval_shape",
-    "make_jaxpr",
-    "resolve_kwargs",
-    "switch",
-]
 
 F = TypeVar("F", bound=Callable[..., Any])
 M = TypeVar("M", bound=Module)
 
-AxisName = Hashable
-"""A mesh or mapped axis name."""
-Leaves = list[Any]
-"""A list of pytree leaves."""
-Index = int
-"""A position (an axis, an argument)."""
+AxisFn = Callable[[State | Variable[Any], int, Mapping[Any, Any]], State | Variable[Any]]
+"""A function ``(state_or_variable, axis, metadata) -> same`` that adds or removes an axis."""
 
 
 @overload
@@ -76,7 +52,7 @@ def resolve_kwargs(
 
     Example::
 
-      >>> from flaxgraph.transforms.transforms import resolve_kwargs
+      >>> from flaxgraph.transforms.transforms import resolve_kwargs  # Flax's path
       >>> resolve_kwargs(lambda a, b, c=3: None, (1,), {'b': 2})
       (1, 2, 3)
     """
@@ -156,12 +132,26 @@ jax.tree_util.register_pytree_node(
     lambda aux, children: ValueMetadata(aux[0], children[0], dict(aux[1])),
 )
 
-CheckifyFn = internal_class(__name__, "CheckifyFn", "nnx.checkify")
-SimpleCheckifyFn = internal_class(__name__, "SimpleCheckifyFn", "nnx.checkify(..., graph=False)")
-SimpleCondFn = internal_class(__name__, "SimpleCondFn", "nnx.cond(..., graph=False)")
-SimpleEvalShapeFn = internal_class(
-    __name__, "SimpleEvalShapeFn", "nnx.eval_shape(..., graph=False)"
-)
-SimpleMakeJaxprFn = internal_class(
-    __name__, "SimpleMakeJaxprFn", "nnx.make_jaxpr(..., graph=False)"
-)
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Broadcasted:
+    """A pytree node holding ``data`` a ``scan`` broadcasts to every step (leaves as children).
+
+    Example::
+
+      >>> import jax
+      >>> jax.tree.leaves(Broadcasted(data={'a': 1, 'b': 2}))
+      [1, 2]
+    """
+
+    data: object
+
+
+class Stage(abc.ABC):  # noqa: B024 (a virtual base: nothing to implement)
+    """The stages of ahead-of-time compilation (``Traced``, ``Lowered``, ``Compiled``)."""
+
+
+Stage.register(AotCompiled)
+Stage.register(Lowered)
+Stage.register(TracedJit)

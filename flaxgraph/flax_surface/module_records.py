@@ -1,28 +1,40 @@
-"""Flax NNX's ``nnx.helpers``: ``List``, ``Dict``, ``Sequential`` and ``TrainState``, with Flax's
-small helpers.
+"""Flax's small helpers of ``nnx.module`` and ``nnx.helpers`` that flaxgraph does not use.
 
-Defined in :mod:`flaxgraph.containers` and :mod:`flaxgraph.training.train_state`.
-
-Source: Flax NNX 0.12.8 ``flax.nnx.helpers``.
+``table.py`` puts them at ``flaxgraph.module`` and ``flaxgraph.helpers``.
+Source: Flax NNX 0.12.8 ``flax.nnx.module`` and ``flax.nnx.helpers``.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
-from flaxgraph.containers import Dict, List, Sequential
+from flaxgraph.flax_surface.pytreelib_records import PytreeMeta
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.module_class import Module
 from flaxgraph.proxy_caller import ApplyCaller
 from flaxgraph.statelib import State
-from flaxgraph.training.train_state import TrainState
-
-__all__ = ["Dict", "List", "ModuleDefApply", "Sequential", "TrainState", "has_keyword_arg"]
-
+from flaxgraph.typing import PathParts
 
 M = TypeVar("M", bound=Module)
+
+StateMapping = Mapping[PathParts, Any]
+"""A mapping from paths to values (a flat state)."""
+
+
+class ModuleMeta(PytreeMeta):
+    """Flax's metaclass of ``Module`` (flaxgraph's is ``type``), for a metaclass to derive from."""
+
+
+def tuple_reduce(xs: tuple[Any, ...], x: Any) -> tuple[Any, ...]:
+    """``xs + (x,)``: ``Module.sow``'s default reduce function."""
+    return (*xs, x)
+
+
+def tuple_init() -> tuple[()]:
+    """``()``: ``Module.sow``'s default initial value."""
+    return ()
 
 
 class ModuleDefApply(Protocol, Generic[M]):

@@ -1,10 +1,10 @@
 """Run unmodified Flax NNX code on flaxgraph: bind ``flax.nnx`` to flaxgraph for a whole process.
 
 :func:`install_as_flax_nnx` adds a ``sys.meta_path`` finder (PEP 451) that answers for
-``flax.nnx`` and every ``flax.nnx.<sub>`` with flaxgraph's module of the same dotted name;
-the rest of Flax (Linen, ``flax.struct``…) stays the real Flax, and no module of the real
-``flax/nnx`` is loaded. The same binding without editing the program:
-``python -m flaxgraph.run`` and the pytest plugin; see ``guides/tunix.md``.
+``flax.nnx`` and every ``flax.nnx.<sub>`` with the flaxgraph module the module map
+(``table.py``) gives; the rest of Flax (Linen, ``flax.struct``…) stays the real Flax, and
+no module of the real ``flax/nnx`` is loaded. The same binding without editing the
+program: ``python -m flaxgraph.run`` and the pytest plugin; see ``guides/tunix.md``.
 
 Source: Python's import system (PEP 451 meta-path finders, PEP 562 module
 ``__getattr__``); the module map of Flax NNX 0.12.8.
@@ -21,7 +21,8 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flaxgraph.missing_names import FLAX_ONLY_NAMES
+from flaxgraph.flax_surface.missing_names import FLAX_ONLY_NAMES
+from flaxgraph.flax_surface.table import MODULE_MAP, flaxgraph_path
 
 __all__ = ["FlaxNnxFinder", "is_installed", "install_as_flax_nnx"]
 
@@ -82,9 +83,9 @@ def _add_lazy_nnx_attribute(flax: types.ModuleType) -> None:
 class FlaxNnxFinder(importlib.abc.MetaPathFinder):
     """The ``sys.meta_path`` finder that resolves ``flax.nnx…`` to flaxgraph's modules.
 
-    ``flax.nnx.a.b`` is ``flaxgraph.a.b``, or the module-valued attribute of that name where
-    flaxgraph keeps it under another file (``flax.nnx.object`` is ``flaxgraph.pytreelib``);
-    anything else raises ``ModuleNotFoundError``. ``flax`` itself loads as usual and gains
+    ``flax.nnx.a.b`` is the module the module map (``table.py``) gives for it
+    (``flax.nnx.object`` is ``flaxgraph.pytreelib``); a module Flax NNX 0.12.8 does not have
+    raises ``ModuleNotFoundError``. ``flax`` itself loads as usual and gains
     the ``nnx`` attribute.
     """
 
@@ -123,26 +124,18 @@ class FlaxNnxFinder(importlib.abc.MetaPathFinder):
 
 def _bound_module(fullname: str) -> types.ModuleType:
     """flaxgraph's module for ``fullname`` (``flax.nnx`` or ``flax.nnx.…``), imported."""
-    if fullname == SOURCE:
-        return importlib.import_module(TARGET)
+    row = MODULE_MAP.get(fullname)
+    if row is not None:
+        return importlib.import_module(row.module)
     parent_name, _, child = fullname.rpartition(".")
-    parent = sys.modules.get(parent_name) or importlib.import_module(parent_name)
-    target = f"{parent.__name__}.{child}"
-    try:
-        return importlib.import_module(target)
-    except ModuleNotFoundError as error:
-        if error.name != target:
-            raise
-    value = getattr(parent, child, None)
-    if isinstance(value, types.ModuleType):
-        return value
     known = FLAX_ONLY_NAMES.get(child) if parent_name == SOURCE else None
     why = ""
     if known is not None:
         why = f" {known.flax_versions} has it ({known.what}); flaxgraph does not ({known.where})."
     raise ModuleNotFoundError(
         f"No module named {fullname!r}: flax.nnx is bound to flaxgraph "
-        f"(flaxgraph.install_as_flax_nnx), which has no module {target!r}.{why}",
+        f"(flaxgraph.install_as_flax_nnx), whose module map (flaxgraph/flax_surface/table.py) "
+        f"has no {flaxgraph_path(fullname)!r}: Flax NNX 0.12.8 has no such module.{why}",
         name=fullname,
     )
 

@@ -9,7 +9,7 @@ each with its reason.
 
 Example::
 
-  >>> from flaxgraph.stand_ins import internal_class
+  >>> from flaxgraph.flax_surface.stand_ins import internal_class
   >>> JitFn = internal_class("flaxgraph.transforms.compilation", "JitFn", "nnx.jit")
   >>> isinstance(object(), JitFn)
   False

@@ -1,4 +1,4 @@
-"""Flax's node registries and the questions asked of them (``is_node``, ``get_node_impl``…).
+"""Flax's node protocol: its registries and the questions asked of them (``is_node``…).
 
 The answers come from the engine's registry (``GraphNodeImpl`` is a view of its
 ``NodeTypeImpl``): ``docs/design.md``, "What a value is". They match Flax's
@@ -23,7 +23,7 @@ from typing import Any, Union
 import jax
 import numpy as np
 
-from flaxgraph.graphlib.flax_names import (
+from flaxgraph.flax_surface.graphlib_records import (
     PYTREE_NODE_IMPL,
     DataElem,
     GenericPytree,

@@ -1,15 +1,13 @@
-"""Flax's ``graphlib`` names for its own engine's records, markers and caches, at Flax's path.
+"""Flax's ``graphlib`` records and markers that flaxgraph's engine does not use.
 
-Node-impl records (``NodeImplBase``, ``PytreeNodeImpl``, ``PYTREE_NODE_IMPL``), small
-markers and type aliases; Flax's caching state (``GRAPH_CONTEXT``, ``StaticCache``…)
-as stand-ins (:mod:`flaxgraph.stand_ins`). Source: Flax NNX 0.12.8
-``flax.nnx.graphlib`` (its module map and public source).
+Node-impl records (``NodeImplBase``, ``PytreeNodeImpl``, ``PYTREE_NODE_IMPL``), markers,
+type aliases, ``jax_to_nnx_path`` and ``graph_pop``; ``table.py`` puts them at
+``flaxgraph.graphlib``. Source: Flax NNX 0.12.8 ``flax.nnx.graphlib`` (its public source).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar, Union
 
@@ -19,27 +17,21 @@ import numpy as np
 from flaxgraph.graphlib.graphdefs import NodeDef, NodeRef, TreeNodeDef, VariableDef
 from flaxgraph.graphlib.inplace import pop
 from flaxgraph.graphlib.ref_outputs import ArrayRefOutput, NoUpdate
-from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
     flatten_pytree,
     unflatten_pytree,
 )
-from flaxgraph.stand_ins import internal_class, internal_function, internal_object
-from flaxgraph.statelib import FlatState, State
+from flaxgraph.statelib import State
 from flaxgraph.typing import Key, PathParts
 from flaxgraph.variablelib import Variable
 
 A = TypeVar("A")
 
-Index = int
-"""A reference index in a GraphDef."""
 Names = Sequence[int]
 """A sequence of reference indices."""
 
 LeafType = Union[Variable[object], jax.Array, np.ndarray, ArrayRefOutput, NoUpdate]
 """What a State leaf can be."""
-GraphFlatState = FlatState
-"""A ``FlatState`` of graph leaves."""
 
 NO_UPDATE = NoUpdate()
 """The leaf of a Ref-backed Variable that needs no write on the way out."""
@@ -152,10 +144,6 @@ class PytreeNodeImpl(NodeImplBase):
     pop_key: Callable[[Any, Key], Any] | None
 
 
-PythonRefMap = RefMap
-"""Flax's name of the pure-Python ``RefMap`` (flaxgraph has only that one)."""
-
-
 def jax_to_nnx_path(jax_path: tuple[Any, ...], /) -> PathParts:
     """A JAX key path as a flaxgraph path (``SequenceKey(i)`` -> ``i``, ``DictKey(k)`` -> ``k``…).
 
@@ -211,23 +199,3 @@ def graph_pop(node: object, filters: tuple[object, ...]) -> tuple[State, ...]:
     """``nnx.pop(node, *filters)`` as a tuple of States, one per filter; raises as ``nnx.pop``."""
     popped = pop(node, *filters)
     return popped if isinstance(popped, tuple) else (popped,)
-
-
-def cached_partial(f: Callable[..., Any], *cached_args: object, **options: object) -> Any:
-    """``f`` with its first arguments bound to ``cached_args`` (``nnx.cached_partial``).
-
-    A flaxgraph-transformed ``f`` binds them with its ``partial`` method (keeping its
-    compiled functions and plans); another callable with ``functools.partial``.
-    ``graph``/``graph_updates`` are accepted and ignored (the mode of ``f`` applies).
-    """
-    del options
-    bind = getattr(f, "partial", None)
-    return bind(*cached_args) if callable(bind) else functools.partial(f, *cached_args)
-
-
-_HERE = "flaxgraph.graphlib"  # the stand-ins are names of Flax's graphlib module
-GraphContext = internal_class(_HERE, "GraphContext", "nnx.split_context / nnx.update_context")
-GRAPH_CONTEXT = internal_object(_HERE, "GRAPH_CONTEXT", "nnx.split_context / nnx.update_context")
-StaticCache = internal_class(_HERE, "StaticCache", "nnx.cached_partial")
-static_cache = internal_function(_HERE, "static_cache", "nnx.cached_partial")
-UpdateContextManager = internal_class(_HERE, "UpdateContextManager", "nnx.update_context")

@@ -15,26 +15,12 @@ from typing import Any
 from flaxgraph import reprlib
 from flaxgraph.variablelib import Variable
 
-__all__ = [
-    "BUILDING_DOCS",
-    "ArrayRepr",
-    "MutableArrayRepr",
-    "OBJECT_CONTEXT",
-    "ObjectContext",
-    "ObjectMeta",
-    "PytreeMeta",
-    "VariableRepr",
-]
-
 BUILDING_DOCS = "FLAX_DOC_BUILD" in os.environ
 """Whether Flax's documentation is being built (the ``FLAX_DOC_BUILD`` environment variable)."""
 
 
 class PytreeMeta(type):
     """Flax's metaclass of ``Pytree`` (flaxgraph's is ``type``); a metaclass may derive from it."""
-
-
-ObjectMeta = PytreeMeta
 
 
 @dataclasses.dataclass
