@@ -140,10 +140,8 @@ class Mapped(Transformed[P, R]):
             1 + i for i, k in enumerate(self.in_keys) if k.donated
         )  # after the AuxValue
         extra = {"donate_argnums": donated} if donate_argnums else {}
-        # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) has a
-        # fast path that misreads ``(None, k, ...)`` as one axis per *leaf* whenever
-        # the number of leaves happens to equal the number of arguments (the
-        # leafless AuxValue counts as an argument), silently broadcasting a mapped leaf.
+        # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) misreads
+        # ``(None, k, ...)`` as one axis per leaf when there are as many leaves as arguments.
         if not by_closure:
             self.mapped = jax_map(
                 functools.partial(self.pure, None),
@@ -153,10 +151,8 @@ class Mapped(Transformed[P, R]):
                 **jax_kwargs,
             )
         else:
-            # The structure and the closed-over groups of the current call, per
-            # thread: ``pure`` reads them on entry (before the user's function can
-            # call this transform again) and leaves the OutStatic on return, so that
-            # jax.vmap handles the mapped arrays only.
+            # The current call's structure and closed-over groups, per thread (``pure``
+            # reads them on entry and leaves the OutStatic), so jax.vmap sees mapped arrays only.
             self.current = threading.local()
             passed_axes = tuple(
                 (k.prefix,) for k, c in zip(self.in_keys, self.closed_groups) if not c
@@ -222,8 +218,7 @@ class Mapped(Transformed[P, R]):
             in_static, groups, in_prefixes, (a_prefix, 0), out_axes, call
         )
         if self.by_closure:
-            # The same object for equal structures: the fast path's write-back is
-            # compiled once per OutStatic object (fastpath.finish_fast).
+            # One object for equal structures (the write-back is compiled per OutStatic object).
             if len(self.interned) > 64:
                 self.interned.clear()
             out_static = self.interned.setdefault(out_static, out_static)
