@@ -55,19 +55,18 @@ class Compiled:
 
     def lower(self, groups: Sequence[Any]) -> Any:
         """``jax.jit(...).lower`` for these groups."""
-        try:
-            return self.fn.lower(*groups)
-        except OutStaticChanged:
-            self.switch()
-            return self.fn.lower(*groups)
+        return self._stage("lower", groups)
 
     def trace(self, groups: Sequence[Any]) -> Any:
         """``jax.jit(...).trace`` for these groups."""
+        return self._stage("trace", groups)
+
+    def _stage(self, name: str, groups: Sequence[Any]) -> Any:
         try:
-            return self.fn.trace(*groups)
+            return getattr(self.fn, name)(*groups)
         except OutStaticChanged:
             self.switch()
-            return self.fn.trace(*groups)
+            return getattr(self.fn, name)(*groups)
 
     def switch(self) -> None:
         """From now on, the ``OutStatic`` comes back through JAX."""

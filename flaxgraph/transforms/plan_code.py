@@ -95,10 +95,24 @@ def compile_run(
     return src.build("plan", "run", plan)
 
 
-class FixedNames(TypedDict):
-    """The names every generated ``run`` may read besides its constants."""
+class CheckNames(TypedDict):
+    """The fixed names the structure checks read (a part of ``FixedNames``)."""
 
     MISS: object
+    _list: type[list[Any]]
+    _map: type[map[Any]]
+    _all: Callable[[Iterable[object]], bool]
+    _tuple: type[tuple[Any, ...]]
+    _chain: type[itertools.chain[Any]]
+    _values: Callable[[dict[Any, Any]], Any]
+    _same: Callable[[object, object], bool]
+    _getv: Callable[[object], int]
+    _getm: Callable[[Variable[Any]], dict[str, Any]]
+
+
+class FixedNames(CheckNames):
+    """The names every generated ``run`` may read besides its constants."""
+
     S: object
     TRACE: object
     PLAN: Plan
@@ -107,20 +121,11 @@ class FixedNames(TypedDict):
     RETRY: Callable[..., Any]
     FINISH: Callable[..., Any]
     _ctx: object
-    _list: type[list[Any]]
-    _map: type[map[Any]]
-    _all: Callable[[Iterable[object]], bool]
-    _tuple: type[tuple[Any, ...]]
-    _chain: type[itertools.chain[Any]]
-    _values: Callable[[dict[Any, Any]], Any]
     _is: Callable[[object, object], bool]
     _level: Callable[[object], object]
     _leaf: Callable[[object], bool]
     _getattr: Callable[..., Any]
-    _same: Callable[[object, object], bool]
     _call: Callable[..., Any]
-    _getv: Callable[[object], int]
-    _getm: Callable[[Variable[Any]], dict[str, Any]]
     _getr: Callable[[Variable[Any]], Any]
     _set_raw: Callable[[Variable[Any], object], None]
     _unheld: Callable[[list[Any], Any], list[bool]]
@@ -132,7 +137,7 @@ class FixedNames(TypedDict):
 def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
     """The ``FixedNames`` a generated function reads (the constants are added later)."""
     names: FixedNames = {
-        "MISS": MISS,
+        **_fixed_checks(),
         "S": plan.statics,
         "TRACE": plan.trace,
         "PLAN": plan,
@@ -141,20 +146,11 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "RETRY": _retry,
         "FINISH": finish,
         "_ctx": trace_ctx,
-        "_list": list,
-        "_map": map,
-        "_all": all,
-        "_tuple": tuple,
-        "_chain": itertools.chain,
-        "_values": dict.values,
         "_is": operator.is_,
         "_level": level_treedef,
         "_leaf": argument_leaf,
         "_getattr": getattr,
-        "_same": same_item,
         "_call": operator.call,
-        "_getv": operator.attrgetter("_obj_version"),
-        "_getm": metadata_of,
         "_getr": operator.attrgetter("raw_value"),
         "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
         "_unheld": unheld,
@@ -168,14 +164,14 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
 def compile_structure_check(snap: StructureSnapshot) -> tuple[Callable[[], Any], str]:
     """``(check, source)``: a plan's structure checks of ``snap`` alone (``check()`` is
     ``MISS`` when the structure changed), tested against ``StructureSnapshot.unchanged``."""
-    src = _Source(_fixed_checks(), "def check():")
+    src = _Source(dict(_fixed_checks()), "def check():")
     _structure_checks(src, snap)
     src.line("return None")
     return src.build("structure check", "check", snap)
 
 
-def _fixed_checks() -> dict[str, Any]:
-    """The fixed names the structure checks read (a part of ``FixedNames``)."""
+def _fixed_checks() -> CheckNames:
+    """The ``CheckNames``."""
     return {
         "MISS": MISS,
         "_list": list,
