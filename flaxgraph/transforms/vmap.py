@@ -502,19 +502,11 @@ def pmap(
     """
     mode = resolve(graph, graph_updates)
     statics = normalize_argnums(static_broadcasted_argnums)
-    if statics:
-        return _pmap_static(
-            f,
-            statics,
-            axis_name,
-            in_axes,
-            out_axes,
-            devices,
-            backend,
-            axis_size,
-            normalize_argnums(donate_argnums),
-            transform_metadata,
-            mode,
+    if statics:  # one pmapped function per distinct static value
+        options = dict(axis_name=axis_name, devices=devices, backend=backend, axis_size=axis_size)
+        donate = normalize_argnums(donate_argnums)
+        return StaticPmapped(
+            f, statics, in_axes, out_axes, donate, transform_metadata, mode, options
         )
     return _mapped(
         jax.pmap,
@@ -529,24 +521,6 @@ def pmap(
         backend=backend,
         axis_size=axis_size,
     )
-
-
-def _pmap_static(
-    f: Callable[..., Any],
-    statics: tuple[int, ...],
-    axis_name: object,
-    in_axes: object,
-    out_axes: object,
-    devices: object,
-    backend: object,
-    axis_size: object,
-    donate: tuple[int, ...],
-    transform_metadata: Mapping[str, Any],
-    mode: Mode,
-) -> StaticPmapped[Any, Any]:
-    """pmap with static arguments: one pmapped function per distinct static value."""
-    options = dict(axis_name=axis_name, devices=devices, backend=backend, axis_size=axis_size)
-    return StaticPmapped(f, statics, in_axes, out_axes, donate, transform_metadata, mode, options)
 
 
 class StaticPmapped(Transformed[P, R]):
