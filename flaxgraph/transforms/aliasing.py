@@ -178,21 +178,23 @@ class PrefixWalk(Walk):
     def on_alias(self, x: object, path: PathParts, prefix: object) -> None:
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
-        if is_ref(x):  # a raw jax.Ref reached again: a leaf, its prefix must agree
-            key: object = ("leaf", self._leaf_prefix(path, x, prefix))
-            if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
-                self.conflict = True
+        ctx, resolved = self._sighting(x, path, prefix)
+        if resolved is NO_MATCH:
             return
+        key = self._context_key(x, path, ctx) if resolved is _NODE else ("leaf", resolved)
+        first = self.contexts[x]
+        if key != first and not (self._wild(key) or self._wild(first)):
+            self.conflict = True
+
+    def _sighting(self, x: object, path: PathParts, prefix: object) -> tuple[object, object]:
+        """A later sighting of ``x``: ``(context, leaf prefix)``; the prefix is ``_NODE`` for a
+        graph node and ``NO_MATCH`` to keep the first (a raw ``jax.Ref`` is a leaf)."""
+        if is_ref(x):
+            return prefix, self._leaf_prefix(path, x, prefix)
         ctx = self._context(x, path, prefix)
         if is_variable(x):  # (the TypeGuard narrows x for _alias_prefix)
-            resolved = self._alias_prefix(path, x, ctx)
-            if resolved is NO_MATCH:
-                return
-            key = ("leaf", resolved)
-        else:
-            key = self._context_key(x, path, ctx)
-        if key != self.contexts[x] and not (self._wild(key) or self._wild(self.contexts[x])):
-            self.conflict = True
+            return ctx, self._alias_prefix(path, x, ctx)
+        return ctx, _NODE
 
     def _alias_prefix(self, path: PathParts, x: Variable[Any], ctx: Any) -> object:
         """The prefix a later sighting of ``x`` receives, or ``NO_MATCH`` to keep its first."""
@@ -283,6 +285,7 @@ def _unlisted_reference(x: object, path: PathParts, ctx: object) -> bool:
     )
 
 
+_NODE = object()  # ``PrefixWalk._sighting`` of a graph node
 _MAX_RECORDS = 10_000  # the diagnostic walk stops growing past this (huge shared DAGs)
 
 
@@ -327,12 +330,8 @@ class AliasDiagnostics(PrefixWalk):
     def on_alias(self, x: object, path: PathParts, prefix: object) -> None:
         if is_reference_prefix(prefix):
             return  # nnx.prefix((m, m), ...): a later sighting carries a reference only
-        if is_ref(x):  # a raw jax.Ref reached again: recorded like a Variable alias
-            self._record(path, x, self._leaf_prefix(path, x, prefix))
-            return
-        ctx = self._context(x, path, prefix)
-        if is_variable(x):  # (the TypeGuard narrows x for _alias_prefix)
-            resolved = self._alias_prefix(path, x, ctx)
+        ctx, resolved = self._sighting(x, path, prefix)
+        if resolved is not _NODE:
             if resolved is not NO_MATCH:
                 self._record(path, x, resolved)
             return

@@ -62,20 +62,12 @@ def unbind(f: Any, transform: str = "transform") -> tuple[Callable[..., Any], tu
 
 def normalize_argnums(argnums: int | Iterable[int] | None) -> tuple[int, ...]:
     """``argnums`` (an int, an iterable of ints or ``None``) as a tuple of ints."""
-    if argnums is None:
-        return ()
-    if isinstance(argnums, int):
-        return (argnums,)
-    return tuple(argnums)
+    return () if argnums is None else (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
 def normalize_argnames(argnames: str | Iterable[str] | None) -> tuple[str, ...]:
     """``argnames`` (a string, an iterable or ``None``) as a tuple of strings."""
-    if argnames is None:
-        return ()
-    if isinstance(argnames, str):
-        return (argnames,)
-    return tuple(argnames)
+    return () if argnames is None else (argnames,) if isinstance(argnames, str) else tuple(argnames)
 
 
 def infer_argnums_and_argnames(

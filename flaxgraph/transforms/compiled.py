@@ -55,19 +55,18 @@ class Compiled:
 
     def lower(self, groups: Sequence[Any]) -> Any:
         """``jax.jit(...).lower`` for these groups."""
-        try:
-            return self.fn.lower(*groups)
-        except OutStaticChanged:
-            self.switch()
-            return self.fn.lower(*groups)
+        return self._stage("lower", groups)
 
     def trace(self, groups: Sequence[Any]) -> Any:
         """``jax.jit(...).trace`` for these groups."""
+        return self._stage("trace", groups)
+
+    def _stage(self, name: str, groups: Sequence[Any]) -> Any:
         try:
-            return self.fn.trace(*groups)
+            return getattr(self.fn, name)(*groups)
         except OutStaticChanged:
             self.switch()
-            return self.fn.trace(*groups)
+            return getattr(self.fn, name)(*groups)
 
     def switch(self) -> None:
         """From now on, the ``OutStatic`` comes back through JAX."""
@@ -126,79 +125,64 @@ class Traced:
         return static.value, out_groups
 
 
-class Lowered:
+class _Stage:
+    """A JAX stage of ``nnx.jit`` (``wrapped``) with what takes and updates objects; every
+    other attribute is JAX's."""
+
+    __slots__ = ("wrapped", "entry", "prepare", "prefix")
+
+    def __init__(
+        self, wrapped: Any, entry: Compiled, prepare: Callable[..., Any], prefix: tuple[Any, ...]
+    ):
+        self.wrapped = wrapped
+        self.entry = entry
+        self.prepare = prepare
+        self.prefix = prefix
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+
+class Lowered(_Stage):
     """``nnx.jit(f).lower(*args)``: JAX's ``Lowered``; ``compile()`` takes and updates objects.
 
     Every other attribute (``as_text()``, ``cost_analysis()``…) is JAX's.
     """
 
-    __slots__ = ("lowered", "entry", "prepare", "prefix")
-
-    def __init__(
-        self, lowered: Any, entry: Compiled, prepare: Callable[..., Any], prefix: tuple[Any, ...]
-    ):
-        self.lowered = lowered
-        self.entry = entry
-        self.prepare = prepare
-        self.prefix = prefix
+    __slots__ = ()
 
     def compile(self, *args: Any, **kwargs: Any) -> AotCompiled:
         """``jax`` ``Lowered.compile`` wrapped to take and update objects."""
-        compiled = self.lowered.compile(*args, **kwargs)
+        compiled = self.wrapped.compile(*args, **kwargs)
         return AotCompiled(compiled, self.entry, self.prepare, self.prefix)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.lowered, name)
 
-
-class TracedJit:
+class TracedJit(_Stage):
     """``nnx.jit(f).trace(*args)``: JAX's ``Traced``; its ``lower()`` gives a ``Lowered``."""
 
-    __slots__ = ("traced", "entry", "prepare", "prefix")
-
-    def __init__(
-        self, traced: Any, entry: Compiled, prepare: Callable[..., Any], prefix: tuple[Any, ...]
-    ):
-        self.traced = traced
-        self.entry = entry
-        self.prepare = prepare
-        self.prefix = prefix
+    __slots__ = ()
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """``jax`` ``Traced.lower``, whose ``compile()`` takes and updates objects."""
-        return Lowered(self.traced.lower(*args, **kwargs), self.entry, self.prepare, self.prefix)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.traced, name)
+        return Lowered(self.wrapped.lower(*args, **kwargs), self.entry, self.prepare, self.prefix)
 
 
-class AotCompiled:
+class AotCompiled(_Stage):
     """A compiled executable of ``nnx.jit``, called with objects and writing their updates back.
 
     The arguments must have ``lower``'s structure (else JAX's ``TypeError``).
     """
 
-    __slots__ = ("compiled", "entry", "prepare", "prefix")
-
-    def __init__(
-        self, compiled: Any, entry: Compiled, prepare: Callable[..., Any], prefix: tuple[Any, ...]
-    ):
-        self.compiled = compiled
-        self.entry = entry
-        self.prepare = prepare
-        self.prefix = prefix
+    __slots__ = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Arguments of another structure or donation partition than lower()'s: JAX's
         # TypeError names the mismatch before anything runs (nothing is donated).
         call, _, groups = self.prepare((*self.prefix, *args), kwargs)[:3]
-        out = self.compiled(*groups)
+        out = self.wrapped(*groups)
         if self.entry.with_static:
             static, out_groups = out
             out_static = static.value
         else:
             out_static, out_groups = self.entry.out_static, out
         return call.finish(out_static, out_groups)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.compiled, name)

@@ -1,10 +1,7 @@
-"""What a repeated call of a transformed function runs: the generated source of its
-fast-path plan, for a maintainer reading or debugging the fast path.
+"""What a repeated call of a transformed function runs: its fast-path plan's generated source.
 
-``python -m flaxgraph.transforms.explain [--layers N]`` prints the plan of a small
-training step. Names ending in a number are the plan's objects; upper-case names
-are its fixed ones (``plan_code.FixedNames``). ``guides/performance.md`` shows how
-to read it; see ``docs/design.md``, "The fast path".
+``python -m flaxgraph.transforms.explain [--layers N]`` prints the plan of a small training
+step (how to read it: ``guides/performance.md``; ``docs/design.md``, "The fast path").
 """
 
 from __future__ import annotations
@@ -51,8 +48,7 @@ def explain(f: Callable[..., Any], *args: object, **kwargs: object) -> str:
     if plans is None:
         raise TypeError(f"{f!r} has no fast path to explain (it keeps no plans).")
     for attempt in range(2):
-        # The plan that served a fast call is the cache's most recent one. A plan's
-        # write-back is written into its source by its first fast call.
+        # A fast call's plan is the most recent; its first fast call writes in the write-back.
         general = plans.general_calls
         f(*args, **kwargs)
         plan = plans.recent()

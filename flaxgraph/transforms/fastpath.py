@@ -1,29 +1,5 @@
-"""The per-call fast path: a transform that skips the graph walk when nothing
-structural changed since the last call.
-
-A lifted call normally walks the argument graph (resolving prefixes, checking
-aliasing, building a GraphDef), hands JAX a freshly built key, and rebuilds the
-graph from what comes back. When a function is called again and again on the
-same objects (a training loop), all of that is the same every time except the
-array values. A ``Plan`` (``plan.py``) remembers it, per argument structure:
-
-* the compiled function of the input structure (``compiled.py``: one ``jax.jit``
-  per structure, which JAX calls with the arrays only);
-* how to read each leaf (a Variable's value, an array attribute, an argument);
-* how each leaf is grouped by prefix;
-* what to check to know the structure is unchanged: every Object's *structure
-  version* (bumped by any structural assignment, see ``objects.py``), every
-  Variable's metadata dict (replaced by any metadata change), every list and dict
-  inside the graph (same length and same elements), and the JAX trace.
-
-All of a call's checks, reads and write-back are written out as one generated
-function per plan (``plan_code.py``, made when ``PlanCache.put`` keeps the plan),
-which the transform tries first on every call; it is their only form.
-
-After the call, the ``OutStatic`` of the structure carries a compiled write-back plan
-(``FinishPlan``): which Variables and attributes received new values, and how to
-build the output. It is used when the function kept the inputs' structure;
-otherwise the general ``build_graph`` write-back runs and the next call re-plans.
+"""The per-call fast path: the plan cache and the write-back of a repeated call
+(``FinishPlan``), explained in ``docs/design.md``, "The fast path".
 
 Source: ``docs/design.md``, "The fast path".
 """
@@ -71,12 +47,7 @@ from flaxgraph.variablelib.variable import Variable, is_variable
 
 
 class LeafWrite(NamedTuple):
-    """An out leaf that an input leaf receives: ``FinishPlan.writes``.
-
-    Attributes:
-      out_position: the leaf's position in the out GraphDef (``OutStatic.sources``).
-      in_position: the input leaf's position in the plan's leaves.
-    """
+    """An out leaf (position in ``OutStatic.sources``) that an input leaf (plan position) receives."""
 
     out_position: int
     in_position: int
@@ -92,21 +63,14 @@ class OwnerKind(enum.Enum):
 
 
 class LeafOwner(NamedTuple):
-    """Which input leaf an out leaf is (``_leaf_owners``).
-
-    Attributes:
-      kind: an ``OwnerKind``.
-      key: see ``OwnerKind`` (``None`` for ``LOST`` and ``NEW``).
-    """
+    """Which input leaf an out leaf is: an ``OwnerKind`` and its ``key``."""
 
     kind: OwnerKind
     key: Any = None
 
 
 class FinishPlan:
-    """How to apply one ``OutStatic`` without rebuilding the graph: in terms of input
-    leaf positions and input node indices, so it serves every input instance of
-    the same structure."""
+    """How to apply one ``OutStatic`` without rebuilding the graph, by input positions."""
 
     __slots__ = ("usable", "writes", "build", "sources", "n_out", "single_leaf")
 
@@ -130,8 +94,6 @@ class FinishPlan:
         if compiler.new_objects:
             self.usable = False
             return
-        # Which input leaf each out leaf is (by node index for Variables; by path for
-        # raw attributes, valid because the inputs kept their structure).
         owners = _leaf_owners(out.graphdef.root, in_index)
         for j, (source, owner) in enumerate(zip(out.sources, owners)):
             if owner.kind is OwnerKind.VAR:
@@ -141,9 +103,7 @@ class FinishPlan:
             else:
                 pos = None
             if source.origin == IN:
-                if pos is not None and pos != source.at:
-                    # An input leaf moved to another place (two attributes swapped):
-                    # the general path writes it there.
+                if pos is not None and pos != source.at:  # an input leaf moved
                     self.usable = False
                     return
                 continue
@@ -158,8 +118,7 @@ class FinishPlan:
         self.single_leaf = type(cast(ContainerDef, out.graphdef.root).children[0]) is ArrayDef
 
     def bind(self, plan: Plan) -> BoundFinish | None:
-        """The writes for one plan's objects (a ``BoundFinish``); ``None`` when an
-        output would hand out a Ref's own array (see ``ref_writes.py``)."""
+        """The writes for one plan's objects; ``None`` when an output would hand out a Ref's array."""
         by_group: dict[int, VariableWrites] = {}
         others = []
         ref_variables: list[Variable[Any]] = []
@@ -260,8 +219,7 @@ def _leaf_owners(root: Def, in_index: dict[int, int]) -> list[LeafOwner]:
 
 
 class _OutputCompiler:
-    """Turns the output part of an out GraphDef into a builder ``(values, nodes) ->
-    output`` that returns input objects as they are (already updated in place)."""
+    """Turns an out GraphDef's output part into a builder ``(values, nodes) -> output``."""
 
     def __init__(self, in_index: dict[int, int]):
         self.in_index = in_index
@@ -286,7 +244,6 @@ class _OutputCompiler:
             return lambda values, nodes: value
         if t is ContainerDef:
             builders = [self.compile(c) for c in d.children]
-            # The container rule of every build (``build.container_of``).
             return lambda values, nodes: container_of(d, [b(values, nodes) for b in builders])
         raise TypeError(f"Unknown GraphDef entry {d!r}")
 
@@ -318,13 +275,8 @@ class CacheInfo(NamedTuple):
 
 
 class PlanCache:
-    """The plans of one transformed function, most recent first (at most ``size``).
-
-    The cache holds a plan weakly when the objects it was made for hold it
-    (``plan_owners.py``): a model the user drops is collected with its plans, and its
-    entry here reads ``None``. ``recent`` and the entries are ``() -> Plan | None``
-    (a ``weakref``, or a plain getter for a plan the cache holds itself).
-    """
+    """The plans of one transformed function, most recent first, as ``() -> Plan | None``
+    (weak when the plan's objects own it, ``plan_owners.py``)."""
 
     __slots__ = ("entries", "size", "recent", "general_calls")
 
@@ -353,11 +305,7 @@ class PlanCache:
         return [plan.source for plan in self.plans.values()]
 
     def run_any(self, args: tuple[Any, ...], kwargs: dict[str, Any], statics: Any) -> Any:
-        """The call through the first cached plan that applies to it, most recent
-        first, or ``MISS`` (transforms try ``recent().run`` first, inline). Each plan's
-        generated ``run`` checks the call against what the general walk recorded and
-        returns ``MISS`` at its first failed check, so no key is computed from the
-        arguments: which plan applies is decided by the record alone."""
+        """The call through the first cached plan whose ``run`` applies, or ``MISS``."""
         recent = self.recent
         for ref in self.entries.values():
             if ref is recent:
@@ -372,8 +320,7 @@ class PlanCache:
         return MISS
 
     def put(self, key: Any, plan: Plan) -> None:
-        """Adds ``plan`` (most recent first), dropping dead entries and the oldest
-        beyond ``size``; the objects of a plan it replaces or drops let go of it."""
+        """Adds ``plan`` first, dropping dead entries and the oldest beyond ``size``."""
         if not plan.in_place:
             return
         plan.run, plan.source = compile_run(plan, finish_fast)
@@ -403,8 +350,7 @@ _NO_PLAN: Callable[[], None] = type(None)  # ``recent`` before any plan: returns
 
 
 def same_trace(call: Call) -> bool:
-    """Whether every input object was created in the current trace (plans are only
-    made for such calls, so a plan hit needs no per-object trace check)."""
+    """Whether every input object was created in the current trace (a plan needs it)."""
     trace = current_trace()
     return not any(created_outside(n, trace) for n in call.nodes)
 
@@ -412,8 +358,7 @@ def same_trace(call: Call) -> bool:
 def finish_fast(
     plan: Plan, out: OutStatic, out_groups: Sequence[Sequence[Any]], in_values: list[Any]
 ) -> Any:
-    """Applies ``out`` to the plan's objects and returns the output; falls back to the
-    general write-back when the function changed the inputs' structure."""
+    """Applies ``out`` to the plan's objects and returns the output."""
     bound: BoundFinish | None
     if out is plan.last_out:
         bound = plan.last_finish
@@ -422,9 +367,7 @@ def finish_fast(
         if fin is None:
             fin = out.finish.plan = FinishPlan(out, plan)
         if not fin.usable:
-            if plan.ref_positions:
-                in_values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
-            return write_back(out, leaf_values(out.sources, in_values, out_groups), plan.nodes)
+            return _general_finish(plan, out, out_groups, in_values)
         if fin in plan.finishes:
             bound = plan.finishes[fin]
         else:
@@ -435,7 +378,15 @@ def finish_fast(
         if bound is not None:
             plan.last_out, plan.last_finish = out, bound
     if bound is None:  # an output would hand out a Ref's own array
-        values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
-        return write_back(out, leaf_values(out.sources, values, out_groups), plan.nodes)
+        return _general_finish(plan, out, out_groups, in_values)
     assert bound.apply is not None  # (FinishPlan.bind generates it)
     return bound.apply(in_values, out_groups)
+
+
+def _general_finish(
+    plan: Plan, out: OutStatic, out_groups: Sequence[Sequence[Any]], in_values: list[Any]
+) -> Any:
+    """The general write-back, with copies of the Refs' values."""
+    if plan.ref_positions:
+        in_values = copies_of_ref_values(in_values, plan.ref_positions, plan.leaves)
+    return write_back(out, leaf_values(out.sources, in_values, out_groups), plan.nodes)

@@ -1,43 +1,9 @@
-"""The lifting machine: one path by which every transform accepts objects.
+"""The lifting machine: the five lift steps every transform runs to accept objects.
 
-JAX transforms take pure pytrees. flaxgraph transforms take Modules, Variables
-and Rngs anywhere in their arguments and outputs, and keep Python's reference
-semantics. Every transform goes through the same five steps:
+The steps and the traversal modes are explained in ``docs/design.md``, "The five lift
+steps" and "Traversal modes".
 
-1. **Outside, split.** ``split_inputs`` flattens ``(args, kwargs)`` as *one*
-   graph (shared objects across arguments become references) while resolving the
-   transform's prefix tree (``in_axes``, ``in_shardings``, diff flags…) to one
-   prefix per leaf and checking consistent aliasing (``aliasing.PrefixWalk``).
-   Leaves are grouped by prefix, so the prefix tree handed to JAX is just one
-   plain prefix per group.
-2. **The JAX transform** runs ``Call.pure``, a function of ``(AuxValue, groups)``
-   only. The GraphDef travels as pytree *auxiliary data* (``AuxValue``), so JAX's
-   own caches key on the graph structure: same structure, no retrace.
-3. **Inside, merge** the leaves into fresh objects in the inner trace and call the
-   user's function.
-4. **Inside, split again** the inputs (to carry every update, structural ones
-   included) together with the outputs, in one walk with the output prefixes:
-   outputs that alias inputs become references to them, aliasing is checked
-   between inputs and outputs, and captured objects may not be returned. Leaves
-   whose value did not change are not returned at all (write back only what
-   changed).
-5. **Outside, update** the caller's objects in place from the returned GraphDef
-   and leaves (``build_graph`` with ``reuse``) and build the outputs; an output
-   that aliases an input is the caller's *same* object. If anything before this
-   step raises, the caller's objects are untouched; this step validates before it
-   writes.
-
-**Traversal modes** (``flaxgraph.modes``) are parameters of these same steps,
-not other paths: in tree mode (``graph=False``) step 1's walk rejects a Variable
-reachable twice; with ``graph_updates=False`` (and in tree mode) step 4 first puts
-the inputs' structure back as it came in, keeping the Variables' new values, and
-rejects input Variables among the outputs, so only values come back and step 5
-and the fast path run unchanged.
-
-Source: the "JAX-style NNX Transforms" FLIP flax#4107 and
-Flax Linen's "Lifted Transformations" design note (split into groups, lift, repack, commit);
-``docs/design.md``, "The five lift steps"; modes per Flax
-NNX 0.12 (``graph``/``graph_updates``).
+Source: the "JAX-style NNX Transforms" FLIP flax#4107; ``docs/design.md``, "The five lift steps".
 """
 
 from __future__ import annotations
@@ -45,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, cast
 
 import jax
 
@@ -70,16 +36,8 @@ E = TypeVar("E", bound=Hashable)
 
 
 class Origin(enum.IntEnum):
-    """Where an output leaf's value comes from: the ``origin`` of a ``LeafSource``
-    (``OutStatic.sources``).
-
-    * ``IN``: the leaf is unchanged; take the caller's input value ``values[at]``.
-    * ``OUT``: the leaf comes back from the JAX transform,
-      ``out_groups[at][position]`` (for ``scan``: in the final carry or stacked,
-      as the group's out-prefix says).
-
-    An ``IntEnum``: comparing origins runs at C speed on the fast path.
-    """
+    """Where an output leaf's value comes from: ``IN`` the caller's input value
+    ``values[at]``, ``OUT`` the JAX transform's ``out_groups[at][position]``."""
 
     IN = 0
     OUT = 1
@@ -91,13 +49,7 @@ OUT = Origin.OUT
 
 
 class LeafSource(NamedTuple):
-    """Where one leaf of an out GraphDef gets its value (``OutStatic.sources``).
-
-    Attributes:
-      origin: an ``Origin``.
-      at: ``IN``: the input leaf's position; ``OUT``: the output group.
-      position: ``OUT``: the position in the output group; ``0`` for ``IN``.
-    """
+    """Where one leaf of an out GraphDef gets its value (see ``Origin``)."""
 
     origin: Origin
     at: int
@@ -107,47 +59,27 @@ class LeafSource(NamedTuple):
 def leaf_values(
     sources: Sequence[LeafSource], in_values: Sequence[Any], out_groups: Sequence[Sequence[Any]]
 ) -> list[Any]:
-    """The value of each leaf of ``sources`` (origins ``IN`` and ``OUT``): the input's
-    value or the one the JAX transform returned."""
+    """The value of each leaf of ``sources``: the input's or the JAX transform's."""
     return [in_values[s.at] if s.origin == IN else out_groups[s.at][s.position] for s in sources]
 
 
 class Slots(NamedTuple):
-    """Where each input leaf sits in the groups handed to the JAX transform
-    (``InStatic.slots``): leaf ``i`` is ``groups[slots.groups[i]][slots.positions[i]]``.
-
-    Two parallel tuples rather than one record per leaf: built on every general call
-    at the cost of two tuples, and hashed as part of ``InStatic``.
-
-    Attributes:
-      groups: each leaf's group index (its prefix's position among the group keys).
-      positions: each leaf's position in its group.
-    """
+    """Where each input leaf sits in the groups handed to the JAX transform: leaf ``i``
+    is ``groups[slots.groups[i]][slots.positions[i]]``."""
 
     groups: tuple[int, ...]
     positions: tuple[int, ...]
 
 
 class NodeMatch(NamedTuple):
-    """An input node found again in step 4's walk (``OutStatic.index_map``): step 5
-    updates the caller's node in place instead of building a new one.
-
-    Attributes:
-      out_index: the node's reference index in the out GraphDef.
-      in_index: its reference index among the inputs' nodes (``Call.nodes``).
-    """
+    """An input node found again in step 4's walk: out-GraphDef index, input index."""
 
     out_index: int
     in_index: int
 
 
 class AuxValue(Generic[T]):
-    """A pytree with no leaves whose auxiliary data is ``value`` (hashable).
-
-    JAX keeps auxiliary data in the treedef, which is part of every transform's
-    cache key and is rebuilt on cache hits; that is how GraphDefs cross JAX
-    transforms without being arrays.
-    """
+    """A pytree with no leaves whose auxiliary data is ``value``: a GraphDef crossing JAX."""
 
     __slots__ = ("value",)
 
@@ -162,9 +94,7 @@ jax.tree_util.register_pytree_node(AuxValue, lambda s: ((), s.value), lambda aux
 
 
 def key_hash(*fields: object) -> int:
-    """The hash of a record that travels as ``AuxValue`` aux data, computed once when
-    it is made. An unhashable field (a non-frozen dataclass config) is hashed without
-    its value, as in Flax (JAX compares aux data with ``==``, so the key still works)."""
+    """The hash of an ``AuxValue`` record; an unhashable field is hashed without its value."""
     try:
         return hash(fields)
     except TypeError:
@@ -172,13 +102,17 @@ def key_hash(*fields: object) -> int:
 
 
 class HashedRecord:
-    """Base of the frozen records that travel as ``AuxValue`` aux data: hashed once,
-    when made (``key_hash``, given by the record's ``make``), and compared by that
-    hash first, then by the fields named in ``_fields``."""
+    """Base of the ``AuxValue`` records: hashed once when made, compared by hash, then ``_fields``."""
 
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()
     key_hash: int
+
+    @classmethod
+    def of(cls, **fields: object) -> Self:
+        """The record of ``fields`` (all but ``key_hash``, in ``_fields`` order), hashed."""
+        make = cast("Callable[..., Self]", cls)
+        return make(**fields, key_hash=key_hash(*fields.values()))
 
     def _key(self) -> tuple[object, ...]:
         return tuple(getattr(self, f) for f in self._fields)
@@ -197,10 +131,8 @@ class HashedRecord:
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class InStatic(HashedRecord, Generic[E]):
-    """What the pure function needs besides arrays: the input GraphDef, where each
-    leaf sits in the groups, and any transform-specific static data (``extra``, of
-    the transform's own type ``E``). Made by ``InStatic.make``, which computes
-    ``key_hash``."""
+    """What the pure function needs besides arrays: input GraphDef, slots, the transform's
+    ``extra``. Made by ``make``."""
 
     _fields: ClassVar[tuple[str, ...]] = ("graphdef", "slots", "extra")
     graphdef: GraphDef[Any]
@@ -219,9 +151,7 @@ class InStatic(HashedRecord, Generic[E]):
 
 
 class FinishCache:
-    """The fast path's compiled write-back of one ``OutStatic`` (``plan``, a
-    ``fastpath.FinishPlan``), made on first use: a cache cell the record holds, not a
-    field of its value (it joins neither its hash nor its equality)."""
+    """A cache cell for an ``OutStatic``'s ``fastpath.FinishPlan`` (not part of its value)."""
 
     __slots__ = ("plan",)
 
@@ -231,16 +161,8 @@ class FinishCache:
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class OutStatic(HashedRecord):
-    """What comes back besides arrays: the GraphDef of ``(output, args, kwargs)``,
-    which of its nodes are the inputs' nodes, and where each leaf comes from. Made
-    by ``OutStatic.make``, which computes ``key_hash``.
-
-    Attributes:
-      inputs_kept: True when the inputs' graph kept its structure (only values
-        changed): the fast path may then write values in place instead of
-        rebuilding the graph.
-      finish: the fast path's compiled write-back, filled on first use.
-    """
+    """What comes back besides arrays: GraphDef of ``(output, args, kwargs)``, input nodes,
+    leaf sources, whether the inputs kept their structure. Made by ``make``."""
 
     _fields: ClassVar[tuple[str, ...]] = ("graphdef", "index_map", "sources", "inputs_kept")
     graphdef: GraphDef[Any]
@@ -269,14 +191,7 @@ class OutStatic(HashedRecord):
 
 
 class Resplit(NamedTuple):
-    """Step 4's walk (``Merged.resplit``).
-
-    Attributes:
-      graphdef: the GraphDef of ``(output, args, kwargs)``.
-      leaves: ``(path, leaf)`` per leaf, in walk order.
-      prefixes: each leaf's resolved out-prefix.
-      index_map: a ``NodeMatch`` per input node found again.
-    """
+    """Step 4's walk over ``(output, args, kwargs)`` (``Merged.resplit``)."""
 
     graphdef: GraphDef[Any]
     leaves: list[tuple[PathParts, Any]]
@@ -285,13 +200,7 @@ class Resplit(NamedTuple):
 
 
 class InnerResult(NamedTuple):
-    """What ``Inner.run`` returns from inside the JAX transform.
-
-    Attributes:
-      kept: the part of ``call``'s result returned as is (e.g. ``grad``'s loss).
-      out_static: the ``OutStatic`` of ``(output, args, kwargs)``.
-      out_groups: the leaves that come back through JAX, one list per output group.
-    """
+    """What ``Inner.run`` returns: ``call``'s kept part, the ``OutStatic``, the out groups."""
 
     kept: Any
     out_static: OutStatic
@@ -300,16 +209,7 @@ class InnerResult(NamedTuple):
 
 @dataclasses.dataclass
 class Call:
-    """One lifted call: the split inputs and everything needed to finish it.
-
-    Attributes:
-      graphdef: GraphDef of ``(args, kwargs)``.
-      leaves: the caller's leaves (Variables or raw values) in walk order.
-      values: their raw values.
-      prefixes: their resolved prefixes.
-      nodes: the caller's nodes and Variables by reference index.
-      in_prefix: the prefix tree used for the inputs (reused for them on output).
-    """
+    """One lifted call: the split inputs (step 1) and what step 5 needs to finish it."""
 
     graphdef: GraphDef[Any]
     leaves: list[Any]
@@ -321,8 +221,7 @@ class Call:
     def groups(
         self, keys: Sequence[Any], prefixes: Sequence[Any] | None = None
     ) -> tuple[Slots, tuple[list[Any], ...]]:
-        """Places each leaf value in the group of its prefix (the call's own
-        ``prefixes`` unless others are given): ``(slots, groups)``."""
+        """Places each leaf value in the group of its prefix: ``(slots, groups)``."""
         slots = self.slots_for(self.prefixes if prefixes is None else prefixes, keys)
         groups: tuple[list[Any], ...] = tuple([] for _ in keys)
         for value, g in zip(self.values, slots.groups):
@@ -330,8 +229,7 @@ class Call:
         return slots, groups
 
     def slots_for(self, prefixes: Sequence[Any], keys: Sequence[Any]) -> Slots:
-        """Where each leaf sits in the groups of ``keys`` for the prefixes
-        ``prefixes`` (one per leaf), without placing the values."""
+        """Where each leaf sits in the groups of ``keys`` for ``prefixes``."""
         sizes = [0] * len(keys)
         in_group = []
         positions = []
@@ -354,19 +252,14 @@ class Call:
 
 
 def created_outside(node: object, trace: object) -> bool:
-    """Whether the graph node or Variable ``node`` was created in a trace other than
-    ``trace`` (captured by closure from outside a transform). The one test of
-    "created in this trace": the lift's inner split (a captured object may not be
-    returned), the loops' carry check (``control.py``) and the fast path's plan
-    recording (``fastpath.same_trace``) ask it. An object that records no trace (a
-    registered graph-node type other than ``Object``) counts as created here."""
+    """Whether ``node`` (graph node or Variable) was created in a trace other than ``trace``:
+    the one test of "captured from outside"; one that records no trace counts as inside."""
     created = trace_of(node) if is_variable(node) else getattr(node, "_obj_trace", None)
     return created is not None and created != trace
 
 
 def write_back(out_static: OutStatic, values: list[Any], nodes: Sequence[Any]) -> object:
-    """Step 5: updates the input objects ``nodes`` (by input reference index) in place
-    from ``out_static`` and the out leaves ``values``; returns the output."""
+    """Step 5: updates ``nodes`` in place from ``out_static`` and ``values``; returns the output."""
     reuse = {out_i: nodes[in_i] for out_i, in_i in out_static.index_map}
     output, _args, _kwargs = build_graph(out_static.graphdef, values, reuse=reuse, new_refs=True)
     return output
@@ -408,8 +301,7 @@ def split_inputs(
 
 
 class Merged:
-    """The inputs merged inside a trace (step 3), with what step 4 needs to tell
-    which leaves are inputs and whether they changed."""
+    """The inputs merged inside a trace (step 3), with what step 4 needs."""
 
     __slots__ = (
         "args",
@@ -454,16 +346,13 @@ class Merged:
             metadata_of(leaf) if v else None for leaf, v in zip(sink, variable_at)
         ]
         self.raw_in = {id(x): i for i, (x, v) in enumerate(zip(sink, variable_at)) if not v}
-        # Taken before the function runs, to tell afterwards whether it changed the
-        # inputs' structure (graphlib/snapshot.py).
-        # Without graph updates, to tell whether the structure must be put back.
+        # Taken before the function runs: did it change the inputs' structure?
         self.snapshot = (
             StructureSnapshot(index_ref.values()) if snapshot or not mode.updates else None
         )
 
     def unchanged_input(self, leaf: object) -> int | None:
-        """The input position of ``leaf`` if it is an input leaf whose value (and
-        metadata) did not change inside the function, else ``None``."""
+        """The input position of ``leaf`` if it is an unchanged input leaf, else ``None``."""
         if is_variable(leaf):
             i = self.in_leaf.get(leaf)
             if (
@@ -478,15 +367,13 @@ class Merged:
         return i if i is not None and self.leaves[i] is leaf else None
 
     def structure_kept(self) -> bool:
-        """Whether ``(args, kwargs)`` still have the structure they were merged with
-        (values may have changed). Needs ``snapshot=True`` at construction."""
+        """Whether ``(args, kwargs)`` keep their merged structure (needs ``snapshot``)."""
         assert self.snapshot is not None
         return self.snapshot.unchanged()
 
     def restore_structure(self) -> None:
-        """Without graph updates (``snapshot`` is then always taken): puts the inputs' structure back as it was merged
-        (attributes the function added, deleted or replaced), keeping the new values
-        of the input Variables; raw array attributes get their input values back."""
+        """Without graph updates: puts the inputs' structure back as merged, keeping the
+        input Variables' new values."""
         assert self.snapshot is not None
         kinds, classify = REGISTRY.kind_cache(), REGISTRY.classify
         if self.snapshot.unchanged() and not any(
@@ -511,9 +398,7 @@ class Merged:
         on_output_leaf: Callable[[Any, Any], None] | None = None,
         captured_out: bool = False,
     ) -> Resplit:
-        """Step 4: one walk over ``(output, args, kwargs)`` (output first, so leaves an
-        output shares with an input are found at their output path). ``captured_out``:
-        the output may hold objects the function captured (see ``Inner``)."""
+        """Step 4: one walk over ``(output, args, kwargs)``, output first."""
         if not self.mode.updates:
             self.restore_structure()
         walk = _OutputWalk(
@@ -538,30 +423,9 @@ class Merged:
 
 @dataclasses.dataclass(frozen=True)
 class Inner:
-    """Steps 3 and 4 for one trace: merge, call, re-split.
-
-    Attributes:
-      f: the user's function.
-      out_spec: what counts as a prefix on the way out.
-      out_keys: the output groups (all prefixes ``out_prefix`` and the inputs'
-        prefixes can resolve to).
-      same_prefix: whether an unchanged input leaf with in-prefix ``a`` may be
-        returned as is where the out-prefix is ``b``.
-      on_inputs: called with the inner leaf objects (Variables or values) and their
-        prefixes right after merging (e.g. to remove an axis from metadata).
-      on_output_leaf: called with each output leaf and its prefix before its
-        metadata is recorded (e.g. to add an axis back).
-      record_kept: whether to record if the inputs kept their structure
-        (``OutStatic.inputs_kept``, which the fast-path plans need; a structure
-        snapshot of the merged inputs).
-      templates: an ``out_template.Templates`` (with ``record_kept``): step 4 without
-        the walk for calls matching an earlier one (transforms that trace every call).
-      mode: the traversal mode (``flaxgraph.modes``).
-      captured_out: whether the output may hold objects created outside the transform
-        (captured by closure). Only where the caller gets a new abstract copy, never
-        the object: ``eval_shape``, as in Flax NNX 0.12.8, whose ``nnx.eval_shape``
-        returns ``ShapeDtypeStruct`` copies of captured modules and Variables.
-    """
+    """Steps 3 and 4 for one trace: merge, call, re-split. ``same_prefix``: may an unchanged
+    input leaf come back as is; ``captured_out``: the output may hold captured objects
+    (``eval_shape`` only, as in Flax NNX 0.12.8)."""
 
     f: Callable[..., Any]
     out_spec: PrefixSpec
@@ -583,18 +447,8 @@ class Inner:
         out_prefix_tree: object,
         call: Callable[..., Any] | None = None,
     ) -> InnerResult:
-        """Merges the inputs, calls ``call(f, args, kwargs)`` (default ``f(*args,
-        **kwargs)``), and re-splits ``(output_part, args, kwargs)``.
-
-        ``in_prefixes`` are the inputs' per-leaf group keys; ``inputs_out_prefix``
-        is the ``(args, kwargs)`` prefix pair applied to the inputs on the way out and
-        ``out_prefix_tree`` the prefix of the output part. ``call`` returns ``(kept,
-        output_part)``: ``kept`` is returned as is (e.g. a loss for ``grad``) and
-        ``output_part`` goes through the lift.
-
-        Returns:
-          an ``InnerResult``.
-        """
+        """Merges, calls ``call(f, args, kwargs) -> (kept, output)`` (default ``f(*args,
+        **kwargs)``) and re-splits ``(output, args, kwargs)``: an ``InnerResult``."""
         merged = Merged(
             in_static,
             [groups[g][i] for g, i in zip(in_static.slots.groups, in_static.slots.positions)],
@@ -626,7 +480,6 @@ class Inner:
             None if hooks_ran else self.on_output_leaf,
             self.captured_out,
         )
-        # Without graph updates the inputs' structure was put back (resplit).
         inputs_kept = self.record_kept and (not self.mode.updates or merged.structure_kept())
         out_groups: tuple[list[Any], ...] = tuple([] for _ in self.out_keys)
         sources = []
@@ -655,11 +508,8 @@ class Inner:
     def input_kept(
         self, merged: Merged, output: object, path: PathParts, leaf: object, prefix: object
     ) -> int | None:
-        """The input position whose value the re-split ``leaf`` (at ``path``, with
-        out-prefix ``prefix``) takes on the way out, or ``None`` if it comes back
-        through the JAX transform: an input leaf the function did not change, where
-        ``same_prefix`` allows it. A transform may override it (``scan``'s carry
-        always comes back, its broadcast state never does)."""
+        """The input position whose value ``leaf`` keeps, or ``None`` if it comes back
+        through JAX (``scan`` overrides it)."""
         i = merged.unchanged_input(leaf)
         if i is not None and self.same_prefix(merged.prefixes[i], prefix):
             return i
@@ -710,20 +560,21 @@ class _OutputWalk(PrefixWalk):
             self.on_leaf(leaf, self.leaf_prefixes[-1])
 
     def returned_input(self) -> None:
-        """Without graph updates an input object may not be an output: only values
-        come back, so the caller could not get its own object back."""
-        output, args, kwargs = self.roots.values
+        """Without graph updates an input object may not be an output."""
+        roots = self.roots.values
+
+        def select(paths: Sequence[PathParts]) -> bool:
+            return any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths)
+
         error = SharedReferenceError(
             shared_variables_message(
-                (output, args, kwargs),
+                roots,
                 self.where,
                 f"With {self.mode.name} a transformed function may not return its input "
                 "objects: the transform does not support Variable aliasing between inputs "
                 "and outputs (only Variable values come back to the caller)",
                 wrapped=True,
-                select=lambda paths: (
-                    any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths)
-                ),
+                select=select,
                 fixes=[
                     "return new objects or arrays (e.g. nnx.clone(obj), or obj.value);",
                     "or use graph updates: graph=True, graph_updates=True (or the "
@@ -732,8 +583,4 @@ class _OutputWalk(PrefixWalk):
                 ],
             )
         )
-        raise with_duplicates_line(
-            error,
-            (output, args, kwargs),
-            lambda paths: any(p[0] == 0 for p in paths) and any(p[0] != 0 for p in paths),
-        )
+        raise with_duplicates_line(error, roots, select)

@@ -38,22 +38,14 @@ _NO_MATCH = TemplateMatch(False, None)
 def plain_structure(x: Any, leaves: list[Any]) -> Hashable | None:
     """``x``'s structure of ``walk.argument_leaf`` leaves in lists, tuples, dicts, or ``None``."""
     t = type(x)
-    if t is list or t is tuple:
+    if t is list or t is tuple or t is dict:
         keys = []
-        for c in x:
+        for c in x.values() if t is dict else x:
             k = plain_structure(c, leaves)
             if k is None:
                 return None
             keys.append(k)
-        return (t, tuple(keys))
-    if t is dict:
-        keys = []
-        for c in x.values():
-            k = plain_structure(c, leaves)
-            if k is None:
-                return None
-            keys.append(k)
-        return (t, tuple(x), tuple(keys))
+        return (t, tuple(x), tuple(keys)) if t is dict else (t, tuple(keys))
     if argument_leaf(x):
         leaves.append(x)
         return _ARRAY
@@ -180,8 +172,7 @@ class Templates:
         """Makes a template of this call if it qualifies and reproduces the call."""
         if not out_static.inputs_kept or not is_hashable(in_static) or in_static in self.by_input:
             return
-        # Raw arrays inside objects could be replaced without a structural change:
-        # only arguments' own arrays may be raw leaves.
+        # Only arguments' own arrays may be raw leaves (others change without a structural change).
         if any(
             len(path) > 2 and not is_variable(leaf)
             for path, leaf in zip(in_static.graphdef.leaf_paths, merged.leaves)

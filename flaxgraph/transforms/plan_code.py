@@ -1,37 +1,6 @@
-"""A fast-path plan as straight-line Python: the per-call checks, reads and write-back
-of one ``Plan`` written out as a function, so that a repeated call costs a few
-attribute reads and comparisons instead of loops over the plan's lists.
-
-For a model of two layers called as ``step(model, x)``, which updates the first
-layer's bias, the generated function reads (``python -m flaxgraph.transforms.explain``)::
-
-  def run(args, kwargs, statics):
-      if len(args) != 2: return MISS
-      if statics is not S and statics != S: return MISS
-      if kwargs: return MISS
-      if args[0] is not model_1 or (type(args[1]) is not arrayimpl_type_2 and ...): return MISS
-      if _ctx.trace._weakref is not TRACE: return MISS
-      if model_1._obj_version != 1 or list_3._obj_version != 2 or ...: return MISS
-      if (param_8.<METADATA_SLOT> is not metadata_9 or ...) and _list(...) != ...: return MISS
-      values = [param_8.raw_value, param_10.raw_value, ..., args[1]]
-      try:
-          out_groups = COMPILED(values, [])
-      except CHANGED:
-          return RETRY(PLAN, FINISH, args, kwargs, statics)
-      out = OUT
-      _set_raw(param_8, out_groups[0][1])
-      return out_groups[0][0]
-
-One template per step, each a function below: the call's signature
-(``_signature_checks``), the structure (``_structure_checks``, the comparisons of
-``graphlib/snapshot.py``), the leaf reads (``_leaf_reads``), the call
-(``_call_and_finish``) and the write-back (``_write_back``, also compiled alone as
-``BoundFinish.apply`` by ``with_apply``). Large graphs (more than ``UNROLL`` items of a
-kind) use C-level ``map`` calls instead of one comparison per item. Every object enters
-through the function's namespace under a name saying what it is (its type or role in
-snake case and a number, ``_Source.const``); the upper-case and underscored names are
-the fixed ones (``FixedNames``). Only such names and integer literals enter the source.
-The source is kept on the plan (``plan.source``; ``cache_info(verbose=True)``).
+"""A fast-path plan as straight-line Python: one template per step (signature, structure,
+reads, call, write-back), objects entering only through the namespace under named
+constants and ``FixedNames`` (``python -m flaxgraph.transforms.explain`` prints one).
 
 Source: ``docs/design.md``, "The fast path" (the compiled per-structure plan).
 """
@@ -71,11 +40,15 @@ class _Source:
         self.namespace = namespace
         self.names: dict[int, str] = {}  # id of a constant -> its name
 
+    def build(self, label: str, name: str, target: object) -> tuple[Any, str]:
+        """``(function, source)``: the lines compiled, and the function ``name`` they define."""
+        source = "\n".join(self.lines) + "\n"
+        exec(compile(source, f"<flaxgraph {label} {id(target):#x}>", "exec"), self.namespace)
+        return self.namespace[name], source
+
     def const(self, value: Any, role: str | None = None) -> str:
-        """A name for ``value`` in the function's namespace: its ``role`` (or its
-        type's name) in snake case and a number (``linear_3``, ``param_7``,
-        ``arrayimpl_type_9``, ``versions_2``), so the source reads like the code a
-        maintainer would write."""
+        """A name for ``value`` in the namespace: its ``role`` or type in snake case and a
+        number (``linear_3``, ``arrayimpl_type_9``)."""
         name = self.names.get(id(value))
         if name is None:  # one name per object (the namespace keeps it alive)
             name = f"{_snake(role or _role_of(value))}_{len(self.names) + 1}"
@@ -93,8 +66,7 @@ class _Source:
 
 
 def _role_of(value: Any) -> str:
-    """What a constant of the generated code is called by default: a class by its
-    name and ``type``, anything else by its type's name."""
+    """A constant's default name: a class's name and ``type``, else its type's name."""
     if isinstance(value, type):
         return f"{value.__name__}_type"
     return type(value).__name__
@@ -112,30 +84,35 @@ def compile_run(
     last_out: OutStatic | None = None,
     bound: BoundFinish | None = None,
 ) -> tuple[Callable[..., Any], str]:
-    """``(run, source)``: the fast path of ``plan`` as one generated function (see the
-    module docstring); it returns ``MISS`` when the plan does not apply.
-
-    The write-back is ``finish(plan, out_static, out_groups, values)``, unless a
-    write-back ``bound`` to the plan's objects (``FinishPlan.bind``) is given for the
-    ``OutStatic`` ``last_out``: it is then written out too, for calls that return
-    that same ``OutStatic`` (the usual case: one per structure and shapes).
-    """
+    """``(run, source)``: the fast path of ``plan`` as one function (``MISS``: no match);
+    the write-back is ``finish(...)``, or ``bound`` written out for calls returning ``last_out``."""
     src = _Source(_namespace(plan, finish))
     _signature_checks(src, plan)
     _structure_checks(src, plan.snapshot)
     _leaf_reads(src, plan)
     _donation_copies(src, plan)
     _call_and_finish(src, plan, last_out if bound is not None else None, bound)
-    source = "\n".join(src.lines) + "\n"
-    exec(compile(source, f"<flaxgraph plan {id(plan):#x}>", "exec"), src.namespace)
-    return src.namespace["run"], source
+    return src.build("plan", "run", plan)
 
 
-class FixedNames(TypedDict):
-    """The names every generated ``run`` may read besides its constants (which
-    ``_Source.const`` adds, in snake case with a number)."""
+class CheckNames(TypedDict):
+    """The fixed names the structure checks read (a part of ``FixedNames``)."""
 
     MISS: object
+    _list: type[list[Any]]
+    _map: type[map[Any]]
+    _all: Callable[[Iterable[object]], bool]
+    _tuple: type[tuple[Any, ...]]
+    _chain: type[itertools.chain[Any]]
+    _values: Callable[[dict[Any, Any]], Any]
+    _same: Callable[[object, object], bool]
+    _getv: Callable[[object], int]
+    _getm: Callable[[Variable[Any]], dict[str, Any]]
+
+
+class FixedNames(CheckNames):
+    """The names every generated ``run`` may read besides its constants."""
+
     S: object
     TRACE: object
     PLAN: Plan
@@ -144,20 +121,11 @@ class FixedNames(TypedDict):
     RETRY: Callable[..., Any]
     FINISH: Callable[..., Any]
     _ctx: object
-    _list: type[list[Any]]
-    _map: type[map[Any]]
-    _all: Callable[[Iterable[object]], bool]
-    _tuple: type[tuple[Any, ...]]
-    _chain: type[itertools.chain[Any]]
-    _values: Callable[[dict[Any, Any]], Any]
     _is: Callable[[object, object], bool]
     _level: Callable[[object], object]
     _leaf: Callable[[object], bool]
     _getattr: Callable[..., Any]
-    _same: Callable[[object, object], bool]
     _call: Callable[..., Any]
-    _getv: Callable[[object], int]
-    _getm: Callable[[Variable[Any]], dict[str, Any]]
     _getr: Callable[[Variable[Any]], Any]
     _set_raw: Callable[[Variable[Any], object], None]
     _unheld: Callable[[list[Any], Any], list[bool]]
@@ -167,10 +135,9 @@ class FixedNames(TypedDict):
 
 
 def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
-    """The names the generated function reads (every object enters through here):
-    the ``FixedNames``, then the constants."""
+    """The ``FixedNames`` a generated function reads (the constants are added later)."""
     names: FixedNames = {
-        "MISS": MISS,
+        **_fixed_checks(),
         "S": plan.statics,
         "TRACE": plan.trace,
         "PLAN": plan,
@@ -179,20 +146,11 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "RETRY": _retry,
         "FINISH": finish,
         "_ctx": trace_ctx,
-        "_list": list,
-        "_map": map,
-        "_all": all,
-        "_tuple": tuple,
-        "_chain": itertools.chain,
-        "_values": dict.values,
         "_is": operator.is_,
         "_level": level_treedef,
         "_leaf": argument_leaf,
         "_getattr": getattr,
-        "_same": same_item,
         "_call": operator.call,
-        "_getv": operator.attrgetter("_obj_version"),
-        "_getm": metadata_of,
         "_getr": operator.attrgetter("raw_value"),
         "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
         "_unheld": unheld,
@@ -204,22 +162,16 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
 
 
 def compile_structure_check(snap: StructureSnapshot) -> tuple[Callable[[], Any], str]:
-    """``(check, source)``: the structure checks of ``snap`` alone, exactly as a plan's
-    ``run`` has them (``_structure_checks``): ``check()`` returns ``MISS`` when the
-    structure changed, else ``None``. ``StructureSnapshot.unchanged`` is the same test
-    interpreted (the lifting machine's snapshots, made per trace, use it);
-    ``tests/transforms/test_plan_code.py`` runs both on generated graphs and
-    mutations."""
-    src = _Source(_fixed_checks(), "def check():")
+    """``(check, source)``: a plan's structure checks of ``snap`` alone (``check()`` is
+    ``MISS`` when the structure changed), tested against ``StructureSnapshot.unchanged``."""
+    src = _Source(dict(_fixed_checks()), "def check():")
     _structure_checks(src, snap)
     src.line("return None")
-    source = "\n".join(src.lines) + "\n"
-    exec(compile(source, f"<flaxgraph structure check {id(snap):#x}>", "exec"), src.namespace)
-    return src.namespace["check"], source
+    return src.build("structure check", "check", snap)
 
 
-def _fixed_checks() -> dict[str, Any]:
-    """The fixed names the structure checks read (a part of ``FixedNames``)."""
+def _fixed_checks() -> CheckNames:
+    """The ``CheckNames``."""
     return {
         "MISS": MISS,
         "_list": list,
@@ -235,13 +187,10 @@ def _fixed_checks() -> dict[str, Any]:
 
 
 def with_apply(bound: BoundFinish) -> BoundFinish:
-    """``bound`` with its ``apply`` function generated from the write-back template
-    (``_write_back``, the same lines a plan's ``run`` inlines)."""
+    """``bound`` with its ``apply`` generated from the write-back template ``run`` inlines."""
     src = _Source(_namespace_of_write_back(), "def apply(values, out_groups):")
     _write_back(src, bound)
-    source = "\n".join(src.lines) + "\n"
-    exec(compile(source, f"<flaxgraph write-back {id(bound):#x}>", "exec"), src.namespace)
-    return bound._replace(apply=src.namespace["apply"])
+    return bound._replace(apply=src.build("write-back", "apply", bound)[0])
 
 
 def _namespace_of_write_back() -> dict[str, Any]:
@@ -267,9 +216,8 @@ def _signature_checks(src: _Source, plan: Plan) -> None:
         if kind is CheckKind.IS:
             conditions.append(f"{access} is not {const(expected)}")
         elif kind is CheckKind.TYPE:
-            # Another leaf type (a NumPy array for a jax.Array) is still a leaf: the
-            # walk's rule decides (walk.argument_leaf). A Tracer's kind depends on its
-            # aval (an array or a jax.Ref), so the rule always decides for one.
+            # Another leaf type may still be a leaf (walk.argument_leaf decides; always
+            # for a Tracer, whose kind depends on its aval).
             if issubclass(expected, jax.core.Tracer):
                 conditions.append(f"not _leaf({access})")
             else:
@@ -305,8 +253,7 @@ def _structure_checks(src: _Source, snap: StructureSnapshot) -> None:
     if snap.variables:
         full = f"_list(_map(_getm, {const(snap.variables, 'variables')})) != {const(snap.metadata, 'metadata')}"
         if len(snap.variables) <= UNROLL:
-            # Identity is the common case; an equal replacement dict is still the same
-            # structure (the full comparison decides).
+            # Identity first; an equal replacement dict is decided by the full comparison.
             quick = " or ".join(
                 f"{const(v)}.{METADATA_SLOT} is not {const(m, 'metadata')}"
                 for v, m in zip(snap.variables, snap.metadata)
@@ -348,9 +295,7 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
 
 
 def _donation_copies(src: _Source, plan: Plan) -> None:
-    """The donation's copies (``donation.py``): a candidate for automatic donation
-    that something else holds, and an explicitly donated array met twice, are
-    donated as copies, so the compiled program stays the recorded one."""
+    """The donation's copies (``donation.py``): a held candidate and a repeated donated array."""
     if plan.auto is not None:
         positions = src.const(plan.auto.positions, "donation_candidates")
         unheld_all = src.const([True] * len(plan.auto.positions), "all_unheld")
@@ -364,8 +309,7 @@ def _donation_copies(src: _Source, plan: Plan) -> None:
 def _call_and_finish(
     src: _Source, plan: Plan, last_out: OutStatic | None, bound: BoundFinish | None
 ) -> None:
-    """The call of the compiled function and the write-back (``bound`` written out
-    for calls returning ``last_out``)."""
+    """The call of the compiled function and the write-back."""
     const = src.const
     if plan.passthrough:
         groups = ", ".join(["values"] + ["[]"] * (len(plan.members) - 1))
@@ -379,8 +323,7 @@ def _call_and_finish(
             src.namespace["LAST"] = last_out
             src.line("if out is not LAST: return FINISH(PLAN, out, out_groups, values)")
     else:
-        # The compiled function's traces all returned OUT (see compiled.py); a new
-        # trace that disagrees raises CHANGED, and the call goes the general way.
+        # Every trace returned OUT (compiled.py); one that disagrees raises CHANGED.
         src.namespace["OUT"] = plan.compiled.out_static
         src.line("try:")
         src.line(f"    out_groups = COMPILED({groups})")
@@ -410,9 +353,7 @@ def _access(
     const: Callable[[Any], str],
     attribute_parents: frozenset[tuple[int, tuple[Any, ...]]] = frozenset(),
 ) -> str:
-    """The expression reaching an argument's item: ``args[1][C3]`` (integer keys as
-    literals, others through the namespace), ``args[2].tokens`` below an attribute
-    pytree (a dataclass)."""
+    """The expression reaching an argument's item: ``args[1][k_3]``, ``args[2].tokens``."""
     text = "args" if root == 0 else "kwargs"
     for i, k in enumerate(keys):
         if (root, keys[:i]) in attribute_parents:
@@ -430,9 +371,7 @@ def _retry(
     kwargs: dict[str, Any],
     statics: Any,
 ) -> Any:
-    """The call after the plan's compiled function switched to returning its
-    ``OutStatic`` (see compiled.py): the plan's function is generated again for
-    that form, and runs the call (nothing was done yet)."""
+    """The call after the compiled function switched to returning its ``OutStatic``: ``run`` again."""
     if not plan.compiled.with_static:
         plan.compiled.switch()
     plan.run, plan.source = compile_run(plan, finish, plan.last_out, plan.last_finish)
@@ -447,8 +386,7 @@ def _value_of(source: LeafSource) -> str:
 
 
 def _write_back(src: _Source, bound: BoundFinish) -> None:
-    """The lines writing the outputs of a call that returned the ``OutStatic`` the
-    write-back ``bound`` was made for."""
+    """The lines writing the outputs of a call that returned ``bound``'s ``OutStatic``."""
     const = src.const
     if bound.installs is not None:  # Ref-backed Variables: all checked, then installed
         src.line(f"{const(bound.installs, 'ref_installs')}(out_groups)")
@@ -471,12 +409,8 @@ def _write_back(src: _Source, bound: BoundFinish) -> None:
 
 
 def _item_check(src: _Source, access: str, key: Any) -> str:
-    """The condition that the list or dict item at ``access`` no longer matches its
-    snapshot ``key`` (graphlib/snapshot.py: arrays by type, the rest by identity)."""
-    if type(key) is ArrayItem:
-        # The quick test (the same array type) says "unchanged" alone; any other type
-        # asks the rule itself (snapshot.same_item: another array is no new
-        # structure). A Tracer's kind depends on its aval, so it always asks.
+    """The condition that the item at ``access`` no longer matches its snapshot ``key``."""
+    if type(key) is ArrayItem:  # the same array type, else snapshot.same_item decides
         if issubclass(key.type, jax.core.Tracer):
             return f"not _same({access}, {src.const(key)})"
         return f"(type({access}) is not {src.const(key.type)} and not _same({access}, {src.const(key)}))"

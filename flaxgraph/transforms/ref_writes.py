@@ -1,25 +1,5 @@
-"""Ref-backed Variables on the fast path: reading and writing their Refs without
-eager JAX operations.
-
-A Variable made with ``ref=True`` or ``hijax=True`` keeps its value in a ``jax.Ref``.
-Reading it with ``ref[...]`` or writing it with ``ref[...] = x`` outside a trace is
-an eagerly dispatched JAX operation each (hundreds of microseconds), which would
-make every call of a transform on such a model cost far more than the compiled
-call. A fast-path plan (``fastpath.py``) instead
-
-* reads the Ref's current array without a copy (``refs.peek``) and hands it straight
-  to the compiled call, which does not keep it;
-* after the call, installs each new array as its Ref's content through the engine's
-  one write-back (``graphlib.writes.Writes.install``: every shape and dtype checked
-  before anything is written, so a mismatch leaves the model as it was): the
-  compiled call made that array for this Variable alone.
-
-Where an array would end up in two places (the same output also returned to the
-caller or written into another Variable), the plan writes a copy with the public
-``ref[...] = x`` instead; where an output would hand out a Ref's own array (an
-input value returned unchanged), the call takes the general write-back, which
-reads Refs with copies. Donated arguments keep Ref-backed graphs on the general
-path (donating a Ref's own array would delete the Ref's content).
+"""Ref-backed Variables on the fast path: reading and writing their Refs without eager
+JAX operations (see the package README, "Ref-backed Variables on the fast path").
 
 Source: ``docs/design.md``, "The fast path"; JAX mutable array references (``jax.Ref``).
 """
@@ -41,8 +21,7 @@ def read_ref(ref: object) -> object:
 
 
 class RefWrite(NamedTuple):
-    """A Ref-backed Variable that receives ``out_groups[group][position]``, which must
-    have the Ref's ``shape`` and ``dtype`` (recorded when the plan was made)."""
+    """A Ref-backed Variable receiving ``out_groups[group][position]`` of the recorded shape and dtype."""
 
     variable: Variable[Any]
     group: int
@@ -52,13 +31,8 @@ class RefWrite(NamedTuple):
 
 
 class RefInstall:
-    """Installs the new values of a plan's Ref-backed Variables: ``(out_groups) ->
-    None``, through the engine's one write-back (``graphlib.writes.Writes``: every
-    shape and dtype is checked before the first write).
-
-    Attributes:
-      writes: a ``RefWrite`` per Variable.
-    """
+    """Installs the new values of a plan's Ref-backed Variables, ``(out_groups) -> None``,
+    through ``graphlib.writes.Writes`` (all checked before the first write)."""
 
     __slots__ = ("writes",)
 
@@ -79,8 +53,7 @@ class RefInstall:
 
 
 def copies_of_ref_values(in_values: list[Any], positions: frozenset[int], leaves: Any) -> list[Any]:
-    """``in_values`` with the Refs' own arrays (read by ``read_ref``) replaced by
-    copies, for a write-back that may hand them out."""
+    """``in_values`` with the Refs' own arrays replaced by copies (for the general write-back)."""
     out = list(in_values)
     for pos in positions:
         out[pos] = storage_of(leaves[pos])[...]

@@ -39,7 +39,6 @@ from flaxgraph.transforms.lift import (
     Merged,
     OutStatic,
     Slots,
-    key_hash,
     split_inputs,
 )
 from flaxgraph.transforms.lift_types import StateAxes, reject_lift_types
@@ -89,10 +88,10 @@ def _flatten_carry(value: object, graph: bool = True) -> tuple[GraphDef[Any], li
     )
 
 
-def _split_output(out: object, out_axes: object) -> tuple[tuple[Any, ...], Any, Any]:
-    """Output -> (carry entries, the rest with None at carry places, rest's prefix)."""
+def _split_output(out: object, out_axes: object) -> tuple[tuple[Any, ...], Any]:
+    """Output -> (carry entries, the rest with None at carry places)."""
     if out_axes is Carry:
-        return (out,), None, None
+        return (out,), None
     if isinstance(out_axes, tuple):
         if not isinstance(out, tuple) or len(out) != len(out_axes):
             raise CarryStructureError(
@@ -101,10 +100,8 @@ def _split_output(out: object, out_axes: object) -> tuple[tuple[Any, ...], Any, 
                 f"{type(out).__name__ if not isinstance(out, tuple) else f'a tuple of {len(out)}'}."
             )
         carry = tuple(o for o, a in zip(out, out_axes) if a is Carry)
-        rest = tuple(None if a is Carry else o for o, a in zip(out, out_axes))
-        rest_axes = tuple(None if a is Carry else a for a in out_axes)
-        return carry, rest, rest_axes
-    return (), out, out_axes
+        return carry, tuple(None if a is Carry else o for o, a in zip(out, out_axes))
+    return (), out
 
 
 def _rest_axes(out_axes: object) -> object:
@@ -195,14 +192,12 @@ def scan(
         transform_metadata,
     )  # fmt: skip
 
-    # A function wrapping f (``__wrapped__``): what nnx.jit traces and reports on
-    # (its name, and the closure it reads, see closure_reads.py).
+    # Wraps f: what nnx.jit traces and names (closure_reads.py).
     @functools.wraps(inner_f)
     def run(*args: object, **kwargs: object) -> Any:
         return scanner.run(*args, **kwargs)
 
-    # One nnx.jit of the whole scan (fast path included): jax.lax.scan traces its body
-    # anyway, so only the per-call cost changes (eager under ``jax.disable_jit()``).
+    # One nnx.jit of the whole scan (fast path included).
     jitted = jit(run, graph=True, graph_updates=True)
     return jitted.partial(*bound) if bound else jitted
 
@@ -255,7 +250,7 @@ class _Scanner:
             where = NamedRoots(("args", "kwargs"), (args, kwargs)).where
             warn_drawn(seen["rngs"], where, "scan", "in_axes")  # flax#4195
             out = map_boxes(self.out_axes, out, lambda b, axis: b.add_axis(axis, params))
-            out_carry, out_rest, _ = _split_output(out, self.out_axes)
+            out_carry, out_rest = _split_output(out, self.out_axes)
             new_carry = _new_carry(info, carry, carry_index, tuple(out_carry), self.mode)
             return new_carry, out_rest
 
@@ -344,7 +339,7 @@ class _Scanner:
         broadcast_values = [call.values[i] for i in broadcast]
         expected_state_carry = [call.graphdef.leaf_paths[i] for i in state_carry]
         rest_axes = _rest_axes(self.out_axes)
-        info = ScanInfo.make(
+        info = ScanInfo.of(
             carry_graphdef=carry_graphdef,
             in_static=in_static,
             prefixes=tuple(call.prefixes),
@@ -472,49 +467,6 @@ class ScanInfo(HashedRecord):
     rest_axes: object
     out_keys: tuple[Any, ...]
     key_hash: int = dataclasses.field(repr=False)
-
-    @classmethod
-    def make(
-        cls,
-        *,
-        carry_graphdef: GraphDef[Any],
-        in_static: InStatic[Any],
-        prefixes: tuple[Any, ...],
-        positions: object,
-        a_prefix: object,
-        rest_prefix: object,
-        expected_state_carry: tuple[PathParts, ...],
-        n_carry: int,
-        kwargs_prefix: object,
-        rest_axes: object,
-        out_keys: tuple[Any, ...],
-    ) -> ScanInfo:
-        return cls(
-            carry_graphdef=carry_graphdef,
-            in_static=in_static,
-            prefixes=prefixes,
-            positions=positions,
-            a_prefix=a_prefix,
-            rest_prefix=rest_prefix,
-            expected_state_carry=expected_state_carry,
-            n_carry=n_carry,
-            kwargs_prefix=kwargs_prefix,
-            rest_axes=rest_axes,
-            out_keys=out_keys,
-            key_hash=key_hash(
-                carry_graphdef,
-                in_static,
-                prefixes,
-                positions,
-                a_prefix,
-                rest_prefix,
-                expected_state_carry,
-                n_carry,
-                kwargs_prefix,
-                rest_axes,
-                out_keys,
-            ),
-        )
 
 
 def _input_error(call: Call, args: object, kwargs: object, length: int | None) -> ValueError | None:

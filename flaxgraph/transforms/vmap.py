@@ -140,10 +140,8 @@ class Mapped(Transformed[P, R]):
             1 + i for i, k in enumerate(self.in_keys) if k.donated
         )  # after the AuxValue
         extra = {"donate_argnums": donated} if donate_argnums else {}
-        # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) has a
-        # fast path that misreads ``(None, k, ...)`` as one axis per *leaf* whenever
-        # the number of leaves happens to equal the number of arguments (the
-        # leafless AuxValue counts as an argument), silently broadcasting a mapped leaf.
+        # Each group travels in a 1-tuple with in_axes ``(k,)``: jax.pmap (0.10) misreads
+        # ``(None, k, ...)`` as one axis per leaf when there are as many leaves as arguments.
         if not by_closure:
             self.mapped = jax_map(
                 functools.partial(self.pure, None),
@@ -153,10 +151,8 @@ class Mapped(Transformed[P, R]):
                 **jax_kwargs,
             )
         else:
-            # The structure and the closed-over groups of the current call, per
-            # thread: ``pure`` reads them on entry (before the user's function can
-            # call this transform again) and leaves the OutStatic on return, so that
-            # jax.vmap handles the mapped arrays only.
+            # The current call's structure and closed-over groups, per thread (``pure``
+            # reads them on entry and leaves the OutStatic), so jax.vmap sees mapped arrays only.
             self.current = threading.local()
             passed_axes = tuple(
                 (k.prefix,) for k, c in zip(self.in_keys, self.closed_groups) if not c
@@ -222,8 +218,7 @@ class Mapped(Transformed[P, R]):
             in_static, groups, in_prefixes, (a_prefix, 0), out_axes, call
         )
         if self.by_closure:
-            # The same object for equal structures: the fast path's write-back is
-            # compiled once per OutStatic object (fastpath.finish_fast).
+            # One object for equal structures (the write-back is compiled per OutStatic object).
             if len(self.interned) > 64:
                 self.interned.clear()
             out_static = self.interned.setdefault(out_static, out_static)
@@ -507,19 +502,11 @@ def pmap(
     """
     mode = resolve(graph, graph_updates)
     statics = normalize_argnums(static_broadcasted_argnums)
-    if statics:
-        return _pmap_static(
-            f,
-            statics,
-            axis_name,
-            in_axes,
-            out_axes,
-            devices,
-            backend,
-            axis_size,
-            normalize_argnums(donate_argnums),
-            transform_metadata,
-            mode,
+    if statics:  # one pmapped function per distinct static value
+        options = dict(axis_name=axis_name, devices=devices, backend=backend, axis_size=axis_size)
+        donate = normalize_argnums(donate_argnums)
+        return StaticPmapped(
+            f, statics, in_axes, out_axes, donate, transform_metadata, mode, options
         )
     return _mapped(
         jax.pmap,
@@ -534,24 +521,6 @@ def pmap(
         backend=backend,
         axis_size=axis_size,
     )
-
-
-def _pmap_static(
-    f: Callable[..., Any],
-    statics: tuple[int, ...],
-    axis_name: object,
-    in_axes: object,
-    out_axes: object,
-    devices: object,
-    backend: object,
-    axis_size: object,
-    donate: tuple[int, ...],
-    transform_metadata: Mapping[str, Any],
-    mode: Mode,
-) -> StaticPmapped[Any, Any]:
-    """pmap with static arguments: one pmapped function per distinct static value."""
-    options = dict(axis_name=axis_name, devices=devices, backend=backend, axis_size=axis_size)
-    return StaticPmapped(f, statics, in_axes, out_axes, donate, transform_metadata, mode, options)
 
 
 class StaticPmapped(Transformed[P, R]):
