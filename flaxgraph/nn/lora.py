@@ -18,16 +18,16 @@ from flaxgraph.nn.common import EMPTY_METADATA
 from flaxgraph.nn.dtypes import promote_dtype
 from flaxgraph.nn.errors import check_last_dim
 from flaxgraph.nn.initializers import he_uniform, zeros
+from flaxgraph.nn.linear import Array as Array
+from flaxgraph.nn.linear import Axis as Axis
 from flaxgraph.nn.linear import Linear
+from flaxgraph.nn.linear import Size as Size
 from flaxgraph.rnglib.rngs import Rngs
 from flaxgraph.typing import PromoteDtypeFn as PromoteDtypeFn
 from flaxgraph.variablelib.variable import Param
 
 Dtype = Any
 Initializer = Callable[..., Any]
-Array = jax.Array
-Axis = int  # an axis index
-Size = int  # an axis length
 A = TypeVar("A")
 
 default_a_initializer = he_uniform()

@@ -1,8 +1,8 @@
 """What the normalization layers share: the statistics, the normalization step and the Params.
 
-The helpers have the signatures and arithmetic of Flax NNX 0.12.8's private helpers of
-``flax.nnx.nn.normalization`` (bound there under Flax's names), so the layers give
-Flax's bits.
+The helpers have the signatures and arithmetic (in the same order) of Flax NNX 0.12.8's
+private helpers of ``flax.nnx.nn.normalization``, which re-exports them under Flax's names
+(third-party code imports them from there), so the layers give Flax's bits.
 
 >>> import jax.numpy as jnp
 >>> from flaxgraph.nn.norm_base import compute_stats
@@ -27,14 +27,6 @@ from flaxgraph.nn.common import make_param
 from flaxgraph.nn.dtypes import canonicalize_dtype
 from flaxgraph.nn.errors import normalize_axis, shape_error
 from flaxgraph.rnglib.rngs import Rngs
-
-Initializer = Callable[..., Any]
-
-
-# The helpers below carry the names and signatures of Flax NNX 0.12.8's module-level
-# helpers of ``flax.nnx.nn.normalization`` (third-party code imports them from there),
-# and compute the same arithmetic in the same order, so the layers built on them give
-# Flax's bits. ``flaxgraph.nn.normalization`` re-exports them.
 
 
 def canonicalize_axes(rank: int, axes: Any) -> tuple[int, ...]:

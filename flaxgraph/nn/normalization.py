@@ -46,6 +46,36 @@ Initializer = Callable[..., Any]
 Axes = int | Sequence[int]
 
 
+def _stats(layer: NormBase, x: jax.Array, axes: Any, mask: Any, use_mean: bool = True) -> Any:
+    """``compute_stats`` of ``x`` over ``axes`` as ``layer`` is configured."""
+    return _compute_stats(
+        x,
+        axes,
+        layer.dtype,
+        layer.axis_name,
+        layer.axis_index_groups,
+        use_mean=use_mean,
+        use_fast_variance=layer.use_fast_variance,
+        mask=mask,
+    )
+
+
+def _standardize(
+    layer: NormBase,
+    x: jax.Array,
+    scale: Any,
+    bias: Any,
+    reduction_axes: Any,
+    feature_axes: Any,
+    mask: Any,
+    use_mean: bool = True,
+) -> jax.Array:
+    """``x`` normalized with its own statistics over ``reduction_axes``, as ``layer`` is configured."""
+    mean, var = _stats(layer, x, reduction_axes, mask, use_mean)
+    e = layer.epsilon
+    return _normalize(x, mean, var, scale, bias, reduction_axes, feature_axes, layer.dtype, e)
+
+
 class LayerNorm(NormBase):
     """Layer normalization: each example standardized over its feature axis.
 
@@ -130,19 +160,7 @@ class LayerNorm(NormBase):
         _check_features(self, x, self.feature_axes, scale, bias)
         _check_axes(self, x, self.reduction_axes)
         x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
-        mean, var = _compute_stats(
-            x,
-            self.reduction_axes,
-            self.dtype,
-            self.axis_name,
-            self.axis_index_groups,
-            use_fast_variance=self.use_fast_variance,
-            mask=mask,
-        )
-        return _normalize(
-            x, mean, var, scale, bias, self.reduction_axes, self.feature_axes, self.dtype,
-            self.epsilon,
-        )  # fmt: skip
+        return _standardize(self, x, scale, bias, self.reduction_axes, self.feature_axes, mask)
 
 
 class RMSNorm(LayerNorm):
@@ -198,20 +216,8 @@ class RMSNorm(LayerNorm):
         _check_features(self, x, self.feature_axes, scale)
         _check_axes(self, x, self.reduction_axes)
         x, scale = self.promote_dtype((x, scale), dtype=self.dtype)
-        mean, var = _compute_stats(
-            x,
-            self.reduction_axes,
-            self.dtype,
-            self.axis_name,
-            self.axis_index_groups,
-            use_mean=False,
-            use_fast_variance=self.use_fast_variance,
-            mask=mask,
-        )
-        return _normalize(
-            x, mean, var, scale, None, self.reduction_axes, self.feature_axes, self.dtype,
-            self.epsilon,
-        )  # fmt: skip
+        axes = self.reduction_axes
+        return _standardize(self, x, scale, None, axes, self.feature_axes, mask, use_mean=False)
 
 
 class GroupNorm(NormBase):
@@ -326,15 +332,7 @@ class GroupNorm(NormBase):
         bias = self.bias[...] if self.bias else None
         _check_features(self, x, (self.feature_axis,), scale, bias)
         x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
-        mean, var = _compute_stats(
-            x.reshape(group_shape),
-            [*reduction_axes[:-1], -1],
-            self.dtype,
-            self.axis_name,
-            self.axis_index_groups,
-            use_fast_variance=self.use_fast_variance,
-            mask=mask,
-        )
+        mean, var = _stats(self, x.reshape(group_shape), [*reduction_axes[:-1], -1], mask)
         # the statistics come per (batch, group): each group's repeated over its features
         mean = jnp.repeat(mean, self.group_size, axis=1)
         var = jnp.repeat(var, self.group_size, axis=1)
@@ -425,18 +423,7 @@ class InstanceNorm(NormBase):
         bias = self.bias[...] if self.bias else None
         _check_features(self, x, feature_axes, scale, bias)
         x, scale, bias = self.promote_dtype((x, scale, bias), dtype=self.dtype)
-        mean, var = _compute_stats(
-            x,
-            reduction_axes,
-            self.dtype,
-            self.axis_name,
-            self.axis_index_groups,
-            use_fast_variance=self.use_fast_variance,
-            mask=mask,
-        )
-        return _normalize(
-            x, mean, var, scale, bias, reduction_axes, feature_axes, self.dtype, self.epsilon
-        )
+        return _standardize(self, x, scale, bias, reduction_axes, feature_axes, mask)
 
 
 class BatchNorm(NormBase):
@@ -552,15 +539,7 @@ class BatchNorm(NormBase):
             (x, self.mean[...], self.var[...], scale, bias), dtype=self.dtype
         )
         if not use_running_average:
-            mean, var = _compute_stats(
-                x,
-                reduction_axes,
-                dtype=self.dtype,
-                axis_name=self.axis_name,
-                axis_index_groups=self.axis_index_groups,
-                use_fast_variance=self.use_fast_variance,
-                mask=mask,
-            )
+            mean, var = _stats(self, x, reduction_axes, mask)
             # the running statistics carry no gradient (as in Flax NNX 0.12, wherever
             # the Variables can be written)
             stop = jax.lax.stop_gradient

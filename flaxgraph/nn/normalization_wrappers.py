@@ -62,13 +62,11 @@ def _restoring(wrapper: Module, variables: list[Any]) -> Iterator[None]:
     saved = [v.value for v in variables]
     try:
         yield
-    except LayerInputError as e:
+    except BaseException as e:
         for v, old in zip(variables, saved):
             v.value = old
-        raise type(e)(f"in {describe(wrapper)}.layer_instance: {e}", wrapper) from e
-    except BaseException:
-        for v, old in zip(variables, saved):
-            v.value = old
+        if isinstance(e, LayerInputError):
+            raise type(e)(f"in {describe(wrapper)}.layer_instance: {e}", wrapper) from e
         raise
 
 
