@@ -256,7 +256,6 @@ class MultiHeadAttention(Module):
         key_ln_scale_metadata: Mapping[str, Any],
     ) -> None:
         """The q/k/v/output projections and the optional query/key LayerNorms."""
-        # What the four projections share.
         common: dict[str, Any] = dict(
             dtype=self.dtype, param_dtype=self.param_dtype, use_bias=self.use_bias,
             precision=self.precision, rngs=rngs,

@@ -540,8 +540,7 @@ class BatchNorm(NormBase):
         )
         if not use_running_average:
             mean, var = _stats(self, x, reduction_axes, mask)
-            # the running statistics carry no gradient (as in Flax NNX 0.12, wherever
-            # the Variables can be written)
+            # the running statistics carry no gradient, as in Flax NNX 0.12
             stop = jax.lax.stop_gradient
             self.mean[...] = stop(self.momentum * self.mean[...] + (1 - self.momentum) * mean)
             self.var[...] = stop(self.momentum * self.var[...] + (1 - self.momentum) * var)

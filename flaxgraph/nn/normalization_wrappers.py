@@ -198,8 +198,6 @@ class SpectralNorm(Module):
                     "given; pass update_stats=True/False or call .train()/.eval()."
                 )
             update_stats = not self.use_running_average
-        # Reads layer_instance and the method only (as Flax's); restores the wrapped
-        # layer's Params if it raises.
         targets = _variables(self.layer_instance, _is_param)
         with _restoring(self, [v for _, v in targets]):
             commits = [
@@ -277,9 +275,7 @@ class WeightNorm(Module):
         self.variable_filter = variable_filter
         self.promote_dtype = promote_dtype
         self.scale_init = scale_init
-        # As Flax's: plain arrays (no Params), from scale_init(rngs['params'], shape)
-        # (the stream itself, no dtype: the default ones are float32), for every
-        # Param the filter selects.
+        # plain arrays from scale_init(rngs['params'], shape), as Flax's (package README)
         scales: dict[PathParts, Any] | None = None
         if use_scale:
             scales = {}
@@ -333,8 +329,6 @@ class WeightNorm(Module):
         param.set_value(jnp.asarray(y, canonicalize_dtype(*operands, dtype=self.dtype)))
 
     def __call__(self, x: Any, *args: Any, **kwargs: Any) -> Any:
-        # Reads layer_instance and the method only (as Flax's); restores the wrapped
-        # layer's Variables if it raises.
         targets = _variables(self.layer_instance, lambda path, value: True)
         with _restoring(self, [v for _, v in targets]):
             for path, variable in targets:

@@ -218,9 +218,7 @@ class RNN(Module):
                 {All(RngState, self.broadcast_rngs): None, **dict(state_axes.items())}
             )
 
-        # The cell runs on through the padding steps (their outputs are the cell's, as
-        # in Flax); with seq_lengths and return_carry the final carry of each sequence
-        # is the carry after its last real step, kept aside as the scan passes it.
+        # with seq_lengths, each sequence's carry after its last real step is kept aside
         last = None
         if seq_lengths is not None and return_carry:
             last = _last_step(seq_lengths, x.shape[0])

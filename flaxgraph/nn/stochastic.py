@@ -51,10 +51,8 @@ def draw_key(
     collection: str | Callable[[], str],
 ) -> jax.Array:
     """A key from the call's ``rngs`` (Rngs, stream or key), else the layer's stream; ``ValueError`` if neither."""
-    # The call's rngs first, else the layer's own (an RngStream, or an Rngs kept
-    # whole by a subclass); an Rngs gives the ``collection`` stream (or its default).
-    # ``collection`` may be a function giving the name: it is read only for an Rngs
-    # (a layer's rng_collection attribute, read only there, as Flax's Dropout does).
+    # ``collection`` may be a function giving the name, called only for an Rngs (a
+    # layer's rng_collection attribute is read only there, as Flax's Dropout does).
     source = rngs if rngs is not None else own
     if isinstance(source, Rngs):
         return source[collection if isinstance(collection, str) else collection()]()

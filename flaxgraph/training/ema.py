@@ -91,7 +91,6 @@ class EMA(Pytree):
         values = unshare([raw(v) for _, v in pairs], [raw(v) for _, v in pairs])
         self.params = State.from_flat_path((p, _copy_of(v, x)) for (p, v), x in zip(pairs, values))
 
-    # pickle: the `only` filter (maybe a function) goes by value (cloudpickle).
     def __getstate__(self) -> Any:
         attributes, kinds = super().__getstate__()
         return wrap(attributes, ("filter",), "EMA"), kinds

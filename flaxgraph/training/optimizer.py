@@ -309,7 +309,6 @@ class Optimizer(Pytree, Generic[M]):
         self.step.value = self.step.value + 1
         return updates
 
-    # pickle: `tx` (closures) and `wrt` (maybe a function) go by value (cloudpickle).
     def __getstate__(self) -> Any:
         attributes, kinds = super().__getstate__()
         return wrap(attributes, ("tx", "wrt"), type(self).__name__), kinds

@@ -101,7 +101,6 @@ class TrainState(_FrozenPytree, Generic[M]):
             **kwargs,
         )
 
-    # pickle: `tx` (optax's closures) goes by value (cloudpickle).
     def __getstate__(self) -> dict[str, Any]:
         return wrap(dict(self.__dict__), ("tx",), type(self).__name__)
 
