@@ -82,9 +82,7 @@ def _padding_pairs(padding: PaddingLike, rank: int) -> Padding:
     """A hashable ``padding``: an upper-case string or one ``(low, high)`` per axis (ValueError if malformed)."""
     if isinstance(padding, str):
         return padding.upper()
-    if isinstance(padding, int):
-        return ((padding, padding),) * rank
-    entries = list(padding)
+    entries = [padding] if isinstance(padding, int) else list(padding)
     if len(entries) == 1:
         entries = entries * rank
     if len(entries) != rank:

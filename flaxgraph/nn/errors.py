@@ -1,10 +1,7 @@
 """Errors raised by layers when a call gets inputs of the wrong shape or dtype.
 
-The message names the layer with its configuration, what it expected and what it got;
-the layer is kept in ``module`` so a transform can add where it sits
-(``args[0].encoder``).
-
-Source: ``docs/design.md``, "Errors".
+The message names the layer with its configuration, what it expected and what it got
+(see the package README). Source: ``docs/design.md``, "Errors".
 """
 
 from __future__ import annotations

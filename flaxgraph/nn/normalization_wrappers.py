@@ -1,8 +1,6 @@
 """Weight-normalizing wrappers: ``SpectralNorm`` and ``WeightNorm``.
 
-Each rewrites some of the wrapped layer's Variables to a normalized value before
-calling it; a failed call restores them. See the package README, "Weight-normalizing
-wrappers".
+See the package README, "Weight-normalizing wrappers".
 
 Source: Flax NNX ``nnx.SpectralNorm``/``nnx.WeightNorm`` (0.12): signatures, Variable
 layout, behaviour; Miyato et al., "Spectral Normalization for Generative Adversarial
@@ -38,10 +36,6 @@ KERNEL_FILTER = PathContains("kernel", exact=True)
 """``WeightNorm``'s default ``variable_filter``: Variables under a ``kernel`` key."""
 
 
-def _path_order(path: PathParts) -> tuple[str, ...]:
-    return tuple(str(k) for k in path)
-
-
 def _variables(layer: Module, predicate: Callable[[PathParts, Any], bool]) -> list[Any]:
     """``(path, variable)`` of the layer's Variables that ``predicate`` selects, sorted by path."""
     found = [
@@ -49,7 +43,7 @@ def _variables(layer: Module, predicate: Callable[[PathParts, Any], bool]) -> li
         for path, value in iter_graph(layer)
         if is_variable(value) and predicate(path, value)
     ]
-    return sorted(found, key=lambda item: _path_order(item[0]))
+    return sorted(found, key=lambda item: tuple(str(k) for k in item[0]))
 
 
 def _is_param(path: PathParts, value: Any) -> bool:

@@ -330,15 +330,13 @@ class Bidirectional(Module):
         return_carry = first_from(return_carry, self.return_carry, error_msg="")
         time_major = first_from(time_major, self.time_major, error_msg="")
         carry_f, carry_b = (None, None) if initial_carry is None else initial_carry
-        common: dict[str, Any] = {
-            "seq_lengths": seq_lengths,
-            "return_carry": True,
-            "time_major": time_major,
-            "rngs": rngs if rngs is not None else self.rngs,
-        }
-        carry_f, y_f = self.forward_rnn(inputs, initial_carry=carry_f, **common)
+        rngs = rngs if rngs is not None else self.rngs
+        common: dict[str, Any] = dict(
+            seq_lengths=seq_lengths, return_carry=True, time_major=time_major
+        )
+        carry_f, y_f = self.forward_rnn(inputs, initial_carry=carry_f, rngs=rngs, **common)
         carry_b, y_b = self.backward_rnn(
-            inputs, initial_carry=carry_b, reverse=True, keep_order=True, **common
+            inputs, initial_carry=carry_b, rngs=rngs, reverse=True, keep_order=True, **common
         )
         y = self.merge_fn(y_f, y_b)
         return ((carry_f, carry_b), y) if return_carry else y

@@ -1,7 +1,6 @@
 """``Dropout``: randomly zeroes inputs in training, the identity in evaluation.
 
-Kept elements are scaled by ``1 / (1 - rate)``; the layer keeps a fork of its stream,
-so each call draws a new mask. See the package README, "Dropout".
+See the package README, "Dropout".
 
 >>> import jax.numpy as jnp, flaxgraph as nnx
 >>> drop = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=0))

@@ -96,8 +96,7 @@ class EMA(Pytree):
         return wrap(attributes, ("filter",), "EMA"), kinds
 
     def __setstate__(self, state: Any) -> None:
-        attributes, kinds = state
-        super().__setstate__((unwrap(attributes), kinds))
+        super().__setstate__((unwrap(state[0]), state[1]))
 
     def _values_of(self, node: Any, what: str) -> tuple[list[Any], list[Any]]:
         """The averages' paths and ``node``'s values at them, in the same order."""

@@ -314,8 +314,7 @@ class Optimizer(Pytree, Generic[M]):
         return wrap(attributes, ("tx", "wrt"), type(self).__name__), kinds
 
     def __setstate__(self, state: Any) -> None:
-        attributes, kinds = state
-        super().__setstate__((unwrap(attributes), kinds))
+        super().__setstate__((unwrap(state[0]), state[1]))
 
 
 class ModelAndOptimizer(Optimizer[M]):
