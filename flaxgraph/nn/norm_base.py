@@ -28,6 +28,8 @@ from flaxgraph.nn.dtypes import canonicalize_dtype
 from flaxgraph.nn.errors import normalize_axis, shape_error
 from flaxgraph.rnglib.rngs import Rngs
 
+Initializer = Callable[..., Any]
+
 
 def canonicalize_axes(rank: int, axes: Any) -> tuple[int, ...]:
     """``axes`` (an int or ints, negative from ``rank``) as a tuple of distinct non-negative axes."""

@@ -191,8 +191,23 @@ class RMSNorm(LayerNorm):
         rngs: Rngs,
         scale_metadata: Mapping[str, Any] = EMPTY_METADATA,
     ):
-        args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        super().__init__(use_bias=False, **args)
+        super().__init__(
+            num_features,
+            epsilon=epsilon,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            use_bias=False,
+            use_scale=use_scale,
+            scale_init=scale_init,
+            reduction_axes=reduction_axes,
+            feature_axes=feature_axes,
+            axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
+            use_fast_variance=use_fast_variance,
+            promote_dtype=promote_dtype,
+            rngs=rngs,
+            scale_metadata=scale_metadata,
+        )
 
     def __call__(self, x: jax.Array, mask: jax.Array | None = None) -> jax.Array:
         # as Flax NNX's RMSNorm, ``mask`` may also be given positionally
