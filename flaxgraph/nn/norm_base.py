@@ -126,6 +126,10 @@ class NormBase(Module):
         num_features: int
         dtype: Any
         promote_dtype: Callable[..., Any]
+        epsilon: float
+        axis_name: Any
+        axis_index_groups: Any
+        use_fast_variance: bool
 
     def _init_params(
         self,
