@@ -13,13 +13,8 @@ from typing import Any
 import jax
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError
-from flaxgraph.filterlib import (
-    Filter,
-    Predicate,
-    filters_to_predicates,
-    partition_predicates,
-    to_predicate,
-)
+from flaxgraph.filterlib import Filter, Predicate, filters_to_predicates, partition_predicates
+from flaxgraph.filterlib import to_predicate as to_predicate
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.statelib.members import FlatStateMembers, StateMembers
 from flaxgraph.statelib.pytree import state_pytree_functions
@@ -497,19 +492,3 @@ jax.tree_util.register_pytree_with_keys(
     lambda paths, leaves: FlatState(zip(paths, leaves)),
     lambda fs: (tuple(leaf for _, leaf in fs), tuple(p for p, _ in fs)),
 )
-
-__all__ = [
-    "State",
-    "diff",
-    "FlatState",
-    "map_state",
-    "to_predicate",
-    "to_flat_state",
-    "from_flat_state",
-    "filter_state",
-    "split_state",
-    "merge_state",
-    "to_pure_dict",
-    "replace_by_pure_dict",
-    "restore_int_paths",
-]
