@@ -97,14 +97,12 @@ def update(node: object, state: object, /, *states: object) -> None:
       TraceContextError (a ``ValueError``): ``node`` was created outside the current
         JAX transform.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> kernel = m.kernel
-      >>> nnx.update(m, jax.tree.map(jnp.zeros_like, nnx.state(m)))
-      >>> m.kernel is kernel, float(m.kernel.value.sum())
-      (True, 0.0)
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> kernel = m.kernel
+    >>> nnx.update(m, jax.tree.map(jnp.zeros_like, nnx.state(m)))
+    >>> m.kernel is kernel, float(m.kernel.value.sum())
+    (True, 0.0)
 
     Source: Flax NNX 0.12 ``nnx.update``.
     """
@@ -267,15 +265,13 @@ def pop(node: object, *filters: Filter) -> Any:
       GraphStructureError: a matched leaf sits in a list or tuple (removing it would
         renumber its siblings); nothing is removed in that case.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> m.sow(nnx.Intermediate, 'y', jnp.ones(3))
-      >>> sown = m.y
-      >>> popped = nnx.pop(m, nnx.Intermediate)
-      >>> popped['y'] is sown, hasattr(m, 'y')
-      (True, False)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> m.sow(nnx.Intermediate, 'y', jnp.ones(3))
+    >>> sown = m.y
+    >>> popped = nnx.pop(m, nnx.Intermediate)
+    >>> popped['y'] is sown, hasattr(m, 'y')
+    (True, False)
 
     Source: Flax NNX 0.12 ``nnx.pop``.
     """

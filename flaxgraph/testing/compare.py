@@ -52,12 +52,10 @@ def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) ->
       ``None`` if ``a`` and ``b`` are isomorphic, else one line naming the place
       (``a.layers[0].kernel`` / ``b.layers[0].kernel``) and what differs there.
 
-    Example::
-
-      >>> from flaxgraph.testing import Node
-      >>> from flaxgraph.testing.compare import graph_difference
-      >>> graph_difference(Node(n=1), Node(n=2))
-      'at a.n / b.n: static values differ: 1 != 2'
+    >>> from flaxgraph.testing import Node
+    >>> from flaxgraph.testing.compare import graph_difference
+    >>> graph_difference(Node(n=1), Node(n=2))
+    'at a.n / b.n: static values differ: 1 != 2'
     """
     a_seen = RefMap[tuple[Any, str]]()  # object of a -> (its partner in b, first path)
     b_seen = RefMap[tuple[Any, str]]()
@@ -73,13 +71,11 @@ def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) ->
 def graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> bool:
     """Whether ``a`` and ``b`` are isomorphic graphs; arguments as ``graph_difference``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.testing import Node, graphs_equal
-      >>> a = Node(w=nnx.Param(jnp.ones(2))); a.me = a          # a cycle
-      >>> graphs_equal(a, nnx.merge(*nnx.split(a)))
-      True
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.testing import Node, graphs_equal
+    >>> a = Node(w=nnx.Param(jnp.ones(2))); a.me = a          # a cycle
+    >>> graphs_equal(a, nnx.merge(*nnx.split(a)))
+    True
     """
     return graph_difference(a, b, rtol=rtol, atol=atol) is None
 
@@ -90,12 +86,10 @@ def assert_graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0)
     Raises:
       AssertionError: the graphs differ; the message is ``graph_difference``'s line.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.testing import Node, assert_graphs_equal
-      >>> m = Node(w=nnx.Param(jnp.ones(2)))
-      >>> assert_graphs_equal(m, nnx.clone(m))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.testing import Node, assert_graphs_equal
+    >>> m = Node(w=nnx.Param(jnp.ones(2)))
+    >>> assert_graphs_equal(m, nnx.clone(m))
     """
     problem = graph_difference(a, b, rtol=rtol, atol=atol)
     if problem is not None:

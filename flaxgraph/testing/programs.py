@@ -124,15 +124,13 @@ def apply_mutations(root: Any, steps: Sequence[MutationStep]) -> list[str]:
       TraceContextError (a ``ValueError``): the graph was created outside the current
         JAX trace.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.testing import Node, SetValue, DeleteAttribute, apply_mutations
-      >>> m = Node(w=nnx.Param(jnp.ones(2)), n=3)
-      >>> apply_mutations(m, [SetValue(0, 2, 1), DeleteAttribute(0, 0)])
-      ['set root.w = value * 2 + 1', 'delete root.n']
-      >>> m.w.value
-      Array([3., 3.], dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.testing import Node, SetValue, DeleteAttribute, apply_mutations
+    >>> m = Node(w=nnx.Param(jnp.ones(2)), n=3)
+    >>> apply_mutations(m, [SetValue(0, 2, 1), DeleteAttribute(0, 0)])
+    ['set root.w = value * 2 + 1', 'delete root.n']
+    >>> m.w.value
+    Array([3., 3.], dtype=float32)
     """
     log = []
     for step in steps:

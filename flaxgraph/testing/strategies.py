@@ -82,15 +82,13 @@ def arrays(
     Raises:
       ValueError: ``max_rank`` is negative or ``min_side > max_side``.
 
-    Example::
-
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import arrays
-      >>> @settings(max_examples=10)
-      ... @given(arrays(max_rank=1))
-      ... def test(x):
-      ...     assert x.ndim <= 1
-      >>> test()
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import arrays
+    >>> @settings(max_examples=10)
+    ... @given(arrays(max_rank=1))
+    ... def test(x):
+    ...     assert x.ndim <= 1
+    >>> test()
     """
     if max_rank < 0 or min_side > max_side:
         raise ValueError(
@@ -120,15 +118,13 @@ def arrays(
 def static_values() -> SearchStrategy[Any]:
     """A strategy of hashable static values: ``None``, bools, small ints, floats, short strings, tuples.
 
-    Example::
-
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import static_values
-      >>> @settings(max_examples=10)
-      ... @given(static_values())
-      ... def test(v):
-      ...     hash(v)
-      >>> test()
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import static_values
+    >>> @settings(max_examples=10)
+    ... @given(static_values())
+    ... def test(v):
+    ...     hash(v)
+    >>> test()
     """
     scalars = st.one_of(
         st.none(),
@@ -158,16 +154,14 @@ def variables(
     Returns:
       A hypothesis strategy of Variables.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import variables
-      >>> @settings(max_examples=10)
-      ... @given(variables(kinds=[nnx.Param]))
-      ... def test(v):
-      ...     assert isinstance(v, nnx.Param)
-      >>> test()
+    >>> import flaxgraph as nnx
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import variables
+    >>> @settings(max_examples=10)
+    ... @given(variables(kinds=[nnx.Param]))
+    ... def test(v):
+    ...     assert isinstance(v, nnx.Param)
+    >>> test()
     """
     value_strategy = arrays() if values is None else values
 
@@ -197,16 +191,14 @@ def filters() -> SearchStrategy[Any]:
     Draws Variable kinds, ``jax.Array``, tags, ``PathContains``, ``...`` and ``None``,
     combined with ``Not``, ``All``, ``Any`` and tuples.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import filters
-      >>> @settings(max_examples=10)
-      ... @given(filters())
-      ... def test(f):
-      ...     assert callable(nnx.filterlib.to_predicate(f))
-      >>> test()
+    >>> import flaxgraph as nnx
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import filters
+    >>> @settings(max_examples=10)
+    ... @given(filters())
+    ... def test(f):
+    ...     assert callable(nnx.filterlib.to_predicate(f))
+    >>> test()
     """
     base = st.sampled_from(
         [
@@ -278,16 +270,14 @@ def graphs(
     Raises:
       ValueError: ``max_nodes < 1``, ``max_depth < 0`` or ``max_attributes < 0``.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import graphs
-      >>> @settings(max_examples=10)
-      ... @given(graphs(sharing=False, cycles=False))
-      ... def test(model):
-      ...     assert nnx.find_duplicates(model) == []
-      >>> test()
+    >>> import flaxgraph as nnx
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import graphs
+    >>> @settings(max_examples=10)
+    ... @given(graphs(sharing=False, cycles=False))
+    ... def test(model):
+    ...     assert nnx.find_duplicates(model) == []
+    >>> test()
     """
     if max_nodes < 1 or max_depth < 0 or max_attributes < 0:
         raise ValueError(
@@ -325,20 +315,18 @@ MODES: tuple[dict[str, bool], ...] = (
 def modes() -> SearchStrategy[dict[str, bool]]:
     """A strategy drawing one of ``MODES`` (the traversal modes as transform keyword arguments).
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import modes
-      >>> @settings(max_examples=6)
-      ... @given(modes())
-      ... def test(mode):
-      ...     def add_one(v):
-      ...         v[...] += 1
-      ...     v = nnx.Variable(jnp.zeros(()))
-      ...     nnx.jit(add_one, **mode)(v)
-      ...     assert v[...] == 1
-      >>> test()
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import modes
+    >>> @settings(max_examples=6)
+    ... @given(modes())
+    ... def test(mode):
+    ...     def add_one(v):
+    ...         v[...] += 1
+    ...     v = nnx.Variable(jnp.zeros(()))
+    ...     nnx.jit(add_one, **mode)(v)
+    ...     assert v[...] == 1
+    >>> test()
 
     Source: Flax NNX 0.12 ``graph``/``graph_updates`` transform arguments.
     """
@@ -355,15 +343,13 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
     Returns:
       A hypothesis strategy of lists of steps for ``apply_mutations``.
 
-    Example::
-
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import graphs, mutations, apply_mutations
-      >>> @settings(max_examples=10)
-      ... @given(graphs(), mutations(max_steps=2))
-      ... def test(model, steps):
-      ...     assert len(apply_mutations(model, steps)) == len(steps)
-      >>> test()
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import graphs, mutations, apply_mutations
+    >>> @settings(max_examples=10)
+    ... @given(graphs(), mutations(max_steps=2))
+    ... def test(model, steps):
+    ...     assert len(apply_mutations(model, steps)) == len(steps)
+    >>> test()
     """
     selector = st.integers(0, 255)
     small = st.integers(0, 3)
@@ -541,16 +527,14 @@ def attribute_values(*, max_depth: int = 2) -> SearchStrategy[Any]:
     Returns:
       A hypothesis strategy of ``flaxgraph.testing.values.Description``.
 
-    Example::
-
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing.strategies import attribute_values
-      >>> from flaxgraph.testing.values import canonical
-      >>> @settings(max_examples=20)
-      ... @given(attribute_values())
-      ... def test(d):
-      ...     assert canonical(d.build()) == canonical(d.build())
-      >>> test()
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing.strategies import attribute_values
+    >>> from flaxgraph.testing.values import canonical
+    >>> @settings(max_examples=20)
+    ... @given(attribute_values())
+    ... def test(d):
+    ...     assert canonical(d.build()) == canonical(d.build())
+    >>> test()
     """
     return _attribute_values(max_depth)
 

@@ -15,7 +15,8 @@ trace guard, the storages and the layout of this module: ``variablelib/README.md
   >>> float(w[0, 0])
   2.0
 
-Source: Flax NNX ``Variable`` API (0.12) and its guides "Variables" and "Hijax";
+Source: Flax NNX ``Variable`` API (0.12, each member of the same name, ``with_vars``'s
+``mutable``) and its guides "Variables" and "Hijax";
 in-place operators as in Flax NNX's "Transformations" guide.
 """
 
@@ -111,23 +112,18 @@ class Variable(Generic[A]):
       TraceContextError (a ``ValueError``): when the value or metadata is set
         from a JAX trace other than the one the Variable was created in.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Count(nnx.Variable): pass
-      >>> c = Count(jnp.array(0))
-      >>> c[...] += 1
-      >>> c[...]
-      Array(1, dtype=int32, weak_type=True)
-      >>> r = nnx.Param(jnp.zeros(2), ref=True)
-      >>> r.ref, type(r.get_raw_value()).__name__
-      (True, 'Ref')
-      >>> r[...] = jnp.ones(2)
-      >>> r[...]
-      Array([1., 1.], dtype=float32)
-
-    Source: Flax NNX 0.12 ``nnx.Variable`` (its ``hijax``/``ref`` arguments and the
-    ``mutable`` flag of ``nnx.with_vars``).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class Count(nnx.Variable): pass
+    >>> c = Count(jnp.array(0))
+    >>> c[...] += 1
+    >>> c[...]
+    Array(1, dtype=int32, weak_type=True)
+    >>> r = nnx.Param(jnp.zeros(2), ref=True)
+    >>> r.ref, type(r.get_raw_value()).__name__
+    (True, 'Ref')
+    >>> r[...] = jnp.ones(2)
+    >>> r[...]
+    Array([1., 1.], dtype=float32)
     """
 
     # Members grouped by concept (variablelib/README.md). ``_var_plans``: the fast-path plans it holds, unset until one does
@@ -393,15 +389,11 @@ class Variable(Generic[A]):
           TraceContextError: the Variable was created in another JAX trace.
           ValueError: a plain value of another shape/dtype for a Ref-backed Variable.
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> p = nnx.Param(jnp.zeros(2))
-          >>> p.set_raw_value(jnp.ones(3))
-          >>> p.shape
-          (3,)
-
-        Source: Flax NNX 0.12 ``Variable.set_raw_value``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> p = nnx.Param(jnp.zeros(2))
+        >>> p.set_raw_value(jnp.ones(3))
+        >>> p.shape
+        (3,)
         """
         if not _unsafe_bypass_check:
             self._check_trace("set the raw value")
@@ -412,13 +404,9 @@ class Variable(Generic[A]):
 
         Only ``__init__`` calls it, with the metadata in place, before eager sharding.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.Param(1.0).create_value(2.0)
-          2.0
-
-        Source: Flax NNX 0.12 ``Variable.create_value``.
+        >>> import flaxgraph as nnx
+        >>> nnx.Param(1.0).create_value(2.0)
+        2.0
         """
         return value
 
@@ -453,13 +441,9 @@ class Variable(Generic[A]):
         Raises:
           KeyError: ``name`` is absent and no ``default`` was given.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.Param(1.0, note='x').get_metadata()
-          {'note': 'x', 'hijax': False, 'ref': False, 'eager_sharding': True}
-
-        Source: Flax NNX 0.12 ``Variable.get_metadata``.
+        >>> import flaxgraph as nnx
+        >>> nnx.Param(1.0, note='x').get_metadata()
+        {'note': 'x', 'hijax': False, 'ref': False, 'eager_sharding': True}
         """
         if name is None:
             if exclude_required:
@@ -550,13 +534,9 @@ class Variable(Generic[A]):
         Raises:
           AttributeError: the value has no ``shape`` (e.g. a Python list).
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> nnx.Param(jnp.ones((2, 3))).shape
-          (2, 3)
-
-        Source: Flax NNX 0.12 ``Variable.shape``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> nnx.Param(jnp.ones((2, 3))).shape
+        (2, 3)
         """
         metadata = self._var_metadata
         if "shape" in metadata:
@@ -572,18 +552,13 @@ class Variable(Generic[A]):
         Warns:
           DeprecationWarning: always; read ``out_sharding`` instead.
 
-        Example::
-
-          >>> import warnings
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', None))
-          >>> with warnings.catch_warnings():
-          ...   warnings.simplefilter('ignore', DeprecationWarning)
-          ...   v.sharding_names
-          ('a', None)
-
-        Source: Flax NNX 0.12 ``Variable.sharding_names`` (deprecated there in favour
-        of ``out_sharding``).
+        >>> import warnings
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', None))
+        >>> with warnings.catch_warnings():
+        ...   warnings.simplefilter('ignore', DeprecationWarning)
+        ...   v.sharding_names
+        ('a', None)
         """
         warnings.warn(
             "Variable.sharding_names is deprecated; read out_sharding instead.",
@@ -697,15 +672,11 @@ class Variable(Generic[A]):
         Returns:
           A new Variable of ``type(self)``; this one is unchanged.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> v = nnx.Param(1.0, note='a')
-          >>> w = v.copy(2.0, note='b')
-          >>> (float(w.value), w.note, v.note)
-          (2.0, 'b', 'a')
-
-        Source: Flax NNX 0.12 ``Variable.copy``.
+        >>> import flaxgraph as nnx
+        >>> v = nnx.Param(1.0, note='a')
+        >>> w = v.copy(2.0, note='b')
+        >>> (float(w.value), w.note, v.note)
+        (2.0, 'b', 'a')
         """
         if value is MISSING and not updates:
             return type(self)._from_parts(self.raw_value, self._var_metadata)
@@ -721,8 +692,6 @@ class Variable(Generic[A]):
         ``get_metadata()`` returns it; the flags ``hijax``/``ref`` in it apply).
 
         Example: ``nnx.Param.from_metadata(1.0, {'note': 'x', 'hijax': False})``.
-
-        Source: Flax NNX 0.12 ``Variable.from_metadata``.
         """
         given = dict(metadata)
         if given.get("eager_sharding") is True:  # the default: not stored
@@ -751,15 +720,11 @@ class Variable(Generic[A]):
     def to_state(self: V) -> V:
         """A copy of this Variable (same as ``copy()``).
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> p = nnx.Param(jnp.ones(2))
-          >>> s = p.to_state()
-          >>> s is p, type(s).__name__
-          (False, 'Param')
-
-        Source: Flax NNX 0.12 ``Variable.to_state`` (an alias of ``copy``).
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> p = nnx.Param(jnp.ones(2))
+        >>> s = p.to_state()
+        >>> s is p, type(s).__name__
+        (False, 'Param')
         """
         return self.copy()
 
@@ -775,15 +740,11 @@ class Variable(Generic[A]):
             container"); a Ref-backed ``self`` and a value of another shape/dtype.
           TraceContextError: ``self`` was created in another JAX trace.
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> a, b = nnx.Param(jnp.zeros(2)), nnx.Param(jnp.ones(2), note='b')
-          >>> a.copy_from(b)
-          >>> a[...], a.note
-          (Array([1., 1.], dtype=float32), 'b')
-
-        Source: Flax NNX 0.12 ``Variable.copy_from``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> a, b = nnx.Param(jnp.zeros(2)), nnx.Param(jnp.ones(2), note='b')
+        >>> a.copy_from(b)
+        >>> a[...], a.note
+        (Array([1., 1.], dtype=float32), 'b')
         """
         if type(self) is not type(other):
             raise ValueError(
@@ -806,15 +767,11 @@ class Variable(Generic[A]):
           ValueError: a Ref-backed ``self`` and a value of another shape/dtype.
           TraceContextError: ``self`` was created in another JAX trace.
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> p = nnx.Param(jnp.zeros(2))
-          >>> p.update_from_state(nnx.Param(jnp.ones(2)))
-          >>> p[...]
-          Array([1., 1.], dtype=float32)
-
-        Source: Flax NNX 0.12 ``Variable.update_from_state``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> p = nnx.Param(jnp.zeros(2))
+        >>> p.update_from_state(nnx.Param(jnp.ones(2)))
+        >>> p[...]
+        Array([1., 1.], dtype=float32)
         """
         self._transfer(variable_state)
 
@@ -845,15 +802,11 @@ class Variable(Generic[A]):
           axis_name: the transform's partition name, or ``None``. A *mapping*
             (``{nnx.PARTITION_NAME: 'batch'}``) inserts the axis into the metadata.
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))
-          >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
-          >>> v.out_sharding
-          ('batch', 'a', 'b')
-
-        Source: Flax NNX 0.12 ``Variable.add_axis(axis_index, axis_name)``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))
+        >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
+        >>> v.out_sharding
+        ('batch', 'a', 'b')
         """
         if isinstance(axis_name, Mapping):
             axes.insert_axis_metadata(self, axis_index, axis_name)
@@ -862,8 +815,6 @@ class Variable(Generic[A]):
         """The hook a transform calls after removing the axis at ``axis_index``
         (inverse of ``add_axis``; a mapping as ``axis_name`` removes the axis from
         the metadata, as a transform does).
-
-        Source: Flax NNX 0.12 ``Variable.remove_axis(axis_index, axis_name)``.
         """
         if isinstance(axis_name, Mapping):
             axes.drop_axis_metadata(self, axis_index, axis_name)
@@ -932,13 +883,9 @@ class Variable(Generic[A]):
     def var_type(self) -> type:
         """The Variable's kind, its class (same as ``.type``).
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> nnx.Param(jnp.ones(2)).var_type is nnx.Param
-          True
-
-        Source: Flax NNX 0.12 ``Variable.var_type``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> nnx.Param(jnp.ones(2)).var_type is nnx.Param
+        True
         """
         return type(self)
 
@@ -1184,14 +1131,10 @@ def is_variable(x: object) -> TypeGuard[Variable[Any]]:
     Returns:
       ``True`` if ``x`` is an instance of ``Variable`` or of a subclass.
 
-    Example::
-
-      >>> import flaxgraph as nnx, jax.numpy as jnp
-      >>> from flaxgraph.variablelib import is_variable
-      >>> is_variable(nnx.Param(jnp.ones(2))), is_variable(jnp.ones(2))
-      (True, False)
-
-    Source: Flax NNX 0.12's ``nnx.Variable`` (the type every kind subclasses).
+    >>> import flaxgraph as nnx, jax.numpy as jnp
+    >>> from flaxgraph.variablelib import is_variable
+    >>> is_variable(nnx.Param(jnp.ones(2))), is_variable(jnp.ones(2))
+    (True, False)
     """
     return isinstance(x, Variable)
 
