@@ -164,7 +164,7 @@ class _Build:
             variable = self.reuse.get(d.index)
             marker = type(value)
             if marker is NoUpdate or marker is ArrayRefOutput:  # see ref_outputs.py
-                return self._ref_output(d, value, metadata, variable)
+                return _ref_output_variable(self, d, value, metadata, variable)
             if variable is None:
                 variable = variable_for(d, leaf, self.copy, self.recreate, self.trace)
             else:
@@ -208,25 +208,18 @@ class _Build:
             return container_of(d, [self.build(c) for c in d.children])
         raise TypeError(f"Unknown GraphDef entry {d!r}")
 
-    def _ref_output(self, d: Any, value: Any, metadata: Any, variable: Any) -> Any:
-        return _ref_output_variable(self, d, value, metadata, variable)
-
 
 def variable_for(d: VariableDef, leaf: Any, copy: bool, recreate: bool, trace: Any) -> Any:
-    """The merge rule of a Variable's place (``d``) that no existing Variable takes,
-    for every build (``build_graph`` and the direct walk, ``direct_merge``): a
-    Variable leaf gives a new Variable of ``d``'s kind with the leaf's value and
-    metadata if ``copy``, else is put there itself; a raw leaf gives a new Variable
-    with ``d``'s metadata if ``recreate``, else stays raw. ``trace`` is the JAX trace
-    the new Variable belongs to."""
+    """Every build's rule for a Variable's place no existing Variable takes: a copy of a
+    Variable leaf (or the leaf), a new Variable (of ``trace``) for a raw leaf (or the leaf)."""
     if REGISTRY.kind_of(leaf) is VARIABLE:
         return d.type._from_parts(leaf.raw_value, metadata_of(leaf), trace) if copy else leaf
     return d.type._from_parts(leaf, dict(d.metadata), trace) if recreate else leaf
 
 
 def container_of(d: ContainerDef, values: list[Any]) -> Any:
-    """The merge rule of a container: the list, tuple, dict or other pytree ``d``
-    describes, holding ``values`` (in ``d``'s order), for every build."""
+    """Every build's rule for a container: the one ``d`` describes, holding ``values``."""
+
     t = d.type
     if t is list:
         return values

@@ -16,6 +16,7 @@ from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.walk import Walk
 from flaxgraph.typing import PathParts
+from flaxgraph.variablelib.defaults import check_flag
 from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
 
 A = TypeVar("A")
@@ -31,11 +32,6 @@ class _AliasWalk(Walk):
     def on_alias(self, x: object, path: PathParts, prefix: object) -> None:
         if REGISTRY.kind_of(x) is VARIABLE:
             self.aliases.setdefault(x, []).append(path)
-
-
-def _check_flag(name: str, value: object) -> None:
-    if value is not None and not isinstance(value, bool):
-        raise TypeError(f"with_vars({name}=...) takes True, False or None, got {value!r}.")
 
 
 def with_vars(
@@ -81,7 +77,7 @@ def with_vars(
     (True, False)
     """
     for name, value in (("hijax", hijax), ("ref", ref), ("mutable", mutable)):
-        _check_flag(name, value)
+        check_flag("with_vars", name, value)
     predicate = to_predicate(only)
     walk = _AliasWalk()
     graphdef, leaves = walk.run(node)

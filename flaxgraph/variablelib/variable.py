@@ -40,7 +40,7 @@ from flaxgraph.tracing import TRACE_STATE, TraceState, current_trace, is_top_lev
 from flaxgraph.typing import MISSING
 from flaxgraph.variablelib import axes, boxes, refs
 from flaxgraph.variablelib.closure_watch import note_read
-from flaxgraph.variablelib.defaults import VAR_DEFAULTS
+from flaxgraph.variablelib.defaults import VAR_DEFAULTS, check_flag
 from flaxgraph.variablelib.refs import REF_TYPE
 from flaxgraph.variablelib.value_hooks import HOOKS, install_value_hooks
 
@@ -59,12 +59,6 @@ _FLAX_VARIABLE_SLOTS = frozenset({"_trace_state", "_raw_value"})
 # Answered by the storage when a Ref-backed Variable has no such metadata (``shape`` is
 # a property of its own: the one place it is resolved).
 _REF_ATTRIBUTES = frozenset({"dtype", "ndim", "size", "sharding"})
-
-
-def _flag(name: str, value: object) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
 
 
 def store_flags(metadata: dict[str, Any], ref: bool, hijax: bool, mutable: bool) -> None:
@@ -126,8 +120,8 @@ class Variable(Generic[A]):
     Array([1., 1.], dtype=float32)
     """
 
-    # Members grouped by concept (variablelib/README.md). ``_var_plans``: the fast-path plans it holds, unset until one does
-    # (``transforms/plan_owners.py``); no copy, pickle or graph walk reads it.
+    # Members grouped by concept (README). ``_var_plans``: the fast-path plans it holds,
+    # unset until one does (``transforms/plan_owners.py``); no copy or walk reads it.
     __slots__ = ("raw_value", "_var_metadata", "_var_trace", "_var_ref", "_var_plans")
 
     #: The flag keys ``get_metadata(exclude_required=True)`` leaves out (Flax NNX 0.12
@@ -164,7 +158,8 @@ class Variable(Generic[A]):
         if metadata and not (refs.is_ref(value) or boxes.is_box(value)):
             # eager sharding: placed at creation
             value = place_at_creation(value, metadata, type(self).__name__)
-        hijax, ref, mutable = _flag("hijax", hijax), _flag("ref", ref), _flag("mutable", mutable)
+        hijax, ref = check_flag("Variable", "hijax", hijax), check_flag("Variable", "ref", ref)
+        mutable = check_flag("Variable", "mutable", mutable)
         given = {k: metadata.pop(k) for k in FLAG_KEYS if k in metadata}
         defaults = VAR_DEFAULTS.get()
         explicit = ref is True or hijax is True or given.get("ref") or given.get("hijax")
