@@ -279,6 +279,14 @@ class Variable(Generic[A]):
                 "`nnx.with_vars(node, mutable=True)`."
             )
 
+    def _refuse_flag_change(self, updates: Mapping[str, object], how: str) -> None:
+        for key in FLAG_KEYS:
+            if key in updates and updates[key] != getattr(self, key):
+                raise ValueError(
+                    f"Cannot change the {key!r} flag of a {type(self).__name__} with {how}.\nFix: "
+                    f"make a copy with the new flag: `nnx.with_vars(node, {key}={updates[key]!r})`."
+                )
+
     def _check_fits(self, value: object) -> None:
         """Raises ``ValueError`` if ``value`` does not fit a Ref-backed Variable's Ref."""
         ref = self._var_ref
@@ -490,13 +498,7 @@ class Variable(Generic[A]):
                 "set_metadata takes (name, value), a single mapping, or keyword arguments"
             )
         old = self._var_metadata
-        for key in FLAG_KEYS:
-            if key in updates and updates[key] != getattr(self, key):
-                raise ValueError(
-                    f"Cannot change the {key!r} flag of a {type(self).__name__} with "
-                    f"set_metadata.\nFix: make a copy with the new flag: "
-                    f"`nnx.with_vars(node, {key}={updates[key]!r})`."
-                )
+        self._refuse_flag_change(updates, "set_metadata")
         updates = rename_sharding_keys({k: v for k, v in updates.items() if k not in FLAG_KEYS})
         flags = {k: old[k] for k in FLAG_KEYS if k in old}
         metadata = {**updates, **flags} if replace else {**old, **updates}
@@ -644,12 +646,7 @@ class Variable(Generic[A]):
         Raises:
           ValueError: ``metadata`` tries to change a flag (use ``nnx.with_vars``).
         """
-        for key in FLAG_KEYS:
-            if key in metadata and metadata[key] != getattr(self, key):
-                raise ValueError(
-                    f"replace cannot change the {key!r} flag; use nnx.with_vars(node, "
-                    f"{key}={metadata[key]!r})."
-                )
+        self._refuse_flag_change(metadata, "replace")
         new_value = self.raw_value if value is MISSING else value
         if isinstance(new_value, Variable):
             new_value = new_value.raw_value
