@@ -202,12 +202,7 @@ def filters() -> SearchStrategy[Any]:
     """
     base = st.sampled_from(
         [
-            Param,
-            BatchStat,
-            Cache,
-            Intermediate,
-            CustomVariable,
-            Variable,
+            *VARIABLE_KINDS,
             RngState,
             jax.Array,
             "a",
