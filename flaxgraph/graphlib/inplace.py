@@ -1,8 +1,4 @@
-"""In-place graph edits: ``update`` writes a State into existing objects, ``pop``
-removes leaves.
-
-``update(node, state)`` writes a State's values into existing objects in place,
-so references held elsewhere stay valid; either every leaf is written or none.
+"""In-place graph edits: ``update`` writes a State into existing objects, ``pop`` removes leaves.
 
 Source: Flax NNX ``nnx.update``, ``nnx.pop`` (0.12).
 """
@@ -36,11 +32,7 @@ from flaxgraph.graphlib.writes import Writes
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import MISSING, PathParts
-from flaxgraph.variablelib.variable import (
-    Variable,
-    is_variable,
-    metadata_of,
-)
+from flaxgraph.variablelib.variable import Variable, is_variable, metadata_of
 
 
 def _get_child(node: Any, key: Hashable) -> object:
@@ -103,8 +95,6 @@ def update(node: object, state: object, /, *states: object) -> None:
     >>> nnx.update(m, jax.tree.map(jnp.zeros_like, nnx.state(m)))
     >>> m.kernel is kernel, float(m.kernel.value.sum())
     (True, 0.0)
-
-    Source: Flax NNX 0.12 ``nnx.update``.
     """
     trace = current_trace()
     writes = Writes()
@@ -272,8 +262,6 @@ def pop(node: object, *filters: Filter) -> Any:
     >>> popped = nnx.pop(m, nnx.Intermediate)
     >>> popped['y'] is sown, hasattr(m, 'y')
     (True, False)
-
-    Source: Flax NNX 0.12 ``nnx.pop``.
     """
     if not filters:
         raise ValueError("pop needs at least one filter, e.g. nnx.pop(model, nnx.Intermediate)")
