@@ -54,10 +54,9 @@ def graphdef_diff(
 
 
 def _name(d: object) -> str:
-    if isinstance(d, NodeDef):
+    if isinstance(d, (NodeDef, VariableDef)):
         return f"a {d.type.__name__}"
-    if isinstance(d, VariableDef):
-        return f"a {d.type.__name__}"
+
     if isinstance(d, NodeRef):
         return f"a reference to node #{d.index} ({d.type.__name__})"
     if isinstance(d, StaticDef):
