@@ -9,6 +9,7 @@ Source: ``docs/design.md``, section "Tests"; hypothesis's strategies API.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -364,19 +365,8 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
 # -- the graph builder -------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _Options:
-    __slots__ = (
-        "containers",
-        "cycles",
-        "max_attributes",
-        "max_depth",
-        "marks",
-        "max_nodes",
-        "node_types",
-        "rngs",
-        "sharing",
-        "variables",
-    )
     containers: bool
     cycles: bool
     max_attributes: int
@@ -387,10 +377,6 @@ class _Options:
     rngs: bool
     sharing: bool
     variables: Any  # a hypothesis strategy of Variables
-
-    def __init__(self, **values: Any):
-        for k, v in values.items():
-            setattr(self, k, v)
 
 
 class _Builder:
@@ -413,12 +399,7 @@ class _Builder:
             for _ in range(draw(st.integers(0, options.max_attributes))):
                 obj.append(self.value(depth + 1))
         else:
-            names = draw(
-                st.lists(
-                    st.sampled_from(ATTRIBUTE_NAMES), unique=True, max_size=options.max_attributes
-                )
-            )
-            for name in names:
+            for name in self.names():
                 if options.marks and draw(st.integers(0, 4)) == 0:
                     setattr(obj, name, self.marked())
                 else:
@@ -476,18 +457,19 @@ class _Builder:
             return data(self.draw(st.one_of(st.integers(-3, 3), st.sampled_from([0.5, -1.25]))))
         return static(self.draw(static_values()))
 
+    def names(self) -> list[str]:
+        at_most = self.options.max_attributes
+        names: list[str] = self.draw(
+            st.lists(st.sampled_from(ATTRIBUTE_NAMES), unique=True, max_size=at_most)
+        )
+        return names
+
     def container(self, depth: int) -> Any:
         draw = self.draw
         kind = draw(st.sampled_from((list, tuple, dict)))
         if kind is dict:
-            keys = draw(
-                st.lists(
-                    st.sampled_from(ATTRIBUTE_NAMES),
-                    unique=True,
-                    max_size=self.options.max_attributes,
-                )
-            )
-            return {k: self.value(depth + 1) for k in keys}
+            return {k: self.value(depth + 1) for k in self.names()}
+
         items = [self.value(depth + 1) for _ in range(draw(st.integers(0, 3)))]
         return items if kind is list else tuple(items)
 
