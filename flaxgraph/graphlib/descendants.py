@@ -51,7 +51,6 @@ def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[
     yield from _iter(node, (), RefMap[bool](), _check_tree(node, graph, "node"))
 
 
-
 def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[Hashable, Any]]:
     """Yields ``(key, child)`` for the direct children of ``node`` that are nodes or Variables.
 

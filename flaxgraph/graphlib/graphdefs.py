@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar, Union
 
 import jax
 
+from flaxgraph.graphlib.paths import step_str
 from flaxgraph.graphlib.statics import (
     is_unhashable,
     structural,
@@ -315,10 +316,7 @@ class GraphDef(Generic[N]):
         steps, value, what = found
         if roots and steps and isinstance(steps[0][0], int) and steps[0][0] < len(roots):
             root_name, steps = roots[steps[0][0]], steps[1:]
-        where = root_name + "".join(
-            f".{k}" if attr and isinstance(k, str) and k.isidentifier() else f"[{k!r}]"
-            for k, attr in steps
-        )
+        where = root_name + "".join(step_str(k, attr) for k, attr in steps)
         return unhashable_static_error(where, value, what)
 
     def __reduce__(self) -> tuple[type[GraphDef[Any]], tuple[object, ...]]:

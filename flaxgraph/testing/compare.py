@@ -18,12 +18,12 @@ Source: ``docs/design.md``, section "Tests" ("transformed == eager" properties).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 import jax
 import numpy as np
 
+from flaxgraph.graphlib.paths import step_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
     ARRAY,
@@ -185,7 +185,7 @@ def _push_node_children(path: str, x: Any, y: Any, stack: list[tuple[str, Any, A
             else f"{type(x).__name__} attribute order differs: {x_keys} != {y_keys}"
         )
     for (k, cx), (_, cy) in reversed(list(zip(x_items, y_items, strict=True))):
-        stack.append((_attribute_path(path, k), cx, cy))
+        stack.append((path + step_str(k, True), cx, cy))
     return None
 
 
@@ -196,22 +196,12 @@ def _unmark(x: Any) -> Any:
     return x.value if REGISTRY.kind_of(x) in _MARKS else x
 
 
-def _attribute_path(path: str, key: Hashable) -> str:
-    if isinstance(key, str) and key.isidentifier():
-        return f"{path}.{key}"
-    return f"{path}[{key!r}]"
-
-
 def _alias_problem(x_entry: tuple[Any, str] | None, y_entry: tuple[Any, str] | None) -> str:
-    a_part = (
-        f"in a it is the object already seen at a{x_entry[1]}"
-        if x_entry is not None
-        else "in a it is an object not seen before"
-    )
-    b_part = (
-        f"in b it is the object already seen at b{y_entry[1]}"
-        if y_entry is not None
-        else "in b it is an object not seen before"
+    a_part, b_part = (
+        f"in {side} it is the object already seen at {side}{entry[1]}"
+        if entry is not None
+        else f"in {side} it is an object not seen before"
+        for side, entry in (("a", x_entry), ("b", y_entry))
     )
     return f"sharing differs: {a_part}, but {b_part}"
 
