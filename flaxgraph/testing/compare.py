@@ -1,9 +1,9 @@
 """Graph isomorphism: are two object graphs the same up to object identity?
 
-Two graphs are isomorphic when types, static values (``3 != 3.0 != True``, as in a
-GraphDef), array values (NaN equals NaN; NumPy equals JAX; keys by key data), Variable
-metadata and the sharing pattern agree: the objects met at the same places pair up one
-to one, which also ends cycles. Containers compare by value, as the engine walks them.
+Types, static values (``3 != 3.0 != True``), array values (NaN equals NaN, NumPy equals
+JAX, keys by key data), Variable metadata and the sharing pattern (objects met at the same
+places pair up one to one, cycles included) must agree; containers compare by value.
+
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.testing import Node, graphs_equal

@@ -42,7 +42,7 @@ from flaxgraph.variablelib import axes, boxes, refs
 from flaxgraph.variablelib.closure_watch import note_read
 from flaxgraph.variablelib.defaults import VAR_DEFAULTS, check_flag
 from flaxgraph.variablelib.refs import REF_TYPE
-from flaxgraph.variablelib.value_hooks import HOOKS, install_value_hooks
+from flaxgraph.variablelib.value_hooks import METADATA_HOOKS, hook_refusal, install_value_hooks
 
 A = TypeVar("A")
 V = TypeVar("V", bound="Variable[Any]")
@@ -148,7 +148,8 @@ class Variable(Generic[A]):
             value = value.unbox()
         rename_sharding_keys(metadata)  # `sharding=`/`sharding_names=` become out_sharding
         if metadata and not _METADATA_HOOKS.isdisjoint(metadata):
-            raise TypeError(_metadata_hook_message(type(self).__name__, metadata))
+            hook = sorted(_METADATA_HOOKS.intersection(metadata))[0]
+            raise TypeError(hook_refusal(f"{type(self).__name__}(...)", hook))
         if self._var_custom_create:
             # Flax 0.12 calls the hook with the Variable's metadata and value in place
             object.__setattr__(self, "_var_metadata", metadata)
@@ -1014,18 +1015,7 @@ def _fills_array(v: Variable[Any], value: Any) -> bool:
         return False
 
 
-_METADATA_HOOKS = frozenset((*HOOKS, "on_add_axis", "on_remove_axis"))
-
-
-def _metadata_hook_message(kind: str, metadata: Mapping[str, Any]) -> str:
-    """Why a value hook given as metadata is refused."""
-    hook = sorted(_METADATA_HOOKS.intersection(metadata))[0]
-    return (
-        f"{kind}(..., {hook}=...): flaxgraph takes no value hooks as metadata (Flax NNX "
-        "0.12 deprecates them).\nFix: subclass the Variable and either override the "
-        "method (get_value / set_value / create_value / add_axis / remove_axis), or "
-        f"define {hook}(self, value) on the subclass (applied as Flax applies it)."
-    )
+_METADATA_HOOKS = frozenset(METADATA_HOOKS)
 
 
 def _placed_by_no_mesh(value: object) -> bool:
