@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxgraph.graphlib.descendants import iter_graph
+from flaxgraph.graphlib.paths import step_str
 from flaxgraph.graphlib.registry import REGISTRY, Kind, get_graph_node_impl
 from flaxgraph.testing.nodes import Node
 from flaxgraph.typing import PathParts
@@ -186,10 +187,7 @@ def _pick(candidates: Sequence[Any], selector: int) -> Any:
 
 
 def _where(path: PathParts) -> str:
-    out = ["root"]
-    for key in path:
-        out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
-    return "".join(out)
+    return "root" + "".join(step_str(key, True) for key in path)
 
 
 def _is_numeric_array(value: Any) -> bool:
