@@ -1,17 +1,8 @@
-"""Unflatten: (GraphDef, leaves) -> object graph, optionally reusing objects.
+"""Unflatten: (GraphDef, leaves) -> object graph, optionally updating existing objects.
 
-``build_graph`` rebuilds the graph a GraphDef describes, taking State leaves in
-walk order. New graph nodes are made without calling ``__init__``; each
-reference index is built once and reused wherever a ``NodeRef`` points to it,
-which restores shared references and cycles.
-
-Given ``reuse`` (reference index -> existing object), the objects at those
-indices are updated *in place* instead of being created: their children are set
-to exactly what the GraphDef says (attributes added, replaced or deleted) and
-Variables get the new value and metadata. This is how transforms write back
-every change, structural ones included, while the caller's references stay
-valid: a reused node's own lists and dicts are kept too when their items are the
-same objects as those the GraphDef gives.
+Nodes are made without ``__init__``, each reference index once (sharing and cycles come
+back); with ``reuse`` the caller's objects are updated in place, structure included (the
+package README, "The build"). Source: Flax NNX 0.12 ``nnx.merge`` (its graph unflatten).
 """
 
 from __future__ import annotations
@@ -57,24 +48,18 @@ def build_graph(
         and metadata are used) or a raw value.
       index_ref: reference index -> object map shared between calls
         (``merge_context``); objects already in it are used for their NodeRefs.
-      reuse: reference index -> existing object to update in place instead of
-        creating a new one (the Variable or node must be of the same type). Writes
-        to reused objects are validated first and applied together at the end (one
-        ``graphlib.writes.Writes``), so an error leaves them untouched; values that
-        did not change are not written.
-      leaf_sink: if given, receives the built leaf objects (Variables, or raw values)
-        in leaf order, for callers that post-process them.
-      copy_variables: ``True`` (the default): a Variable leaf gives a new Variable
-        with its value and metadata; ``False``: the leaf becomes the graph's
-        Variable itself, what ``nnx.merge`` does by default (the polarity of
-        ``nnx.merge(copy=...)`` and ``nnx.unflatten(copy_variables=...)``). Reused
-        objects (``reuse``) are updated in place either way.
-      recreate_variables: a raw leaf at a Variable's place becomes a new Variable
-        of the GraphDef's kind and metadata; if ``False`` the raw value itself is
-        put there.
-      new_refs: a plain array at the place of a raw ``jax.Ref`` becomes a new
-        ``jax.Ref`` holding it (a transform returns the content of a Ref it created
-        inside, since JAX cannot return Refs).
+      reuse: reference index -> existing object (of the same type) to update in place;
+        all writes are checked first and made together (``writes.Writes``), unchanged
+        values are not written.
+      leaf_sink: if given, receives the built leaf objects in leaf order.
+      copy_variables: ``True``: a Variable leaf gives a new Variable; ``False``: the
+        leaf itself is placed (``nnx.merge``'s default). Reused objects are updated
+        either way.
+      recreate_variables: a raw leaf at a Variable's place becomes a Variable of the
+        GraphDef's kind and metadata (``True``) or stays raw.
+      new_refs: a plain array at a raw ``jax.Ref``'s place becomes a new Ref (JAX
+        cannot return Refs from a transform).
+
 
     Returns:
       The root value.
@@ -179,7 +164,7 @@ class _Build:
             variable = self.reuse.get(d.index)
             marker = type(value)
             if marker is NoUpdate or marker is ArrayRefOutput:  # see ref_outputs.py
-                return self._ref_output(d, value, metadata, variable)
+                return _ref_output_variable(self, d, value, metadata, variable)
             if variable is None:
                 variable = variable_for(d, leaf, self.copy, self.recreate, self.trace)
             else:
@@ -223,25 +208,18 @@ class _Build:
             return container_of(d, [self.build(c) for c in d.children])
         raise TypeError(f"Unknown GraphDef entry {d!r}")
 
-    def _ref_output(self, d: Any, value: Any, metadata: Any, variable: Any) -> Any:
-        return _ref_output_variable(self, d, value, metadata, variable)
-
 
 def variable_for(d: VariableDef, leaf: Any, copy: bool, recreate: bool, trace: Any) -> Any:
-    """The merge rule of a Variable's place (``d``) that no existing Variable takes,
-    for every build (``build_graph`` and the direct walk, ``direct_merge``): a
-    Variable leaf gives a new Variable of ``d``'s kind with the leaf's value and
-    metadata if ``copy``, else is put there itself; a raw leaf gives a new Variable
-    with ``d``'s metadata if ``recreate``, else stays raw. ``trace`` is the JAX trace
-    the new Variable belongs to."""
+    """Every build's rule for a Variable's place no existing Variable takes: a copy of a
+    Variable leaf (or the leaf), a new Variable (of ``trace``) for a raw leaf (or the leaf)."""
     if REGISTRY.kind_of(leaf) is VARIABLE:
         return d.type._from_parts(leaf.raw_value, metadata_of(leaf), trace) if copy else leaf
     return d.type._from_parts(leaf, dict(d.metadata), trace) if recreate else leaf
 
 
 def container_of(d: ContainerDef, values: list[Any]) -> Any:
-    """The merge rule of a container: the list, tuple, dict or other pytree ``d``
-    describes, holding ``values`` (in ``d``'s order), for every build."""
+    """Every build's rule for a container: the one ``d`` describes, holding ``values``."""
+
     t = d.type
     if t is list:
         return values

@@ -308,10 +308,8 @@ def merge_context(
     try:
         yield ctx
         if uctx is not None and ctx.is_inner:
-            inner_map = RefMap[int]()
-            for i, x in ctx.index_ref.items():
-                inner_map[x] = i
-            uctx.inner_ref_outer_index = inner_map
+            uctx.inner_ref_outer_index = RefMap.from_indexmap(ctx.index_ref)
+
         elif uctx is not None:
             uctx.outer_index_ref = None
             uctx.inner_ref_outer_index = None

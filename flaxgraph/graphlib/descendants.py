@@ -48,10 +48,7 @@ def iter_graph(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[
     >>> [p for p, v in nnx.iter_graph(m) if isinstance(v, nnx.Variable)]
     [('bias',), ('kernel',)]
     """
-    if _check_tree(node, graph, "node"):
-        yield from _iter(node, (), RefMap[bool](), True)
-    else:
-        yield from _iter(node, (), RefMap[bool](), False)
+    yield from _iter(node, (), RefMap[bool](), _check_tree(node, graph, "node"))
 
 
 def iter_children(node: object, /, *, graph: bool | None = None) -> Iterator[tuple[Hashable, Any]]:

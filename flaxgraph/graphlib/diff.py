@@ -5,7 +5,6 @@ Source: JAX's ``tree_util`` equality errors (name the key path).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 from flaxgraph.graphlib.graphdefs import (
@@ -16,6 +15,7 @@ from flaxgraph.graphlib.graphdefs import (
     StaticDef,
     VariableDef,
 )
+from flaxgraph.graphlib.paths import step_str
 
 
 def graphdef_diff(
@@ -54,10 +54,9 @@ def graphdef_diff(
 
 
 def _name(d: object) -> str:
-    if isinstance(d, NodeDef):
+    if isinstance(d, (NodeDef, VariableDef)):
         return f"a {d.type.__name__}"
-    if isinstance(d, VariableDef):
-        return f"a {d.type.__name__}"
+
     if isinstance(d, NodeRef):
         return f"a reference to node #{d.index} ({d.type.__name__})"
     if isinstance(d, StaticDef):
@@ -65,12 +64,6 @@ def _name(d: object) -> str:
     if isinstance(d, ContainerDef):
         return f"a {d.type.__name__} of {len(d.children)}"
     return "an array"
-
-
-def _key(path: str, key: Hashable, attr: bool) -> str:
-    if attr and isinstance(key, str) and key.isidentifier():
-        return f"{path}.{key}"
-    return f"{path}[{key!r}]"
 
 
 def _diff(a: Any, b: Any, path: str) -> str | None:
@@ -105,14 +98,17 @@ def _diff(a: Any, b: Any, path: str) -> str | None:
 
 
 def _diff_children(a: dict[Any, Any], b: dict[Any, Any], path: str, attr: bool) -> str | None:
+    def at(key: Any) -> str:
+        return path + step_str(key, attr)
+
     for key in a:
         if key not in b:
-            return f"{_key(path, key, attr)}: {_name(a[key])} in the first, missing in the second"
+            return f"{at(key)}: {_name(a[key])} in the first, missing in the second"
     for key in b:
         if key not in a:
-            return f"{_key(path, key, attr)}: missing in the first, {_name(b[key])} in the second"
+            return f"{at(key)}: missing in the first, {_name(b[key])} in the second"
     for key in a:
-        found = _diff(a[key], b[key], _key(path, key, attr))
+        found = _diff(a[key], b[key], at(key))
         if found:
             return found
     if list(a) != list(b):

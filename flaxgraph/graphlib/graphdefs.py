@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar, Union
 
 import jax
 
+from flaxgraph.graphlib.paths import step_str
 from flaxgraph.graphlib.statics import (
     is_unhashable,
     structural,
@@ -61,12 +62,6 @@ class NodeDef(NamedTuple):
         """The record from its field values in field order, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
 
-    def __repr__(self) -> str:
-        return _def_repr(self)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        _immutable(self, name, value)
-
 
 class VariableDef(NamedTuple):
     """A Variable seen for the first time; its value is the next State leaf.
@@ -86,12 +81,6 @@ class VariableDef(NamedTuple):
         """The record from its field values in field order, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
 
-    def __repr__(self) -> str:
-        return _def_repr(self)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        _immutable(self, name, value)
-
 
 class NodeRef(NamedTuple):
     """A node or Variable seen before in the walk: reuse the object at ``index``."""
@@ -103,12 +92,6 @@ class NodeRef(NamedTuple):
     def from_fields(cls, fields: Iterable[Any], /) -> Self:
         """The record from its field values in field order, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
-
-    def __repr__(self) -> str:
-        return _def_repr(self)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        _immutable(self, name, value)
 
 
 class ContainerDef(NamedTuple):
@@ -131,12 +114,6 @@ class ContainerDef(NamedTuple):
         """The record from its field values in field order, without checks (``tuple.__new__``)."""
         return tuple.__new__(cls, fields)
 
-    def __repr__(self) -> str:
-        return _def_repr(self)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        _immutable(self, name, value)
-
 
 class ArrayDef(NamedTuple):
     """A raw array leaf; its value is the next State leaf.
@@ -150,9 +127,6 @@ class ArrayDef(NamedTuple):
 
     def __repr__(self) -> str:
         return "ArrayDef()" if self.index is None else f"ArrayDef(index={self.index})"
-
-    def __setattr__(self, name: str, value: object) -> None:
-        _immutable(self, name, value)
 
 
 class _StaticFields(NamedTuple):
@@ -190,17 +164,9 @@ class StaticDef(_StaticFields):
     def __repr__(self) -> str:
         return f"StaticDef(value={self.value!r})"
 
-    def __setattr__(self, name: str, value: object) -> None:
-        _immutable(self, name, value)
-
 
 Def = Union[NodeDef, VariableDef, NodeRef, ContainerDef, ArrayDef, StaticDef]
 
-# The direct walks build records with ``from_fields`` on every split: at run time it is
-# ``tuple.__new__`` itself (C speed, no Python frame); the methods above type it.
-for _record in (NodeDef, VariableDef, NodeRef, ContainerDef, StaticDef):
-    setattr(_record, "from_fields", classmethod(tuple.__new__))  # noqa: B010
-del _record
 ARRAY_DEF = ArrayDef()
 
 
@@ -217,11 +183,17 @@ class TreeNodeDef(NamedTuple):
     treedef: Def
     path_index: tuple[tuple[tuple[Hashable, ...], int], ...]
 
-    def __repr__(self) -> str:
-        return _def_repr(self)
 
-    def __setattr__(self, name: str, value: object) -> None:
-        _immutable(self, name, value)
+# Every record is immutable; the direct walks build them with ``from_fields`` on every
+# split: at run time it is ``tuple.__new__`` itself (C speed, no Python frame); the
+# methods above type it.
+for _record in (NodeDef, VariableDef, NodeRef, ContainerDef, ArrayDef, StaticDef, TreeNodeDef):
+    setattr(_record, "__setattr__", _immutable)  # noqa: B010
+    if _record not in (ArrayDef, StaticDef):
+        setattr(_record, "__repr__", _def_repr)  # noqa: B010
+    if _record not in (ArrayDef, TreeNodeDef):
+        setattr(_record, "from_fields", classmethod(tuple.__new__))  # noqa: B010
+del _record
 
 
 def _leaf_paths_of(d: Def, path: tuple[Hashable, ...], out: list[tuple[Hashable, ...]]) -> None:
@@ -344,10 +316,7 @@ class GraphDef(Generic[N]):
         steps, value, what = found
         if roots and steps and isinstance(steps[0][0], int) and steps[0][0] < len(roots):
             root_name, steps = roots[steps[0][0]], steps[1:]
-        where = root_name + "".join(
-            f".{k}" if attr and isinstance(k, str) and k.isidentifier() else f"[{k!r}]"
-            for k, attr in steps
-        )
+        where = root_name + "".join(step_str(k, attr) for k, attr in steps)
         return unhashable_static_error(where, value, what)
 
     def __reduce__(self) -> tuple[type[GraphDef[Any]], tuple[object, ...]]:

@@ -1,8 +1,4 @@
-"""In-place graph edits: ``update`` writes a State into existing objects, ``pop``
-removes leaves.
-
-``update(node, state)`` writes a State's values into existing objects in place,
-so references held elsewhere stay valid; either every leaf is written or none.
+"""In-place graph edits: ``update`` writes a State into existing objects, ``pop`` removes leaves.
 
 Source: Flax NNX ``nnx.update``, ``nnx.pop`` (0.12).
 """
@@ -36,11 +32,7 @@ from flaxgraph.graphlib.writes import Writes
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import MISSING, PathParts
-from flaxgraph.variablelib.variable import (
-    Variable,
-    is_variable,
-    metadata_of,
-)
+from flaxgraph.variablelib.variable import Variable, is_variable, metadata_of
 
 
 def _get_child(node: Any, key: Hashable) -> object:
@@ -97,16 +89,12 @@ def update(node: object, state: object, /, *states: object) -> None:
       TraceContextError (a ``ValueError``): ``node`` was created outside the current
         JAX transform.
 
-    Example::
-
-      >>> import jax, jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> kernel = m.kernel
-      >>> nnx.update(m, jax.tree.map(jnp.zeros_like, nnx.state(m)))
-      >>> m.kernel is kernel, float(m.kernel.value.sum())
-      (True, 0.0)
-
-    Source: Flax NNX 0.12 ``nnx.update``.
+    >>> import jax, jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> kernel = m.kernel
+    >>> nnx.update(m, jax.tree.map(jnp.zeros_like, nnx.state(m)))
+    >>> m.kernel is kernel, float(m.kernel.value.sum())
+    (True, 0.0)
     """
     trace = current_trace()
     writes = Writes()
@@ -267,17 +255,13 @@ def pop(node: object, *filters: Filter) -> Any:
       GraphStructureError: a matched leaf sits in a list or tuple (removing it would
         renumber its siblings); nothing is removed in that case.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-      >>> m.sow(nnx.Intermediate, 'y', jnp.ones(3))
-      >>> sown = m.y
-      >>> popped = nnx.pop(m, nnx.Intermediate)
-      >>> popped['y'] is sown, hasattr(m, 'y')
-      (True, False)
-
-    Source: Flax NNX 0.12 ``nnx.pop``.
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    >>> m.sow(nnx.Intermediate, 'y', jnp.ones(3))
+    >>> sown = m.y
+    >>> popped = nnx.pop(m, nnx.Intermediate)
+    >>> popped['y'] is sown, hasattr(m, 'y')
+    (True, False)
     """
     if not filters:
         raise ValueError("pop needs at least one filter, e.g. nnx.pop(model, nnx.Intermediate)")

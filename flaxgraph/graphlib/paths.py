@@ -29,13 +29,18 @@ def path_str(root_name: str, root: object, keys: Sequence[Hashable]) -> str:
     node: object = root
     for key in keys:
         if REGISTRY.kind_of(node) is NODE:
-            out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
+            out.append(step_str(key, True))
             node = node_impl(node).get_child(node, key)
             node = None if node is MISSING else node
         else:
             out.append(f"[{key!r}]")
             node = _child(node, key)
     return "".join(out)
+
+
+def step_str(key: Hashable, attr: bool) -> str:
+    """One step of a path: ``.key`` for an attribute named like an identifier, else ``[key!r]``."""
+    return f".{key}" if attr and isinstance(key, str) and key.isidentifier() else f"[{key!r}]"
 
 
 def keys_str(keys: Sequence[Hashable]) -> str:

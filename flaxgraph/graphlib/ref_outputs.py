@@ -56,15 +56,11 @@ class ArrayRefOutput:
         return f"ArrayRefOutput({self.value!r})"
 
 
-def _unflatten_ref_output(_: object, children: Any) -> ArrayRefOutput:
-    return ArrayRefOutput(children[0])
-
-
 jax.tree_util.register_pytree_node(NoUpdate, lambda x: ((), None), lambda _, __: NO_UPDATE)
 jax.tree_util.register_pytree_with_keys(
     ArrayRefOutput,
     lambda x: (((jax.tree_util.GetAttrKey("value"), x.value),), None),
-    _unflatten_ref_output,
+    lambda _, children: ArrayRefOutput(*children),
     flatten_func=lambda x: ((x.value,), None),
 )
 

@@ -15,12 +15,10 @@ V = TypeVar("V")
 class RefMap(MutableMapping[Any, V], Generic[V]):
     """A mapping keyed by object identity; iteration gives the key objects.
 
-    Example::
-
-      >>> a, b = [], []
-      >>> m = RefMap(); m[a] = 1; m[b] = 2
-      >>> m[a], len(m), a in m, [] in m
-      (1, 2, True, False)
+    >>> a, b = [], []
+    >>> m = RefMap(); m[a] = 1; m[b] = 2
+    >>> m[a], len(m), a in m, [] in m
+    (1, 2, True, False)
     """
 
     __slots__ = ("_items",)

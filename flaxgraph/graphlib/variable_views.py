@@ -5,6 +5,7 @@ Source: Flax NNX 0.12 ``nnx.with_vars``, ``nnx.vars_as``, ``nnx.set_metadata``.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.walk import Walk
 from flaxgraph.typing import PathParts
+from flaxgraph.variablelib.defaults import check_flag
 from flaxgraph.variablelib.variable import FLAG_KEYS, Variable
 
 A = TypeVar("A")
@@ -31,11 +33,6 @@ class _AliasWalk(Walk):
     def on_alias(self, x: object, path: PathParts, prefix: object) -> None:
         if REGISTRY.kind_of(x) is VARIABLE:
             self.aliases.setdefault(x, []).append(path)
-
-
-def _check_flag(name: str, value: object) -> None:
-    if value is not None and not isinstance(value, bool):
-        raise TypeError(f"with_vars({name}=...) takes True, False or None, got {value!r}.")
 
 
 def with_vars(
@@ -81,7 +78,7 @@ def with_vars(
     (True, False)
     """
     for name, value in (("hijax", hijax), ("ref", ref), ("mutable", mutable)):
-        _check_flag(name, value)
+        check_flag("with_vars", name, value)
     predicate = to_predicate(only)
     walk = _AliasWalk()
     graphdef, leaves = walk.run(node)
@@ -128,16 +125,7 @@ def with_vars(
     return typed
 
 
-def vars_as(
-    node: A,
-    /,
-    *,
-    hijax: bool | None = None,
-    ref: bool | None = None,
-    mutable: bool | None = None,
-    only: Filter = ...,
-    allow_duplicates: bool = False,
-) -> A:
+def vars_as(node: A, /, **options: bool | Filter | None) -> A:
     """Deprecated name of ``with_vars`` (same arguments, result and errors).
 
     Warns:
@@ -148,14 +136,10 @@ def vars_as(
         DeprecationWarning,
         stacklevel=2,
     )
-    return with_vars(
-        node,
-        hijax=hijax,
-        ref=ref,
-        mutable=mutable,
-        only=only,
-        allow_duplicates=allow_duplicates,
-    )
+    return with_vars(node, **options)  # type: ignore[arg-type]
+
+
+vars_as.__signature__ = inspect.signature(with_vars)  # type: ignore[attr-defined]
 
 
 def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object) -> None:

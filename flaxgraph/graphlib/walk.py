@@ -378,10 +378,6 @@ def made_per_instance(x: Any) -> bool:
         return True
 
 
-def _is_scalar(x: Any) -> bool:
-    return type(x) in SCALARS
-
-
 def _ancestor_depth(root: Any, path: PathParts, x: Any) -> int | None:
     """The length of ``path``'s prefix leading to ``x``, if ``x`` is on it (a cycle)."""
     current = root

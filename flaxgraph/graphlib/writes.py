@@ -1,13 +1,8 @@
-"""The one write-back: writes into existing objects, all checked before the first
-one is made, applied together by ``Writes.apply``.
+"""The one write-back: writes into existing objects, all checked before the first is made.
 
-Every in-place change the engine makes to a caller's objects goes through a
-``Writes``: ``update`` (``inplace.py``), ``build_graph(reuse=...)`` (``build.py``: merge
-into existing objects, the transforms' general write-back) and the transforms' fast
-path for Ref-backed Variables (``transforms/ref_writes.py``); the fast path's plain
-Variables are written by the same slot setter (``write_slot``). Nothing is written
-before every write is checked, so an error leaves every object as it was. See
-``docs/design.md``, "The recorded plan" (One write-back).
+``update`` (``inplace.py``), ``build_graph(reuse=...)`` (``build.py``) and the transforms'
+fast path (``transforms/ref_writes.py``) write through a ``Writes``, so an error leaves every
+object as it was. Source: ``docs/design.md``, "The recorded plan" (One write-back).
 """
 
 from __future__ import annotations

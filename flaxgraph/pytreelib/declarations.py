@@ -52,18 +52,6 @@ def check_pytree(pytree: Any) -> None:
             )
 
 
-_DATACLASS_OPTIONS = (
-    "init",
-    "eq",
-    "order",
-    "unsafe_hash",
-    "match_args",
-    "kw_only",
-    "slots",
-    "weakref_slot",
-)
-
-
 def dataclass(
     cls: type[T] | None = None,
     /,
@@ -96,7 +84,7 @@ def dataclass(
     >>> jax.tree.leaves(Point(jnp.zeros(2)))      # attributes in name order
     [0, Array([0., 0.], dtype=float32)]
     """
-    options = dict(zip(_DATACLASS_OPTIONS, (init, eq, order, unsafe_hash, match_args)))
+    options = dict(init=init, eq=eq, order=order, unsafe_hash=unsafe_hash, match_args=match_args)
     options.update(kw_only=kw_only, slots=slots, weakref_slot=weakref_slot)
 
     def wrap(klass: type[T]) -> type[T]:

@@ -17,6 +17,7 @@ from flaxgraph.graphlib.registry import (
     ARRAY,
     DICT,
     NODE,
+    PLAIN_STATIC,
     PYTREE,
     REGISTRY,
     SEQUENCE,
@@ -24,8 +25,6 @@ from flaxgraph.graphlib.registry import (
     pytree_children,
 )
 from flaxgraph.pytreelib.attribute_kinds import DATA_TYPES
-
-_STABLE_SCALARS = frozenset({int, float, str, bool, complex, bytes, type(None), type(Ellipsis)})
 
 
 class Aux(tuple):
@@ -96,7 +95,7 @@ def _attr_key(name: Any) -> Any:
 def is_stable(value: Any, pytree_type: type) -> bool:
     """Whether ``value``'s data-ness changes only on assignment (no lists, dicts, pytrees)."""
     t = type(value)
-    if t in _STABLE_SCALARS:
+    if t in PLAIN_STATIC:  # Python constants
         return True
     kind = REGISTRY.kind_of(value)  # the graph engine's classification
     if kind is VARIABLE or kind is ARRAY or isinstance(value, pytree_type):

@@ -177,14 +177,7 @@ class Rngs(Module, RandomSamplers):
         """
         if split is not None:
             _warn_fork_split("Rngs")
-        rules = rule_list(split, "split")
-        streams = {}
-        for name, stream in self.items():
-            shape = first_match(rules, (name,), stream, None)
-            streams[name] = (
-                stream.split(shape) if shape is not None else RngStream(stream(), tag=stream.tag)
-            )
-        return Rngs(**streams)
+        return self._per_stream(split, "split", RngStream.split, RngStream.fork)
 
     def split(self, k: Any) -> Rngs:
         """A new Rngs whose streams hold ``k`` keys each (``RngStream.split``).
@@ -198,7 +191,7 @@ class Rngs(Module, RandomSamplers):
         >>> rngs.params.key.shape, rngs.dropout.key.shape
         ((5,), ())
         """
-        return self._per_stream(k, "split", RngStream.split)
+        return self._per_stream(k, "split", RngStream.split, lambda s: s)
 
     def broadcast(self, k: Any) -> Rngs:
         """A new Rngs whose selected streams hold one fresh key repeated to shape ``k``.
@@ -211,14 +204,14 @@ class Rngs(Module, RandomSamplers):
         >>> nnx.Rngs(0).broadcast(5).default.key.shape
         (5,)
         """
-        return self._per_stream(k, "broadcast", RngStream.broadcast)
+        return self._per_stream(k, "broadcast", RngStream.broadcast, lambda s: s)
 
-    def _per_stream(self, k: Any, what: str, make: Any) -> Rngs:
+    def _per_stream(self, k: Any, what: str, make: Any, unmatched: Any) -> Rngs:
         rules = rule_list(k, what)
         streams = {}
         for name, stream in self.items():
             shape = first_match(rules, (name,), stream, None)
-            streams[name] = stream if shape is None else make(stream, shape)
+            streams[name] = unmatched(stream) if shape is None else make(stream, shape)
         return Rngs(**streams)
 
 

@@ -60,14 +60,15 @@ class KeylessInitializer(Protocol):
     ) -> jax.Array: ...
 
 
-def _signature_without_key(fn: Callable[..., Any]) -> inspect.Signature | None:
+def _method_signature(fn: Callable[..., Any], skip: int) -> inspect.Signature | None:
+    """``fn``'s signature as a method's: ``self`` instead of its first ``skip`` parameters."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return None
     params = list(sig.parameters.values())
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-    return sig.replace(parameters=[self_param, *params[1:]])
+    return sig.replace(parameters=[self_param, *params[skip:]])
 
 
 def _sampler_method(name: str) -> Callable[..., jax.Array]:
@@ -84,7 +85,7 @@ def _sampler_method(name: str) -> Callable[..., jax.Array]:
         f"``jax.random.{name}(nnx.Rngs(0)(), ...)``.\n\n"
         "Source: Flax NNX 0.12.8 random helpers of ``RngStream``/``Rngs``."
     )
-    signature = _signature_without_key(sample)
+    signature = _method_signature(sample, 1)  # the key comes from the stream
     if signature is not None:
         method.__signature__ = signature  # type: ignore[attr-defined]
     return method
@@ -110,14 +111,11 @@ def _initializer_method(name: str) -> Callable[..., KeylessInitializer]:
         f"Example: ``w = nnx.Rngs(0).{name}()((3, 4))``.\n\n"
         "Source: Flax NNX 0.12.8 initializer helpers of ``RngStream``/``Rngs``."
     )
-    try:
-        params = list(inspect.signature(make_initializer).parameters.values())
-        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-        signature = inspect.Signature([self_param, *params])
-    except (TypeError, ValueError):
-        signature = None
-    if signature is not None:
-        method.__signature__ = signature  # type: ignore[attr-defined]
+    signature = _method_signature(make_initializer, 0)
+    if signature is not None:  # it returns a keyless initializer, not the Initializer
+        method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            return_annotation=inspect.Signature.empty
+        )
     return method
 
 

@@ -8,8 +8,8 @@ See the package README. Source: Flax NNX 0.12 ``nnx.split_rngs``, ``nnx.fork_rng
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 from typing import Any
 
 import jax
@@ -99,7 +99,7 @@ def reseed(
 # -- splitting streams around a transform ----------------------------------------------
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["backups"], meta_fields=[])
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["backups"], meta_fields=[])
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class RngBackups:
     """What ``split_rngs``/``fork_rngs`` replaced, to put back with ``restore()``.
@@ -251,8 +251,9 @@ def _copied(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any, 
     return copy_nodes(node, f, graph=graph)
 
 
-def _rng_decorator(apply: Any, in_place: bool) -> Any:
-    import functools
+def rng_decorator(apply: Any, in_place: bool) -> Any:
+    """The decorator form: ``f`` runs within ``apply((args, kwargs))`` (a context manager,
+    ``in_place``) or on the arguments it returns."""
 
     def decorator(f: Any) -> Any:
         @functools.wraps(f)
@@ -291,7 +292,7 @@ def _apply_mode(
         return _copied(target, rules, only, make, mode.graph)
 
     if node is MISSING:
-        return _rng_decorator(apply, mode.updates)
+        return rng_decorator(apply, mode.updates)
     return apply(node)
 
 

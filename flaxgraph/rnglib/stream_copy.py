@@ -5,7 +5,6 @@ See the package README. Source: Flax NNX 0.12 ``nnx.with_rngs``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ from flaxgraph.graphlib.paths import path_str
 from flaxgraph.modes import resolve
 from flaxgraph.node_copy import copy_nodes
 from flaxgraph.rnglib.rngs import RngStream, rule_list
+from flaxgraph.rnglib.splitting import rng_decorator
 from flaxgraph.typing import MISSING
 
 _CATCH_ALL = (Ellipsis, True)
@@ -87,24 +87,8 @@ def with_rngs(
     fork_rules = _fork_rules(fork)
     only_p = to_predicate(only)
     if node is MISSING:
-
-        def decorator(f: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(f)
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                new_args, new_kwargs = _with_rngs(
-                    (args, kwargs),
-                    split_rules,
-                    broadcast_rules,
-                    fork_rules,
-                    only_p,
-                    mode.graph,
-                    arguments=True,
-                )
-                return f(*new_args, **new_kwargs)
-
-            return wrapper
-
-        return decorator
+        rules = (split_rules, broadcast_rules, fork_rules, only_p, mode.graph)
+        return rng_decorator(lambda args: _with_rngs(args, *rules, arguments=True), False)
     return _with_rngs(node, split_rules, broadcast_rules, fork_rules, only_p, mode.graph)
 
 

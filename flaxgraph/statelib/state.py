@@ -13,13 +13,8 @@ from typing import Any
 import jax
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError
-from flaxgraph.filterlib import (
-    Filter,
-    Predicate,
-    filters_to_predicates,
-    partition_predicates,
-    to_predicate,
-)
+from flaxgraph.filterlib import Filter, Predicate, filters_to_predicates, partition_predicates
+from flaxgraph.filterlib import to_predicate as to_predicate
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.statelib.members import FlatStateMembers, StateMembers
 from flaxgraph.statelib.pytree import state_pytree_functions
@@ -156,10 +151,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
     def filter(self, first: Filter, /, *filters: Filter) -> Any:
         """Returns the sub-state matching each filter (one State per filter; leaves
         matching none are dropped). With one filter, returns one State."""
-        states = self.flat_state().filter(first, *filters)
-        if filters:
-            return tuple(s.to_nested_state() for s in states)
-        return states.to_nested_state()
+        return _nested(self.flat_state().filter(first, *filters), filters)
 
     def split(self, first: Filter, /, *filters: Filter) -> Any:
         """Partitions the leaves by filters (first match wins); one State per filter.
@@ -168,10 +160,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
           UnmatchedLeafError (a ``ValueError``): a leaf matches no filter; add a
             final ``...`` to collect the rest.
         """
-        parts = self.flat_state().split(first, *filters)
-        if filters:
-            return tuple(p.to_nested_state() for p in parts)
-        return parts.to_nested_state()
+        return _nested(self.flat_state().split(first, *filters), filters)
 
     @staticmethod
     def merge(state: Mapping[Key, Any], /, *states: Mapping[Key, Any]) -> State:
@@ -232,6 +221,11 @@ class State(StateMembers, MutableMapping[Key, Any]):
 _MISSING = object()
 
 
+def _nested(flat: Any, several: tuple[Filter, ...]) -> Any:
+    """The nested State of a ``FlatState``, or a tuple of them (``several`` filters)."""
+    return tuple(f.to_nested_state() for f in flat) if several else flat.to_nested_state()
+
+
 def _match_key(node: object, key: object) -> object:
     if not isinstance(node, State):
         return _MISSING
@@ -261,13 +255,6 @@ def _flatten_into(state: State, prefix: PathParts, out: list[tuple[PathParts, An
             _flatten_into(v, (*prefix, k), out)
         else:
             out.append(((*prefix, k), v))
-
-
-def _wrap_nested(d: dict[Key, Any]) -> State:
-    for k, v in d.items():
-        if type(v) is dict:
-            d[k] = _wrap_nested(v)
-    return State._wrap(d)
 
 
 def map_state(f: Callable[[PathParts, Any], Any], state: State) -> State:
@@ -497,19 +484,3 @@ jax.tree_util.register_pytree_with_keys(
     lambda paths, leaves: FlatState(zip(paths, leaves)),
     lambda fs: (tuple(leaf for _, leaf in fs), tuple(p for p, _ in fs)),
 )
-
-__all__ = [
-    "State",
-    "diff",
-    "FlatState",
-    "map_state",
-    "to_predicate",
-    "to_flat_state",
-    "from_flat_state",
-    "filter_state",
-    "split_state",
-    "merge_state",
-    "to_pure_dict",
-    "replace_by_pure_dict",
-    "restore_int_paths",
-]

@@ -1,9 +1,9 @@
 """Graph isomorphism: are two object graphs the same up to object identity?
 
-Two graphs are isomorphic when types, static values (``3 != 3.0 != True``, as in a
-GraphDef), array values (NaN equals NaN; NumPy equals JAX; keys by key data), Variable
-metadata and the sharing pattern agree: the objects met at the same places pair up one
-to one, which also ends cycles. Containers compare by value, as the engine walks them.
+Types, static values (``3 != 3.0 != True``), array values (NaN equals NaN, NumPy equals
+JAX, keys by key data), Variable metadata and the sharing pattern (objects met at the same
+places pair up one to one, cycles included) must agree; containers compare by value.
+
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.testing import Node, graphs_equal
@@ -18,12 +18,12 @@ Source: ``docs/design.md``, section "Tests" ("transformed == eager" properties).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from typing import Any
 
 import jax
 import numpy as np
 
+from flaxgraph.graphlib.paths import step_str
 from flaxgraph.graphlib.refmap import RefMap
 from flaxgraph.graphlib.registry import (
     ARRAY,
@@ -52,12 +52,10 @@ def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) ->
       ``None`` if ``a`` and ``b`` are isomorphic, else one line naming the place
       (``a.layers[0].kernel`` / ``b.layers[0].kernel``) and what differs there.
 
-    Example::
-
-      >>> from flaxgraph.testing import Node
-      >>> from flaxgraph.testing.compare import graph_difference
-      >>> graph_difference(Node(n=1), Node(n=2))
-      'at a.n / b.n: static values differ: 1 != 2'
+    >>> from flaxgraph.testing import Node
+    >>> from flaxgraph.testing.compare import graph_difference
+    >>> graph_difference(Node(n=1), Node(n=2))
+    'at a.n / b.n: static values differ: 1 != 2'
     """
     a_seen = RefMap[tuple[Any, str]]()  # object of a -> (its partner in b, first path)
     b_seen = RefMap[tuple[Any, str]]()
@@ -73,13 +71,11 @@ def graph_difference(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) ->
 def graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0) -> bool:
     """Whether ``a`` and ``b`` are isomorphic graphs; arguments as ``graph_difference``.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.testing import Node, graphs_equal
-      >>> a = Node(w=nnx.Param(jnp.ones(2))); a.me = a          # a cycle
-      >>> graphs_equal(a, nnx.merge(*nnx.split(a)))
-      True
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.testing import Node, graphs_equal
+    >>> a = Node(w=nnx.Param(jnp.ones(2))); a.me = a          # a cycle
+    >>> graphs_equal(a, nnx.merge(*nnx.split(a)))
+    True
     """
     return graph_difference(a, b, rtol=rtol, atol=atol) is None
 
@@ -90,12 +86,10 @@ def assert_graphs_equal(a: Any, b: Any, *, rtol: float = 0.0, atol: float = 0.0)
     Raises:
       AssertionError: the graphs differ; the message is ``graph_difference``'s line.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.testing import Node, assert_graphs_equal
-      >>> m = Node(w=nnx.Param(jnp.ones(2)))
-      >>> assert_graphs_equal(m, nnx.clone(m))
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.testing import Node, assert_graphs_equal
+    >>> m = Node(w=nnx.Param(jnp.ones(2)))
+    >>> assert_graphs_equal(m, nnx.clone(m))
     """
     problem = graph_difference(a, b, rtol=rtol, atol=atol)
     if problem is not None:
@@ -191,7 +185,7 @@ def _push_node_children(path: str, x: Any, y: Any, stack: list[tuple[str, Any, A
             else f"{type(x).__name__} attribute order differs: {x_keys} != {y_keys}"
         )
     for (k, cx), (_, cy) in reversed(list(zip(x_items, y_items, strict=True))):
-        stack.append((_attribute_path(path, k), cx, cy))
+        stack.append((path + step_str(k, True), cx, cy))
     return None
 
 
@@ -202,22 +196,12 @@ def _unmark(x: Any) -> Any:
     return x.value if REGISTRY.kind_of(x) in _MARKS else x
 
 
-def _attribute_path(path: str, key: Hashable) -> str:
-    if isinstance(key, str) and key.isidentifier():
-        return f"{path}.{key}"
-    return f"{path}[{key!r}]"
-
-
 def _alias_problem(x_entry: tuple[Any, str] | None, y_entry: tuple[Any, str] | None) -> str:
-    a_part = (
-        f"in a it is the object already seen at a{x_entry[1]}"
-        if x_entry is not None
-        else "in a it is an object not seen before"
-    )
-    b_part = (
-        f"in b it is the object already seen at b{y_entry[1]}"
-        if y_entry is not None
-        else "in b it is an object not seen before"
+    a_part, b_part = (
+        f"in {side} it is the object already seen at {side}{entry[1]}"
+        if entry is not None
+        else f"in {side} it is an object not seen before"
+        for side, entry in (("a", x_entry), ("b", y_entry))
     )
     return f"sharing differs: {a_part}, but {b_part}"
 

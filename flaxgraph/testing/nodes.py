@@ -25,12 +25,10 @@ from flaxgraph.variablelib.variable import Variable
 class Node(Module):
     """A generic Module: ``Node(**attributes)`` sets each keyword as an attribute.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.testing import Node
-      >>> Node(w=nnx.Param(jnp.ones(2)), name='n').name
-      'n'
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.testing import Node
+    >>> Node(w=nnx.Param(jnp.ones(2)), name='n').name
+    'n'
     """
 
     def __init__(self, **attributes: Any):

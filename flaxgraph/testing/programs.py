@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flaxgraph.graphlib.descendants import iter_graph
+from flaxgraph.graphlib.paths import step_str
 from flaxgraph.graphlib.registry import REGISTRY, Kind, get_graph_node_impl
 from flaxgraph.testing.nodes import Node
 from flaxgraph.typing import PathParts
@@ -124,15 +125,13 @@ def apply_mutations(root: Any, steps: Sequence[MutationStep]) -> list[str]:
       TraceContextError (a ``ValueError``): the graph was created outside the current
         JAX trace.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from flaxgraph.testing import Node, SetValue, DeleteAttribute, apply_mutations
-      >>> m = Node(w=nnx.Param(jnp.ones(2)), n=3)
-      >>> apply_mutations(m, [SetValue(0, 2, 1), DeleteAttribute(0, 0)])
-      ['set root.w = value * 2 + 1', 'delete root.n']
-      >>> m.w.value
-      Array([3., 3.], dtype=float32)
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from flaxgraph.testing import Node, SetValue, DeleteAttribute, apply_mutations
+    >>> m = Node(w=nnx.Param(jnp.ones(2)), n=3)
+    >>> apply_mutations(m, [SetValue(0, 2, 1), DeleteAttribute(0, 0)])
+    ['set root.w = value * 2 + 1', 'delete root.n']
+    >>> m.w.value
+    Array([3., 3.], dtype=float32)
     """
     log = []
     for step in steps:
@@ -188,10 +187,7 @@ def _pick(candidates: Sequence[Any], selector: int) -> Any:
 
 
 def _where(path: PathParts) -> str:
-    out = ["root"]
-    for key in path:
-        out.append(f".{key}" if isinstance(key, str) and key.isidentifier() else f"[{key!r}]")
-    return "".join(out)
+    return "root" + "".join(step_str(key, True) for key in path)
 
 
 def _is_numeric_array(value: Any) -> bool:

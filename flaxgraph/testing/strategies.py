@@ -9,6 +9,7 @@ Source: ``docs/design.md``, section "Tests"; hypothesis's strategies API.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -82,15 +83,13 @@ def arrays(
     Raises:
       ValueError: ``max_rank`` is negative or ``min_side > max_side``.
 
-    Example::
-
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import arrays
-      >>> @settings(max_examples=10)
-      ... @given(arrays(max_rank=1))
-      ... def test(x):
-      ...     assert x.ndim <= 1
-      >>> test()
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import arrays
+    >>> @settings(max_examples=10)
+    ... @given(arrays(max_rank=1))
+    ... def test(x):
+    ...     assert x.ndim <= 1
+    >>> test()
     """
     if max_rank < 0 or min_side > max_side:
         raise ValueError(
@@ -120,15 +119,13 @@ def arrays(
 def static_values() -> SearchStrategy[Any]:
     """A strategy of hashable static values: ``None``, bools, small ints, floats, short strings, tuples.
 
-    Example::
-
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import static_values
-      >>> @settings(max_examples=10)
-      ... @given(static_values())
-      ... def test(v):
-      ...     hash(v)
-      >>> test()
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import static_values
+    >>> @settings(max_examples=10)
+    ... @given(static_values())
+    ... def test(v):
+    ...     hash(v)
+    >>> test()
     """
     scalars = st.one_of(
         st.none(),
@@ -158,16 +155,14 @@ def variables(
     Returns:
       A hypothesis strategy of Variables.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import variables
-      >>> @settings(max_examples=10)
-      ... @given(variables(kinds=[nnx.Param]))
-      ... def test(v):
-      ...     assert isinstance(v, nnx.Param)
-      >>> test()
+    >>> import flaxgraph as nnx
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import variables
+    >>> @settings(max_examples=10)
+    ... @given(variables(kinds=[nnx.Param]))
+    ... def test(v):
+    ...     assert isinstance(v, nnx.Param)
+    >>> test()
     """
     value_strategy = arrays() if values is None else values
 
@@ -197,25 +192,18 @@ def filters() -> SearchStrategy[Any]:
     Draws Variable kinds, ``jax.Array``, tags, ``PathContains``, ``...`` and ``None``,
     combined with ``Not``, ``All``, ``Any`` and tuples.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import filters
-      >>> @settings(max_examples=10)
-      ... @given(filters())
-      ... def test(f):
-      ...     assert callable(nnx.filterlib.to_predicate(f))
-      >>> test()
+    >>> import flaxgraph as nnx
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import filters
+    >>> @settings(max_examples=10)
+    ... @given(filters())
+    ... def test(f):
+    ...     assert callable(nnx.filterlib.to_predicate(f))
+    >>> test()
     """
     base = st.sampled_from(
         [
-            Param,
-            BatchStat,
-            Cache,
-            Intermediate,
-            CustomVariable,
-            Variable,
+            *VARIABLE_KINDS,
             RngState,
             jax.Array,
             "a",
@@ -278,16 +266,14 @@ def graphs(
     Raises:
       ValueError: ``max_nodes < 1``, ``max_depth < 0`` or ``max_attributes < 0``.
 
-    Example::
-
-      >>> import flaxgraph as nnx
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import graphs
-      >>> @settings(max_examples=10)
-      ... @given(graphs(sharing=False, cycles=False))
-      ... def test(model):
-      ...     assert nnx.find_duplicates(model) == []
-      >>> test()
+    >>> import flaxgraph as nnx
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import graphs
+    >>> @settings(max_examples=10)
+    ... @given(graphs(sharing=False, cycles=False))
+    ... def test(model):
+    ...     assert nnx.find_duplicates(model) == []
+    >>> test()
     """
     if max_nodes < 1 or max_depth < 0 or max_attributes < 0:
         raise ValueError(
@@ -325,20 +311,18 @@ MODES: tuple[dict[str, bool], ...] = (
 def modes() -> SearchStrategy[dict[str, bool]]:
     """A strategy drawing one of ``MODES`` (the traversal modes as transform keyword arguments).
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import modes
-      >>> @settings(max_examples=6)
-      ... @given(modes())
-      ... def test(mode):
-      ...     def add_one(v):
-      ...         v[...] += 1
-      ...     v = nnx.Variable(jnp.zeros(()))
-      ...     nnx.jit(add_one, **mode)(v)
-      ...     assert v[...] == 1
-      >>> test()
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import modes
+    >>> @settings(max_examples=6)
+    ... @given(modes())
+    ... def test(mode):
+    ...     def add_one(v):
+    ...         v[...] += 1
+    ...     v = nnx.Variable(jnp.zeros(()))
+    ...     nnx.jit(add_one, **mode)(v)
+    ...     assert v[...] == 1
+    >>> test()
 
     Source: Flax NNX 0.12 ``graph``/``graph_updates`` transform arguments.
     """
@@ -355,15 +339,13 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
     Returns:
       A hypothesis strategy of lists of steps for ``apply_mutations``.
 
-    Example::
-
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing import graphs, mutations, apply_mutations
-      >>> @settings(max_examples=10)
-      ... @given(graphs(), mutations(max_steps=2))
-      ... def test(model, steps):
-      ...     assert len(apply_mutations(model, steps)) == len(steps)
-      >>> test()
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing import graphs, mutations, apply_mutations
+    >>> @settings(max_examples=10)
+    ... @given(graphs(), mutations(max_steps=2))
+    ... def test(model, steps):
+    ...     assert len(apply_mutations(model, steps)) == len(steps)
+    >>> test()
     """
     selector = st.integers(0, 255)
     small = st.integers(0, 3)
@@ -383,19 +365,8 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
 # -- the graph builder -------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _Options:
-    __slots__ = (
-        "containers",
-        "cycles",
-        "max_attributes",
-        "max_depth",
-        "marks",
-        "max_nodes",
-        "node_types",
-        "rngs",
-        "sharing",
-        "variables",
-    )
     containers: bool
     cycles: bool
     max_attributes: int
@@ -406,10 +377,6 @@ class _Options:
     rngs: bool
     sharing: bool
     variables: Any  # a hypothesis strategy of Variables
-
-    def __init__(self, **values: Any):
-        for k, v in values.items():
-            setattr(self, k, v)
 
 
 class _Builder:
@@ -432,12 +399,7 @@ class _Builder:
             for _ in range(draw(st.integers(0, options.max_attributes))):
                 obj.append(self.value(depth + 1))
         else:
-            names = draw(
-                st.lists(
-                    st.sampled_from(ATTRIBUTE_NAMES), unique=True, max_size=options.max_attributes
-                )
-            )
-            for name in names:
+            for name in self.names():
                 if options.marks and draw(st.integers(0, 4)) == 0:
                     setattr(obj, name, self.marked())
                 else:
@@ -495,18 +457,19 @@ class _Builder:
             return data(self.draw(st.one_of(st.integers(-3, 3), st.sampled_from([0.5, -1.25]))))
         return static(self.draw(static_values()))
 
+    def names(self) -> list[str]:
+        at_most = self.options.max_attributes
+        names: list[str] = self.draw(
+            st.lists(st.sampled_from(ATTRIBUTE_NAMES), unique=True, max_size=at_most)
+        )
+        return names
+
     def container(self, depth: int) -> Any:
         draw = self.draw
         kind = draw(st.sampled_from((list, tuple, dict)))
         if kind is dict:
-            keys = draw(
-                st.lists(
-                    st.sampled_from(ATTRIBUTE_NAMES),
-                    unique=True,
-                    max_size=self.options.max_attributes,
-                )
-            )
-            return {k: self.value(depth + 1) for k in keys}
+            return {k: self.value(depth + 1) for k in self.names()}
+
         items = [self.value(depth + 1) for _ in range(draw(st.integers(0, 3)))]
         return items if kind is list else tuple(items)
 
@@ -541,16 +504,14 @@ def attribute_values(*, max_depth: int = 2) -> SearchStrategy[Any]:
     Returns:
       A hypothesis strategy of ``flaxgraph.testing.values.Description``.
 
-    Example::
-
-      >>> from hypothesis import given, settings
-      >>> from flaxgraph.testing.strategies import attribute_values
-      >>> from flaxgraph.testing.values import canonical
-      >>> @settings(max_examples=20)
-      ... @given(attribute_values())
-      ... def test(d):
-      ...     assert canonical(d.build()) == canonical(d.build())
-      >>> test()
+    >>> from hypothesis import given, settings
+    >>> from flaxgraph.testing.strategies import attribute_values
+    >>> from flaxgraph.testing.values import canonical
+    >>> @settings(max_examples=20)
+    ... @given(attribute_values())
+    ... def test(d):
+    ...     assert canonical(d.build()) == canonical(d.build())
+    >>> test()
     """
     return _attribute_values(max_depth)
 

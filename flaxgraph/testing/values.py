@@ -247,11 +247,9 @@ LEAF_KINDS = (ArrayValue, KeyValue)
 def contains(description: Description, kinds: tuple[type, ...]) -> bool:
     """Whether ``description`` is, or holds at any depth, a description of one of ``kinds``.
 
-    Example::
-
-      >>> from flaxgraph.testing.values import ArrayValue, PyScalar, SeqValue, contains
-      >>> contains(SeqValue("tuple", (PyScalar(1), ArrayValue("jax", "int32", (), 0))), (ArrayValue,))
-      True
+    >>> from flaxgraph.testing.values import ArrayValue, PyScalar, SeqValue, contains
+    >>> contains(SeqValue("tuple", (PyScalar(1), ArrayValue("jax", "int32", (), 0))), (ArrayValue,))
+    True
     """
     if isinstance(description, kinds):
         return True
@@ -276,12 +274,10 @@ def canonical(value: Any) -> Any:
     Raises:
       jax.errors.ConcretizationTypeError: ``value`` holds a tracer.
 
-    Example::
-
-      >>> import numpy as np
-      >>> from flaxgraph.testing.values import canonical
-      >>> canonical([np.float32(1.5), (1, "a")])
-      ('list', (('np', 'float32', 1.5), ('tuple', (('int', 1), ('str', 'a')))))
+    >>> import numpy as np
+    >>> from flaxgraph.testing.values import canonical
+    >>> canonical([np.float32(1.5), (1, "a")])
+    ('list', (('np', 'float32', 1.5), ('tuple', (('int', 1), ('str', 'a')))))
     """
     if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
         return ("key", str(jax.random.key_impl(value)), _values(jax.random.key_data(value)))

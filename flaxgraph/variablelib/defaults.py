@@ -44,6 +44,13 @@ VAR_DEFAULTS: Flag[VarDefaults] = Flag("var_defaults", VarDefaults(hijax=False, 
 """The current defaults; changed only through ``var_defaults``."""
 
 
+def check_flag(caller: str, name: str, value: object) -> bool | None:
+    """``value`` if it is a ``bool`` or ``None``, else ``TypeError`` naming ``caller(name=...)``."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise TypeError(f"{caller}({name}=...) takes True, False or None, got {type(value).__name__}.")
+
+
 class VarDefaultsContext:
     """What ``var_defaults(...)`` returns when it changes the defaults (already changed).
 
@@ -127,10 +134,7 @@ def var_defaults(
     False
     """
     for name, value in (("hijax", hijax), ("ref", ref)):
-        if value is not None and not isinstance(value, bool):
-            raise TypeError(
-                f"var_defaults({name}=...) takes True, False or None, got {type(value).__name__}."
-            )
+        check_flag("var_defaults", name, value)
     previous = VAR_DEFAULTS.get()
     if hijax is None and ref is None:
         return previous

@@ -19,10 +19,10 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+from flaxgraph.variablelib.value_hooks import METADATA_HOOKS, hook_refusal
+
 A = TypeVar("A")
 F = TypeVar("F", bound=Callable[..., Any])
-
-_HOOKS = ("on_set_value", "on_get_value", "on_create_value", "on_add_axis", "on_remove_axis")
 
 
 @dataclasses.dataclass
@@ -55,9 +55,9 @@ class VariableMetadata(Generic[A]):
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        given = [name for name in _HOOKS if getattr(self, name)]
+        given = [name for name in METADATA_HOOKS if getattr(self, name)]
         if given:
-            raise TypeError(_hook_message(f"VariableMetadata got the value hook {given[0]!r}"))
+            raise TypeError(hook_refusal("VariableMetadata", given[0]))
 
     # The box protocol Variable.__init__ understands (as for nnx.Partitioned).
     def variable_metadata(self) -> dict[str, Any]:
@@ -88,23 +88,12 @@ def with_metadata(initializer: F, **metadata: object) -> F:
     >>> nnx.Param(init(jax.random.key(0), (2, 3))).note
     'hi'
     """
-    hooks = [k for k in _HOOKS if k in metadata]
+    hooks = [k for k in METADATA_HOOKS if k in metadata]
     if hooks:
-        raise TypeError(_hook_message(f"with_metadata got the value hook {hooks[0]!r}"))
+        raise TypeError(hook_refusal("with_metadata", hooks[0]))
 
     @functools.wraps(initializer)
     def wrapped(*args: object, **kwargs: object) -> VariableMetadata[Any]:
         return VariableMetadata(initializer(*args, **kwargs), metadata=dict(metadata))
 
     return wrapped  # type: ignore[return-value]
-
-
-def _hook_message(what: str) -> str:
-    return (
-        f"{what}; flaxgraph Variables have no value hooks (Flax 0.12 deprecates them).\n"
-        "Fix: subclass the Variable and override the method instead, e.g.\n"
-        "  class Scaled(nnx.Param):\n"
-        "    def get_value(self, **kw):\n"
-        "      return super().get_value(**kw) * 2\n"
-        "(set_value / add_axis / remove_axis likewise), or pass only plain metadata."
-    )

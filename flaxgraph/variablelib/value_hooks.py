@@ -15,6 +15,28 @@ from typing import Any
 HOOKS = ("on_get_value", "on_set_value", "on_create_value")
 """The hook method names, in Flax's spelling."""
 
+METADATA_HOOKS = (
+    "on_set_value",
+    "on_get_value",
+    "on_create_value",
+    "on_add_axis",
+    "on_remove_axis",
+)
+"""The hooks Flax takes as metadata or ``VariableMetadata`` fields (refused here)."""
+
+
+def hook_refusal(what: str, hook: str) -> str:
+    """The ``TypeError`` message for the value hook ``hook`` given as metadata (in ``what``)."""
+    return (
+        f"{what} got the value hook {hook!r}; flaxgraph Variables have no value hooks as "
+        "metadata (Flax 0.12 deprecates them).\nFix: subclass the Variable and override "
+        "the method (get_value / set_value / create_value / add_axis / remove_axis), or "
+        f"define {hook}(self, value) on the subclass (applied as Flax applies it), e.g.\n"
+        "  class Scaled(nnx.Param):\n"
+        "    def get_value(self, **kw):\n"
+        "      return super().get_value(**kw) * 2"
+    )
+
 
 def install_value_hooks(cls: type) -> None:
     """Wraps ``cls``'s ``get_value``/``set_value``/``create_value`` to apply the hooks it defines.

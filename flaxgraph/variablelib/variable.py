@@ -1,19 +1,11 @@
 """Variables: mutable boxes that hold a model's state, tagged with a kind.
 
-A ``Variable`` holds one value (usually a ``jax.Array``) plus a dict of
-metadata. Its *kind* is its class: ``Param`` for trainable parameters,
-``BatchStat`` for running statistics, ``Cache`` for decoding caches,
-``Intermediate`` for values sown during a call, ``Perturbation`` for the
-zero-valued taps of ``Module.perturb``. Defining ``class Count(Variable): pass``
-makes a new kind that filters can select.
-
-A Variable behaves like its value where it is used as one: ``x @ layer.kernel +
-layer.bias``, ``v.shape``, ``v[0]``, ``jnp.asarray(v)``. Read it with ``v[...]``
-(or ``v.get_value()``, ``v.value``) and write it with ``v[...] = x`` (or
-``v.set_value(x)``, ``v.value = x``); in-place operators (``v[...] += x``,
-``v += 1``) update the value and keep the *same* Variable, so every reference to
-it sees the change. Metadata is given as keyword arguments and read as
-attributes or with ``get_metadata``::
+A ``Variable`` holds one value (usually a ``jax.Array``) and a dict of metadata; its
+kind is its class (``Param``, ``BatchStat``, ``Cache``, ``Intermediate``,
+``Perturbation`` or a user's subclass). It behaves like its value (``x @ w``,
+``v.shape``, ``v[0]``); ``v[...]`` reads and ``v[...] = x`` writes it, and in-place
+operators keep the same Variable. The flags (``ref``, ``hijax``, ``mutable``), the
+trace guard, the storages and the layout of this module: ``variablelib/README.md``.
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> w = nnx.Param(jnp.ones((3, 4)), out_sharding=('data', None))
@@ -23,53 +15,8 @@ attributes or with ``get_metadata``::
   >>> float(w[0, 0])
   2.0
 
-Three flags, set at construction (``nnx.with_vars`` makes re-flagged copies):
-
-* ``ref=True``: the value lives in a ``jax.Ref`` (``flaxgraph/variablelib/refs.py``);
-  ``v.get_raw_value()`` is the Ref, ``v[...]`` its current content, and writes go
-  into the Ref. flaxgraph transforms read the content on the way in and write
-  the result into the same Ref on the way out, so ``nnx.jit``/``grad``/``vmap``/
-  ``scan`` treat it exactly as a plain Variable; as a JAX pytree its leaf is the
-  Ref itself, so raw ``jax.jit`` sees a mutable input (and ``jax.tree.map`` over
-  a State of such Variables gets Refs: read them with ``x[...]``).
-* ``hijax=True``: Flax's "hijax" Variables are their own JAX type. flaxgraph has
-  no such type: a hijax Variable is Ref-backed (as above) and marked ``hijax``.
-  A hijax Variable whose value is a pytree (a dict, a list…, ``{}`` included) keeps
-  it in JAX's mutable box instead (``flaxgraph/variablelib/boxes.py``): the same
-  rules hold (the box is its pytree leaf, raw ``jax.jit`` writes reach the caller,
-  copies get their own box, flaxgraph transforms read and write the content), and
-  since a box holds any pytree, ``v[key] = x`` may add entries, under ``jax.jit``
-  too. ``v[...]`` is the whole pytree. Where this JAX has no box, such a value
-  raises ``TypeError``.
-* ``mutable=False``: a read-only Variable: writes raise ``ValueError``; as a JAX
-  pytree its leaf is its value (not a Ref), so raw ``jax.grad`` accepts it.
-
-Non-default flags appear in the metadata (``ref=True``, ``hijax=True``,
-``mutable=False``) and travel with copies and through transforms; inside a
-transform a Ref-backed Variable's copy holds the traced value directly.
-Defaults for ``ref``/``hijax`` come from ``nnx.var_defaults``.
-
-A Variable records the JAX trace it was created in; setting its value or
-metadata from another trace (inside a transform that captured it by closure)
-raises ``TraceContextError`` instead of silently leaking a tracer. A captured
-Ref-backed Variable may be written where JAX allows it (``jit``, ``scan``).
-
-Variables are also JAX pytrees (the value is the child, the kind and metadata are
-static), so ``jax.tree.map`` over a ``State`` keeps the Variable boxes.
-
-``Variable`` is one class (no mixins) whose members are grouped by concept:
-construction (``__init__``, ``_from_parts`` for copies and merge, pytree registration);
-the trace and write guards; the value (``value``, ``get_value``/``set_value``,
-``get_raw_value``/``set_raw_value``); metadata (``get_metadata``…, attribute access,
-``shape``, ``sharding_names``); copies and state transfer (``replace``, ``copy``,
-``from_metadata``, ``copy_from``, ``update_from_state``, ``copy.copy``/pickle); the axis
-hooks (``add_axis``/``remove_axis``; the transform's side is in ``axes.py``); the
-value's protocols (array, container, numbers; the Python operators are generated
-from a table right after the class); kind and flags; identity and display. Below the
-class: the C-level accessors other packages use instead of the private slots
-(``metadata_of``, ``write_metadata``, ``write_slot``, ``write_value``), then the kinds.
-
-Source: Flax NNX ``Variable`` API (0.12) and its guides "Variables" and "Hijax";
+Source: Flax NNX ``Variable`` API (0.12, each member of the same name, ``with_vars``'s
+``mutable``) and its guides "Variables" and "Hijax";
 in-place operators as in Flax NNX's "Transformations" guide.
 """
 
@@ -93,9 +40,9 @@ from flaxgraph.tracing import TRACE_STATE, TraceState, current_trace, is_top_lev
 from flaxgraph.typing import MISSING
 from flaxgraph.variablelib import axes, boxes, refs
 from flaxgraph.variablelib.closure_watch import note_read
-from flaxgraph.variablelib.defaults import VAR_DEFAULTS
+from flaxgraph.variablelib.defaults import VAR_DEFAULTS, check_flag
 from flaxgraph.variablelib.refs import REF_TYPE
-from flaxgraph.variablelib.value_hooks import HOOKS, install_value_hooks
+from flaxgraph.variablelib.value_hooks import METADATA_HOOKS, hook_refusal, install_value_hooks
 
 A = TypeVar("A")
 V = TypeVar("V", bound="Variable[Any]")
@@ -114,15 +61,8 @@ _FLAX_VARIABLE_SLOTS = frozenset({"_trace_state", "_raw_value"})
 _REF_ATTRIBUTES = frozenset({"dtype", "ndim", "size", "sharding"})
 
 
-def _flag(name: str, value: object) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    raise TypeError(f"Variable({name}=...) takes True, False or None, got {type(value).__name__}.")
-
-
 def store_flags(metadata: dict[str, Any], ref: bool, hijax: bool, mutable: bool) -> None:
-    """Writes the flags that differ from the defaults into ``metadata`` (a Variable's
-    metadata holds ``ref=True``, ``hijax=True`` and ``mutable=False`` only when set)."""
+    """Writes the flags that differ from the defaults into ``metadata``."""
     if ref:
         metadata["ref"] = True
     if hijax:
@@ -139,23 +79,16 @@ class Variable(Generic[A]):
         pytree is allowed. A ``VariableMetadata`` or axis-metadata box
         (``nnx.Partitioned``) is unboxed and its metadata joins ``metadata``; a
         ``jax.Ref`` becomes this Variable's storage.
-      hijax: mark the Variable ``hijax`` (it is then Ref-backed, or box-backed for
-        a pytree value, see the module docstring). ``None``:
-        ``nnx.var_defaults().hijax``.
-      ref: keep the value in a ``jax.Ref``. ``None``: ``nnx.var_defaults().ref``.
-        Only arrays and numbers can live in a Ref: when the default (not an
-        explicit ``ref=True``) asks for one, other values stay plain.
+      hijax: mark the Variable ``hijax`` (Ref-backed, or box-backed for a pytree
+        value; README). ``None``: ``nnx.var_defaults().hijax``.
+      ref: keep the value in a ``jax.Ref``. ``None``: ``nnx.var_defaults().ref``
+        (a default, not an explicit ``ref=True``, leaves non-array values plain).
       mutable: ``False`` makes the Variable read-only. ``None``: ``True``.
-      **metadata: arbitrary keyword metadata, readable as attributes
-        (``Param(x, note=3).note``). ``out_sharding`` is a plain tuple of
-        mesh-axis names (or ``None``), one per dimension; no device mesh is needed to
-        hold it. As in Flax NNX 0.12, the deprecated older names ``sharding=``
-        and ``sharding_names=`` are stored as ``out_sharding`` with a
-        ``DeprecationWarning`` (so ``v.sharding`` is the value's own
-        ``jax.Array.sharding``).
-        Created under an active mesh (``jax.set_mesh``) or with ``mesh=``
-        metadata, the value is placed with that sharding at once unless eager
-        sharding is off (see ``flaxgraph/mesh_context.py``).
+      **metadata: keyword metadata, readable as attributes (``Param(x, note=3).note``).
+        ``out_sharding``: a tuple of mesh-axis names (or ``None``), one per dimension;
+        the deprecated ``sharding=``/``sharding_names=`` are stored as it with a
+        ``DeprecationWarning``. Under an active mesh (or with ``mesh=``) the value is
+        placed at once unless eager sharding is off (``flaxgraph/mesh_context.py``).
 
     Attributes:
       value: the value (read and write; same as ``v[...]``).
@@ -173,38 +106,26 @@ class Variable(Generic[A]):
       TraceContextError (a ``ValueError``): when the value or metadata is set
         from a JAX trace other than the one the Variable was created in.
 
-    Example::
-
-      >>> import jax.numpy as jnp, flaxgraph as nnx
-      >>> class Count(nnx.Variable): pass
-      >>> c = Count(jnp.array(0))
-      >>> c[...] += 1
-      >>> c[...]
-      Array(1, dtype=int32, weak_type=True)
-      >>> r = nnx.Param(jnp.zeros(2), ref=True)
-      >>> r.ref, type(r.get_raw_value()).__name__
-      (True, 'Ref')
-      >>> r[...] = jnp.ones(2)
-      >>> r[...]
-      Array([1., 1.], dtype=float32)
-
-    Source: Flax NNX 0.12 ``nnx.Variable`` (its ``hijax``/``ref`` arguments and the
-    ``mutable`` flag of ``nnx.with_vars``).
+    >>> import jax.numpy as jnp, flaxgraph as nnx
+    >>> class Count(nnx.Variable): pass
+    >>> c = Count(jnp.array(0))
+    >>> c[...] += 1
+    >>> c[...]
+    Array(1, dtype=int32, weak_type=True)
+    >>> r = nnx.Param(jnp.zeros(2), ref=True)
+    >>> r.ref, type(r.get_raw_value()).__name__
+    (True, 'Ref')
+    >>> r[...] = jnp.ones(2)
+    >>> r[...]
+    Array([1., 1.], dtype=float32)
     """
 
-    # The members, by concept: construction; the trace and write guards; the value;
-    # metadata; copies and state transfer; axis hooks; the value's protocols (array,
-    # container, numbers; the Python operators are installed right after the class);
-    # kind and flags; identity and display.
-
-    # ``_var_plans``: the fast-path plans it holds, unset until one does
-    # (``transforms/plan_owners.py``); no copy, pickle or graph walk reads it.
+    # Members grouped by concept (README). ``_var_plans``: the fast-path plans it holds,
+    # unset until one does (``transforms/plan_owners.py``); no copy or walk reads it.
     __slots__ = ("raw_value", "_var_metadata", "_var_trace", "_var_ref", "_var_plans")
 
-    #: The metadata keys every Variable answers for through its flags; they are
-    #: left out of ``get_metadata(exclude_required=True)``.
-    #: Source: Flax NNX 0.12 ``Variable.required_metadata`` (hijax, ref,
-    #: eager_sharding; flaxgraph adds its ``mutable`` flag).
+    #: The flag keys ``get_metadata(exclude_required=True)`` leaves out (Flax NNX 0.12
+    #: ``Variable.required_metadata``, plus flaxgraph's ``mutable``).
     required_metadata: frozenset[str] = frozenset((*FLAG_KEYS, "eager_sharding"))
 
     # -- construction ---------------------------------------------------------------
@@ -227,7 +148,8 @@ class Variable(Generic[A]):
             value = value.unbox()
         rename_sharding_keys(metadata)  # `sharding=`/`sharding_names=` become out_sharding
         if metadata and not _METADATA_HOOKS.isdisjoint(metadata):
-            raise TypeError(_metadata_hook_message(type(self).__name__, metadata))
+            hook = sorted(_METADATA_HOOKS.intersection(metadata))[0]
+            raise TypeError(hook_refusal(f"{type(self).__name__}(...)", hook))
         if self._var_custom_create:
             # Flax 0.12 calls the hook with the Variable's metadata and value in place
             object.__setattr__(self, "_var_metadata", metadata)
@@ -237,7 +159,8 @@ class Variable(Generic[A]):
         if metadata and not (refs.is_ref(value) or boxes.is_box(value)):
             # eager sharding: placed at creation
             value = place_at_creation(value, metadata, type(self).__name__)
-        hijax, ref, mutable = _flag("hijax", hijax), _flag("ref", ref), _flag("mutable", mutable)
+        hijax, ref = check_flag("Variable", "hijax", hijax), check_flag("Variable", "ref", ref)
+        mutable = check_flag("Variable", "mutable", mutable)
         given = {k: metadata.pop(k) for k in FLAG_KEYS if k in metadata}
         defaults = VAR_DEFAULTS.get()
         explicit = ref is True or hijax is True or given.get("ref") or given.get("hijax")
@@ -285,8 +208,6 @@ class Variable(Generic[A]):
     def _from_parts(
         cls: type[V], value: object, metadata: dict[str, Any], trace: object = None
     ) -> V:
-        # ``metadata`` may be shared: a Variable's metadata dict is never mutated in
-        # place (every change installs a new dict), so copies can share it.
         obj = object.__new__(cls)
         _set_trace(obj, current_trace() if trace is None else trace)
         write_metadata(obj, metadata)
@@ -299,9 +220,7 @@ class Variable(Generic[A]):
             and refs.can_hold(value)
             and is_top_level()
         ):
-            # a copy of a Ref-backed Variable (split, copy, pickle…) outside any
-            # transform: its own Ref, independent of the original's. (Inside a
-            # transform the copy holds the value directly; the lift writes it back.)
+            # outside any transform a copy gets its own Ref (README, "Copies")
             _set_ref(obj, refs.new_ref(value))
         elif metadata and metadata.get("hijax") and boxes.can_hold(value) and is_top_level():
             _set_ref(obj, boxes.new_box(value))  # the same for a box-backed one
@@ -348,9 +267,7 @@ class Variable(Generic[A]):
             )
 
     def _check_update(self) -> None:
-        """The trace check before a graph update writes the value (``nnx.update``,
-        a transform's write-back): a Ref-backed Variable may be written from another
-        trace where JAX allows it (``refs.write`` reports where it does not)."""
+        """The trace check before a graph update writes the value (README)."""
         if self._var_ref is None:
             self._check_trace("update")
 
@@ -363,17 +280,22 @@ class Variable(Generic[A]):
                 "`nnx.with_vars(node, mutable=True)`."
             )
 
+    def _refuse_flag_change(self, updates: Mapping[str, object], how: str) -> None:
+        for key in FLAG_KEYS:
+            if key in updates and updates[key] != getattr(self, key):
+                raise ValueError(
+                    f"Cannot change the {key!r} flag of a {type(self).__name__} with {how}.\nFix: "
+                    f"make a copy with the new flag: `nnx.with_vars(node, {key}={updates[key]!r})`."
+                )
+
     def _check_fits(self, value: object) -> None:
-        """Raises ``ValueError`` if ``value`` cannot replace the value (a Ref-backed
-        Variable keeps its shape and dtype); used before any write is made."""
+        """Raises ``ValueError`` if ``value`` does not fit a Ref-backed Variable's Ref."""
         ref = self._var_ref
         if ref is not None and value is not ref and refs.is_ref(ref):
             refs.check_fits(type(self).__name__, ref, value)
 
     def _check_settable(self) -> None:
-        """Raises what ``set_value`` would raise before it computes anything: for
-        callers (``RngStream``) whose new value is computed from values that may be
-        tracers of another trace."""
+        """Raises what ``set_value`` would raise, before the new value is computed."""
         self._check_mutable()
         if self._var_ref is None:
             self._check_trace("set the value")
@@ -381,9 +303,7 @@ class Variable(Generic[A]):
     # -- the value --------------------------------------------------------------------
     @property
     def value(self) -> A:
-        """The held value (read and write; writing checks the trace, see the class).
-        A subclass that overrides ``get_value``/``set_value`` is read and written
-        through them, as in Flax 0.12."""
+        """The held value (read and write, through a subclass's ``get_value``/``set_value``)."""
         if self._var_custom_get:
             return self.get_value()
         if self._var_trace is not TRACE_STATE.value:
@@ -393,7 +313,6 @@ class Variable(Generic[A]):
 
     @value.setter
     def value(self, value: A) -> None:
-        """The held value (read and write; writing checks the trace, see the class)."""
         self.set_value(value)
 
     def _read_value(self) -> A:
@@ -458,16 +377,13 @@ class Variable(Generic[A]):
         refs.write(type(self).__name__, ref, index, value, self._var_trace != current_trace())
 
     def get_raw_value(self) -> Any:
-        """The storage: the ``jax.Ref`` of a Ref-backed Variable, the box of a
-        box-backed one, else the value."""
+        """The storage: the ``jax.Ref`` or box of a Ref/box-backed Variable, else the value."""
         ref = self._var_ref
         return self.raw_value if ref is None else ref
 
     def set_raw_value(self, value: object, *, _unsafe_bypass_check: bool = False) -> None:
-        """Replaces the storage: the value, or (given a ``jax.Ref``) the Ref itself.
-
-        Unlike ``set_value`` this does not check shape/dtype against a Ref-backed
-        value's Ref when a new Ref is given, nor the ``mutable`` flag.
+        """Replaces the storage: the value, or (given a ``jax.Ref``) the Ref itself;
+        unlike ``set_value``, a new Ref is not checked, nor the ``mutable`` flag.
 
         Args:
           value: the new value (any pytree) or a ``jax.Ref`` to hold from now on.
@@ -477,15 +393,11 @@ class Variable(Generic[A]):
           TraceContextError: the Variable was created in another JAX trace.
           ValueError: a plain value of another shape/dtype for a Ref-backed Variable.
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> p = nnx.Param(jnp.zeros(2))
-          >>> p.set_raw_value(jnp.ones(3))
-          >>> p.shape
-          (3,)
-
-        Source: Flax NNX 0.12 ``Variable.set_raw_value``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> p = nnx.Param(jnp.zeros(2))
+        >>> p.set_raw_value(jnp.ones(3))
+        >>> p.shape
+        (3,)
         """
         if not _unsafe_bypass_check:
             self._check_trace("set the raw value")
@@ -494,24 +406,16 @@ class Variable(Generic[A]):
     def create_value(self, value: object) -> Any:
         """The hook a subclass may override to transform a value; returns ``value``.
 
-        ``Variable.__init__`` calls a subclass's override once, with the Variable's
-        metadata in place, before eager sharding places the value (as Flax 0.12
-        does); merge, copies and unflattening do not call it (the value is already
-        made).
+        Only ``__init__`` calls it, with the metadata in place, before eager sharding.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.Param(1.0).create_value(2.0)
-          2.0
-
-        Source: Flax NNX 0.12 ``Variable.create_value``.
+        >>> import flaxgraph as nnx
+        >>> nnx.Param(1.0).create_value(2.0)
+        2.0
         """
         return value
 
     def __call__(self, *args: object, **kwargs: object) -> Any:
-        """Calls the value (a Variable holding a callable proxies the call, as in
-        Flax NNX 0.12).
+        """Calls the value (as Flax NNX 0.12 does).
 
         Raises:
           TypeError: the value is not callable.
@@ -525,19 +429,12 @@ class Variable(Generic[A]):
             )
         return value(*args, **kwargs)
 
-    # -- metadata ---------------------------------------------------------------------
-    # Metadata is read as attributes (``__getattr__``) and with ``get_metadata``. The
-    # dict is never mutated in place: every change installs a new dict, so copies made
-    # by split/merge can share it. The flags live in the same dict (only where set)
-    # but are changed by ``nnx.with_vars`` copies only.
+    # -- metadata (a new dict on every change: README) -------------------------------
     def get_metadata(
         self, name: str | None = None, default: object = MISSING, *, exclude_required: bool = False
     ) -> Any:
-        """Returns the metadata dict (a copy), or one entry.
-
-        As in Flax NNX 0.12, the whole dict always lists the flags ``hijax``, ``ref``
-        and ``eager_sharding`` (their values for this Variable) next to the metadata
-        it was given; ``mutable`` appears when it is ``False``.
+        """Returns the metadata dict (a copy, always listing ``hijax``, ``ref`` and
+        ``eager_sharding``, ``mutable`` when ``False``, as Flax NNX 0.12), or one entry.
 
         Args:
           name: the entry to read; ``None`` for the whole dict.
@@ -548,13 +445,9 @@ class Variable(Generic[A]):
         Raises:
           KeyError: ``name`` is absent and no ``default`` was given.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> nnx.Param(1.0, note='x').get_metadata()
-          {'note': 'x', 'hijax': False, 'ref': False, 'eager_sharding': True}
-
-        Source: Flax NNX 0.12 ``Variable.get_metadata``.
+        >>> import flaxgraph as nnx
+        >>> nnx.Param(1.0, note='x').get_metadata()
+        {'note': 'x', 'hijax': False, 'ref': False, 'eager_sharding': True}
         """
         if name is None:
             if exclude_required:
@@ -585,9 +478,8 @@ class Variable(Generic[A]):
 
     def set_metadata(self, *args: Any, **kwargs: object) -> None:
         """Sets metadata: ``set_metadata('name', value)``, ``set_metadata(name=value)``
-        or ``set_metadata(mapping)`` (replaces all metadata but the flags). The older
-        names ``sharding`` and ``sharding_names`` are stored as ``out_sharding``, as
-        in Flax NNX 0.12.
+        or ``set_metadata(mapping)`` (replaces all but the flags); ``sharding`` and
+        ``sharding_names`` are stored as ``out_sharding``.
 
         Raises:
           TypeError: other argument forms.
@@ -607,16 +499,9 @@ class Variable(Generic[A]):
                 "set_metadata takes (name, value), a single mapping, or keyword arguments"
             )
         old = self._var_metadata
-        for key in FLAG_KEYS:
-            if key in updates and updates[key] != getattr(self, key):
-                raise ValueError(
-                    f"Cannot change the {key!r} flag of a {type(self).__name__} with "
-                    f"set_metadata.\nFix: make a copy with the new flag: "
-                    f"`nnx.with_vars(node, {key}={updates[key]!r})`."
-                )
+        self._refuse_flag_change(updates, "set_metadata")
         updates = rename_sharding_keys({k: v for k, v in updates.items() if k not in FLAG_KEYS})
         flags = {k: old[k] for k in FLAG_KEYS if k in old}
-        # A new dict each time: copies made by split/merge share no mutable state.
         metadata = {**updates, **flags} if replace else {**old, **updates}
         object.__setattr__(self, "_var_metadata", metadata)
 
@@ -636,25 +521,20 @@ class Variable(Generic[A]):
         object.__setattr__(self, "_var_metadata", metadata)
 
     def _stored_metadata(self) -> dict[str, Any]:
-        """The metadata as stored (flags only where set), for copies that must keep
-        exactly this Variable's metadata (``_from_parts``)."""
+        """A copy of the metadata as stored (flags only where set)."""
         return dict(self._var_metadata)
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """The shape of the value (for an array value; read without copying a Ref).
-        A ``shape`` metadata entry, if any, wins (as for every metadata attribute).
+        """The shape of the value (a Ref's read without copying); a ``shape`` metadata
+        entry wins.
 
         Raises:
           AttributeError: the value has no ``shape`` (e.g. a Python list).
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> nnx.Param(jnp.ones((2, 3))).shape
-          (2, 3)
-
-        Source: Flax NNX 0.12 ``Variable.shape``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> nnx.Param(jnp.ones((2, 3))).shape
+        (2, 3)
         """
         metadata = self._var_metadata
         if "shape" in metadata:
@@ -665,24 +545,18 @@ class Variable(Generic[A]):
 
     @property
     def sharding_names(self) -> Any:
-        """The mesh-axis names of the value: the ``out_sharding`` metadata (where
-        ``sharding_names=`` and ``sharding=`` are stored too), else ``None``.
+        """The ``out_sharding`` metadata, else ``None``.
 
         Warns:
           DeprecationWarning: always; read ``out_sharding`` instead.
 
-        Example::
-
-          >>> import warnings
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', None))
-          >>> with warnings.catch_warnings():
-          ...   warnings.simplefilter('ignore', DeprecationWarning)
-          ...   v.sharding_names
-          ('a', None)
-
-        Source: Flax NNX 0.12 ``Variable.sharding_names`` (deprecated there in favour
-        of ``out_sharding``).
+        >>> import warnings
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', None))
+        >>> with warnings.catch_warnings():
+        ...   warnings.simplefilter('ignore', DeprecationWarning)
+        ...   v.sharding_names
+        ('a', None)
         """
         warnings.warn(
             "Variable.sharding_names is deprecated; read out_sharding instead.",
@@ -694,8 +568,7 @@ class Variable(Generic[A]):
     # -- what Flax's Variable exposes to subclasses -------------------------------------
     @property
     def _trace_state(self) -> TraceState:
-        """The trace the Variable was created in (Flax 0.12's ``Variable._trace_state``;
-        ``is_valid()`` tells whether it may be written here)."""
+        """The trace the Variable was created in (Flax 0.12's ``Variable._trace_state``)."""
         return TraceState.of(self._var_trace)
 
     @_trace_state.setter
@@ -712,8 +585,7 @@ class Variable(Generic[A]):
         _install(self, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        """The state Flax 0.12's ``Variable.__getstate__`` returns (for subclasses that
-        extend it); pickling itself goes through ``__reduce__``."""
+        """The state Flax 0.12's ``Variable.__getstate__`` returns (pickle uses ``__reduce__``)."""
         return {
             "_raw_value": self.get_raw_value(),
             "_trace_state": self._trace_state,
@@ -739,17 +611,11 @@ class Variable(Generic[A]):
         metadata = object.__getattribute__(self, "_var_metadata")
         if name in metadata:
             return metadata[name]
-        if name == "sharding" and _placed_by_no_mesh(self.raw_value):
-            # Names only for an array value that no mesh placed (the guide's read: a
-            # Param made outside a mesh, or a tracer inside nnx.vmap); an array a mesh
-            # placed answers with its NamedSharding and any other value (a NamedSharding
-            # held as a value, a ShapeDtypeStruct) from the value, as in Flax 0.12.8.
+        if name == "sharding" and _placed_by_no_mesh(self.raw_value):  # see _sharding_names
             names = _sharding_names(metadata)
             if names is not None:
                 return names
-        if name in _PROPERTIES:
-            # A property of Variable raised AttributeError (``shape`` of a value that
-            # has none): its answer stands, the name is not looked up a second way.
+        if name in _PROPERTIES:  # a property raised AttributeError: its answer stands
             raise AttributeError(
                 f"{type(self).__name__}.{name} is not available: its value "
                 f"({type(self.get_raw_value()).__name__}) has no {name!r}."
@@ -773,25 +639,15 @@ class Variable(Generic[A]):
     def __delattr__(self, name: str) -> None:
         self.del_metadata(name)
 
-    # -- copies and state transfer ----------------------------------------------------
-    # Every copy is a new Variable of the same kind, this one left unchanged; a
-    # Ref-backed Variable's copy made outside any transform gets a Ref of its own (see
-    # ``_from_parts``), a box-backed one a box of its own.
+    # -- copies and state transfer (README, "Copies") ---------------------------------
     def replace(self: V, value: object = MISSING, **metadata: object) -> V:
-        """Returns a new Variable of the same kind with ``value`` and/or metadata replaced.
-
-        The flags are kept (a Ref-backed Variable's copy gets its own Ref); ``self``
-        is unchanged.
+        """Returns a new Variable of the same kind with ``value`` and/or metadata
+        replaced, the flags kept.
 
         Raises:
           ValueError: ``metadata`` tries to change a flag (use ``nnx.with_vars``).
         """
-        for key in FLAG_KEYS:
-            if key in metadata and metadata[key] != getattr(self, key):
-                raise ValueError(
-                    f"replace cannot change the {key!r} flag; use nnx.with_vars(node, "
-                    f"{key}={metadata[key]!r})."
-                )
+        self._refuse_flag_change(metadata, "replace")
         new_value = self.raw_value if value is MISSING else value
         if isinstance(new_value, Variable):
             new_value = new_value.raw_value
@@ -799,8 +655,7 @@ class Variable(Generic[A]):
         return type(self)._from_parts(new_value, updated)
 
     def copy(self: V, value: object = MISSING, **updates: object) -> V:
-        """Returns a new Variable of the same kind with the same value and metadata
-        (a Ref-backed Variable's copy gets its own Ref).
+        """Returns a new Variable of the same kind with the same value and metadata.
 
         Args:
           value: a value for the copy instead of this Variable's.
@@ -810,15 +665,11 @@ class Variable(Generic[A]):
         Returns:
           A new Variable of ``type(self)``; this one is unchanged.
 
-        Example::
-
-          >>> import flaxgraph as nnx
-          >>> v = nnx.Param(1.0, note='a')
-          >>> w = v.copy(2.0, note='b')
-          >>> (float(w.value), w.note, v.note)
-          (2.0, 'b', 'a')
-
-        Source: Flax NNX 0.12 ``Variable.copy``.
+        >>> import flaxgraph as nnx
+        >>> v = nnx.Param(1.0, note='a')
+        >>> w = v.copy(2.0, note='b')
+        >>> (float(w.value), w.note, v.note)
+        (2.0, 'b', 'a')
         """
         if value is MISSING and not updates:
             return type(self)._from_parts(self.raw_value, self._var_metadata)
@@ -834,8 +685,6 @@ class Variable(Generic[A]):
         ``get_metadata()`` returns it; the flags ``hijax``/``ref`` in it apply).
 
         Example: ``nnx.Param.from_metadata(1.0, {'note': 'x', 'hijax': False})``.
-
-        Source: Flax NNX 0.12 ``Variable.from_metadata``.
         """
         given = dict(metadata)
         if given.get("eager_sharding") is True:  # the default: not stored
@@ -843,12 +692,7 @@ class Variable(Generic[A]):
         return cls(value, **given)
 
     def _with_flags(self: V, ref: bool, hijax: bool, mutable: bool) -> V:
-        """A new Variable of the same kind, value and metadata with these flags (a
-        Ref-backed one gets its own Ref, holding the current value).
-
-        Raises:
-          TypeError: ``ref``/``hijax`` asked for a value that cannot live in a Ref.
-        """
+        """A copy with these flags; ``TypeError`` if the value cannot live in a Ref/box."""
         metadata = {k: v for k, v in self._var_metadata.items() if k not in FLAG_KEYS}
         value = self.raw_value
         if (
@@ -867,26 +711,19 @@ class Variable(Generic[A]):
         return type(self)._from_parts(value, metadata)
 
     def to_state(self: V) -> V:
-        """A copy of this Variable (Flax 0.12 has no separate VariableState: same as
-        ``copy()``).
+        """A copy of this Variable (same as ``copy()``).
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> p = nnx.Param(jnp.ones(2))
-          >>> s = p.to_state()
-          >>> s is p, type(s).__name__
-          (False, 'Param')
-
-        Source: Flax NNX 0.12 ``Variable.to_state`` (an alias of ``copy``).
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> p = nnx.Param(jnp.ones(2))
+        >>> s = p.to_state()
+        >>> s is p, type(s).__name__
+        (False, 'Param')
         """
         return self.copy()
 
     def copy_from(self, other: object) -> None:
-        """Makes this Variable hold ``other``'s value and metadata (in place).
-
-        The flags of ``self`` (``ref``, ``hijax``, ``mutable``) are kept; a Ref-backed
-        ``self`` gets ``other``'s value written into its own Ref.
+        """Makes this Variable hold ``other``'s value and metadata (in place), its own
+        flags kept.
 
         Args:
           other: a Variable of exactly the same class.
@@ -896,15 +733,11 @@ class Variable(Generic[A]):
             container"); a Ref-backed ``self`` and a value of another shape/dtype.
           TraceContextError: ``self`` was created in another JAX trace.
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> a, b = nnx.Param(jnp.zeros(2)), nnx.Param(jnp.ones(2), note='b')
-          >>> a.copy_from(b)
-          >>> a[...], a.note
-          (Array([1., 1.], dtype=float32), 'b')
-
-        Source: Flax NNX 0.12 ``Variable.copy_from``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> a, b = nnx.Param(jnp.zeros(2)), nnx.Param(jnp.ones(2), note='b')
+        >>> a.copy_from(b)
+        >>> a[...], a.note
+        (Array([1., 1.], dtype=float32), 'b')
         """
         if type(self) is not type(other):
             raise ValueError(
@@ -927,15 +760,11 @@ class Variable(Generic[A]):
           ValueError: a Ref-backed ``self`` and a value of another shape/dtype.
           TraceContextError: ``self`` was created in another JAX trace.
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> p = nnx.Param(jnp.zeros(2))
-          >>> p.update_from_state(nnx.Param(jnp.ones(2)))
-          >>> p[...]
-          Array([1., 1.], dtype=float32)
-
-        Source: Flax NNX 0.12 ``Variable.update_from_state``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> p = nnx.Param(jnp.zeros(2))
+        >>> p.update_from_state(nnx.Param(jnp.ones(2)))
+        >>> p[...]
+        Array([1., 1.], dtype=float32)
         """
         self._transfer(variable_state)
 
@@ -952,36 +781,25 @@ class Variable(Generic[A]):
         object.__setattr__(self, "_var_metadata", metadata)
 
     def __reduce__(self) -> tuple[Callable[..., Variable[A]], tuple[object, dict[str, object]]]:
-        # copy.copy/deepcopy/pickle: rebuild through _from_parts (the trace token is
-        # neither copyable nor picklable; the copy belongs to the trace it is made in).
+        # the trace token is neither copyable nor picklable: the copy takes the current one
         return (type(self)._from_parts, (self.raw_value, dict(self._var_metadata)))
 
     # -- axis hooks (flaxgraph/variablelib/axes.py does the transform's side) ---------
     def add_axis(self, axis_index: int, axis_name: object) -> None:
-        """The hook a transform calls after adding an axis at ``axis_index`` (``vmap``'s
-        ``out_axes``, ``scan``'s stacked outputs), once the per-axis metadata
-        (sharding names…) already has it (``flaxgraph/variablelib/axes.py``).
+        """The hook a transform calls after adding an axis at ``axis_index``, once the
+        per-axis metadata has it (README, "Axis metadata"); the base hook does nothing.
+        Overrides call ``super()`` and keep ``add_axis``/``remove_axis`` inverses.
 
         Args:
           axis_index: the position of the new axis.
-          axis_name: the transform's partition name (``transform_metadata[
-            nnx.PARTITION_NAME]``), or ``None``. A *mapping* here (flaxgraph's
-            older form, ``v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})``) inserts
-            the axis into the metadata instead, as a transform does.
+          axis_name: the transform's partition name, or ``None``. A *mapping*
+            (``{nnx.PARTITION_NAME: 'batch'}``) inserts the axis into the metadata.
 
-        The base hook does nothing else; subclasses override it to react (and
-        should call ``super().add_axis(axis_index, axis_name)``). ``add_axis`` and
-        ``remove_axis`` must be inverses.
-
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))
-          >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
-          >>> v.out_sharding
-          ('batch', 'a', 'b')
-
-        Source: Flax NNX 0.12 ``Variable.add_axis(axis_index, axis_name)``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> v = nnx.Param(jnp.ones((2, 3)), out_sharding=('a', 'b'))
+        >>> v.add_axis(0, {nnx.PARTITION_NAME: 'batch'})
+        >>> v.out_sharding
+        ('batch', 'a', 'b')
         """
         if isinstance(axis_name, Mapping):
             axes.insert_axis_metadata(self, axis_index, axis_name)
@@ -990,16 +808,11 @@ class Variable(Generic[A]):
         """The hook a transform calls after removing the axis at ``axis_index``
         (inverse of ``add_axis``; a mapping as ``axis_name`` removes the axis from
         the metadata, as a transform does).
-
-        Source: Flax NNX 0.12 ``Variable.remove_axis(axis_index, axis_name)``.
         """
         if isinstance(axis_name, Mapping):
             axes.drop_axis_metadata(self, axis_index, axis_name)
 
-    # -- the value's protocols: array, container, numbers -----------------------------
-    # A Variable is usable where its value is. Reads go through ``_read_value`` (which
-    # notes a read by closure inside a transform); the Python operators are installed
-    # after the class (``_install_operators``).
+    # -- the value's protocols (reads note a closure read; operators: after the class) -
     def __jax_array__(self) -> Any:
         return self._read_value()
 
@@ -1013,22 +826,16 @@ class Variable(Generic[A]):
     def __setitem__(self, key: object, value: Any) -> None:
         storage = self._var_ref
         if key is Ellipsis and storage is not None:
-            # A hijax Variable takes any value of the same dtype kind in Flax; here its
-            # Ref keeps its shape, so a value that broadcasts fills it (NumPy's a[...] = x).
-            # (A box, holding a pytree, takes the new value as it is.)
+            # a hijax Ref keeps its shape: a value that broadcasts fills it (a box takes any)
             if self.hijax and refs.is_ref(storage) and _fills_array(self, value):
                 value = jnp.broadcast_to(value, storage.shape).astype(storage.dtype)
             self.set_value(value)
         elif key is Ellipsis and not _fills_array(self, value):
             self.set_value(value)
-        else:
-            # ``v[...] = 2`` on an array writes into the array (shape and dtype kept),
-            # as in Flax 0.12.
+        else:  # ``v[...] = 2`` on an array writes into it (shape and dtype kept)
             self.set_value(value, index=key)
 
     def __delitem__(self, key: object) -> None:
-        # ``del v[key]`` on a dict/list value: the value without the entry is written
-        # back with set_value (a box-backed Variable's box gets the smaller pytree).
         value: Any = self.get_value()
         if type(value) in (dict, list):  # a new container (see variable._updated)
             value = type(value)(value)
@@ -1060,9 +867,7 @@ class Variable(Generic[A]):
         return complex(self.raw_value)
 
     def __round__(self, ndigits: int = 0) -> Any:
-        """``round(v, ndigits)`` of the value (``round(v)`` rounds to 0 digits, as Flax
-        NNX 0.12's ``Variable.__round__``; ``math.trunc``/``floor``/``ceil`` also apply
-        to the value)."""
+        """``round(v, ndigits)`` of the value (as Flax NNX 0.12's ``Variable.__round__``)."""
         return round(self._read_value(), ndigits)  # type: ignore[call-overload]
 
     # -- kind and flags ---------------------------------------------------------------
@@ -1071,13 +876,9 @@ class Variable(Generic[A]):
     def var_type(self) -> type:
         """The Variable's kind, its class (same as ``.type``).
 
-        Example::
-
-          >>> import jax.numpy as jnp, flaxgraph as nnx
-          >>> nnx.Param(jnp.ones(2)).var_type is nnx.Param
-          True
-
-        Source: Flax NNX 0.12 ``Variable.var_type``.
+        >>> import jax.numpy as jnp, flaxgraph as nnx
+        >>> nnx.Param(jnp.ones(2)).var_type is nnx.Param
+        True
         """
         return type(self)
 
@@ -1116,15 +917,9 @@ class Variable(Generic[A]):
 
 
 _PROPERTIES = frozenset(n for n, a in vars(Variable).items() if isinstance(a, property))
-"""Variable's own properties: when one raises ``AttributeError`` (``shape`` of a value
-that has none), ``__getattr__`` does not look the name up a second way."""
 
 
-# -- Python operators ------------------------------------------------------------------
-# Binary operators compute on the value and return a plain value; in-place ones
-# (``v += 1``) write the result with ``set_value`` and return the *same* Variable.
-# Source: Flax NNX 0.12 ``nnx.Variable`` (it behaves as its value); in-place operators
-# as in Flax NNX's "Transformations" guide.
+# -- Python operators: on the value; in-place ones (``v += 1``) return the same Variable
 
 
 def _make_binary(op: Callable[[Any, Any], Any]) -> tuple[Callable[..., Any], ...]:
@@ -1181,8 +976,7 @@ _UNARY: tuple[tuple[str, Callable[[Any], Any]], ...] = (
 
 
 def _install_operators(cls: type) -> None:
-    """Sets the operator methods (``__add__``, ``__radd__``, ``__iadd__``…, the
-    comparisons, ``divmod`` and the unary ones) on ``cls``; ``__hash__`` stays identity."""
+    """Sets the operator methods of the tables above on ``cls``."""
     for name, op in _BINARY:
         forward, reflected, inplace = _make_binary(op)
         setattr(cls, f"__{name}__", forward)
@@ -1207,12 +1001,8 @@ _install_operators(Variable)
 
 # -- module-level helpers of the class ---------------------------------------------------
 def _fills_array(v: Variable[Any], value: Any) -> bool:
-    """Whether ``v[...] = value`` writes into the Variable's array (broadcast, shape
-    and dtype kept, as NumPy's ``a[...] = x``) instead of replacing the value: a plain
-    Variable holding a JAX array and a ``value`` that is no array, or a Ref-backed
-    Variable and a ``value`` of another shape that broadcasts to the Ref's (a
-    ``jax.Ref`` keeps its shape: ``v[...] = 10`` fills a Ref of shape ``(1,)``; the
-    caller applies this to hijax Variables only)."""
+    """Whether ``v[...] = value`` fills the array (NumPy's ``a[...] = x``) instead of
+    replacing it: a non-array into a plain array value, or a broadcastable one into a Ref."""
     ref = v._var_ref
     if ref is None:
         return isinstance(v.raw_value, jax.Array) and not hasattr(value, "shape")
@@ -1225,24 +1015,11 @@ def _fills_array(v: Variable[Any], value: Any) -> bool:
         return False
 
 
-_METADATA_HOOKS = frozenset((*HOOKS, "on_add_axis", "on_remove_axis"))
-
-
-def _metadata_hook_message(kind: str, metadata: Mapping[str, Any]) -> str:
-    """Why a value hook given as metadata is refused, and the two ways that work."""
-    hook = sorted(_METADATA_HOOKS.intersection(metadata))[0]
-    return (
-        f"{kind}(..., {hook}=...): flaxgraph takes no value hooks as metadata (Flax NNX "
-        "0.12 deprecates them).\nFix: subclass the Variable and either override the "
-        "method (get_value / set_value / create_value / add_axis / remove_axis), or "
-        f"define {hook}(self, value) on the subclass (applied as Flax applies it)."
-    )
+_METADATA_HOOKS = frozenset(METADATA_HOOKS)
 
 
 def _placed_by_no_mesh(value: object) -> bool:
-    """True for an array whose placement says nothing of mesh axes: a single-device
-    array, or a tracer with no sharding (inside ``vmap``). An array a mesh placed (its
-    ``sharding`` a ``NamedSharding``) and any non-array value: False."""
+    """True for an array (or tracer) whose placement is not a ``NamedSharding``."""
     if not isinstance(value, jax.Array):
         return False
     try:
@@ -1253,17 +1030,8 @@ def _placed_by_no_mesh(value: object) -> bool:
 
 
 def _sharding_names(metadata: Mapping[str, Any]) -> Any:
-    """``v.sharding`` of a Variable with sharding names: the names, with a
-    ``DeprecationWarning`` (as Flax 0.12.8's ``sharding_names`` gives them), or ``None``
-    when the Variable has none (then ``v.sharding`` is its value's placement).
-
-    The "Axis Metadata" FLIP (flax#2434) and Flax NNX's "Transformations" guide read the
-    names a Variable was given (``nnx.Param(x, sharding=('a', 'b', None))``) back as
-    ``.sharding``; Flax 0.12.8 stores them as ``out_sharding`` and answers ``.sharding``
-    with the array's placement instead. A ``NamedSharding`` given as ``out_sharding`` is
-    a placement, not names: ``None``. An array a mesh placed answers with its
-    ``NamedSharding`` (Flax 0.12.8's answer), so code written for Flax 0.12.8 under a
-    mesh reads the placement it expects."""
+    """``v.sharding`` of an array no mesh placed: its sharding names with a
+    ``DeprecationWarning`` (as flax#2434 reads them), or ``None`` (then the placement)."""
     names = metadata.get("out_sharding")
     if not isinstance(names, (tuple, PartitionSpec)):
         return None
@@ -1278,8 +1046,7 @@ def _sharding_names(metadata: Mapping[str, Any]) -> Any:
 
 
 def _install(var: Variable[Any], value: object) -> None:
-    """Puts ``value`` into ``var``'s storage (a Ref replaces the Ref or the slot; a
-    box-backed Variable's box gets the new content)."""
+    """Puts ``value`` into ``var``'s storage (a Ref replaces the Ref or the slot)."""
     ref = var._var_ref
     if ref is not None and boxes.is_box(ref):
         boxes.write(
@@ -1303,41 +1070,25 @@ def _install(var: Variable[Any], value: object) -> None:
 _set_trace = Variable._var_trace.__set__  # type: ignore[attr-defined]
 
 METADATA_SLOT = "_var_metadata"
-"""The name of the slot that holds a Variable's metadata dict, for source code generated
-at run time that must read it at attribute speed (the transforms' compiled fast-path
-checks, ``flaxgraph/transforms/plan_code.py``). Other code outside this package calls
-``metadata_of``. (Flax code may read ``v._var_metadata`` itself: it stays.)"""
+"""The name of the metadata slot, for generated fast-path source (README)."""
 
 metadata_of: Callable[[Variable[Any]], dict[str, Any]] = operator.attrgetter(METADATA_SLOT)
-"""``metadata_of(v)``: the Variable ``v``'s metadata dict *as stored* (flags only where
-set, see ``get_metadata`` for Flax's view). A C-level call for the engine's hot loops
-(split, merge, update, the transforms' fast path) outside this package. Never mutate
-the dict: install a new one with ``write_metadata``; that a changed Variable has a new
-dict is how the fast path tells nothing changed (``docs/design.md``, "The fast path")."""
+"""``metadata_of(v)``: ``v``'s metadata dict as stored; never mutate it (README)."""
 
 write_metadata: Callable[[Variable[Any], dict[str, Any]], None] = Variable._var_metadata.__set__  # type: ignore[attr-defined]
-"""``write_metadata(v, metadata)``: installs ``metadata`` (a new dict, never mutated
-afterwards) as ``v``'s metadata without the checks of ``set_metadata`` (trace, flags):
-for graph updates, transforms' write-back and restoring a saved dict, whose callers
-validated first. C-level, like ``metadata_of``."""
+"""``write_metadata(v, metadata)``: installs a new dict without ``set_metadata``'s checks."""
 write_slot = Variable.raw_value.__set__  # type: ignore[attr-defined]
 _set_ref = Variable._var_ref.__set__  # type: ignore[attr-defined]
 
 trace_of: Callable[[Variable[Any]], object] = operator.attrgetter("_var_trace")
-"""``trace_of(v)``: the JAX trace the Variable ``v`` was created in (compared by
-identity with ``current_trace()``: a Variable of another trace is written only through
-a transform's write-back). C-level, like ``metadata_of``."""
+"""``trace_of(v)``: the JAX trace ``v`` was created in."""
 
 storage_of: Callable[[Variable[Any]], Any] = operator.attrgetter("_var_ref")
-"""``storage_of(v)``: the ``jax.Ref`` (or, for a hijax Variable holding a pytree, the
-box) that keeps a Ref-backed Variable's value, or ``None`` for a plain Variable, whose
-value is in its slot (``is_ref_backed``). C-level, like ``metadata_of``."""
+"""``storage_of(v)``: ``v``'s ``jax.Ref`` or box, ``None`` for a plain Variable."""
 
 
 def write_value(v: Variable[Any], value: Any) -> None:
-    """Stores ``value`` without the user-facing checks (graph updates, transforms'
-    write-back, which validate first): into the Ref of a Ref-backed Variable (whose
-    shape and dtype ``Variable._check_fits`` checked), else in the slot."""
+    """Stores ``value`` (into the Ref or box, else the slot) without the user-facing checks."""
     ref = v._var_ref
     if ref is None:
         write_slot(v, value)
@@ -1352,11 +1103,9 @@ def write_value(v: Variable[Any], value: Any) -> None:
 
 
 def is_variable(x: object) -> TypeGuard[Variable[Any]]:
-    """Whether ``x`` is a Variable: of any kind (``Param``, ``BatchStat``, a user's
-    ``class Count(nnx.Variable)``), under its old name ``VariableState`` too, whatever it
-    holds (an array, a ``jax.ShapeDtypeStruct``, a ``jax.Ref``, a pytree). A raw
-    ``jax.Ref`` or array is not one. Type checkers narrow ``x`` to ``Variable`` where it
-    answers ``True``.
+    """Whether ``x`` is a Variable of any kind, whatever it holds (a raw ``jax.Ref`` or
+    array is not one); narrows ``x`` for type checkers. A graph walk asks
+    ``REGISTRY.kind_of(x) is Kind.VARIABLE`` instead (``docs/design.md``, "What a value is").
 
     Args:
       x: any value.
@@ -1364,43 +1113,28 @@ def is_variable(x: object) -> TypeGuard[Variable[Any]]:
     Returns:
       ``True`` if ``x`` is an instance of ``Variable`` or of a subclass.
 
-    Example::
-
-      >>> import flaxgraph as nnx, jax.numpy as jnp
-      >>> from flaxgraph.variablelib import is_variable
-      >>> is_variable(nnx.Param(jnp.ones(2))), is_variable(jnp.ones(2))
-      (True, False)
-
-    This is the filters' and checks' question. A walk over a graph asks the engine's
-    classification instead, ``REGISTRY.kind_of(x) is Kind.VARIABLE``
-    (``docs/design.md``, "What a value is"), which answers the same for every Variable
-    whose type is not registered as a graph node.
-
-    Source: Flax NNX 0.12's ``nnx.Variable`` (the type every kind subclasses).
+    >>> import flaxgraph as nnx, jax.numpy as jnp
+    >>> from flaxgraph.variablelib import is_variable
+    >>> is_variable(nnx.Param(jnp.ones(2))), is_variable(jnp.ones(2))
+    (True, False)
     """
     return isinstance(x, Variable)
 
 
 def is_ref_backed(v: Variable[Any]) -> bool:
-    """Whether ``v`` keeps its value in a ``jax.Ref`` or a box (not in its slot):
-    reads and writes go through the storage (see ``is_box_backed``)."""
+    """Whether ``v`` keeps its value in a ``jax.Ref`` or a box (not in its slot)."""
     return v._var_ref is not None
 
 
 def is_box_backed(v: Variable[Any]) -> bool:
-    """Whether ``v`` is a hijax Variable keeping a pytree value in a box
-    (``flaxgraph/variablelib/boxes.py``); the transforms' fast path, which reads and
-    installs Ref arrays directly, leaves graphs holding such Variables to the
-    general path."""
+    """Whether ``v`` is a hijax Variable keeping a pytree value in a box."""
     ref = v._var_ref
     return ref is not None and boxes.is_box(ref)
 
 
 def _updated(current: Any, index: object, value: object, v: Variable[Any]) -> Any:
-    """``current`` with ``current[index] = value``: functional for JAX arrays, a new
-    container for dicts and lists (so a changed value is a new object: the
-    transforms tell unchanged values by identity; Flax's ``get_value`` hands out
-    copies anyway), in place for other mutable values (NumPy arrays)."""
+    """``current`` with ``current[index] = value``: a new array, dict or list (the
+    transforms tell changes by identity), else in place (NumPy arrays)."""
     if isinstance(current, jax.Array):
         return current.at[index].set(value)
     if type(current) in _COPIED_CONTAINERS:
@@ -1431,11 +1165,7 @@ def _traced_storage(value: object) -> bool:
 
 
 def _tree_flatten(v: Variable[Any]) -> tuple[tuple[Any], dict[str, Any]]:
-    # The aux data is the metadata dict itself: JAX compares aux data with == (dicts
-    # compare as the sorted items did) and does not hash it, and a Variable's
-    # metadata dict is never mutated in place, so sharing it is safe and costs nothing.
-    # A writable Ref-backed Variable shows JAX its Ref (raw jax.jit then sees a
-    # mutable input); a read-only one shows its value (raw jax.grad accepts it).
+    # child and aux data: README, "The three flags"
     ref = v._var_ref
     metadata = v._var_metadata
     if ref is None or metadata.get("mutable", True) is False:
@@ -1473,7 +1203,6 @@ def _register_variable_pytree(cls: type[Variable[Any]]) -> None:
         write_slot(obj, value)
         return obj
 
-    # The aux data is the metadata dict: JAX compares it with == and never hashes it.
     jax.tree_util.register_pytree_with_keys(  # type: ignore[type-var]
         cls, _tree_flatten_with_keys, unflatten, _tree_flatten
     )
@@ -1499,7 +1228,4 @@ class Intermediate(Variable[A]):
 
 
 class Perturbation(Intermediate[A]):
-    """A zero-valued tap added by ``Module.perturb`` to read gradients of activations.
-
-    A kind of ``Intermediate`` (as in Flax NNX 0.12): an ``nnx.Intermediate``
-    filter also selects perturbations."""
+    """A zero-valued tap added by ``Module.perturb``; a kind of ``Intermediate``."""
