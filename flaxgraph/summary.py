@@ -163,19 +163,9 @@ def _measured_call(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """Calls ``fn`` through one ``jax.jit`` lowered first (for XLA's FLOPs; the call then hits
-    the jit cache, so its body is traced once); a call that cannot be lowered on its own
-    runs as is, without FLOPs.
-    """
-    graphdef, state = split(obj)
-    leaves, treedef = jax.tree.flatten((args, kwargs))
-    arrays = [x for x in leaves if _is_array(x)]
-
-    def forward(state: Any, arrays: list[Any]) -> Any:
-        it = iter(arrays)
-        full = [next(it) if _is_array(x) else x for x in leaves]
-        call_args, call_kwargs = jax.tree.unflatten(treedef, full)
-        return fn(merge(graphdef, state), *call_args, **call_kwargs)
+    """Calls ``fn`` through one ``jax.jit`` lowered first (for XLA's FLOPs; the jit cache then
+    traces its body once); a call that cannot be lowered alone runs as is, without FLOPs."""
+    state, arrays, forward = _pure_call(obj, args, kwargs, fn)
 
     def backward(state: Any, arrays: list[Any]) -> Any:
         out, pullback = jax.vjp(forward, state, arrays)
@@ -240,6 +230,22 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
 
 
+def _pure_call(
+    obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any], fn: Callable[..., Any]
+) -> tuple[Any, list[Any], Callable[[Any, list[Any]], Any]]:
+    """``obj``'s state, the arrays among the arguments, and ``(state, arrays) -> fn(obj, ...)``."""
+    graphdef, state = split(obj)
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+
+    def call(state: Any, arrays: list[Any]) -> Any:
+        it = iter(arrays)
+        full = [next(it) if _is_array(x) else x for x in leaves]
+        call_args, call_kwargs = jax.tree.unflatten(treedef, full)
+        return fn(merge(graphdef, state), *call_args, **call_kwargs)
+
+    return state, [x for x in leaves if _is_array(x)], call
+
+
 def _abstract_run(
     obj: Any,
     method: str,
@@ -262,17 +268,11 @@ def _abstract_run(
             f"nnx.tabulate: the {type(obj).__name__} has no method {method!r}.\nFix: pass "
             "the name of one of its methods, e.g. method='__call__'."
         )
-    graphdef, state = split(copy)
-    leaves, treedef = jax.tree.flatten((args, kwargs))
-    arrays = [x for x in leaves if _is_array(x)]
 
-    def run(state: Any, arrays: list[Any]) -> None:
-        it = iter(arrays)
-        full = [next(it) if _is_array(x) else x for x in leaves]
-        call_args, call_kwargs = jax.tree.unflatten(treedef, full)
-        node = merge(graphdef, state)
-        getattr(node, method)(*call_args, **call_kwargs)
+    def call_method(node: Any, *a: Any, **k: Any) -> None:  # eval_shape: no output to trace
+        getattr(node, method)(*a, **k)
 
+    state, arrays, run = _pure_call(copy, args, kwargs, call_method)
     with _patched(recorder, classes):
         jax.eval_shape(run, jax.tree.map(_abstract, state), [_abstract(a) for a in arrays])
     return recorder
@@ -352,9 +352,8 @@ def _metadata_repr(value: Any) -> str:
 
 
 def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]:
-    """Per Variable kind ``(elements, bytes)`` of the node's sub-graph (shared ones once), and
-    its own Variables as ``name: dtype[shape]`` lines.
-    """
+    """Per Variable kind ``(elements, bytes)`` of the node's sub-graph (shared ones once) and
+    its own Variables as ``name: dtype[shape]`` lines."""
     totals: dict[str, tuple[int, int]] = {}
     own: dict[str, list[str]] = {}
     sub_objects = [p for p, v in iter_graph(node) if isinstance(v, Pytree) and p]
@@ -453,16 +452,9 @@ def tabulate(
             continue
         node = nodes.get(record.path)
         info = CallInfo(
-            call_order=record.order,
-            object_id=id(node),
-            type=record.type,
-            path=path,
-            inputs_repr=record.inputs,
-            outputs=record.outputs,
-            flops=record.flops,
-            vjp_flops=record.vjp_flops,
-            method=record.method,
-        )
+            record.order, id(node), record.type, path, record.inputs, record.outputs,
+            record.flops, record.vjp_flops, record.method,
+        )  # fmt: skip
         if row_filter(info):
             rows.append((info, *_stats(node)))
     totals, _ = _stats(obj)
