@@ -1,10 +1,7 @@
-"""``capture``: collect what a call sows (and taps with ``perturb``) without changing the model.
+"""``capture``: collect what a call sows (and taps with ``perturb``) without changing the
+model (``docs/design.md``, "Capture").
 
-How the capture slots work and cross transforms is in ``docs/design.md``, section
-"Capture".
-
-Source: Flax NNX 0.12 ``nnx.capture`` (and ``Module.sow``/``Module.perturb``).
-"""
+Source: Flax NNX 0.12 ``nnx.capture`` (and ``Module.sow``/``Module.perturb``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""Scoped configuration flags: one small class, global default plus ``with`` override.
-
-The only mutable state flaxgraph keeps at module level. As JAX's configuration, the
-global value is shared by all threads and a ``scoped`` override holds only in the
-thread that entered it.
+"""Scoped configuration flags: a global default (shared by all threads, the only mutable
+module-level state flaxgraph keeps) plus a ``with`` override holding in its thread only.
 
 Source: Flax 0.12 ``flax.config`` (``update``, ``_read``, the option names); JAX's
-configuration contexts (``jax.enable_x64``) for the thread rules.
-"""
+configuration contexts (``jax.enable_x64``) for the thread rules."""
 
 from __future__ import annotations
 

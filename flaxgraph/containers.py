@@ -1,11 +1,7 @@
-"""Containers that are Modules: ``List``, ``Dict`` and ``Sequential`` (Flax's ``nnx.helpers``
-path gathers them with ``TrainState``).
+"""``List``, ``Dict`` and ``Sequential``: containers that are Modules (graph nodes, so two
+modules holding one ``nnx.List`` share it); Flax's ``nnx.helpers`` path gathers them.
 
-Unlike plain lists and dicts (walked by value), these are graph nodes, so two modules
-holding one ``nnx.List`` share it.
-
-Source: Flax NNX 0.12 ``nnx.List``, ``nnx.Dict`` (a ``MutableMapping``), ``nnx.Sequential``.
-"""
+Source: Flax NNX 0.12 ``nnx.List``, ``nnx.Dict`` (a ``MutableMapping``), ``nnx.Sequential``."""
 
 from __future__ import annotations
 

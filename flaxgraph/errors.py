@@ -1,8 +1,5 @@
-"""Exceptions raised by flaxgraph and the helpers that word their messages.
-
-Each subclasses ``ValueError`` or ``TypeError``; how a message says what, where and the
-fix is in ``docs/design.md``, section "Errors".
-"""
+"""Exceptions raised by flaxgraph (each a ``ValueError`` or ``TypeError``) and the helpers that
+word their messages (what, where, the fix: ``docs/design.md``, "Errors")."""
 
 from __future__ import annotations
 

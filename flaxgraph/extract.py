@@ -1,12 +1,7 @@
-"""Graphs inside pytrees: ``to_tree``/``from_tree`` and ``prefix`` (``nnx.extract``).
+"""Graphs inside pytrees: ``to_tree``/``from_tree`` and ``prefix`` (``nnx.extract``); Flax's
+other helpers at that path are in ``flax_surface/extract_records.py``.
 
-``to_tree`` turns the graph nodes of a pytree into ``NodeStates`` split in one context
-(a node met twice is stored once), so the tree can pass through plain JAX functions;
-``from_tree`` merges them back, restoring the sharing. Flax's other tree helpers at
-``flax.nnx.extract`` are in ``flax_surface/extract_records.py``.
-
-Source: Flax NNX 0.12 ``nnx.extract`` (``to_tree``, ``from_tree``, ``NodeStates``, ``prefix``).
-"""
+Source: Flax NNX 0.12 ``nnx.extract`` (``to_tree``, ``from_tree``, ``NodeStates``, ``prefix``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""The active device mesh, logical axis rules, and eager sharding of new Variables.
+"""The active device mesh, logical axis rules, and eager sharding of new Variables
+(``docs/design.md``, "Axis metadata").
 
-Sharding names live in a Variable's ``out_sharding`` metadata, one entry per dimension;
-how the rules and eager sharding turn them into placements, and where flaxgraph differs
-from Flax, is in ``docs/design.md``, section "Axis metadata".
-
-Source: Flax NNX 0.12 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding`` and
-``nnx.logical_axis_rules`` (checked against Flax 0.12.8), its deprecation of
-``sharding``/``sharding_names`` for ``out_sharding``, the FLIP "Variable eager sharding";
-``jax.sharding``.
-"""
+Source: Flax NNX 0.12.8 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding``,
+``nnx.logical_axis_rules``, the FLIP "Variable eager sharding"; ``jax.sharding``."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""Traversal modes: graph mode, tree mode, and whether transforms propagate graph updates.
+"""Traversal modes: graph mode, tree mode, and whether transforms propagate graph updates
+(``docs/design.md``, "Traversal modes"). ``graph=None``/``graph_updates=None`` take the
+defaults when the transform is created; ``set_graph_mode``/``set_graph_updates`` change
+them globally, for a ``with`` block or per call (a decorator; the last two per thread).
 
-The three modes and what each lets back are in ``docs/design.md``, section "Traversal
-modes". ``graph=None``/``graph_updates=None`` take the defaults when the transform is
-created; ``set_graph_mode``/``set_graph_updates`` change them globally (a statement),
-for a block (``with``) or for each call (a decorator), the last two in this thread only,
-as JAX's configuration contexts.
-
-Source: Flax NNX 0.12 ``nnx.set_graph_mode``, ``nnx.set_graph_updates`` and the
-``graph``/``graph_updates`` arguments of its transforms.
-"""
+Source: Flax NNX 0.12 ``nnx.set_graph_mode``, ``nnx.set_graph_updates``."""
 
 from __future__ import annotations
 

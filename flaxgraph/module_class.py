@@ -1,7 +1,5 @@
-"""Module: an Object with the conveniences of a neural-network layer (the class; Flax's
-``nnx.module`` path gathers it with ``view``, ``capture`` and the rest).
-
-It adds walks over sub-modules, ``sow``, ``perturb`` and mode switches::
+"""Module: an Object with a layer's walks over sub-modules, ``sow``, ``perturb`` and mode
+switches (Flax's ``nnx.module`` path gathers it with ``view``, ``capture``…)::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> class Block(nnx.Module):
@@ -18,8 +16,7 @@ It adds walks over sub-modules, ``sow``, ``perturb`` and mode switches::
   >>> block.eval().deterministic
   True
 
-Source: Flax NNX 0.12 ``nnx.Module`` (its methods) and ``nnx.iter_modules``.
-"""
+Source: Flax NNX 0.12 ``nnx.Module`` (its methods) and ``nnx.iter_modules``."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""tabulate: a table of a model's sub-modules, their inputs and outputs, and their
-state, computed without running the model.
+"""tabulate: a table of a model's sub-modules, their inputs, outputs and state, from one
+``jax.eval_shape`` run on a copy whose methods are wrapped (each distinct call recorded
+once, inside ``nnx.vmap``/``nnx.scan`` too).
 
-The model runs once under ``jax.eval_shape`` on a copy whose objects carry their paths,
-with every method wrapped, so each distinct call is recorded once, inside ``nnx.vmap``
-or ``nnx.scan`` too; with ``compute_flops`` each call is lowered by one ``jax.jit``
-whose trace is then reused.
-
-Source: Flax NNX ``nnx.tabulate`` (0.12.8: signature, columns, ``row_filter``,
-``CallInfo``, ``filter_rng_streams``, the ``flax.nnx.summary`` records); ``rich.table``
-renders; FLOPs from ``jax.jit(...).lower(...).cost_analysis()``.
-"""
+Source: Flax NNX 0.12.8 ``nnx.tabulate`` and the ``flax.nnx.summary`` records;
+``rich.table``; FLOPs from ``jax.jit(...).lower(...).cost_analysis()``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Type aliases shared by the whole package (the names of Flax's ``flax.typing``).
+"""Type aliases shared by the whole package: ``Key`` (one path step), ``PathParts`` (a path,
+``('layers', 0, 'kernel')``), the ``MISSING`` sentinel, the layers' argument types.
 
-``Key`` is one step of a path (attribute name, index, dict key), ``PathParts`` a path
-(``('layers', 0, 'kernel')``), ``MISSING`` the "not given" sentinel; the rest are the
-layers' argument types.
-
-Source: Flax's ``flax.typing`` (the same names).
-"""
+Source: Flax's ``flax.typing`` (the same names)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Checkpoints across the boundary: a Linen variables dict to a flaxgraph ``State`` and back, path for path.
-
-See the package README, "Checkpoints". Source: Flax's Linen-to-NNX migration guide
-(restoring checkpoints); ``flax.nnx.bridge.variables``.
-"""
+"""A Linen variables dict to a flaxgraph ``State`` and back, path for path (the package README,
+"Checkpoints"). Source: Flax's Linen-to-NNX migration guide; ``flax.nnx.bridge.variables``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``ToNNX`` and ``lazy_init``: a Linen module used as a flaxgraph Module.
-
-See the package README, "Linen inside flaxgraph". Source: Flax NNX 0.12
-``nnx.bridge.ToNNX``, ``lazy_init``, ``current_linen_module``.
-"""
+"""``ToNNX`` and ``lazy_init``: a Linen module used as a flaxgraph Module (the package README,
+"Linen inside flaxgraph"). Source: Flax NNX 0.12 ``nnx.bridge.ToNNX``, ``lazy_init``."""
 
 from __future__ import annotations
 

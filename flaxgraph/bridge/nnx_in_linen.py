@@ -1,8 +1,5 @@
-"""``ToLinen`` / ``to_linen`` / ``to_linen_class``: a flaxgraph Module used as a Linen module.
-
-See the package README, "flaxgraph inside Linen". Source: Flax NNX 0.12
-``nnx.bridge.ToLinen``, ``to_linen``, ``to_linen_class``.
-"""
+"""``ToLinen`` / ``to_linen`` / ``to_linen_class``: a flaxgraph Module used as a Linen module
+(the package README, "flaxgraph inside Linen"). Source: Flax NNX 0.12 ``nnx.bridge.ToLinen``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Variables across the Linen boundary: collections, metadata boxes, ``NNXMeta``.
+"""Variables across the Linen boundary: collections, metadata boxes, ``NNXMeta`` (the package
+README, "Variables across the boundary").
 
-See the package README, "Variables across the boundary". Source: Flax NNX 0.12
-``flax.nnx.bridge.variables`` (names and behaviour); the "Axis Metadata" FLIP flax#2434
-(the box protocol).
-"""
+Source: Flax NNX 0.12 ``flax.nnx.bridge.variables``; the "Axis Metadata" FLIP flax#2434."""
 
 from __future__ import annotations
 

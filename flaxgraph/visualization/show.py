@@ -1,11 +1,7 @@
-"""Display registration and ``nnx.display``: text ``repr`` in terminals, treescope in notebooks.
+"""Display registration (importing this fills ``flaxgraph.renderers.RENDERERS``; the package
+README) and ``nnx.display``: text ``repr`` in terminals, treescope in notebooks.
 
-Importing this module (``import flaxgraph`` does) fills ``flaxgraph.renderers.RENDERERS``,
-through which the core's display hooks reach the formatters; see the package README.
-
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
-"Transformations" guide); IPython's ``_repr_mimebundle_`` protocol.
-"""
+Source: the Flax NNX ``repr``/``nnx.display`` format; IPython's ``_repr_mimebundle_``."""
 
 from __future__ import annotations
 

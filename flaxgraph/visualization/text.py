@@ -1,8 +1,5 @@
-"""Plain-text ``repr`` of Objects, Variables, States and GraphDefs (terminals).
-
-Only formats: what is shown, where and with which counts is the tree ``display_tree.py``
-walks (see the package README); ``show.py`` registers these functions as the core's
-``repr``::
+"""Plain-text ``repr`` of Objects, Variables, States and GraphDefs: only formats the tree
+``display_tree.py`` walks (the package README)::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> class Scale(nnx.Module):
@@ -21,9 +18,8 @@ walks (see the package README); ``show.py`` registers these functions as the cor
     )
   )
 
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
-"Transformations" guide); the GraphDef format is flaxgraph's own.
-"""
+Source: the output format of Flax NNX ``repr``/``nnx.display``; the GraphDef format is
+flaxgraph's own."""
 
 from __future__ import annotations
 

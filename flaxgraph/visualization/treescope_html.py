@@ -1,8 +1,5 @@
-"""treescope rendering of Objects, Variables, States and GraphDefs (notebooks).
-
-The core's ``__treescope_repr__`` hooks call these functions (``show.py`` registers
-them); they only format the tree ``display_tree.py`` walks, the one ``text.py``
-formats (see the package README). ``to_html`` gives the HTML a notebook shows::
+"""treescope rendering of Objects, Variables, States and GraphDefs: only formats the tree
+``display_tree.py`` walks (the package README); ``to_html`` gives a notebook's HTML::
 
   >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
   >>> class Scale(nnx.Module):
@@ -15,11 +12,8 @@ formats (see the package README). ``to_html`` gives the HTML a notebook shows::
     root=NodeDef(Scale, index=0, w=VariableDef(Param, index=1))
   )
 
-Short renderings fit on one line and then show no comment (treescope shows first-line
-comments only on expanded nodes).
-
-Source: treescope's ``repr_lib``/``rendering_parts`` API; the Flax NNX display format.
-"""
+A rendering that fits on one line shows no comment (treescope shows first-line comments
+only on expanded nodes). Source: treescope's ``rendering_parts`` API; Flax NNX's format."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""What display shows of a value: sizes and counts per Variable kind, array summaries.
+"""What display shows of a value: elements and bytes per Variable kind (``Param: 6 (24 B)``;
+random state is one kind, ``RngState``); arrays of at most 10 elements in full, others by shape.
 
-Counts are elements and bytes per Variable kind (``Param: 6 (24 B)``; random state is
-one kind, ``RngState``); arrays of at most 10 elements show in full, others by shape.
-
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
-"Transformations" guide).
-"""
+Source: the output format of Flax NNX ``repr``/``nnx.display``."""
 
 from __future__ import annotations
 
