@@ -75,8 +75,7 @@ def _capturing_wrapper(name: str, method: Callable[..., Any]) -> Callable[..., A
 
 def _methods(cls: type) -> list[tuple[type, str]]:
     """``(defining class, name)`` of the public methods and ``__call__`` of ``cls``, below
-    flaxgraph's base classes.
-    """
+    flaxgraph's base classes."""
     found = []
     for name in dir(cls):
         if name.startswith("_") and name != "__call__":

@@ -116,8 +116,7 @@ class List(Module, MutableSequence[Any]):
 
     def pop(self, index: int = -1) -> Any:
         """Removes and returns the item at ``index`` (default the last), like ``list.pop``;
-        ``IndexError`` if out of range.
-        """
+        ``IndexError`` if out of range."""
         entries = self._entries()
         value, _ = entries.pop(index)
         self._rewrite(entries)
@@ -213,8 +212,7 @@ class Dict(Module, MutableMapping[str, Any]):
 
 class Sequential(Module):
     """Calls its layers in order: ``Sequential(f, g)(x) == g(f(x))``; extra arguments go to the
-    first layer only.
-    """
+    first layer only."""
 
     def __init__(self, *fns: Callable[..., Any]):
         self.layers = List(fns)

@@ -314,8 +314,7 @@ def _prefix_fn(filter_map: Mapping[Filter, Any] | Callable[..., Any]) -> Callabl
 class PrefixRule:
     """``NodeStates.metadata`` in an ``nnx.prefix(..., graph=True)`` result: the prefix rule
     ``fn`` and the object's ``path``, so transforms can ask the prefix of a Variable that
-    appears only as a reference (to check its aliases agree).
-    """
+    appears only as a reference (to check its aliases agree)."""
 
     fn: Callable[[PathParts, Any], Any] = dataclasses.field(compare=False, repr=False)
     path: PathParts

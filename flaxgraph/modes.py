@@ -23,8 +23,7 @@ GRAPH_UPDATES = FlaxConfigFlag("graph_updates", True, "nnx_graph_updates")
 
 class Mode(NamedTuple):
     """A resolved traversal mode: ``graph`` (walked as graphs) and ``updates`` (structural
-    changes reach the caller; always ``False`` in tree mode).
-    """
+    changes reach the caller; always ``False`` in tree mode)."""
 
     graph: bool
     updates: bool
@@ -54,8 +53,7 @@ def resolve(graph: bool | None, graph_updates: bool | None) -> Mode:
 
 class _Setting:
     """What ``set_graph_mode``/``set_graph_updates`` return: in force globally at once; as a
-    context manager or decorator it becomes this thread's override instead.
-    """
+    context manager or decorator it becomes this thread's override instead."""
 
     __slots__ = ("flag", "value", "previous", "active")
 

@@ -55,8 +55,7 @@ _NOT_CAPTURED: Any = object()
 
 def _capture_slot(module: Any, variable_type: type) -> Any:
     """``None`` outside ``nnx.capture``; else the capture's Variable of ``variable_type``, or
-    ``_NOT_CAPTURED`` (the value is dropped, as in Flax).
-    """
+    ``_NOT_CAPTURED`` (the value is dropped, as in Flax)."""
     slots = module.__dict__.get(CAPTURES)
     if slots is None:
         return None

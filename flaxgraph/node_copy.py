@@ -42,8 +42,7 @@ from flaxgraph.typing import PathParts
 
 def check_tree(node: Any, graph: bool, root_name: str = "node") -> None:
     """In tree mode (``graph=False``), raises ``SharedReferenceError`` (listing the paths) if a
-    Variable of ``node`` is reachable twice.
-    """
+    Variable of ``node`` is reachable twice."""
     if not graph:
         flatten_with_paths(node, root_name=root_name, graph=False)
 

@@ -286,8 +286,7 @@ def _constrain(v: Any, sharding: Any) -> Any:
 
 def map_boxes(prefix: Any, tree: Any, fn: Callable[[AxisMetadata, Any], AxisMetadata]) -> Any:
     """Applies ``fn(box, axis)`` to every ``AxisMetadata`` box in ``tree``, ``axis`` the int
-    entry of ``prefix`` above it (other prefixes leave boxes alone).
-    """
+    entry of ``prefix`` above it (other prefixes leave boxes alone)."""
     if isinstance(prefix, int) and not isinstance(prefix, bool):
         # Objects and Variables are leaves here: rebuilding them as pytrees would hand
         # the function copies, and its changes would be lost (vmap over ``__init__``).

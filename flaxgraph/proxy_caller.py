@@ -43,8 +43,7 @@ class GetAttr:
 class DelayedAccessor:
     """A path of recorded lookups (``actions``); ``accessor(x)`` replays them on ``x``.
 
-    Hashable and static under JAX transforms.
-    """
+    Hashable and static under JAX transforms."""
 
     actions: tuple[GetItem | GetAttr, ...] = ()
 

@@ -504,8 +504,7 @@ in_ipython = ipython_running()
 @dataclasses.dataclass
 class SizeBytes:
     """A count of array elements and their bytes; adds up, false when empty; ``repr``
-    ``'9 [dim](36 B)[/dim]'`` (rich markup).
-    """
+    ``'9 [dim](36 B)[/dim]'`` (rich markup)."""
 
     size: int
     bytes: int

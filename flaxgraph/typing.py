@@ -51,8 +51,7 @@ TupleArg = TypeVar("TupleArg", bound=tuple[Any, ...])
 
 class PromoteDtypeFn(Protocol):
     """A dtype promotion function (``promote_dtype=``): ``fn(args, /, *, dtype=None,
-    inexact=True)`` returns ``args`` with its arrays cast to one dtype.
-    """
+    inexact=True)`` returns ``args`` with its arrays cast to one dtype."""
 
     def __call__(
         self, args: TupleArg, /, *, dtype: Any = None, inexact: bool = True

@@ -77,10 +77,7 @@ def _leaves(tree: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ..
 
 
 def state_to_linen_params(
-    state: Mapping[Any, Any],
-    *,
-    renames: Mapping[Any, Any] | None = None,
-    boxed: bool = False,
+    state: Mapping[Any, Any], *, renames: Mapping[Any, Any] | None = None, boxed: bool = False
 ) -> dict[str, Any]:
     """Linen variables ``{collection: nested dict}`` (RNG state left out) from a flaxgraph State.
 

@@ -186,9 +186,7 @@ def nnx_attrs_to_linen_vars(
 
 
 def with_partitioning(
-    fn: Callable[..., Any],
-    names: tuple[Any, ...],
-    mesh: jax.sharding.Mesh | None = None,
+    fn: Callable[..., Any], names: tuple[Any, ...], mesh: jax.sharding.Mesh | None = None
 ) -> Callable[..., Any]:
     """An initializer wrapper: an ``nn.Partitioned`` box on the Linen side, ``out_sharding=names`` on flaxgraph's.
 

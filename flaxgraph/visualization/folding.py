@@ -61,8 +61,7 @@ class Segment(NamedTuple):
 
 
 def plan(
-    items: Sequence[tuple[Hashable, Any]],
-    probe: Callable[[Any], Probe | None],
+    items: Sequence[tuple[Hashable, Any]], probe: Callable[[Any], Probe | None]
 ) -> tuple[list[Segment], list[Probe | None]]:
     """Splits positional children into children shown as is and folded runs.
 

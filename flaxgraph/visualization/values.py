@@ -179,8 +179,7 @@ def _array_leaves(x: Any) -> list[Any]:
 
 def kind_of(x: Any) -> Kind | None:
     """The engine's ``Kind`` of ``x`` (``ARRAY`` for a ``jax.ShapeDtypeStruct``, as Flax's
-    display sizes it), or ``None`` for a pytree whose flatten fails.
-    """
+    display sizes it), or ``None`` for a pytree whose flatten fails."""
     if type(x) is jax.ShapeDtypeStruct:
         return ARRAY
     try:
