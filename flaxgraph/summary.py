@@ -446,9 +446,16 @@ def tabulate(
             continue
         node = nodes.get(record.path)
         info = CallInfo(
-            record.order, id(node), record.type, path, record.inputs, record.outputs,
-            record.flops, record.vjp_flops, record.method,
-        )  # fmt: skip
+            call_order=record.order,
+            object_id=id(node),
+            type=record.type,
+            path=path,
+            inputs_repr=record.inputs,
+            outputs=record.outputs,
+            flops=record.flops,
+            vjp_flops=record.vjp_flops,
+            method=record.method,
+        )
         if row_filter(info):
             rows.append((info, *_stats(node)))
     totals, _ = _stats(obj)
