@@ -10,19 +10,18 @@ from typing import Any
 
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.visualization.folding import folding
-from flaxgraph.visualization.text import graphdef_repr, object_repr, state_repr, variable_repr
+from flaxgraph.visualization.text import graphdef_repr, value_repr
 from flaxgraph.visualization.treescope_html import (
     graphdef_treescope_repr,
-    object_treescope_repr,
+    node_treescope_repr,
     state_treescope_repr,
     to_html,
-    variable_treescope_repr,
 )
 from flaxgraph.visualization.values import array_repr as array_repr
 
-RENDERERS.register("object", text=object_repr, treescope=object_treescope_repr)
-RENDERERS.register("variable", text=variable_repr, treescope=variable_treescope_repr)
-RENDERERS.register("state", text=state_repr, treescope=state_treescope_repr)
+RENDERERS.register("object", text=value_repr, treescope=node_treescope_repr)
+RENDERERS.register("variable", text=value_repr, treescope=node_treescope_repr)
+RENDERERS.register("state", text=value_repr, treescope=state_treescope_repr)
 RENDERERS.register("graphdef", text=graphdef_repr, treescope=graphdef_treescope_repr)
 
 

@@ -25,7 +25,6 @@ from typing import Any
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.registry import ARRAY, is_node_or_variable
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.variable import Variable
 from flaxgraph.visualization import folding
 from flaxgraph.visualization.display_tree import (
     Bracketed,
@@ -75,17 +74,6 @@ def _reference(r: Reference, path: str | None) -> Any:
         extra_annotations=[rp.comment_color(rp.text(f"  # same as {target}"))],
     )
     return rp.build_one_line_tree_node(line, path)
-
-
-def _render_hooked(x: Any, path: str | None, subtree_renderer: Any) -> Any:
-    """A node or Variable's hook: its Bracketed, or a reference if met before."""
-    with _walk() as (walk, _):
-        if x not in walk.seen:  # a rendering starts here
-            walk.tree(x, path)
-        block = walk.blocks.pop(x, None)  # x's Bracketed where it is first met, once
-        if block is None:
-            return _reference(Reference(type(x).__name__, walk.seen[x]), path)
-        return _render_block(walk, block, path, subtree_renderer)
 
 
 def _render_lines(walk: DisplayWalk, b: Bracketed, subtree_renderer: Any) -> list[Any]:
@@ -181,14 +169,16 @@ def _render_block(
     )
 
 
-def object_treescope_repr(obj: Any, path: str | None, subtree_renderer: Any) -> Any:
-    """Renders an Object for treescope (the body of ``Object.__treescope_repr__``)."""
-    return _render_hooked(obj, path, subtree_renderer)
-
-
-def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer: Any) -> Any:
-    """Renders a Variable for treescope (the body of ``Variable.__treescope_repr__``)."""
-    return _render_hooked(v, path, subtree_renderer)
+def node_treescope_repr(x: Any, path: str | None, subtree_renderer: Any) -> Any:
+    """Renders an Object or Variable for treescope (the body of their ``__treescope_repr__``):
+    its Bracketed where first met in the rendering, else a reference to there."""
+    with _walk() as (walk, _):
+        if x not in walk.seen:  # a rendering starts here
+            walk.tree(x, path)
+        block = walk.blocks.pop(x, None)  # x's Bracketed where it is first met, once
+        if block is None:
+            return _reference(Reference(type(x).__name__, walk.seen[x]), path)
+        return _render_block(walk, block, path, subtree_renderer)
 
 
 def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) -> Any:
