@@ -72,9 +72,7 @@ class List(Module, MutableSequence[Any]):
 
     def _set(self, index: int, value: Any) -> None:
         self._check_trace("set an item")
-        kind = None
-        if type(value) is Marked:
-            value, kind = value.value, value.kind
+        value, kind = _entry(value)
         old = self.__dict__.get(index, MISSING)
         self.__dict__[index] = value
         if not same_structure(old, value):  # an array for an array: a new value only

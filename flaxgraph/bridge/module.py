@@ -314,7 +314,7 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
         if hasattr(self, name):
             variable = kind(_checked(name, existing, lambda: init_fn(*init_args, **init_kwargs)))
         else:
-            variable = kind(init_fn(*init_args, **init_kwargs))  # type: ignore[misc]
+            variable = kind(init_fn(*init_args, **init_kwargs))
         setattr(self, name, variable)
         return variable
 

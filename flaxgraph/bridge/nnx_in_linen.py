@@ -18,6 +18,7 @@ from flaxgraph.filterlib import Not
 from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.module_class import Module
 from flaxgraph.rnglib.rngs import Rngs, RngState
+from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.names import variable_name_from_type
 from flaxgraph.variablelib.variable import Variable, is_variable
 
@@ -179,13 +180,6 @@ def to_linen(
     )
 
 
-class _Unset:
-    pass
-
-
-_UNSET = _Unset()
-
-
 def to_linen_class(
     base_nnx_class: type[Module],
     base_metadata_fn: Callable[[Variable[Any]], Any] | None = to_linen_var,
@@ -213,11 +207,11 @@ def to_linen_class(
         nnx_class: Callable[..., Module] | None = None,
         skip_rng: bool | None = None,
         metadata_fn: Callable[[Variable[Any]], Any] | None = None,
-        name: Any = _UNSET,
-        parent: Any = _UNSET,
+        name: Any = MISSING,
+        parent: Any = MISSING,
         **module_kwargs: Any,
     ) -> None:
-        linen_kwargs = {k: v for k, v in (("name", name), ("parent", parent)) if v is not _UNSET}
+        linen_kwargs = {k: v for k, v in (("name", name), ("parent", parent)) if v is not MISSING}
         ToLinen.__init__(
             self,
             nnx_class=nnx_class or base_nnx_class,
