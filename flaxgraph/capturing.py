@@ -73,7 +73,7 @@ def _capturing_wrapper(name: str, method: Callable[..., Any]) -> Callable[..., A
     return wrapper
 
 
-def _methods(cls: type) -> list[tuple[type, str]]:
+def public_methods(cls: type) -> list[tuple[type, str]]:
     """``(defining class, name)`` of the public methods and ``__call__`` of ``cls``, below
     flaxgraph's base classes."""
     found = []
@@ -92,7 +92,7 @@ def _methods(cls: type) -> list[tuple[type, str]]:
 def _patch(classes: set[type]) -> list[tuple[type, str, Any]]:
     patched = []
     with _PATCH_LOCK:
-        targets = {t for cls in classes for t in _methods(cls)}
+        targets = {t for cls in classes for t in public_methods(cls)}
         for owner, name in sorted(targets, key=lambda t: (t[0].__qualname__, t[1])):
             attr = owner.__dict__[name]
             if not hasattr(attr, "_flaxgraph_original"):

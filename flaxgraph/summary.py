@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import inspect
 import io
 import math
 import uuid
@@ -22,11 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flaxgraph.capturing import public_methods
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.module_class import Module
-from flaxgraph.pytreelib.objects import Object, Pytree, static
+from flaxgraph.pytreelib.objects import Pytree, static
 from flaxgraph.reprlib import ipython_running
 from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
 from flaxgraph.typing import Key, PathParts
@@ -189,26 +188,12 @@ def _cost(lowered: Any) -> int | None:
     return None if flops is None else int(flops)
 
 
-def _methods(cls: type) -> Iterator[tuple[type, str]]:
-    """``(defining class, name)`` of ``__call__`` and the public methods of ``cls`` below ``Object``."""
-    seen: set[str] = set()
-    for klass in cls.__mro__:
-        if klass in (Object, Pytree, Module, object):
-            continue
-        for name, value in vars(klass).items():
-            if name in seen or not inspect.isfunction(value):
-                continue
-            if name == "__call__" or not name.startswith("_"):
-                seen.add(name)
-                yield klass, name
-
-
 @contextlib.contextmanager
 def _patched(recorder: _Recorder, classes: list[type]) -> Iterator[None]:
     """Wraps the methods of ``classes`` within the block; restores them even if it raises."""
     originals: dict[tuple[type, str], Any] = {}
     for cls in classes:
-        for klass, name in _methods(cls):
+        for klass, name in public_methods(cls):
             if (klass, name) not in originals:
                 originals[(klass, name)] = vars(klass)[name]
     try:
