@@ -20,8 +20,7 @@ from flaxgraph.variablelib.variable import Variable, is_variable
 
 METHOD_OUTPUTS: Flag[Any] = Flag("capture_method_outputs", None)
 """The kind ``capture(method_outputs=...)`` sows method outputs with, in the capturing
-thread (``None`` outside).
-"""
+thread (``None`` outside)."""
 
 _PATCH_LOCK = threading.Lock()
 _BASE_MODULES = ("flaxgraph.module_class", "flaxgraph.pytreelib.objects")

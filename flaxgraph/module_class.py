@@ -47,8 +47,7 @@ def has_attribute(module: Any, name: str) -> bool:
 CAPTURES = "_flaxgraph_captures"
 """The attribute ``nnx.capture`` gives each module during a call: one Variable per captured
 kind, mapping names to what was sown (``capturing.py``); plain data, so it crosses
-transforms.
-"""
+transforms."""
 
 _NOT_CAPTURED: Any = object()
 

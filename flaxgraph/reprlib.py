@@ -116,8 +116,7 @@ COLOR = (
     else NO_COLOR
 )
 """The colours ``str`` uses: a dark-theme palette where :func:`supports_color` at import,
-else :data:`NO_COLOR`.
-"""
+else :data:`NO_COLOR`."""
 
 
 @dataclasses.dataclass

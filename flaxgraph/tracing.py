@@ -13,8 +13,7 @@ trace_ctx = _jax_core.trace_ctx
 
 TRACE_STATE = _jax_core.trace_state
 """JAX's thread-local holding the current trace's weak reference: ``TRACE_STATE.value`` is
-``current_trace()`` without a call, for per-object hot paths (unflatten).
-"""
+``current_trace()`` without a call, for per-object hot paths (unflatten)."""
 
 
 def current_trace() -> object:

@@ -28,8 +28,7 @@ class Missing:
 
 MISSING: Final[Any] = Missing()
 """The package's one "not given / not there" sentinel (test it with ``is``; typed ``Any`` to
-default a parameter of any type).
-"""
+default a parameter of any type)."""
 
 # -- the layers' argument types ---------------------------------------------------------
 
