@@ -1,13 +1,8 @@
-"""Abstract models with shardings: build a model's structure without allocating it.
+"""Abstract models with shardings: a model's structure without allocating it (the target
+of a sharded restore, ``jit``'s ``out_shardings``; ``guides/distributed.md``, "Abstract models").
 
-The abstract State is the target of a sharded restore (each process reads only its
-shards) and gives ``jit``'s ``out_shardings``; see ``guides/distributed.md``, "Abstract
-models".
-
-Source: Flax NNX 0.12 ``nnx.get_abstract_model``, ``nnx.as_abstract`` and the deprecated
-``nnx.abstract_with_sharding`` (checked against Flax 0.12.8); ``jax.eval_shape``,
-``jax.sharding``.
-"""
+Source: Flax NNX 0.12.8 ``nnx.get_abstract_model``, ``nnx.as_abstract``,
+``nnx.abstract_with_sharding``; ``jax.eval_shape``, ``jax.sharding``."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""``capture``: collect what a call sows (and taps with ``perturb``) without changing the model.
+"""``capture``: collect what a call sows (and taps with ``perturb``) without changing the
+model (``docs/design.md``, "Capture").
 
-How the capture slots work and cross transforms is in ``docs/design.md``, section
-"Capture".
-
-Source: Flax NNX 0.12 ``nnx.capture`` (and ``Module.sow``/``Module.perturb``).
-"""
+Source: Flax NNX 0.12 ``nnx.capture`` (and ``Module.sow``/``Module.perturb``)."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ from flaxgraph.variablelib.variable import Variable, is_variable
 
 METHOD_OUTPUTS: Flag[Any] = Flag("capture_method_outputs", None)
 """The kind ``capture(method_outputs=...)`` sows method outputs with, in the capturing
-thread (``None`` outside).
-"""
+thread (``None`` outside)."""
 
 _PATCH_LOCK = threading.Lock()
 _BASE_MODULES = ("flaxgraph.module_class", "flaxgraph.pytreelib.objects")
@@ -76,10 +72,9 @@ def _capturing_wrapper(name: str, method: Callable[..., Any]) -> Callable[..., A
     return wrapper
 
 
-def _methods(cls: type) -> list[tuple[type, str]]:
+def public_methods(cls: type) -> list[tuple[type, str]]:
     """``(defining class, name)`` of the public methods and ``__call__`` of ``cls``, below
-    flaxgraph's base classes.
-    """
+    flaxgraph's base classes."""
     found = []
     for name in dir(cls):
         if name.startswith("_") and name != "__call__":
@@ -96,7 +91,7 @@ def _methods(cls: type) -> list[tuple[type, str]]:
 def _patch(classes: set[type]) -> list[tuple[type, str, Any]]:
     patched = []
     with _PATCH_LOCK:
-        targets = {t for cls in classes for t in _methods(cls)}
+        targets = {t for cls in classes for t in public_methods(cls)}
         for owner, name in sorted(targets, key=lambda t: (t[0].__qualname__, t[1])):
             attr = owner.__dict__[name]
             if not hasattr(attr, "_flaxgraph_original"):

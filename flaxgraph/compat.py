@@ -2,9 +2,7 @@
 fixed on, whatever ``set_graph_mode``/``set_graph_updates`` say.
 
 Each passes ``graph=True`` (and ``graph_updates=True`` where taken) unless the call gives
-them; otherwise it is the function of the same name in ``flaxgraph``.
-
-Example::
+them, to the function of the same name in ``flaxgraph``::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> m = nnx.Module(); m.a = nnx.Param(jnp.ones(2)); m.b = m.a   # shared
@@ -13,8 +11,7 @@ Example::
   >>> float(f(m))
   2.0
 
-Source: Flax NNX 0.12 ``nnx.compat``.
-"""
+Source: Flax NNX 0.12 ``nnx.compat``."""
 
 from __future__ import annotations
 

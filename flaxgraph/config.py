@@ -1,12 +1,8 @@
-"""Scoped configuration flags: one small class, global default plus ``with`` override.
-
-The only mutable state flaxgraph keeps at module level. As JAX's configuration, the
-global value is shared by all threads and a ``scoped`` override holds only in the
-thread that entered it.
+"""Scoped configuration flags: a global default (shared by all threads, the only mutable
+module-level state flaxgraph keeps) plus a ``with`` override holding in its thread only.
 
 Source: Flax 0.12 ``flax.config`` (``update``, ``_read``, the option names); JAX's
-configuration contexts (``jax.enable_x64``) for the thread rules.
-"""
+configuration contexts (``jax.enable_x64``) for the thread rules."""
 
 from __future__ import annotations
 
@@ -66,7 +62,7 @@ class Flag(Generic[T]):
         if stack:
             stack[-1] = value
         else:
-            self._value = value
+            self.set_globally(value)
 
     def push(self, value: T) -> None:
         """Starts a scoped override in this thread (``pop`` ends it)."""
@@ -127,13 +123,6 @@ class FlaxConfigFlag(Flag[T]):
         if config is not None:
             config.update(self.flax_name, value)
 
-    def set_current(self, value: T) -> None:
-        stack = getattr(self._local, "stack", None)
-        if stack:
-            stack[-1] = value
-        else:
-            self.set_globally(value)
-
 
 # -- Flax-style named configuration ----------------------------------------------------
 
@@ -144,8 +133,7 @@ FLAX_CONFIG_NAMES: tuple[tuple[str, str, str], ...] = (
     ("flax_max_repr_depth", "flaxgraph.reprlib", "MAX_REPR_DEPTH"),
 )
 """The Flax configuration names ``update``/``_read`` know: name, module, ``Flag`` (looked up
-when asked for, so this ground-floor module imports nothing above it).
-"""
+when asked for, so this ground-floor module imports nothing above it)."""
 
 
 def _flag_named(name: str) -> Flag[Any]:

@@ -1,11 +1,7 @@
-"""Containers that are Modules: ``List``, ``Dict`` and ``Sequential`` (Flax's ``nnx.helpers``
-path gathers them with ``TrainState``).
+"""``List``, ``Dict`` and ``Sequential``: containers that are Modules (graph nodes, so two
+modules holding one ``nnx.List`` share it); Flax's ``nnx.helpers`` path gathers them.
 
-Unlike plain lists and dicts (walked by value), these are graph nodes, so two modules
-holding one ``nnx.List`` share it.
-
-Source: Flax NNX 0.12 ``nnx.List``, ``nnx.Dict`` (a ``MutableMapping``), ``nnx.Sequential``.
-"""
+Source: Flax NNX 0.12 ``nnx.List``, ``nnx.Dict`` (a ``MutableMapping``), ``nnx.Sequential``."""
 
 from __future__ import annotations
 
@@ -76,9 +72,7 @@ class List(Module, MutableSequence[Any]):
 
     def _set(self, index: int, value: Any) -> None:
         self._check_trace("set an item")
-        kind = None
-        if type(value) is Marked:
-            value, kind = value.value, value.kind
+        value, kind = _entry(value)
         old = self.__dict__.get(index, MISSING)
         self.__dict__[index] = value
         if not same_structure(old, value):  # an array for an array: a new value only
@@ -120,8 +114,7 @@ class List(Module, MutableSequence[Any]):
 
     def pop(self, index: int = -1) -> Any:
         """Removes and returns the item at ``index`` (default the last), like ``list.pop``;
-        ``IndexError`` if out of range.
-        """
+        ``IndexError`` if out of range."""
         entries = self._entries()
         value, _ = entries.pop(index)
         self._rewrite(entries)
@@ -217,8 +210,7 @@ class Dict(Module, MutableMapping[str, Any]):
 
 class Sequential(Module):
     """Calls its layers in order: ``Sequential(f, g)(x) == g(f(x))``; extra arguments go to the
-    first layer only.
-    """
+    first layer only."""
 
     def __init__(self, *fns: Callable[..., Any]):
         self.layers = List(fns)

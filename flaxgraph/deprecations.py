@@ -1,8 +1,6 @@
 """Flax NNX's ``deprecations``: keep an old function name working while it warns.
 
-Source: Flax NNX 0.12.8 ``flax.nnx.deprecations.deprecated`` (behaviour read from its public
-source).
-"""
+Source: Flax NNX 0.12.8 ``flax.nnx.deprecations.deprecated``."""
 
 from __future__ import annotations
 

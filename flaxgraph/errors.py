@@ -1,8 +1,5 @@
-"""Exceptions raised by flaxgraph and the helpers that word their messages.
-
-Each subclasses ``ValueError`` or ``TypeError``; how a message says what, where and the
-fix is in ``docs/design.md``, section "Errors".
-"""
+"""Exceptions raised by flaxgraph (each a ``ValueError`` or ``TypeError``) and the helpers that
+word their messages (what, where, the fix: ``docs/design.md``, "Errors")."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ class FlaxgraphError(Exception):
 
 class TraceContextError(FlaxgraphError, ValueError):
     """An Object or Variable created outside a transform was mutated inside it (the new value
-    would be a tracer that leaks out).
-    """
+    would be a tracer that leaks out)."""
 
 
 class GraphStructureError(FlaxgraphError, ValueError):
@@ -49,26 +45,22 @@ class InvalidFilterError(FlaxgraphError, TypeError):
 
 class SharedReferenceError(FlaxgraphError, ValueError):
     """Tree mode met a Variable reachable along several paths, or a ``graph_updates=False``
-    transform met one among both its inputs and outputs; the message lists every path.
-    """
+    transform met one among both its inputs and outputs; the message lists every path."""
 
 
 class ScopeParamNotFoundError(FlaxgraphError, ValueError):
     """A wrapped Linen module (``nnx.bridge.ToNNX``) needed a variable ``lazy_init`` did not
-    create; the bridge raises a subclass that is also Linen's error of this name.
-    """
+    create; the bridge raises a subclass that is also Linen's error of this name."""
 
 
 class FlaxInternalError(FlaxgraphError, NotImplementedError):
     """A Flax-internal name with no counterpart in flaxgraph was used; the message names what to
-    use instead (``guides/from_flax.md``, "Flax-internal names at their dotted paths").
-    """
+    use instead (``guides/from_flax.md``, "Flax-internal names at their dotted paths")."""
 
 
 class IdentityHashWarning(UserWarning):
     """A static attribute hashes by identity, so each new model instance gets a new GraphDef
-    and recompiles.
-    """
+    and recompiles."""
 
 
 MAX_LISTED = 10

@@ -1,12 +1,7 @@
-"""Graphs inside pytrees: ``to_tree``/``from_tree`` and ``prefix`` (``nnx.extract``).
+"""Graphs inside pytrees: ``to_tree``/``from_tree`` and ``prefix`` (``nnx.extract``); Flax's
+other helpers at that path are in ``flax_surface/extract_records.py``.
 
-``to_tree`` turns the graph nodes of a pytree into ``NodeStates`` split in one context
-(a node met twice is stored once), so the tree can pass through plain JAX functions;
-``from_tree`` merges them back, restoring the sharing. Flax's other tree helpers at
-``flax.nnx.extract`` are in ``flax_surface/extract_records.py``.
-
-Source: Flax NNX 0.12 ``nnx.extract`` (``to_tree``, ``from_tree``, ``NodeStates``, ``prefix``).
-"""
+Source: Flax NNX 0.12 ``nnx.extract`` (``to_tree``, ``from_tree``, ``NodeStates``, ``prefix``)."""
 
 from __future__ import annotations
 
@@ -319,8 +314,7 @@ def _prefix_fn(filter_map: Mapping[Filter, Any] | Callable[..., Any]) -> Callabl
 class PrefixRule:
     """``NodeStates.metadata`` in an ``nnx.prefix(..., graph=True)`` result: the prefix rule
     ``fn`` and the object's ``path``, so transforms can ask the prefix of a Variable that
-    appears only as a reference (to check its aliases agree).
-    """
+    appears only as a reference (to check its aliases agree)."""
 
     fn: Callable[[PathParts, Any], Any] = dataclasses.field(compare=False, repr=False)
     path: PathParts

@@ -168,46 +168,40 @@ class PathIn:
         return hash(self.paths)
 
 
-class Any:
-    """Matches what at least one of ``filters`` matches (a tuple of filters means this)."""
+class _Combination:
+    """Base of ``Any`` and ``All``: the predicates of ``filters``, compared by class and them."""
 
     __slots__ = ("predicates",)
 
     def __init__(self, *filters: Filter):
         self.predicates = filters_to_predicates(filters)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self.predicates))})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, type(self)) and self.predicates == other.predicates
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.predicates))
+
+
+class Any(_Combination):
+    """Matches what at least one of ``filters`` matches (a tuple of filters means this)."""
+
+    __slots__ = ()
 
     def __call__(self, path: PathParts, value: object) -> bool:
         return any(p(path, value) for p in self.predicates)
 
-    def __repr__(self) -> str:
-        return f"Any({', '.join(map(repr, self.predicates))})"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Any) and self.predicates == other.predicates
-
-    def __hash__(self) -> int:
-        return hash((Any, self.predicates))
-
-
-class All:
+class All(_Combination):
     """Matches what every one of ``filters`` matches."""
 
-    __slots__ = ("predicates",)
-
-    def __init__(self, *filters: Filter):
-        self.predicates = filters_to_predicates(filters)
+    __slots__ = ()
 
     def __call__(self, path: PathParts, value: object) -> bool:
         return all(p(path, value) for p in self.predicates)
-
-    def __repr__(self) -> str:
-        return f"All({', '.join(map(repr, self.predicates))})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, All) and self.predicates == other.predicates
-
-    def __hash__(self) -> int:
-        return hash((All, self.predicates))
 
 
 class Not:
@@ -231,33 +225,28 @@ class Not:
         return hash((Not, self.predicate))
 
 
-class Everything:
+class _Constant:
+    """Base of ``Everything`` and ``Nothing``: equal to every instance of its class."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, type(self))
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class Everything(_Constant):
     """Matches every leaf (``...`` and ``True`` mean this)."""
 
     def __call__(self, path: PathParts, value: object) -> bool:
         return True
 
-    def __repr__(self) -> str:
-        return "Everything()"
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Everything)
-
-    def __hash__(self) -> int:
-        return hash(Everything)
-
-
-class Nothing:
+class Nothing(_Constant):
     """Matches no leaf (``None`` and ``False`` mean this)."""
 
     def __call__(self, path: PathParts, value: object) -> bool:
         return False
-
-    def __repr__(self) -> str:
-        return "Nothing()"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Nothing)
-
-    def __hash__(self) -> int:
-        return hash(Nothing)

@@ -1,11 +1,7 @@
-"""Unique ids for objects: ``nnx.ids.uuid()``.
+"""Unique ids for objects: ``nnx.ids.uuid()``, equal only to itself, never recycled while
+alive (unlike ``id(x)``), with no shared counter to lock.
 
-A ``UUID`` is equal only to itself, a copy is a new id, and, unlike ``id(x)``, it is
-never recycled while alive; it holds a private token, so there is no shared counter
-(nothing to lock across threads).
-
-Source: Flax NNX 0.12 ``flax.nnx.ids`` (``uuid``, ``UUID``, ``UUIDManager``).
-"""
+Source: Flax NNX 0.12 ``flax.nnx.ids`` (``uuid``, ``UUID``, ``UUIDManager``)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""The active device mesh, logical axis rules, and eager sharding of new Variables.
+"""The active device mesh, logical axis rules, and eager sharding of new Variables
+(``docs/design.md``, "Axis metadata").
 
-Sharding names live in a Variable's ``out_sharding`` metadata, one entry per dimension;
-how the rules and eager sharding turn them into placements, and where flaxgraph differs
-from Flax, is in ``docs/design.md``, section "Axis metadata".
-
-Source: Flax NNX 0.12 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding`` and
-``nnx.logical_axis_rules`` (checked against Flax 0.12.8), its deprecation of
-``sharding``/``sharding_names`` for ``out_sharding``, the FLIP "Variable eager sharding";
-``jax.sharding``.
-"""
+Source: Flax NNX 0.12.8 ``nnx.use_eager_sharding``, ``nnx.using_eager_sharding``,
+``nnx.logical_axis_rules``, the FLIP "Variable eager sharding"; ``jax.sharding``."""
 
 from __future__ import annotations
 
@@ -46,8 +40,7 @@ OLD_SHARDING_KEYS = ("sharding", "sharding_names")
 
 def rename_sharding_keys(metadata: dict[str, Any], stacklevel: int = 3) -> dict[str, Any]:
     """Renames ``sharding``/``sharding_names`` of ``metadata`` to ``out_sharding`` in place, with
-    a ``DeprecationWarning`` per key at ``stacklevel``; returns ``metadata``.
-    """
+    a ``DeprecationWarning`` per key at ``stacklevel``; returns ``metadata``."""
     for key in OLD_SHARDING_KEYS:
         if key in metadata:
             warnings.warn(
@@ -64,7 +57,6 @@ Rules = tuple[tuple[str, Any], ...]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# The two scoped settings of this file (see the module docstring).
 # eager sharding's default is one setting with flax.config's when real Flax is imported
 EAGER_SHARDING: Flag[bool] = FlaxConfigFlag("eager_sharding", True, "flax_always_shard_variable")
 LOGICAL_AXIS_RULES: Flag[Rules] = Flag("logical_axis_rules", ())
@@ -284,15 +276,9 @@ def _trimmed(spec: PartitionSpec) -> tuple[Any, ...]:
     return entries
 
 
-def check_spec(
-    spec: PartitionSpec,
-    mesh: Any,
-    shape: tuple[int, ...] | None,
-    where: str,
-) -> None:
+def check_spec(spec: PartitionSpec, mesh: Any, shape: tuple[int, ...] | None, where: str) -> None:
     """Raises ``ShardingSpecError`` when ``spec`` names an axis ``mesh`` lacks, or has more
-    non-trailing-``None`` entries than ``shape`` has dimensions; ``where`` names the Variable.
-    """
+    non-trailing-``None`` entries than ``shape`` has dimensions; ``where`` names the Variable."""
     if mesh is not None:
         axis_names = tuple(mesh.axis_names)
         missing = [a for e in spec for a in _axes_in(e) if a not in axis_names]
@@ -314,8 +300,7 @@ def check_spec(
 
 def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any:
     """The Variable-creation hook: ``value`` placed with its sharding when eager sharding is on
-    and a mesh is known, else unchanged (``kind`` is for errors).
-    """
+    and a mesh is known, else unchanged (``kind`` is for errors)."""
     given = metadata.get("out_sharding")
     if given is None or metadata.get("eager_sharding") is False:  # nothing to place
         return value
@@ -330,11 +315,8 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
         return jax.device_put(value, given)
     if isinstance(given, Format):  # a layout and a sharding
         return jax.device_put(value, given)
-    names = names_of(metadata)
-    if names is None:
-        return value
-    mesh = metadata.get("mesh") or active_mesh()
-    if mesh is None:
+    names, mesh = names_of(metadata), metadata.get("mesh") or active_mesh()
+    if names is None or mesh is None:
         return value
     spec = PartitionSpec(*resolve_names(names, metadata.get("sharding_rules") or ()))
     check_spec(spec, mesh, tuple(value.shape), f"a new {kind} of shape {tuple(value.shape)}")

@@ -1,14 +1,9 @@
-"""Traversal modes: graph mode, tree mode, and whether transforms propagate graph updates.
+"""Traversal modes: graph mode, tree mode, and whether transforms propagate graph updates
+(``docs/design.md``, "Traversal modes"). ``graph=None``/``graph_updates=None`` take the
+defaults when the transform is created; ``set_graph_mode``/``set_graph_updates`` change
+them globally, for a ``with`` block or per call (a decorator; the last two per thread).
 
-The three modes and what each lets back are in ``docs/design.md``, section "Traversal
-modes". ``graph=None``/``graph_updates=None`` take the defaults when the transform is
-created; ``set_graph_mode``/``set_graph_updates`` change them globally (a statement),
-for a block (``with``) or for each call (a decorator), the last two in this thread only,
-as JAX's configuration contexts.
-
-Source: Flax NNX 0.12 ``nnx.set_graph_mode``, ``nnx.set_graph_updates`` and the
-``graph``/``graph_updates`` arguments of its transforms.
-"""
+Source: Flax NNX 0.12 ``nnx.set_graph_mode``, ``nnx.set_graph_updates``."""
 
 from __future__ import annotations
 
@@ -28,8 +23,7 @@ GRAPH_UPDATES = FlaxConfigFlag("graph_updates", True, "nnx_graph_updates")
 
 class Mode(NamedTuple):
     """A resolved traversal mode: ``graph`` (walked as graphs) and ``updates`` (structural
-    changes reach the caller; always ``False`` in tree mode).
-    """
+    changes reach the caller; always ``False`` in tree mode)."""
 
     graph: bool
     updates: bool
@@ -59,8 +53,7 @@ def resolve(graph: bool | None, graph_updates: bool | None) -> Mode:
 
 class _Setting:
     """What ``set_graph_mode``/``set_graph_updates`` return: in force globally at once; as a
-    context manager or decorator it becomes this thread's override instead.
-    """
+    context manager or decorator it becomes this thread's override instead."""
 
     __slots__ = ("flag", "value", "previous", "active")
 

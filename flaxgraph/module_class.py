@@ -1,7 +1,5 @@
-"""Module: an Object with the conveniences of a neural-network layer (the class; Flax's
-``nnx.module`` path gathers it with ``view``, ``capture`` and the rest).
-
-It adds walks over sub-modules, ``sow``, ``perturb`` and mode switches::
+"""Module: an Object with a layer's walks over sub-modules, ``sow``, ``perturb`` and mode
+switches (Flax's ``nnx.module`` path gathers it with ``view``, ``capture``…)::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> class Block(nnx.Module):
@@ -18,8 +16,7 @@ It adds walks over sub-modules, ``sow``, ``perturb`` and mode switches::
   >>> block.eval().deterministic
   True
 
-Source: Flax NNX 0.12 ``nnx.Module`` (its methods) and ``nnx.iter_modules``.
-"""
+Source: Flax NNX 0.12 ``nnx.Module`` (its methods) and ``nnx.iter_modules``."""
 
 from __future__ import annotations
 
@@ -50,16 +47,14 @@ def has_attribute(module: Any, name: str) -> bool:
 CAPTURES = "_flaxgraph_captures"
 """The attribute ``nnx.capture`` gives each module during a call: one Variable per captured
 kind, mapping names to what was sown (``capturing.py``); plain data, so it crosses
-transforms.
-"""
+transforms."""
 
 _NOT_CAPTURED: Any = object()
 
 
 def _capture_slot(module: Any, variable_type: type) -> Any:
     """``None`` outside ``nnx.capture``; else the capture's Variable of ``variable_type``, or
-    ``_NOT_CAPTURED`` (the value is dropped, as in Flax).
-    """
+    ``_NOT_CAPTURED`` (the value is dropped, as in Flax)."""
     slots = module.__dict__.get(CAPTURES)
     if slots is None:
         return None

@@ -1,9 +1,7 @@
-"""Copying a graph's objects while sharing its Variables.
-
-``nnx.with_rngs``, ``nnx.view``/``nnx.with_attributes`` and ``split_rngs``/``fork_rngs``
-with ``graph_updates=False`` return "a new node": every graph node and container copied,
-every Variable the original's (changing a value through the copy changes the original;
-changing an attribute does not)::
+"""Copying a graph's objects while sharing its Variables: the "new node" of ``nnx.with_rngs``,
+``nnx.view``/``nnx.with_attributes`` and ``split_rngs``/``fork_rngs`` with
+``graph_updates=False`` (a value changed through the copy changes the original; an
+attribute does not)::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.node_copy import copy_nodes
@@ -14,9 +12,7 @@ changing an attribute does not)::
   >>> new is box, new.w is box.w
   (False, True)
 
-Source: the "new node sharing the arrays" behaviour of Flax NNX 0.12
-``nnx.view``/``nnx.with_rngs``.
-"""
+Source: the "new node sharing the arrays" of Flax NNX 0.12 ``nnx.view``/``nnx.with_rngs``."""
 
 from __future__ import annotations
 
@@ -46,8 +42,7 @@ from flaxgraph.typing import PathParts
 
 def check_tree(node: Any, graph: bool, root_name: str = "node") -> None:
     """In tree mode (``graph=False``), raises ``SharedReferenceError`` (listing the paths) if a
-    Variable of ``node`` is reachable twice.
-    """
+    Variable of ``node`` is reachable twice."""
     if not graph:
         flatten_with_paths(node, root_name=root_name, graph=False)
 

@@ -1,14 +1,8 @@
-"""Axis metadata and sharding helpers (SPMD), gathered with others in Flax's ``nnx.spmd``.
+"""Axis metadata and sharding helpers (SPMD; Flax's ``nnx.spmd``): the ``AxisMetadata`` box
+protocol and a Variable's sharding names as ``PartitionSpec``/``NamedSharding``
+(``docs/design.md``, "Axis metadata").
 
-The ``AxisMetadata`` box protocol (``Partitioned``, ``with_partitioning``) and the
-functions that turn a Variable's sharding names into ``PartitionSpec`` and
-``NamedSharding`` values. How names follow added and removed axes is in ``docs/design.md``,
-section "Axis metadata".
-
-Source: the "Axis Metadata" FLIP flax#2434; Flax NNX's "Transformations" guide ("Axis
-metadata") and ``nnx.spmd`` (``get_partition_spec``, ``get_named_sharding``,
-``get_var_pspec``); ``jax.sharding`` and ``jax.lax.with_sharding_constraint``.
-"""
+Source: the "Axis Metadata" FLIP flax#2434; Flax NNX ``nnx.spmd``; ``jax.sharding``."""
 
 from __future__ import annotations
 
@@ -292,8 +286,7 @@ def _constrain(v: Any, sharding: Any) -> Any:
 
 def map_boxes(prefix: Any, tree: Any, fn: Callable[[AxisMetadata, Any], AxisMetadata]) -> Any:
     """Applies ``fn(box, axis)`` to every ``AxisMetadata`` box in ``tree``, ``axis`` the int
-    entry of ``prefix`` above it (other prefixes leave boxes alone).
-    """
+    entry of ``prefix`` above it (other prefixes leave boxes alone)."""
     if isinstance(prefix, int) and not isinstance(prefix, bool):
         # Objects and Variables are leaves here: rebuilding them as pytrees would hand
         # the function copies, and its changes would be lost (vmap over ``__init__``).

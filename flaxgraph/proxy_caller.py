@@ -1,10 +1,7 @@
 """Flax NNX's ``proxy_caller``: record attribute and item accesses, replay them later.
 
 ``proxy.layer[0].method(x)`` calls ``fn(accessor, x)``, ``accessor`` replaying
-``.layer[0].method``: how ``nnx.call`` and ``GraphDef.apply`` take a method path from
-Python syntax.
-
-Example::
+``.layer[0].method`` (how ``nnx.call`` and ``GraphDef.apply`` take a method path)::
 
   >>> from flaxgraph.proxy_caller import CallableProxy, DelayedAccessor
   >>> path = DelayedAccessor().imag
@@ -14,8 +11,7 @@ Example::
   >>> proxy.conjugate()
   (2-0j)
 
-Source: Flax NNX 0.12.8 ``flax.nnx.proxy_caller``.
-"""
+Source: Flax NNX 0.12.8 ``flax.nnx.proxy_caller``."""
 
 from __future__ import annotations
 
@@ -47,8 +43,7 @@ class GetAttr:
 class DelayedAccessor:
     """A path of recorded lookups (``actions``); ``accessor(x)`` replays them on ``x``.
 
-    Hashable and static under JAX transforms.
-    """
+    Hashable and static under JAX transforms."""
 
     actions: tuple[GetItem | GetAttr, ...] = ()
 

@@ -5,13 +5,10 @@ Usage, for any project whose tests write ``from flax import nnx``::
     pytest -p flaxgraph.pytest_plugin --flax-nnx=flaxgraph tests/
 
 ``--flax-nnx=flaxgraph`` binds with :func:`flaxgraph.install_as_flax_nnx` before any
-conftest is imported (every xdist worker too); ``flax`` (the default) binds nothing, for
-a baseline with the same command line. The report header says which ran; if the real
-``flax.nnx`` was imported first, the run stops with ``install_as_flax_nnx``'s
-``RuntimeError``.
+conftest (in every xdist worker; a real ``flax.nnx`` imported first stops the run with its
+``RuntimeError``); ``flax`` (the default) binds nothing. The report header says which ran.
 
-Source: pytest's plugin hooks (``pytest_load_initial_conftests``); ``guides/tunix.md``.
-"""
+Source: pytest's plugin hooks (``pytest_load_initial_conftests``); ``guides/tunix.md``."""
 
 from __future__ import annotations
 

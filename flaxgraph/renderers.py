@@ -1,21 +1,14 @@
-"""Renderers: how the core's classes reach display code that sits above them.
-
-The core cannot import ``flaxgraph/visualization/`` (display builds on it), so its
-display hooks ask ``RENDERERS`` for their kind's renderer, which display registers when
-imported (see ``flaxgraph/visualization/README.md``); with nothing registered they fall
-back to ``object.__repr__``, treescope's generic rendering and no HTML.
-
-Example::
+"""Renderers: the core's display hooks ask ``RENDERERS`` for their kind's renderer, which
+``flaxgraph/visualization/`` registers from above (its README); with none registered they
+fall back to ``object.__repr__``, treescope's generic rendering and no HTML::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.renderers import RENDERERS
   >>> RENDERERS.text("variable", nnx.Param(jnp.ones(2))).splitlines()[0]
   'Param( # 2 (8 B)'
 
-Source: ``docs/design.md``, section "Layers" (display registers from above); the hooks
-are Python's ``__repr__``, IPython's ``_repr_mimebundle_`` and treescope's
-``__treescope_repr__``.
-"""
+Source: ``docs/design.md``, "Layers"; Python's ``__repr__``, IPython's ``_repr_mimebundle_``,
+treescope's ``__treescope_repr__``."""
 
 from __future__ import annotations
 

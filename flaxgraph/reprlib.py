@@ -116,8 +116,7 @@ COLOR = (
     else NO_COLOR
 )
 """The colours ``str`` uses: a dark-theme palette where :func:`supports_color` at import,
-else :data:`NO_COLOR`.
-"""
+else :data:`NO_COLOR`."""
 
 
 @dataclasses.dataclass
@@ -164,8 +163,7 @@ class Object:
 @dataclasses.dataclass
 class Attr:
     """One attribute part: ``key`` (coloured unless ``use_raw_key``), ``value`` (through
-    :func:`colorized` unless ``use_raw_value``), ``start``/``end`` around ``key=value``.
-    """
+    :func:`colorized` unless ``use_raw_value``), ``start``/``end`` around ``key=value``."""
 
     key: str
     value: Any
@@ -202,8 +200,7 @@ def _bracketed(c: Color, open_: str, items: list[str], close: str) -> str:
 
 def colorized(x: Any, /) -> str:
     """The text of one value in the current colours (containers element by element,
-    :class:`Representable` values by :func:`get_repr`, others by ``repr``).
-    """
+    :class:`Representable` values by :func:`get_repr`, others by ``repr``)."""
     c = REPR_CONTEXT.current_color
     if isinstance(x, list):
         return _bracketed(c, "[", [colorized(v) for v in x], "]")

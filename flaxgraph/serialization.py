@@ -1,13 +1,8 @@
-"""Checkpoints through orbax-checkpoint, with path-naming checks before a restore.
+"""Checkpoints through orbax-checkpoint (``flaxgraph[checkpoint]``), with path-naming checks
+before a restore. orbax saves ``nnx.state(model)`` as it is; using orbax directly is in
+``guides/distributed.md``, "Checkpoints with orbax".
 
-orbax saves ``nnx.state(model)`` as it is (a pytree of arrays; typed PRNG keys as orbax
-0.12 stores them, pinned by ``tests/test_serialization.py``). ``save_state``/``load_state``
-are thin conveniences over ``ocp.StandardCheckpointer``; using orbax directly is in
-``guides/distributed.md``, "Checkpoints with orbax". Needs ``flaxgraph[checkpoint]``.
-
-Source: Flax NNX 0.12 checkpointing guide (orbax ``StandardCheckpointer`` on
-``nnx.state``); orbax-checkpoint 0.12 API (``save``, ``restore``, ``metadata``).
-"""
+Source: Flax NNX 0.12 checkpointing guide; orbax-checkpoint 0.12 (``StandardCheckpointer``)."""
 
 from __future__ import annotations
 

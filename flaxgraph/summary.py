@@ -1,22 +1,15 @@
-"""tabulate: a table of a model's sub-modules, their inputs and outputs, and their
-state, computed without running the model.
+"""tabulate: a table of a model's sub-modules, their inputs, outputs and state, from one
+``jax.eval_shape`` run on a copy whose methods are wrapped (each distinct call recorded
+once, inside ``nnx.vmap``/``nnx.scan`` too).
 
-The model runs once under ``jax.eval_shape`` on a copy whose objects carry their paths,
-with every method wrapped, so each distinct call is recorded once, inside ``nnx.vmap``
-or ``nnx.scan`` too; with ``compute_flops`` each call is lowered by one ``jax.jit``
-whose trace is then reused.
-
-Source: Flax NNX ``nnx.tabulate`` (0.12.8: signature, columns, ``row_filter``,
-``CallInfo``, ``filter_rng_streams``, the ``flax.nnx.summary`` records); ``rich.table``
-renders; FLOPs from ``jax.jit(...).lower(...).cost_analysis()``.
-"""
+Source: Flax NNX 0.12.8 ``nnx.tabulate`` and the ``flax.nnx.summary`` records;
+``rich.table``; FLOPs from ``jax.jit(...).lower(...).cost_analysis()``."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
-import inspect
 import io
 import math
 import uuid
@@ -28,11 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flaxgraph.capturing import public_methods
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.split_merge import merge, split
 from flaxgraph.graphlib.split_merge import state as graph_state
-from flaxgraph.module_class import Module
-from flaxgraph.pytreelib.objects import Object, Pytree, static
+from flaxgraph.pytreelib.objects import Pytree, static
 from flaxgraph.reprlib import ipython_running
 from flaxgraph.rnglib.rngs import Rngs, RngState, RngStream
 from flaxgraph.typing import Key, PathParts
@@ -163,19 +156,9 @@ def _measured_call(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    """Calls ``fn`` through one ``jax.jit`` lowered first (for XLA's FLOPs; the call then hits
-    the jit cache, so its body is traced once); a call that cannot be lowered on its own
-    runs as is, without FLOPs.
-    """
-    graphdef, state = split(obj)
-    leaves, treedef = jax.tree.flatten((args, kwargs))
-    arrays = [x for x in leaves if _is_array(x)]
-
-    def forward(state: Any, arrays: list[Any]) -> Any:
-        it = iter(arrays)
-        full = [next(it) if _is_array(x) else x for x in leaves]
-        call_args, call_kwargs = jax.tree.unflatten(treedef, full)
-        return fn(merge(graphdef, state), *call_args, **call_kwargs)
+    """Calls ``fn`` through one ``jax.jit`` lowered first (for XLA's FLOPs; the jit cache then
+    traces its body once); a call that cannot be lowered alone runs as is, without FLOPs."""
+    state, arrays, forward = _pure_call(obj, args, kwargs, fn)
 
     def backward(state: Any, arrays: list[Any]) -> Any:
         out, pullback = jax.vjp(forward, state, arrays)
@@ -205,26 +188,12 @@ def _cost(lowered: Any) -> int | None:
     return None if flops is None else int(flops)
 
 
-def _methods(cls: type) -> Iterator[tuple[type, str]]:
-    """``(defining class, name)`` of ``__call__`` and the public methods of ``cls`` below ``Object``."""
-    seen: set[str] = set()
-    for klass in cls.__mro__:
-        if klass in (Object, Pytree, Module, object):
-            continue
-        for name, value in vars(klass).items():
-            if name in seen or not inspect.isfunction(value):
-                continue
-            if name == "__call__" or not name.startswith("_"):
-                seen.add(name)
-                yield klass, name
-
-
 @contextlib.contextmanager
 def _patched(recorder: _Recorder, classes: list[type]) -> Iterator[None]:
     """Wraps the methods of ``classes`` within the block; restores them even if it raises."""
     originals: dict[tuple[type, str], Any] = {}
     for cls in classes:
-        for klass, name in _methods(cls):
+        for klass, name in public_methods(cls):
             if (klass, name) not in originals:
                 originals[(klass, name)] = vars(klass)[name]
     try:
@@ -238,6 +207,22 @@ def _patched(recorder: _Recorder, classes: list[type]) -> Iterator[None]:
 
 def _is_array(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+
+
+def _pure_call(
+    obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any], fn: Callable[..., Any]
+) -> tuple[Any, list[Any], Callable[[Any, list[Any]], Any]]:
+    """``obj``'s state, the arrays among the arguments, and ``(state, arrays) -> fn(obj, ...)``."""
+    graphdef, state = split(obj)
+    leaves, treedef = jax.tree.flatten((args, kwargs))
+
+    def call(state: Any, arrays: list[Any]) -> Any:
+        it = iter(arrays)
+        full = [next(it) if _is_array(x) else x for x in leaves]
+        call_args, call_kwargs = jax.tree.unflatten(treedef, full)
+        return fn(merge(graphdef, state), *call_args, **call_kwargs)
+
+    return state, [x for x in leaves if _is_array(x)], call
 
 
 def _abstract_run(
@@ -262,17 +247,11 @@ def _abstract_run(
             f"nnx.tabulate: the {type(obj).__name__} has no method {method!r}.\nFix: pass "
             "the name of one of its methods, e.g. method='__call__'."
         )
-    graphdef, state = split(copy)
-    leaves, treedef = jax.tree.flatten((args, kwargs))
-    arrays = [x for x in leaves if _is_array(x)]
 
-    def run(state: Any, arrays: list[Any]) -> None:
-        it = iter(arrays)
-        full = [next(it) if _is_array(x) else x for x in leaves]
-        call_args, call_kwargs = jax.tree.unflatten(treedef, full)
-        node = merge(graphdef, state)
-        getattr(node, method)(*call_args, **call_kwargs)
+    def call_method(node: Any, *a: Any, **k: Any) -> None:  # eval_shape: no output to trace
+        getattr(node, method)(*a, **k)
 
+    state, arrays, run = _pure_call(copy, args, kwargs, call_method)
     with _patched(recorder, classes):
         jax.eval_shape(run, jax.tree.map(_abstract, state), [_abstract(a) for a in arrays])
     return recorder
@@ -352,9 +331,8 @@ def _metadata_repr(value: Any) -> str:
 
 
 def _stats(node: Any) -> tuple[dict[str, tuple[int, int]], dict[str, list[str]]]:
-    """Per Variable kind ``(elements, bytes)`` of the node's sub-graph (shared ones once), and
-    its own Variables as ``name: dtype[shape]`` lines.
-    """
+    """Per Variable kind ``(elements, bytes)`` of the node's sub-graph (shared ones once) and
+    its own Variables as ``name: dtype[shape]`` lines."""
     totals: dict[str, tuple[int, int]] = {}
     own: dict[str, list[str]] = {}
     sub_objects = [p for p, v in iter_graph(node) if isinstance(v, Pytree) and p]
@@ -518,8 +496,7 @@ in_ipython = ipython_running()
 @dataclasses.dataclass
 class SizeBytes:
     """A count of array elements and their bytes; adds up, false when empty; ``repr``
-    ``'9 [dim](36 B)[/dim]'`` (rich markup).
-    """
+    ``'9 [dim](36 B)[/dim]'`` (rich markup)."""
 
     size: int
     bytes: int

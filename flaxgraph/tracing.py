@@ -1,14 +1,8 @@
-"""Which JAX trace is active: the token Objects and Variables record at creation.
+"""Which JAX trace is active: the token Objects and Variables record at creation, so a
+mutation from another trace (a leaked tracer) is refused. The token is the weak reference
+JAX's current trace keeps to itself (in ``jax._src.core``; only this file touches it).
 
-A mutation compares the trace an object was created in with the current one (a value
-set from inside a transform would leak a tracer). The token is the weak reference
-JAX's current trace keeps to itself (the same object while the trace lives, cheap to
-compare, not keeping it alive); JAX exposes it only in ``jax._src.core``, and this file
-is the one place that touches it.
-
-Source: Flax NNX 0.12 ``flax.nnx.tracers`` (``TraceState``, ``current_jax_trace``);
-JAX's ``get_opaque_trace_state`` wraps the same value.
-"""
+Source: Flax NNX 0.12 ``flax.nnx.tracers`` (``TraceState``, ``current_jax_trace``)."""
 
 from __future__ import annotations
 
@@ -19,8 +13,7 @@ trace_ctx = _jax_core.trace_ctx
 
 TRACE_STATE = _jax_core.trace_state
 """JAX's thread-local holding the current trace's weak reference: ``TRACE_STATE.value`` is
-``current_trace()`` without a call, for per-object hot paths (unflatten).
-"""
+``current_trace()`` without a call, for per-object hot paths (unflatten)."""
 
 
 def current_trace() -> object:

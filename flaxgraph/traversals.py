@@ -1,9 +1,5 @@
-"""Nested mappings <-> flat mappings keyed by paths (``flatten_mapping``/``unflatten_mapping``).
-
-Any ``Mapping`` is walked (dicts, ``State``, Flax's ``FrozenDict``); anything else is a leaf.
-
-Source: Flax NNX 0.12 ``nnx.traversals``.
-"""
+"""Nested mappings (any ``Mapping``: dicts, ``State``, ``FrozenDict``) <-> flat mappings
+keyed by paths. Source: Flax NNX 0.12 ``nnx.traversals``."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Type aliases shared by the whole package (the names of Flax's ``flax.typing``).
+"""Type aliases shared by the whole package: ``Key`` (one path step), ``PathParts`` (a path,
+``('layers', 0, 'kernel')``), the ``MISSING`` sentinel, the layers' argument types.
 
-``Key`` is one step of a path (attribute name, index, dict key), ``PathParts`` a path
-(``('layers', 0, 'kernel')``), ``MISSING`` the "not given" sentinel; the rest are the
-layers' argument types.
-
-Source: Flax's ``flax.typing`` (the same names).
-"""
+Source: Flax's ``flax.typing`` (the same names)."""
 
 from __future__ import annotations
 
@@ -32,8 +28,7 @@ class Missing:
 
 MISSING: Final[Any] = Missing()
 """The package's one "not given / not there" sentinel (test it with ``is``; typed ``Any`` to
-default a parameter of any type).
-"""
+default a parameter of any type)."""
 
 # -- the layers' argument types ---------------------------------------------------------
 
@@ -55,8 +50,7 @@ TupleArg = TypeVar("TupleArg", bound=tuple[Any, ...])
 
 class PromoteDtypeFn(Protocol):
     """A dtype promotion function (``promote_dtype=``): ``fn(args, /, *, dtype=None,
-    inexact=True)`` returns ``args`` with its arrays cast to one dtype.
-    """
+    inexact=True)`` returns ``args`` with its arrays cast to one dtype."""
 
     def __call__(
         self, args: TupleArg, /, *, dtype: Any = None, inexact: bool = True

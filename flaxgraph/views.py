@@ -1,13 +1,8 @@
-"""Views: a copy of a model with other modes, sharing the model's Variables.
+"""Views: a copy of a model with other modes, sharing its Variables (unlike the in-place
+``model.eval()``). ``view`` calls each selected module's ``set_view`` (keywords defaulting
+to ``None``, documented under ``Args:``, which ``view_info`` lists).
 
-Unlike ``model.eval()`` (in place), a view's settings never leak into the model, and
-training the model updates the view. ``view`` calls each selected module's ``set_view``
-with the keywords it accepts (define it on your modules with keywords defaulting to
-``None``, "leave as is", documented under ``Args:``); ``view_info`` lists them;
-``with_attributes`` is the copying ``Module.set_attributes``.
-
-Source: Flax NNX 0.12 ``nnx.view``, ``nnx.view_info``, ``nnx.with_attributes``.
-"""
+Source: Flax NNX 0.12 ``nnx.view``, ``nnx.view_info``, ``nnx.with_attributes``."""
 
 from __future__ import annotations
 

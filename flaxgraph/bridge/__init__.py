@@ -1,8 +1,5 @@
-"""Linen interop: Linen modules inside flaxgraph models and flaxgraph modules inside Linen models.
-
-Needs ``pip install 'flaxgraph[linen]'``; see the package README. Source: Flax NNX 0.12
-``flax.nnx.bridge``.
-"""
+"""Linen interop (``pip install 'flaxgraph[linen]'``; the package README).
+Source: Flax NNX 0.12 ``flax.nnx.bridge``."""
 
 try:
     from flax import linen as _linen  # noqa: F401

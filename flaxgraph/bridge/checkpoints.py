@@ -1,8 +1,5 @@
-"""Checkpoints across the boundary: a Linen variables dict to a flaxgraph ``State`` and back, path for path.
-
-See the package README, "Checkpoints". Source: Flax's Linen-to-NNX migration guide
-(restoring checkpoints); ``flax.nnx.bridge.variables``.
-"""
+"""A Linen variables dict to a flaxgraph ``State`` and back, path for path (the package README,
+"Checkpoints"). Source: Flax's Linen-to-NNX migration guide; ``flax.nnx.bridge.variables``."""
 
 from __future__ import annotations
 
@@ -80,10 +77,7 @@ def _leaves(tree: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ..
 
 
 def state_to_linen_params(
-    state: Mapping[Any, Any],
-    *,
-    renames: Mapping[Any, Any] | None = None,
-    boxed: bool = False,
+    state: Mapping[Any, Any], *, renames: Mapping[Any, Any] | None = None, boxed: bool = False
 ) -> dict[str, Any]:
     """Linen variables ``{collection: nested dict}`` (RNG state left out) from a flaxgraph State.
 

@@ -1,12 +1,7 @@
-"""The stack of bridge modules being called (``current_context``/``current_module``).
+"""The thread-local stack of bridge modules being called (pushed by ``apply``, ``setup`` and
+compact methods; read to attach submodules and by ``ToNNX`` for mutable collections).
 
-A thread-local stack pushed by ``bridge.Module.apply``, ``setup`` and compact methods;
-compact methods attach submodules through it, and ``ToNNX`` reads the enclosing
-module's mutable collections from it.
-
-Source: Flax NNX 0.12 ``flax.nnx.bridge.module`` (``MODULE_CONTEXT``,
-``current_context``, ``current_module``).
-"""
+Source: Flax NNX 0.12 ``flax.nnx.bridge.module`` (``MODULE_CONTEXT``, ``current_module``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Plain flaxgraph modules and Linen modules as submodules of a bridge Module.
 
-Source: Flax NNX 0.12 ``nnx.bridge.nnx_in_bridge_mdl`` / ``linen_in_bridge_mdl``.
-"""
+Source: Flax NNX 0.12 ``nnx.bridge.nnx_in_bridge_mdl`` / ``linen_in_bridge_mdl``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``ToNNX`` and ``lazy_init``: a Linen module used as a flaxgraph Module.
-
-See the package README, "Linen inside flaxgraph". Source: Flax NNX 0.12
-``nnx.bridge.ToNNX``, ``lazy_init``, ``current_linen_module``.
-"""
+"""``ToNNX`` and ``lazy_init``: a Linen module used as a flaxgraph Module (the package README,
+"Linen inside flaxgraph"). Source: Flax NNX 0.12 ``nnx.bridge.ToNNX``, ``lazy_init``."""
 
 from __future__ import annotations
 
@@ -179,9 +176,8 @@ class ToNNX(Module):
         bound.__self__ = self  # type: ignore[attr-defined]  # lazy_init(model.method, x)
         return bound
 
-    def _linen_variables(self) -> dict[str, Any]:
-        attrs = {k: v for k, v in vars(self).items() if not str(k).startswith(_PREFIX)}
-        return nnx_attrs_to_linen_vars(attrs)
+    def _attrs(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if not str(k).startswith(_PREFIX)}
 
     def __call__(
         self,
@@ -201,7 +197,7 @@ class ToNNX(Module):
                 mutable = _mutable_of_context()
             try:
                 result = linen_module.apply(
-                    self._linen_variables(),
+                    nnx_attrs_to_linen_vars(self._attrs()),
                     *args,
                     rngs=keys,
                     method=method,
@@ -225,9 +221,7 @@ class ToNNX(Module):
     def _absorb(self, updates: Any) -> None:
         """Writes Linen's returned collections into this wrapper (existing Variables in place)."""
         new = traversals.flatten_mapping(linen_vars_to_nnx_attrs(updates))
-        current = traversals.flatten_mapping(
-            {k: v for k, v in vars(self).items() if not str(k).startswith(_PREFIX)}
-        )
+        current = traversals.flatten_mapping(self._attrs())
         merged = dict(current)
         for path, var in new.items():
             old: Any = current.get(path)

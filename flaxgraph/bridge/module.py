@@ -1,9 +1,5 @@
-"""``bridge.Module``: Linen-style modules (dataclass fields, ``setup``, ``@compact``, ``self.param``, ``init``/``apply``) on flaxgraph Modules.
-
-See the package README, "Linen-style modules". Source: Flax NNX 0.12
-``nnx.bridge.Module``, ``compact``, ``Scope``, ``AttrPriority`` (the bridge guide's
-Linen-style modules).
-"""
+"""``bridge.Module``: Linen-style modules on flaxgraph Modules (the package README,
+"Linen-style modules"). Source: Flax NNX 0.12 ``nnx.bridge.Module``, ``compact``, ``Scope``."""
 
 from __future__ import annotations
 
@@ -310,17 +306,15 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
                 "runs in init/apply.\nFix: create it in setup() or a @bridge.compact method and "
                 "call the module through `module.init(...)` / `module.apply(...)`."
             )
-        if init_fn is None and not hasattr(self, name):
+        existing = getattr(self, name, None)
+        if is_variable(existing):
+            return existing
+        if init_fn is None:
             raise ValueError("Expected 'init_fn' to be a callable, got None")
         if hasattr(self, name):
-            existing = getattr(self, name)
-            if is_variable(existing):
-                return existing
-            if init_fn is None:
-                raise ValueError("Expected 'init_fn' to be a callable, got None")
             variable = kind(_checked(name, existing, lambda: init_fn(*init_args, **init_kwargs)))
         else:
-            variable = kind(init_fn(*init_args, **init_kwargs))  # type: ignore[misc]
+            variable = kind(init_fn(*init_args, **init_kwargs))
         setattr(self, name, variable)
         return variable
 
@@ -370,18 +364,12 @@ class Module(NNXModule, ModuleBase, metaclass=ModuleMeta):
         """
         module = clone(self, graph=True)
         flat: dict[tuple[Any, ...], Variable[Any]] = {}
+        is_box = lambda x: isinstance(x, meta.AxisMetadata)
         for col, tree in variables.items():
-            boxed = (
-                traversals.flatten_mapping(
-                    jax.tree.map(
-                        lambda x: x, dict(tree), is_leaf=lambda x: isinstance(x, meta.AxisMetadata)
-                    )
-                )
-                if isinstance(tree, Mapping)
-                else {}
-            )
-            for path, leaf in boxed.items():
-                flat[path] = to_nnx_var(col, leaf)
+            if isinstance(tree, Mapping):
+                boxed = jax.tree.map(lambda x: x, dict(tree), is_leaf=is_box)
+                for path, leaf in traversals.flatten_mapping(boxed).items():
+                    flat[path] = to_nnx_var(col, leaf)
         if flat:
             update(module, State(traversals.unflatten_mapping(flat)))
         fn = _resolve_method(module, method)

@@ -1,8 +1,5 @@
-"""``ToLinen`` / ``to_linen`` / ``to_linen_class``: a flaxgraph Module used as a Linen module.
-
-See the package README, "flaxgraph inside Linen". Source: Flax NNX 0.12
-``nnx.bridge.ToLinen``, ``to_linen``, ``to_linen_class``.
-"""
+"""``ToLinen`` / ``to_linen`` / ``to_linen_class``: a flaxgraph Module used as a Linen module
+(the package README, "flaxgraph inside Linen"). Source: Flax NNX 0.12 ``nnx.bridge.ToLinen``."""
 
 from __future__ import annotations
 
@@ -21,6 +18,7 @@ from flaxgraph.filterlib import Not
 from flaxgraph.graphlib.split_merge import state as graph_state
 from flaxgraph.module_class import Module
 from flaxgraph.rnglib.rngs import Rngs, RngState
+from flaxgraph.typing import MISSING
 from flaxgraph.variablelib.names import variable_name_from_type
 from flaxgraph.variablelib.variable import Variable, is_variable
 
@@ -182,13 +180,6 @@ def to_linen(
     )
 
 
-class _Unset:
-    pass
-
-
-_UNSET = _Unset()
-
-
 def to_linen_class(
     base_nnx_class: type[Module],
     base_metadata_fn: Callable[[Variable[Any]], Any] | None = to_linen_var,
@@ -216,11 +207,11 @@ def to_linen_class(
         nnx_class: Callable[..., Module] | None = None,
         skip_rng: bool | None = None,
         metadata_fn: Callable[[Variable[Any]], Any] | None = None,
-        name: Any = _UNSET,
-        parent: Any = _UNSET,
+        name: Any = MISSING,
+        parent: Any = MISSING,
         **module_kwargs: Any,
     ) -> None:
-        linen_kwargs = {k: v for k, v in (("name", name), ("parent", parent)) if v is not _UNSET}
+        linen_kwargs = {k: v for k, v in (("name", name), ("parent", parent)) if v is not MISSING}
         ToLinen.__init__(
             self,
             nnx_class=nnx_class or base_nnx_class,

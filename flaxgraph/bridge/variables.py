@@ -1,9 +1,7 @@
-"""Variables across the Linen boundary: collections, metadata boxes, ``NNXMeta``.
+"""Variables across the Linen boundary: collections, metadata boxes, ``NNXMeta`` (the package
+README, "Variables across the boundary").
 
-See the package README, "Variables across the boundary". Source: Flax NNX 0.12
-``flax.nnx.bridge.variables`` (names and behaviour); the "Axis Metadata" FLIP flax#2434
-(the box protocol).
-"""
+Source: Flax NNX 0.12 ``flax.nnx.bridge.variables``; the "Axis Metadata" FLIP flax#2434."""
 
 from __future__ import annotations
 
@@ -132,8 +130,7 @@ def to_nnx_var(col: str, x: Any) -> Variable[Any]:
             )
         return x.to_nnx_variable()
     if isinstance(x, meta.AxisMetadata):
-        fields = x.to_nnx_metadata() if hasattr(x, "to_nnx_metadata") else dict(vars(x))
-        fields = dict(fields)
+        fields = dict(x.to_nnx_metadata() if hasattr(x, "to_nnx_metadata") else vars(x))
         value = fields.pop("value", None) if "value" in fields else x.unbox()
         return kind(value, **fields, linen_meta_type=type(x))
     return kind(x)
@@ -147,7 +144,7 @@ def linen_vars_to_nnx_attrs(variables: Mapping[str, Any]) -> dict[str, Any]:
     for col, tree in variables.items():
         if not isinstance(tree, Mapping):
             tree = {}
-        for path, leaf in _flat_leaves(tree):
+        for path, leaf in traversals.flatten_to_sequence(tree):
             if path in flat:
                 raise ValueError(
                     f"The Linen variables {where[path]}/{'/'.join(map(str, path))} and "
@@ -158,16 +155,6 @@ def linen_vars_to_nnx_attrs(variables: Mapping[str, Any]) -> dict[str, Any]:
             flat[path] = to_nnx_var(col, leaf)
             where[path] = col
     return traversals.unflatten_mapping(flat)
-
-
-def _flat_leaves(tree: Mapping[str, Any], prefix: tuple[Any, ...] = ()) -> list[tuple[Any, Any]]:
-    out = []
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            out += _flat_leaves(value, (*prefix, key))
-        else:
-            out.append(((*prefix, key), value))
-    return out
 
 
 def nnx_attrs_to_linen_vars(
@@ -188,9 +175,7 @@ def nnx_attrs_to_linen_vars(
 
 
 def with_partitioning(
-    fn: Callable[..., Any],
-    names: tuple[Any, ...],
-    mesh: jax.sharding.Mesh | None = None,
+    fn: Callable[..., Any], names: tuple[Any, ...], mesh: jax.sharding.Mesh | None = None
 ) -> Callable[..., Any]:
     """An initializer wrapper: an ``nn.Partitioned`` box on the Linen side, ``out_sharding=names`` on flaxgraph's.
 

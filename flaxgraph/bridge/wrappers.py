@@ -1,7 +1,4 @@
-"""The Linen-flaxgraph wrappers under Flax's module path ``flax.nnx.bridge.wrappers``.
-
-Source: Flax NNX 0.12 ``flax.nnx.bridge.wrappers``.
-"""
+"""The wrappers at Flax's module path. Source: Flax NNX 0.12 ``flax.nnx.bridge.wrappers``."""
 
 from flaxgraph.bridge.functional_api import Functional as Functional
 from flaxgraph.bridge.functional_api import functional as functional

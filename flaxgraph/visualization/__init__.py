@@ -1,7 +1,5 @@
-"""How flaxgraph objects look: text ``repr`` and treescope (Flax's ``nnx.visualization`` path).
-
-Importing it fills ``flaxgraph.renderers.RENDERERS`` (see the package README).
-"""
+"""How flaxgraph objects look: text ``repr`` and treescope (Flax's ``nnx.visualization``
+path); importing it fills ``flaxgraph.renderers.RENDERERS`` (the package README)."""
 
 from flaxgraph.visualization.constructor import in_ipython as in_ipython
 from flaxgraph.visualization.constructor import (

@@ -1,7 +1,6 @@
 """Flax's ``nnx.visualization`` helpers: ``render_object_constructor`` and ``in_ipython``.
 
-Source: Flax NNX 0.12.8 ``flax.nnx.visualization``; treescope's ``rendering_parts`` API.
-"""
+Source: Flax NNX 0.12.8 ``flax.nnx.visualization``; treescope's ``rendering_parts`` API."""
 
 from __future__ import annotations
 

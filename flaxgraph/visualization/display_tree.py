@@ -1,13 +1,8 @@
-"""The display tree: what a value shows, walked once, for the text ``repr`` and treescope.
+"""The display tree: what a value shows, walked once, for the text ``repr`` and treescope
+(the records, their cost and where treescope folds: the package README).
 
-``DisplayWalk.tree`` walks an Object, Variable or State in ``split``'s attribute order
-into ``Bracketed``/``Child``/``Reference``/``FoldedRun``/``Leaf`` records, counting each
-Variable once; ``definition_tree`` does the same for a ``GraphDef``. The records, the
-cost and where treescope folds are in the package README.
-
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
-"Transformations" guide); the GraphDef format is flaxgraph's own.
-"""
+Source: the output format of Flax NNX ``repr``/``nnx.display``; the GraphDef format is
+flaxgraph's own."""
 
 from __future__ import annotations
 

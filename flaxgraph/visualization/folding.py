@@ -1,11 +1,7 @@
-"""Folding runs of structurally identical sub-modules in display (``24 x Block(...)``).
+"""Folding runs of structurally identical sub-modules in display (``24 x Block(...)``; what
+folds and why sharing prevents it: the package README, "Folding").
 
-What is folded, when two sub-modules are identical, and why sharing prevents folding
-is in the package README, "folding".
-
-Source: PyTorch's ``torch.nn.Module.__repr__`` (repeated ``ModuleList`` items folded
-as ``N x Layer``, pytorch#90452); the Flax NNX display format otherwise.
-"""
+Source: PyTorch's ``torch.nn.Module.__repr__`` (``N x Layer``, pytorch#90452)."""
 
 from __future__ import annotations
 
@@ -65,8 +61,7 @@ class Segment(NamedTuple):
 
 
 def plan(
-    items: Sequence[tuple[Hashable, Any]],
-    probe: Callable[[Any], Probe | None],
+    items: Sequence[tuple[Hashable, Any]], probe: Callable[[Any], Probe | None]
 ) -> tuple[list[Segment], list[Probe | None]]:
     """Splits positional children into children shown as is and folded runs.
 

@@ -1,11 +1,7 @@
-"""Display registration and ``nnx.display``: text ``repr`` in terminals, treescope in notebooks.
+"""Display registration (importing this fills ``flaxgraph.renderers.RENDERERS``; the package
+README) and ``nnx.display``: text ``repr`` in terminals, treescope in notebooks.
 
-Importing this module (``import flaxgraph`` does) fills ``flaxgraph.renderers.RENDERERS``,
-through which the core's display hooks reach the formatters; see the package README.
-
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
-"Transformations" guide); IPython's ``_repr_mimebundle_`` protocol.
-"""
+Source: the Flax NNX ``repr``/``nnx.display`` format; IPython's ``_repr_mimebundle_``."""
 
 from __future__ import annotations
 
@@ -14,19 +10,18 @@ from typing import Any
 
 from flaxgraph.renderers import RENDERERS
 from flaxgraph.visualization.folding import folding
-from flaxgraph.visualization.text import graphdef_repr, object_repr, state_repr, variable_repr
+from flaxgraph.visualization.text import graphdef_repr, value_repr
 from flaxgraph.visualization.treescope_html import (
     graphdef_treescope_repr,
-    object_treescope_repr,
+    node_treescope_repr,
     state_treescope_repr,
     to_html,
-    variable_treescope_repr,
 )
 from flaxgraph.visualization.values import array_repr as array_repr
 
-RENDERERS.register("object", text=object_repr, treescope=object_treescope_repr)
-RENDERERS.register("variable", text=variable_repr, treescope=variable_treescope_repr)
-RENDERERS.register("state", text=state_repr, treescope=state_treescope_repr)
+RENDERERS.register("object", text=value_repr, treescope=node_treescope_repr)
+RENDERERS.register("variable", text=value_repr, treescope=node_treescope_repr)
+RENDERERS.register("state", text=value_repr, treescope=state_treescope_repr)
 RENDERERS.register("graphdef", text=graphdef_repr, treescope=graphdef_treescope_repr)
 
 

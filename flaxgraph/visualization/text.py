@@ -1,8 +1,5 @@
-"""Plain-text ``repr`` of Objects, Variables, States and GraphDefs (terminals).
-
-Only formats: what is shown, where and with which counts is the tree ``display_tree.py``
-walks (see the package README); ``show.py`` registers these functions as the core's
-``repr``::
+"""Plain-text ``repr`` of Objects, Variables, States and GraphDefs: only formats the tree
+``display_tree.py`` walks (the package README)::
 
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> class Scale(nnx.Module):
@@ -21,9 +18,8 @@ walks (see the package README); ``show.py`` registers these functions as the cor
     )
   )
 
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
-"Transformations" guide); the GraphDef format is flaxgraph's own.
-"""
+Source: the output format of Flax NNX ``repr``/``nnx.display``; the GraphDef format is
+flaxgraph's own."""
 
 from __future__ import annotations
 
@@ -31,8 +27,6 @@ from typing import Any
 
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.registry import STATIC_LEAF
-from flaxgraph.statelib import State
-from flaxgraph.variablelib.variable import Variable
 from flaxgraph.visualization import folding
 from flaxgraph.visualization.display_tree import (
     Bracketed,
@@ -115,23 +109,10 @@ def tree_text(t: Tree) -> str:
     return lines.text()
 
 
-def _render_text(x: Any) -> str:
+def value_repr(x: Any) -> str:
+    """The ``repr`` of an Object, Variable or State: an indented tree with per-kind counts (a
+    Variable: element count and bytes, value, sorted metadata)."""
     return tree_text(DisplayWalk(fold=folding.fold_enabled(), fingerprint=tree_text).tree(x, ""))
-
-
-def object_repr(obj: Any) -> str:
-    """The ``repr`` of an Object or Module: an indented tree with per-kind counts."""
-    return _render_text(obj)
-
-
-def variable_repr(v: Variable[Any]) -> str:
-    """The ``repr`` of a Variable: kind, element count and bytes, value, sorted metadata."""
-    return _render_text(v)
-
-
-def state_repr(state: State) -> str:
-    """The ``repr`` of a State: nested ``State({...})`` blocks of Variables and leaves."""
-    return _render_text(state)
 
 
 def graphdef_repr(graphdef: GraphDef) -> str:

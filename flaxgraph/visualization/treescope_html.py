@@ -1,8 +1,5 @@
-"""treescope rendering of Objects, Variables, States and GraphDefs (notebooks).
-
-The core's ``__treescope_repr__`` hooks call these functions (``show.py`` registers
-them); they only format the tree ``display_tree.py`` walks, the one ``text.py``
-formats (see the package README). ``to_html`` gives the HTML a notebook shows::
+"""treescope rendering of Objects, Variables, States and GraphDefs: only formats the tree
+``display_tree.py`` walks (the package README); ``to_html`` gives a notebook's HTML::
 
   >>> import jax.numpy as jnp, treescope, flaxgraph as nnx
   >>> class Scale(nnx.Module):
@@ -15,11 +12,8 @@ formats (see the package README). ``to_html`` gives the HTML a notebook shows::
     root=NodeDef(Scale, index=0, w=VariableDef(Param, index=1))
   )
 
-Short renderings fit on one line and then show no comment (treescope shows first-line
-comments only on expanded nodes).
-
-Source: treescope's ``repr_lib``/``rendering_parts`` API; the Flax NNX display format.
-"""
+A rendering that fits on one line shows no comment (treescope shows first-line comments
+only on expanded nodes). Source: treescope's ``rendering_parts`` API; Flax NNX's format."""
 
 from __future__ import annotations
 
@@ -31,7 +25,6 @@ from typing import Any
 from flaxgraph.graphlib.graphdefs import GraphDef
 from flaxgraph.graphlib.registry import ARRAY, is_node_or_variable
 from flaxgraph.statelib import State
-from flaxgraph.variablelib.variable import Variable
 from flaxgraph.visualization import folding
 from flaxgraph.visualization.display_tree import (
     Bracketed,
@@ -81,17 +74,6 @@ def _reference(r: Reference, path: str | None) -> Any:
         extra_annotations=[rp.comment_color(rp.text(f"  # same as {target}"))],
     )
     return rp.build_one_line_tree_node(line, path)
-
-
-def _render_hooked(x: Any, path: str | None, subtree_renderer: Any) -> Any:
-    """A node or Variable's hook: its Bracketed, or a reference if met before."""
-    with _walk() as (walk, _):
-        if x not in walk.seen:  # a rendering starts here
-            walk.tree(x, path)
-        block = walk.blocks.pop(x, None)  # x's Bracketed where it is first met, once
-        if block is None:
-            return _reference(Reference(type(x).__name__, walk.seen[x]), path)
-        return _render_block(walk, block, path, subtree_renderer)
 
 
 def _render_lines(walk: DisplayWalk, b: Bracketed, subtree_renderer: Any) -> list[Any]:
@@ -187,14 +169,16 @@ def _render_block(
     )
 
 
-def object_treescope_repr(obj: Any, path: str | None, subtree_renderer: Any) -> Any:
-    """Renders an Object for treescope (the body of ``Object.__treescope_repr__``)."""
-    return _render_hooked(obj, path, subtree_renderer)
-
-
-def variable_treescope_repr(v: Variable[Any], path: str | None, subtree_renderer: Any) -> Any:
-    """Renders a Variable for treescope (the body of ``Variable.__treescope_repr__``)."""
-    return _render_hooked(v, path, subtree_renderer)
+def node_treescope_repr(x: Any, path: str | None, subtree_renderer: Any) -> Any:
+    """Renders an Object or Variable for treescope (the body of their ``__treescope_repr__``):
+    its Bracketed where first met in the rendering, else a reference to there."""
+    with _walk() as (walk, _):
+        if x not in walk.seen:  # a rendering starts here
+            walk.tree(x, path)
+        block = walk.blocks.pop(x, None)  # x's Bracketed where it is first met, once
+        if block is None:
+            return _reference(Reference(type(x).__name__, walk.seen[x]), path)
+        return _render_block(walk, block, path, subtree_renderer)
 
 
 def state_treescope_repr(state: State, path: str | None, subtree_renderer: Any) -> Any:

@@ -1,11 +1,7 @@
-"""What display shows of a value: sizes and counts per Variable kind, array summaries.
+"""What display shows of a value: elements and bytes per Variable kind (``Param: 6 (24 B)``;
+random state is one kind, ``RngState``); arrays of at most 10 elements in full, others by shape.
 
-Counts are elements and bytes per Variable kind (``Param: 6 (24 B)``; random state is
-one kind, ``RngState``); arrays of at most 10 elements show in full, others by shape.
-
-Source: the output format of Flax NNX ``repr``/``nnx.display`` (Flax NNX's
-"Transformations" guide).
-"""
+Source: the output format of Flax NNX ``repr``/``nnx.display``."""
 
 from __future__ import annotations
 
@@ -65,22 +61,14 @@ def _human_bytes(n: int) -> str:
     return f"{n / 1e9:,.1f} GB"
 
 
-def _value_size(value: Any) -> tuple[int, int] | None:
-    """(elements, bytes) of the arrays in ``value``; ``None`` if it holds none."""
-    leaves = [value] if kind_of(value) is ARRAY else _array_leaves(value)
-    if not leaves:
-        return None
-    return sum(_size(x) for x in leaves), sum(_nbytes(x) for x in leaves)
-
-
-def _kind(v: Variable[Any]) -> str:
-    # Random state is counted as one kind, as in Flax NNX.
-    return "RngState" if isinstance(v, RngState) else type(v).__name__
-
-
 def variable_totals(v: Variable[Any]) -> Totals:
-    size = _value_size(v.raw_value)
-    return {_kind(v): list(size)} if size is not None else {}
+    """``{kind: [elements, bytes]}`` of the arrays in ``v``'s value (``{}`` if none); random
+    state is one kind, ``RngState``, as in Flax NNX."""
+    leaves = [v.raw_value] if kind_of(v.raw_value) is ARRAY else _array_leaves(v.raw_value)
+    if not leaves:
+        return {}
+    kind = "RngState" if isinstance(v, RngState) else type(v).__name__
+    return {kind: [sum(_size(x) for x in leaves), sum(_nbytes(x) for x in leaves)]}
 
 
 def add_totals(into: Totals, totals: Totals) -> None:
@@ -107,10 +95,6 @@ def totals_text(totals: Totals) -> str:
 # -- values ----------------------------------------------------------------------------------
 
 
-def _is_tracer(x: Any) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
 def array_repr(value: Any, *, summarize: bool = False) -> str:
     """Formats an array: its own ``repr`` when concrete with at most 10 elements, else by shape.
 
@@ -128,7 +112,7 @@ def array_repr(value: Any, *, summarize: bool = False) -> str:
     """
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
-    if _is_tracer(value):
+    if isinstance(value, jax.core.Tracer):
         name = "Tracer"
     elif isinstance(value, jax.ShapeDtypeStruct):
         name = "ShapeDtypeStruct"
@@ -183,8 +167,7 @@ def _array_leaves(x: Any) -> list[Any]:
 
 def kind_of(x: Any) -> Kind | None:
     """The engine's ``Kind`` of ``x`` (``ARRAY`` for a ``jax.ShapeDtypeStruct``, as Flax's
-    display sizes it), or ``None`` for a pytree whose flatten fails.
-    """
+    display sizes it), or ``None`` for a pytree whose flatten fails."""
     if type(x) is jax.ShapeDtypeStruct:
         return ARRAY
     try:
