@@ -18,6 +18,7 @@ from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_module
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import DEFAULT, Mode, resolve
 from flaxgraph.statelib import State
+from flaxgraph.statelib.state import _default_replace as _grad_leaf
 from flaxgraph.transforms.calling_conventions import (
     check_not_bound_method,
     decorator,
@@ -36,17 +37,11 @@ from flaxgraph.transforms.diff_argnums import (
     output_inner,
     tangent_at,
 )
-from flaxgraph.transforms.lift import (
-    AuxValue,
-    Call,
-    InStatic,
-    Slots,
-    split_inputs,
-)
+from flaxgraph.transforms.lift import AuxValue, Call, InStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import Wrapped
 from flaxgraph.typing import PathParts
-from flaxgraph.variablelib.variable import Param, is_variable
+from flaxgraph.variablelib.variable import Param
 
 
 def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, Any]) -> object:
@@ -56,7 +51,6 @@ def _grad_tree(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
         for i, (path, leaf) in enumerate(zip(call.graphdef.leaf_paths, call.leaves))
         if i in grads
     }
-
     return _grad_build(args[argnum], (0, argnum), by_path)
 
 
@@ -107,10 +101,6 @@ def _grad_copy(call: Call, args: tuple[Any, ...], argnum: int, grads: dict[int, 
     return build_graph(graphdef, values)
 
 
-def _grad_leaf(leaf: object, g: object) -> object:
-    return leaf.replace(g) if is_variable(leaf) else g
-
-
 def _vg_core(
     f: Callable[..., Any],
     argnums: object,
@@ -121,17 +111,7 @@ def _vg_core(
     """Shared by grad and value_and_grad: returns ``g(*args) -> ((value, aux), grads)``."""
     inner = output_inner(f, mode)
     grad_tree = _grad_tree if mode.updates else _grad_copy
-
-    def loss_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
-        out = fn(*args, **kwargs)
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise TypeError(
-                    "With has_aux=True the function must return a pair (value, aux); got a "
-                    f"{type(out).__name__}."
-                )
-            return out
-        return out, None
+    loss_call = _primal_call(has_aux, "value")
 
     def pure(diff: list[Any], static: AuxValue[Any], rest: list[Any]) -> object:
         in_static: InStatic[Any] = static.value
@@ -343,31 +323,40 @@ def remat(
 checkpoint = remat
 
 
-def _primal_call(has_aux: bool) -> Callable[..., Any]:
+def _primal_call(has_aux: bool, what: str = "output") -> Callable[..., Any]:
+    """The ``call`` of ``Inner.run``: ``f``'s ``(output, aux)`` (``aux`` ``None`` without it)."""
+
     def call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         out = fn(*args, **kwargs)
-        if has_aux:
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise TypeError("With has_aux=True the function must return a pair (output, aux).")
-            return out
-        return out, None
+        if not has_aux:
+            return out, None
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(
+                f"With has_aux=True the function must return a pair ({what}, aux); got a "
+                f"{type(out).__name__}."
+            )
+        return out
 
     return call
 
 
 def _lift_diff_inputs(
-    primals: tuple[Any, ...], mode: Mode
-) -> tuple[Call, Any, list[Any], list[Any], Slots]:
+    f: Callable[..., Any], primals: tuple[Any, ...], mode: Mode, has_aux: bool
+) -> tuple[Call, Callable[[list[Any]], Any], list[Any], Slots]:
+    """Lifts ``primals`` (their Params differentiated) -> ``(call, pure, diff, slots)``."""
     args_prefix = tuple((Diff(Param) if mode.updates else True) for _ in primals)
     call = split_inputs(primals, {}, (args_prefix, False), DIFF_SPEC, mode)
     slots, (diff, rest) = call.groups(DIFF_KEYS)
-    return (
-        call,
-        AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=None)),
-        diff,
-        rest,
-        slots,
-    )
+    static = InStatic.make(graphdef=call.graphdef, slots=slots, extra=None)
+    inner, in_prefixes = output_inner(f, mode), [DIFF_KEYS[g] for g in slots.groups]
+
+    def pure(diff_values: list[Any]) -> Any:
+        out, out_static, out_groups = inner.run(
+            static, (diff_values, rest), in_prefixes, (None, None), None, _primal_call(has_aux)
+        )
+        return out, (AuxValue(out_static), out_groups)
+
+    return call, pure, diff, slots
 
 
 def vjp(
@@ -410,22 +399,8 @@ def vjp(
     if not primals:
         return functools.wraps(f)(functools.partial(vjp, f, **options))
     mode = resolve(graph, graph_updates)
-    call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
-    inner = output_inner(f, mode)
+    call, pure, diff, slots = _lift_diff_inputs(f, primals, mode, has_aux)
     grad_tree = _grad_tree if mode.updates else _grad_copy
-
-    def pure(diff_values: list[Any]) -> Any:
-        in_prefixes = [DIFF_KEYS[g] for g in slots.groups]
-        out, out_static, out_groups = inner.run(
-            static.value,
-            (diff_values, rest),
-            in_prefixes,
-            (None, None),
-            None,
-            _primal_call(has_aux),
-        )
-        return out, (AuxValue(out_static), out_groups)
-
     out, jax_vjp_fn, (out_static, out_groups) = jax.vjp(pure, diff, has_aux=True)
     aux = call.finish(out_static.value, out_groups)
     diff_index = [i for i, g in enumerate(slots.groups) if g == 0]
@@ -483,23 +458,9 @@ def jvp(
     tangents = tuple(tangents)
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals but {len(tangents)} tangents.")
-    call, static, diff, rest, slots = _lift_diff_inputs(primals, mode)
-    inner = output_inner(f, mode)
+    call, pure, diff, slots = _lift_diff_inputs(f, primals, mode, has_aux)
     diff_paths = [p for p, g in zip(call.graphdef.leaf_paths, slots.groups) if g == 0]
     tangent_list = [tangent_at(tangents, path, value) for path, value in zip(diff_paths, diff)]
-
-    def pure(diff_values: list[Any]) -> object:
-        in_prefixes = [DIFF_KEYS[g] for g in slots.groups]
-        out, out_static, out_groups = inner.run(
-            static.value,
-            (diff_values, rest),
-            in_prefixes,
-            (None, None),
-            None,
-            _primal_call(has_aux),
-        )
-        return out, (AuxValue(out_static), out_groups)
-
     out, tangent_out, (out_static, out_groups) = jax.jvp(
         pure, (diff,), (tangent_list,), has_aux=True
     )
