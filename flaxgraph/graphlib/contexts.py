@@ -14,14 +14,10 @@ from typing import Any, TypeVar
 from flaxgraph.config import Flag
 from flaxgraph.filterlib import Filter
 from flaxgraph.graphlib.build import build_graph
-from flaxgraph.graphlib.graphdefs import GraphDef, renumber
+from flaxgraph.graphlib.graphdefs import renumber
 from flaxgraph.graphlib.ref_outputs import mark_ref_outputs
 from flaxgraph.graphlib.refmap import RefMap
-from flaxgraph.graphlib.split_merge import (
-    graphdef_and_states,
-    ordered_leaves,
-    states_from_leaves,
-)
+from flaxgraph.graphlib.split_merge import graphdef_and_states, ordered_leaves, states_from_leaves
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve_graph
 from flaxgraph.statelib import FlatState, State
@@ -189,17 +185,12 @@ class SplitContext:
             node, ref_index=self.ref_index, graph=resolve_graph(graph)
         )
         uctx = _find(self.ctxtag)
-        if uctx is not None and self.is_inner and uctx.inner_ref_outer_index is not None:
-            graphdef = self._renumbered(graphdef, uctx)
-            leaves = mark_ref_outputs(leaves, uctx.inner_ref_outer_index)
+        if uctx is not None and self.is_inner and (inner := uctx.inner_ref_outer_index) is not None:
+            # Step (3): nodes from the inner merge get their outer index, new ones past them.
+            offset = 1 + max(uctx.outer_index_ref or (-1,))
+            graphdef = renumber(graphdef, self.ref_index, inner, offset)
+            leaves = mark_ref_outputs(leaves, inner)
         return graphdef, leaves
-
-    def _renumbered(self, graphdef: GraphDef[Any], uctx: UpdateContext) -> GraphDef[Any]:
-        # Nodes that came in through the inner merge get their outer index; new nodes
-        # get indices past every outer one.
-        inner = uctx.inner_ref_outer_index
-        assert inner is not None
-        return renumber(graphdef, self.ref_index, inner, 1 + max(uctx.outer_index_ref or (-1,)))
 
 
 def _flat_pairs(state: object) -> list[tuple[Any, Any]]:
@@ -240,9 +231,7 @@ class MergeContext:
         graphdef, all_states = graphdef_and_states(graphdef, states)
         leaves = ordered_leaves(graphdef, all_states)
         uctx = _find(self.ctxtag)
-        reuse = None
-        if uctx is not None and not self.is_inner:
-            reuse = uctx.outer_index_ref
+        reuse = uctx.outer_index_ref if uctx is not None and not self.is_inner else None
         return build_graph(
             graphdef,
             leaves,
@@ -309,7 +298,6 @@ def merge_context(
         yield ctx
         if uctx is not None and ctx.is_inner:
             uctx.inner_ref_outer_index = RefMap.from_indexmap(ctx.index_ref)
-
         elif uctx is not None:
             uctx.outer_index_ref = None
             uctx.inner_ref_outer_index = None

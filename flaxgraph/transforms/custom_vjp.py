@@ -18,13 +18,7 @@ from flaxgraph.graphlib.registry import REGISTRY, VARIABLE
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import resolve
 from flaxgraph.transforms.calling_conventions import check_not_bound_method
-from flaxgraph.transforms.diff_argnums import (
-    DIFF_KEYS,
-    DIFF_SPEC,
-    Diff,
-    output_inner,
-    tangent_at,
-)
+from flaxgraph.transforms.diff_argnums import DIFF_KEYS, DIFF_SPEC, Diff, output_inner, tangent_at
 from flaxgraph.transforms.lift import OUT, AuxValue, Call, InStatic, OutStatic, split_inputs
 from flaxgraph.transforms.lift_types import DiffState, reject_lift_types
 from flaxgraph.transforms.transformed import P, R, Transformed
@@ -125,9 +119,7 @@ class custom_vjp(Transformed[P, R]):
         filters = {i % n: f for i, f in self.diff_filters.items()}
 
         def full(dargs: tuple[Any, ...]) -> tuple[Any, ...]:
-            out: list[Any] = [None] * n
-            for i, v in zip(nondiff, fixed):
-                out[i] = v
+            out = list(args)
             for i, v in zip(diff_pos, dargs):
                 out[i] = v
             return tuple(out)
@@ -184,10 +176,7 @@ class custom_vjp(Transformed[P, R]):
                     + (f" of length {len(cotangents)}" if isinstance(cotangents, tuple) else "")
                     + "."
                 )
-            return (
-                [tangent_at(cotangents, p, v) for p, v in zip(diff_paths, diff)],
-                rest_zeros,
-            )
+            return [tangent_at(cotangents, p, v) for p, v in zip(diff_paths, diff)], rest_zeros
 
         primal.defvjp(primal_fwd, primal_bwd)
         (out_static, out_groups), output = primal(diff, rest)
@@ -226,16 +215,11 @@ def _updates_cotangent(
     for path, leaf in zip(call.graphdef.leaf_paths, call.leaves):
         if REGISTRY.kind_of(leaf) is VARIABLE and path[1:] in by_path:
             cotangent[id(leaf)] = by_path[path[1:]]
-    return tuple(
-        jax.tree.map(
-            lambda v: (
-                v.replace(cotangent[id(v)]) if is_variable(v) and id(v) in cotangent else None
-            ),
-            arg,
-            is_leaf=lambda x: is_variable(x),
-        )
-        for arg in diff_args
-    )
+
+    def with_cotangent(v: Any) -> object:
+        return v.replace(cotangent[id(v)]) if is_variable(v) and id(v) in cotangent else None
+
+    return tuple(jax.tree.map(with_cotangent, arg, is_leaf=is_variable) for arg in diff_args)
 
 
 def _check_no_shared_variables(
