@@ -206,11 +206,7 @@ def as_pure(tree: object) -> object:
     >>> nnx.as_pure({'w': nnx.Param(jnp.ones(2)), 'n': 3})
     {'n': 3, 'w': Array([1., 1.], dtype=float32)}
     """
-    return jax.tree.map(
-        lambda x: x.raw_value if is_variable(x) else x,
-        tree,
-        is_leaf=is_variable,
-    )
+    return jax.tree.map(lambda x: x.raw_value if is_variable(x) else x, tree, is_leaf=is_variable)
 
 
 pure = as_pure

@@ -54,7 +54,6 @@ class State(StateMembers, MutableMapping[Key, Any]):
         _set_keys(state, None)
         return state
 
-    # -- mapping protocol -----------------------------------------------------------
     def __getitem__(self, key: Key) -> object:
         return self._mapping[key]
 
@@ -99,7 +98,6 @@ class State(StateMembers, MutableMapping[Key, Any]):
     def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, Any]:
         return RENDERERS.mimebundle(self, include, exclude)
 
-    # -- flat form ------------------------------------------------------------------------
     def flat_state(self) -> FlatState:
         """Returns the leaves as a ``FlatState`` of ``(path, leaf)`` pairs, depth-first."""
         out: list[tuple[PathParts, Any]] = []
@@ -134,20 +132,16 @@ class State(StateMembers, MutableMapping[Key, Any]):
                     child = node._mapping[key] = cls._wrap({})
                 elif type(child) is not cls:
                     raise GraphStructureError(
-                        f"Path {'/'.join(map(str, path))} goes through the leaf at "
-                        f"{'/'.join(map(str, path[: i + 1]))}."
+                        f"Path {_slashed(path)} goes through the leaf at {_slashed(path[: i + 1])}."
                     )
                 stack.append(child)
                 node = child
             if type(node._mapping.get(path[-1])) is cls:
-                raise GraphStructureError(
-                    f"Path {'/'.join(map(str, path))} is both a leaf and a sub-state."
-                )
+                raise GraphStructureError(f"Path {_slashed(path)} is both a leaf and a sub-state.")
             node._mapping[path[-1]] = leaf
             prev = path
         return root
 
-    # -- filtering ----------------------------------------------------------------------------
     def filter(self, first: Filter, /, *filters: Filter) -> Any:
         """Returns the sub-state matching each filter (one State per filter; leaves
         matching none are dropped). With one filter, returns one State."""
@@ -167,11 +161,9 @@ class State(StateMembers, MutableMapping[Key, Any]):
         """Deep-merges States into a new one; later States win on equal paths."""
         flat: dict[PathParts, Any] = {}
         for s in (state, *states):
-            s = s if isinstance(s, State) else State(s)
-            flat.update(s.flat_state())
+            flat.update((s if isinstance(s, State) else State(s)).flat_state())
         return State.from_flat_path(flat.items())
 
-    # -- pure dicts ----------------------------------------------------------------------------
     def to_pure_dict(self) -> dict[Key, Any]:
         """Returns nested plain dicts of raw values (Variables unboxed); for checkpoints."""
         return {
@@ -202,14 +194,14 @@ class State(StateMembers, MutableMapping[Key, Any]):
                 key = _match_key(node, raw_key)
                 if key is _MISSING:
                     raise GraphStructureError(
-                        f"pure_dict has the path {'/'.join(map(str, path))}, but the State "
-                        f"has no key {raw_key!r} at {'/'.join(map(str, path[:i])) or '<root>'}."
+                        f"pure_dict has the path {_slashed(path)}, but the State has no key "
+                        f"{raw_key!r} at {_slashed(path[:i]) or '<root>'}."
                     )
                 if i == len(path) - 1:
                     if isinstance(node._mapping[key], State):
                         raise GraphStructureError(
-                            f"pure_dict has a leaf at {'/'.join(map(str, path))}, but the "
-                            "State has a sub-state there."
+                            f"pure_dict has a leaf at {_slashed(path)}, but the State has a "
+                            "sub-state there."
                         )
                     writes.append((node, key, value))
                 else:
@@ -219,6 +211,10 @@ class State(StateMembers, MutableMapping[Key, Any]):
 
 
 _MISSING = object()
+
+
+def _slashed(path: PathParts) -> str:
+    return "/".join(map(str, path))
 
 
 def _nested(flat: Any, several: tuple[Filter, ...]) -> Any:
@@ -296,7 +292,7 @@ class FlatState(FlatStateMembers, tuple[Any, ...]):
         """Like ``filter``, but a pair matching no filter raises ``UnmatchedLeafError``."""
         parts, rest = partition(self, partition_predicates((first, *filters)))
         if rest:
-            raise UnmatchedLeafError(unmatched_message("/".join(map(str, rest[0][0])), rest[0][1]))
+            raise UnmatchedLeafError(unmatched_message(_slashed(rest[0][0]), rest[0][1]))
         return tuple(parts) if filters else parts[0]
 
 
@@ -325,9 +321,6 @@ def unmatched_message(where: str, leaf: object) -> str:
         "filter.\nFix: add a filter that matches it, or end the filters "
         "with `...` to collect the rest."
     )
-
-
-# -- module-level spellings (Flax NNX 0.12 ``nnx.statelib``) -------------------------------
 
 
 def to_flat_state(state: State) -> FlatState:
@@ -408,8 +401,7 @@ def split_state(state: State, first: Filter, /, *filters: Filter) -> object:
 def merge_state(
     state: Mapping[Key, Any], /, *states: Mapping[Key, Any], cls: type = State
 ) -> object:
-    """Deep-merges States (or nested mappings) into a new one; later ones win on equal
-    paths.
+    """Deep-merges States (or nested mappings) into a new one; later ones win on equal paths.
 
     >>> import flaxgraph as nnx
     >>> nnx.merge_state(nnx.State({'a': {'b': 1}}), {'a': {'c': 2}}).to_pure_dict()
@@ -429,8 +421,7 @@ def to_pure_dict(state: State, extract_fn: Callable[[Any], Any] | None = None) -
     """
     if extract_fn is None:
         return state.to_pure_dict()
-    pure = State.from_flat_path((p, extract_fn(v)) for p, v in state.flat_state())
-    return pure.to_pure_dict()
+    return map_state(lambda _, v: extract_fn(v), state).to_pure_dict()
 
 
 def replace_by_pure_dict(
