@@ -236,15 +236,9 @@ def grad(
     check_argnums(argnums, "grad")
     reject_lift_types(resolve(graph, graph_updates), "grad", "argnums", argnums, plain="an int")
     vg = value_and_grad(
-        f,
-        argnums,
-        has_aux,
-        holomorphic=holomorphic,
-        allow_int=allow_int,
-        reduce_axes=reduce_axes,
-        graph=graph,
-        graph_updates=graph_updates,
-    )
+        f, argnums, has_aux, holomorphic=holomorphic, allow_int=allow_int,
+        reduce_axes=reduce_axes, graph=graph, graph_updates=graph_updates,
+    )  # fmt: skip
 
     def wrapper(*args: object, **kwargs: object) -> object:
         value, grads = vg(*args, **kwargs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 import jax
 from jax.sharding import PartitionSpec, Sharding
@@ -51,6 +51,8 @@ from flaxgraph.transforms.prefix_groups import (
 from flaxgraph.transforms.shard_map import shard_map as shard_map
 from flaxgraph.transforms.transformed import P, R, StaticArgs, Transformed
 from flaxgraph.variablelib.closure_watch import watching
+
+_Staged = TypeVar("_Staged", Lowered, TracedJit)
 
 
 class _Unspecified:
@@ -111,11 +113,9 @@ class JitWrapped(Transformed[P, R]):
         # For a Module instance, argnums and in_shardings count the explicit
         # arguments (as jax.jit does, and as grad/remat here do): shift past self.
         n = len(bound)
-        static_nums = tuple(
-            i + n if i >= 0 else i for i in normalize_argnums(options.static_argnums)
-        )
-        donate_nums = tuple(
-            i + n if i >= 0 else i for i in normalize_argnums(options.donate_argnums)
+        static_nums, donate_nums = (
+            tuple(i + n if i >= 0 else i for i in normalize_argnums(nums))
+            for nums in (options.static_argnums, options.donate_argnums)
         )
         if n and isinstance(in_shardings, (tuple, list)) and not _is_sharding(in_shardings):
             in_shardings = (UNSPECIFIED,) * n + tuple(in_shardings)
@@ -325,23 +325,21 @@ class JitWrapped(Transformed[P, R]):
 
     def lower(self, *args: object, **kwargs: object) -> Lowered:
         """``jax.jit(...).lower`` for these arguments; ``compile()`` is called as this is."""
-        full = (*self.bound, *args)
-        while True:
-            prepared = self.prepare(full, kwargs)
-            entry = prepared.entry
-            try:
-                return Lowered(entry.lower(prepared.groups), entry, self.prepare, self.bound)
-            except ReadOnlyDonated:  # replay noted the read-only leaves: again
-                continue
+        return self._staged(Lowered, "lower", args, kwargs)
 
     def trace(self, *args: object, **kwargs: object) -> TracedJit:
         """``jax.jit(...).trace`` for these arguments: ``jaxpr``, ``out_info``, ``lower()``."""
-        full = (*self.bound, *args)
+        return self._staged(TracedJit, "trace", args, kwargs)
+
+    def _staged(
+        self, cls: type[_Staged], stage: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> _Staged:
+        """``cls`` around ``entry.lower``/``entry.trace`` of a call, again after ``replay`` raised."""
         while True:
-            prepared = self.prepare(full, kwargs)
+            prepared = self.prepare((*self.bound, *args), kwargs)
             entry = prepared.entry
             try:
-                return TracedJit(entry.trace(prepared.groups), entry, self.prepare, self.bound)
+                return cls(getattr(entry, stage)(prepared.groups), entry, self.prepare, self.bound)
             except ReadOnlyDonated:  # replay noted the read-only leaves: again
                 continue
 
@@ -619,19 +617,10 @@ def jit_partial(
         # at the first call (as Flax NNX 0.12).
         flatten_with_paths(partial_args, root_name="args", graph=False)
     jitted = jit(
-        fun,
-        in_shardings=in_shardings,
-        out_shardings=out_shardings,
-        static_argnums=static_argnums,
-        static_argnames=static_argnames,
-        donate_argnums=donate_argnums,
-        donate_argnames=donate_argnames,
-        keep_unused=keep_unused,
-        device=device,
-        backend=backend,
-        inline=inline,
-        graph=graph,
-        graph_updates=graph_updates,
-        donate_variables=donate_variables,
-    )
+        fun, in_shardings=in_shardings, out_shardings=out_shardings,
+        static_argnums=static_argnums, static_argnames=static_argnames,
+        donate_argnums=donate_argnums, donate_argnames=donate_argnames,
+        keep_unused=keep_unused, device=device, backend=backend, inline=inline,
+        graph=graph, graph_updates=graph_updates, donate_variables=donate_variables,
+    )  # fmt: skip
     return jitted.partial(*partial_args)
