@@ -49,7 +49,7 @@ from flaxgraph.transforms.prefix_groups import (
     same_unless_donated,
 )
 from flaxgraph.transforms.shard_map import shard_map as shard_map
-from flaxgraph.transforms.transformed import P, R, StaticArgs, Transformed
+from flaxgraph.transforms.transformed import Args, Kwargs, P, R, StaticArgs, Transformed
 from flaxgraph.variablelib.closure_watch import watching
 
 _Staged = TypeVar("_Staged", Lowered, TracedJit)
@@ -302,12 +302,7 @@ class JitWrapped(Transformed[P, R]):
         self.jitted_fn.get(in_static, self.make_jit).trace(groups)
 
     def call_general(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        dyn_args: tuple[Any, ...],
-        dyn_kwargs: dict[str, Any],
-        statics: tuple[Any, ...],
+        self, args: Args, kwargs: Kwargs, dyn_args: Args, dyn_kwargs: Kwargs, statics: Args
     ) -> object:
         while True:
             call, entry, groups, slots, auto = self.prepare(args, kwargs)

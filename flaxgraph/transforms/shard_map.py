@@ -26,7 +26,7 @@ from flaxgraph.transforms.compiled import Compiled, JitFunctions
 from flaxgraph.transforms.lift import OUT, Call, Inner, InStatic, OutStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
 from flaxgraph.transforms.prefix_groups import prefix_keys
-from flaxgraph.transforms.transformed import P, R, Transformed
+from flaxgraph.transforms.transformed import Args, Kwargs, P, R, Transformed
 from flaxgraph.variablelib.variable import metadata_of, write_metadata
 
 _REPLICATED = PartitionSpec()  # type: ignore[no-untyped-call]
@@ -268,12 +268,7 @@ class ShardMapped(Transformed[P, R]):
         return call, self.jitted_fn.get(in_static, self.make_jit), groups, slots
 
     def call_general(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        dyn_args: tuple[Any, ...],
-        dyn_kwargs: dict[str, Any],
-        statics: tuple[Any, ...],
+        self, args: Args, kwargs: Kwargs, dyn_args: Args, dyn_kwargs: Kwargs, statics: Args
     ) -> object:
         if kwargs:
             raise TypeError(

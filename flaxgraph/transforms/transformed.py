@@ -20,6 +20,8 @@ from flaxgraph.transforms.plan import MISS, Plan, record_key
 
 P = ParamSpec("P")
 R = TypeVar("R")
+Args = tuple[Any, ...]  # positional arguments (and statics) as the call paths pass them
+Kwargs = dict[str, Any]
 
 _WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__", "__annotations__")
 
@@ -92,12 +94,7 @@ class Transformed(Generic[P, R]):
         self.plain = self.fast and not self.bound and self.static is None
 
     def call_general(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        dyn_args: tuple[Any, ...],
-        dyn_kwargs: dict[str, Any],
-        statics: tuple[Any, ...],
+        self, args: Args, kwargs: Kwargs, dyn_args: Args, dyn_kwargs: Kwargs, statics: Args
     ) -> object:
         """The transform's general path for one call; it may ``remember`` a plan."""
         raise NotImplementedError

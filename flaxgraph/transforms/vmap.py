@@ -43,7 +43,7 @@ from flaxgraph.transforms.prefix_groups import (
     same_unless_donated,
 )
 from flaxgraph.transforms.rng_broadcast import RngWatch, warn_drawn, watch
-from flaxgraph.transforms.transformed import P, R, Transformed
+from flaxgraph.transforms.transformed import Args, Kwargs, P, R, Transformed
 from flaxgraph.variablelib.axes import (
     add_axis_of,
     drop_stacked_axis,
@@ -248,12 +248,7 @@ class Mapped(Transformed[P, R]):
         return out, out_groups
 
     def call_general(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        dyn_args: tuple[Any, ...],
-        dyn_kwargs: dict[str, Any],
-        statics: tuple[Any, ...],
+        self, args: Args, kwargs: Kwargs, dyn_args: Args, dyn_kwargs: Kwargs, statics: Args
     ) -> object:
         axes = _shift_axes(self.in_axes, len(self.bound))
         if isinstance(axes, (tuple, list)) and len(axes) > len(args) and kwargs:
