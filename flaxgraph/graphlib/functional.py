@@ -109,16 +109,15 @@ def unflatten(
     >>> import flaxgraph as nnx
     >>> from flaxgraph.graphlib.refmap import RefMap
     >>> m = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
-    >>> outer = RefMap()                                   # object -> outer index
-    >>> graphdef, flat = nnx.flatten(m, ref_index=outer)
+    >>> graphdef, flat = nnx.flatten(m, ref_index=(outer := RefMap()))
     >>> index_ref = {}                                     # outer index -> inner object
     >>> inner = nnx.unflatten(graphdef, flat, index_ref=index_ref, copy_variables=True)
     >>> inner.tag = 'changed'                              # a structural change
-    >>> inner_to_outer = RefMap.from_pairs((x, i) for i, x in index_ref.items())
-    >>> g2, flat2 = nnx.flatten(inner, ref_outer_index=inner_to_outer)
-    >>> back = nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()})
-    >>> back is m, m.tag
-    (True, 'changed')
+    >>> g2, flat2 = nnx.flatten(inner, ref_outer_index=RefMap.from_indexmap(index_ref))
+    >>> nnx.unflatten(g2, flat2, outer_index_outer_ref={i: x for x, i in outer.items()}) is m
+    True
+    >>> m.tag
+    'changed'
     """
     if isinstance(state, (State, Mapping)):
         leaves: Sequence[Any] = ordered_leaves(graphdef, (state,))

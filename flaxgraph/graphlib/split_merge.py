@@ -8,7 +8,7 @@ Source: Flax NNX 0.12 graph API (``nnx.split``, ``merge``, ``state``, ``variable
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flaxgraph.errors import GraphStructureError, UnmatchedLeafError, numbered_fixes
@@ -211,14 +211,13 @@ def ordered_leaves(graphdef: GraphDef[Any], states: tuple[Any, ...]) -> list[Any
                 )
             flat[path] = leaf
     try:
-        ordered = [flat.pop(p) for p in graphdef.leaf_paths]
+        ordered = [flat[p] for p in graphdef.leaf_paths]
     except KeyError:
-        present = {p for p, _ in _all_flat(states)}
-        missing = [keys_str(p) for p in graphdef.leaf_paths if p not in present]
+        missing = [keys_str(p) for p in graphdef.leaf_paths if p not in flat]
         count = (
             f"Incorrect number of leaves (the GraphDef needs {graphdef.num_leaves}, the "
-            f"States have {len(present)}): "
-            if len(present) != graphdef.num_leaves
+            f"States have {len(flat)}): "
+            if len(flat) != graphdef.num_leaves
             else ""
         )
         raise GraphStructureError(
@@ -233,8 +232,9 @@ def ordered_leaves(graphdef: GraphDef[Any], states: tuple[Any, ...]) -> list[Any
                 ]
             )
         ) from None
-    if flat:
-        extra = [keys_str(p) for p in flat]
+    if len(flat) > len(ordered):
+        known = set(graphdef.leaf_paths)
+        extra = [keys_str(p) for p in flat if p not in known]
         raise GraphStructureError(
             "The States given to merge have leaves the GraphDef has no place for: "
             + ", ".join(extra[:10])
@@ -242,14 +242,6 @@ def ordered_leaves(graphdef: GraphDef[Any], states: tuple[Any, ...]) -> list[Any
             + ".\nFix: use the GraphDef returned by the same split as the State."
         )
     return ordered
-
-
-def _all_flat(states: tuple[Any, ...]) -> Iterator[tuple[PathParts, Any]]:
-    for s in states:
-        if isinstance(s, FlatState):
-            yield from s
-        elif isinstance(s, (State, Mapping)):
-            yield from (s if isinstance(s, State) else State(s)).flat_state()
 
 
 def graphdef_and_states(

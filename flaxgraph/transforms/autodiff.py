@@ -16,7 +16,7 @@ import jax
 from flaxgraph.graphlib.build import build_graph
 from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_module
 from flaxgraph.graphlib.walk import flatten_with_paths
-from flaxgraph.modes import DEFAULT, Mode, resolve
+from flaxgraph.modes import Mode, resolve
 from flaxgraph.statelib import State
 from flaxgraph.statelib.state import _default_replace as _grad_leaf
 from flaxgraph.transforms.calling_conventions import (
@@ -105,10 +105,11 @@ def _vg_core(
     f: Callable[..., Any],
     argnums: object,
     has_aux: bool,
-    jax_transform: Callable[..., Any],
-    mode: Mode = DEFAULT,
+    holomorphic: bool,
+    allow_int: bool,
+    mode: Mode,
 ) -> Callable[..., Any]:
-    """Shared by grad and value_and_grad: returns ``g(*args) -> ((value, aux), grads)``."""
+    """``value_and_grad``'s lifted function: ``g(*args) -> ((value, aux), grads)``."""
     inner = output_inner(f, mode)
     grad_tree = _grad_tree if mode.updates else _grad_copy
     loss_call = _primal_call(has_aux, "value")
@@ -121,7 +122,9 @@ def _vg_core(
         )
         return value, (AuxValue(out_static), out_groups)
 
-    transformed = jax_transform(pure)
+    transformed = jax.value_and_grad(
+        pure, argnums=0, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
+    )
 
     def run(*args: object, **kwargs: object) -> Any:
         args_prefix, nums = diff_prefix(argnums, len(args), mode, args)
@@ -189,15 +192,7 @@ def value_and_grad(
     reject_lift_types(mode, "value_and_grad", "argnums", argnums, plain="an int")
     inner_f, bound = unbind(f, "value_and_grad")
     del reduce_axes
-    core = _vg_core(
-        inner_f,
-        _shift(argnums, len(bound)),
-        has_aux,
-        lambda pure: jax.value_and_grad(
-            pure, argnums=0, has_aux=True, holomorphic=holomorphic, allow_int=allow_int
-        ),
-        mode,
-    )
+    core = _vg_core(inner_f, _shift(argnums, len(bound)), has_aux, holomorphic, allow_int, mode)
 
     @functools.wraps(inner_f)
     def wrapper(*args: object, **kwargs: object) -> object:

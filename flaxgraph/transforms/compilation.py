@@ -202,10 +202,8 @@ class JitWrapped(Transformed[P, R]):
     def replay(
         self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool, *groups: Any
     ) -> object:
-        """The function compiled with automatic donation: the undonated program, regrouped.
-
-        Raises ``ReadOnlyDonated`` (while tracing) if a donated leaf comes back unchanged.
-        """
+        """With automatic donation: the undonated program, regrouped; raises
+        ``ReadOnlyDonated`` (while tracing) if a donated leaf comes back unchanged."""
         extra = in_static.extra
         undonated = extra.undonated
         assert undonated is not None
