@@ -29,8 +29,6 @@ from flaxgraph.typing import PathParts
 def states_from_leaves(
     node: object, leaves: list[tuple[PathParts, Any]], filters: tuple[Filter, ...], strict: bool
 ) -> list[State]:
-    # The States hold the graph's own Variables (as in NNX 0.12): writing through a
-    # State writes the graph.
     if not filters:
         return [_as_state(leaves)]
     parts, rest = partition(leaves, partition_predicates(filters))

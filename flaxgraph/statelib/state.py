@@ -468,10 +468,7 @@ jax.tree_util.register_pytree_with_keys(State, *state_pytree_functions(State))
 # its paths are static.
 jax.tree_util.register_pytree_with_keys(
     FlatState,
-    lambda fs: (
-        tuple((jax.tree_util.SequenceKey(i), leaf) for i, (_, leaf) in enumerate(fs)),
-        tuple(p for p, _ in fs),
-    ),
+    lambda fs: (tuple(zip(map(jax.tree_util.SequenceKey, range(len(fs))), fs.leaves)), fs.paths),
     lambda paths, leaves: FlatState(zip(paths, leaves)),
-    lambda fs: (tuple(leaf for _, leaf in fs), tuple(p for p, _ in fs)),
+    lambda fs: (fs.leaves, fs.paths),
 )

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 
 from flaxgraph.graphlib.build import build_graph
-from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_module
+from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_module, pytree_children
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.statelib import State
@@ -74,8 +74,6 @@ def _grad_build(x: Any, path: PathParts, by_path: dict[Any, tuple[Any, Any]]) ->
         return item[1]
     children = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
     if children[0] and not jax.tree_util.treedef_is_leaf(children[1]):
-        from flaxgraph.graphlib.registry import pytree_children
-
         items, treedef = pytree_children(x)  # type: ignore[misc]
         return treedef.unflatten([_grad_build(v, (*path, k), by_path) for k, v in items])
     return None

@@ -132,17 +132,13 @@ class JitWrapped(Transformed[P, R]):
             self.static = StaticArgs(self.static_argnums, self.static_argnames)
         self.donated = bool(self.donate_argnums or self.donate_argnames)
         # Automatic donation of the arrays only their Variables hold (donation.py).
-        self.donate_variables = (
-            DONATE_VARIABLES.get()
-            if options.donate_variables is None
-            else bool(options.donate_variables)
-        )
-        # Placing the inputs on their shardings is a per-call step: no fast path.
+        auto = options.donate_variables
+        auto = DONATE_VARIABLES.get() if auto is None else bool(auto)
+        # Placing the inputs on their shardings is a per-call step: no fast path, and
+        # automatic donation only without in_shardings (an explicit donation still applies).
         self.place = in_shardings is not UNSPECIFIED
         self.fast = not self.place
-        # Placing re-puts arrays per call: automatic donation is left to calls
-        # without in_shardings (an explicit donation still applies).
-        self.donate_variables = self.donate_variables and not self.place
+        self.donate_variables = auto and not self.place
         self.configured()
 
         in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
@@ -510,14 +506,12 @@ def jit(
         donate_argnames, keep_unused, device, backend, inline, compiler_options,
         donate_variables,
     )  # fmt: skip
-    if fun is None:
-        return functools.partial(_make_jit, options=options)
-    return _make_jit(fun, options=options)
+    make = functools.partial(_make_jit, options=options)
+    return make if fun is None else make(fun)
 
 
 def _make_jit(fun: Callable[P, R], *, options: JitOptions) -> JitWrapped[P, R]:
-    inner_fun, bound = unbind(fun, "jit")
-    return JitWrapped(inner_fun, bound, options)
+    return JitWrapped(*unbind(fun, "jit"), options)
 
 
 def _place(call: Call, slots: Slots, groups: Any, keys: Sequence[Any]) -> None:
