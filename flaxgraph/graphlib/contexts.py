@@ -112,12 +112,8 @@ def update_context(tag: Hashable) -> object:
 
 
 def _find(tag: Hashable | None) -> UpdateContext | None:
-    if tag is None:
-        return None
-    for t, ctx in reversed(_UPDATE_CONTEXTS.get()):
-        if t == tag:
-            return ctx
-    return None
+    found = (ctx for t, ctx in reversed(_UPDATE_CONTEXTS.get()) if t == tag)
+    return None if tag is None else next(found, None)
 
 
 def current_update_context(tag: Hashable) -> UpdateContext:
@@ -195,9 +191,7 @@ class SplitContext:
 
 def _flat_pairs(state: object) -> list[tuple[Any, Any]]:
     """``(path, leaf)`` pairs of a split's State (a root leaf is its own state)."""
-    if isinstance(state, State):
-        return list(state.flat_state())
-    return [((), state)]
+    return list(state.flat_state()) if isinstance(state, State) else [((), state)]
 
 
 class MergeContext:

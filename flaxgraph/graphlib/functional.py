@@ -191,10 +191,7 @@ def map(
     (0.0, False)
     """
     graphdef, state = split(node, graph=graph)
-    if isinstance(state, State):
-        new_state: object = map_state(f, state)
-    else:  # the root is itself a leaf
-        new_state = f((), state)
+    new_state = map_state(f, state) if isinstance(state, State) else f((), state)  # root leaf
     return merge(graphdef, new_state, recreate_variables=recreate_variables)
 
 

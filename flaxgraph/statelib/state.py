@@ -78,9 +78,8 @@ class State(StateMembers, MutableMapping[Key, Any]):
         try:
             return self._mapping[name]
         except KeyError:
-            raise AttributeError(
-                f"State has no key {name!r}; keys are {list(self._mapping)}"
-            ) from None
+            keys = list(self._mapping)
+            raise AttributeError(f"State has no key {name!r}; keys are {keys}") from None
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in ("_mapping", "_state_keys"):

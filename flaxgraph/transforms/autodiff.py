@@ -274,7 +274,7 @@ def remat(
     """
     mode = resolve(graph, graph_updates)
     inner_f, bound = unbind(f, "remat")
-    nums = normalize_argnums(static_argnums)
+    nums = tuple(n + len(bound) if n >= 0 else n for n in normalize_argnums(static_argnums))
     inner = output_inner(inner_f, mode)
 
     def pure(static: AuxValue[Any], values: list[Any]) -> object:
@@ -294,9 +294,7 @@ def remat(
 
     @functools.wraps(inner_f)
     def wrapper(*args: object, **kwargs: object) -> object:
-        dyn_args, dyn_kwargs, statics = split_static(
-            args, kwargs, tuple(n + len(bound) if n >= 0 else n for n in nums), ()
-        )
+        dyn_args, dyn_kwargs, statics = split_static(args, kwargs, nums, ())
         call = split_inputs(dyn_args, dyn_kwargs, (None, None), AUX_SPEC, mode)
         slots, (values,) = call.groups([None])
         out_static, out_groups = checkpointed(

@@ -161,12 +161,10 @@ class custom_vjp(Transformed[P, R]):
 
         def primal_bwd(res: Any, g: Any) -> Any:
             residuals, out_static, rest_zeros = res
-            (_, updates_g), out_g = g
+            (_, lg), out_g = g
             kwargs = {}
             if wants_updates:
-                kwargs["updates_g"] = _updates_cotangent(
-                    call, diff_args, out_static.value, updates_g
-                )
+                kwargs["updates_g"] = _updates_cotangent(call, diff_args, out_static.value, lg)
             cotangents = bwd(*fixed, residuals, out_g, **kwargs)
             if not isinstance(cotangents, tuple) or len(cotangents) != len(diff_args):
                 raise ValueError(
