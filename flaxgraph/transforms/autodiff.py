@@ -134,8 +134,7 @@ def _vg_core(
         diff_index = [i for i, g in enumerate(slots.groups) if g == 0]
         grads = dict(zip(diff_index, grad_list))
         trees = tuple(grad_tree(call, args, n, grads) for n in nums)
-        single = isinstance(argnums, (int, DiffState))
-        return (value, aux), trees[0] if single else trees
+        return (value, aux), trees[0] if isinstance(argnums, (int, DiffState)) else trees
 
     return run
 
@@ -297,9 +296,8 @@ def remat(
         dyn_args, dyn_kwargs, statics = split_static(args, kwargs, nums, ())
         call = split_inputs(dyn_args, dyn_kwargs, (None, None), AUX_SPEC, mode)
         slots, (values,) = call.groups([None])
-        out_static, out_groups = checkpointed(
-            AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=statics)), values
-        )
+        static = AuxValue(InStatic.make(graphdef=call.graphdef, slots=slots, extra=statics))
+        out_static, out_groups = checkpointed(static, values)
         return call.finish(out_static.value, out_groups)
 
     return Wrapped(inner_f, wrapper, bound)
@@ -439,8 +437,7 @@ def jvp(
     if primals is None or tangents is None:
         return functools.wraps(f)(functools.partial(jvp, f, **options))
     mode = resolve(graph, graph_updates)
-    primals = tuple(primals)
-    tangents = tuple(tangents)
+    primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
         raise ValueError(f"jvp got {len(primals)} primals but {len(tangents)} tangents.")
     call, pure, diff, slots = _lift_diff_inputs(f, primals, mode, has_aux)

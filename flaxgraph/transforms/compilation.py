@@ -94,10 +94,9 @@ def _split_prefix(prefix: object, n_args: int) -> tuple[Any, Any]:
 class JitWrapped(Transformed[P, R]):
     """What ``nnx.jit`` returns: ``fun`` compiled with ``jax.jit``, called like ``fun``.
 
-    Besides the call: ``lower``, ``trace``, ``eval_shape`` (``jax.jit``'s, on a call's
-    arguments) and ``cache_info()``; as a method it binds to its instance. ``fun``,
-    the shardings, static and donated arguments (completed as ``jax.jit`` does) and
-    ``mode`` are as given; ``jitted_fn`` is the ``jax.jit`` per input structure.
+    Also ``lower``, ``trace``, ``eval_shape`` and ``cache_info()``; a method binds to its
+    instance. ``fun``, the shardings, static and donated arguments (completed as
+    ``jax.jit`` does) and ``mode`` are as given; ``jitted_fn``: a ``jax.jit`` per input structure.
     """
 
     def __init__(
@@ -141,14 +140,12 @@ class JitWrapped(Transformed[P, R]):
         self.donate_variables = auto and not self.place
         self.configured()
 
-        in_keys_sharding = prefix_keys(in_shardings, spec=SHARDING_SPEC)
-        if UNSPECIFIED not in in_keys_sharding:  # keyword arguments get no in_sharding
-            in_keys_sharding.append(UNSPECIFIED)
-        self.in_keys = donated_keys(in_keys_sharding)
-        out_keys = prefix_keys(in_shardings, out_shardings, spec=SHARDING_SPEC) or [UNSPECIFIED]
-        if UNSPECIFIED not in out_keys:
-            out_keys.append(UNSPECIFIED)
-        self.out_keys = out_keys
+        in_keys = prefix_keys(in_shardings, spec=SHARDING_SPEC)
+        out_keys = prefix_keys(in_shardings, out_shardings, spec=SHARDING_SPEC)
+        for keys in (in_keys, out_keys):  # keyword arguments get no in_sharding
+            if UNSPECIFIED not in keys:
+                keys.append(UNSPECIFIED)
+        self.in_keys, self.out_keys = donated_keys(in_keys), out_keys
         self.inner = Inner(
             fun,
             OUT_SHARDING_SPEC,
