@@ -185,7 +185,7 @@ class State(StateMembers, MutableMapping[Key, Any]):
           GraphStructureError: ``pure_dict`` has a path this State lacks, or a leaf where this
             State has a sub-state. Nothing is replaced then.
         """
-        replace_fn = replace_fn or _default_replace
+        replace_fn = replace_fn or replace_leaf
         writes: list[tuple[State, Key, Any]] = []
         for path, value in _pure_items(pure_dict, ()):
             node: Any = self
@@ -231,7 +231,8 @@ def _match_key(node: object, key: object) -> object:
     return _MISSING
 
 
-def _default_replace(leaf: object, value: object) -> object:
+def replace_leaf(leaf: object, value: object) -> object:
+    """``leaf.replace(value)`` for a Variable, else ``value`` (``replace_by_pure_dict``'s default)."""
     return leaf.replace(value) if is_variable(leaf) else value
 
 

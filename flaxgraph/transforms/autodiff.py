@@ -18,7 +18,7 @@ from flaxgraph.graphlib.registry import REGISTRY, VARIABLE, is_node_module, pytr
 from flaxgraph.graphlib.walk import flatten_with_paths
 from flaxgraph.modes import Mode, resolve
 from flaxgraph.statelib import State
-from flaxgraph.statelib.state import _default_replace as _grad_leaf
+from flaxgraph.statelib.state import replace_leaf as _grad_leaf
 from flaxgraph.transforms.calling_conventions import (
     check_not_bound_method,
     decorator,

@@ -214,7 +214,7 @@ def _updates_cotangent(
         if REGISTRY.kind_of(leaf) is VARIABLE and path[1:] in by_path:
             cotangent[id(leaf)] = by_path[path[1:]]
 
-    def with_cotangent(v: Any) -> object:
+    def with_cotangent(v: object) -> object:
         return v.replace(cotangent[id(v)]) if is_variable(v) and id(v) in cotangent else None
 
     return tuple(jax.tree.map(with_cotangent, arg, is_leaf=is_variable) for arg in diff_args)
