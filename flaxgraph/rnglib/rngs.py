@@ -95,8 +95,7 @@ class RngStream(Pytree, RandomSamplers):
     def fork(self, *, split: int | tuple[int, ...] | None = None) -> RngStream:
         """A new, independent stream made from one key of this one.
 
-        ``split`` (deprecated, as in Flax NNX 0.12.8, with a ``DeprecationWarning``) gives a
-        stream of ``split`` keys; use ``split(k)``.
+        ``split`` (deprecated, as in Flax NNX 0.12.8): ``split(k)`` with a ``DeprecationWarning``.
         """
         if split is not None:
             _warn_fork_split("RngStream")
@@ -166,8 +165,8 @@ class Rngs(Module, RandomSamplers):
     def fork(self, /, *, split: Any = None) -> Rngs:
         """A new Rngs whose streams are forked from these (each advances by one).
 
-        ``split`` (deprecated, with a ``DeprecationWarning``; use ``split()``): a shape splits
-        every stream, ``{filter: shape or None}`` the streams its first match selects.
+        ``split`` (deprecated, with a ``DeprecationWarning``): a shape or ``{filter: shape or
+        None}``; the streams it matches are split, the others forked.
 
         >>> import flaxgraph as nnx
         >>> rngs = nnx.Rngs(params=1, dropout=2)

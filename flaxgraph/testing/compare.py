@@ -4,7 +4,6 @@ Types, static values (``3 != 3.0 != True``), array values (NaN equals NaN, NumPy
 JAX, keys by key data), Variable metadata and the sharing pattern (objects met at the same
 places pair up one to one, cycles included) must agree; containers compare by value.
 
-
   >>> import jax.numpy as jnp, flaxgraph as nnx
   >>> from flaxgraph.testing import Node, graphs_equal
   >>> w = nnx.Param(jnp.ones(2))

@@ -1,9 +1,7 @@
 """Mutation programs: small, plain-data edits applied to any object graph.
 
-Steps hold *selectors*, integers that pick (modulo the number of candidates) a node or
-Variable in ``nnx.iter_graph`` order, or an attribute in sorted name order, so one
-program makes the same edits on a graph and on its copy inside a trace. A step with no
-candidate does nothing. See the package README, "programs.py".
+Steps hold *selectors* (see the package README, "programs.py"), so one program makes the
+same edits on a graph and on its copy inside a trace; a step with no candidate does nothing.
 
 Source: ``docs/design.md``, section "Tests" (differential tests, "transformed == eager").
 """
@@ -167,9 +165,7 @@ def _attribute_names(node: Any) -> list[str]:
 
 
 def _marked_names(node: Any) -> set[str]:
-    """Attributes marked ``nnx.data``/``nnx.static``, read from the marks (in a trace a
-    ``nnx.data(3)`` attribute holds an array).
-    """
+    """Attributes marked ``nnx.data``/``nnx.static`` (from the marks: traced, data is an array)."""
     return {name for name, _ in getattr(node, "_obj_kinds", ())}
 
 
