@@ -45,8 +45,7 @@ def with_rngs(
 ) -> Any:
     """Returns a copy of ``node`` whose ``RngStream``s are split, broadcast or forked.
 
-    Each selected stream draws one key from the original (its count advances); the rest
-    of the copy shares the original's Variables, so nothing needs restoring.
+    Each selected stream draws one key from the original (see the package README).
 
     Args:
       node: any value holding ``RngStream``s. Omit it for the decorator form

@@ -17,7 +17,7 @@ import numpy as np
 
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.paths import step_str
-from flaxgraph.graphlib.registry import REGISTRY, Kind, get_graph_node_impl
+from flaxgraph.graphlib.registry import REGISTRY, Kind, node_impl
 from flaxgraph.testing.nodes import Node
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import BatchStat, Param, is_variable
@@ -159,8 +159,7 @@ def _objects(root: Any) -> tuple[list[tuple[PathParts, Any]], list[tuple[PathPar
 
 
 def _attribute_names(node: Any) -> list[str]:
-    impl = get_graph_node_impl(node)
-    assert impl is not None
+    impl = node_impl(node)
     return sorted(k for k, _ in impl.flatten(node)[0] if isinstance(k, str))
 
 
@@ -171,8 +170,7 @@ def _marked_names(node: Any) -> set[str]:
 
 def _set_unmarked(node: Any, name: str, value: Any) -> None:
     """``node.<name> = value``, first dropping the name's data/static mark."""
-    impl = get_graph_node_impl(node)
-    assert impl is not None
+    impl = node_impl(node)
     if name in _marked_names(node):
         impl.del_child(node, name)
     impl.set_child(node, name, value)
@@ -240,7 +238,7 @@ def _delete_attribute(root: Any, step: DeleteAttribute) -> str:
         return "skip DeleteAttribute: no node has a string attribute"
     path, node = _pick(nodes, step.node)
     name = _pick(_attribute_names(node), step.attribute)
-    get_graph_node_impl(node).del_child(node, name)  # type: ignore[union-attr]
+    node_impl(node).del_child(node, name)
     return f"delete {_where((*path, name))}"
 
 
@@ -279,8 +277,7 @@ def _swap_attributes(root: Any, step: SwapAttributes) -> str:
     j = step.second % len(names)
     if i == j:
         j = (j + 1) % len(names)
-    impl = get_graph_node_impl(node)
-    assert impl is not None
+    impl = node_impl(node)
     first, second = impl.get_child(node, names[i]), impl.get_child(node, names[j])
     impl.set_child(node, names[i], second)
     impl.set_child(node, names[j], first)
