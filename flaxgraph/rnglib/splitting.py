@@ -265,12 +265,9 @@ def rng_decorator(apply: Any, in_place: bool) -> Any:
     return decorator
 
 
-def _split_key(squeeze: bool) -> Any:
-    def make(key: jax.Array, shape: Any) -> jax.Array:
-        keys = jax.random.split(key, shape)
-        return keys[0] if squeeze else keys
-
-    return make
+def _split_key(key: jax.Array, shape: Any, *, squeeze: bool) -> jax.Array:
+    keys = jax.random.split(key, shape)
+    return keys[0] if squeeze else keys
 
 
 def _fork_key(key: jax.Array, shape: Any) -> jax.Array:
@@ -339,8 +336,8 @@ def split_rngs(
         )
     if squeeze and splits != 1:
         raise ValueError(f"split_rngs(squeeze=True) needs splits=1, got splits={splits!r}.")
-    rules = rule_list(splits, "splits")
-    return _apply_mode(node, rules, only, _split_key(squeeze), graph, graph_updates)
+    make = functools.partial(_split_key, squeeze=squeeze)
+    return _apply_mode(node, rule_list(splits, "splits"), only, make, graph, graph_updates)
 
 
 def fork_rngs(

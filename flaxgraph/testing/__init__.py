@@ -48,7 +48,6 @@ _STRATEGIES: tuple[str, ...] = (
 
 
 def __getattr__(name: str) -> _Any:
-    # The strategies need hypothesis, a test-only dependency: import it on first use.
     if name in _STRATEGIES or name == "strategies":
         try:
             strategies = _importlib.import_module("flaxgraph.testing.strategies")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hypothesis.strategies as st
@@ -382,44 +382,38 @@ class _Builder:
         return obj
 
     def value(self, depth: int) -> Any:
-        draw = self.draw
-        deeper = depth < self.max_depth
-        room = self.node_count < self.max_nodes
-        allowed = {
-            "node": deeper and room,
-            "container": deeper and self.containers,
-            "shared variable": self.sharing and bool(self.variables),
-            "shared node": self.sharing and bool(self.finished),
-            "cycle": self.cycles and bool(self.ancestors),
-            "rngs": self.rngs and deeper and room,
+        draw, pick = self.draw, self.pick
+        deeper, room = depth < self.max_depth, self.node_count < self.max_nodes
+        makers: dict[str, tuple[Any, Callable[[], Any]]] = {  # name: (allowed, make)
+            "static": (True, lambda: draw(static_values())),
+            "array": (True, lambda: draw(arrays())),
+            "variable": (True, self.new_variable),
+            "node": (deeper and room, lambda: self.node(pick(self.node_types), depth)),
+            "container": (deeper and self.containers, lambda: self.container(depth)),
+            "shared variable": (self.sharing and self.variables, lambda: pick(self.variables)),
+            "shared node": (self.sharing and self.finished, lambda: pick(self.finished)),
+            "cycle": (self.cycles and self.ancestors, lambda: pick(self.ancestors)),
+            "rngs": (self.rngs and deeper and room, self.new_rngs),
         }
-        choices = ["static", "array", "variable", *(c for c, ok in allowed.items() if ok)]
-        choice = draw(st.sampled_from(choices))
-        if choice == "static":
-            return draw(static_values())
-        if choice == "array":
-            return draw(arrays())
-        if choice == "variable":
-            variable = draw(self.variable_strategy)
-            self.variables.append(variable)
-            return variable
-        if choice == "node":
-            return self.node(draw(st.sampled_from(self.node_types)), depth)
-        if choice == "container":
-            return self.container(depth)
-        if choice == "shared variable":
-            return draw(st.sampled_from(self.variables))
-        if choice == "shared node":
-            return draw(st.sampled_from(self.finished))
-        if choice == "cycle":
-            return draw(st.sampled_from(self.ancestors))
-        # rngs
+        choice = draw(st.sampled_from([name for name, (ok, _) in makers.items() if ok]))
+        return makers[choice][1]()
+
+    def pick(self, candidates: Sequence[Any]) -> Any:
+        return self.draw(st.sampled_from(candidates))
+
+    def new_variable(self) -> Variable[Any]:
+        variable: Variable[Any] = self.draw(self.variable_strategy)
+        self.variables.append(variable)
+        return variable
+
+    def new_rngs(self) -> Rngs:
+        draw = self.draw
         self.node_count += 1
-        seed = draw(st.integers(0, 2**16))
+        key = draw(st.integers(0, 2**16))
         streams = draw(st.lists(st.sampled_from(("params", "dropout")), unique=True, max_size=2))
-        r = Rngs(seed, **{s: seed + i + 1 for i, s in enumerate(streams)})
-        self.finished.append(r)
-        return r
+        rngs = Rngs(key, **{s: key + i + 1 for i, s in enumerate(streams)})
+        self.finished.append(rngs)
+        return rngs
 
     def marked(self) -> Any:
         if self.draw(st.booleans()):

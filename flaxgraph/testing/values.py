@@ -124,8 +124,7 @@ class ArrayValue:
 @dataclasses.dataclass(frozen=True)
 class KeyValue:
     """A PRNG key from ``number``: ``kind='typed'`` (``jax.random.key`` with ``impl``, ``None``
-    for the default) or ``'raw'`` (``jax.random.PRNGKey``).
-    """
+    for the default) or ``'raw'`` (``jax.random.PRNGKey``)."""
 
     kind: str
     impl: str | None

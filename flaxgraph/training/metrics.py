@@ -21,15 +21,7 @@ from flaxgraph.variablelib.variable import Variable, is_variable
 
 A = TypeVar("A")
 
-__all__ = [
-    "Accuracy",
-    "Average",
-    "Metric",
-    "MetricState",
-    "MultiMetric",
-    "Statistics",
-    "Welford",
-]
+__all__ = ["Accuracy", "Average", "Metric", "MetricState", "MultiMetric", "Statistics", "Welford"]
 
 
 class MetricState(Variable[A]):
@@ -372,6 +364,7 @@ class MultiMetric(Metric):
     """
 
     def __init__(self, **metrics: Metric):
+        self._metric_names = tuple(metrics)
         for name, metric in metrics.items():
             if not isinstance(metric, Metric):
                 raise TypeError(
@@ -383,8 +376,6 @@ class MultiMetric(Metric):
                     f"MultiMetric cannot hold a metric named {name!r}: the name is reserved "
                     "(a method or attribute of MultiMetric, or private). Pick another name."
                 )
-        self._metric_names = tuple(metrics)
-        for name, metric in metrics.items():
             setattr(self, name, metric)
 
     def reset(self) -> None:

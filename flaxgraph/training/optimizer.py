@@ -66,9 +66,8 @@ class OptArray(OptState[A]):
 class OptVariable(OptState[A]):
     """An array of optax's state that mirrors a parameter (adam's moments…).
 
-    Its metadata is the parameter's plus ``source_type`` (the parameter's kind); sharding
-    names are dropped when the shape differs from the parameter's (factored states).
-    """
+    Its metadata is the parameter's plus ``source_type`` (the parameter's kind), without
+    sharding names when the shapes differ (factored states)."""
 
 
 def to_opt_state(tree: Any) -> Any:
@@ -167,8 +166,7 @@ class Optimizer(Pytree, Generic[M]):
 
     Attributes:
       step: an ``OptState``, a ``uint32`` scalar counting ``update`` calls.
-      tx: the optax transformation (static; ``nnx.jit`` reuses compiled code only for an
-        Optimizer sharing the same ``tx`` object).
+      tx: the optax transformation (static, compared by identity: see the package README).
       wrt: the filter (static; a list is stored as a tuple).
       graph: ``False`` selects ``wrt`` in tree mode; ``None`` the default.
       opt_state: ``tx.init(params)``, arrays wrapped in ``OptArray``/``OptVariable``.
