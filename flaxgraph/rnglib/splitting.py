@@ -249,7 +249,7 @@ def _copied(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any, 
 
 
 def rng_decorator(apply: Any, in_place: bool) -> Any:
-    """The decorator form: ``f`` runs within ``apply((args, kwargs))`` (``in_place``) or on what it returns."""
+    """The decorator form: ``f`` runs inside ``with apply((args, kwargs))`` (``in_place``) or on what it returns."""
 
     def decorator(f: Any) -> Any:
         @functools.wraps(f)

@@ -112,15 +112,12 @@ def _with_rngs(
     # Decide every stream's rule before anything is drawn: a conflict leaves the
     # caller's streams untouched. Copies share the key Variable: find them by it.
     decisions: dict[int, tuple[Any, str, Any]] = {}
+    rule_sets = (("split", split_rules), ("broadcast", broadcast_rules), ("fork", fork_rules))
     for path, value in iter_graph(node):
         if not (isinstance(value, RngStream) and only_p(path, value)):
             continue
         matches = []
-        for what, rules in (
-            ("split", split_rules),
-            ("broadcast", broadcast_rules),
-            ("fork", fork_rules),
-        ):
+        for what, rules in rule_sets:
             for filt, predicate, shape in rules:
                 if predicate(path, value):
                     matches.append((what, filt, shape))

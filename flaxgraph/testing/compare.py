@@ -150,12 +150,9 @@ def _compare_one(
     if kx is CONSTANT:
         return None if x == y else f"static values differ: {x!r} != {y!r}"
     if kx is PYTREE or ky is PYTREE:
-        if kx is not ky:
+        if kx is not ky or (xc := flatten_pytree(x))[1] != (yc := flatten_pytree(y))[1]:
             return f"pytree structures differ: {x!r} != {y!r}"
-        x_children, y_children = flatten_pytree(x), flatten_pytree(y)
-        if x_children[1] != y_children[1]:
-            return f"pytree structures differ: {x!r} != {y!r}"
-        for (k, cx), (_, cy) in reversed(list(zip(x_children[0], y_children[0], strict=True))):
+        for (k, cx), (_, cy) in reversed(list(zip(xc[0], yc[0], strict=True))):
             stack.append((f"{path}[{k!r}]", cx, cy))
         return None
     return None if _static_equal(x, y) else f"static values differ: {x!r} != {y!r}"

@@ -332,9 +332,7 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
         st.builds(SetValue, selector, small, small),
         st.builds(AddAttribute, selector, name, st.sampled_from(ADD_KINDS), small),
         st.builds(DeleteAttribute, selector, selector),
-        st.builds(
-            ShareAttribute, selector, selector, name, st.just(True) if cycles else st.just(False)
-        ),
+        st.builds(ShareAttribute, selector, selector, name, st.just(bool(cycles))),
         st.builds(SwapAttributes, selector, selector, selector),
     )
     return st.lists(step, max_size=max_steps)

@@ -1,8 +1,9 @@
 """Metrics: running statistics of a training or evaluation loop, as Objects.
 
-See the package README, "Metrics". Source: Flax NNX ``nnx.metrics`` (``Metric``, ``MetricState``, ``Average``, ``Welford``,
-``Statistics``, ``Accuracy``, ``MultiMetric``; 0.12); T. Chan, G. Golub, R. LeVeque,
-"Updating formulae and a pairwise algorithm for computing sample variances" (1979).
+See the package README, "Metrics". Source: Flax NNX ``nnx.metrics`` (``Metric``,
+``MetricState``, ``Average``, ``Welford``, ``Statistics``, ``Accuracy``, ``MultiMetric``;
+0.12); T. Chan, G. Golub, R. LeVeque, "Updating formulae and a pairwise algorithm for
+computing sample variances" (1979).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ class MetricState(Variable[A]):
 class Metric(Pytree):
     """Base class of metrics: subclasses implement ``update``, ``compute`` and ``reset``.
 
-    Their running state is ``MetricState`` Variables; ``update`` ignores unused keywords.
+    Their running state is ``MetricState`` Variables (replaced through ``.value``);
+    ``update`` ignores the keywords it does not use.
 
     Raises:
       NotImplementedError: ``Metric()`` itself or a subclass without its own ``__init__``
