@@ -41,7 +41,7 @@ if _TYPE_CHECKING:
     from flaxgraph.testing.strategies import static_values as static_values
     from flaxgraph.testing.strategies import variables as variables
 
-_STRATEGIES: tuple[str, ...] = (
+_STRATEGIES = (
     "arrays", "attribute_values", "filters", "graphs", "modes", "mutations", "static_values",
     "variables",
 )  # fmt: skip

@@ -23,7 +23,7 @@ from flaxgraph.filterlib import All, Not, PathContains, WithTag
 from flaxgraph.filterlib import Any as AnyOf
 from flaxgraph.pytreelib.objects import data, static
 from flaxgraph.rnglib.rngs import Rngs, RngState
-from flaxgraph.testing import _STRATEGIES, values
+from flaxgraph.testing import values
 from flaxgraph.testing.nodes import Block, CustomVariable, Node, Record
 from flaxgraph.testing.programs import (
     ADD_KINDS,
@@ -343,7 +343,7 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class _Builder:
-    """Draws one graph (``graphs``' options); keeps what sharing and cycles may point to."""
+    """Draws one graph (``graphs``' options); ``finished`` nodes can be shared, ``ancestors`` close cycles."""
 
     draw: Any
     max_nodes: int
@@ -356,8 +356,8 @@ class _Builder:
     marks: bool
     variable_strategy: Any
     node_types: tuple[type, ...]
-    finished: list[Any] = dataclasses.field(default_factory=list)  # sharing: no cycle
-    ancestors: list[Any] = dataclasses.field(default_factory=list)  # being built: a cycle
+    finished: list[Any] = dataclasses.field(default_factory=list)
+    ancestors: list[Any] = dataclasses.field(default_factory=list)
     variables: list[Variable[Any]] = dataclasses.field(default_factory=list)
     node_count: int = 0
 
@@ -436,7 +436,8 @@ class _Builder:
 
 
 __all__ = [
-    "ATTRIBUTE_NAMES", "MESH_AXES", "MODES", "NODE_TYPES", "TAGS", "VARIABLE_KINDS", *_STRATEGIES
+    "ATTRIBUTE_NAMES", "MESH_AXES", "MODES", "NODE_TYPES", "TAGS", "VARIABLE_KINDS", "arrays",
+    "filters", "graphs", "modes", "mutations", "static_values", "variables",
 ]  # fmt: skip
 
 
