@@ -3,14 +3,6 @@
 Calling a stream returns ``fold_in(key, count)`` and increments ``count``; each
 Variable carries its stream's name as ``tag`` metadata. See the package README.
 
->>> import jax, flaxgraph as nnx
->>> rngs = nnx.Rngs(0, dropout=1)    # a 'default' stream and a 'dropout' stream
->>> k1, k2 = rngs.params(), rngs.params()   # no 'params' stream: uses 'default'
->>> bool((jax.random.key_data(k1) != jax.random.key_data(k2)).any())
-True
->>> int(rngs.default.count.value)
-2
-
 Source: Flax NNX ``nnx.Rngs``, ``RngStream``, ``RngState``/``RngKey``/``RngCount``
 (0.12), including ``fork``, ``split``, ``broadcast``.
 """
@@ -55,9 +47,8 @@ def as_key(seed: Any) -> jax.Array:
     if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
         return seed
     if seed.dtype == jnp.uint32 and seed.ndim >= 1:
-        # Raw key data of the default PRNG implementation (``jax_default_prng_impl``):
-        # ``uint32[2]`` for threefry2x32, ``uint32[4]`` for rbg and unsafe_rbg; a
-        # trailing shape that is not the implementation's is seeds, handled below.
+        # Raw key data of the default PRNG implementation (uint32[2] threefry2x32, uint32[4]
+        # rbg/unsafe_rbg); another trailing shape is integers, handled below.
         try:
             return jax.random.wrap_key_data(seed)
         except (TypeError, ValueError):
@@ -95,8 +86,7 @@ class RngStream(Pytree, RandomSamplers):
     def fork(self, *, split: int | tuple[int, ...] | None = None) -> RngStream:
         """A new, independent stream made from one key of this one.
 
-        ``split`` (deprecated, as in Flax NNX 0.12.8, with a ``DeprecationWarning``) gives a
-        stream of ``split`` keys; use ``split(k)``.
+        ``split`` (deprecated, as in Flax NNX 0.12.8): ``split(k)`` with a ``DeprecationWarning``.
         """
         if split is not None:
             _warn_fork_split("RngStream")
@@ -125,6 +115,14 @@ class Rngs(Module, RandomSamplers):
     Raises:
       AttributeError: ``rngs.name`` for a missing stream without ``default``
         (``KeyError`` for ``rngs['name']``).
+
+    >>> import jax, flaxgraph as nnx
+    >>> rngs = nnx.Rngs(0, dropout=1)    # a 'default' stream and a 'dropout' stream
+    >>> k1, k2 = rngs.params(), rngs.params()   # no 'params' stream: uses 'default'
+    >>> bool((jax.random.key_data(k1) != jax.random.key_data(k2)).any())
+    True
+    >>> int(rngs.default.count.value)
+    2
     """
 
     def __init__(self, default: Any = None, /, **streams: Any):
@@ -166,8 +164,8 @@ class Rngs(Module, RandomSamplers):
     def fork(self, /, *, split: Any = None) -> Rngs:
         """A new Rngs whose streams are forked from these (each advances by one).
 
-        ``split`` (deprecated, with a ``DeprecationWarning``; use ``split()``): a shape splits
-        every stream, ``{filter: shape or None}`` the streams its first match selects.
+        ``split`` (deprecated, with a ``DeprecationWarning``): a shape or ``{filter: shape or
+        None}``; the streams it matches are split, the others forked.
 
         >>> import flaxgraph as nnx
         >>> rngs = nnx.Rngs(params=1, dropout=2)
@@ -197,8 +195,7 @@ class Rngs(Module, RandomSamplers):
         """A new Rngs whose selected streams hold one fresh key repeated to shape ``k``.
 
         Args:
-          k: a shape for every stream, ``None`` (none), or ``{filter: shape or None}`` (first
-            match wins; ``None`` or no match keeps the stream).
+          k: as in ``split``; ``None`` selects no stream.
 
         >>> import flaxgraph as nnx
         >>> nnx.Rngs(0).broadcast(5).default.key.shape

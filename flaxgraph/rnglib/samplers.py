@@ -39,18 +39,16 @@ INITIALIZERS: tuple[str, ...] = (
     "he_uniform", "kaiming_normal", "kaiming_uniform", "lecun_normal",
     "lecun_uniform", "variance_scaling", "xavier_normal", "xavier_uniform",
 )  # fmt: skip
-"""The ``jax.nn.initializers`` constructors offered as stream methods. ``normal``,
-``uniform``, ``truncated_normal`` and ``orthogonal`` are not among them: those names
-are the ``jax.random`` samplers."""
+"""The ``jax.nn.initializers`` constructors offered as stream methods (``normal``,
+``uniform``, ``truncated_normal``, ``orthogonal`` are the ``jax.random`` samplers)."""
 
 
 @runtime_checkable
 class KeylessInitializer(Protocol):
     """An initializer whose key comes from a stream: ``init(shape, dtype=None, out_sharding=None)``.
 
-    Returns an array of ``shape`` and ``dtype``, placed by ``out_sharding`` if given. A type
-    for annotations (its signature is not checked).
-    """
+    Returns an array of ``shape`` and ``dtype``, placed by ``out_sharding`` if given (a type
+    for annotations: its signature is not checked)."""
 
     def __call__(
         self,

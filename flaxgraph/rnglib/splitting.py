@@ -43,9 +43,7 @@ def reseed(
 ) -> None:
     """Resets the streams named in ``stream_keys`` everywhere in ``node``: count 0, a new key.
 
-    The k-th such stream in walk order gets ``fold_in(key(value), k)``, the key of a stream
-    forked from a new ``Rngs(name=value)``, so a layer keeping ``rngs.dropout.fork()``
-    repeats its draws, as in Flax NNX.
+    Which key each stream gets: see the package README, "Streams".
 
     Args:
       node: the object (Module, Rngs…) whose streams to reset.
@@ -102,11 +100,10 @@ def reseed(
 @functools.partial(jax.tree_util.register_dataclass, data_fields=["backups"], meta_fields=[])
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class RngBackups:
-    """What ``split_rngs``/``fork_rngs`` replaced, to put back with ``restore()``.
+    """What ``split_rngs``/``fork_rngs`` replaced, to put back with ``restore()`` or a ``with`` block.
 
-    A frozen pytree record with one field, ``backups``: ``(stream, key, count)`` (or
-    ``(stream, key)``) tuples, one per stream; built as Flax's ``SplitBackups(backups=[...])``
-    (this class), iterated as its tuples, usable as a context manager. Equality is identity.
+    A frozen pytree whose one field, ``backups``, holds ``(stream, key, count)`` (or
+    ``(stream, key)``) tuples (Flax's ``SplitBackups``); iterable; equality is identity.
 
     >>> import flaxgraph as nnx
     >>> rngs = nnx.Rngs(0)
@@ -252,8 +249,7 @@ def _copied(node: Any, rules: list[tuple[Any, Any, Any]], only: Any, make: Any, 
 
 
 def rng_decorator(apply: Any, in_place: bool) -> Any:
-    """The decorator form: ``f`` runs within ``apply((args, kwargs))`` (a context manager,
-    ``in_place``) or on the arguments it returns."""
+    """The decorator form: ``f`` runs inside ``with apply((args, kwargs))`` (``in_place``) or on what it returns."""
 
     def decorator(f: Any) -> Any:
         @functools.wraps(f)
@@ -269,12 +265,9 @@ def rng_decorator(apply: Any, in_place: bool) -> Any:
     return decorator
 
 
-def _split_key(squeeze: bool) -> Any:
-    def make(key: jax.Array, shape: Any) -> jax.Array:
-        keys = jax.random.split(key, shape)
-        return keys[0] if squeeze else keys
-
-    return make
+def _split_key(key: jax.Array, shape: Any, *, squeeze: bool) -> jax.Array:
+    keys = jax.random.split(key, shape)
+    return keys[0] if squeeze else keys
 
 
 def _fork_key(key: jax.Array, shape: Any) -> jax.Array:
@@ -306,11 +299,10 @@ def split_rngs(
     graph: bool | None = None,
     graph_updates: bool | None = None,
 ) -> Any:
-    """Replaces the keys of the RNG streams in ``node`` by ``splits`` split keys.
+    """Replaces the keys of the RNG streams in ``node`` by ``splits`` keys split from one draw.
 
-    Each selected stream draws one key (its count advances) and holds ``splits`` keys split
-    from it, with a count of that shape; in place or on a copy, see the package README,
-    "Split, fork, restore".
+    Each count gets that shape too; in place or on a copy: see the package README, "Split,
+    fork, restore".
 
     Args:
       node: the graph holding the streams; omit it for the decorator form.
@@ -344,8 +336,8 @@ def split_rngs(
         )
     if squeeze and splits != 1:
         raise ValueError(f"split_rngs(squeeze=True) needs splits=1, got splits={splits!r}.")
-    rules = rule_list(splits, "splits")
-    return _apply_mode(node, rules, only, _split_key(squeeze), graph, graph_updates)
+    make = functools.partial(_split_key, squeeze=squeeze)
+    return _apply_mode(node, rule_list(splits, "splits"), only, make, graph, graph_updates)
 
 
 def fork_rngs(

@@ -45,8 +45,7 @@ def with_rngs(
 ) -> Any:
     """Returns a copy of ``node`` whose ``RngStream``s are split, broadcast or forked.
 
-    Each selected stream draws one key from the original (its count advances); the rest
-    of the copy shares the original's Variables, so nothing needs restoring.
+    Each selected stream draws one key from the original (see the package README).
 
     Args:
       node: any value holding ``RngStream``s. Omit it for the decorator form
@@ -113,15 +112,12 @@ def _with_rngs(
     # Decide every stream's rule before anything is drawn: a conflict leaves the
     # caller's streams untouched. Copies share the key Variable: find them by it.
     decisions: dict[int, tuple[Any, str, Any]] = {}
+    rule_sets = (("split", split_rules), ("broadcast", broadcast_rules), ("fork", fork_rules))
     for path, value in iter_graph(node):
         if not (isinstance(value, RngStream) and only_p(path, value)):
             continue
         matches = []
-        for what, rules in (
-            ("split", split_rules),
-            ("broadcast", broadcast_rules),
-            ("fork", fork_rules),
-        ):
+        for what, rules in rule_sets:
             for filt, predicate, shape in rules:
                 if predicate(path, value):
                     matches.append((what, filt, shape))

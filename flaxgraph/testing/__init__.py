@@ -1,8 +1,7 @@
 """Testing tools for object graphs: generators, an isomorphism check, mutation programs.
 
-Strategies (``graphs``, ``arrays``, ``variables``, ``static_values``, ``filters``,
-``mutations``, ``modes``, ``attribute_values``) need ``hypothesis`` and import it on first
-access; ``import flaxgraph`` does not. What each module holds is in the package README.
+The strategies need ``hypothesis`` and import it on first access; ``import flaxgraph``
+does not. What each module holds is in the package README.
 
   from hypothesis import given
   import flaxgraph as nnx
@@ -43,19 +42,12 @@ if _TYPE_CHECKING:
     from flaxgraph.testing.strategies import variables as variables
 
 _STRATEGIES = (
-    "arrays",
-    "attribute_values",
-    "filters",
-    "graphs",
-    "modes",
-    "mutations",
-    "static_values",
+    "arrays", "attribute_values", "filters", "graphs", "modes", "mutations", "static_values",
     "variables",
-)
+)  # fmt: skip
 
 
 def __getattr__(name: str) -> _Any:
-    # The strategies need hypothesis, a test-only dependency: import it on first use.
     if name in _STRATEGIES or name == "strategies":
         try:
             strategies = _importlib.import_module("flaxgraph.testing.strategies")

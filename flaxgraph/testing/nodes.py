@@ -1,14 +1,7 @@
 """Generic node and Variable types that generated graphs are built from.
 
 Featureless attribute holders, so every behaviour a test sees comes from the graph
-engine; two Module types because the GraphDef records each node's type::
-
-  >>> import jax.numpy as jnp, flaxgraph as nnx
-  >>> from flaxgraph.testing import Node, CustomVariable
-  >>> shared = nnx.Param(jnp.ones(2))
-  >>> root = Node(a=shared, b=shared, child=Node(n=CustomVariable(jnp.zeros(3))))
-  >>> root.a is root.b
-  True
+engine; two Module types because the GraphDef records each node's type.
 
 Source: ``docs/design.md``, section "Tests".
 """
@@ -26,9 +19,11 @@ class Node(Module):
     """A generic Module: ``Node(**attributes)`` sets each keyword as an attribute.
 
     >>> import jax.numpy as jnp, flaxgraph as nnx
-    >>> from flaxgraph.testing import Node
-    >>> Node(w=nnx.Param(jnp.ones(2)), name='n').name
-    'n'
+    >>> from flaxgraph.testing import Node, CustomVariable
+    >>> shared = nnx.Param(jnp.ones(2))
+    >>> root = Node(a=shared, b=shared, child=Node(n=CustomVariable(jnp.zeros(3))), name='r')
+    >>> root.a is root.b, root.name
+    (True, 'r')
     """
 
     def __init__(self, **attributes: Any):

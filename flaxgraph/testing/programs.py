@@ -1,9 +1,7 @@
 """Mutation programs: small, plain-data edits applied to any object graph.
 
-Steps hold *selectors*, integers that pick (modulo the number of candidates) a node or
-Variable in ``nnx.iter_graph`` order, or an attribute in sorted name order, so one
-program makes the same edits on a graph and on its copy inside a trace. A step with no
-candidate does nothing. See the package README, "programs.py".
+Steps hold *selectors* (see the package README, "programs.py"), so one program makes the
+same edits on a graph and on its copy inside a trace; a step with no candidate does nothing.
 
 Source: ``docs/design.md``, section "Tests" (differential tests, "transformed == eager").
 """
@@ -19,7 +17,7 @@ import numpy as np
 
 from flaxgraph.graphlib.descendants import iter_graph
 from flaxgraph.graphlib.paths import step_str
-from flaxgraph.graphlib.registry import REGISTRY, Kind, get_graph_node_impl
+from flaxgraph.graphlib.registry import REGISTRY, Kind, node_impl
 from flaxgraph.testing.nodes import Node
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.variable import BatchStat, Param, is_variable
@@ -161,22 +159,18 @@ def _objects(root: Any) -> tuple[list[tuple[PathParts, Any]], list[tuple[PathPar
 
 
 def _attribute_names(node: Any) -> list[str]:
-    impl = get_graph_node_impl(node)
-    assert impl is not None
+    impl = node_impl(node)
     return sorted(k for k, _ in impl.flatten(node)[0] if isinstance(k, str))
 
 
 def _marked_names(node: Any) -> set[str]:
-    """Attributes marked ``nnx.data``/``nnx.static``, read from the marks (in a trace a
-    ``nnx.data(3)`` attribute holds an array).
-    """
+    """Attributes marked ``nnx.data``/``nnx.static`` (from the marks: traced, data is an array)."""
     return {name for name, _ in getattr(node, "_obj_kinds", ())}
 
 
 def _set_unmarked(node: Any, name: str, value: Any) -> None:
     """``node.<name> = value``, first dropping the name's data/static mark."""
-    impl = get_graph_node_impl(node)
-    assert impl is not None
+    impl = node_impl(node)
     if name in _marked_names(node):
         impl.del_child(node, name)
     impl.set_child(node, name, value)
@@ -244,7 +238,7 @@ def _delete_attribute(root: Any, step: DeleteAttribute) -> str:
         return "skip DeleteAttribute: no node has a string attribute"
     path, node = _pick(nodes, step.node)
     name = _pick(_attribute_names(node), step.attribute)
-    get_graph_node_impl(node).del_child(node, name)  # type: ignore[union-attr]
+    node_impl(node).del_child(node, name)
     return f"delete {_where((*path, name))}"
 
 
@@ -283,8 +277,7 @@ def _swap_attributes(root: Any, step: SwapAttributes) -> str:
     j = step.second % len(names)
     if i == j:
         j = (j + 1) % len(names)
-    impl = get_graph_node_impl(node)
-    assert impl is not None
+    impl = node_impl(node)
     first, second = impl.get_child(node, names[i]), impl.get_child(node, names[j])
     impl.set_child(node, names[i], second)
     impl.set_child(node, names[j], first)

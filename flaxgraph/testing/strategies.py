@@ -1,17 +1,16 @@
 """Hypothesis strategies that generate object graphs and programs that edit them.
 
-What the graphs contain (sharing, cycles, containers, mixed Variable kinds, metadata) and
-why array values are exact is in the package README. Needs ``hypothesis``; importing
-``flaxgraph`` does not import it.
+What the graphs contain and why array values are exact: see the package README.
 
-Source: ``docs/design.md``, section "Tests"; hypothesis's strategies API.
+Source: ``docs/design.md``, section "Tests"; hypothesis's strategies API; Flax NNX 0.12
+``graph``/``graph_updates`` transform arguments (``modes``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hypothesis.strategies as st
@@ -43,13 +42,8 @@ ATTRIBUTE_NAMES = ("a", "b", "c", "w", "bias", "kernel", "sub", "head")
 """Attribute (and dict key) names generated graphs use; none shadows a Module method."""
 
 VARIABLE_KINDS: tuple[type[Variable[Any]], ...] = (
-    Param,
-    BatchStat,
-    Cache,
-    Intermediate,
-    CustomVariable,
-    Variable,
-)
+    Param, BatchStat, Cache, Intermediate, CustomVariable, Variable
+)  # fmt: skip
 """The Variable kinds ``variables()`` and ``graphs()`` draw from by default."""
 
 NODE_TYPES: tuple[type, ...] = (Node, Block, Record, List, Dict)
@@ -201,20 +195,10 @@ def filters() -> SearchStrategy[Any]:
     ...     assert callable(nnx.filterlib.to_predicate(f))
     >>> test()
     """
-    base = st.sampled_from(
-        [
-            *VARIABLE_KINDS,
-            RngState,
-            jax.Array,
-            "a",
-            WithTag("b"),
-            PathContains("w"),
-            PathContains("sub"),
-            PathContains(0),
-            ...,
-            None,
-        ]
-    )
+    base = st.sampled_from([
+        *VARIABLE_KINDS, RngState, jax.Array, "a", WithTag("b"), PathContains("w"),
+        PathContains("sub"), PathContains(0), ..., None,
+    ])  # fmt: skip
 
     def combine(inner: SearchStrategy[Any]) -> SearchStrategy[Any]:
         return st.one_of(
@@ -243,9 +227,7 @@ def graphs(
 ) -> SearchStrategy[Node]:
     """A strategy of object graphs: a root ``Node`` or ``Block`` Module and all it holds.
 
-    Each attribute is a static value, an array, a new Variable or sub-node, a container, an
-    ``nnx.Rngs``, an earlier Variable or node (sharing) or an ancestor (a cycle). Containers
-    are never shared (the engine walks them by value).
+    What an attribute can be is in the package README; containers are never shared.
 
     Args:
       max_nodes: the most graph nodes (the root included).
@@ -280,22 +262,24 @@ def graphs(
             "graphs needs max_nodes >= 1, max_depth >= 0 and max_attributes >= 0, got "
             f"max_nodes={max_nodes}, max_depth={max_depth}, max_attributes={max_attributes}"
         )
-    options = _Options(
-        max_nodes=max_nodes,
-        max_depth=max_depth,
-        max_attributes=max_attributes,
-        sharing=sharing,
-        cycles=cycles,
-        containers=containers,
-        rngs=rngs,
-        marks=marks,
-        variables=variables(kinds=variable_kinds, metadata=metadata),
-        node_types=tuple(node_types),
-    )
+    variable_strategy = variables(kinds=variable_kinds, metadata=metadata)
 
     @st.composite
     def build(draw: Any) -> Node:
-        return _Builder(draw, options).node(draw(st.sampled_from((Node, Block))), 0)
+        builder = _Builder(
+            draw=draw,
+            max_nodes=max_nodes,
+            max_depth=max_depth,
+            max_attributes=max_attributes,
+            sharing=sharing,
+            cycles=cycles,
+            containers=containers,
+            rngs=rngs,
+            marks=marks,
+            variable_strategy=variable_strategy,
+            node_types=tuple(node_types),
+        )
+        return builder.node(draw(st.sampled_from((Node, Block))), 0)
 
     return build()
 
@@ -317,14 +301,8 @@ def modes() -> SearchStrategy[dict[str, bool]]:
     >>> @settings(max_examples=6)
     ... @given(modes())
     ... def test(mode):
-    ...     def add_one(v):
-    ...         v[...] += 1
-    ...     v = nnx.Variable(jnp.zeros(()))
-    ...     nnx.jit(add_one, **mode)(v)
-    ...     assert v[...] == 1
+    ...     assert nnx.jit(lambda v: v[...] + 1, **mode)(nnx.Variable(jnp.zeros(()))) == 1
     >>> test()
-
-    Source: Flax NNX 0.12 ``graph``/``graph_updates`` transform arguments.
     """
     return st.sampled_from(MODES)
 
@@ -354,9 +332,7 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
         st.builds(SetValue, selector, small, small),
         st.builds(AddAttribute, selector, name, st.sampled_from(ADD_KINDS), small),
         st.builds(DeleteAttribute, selector, selector),
-        st.builds(
-            ShareAttribute, selector, selector, name, st.just(True) if cycles else st.just(False)
-        ),
+        st.builds(ShareAttribute, selector, selector, name, st.just(bool(cycles))),
         st.builds(SwapAttributes, selector, selector, selector),
     )
     return st.lists(step, max_size=max_steps)
@@ -365,42 +341,37 @@ def mutations(*, max_steps: int = 4, cycles: bool = True) -> SearchStrategy[list
 # -- the graph builder -------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _Options:
-    containers: bool
-    cycles: bool
-    max_attributes: int
-    max_depth: int
-    marks: bool
-    max_nodes: int
-    node_types: tuple[type, ...]
-    rngs: bool
-    sharing: bool
-    variables: Any  # a hypothesis strategy of Variables
-
-
+@dataclasses.dataclass(slots=True, kw_only=True)
 class _Builder:
-    """Draws one graph; keeps what sharing and cycles may point to."""
+    """Draws one graph (``graphs``' options); ``finished`` nodes can be shared, ``ancestors`` close cycles."""
 
-    def __init__(self, draw: Any, options: _Options):
-        self.draw = draw
-        self.options = options
-        self.finished: list[Any] = []  # complete nodes: sharing them makes no cycle
-        self.ancestors: list[Any] = []  # nodes being built: referencing one is a cycle
-        self.variables: list[Variable[Any]] = []
-        self.node_count = 0
+    draw: Any
+    max_nodes: int
+    max_depth: int
+    max_attributes: int
+    sharing: bool
+    cycles: bool
+    containers: bool
+    rngs: bool
+    marks: bool
+    variable_strategy: Any
+    node_types: tuple[type, ...]
+    finished: list[Any] = dataclasses.field(default_factory=list)
+    ancestors: list[Any] = dataclasses.field(default_factory=list)
+    variables: list[Variable[Any]] = dataclasses.field(default_factory=list)
+    node_count: int = 0
 
     def node(self, cls: type, depth: int) -> Any:
-        draw, options = self.draw, self.options
+        draw = self.draw
         self.node_count += 1
         obj = cls()
         self.ancestors.append(obj)
         if cls is List:
-            for _ in range(draw(st.integers(0, options.max_attributes))):
+            for _ in range(draw(st.integers(0, self.max_attributes))):
                 obj.append(self.value(depth + 1))
         else:
             for name in self.names():
-                if options.marks and draw(st.integers(0, 4)) == 0:
+                if self.marks and draw(st.integers(0, 4)) == 0:
                     setattr(obj, name, self.marked())
                 else:
                     setattr(obj, name, self.value(depth + 1))
@@ -409,48 +380,38 @@ class _Builder:
         return obj
 
     def value(self, depth: int) -> Any:
-        draw, options = self.draw, self.options
-        deeper = depth < options.max_depth
-        room = self.node_count < options.max_nodes
-        choices = ["static", "array", "variable"]
-        if deeper and room:
-            choices.append("node")
-        if deeper and options.containers:
-            choices.append("container")
-        if options.sharing and self.variables:
-            choices.append("shared variable")
-        if options.sharing and self.finished:
-            choices.append("shared node")
-        if options.cycles and self.ancestors:
-            choices.append("cycle")
-        if options.rngs and deeper and room:
-            choices.append("rngs")
-        choice = draw(st.sampled_from(choices))
-        if choice == "static":
-            return draw(static_values())
-        if choice == "array":
-            return draw(arrays())
-        if choice == "variable":
-            variable = draw(options.variables)
-            self.variables.append(variable)
-            return variable
-        if choice == "node":
-            return self.node(draw(st.sampled_from(options.node_types)), depth)
-        if choice == "container":
-            return self.container(depth)
-        if choice == "shared variable":
-            return draw(st.sampled_from(self.variables))
-        if choice == "shared node":
-            return draw(st.sampled_from(self.finished))
-        if choice == "cycle":
-            return draw(st.sampled_from(self.ancestors))
-        # rngs
+        draw, pick = self.draw, self.pick
+        deeper, room = depth < self.max_depth, self.node_count < self.max_nodes
+        makers: dict[str, tuple[Any, Callable[[], Any]]] = {  # name: (allowed, make)
+            "static": (True, lambda: draw(static_values())),
+            "array": (True, lambda: draw(arrays())),
+            "variable": (True, self.new_variable),
+            "node": (deeper and room, lambda: self.node(pick(self.node_types), depth)),
+            "container": (deeper and self.containers, lambda: self.container(depth)),
+            "shared variable": (self.sharing and self.variables, lambda: pick(self.variables)),
+            "shared node": (self.sharing and self.finished, lambda: pick(self.finished)),
+            "cycle": (self.cycles and self.ancestors, lambda: pick(self.ancestors)),
+            "rngs": (self.rngs and deeper and room, self.new_rngs),
+        }
+        choice = draw(st.sampled_from([name for name, (ok, _) in makers.items() if ok]))
+        return makers[choice][1]()
+
+    def pick(self, candidates: Sequence[Any]) -> Any:
+        return self.draw(st.sampled_from(candidates))
+
+    def new_variable(self) -> Variable[Any]:
+        variable: Variable[Any] = self.draw(self.variable_strategy)
+        self.variables.append(variable)
+        return variable
+
+    def new_rngs(self) -> Rngs:
+        draw = self.draw
         self.node_count += 1
-        seed = draw(st.integers(0, 2**16))
+        key = draw(st.integers(0, 2**16))
         streams = draw(st.lists(st.sampled_from(("params", "dropout")), unique=True, max_size=2))
-        r = Rngs(seed, **{s: seed + i + 1 for i, s in enumerate(streams)})
-        self.finished.append(r)
-        return r
+        rngs = Rngs(key, **{s: key + i + 1 for i, s in enumerate(streams)})
+        self.finished.append(rngs)
+        return rngs
 
     def marked(self) -> Any:
         if self.draw(st.booleans()):
@@ -458,10 +419,10 @@ class _Builder:
         return static(self.draw(static_values()))
 
     def names(self) -> list[str]:
-        at_most = self.options.max_attributes
-        names: list[str] = self.draw(
-            st.lists(st.sampled_from(ATTRIBUTE_NAMES), unique=True, max_size=at_most)
+        strategy = st.lists(
+            st.sampled_from(ATTRIBUTE_NAMES), unique=True, max_size=self.max_attributes
         )
+        names: list[str] = self.draw(strategy)
         return names
 
     def container(self, depth: int) -> Any:
@@ -475,28 +436,13 @@ class _Builder:
 
 
 __all__ = [
-    "ATTRIBUTE_NAMES",
-    "MESH_AXES",
-    "MODES",
-    "NODE_TYPES",
-    "TAGS",
-    "VARIABLE_KINDS",
-    "arrays",
-    "filters",
-    "graphs",
-    "modes",
-    "mutations",
-    "static_values",
-    "variables",
-]
+    "ATTRIBUTE_NAMES", "MESH_AXES", "MODES", "NODE_TYPES", "TAGS", "VARIABLE_KINDS", "arrays",
+    "filters", "graphs", "modes", "mutations", "static_values", "variables",
+]  # fmt: skip
 
 
 def attribute_values(*, max_depth: int = 2) -> SearchStrategy[Any]:
-    """A strategy of attribute value descriptions (``flaxgraph.testing.values``).
-
-    Draws scalars, arrays, PRNG keys, dtypes, enums, functions, partials, dataclass
-    configs, ``PartitionSpec``\\ s and containers of these; each ``build()`` makes a new,
-    equal value.
+    """A strategy of attribute value descriptions (``flaxgraph.testing.values``, see the README).
 
     Args:
       max_depth: how deep containers, configs and partials nest (0: none).
@@ -518,8 +464,7 @@ def attribute_values(*, max_depth: int = 2) -> SearchStrategy[Any]:
 
 @st.composite
 def _attribute_values(draw: Any, max_depth: int) -> Any:
-    # A composite around the cached strategy: its repr stays short (the nested
-    # strategy's own repr is tens of kilobytes, and hypothesis warns when it prints it).
+    # Wraps the cached strategy so that its repr (tens of kilobytes) is never printed.
     return draw(_attribute_values_strategy(max_depth))
 
 

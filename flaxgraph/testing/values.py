@@ -99,13 +99,8 @@ class NpScalar:
 
 @dataclasses.dataclass(frozen=True)
 class ArrayValue:
-    """An array ``start + arange(size)`` of ``dtype`` and ``shape``, NumPy or JAX.
-
-    Attributes:
-      kind: ``'numpy'`` or ``'jax'``.
-      dtype: ``'float32'``, ``'int32'``, ``'bool'``… (bool arrays alternate from ``start``).
-      shape: a tuple of small ints.
-      start: the first element.
+    """An array ``start + arange(size)`` of ``dtype`` (``'float32'``, ``'int32'``, ``'bool'``…)
+    and ``shape``, NumPy or JAX (``kind``: ``'numpy'``, ``'jax'``); bools alternate from ``start``.
     """
 
     kind: str
@@ -124,8 +119,7 @@ class ArrayValue:
 @dataclasses.dataclass(frozen=True)
 class KeyValue:
     """A PRNG key from ``number``: ``kind='typed'`` (``jax.random.key`` with ``impl``, ``None``
-    for the default) or ``'raw'`` (``jax.random.PRNGKey``).
-    """
+    for the default) or ``'raw'`` (``jax.random.PRNGKey``)."""
 
     kind: str
     impl: str | None

@@ -141,8 +141,8 @@ class EMA(Pytree):
     def apply_to(self, model: A) -> A:
         """A new model of ``model``'s structure using ``ema.params`` as its averaged Variables.
 
-        It follows every later ``update``; its other Variables are ``model``'s (shared);
-        ``model`` is not changed.
+        It follows every later ``update`` (see the package README, "EMA"); its other
+        Variables are ``model``'s; ``model`` is not changed.
 
         Args:
           model: an object with the structure of the EMA's ``params``.

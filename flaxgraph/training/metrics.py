@@ -1,12 +1,9 @@
 """Metrics: running statistics of a training or evaluation loop, as Objects.
 
-A metric accumulates with ``update(**kwargs)`` (ignoring keywords it does not use),
-reports with ``compute()`` and starts over with ``reset()``. See the package README,
-"Metrics".
-
-Source: Flax NNX ``nnx.metrics`` (``Metric``, ``MetricState``, ``Average``, ``Welford``,
-``Statistics``, ``Accuracy``, ``MultiMetric``; 0.12); T. Chan, G. Golub, R. LeVeque,
-"Updating formulae and a pairwise algorithm for computing sample variances" (1979).
+See the package README, "Metrics". Source: Flax NNX ``nnx.metrics`` (``Metric``,
+``MetricState``, ``Average``, ``Welford``, ``Statistics``, ``Accuracy``, ``MultiMetric``;
+0.12); T. Chan, G. Golub, R. LeVeque, "Updating formulae and a pairwise algorithm for
+computing sample variances" (1979).
 """
 
 from __future__ import annotations
@@ -25,15 +22,7 @@ from flaxgraph.variablelib.variable import Variable, is_variable
 
 A = TypeVar("A")
 
-__all__ = [
-    "Accuracy",
-    "Average",
-    "Metric",
-    "MetricState",
-    "MultiMetric",
-    "Statistics",
-    "Welford",
-]
+__all__ = ["Accuracy", "Average", "Metric", "MetricState", "MultiMetric", "Statistics", "Welford"]
 
 
 class MetricState(Variable[A]):
@@ -43,7 +32,8 @@ class MetricState(Variable[A]):
 class Metric(Pytree):
     """Base class of metrics: subclasses implement ``update``, ``compute`` and ``reset``.
 
-    Their running state is ``MetricState`` Variables (replaced through ``.value``).
+    Their running state is ``MetricState`` Variables (replaced through ``.value``);
+    ``update`` ignores the keywords it does not use.
 
     Raises:
       NotImplementedError: ``Metric()`` itself or a subclass without its own ``__init__``
@@ -83,6 +73,19 @@ class Metric(Pytree):
         return graph_split(self, *filters)
 
 
+def _array(value: Any) -> jax.Array:
+    return jnp.asarray(value.raw_value if is_variable(value) else value)
+
+
+def _state(dtype: Any) -> MetricState[jax.Array]:
+    return MetricState(jnp.array(0, dtype=dtype))
+
+
+def _zero(*states: MetricState[jax.Array]) -> None:
+    for state in states:
+        state.value = jnp.zeros_like(state.value)
+
+
 def _argument(kwargs: dict[str, Any], argname: str, metric: str) -> jax.Array:
     if argname not in kwargs:
         raise TypeError(
@@ -90,15 +93,14 @@ def _argument(kwargs: dict[str, Any], argname: str, metric: str) -> jax.Array:
             f"{sorted(kwargs) or 'none'}.\nFix: pass {argname}=..., or create the metric "
             f"with the argument name you pass ({metric}(argname='loss'))."
         )
-    value = kwargs[argname]
-    return jnp.asarray(value.raw_value if is_variable(value) else value)
+    return _array(kwargs[argname])
 
 
 def _mask(mask: Any, shape: tuple[int, ...], metric: str, what: str) -> jax.Array | None:
     """``mask`` (``None`` or broadcastable to ``shape``) as a bool array of ``shape``."""
     if mask is None:
         return None
-    mask = jnp.asarray(mask.raw_value if is_variable(mask) else mask)
+    mask = _array(mask)
     try:
         return jnp.broadcast_to(mask != 0, shape)
     except ValueError:
@@ -120,10 +122,6 @@ class Average(Metric):
     ``float32`` scalar, ``nan`` before any update. State: ``total`` (float32), ``count``
     (int32).
 
-    Raises:
-      TypeError: from ``update``, ``argname`` missing.
-      ValueError: from ``update``, ``mask`` does not broadcast to the values.
-
     >>> import jax.numpy as jnp, flaxgraph as nnx
     >>> avg = nnx.metrics.Average()
     >>> avg.update(values=jnp.array([1, 2, 3, 4]))
@@ -134,13 +132,11 @@ class Average(Metric):
 
     def __init__(self, argname: str = "values"):
         self.argname = argname
-        self.total = MetricState(jnp.array(0, dtype=jnp.float32))
-        self.count = MetricState(jnp.array(0, dtype=jnp.int32))
+        self.total, self.count = _state(jnp.float32), _state(jnp.int32)
 
     def reset(self) -> None:
         """Returns the metric to its initial, empty state."""
-        self.total.value = jnp.zeros_like(self.total.value)
-        self.count.value = jnp.zeros_like(self.count.value)
+        _zero(self.total, self.count)
 
     def update(self, mask: Any = None, **kwargs: Any) -> None:
         """Adds ``values`` (the ``argname`` keyword) to the running mean; with ``mask``, only where it is nonzero.
@@ -209,10 +205,6 @@ class Welford(Metric):
     deviation, ``standard_error = standard_deviation / sqrt(n)``; before any update mean 0
     and ``nan``. State: ``count`` (int32), ``mean``, ``m2`` (float32).
 
-    Raises:
-      TypeError: from ``update``, ``argname`` missing.
-      ValueError: from ``update``, ``mask`` does not broadcast to the values.
-
     >>> import jax.numpy as jnp, flaxgraph as nnx
     >>> w = nnx.metrics.Welford()
     >>> w.update(values=jnp.array([1.0, 2.0, 3.0, 4.0]))
@@ -222,14 +214,11 @@ class Welford(Metric):
 
     def __init__(self, argname: str = "values"):
         self.argname = argname
-        self.count = MetricState(jnp.array(0, dtype=jnp.int32))
-        self.mean = MetricState(jnp.array(0, dtype=jnp.float32))
-        self.m2 = MetricState(jnp.array(0, dtype=jnp.float32))
+        self.count, self.mean, self.m2 = _state(jnp.int32), _state(jnp.float32), _state(jnp.float32)
 
     def reset(self) -> None:
         """Returns the metric to its initial, empty state."""
-        for v in (self.count, self.mean, self.m2):
-            v.value = jnp.zeros_like(v.value)
+        _zero(self.count, self.mean, self.m2)
 
     def update(self, mask: Any = None, **kwargs: Any) -> None:
         """Adds ``values`` (the ``argname`` keyword, cast to float32); with ``mask``, only where it is nonzero.
@@ -284,10 +273,7 @@ class Accuracy(Average):
 
     Raises:
       TypeError: ``threshold`` is neither ``None`` nor a ``float`` (an int, bool or
-        ``np.float32`` is refused, as in Flax; ``np.float64`` is a float); from
-        ``update``, ``logits``/``labels`` missing.
-      ValueError: from ``update``, ranks that do not fit, non-integer labels, or a
-        ``mask`` that does not broadcast to the labels.
+        ``np.float32`` is refused, as in Flax; ``np.float64`` is a float).
 
     >>> import jax.numpy as jnp, flaxgraph as nnx
     >>> acc = nnx.metrics.Accuracy()
@@ -317,10 +303,11 @@ class Accuracy(Average):
         """Adds a batch of ``logits`` and ``labels`` (see the class); with ``mask``, only where it is nonzero.
 
         Raises:
-          ValueError: the shapes of ``logits``, ``labels`` or ``mask`` do not fit.
+          TypeError: ``logits`` or ``labels`` is missing.
+          ValueError: the shapes of ``logits``, ``labels`` or ``mask`` do not fit, or the
+            labels are not integers (or bools, with a threshold).
         """
-        logits = jnp.asarray(logits.raw_value if is_variable(logits) else logits)
-        labels = jnp.asarray(labels.raw_value if is_variable(labels) else labels)
+        logits, labels = _array(logits), _array(labels)
         if self.threshold is None:
             if logits.shape[:-1] != labels.shape:
                 raise ValueError(
@@ -365,7 +352,7 @@ class MultiMetric(Metric):
     Raises:
       TypeError: a value is not a ``Metric``.
       ValueError: a name is taken by a ``MultiMetric`` attribute or starts with an
-        underscore; from ``update``, a ``mask`` dict names no metric (Flax ignores it).
+        underscore.
 
     >>> import jax.numpy as jnp, flaxgraph as nnx
     >>> metrics = nnx.MultiMetric(
@@ -379,6 +366,7 @@ class MultiMetric(Metric):
     """
 
     def __init__(self, **metrics: Metric):
+        self._metric_names = tuple(metrics)
         for name, metric in metrics.items():
             if not isinstance(metric, Metric):
                 raise TypeError(
@@ -390,8 +378,6 @@ class MultiMetric(Metric):
                     f"MultiMetric cannot hold a metric named {name!r}: the name is reserved "
                     "(a method or attribute of MultiMetric, or private). Pick another name."
                 )
-        self._metric_names = tuple(metrics)
-        for name, metric in metrics.items():
             setattr(self, name, metric)
 
     def reset(self) -> None:
@@ -403,7 +389,7 @@ class MultiMetric(Metric):
         """Passes the keywords to every metric's ``update``; a ``mask`` dict gives each named metric its own.
 
         Raises:
-          ValueError: a ``mask`` dict names no metric of this ``MultiMetric``.
+          ValueError: a ``mask`` dict names no metric of this ``MultiMetric`` (Flax ignores it).
         """
         mask = updates.pop("mask", None)
         if isinstance(mask, dict):

@@ -66,23 +66,20 @@ class OptArray(OptState[A]):
 class OptVariable(OptState[A]):
     """An array of optax's state that mirrors a parameter (adam's moments…).
 
-    Its metadata is the parameter's plus ``source_type`` (the parameter's kind); sharding
-    names are dropped when the shape differs from the parameter's (factored states).
-    """
+    Its metadata is the parameter's plus ``source_type`` (the parameter's kind), without
+    sharding names when the shapes differ (factored states)."""
 
 
 def to_opt_state(tree: Any) -> Any:
     """``tree`` with each leaf wrapped in an optimizer-state Variable (the input is not changed).
 
-    A Variable becomes an ``OptVariable`` with its value and a copy of its metadata (an
-    ``optimizer_sharding`` entry becomes ``out_sharding``); any other leaf becomes an
-    ``OptArray``.
-
     Args:
       tree: a pytree whose leaves are arrays or Variables.
 
     Returns:
-      A pytree of the same structure whose leaves are ``OptVariable``/``OptArray``.
+      A pytree of the same structure: a Variable becomes an ``OptVariable`` with its value
+      and a copy of its metadata (``optimizer_sharding`` becomes ``out_sharding``), any
+      other leaf an ``OptArray``.
 
     >>> import jax.numpy as jnp, flaxgraph as nnx
     >>> from flaxgraph.training.optimizer import to_opt_state
@@ -169,8 +166,7 @@ class Optimizer(Pytree, Generic[M]):
 
     Attributes:
       step: an ``OptState``, a ``uint32`` scalar counting ``update`` calls.
-      tx: the optax transformation (static; ``nnx.jit`` reuses compiled code only for an
-        Optimizer sharing the same ``tx`` object).
+      tx: the optax transformation (static, compared by identity: see the package README).
       wrt: the filter (static; a list is stored as a tuple).
       graph: ``False`` selects ``wrt`` in tree mode; ``None`` the default.
       opt_state: ``tx.init(params)``, arrays wrapped in ``OptArray``/``OptVariable``.
@@ -196,9 +192,8 @@ class Optimizer(Pytree, Generic[M]):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # Checked before __init__ so that the signature keeps `wrt` required (as
-        # Flax's) while the error says what to do instead.
-        # (copy/pickle call __new__ without arguments: nothing to check then.)
+        # Before __init__, whose signature keeps `wrt` required (as Flax's); copy and
+        # pickle call __new__ without arguments.
         if (args or kwargs) and "wrt" not in kwargs and cls._wrt_required:
             raise TypeError(
                 f"{cls.__name__}(model, tx) is missing the required keyword argument `wrt`: "
@@ -219,9 +214,7 @@ class Optimizer(Pytree, Generic[M]):
         wrt: Filter,
         graph: bool | None = None,
     ):
-        # One static value (not a container walked into its functions): optax builds
-        # `tx` from closures, equal only to themselves, which is what a cache key needs.
-        self.tx = static(tx)
+        self.tx = static(tx)  # one static value: its closures are equal only to themselves
         self.wrt = freeze_filter(wrt)
         self.step = OptState(jnp.array(0, dtype=jnp.uint32))
         pairs = wrt_pairs(model, self.wrt, graph)
@@ -251,10 +244,7 @@ class Optimizer(Pytree, Generic[M]):
 
     @_explains_old_calls
     def update(self, model: M, grads: Any, /, **kwargs: Any) -> State:
-        """Applies one optimizer step to ``model`` in place (``tx.update``, ``optax.apply_updates``).
-
-        Writes the new parameters into ``model``, the new state into ``opt_state``, and
-        increments ``step``; eagerly or inside ``nnx.jit``.
+        """Applies one optimizer step to ``model``, ``opt_state`` and ``step`` in place (also in ``nnx.jit``).
 
         Args:
           model: the model whose ``wrt`` sub-state is updated (kinds, metadata and dtypes
