@@ -270,6 +270,15 @@ def remat(
 
     Returns:
       ``f`` rematerialised; objects are passed, updated and returned as with ``jit``.
+
+    Example::
+
+      >>> import jax.numpy as jnp, flaxgraph as nnx
+      >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> loss = nnx.remat(lambda m, x: m(x).sum())
+      >>> grads = nnx.grad(loss)(model, jnp.ones((4, 2)))
+      >>> grads['kernel'].shape, float(grads['bias'][0])
+      ((2, 3), 4.0)
     """
     mode = resolve(graph, graph_updates)
     inner_f, bound = unbind(f, "remat")
