@@ -110,9 +110,10 @@ class HashedRecord:
 
     @classmethod
     def of(cls, **fields: object) -> Self:
-        """The record of ``fields`` (all but ``key_hash``, in ``_fields`` order), hashed."""
+        """The record of ``fields`` (all but ``key_hash``), hashed in ``_fields`` order, so
+        equal records hash alike however the keywords are ordered."""
         make = cast("Callable[..., Self]", cls)
-        return make(**fields, key_hash=key_hash(*fields.values()))
+        return make(**fields, key_hash=key_hash(*map(fields.__getitem__, cls._fields)))
 
     def _key(self) -> tuple[object, ...]:
         return tuple(getattr(self, f) for f in self._fields)
