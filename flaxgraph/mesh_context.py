@@ -315,8 +315,11 @@ def place_at_creation(value: Any, metadata: Mapping[str, Any], kind: str) -> Any
         return jax.device_put(value, given)
     if isinstance(given, Format):  # a layout and a sharding
         return jax.device_put(value, given)
-    names, mesh = names_of(metadata), metadata.get("mesh") or active_mesh()
-    if names is None or mesh is None:
+    names = names_of(metadata)
+    if names is None:  # most Variables: no mesh lookup
+        return value
+    mesh = metadata.get("mesh") or active_mesh()
+    if mesh is None:
         return value
     spec = PartitionSpec(*resolve_names(names, metadata.get("sharding_rules") or ()))
     check_spec(spec, mesh, tuple(value.shape), f"a new {kind} of shape {tuple(value.shape)}")
