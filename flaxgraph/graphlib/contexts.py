@@ -112,8 +112,9 @@ def update_context(tag: Hashable) -> object:
 
 
 def _find(tag: Hashable | None) -> UpdateContext | None:
-    found = (ctx for t, ctx in reversed(_UPDATE_CONTEXTS.get()) if t == tag)
-    return None if tag is None else next(found, None)
+    if tag is None:
+        return None
+    return next((ctx for t, ctx in reversed(_UPDATE_CONTEXTS.get()) if t == tag), None)
 
 
 def current_update_context(tag: Hashable) -> UpdateContext:

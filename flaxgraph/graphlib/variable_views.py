@@ -5,7 +5,6 @@ Source: Flax NNX 0.12 ``nnx.with_vars``, ``nnx.vars_as``, ``nnx.set_metadata``.
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from typing import Any, TypeVar
 
@@ -125,7 +124,16 @@ def with_vars(
     return typed
 
 
-def vars_as(node: A, /, **options: bool | Filter | None) -> A:
+def vars_as(
+    node: A,
+    /,
+    *,
+    hijax: bool | None = None,
+    ref: bool | None = None,
+    mutable: bool | None = None,
+    only: Filter = ...,
+    allow_duplicates: bool = False,
+) -> A:
     """Deprecated name of ``with_vars`` (same arguments, result and errors).
 
     Warns:
@@ -136,10 +144,9 @@ def vars_as(node: A, /, **options: bool | Filter | None) -> A:
         DeprecationWarning,
         stacklevel=2,
     )
-    return with_vars(node, **options)  # type: ignore[arg-type]
-
-
-vars_as.__signature__ = inspect.signature(with_vars)  # type: ignore[attr-defined]
+    return with_vars(
+        node, hijax=hijax, ref=ref, mutable=mutable, only=only, allow_duplicates=allow_duplicates
+    )
 
 
 def set_metadata(node: object, /, *, only: Filter = Variable, **metadata: object) -> None:
