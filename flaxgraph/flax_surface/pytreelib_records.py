@@ -10,7 +10,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from flaxgraph import reprlib
 from flaxgraph.variablelib import Variable
@@ -36,39 +36,36 @@ OBJECT_CONTEXT = ObjectContext()
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class ArrayRepr(reprlib.Representable):
-    """Renders as ``Array(shape=(2, 3), dtype=float32)``: an array's shape, not its values."""
+class _ShapeRecord(reprlib.Representable):
+    """An array's shape and dtype, rendered as ``<_TYPE>(shape=..., dtype=...)``."""
 
+    _TYPE: ClassVar[str]
     shape: tuple[int, ...]
     dtype: Any
 
-    @staticmethod
-    def from_array(array: Any) -> ArrayRepr:
-        """The record of ``array`` (a JAX or NumPy array)."""
-        return ArrayRepr(array.shape, array.dtype)
+    @classmethod
+    def from_array(cls, array: Any) -> Self:
+        """The record of ``array`` (a JAX or NumPy array, or a ``jax.Ref``)."""
+        return cls(array.shape, array.dtype)
 
     def __nnx_repr__(self) -> Iterator[reprlib.Object | reprlib.Attr]:
-        yield reprlib.Object(type="Array", same_line=True)
+        yield reprlib.Object(type=self._TYPE, same_line=True)
         yield reprlib.Attr("shape", self.shape)
         yield reprlib.Attr("dtype", self.dtype)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
-class MutableArrayRepr(reprlib.Representable):
+class ArrayRepr(_ShapeRecord):
+    """Renders as ``Array(shape=(2, 3), dtype=float32)``: an array's shape, not its values."""
+
+    _TYPE: ClassVar[str] = "Array"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class MutableArrayRepr(_ShapeRecord):
     """Renders as ``ArrayRef(shape=..., dtype=...)``: a ``jax.Ref``'s shape."""
 
-    shape: tuple[int, ...]
-    dtype: Any
-
-    @staticmethod
-    def from_array(array: Any) -> MutableArrayRepr:
-        """The record of ``array`` (a ``jax.Ref`` or array)."""
-        return MutableArrayRepr(array.shape, array.dtype)
-
-    def __nnx_repr__(self) -> Iterator[reprlib.Object | reprlib.Attr]:
-        yield reprlib.Object(type="ArrayRef", same_line=True)
-        yield reprlib.Attr("shape", self.shape)
-        yield reprlib.Attr("dtype", self.dtype)
+    _TYPE: ClassVar[str] = "ArrayRef"
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
