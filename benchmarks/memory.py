@@ -9,8 +9,8 @@ buffers instead of a second copy. Each figure is read from the step's
 
 Contenders (the same model code on both libraries):
 
-* ``flaxgraph``: ``nnx.jit(..., donate_variables=True)`` (it donates the arrays the
-  step writes, see ``guides/performance.md``, "Donation"; not the default);
+* ``flaxgraph``: ``nnx.jit`` with no annotation (it donates the arrays the step
+  writes by default, see ``guides/performance.md``, "Donation");
 * ``flax``: Flax NNX 0.12 ``nnx.jit`` with no annotation;
 * ``flax_donate``: Flax NNX with ``donate_argnames`` naming the model and the optimizer
   (train steps only);
@@ -136,11 +136,6 @@ def _stack(nnx: ModuleType, size: Size) -> Any:
     return Stack(nnx.Rngs(0))
 
 
-def _auto(nnx: ModuleType) -> dict[str, Any]:
-    """flaxgraph's automatic donation, on (``donate_variables=True``)."""
-    return {} if nnx.__name__.startswith("flax.") else {"donate_variables": True}
-
-
 def _loss(model: Any, x: Any, y: Any) -> Any:
     import jax.numpy as jnp
 
@@ -165,7 +160,7 @@ def build(nnx: ModuleType, case: str, size: Size, donate: bool) -> Work:
         if donate:
             kwargs["donate_argnames"] = ("model", "optimizer")
 
-        @nnx.jit(**kwargs, **_auto(nnx))
+        @nnx.jit(**kwargs)
         def train(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
             loss, grads = nnx.value_and_grad(_loss)(model, x, y)
             optimizer.update(model, grads)
@@ -190,7 +185,7 @@ def build(nnx: ModuleType, case: str, size: Size, donate: bool) -> Work:
     graphdef, params = nnx.split(model)
     if case == "grad":
 
-        @nnx.jit(**kwargs, **_auto(nnx))
+        @nnx.jit(**kwargs)
         def grad(model: Any, x: Any, y: Any) -> Any:
             return nnx.grad(_loss)(model, x, y)
 
@@ -199,7 +194,7 @@ def build(nnx: ModuleType, case: str, size: Size, donate: bool) -> Work:
 
         return Work((model,), x, y, grad, jax.jit(pure_grad), (params,))
 
-    @nnx.jit(**kwargs, **_auto(nnx))
+    @nnx.jit(**kwargs)
     def forward(model: Any, x: Any, y: Any) -> Any:
         return model(x)
 

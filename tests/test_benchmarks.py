@@ -248,7 +248,7 @@ def test_first_step_benchmark_quick_skips_missing_flax(tmp_path: Path) -> None:
 
 def test_memory_benchmark_quick_runs(tmp_path: Path) -> None:
     """The smallest train step on every contender: the table, and the aliasing it shows
-    (flaxgraph with ``donate_variables=True`` and the floor alias the whole state, Flax's
+    (flaxgraph by default and the floor alias the whole state, Flax's
     default nothing)."""
     pytest.importorskip("flax.nnx")
     stdout, results = _benchmark(tmp_path, "-m", "benchmarks.memory", "--quick", "--cases", "adam")

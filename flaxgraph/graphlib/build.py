@@ -174,7 +174,7 @@ class _Build:
                         f"{d.type.__name__} definition."
                     )
                 current = metadata_of(variable)
-                if value is not variable.raw_value or (
+                if value is not variable._var_raw or (
                     metadata is not current and metadata != current
                 ):
                     self.writes.variable(variable, value, metadata)

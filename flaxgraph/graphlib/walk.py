@@ -463,7 +463,7 @@ def shared_variables_message(
             v = entries[0][0]
             if type(v).__name__ not in kinds:
                 kinds.append(type(v).__name__)
-            shape = getattr(v.raw_value, "shape", None)
+            shape = getattr(v._var_raw, "shape", None)
             lines.append(
                 f"  the {type(v).__name__}"
                 + (f" of shape {tuple(shape)}" if shape is not None else "")

@@ -18,6 +18,7 @@ import jax
 from flaxgraph.variablelib import refs
 from flaxgraph.variablelib.variable import (
     Variable,
+    mark_fresh,
     storage_of,
     trace_of,
     write_metadata,
@@ -101,6 +102,7 @@ class Writes:
         for target, value in ref_writes:
             write_value(target, value)
         deque(map(write_slot, targets, values), maxlen=0)
+        deque(map(mark_fresh, targets, repeat(None)), maxlen=0)  # a new array (donation.py)
         deque(map(write_metadata, self.targets, self.metadata), maxlen=0)
         for write in self.others:
             write()

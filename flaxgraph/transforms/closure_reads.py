@@ -76,7 +76,7 @@ def _name(var: Variable[Any], roots: list[tuple[str, Any]]) -> str:
                     return path_str(name, value, path)
         except Exception:  # an object the walk cannot traverse: look elsewhere
             continue
-    shape = getattr(var.raw_value, "shape", None)
+    shape = getattr(var._var_raw, "shape", None)
     return f"a captured {type(var).__name__}" + (f" of shape {tuple(shape)}" if shape else "")
 
 

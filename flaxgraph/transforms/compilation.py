@@ -38,6 +38,7 @@ from flaxgraph.transforms.donation import (
     copy_held,
     copy_repeats,
     kept_inputs,
+    mark_installed,
     regroup,
 )
 from flaxgraph.transforms.lift import Call, Inner, InStatic, Slots, split_inputs
@@ -98,6 +99,8 @@ class JitWrapped(Transformed[P, R]):
     instance. ``fun``, the shardings, static and donated arguments (completed as
     ``jax.jit`` does) and ``mode`` are as given; ``jitted_fn``: a ``jax.jit`` per input structure.
     """
+
+    private_reads = True  # its outputs return an input array only to its own Variable
 
     def __init__(
         self,
@@ -239,7 +242,9 @@ class JitWrapped(Transformed[P, R]):
         else:
             dyn_args, dyn_kwargs, statics = args, kwargs, ()
         prefix = _split_prefix(self.sharding_prefix, len(dyn_args))
-        call = split_inputs(dyn_args, dyn_kwargs, prefix, SHARDING_SPEC, self.mode)
+        call = split_inputs(
+            dyn_args, dyn_kwargs, prefix, SHARDING_SPEC, self.mode, private_reads=True
+        )
         if self.donated:
             positions = _donated_positions(args, self.donate_argnums, self.static_argnums)
             names = self.donate_argnames
@@ -303,6 +308,8 @@ class JitWrapped(Transformed[P, R]):
             except ReadOnlyDonated:  # traced, not compiled (replay noted it): again
                 continue
         result = call.finish(out, out_groups)
+        if auto is not None:  # the arrays it installed, which nothing else has seen
+            mark_installed(call.leaves, auto.positions, out_groups)
         self.remember(
             call, out, entry, slots, len(self.in_keys), dyn_args, dyn_kwargs, statics,
             donated=self.donated, auto=auto,
@@ -453,10 +460,17 @@ def jit(
       static_argnums, static_argnames: compile-time constant arguments (hashable),
         each inferred from the other as in ``jax.jit`` (likewise for donation).
       donate_argnums, donate_argnames: as in ``jax.jit``; donated objects stay usable.
-      donate_variables: also donate the array of every Variable ``fun`` writes that
-        only its Variable holds (an array held elsewhere is donated as a copy).
-        ``None``: ``flaxgraph.transforms.donation.DONATE_VARIABLES`` (off). See
-        ``docs/design.md``, "Automatic donation". Not in Flax NNX 0.12.8.
+      donate_variables: also donate (as ``donate_argnums`` does) the buffer of every
+        Variable array ``fun`` writes, so a train step keeps one copy of its
+        parameters and optimizer state, not two. Only an array no code can see is
+        donated itself: one an earlier ``nnx.jit`` call installed, that nothing has
+        read since (``.value``, ``v[...]``, ``nnx.state``, ``nnx.split``, a pytree
+        flatten, another transform...) and that nothing else holds; any other (the
+        first call's arrays, a read, held, cloned or ``jax.device_put``-aliased one)
+        is donated as a copy, so no code ever sees a deleted array. ``False``: only
+        the explicit donation, as in Flax NNX 0.12.8; ``None``:
+        ``flaxgraph.transforms.donation.DONATE_VARIABLES`` (on). See
+        ``docs/design.md``, "Automatic donation".
       keep_unused, device, backend, inline, compiler_options: as in ``jax.jit``.
       graph: ``False`` for tree mode (a shared Variable is an error); ``None``: the
         default (``nnx.set_graph_mode``).

@@ -1,5 +1,5 @@
 """Automatic donation: which Variables' arrays ``nnx.jit`` may give to XLA (the rules,
-the reference count and why it is off by default: ``docs/design.md``, "Automatic donation").
+the reference count and the fresh arrays: ``docs/design.md``, "Automatic donation").
 
 Source: ``jax.jit`` (``donate_argnums``, buffer donation); ``docs/design.md``,
 "Automatic donation".
@@ -7,19 +7,21 @@ Source: ``jax.jit`` (``donate_argnums``, buffer donation); ``docs/design.md``,
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Sequence
+from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import jax
 
 from flaxgraph.config import Flag
 from flaxgraph.transforms.lift import IN, InStatic, OutStatic, Slots
-from flaxgraph.variablelib.variable import is_variable
+from flaxgraph.variablelib.variable import Variable, is_variable, mark_fresh, read_slot
 
-DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", False)
-"""The default of ``nnx.jit(..., donate_variables=None)`` (off: see ``docs/design.md``,
-"Automatic donation"); ``.set_globally(True)`` or ``.scoped(True)`` turns it on."""
+DONATE_VARIABLES: Flag[bool] = Flag("donate_variables", True)
+"""The default of ``nnx.jit(..., donate_variables=None)`` (on: ``docs/design.md``,
+"Automatic donation"); ``.set_globally(False)`` or ``.scoped(False)`` turns it off."""
 
 _getrefcount = sys.getrefcount
 _Tracer = jax.core.Tracer
@@ -31,21 +33,50 @@ def holder_counts(values: list[Any], positions: Sequence[int]) -> list[int]:
 
 
 def _measure_baseline() -> int:
-    """The count ``holder_counts`` reports for a value held by one slot and the values list."""
-    owner = [object()]
+    """The count ``holder_counts`` reports for a value held by two slots (a Variable's
+    value and fresh array) and the values list."""
+    probe = object()
+    owner = [probe, probe]
     values = [owner[0]]
+    del probe
     return holder_counts(values, (0,))[0]
 
 
 BASELINE: int = _measure_baseline()
-"""What ``holder_counts`` reports for an array held only by its Variable and the values list."""
+"""What ``holder_counts`` reports for a fresh array held only by its Variable (its value
+and its fresh array: ``Variable._var_fresh``) and the values list."""
 
 _IS_BASELINE = BASELINE.__eq__
+_FRESH = "_var_fresh"
 
 
-def unheld(values: list[Any], positions: Sequence[int]) -> list[bool]:
-    """The donation mask: whether ``values[p]`` has no holder but its Variable and ``values``."""
-    return list(map(_IS_BASELINE, holder_counts(values, positions)))
+def fresh_of(variables: Sequence[Variable[Any]]) -> list[Any]:
+    """Each Variable's fresh array (``None``: none, or none noted since its creation)."""
+    return list(map(getattr, variables, repeat(_FRESH), repeat(None)))
+
+
+def unheld(
+    values: list[Any], positions: Sequence[int], variables: Sequence[Variable[Any]]
+) -> list[bool]:
+    """The donation mask: whether ``values[p]`` is the fresh array of ``variables[k]``
+    (``nnx.jit`` installed it and nothing read it since) with no holder but that Variable
+    and ``values``."""
+    counts = holder_counts(values, positions)
+    fresh = map(operator.is_, fresh_of(variables), map(values.__getitem__, positions))
+    return list(map(operator.and_, fresh, map(_IS_BASELINE, counts)))
+
+
+def mark_installed(
+    leaves: Sequence[Any], positions: Sequence[int], out_groups: Sequence[Sequence[Any]]
+) -> None:
+    """After a general call's write-back: notes as fresh each ``leaves[p]``'s new array
+    that is one of the compiled function's outputs (``out_groups``)."""
+    outputs = set(map(id, chain.from_iterable(out_groups)))
+    for p in positions:
+        v = leaves[p]
+        value = read_slot(v)
+        if id(value) in outputs:
+            mark_fresh(v, value)
 
 
 def candidates(
@@ -80,7 +111,7 @@ def auto_donation(
     positions = candidates(leaves, values, excluded)
     if not positions:
         return None
-    return AutoDonation(positions, unheld(values, positions))
+    return AutoDonation(positions, unheld(values, positions, [leaves[p] for p in positions]))
 
 
 def copy_held(values: list[Any], positions: Sequence[int], mask: Sequence[bool]) -> None:

@@ -160,6 +160,7 @@ class FinishPlan:
                 other_writes=others,
                 output=self.output_reader(plan),
                 installs=installs,
+                fresh=plan.auto is not None,
             )
         )
 

@@ -19,15 +19,14 @@ from flaxgraph.transforms.ref_writes import read_ref
 from flaxgraph.variablelib.boxes import read as read_box
 from flaxgraph.variablelib.refs import has_direct_content
 from flaxgraph.variablelib.variable import (
-    Variable,
     is_box_backed,
     is_ref_backed,
     is_variable,
+    read_slot,
     write_value,
 )
 
-_set_raw = Variable.raw_value.__set__  # type: ignore[attr-defined]
-get_raw = operator.attrgetter("raw_value")
+get_raw = read_slot
 get_ref_content = operator.attrgetter("_refs._buf")
 
 
@@ -130,7 +129,7 @@ def leaf_writer(
     if is_variable(leaf):
         if is_ref_backed(leaf):  # into the Ref (checked first by the lift) or the box
             return functools.partial(write_value, leaf)
-        return functools.partial(_set_raw, leaf)
+        return functools.partial(write_value, leaf)
     if in_arguments:
         return None  # the caller's containers are not written (as on the general path)
     place = leaf_place(path, root, args, kwargs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, cast
 
@@ -29,7 +30,7 @@ from flaxgraph.transforms.locate import locate_module
 from flaxgraph.transforms.prefix_groups import group_index, same_prefix
 from flaxgraph.typing import PathParts
 from flaxgraph.variablelib.refs import is_ref
-from flaxgraph.variablelib.variable import is_variable, metadata_of, trace_of
+from flaxgraph.variablelib.variable import is_variable, metadata_of, read_slot, trace_of
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Hashable)
@@ -252,6 +253,9 @@ class Call:
         return write_back(out_static, values, self.nodes)
 
 
+_read_raw = operator.attrgetter("raw_value")
+
+
 def created_outside(node: object, trace: object) -> bool:
     """Whether ``node`` (graph node or Variable) was created in a trace other than ``trace``:
     the one test of "captured from outside"; one that records no trace counts as inside."""
@@ -272,6 +276,8 @@ def split_inputs(
     in_prefix: object,
     spec: PrefixSpec,
     mode: Mode = DEFAULT,
+    *,
+    private_reads: bool = False,
 ) -> Call:
     """Step 1: flattens ``(args, kwargs)`` as one graph with one prefix per leaf.
 
@@ -281,6 +287,9 @@ def split_inputs(
         kwargs_prefix)`` or a single prefix for everything.
       spec: what counts as a prefix for this transform.
       mode: the traversal mode (tree mode rejects shared Variables).
+      private_reads: read the Variables' values without counting it as a read that
+        hands them out (``nnx.jit`` only, whose outputs never return an input array
+        but to its own Variable: ``transforms/donation.py``).
 
     Raises:
       PrefixError, InconsistentAliasingError (both ``ValueError``): see ``aliasing``.
@@ -294,8 +303,9 @@ def split_inputs(
         raise with_duplicates_line(error, (args, kwargs), None) from None
     leaf_objs = [leaf for _, leaf in leaves]
     kinds, classify = REGISTRY.kind_cache(), REGISTRY.classify
+    read = read_slot if private_reads else _read_raw
     values = [
-        leaf.raw_value if (kinds.get(type(leaf)) or classify(leaf)) is VARIABLE else leaf
+        read(leaf) if (kinds.get(type(leaf)) or classify(leaf)) is VARIABLE else leaf
         for leaf in leaf_objs
     ]
     return Call(graphdef, leaf_objs, values, prefixes, list(walk.ref_index), in_prefix)
@@ -358,7 +368,7 @@ class Merged:
             i = self.in_leaf.get(leaf)
             if (
                 i is not None
-                and leaf.raw_value is self.values[i]
+                and leaf._var_raw is self.values[i]
                 and metadata_of(leaf) is self.metadata[i]
             ):
                 typed: int | None = i
@@ -492,7 +502,7 @@ class Inner:
             g = group_index(prefix, self.out_keys)
             sources.append(LeafSource(OUT, g, len(out_groups[g])))
             if REGISTRY.kind_of(leaf) is VARIABLE:
-                leaf = leaf.raw_value
+                leaf = leaf._var_raw
             elif is_ref(leaf):  # a raw Ref leaves as its content (JAX returns no Refs)
                 leaf = leaf[...]
             out_groups[g].append(leaf)

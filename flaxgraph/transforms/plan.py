@@ -62,6 +62,9 @@ class BoundFinish(NamedTuple):
     output: Callable[[list[Any], Sequence[Sequence[Any]]], Any]
     installs: RefInstall | None
     apply: Callable[[list[Any], Sequence[Sequence[Any]]], Any] | None = None
+    # Whether the writes note the arrays they install as fresh (``nnx.jit`` donating
+    # automatically: ``donation.py``); else they forget any noted array.
+    fresh: bool = False
 
 
 class CheckKind(enum.Enum):
@@ -214,6 +217,7 @@ class Plan:
         "ref_positions",
         "box_positions",
         "auto",
+        "private_reads",
         "repeat_positions",
         "__weakref__",  # the PlanCache holds plans weakly (plan_owners.py)
     )
@@ -230,8 +234,12 @@ class Plan:
         *,
         donated: bool = False,
         auto: AutoDonation | None = None,
+        private_reads: bool = False,
     ):
         self.auto = auto  # automatic donation (donation.copy_held)
+        # Reading the Variables is not a read that hands their arrays out (nnx.jit's:
+        # lift.split_inputs); else the plan forgets their fresh arrays (donation.py).
+        self.private_reads = private_reads
         # Explicitly donated leaves (donation.copy_repeats).
         auto_positions = frozenset(auto.positions) if auto is not None else frozenset()
         self.repeat_positions = (

@@ -19,15 +19,28 @@ from flaxgraph.graphlib.snapshot import ArrayItem, StructureSnapshot, TupleItem,
 from flaxgraph.graphlib.walk import argument_leaf
 from flaxgraph.tracing import trace_ctx
 from flaxgraph.transforms.compiled import OutStaticChanged
-from flaxgraph.transforms.donation import copy_held, copy_repeats, has_repeats, unheld
+from flaxgraph.transforms.donation import (
+    ReadOnlyDonated,
+    copy_held,
+    copy_repeats,
+    has_repeats,
+    unheld,
+)
 from flaxgraph.transforms.leaf_access import (
     get_raw,
     get_ref_content,
     level_treedef,
 )
 from flaxgraph.transforms.lift import IN, LeafSource, OutStatic
-from flaxgraph.transforms.plan import MISS, BoundFinish, CheckKind, Plan
-from flaxgraph.variablelib.variable import METADATA_SLOT, Variable, metadata_of
+from flaxgraph.transforms.plan import MISS, BoundFinish, CheckKind, Plan, miss_always
+from flaxgraph.variablelib.variable import (
+    METADATA_SLOT,
+    Variable,
+    mark_fresh,
+    metadata_of,
+    read_slot,
+    write_slot,
+)
 
 UNROLL = 24  # up to this many items of a kind get one comparison each
 
@@ -119,6 +132,8 @@ class FixedNames(CheckNames):
     COMPILED: Callable[..., Any]
     CHANGED: type[Exception]
     RETRY: Callable[..., Any]
+    READ_ONLY: type[Exception]
+    GIVE_UP: Callable[[Plan], object]
     FINISH: Callable[..., Any]
     _ctx: object
     _is: Callable[[object, object], bool]
@@ -128,7 +143,9 @@ class FixedNames(CheckNames):
     _call: Callable[..., Any]
     _getr: Callable[[Variable[Any]], Any]
     _set_raw: Callable[[Variable[Any], object], None]
-    _unheld: Callable[[list[Any], Any], list[bool]]
+    _set_fresh: Callable[[Variable[Any], object], None]
+    _repeat: type[itertools.repeat[Any]]
+    _unheld: Callable[[list[Any], Any, Any], list[bool]]
     _copy_held: Callable[[list[Any], Any, Any], None]
     _repeats: Callable[[list[Any], Any], bool]
     _copy_repeats: Callable[[list[Any], Any], None]
@@ -144,6 +161,8 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "COMPILED": plan.compiled.fn,
         "CHANGED": OutStaticChanged,
         "RETRY": _retry,
+        "READ_ONLY": ReadOnlyDonated,
+        "GIVE_UP": _give_up,
         "FINISH": finish,
         "_ctx": trace_ctx,
         "_is": operator.is_,
@@ -151,8 +170,10 @@ def _namespace(plan: Plan, finish: Callable[..., Any]) -> dict[str, Any]:
         "_leaf": argument_leaf,
         "_getattr": getattr,
         "_call": operator.call,
-        "_getr": operator.attrgetter("raw_value"),
-        "_set_raw": Variable.raw_value.__set__,  # type: ignore[attr-defined]
+        "_getr": read_slot,
+        "_set_raw": write_slot,
+        "_set_fresh": mark_fresh,
+        "_repeat": itertools.repeat,
         "_unheld": unheld,
         "_copy_held": copy_held,
         "_repeats": has_repeats,
@@ -195,7 +216,13 @@ def with_apply(bound: BoundFinish) -> BoundFinish:
 
 def _namespace_of_write_back() -> dict[str, Any]:
     """The names a generated write-back reads besides its objects."""
-    return {"_list": list, "_map": map, "_set_raw": Variable.raw_value.__set__}  # type: ignore[attr-defined]
+    return {
+        "_list": list,
+        "_map": map,
+        "_set_raw": write_slot,
+        "_set_fresh": mark_fresh,
+        "_repeat": itertools.repeat,
+    }
 
 
 def _signature_checks(src: _Source, plan: Plan) -> None:
@@ -272,9 +299,7 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
     n_leaves = len(plan.getters)
     if plan.leaf_variables is not None and n_leaves <= 4 * UNROLL:
         variables = iter(plan.leaf_variables)
-        items = [
-            arg_at.get(pos) or f"{const(next(variables))}.raw_value" for pos in range(n_leaves)
-        ]
+        items = [arg_at.get(pos) or f"{const(next(variables))}._var_raw" for pos in range(n_leaves)]
         src.line(f"values = [{', '.join(items)}]")
     elif plan.leaf_variables is not None:
         src.line(f"values = _list(_map(_getr, {const(plan.leaf_variables, 'variables')}))")
@@ -292,14 +317,21 @@ def _leaf_reads(src: _Source, plan: Plan) -> None:
         )
         for pos in sorted(arg_at):
             src.line(f"values[{pos}] = {arg_at[pos]}")
+    if not plan.private_reads:  # a read that may hand the arrays out (donation.py)
+        plain = plan.leaf_variables
+        if plain is None:
+            plain = [t for g, t in zip(plan.getters, plan.targets) if g is get_raw]
+        if plain:
+            src.line(f"_list(_map(_set_fresh, {const(plain, 'read_variables')}, _repeat(None)))")
 
 
 def _donation_copies(src: _Source, plan: Plan) -> None:
     """The donation's copies (``donation.py``): a held candidate and a repeated donated array."""
     if plan.auto is not None:
         positions = src.const(plan.auto.positions, "donation_candidates")
+        variables = src.const([plan.leaves[p] for p in plan.auto.positions], "candidates")
         unheld_all = src.const([True] * len(plan.auto.positions), "all_unheld")
-        src.line(f"mask = _unheld(values, {positions})")
+        src.line(f"mask = _unheld(values, {positions}, {variables})")
         src.line(f"if mask != {unheld_all}: _copy_held(values, {positions}, mask)")
     if plan.repeat_positions:
         positions = src.const(plan.repeat_positions, "donated_positions")
@@ -316,8 +348,17 @@ def _call_and_finish(
     else:
         src.line("get = values.__getitem__")
         groups = ", ".join(f"_list(_map(get, {const(m, 'positions')}))" for m in plan.members)
+    # With automatic donation, a trace for new shapes may find a donated leaf unchanged
+    # (compilation.JitWrapped.replay): the plan gives up and the general path decides.
+    read_only = ["except READ_ONLY:", "    return GIVE_UP(PLAN)"] if plan.auto is not None else []
     if plan.compiled.with_static:
-        src.line(f"out_static, out_groups = COMPILED({groups})")
+        if read_only:
+            src.line("try:")
+            src.line(f"    out_static, out_groups = COMPILED({groups})")
+            for text in read_only:
+                src.line(text)
+        else:
+            src.line(f"out_static, out_groups = COMPILED({groups})")
         src.line("out = out_static.value")
         if last_out is not None:
             src.namespace["LAST"] = last_out
@@ -329,6 +370,8 @@ def _call_and_finish(
         src.line(f"    out_groups = COMPILED({groups})")
         src.line("except CHANGED:")
         src.line("    return RETRY(PLAN, FINISH, args, kwargs, statics)")
+        for text in read_only:
+            src.line(text)
         src.line("out = OUT")
         if last_out is not plan.compiled.out_static:
             bound = None
@@ -341,7 +384,7 @@ def _call_and_finish(
 def _read(getter: Any, target: Any, const: Callable[[Any], str]) -> str:
     """The expression reading one leaf (``getter(target)``), attribute reads inline."""
     if getter is get_raw:
-        return f"{const(target)}.raw_value"
+        return f"{const(target)}._var_raw"
     if getter is get_ref_content:
         return f"{const(target)}._refs._buf"
     return f"{const(getter)}({const(target)})"
@@ -378,6 +421,12 @@ def _retry(
     return plan.run(args, kwargs, statics)
 
 
+def _give_up(plan: Plan) -> object:
+    """A plan whose call found a donated leaf unchanged: never applies again (``MISS``)."""
+    plan.run = miss_always
+    return MISS
+
+
 def _value_of(source: LeafSource) -> str:
     """The expression of a leaf's value in the generated function."""
     if source.origin == IN:
@@ -390,15 +439,20 @@ def _write_back(src: _Source, bound: BoundFinish) -> None:
     const = src.const
     if bound.installs is not None:  # Ref-backed Variables: all checked, then installed
         src.line(f"{const(bound.installs, 'ref_installs')}(out_groups)")
+    # Each write also notes the new array as fresh (nnx.jit donating automatically), or
+    # forgets a noted one (donation.py).
     for w in bound.var_writes:
         if len(w.targets) <= UNROLL:
             for t, p in zip(w.targets, w.positions):
-                src.line(f"_set_raw({const(t)}, out_groups[{w.group}][{p}])")
+                value = f"out_groups[{w.group}][{p}]"
+                src.line(f"_set_raw({const(t)}, {value})")
+                src.line(f"_set_fresh({const(t)}, {value if bound.fresh else None})")
         else:
-            src.line(
-                f"_list(_map(_set_raw, {const(w.targets, 'targets')}, "
-                f"_map(out_groups[{w.group}].__getitem__, {const(w.positions, 'positions')})))"
-            )
+            targets = const(w.targets, "targets")
+            values = f"_map(out_groups[{w.group}].__getitem__, {const(w.positions, 'positions')})"
+            src.line(f"_list(_map(_set_raw, {targets}, {values}))")
+            fresh = values if bound.fresh else "_repeat(None)"
+            src.line(f"_list(_map(_set_fresh, {targets}, {fresh}))")
     for other in bound.other_writes:
         src.line(f"{const(other.write, 'write')}({_value_of(other.source)})")
     single = getattr(bound.output, "source", None)  # a one-leaf output: its source

@@ -47,6 +47,8 @@ class Transformed(Generic[P, R]):
 
     fast: bool = True
     static: StaticArgs | None = None
+    # Whether step 1 reads Variables without handing their arrays out (Plan.private_reads).
+    private_reads: bool = False
 
     def __init__(self, fun: Callable[P, R], bound: tuple[Any, ...] = ()):
         # The wrapped function's name and docstring, not its __dict__: a user
@@ -117,8 +119,9 @@ class Transformed(Generic[P, R]):
         if not (self.fast and out.inputs_kept and same_trace(call)):
             return
         plan = Plan(
-            call, compiled, slots, n_groups, args, kwargs, statics, donated=donated, auto=auto
-        )
+            call, compiled, slots, n_groups, args, kwargs, statics, donated=donated, auto=auto,
+            private_reads=self.private_reads,
+        )  # fmt: skip
         self.plans.put(record_key(plan.arg_checks, statics), plan)
 
     def partial(self, *args: object) -> Transformed[..., R]:

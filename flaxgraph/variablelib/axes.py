@@ -96,7 +96,7 @@ def remove_axis_of(var: Any, index: int, transform_metadata: Mapping[str, Any]) 
 
 def _rank(var: Any) -> int | None:
     """The rank of ``var``'s value, or ``None`` when it has none (a pytree value)."""
-    shape = getattr(var.raw_value, "shape", None)
+    shape = getattr(var._var_raw, "shape", None)
     return len(shape) if isinstance(shape, tuple) else None
 
 

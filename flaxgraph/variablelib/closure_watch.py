@@ -43,7 +43,7 @@ def note_read(var: Any) -> None:
         return
     if var._var_ref is not None:
         return  # a Ref (or box) is state JAX threads through, not a constant
-    if isinstance(var.raw_value, jax.core.Tracer):
+    if isinstance(var._var_raw, jax.core.Tracer):
         return  # an input of an enclosing transform: nothing is baked in
     found = stack[-1]
     if not any(v is var for v in found):

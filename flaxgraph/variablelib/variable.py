@@ -53,7 +53,9 @@ FLAG_KEYS = ("ref", "hijax", "mutable")
 """Metadata names reserved for the construction flags (set them with ``with_vars``)."""
 
 
-_INTERNAL = frozenset({"raw_value", "_var_metadata", "_var_trace", "_var_ref"})
+_INTERNAL = frozenset(
+    {"raw_value", "_var_raw", "_var_fresh", "_var_metadata", "_var_trace", "_var_ref"}
+)
 # Flax's slot names a subclass may assign (``self._trace_state = ...``): properties here.
 _FLAX_VARIABLE_SLOTS = frozenset({"_trace_state", "_raw_value"})
 # Answered by the storage when a Ref-backed Variable has no such metadata (``shape`` is
@@ -120,9 +122,12 @@ class Variable(Generic[A]):
     Array([1., 1.], dtype=float32)
     """
 
-    # Members grouped by concept (README). ``_var_plans``: the fast-path plans it holds,
-    # unset until one does (``transforms/plan_owners.py``); no copy or walk reads it.
-    __slots__ = ("raw_value", "_var_metadata", "_var_trace", "_var_ref", "_var_plans")
+    # Members grouped by concept (README). ``_var_raw``: the value (``raw_value`` reads
+    # it). ``_var_plans``: the fast-path plans it holds, unset until one does
+    # (``transforms/plan_owners.py``); no copy or walk reads it. ``_var_fresh``: the
+    # array ``nnx.jit`` installed, until anything else reads or writes the value
+    # (``transforms/donation.py``); unset counts as ``None``.
+    __slots__ = ("_var_raw", "_var_metadata", "_var_trace", "_var_ref", "_var_plans", "_var_fresh")
 
     #: The flag keys ``get_metadata(exclude_required=True)`` leaves out (Flax NNX 0.12
     #: ``Variable.required_metadata``, plus flaxgraph's ``mutable``).
@@ -154,7 +159,7 @@ class Variable(Generic[A]):
             # Flax 0.12 calls the hook with the Variable's metadata and value in place
             object.__setattr__(self, "_var_metadata", metadata)
             object.__setattr__(self, "_var_ref", None)
-            object.__setattr__(self, "raw_value", value)
+            object.__setattr__(self, "_var_raw", value)
             value = self.create_value(value)
         if metadata and not (refs.is_ref(value) or boxes.is_box(value)):
             # eager sharding: placed at creation
@@ -201,7 +206,7 @@ class Variable(Generic[A]):
         object.__setattr__(self, "_var_metadata", metadata)
         object.__setattr__(self, "_var_ref", storage)
         if storage is None:
-            object.__setattr__(self, "raw_value", value)
+            object.__setattr__(self, "_var_raw", value)
 
     # construction without __init__ (used by merge, copies, pytree unflatten)
     @classmethod
@@ -245,7 +250,7 @@ class Variable(Generic[A]):
     def _check_trace(self, what: str) -> None:
         if self._var_trace != current_trace():
             raise TraceContextError(
-                f"Cannot {what} of {type(self).__name__}{_value_summary(self.raw_value)}: "
+                f"Cannot {what} of {type(self).__name__}{_value_summary(self._var_raw)}: "
                 "it was created outside the current JAX transform (Cannot mutate "
                 f"{type(self).__name__} from a different trace level) and got in captured by "
                 "closure or through `nnx.merge(..., copy=False)`, so the new value would "
@@ -275,7 +280,7 @@ class Variable(Generic[A]):
         if self._var_metadata.get("mutable", True) is False:
             raise ValueError(
                 f"Cannot write the read-only {type(self).__name__}"
-                f"{_value_summary(self.raw_value)}: it was made with mutable=False.\n"
+                f"{_value_summary(self._var_raw)}: it was made with mutable=False.\n"
                 "Fix: write to the original Variable, or make a writable copy with "
                 "`nnx.with_vars(node, mutable=True)`."
             )
@@ -302,13 +307,22 @@ class Variable(Generic[A]):
 
     # -- the value --------------------------------------------------------------------
     @property
+    def raw_value(self) -> A:
+        """The stored value (a Ref-backed Variable's current content), without a subclass's
+        ``get_value``; a read, as ``.value`` is (``nnx.jit`` no longer donates it in place)."""
+        _set_fresh(self, None)
+        typed: A = self._var_raw
+        return typed
+
+    @property
     def value(self) -> A:
         """The held value (read and write, through a subclass's ``get_value``/``set_value``)."""
         if self._var_custom_get:
             return self.get_value()
         if self._var_trace is not TRACE_STATE.value:
             note_read(self)  # a read by closure inside a transform (closure_watch.py)
-        typed: A = self.raw_value
+        _set_fresh(self, None)
+        typed: A = self._var_raw
         return typed
 
     @value.setter
@@ -320,21 +334,23 @@ class Variable(Generic[A]):
             return self.get_value()
         if self._var_trace is not TRACE_STATE.value:
             note_read(self)
-        typed: A = self.raw_value
+        _set_fresh(self, None)
+        typed: A = self._var_raw
         return typed
 
     def get_value(self, *, index: object = MISSING) -> A:
         """Returns the value, or ``value[index]`` (same as ``v[...]`` / ``v[index]``)."""
         if self._var_trace is not TRACE_STATE.value:
             note_read(self)  # a read by closure inside a transform (closure_watch.py)
+        _set_fresh(self, None)
         if index is MISSING:
-            typed: A = self.raw_value
+            typed: A = self._var_raw
             return typed
         ref = self._var_ref
         if ref is not None and refs.is_ref(ref):
             typed = ref[index]
             return typed
-        value = self.raw_value
+        value = self._var_raw
         if index is Ellipsis and "hijax" in self._var_metadata and boxes.fits(value):
             typed = value  # a hijax pytree (in its box, or its copy inside a transform)
             return typed
@@ -357,8 +373,9 @@ class Variable(Generic[A]):
         if ref is None:
             self._check_trace("set the value")
             if index is not MISSING:
-                value = _updated(self.raw_value, index, value, self)
+                value = _updated(self._var_raw, index, value, self)
             write_slot(self, value)
+            _set_fresh(self, None)
             return
         if not refs.is_ref(ref):  # a box: its content is replaced as a whole
             if boxes.is_box(value):
@@ -379,7 +396,10 @@ class Variable(Generic[A]):
     def get_raw_value(self) -> Any:
         """The storage: the ``jax.Ref`` or box of a Ref/box-backed Variable, else the value."""
         ref = self._var_ref
-        return self.raw_value if ref is None else ref
+        if ref is None:
+            _set_fresh(self, None)
+            return self._var_raw
+        return ref
 
     def set_raw_value(self, value: object, *, _unsafe_bypass_check: bool = False) -> None:
         """Replaces the storage: the value, or (given a ``jax.Ref``) the Ref itself;
@@ -540,7 +560,8 @@ class Variable(Generic[A]):
         if "shape" in metadata:
             typed: tuple[int, ...] = metadata["shape"]
             return typed
-        typed = self.get_raw_value().shape
+        ref = self._var_ref
+        typed = (self._var_raw if ref is None else ref).shape
         return typed
 
     @property
@@ -600,8 +621,8 @@ class Variable(Generic[A]):
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: a Ref-backed Variable's value (its
-        # raw_value slot is empty), then metadata, then the value's attributes.
-        if name == "raw_value":
+        # _var_raw slot is empty), then metadata, then the value's attributes.
+        if name == "_var_raw" or name == "raw_value":
             ref = object.__getattribute__(self, "_var_ref")
             if ref is None:
                 raise AttributeError(name)
@@ -611,7 +632,7 @@ class Variable(Generic[A]):
         metadata = object.__getattribute__(self, "_var_metadata")
         if name in metadata:
             return metadata[name]
-        if name == "sharding" and _placed_by_no_mesh(self.raw_value):  # see _sharding_names
+        if name == "sharding" and _placed_by_no_mesh(self._var_raw):  # see _sharding_names
             names = _sharding_names(metadata)
             if names is not None:
                 return names
@@ -624,6 +645,8 @@ class Variable(Generic[A]):
             ref = object.__getattribute__(self, "_var_ref")
             if ref is not None and refs.is_ref(ref):  # read without copying the content
                 return getattr(ref, name)
+        if name in _VALUE_METADATA:  # not the array itself: not a read (donation.py)
+            return getattr(self._var_raw, name)
         return getattr(self.raw_value, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -843,28 +866,30 @@ class Variable(Generic[A]):
         self.set_value(value)
 
     def __contains__(self, item: object) -> bool:
-        return item in self.raw_value
+        _set_fresh(self, None)  # a read (the items may be handed out)
+        return item in self._var_raw
 
     def __len__(self) -> int:
-        return len(self.raw_value)
+        return len(self._var_raw)
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.raw_value)
+        _set_fresh(self, None)
+        return iter(self._var_raw)
 
     # No __bool__, as in Flax 0.12.8: Python takes a Variable's truth from __len__ (the
     # value's length), so an array with several elements is true and a scalar raises TypeError.
 
     def __int__(self) -> int:
-        return int(self.raw_value)
+        return int(self._var_raw)
 
     def __float__(self) -> float:
-        return float(self.raw_value)
+        return float(self._var_raw)
 
     def __index__(self) -> int:
-        return operator.index(self.raw_value)
+        return operator.index(self._var_raw)
 
     def __complex__(self) -> complex:
-        return complex(self.raw_value)
+        return complex(self._var_raw)
 
     def __round__(self, ndigits: int = 0) -> Any:
         """``round(v, ndigits)`` of the value (as Flax NNX 0.12's ``Variable.__round__``)."""
@@ -1005,7 +1030,7 @@ def _fills_array(v: Variable[Any], value: Any) -> bool:
     replacing it: a non-array into a plain array value, or a broadcastable one into a Ref."""
     ref = v._var_ref
     if ref is None:
-        return isinstance(v.raw_value, jax.Array) and not hasattr(value, "shape")
+        return isinstance(v._var_raw, jax.Array) and not hasattr(value, "shape")
     shape = tuple(np.shape(value)) if not isinstance(value, (dict, list, tuple)) else None
     if shape is None or shape == tuple(ref.shape):
         return False
@@ -1016,6 +1041,11 @@ def _fills_array(v: Variable[Any], value: Any) -> bool:
 
 
 _METADATA_HOOKS = frozenset(METADATA_HOOKS)
+
+# Attributes of the value that describe it without handing it out (``v.shape``, ``v.dtype``).
+_VALUE_METADATA = frozenset(
+    {"shape", "dtype", "ndim", "size", "itemsize", "nbytes", "sharding", "aval", "weak_type"}
+)
 
 
 def _placed_by_no_mesh(value: object) -> bool:
@@ -1055,12 +1085,14 @@ def _install(var: Variable[Any], value: object) -> None:
     elif refs.is_ref(value):
         object.__setattr__(var, "_var_ref", value)
         if ref is None:  # a plain Variable becomes Ref-backed (it has no slot then)
-            object.__delattr__(var, "raw_value")
+            object.__delattr__(var, "_var_raw")
+            _set_fresh(var, None)
             metadata = var._var_metadata
             if not metadata.get("hijax"):
                 object.__setattr__(var, "_var_metadata", {**metadata, "ref": True})
     elif ref is None:
-        object.__setattr__(var, "raw_value", value)
+        object.__setattr__(var, "_var_raw", value)
+        _set_fresh(var, None)
     else:
         refs.check_fits(type(var).__name__, ref, value)
         refs.write(type(var).__name__, ref, ..., value, False)
@@ -1077,7 +1109,16 @@ metadata_of: Callable[[Variable[Any]], dict[str, Any]] = operator.attrgetter(MET
 
 write_metadata: Callable[[Variable[Any], dict[str, Any]], None] = Variable._var_metadata.__set__  # type: ignore[attr-defined]
 """``write_metadata(v, metadata)``: installs a new dict without ``set_metadata``'s checks."""
-write_slot = Variable.raw_value.__set__  # type: ignore[attr-defined]
+write_slot = Variable._var_raw.__set__  # type: ignore[attr-defined]
+"""``write_slot(v, value)``: stores a plain Variable's value, nothing checked; a writer
+also calls ``_set_fresh(v, None)`` unless it is ``nnx.jit``'s (``donation.py``)."""
+_set_fresh = Variable._var_fresh.__set__  # type: ignore[attr-defined]
+read_slot: Callable[[Variable[Any]], Any] = operator.attrgetter("_var_raw")
+"""``read_slot(v)``: the value as stored, not a read that hands it out (``raw_value`` is
+one): for ``nnx.jit``'s own reads and for what describes the value (``donation.py``)."""
+mark_fresh: Callable[[Variable[Any], object], None] = _set_fresh
+"""``mark_fresh(v, array)``: ``nnx.jit``'s write-back notes the array it installed, which
+nothing outside it has seen; ``mark_fresh(v, None)`` forgets it (``donation.py``)."""
 _set_ref = Variable._var_ref.__set__  # type: ignore[attr-defined]
 
 trace_of: Callable[[Variable[Any]], object] = operator.attrgetter("_var_trace")
@@ -1092,6 +1133,7 @@ def write_value(v: Variable[Any], value: Any) -> None:
     ref = v._var_ref
     if ref is None:
         write_slot(v, value)
+        _set_fresh(v, None)
     elif value is ref:
         return
     elif refs.is_ref(ref):
