@@ -415,3 +415,25 @@ def test_a_device_put_alias_made_from_any_read_stays_readable(ops):
         assert np.array_equal(alias, seen)
     for u, v in zip(arrays((model, optimizer)), arrays((twin, twin_opt))):
         assert np.array_equal(u, v)
+
+
+def test_new_shapes_that_leave_a_donated_leaf_unchanged_fall_back_to_the_general_path():
+    # The second call's arrays have the dtype the first call wrote: astype returns its
+    # input, so the leaf donated for the first shapes comes back unchanged.
+    class Cast(nnx.Module):
+        def __init__(self):
+            self.a = nnx.Param(jnp.ones((4,)))
+            self.b = nnx.BatchStat(jnp.ones((3,)))
+
+    @nnx.jit
+    def cast(m: Cast) -> jax.Array:
+        m.a.value = m.a.value.astype(jnp.bfloat16)
+        m.b.value = m.b.value + 1.0
+        return m.a.value.sum()
+
+    first, second = Cast(), Cast()
+    cast(first)
+    cast(second)
+    assert float(cast(second)) == 4.0  # the plan of `second` finds `a` unchanged
+    assert second.a.value.dtype == jnp.bfloat16 and not second.a.value.is_deleted()
+    assert np.array_equal(second.b.value, np.full(3, 3.0))
