@@ -96,7 +96,7 @@ def merge_direct(graphdef: Any, state: State, copy: bool, recreate: bool) -> Any
                 leaf = mapping[k]
                 used += 1
                 if type(leaf) is not c.type or (
-                    leaf._var_ref is None and type(leaf.raw_value) in _MARKERS
+                    leaf._var_ref is None and type(leaf._var_raw) in _MARKERS
                 ):
                     leaf = _leaf_of(c, leaf, copy, recreate, trace, built)
                 else:
@@ -146,7 +146,7 @@ def _leaf_of(
 ) -> Any:
     """The value at a Variable's place ``c`` for a State leaf, recorded in ``built``."""
     if REGISTRY.kind_of(leaf) is VARIABLE:
-        if leaf._var_ref is None and type(leaf.raw_value) in _MARKERS:
+        if leaf._var_ref is None and type(leaf._var_raw) in _MARKERS:
             raise GiveUp
     elif type(leaf) in _MARKERS or isinstance(leaf, State):
         raise GiveUp

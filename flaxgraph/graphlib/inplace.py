@@ -32,7 +32,7 @@ from flaxgraph.graphlib.writes import Writes
 from flaxgraph.statelib import State, partition
 from flaxgraph.tracing import current_trace
 from flaxgraph.typing import MISSING, PathParts
-from flaxgraph.variablelib.variable import Variable, is_variable, metadata_of
+from flaxgraph.variablelib.variable import Variable, is_variable, mark_fresh, metadata_of
 
 
 def _get_child(node: Any, key: Hashable) -> object:
@@ -160,7 +160,9 @@ def _plan_update(
                 or (kinds.get(leaf_type) or REGISTRY.classify(leaf)) is VARIABLE
             ):
                 targets.append(current)
-                values.append(leaf.raw_value)
+                values.append(leaf._var_raw)
+                if leaf is not current:  # its array is handed to another Variable
+                    mark_fresh(leaf, None)
                 metadata.append(metadata_of(leaf))
                 continue
             if type(leaf) is not State and not isinstance(leaf, State):
