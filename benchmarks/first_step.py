@@ -13,8 +13,13 @@ each timed apart (seconds, wall clock)::
 
 ``first step`` is their sum, what the first ``step(...)`` call costs. Every (case, library)
 runs in a fresh Python process, so no trace or compile cache is shared; in each round the
-two libraries alternate (Flax first in even rounds, flaxgraph first in odd ones) and the
+contenders alternate (Flax first in even rounds, flaxgraph first in odd ones) and the
 figures are medians over rounds, the ratios medians of per-round ratios flaxgraph / Flax.
+The contenders: ``flax`` (Flax NNX's default ``nnx.jit``, which donates nothing),
+``flax_donate`` (the same with ``donate_argnames`` naming the model and the optimizer:
+the like-for-like step, as flaxgraph's ``nnx.jit`` donates the state it writes by
+default; XLA takes longer to compile a program whose outputs alias its inputs) and
+``flaxgraph``; the ``/donate`` ratios are flaxgraph / ``flax_donate``.
 Each process also reports the first step's loss (both libraries must give the same), the
 StableHLO op count and the size of XLA's optimized module in lines.
 
@@ -69,7 +74,7 @@ from benchmarks.common import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-LIBRARIES = ("flax", "flaxgraph")
+LIBRARIES = ("flax", "flax_donate", "flaxgraph")
 STAGES = ("trace", "lower", "compile", "run")
 INSTRUCTION = re.compile(r"\s+(ROOT )?%\S+ = ")
 WIDTH = 32
@@ -314,10 +319,12 @@ BUILDERS: dict[str, Callable[[ModuleType, int], Workload]] = {
 }
 
 
-def train_step(nnx: ModuleType, loss: Callable[[Any, Any, Any], Any]) -> Any:
-    """The ``nnx.jit`` train step: loss and gradients, an optimizer update, the loss out."""
+def train_step(nnx: ModuleType, loss: Callable[[Any, Any, Any], Any], donate: bool = False) -> Any:
+    """The ``nnx.jit`` train step: loss and gradients, an optimizer update, the loss out
+    (``donate``: with ``donate_argnames`` naming the model and the optimizer)."""
+    options = {"donate_argnames": ("model", "optimizer")} if donate else {}
 
-    @nnx.jit
+    @nnx.jit(**options)
     def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
         value, grads = nnx.value_and_grad(lambda m: loss(m, x, y))(model)
         optimizer.update(model, grads)
@@ -331,12 +338,12 @@ def measure_child(library: str, case: Case) -> dict[str, Any]:
     import jax
 
     nnx: ModuleType
-    if library == "flax":
+    if library.startswith("flax_") or library == "flax":
         from flax import nnx
     else:
         import flaxgraph as nnx
     work = BUILDERS[case.kind](nnx, case.size)
-    step = train_step(nnx, work.loss)
+    step = train_step(nnx, work.loss, donate=library == "flax_donate")
     args = (work.model, work.optimizer, work.x, work.y)
     wall: list[float] = []
     cpu: list[float] = []
@@ -424,6 +431,14 @@ def summarize(case: Case, runs: dict[str, list[dict[str, Any]]]) -> dict[str, An
             "compile_cpu": _paired(pairs, lambda r: r["cpu_seconds"]["compile"]),
         }
         summary["same_loss"] = all(g["loss"] == f["loss"] for g, f in pairs)
+    if "flax_donate" in runs:  # the like-for-like step: both donate the state
+        pairs = list(zip(runs["flaxgraph"], runs["flax_donate"], strict=True))
+        summary["ratios_donate"] = {
+            "first_step": _paired(pairs, first_step),
+            "compile": _paired(pairs, lambda r: r["seconds"]["compile"]),
+            "first_step_cpu": _paired(pairs, lambda r: first_step(r, "cpu_seconds")),
+            "compile_cpu": _paired(pairs, lambda r: r["cpu_seconds"]["compile"]),
+        }
     return summary
 
 
@@ -437,6 +452,9 @@ def table(summaries: Sequence[dict[str, Any]], libraries: Sequence[str]) -> str:
         headers += [f"{short} trace", f"{short} compile", f"{short} first"]
     if compare:
         headers += ["first", "compile", "trace", "first cpu", "compile cpu", "loss"]
+    donate = "flax_donate" in libraries
+    if donate:
+        headers += ["first/donate", "compile/donate", "first cpu/donate", "compile cpu/donate"]
     rows = []
     for s in summaries:
         row = [s["case"]]
@@ -454,6 +472,12 @@ def table(summaries: Sequence[dict[str, Any]], libraries: Sequence[str]) -> str:
                 for k in ("first_step", "compile", "trace", "first_step_cpu", "compile_cpu")
             ]
             row.append("same" if s["same_loss"] else "DIFFERENT")
+        if donate:
+            d = s["ratios_donate"]
+            row += [
+                format_number(d[k])
+                for k in ("first_step", "compile", "first_step_cpu", "compile_cpu")
+            ]
         rows.append(row)
     return format_table(headers, rows)
 
@@ -564,7 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compile = XLA; run = the first execution; first = their sum. Ratios: medians of "
         "per-round flaxgraph / Flax\n(first, compile, trace: wall clock; first cpu, compile cpu: "
         "the process's CPU time, steadier on a busy machine); loss: the first step's loss on "
-        "both."
+        "both; /donate: flaxgraph / Flax with donate_argnames."
     )
     print(table(summaries, libraries))
     print(

@@ -224,17 +224,20 @@ def _check_first_step(stdout: str, results: dict, labels: list[str], libraries: 
             assert all(t > 0 for t in stages.values())
             assert summary[library]["stablehlo_ops"] > 0
         assert ("ratios" in summary) == ("flax" in libraries)
+        assert ("ratios_donate" in summary) == ("flax_donate" in libraries)
     assert [s["case"] for s in results["results"]] == labels
 
 
 def test_first_step_benchmark_quick_runs(tmp_path: Path) -> None:
-    """Both libraries, each case in its own processes: the same first loss on both."""
+    """Every contender, each case in its own processes: the same first loss on all."""
     pytest.importorskip("flax.nnx")
     stdout, results = _run_first_step(tmp_path, ["-m", "benchmarks.first_step"], ["blocks"])
-    _check_first_step(stdout, results, ["blocks 2"], {"flax", "flaxgraph"})
+    _check_first_step(stdout, results, ["blocks 2"], {"flax", "flax_donate", "flaxgraph"})
     for summary in results["results"]:
         assert summary["same_loss"], summary
+        assert summary["flax_donate"]["losses"] == summary["flaxgraph"]["losses"]
         assert all(r > 0 for r in summary["ratios"].values())
+        assert all(r > 0 for r in summary["ratios_donate"].values())
 
 
 def test_first_step_benchmark_quick_skips_missing_flax(tmp_path: Path) -> None:
