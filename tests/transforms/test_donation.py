@@ -437,3 +437,16 @@ def test_new_shapes_that_leave_a_donated_leaf_unchanged_fall_back_to_the_general
     assert float(cast(second)) == 4.0  # the plan of `second` finds `a` unchanged
     assert second.a.value.dtype == jnp.bfloat16 and not second.a.value.is_deleted()
     assert np.array_equal(second.b.value, np.full(3, 3.0))
+
+
+def test_jax_jit_outputs_are_new_arrays_never_an_input():
+    # donation.mark_installed and the plans note a compiled output as fresh: no code
+    # has seen it. That holds because jax.jit returns new arrays for outputs that are
+    # inputs, passed through or swapped (no input array object, no alias of its buffer).
+    a, b = jnp.arange(3.0), jnp.arange(3.0) + 1
+    outs = jax.jit(lambda x, y: (y, x, x))(a, b)
+    pointers = {a.unsafe_buffer_pointer(), b.unsafe_buffer_pointer()}
+    for out in outs:
+        assert out is not a and out is not b
+        assert out.unsafe_buffer_pointer() not in pointers
+    assert len({o.unsafe_buffer_pointer() for o in outs}) == 3
