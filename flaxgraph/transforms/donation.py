@@ -114,11 +114,19 @@ def auto_donation(
     return AutoDonation(positions, unheld(values, positions, [leaves[p] for p in positions]))
 
 
+def _copy_at(values: list[Any], positions: list[int]) -> None:
+    """Replaces ``values[p]`` for ``p`` in ``positions`` by copies on the same placement:
+    one ``jax.device_put(..., may_alias=False)`` (a buffer copy each, no program compiled
+    per shape as ``x.copy()`` would)."""
+    if positions:
+        copies = jax.device_put([values[p] for p in positions], may_alias=False)
+        for p, c in zip(positions, copies):
+            values[p] = c
+
+
 def copy_held(values: list[Any], positions: Sequence[int], mask: Sequence[bool]) -> None:
-    """Replaces, in ``values``, each donated array something else holds by a copy."""
-    for p, free in zip(positions, mask):
-        if not free:
-            values[p] = values[p].copy()
+    """Replaces, in ``values``, each donated array that is not fresh and unheld by a copy."""
+    _copy_at(values, [p for p, free in zip(positions, mask) if not free])
 
 
 def has_repeats(values: list[Any], positions: Sequence[int]) -> bool:
@@ -129,13 +137,15 @@ def has_repeats(values: list[Any], positions: Sequence[int]) -> bool:
 def copy_repeats(values: list[Any], positions: Sequence[int]) -> None:
     """Replaces each repeated concrete array among ``positions`` by a copy (flax#5461)."""
     seen: set[int] = set()
+    repeats = []
     for p in positions:
         value = values[p]
         if id(value) in seen:
             if isinstance(value, jax.Array) and not isinstance(value, _Tracer):
-                values[p] = value.copy()
+                repeats.append(p)
         else:
             seen.add(id(value))
+    _copy_at(values, repeats)
 
 
 class JitExtra(NamedTuple):
