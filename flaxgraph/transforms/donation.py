@@ -117,9 +117,12 @@ def auto_donation(
 def _copy_at(values: list[Any], positions: list[int]) -> None:
     """Replaces ``values[p]`` for ``p`` in ``positions`` by copies on the same placement:
     one ``jax.device_put(..., may_alias=False)`` (a buffer copy each, no program compiled
-    per shape as ``x.copy()`` would)."""
+    per shape as ``x.copy()`` would). An array of several processes is put on its own
+    sharding (JAX needs one); any other stays as committed to its devices as it was."""
     if positions:
-        copies = jax.device_put([values[p] for p in positions], may_alias=False)
+        arrays = [values[p] for p in positions]
+        places = [None if a.is_fully_addressable else a.sharding for a in arrays]
+        copies = jax.device_put(arrays, places, may_alias=False)
         for p, c in zip(positions, copies):
             values[p] = c
 
