@@ -354,11 +354,9 @@ def _call_and_finish(
     if plan.compiled.with_static:
         if read_only:
             src.line("try:")
-            src.line(f"    out_static, out_groups = COMPILED({groups})")
-            for text in read_only:
-                src.line(text)
-        else:
-            src.line(f"out_static, out_groups = COMPILED({groups})")
+        src.line(f"{'    ' if read_only else ''}out_static, out_groups = COMPILED({groups})")
+        for text in read_only:
+            src.line(text)
         src.line("out = out_static.value")
         if last_out is not None:
             src.namespace["LAST"] = last_out

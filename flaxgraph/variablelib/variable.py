@@ -622,7 +622,7 @@ class Variable(Generic[A]):
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails: a Ref-backed Variable's value (its
         # _var_raw slot is empty), then metadata, then the value's attributes.
-        if name == "_var_raw" or name == "raw_value":
+        if name == "_var_raw":  # (``raw_value``, a property, reads it)
             ref = object.__getattribute__(self, "_var_ref")
             if ref is None:
                 raise AttributeError(name)
