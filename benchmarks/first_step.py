@@ -319,12 +319,20 @@ BUILDERS: dict[str, Callable[[ModuleType, int], Workload]] = {
 }
 
 
-def train_step(nnx: ModuleType, loss: Callable[[Any, Any, Any], Any], donate: bool = False) -> Any:
+def train_step(
+    nnx: ModuleType,
+    loss: Callable[[Any, Any, Any], Any],
+    donate: bool = False,
+    options: dict[str, Any] | None = None,
+) -> Any:
     """The ``nnx.jit`` train step: loss and gradients, an optimizer update, the loss out
-    (``donate``: with ``donate_argnames`` naming the model and the optimizer)."""
-    options = {"donate_argnames": ("model", "optimizer")} if donate else {}
+    (``donate``: with ``donate_argnames`` naming the model and the optimizer; ``options``:
+    more keyword arguments of ``nnx.jit``)."""
+    jit_options = dict(options or {})
+    if donate:
+        jit_options["donate_argnames"] = ("model", "optimizer")
 
-    @nnx.jit(**options)
+    @nnx.jit(**jit_options)
     def step(model: Any, optimizer: Any, x: Any, y: Any) -> Any:
         value, grads = nnx.value_and_grad(lambda m: loss(m, x, y))(model)
         optimizer.update(model, grads)

@@ -246,6 +246,40 @@ def test_first_step_benchmark_quick_skips_missing_flax(tmp_path: Path) -> None:
     _check_first_step(stdout, results, ["ensemble 2"], {"flaxgraph"})
 
 
+# -- benchmarks.compile_paired --------------------------------------------------------------
+
+
+def test_compile_paired_benchmark_quick_runs(tmp_path: Path) -> None:
+    """Every contender compiled in one process: the table, positive times and ratios, and
+    the programs' shapes (flaxgraph's default step aliases its state as Flax's donating
+    step does, with the same instruction count; undonated, neither aliases anything)."""
+    pytest.importorskip("flax.nnx")
+    stdout, results = _benchmark(
+        tmp_path, "-m", "benchmarks.compile_paired", "--quick", "--cases", "ensemble"
+    )
+    assert "flaxgraph_undonated" in stdout and "q1-q3" in stdout
+    assert results["benchmark"] == "compile_paired" and results["rounds"] == 2
+    (summary,) = results["results"]
+    assert summary["case"] == "ensemble 2"
+    records = summary["contenders"]
+    assert set(records) == {"flax", "flax_donate", "flaxgraph", "flaxgraph_undonated"}
+    for record in records.values():
+        assert record["median"] > 0 and record["ratio"] > 0
+        assert record["ratio_q1"] <= record["ratio"] <= record["ratio_q3"]
+        assert record["optimized_hlo_instructions"] > 0
+    assert records["flax"]["ratio"] == 1.0
+    assert records["flax"]["aliased_outputs"] == 0
+    assert records["flaxgraph_undonated"]["aliased_outputs"] == 0
+    assert records["flaxgraph"]["aliased_outputs"] > 0
+    assert records["flax_donate"]["aliased_outputs"] >= records["flaxgraph"]["aliased_outputs"]
+    assert (
+        records["flaxgraph"]["optimized_hlo_instructions"]
+        == records["flax_donate"]["optimized_hlo_instructions"]
+    )
+    (run,) = results["runs"]
+    assert all(len(r["seconds"]) == 2 for r in run["contenders"].values())
+
+
 # -- benchmarks.memory ----------------------------------------------------------------------
 
 
