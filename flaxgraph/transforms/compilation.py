@@ -40,6 +40,7 @@ from flaxgraph.transforms.donation import (
     kept_inputs,
     mark_installed,
     regroup,
+    unusable_donations,
 )
 from flaxgraph.transforms.lift import Call, Inner, InStatic, Slots, split_inputs
 from flaxgraph.transforms.lift_types import StateSharding, reject_lift_types
@@ -167,7 +168,8 @@ class JitWrapped(Transformed[P, R]):
         # (compiled.py): JAX's per-call work is the arrays only.
         self.jitted_fn = JitFunctions()
         # Per input structure without automatic donation: the leaves its traces
-        # left unchanged (never donated automatically: XLA deletes a donated buffer).
+        # left unchanged (never donated automatically: XLA deletes a donated buffer),
+        # or whose buffer no output could take (JAX would warn it was not usable).
         self.read_only: dict[InStatic[JitExtra], frozenset[int]] = {}
 
     def pure(
@@ -199,7 +201,8 @@ class JitWrapped(Transformed[P, R]):
         self, in_static: InStatic[JitExtra], entry: CompiledEntry, with_static: bool, *groups: Any
     ) -> object:
         """With automatic donation: the undonated program, regrouped; raises
-        ``ReadOnlyDonated`` (while tracing) if a donated leaf comes back unchanged."""
+        ``ReadOnlyDonated`` (while tracing) if a donated leaf comes back unchanged or no
+        output can take its buffer (its new value has another shape or dtype)."""
         extra = in_static.extra
         undonated = extra.undonated
         assert undonated is not None
@@ -209,6 +212,11 @@ class JitWrapped(Transformed[P, R]):
         # keeps its trace; XLA inlines it), so this trace costs nothing to speak of.
         out_static, out_groups = base.call(base_groups)
         read_only = kept_inputs(out_static).intersection(extra.auto_donated)
+        if not read_only:  # and none that JAX could not alias (it would warn of them)
+            donated_groups = [self.in_keys[g].donated for g in range(len(groups))]
+            read_only = unusable_donations(
+                groups, donated_groups, in_static.slots, out_groups, extra.auto_donated
+            )
         if read_only:
             self.note_read_only(undonated, read_only)
             raise ReadOnlyDonated(read_only)

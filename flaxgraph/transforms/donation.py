@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 import sys
+from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 from itertools import chain, repeat
 from typing import Any, NamedTuple
@@ -163,7 +164,8 @@ class JitExtra(NamedTuple):
 
 class ReadOnlyDonated(Exception):
     """Internal signal, caught by ``nnx.jit``: automatically donated leaves (``positions``)
-    came back unchanged in a trace."""
+    came back unchanged in a trace, or no output can take their buffer
+    (``unusable_donations``)."""
 
     def __init__(self, positions: frozenset[int]):
         super().__init__(positions)
@@ -173,6 +175,49 @@ class ReadOnlyDonated(Exception):
 def kept_inputs(out_static: OutStatic) -> frozenset[int]:
     """The input leaves a trace left unchanged (origin ``IN``), never donated automatically."""
     return frozenset(s.at for s in out_static.sources if s.origin == IN)
+
+
+def _buffer_key(x: Any) -> tuple[tuple[int, ...], Any]:
+    return tuple(x.shape), x.dtype
+
+
+def unusable_donations(
+    groups: Sequence[Sequence[Any]],
+    donated_groups: Sequence[bool],
+    slots: Slots,
+    out_groups: Sequence[Sequence[Any]],
+    auto: Sequence[int],
+) -> frozenset[int]:
+    """The automatically donated leaves (``auto``: input leaf indices, placed in ``groups``
+    by ``slots``) whose buffer no output of the trace can take.
+
+    ``jax.jit`` gives each output, in order, the first donated input left of the same shape
+    and dtype; then each donated input left, in order, the first output left with as many
+    elements. A donated input left over after both is not used, and JAX warns "Some donated
+    buffers were not usable" (a Variable whose new value is larger, such as a growing
+    cache). The inputs of the groups ``donated_groups`` marks are donated (the explicit
+    donations too, which compete for the same outputs), in the order JAX flattens them;
+    ``out_groups`` are the outputs in order.
+    """
+    free: dict[tuple[tuple[int, ...], Any], deque[tuple[int, int, int]]] = defaultdict(deque)
+    for g, (group, donated) in enumerate(zip(groups, donated_groups)):
+        if donated:
+            for p, x in enumerate(group):
+                free[_buffer_key(x)].append((g, p, x.size))
+    sizes_left: Counter[int] = Counter()
+    for x in chain.from_iterable(out_groups):
+        waiting = free.get(_buffer_key(x))
+        if waiting:
+            waiting.popleft()
+        else:
+            sizes_left[x.size] += 1
+    left = set()
+    for g, p, size in sorted(chain.from_iterable(free.values())):
+        if sizes_left[size]:
+            sizes_left[size] -= 1
+        else:
+            left.add((g, p))
+    return frozenset(i for i in auto if (slots.groups[i], slots.positions[i]) in left)
 
 
 def regroup(
@@ -190,6 +235,7 @@ __all__ = [
     "ReadOnlyDonated",
     "kept_inputs",
     "regroup",
+    "unusable_donations",
     "BASELINE",
     "DONATE_VARIABLES",
     "AutoDonation",
