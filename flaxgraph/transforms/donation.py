@@ -15,6 +15,7 @@ from itertools import chain, repeat
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 
 from flaxgraph.config import Flag
 from flaxgraph.transforms.lift import IN, InStatic, OutStatic, Slots
@@ -177,7 +178,8 @@ def kept_inputs(out_static: OutStatic) -> frozenset[int]:
     return frozenset(s.at for s in out_static.sources if s.origin == IN)
 
 
-def _buffer_key(x: Any) -> tuple[tuple[int, ...], Any]:
+def _buffer_key(x: jax.Array) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """What ``jax.jit`` pairs a donated input with an output by first: shape and dtype."""
     return tuple(x.shape), x.dtype
 
 
@@ -199,7 +201,8 @@ def unusable_donations(
     donations too, which compete for the same outputs), in the order JAX flattens them;
     ``out_groups`` are the outputs in order.
     """
-    free: dict[tuple[tuple[int, ...], Any], deque[tuple[int, int, int]]] = defaultdict(deque)
+    free: dict[tuple[tuple[int, ...], np.dtype[Any]], deque[tuple[int, int, int]]]
+    free = defaultdict(deque)
     for g, (group, donated) in enumerate(zip(groups, donated_groups)):
         if donated:
             for p, x in enumerate(group):
