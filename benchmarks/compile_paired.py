@@ -60,14 +60,13 @@ from benchmarks.common import (
 )
 from benchmarks.first_step import (
     BUILDERS,
-    FULL_CASES,
     INSTRUCTION,
-    KINDS,
-    QUICK_CASES,
     ROOT,
     Case,
-    _flax_installed,
+    add_case_options,
+    flax_available,
     parse_case,
+    selected_cases,
     train_step,
 )
 
@@ -205,10 +204,7 @@ def table(summaries: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the benchmark; see the module docstring for the options."""
     parser = base_parser(__doc__.splitlines()[0], "compile_paired.json")
-    parser.add_argument("--cases", nargs="+", choices=KINDS, default=None, help="case kinds")
-    parser.add_argument(
-        "--blocks", type=int, nargs="+", default=None, help="depths of the blocks case"
-    )
+    add_case_options(parser)
     parser.add_argument(
         "--timeout", type=float, default=3600.0, help="seconds one case's process may take"
     )
@@ -221,19 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(record), flush=True)
         return 0
 
-    cases = list(QUICK_CASES if args.quick else FULL_CASES)
-    if args.blocks:
-        cases = [c for c in cases if c.kind != "blocks"] + [Case("blocks", n) for n in args.blocks]
-        cases.sort(key=lambda c: (KINDS.index(c.kind), c.size))
-    if args.cases:
-        cases = [c for c in cases if c.kind in args.cases]
+    cases = selected_cases(args)
     rounds = args.repeat or (2 if args.quick else 7)
-    has_flax = _flax_installed()
-    if not has_flax and not args.quick:
-        raise SystemExit(
-            "The comparator 'flax' is not installed.\n"
-            'Fix: pip install -e ".[bench]", or pass --quick to skip missing comparators.'
-        )
+    has_flax = flax_available(args)
     names = [c.name for c in CONTENDERS if has_flax or c.library == "flaxgraph"]
     if not has_flax:
         print("Flax NNX skipped (not installed): flaxgraph only, no ratios.")

@@ -49,6 +49,7 @@ Results are printed as a table and written as JSON to ``benchmarks/results/first
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import itertools
 import json
@@ -527,13 +528,40 @@ def parse_case(kind: str, size: str) -> Case:
     return Case(kind, int(size))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the benchmark; see the module docstring for the options."""
-    parser = base_parser(__doc__.splitlines()[0], "first_step.json")
+def add_case_options(parser: argparse.ArgumentParser) -> None:
+    """``--cases`` (kinds) and ``--blocks`` (depths of the blocks case)."""
     parser.add_argument("--cases", nargs="+", choices=KINDS, default=None, help="case kinds")
     parser.add_argument(
         "--blocks", type=int, nargs="+", default=None, help="depths of the blocks case"
     )
+
+
+def selected_cases(args: argparse.Namespace) -> list[Case]:
+    """The cases ``--quick``, ``--blocks`` and ``--cases`` select, in table order."""
+    cases = list(QUICK_CASES if args.quick else FULL_CASES)
+    if args.blocks:
+        cases = [c for c in cases if c.kind != "blocks"] + [Case("blocks", n) for n in args.blocks]
+        cases.sort(key=lambda c: (KINDS.index(c.kind), c.size))
+    if args.cases:
+        cases = [c for c in cases if c.kind in args.cases]
+    return cases
+
+
+def flax_available(args: argparse.Namespace) -> bool:
+    """Whether Flax is installed; without it only ``--quick`` runs (``SystemExit`` otherwise)."""
+    has_flax = _flax_installed()
+    if not has_flax and not args.quick:
+        raise SystemExit(
+            "The comparator 'flax' is not installed.\n"
+            'Fix: pip install -e ".[bench]", or pass --quick to skip missing comparators.'
+        )
+    return has_flax
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the benchmark; see the module docstring for the options."""
+    parser = base_parser(__doc__.splitlines()[0], "first_step.json")
+    add_case_options(parser)
     parser.add_argument(
         "--timeout", type=float, default=1800.0, help="seconds one child process may take"
     )
@@ -545,19 +573,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(measure_child(library, parse_case(kind, size))), flush=True)
         return 0
 
-    cases = list(QUICK_CASES if args.quick else FULL_CASES)
-    if args.blocks:
-        cases = [c for c in cases if c.kind != "blocks"] + [Case("blocks", n) for n in args.blocks]
-        cases.sort(key=lambda c: (KINDS.index(c.kind), c.size))
-    if args.cases:
-        cases = [c for c in cases if c.kind in args.cases]
+    cases = selected_cases(args)
     rounds = args.repeat or (1 if args.quick else 3)
-    has_flax = _flax_installed()
-    if not has_flax and not args.quick:
-        raise SystemExit(
-            "The comparator 'flax' is not installed.\n"
-            'Fix: pip install -e ".[bench]", or pass --quick to skip missing comparators.'
-        )
+    has_flax = flax_available(args)
     libraries = LIBRARIES if has_flax else ("flaxgraph",)
     if not has_flax:
         print("Flax NNX skipped (not installed): flaxgraph only, no ratios.")
