@@ -265,6 +265,17 @@ def busy_warning() -> str | None:
     )
 
 
+def print_load(start: float | None, end: float | None, warning: str | None) -> None:
+    """Prints the load average at the start and end of a run, and the busy-machine warning
+    (``warning``, given at the start, or ``busy_warning()`` now) if there is one."""
+    print(
+        f"\nload average (1 min): {format_number(start, 1)} at start, {format_number(end, 1)} at end"
+    )
+    warning = warning or busy_warning()
+    if warning:
+        print(warning)
+
+
 def write_json(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:
     """Writes ``payload`` as indented JSON, creating parent directories; returns the path."""
     path = Path(path)

@@ -56,6 +56,7 @@ from benchmarks.common import (
     format_table,
     json_path_from_args,
     load_average,
+    print_load,
     write_json,
 )
 from benchmarks.first_step import (
@@ -253,12 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "aliased outputs: outputs written into a donated input."
     )
     print(table(summaries, names))
-    print(
-        "\nload average (1 min): "
-        f"{format_number(start_load, 1)} at start, {format_number(end_load, 1)} at end"
-    )
-    if warning or busy_warning():
-        print(warning or busy_warning())
+    print_load(start_load, end_load, warning)
     print(f"results written to {path}")
     return 0
 

@@ -71,6 +71,7 @@ from benchmarks.common import (
     measure,
     optional_import,
     paired_ratio,
+    print_load,
     profile_calls,
     settings_from_args,
     write_json,
@@ -586,13 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for workload in args.workloads:
         print(f"\n{workload}: {WORKLOADS[workload]}")
         print(table(workload, records, names))
-    print(
-        "\nload average (1 min): "
-        f"{format_number(start_load, 1)} at start, {format_number(end_load, 1)} at end"
-    )
-    warning = busy_warning() or start_warning
-    if warning:
-        print(warning)
+    print_load(start_load, end_load, busy_warning() or start_warning)
     met = [r for r in records if r["goal_met"]]
     print(f"goals met: {len(met)} of {len(records)}")
     train = [r for r in records if r["train_goal_met"] is not None]
