@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "benchmarks" / "results"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,6 +276,22 @@ def print_load(start: float | None, end: float | None, warning: str | None) -> N
     warning = warning or busy_warning()
     if warning:
         print(warning)
+
+
+def run_json_child(module: str, args: Sequence[str], what: str, timeout: float) -> dict[str, Any]:
+    """Runs ``python -m module *args`` from the repository root in a fresh process (hard
+    ``timeout`` in seconds) and returns the JSON object on the last line it prints.
+
+    Raises ``SystemExit`` naming ``what`` ran, with the process's output, if it fails.
+    """
+    command = [sys.executable, "-m", module, *args]
+    proc = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"the {what} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 def write_json(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -57,12 +56,12 @@ from benchmarks.common import (
     json_path_from_args,
     load_average,
     print_load,
+    run_json_child,
     write_json,
 )
 from benchmarks.first_step import (
     BUILDERS,
     INSTRUCTION,
-    ROOT,
     Case,
     add_case_options,
     flax_available,
@@ -140,18 +139,8 @@ def measure_child(case: Case, rounds: int, names: Sequence[str]) -> dict[str, An
 
 def run_child(case: Case, rounds: int, names: Sequence[str], timeout: float) -> dict[str, Any]:
     """One fresh process measuring ``case``; its JSON result."""
-    command = [sys.executable, "-m", "benchmarks.compile_paired", "--child", case.kind]
-    command += [str(case.size), str(rounds), ",".join(names)]
-    proc = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"the process for {case.label} failed (exit {proc.returncode}):\n"
-            f"{proc.stdout}{proc.stderr}"
-        )
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    args = ["--child", case.kind, str(case.size), str(rounds), ",".join(names)]
+    return run_json_child("benchmarks.compile_paired", args, f"process for {case.label}", timeout)
 
 
 def _timed(samples: list[float]) -> list[float]:

@@ -55,7 +55,6 @@ import itertools
 import json
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -72,6 +71,7 @@ from benchmarks.common import (
     json_path_from_args,
     load_average,
     print_load,
+    run_json_child,
     write_json,
 )
 
@@ -390,18 +390,10 @@ def measure_child(library: str, case: Case) -> dict[str, Any]:
 
 def run_child(library: str, case: Case, timeout: float) -> dict[str, Any]:
     """One fresh process measuring ``case`` on ``library``; its JSON result."""
-    command = [sys.executable, "-m", "benchmarks.first_step", "--child", library, case.kind]
-    command.append(str(case.size))
-    proc = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    args = ["--child", library, case.kind, str(case.size)]
+    return run_json_child(
+        "benchmarks.first_step", args, f"{library} process for {case.label}", timeout
     )
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"the {library} process for {case.label} failed (exit {proc.returncode}):\n"
-            f"{proc.stdout}{proc.stderr}"
-        )
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
 
 
 def first_step(record: dict[str, Any], clock: str = "seconds") -> float:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import resource
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,6 +58,7 @@ from benchmarks.common import (
     format_table,
     json_path_from_args,
     load_average,
+    run_json_child,
     write_json,
 )
 
@@ -254,19 +254,8 @@ def measure_child(contender: str, case: str, quick: bool) -> dict[str, Any]:
 
 def run_child(contender: str, case: str, quick: bool, timeout: float) -> dict[str, Any]:
     """One fresh process measuring ``case`` for ``contender``; its JSON result."""
-    command = [sys.executable, "-m", "benchmarks.memory", "--child", contender, case]
-    if quick:
-        command.append("--quick")
-    proc = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"the {contender} process for {case} failed (exit {proc.returncode}):\n"
-            f"{proc.stdout}{proc.stderr}"
-        )
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    args = ["--child", contender, case, *(["--quick"] if quick else [])]
+    return run_json_child("benchmarks.memory", args, f"{contender} process for {case}", timeout)
 
 
 def _mb(n: float) -> str:
